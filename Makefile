@@ -1,0 +1,49 @@
+# effectagent — every target bootstraps what it needs; nothing is installed by hand.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install sysdeps test lint typecheck imports pytest demo bench clean
+
+# The virtualenv is (re)built whenever pyproject.toml changes.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian packages the sandbox needs (bubblewrap). Installed only when missing; needs root or sudo.
+sysdeps:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+imports: $(STAMP)
+	$(BIN)/lint-imports
+
+pytest: $(STAMP) sysdeps
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test: lint typecheck imports pytest
+
+demo: $(STAMP)
+	$(BIN)/python -m examples.demo
+
+bench: $(STAMP) sysdeps
+	@for b in benchmarks/*.py; do \
+	  case $$b in */_*) continue;; esac; \
+	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Capabilities around the agent engine: sessions, steering, approval, compaction, MCP, Code Mode, …"""

@@ -1,0 +1,74 @@
+"""The effect core: reified outcomes, tagged errors, scopes, services and layers, on Trio.
+
+Nothing here knows about agents. See ``docs/`` and the module notes of each private module.
+"""
+
+from ._attempt import attempt as attempt
+from ._attempt import attempt_sync as attempt_sync
+from ._cause import Cause as Cause
+from ._cause import Die as Die
+from ._cause import Exit as Exit
+from ._cause import Fail as Fail
+from ._cause import Failure as Failure
+from ._cause import Interrupt as Interrupt
+from ._cause import Interrupted as Interrupted
+from ._cause import Reason as Reason
+from ._cause import ResultFailure as ResultFailure
+from ._cause import Success as Success
+from ._cause import exit_from_result as exit_from_result
+from ._cause import exit_to_result as exit_to_result
+from ._context import Context as Context
+from ._context import MissingServiceError as MissingServiceError
+from ._context import ServiceKey as ServiceKey
+from ._errors import TaggedError as TaggedError
+from ._layer import Layer as Layer
+from ._layer import MissingRequirement as MissingRequirement
+from ._layer import MissingServicesError as MissingServicesError
+from ._layer import build_layer as build_layer
+from ._layer import find_missing as find_missing
+from ._layer import merge as merge
+from ._layer import open_layer as open_layer
+from ._layer import preflight as preflight
+from ._scope import Fiber as Fiber
+from ._scope import Finalizer as Finalizer
+from ._scope import Scope as Scope
+from ._scope import ScopeClosedError as ScopeClosedError
+from ._scope import open_scope as open_scope
+from ._semaphore import PermitLedger as PermitLedger
+from ._semaphore import Semaphore as Semaphore
+
+__all__ = [
+    "Cause",
+    "Context",
+    "Die",
+    "Exit",
+    "Fail",
+    "Failure",
+    "Fiber",
+    "Finalizer",
+    "Interrupt",
+    "Interrupted",
+    "Layer",
+    "MissingRequirement",
+    "MissingServiceError",
+    "MissingServicesError",
+    "PermitLedger",
+    "Reason",
+    "ResultFailure",
+    "Scope",
+    "ScopeClosedError",
+    "Semaphore",
+    "ServiceKey",
+    "Success",
+    "TaggedError",
+    "attempt",
+    "attempt_sync",
+    "build_layer",
+    "exit_from_result",
+    "exit_to_result",
+    "find_missing",
+    "merge",
+    "open_layer",
+    "open_scope",
+    "preflight",
+]

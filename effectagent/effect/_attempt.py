@@ -1,0 +1,72 @@
+"""Running async code for its Exit.
+
+``attempt`` is the boundary between ordinary raising code and reified outcomes: declared errors become
+``Fail``, anything else ``Die``. It is *transparent to cancellation*: when a ``trio.Cancelled`` is part of
+what escaped, the original exception is re-raised untouched, so Trio's cancel scopes keep their exact
+semantics (a retry loop built on ``attempt`` can never spin on a cancelled scope). Interruption is
+observed as a value where we own the cancel scope — :meth:`Fiber.join` and Scope finalizers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, TypeVarTuple, Unpack
+
+import trio
+
+from ._cause import Cause, Exit, Failure, Success, is_passthrough
+
+__all__ = ["attempt", "attempt_sync", "exit_of_exception"]
+
+A = TypeVar("A")
+E = TypeVar("E", bound=BaseException)
+Ts = TypeVarTuple("Ts")
+
+
+def _contains_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, trio.Cancelled):
+        return True
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_contains_cancelled(e) for e in exc.exceptions)
+    return False
+
+
+def exit_of_exception(exc: BaseException, errors: tuple[type[E], ...] = ()) -> Failure[E]:
+    """Reify ``exc`` as a Failure, with ``errors`` as the declared classes."""
+    return Failure(Cause.from_exception(exc, errors))
+
+
+async def attempt(
+    fn: Callable[[Unpack[Ts]], Awaitable[A]],
+    *args: Unpack[Ts],
+    errors: tuple[type[E], ...] = (),
+) -> Exit[A, E]:
+    """Await ``fn(*args)`` and return its :data:`Exit` instead of raising.
+
+    Instances of ``errors`` become declared failures (``Fail``); any other exception is a defect
+    (``Die``). ``KeyboardInterrupt``/``SystemExit`` propagate.
+
+    Cancellation: ``attempt`` checkpoints exactly as ``fn`` does. If a ``trio.Cancelled`` escapes
+    ``fn`` (alone or inside a group) the original exception is re-raised unchanged, so the enclosing
+    cancel scope handles it as usual.
+    """
+    try:
+        return Success(await fn(*args))
+    except trio.Cancelled:
+        raise
+    except BaseException as exc:
+        if is_passthrough(exc) or _contains_cancelled(exc):
+            raise
+        return Failure(Cause.from_exception(exc, errors))
+
+
+def attempt_sync(
+    fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...] = ()
+) -> Exit[A, E]:
+    """Call a synchronous ``fn(*args)`` and return its Exit instead of raising."""
+    try:
+        return Success(fn(*args))
+    except BaseException as exc:
+        if is_passthrough(exc):
+            raise
+        return Failure(Cause.from_exception(exc, errors))

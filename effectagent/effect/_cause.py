@@ -1,0 +1,269 @@
+"""Exit and Cause: the reified outcome of running something.
+
+Design notes
+------------
+``Exit`` is either :class:`Success` or :class:`Failure`. A failure carries a *flat* :class:`Cause`: an
+ordered tuple of reasons, each one of
+
+* :class:`Fail` — a declared, expected error (an instance of one of the error classes the caller declared);
+* :class:`Die` — a defect: anything raised that was not declared;
+* :class:`Interrupt` — cancellation.
+
+Flat, because Trio already gives us the only composition that matters: a nursery's ``ExceptionGroup``.
+Nested groups flatten, in order, into several reasons; nothing is dropped. ``KeyboardInterrupt``,
+``SystemExit`` and ``GeneratorExit`` are never reified — they belong to the interpreter, not to us.
+
+Conversion to and from :class:`returns.result.Result` lets code that already speaks ``returns`` interoperate:
+``Success(a) <-> returns.Success(a)``, ``Failure(cause) <-> returns.Failure(cause)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Generic, NoReturn, TypeAlias, TypeVar, Union
+
+import attrs
+import trio
+from returns.result import Failure as RFailure
+from returns.result import Result
+from returns.result import Success as RSuccess
+
+__all__ = [
+    "Cause",
+    "Die",
+    "Exit",
+    "Fail",
+    "Failure",
+    "Interrupt",
+    "Reason",
+    "Success",
+    "exit_from_result",
+    "exit_to_result",
+    "is_passthrough",
+]
+
+A = TypeVar("A")
+B = TypeVar("B")
+E = TypeVar("E", bound=BaseException)
+E_co = TypeVar("E_co", bound=BaseException, covariant=True)
+A_co = TypeVar("A_co", covariant=True)
+
+#: Exceptions that are never reified into a Cause; they always propagate.
+_PASSTHROUGH: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
+
+def is_passthrough(exc: BaseException) -> bool:
+    """True when ``exc`` (or any leaf of it, for a group) must propagate rather than be reified."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(is_passthrough(e) for e in exc.exceptions)
+    return isinstance(exc, _PASSTHROUGH)
+
+
+@attrs.frozen
+class Fail(Generic[E_co]):
+    """A declared, expected error."""
+
+    error: E_co
+
+
+@attrs.frozen
+class Die:
+    """A defect: an undeclared exception (a bug, a crash, a violated contract)."""
+
+    defect: BaseException
+
+
+@attrs.frozen
+class Interrupt:
+    """Cancellation. ``exception`` is the ``trio.Cancelled`` observed, when there was one."""
+
+    exception: BaseException | None = attrs.field(default=None, eq=False)
+
+
+Reason: TypeAlias = Union[Fail[E], Die, Interrupt]
+
+_INTERRUPT = Interrupt()
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    # Iterative depth-first walk so a pathological nesting of groups cannot blow the stack.
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(reversed(current.exceptions))
+        else:
+            yield current
+
+
+@attrs.frozen
+class Cause(Generic[E_co]):
+    """A flat, ordered collection of failure reasons. Never empty for a :class:`Failure`."""
+
+    reasons: tuple[Reason[E_co], ...]
+
+    @staticmethod
+    def fail(error: E) -> Cause[E]:
+        """A cause with one declared failure."""
+        return Cause((Fail(error),))
+
+    @staticmethod
+    def die(defect: BaseException) -> Cause[Any]:
+        """A cause with one defect."""
+        return Cause((Die(defect),))
+
+    @staticmethod
+    def interrupt() -> Cause[Any]:
+        """A cause with one interruption."""
+        return Cause((_INTERRUPT,))
+
+    @staticmethod
+    def from_exception(
+        exc: BaseException, errors: tuple[type[E], ...] | type[E] = ()
+    ) -> Cause[E]:
+        """Reify a raised exception.
+
+        Instances of ``errors`` become :class:`Fail`, ``trio.Cancelled`` becomes :class:`Interrupt`,
+        anything else :class:`Die`. Exception groups flatten, in order, into several reasons.
+        """
+        reasons: list[Reason[E]] = []
+        for leaf in _leaves(exc):
+            if isinstance(leaf, trio.Cancelled):
+                reasons.append(Interrupt(leaf))
+            elif errors and isinstance(leaf, errors):
+                reasons.append(Fail(leaf))
+            else:
+                reasons.append(Die(leaf))
+        return Cause(tuple(reasons))
+
+    def __add__(self, other: Cause[E]) -> Cause[Any]:
+        return Cause(self.reasons + other.reasons)
+
+    @property
+    def failures(self) -> tuple[E_co, ...]:
+        """The declared errors, in order."""
+        return tuple(r.error for r in self.reasons if isinstance(r, Fail))
+
+    @property
+    def defects(self) -> tuple[BaseException, ...]:
+        """The defects, in order."""
+        return tuple(r.defect for r in self.reasons if isinstance(r, Die))
+
+    @property
+    def is_interrupted(self) -> bool:
+        """True when any reason is an interruption."""
+        return any(isinstance(r, Interrupt) for r in self.reasons)
+
+    @property
+    def is_interrupted_only(self) -> bool:
+        """True when every reason is an interruption (a clean cancellation)."""
+        return bool(self.reasons) and all(isinstance(r, Interrupt) for r in self.reasons)
+
+    @property
+    def is_failure_only(self) -> bool:
+        """True when every reason is a declared failure."""
+        return bool(self.reasons) and all(isinstance(r, Fail) for r in self.reasons)
+
+    def to_exception(self) -> BaseException:
+        """One exception standing for the whole cause, suitable for re-raising.
+
+        A single reason gives back its own exception; several give a ``BaseExceptionGroup`` in
+        order. An interruption without a recorded exception becomes :class:`Interrupted`.
+        """
+        excs = [_reason_exception(r) for r in self.reasons]
+        if len(excs) == 1:
+            return excs[0]
+        if all(isinstance(e, Exception) for e in excs):
+            return ExceptionGroup("several failures", excs)  # type: ignore[type-var]
+        return BaseExceptionGroup("several failures", excs)
+
+    def raise_(self) -> NoReturn:
+        """Raise :meth:`to_exception`."""
+        raise self.to_exception()
+
+
+class Interrupted(Exception):
+    """Stands for an interruption whose original ``trio.Cancelled`` was not kept."""
+
+
+def _reason_exception(reason: Reason[Any]) -> BaseException:
+    if isinstance(reason, Fail):
+        err: BaseException = reason.error
+        return err
+    if isinstance(reason, Die):
+        return reason.defect
+    return reason.exception if reason.exception is not None else Interrupted("interrupted")
+
+
+@attrs.frozen
+class Success(Generic[A_co]):
+    """The successful outcome ``value``."""
+
+    value: A_co
+
+    is_success = True
+
+    def map(self, fn: Any) -> Success[Any]:
+        """Apply ``fn`` to the value."""
+        return Success(fn(self.value))
+
+    def get_or_raise(self) -> A_co:
+        """Return the value."""
+        return self.value
+
+
+@attrs.frozen
+class Failure(Generic[E_co]):
+    """The failed outcome, with its :class:`Cause`."""
+
+    cause: Cause[E_co]
+
+    is_success = False
+
+    def map(self, fn: Any) -> Failure[E_co]:
+        """A failure maps to itself."""
+        return self
+
+    def get_or_raise(self) -> NoReturn:
+        """Raise the cause's exception."""
+        self.cause.raise_()
+
+
+Exit: TypeAlias = Union[Success[A], Failure[E]]
+
+
+def exit_to_result(exit_: Exit[A, E]) -> Result[A, Cause[E]]:
+    """Convert an Exit to a ``returns`` Result (``Failure`` keeps the whole Cause)."""
+    if isinstance(exit_, Success):
+        return RSuccess(exit_.value)
+    return RFailure(exit_.cause)
+
+
+def exit_from_result(result: Result[A, Any]) -> Exit[A, Any]:
+    """Convert a ``returns`` Result to an Exit.
+
+    A failure value that is already a :class:`Cause` is kept; an exception becomes a declared
+    :class:`Fail`; any other value is wrapped in :class:`ResultFailure` (a declared failure).
+    """
+    if isinstance(result, RSuccess):
+        return Success(result.unwrap())
+    error = result.failure()
+    if isinstance(error, Cause):
+        return Failure(error)
+    if isinstance(error, BaseException):
+        return Failure(Cause.fail(error))
+    return Failure(Cause.fail(ResultFailure(error)))
+
+
+class ResultFailure(Exception):
+    """A non-exception failure value from a ``returns`` Result; the value is ``.value``."""
+
+    def __init__(self, value: object) -> None:
+        super().__init__(value)
+        self.value = value
+
+
+def iter_exceptions(excs: Iterable[BaseException]) -> Iterator[BaseException]:
+    """Every leaf exception of ``excs``, groups flattened in order."""
+    for exc in excs:
+        yield from _leaves(exc)

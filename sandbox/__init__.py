@@ -1,0 +1,1 @@
+"""Sandbox and CodeExecutor ports, with isolating implementations."""
