@@ -1,0 +1,73 @@
+"""The AI layer: Tool, Toolkit, LanguageModel, prompts, response parts, usage, AI errors."""
+
+from ._errors import AiError as AiError
+from ._errors import AuthenticationFailed as AuthenticationFailed
+from ._errors import ContentFiltered as ContentFiltered
+from ._errors import InvalidRequest as InvalidRequest
+from ._errors import MalformedResponse as MalformedResponse
+from ._errors import ModelNetworkError as ModelNetworkError
+from ._errors import ModelUnavailable as ModelUnavailable
+from ._errors import ProviderError as ProviderError
+from ._errors import RateLimited as RateLimited
+from ._model import LanguageModel as LanguageModel
+from ._model import LanguageModelService as LanguageModelService
+from ._model import ModelRequest as ModelRequest
+from ._model import ToolChoice as ToolChoice
+from ._model import generate as generate
+from ._prompt import AssistantMessage as AssistantMessage
+from ._prompt import Message as Message
+from ._prompt import ReasoningContent as ReasoningContent
+from ._prompt import SystemMessage as SystemMessage
+from ._prompt import TextContent as TextContent
+from ._prompt import ToolCallContent as ToolCallContent
+from ._prompt import ToolMessage as ToolMessage
+from ._prompt import ToolResultContent as ToolResultContent
+from ._prompt import UserMessage as UserMessage
+from ._reduce import ModelResponse as ModelResponse
+from ._reduce import ResponseReducer as ResponseReducer
+from ._reduce import TruncatedToolCall as TruncatedToolCall
+from ._response import FINISH_REASONS as FINISH_REASONS
+from ._response import ErrorPart as ErrorPart
+from ._response import FinishPart as FinishPart
+from ._response import FinishReason as FinishReason
+from ._response import ReasoningDelta as ReasoningDelta
+from ._response import ReasoningEnd as ReasoningEnd
+from ._response import ReasoningStart as ReasoningStart
+from ._response import ResponseMetadata as ResponseMetadata
+from ._response import ResponsePart as ResponsePart
+from ._response import TextDelta as TextDelta
+from ._response import TextEnd as TextEnd
+from ._response import TextStart as TextStart
+from ._response import ToolCall as ToolCall
+from ._response import ToolParamsDelta as ToolParamsDelta
+from ._response import ToolParamsEnd as ToolParamsEnd
+from ._response import ToolParamsStart as ToolParamsStart
+from ._response import ToolResultPart as ToolResultPart
+from ._tool import FailureMode as FailureMode
+from ._tool import Handler as Handler
+from ._tool import JSONValue as JSONValue
+from ._tool import OutputSchemaViolation as OutputSchemaViolation
+from ._tool import Tool as Tool
+from ._tool import ToolAnnotations as ToolAnnotations
+from ._tool import ToolCallContext as ToolCallContext
+from ._tool import encode_failure as encode_failure
+from ._tool import handler_result as handler_result
+from ._toolkit import ToolDescriptor as ToolDescriptor
+from ._toolkit import Toolkit as Toolkit
+from ._usage import InputTokens as InputTokens
+from ._usage import OutputTokens as OutputTokens
+from ._usage import Usage as Usage
+
+__all__ = [
+    "AiError", "AssistantMessage", "AuthenticationFailed", "ContentFiltered", "ErrorPart",
+    "FINISH_REASONS", "FailureMode", "FinishPart", "FinishReason", "Handler", "InputTokens",
+    "InvalidRequest", "JSONValue", "LanguageModel", "LanguageModelService", "MalformedResponse",
+    "Message", "ModelNetworkError", "ModelRequest", "ModelResponse", "ModelUnavailable",
+    "OutputSchemaViolation", "OutputTokens", "ProviderError", "RateLimited", "ReasoningContent",
+    "ReasoningDelta", "ReasoningEnd", "ReasoningStart", "ResponseMetadata", "ResponsePart",
+    "ResponseReducer", "SystemMessage", "TextContent", "TextDelta", "TextEnd", "TextStart", "Tool",
+    "ToolAnnotations", "ToolCall", "ToolCallContent", "ToolCallContext", "ToolChoice",
+    "ToolDescriptor", "ToolMessage", "ToolParamsDelta", "ToolParamsEnd", "ToolParamsStart",
+    "ToolResultContent", "ToolResultPart", "Toolkit", "TruncatedToolCall", "Usage", "UserMessage",
+    "encode_failure", "generate", "handler_result",
+]

@@ -1,0 +1,77 @@
+"""Typed AI error reasons (Effect AI's AiError), as tagged errors with ``is_retryable``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from effectagent.effect import TaggedError
+
+__all__ = [
+    "AiError",
+    "AuthenticationFailed",
+    "ContentFiltered",
+    "InvalidRequest",
+    "MalformedResponse",
+    "ModelNetworkError",
+    "ModelUnavailable",
+    "ProviderError",
+    "RateLimited",
+]
+
+
+@attrs.frozen
+class AiError(TaggedError):
+    """Base of every error a LanguageModel may fail with. ``message`` is safe to show."""
+
+    message: str
+
+
+@attrs.frozen
+class RateLimited(AiError):
+    """The provider refused for rate; ``retry_after`` seconds if it said."""
+
+    is_retryable: ClassVar[bool] = True
+    retry_after: float | None = None
+
+
+@attrs.frozen
+class ModelUnavailable(AiError):
+    """The provider is overloaded or the model is not served right now."""
+
+    is_retryable: ClassVar[bool] = True
+
+
+@attrs.frozen
+class ModelNetworkError(AiError):
+    """The connection to the provider failed."""
+
+    is_retryable: ClassVar[bool] = True
+
+
+@attrs.frozen
+class AuthenticationFailed(AiError):
+    """Credentials were missing or refused."""
+
+
+@attrs.frozen
+class InvalidRequest(AiError):
+    """The provider rejected the request as malformed."""
+
+
+@attrs.frozen
+class ContentFiltered(AiError):
+    """The provider's content policy stopped the response."""
+
+
+@attrs.frozen
+class ProviderError(AiError):
+    """Any other provider-side failure, with its status when known."""
+
+    status: int | None = None
+
+
+@attrs.frozen
+class MalformedResponse(AiError):
+    """The stream of parts violated the protocol (e.g. a delta for an unopened block)."""

@@ -1,0 +1,68 @@
+"""The LanguageModel service: stream Response parts for a request; generate a whole response."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, Literal, Protocol, TypeAlias
+
+import attrs
+
+from effectagent.effect import ServiceKey
+
+from ._prompt import Message
+from ._reduce import ModelResponse, ResponseReducer
+from ._response import ResponsePart
+from ._toolkit import ToolDescriptor
+
+__all__ = ["LanguageModel", "LanguageModelService", "ModelRequest", "ToolChoice", "generate"]
+
+ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
+
+
+@attrs.frozen(slots=True)
+class ModelRequest:
+    """One model call. ``tool_choice`` is auto, none, required, or a tool name."""
+
+    messages: tuple[Message, ...]
+    tools: tuple[ToolDescriptor, ...] = ()
+    tool_choice: ToolChoice = "auto"
+    max_output_tokens: int | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+class LanguageModel(Protocol):
+    """A model adapter. It never executes tools: it reports tool calls."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Stream the response parts.
+
+        Cancellation: the iterator checkpoints between parts; a cancelled consumer must close it
+        (``aclose``), which ends the underlying request.
+        """
+        ...
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response (typically :func:`generate` over :meth:`stream`)."""
+        ...
+
+
+LanguageModelService: ServiceKey[LanguageModel] = ServiceKey(
+    "effectagent.LanguageModel", "the model the engine calls"
+)
+
+
+async def generate(model: LanguageModel, request: ModelRequest) -> ModelResponse:
+    """Reduce ``model.stream(request)`` to a :class:`ModelResponse` (raises on malformed streams).
+
+    Cancellation: a checkpoint per part; the stream is closed on every exit.
+    """
+    reducer = ResponseReducer()
+    stream = model.stream(request)
+    try:
+        async for part in stream:
+            reducer.feed(part)
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    return reducer.finish()

@@ -1,0 +1,182 @@
+"""Response parts: what a LanguageModel streams. Mirrors Effect AI's part kinds and finish reasons.
+
+A model adapter never executes a tool: it reports ``ToolCall`` parts (with the raw JSON argument text
+the provider sent) and the engine resolves, validates and runs them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias, Union
+
+import attrs
+
+from ._errors import AiError
+from ._usage import Usage
+
+__all__ = [
+    "ErrorPart",
+    "FinishPart",
+    "FinishReason",
+    "FINISH_REASONS",
+    "ReasoningDelta",
+    "ReasoningEnd",
+    "ReasoningStart",
+    "ResponseMetadata",
+    "ResponsePart",
+    "TextDelta",
+    "TextEnd",
+    "TextStart",
+    "ToolCall",
+    "ToolParamsDelta",
+    "ToolParamsEnd",
+    "ToolParamsStart",
+    "ToolResultPart",
+]
+
+FinishReason = Literal[
+    "stop", "length", "content-filter", "tool-calls", "error", "pause", "other", "unknown"
+]
+FINISH_REASONS: frozenset[str] = frozenset(
+    ("stop", "length", "content-filter", "tool-calls", "error", "pause", "other", "unknown")
+)
+
+
+@attrs.frozen(slots=True)
+class TextStart:
+    """A text block ``id`` begins."""
+
+    id: str
+    type: Literal["text-start"] = "text-start"
+
+
+@attrs.frozen(slots=True)
+class TextDelta:
+    """More text for block ``id``."""
+
+    id: str
+    delta: str
+    type: Literal["text-delta"] = "text-delta"
+
+
+@attrs.frozen(slots=True)
+class TextEnd:
+    """Text block ``id`` is complete."""
+
+    id: str
+    type: Literal["text-end"] = "text-end"
+
+
+@attrs.frozen(slots=True)
+class ReasoningStart:
+    """A reasoning block ``id`` begins."""
+
+    id: str
+    type: Literal["reasoning-start"] = "reasoning-start"
+
+
+@attrs.frozen(slots=True)
+class ReasoningDelta:
+    """More reasoning for block ``id``."""
+
+    id: str
+    delta: str
+    type: Literal["reasoning-delta"] = "reasoning-delta"
+
+
+@attrs.frozen(slots=True)
+class ReasoningEnd:
+    """Reasoning block ``id`` is complete."""
+
+    id: str
+    type: Literal["reasoning-end"] = "reasoning-end"
+
+
+@attrs.frozen(slots=True)
+class ToolParamsStart:
+    """The model begins streaming arguments for tool call ``id`` of tool ``name``."""
+
+    id: str
+    name: str
+    type: Literal["tool-params-start"] = "tool-params-start"
+
+
+@attrs.frozen(slots=True)
+class ToolParamsDelta:
+    """More argument text (JSON, possibly partial) for tool call ``id``."""
+
+    id: str
+    delta: str
+    type: Literal["tool-params-delta"] = "tool-params-delta"
+
+
+@attrs.frozen(slots=True)
+class ToolParamsEnd:
+    """The arguments of tool call ``id`` are complete."""
+
+    id: str
+    type: Literal["tool-params-end"] = "tool-params-end"
+
+
+@attrs.frozen(slots=True)
+class ToolCall:
+    """A complete tool call: ``arguments`` is the raw JSON text the provider sent."""
+
+    id: str
+    name: str
+    arguments: str
+    type: Literal["tool-call"] = "tool-call"
+
+
+@attrs.frozen(slots=True)
+class ToolResultPart:
+    """A result of a *provider-executed* tool (reported, never executed by the engine)."""
+
+    id: str
+    name: str
+    result: object
+    type: Literal["tool-result"] = "tool-result"
+
+
+@attrs.frozen(slots=True)
+class ResponseMetadata:
+    """Provider metadata: response id, model id, timestamp (seconds since the epoch)."""
+
+    id: str | None = None
+    model: str | None = None
+    timestamp: float | None = None
+    type: Literal["response-metadata"] = "response-metadata"
+
+
+@attrs.frozen(slots=True)
+class FinishPart:
+    """The response is complete."""
+
+    reason: FinishReason
+    usage: Usage = Usage()
+    type: Literal["finish"] = "finish"
+
+
+@attrs.frozen(slots=True)
+class ErrorPart:
+    """The provider reported an error mid-stream."""
+
+    error: AiError
+    type: Literal["error"] = "error"
+
+
+ResponsePart: TypeAlias = Union[
+    TextStart,
+    TextDelta,
+    TextEnd,
+    ReasoningStart,
+    ReasoningDelta,
+    ReasoningEnd,
+    ToolParamsStart,
+    ToolParamsDelta,
+    ToolParamsEnd,
+    ToolCall,
+    ToolResultPart,
+    ResponseMetadata,
+    FinishPart,
+    ErrorPart,
+]

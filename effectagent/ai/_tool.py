@@ -1,0 +1,323 @@
+"""Tool: a typed, named capability the model may call (Effect AI's Tool).
+
+A static tool declares attrs types for its parameters, success value and declared failures; a dynamic
+tool (e.g. one mapped from an MCP server) declares JSON Schemas instead, validated with ``jsonschema``.
+Either way every input and output crosses a schema boundary (CAP-004): arguments are decoded before a
+handler ever sees them, and results are checked and encoded before anything else sees them.
+
+Annotation defaults follow the conservative reading: a tool is assumed to be *not* readonly,
+destructive, *not* idempotent and open-world unless it says otherwise. ``failure_mode`` says what a
+declared failure does: ``"return"`` (default) gives it to the model as a failed result; ``"error"`` ends
+the run with that failure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, cast, final
+
+import attrs
+import jsonschema
+from returns.result import Result
+
+from effectagent.effect import ServiceKey, TaggedError
+from effectagent.effect._schema import SchemaError, SchemaIssue, SchemaLimits, encode, json_schema
+from effectagent.effect._schema import decode_json as _decode_json
+
+
+__all__ = [
+    "DEFAULT_ARGUMENT_LIMITS",
+    "FailureMode",
+    "Handler",
+    "JSONValue",
+    "OutputSchemaViolation",
+    "ProgressReporter",
+    "Tool",
+    "ToolAnnotations",
+    "ToolCallContext",
+]
+
+P = TypeVar("P")
+S = TypeVar("S")
+
+JSONValue: TypeAlias = Any
+FailureMode = Literal["error", "return"]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+#: Arguments are untrusted model output: bounded before parsing.
+DEFAULT_ARGUMENT_LIMITS = SchemaLimits(max_depth=32, max_bytes=256 * 1024, max_items=10_000)
+
+
+class OutputSchemaViolation(Exception):
+    """A handler returned a value its tool's success schema does not admit (a defect)."""
+
+
+class ProgressReporter(Protocol):
+    """Where a handler's progress reports go (the engine emits ToolProgress events)."""
+
+    async def __call__(self, data: JSONValue) -> None: ...
+
+
+async def _no_progress(data: JSONValue) -> None:
+    return None
+
+
+@attrs.frozen(slots=True)
+class ToolCallContext:
+    """What a handler (and a ``needs_approval`` function) knows about the call it serves."""
+
+    tool_call_id: str
+    tool_name: str
+    run_id: str = ""
+    conversation_id: str = ""
+    agent_name: str = ""
+    report: ProgressReporter = attrs.field(default=_no_progress, repr=False)
+
+    async def progress(self, data: JSONValue) -> None:
+        """Report progress (a JSON value); it becomes a ToolProgress event.
+
+        Cancellation: a checkpoint; if cancelled the report may not have been delivered.
+        """
+        await self.report(data)
+
+
+Handler: TypeAlias = Callable[[Any, ToolCallContext], Awaitable[Any]]
+NeedsApproval: TypeAlias = bool | Callable[[Any, ToolCallContext], bool]
+
+
+@attrs.frozen
+class ToolAnnotations:
+    """Behavioural hints (MCP-compatible). ``destructive`` only means something when not readonly."""
+
+    readonly: bool = False
+    destructive: bool = True
+    idempotent: bool = False
+    open_world: bool = True
+    title: str | None = None
+
+
+def _as_failure_tuple(failure: object) -> tuple[type[TaggedError], ...]:
+    if failure is None:
+        return ()
+    items = failure if isinstance(failure, tuple) else (failure,)
+    for item in items:
+        if not (isinstance(item, type) and issubclass(item, TaggedError)):
+            raise TypeError(f"declared failures must be TaggedError subclasses, got {item!r}")
+    return tuple(items)
+
+
+@final
+class Tool(Generic[P, S]):
+    """A tool definition. Identity matters: each Tool has its own handler service key."""
+
+    __slots__ = (
+        "_output_validator",
+        "_parameters_validator",
+        "annotations",
+        "description",
+        "failure",
+        "failure_mode",
+        "handler_key",
+        "name",
+        "needs_approval",
+        "parameters",
+        "parameters_schema",
+        "success",
+        "success_schema",
+        "timeout",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        *,
+        parameters: type[P] | None = None,
+        success: type[S] | None = None,
+        failure: type[TaggedError] | tuple[type[TaggedError], ...] | None = None,
+        failure_mode: FailureMode = "return",
+        needs_approval: NeedsApproval = False,
+        readonly: bool = False,
+        destructive: bool | None = None,
+        idempotent: bool = False,
+        open_world: bool = True,
+        title: str | None = None,
+        timeout: float | None = None,
+        parameters_schema: Mapping[str, Any] | None = None,
+        success_schema: Mapping[str, Any] | None = None,
+    ) -> None:
+        if not _NAME.match(name):
+            raise ValueError(
+                f"tool name {name!r} must be 1-64 characters of letters, digits, '_' or '-'"
+            )
+        if not description.strip():
+            raise ValueError(f"tool {name!r} needs a description: the model reads it")
+        if failure_mode not in ("error", "return"):
+            raise ValueError(f"failure_mode must be 'error' or 'return', got {failure_mode!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"tool {name!r}: timeout must be positive, got {timeout!r}")
+        if parameters is not None and parameters_schema is not None:
+            raise ValueError(f"tool {name!r}: give parameters or parameters_schema, not both")
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.success = success
+        self.failure = _as_failure_tuple(failure)
+        self.failure_mode: FailureMode = failure_mode
+        self.needs_approval: NeedsApproval = needs_approval
+        self.timeout = timeout
+        self.annotations = ToolAnnotations(
+            readonly=readonly,
+            destructive=(not readonly) if destructive is None else destructive,
+            idempotent=idempotent,
+            open_world=open_world,
+            title=title,
+        )
+        self.handler_key: ServiceKey[Handler] = ServiceKey(
+            f"tool handler {name!r}", "the handler bound to this tool"
+        )
+        if parameters is not None:
+            self.parameters_schema: Mapping[str, Any] = json_schema(parameters)
+            self._parameters_validator: jsonschema.protocols.Validator | None = None
+        else:
+            schema = dict(parameters_schema) if parameters_schema is not None else _EMPTY_OBJECT
+            jsonschema.Draft202012Validator.check_schema(schema)
+            self.parameters_schema = schema
+            self._parameters_validator = jsonschema.Draft202012Validator(schema)
+        if success is not None:
+            self.success_schema: Mapping[str, Any] | None = json_schema(success)
+            self._output_validator: jsonschema.protocols.Validator | None = None
+        elif success_schema is not None:
+            jsonschema.Draft202012Validator.check_schema(dict(success_schema))
+            self.success_schema = dict(success_schema)
+            self._output_validator = jsonschema.Draft202012Validator(self.success_schema)
+        else:
+            self.success_schema = None
+            self._output_validator = None
+
+    @staticmethod
+    def dynamic(
+        name: str,
+        description: str,
+        parameters_schema: Mapping[str, Any],
+        *,
+        success_schema: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> Tool[dict[str, Any], Any]:
+        """A tool whose parameters (and optionally success value) are described by JSON Schemas."""
+        return Tool(
+            name,
+            description,
+            parameters_schema=parameters_schema,
+            success_schema=success_schema,
+            **options,
+        )
+
+    @property
+    def is_dynamic(self) -> bool:
+        """True when parameters are a JSON Schema rather than an attrs type."""
+        return self.parameters is None
+
+    def requires_approval(self, params: P, call: ToolCallContext) -> bool:
+        """Evaluate ``needs_approval`` for decoded ``params``."""
+        rule = self.needs_approval
+        return rule if isinstance(rule, bool) else bool(rule(params, call))
+
+    @property
+    def may_need_approval(self) -> bool:
+        """False only when approval is statically never needed."""
+        return self.needs_approval is not False
+
+    # ---- the schema boundary -------------------------------------------------------------------
+
+    def decode_arguments(
+        self, arguments: str, *, limits: SchemaLimits = DEFAULT_ARGUMENT_LIMITS
+    ) -> P:
+        """Decode the model's raw JSON argument text; raises :class:`SchemaError` with paths."""
+        if self.parameters is not None:
+            return _decode_json(self.parameters, arguments or "{}", limits=limits)
+        value: Any = _decode_json(Any, arguments or "{}", limits=limits)
+        assert self._parameters_validator is not None
+        _validate(self._parameters_validator, value)
+        return cast(P, value)
+
+    def encode_success(self, value: object) -> JSONValue:
+        """Check ``value`` against the success schema and encode it; raises OutputSchemaViolation."""
+        if self.success is not None:
+            if not isinstance(value, self.success):
+                raise OutputSchemaViolation(
+                    f"tool {self.name!r} returned {type(value).__name__}, "
+                    f"declared {self.success.__name__}"
+                )
+            return encode(value)
+        try:
+            encoded = encode(value)
+            json.dumps(encoded)
+        except (TypeError, ValueError) as exc:
+            raise OutputSchemaViolation(
+                f"tool {self.name!r} returned a value that is not JSON-encodable: {exc}"
+            ) from None
+        if self._output_validator is not None:
+            try:
+                _validate(self._output_validator, encoded)
+            except SchemaError as exc:
+                raise OutputSchemaViolation(f"tool {self.name!r} output: {exc}") from None
+        return encoded
+
+    def is_declared_failure(self, error: BaseException) -> bool:
+        """True when ``error`` is one of the declared failure classes."""
+        return bool(self.failure) and isinstance(error, self.failure)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r})"
+
+
+_EMPTY_OBJECT: Mapping[str, Any] = {"type": "object", "properties": {}}
+
+
+def encode_failure(error: TaggedError) -> dict[str, JSONValue]:
+    """The model-facing envelope of a declared failure: ``{"_tag", "message", ...fields}``."""
+    body: dict[str, JSONValue] = {"_tag": error.tag, "message": str(error)}
+    if attrs.has(type(error)):
+        fields = encode(error)
+        if isinstance(fields, dict):
+            for key, value in fields.items():
+                body.setdefault(key, value)
+    return body
+
+
+def _json_path(path: Any) -> str:
+    out = "$"
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _validate(validator: jsonschema.protocols.Validator, value: Any) -> None:
+    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise SchemaError(
+            tuple(SchemaIssue(_json_path(e.absolute_path), e.message) for e in errors[:20])
+        )
+
+
+def handler_result(value: object) -> object:
+    """Unwrap a handler's return: a ``returns`` Result is opened; anything else is the value.
+
+    A ``Failure`` of an exception is re-raised so it takes the same path as a raised error.
+    """
+    if isinstance(value, Result):
+        inner = value.value_or(_SENTINEL)
+        if inner is not _SENTINEL:
+            return inner
+        error = value.failure()
+        if isinstance(error, BaseException):
+            raise error
+        raise OutputSchemaViolation(f"handler returned Failure({error!r}), not an exception")
+    return value
+
+
+_SENTINEL: Any = object()

@@ -1,0 +1,136 @@
+"""Toolkit: a set of tools, and binding their handlers as a Layer.
+
+Each tool's handler is its own service (``tool.handler_key``), so toolkits merge freely and preflight
+names exactly which tool lacks a handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from typing import Any, final
+
+import attrs
+
+from effectagent.effect import Context, Layer, Scope, ServiceKey
+
+from ._tool import Handler, Tool
+
+__all__ = ["ToolDescriptor", "Toolkit"]
+
+
+@attrs.frozen(slots=True)
+class ToolDescriptor:
+    """What a model is told about a tool: name, description, JSON Schema of its parameters."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    readonly: bool = False
+    title: str | None = None
+
+
+@final
+class Toolkit:
+    """An immutable set of tools with unique names."""
+
+    __slots__ = ("_descriptors", "_tools")
+
+    def __init__(self, *tools: Tool[Any, Any]) -> None:
+        by_name: dict[str, Tool[Any, Any]] = {}
+        for tool in tools:
+            if not isinstance(tool, Tool):
+                raise TypeError(f"a Toolkit holds Tools, got {tool!r}")
+            existing = by_name.get(tool.name)
+            if existing is not None and existing is not tool:
+                raise ValueError(f"two different tools are named {tool.name!r}")
+            by_name[tool.name] = tool
+        self._tools = by_name
+        self._descriptors = tuple(
+            ToolDescriptor(
+                t.name,
+                t.description,
+                t.parameters_schema,
+                readonly=t.annotations.readonly,
+                title=t.annotations.title,
+            )
+            for t in by_name.values()
+        )
+
+    @staticmethod
+    def empty() -> Toolkit:
+        """A toolkit with no tools."""
+        return Toolkit()
+
+    def merge(self, *others: Toolkit) -> Toolkit:
+        """A toolkit with the tools of all; the same name on two different tools is an error."""
+        tools = list(self._tools.values())
+        for other in others:
+            tools.extend(other._tools.values())
+        return Toolkit(*tools)
+
+    def __add__(self, other: Toolkit) -> Toolkit:
+        return self.merge(other)
+
+    def get(self, name: str) -> Tool[Any, Any] | None:
+        """The tool called ``name``, if any."""
+        return self._tools.get(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Tool names, in declaration order."""
+        return tuple(self._tools)
+
+    @property
+    def descriptors(self) -> tuple[ToolDescriptor, ...]:
+        """What the model is told, in declaration order."""
+        return self._descriptors
+
+    @property
+    def handler_keys(self) -> tuple[ServiceKey[Handler], ...]:
+        """The handler service key of every tool."""
+        return tuple(t.handler_key for t in self._tools.values())
+
+    def __iter__(self) -> Iterator[Tool[Any, Any]]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, tool: object) -> bool:
+        return isinstance(tool, Tool) and self._tools.get(tool.name) is tool
+
+    def _resolve(self, handlers: Mapping[Tool[Any, Any] | str, Handler]) -> Context:
+        bound: dict[ServiceKey[Any], Any] = {}
+        for key, handler in handlers.items():
+            tool = self._tools.get(key) if isinstance(key, str) else key
+            if tool is None or tool not in self:
+                raise ValueError(f"{key!r} is not a tool of this toolkit")
+            if not callable(handler):
+                raise TypeError(f"the handler for {tool.name!r} is not callable")
+            bound[tool.handler_key] = handler
+        missing = [t.name for t in self._tools.values() if t.handler_key not in bound]
+        if missing:
+            raise ValueError(f"no handler for tool(s): {', '.join(missing)}")
+        return Context(bound)
+
+    def handlers(self, handlers: Mapping[Tool[Any, Any] | str, Handler]) -> Layer:
+        """A Layer binding a handler to every tool. A missing or foreign tool fails here, at once."""
+        return Layer.context(self._resolve(handlers), name=f"handlers[{', '.join(self.names)}]")
+
+    def handlers_from(
+        self,
+        factory: Callable[[Context], Awaitable[Mapping[Tool[Any, Any] | str, Handler]]],
+        *,
+        requires: Iterable[ServiceKey[Any]] = (),
+    ) -> Layer:
+        """A Layer whose handlers are made from services (``requires``) at build time."""
+
+        async def build(ctx: Context, _: Scope) -> Context:
+            return self._resolve(await factory(ctx))
+
+        return Layer.from_build(
+            f"handlers[{', '.join(self.names)}]",
+            provides=self.handler_keys,
+            requires=requires,
+            build=build,
+        )

@@ -1,0 +1,71 @@
+"""Agent definitions, policy, events, canonical records, outcomes, bounds and redaction."""
+
+from ._approval import ApprovalDecision as ApprovalDecision
+from ._approval import ApprovalRequest as ApprovalRequest
+from ._approval import Risk as Risk
+from ._bounds import bound_json as bound_json
+from ._bounds import bound_text as bound_text
+from ._bounds import compact_json as compact_json
+from ._errors import BudgetExhausted as BudgetExhausted
+from ._errors import EngineDefect as EngineDefect
+from ._errors import FinalTurnDeclaredTools as FinalTurnDeclaredTools
+from ._errors import ModelFailed as ModelFailed
+from ._errors import OutputInvalid as OutputInvalid
+from ._errors import RepeatedToolFailure as RepeatedToolFailure
+from ._errors import RunError as RunError
+from ._errors import ToolFailedRun as ToolFailedRun
+from ._events import *  # noqa: F403
+from ._events import __all__ as _events_all
+from ._outcomes import ToolDefect as ToolDefect
+from ._outcomes import ToolFailure as ToolFailure
+from ._outcomes import ToolInvalidInput as ToolInvalidInput
+from ._outcomes import ToolOutcome as ToolOutcome
+from ._outcomes import ToolRejected as ToolRejected
+from ._outcomes import ToolSuccess as ToolSuccess
+from ._outcomes import ToolUnknownOutcome as ToolUnknownOutcome
+from ._policy import Agent as Agent
+from ._policy import AgentPolicy as AgentPolicy
+from ._policy import CompactionPolicy as CompactionPolicy
+from ._policy import ToolResultBounds as ToolResultBounds
+from ._records import *  # noqa: F403
+from ._records import __all__ as _records_all
+from ._redact import REDACTED as REDACTED
+from ._redact import Redactor as Redactor
+from ._redact import SecretRedactor as SecretRedactor
+from ._usage import UsageDelta as UsageDelta
+from ._usage import UsageTotals as UsageTotals
+
+__all__ = [
+    "Agent",
+    "AgentPolicy",
+    "ApprovalDecision",
+    "ApprovalRequest",
+    "BudgetExhausted",
+    "CompactionPolicy",
+    "EngineDefect",
+    "FinalTurnDeclaredTools",
+    "ModelFailed",
+    "OutputInvalid",
+    "REDACTED",
+    "Redactor",
+    "RepeatedToolFailure",
+    "Risk",
+    "RunError",
+    "SecretRedactor",
+    "ToolDefect",
+    "ToolFailedRun",
+    "ToolFailure",
+    "ToolInvalidInput",
+    "ToolOutcome",
+    "ToolRejected",
+    "ToolResultBounds",
+    "ToolSuccess",
+    "ToolUnknownOutcome",
+    "UsageDelta",
+    "UsageTotals",
+    "bound_json",
+    "bound_text",
+    "compact_json",
+    *_events_all,
+    *_records_all,
+]

@@ -1,0 +1,238 @@
+"""Run events: one stream per run; ``run`` reduces the same stream ``stream`` yields (RUN-001).
+
+Every event carries the run, conversation and agent identity, a per-run sequence number and a
+wall-clock timestamp; turn and tool-call IDs where they apply. Exactly one terminal event ends a run:
+RunCompleted, RunFailed, RunInterrupted or RunSuspended.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, Union
+
+import attrs
+
+from ._approval import ApprovalRequest
+from ._errors import RunError
+from ._outcomes import ToolOutcome
+from ._usage import UsageTotals
+
+__all__ = [
+    "ApprovalRequested",
+    "BudgetWarning",
+    "CompactionPerformed",
+    "Event",
+    "EventBase",
+    "ModelStarted",
+    "ReasoningDelta",
+    "RunCompleted",
+    "RunFailed",
+    "RunInterrupted",
+    "RunStarted",
+    "RunSuspended",
+    "TERMINAL_EVENTS",
+    "TextDelta",
+    "ToolCallDeclared",
+    "ToolCallFailed",
+    "ToolCallStarted",
+    "ToolCallSucceeded",
+    "ToolProgress",
+    "TurnCompleted",
+    "TurnStarted",
+]
+
+
+@attrs.frozen(slots=True)
+class EventBase:
+    """Identity and ordering shared by every event."""
+
+    run_id: str
+    conversation_id: str
+    agent: str
+    seq: int
+    at: float
+
+
+@attrs.frozen(slots=True)
+class RunStarted(EventBase):
+    """The run was admitted; ``input`` is the user's (redacted) text."""
+
+    input: str
+
+
+@attrs.frozen(slots=True)
+class TurnStarted(EventBase):
+    """A turn begins; ``grace`` marks the single final-answer turn after exhaustion."""
+
+    turn: int
+    grace: bool = False
+
+
+@attrs.frozen(slots=True)
+class ModelStarted(EventBase):
+    """The model request for ``turn`` is sent."""
+
+    turn: int
+
+
+@attrs.frozen(slots=True)
+class TextDelta(EventBase):
+    """Streamed answer text."""
+
+    turn: int
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ReasoningDelta(EventBase):
+    """Streamed reasoning text."""
+
+    turn: int
+    text: str
+
+
+@attrs.frozen(slots=True)
+class ToolCallDeclared(EventBase):
+    """The model declared a tool call (arguments redacted, bounded)."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    arguments: Any
+
+
+@attrs.frozen(slots=True)
+class ToolCallStarted(EventBase):
+    """The handler of a tool call starts (permits held)."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+
+
+@attrs.frozen(slots=True)
+class ToolProgress(EventBase):
+    """A handler reported progress (redacted, bounded)."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    data: Any
+
+
+@attrs.frozen(slots=True)
+class ToolCallSucceeded(EventBase):
+    """A tool call settled with ToolSuccess."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    outcome: ToolOutcome
+
+
+@attrs.frozen(slots=True)
+class ToolCallFailed(EventBase):
+    """A tool call settled with any other outcome."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    outcome: ToolOutcome
+
+
+@attrs.frozen(slots=True)
+class ApprovalRequested(EventBase):
+    """A tool call waits for approval."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    request: ApprovalRequest
+
+
+@attrs.frozen(slots=True)
+class TurnCompleted(EventBase):
+    """A turn ended (its batch, if any, committed)."""
+
+    turn: int
+    finish_reason: str
+    usage: UsageTotals
+
+
+@attrs.frozen(slots=True)
+class BudgetWarning(EventBase):
+    """A budget dimension passed its warning ratio (once per dimension per run)."""
+
+    dimension: str
+    used: float
+    limit: float
+
+
+@attrs.frozen(slots=True)
+class CompactionPerformed(EventBase):
+    """Context was compacted before ``turn``."""
+
+    turn: int
+    kind: str
+    covers_through: int
+    tokens_before: int
+    tokens_after: int
+
+
+@attrs.frozen(slots=True)
+class RunCompleted(EventBase):
+    """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
+
+    text: str
+    output: Any
+    finish_reason: Literal["stop", "budget-exhausted"]
+    exhausted: str | None
+    usage: UsageTotals
+    turns: int
+    tool_calls: int
+
+
+@attrs.frozen(slots=True)
+class RunFailed(EventBase):
+    """Terminal: the run failed with ``error``."""
+
+    error: RunError
+    usage: UsageTotals
+
+
+@attrs.frozen(slots=True)
+class RunInterrupted(EventBase):
+    """Terminal: the run was cancelled (caller, runtime close)."""
+
+    reason: str
+    usage: UsageTotals
+
+
+@attrs.frozen(slots=True)
+class RunSuspended(EventBase):
+    """Terminal: the run waits durably (durable classes only)."""
+
+    reason: str
+
+
+Event: TypeAlias = Union[
+    RunStarted,
+    TurnStarted,
+    ModelStarted,
+    TextDelta,
+    ReasoningDelta,
+    ToolCallDeclared,
+    ToolCallStarted,
+    ToolProgress,
+    ToolCallSucceeded,
+    ToolCallFailed,
+    ApprovalRequested,
+    TurnCompleted,
+    BudgetWarning,
+    CompactionPerformed,
+    RunCompleted,
+    RunFailed,
+    RunInterrupted,
+    RunSuspended,
+]
+
+TERMINAL_EVENTS: tuple[type[EventBase], ...] = (RunCompleted, RunFailed, RunInterrupted, RunSuspended)

@@ -1,0 +1,116 @@
+"""The six outcomes of a tool call (spec §2). Exactly one settles each declared call.
+
+Every outcome carries the stable tool-call ID and the tool name, and knows what the model is shown
+(:meth:`model_content`) — already redacted and bounded by the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypeAlias, Union
+
+import attrs
+
+__all__ = [
+    "ToolDefect",
+    "ToolFailure",
+    "ToolInvalidInput",
+    "ToolOutcome",
+    "ToolRejected",
+    "ToolSuccess",
+    "ToolUnknownOutcome",
+]
+
+
+@attrs.frozen(slots=True)
+class ToolSuccess:
+    """The handler returned a value of its declared success type; ``result`` is its encoding."""
+
+    tool_call_id: str
+    tool_name: str
+    result: Any
+    kind: Literal["success"] = "success"
+    is_failure = False
+
+    def model_content(self) -> Any:
+        """What the model sees."""
+        return self.result
+
+
+@attrs.frozen(slots=True)
+class ToolRejected:
+    """Authorization or approval denied execution (or a budget stopped it); it never ran."""
+
+    tool_call_id: str
+    tool_name: str
+    reason: str
+    kind: Literal["rejected"] = "rejected"
+    is_failure = True
+
+    def model_content(self) -> Any:
+        """What the model sees."""
+        return {"_tag": "ToolRejected", "message": self.reason}
+
+
+@attrs.frozen(slots=True)
+class ToolInvalidInput:
+    """The arguments did not decode (or the tool is unknown, or the arguments were truncated)."""
+
+    tool_call_id: str
+    tool_name: str
+    message: str
+    kind: Literal["invalid-input"] = "invalid-input"
+    is_failure = True
+
+    def model_content(self) -> Any:
+        """What the model sees."""
+        return {"_tag": "ToolInvalidInput", "message": self.message}
+
+
+@attrs.frozen(slots=True)
+class ToolFailure:
+    """The handler failed with a declared error; ``error`` is its encoded envelope (``_tag``…)."""
+
+    tool_call_id: str
+    tool_name: str
+    error: Any
+    kind: Literal["failure"] = "failure"
+    is_failure = True
+
+    def model_content(self) -> Any:
+        """What the model sees."""
+        return self.error
+
+
+@attrs.frozen(slots=True)
+class ToolDefect:
+    """The handler crashed, was interrupted unexpectedly, timed out, or broke its output schema."""
+
+    tool_call_id: str
+    tool_name: str
+    message: str
+    kind: Literal["defect"] = "defect"
+    is_failure = True
+
+    def model_content(self) -> Any:
+        """What the model sees: that it failed, not the internals."""
+        return {"_tag": "ToolDefect", "message": self.message}
+
+
+@attrs.frozen(slots=True)
+class ToolUnknownOutcome:
+    """A prepared call whose settlement was never recorded (durable classes only, on recovery)."""
+
+    tool_call_id: str
+    tool_name: str
+    reason: str
+    kind: Literal["unknown"] = "unknown"
+    is_failure = True
+
+    def model_content(self) -> Any:
+        """What the model sees."""
+        return {"_tag": "ToolUnknownOutcome", "message": self.reason}
+
+
+ToolOutcome: TypeAlias = Union[
+    ToolSuccess, ToolRejected, ToolInvalidInput, ToolFailure, ToolDefect, ToolUnknownOutcome
+]

@@ -1,0 +1,270 @@
+"""Canonical records: the append-only, sequence-numbered Conversation Log.
+
+Records never hold provider SDK types — only our own values and JSON. Compaction appends records; it
+never edits or deletes one (CAP-007). :func:`project_messages` is the single, pure projection from
+records to the prompt the model sees; the engine and every log implementation share it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal, TypeAlias, Union
+
+import attrs
+
+from effectagent.ai import (
+    AssistantMessage,
+    Message,
+    ReasoningContent,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolResultContent,
+    UserMessage,
+)
+
+from ._approval import ApprovalDecision, ApprovalRequest
+from ._errors import RunError
+from ._outcomes import ToolOutcome
+from ._usage import UsageDelta
+
+__all__ = [
+    "CompactionCreated",
+    "ConversationCreated",
+    "LogEntry",
+    "ModelResponseRecorded",
+    "Record",
+    "RunCompletedRecord",
+    "RunFailedRecord",
+    "ToolApprovalDecided",
+    "ToolApprovalRequested",
+    "ToolCallPrepared",
+    "ToolCallSettled",
+    "UserInputRecorded",
+    "parse_arguments",
+    "project_messages",
+]
+
+
+@attrs.frozen(slots=True)
+class ConversationCreated:
+    """A conversation begins."""
+
+    conversation_id: str
+    agent: str
+    at: float
+
+
+@attrs.frozen(slots=True)
+class UserInputRecorded:
+    """Input entered the conversation: ``kind`` user, steering or follow-up."""
+
+    conversation_id: str
+    run_id: str
+    input_id: str
+    kind: Literal["user", "steering", "follow-up"]
+    text: str
+    author: str
+    at: float
+
+
+@attrs.frozen(slots=True)
+class ModelResponseRecorded:
+    """A model response. ``content`` entries: ("text", str), ("reasoning", str),
+    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    content: tuple[tuple[str, Any], ...]
+    finish_reason: str
+    usage: UsageDelta
+    at: float
+
+
+@attrs.frozen(slots=True)
+class ToolCallPrepared:
+    """A declared tool call was resolved and decoded and is about to be authorized and run."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    arguments: Any
+    at: float
+
+
+@attrs.frozen(slots=True)
+class ToolCallSettled:
+    """The one outcome of a declared tool call, committed in declaration order."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    outcome: ToolOutcome
+    at: float
+
+
+@attrs.frozen(slots=True)
+class ToolApprovalRequested:
+    """Canonical audit of an approval request (CAP-006)."""
+
+    conversation_id: str
+    run_id: str
+    request: ApprovalRequest
+    at: float
+
+
+@attrs.frozen(slots=True)
+class ToolApprovalDecided:
+    """Canonical audit of an approval decision (CAP-006)."""
+
+    conversation_id: str
+    run_id: str
+    tool_call_id: str
+    decision: ApprovalDecision
+    at: float
+
+
+@attrs.frozen(slots=True)
+class CompactionCreated:
+    """Context compaction covering log entries ``<= covers_through``. ``kind`` is
+    "clear-tool-results" (results replaced by a marker) or "summarize" (prefix replaced)."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    kind: Literal["clear-tool-results", "summarize"]
+    covers_through: int
+    summary: str | None
+    at: float
+
+
+@attrs.frozen(slots=True)
+class RunCompletedRecord:
+    """A run ended with an answer."""
+
+    conversation_id: str
+    run_id: str
+    output: Any
+    finish_reason: str
+    at: float
+
+
+@attrs.frozen(slots=True)
+class RunFailedRecord:
+    """A run ended without an answer (failure or interruption)."""
+
+    conversation_id: str
+    run_id: str
+    error: RunError | None
+    reason: str
+    at: float
+
+
+Record: TypeAlias = Union[
+    ConversationCreated,
+    UserInputRecorded,
+    ModelResponseRecorded,
+    ToolCallPrepared,
+    ToolCallSettled,
+    ToolApprovalRequested,
+    ToolApprovalDecided,
+    CompactionCreated,
+    RunCompletedRecord,
+    RunFailedRecord,
+]
+
+
+@attrs.frozen(slots=True)
+class LogEntry:
+    """A record at its sequence number (1-based, gap-free per conversation)."""
+
+    seq: int
+    record: Record
+
+
+CLEARED_RESULT = {"_tag": "ResultCleared", "message": "older tool result removed to save context"}
+
+
+def parse_arguments(arguments: Any) -> Any:
+    """Arguments as a JSON value: raw JSON text is parsed; unparseable text stays a string."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
+    """The prompt history (without the system message) that ``entries`` stand for. Pure.
+
+    * the latest valid ``summarize`` compaction replaces every entry it covers by one summary;
+    * ``clear-tool-results`` replaces covered tool results by a marker;
+    * a model response's tool calls appear only together with their complete, settled batch — a
+      batch that was not fully committed is left out whole (RUN-005);
+    * invalid compaction ranges are ignored (fail-safe).
+    """
+    items: Sequence[LogEntry] = entries if isinstance(entries, Sequence) else list(entries)
+    if not items:
+        return []
+    last_seq = items[-1].seq
+    summary_through = 0
+    summary_text: str | None = None
+    clear_through = 0
+    for entry in items:
+        rec = entry.record
+        if isinstance(rec, CompactionCreated) and 0 < rec.covers_through < entry.seq:
+            if rec.covers_through > last_seq:
+                continue
+            if rec.kind == "summarize" and rec.summary is not None:
+                if rec.covers_through >= summary_through:
+                    summary_through, summary_text = rec.covers_through, rec.summary
+            elif rec.kind == "clear-tool-results":
+                clear_through = max(clear_through, rec.covers_through)
+
+    settled: dict[str, tuple[int, ToolCallSettled]] = {}
+    for entry in items:
+        if isinstance(entry.record, ToolCallSettled):
+            settled[entry.record.tool_call_id] = (entry.seq, entry.record)
+
+    messages: list[Message] = []
+    if summary_text is not None:
+        messages.append(UserMessage.text(f"[Summary of the earlier conversation]\n{summary_text}"))
+    for entry in items:
+        if entry.seq <= summary_through:
+            continue
+        rec = entry.record
+        if isinstance(rec, UserInputRecorded):
+            messages.append(UserMessage.text(rec.text))
+        elif isinstance(rec, ModelResponseRecorded):
+            calls = [c for k, c in rec.content if k == "tool-call"]
+            complete = all(c["id"] in settled for c in calls)
+            parts: list[TextContent | ReasoningContent | ToolCallContent] = []
+            for kind, value in rec.content:
+                if kind == "text" and value:
+                    parts.append(TextContent(value))
+                elif kind == "reasoning" and value:
+                    parts.append(ReasoningContent(value))
+                elif kind == "tool-call" and complete:
+                    parts.append(
+                        ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"]))
+                    )
+            if parts:
+                messages.append(AssistantMessage(tuple(parts)))
+            if calls and complete:
+                results = []
+                for call in calls:
+                    seq, settlement = settled[call["id"]]
+                    outcome = settlement.outcome
+                    content = CLEARED_RESULT if seq <= clear_through else outcome.model_content()
+                    results.append(
+                        ToolResultContent(call["id"], call["name"], content, outcome.is_failure)
+                    )
+                messages.append(ToolMessage(tuple(results)))
+    return messages

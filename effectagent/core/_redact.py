@@ -1,0 +1,95 @@
+"""Redaction: secrets never reach model context, events, records, logs or errors.
+
+The default :class:`SecretRedactor` replaces every registered secret value (and its JSON-escaped form)
+by ``[REDACTED]`` in strings, recursively through JSON values, keys included. Values shorter than
+4 characters are refused: redacting them would shred ordinary text and still not be a secret.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol, final
+
+__all__ = ["REDACTED", "Redactor", "SecretRedactor"]
+
+REDACTED = "[REDACTED]"
+
+
+class Redactor(Protocol):
+    """Removes sensitive content from text and JSON values."""
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with sensitive content replaced."""
+        ...
+
+    def redact(self, value: Any) -> Any:
+        """A JSON value with sensitive content replaced (keys and strings, recursively)."""
+        ...
+
+
+@final
+class SecretRedactor:
+    """Redacts registered secret values. Thread-safe to read; register before running."""
+
+    __slots__ = ("_needles",)
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._needles: tuple[str, ...] = ()
+        for secret in secrets:
+            self.register(secret)
+
+    def register(self, secret: str) -> None:
+        """Add a secret value to redact."""
+        value: object = secret
+        if not isinstance(value, str) or len(value) < 4:
+            raise ValueError("a secret to redact must be a string of at least 4 characters")
+        escaped = json.dumps(secret)[1:-1]
+        needles = {*self._needles, secret, escaped}
+        # Longest first, so a secret containing another is replaced whole.
+        self._needles = tuple(sorted(needles, key=len, reverse=True))
+
+    @property
+    def active(self) -> bool:
+        """Whether any secret is registered."""
+        return bool(self._needles)
+
+    def redact_text(self, text: str) -> str:
+        """``text`` with every registered secret replaced."""
+        for needle in self._needles:
+            if needle in text:
+                text = text.replace(needle, REDACTED)
+        return text
+
+    def redact(self, value: Any) -> Any:
+        """A JSON value with every registered secret replaced, recursively (iterative walk)."""
+        if not self._needles:
+            return value
+        if isinstance(value, str):
+            return self.redact_text(value)
+        if not isinstance(value, dict | list | tuple):
+            return value
+        return self._redact_container(value)
+
+    def _redact_container(self, value: Any) -> Any:
+        root: list[Any] = [None]
+        stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+        while stack:
+            item, parent, key = stack.pop()
+            if isinstance(item, str):
+                parent[key] = self.redact_text(item)
+            elif isinstance(item, dict):
+                out: dict[str, Any] = {}
+                parent[key] = out
+                for k, v in item.items():
+                    new_key = self.redact_text(k) if isinstance(k, str) else k
+                    out[new_key] = None
+                    stack.append((v, out, new_key))
+            elif isinstance(item, list | tuple):
+                lst: list[Any] = [None] * len(item)
+                parent[key] = lst
+                for i, v in enumerate(item):
+                    stack.append((v, lst, i))
+            else:
+                parent[key] = item
+        return root[0]

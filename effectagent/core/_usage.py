@@ -1,0 +1,74 @@
+"""Usage accounting across a run (CAP-017): cache-aware and context-aware. Pure values."""
+
+from __future__ import annotations
+
+import attrs
+
+from effectagent.ai import Usage
+
+__all__ = ["UsageDelta", "UsageTotals"]
+
+
+@attrs.frozen(slots=True)
+class UsageDelta:
+    """What one model call added. ``input_tokens`` is the total input (cached or not)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @staticmethod
+    def from_usage(usage: Usage) -> UsageDelta:
+        """The delta of one call's reported usage."""
+        return UsageDelta(
+            input_tokens=usage.input.total,
+            output_tokens=usage.output.total,
+            cache_read_input_tokens=usage.input.cache_read,
+            cache_write_input_tokens=usage.input.cache_write,
+            reasoning_tokens=usage.output.reasoning,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output."""
+        return self.input_tokens + self.output_tokens
+
+
+@attrs.frozen(slots=True)
+class UsageTotals:
+    """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent call's —
+    the live-context estimate (the next request holds at least that much)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_write_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    model_calls: int = 0
+    last_input_tokens: int = 0
+    last_output_tokens: int = 0
+
+    def add(self, delta: UsageDelta) -> UsageTotals:
+        """Totals after one more call."""
+        return UsageTotals(
+            input_tokens=self.input_tokens + delta.input_tokens,
+            output_tokens=self.output_tokens + delta.output_tokens,
+            cache_read_input_tokens=self.cache_read_input_tokens + delta.cache_read_input_tokens,
+            cache_write_input_tokens=self.cache_write_input_tokens + delta.cache_write_input_tokens,
+            reasoning_tokens=self.reasoning_tokens + delta.reasoning_tokens,
+            model_calls=self.model_calls + 1,
+            last_input_tokens=delta.input_tokens,
+            last_output_tokens=delta.output_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output over the run."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def live_context_tokens(self) -> int:
+        """Estimate of the context now: last call's input plus its output."""
+        return self.last_input_tokens + self.last_output_tokens

@@ -1,0 +1,55 @@
+"""The engine: runtime, turn loop, tool pipeline and scheduler, budgets, and the seams it consults."""
+
+from ._budget import BudgetState as BudgetState
+from ._log import InMemoryConversationLog as InMemoryConversationLog
+from ._runtime import RunFailedError as RunFailedError
+from ._runtime import RunResult as RunResult
+from ._runtime import Runtime as Runtime
+from ._runtime import RunStream as RunStream
+from ._runtime import open_runtime as open_runtime
+from ._runtime import reduce_events as reduce_events
+from ._scheduler import BatchLedger as BatchLedger
+from ._seams import Approval as Approval
+from ._seams import ApprovalError as ApprovalError
+from ._seams import ApprovalService as ApprovalService
+from ._seams import AuthorizationDecision as AuthorizationDecision
+from ._seams import CompactionRequest as CompactionRequest
+from ._seams import Compactor as Compactor
+from ._seams import CompactorService as CompactorService
+from ._seams import ConversationLog as ConversationLog
+from ._seams import ConversationLogService as ConversationLogService
+from ._seams import RedactorService as RedactorService
+from ._seams import SteeringInbox as SteeringInbox
+from ._seams import SteeringInboxService as SteeringInboxService
+from ._seams import SteeringInput as SteeringInput
+from ._seams import ToolAuthorization as ToolAuthorization
+from ._seams import ToolAuthorizationService as ToolAuthorizationService
+from ._seams import requirements_of as requirements_of
+
+__all__ = [
+    "Approval",
+    "ApprovalError",
+    "ApprovalService",
+    "AuthorizationDecision",
+    "BatchLedger",
+    "BudgetState",
+    "CompactionRequest",
+    "Compactor",
+    "CompactorService",
+    "ConversationLog",
+    "ConversationLogService",
+    "InMemoryConversationLog",
+    "RedactorService",
+    "RunFailedError",
+    "RunResult",
+    "RunStream",
+    "Runtime",
+    "SteeringInbox",
+    "SteeringInboxService",
+    "SteeringInput",
+    "ToolAuthorization",
+    "ToolAuthorizationService",
+    "open_runtime",
+    "reduce_events",
+    "requirements_of",
+]

@@ -1,0 +1,326 @@
+"""The tool pipeline of spec §2 over one whole batch.
+
+Phase 1 (sequential, no checkpoints between calls): reduce → resolve → decode → admit against the
+tool-call budget → one atomic ``ToolCallPrepared`` append in declaration order. Phase 2 (concurrent,
+one scoped child fiber per call): authorize → approve → acquire a permit → run the handler → encode →
+redact → bound → settle. Phase 3: commit every ``ToolCallSettled`` in declaration order in one append,
+then extend the prompt with the complete batch (RUN-005, CAP-005).
+
+If the run is interrupted (or its deadline passes) mid-batch, every unsettled call settles as a
+``ToolDefect`` ("interrupted"), the batch is committed shielded, and the cancellation propagates.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from effectagent.ai import (
+    ModelResponse,
+    Tool,
+    ToolCallContext,
+    ToolMessage,
+    ToolResultContent,
+    encode_failure,
+    handler_result,
+)
+from effectagent.ai._tool import OutputSchemaViolation
+from effectagent.core import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    RunError,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallPrepared,
+    ToolCallSettled,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    ToolDefect,
+    ToolFailedRun,
+    ToolFailure,
+    ToolInvalidInput,
+    ToolOutcome,
+    ToolProgress,
+    ToolRejected,
+    ToolResultBounds,
+    ToolSuccess,
+    bound_json,
+    parse_arguments,
+)
+from effectagent.effect import open_scope
+from effectagent.effect._cause import is_passthrough
+from effectagent.effect._schema import SchemaError, encode
+
+from ._scheduler import BatchLedger
+from ._seams import ApprovalError
+
+if TYPE_CHECKING:
+    from ._run import RunDriver
+
+__all__ = ["run_batch"]
+
+_PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+_PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
+
+
+class _Call:
+    __slots__ = ("id", "index", "name", "params", "tool")
+
+    def __init__(self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any) -> None:
+        self.index = index
+        self.id = call_id
+        self.name = name
+        self.tool = tool
+        self.params = params
+
+
+async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> RunError | None:
+    """Run the whole batch of ``response``; commit it; return a run-ending error, if any.
+
+    Cancellation: see the module notes — the batch is always committed complete.
+    """
+    declared = [(c.id, c.name, c.arguments, False) for c in response.tool_calls] + [
+        (c.id, c.name, c.partial_arguments, True) for c in response.truncated_calls
+    ]
+    ledger = BatchLedger([d[0] for d in declared])
+    redactor = driver.services.redactor
+    toolkit = driver.agent.toolkit
+    runnable: list[_Call] = []
+    settled_early: list[tuple[int, ToolOutcome]] = []
+
+    for index, (call_id, name, arguments, truncated) in enumerate(declared):
+        preview, _, _ = bound_json(
+            redactor.redact(parse_arguments(arguments)) if not truncated else "", _PREVIEW_BOUNDS
+        )
+        await driver.emit(ToolCallDeclared, turn, call_id, name, preview)
+        tool = toolkit.get(name)
+        if truncated:
+            settled_early.append(
+                (index, ToolInvalidInput(call_id, name, "the arguments were cut off by the output "
+                                         "length limit; the call was not executed"))
+            )
+        elif tool is None:
+            available = ", ".join(toolkit.names) or "none"
+            settled_early.append(
+                (index, ToolInvalidInput(call_id, name, f"unknown tool {name!r} (available: {available})"))
+            )
+        else:
+            try:
+                params = tool.decode_arguments(arguments)
+            except SchemaError as exc:
+                settled_early.append(
+                    (index, ToolInvalidInput(call_id, name, redactor.redact_text(str(exc))))
+                )
+            else:
+                runnable.append(_Call(index, call_id, name, tool, params))
+
+    admitted = driver.budget.admit_tool_calls(len(runnable))
+    for call in runnable[admitted:]:
+        settled_early.append(
+            (call.index, ToolRejected(call.id, call.name, "the run's tool-call budget is exhausted"))
+        )
+    runnable = runnable[:admitted]
+    if runnable:
+        now = time.time()
+        await driver.record(
+            *(
+                ToolCallPrepared(
+                    driver.conversation_id,
+                    driver.run_id,
+                    turn,
+                    c.id,
+                    c.name,
+                    redactor.redact(parse_arguments(declared[c.index][2])),
+                    now,
+                )
+                for c in runnable
+            )
+        )
+    for index, outcome in sorted(settled_early, key=lambda item: item[0]):
+        await _settle(driver, ledger, turn, index, outcome)
+
+    try:
+        if runnable:
+            async with open_scope() as scope:
+                for call in runnable:
+                    scope.fork(_execute, driver, ledger, turn, call)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            ledger.settle_rest(
+                lambda i: ToolDefect(declared[i][0], declared[i][1], "interrupted before it settled")
+            )
+            await _commit(driver, ledger, turn, response)
+        raise
+    outcomes = await _commit(driver, ledger, turn, response)
+    driver.budget.record_outcomes(outcomes)
+    for outcome in outcomes:
+        if isinstance(outcome, ToolFailure):
+            tool = toolkit.get(outcome.tool_name)
+            if tool is not None and tool.failure_mode == "error":
+                return ToolFailedRun(outcome.tool_call_id, outcome.tool_name, outcome.error)
+    return None
+
+
+async def _commit(
+    driver: RunDriver, ledger: BatchLedger, turn: int, response: ModelResponse
+) -> list[ToolOutcome]:
+    outcomes = ledger.commit()
+    now = time.time()
+    await driver.record(
+        *(
+            ToolCallSettled(
+                driver.conversation_id, driver.run_id, turn, o.tool_call_id, o.tool_name, o, now
+            )
+            for o in outcomes
+        )
+    )
+    assistant = driver.assistant_message(response)
+    if assistant is not None:
+        driver.messages.append(assistant)
+    driver.messages.append(
+        ToolMessage(
+            tuple(
+                ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
+                for o in outcomes
+            )
+        )
+    )
+    return outcomes
+
+
+async def _settle(
+    driver: RunDriver, ledger: BatchLedger, turn: int, index: int, outcome: ToolOutcome
+) -> None:
+    ledger.settle(index, outcome)
+    event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
+    await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+
+
+async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Call) -> None:
+    try:
+        outcome = await _outcome(driver, turn, call)
+    except Exception as exc:  # an engine-side defect while serving this call
+        outcome = ToolDefect(call.id, call.name, driver.redact_text(f"{type(exc).__name__}: {exc}"))
+    await _settle(driver, ledger, turn, call.index, outcome)
+
+
+async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
+    services = driver.services
+    tool = call.tool
+
+    async def report(data: Any) -> None:
+        preview, _, _ = bound_json(services.redactor.redact(data), _PROGRESS_BOUNDS)
+        await driver.emit(ToolProgress, turn, call.id, call.name, preview)
+
+    context = ToolCallContext(
+        call.id, call.name, driver.run_id, driver.conversation_id, driver.agent.name, report
+    )
+    if services.authorization is not None:
+        decision = await services.authorization.authorize(tool, call.params, context)
+        if not decision.allowed:
+            return ToolRejected(call.id, call.name, f"not authorized: {decision.reason or 'denied'}")
+    if tool.may_need_approval:
+        try:
+            needed = tool.requires_approval(call.params, context)
+        except Exception as exc:
+            return ToolRejected(
+                call.id, call.name, driver.redact_text(f"approval policy failed: {exc}")
+            )
+        if needed:
+            decision_ = await _approve(driver, turn, call)
+            if not decision_.approved:
+                return ToolRejected(
+                    call.id, call.name, f"approval denied: {decision_.reason or 'no reason given'}"
+                )
+
+    handler = services.handlers[tool]
+    async with driver.permits.permits():
+        await driver.emit(ToolCallStarted, turn, call.id, call.name)
+        try:
+            with trio.move_on_after(tool.timeout if tool.timeout is not None else math.inf):
+                value = handler_result(await handler(call.params, context))
+                return _success(driver, tool, call, value)
+        except trio.Cancelled:
+            raise
+        except BaseException as exc:
+            if is_passthrough(exc):
+                raise
+            if tool.is_declared_failure(exc):
+                envelope = services.redactor.redact(encode_failure(exc))  # type: ignore[arg-type]
+                bounded, _, _ = bound_json(envelope, driver.agent.policy.tool_result_bounds)
+                return ToolFailure(call.id, call.name, bounded)
+            return ToolDefect(call.id, call.name, driver.redact_text(_describe(exc)))
+        return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OutputSchemaViolation):
+        return f"output schema violation: {exc}"
+    return f"the tool crashed ({type(exc).__name__}: {exc})"
+
+
+def _success(driver: RunDriver, tool: Tool[Any, Any], call: _Call, value: Any) -> ToolOutcome:
+    try:
+        encoded = tool.encode_success(value)
+    except OutputSchemaViolation as exc:
+        return ToolDefect(call.id, call.name, driver.redact_text(_describe(exc)))
+    bounded, _, _ = bound_json(
+        driver.services.redactor.redact(encoded), driver.agent.policy.tool_result_bounds
+    )
+    return ToolSuccess(call.id, call.name, bounded)
+
+
+def _risk(tool: Tool[Any, Any]) -> Any:
+    annotations = tool.annotations
+    if annotations.readonly:
+        return "low"
+    return "high" if annotations.destructive else "medium"
+
+
+async def _approve(driver: RunDriver, turn: int, call: _Call) -> ApprovalDecision:
+    services = driver.services
+    approval = services.approval
+    policy = driver.agent.policy
+    preview, _, _ = bound_json(
+        services.redactor.redact(parse_arguments(_raw_arguments(call))), _PREVIEW_BOUNDS
+    )
+    title = call.tool.annotations.title or call.name
+    request = ApprovalRequest(
+        run_id=driver.run_id,
+        conversation_id=driver.conversation_id,
+        agent=driver.agent.name,
+        tool_name=call.name,
+        tool_call_id=call.id,
+        summary=f"{title}: {call.tool.description}",
+        targets=(),
+        risk=_risk(call.tool),
+        input_preview=preview,
+        expires_at=time.time() + policy.approval_timeout,
+    )
+    await driver.record(ToolApprovalRequested(driver.conversation_id, driver.run_id, request, time.time()))
+    await driver.emit(ApprovalRequested, turn, call.id, call.name, request)
+    decision: ApprovalDecision
+    if approval is None:  # preflight forbids this; fail closed if it happens anyway
+        decision = ApprovalDecision.deny("no approval service", "engine")
+    else:
+        with trio.move_on_after(policy.approval_timeout) as waited:
+            try:
+                decision = await approval.request(request)
+            except ApprovalError as exc:
+                decision = ApprovalDecision.deny(driver.redact_text(exc.message), "approval-error")
+        if waited.cancelled_caught:
+            decision = ApprovalDecision.deny("approval timed out", "timeout")
+    await driver.record(
+        ToolApprovalDecided(driver.conversation_id, driver.run_id, call.id, decision, time.time())
+    )
+    return decision
+
+
+def _raw_arguments(call: _Call) -> Any:
+    return encode(call.params) if not call.tool.is_dynamic else call.params

@@ -1,0 +1,549 @@
+"""The turn loop of one run (DESIGN §4). A thin Trio driver around pure decisions.
+
+Each turn: budgets and stop policy → drain steering → compaction → one streamed model response →
+final answer, or the whole tool batch (see ``_batch``) committed in declaration order → loop. Exactly
+one terminal event ends every run; the Conversation Log gets the canonical records as they become true.
+
+Cancellation contract of :meth:`RunDriver.execute`: cancelling the run (caller, runtime close,
+:meth:`RunDriver.interrupt`) stops the model stream and every tool task; unfinished tool calls of the
+batch settle as interrupted defects; a ``RunFailedRecord`` and the ``RunInterrupted`` event are written
+shielded; no task is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any, final
+
+import trio
+
+from effectagent.ai import (
+    AiError,
+    AssistantMessage,
+    LanguageModel,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ReasoningContent,
+    ResponseReducer,
+    SystemMessage,
+    TextContent,
+    Tool,
+    ToolCallContent,
+    UserMessage,
+)
+from effectagent.ai import ReasoningDelta as ReasoningDeltaPart
+from effectagent.ai import TextDelta as TextDeltaPart
+from effectagent.core import (
+    Agent,
+    BudgetExhausted,
+    BudgetWarning,
+    CompactionPerformed,
+    ConversationCreated,
+    EngineDefect,
+    EventBase,
+    FinalTurnDeclaredTools,
+    ModelFailed,
+    ModelResponseRecorded,
+    ModelStarted,
+    OutputInvalid,
+    ReasoningDelta,
+    Record,
+    Redactor,
+    RepeatedToolFailure,
+    RunCompleted,
+    RunCompletedRecord,
+    RunError,
+    RunFailed,
+    RunFailedRecord,
+    RunInterrupted,
+    RunStarted,
+    TextDelta,
+    TurnCompleted,
+    TurnStarted,
+    UsageDelta,
+    UserInputRecorded,
+    parse_arguments,
+    project_messages,
+)
+from effectagent.effect import Semaphore
+from effectagent.effect._schema import SchemaError, decode_json, encode
+
+from ._batch import run_batch
+from ._budget import BudgetState
+from ._seams import (
+    Approval,
+    CompactionRequest,
+    Compactor,
+    ConversationLog,
+    SteeringInbox,
+    ToolAuthorization,
+)
+
+__all__ = ["RunDriver", "RunServices", "new_id"]
+
+_MAX_ERROR_TEXT = 2000
+
+
+def new_id(prefix: str) -> str:
+    """A fresh opaque identifier (``prefix_`` + 16 hex digits)."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+@final
+class RunServices:
+    """What a run needs from the runtime, resolved once per agent."""
+
+    __slots__ = (
+        "approval",
+        "authorization",
+        "compactor",
+        "handlers",
+        "inbox",
+        "log",
+        "model",
+        "redactor",
+    )
+
+    def __init__(
+        self,
+        *,
+        model: LanguageModel,
+        log: ConversationLog,
+        redactor: Redactor,
+        handlers: Mapping[Tool[Any, Any], Any],
+        approval: Approval | None,
+        authorization: ToolAuthorization | None,
+        compactor: Compactor | None,
+        inbox: SteeringInbox | None,
+    ) -> None:
+        self.model = model
+        self.log = log
+        self.redactor = redactor
+        self.handlers = handlers
+        self.approval = approval
+        self.authorization = authorization
+        self.compactor = compactor
+        self.inbox = inbox
+
+
+def estimate_tokens(messages: list[Message]) -> int:
+    """A cheap context estimate: ~4 characters per token over the messages' text and JSON."""
+    chars = 0
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            chars += len(content)
+            continue
+        for part in content:
+            text = getattr(part, "text", None)
+            if text is not None:
+                chars += len(text)
+            else:
+                payload = getattr(part, "result", None) or getattr(part, "arguments", None)
+                chars += len(json.dumps(payload, default=str)) if payload is not None else 0
+    return chars // 4 + 4 * len(messages)
+
+
+@final
+class RunDriver:
+    """One run: its identity, counters, prompt and event channel. Created by the runtime."""
+
+    def __init__(
+        self,
+        services: RunServices,
+        agent: Agent,
+        user_input: str,
+        *,
+        run_id: str,
+        conversation_id: str,
+        send: trio.MemorySendChannel[Any],
+        author: str = "user",
+    ) -> None:
+        self.services = services
+        self.agent = agent
+        self.user_input = user_input
+        self.author = author
+        self.run_id = run_id
+        self.conversation_id = conversation_id
+        self._send = send
+        self._seq = 0
+        self.messages: list[Message] = []
+        self.budget = BudgetState(agent.policy, 0.0)
+        self.permits = Semaphore(agent.policy.tool_concurrency)
+        self.cancel_scope = trio.CancelScope()
+        self.terminal: EventBase | None = None
+        self.done = trio.Event()
+        self.turn = 0
+
+    # ---- identity and emission ------------------------------------------------------------------
+
+    def interrupt(self) -> None:
+        """Ask the run to stop; it ends with RunInterrupted. Idempotent; does not wait."""
+        self.cancel_scope.cancel()
+
+    async def emit(self, cls: type[EventBase], *fields: Any) -> EventBase:
+        """Send an event to the consumer and return it. If the consumer is gone, the run
+        interrupts itself.
+
+        Cancellation: a checkpoint (it may wait for the consumer under backpressure).
+        """
+        self._seq += 1
+        event = cls(self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields)
+        try:
+            await self._send.send(event)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self.interrupt()
+        return event
+
+    def _emit_terminal_nowait(self, cls: type[EventBase], *fields: Any) -> None:
+        self._seq += 1
+        event = cls(self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields)
+        self.terminal = event
+        try:
+            self._send.send_nowait(event)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the stream hands ``terminal`` over after the channel drains
+
+    async def record(self, *records: Record) -> None:
+        """Append canonical records atomically. Cancellation: all or nothing."""
+        await self.services.log.append(self.conversation_id, records)
+
+    def redact_text(self, text: str) -> str:
+        """Redacted and length-bounded text for events, records and errors."""
+        text = self.services.redactor.redact_text(text)
+        return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
+
+    # ---- the run -----------------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Run to exactly one terminal event. Never raises except Trio's own cancellation of the
+        enclosing scope (after writing the interruption, shielded)."""
+        try:
+            with self.cancel_scope:
+                await self._main()
+        except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
+            if self.terminal is None:
+                with trio.CancelScope(shield=True):
+                    await self._fail_now(EngineDefect(self.redact_text(f"{type(exc).__name__}: {exc}")))
+        finally:
+            if self.terminal is None:
+                with trio.CancelScope(shield=True):
+                    await self._record_interrupted()
+            self._send.close()
+            self.done.set()
+
+    async def _record_interrupted(self) -> None:
+        now = time.time()
+        try:
+            await self.record(RunFailedRecord(self.conversation_id, self.run_id, None, "interrupted", now))
+        finally:
+            self._emit_terminal_nowait(RunInterrupted, "interrupted", self.budget.usage)
+
+    async def _fail_now(self, error: RunError) -> None:
+        await self.record(
+            RunFailedRecord(self.conversation_id, self.run_id, error, error.tag, time.time())
+        )
+        self._emit_terminal_nowait(RunFailed, error, self.budget.usage)
+
+    async def _main(self) -> None:
+        policy = self.agent.policy
+        started = trio.current_time()
+        self.budget = BudgetState(policy, started)
+        log = self.services.log
+        await self.emit(RunStarted, self.redact_text(self.user_input))
+        history = await log.entries(self.conversation_id)
+        now = time.time()
+        records: list[Record] = []
+        if not history:
+            records.append(ConversationCreated(self.conversation_id, self.agent.name, now))
+        records.append(
+            UserInputRecorded(
+                self.conversation_id,
+                self.run_id,
+                new_id("input"),
+                "user",
+                self.services.redactor.redact_text(self.user_input),
+                self.author,
+                now,
+            )
+        )
+        await self.record(*records)
+        self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
+        self.messages.append(UserMessage.text(self.services.redactor.redact_text(self.user_input)))
+
+        with trio.CancelScope(deadline=started + policy.max_duration) as deadline:
+            error = await self._turns()
+            if error is not None:
+                await self._fail(error)
+                return
+            if self.terminal is not None:
+                return
+        exhausted = self.budget.exhausted(trio.current_time())
+        if exhausted is None and deadline.cancelled_caught:
+            exhausted = ("duration", trio.current_time() - started, policy.max_duration)
+        assert exhausted is not None
+        await self._on_exhaustion(exhausted)
+
+    async def _turns(self) -> RunError | None:
+        """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
+        budget = self.budget
+        while True:
+            await self._drain_steering()
+            if budget.exhausted(trio.current_time()) is not None:
+                return None
+            await self._maybe_compact()
+            budget.start_turn()
+            self.turn = budget.turns
+            await self.emit(TurnStarted, self.turn, False)
+            response = await self._model_turn(self.turn, grace=False)
+            if isinstance(response, RunError):
+                return response
+            if not response.tool_calls and not response.truncated_calls:
+                self._append_assistant(response)
+                follow_ups = self._take_follow_ups()
+                if follow_ups:
+                    await self._admit_inputs(follow_ups)
+                    await self._turn_completed(response)
+                    continue
+                await self._complete(response, "stop", None)
+                return None
+            failure = await run_batch(self, self.turn, response)
+            await self._turn_completed(response)
+            if failure is not None:
+                return failure
+
+    async def _turn_completed(self, response: ModelResponse) -> None:
+        await self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+        for dim, used, limit in self.budget.due_warnings(trio.current_time()):
+            await self.emit(BudgetWarning, dim, used, limit)
+
+    async def _on_exhaustion(self, exhausted: tuple[str, float, float]) -> None:
+        dim, used, limit = exhausted
+        if dim == "repeated_failures" and self.budget.repeated_failure is not None:
+            name, count = self.budget.repeated_failure
+            if self.agent.policy.on_exhaustion == "fail":
+                await self._fail(RepeatedToolFailure(name, count))
+                return
+        elif self.agent.policy.on_exhaustion == "fail":
+            await self._fail(BudgetExhausted(dim, used, limit))
+            return
+        # "final-answer": exactly one grace turn, tool choice "none", fail closed on tool calls.
+        with trio.move_on_after(self.agent.policy.grace_turn_duration) as grace_deadline:
+            self.turn += 1
+            await self.emit(TurnStarted, self.turn, True)
+            response = await self._model_turn(self.turn, grace=True)
+            if isinstance(response, RunError):
+                await self._fail(response)
+                return
+            if response.tool_calls or response.truncated_calls:
+                names = tuple(c.name for c in response.tool_calls) + tuple(
+                    c.name for c in response.truncated_calls
+                )
+                await self._fail(FinalTurnDeclaredTools(names))
+                return
+            self._append_assistant(response)
+            await self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+            await self._complete(response, "budget-exhausted", dim)
+        if grace_deadline.cancelled_caught and self.terminal is None:
+            await self._fail(BudgetExhausted(dim, used, limit))
+
+    # ---- one model response ----------------------------------------------------------------------
+
+    async def _model_turn(self, turn: int, *, grace: bool) -> ModelResponse | RunError:
+        toolkit = self.agent.toolkit
+        request = ModelRequest(
+            tuple(self.messages),
+            tools=() if grace else toolkit.descriptors,
+            tool_choice="none" if grace or not len(toolkit) else "auto",
+        )
+        await self.emit(ModelStarted, turn)
+        reducer = ResponseReducer()
+        redactor = self.services.redactor
+        stream = self.services.model.stream(request)
+        try:
+            async for part in stream:
+                reducer.feed(part)
+                if isinstance(part, TextDeltaPart):
+                    await self.emit(TextDelta, turn, redactor.redact_text(part.delta))
+                elif isinstance(part, ReasoningDeltaPart):
+                    await self.emit(ReasoningDelta, turn, redactor.redact_text(part.delta))
+            response = reducer.finish()
+        except AiError as exc:
+            return ModelFailed(exc.tag, self.redact_text(str(exc)))
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                with trio.CancelScope(shield=True):
+                    await aclose()
+        self.budget.record_usage(UsageDelta.from_usage(response.usage))
+        await self.record(
+            ModelResponseRecorded(
+                self.conversation_id,
+                self.run_id,
+                turn,
+                self._record_content(response),
+                response.finish_reason,
+                UsageDelta.from_usage(response.usage),
+                time.time(),
+            )
+        )
+        return response
+
+    def _record_content(self, response: ModelResponse) -> tuple[tuple[str, Any], ...]:
+        redact = self.services.redactor.redact_text
+        content: list[tuple[str, Any]] = []
+        for kind, value in response.content:
+            if kind == "tool-call":
+                call: Any = value
+                content.append(
+                    ("tool-call", {"id": call.id, "name": call.name, "arguments": redact(call.arguments)})
+                )
+            else:
+                content.append((kind, redact(str(value))))
+        for truncated in response.truncated_calls:
+            content.append(
+                (
+                    "tool-call",
+                    {
+                        "id": truncated.id,
+                        "name": truncated.name,
+                        "arguments": redact(truncated.partial_arguments),
+                        "truncated": True,
+                    },
+                )
+            )
+        return tuple(content)
+
+    def assistant_message(self, response: ModelResponse) -> AssistantMessage | None:
+        """The assistant message the log projection gives for ``response`` (complete batch)."""
+        parts: list[TextContent | ReasoningContent | ToolCallContent] = []
+        for kind, value in self._record_content(response):
+            if kind == "text" and value:
+                parts.append(TextContent(value))
+            elif kind == "reasoning" and value:
+                parts.append(ReasoningContent(value))
+            elif kind == "tool-call":
+                parts.append(ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"])))
+        return AssistantMessage(tuple(parts)) if parts else None
+
+    def _append_assistant(self, response: ModelResponse) -> None:
+        message = self.assistant_message(response)
+        if message is not None:
+            self.messages.append(message)
+
+    # ---- endings -------------------------------------------------------------------------------
+
+    async def _complete(self, response: ModelResponse, finish: Any, exhausted: str | None) -> None:
+        text = self.services.redactor.redact_text(response.text)
+        output: Any = None
+        if self.agent.output is not None:
+            try:
+                output = decode_json(self.agent.output, response.text)
+            except SchemaError as exc:
+                await self._fail(OutputInvalid(self.redact_text(str(exc))))
+                return
+        encoded = encode(output) if output is not None else text
+        await self.record(
+            RunCompletedRecord(self.conversation_id, self.run_id, encoded, finish, time.time())
+        )
+        budget = self.budget
+        self.terminal = await self.emit(
+            RunCompleted, text, output, finish, exhausted, budget.usage, self.turn, budget.tool_calls
+        )
+
+    async def _fail(self, error: RunError) -> None:
+        await self.record(
+            RunFailedRecord(self.conversation_id, self.run_id, error, error.tag, time.time())
+        )
+        self.terminal = await self.emit(RunFailed, error, self.budget.usage)
+
+    # ---- steering, follow-ups, compaction ------------------------------------------------------------
+
+    async def _drain_steering(self) -> None:
+        inbox = self.services.inbox
+        if inbox is None:
+            return
+        inputs = inbox.drain_steering(self.conversation_id)
+        if inputs:
+            await self._admit_inputs(inputs)
+
+    def _take_follow_ups(self) -> list[Any]:
+        inbox = self.services.inbox
+        return list(inbox.take_follow_ups(self.conversation_id)) if inbox is not None else []
+
+    async def _admit_inputs(self, inputs: Any) -> None:
+        redact = self.services.redactor.redact_text
+        records: list[Record] = [
+            UserInputRecorded(
+                self.conversation_id, self.run_id, i.input_id, i.kind, redact(i.text), i.author, i.at
+            )
+            for i in inputs
+        ]
+        await self.record(*records)
+        self.messages.extend(UserMessage.text(redact(i.text)) for i in inputs)
+
+    async def _maybe_compact(self) -> None:
+        policy = self.agent.policy
+        limit = policy.context_token_limit
+        compactor = self.services.compactor
+        if limit is None or compactor is None:
+            return
+        estimate = estimate_tokens(self.messages)
+        if estimate <= limit:
+            return
+        entries = tuple(await self.services.log.entries(self.conversation_id))
+
+        async def summarize(messages: Any) -> str:
+            request = ModelRequest(
+                (
+                    SystemMessage("Summarize the conversation so far for your own later use."),
+                    *messages,
+                ),
+                tool_choice="none",
+            )
+            response = await _generate_metered(self, request)
+            return response.text
+
+        records = await compactor.compact(
+            CompactionRequest(
+                self.conversation_id,
+                self.run_id,
+                self.turn + 1,
+                entries,
+                tuple(self.messages),
+                estimate,
+                limit,
+                policy.compaction.keep_recent_tokens,
+                policy.compaction.strategy,
+                summarize,
+            )
+        )
+        if not records:
+            return
+        await self.record(*records)
+        history = await self.services.log.entries(self.conversation_id)
+        self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
+        after = estimate_tokens(self.messages)
+        last = records[-1]
+        await self.emit(CompactionPerformed, self.turn + 1, last.kind, last.covers_through, estimate, after)
+
+
+async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelResponse:
+    reducer = ResponseReducer()
+    stream = driver.services.model.stream(request)
+    try:
+        async for part in stream:
+            reducer.feed(part)
+    finally:
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            with trio.CancelScope(shield=True):
+                await aclose()
+    response = reducer.finish()
+    driver.budget.record_usage(UsageDelta.from_usage(response.usage))
+    return response
+

@@ -1,0 +1,350 @@
+"""The runtime: built from Layers, opened inside the caller's own nursery, hosting runs.
+
+``open_runtime(layer)`` preflights and builds the layer in a :class:`Scope` of the caller's task tree —
+no global state, so two runtimes coexist in one process. Runs are fibers of that scope; closing the
+runtime interrupts every run still going (each ends with ``RunInterrupted``) and then releases every
+resource the layers built, in reverse order.
+
+``runtime.stream(agent, text)`` gives the run's events; ``runtime.run(agent, text)`` reduces that very
+stream (RUN-001) to a :class:`RunResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Literal, final
+
+import attrs
+import trio
+
+from effectagent.ai import LanguageModelService, Tool
+from effectagent.core import (
+    TERMINAL_EVENTS,
+    Agent,
+    EventBase,
+    Redactor,
+    RunCompleted,
+    RunError,
+    RunFailed,
+    RunInterrupted,
+    RunSuspended,
+    SecretRedactor,
+    ToolCallFailed,
+    ToolCallSucceeded,
+    ToolOutcome,
+    UsageTotals,
+)
+from effectagent.effect import Context, Layer, Scope, build_layer, open_scope, preflight
+
+from ._log import InMemoryConversationLog
+from ._run import RunDriver, RunServices, new_id
+from ._seams import (
+    ApprovalService,
+    CompactorService,
+    ConversationLog,
+    ConversationLogService,
+    RedactorService,
+    SteeringInboxService,
+    ToolAuthorizationService,
+    requirements_of,
+)
+
+__all__ = ["RunFailedError", "RunResult", "RunStream", "Runtime", "open_runtime"]
+
+EVENT_BUFFER = 256
+
+
+class RunFailedError(Exception):
+    """Raised by :meth:`RunResult.raise_for_status` for a run that did not complete."""
+
+    def __init__(self, result: RunResult) -> None:
+        detail = result.error.tag if result.error is not None else result.status
+        super().__init__(f"run {result.run_id} {result.status}: {detail}")
+        self.result = result
+
+
+@attrs.frozen
+class RunResult:
+    """The reduction of a run's event stream."""
+
+    run_id: str
+    conversation_id: str
+    status: Literal["completed", "failed", "interrupted", "suspended"]
+    text: str
+    output: Any
+    finish_reason: str | None
+    exhausted: str | None
+    error: RunError | None
+    usage: UsageTotals
+    outcomes: tuple[ToolOutcome, ...]
+    events: int
+
+    def raise_for_status(self) -> RunResult:
+        """Return self if completed, else raise :class:`RunFailedError`."""
+        if self.status != "completed":
+            raise RunFailedError(self)
+        return self
+
+
+async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
+    """Reduce a run's event stream to its :class:`RunResult`.
+
+    Cancellation: a checkpoint per event.
+    """
+    outcomes: list[ToolOutcome] = []
+    count = 0
+    last: EventBase | None = None
+    async for event in events:
+        count += 1
+        last = event
+        if isinstance(event, ToolCallSucceeded | ToolCallFailed):
+            outcomes.append(event.outcome)
+    if last is None:
+        raise RuntimeError("the run produced no events")
+    base = (last.run_id, last.conversation_id)
+    if isinstance(last, RunCompleted):
+        return RunResult(*base, "completed", last.text, last.output, last.finish_reason,
+                         last.exhausted, None, last.usage, tuple(outcomes), count)
+    if isinstance(last, RunFailed):
+        return RunResult(*base, "failed", "", None, None, None, last.error, last.usage,
+                         tuple(outcomes), count)
+    if isinstance(last, RunInterrupted):
+        return RunResult(*base, "interrupted", "", None, None, None, None, last.usage,
+                         tuple(outcomes), count)
+    if isinstance(last, RunSuspended):
+        return RunResult(*base, "suspended", "", None, None, None, None, UsageTotals(),
+                         tuple(outcomes), count)
+    raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
+
+
+@final
+class RunStream:
+    """The events of one run. Use ``async with runtime.stream(...) as events: async for e in events``
+    (or plain ``async for``).
+
+    The run starts on first use. Cancellation: if the consuming task is cancelled while waiting for
+    an event, the run is interrupted. Leaving the ``async with`` block early interrupts the run and
+    waits (shielded, briefly) until it has written its interruption, so no task is left running.
+    """
+
+    __slots__ = ("_driver", "_receive", "_runtime", "_started", "_terminal_seen")
+
+    def __init__(self, runtime: Runtime, driver: RunDriver, receive: trio.MemoryReceiveChannel[Any]) -> None:
+        self._runtime = runtime
+        self._driver = driver
+        self._receive = receive
+        self._started = False
+        self._terminal_seen = False
+
+    @property
+    def run_id(self) -> str:
+        """This run's ID."""
+        return self._driver.run_id
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation this run belongs to."""
+        return self._driver.conversation_id
+
+    def interrupt(self) -> None:
+        """Interrupt the run (it ends with RunInterrupted). Does not wait."""
+        self._driver.interrupt()
+
+    def _start(self) -> None:
+        if not self._started:
+            self._started = True
+            self._runtime._start(self._driver)
+
+    async def __aenter__(self) -> RunStream:
+        self._start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Interrupt the run if it is still going and wait until it has ended.
+
+        Cancellation: waits shielded — interruption is prompt by construction.
+        """
+        if not self._started:
+            self._receive.close()
+            return
+        if not self._driver.done.is_set():
+            self._driver.interrupt()
+            with trio.CancelScope(shield=True):
+                await self._driver.done.wait()
+        self._receive.close()
+
+    def __aiter__(self) -> RunStream:
+        self._start()
+        return self
+
+    async def __anext__(self) -> EventBase:
+        if self._terminal_seen:
+            raise StopAsyncIteration
+        try:
+            event: EventBase = await self._receive.receive()
+        except trio.EndOfChannel:
+            terminal = self._driver.terminal
+            if terminal is None:
+                raise StopAsyncIteration from None
+            event = terminal
+        except trio.Cancelled:
+            self._driver.interrupt()
+            raise
+        if isinstance(event, TERMINAL_EVENTS):
+            self._terminal_seen = True
+        return event
+
+
+@final
+class Runtime:
+    """Hosts runs over the services of a built Layer. Created by :func:`open_runtime`."""
+
+    def __init__(self, context: Context, scope: Scope, *, log: ConversationLog, redactor: Redactor) -> None:
+        self.context = context
+        self._scope = scope
+        self._log = log
+        self._redactor = redactor
+        self._checked: dict[int, tuple[Agent, RunServices]] = {}
+        self._active: set[RunDriver] = set()
+        self._closed = False
+
+    @property
+    def log(self) -> ConversationLog:
+        """The Conversation Log runs write to."""
+        return self._log
+
+    @property
+    def active_runs(self) -> int:
+        """Runs that have started and not yet ended."""
+        return len(self._active)
+
+    def preflight(self, agent: Agent) -> None:
+        """Raise MissingServicesError naming every service ``agent`` needs that is absent."""
+        self._services_for(agent)
+
+    def _services_for(self, agent: Agent) -> RunServices:
+        hit = self._checked.get(id(agent))
+        if hit is not None and hit[0] is agent:
+            return hit[1]
+        ctx = self.context
+        preflight(Layer.context(Context.empty()), context=ctx, required=requirements_of(agent))
+        handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
+        services = RunServices(
+            model=ctx.require(LanguageModelService),
+            log=self._log,
+            redactor=self._redactor,
+            handlers=handlers,
+            approval=ctx.get(ApprovalService),
+            authorization=ctx.get(ToolAuthorizationService),
+            compactor=ctx.get(CompactorService),
+            inbox=ctx.get(SteeringInboxService),
+        )
+        self._checked[id(agent)] = (agent, services)
+        return services
+
+    def stream(
+        self,
+        agent: Agent,
+        text: str,
+        *,
+        conversation_id: str | None = None,
+        author: str = "user",
+    ) -> RunStream:
+        """A run of ``agent`` on ``text``; its events as a :class:`RunStream`.
+
+        Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
+        an existing conversation (its history is projected from the log).
+        """
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        services = self._services_for(agent)
+        send, receive = trio.open_memory_channel[Any](EVENT_BUFFER)
+        driver = RunDriver(
+            services,
+            agent,
+            text,
+            run_id=new_id("run"),
+            conversation_id=conversation_id or new_id("conv"),
+            send=send,
+            author=author,
+        )
+        return RunStream(self, driver, receive)
+
+    async def run(
+        self,
+        agent: Agent,
+        text: str,
+        *,
+        conversation_id: str | None = None,
+        author: str = "user",
+    ) -> RunResult:
+        """Run to the end and return the reduction of the run's own event stream.
+
+        Cancellation: cancelling the caller interrupts the run; this waits for the interruption
+        to be written, then re-raises ``trio.Cancelled``.
+        """
+        async with self.stream(agent, text, conversation_id=conversation_id, author=author) as events:
+            return await reduce_events(events)
+
+    def _start(self, driver: RunDriver) -> None:
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        self._active.add(driver)
+        self._scope.fork(self._host, driver, name=f"run {driver.run_id}")
+
+    async def _host(self, driver: RunDriver) -> None:
+        try:
+            await driver.execute()
+        finally:
+            self._active.discard(driver)
+
+    def _close(self) -> None:
+        self._closed = True
+        for driver in list(self._active):
+            driver.interrupt()
+
+
+@asynccontextmanager
+async def open_runtime(
+    layer: Layer,
+    *,
+    agents: Iterable[Agent] = (),
+    secrets: Sequence[str] = (),
+) -> AsyncIterator[Runtime]:
+    """Preflight and build ``layer``, then yield a :class:`Runtime`.
+
+    ``agents`` are preflighted here too, so a missing capability fails at construction. ``secrets``
+    are values the default redactor removes everywhere (ignored if the layer provides a Redactor).
+    Leaving the block interrupts active runs, waits for them, then tears the layers down in reverse.
+
+    Cancellation: building is a checkpoint; teardown is shielded.
+    """
+    required: dict[Any, str] = {}
+    agent_list = list(agents)
+    for agent in agent_list:
+        for key, who in requirements_of(agent).items():
+            required.setdefault(key, who)
+    preflight(layer, required=required)
+    async with open_scope() as scope:
+        context = await build_layer(layer, scope)
+        log = context.get(ConversationLogService) or InMemoryConversationLog()
+        redactor = context.get(RedactorService) or SecretRedactor(secrets)
+        runtime = Runtime(context, scope, log=log, redactor=redactor)
+        for agent in agent_list:
+            runtime.preflight(agent)
+        try:
+            yield runtime
+        finally:
+            runtime._close()
+
+

@@ -1,0 +1,183 @@
+"""The seams the engine consults, as service keys. Capabilities provide Layers that fill them.
+
+Absence is explicit and decided at preflight (CAP-001/CAP-002):
+
+* ``ApprovalService`` — required when any tool of an agent may need approval; never silently skipped.
+* ``ToolAuthorizationService`` — optional; without it every resolved, decoded call is authorized
+  (the agent's toolkit *is* the allowlist). ``AgentPolicy`` cannot make it optional once required by
+  :func:`requirements_of`.
+* ``CompactorService`` — required when the policy sets ``context_token_limit``.
+* ``SteeringInboxService`` — optional; without it steering and follow-ups are not accepted at all
+  (the runtime refuses them), rather than queued somewhere nobody drains.
+* ``ConversationLogService`` / ``RedactorService`` — optional; the runtime then uses its in-memory log
+  (deployment class E) and a redactor of the secrets given to ``open_runtime``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from effectagent.ai import LanguageModelService, Message, Tool, ToolCallContext
+from effectagent.core import (
+    Agent,
+    ApprovalDecision,
+    ApprovalRequest,
+    CompactionCreated,
+    LogEntry,
+    Record,
+    Redactor,
+)
+from effectagent.effect import ServiceKey, TaggedError
+
+__all__ = [
+    "Approval",
+    "ApprovalError",
+    "ApprovalService",
+    "AuthorizationDecision",
+    "CompactionRequest",
+    "Compactor",
+    "CompactorService",
+    "ConversationLog",
+    "ConversationLogService",
+    "RedactorService",
+    "SteeringInbox",
+    "SteeringInboxService",
+    "SteeringInput",
+    "ToolAuthorization",
+    "ToolAuthorizationService",
+    "requirements_of",
+]
+
+
+@attrs.frozen
+class ApprovalError(TaggedError):
+    """The approval provider could not decide (treated as a denial)."""
+
+    message: str
+
+
+class Approval(Protocol):
+    """Decides approval requests (interactive, policy-based, remote or test-controlled)."""
+
+    async def request(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Decide ``request``. May raise :class:`ApprovalError`.
+
+        Cancellation: the engine cancels the wait at ``request.expires_at`` (a timeout is a denial)
+        and when the run is interrupted.
+        """
+        ...
+
+
+ApprovalService: ServiceKey[Approval] = ServiceKey("effectagent.Approval")
+
+
+@attrs.frozen(slots=True)
+class AuthorizationDecision:
+    """Whether a call may run, and why not."""
+
+    allowed: bool
+    reason: str = ""
+
+
+class ToolAuthorization(Protocol):
+    """Authorizes a decoded tool call before approval and execution."""
+
+    async def authorize(
+        self, tool: Tool[Any, Any], params: Any, call: ToolCallContext
+    ) -> AuthorizationDecision:
+        """Decide whether the call may run. Cancellation: abandoned when the run is interrupted."""
+        ...
+
+
+ToolAuthorizationService: ServiceKey[ToolAuthorization] = ServiceKey(
+    "effectagent.ToolAuthorization"
+)
+
+
+@attrs.frozen(slots=True)
+class CompactionRequest:
+    """What a compactor gets at the pre-turn seam."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    entries: tuple[LogEntry, ...]
+    messages: tuple[Message, ...]
+    estimated_tokens: int
+    context_token_limit: int
+    keep_recent_tokens: int
+    strategy: Literal["prune-then-summarize", "prune-only"]
+    summarize: Callable[[Sequence[Message]], Awaitable[str]]
+
+
+class Compactor(Protocol):
+    """Plans and performs compaction; returns the records to append (never edits the log)."""
+
+    async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
+        """Compaction records to append (possibly none). Cancellation: nothing is appended."""
+        ...
+
+
+CompactorService: ServiceKey[Compactor] = ServiceKey("effectagent.Compactor")
+
+
+@attrs.frozen(slots=True)
+class SteeringInput:
+    """Input admitted for a conversation: steering (next safe point) or a follow-up."""
+
+    input_id: str
+    kind: Literal["steering", "follow-up"]
+    text: str
+    author: str
+    at: float
+
+
+class SteeringInbox(Protocol):
+    """Per-conversation FIFO of accepted steering and follow-ups."""
+
+    def drain_steering(self, conversation_id: str) -> Sequence[SteeringInput]:
+        """Take all accepted steering for the conversation (FIFO). Never blocks."""
+        ...
+
+    def take_follow_ups(self, conversation_id: str) -> Sequence[SteeringInput]:
+        """Take all queued follow-ups for the conversation (FIFO). Never blocks."""
+        ...
+
+
+SteeringInboxService: ServiceKey[SteeringInbox] = ServiceKey("effectagent.SteeringInbox")
+
+
+class ConversationLog(Protocol):
+    """The append-only, sequence-numbered canonical log."""
+
+    async def append(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
+        """Append ``records`` atomically, in order; return them with their sequence numbers.
+
+        Cancellation: either all records are appended or none.
+        """
+        ...
+
+    async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
+        """Entries with ``seq > after``, in order."""
+        ...
+
+
+ConversationLogService: ServiceKey[ConversationLog] = ServiceKey("effectagent.ConversationLog")
+
+RedactorService: ServiceKey[Redactor] = ServiceKey("effectagent.Redactor")
+
+
+def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
+    """Every service running ``agent`` needs, with who needs it (for preflight). Pure."""
+    who = f"agent {agent.name!r}"
+    needs: dict[ServiceKey[Any], str] = {LanguageModelService: who}
+    for tool in agent.toolkit:
+        needs[tool.handler_key] = f"{who} (tool {tool.name!r})"
+        if tool.may_need_approval and ApprovalService not in needs:
+            needs[ApprovalService] = f"{who} (tool {tool.name!r} may need approval)"
+    if agent.policy.context_token_limit is not None:
+        needs[CompactorService] = f"{who} (policy sets context_token_limit)"
+    return needs

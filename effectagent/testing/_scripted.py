@@ -1,0 +1,207 @@
+"""ScriptedModel: a LanguageModel that plays per-turn scripts — the deterministic model for tests,
+benchmarks and the demo. It streams real deltas, can fail, hang or wait on the Trio clock (so it works
+under ``MockClock``), records every request it received, and reports any script left unconsumed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any, final
+
+import attrs
+import trio
+
+from effectagent.ai import (
+    AiError,
+    FinishPart,
+    FinishReason,
+    LanguageModelService,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningStart,
+    ResponsePart,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolCall,
+    ToolParamsDelta,
+    ToolParamsEnd,
+    ToolParamsStart,
+    Usage,
+    generate,
+)
+from effectagent.effect import Layer
+
+__all__ = ["ScriptExhausted", "ScriptedModel", "Turn", "UnconsumedScript"]
+
+
+class ScriptExhausted(AssertionError):
+    """The engine asked for more turns than were scripted."""
+
+
+class UnconsumedScript(AssertionError):
+    """Scripted turns were left over when the test asserted consumption."""
+
+
+def _chunks(text: str, size: int) -> list[str]:
+    if size <= 0 or len(text) <= size:
+        return [text] if text else []
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+@attrs.frozen
+class Turn:
+    """One scripted model response. Build with the static constructors."""
+
+    parts: tuple[ResponsePart, ...] = ()
+    delay: float = 0.0
+    hang: bool = False
+    error: AiError | None = None
+    error_after_parts: bool = False
+    inspect: Callable[[ModelRequest], None] | None = None
+
+    @staticmethod
+    def text(
+        text: str,
+        *,
+        usage: Usage | None = None,
+        chunk: int = 16,
+        reasoning: str = "",
+        finish: FinishReason = "stop",
+        delay: float = 0.0,
+    ) -> Turn:
+        """Stream ``text`` in ``chunk``-character deltas (after optional reasoning), then finish."""
+        parts: list[ResponsePart] = []
+        if reasoning:
+            parts.append(ReasoningStart("r0"))
+            parts.extend(ReasoningDelta("r0", c) for c in _chunks(reasoning, chunk))
+            parts.append(ReasoningEnd("r0"))
+        parts.append(TextStart("t0"))
+        parts.extend(TextDelta("t0", c) for c in _chunks(text, chunk))
+        parts.append(TextEnd("t0"))
+        parts.append(FinishPart(finish, usage or Usage.of(10 + len(text) // 4, max(1, len(text) // 4))))
+        return Turn(tuple(parts), delay=delay)
+
+    @staticmethod
+    def tool_calls(
+        *calls: tuple[str, Any] | tuple[str, Any, str],
+        text: str = "",
+        usage: Usage | None = None,
+        chunk: int = 32,
+        delay: float = 0.0,
+        truncate_last: bool = False,
+    ) -> Turn:
+        """Declare tool calls ``(name, arguments[, id])``; arguments may be a JSON value or raw
+        JSON text. ``truncate_last`` cuts the last call's arguments and finishes with "length"."""
+        parts: list[ResponsePart] = []
+        if text:
+            parts.extend((TextStart("t0"), TextDelta("t0", text), TextEnd("t0")))
+        for index, call in enumerate(calls):
+            name, arguments = call[0], call[1]
+            call_id = call[2] if len(call) > 2 else f"call_{index}"
+            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            last = index == len(calls) - 1
+            parts.append(ToolParamsStart(call_id, name))
+            if truncate_last and last:
+                parts.extend(ToolParamsDelta(call_id, c) for c in _chunks(raw[: len(raw) // 2], chunk))
+                break
+            parts.extend(ToolParamsDelta(call_id, c) for c in _chunks(raw, chunk))
+            parts.append(ToolParamsEnd(call_id))
+            parts.append(ToolCall(call_id, name, raw))
+        reason: FinishReason = "length" if truncate_last else "tool-calls"
+        parts.append(FinishPart(reason, usage or Usage.of(20, 10 * max(1, len(calls)))))
+        return Turn(tuple(parts), delay=delay)
+
+    @staticmethod
+    def raw(*parts: ResponsePart, delay: float = 0.0) -> Turn:
+        """Exactly these parts (use to test malformed streams)."""
+        return Turn(tuple(parts), delay=delay)
+
+    @staticmethod
+    def fail(error: AiError, *, after: Sequence[ResponsePart] = (), delay: float = 0.0) -> Turn:
+        """Stream ``after`` parts, then raise ``error``."""
+        return Turn(tuple(after), delay=delay, error=error, error_after_parts=True)
+
+    @staticmethod
+    def hanging(*, after: Sequence[ResponsePart] = ()) -> Turn:
+        """Stream ``after`` parts, then wait forever (until cancelled)."""
+        return Turn(tuple(after), hang=True)
+
+    def with_inspection(self, inspect: Callable[[ModelRequest], None]) -> Turn:
+        """Call ``inspect(request)`` when this turn is played (assert on what the engine sent)."""
+        return attrs.evolve(self, inspect=inspect)
+
+
+@final
+class ScriptedModel:
+    """A LanguageModel playing ``turns`` in order; ``repeat`` plays the last turn forever."""
+
+    def __init__(self, turns: Iterable[Turn] = (), *, repeat: bool = False, part_delay: float = 0.0) -> None:
+        self._turns = list(turns)
+        self._next = 0
+        self._repeat = repeat
+        self._part_delay = part_delay
+        self.requests: list[ModelRequest] = []
+
+    @staticmethod
+    def layer(turns: Iterable[Turn] = (), **options: Any) -> Layer:
+        """A fresh ScriptedModel as the LanguageModel service."""
+        return Layer.succeed(LanguageModelService, ScriptedModel(turns, **options), name="ScriptedModel")
+
+    def extend(self, turns: Iterable[Turn]) -> None:
+        """Append more turns to the script."""
+        self._turns.extend(turns)
+
+    @property
+    def consumed(self) -> int:
+        """Turns played so far."""
+        return self._next
+
+    @property
+    def unconsumed(self) -> tuple[Turn, ...]:
+        """Turns not yet played."""
+        return tuple(self._turns[self._next :])
+
+    def assert_consumed(self) -> None:
+        """Raise :class:`UnconsumedScript` if scripted turns were never played."""
+        if self._next < len(self._turns) and not self._repeat:
+            left = len(self._turns) - self._next
+            raise UnconsumedScript(f"{left} scripted turn(s) were never requested by the engine")
+
+    def _take(self) -> Turn:
+        if self._next < len(self._turns):
+            turn = self._turns[self._next]
+            self._next += 1
+            return turn
+        if self._repeat and self._turns:
+            return self._turns[-1]
+        raise ScriptExhausted(
+            f"the engine requested turn {self._next + 1} but only {len(self._turns)} were scripted"
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Play the next turn. Cancellation: checkpoints between parts (and in delays/hangs)."""
+        self.requests.append(request)
+        turn = self._take()
+        if turn.inspect is not None:
+            turn.inspect(request)
+        if turn.delay:
+            await trio.sleep(turn.delay)
+        delay = self._part_delay
+        for part in turn.parts:
+            if delay:
+                await trio.sleep(delay)
+            yield part
+        if turn.error is not None:
+            raise turn.error
+        if turn.hang:
+            await trio.sleep_forever()
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The next turn as one response."""
+        return await generate(self, request)
+
+
