@@ -29,6 +29,18 @@ from ._layer import find_missing as find_missing
 from ._layer import merge as merge
 from ._layer import open_layer as open_layer
 from ._layer import preflight as preflight
+from ._schema import JSONValue as JSONValue
+from ._schema import SchemaDerivationError as SchemaDerivationError
+from ._schema import SchemaError as SchemaError
+from ._schema import SchemaIssue as SchemaIssue
+from ._schema import SchemaLimits as SchemaLimits
+from ._schema import decode as decode
+from ._schema import decode_json as decode_json
+from ._schema import encode as encode
+from ._schema import encode_json as encode_json
+from ._schema import field_meta as field_meta
+from ._schema import json_schema as json_schema
+from ._schema import make_json_converter as make_json_converter
 from ._scope import Fiber as Fiber
 from ._scope import Finalizer as Finalizer
 from ._scope import Scope as Scope
@@ -48,6 +60,7 @@ __all__ = [
     "Finalizer",
     "Interrupt",
     "Interrupted",
+    "JSONValue",
     "Layer",
     "MissingRequirement",
     "MissingServiceError",
@@ -55,6 +68,10 @@ __all__ = [
     "PermitLedger",
     "Reason",
     "ResultFailure",
+    "SchemaDerivationError",
+    "SchemaError",
+    "SchemaIssue",
+    "SchemaLimits",
     "Scope",
     "ScopeClosedError",
     "Semaphore",
@@ -64,9 +81,16 @@ __all__ = [
     "attempt",
     "attempt_sync",
     "build_layer",
+    "decode",
+    "decode_json",
+    "encode",
+    "encode_json",
+    "field_meta",
     "exit_from_result",
     "exit_to_result",
     "find_missing",
+    "json_schema",
+    "make_json_converter",
     "merge",
     "open_layer",
     "open_scope",

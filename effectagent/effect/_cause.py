@@ -80,6 +80,7 @@ class Interrupt:
     exception: BaseException | None = attrs.field(default=None, eq=False)
 
 
+#: One reason of a :class:`Cause`: a declared failure, a defect or an interruption.
 Reason: TypeAlias = Union[Fail[E], Die, Interrupt]
 
 _INTERRUPT = Interrupt()
@@ -123,12 +124,15 @@ class Cause(Generic[E_co]):
     ) -> Cause[E]:
         """Reify a raised exception.
 
-        Instances of ``errors`` become :class:`Fail`, ``trio.Cancelled`` becomes :class:`Interrupt`,
-        anything else :class:`Die`. Exception groups flatten, in order, into several reasons.
+        Instances of ``errors`` become :class:`Fail`, ``trio.Cancelled`` (and :class:`Interrupted`)
+        becomes :class:`Interrupt`, anything else :class:`Die`. Exception groups flatten, in order,
+        into several reasons.
         """
         reasons: list[Reason[E]] = []
         for leaf in _leaves(exc):
-            if isinstance(leaf, trio.Cancelled):
+            if isinstance(leaf, trio.Cancelled | Interrupted):
+                # Interrupted is what to_exception() gives for an Interrupt without its Cancelled;
+                # reifying it back as Interrupt keeps ``from_exception(c.to_exception()) == c``.
                 reasons.append(Interrupt(leaf))
             elif errors and isinstance(leaf, errors):
                 reasons.append(Fail(leaf))
@@ -229,6 +233,7 @@ class Failure(Generic[E_co]):
         self.cause.raise_()
 
 
+#: The outcome of running something: :class:`Success` or :class:`Failure` (with its Cause).
 Exit: TypeAlias = Union[Success[A], Failure[E]]
 
 

@@ -42,6 +42,8 @@ __all__ = [
 T = TypeVar("T")
 
 Key = ServiceKey[Any]
+# (layer id, available keys) pairs already checked by one preflight walk.
+_Seen = set[tuple[int, frozenset[Key]]]
 
 
 @attrs.frozen
@@ -179,8 +181,18 @@ class Layer:
 
     # ---- internals -----------------------------------------------------------------------------
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
         raise NotImplementedError
+
+    def _check(self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen) -> None:
+        # Each (node, available) pair is checked once per walk: a shared sub-graph reached by many
+        # paths would otherwise be re-walked once per path (exponential in the depth of a DAG).
+        mark = (id(self), available)
+        if mark not in seen:
+            seen.add(mark)
+            self._missing(available, out, seen)
 
     async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
         raise NotImplementedError
@@ -214,7 +226,9 @@ class _Leaf(Layer):
         self.requires = requires
         self.construct = construct
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
         for key in sorted(self.requires - available, key=lambda k: k.name):
             out.append(MissingRequirement(key, f"layer {self.name!r}"))
 
@@ -246,14 +260,20 @@ class _Merge(Layer):
         self.provides = frozenset().union(*(layer.provides for layer in layers))
         self.requires = frozenset().union(*(layer.requires for layer in layers))
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
         for layer in self.layers:
-            layer._missing(available, out)
+            layer._check(available, out, seen)
 
     async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+        hit = memo.get(id(self))
+        if hit is not None:
+            return hit[1]
         result = Context.empty()
         for layer in self.layers:
             result = result.merge(await layer._build(ctx, scope, memo))
+        memo[id(self)] = (self, result)
         return result
 
 
@@ -271,14 +291,23 @@ class _Provide(Layer):
         )
         self.requires = dependencies.requires | (target.requires - dependencies.provides)
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
-        self.dependencies._missing(available, out)
-        self.target._missing(available | self.dependencies.provides, out)
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
+        self.dependencies._check(available, out, seen)
+        self.target._check(available | self.dependencies.provides, out, seen)
 
     async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+        # Composite nodes are memoized too: a shared sub-graph is walked once per build, not once
+        # per path to it (which is exponential in the depth of a DAG).
+        hit = memo.get(id(self))
+        if hit is not None:
+            return hit[1]
         deps = await self.dependencies._build(ctx, scope, memo)
         built = await self.target._build(ctx.merge(deps), scope, memo)
-        return deps.merge(built) if self.keep_dependencies else built
+        result = deps.merge(built) if self.keep_dependencies else built
+        memo[id(self)] = (self, result)
+        return result
 
 
 @final
@@ -291,8 +320,10 @@ class _Fresh(Layer):
         self.provides = inner.provides
         self.requires = inner.requires
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
-        self.inner._missing(available, out)
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
+        self.inner._check(available, out, seen)
 
     async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
         return await self.inner._build(ctx, scope, {})
@@ -308,9 +339,11 @@ class _Named(Layer):
         self.provides = inner.provides
         self.requires = inner.requires
 
-    def _missing(self, available: frozenset[Key], out: list[MissingRequirement]) -> None:
+    def _missing(
+        self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
+    ) -> None:
         found: list[MissingRequirement] = []
-        self.inner._missing(available, found)
+        self.inner._check(available, found, set())  # attribute everything inside to this name
         out.extend(MissingRequirement(m.key, f"layer {self.name!r}") for m in found)
 
     async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
@@ -327,7 +360,7 @@ def find_missing(
     ``required`` (the caller's own needs, with who needs it) that neither provides. Pure."""
     available = frozenset(context)
     out: list[MissingRequirement] = []
-    layer._missing(available, out)
+    layer._check(available, out, set())
     needed = required.items() if isinstance(required, Mapping) else ((k, "the caller") for k in required)
     for key, who in needed:
         if key not in available and key not in layer.provides:

@@ -6,14 +6,16 @@ A :class:`Scope` is the lifetime of some resources and child tasks. Leaving the 
 
 1. waits for every child (no fiber outlives its scope — this is just Trio's nursery);
 2. computes the :data:`Exit` that closed the scope: ``Success(None)``, the reified exception of the body,
-   or an interruption when the scope's own cancel scope was cancelled;
+   or an interruption when the scope was cancelled or a fiber was cut short by a cancellation;
 3. runs the finalizers **once each, in reverse order of registration, shielded from cancellation**, each
    receiving that Exit. A finalizer that raises does not stop the others; its error is reported after.
 
 Forking gives a :class:`Fiber`. A fiber runs in its own cancel scope (``interrupt()``), never raises into
 the nursery (so one crashing fiber does not cancel its siblings) and records its Exit for ``join()``.
 Nothing is lost: when a scope closes, the defect of any fiber whose Exit nobody observed (``join`` or
-``poll``) is raised out of the scope.
+``poll``) is raised out of the scope. What the body raised leaves the scope as itself, not
+wrapped in the nursery's one-member ExceptionGroup; several errors (body, lost defects,
+finalizers) form a group.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
 Ts = TypeVarTuple("Ts")
 
+#: A release action: called once with the Exit that closed the scope, shielded from cancellation.
 Finalizer = Callable[[Exit[Any, Any]], Awaitable[None]]
 
 _SUCCESS_NONE: Success[None] = Success(None)
@@ -97,13 +100,23 @@ class Fiber(Generic[A, E]):
 class Scope:
     """A nursery plus a finalizer stack. Create with :func:`open_scope`; use as ``async with``."""
 
-    __slots__ = ("_closing", "_failed_fibers", "_finalizers", "_nursery", "_nursery_cm")
+    __slots__ = (
+        "_closing",
+        "_failed_fibers",
+        "_fiber_interrupted",
+        "_finalizers",
+        "_nursery",
+        "_nursery_cm",
+    )
 
     def __init__(self) -> None:
         self._nursery_cm = trio.open_nursery()
         self._nursery: trio.Nursery | None = None
         self._finalizers: list[Finalizer] = []
         self._failed_fibers: list[Fiber[Any, Any]] = []
+        # Set when a fiber was cut short by a cancellation other than its own interrupt(): the
+        # body may have ended normally, but the scope's work was interrupted.
+        self._fiber_interrupted = False
         self._closing = False
 
     @property
@@ -161,6 +174,8 @@ class Scope:
             exit_ = Failure(Cause.from_exception(exc, errors))
             if exit_.cause.defects:
                 self._failed_fibers.append(fiber)
+            if exit_.cause.is_interrupted:
+                self._fiber_interrupted = True
         finally:
             fiber._exit = exit_
             fiber._done.set()
@@ -188,6 +203,14 @@ class Scope:
         except BaseException as body_exc:
             raised = body_exc
         self._closing = True
+        if (
+            isinstance(raised, BaseExceptionGroup)
+            and raised is not exc
+            and len(raised.exceptions) == 1
+        ):
+            # Fibers never raise into the nursery, so its (strict) group only wraps what the body
+            # raised: give the caller that exception itself, as a plain ``async with`` would.
+            raised = raised.exceptions[0]
 
         unobserved = [
             f._exit.cause.defects
@@ -196,7 +219,9 @@ class Scope:
         ]
         if raised is not None:
             closing_exit: Exit[Any, Any] = Failure(Cause.from_exception(raised))
-        elif nursery.cancel_scope.cancelled_caught:
+        elif nursery.cancel_scope.cancel_called or self._fiber_interrupted:
+            # cancel_called, not cancelled_caught: after ``scope.cancel()`` the body may end without
+            # another checkpoint, or fibers may swallow the Cancelled while the body waits here.
             closing_exit = Failure(Cause.interrupt())
         else:
             closing_exit = _SUCCESS_NONE

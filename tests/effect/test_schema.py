@@ -1,0 +1,716 @@
+"""Tests of effectagent.effect._schema: decode/encode, JSON Schema derivation, limits, errors."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+import time
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, Optional, get_args, get_origin
+
+import attrs
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from effectagent.effect._errors import TaggedError
+from effectagent.effect._json_schema import field_meta_of, is_attrs_class, is_enum, is_union
+from effectagent.effect._schema import (
+    SchemaDerivationError,
+    SchemaError,
+    SchemaIssue,
+    SchemaLimits,
+    decode,
+    decode_json,
+    encode,
+    encode_json,
+    field_meta,
+    json_schema,
+    make_json_converter,
+)
+
+# --- types under test ---------------------------------------------------------------------------
+
+
+class Color(enum.Enum):
+    RED = "red"
+    GREEN = "green"
+
+
+class Priority(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+@attrs.frozen
+class Address:
+    """A postal address."""
+
+    street: str = attrs.field(metadata=field_meta(min_length=1, max_length=40))
+    city: str
+    zip_code: str | None = attrs.field(default=None, metadata=field_meta(pattern=r"^[0-9]{5}$"))
+
+
+@attrs.frozen
+class LineItem:
+    sku: str
+    qty: int = attrs.field(metadata=field_meta(ge=1, le=1000, description="How many."))
+    price: float = attrs.field(default=0.0, metadata=field_meta(ge=0))
+
+
+@attrs.frozen
+class Order:
+    """An order of line items."""
+
+    id: int
+    items: list[LineItem] = attrs.field(metadata=field_meta(min_items=1, max_items=8))
+    status: Literal["new", "paid", "shipped"] = "new"
+    color: Color = Color.RED
+    priority: Priority | None = None
+    address: Address | None = None
+    labels: dict[str, str] = attrs.field(factory=dict)
+    dims: tuple[float, float] = (1.0, 1.0)
+    history: tuple[int, ...] = ()
+    flags: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class Tree:
+    name: str
+    children: tuple[Tree, ...] = ()
+
+
+@attrs.frozen
+class Circle:
+    kind: Literal["circle"]
+    radius: float = attrs.field(metadata=field_meta(gt=0))
+
+
+@attrs.frozen
+class Rect:
+    kind: Literal["rect"]
+    w: float
+    h: float
+
+
+@attrs.frozen
+class Drawing:
+    shapes: list[Circle | Rect]
+    title: Optional[str] = None  # noqa: UP045 - the typing.Optional spelling is part of the test
+    scale: int | float = 1
+
+
+ROUNDTRIP_TYPES: list[Any] = [Order, Tree, Drawing, Address]
+
+
+# --- strategies: values of a type, honouring field_meta ------------------------------------------
+
+_text = st.text(max_size=12)
+_floats = st.floats(allow_nan=False, allow_infinity=False, width=64)
+
+
+def values_of(tp: Any) -> st.SearchStrategy[Any]:
+    """A strategy for valid instances of a supported type."""
+    if tp is Tree:
+        leaf = st.builds(Tree, name=_text)
+        return st.recursive(
+            leaf,
+            lambda kids: st.builds(
+                Tree, name=_text, children=st.lists(kids, max_size=3).map(tuple)
+            ),
+            max_leaves=8,
+        )
+    if tp is str:
+        return _text
+    if tp is bool:
+        return st.booleans()
+    if tp is int:
+        return st.integers(-(2**60), 2**60)
+    if tp is float:
+        return _floats
+    if tp is type(None):
+        return st.none()
+    if get_origin(tp) is Literal:
+        return st.sampled_from(get_args(tp))
+    if is_enum(tp):
+        return st.sampled_from(list(tp))
+    if is_union(tp):
+        return st.one_of([values_of(m) for m in get_args(tp)])
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is list:
+        return st.lists(values_of(args[0]), max_size=4)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return st.lists(values_of(args[0]), max_size=4).map(tuple)
+    if origin is tuple:
+        return st.tuples(*(values_of(a) for a in args))
+    if origin is frozenset:
+        return st.frozensets(values_of(args[0]), max_size=4)
+    if origin is dict:
+        return st.dictionaries(_text, values_of(args[1]), max_size=4)
+    if is_attrs_class(tp):
+        attrs.resolve_types(tp)
+        fields = {f.name: _field_values(f) for f in attrs.fields(tp)}
+        return st.builds(tp, **fields)
+    raise AssertionError(f"no strategy for {tp!r}")
+
+
+def _field_values(field: attrs.Attribute[Any]) -> st.SearchStrategy[Any]:
+    meta = field_meta_of(field)
+    if meta is None or not meta.has_constraints():
+        return values_of(field.type)
+    if field.type is int:
+        return st.integers(meta.ge, meta.le)  # type: ignore[arg-type]
+    if field.type is float:
+        low = meta.ge if meta.ge is not None else meta.gt
+        return st.floats(low, 1e9, exclude_min=meta.gt is not None)
+    if field.type is str:
+        return st.text(min_size=meta.min_length or 0, max_size=meta.max_length)
+    if meta.pattern is not None:  # str | None with a pattern
+        return st.none() | st.from_regex(meta.pattern, fullmatch=True)
+    inner = get_args(field.type)[0]
+    return st.lists(values_of(inner), min_size=meta.min_items or 0, max_size=meta.max_items)
+
+
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-1000, 1000)
+    | st.floats(-1e6, 1e6).filter(lambda f: not f.is_integer())
+    | _text
+)
+junk = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_text, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def mutate(data: st.DataObject, raw: Any) -> Any:
+    """Return ``raw`` (an encoded value) with one random change somewhere inside it."""
+    if isinstance(raw, list) and raw and data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(raw) - 1))
+        return [*raw[:i], mutate(data, raw[i]), *raw[i + 1 :]]
+    if isinstance(raw, dict) and raw and data.draw(st.booleans()):
+        key = data.draw(st.sampled_from(sorted(raw)))
+        how = data.draw(st.sampled_from(["descend", "drop", "add"]))
+        if how == "drop":
+            return {k: v for k, v in raw.items() if k != key}
+        if how == "add":
+            return {**raw, data.draw(_text): data.draw(junk)}
+        return {**raw, key: mutate(data, raw[key])}
+    return data.draw(junk)
+
+
+def has_integral_float(raw: Any) -> bool:
+    """JSON Schema's "integer" accepts 1.0; the decoder (no coercion) does not."""
+    if isinstance(raw, float):
+        return raw.is_integer()
+    if isinstance(raw, list):
+        return any(has_integral_float(x) for x in raw)
+    if isinstance(raw, dict):
+        return any(has_integral_float(x) for x in raw.values())
+    return False
+
+
+FAST = settings(max_examples=60, deadline=None, database=None)
+FAST_ALLOW_SLOW = settings(
+    FAST, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+
+@FAST_ALLOW_SLOW
+@given(data=st.data(), tp=st.sampled_from(ROUNDTRIP_TYPES))
+def test_decode_encode_roundtrip(data: st.DataObject, tp: Any) -> None:
+    value = data.draw(values_of(tp))
+    assert decode(tp, encode(value)) == value
+    assert decode_json(tp, encode_json(value)) == value
+    assert decode_json(tp, encode_json(value).encode()) == value
+
+
+@FAST_ALLOW_SLOW
+@given(data=st.data(), tp=st.sampled_from(ROUNDTRIP_TYPES))
+def test_derived_schema_validates_encoded_values(data: st.DataObject, tp: Any) -> None:
+    schema = json_schema(tp)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(encode(data.draw(values_of(tp))))
+
+
+@FAST_ALLOW_SLOW
+@given(data=st.data(), tp=st.sampled_from(ROUNDTRIP_TYPES))
+def test_decoder_agrees_with_schema_on_mutated_input(data: st.DataObject, tp: Any) -> None:
+    raw = mutate(data, encode(data.draw(values_of(tp))))
+    schema_ok = jsonschema.Draft202012Validator(json_schema(tp)).is_valid(raw)
+    try:
+        decode(tp, raw)
+    except SchemaError:
+        decoded = False
+    else:
+        decoded = True
+    if not schema_ok:
+        assert not decoded, f"schema rejects {raw!r} but decode accepted it"
+    if not has_integral_float(raw):
+        assert decoded == schema_ok, f"schema_ok={schema_ok} decoded={decoded} for {raw!r}"
+
+
+_leaf_types = st.sampled_from([int, str, float, bool, Color, Priority, Literal["a", "b", 3]])
+_hashable_leaves = st.sampled_from([int, str, Color, Literal["x", "y"]])
+generated_types = st.recursive(
+    _leaf_types,
+    lambda inner: st.one_of(
+        inner.map(lambda t: list[t]),  # type: ignore[valid-type]
+        inner.map(lambda t: tuple[t, ...]),  # type: ignore[valid-type]
+        inner.map(lambda t: dict[str, t]),  # type: ignore[valid-type]
+        inner.map(lambda t: Optional[t]),  # noqa: UP045
+        st.tuples(inner, inner).map(lambda ab: tuple[ab[0], ab[1]]),  # type: ignore[valid-type]
+        _hashable_leaves.map(lambda t: frozenset[t]),  # type: ignore[valid-type]
+        inner.map(lambda t: attrs.make_class("Gen", {"x": attrs.field(type=t)}, frozen=True)),
+    ),
+    max_leaves=4,
+)
+
+
+@FAST_ALLOW_SLOW
+@given(data=st.data(), tp=generated_types)
+def test_generated_types_roundtrip_and_match_their_schema(data: st.DataObject, tp: Any) -> None:
+    value = data.draw(values_of(tp))
+    encoded = encode(value)
+    assert decode(tp, encoded) == value
+    assert decode_json(tp, encode_json(value)) == value
+    schema = json_schema(tp)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(encoded)
+
+
+# --- error paths and messages -------------------------------------------------------------------
+
+
+def _order(**overrides: Any) -> dict[str, Any]:
+    items = [{"sku": "a", "qty": 1}, {"sku": "b", "qty": 2}, {"sku": "c", "qty": 3}]
+    return {"id": 7, "items": items, **overrides}
+
+
+def _error(call: Callable[[], object]) -> SchemaError:
+    with pytest.raises(SchemaError) as info:
+        call()
+    return info.value
+
+
+def _issues(tp: Any, raw: Any, limits: SchemaLimits | None = None) -> tuple[SchemaIssue, ...]:
+    return _error(lambda: decode(tp, raw, limits=limits or SchemaLimits())).issues
+
+
+def _json_issues(tp: Any, text: str | bytes, limits: SchemaLimits | None = None) -> Any:
+    return _error(lambda: decode_json(tp, text, limits=limits or SchemaLimits())).issues
+
+
+def test_nested_list_path_and_message() -> None:
+    raw = _order()
+    raw["items"][2]["qty"] = "three"
+    with pytest.raises(SchemaError) as info:
+        decode(Order, raw)
+    assert info.value.issues == (SchemaIssue("$.items[2].qty", "expected an integer, got 'three'"),)
+    assert str(info.value) == "invalid input: $.items[2].qty: expected an integer, got 'three'"
+    assert isinstance(info.value, TaggedError)
+    assert info.value.tag == "SchemaError"
+
+
+def test_dict_key_path() -> None:
+    issues = _issues(Order, _order(labels={"ok": "x", "the key": 1, "ключ": None}))
+    assert issues == (
+        SchemaIssue('$.labels["the key"]', "expected a string, got 1"),
+        SchemaIssue('$.labels["ключ"]', "expected a string, got null"),
+    )
+
+
+def test_missing_required_and_extra_key() -> None:
+    raw = {"items": [{"sku": "a", "qty": 1}], "bogus": 1, "not an identifier": 2}
+    issues = _issues(Order, raw)
+    allowed = "id, items, status, color, priority, address, labels, dims, history, flags"
+    assert issues == (
+        SchemaIssue("$.id", "missing required field"),
+        SchemaIssue("$.bogus", f"unexpected field (allowed fields: {allowed})"),
+        SchemaIssue('$["not an identifier"]', f"unexpected field (allowed fields: {allowed})"),
+    )
+
+
+def test_several_issues_render_one_per_line() -> None:
+    raw = _order(id="7", status="lost")
+    message = str(_error(lambda: decode(Order, raw)))
+    assert message == (
+        "invalid input (2 issues):\n"
+        "- $.id: expected an integer, got '7'\n"
+        "- $.status: expected one of 'new', 'paid', 'shipped', got 'lost'"
+    )
+
+
+def test_many_issues_are_truncated_in_the_message() -> None:
+    error = _error(lambda: decode(list[int], ["x"] * 30))
+    assert len(error.issues) == 30
+    assert str(error).endswith("- $[19]: expected an integer, got 'x'\n- ... and 10 more")
+
+
+@pytest.mark.parametrize(
+    ("tp", "raw", "message"),
+    [
+        (int, "3", "expected an integer, got '3'"),
+        (int, True, "expected an integer, got true"),
+        (int, 1.0, "expected an integer, got 1.0"),
+        (float, False, "expected a number, got false"),
+        (float, "1.5", "expected a number, got '1.5'"),
+        (str, 3, "expected a string, got 3"),
+        (bool, 0, "expected a boolean, got 0"),
+        (type(None), 0, "expected null, got 0"),
+        (list[int], "abc", "expected an array, got 'abc'"),
+        (dict[str, int], [], "expected an object, got an array"),
+        (Address, "x", "expected an object, got 'x'"),
+        (Color, "RED", "expected one of 'red', 'green', got 'RED'"),
+        (Priority, True, "expected one of 1, 2, got true"),
+        (Literal[1, "a"], "1", "expected one of 1, 'a', got '1'"),
+        (int | None, "x", "expected an integer or null, got 'x'"),
+        (tuple[int, str], [1], "expected an array of 2 items, got 1"),
+        (frozenset[int], [1, 1], "expected unique items, got duplicates"),
+        (float, 10**400, "number is too large"),
+    ],
+)
+def test_no_silent_coercion(tp: Any, raw: Any, message: str) -> None:
+    assert _issues(tp, raw) == (SchemaIssue("$", message),)
+
+
+def test_accepted_conversions() -> None:
+    assert decode(float, 3) == 3.0
+    assert type(decode(float, 3)) is float
+    assert decode(Priority, 2) is Priority.HIGH
+    assert decode(Color, "green") is Color.GREEN
+    assert decode(tuple[int, ...], [1, 2]) == (1, 2)
+    assert decode(set[str], ["b", "a"]) == {"a", "b"}
+    anything: object = decode(Any, {"a": [1, None]})
+    assert anything == {"a": [1, None]}
+    assert decode(Drawing, {"shapes": [], "scale": 2}).scale == 2
+    assert type(decode(Drawing, {"shapes": [], "scale": 2}).scale) is int
+
+
+def test_constraints_are_enforced_with_paths() -> None:
+    raw = _order(address={"street": "", "city": "X", "zip_code": "1234"})
+    raw["items"][0]["qty"] = 0
+    raw["items"][1]["price"] = -1
+    assert _issues(Order, raw) == (
+        SchemaIssue("$.items[0].qty", "must be >= 1, got 0"),
+        SchemaIssue("$.items[1].price", "must be >= 0, got -1"),
+        SchemaIssue("$.address.street", "must be at least 1 characters long, got 0"),
+        SchemaIssue("$.address.zip_code", "must match the pattern '^[0-9]{5}$'"),
+    )
+    assert _issues(Order, _order(items=[])) == (
+        SchemaIssue("$.items", "must have at least 1 items, got 0"),
+    )
+    too_many = [{"sku": "a", "qty": "x"}] * 9
+    assert _issues(Order, _order(items=too_many))[:2] == (
+        SchemaIssue("$.items", "must have at most 8 items, got 9"),
+        SchemaIssue("$.items[0].qty", "expected an integer, got 'x'"),
+    )
+
+
+def test_tagged_union_reports_the_matching_member() -> None:
+    raw = {"shapes": [{"kind": "rect", "w": 1, "h": 2}, {"kind": "circle", "radius": -1}]}
+    assert _issues(Drawing, raw) == (SchemaIssue("$.shapes[1].radius", "must be > 0, got -1"),)
+    drawing = decode(Drawing, {"shapes": [{"kind": "rect", "w": 1, "h": 2.5}]})
+    assert drawing.shapes == [Rect("rect", 1.0, 2.5)]
+    assert _issues(Drawing, {"shapes": [{"kind": "hexagon", "radius": 1}]}) == (
+        SchemaIssue("$.shapes[0].kind", "expected 'circle', got 'hexagon'"),
+    )
+
+
+def test_attrs_validator_failure_becomes_an_issue() -> None:
+    @attrs.frozen
+    class Even:
+        n: int = attrs.field(validator=attrs.validators.gt(0))
+
+    issues = _issues(Even, {"n": -2})
+    assert issues == (SchemaIssue("$", "invalid value: 'n' must be > 0: -2"),)
+
+
+# --- hostile input ------------------------------------------------------------------------------
+
+
+def test_deep_python_nesting_is_rejected_without_recursion() -> None:
+    deep: list[Any] = []
+    for _ in range(10_000):
+        deep = [deep]
+    for tp in (list[Any], Any, Tree):
+        assert _issues(tp, deep) == (SchemaIssue("$", "input is nested deeper than 64 levels"),)
+
+
+def test_deep_json_text_is_rejected_before_parsing() -> None:
+    for text in ("[" * 100_000, "[" * 5_000 + "]" * 5_000, '{"a":' * 1_000 + "1" + "}" * 1_000):
+        issues = _json_issues(list[Any], text)
+        assert issues == (SchemaIssue("$", "input is nested deeper than 64 levels"),)
+    # Brackets inside strings do not count; escaped quotes do not end a string.
+    text = json.dumps(["[" * 1_000 + '\\"' + "{" * 1_000])
+    assert decode_json(list[str], text) == ["[" * 1_000 + '\\"' + "{" * 1_000]
+
+
+def test_pathological_string_scan_is_linear() -> None:
+    text = '"' + '\\"' * 200_000 + "[" * 100  # unterminated string full of escaped quotes
+    started = time.perf_counter()
+    _error(lambda: decode_json(Any, text))
+    assert time.perf_counter() - started < 1.0
+
+
+def test_recursion_error_is_converted_when_limits_allow_deep_input() -> None:
+    generous = SchemaLimits(max_depth=100_000)
+    text = "[" * 50_000 + "]" * 50_000
+    issues = _json_issues(list[Any], text, generous)
+    assert issues == (SchemaIssue("$", "input is nested too deeply to parse"),)
+    tree: dict[str, Any] = {"name": "leaf"}
+    for _ in range(5_000):
+        tree = {"name": "n", "children": [tree]}
+    issues = _issues(Tree, tree, generous)
+    assert issues == (SchemaIssue("$", "input is nested too deeply to decode"),)
+
+
+def test_size_and_item_limits() -> None:
+    big = '"' + "x" * 1_000_001 + '"'
+    too_big = (SchemaIssue("$", "input is larger than 1000000 bytes"),)
+    assert _json_issues(str, big) == too_big
+    assert _json_issues(str, big.encode()) == too_big
+    assert _json_issues(str, '"' + "é" * 600_000 + '"') == too_big  # 1.2 MB of UTF-8
+    assert _issues(str, "x" * 1_000_001) == too_big
+    many = "[" + ",".join(["0"] * 100_001) + "]"
+    assert _json_issues(list[int], many) == (SchemaIssue("$", "input has more than 100000 items"),)
+    small = SchemaLimits(max_depth=2, max_bytes=50, max_items=4)
+    assert decode(list[list[int]], [[1], [2]], limits=small) == [[1], [2]]
+    assert _issues(list[int], [1, 2, 3, 4, 5], small) == (
+        SchemaIssue("$", "input has more than 4 items"),
+    )
+    assert _issues(list[Any], [[[1]]], small) == (
+        SchemaIssue("$", "input is nested deeper than 2 levels"),
+    )
+    assert _issues(str, "y" * 60, small) == (SchemaIssue("$", "input is larger than 50 bytes"),)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("NaN", "invalid JSON: NaN is not valid JSON"),
+        ("[1,", "invalid JSON: Expecting value at line 1 column 4"),
+        (b"\xff", "input is not valid UTF-8"),
+        ("1e400", "expected a finite number, got inf"),
+    ],
+)
+def test_invalid_json_text(text: str | bytes, message: str) -> None:
+    assert _json_issues(float, text) == (SchemaIssue("$", message),)
+
+
+def test_non_json_python_values_are_rejected_with_a_path() -> None:
+    assert _issues(dict[str, Any], {"a": [1, object()]}) == (
+        SchemaIssue("$.a[1]", "not a JSON value: object"),
+    )
+    assert _issues(dict[str, Any], {1: "x"}) == (
+        SchemaIssue("$", "object keys must be strings, got 1"),
+    )
+
+
+def test_cycles_are_bounded() -> None:
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    assert _issues(Any, cyclic) == (SchemaIssue("$", "input is nested deeper than 64 levels"),)
+
+
+@attrs.frozen
+class AmbA:
+    child: AmbA | AmbB | None
+    x: int
+
+
+@attrs.frozen
+class AmbB:
+    child: AmbA | AmbB | None
+    x: str
+
+
+def test_ambiguous_unions_cannot_take_exponential_time() -> None:
+    raw: dict[str, Any] = {"child": None, "x": 1.5}  # neither member accepts x at the bottom
+    for _ in range(40):
+        raw = {"child": raw, "x": 1}
+    started = time.perf_counter()
+    error = _error(lambda: decode(AmbA | AmbB, raw))
+    assert time.perf_counter() - started < 3.0
+    assert error.issues == (
+        SchemaIssue("$", "input is too ambiguous to decode (too many union alternatives tried)"),
+    )
+    assert decode(AmbA | AmbB, {"child": {"child": None, "x": "s"}, "x": 1}) == AmbA(
+        AmbB(None, "s"), 1
+    )
+
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def test_encode_is_json_safe_and_deterministic() -> None:
+    order = Order(
+        id=1,
+        items=[LineItem("a", 2)],
+        priority=Priority.HIGH,
+        flags=frozenset({"b", "a", "c"}),
+        history=(3, 1),
+    )
+    assert encode(order) == {
+        "id": 1,
+        "items": [{"sku": "a", "qty": 2, "price": 0.0}],
+        "status": "new",
+        "color": "red",
+        "priority": 2,
+        "address": None,
+        "labels": {},
+        "dims": [1.0, 1.0],
+        "history": [3, 1],
+        "flags": ["a", "b", "c"],
+    }
+    assert encode_json(order) == (
+        '{"id":1,"items":[{"sku":"a","qty":2,"price":0.0}],"status":"new","color":"red",'
+        '"priority":2,"address":null,"labels":{},"dims":[1.0,1.0],"history":[3,1],'
+        '"flags":["a","b","c"]}'
+    )
+    assert encode({(1, "a"), (0, "b")}) == [[0, "b"], [1, "a"]]
+    assert encode(frozenset({1, "a"})) in ([1, "a"], ["a", 1])
+    assert encode_json({"é": "ü"}) == '{"é":"ü"}'
+
+
+def test_encode_refuses_non_json_values() -> None:
+    with pytest.raises(TypeError, match="cannot encode a value of type object as JSON"):
+        encode({"a": object()})
+    with pytest.raises(ValueError, match="cannot encode nan as JSON"):
+        encode([math.nan])
+    with pytest.raises(TypeError, match="cannot encode 1 as a JSON string"):
+        encode({1: "a"})
+
+
+def test_make_json_converter_returns_independent_converters() -> None:
+    first, second = make_json_converter(), make_json_converter()
+    assert first is not second
+    assert first.structure({"sku": "x", "qty": 1}, LineItem) == LineItem("x", 1)
+
+
+# --- JSON Schema derivation ---------------------------------------------------------------------
+
+
+def test_json_schema_of_a_class() -> None:
+    assert json_schema(LineItem) == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {
+            "sku": {"type": "string"},
+            "qty": {"type": "integer", "description": "How many.", "minimum": 1, "maximum": 1000},
+            "price": {"type": "number", "minimum": 0, "default": 0.0},
+        },
+        "required": ["sku", "qty"],
+        "additionalProperties": False,
+    }
+
+
+def test_json_schema_nested_defaults_and_descriptions() -> None:
+    schema = json_schema(Order)
+    props = schema["properties"]
+    assert isinstance(props, dict)
+    assert schema["description"] == "An order of line items."
+    assert schema["required"] == ["id", "items"]
+    assert props["items"] == {
+        "type": "array",
+        "items": {"$ref": "#/$defs/LineItem"},
+        "minItems": 1,
+        "maxItems": 8,
+    }
+    assert props["status"] == {"enum": ["new", "paid", "shipped"], "default": "new"}
+    assert props["color"] == {"enum": ["red", "green"], "default": "red"}
+    assert props["priority"] == {"anyOf": [{"enum": [1, 2]}, {"type": "null"}], "default": None}
+    assert props["labels"] == {"type": "object", "additionalProperties": {"type": "string"}}
+    assert props["dims"] == {
+        "type": "array",
+        "prefixItems": [{"type": "number"}, {"type": "number"}],
+        "items": False,
+        "minItems": 2,
+        "maxItems": 2,
+        "default": [1.0, 1.0],
+    }
+    assert props["history"] == {"type": "array", "items": {"type": "integer"}, "default": []}
+    assert props["flags"]["uniqueItems"] is True
+    defs = schema["$defs"]
+    assert isinstance(defs, dict)
+    assert sorted(defs) == ["Address", "LineItem"]
+    assert defs["Address"]["description"] == "A postal address."
+    assert defs["Address"]["properties"]["zip_code"]["pattern"] == "^[0-9]{5}$"
+
+
+def test_json_schema_of_recursive_and_non_class_types() -> None:
+    tree = json_schema(Tree)
+    assert tree["properties"] == {
+        "name": {"type": "string"},
+        "children": {"type": "array", "items": {"$ref": "#"}, "default": []},
+    }
+    nested = json_schema(list[Tree])
+    assert nested["items"] == {"$ref": "#/$defs/Tree"}
+    assert nested["$defs"]["Tree"]["properties"]["children"]["items"] == {  # type: ignore[index]
+        "$ref": "#/$defs/Tree"
+    }
+    assert json_schema(Literal["only"]) == {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "const": "only",
+    }
+    assert json_schema(tuple[()])["maxItems"] == 0
+    assert json_schema(Any) == {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+
+
+def test_json_schema_returns_a_copy() -> None:
+    json_schema(LineItem)["properties"] = "mutated"
+    assert isinstance(json_schema(LineItem)["properties"], dict)
+
+
+@attrs.frozen
+class WithCallable:
+    name: str
+    callback: Callable[[int], int]
+
+
+class Plain:
+    pass
+
+
+@attrs.frozen
+class MisappliedMeta:
+    name: str = attrs.field(metadata=field_meta(ge=1))
+
+
+@pytest.mark.parametrize(
+    ("tp", "message"),
+    [
+        (WithCallable, "for WithCallable at $.callback: Callable[[int], int] is not supported"),
+        (Plain, "cannot derive a JSON Schema for Plain at $: Plain is not supported"),
+        (list[Plain], "at $[*]: Plain is not supported"),
+        (dict[int, str], "at $: object keys must be str, not int"),
+        (Annotated[int, "x"], "Annotated is not supported"),
+        (MisappliedMeta, "at $.name: field_meta ge/gt/le/lt applies to numbers, not to str"),
+        (bytes, "bytes is not supported"),
+    ],
+)
+def test_unsupported_types_fail_closed(tp: Any, message: str) -> None:
+    with pytest.raises(SchemaDerivationError, match=re.escape(message)):
+        json_schema(tp)
+    with pytest.raises(SchemaDerivationError):
+        decode(tp, {})
+    assert issubclass(SchemaDerivationError, TypeError)
+
+
+def test_field_meta_validates_its_arguments() -> None:
+    with pytest.raises(TypeError, match="ge"):
+        field_meta(ge=math.inf)
+    with pytest.raises(TypeError, match="min_length"):
+        field_meta(min_length=-1)
+    with pytest.raises(ValueError, match="not a valid regex: unterminated character set"):
+        field_meta(pattern="[a-")
+    with pytest.raises(ValueError, match="max_depth"):
+        SchemaLimits(max_depth=0)
