@@ -1,0 +1,410 @@
+"""The CodeExecutor port (spec §9.1, CAP-015): run one bounded program in one isolated pass.
+
+Design notes
+------------
+Code Mode hands a model-written program to an executor. The program is **one async function
+expression** (``async (tools) => { ... }``) that a fixed harness evaluates and calls with a frozen
+``tools`` object; each allowed name is an async function whose calls cross back to the host as
+JSON. Everything here is a value (frozen attrs classes, decodable with the schema helpers of
+``effectagent.effect``) except the two services:
+
+* :class:`CodeExecutor` (``CodeExecutorService``) runs passes. Implementations report their posture
+  (:class:`~sandbox.SandboxImplementation`, CAP-010) and reject a limit they cannot enforce *before*
+  anything starts (:class:`CodeLimitNotEnforceable`).
+* :class:`CodeExecutionHost` (``CodeExecutionHostService``) answers the program's host calls. It
+  is provided **per pass**: whoever runs a pass builds a fresh host for it (:func:`host_layer`
+  turns one into a Layer), and the executor drops every reference to it when the pass ends.
+
+Every bound in :class:`CodeExecutionLimits` is enforced by the host side of the executor, never by
+trusting the program. A pass owns every resource it creates (process group, pipes, cgroup,
+temporary directory) and releases all of them on success, failure, timeout and cancellation.
+
+Errors are :class:`~effectagent.effect.TaggedError` values under :class:`CodeExecutionError`
+(itself a :class:`~sandbox.SandboxError`), so ``attempt(executor.execute, request, host,
+errors=(CodeExecutionError,))`` reifies every expected outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
+
+import attrs
+
+from effectagent.effect import Context, JSONValue, Layer, ServiceKey, TaggedError
+
+from ._posture import LimitNotEnforceable, SandboxError, SandboxImplementation
+
+__all__ = [
+    "LIMIT_HOST_CALLS",
+    "LIMIT_HOST_CALL_ARGUMENT",
+    "LIMIT_HOST_CALL_RESULT",
+    "LIMIT_RESULT",
+    "LIMIT_SOURCE",
+    "LogLevel",
+    "LogLine",
+    "CodeExecutionLimits",
+    "CodeExecutionRequest",
+    "CodeExecutionResult",
+    "HostCallSucceeded",
+    "HostCallFailed",
+    "HostCallOutcome",
+    "CodeExecutionHost",
+    "CodeExecutionHostService",
+    "CodeExecutor",
+    "CodeExecutorService",
+    "host_layer",
+    "execute_in",
+    "CodeExecutionError",
+    "SourceTooLarge",
+    "InvalidProgram",
+    "CodeTimeout",
+    "MemoryLimitExceeded",
+    "OutputLimitExceeded",
+    "ResultTooLarge",
+    "HostCallLimitExceeded",
+    "HostCallTooLarge",
+    "ProgramThrew",
+    "ExecutorCrashed",
+    "ExecutorUnavailable",
+    "CodeLimitNotEnforceable",
+]
+
+if TYPE_CHECKING:
+    _JSONField: TypeAlias = JSONValue
+else:
+    # The schema deriver cannot yet render the recursive JSONValue alias: at run time a JSON field
+    # is typed Any (its schema is "any JSON value"), for the type checker it is JSONValue.
+    _JSONField = Any
+
+LogLevel: TypeAlias = Literal["debug", "info", "log", "warn", "error"]
+"""The console method family a captured line came from."""
+
+LIMIT_SOURCE = "source_bytes"
+"""Bytes of program source (UTF-8), checked before anything is spawned."""
+LIMIT_RESULT = "result_bytes"
+"""Bytes of the JSON-encoded final result."""
+LIMIT_HOST_CALLS = "host_calls"
+"""Number of host calls one pass may make."""
+LIMIT_HOST_CALL_ARGUMENT = "host_call_argument_bytes"
+"""Bytes of one JSON-encoded host-call argument, checked before the host is called."""
+LIMIT_HOST_CALL_RESULT = "host_call_result_bytes"
+"""Bytes of one JSON-encoded host-call result, checked before it is handed to the program."""
+
+_NAME_MAX = 128
+
+
+# ---- requests and results -----------------------------------------------------------------------
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
+
+
+def _optional_positive_int(
+    instance: object, attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"{attribute.name} must be None or a positive int, got {value!r}")
+
+
+def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if type(value) not in (int, float) or not value > 0 or value == float("inf"):
+        raise ValueError(f"{attribute.name} must be a positive, finite number, got {value!r}")
+
+
+_MIN_MEMORY_BYTES = 64 * 1024 * 1024
+
+
+def _memory(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (type(value) is not int or value < _MIN_MEMORY_BYTES):
+        raise ValueError(f"memory_bytes must be None or at least 64 MiB, got {value!r}")
+
+
+@attrs.frozen
+class CodeExecutionLimits:
+    """The bounds of one pass. Every one is enforced host-side, or the request is rejected.
+
+    ``cpu_seconds`` (whole seconds of CPU, per process) and ``memory_bytes`` (everything the
+    workload is charged for, not only the JavaScript heap) may be ``None`` for "no such limit";
+    the wall clock always applies. ``output_bytes`` bounds captured console output: lines past it
+    are dropped and the result says so (``logs_truncated``); bytes the program writes outside the
+    console (raw stderr) beyond it end the pass with :class:`OutputLimitExceeded`.
+    """
+
+    source_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
+    cpu_seconds: int | None = attrs.field(default=5, validator=_optional_positive_int)
+    wall_clock_seconds: float = attrs.field(default=10.0, validator=_positive_seconds)
+    output_bytes: int = attrs.field(default=16 * 1024, validator=_non_negative_int)
+    result_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
+    max_host_calls: int = attrs.field(default=64, validator=_non_negative_int)
+    host_call_argument_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
+    host_call_result_bytes: int = attrs.field(default=256 * 1024, validator=_positive_int)
+    memory_bytes: int | None = attrs.field(default=None, validator=_memory)
+
+
+def _names(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _host_call_names(
+    instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[object, ...]
+) -> None:
+    if len(set(value)) != len(value):
+        raise ValueError("allowed_host_calls has duplicates")
+    for name in value:
+        if not isinstance(name, str) or not name or len(name) > _NAME_MAX:
+            raise ValueError(f"a host-call name must be 1 to {_NAME_MAX} characters: {name!r}")
+        if not name.isprintable():
+            raise ValueError(f"a host-call name must be printable: {name!r}")
+
+
+@attrs.frozen
+class CodeExecutionRequest:
+    """One pass: the program ``source``, its ``limits`` and the host calls it may make.
+
+    ``source`` is ONE async function expression, e.g. ``async (tools) => { ... }``; the harness
+    calls it with ``tools`` holding exactly the names in ``allowed_host_calls``, each an async
+    function of one JSON argument.
+    """
+
+    source: str = attrs.field(validator=attrs.validators.instance_of(str))
+    limits: CodeExecutionLimits = attrs.field(
+        factory=CodeExecutionLimits, validator=attrs.validators.instance_of(CodeExecutionLimits)
+    )
+    allowed_host_calls: tuple[str, ...] = attrs.field(
+        default=(), converter=_names, validator=_host_call_names
+    )
+
+
+@attrs.frozen
+class LogLine:
+    """One captured console line."""
+
+    level: LogLevel
+    text: str
+
+
+@attrs.frozen
+class CodeExecutionResult:
+    """A finished pass: the program's JSON ``value`` and what it logged.
+
+    ``logs_truncated`` says lines were cut or dropped at ``output_bytes``; ``host_calls`` counts
+    the calls the host served; ``duration`` is wall-clock seconds of the whole pass;
+    ``implementation`` is the posture of the executor that ran it.
+    """
+
+    value: _JSONField
+    logs: tuple[LogLine, ...]
+    logs_truncated: bool
+    host_calls: int
+    duration: float
+    implementation: SandboxImplementation
+
+
+# ---- the host side of host calls ----------------------------------------------------------------
+
+
+@attrs.frozen
+class HostCallSucceeded:
+    """A host call's JSON result, handed to the program as the resolved value."""
+
+    value: _JSONField
+
+
+def _envelope(
+    instance: object, attribute: attrs.Attribute[dict[str, JSONValue]], value: object
+) -> None:
+    if not isinstance(value, dict):
+        raise TypeError("an error envelope is a JSON object")
+    if not isinstance(value.get("_tag"), str) or not isinstance(value.get("message"), str):
+        raise TypeError('an error envelope needs string "_tag" and "message" members')
+
+
+@attrs.frozen
+class HostCallFailed:
+    """A host call's failure: a schema-encoded error ``envelope`` ``{"_tag", "message", ...}``.
+
+    Inside the program the call rejects with an ``Error`` whose ``name`` is the tag and which
+    carries every member of the envelope (``error._tag``, ``error.message``, ...).
+    """
+
+    envelope: dict[str, _JSONField] = attrs.field(validator=_envelope)
+
+    @classmethod
+    def of(cls, error: TaggedError) -> HostCallFailed:
+        """The envelope of a declared error: its tag and its message."""
+        return cls({"_tag": error.tag, "message": str(error)})
+
+
+HostCallOutcome: TypeAlias = HostCallSucceeded | HostCallFailed
+"""What the host answers to one host call."""
+
+
+class CodeExecutionHost(Protocol):
+    """Serves the program's host calls during one pass (provided per pass; never persisted)."""
+
+    async def call(self, name: str, argument: JSONValue) -> HostCallOutcome:
+        """Run host call ``name`` (one of the request's ``allowed_host_calls``) with ``argument``.
+
+        Return :class:`HostCallFailed` for an expected failure (raising a
+        :class:`~effectagent.effect.TaggedError` is treated the same way); any other exception
+        ends the pass and propagates. Cancellation: the executor cancels outstanding calls when
+        the pass ends for any reason; implementations must let ``trio.Cancelled`` propagate.
+        """
+        ...
+
+
+CodeExecutionHostService: ServiceKey[CodeExecutionHost] = ServiceKey(
+    "effectagent.sandbox.CodeExecutionHost", "serves one Code Mode pass's host calls"
+)
+
+
+class CodeExecutor(Protocol):
+    """Runs one program per pass with explicit limits (the CodeExecutor port, CAP-015)."""
+
+    @property
+    def implementation(self) -> SandboxImplementation:
+        """The honest posture of this executor on this host (CAP-010)."""
+        ...
+
+    async def execute(
+        self, request: CodeExecutionRequest, host: CodeExecutionHost
+    ) -> CodeExecutionResult:
+        """Run ``request`` in a fresh, isolated pass whose host calls go to ``host``.
+
+        Raises a :class:`CodeExecutionError` for every expected failure. Cancellation: the pass
+        is abandoned at once — its workload is killed and reaped and every resource it owns is
+        released before ``trio.Cancelled`` propagates.
+        """
+        ...
+
+
+CodeExecutorService: ServiceKey[CodeExecutor] = ServiceKey(
+    "effectagent.sandbox.CodeExecutor", "runs Code Mode programs in isolated passes"
+)
+
+
+def host_layer(host: CodeExecutionHost) -> Layer:
+    """A Layer providing ``host`` as :data:`CodeExecutionHostService`, for one pass only."""
+    return Layer.succeed(CodeExecutionHostService, host, name="code execution host (per pass)")
+
+
+async def execute_in(context: Context, request: CodeExecutionRequest) -> CodeExecutionResult:
+    """Run ``request`` with the executor and the per-pass host found in ``context``.
+
+    Raises :class:`~effectagent.effect.MissingServiceError` when either service is absent, and
+    whatever :meth:`CodeExecutor.execute` raises. Cancellation: as :meth:`CodeExecutor.execute`.
+    """
+    executor = context.require(CodeExecutorService)
+    host = context.require(CodeExecutionHostService)
+    return await executor.execute(request, host)
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CodeExecutionError(SandboxError):
+    """Base class of the declared errors of a Code Mode pass."""
+
+
+@attrs.frozen
+class SourceTooLarge(CodeExecutionError):
+    """The source is larger than ``limits.source_bytes``; nothing was started."""
+
+    size: int
+    limit: int
+
+
+@attrs.frozen
+class InvalidProgram(CodeExecutionError):
+    """The source is not one async function expression, or the program broke the protocol."""
+
+    reason: str
+
+
+@attrs.frozen
+class CodeTimeout(CodeExecutionError):
+    """The pass ran out of time: ``limit`` is ``"wall_clock"`` or ``"cpu"``."""
+
+    limit: Literal["wall_clock", "cpu"]
+    seconds: float
+
+
+@attrs.frozen
+class MemoryLimitExceeded(CodeExecutionError):
+    """The workload needed more memory than ``limits.memory_bytes``."""
+
+    limit: int
+
+
+@attrs.frozen
+class OutputLimitExceeded(CodeExecutionError):
+    """The workload wrote more than ``limits.output_bytes`` outside the captured console."""
+
+    size: int
+    limit: int
+
+
+@attrs.frozen
+class ResultTooLarge(CodeExecutionError):
+    """The JSON-encoded result is larger than ``limits.result_bytes``."""
+
+    size: int
+    limit: int
+
+
+@attrs.frozen
+class HostCallLimitExceeded(CodeExecutionError):
+    """The program tried to make more than ``limits.max_host_calls`` host calls."""
+
+    limit: int
+
+
+@attrs.frozen
+class HostCallTooLarge(CodeExecutionError):
+    """A host-call argument was larger than ``limits.host_call_argument_bytes``; not served."""
+
+    name: str
+    size: int
+    limit: int
+
+
+@attrs.frozen
+class ProgramThrew(CodeExecutionError):
+    """The program threw (or its promise rejected); ``message`` is bounded."""
+
+    name: str
+    message: str
+
+
+@attrs.frozen
+class ExecutorCrashed(CodeExecutionError):
+    """The executor's process ended without reporting an outcome (``reason`` is bounded)."""
+
+    reason: str
+
+
+@attrs.frozen
+class ExecutorUnavailable(CodeExecutionError):
+    """The executor cannot run on this host at all (no runtime, no isolation tool, ...)."""
+
+    reason: str
+
+
+@attrs.frozen
+class CodeLimitNotEnforceable(LimitNotEnforceable, CodeExecutionError):
+    """A requested limit this executor cannot enforce here; raised before anything starts.
+
+    It is both a :class:`~sandbox.LimitNotEnforceable` (same tag, same fields) and a
+    :class:`CodeExecutionError`.
+    """
+
+    tag = "LimitNotEnforceable"

@@ -1,0 +1,579 @@
+"""The command-shaped Sandbox port (spec §9): request, events, result, errors, and pure checks.
+
+Design notes
+------------
+* **Schema-first values.** Every request, event and result is a frozen attrs class of plain data.
+  Nothing here runs a process; validation (:func:`validate_request`) and the question "can this
+  implementation enforce this request?" (:func:`check_enforceable`) are pure functions.
+* **Stream shape.** ``Sandbox.execute(request)`` is an *async context manager* yielding an async
+  iterator of :data:`SandboxEvent`::
+
+      async with sandbox.execute(request) as events:
+          async for event in events:
+              ...
+
+  The iterator is pull-based: no background task exists outside the consumer's own ``__anext__``
+  calls, so the workload can only make progress while someone consumes, and output is
+  back-pressured through the pipe. Leaving the ``async with`` block — normally, by ``break``, by an
+  exception or by cancellation — kills the whole workload, reaps it and removes its temporary
+  directories and cgroups, shielded from cancellation. Declared errors (:class:`SandboxError`
+  subclasses) are raised by ``execute`` itself (request checks), by ``__aenter__`` (secrets,
+  spawn; nothing ran) or by ``__anext__`` (:class:`SandboxCrashed`).
+  :func:`run` consumes the stream and returns the :class:`SandboxResult`.
+* **Limits are reported, not raised.** A wall-clock timeout, truncated output or an OOM kill ends
+  the workload and is recorded in the result (``timed_out``, ``output_truncated``,
+  ``limits_hit``); only requests that cannot be honoured are errors (:class:`LimitNotEnforceable`).
+* **Output bounding** (:class:`OutputBuffer`): the first ``limits.output_bytes`` bytes across
+  stdout and stderr, in arrival order, are kept and streamed as :class:`OutputChunk` events; bytes
+  past the bound are counted (``dropped_bytes``) and discarded, and the pipes keep being drained so
+  that the workload never blocks on a full pipe (the wall clock bounds how long it may flood).
+* **Secrets** are :class:`SecretHandle` values (an env var name and a secret id). The value is
+  resolved by the :data:`SecretResolverService` inside the runner, placed only in the child's
+  environment (never in argv), and never appears in events, errors, reprs or results — except in
+  whatever the workload itself chooses to print, which is the user's data.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Literal, Protocol, runtime_checkable
+
+import attrs
+
+from effectagent.effect import ServiceKey
+
+from ._posture import (
+    LIMIT_CPU,
+    LIMIT_FILE_SIZE,
+    LIMIT_MEMORY,
+    LIMIT_NETWORK,
+    LIMIT_OUTPUT,
+    LIMIT_PROCESSES,
+    LIMIT_WALL_CLOCK,
+    LimitNotEnforceable,
+    SandboxError,
+    SandboxImplementation,
+)
+
+__all__ = [
+    "LIMIT_FILESYSTEM",
+    "Artifact",
+    "ArtifactRule",
+    "CommandNotFound",
+    "InvalidRequest",
+    "Mount",
+    "MountMode",
+    "NetworkPolicy",
+    "OutputBuffer",
+    "OutputChunk",
+    "ResourceUsage",
+    "Sandbox",
+    "SandboxCrashed",
+    "SandboxEvent",
+    "SandboxExited",
+    "SandboxLimits",
+    "SandboxRequest",
+    "SandboxResult",
+    "SandboxService",
+    "SandboxStarted",
+    "SandboxUnavailable",
+    "SecretHandle",
+    "SecretResolver",
+    "SecretResolverService",
+    "SecretUnavailable",
+    "StreamName",
+    "check_enforceable",
+    "required_limits",
+    "run",
+    "validate_request",
+]
+
+NetworkPolicy = Literal["none", "host"]
+"""``"none"``: no network at all (only a private loopback); ``"host"``: the host's network."""
+MountMode = Literal["ro", "rw"]
+"""Access mode of a :class:`Mount`."""
+StreamName = Literal["stdout", "stderr"]
+"""Which output stream a chunk came from."""
+
+LIMIT_FILESYSTEM = "filesystem_isolation"
+"""Only the declared mounts are visible, with their declared modes (a private mount tree)."""
+
+DEFAULT_IMAGE = "host"
+"""The runtime identity every implementation here provides: the host's own ``/usr`` programs."""
+
+_MIB = 1 << 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RESERVED = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc")
+_RESERVED_TREES = ("/proc", "/dev", "/usr", "/etc")
+
+
+# ---- request --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Mount:
+    """Expose ``host_path`` at ``sandbox_path`` (absolute paths) read-only or read-write."""
+
+    host_path: str
+    sandbox_path: str
+    mode: MountMode = "ro"
+
+
+@attrs.frozen
+class SandboxLimits:
+    """Explicit limits of one execution. ``None`` means "not requested" (no limit asked for).
+
+    ``wall_clock_seconds`` and ``output_bytes`` are always in force. ``cpu_seconds`` is CPU time
+    per process (``RLIMIT_CPU``), ``memory_bytes`` memory charged to the whole workload,
+    ``max_processes`` tasks alive at once, ``file_size_bytes`` the largest file written.
+    """
+
+    wall_clock_seconds: float = 30.0
+    output_bytes: int = _MIB
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None
+    max_processes: int | None = None
+    file_size_bytes: int | None = None
+
+
+@attrs.frozen
+class SecretHandle:
+    """A reference to a secret: its value goes into env var ``env_name``; never the value itself."""
+
+    env_name: str
+    secret_id: str
+
+
+@attrs.frozen
+class ArtifactRule:
+    """Collect files matching ``glob`` (relative) under ``root`` after the workload exits.
+
+    ``root`` is the sandbox path of a read-write mount, or ``None`` for the per-execution workdir.
+    At most ``max_count`` files, each read up to ``max_bytes`` (the sha256 covers the whole file).
+    Symlinks and anything resolving outside ``root`` are skipped.
+    """
+
+    glob: str
+    root: str | None = None
+    max_bytes: int = _MIB
+    max_count: int = 16
+
+
+def _strs(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _mounts(values: Iterable[Mount]) -> tuple[Mount, ...]:
+    return tuple(values)
+
+
+def _handles(values: Iterable[SecretHandle]) -> tuple[SecretHandle, ...]:
+    return tuple(values)
+
+
+def _rules(values: Iterable[ArtifactRule]) -> tuple[ArtifactRule, ...]:
+    return tuple(values)
+
+
+def _stdin_repr(value: bytes | None) -> str:
+    return "None" if value is None else f"<{len(value)} bytes>"
+
+
+@attrs.frozen
+class SandboxRequest:
+    """One command to execute, with everything it may see and use declared explicitly.
+
+    ``command`` is a program name (looked up on the sandbox's PATH) or path and ``args`` its
+    arguments: never a shell string. ``cwd`` is a sandbox path (``None``: the per-execution
+    workdir). Only names in ``env_allowlist`` reach the process; each takes its value from ``env``,
+    else from the host environment if set there. ``PATH`` defaults to
+    ``/usr/local/bin:/usr/bin:/bin`` unless allowlisted. ``secrets`` add env vars whose values are
+    resolved inside the runner. ``image`` names the runtime (only ``"host"`` exists so far).
+    """
+
+    command: str
+    args: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    image: str = DEFAULT_IMAGE
+    cwd: str | None = None
+    env_allowlist: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    env: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+    mounts: tuple[Mount, ...] = attrs.field(default=(), converter=_mounts)
+    network: NetworkPolicy = "none"
+    limits: SandboxLimits = SandboxLimits()
+    secrets: tuple[SecretHandle, ...] = attrs.field(default=(), converter=_handles)
+    artifacts: tuple[ArtifactRule, ...] = attrs.field(default=(), converter=_rules)
+    stdin: bytes | None = attrs.field(default=None, repr=_stdin_repr)
+
+
+# ---- events and result ----------------------------------------------------------------------
+
+
+@attrs.frozen
+class ResourceUsage:
+    """What the workload used. ``None`` where this implementation or host cannot measure it.
+
+    ``cpu_seconds`` is user+system time of the whole process tree (each process counted once
+    reaped); ``peak_memory_bytes`` the memory cgroup's peak charge (RSS plus page cache);
+    ``peak_processes`` the pids cgroup's peak.
+    """
+
+    wall_seconds: float
+    cpu_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_processes: int | None = None
+
+
+@attrs.frozen
+class Artifact:
+    """One collected file: sandbox ``path``, full ``size`` and ``sha256``, ``content`` (bounded)."""
+
+    path: str
+    size: int
+    sha256: str
+    content: bytes = attrs.field(repr=lambda c: f"<{len(c)} bytes>")
+    truncated: bool = False
+
+
+@attrs.frozen
+class SandboxResult:
+    """The outcome of one execution (also of one that hit a limit: it is not an error).
+
+    ``exit_code`` is set when the process exited, ``signal`` when it was killed by one (under
+    bubblewrap a signal death *inside* the sandbox shows as ``exit_code`` 128+N, the shell
+    convention). ``stdout``/``stderr`` hold the head of the output, at most ``output_bytes``
+    together; ``dropped_bytes`` counts what was discarded. ``limits_hit`` names the limits that
+    were reached and observed (``wall_clock``, ``output``, ``memory``, ``processes``).
+    """
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    output_truncated: bool
+    stdout: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    stderr: bytes = attrs.field(repr=lambda b: f"<{len(b)} bytes>")
+    dropped_bytes: int
+    usage: ResourceUsage
+    implementation: SandboxImplementation
+    artifacts: tuple[Artifact, ...] = ()
+    artifacts_skipped: int = 0
+    oom_killed: bool = False
+    limits_hit: frozenset[str] = frozenset()
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0 and hit no limit."""
+        return self.exit_code == 0 and not self.limits_hit
+
+
+@attrs.frozen
+class SandboxStarted:
+    """The workload is running under ``implementation``; ``execution_id`` names this run."""
+
+    implementation: SandboxImplementation
+    execution_id: str
+    pid: int
+
+
+@attrs.frozen
+class OutputChunk:
+    """Output of the workload, in arrival order; only bytes within the output bound are streamed."""
+
+    stream: StreamName
+    data: bytes
+
+
+@attrs.frozen
+class SandboxExited:
+    """The last event: the workload is gone and this is its result."""
+
+    result: SandboxResult
+
+
+SandboxEvent = SandboxStarted | OutputChunk | ResourceUsage | SandboxExited
+"""One event of the execution stream: started, output chunks, usage, exited (in that order)."""
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class InvalidRequest(SandboxError):
+    """The request is malformed or not meaningful for this implementation; nothing ran."""
+
+    problems: tuple[str, ...]
+
+
+@attrs.frozen
+class CommandNotFound(SandboxError):
+    """``command`` does not resolve to an executable inside the sandbox's view; nothing ran."""
+
+    command: str
+
+
+@attrs.frozen
+class SandboxUnavailable(SandboxError):
+    """This implementation cannot run on this host (for example ``bwrap`` is missing)."""
+
+    reason: str
+
+    is_retryable = False
+
+
+@attrs.frozen
+class SandboxCrashed(SandboxError):
+    """The sandbox machinery itself failed (not the workload): ``detail`` says how."""
+
+    detail: str
+
+
+@attrs.frozen
+class SecretUnavailable(SandboxError):
+    """A secret handle could not be resolved (no resolver, or the resolver refused)."""
+
+    secret_id: str
+    reason: str
+
+
+# ---- ports and services ---------------------------------------------------------------------
+
+
+@runtime_checkable
+class SecretResolver(Protocol):
+    """Resolves secret ids to values, inside the runner only."""
+
+    async def resolve(self, secret_id: str) -> str:
+        """The value of ``secret_id``. Raise :class:`SecretUnavailable` if there is none.
+
+        Cancellation: may be cancelled; the execution then never starts.
+        """
+        ...
+
+
+class Sandbox(Protocol):
+    """The command-shaped Sandbox port (spec §9). See the module notes for the stream contract."""
+
+    @property
+    def implementation(self) -> SandboxImplementation:
+        """Identity and posture of this implementation on this host (CAP-010)."""
+        ...
+
+    def execute(
+        self, request: SandboxRequest
+    ) -> AbstractAsyncContextManager[AsyncIterator[SandboxEvent]]:
+        """Run ``request``; ``async with`` it and iterate the events.
+
+        Cancellation: leaving the block for any reason kills and reaps the whole workload and
+        removes its temporary state, shielded; a cancelled ``__anext__`` leaves the workload
+        running until the block is left.
+        """
+        ...
+
+
+SandboxService: ServiceKey[Sandbox] = ServiceKey(
+    "effectagent.sandbox.Sandbox", "runs commands with explicit limits"
+)
+"""Service key of the command sandbox."""
+
+SecretResolverService: ServiceKey[SecretResolver] = ServiceKey(
+    "effectagent.sandbox.SecretResolver", "resolves secret handles inside sandbox runners"
+)
+"""Service key of the secret resolver used by sandbox runners."""
+
+
+async def run(sandbox: Sandbox, request: SandboxRequest) -> SandboxResult:
+    """Execute ``request`` on ``sandbox`` and return its result, ignoring intermediate events.
+
+    Cancellation: cancelling the caller kills and reaps the workload and removes its temporary
+    state before ``trio.Cancelled`` propagates.
+    """
+    async with sandbox.execute(request) as events:
+        async for event in events:
+            if isinstance(event, SandboxExited):
+                return event.result
+    raise SandboxCrashed("the event stream ended without a SandboxExited event")
+
+
+# ---- pure checks ----------------------------------------------------------------------------
+
+
+def _is_clean_abs(path: str) -> bool:
+    return path.startswith("/") and "\0" not in path and posixpath.normpath(path) == path
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _check_limits(limits: SandboxLimits, problems: list[str]) -> None:
+    if not 0 < limits.wall_clock_seconds <= 86400:
+        problems.append("limits.wall_clock_seconds must be in (0, 86400]")
+    if limits.output_bytes < 0:
+        problems.append("limits.output_bytes must be >= 0")
+    if limits.cpu_seconds is not None and not 0 < limits.cpu_seconds <= 86400:
+        problems.append("limits.cpu_seconds must be in (0, 86400]")
+    if limits.memory_bytes is not None and limits.memory_bytes < _MIB:
+        problems.append("limits.memory_bytes must be >= 1 MiB")
+    if limits.max_processes is not None and limits.max_processes < 1:
+        problems.append("limits.max_processes must be >= 1")
+    if limits.file_size_bytes is not None and limits.file_size_bytes < 0:
+        problems.append("limits.file_size_bytes must be >= 0")
+
+
+def _check_env(request: SandboxRequest, problems: list[str]) -> None:
+    allowed = set(request.env_allowlist)
+    for name in request.env_allowlist:
+        if not _ENV_NAME.match(name):
+            problems.append(f"env_allowlist: invalid variable name {name!r}")
+    for name, value in request.env.items():
+        if name not in allowed:
+            problems.append(f"env: {name!r} is not in env_allowlist")
+        if "\0" in value:
+            problems.append(f"env: value of {name!r} contains NUL")
+    seen: set[str] = set()
+    for handle in request.secrets:
+        name = handle.env_name
+        if not _ENV_NAME.match(name):
+            problems.append(f"secrets: invalid variable name {name!r}")
+        if name in allowed or name in seen:
+            problems.append(f"secrets: {name!r} is set twice")
+        seen.add(name)
+
+
+def _check_mounts(request: SandboxRequest, problems: list[str]) -> None:
+    seen: set[str] = set()
+    for mount in request.mounts:
+        if mount.mode not in ("ro", "rw"):
+            problems.append(f"mounts: mode must be 'ro' or 'rw', got {mount.mode!r}")
+        if not _is_clean_abs(mount.host_path):
+            problems.append(f"mounts: host_path {mount.host_path!r} is not a clean absolute path")
+        sp = mount.sandbox_path
+        if not _is_clean_abs(sp):
+            problems.append(f"mounts: sandbox_path {sp!r} is not a clean absolute path")
+        elif sp in _RESERVED or any(_under(sp, t) for t in _RESERVED_TREES):
+            problems.append(f"mounts: sandbox_path {sp!r} is reserved for the system view")
+        if sp in seen:
+            problems.append(f"mounts: sandbox_path {sp!r} is mounted twice")
+        seen.add(sp)
+
+
+def _check_artifacts(request: SandboxRequest, problems: list[str]) -> None:
+    rw_roots = {m.sandbox_path for m in request.mounts if m.mode == "rw"}
+    for rule in request.artifacts:
+        parts = rule.glob.split("/")
+        if not rule.glob or rule.glob.startswith("/") or ".." in parts or "\0" in rule.glob:
+            problems.append(f"artifacts: glob {rule.glob!r} must be relative without '..'")
+        if rule.root is not None and rule.root not in rw_roots:
+            problems.append(f"artifacts: root {rule.root!r} is not a read-write mount")
+        if rule.max_bytes < 0 or rule.max_count < 1:
+            problems.append("artifacts: max_bytes must be >= 0 and max_count >= 1")
+
+
+def validate_request(request: SandboxRequest) -> None:
+    """Raise :class:`InvalidRequest` listing every structural problem of ``request``. Pure."""
+    problems: list[str] = []
+    if not request.command or "\0" in request.command:
+        problems.append("command must be a non-empty string without NUL")
+    if any("\0" in arg for arg in request.args):
+        problems.append("args must not contain NUL")
+    if request.network not in ("none", "host"):
+        problems.append(f"network must be 'none' or 'host', got {request.network!r}")
+    if request.cwd is not None and not _is_clean_abs(request.cwd):
+        problems.append(f"cwd {request.cwd!r} is not a clean absolute path")
+    _check_limits(request.limits, problems)
+    _check_env(request, problems)
+    _check_mounts(request, problems)
+    _check_artifacts(request, problems)
+    if problems:
+        raise InvalidRequest(tuple(problems))
+
+
+def required_limits(request: SandboxRequest) -> frozenset[str]:
+    """The limit/policy names (``LIMIT_*``) an implementation must enforce to honour ``request``.
+
+    Mounts are judged by each implementation (:data:`LIMIT_FILESYSTEM`): the local runner accepts
+    an identity read-write mount of ``cwd``, which asks for no isolation.
+    """
+    names = {LIMIT_WALL_CLOCK, LIMIT_OUTPUT}
+    limits = request.limits
+    if limits.cpu_seconds is not None:
+        names.add(LIMIT_CPU)
+    if limits.memory_bytes is not None:
+        names.add(LIMIT_MEMORY)
+    if limits.max_processes is not None:
+        names.add(LIMIT_PROCESSES)
+    if limits.file_size_bytes is not None:
+        names.add(LIMIT_FILE_SIZE)
+    if request.network == "none":
+        names.add(LIMIT_NETWORK)
+    return frozenset(names)
+
+
+def check_enforceable(implementation: SandboxImplementation, request: SandboxRequest) -> None:
+    """Raise :class:`LimitNotEnforceable` for the first required limit not enforced. Pure.
+
+    Limits are checked in sorted order so the error is deterministic.
+    """
+    for name in sorted(required_limits(request)):
+        if name not in implementation.enforced_limits:
+            raise LimitNotEnforceable(
+                name, f"{implementation.name} cannot enforce {name!r} on this host"
+            )
+
+
+# ---- output bounding ------------------------------------------------------------------------
+
+
+class OutputBuffer:
+    """Keeps the head of stdout+stderr up to ``bound`` bytes in total; counts the rest. Pure."""
+
+    __slots__ = ("_parts", "bound", "dropped", "kept")
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.kept = 0
+        self.dropped = 0
+        self._parts: dict[StreamName, list[bytes]] = {"stdout": [], "stderr": []}
+
+    def accept(self, stream: StreamName, data: bytes) -> bytes:
+        """Store what fits of ``data`` and return it (empty when nothing fits)."""
+        room = self.bound - self.kept
+        keep = data[: max(room, 0)]
+        self.dropped += len(data) - len(keep)
+        if keep:
+            self._parts[stream].append(keep)
+            self.kept += len(keep)
+        return keep
+
+    @property
+    def truncated(self) -> bool:
+        """Whether any byte was dropped."""
+        return self.dropped > 0
+
+    def value(self, stream: StreamName) -> bytes:
+        """The kept bytes of ``stream``."""
+        return b"".join(self._parts[stream])
+
+
+def default_path() -> str:
+    """The PATH given to a workload that does not allowlist its own."""
+    return "/usr/local/bin:/usr/bin:/bin"
+
+
+def build_env(request: SandboxRequest, secrets: Mapping[str, str]) -> dict[str, str]:
+    """The exact environment of the workload: allowlisted names, default PATH, then secrets.
+
+    ``secrets`` maps env names to resolved values; the returned dict holds them, so it must only be
+    handed to the process spawner.
+    """
+    env: dict[str, str] = {"PATH": default_path()}
+    for name in request.env_allowlist:
+        if name in request.env:
+            env[name] = request.env[name]
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    env.update(secrets)
+    return env

@@ -1,0 +1,126 @@
+"""Sandbox posture: what an implementation is, how it isolates, which limits it enforces (CAP-010).
+
+Every sandbox implementation (command-shaped :class:`~sandbox.Sandbox` runners and the CodeExecutor
+alike) describes itself with one :class:`SandboxImplementation` value. The value is honest by
+construction: an :attr:`Isolation.UNISOLATED` implementation can never claim to be a security
+boundary (the constructor refuses), and a limit is listed either as enforced or as unenforced on
+this host, never both.
+
+Limit names are plain strings so that other executors may add their own; the ones used by the
+command sandbox are the ``LIMIT_*`` constants below.
+
+Errors live here too (not in ``_command``) because :class:`LimitNotEnforceable` is shared by every
+executor: :class:`SandboxError` is the base of all declared sandbox errors.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+import attrs
+
+from effectagent.effect import TaggedError
+
+__all__ = [
+    "LIMIT_CPU",
+    "LIMIT_FILE_SIZE",
+    "LIMIT_MEMORY",
+    "LIMIT_NETWORK",
+    "LIMIT_OUTPUT",
+    "LIMIT_PROCESSES",
+    "LIMIT_WALL_CLOCK",
+    "Isolation",
+    "LimitNotEnforceable",
+    "SandboxError",
+    "SandboxImplementation",
+]
+
+LIMIT_WALL_CLOCK = "wall_clock"
+"""Wall-clock time of the whole workload, enforced by the host killing it."""
+LIMIT_CPU = "cpu"
+"""CPU seconds (``RLIMIT_CPU``: per process of the workload; the wall clock bounds the total)."""
+LIMIT_OUTPUT = "output"
+"""Bytes of captured stdout+stderr kept; the rest is counted and dropped."""
+LIMIT_MEMORY = "memory"
+"""Memory charged to the workload (a cgroup memory controller; never ``RLIMIT_AS``)."""
+LIMIT_PROCESSES = "processes"
+"""Number of processes/threads alive at once in the workload (a cgroup ``pids`` controller)."""
+LIMIT_FILE_SIZE = "file_size"
+"""Largest file any process of the workload may write (``RLIMIT_FSIZE``)."""
+LIMIT_NETWORK = "network_isolation"
+"""Network policy ``"none"`` (a private network namespace with only loopback)."""
+
+
+class Isolation(enum.Enum):
+    """How a workload is separated from the host."""
+
+    UNISOLATED = "unisolated"
+    """A plain host process: same filesystem, network, users and kernel view as the caller."""
+    NAMESPACES = "namespaces"
+    """Bubblewrap: new user, pid, net, ipc, uts and cgroup namespaces and a private mount tree."""
+
+
+def _check_boundary(
+    instance: SandboxImplementation, attribute: attrs.Attribute[bool], value: bool
+) -> None:
+    if value and instance.isolation is Isolation.UNISOLATED:
+        raise ValueError("an unisolated implementation is never a security boundary (CAP-010)")
+
+
+def _check_disjoint(
+    instance: SandboxImplementation,
+    attribute: attrs.Attribute[frozenset[str]],
+    value: frozenset[str],
+) -> None:
+    both = instance.enforced_limits & value
+    if both:
+        raise ValueError(f"limits both enforced and unenforced: {sorted(both)}")
+
+
+def _names(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
+
+
+def _texts(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+@attrs.frozen
+class SandboxImplementation:
+    """The identity and honest posture of one sandbox implementation on this host (CAP-010).
+
+    ``is_security_boundary`` is ``False`` for :attr:`Isolation.UNISOLATED`, always (enforced at
+    construction). ``enforced_limits`` are honoured; ``unenforced_limits`` would be rejected with
+    :class:`LimitNotEnforceable` if a request asked for them. ``notes`` states the precise
+    semantics of each enforcement in words, for people and audit logs.
+    """
+
+    name: str
+    version: str
+    isolation: Isolation
+    is_security_boundary: bool = attrs.field(validator=_check_boundary)
+    enforced_limits: frozenset[str] = attrs.field(converter=_names)
+    unenforced_limits: frozenset[str] = attrs.field(converter=_names, validator=_check_disjoint)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_texts)
+
+    def enforces(self, limit: str) -> bool:
+        """Whether ``limit`` (a ``LIMIT_*`` name) is enforced by this implementation here."""
+        return limit in self.enforced_limits
+
+
+@attrs.frozen
+class SandboxError(TaggedError):
+    """Base class of every declared sandbox error."""
+
+
+@attrs.frozen
+class LimitNotEnforceable(SandboxError):
+    """The request asks for a limit or policy (``limit``) this implementation cannot enforce here.
+
+    Raised before anything runs; ``reason`` says why (for example "no writable cgroup memory
+    controller on this host").
+    """
+
+    limit: str
+    reason: str

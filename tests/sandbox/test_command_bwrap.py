@@ -1,0 +1,216 @@
+"""The bubblewrap runner: ordinary behaviour (the hostile probes are in test_security_command)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from effectagent.effect import Context, open_layer
+from sandbox import (
+    LIMIT_MEMORY,
+    LIMIT_NETWORK,
+    LIMIT_PROCESSES,
+    WORKDIR,
+    ArtifactRule,
+    BubblewrapSandbox,
+    CommandNotFound,
+    HostFacts,
+    InvalidRequest,
+    Isolation,
+    LimitNotEnforceable,
+    Mount,
+    OutputChunk,
+    SandboxCrashed,
+    SandboxExited,
+    SandboxLimits,
+    SandboxRequest,
+    SandboxService,
+    SandboxStarted,
+    SandboxUnavailable,
+    run,
+)
+
+from .conftest import PYTHON, assert_gone
+
+
+def test_posture_matches_the_probed_host(bwrap_sandbox: BubblewrapSandbox) -> None:
+    posture = bwrap_sandbox.implementation
+    facts = bwrap_sandbox.facts
+    assert posture.name == "bubblewrap"
+    assert posture.isolation is Isolation.NAMESPACES
+    assert posture.is_security_boundary
+    assert posture.version[0].isdigit()
+    assert LIMIT_NETWORK in posture.enforced_limits
+    assert (LIMIT_MEMORY in posture.enforced_limits) == (facts.cgroup_memory is not None)
+    assert (LIMIT_PROCESSES in posture.enforced_limits) == (facts.cgroup_pids is not None)
+
+
+def test_unavailable_without_bwrap_or_namespaces() -> None:
+    with pytest.raises(SandboxUnavailable, match="not installed"):
+        BubblewrapSandbox(facts=HostFacts(None, False, None))
+    with pytest.raises(SandboxUnavailable, match="namespaces"):
+        BubblewrapSandbox(facts=HostFacts("/usr/bin/bwrap", False, None))
+
+
+def test_memory_and_processes_are_rejected_without_cgroups() -> None:
+    sandbox = BubblewrapSandbox(facts=HostFacts("/usr/bin/bwrap", True, None, None))
+    assert {LIMIT_MEMORY, LIMIT_PROCESSES} <= sandbox.implementation.unenforced_limits
+    for limits in (SandboxLimits(memory_bytes=1 << 26), SandboxLimits(max_processes=3)):
+        with pytest.raises(LimitNotEnforceable):
+            sandbox.execute(SandboxRequest("true", limits=limits))
+
+
+async def test_echo_exit_code_and_streams(bwrap_sandbox: BubblewrapSandbox) -> None:
+    request = SandboxRequest("sh", ("-c", "echo out; echo err >&2; pwd; exit 5"))
+    async with bwrap_sandbox.execute(request) as events:
+        seen = [e async for e in events]
+    assert isinstance(seen[0], SandboxStarted)
+    assert isinstance(seen[-1], SandboxExited)
+    assert any(isinstance(e, OutputChunk) and e.stream == "stderr" for e in seen)
+    result = seen[-1].result
+    assert result.exit_code == 5
+    assert result.stdout == f"out\n{WORKDIR}\n".encode()
+    assert result.stderr == b"err\n"
+    assert result.usage.peak_processes is None or result.usage.peak_processes >= 1
+    assert result.implementation == bwrap_sandbox.implementation
+
+
+async def test_stdin_and_only_allowlisted_env(
+    bwrap_sandbox: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("EA_HOST_ONLY", "hidden")
+    request = SandboxRequest("env", env_allowlist=("EA_X",), env={"EA_X": "1"})
+    result = await run(bwrap_sandbox, request)
+    assert result.ok
+    names = sorted(line.split("=")[0] for line in result.stdout.decode().splitlines())
+    assert names == ["EA_X", "PATH", "PWD"]  # PWD is set by bwrap's --chdir
+    echoed = await run(bwrap_sandbox, SandboxRequest("cat", stdin=b"hello"))
+    assert echoed.stdout == b"hello"
+
+
+async def test_mounts_modes_cwd_and_artifacts(
+    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    ro = tmp_path / "ro"
+    rw = tmp_path / "rw"
+    ro.mkdir()
+    rw.mkdir()
+    (ro / "input.txt").write_text("data")
+    script = (
+        "cat /in/input.txt > /out/copy.txt; "
+        "echo x > /in/new 2>/dev/null || echo ro-refused; "
+        "printf w > $PWD/work.bin; pwd"
+    )
+    request = SandboxRequest(
+        "sh",
+        ("-c", script),
+        mounts=(Mount(str(ro), "/in", "ro"), Mount(str(rw), "/out", "rw")),
+        artifacts=(ArtifactRule("*.txt", root="/out"), ArtifactRule("*.bin")),
+    )
+    result = await run(bwrap_sandbox, request)
+    assert result.ok, result.stderr
+    assert result.stdout == f"ro-refused\n{WORKDIR}\n".encode()
+    assert (rw / "copy.txt").read_text() == "data"
+    assert not (ro / "new").exists()
+    assert {(a.path, a.content) for a in result.artifacts} == {
+        ("/out/copy.txt", b"data"),
+        (f"{WORKDIR}/work.bin", b"w"),
+    }
+    elsewhere = await run(bwrap_sandbox, SandboxRequest("pwd", cwd="/out", mounts=request.mounts))
+    assert elsewhere.stdout == b"/out\n"
+
+
+async def test_request_problems_found_before_running(
+    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    with pytest.raises(CommandNotFound):
+        await run(bwrap_sandbox, SandboxRequest("no-such-program-xyz"))
+    # A host program outside the sandbox's view (this venv's interpreter) does not resolve.
+    with pytest.raises(CommandNotFound):
+        await run(bwrap_sandbox, SandboxRequest(sys.executable))
+    with pytest.raises(InvalidRequest, match="does not exist"):
+        await run(bwrap_sandbox, SandboxRequest("true", mounts=(Mount("/nonexistent-x", "/x"),)))
+    with pytest.raises(InvalidRequest, match="outside"):
+        bwrap_sandbox.execute(SandboxRequest("true", cwd="/usr"))
+    with pytest.raises(InvalidRequest, match="image"):
+        bwrap_sandbox.execute(SandboxRequest("true", image="ubuntu"))
+    mounts = (Mount(str(tmp_path), "/data", "rw"),)
+    with pytest.raises(InvalidRequest, match="not a directory"):
+        await run(bwrap_sandbox, SandboxRequest("true", cwd="/data/missing", mounts=mounts))
+
+
+async def test_setup_failure_of_bwrap_is_a_crash(
+    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+) -> None:
+    # A file mounted where a directory is needed: bwrap fails while building the mount tree.
+    target = tmp_path / "file"
+    target.write_text("x")
+    mounts = (Mount(str(target), "/data", "ro"), Mount(str(tmp_path), "/data/sub", "ro"))
+    with pytest.raises(SandboxCrashed, match="bubblewrap failed"):
+        await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
+
+
+async def test_usage_is_measured(bwrap_sandbox: BubblewrapSandbox) -> None:
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    result = await run(bwrap_sandbox, SandboxRequest(PYTHON, ("-c", spin)))
+    assert result.ok
+    assert result.usage.cpu_seconds is not None
+    assert 0.25 <= result.usage.cpu_seconds < 2
+    assert result.usage.wall_seconds >= 0.25
+    if bwrap_sandbox.facts.cgroup_memory is not None:
+        assert result.usage.peak_memory_bytes is not None
+        assert result.usage.peak_memory_bytes > 1 << 20
+
+
+async def test_layer_builds_and_tears_down() -> None:
+    async with open_layer(BubblewrapSandbox.layer(), Context.empty()) as ctx:
+        sandbox = ctx.require(SandboxService)
+        result = await run(sandbox, SandboxRequest("echo", ("layer",)))
+        assert result.stdout == b"layer\n"
+        assert sandbox.implementation.isolation is Isolation.NAMESPACES
+
+
+async def test_stopping_early_kills_and_cleans_up(bwrap_sandbox: BubblewrapSandbox) -> None:
+    marker = "eamark-early-stop"
+    request = SandboxRequest(
+        PYTHON, ("-c", "print('go', flush=True); import time; time.sleep(30)", marker)
+    )
+    execution = bwrap_sandbox.execute(request)
+    async with execution as events:
+        async for event in events:
+            if isinstance(event, OutputChunk):
+                break
+        owned = execution.owned_paths
+        assert all([await trio.Path(p).exists() for p in owned])
+    assert_gone(marker, paths=owned)
+
+
+async def test_concurrent_executions_are_separate(bwrap_sandbox: BubblewrapSandbox) -> None:
+    results: dict[int, bytes] = {}
+
+    async def one(i: int) -> None:
+        script = f"echo {i} > /workspace/f; sleep 0.1; cat /workspace/f; ls /tmp | wc -l"
+        results[i] = (await run(bwrap_sandbox, SandboxRequest("sh", ("-c", script)))).stdout
+
+    async with trio.open_nursery() as nursery:
+        for i in range(6):
+            nursery.start_soon(one, i)
+    assert results == {i: f"{i}\n0\n".encode() for i in range(6)}
+
+
+async def test_accounting_can_be_turned_off(bwrap_sandbox: BubblewrapSandbox) -> None:
+    lean = BubblewrapSandbox(accounting=False)
+    execution = lean.execute(SandboxRequest("true"))
+    async with execution as events:
+        result = [e async for e in events][-1].result  # type: ignore[union-attr]
+        assert len(execution.owned_paths) == 1  # the workdir only
+    assert result.ok
+    assert result.usage.peak_memory_bytes is None
+    if lean.implementation.enforces(LIMIT_MEMORY):  # a requested limit still gets its cgroup
+        limited = lean.execute(SandboxRequest("true", limits=SandboxLimits(memory_bytes=1 << 26)))
+        async with limited as events:
+            assert [e async for e in events][-1].result.ok  # type: ignore[union-attr]
+            assert len(limited.owned_paths) == 2

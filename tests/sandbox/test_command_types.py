@@ -1,0 +1,268 @@
+"""Pure parts of the Sandbox port: validation, enforceability, posture, output bounds (no Trio)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sandbox import (
+    LIMIT_CPU,
+    LIMIT_FILE_SIZE,
+    LIMIT_FILESYSTEM,
+    LIMIT_MEMORY,
+    LIMIT_NETWORK,
+    LIMIT_OUTPUT,
+    LIMIT_PROCESSES,
+    LIMIT_WALL_CLOCK,
+    ArtifactRule,
+    InvalidRequest,
+    Isolation,
+    LimitNotEnforceable,
+    Mount,
+    SandboxError,
+    SandboxImplementation,
+    SandboxLimits,
+    SandboxRequest,
+    SecretHandle,
+    check_enforceable,
+    required_limits,
+    validate_request,
+)
+from sandbox._command import OutputBuffer, StreamName, build_env
+
+ALL_LIMITS = (
+    LIMIT_CPU,
+    LIMIT_FILE_SIZE,
+    LIMIT_FILESYSTEM,
+    LIMIT_MEMORY,
+    LIMIT_NETWORK,
+    LIMIT_OUTPUT,
+    LIMIT_PROCESSES,
+    LIMIT_WALL_CLOCK,
+)
+
+
+def impl(
+    enforced: frozenset[str], isolation: Isolation = Isolation.NAMESPACES
+) -> SandboxImplementation:
+    return SandboxImplementation(
+        name="test",
+        version="1",
+        isolation=isolation,
+        is_security_boundary=isolation is not Isolation.UNISOLATED,
+        enforced_limits=enforced,
+        unenforced_limits=frozenset(ALL_LIMITS) - enforced,
+    )
+
+
+def problems_of(request: SandboxRequest) -> tuple[str, ...]:
+    with pytest.raises(InvalidRequest) as info:
+        validate_request(request)
+    return info.value.problems
+
+
+# ---- posture -------------------------------------------------------------------------------
+
+
+def test_unisolated_can_never_claim_a_security_boundary() -> None:
+    with pytest.raises(ValueError, match="CAP-010"):
+        SandboxImplementation(
+            name="x",
+            version="1",
+            isolation=Isolation.UNISOLATED,
+            is_security_boundary=True,
+            enforced_limits=frozenset(),
+            unenforced_limits=frozenset(),
+        )
+
+
+def test_a_limit_cannot_be_both_enforced_and_unenforced() -> None:
+    with pytest.raises(ValueError, match="both"):
+        SandboxImplementation(
+            name="x",
+            version="1",
+            isolation=Isolation.NAMESPACES,
+            is_security_boundary=True,
+            enforced_limits=frozenset({LIMIT_CPU}),
+            unenforced_limits=frozenset({LIMIT_CPU}),
+        )
+
+
+def test_errors_are_tagged_sandbox_errors() -> None:
+    error = LimitNotEnforceable(LIMIT_MEMORY, "no cgroup")
+    assert isinstance(error, SandboxError)
+    assert error.tag == "LimitNotEnforceable"
+    assert str(error) == "LimitNotEnforceable(limit='memory', reason='no cgroup')"
+
+
+# ---- validation ----------------------------------------------------------------------------
+
+
+def test_a_plain_request_is_valid() -> None:
+    validate_request(SandboxRequest("echo", ("hi",)))
+
+
+def test_every_problem_is_listed_at_once() -> None:
+    request = SandboxRequest(
+        "",
+        ("a\0b",),
+        cwd="relative",
+        limits=SandboxLimits(wall_clock_seconds=0, output_bytes=-1, max_processes=0),
+    )
+    problems = problems_of(request)
+    assert len(problems) == 6
+
+
+@pytest.mark.parametrize(
+    "mount",
+    [
+        Mount("relative", "/data"),
+        Mount("/host", "/data/../etc"),
+        Mount("/host", "/usr/local"),
+        Mount("/host", "/proc/x"),
+        Mount("/host", "/"),
+        Mount("/host", "/etc"),
+        Mount("/host", "/data", "rwx"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_mounts_are_rejected(mount: Mount) -> None:
+    assert problems_of(SandboxRequest("true", mounts=(mount,)))
+
+
+def test_a_sandbox_path_mounted_twice_is_rejected() -> None:
+    mounts = (Mount("/a", "/data"), Mount("/b", "/data"))
+    assert problems_of(SandboxRequest("true", mounts=mounts)) == (
+        "mounts: sandbox_path '/data' is mounted twice",
+    )
+
+
+def test_artifact_rules_must_stay_inside_rw_roots() -> None:
+    request = SandboxRequest(
+        "true",
+        mounts=(Mount("/h", "/ro"),),
+        artifacts=(ArtifactRule("../x"), ArtifactRule("*.txt", root="/ro"), ArtifactRule("/abs")),
+    )
+    assert len(problems_of(request)) == 3
+
+
+def test_secrets_may_not_shadow_env() -> None:
+    request = SandboxRequest(
+        "true",
+        env_allowlist=("TOKEN",),
+        secrets=(SecretHandle("TOKEN", "s1"), SecretHandle("bad-name", "s2")),
+    )
+    assert len(problems_of(request)) == 2
+
+
+names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
+
+
+@given(allow=st.lists(names, max_size=4), env=st.dictionaries(names, st.text(max_size=5)))
+def test_env_outside_the_allowlist_is_always_rejected(
+    allow: list[str], env: dict[str, str]
+) -> None:
+    request = SandboxRequest("true", env_allowlist=tuple(allow), env=env)
+    outside = {n for n in env if n not in allow}
+    nul = any("\0" in v for v in env.values())
+    if outside or nul:
+        assert problems_of(request)
+    else:
+        validate_request(request)
+        built = build_env(request, {})
+        assert set(built) <= {*allow, "PATH"}
+        assert all(built[n] == v for n, v in env.items())
+
+
+def test_request_repr_hides_stdin_bytes() -> None:
+    assert "payload" not in repr(SandboxRequest("cat", stdin=b"payload"))
+
+
+# ---- enforceability -----------------------------------------------------------------------
+
+
+def test_required_limits_follow_the_request() -> None:
+    assert required_limits(SandboxRequest("true", network="host")) == {
+        LIMIT_WALL_CLOCK,
+        LIMIT_OUTPUT,
+    }
+    full = SandboxRequest(
+        "true",
+        limits=SandboxLimits(
+            cpu_seconds=1, memory_bytes=1 << 24, max_processes=4, file_size_bytes=10
+        ),
+    )
+    assert required_limits(full) == {
+        LIMIT_WALL_CLOCK,
+        LIMIT_OUTPUT,
+        LIMIT_CPU,
+        LIMIT_MEMORY,
+        LIMIT_PROCESSES,
+        LIMIT_FILE_SIZE,
+        LIMIT_NETWORK,
+    }
+
+
+optional = st.none() | st.integers(min_value=1 << 20, max_value=1 << 30)
+
+
+@given(
+    enforced=st.frozensets(st.sampled_from(ALL_LIMITS)),
+    cpu=st.none() | st.floats(min_value=0.1, max_value=100),
+    memory=optional,
+    processes=st.none() | st.integers(min_value=1, max_value=100),
+    file_size=optional,
+    network=st.sampled_from(["none", "host"]),
+)
+def test_any_request_with_an_unenforceable_limit_is_rejected(
+    enforced: frozenset[str],
+    cpu: float | None,
+    memory: int | None,
+    processes: int | None,
+    file_size: int | None,
+    network: str,
+) -> None:
+    limits = SandboxLimits(
+        cpu_seconds=cpu, memory_bytes=memory, max_processes=processes, file_size_bytes=file_size
+    )
+    request = SandboxRequest("true", limits=limits, network=network)  # type: ignore[arg-type]
+    implementation = impl(enforced)
+    missing = required_limits(request) - enforced
+    if missing:
+        with pytest.raises(LimitNotEnforceable) as info:
+            check_enforceable(implementation, request)
+        assert info.value.limit == min(missing)
+    else:
+        check_enforceable(implementation, request)
+
+
+# ---- output bounding ----------------------------------------------------------------------
+
+chunks = st.lists(
+    st.tuples(st.sampled_from(["stdout", "stderr"]), st.binary(max_size=64)), max_size=30
+)
+
+
+@given(bound=st.integers(min_value=0, max_value=512), sequence=chunks)
+def test_output_buffer_keeps_exactly_the_head(
+    bound: int, sequence: list[tuple[str, bytes]]
+) -> None:
+    buffer = OutputBuffer(bound)
+    emitted = b"".join(buffer.accept(name, data) for name, data in sequence)  # type: ignore[arg-type]
+    everything = b"".join(data for _, data in sequence)
+    assert emitted == everything[:bound]
+    assert buffer.kept == len(emitted) <= bound
+    assert buffer.dropped == len(everything) - len(emitted)
+    assert buffer.truncated == (len(everything) > bound)
+    streams: tuple[StreamName, ...] = ("stdout", "stderr")
+    for stream in streams:
+        own = b"".join(d for n, d in sequence if n == stream)
+        kept = buffer.value(stream)
+        assert own.startswith(kept)
+
+
+def test_result_values_are_frozen() -> None:
+    request = SandboxRequest("true")
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        request.command = "false"  # type: ignore[misc]
