@@ -24,6 +24,7 @@ from returns.result import Result
 
 from effectagent.effect import ServiceKey, TaggedError
 from effectagent.effect._schema import SchemaError, SchemaIssue, SchemaLimits, encode, json_schema
+from effectagent.effect._schema import decode as _decode
 from effectagent.effect._schema import decode_json as _decode_json
 
 
@@ -247,6 +248,18 @@ class Tool(Generic[P, S]):
     def encode_success(self, value: object) -> JSONValue:
         """Check ``value`` against the success schema and encode it; raises OutputSchemaViolation."""
         if self.success is not None:
+            declared: object = self.success
+            if not isinstance(declared, type):
+                # A generic or special form (``list[Hit]``, ``Literal[...]``): isinstance cannot
+                # check it, so check the encoding round-trips through the declared type.
+                try:
+                    as_json = encode(value)
+                    _decode(declared, as_json)
+                except (SchemaError, TypeError, ValueError) as exc:
+                    raise OutputSchemaViolation(
+                        f"tool {self.name!r} returned a value its success type rejects: {exc}"
+                    ) from None
+                return as_json
             if not isinstance(value, self.success):
                 raise OutputSchemaViolation(
                     f"tool {self.name!r} returned {type(value).__name__}, "

@@ -32,6 +32,7 @@ from ._records import __all__ as _records_all
 from ._redact import REDACTED as REDACTED
 from ._redact import Redactor as Redactor
 from ._redact import SecretRedactor as SecretRedactor
+from ._redact import StreamRedactor as StreamRedactor
 from ._usage import UsageDelta as UsageDelta
 from ._usage import UsageTotals as UsageTotals
 
@@ -52,6 +53,7 @@ __all__ = [
     "Risk",
     "RunError",
     "SecretRedactor",
+    "StreamRedactor",
     "ToolDefect",
     "ToolFailedRun",
     "ToolFailure",

@@ -14,11 +14,14 @@ from ._policy import ToolResultBounds
 __all__ = ["bound_json", "bound_text", "compact_json"]
 
 _MARKER_OVERHEAD = 160
+# What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` builds on every call; one
+# shared encoder (stateless between calls) saves that on the per-tool-call path.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
 def compact_json(value: Any) -> str:
     """Compact JSON text of a JSON-safe value (non-ASCII kept)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _COMPACT.encode(value)
 
 
 def _cut_head(data: bytes, n: int) -> str:
@@ -59,7 +62,9 @@ def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
     """``(value or truncation marker, truncated?, original size in bytes)``."""
     if value is None or isinstance(value, bool | int | float):
         return value, False, 0
-    if isinstance(value, str) and len(value) * 4 <= bounds.max_bytes:
+    # Fast path only when even the worst case fits: a control character escapes to 6 bytes
+    # ("\u0000"), more than its 4-byte UTF-8 maximum; plus the two quotes.
+    if isinstance(value, str) and len(value) * 6 + 2 <= bounds.max_bytes:
         return value, False, len(value)
     text = compact_json(value)
     data = text.encode("utf-8")

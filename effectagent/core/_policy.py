@@ -57,7 +57,9 @@ class ToolResultBounds:
             )
         for name in ("head_bytes", "tail_bytes"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
                 raise ValueError(f"ToolResultBounds.{name} must be a non-negative integer or None")
 
 
@@ -70,7 +72,7 @@ class CompactionPolicy:
 
     def __attrs_post_init__(self) -> None:
         keep: object = self.keep_recent_tokens
-        if not isinstance(keep, int) or keep < 0:
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
             raise ValueError("CompactionPolicy.keep_recent_tokens must be a non-negative integer")
         if self.strategy not in ("prune-then-summarize", "prune-only"):
             raise ValueError(f"unknown compaction strategy {self.strategy!r}")
@@ -112,8 +114,14 @@ class AgentPolicy:
             raise ValueError(
                 f"AgentPolicy.on_exhaustion must be 'final-answer' or 'fail', got {self.on_exhaustion!r}"
             )
-        if not 0 < self.warning_ratio < 1:
-            raise ValueError("AgentPolicy.warning_ratio must be between 0 and 1")
+        ratio: object = self.warning_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1:
+            raise ValueError(f"AgentPolicy.warning_ratio must be between 0 and 1, got {ratio!r}")
+        nested = (("tool_result_bounds", ToolResultBounds), ("compaction", CompactionPolicy))
+        for name, kind in nested:
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                raise TypeError(f"AgentPolicy.{name} must be a {kind.__name__}, got {value!r}")
 
 
 @attrs.frozen
@@ -127,7 +135,8 @@ class Agent:
     output: type[Any] | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not self.name or not self.name.strip():
+        name: object = self.name
+        if not isinstance(name, str) or not name.strip():
             raise ValueError("Agent.name must not be empty")
         if not isinstance(self.policy, AgentPolicy):
             raise TypeError(f"Agent.policy must be an AgentPolicy, got {type(self.policy).__name__}")

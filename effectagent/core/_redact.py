@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Protocol, final
 
-__all__ = ["REDACTED", "Redactor", "SecretRedactor"]
+__all__ = ["REDACTED", "Redactor", "SecretRedactor", "StreamRedactor"]
 
 REDACTED = "[REDACTED]"
 
@@ -61,6 +61,17 @@ class SecretRedactor:
                 text = text.replace(needle, REDACTED)
         return text
 
+    def partial_secret_suffix(self, text: str) -> int:
+        """Length of the longest end of ``text`` that is the start (not the whole) of a secret:
+        what a stream must hold back until the next piece shows whether it becomes one."""
+        best = 0
+        for needle in self._needles:
+            for size in range(min(len(needle) - 1, len(text)), best, -1):
+                if text.endswith(needle[:size]):
+                    best = size
+                    break
+        return best
+
     def redact(self, value: Any) -> Any:
         """A JSON value with every registered secret replaced, recursively (iterative walk)."""
         if not self._needles:
@@ -93,3 +104,37 @@ class SecretRedactor:
             else:
                 parent[key] = item
         return root[0]
+
+
+@final
+class StreamRedactor:
+    """Redacts text that arrives in pieces (streamed text or reasoning deltas, per block).
+
+    A secret can be split across two deltas, and each half alone matches nothing. So each piece is
+    redacted together with what was held back before it, and an end that could still grow into a
+    secret is held back until the next piece (or dropped if the block never continues). Needs a
+    redactor with ``partial_secret_suffix`` (as :class:`SecretRedactor`); any other redactor gets
+    each piece redacted on its own.
+    """
+
+    __slots__ = ("_pending", "_redactor", "_suffix")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._suffix = getattr(redactor, "partial_secret_suffix", None)
+        self._pending: dict[object, str] = {}
+
+    def feed(self, block: object, piece: str) -> str:
+        """The redacted text of ``block`` that can be shown now (possibly empty)."""
+        if self._suffix is None:
+            return self._redactor.redact_text(piece)
+        text = self._redactor.redact_text(self._pending.pop(block, "") + piece)
+        held = self._suffix(text)
+        if held:
+            self._pending[block] = text[-held:]
+            return text[:-held]
+        return text
+
+    def end(self, block: object) -> str:
+        """What was held back of ``block``, now that it has ended (never a whole secret)."""
+        return self._pending.pop(block, "")

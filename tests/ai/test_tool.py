@@ -1,0 +1,366 @@
+"""Tool: construction is validated, annotations default conservatively, every input and output
+crosses a schema boundary (static attrs types or dynamic JSON Schemas), handlers may return
+``returns`` Results, and ``needs_approval`` is a bool or a function of the call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import jsonschema
+import pytest
+from returns.result import Failure, Success
+
+from effectagent.ai import (
+    OutputSchemaViolation,
+    Tool,
+    ToolCallContext,
+    Toolkit,
+    encode_failure,
+    handler_result,
+)
+from effectagent.effect import TaggedError
+from effectagent.effect._schema import SchemaError
+
+
+@attrs.frozen
+class Lookup:
+    city: str
+
+
+@attrs.frozen
+class Forecast:
+    city: str
+    high_c: float
+
+
+@attrs.frozen
+class UnknownCity(TaggedError):
+    city: str
+
+
+@attrs.frozen
+class RateLimited(TaggedError):
+    pass
+
+
+@attrs.frozen
+class Item:
+    sku: str
+    qty: int
+
+
+@attrs.frozen
+class Order:
+    customer: str
+    items: list[Item]
+    note: str = ""
+
+
+@attrs.frozen
+class Hit:
+    url: str
+
+
+def _ctx(name: str = "t") -> ToolCallContext:
+    return ToolCallContext("call_1", name, "run_1", "conv_1", "agent")
+
+
+def _paths(error: SchemaError) -> set[str]:
+    return {issue.path for issue in error.issues}
+
+
+# ---- construction ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["", "has space", "x" * 65, "dotted.name", "ünïcode", "semi;colon"]
+)
+def test_bad_tool_names_are_rejected(name: str) -> None:
+    with pytest.raises(ValueError, match="tool name"):
+        Tool(name, "A tool.")
+
+
+@pytest.mark.parametrize("name", ["a", "get-weather_2", "x" * 64, "A9"])
+def test_good_tool_names_are_accepted(name: str) -> None:
+    assert Tool(name, "A tool.").name == name
+
+
+@pytest.mark.parametrize("description", ["", "   ", "\n\t"])
+def test_empty_description_is_rejected(description: str) -> None:
+    with pytest.raises(ValueError, match="description"):
+        Tool("t", description)
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [ValueError, (UnknownCity, KeyError), UnknownCity("x"), "UnknownCity", int],
+)
+def test_declared_failures_must_be_tagged_error_classes(failure: Any) -> None:
+    with pytest.raises(TypeError, match="TaggedError"):
+        Tool("t", "A tool.", failure=failure)
+
+
+def test_declared_failures_are_kept_as_a_tuple() -> None:
+    assert Tool("t", "A tool.", failure=UnknownCity).failure == (UnknownCity,)
+    both: Tool[Any, Any] = Tool("t", "A tool.", failure=(UnknownCity, RateLimited))
+    assert both.failure == (UnknownCity, RateLimited)
+    assert Tool("t", "A tool.").failure == ()
+
+
+def test_parameters_and_parameters_schema_are_exclusive() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        Tool("t", "A tool.", parameters=Lookup, parameters_schema={"type": "object"})
+
+
+@pytest.mark.parametrize("mode", ["raise", "", "ERROR"])
+def test_unknown_failure_mode_is_rejected(mode: Any) -> None:
+    with pytest.raises(ValueError, match="failure_mode"):
+        Tool("t", "A tool.", failure_mode=mode)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, -0.5])
+def test_non_positive_timeout_is_rejected(timeout: float) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        Tool("t", "A tool.", timeout=timeout)
+
+
+def test_each_tool_has_its_own_handler_key() -> None:
+    first: Tool[Any, Any] = Tool("same", "A tool.")
+    second: Tool[Any, Any] = Tool("same", "A tool.")
+    assert first.handler_key is not second.handler_key
+    assert "same" in first.handler_key.name
+
+
+# ---- annotations -------------------------------------------------------------------------------
+
+
+def test_annotation_defaults_are_conservative() -> None:
+    annotations = Tool("t", "A tool.").annotations
+    assert annotations.readonly is False
+    assert annotations.destructive is True
+    assert annotations.idempotent is False
+    assert annotations.open_world is True
+    assert annotations.title is None
+
+
+def test_readonly_implies_not_destructive_unless_given() -> None:
+    assert Tool("t", "A tool.", readonly=True).annotations.destructive is False
+    assert Tool("t", "A tool.", readonly=True, destructive=True).annotations.destructive is True
+    assert Tool("t", "A tool.", destructive=False).annotations.destructive is False
+
+
+def test_annotations_reach_the_model_descriptor() -> None:
+    tool: Tool[Any, Any] = Tool("t", "A tool.", parameters=Lookup, readonly=True, title="Look up")
+    (descriptor,) = Toolkit(tool).descriptors
+    assert descriptor.readonly is True
+    assert descriptor.title == "Look up"
+    assert descriptor.parameters["properties"] == {"city": {"type": "string"}}
+
+
+# ---- static decoding ---------------------------------------------------------------------------
+
+
+def test_static_tool_decodes_arguments_into_its_parameter_type() -> None:
+    tool: Tool[Any, Any] = Tool("order", "Place an order.", parameters=Order)
+    params = tool.decode_arguments('{"customer": "ann", "items": [{"sku": "a", "qty": 2}]}')
+    assert params == Order("ann", [Item("a", 2)])
+    assert not tool.is_dynamic
+
+
+def test_static_decode_errors_carry_the_path_of_every_bad_field() -> None:
+    tool: Tool[Any, Any] = Tool("order", "Place an order.", parameters=Order)
+    bad = '{"items": [{"sku": "a", "qty": 1}, {"sku": "b", "qty": "three"}], "extra": 1}'
+    with pytest.raises(SchemaError) as caught:
+        tool.decode_arguments(bad)
+    assert _paths(caught.value) == {"$.customer", "$.items[1].qty", "$.extra"}
+    assert "$.items[1].qty" in str(caught.value)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2", "NaN", '{"city": NaN}'])
+def test_static_decode_rejects_invalid_json_at_the_root(text: str) -> None:
+    with pytest.raises(SchemaError) as caught:
+        Tool("lookup", "Look up.", parameters=Lookup).decode_arguments(text)
+    assert _paths(caught.value) == {"$"}
+
+
+def test_empty_argument_text_means_no_arguments() -> None:
+    @attrs.frozen
+    class NoArgs:
+        verbose: bool = False
+
+    assert Tool("t", "A tool.", parameters=NoArgs).decode_arguments("") == NoArgs()
+    with pytest.raises(SchemaError, match=r"\$\.city"):
+        Tool("t", "A tool.", parameters=Lookup).decode_arguments("")
+
+
+def test_oversized_arguments_are_rejected_before_parsing() -> None:
+    tool: Tool[Any, Any] = Tool("lookup", "Look up.", parameters=Lookup)
+    with pytest.raises(SchemaError, match="larger than"):
+        tool.decode_arguments('{"city": "' + "x" * 300_000 + '"}')
+
+
+# ---- dynamic tools -----------------------------------------------------------------------------
+
+_DYNAMIC_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "n": {"type": "integer", "minimum": 1},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "opts": {"type": "object", "properties": {"depth": {"type": "integer"}}},
+    },
+    "required": ["n"],
+    "additionalProperties": False,
+}
+
+
+def test_dynamic_tool_validates_with_its_json_schema() -> None:
+    tool = Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA)
+    assert tool.is_dynamic
+    assert tool.decode_arguments('{"n": 2, "tags": ["a"]}') == {"n": 2, "tags": ["a"]}
+    assert Toolkit(tool).descriptors[0].parameters == _DYNAMIC_SCHEMA
+
+
+def test_dynamic_tool_errors_carry_paths() -> None:
+    tool = Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA)
+    with pytest.raises(SchemaError) as caught:
+        tool.decode_arguments('{"n": 0, "tags": ["a", 3], "opts": {"depth": "deep"}}')
+    assert _paths(caught.value) == {"$.n", "$.tags[1]", "$.opts.depth"}
+    with pytest.raises(SchemaError) as missing:
+        tool.decode_arguments('{"tags": []}')
+    assert _paths(missing.value) == {"$"}
+    assert "'n' is a required property" in str(missing.value)
+
+
+def test_dynamic_tool_rejects_invalid_json() -> None:
+    tool = Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA)
+    with pytest.raises(SchemaError, match="invalid JSON"):
+        tool.decode_arguments('{"n": ')
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "objekt"},
+        {"type": "object", "properties": {"n": {"minimum": "one"}}},
+        {"required": 3},
+    ],
+)
+def test_dynamic_tool_with_an_invalid_schema_is_rejected_at_construction(
+    schema: dict[str, Any],
+) -> None:
+    with pytest.raises(jsonschema.SchemaError):
+        Tool.dynamic("dyn", "A dynamic tool.", schema)
+    with pytest.raises(jsonschema.SchemaError):
+        Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA, success_schema=schema)
+
+
+def test_dynamic_success_schema_is_enforced_on_output() -> None:
+    tool = Tool.dynamic(
+        "dyn",
+        "A dynamic tool.",
+        _DYNAMIC_SCHEMA,
+        success_schema={
+            "type": "object",
+            "required": ["ok"],
+            "properties": {"ok": {"type": "boolean"}},
+        },
+    )
+    assert tool.encode_success({"ok": True}) == {"ok": True}
+    with pytest.raises(OutputSchemaViolation, match=r"\$\.ok"):
+        tool.encode_success({"ok": "yes"})
+
+
+# ---- success encoding --------------------------------------------------------------------------
+
+
+def test_static_success_is_encoded_to_json() -> None:
+    tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)
+    assert tool.encode_success(Forecast("Oslo", 4.0)) == {"city": "Oslo", "high_c": 4.0}
+
+
+@pytest.mark.parametrize("value", [{"city": "Oslo", "high_c": 4.0}, Lookup("Oslo"), None, "Oslo"])
+def test_a_value_of_the_wrong_type_violates_the_output_schema(value: object) -> None:
+    tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)
+    with pytest.raises(OutputSchemaViolation, match="Forecast"):
+        tool.encode_success(value)
+
+
+def test_generic_success_types_are_checked_not_crashed_on() -> None:
+    tool: Tool[Any, Any] = Tool("search", "Search.", success=list[Hit])
+    assert tool.encode_success([Hit("a"), Hit("b")]) == [{"url": "a"}, {"url": "b"}]
+    with pytest.raises(OutputSchemaViolation):
+        tool.encode_success([Hit("a"), "b"])
+    with pytest.raises(OutputSchemaViolation):
+        tool.encode_success(Hit("a"))
+
+
+@pytest.mark.parametrize("value", [object(), float("nan"), {"k": object()}, [1, float("inf")]])
+def test_undeclared_success_must_still_be_json(value: object) -> None:
+    with pytest.raises(OutputSchemaViolation, match="JSON"):
+        Tool("t", "A tool.").encode_success(value)
+
+
+def test_undeclared_success_accepts_any_json_value() -> None:
+    tool: Tool[Any, Any] = Tool("t", "A tool.")
+    assert tool.encode_success({"a": [1, 2.5, None, True, "x"]}) == {"a": [1, 2.5, None, True, "x"]}
+    assert tool.encode_success(Hit("u")) == {"url": "u"}
+
+
+# ---- handler results and declared failures -----------------------------------------------------
+
+
+def test_returns_success_is_unwrapped() -> None:
+    assert handler_result(Success(Forecast("Oslo", 4.0))) == Forecast("Oslo", 4.0)
+    assert handler_result(Success(None)) is None
+    assert handler_result(Forecast("Rome", 1.0)) == Forecast("Rome", 1.0)
+
+
+def test_returns_failure_of_an_error_is_raised_as_that_error() -> None:
+    error = UnknownCity("Atlantis")
+    with pytest.raises(UnknownCity) as caught:
+        handler_result(Failure(error))
+    assert caught.value is error
+
+
+def test_returns_failure_of_a_non_exception_is_an_output_violation() -> None:
+    with pytest.raises(OutputSchemaViolation, match="not an exception"):
+        handler_result(Failure("nope"))
+
+
+def test_declared_failures_are_recognised_and_encoded_as_an_envelope() -> None:
+    tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, failure=UnknownCity)
+    assert tool.is_declared_failure(UnknownCity("x"))
+    assert not tool.is_declared_failure(RateLimited())
+    assert not tool.is_declared_failure(KeyError("x"))
+    assert not Tool("g", "No failures.").is_declared_failure(UnknownCity("x"))
+    envelope = encode_failure(UnknownCity("Atlantis"))
+    assert envelope["_tag"] == "UnknownCity"
+    assert envelope["city"] == "Atlantis"
+    assert "Atlantis" in envelope["message"]
+
+
+# ---- approval ----------------------------------------------------------------------------------
+
+
+def test_needs_approval_as_a_bool() -> None:
+    never: Tool[Any, Any] = Tool("a", "A.")
+    always: Tool[Any, Any] = Tool("b", "B.", needs_approval=True)
+    assert not never.may_need_approval
+    assert not never.requires_approval(None, _ctx("a"))
+    assert always.may_need_approval
+    assert always.requires_approval(None, _ctx("b"))
+
+
+def test_needs_approval_as_a_function_of_params_and_call() -> None:
+    seen: list[tuple[Lookup, str]] = []
+
+    def rule(params: Lookup, call: ToolCallContext) -> bool:
+        seen.append((params, call.tool_call_id))
+        return params.city == "Pyongyang"
+
+    tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, needs_approval=rule)
+    assert tool.may_need_approval
+    assert not tool.requires_approval(Lookup("Oslo"), _ctx("f"))
+    assert tool.requires_approval(Lookup("Pyongyang"), _ctx("f"))
+    assert seen == [(Lookup("Oslo"), "call_1"), (Lookup("Pyongyang"), "call_1")]

@@ -1,0 +1,340 @@
+"""Budgets, one test per dimension; the single grace turn of "final-answer" (and its fail-closed
+rule); "fail"; BudgetWarning once per dimension at 80 %; repeated failures; and cache-aware,
+context-aware usage totals (CAP-017)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from effectagent.ai import Usage
+from effectagent.core import (
+    BudgetExhausted,
+    BudgetWarning,
+    FinalTurnDeclaredTools,
+    ModelResponseRecorded,
+    RepeatedToolFailure,
+    RunCompleted,
+    RunFailed,
+    RunFailedRecord,
+    ToolCallSettled,
+    ToolRejected,
+    ToolSuccess,
+    TurnCompleted,
+    TurnStarted,
+    UsageDelta,
+    UsageTotals,
+)
+from effectagent.testing import Turn
+
+from .helpers import (
+    HandlerProbe,
+    Ran,
+    events_of,
+    forecast_tool,
+    make_agent,
+    make_policy,
+    records_of,
+    results_by_id,
+    run_script,
+    same_error,
+)
+
+
+def _oslo(count: int = 1, **kwargs: Any) -> Turn:
+    return Turn.tool_calls(
+        *[("forecast", {"city": "Oslo"}, f"c{count}_{i}") for i in range(count)], **kwargs
+    )
+
+
+async def _run(policy_overrides: dict[str, Any], turns: list[Turn], probe: HandlerProbe) -> Ran:
+    tool = forecast_tool()
+    return await run_script(
+        make_agent(tool, policy=make_policy(**policy_overrides)), {tool: probe.forecast()}, turns
+    )
+
+
+def _assert_single_grace_turn(ran: Ran, dimension: str) -> RunCompleted:
+    terminal = ran.terminal
+    assert isinstance(terminal, RunCompleted), terminal
+    assert terminal.finish_reason == "budget-exhausted"
+    assert terminal.exhausted == dimension
+    grace = ran.model.requests[-1]
+    assert grace.tool_choice == "none"
+    assert grace.tools == ()
+    assert all(r.tools for r in ran.model.requests[:-1])
+    starts = events_of(ran.events, TurnStarted)
+    assert [s.grace for s in starts] == [False] * (len(starts) - 1) + [True]
+    assert len(starts) == len(ran.model.requests)
+    return terminal
+
+
+# ---- one test per dimension --------------------------------------------------------------------
+
+
+async def test_max_turns(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_turns": 2}, [_oslo(), _oslo(), Turn.text("Out of turns.")], probe)
+    terminal = _assert_single_grace_turn(ran, "turns")
+    assert terminal.text == "Out of turns."
+    assert len(ran.model.requests) == 3
+    assert len(probe.calls) == 2
+    ran.model.inner.assert_consumed()
+
+
+async def test_max_tool_calls_admits_part_of_a_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_tool_calls": 3}, [_oslo(2), _oslo(3), Turn.text("Enough.")], probe)
+    _assert_single_grace_turn(ran, "tool_calls")
+    kinds = {r.tool_call_id: r.outcome.kind for r in records_of(ran.log, ToolCallSettled)}
+    assert kinds == {
+        "c2_0": "success",
+        "c2_1": "success",
+        "c3_0": "success",
+        "c3_1": "rejected",
+        "c3_2": "rejected",
+    }
+    assert len(probe.calls) == 3
+    rejected = results_by_id(ran.model.requests[2])["c3_2"]
+    assert rejected.result["_tag"] == "ToolRejected"
+
+
+async def test_max_duration_interrupts_a_hanging_tool(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    start = trio.current_time()
+    ran = await run_script(
+        make_agent(tool, policy=make_policy(max_duration=30)),
+        {tool: probe.hanging()},
+        [_oslo(), Turn.text("Ran out of time.")],
+    )
+    _assert_single_grace_turn(ran, "duration")
+    assert trio.current_time() - start == pytest.approx(30)
+    assert probe.cancelled == 1
+    assert probe.active == 0
+    defect = results_by_id(ran.model.requests[-1])["c1_0"]
+    assert defect.result["_tag"] == "ToolDefect"
+    assert "interrupted" in defect.result["message"]
+
+
+async def test_max_duration_interrupts_a_hanging_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_duration": 30}, [Turn.hanging(), Turn.text("Late answer.")], probe)
+    _assert_single_grace_turn(ran, "duration")
+    assert ran.model.all_streams_closed()
+
+
+async def test_token_budget(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    per_turn = Usage.of(50, 10)
+    ran = await _run(
+        {"token_budget": 100},
+        [_oslo(usage=per_turn), _oslo(usage=per_turn), Turn.text("Done.")],
+        probe,
+    )
+    terminal = _assert_single_grace_turn(ran, "tokens")
+    assert len(ran.model.requests) == 3  # 60, then 120 >= 100: grace
+    assert terminal.usage.total_tokens >= 120
+
+
+# ---- warnings ----------------------------------------------------------------------------------
+
+
+async def test_budget_warning_once_per_dimension_at_80_percent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    usage = Usage.of(20, 10)
+    ran = await _run(
+        {"max_turns": 5, "max_tool_calls": 100, "token_budget": 140},
+        [*[_oslo(usage=usage) for _ in range(5)], Turn.text("Done.", usage=usage)],
+        probe,
+    )
+    warnings = events_of(ran.events, BudgetWarning)
+    # tokens: 30 per call, 120 >= 112 after turn 4; turns: 4 >= 4 after turn 4.
+    assert sorted((w.dimension, w.used, w.limit) for w in warnings) == [
+        ("tokens", 120, 140),
+        ("turns", 4, 5),
+    ]
+    # Each follows the TurnCompleted of the turn that crossed the line.
+    for warning in warnings:
+        before = ran.events[warning.seq - 2]
+        assert isinstance(before, TurnCompleted | BudgetWarning)
+    completed = events_of(ran.events, TurnCompleted)
+    assert completed[3].seq < min(w.seq for w in warnings)
+    assert completed[2].seq < completed[3].seq
+
+
+async def test_no_warning_below_80_percent(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_turns": 5}, [_oslo(), _oslo(), _oslo(), Turn.text("Done.")], probe)
+    assert isinstance(ran.terminal, RunCompleted)
+    assert events_of(ran.events, BudgetWarning) == []
+
+
+# ---- grace turn and "fail" ---------------------------------------------------------------------
+
+
+async def test_a_grace_turn_that_declares_a_tool_fails_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_turns": 1}, [_oslo(), _oslo()], probe)
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert same_error(terminal.error, FinalTurnDeclaredTools(("forecast",)))
+    assert len(probe.calls) == 1  # the grace turn's call never ran
+    assert ran.model.requests[-1].tool_choice == "none"
+    (record,) = records_of(ran.log, RunFailedRecord)
+    assert record.error == terminal.error
+
+
+@pytest.mark.parametrize(
+    ("overrides", "dimension", "limit"),
+    [
+        ({"max_turns": 2}, "turns", 2),
+        ({"max_tool_calls": 2}, "tool_calls", 2),
+    ],
+)
+async def test_on_exhaustion_fail_ends_the_run_naming_the_dimension(
+    autojump_clock: trio.testing.MockClock, overrides: dict[str, Any], dimension: str, limit: int
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run({**overrides, "on_exhaustion": "fail"}, [_oslo(), _oslo(), _oslo()], probe)
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert same_error(terminal.error, BudgetExhausted(dimension, limit, limit))
+    assert len(ran.model.requests) == 2  # no grace turn
+    assert all(r.tool_choice == "auto" for r in ran.model.requests)
+
+
+async def test_duration_exhaustion_under_fail(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    ran = await _run({"max_duration": 10, "on_exhaustion": "fail"}, [Turn.hanging()], probe)
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert isinstance(terminal.error, BudgetExhausted)
+    assert terminal.error.dimension == "duration"
+    assert terminal.error.limit == 10
+
+
+# ---- repeated failures -------------------------------------------------------------------------
+
+
+def _city(city: str) -> Turn:
+    return Turn.tool_calls(("forecast", {"city": city}))
+
+
+async def test_three_consecutive_failures_of_one_tool_fail_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run(
+        {"on_exhaustion": "fail"},
+        [_city("Atlantis"), _city("Lemuria"), _city("Mu"), _city("Oslo")],
+        probe,
+    )
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert same_error(terminal.error, RepeatedToolFailure("forecast", 3))
+    assert len(ran.model.requests) == 3
+
+
+async def test_repeated_failures_under_final_answer_get_a_grace_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    ran = await _run(
+        {"repeated_failure_limit": 2},
+        [_city("Atlantis"), _city("Mu"), Turn.text("I give up.")],
+        probe,
+    )
+    _assert_single_grace_turn(ran, "repeated_failures")
+
+
+async def test_a_success_resets_the_failure_streak(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    ran = await _run(
+        {"on_exhaustion": "fail"},
+        [
+            _city("Atlantis"),
+            _city("Mu"),
+            _city("Oslo"),
+            _city("Lemuria"),
+            _city("Hy-Brasil"),
+            Turn.text("Done."),
+        ],
+        probe,
+    )
+    assert isinstance(ran.terminal, RunCompleted)
+    kinds = [r.outcome.kind for r in records_of(ran.log, ToolCallSettled)]
+    assert kinds == ["failure", "failure", "success", "failure", "failure"]
+
+
+async def test_rejections_do_not_count_as_failures(autojump_clock: trio.testing.MockClock) -> None:
+    probe = HandlerProbe()
+    ran = await _run(
+        {"max_tool_calls": 1, "max_turns": 8, "on_exhaustion": "fail"},
+        [_oslo(4)],
+        probe,
+    )
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert same_error(terminal.error, BudgetExhausted("tool_calls", 1, 1))
+    outcomes = [r.outcome for r in records_of(ran.log, ToolCallSettled)]
+    assert [type(o) for o in outcomes] == [ToolSuccess, ToolRejected, ToolRejected, ToolRejected]
+
+
+# ---- CAP-017 -----------------------------------------------------------------------------------
+
+
+async def test_usage_totals_are_cache_aware_and_context_aware(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe = HandlerProbe()
+    first = Usage.of(100, 10, cache_read=60, cache_write=20)
+    second = Usage.of(150, 5, cache_read=120)
+    ran = await _run({}, [_oslo(usage=first), Turn.text("Done.", usage=second)], probe)
+    terminal = ran.terminal
+    assert isinstance(terminal, RunCompleted)
+    assert terminal.usage == UsageTotals(
+        input_tokens=250,
+        output_tokens=15,
+        cache_read_input_tokens=180,
+        cache_write_input_tokens=20,
+        reasoning_tokens=0,
+        model_calls=2,
+        last_input_tokens=150,
+        last_output_tokens=5,
+    )
+    assert terminal.usage.live_context_tokens == 155
+    deltas = [r.usage for r in records_of(ran.log, ModelResponseRecorded)]
+    assert deltas == [
+        UsageDelta(100, 10, 60, 20, 0),
+        UsageDelta(150, 5, 120, 0, 0),
+    ]
+    turn_usage = [e.usage for e in events_of(ran.events, TurnCompleted)]
+    assert turn_usage[0].last_input_tokens == 100
+    assert turn_usage[0].cache_write_input_tokens == 20
+
+
+def test_usage_delta_keeps_input_total_and_cache_parts_distinct() -> None:
+    usage = Usage.of(1000, 50, cache_read=700, cache_write=100)
+    assert usage.input.uncached == 200
+    delta = UsageDelta.from_usage(usage)
+    assert delta.input_tokens == 1000
+    assert delta.cache_read_input_tokens == 700
+    assert delta.cache_write_input_tokens == 100
+    totals = UsageTotals().add(delta).add(UsageDelta(10, 1))
+    assert totals.input_tokens == 1010
+    assert totals.cache_read_input_tokens == 700
+    assert (totals.last_input_tokens, totals.last_output_tokens) == (10, 1)
+    assert totals.model_calls == 2

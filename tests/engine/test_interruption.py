@@ -1,0 +1,170 @@
+"""Interruption: cancelling the caller (or leaving the stream early) stops the model stream and
+every tool task, ends the run with RunInterrupted, writes RunFailedRecord("interrupted"), settles
+unfinished calls as interrupted defects, and leaves no task behind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+import trio.testing
+
+from effectagent.ai import TextDelta, TextStart, ToolCallContext
+from effectagent.core import (
+    EventBase,
+    RunFailedRecord,
+    RunInterrupted,
+    ToolCallSettled,
+    ToolCallStarted,
+    ToolDefect,
+)
+from effectagent.engine import open_runtime
+from effectagent.testing import Turn
+
+from .helpers import (
+    Forecast,
+    HandlerProbe,
+    Lookup,
+    TrackingModel,
+    assert_well_formed,
+    descendant_tasks,
+    entries,
+    forecast_tool,
+    make_agent,
+    records_of,
+)
+
+_STREAMING = Turn.hanging(after=[TextStart("t"), TextDelta("t", "Let me think")])
+
+
+def _two_hanging_calls() -> Turn:
+    return Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Rome"}))
+
+
+async def test_cancelling_run_during_model_streaming(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = TrackingModel([_STREAMING])
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        with trio.move_on_after(5) as cancel:
+            await runtime.run(agent, "Think hard.")
+        assert cancel.cancelled_caught  # the caller's cancellation is not swallowed
+        assert runtime.active_runs == 0
+        assert descendant_tasks(trio.lowlevel.current_task()) == []
+        (conversation,) = runtime.log.conversations()  # type: ignore[attr-defined]
+        log = await entries(runtime, conversation)
+    assert model.all_streams_closed()
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.reason == "interrupted"
+    assert record.error is None
+
+
+async def test_cancelling_the_stream_consumer_during_a_tool_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel([_two_hanging_calls()])
+    layer = agent.toolkit.handlers({tool: probe.hanging()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        stream = runtime.stream(agent, "Weather?")
+        events: list[EventBase] = []
+        with trio.CancelScope() as cancel:
+            async for event in stream:
+                events.append(event)
+                if sum(isinstance(e, ToolCallStarted) for e in events) == 2:
+                    await trio.sleep(1)  # both handlers are now hanging
+                    cancel.cancel()
+        # The run was interrupted; the stream still hands over what remains, terminal included.
+        async for event in stream:
+            events.append(event)
+        assert runtime.active_runs == 0
+        assert descendant_tasks(trio.lowlevel.current_task()) == []
+        log = await entries(runtime, stream.conversation_id)
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunInterrupted)
+    assert probe.cancelled == 2
+    assert probe.active == 0
+    settled = records_of(log, ToolCallSettled)
+    assert [s.tool_call_id for s in settled] == ["call_0", "call_1"]
+    for s in settled:
+        assert isinstance(s.outcome, ToolDefect)
+        assert "interrupted" in s.outcome.message
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.reason == "interrupted"
+    assert model.all_streams_closed()
+
+
+async def test_leaving_the_stream_block_early_interrupts_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = TrackingModel([_STREAMING])
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Think.") as stream:
+            async for event in stream:
+                if type(event).__name__ == "TextDelta":
+                    break
+        # Leaving the block waited until the run had written its interruption.
+        assert runtime.active_runs == 0
+        assert descendant_tasks(trio.lowlevel.current_task()) == []
+        log = await entries(runtime, stream.conversation_id)
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.reason == "interrupted"
+    assert model.all_streams_closed()
+
+
+async def test_a_handler_with_its_own_nursery_is_interrupted_not_crashed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Handlers doing concurrent work raise a group of Cancelled when interrupted: still an
+    interruption (the run ends RunInterrupted, the call is an interrupted defect)."""
+    tool = forecast_tool()
+    started = trio.Event()
+
+    async def fan_out(params: Lookup, call: ToolCallContext) -> Forecast:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(trio.sleep_forever)
+            started.set()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    agent = make_agent(tool)
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
+    layer = agent.toolkit.handlers({tool: fan_out}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Weather?") as stream:
+            events = []
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, ToolCallStarted):
+                    await started.wait()
+                    stream.interrupt()
+        log = await entries(runtime, stream.conversation_id)
+    assert isinstance(assert_well_formed(events), RunInterrupted)
+    (settled,) = records_of(log, ToolCallSettled)
+    assert isinstance(settled.outcome, ToolDefect)
+    assert "interrupted" in settled.outcome.message
+    assert "crashed" not in settled.outcome.message
+
+
+async def test_interrupting_a_run_blocked_on_a_slow_consumer_keeps_sequence_gap_free() -> None:
+    """The run is stuck sending (the consumer is slow and the buffer full) when it is interrupted:
+    the events the consumer then reads still count 1, 2, 3, ... up to the terminal one."""
+    model = TrackingModel([Turn.text("x" * 400, chunk=1)])
+    agent = make_agent()
+    async with (
+        open_runtime(model.layer(), agents=[agent]) as runtime,
+        runtime.stream(agent, "Talk a lot.") as stream,
+    ):
+        events: list[Any] = [await stream.__anext__()]
+        await trio.testing.wait_all_tasks_blocked()  # the run now waits on a full buffer
+        stream.interrupt()
+        async for event in stream:
+            events.append(event)
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunInterrupted)
+    assert len(events) < 400  # it really was cut short
+    # The model's generator was suspended at a part when the run stopped: it was closed.
+    assert model.all_streams_closed()

@@ -1,0 +1,459 @@
+"""The runtime: no global state (two coexist), opened inside the caller's task tree, closing it
+interrupts its runs and releases its layers; ``run`` reduces ``stream`` (RUN-001); conversations
+continue from the log; output schemas; event and record invariants."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, cast
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from effectagent.ai import (
+    AssistantMessage,
+    FinishPart,
+    LanguageModelService,
+    ModelRequest,
+    RateLimited,
+    SystemMessage,
+    TextContent,
+    TextDelta,
+    TextStart,
+    ToolCallContext,
+    ToolMessage,
+    UserMessage,
+)
+from effectagent.core import (
+    ConversationCreated,
+    EventBase,
+    LogEntry,
+    ModelFailed,
+    OutputInvalid,
+    RunCompleted,
+    RunCompletedRecord,
+    RunFailed,
+    RunFailedRecord,
+    RunInterrupted,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    TurnStarted,
+)
+from effectagent.effect import Context, Layer, ServiceKey
+from effectagent.engine import RunResult, open_runtime, reduce_events
+from effectagent.testing import Turn
+
+from .helpers import (
+    Forecast,
+    HandlerProbe,
+    Lookup,
+    TrackingModel,
+    assert_well_formed,
+    collect,
+    descendant_tasks,
+    entries,
+    events_of,
+    forecast_tool,
+    make_agent,
+    records_of,
+    run_events,
+)
+
+
+def _weather_turns(city: str) -> list[Turn]:
+    return [Turn.tool_calls(("forecast", {"city": city})), Turn.text(f"{city} is mild.")]
+
+
+# ---- no global state ---------------------------------------------------------------------------
+
+
+async def test_two_runtimes_coexist_independently(autojump_clock: trio.testing.MockClock) -> None:
+    tool_a, tool_b = forecast_tool(), forecast_tool()
+    agent_a, agent_b = make_agent(tool_a), make_agent(tool_b)
+    probe_a, probe_b = HandlerProbe(), HandlerProbe()
+    model_a, model_b = TrackingModel(_weather_turns("Oslo")), TrackingModel(_weather_turns("Rome"))
+    layer_a = agent_a.toolkit.handlers({tool_a: probe_a.forecast()}) + model_a.layer()
+    layer_b = agent_b.toolkit.handlers({tool_b: probe_b.forecast()}) + model_b.layer()
+    results: dict[str, RunResult] = {}
+    async with (
+        open_runtime(layer_a, agents=[agent_a]) as runtime_a,
+        open_runtime(layer_b, agents=[agent_b]) as runtime_b,
+    ):
+
+        async def run(key: str, runtime: Any, agent: Any) -> None:
+            results[key] = await runtime.run(agent, "Weather?")
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run, "a", runtime_a, agent_a)
+            nursery.start_soon(run, "b", runtime_b, agent_b)
+        assert runtime_a.log is not runtime_b.log
+        assert runtime_a.log.conversations() == (results["a"].conversation_id,)  # type: ignore[attr-defined]
+        assert runtime_b.log.conversations() == (results["b"].conversation_id,)  # type: ignore[attr-defined]
+    assert results["a"].text == "Oslo is mild."
+    assert results["b"].text == "Rome is mild."
+    assert probe_a.calls == [("forecast", Lookup("Oslo"))]
+    assert probe_b.calls == [("forecast", Lookup("Rome"))]
+    assert len(model_a.requests) == len(model_b.requests) == 2
+
+
+async def test_runs_live_in_the_callers_task_tree(autojump_clock: trio.testing.MockClock) -> None:
+    seen: list[trio.lowlevel.Task] = []
+
+    def record_task(request: ModelRequest) -> None:
+        seen.append(trio.lowlevel.current_task())
+
+    model = TrackingModel([Turn.text("Hello.").with_inspection(record_task)])
+    agent = make_agent()
+    caller = trio.lowlevel.current_task()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Hi")
+        assert runtime.active_runs == 0
+    assert result.status == "completed"
+    (run_task,) = seen
+    ancestors = []
+    task: trio.lowlevel.Task | None = run_task
+    while task is not None:
+        ancestors.append(task)
+        nursery = task.parent_nursery
+        task = nursery.parent_task if nursery is not None else None
+    assert caller in ancestors
+    assert descendant_tasks(caller) == []  # nothing outlives the runtime
+
+
+async def test_a_closed_runtime_refuses_new_runs(autojump_clock: trio.testing.MockClock) -> None:
+    agent = make_agent()
+    async with open_runtime(TrackingModel().layer(), agents=[agent]) as runtime:
+        pass
+    with pytest.raises(RuntimeError, match="closed"):
+        runtime.stream(agent, "Hi")
+
+
+# ---- closing the runtime -----------------------------------------------------------------------
+
+Database: ServiceKey[list[str]] = ServiceKey("test.Database")
+
+
+async def test_closing_the_runtime_interrupts_runs_then_releases_every_layer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    journal: list[str] = []
+    tool = forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
+    started = trio.Event()
+
+    @asynccontextmanager
+    async def open_model(ctx: Context) -> AsyncIterator[TrackingModel]:
+        journal.append("model up")
+        try:
+            yield model
+        finally:
+            journal.append("model down")
+
+    @asynccontextmanager
+    async def open_database(ctx: Context) -> AsyncIterator[list[str]]:
+        journal.append("db up")
+        try:
+            yield journal
+        finally:
+            journal.append("db down")
+
+    async def handlers(ctx: Context) -> Any:
+        db = ctx[Database]
+
+        async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+            started.set()
+            try:
+                await trio.sleep_forever()
+            finally:
+                db.append("handler stopped")
+            raise AssertionError("unreachable")  # pragma: no cover
+
+        return {tool: handle}
+
+    database = Layer.scoped(Database, open_database)
+    layer = Layer.scoped(LanguageModelService, open_model) + agent.toolkit.handlers_from(
+        handlers, requires=[Database]
+    ).provide(database)
+    events: list[EventBase] = []
+
+    async def consume(stream: Any) -> None:
+        async for event in stream:
+            events.append(event)
+
+    async with trio.open_nursery() as nursery:
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            assert journal == ["model up", "db up"]
+            nursery.start_soon(consume, runtime.stream(agent, "Weather?"))
+            await started.wait()
+            assert runtime.active_runs == 1
+            log = runtime.log
+        journal.append("closed")
+    assert journal == ["model up", "db up", "handler stopped", "db down", "model down", "closed"]
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunInterrupted)
+    (record,) = records_of(list(await log.entries(terminal.conversation_id)), RunFailedRecord)
+    assert record.reason == "interrupted"
+    assert runtime.active_runs == 0
+    assert model.all_streams_closed()
+
+
+# ---- RUN-001 -----------------------------------------------------------------------------------
+
+
+async def _aiter(events: list[EventBase]) -> AsyncIterator[EventBase]:
+    for event in events:
+        yield event
+
+
+def _comparable(result: RunResult) -> dict[str, Any]:
+    fields = attrs.asdict(result, recurse=False)
+    del fields["run_id"], fields["conversation_id"]
+    # Outcomes arrive in completion order, which the scheduler may vary between two runs.
+    fields["outcomes"] = sorted(result.outcomes, key=lambda o: o.tool_call_id)
+    return fields
+
+
+async def test_run_reduces_the_very_stream_that_stream_yields(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    script = [
+        Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Atlantis"})),
+        Turn.text("Oslo is 4.", reasoning="Oslo known, Atlantis not."),
+    ]
+    model = TrackingModel([*script, *script])
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        streamed = await run_events(runtime, agent, "Weather?")
+        ran = await runtime.run(agent, "Weather?")
+    reduced = await reduce_events(_aiter(streamed))
+    assert reduced.status == ran.status == "completed"
+    assert _comparable(reduced) == _comparable(ran)
+    assert ran.events == len(streamed)
+    assert sorted(o.kind for o in ran.outcomes) == ["failure", "success"]
+    assert ran.text == "Oslo is 4."
+    assert ran.raise_for_status() is ran
+
+
+async def test_a_failed_run_result_raises_for_status(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = TrackingModel([Turn.fail(RateLimited("slow down"))])
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Hi")
+    assert result.status == "failed"
+    assert isinstance(result.error, ModelFailed)
+    with pytest.raises(Exception, match="failed: ModelFailed"):
+        result.raise_for_status()
+
+
+# ---- conversations -----------------------------------------------------------------------------
+
+
+async def test_continuing_a_conversation_projects_its_history(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel(
+        [
+            Turn.text("Hi Ann."),
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.text("4 degrees, Ann."),
+            Turn.text("A stranger."),
+        ]
+    )
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "I am Ann.")
+        second = await runtime.run(agent, "Weather?", conversation_id=first.conversation_id)
+        other = await runtime.run(agent, "Who am I?")
+        log = await entries(runtime, first.conversation_id)
+    assert second.conversation_id == first.conversation_id
+    assert other.conversation_id != first.conversation_id
+    continued = model.requests[1].messages
+    assert continued == (
+        SystemMessage("Answer with today's high."),
+        UserMessage.text("I am Ann."),
+        AssistantMessage((TextContent("Hi Ann."),)),
+        UserMessage.text("Weather?"),
+    )
+    after_tools = model.requests[2].messages
+    assert after_tools[:4] == continued
+    assert isinstance(after_tools[-1], ToolMessage)
+    assert model.requests[3].messages == (
+        SystemMessage("Answer with today's high."),
+        UserMessage.text("Who am I?"),
+    )
+    assert len(records_of(log, ConversationCreated)) == 1
+    assert len(records_of(log, RunCompletedRecord)) == 2
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
+
+
+# ---- output schema -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Answer:
+    city: str
+    high_c: float
+
+
+async def _run_with_output(text: str) -> tuple[list[EventBase], list[LogEntry]]:
+    agent = make_agent(output=Answer)
+    model = TrackingModel([Turn.text(text)])
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "Structured, please.")
+        log = await entries(runtime, events[0].conversation_id)
+    return events, log
+
+
+async def test_output_type_decodes_the_final_answer(autojump_clock: trio.testing.MockClock) -> None:
+    events, log = await _run_with_output('{"city": "Oslo", "high_c": 4.5}')
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunCompleted)
+    assert terminal.output == Answer("Oslo", 4.5)
+    (record,) = records_of(log, RunCompletedRecord)
+    assert record.output == {"city": "Oslo", "high_c": 4.5}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("It is warm.", "invalid JSON"), ('{"city": 3, "high_c": 1}', "$.city")],
+)
+async def test_an_answer_that_does_not_decode_fails_the_run(
+    autojump_clock: trio.testing.MockClock, text: str, expected: str
+) -> None:
+    events, log = await _run_with_output(text)
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunFailed)
+    assert isinstance(terminal.error, OutputInvalid)
+    assert expected in terminal.error.message
+    assert records_of(log, RunCompletedRecord) == []
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.reason == "OutputInvalid"
+
+
+# ---- event and record invariants ---------------------------------------------------------------
+
+_SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
+    "completed": lambda: _weather_turns("Oslo"),
+    "model error": lambda: [Turn.fail(RateLimited("slow down"), after=[TextStart("t")])],
+    "malformed stream": lambda: [Turn.raw(TextDelta("t", "x"), FinishPart("stop"))],
+    "unscripted turn": lambda: [Turn.tool_calls(("forecast", {"city": "Oslo"}))],
+}
+
+
+@pytest.mark.parametrize("scenario", list(_SCENARIOS))
+async def test_exactly_one_terminal_event_and_gap_free_sequence(
+    autojump_clock: trio.testing.MockClock, scenario: str
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel(_SCENARIOS[scenario]())
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Weather?") as stream:
+            events = await collect(stream)
+        log = await entries(runtime, stream.conversation_id)
+    terminal = assert_well_formed(events)
+    assert terminal.run_id == stream.run_id
+    assert terminal.conversation_id == stream.conversation_id
+    assert all(e.agent == "weather" for e in events)
+    expected = RunCompleted if scenario == "completed" else RunFailed
+    assert isinstance(terminal, expected)
+    # Exactly one terminal record, too.
+    assert len(records_of(log, RunCompletedRecord)) + len(records_of(log, RunFailedRecord)) == 1
+    assert model.all_streams_closed()
+
+
+async def test_events_carry_turn_and_tool_call_identity(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel(
+        [
+            Turn.tool_calls(
+                ("forecast", {"city": "Oslo"}, "id-a"), ("forecast", {"city": "X"}, "id-b")
+            ),
+            Turn.text("Done."),
+        ]
+    )
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with (
+        open_runtime(layer, agents=[agent]) as runtime,
+        runtime.stream(agent, "Weather?") as stream,
+    ):
+        events = await collect(stream)
+    assert {(e.run_id, e.conversation_id) for e in events} == {
+        (stream.run_id, stream.conversation_id)
+    }
+    assert [e.turn for e in events_of(events, TurnStarted)] == [1, 2]
+    declared = events_of(events, ToolCallDeclared)
+    assert [(d.tool_call_id, d.arguments, d.turn) for d in declared] == [
+        ("id-a", {"city": "Oslo"}, 1),
+        ("id-b", {"city": "X"}, 1),
+    ]
+    assert sorted(e.tool_call_id for e in events_of(events, ToolCallStarted)) == ["id-a", "id-b"]
+    assert [e.tool_call_id for e in events_of(events, ToolCallSucceeded)] == ["id-a"]
+    assert [e.tool_call_id for e in events_of(events, ToolCallFailed)] == ["id-b"]
+    assert sorted(c.tool_call_id for c in probe.contexts) == ["id-a", "id-b"]
+    assert {(c.run_id, c.conversation_id, c.agent_name) for c in probe.contexts} == {
+        (stream.run_id, stream.conversation_id, "weather")
+    }
+
+
+def _foreign_values(value: object, path: str = "$") -> list[str]:
+    """Paths of everything in a record that is neither JSON nor one of the core's own values."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return []
+    if isinstance(value, list | tuple):
+        return [p for i, item in enumerate(value) for p in _foreign_values(item, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        found = [f"{path} key {k!r}" for k in value if not isinstance(k, str)]
+        return found + [p for k, v in value.items() for p in _foreign_values(v, f"{path}.{k}")]
+    if attrs.has(type(value)) and type(value).__module__.startswith("effectagent.core."):
+        return [
+            p
+            for field in attrs.fields(cast(Any, type(value)))
+            for p in _foreign_values(getattr(value, field.name), f"{path}.{field.name}")
+        ]
+    return [f"{path}: {type(value).__module__}.{type(value).__qualname__}"]
+
+
+async def test_records_are_gap_free_and_hold_only_our_values(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool(failure_mode="return")
+    agent = make_agent(tool, output=Answer)
+    model = TrackingModel(
+        [
+            Turn.tool_calls(
+                ("forecast", {"city": "Oslo"}),
+                ("forecast", {"city": "Atlantis"}),
+                ("forecast", '{"city": "Ro'),
+                text="Checking.",
+            ),
+            Turn.text('{"city": "Oslo", "high_c": 4.0}', reasoning="Oslo is known."),
+            Turn.tool_calls(("forecast", {"city": "Rome"}), truncate_last=True),
+            Turn.text('{"city": "Rome", "high_c": 17.5}'),
+        ]
+    )
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "Oslo?")
+        await runtime.run(agent, "Rome?", conversation_id=first.conversation_id)
+        log = await entries(runtime, first.conversation_id)
+    assert [e.seq for e in log] == list(range(1, len(log) + 1))
+    assert len(log) > 10
+    for entry in log:
+        assert _foreign_values(entry.record) == [], entry
