@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias, Union
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -93,4 +93,4 @@ class ToolMessage:
     role: Literal["tool"] = "tool"
 
 
-Message: TypeAlias = Union[SystemMessage, UserMessage, AssistantMessage, ToolMessage]
+Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage

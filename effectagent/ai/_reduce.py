@@ -77,8 +77,8 @@ class ResponseReducer:
 
     __slots__ = (
         "_blocks",
-        "_calls",
         "_call_ids",
+        "_calls",
         "_error",
         "_finish",
         "_metadata",
@@ -105,7 +105,9 @@ class ResponseReducer:
             kind = "text" if isinstance(part, TextDelta) else "reasoning"
             chunks = self._blocks.get((kind, part.id))
             if chunks is None:
-                raise MalformedResponse(f"{part.type} for {kind} block {part.id!r} that is not open")
+                raise MalformedResponse(
+                    f"{part.type} for {kind} block {part.id!r} that is not open"
+                )
             chunks.append(part.delta)
         elif isinstance(part, TextStart | ReasoningStart):
             kind = "text" if isinstance(part, TextStart) else "reasoning"
@@ -117,7 +119,9 @@ class ResponseReducer:
         elif isinstance(part, TextEnd | ReasoningEnd):
             kind = "text" if isinstance(part, TextEnd) else "reasoning"
             if self._blocks.get((kind, part.id)) is None:
-                raise MalformedResponse(f"{part.type} for {kind} block {part.id!r} that is not open")
+                raise MalformedResponse(
+                    f"{part.type} for {kind} block {part.id!r} that is not open"
+                )
             self._blocks[(kind, part.id)] = None
         elif isinstance(part, ToolParamsStart):
             if part.id in self._params or part.id in self._call_ids:
@@ -126,12 +130,16 @@ class ResponseReducer:
         elif isinstance(part, ToolParamsDelta):
             entry = self._params.get(part.id)
             if entry is None or entry[2]:
-                raise MalformedResponse(f"tool-params-delta for tool call {part.id!r} that is not open")
+                raise MalformedResponse(
+                    f"tool-params-delta for tool call {part.id!r} that is not open"
+                )
             entry[1].append(part.delta)
         elif isinstance(part, ToolParamsEnd):
             entry = self._params.get(part.id)
             if entry is None or entry[2]:
-                raise MalformedResponse(f"tool-params-end for tool call {part.id!r} that is not open")
+                raise MalformedResponse(
+                    f"tool-params-end for tool call {part.id!r} that is not open"
+                )
             self._params[part.id] = (entry[0], entry[1], True)
         elif isinstance(part, ToolCall):
             if part.id in self._call_ids:
@@ -167,7 +175,9 @@ class ResponseReducer:
         finish = self._finish
         if finish is None:
             raise MalformedResponse("the stream ended without a finish part")
-        open_blocks = [f"{k} {i!r}" for (k, i), chunks in self._blocks.items() if chunks is not None]
+        open_blocks = [
+            f"{k} {i!r}" for (k, i), chunks in self._blocks.items() if chunks is not None
+        ]
         truncated: list[TruncatedToolCall] = []
         if self._params:
             if finish.reason != "length":

@@ -6,7 +6,7 @@ the provider sent) and the engine resolves, validates and runs them.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias, Union
+from typing import Literal, TypeAlias
 
 import attrs
 
@@ -152,7 +152,7 @@ class FinishPart:
     """The response is complete."""
 
     reason: FinishReason
-    usage: Usage = Usage()
+    usage: Usage = attrs.field(factory=Usage)
     type: Literal["finish"] = "finish"
 
 
@@ -164,19 +164,19 @@ class ErrorPart:
     type: Literal["error"] = "error"
 
 
-ResponsePart: TypeAlias = Union[
-    TextStart,
-    TextDelta,
-    TextEnd,
-    ReasoningStart,
-    ReasoningDelta,
-    ReasoningEnd,
-    ToolParamsStart,
-    ToolParamsDelta,
-    ToolParamsEnd,
-    ToolCall,
-    ToolResultPart,
-    ResponseMetadata,
-    FinishPart,
-    ErrorPart,
-]
+ResponsePart: TypeAlias = (
+    TextStart
+    | TextDelta
+    | TextEnd
+    | ReasoningStart
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolParamsStart
+    | ToolParamsDelta
+    | ToolParamsEnd
+    | ToolCall
+    | ToolResultPart
+    | ResponseMetadata
+    | FinishPart
+    | ErrorPart
+)

@@ -27,7 +27,6 @@ from effectagent.effect._schema import SchemaError, SchemaIssue, SchemaLimits, e
 from effectagent.effect._schema import decode as _decode
 from effectagent.effect._schema import decode_json as _decode_json
 
-
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",
     "FailureMode",

@@ -40,7 +40,9 @@ class Usage:
         return self.input.total + self.output.total
 
     @staticmethod
-    def of(input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0) -> Usage:
+    def of(
+        input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0
+    ) -> Usage:
         """Shorthand: totals with the uncached part derived."""
         return Usage(
             InputTokens(

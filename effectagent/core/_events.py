@@ -7,7 +7,7 @@ RunCompleted, RunFailed, RunInterrupted or RunSuspended.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias, Union
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -214,25 +214,30 @@ class RunSuspended(EventBase):
     reason: str
 
 
-Event: TypeAlias = Union[
-    RunStarted,
-    TurnStarted,
-    ModelStarted,
-    TextDelta,
-    ReasoningDelta,
-    ToolCallDeclared,
-    ToolCallStarted,
-    ToolProgress,
-    ToolCallSucceeded,
-    ToolCallFailed,
-    ApprovalRequested,
-    TurnCompleted,
-    BudgetWarning,
-    CompactionPerformed,
+Event: TypeAlias = (
+    RunStarted
+    | TurnStarted
+    | ModelStarted
+    | TextDelta
+    | ReasoningDelta
+    | ToolCallDeclared
+    | ToolCallStarted
+    | ToolProgress
+    | ToolCallSucceeded
+    | ToolCallFailed
+    | ApprovalRequested
+    | TurnCompleted
+    | BudgetWarning
+    | CompactionPerformed
+    | RunCompleted
+    | RunFailed
+    | RunInterrupted
+    | RunSuspended
+)
+
+TERMINAL_EVENTS: tuple[type[EventBase], ...] = (
     RunCompleted,
     RunFailed,
     RunInterrupted,
     RunSuspended,
-]
-
-TERMINAL_EVENTS: tuple[type[EventBase], ...] = (RunCompleted, RunFailed, RunInterrupted, RunSuspended)
+)

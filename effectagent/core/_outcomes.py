@@ -6,7 +6,7 @@ Every outcome carries the stable tool-call ID and the tool name, and knows what 
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeAlias, Union
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -111,6 +111,6 @@ class ToolUnknownOutcome:
         return {"_tag": "ToolUnknownOutcome", "message": self.reason}
 
 
-ToolOutcome: TypeAlias = Union[
-    ToolSuccess, ToolRejected, ToolInvalidInput, ToolFailure, ToolDefect, ToolUnknownOutcome
-]
+ToolOutcome: TypeAlias = (
+    ToolSuccess | ToolRejected | ToolInvalidInput | ToolFailure | ToolDefect | ToolUnknownOutcome
+)

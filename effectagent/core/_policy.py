@@ -23,8 +23,12 @@ def _positive_int(name: str) -> Any:
 
 def _optional_positive_int(name: str) -> Any:
     def check(_: object, __: attrs.Attribute[Any], value: object) -> None:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"AgentPolicy.{name} must be a positive integer or None, got {value!r}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(
+                f"AgentPolicy.{name} must be a positive integer or None, got {value!r}"
+            )
 
     return check
 
@@ -32,7 +36,9 @@ def _optional_positive_int(name: str) -> Any:
 def _positive_number(name: str) -> Any:
     def check(_: object, __: attrs.Attribute[Any], value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(f"AgentPolicy.{name} must be a positive number of seconds, got {value!r}")
+            raise ValueError(
+                f"AgentPolicy.{name} must be a positive number of seconds, got {value!r}"
+            )
 
     return check
 
@@ -50,7 +56,9 @@ class ToolResultBounds:
 
     def __attrs_post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int):
-            raise ValueError(f"ToolResultBounds.max_bytes must be an integer, got {self.max_bytes!r}")
+            raise ValueError(  # noqa: TRY004 - every bad policy value is a ValueError
+                f"ToolResultBounds.max_bytes must be an integer, got {self.max_bytes!r}"
+            )
         if self.max_bytes < MIN_RESULT_BYTES:
             raise ValueError(
                 f"ToolResultBounds.max_bytes must be at least {MIN_RESULT_BYTES}, got {self.max_bytes}"
@@ -103,7 +111,9 @@ class AgentPolicy:
     context_token_limit: int | None = attrs.field(
         default=None, validator=_optional_positive_int("context_token_limit")
     )
-    approval_timeout: float = attrs.field(default=300.0, validator=_positive_number("approval_timeout"))
+    approval_timeout: float = attrs.field(
+        default=300.0, validator=_positive_number("approval_timeout")
+    )
     grace_turn_duration: float = attrs.field(
         default=30.0, validator=_positive_number("grace_turn_duration")
     )
@@ -139,6 +149,8 @@ class Agent:
         if not isinstance(name, str) or not name.strip():
             raise ValueError("Agent.name must not be empty")
         if not isinstance(self.policy, AgentPolicy):
-            raise TypeError(f"Agent.policy must be an AgentPolicy, got {type(self.policy).__name__}")
+            raise TypeError(
+                f"Agent.policy must be an AgentPolicy, got {type(self.policy).__name__}"
+            )
         if not isinstance(self.toolkit, Toolkit):
             raise TypeError(f"Agent.toolkit must be a Toolkit, got {type(self.toolkit).__name__}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal, TypeAlias, Union
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -166,18 +166,18 @@ class RunFailedRecord:
     at: float
 
 
-Record: TypeAlias = Union[
-    ConversationCreated,
-    UserInputRecorded,
-    ModelResponseRecorded,
-    ToolCallPrepared,
-    ToolCallSettled,
-    ToolApprovalRequested,
-    ToolApprovalDecided,
-    CompactionCreated,
-    RunCompletedRecord,
-    RunFailedRecord,
-]
+Record: TypeAlias = (
+    ConversationCreated
+    | UserInputRecorded
+    | ModelResponseRecorded
+    | ToolCallPrepared
+    | ToolCallSettled
+    | ToolApprovalRequested
+    | ToolApprovalDecided
+    | CompactionCreated
+    | RunCompletedRecord
+    | RunFailedRecord
+)
 
 
 @attrs.frozen(slots=True)
@@ -253,7 +253,9 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
                     parts.append(ReasoningContent(value))
                 elif kind == "tool-call" and complete:
                     parts.append(
-                        ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"]))
+                        ToolCallContent(
+                            value["id"], value["name"], parse_arguments(value["arguments"])
+                        )
                     )
             if parts:
                 messages.append(AssistantMessage(tuple(parts)))

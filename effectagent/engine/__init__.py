@@ -4,8 +4,8 @@ from ._budget import BudgetState as BudgetState
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._runtime import RunFailedError as RunFailedError
 from ._runtime import RunResult as RunResult
-from ._runtime import Runtime as Runtime
 from ._runtime import RunStream as RunStream
+from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import reduce_events as reduce_events
 from ._scheduler import BatchLedger as BatchLedger

@@ -12,7 +12,6 @@ If the run is interrupted (or its deadline passes) mid-batch, every unsettled ca
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +71,9 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 class _Call:
     __slots__ = ("id", "index", "name", "params", "tool")
 
-    def __init__(self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any) -> None:
+    def __init__(
+        self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any
+    ) -> None:
         self.index = index
         self.id = call_id
         self.name = name
@@ -102,13 +103,25 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
         tool = toolkit.get(name)
         if truncated:
             settled_early.append(
-                (index, ToolInvalidInput(call_id, name, "the arguments were cut off by the output "
-                                         "length limit; the call was not executed"))
+                (
+                    index,
+                    ToolInvalidInput(
+                        call_id,
+                        name,
+                        "the arguments were cut off by the output "
+                        "length limit; the call was not executed",
+                    ),
+                )
             )
         elif tool is None:
             available = ", ".join(toolkit.names) or "none"
             settled_early.append(
-                (index, ToolInvalidInput(call_id, name, f"unknown tool {name!r} (available: {available})"))
+                (
+                    index,
+                    ToolInvalidInput(
+                        call_id, name, f"unknown tool {name!r} (available: {available})"
+                    ),
+                )
             )
         else:
             try:
@@ -123,7 +136,10 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     admitted = driver.budget.admit_tool_calls(len(runnable))
     for call in runnable[admitted:]:
         settled_early.append(
-            (call.index, ToolRejected(call.id, call.name, "the run's tool-call budget is exhausted"))
+            (
+                call.index,
+                ToolRejected(call.id, call.name, "the run's tool-call budget is exhausted"),
+            )
         )
     runnable = runnable[:admitted]
     if runnable:
@@ -142,22 +158,34 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
                 for c in runnable
             )
         )
-    for index, outcome in sorted(settled_early, key=lambda item: item[0]):
-        await _settle(driver, ledger, turn, index, outcome)
+    early = sorted(settled_early, key=lambda item: item[0])
+    for index, outcome in early:
+        ledger.settle(index, outcome)
 
     try:
+        # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
+        # checkpoint must still commit the batch (every prepared call gets its settlement).
+        for _, outcome in early:
+            await _announce(driver, turn, outcome)
         if runnable:
             async with open_scope() as scope:
                 for call in runnable:
                     scope.fork(_execute, driver, ledger, turn, call)
+        if not ledger.complete:
+            # Each fiber absorbs its own Cancelled, so an interrupted batch can leave the scope
+            # without raising: surface the cancellation here so the rest settle as interrupted.
+            await trio.lowlevel.checkpoint()
     except BaseException:
         with trio.CancelScope(shield=True):
             ledger.settle_rest(
-                lambda i: ToolDefect(declared[i][0], declared[i][1], "interrupted before it settled")
+                lambda i: ToolDefect(
+                    declared[i][0], declared[i][1], "interrupted before it settled"
+                )
             )
             await _commit(driver, ledger, turn, response)
         raise
-    outcomes = await _commit(driver, ledger, turn, response)
+    with trio.CancelScope(shield=True):  # a complete batch commits even if interrupted right now
+        outcomes = await _commit(driver, ledger, turn, response)
     driver.budget.record_outcomes(outcomes)
     for outcome in outcomes:
         if isinstance(outcome, ToolFailure):
@@ -198,6 +226,10 @@ async def _settle(
     driver: RunDriver, ledger: BatchLedger, turn: int, index: int, outcome: ToolOutcome
 ) -> None:
     ledger.settle(index, outcome)
+    await _announce(driver, turn, outcome)
+
+
+async def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
     await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
 
@@ -224,7 +256,11 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
     if services.authorization is not None:
         decision = await services.authorization.authorize(tool, call.params, context)
         if not decision.allowed:
-            return ToolRejected(call.id, call.name, f"not authorized: {decision.reason or 'denied'}")
+            return ToolRejected(
+                call.id,
+                call.name,
+                driver.redact_text(f"not authorized: {decision.reason or 'denied'}"),
+            )
     if tool.may_need_approval:
         try:
             needed = tool.requires_approval(call.params, context)
@@ -236,20 +272,25 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
             decision_ = await _approve(driver, turn, call)
             if not decision_.approved:
                 return ToolRejected(
-                    call.id, call.name, f"approval denied: {decision_.reason or 'no reason given'}"
+                    call.id,
+                    call.name,
+                    driver.redact_text(f"approval denied: {decision_.reason or 'no reason given'}"),
                 )
 
     handler = services.handlers[tool]
     async with driver.permits.permits():
         await driver.emit(ToolCallStarted, turn, call.id, call.name)
         try:
-            with trio.move_on_after(tool.timeout if tool.timeout is not None else math.inf):
+            if tool.timeout is None:  # no deadline, no cancel scope: measurable per call
+                value = handler_result(await handler(call.params, context))
+                return _success(driver, tool, call, value)
+            with trio.move_on_after(tool.timeout):
                 value = handler_result(await handler(call.params, context))
                 return _success(driver, tool, call, value)
         except trio.Cancelled:
             raise
         except BaseException as exc:
-            if is_passthrough(exc):
+            if is_passthrough(exc) or _holds_cancelled(exc):
                 raise
             if tool.is_declared_failure(exc):
                 envelope = services.redactor.redact(encode_failure(exc))  # type: ignore[arg-type]
@@ -257,6 +298,12 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
                 return ToolFailure(call.id, call.name, bounded)
             return ToolDefect(call.id, call.name, driver.redact_text(_describe(exc)))
         return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+
+
+def _holds_cancelled(exc: BaseException) -> bool:
+    # A handler that runs its own nursery raises a *group* holding Cancelled when the run is
+    # interrupted: that is an interruption to propagate, not a crash of the tool.
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
 
 
 def _describe(exc: BaseException) -> str:
@@ -303,7 +350,9 @@ async def _approve(driver: RunDriver, turn: int, call: _Call) -> ApprovalDecisio
         input_preview=preview,
         expires_at=time.time() + policy.approval_timeout,
     )
-    await driver.record(ToolApprovalRequested(driver.conversation_id, driver.run_id, request, time.time()))
+    await driver.record(
+        ToolApprovalRequested(driver.conversation_id, driver.run_id, request, time.time())
+    )
     await driver.emit(ApprovalRequested, turn, call.id, call.name, request)
     decision: ApprovalDecision
     if approval is None:  # preflight forbids this; fail closed if it happens anyway

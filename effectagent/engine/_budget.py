@@ -60,7 +60,7 @@ class BudgetState:
             if dim[1] >= dim[2]:
                 return dim
         if self.repeated_failure is not None:
-            name, count = self.repeated_failure
+            _, count = self.repeated_failure
             return ("repeated_failures", count, self.policy.repeated_failure_limit)
         return None
 

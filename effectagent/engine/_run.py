@@ -12,6 +12,7 @@ shielded; no task is left running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
@@ -36,7 +37,9 @@ from effectagent.ai import (
     UserMessage,
 )
 from effectagent.ai import ReasoningDelta as ReasoningDeltaPart
+from effectagent.ai import ReasoningEnd as ReasoningEndPart
 from effectagent.ai import TextDelta as TextDeltaPart
+from effectagent.ai import TextEnd as TextEndPart
 from effectagent.core import (
     Agent,
     BudgetExhausted,
@@ -61,6 +64,7 @@ from effectagent.core import (
     RunFailedRecord,
     RunInterrupted,
     RunStarted,
+    StreamRedactor,
     TextDelta,
     TurnCompleted,
     TurnStarted,
@@ -171,6 +175,7 @@ class RunDriver:
         self.conversation_id = conversation_id
         self._send = send
         self._seq = 0
+        self._emit_lock = trio.Lock()
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
         self.permits = Semaphore(agent.policy.tool_concurrency)
@@ -189,24 +194,61 @@ class RunDriver:
         """Send an event to the consumer and return it. If the consumer is gone, the run
         interrupts itself.
 
-        Cancellation: a checkpoint (it may wait for the consumer under backpressure).
+        Cancellation: a cancellation point. It yields to the scheduler only when it has to wait for
+        the consumer (the event buffer is full): handing over events is the hottest path of a run,
+        and a turn's other checkpoints (log appends, model I/O) keep the run fair to other tasks.
         """
-        self._seq += 1
-        event = cls(self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        # A sequence number is taken only by an event that is handed over or is the one waiting
+        # send (under the lock), and given back if that wait is cancelled (a cancelled
+        # memory-channel send delivered nothing): the consumer's sequence stays gap-free.
         try:
-            await self._send.send(event)
+            if not self._emit_lock.locked():
+                self._seq += 1
+                event = cls(
+                    self.run_id,
+                    self.conversation_id,
+                    self.agent.name,
+                    self._seq,
+                    time.time(),
+                    *fields,
+                )
+                try:
+                    self._send.send_nowait(event)
+                    return event
+                except trio.WouldBlock:
+                    self._seq -= 1
+            async with self._emit_lock:  # backpressure: wait for the consumer, one at a time
+                self._seq += 1
+                event = cls(
+                    self.run_id,
+                    self.conversation_id,
+                    self.agent.name,
+                    self._seq,
+                    time.time(),
+                    *fields,
+                )
+                try:
+                    await self._send.send(event)
+                except trio.Cancelled:
+                    self._seq -= 1
+                    raise
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.interrupt()
         return event
 
     def _emit_terminal_nowait(self, cls: type[EventBase], *fields: Any) -> None:
         self._seq += 1
-        event = cls(self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields)
+        event = cls(
+            self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields
+        )
         self.terminal = event
-        try:
+        # If the buffer is full or the consumer gone, the stream hands ``terminal`` over after the
+        # channel drains.
+        with contextlib.suppress(
+            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
+        ):
             self._send.send_nowait(event)
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass  # the stream hands ``terminal`` over after the channel drains
 
     async def record(self, *records: Record) -> None:
         """Append canonical records atomically. Cancellation: all or nothing."""
@@ -228,7 +270,9 @@ class RunDriver:
         except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
-                    await self._fail_now(EngineDefect(self.redact_text(f"{type(exc).__name__}: {exc}")))
+                    await self._fail_now(
+                        EngineDefect(self.redact_text(f"{type(exc).__name__}: {exc}"))
+                    )
         finally:
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
@@ -239,7 +283,9 @@ class RunDriver:
     async def _record_interrupted(self) -> None:
         now = time.time()
         try:
-            await self.record(RunFailedRecord(self.conversation_id, self.run_id, None, "interrupted", now))
+            await self.record(
+                RunFailedRecord(self.conversation_id, self.run_id, None, "interrupted", now)
+            )
         finally:
             self._emit_terminal_nowait(RunInterrupted, "interrupted", self.budget.usage)
 
@@ -362,21 +408,29 @@ class RunDriver:
         )
         await self.emit(ModelStarted, turn)
         reducer = ResponseReducer()
-        redactor = self.services.redactor
+        streamed = StreamRedactor(self.services.redactor)  # a secret may span two deltas
         stream = self.services.model.stream(request)
         try:
             async for part in stream:
                 reducer.feed(part)
-                if isinstance(part, TextDeltaPart):
-                    await self.emit(TextDelta, turn, redactor.redact_text(part.delta))
-                elif isinstance(part, ReasoningDeltaPart):
-                    await self.emit(ReasoningDelta, turn, redactor.redact_text(part.delta))
+                if isinstance(part, TextDeltaPart | ReasoningDeltaPart):
+                    is_text = isinstance(part, TextDeltaPart)
+                    shown = streamed.feed((is_text, part.id), part.delta)
+                elif isinstance(part, TextEndPart | ReasoningEndPart):
+                    is_text = isinstance(part, TextEndPart)
+                    shown = streamed.end((is_text, part.id))
+                else:
+                    continue
+                if shown:
+                    await self.emit(TextDelta if is_text else ReasoningDelta, turn, shown)
             response = reducer.finish()
         except AiError as exc:
             return ModelFailed(exc.tag, self.redact_text(str(exc)))
         finally:
             aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
+            # An async generator that ran to its end has nothing to close (``ag_frame`` is None):
+            # skip the shielded scope on the common path.
+            if aclose is not None and getattr(stream, "ag_frame", aclose) is not None:
                 with trio.CancelScope(shield=True):
                     await aclose()
         self.budget.record_usage(UsageDelta.from_usage(response.usage))
@@ -400,7 +454,10 @@ class RunDriver:
             if kind == "tool-call":
                 call: Any = value
                 content.append(
-                    ("tool-call", {"id": call.id, "name": call.name, "arguments": redact(call.arguments)})
+                    (
+                        "tool-call",
+                        {"id": call.id, "name": call.name, "arguments": redact(call.arguments)},
+                    )
                 )
             else:
                 content.append((kind, redact(str(value))))
@@ -427,7 +484,9 @@ class RunDriver:
             elif kind == "reasoning" and value:
                 parts.append(ReasoningContent(value))
             elif kind == "tool-call":
-                parts.append(ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"])))
+                parts.append(
+                    ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"]))
+                )
         return AssistantMessage(tuple(parts)) if parts else None
 
     def _append_assistant(self, response: ModelResponse) -> None:
@@ -442,7 +501,9 @@ class RunDriver:
         output: Any = None
         if self.agent.output is not None:
             try:
-                output = decode_json(self.agent.output, response.text)
+                # From the redacted text, like ``text``: a secret the model echoed must not
+                # reach the event or the record through the structured output either.
+                output = decode_json(self.agent.output, text)
             except SchemaError as exc:
                 await self._fail(OutputInvalid(self.redact_text(str(exc))))
                 return
@@ -452,7 +513,14 @@ class RunDriver:
         )
         budget = self.budget
         self.terminal = await self.emit(
-            RunCompleted, text, output, finish, exhausted, budget.usage, self.turn, budget.tool_calls
+            RunCompleted,
+            text,
+            output,
+            finish,
+            exhausted,
+            budget.usage,
+            self.turn,
+            budget.tool_calls,
         )
 
     async def _fail(self, error: RunError) -> None:
@@ -479,7 +547,13 @@ class RunDriver:
         redact = self.services.redactor.redact_text
         records: list[Record] = [
             UserInputRecorded(
-                self.conversation_id, self.run_id, i.input_id, i.kind, redact(i.text), i.author, i.at
+                self.conversation_id,
+                self.run_id,
+                i.input_id,
+                i.kind,
+                redact(i.text),
+                i.author,
+                i.at,
             )
             for i in inputs
         ]
@@ -529,7 +603,9 @@ class RunDriver:
         self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
         after = estimate_tokens(self.messages)
         last = records[-1]
-        await self.emit(CompactionPerformed, self.turn + 1, last.kind, last.covers_through, estimate, after)
+        await self.emit(
+            CompactionPerformed, self.turn + 1, last.kind, last.covers_through, estimate, after
+        )
 
 
 async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelResponse:
@@ -546,4 +622,3 @@ async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelRe
     response = reducer.finish()
     driver.budget.record_usage(UsageDelta.from_usage(response.usage))
     return response
-

@@ -31,6 +31,7 @@ from effectagent.core import (
     RunInterrupted,
     RunSuspended,
     SecretRedactor,
+    ToolCallDeclared,
     ToolCallFailed,
     ToolCallSucceeded,
     ToolOutcome,
@@ -91,31 +92,51 @@ class RunResult:
 async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
     """Reduce a run's event stream to its :class:`RunResult`.
 
-    Cancellation: a checkpoint per event.
+    Cancellation: a cancellation point per event; it yields only while waiting for the run.
     """
-    outcomes: list[ToolOutcome] = []
+    # Outcomes are reported in declaration order (the commit order), not completion order.
+    declared: dict[tuple[int, str], int] = {}
+    settled: list[tuple[int, ToolOutcome]] = []
     count = 0
     last: EventBase | None = None
     async for event in events:
         count += 1
         last = event
-        if isinstance(event, ToolCallSucceeded | ToolCallFailed):
-            outcomes.append(event.outcome)
+        if isinstance(event, ToolCallDeclared):
+            declared.setdefault((event.turn, event.tool_call_id), len(declared))
+        elif isinstance(event, ToolCallSucceeded | ToolCallFailed):
+            key = (event.turn, event.tool_call_id)
+            settled.append((declared.get(key, len(declared)), event.outcome))
+    settled.sort(key=lambda item: item[0])
+    outcomes = [outcome for _, outcome in settled]
     if last is None:
         raise RuntimeError("the run produced no events")
     base = (last.run_id, last.conversation_id)
     if isinstance(last, RunCompleted):
-        return RunResult(*base, "completed", last.text, last.output, last.finish_reason,
-                         last.exhausted, None, last.usage, tuple(outcomes), count)
+        return RunResult(
+            *base,
+            "completed",
+            last.text,
+            last.output,
+            last.finish_reason,
+            last.exhausted,
+            None,
+            last.usage,
+            tuple(outcomes),
+            count,
+        )
     if isinstance(last, RunFailed):
-        return RunResult(*base, "failed", "", None, None, None, last.error, last.usage,
-                         tuple(outcomes), count)
+        return RunResult(
+            *base, "failed", "", None, None, None, last.error, last.usage, tuple(outcomes), count
+        )
     if isinstance(last, RunInterrupted):
-        return RunResult(*base, "interrupted", "", None, None, None, None, last.usage,
-                         tuple(outcomes), count)
+        return RunResult(
+            *base, "interrupted", "", None, None, None, None, last.usage, tuple(outcomes), count
+        )
     if isinstance(last, RunSuspended):
-        return RunResult(*base, "suspended", "", None, None, None, None, UsageTotals(),
-                         tuple(outcomes), count)
+        return RunResult(
+            *base, "suspended", "", None, None, None, None, UsageTotals(), tuple(outcomes), count
+        )
     raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
 
 
@@ -131,7 +152,9 @@ class RunStream:
 
     __slots__ = ("_driver", "_receive", "_runtime", "_started", "_terminal_seen")
 
-    def __init__(self, runtime: Runtime, driver: RunDriver, receive: trio.MemoryReceiveChannel[Any]) -> None:
+    def __init__(
+        self, runtime: Runtime, driver: RunDriver, receive: trio.MemoryReceiveChannel[Any]
+    ) -> None:
         self._runtime = runtime
         self._driver = driver
         self._receive = receive
@@ -191,7 +214,13 @@ class RunStream:
         if self._terminal_seen:
             raise StopAsyncIteration
         try:
-            event: EventBase = await self._receive.receive()
+            # Buffered events are handed over without a schedule point (as ``RunDriver.emit``
+            # hands them in): the consumer yields only when it has to wait for the run.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            try:
+                event: EventBase = self._receive.receive_nowait()
+            except trio.WouldBlock:
+                event = await self._receive.receive()
         except trio.EndOfChannel:
             terminal = self._driver.terminal
             if terminal is None:
@@ -209,7 +238,9 @@ class RunStream:
 class Runtime:
     """Hosts runs over the services of a built Layer. Created by :func:`open_runtime`."""
 
-    def __init__(self, context: Context, scope: Scope, *, log: ConversationLog, redactor: Redactor) -> None:
+    def __init__(
+        self, context: Context, scope: Scope, *, log: ConversationLog, redactor: Redactor
+    ) -> None:
         self.context = context
         self._scope = scope
         self._log = log
@@ -293,7 +324,9 @@ class Runtime:
         Cancellation: cancelling the caller interrupts the run; this waits for the interruption
         to be written, then re-raises ``trio.Cancelled``.
         """
-        async with self.stream(agent, text, conversation_id=conversation_id, author=author) as events:
+        async with self.stream(
+            agent, text, conversation_id=conversation_id, author=author
+        ) as events:
             return await reduce_events(events)
 
     def _start(self, driver: RunDriver) -> None:
@@ -346,5 +379,3 @@ async def open_runtime(
             yield runtime
         finally:
             runtime._close()
-
-

@@ -82,7 +82,9 @@ class Turn:
         parts.append(TextStart("t0"))
         parts.extend(TextDelta("t0", c) for c in _chunks(text, chunk))
         parts.append(TextEnd("t0"))
-        parts.append(FinishPart(finish, usage or Usage.of(10 + len(text) // 4, max(1, len(text) // 4))))
+        parts.append(
+            FinishPart(finish, usage or Usage.of(10 + len(text) // 4, max(1, len(text) // 4)))
+        )
         return Turn(tuple(parts), delay=delay)
 
     @staticmethod
@@ -106,7 +108,9 @@ class Turn:
             last = index == len(calls) - 1
             parts.append(ToolParamsStart(call_id, name))
             if truncate_last and last:
-                parts.extend(ToolParamsDelta(call_id, c) for c in _chunks(raw[: len(raw) // 2], chunk))
+                parts.extend(
+                    ToolParamsDelta(call_id, c) for c in _chunks(raw[: len(raw) // 2], chunk)
+                )
                 break
             parts.extend(ToolParamsDelta(call_id, c) for c in _chunks(raw, chunk))
             parts.append(ToolParamsEnd(call_id))
@@ -139,7 +143,9 @@ class Turn:
 class ScriptedModel:
     """A LanguageModel playing ``turns`` in order; ``repeat`` plays the last turn forever."""
 
-    def __init__(self, turns: Iterable[Turn] = (), *, repeat: bool = False, part_delay: float = 0.0) -> None:
+    def __init__(
+        self, turns: Iterable[Turn] = (), *, repeat: bool = False, part_delay: float = 0.0
+    ) -> None:
         self._turns = list(turns)
         self._next = 0
         self._repeat = repeat
@@ -149,7 +155,9 @@ class ScriptedModel:
     @staticmethod
     def layer(turns: Iterable[Turn] = (), **options: Any) -> Layer:
         """A fresh ScriptedModel as the LanguageModel service."""
-        return Layer.succeed(LanguageModelService, ScriptedModel(turns, **options), name="ScriptedModel")
+        return Layer.succeed(
+            LanguageModelService, ScriptedModel(turns, **options), name="ScriptedModel"
+        )
 
     def extend(self, turns: Iterable[Turn]) -> None:
         """Append more turns to the script."""
@@ -203,5 +211,3 @@ class ScriptedModel:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """The next turn as one response."""
         return await generate(self, request)
-
-
