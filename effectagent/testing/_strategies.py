@@ -1,0 +1,567 @@
+"""Hypothesis strategies for property-testing tool-batch scheduling.
+
+Design notes
+------------
+A generated batch is plain data: a :class:`BatchSpec` of :class:`CallSpec` values, each saying
+which tool the model calls, with which raw argument text, how long the handler takes on the Trio
+clock and how it ends (``behaviour``). The behaviour travels *beside* the arguments, keyed by the
+tool-call ID, not inside them: the harness (:func:`effectagent.testing.run_batch`) wraps every
+handler and looks the call up by ``ToolCallContext.tool_call_id``. So any toolkit — the built-in
+probes or your own — can be driven through every behaviour with arguments drawn from its real
+schema.
+
+Every ``valid`` flag is checked, not assumed: a drawn argument text is decoded with the tool's own
+schema boundary (:meth:`Tool.decode_arguments`) before it goes into a spec. A "valid" draw that does
+not decode is a bug in the strategy you passed and raises at once; an "invalid" draw that happens to
+decode falls back to text that is not JSON at all.
+
+Tool-call IDs are unique per batch and numbered in a random permutation, so their order says
+nothing about the declaration order — a scheduler that sorted by ID would be caught.
+
+Hypothesis is imported lazily (inside :func:`batches`): the spec types and the probe toolkit are
+importable without it, so ``effectagent.testing`` keeps working for ScriptedModel users who did not
+install the ``dev`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+import attrs
+
+from effectagent.ai import Tool, ToolCallContext, Toolkit
+from effectagent.effect import SchemaError, TaggedError, encode
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import DrawFn, SearchStrategy
+
+__all__ = [
+    "BEHAVIOURS",
+    "PROBE_TOOLKIT",
+    "BatchSpec",
+    "Behaviour",
+    "CallSpec",
+    "EchoParams",
+    "Echoed",
+    "OutcomeKind",
+    "ProbeFailed",
+    "SumParams",
+    "Total",
+    "batches",
+]
+
+Behaviour: TypeAlias = Literal["success", "declared-failure", "defect", "hang"]
+"""How a generated handler ends: return a value; raise a declared failure; crash with an undeclared
+exception; or wait until cancelled (the tool's ``timeout`` turns that into a defect)."""
+
+BEHAVIOURS: tuple[Behaviour, ...] = ("success", "declared-failure", "defect", "hang")
+
+OutcomeKind: TypeAlias = Literal[
+    "success", "rejected", "invalid-input", "failure", "defect", "unknown"
+]
+"""The ``kind`` of a :data:`effectagent.core.ToolOutcome`."""
+
+_EXPECTED: dict[Behaviour, OutcomeKind] = {
+    "success": "success",
+    "declared-failure": "failure",
+    "defect": "defect",
+    "hang": "defect",
+}
+
+
+# ---- the spec types ---------------------------------------------------------------------------
+
+
+def _check_latency(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"latency must be a finite number of seconds >= 0, got {value!r}")
+
+
+def _check_behaviour(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
+    if value not in BEHAVIOURS:
+        raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}; got {value!r}")
+
+
+@attrs.frozen
+class CallSpec:
+    """One tool call the model declares, and how its handler behaves.
+
+    ``arguments`` is the raw argument text exactly as the model sends it (usually JSON). ``valid``
+    says whether it decodes for ``tool_name`` (a name the toolkit lacks is invalid too); an invalid
+    call never reaches a handler, so its ``latency`` and ``behaviour`` do not matter. ``latency`` is
+    seconds on the Trio clock before the handler ends as ``behaviour`` says. ``failure`` is the
+    declared error a ``"declared-failure"`` call raises (the harness makes a :class:`ProbeFailed`
+    when it is None on the probe toolkit).
+    """
+
+    tool_call_id: str
+    tool_name: str
+    arguments: str
+    valid: bool = True
+    latency: float = attrs.field(default=0.0, validator=_check_latency)
+    behaviour: Behaviour = attrs.field(default="success", validator=_check_behaviour)
+    failure: TaggedError | None = attrs.field(default=None, eq=False)
+
+    @property
+    def expected_kind(self) -> OutcomeKind:
+        """The outcome kind the engine must settle this call with when the run is not interrupted:
+        invalid-input for invalid arguments, else success / failure / defect / defect (a hang ends
+        at the tool's timeout)."""
+        return _EXPECTED[self.behaviour] if self.valid else "invalid-input"
+
+
+def _unique_ids(instance: BatchSpec, attribute: attrs.Attribute[Any], value: Any) -> None:
+    ids = [call.tool_call_id for call in value]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"tool-call IDs in a batch must be unique, got {ids}")
+
+
+def _as_calls(calls: Iterable[CallSpec]) -> tuple[CallSpec, ...]:
+    return tuple(calls)
+
+
+@attrs.frozen
+class BatchSpec:
+    """A batch of tool calls declared by one model response, in declaration order.
+
+    ``toolkit`` is the toolkit the calls were generated against (the built-in probes unless you
+    passed your own to :func:`batches`); :func:`~effectagent.testing.run_batch` runs the batch
+    against it.
+    """
+
+    calls: tuple[CallSpec, ...] = attrs.field(converter=_as_calls, validator=_unique_ids)
+    toolkit: Toolkit = attrs.field(
+        factory=lambda: _probe_toolkit(), eq=False, repr=lambda t: f"<Toolkit {list(t.names)}>"
+    )
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Tool-call IDs in declaration order."""
+        return tuple(call.tool_call_id for call in self.calls)
+
+    @property
+    def valid_calls(self) -> tuple[CallSpec, ...]:
+        """The calls whose handler the engine runs, in declaration order."""
+        return tuple(call for call in self.calls if call.valid)
+
+    def call(self, tool_call_id: str) -> CallSpec:
+        """The call with ``tool_call_id``; raises KeyError if there is none."""
+        for call in self.calls:
+            if call.tool_call_id == tool_call_id:
+                return call
+        raise KeyError(tool_call_id)
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        # Hypothesis prints falsifying examples with this: one call per line, the toolkit by name.
+        printer.text("BatchSpec((")
+        with printer.indent(4):
+            for call in self.calls:
+                printer.break_()
+                printer.text(f"{call!r},")
+        printer.break_()
+        if self.toolkit is PROBE_TOOLKIT:
+            printer.text("))")
+        else:
+            printer.text(f"), toolkit=<Toolkit {list(self.toolkit.names)}>)")
+
+
+# ---- the built-in probe toolkit -----------------------------------------------------------------
+
+
+@attrs.frozen
+class EchoParams:
+    """Parameters of ``probe_echo``."""
+
+    text: str
+    times: int = 1
+
+
+@attrs.frozen
+class Echoed:
+    """Success value of ``probe_echo``."""
+
+    text: str
+
+
+@attrs.frozen
+class SumParams:
+    """Parameters of ``probe_sum``."""
+
+    values: list[int]
+    label: str | None = None
+
+
+@attrs.frozen
+class Total:
+    """Success value of ``probe_sum``."""
+
+    total: int
+    count: int
+
+
+@attrs.frozen
+class ProbeFailed(TaggedError):
+    """The declared failure of every probe tool."""
+
+    reason: str
+
+
+_LOOKUP_PARAMETERS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string", "minLength": 1},
+        "limit": {"type": "integer", "minimum": 0, "maximum": 100},
+    },
+    "required": ["key"],
+    "additionalProperties": False,
+}
+_LOOKUP_SUCCESS: Mapping[str, Any] = {
+    "type": "object",
+    "properties": {"key": {"type": "string"}, "found": {"type": "boolean"}},
+    "required": ["key", "found"],
+}
+
+_ECHO: Tool[EchoParams, Echoed] = Tool(
+    "probe_echo",
+    "Echo the text back, repeated (a probe tool for scheduling tests).",
+    parameters=EchoParams,
+    success=Echoed,
+    failure=ProbeFailed,
+    readonly=True,
+    timeout=10.0,
+)
+_SUM: Tool[SumParams, Total] = Tool(
+    "probe_sum",
+    "Add up integers (a probe tool for scheduling tests).",
+    parameters=SumParams,
+    success=Total,
+    failure=ProbeFailed,
+    idempotent=True,
+    timeout=7.5,
+)
+_LOOKUP = Tool.dynamic(
+    "probe_lookup",
+    "Look a key up (a dynamic JSON-Schema probe tool for scheduling tests; no timeout).",
+    _LOOKUP_PARAMETERS,
+    success_schema=_LOOKUP_SUCCESS,
+    failure=ProbeFailed,
+    readonly=True,
+)
+
+PROBE_TOOLKIT: Toolkit = Toolkit(_ECHO, _SUM, _LOOKUP)
+"""Three small tools whose handlers' behaviour is generated: ``probe_echo`` and ``probe_sum`` (attrs
+parameters, timeouts of 10 s and 7.5 s) and ``probe_lookup`` (JSON-Schema parameters, no timeout,
+so :func:`batches` never makes it hang)."""
+
+
+def _probe_toolkit() -> Toolkit:
+    return PROBE_TOOLKIT
+
+
+async def _echo(params: EchoParams, call: ToolCallContext) -> Echoed:
+    assert isinstance(params, EchoParams), f"probe_echo got undecoded input {params!r}"
+    return Echoed(params.text * max(0, min(params.times, 3)))
+
+
+async def _sum(params: SumParams, call: ToolCallContext) -> Total:
+    assert isinstance(params, SumParams), f"probe_sum got undecoded input {params!r}"
+    return Total(sum(params.values), len(params.values))
+
+
+async def _lookup(params: dict[str, Any], call: ToolCallContext) -> dict[str, Any]:
+    assert isinstance(params, dict), f"probe_lookup got undecoded input {params!r}"
+    key = params["key"]
+    return {"key": key, "found": len(key) % 2 == 0}
+
+
+PROBE_HANDLERS: Mapping[str, Callable[[Any, ToolCallContext], Any]] = {
+    "probe_echo": _echo,
+    "probe_sum": _sum,
+    "probe_lookup": _lookup,
+}
+
+
+def _probe_failures() -> dict[str, SearchStrategy[TaggedError]]:
+    from hypothesis import strategies as st
+
+    failed = st.builds(ProbeFailed, st.sampled_from(("no such key", "quota", "")))
+    return dict.fromkeys(PROBE_TOOLKIT.names, failed)
+
+
+def _probe_arguments() -> dict[str, SearchStrategy[Any]]:
+    from hypothesis import strategies as st
+
+    return {
+        "probe_echo": st.fixed_dictionaries(
+            {"text": st.text(max_size=12)}, optional={"times": st.integers(0, 3)}
+        ),
+        "probe_sum": st.fixed_dictionaries(
+            {"values": st.lists(st.integers(-1000, 1000), max_size=4)},
+            optional={"label": st.none() | st.text(max_size=8)},
+        ),
+        "probe_lookup": st.fixed_dictionaries(
+            {"key": st.text(min_size=1, max_size=8)}, optional={"limit": st.integers(0, 100)}
+        ),
+    }
+
+
+# ---- generation -------------------------------------------------------------------------------
+
+
+def _decodes(tool: Tool[Any, Any], raw: str) -> bool:
+    try:
+        tool.decode_arguments(raw)
+    except SchemaError:
+        return False
+    return True
+
+
+def _raw(value: Any) -> str:
+    if isinstance(value, str):
+        return json.dumps(value)
+    if attrs.has(type(value)):
+        value = encode(value)
+    return json.dumps(value)
+
+
+@attrs.frozen
+class _Plan:
+    """What :func:`batches` resolved from its arguments, with every strategy built once."""
+
+    toolkit: Toolkit
+    tools: tuple[Tool[Any, Any], ...]  # tools a valid call may target
+    invalid_percent: int
+    latency_step: float
+    pick_tool: SearchStrategy[Tool[Any, Any]]
+    pick_behaviour: Mapping[str, SearchStrategy[Behaviour]]
+    pick_latency: Mapping[str, SearchStrategy[int]]  # in steps
+    arguments: Mapping[str, SearchStrategy[Any]]
+    failures: Mapping[str, SearchStrategy[TaggedError]]
+
+
+def _builds(cls: type[Any]) -> SearchStrategy[Any]:
+    """``st.builds(cls)``, after resolving string annotations (``from __future__ import
+    annotations``) so hypothesis can infer the fields."""
+    from hypothesis import strategies as st
+
+    if attrs.has(cls):
+        # On failure leave it to hypothesis, which reports the field it cannot infer.
+        with contextlib.suppress(NameError):
+            attrs.resolve_types(cls)
+    return st.builds(cls)
+
+
+def _eligible(tool: Tool[Any, Any], behaviour: Behaviour, has_failures: bool) -> bool:
+    if behaviour == "declared-failure":
+        return has_failures
+    if behaviour == "hang":
+        return tool.timeout is not None
+    return True
+
+
+def _plan(
+    toolkit: Toolkit | None,
+    arguments: Mapping[str, SearchStrategy[Any]] | None,
+    failures: Mapping[str, SearchStrategy[TaggedError]] | None,
+    invalid_ratio: float,
+    behaviours: Iterable[Behaviour],
+    latency_step: float,
+    max_latency: float,
+) -> _Plan:
+    from hypothesis import strategies as st
+    from hypothesis.errors import InvalidArgument
+
+    kit = PROBE_TOOLKIT if toolkit is None else toolkit
+    allowed = tuple(dict.fromkeys(behaviours))
+    for behaviour in allowed:
+        if behaviour not in BEHAVIOURS:
+            raise InvalidArgument(f"unknown behaviour {behaviour!r}; use {', '.join(BEHAVIOURS)}")
+    if not 0 <= invalid_ratio <= 1:
+        raise InvalidArgument(f"invalid_ratio must be between 0 and 1, got {invalid_ratio!r}")
+    if not (latency_step > 0 and max_latency >= 0):
+        raise InvalidArgument("latency_step must be > 0 and max_latency >= 0")
+    if len(kit) == 0:
+        raise InvalidArgument("the toolkit has no tools to call")
+    given = dict(_probe_arguments() if toolkit is None else {})
+    given.update(arguments or {})
+    given_failures = dict(_probe_failures() if toolkit is None else {})
+    given_failures.update(failures or {})
+    for what, names in (("arguments", given), ("failures", given_failures)):
+        for name in names:
+            if kit.get(name) is None:
+                raise InvalidArgument(f"{what}= names {name!r}, which is not a tool of the toolkit")
+
+    argument_strategies: dict[str, SearchStrategy[Any]] = {}
+    failure_strategies: dict[str, SearchStrategy[TaggedError]] = {}
+    missing = []
+    for tool in kit:
+        if tool.name in given:
+            argument_strategies[tool.name] = given[tool.name]
+        elif tool.parameters is not None:
+            argument_strategies[tool.name] = _builds(tool.parameters)
+        else:
+            missing.append(tool.name)
+        if tool.name in given_failures:
+            failure_strategies[tool.name] = given_failures[tool.name]
+        elif tool.failure:
+            failure_strategies[tool.name] = st.one_of([_builds(cls) for cls in tool.failure])
+    if missing:
+        raise InvalidArgument(
+            "pass arguments={name: strategy} for the JSON-Schema tool(s) "
+            + ", ".join(repr(m) for m in missing)
+        )
+
+    per_tool = {
+        tool.name: tuple(b for b in allowed if _eligible(tool, b, tool.name in failure_strategies))
+        for tool in kit
+    }
+    tools = tuple(tool for tool in kit if per_tool[tool.name])
+    if not tools and invalid_ratio < 1:
+        raise InvalidArgument(
+            f"no tool can show any of the behaviours {allowed}: 'hang' needs a tool timeout, "
+            "'declared-failure' a declared failure"
+        )
+    latency: dict[str, SearchStrategy[int]] = {}
+    for tool in tools:
+        ceiling = max_latency
+        if tool.timeout is not None:
+            ceiling = min(ceiling, tool.timeout / 2)  # a call that should succeed must not time out
+        latency[tool.name] = st.integers(0, max(0, math.floor(ceiling / latency_step)))
+    return _Plan(
+        toolkit=kit,
+        tools=tools,
+        invalid_percent=round(invalid_ratio * 100) if tools else 100,
+        latency_step=latency_step,
+        pick_tool=st.sampled_from(tools) if tools else st.nothing(),
+        pick_behaviour={t.name: st.sampled_from(per_tool[t.name]) for t in tools},
+        pick_latency=latency,
+        arguments=argument_strategies,
+        failures=failure_strategies,
+    )
+
+
+_NOT_JSON = ("{", '{"a": }', "not json", '{"x": 1,}', "[1, 2", "{'single': 1}", "NaN")
+_NOT_OBJECTS: tuple[Any, ...] = ([], [1, 2], 7, "text", None, True)
+_INVALID_KINDS = ("bad-field", "not-object", "not-json", "unknown-tool")
+_MUTATIONS = ("drop", "retype", "extra")
+
+
+def _invalid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
+    from hypothesis import strategies as st
+
+    kit = plan.toolkit
+    how = draw(st.sampled_from(_INVALID_KINDS))
+    if how == "unknown-tool":
+        base = draw(st.sampled_from(kit.names))
+        name = next(n for n in (f"{base}_v2", f"{base}_x", "no_such_tool") if kit.get(n) is None)
+        return CallSpec(call_id, name, "{}", valid=False)
+    tool = draw(st.sampled_from(tuple(kit)))
+    raw: str | None = None
+    if how == "bad-field":
+        value = draw(plan.arguments[tool.name])
+        value = encode(value) if attrs.has(type(value)) else value
+        if isinstance(value, dict) and value:
+            key = draw(st.sampled_from(sorted(value)))
+            change = draw(st.sampled_from(_MUTATIONS))
+            mutated = dict(value)
+            if change == "drop":
+                del mutated[key]
+            elif change == "retype":
+                mutated[key] = 12345 if isinstance(value[key], str) else "not the right type"
+            else:
+                mutated["unexpected_field"] = True
+            raw = json.dumps(mutated)
+        else:
+            raw = json.dumps({"unexpected_field": True})
+    elif how == "not-object":
+        raw = json.dumps(draw(st.sampled_from(_NOT_OBJECTS)))
+    if raw is None or _decodes(tool, raw):
+        raw = draw(st.sampled_from(_NOT_JSON))
+    return CallSpec(call_id, tool.name, raw, valid=False)
+
+
+def _valid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
+    from hypothesis.errors import InvalidArgument
+
+    tool = draw(plan.pick_tool)
+    behaviour = draw(plan.pick_behaviour[tool.name])
+    value = draw(plan.arguments[tool.name])
+    raw = _raw(value)
+    try:
+        tool.decode_arguments(raw)
+    except SchemaError as exc:
+        raise InvalidArgument(
+            f"the arguments strategy for {tool.name!r} drew {value!r}, which the tool rejects: "
+            f"{exc}"
+        ) from None
+    steps = draw(plan.pick_latency[tool.name])
+    failure = draw(plan.failures[tool.name]) if behaviour == "declared-failure" else None
+    return CallSpec(
+        call_id,
+        tool.name,
+        raw,
+        valid=True,
+        latency=steps * plan.latency_step,
+        behaviour=behaviour,
+        failure=failure,
+    )
+
+
+def batches(
+    toolkit: Toolkit | None = None,
+    *,
+    arguments: Mapping[str, SearchStrategy[Any]] | None = None,
+    failures: Mapping[str, SearchStrategy[TaggedError]] | None = None,
+    min_size: int = 1,
+    max_size: int = 10,
+    invalid_ratio: float = 0.2,
+    behaviours: Iterable[Behaviour] = BEHAVIOURS,
+    latency_step: float = 0.25,
+    max_latency: float = 5.0,
+) -> SearchStrategy[BatchSpec]:
+    """A strategy of :class:`BatchSpec` — one model response's tool calls — to property-test
+    scheduling with :func:`~effectagent.testing.run_batch`.
+
+    ``toolkit`` defaults to :data:`PROBE_TOOLKIT`. For your own toolkit, ``arguments`` maps a tool
+    name to a strategy of its *valid* arguments (a JSON value, or an instance of the tool's attrs
+    parameters type); an attrs-typed tool without one gets ``st.builds(parameters)``, a JSON-Schema
+    tool must have one. ``failures`` maps a tool name to a strategy of its declared errors (default:
+    ``st.builds`` of each declared failure class); a tool with neither never gets
+    ``"declared-failure"``, and a tool without a ``timeout`` never gets ``"hang"``.
+
+    About ``invalid_ratio`` of the calls have arguments that do not decode (a field dropped, retyped
+    or added; a non-object; text that is not JSON) or name a tool the toolkit lacks. Latencies are
+    multiples of ``latency_step`` up to ``max_latency`` (and below half the tool's timeout), so
+    completion order varies and ties happen. IDs are unique (``call_<n>``), numbered in random
+    order.
+    """
+    from hypothesis import strategies as st
+    from hypothesis.errors import InvalidArgument
+
+    if not 0 <= min_size <= max_size:
+        raise InvalidArgument(f"need 0 <= min_size <= max_size, got {min_size}, {max_size}")
+    plan = _plan(toolkit, arguments, failures, invalid_ratio, behaviours, latency_step, max_latency)
+    gate = st.integers(0, 99)
+
+    @st.composite
+    def draw_batch(draw: DrawFn) -> BatchSpec:
+        size = draw(st.integers(min_size, max_size))
+        numbers = draw(st.permutations(range(size)))
+        percent = plan.invalid_percent
+        calls = []
+        for number in numbers:
+            call_id = f"call_{number}"
+            if percent == 100 or (percent > 0 and draw(gate) >= 100 - percent):
+                calls.append(_invalid_call(draw, plan, call_id))
+            else:
+                calls.append(_valid_call(draw, plan, call_id))
+        return BatchSpec(tuple(calls), plan.toolkit)
+
+    return draw_batch()
