@@ -1,0 +1,108 @@
+"""The log → prompt projection (CAP-007, RUN-005, RUN-026): compaction adds records and the projection
+folds them; nothing in the log is ever edited or deleted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effectagent.ai import AssistantMessage, ToolMessage, UserMessage
+from effectagent.core import (
+    CompactionCreated,
+    LogEntry,
+    ModelResponseRecorded,
+    Record,
+    ToolCallSettled,
+    ToolSuccess,
+    UsageDelta,
+    UserInputRecorded,
+    project_messages,
+)
+
+CONV, RUN = "conv_1", "run_1"
+
+
+def user(text: str) -> UserInputRecorded:
+    return UserInputRecorded(CONV, RUN, f"in_{text}", "user", text, "user", 0.0)
+
+
+def answer(text: str, *calls: tuple[str, str]) -> ModelResponseRecorded:
+    content: list[tuple[str, Any]] = [("text", text)]
+    content += [("tool-call", {"id": i, "name": n, "arguments": "{}"}) for i, n in calls]
+    return ModelResponseRecorded(CONV, RUN, 1, tuple(content), "stop", UsageDelta(), 0.0)
+
+
+def settled(call_id: str, result: Any) -> ToolCallSettled:
+    return ToolCallSettled(CONV, RUN, 1, call_id, "t", ToolSuccess(call_id, "t", result), 0.0)
+
+
+def log(*records: Record) -> list[LogEntry]:
+    return [LogEntry(i + 1, r) for i, r in enumerate(records)]
+
+
+def texts(messages: list[Any]) -> list[str]:
+    out: list[str] = []
+    for m in messages:
+        if isinstance(m, UserMessage | AssistantMessage):
+            out.extend(getattr(p, "text", f"call:{getattr(p, 'id', '')}") for p in m.content)
+        elif isinstance(m, ToolMessage):
+            out.extend(f"result:{p.id}={p.result}" for p in m.content)
+    return out
+
+
+def test_history_projects_in_order_with_complete_batches() -> None:
+    entries = log(user("hi"), answer("", ("c1", "t")), settled("c1", 1), answer("done"))
+    assert texts(project_messages(entries)) == ["hi", "call:c1", "result:c1=1", "done"]
+
+
+def test_a_batch_without_every_settlement_is_left_out_whole() -> None:
+    entries = log(user("hi"), answer("thinking", ("c1", "t"), ("c2", "t")), settled("c1", 1))
+    projected = texts(project_messages(entries))
+    assert projected == ["hi", "thinking"]  # text kept, no call and no orphan result
+
+
+def test_summarize_replaces_the_covered_prefix_and_keeps_the_rest() -> None:
+    base: list[Record] = [user("one"), answer("two"), user("three")]
+    entries = log(*base, CompactionCreated(CONV, RUN, 2, "summarize", 2, "S", 0.0))
+    projected = texts(project_messages(entries))
+    assert projected[0].endswith("S")
+    assert projected[1:] == ["three"]
+
+
+def test_clearing_tool_results_replaces_them_with_a_marker() -> None:
+    base: list[Record] = [user("q"), answer("", ("c1", "t")), settled("c1", "big"), answer("a")]
+    entries = log(*base, CompactionCreated(CONV, RUN, 2, "clear-tool-results", 3, None, 0.0))
+    projected = texts(project_messages(entries))
+    assert "result:c1=big" not in projected
+    assert any(t.startswith("result:c1=") and "ResultCleared" in t for t in projected)
+
+
+def test_an_invalid_range_is_ignored_fail_safe() -> None:
+    base: list[Record] = [user("one"), answer("two")]
+    beyond = CompactionCreated(CONV, RUN, 2, "summarize", 99, "S", 0.0)
+    assert texts(project_messages(log(*base, beyond))) == ["one", "two"]
+
+
+@given(st.lists(st.sampled_from(["user", "answer", "summarize", "clear"]), max_size=20))
+def test_projection_never_changes_the_log(kinds: list[str]) -> None:
+    records: list[Record] = []
+    for i, kind in enumerate(kinds):
+        if kind == "user":
+            records.append(user(str(i)))
+        elif kind == "answer":
+            records.append(answer(str(i)))
+        else:
+            covers = max(1, len(records) // 2)
+            if kind == "summarize":
+                records.append(CompactionCreated(CONV, RUN, i, "summarize", covers, "S", 0.0))
+            else:
+                records.append(
+                    CompactionCreated(CONV, RUN, i, "clear-tool-results", covers, None, 0.0)
+                )
+    entries = log(*records)
+    snapshot = [attrs.evolve(e) for e in entries]
+    project_messages(entries)
+    assert entries == snapshot

@@ -1,0 +1,78 @@
+"""The engine's compaction seam (RUN-026, CAP-007): above ``context_token_limit`` the engine asks the
+Compactor at the pre-turn seam, appends what it returns, and projects the next request from the log —
+the canonical records before it are untouched."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from effectagent.ai import LanguageModelService
+from effectagent.core import (
+    CompactionCreated,
+    CompactionPerformed,
+    ModelResponseRecorded,
+    UserInputRecorded,
+)
+from effectagent.effect import Layer
+from effectagent.engine import CompactionRequest, CompactorService, open_runtime
+from effectagent.testing import ScriptedModel, Turn
+
+from .helpers import events_of, make_agent, make_policy, records_of, run_events
+
+
+class SummarizeEverything:
+    """A compactor that summarizes the whole log so far with the engine's metered model call."""
+
+    def __init__(self) -> None:
+        self.requests: list[CompactionRequest] = []
+
+    async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
+        self.requests.append(request)
+        summary = await request.summarize(request.messages[1:])
+        last = request.entries[-1].seq
+        return [
+            CompactionCreated(
+                request.conversation_id,
+                request.run_id,
+                request.turn,
+                "summarize",
+                last,
+                summary,
+                0.0,
+            )
+        ]
+
+
+async def test_over_the_limit_the_compactor_runs_and_the_next_request_sees_the_summary(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    compactor = SummarizeEverything()
+    model = ScriptedModel(
+        [Turn.text("first answer " * 40), Turn.text("THE SUMMARY"), Turn.text("second answer")]
+    )
+    agent = make_agent(policy=make_policy(context_token_limit=50))
+    layer = Layer.succeed(CompactorService, compactor) + Layer.succeed(LanguageModelService, model)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "hello " * 20)
+        assert compactor.requests == []  # the first request fits
+        events = await run_events(runtime, agent, "and now?", conversation_id=first.conversation_id)
+        log = list(await runtime.log.entries(first.conversation_id))
+
+    assert len(compactor.requests) == 1
+    performed = events_of(events, CompactionPerformed)
+    assert len(performed) == 1
+    assert performed[0].kind == "summarize"
+    assert performed[0].tokens_after < performed[0].tokens_before
+    # The summary call was metered and went to the model; the answer request saw only the summary
+    # and what came after it.
+    last_request = model.requests[-1]
+    rendered = repr(last_request.messages)
+    assert "THE SUMMARY" in rendered
+    assert "first answer" not in rendered
+    # Nothing was rewritten: the covered records are all still in the log, unchanged.
+    assert [r.text for r in records_of(log, UserInputRecorded)][:2] == ["hello " * 20, "and now?"]
+    assert "first answer" in records_of(log, ModelResponseRecorded)[0].content[0][1]
+    assert len(records_of(log, CompactionCreated)) == 1
+    model.assert_consumed()
