@@ -10,7 +10,7 @@ observed as a value where we own the cancel scope — :meth:`Fiber.join` and Sco
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, TypeVarTuple, Unpack
+from typing import Any, Never, TypeVar, TypeVarTuple, Unpack, overload
 
 import trio
 
@@ -36,9 +36,17 @@ def exit_of_exception(exc: BaseException, errors: tuple[type[E], ...] = ()) -> F
     return Failure(Cause.from_exception(exc, errors))
 
 
+# The overloads type ``attempt(fn)`` (nothing declared) as ``Exit[A, Never]``; with a single
+# signature and ``errors=()`` strict mypy cannot infer E and asks callers for an annotation.
+@overload
+async def attempt(fn: Callable[[Unpack[Ts]], Awaitable[A]], *args: *Ts) -> Exit[A, Never]: ...
+@overload
+async def attempt(
+    fn: Callable[[Unpack[Ts]], Awaitable[A]], *args: *Ts, errors: tuple[type[E], ...]
+) -> Exit[A, E]: ...
 async def attempt(
     fn: Callable[[Unpack[Ts]], Awaitable[A]],
-    *args: Unpack[Ts],
+    *args: *Ts,
     errors: tuple[type[E], ...] = (),
 ) -> Exit[A, E]:
     """Await ``fn(*args)`` and return its :data:`Exit` instead of raising.
@@ -60,9 +68,11 @@ async def attempt(
         return Failure(Cause.from_exception(exc, errors))
 
 
-def attempt_sync(
-    fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...] = ()
-) -> Exit[A, E]:
+@overload
+def attempt_sync(fn: Callable[..., A], *args: Any) -> Exit[A, Never]: ...
+@overload
+def attempt_sync(fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...]) -> Exit[A, E]: ...
+def attempt_sync(fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...] = ()) -> Exit[A, E]:
     """Call a synchronous ``fn(*args)`` and return its Exit instead of raising."""
     try:
         return Success(fn(*args))

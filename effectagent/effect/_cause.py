@@ -20,7 +20,7 @@ Conversion to and from :class:`returns.result.Result` lets code that already spe
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Generic, NoReturn, TypeAlias, TypeVar, Union
+from typing import Any, Generic, Never, NoReturn, TypeAlias, TypeVar, overload
 
 import attrs
 import trio
@@ -81,7 +81,7 @@ class Interrupt:
 
 
 #: One reason of a :class:`Cause`: a declared failure, a defect or an interruption.
-Reason: TypeAlias = Union[Fail[E], Die, Interrupt]
+Reason: TypeAlias = Fail[E] | Die | Interrupt
 
 _INTERRUPT = Interrupt()
 
@@ -118,10 +118,14 @@ class Cause(Generic[E_co]):
         """A cause with one interruption."""
         return Cause((_INTERRUPT,))
 
+    @overload
     @staticmethod
-    def from_exception(
-        exc: BaseException, errors: tuple[type[E], ...] | type[E] = ()
-    ) -> Cause[E]:
+    def from_exception(exc: BaseException) -> Cause[Never]: ...
+    @overload
+    @staticmethod
+    def from_exception(exc: BaseException, errors: tuple[type[E], ...] | type[E]) -> Cause[E]: ...
+    @staticmethod
+    def from_exception(exc: BaseException, errors: tuple[type[E], ...] | type[E] = ()) -> Cause[E]:
         """Reify a raised exception.
 
         Instances of ``errors`` become :class:`Fail`, ``trio.Cancelled`` (and :class:`Interrupted`)
@@ -234,7 +238,7 @@ class Failure(Generic[E_co]):
 
 
 #: The outcome of running something: :class:`Success` or :class:`Failure` (with its Cause).
-Exit: TypeAlias = Union[Success[A], Failure[E]]
+Exit: TypeAlias = Success[A] | Failure[E]
 
 
 def exit_to_result(exit_: Exit[A, E]) -> Result[A, Cause[E]]:

@@ -194,7 +194,9 @@ class Layer:
             seen.add(mark)
             self._missing(available, out, seen)
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -232,7 +234,9 @@ class _Leaf(Layer):
         for key in sorted(self.requires - available, key=lambda k: k.name):
             out.append(MissingRequirement(key, f"layer {self.name!r}"))
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         hit = memo.get(id(self))
         if hit is not None:
             return hit[1]
@@ -266,7 +270,9 @@ class _Merge(Layer):
         for layer in self.layers:
             layer._check(available, out, seen)
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         hit = memo.get(id(self))
         if hit is not None:
             return hit[1]
@@ -297,7 +303,9 @@ class _Provide(Layer):
         self.dependencies._check(available, out, seen)
         self.target._check(available | self.dependencies.provides, out, seen)
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         # Composite nodes are memoized too: a shared sub-graph is walked once per build, not once
         # per path to it (which is exponential in the depth of a DAG).
         hit = memo.get(id(self))
@@ -325,7 +333,9 @@ class _Fresh(Layer):
     ) -> None:
         self.inner._check(available, out, seen)
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         return await self.inner._build(ctx, scope, {})
 
 
@@ -346,7 +356,9 @@ class _Named(Layer):
         self.inner._check(available, found, set())  # attribute everything inside to this name
         out.extend(MissingRequirement(m.key, f"layer {self.name!r}") for m in found)
 
-    async def _build(self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]) -> Context:
+    async def _build(
+        self, ctx: Context, scope: Scope, memo: dict[int, tuple[Layer, Context]]
+    ) -> Context:
         return await self.inner._build(ctx, scope, memo)
 
 
@@ -361,7 +373,9 @@ def find_missing(
     available = frozenset(context)
     out: list[MissingRequirement] = []
     layer._check(available, out, set())
-    needed = required.items() if isinstance(required, Mapping) else ((k, "the caller") for k in required)
+    needed = (
+        required.items() if isinstance(required, Mapping) else ((k, "the caller") for k in required)
+    )
     for key, who in needed:
         if key not in available and key not in layer.provides:
             out.append(MissingRequirement(key, who))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, TypeVarTuple, Unpack, final
+from typing import Any, Generic, Never, TypeVar, TypeVarTuple, Unpack, final, overload
 
 import trio
 
@@ -32,6 +32,10 @@ __all__ = ["Fiber", "Finalizer", "Scope", "ScopeClosedError", "open_scope"]
 
 A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
+# A Fiber is only ever read from outside (join/poll), so it is covariant: a Fiber[int, Never]
+# (nothing declared) is usable wherever a Fiber[int, SomeError] is expected.
+A_co = TypeVar("A_co", covariant=True)
+E_co = TypeVar("E_co", bound=BaseException, covariant=True)
 Ts = TypeVarTuple("Ts")
 
 #: A release action: called once with the Exit that closed the scope, shielded from cancellation.
@@ -45,7 +49,7 @@ class ScopeClosedError(RuntimeError):
 
 
 @final
-class Fiber(Generic[A, E]):
+class Fiber(Generic[A_co, E_co]):
     """A child task forked into a :class:`Scope`, with its outcome as an :data:`Exit`."""
 
     __slots__ = ("_cancel_scope", "_done", "_exit", "_observed", "name")
@@ -54,7 +58,7 @@ class Fiber(Generic[A, E]):
         self.name = name
         self._cancel_scope = trio.CancelScope()
         self._done = trio.Event()
-        self._exit: Exit[A, E] | None = None
+        self._exit: Exit[A_co, E_co] | None = None
         self._observed = False
 
     @property
@@ -66,13 +70,13 @@ class Fiber(Generic[A, E]):
         """Request cancellation of this fiber only. Idempotent; does not wait (see :meth:`join`)."""
         self._cancel_scope.cancel()
 
-    def poll(self) -> Exit[A, E] | None:
+    def poll(self) -> Exit[A_co, E_co] | None:
         """The Exit if the fiber has finished, else None. Observing a finished Exit counts as joined."""
         if self._exit is not None:
             self._observed = True
         return self._exit
 
-    async def join(self) -> Exit[A, E]:
+    async def join(self) -> Exit[A_co, E_co]:
         """Wait for the fiber to finish and return its Exit.
 
         Cancellation: a checkpoint. If the *joining* task is cancelled, ``join`` raises
@@ -86,7 +90,7 @@ class Fiber(Generic[A, E]):
         self._observed = True
         return self._exit
 
-    async def interrupt_and_join(self) -> Exit[A, E]:
+    async def interrupt_and_join(self) -> Exit[A_co, E_co]:
         """Interrupt the fiber and wait for its Exit (an interruption unless it finished first)."""
         self.interrupt()
         return await self.join()
@@ -134,10 +138,27 @@ class Scope:
             raise ScopeClosedError("cannot add a finalizer to a closing scope")
         self._finalizers.append(finalizer)
 
+    # Overloads so that ``scope.fork(fn)`` (nothing declared) is a ``Fiber[A, Never]`` rather than
+    # a Fiber whose error type strict mypy cannot infer.
+    @overload
     def fork(
         self,
         fn: Callable[[Unpack[Ts]], Awaitable[A]],
-        *args: Unpack[Ts],
+        *args: *Ts,
+        name: str | None = None,
+    ) -> Fiber[A, Never]: ...
+    @overload
+    def fork(
+        self,
+        fn: Callable[[Unpack[Ts]], Awaitable[A]],
+        *args: *Ts,
+        errors: tuple[type[E], ...],
+        name: str | None = None,
+    ) -> Fiber[A, E]: ...
+    def fork(
+        self,
+        fn: Callable[[Unpack[Ts]], Awaitable[A]],
+        *args: *Ts,
         errors: tuple[type[E], ...] = (),
         name: str | None = None,
     ) -> Fiber[A, E]:
@@ -208,8 +229,9 @@ class Scope:
             and raised is not exc
             and len(raised.exceptions) == 1
         ):
-            # Fibers never raise into the nursery, so its (strict) group only wraps what the body
-            # raised: give the caller that exception itself, as a plain ``async with`` would.
+            # Fibers reify everything but KeyboardInterrupt/SystemExit, so the nursery's (strict)
+            # group wraps just what the body raised: give the caller that exception itself, as a
+            # plain ``async with`` would.
             raised = raised.exceptions[0]
 
         unobserved = [
@@ -229,8 +251,9 @@ class Scope:
         if lost:
             extra: Cause[Any] = Cause(tuple(Die(d) for d in lost))
             closing_exit = (
-                Failure(extra) if isinstance(closing_exit, Success) else
-                Failure(closing_exit.cause + extra)
+                Failure(extra)
+                if isinstance(closing_exit, Success)
+                else Failure(closing_exit.cause + extra)
             )
 
         finalizer_errors = await self._run_finalizers(closing_exit)

@@ -1,0 +1,36 @@
+"""Shared test configuration: hypothesis profiles and the mock clock.
+
+Profiles (select with ``HYPOTHESIS_PROFILE``; default ``dev``):
+
+* ``dev`` — 50 examples, quick feedback while editing;
+* ``ci`` — 200 examples, what CI runs;
+* ``thorough`` — 2000 examples, for hunting rare interleavings before a release.
+
+No test sleeps for real: a test that needs time requests ``autojump_clock`` and pytest-trio runs it
+on a :class:`trio.testing.MockClock` that jumps ahead whenever every task is blocked.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import trio.testing
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=200,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    """A mock clock that jumps to the next deadline as soon as every task is blocked."""
+    return trio.testing.MockClock(autojump_threshold=0)
