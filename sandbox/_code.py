@@ -261,6 +261,7 @@ class CodeExecutionHost(Protocol):
         ...
 
 
+#: The service key of the per-pass host that serves a program's tool calls.
 CodeExecutionHostService: ServiceKey[CodeExecutionHost] = ServiceKey(
     "effectagent.sandbox.CodeExecutionHost", "serves one Code Mode pass's host calls"
 )
@@ -286,6 +287,7 @@ class CodeExecutor(Protocol):
         ...
 
 
+#: The service key of the CodeExecutor port.
 CodeExecutorService: ServiceKey[CodeExecutor] = ServiceKey(
     "effectagent.sandbox.CodeExecutor", "runs Code Mode programs in isolated passes"
 )

@@ -45,7 +45,6 @@ from ._response import ToolParamsStart as ToolParamsStart
 from ._response import ToolResultPart as ToolResultPart
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
-from ._tool import JSONValue as JSONValue
 from ._tool import OutputSchemaViolation as OutputSchemaViolation
 from ._tool import Tool as Tool
 from ._tool import ToolAnnotations as ToolAnnotations
@@ -71,7 +70,6 @@ __all__ = [
     "Handler",
     "InputTokens",
     "InvalidRequest",
-    "JSONValue",
     "LanguageModel",
     "LanguageModelService",
     "MalformedResponse",

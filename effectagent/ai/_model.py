@@ -16,6 +16,7 @@ from ._toolkit import ToolDescriptor
 
 __all__ = ["LanguageModel", "LanguageModelService", "ModelRequest", "ToolChoice", "generate"]
 
+#: Which tools the model may call: "auto", "none", "required", or one tool's name.
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 
 
@@ -46,6 +47,7 @@ class LanguageModel(Protocol):
         ...
 
 
+#: The service key of the model the engine calls.
 LanguageModelService: ServiceKey[LanguageModel] = ServiceKey(
     "effectagent.LanguageModel", "the model the engine calls"
 )

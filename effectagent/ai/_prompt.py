@@ -93,4 +93,5 @@ class ToolMessage:
     role: Literal["tool"] = "tool"
 
 
+#: One prompt message: system, user, assistant or tool.
 Message: TypeAlias = SystemMessage | UserMessage | AssistantMessage | ToolMessage

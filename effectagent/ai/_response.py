@@ -33,9 +33,11 @@ __all__ = [
     "ToolResultPart",
 ]
 
+#: Why a model response ended (Effect AI's finish reasons).
 FinishReason = Literal[
     "stop", "length", "content-filter", "tool-calls", "error", "pause", "other", "unknown"
 ]
+#: Every finish reason a model may report.
 FINISH_REASONS: frozenset[str] = frozenset(
     ("stop", "length", "content-filter", "tool-calls", "error", "pause", "other", "unknown")
 )
@@ -164,6 +166,7 @@ class ErrorPart:
     type: Literal["error"] = "error"
 
 
+#: Any part a LanguageModel streams.
 ResponsePart: TypeAlias = (
     TextStart
     | TextDelta

@@ -43,6 +43,7 @@ P = TypeVar("P")
 S = TypeVar("S")
 
 JSONValue: TypeAlias = Any
+#: What a declared tool failure does: "return" shows it to the model, "error" ends the run.
 FailureMode = Literal["error", "return"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -84,6 +85,7 @@ class ToolCallContext:
         await self.report(data)
 
 
+#: A tool handler: ``async (decoded params, ToolCallContext) -> value | returns.Result``.
 Handler: TypeAlias = Callable[[Any, ToolCallContext], Awaitable[Any]]
 NeedsApproval: TypeAlias = bool | Callable[[Any, ToolCallContext], bool]
 

@@ -8,6 +8,7 @@ import attrs
 
 __all__ = ["ApprovalDecision", "ApprovalRequest", "Risk"]
 
+#: Risk classification of an approval request.
 Risk = Literal["low", "medium", "high"]
 
 

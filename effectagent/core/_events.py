@@ -214,6 +214,7 @@ class RunSuspended(EventBase):
     reason: str
 
 
+#: Any run event.
 Event: TypeAlias = (
     RunStarted
     | TurnStarted
@@ -235,6 +236,7 @@ Event: TypeAlias = (
     | RunSuspended
 )
 
+#: The event types that end a run; exactly one ends each run.
 TERMINAL_EVENTS: tuple[type[EventBase], ...] = (
     RunCompleted,
     RunFailed,

@@ -111,6 +111,7 @@ class ToolUnknownOutcome:
         return {"_tag": "ToolUnknownOutcome", "message": self.reason}
 
 
+#: The one outcome a declared tool call settles with.
 ToolOutcome: TypeAlias = (
     ToolSuccess | ToolRejected | ToolInvalidInput | ToolFailure | ToolDefect | ToolUnknownOutcome
 )

@@ -166,6 +166,7 @@ class RunFailedRecord:
     at: float
 
 
+#: Any canonical record of the Conversation Log.
 Record: TypeAlias = (
     ConversationCreated
     | UserInputRecorded

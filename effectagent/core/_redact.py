@@ -13,6 +13,7 @@ from typing import Any, Protocol, final
 
 __all__ = ["REDACTED", "Redactor", "SecretRedactor", "StreamRedactor"]
 
+#: What a redacted secret is replaced with.
 REDACTED = "[REDACTED]"
 
 

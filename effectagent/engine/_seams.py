@@ -71,6 +71,7 @@ class Approval(Protocol):
         ...
 
 
+#: The service key of the Approval seam (required when a tool may need approval).
 ApprovalService: ServiceKey[Approval] = ServiceKey("effectagent.Approval")
 
 
@@ -92,6 +93,7 @@ class ToolAuthorization(Protocol):
         ...
 
 
+#: The service key of the tool authorization seam (optional).
 ToolAuthorizationService: ServiceKey[ToolAuthorization] = ServiceKey(
     "effectagent.ToolAuthorization"
 )
@@ -121,6 +123,7 @@ class Compactor(Protocol):
         ...
 
 
+#: The service key of the compaction seam (required with ``context_token_limit``).
 CompactorService: ServiceKey[Compactor] = ServiceKey("effectagent.Compactor")
 
 
@@ -147,6 +150,7 @@ class SteeringInbox(Protocol):
         ...
 
 
+#: The service key of the steering/follow-up inbox (optional).
 SteeringInboxService: ServiceKey[SteeringInbox] = ServiceKey("effectagent.SteeringInbox")
 
 
@@ -165,8 +169,10 @@ class ConversationLog(Protocol):
         ...
 
 
+#: The service key of the Conversation Log (default: in memory, class E).
 ConversationLogService: ServiceKey[ConversationLog] = ServiceKey("effectagent.ConversationLog")
 
+#: The service key of the Redactor (default: the secrets given to ``open_runtime``).
 RedactorService: ServiceKey[Redactor] = ServiceKey("effectagent.Redactor")
 
 

@@ -54,12 +54,15 @@ __all__ = [
     "batches",
 ]
 
+#: How a generated tool call behaves: success, declared failure, defect or hang.
 Behaviour: TypeAlias = Literal["success", "declared-failure", "defect", "hang"]
 """How a generated handler ends: return a value; raise a declared failure; crash with an undeclared
 exception; or wait until cancelled (the tool's ``timeout`` turns that into a defect)."""
 
+#: Every behaviour a generated tool call can have.
 BEHAVIOURS: tuple[Behaviour, ...] = ("success", "declared-failure", "defect", "hang")
 
+#: The kind of outcome a generated call is expected to settle with.
 OutcomeKind: TypeAlias = Literal[
     "success", "rejected", "invalid-input", "failure", "defect", "unknown"
 ]

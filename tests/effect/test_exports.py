@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-PACKAGES = ["effectagent.effect"]
+PACKAGES = [
+    "effectagent",
+    "effectagent.effect",
+    "effectagent.ai",
+    "effectagent.core",
+    "effectagent.engine",
+    "effectagent.testing",
+    "sandbox",
+]
 
 
 def _public_names(package: str) -> list[str]:
@@ -35,6 +43,8 @@ def _own_docstring(obj: Any) -> str | None:
 
 def _is_data(obj: Any) -> bool:
     """A type alias or constant: it cannot carry a docstring of its own."""
+    if hasattr(obj, "__wrapped__"):  # a decorated function (functools.cache, ...) documents itself
+        return False
     return not isinstance(
         obj, type | types.FunctionType | types.BuiltinFunctionType | types.ModuleType
     )
