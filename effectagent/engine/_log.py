@@ -22,9 +22,10 @@ class InMemoryConversationLog:
         self._logs: dict[str, list[LogEntry]] = {}
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
-        """Append atomically (no checkpoint between records). Cancellation: a checkpoint *before*
-        anything is appended; once appending starts it completes."""
-        await trio.lowlevel.checkpoint()
+        """Append atomically. Cancellation: a cancellation point *before* anything is appended
+        (raises ``Cancelled`` if the caller's scope is cancelled); it does not yield to the
+        scheduler — there is no I/O to wait for, and the engine yields once per turn itself."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         return self.append_nowait(conversation_id, records)
 
     def append_nowait(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
@@ -36,8 +37,9 @@ class InMemoryConversationLog:
         return added
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
-        """Entries with ``seq > after``. Cancellation: a checkpoint; nothing changes."""
-        await trio.lowlevel.checkpoint()
+        """Entries with ``seq > after``. Cancellation: a cancellation point (no scheduler yield);
+        nothing changes."""
+        await trio.lowlevel.checkpoint_if_cancelled()
         return tuple(self._logs.get(conversation_id, ())[after:])
 
     def conversations(self) -> tuple[str, ...]:

@@ -338,6 +338,9 @@ class RunDriver:
         """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
         budget = self.budget
         while True:
+            # One scheduler yield per turn keeps runs fair to every other task even when the
+            # model, the log and the event hand-over need no I/O (they only check cancellation).
+            await trio.lowlevel.checkpoint()
             await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
