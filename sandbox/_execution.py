@@ -1,0 +1,398 @@
+"""The process driver every command runner shares: one spawned workload as a stream of events.
+
+Runners differ only in how a workload is prepared (temp state, argv, cgroups) and measured; the
+hard part — reading both pipes and feeding stdin without deadlock, bounding output, enforcing the
+wall clock, killing the whole process group, and never leaking a process or a pipe whatever the
+consumer does — is the same for all of them and is written once here.
+
+:class:`CommandExecution` drives one spawned process as the pull-based event stream described in
+``_command``: each ``__anext__`` runs a short-lived nursery that reads stdout/stderr, feeds stdin
+and watches for exit (through a pidfd, so the exited process can be measured before it is
+reaped), all under the wall-clock deadline. When the deadline passes the whole process group is
+SIGKILLed and the result says ``timed_out``. Once the main process exits, what is left of its
+process group is killed and the pipes are drained for at most :data:`DRAIN_GRACE` seconds.
+Leaving the ``async with`` block kills and reaps the group and removes temporary state, shielded.
+Runners subclass it and fill in the hooks.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from types import TracebackType
+
+import attrs
+import trio
+
+from ._command import (
+    Artifact,
+    CommandNotFound,
+    OutputBuffer,
+    OutputChunk,
+    ResourceUsage,
+    SandboxCrashed,
+    SandboxEvent,
+    SandboxExited,
+    SandboxRequest,
+    SandboxResult,
+    SandboxStarted,
+    SecretResolver,
+    SecretUnavailable,
+    StreamName,
+    build_env,
+)
+from ._posture import LIMIT_OUTPUT, LIMIT_WALL_CLOCK, SandboxError, SandboxImplementation
+from ._process_control import kill_process_group
+from ._process_control import zombie_cpu_seconds as _zombie_cpu_seconds
+from ._workload_files import collect_artifacts
+
+__all__ = ["DRAIN_GRACE", "CommandExecution", "Measured", "Spawn", "resolve_secrets"]
+
+DRAIN_GRACE = 0.5
+"""Seconds the pipes are still read after the main process is gone (late output, stuck holders)."""
+_READ_SIZE = 65536
+
+
+@attrs.frozen
+class Measured:
+    """What a runner measured beyond the process itself (cgroups), after the workload exited."""
+
+    cpu_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    peak_processes: int | None = None
+    oom_killed: bool = False
+    limits_hit: frozenset[str] = frozenset()
+
+
+@attrs.frozen
+class Spawn:
+    """How to start one workload: decided by a runner, carried out by :class:`CommandExecution`."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = attrs.field(repr=False)  # may hold resolved secret values
+    cwd: str | None
+    preexec: Callable[[], None] | None = attrs.field(default=None, repr=False)
+    pass_fds: tuple[int, ...] = ()
+
+
+async def resolve_secrets(
+    request: SandboxRequest, resolver: SecretResolver | None
+) -> dict[str, str]:
+    """Env name -> value for each secret handle. Cancellation: nothing has started yet."""
+    if request.secrets and resolver is None:
+        raise SecretUnavailable(request.secrets[0].secret_id, "no SecretResolver is configured")
+    values: dict[str, str] = {}
+    for handle in request.secrets:
+        assert resolver is not None
+        try:
+            value = await resolver.resolve(handle.secret_id)
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SecretUnavailable(handle.secret_id, type(exc).__name__) from None
+        if "\0" in value:
+            raise SecretUnavailable(handle.secret_id, "the value contains NUL")
+        values[handle.env_name] = value
+    return values
+
+
+class CommandExecution:
+    """One running workload as an async context manager and event iterator (see module notes).
+
+    Subclasses provide :meth:`prepare` (temp state, argv), :meth:`cleanup` (remove it) and may
+    refine :meth:`spawn_error`, :meth:`measure` and :meth:`check_crash`.
+    """
+
+    def __init__(
+        self,
+        implementation: SandboxImplementation,
+        request: SandboxRequest,
+        resolver: SecretResolver | None,
+        live: set[CommandExecution],
+    ) -> None:
+        self.implementation = implementation
+        self.request = request
+        self.execution_id = uuid.uuid4().hex
+        self._resolver = resolver
+        self._live = live
+        self._process: trio.Process | None = None
+        self._pidfd: int | None = None
+        self._streams: dict[StreamName, trio.abc.ReceiveStream] = {}
+        self._stdin: bytes = request.stdin or b""
+        self._stdin_open = request.stdin is not None
+        self._stdin_offset = 0
+        self._pending: collections.deque[SandboxEvent] = collections.deque()
+        self._output = OutputBuffer(request.limits.output_bytes)
+        self._started_at = 0.0
+        self._deadline = 0.0
+        self._exited = False
+        self._reaped = False
+        self._killed = False
+        self._timed_out = False
+        self._finished = False
+        self._closed = False
+        self._returncode: int | None = None
+        self._cpu: float | None = None
+        self._wall = 0.0
+        self._owned: list[str] = []
+
+    @property
+    def owned_paths(self) -> tuple[str, ...]:
+        """Host paths this execution created (temp dirs, cgroups); all removed when it closes."""
+        return tuple(self._owned)
+
+    # ---- hooks ----------------------------------------------------------------------------
+
+    async def prepare(self, env: dict[str, str]) -> Spawn:
+        """Create temporary state and decide how to spawn. Raise declared errors to refuse."""
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        """Remove every temporary resource (idempotent; called once the workload is reaped)."""
+
+    def artifact_roots(self) -> Mapping[str | None, tuple[str, str]]:
+        """Rule root -> ``(sandbox_path, host_path)`` for artifact collection."""
+        return {}
+
+    def spawn_error(self, exc: OSError) -> SandboxError:
+        """Map a failure to spawn to a declared error."""
+        if isinstance(exc, FileNotFoundError):
+            return CommandNotFound(self.request.command)
+        return SandboxCrashed(f"spawn failed: {type(exc).__name__}: {exc.strerror}")
+
+    def measure(self) -> Measured:
+        """Measurements beyond the process's own (cgroups), taken after exit."""
+        return Measured()
+
+    def check_crash(self, stderr_head: bytes) -> None:
+        """Raise :class:`SandboxCrashed` if the machinery (not the workload) failed."""
+
+    # ---- context manager --------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncIterator[SandboxEvent]:
+        """Resolve secrets, prepare, spawn; return the event iterator (this object).
+
+        Cancellation: if cancelled or failing here, whatever was started is killed and removed
+        before the exception propagates. One consumer task at a time may iterate.
+        """
+        env = build_env(self.request, await resolve_secrets(self.request, self._resolver))
+        self._live.add(self)
+        try:
+            spawn = await self.prepare(env)
+            try:
+                self._process = await trio.lowlevel.open_process(
+                    list(spawn.argv),
+                    stdin=subprocess.PIPE if self.request.stdin is not None else subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    env=dict(spawn.env),
+                    cwd=spawn.cwd,
+                    preexec_fn=spawn.preexec,
+                    start_new_session=True,
+                    pass_fds=spawn.pass_fds,
+                )
+            except OSError as exc:
+                raise self.spawn_error(exc) from None
+            except subprocess.SubprocessError as exc:
+                raise SandboxCrashed(f"spawn failed: {exc}") from None
+            finally:
+                del env, spawn
+        except BaseException:
+            await self.aclose()
+            raise
+        process = self._process
+        assert process.stdout is not None
+        assert process.stderr is not None
+        self._streams = {"stdout": process.stdout, "stderr": process.stderr}
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(process.pid)
+        self._started_at = trio.current_time()
+        self._deadline = self._started_at + self.request.limits.wall_clock_seconds
+        self._pending.append(SandboxStarted(self.implementation, self.execution_id, process.pid))
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Kill and reap the workload, close pipes, remove temporary state. Idempotent.
+
+        Cancellation: shielded; always completes.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                if self._process is not None:
+                    if not self._reaped:  # once reaped, its pid may belong to someone else
+                        await kill_process_group(self._process)
+                    for stream in (self._process.stdin, *self._streams.values()):
+                        if stream is not None:
+                            await stream.aclose()
+                    self._streams.clear()
+                self._close_pidfd()
+            finally:
+                try:
+                    self.cleanup()
+                finally:
+                    self._live.discard(self)
+
+    # ---- iteration --------------------------------------------------------------------------
+
+    def __aiter__(self) -> AsyncIterator[SandboxEvent]:
+        return self
+
+    async def __anext__(self) -> SandboxEvent:
+        """The next event. Cancellation: safe; no output is lost, the workload keeps running."""
+        while not self._pending:
+            if self._finished or self._closed:
+                raise StopAsyncIteration
+            if self._reaped and not self._streams:
+                await self._finish()
+                continue
+            await self._step()
+        return self._pending.popleft()
+
+    async def _step(self) -> None:
+        with trio.move_on_at(self._deadline) as deadline_scope:
+            async with trio.open_nursery() as nursery:
+                for name, stream in list(self._streams.items()):
+                    nursery.start_soon(self._read, name, stream, nursery.cancel_scope)
+                if self._stdin_open and self._process is not None and self._process.stdin:
+                    nursery.start_soon(self._write_stdin, self._process.stdin)
+                if not self._exited:
+                    nursery.start_soon(self._wait_exit, nursery.cancel_scope)
+        if self._exited and not self._reaped:
+            await self._reap()
+        elif deadline_scope.cancelled_caught:
+            await self._on_deadline()
+
+    async def _read(
+        self, name: StreamName, stream: trio.abc.ReceiveStream, scope: trio.CancelScope
+    ) -> None:
+        try:
+            data = bytes(await stream.receive_some(_READ_SIZE))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            data = b""
+        if not data:
+            self._streams.pop(name, None)
+            await stream.aclose()
+        else:
+            kept = self._output.accept(name, data)
+            if kept:
+                self._pending.append(OutputChunk(name, kept))
+        scope.cancel()
+
+    async def _write_stdin(self, stream: trio.abc.SendStream) -> None:
+        # Raw non-blocking writes: a cancelled wait loses nothing and the offset stays exact.
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        data = memoryview(self._stdin)
+        while self._stdin_offset < len(data):
+            await trio.lowlevel.wait_writable(fd)
+            try:
+                chunk = data[self._stdin_offset : self._stdin_offset + _READ_SIZE]
+                self._stdin_offset += os.write(fd, chunk)
+            except BlockingIOError:
+                continue
+            except OSError:  # the workload closed its stdin: the rest is dropped
+                break
+        self._stdin_open = False
+        await stream.aclose()
+
+    async def _wait_exit(self, scope: trio.CancelScope) -> None:
+        assert self._process is not None
+        if self._pidfd is not None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+        else:
+            await self._process.wait()
+        self._exited = True
+        scope.cancel()
+
+    async def _reap(self) -> None:
+        assert self._process is not None
+        if self._pidfd is not None:
+            self._cpu = _zombie_cpu_seconds(self._process.pid)
+        # Leftovers of the group die while the zombie leader still pins the group id.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._returncode = await self._process.wait()
+        self._close_pidfd()
+        self._wall = trio.current_time() - self._started_at
+        self._reaped = True
+        self._deadline = trio.current_time() + DRAIN_GRACE
+
+    async def _on_deadline(self) -> None:
+        if not self._exited:
+            if not self._killed:
+                self._timed_out = True
+                self.kill()
+            self._deadline = trio.current_time() + DRAIN_GRACE
+            return
+        for stream in self._streams.values():  # drain grace is over: abandon held pipes
+            await stream.aclose()
+        self._streams.clear()
+
+    def kill(self) -> None:
+        """SIGKILL the workload's process group now (the stream then reports the exit)."""
+        self._killed = True
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    @property
+    def killed_by_host(self) -> bool:
+        """Whether the host killed the workload (timeout or :meth:`kill`)."""
+        return self._killed
+
+    async def _finish(self) -> None:
+        self._finished = True  # also when check_crash raises: the stream ends either way
+        if not self._killed:
+            self.check_crash(self._output.value("stderr")[:1024])
+        artifacts: tuple[Artifact, ...] = ()
+        skipped = 0
+        if self.request.artifacts:
+            artifacts, skipped = await trio.to_thread.run_sync(
+                collect_artifacts, self.request.artifacts, self.artifact_roots()
+            )
+        measured = self.measure()
+        cpu = measured.cpu_seconds if measured.cpu_seconds is not None else self._cpu
+        usage = ResourceUsage(self._wall, cpu, measured.peak_memory_bytes, measured.peak_processes)
+        limits_hit = set(measured.limits_hit)
+        if self._timed_out:
+            limits_hit.add(LIMIT_WALL_CLOCK)
+        if self._output.truncated:
+            limits_hit.add(LIMIT_OUTPUT)
+        code = self._returncode
+        result = SandboxResult(
+            exit_code=code if code is not None and code >= 0 else None,
+            signal=-code if code is not None and code < 0 else None,
+            timed_out=self._timed_out,
+            output_truncated=self._output.truncated,
+            stdout=self._output.value("stdout"),
+            stderr=self._output.value("stderr"),
+            dropped_bytes=self._output.dropped,
+            usage=usage,
+            implementation=self.implementation,
+            artifacts=artifacts,
+            artifacts_skipped=skipped,
+            oom_killed=measured.oom_killed,
+            limits_hit=frozenset(limits_hit),
+        )
+        self._pending.extend((usage, SandboxExited(result)))
