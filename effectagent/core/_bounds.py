@@ -11,7 +11,7 @@ from typing import Any
 
 from ._policy import ToolResultBounds
 
-__all__ = ["bound_json", "bound_text", "compact_json"]
+__all__ = ["bound_json", "bound_text", "bounded_json", "compact_json"]
 
 _MARKER_OVERHEAD = 160
 # What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` builds on every call; one
@@ -56,6 +56,55 @@ def _marker(data: bytes, bounds: ToolResultBounds) -> dict[str, Any]:
         head, tail = head * 3 // 4, tail * 3 // 4
         marker["head"], marker["tail"] = _cut_head(data, head), _cut_tail(data, tail)
     return marker
+
+
+def _worst_case_size(value: Any, budget: int) -> int:
+    """An upper bound of the bytes of ``compact_json(value)``, or more than ``budget`` when it
+    cannot tell cheaply (a large, deep or unusual value): then the caller encodes to find out.
+
+    Per JSON type: an ASCII string is at most 6 bytes per character (a control character escapes
+    to ``\\u0000``) plus its quotes; a float's ``repr`` is at most 24 characters. Anything but
+    plain JSON types, ASCII text and moderate integers is left to the encoder.
+    """
+    over = budget + 1
+    total = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            if not item.isascii():  # exactly as encoded: a lone surrogate must fail the same way
+                return over
+            total += len(item) * 6 + 2
+        elif kind is int:
+            total += 21 if -(10**20) < item < 10**20 else over
+        elif item is None or kind is bool:
+            total += 5
+        elif kind is float:
+            total += 24
+        elif kind is dict:
+            total += 2 + 2 * len(item)  # braces, and a colon and a comma per member
+            for key, member in item.items():
+                if type(key) is not str or not key.isascii():
+                    return over
+                total += len(key) * 6 + 2
+                stack.append(member)
+        elif kind is list or kind is tuple:
+            total += 2 + len(item)
+            stack.extend(item)
+        else:
+            return over
+        if total > budget:
+            return over
+    return total
+
+
+def bounded_json(value: Any, bounds: ToolResultBounds) -> Any:
+    """What :func:`bound_json` returns first (the value, or its truncation marker), without
+    encoding a value whose worst-case size already fits the bound."""
+    if _worst_case_size(value, bounds.max_bytes) <= bounds.max_bytes:
+        return value
+    return bound_json(value, bounds)[0]
 
 
 def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:

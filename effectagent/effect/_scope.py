@@ -13,7 +13,13 @@ A :class:`Scope` is the lifetime of some resources and child tasks. Leaving the 
 Forking gives a :class:`Fiber`. A fiber runs in its own cancel scope (``interrupt()``), never raises into
 the nursery (so one crashing fiber does not cancel its siblings) and records its Exit for ``join()``.
 Nothing is lost: when a scope closes, the defect of any fiber whose Exit nobody observed (``join`` or
-``poll``) is raised out of the scope. What the body raised leaves the scope as itself, not
+``poll``) is raised out of the scope.
+
+Spawning (:meth:`Scope.spawn`) is the cheap sibling of forking for fire-and-forget children that are
+never joined or interrupted one by one: a plain child task of the nursery, without a Fiber, its own
+cancel scope or a completion event. Its outcome follows the rule of an unobserved fiber: a
+cancellation ends it quietly (the scope then closes with an interruption), a defect is kept and
+raised out of the scope when it closes, and it never cancels its siblings. What the body raised leaves the scope as itself, not
 wrapped in the nursery's one-member ExceptionGroup; several errors (body, lost defects,
 finalizers) form a group.
 """
@@ -109,6 +115,7 @@ class Scope:
         "_failed_fibers",
         "_fiber_interrupted",
         "_finalizers",
+        "_lost_defects",
         "_nursery",
         "_nursery_cm",
     )
@@ -118,6 +125,8 @@ class Scope:
         self._nursery: trio.Nursery | None = None
         self._finalizers: list[Finalizer] = []
         self._failed_fibers: list[Fiber[Any, Any]] = []
+        # Defects of spawned children (nobody can observe those): raised when the scope closes.
+        self._lost_defects: list[BaseException] = []
         # Set when a fiber was cut short by a cancellation other than its own interrupt(): the
         # body may have ended normally, but the scope's work was interrupted.
         self._fiber_interrupted = False
@@ -172,6 +181,39 @@ class Scope:
         fiber: Fiber[A, E] = Fiber(name or str(getattr(fn, "__qualname__", fn)))
         nursery.start_soon(self._run_fiber, fiber, fn, args, errors, name=fiber.name)
         return fiber
+
+    def spawn(self, fn: Callable[[Unpack[Ts]], Awaitable[object]], *args: *Ts) -> None:
+        """Start ``fn(*args)`` as a plain child task of this scope, with no :class:`Fiber`.
+
+        Cheaper than :meth:`fork` (no per-child cancel scope, completion event or Exit), for children
+        that are never joined, polled or interrupted individually. Its result is discarded.
+
+        Cancellation and errors: the child is cancelled only together with the whole scope
+        (:meth:`cancel`, or a cancellation of the task tree around it). A ``trio.Cancelled`` that
+        ends it is absorbed and the scope closes with an interruption — as for a fiber. Any other
+        exception is a defect: it does not cancel the siblings and is raised out of the scope when
+        the scope closes (exactly like the defect of a fiber whose Exit nobody observed).
+        ``KeyboardInterrupt``/``SystemExit`` propagate at once, as from a fiber.
+        """
+        nursery = self._open_nursery()
+        if self._closing:
+            raise ScopeClosedError("cannot spawn into a closing scope")
+        nursery.start_soon(self._run_spawned, fn, args, name=fn)  # the task is named after fn
+
+    async def _run_spawned(
+        self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]
+    ) -> None:
+        try:
+            await fn(*args)
+        except BaseException as exc:
+            if is_passthrough(exc):
+                raise
+            # Swallowing a Cancelled is harmless here: the task ends, and the cancelled scope
+            # stays cancelled for every other task in it.
+            cause = Cause.from_exception(exc)
+            self._lost_defects.extend(cause.defects)
+            if cause.is_interrupted:
+                self._fiber_interrupted = True
 
     async def _run_fiber(
         self,
@@ -248,6 +290,7 @@ class Scope:
         else:
             closing_exit = _SUCCESS_NONE
         lost = [d for defects in unobserved for d in defects]
+        lost.extend(self._lost_defects)
         if lost:
             extra: Cause[Any] = Cause(tuple(Die(d) for d in lost))
             closing_exit = (

@@ -2,12 +2,19 @@
 
 Phase 1 (sequential, no checkpoints between calls): reduce → resolve → decode → admit against the
 tool-call budget → one atomic ``ToolCallPrepared`` append in declaration order. Phase 2 (concurrent,
-one scoped child fiber per call): authorize → approve → acquire a permit → run the handler → encode →
-redact → bound → settle. Phase 3: commit every ``ToolCallSettled`` in declaration order in one append,
+one child task per call, spawned into a scope that the batch waits for): authorize → approve →
+acquire a permit → run the handler → encode → redact → bound → settle. Phase 3: commit every ``ToolCallSettled`` in declaration order in one append,
 then extend the prompt with the complete batch (RUN-005, CAP-005).
 
 If the run is interrupted (or its deadline passes) mid-batch, every unsettled call settles as a
 ``ToolDefect`` ("interrupted"), the batch is committed shielded, and the cancellation propagates.
+Calls are never interrupted one by one: the scope of the batch is cancelled only as a whole, by the
+run's own cancellation. Each call checks for cancellation before it takes a permit; it yields to the
+scheduler there only when it has to wait for one (all ``tool_concurrency`` permits are held).
+
+The arguments' JSON text is parsed once for the preview and the ``ToolCallPrepared`` record (the
+event and the record share that redacted value, as events and records share tool outcomes), and
+once more, strictly, by the tool's decoder.
 """
 
 from __future__ import annotations
@@ -52,6 +59,7 @@ from effectagent.core import (
     bound_json,
     parse_arguments,
 )
+from effectagent.core._bounds import bounded_json
 from effectagent.effect import open_scope
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
@@ -69,16 +77,23 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
 class _Call:
-    __slots__ = ("id", "index", "name", "params", "tool")
+    __slots__ = ("arguments", "id", "index", "name", "params", "tool")
 
     def __init__(
-        self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any
+        self,
+        index: int,
+        call_id: str,
+        name: str,
+        tool: Tool[Any, Any],
+        params: Any,
+        arguments: Any,
     ) -> None:
         self.index = index
         self.id = call_id
         self.name = name
         self.tool = tool
         self.params = params
+        self.arguments = arguments  # parsed and redacted, for the ToolCallPrepared record
 
 
 async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> RunError | None:
@@ -96,9 +111,8 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     settled_early: list[tuple[int, ToolOutcome]] = []
 
     for index, (call_id, name, arguments, truncated) in enumerate(declared):
-        preview, _, _ = bound_json(
-            redactor.redact(parse_arguments(arguments)) if not truncated else "", _PREVIEW_BOUNDS
-        )
+        shown = redactor.redact(parse_arguments(arguments)) if not truncated else ""
+        preview = bounded_json(shown, _PREVIEW_BOUNDS)
         await driver.emit(ToolCallDeclared, turn, call_id, name, preview)
         tool = toolkit.get(name)
         if truncated:
@@ -131,7 +145,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
                     (index, ToolInvalidInput(call_id, name, redactor.redact_text(str(exc))))
                 )
             else:
-                runnable.append(_Call(index, call_id, name, tool, params))
+                runnable.append(_Call(index, call_id, name, tool, params, shown))
 
     admitted = driver.budget.admit_tool_calls(len(runnable))
     for call in runnable[admitted:]:
@@ -152,7 +166,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
                     turn,
                     c.id,
                     c.name,
-                    redactor.redact(parse_arguments(declared[c.index][2])),
+                    c.arguments,
                     now,
                 )
                 for c in runnable
@@ -170,9 +184,9 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
         if runnable:
             async with open_scope() as scope:
                 for call in runnable:
-                    scope.fork(_execute, driver, ledger, turn, call)
+                    scope.spawn(_execute, driver, ledger, turn, call)
         if not ledger.complete:
-            # Each fiber absorbs its own Cancelled, so an interrupted batch can leave the scope
+            # Each call's task absorbs its own Cancelled, so an interrupted batch can leave the scope
             # without raising: surface the cancellation here so the rest settle as interrupted.
             await trio.lowlevel.checkpoint()
     except BaseException:
@@ -278,7 +292,12 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
                 )
 
     handler = services.handlers[tool]
-    async with driver.permits.permits():
+    permits = driver.permits
+    # A cancellation point per call; a scheduler pass only when the call must wait for a permit.
+    await trio.lowlevel.checkpoint_if_cancelled()
+    if not permits.acquire_nowait():
+        await permits.acquire()
+    try:
         await driver.emit(ToolCallStarted, turn, call.id, call.name)
         try:
             if tool.timeout is None:  # no deadline, no cancel scope: measurable per call
@@ -298,6 +317,8 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
                 return ToolFailure(call.id, call.name, bounded)
             return ToolDefect(call.id, call.name, driver.redact_text(_describe(exc)))
         return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+    finally:
+        permits.release()
 
 
 def _holds_cancelled(exc: BaseException) -> bool:
@@ -317,7 +338,7 @@ def _success(driver: RunDriver, tool: Tool[Any, Any], call: _Call, value: Any) -
         encoded = tool.encode_success(value)
     except OutputSchemaViolation as exc:
         return ToolDefect(call.id, call.name, driver.redact_text(_describe(exc)))
-    bounded, _, _ = bound_json(
+    bounded = bounded_json(
         driver.services.redactor.redact(encoded), driver.agent.policy.tool_result_bounds
     )
     return ToolSuccess(call.id, call.name, bounded)

@@ -56,9 +56,18 @@ class BudgetState:
 
     def exhausted(self, now: float) -> tuple[Dimension, float, float] | None:
         """The first exhausted dimension, if any (repeated failures count as one)."""
-        for dim in self.limits(now):
-            if dim[1] >= dim[2]:
-                return dim
+        # The order of ``limits``, checked without building its list (this runs every turn).
+        policy = self.policy
+        if self.turns >= policy.max_turns:
+            return ("turns", self.turns, policy.max_turns)
+        if self.tool_calls >= policy.max_tool_calls:
+            return ("tool_calls", self.tool_calls, policy.max_tool_calls)
+        elapsed = now - self.started_at
+        if elapsed >= policy.max_duration:
+            return ("duration", elapsed, policy.max_duration)
+        budget = policy.token_budget
+        if budget is not None and self.usage.total_tokens >= budget:
+            return ("tokens", self.usage.total_tokens, budget)
         if self.repeated_failure is not None:
             _, count = self.repeated_failure
             return ("repeated_failures", count, self.policy.repeated_failure_limit)

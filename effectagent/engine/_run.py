@@ -179,15 +179,21 @@ class RunDriver:
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
         self.permits = Semaphore(agent.policy.tool_concurrency)
+        # The run's one cancel scope at a time: the turns (with the run's deadline), then, if a
+        # budget ran out, the exhaustion phase. ``interrupt`` cancels whichever is current.
         self.cancel_scope = trio.CancelScope()
+        self._interrupted = False
         self.terminal: EventBase | None = None
         self.done = trio.Event()
         self.turn = 0
+        # The redacted record content of the latest model response, reused for its prompt message.
+        self._content: tuple[ModelResponse, tuple[tuple[str, Any], ...]] | None = None
 
     # ---- identity and emission ------------------------------------------------------------------
 
     def interrupt(self) -> None:
         """Ask the run to stop; it ends with RunInterrupted. Idempotent; does not wait."""
+        self._interrupted = True
         self.cancel_scope.cancel()
 
     async def emit(self, cls: type[EventBase], *fields: Any) -> EventBase:
@@ -196,7 +202,7 @@ class RunDriver:
 
         Cancellation: a cancellation point. It yields to the scheduler only when it has to wait for
         the consumer (the event buffer is full): handing over events is the hottest path of a run,
-        and a turn's other checkpoints (log appends, model I/O) keep the run fair to other tasks.
+        and the turn loop's own yield (once per turn) and model I/O keep the run fair.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
         # A sequence number is taken only by an event that is handed over or is the one waiting
@@ -263,16 +269,25 @@ class RunDriver:
 
     async def execute(self) -> None:
         """Run to exactly one terminal event. Never raises except Trio's own cancellation of the
-        enclosing scope (after writing the interruption, shielded)."""
+        enclosing scope (after writing the interruption, shielded).
+
+        Cancellation: one cancel scope holds the turns and carries the run's deadline
+        (``max_duration``). When a budget runs out — the deadline cancelled that scope, or a count
+        was used up — the exhaustion phase (grace turn or failure) runs in a fresh scope without
+        that deadline. :meth:`interrupt` cancels whichever scope is current, and an interrupted
+        run never enters the exhaustion phase.
+        """
         try:
             with self.cancel_scope:
                 await self._main()
+            if self.terminal is None and not self._interrupted:
+                self.cancel_scope = trio.CancelScope()
+                with self.cancel_scope:
+                    await self._exhausted()
         except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
-                    await self._fail_now(
-                        EngineDefect(self.redact_text(f"{type(exc).__name__}: {exc}"))
-                    )
+                    await self._fail(EngineDefect(self.redact_text(f"{type(exc).__name__}: {exc}")))
         finally:
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
@@ -289,16 +304,10 @@ class RunDriver:
         finally:
             self._emit_terminal_nowait(RunInterrupted, "interrupted", self.budget.usage)
 
-    async def _fail_now(self, error: RunError) -> None:
-        await self.record(
-            RunFailedRecord(self.conversation_id, self.run_id, error, error.tag, time.time())
-        )
-        self._emit_terminal_nowait(RunFailed, error, self.budget.usage)
-
     async def _main(self) -> None:
         policy = self.agent.policy
         started = trio.current_time()
-        self.budget = BudgetState(policy, started)
+        self.budget.started_at = started
         log = self.services.log
         await self.emit(RunStarted, self.redact_text(self.user_input))
         history = await log.entries(self.conversation_id)
@@ -321,17 +330,19 @@ class RunDriver:
         self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
         self.messages.append(UserMessage.text(self.services.redactor.redact_text(self.user_input)))
 
-        with trio.CancelScope(deadline=started + policy.max_duration) as deadline:
-            error = await self._turns()
-            if error is not None:
-                await self._fail(error)
-                return
-            if self.terminal is not None:
-                return
-        exhausted = self.budget.exhausted(trio.current_time())
-        if exhausted is None and deadline.cancelled_caught:
-            exhausted = ("duration", trio.current_time() - started, policy.max_duration)
-        assert exhausted is not None
+        # The run's deadline, on the run's own cancel scope (see ``execute``).
+        self.cancel_scope.deadline = started + policy.max_duration
+        error = await self._turns()
+        if error is not None:
+            await self._fail(error)
+
+    async def _exhausted(self) -> None:
+        """No terminal yet and not interrupted: a budget ran out (a count, or the deadline)."""
+        budget = self.budget
+        now = trio.current_time()
+        exhausted = budget.exhausted(now)
+        if exhausted is None:  # only the deadline can end the turns without a count used up
+            exhausted = ("duration", now - budget.started_at, self.agent.policy.max_duration)
         await self._on_exhaustion(exhausted)
 
     async def _turns(self) -> RunError | None:
@@ -436,15 +447,18 @@ class RunDriver:
             if aclose is not None and getattr(stream, "ag_frame", aclose) is not None:
                 with trio.CancelScope(shield=True):
                     await aclose()
-        self.budget.record_usage(UsageDelta.from_usage(response.usage))
+        usage = UsageDelta.from_usage(response.usage)
+        self.budget.record_usage(usage)
+        content = self._record_content(response)
+        self._content = (response, content)
         await self.record(
             ModelResponseRecorded(
                 self.conversation_id,
                 self.run_id,
                 turn,
-                self._record_content(response),
+                content,
                 response.finish_reason,
-                UsageDelta.from_usage(response.usage),
+                usage,
                 time.time(),
             )
         )
@@ -481,7 +495,13 @@ class RunDriver:
     def assistant_message(self, response: ModelResponse) -> AssistantMessage | None:
         """The assistant message the log projection gives for ``response`` (complete batch)."""
         parts: list[TextContent | ReasoningContent | ToolCallContent] = []
-        for kind, value in self._record_content(response):
+        cached = self._content
+        content = (
+            cached[1]
+            if cached is not None and cached[0] is response
+            else self._record_content(response)
+        )
+        for kind, value in content:
             if kind == "text" and value:
                 parts.append(TextContent(value))
             elif kind == "reasoning" and value:
@@ -511,11 +531,9 @@ class RunDriver:
                 await self._fail(OutputInvalid(self.redact_text(str(exc))))
                 return
         encoded = encode(output) if output is not None else text
-        await self.record(
-            RunCompletedRecord(self.conversation_id, self.run_id, encoded, finish, time.time())
-        )
         budget = self.budget
-        self.terminal = await self.emit(
+        await self._end(
+            RunCompletedRecord(self.conversation_id, self.run_id, encoded, finish, time.time()),
             RunCompleted,
             text,
             output,
@@ -527,10 +545,24 @@ class RunDriver:
         )
 
     async def _fail(self, error: RunError) -> None:
-        await self.record(
-            RunFailedRecord(self.conversation_id, self.run_id, error, error.tag, time.time())
+        await self._end(
+            RunFailedRecord(self.conversation_id, self.run_id, error, error.tag, time.time()),
+            RunFailed,
+            error,
+            self.budget.usage,
         )
-        self.terminal = await self.emit(RunFailed, error, self.budget.usage)
+
+    async def _end(self, record: Record, cls: type[EventBase], *fields: Any) -> None:
+        """Write the terminal record and hand over the terminal event as one step.
+
+        Cancellation: a cancellation point *before* anything is written; after that, shielded —
+        a deadline or interruption arriving now can neither separate the record from its event
+        nor let a second terminal follow.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        with trio.CancelScope(shield=True):
+            await self.record(record)
+        self._emit_terminal_nowait(cls, *fields)
 
     # ---- steering, follow-ups, compaction ------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The runtime: built from Layers, opened inside the caller's own nursery, hosting runs.
 
 ``open_runtime(layer)`` preflights and builds the layer in a :class:`Scope` of the caller's task tree —
-no global state, so two runtimes coexist in one process. Runs are fibers of that scope; closing the
+no global state, so two runtimes coexist in one process. Runs are child tasks spawned into that scope; closing the
 runtime interrupts every run still going (each ends with ``RunInterrupted``) and then releases every
 resource the layers built, in reverse order.
 
@@ -299,7 +299,10 @@ class Runtime:
         if self._closed:
             raise RuntimeError("the runtime is closed")
         services = self._services_for(agent)
-        send, receive = trio.open_memory_channel[Any](EVENT_BUFFER)
+        # Not ``open_memory_channel[Any]``: subscripting the generic costs more than the channel.
+        send: trio.MemorySendChannel[Any]
+        receive: trio.MemoryReceiveChannel[Any]
+        send, receive = trio.open_memory_channel(EVENT_BUFFER)
         driver = RunDriver(
             services,
             agent,
@@ -333,7 +336,10 @@ class Runtime:
         if self._closed:
             raise RuntimeError("the runtime is closed")
         self._active.add(driver)
-        self._scope.fork(self._host, driver, name=f"run {driver.run_id}")
+        # A plain child task (no Fiber): runs are never joined one by one, and a run is
+        # interrupted through its driver. ``execute`` reifies every error into the run's terminal
+        # event; a cancellation of the runtime's scope ends the run with RunInterrupted.
+        self._scope.spawn(self._host, driver)
 
     async def _host(self, driver: RunDriver) -> None:
         try:

@@ -191,7 +191,11 @@ class ScriptedModel:
         )
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
-        """Play the next turn. Cancellation: checkpoints between parts (and in delays/hangs)."""
+        """Play the next turn.
+
+        Cancellation: cancellable wherever the script waits (``delay``, ``part_delay``, hangs);
+        parts without a delay are handed over without yielding to the scheduler.
+        """
         self.requests.append(request)
         turn = self._take()
         if turn.inspect is not None:

@@ -456,3 +456,101 @@ async def test_fiber_names_default_to_the_function() -> None:
     assert fiber.name == "_after"
     assert named.name == "worker-1"
     assert "worker-1" in repr(named)
+
+
+# ---- spawn: plain children without a Fiber -------------------------------------------------------
+
+
+async def test_a_spawned_child_runs_to_its_end_and_the_scope_waits_for_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    done: list[object] = []
+
+    async def child(delay: float, value: object) -> None:
+        done.append(await _after(delay, value))
+
+    exit_ = await _closing_exit(lambda scope: _spawn_all(scope, [(child, 2, "a"), (child, 1, "b")]))
+    assert exit_ == Success(None)
+    assert done == ["b", "a"]
+    assert trio.current_time() == pytest.approx(2)
+
+
+async def _spawn_all(scope: Scope, children: list[tuple[Any, ...]]) -> None:
+    for fn, *args in children:
+        scope.spawn(fn, *args)
+
+
+async def test_a_spawned_defect_does_not_cancel_siblings_and_is_raised_when_the_scope_closes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    bug = ValueError("spawned")
+    survived: list[object] = []
+    got: list[Exit[Any, Any]] = []
+
+    async def record(exit_: Exit[Any, Any]) -> None:
+        got.append(exit_)
+
+    async def sibling() -> None:
+        survived.append(await _after(5, "survived"))
+
+    async def body() -> None:
+        async with open_scope() as scope:
+            scope.add_finalizer(record)
+            scope.spawn(_fail_after, 1, bug)
+            scope.spawn(sibling)
+
+    with pytest.raises(ExceptionGroup) as info:
+        await body()
+    assert _leaves(info.value) == [bug]
+    assert survived == ["survived"]
+    assert got == [Failure(Cause.die(bug))]
+
+
+async def test_cancelling_the_scope_ends_spawned_children_with_an_interrupt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def body(scope: Scope) -> None:
+        scope.spawn(trio.sleep_forever)
+        scope.spawn(trio.sleep_forever)
+        await trio.sleep(1)
+        scope.cancel()
+
+    exit_ = await _closing_exit(body)
+    assert isinstance(exit_, Failure)
+    assert exit_.cause.is_interrupted_only
+    assert trio.current_time() == pytest.approx(1)
+
+
+async def test_an_enclosing_cancel_of_spawned_children_closes_the_scope_with_an_interrupt(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    exits: list[Exit[Any, Any]] = []
+
+    async def body(scope: Scope) -> None:
+        scope.spawn(trio.sleep_forever)  # the body ends; the scope waits for this child
+
+    with trio.move_on_after(1):
+        exits.append(await _closing_exit(body))
+    (exit_,) = exits
+    assert isinstance(exit_, Failure)
+    assert exit_.cause.is_interrupted_only
+
+
+async def test_keyboard_interrupt_in_a_spawned_child_propagates() -> None:
+    async def body() -> None:
+        async with open_scope() as scope:
+            scope.spawn(_fail_after, 0, KeyboardInterrupt())
+            await trio.sleep_forever()
+
+    with pytest.raises(KeyboardInterrupt):
+        await body()
+
+
+async def test_spawn_is_refused_outside_the_open_scope() -> None:
+    scope = open_scope()
+    with pytest.raises(ScopeClosedError):
+        scope.spawn(_after, 0, None)
+    async with scope:
+        pass
+    with pytest.raises(ScopeClosedError):
+        scope.spawn(_after, 0, None)

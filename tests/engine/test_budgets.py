@@ -9,9 +9,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from effectagent.ai import Usage
 from effectagent.core import (
+    AgentPolicy,
     BudgetExhausted,
     BudgetWarning,
     FinalTurnDeclaredTools,
@@ -28,6 +31,7 @@ from effectagent.core import (
     UsageDelta,
     UsageTotals,
 )
+from effectagent.engine._budget import BudgetState
 from effectagent.testing import Turn
 
 from .helpers import (
@@ -338,3 +342,37 @@ def test_usage_delta_keeps_input_total_and_cache_parts_distinct() -> None:
     assert totals.cache_read_input_tokens == 700
     assert (totals.last_input_tokens, totals.last_output_tokens) == (10, 1)
     assert totals.model_calls == 2
+
+
+@given(
+    turns=st.integers(0, 6),
+    tool_calls=st.integers(0, 6),
+    elapsed=st.floats(0, 20),
+    tokens=st.integers(0, 200),
+    token_budget=st.none() | st.integers(1, 150),
+    repeated=st.none() | st.tuples(st.just("t"), st.integers(1, 5)),
+)
+def test_exhausted_is_the_first_dimension_of_limits_at_its_limit(
+    turns: int,
+    tool_calls: int,
+    elapsed: float,
+    tokens: int,
+    token_budget: int | None,
+    repeated: tuple[str, int] | None,
+) -> None:
+    policy = AgentPolicy(
+        max_turns=4,
+        max_tool_calls=4,
+        max_duration=10,
+        tool_concurrency=2,
+        token_budget=token_budget,
+    )
+    budget = BudgetState(policy, 100.0)
+    budget.turns, budget.tool_calls = turns, tool_calls
+    budget.usage = UsageTotals(input_tokens=tokens)
+    budget.repeated_failure = repeated
+    now = 100.0 + elapsed
+    expected = next((dim for dim in budget.limits(now) if dim[1] >= dim[2]), None)
+    if expected is None and repeated is not None:
+        expected = ("repeated_failures", repeated[1], policy.repeated_failure_limit)
+    assert budget.exhausted(now) == expected

@@ -28,6 +28,7 @@ from effectagent.core import (
     bound_json,
     compact_json,
 )
+from effectagent.core._bounds import _worst_case_size, bounded_json
 from effectagent.testing import Turn
 
 from .helpers import (
@@ -261,3 +262,15 @@ def test_bounded_json_always_fits_the_bound(
         assert out["original_bytes"] == len(compact_json(value).encode("utf-8"))
     else:
         assert out == value
+
+
+@example(value={"n": 1, "tags": ["a", "\x00" * 40]}, max_bytes=256)
+@example(value=[1.5e-300, -(10**19), None, True], max_bytes=256)
+@given(value=_json_values, max_bytes=st.integers(min_value=256, max_value=4096))
+def test_the_engines_fast_bound_agrees_with_bound_json(value: Any, max_bytes: int) -> None:
+    # The engine's hot path skips encoding a value whose worst-case size fits: same result.
+    bounds = ToolResultBounds(max_bytes=max_bytes)
+    assert bounded_json(value, bounds) == bound_json(value, bounds)[0]
+    assert _worst_case_size(value, 10**9) >= len(compact_json(value).encode("utf-8")) or (
+        _worst_case_size(value, 10**9) > 10**9
+    )
