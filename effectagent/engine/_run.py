@@ -13,7 +13,6 @@ shielded; no task is left running.
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import time
 from collections.abc import Mapping
@@ -44,7 +43,6 @@ from effectagent.core import (
     Agent,
     BudgetExhausted,
     BudgetWarning,
-    CompactionPerformed,
     ConversationCreated,
     EngineDefect,
     EventBase,
@@ -78,9 +76,9 @@ from effectagent.effect._schema import SchemaError, decode_json, encode
 
 from ._batch import run_batch
 from ._budget import BudgetState
+from ._compaction import maybe_compact
 from ._seams import (
     Approval,
-    CompactionRequest,
     Compactor,
     ConversationLog,
     SteeringInbox,
@@ -132,24 +130,6 @@ class RunServices:
         self.authorization = authorization
         self.compactor = compactor
         self.inbox = inbox
-
-
-def estimate_tokens(messages: list[Message]) -> int:
-    """A cheap context estimate: ~4 characters per token over the messages' text and JSON."""
-    chars = 0
-    for message in messages:
-        content = message.content
-        if isinstance(content, str):
-            chars += len(content)
-            continue
-        for part in content:
-            text = getattr(part, "text", None)
-            if text is not None:
-                chars += len(text)
-            else:
-                payload = getattr(part, "result", None) or getattr(part, "arguments", None)
-                chars += len(json.dumps(payload, default=str)) if payload is not None else 0
-    return chars // 4 + 4 * len(messages)
 
 
 @final
@@ -355,7 +335,7 @@ class RunDriver:
             await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
-            await self._maybe_compact()
+            await maybe_compact(self)
             budget.start_turn()
             self.turn = budget.turns
             await self.emit(TurnStarted, self.turn, False)
@@ -594,66 +574,3 @@ class RunDriver:
         ]
         await self.record(*records)
         self.messages.extend(UserMessage.text(redact(i.text)) for i in inputs)
-
-    async def _maybe_compact(self) -> None:
-        policy = self.agent.policy
-        limit = policy.context_token_limit
-        compactor = self.services.compactor
-        if limit is None or compactor is None:
-            return
-        estimate = estimate_tokens(self.messages)
-        if estimate <= limit:
-            return
-        entries = tuple(await self.services.log.entries(self.conversation_id))
-
-        async def summarize(messages: Any) -> str:
-            request = ModelRequest(
-                (
-                    SystemMessage("Summarize the conversation so far for your own later use."),
-                    *messages,
-                ),
-                tool_choice="none",
-            )
-            response = await _generate_metered(self, request)
-            return response.text
-
-        records = await compactor.compact(
-            CompactionRequest(
-                self.conversation_id,
-                self.run_id,
-                self.turn + 1,
-                entries,
-                tuple(self.messages),
-                estimate,
-                limit,
-                policy.compaction.keep_recent_tokens,
-                policy.compaction.strategy,
-                summarize,
-            )
-        )
-        if not records:
-            return
-        await self.record(*records)
-        history = await self.services.log.entries(self.conversation_id)
-        self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
-        after = estimate_tokens(self.messages)
-        last = records[-1]
-        await self.emit(
-            CompactionPerformed, self.turn + 1, last.kind, last.covers_through, estimate, after
-        )
-
-
-async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelResponse:
-    reducer = ResponseReducer()
-    stream = driver.services.model.stream(request)
-    try:
-        async for part in stream:
-            reducer.feed(part)
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with trio.CancelScope(shield=True):
-                await aclose()
-    response = reducer.finish()
-    driver.budget.record_usage(UsageDelta.from_usage(response.usage))
-    return response
