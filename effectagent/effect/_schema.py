@@ -80,6 +80,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+#: One decoder for every call: ``json.loads`` with options builds a new one each time.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 # --- public API -----------------------------------------------------------------------------------
 
 
@@ -168,7 +172,7 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
     if _text_depth_exceeds(text, limits.max_depth):
         raise _limit_error(None, f"input is nested deeper than {limits.max_depth} levels")
     try:
-        data = json.loads(text, parse_constant=_reject_constant)
+        data = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise _limit_error(None, f"invalid JSON: {exc.msg} at {where}") from None
