@@ -8,7 +8,7 @@ violation. A tool call whose arguments were still streaming when the model stopp
 
 from __future__ import annotations
 
-from typing import final
+from typing import Any, final
 
 import attrs
 
@@ -71,6 +71,33 @@ class ModelResponse:
         return "".join(str(v) for k, v in self.content if k == "reasoning")
 
 
+_PARTS: tuple[type, ...] = (
+    TextDelta,
+    ReasoningDelta,
+    TextStart,
+    ReasoningStart,
+    TextEnd,
+    ReasoningEnd,
+    ToolParamsStart,
+    ToolParamsDelta,
+    ToolParamsEnd,
+    ToolCall,
+    FinishPart,
+    ErrorPart,
+    ResponseMetadata,
+    ToolResultPart,
+)
+_PART_CLASS: dict[type, type] = {cls: cls for cls in _PARTS}
+
+
+def _part_class(part: object) -> type | None:
+    """The part class ``part`` is an instance of (for a subclass of a part class)."""
+    for cls in _PARTS:
+        if isinstance(part, cls):
+            return cls
+    return None
+
+
 @final
 class ResponseReducer:
     """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends."""
@@ -101,67 +128,66 @@ class ResponseReducer:
         """Take one part; raises :class:`MalformedResponse` on a protocol violation."""
         if self._finish is not None:
             raise MalformedResponse(f"a {part.type} part arrived after the finish part")
-        if isinstance(part, TextDelta | ReasoningDelta):
-            kind = "text" if isinstance(part, TextDelta) else "reasoning"
-            chunks = self._blocks.get((kind, part.id))
+        # Dispatch on the part's own class: one dict look-up instead of a chain of class checks
+        # (a subclass of a part class is mapped to that class). ``cls is`` does not narrow
+        # ``part`` for the type checker, hence ``Any``.
+        cls = _PART_CLASS.get(type(part)) or _part_class(part)
+        p: Any = part
+        if cls is TextDelta or cls is ReasoningDelta:
+            kind = "text" if cls is TextDelta else "reasoning"
+            chunks = self._blocks.get((kind, p.id))
             if chunks is None:
-                raise MalformedResponse(
-                    f"{part.type} for {kind} block {part.id!r} that is not open"
-                )
-            chunks.append(part.delta)
-        elif isinstance(part, TextStart | ReasoningStart):
-            kind = "text" if isinstance(part, TextStart) else "reasoning"
-            if (kind, part.id) in self._blocks:
-                raise MalformedResponse(f"{kind} block {part.id!r} started twice")
+                raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
+            chunks.append(p.delta)
+        elif cls is TextStart or cls is ReasoningStart:
+            kind = "text" if cls is TextStart else "reasoning"
+            if (kind, p.id) in self._blocks:
+                raise MalformedResponse(f"{kind} block {p.id!r} started twice")
             chunks = []
-            self._blocks[(kind, part.id)] = chunks
+            self._blocks[(kind, p.id)] = chunks
             self._order.append((kind, chunks))
-        elif isinstance(part, TextEnd | ReasoningEnd):
-            kind = "text" if isinstance(part, TextEnd) else "reasoning"
-            if self._blocks.get((kind, part.id)) is None:
-                raise MalformedResponse(
-                    f"{part.type} for {kind} block {part.id!r} that is not open"
-                )
-            self._blocks[(kind, part.id)] = None
-        elif isinstance(part, ToolParamsStart):
-            if part.id in self._params or part.id in self._call_ids:
-                raise MalformedResponse(f"tool call {part.id!r} started twice")
-            self._params[part.id] = (part.name, [], False)
-        elif isinstance(part, ToolParamsDelta):
-            entry = self._params.get(part.id)
+        elif cls is TextEnd or cls is ReasoningEnd:
+            kind = "text" if cls is TextEnd else "reasoning"
+            if self._blocks.get((kind, p.id)) is None:
+                raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
+            self._blocks[(kind, p.id)] = None
+        elif cls is ToolParamsStart:
+            if p.id in self._params or p.id in self._call_ids:
+                raise MalformedResponse(f"tool call {p.id!r} started twice")
+            self._params[p.id] = (p.name, [], False)
+        elif cls is ToolParamsDelta:
+            entry = self._params.get(p.id)
             if entry is None or entry[2]:
                 raise MalformedResponse(
-                    f"tool-params-delta for tool call {part.id!r} that is not open"
+                    f"tool-params-delta for tool call {p.id!r} that is not open"
                 )
-            entry[1].append(part.delta)
-        elif isinstance(part, ToolParamsEnd):
-            entry = self._params.get(part.id)
+            entry[1].append(p.delta)
+        elif cls is ToolParamsEnd:
+            entry = self._params.get(p.id)
             if entry is None or entry[2]:
+                raise MalformedResponse(f"tool-params-end for tool call {p.id!r} that is not open")
+            self._params[p.id] = (entry[0], entry[1], True)
+        elif cls is ToolCall:
+            if p.id in self._call_ids:
+                raise MalformedResponse(f"tool call {p.id!r} declared twice")
+            entry = self._params.pop(p.id, None)
+            if entry is not None and entry[0] != p.name:
                 raise MalformedResponse(
-                    f"tool-params-end for tool call {part.id!r} that is not open"
+                    f"tool call {p.id!r} streamed as {entry[0]!r} but declared as {p.name!r}"
                 )
-            self._params[part.id] = (entry[0], entry[1], True)
-        elif isinstance(part, ToolCall):
-            if part.id in self._call_ids:
-                raise MalformedResponse(f"tool call {part.id!r} declared twice")
-            entry = self._params.pop(part.id, None)
-            if entry is not None and entry[0] != part.name:
-                raise MalformedResponse(
-                    f"tool call {part.id!r} streamed as {entry[0]!r} but declared as {part.name!r}"
-                )
-            self._call_ids.add(part.id)
-            self._calls.append(part)
-            self._order.append(("tool-call", part))
-        elif isinstance(part, FinishPart):
-            self._finish = part
-        elif isinstance(part, ErrorPart):
-            self._error = part.error
-        elif isinstance(part, ResponseMetadata):
-            self._metadata = part
-        elif isinstance(part, ToolResultPart):
+            self._call_ids.add(p.id)
+            self._calls.append(p)
+            self._order.append(("tool-call", p))
+        elif cls is FinishPart:
+            self._finish = p
+        elif cls is ErrorPart:
+            self._error = p.error
+        elif cls is ResponseMetadata:
+            self._metadata = p
+        elif cls is ToolResultPart:
             pass  # provider-executed tools are reported by the provider; nothing to do here
         else:  # pragma: no cover - exhaustive over ResponsePart
-            raise MalformedResponse(f"unknown part {part!r}")
+            raise MalformedResponse(f"unknown part {p!r}")
 
     @property
     def error(self) -> AiError | None:

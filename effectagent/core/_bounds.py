@@ -14,6 +14,8 @@ from ._policy import ToolResultBounds
 __all__ = ["bound_json", "bound_text", "bounded_json", "compact_json"]
 
 _MARKER_OVERHEAD = 160
+# Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
+_NUMBERS = (bool, int, float)
 # What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` builds on every call; one
 # shared encoder (stateless between calls) saves that on the per-tool-call path.
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -109,7 +111,7 @@ def bounded_json(value: Any, bounds: ToolResultBounds) -> Any:
 
 def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
     """``(value or truncation marker, truncated?, original size in bytes)``."""
-    if value is None or isinstance(value, bool | int | float):
+    if value is None or isinstance(value, _NUMBERS):
         return value, False, 0
     # Fast path only when even the worst case fits: a control character escapes to 6 bytes
     # ("\u0000"), more than its 4-byte UTF-8 maximum; plus the two quotes.

@@ -15,6 +15,9 @@ __all__ = ["REDACTED", "Redactor", "SecretRedactor", "StreamRedactor"]
 
 #: What a redacted secret is replaced with.
 REDACTED = "[REDACTED]"
+# Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
+_CONTAINERS = (dict, list, tuple)
+_SEQUENCES = (list, tuple)
 
 
 class Redactor(Protocol):
@@ -79,7 +82,7 @@ class SecretRedactor:
             return value
         if isinstance(value, str):
             return self.redact_text(value)
-        if not isinstance(value, dict | list | tuple):
+        if not isinstance(value, _CONTAINERS):
             return value
         return self._redact_container(value)
 
@@ -97,7 +100,7 @@ class SecretRedactor:
                     new_key = self.redact_text(k) if isinstance(k, str) else k
                     out[new_key] = None
                     stack.append((v, out, new_key))
-            elif isinstance(item, list | tuple):
+            elif isinstance(item, _SEQUENCES):
                 lst: list[Any] = [None] * len(item)
                 parent[key] = lst
                 for i, v in enumerate(item):

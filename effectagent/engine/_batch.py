@@ -20,6 +20,7 @@ once more, strictly, by the tool's decoder.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -236,13 +237,6 @@ async def _commit(
     return outcomes
 
 
-async def _settle(
-    driver: RunDriver, ledger: BatchLedger, turn: int, index: int, outcome: ToolOutcome
-) -> None:
-    ledger.settle(index, outcome)
-    await _announce(driver, turn, outcome)
-
-
 async def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
     await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
@@ -253,19 +247,30 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
         outcome = await _outcome(driver, turn, call)
     except Exception as exc:  # an engine-side defect while serving this call
         outcome = ToolDefect(call.id, call.name, driver.redact_text(f"{type(exc).__name__}: {exc}"))
-    await _settle(driver, ledger, turn, call.index, outcome)
+    # Settle, then announce (``_announce`` inlined: no extra coroutines per call).
+    ledger.settle(call.index, outcome)
+    event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
+    await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+
+
+async def _report(driver: RunDriver, turn: int, call: _Call, data: Any) -> None:
+    """A handler's progress report: redacted, bounded, emitted as ``ToolProgress``."""
+    preview, _, _ = bound_json(driver.services.redactor.redact(data), _PROGRESS_BOUNDS)
+    await driver.emit(ToolProgress, turn, call.id, call.name, preview)
 
 
 async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
     services = driver.services
     tool = call.tool
-
-    async def report(data: Any) -> None:
-        preview, _, _ = bound_json(services.redactor.redact(data), _PROGRESS_BOUNDS)
-        await driver.emit(ToolProgress, turn, call.id, call.name, preview)
-
+    # A partial of a module function rather than a closure: ``_outcome`` then needs no cells
+    # (its locals stay fast locals) and the reporter holds only what it uses.
     context = ToolCallContext(
-        call.id, call.name, driver.run_id, driver.conversation_id, driver.agent.name, report
+        call.id,
+        call.name,
+        driver.run_id,
+        driver.conversation_id,
+        driver.agent.name,
+        partial(_report, driver, turn, call),
     )
     if services.authorization is not None:
         decision = await services.authorization.authorize(tool, call.params, context)

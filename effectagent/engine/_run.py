@@ -88,6 +88,9 @@ from ._seams import (
 __all__ = ["RunDriver", "RunServices", "new_id"]
 
 _MAX_ERROR_TEXT = 2000
+# Class tuples for isinstance, built once (a ``X | Y`` union would be built for every part).
+_DELTA_PARTS = (TextDeltaPart, ReasoningDeltaPart)
+_END_PARTS = (TextEndPart, ReasoningEndPart)
 
 
 def new_id(prefix: str) -> str:
@@ -407,10 +410,10 @@ class RunDriver:
         try:
             async for part in stream:
                 reducer.feed(part)
-                if isinstance(part, TextDeltaPart | ReasoningDeltaPart):
+                if isinstance(part, _DELTA_PARTS):
                     is_text = isinstance(part, TextDeltaPart)
                     shown = streamed.feed((is_text, part.id), part.delta)
-                elif isinstance(part, TextEndPart | ReasoningEndPart):
+                elif isinstance(part, _END_PARTS):
                     is_text = isinstance(part, TextEndPart)
                     shown = streamed.end((is_text, part.id))
                 else:

@@ -55,6 +55,8 @@ from ._seams import (
 __all__ = ["RunFailedError", "RunResult", "RunStream", "Runtime", "open_runtime"]
 
 EVENT_BUFFER = 256
+# Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
+_SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
 
 
 class RunFailedError(Exception):
@@ -104,7 +106,7 @@ async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
         last = event
         if isinstance(event, ToolCallDeclared):
             declared.setdefault((event.turn, event.tool_call_id), len(declared))
-        elif isinstance(event, ToolCallSucceeded | ToolCallFailed):
+        elif isinstance(event, _SETTLED_EVENTS):
             key = (event.turn, event.tool_call_id)
             settled.append((declared.get(key, len(declared)), event.outcome))
     settled.sort(key=lambda item: item[0])
