@@ -193,30 +193,14 @@ class RunDriver:
         # memory-channel send delivered nothing): the consumer's sequence stays gap-free.
         try:
             if not self._emit_lock.locked():
-                self._seq += 1
-                event = cls(
-                    self.run_id,
-                    self.conversation_id,
-                    self.agent.name,
-                    self._seq,
-                    time.time(),
-                    *fields,
-                )
+                event = self._next_event(cls, fields)
                 try:
                     self._send.send_nowait(event)
                     return event
                 except trio.WouldBlock:
                     self._seq -= 1
             async with self._emit_lock:  # backpressure: wait for the consumer, one at a time
-                self._seq += 1
-                event = cls(
-                    self.run_id,
-                    self.conversation_id,
-                    self.agent.name,
-                    self._seq,
-                    time.time(),
-                    *fields,
-                )
+                event = self._next_event(cls, fields)
                 try:
                     await self._send.send(event)
                 except trio.Cancelled:
@@ -226,11 +210,15 @@ class RunDriver:
             self.interrupt()
         return event
 
-    def _emit_terminal_nowait(self, cls: type[EventBase], *fields: Any) -> None:
+    def _next_event(self, cls: type[EventBase], fields: tuple[Any, ...]) -> EventBase:
+        """The next event of this run: identity, the next sequence number, the time, ``fields``."""
         self._seq += 1
-        event = cls(
+        return cls(
             self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields
         )
+
+    def _emit_terminal_nowait(self, cls: type[EventBase], *fields: Any) -> None:
+        event = self._next_event(cls, fields)
         self.terminal = event
         # If the buffer is full or the consumer gone, the stream hands ``terminal`` over after the
         # channel drains.
