@@ -192,12 +192,23 @@ class LogEntry:
 CLEARED_RESULT = {"_tag": "ResultCleared", "message": "older tool result removed to save context"}
 
 
+#: Argument text longer than this is kept as text, never parsed for previews and prompts.
+MAX_PARSED_ARGUMENTS = 1024 * 1024
+
+
 def parse_arguments(arguments: Any) -> Any:
-    """Arguments as a JSON value: raw JSON text is parsed; unparseable text stays a string."""
+    """Arguments as a JSON value: raw JSON text is parsed; text that does not parse — invalid,
+    nested too deeply for the parser, or larger than :data:`MAX_PARSED_ARGUMENTS` — stays a string.
+
+    Model output is untrusted: this never raises on hostile text (the tool's own decoder is what
+    rejects it, with a schema error the model can read).
+    """
     if isinstance(arguments, str):
+        if len(arguments) > MAX_PARSED_ARGUMENTS:
+            return arguments
         try:
             return json.loads(arguments)
-        except ValueError:
+        except (ValueError, RecursionError):
             return arguments
     return arguments
 

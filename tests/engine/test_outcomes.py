@@ -565,3 +565,23 @@ def test_a_batch_that_never_settled_is_left_out_whole() -> None:
     complete = project_messages([*log, LogEntry(len(log) + 1, settled)])
     assert isinstance(complete[-1], ToolMessage)
     assert [r.id for r in complete[-1].content] == ["a", "b"]
+
+
+async def test_hostile_argument_text_is_invalid_input_not_a_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Arguments nested far deeper than any parser allows are rejected as invalid input with a
+    message; the run goes on (the preview, the log and the next prompt keep them as text)."""
+    tool = forecast_tool()
+    probe = HandlerProbe()
+    deep = "[" * 100_000 + "]" * 100_000
+    ran = await run_script(
+        make_agent(tool),
+        {tool: probe.forecast()},
+        [Turn.tool_calls(("forecast", deep, "deep")), Turn.text("sorry")],
+    )
+    assert isinstance(ran.events[-1], RunCompleted)
+    (failed,) = events_of(ran.events, ToolCallFailed)
+    assert isinstance(failed.outcome, ToolInvalidInput)
+    assert "deeper" in failed.outcome.message
+    assert probe.calls == []
