@@ -4,7 +4,6 @@ from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalRequest as ApprovalRequest
 from ._approval import Risk as Risk
 from ._bounds import bound_json as bound_json
-from ._bounds import bound_text as bound_text
 from ._bounds import compact_json as compact_json
 from ._errors import BudgetExhausted as BudgetExhausted
 from ._errors import EngineDefect as EngineDefect
@@ -66,7 +65,6 @@ __all__ = [
     "UsageDelta",
     "UsageTotals",
     "bound_json",
-    "bound_text",
     "compact_json",
     *_events_all,
     *_records_all,

@@ -11,7 +11,7 @@ from typing import Any
 
 from ._policy import ToolResultBounds
 
-__all__ = ["bound_json", "bound_text", "bounded_json", "compact_json"]
+__all__ = ["bound_json", "bounded_json", "compact_json"]
 
 _MARKER_OVERHEAD = 160
 # Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
@@ -32,14 +32,6 @@ def _cut_head(data: bytes, n: int) -> str:
 
 def _cut_tail(data: bytes, n: int) -> str:
     return data[len(data) - n :].decode("utf-8", errors="ignore") if n else ""
-
-
-def bound_text(text: str, bounds: ToolResultBounds) -> tuple[str, bool]:
-    """``(text, False)`` if it fits, else ``(marker JSON text, True)``."""
-    data = text.encode("utf-8")
-    if len(data) <= bounds.max_bytes:
-        return text, False
-    return compact_json(_marker(data, bounds)), True
 
 
 def _marker(data: bytes, bounds: ToolResultBounds) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import trio
 
 from ._cause import Cause, Exit, Failure, Success, is_passthrough
 
-__all__ = ["attempt", "attempt_sync", "exit_of_exception"]
+__all__ = ["attempt", "attempt_sync"]
 
 A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
@@ -29,11 +29,6 @@ def _contains_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(_contains_cancelled(e) for e in exc.exceptions)
     return False
-
-
-def exit_of_exception(exc: BaseException, errors: tuple[type[E], ...] = ()) -> Failure[E]:
-    """Reify ``exc`` as a Failure, with ``errors`` as the declared classes."""
-    return Failure(Cause.from_exception(exc, errors))
 
 
 # The overloads type ``attempt(fn)`` (nothing declared) as ``Exit[A, Never]``; with a single

@@ -19,7 +19,7 @@ Conversion to and from :class:`returns.result.Result` lets code that already spe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any, Generic, Never, NoReturn, TypeAlias, TypeVar, overload
 
 import attrs
@@ -270,9 +270,3 @@ class ResultFailure(Exception):
     def __init__(self, value: object) -> None:
         super().__init__(value)
         self.value = value
-
-
-def iter_exceptions(excs: Iterable[BaseException]) -> Iterator[BaseException]:
-    """Every leaf exception of ``excs``, groups flattened in order."""
-    for exc in excs:
-        yield from _leaves(exc)

@@ -37,7 +37,16 @@ from effectagent.core import (
     ToolOutcome,
     UsageTotals,
 )
-from effectagent.effect import Context, Layer, Scope, build_layer, open_scope, preflight
+from effectagent.effect import (
+    Context,
+    Layer,
+    MissingRequirement,
+    MissingServicesError,
+    Scope,
+    build_layer,
+    open_scope,
+    preflight,
+)
 
 from ._log import InMemoryConversationLog
 from ._run import RunDriver, RunServices, new_id
@@ -270,7 +279,13 @@ class Runtime:
         if hit is not None and hit[0] is agent:
             return hit[1]
         ctx = self.context
-        preflight(Layer.context(Context.empty()), context=ctx, required=requirements_of(agent))
+        missing = [
+            MissingRequirement(key, who)
+            for key, who in requirements_of(agent).items()
+            if key not in ctx
+        ]
+        if missing:
+            raise MissingServicesError(missing)
         handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
         services = RunServices(
             model=ctx.require(LanguageModelService),
