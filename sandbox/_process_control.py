@@ -156,17 +156,18 @@ def _group_has_live_members(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except (ProcessLookupError, PermissionError):
         return False
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except OSError:
-            continue
-        # fields[0] is the state, fields[2] the process group.
-        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            # fields[0] is the state, fields[2] the process group.
+            if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+                return True
     return False
 
 
