@@ -1,0 +1,74 @@
+"""ScriptedModel, as users rely on it: it streams real deltas, waits on the Trio clock, fails and
+hangs on request, and says when a script was left unconsumed or ran out."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from effectagent.ai import (
+    FinishPart,
+    ModelRequest,
+    RateLimited,
+    TextDelta,
+    ToolParamsDelta,
+    UserMessage,
+    generate,
+)
+from effectagent.testing import ScriptedModel, ScriptExhausted, Turn, UnconsumedScript
+
+REQUEST = ModelRequest((UserMessage.text("hi"),))
+
+
+async def test_text_is_streamed_in_chunks_and_requests_are_recorded() -> None:
+    model = ScriptedModel([Turn.text("abcdefghij", chunk=4)])
+    parts = [p async for p in model.stream(REQUEST)]
+    assert [p.delta for p in parts if isinstance(p, TextDelta)] == ["abcd", "efgh", "ij"]
+    assert isinstance(parts[-1], FinishPart)
+    assert model.requests == [REQUEST]
+    model.assert_consumed()
+
+
+async def test_unconsumed_turns_are_reported() -> None:
+    model = ScriptedModel([Turn.text("one"), Turn.text("two")])
+    await generate(model, REQUEST)
+    assert len(model.unconsumed) == 1
+    with pytest.raises(UnconsumedScript, match="1 scripted turn"):
+        model.assert_consumed()
+
+
+async def test_asking_for_more_turns_than_scripted_fails_loudly() -> None:
+    model = ScriptedModel([Turn.text("only")])
+    await generate(model, REQUEST)
+    with pytest.raises(ScriptExhausted, match="turn 2"):
+        await generate(model, REQUEST)
+
+
+async def test_failures_are_raised_after_the_given_parts() -> None:
+    model = ScriptedModel([Turn.fail(RateLimited("slow down"))])
+    with pytest.raises(RateLimited):
+        await generate(model, REQUEST)
+
+
+async def test_delays_and_hangs_wait_on_the_trio_clock(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = ScriptedModel([Turn.text("late", delay=5.0), Turn.hanging()])
+    start = trio.current_time()
+    await generate(model, REQUEST)
+    assert trio.current_time() - start == pytest.approx(5.0)
+    with trio.move_on_after(60) as waited:
+        await generate(model, REQUEST)
+    assert waited.cancelled_caught
+
+
+async def test_truncated_tool_calls_stop_mid_arguments() -> None:
+    model = ScriptedModel([Turn.tool_calls(("t", {"q": "x" * 40}), truncate_last=True)])
+    parts = [p async for p in model.stream(REQUEST)]
+    sent = "".join(p.delta for p in parts if isinstance(p, ToolParamsDelta))
+    assert sent
+    assert len(sent) < len('{"q": "' + "x" * 40 + '"}')
+    final = parts[-1]
+    assert isinstance(final, FinishPart)
+    assert final.reason == "length"
