@@ -114,7 +114,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     for index, (call_id, name, arguments, truncated) in enumerate(declared):
         shown = redactor.redact(parse_arguments(arguments)) if not truncated else ""
         preview = bounded_json(shown, _PREVIEW_BOUNDS)
-        await driver.emit(ToolCallDeclared, turn, call_id, name, preview)
+        driver.emit(ToolCallDeclared, turn, call_id, name, preview)
         tool = toolkit.get(name)
         if truncated:
             settled_early.append(
@@ -181,7 +181,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
         # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
         # checkpoint must still commit the batch (every prepared call gets its settlement).
         for _, outcome in early:
-            await _announce(driver, turn, outcome)
+            _announce(driver, turn, outcome)
         if runnable:
             async with open_scope() as scope:
                 for call in runnable:
@@ -237,9 +237,9 @@ async def _commit(
     return outcomes
 
 
-async def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
+def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
-    await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+    driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
 
 
 async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Call) -> None:
@@ -250,13 +250,14 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
     # Settle, then announce (``_announce`` inlined: no extra coroutines per call).
     ledger.settle(call.index, outcome)
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
-    await driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+    driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
 
 
 async def _report(driver: RunDriver, turn: int, call: _Call, data: Any) -> None:
     """A handler's progress report: redacted, bounded, emitted as ``ToolProgress``."""
     preview, _, _ = bound_json(driver.services.redactor.redact(data), _PROGRESS_BOUNDS)
-    await driver.emit(ToolProgress, turn, call.id, call.name, preview)
+    driver.emit(ToolProgress, turn, call.id, call.name, preview)
+    await driver.wait_for_consumer()
 
 
 async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
@@ -303,7 +304,7 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
     if not permits.acquire_nowait():
         await permits.acquire()
     try:
-        await driver.emit(ToolCallStarted, turn, call.id, call.name)
+        driver.emit(ToolCallStarted, turn, call.id, call.name)
         try:
             if tool.timeout is None:  # no deadline, no cancel scope: measurable per call
                 value = handler_result(await handler(call.params, context))
@@ -379,7 +380,7 @@ async def _approve(driver: RunDriver, turn: int, call: _Call) -> ApprovalDecisio
     await driver.record(
         ToolApprovalRequested(driver.conversation_id, driver.run_id, request, time.time())
     )
-    await driver.emit(ApprovalRequested, turn, call.id, call.name, request)
+    driver.emit(ApprovalRequested, turn, call.id, call.name, request)
     decision: ApprovalDecision
     if approval is None:  # preflight forbids this; fail closed if it happens anyway
         decision = ApprovalDecision.deny("no approval service", "engine")

@@ -91,7 +91,7 @@ async def maybe_compact(driver: RunDriver) -> None:
     driver.messages = [SystemMessage(driver.agent.instructions), *project_messages(history)]
     after = estimate_tokens(driver.messages)
     last = records[-1]
-    await driver.emit(
+    driver.emit(
         CompactionPerformed, driver.turn + 1, last.kind, last.covers_through, estimate, after
     )
 

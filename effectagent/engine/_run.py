@@ -12,10 +12,10 @@ shielded; no task is left running.
 
 from __future__ import annotations
 
-import contextlib
-import secrets
+import os
+import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 import trio
@@ -77,6 +77,7 @@ from effectagent.effect._schema import SchemaError, decode_json, encode
 from ._batch import run_batch
 from ._budget import BudgetState
 from ._compaction import maybe_compact
+from ._handover import EventQueue
 from ._seams import (
     Approval,
     Compactor,
@@ -93,9 +94,16 @@ _DELTA_PARTS = (TextDeltaPart, ReasoningDeltaPart)
 _END_PARTS = (TextEndPart, ReasoningEndPart)
 
 
+# Identifiers are unique, not secret (nothing is authorized by knowing one): 64 random bits from a
+# generator seeded by the OS, reseeded in a forked child so parent and child never share a stream.
+# (``secrets.token_hex`` would cost a system call per identifier, three per run.)
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_id(prefix: str) -> str:
     """A fresh opaque identifier (``prefix_`` + 16 hex digits)."""
-    return f"{prefix}_{secrets.token_hex(8)}"
+    return f"{prefix}_{_ids.getrandbits(64):016x}"
 
 
 @final
@@ -147,7 +155,8 @@ class RunDriver:
         *,
         run_id: str,
         conversation_id: str,
-        send: trio.MemorySendChannel[Any],
+        sink: Callable[[EventBase], object],
+        queue: EventQueue | None = None,
         author: str = "user",
     ) -> None:
         self.services = services
@@ -156,9 +165,11 @@ class RunDriver:
         self.author = author
         self.run_id = run_id
         self.conversation_id = conversation_id
-        self._send = send
+        # Where events go: ``queue.put`` for a streamed run, the reducer's ``feed`` for ``run``.
+        # A sink that returns False has lost its consumer.
+        self._sink = sink
+        self._queue = queue
         self._seq = 0
-        self._emit_lock = trio.Lock()
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
         self.permits = Semaphore(agent.policy.tool_concurrency)
@@ -167,7 +178,8 @@ class RunDriver:
         self.cancel_scope = trio.CancelScope()
         self._interrupted = False
         self.terminal: EventBase | None = None
-        self.done = trio.Event()
+        self.finished = False
+        self._done: trio.Event | None = None  # made only if someone waits for the end
         self.turn = 0
         # The redacted record content of the latest model response, reused for its prompt message.
         self._content: tuple[ModelResponse, tuple[tuple[str, Any], ...]] | None = None
@@ -179,53 +191,46 @@ class RunDriver:
         self._interrupted = True
         self.cancel_scope.cancel()
 
-    async def emit(self, cls: type[EventBase], *fields: Any) -> EventBase:
-        """Send an event to the consumer and return it. If the consumer is gone, the run
-        interrupts itself.
+    def emit(self, cls: type[EventBase], *fields: Any) -> EventBase:
+        """Number, stamp and hand over the run's next event; return it.
 
-        Cancellation: a cancellation point. It yields to the scheduler only when it has to wait for
-        the consumer (the event buffer is full): handing over events is the hottest path of a run,
-        and the turn loop's own yield (once per turn) and model I/O keep the run fair.
+        Synchronous: handing over never waits, so events are numbered and handed over in one
+        atomic step even when tool tasks emit concurrently (the sequence is gap-free and in order).
+        If the consumer is gone, the run interrupts itself. Backpressure is separate (see
+        :meth:`wait_for_consumer`).
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        # A sequence number is taken only by an event that is handed over or is the one waiting
-        # send (under the lock), and given back if that wait is cancelled (a cancelled
-        # memory-channel send delivered nothing): the consumer's sequence stays gap-free.
-        try:
-            if not self._emit_lock.locked():
-                event = self._next_event(cls, fields)
-                try:
-                    self._send.send_nowait(event)
-                    return event
-                except trio.WouldBlock:
-                    self._seq -= 1
-            async with self._emit_lock:  # backpressure: wait for the consumer, one at a time
-                event = self._next_event(cls, fields)
-                try:
-                    await self._send.send(event)
-                except trio.Cancelled:
-                    self._seq -= 1
-                    raise
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        self._seq += 1
+        event = cls(
+            self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields
+        )
+        if self._sink(event) is False:
             self.interrupt()
         return event
 
-    def _next_event(self, cls: type[EventBase], fields: tuple[Any, ...]) -> EventBase:
-        """The next event of this run: identity, the next sequence number, the time, ``fields``."""
-        self._seq += 1
-        return cls(
-            self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields
-        )
+    async def wait_for_consumer(self) -> None:
+        """Backpressure: wait while a streamed run's consumer lags more than the buffer holds.
 
-    def _emit_terminal_nowait(self, cls: type[EventBase], *fields: Any) -> None:
-        event = self._next_event(cls, fields)
-        self.terminal = event
-        # If the buffer is full or the consumer gone, the stream hands ``terminal`` over after the
-        # channel drains.
-        with contextlib.suppress(
-            trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError
-        ):
-            self._send.send_nowait(event)
+        Called where a run could otherwise produce events without bound (model deltas, tool
+        progress, each turn). Cancellation: a checkpoint only when it has to wait.
+        """
+        queue = self._queue
+        if queue is not None and queue.full:
+            await queue.wait_for_room()
+
+    def _emit_terminal(self, cls: type[EventBase], *fields: Any) -> None:
+        self.terminal = self.emit(cls, *fields)
+
+    async def wait_done(self) -> None:
+        """Wait until the run has ended (its terminal event is handed over).
+
+        Cancellation: a cancellation point while waiting.
+        """
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
 
     async def record(self, *records: Record) -> None:
         """Append canonical records atomically. Cancellation: all or nothing."""
@@ -263,8 +268,11 @@ class RunDriver:
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
                     await self._record_interrupted()
-            self._send.close()
-            self.done.set()
+            self.finished = True
+            if self._queue is not None:
+                self._queue.close()
+            if self._done is not None:
+                self._done.set()
 
     async def _record_interrupted(self) -> None:
         now = time.time()
@@ -273,14 +281,14 @@ class RunDriver:
                 RunFailedRecord(self.conversation_id, self.run_id, None, "interrupted", now)
             )
         finally:
-            self._emit_terminal_nowait(RunInterrupted, "interrupted", self.budget.usage)
+            self._emit_terminal(RunInterrupted, "interrupted", self.budget.usage)
 
     async def _main(self) -> None:
         policy = self.agent.policy
         started = trio.current_time()
         self.budget.started_at = started
         log = self.services.log
-        await self.emit(RunStarted, self.redact_text(self.user_input))
+        self.emit(RunStarted, self.redact_text(self.user_input))
         history = await log.entries(self.conversation_id)
         now = time.time()
         records: list[Record] = []
@@ -323,13 +331,14 @@ class RunDriver:
             # One scheduler yield per turn keeps runs fair to every other task even when the
             # model, the log and the event hand-over need no I/O (they only check cancellation).
             await trio.lowlevel.checkpoint()
+            await self.wait_for_consumer()
             await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
             await maybe_compact(self)
             budget.start_turn()
             self.turn = budget.turns
-            await self.emit(TurnStarted, self.turn, False)
+            self.emit(TurnStarted, self.turn, False)
             response = await self._model_turn(self.turn, grace=False)
             if isinstance(response, RunError):
                 return response
@@ -348,9 +357,9 @@ class RunDriver:
                 return failure
 
     async def _turn_completed(self, response: ModelResponse) -> None:
-        await self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+        self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
         for dim, used, limit in self.budget.due_warnings(trio.current_time()):
-            await self.emit(BudgetWarning, dim, used, limit)
+            self.emit(BudgetWarning, dim, used, limit)
 
     async def _on_exhaustion(self, exhausted: tuple[str, float, float]) -> None:
         dim, used, limit = exhausted
@@ -365,7 +374,7 @@ class RunDriver:
         # "final-answer": exactly one grace turn, tool choice "none", fail closed on tool calls.
         with trio.move_on_after(self.agent.policy.grace_turn_duration) as grace_deadline:
             self.turn += 1
-            await self.emit(TurnStarted, self.turn, True)
+            self.emit(TurnStarted, self.turn, True)
             response = await self._model_turn(self.turn, grace=True)
             if isinstance(response, RunError):
                 await self._fail(response)
@@ -377,7 +386,7 @@ class RunDriver:
                 await self._fail(FinalTurnDeclaredTools(names))
                 return
             self._append_assistant(response)
-            await self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+            self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
             await self._complete(response, "budget-exhausted", dim)
         if grace_deadline.cancelled_caught and self.terminal is None:
             await self._fail(BudgetExhausted(dim, used, limit))
@@ -391,10 +400,11 @@ class RunDriver:
             tools=() if grace else toolkit.descriptors,
             tool_choice="none" if grace or not len(toolkit) else "auto",
         )
-        await self.emit(ModelStarted, turn)
+        self.emit(ModelStarted, turn)
         reducer = ResponseReducer()
         streamed = StreamRedactor(self.services.redactor)  # a secret may span two deltas
         stream = self.services.model.stream(request)
+        queue = self._queue
         try:
             async for part in stream:
                 reducer.feed(part)
@@ -407,7 +417,9 @@ class RunDriver:
                 else:
                     continue
                 if shown:
-                    await self.emit(TextDelta if is_text else ReasoningDelta, turn, shown)
+                    self.emit(TextDelta if is_text else ReasoningDelta, turn, shown)
+                    if queue is not None and queue.full:
+                        await queue.wait_for_room()
             response = reducer.finish()
         except AiError as exc:
             return ModelFailed(exc.tag, self.redact_text(str(exc)))
@@ -524,16 +536,16 @@ class RunDriver:
         )
 
     async def _end(self, record: Record, cls: type[EventBase], *fields: Any) -> None:
-        """Write the terminal record and hand over the terminal event as one step.
+        """Write the terminal record, then hand over the terminal event with nothing in between.
 
-        Cancellation: a cancellation point *before* anything is written; after that, shielded —
-        a deadline or interruption arriving now can neither separate the record from its event
-        nor let a second terminal follow.
+        Cancellation: the log's append is all-or-nothing (see ``ConversationLog.append``), and the
+        event is handed over synchronously right after it returns — so a deadline or interruption
+        either stops the ending before anything is written (the run then ends another way, once)
+        or comes after both; it can never separate the record from its event or add a second
+        terminal.
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        with trio.CancelScope(shield=True):
-            await self.record(record)
-        self._emit_terminal_nowait(cls, *fields)
+        await self.record(record)
+        self._emit_terminal(cls, *fields)
 
     # ---- steering, follow-ups, compaction ------------------------------------------------------------
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Literal, final
+from typing import Any, final
 
-import attrs
 import trio
 
 from effectagent.ai import LanguageModelService, Tool
@@ -25,17 +24,7 @@ from effectagent.core import (
     Agent,
     EventBase,
     Redactor,
-    RunCompleted,
-    RunError,
-    RunFailed,
-    RunInterrupted,
-    RunSuspended,
     SecretRedactor,
-    ToolCallDeclared,
-    ToolCallFailed,
-    ToolCallSucceeded,
-    ToolOutcome,
-    UsageTotals,
 )
 from effectagent.effect import (
     Context,
@@ -48,6 +37,7 @@ from effectagent.effect import (
     preflight,
 )
 
+from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._log import InMemoryConversationLog
 from ._run import RunDriver, RunServices, new_id
 from ._seams import (
@@ -61,94 +51,16 @@ from ._seams import (
     requirements_of,
 )
 
-__all__ = ["RunFailedError", "RunResult", "RunStream", "Runtime", "open_runtime"]
+__all__ = [
+    "RunFailedError",
+    "RunResult",
+    "RunStream",
+    "Runtime",
+    "open_runtime",
+    "reduce_events",
+]
 
 EVENT_BUFFER = 256
-# Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
-_SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
-
-
-class RunFailedError(Exception):
-    """Raised by :meth:`RunResult.raise_for_status` for a run that did not complete."""
-
-    def __init__(self, result: RunResult) -> None:
-        detail = result.error.tag if result.error is not None else result.status
-        super().__init__(f"run {result.run_id} {result.status}: {detail}")
-        self.result = result
-
-
-@attrs.frozen
-class RunResult:
-    """The reduction of a run's event stream."""
-
-    run_id: str
-    conversation_id: str
-    status: Literal["completed", "failed", "interrupted", "suspended"]
-    text: str
-    output: Any
-    finish_reason: str | None
-    exhausted: str | None
-    error: RunError | None
-    usage: UsageTotals
-    outcomes: tuple[ToolOutcome, ...]
-    events: int
-
-    def raise_for_status(self) -> RunResult:
-        """Return self if completed, else raise :class:`RunFailedError`."""
-        if self.status != "completed":
-            raise RunFailedError(self)
-        return self
-
-
-async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
-    """Reduce a run's event stream to its :class:`RunResult`.
-
-    Cancellation: a cancellation point per event; it yields only while waiting for the run.
-    """
-    # Outcomes are reported in declaration order (the commit order), not completion order.
-    declared: dict[tuple[int, str], int] = {}
-    settled: list[tuple[int, ToolOutcome]] = []
-    count = 0
-    last: EventBase | None = None
-    async for event in events:
-        count += 1
-        last = event
-        if isinstance(event, ToolCallDeclared):
-            declared.setdefault((event.turn, event.tool_call_id), len(declared))
-        elif isinstance(event, _SETTLED_EVENTS):
-            key = (event.turn, event.tool_call_id)
-            settled.append((declared.get(key, len(declared)), event.outcome))
-    settled.sort(key=lambda item: item[0])
-    outcomes = [outcome for _, outcome in settled]
-    if last is None:
-        raise RuntimeError("the run produced no events")
-    base = (last.run_id, last.conversation_id)
-    if isinstance(last, RunCompleted):
-        return RunResult(
-            *base,
-            "completed",
-            last.text,
-            last.output,
-            last.finish_reason,
-            last.exhausted,
-            None,
-            last.usage,
-            tuple(outcomes),
-            count,
-        )
-    if isinstance(last, RunFailed):
-        return RunResult(
-            *base, "failed", "", None, None, None, last.error, last.usage, tuple(outcomes), count
-        )
-    if isinstance(last, RunInterrupted):
-        return RunResult(
-            *base, "interrupted", "", None, None, None, None, last.usage, tuple(outcomes), count
-        )
-    if isinstance(last, RunSuspended):
-        return RunResult(
-            *base, "suspended", "", None, None, None, None, UsageTotals(), tuple(outcomes), count
-        )
-    raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
 
 
 @final
@@ -156,19 +68,19 @@ class RunStream:
     """The events of one run. Use ``async with runtime.stream(...) as events: async for e in events``
     (or plain ``async for``).
 
-    The run starts on first use. Cancellation: if the consuming task is cancelled while waiting for
-    an event, the run is interrupted. Leaving the ``async with`` block early interrupts the run and
+    The run starts on first use, as a task of the runtime. Events wait in a buffer of
+    ``EVENT_BUFFER`` events (a turn may overshoot it by one tool batch); when it is full the run
+    waits for the consumer. Cancellation: if the consuming task is cancelled while waiting for an
+    event, the run is interrupted. Leaving the ``async with`` block early interrupts the run and
     waits (shielded, briefly) until it has written its interruption, so no task is left running.
     """
 
-    __slots__ = ("_driver", "_receive", "_runtime", "_started", "_terminal_seen")
+    __slots__ = ("_driver", "_queue", "_runtime", "_started", "_terminal_seen")
 
-    def __init__(
-        self, runtime: Runtime, driver: RunDriver, receive: trio.MemoryReceiveChannel[Any]
-    ) -> None:
+    def __init__(self, runtime: Runtime, driver: RunDriver, queue: EventQueue) -> None:
         self._runtime = runtime
         self._driver = driver
-        self._receive = receive
+        self._queue = queue
         self._started = False
         self._terminal_seen = False
 
@@ -208,14 +120,11 @@ class RunStream:
 
         Cancellation: waits shielded — interruption is prompt by construction.
         """
-        if not self._started:
-            self._receive.close()
-            return
-        if not self._driver.done.is_set():
+        if self._started and not self._driver.finished:
             self._driver.interrupt()
             with trio.CancelScope(shield=True):
-                await self._driver.done.wait()
-        self._receive.close()
+                await self._driver.wait_done()
+        self._queue.detach()
 
     def __aiter__(self) -> RunStream:
         self._start()
@@ -225,21 +134,12 @@ class RunStream:
         if self._terminal_seen:
             raise StopAsyncIteration
         try:
-            # Buffered events are handed over without a schedule point (as ``RunDriver.emit``
-            # hands them in): the consumer yields only when it has to wait for the run.
-            await trio.lowlevel.checkpoint_if_cancelled()
-            try:
-                event: EventBase = self._receive.receive_nowait()
-            except trio.WouldBlock:
-                event = await self._receive.receive()
-        except trio.EndOfChannel:
-            terminal = self._driver.terminal
-            if terminal is None:
-                raise StopAsyncIteration from None
-            event = terminal
+            event = await self._queue.get()
         except trio.Cancelled:
             self._driver.interrupt()
             raise
+        if event is None:
+            raise StopAsyncIteration
         if isinstance(event, TERMINAL_EVENTS):
             self._terminal_seen = True
         return event
@@ -316,20 +216,18 @@ class Runtime:
         if self._closed:
             raise RuntimeError("the runtime is closed")
         services = self._services_for(agent)
-        # Not ``open_memory_channel[Any]``: subscripting the generic costs more than the channel.
-        send: trio.MemorySendChannel[Any]
-        receive: trio.MemoryReceiveChannel[Any]
-        send, receive = trio.open_memory_channel(EVENT_BUFFER)
+        queue = EventQueue(EVENT_BUFFER)
         driver = RunDriver(
             services,
             agent,
             text,
             run_id=new_id("run"),
             conversation_id=conversation_id or new_id("conv"),
-            send=send,
+            sink=queue.put,
+            queue=queue,
             author=author,
         )
-        return RunStream(self, driver, receive)
+        return RunStream(self, driver, queue)
 
     async def run(
         self,
@@ -339,15 +237,36 @@ class Runtime:
         conversation_id: str | None = None,
         author: str = "user",
     ) -> RunResult:
-        """Run to the end and return the reduction of the run's own event stream.
+        """Run to the end and return the reduction of the run's event stream (RUN-001).
 
-        Cancellation: cancelling the caller interrupts the run; this waits for the interruption
-        to be written, then re-raises ``trio.Cancelled``.
+        The run executes in the caller's own task: its events go straight to the reducer that
+        :func:`reduce_events` applies to a stream — the same events, the same reduction, without a
+        task or a buffer in between. Its tool calls still run in child tasks of the run.
+
+        Cancellation: cancelling the caller interrupts the run; this writes the interruption
+        (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
+        result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        async with self.stream(
-            agent, text, conversation_id=conversation_id, author=author
-        ) as events:
-            return await reduce_events(events)
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        services = self._services_for(agent)
+        reducer = RunReducer()
+        driver = RunDriver(
+            services,
+            agent,
+            text,
+            run_id=new_id("run"),
+            conversation_id=conversation_id or new_id("conv"),
+            sink=reducer.feed,
+            author=author,
+        )
+        active = self._active
+        active.add(driver)
+        try:
+            await driver.execute()
+        finally:
+            active.discard(driver)
+        return reducer.result()
 
     def _start(self, driver: RunDriver) -> None:
         if self._closed:
@@ -368,6 +287,15 @@ class Runtime:
         self._closed = True
         for driver in list(self._active):
             driver.interrupt()
+
+    async def _wait_runs(self) -> None:
+        """Wait for every interrupted run to end, streamed or run in a caller's task.
+
+        Cancellation: shielded — interruption is prompt by construction.
+        """
+        with trio.CancelScope(shield=True):
+            for driver in list(self._active):
+                await driver.wait_done()
 
 
 @asynccontextmanager
@@ -402,3 +330,4 @@ async def open_runtime(
             yield runtime
         finally:
             runtime._close()
+            await runtime._wait_runs()

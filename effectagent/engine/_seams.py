@@ -160,7 +160,9 @@ class ConversationLog(Protocol):
     async def append(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
         """Append ``records`` atomically, in order; return them with their sequence numbers.
 
-        Cancellation: either all records are appended or none.
+        Cancellation: all or nothing — if it raises (``trio.Cancelled`` included), none of
+        ``records`` was appended; if it returns, all were. (An implementation that writes in a
+        worker thread waits for that write to finish rather than abandon it.)
         """
         ...
 

@@ -336,9 +336,12 @@ def _check_batch(
 
 @final
 class _CancelAfterSteps(trio.abc.Instrument):
-    """Cancels the consumer's scope once tasks other than the consumer took ``steps`` steps."""
+    """Cancels the consumer's scope once tasks other than the consumer (if given) took ``steps``
+    steps."""
 
-    def __init__(self, steps: int, scope: trio.CancelScope, consumer: trio.lowlevel.Task) -> None:
+    def __init__(
+        self, steps: int, scope: trio.CancelScope, consumer: trio.lowlevel.Task | None
+    ) -> None:
         self._remaining = steps
         self._scope = scope
         self._consumer = consumer
@@ -427,7 +430,12 @@ async def run_batch(
     stepper = (
         None
         if cancel_after_steps is None
-        else _CancelAfterSteps(cancel_after_steps, consumer, trio.lowlevel.current_task())
+        # ``runtime.run`` drives the run in this very task, so in "run" mode every step counts.
+        else _CancelAfterSteps(
+            cancel_after_steps,
+            consumer,
+            trio.lowlevel.current_task() if mode == "stream" else None,
+        )
     )
     events: list[EventBase] = []
     result: RunResult | None = None

@@ -138,9 +138,13 @@ async def test_a_closed_runtime_refuses_new_runs(autojump_clock: trio.testing.Mo
 Database: ServiceKey[list[str]] = ServiceKey("test.Database")
 
 
+@pytest.mark.parametrize("mode", ["stream", "run"])
 async def test_closing_the_runtime_interrupts_runs_then_releases_every_layer(
-    autojump_clock: trio.testing.MockClock,
+    autojump_clock: trio.testing.MockClock, mode: str
 ) -> None:
+    """Streamed runs are tasks of the runtime; ``run`` runs in its caller's task — here a task
+    outside the runtime's block. Either way closing interrupts the run and waits for it to write
+    its interruption before any layer is torn down."""
     journal: list[str] = []
     tool = forecast_tool()
     agent = make_agent(tool)
@@ -181,23 +185,38 @@ async def test_closing_the_runtime_interrupts_runs_then_releases_every_layer(
         handlers, requires=[Database]
     ).provide(database)
     events: list[EventBase] = []
+    results: list[RunResult] = []
 
     async def consume(stream: Any) -> None:
         async for event in stream:
             events.append(event)
 
+    async def run(runtime: Any) -> None:
+        results.append(await runtime.run(agent, "Weather?", conversation_id="c-run"))
+        journal.append("run returned")
+
     async with trio.open_nursery() as nursery:
         async with open_runtime(layer, agents=[agent]) as runtime:
             assert journal == ["model up", "db up"]
-            nursery.start_soon(consume, runtime.stream(agent, "Weather?"))
+            if mode == "stream":
+                nursery.start_soon(consume, runtime.stream(agent, "Weather?"))
+            else:
+                nursery.start_soon(run, runtime)
             await started.wait()
             assert runtime.active_runs == 1
             log = runtime.log
         journal.append("closed")
-    assert journal == ["model up", "db up", "handler stopped", "db down", "model down", "closed"]
-    terminal = assert_well_formed(events)
-    assert isinstance(terminal, RunInterrupted)
-    (record,) = records_of(list(await log.entries(terminal.conversation_id)), RunFailedRecord)
+    ended = ["handler stopped"] + (["run returned"] if mode == "run" else [])
+    assert journal == ["model up", "db up", *ended, "db down", "model down", "closed"]
+    if mode == "stream":
+        terminal = assert_well_formed(events)
+        assert isinstance(terminal, RunInterrupted)
+        conversation_id = terminal.conversation_id
+    else:
+        (result,) = results
+        assert result.status == "interrupted"
+        conversation_id = "c-run"
+    (record,) = records_of(list(await log.entries(conversation_id)), RunFailedRecord)
     assert record.reason == "interrupted"
     assert runtime.active_runs == 0
     assert model.all_streams_closed()

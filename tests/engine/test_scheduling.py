@@ -234,9 +234,9 @@ def test_cancelling_the_consumer_at_any_point_leaves_nothing_running(
 
 
 def test_an_interruption_under_event_backpressure_still_settles_every_prepared_call() -> None:
-    """With more events than the stream buffers, announcing a batch's early outcomes waits for the
-    consumer — a cancellation point after ``ToolCallPrepared`` was appended. Cancelling the
-    consumer at each step around it must still commit the whole batch."""
+    """A batch with more early outcomes than the stream buffers events (one call runs, 300 are
+    invalid): cancelling the consumer at each scheduler step — before, during and after
+    ``ToolCallPrepared`` was appended — must still commit the whole batch."""
     batch = BatchSpec(
         [CallSpec("call_runs", "probe_echo", '{"text": "x"}', latency=0.25)]
         + [CallSpec(f"call_{i}", "probe_echo", "{", valid=False) for i in range(300)]

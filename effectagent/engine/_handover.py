@@ -1,0 +1,222 @@
+"""Where a run's events go: a stream consumer's queue, or ``run``'s reducer in the run's own task.
+
+A run hands each event to one sink, synchronously (``RunDriver.emit`` never waits), so events are
+numbered and handed over in one atomic step even when tool tasks emit concurrently.
+
+* ``runtime.stream`` — the sink is an :class:`EventQueue` read by the consumer's task. The producer
+  applies backpressure where a run can produce events without bound (model deltas, tool progress,
+  and once per turn): there it waits while the queue holds more than its limit. Elsewhere a turn
+  adds a bounded number of events (those of one batch), so the queue overshoots its limit by at
+  most one batch.
+* ``runtime.run`` — the sink is :meth:`RunReducer.feed`: the same events, reduced by the same
+  reducer ``reduce_events`` applies to a stream (RUN-001), without a task or a queue in between.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any, Literal, final
+
+import attrs
+import trio
+
+from effectagent.core import (
+    EventBase,
+    RunCompleted,
+    RunError,
+    RunFailed,
+    RunInterrupted,
+    RunSuspended,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallSucceeded,
+    ToolOutcome,
+    UsageTotals,
+)
+
+__all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_events"]
+
+# Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
+_SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
+
+
+class RunFailedError(Exception):
+    """Raised by :meth:`RunResult.raise_for_status` for a run that did not complete."""
+
+    def __init__(self, result: RunResult) -> None:
+        detail = result.error.tag if result.error is not None else result.status
+        super().__init__(f"run {result.run_id} {result.status}: {detail}")
+        self.result = result
+
+
+@attrs.frozen
+class RunResult:
+    """The reduction of a run's event stream."""
+
+    run_id: str
+    conversation_id: str
+    status: Literal["completed", "failed", "interrupted", "suspended"]
+    text: str
+    output: Any
+    finish_reason: str | None
+    exhausted: str | None
+    error: RunError | None
+    usage: UsageTotals
+    outcomes: tuple[ToolOutcome, ...]
+    events: int
+
+    def raise_for_status(self) -> RunResult:
+        """Return self if completed, else raise :class:`RunFailedError`."""
+        if self.status != "completed":
+            raise RunFailedError(self)
+        return self
+
+
+@final
+class RunReducer:
+    """Reduces a run's events, one at a time, to its :class:`RunResult`. Pure; no Trio."""
+
+    __slots__ = ("_declared", "_settled", "count", "last")
+
+    def __init__(self) -> None:
+        self._declared: dict[tuple[int, str], int] = {}
+        self._settled: list[tuple[int, ToolOutcome]] = []
+        self.count = 0
+        self.last: EventBase | None = None
+
+    def feed(self, event: EventBase) -> None:
+        """Take the run's next event."""
+        self.count += 1
+        self.last = event
+        if isinstance(event, ToolCallDeclared):
+            self._declared.setdefault((event.turn, event.tool_call_id), len(self._declared))
+        elif isinstance(event, _SETTLED_EVENTS):
+            key = (event.turn, event.tool_call_id)
+            self._settled.append((self._declared.get(key, len(self._declared)), event.outcome))
+
+    def result(self) -> RunResult:
+        """The result; outcomes in declaration (commit) order, not completion order.
+
+        Raises RuntimeError if the events fed so far do not end with a terminal event.
+        """
+        last = self.last
+        if last is None:
+            raise RuntimeError("the run produced no events")
+        settled = sorted(self._settled, key=lambda item: item[0])
+        outcomes = tuple(outcome for _, outcome in settled)
+        base = (last.run_id, last.conversation_id)
+        count = self.count
+        if isinstance(last, RunCompleted):
+            return RunResult(
+                *base,
+                "completed",
+                last.text,
+                last.output,
+                last.finish_reason,
+                last.exhausted,
+                None,
+                last.usage,
+                outcomes,
+                count,
+            )
+        if isinstance(last, RunFailed):
+            return RunResult(
+                *base, "failed", "", None, None, None, last.error, last.usage, outcomes, count
+            )
+        if isinstance(last, RunInterrupted):
+            return RunResult(
+                *base, "interrupted", "", None, None, None, None, last.usage, outcomes, count
+            )
+        if isinstance(last, RunSuspended):
+            return RunResult(
+                *base, "suspended", "", None, None, None, None, UsageTotals(), outcomes, count
+            )
+        raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
+
+
+async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
+    """Reduce a run's event stream to its :class:`RunResult` (what ``runtime.run`` returns).
+
+    Cancellation: as ``events``' own iteration (it adds no checkpoint of its own).
+    """
+    reducer = RunReducer()
+    async for event in events:
+        reducer.feed(event)
+    return reducer.result()
+
+
+@final
+class EventQueue:
+    """The events of one streamed run, from the run's task to the consumer's.
+
+    ``put`` never blocks; the producer calls :meth:`wait_for_room` where it could otherwise add
+    events without bound. ``close`` (producer: no more events) and ``detach`` (consumer: gone) end
+    the hand-over from either side.
+    """
+
+    __slots__ = ("_consumer", "_items", "_limit", "_producer", "closed", "detached")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"the event buffer limit must be at least 1, got {limit}")
+        self._items: deque[EventBase] = deque()
+        self._limit = limit
+        # Parked at most one task on each side: the consumer waiting for an event, the producer
+        # waiting for room.
+        self._consumer = trio.lowlevel.ParkingLot()
+        self._producer = trio.lowlevel.ParkingLot()
+        self.closed = False
+        self.detached = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, event: EventBase) -> bool:
+        """Queue ``event`` for the consumer; False if the consumer has gone (nothing queued)."""
+        if self.detached:
+            return False
+        self._items.append(event)
+        if self._consumer:
+            self._consumer.unpark_all()
+        return True
+
+    @property
+    def full(self) -> bool:
+        """More events wait than the limit allows (the producer should wait for room)."""
+        return len(self._items) > self._limit and not self.detached
+
+    async def wait_for_room(self) -> None:
+        """Wait until the consumer has taken enough that the queue is within its limit, or left.
+
+        Cancellation: a checkpoint only when it has to wait; cancellable while waiting.
+        """
+        while self.full:
+            await self._producer.park()
+
+    def close(self) -> None:
+        """The producer will put no more events; the consumer drains what is queued."""
+        self.closed = True
+        self._consumer.unpark_all()
+
+    def detach(self) -> None:
+        """The consumer is gone: drop what is queued, refuse more, release a waiting producer."""
+        self.detached = True
+        self._items.clear()
+        self._producer.unpark_all()
+
+    async def get(self) -> EventBase | None:
+        """The next event, waiting for one if needed; None once closed and drained.
+
+        Cancellation: a cancellation point; it yields to the scheduler only when it has to wait.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        items = self._items
+        while not items:
+            if self.closed or self.detached:
+                return None
+            await self._consumer.park()
+        event = items.popleft()
+        if self._producer and len(items) <= self._limit:
+            self._producer.unpark_all()
+        return event

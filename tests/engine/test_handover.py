@@ -1,0 +1,219 @@
+"""The hand-over of a run's events: the stream's queue (bounded by backpressure, never losing or
+reordering an event), ``run``'s in-task reducer, and run identifiers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effectagent.core import RunInterrupted, TextDelta
+from effectagent.engine._handover import EventQueue
+from effectagent.engine._run import new_id
+from effectagent.engine._runtime import EVENT_BUFFER
+from effectagent.testing import Turn
+
+from .helpers import TrackingModel, assert_well_formed, make_agent
+
+
+def _event(n: int) -> Any:
+    return ("event", n)  # the queue never looks inside an event
+
+
+# ---- EventQueue, without a run -------------------------------------------------------------------
+
+
+def test_the_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        EventQueue(0)
+
+
+async def test_events_come_out_in_order_then_none_once_closed() -> None:
+    queue = EventQueue(4)
+    for n in range(10):  # ``put`` never blocks, even beyond the limit
+        assert queue.put(_event(n))
+    assert queue.full
+    queue.close()
+    got = []
+    while (event := await queue.get()) is not None:
+        got.append(event)
+    assert got == [_event(n) for n in range(10)]
+    assert await queue.get() is None
+
+
+async def test_a_consumer_waiting_for_an_event_is_woken_by_put_and_by_close() -> None:
+    queue = EventQueue(4)
+    got: list[Any] = []
+
+    async def consume() -> None:
+        while (event := await queue.get()) is not None:
+            got.append(event)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consume)
+        await trio.testing.wait_all_tasks_blocked()
+        queue.put(_event(1))
+        await trio.testing.wait_all_tasks_blocked()
+        assert got == [_event(1)]
+        queue.close()
+    assert got == [_event(1)]
+
+
+async def test_a_producer_waits_for_room_until_the_consumer_drains_to_the_limit() -> None:
+    queue = EventQueue(2)
+    for n in range(5):
+        queue.put(_event(n))
+    resumed = trio.Event()
+
+    async def produce() -> None:
+        await queue.wait_for_room()
+        resumed.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        await trio.testing.wait_all_tasks_blocked()
+        assert not resumed.is_set()
+        await queue.get()
+        await queue.get()  # 5 -> 3 queued: still more than the limit
+        await trio.testing.wait_all_tasks_blocked()
+        assert not resumed.is_set()
+        await queue.get()  # 2 queued: within the limit
+        await trio.testing.wait_all_tasks_blocked()
+        assert resumed.is_set()
+
+
+async def test_detaching_refuses_events_and_releases_a_waiting_producer() -> None:
+    queue = EventQueue(1)
+    queue.put(_event(1))
+    queue.put(_event(2))
+
+    async def produce() -> None:
+        await queue.wait_for_room()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(produce)
+        await trio.testing.wait_all_tasks_blocked()
+        queue.detach()
+    assert not queue.put(_event(3))
+    assert len(queue) == 0
+    assert await queue.get() is None
+
+
+async def test_waiting_for_room_is_cancellable() -> None:
+    queue = EventQueue(1)
+    queue.put(_event(1))
+    queue.put(_event(2))
+    with trio.move_on_after(1) as waited:
+        await queue.wait_for_room()
+    assert waited.cancelled_caught
+
+
+@given(limit=st.integers(1, 8), takes=st.lists(st.integers(0, 5), max_size=30))
+def test_a_streamed_run_never_queues_more_than_its_limit_plus_a_turn(
+    limit: int, takes: list[int]
+) -> None:
+    """Invariant: however the consumer paces itself, a run that streams many deltas never has more
+    than ``limit`` + 1 events queued (the delta that found the queue full), and the consumer sees
+    every event, gap-free."""
+
+    async def main() -> tuple[int, list[Any]]:
+        queue = EventQueue(limit)
+        most = 0
+        seen: list[Any] = []
+
+        async def produce() -> None:
+            nonlocal most
+            for n in range(60):
+                queue.put(_event(n))
+                most = max(most, len(queue))
+                if queue.full:
+                    await queue.wait_for_room()
+            queue.close()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce)
+            pace = iter(takes)
+            while (event := await queue.get()) is not None:
+                seen.append(event)
+                for _ in range(next(pace, 0)):  # the consumer dawdles a varying number of steps
+                    await trio.lowlevel.checkpoint()
+        return most, seen
+
+    most, seen = trio.run(main)
+    assert most <= limit + 1
+    assert seen == [_event(n) for n in range(60)]
+
+
+# ---- through the runtime -------------------------------------------------------------------------
+
+
+async def test_a_slow_consumer_holds_a_chatty_run_back_without_losing_an_event(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent import open_runtime
+
+    deltas = 3 * EVENT_BUFFER
+    model = TrackingModel([Turn.text("x" * deltas, chunk=1)])
+    agent = make_agent()
+    most = 0
+    events: list[Any] = []
+    async with (
+        open_runtime(model.layer(), agents=[agent]) as runtime,
+        runtime.stream(agent, "Talk a lot.") as stream,
+    ):
+        async for event in stream:
+            events.append(event)
+            most = max(most, len(stream._queue))
+            await trio.sleep(0.01)  # slower than the model
+    assert most <= EVENT_BUFFER + 1
+    assert sum(1 for e in events if isinstance(e, TextDelta)) == deltas
+    assert not isinstance(assert_well_formed(events), RunInterrupted)
+
+
+async def test_runtime_run_executes_in_the_callers_own_task(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent import open_runtime
+
+    seen: list[trio.lowlevel.Task] = []
+    model = TrackingModel(
+        [Turn.text("Hi.").with_inspection(lambda _: seen.append(trio.lowlevel.current_task()))]
+    )
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Hello")
+    assert result.status == "completed"
+    assert seen == [trio.lowlevel.current_task()]
+
+
+# ---- identifiers ---------------------------------------------------------------------------------
+
+
+def test_identifiers_are_prefixed_64_bit_hex_and_do_not_repeat() -> None:
+    ids = {new_id("run") for _ in range(50_000)}
+    assert len(ids) == 50_000
+    sample = next(iter(ids))
+    assert sample.startswith("run_")
+    assert len(sample) == len("run_") + 16
+    int(sample[4:], 16)
+
+
+def test_a_forked_child_draws_different_identifiers_than_its_parent() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write, new_id("x").encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child = os.read(read, 64).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child.startswith("x_")
+    assert child != new_id("x")
