@@ -84,6 +84,18 @@ def _reject_constant(name: str) -> Any:
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+def parse_json_text(text: str, decoder: json.JSONDecoder) -> Any:
+    """``decoder.decode(text)``, minus its two whitespace scans when the text has no whitespace
+    around the value (the common case for model output): the same value, the same errors."""
+    try:
+        value, end = decoder.raw_decode(text)
+    except json.JSONDecodeError:
+        return decoder.decode(text)  # leading whitespace, or invalid: the full path decides
+    if end != len(text):
+        return decoder.decode(text)  # trailing whitespace, or extra data: the full path decides
+    return value
+
+
 # --- public API -----------------------------------------------------------------------------------
 
 
@@ -129,6 +141,11 @@ def decode(tp: object, data: object, *, limits: SchemaLimits = _DEFAULT_LIMITS) 
     """
     hook = _decoder_for(tp)
     _check_limits(data, limits)
+    return _structure(hook, tp, data, limits)
+
+
+def _structure(hook: _Hook, tp: object, data: object, limits: SchemaLimits) -> Any:
+    """Structure ``data`` (already within ``limits``) into ``tp`` strictly; see :func:`decode`."""
     previous = getattr(_state, "budget", None)
     _state.budget = max(1_000, limits.max_items // 10)
     try:
@@ -167,12 +184,16 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             raise _limit_error(None, "input is not valid UTF-8") from None
-    elif len(text) > max_bytes or len(text.encode("utf-8", "surrogatepass")) > max_bytes:
+    elif len(text) > max_bytes or (
+        # Every character takes at most 4 bytes (a lone surrogate 3): encode only when that
+        # worst case could exceed the bound.
+        len(text) * 4 > max_bytes and len(text.encode("utf-8", "surrogatepass")) > max_bytes
+    ):
         raise _limit_error(None, f"input is larger than {max_bytes} bytes")
     if _text_depth_exceeds(text, limits.max_depth):
         raise _limit_error(None, f"input is nested deeper than {limits.max_depth} levels")
     try:
-        data = _DECODER.decode(text)
+        data = parse_json_text(text, _DECODER)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno} column {exc.colno}"
         raise _limit_error(None, f"invalid JSON: {exc.msg} at {where}") from None
@@ -180,7 +201,14 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
         raise _limit_error(None, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise _limit_error(None, "input is nested too deeply to parse") from None
-    return decode(tp, data, limits=limits)
+    hook = _decoder_for(tp)
+    # What ``decode`` would check on the value is implied by the text checks above whenever the
+    # text is no longer than ``max_items`` characters: parsed JSON holds JSON types only, nests
+    # exactly as deep as its brackets, is no larger than its text, and every array element or
+    # object member takes at least one character of it. Only a longer text needs the walk.
+    if len(text) > limits.max_items:
+        _check_limits(data, limits)
+    return _structure(hook, tp, data, limits)
 
 
 def encode(value: object) -> JSONValue:

@@ -714,3 +714,45 @@ def test_field_meta_validates_its_arguments() -> None:
         field_meta(pattern="[a-")
     with pytest.raises(ValueError, match="max_depth"):
         SchemaLimits(max_depth=0)
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=4), inner, max_size=5)
+    ),
+    max_leaves=40,
+)
+
+
+@given(
+    value=_JSON_VALUES,
+    max_depth=st.integers(1, 8),
+    max_bytes=st.integers(1, 1000),
+    max_items=st.integers(1, 40),
+)
+def test_decode_json_skips_no_limit_the_value_walk_would_catch(
+    value: Any, max_depth: int, max_bytes: int, max_items: int
+) -> None:
+    """``decode_json`` skips the walk over the parsed value when the text is at most
+    ``max_items`` characters; invariant: it accepts and rejects exactly what checking the parsed
+    value too would (the text checks imply the value checks)."""
+    limits = SchemaLimits(max_depth=max_depth, max_bytes=max_bytes, max_items=max_items)
+    text = json.dumps(value, ensure_ascii=False)
+
+    def outcome(run: Callable[[], object]) -> object:
+        try:
+            return ("ok", run())
+        except SchemaError as exc:
+            return ("error", str(exc))
+
+    fast = outcome(lambda: decode_json(Any, text, limits=limits))
+
+    def walked() -> object:
+        decode_json(Any, text, limits=SchemaLimits(max_depth, max_bytes, 10**9))  # text checks
+        return decode(Any, json.loads(text), limits=limits)  # and the full walk of the value
+
+    slow = outcome(walked)
+    assert fast[0] == slow[0], (fast, slow)
+    if fast[0] == "ok":
+        assert fast == slow
