@@ -323,7 +323,15 @@ def handler_result(value: object) -> object:
 
     A ``Failure`` of an exception is re-raised so it takes the same path as a raised error.
     """
-    if isinstance(value, Result):
+    cls = type(value)
+    is_result = _IS_RESULT.get(cls)
+    if is_result is None:
+        # ``isinstance`` against ``Result`` goes through the ABC machinery: decide once per class.
+        is_result = isinstance(value, Result)
+        if len(_IS_RESULT) < 4096:
+            _IS_RESULT[cls] = is_result
+    if is_result:
+        assert isinstance(value, Result)
         inner = value.value_or(_SENTINEL)
         if inner is not _SENTINEL:
             return inner
@@ -335,3 +343,4 @@ def handler_result(value: object) -> object:
 
 
 _SENTINEL: Any = object()
+_IS_RESULT: dict[type, bool] = {}

@@ -23,6 +23,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
+from effectagent.effect._schema import parse_json_text
 
 from ._approval import ApprovalDecision, ApprovalRequest
 from ._errors import RunError
@@ -192,6 +193,9 @@ class LogEntry:
 CLEARED_RESULT = {"_tag": "ResultCleared", "message": "older tool result removed to save context"}
 
 
+#: ``json.loads``' own decoder (NaN and Infinity accepted, as ``json.loads`` does).
+_PLAIN_DECODER = json.JSONDecoder()
+
 #: Argument text longer than this is kept as text, never parsed for previews and prompts.
 MAX_PARSED_ARGUMENTS = 1024 * 1024
 
@@ -207,7 +211,7 @@ def parse_arguments(arguments: Any) -> Any:
         if len(arguments) > MAX_PARSED_ARGUMENTS:
             return arguments
         try:
-            return json.loads(arguments)
+            return parse_json_text(arguments, _PLAIN_DECODER)
         except (ValueError, RecursionError):
             return arguments
     return arguments

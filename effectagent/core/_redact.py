@@ -121,15 +121,19 @@ class StreamRedactor:
     each piece redacted on its own.
     """
 
-    __slots__ = ("_pending", "_redactor", "_suffix")
+    __slots__ = ("_knows_active", "_pending", "_redactor", "_suffix")
 
     def __init__(self, redactor: Redactor) -> None:
         self._redactor = redactor
+        # A redactor that can say it has nothing to redact (yet) lets pieces pass unchanged then.
+        self._knows_active = hasattr(redactor, "active")
         self._suffix = getattr(redactor, "partial_secret_suffix", None)
         self._pending: dict[object, str] = {}
 
     def feed(self, block: object, piece: str) -> str:
         """The redacted text of ``block`` that can be shown now (possibly empty)."""
+        if self._knows_active and not self._pending and not self._redactor.active:  # type: ignore[attr-defined]
+            return piece
         if self._suffix is None:
             return self._redactor.redact_text(piece)
         text = self._redactor.redact_text(self._pending.pop(block, "") + piece)
@@ -141,4 +145,4 @@ class StreamRedactor:
 
     def end(self, block: object) -> str:
         """What was held back of ``block``, now that it has ended (never a whole secret)."""
-        return self._pending.pop(block, "")
+        return self._pending.pop(block, "") if self._pending else ""

@@ -8,7 +8,7 @@ blocking), so a large request is never starved by a stream of small ones.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -52,13 +52,13 @@ class PermitLedger:
             return True
         return False
 
-    def give_back(self, weight: int) -> list[_Waiter]:
+    def give_back(self, weight: int) -> Sequence[_Waiter]:
         """Return ``weight`` permits; grant queued waiters in FIFO order; return those granted."""
         self.available += weight
         if self.available > self.capacity:
             self.available -= weight
             raise RuntimeError("released more permits than were acquired")
-        return self.grant()
+        return self.grant() if self.queue else ()
 
     def grant(self) -> list[_Waiter]:
         """Grant from the head of the queue while permits suffice."""
@@ -127,15 +127,17 @@ class Semaphore:
 
     def acquire_nowait(self, weight: int = 1) -> bool:
         """Take ``weight`` permits if free right now (and nobody waits); return whether taken."""
-        self._ledger.check_weight(weight)
-        return self._ledger.try_take(weight)
+        ledger = self._ledger
+        if weight != 1:  # one permit is always a valid weight (capacity is at least 1)
+            ledger.check_weight(weight)
+        return ledger.try_take(weight)
 
     def release(self, weight: int = 1) -> None:
         """Return ``weight`` permits, waking queued tasks in FIFO order."""
         self._wake(self._ledger.give_back(weight))
 
     @staticmethod
-    def _wake(waiters: list[_Waiter]) -> None:
+    def _wake(waiters: Sequence[_Waiter]) -> None:
         for waiter in waiters:
             waiter.event.set()
 
