@@ -13,8 +13,9 @@ run's own cancellation. Each call checks for cancellation before it takes a perm
 scheduler there only when it has to wait for one (all ``tool_concurrency`` permits are held).
 
 The arguments' JSON text is parsed once for the preview and the ``ToolCallPrepared`` record (the
-event and the record share that redacted value, as events and records share tool outcomes), and
-once more, strictly, by the tool's decoder.
+event and the record share that redacted value, as events and records share tool outcomes) — and,
+when redaction changes nothing, for the prompt's copy of the call too — and once more, strictly and
+into values of its own, by the tool's decoder (the handler may do what it likes with them).
 """
 
 from __future__ import annotations
@@ -61,7 +62,6 @@ from effectagent.core import (
     parse_arguments,
 )
 from effectagent.core._bounds import bounded_json
-from effectagent.effect import open_scope
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
 
@@ -110,9 +110,17 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     toolkit = driver.agent.toolkit
     runnable: list[_Call] = []
     settled_early: list[tuple[int, ToolOutcome]] = []
+    # When redaction changes nothing, the prompt's arguments (parsed from the record's text) are
+    # this same parse of the same text: keep it, rather than parse every call's arguments again.
+    parsed: dict[str, Any] | None = None if getattr(redactor, "active", True) else {}
 
     for index, (call_id, name, arguments, truncated) in enumerate(declared):
-        shown = redactor.redact(parse_arguments(arguments)) if not truncated else ""
+        if truncated:
+            shown: Any = ""
+        else:
+            shown = redactor.redact(parse_arguments(arguments))
+            if parsed is not None:
+                parsed[call_id] = shown
         preview = bounded_json(shown, _PREVIEW_BOUNDS)
         driver.emit(ToolCallDeclared, turn, call_id, name, preview)
         tool = toolkit.get(name)
@@ -177,30 +185,35 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     for index, outcome in early:
         ledger.settle(index, outcome)
 
+    outcomes: list[ToolOutcome] | None = None
     try:
         # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
         # checkpoint must still commit the batch (every prepared call gets its settlement).
         for _, outcome in early:
             _announce(driver, turn, outcome)
         if runnable:
-            async with open_scope() as scope:
+            # A plain nursery: the calls need none of a Scope's bookkeeping (no finalizers, no
+            # Exits, errors are reified per call by ``_execute``), and it costs less per call.
+            async with trio.open_nursery() as nursery:
                 for call in runnable:
-                    scope.spawn(_execute, driver, ledger, turn, call)
+                    nursery.start_soon(_execute, driver, ledger, turn, call)
         if not ledger.complete:
             # Each call's task absorbs its own Cancelled, so an interrupted batch can leave the scope
             # without raising: surface the cancellation here so the rest settle as interrupted.
             await trio.lowlevel.checkpoint()
+        # Unshielded: the log's append is all-or-nothing, so if it is cancelled nothing was
+        # written, and the handler below commits the (complete) batch shielded instead.
+        outcomes = await _commit(driver, ledger, turn, response, parsed)
     except BaseException:
-        with trio.CancelScope(shield=True):
-            ledger.settle_rest(
-                lambda i: ToolDefect(
-                    declared[i][0], declared[i][1], "interrupted before it settled"
+        if outcomes is None:
+            with trio.CancelScope(shield=True):
+                ledger.settle_rest(
+                    lambda i: ToolDefect(
+                        declared[i][0], declared[i][1], "interrupted before it settled"
+                    )
                 )
-            )
-            await _commit(driver, ledger, turn, response)
+                await _commit(driver, ledger, turn, response, parsed)
         raise
-    with trio.CancelScope(shield=True):  # a complete batch commits even if interrupted right now
-        outcomes = await _commit(driver, ledger, turn, response)
     driver.budget.record_outcomes(outcomes)
     for outcome in outcomes:
         if isinstance(outcome, ToolFailure):
@@ -211,9 +224,25 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
 
 
 async def _commit(
-    driver: RunDriver, ledger: BatchLedger, turn: int, response: ModelResponse
+    driver: RunDriver,
+    ledger: BatchLedger,
+    turn: int,
+    response: ModelResponse,
+    parsed: dict[str, Any] | None,
 ) -> list[ToolOutcome]:
+    """Append the batch's settlements in declaration order, then extend the prompt with it.
+
+    Everything that could fail is done before the append and nothing after it can, so a caller
+    that sees this raise knows nothing was written. Cancellation: as ``ConversationLog.append``.
+    """
     outcomes = ledger.commit()
+    assistant = driver.assistant_message(response, parsed)
+    results = ToolMessage(
+        tuple(
+            ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
+            for o in outcomes
+        )
+    )
     now = time.time()
     await driver.record(
         *(
@@ -223,17 +252,9 @@ async def _commit(
             for o in outcomes
         )
     )
-    assistant = driver.assistant_message(response)
     if assistant is not None:
         driver.messages.append(assistant)
-    driver.messages.append(
-        ToolMessage(
-            tuple(
-                ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
-                for o in outcomes
-            )
-        )
-    )
+    driver.messages.append(results)
     return outcomes
 
 
@@ -243,10 +264,20 @@ def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
 
 
 async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Call) -> None:
+    """One call's task: its outcome settled and announced, or nothing if the batch is interrupted.
+
+    Cancellation: an interruption of the batch ends the task quietly — the Cancelled is absorbed
+    (the batch's scope stays cancelled, and the batch surfaces it and settles the call as
+    interrupted). Only KeyboardInterrupt/SystemExit propagate.
+    """
     try:
         outcome = await _outcome(driver, turn, call)
     except Exception as exc:  # an engine-side defect while serving this call
         outcome = ToolDefect(call.id, call.name, driver.redact_text(f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:
+        if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
+            return
+        raise
     # Settle, then announce (``_announce`` inlined: no extra coroutines per call).
     ledger.settle(call.index, outcome)
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed

@@ -175,7 +175,7 @@ class RunDriver:
         self.permits = Semaphore(agent.policy.tool_concurrency)
         # The run's one cancel scope at a time: the turns (with the run's deadline), then, if a
         # budget ran out, the exhaustion phase. ``interrupt`` cancels whichever is current.
-        self.cancel_scope = trio.CancelScope()
+        self.cancel_scope: trio.CancelScope | None = None
         self._interrupted = False
         self.terminal: EventBase | None = None
         self.finished = False
@@ -189,7 +189,8 @@ class RunDriver:
     def interrupt(self) -> None:
         """Ask the run to stop; it ends with RunInterrupted. Idempotent; does not wait."""
         self._interrupted = True
-        self.cancel_scope.cancel()
+        if self.cancel_scope is not None:
+            self.cancel_scope.cancel()
 
     def emit(self, cls: type[EventBase], *fields: Any) -> EventBase:
         """Number, stamp and hand over the run's next event; return it.
@@ -253,12 +254,21 @@ class RunDriver:
         that deadline. :meth:`interrupt` cancels whichever scope is current, and an interrupted
         run never enters the exhaustion phase.
         """
+        started = trio.current_time()
+        self.budget.started_at = started
+        # The run's deadline is set as the scope is made (cheaper than setting it on an entered
+        # scope); a run interrupted before it started begins cancelled.
+        scope = self.cancel_scope = trio.CancelScope(
+            deadline=started + self.agent.policy.max_duration
+        )
+        if self._interrupted:
+            scope.cancel()
         try:
-            with self.cancel_scope:
+            with scope:
                 await self._main()
             if self.terminal is None and not self._interrupted:
-                self.cancel_scope = trio.CancelScope()
-                with self.cancel_scope:
+                scope = self.cancel_scope = trio.CancelScope()
+                with scope:
                     await self._exhausted()
         except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
             if self.terminal is None:
@@ -284,9 +294,6 @@ class RunDriver:
             self._emit_terminal(RunInterrupted, "interrupted", self.budget.usage)
 
     async def _main(self) -> None:
-        policy = self.agent.policy
-        started = trio.current_time()
-        self.budget.started_at = started
         log = self.services.log
         self.emit(RunStarted, self.redact_text(self.user_input))
         history = await log.entries(self.conversation_id)
@@ -309,8 +316,6 @@ class RunDriver:
         self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
         self.messages.append(UserMessage.text(self.services.redactor.redact_text(self.user_input)))
 
-        # The run's deadline, on the run's own cancel scope (see ``execute``).
-        self.cancel_scope.deadline = started + policy.max_duration
         error = await self._turns()
         if error is not None:
             await self._fail(error)
@@ -475,8 +480,14 @@ class RunDriver:
             )
         return tuple(content)
 
-    def assistant_message(self, response: ModelResponse) -> AssistantMessage | None:
-        """The assistant message the log projection gives for ``response`` (complete batch)."""
+    def assistant_message(
+        self, response: ModelResponse, parsed: Mapping[str, Any] | None = None
+    ) -> AssistantMessage | None:
+        """The assistant message the log projection gives for ``response`` (complete batch).
+
+        ``parsed`` maps tool-call IDs to their arguments already parsed from the very text the
+        record holds (the batch passes them when redaction changes nothing), to skip a parse.
+        """
         parts: list[TextContent | ReasoningContent | ToolCallContent] = []
         cached = self._content
         content = (
@@ -490,9 +501,13 @@ class RunDriver:
             elif kind == "reasoning" and value:
                 parts.append(ReasoningContent(value))
             elif kind == "tool-call":
-                parts.append(
-                    ToolCallContent(value["id"], value["name"], parse_arguments(value["arguments"]))
+                call_id = value["id"]
+                arguments = (
+                    parsed[call_id]
+                    if parsed is not None and call_id in parsed
+                    else parse_arguments(value["arguments"])
                 )
+                parts.append(ToolCallContent(call_id, value["name"], arguments))
         return AssistantMessage(tuple(parts)) if parts else None
 
     def _append_assistant(self, response: ModelResponse) -> None:

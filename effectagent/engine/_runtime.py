@@ -239,9 +239,10 @@ class Runtime:
     ) -> RunResult:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
 
-        The run executes in the caller's own task: its events go straight to the reducer that
-        :func:`reduce_events` applies to a stream — the same events, the same reduction, without a
-        task or a buffer in between. Its tool calls still run in child tasks of the run.
+        The run executes in the caller's own task (and context: context variables such as a
+        tracing span reach the model call and, copied, each tool task): its events go straight to
+        the reducer that :func:`reduce_events` applies to a stream — the same events, the same
+        reduction, without a task or a buffer in between. Each tool call runs in a child task.
 
         Cancellation: cancelling the caller interrupts the run; this writes the interruption
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the

@@ -217,3 +217,19 @@ def test_a_forked_child_draws_different_identifiers_than_its_parent() -> None:
     os.waitpid(pid, 0)
     assert child.startswith("x_")
     assert child != new_id("x")
+
+
+async def test_a_run_interrupted_before_it_starts_ends_interrupted_without_a_model_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent import open_runtime
+
+    model = TrackingModel([Turn.text("never")])
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        stream = runtime.stream(agent, "Hi")
+        stream.interrupt()
+        async with stream:
+            events = [event async for event in stream]
+    assert isinstance(assert_well_formed(events), RunInterrupted)
+    assert model.requests == []

@@ -168,3 +168,31 @@ async def test_interrupting_a_run_blocked_on_a_slow_consumer_keeps_sequence_gap_
     assert len(events) < 400  # it really was cut short
     # The model's generator was suspended at a part when the run stopped: it was closed.
     assert model.all_streams_closed()
+
+
+async def test_a_run_interrupted_just_as_its_batch_completes_still_commits_the_batch(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The last handler interrupts the run as it returns: the batch is complete, and the
+    cancellation lands on the append that commits it. That append writes nothing, so the batch
+    is then committed (shielded) before the run ends interrupted — never lost, never doubled."""
+    tool = forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("never")])
+    streams: list[Any] = []
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        streams[0].interrupt()  # no checkpoint after this: the call still settles as a success
+        return Forecast(params.city, 4.0)
+
+    layer = agent.toolkit.handlers({tool: handle}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        stream = runtime.stream(agent, "Weather?")
+        streams.append(stream)
+        async with stream:
+            events = [event async for event in stream]
+        log = await entries(runtime, stream.conversation_id)
+    assert isinstance(assert_well_formed(events), RunInterrupted)
+    (settled,) = records_of(log, ToolCallSettled)
+    assert settled.outcome.kind == "success"
+    assert len(model.requests) == 1  # interrupted: no second turn
