@@ -101,6 +101,11 @@ _ids = random.Random(os.urandom(32))
 os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 
 
+def _bounded(text: str) -> str:
+    """``text`` cut to the length events, records and errors carry."""
+    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
+
+
 def new_id(prefix: str) -> str:
     """A fresh opaque identifier (``prefix_`` + 16 hex digits)."""
     return f"{prefix}_{_ids.getrandbits(64):016x}"
@@ -239,8 +244,7 @@ class RunDriver:
 
     def redact_text(self, text: str) -> str:
         """Redacted and length-bounded text for events, records and errors."""
-        text = self.services.redactor.redact_text(text)
-        return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
+        return _bounded(self.services.redactor.redact_text(text))
 
     # ---- the run -----------------------------------------------------------------------------
 
@@ -295,7 +299,8 @@ class RunDriver:
 
     async def _main(self) -> None:
         log = self.services.log
-        self.emit(RunStarted, self.redact_text(self.user_input))
+        text = self.services.redactor.redact_text(self.user_input)
+        self.emit(RunStarted, _bounded(text))
         history = await log.entries(self.conversation_id)
         now = time.time()
         records: list[Record] = []
@@ -307,14 +312,14 @@ class RunDriver:
                 self.run_id,
                 new_id("input"),
                 "user",
-                self.services.redactor.redact_text(self.user_input),
+                text,
                 self.author,
                 now,
             )
         )
         await self.record(*records)
         self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
-        self.messages.append(UserMessage.text(self.services.redactor.redact_text(self.user_input)))
+        self.messages.append(UserMessage.text(text))
 
         error = await self._turns()
         if error is not None:

@@ -476,3 +476,34 @@ async def test_records_are_gap_free_and_hold_only_our_values(
     assert len(log) > 10
     for entry in log:
         assert _foreign_values(entry.record) == [], entry
+
+
+@attrs.frozen(slots=True)
+class _AdapterTextDelta(TextDelta):
+    """An adapter's own subclass of a part class (e.g. carrying provider detail)."""
+
+    provider_index: int = 0
+
+
+async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent.ai import TextEnd, Usage
+
+    model = TrackingModel(
+        [
+            Turn.raw(
+                TextStart("t"),
+                _AdapterTextDelta("t", "Hello, ", 0),
+                _AdapterTextDelta("t", "world.", 1),
+                TextEnd("t"),
+                FinishPart("stop", Usage.of(3, 2)),
+            )
+        ]
+    )
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        events = await collect(runtime.stream(agent, "Hi"))
+    deltas = [e.text for e in events if type(e).__name__ == "TextDelta"]
+    assert deltas == ["Hello, ", "world."]
+    assert cast(RunCompleted, assert_well_formed(events)).text == "Hello, world."
