@@ -384,7 +384,8 @@ async def run_batch(
     To test interruption, ``cancel_at`` cancels the consumer's scope that many seconds after the
     start (Trio clock); ``cancel_after_steps`` cancels it once the run's tasks have taken that many
     scheduler steps (one step runs a task from one checkpoint to the next, so sweeping it reaches
-    every point of the run, including those where no time passes). In ``"stream"`` mode the
+    every point of the run, including those where no time passes; in ``"run"`` mode the run is
+    driven by the calling task itself, so its steps count too). In ``"stream"`` mode the
     consumer then keeps draining the stream, so ``events`` ends with the run's terminal event.
 
     A hang needs the tool's ``timeout`` unless you cancel; the policy is generous otherwise (the run
