@@ -22,9 +22,10 @@ Conversation Log appends, the tool pipeline) plus ScriptedModel's own trivial pa
   cost of one more turn in a run that is already going, without the run's own start and end.
 * **Memory** uses ``tracemalloc``: 1,000 runs are started concurrently in one runtime and each
   parks in its tool handler on a ``trio.Event``. The traced bytes retained while all are in flight,
-  divided by 1,000, are the in-flight cost (run task, driver, event channel and buffered events,
-  tool fiber, and the caller's own task that consumes the run). After the event is set and every
-  run has completed, the bytes still retained per run are what the in-memory Conversation Log keeps
+  divided by 1,000, are the in-flight cost (the caller's task, which ``runtime.run`` drives the
+  run in, the driver and its reducer, the batch's nursery and the tool call's task). After the
+  event is set and every run has completed, the bytes still retained per run are what the
+  in-memory Conversation Log keeps
   (the canonical records of a completed run). ScriptedModel's list of received requests is cleared
   before each measurement: it is test bookkeeping, not engine state.
 
