@@ -285,8 +285,13 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
 
 
 async def _report(driver: RunDriver, turn: int, call: _Call, data: Any) -> None:
-    """A handler's progress report: redacted, bounded, emitted as ``ToolProgress``."""
+    """A handler's progress report: redacted, bounded, emitted as ``ToolProgress``.
+
+    Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
+    emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
+    """
     preview, _, _ = bound_json(driver.services.redactor.redact(data), _PROGRESS_BOUNDS)
+    await trio.lowlevel.checkpoint()
     driver.emit(ToolProgress, turn, call.id, call.name, preview)
     await driver.wait_for_consumer()
 

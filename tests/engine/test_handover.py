@@ -233,3 +233,35 @@ async def test_a_run_interrupted_before_it_starts_ends_interrupted_without_a_mod
             events = [event async for event in stream]
     assert isinstance(assert_well_formed(events), RunInterrupted)
     assert model.requests == []
+
+
+async def test_reporting_progress_is_a_checkpoint_and_becomes_an_event(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent import open_runtime
+    from effectagent.ai import ToolCallContext
+    from effectagent.core import ToolCallSucceeded, ToolProgress
+
+    from .helpers import Forecast, Lookup, forecast_tool
+
+    tool = forecast_tool()
+    agent = make_agent(tool)
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        with trio.testing.assert_checkpoints():
+            await call.progress({"done": 0.5})
+        return Forecast(params.city, 4.0)
+
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("4 °C.")])
+    layer = agent.toolkit.handlers({tool: handle}) + model.layer()
+    async with (
+        open_runtime(layer, agents=[agent]) as runtime,
+        runtime.stream(agent, "Weather?") as stream,
+    ):
+        events = [event async for event in stream]
+    (progress,) = [e for e in events if isinstance(e, ToolProgress)]
+    assert progress.tool_call_id == "call_0"
+    # The handler's own assertion passed: had it failed, the call would have settled as a defect.
+    (settled,) = [e for e in events if isinstance(e, ToolCallSucceeded)]
+    assert settled.outcome.kind == "success"
+    assert not isinstance(assert_well_formed(events), RunInterrupted)
