@@ -740,7 +740,7 @@ def test_decode_json_skips_no_limit_the_value_walk_would_catch(
     limits = SchemaLimits(max_depth=max_depth, max_bytes=max_bytes, max_items=max_items)
     text = json.dumps(value, ensure_ascii=False)
 
-    def outcome(run: Callable[[], object]) -> object:
+    def outcome(run: Callable[[], object]) -> tuple[str, object]:
         try:
             return ("ok", run())
         except SchemaError as exc:

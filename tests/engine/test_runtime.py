@@ -489,13 +489,14 @@ async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     from effectagent.ai import TextEnd, Usage
+    from effectagent.core import TextDelta as TextDeltaEvent
 
     model = TrackingModel(
         [
             Turn.raw(
                 TextStart("t"),
-                _AdapterTextDelta("t", "Hello, ", 0),
-                _AdapterTextDelta("t", "world.", 1),
+                _AdapterTextDelta("t", "Hello, ", provider_index=0),
+                _AdapterTextDelta("t", "world.", provider_index=1),
                 TextEnd("t"),
                 FinishPart("stop", Usage.of(3, 2)),
             )
@@ -504,6 +505,6 @@ async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
     agent = make_agent()
     async with open_runtime(model.layer(), agents=[agent]) as runtime:
         events = await collect(runtime.stream(agent, "Hi"))
-    deltas = [e.text for e in events if type(e).__name__ == "TextDelta"]
+    deltas = [e.text for e in events if isinstance(e, TextDeltaEvent)]
     assert deltas == ["Hello, ", "world."]
     assert cast(RunCompleted, assert_well_formed(events)).text == "Hello, world."
