@@ -20,7 +20,8 @@ Limits are applied race-free without a ``preexec_fn`` (which would cost ~5 ms pe
 runs with ``--json-status-fd`` and ``--block-fd``; it reports the sandbox child's host pid and waits
 on the block fd *before* forking the command, the host sets the rlimits on that pid (``prlimit``)
 and moves it into the cgroups, then unblocks it. Everything the command ever forks inherits both.
-(With no rlimit and no cgroup to apply, the handshake is skipped.)
+The cgroups are created (and their counters opened) right after bwrap is spawned, while it sets up
+its namespaces and mounts. (With no rlimit and no cgroup to apply, the handshake is skipped.)
 If applying a limit fails, the workload is killed before it runs (:class:`SandboxCrashed`).
 
 The environment (with resolved secrets) is given to ``bwrap`` as its process environment, never in
@@ -221,9 +222,10 @@ class _BwrapExecution(CommandExecution):
         self._block_write: int | None = None
         self._status = b""
         self._rlimits = ProcessLimits()
+        self._want_memory = self._want_pids = self._want_cpu = False
 
     async def prepare(self, env: dict[str, str]) -> Spawn:
-        return self._prepare_sync(env)  # mkdtemp, mkdir of cgroups, a few stats: sub-millisecond
+        return self._prepare_sync(env)  # mkdtemp and a few stats: sub-millisecond
 
     def _prepare_sync(self, env: dict[str, str]) -> Spawn:
         request = self.request
@@ -251,26 +253,13 @@ class _BwrapExecution(CommandExecution):
             raise CommandNotFound(request.command)
 
         limits = request.limits
-        # Accounting-only groups are best effort; a group that carries a requested limit is not.
         accounting = self._accounting
-        if self._facts.cgroup_memory is not None and (accounting or limits.memory_bytes):
-            try:
-                self._memory = MemoryCgroup.create(limits.memory_bytes)
-                self._owned.append(self._memory.path)
-            except LimitNotEnforceable:
-                if limits.memory_bytes is not None:
-                    raise
-        if self._facts.cgroup_pids is not None and (accounting or limits.max_processes):
-            try:
-                self._pids = PidsCgroup.create(limits.max_processes)
-                self._owned.append(self._pids.path)
-            except LimitNotEnforceable:
-                if limits.max_processes is not None:
-                    raise
-        if self._facts.cgroup_cpu is not None and accounting:
-            self._cpu_group = CpuCgroup.create()
-        if self._cpu_group is not None:
-            self._owned.append(self._cpu_group.path)
+        facts = self._facts
+        self._want_memory = facts.cgroup_memory is not None and bool(
+            accounting or limits.memory_bytes
+        )
+        self._want_pids = facts.cgroup_pids is not None and bool(accounting or limits.max_processes)
+        self._want_cpu = facts.cgroup_cpu is not None and accounting
         self._rlimits = ProcessLimits(
             cpu_seconds=ceil_seconds(limits.cpu_seconds) if limits.cpu_seconds else None,
             file_size_bytes=limits.file_size_bytes,
@@ -279,7 +268,9 @@ class _BwrapExecution(CommandExecution):
         os.set_blocking(self._status_write, True)
         extra = ["--json-status-fd", str(self._status_write)]
         pass_fds = [self._status_write]
-        confined = self._rlimits != ProcessLimits() or self._memory or self._pids or self._cpu_group
+        confined = self._rlimits != ProcessLimits() or (
+            self._want_memory or self._want_pids or self._want_cpu
+        )
         if confined:  # otherwise skip the handshake (one host round trip fewer)
             self._block_read, self._block_write = os.pipe2(os.O_CLOEXEC)
             extra += ["--block-fd", str(self._block_read)]
@@ -322,6 +313,9 @@ class _BwrapExecution(CommandExecution):
                     setattr(self, name, None)
             if self._block_write is None:
                 return events  # nothing to confine: no handshake
+            # bwrap is starting up (namespaces, mounts) and will wait on the block fd before it
+            # runs the command: the cgroups are made meanwhile, off the critical path.
+            self._create_groups()
             child = None
             with trio.move_on_after(self.request.limits.wall_clock_seconds) as waited:
                 child = await self._child_pid()
@@ -337,6 +331,35 @@ class _BwrapExecution(CommandExecution):
             await self.aclose()
             raise
         return events
+
+    def _create_groups(self) -> None:
+        """Make the cgroups decided by :meth:`prepare` (the workload is still blocked).
+
+        Accounting-only groups are best effort; a group that carries a requested limit is not
+        (:class:`LimitNotEnforceable`). Each group's counters are opened now for :meth:`measure`.
+        """
+        limits = self.request.limits
+        if self._want_memory:
+            try:
+                self._memory = MemoryCgroup.create(limits.memory_bytes)
+                self._owned.append(self._memory.path)
+            except LimitNotEnforceable:
+                if limits.memory_bytes is not None:
+                    raise
+        if self._want_pids:
+            try:
+                self._pids = PidsCgroup.create(limits.max_processes)
+                self._owned.append(self._pids.path)
+            except LimitNotEnforceable:
+                if limits.max_processes is not None:
+                    raise
+        if self._want_cpu:
+            self._cpu_group = CpuCgroup.create()
+            if self._cpu_group is not None:
+                self._owned.append(self._cpu_group.path)
+        for group in (self._memory, self._pids, self._cpu_group):
+            if group is not None:
+                group.prefetch()
 
     async def _child_pid(self) -> int | None:
         """Wait for bwrap's ``child-pid`` status line; None if bwrap ended without one."""
@@ -391,6 +414,9 @@ class _BwrapExecution(CommandExecution):
                     return
         detail = stderr_head.decode("utf-8", "replace").strip() or "no exit status from bwrap"
         raise SandboxCrashed(f"bubblewrap failed before the command ran: {detail[:500]}")
+
+    def wants_zombie_cpu(self) -> bool:
+        return self._cpu_group is None  # the CPU group's figure replaces the zombie's
 
     def measure(self) -> Measured:
         oom = self._memory.oom_killed() if self._memory else False

@@ -6,9 +6,11 @@ wall clock, killing the whole process group, and never leaking a process or a pi
 consumer does — is the same for all of them and is written once here.
 
 :class:`CommandExecution` drives one spawned process as the pull-based event stream described in
-``_command``: each ``__anext__`` runs a short-lived nursery that reads stdout/stderr, feeds stdin
-and watches for exit (through a pidfd, so the exited process can be measured before it is
-reaped), all under the wall-clock deadline. When the deadline passes the whole process group is
+``_command``: each step of ``__anext__`` waits, under the wall-clock deadline, on one epoll set
+holding stdout/stderr, stdin (while there is input left) and a pidfd (so the exited process can be
+measured before it is reaped), then reads, writes and notes the exit without blocking — no task
+per pipe to start and cancel. Without pidfds (old kernels) a step is a short-lived nursery with a
+task per pipe and one waiting for the exit. When the deadline passes the whole process group is
 SIGKILLed and the result says ``timed_out``. Once the main process exits, what is left of its
 process group is killed and the pipes are drained for at most :data:`DRAIN_GRACE` seconds.
 Leaving the ``async with`` block kills and reaps the group and removes temporary state, shielded.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import uuid
@@ -47,7 +50,7 @@ from ._command import (
     build_env,
 )
 from ._posture import LIMIT_OUTPUT, LIMIT_WALL_CLOCK, SandboxError, SandboxImplementation
-from ._process_control import kill_process_group
+from ._process_control import ChildProcess, kill_process_group, spawn_child
 from ._process_control import zombie_cpu_seconds as _zombie_cpu_seconds
 from ._workload_files import collect_artifacts
 
@@ -56,6 +59,11 @@ __all__ = ["DRAIN_GRACE", "CommandExecution", "Measured", "Spawn", "resolve_secr
 DRAIN_GRACE = 0.5
 """Seconds the pipes are still read after the main process is gone (late output, stuck holders)."""
 _READ_SIZE = 65536
+
+
+def _fileno(stream: trio.abc.AsyncResource) -> int:
+    """The fd of a pipe end of a spawned process (a ``trio.lowlevel.FdStream``)."""
+    return int(stream.fileno())  # type: ignore[attr-defined]
 
 
 @attrs.frozen
@@ -120,8 +128,9 @@ class CommandExecution:
         self.execution_id = uuid.uuid4().hex
         self._resolver = resolver
         self._live = live
-        self._process: trio.Process | None = None
+        self._process: trio.Process | ChildProcess | None = None
         self._pidfd: int | None = None
+        self._epoll: select.epoll | None = None
         self._streams: dict[StreamName, trio.abc.ReceiveStream] = {}
         self._stdin: bytes = request.stdin or b""
         self._stdin_open = request.stdin is not None
@@ -172,6 +181,10 @@ class CommandExecution:
     def check_crash(self, stderr_head: bytes) -> None:
         """Raise :class:`SandboxCrashed` if the machinery (not the workload) failed."""
 
+    def wants_zombie_cpu(self) -> bool:
+        """Whether to read the exited process's CPU time (False when :meth:`measure` has it)."""
+        return True
+
     # ---- context manager --------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncIterator[SandboxEvent]:
@@ -185,17 +198,28 @@ class CommandExecution:
         try:
             spawn = await self.prepare(env)
             try:
-                self._process = await trio.lowlevel.open_process(
-                    list(spawn.argv),
-                    stdin=subprocess.PIPE if self.request.stdin is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    env=dict(spawn.env),
-                    cwd=spawn.cwd,
-                    preexec_fn=spawn.preexec,
-                    start_new_session=True,
-                    pass_fds=spawn.pass_fds,
-                )
+                if spawn.preexec is None:  # vfork + exec on this thread: faster than a thread hop
+                    self._process = spawn_child(
+                        spawn.argv,
+                        stdin_pipe=self.request.stdin is not None,
+                        env=spawn.env,
+                        cwd=spawn.cwd,
+                        pass_fds=spawn.pass_fds,
+                    )
+                else:  # a preexec_fn means fork: too slow to block the event loop for
+                    self._process = await trio.lowlevel.open_process(
+                        list(spawn.argv),
+                        stdin=subprocess.PIPE
+                        if self.request.stdin is not None
+                        else subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE,
+                        env=dict(spawn.env),
+                        cwd=spawn.cwd,
+                        preexec_fn=spawn.preexec,
+                        start_new_session=True,
+                        pass_fds=spawn.pass_fds,
+                    )
             except OSError as exc:
                 raise self.spawn_error(exc) from None
             except subprocess.SubprocessError as exc:
@@ -232,6 +256,8 @@ class CommandExecution:
         if self._closed:
             return
         self._closed = True
+        if self._epoll is not None:
+            self._epoll.close()
         with trio.CancelScope(shield=True):
             try:
                 if self._process is not None:
@@ -265,6 +291,94 @@ class CommandExecution:
         return self._pending.popleft()
 
     async def _step(self) -> None:
+        if self._pidfd is not None or self._exited:
+            await self._step_polled()
+        else:
+            await self._step_with_tasks()
+
+    async def _step_polled(self) -> None:
+        # One wait on an epoll set of the pipes, stdin and the pidfd, then non-blocking I/O: no
+        # nursery, no task to cancel. At most one chunk per stream per step, as with tasks.
+        watch = self._watch()
+        with trio.move_on_at(self._deadline) as deadline_scope:
+            await trio.lowlevel.wait_readable(watch.fileno())
+        await self._pump(dict(watch.poll(0)))
+        if self._exited and not self._reaped:
+            await self._reap()
+        elif deadline_scope.cancelled_caught:
+            await self._on_deadline()
+
+    def _watch(self) -> select.epoll:
+        """The epoll set of this execution's open pipes and unexited pidfd (made on first use)."""
+        if self._epoll is None:
+            self._epoll = watch = select.epoll()
+            for stream in self._streams.values():
+                watch.register(_fileno(stream), select.EPOLLIN)
+            stdin = self._process.stdin if self._process is not None else None
+            if self._stdin_open and stdin is not None:
+                watch.register(_fileno(stdin), select.EPOLLOUT)
+            if self._pidfd is not None and not self._exited:
+                watch.register(self._pidfd, select.EPOLLIN)
+        return self._epoll
+
+    def _unwatch(self, fd: int) -> None:
+        if self._epoll is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._epoll.unregister(fd)
+
+    async def _pump(self, events: dict[int, int]) -> None:
+        for name, stream in list(self._streams.items()):
+            fd = _fileno(stream)
+            if fd not in events:
+                continue
+            try:
+                data = os.read(fd, _READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if data:
+                kept = self._output.accept(name, data)
+                if kept:
+                    self._pending.append(OutputChunk(name, kept))
+            else:
+                self._streams.pop(name, None)
+                self._unwatch(fd)
+                await stream.aclose()
+        if self._pidfd is not None and self._pidfd in events and not self._exited:
+            self._exited = True
+            self._unwatch(self._pidfd)
+        stdin = self._process.stdin if self._process is not None else None
+        if self._stdin_open and stdin is not None and _fileno(stdin) in events:
+            await self._feed_stdin(stdin)
+
+    def _write_stdin_chunk(self, fd: int) -> bool:
+        """Write the next chunk of stdin without blocking; False if the pipe is full right now.
+
+        Raw non-blocking writes: a cancelled wait loses nothing and the offset stays exact. If the
+        workload closed its stdin, the rest is dropped.
+        """
+        try:
+            data = memoryview(self._stdin)
+            self._stdin_offset += os.write(
+                fd, data[self._stdin_offset : self._stdin_offset + _READ_SIZE]
+            )
+        except BlockingIOError:
+            return False
+        except OSError:
+            self._stdin_offset = len(self._stdin)
+        return True
+
+    async def _feed_stdin(self, stream: trio.abc.SendStream) -> None:
+        fd = _fileno(stream)
+        if self._stdin_offset < len(self._stdin) and not self._write_stdin_chunk(fd):
+            return
+        if self._stdin_offset >= len(self._stdin):
+            self._stdin_open = False
+            self._unwatch(fd)
+            await stream.aclose()
+
+    async def _step_with_tasks(self) -> None:
         with trio.move_on_at(self._deadline) as deadline_scope:
             async with trio.open_nursery() as nursery:
                 for name, stream in list(self._streams.items()):
@@ -295,18 +409,10 @@ class CommandExecution:
         scope.cancel()
 
     async def _write_stdin(self, stream: trio.abc.SendStream) -> None:
-        # Raw non-blocking writes: a cancelled wait loses nothing and the offset stays exact.
-        fd = stream.fileno()  # type: ignore[attr-defined]
-        data = memoryview(self._stdin)
-        while self._stdin_offset < len(data):
+        fd = _fileno(stream)
+        while self._stdin_offset < len(self._stdin):
             await trio.lowlevel.wait_writable(fd)
-            try:
-                chunk = data[self._stdin_offset : self._stdin_offset + _READ_SIZE]
-                self._stdin_offset += os.write(fd, chunk)
-            except BlockingIOError:
-                continue
-            except OSError:  # the workload closed its stdin: the rest is dropped
-                break
+            self._write_stdin_chunk(fd)
         self._stdin_open = False
         await stream.aclose()
 
@@ -321,7 +427,7 @@ class CommandExecution:
 
     async def _reap(self) -> None:
         assert self._process is not None
-        if self._pidfd is not None:
+        if self._pidfd is not None and self.wants_zombie_cpu():
             self._cpu = _zombie_cpu_seconds(self._process.pid)
         # Leftovers of the group die while the zombie leader still pins the group id.
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -340,6 +446,7 @@ class CommandExecution:
             self._deadline = trio.current_time() + DRAIN_GRACE
             return
         for stream in self._streams.values():  # drain grace is over: abandon held pipes
+            self._unwatch(_fileno(stream))
             await stream.aclose()
         self._streams.clear()
 

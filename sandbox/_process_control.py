@@ -5,7 +5,9 @@ local runner relies on them alone and the isolated runners use them alongside cg
 on one process and what it forks: rlimits are inherited per process, the kill reaches the process
 group (a ``setsid`` escapes it — one reason the local runner is no security boundary), and CPU is
 read from the zombie before it is reaped, the last moment its counters are both final and
-readable.  Only :func:`kill_process_group` needs Trio.
+readable.  :func:`spawn_child` starts a child on the event loop's own thread (``vfork``: cheaper
+than the worker-thread hop of ``trio.lowlevel.open_process``); it, :class:`ChildProcess` and
+:func:`kill_process_group` are the parts that need Trio.
 """
 
 from __future__ import annotations
@@ -15,17 +17,22 @@ import math
 import os
 import resource
 import signal
-from collections.abc import Callable, Sequence
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 import attrs
 import trio
 
 __all__ = [
+    "ChildProcess",
     "ProcessLimits",
+    "Reapable",
     "apply_rlimits",
     "ceil_seconds",
     "kill_process_group",
     "rlimit_preexec",
+    "spawn_child",
     "zombie_cpu_seconds",
 ]
 
@@ -123,7 +130,131 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
-async def kill_process_group(process: trio.Process, *, grace: float = 0.0) -> None:
+class Reapable(Protocol):
+    """What :func:`kill_process_group` needs of a child: a ``trio.Process`` or a
+    :class:`ChildProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+class ChildProcess:
+    """A child started by :func:`spawn_child`, with the parts of ``trio.Process`` the runners use.
+
+    ``returncode`` polls (and so reaps an exited child, like ``trio.Process``); :meth:`wait`
+    waits through a pidfd (or polls every millisecond without one).
+    """
+
+    __slots__ = ("_pidfd", "_popen", "pid", "stderr", "stdin", "stdout")
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        stdin: trio.lowlevel.FdStream | None,
+        stdout: trio.lowlevel.FdStream,
+        stderr: trio.lowlevel.FdStream,
+    ) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.stderr = stderr
+        self._pidfd: int | None = None
+        with contextlib.suppress(OSError, AttributeError):
+            self._pidfd = os.pidfd_open(popen.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the child has exited (and is reaped by this very call), else None."""
+        code = self._popen.poll()
+        if code is not None:
+            self._close_pidfd()
+        return code
+
+    async def wait(self) -> int:
+        """Wait for the child to exit, reap it and return its status. Always a checkpoint.
+
+        Cancellation: a cancelled wait leaves the child running and unreaped.
+        """
+        waited = False
+        while (code := self._popen.poll()) is None:
+            waited = True
+            if self._pidfd is not None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            else:
+                await trio.sleep(0.001)
+        self._close_pidfd()
+        if not waited:
+            await trio.lowlevel.checkpoint()
+        return code
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def spawn_child(
+    argv: Sequence[str],
+    *,
+    stdin_pipe: bool,
+    env: Mapping[str, str],
+    cwd: str | None,
+    pass_fds: Sequence[int] = (),
+) -> ChildProcess:
+    """Start ``argv`` in a new session with piped stdout/stderr (and stdin if ``stdin_pipe``).
+
+    Runs ``subprocess.Popen`` on the calling thread, blocking it for the spawn itself: without a
+    ``preexec_fn`` CPython uses ``vfork``, which takes a fraction of a millisecond — less than
+    handing the call to a worker thread as ``trio.lowlevel.open_process`` does. Raises what
+    ``Popen`` raises (``OSError``, ``SubprocessError``); nothing is left open then.
+    """
+    parent_fds: list[int] = []
+    child_fds: list[int] = []
+    try:
+        stdin_r = stdin_w = None
+        if stdin_pipe:
+            stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC)
+            child_fds.append(stdin_r)
+            parent_fds.append(stdin_w)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        parent_fds.append(out_r)
+        child_fds.append(out_w)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        parent_fds.append(err_r)
+        child_fds.append(err_w)
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=err_w,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        for fd in parent_fds:
+            os.close(fd)
+        raise
+    finally:
+        for fd in child_fds:
+            os.close(fd)
+    return ChildProcess(
+        popen,
+        trio.lowlevel.FdStream(stdin_w) if stdin_w is not None else None,
+        trio.lowlevel.FdStream(out_r),
+        trio.lowlevel.FdStream(err_r),
+    )
+
+
+async def kill_process_group(process: Reapable, *, grace: float = 0.0) -> None:
     """SIGKILL the process group led by ``process`` (spawned with ``start_new_session=True``), reap.
 
     With ``grace > 0`` the group first gets SIGTERM and up to ``grace`` seconds to exit. Safe when

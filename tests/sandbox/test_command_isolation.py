@@ -150,6 +150,29 @@ def test_pids_and_cpu_cgroups() -> None:
         cpu.close()
 
 
+def test_prefetched_counters_are_read_fresh_each_time() -> None:
+    if probe_host().cgroup_cpu is None:
+        assert CpuCgroup.create() is None
+        return
+    cpu = CpuCgroup.create()
+    assert cpu is not None
+    try:
+        cpu.prefetch()  # opened before the workload runs, read after it
+        assert cpu.usage_seconds() == 0
+        subprocess.run(
+            [PYTHON, "-c", SPIN_0_2],
+            preexec_fn=rlimit_preexec(ProcessLimits(), join_cgroups=[cpu.path]),
+            check=True,
+        )
+        used = cpu.usage_seconds()
+        assert used is not None
+        assert 0.15 < used < 2
+        assert cpu.usage_seconds() == used
+    finally:
+        cpu.close()  # closes the counters too
+    assert not os.path.exists(cpu.path)
+
+
 def test_rlimits_in_the_child_and_on_a_running_process() -> None:
     limits = ProcessLimits(cpu_seconds=7, file_size_bytes=12345, open_files=64)
     code = "import resource as r; print(r.getrlimit(r.RLIMIT_CPU), r.getrlimit(r.RLIMIT_FSIZE))"

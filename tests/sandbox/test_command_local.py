@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -40,6 +41,19 @@ FORK_AND_SLEEP = "import os, time; os.fork(); time.sleep(30)"
 """Two processes sleeping; both carry the marker given as ``sys.argv[1]`` in their cmdline."""
 
 
+@pytest.fixture(params=["pidfd", "no-pidfd"])
+def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test with the event loop that waits on one epoll set (pipes and a pidfd), and again
+    with the fallback for hosts without pidfds (one task per pipe and one waiting for the exit)."""
+    if request.param == "no-pidfd":
+
+        def unsupported(pid: int, flags: int = 0) -> int:
+            raise OSError(errno.ENOSYS, "pidfd_open is not supported here")
+
+        monkeypatch.setattr(os, "pidfd_open", unsupported)
+    return str(request.param)
+
+
 def req(command: str, *args: str, **kw: object) -> SandboxRequest:
     kw.setdefault("network", "host")
     return SandboxRequest(command, args, **kw)  # type: ignore[arg-type]
@@ -57,6 +71,7 @@ def test_posture_is_unisolated_and_not_a_security_boundary(
     assert any("NOT a security sandbox" in note for note in posture.notes)
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_event_stream_order_and_result(local_sandbox: LocalProcessSandbox) -> None:
     request = req("sh", "-c", "echo out; echo err >&2; exit 7")
     async with local_sandbox.execute(request) as events:
@@ -75,6 +90,7 @@ async def test_event_stream_order_and_result(local_sandbox: LocalProcessSandbox)
     assert result.implementation.isolation is Isolation.UNISOLATED
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_stdin_is_fed_and_closed(local_sandbox: LocalProcessSandbox) -> None:
     data = os.urandom(300_000)  # more than a pipe buffer: needs concurrent feeding and reading
     result = await run(
@@ -190,6 +206,7 @@ async def test_unknown_command(local_sandbox: LocalProcessSandbox) -> None:
         await run(local_sandbox, req("definitely-not-a-command-xyz"))
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_wall_clock_kills_the_group_and_is_reported(
     local_sandbox: LocalProcessSandbox,
 ) -> None:
@@ -226,6 +243,7 @@ async def test_cpu_and_file_size_rlimits(local_sandbox: LocalProcessSandbox) -> 
     assert b"File too large" in big.stderr
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_output_is_bounded_across_both_streams(local_sandbox: LocalProcessSandbox) -> None:
     request = req(
         "sh",
@@ -241,6 +259,7 @@ async def test_output_is_bounded_across_both_streams(local_sandbox: LocalProcess
     assert "output" in result.limits_hit
 
 
+@pytest.mark.usefixtures("exit_watch")
 async def test_cancellation_kills_and_cleans_up(local_sandbox: LocalProcessSandbox) -> None:
     marker = new_marker()
     execution = local_sandbox.execute(req(PYTHON, "-c", FORK_AND_SLEEP, marker))
