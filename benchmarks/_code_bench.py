@@ -5,8 +5,10 @@ on its own. Run directly with ``python -m benchmarks._code_bench``.
 
 One sample is one complete ``execute``: request checks, taking a warm workload or spawning a fresh
 bubblewrap-isolated Deno, the start message, the program with 0 or 10 sequential host calls, the
-result, and the kill, reaping and cgroup removal of the workload. Warm samples are taken once the
-pool is full again, so a sample never shares the CPU with the refill of the previous one.
+result, and the kill of the workload: cold (a bare executor) also its reaping and cgroup removal;
+warm (an executor with a scope) leaves those to the scope's reaper, as ``execute`` documents.
+Warm samples are taken once the pool is full again and the previous workload is fully released,
+so a sample never shares the CPU with the refill or the teardown of the previous one.
 Medians in milliseconds, after warm-up runs.
 """
 
@@ -26,7 +28,7 @@ from sandbox import (
     HostCallSucceeded,
     open_deno_executor,
 )
-from sandbox._deno_pool import WarmPool
+from sandbox._deno_pool import Reaper, WarmPool
 
 __all__ = ["bench_code"]
 
@@ -52,11 +54,13 @@ class _AddHost:
         return HostCallSucceeded(b)
 
 
-async def _pool_full(executor: DenoCodeExecutor) -> None:
-    pool = executor._pool
+async def _quiet(executor: DenoCodeExecutor) -> None:
+    """Wait until the pool is full again and every used workload is released (reaped)."""
+    pool, reaper = executor._pool, executor._reaper
     assert isinstance(pool, WarmPool)
+    assert isinstance(reaper, Reaper)
     with trio.fail_after(30):
-        while pool.ready < pool.size:  # noqa: ASYNC110 - the pool has no event to wait on
+        while pool.ready < pool.size or reaper.pending:  # noqa: ASYNC110 - no event to wait on
             await trio.sleep(0.002)
 
 
@@ -66,7 +70,7 @@ async def _median_ms(executor: DenoCodeExecutor, calls: int, runs: int, *, warm:
     samples = []
     for i in range(WARMUP + runs):
         if warm:
-            await _pool_full(executor)
+            await _quiet(executor)
         start = time.perf_counter()
         result = await executor.execute(request, host)
         elapsed = (time.perf_counter() - start) * 1000

@@ -9,9 +9,12 @@ the wall clock, and closes the workload whatever happened: an outcome, an error,
 cancellation from outside. The posture it reports (CAP-010) is computed once from what this host
 offers, and says in words how each limit is enforced.
 
-:func:`open_deno_executor` and :func:`deno_executor_layer` give the executor a warm pool that
-belongs to a :class:`~effectagent.effect.Scope`: the pool refills as a fiber of that scope and its
-workloads are killed by the scope's finalizer.
+:func:`open_deno_executor` and :func:`deno_executor_layer` give the executor a warm pool and a
+reaper that belong to a :class:`~effectagent.effect.Scope`: the pool refills as a fiber of that
+scope and its workloads are killed by the scope's finalizer. The reaper lets a pass return as soon
+as its workload is SIGKILLed: waiting for the kernel to tear down the killed processes (several
+milliseconds), reaping them and removing their cgroups happen in a task of the scope, and
+closing the scope waits for all of them (see :meth:`DenoCodeExecutor.execute`).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from ._command import LIMIT_FILESYSTEM
 from ._deno_pass import PassState, run_pass
 from ._deno_pool import (
     IsolationMode,
+    Reaper,
     SpawnConfig,
     WarmPool,
     deno_version,
@@ -91,7 +95,7 @@ class DenoCodeExecutor:
     :func:`open_deno_executor` for a warm pool.
     """
 
-    __slots__ = ("_allow_unenforced_memory", "_base", "_implementation", "_pool")
+    __slots__ = ("_allow_unenforced_memory", "_base", "_implementation", "_pool", "_reaper")
 
     def __init__(
         self,
@@ -136,6 +140,7 @@ class DenoCodeExecutor:
         )
         self._allow_unenforced_memory = allow_unenforced_memory
         self._pool: WarmPool | None = None
+        self._reaper: Reaper | None = None
 
     @property
     def implementation(self) -> SandboxImplementation:
@@ -168,8 +173,17 @@ class DenoCodeExecutor:
 
         Raises a :class:`~sandbox.CodeExecutionError` subclass for every expected failure; an
         exception raised by ``host`` other than a :class:`~effectagent.effect.TaggedError`
-        propagates unchanged after the pass is closed. Cancellation: the workload is killed and
-        reaped and every pass resource released (shielded) before ``trio.Cancelled`` propagates.
+        propagates unchanged after the pass is closed.
+
+        When it returns or raises, every process of the workload has been sent ``SIGKILL`` and
+        can run no more code. An executor that belongs to a scope (:func:`open_deno_executor`,
+        :func:`deno_executor_layer`) returns without waiting for the killed processes to exit
+        when a pids cgroup holds all of them: reaping them, waiting for the kernel to tear them
+        down and removing their cgroups and temp dir then run as a task of that scope, and
+        closing the executor waits for every one of them, so nothing of any pass is left once it
+        is closed. Otherwise (a bare ``DenoCodeExecutor()``, or no pids cgroup on this host) all
+        of that is done before ``execute`` returns. Cancellation: the same, before
+        ``trio.Cancelled`` propagates (the closing part shielded).
         """
         started = trio.current_time()
         limits = request.limits
@@ -206,7 +220,7 @@ class DenoCodeExecutor:
         finally:
             if state is not None:
                 state.host = None  # the host's bindings are scoped to this pass
-            if workload is not None:
+            if workload is not None and (self._reaper is None or not self._reaper.retire(workload)):
                 await workload.aclose()
             if self._pool is not None:
                 self._pool.start()  # refill only now: a spawn never competes with a pass
@@ -299,9 +313,17 @@ def _posture(
     )
 
 
-def _attach_pool(
+def _attach_scope(
     executor: DenoCodeExecutor, warm: int, warm_limits: CodeExecutionLimits | None, scope: Scope
 ) -> None:
+    """Give ``executor`` a reaper and (``warm > 0``) a warm pool, both owned by ``scope``."""
+    reaper = Reaper(scope)
+
+    async def close_reaper(_: Exit[Any, Any]) -> None:
+        await reaper.aclose()
+
+    scope.add_finalizer(close_reaper)  # registered first: runs after the pool's finalizer
+    executor._reaper = reaper
     if warm <= 0:
         return
     pool = WarmPool(executor.spawn_config(warm_limits or CodeExecutionLimits()), warm, scope)
@@ -312,6 +334,13 @@ def _attach_pool(
     scope.add_finalizer(close_pool)
     executor._pool = pool
     pool.start()
+
+
+async def _close_attached(executor: DenoCodeExecutor) -> None:
+    if executor._pool is not None:
+        await executor._pool.aclose()  # stop refilling before the scope waits for it
+    if executor._reaper is not None:
+        await executor._reaper.aclose()
 
 
 @asynccontextmanager
@@ -330,8 +359,10 @@ async def open_deno_executor(
     pass whose CPU and memory limits match takes one, others spawn cold. Each workload serves at
     most one pass. Raises like the executor's constructor, and
     :class:`~sandbox.CodeLimitNotEnforceable` if ``warm_limits`` cannot be enforced.
-    Cancellation: leaving the block (normally, by error or by cancellation) stops refilling and
-    kills every pooled workload, shielded.
+    Passes return once their workload is SIGKILLed; its release finishes in the background (see
+    :meth:`DenoCodeExecutor.execute`). Cancellation: leaving the block (normally, by error or by
+    cancellation) stops refilling, kills every pooled workload and waits until every workload of
+    the pool and of every pass is fully released (no process, cgroup or temp dir left), shielded.
     """
     executor = DenoCodeExecutor(
         isolation=isolation,
@@ -340,12 +371,11 @@ async def open_deno_executor(
         max_tasks=max_tasks,
     )
     async with open_scope() as scope:
-        _attach_pool(executor, warm, warm_limits, scope)
+        _attach_scope(executor, warm, warm_limits, scope)
         try:
             yield executor
         finally:
-            if executor._pool is not None:
-                await executor._pool.aclose()  # stop refilling before the scope waits for it
+            await _close_attached(executor)
 
 
 def deno_executor_layer(
@@ -359,8 +389,9 @@ def deno_executor_layer(
 ) -> Layer:
     """A Layer providing :data:`~sandbox.CodeExecutorService` backed by Deno.
 
-    The executor and its warm pool of ``warm`` workloads live in the Layer's build scope (the pool
-    refills as a fiber of it and is closed by its finalizer); arguments as
+    The executor, its warm pool of ``warm`` workloads and its reaper live in the Layer's build
+    scope (the pool refills as a fiber of it, passes' workloads are released by tasks of it, and
+    its finalizers close the pool and wait for every release); arguments as
     :func:`open_deno_executor`. Building is blocking for a moment (it probes the host once).
     """
 
@@ -371,7 +402,7 @@ def deno_executor_layer(
             allow_unenforced_memory=allow_unenforced_memory,
             max_tasks=max_tasks,
         )
-        _attach_pool(executor, warm, warm_limits, scope)
+        _attach_scope(executor, warm, warm_limits, scope)
         return Context.of(CodeExecutorService, executor)
 
     return Layer.from_build("deno code executor", provides=[CodeExecutorService], build=build)

@@ -103,10 +103,12 @@ def _cut_utf8(data: bytes, limit: int) -> str:
     return data.decode("utf-8", "replace")
 
 
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
 def _encode_json(value: JSONValue) -> bytes:
     try:
-        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        return text.encode("utf-8")
+        return _ENCODER.encode(value).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
 

@@ -5,8 +5,11 @@ Design notes
 A :class:`Workload` is one ``deno run`` process running the fixed harness, with everything it owns:
 its process group, pipes, cgroups (a pids group that caps threads and tells when every process is
 gone; a memory group when memory is limited) and, unisolated only, a temporary directory. It is
-used for exactly one pass and then closed; :meth:`Workload.aclose` kills every process, reaps,
-waits until the kernel is done with them, and removes the rest. It is shielded.
+used for exactly one pass and then closed; :meth:`Workload.kill` SIGKILLs every process at once
+(none can run code after it returns) and :meth:`Workload.aclose` kills, reaps, waits until the
+kernel is done with them (for a killed Deno and its namespaces, several milliseconds), and
+removes the rest. It is shielded. A :class:`Reaper` lets that slow part of closing run in a task
+of a scope after the pass has returned, and lets closing the scope wait for it.
 
 Under ``isolation="namespaces"`` the process runs in bubblewrap (``_isolation.bwrap_argv``): new
 user, pid, net, ipc, uts and cgroup namespaces, no network, and a mount tree in which ``/usr`` and
@@ -34,7 +37,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from typing import Final, Literal, Never, final
 
@@ -57,6 +59,7 @@ from ._isolation import (
 __all__ = [
     "HARNESS_PATH",
     "IsolationMode",
+    "Reaper",
     "SpawnConfig",
     "WarmPool",
     "Workload",
@@ -77,6 +80,7 @@ _FILE_SIZE_LIMIT: Final = 64 * 1024 * 1024
 _MIB: Final = 1024 * 1024
 _READY_TIMEOUT: Final = 10.0
 _STDOUT_CHUNK: Final = 65536
+_KILL_ROUNDS: Final = 8
 
 
 def find_deno(explicit: str | None = None) -> str:
@@ -220,7 +224,9 @@ class Workload:
 
     __slots__ = (
         "_closed",
+        "_killed",
         "_ready",
+        "_released",
         "config",
         "leftover",
         "memory",
@@ -247,6 +253,8 @@ class Workload:
         self.leftover = b""
         self._ready = False
         self._closed = False
+        self._killed = False
+        self._released: trio.Event | None = None
 
     @property
     def alive(self) -> bool:
@@ -293,26 +301,70 @@ class Workload:
                 data += chunk
         return data[:2048].decode("utf-8", "replace").strip()
 
+    def kill(self) -> None:
+        """SIGKILL every process of the workload now, without waiting for any of them to exit.
+
+        Every member of its cgroups (listed again until a listing shows no process not yet
+        signalled) and its process group get ``SIGKILL``; from then on none of them can run any
+        more code (the kernel acts on a pending ``SIGKILL`` before a process returns to user
+        space). Exiting, reaping and removing what it owns is :meth:`aclose`'s job. Idempotent,
+        never blocks, and without a pids cgroup reaches only the process group (see
+        :attr:`tracked`).
+        """
+        self._killed = True
+        signalled: set[int] = set()
+        for _ in range(_KILL_ROUNDS):
+            members = {pid for group in (self.pids, self.memory) if group for pid in group.pids()}
+            fresh = members - signalled
+            if not fresh:
+                break
+            for pid in fresh:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            signalled |= fresh
+        if self.process.returncode is None:  # once reaped, its pid may belong to someone else
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+    @property
+    def killed(self) -> bool:
+        """True once :meth:`kill` or :meth:`aclose` has been called."""
+        return self._killed
+
+    @property
+    def tracked(self) -> bool:
+        """Whether a pids cgroup holds every process of the workload, so that :meth:`kill` reaches
+        each of them directly (otherwise processes in the sandbox die only after bwrap does)."""
+        return self.pids is not None
+
     async def aclose(self) -> None:
         """Kill the process group, reap it, close the pipes, remove the cgroup and the temp dir.
 
-        Idempotent. Cancellation: shielded — it always finishes releasing everything.
+        Idempotent; a call made while another is in progress waits until that one has released
+        everything. Cancellation: shielded — it always finishes releasing everything.
         """
         if self._closed:
+            if self._released is not None:
+                with trio.CancelScope(shield=True):
+                    await self._released.wait()
             return
-        self._closed = True
+        self._closed = self._killed = True
+        self._released = trio.Event()
         groups = tuple(group for group in (self.pids, self.memory) if group is not None)
         with trio.CancelScope(shield=True):
-            for group in groups:
-                _kill_members(group)  # the sandboxed processes die with bwrap's, not after
-            await kill_process_group(self.process)
-            for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-                if stream is not None:
-                    await stream.aclose()
-            for group in groups:
-                await _remove_cgroup(group)
-            if self.workdir is not None:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            try:
+                for group in groups:
+                    _kill_members(group)  # the sandboxed processes die with bwrap's, not after
+                await kill_process_group(self.process)
+                for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
+                    if stream is not None:
+                        await stream.aclose()
+                for group in groups:
+                    await _remove_cgroup(group)
+                if self.workdir is not None:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+            finally:
+                self._released.set()
 
 
 _Cgroup = MemoryCgroup | PidsCgroup
@@ -324,27 +376,26 @@ def _kill_members(group: _Cgroup) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _empty_and_remove(group: _Cgroup) -> None:
-    """Block until ``group`` is empty, then remove it.
+async def _remove_cgroup(group: _Cgroup) -> None:
+    """Wait until ``group`` is empty, then remove it.
 
     A killed Deno takes a few milliseconds to exit. A process leaves its cgroup only on its way
     out of the kernel (it can run no code by then) and no process of a workload can move itself
     elsewhere (the sandbox has no cgroup filesystem), so an empty group means every process of the
-    workload is done. Polls every 0.2 ms for up to a second, then leaves the rest to ``close``,
-    which kills again and waits up to another second.
+    workload is done. Polls from the event loop (no thread) every 0.1 ms at first, backing off to
+    2 ms, killing again each time, for up to a second; then leaves the rest to ``close`` in a
+    worker thread, which kills again and waits up to another second.
     """
-    deadline = time.monotonic() + 1.0
-    while group.pids() and time.monotonic() < deadline:
+    deadline = trio.current_time() + 1.0
+    interval = 0.0001
+    while group.pids():
+        if trio.current_time() > deadline:
+            await trio.to_thread.run_sync(group.close)
+            return
         _kill_members(group)
-        time.sleep(0.0002)
+        await trio.sleep(interval)
+        interval = min(interval * 2, 0.002)
     group.close()
-
-
-async def _remove_cgroup(group: _Cgroup) -> None:
-    if not group.pids():  # usually so once the workload is reaped: no thread hop needed
-        group.close()
-    else:
-        await trio.to_thread.run_sync(_empty_and_remove, group)
 
 
 async def spawn_workload(config: SpawnConfig) -> Workload:
@@ -502,3 +553,62 @@ class WarmPool:
                 await workload.aclose()
             self._ready.clear()
             self._dead.clear()
+
+
+@final
+class Reaper:
+    """Finishes closing used workloads in the background of ``scope``, after killing them.
+
+    :meth:`retire` SIGKILLs a workload at once (:meth:`Workload.kill`) and leaves the slow rest of
+    :meth:`Workload.aclose` — waiting for the kernel to tear down the killed processes (several
+    milliseconds for Deno), reaping, removing cgroups and temp dirs — to a task of
+    ``scope``. :meth:`aclose` (a finalizer of ``scope``; the scope also waits for those tasks
+    before it closes) returns only once every retired workload is fully released.
+    """
+
+    __slots__ = ("_closed", "_pending", "_scope")
+
+    def __init__(self, scope: Scope) -> None:
+        self._scope = scope
+        self._pending: set[Workload] = set()
+        self._closed = False
+
+    @property
+    def pending(self) -> int:
+        """How many retired workloads are not fully released yet."""
+        return len(self._pending)
+
+    def retire(self, workload: Workload) -> bool:
+        """Kill ``workload`` now and close it in the background; False if the caller must close it.
+
+        Never waits. The workload is SIGKILLed in every case. It is handed to the scope only when
+        its pids cgroup lets :meth:`Workload.kill` reach every process directly, and the reaper and
+        its scope are still open; otherwise this returns False and the caller must ``await
+        workload.aclose()`` itself.
+        """
+        workload.kill()
+        if self._closed or not workload.tracked:
+            return False
+        try:
+            self._scope.spawn(self._release, workload)
+        except ScopeClosedError:
+            self._closed = True
+            return False
+        self._pending.add(workload)
+        return True
+
+    async def _release(self, workload: Workload) -> None:
+        try:
+            await workload.aclose()  # shielded: a cancelled scope still waits for the end of it
+        finally:
+            self._pending.discard(workload)
+
+    async def aclose(self) -> None:
+        """Take no more workloads and wait until every retired one is fully released. Idempotent.
+
+        Cancellation: shielded — it always waits for every release to finish.
+        """
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            while self._pending:
+                await self._pending.pop().aclose()  # or waits for the release in progress

@@ -3,7 +3,9 @@
 Design notes
 ------------
 Harness → host frames are ``nonce (16 bytes) | kind (1 byte) | length (4 bytes, big-endian) |
-body``. The nonce is fresh per pass and reaches the harness in the start message, before the
+body | newline``. The trailing newline (:data:`TERMINATOR`, checked) is for speed: Deno's stdout is
+line-buffered and writes a frame whose last newline is not its last byte in two ``write`` calls,
+which can wake the host twice per frame. The nonce is fresh per pass and reaches the harness in the start message, before the
 program runs; a frame without it was not written by the harness's writer (for example the program
 writing raw bytes to stdout) and is a protocol violation. The nonce is defence in depth, not what
 keeps the host safe: :class:`FrameDecoder` checks every header against a per-kind size ceiling
@@ -37,6 +39,7 @@ __all__ = [
     "KIND_THREW",
     "NONCE_SIZE",
     "READY_MARKER",
+    "TERMINATOR",
     "CallFrame",
     "CallTooLargeFrame",
     "Frame",
@@ -54,6 +57,8 @@ __all__ = [
 ]
 
 READY_MARKER: Final = b"EAHRDY01"
+TERMINATOR: Final = 0x0A
+"""The byte that ends every harness → host frame (a newline: see the notes above)."""
 NONCE_SIZE: Final = 16
 HEADER_SIZE: Final = NONCE_SIZE + 1 + 4
 
@@ -156,6 +161,11 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+_DECODER: Final = json.JSONDecoder(
+    parse_constant=_reject_constant
+)  # built once: one per call costs
+
+
 def parse_json(data: bytes) -> JSONValue:
     """Strict JSON from UTF-8 bytes; :class:`ProtocolViolation` for anything else.
 
@@ -163,7 +173,7 @@ def parse_json(data: bytes) -> JSONValue:
     """
     try:
         text = data.decode("utf-8")
-        return cast(JSONValue, json.loads(text, parse_constant=_reject_constant))
+        return cast(JSONValue, _DECODER.decode(text))
     except (ValueError, RecursionError) as exc:
         raise ProtocolViolation(f"malformed JSON in a frame: {type(exc).__name__}") from None
 
@@ -222,8 +232,9 @@ class FrameDecoder:
     ``ceilings`` maps each frame kind to the largest body it may have; a kind absent from it is a
     protocol violation. Feed bytes with :meth:`feed`; :meth:`next_frame` returns a frame, or
     ``None`` when more bytes are needed, and raises :class:`OversizeFrame` as soon as a header
-    declares an oversize body and :class:`ProtocolViolation` for anything malformed. The buffer
-    never holds more than one header, one bounded body and the bytes of one :meth:`feed`.
+    declares an oversize body and :class:`ProtocolViolation` for anything malformed (a frame
+    not followed by :data:`TERMINATOR` included). The buffer never holds more than one header,
+    one bounded body with its terminator and the bytes of one :meth:`feed`.
     """
 
     __slots__ = ("_buffer", "_ceilings", "_nonce", "_pending")
@@ -265,10 +276,12 @@ class FrameDecoder:
             del self._buffer[:HEADER_SIZE]
             self._pending = (kind, size)
         kind, size = self._pending
-        if len(self._buffer) < size:
+        if len(self._buffer) <= size:
             return None
+        if self._buffer[size] != TERMINATOR:
+            raise ProtocolViolation("a frame without its terminating newline")
         body = bytes(self._buffer[:size])
-        del self._buffer[:size]
+        del self._buffer[: size + 1]
         self._pending = None
         return _parse(kind, body)
 

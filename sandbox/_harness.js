@@ -7,7 +7,7 @@
 //   3. evaluates the source (one async function expression) in the global scope and calls it with
 //      a frozen, prototype-less `tools` object exposing exactly the allowed names;
 //   4. reports the outcome with one final frame and exits.
-// Frames to the host: 16-byte nonce, 1-byte kind, 4-byte big-endian length, body.
+// Frames to the host: 16-byte nonce, 1-byte kind, 4-byte big-endian length, body, newline.
 //   L log (level byte + UTF-8 text)      C host call ("id\nname\n" + JSON argument)
 //   A host-call argument over its budget ("name\nsize")
 //   R result (JSON)     B result over its budget (decimal size)
@@ -82,9 +82,12 @@ function writeAll(bytes) {
   }
 }
 
+// Deno's stdout is line-buffered: a write is split after its last newline and the rest flushed
+// by a second write. Ending every frame with a newline makes it one write, so the host never
+// wakes up for half a frame.
 function sendFrame(kind, body) {
   const size = u8len(body);
-  const frame = new U8(21 + size);
+  const frame = new U8(22 + size);
   for (let i = 0; i < 16; i++) frame[i] = nonce[i];
   frame[16] = kind;
   frame[17] = (size >>> 24) & 255;
@@ -92,6 +95,7 @@ function sendFrame(kind, body) {
   frame[19] = (size >>> 8) & 255;
   frame[20] = size & 255;
   u8set(frame, body, 21);
+  frame[21 + size] = 10;
   writeAll(frame);
 }
 
@@ -283,6 +287,10 @@ async function serveReplies() {
     delete pending[reply.id];
     if (reply.ok) slot.resolve(reply.value);
     else slot.reject(rejection(reply.error));
+    // One microtask tick before the next read: the awaiting program runs first and sends its next
+    // call, and only then does the read wake Deno's reader thread (which, on a busy host, would
+    // otherwise compete with the program for the CPU while the host waits for that call).
+    await null;
   }
 }
 

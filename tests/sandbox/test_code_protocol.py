@@ -51,7 +51,7 @@ CEILINGS = dict.fromkeys(
 
 
 def frame(kind: int, body: bytes, nonce: bytes = NONCE) -> bytes:
-    return nonce + bytes([kind]) + len(body).to_bytes(4, "big") + body
+    return nonce + bytes([kind]) + len(body).to_bytes(4, "big") + body + b"\n"
 
 
 def decode_all(data: bytes, chunks: list[int] | None = None) -> list[Frame]:
@@ -140,6 +140,16 @@ def test_the_buffer_holds_at_most_one_bounded_frame(declared: int) -> None:
     decoder.feed(frame(KIND_LOG, b"l" + b"x" * max(0, declared - 1))[: HEADER_SIZE + declared // 2])
     assert decoder.next_frame() is None
     assert decoder.buffered <= CEILING
+
+
+@pytest.mark.parametrize("end", [b"x", b"\r", b"\x00"])
+def test_a_frame_without_its_terminating_newline_is_a_violation(end: bytes) -> None:
+    decoder = FrameDecoder(NONCE, CEILINGS)
+    decoder.feed(frame(KIND_RESULT, b"[1,2]")[:-1])
+    assert decoder.next_frame() is None  # the terminator may still be on its way
+    decoder.feed(end)
+    with pytest.raises(ProtocolViolation, match="terminating newline"):
+        decoder.next_frame()
 
 
 def test_an_unknown_kind_is_a_violation() -> None:
