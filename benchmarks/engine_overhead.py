@@ -13,7 +13,12 @@ Conversation Log appends, the tool pipeline) plus ScriptedModel's own trivial pa
 
 * Runs execute one after another inside one runtime, in batches. A batch's wall time divided by its
   runs is one sample; the table gives the median and the 90th percentile of the samples (after a
-  warm-up batch). Per-turn figures divide by the model steps of one run.
+  warm-up round). Per-turn figures divide by the model steps of one run.
+* The scenarios are measured in **interleaved rounds** — one batch of each per round — and every
+  derived figure is computed *within* a round, from batches taken seconds apart, then the median
+  over the rounds is reported. This machine's speed drifts by up to 2x over minutes; measured one
+  scenario after another, that drift lands in the differences below (a 10 % drift of the 10-call run
+  alone moves the per-call figure by 12 µs).
 * **Per tool call** is derived from two runs that differ *only* in the number of calls in the batch:
   ``(10 parallel no-op calls - 1 no-op call) / 9``. Both runs have the same two turns, events and
   answer, so turn and run costs cancel out. (A "tool-free 2-turn run" does not exist — a turn
@@ -173,23 +178,20 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def scenarios(scale: float) -> list[Scenario]:
-    """The measured scenarios; ``scale`` multiplies the number of batches."""
-
-    def batches(n: int) -> int:
-        return max(5, round(n * scale))
-
+    """The measured scenarios; ``scale`` multiplies the number of rounds (batches of each)."""
+    rounds = max(5, round(40 * scale))
     return [
-        Scenario("tool-free turn (1 turn, 4 text deltas)", tool_free_script, 1, 0, batches(50), 50),
-        Scenario("1 tool call (2 turns)", lambda: parallel_script(1), 2, 1, batches(40), 50),
+        Scenario("tool-free turn (1 turn, 4 text deltas)", tool_free_script, 1, 0, rounds, 50),
+        Scenario("1 tool call (2 turns)", lambda: parallel_script(1), 2, 1, rounds, 50),
         Scenario(
-            "10 parallel tool calls (2 turns)", lambda: parallel_script(10), 2, 10, batches(40), 25
+            "10 parallel tool calls (2 turns)", lambda: parallel_script(10), 2, 10, rounds, 25
         ),
         Scenario(
             "10 turns x 1 tool call (+ answer turn)",
             lambda: sequential_script(10),
             11,
             10,
-            batches(30),
+            rounds,
             10,
         ),
     ]
@@ -203,33 +205,43 @@ def model_layer(model: ScriptedModel) -> Layer:
     return TOOLKIT.handlers({PING: ping}) + Layer.succeed(LanguageModelService, model)
 
 
-async def measure(scenario: Scenario) -> Measured:
-    """Time ``scenario``: one warm-up batch, then the timed batches.
+async def time_batch(scenario: Scenario, script: list[Turn]) -> tuple[float, float]:
+    """One batch of ``scenario``: (wall µs, CPU µs) per run.
 
     Each batch gets a fresh runtime (and so a fresh in-memory log): otherwise the log of every
     earlier run stays alive, and the garbage collector's passes over it grow with the number of
     runs measured so far rather than with what one run costs. Opening and closing the runtime is
     not timed.
     """
-    script = scenario.script()
-    samples: list[float] = []
-    cpu_samples: list[float] = []
-    for batch in range(scenario.batches + 1):
-        model = ScriptedModel(script * scenario.per_batch)
-        async with open_runtime(model_layer(model), agents=[AGENT]) as runtime:
-            gc.collect()
-            started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
-            for _ in range(scenario.per_batch):
-                result = await runtime.run(AGENT, "How warm is Oslo tonight?")
-            elapsed = time.perf_counter_ns() - started
-            cpu = time.thread_time_ns() - cpu_started
-        if result.status != "completed" or len(result.outcomes) != scenario.tools:
-            raise AssertionError(f"{scenario.name}: unexpected result {result!r}")
-        model.assert_consumed()
-        if batch:  # batch 0 warms caches (attrs/cattrs hooks, code paths)
-            samples.append(elapsed / scenario.per_batch / 1_000)
-            cpu_samples.append(cpu / scenario.per_batch / 1_000)
-    return Measured(scenario, tuple(samples), tuple(cpu_samples))
+    model = ScriptedModel(script * scenario.per_batch)
+    async with open_runtime(model_layer(model), agents=[AGENT]) as runtime:
+        gc.collect()
+        started, cpu_started = time.perf_counter_ns(), time.thread_time_ns()
+        for _ in range(scenario.per_batch):
+            result = await runtime.run(AGENT, "How warm is Oslo tonight?")
+        elapsed = time.perf_counter_ns() - started
+        cpu = time.thread_time_ns() - cpu_started
+    if result.status != "completed" or len(result.outcomes) != scenario.tools:
+        raise AssertionError(f"{scenario.name}: unexpected result {result!r}")
+    model.assert_consumed()
+    return elapsed / scenario.per_batch / 1_000, cpu / scenario.per_batch / 1_000
+
+
+async def measure_rounds(specs: Sequence[Scenario]) -> list[Measured]:
+    """Time every scenario in interleaved rounds (one batch of each per round) after one warm-up
+    round that warms caches (attrs/cattrs hooks, code paths) and is not recorded. Sample ``i`` of
+    every scenario comes from round ``i``."""
+    scripts = [spec.script() for spec in specs]
+    rounds = min(spec.batches for spec in specs)
+    wall: list[list[float]] = [[] for _ in specs]
+    cpu: list[list[float]] = [[] for _ in specs]
+    for round_ in range(rounds + 1):
+        for i, spec in enumerate(specs):
+            w, c = await time_batch(spec, scripts[i])
+            if round_:
+                wall[i].append(w)
+                cpu[i].append(c)
+    return [Measured(spec, tuple(wall[i]), tuple(cpu[i])) for i, spec in enumerate(specs)]
 
 
 @attrs.frozen
@@ -320,18 +332,26 @@ async def calibrate(batches: int = 21, per_batch: int = 2_000) -> float:
 
 @attrs.frozen
 class Derived:
-    """Figures derived from the scenario medians (µs), on the wall clock and in CPU time."""
+    """Figures derived within each round, median over the rounds (µs)."""
 
     per_tool: float
     marginal_turn: float
     tool_free_run: float
 
     @staticmethod
-    def of(results: Sequence[Measured], pick: Callable[[Measured], float]) -> Derived:
-        """Derive from ``results`` (in :func:`scenarios` order) using ``pick`` (a median)."""
-        tool_free, one, ten, seq = (pick(m) for m in results)
-        per_tool = (ten - one) / 9
-        return Derived(per_tool, (seq - one) / 9 - per_tool, tool_free)
+    def of(results: Sequence[Measured], cpu: bool = False) -> Derived:
+        """Derive within each round from ``results`` (in :func:`scenarios` order, samples aligned
+        by round), then take the median over the rounds of each figure."""
+        series = [m.cpu_samples if cpu else m.samples for m in results]
+        per_tool, marginal, tool_free = [], [], []
+        for tool_free_us, one, ten, seq in zip(*series, strict=True):
+            tool = (ten - one) / 9
+            per_tool.append(tool)
+            marginal.append((seq - one) / 9 - tool)
+            tool_free.append(tool_free_us)
+        return Derived(
+            statistics.median(per_tool), statistics.median(marginal), statistics.median(tool_free)
+        )
 
 
 def verdict(value: float, target: float) -> str:
@@ -341,8 +361,8 @@ def verdict(value: float, target: float) -> str:
 
 def report(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint_us: float) -> str:
     """The table of figures."""
-    wall = Derived.of(results, lambda m: m.median)
-    cpu = Derived.of(results, lambda m: m.cpu_median)
+    wall = Derived.of(results)
+    cpu = Derived.of(results, cpu=True)
     width = 42
     lines = [
         f"engine overhead — Python {platform.python_version()}, trio {trio.__version__}, "
@@ -369,7 +389,10 @@ def report(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint
         ("model step: marginal turn", wall.marginal_turn, cpu.marginal_turn, TARGET_STEP_US),
         ("tool call, no-op handler", wall.per_tool, cpu.per_tool, TARGET_TOOL_US),
     ]
-    lines += ["", f"{'derived from medians':<{width}} {'µs':>8} {'CPU':>8} {'target':>8}  verdict"]
+    lines += [
+        "",
+        f"{'derived per round, median':<{width}} {'µs':>8} {'CPU':>8} {'target':>8}  verdict",
+    ]
     for name, w, c, target in rows:
         lines.append(f"{name:<{width}} {w:>8.1f} {c:>8.1f} {target:>8.0f}  {verdict(w, target)}")
     if memory is not None:
@@ -404,8 +427,8 @@ def as_json(results: Sequence[Measured], memory: MemoryFigures | None, checkpoin
             }
             for m in results
         },
-        "derived_us": attrs.asdict(Derived.of(results, lambda m: m.median)),
-        "derived_cpu_us": attrs.asdict(Derived.of(results, lambda m: m.cpu_median)),
+        "derived_us": attrs.asdict(Derived.of(results)),
+        "derived_cpu_us": attrs.asdict(Derived.of(results, cpu=True)),
     }
     if memory is not None:
         data["memory_bytes_per_run"] = attrs.asdict(memory)
@@ -420,7 +443,7 @@ async def main(scale: float = 1.0, *, memory: bool = True, json_output: bool = F
     gc.collect()
     gc.freeze()
     checkpoint_us = await calibrate()
-    results = [await measure(s) for s in scenarios(scale)]
+    results = await measure_rounds(scenarios(scale))
     figures = await measure_memory(CONCURRENT_RUNS) if memory else None
     render = as_json if json_output else report
     return render(results, figures, checkpoint_us)
