@@ -13,6 +13,7 @@ from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
 from ._model import ToolChoice as ToolChoice
+from ._model import close_stream as close_stream
 from ._model import generate as generate
 from ._prompt import AssistantMessage as AssistantMessage
 from ._prompt import Message as Message
@@ -112,6 +113,7 @@ __all__ = [
     "Usage",
     "UserMessage",
     "encode_failure",
+    "close_stream",
     "generate",
     "handler_result",
 ]

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
+import trio
 
 from effectagent.effect import ServiceKey
 
@@ -14,7 +15,14 @@ from ._reduce import ModelResponse, ResponseReducer
 from ._response import ResponsePart
 from ._toolkit import ToolDescriptor
 
-__all__ = ["LanguageModel", "LanguageModelService", "ModelRequest", "ToolChoice", "generate"]
+__all__ = [
+    "LanguageModel",
+    "LanguageModelService",
+    "ModelRequest",
+    "ToolChoice",
+    "close_stream",
+    "generate",
+]
 
 #: Which tools the model may call: "auto", "none", "required", or one tool's name.
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
@@ -53,10 +61,24 @@ LanguageModelService: ServiceKey[LanguageModel] = ServiceKey(
 )
 
 
+async def close_stream(stream: AsyncIterator[ResponsePart]) -> None:
+    """Close a model's part stream (an async generator's ``aclose``), shielded, so it is closed
+    even when the caller is being cancelled. A generator that ran to its end has nothing left to
+    close (no frame) and costs nothing here.
+
+    Cancellation: shielded — it always finishes closing.
+    """
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None and getattr(stream, "ag_frame", aclose) is not None:
+        with trio.CancelScope(shield=True):
+            await aclose()
+
+
 async def generate(model: LanguageModel, request: ModelRequest) -> ModelResponse:
     """Reduce ``model.stream(request)`` to a :class:`ModelResponse` (raises on malformed streams).
 
-    Cancellation: a checkpoint per part; the stream is closed on every exit.
+    Cancellation: a checkpoint per part; the stream is closed on every exit (see
+    :func:`close_stream`).
     """
     reducer = ResponseReducer()
     stream = model.stream(request)
@@ -64,7 +86,5 @@ async def generate(model: LanguageModel, request: ModelRequest) -> ModelResponse
         async for part in stream:
             reducer.feed(part)
     finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await close_stream(stream)
     return reducer.finish()

@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-import trio
-
-from effectagent.ai import Message, ModelRequest, ModelResponse, ResponseReducer, SystemMessage
+from effectagent.ai import Message, ModelRequest, ModelResponse, SystemMessage, generate
 from effectagent.core import CompactionPerformed, UsageDelta, project_messages
 
 from ._seams import CompactionRequest
@@ -98,16 +96,6 @@ async def maybe_compact(driver: RunDriver) -> None:
 
 async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelResponse:
     """One model call outside the turn loop (the summary), counted in the run's usage."""
-    reducer = ResponseReducer()
-    stream = driver.services.model.stream(request)
-    try:
-        async for part in stream:
-            reducer.feed(part)
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            with trio.CancelScope(shield=True):
-                await aclose()
-    response = reducer.finish()
+    response = await generate(driver.services.model, request)
     driver.budget.record_usage(UsageDelta.from_usage(response.usage))
     return response

@@ -34,6 +34,7 @@ from effectagent.ai import (
     Tool,
     ToolCallContent,
     UserMessage,
+    close_stream,
 )
 from effectagent.ai import ReasoningDelta as ReasoningDeltaPart
 from effectagent.ai import ReasoningEnd as ReasoningEndPart
@@ -434,12 +435,7 @@ class RunDriver:
         except AiError as exc:
             return ModelFailed(exc.tag, self.redact_text(str(exc)))
         finally:
-            aclose = getattr(stream, "aclose", None)
-            # An async generator that ran to its end has nothing to close (``ag_frame`` is None):
-            # skip the shielded scope on the common path.
-            if aclose is not None and getattr(stream, "ag_frame", aclose) is not None:
-                with trio.CancelScope(shield=True):
-                    await aclose()
+            await close_stream(stream)
         usage = UsageDelta.from_usage(response.usage)
         self.budget.record_usage(usage)
         content = self._record_content(response)

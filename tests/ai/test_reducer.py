@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
+import trio
+import trio.testing
 
 from effectagent.ai import (
     ErrorPart,
@@ -244,3 +246,34 @@ async def test_generate_closes_the_stream_when_it_is_malformed() -> None:
     with pytest.raises(MalformedResponse):
         await generate(model, ModelRequest(()))
     assert model.closed
+
+
+class _SlowToCloseModel:
+    """Streams a malformed part (a delta for a block never started); closing it takes a second
+    of awaited cleanup."""
+
+    def __init__(self) -> None:
+        self.cleaned_up = False
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        try:
+            yield TextDelta("t", "x")
+        finally:
+            await trio.sleep(1)  # e.g. closing a connection
+            self.cleaned_up = True
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        return await generate(self, request)
+
+
+async def test_generate_closes_the_stream_even_when_the_caller_is_cancelled(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The caller is already cancelled when the reducer rejects a part: the generator, suspended
+    at that part, is still closed to the end of its cleanup (shielded), and the error surfaces."""
+    model = _SlowToCloseModel()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        with pytest.raises(MalformedResponse):
+            await generate(model, ModelRequest(()))
+    assert model.cleaned_up
