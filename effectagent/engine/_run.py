@@ -78,7 +78,7 @@ from effectagent.effect._schema import SchemaError, decode_json, encode
 from ._batch import run_batch
 from ._budget import BudgetState
 from ._compaction import maybe_compact
-from ._handover import EventQueue
+from ._handover import EventQueue, RunReducer
 from ._seams import (
     Approval,
     Compactor,
@@ -161,8 +161,7 @@ class RunDriver:
         *,
         run_id: str,
         conversation_id: str,
-        sink: Callable[[EventBase], object],
-        queue: EventQueue | None = None,
+        events: EventQueue | RunReducer,
         author: str = "user",
     ) -> None:
         self.services = services
@@ -171,10 +170,12 @@ class RunDriver:
         self.author = author
         self.run_id = run_id
         self.conversation_id = conversation_id
-        # Where events go: ``queue.put`` for a streamed run, the reducer's ``feed`` for ``run``.
-        # A sink that returns False has lost its consumer.
-        self._sink = sink
-        self._queue = queue
+        # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task. A
+        # sink that returns False has lost its consumer.
+        self._queue = events if isinstance(events, EventQueue) else None
+        self._sink: Callable[[EventBase], object] = (
+            events.put if isinstance(events, EventQueue) else events.feed
+        )
         self._seq = 0
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
@@ -429,6 +430,7 @@ class RunDriver:
                     continue
                 if shown:
                     self.emit(TextDelta if is_text else ReasoningDelta, turn, shown)
+                    # ``wait_for_consumer`` inlined: no coroutine per delta when there is room.
                     if queue is not None and queue.full:
                         await queue.wait_for_room()
             response = reducer.finish()

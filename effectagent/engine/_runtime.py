@@ -213,21 +213,8 @@ class Runtime:
         Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
         an existing conversation (its history is projected from the log).
         """
-        if self._closed:
-            raise RuntimeError("the runtime is closed")
-        services = self._services_for(agent)
         queue = EventQueue(EVENT_BUFFER)
-        driver = RunDriver(
-            services,
-            agent,
-            text,
-            run_id=new_id("run"),
-            conversation_id=conversation_id or new_id("conv"),
-            sink=queue.put,
-            queue=queue,
-            author=author,
-        )
-        return RunStream(self, driver, queue)
+        return RunStream(self, self._driver(agent, text, conversation_id, author, queue), queue)
 
     async def run(
         self,
@@ -248,19 +235,8 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        if self._closed:
-            raise RuntimeError("the runtime is closed")
-        services = self._services_for(agent)
         reducer = RunReducer()
-        driver = RunDriver(
-            services,
-            agent,
-            text,
-            run_id=new_id("run"),
-            conversation_id=conversation_id or new_id("conv"),
-            sink=reducer.feed,
-            author=author,
-        )
+        driver = self._driver(agent, text, conversation_id, author, reducer)
         active = self._active
         active.add(driver)
         try:
@@ -268,6 +244,27 @@ class Runtime:
         finally:
             active.discard(driver)
         return reducer.result()
+
+    def _driver(
+        self,
+        agent: Agent,
+        text: str,
+        conversation_id: str | None,
+        author: str,
+        events: EventQueue | RunReducer,
+    ) -> RunDriver:
+        """A new run of ``agent`` (preflighted here) whose events go to ``events``."""
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        return RunDriver(
+            self._services_for(agent),
+            agent,
+            text,
+            run_id=new_id("run"),
+            conversation_id=conversation_id or new_id("conv"),
+            events=events,
+            author=author,
+        )
 
     def _start(self, driver: RunDriver) -> None:
         if self._closed:

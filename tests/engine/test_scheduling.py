@@ -22,7 +22,7 @@ import trio.testing
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from effectagent import TaggedError, Tool, ToolCallContext, Toolkit
+from effectagent import Tool, ToolCallContext, Toolkit
 from effectagent.ai import AssistantMessage, ToolCallContent
 from effectagent.core import (
     TERMINAL_EVENTS,
@@ -45,6 +45,8 @@ from effectagent.testing import (
     run_batch,
     run_batch_sync,
 )
+
+from .helpers import Forecast, Lookup, UnknownCity
 
 CONCURRENCY = st.integers(1, 4)
 INTERRUPTED = "interrupted before it settled"
@@ -284,22 +286,6 @@ def test_run_and_stream_agree(batch: BatchSpec, tool_concurrency: int) -> None:
 
 
 # ---- a user's own toolkit ------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Lookup:
-    city: str
-
-
-@attrs.frozen
-class Forecast:
-    city: str
-    high_c: float
-
-
-@attrs.frozen
-class UnknownCity(TaggedError):
-    city: str
 
 
 HIGHS = {"Oslo": 4.0, "Rome": 17.5, "Lima": 19.0}
