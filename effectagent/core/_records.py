@@ -8,7 +8,7 @@ records to the prompt the model sees; the engine and every log implementation sh
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 import attrs
@@ -43,6 +43,7 @@ __all__ = [
     "ToolCallPrepared",
     "ToolCallSettled",
     "UserInputRecorded",
+    "assistant_message_of",
     "parse_arguments",
     "project_messages",
 ]
@@ -217,6 +218,35 @@ def parse_arguments(arguments: Any) -> Any:
     return arguments
 
 
+def assistant_message_of(
+    content: Iterable[tuple[str, Any]],
+    *,
+    calls: bool = True,
+    parsed: Mapping[str, Any] | None = None,
+) -> AssistantMessage | None:
+    """The assistant message a model response's record content stands for (None if empty). Pure.
+
+    ``calls=False`` leaves its tool calls out (their batch is not complete). ``parsed`` maps
+    tool-call IDs to their arguments already parsed from the very text the content holds, to
+    spare parsing them again.
+    """
+    parts: list[TextContent | ReasoningContent | ToolCallContent] = []
+    for kind, value in content:
+        if kind == "text" and value:
+            parts.append(TextContent(value))
+        elif kind == "reasoning" and value:
+            parts.append(ReasoningContent(value))
+        elif kind == "tool-call" and calls:
+            call_id = value["id"]
+            arguments = (
+                parsed[call_id]
+                if parsed is not None and call_id in parsed
+                else parse_arguments(value["arguments"])
+            )
+            parts.append(ToolCallContent(call_id, value["name"], arguments))
+    return AssistantMessage(tuple(parts)) if parts else None
+
+
 def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
     """The prompt history (without the system message) that ``entries`` stand for. Pure.
 
@@ -261,20 +291,9 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
         elif isinstance(rec, ModelResponseRecorded):
             calls = [c for k, c in rec.content if k == "tool-call"]
             complete = all(c["id"] in settled for c in calls)
-            parts: list[TextContent | ReasoningContent | ToolCallContent] = []
-            for kind, value in rec.content:
-                if kind == "text" and value:
-                    parts.append(TextContent(value))
-                elif kind == "reasoning" and value:
-                    parts.append(ReasoningContent(value))
-                elif kind == "tool-call" and complete:
-                    parts.append(
-                        ToolCallContent(
-                            value["id"], value["name"], parse_arguments(value["arguments"])
-                        )
-                    )
-            if parts:
-                messages.append(AssistantMessage(tuple(parts)))
+            assistant = assistant_message_of(rec.content, calls=complete)
+            if assistant is not None:
+                messages.append(assistant)
             if calls and complete:
                 results = []
                 for call in calls:

@@ -27,12 +27,9 @@ from effectagent.ai import (
     Message,
     ModelRequest,
     ModelResponse,
-    ReasoningContent,
     ResponseReducer,
     SystemMessage,
-    TextContent,
     Tool,
-    ToolCallContent,
     UserMessage,
     close_stream,
 )
@@ -69,7 +66,7 @@ from effectagent.core import (
     TurnStarted,
     UsageDelta,
     UserInputRecorded,
-    parse_arguments,
+    assistant_message_of,
     project_messages,
 )
 from effectagent.effect import Semaphore
@@ -486,32 +483,16 @@ class RunDriver:
     def assistant_message(
         self, response: ModelResponse, parsed: Mapping[str, Any] | None = None
     ) -> AssistantMessage | None:
-        """The assistant message the log projection gives for ``response`` (complete batch).
-
-        ``parsed`` maps tool-call IDs to their arguments already parsed from the very text the
-        record holds (the batch passes them when redaction changes nothing), to skip a parse.
-        """
-        parts: list[TextContent | ReasoningContent | ToolCallContent] = []
+        """The assistant message the log projection gives for ``response`` (complete batch):
+        :func:`assistant_message_of` its record content. ``parsed``: see there (the batch passes
+        its parse of the arguments when redaction changes nothing)."""
         cached = self._content
         content = (
             cached[1]
             if cached is not None and cached[0] is response
             else self._record_content(response)
         )
-        for kind, value in content:
-            if kind == "text" and value:
-                parts.append(TextContent(value))
-            elif kind == "reasoning" and value:
-                parts.append(ReasoningContent(value))
-            elif kind == "tool-call":
-                call_id = value["id"]
-                arguments = (
-                    parsed[call_id]
-                    if parsed is not None and call_id in parsed
-                    else parse_arguments(value["arguments"])
-                )
-                parts.append(ToolCallContent(call_id, value["name"], arguments))
-        return AssistantMessage(tuple(parts)) if parts else None
+        return assistant_message_of(content, parsed=parsed)
 
     def _append_assistant(self, response: ModelResponse) -> None:
         message = self.assistant_message(response)
