@@ -274,10 +274,13 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
             elif rec.kind == "clear-tool-results":
                 clear_through = max(clear_through, rec.covers_through)
 
-    settled: dict[str, tuple[int, ToolCallSettled]] = {}
+    # A settlement belongs to the call of the same run and turn: a model may reuse a tool-call ID
+    # in a later turn (or run) of the conversation, so the ID alone does not identify the call.
+    settled: dict[tuple[str, int, str], tuple[int, ToolCallSettled]] = {}
     for entry in items:
-        if isinstance(entry.record, ToolCallSettled):
-            settled[entry.record.tool_call_id] = (entry.seq, entry.record)
+        rec = entry.record
+        if isinstance(rec, ToolCallSettled):
+            settled[(rec.run_id, rec.turn, rec.tool_call_id)] = (entry.seq, rec)
 
     messages: list[Message] = []
     if summary_text is not None:
@@ -290,14 +293,15 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
             messages.append(UserMessage.text(rec.text))
         elif isinstance(rec, ModelResponseRecorded):
             calls = [c for k, c in rec.content if k == "tool-call"]
-            complete = all(c["id"] in settled for c in calls)
+            keys = [(rec.run_id, rec.turn, c["id"]) for c in calls]
+            complete = all(key in settled for key in keys)
             assistant = assistant_message_of(rec.content, calls=complete)
             if assistant is not None:
                 messages.append(assistant)
             if calls and complete:
                 results = []
-                for call in calls:
-                    seq, settlement = settled[call["id"]]
+                for call, key in zip(calls, keys, strict=True):
+                    seq, settlement = settled[key]
                     outcome = settlement.outcome
                     content = CLEARED_RESULT if seq <= clear_through else outcome.model_content()
                     results.append(

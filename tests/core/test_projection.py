@@ -29,14 +29,14 @@ def user(text: str) -> UserInputRecorded:
     return UserInputRecorded(CONV, RUN, f"in_{text}", "user", text, "user", 0.0)
 
 
-def answer(text: str, *calls: tuple[str, str]) -> ModelResponseRecorded:
+def answer(text: str, *calls: tuple[str, str], turn: int = 1) -> ModelResponseRecorded:
     content: list[tuple[str, Any]] = [("text", text)]
     content += [("tool-call", {"id": i, "name": n, "arguments": "{}"}) for i, n in calls]
-    return ModelResponseRecorded(CONV, RUN, 1, tuple(content), "stop", UsageDelta(), 0.0)
+    return ModelResponseRecorded(CONV, RUN, turn, tuple(content), "stop", UsageDelta(), 0.0)
 
 
-def settled(call_id: str, result: Any) -> ToolCallSettled:
-    return ToolCallSettled(CONV, RUN, 1, call_id, "t", ToolSuccess(call_id, "t", result), 0.0)
+def settled(call_id: str, result: Any, *, turn: int = 1) -> ToolCallSettled:
+    return ToolCallSettled(CONV, RUN, turn, call_id, "t", ToolSuccess(call_id, "t", result), 0.0)
 
 
 def log(*records: Record) -> list[LogEntry]:
@@ -56,6 +56,29 @@ def texts(messages: list[Any]) -> list[str]:
 def test_history_projects_in_order_with_complete_batches() -> None:
     entries = log(user("hi"), answer("", ("c1", "t")), settled("c1", 1), answer("done"))
     assert texts(project_messages(entries)) == ["hi", "call:c1", "result:c1=1", "done"]
+
+
+def test_a_tool_call_id_reused_in_a_later_turn_keeps_each_result_with_its_own_call() -> None:
+    entries = log(
+        user("hi"),
+        answer("", ("c1", "t"), turn=1),
+        settled("c1", "first", turn=1),
+        answer("", ("c1", "t"), turn=2),
+        settled("c1", "second", turn=2),
+        answer("done", turn=3),
+    )
+    assert texts(project_messages(entries)) == [
+        "hi",
+        "call:c1",
+        "result:c1=first",
+        "call:c1",
+        "result:c1=second",
+        "done",
+    ]
+    # And the later call's batch is not complete just because an earlier c1 was settled.
+    unsettled = log(user("hi"), answer("", ("c1", "t"), turn=1), settled("c1", 1, turn=1))
+    pending = [*unsettled, LogEntry(4, answer("", ("c1", "t"), turn=2))]
+    assert texts(project_messages(pending)) == ["hi", "call:c1", "result:c1=1"]
 
 
 def test_a_batch_without_every_settlement_is_left_out_whole() -> None:

@@ -508,3 +508,35 @@ async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
     deltas = [e.text for e in events if isinstance(e, TextDeltaEvent)]
     assert deltas == ["Hello, ", "world."]
     assert cast(RunCompleted, assert_well_formed(events)).text == "Hello, world."
+
+
+@pytest.mark.parametrize("secrets", [(), ("sk-canary-55c1",)], ids=["nothing-redacted", "redacted"])
+async def test_every_request_is_the_projection_of_the_log_written_so_far(
+    autojump_clock: trio.testing.MockClock, secrets: tuple[str, ...]
+) -> None:
+    """The prompt the engine keeps as it goes (reusing parsed arguments when redaction changes
+    nothing) is exactly what the one pure projection gives from the log at each request."""
+    from effectagent.core import ModelResponseRecorded, project_messages
+
+    from .helpers import run_script
+
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    city = f"Oslo {secrets[0]}" if secrets else "Oslo"
+    ran = await run_script(
+        agent,
+        {tool: probe.forecast()},
+        [
+            Turn.tool_calls(
+                ("forecast", {"city": city}), ("forecast", {"town": 1}), text="Let me look."
+            ),
+            Turn.tool_calls(("forecast", {"city": "Rome"})),
+            Turn.text("Mild in both.", reasoning="Both answered."),
+        ],
+        secrets=secrets,
+    )
+    responses = [i for i, e in enumerate(ran.log) if isinstance(e.record, ModelResponseRecorded)]
+    assert len(responses) == len(ran.model.requests) == 3
+    for request, before in zip(ran.model.requests, responses, strict=True):
+        expected = (SystemMessage(agent.instructions), *project_messages(ran.log[:before]))
+        assert request.messages == expected
