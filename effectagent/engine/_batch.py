@@ -1,10 +1,20 @@
 """The tool pipeline of spec §2 over one whole batch.
 
 Phase 1 (sequential, no checkpoints between calls): reduce → resolve → decode → admit against the
-tool-call budget → one atomic ``ToolCallPrepared`` append in declaration order. Phase 2 (concurrent,
-one child task per call, spawned into a scope that the batch waits for): authorize → approve →
-acquire a permit → run the handler → encode → redact → bound → settle. Phase 3: commit every ``ToolCallSettled`` in declaration order in one append,
-then extend the prompt with the complete batch (RUN-005, CAP-005).
+tool-call budget → one atomic ``ToolCallPrepared`` append in declaration order. Phase 2 (concurrent):
+authorize → approve → acquire a permit → run the handler → encode → redact → bound → settle, for
+every call. Phase 3: commit every ``ToolCallSettled`` in declaration order in one append, then extend
+the prompt with the complete batch (RUN-005, CAP-005).
+
+Phase 2 runs calls *eagerly*, the way asyncio's eager tasks do: a call starts in the batch's own
+task and runs until it ends or has to wait; only a call that waits makes room for another task, which
+takes the calls queued behind it (:class:`~effectagent.engine._scheduler.WorkerPool`). So calls still
+run concurrently — a waiting call never holds up the ones after it, and calls that all wait get a
+task each, all children of the batch's nursery — but a call that never waits (a cache hit, a pure
+computation) costs no task at all, and a batch of one call needs no nursery. Each call runs in a
+copy of its worker's ``contextvars`` context, exactly as a child task would
+(:class:`~effectagent.engine._eager.InContext`): a context variable a handler sets never reaches
+another call, the run or the caller.
 
 If the run is interrupted (or its deadline passes) mid-batch, every unsettled call settles as a
 ``ToolDefect`` ("interrupted"), the batch is committed shielded, and the cancellation propagates.
@@ -21,8 +31,9 @@ into values of its own, by the tool's decoder (the handler may do what it likes 
 from __future__ import annotations
 
 import time
+from contextvars import copy_context
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 
@@ -65,7 +76,8 @@ from effectagent.core._bounds import bounded_json
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
 
-from ._scheduler import BatchLedger
+from ._eager import InContext
+from ._scheduler import BatchLedger, WorkerPool
 from ._seams import ApprovalError
 
 if TYPE_CHECKING:
@@ -191,12 +203,14 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
         # checkpoint must still commit the batch (every prepared call gets its settlement).
         for _, outcome in early:
             _announce(driver, turn, outcome)
-        if runnable:
-            # A plain nursery: the calls need none of a Scope's bookkeeping (no finalizers, no
-            # Exits, errors are reified per call by ``_execute``), and it costs less per call.
+        if len(runnable) == 1:
+            # One call: nothing could run beside it, so it needs no task and no nursery.
+            await InContext(_execute(driver, ledger, turn, runnable[0]), copy_context())
+        elif runnable:
+            # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers, no
+            # Exits; errors are reified per call by ``_execute``).
             async with trio.open_nursery() as nursery:
-                for call in runnable:
-                    nursery.start_soon(_execute, driver, ledger, turn, call)
+                await _Workers(driver, ledger, turn, runnable, nursery).work()
         if not ledger.complete:
             # Each call's task absorbs its own Cancelled, so an interrupted batch can leave the scope
             # without raising: surface the cancellation here so the rest settle as interrupted.
@@ -263,10 +277,60 @@ def _announce(driver: RunDriver, turn: int, outcome: ToolOutcome) -> None:
     driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
 
 
-async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Call) -> None:
-    """One call's task: its outcome settled and announced, or nothing if the batch is interrupted.
+@final
+class _Workers:
+    """The calls of a batch of two or more, run eagerly (see the module notes).
 
-    Cancellation: an interruption of the batch ends the task quietly — the Cancelled is absorbed
+    The batch's task works first (:meth:`work`); whenever a call is about to wait while calls are
+    still queued, :class:`WorkerPool` asks for one more worker, a child task of the batch's nursery
+    that works the same queue. Each call runs in a copy of its worker's context, so what one
+    handler sets in a context variable never reaches another call, the run or the caller.
+    """
+
+    __slots__ = ("calls", "driver", "ledger", "nursery", "pool", "turn")
+
+    def __init__(
+        self,
+        driver: RunDriver,
+        ledger: BatchLedger,
+        turn: int,
+        calls: list[_Call],
+        nursery: trio.Nursery,
+    ) -> None:
+        self.driver = driver
+        self.ledger = ledger
+        self.turn = turn
+        self.calls = calls
+        self.nursery = nursery
+        self.pool = WorkerPool(len(calls))
+
+    async def work(self) -> None:
+        """Run queued calls, one after another, until none is left or the batch is interrupted.
+
+        Cancellation: an interruption ends the current call quietly (see :func:`_execute`) and
+        this worker takes no further call.
+        """
+        pool, calls, call_waits = self.pool, self.calls, self.call_waits
+        while (index := pool.take()) is not None:
+            execute = _execute(self.driver, self.ledger, self.turn, calls[index])
+            if not await InContext(execute, copy_context(), call_waits):
+                return
+
+    def call_waits(self) -> None:
+        """A call is about to wait: add a worker if the pool says so."""
+        if self.pool.call_waits():
+            self.nursery.start_soon(self._helper)
+
+    async def _helper(self) -> None:
+        self.pool.worker_started()
+        await self.work()
+
+
+async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Call) -> bool:
+    """One call: its outcome settled and announced (True), or nothing if the batch is interrupted
+    (False).
+
+    Cancellation: an interruption of the batch ends the call quietly — the Cancelled is absorbed
     (the batch's scope stays cancelled, and the batch surfaces it and settles the call as
     interrupted). Only KeyboardInterrupt/SystemExit propagate.
     """
@@ -276,12 +340,13 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
         outcome = ToolDefect(call.id, call.name, driver.redact_text(f"{type(exc).__name__}: {exc}"))
     except BaseException as exc:
         if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
-            return
+            return False
         raise
     # Settle, then announce (``_announce`` inlined: no extra coroutines per call).
     ledger.settle(call.index, outcome)
     event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
     driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+    return True
 
 
 async def _report(driver: RunDriver, turn: int, call: _Call, data: Any) -> None:

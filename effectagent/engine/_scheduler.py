@@ -1,11 +1,20 @@
-"""Tool-batch bookkeeping — pure. Results settle in any order and commit in declaration order.
+"""Tool-batch bookkeeping — pure. Results settle in any order and commit in declaration order;
+calls are handed to the tasks that run them.
 
-Invariants (property-tested in ``tests/engine/test_scheduling.py``):
+Invariants of :class:`BatchLedger` (property-tested in ``tests/engine/test_batch_ledger.py`` and,
+through the engine, ``tests/engine/test_scheduling.py``):
 
 * every declared call settles exactly once, with exactly one outcome (a second settle is a bug and
   raises);
 * :meth:`BatchLedger.commit` is possible only when the batch is complete, and yields the outcomes in
   the model's declaration order whatever the completion order (CAP-005, RUN-005).
+
+Invariants of :class:`WorkerPool` (property-tested in ``tests/engine/test_worker_pool.py``):
+
+* every call is taken exactly once, in declaration order;
+* a waiting call never holds up a queued one: whenever every worker's call is waiting, either no
+  call is queued or a new worker is on its way;
+* there are never more workers than calls.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from typing import final
 
 from effectagent.core import ToolOutcome
 
-__all__ = ["BatchLedger"]
+__all__ = ["BatchLedger", "WorkerPool"]
 
 
 @final
@@ -66,3 +75,53 @@ class BatchLedger:
         if self._pending:
             raise RuntimeError(f"{self._pending} tool call(s) of the batch have not settled")
         return [o for o in self._outcomes if o is not None]
+
+
+@final
+class WorkerPool:
+    """Which task runs which call of a batch, when calls run eagerly (see ``_batch``).
+
+    The batch's own task is the first worker. A worker takes the next call in declaration order
+    and runs it to its end, then takes the next. When a call is about to wait (it yields to the
+    scheduler) while calls are still queued, :meth:`call_waits` says to start one more worker —
+    unless one is already starting — so the queued calls go on while it waits. A batch whose calls
+    never wait therefore runs in the batch's task alone, with no task per call; a batch whose calls
+    all wait gets one worker per call, as if each had its own task.
+    """
+
+    __slots__ = ("_calls", "_next", "starting", "workers")
+
+    def __init__(self, calls: int) -> None:
+        if calls < 1:
+            raise ValueError(f"a worker pool needs at least one call, got {calls}")
+        self._calls = calls
+        self._next = 0
+        self.workers = 1  # the batch's own task
+        self.starting = 0  # workers asked for that have not taken a call yet
+
+    @property
+    def queued(self) -> int:
+        """Calls no worker has taken yet."""
+        return self._calls - self._next
+
+    def take(self) -> int | None:
+        """The index of the next call for the asking worker, or None: it is done and leaves."""
+        index = self._next
+        if index < self._calls:
+            self._next = index + 1
+            return index
+        self.workers -= 1
+        return None
+
+    def call_waits(self) -> bool:
+        """A worker's call is about to wait. True: start one more worker now (which must call
+        :meth:`worker_started` when it runs)."""
+        if self._next < self._calls and not self.starting:
+            self.starting = 1
+            self.workers += 1
+            return True
+        return False
+
+    def worker_started(self) -> None:
+        """A worker asked for by :meth:`call_waits` has begun (it takes calls next)."""
+        self.starting = 0
