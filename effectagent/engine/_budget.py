@@ -16,6 +16,8 @@ __all__ = ["BudgetState", "Dimension"]
 
 Dimension = str
 
+_NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
+
 
 @final
 class BudgetState:
@@ -37,7 +39,7 @@ class BudgetState:
         self.started_at = started_at
         self.turns = 0
         self.tool_calls = 0
-        self.usage = UsageTotals()
+        self.usage = _NO_USAGE
         self._warned: set[str] = set()
         self._failure_streaks: dict[str, int] = {}
         self.repeated_failure: tuple[str, int] | None = None

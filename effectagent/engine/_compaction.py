@@ -86,7 +86,7 @@ async def maybe_compact(driver: RunDriver) -> None:
         return
     await driver.record(*records)
     history = await driver.services.log.entries(driver.conversation_id)
-    driver.messages = [SystemMessage(driver.agent.instructions), *project_messages(history)]
+    driver.messages = [driver.services.system, *project_messages(history)]
     after = estimate_tokens(driver.messages)
     last = records[-1]
     driver.emit(

@@ -14,33 +14,41 @@ __all__ = ["InMemoryConversationLog"]
 
 @final
 class InMemoryConversationLog:
-    """Holds every conversation's entries in process memory. Nothing survives the process."""
+    """Holds every conversation's records in process memory. Nothing survives the process.
+
+    A record's sequence number is its position in its conversation (1-based), so the log keeps
+    the records alone and pairs them with their numbers when they are read.
+    """
 
     __slots__ = ("_logs",)
 
     def __init__(self) -> None:
-        self._logs: dict[str, list[LogEntry]] = {}
+        self._logs: dict[str, list[Record]] = {}
 
-    async def append(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
-        """Append atomically. Cancellation: a cancellation point *before* anything is appended
-        (raises ``Cancelled`` if the caller's scope is cancelled); it does not yield to the
-        scheduler — there is no I/O to wait for, and the engine yields once per turn itself."""
+    async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
+        """Append atomically; return the sequence number of the last record appended.
+
+        Cancellation: a cancellation point *before* anything is appended (raises ``Cancelled`` if
+        the caller's scope is cancelled); it does not yield to the scheduler — there is no I/O to
+        wait for, and the engine yields once per turn itself."""
         await trio.lowlevel.checkpoint_if_cancelled()
         return self.append_nowait(conversation_id, records)
 
-    def append_nowait(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
-        """Append without a checkpoint (used in shielded cleanup)."""
-        log = self._logs.setdefault(conversation_id, [])
-        start = len(log) + 1
-        added = [LogEntry(start + i, record) for i, record in enumerate(records)]
-        log.extend(added)
-        return added
+    def append_nowait(self, conversation_id: str, records: Sequence[Record]) -> int:
+        """Append without a checkpoint; return the last sequence number."""
+        log = self._logs.get(conversation_id)
+        if log is None:
+            log = self._logs[conversation_id] = []
+        log.extend(records)
+        return len(log)
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """Entries with ``seq > after``. Cancellation: a cancellation point (no scheduler yield);
         nothing changes."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        return tuple(self._logs.get(conversation_id, ())[after:])
+        start = max(after, 0)
+        records = self._logs.get(conversation_id, ())
+        return tuple(LogEntry(seq, record) for seq, record in enumerate(records[start:], start + 1))
 
     def conversations(self) -> tuple[str, ...]:
         """Known conversation IDs."""

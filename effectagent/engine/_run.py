@@ -122,6 +122,7 @@ class RunServices:
         "log",
         "model",
         "redactor",
+        "system",
     )
 
     def __init__(
@@ -135,7 +136,9 @@ class RunServices:
         authorization: ToolAuthorization | None,
         compactor: Compactor | None,
         inbox: SteeringInbox | None,
+        system: SystemMessage,
     ) -> None:
+        self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
         self.log = log
         self.redactor = redactor
@@ -160,6 +163,7 @@ class RunDriver:
         conversation_id: str,
         events: EventQueue | RunReducer,
         author: str = "user",
+        new_conversation: bool = False,
     ) -> None:
         self.services = services
         self.agent = agent
@@ -167,6 +171,11 @@ class RunDriver:
         self.author = author
         self.run_id = run_id
         self.conversation_id = conversation_id
+        # The run made this conversation's ID up: it has no history to read.
+        self.new_conversation = new_conversation
+        # Records that are true but wait for the run's next append, which writes them first (a
+        # model response, with what its turn does next: one append per turn instead of two).
+        self._pending: tuple[Record, ...] = ()
         # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task. A
         # sink that returns False has lost its consumer.
         self._queue = events if isinstance(events, EventQueue) else None
@@ -238,8 +247,24 @@ class RunDriver:
         await self._done.wait()
 
     async def record(self, *records: Record) -> None:
-        """Append canonical records atomically. Cancellation: all or nothing."""
+        """Append the pending records (see :meth:`record_later`), then ``records``, atomically.
+
+        Cancellation: all or nothing — if the append is cancelled, the pending records stay
+        pending for the next one (every way a run ends appends a record).
+        """
+        pending = self._pending
+        if pending:
+            records = pending + records
         await self.services.log.append(self.conversation_id, records)
+        self._pending = ()
+
+    def record_later(self, record: Record) -> None:
+        """Have ``record`` appended first by the run's next :meth:`record` (no checkpoint here).
+
+        Only for a record followed by another append before the turn ends, with no wait between:
+        the model response, which its turn's tool calls, settlements or ending follow.
+        """
+        self._pending += (record,)
 
     def redact_text(self, text: str) -> str:
         """Redacted and length-bounded text for events, records and errors."""
@@ -300,7 +325,7 @@ class RunDriver:
         log = self.services.log
         text = self.services.redactor.redact_text(self.user_input)
         self.emit(RunStarted, _bounded(text))
-        history = await log.entries(self.conversation_id)
+        history = () if self.new_conversation else await log.entries(self.conversation_id)
         now = time.time()
         records: list[Record] = []
         if not history:
@@ -317,7 +342,9 @@ class RunDriver:
             )
         )
         await self.record(*records)
-        self.messages = [SystemMessage(self.agent.instructions), *project_messages(history)]
+        self.messages = [self.services.system]
+        if history:
+            self.messages += project_messages(history)
         self.messages.append(UserMessage.text(text))
 
         error = await self._turns()
@@ -439,7 +466,7 @@ class RunDriver:
         self.budget.record_usage(usage)
         content = self._record_content(response)
         self._content = (response, content)
-        await self.record(
+        self.record_later(
             ModelResponseRecorded(
                 self.conversation_id,
                 self.run_id,

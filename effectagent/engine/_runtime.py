@@ -18,7 +18,7 @@ from typing import Any, final
 
 import trio
 
-from effectagent.ai import LanguageModelService, Tool
+from effectagent.ai import LanguageModelService, SystemMessage, Tool
 from effectagent.core import (
     TERMINAL_EVENTS,
     Agent,
@@ -196,6 +196,7 @@ class Runtime:
             authorization=ctx.get(ToolAuthorizationService),
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
+            system=SystemMessage(agent.instructions),
         )
         self._checked[id(agent)] = (agent, services)
         return services
@@ -264,6 +265,7 @@ class Runtime:
             conversation_id=conversation_id or new_id("conv"),
             events=events,
             author=author,
+            new_conversation=not conversation_id,
         )
 
     def _start(self, driver: RunDriver) -> None:

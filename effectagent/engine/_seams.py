@@ -157,8 +157,9 @@ SteeringInboxService: ServiceKey[SteeringInbox] = ServiceKey("effectagent.Steeri
 class ConversationLog(Protocol):
     """The append-only, sequence-numbered canonical log."""
 
-    async def append(self, conversation_id: str, records: Sequence[Record]) -> Sequence[LogEntry]:
-        """Append ``records`` atomically, in order; return them with their sequence numbers.
+    async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
+        """Append ``records`` atomically, in order; return the sequence number of the last one
+        (numbers are 1-based and gap-free per conversation).
 
         Cancellation: all or nothing — if it raises (``trio.Cancelled`` included), none of
         ``records`` was appended; if it returns, all were. (An implementation that writes in a
