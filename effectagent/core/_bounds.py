@@ -58,7 +58,11 @@ def _worst_case_size(value: Any, budget: int) -> int:
 
     Per JSON type: an ASCII string is at most 6 bytes per character (a control character escapes
     to ``\\u0000``) plus its quotes; a float's ``repr`` is at most 24 characters. Anything but
-    plain JSON types, ASCII text and moderate integers is left to the encoder.
+    plain JSON types, ASCII text and moderate integers is left to the encoder. (A non-ASCII string
+    is left to it too: exactly as encoded, a lone surrogate must fail the same way.)
+
+    Scalars inside a container are counted where they are met; only nested containers go on the
+    stack, so a flat object — most tool arguments and results — takes one pass.
     """
     over = budget + 1
     total = 0
@@ -66,8 +70,43 @@ def _worst_case_size(value: Any, budget: int) -> int:
     while stack:
         item = stack.pop()
         kind = type(item)
-        if kind is str:
-            if not item.isascii():  # exactly as encoded: a lone surrogate must fail the same way
+        if kind is dict:
+            total += 2 + 2 * len(item)  # braces, and a colon and a comma per member
+            for key, member in item.items():
+                if type(key) is not str or not key.isascii():
+                    return over
+                total += len(key) * 6 + 2
+                kind = type(member)
+                if kind is str:
+                    if not member.isascii():
+                        return over
+                    total += len(member) * 6 + 2
+                elif kind is int:
+                    total += 21 if -(10**20) < member < 10**20 else over
+                elif member is None or kind is bool:
+                    total += 5
+                elif kind is float:
+                    total += 24
+                else:
+                    stack.append(member)
+        elif kind is list or kind is tuple:
+            total += 2 + len(item)  # brackets, and a comma per element
+            for member in item:
+                kind = type(member)
+                if kind is str:
+                    if not member.isascii():
+                        return over
+                    total += len(member) * 6 + 2
+                elif kind is int:
+                    total += 21 if -(10**20) < member < 10**20 else over
+                elif member is None or kind is bool:
+                    total += 5
+                elif kind is float:
+                    total += 24
+                else:
+                    stack.append(member)
+        elif kind is str:
+            if not item.isascii():
                 return over
             total += len(item) * 6 + 2
         elif kind is int:
@@ -76,16 +115,6 @@ def _worst_case_size(value: Any, budget: int) -> int:
             total += 5
         elif kind is float:
             total += 24
-        elif kind is dict:
-            total += 2 + 2 * len(item)  # braces, and a colon and a comma per member
-            for key, member in item.items():
-                if type(key) is not str or not key.isascii():
-                    return over
-                total += len(key) * 6 + 2
-                stack.append(member)
-        elif kind is list or kind is tuple:
-            total += 2 + len(item)
-            stack.extend(item)
         else:
             return over
         if total > budget:

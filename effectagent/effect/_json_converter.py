@@ -300,7 +300,9 @@ def _constrained(inner: _Hook, meta: Any) -> _Hook:
     return structure_constrained
 
 
-def _attrs_factory(generating: set[type]) -> Callable[[Any, cattrs.Converter], _Hook]:
+def _attrs_factory(
+    generating: set[type], detailed: bool
+) -> Callable[[Any, cattrs.Converter], _Hook]:
     def factory(cls: Any, converter: cattrs.Converter) -> _Hook:
         if cls in generating:
             raise RecursionError  # caught by ``_hook_for``, which then resolves lazily
@@ -315,7 +317,7 @@ def _attrs_factory(generating: set[type]) -> Callable[[Any, cattrs.Converter], _
                     overrides[field.name] = override(struct_hook=_constrained(inner, meta))
             options: dict[str, Any] = {
                 "_cattrs_forbid_extra_keys": True,
-                "_cattrs_detailed_validation": True,
+                "_cattrs_detailed_validation": detailed,
             }
             structure_fields = make_dict_structure_fn(cls, converter, **options, **overrides)
         finally:
@@ -367,18 +369,23 @@ def _unstructure_fallback(tp: Any) -> Callable[[Any], Any]:
     return refuse
 
 
-def make_json_converter() -> cattrs.Converter:
-    """Build a fresh, fully configured JSON converter (``_schema`` keeps and uses one of them).
+def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
+    """Build a fresh, fully configured JSON converter (``_schema`` keeps and uses two of them).
 
     Structuring is strict (see the ``_schema`` module docstring) and reports failures through
     :class:`SchemaError`-compatible internal errors; unstructuring produces JSON-safe values only:
     tuples and sequences become lists, sets become lists sorted deterministically, Enums their
     values, non-finite floats and unknown classes raise.  Prefer :func:`decode` / :func:`encode`,
     which add limits, caching and error translation.
+
+    ``detailed=False`` gives a converter that accepts and rejects exactly the same values but stops
+    at the first problem, with no account of where: attrs classes are structured positionally,
+    without collecting every bad field. ``_schema`` decodes with it first and asks the detailed
+    one only to explain a rejection.
     """
     converter = cattrs.Converter(
         forbid_extra_keys=True,
-        detailed_validation=True,
+        detailed_validation=detailed,
         unstructure_fallback_factory=_unstructure_fallback,
     )
     encode_item = _encode_runtime(converter)
@@ -417,7 +424,7 @@ def make_json_converter() -> cattrs.Converter:
     converter.register_structure_hook_factory(lambda tp: is_seq(tp) or is_set(tp), _seq_factory)
     converter.register_structure_hook_factory(is_map, _map_factory)
     converter.register_structure_hook_factory(is_union, _union_factory)
-    converter.register_structure_hook_factory(is_attrs_class, _attrs_factory(set()))
+    converter.register_structure_hook_factory(is_attrs_class, _attrs_factory(set(), detailed))
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(float, _unstructure_float)
     converter.register_unstructure_hook_func(is_seq, unstructure_seq)

@@ -39,10 +39,20 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Final, TypeAlias, TypeVar, cast, overload
+from typing import Any, Final, TypeAlias, TypeVar, get_args, overload
+
+import attrs
 
 from effectagent.effect._json_converter import _Hook, _state, make_json_converter
-from effectagent.effect._json_schema import SchemaDerivationError, derive_json_schema, field_meta
+from effectagent.effect._json_schema import (
+    SchemaDerivationError,
+    derive_json_schema,
+    field_meta,
+    is_attrs_class,
+    is_enum,
+    is_literal,
+    is_union,
+)
 from effectagent.effect._schema_errors import SchemaError, SchemaIssue, _issues_from, _TooComplex
 from effectagent.effect._schema_limits import (
     _DEFAULT_LIMITS,
@@ -72,13 +82,19 @@ JSONValue: TypeAlias = "dict[str, JSONValue] | list[JSONValue] | str | int | flo
 """A JSON-safe Python value: what :func:`encode` returns and :func:`decode` accepts."""
 
 _CONVERTER: Final = make_json_converter()
-_DECODERS: dict[object, _Hook] = {}
+# Decoding tries the fast converter (same verdicts, no account of where a value is wrong) and asks
+# the detailed one only to explain a rejection: valid input — the common case — pays for no error
+# bookkeeping, invalid input for two passes.
+_FAST_CONVERTER: Final = make_json_converter(detailed=False)
+_DECODERS: dict[object, tuple[_Hook, _Hook, bool]] = {}
 _SCHEMAS: dict[object, dict[str, Any]] = {}
 
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
+
+_BYTES: Final = (bytes, bytearray)  # built once (a ``X | Y`` union would be built per call)
 
 #: One decoder for every call: ``json.loads`` with options builds a new one each time.
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
@@ -88,8 +104,8 @@ def parse_json_text(text: str, decoder: json.JSONDecoder) -> Any:
     """``decoder.decode(text)``, minus its two whitespace scans when the text has no whitespace
     around the value (the common case for model output): the same value, the same errors."""
     try:
-        value, end = decoder.raw_decode(text)
-    except json.JSONDecodeError:
+        value, end = decoder.scan_once(text, 0)  # type: ignore[attr-defined]  # raw_decode minus its frame
+    except (StopIteration, json.JSONDecodeError):
         return decoder.decode(text)  # leading whitespace, or invalid: the full path decides
     if end != len(text):
         return decoder.decode(text)  # trailing whitespace, or extra data: the full path decides
@@ -118,14 +134,46 @@ def _schema_for(tp: object) -> dict[str, Any]:
     return cached
 
 
-def _decoder_for(tp: object) -> _Hook:
+def _decoder_for(tp: object) -> tuple[_Hook, _Hook, bool]:
+    """The (fast, detailed) structure hooks of ``tp``, and whether decoding it can try unions."""
     try:
         return _DECODERS[tp]
     except KeyError:
         pass
     _schema_for(tp)  # fail closed: only types with a JSON Schema can be decoded
-    hook = _DECODERS[tp] = _CONVERTER.get_structure_hook(tp)
-    return hook
+    hooks = _DECODERS[tp] = (
+        _FAST_CONVERTER.get_structure_hook(tp),
+        _CONVERTER.get_structure_hook(tp),
+        _may_try_unions(tp),
+    )
+    return hooks
+
+
+_PLAIN: Final = frozenset({int, str, float, bool, type(None), None, Any})
+
+
+def _may_try_unions(tp: object) -> bool:
+    """Whether decoding ``tp`` can try the members of a union (so it needs a budget of failed
+    attempts). Conservative: any type form it does not know counts as yes."""
+    stack: list[object] = [tp]
+    seen: set[object] = set()
+    while stack:
+        item = stack.pop()
+        if item in _PLAIN or is_literal(item) or is_enum(item):
+            continue
+        if is_union(item):
+            return True
+        if is_attrs_class(item):
+            if item not in seen:
+                seen.add(item)
+                stack.extend(field.type for field in attrs.fields(item) if field.init)  # type: ignore[arg-type]
+            continue
+        args = get_args(item)
+        if args:
+            stack.extend(arg for arg in args if arg is not Ellipsis)
+        elif not isinstance(item, type):  # a string, a TypeVar, an unknown form
+            return True
+    return False
 
 
 @overload
@@ -139,18 +187,35 @@ def decode(tp: object, data: object, *, limits: SchemaLimits = _DEFAULT_LIMITS) 
     structured strictly.  Raises :class:`SchemaError` listing every bad field with its path, or
     :class:`SchemaDerivationError` if ``tp`` is not a supported type.
     """
-    hook = _decoder_for(tp)
+    hooks = _decoder_for(tp)
     _check_limits(data, limits)
-    return _structure(hook, tp, data, limits)
+    return _structure(hooks, tp, data, limits)
 
 
-def _structure(hook: _Hook, tp: object, data: object, limits: SchemaLimits) -> Any:
-    """Structure ``data`` (already within ``limits``) into ``tp`` strictly; see :func:`decode`."""
-    previous = getattr(_state, "budget", None)
-    _state.budget = max(1_000, limits.max_items // 10)
+def _structure(
+    hooks: tuple[_Hook, _Hook, bool], tp: object, data: object, limits: SchemaLimits
+) -> Any:
+    """Structure ``data`` (already within ``limits``) into ``tp`` strictly; see :func:`decode`.
+
+    The fast hook decides; only if it rejects ``data`` does the detailed hook run, to say every
+    problem and where. When ``tp`` has unions, each pass gets the full budget of failed union
+    attempts (kept per thread for the hooks to count down).
+    """
+    fast, detailed, unions = hooks
+    previous = budget = None
+    if unions:
+        previous = getattr(_state, "budget", None)
+        budget = _state.budget = max(1_000, limits.max_items // 10)
     try:
         try:
-            return hook(data, tp)
+            return fast(data, tp)
+        except (RecursionError, _TooComplex):
+            raise
+        except Exception:
+            if unions:
+                _state.budget = budget
+        try:
+            return detailed(data, tp)
         except (RecursionError, _TooComplex):
             raise
         except Exception as exc:
@@ -162,7 +227,8 @@ def _structure(hook: _Hook, tp: object, data: object, limits: SchemaLimits) -> A
     else:
         raise SchemaError(tuple(SchemaIssue("$" + path, msg) for path, msg in found)) from None
     finally:
-        _state.budget = previous
+        if unions:
+            _state.budget = previous
     raise SchemaError((SchemaIssue("$", message),)) from None
 
 
@@ -177,7 +243,7 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
     (including ``NaN``/``Infinity``) raises :class:`SchemaError` at path ``$``.
     """
     max_bytes = limits.max_bytes
-    if isinstance(text, bytes | bytearray):
+    if isinstance(text, _BYTES):
         if len(text) > max_bytes:
             raise _limit_error(None, f"input is larger than {max_bytes} bytes")
         try:
@@ -201,14 +267,14 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
         raise _limit_error(None, f"invalid JSON: {exc}") from None
     except RecursionError:
         raise _limit_error(None, "input is nested too deeply to parse") from None
-    hook = _decoder_for(tp)
+    hooks = _decoder_for(tp)
     # What ``decode`` would check on the value is implied by the text checks above whenever the
     # text is no longer than ``max_items`` characters: parsed JSON holds JSON types only, nests
     # exactly as deep as its brackets, is no larger than its text, and every array element or
     # object member takes at least one character of it. Only a longer text needs the walk.
     if len(text) > limits.max_items:
         _check_limits(data, limits)
-    return _structure(hook, tp, data, limits)
+    return _structure(hooks, tp, data, limits)
 
 
 def encode(value: object) -> JSONValue:
@@ -218,7 +284,7 @@ def encode(value: object) -> JSONValue:
     Enums become their values.  Raises TypeError/ValueError for values JSON cannot represent
     (unknown classes, NaN, infinities).
     """
-    return cast("JSONValue", _CONVERTER.unstructure(value))
+    return _CONVERTER.unstructure(value)  # type: ignore[no-any-return]
 
 
 def encode_json(value: object) -> str:

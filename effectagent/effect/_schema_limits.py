@@ -109,7 +109,7 @@ _BRACKET_DELTA: Final = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 def _text_depth_exceeds(text: str, max_depth: int) -> bool:
     """Whether JSON text nests deeper than ``max_depth``; cheap, no parsing, no recursion."""
-    if text.count("[") + text.count("{") <= max_depth:
+    if len(text) <= max_depth or text.count("[") + text.count("{") <= max_depth:
         return False
     brackets = _NOT_BRACKET_RE.sub("", _STRING_RE.sub("", text))
     return max(accumulate(map(_BRACKET_DELTA.__getitem__, brackets)), default=0) > max_depth

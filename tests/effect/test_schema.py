@@ -23,6 +23,8 @@ from effectagent.effect._schema import (
     SchemaError,
     SchemaIssue,
     SchemaLimits,
+    _decoder_for,
+    _may_try_unions,
     decode,
     decode_json,
     encode,
@@ -258,6 +260,27 @@ def test_decoder_agrees_with_schema_on_mutated_input(data: st.DataObject, tp: An
         assert decoded == schema_ok, f"schema_ok={schema_ok} decoded={decoded} for {raw!r}"
 
 
+def _verdict(hook: Any, tp: Any, raw: Any) -> tuple[bool, Any]:
+    try:
+        return True, hook(raw, tp)
+    except Exception:
+        return False, None
+
+
+@settings(FAST_ALLOW_SLOW, max_examples=300)
+@given(data=st.data(), tp=st.sampled_from(ROUNDTRIP_TYPES), mutated=st.booleans())
+def test_fast_and_detailed_hooks_give_the_same_verdict_and_value(
+    data: st.DataObject, tp: Any, mutated: bool
+) -> None:
+    """Decoding runs the fast hook and falls back to the detailed one only to explain a rejection:
+    that is sound only if both accept exactly the same values, into equal results."""
+    raw = encode(data.draw(values_of(tp)))
+    if mutated:
+        raw = mutate(data, raw)
+    fast, detailed, _ = _decoder_for(tp)
+    assert _verdict(fast, tp, raw) == _verdict(detailed, tp, raw), raw
+
+
 _leaf_types = st.sampled_from([int, str, float, bool, Color, Priority, Literal["a", "b", 3]])
 _hashable_leaves = st.sampled_from([int, str, Color, Literal["x", "y"]])
 generated_types = st.recursive(
@@ -282,6 +305,8 @@ def test_generated_types_roundtrip_and_match_their_schema(data: st.DataObject, t
     encoded = encode(value)
     assert decode(tp, encoded) == value
     assert decode_json(tp, encode_json(value)) == value
+    fast, detailed, _ = _decoder_for(tp)
+    assert _verdict(fast, tp, encoded) == _verdict(detailed, tp, encoded)
     schema = json_schema(tp)
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.Draft202012Validator(schema).validate(encoded)
@@ -546,6 +571,36 @@ def test_ambiguous_unions_cannot_take_exponential_time() -> None:
     assert decode(AmbA | AmbB, {"child": {"child": None, "x": "s"}, "x": 1}) == AmbA(
         AmbB(None, "s"), 1
     )
+
+
+def test_the_union_budget_guards_unions_reached_through_a_class_too() -> None:
+    raw: dict[str, Any] = {"child": None, "x": 1.5}
+    for _ in range(40):
+        raw = {"child": raw, "x": 1}
+    error = _error(lambda: decode(AmbA, raw))  # no union at the top: one in the field
+    assert error.issues == (
+        SchemaIssue("$", "input is too ambiguous to decode (too many union alternatives tried)"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("tp", "expected"),
+    [
+        (int, False),
+        (Tree, False),  # recursive, no union
+        (list[dict[str, tuple[int, ...]]], False),
+        (Literal["a", "b"], False),
+        (Color, False),
+        (Any, False),
+        (Order, True),  # ``priority: Priority | None``, among others
+        (AmbA, True),
+        (list[int | str], True),
+        (dict[str, Address], True),  # ``zip_code: str | None`` one level down
+    ],
+)
+def test_which_types_need_a_union_budget(tp: Any, expected: bool) -> None:
+    _decoder_for(tp)  # resolves the types, as decoding does first
+    assert _may_try_unions(tp) is expected
 
 
 # --- encoding -----------------------------------------------------------------------------------
