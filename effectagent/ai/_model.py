@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias
 
 import attrs
@@ -24,6 +25,9 @@ __all__ = [
     "generate",
 ]
 
+#: A request's metadata when it has none (read-only, so one shared value serves every request).
+NO_METADATA: Mapping[str, Any] = MappingProxyType({})
+
 #: Which tools the model may call: "auto", "none", "required", or one tool's name.
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 
@@ -36,7 +40,7 @@ class ModelRequest:
     tools: tuple[ToolDescriptor, ...] = ()
     tool_choice: ToolChoice = "auto"
     max_output_tokens: int | None = None
-    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    metadata: Mapping[str, Any] = NO_METADATA
 
 
 class LanguageModel(Protocol):

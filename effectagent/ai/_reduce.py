@@ -124,14 +124,17 @@ class ResponseReducer:
         self._error: AiError | None = None
         self._metadata: ResponseMetadata | None = None
 
-    def feed(self, part: ResponsePart) -> None:
-        """Take one part; raises :class:`MalformedResponse` on a protocol violation."""
+    def feed(self, part: ResponsePart) -> type:
+        """Take one part; return its part class (the part's own class, or for a subclass of a
+        part class, that class). Raises :class:`MalformedResponse` on a protocol violation."""
         if self._finish is not None:
             raise MalformedResponse(f"a {part.type} part arrived after the finish part")
         # Dispatch on the part's own class: one dict look-up instead of a chain of class checks
         # (a subclass of a part class is mapped to that class). ``cls is`` does not narrow
         # ``part`` for the type checker, hence ``Any``.
         cls = _PART_CLASS.get(type(part)) or _part_class(part)
+        if cls is None:
+            raise MalformedResponse(f"unknown part {part!r}")
         p: Any = part
         if cls is TextDelta or cls is ReasoningDelta:
             kind = "text" if cls is TextDelta else "reasoning"
@@ -184,10 +187,8 @@ class ResponseReducer:
             self._error = p.error
         elif cls is ResponseMetadata:
             self._metadata = p
-        elif cls is ToolResultPart:
-            pass  # provider-executed tools are reported by the provider; nothing to do here
-        else:  # pragma: no cover - exhaustive over ResponsePart
-            raise MalformedResponse(f"unknown part {p!r}")
+        # ToolResultPart: provider-executed tools are reported by the provider; nothing to do.
+        return cls
 
     @property
     def error(self) -> AiError | None:

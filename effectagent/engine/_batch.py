@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import time
 from contextvars import copy_context
-from functools import partial
 from typing import TYPE_CHECKING, Any, final
 
 import trio
@@ -89,11 +88,16 @@ _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
 _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
+@final
 class _Call:
-    __slots__ = ("arguments", "id", "index", "name", "params", "tool")
+    """One runnable call of a batch (resolved and decoded), and where its progress goes."""
+
+    __slots__ = ("arguments", "driver", "id", "index", "name", "params", "tool", "turn")
 
     def __init__(
         self,
+        driver: RunDriver,
+        turn: int,
         index: int,
         call_id: str,
         name: str,
@@ -101,12 +105,26 @@ class _Call:
         params: Any,
         arguments: Any,
     ) -> None:
+        self.driver = driver
+        self.turn = turn
         self.index = index
         self.id = call_id
         self.name = name
         self.tool = tool
         self.params = params
         self.arguments = arguments  # parsed and redacted, for the ToolCallPrepared record
+
+    async def report(self, data: Any) -> None:
+        """The handler's progress report: redacted, bounded, emitted as ``ToolProgress``.
+
+        Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
+        emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
+        """
+        driver = self.driver
+        preview, _, _ = bound_json(driver.services.redactor.redact(data), _PROGRESS_BOUNDS)
+        await trio.lowlevel.checkpoint()
+        driver.emit(ToolProgress, self.turn, self.id, self.name, preview)
+        await driver.wait_for_consumer()
 
 
 async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> RunError | None:
@@ -166,7 +184,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
                     (index, ToolInvalidInput(call_id, name, redactor.redact_text(str(exc))))
                 )
             else:
-                runnable.append(_Call(index, call_id, name, tool, params, shown))
+                runnable.append(_Call(driver, turn, index, call_id, name, tool, params, shown))
 
     admitted = driver.budget.admit_tool_calls(len(runnable))
     for call in runnable[admitted:]:
@@ -349,30 +367,11 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
     return True
 
 
-async def _report(driver: RunDriver, turn: int, call: _Call, data: Any) -> None:
-    """A handler's progress report: redacted, bounded, emitted as ``ToolProgress``.
-
-    Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
-    emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
-    """
-    preview, _, _ = bound_json(driver.services.redactor.redact(data), _PROGRESS_BOUNDS)
-    await trio.lowlevel.checkpoint()
-    driver.emit(ToolProgress, turn, call.id, call.name, preview)
-    await driver.wait_for_consumer()
-
-
 async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
     services = driver.services
     tool = call.tool
-    # A partial of a module function rather than a closure: ``_outcome`` then needs no cells
-    # (its locals stay fast locals) and the reporter holds only what it uses.
     context = ToolCallContext(
-        call.id,
-        call.name,
-        driver.run_id,
-        driver.conversation_id,
-        driver.agent.name,
-        partial(_report, driver, turn, call),
+        call.id, call.name, driver.run_id, driver.conversation_id, driver.agent.name, call.report
     )
     if services.authorization is not None:
         decision = await services.authorization.authorize(tool, call.params, context)

@@ -87,9 +87,6 @@ from ._seams import (
 __all__ = ["RunDriver", "RunServices", "new_id"]
 
 _MAX_ERROR_TEXT = 2000
-# Class tuples for isinstance, built once (a ``X | Y`` union would be built for every part).
-_DELTA_PARTS = (TextDeltaPart, ReasoningDeltaPart)
-_END_PARTS = (TextEndPart, ReasoningEndPart)
 
 
 # Identifiers are unique, not secret (nothing is authorized by knowing one): 64 random bits from a
@@ -363,15 +360,20 @@ class RunDriver:
     async def _turns(self) -> RunError | None:
         """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
         budget = self.budget
+        services = self.services
+        queue = self._queue
         while True:
             # One scheduler yield per turn keeps runs fair to every other task even when the
             # model, the log and the event hand-over need no I/O (they only check cancellation).
             await trio.lowlevel.checkpoint()
-            await self.wait_for_consumer()
-            await self._drain_steering()
+            if queue is not None and queue.full:  # ``wait_for_consumer``, inlined
+                await queue.wait_for_room()
+            if services.inbox is not None:
+                await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
-            await maybe_compact(self)
+            if services.compactor is not None:
+                await maybe_compact(self)
             budget.start_turn()
             self.turn = budget.turns
             self.emit(TurnStarted, self.turn, False)
@@ -379,12 +381,13 @@ class RunDriver:
             if isinstance(response, RunError):
                 return response
             if not response.tool_calls and not response.truncated_calls:
-                self._append_assistant(response)
                 follow_ups = self._take_follow_ups()
                 if follow_ups:
+                    self._append_assistant(response)
                     await self._admit_inputs(follow_ups)
                     await self._turn_completed(response)
                     continue
+                # The answer ends the run: no later request needs it as an assistant message.
                 await self._complete(response, "stop", None)
                 return None
             failure = await run_batch(self, self.turn, response)
@@ -421,7 +424,6 @@ class RunDriver:
                 )
                 await self._fail(FinalTurnDeclaredTools(names))
                 return
-            self._append_assistant(response)
             self.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
             await self._complete(response, "budget-exhausted", dim)
         if grace_deadline.cancelled_caught and self.terminal is None:
@@ -433,23 +435,33 @@ class RunDriver:
         toolkit = self.agent.toolkit
         request = ModelRequest(
             tuple(self.messages),
-            tools=() if grace else toolkit.descriptors,
-            tool_choice="none" if grace or not len(toolkit) else "auto",
+            () if grace else toolkit.descriptors,
+            "none" if grace or not len(toolkit) else "auto",
         )
         self.emit(ModelStarted, turn)
         reducer = ResponseReducer()
-        streamed = StreamRedactor(self.services.redactor)  # a secret may span two deltas
+        feed = reducer.feed
+        redactor = self.services.redactor
+        # A secret may span two deltas: a StreamRedactor holds back what could become one. A
+        # redactor that says it has nothing to redact needs none for this turn.
+        streamed = StreamRedactor(redactor) if getattr(redactor, "active", True) else None
         stream = self.services.model.stream(request)
         queue = self._queue
         try:
             async for part in stream:
-                reducer.feed(part)
-                if isinstance(part, _DELTA_PARTS):
-                    is_text = isinstance(part, TextDeltaPart)
-                    shown = streamed.feed((is_text, part.id), part.delta)
-                elif isinstance(part, _END_PARTS):
-                    is_text = isinstance(part, TextEndPart)
-                    shown = streamed.end((is_text, part.id))
+                cls = feed(part)
+                if cls is TextDeltaPart or cls is ReasoningDeltaPart:
+                    is_text = cls is TextDeltaPart
+                    shown = (
+                        part.delta  # type: ignore[union-attr]
+                        if streamed is None
+                        else streamed.feed((is_text, part.id), part.delta)  # type: ignore[union-attr]
+                    )
+                elif cls is TextEndPart or cls is ReasoningEndPart:
+                    if streamed is None:
+                        continue
+                    is_text = cls is TextEndPart
+                    shown = streamed.end((is_text, part.id))  # type: ignore[union-attr]
                 else:
                     continue
                 if shown:
