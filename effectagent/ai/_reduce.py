@@ -63,7 +63,10 @@ class ModelResponse:
     @property
     def text(self) -> str:
         """All text blocks, concatenated."""
-        return "".join(str(v) for k, v in self.content if k == "text")
+        texts = [v for k, v in self.content if k == "text"]
+        if len(texts) == 1 and type(texts[0]) is str:
+            return texts[0]
+        return "".join(map(str, texts))
 
     @property
     def reasoning(self) -> str:
@@ -103,19 +106,23 @@ class ResponseReducer:
     """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends."""
 
     __slots__ = (
-        "_blocks",
         "_call_ids",
         "_calls",
         "_error",
         "_finish",
         "_metadata",
+        "_open",
         "_order",
         "_params",
+        "_reasoning",
+        "_text",
     )
 
     def __init__(self) -> None:
-        # block key -> chunks; key is ("text"|"reasoning", id). None once ended.
-        self._blocks: dict[tuple[str, str], list[str] | None] = {}
+        # block id -> its chunks, per kind of block; None once the block ended.
+        self._text: dict[str, list[str] | None] = {}
+        self._reasoning: dict[str, list[str] | None] = {}
+        self._open = 0  # blocks started and not yet ended
         self._order: list[tuple[str, object]] = []
         self._params: dict[str, tuple[str, list[str], bool]] = {}
         self._calls: list[ToolCall] = []
@@ -137,23 +144,27 @@ class ResponseReducer:
             raise MalformedResponse(f"unknown part {part!r}")
         p: Any = part
         if cls is TextDelta or cls is ReasoningDelta:
-            kind = "text" if cls is TextDelta else "reasoning"
-            chunks = self._blocks.get((kind, p.id))
+            chunks = (self._text if cls is TextDelta else self._reasoning).get(p.id)
             if chunks is None:
+                kind = "text" if cls is TextDelta else "reasoning"
                 raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
             chunks.append(p.delta)
         elif cls is TextStart or cls is ReasoningStart:
             kind = "text" if cls is TextStart else "reasoning"
-            if (kind, p.id) in self._blocks:
+            blocks = self._text if cls is TextStart else self._reasoning
+            if p.id in blocks:
                 raise MalformedResponse(f"{kind} block {p.id!r} started twice")
             chunks = []
-            self._blocks[(kind, p.id)] = chunks
+            blocks[p.id] = chunks
+            self._open += 1
             self._order.append((kind, chunks))
         elif cls is TextEnd or cls is ReasoningEnd:
-            kind = "text" if cls is TextEnd else "reasoning"
-            if self._blocks.get((kind, p.id)) is None:
+            blocks = self._text if cls is TextEnd else self._reasoning
+            if blocks.get(p.id) is None:
+                kind = "text" if cls is TextEnd else "reasoning"
                 raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
-            self._blocks[(kind, p.id)] = None
+            blocks[p.id] = None
+            self._open -= 1
         elif cls is ToolParamsStart:
             if p.id in self._params or p.id in self._call_ids:
                 raise MalformedResponse(f"tool call {p.id!r} started twice")
@@ -202,9 +213,6 @@ class ResponseReducer:
         finish = self._finish
         if finish is None:
             raise MalformedResponse("the stream ended without a finish part")
-        open_blocks = [
-            f"{k} {i!r}" for (k, i), chunks in self._blocks.items() if chunks is not None
-        ]
         truncated: list[TruncatedToolCall] = []
         if self._params:
             if finish.reason != "length":
@@ -217,17 +225,25 @@ class ResponseReducer:
                 TruncatedToolCall(call_id, name, "".join(chunks))
                 for call_id, (name, chunks, _) in self._params.items()
             ]
-        if open_blocks and finish.reason not in ("length", "content-filter", "error"):
+        if self._open and finish.reason not in ("length", "content-filter", "error"):
+            open_blocks = [
+                f"{kind} {block!r}"
+                for kind, blocks in (("text", self._text), ("reasoning", self._reasoning))
+                for block, chunks in blocks.items()
+                if chunks is not None
+            ]
             raise MalformedResponse(f"block(s) {', '.join(open_blocks)} never ended")
         content = tuple(
-            (kind, "".join(value) if isinstance(value, list) else value)
-            for kind, value in self._order
+            [
+                (kind, "".join(value) if type(value) is list else value)
+                for kind, value in self._order
+            ]
         )
         return ModelResponse(
-            content=content,
-            tool_calls=tuple(self._calls),
-            truncated_calls=tuple(truncated),
-            finish_reason=finish.reason,
-            usage=finish.usage,
-            metadata=self._metadata,
+            content,
+            tuple(self._calls),
+            tuple(truncated),
+            finish.reason,
+            finish.usage,
+            self._metadata,
         )

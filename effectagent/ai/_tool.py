@@ -23,7 +23,14 @@ import jsonschema
 from returns.result import Result
 
 from effectagent.effect import ServiceKey, TaggedError
-from effectagent.effect._schema import SchemaError, SchemaIssue, SchemaLimits, encode, json_schema
+from effectagent.effect._schema import (
+    SchemaError,
+    SchemaIssue,
+    SchemaLimits,
+    encode,
+    encoder_for,
+    json_schema,
+)
 from effectagent.effect._schema import decode as _decode
 from effectagent.effect._schema import decode_json as _decode_json
 
@@ -195,6 +202,7 @@ class Tool(Generic[P, S]):
     __slots__ = (
         "_output_validator",
         "_parameters_validator",
+        "_success_encoder",
         "annotations",
         "description",
         "failure",
@@ -266,6 +274,7 @@ class Tool(Generic[P, S]):
             jsonschema.Draft202012Validator.check_schema(schema)
             self.parameters_schema = schema
             self._parameters_validator = jsonschema.Draft202012Validator(schema)
+        self._success_encoder: Callable[[Any], JSONValue] | None = None  # made on first use
         if success is not None:
             self.success_schema: Mapping[str, Any] | None = json_schema(success)
             self._output_validator: jsonschema.protocols.Validator | None = None
@@ -338,6 +347,11 @@ class Tool(Generic[P, S]):
                         f"tool {self.name!r} returned a value its success type rejects: {exc}"
                     ) from None
                 return as_json
+            if type(value) is declared:  # the common case: the encoder of exactly this class
+                encoder = self._success_encoder
+                if encoder is None:
+                    encoder = self._success_encoder = encoder_for(declared)
+                return encoder(value)
             if not isinstance(value, self.success):
                 raise OutputSchemaViolation(
                     f"tool {self.name!r} returned {type(value).__name__}, "

@@ -22,13 +22,9 @@ class UsageDelta:
     @staticmethod
     def from_usage(usage: Usage) -> UsageDelta:
         """The delta of one call's reported usage."""
-        return UsageDelta(
-            input_tokens=usage.input.total,
-            output_tokens=usage.output.total,
-            cache_read_input_tokens=usage.input.cache_read,
-            cache_write_input_tokens=usage.input.cache_write,
-            reasoning_tokens=usage.output.reasoning,
-        )
+        # Positional, in field order (a keyword call costs a third more here, once per turn).
+        inp, out = usage.input, usage.output
+        return UsageDelta(inp.total, out.total, inp.cache_read, inp.cache_write, out.reasoning)
 
     @property
     def total_tokens(self) -> int:
@@ -52,15 +48,17 @@ class UsageTotals:
 
     def add(self, delta: UsageDelta) -> UsageTotals:
         """Totals after one more call."""
+        # Positional, in field order: input, output, cache read, cache write, reasoning, model
+        # calls, last input, last output.
         return UsageTotals(
-            input_tokens=self.input_tokens + delta.input_tokens,
-            output_tokens=self.output_tokens + delta.output_tokens,
-            cache_read_input_tokens=self.cache_read_input_tokens + delta.cache_read_input_tokens,
-            cache_write_input_tokens=self.cache_write_input_tokens + delta.cache_write_input_tokens,
-            reasoning_tokens=self.reasoning_tokens + delta.reasoning_tokens,
-            model_calls=self.model_calls + 1,
-            last_input_tokens=delta.input_tokens,
-            last_output_tokens=delta.output_tokens,
+            self.input_tokens + delta.input_tokens,
+            self.output_tokens + delta.output_tokens,
+            self.cache_read_input_tokens + delta.cache_read_input_tokens,
+            self.cache_write_input_tokens + delta.cache_write_input_tokens,
+            self.reasoning_tokens + delta.reasoning_tokens,
+            self.model_calls + 1,
+            delta.input_tokens,
+            delta.output_tokens,
         )
 
     @property

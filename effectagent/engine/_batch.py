@@ -13,7 +13,7 @@ run concurrently — a waiting call never holds up the ones after it, and calls 
 task each, all children of the batch's nursery — but a call that never waits (a cache hit, a pure
 computation) costs no task at all, and a batch of one call needs no nursery. Each call runs in a
 copy of its worker's ``contextvars`` context, exactly as a child task would
-(:class:`~effectagent.engine._eager.InContext`): a context variable a handler sets never reaches
+(:func:`~effectagent.engine._eager.in_context`): a context variable a handler sets never reaches
 another call, the run or the caller.
 
 If the run is interrupted (or its deadline passes) mid-batch, every unsettled call settles as a
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import time
 from contextvars import copy_context
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, final
 
 import trio
@@ -75,7 +76,7 @@ from effectagent.core._bounds import bounded_json
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
 
-from ._eager import InContext
+from ._eager import in_context
 from ._scheduler import BatchLedger, WorkerPool
 from ._seams import ApprovalError
 
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
 __all__ = ["run_batch"]
 
 _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+_first = itemgetter(0)
 _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
@@ -197,21 +199,14 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     runnable = runnable[:admitted]
     if runnable:
         now = time.time()
+        conversation_id, run_id = driver.conversation_id, driver.run_id
         await driver.record(
-            *(
-                ToolCallPrepared(
-                    driver.conversation_id,
-                    driver.run_id,
-                    turn,
-                    c.id,
-                    c.name,
-                    c.arguments,
-                    now,
-                )
+            *[
+                ToolCallPrepared(conversation_id, run_id, turn, c.id, c.name, c.arguments, now)
                 for c in runnable
-            )
+            ]
         )
-    early = sorted(settled_early, key=lambda item: item[0])
+    early = sorted(settled_early, key=_first) if settled_early else settled_early
     for index, outcome in early:
         ledger.settle(index, outcome)
 
@@ -223,7 +218,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
             _announce(driver, turn, outcome)
         if len(runnable) == 1:
             # One call: nothing could run beside it, so it needs no task and no nursery.
-            await InContext(_execute(driver, ledger, turn, runnable[0]), copy_context())
+            await in_context(_execute(driver, ledger, turn, runnable[0]), copy_context())
         elif runnable:
             # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers, no
             # Exits; errors are reified per call by ``_execute``).
@@ -271,18 +266,19 @@ async def _commit(
     assistant = driver.assistant_message(response, parsed)
     results = ToolMessage(
         tuple(
-            ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
-            for o in outcomes
+            [
+                ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
+                for o in outcomes
+            ]
         )
     )
     now = time.time()
+    conversation_id, run_id = driver.conversation_id, driver.run_id
     await driver.record(
-        *(
-            ToolCallSettled(
-                driver.conversation_id, driver.run_id, turn, o.tool_call_id, o.tool_name, o, now
-            )
+        *[
+            ToolCallSettled(conversation_id, run_id, turn, o.tool_call_id, o.tool_name, o, now)
             for o in outcomes
-        )
+        ]
     )
     if assistant is not None:
         driver.messages.append(assistant)
@@ -331,7 +327,7 @@ class _Workers:
         pool, calls, call_waits = self.pool, self.calls, self.call_waits
         while (index := pool.take()) is not None:
             execute = _execute(self.driver, self.ledger, self.turn, calls[index])
-            if not await InContext(execute, copy_context(), call_waits):
+            if not await in_context(execute, copy_context(), call_waits):
                 return
 
     def call_waits(self) -> None:

@@ -1,7 +1,7 @@
 """Running a coroutine eagerly: in the current task, in a context of its own, noticing each wait.
 
 A tool call whose handler never has to wait (a cache hit, a computation, a no-op) does not need a
-Trio task of its own — a task costs more than such a whole call. :class:`InContext` runs a coroutine
+Trio task of its own — a task costs more than such a whole call. :func:`in_context` runs a coroutine
 in the awaiting task instead, with two things a task would have given it:
 
 * **its own context** — a copy of the awaiting task's ``contextvars`` context, as a child task
@@ -19,18 +19,23 @@ task — which is the task it runs in (``trio.lowlevel.current_task()`` is that 
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Coroutine, Generator
 from contextvars import Context
-from typing import Any, Generic, TypeVar, final
+from typing import Any, TypeVar
 
-__all__ = ["InContext"]
+__all__ = ["in_context"]
 
 T = TypeVar("T")
 
 
-@final
-class InContext(Generic[T]):
-    """``await InContext(coro, context, on_wait)`` runs ``coro`` to its end in ``context``.
+@types.coroutine
+def in_context(
+    coro: Coroutine[Any, Any, T],
+    context: Context,
+    on_wait: Callable[[], object] | None = None,
+) -> Generator[Any, Any, T]:
+    """``await in_context(coro, context, on_wait)`` runs ``coro`` to its end in ``context``.
 
     ``context`` must not be entered anywhere else meanwhile (a fresh ``copy_context()`` is what
     the engine passes). Returns what ``coro`` returns; raises what it raises.
@@ -38,43 +43,27 @@ class InContext(Generic[T]):
     Cancellation: exactly as ``coro``'s own — a ``Cancelled`` thrown into the awaiting task is
     thrown into ``coro`` at its current checkpoint, which handles or propagates it.
     """
-
-    __slots__ = ("_context", "_coro", "_on_wait")
-
-    def __init__(
-        self,
-        coro: Coroutine[Any, Any, T],
-        context: Context,
-        on_wait: Callable[[], object] | None = None,
-    ) -> None:
-        self._coro = coro
-        self._context = context
-        self._on_wait = on_wait
-
-    def __await__(self) -> Generator[Any, Any, T]:
-        coro = self._coro
-        run = self._context.run
-        on_wait = self._on_wait
+    run = context.run
+    try:
+        trap = run(coro.send, None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    while True:
+        if on_wait is not None:
+            on_wait()
         try:
-            trap = run(coro.send, None)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        while True:
-            if on_wait is not None:
-                on_wait()
+            sent = yield trap
+        except GeneratorExit:
+            # The awaiting coroutine is being closed: close this one too, in its context.
+            run(coro.close)
+            raise
+        except BaseException as thrown:
             try:
-                sent = yield trap
-            except GeneratorExit:
-                # The awaiting coroutine is being closed: close this one too, in its context.
-                run(coro.close)
-                raise
-            except BaseException as thrown:
-                try:
-                    trap = run(coro.throw, thrown)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
-            else:
-                try:
-                    trap = run(coro.send, sent)
-                except StopIteration as done:
-                    return done.value  # type: ignore[no-any-return]
+                trap = run(coro.throw, thrown)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+        else:
+            try:
+                trap = run(coro.send, sent)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
+from operator import itemgetter
 from typing import Any, Literal, final
 
 import attrs
@@ -39,6 +40,7 @@ __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_ev
 
 # Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
 _SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
+_first = itemgetter(0)
 
 
 class RunFailedError(Exception):
@@ -103,13 +105,15 @@ class RunReducer:
         last = self.last
         if last is None:
             raise RuntimeError("the run produced no events")
-        settled = sorted(self._settled, key=lambda item: item[0])
-        outcomes = tuple(outcome for _, outcome in settled)
-        base = (last.run_id, last.conversation_id)
-        count = self.count
+        settled = self._settled
+        outcomes = (
+            tuple([outcome for _, outcome in sorted(settled, key=_first)]) if settled else ()
+        )
+        run_id, conversation_id, count = last.run_id, last.conversation_id, self.count
         if isinstance(last, RunCompleted):
             return RunResult(
-                *base,
+                run_id,
+                conversation_id,
                 "completed",
                 last.text,
                 last.output,
@@ -122,15 +126,45 @@ class RunReducer:
             )
         if isinstance(last, RunFailed):
             return RunResult(
-                *base, "failed", "", None, None, None, last.error, last.usage, outcomes, count
+                run_id,
+                conversation_id,
+                "failed",
+                "",
+                None,
+                None,
+                None,
+                last.error,
+                last.usage,
+                outcomes,
+                count,
             )
         if isinstance(last, RunInterrupted):
             return RunResult(
-                *base, "interrupted", "", None, None, None, None, last.usage, outcomes, count
+                run_id,
+                conversation_id,
+                "interrupted",
+                "",
+                None,
+                None,
+                None,
+                None,
+                last.usage,
+                outcomes,
+                count,
             )
         if isinstance(last, RunSuspended):
             return RunResult(
-                *base, "suspended", "", None, None, None, None, UsageTotals(), outcomes, count
+                run_id,
+                conversation_id,
+                "suspended",
+                "",
+                None,
+                None,
+                None,
+                None,
+                UsageTotals(),
+                outcomes,
+                count,
             )
         raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
 

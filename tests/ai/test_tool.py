@@ -279,6 +279,20 @@ def test_static_success_is_encoded_to_json() -> None:
     assert tool.encode_success(Forecast("Oslo", 4.0)) == {"city": "Oslo", "high_c": 4.0}
 
 
+def test_a_subclass_of_the_success_type_is_encoded_as_itself() -> None:
+    @attrs.frozen
+    class DetailedForecast(Forecast):
+        wind: str
+
+    tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)
+    assert tool.encode_success(Forecast("Oslo", 4.0)) == {"city": "Oslo", "high_c": 4.0}
+    assert tool.encode_success(DetailedForecast("Oslo", 4.0, "calm")) == {
+        "city": "Oslo",
+        "high_c": 4.0,
+        "wind": "calm",
+    }
+
+
 @pytest.mark.parametrize("value", [{"city": "Oslo", "high_c": 4.0}, Lookup("Oslo"), None, "Oslo"])
 def test_a_value_of_the_wrong_type_violates_the_output_schema(value: object) -> None:
     tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)

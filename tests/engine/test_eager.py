@@ -1,4 +1,4 @@
-"""InContext: a coroutine run in the awaiting task, in a context of its own, noticing each wait.
+"""in_context: a coroutine run in the awaiting task, in a context of its own, noticing each wait.
 
 What a child task would give a tool call, kept without the task: its own copy of the context
 (nothing it sets leaks out), Trio's waits, cancellation and nurseries working inside it, its result
@@ -15,13 +15,13 @@ import pytest
 import trio
 import trio.testing
 
-from effectagent.engine._eager import InContext
+from effectagent.engine._eager import in_context
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="outer")
 
 
 async def _in_own_context(coro: Coroutine[Any, Any, Any], on_wait: Any = None) -> Any:
-    return await InContext(coro, contextvars.copy_context(), on_wait)
+    return await in_context(coro, contextvars.copy_context(), on_wait)
 
 
 async def test_returns_the_coroutines_value_and_sees_a_copy_of_the_context() -> None:
@@ -158,7 +158,7 @@ def test_closing_the_awaiting_coroutine_closes_the_inner_one() -> None:
             closed.append(True)
 
     async def outer() -> None:
-        await InContext(inner(), contextvars.copy_context())
+        await in_context(inner(), contextvars.copy_context())
 
     coro = outer()
     coro.send(None)  # runs to the inner checkpoint's yield (no Trio run needed to get there)
