@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from effectagent.effect import ServiceKey
+from effectagent.effect._fast_init import fast_init
 
 from ._prompt import Message
 from ._reduce import ModelResponse, ResponseReducer
@@ -32,6 +33,7 @@ NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ModelRequest:
     """One model call. ``tool_choice`` is auto, none, required, or a tool name."""

@@ -12,6 +12,8 @@ from typing import Any, final
 
 import attrs
 
+from effectagent.effect._fast_init import fast_init
+
 from ._errors import AiError, MalformedResponse
 from ._response import (
     ErrorPart,
@@ -36,6 +38,7 @@ from ._usage import Usage
 __all__ = ["ModelResponse", "ResponseReducer", "TruncatedToolCall"]
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TruncatedToolCall:
     """A tool call cut off by the length limit: its arguments are incomplete; it never runs."""
@@ -45,6 +48,7 @@ class TruncatedToolCall:
     partial_arguments: str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ModelResponse:
     """One complete model response.

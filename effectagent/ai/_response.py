@@ -10,6 +10,8 @@ from typing import Literal, TypeAlias
 
 import attrs
 
+from effectagent.effect._fast_init import fast_init
+
 from ._errors import AiError
 from ._usage import Usage
 
@@ -43,6 +45,7 @@ FINISH_REASONS: frozenset[str] = frozenset(
 )
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TextStart:
     """A text block ``id`` begins."""
@@ -51,6 +54,7 @@ class TextStart:
     type: Literal["text-start"] = "text-start"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TextDelta:
     """More text for block ``id``."""
@@ -60,6 +64,7 @@ class TextDelta:
     type: Literal["text-delta"] = "text-delta"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TextEnd:
     """Text block ``id`` is complete."""
@@ -68,6 +73,7 @@ class TextEnd:
     type: Literal["text-end"] = "text-end"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ReasoningStart:
     """A reasoning block ``id`` begins."""
@@ -76,6 +82,7 @@ class ReasoningStart:
     type: Literal["reasoning-start"] = "reasoning-start"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ReasoningDelta:
     """More reasoning for block ``id``."""
@@ -85,6 +92,7 @@ class ReasoningDelta:
     type: Literal["reasoning-delta"] = "reasoning-delta"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ReasoningEnd:
     """Reasoning block ``id`` is complete."""
@@ -93,6 +101,7 @@ class ReasoningEnd:
     type: Literal["reasoning-end"] = "reasoning-end"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolParamsStart:
     """The model begins streaming arguments for tool call ``id`` of tool ``name``."""
@@ -102,6 +111,7 @@ class ToolParamsStart:
     type: Literal["tool-params-start"] = "tool-params-start"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolParamsDelta:
     """More argument text (JSON, possibly partial) for tool call ``id``."""
@@ -111,6 +121,7 @@ class ToolParamsDelta:
     type: Literal["tool-params-delta"] = "tool-params-delta"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolParamsEnd:
     """The arguments of tool call ``id`` are complete."""
@@ -119,6 +130,7 @@ class ToolParamsEnd:
     type: Literal["tool-params-end"] = "tool-params-end"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCall:
     """A complete tool call: ``arguments`` is the raw JSON text the provider sent."""
@@ -129,6 +141,7 @@ class ToolCall:
     type: Literal["tool-call"] = "tool-call"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolResultPart:
     """A result of a *provider-executed* tool (reported, never executed by the engine)."""
@@ -139,6 +152,7 @@ class ToolResultPart:
     type: Literal["tool-result"] = "tool-result"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ResponseMetadata:
     """Provider metadata: response id, model id, timestamp (seconds since the epoch)."""
@@ -149,6 +163,7 @@ class ResponseMetadata:
     type: Literal["response-metadata"] = "response-metadata"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class FinishPart:
     """The response is complete."""
@@ -158,6 +173,7 @@ class FinishPart:
     type: Literal["finish"] = "finish"
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ErrorPart:
     """The provider reported an error mid-stream."""

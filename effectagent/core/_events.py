@@ -11,6 +11,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from effectagent.effect._fast_init import fast_init
+
 from ._approval import ApprovalRequest
 from ._errors import RunError
 from ._outcomes import ToolOutcome
@@ -41,6 +43,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class EventBase:
     """Identity and ordering shared by every event."""
@@ -52,6 +55,7 @@ class EventBase:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunStarted(EventBase):
     """The run was admitted; ``input`` is the user's (redacted) text."""
@@ -59,6 +63,7 @@ class RunStarted(EventBase):
     input: str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TurnStarted(EventBase):
     """A turn begins; ``grace`` marks the single final-answer turn after exhaustion."""
@@ -67,6 +72,7 @@ class TurnStarted(EventBase):
     grace: bool = False
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ModelStarted(EventBase):
     """The model request for ``turn`` is sent."""
@@ -74,6 +80,7 @@ class ModelStarted(EventBase):
     turn: int
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TextDelta(EventBase):
     """Streamed answer text."""
@@ -82,6 +89,7 @@ class TextDelta(EventBase):
     text: str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ReasoningDelta(EventBase):
     """Streamed reasoning text."""
@@ -90,6 +98,7 @@ class ReasoningDelta(EventBase):
     text: str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallDeclared(EventBase):
     """The model declared a tool call (arguments redacted, bounded)."""
@@ -100,6 +109,7 @@ class ToolCallDeclared(EventBase):
     arguments: Any
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallStarted(EventBase):
     """The handler of a tool call starts (permits held)."""
@@ -109,6 +119,7 @@ class ToolCallStarted(EventBase):
     tool_name: str
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolProgress(EventBase):
     """A handler reported progress (redacted, bounded)."""
@@ -119,6 +130,7 @@ class ToolProgress(EventBase):
     data: Any
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallSucceeded(EventBase):
     """A tool call settled with ToolSuccess."""
@@ -129,6 +141,7 @@ class ToolCallSucceeded(EventBase):
     outcome: ToolOutcome
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallFailed(EventBase):
     """A tool call settled with any other outcome."""
@@ -139,6 +152,7 @@ class ToolCallFailed(EventBase):
     outcome: ToolOutcome
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ApprovalRequested(EventBase):
     """A tool call waits for approval."""
@@ -149,6 +163,7 @@ class ApprovalRequested(EventBase):
     request: ApprovalRequest
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class TurnCompleted(EventBase):
     """A turn ended (its batch, if any, committed)."""
@@ -158,6 +173,7 @@ class TurnCompleted(EventBase):
     usage: UsageTotals
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class BudgetWarning(EventBase):
     """A budget dimension passed its warning ratio (once per dimension per run)."""
@@ -167,6 +183,7 @@ class BudgetWarning(EventBase):
     limit: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class CompactionPerformed(EventBase):
     """Context was compacted before ``turn``."""
@@ -178,6 +195,7 @@ class CompactionPerformed(EventBase):
     tokens_after: int
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunCompleted(EventBase):
     """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
@@ -191,6 +209,7 @@ class RunCompleted(EventBase):
     tool_calls: int
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunFailed(EventBase):
     """Terminal: the run failed with ``error``."""
@@ -199,6 +218,7 @@ class RunFailed(EventBase):
     usage: UsageTotals
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunInterrupted(EventBase):
     """Terminal: the run was cancelled (caller, runtime close)."""
@@ -207,6 +227,7 @@ class RunInterrupted(EventBase):
     usage: UsageTotals
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunSuspended(EventBase):
     """Terminal: the run waits durably (durable classes only)."""

@@ -10,6 +10,8 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
+from effectagent.effect._fast_init import fast_init
+
 __all__ = [
     "ToolDefect",
     "ToolFailure",
@@ -21,6 +23,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolSuccess:
     """The handler returned a value of its declared success type; ``result`` is its encoding."""
@@ -36,6 +39,7 @@ class ToolSuccess:
         return self.result
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolRejected:
     """Authorization or approval denied execution (or a budget stopped it); it never ran."""
@@ -51,6 +55,7 @@ class ToolRejected:
         return {"_tag": "ToolRejected", "message": self.reason}
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolInvalidInput:
     """The arguments did not decode (or the tool is unknown, or the arguments were truncated)."""
@@ -66,6 +71,7 @@ class ToolInvalidInput:
         return {"_tag": "ToolInvalidInput", "message": self.message}
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolFailure:
     """The handler failed with a declared error; ``error`` is its encoded envelope (``_tag``…)."""
@@ -81,6 +87,7 @@ class ToolFailure:
         return self.error
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolDefect:
     """The handler crashed, was interrupted unexpectedly, timed out, or broke its output schema."""
@@ -96,6 +103,7 @@ class ToolDefect:
         return {"_tag": "ToolDefect", "message": self.message}
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolUnknownOutcome:
     """A prepared call whose settlement was never recorded (durable classes only, on recovery)."""

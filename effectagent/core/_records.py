@@ -23,6 +23,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
+from effectagent.effect._fast_init import fast_init
 from effectagent.effect._schema import parse_json_text
 
 from ._approval import ApprovalDecision, ApprovalRequest
@@ -49,6 +50,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ConversationCreated:
     """A conversation begins."""
@@ -58,6 +60,7 @@ class ConversationCreated:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up."""
@@ -71,6 +74,7 @@ class UserInputRecorded:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
@@ -85,6 +89,7 @@ class ModelResponseRecorded:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallPrepared:
     """A declared tool call was resolved and decoded and is about to be authorized and run."""
@@ -98,6 +103,7 @@ class ToolCallPrepared:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolCallSettled:
     """The one outcome of a declared tool call, committed in declaration order."""
@@ -111,6 +117,7 @@ class ToolCallSettled:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolApprovalRequested:
     """Canonical audit of an approval request (CAP-006)."""
@@ -121,6 +128,7 @@ class ToolApprovalRequested:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class ToolApprovalDecided:
     """Canonical audit of an approval decision (CAP-006)."""
@@ -132,6 +140,7 @@ class ToolApprovalDecided:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class CompactionCreated:
     """Context compaction covering log entries ``<= covers_through``. ``kind`` is
@@ -146,6 +155,7 @@ class CompactionCreated:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunCompletedRecord:
     """A run ended with an answer."""
@@ -157,6 +167,7 @@ class RunCompletedRecord:
     at: float
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class RunFailedRecord:
     """A run ended without an answer (failure or interruption)."""
@@ -183,6 +194,7 @@ Record: TypeAlias = (
 )
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class LogEntry:
     """A record at its sequence number (1-based, gap-free per conversation)."""

@@ -5,10 +5,12 @@ from __future__ import annotations
 import attrs
 
 from effectagent.ai import Usage
+from effectagent.effect._fast_init import fast_init
 
 __all__ = ["UsageDelta", "UsageTotals"]
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class UsageDelta:
     """What one model call added. ``input_tokens`` is the total input (cached or not)."""
@@ -32,6 +34,7 @@ class UsageDelta:
         return self.input_tokens + self.output_tokens
 
 
+@fast_init
 @attrs.frozen(slots=True)
 class UsageTotals:
     """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent call's —

@@ -35,6 +35,7 @@ from effectagent.core import (
     ToolOutcome,
     UsageTotals,
 )
+from effectagent.effect._fast_init import fast_init
 
 __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_events"]
 
@@ -52,6 +53,7 @@ class RunFailedError(Exception):
         self.result = result
 
 
+@fast_init
 @attrs.frozen
 class RunResult:
     """The reduction of a run's event stream."""
@@ -106,9 +108,7 @@ class RunReducer:
         if last is None:
             raise RuntimeError("the run produced no events")
         settled = self._settled
-        outcomes = (
-            tuple([outcome for _, outcome in sorted(settled, key=_first)]) if settled else ()
-        )
+        outcomes = tuple([outcome for _, outcome in sorted(settled, key=_first)]) if settled else ()
         run_id, conversation_id, count = last.run_id, last.conversation_id, self.count
         if isinstance(last, RunCompleted):
             return RunResult(
