@@ -2,6 +2,7 @@
 
 A result whose compact JSON is larger than the bound is replaced by a marker that keeps the original
 size, a head and a tail, so the model knows what it is missing. The marker itself fits the bound.
+Bounding never raises on a JSON value, lone surrogates included.
 """
 
 from __future__ import annotations
@@ -139,7 +140,9 @@ def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
     if isinstance(value, str) and len(value) * 6 + 2 <= bounds.max_bytes:
         return value, False, len(value)
     text = compact_json(value)
-    data = text.encode("utf-8")
+    # A lone surrogate (JSON can carry one as a ``\\ud800`` escape) has no UTF-8 form: measure
+    # it as the three bytes it would be written as, and let the marker's cut drop it.
+    data = text.encode("utf-8", "surrogatepass")
     if len(data) <= bounds.max_bytes:
         return value, False, len(data)
     return _marker(data, bounds), True, len(data)

@@ -585,3 +585,32 @@ async def test_hostile_argument_text_is_invalid_input_not_a_crash(
     assert isinstance(failed.outcome, ToolInvalidInput)
     assert "deeper" in failed.outcome.message
     assert probe.calls == []
+
+
+async def test_a_lone_surrogate_in_arguments_or_results_is_not_a_crash(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """JSON can carry a lone surrogate (``"\\ud800"``), which has no UTF-8 form: previews, bounds
+    and results must still work — the call runs or is invalid input, and the run goes on."""
+    tool = forecast_tool()
+    probe = HandlerProbe()
+
+    async def echo(params: Lookup, call: ToolCallContext) -> Forecast:
+        return Forecast(params.city * 400, 1.0)  # big enough to be measured, not just walked
+
+    ran = await run_script(
+        make_agent(tool),
+        {tool: probe.wrap(echo)},
+        [
+            Turn.tool_calls(
+                ("forecast", '{"city": "\\ud800"}', "lone"),
+                ("forecast", '{"city": "Oslo", "x": "\\udfff"}', "extra"),
+            ),
+            Turn.text("done"),
+        ],
+    )
+    assert isinstance(ran.events[-1], RunCompleted)
+    success = ran.outcome("lone")
+    assert isinstance(success, ToolSuccess)
+    assert success.result["city"] == "\ud800" * 400
+    assert isinstance(ran.outcome("extra"), ToolInvalidInput)
