@@ -12,7 +12,7 @@ from typing import Any
 
 from ._policy import ToolResultBounds
 
-__all__ = ["bound_json", "bounded_json", "compact_json"]
+__all__ = ["PARSED_BYTES_PER_CHAR", "bound_json", "bounded_json", "bounded_parsed", "compact_json"]
 
 _MARKER_OVERHEAD = 160
 # Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
@@ -129,6 +129,21 @@ def bounded_json(value: Any, bounds: ToolResultBounds) -> Any:
     if _worst_case_size(value, bounds.max_bytes) <= bounds.max_bytes:
         return value
     return bound_json(value, bounds)[0]
+
+
+#: The compact JSON of a value parsed from JSON text takes at most this many bytes per character
+#: of the text (plus 2): a string's character re-encodes to at most 4 bytes, a number's token to at
+#: most 4.5 times its length (``1e15`` becomes ``1000000000000000.0``), and text that does not parse
+#: stays a string — at most 6 bytes a character (``\\u0000``) plus its quotes.
+PARSED_BYTES_PER_CHAR = 6
+
+
+def bounded_parsed(value: Any, text: str, bounds: ToolResultBounds) -> Any:
+    """:func:`bounded_json` of ``value``, which is what parsing ``text`` gave (unchanged since: not
+    redacted): text short enough that nothing parsed from it can exceed the bound needs no walk."""
+    if len(text) * PARSED_BYTES_PER_CHAR + 2 <= bounds.max_bytes:
+        return value
+    return bounded_json(value, bounds)
 
 
 def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:

@@ -72,7 +72,7 @@ from effectagent.core import (
     bound_json,
     parse_arguments,
 )
-from effectagent.core._bounds import bounded_json
+from effectagent.core._bounds import bounded_json, bounded_parsed
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
 
@@ -149,11 +149,13 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     for index, (call_id, name, arguments, truncated) in enumerate(declared):
         if truncated:
             shown: Any = ""
+            preview: Any = ""
+        elif parsed is not None:  # nothing to redact: the parse itself is what is shown
+            shown = parsed[call_id] = parse_arguments(arguments)
+            preview = bounded_parsed(shown, arguments, _PREVIEW_BOUNDS)
         else:
             shown = redactor.redact(parse_arguments(arguments))
-            if parsed is not None:
-                parsed[call_id] = shown
-        preview = bounded_json(shown, _PREVIEW_BOUNDS)
+            preview = bounded_json(shown, _PREVIEW_BOUNDS)
         driver.emit(ToolCallDeclared, turn, call_id, name, preview)
         tool = toolkit.get(name)
         if truncated:

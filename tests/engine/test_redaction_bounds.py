@@ -28,7 +28,13 @@ from effectagent.core import (
     bound_json,
     compact_json,
 )
-from effectagent.core._bounds import _worst_case_size, bounded_json
+from effectagent.core._bounds import (
+    PARSED_BYTES_PER_CHAR,
+    _worst_case_size,
+    bounded_json,
+    bounded_parsed,
+)
+from effectagent.core._records import parse_arguments
 from effectagent.testing import Turn
 
 from .helpers import (
@@ -274,3 +280,28 @@ def test_the_engines_fast_bound_agrees_with_bound_json(value: Any, max_bytes: in
     assert _worst_case_size(value, 10**9) >= len(compact_json(value).encode("utf-8")) or (
         _worst_case_size(value, 10**9) > 10**9
     )
+
+
+@example(text="1e15")  # the worst number: 1000000000000000.0, 4.5 bytes a character
+@example(text='"\\u0000"')
+@example(text='"\\ud800"')  # a lone surrogate: three bytes, as written with surrogatepass
+@example(text="\x00\x01")  # not JSON at all: kept as a string, escaped
+@given(
+    text=st.one_of(
+        st.builds(
+            json.dumps,
+            _json_values,
+            ensure_ascii=st.booleans(),
+            indent=st.none() | st.integers(0, 2),
+        ),
+        st.text(max_size=40),
+    )
+)
+def test_what_is_parsed_from_text_takes_at_most_six_bytes_a_character(text: str) -> None:
+    """The bound the preview's short cut relies on (``bounded_parsed``): whatever parsing
+    ``text`` gives re-encodes to at most PARSED_BYTES_PER_CHAR bytes a character, plus 2."""
+    value = parse_arguments(text)
+    size = len(compact_json(value).encode("utf-8", "surrogatepass"))
+    assert size <= PARSED_BYTES_PER_CHAR * len(text) + 2
+    bounds = ToolResultBounds(max_bytes=256)
+    assert bounded_parsed(value, text, bounds) == bound_json(value, bounds)[0]
