@@ -23,16 +23,27 @@ import attrs
 import trio
 
 from effectagent.core import (
+    ApprovalRequested,
+    BudgetWarning,
+    CompactionPerformed,
     EventBase,
+    ModelStarted,
+    ReasoningDelta,
     RunCompleted,
     RunError,
     RunFailed,
     RunInterrupted,
+    RunStarted,
     RunSuspended,
+    TextDelta,
     ToolCallDeclared,
     ToolCallFailed,
+    ToolCallStarted,
     ToolCallSucceeded,
     ToolOutcome,
+    ToolProgress,
+    TurnCompleted,
+    TurnStarted,
     UsageTotals,
 )
 from effectagent.effect._fast_init import fast_init
@@ -42,6 +53,26 @@ __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_ev
 # Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
 _SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
 _first = itemgetter(0)
+# The event classes the reducer only counts (exact classes; a subclass takes the full path).
+_NOT_TOOL_EVENTS = frozenset(
+    {
+        RunStarted,
+        TurnStarted,
+        ModelStarted,
+        TextDelta,
+        ReasoningDelta,
+        ToolCallStarted,
+        ToolProgress,
+        TurnCompleted,
+        BudgetWarning,
+        ApprovalRequested,
+        CompactionPerformed,
+        RunCompleted,
+        RunFailed,
+        RunInterrupted,
+        RunSuspended,
+    }
+)
 
 
 class RunFailedError(Exception):
@@ -93,6 +124,8 @@ class RunReducer:
         """Take the run's next event."""
         self.count += 1
         self.last = event
+        if type(event) in _NOT_TOOL_EVENTS:  # most events: nothing more to note
+            return
         if isinstance(event, ToolCallDeclared):
             self._declared.setdefault((event.turn, event.tool_call_id), len(self._declared))
         elif isinstance(event, _SETTLED_EVENTS):

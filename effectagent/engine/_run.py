@@ -96,6 +96,9 @@ _ids = random.Random(os.urandom(32))
 os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
 
 
+_now = time.time
+
+
 def _bounded(text: str) -> str:
     """``text`` cut to the length events, records and errors carry."""
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
@@ -164,6 +167,7 @@ class RunDriver:
     ) -> None:
         self.services = services
         self.agent = agent
+        self.agent_name = agent.name
         self.user_input = user_input
         self.author = author
         self.run_id = run_id
@@ -210,10 +214,8 @@ class RunDriver:
         If the consumer is gone, the run interrupts itself. Backpressure is separate (see
         :meth:`wait_for_consumer`).
         """
-        self._seq += 1
-        event = cls(
-            self.run_id, self.conversation_id, self.agent.name, self._seq, time.time(), *fields
-        )
+        seq = self._seq = self._seq + 1
+        event = cls(self.run_id, self.conversation_id, self.agent_name, seq, _now(), *fields)
         if self._sink(event) is False:
             self.interrupt()
         return event
