@@ -226,6 +226,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
             # Exits; errors are reified per call by ``_execute``).
             async with trio.open_nursery() as nursery:
                 await _Workers(driver, ledger, turn, runnable, nursery).work()
+            driver.yielded = True  # leaving a nursery is always a schedule point
         if not ledger.complete:
             # Each call's task absorbs its own Cancelled, so an interrupted batch can leave the scope
             # without raising: surface the cancellation here so the rest settle as interrupted.

@@ -195,6 +195,8 @@ class RunDriver:
         self.finished = False
         self._done: trio.Event | None = None  # made only if someone waits for the end
         self.turn = 0
+        # Set by a batch that yielded to the scheduler (see ``_turns``).
+        self.yielded = False
         # The redacted record content of the latest model response, reused for its prompt message.
         self._content: tuple[ModelResponse, tuple[tuple[str, Any], ...]] | None = None
 
@@ -367,7 +369,12 @@ class RunDriver:
         while True:
             # One scheduler yield per turn keeps runs fair to every other task even when the
             # model, the log and the event hand-over need no I/O (they only check cancellation).
-            await trio.lowlevel.checkpoint()
+            # A batch that ran in a nursery has just yielded on leaving it: then only check.
+            if self.yielded:
+                self.yielded = False
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await trio.lowlevel.checkpoint()
             if queue is not None and queue.full:  # ``wait_for_consumer``, inlined
                 await queue.wait_for_room()
             if services.inbox is not None:
