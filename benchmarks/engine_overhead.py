@@ -28,7 +28,8 @@ Conversation Log appends, the tool pipeline) plus ScriptedModel's own trivial pa
 * **Memory** uses ``tracemalloc``: 1,000 runs are started concurrently in one runtime and each
   parks in its tool handler on a ``trio.Event``. The traced bytes retained while all are in flight,
   divided by 1,000, are the in-flight cost (the caller's task, which ``runtime.run`` drives the
-  run in, the driver and its reducer, the batch's nursery and the tool call's task). After the
+  run in, the driver and its reducer, and the parked call — a batch of one call runs in that same
+  task, with no nursery or task of its own). After the
   event is set and every run has completed, the bytes still retained per run are what the
   in-memory Conversation Log keeps
   (the canonical records of a completed run). ScriptedModel's list of received requests is cleared
