@@ -228,21 +228,26 @@ async def time_batch(scenario: Scenario, script: list[Turn]) -> tuple[float, flo
     return elapsed / scenario.per_batch / 1_000, cpu / scenario.per_batch / 1_000
 
 
-async def measure_rounds(specs: Sequence[Scenario]) -> list[Measured]:
+async def measure_rounds(specs: Sequence[Scenario]) -> tuple[list[Measured], list[float]]:
     """Time every scenario in interleaved rounds (one batch of each per round) after one warm-up
     round that warms caches (attrs/cattrs hooks, code paths) and is not recorded. Sample ``i`` of
-    every scenario comes from round ``i``."""
+    every scenario comes from round ``i``. Each round also times a short calibration (see
+    :func:`calibrate`), so the report can say how fast the machine ran while it was measured."""
     scripts = [spec.script() for spec in specs]
     rounds = min(spec.batches for spec in specs)
     wall: list[list[float]] = [[] for _ in specs]
     cpu: list[list[float]] = [[] for _ in specs]
+    calibrations: list[float] = []
     for round_ in range(rounds + 1):
         for i, spec in enumerate(specs):
             w, c = await time_batch(spec, scripts[i])
             if round_:
                 wall[i].append(w)
                 cpu[i].append(c)
-    return [Measured(spec, tuple(wall[i]), tuple(cpu[i])) for i, spec in enumerate(specs)]
+        if round_:
+            calibrations.append(await calibrate(batches=3, per_batch=500))
+    measured = [Measured(spec, tuple(wall[i]), tuple(cpu[i])) for i, spec in enumerate(specs)]
+    return measured, calibrations
 
 
 @attrs.frozen
@@ -328,6 +333,20 @@ async def calibrate(batches: int = 21, per_batch: int = 2_000) -> float:
     return statistics.median(samples)
 
 
+@attrs.frozen
+class Calibration:
+    """One bare Trio checkpoint's µs, over the rounds: how fast the machine ran meanwhile."""
+
+    median: float
+    low: float
+    high: float
+
+    @staticmethod
+    def of(samples: Sequence[float]) -> Calibration:
+        """From the per-round samples."""
+        return Calibration(statistics.median(samples), min(samples), max(samples))
+
+
 # ---- report --------------------------------------------------------------------------------------
 
 
@@ -360,7 +379,7 @@ def verdict(value: float, target: float) -> str:
     return "meets" if value <= target else f"MISSES x{value / target:.1f}"
 
 
-def report(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint_us: float) -> str:
+def report(results: Sequence[Measured], memory: MemoryFigures | None, speed: Calibration) -> str:
     """The table of figures."""
     wall = Derived.of(results)
     cpu = Derived.of(results, cpu=True)
@@ -368,8 +387,9 @@ def report(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint
     lines = [
         f"engine overhead — Python {platform.python_version()}, trio {trio.__version__}, "
         f"{platform.machine()}; µs per run/turn, median and p90 of per-batch means",
-        f"calibration: one bare trio checkpoint (a scheduler pass) takes {checkpoint_us:.1f} µs "
-        "here right now",
+        f"calibration: one bare trio checkpoint (a scheduler pass) took {speed.median:.1f} µs "
+        f"here (median over the rounds; {speed.low:.1f}-{speed.high:.1f}) — this machine's speed "
+        "drifts, read the figures in proportion",
         "",
         f"{'scenario':<{width}} {'runs':>5} {'µs/run':>8} {'p90':>8} {'CPU':>8} "
         f"{'µs/turn':>8} {'p90':>8}",
@@ -414,10 +434,10 @@ def report(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint
     return "\n".join(lines)
 
 
-def as_json(results: Sequence[Measured], memory: MemoryFigures | None, checkpoint_us: float) -> str:
+def as_json(results: Sequence[Measured], memory: MemoryFigures | None, speed: Calibration) -> str:
     """The figures as JSON (for tooling and comparisons)."""
     data: dict[str, object] = {
-        "checkpoint_us": checkpoint_us,
+        "checkpoint_us": attrs.asdict(speed),
         "scenarios": {
             m.scenario.name: {
                 "median_us": m.median,
@@ -443,11 +463,10 @@ async def main(scale: float = 1.0, *, memory: bool = True, json_output: bool = F
     # points of the timed batches. The engine's own garbage is still collected as usual.
     gc.collect()
     gc.freeze()
-    checkpoint_us = await calibrate()
-    results = await measure_rounds(scenarios(scale))
+    results, calibrations = await measure_rounds(scenarios(scale))
     figures = await measure_memory(CONCURRENT_RUNS) if memory else None
     render = as_json if json_output else report
-    return render(results, figures, checkpoint_us)
+    return render(results, figures, Calibration.of(calibrations))
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
