@@ -228,9 +228,11 @@ class Runtime:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
 
         The run executes in the caller's own task (and context: context variables such as a
-        tracing span reach the model call and, copied, each tool task): its events go straight to
+        tracing span reach the model call and, copied, each tool call): its events go straight to
         the reducer that :func:`reduce_events` applies to a stream — the same events, the same
-        reduction, without a task or a buffer in between. Each tool call runs in a child task.
+        reduction, without a task or a buffer in between. Each tool call runs in a copy of that
+        context — in this task until it has to wait, then the calls behind it in worker tasks of
+        its batch (see ``engine._batch``).
 
         Cancellation: cancelling the caller interrupts the run; this writes the interruption
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
