@@ -370,7 +370,7 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
     services = driver.services
     tool = call.tool
     context = ToolCallContext(
-        call.id, call.name, driver.run_id, driver.conversation_id, driver.agent.name, call.report
+        call.id, call.name, driver.run_id, driver.conversation_id, driver.agent_name, call.report
     )
     if services.authorization is not None:
         decision = await services.authorization.authorize(tool, call.params, context)
@@ -380,7 +380,7 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
                 call.name,
                 driver.redact_text(f"not authorized: {decision.reason or 'denied'}"),
             )
-    if tool.may_need_approval:
+    if tool.needs_approval is not False:  # ``tool.may_need_approval``, without a property call
         try:
             needed = tool.requires_approval(call.params, context)
         except Exception as exc:

@@ -376,3 +376,39 @@ def test_exhausted_is_the_first_dimension_of_limits_at_its_limit(
     if expected is None and repeated is not None:
         expected = ("repeated_failures", repeated[1], policy.repeated_failure_limit)
     assert budget.exhausted(now) == expected
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 2), st.integers(0, 3), st.floats(0, 4), st.integers(0, 400)),
+        max_size=12,
+    ),
+    token_budget=st.none() | st.integers(1, 2000),
+)
+def test_due_warnings_are_each_dimension_once_when_it_crosses_its_line(
+    steps: list[tuple[int, int, float, int]], token_budget: int | None
+) -> None:
+    """However use grows, a warning is due exactly once per dimension, at the first check where
+    its use reached the warning ratio of its limit (the reference: every active dimension)."""
+    policy = AgentPolicy(
+        max_turns=10,
+        max_tool_calls=10,
+        max_duration=20,
+        tool_concurrency=2,
+        token_budget=token_budget,
+    )
+    budget = BudgetState(policy, 100.0)
+    warned: set[str] = set()
+    now = 100.0
+    for turns, calls, seconds, tokens in steps:
+        budget.turns += turns
+        budget.tool_calls += calls
+        budget.usage = UsageTotals(input_tokens=budget.usage.input_tokens + tokens)
+        now += seconds
+        expected = [
+            (dim, used, limit)
+            for dim, used, limit in budget.limits(now)
+            if dim not in warned and used >= policy.warning_ratio * limit
+        ]
+        warned.update(dim for dim, _, _ in expected)
+        assert budget.due_warnings(now) == expected
