@@ -228,8 +228,8 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
                 await _Workers(driver, ledger, turn, runnable, nursery).work()
             driver.yielded = True  # leaving a nursery is always a schedule point
         if not ledger.complete:
-            # Each call's task absorbs its own Cancelled, so an interrupted batch can leave the scope
-            # without raising: surface the cancellation here so the rest settle as interrupted.
+            # Each call absorbs its own Cancelled, so an interrupted batch can get here without
+            # raising: surface the cancellation now, so the rest settle as interrupted.
             await trio.lowlevel.checkpoint()
         # Unshielded: the log's append is all-or-nothing, so if it is cancelled nothing was
         # written, and the handler below commits the (complete) batch shielded instead.
