@@ -85,7 +85,9 @@ class BudgetState:
             self.turns < ratio * policy.max_turns
             and self.tool_calls < ratio * policy.max_tool_calls
             and now - self.started_at < ratio * policy.max_duration
-            and (policy.token_budget is None or self.usage.total_tokens < ratio * policy.token_budget)
+            and (
+                policy.token_budget is None or self.usage.total_tokens < ratio * policy.token_budget
+            )
         ):
             return []
         due = []

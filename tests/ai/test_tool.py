@@ -378,3 +378,28 @@ def test_needs_approval_as_a_function_of_params_and_call() -> None:
     assert not tool.requires_approval(Lookup("Oslo"), _ctx("f"))
     assert tool.requires_approval(Lookup("Pyongyang"), _ctx("f"))
     assert seen == [(Lookup("Oslo"), "call_1"), (Lookup("Pyongyang"), "call_1")]
+
+
+async def test_a_tool_call_context_is_a_read_only_value_that_reports_progress() -> None:
+    reports: list[object] = []
+
+    async def report(data: object) -> None:
+        reports.append(data)
+
+    context = ToolCallContext("call_1", "search", "run_1", "conv_1", "agent", report)
+    assert (context.tool_call_id, context.tool_name, context.run_id) == (
+        "call_1",
+        "search",
+        "run_1",
+    )
+    assert (context.conversation_id, context.agent_name) == ("conv_1", "agent")
+    with pytest.raises(AttributeError):
+        context.tool_call_id = "other"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        context.extra = 1  # type: ignore[attr-defined]
+    assert context == ToolCallContext("call_1", "search", "run_1", "conv_1", "agent", report)
+    assert context != ToolCallContext("call_2", "search", "run_1", "conv_1", "agent", report)
+    assert "call_1" in repr(context)
+    await context.progress({"done": 1})
+    assert reports == [{"done": 1}]
+    await ToolCallContext("call_1", "search").progress("nobody listens")  # the default: a no-op
