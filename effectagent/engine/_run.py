@@ -91,9 +91,19 @@ _MAX_ERROR_TEXT = 2000
 
 # Identifiers are unique, not secret (nothing is authorized by knowing one): 64 random bits from a
 # generator seeded by the OS, reseeded in a forked child so parent and child never share a stream.
-# (``secrets.token_hex`` would cost a system call per identifier, three per run.)
+# (``secrets.token_hex`` would cost a system call per identifier, three per run.) The hex digits
+# are made 256 identifiers at a time, from one draw of random bits.
 _ids = random.Random(os.urandom(32))
-os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+_suffixes: list[str] = []
+_BATCH = 256
+
+
+def _reseed_after_fork() -> None:
+    _ids.seed(os.urandom(32))
+    _suffixes.clear()
+
+
+os.register_at_fork(after_in_child=_reseed_after_fork)
 
 
 _now = time.time
@@ -106,7 +116,12 @@ def _bounded(text: str) -> str:
 
 def new_id(prefix: str) -> str:
     """A fresh opaque identifier (``prefix_`` + 16 hex digits)."""
-    return f"{prefix}_{_ids.getrandbits(64):016x}"
+    try:
+        return f"{prefix}_{_suffixes.pop()}"
+    except IndexError:  # used up (another thread may have taken the last one meanwhile): refill
+        digits = f"{_ids.getrandbits(64 * _BATCH):0{16 * _BATCH}x}"
+        _suffixes.extend(digits[i : i + 16] for i in range(0, 16 * _BATCH, 16))
+        return new_id(prefix)
 
 
 @final
