@@ -112,3 +112,40 @@ async def test_calls_that_never_wait_run_in_the_callers_task_and_waiting_ones_ge
     assert first == [caller, caller, caller]  # never waited: no task at all
     assert len(set(map(id, second))) == 3  # each waited: the caller's task and two more
     assert second[0] is caller
+
+
+async def test_a_call_timing_out_in_the_batch_task_leaves_the_others_to_finish(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The first call runs in the batch's own task and times out there; its timeout cancels that
+    call alone, while the calls it made room for go on in a worker and settle as they should."""
+    slow = forecast_tool("slow", timeout=2.0)
+    fast = forecast_tool("fast")
+    agent = make_agent(slow, fast)
+
+    async def hang(params: Lookup, call: ToolCallContext) -> Forecast:
+        await trio.sleep(60)
+        return Forecast(params.city, 0.0)
+
+    async def quick(params: Lookup, call: ToolCallContext) -> Forecast:
+        await trio.sleep(3)
+        return Forecast(params.city, 1.0)
+
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(
+                ("slow", {"city": "Oslo"}, "call_slow"),
+                ("fast", {"city": "Rome"}, "call_a"),
+                ("fast", {"city": "Lima"}, "call_b"),
+            ),
+            Turn.text("done"),
+        ]
+    )
+    layer = agent.toolkit.handlers({slow: hang, fast: quick}) + Layer.succeed(
+        LanguageModelService, model
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "go")
+    kinds = [(o.tool_call_id, o.kind) for o in result.outcomes]
+    assert kinds == [("call_slow", "defect"), ("call_a", "success"), ("call_b", "success")]
+    assert trio.current_time() == 3.0  # the batch took its slowest call, not the sum
