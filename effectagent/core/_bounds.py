@@ -62,65 +62,50 @@ def _worst_case_size(value: Any, budget: int) -> int:
     plain JSON types, ASCII text and moderate integers is left to the encoder. (A non-ASCII string
     is left to it too: exactly as encoded, a lone surrogate must fail the same way.)
 
-    Scalars inside a container are counted where they are met; only nested containers go on the
-    stack, so a flat object — most tool arguments and results — takes one pass.
+    Scalars are counted where they are met, among their container's members; only nested
+    containers wait on the stack, so a flat object — most tool arguments and results — takes one
+    pass.
     """
     over = budget + 1
     total = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is dict:
-            total += 2 + 2 * len(item)  # braces, and a colon and a comma per member
-            for key, member in item.items():
+    kind = type(value)
+    if kind is dict or kind is list or kind is tuple:  # the usual case: start with its members
+        members: Any = ()
+        stack: list[Any] = [value]
+    else:
+        members, stack = (value,), []
+    while True:
+        for member in members:
+            kind = type(member)
+            if kind is str:
+                if not member.isascii():
+                    return over
+                total += len(member) * 6 + 2
+            elif kind is int:
+                total += 21 if -(10**20) < member < 10**20 else over
+            elif member is None or kind is bool:
+                total += 5
+            elif kind is float:
+                total += 24
+            elif kind is dict or kind is list or kind is tuple:
+                stack.append(member)
+            else:
+                return over
+        if total > budget:
+            return over
+        if not stack:
+            return total
+        container = stack.pop()
+        if type(container) is dict:
+            total += 2 + 2 * len(container)  # braces, and a colon and a comma per member
+            for key in container:
                 if type(key) is not str or not key.isascii():
                     return over
                 total += len(key) * 6 + 2
-                kind = type(member)
-                if kind is str:
-                    if not member.isascii():
-                        return over
-                    total += len(member) * 6 + 2
-                elif kind is int:
-                    total += 21 if -(10**20) < member < 10**20 else over
-                elif member is None or kind is bool:
-                    total += 5
-                elif kind is float:
-                    total += 24
-                else:
-                    stack.append(member)
-        elif kind is list or kind is tuple:
-            total += 2 + len(item)  # brackets, and a comma per element
-            for member in item:
-                kind = type(member)
-                if kind is str:
-                    if not member.isascii():
-                        return over
-                    total += len(member) * 6 + 2
-                elif kind is int:
-                    total += 21 if -(10**20) < member < 10**20 else over
-                elif member is None or kind is bool:
-                    total += 5
-                elif kind is float:
-                    total += 24
-                else:
-                    stack.append(member)
-        elif kind is str:
-            if not item.isascii():
-                return over
-            total += len(item) * 6 + 2
-        elif kind is int:
-            total += 21 if -(10**20) < item < 10**20 else over
-        elif item is None or kind is bool:
-            total += 5
-        elif kind is float:
-            total += 24
+            members = container.values()
         else:
-            return over
-        if total > budget:
-            return over
-    return total
+            total += 2 + len(container)  # brackets, and a comma per element
+            members = container
 
 
 def bounded_json(value: Any, bounds: ToolResultBounds) -> Any:
