@@ -73,6 +73,7 @@ from effectagent.core import (
     parse_arguments,
 )
 from effectagent.core._bounds import bounded_json, bounded_parsed
+from effectagent.effect import Semaphore
 from effectagent.effect._cause import is_passthrough
 from effectagent.effect._schema import SchemaError, encode
 
@@ -200,6 +201,8 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
         )
     runnable = runnable[:admitted]
     if runnable:
+        if driver.permits is None:
+            driver.permits = Semaphore(driver.agent.policy.tool_concurrency)
         now = time.time()
         conversation_id, run_id = driver.conversation_id, driver.run_id
         await driver.record(
@@ -398,6 +401,7 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
 
     handler = services.handlers[tool]
     permits = driver.permits
+    assert permits is not None  # made by ``run_batch`` before any call runs
     # A cancellation point per call; a scheduler pass only when the call must wait for a permit.
     await trio.lowlevel.checkpoint_if_cancelled()
     if not permits.acquire_nowait():

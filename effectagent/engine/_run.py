@@ -201,7 +201,8 @@ class RunDriver:
         self._seq = 0
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
-        self.permits = Semaphore(agent.policy.tool_concurrency)
+        # The permits of ``tool_concurrency``, made by the run's first tool batch.
+        self.permits: Semaphore | None = None
         # The run's one cancel scope at a time: the turns (with the run's deadline), then, if a
         # budget ran out, the exhaustion phase. ``interrupt`` cancels whichever is current.
         self.cancel_scope: trio.CancelScope | None = None
