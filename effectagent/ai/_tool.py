@@ -23,6 +23,7 @@ import jsonschema
 from returns.result import Result
 
 from effectagent.effect import ServiceKey, TaggedError
+from effectagent.effect._fast_init import fast_init
 from effectagent.effect._schema import (
     SchemaError,
     SchemaIssue,
@@ -73,100 +74,24 @@ async def _no_progress(data: JSONValue) -> None:
     return None
 
 
-@final
+@fast_init
+@attrs.frozen(slots=True)
 class ToolCallContext:
-    """What a handler (and a ``needs_approval`` function) knows about the call it serves.
+    """What a handler (and a ``needs_approval`` function) knows about the call it serves."""
 
-    A read-only value (its attributes cannot be set). A plain class rather than an attrs class:
-    the engine makes one per tool call, and this costs a third of a frozen attrs instance.
-    """
-
-    __slots__ = (
-        "_agent_name",
-        "_conversation_id",
-        "_report",
-        "_run_id",
-        "_tool_call_id",
-        "_tool_name",
-    )
-
-    def __init__(
-        self,
-        tool_call_id: str,
-        tool_name: str,
-        run_id: str = "",
-        conversation_id: str = "",
-        agent_name: str = "",
-        report: ProgressReporter = _no_progress,
-    ) -> None:
-        self._tool_call_id = tool_call_id
-        self._tool_name = tool_name
-        self._run_id = run_id
-        self._conversation_id = conversation_id
-        self._agent_name = agent_name
-        self._report = report
-
-    @property
-    def tool_call_id(self) -> str:
-        """The call's ID, stable everywhere (events, records, the model's view)."""
-        return self._tool_call_id
-
-    @property
-    def tool_name(self) -> str:
-        """The tool's name."""
-        return self._tool_name
-
-    @property
-    def run_id(self) -> str:
-        """The run the call belongs to."""
-        return self._run_id
-
-    @property
-    def conversation_id(self) -> str:
-        """The conversation the call belongs to."""
-        return self._conversation_id
-
-    @property
-    def agent_name(self) -> str:
-        """The agent whose model declared the call."""
-        return self._agent_name
-
-    @property
-    def report(self) -> ProgressReporter:
-        """Where progress reports go."""
-        return self._report
+    tool_call_id: str
+    tool_name: str
+    run_id: str = ""
+    conversation_id: str = ""
+    agent_name: str = ""
+    report: ProgressReporter = attrs.field(default=_no_progress, repr=False)
 
     async def progress(self, data: JSONValue) -> None:
         """Report progress (a JSON value); it becomes a ToolProgress event.
 
         Cancellation: a checkpoint; if cancelled the report may not have been delivered.
         """
-        await self._report(data)
-
-    def _key(self) -> tuple[str, str, str, str, str, ProgressReporter]:
-        return (
-            self._tool_call_id,
-            self._tool_name,
-            self._run_id,
-            self._conversation_id,
-            self._agent_name,
-            self._report,
-        )
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, ToolCallContext):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"ToolCallContext(tool_call_id={self._tool_call_id!r}, tool_name={self._tool_name!r}, "
-            f"run_id={self._run_id!r}, conversation_id={self._conversation_id!r}, "
-            f"agent_name={self._agent_name!r})"
-        )
+        await self.report(data)
 
 
 #: A tool handler: ``async (decoded params, ToolCallContext) -> value | returns.Result``.
@@ -274,7 +199,10 @@ class Tool(Generic[P, S]):
             jsonschema.Draft202012Validator.check_schema(schema)
             self.parameters_schema = schema
             self._parameters_validator = jsonschema.Draft202012Validator(schema)
-        self._success_encoder: Callable[[Any], JSONValue] | None = None  # made on first use
+        # The encoder of exactly the success class (no dispatch on the value's class per call).
+        self._success_encoder: Callable[[Any], JSONValue] | None = (
+            encoder_for(success) if isinstance(success, type) else None
+        )
         if success is not None:
             self.success_schema: Mapping[str, Any] | None = json_schema(success)
             self._output_validator: jsonschema.protocols.Validator | None = None
@@ -347,11 +275,8 @@ class Tool(Generic[P, S]):
                         f"tool {self.name!r} returned a value its success type rejects: {exc}"
                     ) from None
                 return as_json
-            if type(value) is declared:  # the common case: the encoder of exactly this class
-                encoder = self._success_encoder
-                if encoder is None:
-                    encoder = self._success_encoder = encoder_for(declared)
-                return encoder(value)
+            if type(value) is declared and self._success_encoder is not None:
+                return self._success_encoder(value)
             if not isinstance(value, self.success):
                 raise OutputSchemaViolation(
                     f"tool {self.name!r} returned {type(value).__name__}, "

@@ -24,6 +24,7 @@ ENGINE_MODULES = [
     "effectagent.ai._prompt",
     "effectagent.ai._model",
     "effectagent.ai._reduce",
+    "effectagent.ai._tool",
     "effectagent.core._events",
     "effectagent.core._records",
     "effectagent.core._outcomes",
@@ -169,7 +170,13 @@ def test_the_engines_value_classes_are_decorated() -> None:
     assert {"TextDelta", "ToolCallSucceeded", "ToolCallSettled", "ToolSuccess", "UsageTotals"} <= (
         names
     )
-    assert {"ModelRequest", "ToolResultContent", "RunResult", "ModelResponse"} <= names
+    assert {
+        "ModelRequest",
+        "ToolResultContent",
+        "RunResult",
+        "ModelResponse",
+        "ToolCallContext",
+    } <= (names)
 
 
 @pytest.mark.parametrize("cls", DECORATED, ids=lambda cls: cls.__qualname__)
