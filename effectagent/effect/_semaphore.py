@@ -134,11 +134,7 @@ class Semaphore:
 
     def release(self, weight: int = 1) -> None:
         """Return ``weight`` permits, waking queued tasks in FIFO order."""
-        ledger = self._ledger
-        if ledger.queue:
-            self._wake(ledger.give_back(weight))
-        else:  # nobody to wake: ``give_back`` would grant no one (one call less per release)
-            ledger.give_back(weight)
+        self._wake(self._ledger.give_back(weight))
 
     @staticmethod
     def _wake(waiters: Sequence[_Waiter]) -> None:

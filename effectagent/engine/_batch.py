@@ -145,7 +145,7 @@ async def run_batch(driver: RunDriver, turn: int, response: ModelResponse) -> Ru
     settled_early: list[tuple[int, ToolOutcome]] = []
     # When redaction changes nothing, the prompt's arguments (parsed from the record's text) are
     # this same parse of the same text: keep it, rather than parse every call's arguments again.
-    parsed: dict[str, Any] | None = None if getattr(redactor, "active", True) else {}
+    parsed: dict[str, Any] | None = None if driver.redacting else {}
 
     for index, (call_id, name, arguments, truncated) in enumerate(declared):
         if truncated:
@@ -362,10 +362,8 @@ async def _execute(driver: RunDriver, ledger: BatchLedger, turn: int, call: _Cal
         if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
             return False
         raise
-    # Settle, then announce (``_announce`` inlined: no extra coroutines per call).
     ledger.settle(call.index, outcome)
-    event = ToolCallSucceeded if outcome.kind == "success" else ToolCallFailed
-    driver.emit(event, turn, outcome.tool_call_id, outcome.tool_name, outcome)
+    _announce(driver, turn, outcome)
     return True
 
 
@@ -383,7 +381,7 @@ async def _outcome(driver: RunDriver, turn: int, call: _Call) -> ToolOutcome:
                 call.name,
                 driver.redact_text(f"not authorized: {decision.reason or 'denied'}"),
             )
-    if tool.needs_approval is not False:  # ``tool.may_need_approval``, without a property call
+    if tool.may_need_approval:
         try:
             needed = tool.requires_approval(call.params, context)
         except Exception as exc:

@@ -77,20 +77,8 @@ class BudgetState:
 
     def due_warnings(self, now: float) -> list[tuple[Dimension, float, float]]:
         """Dimensions that just crossed the warning ratio; each is returned once per run."""
-        ratio = self.policy.warning_ratio
-        policy = self.policy
-        # Nothing is due while every count is below its warning line (most turns): decided
-        # without building the list of limits.
-        if (
-            self.turns < ratio * policy.max_turns
-            and self.tool_calls < ratio * policy.max_tool_calls
-            and now - self.started_at < ratio * policy.max_duration
-            and (
-                policy.token_budget is None or self.usage.total_tokens < ratio * policy.token_budget
-            )
-        ):
-            return []
         due = []
+        ratio = self.policy.warning_ratio
         for dim, used, limit in self.limits(now):
             if dim not in self._warned and used >= ratio * limit:
                 self._warned.add(dim)
