@@ -17,33 +17,23 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator
 from operator import itemgetter
-from typing import Any, Literal, final
+from typing import Any, Literal, final, get_args
 
 import attrs
 import trio
 
 from effectagent.core import (
-    ApprovalRequested,
-    BudgetWarning,
-    CompactionPerformed,
+    Event,
     EventBase,
-    ModelStarted,
-    ReasoningDelta,
     RunCompleted,
     RunError,
     RunFailed,
     RunInterrupted,
-    RunStarted,
     RunSuspended,
-    TextDelta,
     ToolCallDeclared,
     ToolCallFailed,
-    ToolCallStarted,
     ToolCallSucceeded,
     ToolOutcome,
-    ToolProgress,
-    TurnCompleted,
-    TurnStarted,
     UsageTotals,
 )
 from effectagent.effect._fast_init import fast_init
@@ -53,26 +43,9 @@ __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_ev
 # Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
 _SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
 _first = itemgetter(0)
-# The event classes the reducer only counts (exact classes; a subclass takes the full path).
-_NOT_TOOL_EVENTS = frozenset(
-    {
-        RunStarted,
-        TurnStarted,
-        ModelStarted,
-        TextDelta,
-        ReasoningDelta,
-        ToolCallStarted,
-        ToolProgress,
-        TurnCompleted,
-        BudgetWarning,
-        ApprovalRequested,
-        CompactionPerformed,
-        RunCompleted,
-        RunFailed,
-        RunInterrupted,
-        RunSuspended,
-    }
-)
+# The event classes the reducer only counts: every kind of event but the three it reads (exact
+# classes; an event of a subclass takes the full path).
+_COUNTED_ONLY = frozenset(get_args(Event)) - {ToolCallDeclared, *_SETTLED_EVENTS}
 
 
 class RunFailedError(Exception):
@@ -124,7 +97,7 @@ class RunReducer:
         """Take the run's next event."""
         self.count += 1
         self.last = event
-        if type(event) in _NOT_TOOL_EVENTS:  # most events: nothing more to note
+        if type(event) in _COUNTED_ONLY:  # most events: nothing more to note
             return
         if isinstance(event, ToolCallDeclared):
             self._declared.setdefault((event.turn, event.tool_call_id), len(self._declared))
@@ -142,64 +115,39 @@ class RunReducer:
             raise RuntimeError("the run produced no events")
         settled = self._settled
         outcomes = tuple([outcome for _, outcome in sorted(settled, key=_first)]) if settled else ()
-        run_id, conversation_id, count = last.run_id, last.conversation_id, self.count
+        status: Literal["completed", "failed", "interrupted", "suspended"]
+        text, output, finish_reason, exhausted, error = "", None, None, None, None
         if isinstance(last, RunCompleted):
-            return RunResult(
-                run_id,
-                conversation_id,
-                "completed",
+            status, usage = "completed", last.usage
+            text, output, finish_reason, exhausted = (
                 last.text,
                 last.output,
                 last.finish_reason,
                 last.exhausted,
-                None,
-                last.usage,
-                outcomes,
-                count,
             )
-        if isinstance(last, RunFailed):
-            return RunResult(
-                run_id,
-                conversation_id,
-                "failed",
-                "",
-                None,
-                None,
-                None,
-                last.error,
-                last.usage,
-                outcomes,
-                count,
+        elif isinstance(last, RunFailed):
+            status, usage, error = "failed", last.usage, last.error
+        elif isinstance(last, RunInterrupted):
+            status, usage = "interrupted", last.usage
+        elif isinstance(last, RunSuspended):
+            status, usage = "suspended", UsageTotals()
+        else:  # not a wrong type of argument: the stream is incomplete
+            raise RuntimeError(  # noqa: TRY004
+                f"the run's stream ended without a terminal event (last: {last!r})"
             )
-        if isinstance(last, RunInterrupted):
-            return RunResult(
-                run_id,
-                conversation_id,
-                "interrupted",
-                "",
-                None,
-                None,
-                None,
-                None,
-                last.usage,
-                outcomes,
-                count,
-            )
-        if isinstance(last, RunSuspended):
-            return RunResult(
-                run_id,
-                conversation_id,
-                "suspended",
-                "",
-                None,
-                None,
-                None,
-                None,
-                UsageTotals(),
-                outcomes,
-                count,
-            )
-        raise RuntimeError(f"the run's stream ended without a terminal event (last: {last!r})")
+        return RunResult(
+            last.run_id,
+            last.conversation_id,
+            status,
+            text,
+            output,
+            finish_reason,
+            exhausted,
+            error,
+            usage,
+            outcomes,
+            self.count,
+        )
 
 
 async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
