@@ -106,9 +106,6 @@ def _reseed_after_fork() -> None:
 os.register_at_fork(after_in_child=_reseed_after_fork)
 
 
-_now = time.time
-
-
 def _bounded(text: str) -> str:
     """``text`` cut to the length events, records and errors carry."""
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
@@ -213,6 +210,8 @@ class RunDriver:
         self.turn = 0
         # Set by a batch that yielded to the scheduler (see ``_turns``).
         self.yielded = False
+        # Whether the current turn's redaction can change anything (see ``_model_turn``).
+        self.redacting = True
         # The redacted record content of the latest model response, reused for its prompt message.
         self._content: tuple[ModelResponse, tuple[tuple[str, Any], ...]] | None = None
 
@@ -233,7 +232,7 @@ class RunDriver:
         :meth:`wait_for_consumer`).
         """
         seq = self._seq = self._seq + 1
-        event = cls(self.run_id, self.conversation_id, self.agent_name, seq, _now(), *fields)
+        event = cls(self.run_id, self.conversation_id, self.agent_name, seq, time.time(), *fields)
         if self._sink(event) is False:
             self.interrupt()
         return event
@@ -381,7 +380,6 @@ class RunDriver:
         """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
         budget = self.budget
         services = self.services
-        queue = self._queue
         while True:
             # One scheduler yield per turn keeps runs fair to every other task even when the
             # model, the log and the event hand-over need no I/O (they only check cancellation).
@@ -391,8 +389,7 @@ class RunDriver:
                 await trio.lowlevel.checkpoint_if_cancelled()
             else:
                 await trio.lowlevel.checkpoint()
-            if queue is not None and queue.full:  # ``wait_for_consumer``, inlined
-                await queue.wait_for_room()
+            await self.wait_for_consumer()
             if services.inbox is not None:
                 await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
@@ -467,9 +464,11 @@ class RunDriver:
         reducer = ResponseReducer()
         feed = reducer.feed
         redactor = self.services.redactor
-        # A secret may span two deltas: a StreamRedactor holds back what could become one. A
-        # redactor that says it has nothing to redact needs none for this turn.
-        streamed = StreamRedactor(redactor) if getattr(redactor, "active", True) else None
+        # Whether redaction can change anything this turn (a redactor may say it has nothing to
+        # redact); the turn's batch reads it too.
+        self.redacting = getattr(redactor, "active", True)
+        # A secret may span two deltas: a StreamRedactor holds back what could become one.
+        streamed = StreamRedactor(redactor) if self.redacting else None
         stream = self.services.model.stream(request)
         queue = self._queue
         try:
