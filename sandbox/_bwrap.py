@@ -37,9 +37,9 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -84,6 +84,8 @@ from ._posture import (
     SandboxError,
     SandboxImplementation,
 )
+
+G = TypeVar("G", MemoryCgroup, PidsCgroup)
 
 __all__ = [
     "WORKDIR",
@@ -340,19 +342,9 @@ class _BwrapExecution(CommandExecution):
         """
         limits = self.request.limits
         if self._want_memory:
-            try:
-                self._memory = MemoryCgroup.create(limits.memory_bytes)
-                self._owned.append(self._memory.path)
-            except LimitNotEnforceable:
-                if limits.memory_bytes is not None:
-                    raise
+            self._memory = self._limited_group(MemoryCgroup.create, limits.memory_bytes)
         if self._want_pids:
-            try:
-                self._pids = PidsCgroup.create(limits.max_processes)
-                self._owned.append(self._pids.path)
-            except LimitNotEnforceable:
-                if limits.max_processes is not None:
-                    raise
+            self._pids = self._limited_group(PidsCgroup.create, limits.max_processes)
         if self._want_cpu:
             self._cpu_group = CpuCgroup.create()
             if self._cpu_group is not None:
@@ -360,6 +352,18 @@ class _BwrapExecution(CommandExecution):
         for group in (self._memory, self._pids, self._cpu_group):
             if group is not None:
                 group.prefetch()
+
+    def _limited_group(self, create: Callable[[int | None], G], limit: int | None) -> G | None:
+        """``create(limit)``, owned by this execution; None when only accounting was wanted and
+        the host cannot give it (a requested limit that cannot be had raises)."""
+        try:
+            group = create(limit)
+        except LimitNotEnforceable:
+            if limit is not None:
+                raise
+            return None
+        self._owned.append(group.path)
+        return group
 
     async def _child_pid(self) -> int | None:
         """Wait for bwrap's ``child-pid`` status line; None if bwrap ended without one."""

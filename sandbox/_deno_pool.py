@@ -348,13 +348,12 @@ class Workload:
                 with trio.CancelScope(shield=True):
                     await self._released.wait()
             return
-        self._closed = self._killed = True
+        self._closed = True
         self._released = trio.Event()
         groups = tuple(group for group in (self.pids, self.memory) if group is not None)
         with trio.CancelScope(shield=True):
             try:
-                for group in groups:
-                    _kill_members(group)  # the sandboxed processes die with bwrap's, not after
+                self.kill()  # the sandboxed processes die with bwrap's, not after
                 await kill_process_group(self.process)
                 for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
                     if stream is not None:
