@@ -540,3 +540,45 @@ async def test_every_request_is_the_projection_of_the_log_written_so_far(
     for request, before in zip(ran.model.requests, responses, strict=True):
         expected = (SystemMessage(agent.instructions), *project_messages(ran.log[:before]))
         assert request.messages == expected
+
+
+async def test_a_run_that_never_waits_still_lets_other_tasks_run_every_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A scripted model and handlers that never wait need no I/O at all: the run still yields to
+    the scheduler once in every turn (after a batch that left its nursery, that exit was the
+    yield), so a task beside it gets a scheduler pass per turn while the run goes on."""
+    tool = forecast_tool()
+    agent = make_agent(tool)
+    ticks = 0
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        return Forecast(params.city, 1.0)
+
+    model = TrackingModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Rome"}, "c2")),
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.text("done"),
+        ]
+    )
+    layer = agent.toolkit.handlers({tool: handle}) + model.layer()
+
+    async def neighbour() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with open_runtime(layer, agents=[agent]) as runtime, trio.open_nursery() as nursery:
+        nursery.start_soon(neighbour)
+        await trio.lowlevel.checkpoint()  # let the neighbour start
+        start = ticks
+        result = await runtime.run(agent, "go")
+        nursery.cancel_scope.cancel()
+    assert result.status == "completed"
+    # Five turns, five yields; each gives the neighbour a pass — but the run may take the pass
+    # after its last yield first, end, and cancel the neighbour before it counts that one.
+    assert ticks - start >= 4
