@@ -266,3 +266,43 @@ async def test_reporting_progress_is_a_checkpoint_and_becomes_an_event(
     (settled,) = [e for e in events if isinstance(e, ToolCallSucceeded)]
     assert settled.outcome.kind == "success"
     assert not isinstance(assert_well_formed(events), RunInterrupted)
+
+
+async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_first() -> None:
+    """The model response waits for its turn's next append (``record_later``). If that append is
+    cancelled — all or nothing, so nothing was written — the response stays pending and the next
+    append writes it first: a turn's model response is never lost, and stays in order."""
+    from effectagent.ai import SystemMessage
+    from effectagent.core import ConversationCreated, RunFailedRecord, SecretRedactor
+    from effectagent.engine import InMemoryConversationLog
+    from effectagent.engine._handover import RunReducer
+    from effectagent.engine._run import RunDriver, RunServices
+
+    agent = make_agent()
+    log = InMemoryConversationLog()
+    services = RunServices(
+        model=TrackingModel(),
+        log=log,
+        redactor=SecretRedactor(),
+        handlers={},
+        approval=None,
+        authorization=None,
+        compactor=None,
+        inbox=None,
+        system=SystemMessage(agent.instructions),
+    )
+    driver = RunDriver(
+        services, agent, "hi", run_id="run_1", conversation_id="conv_1", events=RunReducer()
+    )
+    response = ConversationCreated("conv_1", agent.name, 1.0)  # any record stands in for it
+    driver.record_later(response)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await driver.record(RunFailedRecord("conv_1", "run_1", None, "lost", 2.0))
+    assert scope.cancelled_caught
+    assert await log.entries("conv_1") == ()
+    ending = RunFailedRecord("conv_1", "run_1", None, "interrupted", 3.0)
+    await driver.record(ending)
+    assert [entry.record for entry in await log.entries("conv_1")] == [response, ending]
+    await driver.record(ending)  # written once: nothing is pending any more
+    assert [entry.seq for entry in await log.entries("conv_1")] == [1, 2, 3]
