@@ -3,7 +3,7 @@
 from ._errors import AiError as AiError
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ContentFiltered as ContentFiltered
-from ._errors import InvalidRequest as InvalidRequest
+from ._errors import InvalidModelRequest as InvalidModelRequest
 from ._errors import MalformedResponse as MalformedResponse
 from ._errors import ModelNetworkError as ModelNetworkError
 from ._errors import ModelUnavailable as ModelUnavailable
@@ -31,18 +31,18 @@ from ._response import FINISH_REASONS as FINISH_REASONS
 from ._response import ErrorPart as ErrorPart
 from ._response import FinishPart as FinishPart
 from ._response import FinishReason as FinishReason
-from ._response import ReasoningDelta as ReasoningDelta
-from ._response import ReasoningEnd as ReasoningEnd
-from ._response import ReasoningStart as ReasoningStart
-from ._response import ResponseMetadata as ResponseMetadata
+from ._response import ReasoningDeltaPart as ReasoningDeltaPart
+from ._response import ReasoningEndPart as ReasoningEndPart
+from ._response import ReasoningStartPart as ReasoningStartPart
+from ._response import ResponseMetadataPart as ResponseMetadataPart
 from ._response import ResponsePart as ResponsePart
-from ._response import TextDelta as TextDelta
-from ._response import TextEnd as TextEnd
-from ._response import TextStart as TextStart
-from ._response import ToolCall as ToolCall
-from ._response import ToolParamsDelta as ToolParamsDelta
-from ._response import ToolParamsEnd as ToolParamsEnd
-from ._response import ToolParamsStart as ToolParamsStart
+from ._response import TextDeltaPart as TextDeltaPart
+from ._response import TextEndPart as TextEndPart
+from ._response import TextStartPart as TextStartPart
+from ._response import ToolCallPart as ToolCallPart
+from ._response import ToolParamsDeltaPart as ToolParamsDeltaPart
+from ._response import ToolParamsEndPart as ToolParamsEndPart
+from ._response import ToolParamsStartPart as ToolParamsStartPart
 from ._response import ToolResultPart as ToolResultPart
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
@@ -70,7 +70,7 @@ __all__ = [
     "FinishReason",
     "Handler",
     "InputTokens",
-    "InvalidRequest",
+    "InvalidModelRequest",
     "LanguageModel",
     "LanguageModelService",
     "MalformedResponse",
@@ -84,28 +84,28 @@ __all__ = [
     "ProviderError",
     "RateLimited",
     "ReasoningContent",
-    "ReasoningDelta",
-    "ReasoningEnd",
-    "ReasoningStart",
-    "ResponseMetadata",
+    "ReasoningDeltaPart",
+    "ReasoningEndPart",
+    "ReasoningStartPart",
+    "ResponseMetadataPart",
     "ResponsePart",
     "ResponseReducer",
     "SystemMessage",
     "TextContent",
-    "TextDelta",
-    "TextEnd",
-    "TextStart",
+    "TextDeltaPart",
+    "TextEndPart",
+    "TextStartPart",
     "Tool",
     "ToolAnnotations",
-    "ToolCall",
+    "ToolCallPart",
     "ToolCallContent",
     "ToolCallContext",
     "ToolChoice",
     "ToolDescriptor",
     "ToolMessage",
-    "ToolParamsDelta",
-    "ToolParamsEnd",
-    "ToolParamsStart",
+    "ToolParamsDeltaPart",
+    "ToolParamsEndPart",
+    "ToolParamsStartPart",
     "ToolResultContent",
     "ToolResultPart",
     "Toolkit",

@@ -12,7 +12,7 @@ __all__ = [
     "AiError",
     "AuthenticationFailed",
     "ContentFiltered",
-    "InvalidRequest",
+    "InvalidModelRequest",
     "MalformedResponse",
     "ModelNetworkError",
     "ModelUnavailable",
@@ -56,7 +56,7 @@ class AuthenticationFailed(AiError):
 
 
 @attrs.frozen
-class InvalidRequest(AiError):
+class InvalidModelRequest(AiError):
     """The provider rejected the request as malformed."""
 
 

@@ -3,7 +3,7 @@
 The reducer enforces the part protocol (a block is started before its deltas, ended once, nothing
 follows the finish part, tool-call IDs are unique) and raises :class:`MalformedResponse` on any
 violation. A tool call whose arguments were still streaming when the model stopped for length is
-*truncated*: it is reported separately and never becomes a :class:`ToolCall` to execute (RUN-004).
+*truncated*: it is reported separately and never becomes a :class:`ToolCallPart` to execute (RUN-004).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from ._response import (
     ErrorPart,
     FinishPart,
     FinishReason,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
-    ResponseMetadata,
+    ReasoningDeltaPart,
+    ReasoningEndPart,
+    ReasoningStartPart,
+    ResponseMetadataPart,
     ResponsePart,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ToolCall,
-    ToolParamsDelta,
-    ToolParamsEnd,
-    ToolParamsStart,
+    TextDeltaPart,
+    TextEndPart,
+    TextStartPart,
+    ToolCallPart,
+    ToolParamsDeltaPart,
+    ToolParamsEndPart,
+    ToolParamsStartPart,
     ToolResultPart,
 )
 from ._usage import Usage
@@ -54,15 +54,15 @@ class ModelResponse:
     """One complete model response.
 
     ``content`` keeps text, reasoning and tool calls in the order the model produced them, as
-    ``("text", str)``, ``("reasoning", str)`` and ``("tool-call", ToolCall)`` entries.
+    ``("text", str)``, ``("reasoning", str)`` and ``("tool-call", ToolCallPart)`` entries.
     """
 
     content: tuple[tuple[str, object], ...]
-    tool_calls: tuple[ToolCall, ...]
+    tool_calls: tuple[ToolCallPart, ...]
     truncated_calls: tuple[TruncatedToolCall, ...]
     finish_reason: FinishReason
     usage: Usage
-    metadata: ResponseMetadata | None = None
+    metadata: ResponseMetadataPart | None = None
 
     @property
     def text(self) -> str:
@@ -79,19 +79,19 @@ class ModelResponse:
 
 
 _PARTS: tuple[type, ...] = (
-    TextDelta,
-    ReasoningDelta,
-    TextStart,
-    ReasoningStart,
-    TextEnd,
-    ReasoningEnd,
-    ToolParamsStart,
-    ToolParamsDelta,
-    ToolParamsEnd,
-    ToolCall,
+    TextDeltaPart,
+    ReasoningDeltaPart,
+    TextStartPart,
+    ReasoningStartPart,
+    TextEndPart,
+    ReasoningEndPart,
+    ToolParamsStartPart,
+    ToolParamsDeltaPart,
+    ToolParamsEndPart,
+    ToolCallPart,
     FinishPart,
     ErrorPart,
-    ResponseMetadata,
+    ResponseMetadataPart,
     ToolResultPart,
 )
 _PART_CLASS: dict[type, type] = {cls: cls for cls in _PARTS}
@@ -129,11 +129,11 @@ class ResponseReducer:
         self._open = 0  # blocks started and not yet ended
         self._order: list[tuple[str, object]] = []
         self._params: dict[str, tuple[str, list[str], bool]] = {}
-        self._calls: list[ToolCall] = []
+        self._calls: list[ToolCallPart] = []
         self._call_ids: set[str] = set()
         self._finish: FinishPart | None = None
         self._error: AiError | None = None
-        self._metadata: ResponseMetadata | None = None
+        self._metadata: ResponseMetadataPart | None = None
 
     def feed(self, part: ResponsePart) -> type:
         """Take one part; return its part class (the part's own class, or for a subclass of a
@@ -147,45 +147,45 @@ class ResponseReducer:
         if cls is None:
             raise MalformedResponse(f"unknown part {part!r}")
         p: Any = part
-        if cls is TextDelta or cls is ReasoningDelta:
-            chunks = (self._text if cls is TextDelta else self._reasoning).get(p.id)
+        if cls is TextDeltaPart or cls is ReasoningDeltaPart:
+            chunks = (self._text if cls is TextDeltaPart else self._reasoning).get(p.id)
             if chunks is None:
-                kind = "text" if cls is TextDelta else "reasoning"
+                kind = "text" if cls is TextDeltaPart else "reasoning"
                 raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
             chunks.append(p.delta)
-        elif cls is TextStart or cls is ReasoningStart:
-            kind = "text" if cls is TextStart else "reasoning"
-            blocks = self._text if cls is TextStart else self._reasoning
+        elif cls is TextStartPart or cls is ReasoningStartPart:
+            kind = "text" if cls is TextStartPart else "reasoning"
+            blocks = self._text if cls is TextStartPart else self._reasoning
             if p.id in blocks:
                 raise MalformedResponse(f"{kind} block {p.id!r} started twice")
             chunks = []
             blocks[p.id] = chunks
             self._open += 1
             self._order.append((kind, chunks))
-        elif cls is TextEnd or cls is ReasoningEnd:
-            blocks = self._text if cls is TextEnd else self._reasoning
+        elif cls is TextEndPart or cls is ReasoningEndPart:
+            blocks = self._text if cls is TextEndPart else self._reasoning
             if blocks.get(p.id) is None:
-                kind = "text" if cls is TextEnd else "reasoning"
+                kind = "text" if cls is TextEndPart else "reasoning"
                 raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
             blocks[p.id] = None
             self._open -= 1
-        elif cls is ToolParamsStart:
+        elif cls is ToolParamsStartPart:
             if p.id in self._params or p.id in self._call_ids:
                 raise MalformedResponse(f"tool call {p.id!r} started twice")
             self._params[p.id] = (p.name, [], False)
-        elif cls is ToolParamsDelta:
+        elif cls is ToolParamsDeltaPart:
             entry = self._params.get(p.id)
             if entry is None or entry[2]:
                 raise MalformedResponse(
                     f"tool-params-delta for tool call {p.id!r} that is not open"
                 )
             entry[1].append(p.delta)
-        elif cls is ToolParamsEnd:
+        elif cls is ToolParamsEndPart:
             entry = self._params.get(p.id)
             if entry is None or entry[2]:
                 raise MalformedResponse(f"tool-params-end for tool call {p.id!r} that is not open")
             self._params[p.id] = (entry[0], entry[1], True)
-        elif cls is ToolCall:
+        elif cls is ToolCallPart:
             if p.id in self._call_ids:
                 raise MalformedResponse(f"tool call {p.id!r} declared twice")
             entry = self._params.pop(p.id, None)
@@ -200,7 +200,7 @@ class ResponseReducer:
             self._finish = p
         elif cls is ErrorPart:
             self._error = p.error
-        elif cls is ResponseMetadata:
+        elif cls is ResponseMetadataPart:
             self._metadata = p
         # ToolResultPart: provider-executed tools are reported by the provider; nothing to do.
         return cls

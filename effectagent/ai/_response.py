@@ -1,6 +1,6 @@
 """Response parts: what a LanguageModel streams. Mirrors Effect AI's part kinds and finish reasons.
 
-A model adapter never executes a tool: it reports ``ToolCall`` parts (with the raw JSON argument text
+A model adapter never executes a tool: it reports ``ToolCallPart`` parts (with the raw JSON argument text
 the provider sent) and the engine resolves, validates and runs them.
 """
 
@@ -20,18 +20,18 @@ __all__ = [
     "FinishPart",
     "FinishReason",
     "FINISH_REASONS",
-    "ReasoningDelta",
-    "ReasoningEnd",
-    "ReasoningStart",
-    "ResponseMetadata",
+    "ReasoningDeltaPart",
+    "ReasoningEndPart",
+    "ReasoningStartPart",
+    "ResponseMetadataPart",
     "ResponsePart",
-    "TextDelta",
-    "TextEnd",
-    "TextStart",
-    "ToolCall",
-    "ToolParamsDelta",
-    "ToolParamsEnd",
-    "ToolParamsStart",
+    "TextDeltaPart",
+    "TextEndPart",
+    "TextStartPart",
+    "ToolCallPart",
+    "ToolParamsDeltaPart",
+    "ToolParamsEndPart",
+    "ToolParamsStartPart",
     "ToolResultPart",
 ]
 
@@ -47,7 +47,7 @@ FINISH_REASONS: frozenset[str] = frozenset(
 
 @fast_init
 @attrs.frozen(slots=True)
-class TextStart:
+class TextStartPart:
     """A text block ``id`` begins."""
 
     id: str
@@ -56,7 +56,7 @@ class TextStart:
 
 @fast_init
 @attrs.frozen(slots=True)
-class TextDelta:
+class TextDeltaPart:
     """More text for block ``id``."""
 
     id: str
@@ -66,7 +66,7 @@ class TextDelta:
 
 @fast_init
 @attrs.frozen(slots=True)
-class TextEnd:
+class TextEndPart:
     """Text block ``id`` is complete."""
 
     id: str
@@ -75,7 +75,7 @@ class TextEnd:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ReasoningStart:
+class ReasoningStartPart:
     """A reasoning block ``id`` begins."""
 
     id: str
@@ -84,7 +84,7 @@ class ReasoningStart:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ReasoningDelta:
+class ReasoningDeltaPart:
     """More reasoning for block ``id``."""
 
     id: str
@@ -94,7 +94,7 @@ class ReasoningDelta:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ReasoningEnd:
+class ReasoningEndPart:
     """Reasoning block ``id`` is complete."""
 
     id: str
@@ -103,7 +103,7 @@ class ReasoningEnd:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ToolParamsStart:
+class ToolParamsStartPart:
     """The model begins streaming arguments for tool call ``id`` of tool ``name``."""
 
     id: str
@@ -113,7 +113,7 @@ class ToolParamsStart:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ToolParamsDelta:
+class ToolParamsDeltaPart:
     """More argument text (JSON, possibly partial) for tool call ``id``."""
 
     id: str
@@ -123,7 +123,7 @@ class ToolParamsDelta:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ToolParamsEnd:
+class ToolParamsEndPart:
     """The arguments of tool call ``id`` are complete."""
 
     id: str
@@ -132,7 +132,7 @@ class ToolParamsEnd:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ToolCall:
+class ToolCallPart:
     """A complete tool call: ``arguments`` is the raw JSON text the provider sent."""
 
     id: str
@@ -154,7 +154,7 @@ class ToolResultPart:
 
 @fast_init
 @attrs.frozen(slots=True)
-class ResponseMetadata:
+class ResponseMetadataPart:
     """Provider metadata: response id, model id, timestamp (seconds since the epoch)."""
 
     id: str | None = None
@@ -184,18 +184,18 @@ class ErrorPart:
 
 #: Any part a LanguageModel streams.
 ResponsePart: TypeAlias = (
-    TextStart
-    | TextDelta
-    | TextEnd
-    | ReasoningStart
-    | ReasoningDelta
-    | ReasoningEnd
-    | ToolParamsStart
-    | ToolParamsDelta
-    | ToolParamsEnd
-    | ToolCall
+    TextStartPart
+    | TextDeltaPart
+    | TextEndPart
+    | ReasoningStartPart
+    | ReasoningDeltaPart
+    | ReasoningEndPart
+    | ToolParamsStartPart
+    | ToolParamsDeltaPart
+    | ToolParamsEndPart
+    | ToolCallPart
     | ToolResultPart
-    | ResponseMetadata
+    | ResponseMetadataPart
     | FinishPart
     | ErrorPart
 )

@@ -27,16 +27,16 @@ from effectagent.ai import (
     Message,
     ModelRequest,
     ModelResponse,
+    ReasoningDeltaPart,
+    ReasoningEndPart,
     ResponseReducer,
     SystemMessage,
+    TextDeltaPart,
+    TextEndPart,
     Tool,
     UserMessage,
     close_stream,
 )
-from effectagent.ai import ReasoningDelta as ReasoningDeltaPart
-from effectagent.ai import ReasoningEnd as ReasoningEndPart
-from effectagent.ai import TextDelta as TextDeltaPart
-from effectagent.ai import TextEnd as TextEndPart
 from effectagent.core import (
     Agent,
     BudgetExhausted,

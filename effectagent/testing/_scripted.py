@@ -19,17 +19,17 @@ from effectagent.ai import (
     LanguageModelService,
     ModelRequest,
     ModelResponse,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
+    ReasoningDeltaPart,
+    ReasoningEndPart,
+    ReasoningStartPart,
     ResponsePart,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ToolCall,
-    ToolParamsDelta,
-    ToolParamsEnd,
-    ToolParamsStart,
+    TextDeltaPart,
+    TextEndPart,
+    TextStartPart,
+    ToolCallPart,
+    ToolParamsDeltaPart,
+    ToolParamsEndPart,
+    ToolParamsStartPart,
     Usage,
     generate,
 )
@@ -76,12 +76,12 @@ class Turn:
         """Stream ``text`` in ``chunk``-character deltas (after optional reasoning), then finish."""
         parts: list[ResponsePart] = []
         if reasoning:
-            parts.append(ReasoningStart("r0"))
-            parts.extend(ReasoningDelta("r0", c) for c in _chunks(reasoning, chunk))
-            parts.append(ReasoningEnd("r0"))
-        parts.append(TextStart("t0"))
-        parts.extend(TextDelta("t0", c) for c in _chunks(text, chunk))
-        parts.append(TextEnd("t0"))
+            parts.append(ReasoningStartPart("r0"))
+            parts.extend(ReasoningDeltaPart("r0", c) for c in _chunks(reasoning, chunk))
+            parts.append(ReasoningEndPart("r0"))
+        parts.append(TextStartPart("t0"))
+        parts.extend(TextDeltaPart("t0", c) for c in _chunks(text, chunk))
+        parts.append(TextEndPart("t0"))
         parts.append(
             FinishPart(finish, usage or Usage.of(10 + len(text) // 4, max(1, len(text) // 4)))
         )
@@ -100,21 +100,21 @@ class Turn:
         JSON text. ``truncate_last`` cuts the last call's arguments and finishes with "length"."""
         parts: list[ResponsePart] = []
         if text:
-            parts.extend((TextStart("t0"), TextDelta("t0", text), TextEnd("t0")))
+            parts.extend((TextStartPart("t0"), TextDeltaPart("t0", text), TextEndPart("t0")))
         for index, call in enumerate(calls):
             name, arguments = call[0], call[1]
             call_id = call[2] if len(call) > 2 else f"call_{index}"
             raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
             last = index == len(calls) - 1
-            parts.append(ToolParamsStart(call_id, name))
+            parts.append(ToolParamsStartPart(call_id, name))
             if truncate_last and last:
                 parts.extend(
-                    ToolParamsDelta(call_id, c) for c in _chunks(raw[: len(raw) // 2], chunk)
+                    ToolParamsDeltaPart(call_id, c) for c in _chunks(raw[: len(raw) // 2], chunk)
                 )
                 break
-            parts.extend(ToolParamsDelta(call_id, c) for c in _chunks(raw, chunk))
-            parts.append(ToolParamsEnd(call_id))
-            parts.append(ToolCall(call_id, name, raw))
+            parts.extend(ToolParamsDeltaPart(call_id, c) for c in _chunks(raw, chunk))
+            parts.append(ToolParamsEndPart(call_id))
+            parts.append(ToolCallPart(call_id, name, raw))
         reason: FinishReason = "length" if truncate_last else "tool-calls"
         parts.append(FinishPart(reason, usage or Usage.of(20, 10 * max(1, len(calls)))))
         return Turn(tuple(parts), delay=delay)

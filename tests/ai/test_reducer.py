@@ -17,19 +17,19 @@ from effectagent.ai import (
     ModelRequest,
     ModelResponse,
     RateLimited,
-    ReasoningDelta,
-    ReasoningEnd,
-    ReasoningStart,
-    ResponseMetadata,
+    ReasoningDeltaPart,
+    ReasoningEndPart,
+    ReasoningStartPart,
+    ResponseMetadataPart,
     ResponsePart,
     ResponseReducer,
-    TextDelta,
-    TextEnd,
-    TextStart,
-    ToolCall,
-    ToolParamsDelta,
-    ToolParamsEnd,
-    ToolParamsStart,
+    TextDeltaPart,
+    TextEndPart,
+    TextStartPart,
+    ToolCallPart,
+    ToolParamsDeltaPart,
+    ToolParamsEndPart,
+    ToolParamsStartPart,
     TruncatedToolCall,
     Usage,
     UserMessage,
@@ -48,54 +48,68 @@ def _reduce(parts: Sequence[ResponsePart]) -> ModelResponse:
 
 def _call(call_id: str, name: str, arguments: str) -> list[ResponsePart]:
     return [
-        ToolParamsStart(call_id, name),
-        ToolParamsDelta(call_id, arguments),
-        ToolParamsEnd(call_id),
-        ToolCall(call_id, name, arguments),
+        ToolParamsStartPart(call_id, name),
+        ToolParamsDeltaPart(call_id, arguments),
+        ToolParamsEndPart(call_id),
+        ToolCallPart(call_id, name, arguments),
     ]
 
 
 MALFORMED: dict[str, list[ResponsePart]] = {
-    "text delta before start": [TextDelta("t", "hi"), STOP],
-    "reasoning delta before start": [ReasoningDelta("r", "hm"), STOP],
-    "text end before start": [TextEnd("t"), STOP],
-    "text started twice": [TextStart("t"), TextStart("t"), STOP],
-    "reasoning started twice": [ReasoningStart("r"), ReasoningEnd("r"), ReasoningStart("r"), STOP],
-    "text delta after end": [TextStart("t"), TextEnd("t"), TextDelta("t", "late"), STOP],
-    "text ended twice": [TextStart("t"), TextEnd("t"), TextEnd("t"), STOP],
-    "text part after finish": [TextStart("t"), TextEnd("t"), STOP, TextStart("u")],
-    "tool call after finish": [STOP, ToolCall("c", "f", "{}")],
+    "text delta before start": [TextDeltaPart("t", "hi"), STOP],
+    "reasoning delta before start": [ReasoningDeltaPart("r", "hm"), STOP],
+    "text end before start": [TextEndPart("t"), STOP],
+    "text started twice": [TextStartPart("t"), TextStartPart("t"), STOP],
+    "reasoning started twice": [
+        ReasoningStartPart("r"),
+        ReasoningEndPart("r"),
+        ReasoningStartPart("r"),
+        STOP,
+    ],
+    "text delta after end": [
+        TextStartPart("t"),
+        TextEndPart("t"),
+        TextDeltaPart("t", "late"),
+        STOP,
+    ],
+    "text ended twice": [TextStartPart("t"), TextEndPart("t"), TextEndPart("t"), STOP],
+    "text part after finish": [TextStartPart("t"), TextEndPart("t"), STOP, TextStartPart("u")],
+    "tool call after finish": [STOP, ToolCallPart("c", "f", "{}")],
     "second finish": [STOP, STOP],
-    "duplicate tool call id": [ToolCall("c", "f", "{}"), ToolCall("c", "g", "{}"), STOP],
+    "duplicate tool call id": [ToolCallPart("c", "f", "{}"), ToolCallPart("c", "g", "{}"), STOP],
     "tool params restarted after its call": [
         *_call("c", "f", "{}"),
-        ToolParamsStart("c", "f"),
+        ToolParamsStartPart("c", "f"),
         STOP,
     ],
-    "tool params started twice": [ToolParamsStart("c", "f"), ToolParamsStart("c", "f"), STOP],
-    "tool params delta before start": [ToolParamsDelta("c", "{"), STOP],
+    "tool params started twice": [
+        ToolParamsStartPart("c", "f"),
+        ToolParamsStartPart("c", "f"),
+        STOP,
+    ],
+    "tool params delta before start": [ToolParamsDeltaPart("c", "{"), STOP],
     "tool params delta after end": [
-        ToolParamsStart("c", "f"),
-        ToolParamsEnd("c"),
-        ToolParamsDelta("c", "}"),
+        ToolParamsStartPart("c", "f"),
+        ToolParamsEndPart("c"),
+        ToolParamsDeltaPart("c", "}"),
         STOP,
     ],
-    "tool params end before start": [ToolParamsEnd("c"), STOP],
+    "tool params end before start": [ToolParamsEndPart("c"), STOP],
     "call renamed between params and call": [
-        ToolParamsStart("c", "f"),
-        ToolParamsEnd("c"),
-        ToolCall("c", "g", "{}"),
+        ToolParamsStartPart("c", "f"),
+        ToolParamsEndPart("c"),
+        ToolCallPart("c", "g", "{}"),
         STOP,
     ],
-    "stream without finish": [TextStart("t"), TextDelta("t", "hi"), TextEnd("t")],
+    "stream without finish": [TextStartPart("t"), TextDeltaPart("t", "hi"), TextEndPart("t")],
     "empty stream": [],
     "unfinished params, stop": [
-        ToolParamsStart("c", "f"),
-        ToolParamsDelta("c", '{"a'),
+        ToolParamsStartPart("c", "f"),
+        ToolParamsDeltaPart("c", '{"a'),
         FinishPart("stop"),
     ],
-    "unfinished params, tool-calls": [ToolParamsStart("c", "f"), FinishPart("tool-calls")],
-    "text block never ended, stop": [TextStart("t"), TextDelta("t", "hi"), STOP],
+    "unfinished params, tool-calls": [ToolParamsStartPart("c", "f"), FinishPart("tool-calls")],
+    "text block never ended, stop": [TextStartPart("t"), TextDeltaPart("t", "hi"), STOP],
 }
 
 
@@ -108,14 +122,14 @@ def test_malformed_sequences_raise(parts: list[ResponsePart]) -> None:
 def test_text_and_reasoning_are_assembled_in_order() -> None:
     response = _reduce(
         [
-            ReasoningStart("r"),
-            ReasoningDelta("r", "think"),
-            ReasoningDelta("r", "ing"),
-            ReasoningEnd("r"),
-            TextStart("t"),
-            TextDelta("t", "Hello, "),
-            TextDelta("t", "world"),
-            TextEnd("t"),
+            ReasoningStartPart("r"),
+            ReasoningDeltaPart("r", "think"),
+            ReasoningDeltaPart("r", "ing"),
+            ReasoningEndPart("r"),
+            TextStartPart("t"),
+            TextDeltaPart("t", "Hello, "),
+            TextDeltaPart("t", "world"),
+            TextEndPart("t"),
             STOP,
         ]
     )
@@ -129,36 +143,36 @@ def test_text_and_reasoning_are_assembled_in_order() -> None:
 def test_content_keeps_interleaved_order_of_text_reasoning_and_calls() -> None:
     response = _reduce(
         [
-            TextStart("a"),
-            TextDelta("a", "first"),
-            TextEnd("a"),
+            TextStartPart("a"),
+            TextDeltaPart("a", "first"),
+            TextEndPart("a"),
             *_call("c1", "f", '{"x": 1}'),
-            ReasoningStart("r"),
-            ReasoningDelta("r", "hmm"),
-            ReasoningEnd("r"),
-            ToolCall("c2", "g", "{}"),
-            TextStart("b"),
-            TextDelta("b", "last"),
-            TextEnd("b"),
+            ReasoningStartPart("r"),
+            ReasoningDeltaPart("r", "hmm"),
+            ReasoningEndPart("r"),
+            ToolCallPart("c2", "g", "{}"),
+            TextStartPart("b"),
+            TextDeltaPart("b", "last"),
+            TextEndPart("b"),
             FinishPart("tool-calls"),
         ]
     )
     kinds = [kind for kind, _ in response.content]
     assert kinds == ["text", "tool-call", "reasoning", "tool-call", "text"]
     assert [c.id for c in response.tool_calls] == ["c1", "c2"]
-    assert response.tool_calls[0] == ToolCall("c1", "f", '{"x": 1}')
+    assert response.tool_calls[0] == ToolCallPart("c1", "f", '{"x": 1}')
     assert response.text == "firstlast"
 
 
 def test_interleaved_blocks_with_distinct_ids_are_kept_apart() -> None:
     response = _reduce(
         [
-            TextStart("a"),
-            TextStart("b"),
-            TextDelta("b", "B"),
-            TextDelta("a", "A"),
-            TextEnd("a"),
-            TextEnd("b"),
+            TextStartPart("a"),
+            TextStartPart("b"),
+            TextDeltaPart("b", "B"),
+            TextDeltaPart("a", "A"),
+            TextEndPart("a"),
+            TextEndPart("b"),
             STOP,
         ]
     )
@@ -169,24 +183,24 @@ def test_usage_and_metadata_come_from_their_parts() -> None:
     usage = Usage.of(120, 30, cache_read=100, cache_write=5)
     response = _reduce(
         [
-            ResponseMetadata(id="resp_1", model="m-1"),
-            TextStart("t"),
-            TextEnd("t"),
+            ResponseMetadataPart(id="resp_1", model="m-1"),
+            TextStartPart("t"),
+            TextEndPart("t"),
             FinishPart("stop", usage),
         ]
     )
     assert response.usage == usage
     assert response.usage.input.uncached == 15
-    assert response.metadata == ResponseMetadata(id="resp_1", model="m-1")
+    assert response.metadata == ResponseMetadataPart(id="resp_1", model="m-1")
 
 
 def test_truncated_calls_under_length_are_reported_not_executable() -> None:
     response = _reduce(
         [
             *_call("c1", "f", "{}"),
-            ToolParamsStart("c2", "g"),
-            ToolParamsDelta("c2", '{"que'),
-            ToolParamsDelta("c2", "ry"),
+            ToolParamsStartPart("c2", "g"),
+            ToolParamsDeltaPart("c2", '{"que'),
+            ToolParamsDeltaPart("c2", "ry"),
             FinishPart("length"),
         ]
     )
@@ -196,14 +210,14 @@ def test_truncated_calls_under_length_are_reported_not_executable() -> None:
 
 
 def test_an_open_text_block_is_tolerated_when_the_model_was_cut_off() -> None:
-    response = _reduce([TextStart("t"), TextDelta("t", "partial"), FinishPart("length")])
+    response = _reduce([TextStartPart("t"), TextDeltaPart("t", "partial"), FinishPart("length")])
     assert response.text == "partial"
 
 
 def test_a_provider_error_part_is_raised_at_finish() -> None:
     reducer = ResponseReducer()
     error = RateLimited("slow down", retry_after=2.0)
-    reducer.feed(TextStart("t"))
+    reducer.feed(TextStartPart("t"))
     reducer.feed(ErrorPart(error))
     assert reducer.error is error
     with pytest.raises(RateLimited) as caught:
@@ -232,7 +246,7 @@ class _ListModel:
 
 
 async def test_generate_reduces_the_stream_and_closes_it() -> None:
-    model = _ListModel([TextStart("t"), TextDelta("t", "hi"), TextEnd("t"), STOP])
+    model = _ListModel([TextStartPart("t"), TextDeltaPart("t", "hi"), TextEndPart("t"), STOP])
     request = ModelRequest((UserMessage.text("hello"),))
     response = await model.generate(request)
     assert response.text == "hi"
@@ -242,7 +256,7 @@ async def test_generate_reduces_the_stream_and_closes_it() -> None:
 
 
 async def test_generate_closes_the_stream_when_it_is_malformed() -> None:
-    model = _ListModel([TextDelta("t", "x"), STOP, TextStart("u")])
+    model = _ListModel([TextDeltaPart("t", "x"), STOP, TextStartPart("u")])
     with pytest.raises(MalformedResponse):
         await generate(model, ModelRequest(()))
     assert model.closed
@@ -257,7 +271,7 @@ class _SlowToCloseModel:
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         try:
-            yield TextDelta("t", "x")
+            yield TextDeltaPart("t", "x")
         finally:
             await trio.sleep(1)  # e.g. closing a connection
             self.cleaned_up = True

@@ -9,7 +9,7 @@ from typing import Any
 import trio
 import trio.testing
 
-from effectagent.ai import TextDelta, TextStart, ToolCallContext
+from effectagent.ai import TextDeltaPart, TextStartPart, ToolCallContext
 from effectagent.core import (
     EventBase,
     RunFailedRecord,
@@ -34,7 +34,7 @@ from .helpers import (
     records_of,
 )
 
-_STREAMING = Turn.hanging(after=[TextStart("t"), TextDelta("t", "Let me think")])
+_STREAMING = Turn.hanging(after=[TextStartPart("t"), TextDeltaPart("t", "Let me think")])
 
 
 def _two_hanging_calls() -> Turn:

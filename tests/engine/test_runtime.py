@@ -21,8 +21,8 @@ from effectagent.ai import (
     RateLimited,
     SystemMessage,
     TextContent,
-    TextDelta,
-    TextStart,
+    TextDeltaPart,
+    TextStartPart,
     ToolCallContext,
     ToolMessage,
     UserMessage,
@@ -365,8 +365,8 @@ async def test_an_answer_that_does_not_decode_fails_the_run(
 
 _SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "completed": lambda: _weather_turns("Oslo"),
-    "model error": lambda: [Turn.fail(RateLimited("slow down"), after=[TextStart("t")])],
-    "malformed stream": lambda: [Turn.raw(TextDelta("t", "x"), FinishPart("stop"))],
+    "model error": lambda: [Turn.fail(RateLimited("slow down"), after=[TextStartPart("t")])],
+    "malformed stream": lambda: [Turn.raw(TextDeltaPart("t", "x"), FinishPart("stop"))],
     "unscripted turn": lambda: [Turn.tool_calls(("forecast", {"city": "Oslo"}))],
 }
 
@@ -479,7 +479,7 @@ async def test_records_are_gap_free_and_hold_only_our_values(
 
 
 @attrs.frozen(slots=True)
-class _AdapterTextDelta(TextDelta):
+class _AdapterTextDelta(TextDeltaPart):
     """An adapter's own subclass of a part class (e.g. carrying provider detail)."""
 
     provider_index: int = 0
@@ -488,16 +488,16 @@ class _AdapterTextDelta(TextDelta):
 async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from effectagent.ai import TextEnd, Usage
+    from effectagent.ai import TextEndPart, Usage
     from effectagent.core import TextDelta as TextDeltaEvent
 
     model = TrackingModel(
         [
             Turn.raw(
-                TextStart("t"),
+                TextStartPart("t"),
                 _AdapterTextDelta("t", "Hello, ", provider_index=0),
                 _AdapterTextDelta("t", "world.", provider_index=1),
-                TextEnd("t"),
+                TextEndPart("t"),
                 FinishPart("stop", Usage.of(3, 2)),
             )
         ]

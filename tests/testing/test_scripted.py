@@ -11,8 +11,8 @@ from effectagent.ai import (
     FinishPart,
     ModelRequest,
     RateLimited,
-    TextDelta,
-    ToolParamsDelta,
+    TextDeltaPart,
+    ToolParamsDeltaPart,
     UserMessage,
     generate,
 )
@@ -24,7 +24,7 @@ REQUEST = ModelRequest((UserMessage.text("hi"),))
 async def test_text_is_streamed_in_chunks_and_requests_are_recorded() -> None:
     model = ScriptedModel([Turn.text("abcdefghij", chunk=4)])
     parts = [p async for p in model.stream(REQUEST)]
-    assert [p.delta for p in parts if isinstance(p, TextDelta)] == ["abcd", "efgh", "ij"]
+    assert [p.delta for p in parts if isinstance(p, TextDeltaPart)] == ["abcd", "efgh", "ij"]
     assert isinstance(parts[-1], FinishPart)
     assert model.requests == [REQUEST]
     model.assert_consumed()
@@ -66,7 +66,7 @@ async def test_delays_and_hangs_wait_on_the_trio_clock(
 async def test_truncated_tool_calls_stop_mid_arguments() -> None:
     model = ScriptedModel([Turn.tool_calls(("t", {"q": "x" * 40}), truncate_last=True)])
     parts = [p async for p in model.stream(REQUEST)]
-    sent = "".join(p.delta for p in parts if isinstance(p, ToolParamsDelta))
+    sent = "".join(p.delta for p in parts if isinstance(p, ToolParamsDeltaPart))
     assert sent
     assert len(sent) < len('{"q": "' + "x" * 40 + '"}')
     final = parts[-1]
