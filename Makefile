@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps test lint typecheck imports pytest demo bench clean
+.PHONY: install sysdeps test test-thorough lint typecheck imports pytest demo bench clean
 
 # The virtualenv is (re)built whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -32,10 +32,16 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(BIN)/lint-imports
 
+# The suite runs on the reproducible "ci" hypothesis profile (derandomized, no example database)
+# unless HYPOTHESIS_PROFILE says otherwise.
 pytest: $(STAMP) sysdeps
-	$(BIN)/pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest $(PYTEST_ARGS)
 
 test: lint typecheck imports pytest
+
+# The same suite with ten times the examples, drawn at random (not reproducible: for hunting).
+test-thorough: $(STAMP) sysdeps
+	HYPOTHESIS_PROFILE=thorough $(BIN)/pytest $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/python -m examples.demo

@@ -3,8 +3,11 @@
 Profiles (select with ``HYPOTHESIS_PROFILE``; default ``dev``):
 
 * ``dev`` — 50 examples, quick feedback while editing;
-* ``ci`` — 200 examples, what CI runs;
-* ``thorough`` — 2000 examples, for hunting rare interleavings before a release.
+* ``ci`` — 200 examples, what ``make test`` and CI run: *derandomized* (the examples are a function
+  of the test alone) and with no example database, so a run is reproducible — the same examples on
+  every machine, every time, whatever ran before;
+* ``thorough`` — 2000 random examples, for hunting rare interleavings (``make test-thorough``);
+  a failure it finds is saved in the example database and replayed first next time.
 
 No test sleeps for real: a test that needs time requests ``autojump_clock`` and pytest-trio runs it
 on a :class:`trio.testing.MockClock` that jumps ahead whenever every task is blocked.
@@ -22,11 +25,19 @@ settings.register_profile(
     "ci",
     max_examples=200,
     deadline=None,
-    derandomize=False,
+    derandomize=True,
+    database=None,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", max_examples=50, deadline=None)
-settings.register_profile("thorough", max_examples=2000, deadline=None)
+settings.register_profile(
+    "thorough",
+    max_examples=2000,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
