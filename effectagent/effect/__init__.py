@@ -34,9 +34,11 @@ from ._schema import SchemaDerivationError as SchemaDerivationError
 from ._schema import SchemaError as SchemaError
 from ._schema import SchemaIssue as SchemaIssue
 from ._schema import SchemaLimits as SchemaLimits
+from ._schema import checked_encoder as checked_encoder
 from ._schema import decode as decode
 from ._schema import decode_json as decode_json
 from ._schema import encode as encode
+from ._schema import encode_as as encode_as
 from ._schema import encode_json as encode_json
 from ._schema import field_meta as field_meta
 from ._schema import json_schema as json_schema
@@ -81,9 +83,11 @@ __all__ = [
     "attempt",
     "attempt_sync",
     "build_layer",
+    "checked_encoder",
     "decode",
     "decode_json",
     "encode",
+    "encode_as",
     "encode_json",
     "field_meta",
     "exit_from_result",

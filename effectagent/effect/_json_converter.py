@@ -53,7 +53,7 @@ from effectagent.effect._schema_errors import (
     _TooComplex,
 )
 
-__all__ = ["make_json_converter"]
+__all__ = ["make_json_converter", "sorted_set_items"]
 
 _Hook: TypeAlias = Callable[[Any, Any], Any]
 _state = threading.local()  # ``budget``: failed union attempts left in the current decode
@@ -359,6 +359,19 @@ def _unstructure_float(value: Any) -> Any:
     raise ValueError(f"cannot encode {value!r} as JSON")
 
 
+def _canonical_text(item: Any) -> str:
+    return json.dumps(item, sort_keys=True, default=repr)
+
+
+def sorted_set_items(items: list[Any]) -> list[Any]:
+    """The encoded items of a set in the order encoding gives them: sorted, or — mixed or
+    unorderable items — sorted by their canonical JSON text. (Shared with the checked encoder.)"""
+    try:
+        return sorted(items)
+    except TypeError:
+        return sorted(items, key=_canonical_text)
+
+
 def _unstructure_fallback(tp: Any) -> Callable[[Any], Any]:
     if tp in (int, bool, _NONE_TYPE, None):
         return lambda value: value
@@ -394,11 +407,7 @@ def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
         return [encode_item(item) for item in value]
 
     def unstructure_set(value: Any) -> Any:
-        items = [encode_item(item) for item in value]
-        try:
-            return sorted(items)
-        except TypeError:  # mixed or unorderable: order by canonical JSON text instead
-            return sorted(items, key=lambda item: json.dumps(item, sort_keys=True, default=repr))
+        return sorted_set_items([encode_item(item) for item in value])
 
     def unstructure_map(value: Any) -> Any:
         return {_unstructure_str(key): encode_item(item) for key, item in value.items()}

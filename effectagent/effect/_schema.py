@@ -31,8 +31,10 @@ The API is module-level functions over that one converter; :func:`make_json_conv
 code that needs the converter itself (for example to register hooks for a private type).
 
 Layout: this module holds the public entry points and the per-type caches; the hostile-input
-guard is in ``_schema_limits``, the converter's hooks in ``_json_converter`` and the error types
-with their issue plumbing in ``_schema_errors``.  Every public name is importable from here.
+guard is in ``_schema_limits``, the converter's hooks in ``_json_converter``, the checked,
+type-directed encoder (:func:`encode_as`: the output side as strict as :func:`decode`) in
+``_schema_encode`` and the error types with their issue plumbing in ``_schema_errors``.  Every
+public name is importable from here.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from effectagent.effect._json_schema import (
     is_literal,
     is_union,
 )
+from effectagent.effect._schema_encode import checked_encoder, encode_as
 from effectagent.effect._schema_errors import SchemaError, SchemaIssue, _issues_from, _TooComplex
 from effectagent.effect._schema_limits import (
     _DEFAULT_LIMITS,
@@ -73,7 +76,9 @@ __all__ = [
     "make_json_converter",
     "decode",
     "decode_json",
+    "checked_encoder",
     "encode",
+    "encode_as",
     "encoder_for",
     "encode_json",
     "json_schema",
@@ -284,7 +289,8 @@ def encode(value: object) -> JSONValue:
 
     Tuples and sequences become lists, sets and frozensets become lists sorted deterministically,
     Enums become their values.  Raises TypeError/ValueError for values JSON cannot represent
-    (unknown classes, NaN, infinities).
+    (unknown classes, NaN, infinities).  The value is encoded by its runtime classes, unchecked:
+    to check it against the type it was declared as while encoding, use :func:`encode_as`.
     """
     return _CONVERTER.unstructure(value)  # type: ignore[no-any-return]
 

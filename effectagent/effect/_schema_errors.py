@@ -50,9 +50,14 @@ class SchemaError(TaggedError):
     issues: tuple[SchemaIssue, ...]
 
     def __str__(self) -> str:
+        return self.explain("invalid input")
+
+    def explain(self, headline: str) -> str:
+        """The issues under ``headline``: one issue on the same line (``headline: $.a: ...``),
+        several one per line after a count, at most 20 shown (``- ... and 3 more``)."""
         if len(self.issues) == 1:
-            return f"invalid input: {self.issues[0]}"
-        lines = [f"invalid input ({len(self.issues)} issues):"]
+            return f"{headline}: {self.issues[0]}"
+        lines = [f"{headline} ({len(self.issues)} issues):"]
         lines += [f"- {issue}" for issue in self.issues[:_MAX_SHOWN_ISSUES]]
         if len(self.issues) > _MAX_SHOWN_ISSUES:
             lines.append(f"- ... and {len(self.issues) - _MAX_SHOWN_ISSUES} more")
