@@ -13,7 +13,6 @@ the run with that failure.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, cast, final
@@ -22,18 +21,19 @@ import attrs
 import jsonschema
 from returns.result import Result
 
-from effectagent.effect import ServiceKey, TaggedError
-from effectagent.effect._fast_init import fast_init
-from effectagent.effect._schema import (
+from effectagent.effect import (
+    SchemaDerivationError,
     SchemaError,
     SchemaIssue,
     SchemaLimits,
-    encode,
-    encoder_for,
+    ServiceKey,
+    TaggedError,
+    checked_encoder,
+    decode_json,
+    encode_as,
     json_schema,
 )
-from effectagent.effect._schema import decode as _decode
-from effectagent.effect._schema import decode_json as _decode_json
+from effectagent.effect._fast_init import fast_init
 
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",
@@ -61,7 +61,21 @@ DEFAULT_ARGUMENT_LIMITS = SchemaLimits(max_depth=32, max_bytes=256 * 1024, max_i
 
 
 class OutputSchemaViolation(Exception):
-    """A handler returned a value its tool's success schema does not admit (a defect)."""
+    """What a handler produced does not fit its tool's schema (a defect of the tool).
+
+    The message starts with what broke — ``result violates its schema`` or ``failure violates its
+    schema`` — and lists every problem with its path (``$.items[1]: expected an integer, got
+    'x'``); ``issues`` holds them (empty for a violation that has no path, such as a ``returns``
+    ``Failure`` of a non-exception).
+    """
+
+    def __init__(self, message: str, issues: tuple[SchemaIssue, ...] = ()) -> None:
+        super().__init__(message)
+        self.issues = issues
+
+
+def _violation(what: str, error: SchemaError) -> OutputSchemaViolation:
+    return OutputSchemaViolation(error.explain(f"{what} violates its schema"), error.issues)
 
 
 class ProgressReporter(Protocol):
@@ -199,9 +213,11 @@ class Tool(Generic[P, S]):
             jsonschema.Draft202012Validator.check_schema(schema)
             self.parameters_schema = schema
             self._parameters_validator = jsonschema.Draft202012Validator(schema)
-        # The encoder of exactly the success class (no dispatch on the value's class per call).
-        self._success_encoder: Callable[[Any], JSONValue] | None = (
-            encoder_for(success) if isinstance(success, type) else None
+        # Compiled once: walks a result by the declared type (class or generic form) and checks
+        # every position, as strictly as arguments are decoded. Without a declared type, any
+        # JSON value is accepted (checked as ``Any``: no NaN, no infinities, no unknown classes).
+        self._success_encoder: Callable[[Any], JSONValue] = checked_encoder(
+            Any if success is None else success
         )
         if success is not None:
             self.success_schema: Mapping[str, Any] | None = json_schema(success)
@@ -254,47 +270,32 @@ class Tool(Generic[P, S]):
     ) -> P:
         """Decode the model's raw JSON argument text; raises :class:`SchemaError` with paths."""
         if self.parameters is not None:
-            return _decode_json(self.parameters, arguments or "{}", limits=limits)
-        value: Any = _decode_json(Any, arguments or "{}", limits=limits)
+            return decode_json(self.parameters, arguments or "{}", limits=limits)
+        value: Any = decode_json(Any, arguments or "{}", limits=limits)
         assert self._parameters_validator is not None
         _validate(self._parameters_validator, value)
         return cast(P, value)
 
     def encode_success(self, value: object) -> JSONValue:
-        """Check ``value`` against the success schema and encode it; raises OutputSchemaViolation."""
-        if self.success is not None:
-            declared: object = self.success
-            if not isinstance(declared, type):
-                # A generic or special form (``list[Hit]``, ``Literal[...]``): isinstance cannot
-                # check it, so check the encoding round-trips through the declared type.
-                try:
-                    as_json = encode(value)
-                    _decode(declared, as_json)
-                except (SchemaError, TypeError, ValueError) as exc:
-                    raise OutputSchemaViolation(
-                        f"tool {self.name!r} returned a value its success type rejects: {exc}"
-                    ) from None
-                return as_json
-            if type(value) is declared and self._success_encoder is not None:
-                return self._success_encoder(value)
-            if not isinstance(value, self.success):
-                raise OutputSchemaViolation(
-                    f"tool {self.name!r} returned {type(value).__name__}, "
-                    f"declared {self.success.__name__}"
-                )
-            return encode(value)
+        """Check a handler's ``value`` against the success schema and encode it.
+
+        A declared success type (a class or a generic form such as ``list[Hit]``) is checked
+        position by position with :func:`~effectagent.effect.encode_as` (its rules: a subclass
+        of the declared class is encoded by the declared fields, a tuple stands for a list, ...).
+        A dynamic tool's ``success_schema`` is checked with ``jsonschema`` after the value is
+        encoded as ``Any``; with neither, any JSON value is accepted. NaN and infinities are never
+        accepted. Raises :class:`OutputSchemaViolation` ("result violates its schema ...", with
+        the path of every problem).
+        """
         try:
-            encoded = encode(value)
-            json.dumps(encoded)
-        except (TypeError, ValueError) as exc:
-            raise OutputSchemaViolation(
-                f"tool {self.name!r} returned a value that is not JSON-encodable: {exc}"
-            ) from None
+            encoded = self._success_encoder(value)
+        except SchemaError as exc:
+            raise _violation("result", exc) from None
         if self._output_validator is not None:
             try:
                 _validate(self._output_validator, encoded)
             except SchemaError as exc:
-                raise OutputSchemaViolation(f"tool {self.name!r} output: {exc}") from None
+                raise _violation("result", exc) from None
         return encoded
 
     def is_declared_failure(self, error: BaseException) -> bool:
@@ -309,10 +310,22 @@ _EMPTY_OBJECT: Mapping[str, Any] = {"type": "object", "properties": {}}
 
 
 def encode_failure(error: TaggedError) -> dict[str, JSONValue]:
-    """The model-facing envelope of a declared failure: ``{"_tag", "message", ...fields}``."""
+    """The model-facing envelope of a declared failure: ``{"_tag", "message", ...fields}``.
+
+    The fields are checked and encoded by the error's own class with
+    :func:`~effectagent.effect.encode_as`, as strictly as a success value; a field that does not
+    fit its annotation (NaN, an object JSON cannot hold) or a class the schema layer cannot
+    describe raises :class:`OutputSchemaViolation` ("failure violates its schema ...").
+    """
     body: dict[str, JSONValue] = {"_tag": error.tag, "message": str(error)}
-    if attrs.has(type(error)):
-        fields = encode(error)
+    cls = type(error)
+    if attrs.has(cls):
+        try:
+            fields = encode_as(cls, error)
+        except SchemaError as exc:
+            raise _violation("failure", exc) from None
+        except SchemaDerivationError as exc:
+            raise OutputSchemaViolation(f"failure violates its schema: {exc}") from None
         if isinstance(fields, dict):
             for key, value in fields.items():
                 body.setdefault(key, value)

@@ -4,7 +4,9 @@ crosses a schema boundary (static attrs types or dynamic JSON Schemas), handlers
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from collections.abc import Callable
+from typing import Any, Literal
 
 import attrs
 import jsonschema
@@ -19,8 +21,7 @@ from effectagent.ai import (
     encode_failure,
     handler_result,
 )
-from effectagent.effect import TaggedError
-from effectagent.effect._schema import SchemaError
+from effectagent.effect import SchemaError, SchemaIssue, TaggedError, field_meta
 
 
 @attrs.frozen
@@ -267,8 +268,22 @@ def test_dynamic_success_schema_is_enforced_on_output() -> None:
         },
     )
     assert tool.encode_success({"ok": True}) == {"ok": True}
-    with pytest.raises(OutputSchemaViolation, match=r"\$\.ok"):
+    with pytest.raises(OutputSchemaViolation, match=r"^result violates its schema: \$\.ok"):
         tool.encode_success({"ok": "yes"})
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_dynamic_success_schema_never_admits_nan_or_infinity(bad: float) -> None:
+    """JSON Schema's "number" says nothing about NaN; JSON has none, so the tool refuses it."""
+    tool = Tool.dynamic(
+        "dyn",
+        "A dynamic tool.",
+        _DYNAMIC_SCHEMA,
+        success_schema={"type": "object", "properties": {"x": {"type": "array"}}},
+    )
+    with pytest.raises(OutputSchemaViolation) as caught:
+        tool.encode_success({"x": [1.0, bad]})
+    assert str(caught.value) == f'result violates its schema: $["x"][1]: not a JSON value: {bad!r}'
 
 
 # ---- success encoding --------------------------------------------------------------------------
@@ -279,39 +294,105 @@ def test_static_success_is_encoded_to_json() -> None:
     assert tool.encode_success(Forecast("Oslo", 4.0)) == {"city": "Oslo", "high_c": 4.0}
 
 
-def test_a_subclass_of_the_success_type_is_encoded_as_itself() -> None:
+def test_a_subclass_of_the_success_type_is_encoded_by_the_declared_fields() -> None:
+    """The model was shown the declared class's schema (no extra properties): a subclass's own
+    fields are not part of the result."""
+
     @attrs.frozen
     class DetailedForecast(Forecast):
         wind: str
 
     tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)
-    assert tool.encode_success(Forecast("Oslo", 4.0)) == {"city": "Oslo", "high_c": 4.0}
     assert tool.encode_success(DetailedForecast("Oslo", 4.0, "calm")) == {
         "city": "Oslo",
         "high_c": 4.0,
-        "wind": "calm",
     }
+    with pytest.raises(OutputSchemaViolation, match=r"\$\.city: expected a string, got 3"):
+        tool.encode_success(DetailedForecast(3, 4.0, "calm"))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("value", [{"city": "Oslo", "high_c": 4.0}, Lookup("Oslo"), None, "Oslo"])
 def test_a_value_of_the_wrong_type_violates_the_output_schema(value: object) -> None:
     tool: Tool[Any, Any] = Tool("f", "Forecast.", parameters=Lookup, success=Forecast)
-    with pytest.raises(OutputSchemaViolation, match="Forecast"):
+    with pytest.raises(OutputSchemaViolation, match=r"^result violates its schema: \$: .*Forecast"):
         tool.encode_success(value)
+
+
+@attrs.frozen
+class Place:
+    city: str
+    country: Literal["NO", "IT"] = "NO"
+
+
+@attrs.frozen
+class Report:
+    """A success type with nested positions of every kind."""
+
+    count: int = attrs.field(metadata=field_meta(ge=0))
+    items: list[int] = attrs.field(factory=list)
+    place: Place = Place("Oslo")
+    scores: dict[str, float] = attrs.field(factory=dict)
+    title: str = attrs.field(default="", metadata=field_meta(max_length=5))
+
+
+@pytest.mark.parametrize(
+    ("report", "path", "message"),
+    [
+        (Report(1, items=[1, "2"]), "$.items[1]", "expected an integer, got '2'"),  # type: ignore[list-item]
+        (
+            Report(1, place=Place("Oslo", "SE")),  # type: ignore[arg-type]
+            "$.place.country",
+            "expected one of 'NO', 'IT', got 'SE'",
+        ),
+        (Report(1, place=Lookup("Oslo")), "$.place", "expected a Place, got a Lookup"),  # type: ignore[arg-type]
+        (Report(1, place=Place(7)), "$.place.city", "expected a string, got 7"),  # type: ignore[arg-type]
+        (Report("3"), "$.count", "expected an integer, got '3'"),  # type: ignore[arg-type]
+        (Report(3.5), "$.count", "expected an integer, got 3.5"),  # type: ignore[arg-type]
+        (Report(True), "$.count", "expected an integer, got true"),
+        (Report(1, scores={"a": math.nan}), '$.scores["a"]', "expected a finite number, got nan"),
+        (Report(1, scores={"b": math.inf}), '$.scores["b"]', "expected a finite number, got inf"),
+        (Report(-1), "$.count", "must be >= 0, got -1"),
+        (Report(1, title="too long"), "$.title", "must be at most 5 characters long, got 8"),
+    ],
+)
+def test_a_nested_violation_of_the_success_type_names_its_path(
+    report: Report, path: str, message: str
+) -> None:
+    tool: Tool[Any, Any] = Tool("r", "Report.", success=Report)
+    with pytest.raises(OutputSchemaViolation) as caught:
+        tool.encode_success(report)
+    assert caught.value.issues == (SchemaIssue(path, message),)
+    assert str(caught.value) == f"result violates its schema: {path}: {message}"
+
+
+def test_every_violation_of_a_result_is_listed() -> None:
+    tool: Tool[Any, Any] = Tool("r", "Report.", success=Report)
+    with pytest.raises(OutputSchemaViolation) as caught:
+        tool.encode_success(Report(-1, items=["a", 2, "b"], place=Place(1)))  # type: ignore[list-item, arg-type]
+    assert str(caught.value) == (
+        "result violates its schema (4 issues):\n"
+        "- $.count: must be >= 0, got -1\n"
+        "- $.items[0]: expected an integer, got 'a'\n"
+        "- $.items[2]: expected an integer, got 'b'\n"
+        "- $.place.city: expected a string, got 1"
+    )
 
 
 def test_generic_success_types_are_checked_not_crashed_on() -> None:
     tool: Tool[Any, Any] = Tool("search", "Search.", success=list[Hit])
     assert tool.encode_success([Hit("a"), Hit("b")]) == [{"url": "a"}, {"url": "b"}]
-    with pytest.raises(OutputSchemaViolation):
+    assert tool.encode_success((Hit("a"),)) == [{"url": "a"}]  # a tuple stands for a list
+    with pytest.raises(OutputSchemaViolation, match=r"\$\[1\]: expected a Hit, got 'b'"):
         tool.encode_success([Hit("a"), "b"])
-    with pytest.raises(OutputSchemaViolation):
+    with pytest.raises(OutputSchemaViolation, match=r"\$\[0\]\.url: expected a string, got 1"):
+        tool.encode_success([Hit(1)])  # type: ignore[arg-type]
+    with pytest.raises(OutputSchemaViolation, match=r"\$: expected an array"):
         tool.encode_success(Hit("a"))
 
 
-@pytest.mark.parametrize("value", [object(), float("nan"), {"k": object()}, [1, float("inf")]])
+@pytest.mark.parametrize("value", [object(), math.nan, {"k": object()}, [1, math.inf], b"x"])
 def test_undeclared_success_must_still_be_json(value: object) -> None:
-    with pytest.raises(OutputSchemaViolation, match="JSON"):
+    with pytest.raises(OutputSchemaViolation, match="not a JSON value"):
         Tool("t", "A tool.").encode_success(value)
 
 
@@ -319,6 +400,8 @@ def test_undeclared_success_accepts_any_json_value() -> None:
     tool: Tool[Any, Any] = Tool("t", "A tool.")
     assert tool.encode_success({"a": [1, 2.5, None, True, "x"]}) == {"a": [1, 2.5, None, True, "x"]}
     assert tool.encode_success(Hit("u")) == {"url": "u"}
+    with pytest.raises(OutputSchemaViolation, match=r"\$\[0\]\.url: expected a string"):
+        tool.encode_success([Hit(3)])  # type: ignore[arg-type]  # its own class's annotations
 
 
 # ---- handler results and declared failures -----------------------------------------------------
@@ -340,6 +423,51 @@ def test_returns_failure_of_an_error_is_raised_as_that_error() -> None:
 def test_returns_failure_of_a_non_exception_is_an_output_violation() -> None:
     with pytest.raises(OutputSchemaViolation, match="not an exception"):
         handler_result(Failure("nope"))
+
+
+@attrs.frozen
+class OutOfRange(TaggedError):
+    value: float
+
+
+@attrs.frozen
+class Opaque(TaggedError):
+    detail: Any
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            OutOfRange(math.nan),
+            "failure violates its schema: $.value: expected a finite number, got nan",
+        ),
+        (
+            OutOfRange(math.inf),
+            "failure violates its schema: $.value: expected a finite number, got inf",
+        ),
+        (Opaque(object()), "failure violates its schema: $.detail: not a JSON value: an object"),
+        (
+            Opaque({"k": [-math.inf]}),
+            'failure violates its schema: $.detail["k"][0]: not a JSON value: -inf',
+        ),
+    ],
+)
+def test_a_declared_failure_that_does_not_encode_is_a_violation_not_a_crash(
+    error: TaggedError, message: str
+) -> None:
+    with pytest.raises(OutputSchemaViolation) as caught:
+        encode_failure(error)
+    assert str(caught.value) == message
+
+
+def test_a_declared_failure_of_a_class_without_a_schema_is_a_violation() -> None:
+    @attrs.frozen
+    class Unschematic(TaggedError):
+        hook: Callable[[], None]
+
+    with pytest.raises(OutputSchemaViolation, match=r"^failure violates its schema: .*Callable"):
+        encode_failure(Unschematic(lambda: None))
 
 
 def test_declared_failures_are_recognised_and_encoded_as_an_envelope() -> None:
