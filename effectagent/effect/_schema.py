@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Callable
 from typing import Any, Final, TypeAlias, TypeVar, get_args, overload
 
 import attrs
@@ -79,7 +78,6 @@ __all__ = [
     "checked_encoder",
     "encode",
     "encode_as",
-    "encoder_for",
     "encode_json",
     "json_schema",
 ]
@@ -293,12 +291,6 @@ def encode(value: object) -> JSONValue:
     to check it against the type it was declared as while encoding, use :func:`encode_as`.
     """
     return _CONVERTER.unstructure(value)  # type: ignore[no-any-return]
-
-
-def encoder_for(tp: type) -> Callable[[Any], JSONValue]:
-    """What :func:`encode` does to a value of exactly class ``tp``, as one function (no dispatch
-    on the value's class per call). For a value of any other class, use :func:`encode`."""
-    return _CONVERTER.get_unstructure_hook(tp)
 
 
 def encode_json(value: object) -> str:
