@@ -25,6 +25,7 @@ from ._prompt import ToolMessage as ToolMessage
 from ._prompt import ToolResultContent as ToolResultContent
 from ._prompt import UserMessage as UserMessage
 from ._reduce import ModelResponse as ModelResponse
+from ._reduce import ResponseContent as ResponseContent
 from ._reduce import ResponseReducer as ResponseReducer
 from ._reduce import TruncatedToolCall as TruncatedToolCall
 from ._response import FINISH_REASONS as FINISH_REASONS
@@ -78,6 +79,7 @@ __all__ = [
     "ModelNetworkError",
     "ModelRequest",
     "ModelResponse",
+    "ResponseContent",
     "ModelUnavailable",
     "OutputSchemaViolation",
     "OutputTokens",

@@ -3,18 +3,23 @@
 The reducer enforces the part protocol (a block is started before its deltas, ended once, nothing
 follows the finish part, tool-call IDs are unique) and raises :class:`MalformedResponse` on any
 violation. A tool call whose arguments were still streaming when the model stopped for length is
-*truncated*: it is reported separately and never becomes a :class:`ToolCallPart` to execute (RUN-004).
+*truncated*: it is reported separately and never becomes a :class:`ToolCallPart` to execute
+(RUN-004).
+
+:meth:`ResponseReducer.feed` is one ``match`` over the part classes, with ``assert_never`` for the
+rest: a new part kind that the reducer does not handle is a type error, not a silent skip.
 """
 
 from __future__ import annotations
 
-from typing import Any, final
+from typing import assert_never, final
 
 import attrs
 
 from effectagent.effect._fast_init import fast_init
 
 from ._errors import AiError, MalformedResponse
+from ._prompt import ReasoningContent, TextContent
 from ._response import (
     ErrorPart,
     FinishPart,
@@ -35,7 +40,10 @@ from ._response import (
 )
 from ._usage import Usage
 
-__all__ = ["ModelResponse", "ResponseReducer", "TruncatedToolCall"]
+__all__ = ["ModelResponse", "ResponseContent", "ResponseReducer", "TruncatedToolCall"]
+
+#: One entry of a response's content, in the order the model produced it.
+ResponseContent = TextContent | ReasoningContent | ToolCallPart
 
 
 @fast_init
@@ -53,11 +61,11 @@ class TruncatedToolCall:
 class ModelResponse:
     """One complete model response.
 
-    ``content`` keeps text, reasoning and tool calls in the order the model produced them, as
-    ``("text", str)``, ``("reasoning", str)`` and ``("tool-call", ToolCallPart)`` entries.
+    ``content`` keeps text blocks, reasoning blocks and tool calls in the order the model produced
+    them; ``tool_calls`` are the calls again, alone, in declaration order.
     """
 
-    content: tuple[tuple[str, object], ...]
+    content: tuple[ResponseContent, ...]
     tool_calls: tuple[ToolCallPart, ...]
     truncated_calls: tuple[TruncatedToolCall, ...]
     finish_reason: FinishReason
@@ -67,42 +75,45 @@ class ModelResponse:
     @property
     def text(self) -> str:
         """All text blocks, concatenated."""
-        texts = [v for k, v in self.content if k == "text"]
-        if len(texts) == 1 and type(texts[0]) is str:
-            return texts[0]
-        return "".join(map(str, texts))
+        texts = [part.text for part in self.content if type(part) is TextContent]
+        return texts[0] if len(texts) == 1 else "".join(texts)
 
     @property
     def reasoning(self) -> str:
         """All reasoning blocks, concatenated."""
-        return "".join(str(v) for k, v in self.content if k == "reasoning")
+        return "".join(part.text for part in self.content if type(part) is ReasoningContent)
 
 
-_PARTS: tuple[type, ...] = (
-    TextDeltaPart,
-    ReasoningDeltaPart,
-    TextStartPart,
-    ReasoningStartPart,
-    TextEndPart,
-    ReasoningEndPart,
-    ToolParamsStartPart,
-    ToolParamsDeltaPart,
-    ToolParamsEndPart,
-    ToolCallPart,
-    FinishPart,
-    ErrorPart,
-    ResponseMetadataPart,
-    ToolResultPart,
-)
-_PART_CLASS: dict[type, type] = {cls: cls for cls in _PARTS}
+@final
+class _Block:
+    """A text or reasoning block being streamed: its chunks, and whether it has ended."""
+
+    __slots__ = ("chunks", "ended", "reasoning")
+
+    def __init__(self, reasoning: bool) -> None:
+        self.reasoning = reasoning
+        self.chunks: list[str] = []
+        self.ended = False
+
+    def content(self) -> TextContent | ReasoningContent:
+        text = "".join(self.chunks)
+        return ReasoningContent(text) if self.reasoning else TextContent(text)
 
 
-def _part_class(part: object) -> type | None:
-    """The part class ``part`` is an instance of (for a subclass of a part class)."""
-    for cls in _PARTS:
-        if isinstance(part, cls):
-            return cls
-    return None
+@final
+class _Params:
+    """The arguments of a tool call being streamed."""
+
+    __slots__ = ("chunks", "ended", "name")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.chunks: list[str] = []
+        self.ended = False
+
+
+def _kind(reasoning: bool) -> str:
+    return "reasoning" if reasoning else "text"
 
 
 @final
@@ -110,6 +121,7 @@ class ResponseReducer:
     """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends."""
 
     __slots__ = (
+        "_blocks",
         "_call_ids",
         "_calls",
         "_error",
@@ -118,92 +130,91 @@ class ResponseReducer:
         "_open",
         "_order",
         "_params",
-        "_reasoning",
-        "_text",
     )
 
     def __init__(self) -> None:
-        # block id -> its chunks, per kind of block; None once the block ended.
-        self._text: dict[str, list[str] | None] = {}
-        self._reasoning: dict[str, list[str] | None] = {}
+        # Text and reasoning blocks by (is reasoning, block id): the two kinds have separate IDs.
+        self._blocks: dict[tuple[bool, str], _Block] = {}
         self._open = 0  # blocks started and not yet ended
-        self._order: list[tuple[str, object]] = []
-        self._params: dict[str, tuple[str, list[str], bool]] = {}
+        self._order: list[_Block | ToolCallPart] = []
+        self._params: dict[str, _Params] = {}
         self._calls: list[ToolCallPart] = []
         self._call_ids: set[str] = set()
         self._finish: FinishPart | None = None
         self._error: AiError | None = None
         self._metadata: ResponseMetadataPart | None = None
 
-    def feed(self, part: ResponsePart) -> type:
-        """Take one part; return its part class (the part's own class, or for a subclass of a
-        part class, that class). Raises :class:`MalformedResponse` on a protocol violation."""
+    def feed(self, part: ResponsePart) -> None:
+        """Take one part. Raises :class:`MalformedResponse` on a protocol violation."""
         if self._finish is not None:
             raise MalformedResponse(f"a {part.type} part arrived after the finish part")
-        # Dispatch on the part's own class: one dict look-up instead of a chain of class checks
-        # (a subclass of a part class is mapped to that class). ``cls is`` does not narrow
-        # ``part`` for the type checker, hence ``Any``.
-        cls = _PART_CLASS.get(type(part)) or _part_class(part)
-        if cls is None:
-            raise MalformedResponse(f"unknown part {part!r}")
-        p: Any = part
-        if cls is TextDeltaPart or cls is ReasoningDeltaPart:
-            chunks = (self._text if cls is TextDeltaPart else self._reasoning).get(p.id)
-            if chunks is None:
-                kind = "text" if cls is TextDeltaPart else "reasoning"
-                raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
-            chunks.append(p.delta)
-        elif cls is TextStartPart or cls is ReasoningStartPart:
-            kind = "text" if cls is TextStartPart else "reasoning"
-            blocks = self._text if cls is TextStartPart else self._reasoning
-            if p.id in blocks:
-                raise MalformedResponse(f"{kind} block {p.id!r} started twice")
-            chunks = []
-            blocks[p.id] = chunks
-            self._open += 1
-            self._order.append((kind, chunks))
-        elif cls is TextEndPart or cls is ReasoningEndPart:
-            blocks = self._text if cls is TextEndPart else self._reasoning
-            if blocks.get(p.id) is None:
-                kind = "text" if cls is TextEndPart else "reasoning"
-                raise MalformedResponse(f"{p.type} for {kind} block {p.id!r} that is not open")
-            blocks[p.id] = None
-            self._open -= 1
-        elif cls is ToolParamsStartPart:
-            if p.id in self._params or p.id in self._call_ids:
-                raise MalformedResponse(f"tool call {p.id!r} started twice")
-            self._params[p.id] = (p.name, [], False)
-        elif cls is ToolParamsDeltaPart:
-            entry = self._params.get(p.id)
-            if entry is None or entry[2]:
-                raise MalformedResponse(
-                    f"tool-params-delta for tool call {p.id!r} that is not open"
-                )
-            entry[1].append(p.delta)
-        elif cls is ToolParamsEndPart:
-            entry = self._params.get(p.id)
-            if entry is None or entry[2]:
-                raise MalformedResponse(f"tool-params-end for tool call {p.id!r} that is not open")
-            self._params[p.id] = (entry[0], entry[1], True)
-        elif cls is ToolCallPart:
-            if p.id in self._call_ids:
-                raise MalformedResponse(f"tool call {p.id!r} declared twice")
-            entry = self._params.pop(p.id, None)
-            if entry is not None and entry[0] != p.name:
-                raise MalformedResponse(
-                    f"tool call {p.id!r} streamed as {entry[0]!r} but declared as {p.name!r}"
-                )
-            self._call_ids.add(p.id)
-            self._calls.append(p)
-            self._order.append(("tool-call", p))
-        elif cls is FinishPart:
-            self._finish = p
-        elif cls is ErrorPart:
-            self._error = p.error
-        elif cls is ResponseMetadataPart:
-            self._metadata = p
-        # ToolResultPart: provider-executed tools are reported by the provider; nothing to do.
-        return cls
+        match part:
+            case TextDeltaPart(id=block_id, delta=delta):
+                self._open_block(False, block_id, part.type).chunks.append(delta)
+            case ReasoningDeltaPart(id=block_id, delta=delta):
+                self._open_block(True, block_id, part.type).chunks.append(delta)
+            case TextStartPart(id=block_id):
+                self._start_block(False, block_id)
+            case ReasoningStartPart(id=block_id):
+                self._start_block(True, block_id)
+            case TextEndPart(id=block_id):
+                self._open_block(False, block_id, part.type).ended = True
+                self._open -= 1
+            case ReasoningEndPart(id=block_id):
+                self._open_block(True, block_id, part.type).ended = True
+                self._open -= 1
+            case ToolParamsStartPart(id=call_id, name=name):
+                if call_id in self._params or call_id in self._call_ids:
+                    raise MalformedResponse(f"tool call {call_id!r} started twice")
+                self._params[call_id] = _Params(name)
+            case ToolParamsDeltaPart(id=call_id, delta=delta):
+                self._open_params(call_id, part.type).chunks.append(delta)
+            case ToolParamsEndPart(id=call_id):
+                self._open_params(call_id, part.type).ended = True
+            case ToolCallPart(id=call_id, name=name):
+                if call_id in self._call_ids:
+                    raise MalformedResponse(f"tool call {call_id!r} declared twice")
+                streamed = self._params.pop(call_id, None)
+                if streamed is not None and streamed.name != name:
+                    raise MalformedResponse(
+                        f"tool call {call_id!r} streamed as {streamed.name!r} but declared as "
+                        f"{name!r}"
+                    )
+                self._call_ids.add(call_id)
+                self._calls.append(part)
+                self._order.append(part)
+            case FinishPart():
+                self._finish = part
+            case ErrorPart(error=error):
+                self._error = error
+            case ResponseMetadataPart():
+                self._metadata = part
+            case ToolResultPart():
+                pass  # a provider-executed tool: the provider reports it; nothing to run
+            case _:
+                assert_never(part)
+
+    def _start_block(self, reasoning: bool, block_id: str) -> None:
+        key = (reasoning, block_id)
+        if key in self._blocks:
+            raise MalformedResponse(f"{_kind(reasoning)} block {block_id!r} started twice")
+        block = self._blocks[key] = _Block(reasoning)
+        self._open += 1
+        self._order.append(block)
+
+    def _open_block(self, reasoning: bool, block_id: str, part_type: str) -> _Block:
+        block = self._blocks.get((reasoning, block_id))
+        if block is None or block.ended:
+            raise MalformedResponse(
+                f"{part_type} for {_kind(reasoning)} block {block_id!r} that is not open"
+            )
+        return block
+
+    def _open_params(self, call_id: str, part_type: str) -> _Params:
+        params = self._params.get(call_id)
+        if params is None or params.ended:
+            raise MalformedResponse(f"{part_type} for tool call {call_id!r} that is not open")
+        return params
 
     @property
     def error(self) -> AiError | None:
@@ -226,22 +237,18 @@ class ResponseReducer:
                     + f" never completed, and the finish reason is {finish.reason!r}"
                 )
             truncated = [
-                TruncatedToolCall(call_id, name, "".join(chunks))
-                for call_id, (name, chunks, _) in self._params.items()
+                TruncatedToolCall(call_id, params.name, "".join(params.chunks))
+                for call_id, params in self._params.items()
             ]
         if self._open and finish.reason not in ("length", "content-filter", "error"):
             open_blocks = [
-                f"{kind} {block!r}"
-                for kind, blocks in (("text", self._text), ("reasoning", self._reasoning))
-                for block, chunks in blocks.items()
-                if chunks is not None
+                f"{_kind(reasoning)} {block_id!r}"
+                for (reasoning, block_id), block in self._blocks.items()
+                if not block.ended
             ]
             raise MalformedResponse(f"block(s) {', '.join(open_blocks)} never ended")
         content = tuple(
-            [
-                (kind, "".join(value) if type(value) is list else value)
-                for kind, value in self._order
-            ]
+            [item.content() if isinstance(item, _Block) else item for item in self._order]
         )
         return ModelResponse(
             content,

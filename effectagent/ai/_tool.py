@@ -14,7 +14,7 @@ the run with that failure.
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, cast, final
 
 import attrs
@@ -143,6 +143,7 @@ class Tool(Generic[P, S]):
         "_parameters_validator",
         "_success_encoder",
         "annotations",
+        "denial_is_terminal",
         "description",
         "failure",
         "failure_mode",
@@ -153,6 +154,8 @@ class Tool(Generic[P, S]):
         "parameters_schema",
         "success",
         "success_schema",
+        "summarize",
+        "targets",
         "timeout",
     )
 
@@ -166,6 +169,9 @@ class Tool(Generic[P, S]):
         failure: type[TaggedError] | tuple[type[TaggedError], ...] | None = None,
         failure_mode: FailureMode = "return",
         needs_approval: NeedsApproval = False,
+        denial_is_terminal: bool = False,
+        targets: Callable[[Any], Iterable[str]] | None = None,
+        summarize: Callable[[Any], str] | None = None,
         readonly: bool = False,
         destructive: bool | None = None,
         idempotent: bool = False,
@@ -194,6 +200,11 @@ class Tool(Generic[P, S]):
         self.failure = _as_failure_tuple(failure)
         self.failure_mode: FailureMode = failure_mode
         self.needs_approval: NeedsApproval = needs_approval
+        # What an approval request shows: the resources a call touches and a one-line summary,
+        # both derived from the decoded parameters; and whether a denial ends the run.
+        self.denial_is_terminal = denial_is_terminal
+        self.targets = targets
+        self.summarize = summarize
         self.timeout = timeout
         self.annotations = ToolAnnotations(
             readonly=readonly,

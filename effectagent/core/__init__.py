@@ -3,8 +3,12 @@
 from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalRequest as ApprovalRequest
 from ._approval import Risk as Risk
+from ._bounds import PARSED_BYTES_PER_CHAR as PARSED_BYTES_PER_CHAR
 from ._bounds import bound_json as bound_json
+from ._bounds import bounded_json as bounded_json
+from ._bounds import bounded_parsed as bounded_parsed
 from ._bounds import compact_json as compact_json
+from ._errors import ApprovalDenied as ApprovalDenied
 from ._errors import BudgetExhausted as BudgetExhausted
 from ._errors import EngineDefect as EngineDefect
 from ._errors import FinalTurnDeclaredTools as FinalTurnDeclaredTools
@@ -32,12 +36,15 @@ from ._redact import REDACTED as REDACTED
 from ._redact import Redactor as Redactor
 from ._redact import SecretRedactor as SecretRedactor
 from ._redact import StreamRedactor as StreamRedactor
+from ._redact import redact_arguments as redact_arguments
+from ._redact import redact_json_text as redact_json_text
 from ._usage import UsageDelta as UsageDelta
 from ._usage import UsageTotals as UsageTotals
 
 __all__ = [
     "Agent",
     "AgentPolicy",
+    "ApprovalDenied",
     "ApprovalDecision",
     "ApprovalRequest",
     "BudgetExhausted",
@@ -64,8 +71,13 @@ __all__ = [
     "ToolUnknownOutcome",
     "UsageDelta",
     "UsageTotals",
+    "PARSED_BYTES_PER_CHAR",
     "bound_json",
+    "bounded_json",
+    "bounded_parsed",
     "compact_json",
+    "redact_arguments",
+    "redact_json_text",
     *_events_all,
     *_records_all,
 ]

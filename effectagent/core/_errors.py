@@ -9,6 +9,7 @@ import attrs
 from effectagent.effect import TaggedError
 
 __all__ = [
+    "ApprovalDenied",
     "BudgetExhausted",
     "EngineDefect",
     "FinalTurnDeclaredTools",
@@ -78,3 +79,13 @@ class EngineDefect(RunError):
     """Something undeclared broke inside the engine (a bug). ``message`` is redacted."""
 
     message: str
+
+
+@attrs.frozen
+class ApprovalDenied(RunError):
+    """A tool call whose denial is terminal (``Tool(denial_is_terminal=True)``) was denied or its
+    approval timed out: the batch committed, then the run ended."""
+
+    tool_call_id: str
+    tool_name: str
+    reason: str

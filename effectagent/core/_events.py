@@ -230,7 +230,8 @@ class RunInterrupted(EventBase):
 @fast_init
 @attrs.frozen(slots=True)
 class RunSuspended(EventBase):
-    """Terminal: the run waits durably (durable classes only)."""
+    """Terminal: the run waits durably, e.g. for an approval. Only the durable deployment classes,
+    which are not built yet, end a run this way; the in-memory engine never does."""
 
     reason: str
 

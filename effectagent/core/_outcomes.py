@@ -42,11 +42,16 @@ class ToolSuccess:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolRejected:
-    """Authorization or approval denied execution (or a budget stopped it); it never ran."""
+    """Authorization or approval denied execution (or a budget stopped it); it never ran.
+
+    ``terminal`` marks an approval denial that ends the run (the tool declared
+    ``denial_is_terminal``): the batch still commits, then the run fails with ``ApprovalDenied``.
+    """
 
     tool_call_id: str
     tool_name: str
     reason: str
+    terminal: bool = False
     kind: Literal["rejected"] = "rejected"
     is_failure = True
 
@@ -106,7 +111,9 @@ class ToolDefect:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolUnknownOutcome:
-    """A prepared call whose settlement was never recorded (durable classes only, on recovery)."""
+    """A prepared call whose settlement was never recorded: its side effect may or may not have
+    happened. Produced on recovery by the durable deployment classes, which are not built yet —
+    the in-memory engine settles every prepared call itself and never produces this outcome."""
 
     tool_call_id: str
     tool_name: str

@@ -2,6 +2,8 @@
 
 from ._budget import BudgetState as BudgetState
 from ._log import InMemoryConversationLog as InMemoryConversationLog
+from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
 from ._runtime import RunFailedError as RunFailedError
 from ._runtime import RunResult as RunResult
 from ._runtime import RunStream as RunStream
@@ -39,6 +41,8 @@ __all__ = [
     "ConversationLog",
     "ConversationLogService",
     "InMemoryConversationLog",
+    "InstructionsLeakSecret",
+    "LOGGER_NAME",
     "RedactorService",
     "RunFailedError",
     "RunResult",

@@ -2,27 +2,34 @@
 
 The engine only estimates and asks: when the estimated next context exceeds
 ``AgentPolicy.context_token_limit`` it hands the Compactor the log, the prompt and a metered
-``summarize`` call, appends the records the Compactor returns (compaction adds records; it never edits
-or deletes one) and re-projects the prompt from the log.
+``summarize`` call, appends the records the Compactor returns (compaction adds records; it never
+edits or deletes one) and projects the prompt anew from the log — which it returns to the driver.
+
+A summary is model output about the conversation, so it is redacted like every other model output:
+the text ``summarize`` gives the Compactor, and the ``summary`` of every record it returns, before
+anything is appended.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
-from effectagent.ai import Message, ModelRequest, ModelResponse, SystemMessage, generate
-from effectagent.core import CompactionPerformed, UsageDelta, project_messages
+import attrs
 
+from effectagent.ai import Message, ModelRequest, SystemMessage, generate
+from effectagent.core import AgentPolicy, CompactionPerformed, UsageDelta, project_messages
+
+from ._io import RunIO
 from ._seams import CompactionRequest
-
-if TYPE_CHECKING:
-    from ._run import RunDriver
+from ._services import RunServices
 
 __all__ = ["estimate_tokens", "maybe_compact"]
 
+_SUMMARIZE = SystemMessage("Summarize the conversation so far for your own later use.")
 
-def estimate_tokens(messages: list[Message]) -> int:
+
+def estimate_tokens(messages: Sequence[Message]) -> int:
     """A cheap context estimate: ~4 characters per token over the messages' text and JSON."""
     chars = 0
     for message in messages:
@@ -40,41 +47,46 @@ def estimate_tokens(messages: list[Message]) -> int:
     return chars // 4 + 4 * len(messages)
 
 
-async def maybe_compact(driver: RunDriver) -> None:
-    """Compact at the pre-turn seam when the estimated context exceeds the policy's limit.
+async def maybe_compact(
+    io: RunIO,
+    services: RunServices,
+    policy: AgentPolicy,
+    messages: Sequence[Message],
+    turn: int,
+    record_usage: Callable[[UsageDelta], None],
+) -> list[Message] | None:
+    """Compact before ``turn`` when the estimated context exceeds the policy's limit; return the
+    new prompt (projected from the log), or None when nothing was compacted.
 
-    The Compactor returns records; they are appended (never editing the log) and the prompt is
-    projected anew from the log. Cancellation: nothing is appended if cancelled before the
-    Compactor returns; the summary call is metered into the run's usage.
+    ``record_usage`` meters the summary's model call into the run's usage.
+
+    Cancellation: nothing is appended if cancelled before the Compactor returns; the records it
+    returns are appended all or nothing.
     """
-    policy = driver.agent.policy
     limit = policy.context_token_limit
-    compactor = driver.services.compactor
+    compactor = services.compactor
     if limit is None or compactor is None:
-        return
-    estimate = estimate_tokens(driver.messages)
+        return None
+    estimate = estimate_tokens(messages)
     if estimate <= limit:
-        return
-    entries = tuple(await driver.services.log.entries(driver.conversation_id))
+        return None
+    entries = tuple(await services.log.entries(io.conversation_id))
+    redactor = services.redactor
 
-    async def summarize(messages: Any) -> str:
-        request = ModelRequest(
-            (
-                SystemMessage("Summarize the conversation so far for your own later use."),
-                *messages,
-            ),
-            tool_choice="none",
+    async def summarize(covered: Sequence[Message]) -> str:
+        response = await generate(
+            services.model, ModelRequest((_SUMMARIZE, *covered), tool_choice="none")
         )
-        response = await _generate_metered(driver, request)
-        return response.text
+        record_usage(UsageDelta.from_usage(response.usage))
+        return redactor.redact_text(response.text)
 
     records = await compactor.compact(
         CompactionRequest(
-            driver.conversation_id,
-            driver.run_id,
-            driver.turn + 1,
+            io.conversation_id,
+            io.run_id,
+            turn,
             entries,
-            tuple(driver.messages),
+            tuple(messages),
             estimate,
             limit,
             policy.compaction.keep_recent_tokens,
@@ -83,19 +95,29 @@ async def maybe_compact(driver: RunDriver) -> None:
         )
     )
     if not records:
-        return
-    await driver.record(*records)
-    history = await driver.services.log.entries(driver.conversation_id)
-    driver.messages = [driver.services.system, *project_messages(history)]
-    after = estimate_tokens(driver.messages)
-    last = records[-1]
-    driver.emit(
-        CompactionPerformed, driver.turn + 1, last.kind, last.covers_through, estimate, after
+        return None
+    redacted = [
+        record
+        if record.summary is None
+        else attrs.evolve(record, summary=redactor.redact_text(record.summary))
+        for record in records
+    ]
+    await io.record(*redacted)
+    history = await services.log.entries(io.conversation_id)
+    compacted: list[Message] = [services.system, *project_messages(history)]
+    last = redacted[-1]
+    io.emit(
+        CompactionPerformed,
+        turn,
+        last.kind,
+        last.covers_through,
+        estimate,
+        estimate_tokens(compacted),
     )
-
-
-async def _generate_metered(driver: RunDriver, request: ModelRequest) -> ModelResponse:
-    """One model call outside the turn loop (the summary), counted in the run's usage."""
-    response = await generate(driver.services.model, request)
-    driver.budget.record_usage(UsageDelta.from_usage(response.usage))
-    return response
+    io.logs.info(
+        "context compacted",
+        kind=last.kind,
+        covers_through=last.covers_through,
+        tokens_before=estimate,
+    )
+    return compacted

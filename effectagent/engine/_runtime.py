@@ -1,12 +1,14 @@
 """The runtime: built from Layers, opened inside the caller's own nursery, hosting runs.
 
 ``open_runtime(layer)`` preflights and builds the layer in a :class:`Scope` of the caller's task tree —
-no global state, so two runtimes coexist in one process. Runs are child tasks spawned into that scope; closing the
-runtime interrupts every run still going (each ends with ``RunInterrupted``) and then releases every
-resource the layers built, in reverse order.
+no global state, so two runtimes coexist in one process. A streamed run is a child task of that
+scope; ``runtime.run`` executes in the caller's own task. Closing the runtime interrupts every run
+still going, either kind (each ends with ``RunInterrupted``), waits for them, and then releases
+every resource the layers built, in reverse order.
 
-``runtime.stream(agent, text)`` gives the run's events; ``runtime.run(agent, text)`` reduces that very
-stream (RUN-001) to a :class:`RunResult`.
+``async with runtime.stream(agent, text) as events`` gives the run's events; ``runtime.run(agent,
+text)`` reduces that very stream (RUN-001) to a :class:`RunResult`. A stream is only usable inside
+its ``async with`` block, and leaving the block interrupts the run: no run outlives its consumer.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ from effectagent.effect import (
     preflight,
 )
 
+from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
+from ._ids import new_id
 from ._log import InMemoryConversationLog
-from ._run import RunDriver, RunServices, new_id
 from ._seams import (
     ApprovalService,
     CompactorService,
@@ -50,8 +53,10 @@ from ._seams import (
     ToolAuthorizationService,
     requirements_of,
 )
+from ._services import RunServices
 
 __all__ = [
+    "InstructionsLeakSecret",
     "RunFailedError",
     "RunResult",
     "RunStream",
@@ -63,25 +68,47 @@ __all__ = [
 EVENT_BUFFER = 256
 
 
-@final
-class RunStream:
-    """The events of one run. Use ``async with runtime.stream(...) as events: async for e in events``
-    (or plain ``async for``).
+class InstructionsLeakSecret(ValueError):
+    """An agent's instructions contain something the runtime's Redactor removes.
 
-    The run starts on first use, as a task of the runtime. Events wait in a buffer of
-    ``EVENT_BUFFER`` events (a turn may overshoot it by one tool batch); when it is full the run
-    waits for the consumer. Cancellation: if the consuming task is cancelled while waiting for an
-    event, the run is interrupted. Leaving the ``async with`` block early interrupts the run and
-    waits (shielded, briefly) until it has written its interruption, so no task is left running.
+    Instructions are the first message of every prompt, so a secret in them would reach the model
+    on every request; rather than send it, or silently send instructions other than the ones
+    written, the runtime refuses the agent when it is preflighted.
     """
 
-    __slots__ = ("_driver", "_queue", "_runtime", "_started", "_terminal_seen")
+    def __init__(self, agent: str) -> None:
+        super().__init__(
+            f"agent {agent!r}: its instructions contain a value the Redactor removes (a "
+            "registered secret); keep secrets out of instructions and give them to tools instead"
+        )
+        self.agent = agent
+
+
+@final
+class RunStream:
+    """The events of one run, used as ``async with runtime.stream(...) as events:`` then
+    ``async for event in events``.
+
+    The run starts when the block is entered, as a task of the runtime. Events wait in a buffer of
+    ``EVENT_BUFFER`` events (a turn may overshoot it by one tool batch); when it is full the run
+    waits for the consumer. Leaving the block — at the end, by ``break``, by an exception —
+    interrupts the run if it is still going and waits (shielded, briefly) until it has written its
+    interruption, so no run outlives its consumer. Iterating a stream outside its block raises
+    ``RuntimeError`` before anything starts: a plain ``async for`` that is left early would leave
+    the run going unseen.
+
+    Cancellation: if the consuming task is cancelled while waiting for an event, the run is
+    interrupted.
+    """
+
+    __slots__ = ("_driver", "_entered", "_queue", "_runtime", "_started", "_terminal_seen")
 
     def __init__(self, runtime: Runtime, driver: RunDriver, queue: EventQueue) -> None:
         self._runtime = runtime
         self._driver = driver
         self._queue = queue
         self._started = False
+        self._entered = False
         self._terminal_seen = False
 
     @property
@@ -98,13 +125,12 @@ class RunStream:
         """Interrupt the run (it ends with RunInterrupted). Does not wait."""
         self._driver.interrupt()
 
-    def _start(self) -> None:
-        if not self._started:
-            self._started = True
-            self._runtime._start(self._driver)
-
     async def __aenter__(self) -> RunStream:
-        self._start()
+        if self._entered:
+            raise RuntimeError("a run stream can be entered once")
+        self._entered = True
+        self._started = True
+        self._runtime._start(self._driver)
         return self
 
     async def __aexit__(
@@ -127,7 +153,12 @@ class RunStream:
         self._queue.detach()
 
     def __aiter__(self) -> RunStream:
-        self._start()
+        if not self._entered:
+            raise RuntimeError(
+                "iterate a run's events inside its block: "
+                "'async with runtime.stream(agent, text) as events: async for event in events' "
+                "(leaving the block interrupts the run; a bare 'async for' left early would not)"
+            )
         return self
 
     async def __anext__(self) -> EventBase:
@@ -171,7 +202,8 @@ class Runtime:
         return len(self._active)
 
     def preflight(self, agent: Agent) -> None:
-        """Raise MissingServicesError naming every service ``agent`` needs that is absent."""
+        """Raise MissingServicesError naming every service ``agent`` needs that is absent, or
+        :class:`InstructionsLeakSecret` if its instructions hold something the Redactor removes."""
         self._services_for(agent)
 
     def _services_for(self, agent: Agent) -> RunServices:
@@ -186,6 +218,8 @@ class Runtime:
         ]
         if missing:
             raise MissingServicesError(missing)
+        if self._redactor.redact_text(agent.instructions) != agent.instructions:
+            raise InstructionsLeakSecret(agent.name)
         handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
         services = RunServices(
             model=ctx.require(LanguageModelService),
@@ -209,7 +243,9 @@ class Runtime:
         conversation_id: str | None = None,
         author: str = "user",
     ) -> RunStream:
-        """A run of ``agent`` on ``text``; its events as a :class:`RunStream`.
+        """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
+        ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
+        entered and is interrupted if it is still going when the block is left).
 
         Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
         an existing conversation (its history is projected from the log).
@@ -310,11 +346,19 @@ async def open_runtime(
     """Preflight and build ``layer``, then yield a :class:`Runtime`.
 
     ``agents`` are preflighted here too, so a missing capability fails at construction. ``secrets``
-    are values the default redactor removes everywhere (ignored if the layer provides a Redactor).
+    are values the default redactor removes everywhere; a layer that provides its own Redactor
+    takes none here (``ValueError``: give them to that Redactor), and a Redactor service lacking a
+    member of the :class:`~effectagent.core.Redactor` protocol is a ``TypeError`` naming it.
     Leaving the block interrupts active runs, waits for them, then tears the layers down in reverse.
 
     Cancellation: building is a checkpoint; teardown is shielded.
     """
+    secrets = list(secrets)
+    if secrets and RedactorService in layer.provides:
+        raise ValueError(
+            "open_runtime(secrets=...) with a layer that provides its own Redactor: the secrets "
+            "would not be redacted; register them with that Redactor instead"
+        )
     required: dict[Any, str] = {}
     agent_list = list(agents)
     for agent in agent_list:
@@ -324,7 +368,11 @@ async def open_runtime(
     async with open_scope() as scope:
         context = await build_layer(layer, scope)
         log = context.get(ConversationLogService) or InMemoryConversationLog()
-        redactor = context.get(RedactorService) or SecretRedactor(secrets)
+        redactor = context.get(RedactorService)
+        if redactor is None:
+            redactor = SecretRedactor(secrets)
+        else:
+            _check_redactor(redactor)
         runtime = Runtime(context, scope, log=log, redactor=redactor)
         for agent in agent_list:
             runtime.preflight(agent)
@@ -333,3 +381,17 @@ async def open_runtime(
         finally:
             runtime._close()
             await runtime._wait_runs()
+
+
+_REDACTOR_MEMBERS = ("active", "redact_text", "redact", "partial_secret_suffix")
+
+
+def _check_redactor(redactor: object) -> None:
+    """Refuse a Redactor service that lacks a member of the protocol (see ``core.Redactor``)."""
+    missing = [name for name in _REDACTOR_MEMBERS if not hasattr(redactor, name)]
+    if missing:
+        raise TypeError(
+            f"the Redactor service {type(redactor).__qualname__} lacks "
+            f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
+            "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
+        )

@@ -32,6 +32,7 @@ import trio
 import trio.testing
 
 from effectagent.ai import (
+    Handler,
     LanguageModelService,
     ModelRequest,
     Tool,
@@ -39,7 +40,6 @@ from effectagent.ai import (
     Toolkit,
     ToolMessage,
 )
-from effectagent.ai._tool import Handler
 from effectagent.core import (
     Agent,
     AgentPolicy,

@@ -17,12 +17,14 @@ from effectagent.ai import (
     ModelRequest,
     ModelResponse,
     RateLimited,
+    ReasoningContent,
     ReasoningDeltaPart,
     ReasoningEndPart,
     ReasoningStartPart,
     ResponseMetadataPart,
     ResponsePart,
     ResponseReducer,
+    TextContent,
     TextDeltaPart,
     TextEndPart,
     TextStartPart,
@@ -133,7 +135,7 @@ def test_text_and_reasoning_are_assembled_in_order() -> None:
             STOP,
         ]
     )
-    assert response.content == (("reasoning", "thinking"), ("text", "Hello, world"))
+    assert response.content == (ReasoningContent("thinking"), TextContent("Hello, world"))
     assert response.text == "Hello, world"
     assert response.reasoning == "thinking"
     assert response.tool_calls == ()
@@ -157,7 +159,7 @@ def test_content_keeps_interleaved_order_of_text_reasoning_and_calls() -> None:
             FinishPart("tool-calls"),
         ]
     )
-    kinds = [kind for kind, _ in response.content]
+    kinds = [part.type for part in response.content]
     assert kinds == ["text", "tool-call", "reasoning", "tool-call", "text"]
     assert [c.id for c in response.tool_calls] == ["c1", "c2"]
     assert response.tool_calls[0] == ToolCallPart("c1", "f", '{"x": 1}')
@@ -176,7 +178,7 @@ def test_interleaved_blocks_with_distinct_ids_are_kept_apart() -> None:
             STOP,
         ]
     )
-    assert response.content == (("text", "A"), ("text", "B"))
+    assert response.content == (TextContent("A"), TextContent("B"))
 
 
 def test_usage_and_metadata_come_from_their_parts() -> None:

@@ -49,7 +49,9 @@ def test_a_secret_registered_mid_stream_is_redacted_from_then_on() -> None:
 
 
 class _Upper:
-    """A redactor without ``active`` or ``partial_secret_suffix``: every piece goes through it."""
+    """A redactor that cannot tell what may become a secret: it holds every piece to the end."""
+
+    active = True
 
     def redact_text(self, text: str) -> str:
         return text.upper()
@@ -57,6 +59,11 @@ class _Upper:
     def redact(self, value: object) -> object:
         return value
 
+    def partial_secret_suffix(self, text: str) -> int:
+        return len(text)
 
-def test_a_redactor_that_cannot_say_whether_it_is_active_sees_every_piece() -> None:
-    assert _stream(_Upper(), ["ab", "cd"]) == "ABCD"
+
+def test_a_redactor_that_cannot_tell_has_the_stream_hold_everything_to_the_end() -> None:
+    streamed = StreamRedactor(_Upper())
+    assert [streamed.feed("block", piece) for piece in ["ab", "cd"]] == ["", ""]
+    assert streamed.end("block") == "ABCD"

@@ -14,10 +14,12 @@ import trio.testing
 from effectagent.ai import ToolCallContext
 from effectagent.core import (
     REDACTED,
+    ApprovalDenied,
     ApprovalDecision,
     ApprovalRequest,
     ApprovalRequested,
     RunCompleted,
+    RunFailed,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallSettled,
@@ -41,6 +43,7 @@ from .helpers import (
     make_policy,
     records_of,
     run_script,
+    same_error,
 )
 
 
@@ -254,3 +257,84 @@ async def test_the_input_preview_is_redacted_but_the_handler_sees_the_real_value
 async def _echo_city(params: Lookup, call: ToolCallContext) -> Any:
     await trio.lowlevel.checkpoint()
     return Forecast(params.city, 1.0)
+
+
+# ---- targets, summaries, terminal denials ---------------------------------------------------------
+
+
+async def test_a_tool_derives_the_targets_and_summary_of_its_request_from_its_parameters(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    secret = "sk-live-0123456789abcdef"
+    approval = ScriptedApproval.answering(True)
+    tool = forecast_tool(
+        needs_approval=True,
+        targets=lambda params: [f"city:{params.city}", "service:weather-api"],
+        summarize=lambda params: f"Look up the weather in {params.city}",
+    )
+    await run_script(
+        make_agent(tool),
+        {tool: HandlerProbe().forecast()},
+        [Turn.tool_calls(("forecast", {"city": f"Oslo {secret}"}, "call_gated")), Turn.text("ok")],
+        extra=approval.layer(),
+        secrets=[secret],
+    )
+    (request,) = approval.requests
+    assert request.targets == (f"city:Oslo {REDACTED}", "service:weather-api")
+    assert request.summary == f"Look up the weather in Oslo {REDACTED}"
+
+
+async def test_a_crashing_target_rule_fails_closed(autojump_clock: trio.testing.MockClock) -> None:
+    def broken(params: Lookup) -> list[str]:
+        raise KeyError("no such field")
+
+    approval, probe = ScriptedApproval.answering(True), HandlerProbe()
+    tool = forecast_tool(needs_approval=True, targets=broken)
+    ran = await run_script(
+        make_agent(tool), {tool: probe.forecast()}, _gated_run_turns(), extra=approval.layer()
+    )
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert "approval policy failed: KeyError" in rejected.reason
+    assert approval.requests == [] and probe.calls == []
+
+
+async def test_a_terminal_denial_commits_the_batch_then_fails_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    approval = ScriptedApproval.answering(False, "not today")
+    probe = HandlerProbe()
+    gated = forecast_tool(needs_approval=True, denial_is_terminal=True)
+    free = forecast_tool("free_forecast")
+    ran = await run_script(
+        make_agent(gated, free),
+        {gated: probe.forecast(), free: probe.forecast()},
+        [
+            Turn.tool_calls(
+                ("forecast", {"city": "Oslo"}, "call_gated"),
+                ("free_forecast", {"city": "Rome"}, "call_free"),
+            ),
+            Turn.text("never asked"),
+        ],
+        extra=approval.layer(),
+    )
+    assert approval.requests[0].denial_is_terminal is True
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected) and rejected.terminal
+    assert isinstance(ran.outcome("call_free"), ToolSuccess)  # the rest of the batch ran
+    terminal = ran.terminal
+    assert isinstance(terminal, RunFailed)
+    assert same_error(terminal.error, ApprovalDenied("call_gated", "forecast", rejected.reason))
+    assert len(ran.model.requests) == 1  # the model was not asked again
+
+
+async def test_a_recoverable_denial_lets_the_model_continue(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    approval = ScriptedApproval.answering(False, "not today")
+    ran, _, _ = await _run_gated(approval, HandlerProbe())
+    assert approval.requests[0].denial_is_terminal is False
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected) and not rejected.terminal
+    assert isinstance(ran.terminal, RunCompleted)
+    assert len(ran.model.requests) == 2

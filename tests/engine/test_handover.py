@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from effectagent.core import RunInterrupted, TextDelta
 from effectagent.engine._handover import EventQueue
-from effectagent.engine._run import new_id
+from effectagent.engine._ids import new_id
 from effectagent.engine._runtime import EVENT_BUFFER
 from effectagent.testing import Turn
 
@@ -272,27 +272,21 @@ async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_firs
     """The model response waits for its turn's next append (``record_later``). If that append is
     cancelled — all or nothing, so nothing was written — the response stays pending and the next
     append writes it first: a turn's model response is never lost, and stays in order."""
-    from effectagent.ai import SystemMessage
     from effectagent.core import ConversationCreated, RunFailedRecord, SecretRedactor
     from effectagent.engine import InMemoryConversationLog
     from effectagent.engine._handover import RunReducer
-    from effectagent.engine._run import RunDriver, RunServices
+    from effectagent.engine._io import RunIO
 
     agent = make_agent()
     log = InMemoryConversationLog()
-    services = RunServices(
-        model=TrackingModel(),
+    driver = RunIO(
+        run_id="run_1",
+        conversation_id="conv_1",
+        agent_name=agent.name,
         log=log,
         redactor=SecretRedactor(),
-        handlers={},
-        approval=None,
-        authorization=None,
-        compactor=None,
-        inbox=None,
-        system=SystemMessage(agent.instructions),
-    )
-    driver = RunDriver(
-        services, agent, "hi", run_id="run_1", conversation_id="conv_1", events=RunReducer()
+        events=RunReducer(),
+        on_consumer_lost=lambda: None,
     )
     response = ConversationCreated("conv_1", agent.name, 1.0)  # any record stands in for it
     driver.record_later(response)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -68,17 +69,18 @@ async def test_cancelling_the_stream_consumer_during_a_tool_batch(
     model = TrackingModel([_two_hanging_calls()])
     layer = agent.toolkit.handlers({tool: probe.hanging()}) + model.layer()
     async with open_runtime(layer, agents=[agent]) as runtime:
-        stream = runtime.stream(agent, "Weather?")
         events: list[EventBase] = []
-        with trio.CancelScope() as cancel:
+        async with runtime.stream(agent, "Weather?") as stream:
+            with trio.CancelScope() as cancel:
+                async for event in stream:
+                    events.append(event)
+                    if sum(isinstance(e, ToolCallStarted) for e in events) == 2:
+                        await trio.sleep(1)  # both handlers are now hanging
+                        cancel.cancel()
+            # The run was interrupted; the stream still hands over what remains, terminal
+            # included.
             async for event in stream:
                 events.append(event)
-                if sum(isinstance(e, ToolCallStarted) for e in events) == 2:
-                    await trio.sleep(1)  # both handlers are now hanging
-                    cancel.cancel()
-        # The run was interrupted; the stream still hands over what remains, terminal included.
-        async for event in stream:
-            events.append(event)
         assert runtime.active_runs == 0
         assert descendant_tasks(trio.lowlevel.current_task()) == []
         log = await entries(runtime, stream.conversation_id)
@@ -113,6 +115,44 @@ async def test_leaving_the_stream_block_early_interrupts_the_run(
     (record,) = records_of(log, RunFailedRecord)
     assert record.reason == "interrupted"
     assert model.all_streams_closed()
+
+
+async def test_a_bare_async_for_over_a_stream_is_refused_before_the_run_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``async for event in runtime.stream(...)`` — left by ``break``, it would leave the run
+    calling the model and tools unseen until its deadline. It raises before anything starts."""
+    model = TrackingModel([_STREAMING])
+    agent = make_agent()
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        with pytest.raises(RuntimeError, match="async with runtime.stream"):
+            async for _event in runtime.stream(agent, "Think."):
+                break
+        assert runtime.active_runs == 0
+    assert model.requests == []
+
+
+async def test_breaking_out_of_the_loop_and_leaving_the_block_stops_calls_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``break`` during a tool batch, then leave the block: both hanging handlers are cancelled
+    and the run is interrupted right away — not at its deadline (600 s)."""
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel([_two_hanging_calls()])
+    layer = agent.toolkit.handlers({tool: probe.hanging()}) + model.layer()
+    start = trio.current_time()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Weather?") as stream:
+            async for event in stream:
+                if isinstance(event, ToolCallStarted) and probe.active == 2:
+                    break
+        assert trio.current_time() - start < 1.0
+        assert runtime.active_runs == 0
+        log = await entries(runtime, stream.conversation_id)
+    assert probe.cancelled == 2
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.reason == "interrupted"
 
 
 async def test_a_handler_with_its_own_nursery_is_interrupted_not_crashed(

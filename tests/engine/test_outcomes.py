@@ -50,6 +50,7 @@ from effectagent.testing import Turn
 from .helpers import (
     Forecast,
     HandlerProbe,
+    Ran,
     Lookup,
     ScriptedApproval,
     TrackingModel,
@@ -358,7 +359,7 @@ async def test_an_output_schema_violation_is_a_defect(
     )
     defect = ran.outcome("call_0")
     assert isinstance(defect, ToolDefect)
-    assert "output schema violation" in defect.message
+    assert defect.message.startswith("result violates its schema")
 
 
 async def test_a_tool_timeout_is_a_defect(autojump_clock: trio.testing.MockClock) -> None:
@@ -614,3 +615,64 @@ async def test_a_lone_surrogate_in_arguments_or_results_is_not_a_crash(
     assert isinstance(success, ToolSuccess)
     assert success.result["city"] == "\ud800" * 400
     assert isinstance(ran.outcome("extra"), ToolInvalidInput)
+
+
+# ---- errors from a handler's own child tasks -----------------------------------------------------
+
+
+async def _run_nursery_handler(*raised: BaseException) -> Ran:
+    """A forecast call whose handler runs one child task per exception in ``raised``; each child
+    raises at its first step, before the nursery could cancel it."""
+    tool = forecast_tool()
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        async def child(error: BaseException) -> None:
+            raise error
+
+        async with trio.open_nursery() as nursery:
+            for error in raised:
+                nursery.start_soon(child, error)
+        return Forecast(params.city, 1.0)
+
+    return await run_script(
+        make_agent(tool),
+        {tool: handle},
+        [Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("Hm.")],
+    )
+
+
+async def test_a_declared_error_from_a_handlers_child_task_is_a_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A handler's nursery wraps its child's declared error in a group: still a ToolFailure with
+    the error's own envelope, as if the handler had raised it."""
+    ran = await _run_nursery_handler(UnknownCity("Atlantis"))
+    failure = ran.outcome("call_0")
+    assert isinstance(failure, ToolFailure)
+    assert failure.error == {
+        "_tag": "UnknownCity",
+        "message": str(UnknownCity("Atlantis")),
+        "city": "Atlantis",
+    }
+    assert results_by_id(ran.model.requests[1])["call_0"].result == failure.error
+
+
+async def test_several_declared_errors_from_child_tasks_are_one_failure_naming_each(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ran = await _run_nursery_handler(UnknownCity("Atlantis"), UnknownCity("Lemuria"))
+    failure = ran.outcome("call_0")
+    assert isinstance(failure, ToolFailure)
+    assert failure.error["_tag"] == "MultipleFailures"
+    assert [f["city"] for f in failure.error["failures"]] == ["Atlantis", "Lemuria"]
+
+
+async def test_a_mix_of_declared_and_undeclared_errors_is_a_defect_naming_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ran = await _run_nursery_handler(UnknownCity("Atlantis"), ValueError("broken pipe"))
+    defect = ran.outcome("call_0")
+    assert isinstance(defect, ToolDefect)
+    assert "ValueError: broken pipe" in defect.message
+    assert "UnknownCity" in defect.message
+    assert "ExceptionGroup" not in defect.message

@@ -188,8 +188,9 @@ async def test_closing_the_runtime_interrupts_runs_then_releases_every_layer(
     results: list[RunResult] = []
 
     async def consume(stream: Any) -> None:
-        async for event in stream:
-            events.append(event)
+        async with stream:
+            async for event in stream:
+                events.append(event)
 
     async def run(runtime: Any) -> None:
         results.append(await runtime.run(agent, "Weather?", conversation_id="c-run"))
@@ -504,7 +505,7 @@ async def test_a_subclass_of_a_part_class_is_treated_as_that_part(
     )
     agent = make_agent()
     async with open_runtime(model.layer(), agents=[agent]) as runtime:
-        events = await collect(runtime.stream(agent, "Hi"))
+        events = await run_events(runtime, agent, "Hi")
     deltas = [e.text for e in events if isinstance(e, TextDeltaEvent)]
     assert deltas == ["Hello, ", "world."]
     assert cast(RunCompleted, assert_well_formed(events)).text == "Hello, world."

@@ -36,6 +36,7 @@ from effectagent.core import (
     ToolCallSucceeded,
     ToolDefect,
     ToolFailure,
+    ToolOutcome,
 )
 from effectagent.testing import (
     BatchReport,
@@ -253,6 +254,69 @@ def test_an_interruption_under_event_backpressure_still_settles_every_prepared_c
         assert isinstance(report.events[-1], RunInterrupted), steps
     else:
         raise AssertionError("the run never completed")
+
+
+@st.composite
+def batch_and_cut(draw: st.DrawFn) -> tuple[BatchSpec, dict[str, Any]]:
+    """A batch and how it is cut short: the consumer cancelled after n scheduler steps or at a
+    time, or the run's own deadline (``max_duration``), after which the run ends through its grace
+    turn. (``cancel_at`` far beyond the deadline only lets hanging calls into the batch.)"""
+    batch, cancel = draw(batch_and_cancellation())
+    if draw(st.booleans()):
+        return batch, {"max_duration": draw(st.integers(1, 24)) * 0.25, "cancel_at": 10_000.0}
+    return batch, cancel
+
+
+def _settled_key(turn: int, tool_call_id: str, outcome: ToolOutcome) -> tuple[int, str, str]:
+    return (turn, tool_call_id, repr(outcome))
+
+
+@given(
+    case=batch_and_cut(),
+    tool_concurrency=CONCURRENCY,
+    mode=st.sampled_from(["stream", "run"]),
+)
+def test_settle_events_and_run_result_agree_with_the_log(
+    case: tuple[BatchSpec, dict[str, Any]], tool_concurrency: int, mode: Any
+) -> None:
+    """For every run, however its batch is cut short — the consumer cancelled anywhere, or the
+    deadline passed and the run completed through its grace turn — the settle events and
+    ``RunResult.outcomes`` are exactly the log's settlements for that run, one each."""
+    batch, cut = case
+    report = run_batch_sync(batch, tool_concurrency=tool_concurrency, mode=mode, **cut)
+    logged = [(s.turn, s.tool_call_id, repr(s.outcome)) for s in report.settlements]
+    assert len({key[:2] for key in logged}) == len(logged)  # one settlement per call
+    if mode == "stream":
+        announced = [
+            _settled_key(e.turn, e.tool_call_id, e.outcome)
+            for e in report.events
+            if isinstance(e, ToolCallSucceeded | ToolCallFailed)
+        ]
+        assert sorted(announced) == sorted(logged)
+    if report.result is not None:
+        assert report.result.outcomes == report.outcomes
+    event(f"{mode}: {report.status}, {'deadline' if 'max_duration' in cut else 'cancel'}")
+
+
+def test_calls_cut_off_by_the_deadline_are_announced_before_the_grace_turn_answers() -> None:
+    """Two hanging calls and a deadline: both settle as interrupted defects, each announced by a
+    ``ToolCallFailed`` event, and the run completes through its grace turn with both outcomes."""
+    batch = BatchSpec(
+        [
+            CallSpec("call_a", "probe_echo", '{"text": "a"}', behaviour="hang"),
+            CallSpec("call_b", "probe_echo", '{"text": "b"}', behaviour="hang"),
+        ]
+    )
+    report = run_batch_sync(batch, tool_concurrency=2, max_duration=5.0, cancel_at=10_000.0)
+    assert report.status == "completed"
+    assert report.result is not None and report.result.exhausted == "duration"
+    failed = [e for e in report.events if isinstance(e, ToolCallFailed)]
+    assert [(e.tool_call_id, e.outcome.kind) for e in failed] == [
+        ("call_a", "defect"),
+        ("call_b", "defect"),
+    ]
+    assert [o.tool_call_id for o in report.result.outcomes] == ["call_a", "call_b"]
+    assert report.result.outcomes == report.outcomes
 
 
 # ---- run and stream ------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""Phase 1 of a tool batch — pure: what the model declared, and what becomes of each call before
+anything runs.
+
+Each declared call is resolved in the toolkit and its arguments decoded with the tool's schema. A
+call cut off by the length limit, naming an unknown tool, or with arguments that do not decode is
+settled here, as ``ToolInvalidInput``; the rest are runnable. No I/O, no Trio: the driver admits
+runnable calls against the tool-call budget and hands the plan to the batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, final
+
+from effectagent.ai import Tool, Toolkit
+from effectagent.core import (
+    Redactor,
+    ToolInvalidInput,
+    ToolOutcome,
+    ToolResultBounds,
+    bounded_json,
+    bounded_parsed,
+)
+from effectagent.effect import SchemaError
+
+from ._model_step import ModelStep
+
+__all__ = ["BatchPlan", "PlannedCall", "plan_batch"]
+
+_PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+
+
+@final
+class PlannedCall:
+    """A runnable call: resolved, decoded, at its place in the model's declaration order."""
+
+    __slots__ = ("arguments", "id", "index", "name", "params", "tool")
+
+    def __init__(
+        self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any, arguments: Any
+    ) -> None:
+        self.index = index
+        self.id = call_id
+        self.name = name
+        self.tool = tool
+        self.params = params  # decoded, for the handler
+        self.arguments = arguments  # shown (redacted) JSON value, for records and approval
+
+
+@final
+class BatchPlan:
+    """Every declared call of one response, in declaration order, and what phase 1 decided."""
+
+    __slots__ = ("declared", "early", "runnable")
+
+    def __init__(
+        self,
+        declared: list[tuple[str, str, Any]],
+        early: list[tuple[int, ToolOutcome]],
+        runnable: list[PlannedCall],
+    ) -> None:
+        self.declared = declared  # (tool-call ID, tool name, bounded preview of the arguments)
+        self.early = early  # (declaration index, outcome) of calls settled in phase 1, in order
+        self.runnable = runnable  # in declaration order
+
+    def __len__(self) -> int:
+        return len(self.declared)
+
+
+def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPlan:
+    """Resolve and decode every call of ``step``'s response (see the module notes). Pure."""
+    response = step.response
+    shown_arguments = step.arguments
+    redacting = step.redacting
+    declared: list[tuple[str, str, Any]] = []
+    early: list[tuple[int, ToolOutcome]] = []
+    runnable: list[PlannedCall] = []
+    for index, call in enumerate(response.tool_calls):
+        call_id, name, raw = call.id, call.name, call.arguments
+        shown = shown_arguments[call_id]
+        if redacting:
+            preview = bounded_json(shown, _PREVIEW_BOUNDS)
+        else:  # nothing redacted: ``shown`` is what parsing ``raw`` gave
+            preview = bounded_parsed(shown, raw, _PREVIEW_BOUNDS)
+        declared.append((call_id, name, preview))
+        tool = toolkit.get(name)
+        if tool is None:
+            available = ", ".join(toolkit.names) or "none"
+            message = f"unknown tool {name!r} (available: {available})"
+            early.append((index, ToolInvalidInput(call_id, name, message)))
+            continue
+        try:
+            params = tool.decode_arguments(raw)
+        except SchemaError as exc:
+            message = redactor.redact_text(str(exc))
+            early.append((index, ToolInvalidInput(call_id, name, message)))
+        else:
+            runnable.append(PlannedCall(index, call_id, name, tool, params, shown))
+    cut_off = "the arguments were cut off by the output length limit; the call was not executed"
+    for index, truncated in enumerate(response.truncated_calls, len(response.tool_calls)):
+        declared.append((truncated.id, truncated.name, ""))
+        early.append((index, ToolInvalidInput(truncated.id, truncated.name, cut_off)))
+    return BatchPlan(declared, early, runnable)

@@ -1,0 +1,302 @@
+"""Phase 2 of a tool batch for one call — spec §2 steps 4 to 8: authorize, approve, take a permit,
+run the handler in a scope of its own, encode, redact and bound.
+
+The handler runs through :func:`~effectagent.effect.attempt` with the tool's declared failures, so
+its outcome follows the effect core's one rule: every leaf of what it raised declared — also when
+the handler's own nursery raised a group — is a ``ToolFailure``; anything else undeclared is a
+``ToolDefect`` that names what was raised; a cancellation propagates untouched. A tool's
+``timeout`` is the deadline of the scope the handler runs in (a tool without one runs in a scope
+that never expires — the same code path, minus the price of a Trio cancel scope).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, final
+
+import trio
+
+from effectagent.ai import (
+    Handler,
+    OutputSchemaViolation,
+    Tool,
+    ToolCallContext,
+    encode_failure,
+    handler_result,
+)
+from effectagent.core import (
+    AgentPolicy,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    Risk,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    ToolCallStarted,
+    ToolDefect,
+    ToolFailure,
+    ToolOutcome,
+    ToolProgress,
+    ToolRejected,
+    ToolResultBounds,
+    ToolSuccess,
+    bound_json,
+    bounded_json,
+)
+from effectagent.effect import Cause, Failure, Semaphore, Success, TaggedError, attempt
+
+from ._batch_plan import PlannedCall
+from ._io import RunIO
+from ._seams import ApprovalError
+from ._services import RunServices
+
+__all__ = ["CallRunner"]
+
+_PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+_PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
+
+
+@final
+class CallRunner:
+    """Runs the calls of one batch: what they share (the run's I/O, services, policy, permits)."""
+
+    __slots__ = ("io", "permits", "policy", "services", "turn")
+
+    def __init__(
+        self, io: RunIO, services: RunServices, policy: AgentPolicy, permits: Semaphore, turn: int
+    ) -> None:
+        self.io = io
+        self.services = services
+        self.policy = policy
+        self.permits = permits
+        self.turn = turn
+
+    async def run(self, call: PlannedCall) -> ToolOutcome:
+        """The call's outcome. Raises only what must propagate: ``trio.Cancelled`` when the run is
+        interrupted (alone or inside a group), ``KeyboardInterrupt``/``SystemExit``.
+
+        Cancellation: a cancellation point before the permit is taken; then as the handler's own.
+        The permit is released on every exit.
+        """
+        io = self.io
+        tool = call.tool
+        progress = _Progress(io, self.turn, call)
+        context = ToolCallContext(
+            call.id, call.name, io.run_id, io.conversation_id, io.agent_name, progress.report
+        )
+        services = self.services
+        if services.authorization is not None:
+            decision = await services.authorization.authorize(tool, call.params, context)
+            if not decision.allowed:
+                reason = io.redact_text(f"not authorized: {decision.reason or 'denied'}")
+                return ToolRejected(call.id, call.name, reason)
+        if tool.may_need_approval:
+            rejected = await self._approval(call, context)
+            if rejected is not None:
+                return rejected
+
+        handler = services.handlers[tool]
+        permits = self.permits
+        # Only half of Trio's checkpoint pair when a permit is free: the cancellation point, not
+        # the scheduler pass. A call that never waits runs to its end in the batch's task — that is
+        # what makes such a call cheap — and fairness to other tasks is kept by the turn loop's one
+        # scheduler pass per turn; a call that has to wait for a permit yields in ``acquire``.
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if not permits.acquire_nowait():
+            await permits.acquire()
+        try:
+            io.emit(ToolCallStarted, self.turn, call.id, call.name)
+            scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
+            with scope:
+                exit_ = await attempt(_invoke, handler, call.params, context, errors=tool.failure)
+        finally:
+            permits.release()
+        if scope.cancelled_caught:
+            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+        return self._settle(tool, call, exit_)
+
+    def _settle(self, tool: Tool[Any, Any], call: PlannedCall, exit_: Any) -> ToolOutcome:
+        io = self.io
+        match exit_:
+            case Success(value=value):
+                try:
+                    encoded = tool.encode_success(value)
+                except OutputSchemaViolation as exc:
+                    return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
+                bounded = bounded_json(io.redact(encoded), self.policy.tool_result_bounds)
+                return ToolSuccess(call.id, call.name, bounded)
+            case Failure(cause=cause) if cause.is_failure_only:
+                try:
+                    envelope = _failure_envelope(cause.failures)
+                except OutputSchemaViolation as exc:
+                    return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
+                bounded, _, _ = bound_json(io.redact(envelope), self.policy.tool_result_bounds)
+                return ToolFailure(call.id, call.name, bounded)
+            case Failure(cause=cause):
+                return ToolDefect(call.id, call.name, io.redact_text(describe_cause(cause)))
+        raise AssertionError(f"not an Exit: {exit_!r}")  # pragma: no cover
+
+    async def _approval(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
+        """Ask for approval if the tool's rule says so for these parameters; None if approved."""
+        io = self.io
+        tool = call.tool
+        try:
+            needed = tool.requires_approval(call.params, context)
+            request = self._request(call) if needed else None
+        except Exception as exc:  # the tool's own rule, targets or summary crashed: fail closed
+            reason = io.redact_text(f"approval policy failed: {type(exc).__name__}: {exc}")
+            return ToolRejected(call.id, call.name, reason)
+        if request is None:
+            return None
+        decision = await self._decide(request)
+        if decision.approved:
+            return None
+        reason = io.redact_text(f"approval denied: {decision.reason or 'no reason given'}")
+        return ToolRejected(call.id, call.name, reason, request.denial_is_terminal)
+
+    def _request(self, call: PlannedCall) -> ApprovalRequest:
+        io = self.io
+        tool = call.tool
+        preview = bounded_json(call.arguments, _PREVIEW_BOUNDS)
+        if tool.summarize is not None:
+            summary = tool.summarize(call.params)
+        else:
+            summary = f"{tool.annotations.title or call.name}: {tool.description}"
+        targets = () if tool.targets is None else tuple(tool.targets(call.params))
+        return ApprovalRequest(
+            run_id=io.run_id,
+            conversation_id=io.conversation_id,
+            agent=io.agent_name,
+            tool_name=call.name,
+            tool_call_id=call.id,
+            summary=io.redact_text(str(summary)),
+            targets=tuple(io.redact_text(str(target)) for target in targets),
+            risk=_risk(tool),
+            input_preview=preview,
+            expires_at=time.time() + self.policy.approval_timeout,
+            denial_is_terminal=tool.denial_is_terminal,
+        )
+
+    async def _decide(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Record the request, ask the Approval service, record its decision (CAP-006).
+
+        Cancellation: as the records' appends and the service's wait; an interruption after the
+        request was recorded leaves it without a decision (the run ends interrupted).
+        """
+        io = self.io
+        approval = self.services.approval
+        await io.record(ToolApprovalRequested(io.conversation_id, io.run_id, request, time.time()))
+        io.emit(ApprovalRequested, self.turn, request.tool_call_id, request.tool_name, request)
+        decision: ApprovalDecision
+        if approval is None:  # preflight forbids this; fail closed if it happens anyway
+            decision = ApprovalDecision.deny("no approval service", "engine")
+        else:
+            with trio.move_on_after(self.policy.approval_timeout) as waited:
+                try:
+                    decision = await approval.request(request)
+                except ApprovalError as exc:
+                    reason = io.redact_text(exc.message)
+                    decision = ApprovalDecision.deny(reason, "approval-error")
+            if waited.cancelled_caught:
+                decision = ApprovalDecision.deny("approval timed out", "timeout")
+        decided = ApprovalDecision(
+            decision.approved, io.redact_text(decision.reason), decision.decided_by
+        )
+        await io.record(
+            ToolApprovalDecided(
+                io.conversation_id, io.run_id, request.tool_call_id, decided, time.time()
+            )
+        )
+        io.logs.info(
+            "approval decided",
+            tool=request.tool_name,
+            tool_call_id=request.tool_call_id,
+            approved=decided.approved,
+            decided_by=decided.decided_by,
+        )
+        return decided
+
+
+@final
+class _NoDeadline:
+    """The scope of a handler without a timeout: like a cancel scope whose deadline never comes,
+    without the cost of one (entering and leaving a Trio cancel scope costs more than a whole
+    call of a handler that never waits)."""
+
+    __slots__ = ()
+
+    cancelled_caught = False
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_DEADLINE = _NoDeadline()
+
+
+async def _invoke(handler: Handler, params: Any, context: ToolCallContext) -> Any:
+    """Await the handler and open a ``returns`` Result it returned (its Failure raises)."""
+    return handler_result(await handler(params, context))
+
+
+@final
+class _Progress:
+    """Where one call's progress reports go."""
+
+    __slots__ = ("call", "io", "turn")
+
+    def __init__(self, io: RunIO, turn: int, call: PlannedCall) -> None:
+        self.io = io
+        self.turn = turn
+        self.call = call
+
+    async def report(self, data: Any) -> None:
+        """The handler's progress report: redacted, bounded, emitted as ``ToolProgress``.
+
+        Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
+        emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
+        """
+        io = self.io
+        preview, _, _ = bound_json(io.redact(data), _PROGRESS_BOUNDS)
+        await trio.lowlevel.checkpoint()
+        io.emit(ToolProgress, self.turn, self.call.id, self.call.name, preview)
+        await io.wait_for_consumer()
+
+
+def _failure_envelope(failures: tuple[BaseException, ...]) -> Any:
+    """What the model sees of declared failures: one error's envelope, or all of them."""
+    envelopes = [encode_failure(_tagged(error)) for error in failures]
+    if len(envelopes) == 1:
+        return envelopes[0]
+    return {
+        "_tag": "MultipleFailures",
+        "message": f"the tool failed with {len(envelopes)} declared errors",
+        "failures": envelopes,
+    }
+
+
+def _tagged(error: BaseException) -> TaggedError:
+    assert isinstance(error, TaggedError)  # declared failures are TaggedError subclasses
+    return error
+
+
+def describe_cause(cause: Cause[Any]) -> str:
+    """A defect's message: what was raised, declared errors named apart from the crashes."""
+    defects = cause.defects
+    if len(defects) == 1 and not cause.failures and isinstance(defects[0], OutputSchemaViolation):
+        return str(defects[0])
+    crashes = "; ".join(f"{type(d).__name__}: {d}" for d in defects)
+    if not cause.failures:
+        return f"the tool crashed ({crashes})"
+    declared = "; ".join(f"{type(f).__name__}: {f}" for f in cause.failures)
+    return f"the tool crashed ({crashes}) while also failing with declared errors ({declared})"
+
+
+def _risk(tool: Tool[Any, Any]) -> Risk:
+    annotations = tool.annotations
+    if annotations.readonly:
+        return "low"
+    return "high" if annotations.destructive else "medium"

@@ -1,0 +1,461 @@
+"""The turn loop of one run (DESIGN §4): a thin Trio driver around pure decisions.
+
+Each turn: budgets and stop policy → drain steering → compaction → one streamed model response
+(``_model_step``) → the final answer, or the whole tool batch (``_batch_plan``, ``_batch``)
+committed in declaration order → loop. Exactly one terminal event ends every run; the
+Conversation Log gets the canonical records as they become true.
+
+The driver owns the run's state — the prompt, the budgets, the turn, the permits — and is the only
+code that changes it: the model step, the batch and compaction write events and records through the
+run's :class:`~effectagent.engine._io.RunIO` and *return* what changed (a step, a batch result, a
+new prompt), which the driver applies.
+
+Cancellation contract of :meth:`RunDriver.execute`: cancelling the run (caller, runtime close,
+:meth:`RunDriver.interrupt`) stops the model stream and every tool call; unfinished tool calls of
+the batch settle as interrupted defects; a ``RunFailedRecord`` and the ``RunInterrupted`` event are
+written shielded; no task is left running.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal, final
+
+import trio
+
+from effectagent.ai import Message, ModelRequest, ModelResponse, UserMessage
+from effectagent.core import (
+    Agent,
+    BudgetExhausted,
+    BudgetWarning,
+    ConversationCreated,
+    EngineDefect,
+    EventBase,
+    FinalTurnDeclaredTools,
+    OutputInvalid,
+    Record,
+    RepeatedToolFailure,
+    RunCompleted,
+    RunCompletedRecord,
+    RunError,
+    RunFailed,
+    RunFailedRecord,
+    RunInterrupted,
+    RunStarted,
+    TurnCompleted,
+    TurnStarted,
+    UserInputRecorded,
+    project_messages,
+)
+from effectagent.effect import SchemaError, Semaphore, decode_json, encode
+
+from ._batch import Batch
+from ._batch_plan import plan_batch
+from ._budget import BudgetState
+from ._compaction import maybe_compact
+from ._handover import EventQueue, RunReducer
+from ._ids import new_id
+from ._io import RunIO
+from ._model_step import ModelStep, stream_model
+from ._seams import SteeringInput
+from ._services import RunServices
+
+__all__ = ["RunDriver"]
+
+
+@final
+class RunDriver:
+    """One run: its identity, its state and its turn loop. Created by the runtime."""
+
+    def __init__(
+        self,
+        services: RunServices,
+        agent: Agent,
+        user_input: str,
+        *,
+        run_id: str,
+        conversation_id: str,
+        events: EventQueue | RunReducer,
+        author: str = "user",
+        new_conversation: bool = False,
+    ) -> None:
+        self.services = services
+        self.agent = agent
+        self.user_input = user_input
+        self.author = author
+        self.io = RunIO(
+            run_id=run_id,
+            conversation_id=conversation_id,
+            agent_name=agent.name,
+            log=services.log,
+            redactor=services.redactor,
+            events=events,
+            on_consumer_lost=self.interrupt,
+        )
+        # The run made this conversation's ID up: it has no history to read.
+        self.new_conversation = new_conversation
+        self.messages: list[Message] = []
+        self.budget = BudgetState(agent.policy, 0.0)
+        # The permits of ``tool_concurrency``, made by the run's first tool batch.
+        self.permits: Semaphore | None = None
+        # The run's one cancel scope at a time: the turns (with the run's deadline), then, if a
+        # budget ran out, the exhaustion phase. ``interrupt`` cancels whichever is current.
+        self.cancel_scope: trio.CancelScope | None = None
+        self._interrupted = False
+        self.terminal: EventBase | None = None
+        self.finished = False
+        self._done: trio.Event | None = None  # made only if someone waits for the end
+        self.turn = 0
+        # Whether the last batch left a nursery (a schedule point): see ``_turns``.
+        self._yielded = False
+
+    @property
+    def run_id(self) -> str:
+        """The run's ID."""
+        return self.io.run_id
+
+    @property
+    def conversation_id(self) -> str:
+        """The conversation's ID."""
+        return self.io.conversation_id
+
+    def interrupt(self) -> None:
+        """Ask the run to stop; it ends with RunInterrupted. Idempotent; does not wait."""
+        self._interrupted = True
+        if self.cancel_scope is not None:
+            self.cancel_scope.cancel()
+
+    async def wait_done(self) -> None:
+        """Wait until the run has ended (its terminal event is handed over).
+
+        Cancellation: a cancellation point while waiting.
+        """
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._done is None:
+            self._done = trio.Event()
+        await self._done.wait()
+
+    # ---- the run -----------------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Run to exactly one terminal event. Never raises except Trio's own cancellation of the
+        enclosing scope (after writing the interruption, shielded).
+
+        Cancellation: one cancel scope holds the turns and carries the run's deadline
+        (``max_duration``). When a budget runs out — the deadline cancelled that scope, or a count
+        was used up — the exhaustion phase (grace turn or failure) runs in a fresh scope without
+        that deadline. :meth:`interrupt` cancels whichever scope is current, and an interrupted
+        run never enters the exhaustion phase.
+        """
+        started = trio.current_time()
+        self.budget.started_at = started
+        # The run's deadline is set as the scope is made (cheaper than setting it on an entered
+        # scope); a run interrupted before it started begins cancelled.
+        scope = self.cancel_scope = trio.CancelScope(
+            deadline=started + self.agent.policy.max_duration
+        )
+        if self._interrupted:
+            scope.cancel()
+        io = self.io
+        try:
+            with scope:
+                await self._main()
+            if self.terminal is None and not self._interrupted:
+                scope = self.cancel_scope = trio.CancelScope()
+                with scope:
+                    await self._exhausted()
+        except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
+            if self.terminal is None:
+                with trio.CancelScope(shield=True):
+                    await self._fail(EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}")))
+        finally:
+            if self.terminal is None:
+                with trio.CancelScope(shield=True):
+                    await self._record_interrupted()
+            self.finished = True
+            io.close()
+            if self._done is not None:
+                self._done.set()
+
+    async def _record_interrupted(self) -> None:
+        io = self.io
+        try:
+            await io.record(
+                RunFailedRecord(io.conversation_id, io.run_id, None, "interrupted", time.time())
+            )
+        finally:
+            self.terminal = io.emit(RunInterrupted, "interrupted", self.budget.usage)
+            io.logs.info("run interrupted", turns=self.turn, tool_calls=self.budget.tool_calls)
+
+    async def _main(self) -> None:
+        io = self.io
+        services = self.services
+        text = services.redactor.redact_text(self.user_input)
+        io.emit(RunStarted, io.redact_text(text))
+        io.logs.debug("run started")
+        conversation_id = io.conversation_id
+        history = () if self.new_conversation else await services.log.entries(conversation_id)
+        now = time.time()
+        records: list[Record] = []
+        if not history:
+            records.append(ConversationCreated(conversation_id, self.agent.name, now))
+        records.append(
+            UserInputRecorded(
+                conversation_id, io.run_id, new_id("input"), "user", text, self.author, now
+            )
+        )
+        await io.record(*records)
+        self.messages = [services.system]
+        if history:
+            self.messages += project_messages(history)
+        self.messages.append(UserMessage.text(text))
+
+        error = await self._turns()
+        if error is not None:
+            await self._fail(error)
+
+    async def _exhausted(self) -> None:
+        """No terminal yet and not interrupted: a budget ran out (a count, or the deadline)."""
+        budget = self.budget
+        now = trio.current_time()
+        exhausted = budget.exhausted(now)
+        if exhausted is None:  # only the deadline can end the turns without a count used up
+            exhausted = ("duration", now - budget.started_at, self.agent.policy.max_duration)
+        dimension, used, limit = exhausted
+        self.io.logs.warning("budget exhausted", dimension=dimension, used=used, limit=limit)
+        await self._on_exhaustion(exhausted)
+
+    async def _turns(self) -> RunError | None:
+        """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
+        budget = self.budget
+        services = self.services
+        io = self.io
+        while True:
+            # One scheduler yield per turn keeps runs fair to every other task even when the
+            # model, the log and the event hand-over need no I/O (they only check cancellation).
+            # A batch that ran in a nursery has just yielded on leaving it: then only check.
+            if self._yielded:
+                self._yielded = False
+                await trio.lowlevel.checkpoint_if_cancelled()
+            else:
+                await trio.lowlevel.checkpoint()
+            await io.wait_for_consumer()
+            if services.inbox is not None:
+                await self._drain_steering()
+            if budget.exhausted(trio.current_time()) is not None:
+                return None
+            if services.compactor is not None:
+                compacted = await maybe_compact(
+                    io,
+                    services,
+                    self.agent.policy,
+                    self.messages,
+                    self.turn + 1,
+                    budget.record_usage,
+                )
+                if compacted is not None:
+                    self.messages = compacted
+            budget.start_turn()
+            self.turn = budget.turns
+            io.emit(TurnStarted, self.turn, False)
+            step = await self._model_step(grace=False)
+            if isinstance(step, RunError):
+                return step
+            response = step.response
+            if not response.tool_calls and not response.truncated_calls:
+                follow_ups = self._take_follow_ups()
+                if follow_ups:
+                    assistant = step.assistant_message()
+                    if assistant is not None:
+                        self.messages.append(assistant)
+                    await self._admit_inputs(follow_ups)
+                    self._turn_completed(response)
+                    continue
+                # The answer ends the run: no later request needs it as an assistant message.
+                await self._complete(response, "stop", None)
+                return None
+            failure = await self._batch(step)
+            self._turn_completed(response)
+            if failure is not None:
+                return failure
+
+    async def _batch(self, step: ModelStep) -> RunError | None:
+        """Run the tool batch of ``step``; apply what it changed; return a run-ending error."""
+        agent = self.agent
+        plan = plan_batch(step, agent.toolkit, self.services.redactor)
+        admitted = self.budget.admit_tool_calls(len(plan.runnable))
+        permits = self.permits
+        if permits is None and admitted:
+            permits = self.permits = Semaphore(agent.policy.tool_concurrency)
+        batch = Batch(
+            self.io,
+            self.services,
+            agent.policy,
+            permits or _NO_PERMITS,
+            self.turn,
+            plan,
+            admitted,
+            step.assistant_message(),
+        )
+        try:
+            result = await batch.run(agent.toolkit)
+        finally:
+            # An interrupted batch is still committed: the prompt gets it for the grace turn.
+            if batch.committed is not None:
+                self.messages += batch.committed
+        self._yielded = result.yielded
+        self.budget.record_outcomes(result.outcomes)
+        return result.failure
+
+    def _turn_completed(self, response: ModelResponse) -> None:
+        io = self.io
+        io.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+        for dim, used, limit in self.budget.due_warnings(trio.current_time()):
+            io.emit(BudgetWarning, dim, used, limit)
+
+    async def _on_exhaustion(self, exhausted: tuple[str, float, float]) -> None:
+        dim, used, limit = exhausted
+        policy = self.agent.policy
+        if dim == "repeated_failures" and self.budget.repeated_failure is not None:
+            name, count = self.budget.repeated_failure
+            if policy.on_exhaustion == "fail":
+                await self._fail(RepeatedToolFailure(name, count))
+                return
+        elif policy.on_exhaustion == "fail":
+            await self._fail(BudgetExhausted(dim, used, limit))
+            return
+        # "final-answer": exactly one grace turn, tool choice "none", fail closed on tool calls.
+        io = self.io
+        with trio.move_on_after(policy.grace_turn_duration) as grace_deadline:
+            self.turn += 1
+            io.emit(TurnStarted, self.turn, True)
+            step = await self._model_step(grace=True)
+            if isinstance(step, RunError):
+                await self._fail(step)
+                return
+            response = step.response
+            if response.tool_calls or response.truncated_calls:
+                names = tuple(c.name for c in response.tool_calls) + tuple(
+                    c.name for c in response.truncated_calls
+                )
+                await self._fail(FinalTurnDeclaredTools(names))
+                return
+            io.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
+            await self._complete(response, "budget-exhausted", dim)
+        if grace_deadline.cancelled_caught and self.terminal is None:
+            await self._fail(BudgetExhausted(dim, used, limit))
+
+    async def _model_step(self, *, grace: bool) -> ModelStep | RunError:
+        """One model response for the prompt so far; its record waits for the turn's next append."""
+        toolkit = self.agent.toolkit
+        request = ModelRequest(
+            tuple(self.messages),
+            () if grace else toolkit.descriptors,
+            "none" if grace or not len(toolkit) else "auto",
+        )
+        step = await stream_model(self.io, self.services.model, request, self.turn)
+        if isinstance(step, RunError):
+            return step
+        self.budget.record_usage(step.usage)
+        self.io.record_later(step.record)
+        return step
+
+    # ---- endings -------------------------------------------------------------------------------
+
+    async def _complete(
+        self,
+        response: ModelResponse,
+        finish: Literal["stop", "budget-exhausted"],
+        exhausted: str | None,
+    ) -> None:
+        io = self.io
+        text = self.services.redactor.redact_text(response.text)
+        output: Any = None
+        if self.agent.output is not None:
+            try:
+                # From the redacted text, like ``text``: a secret the model echoed must not
+                # reach the event or the record through the structured output either.
+                output = decode_json(self.agent.output, text)
+            except SchemaError as exc:
+                await self._fail(OutputInvalid(io.redact_text(str(exc))))
+                return
+        encoded = encode(output) if output is not None else text
+        budget = self.budget
+        record = RunCompletedRecord(io.conversation_id, io.run_id, encoded, finish, time.time())
+        await io.record(record)
+        # Nothing between the record and its event (see ``_fail``).
+        self.terminal = io.emit(
+            RunCompleted,
+            text,
+            output,
+            finish,
+            exhausted,
+            budget.usage,
+            self.turn,
+            budget.tool_calls,
+        )
+        io.logs.info(
+            "run completed",
+            finish_reason=finish,
+            exhausted=exhausted,
+            turns=self.turn,
+            tool_calls=budget.tool_calls,
+            input_tokens=budget.usage.input_tokens,
+            output_tokens=budget.usage.output_tokens,
+        )
+
+    async def _fail(self, error: RunError) -> None:
+        """Write the failure record, then hand over ``RunFailed`` with nothing in between.
+
+        Cancellation: the log's append is all-or-nothing (see ``ConversationLog.append``), and
+        the event is handed over synchronously right after it returns — so a deadline or
+        interruption either stops the ending before anything is written (the run then ends
+        another way, once) or comes after both; it can never separate the record from its event
+        or add a second terminal.
+        """
+        io = self.io
+        await io.record(
+            RunFailedRecord(io.conversation_id, io.run_id, error, error.tag, time.time())
+        )
+        self.terminal = io.emit(RunFailed, error, self.budget.usage)
+        io.logs.warning("run failed", error=error.tag, detail=_detail(error))
+
+    # ---- steering and follow-ups -----------------------------------------------------------------
+
+    async def _drain_steering(self) -> None:
+        inbox = self.services.inbox
+        if inbox is None:
+            return
+        inputs = inbox.drain_steering(self.io.conversation_id)
+        if inputs:
+            await self._admit_inputs(inputs)
+
+    def _take_follow_ups(self) -> list[SteeringInput]:
+        inbox = self.services.inbox
+        if inbox is None:
+            return []
+        return list(inbox.take_follow_ups(self.io.conversation_id))
+
+    async def _admit_inputs(self, inputs: Any) -> None:
+        io = self.io
+        redact = self.services.redactor.redact_text
+        texts = [redact(i.text) for i in inputs]
+        records: list[Record] = [
+            UserInputRecorded(
+                io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
+            )
+            for i, text in zip(inputs, texts, strict=True)
+        ]
+        await io.record(*records)
+        self.messages.extend(UserMessage.text(text) for text in texts)
+
+
+#: Permits for a batch whose every call was refused by the budget (nothing runs, nothing waits).
+_NO_PERMITS = Semaphore(1)
+
+
+def _detail(error: RunError) -> str:
+    """A failed run's error for the log: its (already redacted) fields, compactly."""
+    return repr(error)

@@ -1,0 +1,164 @@
+"""A run's outputs: numbered events, canonical records, redaction, backpressure and its log.
+
+:class:`RunIO` is what every part of a run writes through — the turn loop, the model step, the tool
+batch and compaction — and the only state it holds is about writing: the next event number, the
+records waiting for the next append, where events go. The run's own state (prompt, budgets, turn)
+stays with the driver; the parts that write here return what changed instead of reaching into it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar, final
+
+from effectagent.core import EventBase, Record, Redactor
+
+from ._handover import EventQueue, RunReducer
+from ._logging import RunLog
+from ._seams import ConversationLog
+
+__all__ = ["RunIO", "bounded"]
+
+P = ParamSpec("P")
+E = TypeVar("E", bound=EventBase)
+
+_MAX_ERROR_TEXT = 2000
+
+
+def bounded(text: str) -> str:
+    """``text`` cut to the length events, records and errors carry."""
+    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
+
+
+def _ignore() -> None:
+    return None
+
+
+@final
+class RunIO:
+    """Where one run's events, records and log lines go; how its text is redacted."""
+
+    __slots__ = (
+        "_lost",
+        "_pending",
+        "_queue",
+        "_seq",
+        "_sink",
+        "agent_name",
+        "conversation_id",
+        "log",
+        "logs",
+        "redactor",
+        "run_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        run_id: str,
+        conversation_id: str,
+        agent_name: str,
+        log: ConversationLog,
+        redactor: Redactor,
+        events: EventQueue | RunReducer,
+        on_consumer_lost: Callable[[], None],
+    ) -> None:
+        self.run_id = run_id
+        self.conversation_id = conversation_id
+        self.agent_name = agent_name
+        self.log = log
+        self.redactor = redactor
+        self.logs = RunLog(run_id, conversation_id, agent_name)
+        # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task. A
+        # sink that returns False has lost its consumer.
+        self._queue = events if isinstance(events, EventQueue) else None
+        self._sink: Callable[[EventBase], object] = (
+            events.put if isinstance(events, EventQueue) else events.feed
+        )
+        self._lost = on_consumer_lost
+        self._seq = 0
+        # Records that are true but wait for the run's next append, which writes them first (a
+        # model response, with what its turn does next: one append per turn instead of two).
+        self._pending: tuple[Record, ...] = ()
+
+    # ---- events ------------------------------------------------------------------------------
+
+    def emit(
+        self,
+        cls: Callable[Concatenate[str, str, str, int, float, P], E],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> E:
+        """Number, stamp and hand over the run's next event of class ``cls`` (its own fields are
+        ``args``/``kwargs``, type-checked against the class); return it.
+
+        Synchronous: handing over never waits, so events are numbered and handed over in one
+        atomic step even when tool calls emit concurrently (the sequence is gap-free and in
+        order). If the consumer is gone, ``on_consumer_lost`` is called (the run interrupts
+        itself). Backpressure is separate (see :meth:`wait_for_consumer`).
+        """
+        seq = self._seq = self._seq + 1
+        event = cls(
+            self.run_id, self.conversation_id, self.agent_name, seq, time.time(), *args, **kwargs
+        )
+        if self._sink(event) is False:
+            self._lost()
+        return event
+
+    @property
+    def queue(self) -> EventQueue | None:
+        """A streamed run's event queue (None for ``runtime.run``)."""
+        return self._queue
+
+    async def wait_for_consumer(self) -> None:
+        """Backpressure: wait while a streamed run's consumer lags more than the buffer holds.
+
+        Called where a run could otherwise produce events without bound (model deltas, tool
+        progress, each turn). Cancellation: a checkpoint only when it has to wait.
+        """
+        queue = self._queue
+        if queue is not None and queue.full:
+            await queue.wait_for_room()
+
+    def close(self) -> None:
+        """No more events: a streamed run's consumer drains what is queued, then stops.
+
+        Also lets go of ``on_consumer_lost``: the driver that passed its own method in and this
+        object would otherwise keep each other alive after the run, for the garbage collector.
+        """
+        self._lost = _ignore
+        if self._queue is not None:
+            self._queue.close()
+
+    # ---- records -----------------------------------------------------------------------------
+
+    async def record(self, *records: Record) -> None:
+        """Append the pending records (see :meth:`record_later`), then ``records``, atomically.
+
+        Cancellation: all or nothing — if the append is cancelled, the pending records stay
+        pending for the next one (every way a run ends appends a record).
+        """
+        pending = self._pending
+        if pending:
+            records = pending + records
+        await self.log.append(self.conversation_id, records)
+        self._pending = ()
+
+    def record_later(self, record: Record) -> None:
+        """Have ``record`` appended first by the run's next :meth:`record` (no checkpoint here).
+
+        Only for a record followed by another append before the turn ends, with no wait between:
+        the model response, which its turn's tool calls, settlements or ending follow.
+        """
+        self._pending += (record,)
+
+    # ---- redaction ---------------------------------------------------------------------------
+
+    def redact_text(self, text: str) -> str:
+        """Redacted and length-bounded text for events, records, errors and log lines."""
+        return bounded(self.redactor.redact_text(text))
+
+    def redact(self, value: Any) -> Any:
+        """A JSON value with what the redactor removes replaced."""
+        return self.redactor.redact(value)

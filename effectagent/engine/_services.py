@@ -1,0 +1,53 @@
+"""What a run needs from its runtime: the services of the built Layer, resolved once per agent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, final
+
+from effectagent.ai import Handler, LanguageModel, SystemMessage, Tool
+from effectagent.core import Redactor
+
+from ._seams import Approval, Compactor, ConversationLog, SteeringInbox, ToolAuthorization
+
+__all__ = ["RunServices"]
+
+
+@final
+class RunServices:
+    """The services one agent's runs use. Absent optional seams are None (decided at preflight)."""
+
+    __slots__ = (
+        "approval",
+        "authorization",
+        "compactor",
+        "handlers",
+        "inbox",
+        "log",
+        "model",
+        "redactor",
+        "system",
+    )
+
+    def __init__(
+        self,
+        *,
+        model: LanguageModel,
+        log: ConversationLog,
+        redactor: Redactor,
+        handlers: Mapping[Tool[Any, Any], Handler],
+        approval: Approval | None,
+        authorization: ToolAuthorization | None,
+        compactor: Compactor | None,
+        inbox: SteeringInbox | None,
+        system: SystemMessage,
+    ) -> None:
+        self.system = system  # the agent's instructions, the first message of every prompt
+        self.model = model
+        self.log = log
+        self.redactor = redactor
+        self.handlers = handlers
+        self.approval = approval
+        self.authorization = authorization
+        self.compactor = compactor
+        self.inbox = inbox
