@@ -104,7 +104,8 @@ class ToolDefect:
     is_failure = True
 
     def model_content(self) -> Any:
-        """What the model sees: that it failed, not the internals."""
+        """What the model sees: the defect's message (redacted and bounded by the engine) — what
+        was raised or broken, never a traceback."""
         return {"_tag": "ToolDefect", "message": self.message}
 
 

@@ -73,7 +73,13 @@ class ToolResultBounds:
 
 @attrs.frozen
 class CompactionPolicy:
-    """Engine-native compaction: prune old tool results, then summarize if still too large."""
+    """What a run asks of its Compactor when the context exceeds ``context_token_limit``.
+
+    The engine only estimates the context and asks; the Compactor decides what to compact. It gets
+    ``strategy`` — prune old tool results and then, if still too large, summarize
+    (``"prune-then-summarize"``), or prune only — and ``keep_recent_tokens``, the most recent part
+    of the conversation to leave as it is.
+    """
 
     keep_recent_tokens: int = 20_000
     strategy: Literal["prune-then-summarize", "prune-only"] = "prune-then-summarize"

@@ -29,7 +29,8 @@ class _Waiter:
 
 @final
 class PermitLedger:
-    """Pure bookkeeping of a weighted semaphore (no Trio)."""
+    """The bookkeeping of a weighted semaphore. It calls nothing of Trio: it only queues the
+    waiters (each carries the event its task waits on) and says whom a release grants."""
 
     __slots__ = ("available", "capacity", "queue")
 

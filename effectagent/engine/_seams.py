@@ -3,12 +3,11 @@
 Absence is explicit and decided at preflight (CAP-001/CAP-002):
 
 * ``ApprovalService`` — required when any tool of an agent may need approval; never silently skipped.
-* ``ToolAuthorizationService`` — optional; without it every resolved, decoded call is authorized
-  (the agent's toolkit *is* the allowlist). ``AgentPolicy`` cannot make it optional once required by
-  :func:`requirements_of`.
+* ``ToolAuthorizationService`` — optional, and never required by :func:`requirements_of`: without
+  it every resolved, decoded call is authorized (the agent's toolkit *is* the allowlist).
 * ``CompactorService`` — required when the policy sets ``context_token_limit``.
-* ``SteeringInboxService`` — optional; without it steering and follow-ups are not accepted at all
-  (the runtime refuses them), rather than queued somewhere nobody drains.
+* ``SteeringInboxService`` — optional; without it a run drains no steering and takes no follow-ups.
+  The engine only reads the inbox; submitting steering is the job of whatever provides it.
 * ``ConversationLogService`` / ``RedactorService`` — optional; the runtime then uses its in-memory log
   (deployment class E) and a redactor of the secrets given to ``open_runtime``.
 """
