@@ -99,10 +99,20 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(token: str) -> float:
+    """A JSON number token as a float; one too large for a float (``1e400``) would be infinity,
+    which JSON does not have: refused, like ``Infinity`` itself."""
+    value = float(token)
+    if value - value != 0.0:  # inf - inf is nan; a finite float minus itself is 0.0
+        raise ValueError(f"number {token} is too large")
+    return value
+
+
 _BYTES: Final = (bytes, bytearray)  # built once (a ``X | Y`` union would be built per call)
 
-#: One decoder for every call: ``json.loads`` with options builds a new one each time.
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+#: One decoder for every call: ``json.loads`` with options builds a new one each time. Strict:
+#: neither the ``NaN``/``Infinity`` tokens nor a number that overflows to infinity parse.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def parse_json_text(text: str, decoder: json.JSONDecoder) -> Any:
@@ -245,7 +255,8 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
     """Parse JSON text (``str``, or UTF-8 ``bytes``) and :func:`decode` it into ``tp``.
 
     The byte size and the bracket nesting of the text are checked before parsing; invalid JSON
-    (including ``NaN``/``Infinity``) raises :class:`SchemaError` at path ``$``.
+    (including ``NaN``/``Infinity``, and numbers too large for a float, which would be infinity)
+    raises :class:`SchemaError` at path ``$``.
     """
     max_bytes = limits.max_bytes
     if isinstance(text, _BYTES):

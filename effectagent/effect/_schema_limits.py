@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from itertools import accumulate
+from math import isfinite
 from typing import Any, Final, TypeAlias
 
 import attrs
@@ -61,7 +62,8 @@ def _limit_error(link: _PathLink, message: str) -> SchemaError:
 
 
 def _check_limits(data: object, limits: SchemaLimits) -> None:
-    """Walk the raw value iteratively: JSON types only, and within depth, size and item bounds."""
+    """Walk the raw value iteratively: JSON types only (no NaN or infinities: JSON has none), and
+    within depth, size and item bounds."""
     max_depth, max_items, max_bytes = limits.max_depth, limits.max_items, limits.max_bytes
     kind = type(data)
     if kind is not list and kind is not tuple and kind is not dict:
@@ -69,6 +71,8 @@ def _check_limits(data: object, limits: SchemaLimits) -> None:
             raise _limit_error(None, f"input is larger than {max_bytes} bytes")
         if kind not in _SCALARS:
             raise _limit_error(None, f"not a JSON value: {kind.__qualname__}")
+        if kind is float and not isfinite(data):  # type: ignore[arg-type]
+            raise _limit_error(None, f"not a JSON value: {data!r}")
         return
     items = size = 0
     stack: list[tuple[Any, int, _PathLink]] = [(data, 1, None)]
@@ -96,6 +100,9 @@ def _check_limits(data: object, limits: SchemaLimits) -> None:
                 size += len(item) + 2
             elif kind is list or kind is tuple or kind is dict:
                 stack.append((item, depth + 1, (link, key)))
+            elif kind is float:
+                if not isfinite(item):
+                    raise _limit_error((link, key), f"not a JSON value: {item!r}")
             elif kind not in _SCALARS:
                 raise _limit_error((link, key), f"not a JSON value: {kind.__qualname__}")
         if size > max_bytes:

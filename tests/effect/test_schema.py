@@ -524,11 +524,13 @@ def test_size_and_item_limits() -> None:
         ("NaN", "invalid JSON: NaN is not valid JSON"),
         ("[1,", "invalid JSON: Expecting value at line 1 column 4"),
         (b"\xff", "input is not valid UTF-8"),
-        ("1e400", "expected a finite number, got inf"),
+        ("1e400", "invalid JSON: number 1e400 is too large"),
+        ("[-1E+999]", "invalid JSON: number -1E+999 is too large"),
     ],
 )
 def test_invalid_json_text(text: str | bytes, message: str) -> None:
     assert _json_issues(float, text) == (SchemaIssue("$", message),)
+    assert _json_issues(Any, text) == (SchemaIssue("$", message),)  # whatever the type
 
 
 def test_non_json_python_values_are_rejected_with_a_path() -> None:
@@ -538,6 +540,17 @@ def test_non_json_python_values_are_rejected_with_a_path() -> None:
     assert _issues(dict[str, Any], {1: "x"}) == (
         SchemaIssue("$", "object keys must be strings, got 1"),
     )
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_nan_and_infinities_are_not_json_values_wherever_they_are(bad: float) -> None:
+    """JSON has no NaN or infinities: a raw value holding one is refused with its path, even
+    where the type (``Any``) would take any number."""
+    assert _issues(dict[str, Any], {"a": [1, bad]}) == (
+        SchemaIssue("$.a[1]", f"not a JSON value: {bad!r}"),
+    )
+    assert _issues(Any, bad) == (SchemaIssue("$", f"not a JSON value: {bad!r}"),)
+    assert _issues(float, bad) == (SchemaIssue("$", f"not a JSON value: {bad!r}"),)
 
 
 def test_cycles_are_bounded() -> None:
