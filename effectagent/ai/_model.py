@@ -9,8 +9,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
-from effectagent.effect import ServiceKey
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import ServiceKey, fast_init
 
 from ._prompt import Message
 from ._reduce import ModelResponse, ResponseReducer

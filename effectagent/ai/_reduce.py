@@ -16,7 +16,7 @@ from typing import assert_never, final
 
 import attrs
 
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 from ._errors import AiError, MalformedResponse
 from ._prompt import ReasoningContent, TextContent

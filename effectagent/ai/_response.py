@@ -10,7 +10,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 from ._errors import AiError
 from ._usage import Usage

@@ -31,9 +31,9 @@ from effectagent.effect import (
     checked_encoder,
     decode_json,
     encode_as,
+    fast_init,
     json_schema,
 )
-from effectagent.effect._fast_init import fast_init
 
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",

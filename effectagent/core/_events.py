@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 from ._approval import ApprovalRequest
 from ._errors import RunError

@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 __all__ = [
     "ToolDefect",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from effectagent.ai import Usage
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 __all__ = ["UsageDelta", "UsageTotals"]
 

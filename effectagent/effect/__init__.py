@@ -21,6 +21,7 @@ from ._context import Context as Context
 from ._context import MissingServiceError as MissingServiceError
 from ._context import ServiceKey as ServiceKey
 from ._errors import TaggedError as TaggedError
+from ._fast_init import fast_init as fast_init
 from ._layer import Layer as Layer
 from ._layer import MissingRequirement as MissingRequirement
 from ._layer import MissingServicesError as MissingServicesError
@@ -80,6 +81,7 @@ __all__ = [
     "ServiceKey",
     "Success",
     "TaggedError",
+    "fast_init",
     "attempt",
     "attempt_sync",
     "build_layer",

@@ -36,7 +36,7 @@ from effectagent.core import (
     ToolOutcome,
     UsageTotals,
 )
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect import fast_init
 
 __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_events"]
 
