@@ -503,8 +503,10 @@ def _constrained(inner: _Encoder, violations: Callable[[object], list[str]]) -> 
         try:
             encoded = inner(value, room)
         except _Invalid as exc:
-            # No encoded value to measure: the Python value has the same length or number.
-            problems = violations(value)
+            # An array whose items fail still has its length: say both, as the decoder does. A
+            # scalar that fails is of the wrong kind (or NaN), which its bounds say nothing about.
+            kind = type(value)
+            problems = violations(value) if kind is list or kind is tuple else ()
             if problems:
                 raise _Invalid([("", message) for message in problems] + exc.issues) from None
             raise

@@ -456,3 +456,13 @@ def test_a_scalar_subclass_counts_as_its_scalar_and_encodes_as_the_plain_value()
     assert encode_as(dict[str, int], {Name("k"): Count(1)}) == {"k": 1}
     assert _issues(float, Reading("nan")) == _one("$", "expected a finite number, got nan")
     assert _issues(Any, [Reading("inf")]) == _one("$[0]", "not a JSON value: inf")
+
+
+def test_a_scalar_of_the_wrong_kind_is_not_also_measured_against_its_bounds() -> None:
+    """NaN compares false with every bound: only what is wrong with it is said."""
+    assert _issues(LineItem, LineItem("a", math.nan)) == _one(  # type: ignore[arg-type]
+        "$.qty", "expected an integer, got nan"
+    )
+    assert _issues(LineItem, LineItem("a", 1, price=math.nan)) == _one(
+        "$.price", "expected a finite number, got nan"
+    )
