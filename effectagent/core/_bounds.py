@@ -3,11 +3,19 @@
 A result whose compact JSON is larger than the bound is replaced by a marker that keeps the original
 size, a head and a tail, so the model knows what it is missing. The marker itself fits the bound.
 Bounding never raises on a JSON value, lone surrogates included.
+
+Strict JSON: NaN and ±Infinity are not JSON values. Whatever the engine shows (previews, progress,
+results, records) passes through here, so this is the last line that refuses them: ``compact_json``
+raises ValueError on one, and the bounding functions never pass one through without encoding (the
+checks upstream — argument parsing, ``Tool.encode_success``, ``encode_failure`` — already refuse
+them with a message for the model; handler progress reaches here directly, so a NaN in it raises
+at the handler's ``progress`` call).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ._policy import ToolResultBounds
@@ -17,13 +25,15 @@ __all__ = ["PARSED_BYTES_PER_CHAR", "bound_json", "bounded_json", "bounded_parse
 _MARKER_OVERHEAD = 160
 # Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
 _NUMBERS = (bool, int, float)
-# What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` builds on every call; one
-# shared encoder (stateless between calls) saves that on the per-tool-call path.
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_isfinite = math.isfinite
+# What ``json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)`` builds on
+# every call; one shared encoder (stateless between calls) saves that on the per-tool-call path.
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def compact_json(value: Any) -> str:
-    """Compact JSON text of a JSON-safe value (non-ASCII kept)."""
+    """Compact JSON text of a JSON-safe value (non-ASCII kept). Raises ValueError for NaN and
+    ±Infinity (not JSON: ``json``'s default would write the non-JSON tokens ``NaN``/``Infinity``)."""
     return _COMPACT.encode(value)
 
 
@@ -86,7 +96,8 @@ def _worst_case_size(value: Any, budget: int) -> int:
             elif member is None or kind is bool:
                 total += 5
             elif kind is float:
-                total += 24
+                # NaN and infinities are left to the encoder, which refuses them.
+                total += 24 if _isfinite(member) else over
             elif kind is dict or kind is list or kind is tuple:
                 stack.append(member)
             else:
@@ -124,7 +135,8 @@ PARSED_BYTES_PER_CHAR = 6
 
 
 def bounded_parsed(value: Any, text: str, bounds: ToolResultBounds) -> Any:
-    """:func:`bounded_json` of ``value``, which is what parsing ``text`` gave (unchanged since: not
+    """:func:`bounded_json` of ``value``, which is what parsing ``text`` strictly gave
+    (``parse_arguments``: no NaN or infinities; unchanged since: not
     redacted): text short enough that nothing parsed from it can exceed the bound needs no walk."""
     if len(text) * PARSED_BYTES_PER_CHAR + 2 <= bounds.max_bytes:
         return value
@@ -132,8 +144,11 @@ def bounded_parsed(value: Any, text: str, bounds: ToolResultBounds) -> Any:
 
 
 def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
-    """``(value or truncation marker, truncated?, original size in bytes)``."""
+    """``(value or truncation marker, truncated?, original size in bytes)``. Raises ValueError
+    for a value holding NaN or ±Infinity (see :func:`compact_json`)."""
     if value is None or isinstance(value, _NUMBERS):
+        if type(value) is float and not _isfinite(value):
+            raise ValueError(f"not JSON: {value!r} (NaN and infinities have no JSON form)")
         return value, False, 0
     # Fast path only when even the worst case fits: a control character escapes to 6 bytes
     # ("\u0000"), more than its 4-byte UTF-8 maximum; plus the two quotes.

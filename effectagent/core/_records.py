@@ -8,6 +8,7 @@ records to the prompt the model sees; the engine and every log implementation sh
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -206,16 +207,31 @@ class LogEntry:
 CLEARED_RESULT = {"_tag": "ResultCleared", "message": "older tool result removed to save context"}
 
 
-#: ``json.loads``' own decoder (NaN and Infinity accepted, as ``json.loads`` does).
-_PLAIN_DECODER = json.JSONDecoder()
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(token: str) -> float:
+    value = float(token)
+    if not math.isfinite(value):  # ``1e400``: a number too large for a float
+        raise ValueError(f"{token} is too large")
+    return value
+
+
+#: A strict JSON decoder: ``NaN``, ``Infinity`` and ``-Infinity`` (which ``json.loads`` accepts)
+#: are not JSON, nor is a number that overflows a float (``json.loads`` makes it infinity), so
+#: text holding them stays text — a preview or record never holds a NaN or an infinity.
+_PLAIN_DECODER = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
 
 #: Argument text longer than this is kept as text, never parsed for previews and prompts.
 MAX_PARSED_ARGUMENTS = 1024 * 1024
 
 
 def parse_arguments(arguments: Any) -> Any:
-    """Arguments as a JSON value: raw JSON text is parsed; text that does not parse — invalid,
-    nested too deeply for the parser, or larger than :data:`MAX_PARSED_ARGUMENTS` — stays a string.
+    """Arguments as a JSON value: raw JSON text is parsed; text that does not parse — invalid
+    (``NaN``, ``Infinity`` and numbers beyond a float's range included: JSON has no NaN or
+    infinity), nested too deeply for the parser, or larger than :data:`MAX_PARSED_ARGUMENTS` —
+    stays a string.
 
     Model output is untrusted: this never raises on hostile text (the tool's own decoder is what
     rejects it, with a schema error the model can read).

@@ -286,6 +286,9 @@ def test_the_engines_fast_bound_agrees_with_bound_json(value: Any, max_bytes: in
 @example(text='"\\u0000"')
 @example(text='"\\ud800"')  # a lone surrogate: three bytes, as written with surrogatepass
 @example(text="\x00\x01")  # not JSON at all: kept as a string, escaped
+@example(text="NaN")  # not JSON either (json.loads would give a float nan, unequal to itself)
+@example(text="[1, -Infinity]")
+@example(text="1e400")  # valid JSON syntax, but json.loads makes it infinity
 @given(
     text=st.one_of(
         st.builds(
