@@ -24,8 +24,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
-from effectagent.effect._fast_init import fast_init
-from effectagent.effect._schema import parse_json_text
+from effectagent.effect import fast_init, parse_json_text
 
 from ._approval import ApprovalDecision, ApprovalRequest
 from ._errors import RunError

@@ -44,6 +44,7 @@ from ._schema import encode_json as encode_json
 from ._schema import field_meta as field_meta
 from ._schema import json_schema as json_schema
 from ._schema import make_json_converter as make_json_converter
+from ._schema import parse_json_text as parse_json_text
 from ._scope import Fiber as Fiber
 from ._scope import Finalizer as Finalizer
 from ._scope import Scope as Scope
@@ -97,6 +98,7 @@ __all__ = [
     "find_missing",
     "json_schema",
     "make_json_converter",
+    "parse_json_text",
     "merge",
     "open_layer",
     "open_scope",
