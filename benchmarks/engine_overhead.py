@@ -323,7 +323,8 @@ async def measure_memory(runs: int) -> MemoryFigures:
     # is every run's first turn, then every run's answer.
     model = ScriptedModel([Turn.tool_calls(("ping", {"n": 1}))] * runs + [answer_turn()] * runs)
     log = InMemoryConversationLog()
-    layer = TOOLKIT.handlers({PING: parking_ping}) + Layer.succeed(LanguageModelService, model)
+    handlers = {PING: parking_ping, WAIT: wait}
+    layer = TOOLKIT.handlers(handlers) + Layer.succeed(LanguageModelService, model)
     completed = 0
 
     async def one(runtime: Runtime) -> None:

@@ -14,8 +14,8 @@ import trio.testing
 from effectagent.ai import ToolCallContext
 from effectagent.core import (
     REDACTED,
-    ApprovalDenied,
     ApprovalDecision,
+    ApprovalDenied,
     ApprovalRequest,
     ApprovalRequested,
     RunCompleted,
@@ -296,7 +296,8 @@ async def test_a_crashing_target_rule_fails_closed(autojump_clock: trio.testing.
     rejected = ran.outcome("call_gated")
     assert isinstance(rejected, ToolRejected)
     assert "approval policy failed: KeyError" in rejected.reason
-    assert approval.requests == [] and probe.calls == []
+    assert approval.requests == []
+    assert probe.calls == []
 
 
 async def test_a_terminal_denial_commits_the_batch_then_fails_the_run(
@@ -320,7 +321,8 @@ async def test_a_terminal_denial_commits_the_batch_then_fails_the_run(
     )
     assert approval.requests[0].denial_is_terminal is True
     rejected = ran.outcome("call_gated")
-    assert isinstance(rejected, ToolRejected) and rejected.terminal
+    assert isinstance(rejected, ToolRejected)
+    assert rejected.terminal
     assert isinstance(ran.outcome("call_free"), ToolSuccess)  # the rest of the batch ran
     terminal = ran.terminal
     assert isinstance(terminal, RunFailed)
@@ -335,6 +337,7 @@ async def test_a_recoverable_denial_lets_the_model_continue(
     ran, _, _ = await _run_gated(approval, HandlerProbe())
     assert approval.requests[0].denial_is_terminal is False
     rejected = ran.outcome("call_gated")
-    assert isinstance(rejected, ToolRejected) and not rejected.terminal
+    assert isinstance(rejected, ToolRejected)
+    assert not rejected.terminal
     assert isinstance(ran.terminal, RunCompleted)
     assert len(ran.model.requests) == 2

@@ -125,9 +125,13 @@ async def test_a_bare_async_for_over_a_stream_is_refused_before_the_run_starts(
     model = TrackingModel([_STREAMING])
     agent = make_agent()
     async with open_runtime(model.layer(), agents=[agent]) as runtime:
-        with pytest.raises(RuntimeError, match="async with runtime.stream"):
+
+        async def iterate_bare() -> None:
             async for _event in runtime.stream(agent, "Think."):
                 break
+
+        with pytest.raises(RuntimeError, match=r"async with runtime\.stream"):
+            await iterate_bare()
         assert runtime.active_runs == 0
     assert model.requests == []
 

@@ -78,8 +78,10 @@ async def test_per_call_detail_is_logged_at_debug(autojump_clock: trio.testing.M
     probe, tool = HandlerProbe(), forecast_tool()
     agent = make_agent(tool)
     model = TrackingModel(
-        [Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Nowhere"}))]
-        + [Turn.text("Done.")]
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Nowhere"})),
+            Turn.text("Done."),
+        ]
     )
     layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
     with engine_logs(logging.DEBUG) as logs:

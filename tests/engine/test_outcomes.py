@@ -50,8 +50,8 @@ from effectagent.testing import Turn
 from .helpers import (
     Forecast,
     HandlerProbe,
-    Ran,
     Lookup,
+    Ran,
     ScriptedApproval,
     TrackingModel,
     UnknownCity,

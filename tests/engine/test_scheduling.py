@@ -309,7 +309,8 @@ def test_calls_cut_off_by_the_deadline_are_announced_before_the_grace_turn_answe
     )
     report = run_batch_sync(batch, tool_concurrency=2, max_duration=5.0, cancel_at=10_000.0)
     assert report.status == "completed"
-    assert report.result is not None and report.result.exhausted == "duration"
+    assert report.result is not None
+    assert report.result.exhausted == "duration"
     failed = [e for e in report.events if isinstance(e, ToolCallFailed)]
     assert [(e.tool_call_id, e.outcome.kind) for e in failed] == [
         ("call_a", "defect"),
