@@ -61,7 +61,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import attrs
 import trio
@@ -76,6 +76,7 @@ from effectagent import (
     Toolkit,
     open_runtime,
 )
+from effectagent.ai import Handler
 from effectagent.effect._fast_init import attrs_inits
 from effectagent.engine import ConversationLogService, InMemoryConversationLog, Runtime
 from effectagent.testing import ScriptedModel, Turn
@@ -323,7 +324,7 @@ async def measure_memory(runs: int) -> MemoryFigures:
     # is every run's first turn, then every run's answer.
     model = ScriptedModel([Turn.tool_calls(("ping", {"n": 1}))] * runs + [answer_turn()] * runs)
     log = InMemoryConversationLog()
-    handlers = {PING: parking_ping, WAIT: wait}
+    handlers: dict[Tool[Any, Any] | str, Handler] = {PING: parking_ping, WAIT: wait}
     layer = TOOLKIT.handlers(handlers) + Layer.succeed(LanguageModelService, model)
     completed = 0
 
