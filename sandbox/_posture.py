@@ -9,14 +9,17 @@ this host, never both.
 Limit names are plain strings so that other executors may add their own; the ones used by the
 command sandbox are the ``LIMIT_*`` constants below.
 
-Errors live here too (not in ``_command``) because :class:`LimitNotEnforceable` is shared by every
-executor: :class:`SandboxError` is the base of all declared sandbox errors.
+Every limit has a finite default; :data:`UNLIMITED` is how a caller asks for none, so that "no
+limit" is always written down by someone rather than inherited by omission. Errors live here too
+(not in ``_command``) because :class:`LimitNotEnforceable` is shared by every executor:
+:class:`SandboxError` is the base of all declared sandbox errors.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
+from typing import Final, Literal, TypeAlias
 
 import attrs
 
@@ -34,7 +37,21 @@ __all__ = [
     "LimitNotEnforceable",
     "SandboxError",
     "SandboxImplementation",
+    "UNLIMITED",
+    "Unlimited",
+    "is_limited",
 ]
+
+UNLIMITED: Final = "unlimited"
+"""The value a caller writes for a limit it wants lifted (every limit has a finite default)."""
+Unlimited: TypeAlias = Literal["unlimited"]
+"""The type of :data:`UNLIMITED`."""
+
+
+def is_limited(value: object) -> bool:
+    """Whether ``value`` is an actual bound rather than :data:`UNLIMITED`."""
+    return value != UNLIMITED
+
 
 LIMIT_WALL_CLOCK = "wall_clock"
 """Wall-clock time of the whole workload, enforced by the host killing it."""
