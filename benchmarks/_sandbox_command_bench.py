@@ -1,7 +1,7 @@
 """Micro-benchmark of the command sandbox: ``/bin/true`` through each runner, end to end.
 
-Imported by the lead's ``benchmarks/sandbox.py``; the leading underscore keeps ``make bench`` from
-running it on its own. Run directly with ``python -m benchmarks._sandbox_command_bench``.
+Imported by ``benchmarks/sandbox.py``; the leading underscore keeps ``make bench`` from running it
+on its own. Run directly with ``python -m benchmarks._sandbox_command_bench``.
 
 One sample is one complete :func:`sandbox.run`: request checks, spawn, the event stream, reaping,
 and removal of the temporary workdir and cgroups. Medians in milliseconds, after warm-up runs.
@@ -17,6 +17,7 @@ import trio
 from sandbox import (
     LIMIT_MEMORY,
     LIMIT_PROCESSES,
+    UNLIMITED,
     BubblewrapSandbox,
     LocalProcessSandbox,
     Sandbox,
@@ -47,10 +48,12 @@ async def _median_ms(sandbox: Sandbox, request: SandboxRequest, runs: int) -> fl
 def bench_commands(runs: int = RUNS) -> dict[str, float]:
     """Median milliseconds of ``/bin/true`` via the local runner and via bubblewrap.
 
-    Keys: ``local_true_p50_ms``, ``bwrap_true_p50_ms`` (network none, measuring cgroups where the
-    host has them), ``bwrap_true_no_accounting_p50_ms`` (``BubblewrapSandbox(accounting=False)``)
-    and ``bwrap_true_limited_p50_ms`` (cpu, file-size, memory and process limits when enforceable).
-    ``runs`` is at least 30.
+    Keys: ``local_true_p50_ms`` (memory and processes lifted: the local runner enforces neither),
+    ``bwrap_true_p50_ms`` (the default request: network none, every default limit, as the
+    unprivileged workload user when run as root), ``bwrap_true_no_accounting_p50_ms``
+    (``BubblewrapSandbox(accounting=False)``, limits lifted where that removes a cgroup) and
+    ``bwrap_true_limited_p50_ms`` (explicit cpu, file-size, memory and process limits when
+    enforceable). ``runs`` is at least 30.
     """
     runs = max(runs, 30)
 
@@ -61,17 +64,20 @@ def bench_commands(runs: int = RUNS) -> dict[str, float]:
         limits = SandboxLimits(
             cpu_seconds=5,
             file_size_bytes=1 << 20,
-            memory_bytes=256 << 20 if posture.enforces(LIMIT_MEMORY) else None,
-            max_processes=64 if posture.enforces(LIMIT_PROCESSES) else None,
+            memory_bytes=256 << 20 if posture.enforces(LIMIT_MEMORY) else UNLIMITED,
+            max_processes=64 if posture.enforces(LIMIT_PROCESSES) else UNLIMITED,
         )
         limited = SandboxRequest("/bin/true", limits=limits)
+        lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
         return {
             "local_true_p50_ms": await _median_ms(
-                local, SandboxRequest("/bin/true", network="host"), runs
+                local, SandboxRequest("/bin/true", network="host", limits=lifted), runs
             ),
             "bwrap_true_p50_ms": await _median_ms(bwrap, SandboxRequest("/bin/true"), runs),
             "bwrap_true_no_accounting_p50_ms": await _median_ms(
-                BubblewrapSandbox(accounting=False), SandboxRequest("/bin/true"), runs
+                BubblewrapSandbox(accounting=False),
+                SandboxRequest("/bin/true", limits=lifted),
+                runs,
             ),
             "bwrap_true_limited_p50_ms": await _median_ms(bwrap, limited, runs),
         }

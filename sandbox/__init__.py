@@ -1,8 +1,12 @@
-"""Sandbox and CodeExecutor ports, with isolating implementations (spec §9, CAP-010).
+"""Sandbox and CodeExecutor ports, with isolating implementations (spec §9, CAP-010, CAP-015).
 
 The command-shaped port is :class:`Sandbox` (``async with sandbox.execute(request) as events``);
 :class:`LocalProcessSandbox` is an unisolated development runner, :class:`BubblewrapSandbox` an
-isolating one. Every implementation states its posture as a :class:`SandboxImplementation`.
+isolating one. The program-shaped port is :class:`CodeExecutor`, implemented by
+:class:`DenoCodeExecutor`. Every implementation states its posture as a
+:class:`SandboxImplementation`, gives every limit a finite default (:data:`UNLIMITED` lifts one,
+explicitly), never runs a workload as host root (:class:`WorkloadIdentity`), and shows what its
+workloads hold on the host while they run (:class:`OwnedResources`).
 """
 
 # ruff: noqa: I001  (imports are grouped by concept, like __all__)
@@ -19,6 +23,10 @@ from ._posture import Isolation as Isolation
 from ._posture import LimitNotEnforceable as LimitNotEnforceable
 from ._posture import SandboxError as SandboxError
 from ._posture import SandboxImplementation as SandboxImplementation
+from ._posture import UNLIMITED as UNLIMITED
+from ._posture import Unlimited as Unlimited
+from ._ownership import OwnedResources as OwnedResources
+from ._identity import WorkloadIdentity as WorkloadIdentity
 
 # ---- host facts and isolation building blocks ----------------------------------------------------
 from ._isolation import CgroupCpuSupport as CgroupCpuSupport
@@ -36,8 +44,10 @@ from ._isolation import probe_host as probe_host
 from ._isolation import rlimit_preexec as rlimit_preexec
 
 # ---- the command Sandbox port --------------------------------------------------------------------
+from ._command import LIMIT_ARTIFACTS as LIMIT_ARTIFACTS
 from ._command import LIMIT_FILESYSTEM as LIMIT_FILESYSTEM
 from ._command import Artifact as Artifact
+from ._command import ArtifactLimitExceeded as ArtifactLimitExceeded
 from ._command import ArtifactRule as ArtifactRule
 from ._command import CommandNotFound as CommandNotFound
 from ._command import InvalidRequest as InvalidRequest
@@ -49,6 +59,7 @@ from ._command import ResourceUsage as ResourceUsage
 from ._command import Sandbox as Sandbox
 from ._command import SandboxCrashed as SandboxCrashed
 from ._command import SandboxEvent as SandboxEvent
+from ._command import SandboxExecution as SandboxExecution
 from ._command import SandboxExited as SandboxExited
 from ._command import SandboxLimits as SandboxLimits
 from ._command import SandboxRequest as SandboxRequest
@@ -70,9 +81,7 @@ from ._bwrap import WORKDIR as WORKDIR
 from ._bwrap import BubblewrapSandbox as BubblewrapSandbox
 from ._local import LocalProcessSandbox as LocalProcessSandbox
 
-# ---- CodeExecutor (sandbox/_code*.py, sandbox/_deno*.py): owned by the CodeExecutor engineer
-# Add `from ._code... import Name as Name` lines here and the names to the block at the end of
-# __all__.
+# ---- the CodeExecutor port and the Deno executor ------------------------------------------------
 from ._code import LIMIT_HOST_CALL_ARGUMENT as LIMIT_HOST_CALL_ARGUMENT
 from ._code import LIMIT_HOST_CALL_RESULT as LIMIT_HOST_CALL_RESULT
 from ._code import LIMIT_HOST_CALLS as LIMIT_HOST_CALLS
@@ -115,7 +124,12 @@ __all__ = [
     "Isolation",
     "SandboxImplementation",
     "SandboxError",
+    "UNLIMITED",
+    "Unlimited",
+    "OwnedResources",
+    "WorkloadIdentity",
     "LimitNotEnforceable",
+    "LIMIT_ARTIFACTS",
     "LIMIT_CPU",
     "LIMIT_FILE_SIZE",
     "LIMIT_FILESYSTEM",
@@ -151,12 +165,14 @@ __all__ = [
     "SecretResolverService",
     "ArtifactRule",
     "SandboxEvent",
+    "SandboxExecution",
     "SandboxStarted",
     "OutputChunk",
     "ResourceUsage",
     "SandboxExited",
     "SandboxResult",
     "Artifact",
+    "ArtifactLimitExceeded",
     "InvalidRequest",
     "CommandNotFound",
     "SandboxUnavailable",
@@ -170,7 +186,6 @@ __all__ = [
     "LocalProcessSandbox",
     "BubblewrapSandbox",
     "WORKDIR",
-    # ---- CodeExecutor names (added by the CodeExecutor engineer) ----
     # the CodeExecutor port
     "CodeExecutor",
     "CodeExecutorService",

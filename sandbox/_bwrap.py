@@ -6,50 +6,47 @@ a fresh ``/proc``, a minimal ``/dev``, a tmpfs ``/tmp``, a per-execution read-wr
 :data:`WORKDIR` (a host temp dir, always removed afterwards) and exactly the declared mounts.
 Nothing of ``/etc/passwd``, ``/root``, ``/home`` or ``/work`` is visible unless mounted.
 
+The workload never holds host root: when this process is root, bubblewrap and everything in the
+sandbox run as an unprivileged :class:`~sandbox.WorkloadIdentity` (``nobody`` by default), and a
+seccomp filter refuses to make setuid or setgid files, so nothing the workload writes through a
+mount can raise anyone's privileges on the host. Mount sources are opened without following links
+a workload could have planted, and checked to be usable by the workload's user.
+
 Limits: the wall clock by SIGKILL of bwrap's process group (``--die-with-parent`` plus the pid
 namespace take everything inside down with it); CPU seconds (``RLIMIT_CPU``, per process) and file
 size (``RLIMIT_FSIZE``) as rlimits; memory through a per-workload
-:class:`~sandbox._isolation.MemoryCgroup` and process count through a
-:class:`~sandbox._isolation.PidsCgroup`, each only when the host offers a writable controller —
-otherwise a request for that limit is rejected with :class:`LimitNotEnforceable`. When controllers
-exist and ``accounting`` is on (the default), measuring-only groups are used even without a limit
-(CPU time — bwrap does not reap its sandbox child, so its own rusage misses it —, peak memory and
-processes, and a kill-everything at close).
-
-Limits are applied race-free without a ``preexec_fn`` (which would cost ~5 ms per spawn): bwrap
-runs with ``--json-status-fd`` and ``--block-fd``; it reports the sandbox child's host pid and waits
-on the block fd *before* forking the command, the host sets the rlimits on that pid (``prlimit``)
-and moves it into the cgroups, then unblocks it. Everything the command ever forks inherits both.
-The cgroups are created (and their counters opened) right after bwrap is spawned, while it sets up
-its namespaces and mounts. (With no rlimit and no cgroup to apply, the handshake is skipped.)
-If applying a limit fails, the workload is killed before it runs (:class:`SandboxCrashed`).
+:class:`~sandbox.MemoryCgroup` and process count through a :class:`~sandbox.PidsCgroup`, each only
+when the host offers a writable controller — otherwise a request for that limit is rejected with
+:class:`LimitNotEnforceable` (every limit is finite by default: a host without those controllers
+needs an explicit :data:`~sandbox.UNLIMITED`). When controllers exist and ``accounting`` is on
+(the default), measuring-only groups are used for what is not limited. How one execution is
+prepared, confined before it runs and released is in ``_bwrap_execution``.
 
 The environment (with resolved secrets) is given to ``bwrap`` as its process environment, never in
 argv. Setup failures of bwrap itself (it never reports an ``exit-code`` on ``--json-status-fd``)
-raise :class:`SandboxCrashed`. Not hardened with a seccomp filter; the kernel is shared.
+raise :class:`SandboxCrashed`. The kernel is shared; the seccomp filter is that one rule, not a
+general system-call allowlist.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import json
 import os
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
 from effectagent.effect import Layer
 
+from ._bwrap_execution import BwrapExecution, BwrapSettings
+from ._bwrap_view import WORKDIR
 from ._command import (
     LIMIT_FILESYSTEM,
-    CommandNotFound,
     InvalidRequest,
-    SandboxCrashed,
     SandboxRequest,
     SandboxService,
     SandboxUnavailable,
@@ -58,19 +55,10 @@ from ._command import (
     check_enforceable,
     validate_request,
 )
-from ._isolation import (
-    CpuCgroup,
-    HostFacts,
-    MemoryCgroup,
-    PidsCgroup,
-    ProcessLimits,
-    apply_rlimits,
-    bwrap_argv,
-    ceil_seconds,
-    probe_host,
-    system_mounts,
-)
-from ._local import CommandExecution, Measured, Spawn, remove_tree
+from ._execution import CommandExecution
+from ._identity import WorkloadIdentity, identity_note, resolve_identity, workload_user
+from ._isolation import HostFacts, probe_host
+from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
     LIMIT_FILE_SIZE,
@@ -80,23 +68,16 @@ from ._posture import (
     LIMIT_PROCESSES,
     LIMIT_WALL_CLOCK,
     Isolation,
-    LimitNotEnforceable,
-    SandboxError,
     SandboxImplementation,
 )
-
-G = TypeVar("G", MemoryCgroup, PidsCgroup)
+from ._seccomp import setuid_filter
 
 __all__ = [
     "WORKDIR",
     "BubblewrapSandbox",
     "bubblewrap_implementation",
     "check_bwrap",
-    "resolve_in_view",
 ]
-
-WORKDIR = "/workspace"
-"""Sandbox path of the per-execution read-write workdir (the default ``cwd``)."""
 
 
 @functools.cache
@@ -110,8 +91,18 @@ def _bwrap_version(bwrap: str) -> str:
     return out.strip().rpartition(" ")[2] or "unknown"
 
 
-def bubblewrap_implementation(facts: HostFacts) -> SandboxImplementation:
-    """The honest posture of bubblewrap on a host with ``facts`` (which must have bwrap)."""
+def setuid_note() -> str:
+    """The posture note saying whether setuid and setgid bits are filtered on this machine."""
+    if setuid_filter() is not None:
+        return "files: a seccomp filter refuses setuid and setgid bits; no device nodes"
+    return "files: setuid and setgid bits are NOT filtered on this architecture"
+
+
+def bubblewrap_implementation(
+    facts: HostFacts, identity: WorkloadIdentity | None = None
+) -> SandboxImplementation:
+    """The honest posture of bubblewrap on a host with ``facts`` (which must have bwrap), for
+    workloads run as ``identity`` (see :func:`~sandbox.resolve_identity`)."""
     enforced = {
         LIMIT_WALL_CLOCK,
         LIMIT_OUTPUT,
@@ -122,8 +113,9 @@ def bubblewrap_implementation(facts: HostFacts) -> SandboxImplementation:
     }
     unenforced: set[str] = set()
     notes = [
-        "user, pid, net, ipc, uts and cgroup namespaces; all capabilities dropped; shared kernel, "
-        "no seccomp filter",
+        "user, pid, net, ipc, uts and cgroup namespaces; all capabilities dropped; shared kernel",
+        identity_note(identity),
+        setuid_note(),
         "cpu: RLIMIT_CPU per process; the wall clock bounds the whole workload",
     ]
     if facts.cgroup_memory is not None:
@@ -149,46 +141,6 @@ def bubblewrap_implementation(facts: HostFacts) -> SandboxImplementation:
     )
 
 
-def _mount_table(request: SandboxRequest, workdir: str, network: bool) -> list[tuple[str, str]]:
-    """``(sandbox_path, host_path)`` of everything visible, system view first."""
-    table = [(path, path) for _, path in system_mounts(network)]
-    table.append((WORKDIR, workdir))
-    table += [(m.sandbox_path, m.host_path) for m in request.mounts]
-    return table
-
-
-def _to_host(path: str, table: Sequence[tuple[str, str]]) -> str | None:
-    best: tuple[str, str] | None = None
-    for inside, host in table:
-        if (path == inside or path.startswith(inside.rstrip("/") + "/")) and (
-            best is None or len(inside) > len(best[0])
-        ):
-            best = (inside, host)
-    if best is None:
-        return None
-    return best[1] + path[len(best[0]) :]
-
-
-def resolve_in_view(
-    command: str, path_env: str, cwd: str, table: Sequence[tuple[str, str]]
-) -> str | None:
-    """The sandbox path ``command`` resolves to inside the view described by ``table``, or None.
-
-    ``table`` maps sandbox paths to host paths (longest prefix wins); a program is found if the
-    mapped host file is an executable regular file.
-    """
-    if "/" in command:
-        candidates = [os.path.normpath(os.path.join(cwd, command))]
-    else:
-        candidates = [os.path.join(d or ".", command) for d in path_env.split(":")]
-        candidates = [os.path.normpath(os.path.join(cwd, c)) for c in candidates]
-    for candidate in candidates:
-        host = _to_host(candidate, table)
-        if host is not None and os.path.isfile(host) and os.access(host, os.X_OK):
-            return candidate
-    return None
-
-
 def check_bwrap(request: SandboxRequest) -> None:
     """Bubblewrap rules beyond the shared checks (pure): image, cwd inside the view."""
     if request.image != "host":
@@ -201,279 +153,17 @@ def check_bwrap(request: SandboxRequest) -> None:
             )
 
 
-class _BwrapExecution(CommandExecution):
-    def __init__(
-        self,
-        implementation: SandboxImplementation,
-        request: SandboxRequest,
-        resolver: SecretResolver | None,
-        live: set[CommandExecution],
-        facts: HostFacts,
-        accounting: bool,
-    ) -> None:
-        super().__init__(implementation, request, resolver, live)
-        self._facts = facts
-        self._accounting = accounting
-        self._workdir: str | None = None
-        self._memory: MemoryCgroup | None = None
-        self._pids: PidsCgroup | None = None
-        self._cpu_group: CpuCgroup | None = None
-        self._status_read: int | None = None
-        self._status_write: int | None = None
-        self._block_read: int | None = None
-        self._block_write: int | None = None
-        self._status = b""
-        self._rlimits = ProcessLimits()
-        self._want_memory = self._want_pids = self._want_cpu = False
-
-    async def prepare(self, env: dict[str, str]) -> Spawn:
-        return self._prepare_sync(env)  # mkdtemp and a few stats: sub-millisecond
-
-    def _prepare_sync(self, env: dict[str, str]) -> Spawn:
-        request = self.request
-        problems = [
-            f"mounts: host_path {m.host_path!r} does not exist"
-            for m in request.mounts
-            if not os.path.exists(m.host_path)
-        ]
-        if problems:
-            raise InvalidRequest(tuple(problems))
-        self._workdir = tempfile.mkdtemp(prefix="effectagent-bwrap-")
-        self._owned.append(self._workdir)
-        network = request.network == "host"
-        cwd = request.cwd or WORKDIR
-        table = _mount_table(request, self._workdir, network)
-        host_cwd = _to_host(cwd, table)
-        if (
-            cwd != "/tmp"
-            and not cwd.startswith("/tmp/")
-            and not (host_cwd and os.path.isdir(host_cwd))
-        ):
-            raise InvalidRequest((f"cwd {cwd!r} is not a directory inside the sandbox",))
-        program = resolve_in_view(request.command, env["PATH"], cwd, table)
-        if program is None:
-            raise CommandNotFound(request.command)
-
-        limits = request.limits
-        accounting = self._accounting
-        facts = self._facts
-        self._want_memory = facts.cgroup_memory is not None and bool(
-            accounting or limits.memory_bytes
-        )
-        self._want_pids = facts.cgroup_pids is not None and bool(accounting or limits.max_processes)
-        self._want_cpu = facts.cgroup_cpu is not None and accounting
-        self._rlimits = ProcessLimits(
-            cpu_seconds=ceil_seconds(limits.cpu_seconds) if limits.cpu_seconds else None,
-            file_size_bytes=limits.file_size_bytes,
-        )
-        self._status_read, self._status_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        os.set_blocking(self._status_write, True)
-        extra = ["--json-status-fd", str(self._status_write)]
-        pass_fds = [self._status_write]
-        confined = self._rlimits != ProcessLimits() or (
-            self._want_memory or self._want_pids or self._want_cpu
-        )
-        if confined:  # otherwise skip the handshake (one host round trip fewer)
-            self._block_read, self._block_write = os.pipe2(os.O_CLOEXEC)
-            extra += ["--block-fd", str(self._block_read)]
-            pass_fds.append(self._block_read)
-        argv = bwrap_argv(
-            bwrap=self._facts.bwrap or "bwrap",
-            ro_binds=[(m.host_path, m.sandbox_path) for m in request.mounts if m.mode == "ro"],
-            rw_binds=[(self._workdir, WORKDIR)]
-            + [(m.host_path, m.sandbox_path) for m in request.mounts if m.mode == "rw"],
-            tmpfs=(),
-            cwd=cwd,
-            env={},
-            network=network,
-            extra=extra,
-            clearenv=False,
-        )
-        return Spawn(
-            argv=(*argv, program, *request.args),
-            env=env,
-            cwd=self._workdir,
-            pass_fds=tuple(pass_fds),
-        )
-
-    def spawn_error(self, exc: OSError) -> SandboxError:
-        if isinstance(exc, FileNotFoundError):
-            return SandboxUnavailable(f"cannot start bwrap: {exc.strerror}")
-        return super().spawn_error(exc)
-
-    async def __aenter__(self) -> AsyncIterator[Any]:
-        """Spawn bwrap, confine its blocked child (rlimits, cgroups), then let the command run.
-
-        Cancellation: as for :class:`CommandExecution` — everything started is killed and removed.
-        """
-        events = await super().__aenter__()
-        try:
-            for name in ("_status_write", "_block_read"):
-                fd = getattr(self, name)
-                if fd is not None:
-                    os.close(fd)
-                    setattr(self, name, None)
-            if self._block_write is None:
-                return events  # nothing to confine: no handshake
-            # bwrap is starting up (namespaces, mounts) and will wait on the block fd before it
-            # runs the command: the cgroups are made meanwhile, off the critical path.
-            self._create_groups()
-            child = None
-            with trio.move_on_after(self.request.limits.wall_clock_seconds) as waited:
-                child = await self._child_pid()
-            if waited.cancelled_caught:
-                self._timed_out = True  # bwrap never reported its child: it never runs unconfined
-                self.kill()
-            elif child is not None:
-                self._confine(child)
-                self._unblock()
-            # child None: bwrap failed during setup and exits; the crash is reported at the end.
-            # The block fd is closed only after the workload is dead (cleanup), never before.
-        except BaseException:
-            await self.aclose()
-            raise
-        return events
-
-    def _create_groups(self) -> None:
-        """Make the cgroups decided by :meth:`prepare` (the workload is still blocked).
-
-        Accounting-only groups are best effort; a group that carries a requested limit is not
-        (:class:`LimitNotEnforceable`). Each group's counters are opened now for :meth:`measure`.
-        """
-        limits = self.request.limits
-        if self._want_memory:
-            self._memory = self._limited_group(MemoryCgroup.create, limits.memory_bytes)
-        if self._want_pids:
-            self._pids = self._limited_group(PidsCgroup.create, limits.max_processes)
-        if self._want_cpu:
-            self._cpu_group = CpuCgroup.create()
-            if self._cpu_group is not None:
-                self._owned.append(self._cpu_group.path)
-        for group in (self._memory, self._pids, self._cpu_group):
-            if group is not None:
-                group.prefetch()
-
-    def _limited_group(self, create: Callable[[int | None], G], limit: int | None) -> G | None:
-        """``create(limit)``, owned by this execution; None when only accounting was wanted and
-        the host cannot give it (a requested limit that cannot be had raises)."""
-        try:
-            group = create(limit)
-        except LimitNotEnforceable:
-            if limit is not None:
-                raise
-            return None
-        self._owned.append(group.path)
-        return group
-
-    async def _child_pid(self) -> int | None:
-        """Wait for bwrap's ``child-pid`` status line; None if bwrap ended without one."""
-        assert self._status_read is not None
-        while True:
-            for line in self._status.splitlines():
-                with contextlib.suppress(ValueError, AttributeError):
-                    pid = json.loads(line).get("child-pid")
-                    if isinstance(pid, int):
-                        return pid
-            try:
-                chunk = os.read(self._status_read, 65536)
-            except BlockingIOError:
-                await trio.lowlevel.wait_readable(self._status_read)
-                continue
-            if not chunk:
-                return None
-            self._status += chunk
-
-    def _confine(self, child: int) -> None:
-        """Apply rlimits and cgroups to the blocked sandbox child, or kill the workload."""
-        try:
-            apply_rlimits(child, self._rlimits)
-            for group in (self._memory, self._pids, self._cpu_group):
-                if group is not None:
-                    group.add_pid(child)
-        except ProcessLookupError:
-            return  # bwrap failed during setup: it never runs the command (reported at the end)
-        except OSError as exc:
-            self.kill()
-            raise SandboxCrashed(f"cannot confine the workload: {exc.strerror}") from None
-
-    def _unblock(self) -> None:
-        if self._block_write is not None:
-            with contextlib.suppress(OSError):
-                os.write(self._block_write, b"x")
-            os.close(self._block_write)
-            self._block_write = None
-
-    def _drain_status(self) -> None:
-        if self._status_read is None:
-            return
-        with contextlib.suppress(BlockingIOError, OSError):
-            while chunk := os.read(self._status_read, 65536):
-                self._status += chunk
-
-    def check_crash(self, stderr_head: bytes) -> None:
-        self._drain_status()
-        for line in self._status.splitlines():
-            with contextlib.suppress(ValueError):
-                if "exit-code" in json.loads(line):
-                    return
-        detail = stderr_head.decode("utf-8", "replace").strip() or "no exit status from bwrap"
-        raise SandboxCrashed(f"bubblewrap failed before the command ran: {detail[:500]}")
-
-    def wants_zombie_cpu(self) -> bool:
-        return self._cpu_group is None  # the CPU group's figure replaces the zombie's
-
-    def measure(self) -> Measured:
-        oom = self._memory.oom_killed() if self._memory else False
-        hit = set()
-        if oom:
-            hit.add(LIMIT_MEMORY)
-        if self._pids is not None and self._pids.limit_hits():
-            hit.add(LIMIT_PROCESSES)
-        return Measured(
-            cpu_seconds=self._cpu_group.usage_seconds() if self._cpu_group else None,
-            peak_memory_bytes=self._memory.peak_bytes() if self._memory else None,
-            peak_processes=self._pids.peak() if self._pids else None,
-            oom_killed=oom,
-            limits_hit=frozenset(hit),
-        )
-
-    def artifact_roots(self) -> Mapping[str | None, tuple[str, str]]:
-        assert self._workdir is not None
-        roots: dict[str | None, tuple[str, str]] = {None: (WORKDIR, self._workdir)}
-        for mount in self.request.mounts:
-            roots[mount.sandbox_path] = (mount.sandbox_path, mount.host_path)
-        return roots
-
-    def cleanup(self) -> None:
-        for fd in (self._status_read, self._status_write, self._block_read, self._block_write):
-            if fd is not None:
-                os.close(fd)
-        self._status_read = self._status_write = self._block_read = self._block_write = None
-        errors: list[OSError] = []
-        for group in (self._memory, self._pids, self._cpu_group):
-            if group is not None:
-                try:
-                    group.close()
-                except OSError as exc:  # every resource gets its chance; report the first failure
-                    errors.append(exc)
-        if self._workdir is not None:
-            try:
-                remove_tree(self._workdir)
-                self._workdir = None
-            except OSError as exc:
-                errors.append(exc)
-        if errors:
-            raise SandboxCrashed(f"cleanup failed: {errors[0]}") from errors[0]
-
-
 class BubblewrapSandbox:
     """Runs commands inside bubblewrap namespaces; a security boundary (see the module notes).
 
     Construction probes the host (cached) and raises :class:`SandboxUnavailable` when ``bwrap`` is
-    missing or user namespaces do not work. With ``accounting`` (the default) every execution also
-    gets cgroups that only measure (CPU time, peak memory, peak processes) when the host has them;
-    each costs a cgroup migration (~0.1 ms idle, several ms on a loaded host), so latency-bound
-    callers may turn it off: limits still get their cgroups, usage is then partly ``None``.
+    missing or user namespaces do not work for the workload's user. ``identity`` is the host user
+    workloads run as when this process is root (default :meth:`WorkloadIdentity.nobody`; passing
+    one when this process is not root raises ``ValueError``, as it could not be taken). With
+    ``accounting`` (the default) every execution also gets cgroups that only measure (CPU time,
+    peak memory, peak processes) when the host has them; each costs a cgroup migration (~0.1 ms
+    idle, several ms on a loaded host), so latency-bound callers may turn it off: limits still get
+    their cgroups, usage is then partly ``None``.
     """
 
     def __init__(
@@ -482,15 +172,25 @@ class BubblewrapSandbox:
         secrets: SecretResolver | None = None,
         facts: HostFacts | None = None,
         accounting: bool = True,
+        identity: WorkloadIdentity | None = None,
     ) -> None:
         facts = facts or probe_host()
         if facts.bwrap is None:
             raise SandboxUnavailable("bwrap is not installed (Debian package 'bubblewrap')")
         if not facts.user_namespaces:
-            raise SandboxUnavailable("bwrap cannot create namespaces on this host")
-        self._facts = facts
-        self._accounting = accounting
-        self._implementation = bubblewrap_implementation(facts)
+            raise SandboxUnavailable(
+                "bwrap cannot create namespaces on this host as the workload's user"
+            )
+        resolved = resolve_identity(identity)
+        user = workload_user(resolved)
+        temp = tempfile.gettempdir()
+        if (blocked := user.first_unreachable(os.path.join(temp, "workdir"))) is not None:
+            raise SandboxUnavailable(
+                f"the temp dir {temp!r} is out of reach of the workload's user "
+                f"{user.uid}:{user.gid} (it cannot pass {blocked!r}); set TMPDIR elsewhere"
+            )
+        self._settings = BwrapSettings(facts, accounting, resolved, user)
+        self._implementation = bubblewrap_implementation(facts, resolved)
         self._secrets = secrets
         self._live: set[CommandExecution] = set()
 
@@ -502,10 +202,19 @@ class BubblewrapSandbox:
     @property
     def facts(self) -> HostFacts:
         """The host facts this sandbox was built from."""
-        return self._facts
+        return self._settings.facts
+
+    @property
+    def identity(self) -> WorkloadIdentity | None:
+        """The host user workloads run as, or ``None`` when they run as this (non-root) process's
+        own user."""
+        return self._settings.identity
 
     def check(self, request: SandboxRequest) -> None:
-        """Raise the error :meth:`execute` would raise before running ``request``, if any. Pure."""
+        """Raise the error :meth:`execute` would raise before running ``request``, if any. Pure.
+
+        Mount sources are checked when the execution starts (they are host state).
+        """
         validate_request(request)
         check_enforceable(self._implementation, request)
         check_bwrap(request)
@@ -513,18 +222,18 @@ class BubblewrapSandbox:
     def execute(self, request: SandboxRequest) -> CommandExecution:
         """Run ``request``: ``async with sandbox.execute(req) as events: async for e in events``.
 
-        Checks run at once (raising here); the process starts in ``__aenter__``. Cancellation:
-        leaving the block kills the namespace, reaps, removes the workdir and cgroups.
+        Checks run at once (raising here); the mounts are opened and checked and the process
+        starts in ``__aenter__``. Cancellation: leaving the block kills the namespace, reaps,
+        removes the workdir and cgroups.
         """
         self.check(request)
-        return _BwrapExecution(
-            self._implementation,
-            request,
-            self._secrets,
-            self._live,
-            self._facts,
-            self._accounting,
+        return BwrapExecution(
+            self._implementation, request, self._secrets, self._live, self._settings
         )
+
+    def owned(self) -> OwnedResources:
+        """What every execution still running holds on the host right now."""
+        return OwnedResources.union(execution.owned() for execution in list(self._live))
 
     async def aclose(self) -> None:
         """Kill every execution still running. Cancellation: shielded per execution."""
@@ -532,17 +241,20 @@ class BubblewrapSandbox:
             await execution.aclose()
 
     @staticmethod
-    def layer(*, with_secrets: bool = False) -> Layer:
+    def layer(*, with_secrets: bool = False, identity: WorkloadIdentity | None = None) -> Layer:
         """A scoped Layer providing :data:`SandboxService`; teardown kills live executions.
 
         Building fails with :class:`SandboxUnavailable` on a host without working bubblewrap.
-        ``with_secrets`` makes it require :data:`SecretResolverService`.
+        ``with_secrets`` makes it require :data:`SecretResolverService`; ``identity`` as for the
+        constructor.
         """
 
         @asynccontextmanager
         async def factory(ctx: Any) -> AsyncIterator[BubblewrapSandbox]:
             resolver = ctx.require(SecretResolverService) if with_secrets else None
-            sandbox = await trio.to_thread.run_sync(lambda: BubblewrapSandbox(secrets=resolver))
+            sandbox = await trio.to_thread.run_sync(
+                lambda: BubblewrapSandbox(secrets=resolver, identity=identity)
+            )
             try:
                 yield sandbox
             finally:

@@ -89,6 +89,8 @@ def bwrap_argv(
     extra: Sequence[str] = (),
     symlinks: Sequence[tuple[str, str]] = (),
     clearenv: bool = True,
+    fd_binds: Sequence[tuple[int, str, bool]] = (),
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The ``bwrap`` argv prefix for one workload; append the command and its arguments.
 
@@ -97,9 +99,12 @@ def bwrap_argv(
     environment holding exactly ``env``, the read-only :func:`system_mounts`, a fresh ``/proc``
     (global knobs read-only or masked: :func:`proc_hardening`), a minimal ``/dev``, a tmpfs
     ``/tmp``, then ``tmpfs`` dirs, ``ro_binds`` and ``rw_binds`` as ``(host, sandbox)`` pairs in
-    that order, ``symlinks`` as ``(target, link)`` pairs, a
-    read-only root (only ``/tmp``, the tmpfs dirs and the rw binds are writable), and
-    ``--chdir cwd``. ``extra`` goes right before the command.
+    that order, ``fd_binds`` as ``(descriptor, sandbox, writable)`` (bwrap inherits the
+    descriptor, mounts its path and checks that this is still the same file: see
+    ``_mount_sources``), ``symlinks`` as ``(target, link)``
+    pairs, a read-only root (only ``/tmp``, the tmpfs dirs and the writable binds are writable),
+    and ``--chdir cwd``. ``seccomp_fd`` is a compiled filter bwrap loads for the command
+    (``--seccomp``). ``extra`` goes right before the command.
 
     With ``clearenv=False`` (and an empty ``env``) the workload inherits bwrap's own environment
     instead: pass the exact environment to the spawn call, which keeps values (secrets) out of argv,
@@ -125,6 +130,10 @@ def bwrap_argv(
         argv += ["--ro-bind", host, inside]
     for host, inside in rw_binds:
         argv += ["--bind", host, inside]
+    for fd, inside, writable in fd_binds:
+        argv += ["--bind-fd" if writable else "--ro-bind-fd", str(fd), inside]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     for target, link in symlinks:
         argv += ["--symlink", target, link]
     argv += ["--remount-ro", "/", "--chdir", cwd, *extra]

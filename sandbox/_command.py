@@ -23,6 +23,10 @@ Design notes
 * **Limits are reported, not raised.** A wall-clock timeout, truncated output or an OOM kill ends
   the workload and is recorded in the result (``timed_out``, ``output_truncated``,
   ``limits_hit``); only requests that cannot be honoured are errors (:class:`LimitNotEnforceable`).
+  Every limit of :class:`SandboxLimits` has a finite default; lifting one takes an explicit
+  :data:`~sandbox.UNLIMITED`, and a runner that cannot enforce a finite one refuses the request.
+  Artifact collection is bounded the same way: a tree that hits a bound ends the collection, and
+  the result holds what was collected with the :class:`ArtifactLimitExceeded` that stopped it.
 * **Output bounding** (:class:`OutputBuffer`): the first ``limits.output_bytes`` bytes across
   stdout and stderr, in arrival order, are kept and streamed as :class:`OutputChunk` events; bytes
   past the bound are counted (``dropped_bytes``) and discarded, and the pipes keep being drained so
@@ -38,14 +42,15 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from types import TracebackType
 from typing import Literal, Protocol, runtime_checkable
 
 import attrs
 
 from effectagent.effect import ServiceKey
 
+from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
     LIMIT_FILE_SIZE,
@@ -54,14 +59,19 @@ from ._posture import (
     LIMIT_OUTPUT,
     LIMIT_PROCESSES,
     LIMIT_WALL_CLOCK,
+    UNLIMITED,
     LimitNotEnforceable,
     SandboxError,
     SandboxImplementation,
+    Unlimited,
+    is_limited,
 )
 
 __all__ = [
+    "LIMIT_ARTIFACTS",
     "LIMIT_FILESYSTEM",
     "Artifact",
+    "ArtifactLimitExceeded",
     "ArtifactRule",
     "CommandNotFound",
     "InvalidRequest",
@@ -74,6 +84,7 @@ __all__ = [
     "Sandbox",
     "SandboxCrashed",
     "SandboxEvent",
+    "SandboxExecution",
     "SandboxExited",
     "SandboxLimits",
     "SandboxRequest",
@@ -101,6 +112,8 @@ StreamName = Literal["stdout", "stderr"]
 
 LIMIT_FILESYSTEM = "filesystem_isolation"
 """Only the declared mounts are visible, with their declared modes (a private mount tree)."""
+LIMIT_ARTIFACTS = "artifacts"
+"""Artifact collection, bounded by the ``artifact_*`` fields of :class:`SandboxLimits`."""
 
 DEFAULT_IMAGE = "host"
 """The runtime identity every implementation here provides: the host's own ``/usr`` programs."""
@@ -116,7 +129,13 @@ _RESERVED_TREES = ("/proc", "/dev", "/usr", "/etc")
 
 @attrs.frozen
 class Mount:
-    """Expose ``host_path`` at ``sandbox_path`` (absolute paths) read-only or read-write."""
+    """Expose ``host_path`` at ``sandbox_path`` (absolute paths) read-only or read-write.
+
+    The workload reads and writes it as the runner's workload user (an unprivileged user when this
+    process is root), so that user must be able to read ``host_path`` (and, for ``"rw"``, write
+    it); a runner refuses a mount it could not use, or whose path goes through a symbolic link the
+    workload could have planted, before anything runs.
+    """
 
     host_path: str
     sandbox_path: str
@@ -125,19 +144,27 @@ class Mount:
 
 @attrs.frozen
 class SandboxLimits:
-    """Explicit limits of one execution. ``None`` means "not requested" (no limit asked for).
+    """The limits of one execution, each finite by default.
 
-    ``wall_clock_seconds`` and ``output_bytes`` are always in force. ``cpu_seconds`` is CPU time
-    per process (``RLIMIT_CPU``), ``memory_bytes`` memory charged to the whole workload,
-    ``max_processes`` tasks alive at once, ``file_size_bytes`` the largest file written.
+    ``wall_clock_seconds`` and ``output_bytes`` always apply. ``cpu_seconds`` is CPU time per
+    process (``RLIMIT_CPU``), ``memory_bytes`` memory charged to the whole workload,
+    ``max_processes`` processes and threads alive at once, ``file_size_bytes`` the largest file
+    written; each of these four may be :data:`~sandbox.UNLIMITED`, and a runner that cannot
+    enforce a finite one refuses the request (:class:`~sandbox.LimitNotEnforceable`). The
+    ``artifact_*`` fields bound artifact collection (directory entries examined, directory depth,
+    bytes read, seconds) and are always finite: they protect the host, not the workload.
     """
 
     wall_clock_seconds: float = 30.0
     output_bytes: int = _MIB
-    cpu_seconds: float | None = None
-    memory_bytes: int | None = None
-    max_processes: int | None = None
-    file_size_bytes: int | None = None
+    cpu_seconds: float | Unlimited = 30.0
+    memory_bytes: int | Unlimited = 512 * _MIB
+    max_processes: int | Unlimited = 64
+    file_size_bytes: int | Unlimited = 64 * _MIB
+    artifact_entries: int = 10_000
+    artifact_depth: int = 32
+    artifact_bytes: int = 64 * _MIB
+    artifact_seconds: float = 5.0
 
 
 @attrs.frozen
@@ -154,7 +181,8 @@ class ArtifactRule:
 
     ``root`` is the sandbox path of a read-write mount, or ``None`` for the per-execution workdir.
     At most ``max_count`` files, each read up to ``max_bytes`` (the sha256 covers the whole file).
-    Symlinks and anything resolving outside ``root`` are skipped.
+    Symbolic links are never followed (a matching link is skipped) and only regular files are
+    collected; the ``artifact_*`` limits of the request bound the whole collection.
     """
 
     glob: str
@@ -246,7 +274,9 @@ class SandboxResult:
     bubblewrap a signal death *inside* the sandbox shows as ``exit_code`` 128+N, the shell
     convention). ``stdout``/``stderr`` hold the head of the output, at most ``output_bytes``
     together; ``dropped_bytes`` counts what was discarded. ``limits_hit`` names the limits that
-    were reached and observed (``wall_clock``, ``output``, ``memory``, ``processes``).
+    were reached and observed (``wall_clock``, ``output``, ``memory``, ``processes``,
+    ``artifacts``). ``artifacts_stopped`` is the bound that ended artifact collection early, if
+    one did; ``artifacts`` then holds what was collected before it.
     """
 
     exit_code: int | None
@@ -260,6 +290,7 @@ class SandboxResult:
     implementation: SandboxImplementation
     artifacts: tuple[Artifact, ...] = ()
     artifacts_skipped: int = 0
+    artifacts_stopped: ArtifactLimitExceeded | None = None
     oom_killed: bool = False
     limits_hit: frozenset[str] = frozenset()
 
@@ -331,6 +362,21 @@ class SandboxCrashed(SandboxError):
 
 
 @attrs.frozen
+class ArtifactLimitExceeded(SandboxError):
+    """Artifact collection stopped at a bound: ``limit`` names the :class:`SandboxLimits` field
+    (``artifact_entries``, ``artifact_depth``, ``artifact_bytes`` or ``artifact_seconds``),
+    ``bound`` its value and ``path`` the sandbox path being walked or read when it was reached.
+
+    Reported in :attr:`SandboxResult.artifacts_stopped` (with what was collected before it), not
+    raised: the workload's own outcome is never lost to a hostile tree.
+    """
+
+    limit: str
+    bound: float
+    path: str
+
+
+@attrs.frozen
 class SecretUnavailable(SandboxError):
     """A secret handle could not be resolved (no resolver, or the resolver refused)."""
 
@@ -353,6 +399,31 @@ class SecretResolver(Protocol):
         ...
 
 
+class SandboxExecution(Protocol):
+    """One execution: an async context manager whose ``async with`` yields the event iterator."""
+
+    async def __aenter__(self) -> AsyncIterator[SandboxEvent]:
+        """Start the workload and return its event iterator.
+
+        Cancellation: whatever was started is killed and removed before the error propagates.
+        """
+        ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        """Kill and reap the workload and remove its temporary state. Cancellation: shielded."""
+        ...
+
+    def owned(self) -> OwnedResources:
+        """What this execution holds on the host right now (empty before it starts and after the
+        block is left): its processes, cgroups and temporary paths. Never blocks for long."""
+        ...
+
+
 class Sandbox(Protocol):
     """The command-shaped Sandbox port (spec §9). See the module notes for the stream contract."""
 
@@ -361,15 +432,17 @@ class Sandbox(Protocol):
         """Identity and posture of this implementation on this host (CAP-010)."""
         ...
 
-    def execute(
-        self, request: SandboxRequest
-    ) -> AbstractAsyncContextManager[AsyncIterator[SandboxEvent]]:
+    def execute(self, request: SandboxRequest) -> SandboxExecution:
         """Run ``request``; ``async with`` it and iterate the events.
 
         Cancellation: leaving the block for any reason kills and reaps the whole workload and
         removes its temporary state, shielded; a cancelled ``__anext__`` leaves the workload
         running until the block is left.
         """
+        ...
+
+    def owned(self) -> OwnedResources:
+        """What every execution of this sandbox still running holds on the host right now."""
         ...
 
 
@@ -408,19 +481,42 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _seconds(value: object) -> bool:
+    return type(value) in (int, float) and 0 < value <= 86400  # type: ignore[operator]
+
+
+def _int_at_least(minimum: int) -> Callable[[object], bool]:
+    def fits(value: object) -> bool:
+        return type(value) is int and value >= minimum
+
+    return fits
+
+
+# (field, test, what it must be, whether UNLIMITED may replace it)
+_LIMIT_RULES: tuple[tuple[str, Callable[[object], bool], str, bool], ...] = (
+    ("wall_clock_seconds", _seconds, "a number of seconds in (0, 86400]", False),
+    ("output_bytes", _int_at_least(0), "an int >= 0", False),
+    ("cpu_seconds", _seconds, "a number of seconds in (0, 86400]", True),
+    ("memory_bytes", _int_at_least(_MIB), "an int >= 1 MiB", True),
+    ("max_processes", _int_at_least(1), "an int >= 1", True),
+    ("file_size_bytes", _int_at_least(0), "an int >= 0", True),
+    ("artifact_entries", _int_at_least(1), "an int >= 1", False),
+    ("artifact_depth", _int_at_least(1), "an int >= 1", False),
+    ("artifact_bytes", _int_at_least(0), "an int >= 0", False),
+    ("artifact_seconds", _seconds, "a number of seconds in (0, 86400]", False),
+)
+
+
 def _check_limits(limits: SandboxLimits, problems: list[str]) -> None:
-    if not 0 < limits.wall_clock_seconds <= 86400:
-        problems.append("limits.wall_clock_seconds must be in (0, 86400]")
-    if limits.output_bytes < 0:
-        problems.append("limits.output_bytes must be >= 0")
-    if limits.cpu_seconds is not None and not 0 < limits.cpu_seconds <= 86400:
-        problems.append("limits.cpu_seconds must be in (0, 86400]")
-    if limits.memory_bytes is not None and limits.memory_bytes < _MIB:
-        problems.append("limits.memory_bytes must be >= 1 MiB")
-    if limits.max_processes is not None and limits.max_processes < 1:
-        problems.append("limits.max_processes must be >= 1")
-    if limits.file_size_bytes is not None and limits.file_size_bytes < 0:
-        problems.append("limits.file_size_bytes must be >= 0")
+    for name, fits, rule, liftable in _LIMIT_RULES:
+        value = getattr(limits, name)
+        if liftable and value == UNLIMITED:
+            continue
+        if value is None:
+            lift = "; write UNLIMITED for no limit" if liftable else ""
+            problems.append(f"limits.{name} is None: it must be {rule}{lift}")
+        elif not fits(value):
+            problems.append(f"limits.{name} must be {rule}, got {value!r}")
 
 
 def _check_env(request: SandboxRequest, problems: list[str]) -> None:
@@ -499,13 +595,13 @@ def required_limits(request: SandboxRequest) -> frozenset[str]:
     """
     names = {LIMIT_WALL_CLOCK, LIMIT_OUTPUT}
     limits = request.limits
-    if limits.cpu_seconds is not None:
+    if is_limited(limits.cpu_seconds):
         names.add(LIMIT_CPU)
-    if limits.memory_bytes is not None:
+    if is_limited(limits.memory_bytes):
         names.add(LIMIT_MEMORY)
-    if limits.max_processes is not None:
+    if is_limited(limits.max_processes):
         names.add(LIMIT_PROCESSES)
-    if limits.file_size_bytes is not None:
+    if is_limited(limits.file_size_bytes):
         names.add(LIMIT_FILE_SIZE)
     if request.network == "none":
         names.add(LIMIT_NETWORK)

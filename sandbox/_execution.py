@@ -12,9 +12,11 @@ measured before it is reaped), then reads, writes and notes the exit without blo
 per pipe to start and cancel. Without pidfds (old kernels) a step is a short-lived nursery with a
 task per pipe and one waiting for the exit. When the deadline passes the whole process group is
 SIGKILLed and the result says ``timed_out``. Once the main process exits, what is left of its
-process group is killed and the pipes are drained for at most :data:`DRAIN_GRACE` seconds.
-Leaving the ``async with`` block kills and reaps the group and removes temporary state, shielded.
-Runners subclass it and fill in the hooks.
+process group is killed and the pipes are drained for at most :data:`DRAIN_GRACE` seconds; any of
+the workload's processes this process has adopted (``_reaping``) are reaped. Artifacts are then
+collected in bounded, cancellable steps (``_workload_files``). Leaving the ``async with`` block
+kills and reaps the group and removes temporary state, shielded. Runners subclass it and fill in
+the hooks.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import attrs
 import trio
 
 from ._command import (
-    Artifact,
+    LIMIT_ARTIFACTS,
     CommandNotFound,
     OutputBuffer,
     OutputChunk,
@@ -49,10 +51,12 @@ from ._command import (
     StreamName,
     build_env,
 )
+from ._ownership import OwnedResources
 from ._posture import LIMIT_OUTPUT, LIMIT_WALL_CLOCK, SandboxError, SandboxImplementation
 from ._process_control import ChildProcess, kill_process_group, spawn_child
 from ._process_control import zombie_cpu_seconds as _zombie_cpu_seconds
-from ._workload_files import collect_artifacts
+from ._reaping import reap_adopted_in_session
+from ._workload_files import ArtifactCollector, collect_artifacts
 
 __all__ = ["DRAIN_GRACE", "CommandExecution", "Measured", "Spawn", "resolve_secrets"]
 
@@ -113,7 +117,8 @@ class CommandExecution:
     """One running workload as an async context manager and event iterator (see module notes).
 
     Subclasses provide :meth:`prepare` (temp state, argv), :meth:`cleanup` (remove it) and may
-    refine :meth:`spawn_error`, :meth:`measure` and :meth:`check_crash`.
+    refine :meth:`spawn_error`, :meth:`measure`, :meth:`check_crash`, :meth:`held` and
+    :meth:`reap_adopted`.
     """
 
     def __init__(
@@ -148,12 +153,18 @@ class CommandExecution:
         self._returncode: int | None = None
         self._cpu: float | None = None
         self._wall = 0.0
-        self._owned: list[str] = []
+        self._adopted_reaped = False
+        self._collector: ArtifactCollector | None = None
 
-    @property
-    def owned_paths(self) -> tuple[str, ...]:
-        """Host paths this execution created (temp dirs, cgroups); all removed when it closes."""
-        return tuple(self._owned)
+    def owned(self) -> OwnedResources:
+        """What this execution holds on the host now: its process while unreaped, and what the
+        runner adds (:meth:`held`). Empty once the ``async with`` block is left."""
+        if self._closed:
+            return OwnedResources()
+        mine = OwnedResources()
+        if self._process is not None and not self._reaped:
+            mine = OwnedResources(processes=(self._process.pid,))
+        return mine | self.held()
 
     # ---- hooks ----------------------------------------------------------------------------
 
@@ -164,8 +175,27 @@ class CommandExecution:
     def cleanup(self) -> None:
         """Remove every temporary resource (idempotent; called once the workload is reaped)."""
 
-    def artifact_roots(self) -> Mapping[str | None, tuple[str, str]]:
-        """Rule root -> ``(sandbox_path, host_path)`` for artifact collection."""
+    def held(self) -> OwnedResources:
+        """What the runner holds for this execution besides its process (cgroups, temp dirs)."""
+        return OwnedResources()
+
+    async def stop(self) -> None:
+        """Kill and reap the workload's process (and its process group), shielded; called when
+        the block is left before it exited by itself."""
+        assert self._process is not None
+        await kill_process_group(self._process)
+
+    async def reap_adopted(self) -> None:
+        """Reap the workload's processes this process adopted; called once its process is reaped.
+
+        By default, children of ours in the workload's session (see ``_reaping``). Cancellation:
+        shielded and bounded.
+        """
+        assert self._process is not None
+        await reap_adopted_in_session(self._process.pid)
+
+    def artifact_roots(self) -> Mapping[str | None, tuple[str, str | int]]:
+        """Rule root -> ``(sandbox_path, host path or directory descriptor)`` for artifacts."""
         return {}
 
     def spawn_error(self, exc: OSError) -> SandboxError:
@@ -260,9 +290,13 @@ class CommandExecution:
             self._epoll.close()
         with trio.CancelScope(shield=True):
             try:
+                if self._collector is not None:
+                    self._collector.close()
                 if self._process is not None:
                     if not self._reaped:  # once reaped, its pid may belong to someone else
-                        await kill_process_group(self._process)
+                        await self.stop()
+                        self._reaped = True
+                    await self._reap_adopted_once()
                     for stream in (self._process.stdin, *self._streams.values()):
                         if stream is not None:
                             await stream.aclose()
@@ -436,13 +470,19 @@ class CommandExecution:
         self._close_pidfd()
         self._wall = trio.current_time() - self._started_at
         self._reaped = True
+        await self._reap_adopted_once()
         self._deadline = trio.current_time() + DRAIN_GRACE
+
+    async def _reap_adopted_once(self) -> None:
+        if not self._adopted_reaped:
+            self._adopted_reaped = True
+            await self.reap_adopted()
 
     async def _on_deadline(self) -> None:
         if not self._exited:
             if not self._killed:
                 self._timed_out = True
-                self.kill()
+            self.kill()  # again if the first kill has not ended it: a runner may escalate
             self._deadline = trio.current_time() + DRAIN_GRACE
             return
         for stream in self._streams.values():  # drain grace is over: abandon held pipes
@@ -451,7 +491,9 @@ class CommandExecution:
         self._streams.clear()
 
     def kill(self) -> None:
-        """SIGKILL the workload's process group now (the stream then reports the exit)."""
+        """SIGKILL the workload's process group now (the stream then reports the exit).
+
+        Idempotent; a runner may make a repeated call escalate."""
         self._killed = True
         if self._process is not None and self._process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -469,19 +511,25 @@ class CommandExecution:
         return self._killed
 
     async def _finish(self) -> None:
-        self._finished = True  # also when check_crash raises: the stream ends either way
-        if not self._killed:
-            self.check_crash(self._output.value("stderr")[:1024])
-        artifacts: tuple[Artifact, ...] = ()
-        skipped = 0
-        if self.request.artifacts:
-            artifacts, skipped = await trio.to_thread.run_sync(
-                collect_artifacts, self.request.artifacts, self.artifact_roots()
+        if self._collector is None:
+            if not self._killed:
+                try:
+                    self.check_crash(self._output.value("stderr")[:1024])
+                except BaseException:
+                    self._finished = True  # the stream ends with the crash
+                    raise
+            self._collector = ArtifactCollector(
+                self.request.artifacts, self.artifact_roots(), self.request.limits
             )
+        # A cancelled collection resumes here at the next __anext__.
+        collection = await collect_artifacts(self._collector)
+        self._finished = True
         measured = self.measure()
         cpu = measured.cpu_seconds if measured.cpu_seconds is not None else self._cpu
         usage = ResourceUsage(self._wall, cpu, measured.peak_memory_bytes, measured.peak_processes)
         limits_hit = set(measured.limits_hit)
+        if collection.stopped is not None:
+            limits_hit.add(LIMIT_ARTIFACTS)
         if self._timed_out:
             limits_hit.add(LIMIT_WALL_CLOCK)
         if self._output.truncated:
@@ -497,8 +545,9 @@ class CommandExecution:
             dropped_bytes=self._output.dropped,
             usage=usage,
             implementation=self.implementation,
-            artifacts=artifacts,
-            artifacts_skipped=skipped,
+            artifacts=collection.artifacts,
+            artifacts_skipped=collection.skipped,
+            artifacts_stopped=collection.stopped,
             oom_killed=measured.oom_killed,
             limits_hit=frozenset(limits_hit),
         )

@@ -22,6 +22,7 @@ from typing import Literal
 import attrs
 
 from ._bwrap_argv import bwrap_argv
+from ._identity import WorkloadIdentity, drop_argv, drop_in_child, resolve_identity
 
 __all__ = [
     "CgroupCpuSupport",
@@ -65,7 +66,8 @@ class HostFacts:
     bwrap: str | None
     """Absolute path of ``bwrap`` on PATH, or None."""
     user_namespaces: bool
-    """True when ``bwrap --unshare-all ... true`` actually works here."""
+    """True when ``bwrap --unshare-all ... true`` actually works here, run as the default workload
+    user (an unprivileged one when this process is root, see ``_identity``)."""
     cgroup_memory: CgroupMemorySupport | None
     """None when no writable memory controller is available to this process."""
     cgroup_pids: CgroupPidsSupport | None = None
@@ -171,19 +173,27 @@ def _find_controller(
 
 
 def _probe_bwrap(bwrap: str) -> bool:
+    identity = resolve_identity(None)
+    prefix = drop_argv(identity)
     argv = bwrap_argv(
         bwrap=bwrap, ro_binds=(), rw_binds=(), tmpfs=(), cwd="/", env={}, network=False
     )
+    drop = None
+    if prefix is None:  # no setpriv: drop in the child instead
+        assert isinstance(identity, WorkloadIdentity)
+        drop = drop_in_child(identity)
+    # --as-pid-1: no sandbox init, so nothing is left an orphan (see _reaping).
     try:
         done = subprocess.run(
-            [*argv, "true"],
+            [*(prefix or ()), *argv, "--as-pid-1", "true"],
+            preexec_fn=drop,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             timeout=10,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
 

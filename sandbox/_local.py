@@ -1,9 +1,5 @@
 """The unisolated local process runner.
 
-The process driver every command runner shares lives in ``_execution`` and the artifact and
-temp-tree helpers in ``_workload_files``; both are re-exported here for the runners and tests that
-import them from this module.
-
 :class:`LocalProcessSandbox` runs the command as a plain host process (CAP-010: it says so, and is
 never a security boundary). It enforces the wall clock (host kill), the output bound, CPU time
 (``RLIMIT_CPU`` per process) and file size (``RLIMIT_FSIZE``), and *rejects* what it cannot
@@ -12,7 +8,10 @@ limits (``RLIMIT_AS`` bounds address space, not memory: a program may map far mo
 and page cache or children are not counted, so it is not offered as one) and process limits
 (``RLIMIT_NPROC`` counts every process of the user and is ignored for root). A child that calls
 ``setsid`` leaves the process group and escapes the kill: another reason this is for trusted
-development only.
+development only. The workload runs as this process's own user: a runner that is no boundary
+does not pretend to change identity either. Every limit is finite by default, so a request for this
+runner must say ``UNLIMITED`` for memory and processes (and ``network="host"``): it cannot enforce
+them, and says so instead of running without them.
 """
 
 from __future__ import annotations
@@ -38,8 +37,9 @@ from ._command import (
     check_enforceable,
     validate_request,
 )
-from ._execution import DRAIN_GRACE, CommandExecution, Measured, Spawn, resolve_secrets
+from ._execution import CommandExecution, Spawn
 from ._isolation import ProcessLimits, ceil_seconds, rlimit_preexec
+from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
     LIMIT_FILE_SIZE,
@@ -52,19 +52,10 @@ from ._posture import (
     LimitNotEnforceable,
     SandboxImplementation,
 )
-from ._workload_files import collect_artifacts, remove_tree
+from ._process_control import prlimit_argv
+from ._workload_files import remove_tree
 
-__all__ = [
-    "DRAIN_GRACE",
-    "CommandExecution",
-    "Measured",
-    "LocalProcessSandbox",
-    "Spawn",
-    "collect_artifacts",
-    "local_implementation",
-    "remove_tree",
-    "resolve_secrets",
-]
+__all__ = ["LocalProcessSandbox", "check_local", "local_implementation"]
 
 
 SANDBOX_VERSION = "0.1"
@@ -117,9 +108,10 @@ def check_local(request: SandboxRequest) -> None:
 
 
 def _limits_to_rlimits(limits: SandboxLimits) -> ProcessLimits:
+    cpu, size = limits.cpu_seconds, limits.file_size_bytes
     return ProcessLimits(
-        cpu_seconds=ceil_seconds(limits.cpu_seconds) if limits.cpu_seconds is not None else None,
-        file_size_bytes=limits.file_size_bytes,
+        cpu_seconds=ceil_seconds(cpu) if not isinstance(cpu, str) else None,
+        file_size_bytes=size if not isinstance(size, str) else None,
     )
 
 
@@ -133,7 +125,6 @@ class _LocalExecution(CommandExecution):
     def _prepare_sync(self, env: dict[str, str]) -> Spawn:
         if self.request.cwd is None:
             self._workdir = tempfile.mkdtemp(prefix="effectagent-local-")
-            self._owned.append(self._workdir)
             self._cwd = self._workdir
         elif os.path.isdir(self.request.cwd):
             self._cwd = self.request.cwd
@@ -142,16 +133,23 @@ class _LocalExecution(CommandExecution):
         program = _resolve_local(self.request.command, env["PATH"], self._cwd)
         if program is None:
             raise CommandNotFound(self.request.command)
-        # A preexec_fn forces fork() instead of vfork() (~4 ms here): only when there is a limit.
+        # A preexec_fn forces fork() instead of vfork() (several ms in a large process): the
+        # limits are set by exec'ing util-linux's prlimit in front of the program when it exists.
         rlimits = _limits_to_rlimits(self.request.limits)
-        preexec = rlimit_preexec(rlimits) if rlimits != ProcessLimits() else None
-        return Spawn((program, *self.request.args), env, self._cwd, preexec)
+        argv = (program, *self.request.args)
+        prefix = prlimit_argv(rlimits)
+        if prefix is None:
+            return Spawn(argv, env, self._cwd, rlimit_preexec(rlimits))
+        return Spawn((*prefix, *argv), env, self._cwd)
 
-    def artifact_roots(self) -> Mapping[str | None, tuple[str, str]]:
-        roots: dict[str | None, tuple[str, str]] = {None: (self._cwd, self._cwd)}
+    def artifact_roots(self) -> Mapping[str | None, tuple[str, str | int]]:
+        roots: dict[str | None, tuple[str, str | int]] = {None: (self._cwd, self._cwd)}
         for mount in self.request.mounts:
             roots[mount.sandbox_path] = (mount.sandbox_path, mount.host_path)
         return roots
+
+    def held(self) -> OwnedResources:
+        return OwnedResources(paths=() if self._workdir is None else (self._workdir,))
 
     def cleanup(self) -> None:
         if self._workdir is not None:
@@ -189,6 +187,10 @@ class LocalProcessSandbox:
         """
         self.check(request)
         return _LocalExecution(self._implementation, request, self._secrets, self._live)
+
+    def owned(self) -> OwnedResources:
+        """What every execution still running holds on the host right now."""
+        return OwnedResources.union(execution.owned() for execution in list(self._live))
 
     async def aclose(self) -> None:
         """Kill every execution still running. Cancellation: shielded per execution."""

@@ -2,9 +2,11 @@
 it is missing (as root, through apt-get, like ``make sysdeps``), and otherwise collection fails
 loudly.
 
-Leftover checks are precise rather than global (other test runs may share the machine): a workload
-is tagged with a unique marker in its argv and :func:`assert_gone` scans ``/proc`` for it; the
-paths an execution created (workdir, cgroups) are listed by ``execution.owned_paths``.
+Leftover checks judge only what a test started itself (other test runs and other programs may
+share the machine): a workload is tagged with a unique marker in its argv and :func:`assert_gone`
+scans ``/proc`` for it; what an execution held is read through its public ``owned()`` while it runs
+(:func:`remember` keeps each pid with its start time, so a recycled pid is never blamed), and
+afterwards each of those must be gone, as must any process descended from the test process.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
+import attrs
 import pytest
-import trio
 
-from sandbox import BubblewrapSandbox, LocalProcessSandbox, probe_host
+from sandbox import BubblewrapSandbox, LocalProcessSandbox, OwnedResources, probe_host
+from sandbox._workload_files import remove_tree
 
 
 def _ensure_bwrap() -> None:
@@ -61,30 +67,113 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-async def wait_for_processes(marker: str, count: int, timeout: float = 3.0) -> None:
-    """Wait until at least ``count`` processes carry ``marker`` (fails after ``timeout``)."""
-    with trio.fail_after(timeout):
-        while len(processes_with(marker)) < count:  # noqa: ASYNC110 (polling /proc: no event)
-            await trio.sleep(0.01)
-
-
-def is_unreaped_child(pid: int) -> bool:
-    """Whether ``pid`` still exists as a process of ours (running or zombie)."""
+def proc_stat(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (state, ppid, ...), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot): with the pid, it names one process."""
+    fields = proc_stat(pid)
+    return None if fields is None else fields[19]
+
+
+def descendants(root: int) -> set[int]:
+    """Every process (alive or zombie) descended from ``root``."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (fields := proc_stat(int(entry))) is not None:
+            parents[int(entry)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+@attrs.define
+class Held:
+    """What workloads held while a test watched: each pid with its start time, cgroups, paths."""
+
+    processes: dict[int, str] = attrs.field(factory=dict)
+    cgroups: set[str] = attrs.field(factory=set)
+    paths: set[str] = attrs.field(factory=set)
+
+    def note(self, owned: OwnedResources) -> None:
+        """Remember everything in ``owned`` (a snapshot taken while it was held)."""
+        for pid in owned.processes:
+            started = start_time(pid)
+            if started is not None:
+                self.processes.setdefault(pid, started)
+        self.cgroups |= owned.cgroups
+        self.paths |= owned.paths
+
+    def leftovers(self) -> list[str]:
+        """Everything remembered that still exists (a pid counts only with its start time).
+
+        A process that is a zombie of someone else's (bubblewrap's sandbox init, orphaned when
+        bwrap exits, waiting for the host's init to reap it) is dead and holds nothing: not a
+        leftover. Zombies of this test process are (see :func:`assert_gone`).
+        """
+        problems = [
+            f"pid {pid} still exists ({' '.join((proc_stat(pid) or [])[:2])})"
+            for pid, t in self.processes.items()
+            if _held(pid, t)
+        ]
+        problems += [
+            f"cgroup {path} still exists" for path in self.cgroups if os.path.lexists(path)
+        ]
+        problems += [f"{path} still exists" for path in self.paths if os.path.lexists(path)]
+        return problems
+
+
+def _held(pid: int, started: str) -> bool:
+    fields = proc_stat(pid)
+    if fields is None or fields[19] != started:
         return False
-    return int(fields[1]) == os.getpid()  # ppid
+    return fields[0] != "Z" or int(fields[1]) == os.getpid()
 
 
-def assert_gone(marker: str, *, pid: int | None = None, paths: tuple[str, ...] = ()) -> None:
-    """Nothing of one execution remains: no process, no unreaped child, no temp path."""
+def remember(owned: OwnedResources) -> Held:
+    """A :class:`Held` holding ``owned``."""
+    held = Held()
+    held.note(owned)
+    return held
+
+
+def assert_gone(marker: str, held: Held | None = None) -> None:
+    """Nothing of one execution remains: no process carrying ``marker``, nothing of what it held,
+    and no process descended from this test process (alive or unreaped)."""
     assert processes_with(marker) == []
-    if pid is not None:
-        assert not is_unreaped_child(pid)
-    for path in paths:
-        assert not os.path.exists(path), path
+    if held is not None:
+        assert held.leftovers() == []
+    assert descendants(os.getpid()) == set()
+
+
+def give_to_workload(sandbox: BubblewrapSandbox, path: Path) -> Path:
+    """Create the directory ``path`` if needed and make it usable by ``sandbox``'s workload user,
+    as a caller must for a read-write mount."""
+    path.mkdir(exist_ok=True)
+    identity = sandbox.identity
+    if identity is not None:
+        os.chown(path, identity.uid, identity.gid)
+    return path
+
+
+@pytest.fixture
+def shared_tmp() -> Iterator[Path]:
+    """A fresh directory in ``/tmp`` any user can reach (pytest's ``tmp_path`` sits under a
+    ``0700`` directory that a sandbox's unprivileged workload user could not pass), removed
+    afterwards whatever the workload left in it."""
+    path = Path(tempfile.mkdtemp(prefix="effectagent-test-", dir="/tmp"))
+    path.chmod(0o755)
+    yield path
+    remove_tree(str(path))
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from sandbox import (
     LIMIT_MEMORY,
     LIMIT_NETWORK,
     LIMIT_PROCESSES,
+    UNLIMITED,
     WORKDIR,
     ArtifactRule,
     BubblewrapSandbox,
@@ -33,7 +34,7 @@ from sandbox import (
     run,
 )
 
-from .conftest import PYTHON, assert_gone
+from .conftest import PYTHON, assert_gone, give_to_workload, remember
 
 
 def test_posture_matches_the_probed_host(bwrap_sandbox: BubblewrapSandbox) -> None:
@@ -92,12 +93,11 @@ async def test_stdin_and_only_allowlisted_env(
 
 
 async def test_mounts_modes_cwd_and_artifacts(
-    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
-    ro = tmp_path / "ro"
-    rw = tmp_path / "rw"
+    ro = shared_tmp / "ro"
     ro.mkdir()
-    rw.mkdir()
+    rw = give_to_workload(bwrap_sandbox, shared_tmp / "rw")
     (ro / "input.txt").write_text("data")
     script = (
         "cat /in/input.txt > /out/copy.txt; "
@@ -124,7 +124,7 @@ async def test_mounts_modes_cwd_and_artifacts(
 
 
 async def test_request_problems_found_before_running(
-    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
     with pytest.raises(CommandNotFound):
         await run(bwrap_sandbox, SandboxRequest("no-such-program-xyz"))
@@ -137,18 +137,18 @@ async def test_request_problems_found_before_running(
         bwrap_sandbox.execute(SandboxRequest("true", cwd="/usr"))
     with pytest.raises(InvalidRequest, match="image"):
         bwrap_sandbox.execute(SandboxRequest("true", image="ubuntu"))
-    mounts = (Mount(str(tmp_path), "/data", "rw"),)
+    mounts = (Mount(str(give_to_workload(bwrap_sandbox, shared_tmp)), "/data", "rw"),)
     with pytest.raises(InvalidRequest, match="not a directory"):
         await run(bwrap_sandbox, SandboxRequest("true", cwd="/data/missing", mounts=mounts))
 
 
 async def test_setup_failure_of_bwrap_is_a_crash(
-    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
     # A file mounted where a directory is needed: bwrap fails while building the mount tree.
-    target = tmp_path / "file"
+    target = shared_tmp / "file"
     target.write_text("x")
-    mounts = (Mount(str(target), "/data", "ro"), Mount(str(tmp_path), "/data/sub", "ro"))
+    mounts = (Mount(str(target), "/data", "ro"), Mount(str(shared_tmp), "/data/sub", "ro"))
     with pytest.raises(SandboxCrashed, match="bubblewrap failed"):
         await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
 
@@ -183,9 +183,11 @@ async def test_stopping_early_kills_and_cleans_up(bwrap_sandbox: BubblewrapSandb
         async for event in events:
             if isinstance(event, OutputChunk):
                 break
-        owned = execution.owned_paths
-        assert all([await trio.Path(p).exists() for p in owned])
-    assert_gone(marker, paths=owned)
+        held = remember(execution.owned())
+        assert held.paths
+        assert held.cgroups
+        assert all([await trio.Path(p).exists() for p in held.paths | held.cgroups])
+    assert_gone(marker, held)
 
 
 async def test_concurrent_executions_are_separate(bwrap_sandbox: BubblewrapSandbox) -> None:
@@ -203,14 +205,18 @@ async def test_concurrent_executions_are_separate(bwrap_sandbox: BubblewrapSandb
 
 async def test_accounting_can_be_turned_off(bwrap_sandbox: BubblewrapSandbox) -> None:
     lean = BubblewrapSandbox(accounting=False)
-    execution = lean.execute(SandboxRequest("true"))
+    lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+    execution = lean.execute(SandboxRequest("true", limits=lifted))
     async with execution as events:
+        assert isinstance(await anext(events), SandboxStarted)
+        assert execution.owned().cgroups == frozenset()  # no cgroup only to measure
+        assert len(execution.owned().paths) == 1  # the workdir
         result = [e async for e in events][-1].result  # type: ignore[union-attr]
-        assert len(execution.owned_paths) == 1  # the workdir only
     assert result.ok
     assert result.usage.peak_memory_bytes is None
-    if lean.implementation.enforces(LIMIT_MEMORY):  # a requested limit still gets its cgroup
-        limited = lean.execute(SandboxRequest("true", limits=SandboxLimits(memory_bytes=1 << 26)))
+    if lean.implementation.enforces(LIMIT_MEMORY):  # a limit still gets its cgroup: by default
+        limited = lean.execute(SandboxRequest("true"))
         async with limited as events:
+            assert isinstance(await anext(events), SandboxStarted)
+            assert len(limited.owned().cgroups) == 2  # memory and pids, each with its limit
             assert [e async for e in events][-1].result.ok  # type: ignore[union-attr]
-            assert len(limited.owned_paths) == 2

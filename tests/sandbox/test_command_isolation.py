@@ -22,10 +22,9 @@ from sandbox import (
     probe_host,
     rlimit_preexec,
 )
-from sandbox._bwrap import resolve_in_view
-from sandbox._command import ArtifactRule
+from sandbox._bwrap_view import resolve_in_view
 from sandbox._isolation import CpuCgroup, apply_rlimits, system_mounts
-from sandbox._local import collect_artifacts, remove_tree
+from sandbox._workload_files import remove_tree
 
 from .conftest import PYTHON
 
@@ -203,8 +202,7 @@ async def test_kill_process_group_kills_every_member_and_reaps() -> None:
         scope.cancel()  # shielded: completes even when the caller is already cancelled
         await kill_process_group(process)
     assert process.returncode == -signal.SIGKILL
-    await trio.sleep(0.05)
-    for pid in pids:
+    for pid in pids:  # kill_process_group returns once no member is alive
         assert pid_is_gone(pid)
     await kill_process_group(process)  # already dead: still fine
     await process.stdout.aclose()
@@ -217,29 +215,6 @@ def pid_is_gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
-
-
-def test_artifacts_refuse_symlinks_and_bound_content(tmp_path: Path) -> None:
-    root = tmp_path / "work"
-    (root / "sub").mkdir(parents=True)
-    (root / "a.log").write_bytes(b"0123456789")
-    (root / "sub" / "b.log").write_bytes(b"b")
-    outside = tmp_path / "secret.log"
-    outside.write_text("host secret")
-    (root / "escape.log").symlink_to(outside)
-    (root / "linkdir").symlink_to(tmp_path)
-    rules = (ArtifactRule("**/*.log", max_bytes=4, max_count=10),)
-    artifacts, skipped = collect_artifacts(rules, {None: ("/workspace", str(root))})
-    assert {a.path: a.content for a in artifacts} == {
-        "/workspace/a.log": b"0123",
-        "/workspace/sub/b.log": b"b",
-    }
-    assert all(b"host secret" not in a.content for a in artifacts)
-    assert skipped >= 1
-    a_log = next(a for a in artifacts if a.path.endswith("a.log"))
-    assert a_log.size == 10
-    assert a_log.truncated
-    assert "0123" not in repr(a_log)
 
 
 def test_remove_tree_survives_hostile_permissions(tmp_path: Path) -> None:

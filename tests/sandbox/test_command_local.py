@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -16,6 +18,7 @@ from sandbox import (
     LIMIT_MEMORY,
     LIMIT_NETWORK,
     LIMIT_PROCESSES,
+    UNLIMITED,
     ArtifactRule,
     CommandNotFound,
     InvalidRequest,
@@ -25,6 +28,7 @@ from sandbox import (
     Mount,
     OutputChunk,
     ResourceUsage,
+    SandboxEvent,
     SandboxExited,
     SandboxLimits,
     SandboxRequest,
@@ -35,10 +39,29 @@ from sandbox import (
     run,
 )
 
-from .conftest import PYTHON, assert_gone, new_marker, wait_for_processes
+from .conftest import PYTHON, assert_gone, new_marker, remember
 
-FORK_AND_SLEEP = "import os, time; os.fork(); time.sleep(30)"
-"""Two processes sleeping; both carry the marker given as ``sys.argv[1]`` in their cmdline."""
+FORK_AND_SLEEP = "import os, time; os.fork(); print('up', flush=True); time.sleep(30)"
+"""Two processes saying ``up``, then sleeping; both carry the marker given as ``sys.argv[1]``."""
+
+LOCAL = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+"""What the local runner can run: memory and processes lifted in writing (it enforces neither)."""
+
+
+def limits(**changes: Any) -> SandboxLimits:
+    """:data:`LOCAL` with ``changes``."""
+    return attrs.evolve(LOCAL, **changes)
+
+
+async def until_up(events: AsyncIterator[SandboxEvent], count: int) -> None:
+    """Consume events until ``count`` processes of a :data:`FORK_AND_SLEEP` workload said ``up``."""
+    said = 0
+    async for event in events:
+        if isinstance(event, OutputChunk):
+            said += event.data.count(b"up")
+            if said >= count:
+                return
+    raise AssertionError("the workload ended before it was up")
 
 
 @pytest.fixture(params=["pidfd", "no-pidfd"])
@@ -56,6 +79,7 @@ def exit_watch(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
 def req(command: str, *args: str, **kw: object) -> SandboxRequest:
     kw.setdefault("network", "host")
+    kw.setdefault("limits", LOCAL)
     return SandboxRequest(command, args, **kw)  # type: ignore[arg-type]
 
 
@@ -95,7 +119,7 @@ async def test_stdin_is_fed_and_closed(local_sandbox: LocalProcessSandbox) -> No
     data = os.urandom(300_000)  # more than a pipe buffer: needs concurrent feeding and reading
     result = await run(
         local_sandbox,
-        req("cat", stdin=data, limits=SandboxLimits(output_bytes=1 << 20, wall_clock_seconds=5)),
+        req("cat", stdin=data, limits=limits(output_bytes=1 << 20, wall_clock_seconds=5)),
     )
     assert result.ok
     assert result.stdout == data
@@ -125,7 +149,7 @@ async def test_cwd_defaults_to_a_temp_workdir_that_is_removed(
 ) -> None:
     execution = local_sandbox.execute(req("pwd"))
     async with execution as events:
-        owned = execution.owned_paths
+        owned = tuple(execution.owned().paths)
         assert len(owned) == 1
         assert await trio.Path(owned[0]).is_dir()
         output = b"".join([e.data async for e in events if isinstance(e, OutputChunk)])
@@ -173,13 +197,10 @@ async def test_artifacts_from_the_temp_workdir(local_sandbox: LocalProcessSandbo
 @pytest.mark.parametrize(
     ("request_", "error", "limit"),
     [
-        (SandboxRequest("true"), LimitNotEnforceable, LIMIT_NETWORK),
-        (
-            req("true", limits=SandboxLimits(memory_bytes=1 << 26)),
-            LimitNotEnforceable,
-            LIMIT_MEMORY,
-        ),
-        (req("true", limits=SandboxLimits(max_processes=5)), LimitNotEnforceable, LIMIT_PROCESSES),
+        (SandboxRequest("true", limits=LOCAL), LimitNotEnforceable, LIMIT_NETWORK),
+        (req("true", limits=SandboxLimits()), LimitNotEnforceable, LIMIT_MEMORY),
+        (req("true", limits=limits(memory_bytes=1 << 26)), LimitNotEnforceable, LIMIT_MEMORY),
+        (req("true", limits=limits(max_processes=5)), LimitNotEnforceable, LIMIT_PROCESSES),
         (
             req("true", mounts=(Mount("/etc", "/etc2", "ro"),)),
             LimitNotEnforceable,
@@ -211,9 +232,7 @@ async def test_wall_clock_kills_the_group_and_is_reported(
     local_sandbox: LocalProcessSandbox,
 ) -> None:
     marker = new_marker()
-    request = req(
-        PYTHON, "-c", FORK_AND_SLEEP, marker, limits=SandboxLimits(wall_clock_seconds=0.3)
-    )
+    request = req(PYTHON, "-c", FORK_AND_SLEEP, marker, limits=limits(wall_clock_seconds=0.3))
     start = trio.current_time()
     result = await run(local_sandbox, request)
     assert trio.current_time() - start < 2
@@ -230,15 +249,13 @@ async def test_cpu_and_file_size_rlimits(local_sandbox: LocalProcessSandbox) -> 
             PYTHON,
             "-c",
             "while True: pass",
-            limits=SandboxLimits(cpu_seconds=0.5, wall_clock_seconds=8),
+            limits=limits(cpu_seconds=0.5, wall_clock_seconds=8),
         ),
     )
     assert spin.signal in (9, 24)  # SIGKILL at the hard limit or SIGXCPU at the soft one
     assert not spin.timed_out
     write = "open('big', 'wb').write(b'x' * 100_000)"
-    big = await run(
-        local_sandbox, req(PYTHON, "-c", write, limits=SandboxLimits(file_size_bytes=1000))
-    )
+    big = await run(local_sandbox, req(PYTHON, "-c", write, limits=limits(file_size_bytes=1000)))
     assert big.exit_code == 1
     assert b"File too large" in big.stderr
 
@@ -249,7 +266,7 @@ async def test_output_is_bounded_across_both_streams(local_sandbox: LocalProcess
         "sh",
         "-c",
         "head -c 5000 /dev/zero; head -c 5000 /dev/zero >&2",
-        limits=SandboxLimits(output_bytes=6000),
+        limits=limits(output_bytes=6000),
     )
     result = await run(local_sandbox, request)
     assert result.exit_code == 0
@@ -263,17 +280,17 @@ async def test_output_is_bounded_across_both_streams(local_sandbox: LocalProcess
 async def test_cancellation_kills_and_cleans_up(local_sandbox: LocalProcessSandbox) -> None:
     marker = new_marker()
     execution = local_sandbox.execute(req(PYTHON, "-c", FORK_AND_SLEEP, marker))
-    pid = None
-    with trio.move_on_after(1) as scope:
+    with trio.CancelScope() as scope:
         async with execution as events:
-            async for event in events:
-                if isinstance(event, SandboxStarted):
-                    pid = event.pid
-                    await wait_for_processes(marker, 2)
-                    scope.cancel()
+            await until_up(events, 2)
+            held = remember(execution.owned())
+            assert len(held.processes) == 1
+            assert len(held.paths) == 1
+            scope.cancel()
+            await trio.lowlevel.checkpoint()
     assert scope.cancelled_caught
-    assert pid is not None
-    assert_gone(marker, pid=pid, paths=execution.owned_paths)
+    assert execution.owned().empty
+    assert_gone(marker, held)
 
 
 async def test_layer_provides_the_service_and_kills_on_teardown() -> None:
@@ -281,13 +298,15 @@ async def test_layer_provides_the_service_and_kills_on_teardown() -> None:
     async with open_layer(LocalProcessSandbox.layer(), Context.empty()) as ctx:
         sandbox = ctx.require(SandboxService)
         execution = sandbox.execute(req(PYTHON, "-c", FORK_AND_SLEEP, marker))
-        events = await execution.__aenter__()
+        events = await execution.__aenter__()  # left open: the layer's teardown must end it
         assert isinstance(await events.__anext__(), SandboxStarted)
-        with trio.move_on_after(0.1):
-            await events.__anext__()  # nothing comes: the workload sleeps
-        await wait_for_processes(marker, 2)
+        await until_up(events, 2)
+        held = remember(sandbox.owned())
+        assert held.processes
+        assert held.paths
         assert sandbox.implementation.isolation is Isolation.UNISOLATED
-    assert_gone(marker)
+    assert sandbox.owned().empty
+    assert_gone(marker, held)
 
 
 @attrs.define
@@ -319,3 +338,28 @@ async def test_concurrent_executions_do_not_interfere(local_sandbox: LocalProces
         for i in range(8):
             nursery.start_soon(one, i)
     assert results == {i: f"{i}\n".encode() for i in range(8)}
+
+
+async def test_a_cancelled_next_event_loses_nothing(local_sandbox: LocalProcessSandbox) -> None:
+    """Every other ``__anext__`` is cancelled at its first checkpoint: the stream still delivers
+    every byte of output and ends with the full result, artifacts included."""
+    script = "for i in 1 2 3; do echo $i > f$i.out; echo line $i; done"
+    request = req("sh", "-c", script, artifacts=(ArtifactRule("*.out"),))
+    events: list[SandboxEvent] = []
+    cancelled = 0
+    async with local_sandbox.execute(request) as stream:
+        while not events or not isinstance(events[-1], SandboxExited):
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                events.append(await anext(stream))
+            cancelled += scope.cancelled_caught
+            if not isinstance(events[-1], SandboxExited):
+                events.append(await anext(stream))
+    assert cancelled > 0
+    output = b"".join(e.data for e in events if isinstance(e, OutputChunk))
+    assert output == b"line 1\nline 2\nline 3\n"
+    exited = events[-1]
+    assert isinstance(exited, SandboxExited)
+    assert exited.result.ok
+    names = [os.path.basename(a.path) for a in exited.result.artifacts]
+    assert names == ["f1.out", "f2.out", "f3.out"]

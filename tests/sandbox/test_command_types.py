@@ -16,6 +16,7 @@ from sandbox import (
     LIMIT_OUTPUT,
     LIMIT_PROCESSES,
     LIMIT_WALL_CLOCK,
+    UNLIMITED,
     ArtifactRule,
     InvalidRequest,
     Isolation,
@@ -26,6 +27,7 @@ from sandbox import (
     SandboxLimits,
     SandboxRequest,
     SecretHandle,
+    Unlimited,
     check_enforceable,
     required_limits,
     validate_request,
@@ -182,8 +184,16 @@ def test_request_repr_hides_stdin_bytes() -> None:
 # ---- enforceability -----------------------------------------------------------------------
 
 
+LIFTED = SandboxLimits(
+    cpu_seconds=UNLIMITED,
+    memory_bytes=UNLIMITED,
+    max_processes=UNLIMITED,
+    file_size_bytes=UNLIMITED,
+)
+
+
 def test_required_limits_follow_the_request() -> None:
-    assert required_limits(SandboxRequest("true", network="host")) == {
+    assert required_limits(SandboxRequest("true", network="host", limits=LIFTED)) == {
         LIMIT_WALL_CLOCK,
         LIMIT_OUTPUT,
     }
@@ -193,34 +203,38 @@ def test_required_limits_follow_the_request() -> None:
             cpu_seconds=1, memory_bytes=1 << 24, max_processes=4, file_size_bytes=10
         ),
     )
-    assert required_limits(full) == {
-        LIMIT_WALL_CLOCK,
-        LIMIT_OUTPUT,
-        LIMIT_CPU,
-        LIMIT_MEMORY,
-        LIMIT_PROCESSES,
-        LIMIT_FILE_SIZE,
-        LIMIT_NETWORK,
-    }
+    assert (
+        required_limits(full)
+        == required_limits(SandboxRequest("true"))
+        == {
+            LIMIT_WALL_CLOCK,
+            LIMIT_OUTPUT,
+            LIMIT_CPU,
+            LIMIT_MEMORY,
+            LIMIT_PROCESSES,
+            LIMIT_FILE_SIZE,
+            LIMIT_NETWORK,
+        }
+    )
 
 
-optional = st.none() | st.integers(min_value=1 << 20, max_value=1 << 30)
+optional = st.just(UNLIMITED) | st.integers(min_value=1 << 20, max_value=1 << 30)
 
 
 @given(
     enforced=st.frozensets(st.sampled_from(ALL_LIMITS)),
-    cpu=st.none() | st.floats(min_value=0.1, max_value=100),
+    cpu=st.just(UNLIMITED) | st.floats(min_value=0.1, max_value=100),
     memory=optional,
-    processes=st.none() | st.integers(min_value=1, max_value=100),
+    processes=st.just(UNLIMITED) | st.integers(min_value=1, max_value=100),
     file_size=optional,
     network=st.sampled_from(["none", "host"]),
 )
 def test_any_request_with_an_unenforceable_limit_is_rejected(
     enforced: frozenset[str],
-    cpu: float | None,
-    memory: int | None,
-    processes: int | None,
-    file_size: int | None,
+    cpu: float | Unlimited,
+    memory: int | Unlimited,
+    processes: int | Unlimited,
+    file_size: int | Unlimited,
     network: str,
 ) -> None:
     limits = SandboxLimits(
@@ -260,6 +274,45 @@ def test_output_buffer_keeps_exactly_the_head(
         own = b"".join(d for n, d in sequence if n == stream)
         kept = buffer.value(stream)
         assert own.startswith(kept)
+
+
+def test_every_limit_has_a_finite_default() -> None:
+    limits = SandboxLimits()
+    for field in attrs.fields(SandboxLimits):
+        value = getattr(limits, field.name)
+        assert type(value) in (int, float), field.name
+        assert value > 0, field.name
+    assert limits.memory_bytes == 512 << 20
+    assert limits.max_processes == 64
+    validate_request(SandboxRequest("true", limits=limits))
+    validate_request(SandboxRequest("true", limits=LIFTED))
+
+
+@pytest.mark.parametrize(
+    "name", ["cpu_seconds", "memory_bytes", "max_processes", "file_size_bytes"]
+)
+def test_none_is_not_a_limit_unlimited_is_written(name: str) -> None:
+    problems = problems_of(SandboxRequest("true", limits=SandboxLimits(**{name: None})))  # type: ignore[arg-type]
+    assert problems == (
+        f"limits.{name} is None: it must be {_rule(name)}; write UNLIMITED for no limit",
+    )
+
+
+def _rule(name: str) -> str:
+    return {
+        "cpu_seconds": "a number of seconds in (0, 86400]",
+        "memory_bytes": "an int >= 1 MiB",
+        "max_processes": "an int >= 1",
+        "file_size_bytes": "an int >= 0",
+    }[name]
+
+
+@pytest.mark.parametrize(
+    "name", ["artifact_entries", "artifact_depth", "artifact_bytes", "artifact_seconds"]
+)
+def test_artifact_bounds_cannot_be_lifted(name: str) -> None:
+    (problem,) = problems_of(SandboxRequest("true", limits=SandboxLimits(**{name: UNLIMITED})))  # type: ignore[arg-type]
+    assert problem.startswith(f"limits.{name} must be")
 
 
 def test_result_values_are_frozen() -> None:

@@ -1,17 +1,22 @@
 """Security suite for the bubblewrap command sandbox.
 
 Every probe is hostile code run inside the sandbox. Each one must be contained with a typed result
-or error, and leave nothing behind: no process carrying the probe's marker, no unreaped child, no
-temporary directory or cgroup of the execution. Limits the host cannot enforce are not skipped:
-the probe then asserts the request is *rejected* (the posture is honest) — see
-``test_this_host_enforces_everything`` for what this machine is expected to enforce.
+or error, and leave nothing behind: no process carrying the probe's marker, nothing the execution
+held while it ran (read through its public ``owned()``: processes, cgroups, temp dirs), no process
+descended from the test. Limits the host cannot enforce are not skipped: the probe then asserts
+the request is *rejected* (the posture is honest) — see ``test_this_host_enforces_everything``
+for what this machine is expected to enforce.
 """
 
 from __future__ import annotations
 
+import ast
+import errno
 import hashlib
 import os
 import socket
+import stat
+import sys
 import uuid
 from pathlib import Path
 
@@ -22,8 +27,10 @@ import trio
 from sandbox import (
     LIMIT_MEMORY,
     LIMIT_PROCESSES,
+    UNLIMITED,
     BubblewrapSandbox,
     HostFacts,
+    InvalidRequest,
     LimitNotEnforceable,
     Mount,
     OutputChunk,
@@ -35,17 +42,26 @@ from sandbox import (
     SandboxStarted,
     SecretHandle,
     SecretUnavailable,
+    WorkloadIdentity,
 )
 
-from .conftest import PYTHON, assert_gone, new_marker, processes_with, wait_for_processes
+from .conftest import (
+    PYTHON,
+    Held,
+    assert_gone,
+    give_to_workload,
+    new_marker,
+    processes_with,
+    remember,
+)
 
 
 @attrs.define
 class Probe:
-    """One contained execution: its events, result and what it owned on the host."""
+    """One contained execution: its events, result and what it held on the host while it ran."""
 
     events: list[SandboxEvent]
-    owned: tuple[str, ...]
+    held: Held
     pid: int
 
     @property
@@ -81,12 +97,15 @@ async def probe(
     )
     execution = sandbox.execute(request)
     async with execution as stream:
-        events = [e async for e in stream]
-        owned = execution.owned_paths
+        events = [await anext(stream)]  # started: it holds its workdir, cgroups and processes
+        held = remember(execution.owned())
+        events += [e async for e in stream]
     started = events[0]
     assert isinstance(started, SandboxStarted)
-    assert_gone(marker, pid=started.pid, paths=owned)
-    return Probe(events, owned, started.pid)
+    assert started.pid in held.processes
+    assert execution.owned().empty
+    assert_gone(marker, held)
+    return Probe(events, held, started.pid)
 
 
 def test_this_host_enforces_everything(bwrap_sandbox: BubblewrapSandbox) -> None:
@@ -123,11 +142,11 @@ for path in ["/etc/passwd", "/etc/shadow", "/work/main/pyproject.toml", "/root",
 
 
 async def test_writes_outside_the_mounts_fail(
-    bwrap_sandbox: BubblewrapSandbox, tmp_path: Path
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
-    ro = tmp_path / "ro"
+    ro = shared_tmp / "ro"
     ro.mkdir()
-    escape = tmp_path / f"escape-{uuid.uuid4().hex}"
+    escape = shared_tmp / f"escape-{uuid.uuid4().hex}"
     # Global kernel knobs are only opened for writing, never written: if the sandbox failed, the
     # test must not change the host.
     code = f"""
@@ -274,7 +293,7 @@ async def test_infinite_loop_stops_at_the_wall_clock(bwrap_sandbox: BubblewrapSa
     code = "import os\nfor _ in range(3): os.fork()\nwhile True: pass"  # 8 spinning processes
     run = await probe(bwrap_sandbox, code, limits=SandboxLimits(wall_clock_seconds=0.5))
     assert run.result.timed_out
-    assert run.result.signal == 9
+    assert run.result.exit_code == 128 + 9  # the sandbox was SIGKILLed; bwrap reported it
     assert run.result.usage.wall_seconds < 1.5
 
 
@@ -408,18 +427,21 @@ async def test_cancellation_kills_the_namespace_and_leaves_nothing(
     code = "import os, time\nfor _ in range(2): os.fork()\nprint('up', flush=True)\ntime.sleep(30)"
     request = SandboxRequest(PYTHON, ("-c", code, marker))
     execution = bwrap_sandbox.execute(request)
-    pid = None
-    with trio.move_on_after(5) as scope:
+    held = Held()
+    with trio.CancelScope() as scope:
         async with execution as stream:
+            said = 0
             async for event in stream:
-                if isinstance(event, SandboxStarted):
-                    pid = event.pid
                 if isinstance(event, OutputChunk):
-                    await wait_for_processes(marker, 4)
+                    said += event.data.count(b"up")
+                if said == 4:  # all four processes run
+                    held = remember(execution.owned())
+                    assert len(processes_with(marker)) == 6  # with bwrap and its init
                     scope.cancel()
+                    await trio.lowlevel.checkpoint()
     assert scope.cancelled_caught
-    assert pid is not None
-    assert_gone(marker, pid=pid, paths=execution.owned_paths)
+    assert len(held.processes) >= 6  # bwrap, its sandbox init, the four (they are in the cgroups)
+    assert_gone(marker, held)
 
 
 async def test_the_namespace_alone_takes_everything_down(bwrap_sandbox: BubblewrapSandbox) -> None:
@@ -427,6 +449,169 @@ async def test_the_namespace_alone_takes_everything_down(bwrap_sandbox: Bubblewr
     facts = bwrap_sandbox.facts
     bare = BubblewrapSandbox(facts=HostFacts(facts.bwrap, facts.user_namespaces, None, None, None))
     code = "import os, time\nfor _ in range(2): os.fork()\ntime.sleep(30)"
-    run = await probe(bare, code, limits=SandboxLimits(wall_clock_seconds=0.5))
+    limits = SandboxLimits(wall_clock_seconds=0.5, memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+    run = await probe(bare, code, limits=limits)
     assert run.result.timed_out
-    assert run.owned == run.owned[:1]  # only the workdir: no cgroup was used
+    assert run.held.cgroups == set()  # no cgroup was used
+    assert len(run.held.paths) == 1  # the workdir
+
+
+# ---- who the workload is on the host ---------------------------------------------------------
+
+
+def test_the_workload_never_runs_as_host_root(bwrap_sandbox: BubblewrapSandbox) -> None:
+    identity = bwrap_sandbox.identity
+    if os.geteuid() != 0:
+        assert identity is None  # it runs as this (unprivileged) process's own user
+        return
+    assert identity == WorkloadIdentity.nobody()
+    with pytest.raises(ValueError, match="unprivileged"):
+        WorkloadIdentity(0, 0)
+
+
+PLANT = """
+import os, shutil, stat
+shutil.copy("/usr/bin/python3", "/data/py")
+outcomes = {"uid": os.getuid(), "euid": os.geteuid()}
+for name, attempt in {
+    "chmod": lambda: os.chmod("/data/py", 0o6755),
+    "chmod_g": lambda: os.chmod("/data/py", 0o2755),
+    "create": lambda: os.close(os.open("/data/made", os.O_CREAT | os.O_WRONLY, 0o4755)),
+    "mknod": lambda: os.mknod("/data/node", 0o4755 | stat.S_IFREG),
+    "device": lambda: os.mknod("/data/dev", 0o666 | stat.S_IFCHR, os.makedev(1, 3)),
+}.items():
+    try:
+        attempt()
+        outcomes[name] = "done"
+    except OSError as e:
+        outcomes[name] = e.errno
+os.chmod("/data/py", 0o755)  # an ordinary mode is allowed
+print(outcomes)
+"""
+
+
+async def test_a_setuid_file_planted_in_a_mount_raises_no_privilege_on_the_host(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
+) -> None:
+    data = give_to_workload(bwrap_sandbox, shared_tmp / "data")
+    run = await probe(bwrap_sandbox, PLANT, mounts=(Mount(str(data), "/data", "rw"),))
+    assert run.result.exit_code == 0, run.result.stderr
+    outcomes = ast.literal_eval(run.stdout)
+    expected = bwrap_sandbox.identity.uid if bwrap_sandbox.identity else os.geteuid()
+    assert outcomes["uid"] == outcomes["euid"] == expected
+    for name in ("chmod", "chmod_g", "create", "mknod", "device"):
+        assert outcomes[name] == errno.EPERM, (name, outcomes)
+    for path in data.iterdir():
+        info = path.lstat()
+        assert not info.st_mode & (stat.S_ISUID | stat.S_ISGID), path
+        assert stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode), path
+        if os.geteuid() == 0:
+            assert info.st_uid != 0, path  # owned by the workload's user, never by root
+    assert (data / "py").stat().st_mode & 0o7777 == 0o755
+
+
+async def test_a_mount_the_workload_user_cannot_use_is_refused_before_anything_runs(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path, tmp_path: Path
+) -> None:
+    mine = shared_tmp / "mine"
+    mine.mkdir(mode=0o555)  # readable by the workload's user, not writable
+    with pytest.raises(InvalidRequest, match=r"cannot read and write .*os\.chown") as info:
+        await probe(bwrap_sandbox, "pass", mounts=(Mount(str(mine), "/m", "rw"),))
+    assert len(info.value.problems) == 1
+    await probe(bwrap_sandbox, "pass", mounts=(Mount(str(mine), "/m", "ro"),))  # reading is fine
+    if bwrap_sandbox.identity is not None:  # pytest's own 0700 base directory is root's alone
+        with pytest.raises(InvalidRequest, match="out of reach"):
+            await probe(bwrap_sandbox, "pass", mounts=(Mount(str(tmp_path), "/t", "ro"),))
+
+
+# ---- links a workload leaves behind ------------------------------------------------------------
+
+
+async def test_a_link_planted_by_one_run_never_redirects_a_later_mount(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
+) -> None:
+    secret = shared_tmp / "secret"
+    secret.mkdir()
+    (secret / "token.txt").write_text("host secret")
+    data = give_to_workload(bwrap_sandbox, shared_tmp / "data")
+    planted = await probe(
+        bwrap_sandbox,
+        f"import os; os.symlink({str(secret)!r}, '/data/inputs'); os.symlink('/', '/data/root')",
+        mounts=(Mount(str(data), "/data", "rw"),),
+    )
+    assert planted.result.ok, planted.result.stderr
+    assert (data / "inputs").is_symlink()
+    for source in (data / "inputs", data / "root", data / "inputs" / "token.txt"):
+        with pytest.raises(InvalidRequest, match="symbolic link the workload") as info:
+            await probe(
+                bwrap_sandbox,
+                "print(open('/inputs/token.txt').read())",
+                mounts=(Mount(str(source), "/inputs", "ro"),),
+            )
+        assert f"{data}/" in info.value.problems[0]  # the error names the link
+    # A link the workload's user could neither make nor replace is followed, as before.
+    system = await probe(
+        bwrap_sandbox,
+        "import os; print(os.path.exists('/tools/sh'))",
+        mounts=(Mount("/bin", "/tools", "ro"),),
+    )
+    assert system.stdout == "True\n"
+
+
+# ---- nothing is left for another reaper ---------------------------------------------------------
+
+REAPER_SCRIPT = """
+import ctypes, os, sys, trio
+from sandbox import (
+    UNLIMITED, BubblewrapSandbox, LocalProcessSandbox, SandboxLimits, SandboxRequest, run,
+)
+
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+
+
+def children():
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                found[int(entry)] = fields[0]
+    return found
+
+
+async def main():
+    bwrap = BubblewrapSandbox()
+    local = LocalProcessSandbox()
+    lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED, wall_clock_seconds=5)
+    for index in range(100):
+        result = await run(bwrap, SandboxRequest("/bin/true"))
+        assert result.ok, result
+    timeout = SandboxRequest("sleep", ("30",), limits=SandboxLimits(wall_clock_seconds=0.2))
+    assert (await run(bwrap, timeout)).timed_out
+    orphaning = SandboxRequest("sh", ("-c", "sleep 60 & exit 0"), network="host", limits=lifted)
+    for index in range(5):
+        assert (await run(local, orphaning)).ok
+    print(sorted(children().items()))
+
+
+trio.run(main)
+"""
+
+
+async def test_no_zombie_is_left_to_a_process_that_is_its_own_subreaper() -> None:
+    """An application that is PID 1 or a child subreaper adopts every orphan below it: bwrap's
+    sandbox init after each command, whatever a local workload left running. 100 bubblewrap
+    executions (and more) later, it has no child left, alive or zombie."""
+    done = await trio.run_process(
+        [sys.executable, "-c", REAPER_SCRIPT],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout == b"[]\n"
