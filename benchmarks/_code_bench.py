@@ -1,6 +1,6 @@
 """Micro-benchmark of the Deno CodeExecutor: one Code Mode pass, cold versus from a warm pool.
 
-Imported by the lead's benchmark runner; the leading underscore keeps ``make bench`` from running it
+Imported by ``benchmarks/sandbox.py``; the leading underscore keeps ``make bench`` from running it
 on its own. Run directly with ``python -m benchmarks._code_bench``.
 
 One sample is one complete ``execute``: request checks, taking a warm workload or spawning a fresh
@@ -28,7 +28,6 @@ from sandbox import (
     HostCallSucceeded,
     open_deno_executor,
 )
-from sandbox._deno_pool import Reaper, WarmPool
 
 __all__ = ["bench_code"]
 
@@ -56,12 +55,8 @@ class _AddHost:
 
 async def _quiet(executor: DenoCodeExecutor) -> None:
     """Wait until the pool is full again and every used workload is released (reaped)."""
-    pool, reaper = executor._pool, executor._reaper
-    assert isinstance(pool, WarmPool)
-    assert isinstance(reaper, Reaper)
     with trio.fail_after(30):
-        while pool.ready < pool.size or reaper.pending:  # noqa: ASYNC110 - no event to wait on
-            await trio.sleep(0.002)
+        await executor.settle()
 
 
 async def _median_ms(executor: DenoCodeExecutor, calls: int, runs: int, *, warm: bool) -> float:

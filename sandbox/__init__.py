@@ -85,7 +85,9 @@ from ._local import LocalProcessSandbox as LocalProcessSandbox
 from ._code import LIMIT_HOST_CALL_ARGUMENT as LIMIT_HOST_CALL_ARGUMENT
 from ._code import LIMIT_HOST_CALL_RESULT as LIMIT_HOST_CALL_RESULT
 from ._code import LIMIT_HOST_CALLS as LIMIT_HOST_CALLS
+from ._code import LIMIT_JSON_DEPTH as LIMIT_JSON_DEPTH
 from ._code import LIMIT_RESULT as LIMIT_RESULT
+from ._code import MAX_JSON_DEPTH as MAX_JSON_DEPTH
 from ._code import LIMIT_SOURCE as LIMIT_SOURCE
 from ._code import CodeExecutionError as CodeExecutionError
 from ._code import CodeExecutionHost as CodeExecutionHost
@@ -104,7 +106,9 @@ from ._code import HostCallLimitExceeded as HostCallLimitExceeded
 from ._code import HostCallOutcome as HostCallOutcome
 from ._code import HostCallSucceeded as HostCallSucceeded
 from ._code import HostCallTooLarge as HostCallTooLarge
+from ._code import InvalidHostResult as InvalidHostResult
 from ._code import InvalidProgram as InvalidProgram
+from ._code import JSONTooDeep as JSONTooDeep
 from ._code import LogLevel as LogLevel
 from ._code import LogLine as LogLine
 from ._code import MemoryLimitExceeded as MemoryLimitExceeded
@@ -114,7 +118,7 @@ from ._code import ResultTooLarge as ResultTooLarge
 from ._code import SourceTooLarge as SourceTooLarge
 from ._code import execute_in as execute_in
 from ._code import host_layer as host_layer
-from ._deno import DEFAULT_DENO_MAX_TASKS as DEFAULT_DENO_MAX_TASKS
+from ._deno import DENO_MIN_PROCESSES as DENO_MIN_PROCESSES
 from ._deno import DenoCodeExecutor as DenoCodeExecutor
 from ._deno import deno_executor_layer as deno_executor_layer
 from ._deno import open_deno_executor as open_deno_executor
@@ -206,6 +210,8 @@ __all__ = [
     "LIMIT_HOST_CALLS",
     "LIMIT_HOST_CALL_ARGUMENT",
     "LIMIT_HOST_CALL_RESULT",
+    "LIMIT_JSON_DEPTH",
+    "MAX_JSON_DEPTH",
     # CodeExecutor errors
     "CodeExecutionError",
     "SourceTooLarge",
@@ -216,6 +222,8 @@ __all__ = [
     "ResultTooLarge",
     "HostCallLimitExceeded",
     "HostCallTooLarge",
+    "JSONTooDeep",
+    "InvalidHostResult",
     "ProgramThrew",
     "ExecutorCrashed",
     "ExecutorUnavailable",
@@ -224,5 +232,5 @@ __all__ = [
     "DenoCodeExecutor",
     "open_deno_executor",
     "deno_executor_layer",
-    "DEFAULT_DENO_MAX_TASKS",
+    "DENO_MIN_PROCESSES",
 ]

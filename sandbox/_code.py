@@ -16,8 +16,16 @@ JSON. Everything here is a value (frozen attrs classes, decodable with the schem
   turns one into a Layer), and the executor drops every reference to it when the pass ends.
 
 Every bound in :class:`CodeExecutionLimits` is enforced by the host side of the executor, never by
-trusting the program. A pass owns every resource it creates (process group, pipes, cgroup,
-temporary directory) and releases all of them on success, failure, timeout and cancellation.
+trusting the program, and every one is finite by default: lifting memory, CPU or processes takes an
+explicit :data:`~sandbox.UNLIMITED`. A pass owns every resource it creates (process group, pipes,
+cgroups, temporary directory) and releases all of them on success, failure, timeout and
+cancellation; ``owned()`` shows what passes hold while they run.
+
+JSON crosses the boundary in both directions and is checked on the host side each way: nesting
+deeper than ``limits.json_depth`` is :class:`JSONTooDeep`, naming the side at fault — the program
+(a host-call argument, the result) or the host (a host-call result) — and a host answering with
+something that is not JSON is :class:`InvalidHostResult`. Neither is ever reported as the program
+breaking the protocol.
 
 Errors are :class:`~effectagent.effect.TaggedError` values under :class:`CodeExecutionError`
 (itself a :class:`~sandbox.SandboxError`), so ``attempt(executor.execute, request, host,
@@ -33,13 +41,22 @@ import attrs
 
 from effectagent.effect import Context, JSONValue, Layer, ServiceKey, TaggedError
 
-from ._posture import LimitNotEnforceable, SandboxError, SandboxImplementation
+from ._ownership import OwnedResources
+from ._posture import (
+    UNLIMITED,
+    LimitNotEnforceable,
+    SandboxError,
+    SandboxImplementation,
+    Unlimited,
+)
 
 __all__ = [
     "LIMIT_HOST_CALLS",
     "LIMIT_HOST_CALL_ARGUMENT",
     "LIMIT_HOST_CALL_RESULT",
+    "LIMIT_JSON_DEPTH",
     "LIMIT_RESULT",
+    "MAX_JSON_DEPTH",
     "LIMIT_SOURCE",
     "LogLevel",
     "LogLine",
@@ -64,6 +81,8 @@ __all__ = [
     "ResultTooLarge",
     "HostCallLimitExceeded",
     "HostCallTooLarge",
+    "InvalidHostResult",
+    "JSONTooDeep",
     "ProgramThrew",
     "ExecutorCrashed",
     "ExecutorUnavailable",
@@ -90,6 +109,11 @@ LIMIT_HOST_CALL_ARGUMENT = "host_call_argument_bytes"
 """Bytes of one JSON-encoded host-call argument, checked before the host is called."""
 LIMIT_HOST_CALL_RESULT = "host_call_result_bytes"
 """Bytes of one JSON-encoded host-call result, checked before it is handed to the program."""
+LIMIT_JSON_DEPTH = "json_depth"
+"""Nesting of every JSON value crossing the boundary (arguments, host results, the result)."""
+MAX_JSON_DEPTH = 256
+"""The deepest nesting ``limits.json_depth`` may allow (the host's JSON codec stays well within
+its recursion limit there)."""
 
 _NAME_MAX = 128
 
@@ -107,11 +131,23 @@ def _non_negative_int(instance: object, attribute: attrs.Attribute[int], value: 
         raise ValueError(f"{attribute.name} must be a non-negative int, got {value!r}")
 
 
-def _optional_positive_int(
+def _lifted(attribute: attrs.Attribute[Any], value: object) -> bool:
+    """Whether ``value`` is :data:`UNLIMITED`; ``None`` is refused with the way to say it."""
+    if value is None:
+        raise ValueError(f"{attribute.name} is None: write UNLIMITED for no limit")
+    return value == UNLIMITED
+
+
+def _positive_int_or_unlimited(
     instance: object, attribute: attrs.Attribute[Any], value: object
 ) -> None:
-    if value is not None and (type(value) is not int or value < 1):
-        raise ValueError(f"{attribute.name} must be None or a positive int, got {value!r}")
+    if not _lifted(attribute, value) and (type(value) is not int or value < 1):
+        raise ValueError(f"{attribute.name} must be a positive int or UNLIMITED, got {value!r}")
+
+
+def _json_depth(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or not 1 <= value <= MAX_JSON_DEPTH:
+        raise ValueError(f"json_depth must be an int in [1, {MAX_JSON_DEPTH}], got {value!r}")
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
@@ -122,31 +158,38 @@ def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value
 _MIN_MEMORY_BYTES = 64 * 1024 * 1024
 
 
-def _memory(instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
-    if value is not None and (type(value) is not int or value < _MIN_MEMORY_BYTES):
-        raise ValueError(f"memory_bytes must be None or at least 64 MiB, got {value!r}")
+def _memory(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not _lifted(attribute, value) and (type(value) is not int or value < _MIN_MEMORY_BYTES):
+        raise ValueError(f"memory_bytes must be at least 64 MiB or UNLIMITED, got {value!r}")
 
 
 @attrs.frozen
 class CodeExecutionLimits:
-    """The bounds of one pass. Every one is enforced host-side, or the request is rejected.
+    """The bounds of one pass, each finite by default. Every one is enforced host-side, or the
+    request is rejected before anything starts.
 
-    ``cpu_seconds`` (whole seconds of CPU, per process) and ``memory_bytes`` (everything the
-    workload is charged for, not only the JavaScript heap) may be ``None`` for "no such limit";
-    the wall clock always applies. ``output_bytes`` bounds captured console output: lines past it
-    are dropped and the result says so (``logs_truncated``); bytes the program writes outside the
-    console (raw stderr) beyond it end the pass with :class:`OutputLimitExceeded`.
+    ``cpu_seconds`` (whole seconds of CPU, per process), ``memory_bytes`` (everything the workload
+    is charged for, not only the JavaScript heap; 512 MiB by default) and ``max_processes``
+    (processes and threads alive at once; each Worker adds threads) may be
+    :data:`~sandbox.UNLIMITED`; an executor that cannot enforce a finite one rejects the request
+    with :class:`CodeLimitNotEnforceable`. The wall clock always applies. ``output_bytes`` bounds
+    captured console output: lines past it are dropped and the result says so
+    (``logs_truncated``); bytes the program writes outside the console (raw stderr) beyond it end
+    the pass with :class:`OutputLimitExceeded`. ``json_depth`` bounds the nesting of every JSON
+    value crossing the boundary (:class:`JSONTooDeep`).
     """
 
     source_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
-    cpu_seconds: int | None = attrs.field(default=5, validator=_optional_positive_int)
+    cpu_seconds: int | Unlimited = attrs.field(default=5, validator=_positive_int_or_unlimited)
     wall_clock_seconds: float = attrs.field(default=10.0, validator=_positive_seconds)
     output_bytes: int = attrs.field(default=16 * 1024, validator=_non_negative_int)
     result_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
     max_host_calls: int = attrs.field(default=64, validator=_non_negative_int)
     host_call_argument_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
     host_call_result_bytes: int = attrs.field(default=256 * 1024, validator=_positive_int)
-    memory_bytes: int | None = attrs.field(default=None, validator=_memory)
+    memory_bytes: int | Unlimited = attrs.field(default=512 * 1024 * 1024, validator=_memory)
+    max_processes: int | Unlimited = attrs.field(default=32, validator=_positive_int_or_unlimited)
+    json_depth: int = attrs.field(default=64, validator=_json_depth)
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:
@@ -275,6 +318,11 @@ class CodeExecutor(Protocol):
         """The honest posture of this executor on this host (CAP-010)."""
         ...
 
+    def owned(self) -> OwnedResources:
+        """What the executor's workloads hold on the host right now: those of passes in progress,
+        and any it keeps ready or is still releasing. Empty once it is closed."""
+        ...
+
     async def execute(
         self, request: CodeExecutionRequest, host: CodeExecutionHost
     ) -> CodeExecutionResult:
@@ -377,6 +425,31 @@ class HostCallTooLarge(CodeExecutionError):
     name: str
     size: int
     limit: int
+
+
+@attrs.frozen
+class JSONTooDeep(CodeExecutionError):
+    """A JSON value crossing the boundary nests deeper than ``limit`` (``limits.json_depth``).
+
+    ``side`` is who produced it — ``"program"`` for a host-call argument or the result,
+    ``"host"`` for a host-call result — and ``value`` which one it was (``"argument"``,
+    ``"result"``, ``"host_call_result"``); ``name`` is the host call ("" for the result). The pass
+    ends; a too-deep argument never reaches the host.
+    """
+
+    side: Literal["program", "host"]
+    value: Literal["argument", "result", "host_call_result"]
+    name: str
+    limit: int
+
+
+@attrs.frozen
+class InvalidHostResult(CodeExecutionError):
+    """Host call ``name`` answered with something that is not JSON (``reason`` says what); the
+    host is at fault, not the program. The pass ends."""
+
+    name: str
+    reason: str
 
 
 @attrs.frozen

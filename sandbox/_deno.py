@@ -3,25 +3,31 @@
 Design notes
 ------------
 :meth:`DenoCodeExecutor.execute` first checks what it can without starting anything — the source
-size, and whether every requested limit is enforceable here (memory needs a cgroup) — then takes a
-warm workload from the pool or spawns one (``_deno_pool``), runs the pass (``_deno_pass``) under
-the wall clock, and closes the workload whatever happened: an outcome, an error, a timeout or
-cancellation from outside. The posture it reports (CAP-010) is computed once from what this host
-offers, and says in words how each limit is enforced.
+size, and whether every requested limit is enforceable here (memory needs a memory cgroup,
+processes a pids cgroup) — then takes a warm workload from the pool or spawns one
+(``_deno_workload``), runs the pass (``_deno_pass``) under the wall clock, and closes the workload
+whatever happened: an outcome, an error, a timeout or cancellation from outside. The posture it
+reports (CAP-010) is computed once from what this host offers, and says in words how each limit
+is enforced. When this process is root, every workload runs as an unprivileged
+:class:`~sandbox.WorkloadIdentity` (``nobody`` by default).
 
 :func:`open_deno_executor` and :func:`deno_executor_layer` give the executor a warm pool and a
-reaper that belong to a :class:`~effectagent.effect.Scope`: the pool refills as a fiber of that
-scope and its workloads are killed by the scope's finalizer. The reaper lets a pass return as soon
-as its workload is SIGKILLed: waiting for the kernel to tear down the killed processes (several
-milliseconds), reaping them and removing their cgroups happen in a task of the scope, and
-closing the scope waits for all of them (see :meth:`DenoCodeExecutor.execute`).
+reaper that belong to a :class:`~effectagent.effect.Scope` (``_deno_pool``): the pool refills as a
+fiber of that scope and its workloads are killed by the scope's finalizer. The reaper lets a pass
+return as soon as its workload is SIGKILLed: waiting for the kernel to tear down the killed
+processes (several milliseconds), reaping them and removing their cgroups happen in a task of the
+scope, and closing the scope waits for all of them (see :meth:`DenoCodeExecutor.execute`).
+
+What the executor holds is visible while it runs: :meth:`DenoCodeExecutor.owned` lists the
+processes, cgroups and temp dirs of every workload in a pass, in the pool or being released, and
+an ``on_acquire`` callback hears of each workload as soon as it is spawned.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Final, final
+from typing import Any, final
 
 import attrs
 import trio
@@ -32,6 +38,7 @@ from ._code import (
     LIMIT_HOST_CALL_ARGUMENT,
     LIMIT_HOST_CALL_RESULT,
     LIMIT_HOST_CALLS,
+    LIMIT_JSON_DEPTH,
     LIMIT_RESULT,
     LIMIT_SOURCE,
     CodeExecutionHost,
@@ -47,17 +54,19 @@ from ._code import (
 )
 from ._command import LIMIT_FILESYSTEM
 from ._deno_pass import PassState, run_pass
-from ._deno_pool import (
+from ._deno_pool import Reaper, WarmPool
+from ._deno_runtime import (
+    HARNESS_PATH,
     IsolationMode,
-    Reaper,
     SpawnConfig,
-    WarmPool,
     deno_version,
     find_deno,
     runtime_libraries,
-    spawn_workload,
 )
-from ._isolation import probe_host
+from ._deno_workload import Workload, spawn_workload
+from ._identity import WorkloadIdentity, identity_note, resolve_identity, workload_user
+from ._isolation import HostFacts, probe_host
+from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
     LIMIT_MEMORY,
@@ -71,14 +80,16 @@ from ._posture import (
 )
 
 __all__ = [
-    "DEFAULT_DENO_MAX_TASKS",
+    "DENO_MIN_PROCESSES",
     "DenoCodeExecutor",
     "deno_executor_layer",
     "open_deno_executor",
 ]
 
-DEFAULT_DENO_MAX_TASKS: Final = 32
-"""Threads and processes one Deno workload may have at once (when a pids cgroup is available)."""
+DENO_MIN_PROCESSES = 8
+"""The fewest processes and threads (``max_processes``) a Deno workload needs to start."""
+
+AcquireHook = Callable[[OwnedResources], None]
 
 
 @final
@@ -88,14 +99,28 @@ class DenoCodeExecutor:
     ``isolation="namespaces"`` (the default) runs each pass in bubblewrap and is a security
     boundary; construction raises :class:`~sandbox.ExecutorUnavailable` when bubblewrap or user
     namespaces are missing. ``isolation="none"`` is for development: the posture says unisolated
-    and not a security boundary (CAP-010). A request with ``memory_bytes`` is rejected with
-    :class:`~sandbox.CodeLimitNotEnforceable` when no cgroup memory controller is writable here,
-    unless ``allow_unenforced_memory`` (then only the V8 heap is capped, and the posture lists
-    memory as unenforced). Construction is blocking (it probes the host once); use
+    and not a security boundary (CAP-010). A finite ``memory_bytes`` (the default) is rejected
+    with :class:`~sandbox.CodeLimitNotEnforceable` when no cgroup memory controller is writable
+    here, unless ``allow_unenforced_memory`` (then only the V8 heap is capped, and the posture
+    lists memory as unenforced); a finite ``max_processes`` likewise needs a pids controller.
+    ``identity`` is the host user workloads run as when this process is root (default
+    :meth:`~sandbox.WorkloadIdentity.nobody`; a non-root process runs them as itself).
+    ``on_acquire`` is called with what each workload holds (:class:`~sandbox.OwnedResources`)
+    as soon as it is spawned, before it runs any program: for audit logs and leak checks; it must
+    not block or raise. Construction is blocking (it probes the host once); use
     :func:`open_deno_executor` for a warm pool.
     """
 
-    __slots__ = ("_allow_unenforced_memory", "_base", "_implementation", "_pool", "_reaper")
+    __slots__ = (
+        "_active",
+        "_allow_unenforced_memory",
+        "_base",
+        "_changed",
+        "_implementation",
+        "_on_acquire",
+        "_pool",
+        "_reaper",
+    )
 
     def __init__(
         self,
@@ -103,10 +128,9 @@ class DenoCodeExecutor:
         isolation: IsolationMode = "namespaces",
         deno: str | None = None,
         allow_unenforced_memory: bool = False,
-        max_tasks: int = DEFAULT_DENO_MAX_TASKS,
+        identity: WorkloadIdentity | None = None,
+        on_acquire: AcquireHook | None = None,
     ) -> None:
-        if max_tasks < 8:
-            raise ValueError("Deno needs at least 8 tasks (threads) to start")
         binary = find_deno(deno)
         version = deno_version(binary)
         facts = probe_host()
@@ -117,8 +141,14 @@ class DenoCodeExecutor:
                 raise ExecutorUnavailable("bubblewrap cannot create namespaces on this host")
         elif isolation != "none":
             raise ValueError(f"isolation must be 'namespaces' or 'none', not {isolation!r}")
-        cgroup = facts.cgroup_memory is not None
-        pids = facts.cgroup_pids is not None
+        resolved = resolve_identity(identity)
+        user = workload_user(resolved)
+        for path in (binary, HARNESS_PATH):
+            if (blocked := user.first_unreachable(path)) is not None:
+                raise ExecutorUnavailable(
+                    f"{path!r} is out of reach of the workload's user {user.uid}:{user.gid} "
+                    f"(it cannot pass {blocked!r})"
+                )
         libraries = runtime_libraries(binary) if isolation == "namespaces" else None
         self._base = SpawnConfig(
             deno=binary,
@@ -128,17 +158,21 @@ class DenoCodeExecutor:
             cpu_seconds=None,
             memory_bytes=None,
             use_cgroup=False,
-            max_tasks=max_tasks if pids else None,
+            max_processes=None,
+            identity=resolved,
         )
         self._implementation = _posture(
             isolation,
             version,
-            cgroup=cgroup,
-            max_tasks=max_tasks if pids else None,
+            facts,
+            resolved,
             allow_unenforced_memory=allow_unenforced_memory,
             minimal_mounts=libraries is not None,
         )
         self._allow_unenforced_memory = allow_unenforced_memory
+        self._on_acquire = on_acquire
+        self._active: set[Workload] = set()
+        self._changed = trio.lowlevel.ParkingLot()
         self._pool: WarmPool | None = None
         self._reaper: Reaper | None = None
 
@@ -150,10 +184,11 @@ class DenoCodeExecutor:
     def spawn_config(self, limits: CodeExecutionLimits) -> SpawnConfig:
         """The spawn-time settings for ``limits``; raises when a limit cannot be enforced.
 
-        Raises :class:`~sandbox.CodeLimitNotEnforceable` for ``memory_bytes`` without a cgroup
-        (unless constructed with ``allow_unenforced_memory``).
+        Raises :class:`~sandbox.CodeLimitNotEnforceable` for a finite ``memory_bytes`` without a
+        memory cgroup (unless constructed with ``allow_unenforced_memory``), for a finite
+        ``max_processes`` without a pids cgroup, and for one below :data:`DENO_MIN_PROCESSES`.
         """
-        memory = limits.memory_bytes
+        memory = limits.memory_bytes if isinstance(limits.memory_bytes, int) else None
         use_cgroup = False
         if memory is not None:
             if LIMIT_MEMORY in self._implementation.enforced_limits:
@@ -162,9 +197,55 @@ class DenoCodeExecutor:
                 raise CodeLimitNotEnforceable(
                     LIMIT_MEMORY, "no writable cgroup memory controller on this host"
                 )
+        processes = limits.max_processes if isinstance(limits.max_processes, int) else None
+        if processes is not None:
+            if LIMIT_PROCESSES not in self._implementation.enforced_limits:
+                raise CodeLimitNotEnforceable(
+                    LIMIT_PROCESSES, "no writable cgroup pids controller on this host"
+                )
+            if processes < DENO_MIN_PROCESSES:
+                raise CodeLimitNotEnforceable(
+                    LIMIT_PROCESSES,
+                    f"Deno needs at least {DENO_MIN_PROCESSES} processes and threads to start",
+                )
+        cpu = limits.cpu_seconds if isinstance(limits.cpu_seconds, int) else None
         return attrs.evolve(
-            self._base, cpu_seconds=limits.cpu_seconds, memory_bytes=memory, use_cgroup=use_cgroup
+            self._base,
+            cpu_seconds=cpu,
+            memory_bytes=memory,
+            use_cgroup=use_cgroup,
+            max_processes=processes,
         )
+
+    def owned(self) -> OwnedResources:
+        """What this executor's workloads hold on the host now: those of passes in progress, the
+        warm pool's and those still being released. A snapshot; empty once it is closed."""
+        parts = [workload.owned() for workload in list(self._active)]
+        if self._pool is not None:
+            parts.append(self._pool.owned())
+        if self._reaper is not None:
+            parts.append(self._reaper.owned())
+        return OwnedResources.union(parts)
+
+    async def settle(self) -> None:
+        """Wait until the warm pool is as full as it gets (full, or paused after spawn failures)
+        and no used workload is still being released. Returns at once for a bare executor.
+
+        Cancellation: a checkpoint; cancelling it only stops the waiting.
+        """
+        await trio.lowlevel.checkpoint()
+        while not self._settled():
+            await self._changed.park()
+
+    def _settled(self) -> bool:
+        pool_settled = self._pool is None or self._pool.settled
+        return pool_settled and (self._reaper is None or self._reaper.pending == 0)
+
+    async def _spawn(self, config: SpawnConfig) -> Workload:
+        workload = await spawn_workload(config)
+        if self._on_acquire is not None:
+            self._on_acquire(workload.owned())
+        return workload
 
     async def execute(
         self, request: CodeExecutionRequest, host: CodeExecutionHost
@@ -175,8 +256,9 @@ class DenoCodeExecutor:
         exception raised by ``host`` other than a :class:`~effectagent.effect.TaggedError`
         propagates unchanged after the pass is closed.
 
-        When it returns or raises, every process of the workload has been sent ``SIGKILL`` and
-        can run no more code. An executor that belongs to a scope (:func:`open_deno_executor`,
+        When it returns or raises, every process that runs the program (bubblewrap's sandbox
+        init and everything inside it) has been sent ``SIGKILL`` and can run no more code; bwrap
+        itself, which runs none of it, exits once it has reaped its init. An executor that belongs to a scope (:func:`open_deno_executor`,
         :func:`deno_executor_layer`) returns without waiting for the killed processes to exit
         when a pids cgroup holds all of them: reaping them, waiting for the kernel to tear them
         down and removing their cgroups and temp dir then run as a task of that scope, and
@@ -200,9 +282,10 @@ class DenoCodeExecutor:
             with trio.move_on_after(limits.wall_clock_seconds) as timer:
                 if workload is None:
                     try:
-                        workload = await spawn_workload(config)
+                        workload = await self._spawn(config)
                     except LimitNotEnforceable as exc:
                         raise CodeLimitNotEnforceable(exc.limit, exc.reason) from None
+                self._active.add(workload)
                 state = PassState(request, host, workload)
                 await run_pass(state)
             if state is None or (timer.cancelled_caught and state.error is None and not state.done):
@@ -220,18 +303,27 @@ class DenoCodeExecutor:
         finally:
             if state is not None:
                 state.host = None  # the host's bindings are scoped to this pass
-            if workload is not None and (self._reaper is None or not self._reaper.retire(workload)):
-                await workload.aclose()
+            if workload is not None:
+                await self._release(workload)
             if self._pool is not None:
                 self._pool.start()  # refill only now: a spawn never competes with a pass
+
+    async def _release(self, workload: Workload) -> None:
+        """Hand ``workload`` to the reaper, or close it here. Cancellation: shielded."""
+        try:
+            if self._reaper is None or not self._reaper.retire(workload):
+                await workload.aclose()
+        finally:
+            self._active.discard(workload)
+            self._changed.unpark_all()
 
 
 def _posture(
     isolation: IsolationMode,
     version: str,
+    facts: HostFacts,
+    identity: WorkloadIdentity | None,
     *,
-    cgroup: bool,
-    max_tasks: int | None,
     allow_unenforced_memory: bool,
     minimal_mounts: bool,
 ) -> SandboxImplementation:
@@ -244,15 +336,18 @@ def _posture(
         LIMIT_HOST_CALLS,
         LIMIT_HOST_CALL_ARGUMENT,
         LIMIT_HOST_CALL_RESULT,
+        LIMIT_JSON_DEPTH,
     }
     unenforced: set[str] = set()
     notes = [
         "Deno runs with no --allow-* permission, --no-prompt --no-remote --no-npm --no-config",
+        identity_note(identity),
         "cpu: RLIMIT_CPU in whole seconds per process; a warm workload has already spent its "
         "start-up CPU (tens of milliseconds)",
         "wall_clock: the host kills the process group",
+        "json_depth: measured on the host for every argument, host result and result",
     ]
-    if cgroup:
+    if facts.cgroup_memory is not None:
         enforced.add(LIMIT_MEMORY)
         notes.append(
             "memory: a cgroup memory controller charges the whole workload (heap and "
@@ -264,18 +359,17 @@ def _posture(
             "memory: NOT enforced: no writable cgroup memory controller; only the V8 old space "
             "is capped, never ArrayBuffers"
             if allow_unenforced_memory
-            else "memory: no writable cgroup memory controller: requests with memory_bytes are "
-            "rejected"
+            else "memory: no writable cgroup memory controller: a finite memory_bytes is rejected"
         )
-    if max_tasks is not None:
+    if facts.cgroup_pids is not None:
         enforced.add(LIMIT_PROCESSES)
         notes.append(
-            f"processes: a cgroup pids controller caps the workload at {max_tasks} threads and "
-            "processes (Deno itself uses about 6; each Worker adds more)"
+            "processes: a cgroup pids controller caps the workload's threads and processes "
+            "(Deno itself uses about 6; each Worker adds more)"
         )
     else:
         unenforced.add(LIMIT_PROCESSES)
-        notes.append("processes: no writable cgroup pids controller; Workers are not capped")
+        notes.append("processes: no writable cgroup pids controller: a finite cap is rejected")
     if isolation == "namespaces":
         enforced |= {LIMIT_NETWORK, LIMIT_FILESYSTEM}
         mounts = (
@@ -317,7 +411,7 @@ def _attach_scope(
     executor: DenoCodeExecutor, warm: int, warm_limits: CodeExecutionLimits | None, scope: Scope
 ) -> None:
     """Give ``executor`` a reaper and (``warm > 0``) a warm pool, both owned by ``scope``."""
-    reaper = Reaper(scope)
+    reaper = Reaper(scope, executor._changed)
 
     async def close_reaper(_: Exit[Any, Any]) -> None:
         await reaper.aclose()
@@ -326,7 +420,8 @@ def _attach_scope(
     executor._reaper = reaper
     if warm <= 0:
         return
-    pool = WarmPool(executor.spawn_config(warm_limits or CodeExecutionLimits()), warm, scope)
+    config = executor.spawn_config(warm_limits or CodeExecutionLimits())
+    pool = WarmPool(config, warm, scope, executor._spawn, executor._changed)
 
     async def close_pool(_: Exit[Any, Any]) -> None:
         await pool.aclose()
@@ -351,13 +446,14 @@ async def open_deno_executor(
     isolation: IsolationMode = "namespaces",
     deno: str | None = None,
     allow_unenforced_memory: bool = False,
-    max_tasks: int = DEFAULT_DENO_MAX_TASKS,
+    identity: WorkloadIdentity | None = None,
+    on_acquire: AcquireHook | None = None,
 ) -> AsyncIterator[DenoCodeExecutor]:
     """A :class:`DenoCodeExecutor` with a warm pool of ``warm`` pre-started workloads.
 
     Workloads are spawned for ``warm_limits`` (default :class:`~sandbox.CodeExecutionLimits`); a
-    pass whose CPU and memory limits match takes one, others spawn cold. Each workload serves at
-    most one pass. Raises like the executor's constructor, and
+    pass whose CPU, memory and process limits match takes one, others spawn cold. Each workload
+    serves at most one pass. Raises like the executor's constructor, and
     :class:`~sandbox.CodeLimitNotEnforceable` if ``warm_limits`` cannot be enforced.
     Passes return once their workload is SIGKILLed; its release finishes in the background (see
     :meth:`DenoCodeExecutor.execute`). Cancellation: leaving the block (normally, by error or by
@@ -368,7 +464,8 @@ async def open_deno_executor(
         isolation=isolation,
         deno=deno,
         allow_unenforced_memory=allow_unenforced_memory,
-        max_tasks=max_tasks,
+        identity=identity,
+        on_acquire=on_acquire,
     )
     async with open_scope() as scope:
         _attach_scope(executor, warm, warm_limits, scope)
@@ -385,7 +482,8 @@ def deno_executor_layer(
     isolation: IsolationMode = "namespaces",
     deno: str | None = None,
     allow_unenforced_memory: bool = False,
-    max_tasks: int = DEFAULT_DENO_MAX_TASKS,
+    identity: WorkloadIdentity | None = None,
+    on_acquire: AcquireHook | None = None,
 ) -> Layer:
     """A Layer providing :data:`~sandbox.CodeExecutorService` backed by Deno.
 
@@ -400,7 +498,8 @@ def deno_executor_layer(
             isolation=isolation,
             deno=deno,
             allow_unenforced_memory=allow_unenforced_memory,
-            max_tasks=max_tasks,
+            identity=identity,
+            on_acquire=on_acquire,
         )
         _attach_scope(executor, warm, warm_limits, scope)
         return Context.of(CodeExecutorService, executor)

@@ -7,8 +7,11 @@ or the process ends, serving host calls concurrently. Every bound is enforced he
 side, from untrusted bytes:
 
 * frame sizes before buffering (``FrameDecoder`` ceilings derived from the limits);
-* host-call name, count and argument size before the host is called; the result size before the
-  reply is sent (an oversize result rejects inside the program, like any failed call);
+* host-call name, count, argument size and nesting before the host is called; the host's answer
+  must be JSON no deeper than ``json_depth`` (else the host is at fault:
+  :class:`~sandbox.InvalidHostResult`, :class:`~sandbox.JSONTooDeep`), and its size is checked
+  before the reply is sent (an oversize result rejects inside the program, like any failed call);
+* the result's size (before it is sent) and nesting;
 * captured output: lines past ``output_bytes`` are cut or dropped (``logs_truncated``); raw
   stderr past it ends the pass;
 * resource deaths are classified from the workload: a cgroup OOM kill or V8's out-of-memory abort
@@ -45,16 +48,18 @@ from ._code import (
     ExecutorCrashed,
     HostCallFailed,
     HostCallLimitExceeded,
+    HostCallOutcome,
     HostCallSucceeded,
     HostCallTooLarge,
+    InvalidHostResult,
     InvalidProgram,
+    JSONTooDeep,
     LogLine,
     MemoryLimitExceeded,
     OutputLimitExceeded,
     ProgramThrew,
     ResultTooLarge,
 )
-from ._deno_pool import Workload
 from ._deno_protocol import (
     KIND_CALL,
     KIND_CALL_TOO_LARGE,
@@ -75,8 +80,10 @@ from ._deno_protocol import (
     ThrewFrame,
     encode_message,
     encode_reply,
+    nesting_exceeds,
     parse_json,
 )
+from ._deno_workload import Workload
 
 __all__ = ["PassState", "run_pass"]
 
@@ -107,10 +114,25 @@ _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), al
 
 
 def _encode_json(value: JSONValue) -> bytes:
+    """Strict JSON; ``TypeError``/``ValueError`` for what is not JSON, ``RecursionError`` for a
+    value nested too deep for the encoder."""
     try:
         return _ENCODER.encode(value).encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates: escape them
         return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _encode_host_value(name: str, value: object, depth: int) -> bytes:
+    """A host's answer as JSON, or the typed error saying how the host got it wrong."""
+    try:
+        encoded = _encode_json(value)  # type: ignore[arg-type]  # hosts are not always checked
+    except RecursionError:
+        raise JSONTooDeep("host", "host_call_result", name, depth) from None
+    except (TypeError, ValueError) as exc:
+        raise InvalidHostResult(name, _bounded(str(exc), 256)) from None
+    if nesting_exceeds(encoded, depth):
+        raise JSONTooDeep("host", "host_call_result", name, depth)
+    return encoded
 
 
 def _ceilings(limits: CodeExecutionLimits) -> dict[int, int]:
@@ -267,6 +289,8 @@ async def _read_frames(state: PassState, decoder: FrameDecoder, nursery: trio.Nu
                 _bounded(frame.name, _NAME_CHARS), frame.size, limits.host_call_argument_bytes
             )
         elif isinstance(frame, ResultFrame):
+            if nesting_exceeds(frame.data, limits.json_depth):
+                raise JSONTooDeep("program", "result", "", limits.json_depth)
             state.value = parse_json(frame.data)
             state.done = True
             return
@@ -306,6 +330,8 @@ def _check_call(state: PassState, frame: CallFrame) -> JSONValue:
         raise HostCallLimitExceeded(limits.max_host_calls)
     if len(frame.argument) > limits.host_call_argument_bytes:
         raise HostCallTooLarge(frame.name, len(frame.argument), limits.host_call_argument_bytes)
+    if nesting_exceeds(frame.argument, limits.json_depth):
+        raise JSONTooDeep("program", "argument", frame.name, limits.json_depth)
     argument = parse_json(frame.argument)
     state.calls += 1
     state.in_flight.add(frame.call_id)
@@ -324,36 +350,36 @@ async def _serve_call(
     except Exception as defect:  # not ours to interpret: surface it after closing the pass
         state.fail(defect, nursery)
         return
-    limit = state.limits.host_call_result_bytes
-    returned: object = outcome  # hosts are not always type-checked
-    if not isinstance(returned, HostCallSucceeded | HostCallFailed):
-        state.fail(TypeError(f"host call {name!r} returned {type(returned).__name__}"), nursery)
+    try:
+        reply = _reply(state.limits, call_id, name, outcome)
+    except CodeExecutionError as error:
+        state.fail(error, nursery)
         return
-    if isinstance(outcome, HostCallSucceeded):
-        try:
-            encoded = _encode_json(outcome.value)
-        except (TypeError, ValueError) as exc:
-            state.fail(
-                TypeError(f"host call {name!r} returned a value that is not JSON: {exc}"), nursery
-            )
-            return
-        if len(encoded) <= limit:
-            reply = encode_reply(call_id, value=encoded)
-        else:
-            envelope: JSONValue = {
-                "_tag": _RESULT_TOO_LARGE_TAG,
-                "message": f"the result of {name!r} is {len(encoded)} bytes, over {limit}",
-            }
-            reply = encode_reply(call_id, error=_encode_json(envelope))
-    else:
-        encoded = _encode_json(outcome.envelope)
-        if len(encoded) > limit:
-            tag = outcome.envelope["_tag"]
-            message = f"a {tag} error whose envelope is {len(encoded)} bytes, over {limit}"
-            encoded = _encode_json({"_tag": tag, "message": message})
-        reply = encode_reply(call_id, error=encoded)
     state.in_flight.discard(call_id)
     await _send(state, reply)
+
+
+def _reply(limits: CodeExecutionLimits, call_id: int, name: str, outcome: HostCallOutcome) -> bytes:
+    """The reply frame carrying ``outcome``; raises the typed error of a malformed answer."""
+    limit = limits.host_call_result_bytes
+    returned: object = outcome  # hosts are not always type-checked
+    if isinstance(returned, HostCallSucceeded):
+        encoded = _encode_host_value(name, returned.value, limits.json_depth)
+        if len(encoded) <= limit:
+            return encode_reply(call_id, value=encoded)
+        envelope: JSONValue = {
+            "_tag": _RESULT_TOO_LARGE_TAG,
+            "message": f"the result of {name!r} is {len(encoded)} bytes, over {limit}",
+        }
+        return encode_reply(call_id, error=_encode_json(envelope))
+    if isinstance(returned, HostCallFailed):
+        encoded = _encode_host_value(name, returned.envelope, limits.json_depth)
+        if len(encoded) > limit:
+            tag = returned.envelope["_tag"]
+            message = f"a {tag} error whose envelope is {len(encoded)} bytes, over {limit}"
+            encoded = _encode_json({"_tag": tag, "message": message})
+        return encode_reply(call_id, error=encoded)
+    raise InvalidHostResult(name, f"the host returned a {type(returned).__name__}, not an outcome")
 
 
 async def _drain_stderr(state: PassState, nursery: trio.Nursery) -> None:
@@ -388,13 +414,15 @@ def _death_error(state: PassState) -> CodeExecutionError | None:
     workload = state.workload
     limits = state.limits
     code = workload.process.returncode
+    memory = limits.memory_bytes if isinstance(limits.memory_bytes, int) else None
     if workload.memory is not None and workload.memory.oom_killed():
-        return MemoryLimitExceeded(limits.memory_bytes or 0)
+        return MemoryLimitExceeded(memory or 0)
     stderr = bytes(state.stderr).decode("utf-8", "replace")
-    if limits.memory_bytes is not None and "out of memory" in stderr.lower():
-        return MemoryLimitExceeded(limits.memory_bytes)
+    if memory is not None and "out of memory" in stderr.lower():
+        return MemoryLimitExceeded(memory)
     if code is not None and code in (-signal.SIGXCPU, 128 + signal.SIGXCPU):
-        return CodeTimeout("cpu", float(limits.cpu_seconds or 0))
+        cpu = limits.cpu_seconds if isinstance(limits.cpu_seconds, int) else 0
+        return CodeTimeout("cpu", float(cpu))
     return None
 
 

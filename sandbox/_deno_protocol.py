@@ -10,7 +10,9 @@ program runs; a frame without it was not written by the harness's writer (for ex
 writing raw bytes to stdout) and is a protocol violation. The nonce is defence in depth, not what
 keeps the host safe: :class:`FrameDecoder` checks every header against a per-kind size ceiling
 *before* buffering the body (so no frame, forged or not, is ever buffered beyond its ceiling) and
-:func:`parse_json` accepts only strict JSON. Host → harness messages are ``length (4 bytes) |
+:func:`parse_json` accepts only strict JSON. How deep a JSON text nests is measured on its bytes
+(:func:`nesting_exceeds`) before it is parsed, so a deep value is reported as such instead of
+surfacing as the parser's recursion error. Host → harness messages are ``length (4 bytes) |
 JSON``; the harness trusts them.
 
 Before the start message the harness writes the fixed :data:`READY_MARKER`, so a warm-pool
@@ -20,6 +22,8 @@ process can be known to be fully started before it is handed out.
 from __future__ import annotations
 
 import json
+import re
+from itertools import accumulate
 from typing import Final, Literal, TypeAlias, cast
 
 import attrs
@@ -53,6 +57,7 @@ __all__ = [
     "ThrewFrame",
     "encode_message",
     "encode_reply",
+    "nesting_exceeds",
     "parse_json",
 ]
 
@@ -175,6 +180,27 @@ def parse_json(data: bytes) -> JSONValue:
         return cast(JSONValue, _DECODER.decode(text))
     except (ValueError, RecursionError) as exc:
         raise ProtocolViolation(f"malformed JSON in a frame: {type(exc).__name__}") from None
+
+
+_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(byte for byte in range(256) if byte not in b"[]{}")
+_STEP: Final = [0] * 256
+for _open, _close in (b"[]", b"{}"):
+    _STEP[_open], _STEP[_close] = 1, -1
+
+
+def nesting_exceeds(data: bytes, limit: int) -> bool:
+    """Whether the JSON text ``data`` nests arrays and objects more than ``limit`` deep.
+
+    Brackets inside strings do not count. Fast when ``data`` has at most ``limit`` brackets (no
+    deeper nesting is possible then); otherwise strings are cut out and the brackets left are
+    summed, both at C speed. Meant for valid JSON: for anything else the answer only has to be
+    safe, since the text is parsed (and refused) afterwards.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    brackets = _STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    return max(accumulate(_STEP[byte] for byte in brackets), default=0) > limit
 
 
 def _text(data: bytes, what: str) -> str:

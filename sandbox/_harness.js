@@ -6,7 +6,7 @@
 //      per-pass nonce, the host-call names the program may use and its byte budgets;
 //   3. evaluates the source (one async function expression) in the global scope and calls it with
 //      a frozen, prototype-less `tools` object exposing exactly the allowed names;
-//   4. reports the outcome with one final frame and exits.
+//   4. reports the outcome with one final frame and waits for the host to kill the process.
 // Frames to the host: 16-byte nonce, 1-byte kind, 4-byte big-endian length, body, newline.
 //   L log (level byte + UTF-8 text)      C host call ("id\nname\n" + JSON argument)
 //   A host-call argument over its budget ("name\nsize")
@@ -107,9 +107,15 @@ const KIND_RESULT_TOO_LARGE = 0x42; // B
 const KIND_THREW = 0x54; // T
 const KIND_INVALID = 0x49; // I
 
+// The outcome is the last thing the harness does: it then stops running JavaScript for good and
+// waits for the host, which has all it needs, to kill the process. Exiting by itself would make
+// bubblewrap exit before its sandbox init (see sandbox/_deno_workload.py).
+const haltCell = new Int32Array(new SharedArrayBuffer(4));
+const AtomicsWait = Atomics.wait;
+
 function finish(kind, body) {
   sendFrame(kind, body);
-  exit(0);
+  for (;;) ReflectApply(AtomicsWait, undefined, [haltCell, 0, 0]);
 }
 
 // ---- reading frames ----
@@ -225,8 +231,57 @@ ObjectDefineProperty(console_, "assert", {
   }),
   enumerable: true,
 });
-ObjectFreeze(console_);
+// Not frozen: Deno's Node compatibility layer adds its stream properties to the global console
+// when it is set up. The methods above can be neither replaced nor removed.
 ObjectDefineProperty(G, "console", { value: console_, writable: false, configurable: false });
+
+// -- the `process` global --
+// Deno sets up its Node compatibility layer on first use of `process`, which takes tens of
+// milliseconds: it stays lazy, and once set up, writes to `process.stdout` and `process.stderr`
+// are captured like console lines (a write ending with a newline is one line without it) instead
+// of putting raw bytes where the frames go. (A program that imports "node:process" and writes to
+// its stdout still breaks the protocol, which the host reports as such.)
+
+const lenientDecoder = new TextDecoder();
+const decodeLenient = (bytes) => ReflectApply(TextDecoderDecode, lenientDecoder, [bytes]);
+const streamWriter = (level) =>
+  ObjectFreeze((chunk, encoding, callback) => {
+    let text;
+    try {
+      text = typeof chunk === "string" ? chunk : decodeLenient(chunk);
+    } catch {
+      text = StringCtor(chunk);
+    }
+    if (text.length > 0 && text[text.length - 1] === "\n") text = slice(text, 0, text.length - 1);
+    emitLog(level, [text]);
+    const done = typeof encoding === "function" ? encoding : callback;
+    if (typeof done === "function") done();
+    return true;
+  });
+const processAccessor = ReflectGetOwnPropertyDescriptor(G, "process");
+let nodeProcess = null;
+
+function setUpProcess() {
+  if (nodeProcess === null) {
+    nodeProcess = ReflectApply(processAccessor.get, G, []);
+    for (const [stream, level] of [
+      [nodeProcess.stdout, LEVELS.log],
+      [nodeProcess.stderr, LEVELS.error],
+    ]) {
+      ObjectDefineProperty(stream, "write", { value: streamWriter(level), configurable: false });
+    }
+  }
+  return nodeProcess;
+}
+
+if (processAccessor !== undefined && typeof processAccessor.get === "function") {
+  ObjectDefineProperty(G, "process", {
+    get: setUpProcess,
+    set: processAccessor.set,
+    enumerable: processAccessor.enumerable,
+    configurable: true,
+  });
+}
 
 // -- host calls --
 

@@ -8,19 +8,24 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 import trio
 
 from effectagent.effect import JSONValue, TaggedError
 from sandbox import (
+    UNLIMITED,
     CodeExecutionError,
+    CodeExecutionLimits,
     CodeTimeout,
     DenoCodeExecutor,
     HostCallFailed,
     HostCallLimitExceeded,
     HostCallSucceeded,
     HostCallTooLarge,
+    InvalidHostResult,
     InvalidProgram,
+    JSONTooDeep,
     LogLine,
     ProgramThrew,
     ResultTooLarge,
@@ -29,10 +34,11 @@ from sandbox import (
 
 from .test_code_fixtures import (
     Host,
+    Started,
     WorkloadTracker,
+    cancel_once_running,
     executor,
     request,
-    run_for_a_while,
     tracker,
 )
 
@@ -162,12 +168,15 @@ async def test_ten_concurrent_host_calls_are_served_concurrently(
 ) -> None:
     in_flight = 0
     peak = 0
+    all_in = trio.Event()
 
     async def slow(argument: JSONValue) -> HostCallSucceeded:
         nonlocal in_flight, peak
         in_flight += 1
         peak = max(peak, in_flight)
-        await trio.sleep(0.2)  # long enough for all ten requests to arrive, even on a busy host
+        if in_flight == 10:
+            all_in.set()
+        await all_in.wait()  # answers only once all ten are being served at the same time
         in_flight -= 1
         return HostCallSucceeded(argument)
 
@@ -383,11 +392,12 @@ async def test_a_busy_loop_is_stopped_by_the_cpu_limit(
 async def test_cancelling_a_looping_pass_leaves_nothing_behind(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
-    async def loop() -> None:
-        await run(executor, "async () => { for (;;) {} }", wall_clock_seconds=10, cpu_seconds=10)
-
-    await run_for_a_while(loop, 0.5)
+    host = Started(tracker, executor)
+    source = "async (t) => { await t.started(); for (;;) {} }"
+    await cancel_once_running(host, source, wall_clock_seconds=10, cpu_seconds=10)
     assert tracker.spawned == 1
+    assert len(host.seen.processes) >= 3  # bwrap, its sandbox init and Deno, while running
+    assert executor.owned().empty
     tracker.assert_clean()
 
 
@@ -447,3 +457,120 @@ async def test_every_error_is_a_code_execution_error(executor: DenoCodeExecutor)
         HostCallTooLarge("n", 2, 1),
     )
     assert all(isinstance(error, CodeExecutionError) for error in errors)
+
+
+# ---- JSON nesting and what a host may answer ----------------------------------------------------
+
+
+def nested(depth: int) -> str:
+    """A JavaScript expression for an array nested ``depth`` deep (built, not written out: the
+    parser has its own, smaller, limit)."""
+    return f"(() => {{ let v = 1; for (let i = 0; i < {depth}; i++) v = [v]; return v }})()"
+
+
+@pytest.mark.parametrize("depth", [64, 65, 5000])
+async def test_a_result_nested_too_deep_is_the_programs_fault(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, depth: int
+) -> None:
+    source = f"async () => {nested(depth)}"
+    if depth <= 64:
+        value = await run(executor, source, json_depth=64)
+        for _ in range(depth):
+            assert isinstance(value, list)
+            value = value[0]
+        return
+    with pytest.raises(JSONTooDeep) as info:
+        await run(executor, source, json_depth=64)
+    assert (info.value.side, info.value.value, info.value.limit) == ("program", "result", 64)
+
+
+async def test_a_host_call_argument_nested_too_deep_never_reaches_the_host(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    host = Host()
+    with pytest.raises(JSONTooDeep) as info:
+        await executor.execute(request(f"async (t) => t.echo({nested(2000)})", "echo"), host)
+    assert (info.value.side, info.value.value, info.value.name) == ("program", "argument", "echo")
+    assert info.value.limit == CodeExecutionLimits().json_depth
+    assert host.calls == []
+
+
+def _deep_list(depth: int) -> JSONValue:
+    value: JSONValue = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [65, 5000])
+async def test_a_host_result_nested_too_deep_is_the_hosts_fault(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, depth: int
+) -> None:
+    async def deep(argument: JSONValue) -> HostCallSucceeded:
+        return HostCallSucceeded(_deep_list(depth))
+
+    with pytest.raises(JSONTooDeep) as info:
+        await executor.execute(
+            request("async (t) => t.deep(1)", "deep", json_depth=64), Host({"deep": deep})
+        )
+    error = info.value
+    assert (error.side, error.value, error.name, error.limit) == (
+        "host",
+        "host_call_result",
+        "deep",
+        64,
+    )
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        HostCallSucceeded({1, 2}),  # type: ignore[arg-type]
+        HostCallSucceeded(float("nan")),
+        HostCallSucceeded(b"bytes"),  # type: ignore[arg-type]
+        HostCallFailed({"_tag": "T", "message": "m", "when": object()}),  # type: ignore[dict-item]
+        "not an outcome",
+    ],
+    ids=["set", "nan", "bytes", "error-envelope", "not-an-outcome"],
+)
+async def test_a_host_answer_that_is_not_json_is_the_hosts_fault(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, answer: object
+) -> None:
+    async def bad(argument: JSONValue) -> HostCallSucceeded:
+        return answer  # type: ignore[return-value]
+
+    with pytest.raises(InvalidHostResult) as info:
+        await executor.execute(request("async (t) => t.bad(1)", "bad"), Host({"bad": bad}))
+    assert info.value.name == "bad"
+
+
+# ---- limits: finite by default, lifted only in writing ------------------------------------------
+
+
+def test_every_limit_has_a_finite_default() -> None:
+    limits = CodeExecutionLimits()
+    for field in attrs.fields(CodeExecutionLimits):
+        value = getattr(limits, field.name)
+        assert type(value) in (int, float), field.name
+    assert limits.memory_bytes == 512 << 20
+
+
+@pytest.mark.parametrize("name", ["cpu_seconds", "memory_bytes", "max_processes"])
+def test_unlimited_is_written_never_implied(name: str) -> None:
+    assert getattr(CodeExecutionLimits(**{name: UNLIMITED}), name) == UNLIMITED  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="write UNLIMITED"):
+        CodeExecutionLimits(**{name: None})  # type: ignore[arg-type]
+
+
+async def test_a_default_pass_runs_in_a_memory_and_a_pids_cgroup(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    await executor.execute(request("async () => 1"), Host())
+    assert len(tracker.acquired[0].cgroups) == 2  # memory and pids, both with their limits
+
+
+async def test_memory_lifted_in_writing_runs_without_a_memory_cgroup(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    await executor.execute(request("async () => 1", memory_bytes=UNLIMITED), Host())
+    assert len(tracker.acquired[0].cgroups) == 1  # pids only

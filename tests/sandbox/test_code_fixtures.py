@@ -1,13 +1,16 @@
 """Shared fixtures of the CodeExecutor suites, and the tests that prove the leak tracker works.
 
-:class:`WorkloadTracker` records every Deno workload an executor spawns during a test (by
-wrapping ``spawn_workload``) together with the pids inside its sandbox, and
-:meth:`WorkloadTracker.assert_clean` proves that nothing of any of them is left: the direct child
-reaped, every process of the workload gone (by pid and by scanning ``/proc`` for live processes
-running the Deno binary), every cgroup and temp dir removed. It checks at once, with no grace
-period (where a pids cgroup tracks every workload): an executor closes (or a bare executor's
+:class:`WorkloadTracker` learns what the executors of one test hold only through their public
+API — the ``on_acquire`` hook (every workload as it is spawned) and ``owned()`` snapshots (the
+processes inside a sandbox while it runs) — and afterwards proves that nothing of it is left:
+every process it saw gone (matched by pid *and* start time, so a recycled pid is never blamed),
+every cgroup and temp dir removed, no process left in one of those cgroups, and no process
+descended from this test process, alive or zombie. It judges only what this test started: Deno
+processes of anything else on the machine are none of its business. It checks at once, with no
+grace period where a pids cgroup tracks every workload: an executor closes (or a bare executor's
 ``execute`` returns) only once everything is released, and the fixture is torn down after every
 executor a test opened is closed.
+
 :func:`can_run_code` tells whether a pass's processes were really killed when it returned. The
 suites import the fixtures from here.
 """
@@ -15,17 +18,15 @@ suites import the fixtures from here.
 from __future__ import annotations
 
 import os
+import select
 import signal
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
 import pytest
 import trio
 
-import sandbox._deno as deno_module
-import sandbox._deno_pool as pool_module
 from effectagent.effect import JSONValue
 from sandbox import (
     CodeExecutionLimits,
@@ -33,41 +34,13 @@ from sandbox import (
     DenoCodeExecutor,
     HostCallOutcome,
     HostCallSucceeded,
+    OwnedResources,
+    open_deno_executor,
 )
-from sandbox._deno_pool import SpawnConfig, Workload, find_deno
+
+from .conftest import Held, descendants, proc_stat
 
 Handler = Callable[[JSONValue], Awaitable[HostCallOutcome]]
-
-
-def _deno_identity() -> tuple[int, int]:
-    info = os.stat(find_deno())
-    return info.st_dev, info.st_ino
-
-
-def live_deno_processes() -> set[int]:
-    """Pids of live processes (not zombies) whose executable is the Deno binary we run."""
-    identity = _deno_identity()
-    found: set[int] = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            info = os.stat(f"/proc/{entry}/exe")
-        except OSError:
-            continue
-        if (info.st_dev, info.st_ino) == identity:
-            found.add(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Whether ``pid`` can still run code: it exists, is no zombie and is not exiting."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[0] not in ("Z", "X") and not int(fields[6]) & 0x4  # PF_EXITING
 
 
 def _sigkill_pending(status: str) -> bool:
@@ -79,7 +52,7 @@ def _sigkill_pending(status: str) -> bool:
     )
 
 
-def _thread_can_run(pid: int, tid: int) -> bool:
+def _thread_looks_runnable(pid: int, tid: int) -> bool:
     try:
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -97,106 +70,91 @@ def can_run_code(pid: int) -> bool:
     exiting and has no ``SIGKILL`` pending (the kernel acts on one before returning to user space).
 
     A killed thread is seen, for an instant, between taking its ``SIGKILL`` and being marked as
-    exiting; so a thread counts as able to run only if it looks so in three reads 1 ms apart.
+    exiting. So when a thread looks runnable, the process's exit is waited for (on its pidfd,
+    for up to 200 ms): a process that exits then was already dying.
     """
     try:
         threads = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return False
-    return any(_stays_runnable(pid, tid) for tid in threads)
+    if not any(_thread_looks_runnable(pid, tid) for tid in threads):
+        return False
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return not poller.poll(200)
+    finally:
+        os.close(pidfd)
 
 
-def _stays_runnable(pid: int, tid: int) -> bool:
-    for attempt in range(3):
-        if not _thread_can_run(pid, tid):
-            return False
-        if attempt < 2:
-            time.sleep(0.001)
-    return True
-
-
-@attrs.define
-class Tracked:
-    """One workload seen by the tracker, and the pids of its sandbox while it was ready."""
-
-    workload: Workload
-    members: list[int] = attrs.field(factory=list)
-
-    @property
-    def paths(self) -> list[str]:
-        groups = (self.workload.memory, self.workload.pids)
-        paths = [g.path for g in groups if g is not None]
-        if self.workload.workdir is not None:
-            paths.append(self.workload.workdir)
-        return paths
+def _in_cgroups(paths: set[str]) -> list[int]:
+    """Processes whose cgroup (any hierarchy) is one of the cgroup directories ``paths``."""
+    suffixes = {path.split("/effectagent-", 1)[-1] for path in paths}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cgroup") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if any(f"effectagent-{suffix}" in text for suffix in suffixes):
+            found.append(int(entry))
+    return found
 
 
 @attrs.define
 class WorkloadTracker:
-    """Records workloads spawned during one test; see the module notes."""
+    """Records what the executors of one test held; see the module notes."""
 
-    tracked: list[Tracked] = attrs.field(factory=list)
-    baseline: set[int] = attrs.field(factory=set)
+    acquired: list[OwnedResources] = attrs.field(factory=list)
+    held: Held = attrs.field(factory=Held)
+
+    def record(self, owned: OwnedResources) -> None:
+        """The ``on_acquire`` hook: one workload was spawned, holding ``owned``."""
+        self.acquired.append(owned)
+        self.held.note(owned)
+
+    def sample(self, executor: DenoCodeExecutor) -> OwnedResources:
+        """``executor.owned()``, remembered."""
+        owned = executor.owned()
+        self.held.note(owned)
+        return owned
 
     @property
     def spawned(self) -> int:
         """How many workloads were spawned."""
-        return len(self.tracked)
+        return len(self.acquired)
 
     def leftovers(self) -> list[str]:
-        """Everything of the tracked workloads still present, described."""
-        problems = []
-        for item in self.tracked:
-            process = item.workload.process
-            if process.returncode is None:
-                problems.append(f"workload {process.pid} was not reaped")
-            problems += [f"pid {pid} still alive" for pid in item.members if _alive(pid)]
-            problems += [f"{path} still exists" for path in item.paths if os.path.exists(path)]
-        problems += [f"deno pid {pid} still alive" for pid in live_deno_processes() - self.baseline]
+        """Everything recorded that is still present, and every descendant of this process."""
+        problems = self.held.leftovers()
+        problems += [f"pid {pid} is in a cgroup of ours" for pid in _in_cgroups(self.held.cgroups)]
+        problems += [f"pid {pid} descends from the test" for pid in descendants(os.getpid())]
         return problems
 
     def assert_clean(self) -> None:
-        """Nothing of any tracked workload remains, now (no grace period).
-
-        Except on a host without a pids cgroup: there closing a workload waits for bwrap only, and
-        the processes inside its namespaces die right after it, so the kernel gets 2 s for them.
-        """
-        if any(not item.workload.tracked for item in self.tracked):
-            deadline = time.monotonic() + 2.0
-            while self.leftovers() and time.monotonic() < deadline:
-                time.sleep(0.01)
+        """Nothing recorded remains, now (no grace period)."""
         assert self.leftovers() == []
 
 
 @pytest.fixture
-def tracker(monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkloadTracker]:
-    """Track every workload spawned by this test and assert afterwards that none is left."""
-    tracker = WorkloadTracker(baseline=live_deno_processes())
-    real_spawn = pool_module.spawn_workload
-    real_wait_ready = Workload.wait_ready
-
-    async def spawn(config: SpawnConfig) -> Workload:
-        workload = await real_spawn(config)
-        tracker.tracked.append(Tracked(workload))
-        return workload
-
-    async def wait_ready(self: Workload, timeout: float = 10.0) -> None:
-        await real_wait_ready(self, timeout)
-        for item in tracker.tracked:
-            if item.workload is self and self.pids is not None:
-                item.members = self.pids.pids()
-
-    monkeypatch.setattr(pool_module, "spawn_workload", spawn)
-    monkeypatch.setattr(deno_module, "spawn_workload", spawn)
-    monkeypatch.setattr(Workload, "wait_ready", wait_ready)
+def tracker() -> Iterator[WorkloadTracker]:
+    """Track every workload of this test's executors and assert afterwards that none is left."""
+    tracker = WorkloadTracker()
     yield tracker
     tracker.assert_clean()
 
 
-@pytest.fixture(scope="session")
-def executor() -> DenoCodeExecutor:
-    """The default, bubblewrap-isolated executor (cold spawn per pass)."""
-    return DenoCodeExecutor()
+@pytest.fixture
+def executor(tracker: WorkloadTracker) -> DenoCodeExecutor:
+    """The default, bubblewrap-isolated executor (cold spawn per pass), tracked."""
+    return DenoCodeExecutor(on_acquire=tracker.record)
 
 
 @attrs.define
@@ -221,59 +179,112 @@ def request(source: str, *names: str, **limits: Any) -> CodeExecutionRequest:
     return CodeExecutionRequest(source, CodeExecutionLimits(**limits), names)
 
 
-async def run_for_a_while(fn: Callable[[], Awaitable[object]], seconds: float) -> None:
-    """Run ``fn`` and cancel it after ``seconds`` (it must still be running then)."""
-    with trio.move_on_after(seconds) as scope:
-        await fn()
-    assert scope.cancelled_caught, "expected the operation to still be running"
+WARM_LIMITS = CodeExecutionLimits(wall_clock_seconds=3.0, cpu_seconds=2)
+"""What :func:`request` asks for by default: a pass with these limits takes a warm workload."""
+
+
+@attrs.define
+class Started:
+    """A host whose ``started`` call says the program is running, records what the executor holds
+    at that moment, and echoes; every other call echoes too."""
+
+    tracker: WorkloadTracker
+    executor: DenoCodeExecutor
+    running: trio.Event = attrs.field(factory=trio.Event)
+    seen: OwnedResources = attrs.field(factory=OwnedResources)
+
+    async def call(self, name: str, argument: JSONValue) -> HostCallOutcome:
+        if name == "started":
+            self.seen = self.tracker.sample(self.executor)
+            self.running.set()
+        return HostCallSucceeded(argument)
+
+
+async def cancel_once_running(host: Started, source: str, **limits: Any) -> None:
+    """Run ``source`` (which calls ``tools.started()`` and then keeps going) on ``host.executor``
+    and cancel the pass as soon as it has called; it must not have finished by then."""
+    finished = False
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_when_running() -> None:
+                await host.running.wait()
+                scope.cancel()
+
+            nursery.start_soon(cancel_when_running)
+            await host.executor.execute(request(source, "started", **limits), host)
+            finished = True
+            nursery.cancel_scope.cancel()
+    assert not finished, "expected the pass to still be running"
+    assert scope.cancelled_caught
+
+
+@pytest.fixture
+async def pooled(tracker: WorkloadTracker) -> AsyncIterator[DenoCodeExecutor]:
+    """An executor with one ready warm workload and a reaper, tracked (closed after the test)."""
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as pooled:
+        await pooled.settle()
+        tracker.sample(pooled)
+        yield pooled
 
 
 # ---- the tracker itself must be able to fail ----------------------------------------------------
 
 
-async def test_tracker_reports_a_workload_that_was_never_closed(
-    executor: DenoCodeExecutor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tracker = WorkloadTracker(baseline=live_deno_processes())
-    real_spawn = pool_module.spawn_workload
-
-    async def spawn(config: SpawnConfig) -> Workload:
-        workload = await real_spawn(config)
-        tracker.tracked.append(Tracked(workload))
-        return workload
-
-    monkeypatch.setattr(pool_module, "spawn_workload", spawn)
-    workload = await pool_module.spawn_workload(executor.spawn_config(CodeExecutionLimits()))
-    await workload.wait_ready()
-    assert any("not reaped" in problem for problem in tracker.leftovers())
-    assert any(problem.startswith("deno pid") for problem in tracker.leftovers())
-    await workload.aclose()
+async def test_the_tracker_reports_a_workload_still_held() -> None:
+    tracker = WorkloadTracker()
+    async with open_deno_executor(warm=1, on_acquire=tracker.record) as executor:
+        await executor.settle()
+        held = tracker.sample(executor)
+        assert tracker.spawned == 1
+        assert len(held.processes) >= 3  # bwrap, its sandbox init, Deno
+        problems = tracker.leftovers()
+        assert any(problem.endswith("still exists") and "pid" in problem for problem in problems)
+        assert any(problem.startswith("cgroup ") for problem in problems)
+        assert any("descends from the test" in problem for problem in problems)
+        assert any("in a cgroup of ours" in problem for problem in problems)
     tracker.assert_clean()
+    assert executor.owned().empty
 
 
-async def test_closing_a_workload_removes_its_cgroups_and_sandbox_processes(
-    executor: DenoCodeExecutor, tracker: WorkloadTracker
+async def test_the_tracker_reports_a_zombie_child(tracker: WorkloadTracker) -> None:
+    child = await trio.lowlevel.open_process(["/bin/true"])
+    pidfd = os.pidfd_open(child.pid)
+    try:
+        with trio.fail_after(5):
+            await trio.lowlevel.wait_readable(pidfd)  # readable once it has exited
+    finally:
+        trio.lowlevel.notify_closing(pidfd)
+        os.close(pidfd)
+    assert proc_stat(child.pid) is not None  # a zombie: exited, not reaped
+    assert tracker.leftovers() == [f"pid {child.pid} descends from the test"]
+    await child.wait()
+    assert tracker.leftovers() == []
+
+
+async def test_the_tracker_ignores_a_deno_it_did_not_start(
+    tracker: WorkloadTracker, executor: DenoCodeExecutor
 ) -> None:
-    workload = await pool_module.spawn_workload(executor.spawn_config(CodeExecutionLimits()))
-    await workload.wait_ready()
-    members = tracker.tracked[0].members
-    assert members, "the pids cgroup holds the sandbox's processes"
-    assert all(_alive(pid) for pid in members)
-    await workload.aclose()
-    assert not any(_alive(pid) for pid in members)
-    assert not [path for path in tracker.tracked[0].paths if await trio.Path(path).exists()]
+    # Another Deno on the machine (here orphaned at once, so it is nobody's child of ours).
+    deno = executor.spawn_config(CodeExecutionLimits()).deno
+    script = f"{deno} eval 'setTimeout(() => {{}}, 60000)' >/dev/null 2>&1 & echo $!"
+    shell = await trio.run_process(["/bin/sh", "-c", script], capture_stdout=True)
+    stranger = os.pidfd_open(int(shell.stdout))
+    try:
+        assert tracker.leftovers() == []
+    finally:
+        signal.pidfd_send_signal(stranger, signal.SIGKILL)
+        os.close(stranger)
 
 
-async def test_can_run_code_tells_a_killed_workload_from_a_live_one(
-    executor: DenoCodeExecutor, tracker: WorkloadTracker
+async def test_can_run_code_tells_a_live_workload_from_a_released_one(
+    tracker: WorkloadTracker,
 ) -> None:
-    workload = await pool_module.spawn_workload(executor.spawn_config(CodeExecutionLimits()))
-    await workload.wait_ready()
-    members = tracker.tracked[0].members
-    assert members
-    assert all(can_run_code(pid) for pid in members)
-    workload.kill()
-    assert workload.killed
+    async with open_deno_executor(warm=1, on_acquire=tracker.record) as executor:
+        await executor.settle()
+        members = tracker.sample(executor).processes
+        assert len(members) >= 3
+        assert all(can_run_code(pid) for pid in members)
     assert not any(can_run_code(pid) for pid in members)
-    assert tracker.leftovers(), "killed is not released: its cgroups are still there"
-    await workload.aclose()

@@ -1,111 +1,102 @@
-"""The warm pool and the executor Layer: workloads spawned ahead, each used once, scope-owned."""
+"""The warm pool and the executor Layer: workloads spawned ahead, each used once, scope-owned.
+
+What a pool holds is read through the executor's public ``owned()`` and ``on_acquire`` hook;
+waiting for a pool to fill or a release to finish waits on ``settle()``, never on a timer.
+"""
 
 from __future__ import annotations
 
-import pytest
 import trio
+import trio.testing
 
 from effectagent.effect import open_layer
 from sandbox import (
-    CodeExecutionLimits,
+    UNLIMITED,
     CodeExecutorService,
+    DenoCodeExecutor,
     deno_executor_layer,
     execute_in,
     host_layer,
     open_deno_executor,
 )
-from sandbox._deno_pool import Reaper, WarmPool, Workload
 
 from .test_code_fixtures import (
+    WARM_LIMITS,
     Host,
+    Started,
     WorkloadTracker,
     can_run_code,
+    cancel_once_running,
     request,
-    run_for_a_while,
     tracker,
 )
 
 __all__ = ["tracker"]  # fixtures used by name
 
-LIMITS = {"wall_clock_seconds": 3.0, "cpu_seconds": 2}
-WARM_LIMITS = CodeExecutionLimits(**LIMITS)  # type: ignore[arg-type]
-
-
-async def wait_until_ready(pool: WarmPool, count: int) -> None:
-    with trio.fail_after(10):
-        while pool.ready < count:  # noqa: ASYNC110 - the pool has no event to wait on
-            await trio.sleep(0.01)
-
-
-def reaper_of(executor: object) -> Reaper:
-    reaper = getattr(executor, "_reaper", None)
-    assert isinstance(reaper, Reaper)
-    return reaper
-
-
-def pool_of(executor: object) -> WarmPool:
-    pool = getattr(executor, "_pool", None)
-    assert isinstance(pool, WarmPool)
-    return pool
-
 
 async def test_passes_take_warm_workloads_and_never_reuse_one(tracker: WorkloadTracker) -> None:
-    async with open_deno_executor(warm=2, warm_limits=WARM_LIMITS) as executor:
-        pool = pool_of(executor)
-        await wait_until_ready(pool, 2)
+    async with open_deno_executor(
+        warm=2, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
         assert tracker.spawned == 2
-        used = []
         for i in range(3):
-            ready = [item.workload for item in tracker.tracked[: tracker.spawned]]
+            ready = executor.owned().processes
             result = await executor.execute(request(f"async () => {i}"), Host())
             assert result.value == i
-            closed = [w for w in ready if w.killed and w not in used]
-            assert len(closed) == 1, "exactly one warm workload served the pass"
-            used.extend(closed)
-            await wait_until_ready(pool, 2)
-        assert len(set(map(id, used))) == 3
-        assert tracker.spawned == 5  # 2 up front + 1 refill per pass; no cold spawn
+            await executor.settle()
+            served = [owned for owned in tracker.acquired if owned.processes <= ready]
+            assert served, "a warm workload served the pass"
+            assert tracker.spawned == 3 + i  # one refill per pass; no cold spawn
+        assert tracker.spawned == 5  # 2 up front + 1 refill per pass; each used once
 
 
 async def test_a_pass_with_other_spawn_limits_spawns_cold(tracker: WorkloadTracker) -> None:
-    async with open_deno_executor(warm=1, warm_limits=WARM_LIMITS) as executor:
-        pool = pool_of(executor)
-        await wait_until_ready(pool, 1)
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        warm = executor.owned()
         result = await executor.execute(request("async () => 'cold'", cpu_seconds=1), Host())
         assert result.value == "cold"
-        assert pool.ready == 1  # the warm workload was left alone
+        await executor.settle()
+        assert executor.owned().cgroups == warm.cgroups  # the warm workload was left alone
         assert tracker.spawned == 2
 
 
 async def test_leaving_the_executor_scope_kills_the_pool(tracker: WorkloadTracker) -> None:
-    async with open_deno_executor(warm=3, warm_limits=WARM_LIMITS) as executor:
-        await wait_until_ready(pool_of(executor), 3)
-        assert all(item.workload.alive for item in tracker.tracked)
+    async with open_deno_executor(
+        warm=3, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        held = tracker.sample(executor)
+        assert len(held.cgroups) == 6  # memory and pids, per workload
+        assert all(can_run_code(pid) for pid in held.processes)
+    assert executor.owned().empty
     tracker.assert_clean()
 
 
 async def test_cancelling_a_warm_pass_leaves_nothing_behind(tracker: WorkloadTracker) -> None:
-    async with open_deno_executor(warm=1, warm_limits=WARM_LIMITS) as executor:
-        await wait_until_ready(pool_of(executor), 1)
-
-        async def loop() -> None:
-            await executor.execute(request("async () => { for (;;) {} }"), Host())
-
-        await run_for_a_while(loop, 0.3)
-        served = tracker.tracked[0]
-        assert served.workload.killed
-        assert served.members
-        assert not any(can_run_code(pid) for pid in served.members)
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        host = Started(tracker, executor)
+        await cancel_once_running(host, "async (t) => { await t.started(); for (;;) {} }")
+        assert tracker.spawned >= 1
+        assert host.seen.processes
+        assert not any(can_run_code(pid) for pid in host.seen.processes)
     tracker.assert_clean()
 
 
 async def test_the_layer_provides_a_pooled_executor_for_per_pass_hosts(
     tracker: WorkloadTracker,
 ) -> None:
-    layer = deno_executor_layer(warm=1, warm_limits=WARM_LIMITS)
+    layer = deno_executor_layer(warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record)
     async with open_layer(layer) as base:
         executor = base.require(CodeExecutorService)
-        await wait_until_ready(pool_of(executor), 1)
+        assert isinstance(executor, DenoCodeExecutor)
+        await executor.settle()
         for word in ("first", "second"):
             host = Host()
             async with open_layer(host_layer(host), base) as context:
@@ -117,9 +108,10 @@ async def test_the_layer_provides_a_pooled_executor_for_per_pass_hosts(
 
 
 # A Worker keeps a second thread busy after the program has returned its value.
-_BUSY_WORKER = """async () => {
+_BUSY_WORKER = """async (t) => {
     new Worker("data:text/javascript," + encodeURIComponent("for (;;) {}"), {type: "module"});
     await new Promise((resolve) => setTimeout(resolve, 50));
+    await t.started();
     return "done";
 }"""
 
@@ -127,17 +119,19 @@ _BUSY_WORKER = """async () => {
 async def test_a_pass_returns_with_its_workload_killed_and_closing_waits_for_its_release(
     tracker: WorkloadTracker,
 ) -> None:
-    async with open_deno_executor(warm=1, warm_limits=WARM_LIMITS) as executor:
-        await wait_until_ready(pool_of(executor), 1)
-        result = await executor.execute(request(_BUSY_WORKER), Host())
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        host = Started(tracker, executor)
+        result = await executor.execute(request(_BUSY_WORKER, "started"), host)
         assert result.value == "done"
-        served = tracker.tracked[0]
-        assert served.members
+        served = host.seen.processes
+        assert served
         # (a) returned: every process of the pass is SIGKILLed, none can run code any more...
-        assert not any(can_run_code(pid) for pid in served.members)
-        # ... while its release (reap, cgroup removal) may still be under way in the scope.
-        assert reaper_of(executor).pending in (0, 1)
+        assert not any(can_run_code(pid) for pid in served)
     # (b) closed: nothing of the pass (or of the pool) is left, checked at once.
+    assert executor.owned().empty
     assert tracker.leftovers() == []
 
 
@@ -145,30 +139,58 @@ async def test_closing_the_executor_waits_for_releases_under_cancellation(
     tracker: WorkloadTracker,
 ) -> None:
     with trio.CancelScope() as outer:
-        async with open_deno_executor(warm=2, warm_limits=WARM_LIMITS) as executor:
-            await wait_until_ready(pool_of(executor), 2)
-            await executor.execute(request(_BUSY_WORKER), Host())
-            served = tracker.tracked[0]
-            assert not any(can_run_code(pid) for pid in served.members)
+        async with open_deno_executor(
+            warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+        ) as executor:
+            await executor.settle()
+            host = Started(tracker, executor)
+            await executor.execute(request(_BUSY_WORKER, "started"), host)
+            assert not any(can_run_code(pid) for pid in host.seen.processes)
             outer.cancel()  # leaving the executor is now itself cancelled
             await trio.lowlevel.checkpoint()
     assert outer.cancelled_caught
     assert tracker.leftovers() == []
 
 
-async def test_a_workload_the_reaper_refuses_is_released_before_execute_returns(
+async def test_settle_waits_for_the_release_of_a_used_workload(tracker: WorkloadTracker) -> None:
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        host = Started(tracker, executor)
+        await executor.execute(request(_BUSY_WORKER, "started"), host)
+        served = host.seen
+        await executor.settle()
+        held = executor.owned()
+        assert not (held.cgroups & served.cgroups), "the used workload is fully released"
+        assert len(held.cgroups) == 2, "the pool is full again"
+        assert tracker.spawned == 2
+
+
+async def test_settle_is_cancellable_and_returns_at_once_without_a_pool(
+    tracker: WorkloadTracker, autojump_clock: trio.testing.MockClock
+) -> None:
+    await DenoCodeExecutor(on_acquire=tracker.record).settle()
+    async with open_deno_executor(warm=1, on_acquire=tracker.record) as executor:
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await executor.settle()
+        assert scope.cancelled_caught
+
+
+async def test_a_workload_the_reaper_cannot_take_is_released_before_execute_returns(
     tracker: WorkloadTracker,
 ) -> None:
-    async with open_deno_executor() as executor:  # a reaper, no pool
-        reaper = reaper_of(executor)
-        with pytest.MonkeyPatch.context() as patch:
-            # As on a host without a pids cgroup, where the kill would reach bwrap's group only.
-            patch.setattr(Workload, "tracked", property(lambda _: False))
-            result = await executor.execute(request("async () => 1"), Host())
-        assert result.value == 1
-        assert reaper.pending == 0
+    async with open_deno_executor(on_acquire=tracker.record) as executor:  # a reaper, no pool
+        host = Started(tracker, executor)
+        # Without a pids cgroup (no process cap) the kill cannot reach every process of the
+        # sandbox directly, so the reaper refuses it and the pass releases its workload itself.
+        unlimited = request(_BUSY_WORKER, "started", max_processes=UNLIMITED)
+        result = await executor.execute(unlimited, host)
+        assert result.value == "done"
+        assert len(tracker.acquired[0].cgroups) == 1  # memory only
+        assert executor.owned().empty
         assert tracker.leftovers() == []
-        await executor.execute(request(_BUSY_WORKER), Host())
-        assert tracker.tracked[1].workload.killed
-    assert reaper.pending == 0
+        await executor.execute(request(_BUSY_WORKER, "started"), host)
+    assert executor.owned().empty
     assert tracker.leftovers() == []

@@ -22,9 +22,13 @@ from effectagent.effect import (
     open_layer,
 )
 from sandbox import (
+    DENO_MIN_PROCESSES,
     LIMIT_CPU,
     LIMIT_MEMORY,
+    LIMIT_PROCESSES,
     LIMIT_WALL_CLOCK,
+    MAX_JSON_DEPTH,
+    UNLIMITED,
     CodeExecutionError,
     CodeExecutionHost,
     CodeExecutionHostService,
@@ -43,12 +47,15 @@ from sandbox import (
     HostCallSucceeded,
     HostCallTooLarge,
     HostFacts,
+    InvalidHostResult,
     InvalidProgram,
     Isolation,
+    JSONTooDeep,
     LimitNotEnforceable,
     LogLine,
     MemoryLimitExceeded,
     OutputLimitExceeded,
+    OwnedResources,
     ProgramThrew,
     ResultTooLarge,
     SandboxError,
@@ -81,6 +88,8 @@ ERRORS: list[CodeExecutionError] = [
     ResultTooLarge(2, 1),
     HostCallLimitExceeded(3),
     HostCallTooLarge("n", 2, 1),
+    JSONTooDeep("program", "argument", "n", 64),
+    InvalidHostResult("n", "r"),
     ProgramThrew("E", "m"),
     ExecutorCrashed("r"),
     ExecutorUnavailable("r"),
@@ -93,14 +102,16 @@ ERRORS: list[CodeExecutionError] = [
 limits_strategy = st.builds(
     CodeExecutionLimits,
     source_bytes=st.integers(min_value=1, max_value=1 << 30),
-    cpu_seconds=st.none() | st.integers(min_value=1, max_value=3600),
+    cpu_seconds=st.just(UNLIMITED) | st.integers(min_value=1, max_value=3600),
     wall_clock_seconds=st.floats(min_value=0.001, max_value=3600),
     output_bytes=st.integers(min_value=0, max_value=1 << 30),
     result_bytes=st.integers(min_value=1, max_value=1 << 30),
     max_host_calls=st.integers(min_value=0, max_value=10_000),
     host_call_argument_bytes=st.integers(min_value=1, max_value=1 << 30),
     host_call_result_bytes=st.integers(min_value=1, max_value=1 << 30),
-    memory_bytes=st.none() | st.integers(min_value=64 << 20, max_value=1 << 40),
+    memory_bytes=st.just(UNLIMITED) | st.integers(min_value=64 << 20, max_value=1 << 40),
+    max_processes=st.just(UNLIMITED) | st.integers(min_value=1, max_value=1 << 16),
+    json_depth=st.integers(min_value=1, max_value=MAX_JSON_DEPTH),
 )
 names_strategy = st.lists(
     st.text(st.characters(categories=("L", "N", "P")), min_size=1, max_size=20),
@@ -172,6 +183,12 @@ def test_host_call_outcomes_round_trip_through_the_schema(value: JSONValue) -> N
         {"host_call_result_bytes": 0},
         {"memory_bytes": 1024},
         {"memory_bytes": True},
+        {"memory_bytes": None},
+        {"cpu_seconds": None},
+        {"max_processes": 0},
+        {"max_processes": "none"},
+        {"json_depth": 0},
+        {"json_depth": MAX_JSON_DEPTH + 1},
     ],
 )
 def test_limits_reject_nonsense(changes: dict[str, object]) -> None:
@@ -256,6 +273,9 @@ class FakeExecutor:
             values.append(outcome.value if isinstance(outcome, HostCallSucceeded) else None)
         return CodeExecutionResult(values, (), False, len(values), 0.0, self.implementation)
 
+    def owned(self) -> OwnedResources:
+        return OwnedResources()  # it starts nothing
+
 
 async def test_a_pass_gets_its_host_from_a_per_pass_layer() -> None:
     seen: list[tuple[str, JSONValue]] = []
@@ -321,28 +341,51 @@ async def test_memory_without_a_cgroup_is_rejected_before_anything_starts(
     monkeypatch: pytest.MonkeyPatch, tracker: WorkloadTracker
 ) -> None:
     monkeypatch.setattr(deno_module, "probe_host", lambda: _facts(cgroup_memory=None))
-    executor = DenoCodeExecutor()
+    executor = DenoCodeExecutor(on_acquire=tracker.record)
     assert LIMIT_MEMORY in executor.implementation.unenforced_limits
-    with pytest.raises(CodeLimitNotEnforceable) as info:
-        await executor.execute(request("async () => 1", memory_bytes=128 << 20), Host())
-    assert info.value.limit == LIMIT_MEMORY
+    for limits in ({"memory_bytes": 128 << 20}, {}):  # the default is a finite limit too
+        with pytest.raises(CodeLimitNotEnforceable) as info:
+            await executor.execute(request("async () => 1", **limits), Host())
+        assert info.value.limit == LIMIT_MEMORY
     assert tracker.spawned == 0
-    # Without a memory limit the same executor runs.
-    assert (await executor.execute(request("async () => 1"), Host())).value == 1
+    # With memory lifted in writing the same executor runs.
+    lifted = request("async () => 1", memory_bytes=UNLIMITED)
+    assert (await executor.execute(lifted, Host())).value == 1
 
 
 async def test_allowing_unenforced_memory_runs_with_only_the_heap_capped(
     monkeypatch: pytest.MonkeyPatch, tracker: WorkloadTracker
 ) -> None:
     monkeypatch.setattr(deno_module, "probe_host", lambda: _facts(cgroup_memory=None))
-    executor = DenoCodeExecutor(allow_unenforced_memory=True)
+    executor = DenoCodeExecutor(allow_unenforced_memory=True, on_acquire=tracker.record)
     posture = executor.implementation
     assert LIMIT_MEMORY in posture.unenforced_limits
     assert any(note.startswith("memory: NOT enforced") for note in posture.notes)
     result = await executor.execute(request("async () => 2", memory_bytes=128 << 20), Host())
     assert result.value == 2
     assert result.implementation == posture
-    assert tracker.tracked[0].workload.memory is None
+    assert len(tracker.acquired[0].cgroups) == 1  # the pids cgroup only: no memory cgroup
+
+
+async def test_processes_without_a_pids_cgroup_are_rejected_unless_lifted(
+    monkeypatch: pytest.MonkeyPatch, tracker: WorkloadTracker
+) -> None:
+    monkeypatch.setattr(deno_module, "probe_host", lambda: _facts(cgroup_pids=None))
+    executor = DenoCodeExecutor(on_acquire=tracker.record)
+    assert LIMIT_PROCESSES in executor.implementation.unenforced_limits
+    with pytest.raises(CodeLimitNotEnforceable) as info:
+        await executor.execute(request("async () => 1"), Host())
+    assert info.value.limit == LIMIT_PROCESSES
+    assert tracker.spawned == 0
+    lifted = request("async () => 3", max_processes=UNLIMITED)
+    assert (await executor.execute(lifted, Host())).value == 3
+
+
+def test_too_few_processes_for_deno_are_rejected_before_anything_starts() -> None:
+    executor = DenoCodeExecutor()
+    with pytest.raises(CodeLimitNotEnforceable, match="at least 8"):
+        executor.spawn_config(CodeExecutionLimits(max_processes=DENO_MIN_PROCESSES - 1))
+    executor.spawn_config(CodeExecutionLimits(max_processes=DENO_MIN_PROCESSES))
 
 
 def test_an_unknown_isolation_mode_is_refused() -> None:

@@ -10,12 +10,14 @@ workload gone, its cgroups and temp dirs removed.
 Every probe runs twice: on a bare executor, whose ``execute`` releases the workload before it
 returns, and on a pooled one (a warm pool and a reaper in a scope), whose passes return once the
 workload is SIGKILLed — there (3) is checked after the executor is closed, which must wait for
-every release. The tracker is set up before the executor and torn down after it.
+every release. The tracker is set up before the executor and torn down after it, and learns what
+the executor holds only through its public ``on_acquire`` hook and ``owned()``.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,7 +25,6 @@ import pytest
 import trio
 
 from sandbox import (
-    DEFAULT_DENO_MAX_TASKS,
     LIMIT_MEMORY,
     LIMIT_PROCESSES,
     CodeExecutionError,
@@ -44,12 +45,11 @@ from sandbox import (
     probe_host,
 )
 
-from .test_code_fixtures import Host, WorkloadTracker, request, tracker
+from .test_code_fixtures import WARM_LIMITS, Host, WorkloadTracker, request, tracker
 
 __all__ = ["executor", "tracker"]  # fixtures used by name
 
 SECRET = "effectagent-secret-7f3a"
-_WARM_LIMITS = CodeExecutionLimits(wall_clock_seconds=3.0, cpu_seconds=2)  # ``request``'s defaults
 
 
 @pytest.fixture(params=["bare", "pooled"])
@@ -58,12 +58,13 @@ async def executor(
 ) -> AsyncIterator[DenoCodeExecutor]:
     """A bare executor, or one with a ready warm workload and a reaper (closed after the test)."""
     if request.param == "bare":
-        yield DenoCodeExecutor()
+        yield DenoCodeExecutor(on_acquire=tracker.record)
         return
-    async with open_deno_executor(warm=1, warm_limits=_WARM_LIMITS) as pooled:
-        with trio.fail_after(10):
-            while not tracker.tracked or not tracker.tracked[0].members:  # noqa: ASYNC110
-                await trio.sleep(0.01)  # no event to wait on: until the warm workload is ready
+    async with open_deno_executor(
+        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as pooled:
+        await pooled.settle()
+        tracker.sample(pooled)
         yield pooled
 
 
@@ -131,7 +132,7 @@ async def test_the_sandbox_sees_only_the_runtime(
 async def test_the_unisolated_executor_is_labelled_and_rests_on_deno_permissions_alone(
     tracker: WorkloadTracker, secret_file: Path
 ) -> None:
-    unisolated = DenoCodeExecutor(isolation="none")
+    unisolated = DenoCodeExecutor(isolation="none", on_acquire=tracker.record)
     posture = unisolated.implementation
     assert posture.isolation is Isolation.UNISOLATED
     assert not posture.is_security_boundary
@@ -147,8 +148,8 @@ async def test_the_unisolated_executor_is_labelled_and_rests_on_deno_permissions
     assert info.value.name == "TypeError"
     assert "read access" in info.value.message
     assert SECRET not in repr(info.value)
-    assert len(tracker.tracked) == 1
-    assert tracker.tracked[0].workload.workdir is not None
+    assert tracker.spawned == 1
+    assert len(tracker.acquired[0].paths) == 1  # its temp dir (HOME), removed with it
 
 
 async def test_writing_a_file_is_denied(
@@ -169,9 +170,8 @@ async def test_writing_a_file_is_denied(
 async def test_no_network_connection_reaches_the_host(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
-    listener = trio.socket.socket()
-    await listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
     port = listener.getsockname()[1]
     source = f"""async () => {{
         const errors = [];
@@ -184,9 +184,8 @@ async def test_no_network_connection_reaches_the_host(
     try:
         result = await executor.execute(request(source), Host())
         assert result.value == ["NotCapable", "NotCapable", "NotCapable"]
-        with trio.move_on_after(0.2) as waited:
-            await listener.accept()
-        assert waited.cancelled_caught, "something connected to the host"
+        with pytest.raises(BlockingIOError):  # a connection made during the pass would be queued
+            listener.accept()
     finally:
         listener.close()
 
@@ -237,15 +236,66 @@ async def test_permission_gated_apis_are_denied_without_prompting(
     assert result.value["cwd"] == "/tmp"  # the sandbox's own tmpfs, nothing of the host
 
 
-async def test_an_api_that_crashes_deno_is_contained(
+NODE_PROBES = {
+    "typeof process": "typeof process",
+    "process.env": "process.env.HOME",
+    "process.pid": "typeof process.pid",
+    "process.exit": "process.exit(0)",
+    "node:os": '(await import("node:os")).homedir()',
+    "node:process": '(await import("node:process")).default.env.PATH',
+    "Deno.execPath()": "Deno.execPath()",
+}
+
+
+async def test_node_style_code_gets_javascript_errors_never_a_crash(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
-    # Deno.execPath() panics when /proc is hidden: a crash, never the host path of the binary.
-    text = await outcome(executor, "async () => Deno.execPath()")
-    assert text.startswith(("ExecutorCrashed(", "ProgramThrew("))
+    # With /proc hidden, Deno could not find its own binary and panicked on each of these.
+    probes = ",\n".join(
+        f"[{name!r}, async () => String({expression})]" for name, expression in NODE_PROBES.items()
+    )
+    source = f"""async () => {{
+        const out = {{}};
+        for (const [name, probe] of [{probes}]) {{
+            try {{ out[name] = ["ok", await probe()] }}
+            catch (e) {{ out[name] = [e.name, String(e.message).slice(0, 200)] }}
+        }}
+        return out;
+    }}"""
+    result = await executor.execute(request(source), Host())
+    assert isinstance(result.value, dict)
+    assert set(result.value) == set(NODE_PROBES)
     host_binary = executor.spawn_config(CodeExecutionLimits()).deno
-    assert host_binary not in text
-    assert os.path.dirname(host_binary) not in text
+    for name, outcome in result.value.items():
+        assert isinstance(outcome, list)
+        kind, detail = outcome
+        assert host_binary not in str(detail)
+        assert os.path.dirname(host_binary) not in str(detail)
+        if kind == "ok":
+            assert detail in ("object", "number", "/effectagent/deno"), (name, detail)
+        else:
+            assert kind in ("NotCapable", "TypeError"), (name, outcome)
+    assert result.value["typeof process"] == ["ok", "object"]
+    assert result.value["process.env"] == [
+        "NotCapable",
+        'Requires env access to "HOME", run again with the --allow-env flag',
+    ]
+
+
+async def test_node_style_writes_to_stdout_are_captured_not_a_protocol_breach(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    source = """async () => {
+        process.stdout.write("to stdout\\n");
+        process.stderr.write(new TextEncoder().encode("to stderr"));
+        return "done";
+    }"""
+    result = await executor.execute(request(source), Host())
+    assert result.value == "done"
+    assert [(line.level, line.text) for line in result.logs] == [
+        ("log", "to stdout"),
+        ("error", "to stderr"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -385,7 +435,7 @@ async def test_a_worker_bomb_is_contained(
         refused, _, count = result.value
         assert refused == "refused"
         assert isinstance(count, int)
-        assert count < DEFAULT_DENO_MAX_TASKS
+        assert count < CodeExecutionLimits().max_processes  # type: ignore[operator]
     else:
         with pytest.raises((MemoryLimitExceeded, CodeTimeout)):
             await executor.execute(request(source, memory_bytes=_MEMORY), Host())
@@ -462,11 +512,23 @@ async def test_prototype_pollution_does_not_confuse_the_protocol(
     assert info.value.message == "after pollution: 7"
 
 
+@pytest.mark.parametrize("warm", [0, 1], ids=["bare", "pooled"])
 async def test_typed_array_hooks_do_not_reveal_the_frame_nonce(
-    executor: DenoCodeExecutor, tracker: WorkloadTracker
+    tracker: WorkloadTracker, monkeypatch: pytest.MonkeyPatch, warm: int
 ) -> None:
     # Species and constructor hooks run whenever code derives a typed array from another one; the
     # harness never does so after the program starts, and wipes the start message it read.
+    # Every 16 random bytes drawn while the executor runs is a candidate nonce (the real one too).
+    candidates: list[str] = []
+    draw = os.urandom
+
+    def witnessed(size: int) -> bytes:
+        value = draw(size)
+        if size == 16:
+            candidates.append(value.hex())
+        return value
+
+    monkeypatch.setattr(os, "urandom", witnessed)
     source = """async (tools) => {
         const seen = [];
         class Spy extends Uint8Array {
@@ -488,13 +550,16 @@ async def test_typed_array_hooks_do_not_reveal_the_frame_nonce(
         new Uint8Array(8).subarray(2);  // the hook itself works
         return [seen.length > before, captured];
     }"""
-    result = await executor.execute(request(source, "echo"), Host())
-    nonce = tracker.tracked[0].workload.nonce.hex()
+    async with open_deno_executor(
+        warm=warm, warm_limits=WARM_LIMITS, on_acquire=tracker.record
+    ) as executor:
+        await executor.settle()
+        result = await executor.execute(request(source, "echo"), Host())
     assert isinstance(result.value, list)
     assert result.value[0] is True
-    leaked = [
-        nonce[i : i + 8] for i in range(len(nonce) - 7) if nonce[i : i + 8] in repr(result.value)
-    ]
+    assert candidates, "the nonce was drawn while the witness watched"
+    shown = repr(result.value)
+    leaked = [c[i : i + 8] for c in candidates for i in range(len(c) - 7) if c[i : i + 8] in shown]
     assert leaked == []
 
 

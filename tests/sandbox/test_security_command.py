@@ -563,7 +563,8 @@ async def test_a_link_planted_by_one_run_never_redirects_a_later_mount(
 REAPER_SCRIPT = """
 import ctypes, os, sys, trio
 from sandbox import (
-    UNLIMITED, BubblewrapSandbox, LocalProcessSandbox, SandboxLimits, SandboxRequest, run,
+    UNLIMITED, BubblewrapSandbox, CodeExecutionRequest, HostCallSucceeded, LocalProcessSandbox,
+    SandboxLimits, SandboxRequest, open_deno_executor, run,
 )
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -583,6 +584,11 @@ def children():
     return found
 
 
+class Echo:
+    async def call(self, name, argument):
+        return HostCallSucceeded(argument)
+
+
 async def main():
     bwrap = BubblewrapSandbox()
     local = LocalProcessSandbox()
@@ -595,6 +601,11 @@ async def main():
     orphaning = SandboxRequest("sh", ("-c", "sleep 60 & exit 0"), network="host", limits=lifted)
     for index in range(5):
         assert (await run(local, orphaning)).ok
+    async with open_deno_executor(warm=1) as deno:
+        for index in range(5):
+            source = f"async (t) => await t.echo({index})"
+            result = await deno.execute(CodeExecutionRequest(source, allowed_host_calls=["echo"]), Echo())
+            assert result.value == index
     print(sorted(children().items()))
 
 
