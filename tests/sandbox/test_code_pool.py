@@ -178,7 +178,7 @@ async def test_settle_is_cancellable_and_returns_at_once_without_a_pool(
         assert scope.cancelled_caught
 
 
-async def test_a_workload_the_reaper_cannot_take_is_released_before_execute_returns(
+async def test_a_workload_the_reaper_refuses_is_released_before_execute_returns(
     tracker: WorkloadTracker,
 ) -> None:
     async with open_deno_executor(on_acquire=tracker.record) as executor:  # a reaper, no pool
