@@ -71,10 +71,10 @@ from ._command import SecretHandle as SecretHandle
 from ._command import SecretResolver as SecretResolver
 from ._command import SecretResolverService as SecretResolverService
 from ._command import SecretUnavailable as SecretUnavailable
-from ._command import check_enforceable as check_enforceable
-from ._command import required_limits as required_limits
+from ._command_checks import check_enforceable as check_enforceable
+from ._command_checks import required_limits as required_limits
 from ._command import run as run
-from ._command import validate_request as validate_request
+from ._command_checks import validate_request as validate_request
 
 # ---- command runners -----------------------------------------------------------------------------
 from ._bwrap import WORKDIR as WORKDIR

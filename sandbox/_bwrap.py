@@ -52,9 +52,8 @@ from ._command import (
     SandboxUnavailable,
     SecretResolver,
     SecretResolverService,
-    check_enforceable,
-    validate_request,
 )
+from ._command_checks import check_enforceable, validate_request
 from ._execution import CommandExecution
 from ._identity import WorkloadIdentity, identity_note, resolve_identity, workload_user
 from ._isolation import HostFacts, probe_host

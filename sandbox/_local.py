@@ -34,9 +34,8 @@ from ._command import (
     SandboxService,
     SecretResolver,
     SecretResolverService,
-    check_enforceable,
-    validate_request,
 )
+from ._command_checks import check_enforceable, validate_request
 from ._execution import CommandExecution, Spawn
 from ._isolation import ProcessLimits, ceil_seconds, rlimit_preexec
 from ._ownership import OwnedResources
