@@ -3,8 +3,9 @@
 :class:`BwrapExecution` fills in the hooks of :class:`~sandbox._execution.CommandExecution`:
 
 * **Prepare.** Every mount source is opened here, on the host side, without following a link the
-  workload could have planted (``_mount_sources``), and checked to be usable by the workload's user
-  (``_identity``); bubblewrap mounts those very descriptors (``--bind-fd``). The per-execution
+  workload could have planted (``_mount_sources``), and checked to be reachable and usable by the
+  workload's user (``_identity``); bubblewrap binds those descriptors (``--bind-fd``: their path,
+  refused if it no longer leads to the same file). The per-execution
   workdir is a fresh host temp dir given to the workload's user. When this process is root the
   argv starts with the privilege drop (``setpriv``), so bubblewrap itself, and everything after
   it, runs as that unprivileged user; a seccomp filter keeps the workload from making setuid or
@@ -16,8 +17,9 @@
   command, until the host has moved it into the cgroups; everything the command ever forks
   inherits both. The cgroups are created while bwrap sets up its namespaces and mounts. A
   pidfd is opened on that child while it is blocked (so it is certainly that process): it is
-  bubblewrap's init inside the sandbox, which bwrap never reaps, and this execution reaps it if it
-  becomes ours (``_reaping``). If applying a limit fails, the workload is killed before it runs.
+  bubblewrap's init inside the sandbox, which bwrap does not wait for once the command has ended,
+  and this execution reaps it if it becomes ours (``_reaping``). If joining a cgroup fails, the
+  workload is killed before it runs.
 * **Kill.** When the host ends a workload (timeout, the consumer leaving early), the sandbox init
   is killed first, through its pidfd, with every process in the cgroups: with ``SIGKILL`` pending
   the init cannot tell bwrap the command ended, so bwrap sees it die, reaps it and exits by itself
