@@ -41,14 +41,14 @@ async def test_passes_take_warm_workloads_and_never_reuse_one(tracker: WorkloadT
         await executor.settle()
         assert tracker.spawned == 2
         for i in range(3):
-            ready = executor.owned().processes
+            before = executor.owned().cgroups
             result = await executor.execute(request(f"async () => {i}"), Host())
             assert result.value == i
             await executor.settle()
-            served = [owned for owned in tracker.acquired if owned.processes <= ready]
-            assert served, "a warm workload served the pass"
-            assert tracker.spawned == 3 + i  # one refill per pass; no cold spawn
-        assert tracker.spawned == 5  # 2 up front + 1 refill per pass; each used once
+            after = executor.owned().cgroups
+            assert len(before - after) == 2, "one warm workload (memory, pids) served and is gone"
+            assert len(after - before) == 2, "one refill took its place"
+        assert tracker.spawned == 5  # 2 up front + 1 refill per pass; no cold spawn
 
 
 async def test_a_pass_with_other_spawn_limits_spawns_cold(tracker: WorkloadTracker) -> None:
