@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import select
 import signal
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import attrs
@@ -217,17 +217,6 @@ async def cancel_once_running(host: Started, source: str, **limits: Any) -> None
             nursery.cancel_scope.cancel()
     assert not finished, "expected the pass to still be running"
     assert scope.cancelled_caught
-
-
-@pytest.fixture
-async def pooled(tracker: WorkloadTracker) -> AsyncIterator[DenoCodeExecutor]:
-    """An executor with one ready warm workload and a reaper, tracked (closed after the test)."""
-    async with open_deno_executor(
-        warm=1, warm_limits=WARM_LIMITS, on_acquire=tracker.record
-    ) as pooled:
-        await pooled.settle()
-        tracker.sample(pooled)
-        yield pooled
 
 
 # ---- the tracker itself must be able to fail ----------------------------------------------------
