@@ -10,12 +10,12 @@
   argv starts with the privilege drop (``setpriv``), so bubblewrap itself, and everything after
   it, runs as that unprivileged user; a seccomp filter keeps the workload from making setuid or
   setgid files (``_seccomp``).
-* **Confine before it runs.** The rlimits are set before bwrap starts (util-linux ``prlimit`` exec'd
-  in front of it: once the workload's user is not ours, setting them from outside would take
-  ``CAP_SYS_RESOURCE``, which containers usually lack). bwrap runs with ``--json-status-fd`` and
-  ``--block-fd``: it reports its sandbox child's host pid and waits, before that child forks the
-  command, until the host has moved it into the cgroups; everything the command ever forks
-  inherits both. The cgroups are created while bwrap sets up its namespaces and mounts. A
+* **Confine before it runs.** bwrap runs with ``--json-status-fd`` and ``--block-fd``: it reports
+  its sandbox child's host pid and waits, before that child forks the command, until the host has
+  set its rlimits (``prlimit``) and moved it into the cgroups; everything the command ever forks
+  inherits both. Setting the rlimits of another user's process takes ``CAP_SYS_RESOURCE``, which
+  root in a default container lacks: then util-linux ``prlimit`` is exec'd in front of bwrap
+  instead (about a millisecond more), before the privilege drop. The cgroups are created while bwrap sets up its namespaces and mounts. A
   pidfd is opened on that child while it is blocked (so it is certainly that process): it is
   bubblewrap's init inside the sandbox, which bwrap does not wait for once the command has ended,
   and this execution reaps it if it becomes ours (``_reaping``). If joining a cgroup fails, the
@@ -61,6 +61,7 @@ from ._isolation import (
     MemoryCgroup,
     PidsCgroup,
     ProcessLimits,
+    apply_rlimits,
     bwrap_argv,
     ceil_seconds,
     kill_process_group,
@@ -76,7 +77,7 @@ from ._posture import (
     SandboxImplementation,
     is_limited,
 )
-from ._process_control import prlimit_argv
+from ._process_control import can_limit_other_users, prlimit_argv
 from ._reaping import reap_if_adopted, watch_child_of
 from ._seccomp import setuid_filter_fd
 from ._workload_files import remove_tree
@@ -252,15 +253,21 @@ class BwrapExecution(CommandExecution):
             preexec=preexec,
         )
 
+    def _limits_from_outside(self) -> bool:
+        """Whether the rlimits can be set on the blocked sandbox child from here (its user is ours,
+        or this process may limit other users' processes) instead of by ``prlimit`` in front."""
+        return self._settings.identity is None or can_limit_other_users()
+
     def _spawn_prefix(self) -> tuple[tuple[str, ...], Callable[[], None] | None]:
-        """``prlimit`` and ``setpriv`` in front of bwrap; where either is missing, a
-        ``preexec_fn`` doing both instead (which costs a ``fork``)."""
+        """``prlimit`` (unless :meth:`_limits_from_outside`) and ``setpriv`` in front of bwrap;
+        where either is missing, a ``preexec_fn`` doing both instead (which costs a ``fork``)."""
         identity = self._settings.identity
-        limits = prlimit_argv(self._rlimits)
+        outside = self._limits_from_outside()
+        limits = () if outside else prlimit_argv(self._rlimits)
         drop = drop_argv(identity)
         if limits is not None and drop is not None:
             return (*limits, *drop), None
-        confine = rlimit_preexec(self._rlimits)
+        confine = rlimit_preexec(ProcessLimits() if outside else self._rlimits)
         change = drop_in_child(identity) if identity is not None else None
 
         def preexec() -> None:
@@ -361,8 +368,11 @@ class BwrapExecution(CommandExecution):
             self._status += chunk
 
     def _confine(self, child: int) -> None:
-        """Move the blocked sandbox child into the cgroups, or kill the workload."""
+        """Set the rlimits on the blocked sandbox child (if that is done from here) and move it
+        into the cgroups, or kill the workload."""
         try:
+            if self._limits_from_outside():
+                apply_rlimits(child, self._rlimits)
             for group in (self._memory, self._pids, self._cpu_group):
                 if group is not None:
                     group.add_pid(child)

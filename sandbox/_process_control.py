@@ -31,6 +31,7 @@ __all__ = [
     "ProcessLimits",
     "Reapable",
     "apply_rlimits",
+    "can_limit_other_users",
     "ceil_seconds",
     "kill_process_group",
     "prlimit_argv",
@@ -122,6 +123,23 @@ def prlimit_argv(limits: ProcessLimits) -> tuple[str, ...] | None:
         return ()
     prlimit = _prlimit()
     return None if prlimit is None else (prlimit, *options, "--")
+
+
+_CAP_SYS_RESOURCE = 24
+
+
+@functools.cache
+def can_limit_other_users() -> bool:
+    """Whether this process may set the rlimits of a process of another user (it holds
+    ``CAP_SYS_RESOURCE``: root usually does, root in a default container does not). Read once."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    except OSError:
+        pass
+    return False
 
 
 def apply_rlimits(pid: int, limits: ProcessLimits) -> None:

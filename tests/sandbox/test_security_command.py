@@ -34,6 +34,7 @@ from sandbox import (
     LimitNotEnforceable,
     Mount,
     OutputChunk,
+    SandboxCrashed,
     SandboxEvent,
     SandboxExited,
     SandboxLimits,
@@ -44,6 +45,8 @@ from sandbox import (
     SecretUnavailable,
     WorkloadIdentity,
 )
+from sandbox import _bwrap_execution as bwrap_execution
+from sandbox._process_control import can_limit_other_users
 
 from .conftest import (
     PYTHON,
@@ -333,6 +336,25 @@ print(os.path.getsize("/workspace/big"))
         limits=SandboxLimits(file_size_bytes=4096),
     )
     assert killed.result.stdout == b"153 4096\n"  # head was killed by SIGXFSZ (128 + 25)
+
+
+@pytest.mark.parametrize("from_outside", [False, True], ids=["prlimit-in-front", "from-outside"])
+async def test_rlimits_hold_however_they_are_set(
+    bwrap_sandbox: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch, from_outside: bool
+) -> None:
+    """Set on the blocked sandbox child when this process may (its own user's process, or with
+    CAP_SYS_RESOURCE), else by prlimit exec'd in front of bwrap: the workload sees them either way."""
+    impossible = from_outside and bwrap_sandbox.identity is not None and not can_limit_other_users()
+    monkeypatch.setattr(bwrap_execution, "can_limit_other_users", lambda: from_outside)
+    if impossible:  # why prlimit goes in front on this host: from outside, the kernel refuses
+        with pytest.raises(SandboxCrashed, match="cannot confine"):
+            await probe(bwrap_sandbox, "pass")
+        return
+    code = "import resource as r; print(r.getrlimit(r.RLIMIT_CPU), r.getrlimit(r.RLIMIT_FSIZE))"
+    run = await probe(
+        bwrap_sandbox, code, limits=SandboxLimits(cpu_seconds=7, file_size_bytes=12345)
+    )
+    assert run.stdout == "(7, 8) (12345, 12345)\n"
 
 
 # ---- secrets ---------------------------------------------------------------------------------
