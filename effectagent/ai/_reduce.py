@@ -116,12 +116,15 @@ def _kind(reasoning: bool) -> str:
     return "reasoning" if reasoning else "text"
 
 
+def _not_open(part: str, what: str, ident: str) -> MalformedResponse:
+    return MalformedResponse(f"{part} for {what} {ident!r} that is not open")
+
+
 @final
 class ResponseReducer:
     """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends."""
 
     __slots__ = (
-        "_blocks",
         "_call_ids",
         "_calls",
         "_error",
@@ -130,11 +133,14 @@ class ResponseReducer:
         "_open",
         "_order",
         "_params",
+        "_reasoning",
+        "_text",
     )
 
     def __init__(self) -> None:
-        # Text and reasoning blocks by (is reasoning, block id): the two kinds have separate IDs.
-        self._blocks: dict[tuple[bool, str], _Block] = {}
+        # Text and reasoning blocks by block id (the two kinds have separate IDs).
+        self._text: dict[str, _Block] = {}
+        self._reasoning: dict[str, _Block] = {}
         self._open = 0  # blocks started and not yet ended
         self._order: list[_Block | ToolCallPart] = []
         self._params: dict[str, _Params] = {}
@@ -148,30 +154,34 @@ class ResponseReducer:
         """Take one part. Raises :class:`MalformedResponse` on a protocol violation."""
         if self._finish is not None:
             raise MalformedResponse(f"a {part.type} part arrived after the finish part")
+        # The cases in the order parts usually arrive most often: deltas first. (Plain class
+        # patterns: capturing attributes in the pattern costs more than reading them after.)
         match part:
-            case TextDeltaPart(id=block_id, delta=delta):
-                self._open_block(False, block_id, part.type).chunks.append(delta)
-            case ReasoningDeltaPart(id=block_id, delta=delta):
-                self._open_block(True, block_id, part.type).chunks.append(delta)
-            case TextStartPart(id=block_id):
-                self._start_block(False, block_id)
-            case ReasoningStartPart(id=block_id):
-                self._start_block(True, block_id)
-            case TextEndPart(id=block_id):
-                self._open_block(False, block_id, part.type).ended = True
-                self._open -= 1
-            case ReasoningEndPart(id=block_id):
-                self._open_block(True, block_id, part.type).ended = True
-                self._open -= 1
-            case ToolParamsStartPart(id=call_id, name=name):
+            case TextDeltaPart():
+                block = self._text.get(part.id)
+                if block is None or block.ended:
+                    raise _not_open(part.type, "text block", part.id)
+                block.chunks.append(part.delta)
+            case ToolParamsDeltaPart():
+                self._open_params(part.id, part.type).chunks.append(part.delta)
+            case ReasoningDeltaPart():
+                block = self._reasoning.get(part.id)
+                if block is None or block.ended:
+                    raise _not_open(part.type, "reasoning block", part.id)
+                block.chunks.append(part.delta)
+            case TextStartPart():
+                self._start_block(self._text, False, part.id)
+            case TextEndPart():
+                self._end_block(self._text, part.id, part.type, "text block")
+            case ToolParamsStartPart():
+                call_id = part.id
                 if call_id in self._params or call_id in self._call_ids:
                     raise MalformedResponse(f"tool call {call_id!r} started twice")
-                self._params[call_id] = _Params(name)
-            case ToolParamsDeltaPart(id=call_id, delta=delta):
-                self._open_params(call_id, part.type).chunks.append(delta)
-            case ToolParamsEndPart(id=call_id):
-                self._open_params(call_id, part.type).ended = True
-            case ToolCallPart(id=call_id, name=name):
+                self._params[call_id] = _Params(part.name)
+            case ToolParamsEndPart():
+                self._open_params(part.id, part.type).ended = True
+            case ToolCallPart():
+                call_id, name = part.id, part.name
                 if call_id in self._call_ids:
                     raise MalformedResponse(f"tool call {call_id!r} declared twice")
                 streamed = self._params.pop(call_id, None)
@@ -183,10 +193,14 @@ class ResponseReducer:
                 self._call_ids.add(call_id)
                 self._calls.append(part)
                 self._order.append(part)
+            case ReasoningStartPart():
+                self._start_block(self._reasoning, True, part.id)
+            case ReasoningEndPart():
+                self._end_block(self._reasoning, part.id, part.type, "reasoning block")
             case FinishPart():
                 self._finish = part
-            case ErrorPart(error=error):
-                self._error = error
+            case ErrorPart():
+                self._error = part.error
             case ResponseMetadataPart():
                 self._metadata = part
             case ToolResultPart():
@@ -194,26 +208,24 @@ class ResponseReducer:
             case _:
                 assert_never(part)
 
-    def _start_block(self, reasoning: bool, block_id: str) -> None:
-        key = (reasoning, block_id)
-        if key in self._blocks:
+    def _start_block(self, blocks: dict[str, _Block], reasoning: bool, block_id: str) -> None:
+        if block_id in blocks:
             raise MalformedResponse(f"{_kind(reasoning)} block {block_id!r} started twice")
-        block = self._blocks[key] = _Block(reasoning)
+        block = blocks[block_id] = _Block(reasoning)
         self._open += 1
         self._order.append(block)
 
-    def _open_block(self, reasoning: bool, block_id: str, part_type: str) -> _Block:
-        block = self._blocks.get((reasoning, block_id))
+    def _end_block(self, blocks: dict[str, _Block], block_id: str, part: str, what: str) -> None:
+        block = blocks.get(block_id)
         if block is None or block.ended:
-            raise MalformedResponse(
-                f"{part_type} for {_kind(reasoning)} block {block_id!r} that is not open"
-            )
-        return block
+            raise _not_open(part, what, block_id)
+        block.ended = True
+        self._open -= 1
 
     def _open_params(self, call_id: str, part_type: str) -> _Params:
         params = self._params.get(call_id)
         if params is None or params.ended:
-            raise MalformedResponse(f"{part_type} for tool call {call_id!r} that is not open")
+            raise _not_open(part_type, "tool call", call_id)
         return params
 
     @property
@@ -242,8 +254,9 @@ class ResponseReducer:
             ]
         if self._open and finish.reason not in ("length", "content-filter", "error"):
             open_blocks = [
-                f"{_kind(reasoning)} {block_id!r}"
-                for (reasoning, block_id), block in self._blocks.items()
+                f"{kind} {block_id!r}"
+                for kind, blocks in (("text", self._text), ("reasoning", self._reasoning))
+                for block_id, block in blocks.items()
                 if not block.ended
             ]
             raise MalformedResponse(f"block(s) {', '.join(open_blocks)} never ended")

@@ -87,7 +87,17 @@ class BatchResult:
 class Batch:
     """One tool batch of a turn. :meth:`run` it once; its commit is in :attr:`committed`."""
 
-    __slots__ = ("_ledger", "_plan", "_runner", "admitted", "assistant", "committed", "io", "turn")
+    __slots__ = (
+        "_debug",
+        "_ledger",
+        "_plan",
+        "_runner",
+        "admitted",
+        "assistant",
+        "committed",
+        "io",
+        "turn",
+    )
 
     def __init__(
         self,
@@ -107,6 +117,7 @@ class Batch:
         self.assistant = assistant  # the response's message, added to the prompt with the batch
         self._ledger = BatchLedger([call_id for call_id, _, _ in plan.declared])
         self._runner = CallRunner(io, services, policy, permits, turn)
+        self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
         self.committed: tuple[Message, ...] | None = None
@@ -210,7 +221,8 @@ class Batch:
         io = self.io
         if outcome.kind == "success":
             io.emit(ToolCallSucceeded, self.turn, outcome.tool_call_id, outcome.tool_name, outcome)
-            io.logs.debug("tool call settled", tool=outcome.tool_name, kind="success")
+            if self._debug:
+                io.logs.debug("tool call settled", tool=outcome.tool_name, kind="success")
             return
         io.emit(ToolCallFailed, self.turn, outcome.tool_call_id, outcome.tool_name, outcome)
         if isinstance(outcome, ToolDefect):
@@ -220,7 +232,7 @@ class Batch:
                 tool_call_id=outcome.tool_call_id,
                 message=outcome.message,
             )
-        else:
+        elif self._debug:
             io.logs.debug("tool call settled", tool=outcome.tool_name, kind=outcome.kind)
 
     async def _execute(self, call: PlannedCall) -> bool:

@@ -17,7 +17,6 @@ from typing import Any, final
 import trio
 
 from effectagent.ai import (
-    Handler,
     OutputSchemaViolation,
     Tool,
     ToolCallContext,
@@ -43,7 +42,7 @@ from effectagent.core import (
     bound_json,
     bounded_json,
 )
-from effectagent.effect import Cause, Failure, Semaphore, Success, TaggedError, attempt
+from effectagent.effect import Cause, Exit, Failure, Semaphore, Success, TaggedError, attempt
 
 from ._batch_plan import PlannedCall
 from ._io import RunIO
@@ -108,33 +107,39 @@ class CallRunner:
             io.emit(ToolCallStarted, self.turn, call.id, call.name)
             scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
             with scope:
-                exit_ = await attempt(_invoke, handler, call.params, context, errors=tool.failure)
+                exit_ = await attempt(handler, call.params, context, errors=tool.failure)
         finally:
             permits.release()
         if scope.cancelled_caught:
             return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
         return self._settle(tool, call, exit_)
 
-    def _settle(self, tool: Tool[Any, Any], call: PlannedCall, exit_: Any) -> ToolOutcome:
+    def _settle(
+        self, tool: Tool[Any, Any], call: PlannedCall, exit_: Exit[Any, TaggedError]
+    ) -> ToolOutcome:
         io = self.io
-        match exit_:
-            case Success(value=value):
-                try:
-                    encoded = tool.encode_success(value)
-                except OutputSchemaViolation as exc:
-                    return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
-                bounded = bounded_json(io.redact(encoded), self.policy.tool_result_bounds)
+        if isinstance(exit_, Success):
+            try:
+                # A ``returns`` Result is opened here, after ``attempt``: its Failure raises, and
+                # is reified by the same rule (declared → Fail, anything else → Die).
+                value = handler_result(exit_.value)
+                encoded = tool.encode_success(value)
+            except OutputSchemaViolation as exc:
+                return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
+            except Exception as exc:
+                exit_ = Failure(Cause.from_exception(exc, tool.failure))
+            else:
+                bounded = bounded_json(io.redactor.redact(encoded), self.policy.tool_result_bounds)
                 return ToolSuccess(call.id, call.name, bounded)
-            case Failure(cause=cause) if cause.is_failure_only:
-                try:
-                    envelope = _failure_envelope(cause.failures)
-                except OutputSchemaViolation as exc:
-                    return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
-                bounded, _, _ = bound_json(io.redact(envelope), self.policy.tool_result_bounds)
-                return ToolFailure(call.id, call.name, bounded)
-            case Failure(cause=cause):
-                return ToolDefect(call.id, call.name, io.redact_text(describe_cause(cause)))
-        raise AssertionError(f"not an Exit: {exit_!r}")  # pragma: no cover
+        cause = exit_.cause
+        if not cause.is_failure_only:
+            return ToolDefect(call.id, call.name, io.redact_text(describe_cause(cause)))
+        try:
+            envelope = _failure_envelope(cause.failures)
+        except OutputSchemaViolation as exc:
+            return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
+        bounded, _, _ = bound_json(io.redact(envelope), self.policy.tool_result_bounds)
+        return ToolFailure(call.id, call.name, bounded)
 
     async def _approval(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
         """Ask for approval if the tool's rule says so for these parameters; None if approved."""
@@ -235,11 +240,6 @@ class _NoDeadline:
 
 
 _NO_DEADLINE = _NoDeadline()
-
-
-async def _invoke(handler: Handler, params: Any, context: ToolCallContext) -> Any:
-    """Await the handler and open a ``returns`` Result it returned (its Failure raises)."""
-    return handler_result(await handler(params, context))
 
 
 @final

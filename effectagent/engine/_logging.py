@@ -62,6 +62,11 @@ class RunLog:
             )
         return bound
 
+    @property
+    def debugging(self) -> bool:
+        """Whether debug lines are logged now (for a caller that would log many at once)."""
+        return _GATE.isEnabledFor(_DEBUG)
+
     def debug(self, event: str, **fields: Any) -> None:
         """Per-call detail."""
         if _GATE.isEnabledFor(_DEBUG):

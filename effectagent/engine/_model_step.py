@@ -48,6 +48,8 @@ from ._io import RunIO
 
 __all__ = ["ModelStep", "stream_model"]
 
+_SHOWN_WHILE_STREAMING = (TextDeltaPart, ReasoningDeltaPart, TextEndPart, ReasoningEndPart)
+
 
 @final
 class ModelStep:
@@ -106,17 +108,27 @@ async def stream_model(
     try:
         async for part in stream:
             feed(part)
+            if not isinstance(part, _SHOWN_WHILE_STREAMING):
+                continue  # most parts show nothing as they arrive: one C-level check, not a match
             match part:
-                case TextDeltaPart(id=block, delta=delta):
+                case TextDeltaPart():
                     event: type[TextDelta | ReasoningDelta] = TextDelta
-                    shown = delta if streamed is None else streamed.feed((True, block), delta)
-                case ReasoningDeltaPart(id=block, delta=delta):
+                    shown = (
+                        part.delta
+                        if streamed is None
+                        else streamed.feed((True, part.id), part.delta)
+                    )
+                case ReasoningDeltaPart():
                     event = ReasoningDelta
-                    shown = delta if streamed is None else streamed.feed((False, block), delta)
-                case TextEndPart(id=block) if streamed is not None:
-                    event, shown = TextDelta, streamed.end((True, block))
-                case ReasoningEndPart(id=block) if streamed is not None:
-                    event, shown = ReasoningDelta, streamed.end((False, block))
+                    shown = (
+                        part.delta
+                        if streamed is None
+                        else streamed.feed((False, part.id), part.delta)
+                    )
+                case TextEndPart() if streamed is not None:
+                    event, shown = TextDelta, streamed.end((True, part.id))
+                case ReasoningEndPart() if streamed is not None:
+                    event, shown = ReasoningDelta, streamed.end((False, part.id))
                 case _:
                     continue
             if shown:
@@ -155,13 +167,19 @@ def _record_content(
     arguments: dict[str, Any] = {}
     for item in response.content:
         match item:
-            case TextContent(text=text):
+            case TextContent():
+                text = item.text
                 content.append(("text", text if redactor is None else redactor.redact_text(text)))
-            case ReasoningContent(text=text):
+            case ReasoningContent():
+                text = item.text
                 reasoning = text if redactor is None else redactor.redact_text(text)
                 content.append(("reasoning", reasoning))
-            case ToolCallPart(id=call_id, name=name, arguments=raw):
-                shown, text = _shown(raw, redactor)
+            case ToolCallPart():
+                call_id, name, raw = item.id, item.name, item.arguments
+                if redactor is None:
+                    shown, text = parse_arguments(raw), raw
+                else:
+                    shown, text = redact_arguments(raw, redactor)
                 arguments[call_id] = shown
                 content.append(("tool-call", {"id": call_id, "name": name, "arguments": text}))
             case _:
