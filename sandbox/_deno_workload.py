@@ -17,9 +17,9 @@ reaps it and exits, and nobody is left an orphan. bwrap itself runs no workload 
 SIGKILLed only if it does not exit on its own.
 
 ``RLIMIT_CPU``, the cgroups and the drop to the workload's user (``_identity``) are applied in the
-child before exec, so nothing of the workload runs unaccounted or as root. Under bubblewrap the
-child then waits on ``--block-fd`` until the host has opened a pidfd on bubblewrap's sandbox child
-(which is certainly that process while it waits), and is released at once.
+child before exec, so nothing of the workload runs unaccounted or as root. Under bubblewrap, bwrap
+reports its sandbox child and holds it on ``--block-fd`` until the host has opened a pidfd on it
+(certainly that process while it waits), then lets it go at once.
 """
 
 from __future__ import annotations
