@@ -31,6 +31,7 @@ class InMemoryConversationLog:
         Cancellation: a cancellation point *before* anything is appended (raises ``Cancelled`` if
         the caller's scope is cancelled); it does not yield to the scheduler — there is no I/O to
         wait for, and the engine yields once per turn itself."""
+        # Half of Trio's checkpoint pair, on purpose: see the docstring.
         await trio.lowlevel.checkpoint_if_cancelled()
         return self.append_nowait(conversation_id, records)
 
@@ -45,7 +46,7 @@ class InMemoryConversationLog:
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """Entries with ``seq > after``. Cancellation: a cancellation point (no scheduler yield);
         nothing changes."""
-        await trio.lowlevel.checkpoint_if_cancelled()
+        await trio.lowlevel.checkpoint_if_cancelled()  # half the pair: nothing to wait for
         start = max(after, 0)
         records = self._logs.get(conversation_id, ())
         return tuple(LogEntry(seq, record) for seq, record in enumerate(records[start:], start + 1))
