@@ -136,7 +136,23 @@ def _as_failure_tuple(failure: object) -> tuple[type[TaggedError], ...]:
 
 @final
 class Tool(Generic[P, S]):
-    """A tool definition. Identity matters: each Tool has its own handler service key."""
+    """A tool definition. Identity matters: each Tool has its own handler service key.
+
+    ``parameters``/``success`` are attrs types (or generic forms such as ``list[Hit]``);
+    ``parameters_schema``/``success_schema`` JSON Schemas instead (see :meth:`dynamic`).
+    ``failure`` names the declared errors (``TaggedError`` classes): raised by the handler — or
+    by a task of its own nursery — they are a ``ToolFailure`` the model reads; anything else is a
+    ``ToolDefect``. ``timeout`` (seconds) cuts a handler off as a defect.
+
+    Approval: ``needs_approval`` is a bool or a function of the decoded parameters and the call's
+    :class:`ToolCallContext`. The request an approver gets can be made specific by the tool:
+    ``targets(params)`` gives the resources the call touches (e.g. ``["file:/tmp/a"]``) and
+    ``summarize(params)`` a one-line summary (default: the title or name, and the description);
+    both are redacted, and if either raises, the call is rejected (fail closed).
+    ``denial_is_terminal=True`` makes a denial (or an approval timeout) end the run with
+    ``ApprovalDenied`` once the batch has committed; by default the model sees the rejection and
+    carries on.
+    """
 
     __slots__ = (
         "_output_validator",
