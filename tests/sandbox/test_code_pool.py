@@ -7,7 +7,6 @@ waiting for a pool to fill or a release to finish waits on ``settle()``, never o
 from __future__ import annotations
 
 import trio
-import trio.testing
 
 from effectagent.effect import open_layer
 from sandbox import (
@@ -168,7 +167,7 @@ async def test_settle_waits_for_the_release_of_a_used_workload(tracker: Workload
 
 
 async def test_settle_is_cancellable_and_returns_at_once_without_a_pool(
-    tracker: WorkloadTracker, autojump_clock: trio.testing.MockClock
+    tracker: WorkloadTracker,
 ) -> None:
     await DenoCodeExecutor(on_acquire=tracker.record).settle()
     async with open_deno_executor(warm=1, on_acquire=tracker.record) as executor:
