@@ -3,6 +3,7 @@
 from ._errors import AiError as AiError
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ContentFiltered as ContentFiltered
+from ._errors import ContextLengthExceeded as ContextLengthExceeded
 from ._errors import InvalidModelRequest as InvalidModelRequest
 from ._errors import MalformedResponse as MalformedResponse
 from ._errors import ModelNetworkError as ModelNetworkError
@@ -12,6 +13,7 @@ from ._errors import RateLimited as RateLimited
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
+from ._model import OutputFormat as OutputFormat
 from ._model import ToolChoice as ToolChoice
 from ._model import close_stream as close_stream
 from ._model import generate as generate
@@ -64,6 +66,7 @@ __all__ = [
     "AssistantMessage",
     "AuthenticationFailed",
     "ContentFiltered",
+    "ContextLengthExceeded",
     "ErrorPart",
     "FINISH_REASONS",
     "FailureMode",
@@ -78,6 +81,7 @@ __all__ = [
     "Message",
     "ModelNetworkError",
     "ModelRequest",
+    "OutputFormat",
     "ModelResponse",
     "ResponseContent",
     "ModelUnavailable",

@@ -12,6 +12,7 @@ __all__ = [
     "AiError",
     "AuthenticationFailed",
     "ContentFiltered",
+    "ContextLengthExceeded",
     "InvalidModelRequest",
     "MalformedResponse",
     "ModelNetworkError",
@@ -58,6 +59,14 @@ class AuthenticationFailed(AiError):
 @attrs.frozen
 class InvalidModelRequest(AiError):
     """The provider rejected the request as malformed."""
+
+
+@attrs.frozen
+class ContextLengthExceeded(AiError):
+    """The request is longer than the model's context window. Not retryable as it is: the
+    context has to shrink first (compaction can react to it)."""
+
+    limit: int | None = None
 
 
 @attrs.frozen

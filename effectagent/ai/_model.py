@@ -20,6 +20,7 @@ __all__ = [
     "LanguageModel",
     "LanguageModelService",
     "ModelRequest",
+    "OutputFormat",
     "ToolChoice",
     "close_stream",
     "generate",
@@ -32,16 +33,31 @@ NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 ToolChoice: TypeAlias = Literal["auto", "none", "required"] | str
 
 
+@attrs.frozen(slots=True)
+class OutputFormat:
+    """The shape a final answer must have: a JSON Schema (draft 2020-12) of the encoded output.
+
+    A provider that can constrain its output sends it in its native form (``strict`` when the
+    schema allows the provider's strict mode); ``name`` is an identifier for it.
+    """
+
+    name: str
+    schema: Mapping[str, Any]
+    strict: bool = True
+
+
 @fast_init
 @attrs.frozen(slots=True)
 class ModelRequest:
-    """One model call. ``tool_choice`` is auto, none, required, or a tool name."""
+    """One model call. ``tool_choice`` is auto, none, required, or a tool name; ``output``, when
+    set, is the JSON the final answer must be."""
 
     messages: tuple[Message, ...]
     tools: tuple[ToolDescriptor, ...] = ()
     tool_choice: ToolChoice = "auto"
     max_output_tokens: int | None = None
     metadata: Mapping[str, Any] = NO_METADATA
+    output: OutputFormat | None = None
 
 
 class LanguageModel(Protocol):

@@ -63,12 +63,13 @@ class ConversationCreated:
 @fast_init
 @attrs.frozen(slots=True)
 class UserInputRecorded:
-    """Input entered the conversation: ``kind`` user, steering or follow-up."""
+    """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
+    what the engine itself told the model (a final answer that did not decode, and why)."""
 
     conversation_id: str
     run_id: str
     input_id: str
-    kind: Literal["user", "steering", "follow-up"]
+    kind: Literal["user", "steering", "follow-up", "feedback"]
     text: str
     author: str
     at: float

@@ -21,11 +21,16 @@ from ._seams import CompactorService as CompactorService
 from ._seams import ConversationLog as ConversationLog
 from ._seams import ConversationLogService as ConversationLogService
 from ._seams import RedactorService as RedactorService
+from ._seams import RunEnding as RunEnding
+from ._seams import RunInfo as RunInfo
+from ._seams import RunObserver as RunObserver
+from ._seams import RunObserversService as RunObserversService
 from ._seams import SteeringInbox as SteeringInbox
 from ._seams import SteeringInboxService as SteeringInboxService
 from ._seams import SteeringInput as SteeringInput
 from ._seams import ToolAuthorization as ToolAuthorization
 from ._seams import ToolAuthorizationService as ToolAuthorizationService
+from ._seams import observe_runs as observe_runs
 from ._seams import requirements_of as requirements_of
 
 __all__ = [
@@ -44,7 +49,11 @@ __all__ = [
     "InstructionsLeakSecret",
     "LOGGER_NAME",
     "RedactorService",
+    "RunEnding",
     "RunFailedError",
+    "RunInfo",
+    "RunObserver",
+    "RunObserversService",
     "RunResult",
     "RunStream",
     "Runtime",
@@ -53,6 +62,7 @@ __all__ = [
     "SteeringInput",
     "ToolAuthorization",
     "ToolAuthorizationService",
+    "observe_runs",
     "open_runtime",
     "reduce_events",
     "requirements_of",

@@ -57,7 +57,7 @@ from ._handover import EventQueue, RunReducer
 from ._ids import new_id
 from ._io import RunIO
 from ._model_step import ModelStep, stream_model
-from ._seams import SteeringInput
+from ._seams import RunEnding, RunInfo, SteeringInput
 from ._services import RunServices
 
 __all__ = ["RunDriver"]
@@ -105,6 +105,8 @@ class RunDriver:
         self.terminal: EventBase | None = None
         self.finished = False
         self._done: trio.Event | None = None  # made only if someone waits for the end
+        # Set once the run observers were told the run started (they are then told it ended).
+        self._observed: RunInfo | None = None
         self.turn = 0
         # Whether the last batch left a nursery (a schedule point): see ``_turns``.
         self._yielded = False
@@ -174,6 +176,9 @@ class RunDriver:
             if self.terminal is None:
                 with trio.CancelScope(shield=True):
                     await self._record_interrupted()
+            if self._observed is not None:
+                with trio.CancelScope(shield=True):
+                    await self._tell_ended(self._observed)
             self.finished = True
             io.close()
             if self._done is not None:
@@ -189,9 +194,39 @@ class RunDriver:
             self.terminal = io.emit(RunInterrupted, "interrupted", self.budget.usage)
             io.logs.info("run interrupted", turns=self.turn, tool_calls=self.budget.tool_calls)
 
+    async def _tell_started(self) -> None:
+        """Tell the run observers (the steering inbox first) that the run starts."""
+        io = self.io
+        run = RunInfo(io.run_id, io.conversation_id, self.agent.name, self.author)
+        for observer in self.services.observers:
+            if self._observed is None:
+                self._observed = run  # from the first call on, every observer hears the end
+            await observer.run_started(run)
+
+    async def _tell_ended(self, run: RunInfo) -> None:
+        """Tell every run observer how the run ended; what one raises is logged, not raised."""
+        terminal = self.terminal
+        ending: RunEnding = (
+            "completed"
+            if isinstance(terminal, RunCompleted)
+            else "failed"
+            if isinstance(terminal, RunFailed)
+            else "interrupted"
+        )
+        for observer in self.services.observers:
+            try:
+                await observer.run_ended(run, ending)
+            except Exception as exc:
+                message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
+                self.io.logs.warning(
+                    "run observer failed", observer=type(observer).__qualname__, error=message
+                )
+
     async def _main(self) -> None:
         io = self.io
         services = self.services
+        if services.observers:
+            await self._tell_started()
         text = services.redactor.redact_text(self.user_input)
         io.emit(RunStarted, io.redact_text(text))
         io.logs.debug("run started")

@@ -49,6 +49,8 @@ from ._seams import (
     ConversationLog,
     ConversationLogService,
     RedactorService,
+    RunObserver,
+    RunObserversService,
     SteeringInboxService,
     ToolAuthorizationService,
     requirements_of,
@@ -221,6 +223,7 @@ class Runtime:
         if self._redactor.redact_text(agent.instructions) != agent.instructions:
             raise InstructionsLeakSecret(agent.name)
         handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
+        observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         services = RunServices(
             model=ctx.require(LanguageModelService),
             log=self._log,
@@ -231,6 +234,7 @@ class Runtime:
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
             system=SystemMessage(agent.instructions),
+            observers=tuple(observers),
         )
         self._checked[id(agent)] = (agent, services)
         return services

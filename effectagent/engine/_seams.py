@@ -7,7 +7,10 @@ Absence is explicit and decided at preflight (CAP-001/CAP-002):
   it every resolved, decoded call is authorized (the agent's toolkit *is* the allowlist).
 * ``CompactorService`` — required when the policy sets ``context_token_limit``.
 * ``SteeringInboxService`` — optional; without it a run drains no steering and takes no follow-ups.
-  The engine only reads the inbox; submitting steering is the job of whatever provides it.
+  The engine reads the inbox and tells it when runs start and end (steering is accepted only while
+  a run is active); submitting steering is the job of whatever provides it.
+* ``RunObserversService`` — optional; the services told when each run starts and how it ended
+  (run-local state discarded, compensations run). :func:`observe_runs` builds it from other keys.
 * ``ConversationLogService`` / ``RedactorService`` — optional; the runtime then uses its in-memory log
   (deployment class E) and a redactor of the secrets given to ``open_runtime``.
 """
@@ -29,9 +32,14 @@ from effectagent.core import (
     Record,
     Redactor,
 )
-from effectagent.effect import ServiceKey, TaggedError
+from effectagent.effect import Context, Layer, Scope, ServiceKey, TaggedError
 
 __all__ = [
+    "RunEnding",
+    "RunInfo",
+    "RunObserver",
+    "RunObserversService",
+    "observe_runs",
     "Approval",
     "ApprovalError",
     "ApprovalService",
@@ -137,8 +145,68 @@ class SteeringInput:
     at: float
 
 
+#: How a run ended, as its observers are told.
+RunEnding = Literal["completed", "failed", "interrupted"]
+
+
+@attrs.frozen(slots=True)
+class RunInfo:
+    """A run, as the services the engine tells about runs see it."""
+
+    run_id: str
+    conversation_id: str
+    agent: str
+    author: str
+
+
+class RunObserver(Protocol):
+    """Told when each run starts and how it ended."""
+
+    async def run_started(self, run: RunInfo) -> None:
+        """The run is about to take its first turn. Raising fails the run (``EngineDefect``)
+        before the model is asked anything. Cancellation: the run's own (it is interrupted)."""
+        ...
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        """The run has written its terminal record. Called shielded, every run that started,
+        once; what it raises is logged, never changes the run's outcome."""
+        ...
+
+
+#: The service key of the run observers (optional): a sequence, told in order.
+RunObserversService: ServiceKey[Sequence[RunObserver]] = ServiceKey(
+    "effectagent.RunObservers", "the services told when runs start and end"
+)
+
+
+def observe_runs(*keys: ServiceKey[Any]) -> Layer:
+    """A Layer providing :data:`RunObserversService`: the services of ``keys``, in that order
+    (each must implement :class:`RunObserver`; the Layer requires them, so preflight names any
+    that is missing)."""
+
+    async def build(context: Context, _: Scope) -> Context:
+        observers = tuple(context.require(key) for key in keys)
+        for key, observer in zip(keys, observers, strict=True):
+            if not (hasattr(observer, "run_started") and hasattr(observer, "run_ended")):
+                raise TypeError(f"the service of {key.name!r} is not a RunObserver")
+        return Context({RunObserversService: observers})
+
+    return Layer.from_build(
+        "observe_runs", provides=[RunObserversService], requires=list(keys), build=build
+    )
+
+
 class SteeringInbox(Protocol):
-    """Per-conversation FIFO of accepted steering and follow-ups."""
+    """Per-conversation FIFO of accepted steering and follow-ups; told when runs start and end
+    (steering is only accepted while a run of its conversation is active)."""
+
+    async def run_started(self, run: RunInfo) -> None:
+        """A run of ``run.conversation_id`` is active from now on (see :class:`RunObserver`)."""
+        ...
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        """That run is over (see :class:`RunObserver`)."""
+        ...
 
     def drain_steering(self, conversation_id: str) -> Sequence[SteeringInput]:
         """Take all accepted steering for the conversation (FIFO). Never blocks."""

@@ -8,7 +8,14 @@ from typing import Any, final
 from effectagent.ai import Handler, LanguageModel, SystemMessage, Tool
 from effectagent.core import Redactor
 
-from ._seams import Approval, Compactor, ConversationLog, SteeringInbox, ToolAuthorization
+from ._seams import (
+    Approval,
+    Compactor,
+    ConversationLog,
+    RunObserver,
+    SteeringInbox,
+    ToolAuthorization,
+)
 
 __all__ = ["RunServices"]
 
@@ -25,6 +32,7 @@ class RunServices:
         "inbox",
         "log",
         "model",
+        "observers",
         "redactor",
         "system",
     )
@@ -41,6 +49,7 @@ class RunServices:
         compactor: Compactor | None,
         inbox: SteeringInbox | None,
         system: SystemMessage,
+        observers: tuple[RunObserver, ...] = (),
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -51,3 +60,5 @@ class RunServices:
         self.authorization = authorization
         self.compactor = compactor
         self.inbox = inbox
+        # Told when each run starts and ends: the steering inbox first, then the observers.
+        self.observers = ((inbox,) if inbox is not None else ()) + observers

@@ -11,7 +11,7 @@ import trio.testing
 from effectagent.ai import ToolCallContext, UserMessage
 from effectagent.core import RunCompleted, UserInputRecorded
 from effectagent.effect import Layer
-from effectagent.engine import SteeringInboxService, SteeringInput
+from effectagent.engine import RunEnding, RunInfo, SteeringInboxService, SteeringInput
 from effectagent.testing import Turn
 
 from .helpers import Forecast, Lookup, forecast_tool, make_agent, records_of, run_script
@@ -28,6 +28,8 @@ class Inbox:
             SteeringInput(f"f{i}", "follow-up", t, "op", 0.0) for i, t in enumerate(follow_ups)
         ]
         self.release_steering = False
+        self.active: list[str] = []
+        self.ended: list[str] = []
 
     def drain_steering(self, conversation_id: str) -> Sequence[SteeringInput]:
         if not self.release_steering:
@@ -38,6 +40,13 @@ class Inbox:
     def take_follow_ups(self, conversation_id: str) -> Sequence[SteeringInput]:
         taken, self.follow_ups = self.follow_ups, []
         return taken
+
+    async def run_started(self, run: RunInfo) -> None:
+        self.active.append(run.run_id)
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        self.active.remove(run.run_id)
+        self.ended.append(ending)
 
 
 def user_texts(request_messages: Sequence[object]) -> list[str]:
@@ -84,3 +93,27 @@ async def test_follow_ups_are_admitted_only_when_the_agent_would_stop(
     assert user_texts(ran.model.requests[1].messages)[-1] == "and tomorrow?"
     kinds = [r.kind for r in records_of(ran.log, UserInputRecorded)]
     assert kinds == ["user", "follow-up"]
+
+
+async def test_the_inbox_knows_when_a_run_of_its_conversation_is_active(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Steering is accepted only while a run is active: the engine tells the inbox when each run
+    starts and how it ended."""
+    inbox = Inbox([], [])
+    seen_active: list[list[str]] = []
+    tool = forecast_tool()
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        seen_active.append(list(inbox.active))
+        return Forecast(params.city, 4.0)
+
+    ran = await run_script(
+        make_agent(tool),
+        {tool: handle},
+        [Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("4 °C")],
+        extra=Layer.succeed(SteeringInboxService, inbox),
+    )
+    assert seen_active == [[ran.terminal.run_id]]
+    assert inbox.active == []
+    assert inbox.ended == ["completed"]
