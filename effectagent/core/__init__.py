@@ -29,6 +29,7 @@ from ._outcomes import ToolUnknownOutcome as ToolUnknownOutcome
 from ._policy import Agent as Agent
 from ._policy import AgentPolicy as AgentPolicy
 from ._policy import CompactionPolicy as CompactionPolicy
+from ._policy import RetryPolicy as RetryPolicy
 from ._policy import ToolResultBounds as ToolResultBounds
 from ._records import *  # noqa: F403
 from ._records import __all__ as _records_all
@@ -56,6 +57,7 @@ __all__ = [
     "REDACTED",
     "Redactor",
     "RepeatedToolFailure",
+    "RetryPolicy",
     "Risk",
     "RunError",
     "SecretRedactor",

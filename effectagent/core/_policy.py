@@ -8,7 +8,7 @@ import attrs
 
 from effectagent.ai import Toolkit
 
-__all__ = ["Agent", "AgentPolicy", "CompactionPolicy", "ToolResultBounds"]
+__all__ = ["Agent", "AgentPolicy", "CompactionPolicy", "RetryPolicy", "ToolResultBounds"]
 
 MIN_RESULT_BYTES = 256
 
@@ -93,6 +93,37 @@ class CompactionPolicy:
 
 
 @attrs.frozen
+class RetryPolicy:
+    """How a model call that failed with a retryable error (``AiError.is_retryable``) is retried.
+
+    Up to ``attempts`` calls in all (1: no retry). The wait before retry *n* (1-based) is
+    ``min(max_delay, initial_delay * multiplier ** (n - 1))``, scaled by a random factor in
+    ``[1 - jitter, 1]``; a provider's ``retry_after`` is honoured when it is longer. No wait
+    reaches past the run's deadline: a retry that cannot happen in time is not attempted.
+    """
+
+    attempts: int = 3
+    initial_delay: float = 1.0
+    max_delay: float = 30.0
+    multiplier: float = 2.0
+    jitter: float = 0.2
+
+    def __attrs_post_init__(self) -> None:
+        attempts: object = self.attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be a positive integer, got {attempts!r}")
+        for name in ("initial_delay", "max_delay", "multiplier"):
+            value: object = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"RetryPolicy.{name} must be a positive number, got {value!r}")
+        if self.multiplier < 1:
+            raise ValueError(f"RetryPolicy.multiplier must be at least 1, got {self.multiplier!r}")
+        jitter: object = self.jitter
+        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter < 1:
+            raise ValueError(f"RetryPolicy.jitter must be in [0, 1), got {jitter!r}")
+
+
+@attrs.frozen
 class AgentPolicy:
     """Limits and behaviour of a run. The first four are required.
 
@@ -123,6 +154,11 @@ class AgentPolicy:
     grace_turn_duration: float = attrs.field(
         default=30.0, validator=_positive_number("grace_turn_duration")
     )
+    #: How many times a final answer that does not decode into ``Agent.output`` goes back to the
+    #: model with the decoder's message (each attempt is a turn, counted in the budgets).
+    output_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
+    #: How a model call that failed with a retryable error is retried.
+    model_retry: RetryPolicy = RetryPolicy()
     warning_ratio: float = 0.8
 
     def __attrs_post_init__(self) -> None:
@@ -133,7 +169,11 @@ class AgentPolicy:
         ratio: object = self.warning_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1:
             raise ValueError(f"AgentPolicy.warning_ratio must be between 0 and 1, got {ratio!r}")
-        nested = (("tool_result_bounds", ToolResultBounds), ("compaction", CompactionPolicy))
+        nested = (
+            ("tool_result_bounds", ToolResultBounds),
+            ("compaction", CompactionPolicy),
+            ("model_retry", RetryPolicy),
+        )
         for name, kind in nested:
             value = getattr(self, name)
             if not isinstance(value, kind):
