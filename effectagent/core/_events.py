@@ -24,6 +24,7 @@ __all__ = [
     "CompactionPerformed",
     "Event",
     "EventBase",
+    "ModelRetrying",
     "ModelStarted",
     "ReasoningDelta",
     "RunCompleted",
@@ -78,6 +79,25 @@ class ModelStarted(EventBase):
     """The model request for ``turn`` is sent."""
 
     turn: int
+
+
+@fast_init
+@attrs.frozen(slots=True)
+class ModelRetrying(EventBase):
+    """The model call of ``turn`` failed with a retryable error; it is tried again after
+    ``delay`` seconds (attempt ``attempt + 1``).
+
+    ``discard`` is True when the failed attempt had already streamed text or reasoning: those
+    deltas were provisional — drop what this turn showed so far; the next attempt streams the
+    answer anew. Nothing of a failed attempt is ever recorded.
+    """
+
+    turn: int
+    attempt: int
+    error_tag: str
+    message: str
+    delay: float
+    discard: bool
 
 
 @fast_init
@@ -241,6 +261,7 @@ Event: TypeAlias = (
     RunStarted
     | TurnStarted
     | ModelStarted
+    | ModelRetrying
     | TextDelta
     | ReasoningDelta
     | ToolCallDeclared

@@ -32,6 +32,8 @@ from effectagent.core import (
     EngineDefect,
     EventBase,
     FinalTurnDeclaredTools,
+    ModelFailed,
+    ModelRetrying,
     OutputInvalid,
     Record,
     RepeatedToolFailure,
@@ -57,6 +59,7 @@ from ._handover import EventQueue, RunReducer
 from ._ids import new_id
 from ._io import RunIO
 from ._model_step import ModelStep, stream_model
+from ._retry import retry_delay
 from ._seams import RunEnding, RunInfo, SteeringInput
 from ._services import RunServices
 
@@ -110,6 +113,8 @@ class RunDriver:
         self.turn = 0
         # Whether the last batch left a nursery (a schedule point): see ``_turns``.
         self._yielded = False
+        # Final answers sent back because they did not decode into ``Agent.output``.
+        self._output_retries = 0
 
     @property
     def run_id(self) -> str:
@@ -308,8 +313,16 @@ class RunDriver:
                     await self._admit_inputs(follow_ups)
                     self._turn_completed(response)
                     continue
+                output, problem = self._output(response)
+                if problem is not None:
+                    if self._output_retries < self.agent.policy.output_retries:
+                        self._output_retries += 1
+                        await self._give_feedback(step, problem)
+                        self._turn_completed(response)
+                        continue
+                    return self._output_invalid(problem)
                 # The answer ends the run: no later request needs it as an assistant message.
-                await self._complete(response, "stop", None)
+                await self._complete(response, "stop", None, output)
                 return None
             failure = await self._batch(step)
             self._turn_completed(response)
@@ -378,44 +391,112 @@ class RunDriver:
                 await self._fail(FinalTurnDeclaredTools(names))
                 return
             io.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
-            await self._complete(response, "budget-exhausted", dim)
+            output, problem = self._output(response)
+            if problem is not None:
+                await self._fail(self._output_invalid(problem))
+                return
+            await self._complete(response, "budget-exhausted", dim, output)
         if grace_deadline.cancelled_caught and self.terminal is None:
             await self._fail(BudgetExhausted(dim, used, limit))
 
     async def _model_step(self, *, grace: bool) -> ModelStep | RunError:
-        """One model response for the prompt so far; its record waits for the turn's next append."""
+        """One model response for the prompt so far; its record waits for the turn's next append.
+
+        A call that fails with a retryable error is tried again per ``AgentPolicy.model_retry``
+        (see ``_retry``), after a ``ModelRetrying`` event; nothing of a failed call is recorded.
+        Cancellation: a cancellation point while streaming and while waiting to retry.
+        """
+        io = self.io
+        services = self.services
         toolkit = self.agent.toolkit
         request = ModelRequest(
             tuple(self.messages),
             () if grace else toolkit.descriptors,
             "none" if grace or not len(toolkit) else "auto",
+            output=services.output,
         )
-        step = await stream_model(self.io, self.services.model, request, self.turn)
-        if isinstance(step, RunError):
-            return step
+        retry = self.agent.policy.model_retry
+        attempt = 1
+        while True:
+            step = await stream_model(io, services.model, request, self.turn)
+            if isinstance(step, ModelStep):
+                break
+            error = step.error
+            message = io.redact_text(str(error))
+            delay = retry_delay(
+                retry, error, attempt, trio.current_time(), trio.current_effective_deadline()
+            )
+            if delay is None:
+                io.logs.warning(
+                    "model call failed", error=error.tag, message=message, attempts=attempt
+                )
+                return ModelFailed(error.tag, message)
+            io.emit(ModelRetrying, self.turn, attempt, error.tag, message, delay, step.streamed)
+            io.logs.info("model call retried", error=error.tag, attempt=attempt, delay=delay)
+            await trio.sleep(delay)
+            attempt += 1
         self.budget.record_usage(step.usage)
-        self.io.record_later(step.record)
+        io.record_later(step.record)
         return step
 
+    def _output(self, response: ModelResponse) -> tuple[Any, str | None]:
+        """The final answer decoded into ``Agent.output`` — or, when it does not decode, why
+        (redacted). From the redacted text, like the answer itself: a secret the model echoed
+        must not reach the event or the record through the structured output either."""
+        output_type = self.agent.output
+        if output_type is None:
+            return None, None
+        text = _unfenced(self.services.redactor.redact_text(response.text))
+        try:
+            return decode_json(output_type, text), None
+        except SchemaError as exc:
+            return None, self.io.redact_text(str(exc))
+
+    async def _give_feedback(self, step: ModelStep, problem: str) -> None:
+        """Send the final answer that did not decode back to the model with the decoder's
+        message: recorded as input of kind ``feedback`` (author ``engine``), so a later request,
+        or a conversation continued after a restart, sees exactly what this one saw."""
+        io = self.io
+        text = (
+            "Your final answer must be JSON that matches the required output schema, and it is "
+            f"not: {problem}\nAnswer again with only that JSON."
+        )
+        await io.record(
+            UserInputRecorded(
+                io.conversation_id,
+                io.run_id,
+                new_id("input"),
+                "feedback",
+                text,
+                "engine",
+                time.time(),
+            )
+        )
+        assistant = step.assistant_message()
+        if assistant is not None:
+            self.messages.append(assistant)
+        self.messages.append(UserMessage.text(text))
+
     # ---- endings -------------------------------------------------------------------------------
+
+    def _output_invalid(self, problem: str) -> OutputInvalid:
+        output_type = self.agent.output
+        name = getattr(output_type, "__name__", repr(output_type))
+        tries = self._output_retries
+        after = f" after {tries} {'retry' if tries == 1 else 'retries'}" if tries else ""
+        return OutputInvalid(
+            f"the final answer does not match the output type {name}{after}: {problem}"
+        )
 
     async def _complete(
         self,
         response: ModelResponse,
         finish: Literal["stop", "budget-exhausted"],
         exhausted: str | None,
+        output: Any,
     ) -> None:
         io = self.io
         text = self.services.redactor.redact_text(response.text)
-        output: Any = None
-        if self.agent.output is not None:
-            try:
-                # From the redacted text, like ``text``: a secret the model echoed must not
-                # reach the event or the record through the structured output either.
-                output = decode_json(self.agent.output, text)
-            except SchemaError as exc:
-                await self._fail(OutputInvalid(io.redact_text(str(exc))))
-                return
         encoded = encode(output) if output is not None else text
         budget = self.budget
         record = RunCompletedRecord(io.conversation_id, io.run_id, encoded, finish, time.time())
@@ -494,3 +575,16 @@ _NO_PERMITS = Semaphore(1)
 def _detail(error: RunError) -> str:
     """A failed run's error for the log: its (already redacted) fields, compactly."""
     return repr(error)
+
+
+def _unfenced(text: str) -> str:
+    """The answer without one Markdown code fence around it (```json ... ```), which models
+    often add even when asked for bare JSON; anything else is left as it is."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) > 6:
+        body = stripped[3:-3]
+        newline = body.find("\n")
+        if newline != -1 and body[:newline].strip().isidentifier():
+            body = body[newline + 1 :]  # the language tag (json)
+        return body.strip()
+    return text

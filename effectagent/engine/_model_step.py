@@ -31,7 +31,6 @@ from effectagent.ai import (
     close_stream,
 )
 from effectagent.core import (
-    ModelFailed,
     ModelResponseRecorded,
     ModelStarted,
     ReasoningDelta,
@@ -46,7 +45,7 @@ from effectagent.core import (
 
 from ._io import RunIO
 
-__all__ = ["ModelStep", "stream_model"]
+__all__ = ["ModelAttemptFailed", "ModelStep", "stream_model"]
 
 _SHOWN_WHILE_STREAMING = (TextDeltaPart, ReasoningDeltaPart, TextEndPart, ReasoningEndPart)
 
@@ -85,18 +84,32 @@ class ModelStep:
         return assistant_message_of(self.record.content, parsed=self.arguments)
 
 
+@final
+class ModelAttemptFailed:
+    """A model call that failed with ``error``; ``streamed`` says whether it had already shown
+    text or reasoning deltas (provisional, if the call is retried)."""
+
+    __slots__ = ("error", "streamed")
+
+    def __init__(self, error: AiError, streamed: bool) -> None:
+        self.error = error
+        self.streamed = streamed
+
+
 async def stream_model(
     io: RunIO, model: LanguageModel, request: ModelRequest, turn: int
-) -> ModelStep | ModelFailed:
+) -> ModelStep | ModelAttemptFailed:
     """Stream one response for ``request``: text and reasoning deltas become events as they
     arrive (redacted; a secret split across deltas never shows), then the reduced response.
 
-    A model error (an ``AiError``, a malformed stream included) is returned as ``ModelFailed``.
+    A model error (an ``AiError``, a malformed stream included) is returned as
+    :class:`ModelAttemptFailed`; whether to try again is the caller's decision.
 
     Cancellation: a cancellation point at each part and wherever the consumer lags; the model's
     stream is closed on every exit, shielded.
     """
     io.emit(ModelStarted, turn)
+    streamed_any = False
     reducer = ResponseReducer()
     feed = reducer.feed
     redactor = io.redactor
@@ -132,15 +145,14 @@ async def stream_model(
                 case _:
                     continue
             if shown:
+                streamed_any = True
                 io.emit(event, turn, shown)
                 # ``wait_for_consumer`` inlined: no coroutine per delta when there is room.
                 if queue is not None and queue.full:
                     await queue.wait_for_room()
         response = reducer.finish()
     except AiError as exc:
-        message = io.redact_text(str(exc))
-        io.logs.warning("model call failed", error=exc.tag, message=message, turn=turn)
-        return ModelFailed(exc.tag, message)
+        return ModelAttemptFailed(exc, streamed_any)
     finally:
         await close_stream(stream)
     if redacting:

@@ -43,6 +43,7 @@ from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
 from ._log import InMemoryConversationLog
+from ._output import output_format, system_instructions
 from ._seams import (
     ApprovalService,
     CompactorService,
@@ -224,8 +225,10 @@ class Runtime:
             raise InstructionsLeakSecret(agent.name)
         handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
+        model = ctx.require(LanguageModelService)
+        output = output_format(agent.output) if agent.output is not None else None
         services = RunServices(
-            model=ctx.require(LanguageModelService),
+            model=model,
             log=self._log,
             redactor=self._redactor,
             handlers=handlers,
@@ -233,8 +236,9 @@ class Runtime:
             authorization=ctx.get(ToolAuthorizationService),
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
-            system=SystemMessage(agent.instructions),
+            system=SystemMessage(system_instructions(agent.instructions, output, model)),
             observers=tuple(observers),
+            output=output,
         )
         self._checked[id(agent)] = (agent, services)
         return services

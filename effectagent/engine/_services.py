@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, final
 
-from effectagent.ai import Handler, LanguageModel, SystemMessage, Tool
+from effectagent.ai import Handler, LanguageModel, OutputFormat, SystemMessage, Tool
 from effectagent.core import Redactor
 
 from ._seams import (
@@ -33,6 +33,7 @@ class RunServices:
         "log",
         "model",
         "observers",
+        "output",
         "redactor",
         "system",
     )
@@ -50,6 +51,7 @@ class RunServices:
         inbox: SteeringInbox | None,
         system: SystemMessage,
         observers: tuple[RunObserver, ...] = (),
+        output: OutputFormat | None = None,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -60,5 +62,6 @@ class RunServices:
         self.authorization = authorization
         self.compactor = compactor
         self.inbox = inbox
+        self.output = output  # the JSON Schema of the agent's output, sent with every request
         # Told when each run starts and ends: the steering inbox first, then the observers.
         self.observers = ((inbox,) if inbox is not None else ()) + observers

@@ -17,7 +17,7 @@ import trio
 import trio.testing
 from structlog.testing import capture_logs
 
-from effectagent.ai import RateLimited
+from effectagent.ai import AuthenticationFailed
 from effectagent.engine import LOGGER_NAME, open_runtime
 from effectagent.testing import Turn
 
@@ -107,7 +107,7 @@ async def test_defects_model_errors_failures_exhaustion_and_interruption_are_log
     model = TrackingModel(
         [
             Turn.tool_calls(("forecast", {"city": "Oslo"})),
-            Turn.fail(RateLimited(f"slow down, key {SECRET}")),
+            Turn.fail(AuthenticationFailed(f"bad key {SECRET}")),
             Turn.hanging(),
         ]
     )
@@ -125,7 +125,7 @@ async def test_defects_model_errors_failures_exhaustion_and_interruption_are_log
     (exhausted,) = _named(logs, "budget exhausted")
     assert exhausted["dimension"] == "turns"
     (model_error,) = _named(logs, "model call failed")
-    assert model_error["error"] == "RateLimited"
+    assert model_error["error"] == "AuthenticationFailed"
     assert [line["error"] for line in _named(logs, "run failed")] == [
         "BudgetExhausted",
         "ModelFailed",
@@ -143,7 +143,7 @@ def test_nothing_is_printed_unless_the_application_configures_logging() -> None:
         """
         import attrs, trio
         from effectagent import Agent, AgentPolicy, Tool, Toolkit, open_runtime
-        from effectagent.ai import RateLimited
+        from effectagent.ai import AuthenticationFailed
         from effectagent.testing import ScriptedModel, Turn
 
         @attrs.frozen
@@ -160,7 +160,7 @@ def test_nothing_is_printed_unless_the_application_configures_logging() -> None:
 
         async def main():
             model = ScriptedModel.layer(
-                [Turn.tool_calls(("boom", {"x": 1})), Turn.fail(RateLimited("slow"))])
+                [Turn.tool_calls(("boom", {"x": 1})), Turn.fail(AuthenticationFailed("no key"))])
             async with open_runtime(Toolkit(tool).handlers({tool: boom}) + model) as runtime:
                 result = await runtime.run(agent, "go")
             assert result.status == "failed", result

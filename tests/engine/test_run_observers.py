@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from effectagent.ai import RateLimited
+from effectagent.ai import AuthenticationFailed
 from effectagent.core import EngineDefect, RunFailed
 from effectagent.effect import Layer, MissingServicesError, ServiceKey
 from effectagent.engine import RunEnding, RunInfo, observe_runs, open_runtime
@@ -48,7 +48,7 @@ def _layer(model: TrackingModel, journal: list[str], **fail: bool) -> Layer:
     ("turns", "ending"),
     [
         ([Turn.text("fine")], "completed"),
-        ([Turn.fail(RateLimited("slow down"))], "failed"),
+        ([Turn.fail(AuthenticationFailed("bad key"))], "failed"),
         ([Turn.hanging()], "interrupted"),
     ],
 )

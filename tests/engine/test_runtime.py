@@ -15,10 +15,10 @@ import trio.testing
 
 from effectagent.ai import (
     AssistantMessage,
+    AuthenticationFailed,
     FinishPart,
     LanguageModelService,
     ModelRequest,
-    RateLimited,
     SystemMessage,
     TextContent,
     TextDeltaPart,
@@ -60,6 +60,7 @@ from .helpers import (
     events_of,
     forecast_tool,
     make_agent,
+    make_policy,
     records_of,
     run_events,
 )
@@ -265,7 +266,7 @@ async def test_run_reduces_the_very_stream_that_stream_yields(
 async def test_a_failed_run_result_raises_for_status(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    model = TrackingModel([Turn.fail(RateLimited("slow down"))])
+    model = TrackingModel([Turn.fail(AuthenticationFailed("bad key"))])
     agent = make_agent()
     async with open_runtime(model.layer(), agents=[agent]) as runtime:
         result = await runtime.run(agent, "Hi")
@@ -328,7 +329,7 @@ class Answer:
 
 
 async def _run_with_output(text: str) -> tuple[list[EventBase], list[LogEntry]]:
-    agent = make_agent(output=Answer)
+    agent = make_agent(output=Answer, policy=make_policy(output_retries=0))
     model = TrackingModel([Turn.text(text)])
     async with open_runtime(model.layer(), agents=[agent]) as runtime:
         events = await run_events(runtime, agent, "Structured, please.")
@@ -366,7 +367,7 @@ async def test_an_answer_that_does_not_decode_fails_the_run(
 
 _SCENARIOS: dict[str, Callable[[], list[Turn]]] = {
     "completed": lambda: _weather_turns("Oslo"),
-    "model error": lambda: [Turn.fail(RateLimited("slow down"), after=[TextStartPart("t")])],
+    "model error": lambda: [Turn.fail(AuthenticationFailed("no"), after=[TextStartPart("t")])],
     "malformed stream": lambda: [Turn.raw(TextDeltaPart("t", "x"), FinishPart("stop"))],
     "unscripted turn": lambda: [Turn.tool_calls(("forecast", {"city": "Oslo"}))],
 }

@@ -1,0 +1,41 @@
+"""What the model is told about the shape of the final answer (``Agent(output=T)``).
+
+Every request of an agent with an output type carries that type's JSON Schema as an
+``OutputFormat``: a model adapter that can constrain its output (``native_output = True`` on the
+model: OpenAI's ``json_schema`` response format, Anthropic's structured output) sends it in its
+provider's own form. A model that cannot — one without the attribute, like a test double or a
+plain chat endpoint — gets the schema in its instructions instead, with the request to answer with
+nothing but that JSON. Either way the engine decodes the answer strictly and sends a bad one back
+(``AgentPolicy.output_retries``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from effectagent.ai import OutputFormat
+from effectagent.effect import json_schema
+
+__all__ = ["output_format", "system_instructions"]
+
+_NAME = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def output_format(output: Any) -> OutputFormat:
+    """The ``OutputFormat`` of an output type: its JSON Schema and a name a provider accepts."""
+    name = _NAME.sub("_", getattr(output, "__name__", "output"))[:64] or "output"
+    return OutputFormat(name, json_schema(output))
+
+
+def system_instructions(instructions: str, output: OutputFormat | None, model: object) -> str:
+    """The agent's instructions, plus the output schema for a model that cannot take it natively."""
+    if output is None or getattr(model, "native_output", False):
+        return instructions
+    schema = json.dumps(output.schema, ensure_ascii=False, separators=(",", ":"))
+    return (
+        f"{instructions}\n\n"
+        "When you give your final answer, reply with only a JSON value (no prose, no code "
+        f"fence) that matches this JSON Schema:\n{schema}"
+    )

@@ -1,0 +1,43 @@
+"""When a failed model call is tried again — pure: the policy, the error, the clock's now and the
+effective deadline in, a delay (or no retry) out.
+
+Only errors that say they are retryable (``AiError.is_retryable``: rate limits, an overloaded or
+unreachable provider) are retried, up to ``RetryPolicy.attempts`` calls in all. The wait grows
+exponentially with jitter, a provider's ``retry_after`` is honoured when it asks for longer, and a
+retry that could not start before the run's deadline is not attempted: the run then fails at once
+with the model's error rather than sleeping into its deadline.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from effectagent.ai import AiError
+from effectagent.core import RetryPolicy
+
+__all__ = ["retry_delay"]
+
+_jitter = random.Random()
+
+
+def retry_delay(
+    policy: RetryPolicy,
+    error: AiError,
+    attempt: int,
+    now: float,
+    deadline: float,
+    draw: Callable[[], float] = _jitter.random,
+) -> float | None:
+    """Seconds to wait before trying again after call number ``attempt`` (1-based) failed with
+    ``error``, or None: do not try again. ``draw`` gives the jitter's random number in [0, 1)."""
+    if not error.is_retryable or attempt >= policy.attempts:
+        return None
+    base = min(policy.max_delay, policy.initial_delay * policy.multiplier ** (attempt - 1))
+    delay = base * (1.0 - policy.jitter * draw())
+    retry_after = getattr(error, "retry_after", None)
+    if isinstance(retry_after, int | float) and retry_after > delay:
+        delay = float(retry_after)
+    if now + delay >= deadline:
+        return None
+    return delay
