@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect import fast_init
+from effectagent.effect import SchemaIssue, fast_init
 
 __all__ = [
     "ToolDefect",
@@ -63,11 +63,16 @@ class ToolRejected:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolInvalidInput:
-    """The arguments did not decode (or the tool is unknown, or the arguments were truncated)."""
+    """The arguments did not decode (or the tool is unknown, or the arguments were truncated).
+
+    ``issues`` are the decoder's findings as data — where (``$.items[2].qty``) and what, each
+    redacted — and ``message`` says the same in words (what the model is shown).
+    """
 
     tool_call_id: str
     tool_name: str
     message: str
+    issues: tuple[SchemaIssue, ...] = ()
     kind: Literal["invalid-input"] = "invalid-input"
     is_failure = True
 

@@ -10,6 +10,7 @@ from ._runtime import RunStream as RunStream
 from ._runtime import Runtime as Runtime
 from ._runtime import open_runtime as open_runtime
 from ._runtime import reduce_events as reduce_events
+from ._runtime import run_sync as run_sync
 from ._scheduler import BatchLedger as BatchLedger
 from ._seams import Approval as Approval
 from ._seams import ApprovalError as ApprovalError
@@ -65,5 +66,6 @@ __all__ = [
     "observe_runs",
     "open_runtime",
     "reduce_events",
+    "run_sync",
     "requirements_of",
 ]

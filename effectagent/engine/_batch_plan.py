@@ -20,7 +20,7 @@ from effectagent.core import (
     bounded_json,
     bounded_parsed,
 )
-from effectagent.effect import SchemaError
+from effectagent.effect import SchemaError, SchemaIssue
 
 from ._model_step import ModelStep
 
@@ -92,7 +92,11 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
             params = tool.decode_arguments(raw)
         except SchemaError as exc:
             message = redactor.redact_text(str(exc))
-            early.append((index, ToolInvalidInput(call_id, name, message)))
+            issues = tuple(
+                SchemaIssue(redactor.redact_text(i.path), redactor.redact_text(i.message))
+                for i in exc.issues
+            )
+            early.append((index, ToolInvalidInput(call_id, name, message, issues)))
         else:
             runnable.append(PlannedCall(index, call_id, name, tool, params, shown))
     cut_off = "the arguments were cut off by the output length limit; the call was not executed"

@@ -27,6 +27,7 @@ from effectagent.core import (
     EventBase,
     Redactor,
     SecretRedactor,
+    TextDelta,
 )
 from effectagent.effect import (
     Context,
@@ -59,6 +60,7 @@ from ._seams import (
 from ._services import RunServices
 
 __all__ = [
+    "run_sync",
     "InstructionsLeakSecret",
     "RunFailedError",
     "RunResult",
@@ -127,6 +129,25 @@ class RunStream:
     def interrupt(self) -> None:
         """Interrupt the run (it ends with RunInterrupted). Does not wait."""
         self._driver.interrupt()
+
+    @property
+    def permits_in_use(self) -> int:
+        """How many of the run's ``tool_concurrency`` permits its tool calls hold right now
+        (0 before its first batch and after the run ended — anything else then is a leak)."""
+        permits = self._driver.permits
+        return 0 if permits is None else permits.capacity - permits.available
+
+    async def stream_text(self) -> AsyncIterator[str]:
+        """Only the answer's text, as it streams (the other events are read and dropped).
+
+        Use inside the block: ``async with runtime.stream(...) as events: async for chunk in
+        events.stream_text()``. After a model call was retried with ``discard``, the text of the
+        failed attempt was already given; a consumer that must never show it reads the events.
+        Cancellation: as iterating the events.
+        """
+        async for event in self:
+            if type(event) is TextDelta:
+                yield event.text
 
     async def __aenter__(self) -> RunStream:
         if self._entered:
@@ -258,6 +279,7 @@ class Runtime:
         Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
         an existing conversation (its history is projected from the log).
         """
+        _check_run_arguments(agent, text, conversation_id, author)
         queue = EventQueue(EVENT_BUFFER)
         return RunStream(self, self._driver(agent, text, conversation_id, author, queue), queue)
 
@@ -282,6 +304,7 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
+        _check_run_arguments(agent, text, conversation_id, author)
         reducer = RunReducer()
         driver = self._driver(agent, text, conversation_id, author, reducer)
         active = self._active
@@ -329,6 +352,17 @@ class Runtime:
         finally:
             self._active.discard(driver)
 
+    async def aclose(self) -> None:
+        """Close the runtime before its block ends: no new runs; every run still going, streamed
+        or in a caller's task, is interrupted, and this waits until each has written its
+        interruption. The services the layers built are released when the ``open_runtime``
+        block is left. Idempotent.
+
+        Cancellation: the wait is shielded — interruption is prompt by construction.
+        """
+        self._close()
+        await self._wait_runs()
+
     def _close(self) -> None:
         self._closed = True
         for driver in list(self._active):
@@ -361,7 +395,21 @@ async def open_runtime(
 
     Cancellation: building is a checkpoint; teardown is shielded.
     """
+    given: object = layer  # checked at run time too: not every caller runs mypy
+    if not isinstance(given, Layer):
+        hint = (
+            " (a model is a service: pass its Layer, e.g. ScriptedModel.layer([...]) or "
+            "model.as_layer())"
+            if hasattr(given, "stream")
+            else ""
+        )
+        raise TypeError(f"open_runtime takes a Layer, got {type(given).__name__}{hint}")
+    if isinstance(secrets, str | bytes):
+        raise TypeError("open_runtime(secrets=...) takes a sequence of strings, not one string")
     secrets = list(secrets)
+    for secret in list[object](secrets):
+        if not isinstance(secret, str):
+            raise TypeError(f"open_runtime(secrets=...) holds a {type(secret).__name__}, not a str")
     if secrets and RedactorService in layer.provides:
         raise ValueError(
             "open_runtime(secrets=...) with a layer that provides its own Redactor: the secrets "
@@ -369,6 +417,11 @@ async def open_runtime(
         )
     required: dict[Any, str] = {}
     agent_list = list(agents)
+    for agent in agent_list:
+        if not isinstance(agent, Agent):
+            raise TypeError(
+                f"open_runtime(agents=...) holds a {type(agent).__name__}, not an Agent"
+            )
     for agent in agent_list:
         for key, who in requirements_of(agent).items():
             required.setdefault(key, who)
@@ -403,3 +456,38 @@ def _check_redactor(redactor: object) -> None:
             f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
             "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
         )
+
+
+def _check_run_arguments(
+    agent: object, text: object, conversation_id: object, author: object
+) -> None:
+    if not isinstance(agent, Agent):
+        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
+    if not isinstance(text, str):
+        raise TypeError(f"a run's text must be a str, got {type(text).__name__}")
+    if conversation_id is not None and not isinstance(conversation_id, str):
+        raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
+    if not isinstance(author, str):
+        raise TypeError(f"author must be a str, got {type(author).__name__}")
+
+
+def run_sync(
+    agent: Agent,
+    text: str,
+    *,
+    layer: Layer,
+    secrets: Sequence[str] = (),
+    conversation_id: str | None = None,
+) -> RunResult:
+    """Run ``agent`` on ``text`` to its end in a fresh ``trio.run`` and return the result — for
+    scripts and notebooks. Inside a Trio program, use :func:`open_runtime` and ``runtime.run``.
+
+    Cancellation: Ctrl-C interrupts the run (it writes its interruption) and raises
+    ``KeyboardInterrupt``.
+    """
+
+    async def main() -> RunResult:
+        async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
+            return await runtime.run(agent, text, conversation_id=conversation_id)
+
+    return trio.run(main)

@@ -1,10 +1,12 @@
-"""Testing support shipped to users: a scripted model, hypothesis strategies for tool batches, and
+"""Testing support shipped to users: a scripted model, a model computed from each request, hypothesis strategies for tool batches, and
 a harness that runs a batch through the real engine on Trio's mock clock.
 
 ``batches`` needs ``hypothesis`` (in the ``dev`` extra); it is imported when a strategy is built,
 so ScriptedModel and the harness work without it.
 """
 
+from ._function_model import FunctionModel as FunctionModel
+from ._function_model import Respond as Respond
 from ._harness import BatchReport as BatchReport
 from ._harness import HandlerTrace as HandlerTrace
 from ._harness import SimulatedDefect as SimulatedDefect
@@ -24,6 +26,8 @@ from ._strategies import ProbeFailed as ProbeFailed
 from ._strategies import batches as batches
 
 __all__ = [
+    "FunctionModel",
+    "Respond",
     "ScriptExhausted",
     "ScriptedModel",
     "Turn",

@@ -457,9 +457,7 @@ async def run_batch(
                     if consumer.cancelled_caught:
                         cancelled, live_at_cancel = True, tracker.live
                         events.extend([event async for event in stream])
-                # The run's own semaphore: reachable only through the stream's driver.
-                permits = stream._driver.permits  # None: the run never ran a tool batch
-                permits_in_use = 0 if permits is None else permits.capacity - permits.available
+                permits_in_use = stream.permits_in_use
                 if events:
                     result = await reduce_events(_aiter(events))
             else:

@@ -6,7 +6,8 @@ under ``MockClock``), records every request it received, and reports any script 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+from contextlib import aclosing
 from typing import Any, final
 
 import attrs
@@ -154,10 +155,9 @@ class ScriptedModel:
 
     @staticmethod
     def layer(turns: Iterable[Turn] = (), **options: Any) -> Layer:
-        """A fresh ScriptedModel as the LanguageModel service."""
-        return Layer.succeed(
-            LanguageModelService, ScriptedModel(turns, **options), name="ScriptedModel"
-        )
+        """A fresh ScriptedModel as the LanguageModel service. To read the requests it
+        receives, make the model yourself and use :meth:`as_layer`."""
+        return ScriptedModel(turns, **options).as_layer()
 
     def extend(self, turns: Iterable[Turn]) -> None:
         """Append more turns to the script."""
@@ -197,21 +197,38 @@ class ScriptedModel:
         parts without a delay are handed over without yielding to the scheduler.
         """
         self.requests.append(request)
-        turn = self._take()
-        if turn.inspect is not None:
-            turn.inspect(request)
-        if turn.delay:
-            await trio.sleep(turn.delay)
-        delay = self._part_delay
-        for part in turn.parts:
-            if delay:
-                await trio.sleep(delay)
-            yield part
-        if turn.error is not None:
-            raise turn.error
-        if turn.hang:
-            await trio.sleep_forever()
+        # The inner generator is closed with this one (a cancelled run closes this stream).
+        async with aclosing(play(self._take(), request, self._part_delay)) as parts:
+            async for part in parts:
+                yield part
+
+    def as_layer(self) -> Layer:
+        """This model as the LanguageModel service (keep the model to read its ``requests``)."""
+        return Layer.succeed(LanguageModelService, self, name="ScriptedModel")
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """The next turn as one response."""
         return await generate(self, request)
+
+
+async def play(
+    turn: Turn, request: ModelRequest, part_delay: float = 0.0
+) -> AsyncGenerator[ResponsePart, None]:
+    """Stream ``turn``'s parts for ``request``, as a scripted model does: its ``inspect``, its
+    ``delay``, ``part_delay`` before each part, then its error or its hang.
+
+    Cancellation: cancellable wherever the turn waits; parts without a delay are handed over
+    without yielding to the scheduler.
+    """
+    if turn.inspect is not None:
+        turn.inspect(request)
+    if turn.delay:
+        await trio.sleep(turn.delay)
+    for part in turn.parts:
+        if part_delay:
+            await trio.sleep(part_delay)
+        yield part
+    if turn.error is not None:
+        raise turn.error
+    if turn.hang:
+        await trio.sleep_forever()

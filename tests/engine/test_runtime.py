@@ -434,7 +434,8 @@ async def test_events_carry_turn_and_tool_call_identity(
 
 
 def _foreign_values(value: object, path: str = "$") -> list[str]:
-    """Paths of everything in a record that is neither JSON nor one of the core's own values."""
+    """Paths of everything in a record that is neither JSON nor one of our own values (the
+    core's records and outcomes, the effect core's schema issues) — no provider SDK type."""
     if value is None or isinstance(value, str | int | float | bool):
         return []
     if isinstance(value, list | tuple):
@@ -442,7 +443,9 @@ def _foreign_values(value: object, path: str = "$") -> list[str]:
     if isinstance(value, dict):
         found = [f"{path} key {k!r}" for k in value if not isinstance(k, str)]
         return found + [p for k, v in value.items() for p in _foreign_values(v, f"{path}.{k}")]
-    if attrs.has(type(value)) and type(value).__module__.startswith("effectagent.core."):
+    if attrs.has(type(value)) and type(value).__module__.startswith(
+        ("effectagent.core.", "effectagent.effect.")
+    ):
         return [
             p
             for field in attrs.fields(cast(Any, type(value)))
