@@ -54,21 +54,27 @@ async def maybe_compact(
     messages: Sequence[Message],
     turn: int,
     record_usage: Callable[[UsageDelta], None],
+    *,
+    force: bool = False,
 ) -> list[Message] | None:
     """Compact before ``turn`` when the estimated context exceeds the policy's limit; return the
     new prompt (projected from the log), or None when nothing was compacted.
 
-    ``record_usage`` meters the summary's model call into the run's usage.
+    ``record_usage`` meters the summary's model call into the run's usage. ``force``: the model
+    refused the context as too long (``ContextLengthExceeded``) — compact whatever the estimate
+    says, asking the Compactor to get below the current estimate at least.
 
     Cancellation: nothing is appended if cancelled before the Compactor returns; the records it
     returns are appended all or nothing.
     """
     limit = policy.context_token_limit
     compactor = services.compactor
-    if limit is None or compactor is None:
+    if compactor is None or (limit is None and not force):
         return None
     estimate = estimate_tokens(messages)
-    if estimate <= limit:
+    if force:
+        limit = max(1, min(limit or estimate, estimate - 1))
+    elif limit is None or estimate <= limit:
         return None
     entries = tuple(await services.log.entries(io.conversation_id))
     redactor = services.redactor

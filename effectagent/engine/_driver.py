@@ -21,9 +21,10 @@ from __future__ import annotations
 import time
 from typing import Any, Literal, final
 
+import attrs
 import trio
 
-from effectagent.ai import Message, ModelRequest, ModelResponse, UserMessage
+from effectagent.ai import ContextLengthExceeded, Message, ModelRequest, ModelResponse, UserMessage
 from effectagent.core import (
     Agent,
     BudgetExhausted,
@@ -417,12 +418,33 @@ class RunDriver:
         )
         retry = self.agent.policy.model_retry
         attempt = 1
+        compacted = False
         while True:
             step = await stream_model(io, services.model, request, self.turn)
             if isinstance(step, ModelStep):
                 break
             error = step.error
             message = io.redact_text(str(error))
+            if isinstance(error, ContextLengthExceeded) and not compacted:
+                # The model refused the context: compact once, whatever the estimate said, and
+                # ask again at once (a new request, not a retry of the same one).
+                compacted = True
+                shorter = await maybe_compact(
+                    io,
+                    services,
+                    self.agent.policy,
+                    self.messages,
+                    self.turn,
+                    self.budget.record_usage,
+                    force=True,
+                )
+                if shorter is not None:
+                    self.messages = shorter
+                    request = attrs.evolve(request, messages=tuple(shorter))
+                    io.emit(
+                        ModelRetrying, self.turn, attempt, error.tag, message, 0.0, step.streamed
+                    )
+                    continue
             delay = retry_delay(
                 retry, error, attempt, trio.current_time(), trio.current_effective_deadline()
             )

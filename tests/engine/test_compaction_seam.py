@@ -76,3 +76,33 @@ async def test_over_the_limit_the_compactor_runs_and_the_next_request_sees_the_s
     assert "first answer" in records_of(log, ModelResponseRecorded)[0].content[0][1]
     assert len(records_of(log, CompactionCreated)) == 1
     model.assert_consumed()
+
+
+async def test_a_context_the_model_refuses_as_too_long_is_compacted_and_asked_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ContextLengthExceeded is typed so compaction can react: the engine compacts once, whatever
+    its own estimate said, and asks again with the shorter prompt."""
+    from effectagent.ai import ContextLengthExceeded
+    from effectagent.core import ModelRetrying, RunCompleted
+
+    compactor = SummarizeEverything()
+    model = ScriptedModel(
+        [
+            Turn.text("a long first answer"),
+            Turn.fail(ContextLengthExceeded("too long for me", limit=100)),
+            Turn.text("THE SUMMARY"),
+            Turn.text("short answer"),
+        ]
+    )
+    agent = make_agent(policy=make_policy(context_token_limit=100_000))  # the estimate fits
+    layer = Layer.succeed(CompactorService, compactor) + Layer.succeed(LanguageModelService, model)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "hello")
+        events = await run_events(runtime, agent, "again", conversation_id=first.conversation_id)
+    assert isinstance(events[-1], RunCompleted)
+    assert events[-1].text == "short answer"
+    assert [e.error_tag for e in events_of(events, ModelRetrying)] == ["ContextLengthExceeded"]
+    assert len(events_of(events, CompactionPerformed)) == 1
+    assert "THE SUMMARY" in repr(model.requests[-1].messages)
+    model.assert_consumed()
