@@ -19,7 +19,6 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeAlias, get_args
 
-import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, override
 
@@ -31,20 +30,24 @@ from effectagent.effect._json_schema import (
     accepts_kind,
     describe_type,
     describe_value,
-    field_meta_of,
     is_attrs_class,
+    is_dataclass_class,
     is_enum,
     is_literal,
+    is_object_class,
+    is_typeddict,
     is_union,
     json_kinds,
     kind_of,
     literal_value,
+    object_fields,
     origin_of,
     tuple_items,
 )
 from effectagent.effect._schema_errors import (
     _NONE_TYPE,
     _SCALARS,
+    _field_seg,
     _Invalid,
     _invalid,
     _issues_from,
@@ -225,7 +228,7 @@ def _map_factory(tp: Any, converter: cattrs.Converter) -> _Hook:
 def _union_factory(tp: Any, converter: cattrs.Converter) -> _Hook:
     members = [(m, _hook_for(converter, m), json_kinds(m)) for m in get_args(tp)]
     expected = describe_type(tp)
-    fields = {m: _field_sets(m) for m in get_args(tp) if is_attrs_class(m)}
+    fields = {m: _field_sets(m) for m in get_args(tp) if is_object_class(m)}
     # Candidates per JSON kind of the raw value, exact kind first (an int prefers int to float).
     by_kind = {
         kind: sorted(
@@ -261,10 +264,10 @@ def _union_factory(tp: Any, converter: cattrs.Converter) -> _Hook:
 
 
 def _field_sets(cls: Any) -> tuple[frozenset[str], frozenset[str], dict[str, Any]]:
-    """(required keys, allowed keys, Literal-typed fields) of an attrs class, for union matching."""
-    attrs.resolve_types(cls)
-    fields = [f for f in attrs.fields(cls) if f.init]
-    required = frozenset(f.name for f in fields if f.default is attrs.NOTHING)
+    """(required keys, allowed keys, Literal-typed fields) of an object class, for union
+    matching."""
+    fields = object_fields(cls)
+    required = frozenset(f.name for f in fields if f.required)
     literals = {f.name: _choice_hook(f.type) for f in fields if is_literal(f.type)}
     return required, frozenset(f.name for f in fields), literals
 
@@ -303,16 +306,18 @@ def _constrained(inner: _Hook, meta: Any) -> _Hook:
 def _attrs_factory(
     generating: set[type], detailed: bool
 ) -> Callable[[Any, cattrs.Converter], _Hook]:
+    """Structure hooks of attrs classes and dataclasses: cattrs generates both, with unknown keys
+    forbidden and ``field_meta`` constraints wrapped around the field's own hook."""
+
     def factory(cls: Any, converter: cattrs.Converter) -> _Hook:
         if cls in generating:
             raise RecursionError  # caught by ``_hook_for``, which then resolves lazily
         generating.add(cls)
         try:
-            attrs.resolve_types(cls)
             overrides: dict[str, Any] = {}
-            for field in attrs.fields(cls):
-                meta = field_meta_of(field)
-                if field.init and meta is not None and meta.has_constraints():
+            for field in object_fields(cls):  # resolves the annotations of an attrs class
+                meta = field.meta
+                if meta is not None and meta.has_constraints():
                     inner = _hook_for(converter, field.type)
                     overrides[field.name] = override(struct_hook=_constrained(inner, meta))
             options: dict[str, Any] = {
@@ -329,6 +334,53 @@ def _attrs_factory(
             return structure_fields(value, cls)
 
         return structure_attrs
+
+    return factory
+
+
+def _typeddict_factory(generating: set[type]) -> Callable[[Any, cattrs.Converter], _Hook]:
+    """Structure hooks of ``TypedDict`` classes: a plain dict of the declared keys, each decoded by
+    its type, required keys present, no other key. Every bad key is reported (the fast converter
+    gets the same hook: a TypedDict is rare enough on the hot path not to need a second one)."""
+
+    def factory(cls: Any, converter: cattrs.Converter) -> _Hook:
+        if cls in generating:
+            raise RecursionError  # caught by ``_hook_for``, which then resolves lazily
+        generating.add(cls)
+        try:
+            plan: list[tuple[str, str, _Hook, Any, bool]] = []
+            for field in object_fields(cls):
+                hook = _hook_for(converter, field.type)
+                if field.meta is not None and field.meta.has_constraints():
+                    hook = _constrained(hook, field.meta)
+                plan.append((field.name, _field_seg(field.name), hook, field.type, field.required))
+        finally:
+            generating.discard(cls)
+        allowed = frozenset(name for name, *_ in plan)
+        allowed_text = ", ".join(name for name, *_ in plan)
+
+        def structure_typeddict(value: Any, _: Any) -> Any:
+            if type(value) is not dict:
+                raise _mismatch("an object", value)
+            out: dict[str, Any] = {}
+            issues: list[tuple[str, str]] = []
+            for name, seg, hook, tp, required in plan:
+                if name in value:
+                    try:
+                        out[name] = hook(value[name], tp)
+                    except Exception as exc:
+                        issues.extend(_issues_from(exc, seg))
+                elif required:
+                    issues.append((seg, "missing required field"))
+            if len(value) > len(out):
+                for key in sorted(key for key in value if key not in allowed):
+                    message = f"unexpected field (allowed fields: {allowed_text})"
+                    issues.append((_field_seg(key), message))
+            if issues:
+                raise _Invalid(issues)
+            return out
+
+        return structure_typeddict
 
     return factory
 
@@ -433,11 +485,18 @@ def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
     converter.register_structure_hook_factory(lambda tp: is_seq(tp) or is_set(tp), _seq_factory)
     converter.register_structure_hook_factory(is_map, _map_factory)
     converter.register_structure_hook_factory(is_union, _union_factory)
-    converter.register_structure_hook_factory(is_attrs_class, _attrs_factory(set(), detailed))
+    generating: set[type] = set()
+    converter.register_structure_hook_factory(
+        lambda tp: is_attrs_class(tp) or is_dataclass_class(tp),
+        _attrs_factory(generating, detailed),
+    )
+    converter.register_structure_hook_factory(is_typeddict, _typeddict_factory(generating))
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(float, _unstructure_float)
     converter.register_unstructure_hook_func(is_seq, unstructure_seq)
     converter.register_unstructure_hook_func(is_set, unstructure_set)
     converter.register_unstructure_hook_func(is_map, unstructure_map)
+    # A TypedDict is a plain dict at run time: encoded as one, whatever the declared keys.
+    converter.register_unstructure_hook_func(is_typeddict, unstructure_map)
     converter.register_unstructure_hook_func(is_literal, encode_item)
     return converter

@@ -1,4 +1,5 @@
-"""JSON Schema (draft 2020-12) derivation for attrs types, and the field metadata it renders.
+"""JSON Schema (draft 2020-12) derivation: which types the schema layer supports, and how each
+renders.
 
 This module is the *type side* of :mod:`effectagent.effect._schema`: it decides which Python types
 the schema layer supports at all, and renders each supported type as the JSON Schema of its
@@ -9,21 +10,30 @@ closed on both sides instead of being passed through.
 
 The helpers that classify and describe types (``json_kinds``, ``describe_type`` ...) are shared with
 the converter, so the schema shown to a model and the decoder checking its answer cannot drift.
+Classes that encode as objects — attrs classes, dataclasses and ``TypedDict`` classes — are read
+through ``_schema_fields`` (one view of their fields for every side); its names are re-exported
+here.
 """
 
 from __future__ import annotations
 
 import enum
-import inspect
 import json
-import math
 import re
 import types
 from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, MutableSet, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
-import attrs
+from effectagent.effect._schema_fields import NO_DEFAULT, UnreadableClass, class_description
+from effectagent.effect._schema_fields import FieldMeta as FieldMeta
+from effectagent.effect._schema_fields import field_meta as field_meta
+from effectagent.effect._schema_fields import field_meta_of as field_meta_of
+from effectagent.effect._schema_fields import is_attrs_class as is_attrs_class
+from effectagent.effect._schema_fields import is_dataclass_class as is_dataclass_class
+from effectagent.effect._schema_fields import is_object_class as is_object_class
+from effectagent.effect._schema_fields import is_typeddict as is_typeddict
+from effectagent.effect._schema_fields import object_fields as object_fields
 
 __all__ = [
     "JSON_SCHEMA_DIALECT",
@@ -40,7 +50,6 @@ __all__ = [
 JSON_SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 """The ``$schema`` URI put at the top of every derived schema."""
 
-_META_KEY: Final = "effectagent.schema"
 _NONE_TYPE: Final = type(None)
 _SCALAR_TYPES: Final = (str, int, float, bool, _NONE_TYPE)
 
@@ -66,123 +75,6 @@ class SchemaDerivationError(TypeError):
     """
 
 
-@attrs.frozen
-class FieldMeta:
-    """Schema metadata of one attrs field; build it with :func:`field_meta`, never directly."""
-
-    description: str | None = None
-    ge: int | float | None = None
-    gt: int | float | None = None
-    le: int | float | None = None
-    lt: int | float | None = None
-    min_length: int | None = None
-    max_length: int | None = None
-    pattern: str | None = None
-    min_items: int | None = None
-    max_items: int | None = None
-
-    def keywords(self) -> dict[str, object]:
-        """The JSON Schema keywords this metadata renders to, in a stable order."""
-        pairs: list[tuple[str, object]] = [
-            ("description", self.description),
-            ("minimum", self.ge),
-            ("exclusiveMinimum", self.gt),
-            ("maximum", self.le),
-            ("exclusiveMaximum", self.lt),
-            ("minLength", self.min_length),
-            ("maxLength", self.max_length),
-            ("pattern", self.pattern),
-            ("minItems", self.min_items),
-            ("maxItems", self.max_items),
-        ]
-        return {key: value for key, value in pairs if value is not None}
-
-    def has_constraints(self) -> bool:
-        """Whether any value constraint (not just a description) is set."""
-        return len(self.keywords()) > (self.description is not None)
-
-    def violations(self, raw: object) -> list[str]:
-        """Messages for every constraint the *raw* (encoded) value breaks.
-
-        A constraint applies only to the JSON kind JSON Schema applies it to (numbers, strings,
-        arrays), exactly as a JSON Schema validator would, so both sides agree.
-        """
-        out: list[str] = []
-        kind = type(raw)
-        if kind is int or kind is float:
-            num: Any = raw
-            if self.ge is not None and not num >= self.ge:
-                out.append(f"must be >= {self.ge}, got {num!r}")
-            if self.gt is not None and not num > self.gt:
-                out.append(f"must be > {self.gt}, got {num!r}")
-            if self.le is not None and not num <= self.le:
-                out.append(f"must be <= {self.le}, got {num!r}")
-            if self.lt is not None and not num < self.lt:
-                out.append(f"must be < {self.lt}, got {num!r}")
-        elif kind is str:
-            text: Any = raw
-            if self.min_length is not None and len(text) < self.min_length:
-                out.append(f"must be at least {self.min_length} characters long, got {len(text)}")
-            if self.max_length is not None and len(text) > self.max_length:
-                out.append(f"must be at most {self.max_length} characters long, got {len(text)}")
-            if self.pattern is not None and re.search(self.pattern, text) is None:
-                out.append(f"must match the pattern {self.pattern!r}")
-        elif kind is list or kind is tuple:
-            count = len(raw)  # type: ignore[arg-type]
-            if self.min_items is not None and count < self.min_items:
-                out.append(f"must have at least {self.min_items} items, got {count}")
-            if self.max_items is not None and count > self.max_items:
-                out.append(f"must have at most {self.max_items} items, got {count}")
-        return out
-
-
-def field_meta(
-    *,
-    description: str | None = None,
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
-    min_length: int | None = None,
-    max_length: int | None = None,
-    pattern: str | None = None,
-    min_items: int | None = None,
-    max_items: int | None = None,
-) -> dict[str, object]:
-    """Field metadata for ``attrs.field(metadata=field_meta(...))``.
-
-    ``description`` is shown to the model; the bounds render as ``minimum`` / ``exclusiveMinimum``
-    / ``maximum`` / ``exclusiveMaximum`` (numbers), ``minLength`` / ``maxLength`` / ``pattern``
-    (strings; the pattern is searched, not anchored, as in JSON Schema) and ``minItems`` /
-    ``maxItems`` (arrays).  :func:`~effectagent.effect._schema.decode` enforces the same bounds with
-    path-bearing errors.  Merge with other metadata via ``{**field_meta(...), "k": v}``.
-    """
-    for name, bound in (("ge", ge), ("gt", gt), ("le", le), ("lt", lt)):
-        if bound is not None and (type(bound) not in (int, float) or not math.isfinite(bound)):
-            raise TypeError(f"field_meta({name}=...) must be a finite int or float, got {bound!r}")
-    sizes = (min_length, max_length, min_items, max_items)
-    for name, size in zip(
-        ("min_length", "max_length", "min_items", "max_items"), sizes, strict=True
-    ):
-        if size is not None and (type(size) is not int or size < 0):
-            raise TypeError(f"field_meta({name}=...) must be a non-negative int, got {size!r}")
-    if pattern is not None:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"field_meta(pattern=...) is not a valid regex: {exc}") from None
-    meta = FieldMeta(
-        description, ge, gt, le, lt, min_length, max_length, pattern, min_items, max_items
-    )
-    return {_META_KEY: meta}
-
-
-def field_meta_of(field: attrs.Attribute[Any]) -> FieldMeta | None:
-    """The :class:`FieldMeta` attached to an attrs field by :func:`field_meta`, if any."""
-    meta = field.metadata.get(_META_KEY)
-    return meta if isinstance(meta, FieldMeta) else None
-
-
 def is_union(tp: object) -> bool:
     """``Union[...]``, ``Optional[...]`` or ``X | Y``."""
     origin = get_origin(tp)
@@ -197,11 +89,6 @@ def is_literal(tp: object) -> bool:
 def is_enum(tp: object) -> bool:
     """An :class:`enum.Enum` subclass."""
     return isinstance(tp, type) and issubclass(tp, enum.Enum)
-
-
-def is_attrs_class(tp: object) -> bool:
-    """A (non-generic-alias) attrs class."""
-    return isinstance(tp, type) and attrs.has(tp)
 
 
 def origin_of(tp: object) -> object:
@@ -256,7 +143,7 @@ def json_kinds(tp: object) -> frozenset[str]:
     origin = origin_of(tp)
     if origin in SEQ_ORIGINS or origin in SET_ORIGINS or origin is tuple:
         return frozenset({"array"})
-    if origin in MAP_ORIGINS or is_attrs_class(tp):
+    if origin in MAP_ORIGINS or is_object_class(tp):
         return frozenset({"object"})
     return ALL_KINDS
 
@@ -319,9 +206,10 @@ def derive_json_schema(tp: object, encode_default: Callable[[object], object]) -
     """Render ``tp`` as a draft 2020-12 JSON Schema of its encoded form (uncached).
 
     ``encode_default`` turns a field default into its JSON form (defaults that fail to encode are
-    left out).  The root attrs class is inlined at the top level (providers want ``type: object``
-    there); every other attrs class lives in ``$defs`` and is referenced with ``$ref`` (the root
-    itself as ``"#"``), so recursive types work.  Raises :class:`SchemaDerivationError`.
+    left out).  A root object class (attrs class, dataclass, ``TypedDict``) is inlined at the top
+    level (providers want ``type: object`` there); every other object class lives in ``$defs`` and
+    is referenced with ``$ref`` (the root itself as ``"#"``), so recursive types work.  Raises
+    :class:`SchemaDerivationError`.
     """
     return _Deriver(tp, encode_default).run()
 
@@ -335,7 +223,7 @@ class _Deriver:
 
     def run(self) -> dict[str, Any]:
         out: dict[str, Any] = {"$schema": JSON_SCHEMA_DIALECT}
-        if is_attrs_class(self._root):
+        if is_object_class(self._root):
             root: Any = self._root
             self._refs[root] = "#"
             out.update(self._object(root, "$"))
@@ -369,7 +257,11 @@ class _Deriver:
         if is_union(tp):
             return {"anyOf": [self._schema(m, path) for m in get_args(tp)]}
         if get_origin(tp) is Annotated:
-            raise self._fail(path, "Annotated is not supported; use attrs.field(metadata=...)")
+            raise self._fail(
+                path,
+                "Annotated is not supported here; give field_meta(...) as the field's metadata "
+                "(attrs.field or dataclasses.field; Annotated only on a TypedDict key)",
+            )
         origin, args = origin_of(tp), get_args(tp)
         if origin in SEQ_ORIGINS or origin in SET_ORIGINS:
             out: dict[str, Any] = {"type": "array"}
@@ -390,12 +282,13 @@ class _Deriver:
             if values:
                 out["additionalProperties"] = values
             return out
-        if is_attrs_class(tp):
+        if is_object_class(tp):
             return self._ref(tp, path)  # type: ignore[arg-type]
         raise self._fail(
             path,
             f"{type_repr(tp)} is not supported (supported: str, int, float, bool, None, Any, "
-            "Literal, Enum, unions, list/tuple/set/frozenset, dict[str, T], attrs classes)",
+            "Literal, Enum, unions, list/tuple/set/frozenset, dict[str, T], attrs classes, "
+            "dataclasses, TypedDicts)",
         )
 
     def _literal(self, tp: object, path: str) -> dict[str, Any]:
@@ -452,34 +345,29 @@ class _Deriver:
 
     def _object(self, cls: Any, path: str) -> dict[str, Any]:
         try:
-            attrs.resolve_types(cls)
-        except Exception as exc:
-            reason = f"cannot resolve the annotations of {cls.__qualname__}: {exc}"
-            raise self._fail(path, reason) from exc
+            fields = object_fields(cls)
+        except UnreadableClass as exc:
+            raise self._fail(path, str(exc)) from exc
         properties: dict[str, Any] = {}
         required: list[str] = []
-        for field in attrs.fields(cls):
-            if not field.init:
-                continue
+        for field in fields:
             field_path = f"{path}.{field.name}"
-            if field.type is None:
-                raise self._fail(field_path, "the field has no type annotation")
             schema = self._schema(field.type, field_path)
-            meta = field_meta_of(field)
+            meta = field.meta
             if meta is not None:
                 self._check_applicable(meta, field.type, field_path)
                 schema = {**schema, **meta.keywords()}
-            if field.default is attrs.NOTHING:
+            if field.required:
                 required.append(field.name)
-            elif not isinstance(field.default, attrs.Factory):  # type: ignore[arg-type]
+            elif field.default is not NO_DEFAULT:
                 default = self._default(field.default)
-                if default is not _NO_DEFAULT:
+                if default is not NO_DEFAULT:
                     schema = {**schema, "default": default}
             properties[field.name] = schema
         out: dict[str, Any] = {"type": "object"}
-        doc = cls.__dict__.get("__doc__")
-        if isinstance(doc, str) and doc.strip():
-            out["description"] = inspect.cleandoc(doc)
+        description = class_description(cls)
+        if description is not None:
+            out["description"] = description
         out["properties"] = properties
         if required:
             out["required"] = required
@@ -491,7 +379,7 @@ class _Deriver:
             encoded = self._encode_default(value)
             json.dumps(encoded, allow_nan=False)
         except Exception:
-            return _NO_DEFAULT
+            return NO_DEFAULT
         return encoded
 
     def _check_applicable(self, meta: FieldMeta, tp: object, path: str) -> None:
@@ -507,6 +395,3 @@ class _Deriver:
                 raise self._fail(
                     path, f"field_meta {names} applies to {what}, not to {type_repr(tp)}"
                 )
-
-
-_NO_DEFAULT: Final = object()

@@ -1,8 +1,9 @@
-"""Schemas: attrs classes as the single description of data, one cattrs converter per wire format.
+"""Schemas: classes as the single description of data, one cattrs converter per wire format.
 
 Design
 ------
-* **Types are the schema.**  A tool's parameters, a record, an event payload are attrs classes.
+* **Types are the schema.**  A tool's parameters, a record, an event payload are classes — attrs
+  classes, dataclasses or ``TypedDict`` classes, read alike (``_schema_fields``).
   From the class we derive the JSON Schema shown to a model (:func:`json_schema`) and the decoder
   that checks what comes back (:func:`decode`).  Both are driven by the same type analysis and the
   same field metadata (:func:`field_meta`), so the schema a model sees and the checks its answer
@@ -43,17 +44,16 @@ import copy
 import json
 from typing import Any, Final, TypeAlias, TypeVar, get_args, overload
 
-import attrs
-
 from effectagent.effect._json_converter import _Hook, _state, make_json_converter
 from effectagent.effect._json_schema import (
     SchemaDerivationError,
     derive_json_schema,
     field_meta,
-    is_attrs_class,
     is_enum,
     is_literal,
+    is_object_class,
     is_union,
+    object_fields,
 )
 from effectagent.effect._schema_encode import checked_encoder, encode_as
 from effectagent.effect._schema_errors import SchemaError, SchemaIssue, _issues_from, _TooComplex
@@ -178,10 +178,10 @@ def _may_try_unions(tp: object) -> bool:
             continue
         if is_union(item):
             return True
-        if is_attrs_class(item):
+        if is_object_class(item):
             if item not in seen:
                 seen.add(item)
-                stack.extend(field.type for field in attrs.fields(item) if field.init)  # type: ignore[arg-type]
+                stack.extend(field.type for field in object_fields(item))  # type: ignore[arg-type]
             continue
         args = get_args(item)
         if args:

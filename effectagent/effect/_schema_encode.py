@@ -61,9 +61,13 @@ from effectagent.effect._json_schema import (
     derive_json_schema,
     field_meta_of,
     is_attrs_class,
+    is_dataclass_class,
     is_enum,
     is_literal,
+    is_object_class,
+    is_typeddict,
     is_union,
+    object_fields,
     origin_of,
     tuple_items,
 )
@@ -91,6 +95,7 @@ from effectagent.effect._schema_encode_forms import (
     _set_encoder,
     _set_items,
     _TooDeep,
+    _typeddict_encoder,
 )
 from effectagent.effect._schema_errors import (
     _NONE_TYPE,
@@ -99,6 +104,7 @@ from effectagent.effect._schema_errors import (
     _Invalid,
     _TooComplex,
 )
+from effectagent.effect._schema_fields import ObjectField
 from effectagent.effect._schema_limits import _DEFAULT_LIMITS
 
 if TYPE_CHECKING:
@@ -158,7 +164,7 @@ def _encode_any(value: Any, room: int) -> Any:
 
 def _encode_any_other(value: Any, room: int) -> Any:
     kind = type(value)
-    if attrs.has(kind):
+    if attrs.has(kind) or is_dataclass_class(kind):
         return _runtime_encoder(kind)(value, room)
     if isinstance(value, enum.Enum):
         inner = value.value
@@ -183,7 +189,7 @@ _RUNTIME: dict[type, _Encoder] = {}
 
 
 def _runtime_encoder(cls: type) -> _Encoder:
-    """The checked encoder of an attrs instance's own class (met under ``Any``)."""
+    """The checked encoder of an attrs or dataclass instance's own class (met under ``Any``)."""
     encoder = _RUNTIME.get(cls)
     if encoder is None:
         try:
@@ -211,6 +217,10 @@ def _claims(tp: object) -> frozenset[object]:
     if tp is None or tp is _NONE_TYPE:
         return frozenset({_NONE_TYPE})
     if tp in (str, int, float, bool) or is_enum(tp) or is_attrs_class(tp):
+        return frozenset({tp})
+    if is_typeddict(tp):
+        return frozenset({dict})
+    if is_dataclass_class(tp):
         return frozenset({tp})
     if is_literal(tp):
         return frozenset(type(arg) for arg in get_args(tp))
@@ -257,6 +267,10 @@ class _Compiler:
             return _union_encoder(tp, [self.encoder(member) for member in get_args(tp)])
         if is_attrs_class(tp):
             return self._attrs(tp)  # type: ignore[arg-type]
+        if is_typeddict(tp):
+            return self._typeddict(tp)  # type: ignore[arg-type]
+        if is_dataclass_class(tp):
+            return self._dataclass(tp)  # type: ignore[arg-type]
         origin, args = origin_of(tp), get_args(tp)
         if origin is tuple:
             items = tuple_items(tp)
@@ -273,20 +287,7 @@ class _Compiler:
 
     def _attrs(self, cls: type) -> _Encoder:
         plan: list[tuple[str, _Encoder]] = []  # filled below, once the class can refer to itself
-        expected = _describe_class(cls)
-
-        def encode_object(value: Any, room: int) -> Any:
-            if type(value) is not cls and not isinstance(value, cls):
-                raise _mismatch(expected, value)
-            if room < 1:
-                raise _TooDeep
-            room -= 1
-            try:
-                return {name: encoder(getattr(value, name), room) for name, encoder in plan}
-            except (_Invalid, AttributeError):
-                pass
-            raise _Invalid(_field_issues(value, plan, room))
-
+        encode_object = _object_encoder(cls, plan)
         self.building[cls] = encode_object
         for field in attrs.fields(cls):
             if not field.init:  # ``encode`` leaves them out too
@@ -297,6 +298,49 @@ class _Compiler:
                 encoder = _constrained(encoder, meta.violations)
             plan.append((field.name, encoder))
         return encode_object
+
+    def _dataclass(self, cls: type) -> _Encoder:
+        """A dataclass: by its fields, as an attrs class (the same closure, another reading)."""
+        plan: list[tuple[str, _Encoder]] = []
+        encode_object = _object_encoder(cls, plan)
+        self.building[cls] = encode_object
+        plan.extend((field.name, self._field(field)) for field in object_fields(cls))
+        return encode_object
+
+    def _typeddict(self, cls: type) -> _Encoder:
+        plan: list[tuple[str, _Encoder, bool]] = []
+        encode_dict = _typeddict_encoder(cls, plan)
+        self.building[cls] = encode_dict
+        plan.extend(
+            (field.name, self._field(field), field.required) for field in object_fields(cls)
+        )
+        return encode_dict
+
+    def _field(self, field: ObjectField) -> _Encoder:
+        encoder = self.encoder(field.type)
+        if field.meta is not None and field.meta.has_constraints():
+            encoder = _constrained(encoder, field.meta.violations)
+        return encoder
+
+
+def _object_encoder(cls: type, plan: list[tuple[str, _Encoder]]) -> _Encoder:
+    """An instance of ``cls`` (or a subclass) encoded field by field per ``plan`` (filled by the
+    caller once the class can refer to itself)."""
+    expected = _describe_class(cls)
+
+    def encode_object(value: Any, room: int) -> Any:
+        if type(value) is not cls and not isinstance(value, cls):
+            raise _mismatch(expected, value)
+        if room < 1:
+            raise _TooDeep
+        room -= 1
+        try:
+            return {name: encoder(getattr(value, name), room) for name, encoder in plan}
+        except (_Invalid, AttributeError):
+            pass
+        raise _Invalid(_field_issues(value, plan, room))
+
+    return encode_object
 
 
 _ENCODERS: dict[object, _Encoder] = {}
@@ -369,10 +413,10 @@ def _may_try_unions(tp: object) -> bool:
         item = stack.pop()
         if item is Any or is_union(item):
             return True
-        if is_attrs_class(item):
+        if is_object_class(item):
             if item not in seen:
                 seen.add(item)  # type: ignore[arg-type]
-                stack.extend(f.type for f in attrs.fields(item) if f.init)  # type: ignore[arg-type]
+                stack.extend(f.type for f in object_fields(item))  # type: ignore[arg-type]
         elif not is_literal(item):
             args = get_args(item)
             origin = origin_of(item)

@@ -1,5 +1,6 @@
 """The type forms of checked encoding (see ``_schema_encode``): one small encoder per form —
-scalars, ``Literal``, ``Enum``, arrays, fixed tuples, sets, maps, ``field_meta`` constraints — and,
+scalars, ``Literal``, ``Enum``, arrays, fixed tuples, sets, maps, ``TypedDict`` classes,
+``field_meta`` constraints — and,
 for a container that failed, the walk over its items that says which failed and where.
 
 Every encoder takes ``(value, room)`` and returns the encoded value; ``room`` is how many more
@@ -22,8 +23,10 @@ from effectagent.effect._json_schema import (
     SET_ORIGINS,
     describe_type,
     describe_value,
-    is_attrs_class,
+    is_dataclass_class,
     is_enum,
+    is_object_class,
+    is_typeddict,
     is_union,
     literal_value,
     origin_of,
@@ -89,7 +92,9 @@ def _prefixed(segment: str, issues: Iterable[tuple[str, str]]) -> _Issues:
 
 def _expected(tp: object) -> str:
     """What a position expects, for messages (Python classes by name)."""
-    if is_attrs_class(tp):
+    if is_typeddict(tp):
+        return f"{_describe_class(tp)} (a dict)"  # type: ignore[arg-type]
+    if is_object_class(tp) or is_dataclass_class(tp):
         return _describe_class(tp)  # type: ignore[arg-type]
     if is_union(tp):
         return " or ".join(dict.fromkeys(_expected(member) for member in get_args(tp)))
@@ -392,3 +397,53 @@ def _map_encoder(item: _Encoder) -> _Encoder:
         raise _Invalid(_map_issues(value, item, room))
 
     return encode_map
+
+
+def _typeddict_encoder(cls: type, plan: list[tuple[str, _Encoder, bool]]) -> _Encoder:
+    """A dict holding a ``TypedDict``'s keys: each key it has encoded by the key's type, every
+    required key present, no other key (as the decoder). Encoded in declared order; ``plan``
+    (name, encoder, required) is filled by the caller once the class can refer to itself."""
+    expected = _expected(cls)
+
+    def encode_typeddict(value: Any, room: int) -> Any:
+        if not isinstance(value, dict):
+            raise _mismatch(expected, value)
+        if room < 1:
+            raise _TooDeep
+        room -= 1
+        try:
+            out = {
+                name: encoder(value[name], room)
+                for name, encoder, required in plan
+                if required or name in value
+            }
+        except (_Invalid, KeyError):
+            pass
+        else:
+            if len(out) == len(value):  # every key of the value is a declared one
+                return out
+        raise _Invalid(_typeddict_issues(value, plan, room))
+
+    return encode_typeddict
+
+
+def _typeddict_issues(
+    value: dict[Any, Any], plan: list[tuple[str, _Encoder, bool]], room: int
+) -> _Issues:
+    issues: _Issues = []
+    for name, encoder, required in plan:
+        if name not in value:
+            if required:
+                issues.append((_field_seg(name), "missing required field"))
+            continue
+        try:
+            encoder(value[name], room)
+        except _Invalid as exc:
+            issues += _prefixed(_field_seg(name), exc.issues)
+    declared = {name for name, _, _ in plan}
+    allowed = ", ".join(name for name, _, _ in plan)
+    for key in value:
+        if key not in declared:
+            where = _field_seg(key) if type(key) is str else f"[{_describe(key)}]"
+            issues.append((where, f"unexpected field (allowed fields: {allowed})"))
+    return issues

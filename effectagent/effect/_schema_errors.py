@@ -18,6 +18,7 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 
 from effectagent.effect._errors import TaggedError
 from effectagent.effect._json_schema import describe_value
+from effectagent.effect._schema_fields import object_fields
 
 __all__ = ["SchemaError", "SchemaIssue"]
 
@@ -110,7 +111,7 @@ def _issues_from(exc: BaseException, prefix: str) -> list[tuple[str, str]]:
                 out.extend(_issues_from(sub, path))
         for sub in others:
             if isinstance(sub, ForbiddenExtraKeysError):
-                allowed = ", ".join(a.name for a in attrs.fields(exc.cl) if a.init)
+                allowed = ", ".join(field.name for field in object_fields(exc.cl))
                 for key in sorted(sub.extra_fields):
                     message = f"unexpected field (allowed fields: {allowed})"
                     out.append((prefix + _field_seg(key), message))

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
+import functools
 import json
 import math
 import re
 import time
 from collections.abc import Callable
-from typing import Annotated, Any, Literal, Optional, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Optional,
+    Required,
+    TypedDict,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import attrs
 import jsonschema
@@ -17,7 +31,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from effectagent.effect._errors import TaggedError
-from effectagent.effect._json_schema import field_meta_of, is_attrs_class, is_enum, is_union
+from effectagent.effect._json_schema import (
+    FieldMeta,
+    field_meta_of,
+    is_attrs_class,
+    is_enum,
+    is_typeddict,
+    is_union,
+)
 from effectagent.effect._schema import (
     SchemaDerivationError,
     SchemaError,
@@ -105,7 +126,35 @@ class Drawing:
     scale: int | float = 1
 
 
-ROUNDTRIP_TYPES: list[Any] = [Order, Tree, Drawing, Address]
+@dataclasses.dataclass(frozen=True)
+class Parcel:
+    """A parcel (a dataclass), with constraints in its fields' metadata."""
+
+    weight_kg: float = dataclasses.field(metadata=field_meta(gt=0, le=30))
+    to: Address
+    express: bool = False
+    contents: list[LineItem] = dataclasses.field(
+        default_factory=list, metadata=field_meta(max_items=3)
+    )
+
+
+class Shipment(TypedDict, total=False):
+    """A shipment (a TypedDict): required and optional keys, constraints through Annotated."""
+
+    id: Required[Annotated[int, field_meta(ge=1)]]
+    parcels: Required[list[Parcel]]
+    note: Annotated[str, field_meta(max_length=20)]
+    carrier: Literal["post", "courier"] | None
+
+
+class Leg(TypedDict):
+    """A recursive TypedDict: every key required (total), one marked optional."""
+
+    city: str
+    next: NotRequired[Leg]
+
+
+ROUNDTRIP_TYPES: list[Any] = [Order, Tree, Drawing, Address, Parcel, Shipment, Leg]
 
 
 # --- strategies: values of a type, honouring field_meta ------------------------------------------
@@ -154,26 +203,61 @@ def values_of(tp: Any) -> st.SearchStrategy[Any]:
         return st.dictionaries(_text, values_of(args[1]), max_size=4)
     if is_attrs_class(tp):
         attrs.resolve_types(tp)
-        fields = {f.name: _field_values(f) for f in attrs.fields(tp)}
+        fields = {f.name: _field_values(f.type, field_meta_of(f)) for f in attrs.fields(tp)}
         return st.builds(tp, **fields)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        hints = get_type_hints(tp)
+        fields = {
+            f.name: _field_values(hints[f.name], field_meta_of(f))
+            for f in dataclasses.fields(tp)
+            if f.init
+        }
+        return st.builds(tp, **fields)
+    if is_typeddict(tp):
+        return _typeddict_values(tp)
     raise AssertionError(f"no strategy for {tp!r}")
 
 
-def _field_values(field: attrs.Attribute[Any]) -> st.SearchStrategy[Any]:
-    meta = field_meta_of(field)
+def _typeddict_values(tp: Any) -> st.SearchStrategy[Any]:
+    """Read independently of the code under test: the wrappers on each key, else the totality."""
+    required: dict[str, st.SearchStrategy[Any]] = {}
+    optional: dict[str, st.SearchStrategy[Any]] = {}
+    for name, hint in get_type_hints(tp, include_extras=True).items():
+        needed, meta = tp.__total__, None
+        while get_origin(hint) in (Required, NotRequired, Annotated):
+            if get_origin(hint) is Annotated:
+                meta = hint.__metadata__[0]["effectagent.schema"]
+            else:
+                needed = get_origin(hint) is Required
+            hint = get_args(hint)[0]
+        if tp is Leg and name == "next":  # recursive: a few levels only
+            optional[name] = st.deferred(lambda: _legs)
+            continue
+        (required if needed else optional)[name] = _field_values(hint, meta)
+    return st.fixed_dictionaries(required, optional=optional)
+
+
+def _field_values(tp: Any, meta: FieldMeta | None) -> st.SearchStrategy[Any]:
     if meta is None or not meta.has_constraints():
-        return values_of(field.type)
-    if field.type is int:
+        return values_of(tp)
+    if tp is int:
         return st.integers(meta.ge, meta.le)  # type: ignore[arg-type]
-    if field.type is float:
+    if tp is float:
         low = meta.ge if meta.ge is not None else meta.gt
-        return st.floats(low, 1e9, exclude_min=meta.gt is not None)
-    if field.type is str:
+        return st.floats(low, meta.le or 1e9, exclude_min=meta.gt is not None)
+    if tp is str:
         return st.text(min_size=meta.min_length or 0, max_size=meta.max_length)
     if meta.pattern is not None:  # str | None with a pattern
         return st.none() | st.from_regex(meta.pattern, fullmatch=True)
-    inner = get_args(field.type)[0]
+    inner = get_args(tp)[0]
     return st.lists(values_of(inner), min_size=meta.min_items or 0, max_size=meta.max_items)
+
+
+_legs: st.SearchStrategy[Any] = st.recursive(
+    st.fixed_dictionaries({"city": _text}),
+    lambda inner: st.fixed_dictionaries({"city": _text, "next": inner}),
+    max_leaves=4,
+)
 
 
 _json_scalars = (
@@ -244,7 +328,10 @@ def test_derived_schema_validates_encoded_values(data: st.DataObject, tp: Any) -
 
 
 @FAST_ALLOW_SLOW
-@given(data=st.data(), tp=st.sampled_from(ROUNDTRIP_TYPES))
+@given(
+    data=st.data(),
+    tp=st.one_of(st.sampled_from(ROUNDTRIP_TYPES), st.deferred(lambda: generated_types)),
+)
 def test_decoder_agrees_with_schema_on_mutated_input(data: st.DataObject, tp: Any) -> None:
     raw = mutate(data, encode(data.draw(values_of(tp))))
     schema_ok = jsonschema.Draft202012Validator(json_schema(tp)).is_valid(raw)
@@ -281,9 +368,41 @@ def test_fast_and_detailed_hooks_give_the_same_verdict_and_value(
     assert _verdict(fast, tp, raw) == _verdict(detailed, tp, raw), raw
 
 
+#: ``TypedDict`` as a function of a non-literal mapping (mypy checks only literal calls).
+make_typeddict: Any = TypedDict
+
+
+@st.composite
+def dataclass_types(draw: st.DrawFn, inner: st.SearchStrategy[Any]) -> Any:
+    """A dataclass of generated fields: required ones, then ones with a default (a plain default
+    when it is hashable, else a factory, as dataclasses require)."""
+    fields: list[Any] = [(f"r{i}", t) for i, t in enumerate(draw(st.lists(inner, max_size=2)))]
+    for i, t in enumerate(draw(st.lists(inner, max_size=2))):
+        default = draw(values_of(t))
+        if type(default).__hash__ is None:
+            spec = dataclasses.field(default_factory=functools.partial(copy.deepcopy, default))
+        else:
+            spec = dataclasses.field(default=default)
+        fields.append((f"o{i}", t, spec))
+    frozen = draw(st.booleans())
+    return dataclasses.make_dataclass("GenData", fields, frozen=frozen, eq=True)
+
+
+@st.composite
+def typeddict_types(draw: st.DrawFn, inner: st.SearchStrategy[Any]) -> Any:
+    """A TypedDict of generated keys, total or not, each plain, Required or NotRequired; some
+    keys are not identifiers (their path is ``["a key"]``)."""
+    keys: dict[str, Any] = {}
+    wraps = st.sampled_from(["plain", "required", "not-required"])
+    for i, (t, how) in enumerate(draw(st.lists(st.tuples(inner, wraps), min_size=1, max_size=3))):
+        name = draw(st.sampled_from([f"k{i}", f"key {i}"]))
+        keys[name] = {"plain": t, "required": Required[t], "not-required": NotRequired[t]}[how]
+    return make_typeddict("GenDict", keys, total=draw(st.booleans()))
+
+
 _leaf_types = st.sampled_from([int, str, float, bool, Color, Priority, Literal["a", "b", 3]])
 _hashable_leaves = st.sampled_from([int, str, Color, Literal["x", "y"]])
-generated_types = st.recursive(
+generated_types: st.SearchStrategy[Any] = st.recursive(
     _leaf_types,
     lambda inner: st.one_of(
         inner.map(lambda t: list[t]),  # type: ignore[valid-type]
@@ -293,6 +412,8 @@ generated_types = st.recursive(
         st.tuples(inner, inner).map(lambda ab: tuple[ab[0], ab[1]]),  # type: ignore[valid-type]
         _hashable_leaves.map(lambda t: frozenset[t]),  # type: ignore[valid-type]
         inner.map(lambda t: attrs.make_class("Gen", {"x": attrs.field(type=t)}, frozen=True)),
+        dataclass_types(inner),
+        typeddict_types(inner),
     ),
     max_leaves=4,
 )

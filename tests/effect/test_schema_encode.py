@@ -11,12 +11,22 @@ Properties (over the same generated types and values as the decoder's tests):
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NotRequired,
+    Required,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import attrs
 import jsonschema
@@ -34,7 +44,13 @@ from effectagent.effect import (
     encode_as,
     json_schema,
 )
-from effectagent.effect._json_schema import is_attrs_class, is_enum, is_literal, is_union
+from effectagent.effect._json_schema import (
+    is_attrs_class,
+    is_enum,
+    is_literal,
+    is_typeddict,
+    is_union,
+)
 
 from .test_schema import (
     FAST_ALLOW_SLOW,
@@ -103,14 +119,29 @@ def _bad_for(tp: Any) -> list[object]:
         return ["not one of them", True, *_UNIVERSALLY_BAD]
     if is_enum(tp):
         return [next(iter(tp)).value, *_UNIVERSALLY_BAD]  # its value, not a member
-    if is_attrs_class(tp):
+    if is_attrs_class(tp) or dataclasses.is_dataclass(tp):
         return [{"x": 1}, *_UNIVERSALLY_BAD]
+    if is_typeddict(tp):
+        return [[1], "abc", *_UNIVERSALLY_BAD]  # not a dict at all
     origin = get_origin(tp)
     if origin in (list, tuple, frozenset):
         return ["abc", {"a": 1}, *_UNIVERSALLY_BAD]
     if origin is dict:
         return [[1], "abc", *_UNIVERSALLY_BAD]
     return _UNIVERSALLY_BAD  # a union: nothing among these is any of its members
+
+
+def _typeddict_keys(tp: Any) -> dict[str, tuple[Any, bool]]:
+    """Each key's type and whether it is required, read without the code under test."""
+    keys = {}
+    for name, hint in get_type_hints(tp, include_extras=True).items():
+        required = tp.__total__
+        while get_origin(hint) in (Required, NotRequired, Annotated):
+            if get_origin(hint) is not Annotated:
+                required = get_origin(hint) is Required
+            hint = get_args(hint)[0]
+        keys[name] = (hint, required)
+    return keys
 
 
 def _seg(name: str) -> str:
@@ -124,6 +155,14 @@ def _break(data: st.DataObject, tp: Any, value: Any) -> tuple[Any, str]:
     options: list[tuple[str, Any]] = [("here", None)]
     if is_attrs_class(tp):
         options += [("field", f) for f in attrs.fields(tp) if f.init]
+    elif dataclasses.is_dataclass(tp):
+        hints = get_type_hints(tp)
+        options += [("dataclass", (f.name, hints[f.name])) for f in dataclasses.fields(tp)]
+    elif is_typeddict(tp):
+        keys = _typeddict_keys(tp)
+        options += [("entry", (k, keys[k][0])) for k in value]
+        options += [("drop", k) for k in value if keys[k][1]]
+        options.append(("extra", None))
     elif origin is list or (origin is tuple and args and args[-1] is Ellipsis):
         options += [("item", i) for i in range(len(value))]
     elif origin is tuple:
@@ -136,6 +175,18 @@ def _break(data: st.DataObject, tp: Any, value: Any) -> tuple[Any, str]:
     if how == "field":
         inner, path = _break(data, where.type, getattr(value, where.name))
         return attrs.evolve(value, **{where.alias: inner}), _seg(where.name) + path
+    if how == "dataclass":
+        name, field_tp = where
+        inner, path = _break(data, field_tp, getattr(value, name))
+        return dataclasses.replace(value, **{name: inner}), _seg(name) + path
+    if how == "entry":
+        name, field_tp = where
+        inner, path = _break(data, field_tp, value[name])
+        return {**value, name: inner}, _seg(name) + path
+    if how == "drop":  # a required key left out
+        return {k: v for k, v in value.items() if k != where}, _seg(where)
+    if how == "extra":
+        return {**value, "unknown key": 1}, _seg("unknown key")
     if how in ("item", "fixed"):
         item_tp = args[0] if how == "item" else args[where]
         inner, path = _break(data, item_tp, value[where])
