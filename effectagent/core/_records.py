@@ -32,6 +32,7 @@ from ._outcomes import ToolOutcome
 from ._usage import UsageDelta
 
 __all__ = [
+    "AgentStateWritten",
     "CompactionCreated",
     "ConversationCreated",
     "LogEntry",
@@ -180,6 +181,23 @@ class RunFailedRecord:
     at: float
 
 
+@fast_init
+@attrs.frozen(slots=True)
+class AgentStateWritten:
+    """A write to persistent agent state, committed in the same transaction as this record.
+
+    The state itself lives apart from the history (CAP-012): the record says which run changed
+    which slot and key, and to which revision — never the value. The model is not shown it.
+    """
+
+    conversation_id: str
+    run_id: str
+    slot: str
+    key: str
+    revision: int
+    at: float
+
+
 #: Any canonical record of the Conversation Log.
 Record: TypeAlias = (
     ConversationCreated
@@ -192,6 +210,7 @@ Record: TypeAlias = (
     | CompactionCreated
     | RunCompletedRecord
     | RunFailedRecord
+    | AgentStateWritten
 )
 
 
