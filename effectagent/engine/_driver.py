@@ -231,8 +231,6 @@ class RunDriver:
     async def _main(self) -> None:
         io = self.io
         services = self.services
-        if services.observers:
-            await self._tell_started()
         text = services.redactor.redact_text(self.user_input)
         io.emit(RunStarted, io.redact_text(text))
         io.logs.debug("run started")
@@ -252,6 +250,8 @@ class RunDriver:
         if history:
             self.messages += project_messages(history)
         self.messages.append(UserMessage.text(text))
+        if services.observers:
+            await self._tell_started()
 
         error = await self._turns()
         if error is not None:

@@ -163,8 +163,9 @@ class RunObserver(Protocol):
     """Told when each run starts and how it ended."""
 
     async def run_started(self, run: RunInfo) -> None:
-        """The run is about to take its first turn. Raising fails the run (``EngineDefect``)
-        before the model is asked anything. Cancellation: the run's own (it is interrupted)."""
+        """The run is about to take its first turn (its input is recorded). Raising fails the run
+        (``EngineDefect``) before the model is asked anything. Cancellation: the run's own (it
+        is interrupted)."""
         ...
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
