@@ -1,43 +1,99 @@
-"""AgentPolicy and the agent definition. Bad values fail at construction with a clear message."""
+"""AgentPolicy and the agent definition. Bad values fail at construction with a clear message.
+
+Every field has an attrs validator, so the error names the field (``AgentPolicy.max_turns``): a
+value of the wrong type is a ``TypeError`` that says the type it needs (a ``bool`` is never taken
+for a number), a value of the right type that cannot work a ``ValueError``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
 
 from effectagent.ai import Toolkit
+from effectagent.effect import SchemaDerivationError, json_schema
 
 __all__ = ["Agent", "AgentPolicy", "CompactionPolicy", "RetryPolicy", "ToolResultBounds"]
 
 MIN_RESULT_BYTES = 256
 
-
-def _positive_int(name: str) -> Any:
-    def check(_: object, __: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"AgentPolicy.{name} must be a positive integer, got {value!r}")
-
-    return check
+_Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
 
-def _optional_positive_int(name: str) -> Any:
-    def check(_: object, __: attrs.Attribute[Any], value: object) -> None:
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ValueError(
-                f"AgentPolicy.{name} must be a positive integer or None, got {value!r}"
+def _shown(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = f"{text[:56]}...{text[-1]}"
+    return f"{type(value).__name__} {text}"
+
+
+def _article(noun: str) -> str:
+    return f"an {noun}" if noun[:1] in "AEIOUaeiou" else f"a {noun}"
+
+
+def _where(instance: object, attribute: attrs.Attribute[Any]) -> str:
+    return f"{type(instance).__name__}.{attribute.name}"
+
+
+def _integer(minimum: int, what: str, *, optional: bool = False) -> _Validator:
+    """An int (not a bool) of at least ``minimum``; ``what`` says so in the messages."""
+    needs = f"{what} or None" if optional else what
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(
+                f"{_where(instance, attribute)} must be {needs} (an int), got {_shown(value)}"
             )
+        if value < minimum:
+            raise ValueError(f"{_where(instance, attribute)} must be {needs}, got {value!r}")
 
     return check
 
 
-def _positive_number(name: str) -> Any:
-    def check(_: object, __: attrs.Attribute[Any], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ValueError(
-                f"AgentPolicy.{name} must be a positive number of seconds, got {value!r}"
+def _number(what: str, accepts: Callable[[float], bool]) -> _Validator:
+    """An int or float (not a bool) that ``accepts`` takes; ``what`` says what it must be."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(
+                f"{_where(instance, attribute)} must be {what} (an int or float), "
+                f"got {_shown(value)}"
+            )
+        if not accepts(value):
+            raise ValueError(f"{_where(instance, attribute)} must be {what}, got {value!r}")
+
+    return check
+
+
+def _positive(value: float) -> bool:
+    return value > 0  # False for NaN
+
+
+_SECONDS = _number("a positive number of seconds", _positive)
+
+
+def _choice(*choices: str) -> _Validator:
+    shown = " or ".join(repr(choice) for choice in choices)
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"{_where(instance, attribute)} must be {shown}, got {_shown(value)}")
+        if value not in choices:
+            raise ValueError(f"{_where(instance, attribute)} must be {shown}, got {value!r}")
+
+    return check
+
+
+def _instance(kind: type) -> _Validator:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            raise TypeError(
+                f"{_where(instance, attribute)} must be {_article(kind.__name__)}, "
+                f"got {_shown(value)}"
             )
 
     return check
@@ -48,27 +104,18 @@ class ToolResultBounds:
     """How large a tool result may be in model context and records (RUN-022).
 
     Larger results become a truncation marker holding the original size, a head and a tail.
+    ``max_bytes`` is at least 256.
     """
 
-    max_bytes: int = 50 * 1024
-    head_bytes: int | None = None
-    tail_bytes: int | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int):
-            raise ValueError(  # noqa: TRY004 - every bad policy value is a ValueError
-                f"ToolResultBounds.max_bytes must be an integer, got {self.max_bytes!r}"
-            )
-        if self.max_bytes < MIN_RESULT_BYTES:
-            raise ValueError(
-                f"ToolResultBounds.max_bytes must be at least {MIN_RESULT_BYTES}, got {self.max_bytes}"
-            )
-        for name in ("head_bytes", "tail_bytes"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise ValueError(f"ToolResultBounds.{name} must be a non-negative integer or None")
+    max_bytes: int = attrs.field(
+        default=50 * 1024, validator=_integer(MIN_RESULT_BYTES, f"an integer >= {MIN_RESULT_BYTES}")
+    )
+    head_bytes: int | None = attrs.field(
+        default=None, validator=_integer(0, "a non-negative integer", optional=True)
+    )
+    tail_bytes: int | None = attrs.field(
+        default=None, validator=_integer(0, "a non-negative integer", optional=True)
+    )
 
 
 @attrs.frozen
@@ -81,15 +128,12 @@ class CompactionPolicy:
     of the conversation to leave as it is.
     """
 
-    keep_recent_tokens: int = 20_000
-    strategy: Literal["prune-then-summarize", "prune-only"] = "prune-then-summarize"
-
-    def __attrs_post_init__(self) -> None:
-        keep: object = self.keep_recent_tokens
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 0:
-            raise ValueError("CompactionPolicy.keep_recent_tokens must be a non-negative integer")
-        if self.strategy not in ("prune-then-summarize", "prune-only"):
-            raise ValueError(f"unknown compaction strategy {self.strategy!r}")
+    keep_recent_tokens: int = attrs.field(
+        default=20_000, validator=_integer(0, "a non-negative integer")
+    )
+    strategy: Literal["prune-then-summarize", "prune-only"] = attrs.field(
+        default="prune-then-summarize", validator=_choice("prune-then-summarize", "prune-only")
+    )
 
 
 @attrs.frozen
@@ -102,101 +146,108 @@ class RetryPolicy:
     reaches past the run's deadline: a retry that cannot happen in time is not attempted.
     """
 
-    attempts: int = 3
-    initial_delay: float = 1.0
-    max_delay: float = 30.0
-    multiplier: float = 2.0
-    jitter: float = 0.2
-
-    def __attrs_post_init__(self) -> None:
-        attempts: object = self.attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-            raise ValueError(f"RetryPolicy.attempts must be a positive integer, got {attempts!r}")
-        for name in ("initial_delay", "max_delay", "multiplier"):
-            value: object = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"RetryPolicy.{name} must be a positive number, got {value!r}")
-        if self.multiplier < 1:
-            raise ValueError(f"RetryPolicy.multiplier must be at least 1, got {self.multiplier!r}")
-        jitter: object = self.jitter
-        if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter < 1:
-            raise ValueError(f"RetryPolicy.jitter must be in [0, 1), got {jitter!r}")
+    attempts: int = attrs.field(default=3, validator=_integer(1, "a positive integer"))
+    initial_delay: float = attrs.field(
+        default=1.0, validator=_number("a positive number", _positive)
+    )
+    max_delay: float = attrs.field(default=30.0, validator=_number("a positive number", _positive))
+    multiplier: float = attrs.field(
+        default=2.0, validator=_number("at least 1", lambda value: value >= 1)
+    )
+    jitter: float = attrs.field(
+        default=0.2, validator=_number("in [0, 1)", lambda value: 0 <= value < 1)
+    )
 
 
 @attrs.frozen
 class AgentPolicy:
-    """Limits and behaviour of a run. The first four are required.
+    """Limits and behaviour of a run; every field has a finite, conservative default.
+
+    The four main limits default to what suits an interactive agent, so ``AgentPolicy()`` (and an
+    ``Agent`` given no policy) can never run away: ``max_turns=20`` model calls,
+    ``max_tool_calls=64`` tool calls, ``max_duration=600`` seconds of wall time (room for one
+    approval wait of the default 300 s), and ``tool_concurrency=4`` calls at once. Raise them for
+    long autonomous tasks; each one that runs out is a budget exhaustion (below), never a hang.
 
     ``on_exhaustion``: ``"final-answer"`` admits exactly one grace turn with tool choice ``"none"``
     when a budget runs out, and the run ends with finish reason ``"budget-exhausted"``; ``"fail"``
     ends the run with a failure naming the dimension.
     """
 
-    max_turns: int = attrs.field(validator=_positive_int("max_turns"))
-    max_tool_calls: int = attrs.field(validator=_positive_int("max_tool_calls"))
-    max_duration: float = attrs.field(validator=_positive_number("max_duration"))
-    tool_concurrency: int = attrs.field(validator=_positive_int("tool_concurrency"))
+    max_turns: int = attrs.field(default=20, validator=_integer(1, "a positive integer"))
+    max_tool_calls: int = attrs.field(default=64, validator=_integer(1, "a positive integer"))
+    max_duration: float = attrs.field(default=600.0, validator=_SECONDS)
+    tool_concurrency: int = attrs.field(default=4, validator=_integer(1, "a positive integer"))
     repeated_failure_limit: int = attrs.field(
-        default=3, validator=_positive_int("repeated_failure_limit")
+        default=3, validator=_integer(1, "a positive integer")
     )
-    on_exhaustion: Literal["final-answer", "fail"] = "final-answer"
-    tool_result_bounds: ToolResultBounds = ToolResultBounds()
-    compaction: CompactionPolicy = CompactionPolicy()
+    on_exhaustion: Literal["final-answer", "fail"] = attrs.field(
+        default="final-answer", validator=_choice("final-answer", "fail")
+    )
+    tool_result_bounds: ToolResultBounds = attrs.field(
+        default=ToolResultBounds(), validator=_instance(ToolResultBounds)
+    )
+    compaction: CompactionPolicy = attrs.field(
+        default=CompactionPolicy(), validator=_instance(CompactionPolicy)
+    )
     token_budget: int | None = attrs.field(
-        default=None, validator=_optional_positive_int("token_budget")
+        default=None, validator=_integer(1, "a positive integer", optional=True)
     )
     context_token_limit: int | None = attrs.field(
-        default=None, validator=_optional_positive_int("context_token_limit")
+        default=None, validator=_integer(1, "a positive integer", optional=True)
     )
-    approval_timeout: float = attrs.field(
-        default=300.0, validator=_positive_number("approval_timeout")
-    )
-    grace_turn_duration: float = attrs.field(
-        default=30.0, validator=_positive_number("grace_turn_duration")
-    )
+    approval_timeout: float = attrs.field(default=300.0, validator=_SECONDS)
+    grace_turn_duration: float = attrs.field(default=30.0, validator=_SECONDS)
     #: How many times a final answer that does not decode into ``Agent.output`` goes back to the
     #: model with the decoder's message (each attempt is a turn, counted in the budgets).
-    output_retries: int = attrs.field(default=2, validator=attrs.validators.ge(0))
+    output_retries: int = attrs.field(default=2, validator=_integer(0, "a non-negative integer"))
     #: How a model call that failed with a retryable error is retried.
-    model_retry: RetryPolicy = RetryPolicy()
-    warning_ratio: float = 0.8
+    model_retry: RetryPolicy = attrs.field(default=RetryPolicy(), validator=_instance(RetryPolicy))
+    warning_ratio: float = attrs.field(
+        default=0.8,
+        validator=_number("a fraction between 0 and 1 (exclusive)", lambda value: 0 < value < 1),
+    )
 
-    def __attrs_post_init__(self) -> None:
-        if self.on_exhaustion not in ("final-answer", "fail"):
-            raise ValueError(
-                f"AgentPolicy.on_exhaustion must be 'final-answer' or 'fail', got {self.on_exhaustion!r}"
-            )
-        ratio: object = self.warning_ratio
-        if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 < ratio < 1:
-            raise ValueError(f"AgentPolicy.warning_ratio must be between 0 and 1, got {ratio!r}")
-        nested = (
-            ("tool_result_bounds", ToolResultBounds),
-            ("compaction", CompactionPolicy),
-            ("model_retry", RetryPolicy),
+
+def _name(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"Agent.name must be a str, got {_shown(value)}")
+    if not value.strip():
+        raise ValueError("Agent.name must not be empty")
+
+
+def _output(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The output type must have a JSON Schema, and that schema must be an object: the schema is
+    what the model is asked for, and providers' native structured output (OpenAI's
+    ``json_schema`` response format, Anthropic's) takes an object at the top — wrap a list or a
+    scalar in a class with one field."""
+    if value is None:
+        return
+    try:
+        schema = json_schema(value)
+    except SchemaDerivationError as exc:
+        raise SchemaDerivationError(f"Agent.output: {exc}") from None
+    if schema.get("type") != "object":
+        raise TypeError(
+            "Agent.output must be a type whose JSON Schema is an object (an attrs class, a "
+            "dataclass, a TypedDict or dict[str, T]) — it is what the model is asked to answer "
+            f"with — got {value!r}; wrap it in a class with one field"
         )
-        for name, kind in nested:
-            value = getattr(self, name)
-            if not isinstance(value, kind):
-                raise TypeError(f"AgentPolicy.{name} must be a {kind.__name__}, got {value!r}")
 
 
 @attrs.frozen
 class Agent:
-    """An agent definition: name, instructions, toolkit, optional output type, policy."""
+    """An agent definition: name, instructions, policy, toolkit and optional output type.
 
-    name: str
-    instructions: str
-    policy: AgentPolicy
-    toolkit: Toolkit = attrs.field(factory=Toolkit)
-    output: type[Any] | None = None
+    ``policy`` defaults to ``AgentPolicy()`` (finite limits, see there), ``toolkit`` to no tools.
+    ``output``, when given, is the type the final answer must decode into: a type whose JSON
+    Schema is an object (an attrs class, a dataclass, a ``TypedDict``), checked here — a type
+    without a schema raises ``SchemaDerivationError`` (a ``TypeError``) naming ``Agent.output``.
+    Every other argument of the wrong type is a ``TypeError`` naming it.
+    """
 
-    def __attrs_post_init__(self) -> None:
-        name: object = self.name
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError("Agent.name must not be empty")
-        if not isinstance(self.policy, AgentPolicy):
-            raise TypeError(
-                f"Agent.policy must be an AgentPolicy, got {type(self.policy).__name__}"
-            )
-        if not isinstance(self.toolkit, Toolkit):
-            raise TypeError(f"Agent.toolkit must be a Toolkit, got {type(self.toolkit).__name__}")
+    name: str = attrs.field(validator=_name)
+    instructions: str = attrs.field(validator=_instance(str))
+    policy: AgentPolicy = attrs.field(factory=AgentPolicy, validator=_instance(AgentPolicy))
+    toolkit: Toolkit = attrs.field(factory=Toolkit, validator=_instance(Toolkit))
+    output: type[Any] | None = attrs.field(default=None, validator=_output)
