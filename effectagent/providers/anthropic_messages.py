@@ -1,0 +1,423 @@
+"""Anthropic Messages: the request body a :class:`~effectagent.ai.ModelRequest` becomes, and the
+stream of events turned into response parts — both pure (no SDK, no I/O).
+
+Request
+    System messages join into the top-level ``system`` text (the API has no system turns).
+    User text, assistant text and ``tool_use`` blocks, and tool results as ``tool_result`` blocks
+    (``is_error`` for a failure) of a user turn; consecutive turns of one role are merged, empty
+    text is left out. Tool-call arguments that are not a JSON object (the engine keeps unparsable
+    text as it came) go back as ``{"value": ...}``, since ``input`` must be an object.
+    **Thinking** goes back only as the signed ``thinking`` / ``redacted_thinking`` blocks the API
+    produced, remembered by the adapter for a turn that declared tool calls
+    (:mod:`~effectagent.providers.reasoning`): the API verifies signatures and requires them for the
+    turn whose tool results it reads. Plain reasoning text from elsewhere is not sent.
+    ``tool_choice``: auto, none, required → ``any``, a name → ``tool``. ``max_tokens`` (required
+    by the API) is the request's ``max_output_tokens`` or the adapter's default. An
+    :class:`~effectagent.ai.OutputFormat` becomes ``output_config.format`` (``json_schema``) when
+    :func:`~effectagent.providers.output_schema.anthropic_output_schema` can express it; otherwise
+    the schema is appended to ``system`` with the instruction to answer with that JSON only.
+
+Stream
+    ``message_start`` gives the metadata and the input usage; each content block is a block of
+    parts: ``text`` → text, ``thinking`` → reasoning (its signature kept for replay),
+    ``tool_use`` → a tool call whose ``input_json_delta`` pieces are its argument deltas, ended at
+    ``content_block_stop`` and declared at ``message_stop`` — unless the stop reason is the length
+    limit, which leaves the calls undeclared (truncated, never run). ``message_delta`` carries the
+    stop reason and cumulative usage; ``message_stop`` is the finish part. Stop reasons: end_turn / stop_sequence → stop,
+    max_tokens / model_context_window_exceeded → length, tool_use → tool-calls, pause_turn →
+    pause, refusal → content-filter, none → unknown, anything else → other. Usage:
+    ``input.total`` = ``input_tokens`` + cache reads + cache writes, each kept apart. An ``error``
+    event raises the provider's typed error; ``ping`` and blocks of server-side tools are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, final
+
+from effectagent.ai import (
+    AssistantMessage,
+    FinishPart,
+    FinishReason,
+    MalformedResponse,
+    Message,
+    ModelRequest,
+    ResponseMetadataPart,
+    ResponsePart,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolParamsStartPart,
+    UserMessage,
+)
+
+from ._common import Blocks, StreamedCall, as_int, as_mapping, json_text, make_usage, result_text
+from .errors import error_from_payload
+from .output_schema import anthropic_output_schema
+from .reasoning import ReasoningMemory
+
+__all__ = ["MessagesDecoder", "anthropic_messages", "anthropic_request_body"]
+
+_STOP: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool-calls",
+    "pause_turn": "pause",
+    "refusal": "content-filter",
+}
+
+_OWN_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "signature_delta"})
+
+
+def anthropic_messages(
+    messages: tuple[Message, ...], memory: ReasoningMemory | None = None
+) -> tuple[str, list[dict[str, Any]]]:
+    """(system text, ``messages``) of a Messages request; thinking replayed from ``memory``."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, content: list[dict[str, Any]]) -> None:
+        if not content:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(content)
+        else:
+            turns.append({"role": role, "content": content})
+
+    for message in messages:
+        match message:
+            case SystemMessage():
+                if message.content:
+                    system.append(message.content)
+            case UserMessage():
+                add("user", [{"type": "text", "text": p.text} for p in message.content if p.text])
+            case AssistantMessage():
+                add("assistant", _assistant(message, memory))
+            case ToolMessage():
+                results: list[dict[str, Any]] = []
+                for result in message.content:
+                    block: dict[str, Any] = {
+                        "type": "tool_result",
+                        "tool_use_id": result.id,
+                        "content": result_text(result.result),
+                    }
+                    if result.is_failure:
+                        block["is_error"] = True
+                    results.append(block)
+                add("user", results)
+    return "\n\n".join(system), turns
+
+
+def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> list[dict[str, Any]]:
+    first_call = next((p.id for p in message.content if isinstance(p, ToolCallContent)), None)
+    blocks: list[dict[str, Any]] = []
+    if memory is not None and first_call is not None:
+        blocks.extend(dict(block) for block in memory.recall(first_call))
+    for part in message.content:
+        if isinstance(part, TextContent):
+            if part.text:
+                blocks.append({"type": "text", "text": part.text})
+        elif isinstance(part, ToolCallContent):
+            arguments = part.arguments
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": part.id,
+                    "name": part.name,
+                    "input": arguments if isinstance(arguments, dict) else {"value": arguments},
+                }
+            )
+    return blocks
+
+
+def output_instructions(schema: Mapping[str, Any]) -> str:
+    """What the system prompt says when the output schema cannot be sent natively."""
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return (
+        "Your final answer must be a single JSON value and nothing else (no prose, no code "
+        f"fence). It must match this JSON Schema:\n{text}"
+    )
+
+
+def anthropic_request_body(
+    request: ModelRequest,
+    model: str,
+    *,
+    max_tokens: int,
+    memory: ReasoningMemory | None = None,
+    thinking: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole JSON body of a streamed Messages request. ``max_tokens`` applies when the
+    request sets no ``max_output_tokens``; ``options`` are merged in last, except over keys
+    already set."""
+    system, messages = anthropic_messages(request.messages, memory)
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": request.max_output_tokens
+        if request.max_output_tokens is not None
+        else max_tokens,
+        "stream": True,
+    }
+    output = request.output
+    if output is not None:
+        native = anthropic_output_schema(output.schema)
+        if native is not None:
+            body["output_config"] = {"format": {"type": "json_schema", "schema": native}}
+        else:
+            note = output_instructions(output.schema)
+            system = f"{system}\n\n{note}" if system else note
+    if system:
+        body["system"] = system
+    if request.tools:
+        body["tools"] = [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": dict(tool.parameters),
+            }
+            for tool in request.tools
+        ]
+        choice = request.tool_choice
+        body["tool_choice"] = (
+            {"type": "auto"}
+            if choice == "auto"
+            else {"type": "none"}
+            if choice == "none"
+            else {"type": "any"}
+            if choice == "required"
+            else {"type": "tool", "name": choice}
+        )
+    if thinking:
+        body["thinking"] = dict(thinking)
+    if options:
+        for key, value in options.items():
+            body.setdefault(key, value)
+    return body
+
+
+@final
+class _Block:
+    """One content block of the streamed message, by its index."""
+
+    __slots__ = ("call", "initial", "kind", "signature", "thinking")
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.call: StreamedCall | None = None
+        self.initial = ""  # a tool_use block's input given whole at its start
+        self.thinking: list[str] = []
+        self.signature = ""
+
+
+@final
+class MessagesDecoder:
+    """Turns decoded Messages stream events into response parts (see the module notes).
+
+    :meth:`feed` takes one event (a decoded JSON object with its ``type``), :meth:`end` the end of
+    the body. After the stream, :attr:`thinking_blocks` are the thinking blocks as the API takes
+    them back, and :attr:`call_ids` the tool calls whose input completed, in order.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_complete",
+        "_content",
+        "_ended",
+        "_input",
+        "_metadata",
+        "_output",
+        "_reason",
+        "call_ids",
+        "thinking_blocks",
+    )
+
+    def __init__(self) -> None:
+        self._metadata = False
+        self._blocks = Blocks()
+        self._content: dict[int, _Block] = {}
+        self._ended: list[StreamedCall] = []
+        self._reason: FinishReason = "unknown"
+        self._input = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
+        self._output = {"output_tokens": 0, "thinking": 0}
+        self._complete = False
+        self.call_ids: list[str] = []
+        self.thinking_blocks: list[dict[str, Any]] = []
+
+    @property
+    def complete(self) -> bool:
+        """Whether the finish part has been produced."""
+        return self._complete
+
+    def feed(self, event: object) -> list[ResponsePart]:
+        """The parts one decoded event completes."""
+        data = as_mapping(event, "a Messages stream event")
+        if self._complete:
+            return []
+        kind = data.get("type")
+        out: list[ResponsePart] = []
+        if kind == "content_block_delta":
+            self._delta(data, out)
+        elif kind == "content_block_start":
+            self._start(data, out)
+        elif kind == "content_block_stop":
+            self._stop(data, out)
+        elif kind == "message_start":
+            message = as_mapping(data.get("message"), "a message_start message")
+            if not self._metadata:
+                self._metadata = True
+                out.append(
+                    ResponseMetadataPart(
+                        message.get("id") if isinstance(message.get("id"), str) else None,
+                        message.get("model") if isinstance(message.get("model"), str) else None,
+                    )
+                )
+            usage = message.get("usage")
+            if isinstance(usage, Mapping):
+                self._usage(usage)
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            if isinstance(delta, Mapping) and "stop_reason" in delta:
+                reason = delta.get("stop_reason")
+                self._reason = (
+                    _STOP.get(reason, "other")
+                    if isinstance(reason, str)
+                    else "unknown"
+                    if reason is None
+                    else "other"
+                )
+            usage = data.get("usage")
+            if isinstance(usage, Mapping):
+                self._usage(usage)
+        elif kind == "message_stop":
+            self._blocks.end_all(out)
+            if self._reason != "length":  # calls cut off by the limit stay undeclared
+                for call in self._ended:
+                    call.declare(out)
+            usage = make_usage(
+                input_total=sum(self._input.values()),
+                cache_read=self._input["cache_read"],
+                cache_write=self._input["cache_write"],
+                output_total=self._output["output_tokens"],
+                reasoning=self._output["thinking"],
+            )
+            self._complete = True
+            out.append(FinishPart(self._reason, usage))
+        elif kind == "error":
+            raise error_from_payload("Anthropic", data)
+        elif not isinstance(kind, str):
+            raise MalformedResponse("a Messages stream event has no type")
+        return out
+
+    def _index(self, data: Mapping[str, Any]) -> int:
+        index = data.get("index")
+        if type(index) is not int:
+            raise MalformedResponse(f"a {data.get('type')} event without its block index")
+        return index
+
+    def _start(self, data: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        index = self._index(data)
+        if index in self._content:
+            raise MalformedResponse(f"content block {index} started twice")
+        content = as_mapping(data.get("content_block"), "a content block")
+        kind = content.get("type")
+        block = self._content[index] = _Block(kind if isinstance(kind, str) else "")
+        if kind == "text":
+            text = content.get("text")
+            self._blocks.end_all(out)
+            if isinstance(text, str):
+                self._blocks.text_delta(text, out)
+        elif kind == "thinking":
+            self._blocks.end_all(out)
+            thinking = content.get("thinking")
+            if isinstance(thinking, str) and thinking:
+                block.thinking.append(thinking)
+                self._blocks.reasoning_delta(thinking, out)
+        elif kind == "redacted_thinking":
+            self.thinking_blocks.append(
+                {"type": "redacted_thinking", "data": content.get("data", "")}
+            )
+        elif kind == "tool_use":
+            call_id, name = content.get("id"), content.get("name")
+            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+                raise MalformedResponse("a tool_use block without its id or name")
+            block.call = StreamedCall(call_id, name)
+            initial = content.get("input")
+            if isinstance(initial, Mapping) and initial:
+                block.initial = json_text(initial)
+            out.append(ToolParamsStartPart(call_id, name))
+
+    def _delta(self, data: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        block = self._content.get(self._index(data))
+        if block is None:
+            raise MalformedResponse("a content_block_delta for a block that never started")
+        delta = as_mapping(data.get("delta"), "a content block delta")
+        kind = delta.get("type")
+        if kind == "text_delta" and block.kind == "text":
+            self._blocks.text_delta(_text(delta, "text"), out)
+        elif kind == "input_json_delta" and block.call is not None:
+            block.call.delta(_text(delta, "partial_json"), out)
+        elif kind == "thinking_delta" and block.kind == "thinking":
+            text = _text(delta, "thinking")
+            block.thinking.append(text)
+            self._blocks.reasoning_delta(text, out)
+        elif kind == "signature_delta" and block.kind == "thinking":
+            block.signature += _text(delta, "signature")
+        elif kind in _OWN_DELTAS and block.kind in ("text", "thinking", "tool_use"):
+            raise MalformedResponse(f"a {kind} inside a {block.kind} block")
+        # citations and the blocks of server-side tools carry nothing to show here.
+
+    def _stop(self, data: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        block = self._content.get(self._index(data))
+        if block is None:
+            raise MalformedResponse("a content_block_stop for a block that never started")
+        if block.kind == "text":
+            self._blocks.end_text(out)
+        elif block.kind == "thinking":
+            self._blocks.end_reasoning(out)
+            self.thinking_blocks.append(
+                {
+                    "type": "thinking",
+                    "thinking": "".join(block.thinking),
+                    "signature": block.signature,
+                }
+            )
+        elif block.call is not None:
+            call = block.call
+            block.call = None
+            call.end(out, None if call.chunks else block.initial)
+            self._ended.append(call)
+            self.call_ids.append(call.id)
+
+    def _usage(self, usage: Mapping[str, Any]) -> None:
+        # message_delta usage is cumulative: a value it carries replaces the earlier one.
+        for key, field in (
+            ("input_tokens", "input_tokens"),
+            ("cache_read_input_tokens", "cache_read"),
+            ("cache_creation_input_tokens", "cache_write"),
+        ):
+            if usage.get(key) is not None:
+                self._input[field] = as_int(usage.get(key))
+        if usage.get("output_tokens") is not None:
+            self._output["output_tokens"] = as_int(usage.get("output_tokens"))
+        details = usage.get("output_tokens_details")
+        if isinstance(details, Mapping) and details.get("thinking_tokens") is not None:
+            self._output["thinking"] = as_int(details.get("thinking_tokens"))
+
+    def end(self) -> list[ResponsePart]:
+        """The end of the body."""
+        if not self._complete:
+            raise MalformedResponse("the event stream ended before message_stop")
+        return []
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise MalformedResponse(f"a {data.get('type')} without its {key}")
+    return value

@@ -1,0 +1,178 @@
+"""Anthropic models: their settings, their Layer, and the :class:`~effectagent.ai.LanguageModel`
+adapter built on the official ``anthropic`` SDK.
+
+:class:`Anthropic` is a plain description; its :meth:`~Anthropic.layer` checks the key
+(``api_key=`` or ``ANTHROPIC_API_KEY``), imports ``anthropic`` (over a second, paid once) and
+opens an ``AsyncAnthropic`` client with the SDK's retries off when the layer is built, and
+closes it at teardown. The key is always passed to the SDK explicitly, so it never goes looking
+for other credentials (profiles, token files) on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar, final
+
+import attrs
+import trio
+
+from effectagent.ai import (
+    LanguageModelService,
+    ModelRequest,
+    ModelResponse,
+    ResponsePart,
+    generate,
+)
+from effectagent.effect import Layer
+
+from .anthropic_messages import MessagesDecoder, anthropic_request_body
+from .credentials import require_api_key, secret_values
+from .reasoning import ReasoningMemory
+from .streaming import SdkErrors, stream_parts
+
+__all__ = ["Anthropic", "AnthropicModel"]
+
+#: Seconds the SDK waits for a response (and between bytes of it) before giving up.
+DEFAULT_TIMEOUT = 600.0
+#: ``max_tokens`` when a request sets no ``max_output_tokens`` (the API requires one).
+DEFAULT_MAX_TOKENS = 8192
+
+
+def _sdk() -> tuple[Any, SdkErrors]:
+    """The ``anthropic`` module and the exceptions the streaming loop tells apart (lazy)."""
+    import anthropic
+    import httpx2
+
+    return anthropic, SdkErrors(
+        status=anthropic.APIStatusError,
+        connection=(anthropic.APIConnectionError,),
+        transport=(httpx2.TransportError,),
+        decoding=(httpx2.DecodingError,),
+    )
+
+
+@attrs.frozen
+class Anthropic:
+    """A Claude model through the **Messages API** (``"anthropic:<model>"``).
+
+    ``max_tokens`` caps a response when the request does not (``max_output_tokens``);
+    ``thinking_budget`` turns extended thinking on with that many tokens (it must be below the
+    cap; thinking streams as reasoning parts and is replayed in tool loops); ``extra_body`` is
+    merged into each request body for any other API option; ``headers`` are sent with every
+    request (e.g. an ``anthropic-beta`` header)."""
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(default=None, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    max_tokens: int = attrs.field(default=DEFAULT_MAX_TOKENS, kw_only=True)
+    thinking_budget: int | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+
+    def layer(self) -> Layer:
+        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
+        layer is built — a missing key fails there, naming ``ANTHROPIC_API_KEY`` — and closed at
+        teardown)."""
+        return Layer.scoped(
+            LanguageModelService, lambda _: self.open(), name=f"anthropic:{self.model}"
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[AnthropicModel]:
+        """The model, with its client open for the block.
+
+        Cancellation: opening does not wait on the network; closing is shielded."""
+        key = require_api_key(self.api_key, "ANTHROPIC_API_KEY", "Anthropic")
+        anthropic, errors = _sdk()
+        client = anthropic.AsyncAnthropic(
+            api_key=key,
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=0,
+            default_headers=dict(self.headers) or None,
+        )
+        try:
+            yield AnthropicModel(self, client, errors, secret_values(key, self.headers))
+        finally:
+            with trio.CancelScope(shield=True):
+                await client.close()
+
+
+@final
+class AnthropicModel:
+    """The Messages API as a :class:`~effectagent.ai.LanguageModel` (made by
+    :meth:`Anthropic.open` or its layer). See :mod:`~effectagent.providers.anthropic_messages`
+    for the mapping."""
+
+    #: The engine sends the output schema natively (``output_config.format``, or the system
+    #: prompt when Anthropic cannot express the schema), not in its own instructions.
+    native_output: ClassVar[bool] = True
+
+    __slots__ = ("_client", "_errors", "_memory", "_options", "_secrets", "_thinking", "settings")
+
+    def __init__(
+        self, settings: Anthropic, client: Any, errors: SdkErrors, secrets: tuple[str, ...]
+    ) -> None:
+        self.settings = settings
+        self._client = client
+        self._errors = errors
+        self._secrets = secrets
+        self._memory = ReasoningMemory()
+        budget = settings.thinking_budget
+        self._thinking = {"type": "enabled", "budget_tokens": budget} if budget else None
+        options = dict(settings.extra_body)
+        if settings.temperature is not None:
+            options.setdefault("temperature", settings.temperature)
+        self._options = options
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.settings.model!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
+
+        Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
+        early, closes the HTTP stream (the server sees the disconnect)."""
+        body = anthropic_request_body(
+            request,
+            self.settings.model,
+            max_tokens=self.settings.max_tokens,
+            memory=self._memory,
+            thinking=self._thinking,
+            options=self._options,
+        )
+        decoder = MessagesDecoder()
+        create = self._client.messages.with_streaming_response.create
+        model, messages, max_tokens = (
+            body.pop("model"),
+            body.pop("messages"),
+            body.pop("max_tokens"),
+        )
+        body.pop("stream")
+
+        def open_response() -> Any:
+            return create(
+                model=model, messages=messages, max_tokens=max_tokens, stream=True, extra_body=body
+            )
+
+        def remember() -> None:
+            if decoder.call_ids:
+                self._memory.remember(decoder.call_ids[0], decoder.thinking_blocks)
+
+        return stream_parts(
+            open_response,
+            decoder,
+            provider="Anthropic",
+            errors=self._errors,
+            secrets=self._secrets,
+            on_complete=remember,
+        )
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response (reduced from :meth:`stream`).
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
+        return await generate(self, request)

@@ -1,0 +1,224 @@
+"""Provider failures as typed AI errors — pure: a status, headers and a decoded body in, an
+:class:`~effectagent.ai.AiError` out.
+
+The classes the engine and its retry policy act on:
+
+============================  ==================================================================
+``RateLimited``               429 or a rate-limit error type; ``retry_after`` from the
+                              ``retry-after-ms`` / ``retry-after`` header (seconds or an HTTP
+                              date). Retryable. A 429 that says the *quota* is spent is a
+                              ``ProviderError(429)``: waiting does not help.
+``ContextLengthExceeded``     a 400/413/422 (or a stream error) whose code or message says the
+                              prompt is longer than the context window; ``limit`` when the
+                              message states it. Not retryable as it is: compaction can react.
+``AuthenticationFailed``      401, 403, or an authentication / permission error type.
+``ContentFiltered``           the provider's content policy refused the request.
+``InvalidModelRequest``       any other 400, 404, 413, 422, or an invalid-request error type.
+``ModelUnavailable``          408, 5xx, 529 (overloaded), or an overloaded / server error type.
+                              Retryable.
+``ProviderError(status)``     anything else.
+============================  ==================================================================
+
+Connection failures (``ModelNetworkError``) and broken event streams (``MalformedResponse``) are
+raised where they happen, by the streaming loop; this module only reads what a provider *said*.
+Messages are the provider's own, shortened; the caller removes its API key from them
+(:func:`scrub`) before anything is raised.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from effectagent.ai import (
+    AiError,
+    AuthenticationFailed,
+    ContentFiltered,
+    ContextLengthExceeded,
+    InvalidModelRequest,
+    ModelUnavailable,
+    ProviderError,
+    RateLimited,
+)
+
+__all__ = [
+    "REDACTED",
+    "error_from_payload",
+    "error_from_status",
+    "retry_after",
+    "scrub",
+    "scrub_error",
+]
+
+#: What an API key is replaced with in any message this package produces.
+REDACTED = "[REDACTED]"
+
+#: How much of a provider's message an error keeps.
+_MESSAGE_LIMIT = 1000
+
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "request_too_large", "model_context_window_exceeded"}
+)
+_CONTEXT_MESSAGE = re.compile(
+    r"context[ _-]?length|context window|maximum context|prompt is too long|input is too long"
+    r"|too many (?:input )?tokens|exceeds? the (?:model's )?(?:maximum )?context",
+    re.IGNORECASE,
+)
+_CONTEXT_LIMIT = (
+    re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
+    re.compile(r">\s*(\d+)\s*maximum", re.IGNORECASE),
+    re.compile(r"context window (?:of|is) (\d+)", re.IGNORECASE),
+    re.compile(r"limit of (\d+) tokens", re.IGNORECASE),
+)
+_AUTH_KINDS = frozenset(
+    {"authentication_error", "permission_error", "invalid_api_key", "permission_denied"}
+)
+_RATE_KINDS = frozenset({"rate_limit_error", "rate_limit_exceeded", "tokens", "requests"})
+_QUOTA_KINDS = frozenset({"insufficient_quota", "billing_error", "quota_exceeded"})
+_UNAVAILABLE_KINDS = frozenset(
+    {"overloaded_error", "api_error", "server_error", "service_unavailable", "overloaded"}
+)
+_FILTER_KINDS = frozenset({"content_filter", "content_policy_violation"})
+_INVALID_KINDS = frozenset({"invalid_request_error", "not_found_error", "invalid_request"})
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret replaced by ``[REDACTED]``."""
+    for secret in secrets:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def scrub_error(error: AiError, secrets: Iterable[str]) -> AiError:
+    """``error`` itself when its message holds no secret, else a copy with them replaced."""
+    message = scrub(error.message, secrets)
+    if message == error.message:
+        return error
+    return attrs.evolve(error, message=message)
+
+
+def retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """Seconds the provider asked to wait: ``retry-after-ms``, else ``retry-after`` (seconds or
+    an HTTP date, measured from ``now``, default the wall clock). None when absent or unreadable.
+
+    ``headers`` is looked up with lower-case names (HTTP client header maps are
+    case-insensitive)."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            millis = float(value)
+        except ValueError:
+            millis = -1.0
+        if math.isfinite(millis) and millis >= 0:
+            return millis / 1000.0
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        return max(0.0, seconds)
+    if not math.isfinite(seconds) or seconds < 0:
+        return None
+    return seconds
+
+
+def error_from_status(
+    provider: str, status: int, headers: Mapping[str, str], body: object
+) -> AiError:
+    """The typed error for an HTTP error response: its ``status``, ``headers`` (lower-case
+    lookups) and ``body`` (decoded JSON, or text)."""
+    kind, code, message = _details(body)
+    shown = f"{provider} answered HTTP {status}" + (f" ({kind or code})" if kind or code else "")
+    shown = f"{shown}: {message}" if message else shown
+    return _classify(status, kind, code, message, shown, headers)
+
+
+def error_from_payload(provider: str, payload: object) -> AiError:
+    """The typed error for an error object a provider sent *inside* an event stream (no
+    status: the response had already begun with 200)."""
+    kind, code, message = _details(payload)
+    label = kind or code or "an error"
+    shown = f"{provider} reported {label} mid-stream" + (f": {message}" if message else "")
+    return _classify(None, kind, code, message, shown, {})
+
+
+def _details(body: object) -> tuple[str, str, str]:
+    """(type, code, message) from a provider error body in any of the usual shapes:
+    ``{"error": {...}}``, the inner object itself, or plain text."""
+    if isinstance(body, Mapping):
+        inner = body.get("error")
+        info: Mapping[str, Any] = inner if isinstance(inner, Mapping) else body
+        kind = info.get("type")
+        code = info.get("code")
+        message = info.get("message")
+        if not isinstance(message, str):
+            message = inner if isinstance(inner, str) else ""
+        return (
+            kind if isinstance(kind, str) else "",
+            str(code) if isinstance(code, str | int) and not isinstance(code, bool) else "",
+            _short(message),
+        )
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    return "", "", _short(body) if isinstance(body, str) else ""
+
+
+def _short(message: str) -> str:
+    message = message.strip()
+    return message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT] + "…"
+
+
+def _context_limit(message: str) -> int | None:
+    for pattern in _CONTEXT_LIMIT:
+        found = pattern.search(message)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def _classify(
+    status: int | None,
+    kind: str,
+    code: str,
+    message: str,
+    shown: str,
+    headers: Mapping[str, str],
+) -> AiError:
+    if (status in (None, 400, 413, 422)) and (
+        code in _CONTEXT_CODES
+        or kind in _CONTEXT_CODES
+        or status == 413
+        or bool(_CONTEXT_MESSAGE.search(message))
+    ):
+        return ContextLengthExceeded(shown, _context_limit(message))
+    if status in (401, 403) or kind in _AUTH_KINDS or code in _AUTH_KINDS:
+        return AuthenticationFailed(shown)
+    if kind in _QUOTA_KINDS or code in _QUOTA_KINDS:
+        return ProviderError(shown, status)
+    if status == 429 or kind in _RATE_KINDS or code in _RATE_KINDS:
+        return RateLimited(shown, retry_after(headers))
+    if kind in _FILTER_KINDS or code in _FILTER_KINDS:
+        return ContentFiltered(shown)
+    if (
+        status == 408
+        or (status is not None and status >= 500)
+        or kind in _UNAVAILABLE_KINDS
+        or code in _UNAVAILABLE_KINDS
+    ):
+        return ModelUnavailable(shown)
+    if status in (400, 404, 422) or kind in _INVALID_KINDS or code in _INVALID_KINDS:
+        return InvalidModelRequest(shown)
+    return ProviderError(shown, status)

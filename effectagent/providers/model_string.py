@@ -1,0 +1,89 @@
+"""Choosing a model by a string: ``"<provider>:<model>"``.
+
+============================  ===========================================================
+``openai:<model>``            OpenAI, Responses API (:class:`OpenAIResponses`)
+``openai-responses:<model>``  the same, explicitly
+``openai-chat:<model>``       OpenAI, Chat Completions (:class:`OpenAIChat`)
+``openai-compatible:<model>`` a Chat Completions server at ``base_url=`` — vLLM, llama.cpp,
+                              Ollama (:class:`OpenAICompatible`)
+``anthropic:<model>``         Anthropic, Messages API (:class:`Anthropic`)
+============================  ===========================================================
+
+``"openai:"`` means the Responses API because it is the API OpenAI builds on: reasoning
+summaries stream from it and reasoning can be handed back across a tool loop, which Chat
+Completions cannot do. Everything after the first colon is the model name, colons included
+(``"openai-compatible:llama3.1:8b"``). Options are the settings class's fields.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeAlias
+
+import attrs
+
+from effectagent.ai import LanguageModel
+from effectagent.effect import Layer
+
+from .anthropic_model import Anthropic
+from .openai_models import OpenAIChat, OpenAICompatible, OpenAIResponses
+
+__all__ = ["PROVIDERS", "ModelSettings", "model_layer", "model_settings", "open_model"]
+
+#: The settings of any model this package adapts.
+ModelSettings: TypeAlias = OpenAIResponses | OpenAIChat | OpenAICompatible | Anthropic
+
+#: The provider prefix of a model string → the settings class it builds.
+PROVIDERS: dict[str, type[ModelSettings]] = {
+    "openai": OpenAIResponses,
+    "openai-responses": OpenAIResponses,
+    "openai-chat": OpenAIChat,
+    "openai-compatible": OpenAICompatible,
+    "anthropic": Anthropic,
+}
+
+
+def model_settings(model: str, **options: Any) -> ModelSettings:
+    """The settings ``"<provider>:<model>"`` names, with ``options`` (keyword fields of the
+    settings class: ``api_key``, ``base_url``, …). ``ValueError`` for a string that names no
+    provider or no model, or an ``openai-compatible`` model without ``base_url``; ``TypeError``
+    for an option the provider does not have, naming the ones it has."""
+    if not isinstance(model, str):
+        raise TypeError(f"a model string is a str, got {type(model).__name__}")
+    prefix, colon, name = model.partition(":")
+    settings_class = PROVIDERS.get(prefix.strip().lower()) if colon else None
+    if settings_class is None:
+        known = ", ".join(f"'{p}:<model>'" for p in PROVIDERS)
+        raise ValueError(f"unknown model string {model!r}: expected one of {known}")
+    if not name.strip():
+        raise ValueError(f"the model string {model!r} names no model after {prefix!r}")
+    fields = [field.name for field in attrs.fields(settings_class) if field.name != "model"]
+    unknown = sorted(set(options) - set(fields))
+    if unknown:
+        raise TypeError(
+            f"{prefix} models take no option {', '.join(map(repr, unknown))}; "
+            f"they take {', '.join(fields)}"
+        )
+    if settings_class is OpenAICompatible and not options.get("base_url"):
+        raise ValueError(
+            f"{model!r} needs base_url=... (the server's OpenAI-compatible root, e.g. "
+            "'http://127.0.0.1:8000/v1')"
+        )
+    return settings_class(name.strip(), **options)
+
+
+def model_layer(model: str, **options: Any) -> Layer:
+    """The Layer providing the model that ``"<provider>:<model>"`` names as the
+    ``LanguageModelService`` (see :func:`model_settings` for the options). Nothing is imported
+    or opened until the layer is built; a missing API key fails then, naming its environment
+    variable."""
+    return model_settings(model, **options).layer()
+
+
+def open_model(model: str, **options: Any) -> AbstractAsyncContextManager[LanguageModel]:
+    """``async with open_model("anthropic:claude-sonnet-4-5") as model:`` — the model, its client
+    open for the block, without a runtime (see :func:`model_settings` for the options).
+
+    Cancellation: opening does not wait on the network; closing is shielded."""
+    manager: AbstractAsyncContextManager[LanguageModel] = model_settings(model, **options).open()
+    return manager

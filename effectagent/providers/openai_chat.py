@@ -1,0 +1,370 @@
+"""OpenAI Chat Completions: the request body a :class:`~effectagent.ai.ModelRequest` becomes, and
+the stream of chunks turned into response parts — both pure (no SDK, no I/O).
+
+The same wire format serves OpenAI and every OpenAI-compatible server (vLLM, llama.cpp, Ollama):
+
+Request
+    System, user, assistant and tool messages map one to one (a tool batch becomes one ``tool``
+    message per result). **Reasoning is not sent back**: Chat Completions has no field for it,
+    and servers that stream ``reasoning_content`` ask not to receive it again. Tools become
+    ``function`` tools (not strict); ``tool_choice`` is auto / none / required or
+    ``{"type": "function", ...}`` for one tool's name; ``max_output_tokens`` is
+    ``max_completion_tokens`` (OpenAI) or ``max_tokens`` (compatible servers). An
+    :class:`~effectagent.ai.OutputFormat` becomes a ``json_schema`` response format, ``strict``
+    only when the format asks for it and the schema meets OpenAI's strict rules
+    (:func:`~effectagent.providers.output_schema.openai_strict_problems`). Usage is requested with
+    ``stream_options.include_usage``.
+
+Stream
+    The first chunk gives the metadata (id, model, created). ``delta.content`` is text;
+    ``delta.refusal`` is text too, and makes the finish reason ``content-filter``;
+    ``delta.reasoning_content`` / ``delta.reasoning`` (what vLLM, DeepSeek and Ollama stream) is
+    reasoning. Tool calls arrive by ``index`` — parallel calls interleave their argument deltas —
+    and each is declared (params end + :class:`~effectagent.ai.ToolCallPart` with the whole raw
+    argument text) when the choice's ``finish_reason`` arrives — unless that reason is
+    ``length``: calls cut off by the limit stay undeclared, so the engine sees them truncated and
+    never runs them. The finish part follows ``[DONE]``
+    (which carries nothing; usage comes in the last chunk before it), or the end of the body for
+    servers that send no ``[DONE]``. Finish reasons: stop, length, tool_calls → tool-calls,
+    function_call → tool-calls, content_filter → content-filter, error → error, any other value →
+    other (a stream that never gives one is malformed); a response that declared tool calls but says "stop" (some
+    servers do) is reported as tool-calls. A chunk holding ``error`` is the provider failing
+    mid-stream: its typed error is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, final
+
+from effectagent.ai import (
+    AssistantMessage,
+    FinishPart,
+    FinishReason,
+    MalformedResponse,
+    Message,
+    ModelRequest,
+    ResponseMetadataPart,
+    ResponsePart,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolParamsStartPart,
+    Usage,
+    UserMessage,
+)
+
+from ._common import (
+    Blocks,
+    StreamedCall,
+    as_int,
+    as_mapping,
+    as_timestamp,
+    json_text,
+    make_usage,
+    result_text,
+)
+from .errors import error_from_payload
+from .output_schema import openai_schema, openai_strict_problems
+
+__all__ = ["ChatCompletionsDecoder", "chat_messages", "chat_request_body"]
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "content_filter": "content-filter",
+    "error": "error",
+}
+
+
+def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The ``messages`` of a Chat Completions request."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        match message:
+            case SystemMessage():
+                out.append({"role": "system", "content": message.content})
+            case UserMessage():
+                texts = [part.text for part in message.content]
+                content: Any = (
+                    texts[0]
+                    if len(texts) == 1
+                    else [{"type": "text", "text": text} for text in texts]
+                )
+                out.append({"role": "user", "content": content})
+            case AssistantMessage():
+                out.append(_assistant(message))
+            case ToolMessage():
+                out.extend(
+                    {
+                        "role": "tool",
+                        "tool_call_id": result.id,
+                        "content": result_text(result.result),
+                    }
+                    for result in message.content
+                )
+    return out
+
+
+def _assistant(message: AssistantMessage) -> dict[str, Any]:
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for part in message.content:
+        if isinstance(part, TextContent):
+            texts.append(part.text)
+        elif isinstance(part, ToolCallContent):
+            calls.append(
+                {
+                    "id": part.id,
+                    "type": "function",
+                    "function": {"name": part.name, "arguments": json_text(part.arguments)},
+                }
+            )
+        # ReasoningContent: Chat Completions has no place for it (see the module notes).
+    entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    if calls:
+        entry["tool_calls"] = calls
+    return entry
+
+
+def chat_request_body(
+    request: ModelRequest,
+    model: str,
+    *,
+    max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+    native_output: bool = True,
+    stream_usage: bool = True,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole JSON body of a streamed Chat Completions request. ``options`` (settings such as
+    ``temperature`` or ``reasoning_effort``) are merged in last, except over the keys the request
+    itself sets."""
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": chat_messages(request.messages),
+        "stream": True,
+    }
+    if stream_usage:
+        body["stream_options"] = {"include_usage": True}
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": dict(tool.parameters),
+                },
+            }
+            for tool in request.tools
+        ]
+        choice = request.tool_choice
+        body["tool_choice"] = (
+            choice
+            if choice in ("auto", "none", "required")
+            else {"type": "function", "function": {"name": choice}}
+        )
+    if request.max_output_tokens is not None:
+        body[max_tokens_field] = request.max_output_tokens
+    output = request.output
+    if output is not None and native_output:
+        strict = output.strict and not openai_strict_problems(output.schema)
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output.name,
+                "schema": openai_schema(output.schema),
+                "strict": strict,
+            },
+        }
+    if options:
+        for key, value in options.items():
+            body.setdefault(key, value)
+    return body
+
+
+@final
+class ChatCompletionsDecoder:
+    """Turns decoded Chat Completions chunks into response parts (see the module notes).
+
+    :meth:`feed` takes one chunk (a decoded JSON object), :meth:`done` the ``[DONE]`` marker,
+    :meth:`end` the end of the body; each returns the parts it completes. Raises
+    :class:`~effectagent.ai.MalformedResponse` for a stream that breaks the format, and the
+    provider's typed error for an error chunk. ``require_done`` (OpenAI itself) makes a body
+    that ends without ``[DONE]`` malformed; compatible servers may omit it.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_calls",
+        "_done",
+        "_finish",
+        "_metadata",
+        "_provider",
+        "_refused",
+        "_require_done",
+        "_usage",
+    )
+
+    def __init__(self, *, provider: str = "OpenAI", require_done: bool = True) -> None:
+        self._provider = provider
+        self._require_done = require_done
+        self._metadata = False
+        self._blocks = Blocks()
+        self._calls: dict[int, StreamedCall] = {}
+        self._finish: FinishReason | None = None
+        self._usage = Usage()
+        self._refused = False
+        self._done = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether the finish part has been produced."""
+        return self._done
+
+    def feed(self, chunk: object) -> list[ResponsePart]:
+        """The parts one decoded chunk completes."""
+        if self._done:
+            return []
+        data = as_mapping(chunk, "a chat completion chunk")
+        error = data.get("error")
+        if error:
+            raise error_from_payload(self._provider, data)
+        out: list[ResponsePart] = []
+        if not self._metadata:
+            self._metadata = True
+            created = data.get("created")
+            out.append(
+                ResponseMetadataPart(
+                    _str_or_none(data.get("id")),
+                    _str_or_none(data.get("model")),
+                    as_timestamp(created),
+                )
+            )
+        usage = data.get("usage")
+        if isinstance(usage, Mapping):
+            self._usage = _usage(usage)
+        choices = data.get("choices")
+        if choices is None:
+            return out
+        if not isinstance(choices, list):
+            raise MalformedResponse("a chat completion chunk's choices are not a list")
+        for choice in choices:
+            choice = as_mapping(choice, "a chat completion choice")
+            if choice.get("index", 0) == 0:
+                self._choice(choice, out)
+        return out
+
+    def _choice(self, choice: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        delta = choice.get("delta")
+        if self._finish is not None:
+            # Some servers repeat an empty choice after finishing; content would be lost.
+            if isinstance(delta, Mapping) and any(
+                delta.get(key) for key in ("content", "refusal", "tool_calls", "reasoning")
+            ):
+                raise MalformedResponse("the model went on after its finish reason")
+            return
+        if delta is not None:
+            delta = as_mapping(delta, "a chat completion delta")
+            blocks = self._blocks
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if reasoning and isinstance(reasoning, str):
+                blocks.reasoning_delta(reasoning, out)
+            content = delta.get("content")
+            if content and isinstance(content, str):
+                blocks.text_delta(content, out)
+            refusal = delta.get("refusal")
+            if refusal and isinstance(refusal, str):
+                self._refused = True
+                blocks.text_delta(refusal, out)
+            calls = delta.get("tool_calls")
+            if calls:
+                if not isinstance(calls, list):
+                    raise MalformedResponse("a chat completion delta's tool_calls are not a list")
+                for call in calls:
+                    self._call(as_mapping(call, "a tool call delta"), out)
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            self._blocks.end_all(out)
+            finish: FinishReason = (
+                _FINISH.get(reason, "other") if isinstance(reason, str) else "other"
+            )
+            if finish != "length":  # calls cut off by the limit stay undeclared (truncated)
+                for call in self._calls.values():
+                    call.end(out)
+                    call.declare(out)
+            if self._refused and finish == "stop":
+                finish = "content-filter"
+            if self._calls and finish == "stop":
+                finish = "tool-calls"
+            self._finish = finish
+
+    def _call(self, call: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        index = call.get("index")
+        if type(index) is not int:
+            # Servers that omit the index send each call whole, one entry per call.
+            index = len(self._calls) if call.get("id") or _name(call) else len(self._calls) - 1
+        streamed = self._calls.get(index)
+        function = call.get("function")
+        function = function if isinstance(function, Mapping) else {}
+        if streamed is None:
+            name = _name(call)
+            if not name:
+                raise MalformedResponse(f"tool call #{index} began without a function name")
+            call_id = call.get("id")
+            streamed = StreamedCall(
+                call_id if isinstance(call_id, str) and call_id else f"call_{index}", name
+            )
+            self._calls[index] = streamed
+            out.append(ToolParamsStartPart(streamed.id, streamed.name))
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            streamed.delta(arguments, out)
+        elif isinstance(arguments, Mapping):  # a server that sends the arguments decoded
+            streamed.delta(json_text(arguments), out)
+
+    def done(self) -> list[ResponsePart]:
+        """The ``[DONE]`` marker: the finish part."""
+        if self._done:
+            return []
+        if self._finish is None:
+            raise MalformedResponse("the stream said [DONE] before any finish reason")
+        self._done = True
+        return [FinishPart(self._finish, self._usage)]
+
+    def end(self) -> list[ResponsePart]:
+        """The end of the body."""
+        if self._done:
+            return []
+        if self._finish is None:
+            raise MalformedResponse("the event stream ended before the model finished")
+        if self._require_done:
+            raise MalformedResponse("the event stream ended without [DONE]")
+        return self.done()
+
+
+def _name(call: Mapping[str, Any]) -> str:
+    function = call.get("function")
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else ""
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    prompt = usage.get("prompt_tokens_details")
+    prompt = prompt if isinstance(prompt, Mapping) else {}
+    completion = usage.get("completion_tokens_details")
+    completion = completion if isinstance(completion, Mapping) else {}
+    return make_usage(
+        input_total=as_int(usage.get("prompt_tokens")),
+        cache_read=as_int(prompt.get("cached_tokens")),
+        cache_write=as_int(prompt.get("cache_write_tokens")),
+        output_total=as_int(usage.get("completion_tokens")),
+        reasoning=as_int(completion.get("reasoning_tokens")),
+    )

@@ -1,0 +1,410 @@
+"""OpenAI and OpenAI-compatible models: their settings, their Layer, and the
+:class:`~effectagent.ai.LanguageModel` adapters built on the official ``openai`` SDK.
+
+A settings object (:class:`OpenAIResponses`, :class:`OpenAIChat`, :class:`OpenAICompatible`) is a
+plain description — building it imports nothing and opens nothing. :meth:`~OpenAIChat.layer` is
+the Layer providing :data:`~effectagent.ai.LanguageModelService`: when the layer is built it
+checks the API key, imports ``openai`` (about half a second, paid once), and opens an
+``AsyncOpenAI`` client with the SDK's retries off (``max_retries=0``: the engine retries, on its
+own clock); the client is closed when the layer is torn down. :meth:`~OpenAIChat.open` does the
+same as an ``async with`` block, for use without a runtime.
+
+Keys: ``OpenAIResponses`` and ``OpenAIChat`` take ``api_key=`` or ``OPENAI_API_KEY``. An
+``OpenAICompatible`` server never receives ``OPENAI_API_KEY`` (it is somebody else's server): it
+gets ``api_key=``, or the variable named by ``api_key_env=``, or no key at all (a placeholder
+the local servers ignore).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, ClassVar, Literal, final
+
+import attrs
+import trio
+
+from effectagent.ai import (
+    LanguageModelService,
+    ModelRequest,
+    ModelResponse,
+    ResponsePart,
+    generate,
+)
+from effectagent.effect import Layer
+
+from .credentials import require_api_key, secret_values
+from .openai_chat import ChatCompletionsDecoder, chat_request_body
+from .openai_responses import ResponsesDecoder, responses_request_body
+from .reasoning import ReasoningMemory
+from .streaming import SdkErrors, stream_parts
+
+__all__ = [
+    "OpenAIChat",
+    "OpenAIChatModel",
+    "OpenAICompatible",
+    "OpenAIResponses",
+    "OpenAIResponsesModel",
+]
+
+#: Seconds the SDK waits for a response (and between bytes of it) before giving up.
+DEFAULT_TIMEOUT = 600.0
+#: What an OpenAI-compatible server without authentication is sent as its key.
+NO_KEY = "no-key"
+
+
+def _sdk() -> tuple[Any, SdkErrors]:
+    """The ``openai`` module and the exceptions the streaming loop tells apart (lazy imports)."""
+    import httpx2
+    import openai
+
+    return openai, SdkErrors(
+        status=openai.APIStatusError,
+        connection=(openai.APIConnectionError,),
+        transport=(httpx2.TransportError,),
+        decoding=(httpx2.DecodingError,),
+    )
+
+
+def _options(
+    extra_body: Mapping[str, Any], **settings: object
+) -> dict[str, Any]:  # the settings that are set, then extra_body
+    options = {key: value for key, value in settings.items() if value is not None}
+    options.update(extra_body)
+    return options
+
+
+@asynccontextmanager
+async def _client(
+    key: str, base_url: str | None, timeout: float, headers: Mapping[str, str]
+) -> AsyncIterator[tuple[Any, SdkErrors]]:
+    openai, errors = _sdk()
+    client = openai.AsyncOpenAI(
+        api_key=key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        default_headers=dict(headers) or None,
+    )
+    try:
+        yield client, errors
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.close()
+
+
+@attrs.frozen
+class OpenAIResponses:
+    """An OpenAI model through the **Responses API** — what ``"openai:<model>"`` means.
+
+    ``reasoning_effort`` / ``reasoning_summary`` set the ``reasoning`` option (reasoning
+    summaries stream as reasoning parts). ``store`` (default False: nothing is kept at OpenAI,
+    every request carries the whole history) is the API's ``store``. ``extra_body`` is merged
+    into each request body for any other API option. ``headers`` are sent with every request.
+    """
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(default=None, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
+    reasoning_summary: str | None = attrs.field(default=None, kw_only=True)
+    store: bool = attrs.field(default=False, kw_only=True)
+    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+
+    def layer(self) -> Layer:
+        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
+        layer is built — a missing key fails there, naming ``OPENAI_API_KEY`` — and closed at
+        teardown)."""
+        return Layer.scoped(
+            LanguageModelService, lambda _: self.open(), name=f"openai-responses:{self.model}"
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[OpenAIResponsesModel]:
+        """The model, with its client open for the block.
+
+        Cancellation: opening does not wait on the network; closing is shielded."""
+        key = require_api_key(self.api_key, "OPENAI_API_KEY", "OpenAI")
+        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+            yield OpenAIResponsesModel(self, client, errors, secret_values(key, self.headers))
+
+
+@final
+class OpenAIResponsesModel:
+    """The Responses API as a :class:`~effectagent.ai.LanguageModel` (made by
+    :meth:`OpenAIResponses.open` or its layer). See :mod:`~effectagent.providers.openai_responses`
+    for the mapping."""
+
+    #: The engine sends the output schema natively (``text.format``), not in instructions.
+    native_output: ClassVar[bool] = True
+
+    __slots__ = ("_client", "_errors", "_memory", "_options", "_reasoning", "_secrets", "settings")
+
+    def __init__(
+        self,
+        settings: OpenAIResponses,
+        client: Any,
+        errors: SdkErrors,
+        secrets: tuple[str, ...],
+    ) -> None:
+        self.settings = settings
+        self._client = client
+        self._errors = errors
+        self._secrets = secrets
+        self._memory = ReasoningMemory()
+        reasoning = {
+            key: value
+            for key, value in (
+                ("effort", settings.reasoning_effort),
+                ("summary", settings.reasoning_summary),
+            )
+            if value is not None
+        }
+        self._reasoning = reasoning or None
+        self._options = _options(
+            settings.extra_body,
+            parallel_tool_calls=settings.parallel_tool_calls,
+            temperature=settings.temperature,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIResponsesModel({self.settings.model!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
+
+        Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
+        early, closes the HTTP stream (the server sees the disconnect)."""
+        settings = self.settings
+        body = responses_request_body(
+            request,
+            settings.model,
+            memory=self._memory,
+            store=settings.store,
+            reasoning=self._reasoning,
+            options=self._options,
+        )
+        decoder = ResponsesDecoder()
+        create = self._client.responses.with_streaming_response.create
+        model, items = body.pop("model"), body.pop("input")
+        body.pop("stream")
+
+        def open_response() -> Any:
+            return create(model=model, input=items, stream=True, extra_body=body)
+
+        def remember() -> None:
+            # The reasoning items OpenAI can take back: stored ones, or with encrypted content.
+            if decoder.call_ids:
+                items = [
+                    item
+                    for item in decoder.reasoning_items
+                    if settings.store or item.get("encrypted_content")
+                ]
+                self._memory.remember(decoder.call_ids[0], items)
+
+        return stream_parts(
+            open_response,
+            decoder,
+            provider="OpenAI",
+            errors=self._errors,
+            secrets=self._secrets,
+            on_complete=remember,
+        )
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response (reduced from :meth:`stream`).
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
+        return await generate(self, request)
+
+
+@attrs.frozen
+class OpenAIChat:
+    """An OpenAI model through **Chat Completions** (``"openai-chat:<model>"``).
+
+    ``reasoning_effort`` is the API's option of that name; ``extra_body`` is merged into each
+    request body for any other API option; ``headers`` are sent with every request."""
+
+    model: str
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    base_url: str | None = attrs.field(default=None, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
+    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+
+    def layer(self) -> Layer:
+        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
+        layer is built — a missing key fails there, naming ``OPENAI_API_KEY`` — and closed at
+        teardown)."""
+        return Layer.scoped(
+            LanguageModelService, lambda _: self.open(), name=f"openai-chat:{self.model}"
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[OpenAIChatModel]:
+        """The model, with its client open for the block.
+
+        Cancellation: opening does not wait on the network; closing is shielded."""
+        key = require_api_key(self.api_key, "OPENAI_API_KEY", "OpenAI")
+        options = _options(
+            self.extra_body,
+            reasoning_effort=self.reasoning_effort,
+            parallel_tool_calls=self.parallel_tool_calls,
+            temperature=self.temperature,
+        )
+        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+            yield OpenAIChatModel(
+                self.model,
+                client,
+                errors,
+                secret_values(key, self.headers),
+                options=options,
+                provider="OpenAI",
+            )
+
+
+@attrs.frozen
+class OpenAICompatible:
+    """Any server that speaks the Chat Completions wire format — vLLM, llama.cpp, Ollama, … —
+    at ``base_url`` (``"openai-compatible:<model>"``, e.g. ``base_url="http://127.0.0.1:8000/v1"``).
+
+    Differences from :class:`OpenAIChat`: the output cap is sent as ``max_tokens`` (the field
+    these servers read); reasoning streamed as ``reasoning_content`` / ``reasoning`` is kept; a
+    body that ends without ``[DONE]`` is accepted once the model finished; ``native_output=False``
+    for a server without ``json_schema`` response formats (the engine then puts the schema in
+    the instructions); ``stream_usage=False`` for one that rejects ``stream_options``."""
+
+    model: str
+    base_url: str = attrs.field(kw_only=True)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    api_key_env: str | None = attrs.field(default=None, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    native_output: bool = attrs.field(default=True, kw_only=True)
+    stream_usage: bool = attrs.field(default=True, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+
+    def layer(self) -> Layer:
+        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
+        layer is built, closed at teardown)."""
+        return Layer.scoped(
+            LanguageModelService, lambda _: self.open(), name=f"openai-compatible:{self.model}"
+        )
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[OpenAIChatModel]:
+        """The model, with its client open for the block.
+
+        Cancellation: opening does not wait on the network; closing is shielded."""
+        if self.api_key is not None or self.api_key_env is None:
+            key = self.api_key or NO_KEY
+        else:
+            key = require_api_key(None, self.api_key_env, f"the server at {self.base_url}")
+        options = _options(self.extra_body, temperature=self.temperature)
+        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+            yield OpenAIChatModel(
+                self.model,
+                client,
+                errors,
+                secret_values(None if key == NO_KEY else key, self.headers),
+                options=options,
+                provider=f"the server at {self.base_url}",
+                max_tokens_field="max_tokens",
+                native_output=self.native_output,
+                stream_usage=self.stream_usage,
+                require_done=False,
+            )
+
+
+@final
+class OpenAIChatModel:
+    """Chat Completions as a :class:`~effectagent.ai.LanguageModel` (made by
+    :meth:`OpenAIChat.open`, :meth:`OpenAICompatible.open` or their layers). See
+    :mod:`~effectagent.providers.openai_chat` for the mapping."""
+
+    __slots__ = (
+        "_client",
+        "_errors",
+        "_max_tokens_field",
+        "_options",
+        "_provider",
+        "_require_done",
+        "_secrets",
+        "_stream_usage",
+        "model",
+        "native_output",
+    )
+
+    def __init__(
+        self,
+        model: str,
+        client: Any,
+        errors: SdkErrors,
+        secrets: tuple[str, ...],
+        *,
+        options: Mapping[str, Any],
+        provider: str,
+        max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = (
+            "max_completion_tokens"
+        ),
+        native_output: bool = True,
+        stream_usage: bool = True,
+        require_done: bool = True,
+    ) -> None:
+        self.model = model
+        #: Whether the engine sends the output schema natively (a ``json_schema`` response
+        #: format) rather than in instructions.
+        self.native_output = native_output
+        self._client = client
+        self._errors = errors
+        self._secrets = secrets
+        self._options = dict(options)
+        self._provider = provider
+        self._max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = max_tokens_field
+        self._stream_usage = stream_usage
+        self._require_done = require_done
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel({self.model!r}, provider={self._provider!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
+
+        Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
+        early, closes the HTTP stream (the server sees the disconnect)."""
+        body = chat_request_body(
+            request,
+            self.model,
+            max_tokens_field=self._max_tokens_field,
+            native_output=self.native_output,
+            stream_usage=self._stream_usage,
+            options=self._options,
+        )
+        create = self._client.chat.completions.with_streaming_response.create
+        model, messages = body.pop("model"), body.pop("messages")
+        body.pop("stream")
+
+        def open_response() -> Any:
+            return create(model=model, messages=messages, stream=True, extra_body=body)
+
+        return stream_parts(
+            open_response,
+            ChatCompletionsDecoder(provider=self._provider, require_done=self._require_done),
+            provider=self._provider,
+            errors=self._errors,
+            secrets=self._secrets,
+        )
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response (reduced from :meth:`stream`).
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
+        return await generate(self, request)

@@ -1,0 +1,365 @@
+"""OpenAI Responses: the request body a :class:`~effectagent.ai.ModelRequest` becomes, and the
+stream of typed events turned into response parts — both pure (no SDK, no I/O).
+
+Request
+    System and user messages become input messages; assistant text an assistant message, each
+    tool call a ``function_call`` item and each result a ``function_call_output``. **Reasoning**
+    is sent back only as OpenAI's own reasoning items, remembered from the response that made
+    them (:mod:`~effectagent.providers.reasoning`) — which needs ``store`` or the items'
+    ``encrypted_content`` (requested with ``include`` whenever reasoning is configured and nothing
+    is stored); plain reasoning text from elsewhere is not sent. Tools are ``function`` tools with
+    ``strict: false``; ``tool_choice`` is auto / none / required or ``{"type": "function",
+    "name": ...}``; ``max_output_tokens`` as is. An :class:`~effectagent.ai.OutputFormat` becomes
+    ``text.format`` of type ``json_schema`` (strict as for Chat Completions).
+
+Stream
+    ``response.created`` gives the metadata. Text comes from ``response.output_text.delta`` (and
+    ``response.refusal.delta``, which makes the finish ``content-filter``); reasoning from the
+    reasoning *summary* deltas (a new block per summary part) and from raw
+    ``response.reasoning_text.delta``. A ``function_call`` output item opens a tool call; its
+    argument deltas stream by item id (parallel calls interleave); the item's ``done`` event ends
+    its arguments with the full text it restates, and the finish declares the ended calls —
+    except a length finish, which leaves them undeclared (truncated, never run).
+    ``response.completed`` ends the response — tool-calls when it has calls, else stop —,
+    ``response.incomplete`` ends it with length (``max_output_tokens``), content-filter, or other. ``response.failed`` and ``error``
+    events raise the provider's typed error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, final
+
+from effectagent.ai import (
+    AssistantMessage,
+    FinishPart,
+    FinishReason,
+    MalformedResponse,
+    Message,
+    ModelRequest,
+    ResponseMetadataPart,
+    ResponsePart,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolParamsStartPart,
+    Usage,
+    UserMessage,
+)
+
+from ._common import (
+    Blocks,
+    StreamedCall,
+    as_int,
+    as_mapping,
+    as_timestamp,
+    json_text,
+    make_usage,
+    result_text,
+)
+from .errors import error_from_payload
+from .output_schema import openai_schema, openai_strict_problems
+from .reasoning import ReasoningMemory
+
+__all__ = ["ResponsesDecoder", "responses_input", "responses_request_body"]
+
+_INCOMPLETE: dict[str, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content-filter",
+}
+
+
+def responses_input(
+    messages: tuple[Message, ...], memory: ReasoningMemory | None = None
+) -> list[dict[str, Any]]:
+    """The ``input`` items of a Responses request; reasoning replayed from ``memory``."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        match message:
+            case SystemMessage():
+                items.append({"role": "system", "content": message.content})
+            case UserMessage():
+                items.append(
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_text", "text": p.text} for p in message.content
+                        ],
+                    }
+                )
+            case AssistantMessage():
+                items.extend(_assistant(message, memory))
+            case ToolMessage():
+                items.extend(
+                    {
+                        "type": "function_call_output",
+                        "call_id": result.id,
+                        "output": result_text(result.result),
+                    }
+                    for result in message.content
+                )
+    return items
+
+
+def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> list[dict[str, Any]]:
+    """Reasoning items first (as OpenAI produced them), then text and calls in their order."""
+    first_call = next((p.id for p in message.content if isinstance(p, ToolCallContent)), None)
+    items: list[dict[str, Any]] = []
+    if memory is not None and first_call is not None:
+        items.extend(dict(block) for block in memory.recall(first_call))
+    texts: list[str] = []
+    for part in message.content:
+        if isinstance(part, TextContent):
+            texts.append(part.text)
+        elif isinstance(part, ToolCallContent):
+            if texts:
+                items.append({"role": "assistant", "content": "".join(texts)})
+                texts = []
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": part.id,
+                    "name": part.name,
+                    "arguments": json_text(part.arguments),
+                }
+            )
+        # ReasoningContent: only the remembered items above can go back (see the module notes).
+    if texts:
+        items.append({"role": "assistant", "content": "".join(texts)})
+    return items
+
+
+def responses_request_body(
+    request: ModelRequest,
+    model: str,
+    *,
+    memory: ReasoningMemory | None = None,
+    store: bool = False,
+    reasoning: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The whole JSON body of a streamed Responses request. ``reasoning`` is the ``reasoning``
+    setting (effort, summary); ``options`` are merged in last, except over keys already set."""
+    body: dict[str, Any] = {
+        "model": model,
+        "input": responses_input(request.messages, memory),
+        "stream": True,
+        "store": store,
+    }
+    if reasoning:
+        body["reasoning"] = dict(reasoning)
+        if not store:
+            body["include"] = ["reasoning.encrypted_content"]
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": dict(tool.parameters),
+                "strict": False,
+            }
+            for tool in request.tools
+        ]
+        choice = request.tool_choice
+        body["tool_choice"] = (
+            choice
+            if choice in ("auto", "none", "required")
+            else {"type": "function", "name": choice}
+        )
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
+    output = request.output
+    if output is not None:
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": output.name,
+                "schema": openai_schema(output.schema),
+                "strict": output.strict and not openai_strict_problems(output.schema),
+            }
+        }
+    if options:
+        for key, value in options.items():
+            body.setdefault(key, value)
+    return body
+
+
+@final
+class ResponsesDecoder:
+    """Turns decoded Responses stream events into response parts (see the module notes).
+
+    :meth:`feed` takes one event (a decoded JSON object with its ``type``), :meth:`end` the end of
+    the body. After the stream, :attr:`reasoning_items` are the reasoning output items as OpenAI
+    takes them back, and :attr:`call_ids` the tool calls whose arguments completed, in order.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_calls",
+        "_complete",
+        "_ended",
+        "_metadata",
+        "_refused",
+        "call_ids",
+        "reasoning_items",
+    )
+
+    def __init__(self) -> None:
+        self._metadata = False
+        self._blocks = Blocks()
+        self._calls: dict[str, StreamedCall] = {}
+        self._ended: list[StreamedCall] = []
+        self._complete = False
+        self._refused = False
+        self.call_ids: list[str] = []
+        self.reasoning_items: list[dict[str, Any]] = []
+
+    @property
+    def complete(self) -> bool:
+        """Whether the finish part has been produced."""
+        return self._complete
+
+    def feed(self, event: object) -> list[ResponsePart]:
+        """The parts one decoded event completes."""
+        data = as_mapping(event, "a Responses stream event")
+        if self._complete:
+            return []
+        kind = data.get("type")
+        out: list[ResponsePart] = []
+        blocks = self._blocks
+        if kind == "response.output_text.delta":
+            blocks.text_delta(_text(data, "delta"), out)
+        elif kind == "response.function_call_arguments.delta":
+            self._call(data).delta(_text(data, "delta"), out)
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            blocks.reasoning_delta(_text(data, "delta"), out)
+        elif kind == "response.reasoning_summary_part.added":
+            blocks.end_reasoning(out)  # each summary part is a block of its own
+        elif kind == "response.refusal.delta":
+            self._refused = True
+            blocks.text_delta(_text(data, "delta"), out)
+        elif kind == "response.output_item.added":
+            self._item_added(as_mapping(data.get("item"), "an output item"), out)
+        elif kind == "response.output_item.done":
+            self._item_done(as_mapping(data.get("item"), "an output item"), out)
+        elif kind in ("response.created", "response.in_progress"):
+            if not self._metadata:
+                self._metadata = True
+                response = as_mapping(data.get("response"), "a response")
+                created = response.get("created_at")
+                out.append(
+                    ResponseMetadataPart(
+                        _str_or_none(response.get("id")),
+                        _str_or_none(response.get("model")),
+                        as_timestamp(created),
+                    )
+                )
+        elif kind in ("response.completed", "response.incomplete"):
+            self._finish(as_mapping(data.get("response"), "a response"), out)
+        elif kind == "response.failed":
+            response = as_mapping(data.get("response"), "a response")
+            raise error_from_payload("OpenAI", response.get("error") or {"message": "failed"})
+        elif kind == "error":
+            raise error_from_payload("OpenAI", data)
+        elif not isinstance(kind, str):
+            raise MalformedResponse("a Responses stream event has no type")
+        return out
+
+    def _call(self, data: Mapping[str, Any]) -> StreamedCall:
+        call = self._calls.get(data.get("item_id"))  # type: ignore[arg-type]
+        if call is None:
+            raise MalformedResponse("function call arguments for an item that was never added")
+        return call
+
+    def _item_added(self, item: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        if item.get("type") != "function_call":
+            return
+        item_id, call_id, name = item.get("id"), item.get("call_id"), item.get("name")
+        if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+            raise MalformedResponse("a function call item without its call_id or name")
+        call = StreamedCall(call_id, name)
+        self._calls[item_id if isinstance(item_id, str) else call_id] = call
+        out.append(ToolParamsStartPart(call_id, name))
+        arguments = item.get("arguments")
+        if isinstance(arguments, str):
+            call.delta(arguments, out)
+
+    def _item_done(self, item: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        kind = item.get("type")
+        if kind == "function_call":
+            item_id, call_id = item.get("id"), item.get("call_id")
+            key = item_id if isinstance(item_id, str) and item_id in self._calls else call_id
+            call = self._calls.pop(key, None)  # type: ignore[arg-type]
+            if call is None:
+                raise MalformedResponse("a function call item ended that never began")
+            arguments = item.get("arguments")
+            call.end(out, arguments if isinstance(arguments, str) else None)
+            self._ended.append(call)
+            self.call_ids.append(call.id)
+        elif kind == "message":
+            self._blocks.end_text(out)
+        elif kind == "reasoning":
+            self._blocks.end_reasoning(out)
+            kept = {
+                key: item[key]
+                for key in ("type", "id", "summary", "encrypted_content")
+                if key in item
+            }
+            kept.setdefault("summary", [])
+            self.reasoning_items.append(kept)
+
+    def _finish(self, response: Mapping[str, Any], out: list[ResponsePart]) -> None:
+        self._blocks.end_all(out)
+        status = response.get("status")
+        reason: FinishReason
+        if status == "incomplete":
+            details = response.get("incomplete_details")
+            why = details.get("reason") if isinstance(details, Mapping) else None
+            reason = _INCOMPLETE.get(why, "other") if isinstance(why, str) else "other"
+        elif self._refused:
+            reason = "content-filter"
+        elif self.call_ids:
+            reason = "tool-calls"
+        elif status in ("completed", None):
+            reason = "stop"
+        else:
+            reason = "other"
+        if reason != "length":  # calls cut off by the limit stay undeclared (truncated)
+            for call in self._ended:
+                call.declare(out)
+        usage = response.get("usage")
+        self._complete = True
+        out.append(FinishPart(reason, _usage(usage) if isinstance(usage, Mapping) else Usage()))
+
+    def end(self) -> list[ResponsePart]:
+        """The end of the body."""
+        if not self._complete:
+            raise MalformedResponse("the event stream ended before the response completed")
+        return []
+
+
+def _text(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        raise MalformedResponse(f"a {data.get('type')} event without its {key} text")
+    return value
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    given = usage.get("input_tokens_details")
+    given = given if isinstance(given, Mapping) else {}
+    made = usage.get("output_tokens_details")
+    made = made if isinstance(made, Mapping) else {}
+    return make_usage(
+        input_total=as_int(usage.get("input_tokens")),
+        cache_read=as_int(given.get("cached_tokens")),
+        cache_write=as_int(given.get("cache_write_tokens")),
+        output_total=as_int(usage.get("output_tokens")),
+        reasoning=as_int(made.get("reasoning_tokens")),
+    )

@@ -1,0 +1,250 @@
+"""The streaming loop every adapter shares: open the SDK's raw streaming response, split its body
+into server-sent events, decode each event's JSON, hand it to the provider's decoder, yield the
+parts — and turn every way this can fail into a typed :class:`~effectagent.ai.AiError`.
+
+What the SDK is used for: building and sending the request (auth, base URL, headers, timeouts),
+and turning an HTTP error status into its exception, which this loop maps with
+:func:`~effectagent.providers.errors.error_from_status`. The body of a successful response is read
+as raw bytes (``with_streaming_response``) and decoded here (:mod:`~effectagent.providers.sse`), so
+the SDK's pydantic event classes are never built and never leave the adapter.
+
+Failures: an HTTP error status → its typed error; a connection that cannot be made or is lost
+(before or during the body) → ``ModelNetworkError``; a 200 that is not an event stream, bytes that
+are not UTF-8, data that is not JSON, events that break the provider's format, a body that ends
+before the response is complete → ``MalformedResponse``; an error the provider reports inside the
+stream → its typed error. Each error is raised with no exception chained to it (no SDK object,
+request or header travels with it) and with the API key scrubbed from its message.
+
+Cancellation: the loop waits on the network between parts; when it is cancelled, or the consumer
+closes the iterator early, the HTTP response is closed — the connection is dropped, so the server
+sees the client disconnect — shielded, within a bound, before the cancellation continues.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol, final
+
+import attrs
+import trio
+
+from effectagent.ai import AiError, MalformedResponse, ModelNetworkError, ResponsePart
+
+from .errors import error_from_payload, error_from_status, scrub_error
+from .sse import ServerSentEvent, SSEDecoder
+
+__all__ = ["EventDecoder", "SdkErrors", "stream_parts"]
+
+#: How long a finished response may keep its body open before the connection is dropped.
+_DRAIN_SECONDS = 0.25
+#: How long closing a response may take (shielded from cancellation).
+_CLOSE_SECONDS = 5.0
+_NOT_JSON = object()
+
+
+class EventDecoder(Protocol):
+    """A provider's pure mapping from decoded events to response parts."""
+
+    @property
+    def complete(self) -> bool:
+        """Whether the finish part has been produced."""
+        ...
+
+    def feed(self, event: object) -> list[ResponsePart]:
+        """The parts one decoded event completes."""
+        ...
+
+    def end(self) -> list[ResponsePart]:
+        """The end of the body (raises ``MalformedResponse`` when the response is incomplete)."""
+        ...
+
+
+class DoneAware(EventDecoder, Protocol):
+    """A decoder of a stream that ends with a ``[DONE]`` marker (Chat Completions)."""
+
+    def done(self) -> list[ResponsePart]:
+        """The ``[DONE]`` marker."""
+        ...
+
+
+@final
+@attrs.frozen
+class SdkErrors:
+    """The SDK's exception classes the loop tells apart (imported by the adapter, lazily)."""
+
+    status: type[BaseException]
+    connection: tuple[type[BaseException], ...]
+    transport: tuple[type[BaseException], ...]
+    decoding: tuple[type[BaseException], ...] = ()
+
+
+async def stream_parts(
+    open_response: Callable[[], AbstractAsyncContextManager[Any]],
+    decoder: EventDecoder,
+    *,
+    provider: str,
+    errors: SdkErrors,
+    secrets: Iterable[str],
+    on_complete: Callable[[], None] | None = None,
+) -> AsyncIterator[ResponsePart]:
+    """Open the response with ``open_response()`` (an SDK ``with_streaming_response`` call) and
+    yield the parts ``decoder`` makes of its events; ``on_complete()`` runs once the response is
+    complete (after its finish part was handed over). See the module notes for errors.
+
+    Cancellation: a checkpoint at each network read; on cancellation or an early ``aclose`` the
+    HTTP response is closed (shielded, bounded), so the server sees the disconnect.
+    """
+    secrets = tuple(secrets)
+    manager = open_response()
+    failure: AiError | None = None
+    try:
+        response = await manager.__aenter__()
+    except errors.status as exc:
+        failure = _status_failure(provider, exc)
+    except errors.connection as exc:
+        failure = ModelNetworkError(f"{provider}: could not get a response ({_describe(exc)})")
+    if failure is not None:
+        raise scrub_error(failure, secrets)
+    http = response.http_response
+    chunks: AsyncIterator[bytes] | None = None
+    exhausted = False
+    try:
+        content_type = str(http.headers.get("content-type", "")).lower()
+        if content_type and not content_type.startswith("text/event-stream"):
+            raise scrub_error(await _not_a_stream(provider, http, content_type, errors), secrets)
+        chunks = http.aiter_bytes()
+        sse = SSEDecoder()
+        done = getattr(decoder, "done", None)
+        while True:
+            chunk: bytes | None
+            try:
+                chunk = await chunks.__anext__()
+            except StopAsyncIteration:
+                chunk = None
+            except errors.transport as exc:
+                failure = ModelNetworkError(
+                    f"{provider}: the connection was lost mid-stream ({_describe(exc)})"
+                )
+            except errors.decoding as exc:
+                failure = MalformedResponse(f"{provider}: undecodable body ({_describe(exc)})")
+            if failure is not None:
+                exhausted = True
+                raise scrub_error(failure, secrets)
+            if chunk is None:
+                exhausted = True
+            try:
+                events = sse.finish() if chunk is None else sse.feed(chunk)
+                parts = _parts(decoder, done, events)
+                if chunk is None:
+                    parts.extend(decoder.end())
+            except AiError as error:
+                failure = error
+            except UnicodeDecodeError:
+                failure = MalformedResponse(f"{provider}: the event stream is not UTF-8")
+            if failure is not None:
+                raise scrub_error(failure, secrets)
+            for part in parts:
+                yield part
+            if chunk is None or decoder.complete:
+                if on_complete is not None:
+                    on_complete()
+                if chunk is not None:
+                    exhausted = await _drain(chunks)
+                return
+    finally:
+        await _close(manager, http, chunks, exhausted)
+
+
+def _parts(
+    decoder: EventDecoder,
+    done: Callable[[], list[ResponsePart]] | None,
+    events: list[ServerSentEvent],
+) -> list[ResponsePart]:
+    parts: list[ResponsePart] = []
+    for event in events:
+        data = event.data
+        if not data:
+            continue
+        if data == "[DONE]":
+            if done is not None:
+                parts.extend(done())
+            continue
+        value = _loads(data)
+        if value is _NOT_JSON:
+            raise MalformedResponse(f"an event's data is not JSON: {data[:60]!r}")
+        parts.extend(decoder.feed(value))
+    return parts
+
+
+def _loads(data: str) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return _NOT_JSON
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _status_failure(provider: str, exc: BaseException) -> AiError:
+    status = getattr(exc, "status_code", None)
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    body = getattr(exc, "body", None)
+    if not isinstance(status, int):
+        return error_from_payload(provider, body)
+    return error_from_status(provider, status, headers, body)
+
+
+async def _not_a_stream(provider: str, http: Any, content_type: str, errors: SdkErrors) -> AiError:
+    """A 200 that is not an event stream: its error if the body says one, else malformed."""
+    body: object = None
+    try:
+        raw = await http.aread()
+        body = json.loads(raw)
+    except errors.transport:
+        return ModelNetworkError(f"{provider}: the connection was lost")
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("error"):
+        return error_from_payload(provider, body)
+    return MalformedResponse(f"{provider}: expected an event stream, got {content_type!r}")
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> bool:
+    """Read what follows the end of a finished response (usually nothing but the end of the
+    chunked body), so the connection can serve the next request; give up after a short bound.
+    True when the body was read to its end."""
+    with trio.move_on_after(_DRAIN_SECONDS):
+        try:
+            async for _ in chunks:
+                pass
+        except Exception:  # a finished response: whatever the connection does now is moot
+            return True
+        return True
+    return False
+
+
+async def _close(
+    manager: AbstractAsyncContextManager[Any],
+    http: Any,
+    chunks: AsyncIterator[bytes] | None,
+    exhausted: bool,
+) -> None:
+    """Close the response, shielded and bounded. A body not read to its end is closed first —
+    which drops the connection — and its byte iterator then run out (it fails at once), so no
+    generator of the HTTP stack is left suspended."""
+    with trio.CancelScope(shield=True) as scope:
+        scope.deadline = trio.current_time() + _CLOSE_SECONDS
+        if chunks is not None and not exhausted:
+            await http.aclose()
+            try:
+                while True:
+                    await chunks.__anext__()
+            except Exception:  # StopAsyncIteration or the closed connection's error
+                pass
+        await manager.__aexit__(None, None, None)

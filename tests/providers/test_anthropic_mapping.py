@@ -1,0 +1,317 @@
+"""Anthropic Messages: the request body and the event → part mapping, without HTTP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from effectagent.ai import (
+    AssistantMessage,
+    InputTokens,
+    MalformedResponse,
+    ModelRequest,
+    ModelUnavailable,
+    OutputFormat,
+    OutputTokens,
+    ReasoningContent,
+    ResponsePart,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolResultContent,
+    Usage,
+    UserMessage,
+)
+from effectagent.providers import MessagesDecoder, ReasoningMemory
+from effectagent.providers.anthropic_messages import anthropic_request_body
+
+from .helpers import WEATHER, reduce
+from .wire import AnthropicWire
+
+HISTORY = (
+    SystemMessage("Be brief."),
+    UserMessage.text("Weather in Oslo and Lima?"),
+    AssistantMessage(
+        (
+            ReasoningContent("Two calls."),
+            TextContent(""),
+            ToolCallContent("toolu_1", "weather", {"city": "Oslo"}),
+            ToolCallContent("toolu_2", "weather", "not json"),
+        )
+    ),
+    ToolMessage(
+        (
+            ToolResultContent("toolu_1", "weather", {"high_c": 4}),
+            ToolResultContent("toolu_2", "weather", "bad arguments", is_failure=True),
+        )
+    ),
+    UserMessage.text("Thanks."),
+    SystemMessage("Answer in French."),
+)
+
+
+def events(raw: list[bytes]) -> list[dict[str, Any]]:
+    return [json.loads(e.decode().split("data: ", 1)[1]) for e in raw]
+
+
+def run(items: list[dict[str, Any]], decoder: MessagesDecoder | None = None) -> list[ResponsePart]:
+    decoder = decoder or MessagesDecoder()
+    parts: list[ResponsePart] = []
+    for item in items:
+        parts.extend(decoder.feed(item))
+    parts.extend(decoder.end())
+    return parts
+
+
+def test_messages_system_merged_turns_and_tool_results() -> None:
+    body = anthropic_request_body(ModelRequest(HISTORY), "claude-sonnet-4-5", max_tokens=1024)
+    assert body["system"] == "Be brief.\n\nAnswer in French."
+    assert body["max_tokens"] == 1024
+    assert body["stream"] is True
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Oslo and Lima?"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {"city": "Oslo"}},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_2",
+                    "name": "weather",
+                    "input": {"value": "not json"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"high_c":4}'},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": "bad arguments",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "Thanks."},
+            ],
+        },
+    ]
+    assert "Two calls." not in json.dumps(body)  # unsigned reasoning is never sent
+
+
+def test_remembered_thinking_goes_back_signed_before_the_tool_use() -> None:
+    memory = ReasoningMemory()
+    thinking = {"type": "thinking", "thinking": "Two calls.", "signature": "sig"}
+    memory.remember("toolu_1", [thinking, {"type": "redacted_thinking", "data": "opaque"}])
+    body = anthropic_request_body(
+        ModelRequest(HISTORY),
+        "m",
+        max_tokens=9,
+        memory=memory,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+    )
+    content = body["messages"][1]["content"]
+    assert content[:2] == [thinking, {"type": "redacted_thinking", "data": "opaque"}]
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+
+
+@pytest.mark.parametrize(
+    ("choice", "sent"),
+    [
+        ("auto", {"type": "auto"}),
+        ("none", {"type": "none"}),
+        ("required", {"type": "any"}),
+        ("weather", {"type": "tool", "name": "weather"}),
+    ],
+)
+def test_tools_choice_and_the_request_cap(choice: str, sent: dict[str, str]) -> None:
+    body = anthropic_request_body(
+        ModelRequest(HISTORY[:2], (WEATHER,), choice, 77), "m", max_tokens=9
+    )
+    assert body["tools"] == [
+        {
+            "name": "weather",
+            "description": WEATHER.description,
+            "input_schema": dict(WEATHER.parameters),
+        }
+    ]
+    assert body["tool_choice"] == sent
+    assert body["max_tokens"] == 77
+
+
+def test_an_expressible_output_schema_is_native_output_config() -> None:
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "type": "object",
+        "properties": {"high_c": {"type": "number", "minimum": -90}},
+        "required": ["high_c"],
+        "additionalProperties": False,
+    }
+    body = anthropic_request_body(
+        ModelRequest(HISTORY[:2], output=OutputFormat("F", schema)), "m", max_tokens=9
+    )
+    sent = body["output_config"]["format"]
+    assert sent["type"] == "json_schema"
+    assert sent["schema"]["properties"]["high_c"] == {
+        "type": "number",
+        "description": "Constraints: minimum=-90.",
+    }
+    assert body["system"] == "Be brief."
+
+
+def test_an_inexpressible_output_schema_goes_into_the_system_prompt() -> None:
+    schema = {"type": "object", "additionalProperties": {"type": "integer"}}
+    body = anthropic_request_body(
+        ModelRequest(HISTORY[1:2], output=OutputFormat("Counts", schema)), "m", max_tokens=9
+    )
+    assert "output_config" not in body
+    assert body["system"].startswith("Your final answer must be a single JSON value")
+    assert json.dumps(schema, separators=(",", ":")) in body["system"]
+
+
+def test_thinking_then_text_with_cache_usage() -> None:
+    wire = AnthropicWire()
+    raw = [
+        wire.start(100, read=5000, written=300),
+        wire.ping(),
+        *wire.thinking_block(0, "Let me ", "think."),
+        *wire.text_block(1, "Hello", "!"),
+        *wire.finish("end_turn", 50, output_tokens_details={"thinking_tokens": 20}),
+    ]
+    decoder = MessagesDecoder()
+    response = reduce(run(events(raw), decoder))
+    assert (response.reasoning, response.text, response.finish_reason) == (
+        "Let me think.",
+        "Hello!",
+        "stop",
+    )
+    assert response.metadata is not None
+    assert response.metadata.id == "msg_01"
+    assert response.usage == Usage(InputTokens(5400, 100, 5000, 300), OutputTokens(50, 30, 20))
+    assert decoder.thinking_blocks == [
+        {"type": "thinking", "thinking": "Let me think.", "signature": "sig-abc"}
+    ]
+
+
+def test_cumulative_usage_in_message_delta_replaces_the_start() -> None:
+    wire = AnthropicWire()
+    raw = [
+        wire.start(10),
+        *wire.text_block(0, "x"),
+        *wire.finish("end_turn", 7, input_tokens=12, cache_read_input_tokens=3),
+    ]
+    response = reduce(run(events(raw)))
+    assert response.usage.input == InputTokens(15, 12, 3, 0)
+    assert response.usage.output.total == 7
+
+
+@pytest.mark.parametrize(
+    ("reason", "finish"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("max_tokens", "length"),
+        ("model_context_window_exceeded", "length"),
+        ("tool_use", "tool-calls"),
+        ("pause_turn", "pause"),
+        ("refusal", "content-filter"),
+        ("something_new", "other"),
+        (None, "unknown"),
+    ],
+)
+def test_stop_reasons(reason: str | None, finish: str) -> None:
+    wire = AnthropicWire()
+    response = reduce(run(events([wire.start(), *wire.text_block(0, "x"), *wire.finish(reason)])))
+    assert response.finish_reason == finish
+
+
+def test_tool_use_with_a_whole_input_and_a_call_cut_by_max_tokens() -> None:
+    wire = AnthropicWire()
+    whole = [
+        wire.start(),
+        wire.block_start(
+            0, {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Oslo"}}
+        ),
+        wire.block_stop(0),
+        wire.block_start(1, {"type": "tool_use", "id": "t2", "name": "weather", "input": {}}),
+        wire.block_stop(1),
+        *wire.finish("tool_use"),
+    ]
+    calls = reduce(run(events(whole))).tool_calls
+    assert [(c.id, c.arguments) for c in calls] == [("t1", '{"city":"Oslo"}'), ("t2", "{}")]
+    cut = [
+        wire.start(),
+        wire.block_start(0, {"type": "tool_use", "id": "t1", "name": "weather", "input": {}}),
+        wire.delta(0, {"type": "input_json_delta", "partial_json": '{"ci'}),
+        wire.block_stop(0),
+        *wire.finish("max_tokens"),
+    ]
+    response = reduce(run(events(cut)))
+    assert response.tool_calls == ()
+    assert [t.partial_arguments for t in response.truncated_calls] == ['{"ci']
+
+
+def test_server_tool_blocks_and_citations_are_skipped() -> None:
+    wire = AnthropicWire()
+    raw = [
+        wire.start(),
+        wire.block_start(
+            0, {"type": "server_tool_use", "id": "srv", "name": "web_search", "input": {}}
+        ),
+        wire.delta(0, {"type": "input_json_delta", "partial_json": "{}"}),
+        wire.block_stop(0),
+        *wire.text_block(1, "Found it."),
+        wire.delta(1, {"type": "citations_delta", "citation": {}}),
+        *wire.finish("end_turn"),
+    ]
+    response = reduce(run(events(raw)))
+    assert response.text == "Found it."
+    assert response.tool_calls == ()
+
+
+def test_an_error_event_raises_the_typed_error() -> None:
+    decoder = MessagesDecoder()
+    with pytest.raises(ModelUnavailable, match="Overloaded"):
+        decoder.feed(
+            {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        )
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"type": "content_block_delta", "index": 3, "delta": {"type": "text_delta", "text": "x"}},
+        {"type": "content_block_stop", "index": 3},
+        {"type": "content_block_start", "content_block": {"type": "text"}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "name": "f"},
+        },
+        {"type": "message_start", "message": None},
+        {"type": 7},
+    ],
+)
+def test_events_that_break_the_format(broken: dict[str, Any]) -> None:
+    with pytest.raises(MalformedResponse):
+        MessagesDecoder().feed(broken)
+
+
+def test_a_delta_of_the_wrong_kind_and_an_early_end_are_malformed() -> None:
+    decoder = MessagesDecoder()
+    decoder.feed(
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+    )
+    with pytest.raises(MalformedResponse, match="input_json_delta inside a text block"):
+        decoder.feed(
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": "{"},
+            }
+        )
+    with pytest.raises(MalformedResponse, match="before message_stop"):
+        MessagesDecoder().end()

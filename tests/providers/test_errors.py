@@ -1,0 +1,166 @@
+"""Provider failures → typed AI errors (pure), and the key scrubbed from messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from effectagent.ai import (
+    AuthenticationFailed,
+    ContentFiltered,
+    ContextLengthExceeded,
+    InvalidModelRequest,
+    ModelUnavailable,
+    ProviderError,
+    RateLimited,
+)
+from effectagent.providers import error_from_payload, error_from_status
+from effectagent.providers.errors import REDACTED, retry_after, scrub, scrub_error
+
+
+def openai(kind: str, code: str | None, message: str) -> dict[str, object]:
+    return {"message": message, "type": kind, "param": None, "code": code}
+
+
+def anthropic(kind: str, message: str) -> dict[str, object]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (429, openai("requests", "rate_limit_exceeded", "Rate limit reached"), RateLimited),
+        (429, anthropic("rate_limit_error", "Number of requests exceeded"), RateLimited),
+        (429, openai("insufficient_quota", "insufficient_quota", "quota"), ProviderError),
+        (
+            401,
+            openai("invalid_request_error", "invalid_api_key", "Incorrect key"),
+            AuthenticationFailed,
+        ),
+        (403, anthropic("permission_error", "no access"), AuthenticationFailed),
+        (
+            400,
+            openai("invalid_request_error", "context_length_exceeded", "too long"),
+            ContextLengthExceeded,
+        ),
+        (
+            400,
+            anthropic("invalid_request_error", "prompt is too long: 9 tokens > 5 maximum"),
+            ContextLengthExceeded,
+        ),
+        (
+            413,
+            anthropic("request_too_large", "Request exceeds the maximum size"),
+            ContextLengthExceeded,
+        ),
+        (
+            400,
+            openai("invalid_request_error", "content_policy_violation", "refused"),
+            ContentFiltered,
+        ),
+        (
+            400,
+            openai("invalid_request_error", None, "Invalid 'tools[0].name'"),
+            InvalidModelRequest,
+        ),
+        (404, anthropic("not_found_error", "model: nope"), InvalidModelRequest),
+        (422, "unprocessable", InvalidModelRequest),
+        (408, None, ModelUnavailable),
+        (500, openai("server_error", None, "The server had an error"), ModelUnavailable),
+        (502, "<html>Bad gateway</html>", ModelUnavailable),
+        (529, anthropic("overloaded_error", "Overloaded"), ModelUnavailable),
+        (409, {"error": "conflict"}, ProviderError),
+        (418, None, ProviderError),
+    ],
+)
+def test_statuses_and_bodies_map_to_typed_errors(status: int, body: object, expected: type) -> None:
+    error = error_from_status("P", status, {}, body)
+    assert type(error) is expected
+    assert error.message.startswith(f"P answered HTTP {status}")
+    if isinstance(error, ProviderError):
+        assert error.status == status
+
+
+def test_context_limits_are_read_from_the_message() -> None:
+    openai_error = error_from_status(
+        "OpenAI",
+        400,
+        {},
+        openai(
+            "invalid_request_error",
+            "context_length_exceeded",
+            "This model's maximum context length is 8192 tokens.",
+        ),
+    )
+    anthropic_error = error_from_status(
+        "Anthropic",
+        400,
+        {},
+        anthropic("invalid_request_error", "prompt is too long: 9 tokens > 5 maximum"),
+    )
+    assert isinstance(openai_error, ContextLengthExceeded)
+    assert openai_error.limit == 8192
+    assert isinstance(anthropic_error, ContextLengthExceeded)
+    assert anthropic_error.limit == 5
+
+
+@pytest.mark.parametrize(
+    ("payload", "expected"),
+    [
+        ({"error": openai("server_error", None, "boom")}, ModelUnavailable),
+        ({"type": "error", "code": "rate_limit_exceeded", "message": "slow"}, RateLimited),
+        (anthropic("overloaded_error", "Overloaded"), ModelUnavailable),
+        (
+            {"type": "error", "code": "context_length_exceeded", "message": "long"},
+            ContextLengthExceeded,
+        ),
+        ({"code": "invalid_prompt", "message": "no"}, ProviderError),
+        ("a plain text error", ProviderError),
+    ],
+)
+def test_errors_reported_inside_a_stream(payload: object, expected: type) -> None:
+    error = error_from_payload("P", payload)
+    assert type(error) is expected
+    assert "mid-stream" in error.message
+
+
+def test_long_messages_are_shortened() -> None:
+    error = error_from_status("P", 400, {}, openai("invalid_request_error", None, "x" * 5000))
+    assert len(error.message) < 1100
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "3"}, 3.0),
+        ({"retry-after": "0.5"}, 0.5),
+        ({"retry-after-ms": "250", "retry-after": "9"}, 0.25),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, 10.0),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "-1"}, None),
+        ({"retry-after": "nan"}, None),
+        ({"retry-after-ms": "inf"}, None),
+        ({}, None),
+    ],
+)
+def test_retry_after_headers(headers: dict[str, str], seconds: float | None) -> None:
+    now = 1445412480.0  # Wed, 21 Oct 2015 07:28:00 GMT
+    assert retry_after(headers, now=now) == seconds
+
+
+def test_the_rate_limit_error_carries_retry_after() -> None:
+    error = error_from_status("P", 429, {"retry-after": "12"}, None)
+    assert isinstance(error, RateLimited)
+    assert error.retry_after == 12.0
+
+
+def test_scrubbing_replaces_every_secret() -> None:
+    assert (
+        scrub("key sk-1 and sk-1 and t0k", ["sk-1", "t0k", ""])
+        == f"key {REDACTED} and {REDACTED} and {REDACTED}"
+    )
+    error = RateLimited("bad key sk-1", 3.0)
+    cleaned = scrub_error(error, ["sk-1"])
+    assert isinstance(cleaned, RateLimited)
+    assert (cleaned.message, cleaned.retry_after) == (f"bad key {REDACTED}", 3.0)
+    assert scrub_error(cleaned, ["sk-1"]) is cleaned
