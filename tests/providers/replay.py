@@ -87,6 +87,8 @@ class ReplayServer:
         self.requests: list[Recorded] = []
         self.unscripted = 0
         self.disconnected = trio.Event()
+        self.hangups = 0  # connections the client closed between requests
+        self.hung_up = trio.Event()
 
     @property
     def url(self) -> str:
@@ -105,6 +107,8 @@ class ReplayServer:
                 while b"\r\n\r\n" not in buffer:
                     data = await stream.receive_some(65536)
                     if not data:
+                        self.hangups += 1
+                        self.hung_up.set()
                         return
                     buffer += data
                 head, _, buffer = buffer.partition(b"\r\n\r\n")

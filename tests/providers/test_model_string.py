@@ -1,0 +1,178 @@
+"""Choosing a model by a string, building it as a Layer, keys, and lazy SDK imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import attrs
+import pytest
+import trio
+
+from effectagent import Agent, open_runtime
+from effectagent.ai import AuthenticationFailed, LanguageModelService
+from effectagent.effect import open_layer
+from effectagent.providers import (
+    PROVIDERS,
+    Anthropic,
+    AnthropicModel,
+    OpenAIChat,
+    OpenAIChatModel,
+    OpenAICompatible,
+    OpenAIResponses,
+    OpenAIResponsesModel,
+    model_layer,
+    model_settings,
+    open_model,
+)
+
+from .conftest import KEY
+from .helpers import request
+from .replay import ReplayServer, Reply
+from .targets import TARGETS, Target
+from .wire import ChatWire
+
+
+@pytest.mark.parametrize(
+    ("string", "expected"),
+    [
+        ("openai:gpt-4.1", OpenAIResponses("gpt-4.1")),
+        ("openai-responses:o4-mini", OpenAIResponses("o4-mini")),
+        ("openai-chat:gpt-4.1", OpenAIChat("gpt-4.1")),
+        ("anthropic:claude-sonnet-4-5", Anthropic("claude-sonnet-4-5")),
+        (
+            "openai-compatible:llama3.1:8b",
+            OpenAICompatible("llama3.1:8b", base_url="http://127.0.0.1:11434/v1"),
+        ),
+    ],
+)
+def test_model_strings(string: str, expected: object) -> None:
+    options = {"base_url": "http://127.0.0.1:11434/v1"} if "compatible" in string else {}
+    assert model_settings(string, **options) == expected
+
+
+def test_options_reach_the_settings() -> None:
+    settings = model_settings("anthropic:claude-sonnet-4-5", api_key=KEY, thinking_budget=2048)
+    assert isinstance(settings, Anthropic)
+    assert settings.thinking_budget == 2048
+    assert KEY not in repr(settings)  # a key is never part of a repr
+
+
+@pytest.mark.parametrize(
+    ("string", "message"),
+    [
+        ("gpt-4.1", "unknown model string"),
+        ("mistral:large", "unknown model string"),
+        ("openai:", "names no model"),
+        ("openai-compatible:qwen3", "needs base_url"),
+    ],
+)
+def test_bad_model_strings(string: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        model_settings(string)
+
+
+def test_an_option_the_provider_lacks_names_the_ones_it_has() -> None:
+    with pytest.raises(TypeError, match=r"take no option 'thinking_budget'.*reasoning_effort"):
+        model_settings("openai:gpt-4.1", thinking_budget=10)
+    with pytest.raises(TypeError, match="a model string is a str"):
+        model_settings(42)  # type: ignore[arg-type]
+
+
+def test_every_prefix_is_documented_in_the_public_table() -> None:
+    assert set(PROVIDERS) == {
+        "openai",
+        "openai-responses",
+        "openai-chat",
+        "openai-compatible",
+        "anthropic",
+    }
+
+
+@pytest.mark.parametrize(
+    ("string", "variable"),
+    [
+        ("openai:gpt-4.1", "OPENAI_API_KEY"),
+        ("openai-chat:gpt-4.1", "OPENAI_API_KEY"),
+        ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+    ],
+)
+async def test_a_missing_key_fails_when_the_layer_is_built(string: str, variable: str) -> None:
+    layer = model_layer(string)  # describing the layer needs no key
+    agent = Agent("a", "…")
+    with pytest.raises(AuthenticationFailed, match=variable) as caught:
+        async with open_runtime(layer, agents=[agent]):
+            pass
+    assert "api_key=" in caught.value.message
+
+
+async def test_a_compatible_server_key_comes_from_the_variable_it_names(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = OpenAICompatible("qwen3", base_url=f"{server.url}/v1", api_key_env="VLLM_KEY")
+    with pytest.raises(AuthenticationFailed, match="VLLM_KEY"):
+        async with settings.open():
+            pass
+    monkeypatch.setenv("VLLM_KEY", "vllm-secret")
+    monkeypatch.setenv("OPENAI_API_KEY", "never-sent-to-a-third-party")
+    server.script(Reply.sse(ChatWire("qwen3").text("ok")))
+    async with settings.open() as model:
+        await model.generate(request())
+    assert server.requests[0].headers["authorization"] == "Bearer vllm-secret"
+
+
+@pytest.mark.parametrize(
+    "target", [t for t in TARGETS if t.name != "openai-compatible"], ids=lambda t: t.name
+)
+async def test_keys_come_from_the_environment(
+    target: Target, server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    variable = "ANTHROPIC_API_KEY" if target.name == "anthropic" else "OPENAI_API_KEY"
+    monkeypatch.setenv(variable, "env-key-123")
+    settings = attrs.evolve(target.settings(server.url, KEY), api_key=None)
+    server.script(Reply.sse(target.text("ok")))
+    async with settings.open() as model:
+        await model.generate(request())
+    headers = server.requests[0].headers
+    assert "env-key-123" in headers.get("authorization", "") + headers.get("x-api-key", "")
+
+
+async def test_the_layer_provides_the_model_and_closes_its_client(
+    target: Target, server: ReplayServer
+) -> None:
+    server.script(Reply.sse(target.text("ok")))
+    layer = target.settings(server.url, KEY).layer()
+    assert layer.provides == frozenset({LanguageModelService})
+    async with open_layer(layer) as context:
+        model = context[LanguageModelService]
+        assert isinstance(model, OpenAIResponsesModel | OpenAIChatModel | AnthropicModel)
+        assert model.native_output is True
+        assert (await model.generate(request())).text == "ok"
+        assert server.hangups == 0  # the connection stays open for the next request
+    with trio.fail_after(5):
+        await server.hung_up.wait()  # teardown closed the client, and its connection
+    assert KEY not in repr(model)
+
+
+async def test_open_model_by_string(server: ReplayServer) -> None:
+    server.script(Reply.sse(ChatWire("qwen3").text("ok")))
+    async with open_model("openai-compatible:qwen3", base_url=f"{server.url}/v1") as model:
+        assert (await model.generate(request())).text == "ok"
+
+
+def test_importing_the_package_imports_no_sdk() -> None:
+    code = textwrap.dedent(
+        """
+        import sys
+        import effectagent.providers as providers
+        layer = providers.model_layer("openai:gpt-4.1")
+        layer = providers.model_layer("anthropic:claude-sonnet-4-5", api_key="x")
+        loaded = sorted(m for m in ("openai", "anthropic", "httpx2", "httpx") if m in sys.modules)
+        print(",".join(loaded) or "none")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "none"
