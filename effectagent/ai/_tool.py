@@ -1,9 +1,17 @@
 """Tool: a typed, named capability the model may call (Effect AI's Tool).
 
-A static tool declares attrs types for its parameters, success value and declared failures; a dynamic
-tool (e.g. one mapped from an MCP server) declares JSON Schemas instead, validated with ``jsonschema``.
-Either way every input and output crosses a schema boundary (CAP-004): arguments are decoded before a
-handler ever sees them, and results are checked and encoded before anything else sees them.
+A static tool declares types for its parameters and success value (attrs classes, dataclasses,
+``TypedDict`` classes, or generic forms of them) and ``TaggedError`` classes for its declared
+failures; a dynamic tool (e.g. one mapped from an MCP server) declares JSON Schemas instead,
+validated with ``jsonschema``. Either way every input and output crosses a schema boundary
+(CAP-004): arguments are decoded before a handler ever sees them, and results are checked and
+encoded before anything else sees them. ``@tool`` (``_function_tool``) builds a static tool and its
+handler from an ``async def``.
+
+Construction checks every argument: a wrong type is a ``TypeError`` that names the argument and
+the type it needs, a value of the right type that cannot work (an empty description, a name a
+provider refuses, a negative timeout) a ``ValueError``; parameters must describe a JSON object,
+because that is what every provider sends as a tool's arguments.
 
 Annotation defaults follow the conservative reading: a tool is assumed to be *not* readonly,
 destructive, *not* idempotent and open-world unless it says otherwise. ``failure_mode`` says what a
@@ -34,6 +42,8 @@ from effectagent.effect import (
     fast_init,
     json_schema,
 )
+
+from ._checks import check_function, check_handler, need
 
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",
@@ -124,22 +134,55 @@ class ToolAnnotations:
     title: str | None = None
 
 
-def _as_failure_tuple(failure: object) -> tuple[type[TaggedError], ...]:
+def _as_failure_tuple(owner: str, failure: object) -> tuple[type[TaggedError], ...]:
     if failure is None:
         return ()
     items = failure if isinstance(failure, tuple) else (failure,)
     for item in items:
         if not (isinstance(item, type) and issubclass(item, TaggedError)):
-            raise TypeError(f"declared failures must be TaggedError subclasses, got {item!r}")
+            raise TypeError(
+                f"{owner}: failure must be a TaggedError subclass or a tuple of them; "
+                f"{item!r} is not a TaggedError subclass"
+            )
     return tuple(items)
+
+
+def _object_schema(owner: str, parameters: object) -> Mapping[str, Any]:
+    """The JSON Schema of a parameters type, which must describe an object."""
+    try:
+        schema = json_schema(parameters)
+    except SchemaDerivationError as exc:
+        raise SchemaDerivationError(f"{owner}: parameters: {exc}") from None
+    if schema.get("type") != "object":
+        raise TypeError(
+            f"{owner}: parameters must be a type whose JSON Schema is an object (an attrs "
+            "class, a dataclass, a TypedDict or dict[str, T]) — a model's tool arguments are "
+            f"always one — got {_type_name(parameters)}"
+        )
+    return schema
+
+
+def _type_name(tp: object) -> str:
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__qualname__
+    return repr(tp).replace("typing.", "")
+
+
+def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str, Any]:
+    need(owner, argument, schema, Mapping, "a JSON Schema (a Mapping)")
+    checked = dict(cast(Mapping[str, Any], schema))
+    jsonschema.Draft202012Validator.check_schema(checked)
+    return checked
 
 
 @final
 class Tool(Generic[P, S]):
     """A tool definition. Identity matters: each Tool has its own handler service key.
 
-    ``parameters``/``success`` are attrs types (or generic forms such as ``list[Hit]``);
-    ``parameters_schema``/``success_schema`` JSON Schemas instead (see :meth:`dynamic`).
+    ``parameters`` is a type whose JSON Schema is an object — an attrs class, a dataclass, a
+    ``TypedDict`` (or ``dict[str, T]``) — and ``success`` any type the schema layer can describe
+    (also generic forms such as ``list[Hit]``); ``parameters_schema``/``success_schema`` are JSON
+    Schemas instead (see :meth:`dynamic`; the parameters one must have ``"type": "object"``).
     ``failure`` names the declared errors (``TaggedError`` classes): raised by the handler — or
     by a task of its own nursery — they are a ``ToolFailure`` the model reads; anything else is a
     ``ToolDefect``. ``timeout`` (seconds) cuts a handler off as a defect.
@@ -152,9 +195,21 @@ class Tool(Generic[P, S]):
     ``denial_is_terminal=True`` makes a denial (or an approval timeout) end the run with
     ``ApprovalDenied`` once the batch has committed; by default the model sees the rejection and
     carries on.
+
+    ``handler`` binds a handler — an ``async`` callable of ``(params, context)`` — with the tool
+    itself: :meth:`Toolkit.handlers` then uses it unless its mapping gives another. ``@tool``
+    binds the handler it makes from the function, and keeps the function as ``__wrapped__``.
+
+    Every argument is checked here: a wrong type raises ``TypeError`` naming the argument and the
+    type it needs (``SchemaDerivationError``, a ``TypeError``, for a type without a JSON Schema),
+    a value that cannot work ``ValueError``.
     """
 
+    #: The function ``@tool`` made this tool from (not set on a tool built explicitly).
+    __wrapped__: Callable[..., Awaitable[Any]]
+
     __slots__ = (
+        "__wrapped__",
         "_output_validator",
         "_parameters_validator",
         "_success_encoder",
@@ -163,6 +218,7 @@ class Tool(Generic[P, S]):
         "description",
         "failure",
         "failure_mode",
+        "handler",
         "handler_key",
         "name",
         "needs_approval",
@@ -196,24 +252,54 @@ class Tool(Generic[P, S]):
         timeout: float | None = None,
         parameters_schema: Mapping[str, Any] | None = None,
         success_schema: Mapping[str, Any] | None = None,
+        handler: Handler | None = None,
     ) -> None:
+        need("Tool", "name", name, str, "a str")
         if not _NAME.match(name):
             raise ValueError(
                 f"tool name {name!r} must be 1-64 characters of letters, digits, '_' or '-'"
             )
+        owner = f"tool {name!r}"
+        need(owner, "description", description, str, "a str")
         if not description.strip():
             raise ValueError(f"tool {name!r} needs a description: the model reads it")
+        need(owner, "failure_mode", failure_mode, str, "'error' or 'return'")
         if failure_mode not in ("error", "return"):
             raise ValueError(f"failure_mode must be 'error' or 'return', got {failure_mode!r}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"tool {name!r}: timeout must be positive, got {timeout!r}")
+        if not isinstance(needs_approval, bool):
+            check_function(
+                owner, "needs_approval (when not a bool)", needs_approval, "params, call"
+            )
+        for flag, value in (
+            ("denial_is_terminal", denial_is_terminal),
+            ("readonly", readonly),
+            ("idempotent", idempotent),
+            ("open_world", open_world),
+        ):
+            need(owner, flag, value, bool, "a bool")
+        if destructive is not None:
+            need(owner, "destructive", destructive, bool, "a bool or None")
+        if title is not None:
+            need(owner, "title", title, str, "a str or None")
+        if targets is not None:
+            check_function(owner, "targets", targets, "params")
+        if summarize is not None:
+            check_function(owner, "summarize", summarize, "params")
+        if timeout is not None:
+            need(owner, "timeout", timeout, (int, float), "a number of seconds or None")
+            if not timeout > 0:
+                raise ValueError(f"tool {name!r}: timeout must be positive, got {timeout!r}")
         if parameters is not None and parameters_schema is not None:
             raise ValueError(f"tool {name!r}: give parameters or parameters_schema, not both")
+        if success is not None and success_schema is not None:
+            raise ValueError(f"tool {name!r}: give success or success_schema, not both")
+        if handler is not None:
+            check_handler(owner, handler)
         self.name = name
         self.description = description
         self.parameters = parameters
         self.success = success
-        self.failure = _as_failure_tuple(failure)
+        self.failure = _as_failure_tuple(owner, failure)
         self.failure_mode: FailureMode = failure_mode
         self.needs_approval: NeedsApproval = needs_approval
         # What an approval request shows: the resources a call touches and a one-line summary,
@@ -222,6 +308,7 @@ class Tool(Generic[P, S]):
         self.targets = targets
         self.summarize = summarize
         self.timeout = timeout
+        self.handler = handler
         self.annotations = ToolAnnotations(
             readonly=readonly,
             destructive=(not readonly) if destructive is None else destructive,
@@ -233,25 +320,36 @@ class Tool(Generic[P, S]):
             f"tool handler {name!r}", "the handler bound to this tool"
         )
         if parameters is not None:
-            self.parameters_schema: Mapping[str, Any] = json_schema(parameters)
+            self.parameters_schema: Mapping[str, Any] = _object_schema(owner, parameters)
             self._parameters_validator: jsonschema.protocols.Validator | None = None
         else:
-            schema = dict(parameters_schema) if parameters_schema is not None else _EMPTY_OBJECT
-            jsonschema.Draft202012Validator.check_schema(schema)
+            schema = (
+                _checked_json_schema(owner, "parameters_schema", parameters_schema)
+                if parameters_schema is not None
+                else _EMPTY_OBJECT
+            )
+            if schema.get("type") != "object":
+                raise TypeError(
+                    f"{owner}: parameters_schema must describe an object "
+                    f'({{"type": "object", ...}}) — a model\'s tool arguments are always one — '
+                    f"got {schema!r}"
+                )
             self.parameters_schema = schema
             self._parameters_validator = jsonschema.Draft202012Validator(schema)
         # Compiled once: walks a result by the declared type (class or generic form) and checks
         # every position, as strictly as arguments are decoded. Without a declared type, any
         # JSON value is accepted (checked as ``Any``: no NaN, no infinities, no unknown classes).
-        self._success_encoder: Callable[[Any], JSONValue] = checked_encoder(
-            Any if success is None else success
-        )
+        try:
+            self._success_encoder: Callable[[Any], JSONValue] = checked_encoder(
+                Any if success is None else success
+            )
+        except SchemaDerivationError as exc:
+            raise SchemaDerivationError(f"{owner}: success: {exc}") from None
         if success is not None:
             self.success_schema: Mapping[str, Any] | None = json_schema(success)
             self._output_validator: jsonschema.protocols.Validator | None = None
         elif success_schema is not None:
-            jsonschema.Draft202012Validator.check_schema(dict(success_schema))
-            self.success_schema = dict(success_schema)
+            self.success_schema = _checked_json_schema(owner, "success_schema", success_schema)
             self._output_validator = jsonschema.Draft202012Validator(self.success_schema)
         else:
             self.success_schema = None

@@ -1,11 +1,14 @@
 """Toolkit: a set of tools, and binding their handlers as a Layer.
 
 Each tool's handler is its own service (``tool.handler_key``), so toolkits merge freely and preflight
-names exactly which tool lacks a handler.
+names exactly which tool lacks a handler. A tool may carry its handler (``Tool(handler=...)``, or
+``@tool``, which always does): ``toolkit.handlers()`` then binds those, and a mapping given to it
+overrides them tool by tool — so a test can swap one handler without restating the others.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import Any, final
 
@@ -13,6 +16,7 @@ import attrs
 
 from effectagent.effect import Context, Layer, Scope, ServiceKey
 
+from ._checks import check_handler, shown
 from ._tool import Handler, Tool
 
 __all__ = ["ToolDescriptor", "Toolkit"]
@@ -37,9 +41,9 @@ class Toolkit:
 
     def __init__(self, *tools: Tool[Any, Any]) -> None:
         by_name: dict[str, Tool[Any, Any]] = {}
-        for tool in tools:
+        for position, tool in enumerate(tools, 1):
             if not isinstance(tool, Tool):
-                raise TypeError(f"a Toolkit holds Tools, got {tool!r}")
+                raise TypeError(_not_a_tool(position, tool))
             existing = by_name.get(tool.name)
             if existing is not None and existing is not tool:
                 raise ValueError(f"two different tools are named {tool.name!r}")
@@ -99,22 +103,49 @@ class Toolkit:
     def __contains__(self, tool: object) -> bool:
         return isinstance(tool, Tool) and self._tools.get(tool.name) is tool
 
-    def _resolve(self, handlers: Mapping[Tool[Any, Any] | str, Handler]) -> Context:
+    def _resolve(self, handlers: Mapping[Tool[Any, Any] | str, Handler] | None) -> Context:
+        if handlers is None:
+            handlers = {}
+        elif not isinstance(handlers, Mapping):
+            raise TypeError(
+                "Toolkit.handlers: handlers must be a mapping of tool (or tool name) to handler, "
+                f"got {shown(handlers)}"
+            )
         bound: dict[ServiceKey[Any], Any] = {}
         for key, handler in handlers.items():
+            if not isinstance(key, Tool | str):
+                raise TypeError(
+                    "Toolkit.handlers: each key must be a Tool of this toolkit or its name, "
+                    f"got {shown(key)}"
+                )
             tool = self._tools.get(key) if isinstance(key, str) else key
             if tool is None or tool not in self:
                 raise ValueError(f"{key!r} is not a tool of this toolkit")
-            if not callable(handler):
-                raise TypeError(f"the handler for {tool.name!r} is not callable")
+            check_handler(f"tool {tool.name!r}", handler)
             bound[tool.handler_key] = handler
-        missing = [t.name for t in self._tools.values() if t.handler_key not in bound]
+        missing = []
+        for tool in self._tools.values():
+            if tool.handler_key in bound:
+                continue
+            if tool.handler is None:
+                missing.append(tool.name)
+            else:
+                bound[tool.handler_key] = tool.handler  # checked when the tool was made
         if missing:
-            raise ValueError(f"no handler for tool(s): {', '.join(missing)}")
+            raise ValueError(
+                f"no handler for tool(s): {', '.join(missing)} (give one in the mapping, or bind "
+                "one to the tool: Tool(..., handler=...) or @tool)"
+            )
         return Context(bound)
 
-    def handlers(self, handlers: Mapping[Tool[Any, Any] | str, Handler]) -> Layer:
-        """A Layer binding a handler to every tool. A missing or foreign tool fails here, at once."""
+    def handlers(self, handlers: Mapping[Tool[Any, Any] | str, Handler] | None = None) -> Layer:
+        """A Layer binding a handler to every tool: the one ``handlers`` maps it to (by the Tool or
+        its name), else the one bound with the tool (``Tool(handler=...)``, ``@tool``).
+
+        Fails here, at once: a tool with neither (``ValueError`` naming it), a key that is not a
+        tool of this toolkit (``ValueError``), a handler that is not an async callable of
+        ``(params, context)`` (``TypeError`` naming the tool).
+        """
         return Layer.context(self._resolve(handlers), name=f"handlers[{', '.join(self.names)}]")
 
     def handlers_from(
@@ -123,7 +154,16 @@ class Toolkit:
         *,
         requires: Iterable[ServiceKey[Any]] = (),
     ) -> Layer:
-        """A Layer whose handlers are made from services (``requires``) at build time."""
+        """A Layer whose handlers are made from services (``requires``) at build time.
+
+        What the factory returns is checked as :meth:`handlers` checks its mapping, and a tool it
+        leaves out gets the handler bound with the tool, if any.
+        """
+        if not callable(factory):
+            raise TypeError(
+                "Toolkit.handlers_from: factory must be an async function of the Context, "
+                f"got {shown(factory)}"
+            )
 
         async def build(ctx: Context, _: Scope) -> Context:
             return self._resolve(await factory(ctx))
@@ -134,3 +174,13 @@ class Toolkit:
             requires=requires,
             build=build,
         )
+
+
+def _not_a_tool(position: int, value: object) -> str:
+    """Why a Toolkit argument is refused, with the likely fix."""
+    message = f"Toolkit: argument {position} must be a Tool, got {shown(value)}"
+    if isinstance(value, list | tuple | set | frozenset | Toolkit):
+        return f"{message}; pass the tools one by one: Toolkit(*tools), or merge toolkits with +"
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return f"{message}; decorate the function with @tool to make it one"
+    return message

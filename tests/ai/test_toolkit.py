@@ -63,7 +63,7 @@ def test_merging_two_different_tools_with_one_name_fails() -> None:
 
 
 def test_a_toolkit_holds_only_tools() -> None:
-    with pytest.raises(TypeError, match="Tools"):
+    with pytest.raises(TypeError, match="argument 2 must be a Tool"):
         Toolkit(greet, "wave")  # type: ignore[arg-type]
 
 
