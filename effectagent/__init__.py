@@ -1,9 +1,9 @@
 """effectagent: a Trio-native runtime for LLM agents, built on a small effect system.
 
 The names most programs need are re-exported here; each subpackage has the rest:
-``effectagent.effect`` (the effect core), ``effectagent.ai`` (Tool, Toolkit, LanguageModel, …),
-``effectagent.core`` (Agent, policy, events, records), ``effectagent.engine`` (runtime and seams),
-``effectagent.testing`` (ScriptedModel and hypothesis strategies).
+``effectagent.effect`` (the effect core), ``effectagent.ai`` (Tool, ``@tool``, Toolkit,
+LanguageModel, …), ``effectagent.core`` (Agent, policy, events, records), ``effectagent.engine``
+(runtime and seams), ``effectagent.testing`` (ScriptedModel and hypothesis strategies).
 """
 
 from effectagent.ai import LanguageModel as LanguageModel
@@ -11,6 +11,7 @@ from effectagent.ai import LanguageModelService as LanguageModelService
 from effectagent.ai import Tool as Tool
 from effectagent.ai import ToolCallContext as ToolCallContext
 from effectagent.ai import Toolkit as Toolkit
+from effectagent.ai import tool as tool
 from effectagent.core import Agent as Agent
 from effectagent.core import AgentPolicy as AgentPolicy
 from effectagent.effect import Context as Context
@@ -44,4 +45,5 @@ __all__ = [
     "Toolkit",
     "attempt",
     "open_runtime",
+    "tool",
 ]

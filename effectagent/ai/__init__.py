@@ -1,4 +1,5 @@
-"""The AI layer: Tool, Toolkit, LanguageModel, prompts, response parts, usage, AI errors."""
+"""The AI layer: Tool (and ``@tool``), Toolkit, LanguageModel, prompts, response parts, usage, AI
+errors."""
 
 from ._errors import AiError as AiError
 from ._errors import AuthenticationFailed as AuthenticationFailed
@@ -10,6 +11,7 @@ from ._errors import ModelNetworkError as ModelNetworkError
 from ._errors import ModelUnavailable as ModelUnavailable
 from ._errors import ProviderError as ProviderError
 from ._errors import RateLimited as RateLimited
+from ._function_tool import tool as tool
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
@@ -122,4 +124,5 @@ __all__ = [
     "close_stream",
     "generate",
     "handler_result",
+    "tool",
 ]
