@@ -263,7 +263,8 @@ class ChatCompletionsDecoder:
         if self._finish is not None:
             # Some servers repeat an empty choice after finishing; content would be lost.
             if isinstance(delta, Mapping) and any(
-                delta.get(key) for key in ("content", "refusal", "tool_calls", "reasoning")
+                delta.get(key)
+                for key in ("content", "refusal", "tool_calls", "reasoning", "reasoning_content")
             ):
                 raise MalformedResponse("the model went on after its finish reason")
             return

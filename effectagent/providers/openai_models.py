@@ -9,7 +9,8 @@ checks the API key, imports ``openai`` (about half a second, paid once), and ope
 own clock); the client is closed when the layer is torn down. :meth:`~OpenAIChat.open` does the
 same as an ``async with`` block, for use without a runtime.
 
-Keys: ``OpenAIResponses`` and ``OpenAIChat`` take ``api_key=`` or ``OPENAI_API_KEY``. An
+Keys: ``OpenAIResponses`` and ``OpenAIChat`` take ``api_key=`` or ``OPENAI_API_KEY`` (and, like the
+SDK, ``OPENAI_BASE_URL`` when no ``base_url=`` is given). An
 ``OpenAICompatible`` server never receives ``OPENAI_API_KEY`` (it is somebody else's server): it
 gets ``api_key=``, or the variable named by ``api_key_env=``, or no key at all (a placeholder
 the local servers ignore).
@@ -78,6 +79,9 @@ def _options(
 async def _client(
     key: str, base_url: str | None, timeout: float, headers: Mapping[str, str]
 ) -> AsyncIterator[tuple[Any, SdkErrors]]:
+    """An ``AsyncOpenAI`` client (retries off) for the block, and the SDK's error classes.
+
+    Cancellation: opening does not wait; closing is shielded."""
     openai, errors = _sdk()
     client = openai.AsyncOpenAI(
         api_key=key,

@@ -201,7 +201,9 @@ def _status_failure(provider: str, exc: BaseException) -> AiError:
 
 
 async def _not_a_stream(provider: str, http: Any, content_type: str, errors: SdkErrors) -> AiError:
-    """A 200 that is not an event stream: its error if the body says one, else malformed."""
+    """A 200 that is not an event stream: its error if the body says one, else malformed.
+
+    Cancellation: reads the (short) body; cancellable there, the caller closes the response."""
     body: object = None
     try:
         raw = await http.aread()
@@ -218,7 +220,10 @@ async def _not_a_stream(provider: str, http: Any, content_type: str, errors: Sdk
 async def _drain(chunks: AsyncIterator[bytes]) -> bool:
     """Read what follows the end of a finished response (usually nothing but the end of the
     chunked body), so the connection can serve the next request; give up after a short bound.
-    True when the body was read to its end."""
+    True when the body was read to its end.
+
+    Cancellation: cancellable while it reads; the caller's ``finally`` then drops the
+    connection."""
     with trio.move_on_after(_DRAIN_SECONDS):
         try:
             async for _ in chunks:
@@ -237,7 +242,9 @@ async def _close(
 ) -> None:
     """Close the response, shielded and bounded. A body not read to its end is closed first —
     which drops the connection — and its byte iterator then run out (it fails at once), so no
-    generator of the HTTP stack is left suspended."""
+    generator of the HTTP stack is left suspended.
+
+    Cancellation: shielded, with its own deadline; it always finishes."""
     with trio.CancelScope(shield=True) as scope:
         scope.deadline = trio.current_time() + _CLOSE_SECONDS
         if chunks is not None and not exhausted:

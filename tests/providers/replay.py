@@ -6,7 +6,8 @@ next scripted :class:`Reply`: a status, headers, and body pieces sent one HTTP c
 in one of four ways — a proper end of a chunked body (the connection stays open for the next
 request), a dropped connection (no end of body: the client sees the connection lost), a plain
 end of file (no chunked framing: a clean but early end), or a hang that waits until the client
-disconnects and records that it did (:attr:`ReplayServer.disconnected`).
+disconnects and records that it did (:attr:`ReplayServer.disconnected`). A stalled reply sends
+nothing at all and waits for that disconnect too.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import trio
 
 __all__ = ["Recorded", "Reply", "ReplayServer", "start_server"]
 
-Ending = Literal["complete", "drop", "eof", "hang"]
+Ending = Literal["complete", "drop", "eof", "hang", "stall"]
 
 _REASONS = {
     200: "OK",
@@ -65,6 +66,11 @@ class Reply:
         return Reply(chunks=tuple(events), ending=ending)
 
     @staticmethod
+    def stall() -> Reply:
+        """No response at all: wait, sending nothing, until the client disconnects."""
+        return Reply(ending="stall")
+
+    @staticmethod
     def json(status: int, body: object, *, headers: Iterable[tuple[str, str]] = ()) -> Reply:
         """A JSON response (an error, typically)."""
         return Reply(
@@ -87,6 +93,7 @@ class ReplayServer:
         self.requests: list[Recorded] = []
         self.unscripted = 0
         self.disconnected = trio.Event()
+        self.received = trio.Event()  # set once the first request is recorded
         self.hangups = 0  # connections the client closed between requests
         self.hung_up = trio.Event()
 
@@ -127,6 +134,7 @@ class ReplayServer:
                 body, buffer = buffer[:length], buffer[length:]
                 request = Recorded(method, path, headers, body)
                 self.requests.append(request)
+                self.received.set()
                 if not await self._answer(stream, request):
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -142,6 +150,9 @@ class ReplayServer:
         else:
             script = self.replies.pop(0)
             reply = script if isinstance(script, Reply) else script(request)
+        if reply.ending == "stall":
+            await self._wait_for_hangup(stream)
+            return False
         reason = _REASONS.get(reply.status, "Status")
         head = [f"HTTP/1.1 {reply.status} {reason}", *(f"{k}: {v}" for k, v in reply.headers)]
         if reply.ending == "eof":
@@ -158,10 +169,13 @@ class ReplayServer:
             await stream.send_all(b"0\r\n\r\n")
             return True
         if reply.ending == "hang":
-            while await stream.receive_some(65536):
-                pass
-            self.disconnected.set()
+            await self._wait_for_hangup(stream)
         return False
+
+    async def _wait_for_hangup(self, stream: trio.SocketStream) -> None:
+        while await stream.receive_some(65536):
+            pass
+        self.disconnected.set()
 
 
 async def start_server(nursery: trio.Nursery) -> ReplayServer:

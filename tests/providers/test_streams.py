@@ -25,6 +25,7 @@ from effectagent.ai import (
     ToolCallPart,
     ToolParamsDeltaPart,
     ToolParamsStartPart,
+    close_stream,
 )
 
 from .conftest import KEY
@@ -90,6 +91,30 @@ async def test_cancelling_the_consumer_closes_the_http_stream(
         with trio.fail_after(5):
             await server.disconnected.wait()
     assert any(isinstance(p, TextDeltaPart) for p in seen)
+
+
+async def test_cancelling_before_the_response_begins_drops_the_request(
+    target: Target, server: ReplayServer
+) -> None:
+    server.script(Reply.stall())
+    async with target.settings(server.url, KEY).open() as model:
+        with trio.CancelScope() as scope:
+            stream = model.stream(request())
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_cancel_once_received, server, scope)
+                    async for _ in stream:
+                        raise AssertionError("a stalled server streams nothing")
+            finally:
+                await close_stream(stream)
+        assert scope.cancelled_caught
+        with trio.fail_after(5):
+            await server.disconnected.wait()
+
+
+async def _cancel_once_received(server: ReplayServer, scope: trio.CancelScope) -> None:
+    await server.received.wait()
+    scope.cancel()
 
 
 async def test_closing_the_iterator_early_closes_the_http_stream(
