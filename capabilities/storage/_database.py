@@ -1,0 +1,290 @@
+"""An SQLite database owned by this process: one writer connection, a pool of readers, in threads.
+
+Module notes
+------------
+* **Threads.** ``sqlite3`` blocks, so every statement runs in a worker thread
+  (``trio.to_thread.run_sync``). Writes go through the one writer connection, serialised by group
+  commit (``_writer``); reads use a small pool of reader connections, so a read never waits for a
+  transaction (WAL: readers see the last committed state while a writer writes).
+* **Journal and synchronous.** The journal is WAL. ``synchronous`` is ``"full"`` by default: each
+  commit is synced to disk before the writes in it return, so what an append, a session update or
+  an admitted steering input returned survives a power loss as well as a crash of the process.
+  Group commit pays one sync per transaction, shared by every write in it. ``"normal"`` skips
+  that sync: a commit then survives the process being killed (the WAL is in the operating system's
+  cache) but the last transactions before a power loss or a kernel crash may be lost — never
+  half of one, and the database is never corrupted. Choose it when that is acceptable and commit
+  latency matters.
+* **One owner.** A file database is locked for this process (``flock`` on ``<file>.lock``):
+  recovery on open (state written by runs that never settled becomes uncertain, queued steering
+  expires) is only right when no other process uses the file. A second opener gets
+  :class:`DatabaseInUse`. The lock goes with the process, also when it is killed.
+* **``:memory:``.** The database lives in the one writer connection, which reads share (under a
+  lock): nothing survives the process, WAL does not apply.
+* **Not ours, too new.** See ``_layout``: a file that is not SQLite, another application's
+  database, or one written by a newer layout is refused with a typed error, unmodified.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import IO, Final, Literal, TypeVar, final
+
+import trio
+
+from ._errors import CannotOpenDatabase, DatabaseInUse, ReadFailed, StorageClosed
+from ._layout import prepare
+from ._writer import Writer
+
+if sys.platform != "win32":
+    import fcntl
+
+__all__ = ["MEMORY", "SqliteDatabase", "Synchronous", "open_database"]
+
+R = TypeVar("R")
+
+#: The path that opens an in-memory database.
+MEMORY: Final = ":memory:"
+
+#: How hard each commit is synced to disk (see the module notes).
+Synchronous = Literal["normal", "full", "extra"]
+
+_BUSY_TIMEOUT_MS: Final = 5_000
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise CannotOpenDatabase(path, str(exc)) from None
+    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    return conn
+
+
+def _lock(path: str) -> IO[bytes] | None:
+    if sys.platform == "win32":  # pragma: no cover - no flock: no ownership lock
+        return None
+    try:
+        handle = open(f"{path}.lock", "ab")  # noqa: SIM115 - held for the database's lifetime
+    except OSError as exc:
+        raise CannotOpenDatabase(path, f"cannot create its lock file: {exc.strerror}") from None
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise DatabaseInUse(path) from None
+    return handle
+
+
+def _open_sync(path: str, synchronous: Synchronous) -> tuple[sqlite3.Connection, IO[bytes] | None]:
+    if path == MEMORY:
+        conn = _connect(path)
+        prepare(conn, path)
+        return conn, None
+    if os.path.isdir(path):
+        raise CannotOpenDatabase(path, "it is a directory")
+    lock = _lock(path)
+    try:
+        conn = _connect(path)
+    except BaseException:
+        if lock is not None:
+            lock.close()
+        raise
+    try:
+        _configure(conn, path, synchronous)
+    except BaseException as exc:
+        conn.close()
+        if lock is not None:
+            lock.close()
+        if isinstance(exc, sqlite3.Error):
+            raise CannotOpenDatabase(path, str(exc)) from None
+        raise
+    return conn, lock
+
+
+def _configure(conn: sqlite3.Connection, path: str, synchronous: Synchronous) -> None:
+    prepare(conn, path)
+    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise CannotOpenDatabase(path, f"the journal cannot be WAL here (it is {mode})")
+    conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+
+
+@final
+class SqliteDatabase:
+    """An open database: :meth:`write` through group commit, :meth:`read` from the reader pool.
+
+    Made by :func:`open_database` (or the ``sqlite_storage`` Layers); the capabilities' SQLite
+    stores share one. Work functions run in a worker thread with a ``sqlite3.Connection``.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_conn",
+        "_idle_readers",
+        "_lock_file",
+        "_memory_lock",
+        "_pool_lock",
+        "_read_limiter",
+        "_readers_made",
+        "_reads",
+        "_reads_done",
+        "path",
+        "synchronous",
+        "writer",
+    )
+
+    def __init__(
+        self,
+        path: str,
+        conn: sqlite3.Connection,
+        lock_file: IO[bytes] | None,
+        *,
+        synchronous: Synchronous,
+        readers: int,
+    ) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self._conn = conn
+        self._lock_file = lock_file
+        self._memory_lock = threading.Lock() if path == MEMORY else None
+        #: The group-commit writer (its ``batches`` count transactions).
+        self.writer = Writer(conn, self._memory_lock)
+        self._pool_lock = threading.Lock()
+        self._idle_readers: list[sqlite3.Connection] = []
+        self._readers_made: list[sqlite3.Connection] = []
+        self._read_limiter = trio.CapacityLimiter(max(1, readers))
+        self._reads = 0
+        self._reads_done: trio.Event | None = None
+        self._closed = False
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether this is an in-memory database (nothing survives the process)."""
+        return self.path == MEMORY
+
+    async def write(self, work: Callable[[sqlite3.Connection], R], *, weight: int = 1) -> R:
+        """Run ``work`` in a write transaction (see :class:`~._writer.Writer`); ``weight`` is
+        about how many rows it writes.
+
+        Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed; once its
+        transaction runs, it is waited for and its result returned.
+        """
+        return await self.writer.write(work, weight=weight)
+
+    async def read(self, work: Callable[[sqlite3.Connection], R]) -> R:
+        """Run ``work`` on a reader connection (a consistent snapshot) and return its result.
+        ``sqlite3`` errors become :class:`ReadFailed`; what ``work`` raises otherwise propagates.
+
+        Cancellation: a checkpoint before the read starts; a read that started finishes in its
+        thread (milliseconds) and its result is returned — nothing changes either way.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise StorageClosed()
+        self._reads += 1
+        try:
+            return await trio.to_thread.run_sync(self._read, work, limiter=self._read_limiter)
+        finally:
+            self._reads -= 1
+            if self._reads == 0 and self._reads_done is not None:
+                self._reads_done.set()
+
+    def _read(self, work: Callable[[sqlite3.Connection], R]) -> R:
+        if self._memory_lock is not None:
+            with self._memory_lock:
+                return self._guarded(work, self._conn)
+        with self._pool_lock:
+            conn = self._idle_readers.pop() if self._idle_readers else None
+        if conn is None:
+            conn = _connect(self.path)
+            conn.execute("PRAGMA query_only = ON")
+            with self._pool_lock:
+                self._readers_made.append(conn)
+        try:
+            result = self._guarded(work, conn)
+        except BaseException:
+            # ``work`` may have left a statement open, holding a read snapshot (stale reads for
+            # the next user, and a WAL that can no longer be checkpointed): not pooled again.
+            with self._pool_lock:
+                self._readers_made.remove(conn)
+            conn.close()
+            raise
+        with self._pool_lock:
+            self._idle_readers.append(conn)
+        return result
+
+    @staticmethod
+    def _guarded(work: Callable[[sqlite3.Connection], R], conn: sqlite3.Connection) -> R:
+        try:
+            return work(conn)
+        except sqlite3.Error as exc:
+            raise ReadFailed(str(exc)) from None
+
+    async def aclose(self) -> None:
+        """Write what is queued, wait for reads in flight, close every connection, let go of the
+        file. Idempotent.
+
+        Cancellation: shielded (queued writes belong to tasks that wait for them).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            await self.writer.aclose()
+            while self._reads:
+                self._reads_done = trio.Event()
+                await self._reads_done.wait()
+            await trio.to_thread.run_sync(self._close_sync)
+
+    def _close_sync(self) -> None:
+        with self._pool_lock:
+            readers, self._readers_made, self._idle_readers = self._readers_made, [], []
+        for conn in readers:
+            conn.close()
+        try:
+            if not self.in_memory:
+                # Fold the WAL back into the file so it is one self-contained file at rest.
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+        finally:
+            self._conn.close()
+            if self._lock_file is not None:
+                self._lock_file.close()
+
+
+@asynccontextmanager
+async def open_database(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Synchronous = "full",
+    readers: int = 4,
+) -> AsyncIterator[SqliteDatabase]:
+    """Open (creating it if needed) the effectagent database at ``path`` — a file path, or
+    ``":memory:"`` — and close it when the block ends.
+
+    Raises :class:`NotADatabase`, :class:`ForeignDatabase`, :class:`DatabaseTooNew`,
+    :class:`DatabaseInUse` or :class:`CannotOpenDatabase` without modifying the file.
+
+    Cancellation: a checkpoint before opening; once the worker thread opens the file it is not
+    abandoned, and the database is closed again when the cancellation reaches the block. Closing
+    is shielded.
+    """
+    if synchronous not in ("normal", "full", "extra"):
+        raise ValueError(f"synchronous must be 'normal', 'full' or 'extra', got {synchronous!r}")
+    name = os.fspath(path)
+    if not name:
+        raise ValueError("the database path must not be empty")
+    # Not abandoned once started (``to_thread`` waits for the thread): a cancellation arriving
+    # meanwhile is raised by the ``yield``'s first checkpoint, and the ``finally`` closes it.
+    conn, lock_file = await trio.to_thread.run_sync(_open_sync, name, synchronous)
+    database = SqliteDatabase(name, conn, lock_file, synchronous=synchronous, readers=readers)
+    try:
+        yield database
+    finally:
+        await database.aclose()

@@ -1,0 +1,137 @@
+"""The database's layout: its tables, its version, and how a file is recognised as ours.
+
+A database effectagent writes carries ``PRAGMA application_id`` = :data:`APPLICATION_ID` and
+``PRAGMA user_version`` = its layout version. Opening a file checks, in order, without writing
+anything until every check passed:
+
+1. it is an SQLite database at all (else :class:`NotADatabase`);
+2. it is empty, or ours (else :class:`ForeignDatabase` — we never add tables to another
+   application's database);
+3. its layout version is not newer than this code's (else :class:`DatabaseTooNew`);
+
+then an empty database gets the layout, and an older one is upgraded by the registered steps in
+:data:`UPGRADES` (none yet: version 1 is the first), all in one transaction.
+
+Tables (one per concern; a session or the agent state never holds conversation history):
+
+* ``records`` — the Conversation Log: ``(conversation_id, seq)`` → type tag, schema version, body.
+* ``sessions`` — session records with their revision and schema-versioned metadata.
+* ``agent_state`` — persistent agent state: ``(slot, key)`` → revision, status, versioned value.
+* ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
+  their text is cleared then, the log holding the (redacted) canonical copy.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Final
+
+from ._errors import DatabaseTooNew, ForeignDatabase, NotADatabase
+
+__all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
+
+#: ``PRAGMA application_id`` of an effectagent database ("EAG1").
+APPLICATION_ID: Final = 0x45414731
+
+#: The layout version this code writes.
+LAYOUT_VERSION: Final = 1
+
+_LAYOUT_V1: Final = (
+    """CREATE TABLE records (
+        conversation_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE sessions (
+        session_id TEXT NOT NULL PRIMARY KEY,
+        name TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        conversations TEXT NOT NULL,
+        metadata_version INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE agent_state (
+        slot TEXT NOT NULL,
+        key TEXT NOT NULL,
+        revision INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        value TEXT,
+        reason TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (slot, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX agent_state_unsettled ON agent_state (status) WHERE status != 'committed'",
+    """CREATE TABLE steering_inputs (
+        input_id TEXT NOT NULL PRIMARY KEY,
+        conversation_id TEXT NOT NULL,
+        position INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        text TEXT,
+        author TEXT NOT NULL,
+        at REAL NOT NULL,
+        status TEXT NOT NULL,
+        seq INTEGER,
+        reason TEXT NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX steering_queued ON steering_inputs (conversation_id) WHERE status = 'queued'",
+)
+
+#: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
+UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {}
+
+
+def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
+    return "not a database" in str(exc) or "malformed" in str(exc)
+
+
+def _layout_version(conn: sqlite3.Connection, path: str) -> int | None:
+    """The layout version of a database that is ours, None for an empty one; raises for one that
+    is not SQLite, another application's, or too new."""
+    try:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        if _not_a_database(exc):
+            raise NotADatabase(path) from None
+        raise
+    if application_id != APPLICATION_ID and (application_id != 0 or tables):
+        raise ForeignDatabase(path, application_id)
+    if version > LAYOUT_VERSION:
+        raise DatabaseTooNew(path, version, LAYOUT_VERSION)
+    return None if application_id == 0 else int(version)
+
+
+def prepare(conn: sqlite3.Connection, path: str) -> None:
+    """Check that the database behind ``conn`` is ours (or empty) and current; lay it out or
+    upgrade it. Writes nothing unless every check passed. Runs in a worker thread."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.DatabaseError as exc:
+        if _not_a_database(exc):
+            raise NotADatabase(path) from None
+        raise
+    try:
+        version = _layout_version(conn, path)
+        if version is None:
+            for statement in _LAYOUT_V1:
+                conn.execute(statement)
+            version = 1
+        while version < LAYOUT_VERSION:
+            UPGRADES[version](conn)
+            version += 1
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {LAYOUT_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

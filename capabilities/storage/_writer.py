@@ -1,0 +1,178 @@
+"""The one writer: group commit driven by Trio, transactions run in a worker thread.
+
+A write is a function of the writer connection, run inside the transaction of its batch, under a
+savepoint of its own: if it raises (a revision conflict, say), its savepoint is rolled back and the
+other writes of the batch commit without it. If the transaction itself fails (``COMMIT`` refused:
+disk full, I/O error), every write of the batch fails with :class:`WriteFailed` and nothing of the
+batch is in the database. So each write is all-or-nothing, whoever shares its transaction.
+
+The bookkeeping of who writes which batch is :class:`GroupCommit` (pure); this module is the
+driver: a write's task queues it, then either leads (takes the batch and runs it with
+``trio.to_thread.run_sync``) or waits until its batch is written or it is made leader.
+
+Cancellation of :meth:`Writer.write` (the contract every SQLite capability builds on):
+
+* cancelled before its batch is taken: the write is withdrawn, nothing is written, ``Cancelled``
+  is raised;
+* cancelled after (the transaction is running in the thread): it waits — shielded — for that
+  transaction, which it never abandons. If the write was committed, ``write`` *returns* its result
+  (the caller's next checkpoint raises ``Cancelled``): returning means written, raising means not.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar, final
+
+import trio
+
+from .._logging import log_debug
+from ._errors import StorageClosed, WriteFailed
+from ._group_commit import GroupCommit
+
+__all__ = ["Writer", "run_batch"]
+
+R = TypeVar("R")
+
+#: A batch weighs at most this many rows (a transaction stays short enough to keep latency low).
+MAX_BATCH_WEIGHT = 4096
+
+
+@final
+class _Job(Generic[R]):
+    """One write: its work, and — once its batch is written — its result or error."""
+
+    __slots__ = ("error", "lead", "result", "wake", "weight", "work")
+
+    def __init__(self, work: Callable[[sqlite3.Connection], R], weight: int) -> None:
+        self.work = work
+        self.weight = weight
+        self.result: R | None = None
+        self.error: BaseException | None = None
+        self.lead = False  # set before ``wake`` when this job's task must take the next batch
+        self.wake = trio.Event()
+
+
+def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
+    """Run ``batch`` in one transaction, each write under its own savepoint; set each job's
+    result or error. Runs in the worker thread; never raises."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        for job in batch:
+            conn.execute("SAVEPOINT write")
+            try:
+                job.result = job.work(conn)
+            except Exception as exc:
+                job.result = None
+                job.error = WriteFailed(str(exc)) if isinstance(exc, sqlite3.Error) else exc
+                if not conn.in_transaction:  # SQLite rolled the whole transaction back
+                    raise
+                conn.execute("ROLLBACK TO write")
+            conn.execute("RELEASE write")
+        conn.execute("COMMIT")
+    except Exception as exc:
+        failure = WriteFailed(str(exc) if isinstance(exc, sqlite3.Error) else type(exc).__name__)
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        for job in batch:
+            if job.error is None or isinstance(job.error, WriteFailed):
+                job.result = None
+                job.error = failure
+
+
+@final
+class Writer:
+    """Serialises every write to one connection through group commit (see the module notes)."""
+
+    __slots__ = ("_closed", "_commit", "_conn", "_idle", "_limiter", "_lock", "batches")
+
+    def __init__(self, conn: sqlite3.Connection, lock: Any = None) -> None:
+        self._conn = conn
+        # A ``threading.Lock`` when readers share this connection (an in-memory database).
+        self._lock = lock
+        self._commit: GroupCommit[_Job[Any]] = GroupCommit(MAX_BATCH_WEIGHT)
+        self._limiter = trio.CapacityLimiter(1)
+        self._closed = False
+        self._idle: trio.Event | None = None
+        self.batches = 0  # transactions written (for benchmarks and tests)
+
+    async def write(self, work: Callable[[sqlite3.Connection], R], *, weight: int = 1) -> R:
+        """Run ``work(connection)`` in a transaction (possibly shared with other writes, each
+        all-or-nothing) and return what it returned; re-raise what it raised (nothing of it is
+        then written). ``sqlite3`` errors become :class:`WriteFailed`.
+
+        Cancellation: see the module notes — raises ``Cancelled`` only if nothing was written;
+        a write already in a running transaction is waited for, and returns if it committed.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise StorageClosed()
+        job: _Job[R] = _Job(work, max(1, weight))
+        commit = self._commit
+        if not commit.submit(job):
+            try:
+                await job.wake.wait()
+            except trio.Cancelled:
+                withdrawn, leader = commit.withdraw(job)
+                if leader is not None:
+                    leader.lead = True
+                    leader.wake.set()
+                if withdrawn:
+                    raise
+                # Its transaction is running: wait for it, whatever the caller's deadline says.
+                with trio.CancelScope(shield=True):
+                    await job.wake.wait()
+                if job.error is not None:
+                    raise  # not written: the cancellation is the truth
+                return job.result  # type: ignore[return-value]  # written: say so
+            if job.lead:
+                await self._lead(job)
+        else:
+            await self._lead(job)
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
+
+    async def _lead(self, leader: _Job[Any]) -> None:
+        """Take the batch ``leader`` heads, write it, wake its jobs, hand leadership on."""
+        commit = self._commit
+        batch = commit.take(leader)
+        try:
+            # Shielded: the batch holds other tasks' writes, taken out of the queue; it is
+            # written whatever happens to this task (and the thread is never abandoned).
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._run, batch, limiter=self._limiter)
+        finally:
+            self.batches += 1
+            for job in batch:
+                if job is not leader:
+                    job.wake.set()
+            following = commit.finish()
+            if following is not None:
+                following.lead = True
+                following.wake.set()
+            elif self._idle is not None:
+                self._idle.set()
+        log_debug("group commit", writes=len(batch))
+
+    def _run(self, batch: list[_Job[Any]]) -> None:
+        if self._lock is None:
+            run_batch(self._conn, batch)
+        else:
+            with self._lock:
+                run_batch(self._conn, batch)
+
+    async def aclose(self) -> None:
+        """Refuse new writes, then wait until every queued write is written.
+
+        Cancellation: shielded (queued writes belong to other tasks, which wait for them).
+        """
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            while not self._commit.idle:
+                self._idle = trio.Event()
+                await self._idle.wait()

@@ -1,0 +1,44 @@
+"""Shared fixtures of the capability tests: the implementations every contract suite runs on."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+from capabilities.storage import SqliteConversationLog, SqliteDatabase, open_database
+from effectagent.engine import ConversationLog, InMemoryConversationLog
+
+#: The stores every contract runs against: in memory, SQLite in memory, SQLite in a file.
+KINDS = ["memory", "sqlite-memory", "sqlite-file"]
+
+#: The active hypothesis profile's number of examples (properties over real SQLite files take a
+#: fraction of it, so ``make test`` stays fast and ``make test-thorough`` still scales them up).
+EXAMPLES: int = settings().max_examples
+
+
+@asynccontextmanager
+async def sqlite(kind: str, directory: Path) -> AsyncIterator[SqliteDatabase]:
+    """A database of ``kind`` ("sqlite-memory" or "sqlite-file", the file in ``directory``)."""
+    path = ":memory:" if kind == "sqlite-memory" else directory / "store.db"
+    async with open_database(path) as database:
+        yield database
+
+
+@asynccontextmanager
+async def open_log(kind: str, directory: Path) -> AsyncIterator[ConversationLog]:
+    """A Conversation Log of ``kind``."""
+    if kind == "memory":
+        yield InMemoryConversationLog()
+        return
+    async with sqlite(kind, directory) as database:
+        yield SqliteConversationLog(database)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each store kind in turn."""
+    return str(request.param)
