@@ -1,0 +1,39 @@
+"""The session store as a Layer, in memory or on the SQLite database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from effectagent.effect import Context, Layer, Scope
+
+from ..storage import SqliteDatabaseService
+from ._memory import InMemorySessionStore
+from ._model import SessionSchema, SessionStoreService
+from ._sqlite import SqliteSessionStore
+
+__all__ = ["in_memory_sessions", "sqlite_sessions"]
+
+
+def in_memory_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
+    """A Layer providing :data:`SessionStoreService` in process memory, with ``schema``'s
+    metadata (default: any JSON object)."""
+
+    async def build(_: Context, __: Scope) -> Context:
+        return Context.of(SessionStoreService, InMemorySessionStore(schema))
+
+    return Layer.from_build("in_memory_sessions", provides=[SessionStoreService], build=build)
+
+
+def sqlite_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
+    """A Layer providing :data:`SessionStoreService` on :data:`SqliteDatabaseService`."""
+
+    async def build(context: Context, _: Scope) -> Context:
+        store = SqliteSessionStore(context[SqliteDatabaseService], schema)
+        return Context.of(SessionStoreService, store)
+
+    return Layer.from_build(
+        "sqlite_sessions",
+        provides=[SessionStoreService],
+        requires=[SqliteDatabaseService],
+        build=build,
+    )

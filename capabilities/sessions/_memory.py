@@ -1,0 +1,81 @@
+"""Sessions in process memory (deployment class E): the same rules and errors as SQLite."""
+
+from __future__ import annotations
+
+import time
+from typing import Generic, TypeVar, cast, final
+
+import trio
+
+from ._model import (
+    DEFAULT_SCHEMA,
+    Session,
+    SessionCreate,
+    SessionExists,
+    SessionNotFound,
+    SessionPatch,
+    SessionSchema,
+    check_id,
+)
+from ._rows import StoredSession, create_row, patch_row
+
+__all__ = ["InMemorySessionStore"]
+
+M = TypeVar("M")
+N = TypeVar("N")
+
+
+@final
+class InMemorySessionStore(Generic[M]):
+    """A :class:`SessionStore` in a dict. Metadata is kept as its versioned JSON, so reads lift
+    and validate exactly as the SQLite store's do, and no caller shares an object with the store.
+
+    Each operation checks for cancellation first, then completes without yielding: it is atomic.
+    """
+
+    __slots__ = ("_rows", "schema")
+
+    def __init__(self, schema: SessionSchema[M] | None = None) -> None:
+        # Without a schema, metadata is any JSON object (M is then JSONObject).
+        self.schema: SessionSchema[M] = schema or cast("SessionSchema[M]", DEFAULT_SCHEMA)
+        self._rows: dict[str, StoredSession] = {}
+
+    async def create(self, input: SessionCreate[M]) -> Session[M]:
+        """See :meth:`SessionStore.create`. Cancellation: if it raises ``Cancelled``, nothing
+        was stored."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        row = create_row(self.schema, input, time.time())
+        if row.id in self._rows:
+            raise SessionExists(row.id)
+        session = row.session(self.schema)
+        self._rows[row.id] = row
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return session
+
+    async def get(self, session_id: str) -> Session[M] | None:
+        """See :meth:`SessionStore.get`. Cancellation: a checkpoint; nothing changes."""
+        await trio.lowlevel.checkpoint()
+        row = self._rows.get(check_id(session_id))
+        return None if row is None else row.session(self.schema)
+
+    async def update(
+        self, session_id: str, patch: SessionPatch[M], expected_revision: int
+    ) -> Session[M]:
+        """See :meth:`SessionStore.update`. Cancellation: if it raises ``Cancelled``, nothing
+        changed."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        current = self._rows.get(check_id(session_id))
+        if current is None:
+            raise SessionNotFound(session_id)
+        row, session = patch_row(self.schema, current, patch, expected_revision, time.time())
+        self._rows[row.id] = row
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return session
+
+    def with_schema(self, schema: SessionSchema[N]) -> InMemorySessionStore[N]:
+        """A store over these very sessions that reads and writes them through ``schema`` — what
+        the application sees once it upgraded its metadata type (older metadata is lifted by
+        ``schema``'s migrations on read)."""
+        other: InMemorySessionStore[N] = InMemorySessionStore(schema)
+        other._rows = self._rows
+        return other

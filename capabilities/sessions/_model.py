@@ -1,0 +1,327 @@
+"""Sessions (spec §3): named records that point to conversations, with versioned metadata.
+
+A session is *not* a conversation's history — the Conversation Log is. It names a piece of work
+(``name``), lists the conversations that belong to it, and carries application metadata of a type
+the application declares (:class:`SessionSchema`), stored with its schema version and lifted from
+older versions on read. Every change is an optimistic compare-and-set: ``update`` names the
+revision it read, and a stale revision is a :class:`SessionConflict` (read again, re-apply, retry).
+Metadata is never the only record of accepted work: that is what the log is for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Generic, Protocol, TypeVar, final
+
+import attrs
+
+from effectagent.effect import ServiceKey, TaggedError
+
+from .._versioned import (
+    Migration,
+    StoredValueCorrupt,
+    ValueRejected,
+    ValueTooLarge,
+    VersionedCodec,
+    VersionUnsupported,
+)
+
+__all__ = [
+    "CorruptSession",
+    "DEFAULT_SCHEMA",
+    "JSONObject",
+    "MAX_CONVERSATIONS",
+    "MAX_NAME_CHARS",
+    "Session",
+    "SessionConflict",
+    "SessionCreate",
+    "SessionExists",
+    "SessionInvalid",
+    "SessionMetadataTooLarge",
+    "SessionNotFound",
+    "SessionPatch",
+    "SessionSchema",
+    "SessionStore",
+    "SessionStoreError",
+    "SessionStoreService",
+    "SessionStoreUnavailable",
+    "UnknownSessionVersion",
+]
+
+M = TypeVar("M")
+
+#: Metadata as a plain JSON object: the default session metadata type.
+JSONObject = dict[str, Any]
+
+#: The longest session name.
+MAX_NAME_CHARS: Final = 256
+#: The most conversations one session points to.
+MAX_CONVERSATIONS: Final = 1024
+_MAX_ID_CHARS: Final = 256
+
+
+# ---- errors ---------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SessionStoreError(TaggedError):
+    """Base of every error of a session store."""
+
+
+@attrs.frozen
+class SessionConflict(SessionStoreError):
+    """``update`` named a revision that is no longer current: read the session again."""
+
+    session_id: str
+    expected_revision: int
+    actual_revision: int
+    is_retryable = True
+
+
+@attrs.frozen
+class SessionNotFound(SessionStoreError):
+    """No session has this ID."""
+
+    session_id: str
+
+
+@attrs.frozen
+class SessionExists(SessionStoreError):
+    """``create`` asked for an ID a session already has."""
+
+    session_id: str
+
+
+@attrs.frozen
+class SessionInvalid(SessionStoreError):
+    """The input is not a valid session: ``problem`` says which part (metadata problems give
+    the paths of the fields that do not match the schema, never their values)."""
+
+    session_id: str
+    problem: str
+
+
+@attrs.frozen
+class SessionMetadataTooLarge(SessionStoreError):
+    """The metadata's JSON is larger than the schema's ``max_bytes``."""
+
+    session_id: str
+    size: int
+    limit: int
+
+
+@attrs.frozen
+class UnknownSessionVersion(SessionStoreError):
+    """Stored metadata has a schema version with no path to the current one: written by a newer
+    version of the application, or a migration step is not registered."""
+
+    session_id: str
+    version: int
+    supported: int
+
+
+@attrs.frozen
+class CorruptSession(SessionStoreError):
+    """The stored session does not read back (damaged JSON, a failed migration, a mismatch)."""
+
+    session_id: str
+    detail: str
+
+
+@attrs.frozen
+class SessionStoreUnavailable(SessionStoreError):
+    """The storage under the store failed (closed, disk full, I/O error); nothing was changed.
+    ``reason`` is the storage error's tag and message."""
+
+    session_id: str
+    reason: str
+    is_retryable = True
+
+
+# ---- values ---------------------------------------------------------------------------------------
+
+
+@final
+class SessionSchema(Generic[M]):
+    """How session metadata is typed and versioned.
+
+    ``type`` is the metadata's type (an attrs class, or :data:`JSONObject`); ``version`` the schema
+    version written now; ``migrations[n]`` lifts stored JSON of version ``n`` to ``n + 1``;
+    ``max_bytes`` bounds the metadata's stored JSON. Raises ``ValueError`` for a version below 1
+    or a migration key that is not a version below ``version``.
+    """
+
+    __slots__ = ("codec",)
+
+    def __init__(
+        self,
+        type: type[M],
+        *,
+        version: int = 1,
+        migrations: Mapping[int, Migration] | None = None,
+        max_bytes: int = 64 * 1024,
+    ) -> None:
+        #: The pure codec that dumps and loads metadata.
+        self.codec: VersionedCodec[M] = VersionedCodec(type, version, migrations or {}, max_bytes)
+
+    @property
+    def version(self) -> int:
+        """The schema version metadata is written with."""
+        return self.codec.version
+
+    def __repr__(self) -> str:
+        return f"SessionSchema({self.codec.tp!r}, version={self.version})"
+
+
+#: The schema of stores given none: metadata is any JSON object, version 1.
+DEFAULT_SCHEMA: SessionSchema[JSONObject] = SessionSchema(JSONObject)
+
+
+@attrs.frozen
+class Session(Generic[M]):
+    """A session as stored: ``revision`` counts its writes (1 when created)."""
+
+    id: str
+    name: str
+    revision: int
+    conversations: tuple[str, ...]
+    metadata: M
+    created_at: float
+    updated_at: float
+
+
+def _tuple_of_str(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError("conversations must be a sequence of IDs, not one string")
+    return tuple(value)
+
+
+@attrs.frozen
+class SessionCreate(Generic[M]):
+    """What ``create`` needs: a name, metadata, the conversations it starts with, and optionally
+    the ID to use (one is made up otherwise)."""
+
+    name: str
+    metadata: M
+    conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    session_id: str | None = None
+
+
+_KEEP: Final[Any] = None
+
+
+@attrs.frozen
+class SessionPatch(Generic[M]):
+    """A change to a session: a new name and/or new metadata (``None``: unchanged — metadata is
+    replaced whole, never merged), conversations to add (appended in order, once) and to
+    remove."""
+
+    name: str | None = None
+    metadata: M | None = _KEEP
+    add_conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    remove_conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+
+
+# ---- the service ----------------------------------------------------------------------------------
+
+
+class SessionStore(Protocol[M]):
+    """Creates, reads and updates sessions (optimistic concurrency on ``revision``)."""
+
+    async def create(self, input: SessionCreate[M]) -> Session[M]:
+        """Store a new session (revision 1). Raises :class:`SessionExists`,
+        :class:`SessionInvalid`, :class:`SessionMetadataTooLarge`. Cancellation: all or nothing."""
+        ...
+
+    async def get(self, session_id: str) -> Session[M] | None:
+        """The session, its metadata lifted to the current schema version; None if there is none.
+        Raises :class:`UnknownSessionVersion`, :class:`CorruptSession`. Cancellation: nothing
+        changes."""
+        ...
+
+    async def update(
+        self, session_id: str, patch: SessionPatch[M], expected_revision: int
+    ) -> Session[M]:
+        """Apply ``patch`` if the session is still at ``expected_revision``; return it at its new
+        revision. Raises :class:`SessionConflict`, :class:`SessionNotFound`, and what ``create``
+        raises for bad input. Cancellation: all or nothing."""
+        ...
+
+
+#: The service key of the session store.
+SessionStoreService: ServiceKey[SessionStore[Any]] = ServiceKey(
+    "capabilities.SessionStore", "named sessions pointing to conversations (spec §3)"
+)
+
+
+# ---- the rules both stores apply (pure) ---------------------------------------------------------
+
+
+def check_id(session_id: object, what: str = "session ID") -> str:
+    """``session_id`` if it is a usable ID; raises :class:`SessionInvalid` otherwise."""
+    if not isinstance(session_id, str) or not session_id or len(session_id) > _MAX_ID_CHARS:
+        shown = session_id if isinstance(session_id, str) and len(session_id) <= 64 else "?"
+        raise SessionInvalid(
+            shown, f"a {what} is a non-empty string of at most {_MAX_ID_CHARS} characters"
+        )
+    return session_id
+
+
+def check_name(session_id: str, name: object) -> str:
+    """``name`` if it is a valid session name; raises :class:`SessionInvalid` otherwise."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise SessionInvalid(
+            session_id, f"the name must be a non-blank string of at most {MAX_NAME_CHARS} chars"
+        )
+    return name
+
+
+def merge_conversations(
+    session_id: str,
+    current: tuple[str, ...],
+    add: tuple[str, ...] = (),
+    remove: tuple[str, ...] = (),
+) -> tuple[str, ...]:
+    """``current`` without ``remove``, then each of ``add`` not in what is left, in order; raises
+    :class:`SessionInvalid` for a bad ID or too many conversations."""
+    for conversation_id in (*add, *remove):
+        check_id(conversation_id, "conversation ID")
+    removed = set(remove)
+    merged = [c for c in current if c not in removed]
+    seen = set(merged)
+    for conversation_id in add:
+        if conversation_id not in seen:
+            merged.append(conversation_id)
+            seen.add(conversation_id)
+    if len(merged) > MAX_CONVERSATIONS:
+        raise SessionInvalid(
+            session_id, f"a session points to at most {MAX_CONVERSATIONS} conversations"
+        )
+    return tuple(merged)
+
+
+def dump_metadata(schema: SessionSchema[M], session_id: str, metadata: M) -> str:
+    """The stored JSON of ``metadata``; raises :class:`SessionInvalid` (with the paths that do
+    not match) or :class:`SessionMetadataTooLarge`."""
+    if metadata is None:
+        raise SessionInvalid(session_id, "metadata is required (None means 'unchanged' in a patch)")
+    try:
+        return schema.codec.dump(metadata)
+    except ValueRejected as exc:
+        where = ", ".join(exc.paths[:10]) or "$"
+        raise SessionInvalid(
+            session_id, f"the metadata does not match its schema at {where}"
+        ) from None
+    except ValueTooLarge as exc:
+        raise SessionMetadataTooLarge(session_id, exc.size, exc.limit) from None
+
+
+def load_metadata(schema: SessionSchema[M], session_id: str, version: int, text: str) -> M:
+    """Metadata stored with ``version``, lifted to the current version; raises
+    :class:`UnknownSessionVersion` or :class:`CorruptSession`."""
+    try:
+        return schema.codec.load(version, text)
+    except VersionUnsupported as exc:
+        raise UnknownSessionVersion(session_id, exc.version, exc.current) from None
+    except StoredValueCorrupt as exc:
+        raise CorruptSession(session_id, exc.detail) from None

@@ -1,0 +1,108 @@
+"""A session as both stores keep it — metadata as versioned JSON text — and the pure rules that
+create and patch one (validation, the revision check). Pure: no I/O."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import attrs
+
+from .._ids import new_id
+from ._model import (
+    Session,
+    SessionConflict,
+    SessionCreate,
+    SessionPatch,
+    SessionSchema,
+    check_id,
+    check_name,
+    dump_metadata,
+    load_metadata,
+    merge_conversations,
+)
+
+__all__ = ["StoredSession", "create_row", "patch_row"]
+
+M = TypeVar("M")
+
+
+@attrs.frozen
+class StoredSession:
+    """One stored session: what a row of either store holds."""
+
+    id: str
+    name: str
+    revision: int
+    conversations: tuple[str, ...]
+    version: int
+    metadata: str
+    created_at: float
+    updated_at: float
+
+    def session(self, schema: SessionSchema[M]) -> Session[M]:
+        """The session, its metadata decoded (and lifted to the current version)."""
+        metadata = load_metadata(schema, self.id, self.version, self.metadata)
+        return Session(
+            self.id,
+            self.name,
+            self.revision,
+            self.conversations,
+            metadata,
+            self.created_at,
+            self.updated_at,
+        )
+
+
+def create_row(schema: SessionSchema[Any], input: SessionCreate[Any], now: float) -> StoredSession:
+    """The row of a new session (revision 1), after checking every part of ``input``."""
+    if not isinstance(input, SessionCreate):
+        raise TypeError(f"create takes a SessionCreate, got {type(input).__name__}")
+    session_id = check_id(input.session_id) if input.session_id is not None else new_id("session")
+    name = check_name(session_id, input.name)
+    conversations = merge_conversations(session_id, (), input.conversations)
+    text = dump_metadata(schema, session_id, input.metadata)
+    return StoredSession(session_id, name, 1, conversations, schema.version, text, now, now)
+
+
+def patch_row(
+    schema: SessionSchema[Any],
+    current: StoredSession,
+    patch: SessionPatch[Any],
+    expected_revision: int,
+    now: float,
+) -> tuple[StoredSession, Session[Any]]:
+    """The row after ``patch``, and the session it reads as — or :class:`SessionConflict` if
+    ``current`` is not at ``expected_revision``. Everything that can fail fails here, before the
+    caller writes anything (the metadata kept is decoded too, so a session that cannot be read
+    is not updated)."""
+    if not isinstance(patch, SessionPatch):
+        raise TypeError(f"update takes a SessionPatch, got {type(patch).__name__}")
+    if type(expected_revision) is not int:
+        raise TypeError(f"expected_revision must be an int, got {type(expected_revision).__name__}")
+    if current.revision != expected_revision:
+        raise SessionConflict(current.id, expected_revision, current.revision)
+    name = current.name if patch.name is None else check_name(current.id, patch.name)
+    conversations = merge_conversations(
+        current.id, current.conversations, patch.add_conversations, patch.remove_conversations
+    )
+    if patch.metadata is None:
+        version, text = current.version, current.metadata
+        metadata = load_metadata(schema, current.id, version, text)
+    else:
+        version, text = schema.version, dump_metadata(schema, current.id, patch.metadata)
+        # Read back from what is stored: the caller's object (a dict, say) is not shared.
+        metadata = load_metadata(schema, current.id, version, text)
+    row = StoredSession(
+        current.id,
+        name,
+        current.revision + 1,
+        conversations,
+        version,
+        text,
+        current.created_at,
+        now,
+    )
+    session = Session(
+        row.id, name, row.revision, conversations, metadata, row.created_at, row.updated_at
+    )
+    return row, session

@@ -1,0 +1,149 @@
+"""Sessions in the SQLite database: each create and update is one write, checked in its
+transaction (the revision compare-and-set happens where the row is written, so two processes'
+worth of writers — or a hundred tasks — cannot both win)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar, cast, final
+
+from .._versioned import dumps, loads
+from ..storage import SqliteDatabase, StorageError
+from ._model import (
+    DEFAULT_SCHEMA,
+    CorruptSession,
+    Session,
+    SessionCreate,
+    SessionExists,
+    SessionNotFound,
+    SessionPatch,
+    SessionSchema,
+    SessionStoreUnavailable,
+    check_id,
+)
+from ._rows import StoredSession, create_row, patch_row
+
+__all__ = ["SqliteSessionStore"]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+_COLUMNS = (
+    "session_id, name, revision, conversations, metadata_version, metadata, created_at, updated_at"
+)
+
+
+def _row_of(found: tuple[object, ...]) -> StoredSession:
+    session_id = str(found[0])
+    name, revision, conversations, version, metadata, created, updated = found[1:]
+    try:
+        ids = loads(conversations) if isinstance(conversations, str) else None
+    except (ValueError, RecursionError):
+        ids = None
+    if (
+        not isinstance(ids, list)
+        or not all(isinstance(c, str) for c in ids)
+        or not isinstance(name, str)
+        or type(revision) is not int
+        or type(version) is not int
+        or not isinstance(metadata, str)
+        or not isinstance(created, int | float)
+        or not isinstance(updated, int | float)
+    ):
+        raise CorruptSession(session_id, "the stored row is damaged")
+    return StoredSession(
+        session_id, name, revision, tuple(ids), version, metadata, float(created), float(updated)
+    )
+
+
+def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
+    found = conn.execute(
+        f"SELECT {_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return None if found is None else _row_of(found)
+
+
+def _write(conn: sqlite3.Connection, row: StoredSession) -> None:
+    conn.execute(
+        f"INSERT OR REPLACE INTO sessions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            row.id,
+            row.name,
+            row.revision,
+            dumps(list(row.conversations)),
+            row.version,
+            row.metadata,
+            row.created_at,
+            row.updated_at,
+        ),
+    )
+
+
+@final
+class SqliteSessionStore(Generic[M]):
+    """A :class:`SessionStore` in an :class:`SqliteDatabase` (table ``sessions``)."""
+
+    __slots__ = ("database", "schema")
+
+    def __init__(self, database: SqliteDatabase, schema: SessionSchema[M] | None = None) -> None:
+        self.database = database
+        # Without a schema, metadata is any JSON object (M is then JSONObject).
+        self.schema: SessionSchema[M] = schema or cast("SessionSchema[M]", DEFAULT_SCHEMA)
+
+    async def create(self, input: SessionCreate[M]) -> Session[M]:
+        """See :meth:`SessionStore.create`. Cancellation: all or nothing (see
+        ``SqliteDatabase.write``: it raises ``Cancelled`` only if nothing was stored)."""
+        schema = self.schema
+        row = create_row(schema, input, time.time())
+        session = row.session(schema)
+
+        def work(conn: sqlite3.Connection) -> None:
+            if _select(conn, row.id) is not None:
+                raise SessionExists(row.id)
+            _write(conn, row)
+
+        await self._storage(row.id, self.database.write, work)
+        return session
+
+    async def get(self, session_id: str) -> Session[M] | None:
+        """See :meth:`SessionStore.get`. Cancellation: a checkpoint; nothing changes."""
+        check_id(session_id)
+        schema = self.schema
+
+        def read(conn: sqlite3.Connection) -> Session[M] | None:
+            row = _select(conn, session_id)
+            return None if row is None else row.session(schema)
+
+        return await self._storage(session_id, self.database.read, read)
+
+    async def update(
+        self, session_id: str, patch: SessionPatch[M], expected_revision: int
+    ) -> Session[M]:
+        """See :meth:`SessionStore.update`: the revision is compared inside the transaction that
+        writes the row. Cancellation: all or nothing."""
+        check_id(session_id)
+        schema = self.schema
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> Session[M]:
+            current = _select(conn, session_id)
+            if current is None:
+                raise SessionNotFound(session_id)
+            row, session = patch_row(schema, current, patch, expected_revision, now)
+            _write(conn, row)
+            return session
+
+        return await self._storage(session_id, self.database.write, work)
+
+    @staticmethod
+    async def _storage(
+        session_id: str,
+        run: Callable[[Callable[[sqlite3.Connection], R]], Awaitable[R]],
+        work: Callable[[sqlite3.Connection], R],
+    ) -> R:
+        try:
+            return await run(work)
+        except StorageError as exc:
+            raise SessionStoreUnavailable(session_id, str(exc)) from None
