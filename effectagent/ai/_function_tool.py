@@ -64,6 +64,11 @@ S = TypeVar("S")
 
 _META_KEY = next(iter(field_meta()))  # the metadata key ``field_meta`` writes under
 
+#: Tool arguments ``@tool`` makes itself, so never options.
+_DERIVED = frozenset(
+    {"parameters", "parameters_schema", "success", "success_schema", "failure", "handler"}
+)
+
 
 @overload
 def tool(fn: Callable[..., Awaitable[S]], /) -> Tool[Any, S]: ...
@@ -116,6 +121,13 @@ def tool(
         if options or name is not None or description is not None or errors != ():
             raise TypeError("@tool: give options as @tool(...), then decorate the function")
         return _make(fn, None, None, (), {})
+
+    derived = sorted(set(options) & _DERIVED)
+    if derived:
+        raise TypeError(
+            f"@tool: {', '.join(derived)} come from the function (its signature, its return "
+            "annotation, errors=, the function itself), not from an option"
+        )
 
     def decorate(function: Callable[..., Awaitable[Any]]) -> Tool[Any, Any]:
         return _make(function, name, description, errors, options)

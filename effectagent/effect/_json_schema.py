@@ -260,7 +260,8 @@ class _Deriver:
             raise self._fail(
                 path,
                 "Annotated is not supported here; give field_meta(...) as the field's metadata "
-                "(attrs.field or dataclasses.field; Annotated only on a TypedDict key)",
+                "(attrs.field or dataclasses.field); Annotated[T, field_meta(...)] is for a "
+                "TypedDict key or a @tool parameter, which have no field",
             )
         origin, args = origin_of(tp), get_args(tp)
         if origin in SEQ_ORIGINS or origin in SET_ORIGINS:
