@@ -58,7 +58,13 @@ from .errors import error_from_payload
 from .output_schema import anthropic_output_schema
 from .reasoning import ReasoningMemory
 
-__all__ = ["MessagesDecoder", "anthropic_messages", "anthropic_request_body"]
+__all__ = [
+    "MessagesDecoder",
+    "anthropic_messages",
+    "anthropic_request_body",
+    "output_instructions",
+    "thinking_setting",
+]
 
 _STOP: dict[str, FinishReason] = {
     "end_turn": "stop",
@@ -143,27 +149,38 @@ def output_instructions(schema: Mapping[str, Any]) -> str:
     )
 
 
+#: The smallest thinking budget the API accepts.
+MIN_THINKING_BUDGET = 1024
+
+
+def thinking_setting(budget: int | None, max_tokens: int) -> dict[str, Any] | None:
+    """Extended thinking for one request: ``budget`` kept below the request's ``max_tokens``
+    (thinking counts toward it, and the API requires the budget to be smaller) — or no thinking
+    at all when that leaves less than the API's minimum budget (a request capped that low, such
+    as a short summary, is made without thinking)."""
+    if not budget:
+        return None
+    budget = min(budget, max_tokens - 1)
+    if budget < MIN_THINKING_BUDGET:
+        return None
+    return {"type": "enabled", "budget_tokens": budget}
+
+
 def anthropic_request_body(
     request: ModelRequest,
     model: str,
     *,
     max_tokens: int,
     memory: ReasoningMemory | None = None,
-    thinking: Mapping[str, Any] | None = None,
+    thinking_budget: int | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Messages request. ``max_tokens`` applies when the
-    request sets no ``max_output_tokens``; ``options`` are merged in last, except over keys
-    already set."""
+    request sets no ``max_output_tokens``; ``thinking_budget`` turns extended thinking on (see
+    :func:`thinking_setting`); ``options`` are merged in last, except over keys already set."""
     system, messages = anthropic_messages(request.messages, memory)
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        "max_tokens": request.max_output_tokens
-        if request.max_output_tokens is not None
-        else max_tokens,
-        "stream": True,
-    }
+    cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
+    body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": cap, "stream": True}
     output = request.output
     if output is not None:
         native = anthropic_output_schema(output.schema)
@@ -193,8 +210,9 @@ def anthropic_request_body(
             if choice == "required"
             else {"type": "tool", "name": choice}
         )
-    if thinking:
-        body["thinking"] = dict(thinking)
+    thinking = thinking_setting(thinking_budget, cap)
+    if thinking is not None:
+        body["thinking"] = thinking
     if options:
         for key, value in options.items():
             body.setdefault(key, value)

@@ -49,6 +49,7 @@ def _sdk() -> tuple[Any, SdkErrors]:
         connection=(anthropic.APIConnectionError,),
         transport=(httpx2.TransportError,),
         decoding=(httpx2.DecodingError,),
+        base=(anthropic.AnthropicError,),
     )
 
 
@@ -57,8 +58,9 @@ class Anthropic:
     """A Claude model through the **Messages API** (``"anthropic:<model>"``).
 
     ``max_tokens`` caps a response when the request does not (``max_output_tokens``);
-    ``thinking_budget`` turns extended thinking on with that many tokens (it must be below the
-    cap; thinking streams as reasoning parts and is replayed in tool loops); ``extra_body`` is
+    ``thinking_budget`` turns extended thinking on with that many tokens (kept below each
+    request's cap, and left off for a request capped under the API's minimum budget; thinking
+    streams as reasoning parts and is replayed in tool loops); ``extra_body`` is
     merged into each request body for any other API option; ``headers`` are sent with every
     request (e.g. an ``anthropic-beta`` header)."""
 
@@ -111,7 +113,7 @@ class AnthropicModel:
     #: prompt when Anthropic cannot express the schema), not in its own instructions.
     native_output: ClassVar[bool] = True
 
-    __slots__ = ("_client", "_errors", "_memory", "_options", "_secrets", "_thinking", "settings")
+    __slots__ = ("_client", "_errors", "_memory", "_options", "_secrets", "settings")
 
     def __init__(
         self, settings: Anthropic, client: Any, errors: SdkErrors, secrets: tuple[str, ...]
@@ -121,8 +123,6 @@ class AnthropicModel:
         self._errors = errors
         self._secrets = secrets
         self._memory = ReasoningMemory()
-        budget = settings.thinking_budget
-        self._thinking = {"type": "enabled", "budget_tokens": budget} if budget else None
         options = dict(settings.extra_body)
         if settings.temperature is not None:
             options.setdefault("temperature", settings.temperature)
@@ -141,7 +141,7 @@ class AnthropicModel:
             self.settings.model,
             max_tokens=self.settings.max_tokens,
             memory=self._memory,
-            thinking=self._thinking,
+            thinking_budget=self.settings.thinking_budget,
             options=self._options,
         )
         decoder = MessagesDecoder()

@@ -183,6 +183,8 @@ def chat_request_body(
     if options:
         for key, value in options.items():
             body.setdefault(key, value)
+        if not request.tools:
+            body.pop("parallel_tool_calls", None)  # the API refuses it without tools
     return body
 
 

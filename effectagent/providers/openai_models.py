@@ -64,6 +64,7 @@ def _sdk() -> tuple[Any, SdkErrors]:
         connection=(openai.APIConnectionError,),
         transport=(httpx2.TransportError,),
         decoding=(httpx2.DecodingError,),
+        base=(openai.OpenAIError,),
     )
 
 

@@ -8,7 +8,8 @@ and turning an HTTP error status into its exception, which this loop maps with
 as raw bytes (``with_streaming_response``) and decoded here (:mod:`~effectagent.providers.sse`), so
 the SDK's pydantic event classes are never built and never leave the adapter.
 
-Failures: an HTTP error status → its typed error; a connection that cannot be made or is lost
+Failures: an HTTP error status → its typed error; any other error of the SDK → ``ProviderError``;
+a connection that cannot be made or is lost
 (before or during the body) → ``ModelNetworkError``; a 200 that is not an event stream, bytes that
 are not UTF-8, data that is not JSON, events that break the provider's format, a body that ends
 before the response is complete → ``MalformedResponse``; an error the provider reports inside the
@@ -30,7 +31,13 @@ from typing import Any, Protocol, final
 import attrs
 import trio
 
-from effectagent.ai import AiError, MalformedResponse, ModelNetworkError, ResponsePart
+from effectagent.ai import (
+    AiError,
+    MalformedResponse,
+    ModelNetworkError,
+    ProviderError,
+    ResponsePart,
+)
 
 from .errors import error_from_payload, error_from_status, scrub_error
 from .sse import ServerSentEvent, SSEDecoder
@@ -78,6 +85,8 @@ class SdkErrors:
     connection: tuple[type[BaseException], ...]
     transport: tuple[type[BaseException], ...]
     decoding: tuple[type[BaseException], ...] = ()
+    #: The SDK's base error class: anything else it raises becomes a ``ProviderError``.
+    base: tuple[type[BaseException], ...] = ()
 
 
 async def stream_parts(
@@ -105,6 +114,8 @@ async def stream_parts(
         failure = _status_failure(provider, exc)
     except errors.connection as exc:
         failure = ModelNetworkError(f"{provider}: could not get a response ({_describe(exc)})")
+    except errors.base as exc:
+        failure = ProviderError(f"{provider}: {_describe(exc)}")
     if failure is not None:
         raise scrub_error(failure, secrets)
     http = response.http_response

@@ -107,11 +107,7 @@ def test_remembered_thinking_goes_back_signed_before_the_tool_use() -> None:
     thinking = {"type": "thinking", "thinking": "Two calls.", "signature": "sig"}
     memory.remember("toolu_1", [thinking, {"type": "redacted_thinking", "data": "opaque"}])
     body = anthropic_request_body(
-        ModelRequest(HISTORY),
-        "m",
-        max_tokens=9,
-        memory=memory,
-        thinking={"type": "enabled", "budget_tokens": 2048},
+        ModelRequest(HISTORY), "m", max_tokens=9000, memory=memory, thinking_budget=2048
     )
     content = body["messages"][1]["content"]
     assert content[:2] == [thinking, {"type": "redacted_thinking", "data": "opaque"}]
@@ -315,3 +311,16 @@ def test_a_delta_of_the_wrong_kind_and_an_early_end_are_malformed() -> None:
         )
     with pytest.raises(MalformedResponse, match="before message_stop"):
         MessagesDecoder().end()
+
+
+def test_the_thinking_budget_fits_each_request_cap() -> None:
+    def thinking(cap: int | None) -> object:
+        request = ModelRequest(HISTORY[:2], max_output_tokens=cap)
+        return anthropic_request_body(request, "m", max_tokens=8192, thinking_budget=4096).get(
+            "thinking"
+        )
+
+    assert thinking(None) == {"type": "enabled", "budget_tokens": 4096}
+    assert thinking(2000) == {"type": "enabled", "budget_tokens": 1999}
+    assert thinking(1000) is None  # below the API's minimum budget: no thinking for this one
+    assert "thinking" not in anthropic_request_body(ModelRequest(HISTORY[:2]), "m", max_tokens=9)

@@ -329,3 +329,11 @@ def test_content_after_the_finish_is_refused_and_empty_repeats_ignored() -> None
     assert decoder.feed(chunk({})) == []
     with pytest.raises(MalformedResponse, match="after its finish"):
         decoder.feed(chunk({"content": "more"}))
+
+
+def test_parallel_tool_calls_is_sent_only_with_tools() -> None:
+    options = {"parallel_tool_calls": False}
+    without = chat_request_body(ModelRequest(HISTORY[:2]), "m", options=options)
+    assert "parallel_tool_calls" not in without
+    with_tools = chat_request_body(ModelRequest(HISTORY[:2], (WEATHER,)), "m", options=options)
+    assert with_tools["parallel_tool_calls"] is False
