@@ -2,7 +2,8 @@
 adapter built on the official ``anthropic`` SDK.
 
 :class:`Anthropic` is a plain description; its :meth:`~Anthropic.layer` checks the key
-(``api_key=`` or ``ANTHROPIC_API_KEY``), imports ``anthropic`` (over a second, paid once) and
+(``api_key=`` or ``ANTHROPIC_API_KEY``), imports ``anthropic`` (over a second, paid once, in a
+worker thread so the event loop keeps running) and
 opens an ``AsyncAnthropic`` client with the SDK's retries off when the layer is built, and
 closes it at teardown. The key is always passed to the SDK explicitly, so it never goes looking
 for other credentials (profiles, token files) on its own.
@@ -86,9 +87,10 @@ class Anthropic:
     async def open(self) -> AsyncIterator[AnthropicModel]:
         """The model, with its client open for the block.
 
-        Cancellation: opening does not wait on the network; closing is shielded."""
+        Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
+        on the network; closing is shielded."""
         key = require_api_key(self.api_key, "ANTHROPIC_API_KEY", "Anthropic")
-        anthropic, errors = _sdk()
+        anthropic, errors = await trio.to_thread.run_sync(_sdk)
         client = anthropic.AsyncAnthropic(
             api_key=key,
             base_url=self.base_url,

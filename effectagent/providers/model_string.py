@@ -84,6 +84,7 @@ def open_model(model: str, **options: Any) -> AbstractAsyncContextManager[Langua
     """``async with open_model("anthropic:claude-sonnet-4-5") as model:`` — the model, its client
     open for the block, without a runtime (see :func:`model_settings` for the options).
 
-    Cancellation: opening does not wait on the network; closing is shielded."""
+    Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait on
+    the network; closing is shielded."""
     manager: AbstractAsyncContextManager[LanguageModel] = model_settings(model, **options).open()
     return manager

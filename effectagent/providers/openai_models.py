@@ -4,7 +4,8 @@
 A settings object (:class:`OpenAIResponses`, :class:`OpenAIChat`, :class:`OpenAICompatible`) is a
 plain description — building it imports nothing and opens nothing. :meth:`~OpenAIChat.layer` is
 the Layer providing :data:`~effectagent.ai.LanguageModelService`: when the layer is built it
-checks the API key, imports ``openai`` (about half a second, paid once), and opens an
+checks the API key, imports ``openai`` (about half a second, paid once, in a worker thread so
+the event loop keeps running), and opens an
 ``AsyncOpenAI`` client with the SDK's retries off (``max_retries=0``: the engine retries, on its
 own clock); the client is closed when the layer is torn down. :meth:`~OpenAIChat.open` does the
 same as an ``async with`` block, for use without a runtime.
@@ -68,9 +69,8 @@ def _sdk() -> tuple[Any, SdkErrors]:
     )
 
 
-def _options(
-    extra_body: Mapping[str, Any], **settings: object
-) -> dict[str, Any]:  # the settings that are set, then extra_body
+def _options(extra_body: Mapping[str, Any], **settings: object) -> dict[str, Any]:
+    """The request options: the settings that are set, then ``extra_body`` over them."""
     options = {key: value for key, value in settings.items() if value is not None}
     options.update(extra_body)
     return options
@@ -82,8 +82,9 @@ async def _client(
 ) -> AsyncIterator[tuple[Any, SdkErrors]]:
     """An ``AsyncOpenAI`` client (retries off) for the block, and the SDK's error classes.
 
-    Cancellation: opening does not wait; closing is shielded."""
-    openai, errors = _sdk()
+    Cancellation: the first import of the SDK happens in a worker thread (the event loop keeps
+    running) and is a checkpoint; closing is shielded."""
+    openai, errors = await trio.to_thread.run_sync(_sdk)
     client = openai.AsyncOpenAI(
         api_key=key,
         base_url=base_url,
@@ -132,7 +133,8 @@ class OpenAIResponses:
     async def open(self) -> AsyncIterator[OpenAIResponsesModel]:
         """The model, with its client open for the block.
 
-        Cancellation: opening does not wait on the network; closing is shielded."""
+        Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
+        on the network; closing is shielded."""
         key = require_api_key(self.api_key, "OPENAI_API_KEY", "OpenAI")
         async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
             yield OpenAIResponsesModel(self, client, errors, secret_values(key, self.headers))
@@ -256,7 +258,8 @@ class OpenAIChat:
     async def open(self) -> AsyncIterator[OpenAIChatModel]:
         """The model, with its client open for the block.
 
-        Cancellation: opening does not wait on the network; closing is shielded."""
+        Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
+        on the network; closing is shielded."""
         key = require_api_key(self.api_key, "OPENAI_API_KEY", "OpenAI")
         options = _options(
             self.extra_body,
@@ -308,7 +311,8 @@ class OpenAICompatible:
     async def open(self) -> AsyncIterator[OpenAIChatModel]:
         """The model, with its client open for the block.
 
-        Cancellation: opening does not wait on the network; closing is shielded."""
+        Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
+        on the network; closing is shielded."""
         if self.api_key is not None or self.api_key_env is None:
             key = self.api_key or NO_KEY
         else:
