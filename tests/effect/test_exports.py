@@ -22,6 +22,7 @@ PACKAGES = [
     "effectagent.core",
     "effectagent.engine",
     "effectagent.testing",
+    "effectagent.providers",
     "sandbox",
 ]
 
