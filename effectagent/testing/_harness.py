@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, final
 
@@ -237,7 +238,11 @@ class BatchReport:
 def _decoded_check(tool: Tool[Any, Any]) -> Callable[[Any, CallSpec | None], bool]:
     parameters = tool.parameters
     if parameters is not None:
-        return lambda params, spec: isinstance(params, parameters)
+        # A TypedDict decodes to a plain dict (isinstance refuses a TypedDict), dict[str, T] too.
+        kind = (
+            dict if typing.is_typeddict(parameters) else typing.get_origin(parameters) or parameters
+        )
+        return lambda params, spec: isinstance(params, kind)
     validator = jsonschema.Draft202012Validator(dict(tool.parameters_schema))
 
     def dynamic(params: Any, spec: CallSpec | None) -> bool:
@@ -301,6 +306,8 @@ def _base_handlers(
     for tool in kit:
         if PROBE_TOOLKIT.get(tool.name) is tool:
             bases[tool.name] = PROBE_HANDLERS[tool.name]
+        elif tool.handler is not None:  # bound with the tool (Tool(handler=...), @tool)
+            bases[tool.name] = tool.handler
     for key, handler in (handlers or {}).items():
         name = key if isinstance(key, str) else key.name
         if kit.get(name) is None or (not isinstance(key, str) and kit.get(name) is not key):

@@ -72,3 +72,38 @@ async def test_truncated_tool_calls_stop_mid_arguments() -> None:
     final = parts[-1]
     assert isinstance(final, FinishPart)
     assert final.reason == "length"
+
+
+def test_the_batch_harness_runs_function_tools_and_typeddict_tools() -> None:
+    """A tool bound with its handler (``@tool``) runs its own handler in the harness, and a
+    TypedDict-parameter tool's decoded input (a plain dict) counts as decoded."""
+    from typing import TypedDict
+
+    from effectagent import Tool, ToolCallContext, Toolkit, tool
+    from effectagent.testing import BatchSpec, CallSpec, run_batch_sync
+
+    @tool(readonly=True)
+    async def double(n: int) -> int:
+        """Double a number.
+
+        Args:
+            n: The number.
+        """
+        return 2 * n
+
+    class Note(TypedDict):
+        text: str
+
+    async def keep(params: Note, call: ToolCallContext) -> str:
+        return params["text"]
+
+    notes = Tool("note", "Keep a note.", parameters=Note, success=str, handler=keep)
+    batch = BatchSpec(
+        [
+            CallSpec("call_a", "double", '{"n": 21}'),
+            CallSpec("call_b", "note", '{"text": "hi"}'),
+        ]
+    )
+    report = run_batch_sync(batch, tool_concurrency=2, toolkit=Toolkit(double, notes))
+    assert [o.kind for o in report.outcomes] == ["success", "success"]
+    assert report.undecoded == ()
