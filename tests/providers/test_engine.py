@@ -107,3 +107,59 @@ async def test_runtime_run_reduces_to_the_decoded_output(
     assert result.output == Forecast("Lima", 20.0)
     assert [o.kind for o in result.outcomes] == ["success"]
     assert result.usage.input_tokens > 0
+
+
+async def test_two_function_tools_and_an_output_type_run_on_each_provider(
+    target: Target, server: ReplayServer
+) -> None:
+    """What issue 11 asks to see: an agent of two ``@tool`` functions and ``output=T`` runs
+    against each provider's replayed stream — both calls in one batch, then the structured answer
+    — with each tool's own handler, the results sent back, and the output decoded."""
+    from effectagent import tool
+
+    @tool(readonly=True)
+    async def high(city: str) -> float:
+        """Today's high in a city, in °C.
+
+        Args:
+            city: The city's name.
+        """
+        return 4.5 if city == "Oslo" else 20.0
+
+    @tool(readonly=True)
+    async def to_fahrenheit(celsius: float) -> float:
+        """Convert °C to °F.
+
+        Args:
+            celsius: A temperature in °C.
+        """
+        return celsius * 9 / 5 + 32
+
+    @attrs.frozen
+    class Report:
+        city: str
+        high_f: float
+
+    kit = Toolkit(high, to_fahrenheit)
+    reporter = Agent("reporter", "Report today's high in °F.", toolkit=kit, output=Report)
+    server.script(
+        Reply.sse(
+            target.calls(
+                ("call_1", "high", '{"city": "Oslo"}'),
+                ("call_2", "to_fahrenheit", '{"celsius": 4.5}'),
+            )
+        ),
+        Reply.sse(target.text('{"city": "Oslo", ', '"high_f": 40.1}')),
+    )
+    model = target.settings(server.url, KEY).layer()
+    async with open_runtime(model + kit.handlers(), agents=[reporter]) as runtime:
+        result = await runtime.run(reporter, "How warm is Oslo today, in °F?")
+    assert result.status == "completed", result.error
+    assert result.output == Report("Oslo", 40.1)
+    assert [(o.tool_name, o.kind) for o in result.outcomes] == [
+        ("high", "success"),
+        ("to_fahrenheit", "success"),
+    ]
+    first, second = (r.json() for r in server.requests)
+    assert set(native_schema(target, first)["properties"]) == {"city", "high_f"}
+    assert tool_results(target, second) == [4.5, 40.1]
