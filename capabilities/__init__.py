@@ -1,1 +1,52 @@
-"""Capabilities around the agent engine: sessions, steering, approval, compaction, MCP, Code Mode, …"""
+"""Capabilities around the agent engine. The names most programs need are re-exported here; each
+subpackage has the rest:
+
+* ``capabilities.storage`` — the SQLite database and the Conversation Log on it (class P);
+* ``capabilities.sessions`` — sessions pointing to conversations (spec §3);
+* ``capabilities.steering`` — steering and follow-ups with receipts (spec §4);
+* ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012).
+
+``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
+"""
+
+from capabilities._assemblies import in_memory_storage as in_memory_storage
+from capabilities._assemblies import sqlite_storage as sqlite_storage
+from capabilities.sessions import Session as Session
+from capabilities.sessions import SessionConflict as SessionConflict
+from capabilities.sessions import SessionCreate as SessionCreate
+from capabilities.sessions import SessionPatch as SessionPatch
+from capabilities.sessions import SessionSchema as SessionSchema
+from capabilities.sessions import SessionStoreService as SessionStoreService
+from capabilities.state import AgentStateService as AgentStateService
+from capabilities.state import Compensatable as Compensatable
+from capabilities.state import RunLocal as RunLocal
+from capabilities.state import StateConflict as StateConflict
+from capabilities.state import StateSlot as StateSlot
+from capabilities.state import Uncertain as Uncertain
+from capabilities.state import WithRecord as WithRecord
+from capabilities.steering import InputReceipt as InputReceipt
+from capabilities.steering import SteeringService as SteeringService
+from capabilities.storage import SqliteConversationLog as SqliteConversationLog
+from capabilities.storage import SqliteDatabaseService as SqliteDatabaseService
+
+__all__ = [
+    "AgentStateService",
+    "Compensatable",
+    "InputReceipt",
+    "RunLocal",
+    "Session",
+    "SessionConflict",
+    "SessionCreate",
+    "SessionPatch",
+    "SessionSchema",
+    "SessionStoreService",
+    "SqliteConversationLog",
+    "SqliteDatabaseService",
+    "StateConflict",
+    "StateSlot",
+    "SteeringService",
+    "Uncertain",
+    "WithRecord",
+    "in_memory_storage",
+    "sqlite_storage",
+]

@@ -1,0 +1,75 @@
+"""Whole storage assemblies: everything a conversation that lasts needs, in one Layer.
+
+``sqlite_storage(path)`` is deployment class P: the Conversation Log, sessions, agent state and
+the steering inbox share one SQLite database, so history, sessions, state and admitted steering
+survive a restart (``path=":memory:"`` keeps the same behaviour in memory). ``in_memory_storage()``
+gives the same services without a database — the engine's in-memory log (class E) stays the
+runtime's default when neither is used.
+
+The agent state store must also hear about runs: wrap the assembly as
+``observe_runs(AgentStateService).provide_merge(sqlite_storage(path))`` (with any observers of
+your own in the same ``observe_runs``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from effectagent.effect import Context, Layer, Scope
+from effectagent.engine import ConversationLogService, InMemoryConversationLog
+
+from .sessions import SessionSchema, in_memory_sessions, sqlite_sessions
+from .state import in_memory_state, sqlite_state
+from .steering import SteeringLimits, in_memory_steering, sqlite_steering
+from .storage import Synchronous, sqlite_database, sqlite_log
+
+__all__ = ["in_memory_storage", "sqlite_storage"]
+
+
+def sqlite_storage(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: Synchronous = "full",
+    session_schema: SessionSchema[Any] | None = None,
+    steering_limits: SteeringLimits | None = None,
+    compensation_timeout: float = 30.0,
+) -> Layer:
+    """One Layer over the SQLite database at ``path``: the engine's ``ConversationLogService``
+    and ``SteeringInboxService``, ``SessionStoreService``, ``AgentStateService``,
+    ``SteeringService`` and ``SqliteDatabaseService``.
+
+    ``synchronous`` — ``"full"`` (default: a commit survives power loss), or ``"normal"`` (it
+    survives the process being killed; the last commits before a power loss may be lost).
+    """
+    services = (
+        sqlite_log()
+        + sqlite_sessions(session_schema)
+        + sqlite_state(compensation_timeout=compensation_timeout)
+        + sqlite_steering(steering_limits)
+    )
+    return services.provide_merge(sqlite_database(path, synchronous=synchronous)).named(
+        "sqlite_storage"
+    )
+
+
+def in_memory_storage(
+    *,
+    session_schema: SessionSchema[Any] | None = None,
+    steering_limits: SteeringLimits | None = None,
+    compensation_timeout: float = 30.0,
+) -> Layer:
+    """The services of :func:`sqlite_storage` in process memory (nothing survives the process):
+    an in-memory ``ConversationLogService`` shared by the runtime, the state store and the
+    inbox; sessions; agent state; steering."""
+
+    async def build(_: Context, __: Scope) -> Context:
+        return Context.of(ConversationLogService, InMemoryConversationLog())
+
+    log = Layer.from_build("in_memory_log", provides=[ConversationLogService], build=build)
+    services = (
+        in_memory_sessions(session_schema)
+        + in_memory_state(compensation_timeout=compensation_timeout)
+        + in_memory_steering(steering_limits)
+    )
+    return services.provide_merge(log).named("in_memory_storage")

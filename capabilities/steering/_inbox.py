@@ -1,0 +1,170 @@
+"""The inbox of every conversation: the public steering API and the engine's steering seam.
+
+One object plays both parts. Applications call :meth:`ConversationInbox.steer` and
+:meth:`~ConversationInbox.follow_up` (through :data:`SteeringService`); the engine — which finds
+the same object under ``SteeringInboxService`` — tells it when runs start and end, drains
+steering at the start of each turn and takes follow-ups when the agent would stop. The decisions
+are :class:`Admissions` (pure); this module adds the journal (persistence) and the waiting.
+
+The text a submitter gives is what the journal keeps until delivery; the engine redacts it when
+it becomes canonical (the log and the model only ever see the redacted text).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import final
+
+import trio
+
+from effectagent.engine import RunEnding, RunInfo, SteeringInput
+
+from .._ids import new_id
+from .._logging import log_warning
+from ._admission import Admissions, Closing
+from ._journal import AdmissionJournal
+from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
+
+__all__ = ["ConversationInbox"]
+
+
+def _check(conversation_id: object, text: object, author: object) -> None:
+    for name, value in (("conversation_id", conversation_id), ("text", text), ("author", author)):
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not conversation_id or not author:
+        raise ValueError("conversation_id and author must not be empty")
+
+
+@final
+class ConversationInbox:
+    """Steering and follow-ups for every conversation (see ``capabilities.steering``)."""
+
+    __slots__ = ("_admissions", "_changed", "journal")
+
+    def __init__(self, journal: AdmissionJournal, limits: SteeringLimits | None = None) -> None:
+        self.journal = journal
+        self._admissions = Admissions(limits)
+        # Set (and replaced) whenever a reserved admission is committed or abandoned.
+        self._changed = trio.Event()
+
+    @property
+    def limits(self) -> SteeringLimits:
+        """The admission limits."""
+        return self._admissions.limits
+
+    # ---- submitting ---------------------------------------------------------------------------
+
+    async def steer(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
+        """Submit steering to the run going in ``conversation_id``: accepted only while it is
+        going and has not produced its final answer; it then enters before the run's next model
+        request (the response and tool batch in flight finish normally). With a durable journal
+        the admission is persisted before the receipt is returned.
+
+        Raises ``TypeError``/``ValueError`` for arguments of the wrong type or empty IDs; a
+        rejection is not an exception but the receipt's ``rejection``.
+
+        Cancellation: all or nothing — if it raises ``Cancelled``, the input was not admitted;
+        if it returns, the receipt is the truth (a persisting admission is waited for).
+        """
+        return await self._submit("steering", conversation_id, text, author)
+
+    async def follow_up(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
+        """Submit a follow-up for the run going in ``conversation_id``: it enters only when the
+        agent would otherwise stop, through the same admission as steering (same checks, same
+        FIFO, same receipt). Raises and cancels as :meth:`steer`."""
+        return await self._submit("follow-up", conversation_id, text, author)
+
+    async def _submit(
+        self, kind: InputKind, conversation_id: str, text: str, author: str
+    ) -> InputReceipt:
+        _check(conversation_id, text, author)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        item = SteeringInput(new_id("input"), kind, text, author, time.time())
+        decided = self._admissions.admit(conversation_id, item)
+        if isinstance(decided, str):
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return InputReceipt(
+                item.input_id, conversation_id, kind, author, item.at, "rejected", decided
+            )
+        try:
+            await self.journal.admitted(decided)
+        except BaseException:
+            self._admissions.abandon(item.input_id)
+            self._signal()
+            raise
+        self._admissions.commit(item.input_id)
+        self._signal()
+        return InputReceipt(
+            item.input_id,
+            conversation_id,
+            kind,
+            author,
+            item.at,
+            "accepted",
+            None,
+            decided.position,
+            self.journal.durable,
+        )
+
+    def _signal(self) -> None:
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    async def status(self, input_id: str) -> InputStatus | None:
+        """What became of an accepted input: queued, delivered (with the sequence number of its
+        canonical record) or expired (with why). None for an ID never accepted here.
+
+        Cancellation: nothing changes."""
+        if not isinstance(input_id, str):
+            raise TypeError(f"input_id must be a str, got {type(input_id).__name__}")
+        return await self.journal.status(input_id)
+
+    # ---- the engine's seam --------------------------------------------------------------------
+
+    async def run_started(self, run: RunInfo) -> None:
+        """A run of ``run.conversation_id`` is going: steering is accepted from now on. Does not
+        yield."""
+        self._admissions.run_started(run.conversation_id, run.run_id)
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        """That run is over. When it was the conversation's last, inputs it never took expire and
+        those it took are confirmed against the log. Never raises (failures are logged).
+
+        Cancellation: the engine calls it shielded; it waits for admissions still being
+        persisted (each is one group-committed write)."""
+        closing = self._admissions.run_ended(run.conversation_id, run.run_id)
+        if closing is not None and closing.entries:
+            await self._settle(closing, ending)
+
+    async def _settle(self, closing: Closing, ending: RunEnding) -> None:
+        while not closing.ready:
+            await self._changed.wait()
+        taken, queued = closing.taken, closing.queued
+        reason = f"the run {ending} before it took the input"
+        try:
+            await self.journal.settle(closing.conversation_id, taken, queued, reason)
+        except Exception as exc:
+            log_warning(
+                "steering settlement failed",
+                conversation_id=closing.conversation_id,
+                error=type(exc).__name__,
+            )
+            return
+        if queued:
+            log_warning(
+                "steering expired",
+                conversation_id=closing.conversation_id,
+                inputs=[entry.input.input_id for entry in queued],
+                ending=ending,
+            )
+
+    def drain_steering(self, conversation_id: str) -> Sequence[SteeringInput]:
+        """Take the accepted steering of the conversation, in admission order. Never blocks."""
+        return self._admissions.drain_steering(conversation_id)
+
+    def take_follow_ups(self, conversation_id: str) -> Sequence[SteeringInput]:
+        """The agent would stop: take every accepted input still waiting, in admission order.
+        Nothing: the run is ending, and later submissions are rejected ("run-ending")."""
+        return self._admissions.take_follow_ups(conversation_id)

@@ -1,0 +1,53 @@
+"""The conversation inbox as a Layer: it provides both the public steering API and the engine's
+steering seam (the same object)."""
+
+from __future__ import annotations
+
+from effectagent.effect import Context, Layer, Scope
+from effectagent.engine import ConversationLogService, SteeringInboxService
+
+from .._logging import log_warning
+from ..storage import SqliteDatabaseService
+from ._inbox import ConversationInbox
+from ._journal import InMemoryJournal, SqliteJournal
+from ._model import SteeringLimits, SteeringService
+
+__all__ = ["in_memory_steering", "sqlite_steering"]
+
+
+def in_memory_steering(limits: SteeringLimits | None = None) -> Layer:
+    """A Layer providing :data:`SteeringService` and the engine's ``SteeringInboxService``, with
+    admissions kept in memory (it reads the required ``ConversationLogService`` to tell which
+    inputs runs recorded)."""
+
+    async def build(context: Context, _: Scope) -> Context:
+        inbox = ConversationInbox(InMemoryJournal(context[ConversationLogService]), limits)
+        return Context({SteeringService: inbox, SteeringInboxService: inbox})
+
+    return Layer.from_build(
+        "in_memory_steering",
+        provides=[SteeringService, SteeringInboxService],
+        requires=[ConversationLogService],
+        build=build,
+    )
+
+
+def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
+    """A Layer providing :data:`SteeringService` and ``SteeringInboxService`` with admissions
+    persisted in :data:`SqliteDatabaseService` before each receipt is returned. When built,
+    inputs left waiting by a process that ended expire."""
+
+    async def build(context: Context, _: Scope) -> Context:
+        journal = SqliteJournal(context[SqliteDatabaseService])
+        expired = await journal.recover()
+        if expired:
+            log_warning("steering left waiting by an ended process expired", inputs=expired)
+        inbox = ConversationInbox(journal, limits)
+        return Context({SteeringService: inbox, SteeringInboxService: inbox})
+
+    return Layer.from_build(
+        "sqlite_steering",
+        provides=[SteeringService, SteeringInboxService],
+        requires=[SqliteDatabaseService],
+        build=build,
+    )

@@ -1,0 +1,156 @@
+"""Admission and per-conversation FIFO of steering and follow-ups, without Trio: every
+interleaving of runs starting and ending, submissions, persistence finishing or failing, and the
+engine draining steering and taking follow-ups."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from capabilities.steering import Admissions, SteeringLimits
+from capabilities.steering._admission import Closing, Entry
+from effectagent.engine import SteeringInput
+
+LIMITS = SteeringLimits(max_chars=10, max_pending=4)
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("start"), st.sampled_from(["r1", "r2"])),
+        st.tuples(st.just("end"), st.sampled_from(["r1", "r2"])),
+        st.tuples(
+            st.just("admit"),
+            st.tuples(
+                st.sampled_from(["steering", "follow-up"]),
+                st.sampled_from(["", "hi", "x" * 11, "go on"]),
+            ),
+        ),
+        st.tuples(st.just("commit"), st.integers(0, 30)),
+        st.tuples(st.just("abandon"), st.integers(0, 30)),
+        st.tuples(st.just("drain"), st.none()),
+        st.tuples(st.just("take"), st.none()),
+    ),
+    max_size=50,
+)
+
+
+@given(ops=OPS)
+def test_admission_fifo_and_delivery_hold_in_every_interleaving(ops: list[tuple[str, Any]]) -> None:
+    """Invariants of ``_admission`` (see its module notes): an input is accepted only while a run
+    is going and not ending, non-empty, within the limit, with room; steering is handed out in
+    admission order and only by a drain, every queued input by a take, in admission order; each
+    at most once; when the last run ends every accepted entry not abandoned is either handed out
+    already or in the closing (none disappears); ``take`` returning nothing makes later
+    submissions "run-ending"."""
+    admissions = Admissions(LIMITS)
+    active: set[str] = set()
+    stopping = 0
+    accepted: list[Entry] = []  # in admission order
+    handed: list[SteeringInput] = []
+    closed: list[Closing] = []
+    counter = 0
+    for op, arg in ops:
+        if op == "start":
+            admissions.run_started("c", arg)
+            active.add(arg)
+        elif op == "end":
+            closing = admissions.run_ended("c", arg)
+            if arg in active:
+                active.discard(arg)
+                stopping = max(0, stopping - 1)
+                if not active:
+                    assert closing is not None
+                    closed.append(closing)
+                    left = {id(e) for e in closing.entries}
+                    for entry in accepted:
+                        if entry.state in ("reserved", "queued") and not entry.orphaned:
+                            assert id(entry) in left
+                    assert all(e.orphaned for e in closing.entries)
+                    stopping = 0
+                else:
+                    assert closing is None
+            else:
+                assert closing is None
+        elif op == "admit":
+            kind, text = arg
+            counter += 1
+            item = SteeringInput(f"i{counter}", kind, text, "ann", 0.0)
+            queued = sum(
+                1 for e in accepted if not e.orphaned and e.state in ("reserved", "queued")
+            )
+            assert admissions.queued("c") == queued
+            decided = admissions.admit("c", item)
+            if not text.strip():
+                assert decided == "empty"
+            elif len(text) > LIMITS.max_chars:
+                assert decided == "too-large"
+            elif not active:
+                assert decided == "no-active-run"
+            elif len(active) <= stopping:
+                assert decided == "run-ending"
+            elif queued >= LIMITS.max_pending:
+                assert decided == "queue-full"
+            else:
+                assert isinstance(decided, Entry)
+                assert decided.state == "reserved"
+                accepted.append(decided)
+        elif op in ("commit", "abandon"):
+            reserved = [e for e in accepted if e.state == "reserved"]
+            if reserved:
+                entry = reserved[arg % len(reserved)]
+                if op == "commit":
+                    admissions.commit(entry.input.input_id)
+                    assert entry.state == "queued"
+                else:
+                    admissions.abandon(entry.input.input_id)
+                    assert entry.state == "abandoned"
+        elif op == "drain":
+            before = [e for e in accepted if not e.orphaned and e.state in ("reserved", "queued")]
+            expected = []
+            for entry in before:
+                if entry.input.kind != "steering":
+                    continue
+                if entry.state == "reserved":
+                    break
+                expected.append(entry.input)
+            got = admissions.drain_steering("c")
+            assert got == expected
+            handed.extend(got)
+        elif op == "take":
+            before = [e for e in accepted if not e.orphaned and e.state in ("reserved", "queued")]
+            expected = []
+            for entry in before:
+                if entry.state == "reserved":
+                    break
+                expected.append(entry.input)
+            got = admissions.take_follow_ups("c")
+            assert got == expected
+            handed.extend(got)
+            if not got and len(active) > stopping:
+                stopping += 1
+    ids = [i.input_id for i in handed]
+    assert len(ids) == len(set(ids))  # never handed out twice
+    order = {e.input.input_id: n for n, e in enumerate(accepted)}
+    for kind in ("steering", "follow-up"):
+        mine = [order[i.input_id] for i in handed if i.kind == kind]
+        assert mine == sorted(mine)  # FIFO per kind
+    for closing in closed:
+        for entry in closing.entries:
+            assert entry.state in ("reserved", "queued", "taken", "abandoned")
+
+
+def test_a_run_that_would_stop_and_finds_nothing_ends_admission() -> None:
+    admissions = Admissions()
+    admissions.run_started("c", "r1")
+    first = admissions.admit("c", SteeringInput("a", "follow-up", "more", "ann", 0.0))
+    assert isinstance(first, Entry)
+    admissions.commit("a")
+    assert admissions.drain_steering("c") == []  # a follow-up is not steering
+    assert [i.input_id for i in admissions.take_follow_ups("c")] == ["a"]
+    assert admissions.take_follow_ups("c") == []  # the run now ends
+    assert admissions.admit("c", SteeringInput("b", "steering", "late", "ann", 0.0)) == "run-ending"
+    closing = admissions.run_ended("c", "r1")
+    assert closing is not None
+    assert [e.input.input_id for e in closing.taken] == ["a"]
+    assert admissions.admit("c", SteeringInput("c", "steering", "x", "ann", 0.0)) == "no-active-run"

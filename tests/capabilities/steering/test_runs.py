@@ -1,0 +1,323 @@
+"""Steering and follow-ups through the real engine (spec §4).
+
+The generated interleavings run on the mock clock with the in-memory inbox (a task waiting for
+the SQLite thread would let the mock clock jump: see ``storage/test_continue.py``); the SQLite
+inbox is tested on the real clock for what it adds — persisted before the receipt, delivered in
+the transaction of its record, expired after a restart.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capabilities import in_memory_storage, sqlite_storage
+from capabilities.steering import (
+    Admissions,
+    InputReceipt,
+    SqliteJournal,
+    SteeringLimits,
+    SteeringService,
+)
+from capabilities.steering._admission import Entry
+from capabilities.storage import open_database
+from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
+from effectagent.ai import UserMessage
+from effectagent.core import (
+    LogEntry,
+    ModelResponseRecorded,
+    ToolCallSettled,
+    UserInputRecorded,
+)
+from effectagent.engine import SteeringInput
+from effectagent.testing import ScriptedModel, Turn
+
+from ..conftest import EXAMPLES
+
+
+@attrs.frozen
+class Wait:
+    seconds: float
+
+
+@attrs.frozen
+class Done:
+    ok: bool
+
+
+work = Tool("work", "Work for a while.", parameters=Wait, success=Done)
+TOOLKIT = Toolkit(work)
+AGENT = Agent(
+    "worker",
+    "Work.",
+    AgentPolicy(max_turns=200, max_tool_calls=400, max_duration=10_000, tool_concurrency=2),
+    TOOLKIT,
+)
+
+
+async def do_work(params: Wait, call: ToolCallContext) -> Done:
+    await trio.sleep(params.seconds)
+    return Done(True)
+
+
+HANDLERS = TOOLKIT.handlers({work: do_work})
+
+# A turn: a tool batch (calls, each working ``seconds``) or the answer, streamed after ``delay``.
+TurnPlan = tuple[int, float, float]
+TURNS = st.lists(
+    st.tuples(st.integers(0, 2), st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from([0.0, 1.0])),
+    min_size=1,
+    max_size=5,
+)
+# A submission: (at what time, steering or follow-up, text).
+Submission = tuple[float, str, str]
+SUBMISSIONS = st.lists(
+    st.tuples(
+        st.sampled_from([0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0]),
+        st.sampled_from(["steering", "follow-up"]),
+        st.sampled_from(["left", "right", "stop"]),
+    ),
+    max_size=8,
+)
+
+
+def script(turns: list[TurnPlan]) -> list[Turn]:
+    out = []
+    for calls, seconds, delay in turns:
+        if calls:
+            batch = [("work", {"seconds": seconds}, f"call_{i}") for i in range(calls)]
+            out.append(Turn.tool_calls(*batch, delay=delay))
+    out.append(Turn.text("finished", delay=1.0))
+    # Follow-ups make the agent go on: plenty of answers for the turns they add.
+    return out + [Turn.text("more", delay=0.5)] * 64
+
+
+@settings(max_examples=max(20, EXAMPLES // 2))
+@given(turns=TURNS, submissions=SUBMISSIONS, start=st.sampled_from([0.0, 1.0]))
+def test_steering_and_follow_ups_are_fifo_and_enter_at_safe_points(
+    turns: list[TurnPlan], submissions: list[Submission], start: float
+) -> None:
+    """Under generated interleavings of turns, tool batches and submissions:
+
+    * an input is accepted only while the run is going; every accepted input is delivered
+      exactly once (the run completes), its receipt and status agree with the log;
+    * steering is delivered in admission order, follow-ups too;
+    * an input enters only at a safe point: never inside a tool batch (between a response with
+      tool calls and the last settlement of that batch), and the very next model request
+      carries it;
+    * the batch in flight finishes normally: every call succeeds.
+    """
+    model = ScriptedModel(script(turns))
+    receipts, statuses, log, window = trio.run(
+        _steer_a_run,
+        model,
+        submissions,
+        start,
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+    began, ended = window
+    for (at, _, _), receipt in zip(sorted(submissions, key=lambda s: s[0]), receipts, strict=True):
+        if receipt.accepted:
+            assert began <= at <= ended
+        if at < began or at > ended:
+            assert receipt.rejection == "no-active-run"
+    accepted = [r for r in receipts if r.accepted]
+    delivered = {
+        e.record.input_id: e
+        for e in log
+        if isinstance(e.record, UserInputRecorded) and e.record.kind != "user"
+    }
+    assert set(delivered) == {r.input_id for r in accepted}
+    for receipt, status in zip(accepted, statuses, strict=True):
+        entry = delivered[receipt.input_id]
+        assert isinstance(entry.record, UserInputRecorded)
+        assert (entry.record.kind, entry.record.author) == (receipt.kind, "ann")
+        assert status is not None
+        assert (status.state, status.seq) == ("delivered", entry.seq)
+    for kind in ("steering", "follow-up"):
+        admitted = [r.input_id for r in accepted if r.kind == kind]
+        seqs = [delivered[i].seq for i in admitted]
+        assert seqs == sorted(seqs)
+    _assert_safe_points(log, model)
+    settled = [e.record for e in log if isinstance(e.record, ToolCallSettled)]
+    assert all(s.outcome.kind == "success" for s in settled)
+
+
+async def _steer_a_run(
+    model: ScriptedModel, submissions: list[Submission], start: float
+) -> tuple[list[InputReceipt], list[Any], list[LogEntry], tuple[float, float]]:
+    receipts: list[InputReceipt] = []
+    window = [float("inf"), float("inf")]
+    async with open_runtime(
+        (HANDLERS + model.as_layer()).provide_merge(in_memory_storage()), agents=[AGENT]
+    ) as runtime:
+        steering = runtime.context[SteeringService]
+        conversation = "conv-steered"
+
+        async def run() -> None:
+            await trio.sleep(start)
+            window[0] = trio.current_time()
+            result = await runtime.run(AGENT, "Go.", conversation_id=conversation)
+            window[1] = trio.current_time()
+            assert result.status == "completed"
+
+        async def submit() -> None:
+            now = 0.0
+            for at, kind, text in sorted(submissions, key=lambda s: s[0]):
+                await trio.sleep(at - now)
+                now = at
+                method = steering.steer if kind == "steering" else steering.follow_up
+                receipts.append(await method(conversation, text, author="ann"))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run)
+            nursery.start_soon(submit)
+        statuses = [await steering.status(r.input_id) for r in receipts if r.accepted]
+        log = list(await runtime.log.entries(conversation))
+    return receipts, statuses, log, (window[0], window[1])
+
+
+def _assert_safe_points(log: Sequence[LogEntry], model: ScriptedModel) -> None:
+    responses = 0
+    open_calls: set[str] = set()
+    for entry in log:
+        record = entry.record
+        if isinstance(record, ModelResponseRecorded):
+            responses += 1
+            open_calls = {c["id"] for k, c in record.content if k == "tool-call"}
+        elif isinstance(record, ToolCallSettled):
+            open_calls.discard(record.tool_call_id)
+        elif isinstance(record, UserInputRecorded) and record.kind != "user":
+            assert not open_calls, "input entered in the middle of a tool batch"
+            # The next request (the one whose response is the next record of the model) has it.
+            request = model.requests[responses]
+            assert UserMessage.text(record.text) in request.messages
+
+
+async def test_steering_during_a_tool_call_enters_before_the_next_request_on_sqlite(
+    tmp_path: Path,
+) -> None:
+    """Durable admission: the receipt comes after the input is persisted; the append that makes it
+    canonical marks it delivered and clears its text, in one transaction."""
+    path = tmp_path / "steer.db"
+    seen: dict[str, Any] = {}
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        steering = seen["steering"]
+        receipt = await steering.steer(call.conversation_id, "use Celsius", author="ann")
+        seen["receipt"] = receipt
+        conn = sqlite3.connect(path)  # another connection: it sees only what was committed
+        seen["row"] = conn.execute(
+            "SELECT status, text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
+        ).fetchone()
+        conn.close()
+        return Done(True)
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("4 °C")])
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(
+        sqlite_storage(path)
+    )
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        seen["steering"] = runtime.context[SteeringService]
+        result = await runtime.run(AGENT, "Weather?")
+        status = await seen["steering"].status(seen["receipt"].input_id)
+    receipt = seen["receipt"]
+    assert (receipt.admission, receipt.durable, receipt.position) == ("accepted", True, 1)
+    assert seen["row"] == ("queued", "use Celsius")
+    assert result.status == "completed"
+    assert UserMessage.text("use Celsius") in model.requests[1].messages
+    assert status is not None
+    assert status.state == "delivered"
+    conn = sqlite3.connect(path)
+    row = conn.execute("SELECT status, text, seq FROM steering_inputs").fetchone()
+    conn.close()
+    assert row == ("delivered", None, status.seq)
+
+
+async def test_rejections_are_typed_receipts(tmp_path: Path) -> None:
+    gate, working = trio.Event(), trio.Event()
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        working.set()
+        await gate.wait()
+        return Done(True)
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("done")])
+    storage = sqlite_storage(
+        tmp_path / "r.db", steering_limits=SteeringLimits(max_chars=20, max_pending=2)
+    )
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(storage)
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        steering = runtime.context[SteeringService]
+        idle = await steering.steer("conv-r", "hello", author="ann")
+        assert (idle.admission, idle.rejection) == ("rejected", "no-active-run")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(runtime.run, AGENT, "Go.", conversation_id="conv-r"))
+            await working.wait()  # the run is going, in its tool batch
+            assert (await steering.steer("conv-r", "   ", author="ann")).rejection == "empty"
+            assert (await steering.steer("conv-r", "x" * 21, author="ann")).rejection == "too-large"
+            assert (await steering.steer("conv-r", "one", author="ann")).accepted
+            assert (await steering.follow_up("conv-r", "two", author="ann")).accepted
+            full = await steering.steer("conv-r", "three", author="ann")
+            assert full.rejection == "queue-full"
+            gate.set()
+        late = await steering.follow_up("conv-r", "after", author="ann")
+        assert late.rejection == "no-active-run"
+    for bad in (None, 3):
+        try:
+            await steering.steer(bad, "x", author="ann")  # type: ignore[arg-type]
+        except TypeError:
+            pass
+        else:  # pragma: no cover
+            raise AssertionError("a conversation ID that is not a str is refused")
+
+
+async def test_input_left_waiting_expires_with_its_run_and_after_a_restart(tmp_path: Path) -> None:
+    """A run that ends without reaching a safe point (here: interrupted while its tool works)
+    expires what it never took; a process that dies leaves queued input that expires when the
+    database is opened again. Neither is lost silently: the status says which and why."""
+    path = tmp_path / "x.db"
+    parked = trio.Event()
+
+    async def park(params: Wait, call: ToolCallContext) -> Done:
+        parked.set()
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0}))])
+    layer = (TOOLKIT.handlers({work: park}) + model.as_layer()).provide_merge(sqlite_storage(path))
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        steering = runtime.context[SteeringService]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(runtime.run, AGENT, "Go.", conversation_id="conv-x"))
+            await parked.wait()
+            receipt = await steering.steer("conv-x", "too late", author="ann")
+            assert receipt.accepted
+            nursery.cancel_scope.cancel()  # interrupted before its next turn
+        status = await steering.status(receipt.input_id)
+    assert status is not None
+    assert (status.state, status.seq) == ("expired", None)
+    assert "interrupted" in status.reason
+
+    # A process that dies with an admitted input still queued (written as the inbox writes it).
+    admissions = Admissions()
+    admissions.run_started("conv-y", "run-y")
+    entry = admissions.admit("conv-y", SteeringInput("input-y", "follow-up", "later", "bo", 1.0))
+    assert isinstance(entry, Entry)
+    async with open_database(path) as database:
+        await SqliteJournal(database).admitted(entry)
+    model = ScriptedModel([])
+    async with open_runtime(model.as_layer() + sqlite_storage(path)) as runtime:
+        status = await runtime.context[SteeringService].status("input-y")
+    assert status is not None
+    assert (status.state, status.kind, status.author) == ("expired", "follow-up", "bo")
+    assert "process ended" in status.reason
