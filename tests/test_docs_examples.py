@@ -30,8 +30,9 @@ BLOCKS = _blocks()
 #: What each README example must print (substrings), by block index.
 README_OUTPUT = {
     0: ["RunStarted", "ToolCallSucceeded", "RunCompleted", "4 °C in Oslo today."],
-    1: ["deleting /tmp/a", "['success', 'rejected']", "[True, False]"],
-    2: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+    1: ["['success', 'success'] 4 °C (39.2 °F) in Oslo today.", "How many days, from today."],
+    3: ["deleting /tmp/a", "['success', 'rejected']", "[True, False]"],
+    4: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
 }
 
 
