@@ -25,6 +25,7 @@ from effectagent.effect import attempt as attempt
 from effectagent.engine import RunResult as RunResult
 from effectagent.engine import Runtime as Runtime
 from effectagent.engine import open_runtime as open_runtime
+from effectagent.engine import run_sync as run_sync
 
 __all__ = [
     "Agent",
@@ -45,5 +46,6 @@ __all__ = [
     "Toolkit",
     "attempt",
     "open_runtime",
+    "run_sync",
     "tool",
 ]
