@@ -167,14 +167,21 @@ class SqliteDatabase:
         """Whether this is an in-memory database (nothing survives the process)."""
         return self.path == MEMORY
 
-    async def write(self, work: Callable[[sqlite3.Connection], R], *, weight: int = 1) -> R:
+    async def write(
+        self,
+        work: Callable[[sqlite3.Connection], R],
+        *,
+        weight: int = 1,
+        single_statement: bool = False,
+    ) -> R:
         """Run ``work`` in a write transaction (see :class:`~._writer.Writer`); ``weight`` is
-        about how many rows it writes.
+        about how many rows it writes; ``single_statement`` says it changes the database with one
+        statement at most, its last (so it needs no savepoint of its own).
 
         Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed; once its
         transaction runs, it is waited for and its result returned.
         """
-        return await self.writer.write(work, weight=weight)
+        return await self.writer.write(work, weight=weight, single_statement=single_statement)
 
     async def read(self, work: Callable[[sqlite3.Connection], R]) -> R:
         """Run ``work`` on a reader connection (a consistent snapshot) and return its result.

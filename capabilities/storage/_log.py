@@ -35,21 +35,44 @@ from ._errors import LogGap, RecordNotEncodable
 __all__ = ["SqliteConversationLog", "write_records"]
 
 
+#: ``INSERT`` statements of n rows (one statement: atomic without a savepoint), by n.
+_INSERTS: dict[int, str] = {}
+#: The most rows one ``INSERT`` takes (SQLite allows 32,766 parameters, 5 per row).
+_MAX_ROWS = 1_000
+
+
+def _insert(rows: int) -> str:
+    sql = _INSERTS.get(rows)
+    if sql is None:
+        values = ", ".join(["(?, ?, ?, ?, ?)"] * rows)
+        sql = _INSERTS[rows] = (
+            f"INSERT INTO records (conversation_id, seq, type, version, body) VALUES {values}"
+        )
+    return sql
+
+
 def write_records(conn: sqlite3.Connection, conversation_id: str, rows: list[EncodedRecord]) -> int:
     """Insert encoded records after the conversation's last one; return the last sequence
-    number. Runs inside a write transaction (in the worker thread)."""
+    number. Runs inside a write transaction (in the worker thread).
+
+    An append of at most ``_MAX_ROWS`` records delivering no steering is one ``INSERT``, its only
+    change (see :func:`single_statement`); a longer one, or one delivering steering, runs under
+    its write's savepoint."""
     found = conn.execute(
         "SELECT seq FROM records WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
         (conversation_id,),
     ).fetchone()
     last = found[0] if found is not None else 0
-    conn.executemany(
-        "INSERT INTO records (conversation_id, seq, type, version, body) VALUES (?, ?, ?, ?, ?)",
-        [
-            (conversation_id, last + i, tag, version, body)
-            for i, (tag, version, body, _) in enumerate(rows, 1)
-        ],
-    )
+    if not rows:
+        return last
+    params = [
+        (conversation_id, last + i, tag, version, body)
+        for i, (tag, version, body, _) in enumerate(rows, 1)
+    ]
+    if len(params) <= _MAX_ROWS:
+        conn.execute(_insert(len(params)), [value for row in params for value in row])
+    else:
+        conn.executemany(_insert(1), params)
     for i, (_, _, _, delivered) in enumerate(rows, 1):
         if delivered is not None:
             conn.execute(
@@ -58,6 +81,11 @@ def write_records(conn: sqlite3.Connection, conversation_id: str, rows: list[Enc
                 (last + i, delivered),
             )
     return last + len(rows)
+
+
+def single_statement(rows: list[EncodedRecord]) -> bool:
+    """Whether :func:`write_records` changes the database with one statement for ``rows``."""
+    return len(rows) <= _MAX_ROWS and all(delivered is None for *_, delivered in rows)
 
 
 @final
@@ -117,8 +145,12 @@ class SqliteConversationLog:
         Cancellation: all or nothing — if it raises (``Cancelled`` included), none of the records
         was appended; if it returns, all were (a transaction already running is waited for).
         """
-        work = self.append_work(conversation_id, records)
-        return await self.database.write(work, weight=max(1, len(records)))
+        rows = self.encode(conversation_id, records)
+        return await self.database.write(
+            lambda conn: write_records(conn, conversation_id, rows),
+            weight=max(1, len(rows)),
+            single_statement=single_statement(rows),
+        )
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """The entries with ``seq > after``, in order.

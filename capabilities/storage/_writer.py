@@ -2,7 +2,9 @@
 
 A write is a function of the writer connection, run inside the transaction of its batch, under a
 savepoint of its own: if it raises (a revision conflict, say), its savepoint is rolled back and the
-other writes of the batch commit without it. If the transaction itself fails (``COMMIT`` refused:
+other writes of the batch commit without it. A write that changes the database with one statement
+at most, as its last step, may say so (``single_statement``) and skip the savepoint: SQLite undoes a
+failed statement by itself. If the transaction itself fails (``COMMIT`` refused:
 disk full, I/O error), every write of the batch fails with :class:`WriteFailed` and nothing of the
 batch is in the database. So each write is all-or-nothing, whoever shares its transaction.
 
@@ -43,11 +45,14 @@ MAX_BATCH_WEIGHT = 4096
 class _Job(Generic[R]):
     """One write: its work, and — once its batch is written — its result or error."""
 
-    __slots__ = ("error", "lead", "result", "wake", "weight", "work")
+    __slots__ = ("error", "lead", "result", "savepoint", "wake", "weight", "work")
 
-    def __init__(self, work: Callable[[sqlite3.Connection], R], weight: int) -> None:
+    def __init__(
+        self, work: Callable[[sqlite3.Connection], R], weight: int, savepoint: bool = True
+    ) -> None:
         self.work = work
         self.weight = weight
+        self.savepoint = savepoint
         self.result: R | None = None
         self.error: BaseException | None = None
         self.lead = False  # set before ``wake`` when this job's task must take the next batch
@@ -60,7 +65,9 @@ def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
     try:
         conn.execute("BEGIN IMMEDIATE")
         for job in batch:
-            conn.execute("SAVEPOINT write")
+            savepoint = job.savepoint
+            if savepoint:
+                conn.execute("SAVEPOINT write")
             try:
                 job.result = job.work(conn)
             except Exception as exc:
@@ -68,8 +75,10 @@ def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
                 job.error = WriteFailed(str(exc)) if isinstance(exc, sqlite3.Error) else exc
                 if not conn.in_transaction:  # SQLite rolled the whole transaction back
                     raise
-                conn.execute("ROLLBACK TO write")
-            conn.execute("RELEASE write")
+                if savepoint:
+                    conn.execute("ROLLBACK TO write")
+            if savepoint:
+                conn.execute("RELEASE write")
         conn.execute("COMMIT")
     except Exception as exc:
         failure = WriteFailed(str(exc) if isinstance(exc, sqlite3.Error) else type(exc).__name__)
@@ -100,10 +109,17 @@ class Writer:
         self._idle: trio.Event | None = None
         self.batches = 0  # transactions written (for benchmarks and tests)
 
-    async def write(self, work: Callable[[sqlite3.Connection], R], *, weight: int = 1) -> R:
+    async def write(
+        self,
+        work: Callable[[sqlite3.Connection], R],
+        *,
+        weight: int = 1,
+        single_statement: bool = False,
+    ) -> R:
         """Run ``work(connection)`` in a transaction (possibly shared with other writes, each
         all-or-nothing) and return what it returned; re-raise what it raised (nothing of it is
-        then written). ``sqlite3`` errors become :class:`WriteFailed`.
+        then written). ``sqlite3`` errors become :class:`WriteFailed`. ``single_statement``:
+        ``work`` changes the database with at most one statement, its last (no savepoint).
 
         Cancellation: see the module notes — raises ``Cancelled`` only if nothing was written;
         a write already in a running transaction is waited for, and returns if it committed.
@@ -111,7 +127,7 @@ class Writer:
         await trio.lowlevel.checkpoint_if_cancelled()
         if self._closed:
             raise StorageClosed()
-        job: _Job[R] = _Job(work, max(1, weight))
+        job: _Job[R] = _Job(work, max(1, weight), not single_statement)
         commit = self._commit
         if not commit.submit(job):
             try:
