@@ -96,6 +96,8 @@ class ConversationInbox:
             raise
         self._admissions.commit(item.input_id)
         self._signal()
+        # Admitted: yield once (a journal in memory did not), and never raise from here on.
+        await trio.lowlevel.cancel_shielded_checkpoint()
         return InputReceipt(
             item.input_id,
             conversation_id,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
@@ -203,11 +204,13 @@ def _assert_safe_points(log: Sequence[LogEntry], model: ScriptedModel) -> None:
             assert UserMessage.text(record.text) in request.messages
 
 
-async def test_steering_during_a_tool_call_enters_before_the_next_request_on_sqlite(
-    tmp_path: Path,
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+async def test_steering_during_a_tool_call_enters_before_the_next_request(
+    storage: str, tmp_path: Path
 ) -> None:
-    """Durable admission: the receipt comes after the input is persisted; the append that makes it
-    canonical marks it delivered and clears its text, in one transaction."""
+    """The batch in flight finishes, then the steering is canonical before the next request. On
+    SQLite the admission is durable: persisted before the receipt, marked delivered (its text
+    cleared) by the append that makes it canonical, in one transaction."""
     path = tmp_path / "steer.db"
     seen: dict[str, Any] = {}
 
@@ -215,32 +218,49 @@ async def test_steering_during_a_tool_call_enters_before_the_next_request_on_sql
         steering = seen["steering"]
         receipt = await steering.steer(call.conversation_id, "use Celsius", author="ann")
         seen["receipt"] = receipt
-        conn = sqlite3.connect(path)  # another connection: it sees only what was committed
-        seen["row"] = conn.execute(
-            "SELECT status, text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
-        ).fetchone()
-        conn.close()
+        if storage == "sqlite":  # another connection: it sees only what was committed
+            conn = sqlite3.connect(path)
+            seen["row"] = conn.execute(
+                "SELECT status, text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
+            ).fetchone()
+            conn.close()
+        await trio.sleep(0.01)  # the call goes on after the steering arrived: it finishes
         return Done(True)
 
-    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("4 °C")])
+    model = ScriptedModel(
+        [Turn.tool_calls(("work", {"seconds": 0}), ("work", {"seconds": 0})), Turn.text("4 °C")]
+    )
     layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(
-        sqlite_storage(path)
+        in_memory_storage() if storage == "memory" else sqlite_storage(path)
     )
     async with open_runtime(layer, agents=[AGENT]) as runtime:
         seen["steering"] = runtime.context[SteeringService]
         result = await runtime.run(AGENT, "Weather?")
         status = await seen["steering"].status(seen["receipt"].input_id)
+        log = list(await runtime.log.entries(result.conversation_id))
     receipt = seen["receipt"]
-    assert (receipt.admission, receipt.durable, receipt.position) == ("accepted", True, 1)
-    assert seen["row"] == ("queued", "use Celsius")
+    assert (receipt.admission, receipt.position) == ("accepted", 2)
+    assert receipt.durable is (storage == "sqlite")
     assert result.status == "completed"
+    assert [o.kind for o in result.outcomes] == ["success", "success"]
+    assert UserMessage.text("use Celsius") not in model.requests[0].messages
     assert UserMessage.text("use Celsius") in model.requests[1].messages
+    kinds = [type(e.record).__name__ for e in log]
+    steered = [
+        i
+        for i, e in enumerate(log)
+        if isinstance(e.record, UserInputRecorded) and e.record.kind == "steering"
+    ]
+    assert len(steered) == 2  # both calls steered; both inputs entered after the whole batch
+    assert kinds[steered[0] - 2 : steered[0]] == ["ToolCallSettled", "ToolCallSettled"]
     assert status is not None
-    assert status.state == "delivered"
-    conn = sqlite3.connect(path)
-    row = conn.execute("SELECT status, text, seq FROM steering_inputs").fetchone()
-    conn.close()
-    assert row == ("delivered", None, status.seq)
+    assert (status.state, status.seq) == ("delivered", log[steered[1]].seq)
+    if storage == "sqlite":
+        assert seen["row"] == ("queued", "use Celsius")
+        conn = sqlite3.connect(path)
+        rows = conn.execute("SELECT status, text FROM steering_inputs").fetchall()
+        conn.close()
+        assert rows == [("delivered", None), ("delivered", None)]
 
 
 async def test_rejections_are_typed_receipts(tmp_path: Path) -> None:
