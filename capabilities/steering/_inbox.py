@@ -62,7 +62,8 @@ class ConversationInbox:
         request (the response and tool batch in flight finish normally). With a durable journal
         the admission is persisted before the receipt is returned.
 
-        Raises ``TypeError``/``ValueError`` for arguments of the wrong type or empty IDs; a
+        Raises ``TypeError``/``ValueError`` for arguments of the wrong type or empty IDs, and the
+        storage's error if a durable journal could not persist it (then nothing was admitted); a
         rejection is not an exception but the receipt's ``rejection``.
 
         Cancellation: all or nothing — if it raises ``Cancelled``, the input was not admitted;

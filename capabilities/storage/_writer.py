@@ -157,12 +157,18 @@ class Writer:
         """Take the batch ``leader`` heads, write it, wake its jobs, hand leadership on."""
         commit = self._commit
         batch = commit.take(leader)
+        ran = False
         try:
             # Shielded: the batch holds other tasks' writes, taken out of the queue; it is
             # written whatever happens to this task (and the thread is never abandoned).
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._run, batch, limiter=self._limiter)
+            ran = True
         finally:
+            if not ran:  # the thread could not be run (or died): no job may read as written
+                for job in batch:
+                    job.result = None
+                    job.error = job.error or WriteFailed("the writer thread failed")
             self.batches += 1
             for job in batch:
                 if job is not leader:
