@@ -321,12 +321,13 @@ class AgentState(Protocol):
         ...
 
     async def run_started(self, run: RunInfo) -> None:
-        """Run ``run`` is going: its run-local and compensatable writes are accepted."""
+        """Run ``run`` is going: its run-local and compensatable writes are accepted.
+        Cancellation: the run's own (see ``RunObserver``)."""
         ...
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """Run ``run`` settled: drop its run-local values; commit its pending writes if it
-        completed, else run their compensations."""
+        completed, else run their compensations. Cancellation: called shielded by the engine."""
         ...
 
 

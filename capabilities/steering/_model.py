@@ -107,15 +107,18 @@ class Steering(Protocol):
     """Submits steering and follow-ups to conversations and says what became of them."""
 
     async def steer(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
-        """Steer the run going in ``conversation_id`` (see the module notes)."""
+        """Steer the run going in ``conversation_id`` (see the module notes). Cancellation: all
+        or nothing — raising means not admitted, returning means the receipt is the truth."""
         ...
 
     async def follow_up(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
-        """Queue a follow-up for when that run would stop (see the module notes)."""
+        """Queue a follow-up for when that run would stop (see the module notes). Cancellation:
+        as :meth:`steer`."""
         ...
 
     async def status(self, input_id: str) -> InputStatus | None:
-        """What became of an accepted input (None for an ID never accepted here)."""
+        """What became of an accepted input (None for an ID never accepted here). Cancellation:
+        nothing changes."""
         ...
 
 
