@@ -77,8 +77,9 @@ class GroupCommit(Generic[J]):
         return not self._writing and not self._queue
 
     def submit(self, job: J) -> bool:
-        """Queue ``job``. True when its task leads at once: it must :meth:`take` before it next
-        yields. Otherwise it waits until its batch is written or it is made leader."""
+        """Queue ``job``. True when its task leads at once: it must :meth:`take` the batch
+        (after letting other ready writers queue, if it likes). Otherwise it waits until its
+        batch is written or it is made leader."""
         self._queue.append(job)
         if self._writing or self._leader is not None:
             return False

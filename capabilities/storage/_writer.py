@@ -10,7 +10,9 @@ batch is in the database. So each write is all-or-nothing, whoever shares its tr
 
 The bookkeeping of who writes which batch is :class:`GroupCommit` (pure); this module is the
 driver: a write's task queues it, then either leads (takes the batch and runs it with
-``trio.to_thread.run_sync``) or waits until its batch is written or it is made leader.
+``trio.to_thread.run_sync``) or waits until its batch is written or it is made leader. A writer
+that finds the store idle yields once before it takes its batch, so that the writers a finished
+batch just woke queue into it rather than behind a batch of one.
 
 Cancellation of :meth:`Writer.write` (the contract every SQLite capability builds on):
 
@@ -148,6 +150,10 @@ class Writer:
             if job.lead:
                 await self._lead(job)
         else:
+            # Let the tasks that are ready to run queue their writes first: after a batch wakes
+            # many writers, the first would otherwise commit a batch of one while the others
+            # queue behind it. (Shielded from cancellation: this job leads, and takes the batch.)
+            await trio.lowlevel.cancel_shielded_checkpoint()
             await self._lead(job)
         if job.error is not None:
             raise job.error

@@ -46,7 +46,7 @@ def test_every_write_is_taken_once_or_withdrawn_in_fifo_batches_with_a_leader_al
     taken: list[Job] = []
     withdrawn: list[Job] = []
     in_flight: list[Job] | None = None
-    to_wake: Job | None = None  # a leader handed leadership, whose task has not taken yet
+    to_wake: Job | None = None  # the leader, whose task has not taken its batch yet
 
     def take(leader: Job) -> list[Job]:
         batch = commit.take(leader)
@@ -69,10 +69,10 @@ def test_every_write_is_taken_once_or_withdrawn_in_fifo_batches_with_a_leader_al
             job = Job(len(submitted), arg)
             submitted.append(job)
             waiting.append(job)
-            if commit.submit(job):
+            if commit.submit(job):  # it leads: it takes the batch when its task runs again
                 assert in_flight is None
                 assert to_wake is None
-                in_flight = take(job)  # the submitter leads before it yields
+                to_wake = job
         elif op == "withdraw" and submitted:
             job = submitted[arg % len(submitted)]
             was_waiting = job in waiting
