@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias, get_args
 
 import cattrs
-from cattrs.gen import make_dict_structure_fn, override
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from effectagent.effect._json_schema import (
     ALL_KINDS,
@@ -499,4 +499,23 @@ def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
     # A TypedDict is a plain dict at run time: encoded as one, whatever the declared keys.
     converter.register_unstructure_hook_func(is_typeddict, unstructure_map)
     converter.register_unstructure_hook_func(is_literal, encode_item)
+    converter.register_unstructure_hook_factory(is_attrs_class, _runtime_class_factory(converter))
     return converter
+
+
+def _runtime_class_factory(converter: cattrs.Converter) -> Callable[[Any], Callable[[Any], Any]]:
+    """Encode an attrs value as the class it *is*: a field declared as a base class (a record's
+    ``error: RunError``) holding a subclass keeps the subclass's fields. (cattrs would encode it
+    by the declared class, and a base without fields as ``{}`` — losing the error.)"""
+
+    def factory(cls: Any) -> Callable[[Any], Any]:
+        by_fields = make_dict_unstructure_fn(cls, converter)
+
+        def unstructure_attrs(value: Any) -> Any:
+            if type(value) is cls:
+                return by_fields(value)
+            return converter.unstructure(value, unstructure_as=type(value))
+
+        return unstructure_attrs
+
+    return factory

@@ -945,3 +945,30 @@ def test_decode_json_skips_no_limit_the_value_walk_would_catch(
     assert fast[0] == slow[0], (fast, slow)
     if fast[0] == "ok":
         assert fast == slow
+
+
+def test_encode_keeps_the_class_a_value_is_in_a_field_declared_as_its_base() -> None:
+    """``encode`` follows the value: a record's ``error: RunError`` holding a subclass keeps the
+    subclass's fields (encoded by the declared base, a field-less error would become ``{}``)."""
+
+    @attrs.frozen
+    class Base:
+        x: int
+
+    @attrs.frozen
+    class Derived(Base):
+        y: int
+
+    @attrs.frozen
+    class Holder:
+        item: Base
+        items: list[Base]
+
+    assert encode(Holder(Derived(1, 2), [Base(3), Derived(4, 5)])) == {
+        "item": {"x": 1, "y": 2},
+        "items": [{"x": 3}, {"x": 4, "y": 5}],
+    }
+    from effectagent.core import BudgetExhausted, RunFailedRecord
+
+    record = RunFailedRecord("c", "r", BudgetExhausted("turns", 3, 3), "BudgetExhausted", 1.0)
+    assert encode(record)["error"] == {"dimension": "turns", "used": 3, "limit": 3}
