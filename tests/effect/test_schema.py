@@ -947,24 +947,26 @@ def test_decode_json_skips_no_limit_the_value_walk_would_catch(
         assert fast == slow
 
 
+@attrs.frozen
+class _Base:
+    x: int
+
+
+@attrs.frozen
+class _Derived(_Base):
+    y: int
+
+
+@attrs.frozen
+class _Holder:
+    item: _Base
+    items: list[_Base]
+
+
 def test_encode_keeps_the_class_a_value_is_in_a_field_declared_as_its_base() -> None:
     """``encode`` follows the value: a record's ``error: RunError`` holding a subclass keeps the
     subclass's fields (encoded by the declared base, a field-less error would become ``{}``)."""
-
-    @attrs.frozen
-    class Base:
-        x: int
-
-    @attrs.frozen
-    class Derived(Base):
-        y: int
-
-    @attrs.frozen
-    class Holder:
-        item: Base
-        items: list[Base]
-
-    assert encode(Holder(Derived(1, 2), [Base(3), Derived(4, 5)])) == {
+    assert encode(_Holder(_Derived(1, 2), [_Base(3), _Derived(4, 5)])) == {
         "item": {"x": 1, "y": 2},
         "items": [{"x": 3}, {"x": 4, "y": 5}],
     }
