@@ -31,8 +31,9 @@ BLOCKS = _blocks()
 README_OUTPUT = {
     0: ["RunStarted", "ToolCallSucceeded", "RunCompleted", "4 °C in Oslo today."],
     1: ["['success', 'success'] 4 °C (39.2 °F) in Oslo today.", "How many days, from today."],
-    3: ["deleting /tmp/a", "['success', 'rejected']", "[True, False]"],
-    4: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+    3: ["accepted True", "'One word.'", "delivered"],
+    4: ["deleting /tmp/a", "['success', 'rejected']", "[True, False]"],
+    5: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
 }
 
 
