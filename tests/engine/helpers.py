@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+import logging
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import attrs
+import structlog
 import trio
+from structlog.testing import capture_logs
 
 from effectagent.ai import (
     LanguageModelService,
@@ -32,7 +45,7 @@ from effectagent.core import (
     ToolOutcome,
 )
 from effectagent.effect import Layer, TaggedError
-from effectagent.engine import ApprovalService, Runtime, open_runtime
+from effectagent.engine import LOGGER_NAME, ApprovalService, Runtime, open_runtime
 from effectagent.testing import ScriptedModel, Turn
 
 E = TypeVar("E")
@@ -317,3 +330,18 @@ async def run_script(
         events = await run_events(runtime, agent, text)
         log = await entries(runtime, events[0].conversation_id)
     return Ran(events, log, model)
+
+
+@contextmanager
+def engine_logs(level: int) -> Iterator[list[MutableMapping[str, Any]]]:
+    """What the engine logs at ``level`` and above, captured through structlog (the engine's
+    logger level and structlog's configuration are restored after)."""
+    logger = logging.getLogger(LOGGER_NAME)
+    before = logger.level
+    logger.setLevel(level)
+    try:
+        with capture_logs() as logs:
+            yield logs
+    finally:
+        logger.setLevel(before)
+        structlog.reset_defaults()

@@ -8,23 +8,21 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, MutableMapping
-from contextlib import contextmanager
+from collections.abc import MutableMapping
 from typing import Any
 
-import structlog
 import trio
 import trio.testing
-from structlog.testing import capture_logs
 
 from effectagent.ai import AuthenticationFailed
-from effectagent.engine import LOGGER_NAME, open_runtime
+from effectagent.engine import open_runtime
 from effectagent.testing import Turn
 
 from .helpers import (
     HandlerProbe,
     Lookup,
     TrackingModel,
+    engine_logs,
     forecast_tool,
     make_agent,
     make_policy,
@@ -32,20 +30,6 @@ from .helpers import (
 )
 
 SECRET = "s3cr3t-logline-canary"
-
-
-@contextmanager
-def engine_logs(level: int) -> Iterator[list[MutableMapping[str, Any]]]:
-    """What the engine logs at ``level`` and above, captured through structlog."""
-    logger = logging.getLogger(LOGGER_NAME)
-    before = logger.level
-    logger.setLevel(level)
-    try:
-        with capture_logs() as logs:
-            yield logs
-    finally:
-        logger.setLevel(before)
-        structlog.reset_defaults()
 
 
 def _named(logs: list[MutableMapping[str, Any]], event: str) -> list[MutableMapping[str, Any]]:

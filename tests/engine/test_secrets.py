@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, MutableMapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
 import pytest
-import structlog
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from structlog.testing import capture_logs
 
 from effectagent.ai import (
     FinishPart,
@@ -43,7 +40,6 @@ from effectagent.ai import (
 from effectagent.core import Agent, CompactionCreated
 from effectagent.effect import Layer, TaggedError
 from effectagent.engine import (
-    LOGGER_NAME,
     CompactionRequest,
     CompactorService,
     InstructionsLeakSecret,
@@ -51,7 +47,7 @@ from effectagent.engine import (
 )
 from effectagent.testing import ScriptedModel, Turn
 
-from .helpers import make_policy, run_events
+from .helpers import engine_logs, make_policy, run_events
 
 PLACES = (
     "user",
@@ -125,19 +121,6 @@ class _SummarizeAll:
         ]
 
 
-@contextmanager
-def _engine_logs_at(level: int) -> Iterator[list[MutableMapping[str, Any]]]:
-    logger = logging.getLogger(LOGGER_NAME)
-    before = logger.level
-    logger.setLevel(level)
-    try:
-        with capture_logs() as logs:
-            yield logs
-    finally:
-        logger.setLevel(before)
-        structlog.reset_defaults()
-
-
 async def _run_with_secret(secret: str, places: frozenset[str]) -> list[str]:
     """Run one conversation with ``secret`` in ``places``; return everything observable as text,
     and check the handler got the real value."""
@@ -191,7 +174,7 @@ async def _run_with_secret(secret: str, places: frozenset[str]) -> list[str]:
         layer = layer + Layer.succeed(CompactorService, _SummarizeAll())
     user = f"please keep {secret} safe" if "user" in places else "hello"
     observed: list[str] = []
-    with _engine_logs_at(logging.DEBUG) as logs:
+    with engine_logs(logging.DEBUG) as logs:
         async with open_runtime(layer, agents=[agent], secrets=[secret]) as runtime:
             events = await run_events(runtime, agent, user)
             log = await runtime.log.entries(events[0].conversation_id)
