@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from contextlib import aclosing
 from typing import Any, final
 
 import attrs
@@ -190,17 +189,15 @@ class ScriptedModel:
             f"the engine requested turn {self._next + 1} but only {len(self._turns)} were scripted"
         )
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
-        """Play the next turn.
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """Play the next turn (raises :class:`ScriptExhausted` at once if there is none).
 
         Cancellation: cancellable wherever the script waits (``delay``, ``part_delay``, hangs);
         parts without a delay are handed over without yielding to the scheduler.
         """
         self.requests.append(request)
-        # The inner generator is closed with this one (a cancelled run closes this stream).
-        async with aclosing(play(self._take(), request, self._part_delay)) as parts:
-            async for part in parts:
-                yield part
+        # The turn's own generator is the stream: nothing wraps it, so nothing else needs closing.
+        return play(self._take(), request, self._part_delay)
 
     def as_layer(self) -> Layer:
         """This model as the LanguageModel service (keep the model to read its ``requests``)."""
