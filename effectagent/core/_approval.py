@@ -14,7 +14,12 @@ Risk = Literal["low", "medium", "high"]
 
 @attrs.frozen(slots=True)
 class ApprovalRequest:
-    """Everything an approver needs; ``input_preview`` is redacted and bounded."""
+    """Everything an approver needs; ``input_preview`` is redacted and bounded.
+
+    ``arguments_digest`` identifies the decoded arguments of exactly this call (a keyed hash,
+    comparable within the runtime that made it, revealing nothing of the values): a decision
+    bound to it (:meth:`ApprovalDecision.for_request`) cannot be replayed for other arguments.
+    """
 
     run_id: str
     conversation_id: str
@@ -27,15 +32,50 @@ class ApprovalRequest:
     input_preview: Any
     expires_at: float
     denial_is_terminal: bool = False
+    arguments_digest: str = ""
 
 
 @attrs.frozen(slots=True)
 class ApprovalDecision:
-    """An approver's answer. ``decided_by`` names the provider (or "timeout")."""
+    """An approver's answer. ``decided_by`` names the provider (or "timeout").
+
+    A decision may be *bound* to the call it answers — ``run_id``, ``tool_call_id`` and
+    ``arguments_digest`` of its request (:meth:`for_request` fills them). The engine checks a
+    bound decision against the request it asked about, and refuses (as a recorded denial) one
+    made for another run, another call or other arguments, or that arrives after the request
+    expired. An unbound decision counts as the answer to the request it was returned for.
+    """
 
     approved: bool
     reason: str = ""
     decided_by: str = ""
+    run_id: str | None = None
+    tool_call_id: str | None = None
+    arguments_digest: str | None = None
+
+    @staticmethod
+    def for_request(
+        request: ApprovalRequest, approved: bool, reason: str = "", decided_by: str = ""
+    ) -> ApprovalDecision:
+        """A decision bound to exactly ``request``'s call."""
+        return ApprovalDecision(
+            approved,
+            reason,
+            decided_by,
+            request.run_id,
+            request.tool_call_id,
+            request.arguments_digest,
+        )
+
+    def mismatch(self, request: ApprovalRequest) -> str | None:
+        """Why this decision does not answer ``request`` (None when it does). Pure."""
+        if self.run_id is not None and self.run_id != request.run_id:
+            return "the decision was made for another run"
+        if self.tool_call_id is not None and self.tool_call_id != request.tool_call_id:
+            return "the decision was made for another tool call"
+        if self.arguments_digest is not None and self.arguments_digest != request.arguments_digest:
+            return "the decision was made for other arguments"
+        return None
 
     @staticmethod
     def approve(reason: str = "", decided_by: str = "") -> ApprovalDecision:

@@ -59,11 +59,12 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 class CallRunner:
     """Runs the calls of one batch: what they share (the run's I/O, services, policy, permits)."""
 
-    __slots__ = ("io", "permits", "policy", "services", "turn")
+    __slots__ = ("digest", "io", "permits", "policy", "services", "turn")
 
     def __init__(
         self, io: RunIO, services: RunServices, policy: AgentPolicy, permits: Semaphore, turn: int
     ) -> None:
+        self.digest = services.digest_arguments
         self.io = io
         self.services = services
         self.policy = policy
@@ -180,6 +181,7 @@ class CallRunner:
             input_preview=preview,
             expires_at=time.time() + self.policy.approval_timeout,
             denial_is_terminal=tool.denial_is_terminal,
+            arguments_digest=self.digest(tool, call.params),
         )
 
     async def _decide(self, request: ApprovalRequest) -> ApprovalDecision:
@@ -204,8 +206,21 @@ class CallRunner:
                     decision = ApprovalDecision.deny(reason, "approval-error")
             if waited.cancelled_caught:
                 decision = ApprovalDecision.deny("approval timed out", "timeout")
+        refused = decision.mismatch(request)
+        if refused is None and decision.approved and time.time() > request.expires_at:
+            refused = "the decision came after the request expired"
+        if refused is not None:
+            io.logs.warning(
+                "approval decision refused", tool_call_id=request.tool_call_id, why=refused
+            )
+            decision = ApprovalDecision.deny(f"refused: {refused}", "engine")
         decided = ApprovalDecision(
-            decision.approved, io.redact_text(decision.reason), decision.decided_by
+            decision.approved,
+            io.redact_text(decision.reason),
+            decision.decided_by,
+            request.run_id,
+            request.tool_call_id,
+            request.arguments_digest,
         )
         await io.record(
             ToolApprovalDecided(

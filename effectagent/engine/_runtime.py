@@ -40,6 +40,7 @@ from effectagent.effect import (
     preflight,
 )
 
+from ._digest import ArgumentDigest
 from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
@@ -212,6 +213,7 @@ class Runtime:
         self._log = log
         self._redactor = redactor
         self._checked: dict[int, tuple[Agent, RunServices]] = {}
+        self._digest = ArgumentDigest()  # binds approval decisions to their call's arguments
         self._active: set[RunDriver] = set()
         self._closed = False
 
@@ -260,6 +262,7 @@ class Runtime:
             system=SystemMessage(system_instructions(agent.instructions, output, model)),
             observers=tuple(observers),
             output=output,
+            digest_arguments=self._digest,
         )
         self._checked[id(agent)] = (agent, services)
         return services

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, final
 
 from effectagent.ai import Handler, LanguageModel, OutputFormat, SystemMessage, Tool
@@ -28,6 +28,7 @@ class RunServices:
         "approval",
         "authorization",
         "compactor",
+        "digest_arguments",
         "handlers",
         "inbox",
         "log",
@@ -52,6 +53,7 @@ class RunServices:
         system: SystemMessage,
         observers: tuple[RunObserver, ...] = (),
         output: OutputFormat | None = None,
+        digest_arguments: Callable[[Tool[Any, Any], Any], str] = lambda tool, params: "",
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -63,5 +65,7 @@ class RunServices:
         self.compactor = compactor
         self.inbox = inbox
         self.output = output  # the JSON Schema of the agent's output, sent with every request
+        # The runtime's keyed digest of a call's decoded arguments (approval requests).
+        self.digest_arguments = digest_arguments
         # Told when each run starts and ends: the steering inbox first, then the observers.
         self.observers = ((inbox,) if inbox is not None else ()) + observers

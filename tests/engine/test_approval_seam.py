@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -107,7 +108,11 @@ async def test_approved_calls_run(autojump_clock: trio.testing.MockClock) -> Non
     assert probe.calls == [("forecast", Lookup("Oslo"))]
     assert len(approval.requests) == 1
     (decided,) = records_of(ran.log, ToolApprovalDecided)
-    assert decided.decision == ApprovalDecision(True, "fine", "test")
+    decision = decided.decision
+    assert (decision.approved, decision.reason, decision.decided_by) == (True, "fine", "test")
+    # The recorded decision is bound to the call it answered.
+    (request,) = approval.requests
+    assert decision == ApprovalDecision.for_request(request, True, "fine", "test")
 
 
 async def test_denied_calls_are_rejected(autojump_clock: trio.testing.MockClock) -> None:
@@ -341,3 +346,86 @@ async def test_a_recoverable_denial_lets_the_model_continue(
     assert not rejected.terminal
     assert isinstance(ran.terminal, RunCompleted)
     assert len(ran.model.requests) == 2
+
+
+# ---- decisions bound to their call ----------------------------------------------------------------
+
+
+async def _gated_with(decide: Any, *calls: tuple[str, dict[str, str], str]) -> tuple[Ran, Any]:
+    approval = ScriptedApproval(decide)
+    probe, tool = HandlerProbe(), forecast_tool(needs_approval=True)
+    ran = await run_script(
+        make_agent(tool),
+        {tool: probe.forecast()},
+        [Turn.tool_calls(*calls), Turn.text("Done.")],
+        extra=approval.layer(),
+    )
+    return ran, approval
+
+
+async def test_equal_arguments_have_equal_digests_and_other_arguments_other_ones(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    _, approval = await _gated_with(
+        _approve_bound,
+        ("forecast", {"city": "Oslo"}, "a"),
+        ("forecast", {"city": "Oslo"}, "b"),
+        ("forecast", {"city": "Rome"}, "c"),
+    )
+    digests = [r.arguments_digest for r in approval.requests]
+    assert len(digests[0]) == 64
+    assert digests[0] == digests[1] != digests[2]
+    assert "Oslo" not in digests[0]
+
+
+async def _approve_bound(request: ApprovalRequest) -> ApprovalDecision:
+    await trio.lowlevel.checkpoint()
+    return ApprovalDecision.for_request(request, True, "ok", "test")
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"run_id": "run_other"}, "another run"),
+        ({"tool_call_id": "call_other"}, "another tool call"),
+        ({"arguments_digest": "0" * 64}, "other arguments"),
+    ],
+)
+async def test_a_decision_replayed_for_another_call_is_refused_and_recorded(
+    autojump_clock: trio.testing.MockClock, change: dict[str, Any], why: str
+) -> None:
+    async def replay(request: ApprovalRequest) -> ApprovalDecision:
+        await trio.lowlevel.checkpoint()
+        return attrs.evolve(ApprovalDecision.for_request(request, True, "ok", "cache"), **change)
+
+    ran, _ = await _gated_with(replay, ("forecast", {"city": "Oslo"}, "call_gated"))
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert f"refused: the decision was made for {why}" in rejected.reason
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert decided.decision.approved is False
+    assert decided.decision.decided_by == "engine"
+
+
+async def test_an_approval_that_arrives_after_the_request_expired_is_refused(
+    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine stops waiting at the policy's timeout on the Trio clock; a decision that
+    reaches it after the request's wall-clock expiry (a stale answer, a clock that moved on) is
+    refused too. The engine's wall clock is replaced so the approver can move it."""
+    import types
+
+    from effectagent.engine import _call
+
+    wall = [1_000.0]
+    monkeypatch.setattr(_call, "time", types.SimpleNamespace(time=lambda: wall[0]))
+
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        await trio.lowlevel.checkpoint()
+        wall[0] = request.expires_at + 1  # the answer comes a second too late
+        return ApprovalDecision.for_request(request, True, "ok", "human")
+
+    ran, _ = await _gated_with(slow_human, ("forecast", {"city": "Oslo"}, "call_gated"))
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert "after the request expired" in rejected.reason
