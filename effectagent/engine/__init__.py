@@ -29,8 +29,11 @@ from ._seams import RunObserversService as RunObserversService
 from ._seams import SteeringInbox as SteeringInbox
 from ._seams import SteeringInboxService as SteeringInboxService
 from ._seams import SteeringInput as SteeringInput
+from ._seams import TokenCounter as TokenCounter
+from ._seams import TokenCounterService as TokenCounterService
 from ._seams import ToolAuthorization as ToolAuthorization
 from ._seams import ToolAuthorizationService as ToolAuthorizationService
+from ._seams import estimate_tokens as estimate_tokens
 from ._seams import observe_runs as observe_runs
 from ._seams import requirements_of as requirements_of
 
@@ -61,8 +64,11 @@ __all__ = [
     "SteeringInbox",
     "SteeringInboxService",
     "SteeringInput",
+    "TokenCounter",
+    "TokenCounterService",
     "ToolAuthorization",
     "ToolAuthorizationService",
+    "estimate_tokens",
     "observe_runs",
     "open_runtime",
     "reduce_events",

@@ -12,7 +12,6 @@ anything is appended.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -24,27 +23,9 @@ from ._io import RunIO
 from ._seams import CompactionRequest
 from ._services import RunServices
 
-__all__ = ["estimate_tokens", "maybe_compact"]
+__all__ = ["maybe_compact"]
 
 _SUMMARIZE = SystemMessage("Summarize the conversation so far for your own later use.")
-
-
-def estimate_tokens(messages: Sequence[Message]) -> int:
-    """A cheap context estimate: ~4 characters per token over the messages' text and JSON."""
-    chars = 0
-    for message in messages:
-        content = message.content
-        if isinstance(content, str):
-            chars += len(content)
-            continue
-        for part in content:
-            text = getattr(part, "text", None)
-            if text is not None:
-                chars += len(text)
-            else:
-                payload = getattr(part, "result", None) or getattr(part, "arguments", None)
-                chars += len(json.dumps(payload, default=str)) if payload is not None else 0
-    return chars // 4 + 4 * len(messages)
 
 
 async def maybe_compact(
@@ -55,12 +36,15 @@ async def maybe_compact(
     turn: int,
     record_usage: Callable[[UsageDelta], None],
     *,
+    estimate: int | None = None,
     force: bool = False,
 ) -> list[Message] | None:
     """Compact before ``turn`` when the estimated context exceeds the policy's limit; return the
     new prompt (projected from the log), or None when nothing was compacted.
 
-    ``record_usage`` meters the summary's model call into the run's usage. ``force``: the model
+    ``estimate`` is the live-context figure the driver computed (see ``CompactionRequest``);
+    without it, the token counter's count of ``messages``. ``record_usage`` meters the summary's
+    model call into the run's usage. ``force``: the model
     refused the context as too long (``ContextLengthExceeded``) — compact whatever the estimate
     says, asking the Compactor to get below the current estimate at least.
 
@@ -71,7 +55,9 @@ async def maybe_compact(
     compactor = services.compactor
     if compactor is None or (limit is None and not force):
         return None
-    estimate = estimate_tokens(messages)
+    count = services.count_tokens
+    if estimate is None:
+        estimate = count(messages)
     if force:
         limit = max(1, min(limit or estimate, estimate - 1))
     elif limit is None or estimate <= limit:
@@ -98,6 +84,7 @@ async def maybe_compact(
             policy.compaction.keep_recent_tokens,
             policy.compaction.strategy,
             summarize,
+            count,
         )
     )
     if not records:
@@ -118,7 +105,7 @@ async def maybe_compact(
         last.kind,
         last.covers_through,
         estimate,
-        estimate_tokens(compacted),
+        count(compacted),
     )
     io.logs.info(
         "context compacted",

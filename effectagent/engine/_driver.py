@@ -116,6 +116,9 @@ class RunDriver:
         self._yielded = False
         # Final answers sent back because they did not decode into ``Agent.output``.
         self._output_retries = 0
+        # (messages in the last request, input tokens the provider reported for it): see
+        # ``_live_context``.
+        self._context_base: tuple[int, int] | None = None
 
     @property
     def run_id(self) -> str:
@@ -295,9 +298,11 @@ class RunDriver:
                     self.messages,
                     self.turn + 1,
                     budget.record_usage,
+                    estimate=self._live_context(),
                 )
                 if compacted is not None:
                     self.messages = compacted
+                    self._context_base = None  # a new prompt: no report covers it yet
             budget.start_turn()
             self.turn = budget.turns
             io.emit(TurnStarted, self.turn, False)
@@ -440,6 +445,7 @@ class RunDriver:
                 )
                 if shorter is not None:
                     self.messages = shorter
+                    self._context_base = None
                     request = attrs.evolve(request, messages=tuple(shorter))
                     io.emit(
                         ModelRetrying, self.turn, attempt, error.tag, message, 0.0, step.streamed
@@ -459,7 +465,19 @@ class RunDriver:
             attempt += 1
         self.budget.record_usage(step.usage)
         io.record_later(step.record)
+        # The provider's count of this request's input: the base of the next live-context figure.
+        self._context_base = (len(request.messages), step.usage.input_tokens)
         return step
+
+    def _live_context(self) -> int | None:
+        """The live-context figure for compaction: the tokens the provider reported for the
+        last request's input plus the count of what was added since (None before any report —
+        then the whole prompt is counted)."""
+        base = self._context_base
+        if base is None or base[1] <= 0:
+            return None
+        sent, reported = base
+        return reported + self.services.count_tokens(self.messages[sent:])
 
     def _output(self, response: ModelResponse) -> tuple[Any, str | None]:
         """The final answer decoded into ``Agent.output`` — or, when it does not decode, why

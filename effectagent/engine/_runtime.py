@@ -55,7 +55,9 @@ from ._seams import (
     RunObserver,
     RunObserversService,
     SteeringInboxService,
+    TokenCounterService,
     ToolAuthorizationService,
+    estimate_tokens,
     requirements_of,
 )
 from ._services import RunServices
@@ -249,6 +251,7 @@ class Runtime:
         handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         model = ctx.require(LanguageModelService)
+        counter = ctx.get(TokenCounterService)
         output = output_format(agent.output) if agent.output is not None else None
         services = RunServices(
             model=model,
@@ -263,6 +266,7 @@ class Runtime:
             observers=tuple(observers),
             output=output,
             digest_arguments=self._digest,
+            count_tokens=counter.count if counter is not None else estimate_tokens,
         )
         self._checked[id(agent)] = (agent, services)
         return services

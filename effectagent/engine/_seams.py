@@ -17,6 +17,7 @@ Absence is explicit and decided at preflight (CAP-001/CAP-002):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -35,6 +36,9 @@ from effectagent.core import (
 from effectagent.effect import Context, Layer, Scope, ServiceKey, TaggedError
 
 __all__ = [
+    "TokenCounter",
+    "TokenCounterService",
+    "estimate_tokens",
     "RunEnding",
     "RunInfo",
     "RunObserver",
@@ -106,9 +110,49 @@ ToolAuthorizationService: ServiceKey[ToolAuthorization] = ServiceKey(
 )
 
 
+def estimate_tokens(messages: Sequence[Message]) -> int:
+    """A cheap token estimate: about four characters a token over the messages' text and JSON,
+    and four tokens a message. The default :class:`TokenCounter`."""
+    chars = 0
+    for message in messages:
+        content = message.content
+        if isinstance(content, str):
+            chars += len(content)
+            continue
+        for part in content:
+            text = getattr(part, "text", None)
+            if text is not None:
+                chars += len(text)
+            else:
+                payload = getattr(part, "result", None) or getattr(part, "arguments", None)
+                chars += len(json.dumps(payload, default=str)) if payload is not None else 0
+    return chars // 4 + 4 * len(messages)
+
+
+class TokenCounter(Protocol):
+    """Counts (or estimates) the tokens of prompt messages — a provider's real tokenizer, or a
+    fast estimate. Pure and quick: it runs before every turn of an agent with a context limit."""
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Tokens the messages take in a request."""
+        ...
+
+
+#: The service key of the token counter (optional; default: about four characters a token).
+TokenCounterService: ServiceKey[TokenCounter] = ServiceKey(
+    "effectagent.TokenCounter", "counts the tokens of prompt messages for compaction"
+)
+
+
 @attrs.frozen(slots=True)
 class CompactionRequest:
-    """What a compactor gets at the pre-turn seam."""
+    """What a compactor gets at the pre-turn seam.
+
+    ``estimated_tokens`` is the live-context figure: the tokens the provider reported for the
+    previous request's input, plus ``count_tokens`` of what was added since — or, before any
+    report (or after a compaction), ``count_tokens`` of the whole prompt. ``count_tokens`` is the
+    runtime's :class:`TokenCounter`, for the compactor to plan with the same measure.
+    """
 
     conversation_id: str
     run_id: str
@@ -120,6 +164,7 @@ class CompactionRequest:
     keep_recent_tokens: int
     strategy: Literal["prune-then-summarize", "prune-only"]
     summarize: Callable[[Sequence[Message]], Awaitable[str]]
+    count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens
 
 
 class Compactor(Protocol):

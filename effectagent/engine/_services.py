@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
-from effectagent.ai import Handler, LanguageModel, OutputFormat, SystemMessage, Tool
+from effectagent.ai import Handler, LanguageModel, Message, OutputFormat, SystemMessage, Tool
 from effectagent.core import Redactor
 
 from ._seams import (
@@ -15,6 +15,7 @@ from ._seams import (
     RunObserver,
     SteeringInbox,
     ToolAuthorization,
+    estimate_tokens,
 )
 
 __all__ = ["RunServices"]
@@ -28,6 +29,7 @@ class RunServices:
         "approval",
         "authorization",
         "compactor",
+        "count_tokens",
         "digest_arguments",
         "handlers",
         "inbox",
@@ -54,6 +56,7 @@ class RunServices:
         observers: tuple[RunObserver, ...] = (),
         output: OutputFormat | None = None,
         digest_arguments: Callable[[Tool[Any, Any], Any], str] = lambda tool, params: "",
+        count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -67,5 +70,7 @@ class RunServices:
         self.output = output  # the JSON Schema of the agent's output, sent with every request
         # The runtime's keyed digest of a call's decoded arguments (approval requests).
         self.digest_arguments = digest_arguments
+        # How compaction counts a prompt's tokens (a TokenCounter's ``count``, or the estimate).
+        self.count_tokens = count_tokens
         # Told when each run starts and ends: the steering inbox first, then the observers.
         self.observers = ((inbox,) if inbox is not None else ()) + observers

@@ -106,3 +106,70 @@ async def test_a_context_the_model_refuses_as_too_long_is_compacted_and_asked_ag
     assert len(events_of(events, CompactionPerformed)) == 1
     assert "THE SUMMARY" in repr(model.requests[-1].messages)
     model.assert_consumed()
+
+
+async def test_the_live_context_the_provider_reported_triggers_compaction(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The trigger is the live-context figure: the input tokens the provider reported for the
+    last request, plus the count of what was added since — not a character estimate alone (by
+    which this tiny prompt would never be compacted)."""
+    from effectagent.ai import Usage
+
+    from .helpers import HandlerProbe, forecast_tool
+
+    compactor = SummarizeEverything()
+    tool = forecast_tool()
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), usage=Usage.of(90_000, 10)),
+            Turn.text("THE SUMMARY"),
+            Turn.text("after"),
+        ]
+    )
+    agent = make_agent(tool, policy=make_policy(context_token_limit=50_000))
+    layer = (
+        agent.toolkit.handlers({tool: HandlerProbe().forecast()})
+        + Layer.succeed(CompactorService, compactor)
+        + Layer.succeed(LanguageModelService, model)
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "hello")
+    assert result.text == "after"
+    (request,) = compactor.requests
+    assert request.turn == 2
+    assert request.estimated_tokens > 90_000  # the report, plus the tool result added since
+    assert request.count_tokens(request.messages) < 1_000  # what the estimate alone would say
+    model.assert_consumed()
+
+
+class CountingCounter:
+    """A TokenCounter that says every message is 1,000 tokens."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, messages: Sequence[object]) -> int:
+        self.calls += 1
+        return 1_000 * len(messages)
+
+
+async def test_a_token_counter_service_replaces_the_estimate(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent.engine import TokenCounterService
+
+    compactor, counter = SummarizeEverything(), CountingCounter()
+    model = ScriptedModel([Turn.text("THE SUMMARY"), Turn.text("fine")])
+    agent = make_agent(policy=make_policy(context_token_limit=1_500))
+    layer = (
+        Layer.succeed(CompactorService, compactor)
+        + Layer.succeed(LanguageModelService, model)
+        + Layer.succeed(TokenCounterService, counter)
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        await runtime.run(agent, "hello")
+    (request,) = compactor.requests
+    assert request.estimated_tokens == 2_000  # system + user message, as the counter counts
+    assert request.count_tokens([object(), object(), object()]) == 3_000  # type: ignore[list-item]
+    assert counter.calls >= 1
