@@ -101,7 +101,8 @@ async def _no_progress(data: JSONValue) -> None:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolCallContext:
-    """What a handler (and a ``needs_approval`` function) knows about the call it serves."""
+    """What a handler (and a ``needs_approval`` function, an authorizer) knows about the call it
+    serves: its identity, the run's, and ``author`` — who started the run (its principal)."""
 
     tool_call_id: str
     tool_name: str
@@ -109,6 +110,7 @@ class ToolCallContext:
     conversation_id: str = ""
     agent_name: str = ""
     report: ProgressReporter = attrs.field(default=_no_progress, repr=False)
+    author: str = ""
 
     async def progress(self, data: JSONValue) -> None:
         """Report progress (a JSON value); it becomes a ToolProgress event.

@@ -82,7 +82,13 @@ class CallRunner:
         tool = call.tool
         progress = _Progress(io, self.turn, call)
         context = ToolCallContext(
-            call.id, call.name, io.run_id, io.conversation_id, io.agent_name, progress.report
+            call.id,
+            call.name,
+            io.run_id,
+            io.conversation_id,
+            io.agent_name,
+            progress.report,
+            io.author,
         )
         services = self.services
         if services.authorization is not None:

@@ -95,6 +95,7 @@ class RunDriver:
             redactor=services.redactor,
             events=events,
             on_consumer_lost=self.interrupt,
+            author=author,
         )
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation

@@ -46,6 +46,7 @@ class RunIO:
         "_seq",
         "_sink",
         "agent_name",
+        "author",
         "conversation_id",
         "log",
         "logs",
@@ -63,8 +64,10 @@ class RunIO:
         redactor: Redactor,
         events: EventQueue | RunReducer,
         on_consumer_lost: Callable[[], None],
+        author: str = "user",
     ) -> None:
         self.run_id = run_id
+        self.author = author  # who started the run (its principal)
         self.conversation_id = conversation_id
         self.agent_name = agent_name
         self.log = log

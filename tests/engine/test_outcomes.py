@@ -677,3 +677,33 @@ async def test_a_mix_of_declared_and_undeclared_errors_is_a_defect_naming_them(
     assert "ValueError: broken pipe" in defect.message
     assert "UnknownCity" in defect.message
     assert "ExceptionGroup" not in defect.message
+
+
+async def test_a_handler_and_an_authorizer_know_who_started_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[str] = []
+    tool = forecast_tool()
+
+    class ByAuthor:
+        async def authorize(self, tool: Tool[Any, Any], params: Any, call: ToolCallContext) -> Any:
+            seen.append(f"authorizer: {call.author}")
+            return AuthorizationDecision(call.author == "ada", "only ada")
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        seen.append(f"handler: {call.author}")
+        return Forecast(params.city, 4.0)
+
+    agent = make_agent(tool)
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("ok")] * 2)
+    layer = (
+        agent.toolkit.handlers({tool: handle})
+        + model.layer()
+        + Layer.succeed(ToolAuthorizationService, ByAuthor())
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        allowed = await runtime.run(agent, "Weather?", author="ada")
+        refused = await runtime.run(agent, "Weather?", author="eve")
+    assert seen == ["authorizer: ada", "handler: ada", "authorizer: eve"]
+    assert [o.kind for o in allowed.outcomes] == ["success"]
+    assert [o.kind for o in refused.outcomes] == ["rejected"]
