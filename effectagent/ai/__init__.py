@@ -51,9 +51,11 @@ from ._response import ToolParamsStartPart as ToolParamsStartPart
 from ._response import ToolResultPart as ToolResultPart
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
+from ._tool import InnerResult as InnerResult
 from ._tool import OutputSchemaViolation as OutputSchemaViolation
 from ._tool import Tool as Tool
 from ._tool import ToolAnnotations as ToolAnnotations
+from ._tool import ToolBroker as ToolBroker
 from ._tool import ToolCallContext as ToolCallContext
 from ._tool import encode_failure as encode_failure
 from ._tool import handler_result as handler_result
@@ -107,6 +109,8 @@ __all__ = [
     "ToolAnnotations",
     "ToolCallPart",
     "ToolCallContent",
+    "InnerResult",
+    "ToolBroker",
     "ToolCallContext",
     "ToolChoice",
     "ToolDescriptor",

@@ -98,11 +98,42 @@ async def _no_progress(data: JSONValue) -> None:
     return None
 
 
+@attrs.frozen(slots=True)
+class InnerResult:
+    """What an inner call (:class:`ToolBroker`) gives back: ``ok`` and the result's encoded JSON
+    — or, when it did not succeed, the outcome's envelope (``{"_tag": "ToolFailure" | …,
+    "message": …}``: the framework's outcome tag and message, never internals)."""
+
+    ok: bool
+    value: JSONValue
+
+
+class ToolBroker(Protocol):
+    """Calls other tools on behalf of the call it was given to (a tool declaring
+    ``inner_tools``, e.g. Code Mode). The engine's broker resolves the tool among the declared
+    ones, decodes the arguments with the tool's own schema, authorizes, counts the call against
+    the run's tool-call budget, runs the handler under the outer call's permit, and checks the
+    result against its schema both ways. Inner calls write no events or records of their own;
+    their counts and outcomes become the outer call's audit metadata."""
+
+    async def call(self, tool_name: str, arguments: JSONValue) -> InnerResult:
+        """Call ``tool_name`` with ``arguments`` (a JSON object).
+
+        Cancellation: as the inner handler's; a cancelled call is not counted as settled.
+        """
+        ...
+
+    def note(self, key: str, value: JSONValue) -> None:
+        """Add ``key`` to the outer call's audit metadata (e.g. what executed the program)."""
+        ...
+
+
 @fast_init
 @attrs.frozen(slots=True)
 class ToolCallContext:
     """What a handler (and a ``needs_approval`` function, an authorizer) knows about the call it
-    serves: its identity, the run's, and ``author`` — who started the run (its principal)."""
+    serves: its identity, the run's, ``author`` — who started the run (its principal) — and,
+    for a tool that declares ``inner_tools``, the ``broker`` that calls them."""
 
     tool_call_id: str
     tool_name: str
@@ -111,6 +142,7 @@ class ToolCallContext:
     agent_name: str = ""
     report: ProgressReporter = attrs.field(default=_no_progress, repr=False)
     author: str = ""
+    broker: ToolBroker | None = attrs.field(default=None, repr=False)
 
     async def progress(self, data: JSONValue) -> None:
         """Report progress (a JSON value); it becomes a ToolProgress event.
@@ -222,6 +254,7 @@ class Tool(Generic[P, S]):
         "failure_mode",
         "handler",
         "handler_key",
+        "inner_tools",
         "name",
         "needs_approval",
         "parameters",
@@ -255,6 +288,7 @@ class Tool(Generic[P, S]):
         parameters_schema: Mapping[str, Any] | None = None,
         success_schema: Mapping[str, Any] | None = None,
         handler: Handler | None = None,
+        inner_tools: Iterable[Tool[Any, Any]] = (),
     ) -> None:
         need("Tool", "name", name, str, "a str")
         if not _NAME.match(name):
@@ -297,6 +331,12 @@ class Tool(Generic[P, S]):
             raise ValueError(f"tool {name!r}: give success or success_schema, not both")
         if handler is not None:
             check_handler(owner, handler)
+        inner = tuple(inner_tools)
+        for item in inner:
+            if not isinstance(item, Tool):
+                raise TypeError(f"{owner}: inner_tools holds a {type(item).__name__}, not a Tool")
+        if len(_names(inner)) != len(inner):
+            raise ValueError(f"{owner}: two inner tools share a name")
         self.name = name
         self.description = description
         self.parameters = parameters
@@ -311,6 +351,8 @@ class Tool(Generic[P, S]):
         self.summarize = summarize
         self.timeout = timeout
         self.handler = handler
+        # The tools this tool's handler may call through the engine's broker (Code Mode).
+        self.inner_tools = inner
         self.annotations = ToolAnnotations(
             readonly=readonly,
             destructive=(not readonly) if destructive is None else destructive,
@@ -431,6 +473,10 @@ class Tool(Generic[P, S]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _names(tools: tuple[Tool[Any, Any], ...]) -> set[str]:
+    return {tool.name for tool in tools}
 
 
 _EMPTY_OBJECT: Mapping[str, Any] = {"type": "object", "properties": {}}

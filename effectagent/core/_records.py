@@ -108,7 +108,12 @@ class ToolCallPrepared:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolCallSettled:
-    """The one outcome of a declared tool call, committed in declaration order."""
+    """The one outcome of a declared tool call, committed in declaration order.
+
+    ``audit`` is metadata about how the call ran — for a tool that calls other tools through the
+    engine's broker (Code Mode), its inner calls' counts by outcome kind and by tool, and what
+    its handler noted (e.g. the executor's isolation); never a value of an inner call.
+    """
 
     conversation_id: str
     run_id: str
@@ -117,6 +122,7 @@ class ToolCallSettled:
     tool_name: str
     outcome: ToolOutcome
     at: float
+    audit: Any = None
 
 
 @fast_init

@@ -27,6 +27,7 @@ the run's own cancellation.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextvars import copy_context
 from typing import final
 
@@ -109,6 +110,7 @@ class Batch:
         plan: BatchPlan,
         admitted: int,
         assistant: AssistantMessage | None,
+        admit: Callable[[int], int] = lambda n: 0,
     ) -> None:
         self.io = io
         self.turn = turn
@@ -116,7 +118,7 @@ class Batch:
         self.admitted = admitted  # how many runnable calls the tool-call budget admitted
         self.assistant = assistant  # the response's message, added to the prompt with the batch
         self._ledger = BatchLedger([call_id for call_id, _, _ in plan.declared])
-        self._runner = CallRunner(io, services, policy, permits, turn)
+        self._runner = CallRunner(io, services, policy, permits, turn, admit)
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
@@ -207,10 +209,20 @@ class Batch:
         io, turn = self.io, self.turn
         now = time.time()
         conversation_id, run_id = io.conversation_id, io.run_id
+        audits = self._runner.audits  # inner calls' metadata, by declaration index
         await io.record(
             *[
-                ToolCallSettled(conversation_id, run_id, turn, o.tool_call_id, o.tool_name, o, now)
-                for o in outcomes
+                ToolCallSettled(
+                    conversation_id,
+                    run_id,
+                    turn,
+                    o.tool_call_id,
+                    o.tool_name,
+                    o,
+                    now,
+                    audits.get(i),
+                )
+                for i, o in enumerate(outcomes)
             ]
         )
         assistant = self.assistant

@@ -12,8 +12,10 @@ that never expires — the same code path, minus the price of a Trio cancel scop
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, final
 
+import attrs
 import trio
 
 from effectagent.ai import (
@@ -45,6 +47,7 @@ from effectagent.core import (
 from effectagent.effect import Cause, Exit, Failure, Semaphore, Success, TaggedError, attempt
 
 from ._batch_plan import PlannedCall
+from ._broker import CallBroker
 from ._io import RunIO
 from ._seams import ApprovalError
 from ._services import RunServices
@@ -59,11 +62,20 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 class CallRunner:
     """Runs the calls of one batch: what they share (the run's I/O, services, policy, permits)."""
 
-    __slots__ = ("digest", "io", "permits", "policy", "services", "turn")
+    __slots__ = ("admit", "audits", "digest", "io", "permits", "policy", "services", "turn")
 
     def __init__(
-        self, io: RunIO, services: RunServices, policy: AgentPolicy, permits: Semaphore, turn: int
+        self,
+        io: RunIO,
+        services: RunServices,
+        policy: AgentPolicy,
+        permits: Semaphore,
+        turn: int,
+        admit: Callable[[int], int],
     ) -> None:
+        self.admit = admit  # the run's tool-call budget, for inner calls
+        # The audit metadata of calls that had any (inner calls), by declaration index.
+        self.audits: dict[int, Any] = {}
         self.digest = services.digest_arguments
         self.io = io
         self.services = services
@@ -90,6 +102,17 @@ class CallRunner:
             progress.report,
             io.author,
         )
+        broker = None
+        if tool.inner_tools:
+            broker = CallBroker(
+                io,
+                self.services,
+                context,
+                tool.inner_tools,
+                self.admit,
+                self.policy.tool_concurrency,
+            )
+            context = attrs.evolve(context, broker=broker)
         services = self.services
         if services.authorization is not None:
             decision = await services.authorization.authorize(tool, call.params, context)
@@ -117,6 +140,8 @@ class CallRunner:
                 exit_ = await attempt(handler, call.params, context, errors=tool.failure)
         finally:
             permits.release()
+            if broker is not None and (audit := broker.audit()) is not None:
+                self.audits[call.index] = audit
         if scope.cancelled_caught:
             return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
         return self._settle(tool, call, exit_)

@@ -353,6 +353,7 @@ class RunDriver:
             plan,
             admitted,
             step.assistant_message(),
+            self.budget.admit_tool_calls,
         )
         try:
             result = await batch.run(agent.toolkit)

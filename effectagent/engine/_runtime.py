@@ -248,7 +248,10 @@ class Runtime:
             raise MissingServicesError(missing)
         if self._redactor.redact_text(agent.instructions) != agent.instructions:
             raise InstructionsLeakSecret(agent.name)
-        handlers: dict[Tool[Any, Any], Any] = {t: ctx.require(t.handler_key) for t in agent.toolkit}
+        handlers: dict[Tool[Any, Any], Any] = {}
+        for outer in agent.toolkit:
+            for tool in (outer, *outer.inner_tools):  # a brokered tool's inner tools too
+                handlers[tool] = ctx.require(tool.handler_key)
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         model = ctx.require(LanguageModelService)
         counter = ctx.get(TokenCounterService)

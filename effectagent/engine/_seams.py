@@ -298,6 +298,10 @@ def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
     needs: dict[ServiceKey[Any], str] = {LanguageModelService: who}
     for tool in agent.toolkit:
         needs[tool.handler_key] = f"{who} (tool {tool.name!r})"
+        for inner in tool.inner_tools:
+            needs.setdefault(
+                inner.handler_key, f"{who} (tool {inner.name!r}, called by {tool.name!r})"
+            )
         if tool.may_need_approval and ApprovalService not in needs:
             needs[ApprovalService] = f"{who} (tool {tool.name!r} may need approval)"
     if agent.policy.context_token_limit is not None:
