@@ -1,0 +1,81 @@
+"""Tool authorization through the real engine: one toolkit, callers with different rights."""
+
+from __future__ import annotations
+
+import attrs
+import trio.testing
+
+from capabilities.authorization import AccessRule, PolicyAuthorization
+from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
+from effectagent.ai import ToolMessage
+from effectagent.core import ToolRejected, ToolSuccess
+from effectagent.testing import ScriptedModel, Turn
+
+
+@attrs.frozen
+class Path:
+    path: str
+
+
+read = Tool("read_file", "Read a file.", parameters=Path, success=str, readonly=True)
+delete = Tool("delete_file", "Delete a file.", parameters=Path, success=str)
+AGENT = Agent(
+    "files",
+    "Manage files.",
+    AgentPolicy(max_turns=4, max_tool_calls=8, max_duration=60, tool_concurrency=2),
+    Toolkit(read, delete),
+)
+ran: list[tuple[str, str]] = []
+
+
+async def _handle(params: Path, call: ToolCallContext) -> str:
+    ran.append((call.tool_name, call.author))
+    return f"{call.tool_name} {params.path}"
+
+
+async def _run_as(author: str, authorization: PolicyAuthorization) -> tuple[list[object], str]:
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("read_file", {"path": "/a"}), ("delete_file", {"path": "/a"})),
+            Turn.text("done"),
+        ]
+    )
+    layer = AGENT.toolkit.handlers({read: _handle, delete: _handle}) + model.as_layer()
+    async with open_runtime(layer + authorization.layer(), agents=[AGENT]) as runtime:
+        result = await runtime.run(AGENT, "Tidy up.", author=author)
+    (tool_message,) = [m for m in model.requests[1].messages if isinstance(m, ToolMessage)]
+    return list(result.outcomes), repr(tool_message)
+
+
+async def test_each_principal_gets_the_tools_its_rules_allow(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    authorization = PolicyAuthorization(
+        [
+            AccessRule.allow("read_*"),
+            AccessRule.allow("*", principals="admin:*"),
+            AccessRule.deny("delete_*", principals="guest", reason="guests cannot delete files"),
+        ]
+    )
+    ran.clear()
+    outcomes, shown = await _run_as("admin:ann", authorization)
+    assert [type(o) for o in outcomes] == [ToolSuccess, ToolSuccess]
+    assert ran == [("read_file", "admin:ann"), ("delete_file", "admin:ann")]
+
+    ran.clear()
+    outcomes, shown = await _run_as("guest", authorization)
+    assert isinstance(outcomes[0], ToolSuccess)
+    refused = outcomes[1]
+    assert isinstance(refused, ToolRejected)
+    assert refused.reason == "not authorized: guests cannot delete files"
+    assert "guests cannot delete files" in shown  # the model reads why
+    assert ran == [("read_file", "guest")]
+
+    ran.clear()
+    outcomes, _ = await _run_as("bob", authorization)  # allowed by no rule: the default denies
+    assert isinstance(outcomes[1], ToolRejected)
+    assert (
+        outcomes[1].reason
+        == "not authorized: the tool 'delete_file' is not available to this caller"
+    )
+    assert ran == [("read_file", "bob")]
