@@ -1,0 +1,111 @@
+"""The policy-based approval provider: an :class:`ApprovalPolicy` as the engine's Approval seam.
+
+Rules decide at once. A rule (or the default) that says ``"ask"`` hands the request to another
+provider — an :class:`InteractiveApproval` for a person, a remote service, a scripted approver in
+tests — whose answer is the decision. Every decision the policy makes itself is bound to its call
+(:meth:`ApprovalDecision.for_request`); the engine records request and decision either way.
+
+Timeouts. The engine bounds every approval by ``AgentPolicy.approval_timeout`` and treats running
+out as a denial. A policy may say otherwise explicitly for the provider it asks:
+``ask_timeout=`` seconds and ``on_ask_timeout="approve"`` approve a request nobody answered in
+time. That wait must end before the engine's (a decision arriving after the request expired is
+refused by the engine) — otherwise the engine's timeout, a denial, comes first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal, final
+
+import trio
+
+from effectagent.core import Agent, ApprovalDecision, ApprovalRequest
+from effectagent.effect import Layer
+from effectagent.engine import Approval, ApprovalService
+
+from ._rules import ApprovalPolicy, ApprovalRule, Decision
+from ._subject import ToolRegistry
+
+__all__ = ["PolicyApproval"]
+
+
+@final
+class PolicyApproval:
+    """Decides approval requests by ``rules`` (first match wins; ``default`` when none does).
+
+    ``agents`` are the agents whose tools the rules may look into (annotations, parameters): a
+    rule with such conditions needs them. ``ask`` is the provider an ``"ask"`` verdict goes to;
+    ``ask_timeout``/``on_ask_timeout`` what happens when it does not answer in time (module
+    notes). Raises ``ValueError``/``TypeError`` at construction for a policy that could not work.
+    """
+
+    __slots__ = ("_ask", "_ask_timeout", "_on_ask_timeout", "_registry", "policy")
+
+    def __init__(
+        self,
+        rules: Iterable[ApprovalRule],
+        *,
+        default: Decision = "deny",
+        agents: Iterable[Agent] = (),
+        ask: Approval | None = None,
+        ask_timeout: float | None = None,
+        on_ask_timeout: Literal["deny", "approve"] = "deny",
+    ) -> None:
+        policy = ApprovalPolicy(rules, default)
+        registry = ToolRegistry(agents)
+        if not registry:
+            for index, rule in enumerate(policy.rules):
+                if rule.needs_tool:
+                    label = rule.name or f"rule {index + 1}"
+                    raise ValueError(
+                        f"{label} looks at the tool's annotations or parameters: give the "
+                        "policy the agents whose tools it judges (agents=[...])"
+                    )
+        if ask is not None and not callable(getattr(ask, "request", None)):
+            raise TypeError(f"ask must be an Approval provider, got {type(ask).__name__}")
+        if policy.asks and ask is None:
+            raise ValueError("the policy can say 'ask': give it the provider to ask (ask=...)")
+        if ask_timeout is not None and not _positive_seconds(ask_timeout):
+            raise ValueError(
+                f"ask_timeout must be a positive number of seconds, got {ask_timeout!r}"
+            )
+        if on_ask_timeout not in ("deny", "approve"):
+            raise ValueError(f"on_ask_timeout must be 'deny' or 'approve', got {on_ask_timeout!r}")
+        if on_ask_timeout == "approve" and ask_timeout is None:
+            raise ValueError("on_ask_timeout='approve' needs ask_timeout (seconds)")
+        self.policy = policy
+        self._registry = registry
+        self._ask = ask
+        self._ask_timeout = ask_timeout
+        self._on_ask_timeout = on_ask_timeout
+
+    async def request(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Decide ``request`` by the rules, or ask the other provider.
+
+        Cancellation: a verdict of the rules is reached after one checkpoint and nothing waits;
+        an ``"ask"`` waits on the provider asked, and cancelling it cancels that wait (an
+        :class:`InteractiveApproval` then withdraws the prompt).
+        """
+        await trio.lowlevel.checkpoint()
+        verdict = self.policy.decide(self._registry.subject(request))
+        if verdict.decision != "ask":
+            approved = verdict.decision == "approve"
+            return ApprovalDecision.for_request(request, approved, verdict.reason, "policy")
+        ask = self._ask
+        assert ask is not None  # the constructor refuses a policy that asks nobody
+        if self._ask_timeout is None:
+            return await ask.request(request)
+        with trio.move_on_after(self._ask_timeout):
+            return await ask.request(request)
+        approved = self._on_ask_timeout == "approve"
+        what = "approves" if approved else "denies"
+        reason = f"no answer within {self._ask_timeout:g} s: the policy {what}"
+        return ApprovalDecision.for_request(request, approved, reason, "policy-timeout")
+
+    def layer(self) -> Layer:
+        """This provider as the engine's ``ApprovalService``."""
+        return Layer.succeed(ApprovalService, self, name="PolicyApproval")
+
+
+def _positive_seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0

@@ -1,0 +1,261 @@
+"""Approval policy rules and their decision, as pure values (no Trio, no I/O).
+
+A policy is an ordered list of rules and a default. Each rule says what to do — ``"approve"``,
+``"deny"`` or ``"ask"`` (hand the request to another provider, e.g. a person) — with a call that
+matches all of its conditions: the tool's name, the agent's, the request's risk, its resource
+targets, the tool's annotations (readonly, idempotent, destructive, open-world) and a predicate on
+the call's decoded parameters.
+
+Invariants (tested in ``tests/capabilities/approval/test_rules.py`` without Trio):
+
+* **first match wins**: the verdict is the decision of the first rule whose conditions all hold;
+  when no rule matches, the policy's ``default`` (``"deny"`` unless said otherwise);
+* a rule's conditions on the request alone (tool, agent, risk, targets) are looked at first: a rule
+  they rule out is skipped without asking for anything else;
+* **fail closed**: a rule that would apply but cannot be evaluated — the tool's annotations or the
+  call's parameters are unknown to the policy, or its predicate raises — decides ``"deny"``, with
+  a reason that says why; it never falls through to a more permissive rule below it;
+* ``targets`` matches when the request has at least one target and *every* target matches one of
+  the patterns (an approval for ``file:/tmp/*`` never covers a call that also touches
+  ``file:/etc/passwd``); ``any_target`` when *some* target does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal, TypeAlias
+
+import attrs
+
+from effectagent.ai import ToolAnnotations
+from effectagent.core import ApprovalRequest, Risk
+
+from ..authorization._patterns import Patterns, matches_any, patterns
+
+__all__ = [
+    "ApprovalPolicy",
+    "ApprovalRule",
+    "ApprovalSubject",
+    "Decision",
+    "Known",
+    "Parameters",
+    "Unknown",
+    "Verdict",
+]
+
+#: What a rule (or the default) does with a call.
+Decision = Literal["approve", "deny", "ask"]
+
+_DECISIONS = ("approve", "deny", "ask")
+_RISKS = ("low", "medium", "high")
+
+
+@attrs.frozen
+class Known:
+    """The call's decoded parameters."""
+
+    value: Any
+
+
+@attrs.frozen
+class Unknown:
+    """The call's parameters are not available to the policy, and why."""
+
+    why: str
+
+
+#: The decoded parameters of the call, or why the policy cannot see them.
+Parameters: TypeAlias = Known | Unknown
+
+
+@attrs.frozen
+class ApprovalSubject:
+    """What rules are evaluated on: the engine's request, and — when the policy knows the tool —
+    its annotations and the call's decoded parameters."""
+
+    request: ApprovalRequest
+    annotations: ToolAnnotations | None = None
+    parameters: Parameters = Unknown("the policy does not know the tool")
+
+
+def _tools(value: str | Iterable[str] | None) -> Patterns | None:
+    return None if value is None else patterns(value, field="tools")
+
+
+def _agents(value: str | Iterable[str] | None) -> Patterns | None:
+    return None if value is None else patterns(value, field="agents")
+
+
+def _targets(value: str | Iterable[str] | None) -> Patterns | None:
+    return None if value is None else patterns(value, field="targets")
+
+
+def _any_target(value: str | Iterable[str] | None) -> Patterns | None:
+    return None if value is None else patterns(value, field="any_target")
+
+
+def _risks(value: Risk | Iterable[Risk] | None) -> frozenset[Risk] | None:
+    if value is None:
+        return None
+    found = frozenset((value,) if isinstance(value, str) else value)
+    unknown = sorted(str(risk) for risk in found if risk not in _RISKS)
+    if unknown or not found:
+        raise ValueError(f"risks must be among 'low', 'medium', 'high', got {value!r}")
+    return found
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object, attrs.Attribute[Any], Any], None]:
+    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value not in choices:
+            raise ValueError(f"{attribute.name} must be one of {choices}, got {value!r}")
+
+    return check
+
+
+def _flag(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be a bool or None, got {type(value).__name__}")
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+
+
+def _predicate(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"{attribute.name} must be a function of the parameters or None")
+
+
+@attrs.frozen
+class ApprovalRule:
+    """One rule: ``decision`` for calls matching every condition given (see the module notes).
+
+    ``tools``, ``agents``, ``targets`` and ``any_target`` take a shell-style pattern or several;
+    ``risks`` a risk or several; the annotation flags ``True`` or ``False``; ``when`` a function
+    of the decoded parameters returning whether the rule applies. ``reason`` is recorded with the
+    decision (and shown to the model on a denial); ``name`` labels the rule in reasons.
+    Build with :meth:`approve`, :meth:`deny` and :meth:`ask`.
+    """
+
+    decision: Decision = attrs.field(validator=_one_of(_DECISIONS))
+    tools: Patterns | None = attrs.field(default=None, converter=_tools)
+    agents: Patterns | None = attrs.field(default=None, converter=_agents)
+    risks: frozenset[Risk] | None = attrs.field(default=None, converter=_risks)
+    targets: Patterns | None = attrs.field(default=None, converter=_targets)
+    any_target: Patterns | None = attrs.field(default=None, converter=_any_target)
+    readonly: bool | None = attrs.field(default=None, validator=_flag)
+    idempotent: bool | None = attrs.field(default=None, validator=_flag)
+    destructive: bool | None = attrs.field(default=None, validator=_flag)
+    open_world: bool | None = attrs.field(default=None, validator=_flag)
+    when: Callable[[Any], bool] | None = attrs.field(default=None, validator=_predicate)
+    reason: str = attrs.field(default="", validator=_text)
+    name: str = attrs.field(default="", validator=_text)
+
+    @staticmethod
+    def approve(**conditions: Any) -> ApprovalRule:
+        """A rule approving the calls that match ``conditions`` (the fields above)."""
+        return ApprovalRule("approve", **conditions)
+
+    @staticmethod
+    def deny(**conditions: Any) -> ApprovalRule:
+        """A rule denying the calls that match ``conditions``."""
+        return ApprovalRule("deny", **conditions)
+
+    @staticmethod
+    def ask(**conditions: Any) -> ApprovalRule:
+        """A rule handing the calls that match ``conditions`` to the policy's other provider."""
+        return ApprovalRule("ask", **conditions)
+
+    @property
+    def needs_tool(self) -> bool:
+        """Whether the rule looks at the tool's annotations or the call's parameters (the
+        policy then needs the tool, from the agents it is given)."""
+        flags = (self.readonly, self.idempotent, self.destructive, self.open_world)
+        return self.when is not None or any(flag is not None for flag in flags)
+
+    def check(self, subject: ApprovalSubject) -> bool | str:
+        """True if the rule applies, False if it does not, or — when it cannot tell — why. Pure
+        except for ``when``, which is called at most once."""
+        request = subject.request
+        if self.tools is not None and not matches_any(request.tool_name, self.tools):
+            return False
+        if self.agents is not None and not matches_any(request.agent, self.agents):
+            return False
+        if self.risks is not None and request.risk not in self.risks:
+            return False
+        targets = request.targets
+        if self.targets is not None and not (
+            targets and all(matches_any(target, self.targets) for target in targets)
+        ):
+            return False
+        if self.any_target is not None and not any(
+            matches_any(target, self.any_target) for target in targets
+        ):
+            return False
+        flags = (
+            ("readonly", self.readonly),
+            ("idempotent", self.idempotent),
+            ("destructive", self.destructive),
+            ("open_world", self.open_world),
+        )
+        wanted = [(flag, value) for flag, value in flags if value is not None]
+        if wanted:
+            annotations = subject.annotations
+            if annotations is None:
+                return "the tool's annotations are unknown to the policy"
+            if any(getattr(annotations, flag) is not value for flag, value in wanted):
+                return False
+        if self.when is None:
+            return True
+        parameters = subject.parameters
+        if isinstance(parameters, Unknown):
+            return parameters.why
+        try:
+            return bool(self.when(parameters.value))
+        except Exception as exc:  # a broken predicate denies: fail closed
+            return f"its condition raised {type(exc).__name__}"
+
+
+@attrs.frozen
+class Verdict:
+    """A policy's decision for one request: which ``rule`` (its index; None for the default)
+    and the ``reason`` recorded with it."""
+
+    decision: Decision
+    reason: str
+    rule: int | None
+
+
+def _rules(value: Iterable[ApprovalRule]) -> tuple[ApprovalRule, ...]:
+    found = tuple(value)
+    for rule in found:
+        if not isinstance(rule, ApprovalRule):
+            raise TypeError(f"rules must be ApprovalRule values, got {type(rule).__name__}")
+    return found
+
+
+@attrs.frozen
+class ApprovalPolicy:
+    """Ordered rules and the decision when none matches (see the module notes)."""
+
+    rules: Sequence[ApprovalRule] = attrs.field(converter=_rules)
+    default: Decision = attrs.field(default="deny", validator=_one_of(_DECISIONS))
+
+    @property
+    def asks(self) -> bool:
+        """Whether any verdict of this policy can be ``"ask"``."""
+        return self.default == "ask" or any(rule.decision == "ask" for rule in self.rules)
+
+    def decide(self, subject: ApprovalSubject) -> Verdict:
+        """The verdict for ``subject``: the first rule that applies, fail-closed (see above)."""
+        for index, rule in enumerate(self.rules):
+            status = rule.check(subject)
+            if status is False:
+                continue
+            label = rule.name or f"rule {index + 1}"
+            if status is True:
+                verb = {"approve": "approved", "deny": "denied", "ask": "asked"}[rule.decision]
+                return Verdict(rule.decision, rule.reason or f"{verb} by {label}", index)
+            return Verdict("deny", f"{label} cannot be evaluated: {status}", index)
+        return Verdict(self.default, f"no rule matched: the default is to {self.default}", None)

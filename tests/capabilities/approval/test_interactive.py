@@ -1,0 +1,276 @@
+"""The interactive approver: requests reach UIs over channels or a callback, several wait at once
+and are answered in any order; a cancelled request (the engine's timeout, the run's interruption)
+is withdrawn from every UI; a late or repeated answer is refused; an explicit policy may approve
+on timeout. All on the mock clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from capabilities.approval import (
+    ApprovalClosed,
+    ApprovalNotPending,
+    ApprovalOpened,
+    ApprovalRule,
+    ApprovalUpdate,
+    InteractiveApproval,
+    PendingApproval,
+    PolicyApproval,
+)
+from effectagent import open_runtime
+from effectagent.core import (
+    ApprovalRequest,
+    ApprovalRequested,
+    ToolApprovalDecided,
+    ToolRejected,
+    ToolSuccess,
+)
+from effectagent.engine import ApprovalError
+from effectagent.testing import ScriptedModel, Turn
+
+from .support import AGENT, TOOLS, calls_turn, run_turns
+
+THREE = calls_turn(
+    ("delete_file", "/tmp/a", 0, "call_a"),
+    ("write_file", "/tmp/b", 3, "call_b"),
+    ("wipe_disk", "/dev/c", 0, "call_c"),
+)
+
+
+async def _opened(
+    updates: trio.MemoryReceiveChannel[ApprovalUpdate], n: int
+) -> list[PendingApproval]:
+    found: list[PendingApproval] = []
+    async for update in updates:
+        if isinstance(update, ApprovalOpened):
+            found.append(update.approval)
+            if len(found) == n:
+                break
+    return found
+
+
+async def test_several_pending_answered_out_of_order(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    told: list[ApprovalUpdate] = []
+    approver = InteractiveApproval(on_update=told.append)
+
+    async def person() -> None:
+        with approver.subscribe() as updates:
+            opened = await _opened(updates, 3)
+        assert [p.approval_id for p in approver.pending()] == [p.approval_id for p in opened]
+        by_call = {p.request.tool_call_id: p for p in opened}
+        wipe = by_call["call_c"].request
+        assert (wipe.tool_name, wipe.targets, wipe.risk) == ("wipe_disk", ("file:/dev/c",), "high")
+        assert wipe.denial_is_terminal
+        assert not by_call["call_a"].request.denial_is_terminal
+        assert by_call["call_b"].request.summary == "write 3 bytes to /tmp/b"
+        assert by_call["call_b"].request.input_preview == {"path": "/tmp/b", "size": 3}
+        approver.approve(by_call["call_c"].approval_id, "go ahead", by="ann")
+        await trio.sleep(5)
+        approver.deny(by_call["call_b"].approval_id, "not now", by="ann")
+        await trio.sleep(5)
+        approver.approve(by_call["call_a"].approval_id, by="ann")
+        with pytest.raises(ApprovalNotPending) as again:
+            approver.deny(by_call["call_a"].approval_id)
+        assert again.value.state == "approved"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(person)
+        ran = await run_turns([THREE], approver.layer())
+
+    assert isinstance(ran.outcome("call_a"), ToolSuccess)
+    assert isinstance(ran.outcome("call_c"), ToolSuccess)
+    denied = ran.outcome("call_b")
+    assert isinstance(denied, ToolRejected)
+    assert denied.reason == "approval denied: not now"
+    decided = {r.tool_call_id: r.decision for r in ran.records(ToolApprovalDecided)}
+    assert {c: (d.approved, d.decided_by) for c, d in decided.items()} == {
+        "call_a": (True, "ann"),
+        "call_b": (False, "ann"),
+        "call_c": (True, "ann"),
+    }
+    closed = [(u.state, u.reason) for u in told if isinstance(u, ApprovalClosed)]
+    assert closed == [("approved", "go ahead"), ("denied", "not now"), ("approved", "")]
+    assert approver.pending() == ()
+
+
+async def test_a_request_the_engine_stops_waiting_for_is_withdrawn_from_every_ui(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    told: list[tuple[float, ApprovalUpdate]] = []
+    approver = InteractiveApproval(on_update=lambda u: told.append((trio.current_time(), u)))
+    seen: list[ApprovalUpdate] = []
+
+    async def screen() -> None:  # a UI that never answers, reading until the runtime closes
+        with approver.subscribe() as updates:
+            async for update in updates:
+                seen.append(update)
+
+    start = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(screen)
+        ran = await run_turns(
+            [calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], approver.layer()
+        )
+
+    (decided,) = ran.records(ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "timeout")
+    assert [type(u).__name__ for _, u in told] == ["ApprovalOpened", "ApprovalClosed"]
+    (when_closed, closed) = told[1]
+    assert isinstance(closed, ApprovalClosed)
+    assert closed.state == "withdrawn"
+    assert when_closed - start == pytest.approx(30)  # AGENT's approval_timeout
+    assert seen == [u for _, u in told]  # the subscriber saw the same, and its channel ended
+    assert approver.pending() == ()
+    with pytest.raises(ApprovalNotPending) as late:
+        approver.approve(closed.approval_id)
+    assert late.value.state == "withdrawn"
+
+
+async def test_an_interrupted_run_withdraws_its_pending_approvals(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    approver = InteractiveApproval()
+    model = ScriptedModel([THREE, Turn.text("never")])
+    layer = AGENT.toolkit.handlers(dict.fromkeys(TOOLS, _never_runs)) + model.as_layer()
+    with approver.subscribe() as updates:
+        async with open_runtime(layer + approver.layer(), agents=[AGENT]) as runtime:
+            async with runtime.stream(AGENT, "Go.") as events:
+                async for event in events:
+                    if isinstance(event, ApprovalRequested) and len(approver.pending()) == 3:
+                        break  # leaving the block interrupts the run
+            assert approver.pending() == ()
+        received = [update async for update in updates]
+    opened = {u.approval.approval_id for u in received if isinstance(u, ApprovalOpened)}
+    withdrawn = {
+        u.approval_id for u in received if isinstance(u, ApprovalClosed) and u.state == "withdrawn"
+    }
+    assert len(opened) == 3
+    assert withdrawn == opened
+
+
+async def _never_runs(params: Any, call: Any) -> str:
+    raise AssertionError("a call whose approval was withdrawn ran")
+
+
+async def test_an_answer_after_the_request_expired_is_refused_and_denies(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    wall = [1_000.0]
+    approver = InteractiveApproval(clock=lambda: wall[0])
+
+    async def slow_person() -> None:
+        with approver.subscribe() as updates:
+            (approval,) = await _opened(updates, 1)
+        wall[0] = approval.request.expires_at + 1
+        with pytest.raises(ApprovalNotPending) as late:
+            approver.approve(approval.approval_id, "sorry, I was away")
+        assert late.value.state == "expired"
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(slow_person)
+        ran = await run_turns(
+            [calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], approver.layer()
+        )
+    rejected = ran.outcome("call_a")
+    assert isinstance(rejected, ToolRejected)
+    assert "after the request expired" in rejected.reason
+    (decided,) = ran.records(ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "expired")
+    assert ran.handled == []
+
+
+@pytest.mark.parametrize(("on_timeout", "approved"), [("approve", True), ("deny", False)])
+async def test_a_timeout_denies_unless_the_policy_explicitly_approves(
+    autojump_clock: trio.testing.MockClock, on_timeout: Any, approved: bool
+) -> None:
+    told: list[ApprovalUpdate] = []
+    person = InteractiveApproval(on_update=told.append)
+    approval = PolicyApproval(
+        [ApprovalRule.ask()], ask=person, ask_timeout=10, on_ask_timeout=on_timeout
+    )
+    start = trio.current_time()
+    ran = await run_turns([calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], approval.layer())
+    assert trio.current_time() - start == pytest.approx(10)  # before the engine's 30 s
+    (decided,) = ran.records(ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (approved, "policy-timeout")
+    assert isinstance(ran.outcome("call_a"), ToolSuccess if approved else ToolRejected)
+    assert [u.state for u in told if isinstance(u, ApprovalClosed)] == ["withdrawn"]
+
+
+def _request(call_id: str) -> ApprovalRequest:
+    return ApprovalRequest(
+        "run", "conv", "ops", "delete_file", call_id, "delete", (), "high", {}, 1e12
+    )
+
+
+async def test_beyond_max_pending_a_request_is_refused_at_once() -> None:
+    approver = InteractiveApproval(max_pending=1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(approver.request, _request("call_a"))
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ApprovalError, match="1 approvals are already waiting"):
+            await approver.request(_request("call_b"))
+        (pending,) = approver.pending()
+        approver.approve(pending.approval_id)
+
+
+async def test_a_failing_callback_fails_the_request_and_leaves_nothing_pending() -> None:
+    def broken(update: ApprovalUpdate) -> None:
+        if isinstance(update, ApprovalOpened):
+            raise RuntimeError("the screen is gone")
+
+    approver = InteractiveApproval(on_update=broken)
+    with approver.subscribe() as updates:
+        with pytest.raises(ApprovalError, match="the approval UI failed: RuntimeError"):
+            await approver.request(_request("call_a"))
+        assert approver.pending() == ()
+        opened, closed = updates.receive_nowait(), updates.receive_nowait()
+    assert isinstance(opened, ApprovalOpened)
+    assert isinstance(closed, ApprovalClosed)
+    assert closed.state == "withdrawn"
+
+
+async def test_a_subscriber_that_falls_behind_is_disconnected_and_others_keep_up() -> None:
+    approver = InteractiveApproval(buffer=2)
+    lagging = approver.subscribe()
+    keeping_up: list[ApprovalUpdate] = []
+
+    async def reader(updates: trio.MemoryReceiveChannel[ApprovalUpdate]) -> None:
+        async for update in updates:
+            keeping_up.append(update)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reader, approver.subscribe())
+        for n in range(3):
+            nursery.start_soon(approver.request, _request(f"call_{n}"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(approver.pending()) == 3
+        late = approver.subscribe()  # a UI connecting now sees what is pending
+        for approval in approver.pending():
+            approver.approve(approval.approval_id)
+        await trio.testing.wait_all_tasks_blocked()
+        approver.close()
+    assert len(keeping_up) == 6
+    assert [u async for u in lagging] == keeping_up[:2]  # its channel ended where it fell behind
+    snapshot = [late.receive_nowait() for _ in range(3)]
+    assert [u.approval for u in snapshot if isinstance(u, ApprovalOpened)] == [
+        u.approval for u in keeping_up[:3] if isinstance(u, ApprovalOpened)
+    ]
+
+
+def test_bad_answers_and_options_are_refused() -> None:
+    approver = InteractiveApproval()
+    with pytest.raises(ApprovalNotPending, match="is not pending \\(unknown\\)"):
+        approver.approve("approval_nope")
+    with pytest.raises(TypeError, match="approved must be a bool"):
+        approver.answer("approval_nope", "yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="buffer must be a positive int"):
+        InteractiveApproval(buffer=0)
+    with pytest.raises(ValueError, match="max_pending must be a positive int"):
+        InteractiveApproval(max_pending=0)

@@ -1,0 +1,242 @@
+"""The policy approver through the real engine: every call that needs approval has its request
+and the policy's decision recorded before it runs (CAP-006), and the decision is the first rule
+that applies; denials are terminal or recoverable as the tool says; decisions replayed for
+another call, run or arguments are refused and recorded."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
+
+from capabilities.approval import (
+    Answer,
+    ApprovalRule,
+    PolicyApproval,
+    ScriptedApproval,
+    ToolRegistry,
+)
+from effectagent.core import (
+    ApprovalDecision,
+    ApprovalDenied,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
+    ToolCallSettled,
+    ToolRejected,
+    ToolSuccess,
+)
+
+from .support import AGENT, calls_turn, run_turns
+
+CALLS = st.lists(
+    st.tuples(
+        st.sampled_from(["read_file", "write_file", "delete_file"]),
+        st.sampled_from(["/tmp/a", "/tmp/b", "/etc/passwd", "/home/ann/notes"]),
+        st.integers(0, 9),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@st.composite
+def policy_rules(draw: st.DrawFn) -> ApprovalRule:
+    conditions: dict[str, Any] = {}
+    if draw(st.booleans()):
+        conditions["tools"] = draw(
+            st.sampled_from(["read_file", "write_file", "*_file", "delete_*"])
+        )
+    if draw(st.booleans()):
+        conditions["targets"] = draw(st.sampled_from(["file:/tmp/*", "file:/etc/*", "file:*"]))
+    if draw(st.booleans()):
+        conditions["risks"] = draw(st.sampled_from(["low", "medium", "high"]))
+    if draw(st.integers(0, 3)) == 0:
+        conditions["idempotent"] = draw(st.booleans())
+    if draw(st.integers(0, 3)) == 0:
+        limit = draw(st.integers(0, 9))
+        conditions["when"] = lambda params: params.size <= limit
+    return ApprovalRule(draw(st.sampled_from(["approve", "deny", "ask"])), **conditions)
+
+
+@given(
+    calls=CALLS,
+    rules=st.lists(policy_rules(), max_size=4),
+    default=st.sampled_from(["approve", "deny"]),
+    ask_approves=st.booleans(),
+)
+def test_no_call_runs_without_its_recorded_approval_and_the_decision_is_the_first_rule(
+    calls: list[tuple[str, str, int]], rules: list[ApprovalRule], default: Any, ask_approves: bool
+) -> None:
+    asked = ScriptedApproval(lambda _: Answer.approve() if ask_approves else Answer.deny("no"))
+    approval = PolicyApproval(rules, default=default, agents=[AGENT], ask=asked)
+    turn = calls_turn(
+        *((tool, path, size, f"call_{i}") for i, (tool, path, size) in enumerate(calls))
+    )
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    ran = trio.run(partial(run_turns, [turn], approval.layer()), clock=clock)
+
+    requested = {r.request.tool_call_id: r.request for r in ran.records(ToolApprovalRequested)}
+    decided = {r.tool_call_id: r.decision for r in ran.records(ToolApprovalDecided)}
+    positions = {(type(e.record).__name__, _call_of(e.record)): e.seq for e in ran.log}
+    handled = {call_id for call_id, _ in ran.handled}
+    registry = ToolRegistry([AGENT])
+    for i, (tool, _, size) in enumerate(calls):
+        call_id = f"call_{i}"
+        needed = tool != "read_file" or size > 5
+        if not needed:
+            assert call_id not in requested
+            assert call_id in handled
+            continue
+        request = requested[call_id]
+        verdict = approval.policy.decide(registry.subject(request))
+        expected = verdict.decision == "approve" or (verdict.decision == "ask" and ask_approves)
+        decision = decided[call_id]
+        assert decision.approved is expected
+        assert decision.mismatch(request) is None
+        assert (call_id in handled) is expected  # ran exactly when approved
+        assert (
+            positions[("ToolApprovalRequested", call_id)]
+            < positions[("ToolApprovalDecided", call_id)]
+        )
+        assert positions[("ToolApprovalDecided", call_id)] < positions[("ToolCallSettled", call_id)]
+        outcome = ran.outcome(call_id)
+        assert isinstance(outcome, ToolSuccess if expected else ToolRejected)
+
+
+async def test_a_recoverable_denial_lets_the_model_go_on_and_a_terminal_one_ends_the_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    approval = PolicyApproval(
+        [
+            ApprovalRule.deny(any_target="file:/etc/*", reason="system files are off limits"),
+            ApprovalRule.approve(),
+        ],
+    )
+    ran = await run_turns(
+        [
+            calls_turn(
+                ("delete_file", "/etc/passwd", 0, "call_a"), ("delete_file", "/tmp/a", 0, "call_b")
+            )
+        ],
+        approval.layer(),
+    )
+    rejected = ran.outcome("call_a")
+    assert isinstance(rejected, ToolRejected)
+    assert not rejected.terminal
+    assert rejected.reason == "approval denied: system files are off limits"
+    assert isinstance(ran.outcome("call_b"), ToolSuccess)
+    assert ran.result.status == "completed"
+    assert len(ran.model.requests) == 2  # the model read the denial and answered
+
+    ran = await run_turns(
+        [
+            calls_turn(
+                ("wipe_disk", "/etc/sda", 0, "call_w"), ("delete_file", "/tmp/a", 0, "call_b")
+            )
+        ],
+        approval.layer(),
+    )
+    rejected = ran.outcome("call_w")
+    assert isinstance(rejected, ToolRejected)
+    assert rejected.terminal
+    assert isinstance(ran.outcome("call_b"), ToolSuccess)  # the batch still committed whole
+    assert ran.result.status == "failed"
+    assert isinstance(ran.result.error, ApprovalDenied)
+    assert len(ran.model.requests) == 1
+
+
+async def test_decisions_replayed_for_another_call_run_or_arguments_are_refused_and_recorded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A real decision, made for call_a of a first run.
+    first = ScriptedApproval([Answer.approve("fine")])
+    ran = await run_turns([calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], first.layer())
+    (original,) = first.decisions
+    assert isinstance(ran.outcome("call_a"), ToolSuccess)
+
+    # Replayed in another run, for the same call ID and arguments: another run.
+    replaying = ScriptedApproval([Answer.replay(original)])
+    ran = await run_turns([calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], replaying.layer())
+    _assert_refused(ran, "call_a", "the decision was made for another run")
+
+    # Within one run: call_a's decision handed to call_b.
+    approvals: list[ApprovalDecision] = []
+
+    def replay_first(request: Any) -> Answer:
+        if approvals:
+            return Answer.replay(approvals[0])
+        approvals.append(ApprovalDecision.for_request(request, True, "ok", "person"))
+        return Answer.replay(approvals[0])
+
+    ran = await run_turns(
+        [
+            calls_turn(("delete_file", "/tmp/a", 0, "call_a")),
+            calls_turn(("delete_file", "/tmp/a", 0, "call_b")),
+        ],
+        ScriptedApproval(replay_first).layer(),
+    )
+    assert isinstance(ran.outcome("call_a"), ToolSuccess)
+    _assert_refused(ran, "call_b", "the decision was made for another tool call")
+
+    # The same call ID in a later turn of the same run, with other arguments.
+    approvals.clear()
+    ran = await run_turns(
+        [
+            calls_turn(("delete_file", "/tmp/a", 0, "call_x")),
+            calls_turn(("delete_file", "/etc/b", 0, "call_x")),
+        ],
+        ScriptedApproval(replay_first).layer(),
+    )
+    settled = list(ran.records(ToolCallSettled))
+    assert isinstance(settled[0].outcome, ToolSuccess)
+    assert isinstance(settled[1].outcome, ToolRejected)
+    assert "the decision was made for other arguments" in settled[1].outcome.reason
+    assert [d.decision.decided_by for d in ran.records(ToolApprovalDecided)] == ["person", "engine"]
+
+
+def _call_of(record: object) -> str | None:
+    if isinstance(record, ToolApprovalRequested):
+        return record.request.tool_call_id
+    return getattr(record, "tool_call_id", None)
+
+
+def _assert_refused(ran: Any, call_id: str, why: str) -> None:
+    outcome = ran.outcome(call_id)
+    assert isinstance(outcome, ToolRejected)
+    assert f"refused: {why}" in outcome.reason
+    (decided,) = [r for r in ran.records(ToolApprovalDecided) if r.tool_call_id == call_id]
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "engine")
+    assert call_id not in {c for c, _ in ran.handled}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rules": [ApprovalRule.ask()]}, "give it the provider to ask"),
+        ({"rules": [], "default": "ask"}, "give it the provider to ask"),
+        (
+            {"rules": [ApprovalRule.approve(readonly=True)]},
+            "rule 1 looks at the tool's annotations",
+        ),
+        ({"rules": [ApprovalRule.approve(when=bool, name="sized")]}, "sized looks at"),
+        ({"rules": [], "ask_timeout": 0}, "ask_timeout must be a positive number"),
+        ({"rules": [], "on_ask_timeout": "approve"}, "needs ask_timeout"),
+        ({"rules": [], "on_ask_timeout": "shrug"}, "on_ask_timeout must be"),
+    ],
+)
+def test_a_policy_that_could_not_work_is_refused_at_construction(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        PolicyApproval(**options)
+
+
+def test_an_ask_provider_must_be_an_approval() -> None:
+    with pytest.raises(TypeError, match="ask must be an Approval provider"):
+        PolicyApproval([ApprovalRule.ask()], ask=attrs)  # type: ignore[arg-type]

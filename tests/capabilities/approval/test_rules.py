@@ -1,0 +1,252 @@
+"""Approval rules as pure values (no Trio): first match wins, fail closed, default deny; and what a
+policy can know of a call — the tool's annotations and the parameters decoded from the preview."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from capabilities.approval import (
+    ApprovalPolicy,
+    ApprovalRule,
+    ApprovalSubject,
+    Known,
+    ToolRegistry,
+    Unknown,
+)
+from effectagent import Agent, Tool, Toolkit
+from effectagent.ai import ToolAnnotations
+from effectagent.core import REDACTED, ApprovalRequest
+
+TOOLS = ["read_file", "write_file", "delete_file"]
+TARGETS = ["file:/tmp/a", "file:/tmp/b", "file:/etc/passwd", "net:example.org"]
+TARGET_PATTERNS = ["file:/tmp/*", "file:*", "net:*", "file:/etc/*"]
+
+
+@attrs.frozen
+class Params:
+    path: str
+    size: int
+
+
+def _request(tool: str, agent: str, risk: Any, targets: tuple[str, ...]) -> ApprovalRequest:
+    return ApprovalRequest(
+        run_id="run_1",
+        conversation_id="conv_1",
+        agent=agent,
+        tool_name=tool,
+        tool_call_id="call_1",
+        summary="",
+        targets=targets,
+        risk=risk,
+        input_preview={},
+        expires_at=0.0,
+    )
+
+
+@st.composite
+def subjects(draw: st.DrawFn) -> ApprovalSubject:
+    request = _request(
+        draw(st.sampled_from(TOOLS)),
+        draw(st.sampled_from(["ops", "helper"])),
+        draw(st.sampled_from(["low", "medium", "high"])),
+        tuple(draw(st.lists(st.sampled_from(TARGETS), max_size=3, unique=True))),
+    )
+    annotations = draw(
+        st.none()
+        | st.builds(
+            ToolAnnotations,
+            readonly=st.booleans(),
+            destructive=st.booleans(),
+            idempotent=st.booleans(),
+            open_world=st.booleans(),
+        )
+    )
+    parameters = draw(
+        st.builds(Known, st.builds(Params, st.just("/tmp/a"), st.integers(-5, 20)))
+        | st.just(Unknown("the preview is redacted"))
+    )
+    return ApprovalSubject(request, annotations, parameters)
+
+
+def _size_over(limit: int) -> Any:
+    def when(params: Params) -> bool:
+        if params.size < 0:
+            raise ValueError("negative size")  # a broken predicate: the rule must fail closed
+        return params.size > limit
+
+    return when
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> ApprovalRule:
+    conditions: dict[str, Any] = {}
+    if draw(st.booleans()):
+        conditions["tools"] = draw(
+            st.lists(st.sampled_from([*TOOLS, "*_file", "read_*"]), min_size=1, max_size=2)
+        )
+    if draw(st.booleans()):
+        conditions["agents"] = draw(st.sampled_from(["ops", "h*"]))
+    if draw(st.booleans()):
+        conditions["risks"] = draw(
+            st.lists(st.sampled_from(["low", "medium", "high"]), min_size=1, max_size=2)
+        )
+    if draw(st.booleans()):
+        conditions["targets"] = draw(
+            st.lists(st.sampled_from(TARGET_PATTERNS), min_size=1, max_size=2)
+        )
+    if draw(st.booleans()):
+        conditions["any_target"] = draw(st.sampled_from(TARGET_PATTERNS))
+    for flag in ("readonly", "idempotent", "destructive", "open_world"):
+        if draw(st.integers(0, 4)) == 0:
+            conditions[flag] = draw(st.booleans())
+    if draw(st.booleans()):
+        conditions["when"] = _size_over(draw(st.integers(0, 15)))
+    decision: Any = draw(st.sampled_from(["approve", "deny", "ask"]))
+    return ApprovalRule(decision, **conditions)
+
+
+def _oracle(rule: ApprovalRule, subject: ApprovalSubject) -> bool | None:
+    """Whether ``rule`` applies (None: it cannot tell) — written out plainly, condition by
+    condition, without the implementation's early exits."""
+    request = subject.request
+
+    def any_match(name: str, patterns: tuple[str, ...]) -> bool:
+        return any(fnmatchcase(name, p) for p in patterns)
+
+    on_request = [
+        rule.tools is None or any_match(request.tool_name, rule.tools),
+        rule.agents is None or any_match(request.agent, rule.agents),
+        rule.risks is None or request.risk in rule.risks,
+        rule.targets is None
+        or (bool(request.targets) and all(any_match(t, rule.targets) for t in request.targets)),
+        rule.any_target is None or any(any_match(t, rule.any_target) for t in request.targets),
+    ]
+    if not all(on_request):
+        return False
+    flags = {
+        name: getattr(rule, name)
+        for name in ("readonly", "idempotent", "destructive", "open_world")
+        if getattr(rule, name) is not None
+    }
+    if flags:
+        if subject.annotations is None:
+            return None
+        if any(getattr(subject.annotations, name) != value for name, value in flags.items()):
+            return False
+    if rule.when is None:
+        return True
+    if not isinstance(subject.parameters, Known):
+        return None
+    params = subject.parameters.value
+    if params.size < 0:
+        return None
+    return bool(rule.when(params))
+
+
+@given(
+    rules=st.lists(rules(), max_size=6),
+    default=st.sampled_from(["approve", "deny", "ask"]),
+    subject=subjects(),
+)
+def test_the_verdict_is_the_first_rule_that_applies_failing_closed(
+    rules: list[ApprovalRule], default: Any, subject: ApprovalSubject
+) -> None:
+    verdict = ApprovalPolicy(rules, default).decide(subject)
+    statuses = [_oracle(rule, subject) for rule in rules]
+    deciding = next((i for i, status in enumerate(statuses) if status is not False), None)
+    assert verdict.rule == deciding
+    if deciding is None:
+        assert verdict.decision == default
+    elif statuses[deciding] is None:
+        assert verdict.decision == "deny"  # could not tell: never a more permissive rule below
+        assert "cannot be evaluated" in verdict.reason
+    else:
+        assert verdict.decision == rules[deciding].decision
+    if verdict.decision == "approve" and verdict.rule is not None:
+        assert _oracle(rules[verdict.rule], subject) is True  # an approval is always earned
+
+
+def test_targets_must_all_match_and_any_target_one() -> None:
+    subject = ApprovalSubject(
+        _request("delete_file", "ops", "high", ("file:/tmp/a", "file:/etc/passwd"))
+    )
+    only_tmp = ApprovalPolicy([ApprovalRule.approve(targets="file:/tmp/*")])
+    assert only_tmp.decide(subject).decision == "deny"
+    etc = ApprovalPolicy([ApprovalRule.deny(any_target="file:/etc/*"), ApprovalRule.approve()])
+    assert etc.decide(subject).decision == "deny"
+    untargeted = ApprovalSubject(_request("delete_file", "ops", "high", ()))
+    assert only_tmp.decide(untargeted).decision == "deny"  # no target: "all targets" is not met
+
+
+def test_a_rule_that_cannot_be_evaluated_denies_with_the_reason() -> None:
+    subject = ApprovalSubject(
+        _request("write_file", "ops", "medium", ()), ToolAnnotations(), Unknown("it was redacted")
+    )
+    policy = ApprovalPolicy(
+        [ApprovalRule.approve(when=lambda p: True, name="small writes"), ApprovalRule.approve()]
+    )
+    verdict = policy.decide(subject)
+    assert (verdict.decision, verdict.rule) == ("deny", 0)
+    assert verdict.reason == "small writes cannot be evaluated: it was redacted"
+
+
+# ---- what the policy can know of a call ----------------------------------------------------------
+
+write: Tool[Params, Any] = Tool(
+    "write_file", "Write a file.", parameters=Params, destructive=False, idempotent=True
+)
+AGENT = Agent("ops", "Operate.", toolkit=Toolkit(write))
+
+
+@pytest.mark.parametrize(
+    ("preview", "expected"),
+    [
+        ({"path": "/tmp/a", "size": 3}, Known(Params("/tmp/a", 3))),
+        ({"path": f"/tmp/{REDACTED}", "size": 3}, Unknown("the call's input preview is redacted")),
+        (
+            {"_tag": "Truncated", "original_bytes": 9000, "head": "{", "tail": "}"},
+            Unknown("the call's input preview was cut to its bound"),
+        ),
+        ({"path": "/tmp/a"}, Unknown("the call's input preview does not decode")),
+    ],
+)
+def test_parameters_are_decoded_from_a_whole_preview_only(preview: Any, expected: Any) -> None:
+    request = attrs.evolve(_request("write_file", "ops", "medium", ()), input_preview=preview)
+    subject = ToolRegistry([AGENT]).subject(request)
+    assert subject.annotations == write.annotations
+    assert subject.parameters == expected
+
+
+def test_a_tool_the_policy_does_not_know_has_no_annotations_or_parameters() -> None:
+    subject = ToolRegistry([AGENT]).subject(_request("write_file", "other-agent", "medium", ()))
+    assert subject.annotations is None
+    assert isinstance(subject.parameters, Unknown)
+
+
+Rule: Any = ApprovalRule
+Policy: Any = ApprovalPolicy
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: Rule("maybe"), ValueError, "decision must be one of"),
+        (lambda: Rule.approve(tools=""), ValueError, "tools: a pattern cannot be empty"),
+        (lambda: Rule.approve(risks="severe"), ValueError, "risks must be among"),
+        (lambda: Rule.approve(readonly="yes"), TypeError, "readonly must be a bool or None"),
+        (lambda: Rule.approve(when="size > 3"), TypeError, "when must be a function"),
+        (lambda: Rule.approve(colour="red"), TypeError, "colour"),
+        (lambda: Policy([Rule.approve()], "perhaps"), ValueError, "default must be one of"),
+        (lambda: Policy([{"decision": "approve"}]), TypeError, "rules must be ApprovalRule"),
+        (lambda: ToolRegistry([AGENT, Agent("ops", "Other.")]), ValueError, "two different"),
+    ],
+)
+def test_bad_rules_are_refused_naming_the_field(build: Any, error: type, message: str) -> None:
+    with pytest.raises(error, match=message):
+        build()
