@@ -1,0 +1,358 @@
+"""Code Mode end to end: a scripted model writes a program, the real engine runs the Code Mode
+tool, a real bubblewrap-isolated Deno runs the program, its calls go through the engine's broker.
+
+What is judged is what a user would see: the outcome the model reads, the conversation's log,
+the run's events, the engine's log lines — and that no workload of any pass is left behind.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import trio
+
+from capabilities.code_mode import CodeModeFailed, CodeModeLimits, code_mode
+from effectagent import tool
+from effectagent.core import (
+    REDACTED,
+    ToolCallPrepared,
+    ToolCallStarted,
+    ToolFailure,
+    ToolSuccess,
+)
+from sandbox import DenoCodeExecutor
+from tests.engine.helpers import engine_logs
+from tests.sandbox.test_code_fixtures import WorkloadTracker
+
+from .scenario import STATION, Ran, add, forecast, run_program, to_fahrenheit
+
+WEATHER = code_mode({"weather": [forecast, to_fahrenheit]}, executor="service")
+MATH = code_mode({"math": [add]}, executor="service")
+
+CANARY = "canary-s3cr3t-9d41c7"
+
+
+@tool(readonly=True)
+async def credentials(account: str) -> dict[str, str]:
+    """An account's owner and API token.
+
+    Args:
+        account: The account's id.
+    """
+    return {"owner": "Ann", "token": CANARY}
+
+
+VAULT = code_mode({"vault": [credentials]}, executor="service")
+
+
+def failure_of(ran: Ran) -> dict[str, Any]:
+    """The failure envelope the model read for the Code Mode call."""
+    outcome = ran.outcome
+    assert isinstance(outcome, ToolFailure), outcome
+    assert ran.shown == outcome.error
+    envelope: dict[str, Any] = outcome.error
+    assert envelope["_tag"] == CodeModeFailed.tag
+    return envelope
+
+
+def result_of(ran: Ran) -> Any:
+    """The output (result, logs) the model read for the Code Mode call."""
+    outcome = ran.outcome
+    assert isinstance(outcome, ToolSuccess), outcome
+    assert ran.shown == outcome.result
+    return outcome.result
+
+
+# ---- the ordinary pass --------------------------------------------------------------------------
+
+
+async def test_a_program_calls_two_tools_filters_and_returns_a_summary(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    program = """```js
+async () => {
+  const cities = ["Oslo", "Rome", "Lima", "Cairo", "Nuuk"];
+  const forecasts = await Promise.all(cities.map((city) => weather.forecast({ city })));
+  const warm = forecasts.filter((f) => f.high_c > 15);
+  const warmest = warm.reduce((a, b) => (a.high_c >= b.high_c ? a : b));
+  const fahrenheit = await weather.to_fahrenheit({ celsius: warmest.high_c });
+  console.log("warm cities:", warm.length);
+  return { warm: warm.map((f) => f.city), warmest: warmest.city, fahrenheit };
+}
+```"""
+    ran = await run_program(WEATHER, program, executor=executor)
+    assert result_of(ran) == {
+        "result": {"warm": ["Rome", "Lima", "Cairo"], "warmest": "Cairo", "fahrenheit": 88.7},
+        "logs": ["warm cities: 3"],
+        "logs_truncated": False,
+    }
+    # The log holds the outer call only, and its settlement carries the inner calls' counts.
+    prepared = [e.record for e in ran.log if isinstance(e.record, ToolCallPrepared)]
+    assert [record.tool_name for record in prepared] == ["run_program"]
+    assert ran.settled.audit == {
+        "executor": "deno-bwrap",
+        "isolation": "namespaces",
+        "security_boundary": True,
+        "pass": "ok",
+        "inner_calls": 6,
+        "inner_outcomes": {"success": 6},
+        "inner_tools": {"forecast": 5, "to_fahrenheit": 1},
+    }
+    started = [e.tool_name for e in ran.events if isinstance(e, ToolCallStarted)]
+    assert started == ["run_program"]
+    # The forecasts themselves (hourly data, station) never left the pass.
+    assert STATION not in ran.everything()
+    assert tracker.spawned == 1
+
+
+async def test_a_secret_from_an_inner_tool_appears_nowhere_unless_returned_then_redacted(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    kept_inside = """async () => {
+      const found = await vault.credentials({ account: "a-1" });
+      return { owner: found.owner, has_token: found.token.length > 0 };
+    }"""
+    with engine_logs(logging.DEBUG) as logs:
+        ran = await run_program(VAULT, kept_inside, executor=executor, secrets=[CANARY])
+    assert result_of(ran)["result"] == {"owner": "Ann", "has_token": True}
+    seen = ran.everything() + repr(logs)
+    assert CANARY not in seen
+    assert REDACTED not in seen  # nothing to redact: the token never left the pass
+
+    returned = """async () => {
+      const found = await vault.credentials({ account: "a-1" });
+      console.log("token is", found.token);
+      return { token: found.token };
+    }"""
+    with engine_logs(logging.DEBUG) as logs:
+        ran = await run_program(VAULT, returned, executor=executor, secrets=[CANARY])
+    assert result_of(ran) == {
+        "result": {"token": REDACTED},
+        "logs": [f"token is {REDACTED}"],
+        "logs_truncated": False,
+    }
+    assert CANARY not in ran.everything() + repr(logs)
+
+    thrown = """async () => {
+      const found = await vault.credentials({ account: "a-1" });
+      throw new Error("bad token " + found.token);
+    }"""
+    with engine_logs(logging.DEBUG) as logs:
+        ran = await run_program(VAULT, thrown, executor=executor, secrets=[CANARY])
+    assert failure_of(ran)["message"] == f"the program threw Error: bad token {REDACTED}"
+    assert CANARY not in ran.everything() + repr(logs)
+
+
+# ---- inner calls inside the program -------------------------------------------------------------
+
+
+async def test_a_looping_program_stops_at_the_runs_tool_call_budget_with_a_rejection(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    program = """async () => {
+      let total = 0;
+      for (let i = 0; ; i++) {
+        try {
+          total = await math.add({ a: total, b: i });
+        } catch (error) {
+          return { calls: i, total, tag: error._tag, name: error.name, message: error.message };
+        }
+      }
+    }"""
+    ran = await run_program(MATH, program, executor=executor, max_tool_calls=5)
+    # The outer call took one of five: four inner calls ran, the fifth was refused.
+    assert result_of(ran)["result"] == {
+        "calls": 4,
+        "total": 6,
+        "tag": "ToolRejected",
+        "name": "ToolRejected",
+        "message": "the run's tool-call budget is exhausted",
+    }
+    assert ran.settled.audit["inner_outcomes"] == {"rejected": 1, "success": 4}
+
+
+async def test_invalid_input_rejects_inside_the_program_as_tool_invalid_input(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    program = """async () => {
+      try {
+        await math.add({ a: "one", b: 2 });
+        return "accepted";
+      } catch (error) {
+        return { tag: error._tag, message: error.message };
+      }
+    }"""
+    ran = await run_program(MATH, program, executor=executor)
+    shown = result_of(ran)["result"]
+    assert shown["tag"] == "ToolInvalidInput"
+    assert "$.a" in shown["message"]
+    assert ran.settled.audit["inner_outcomes"] == {"invalid-input": 1}
+
+
+async def test_a_declared_failure_rejects_as_tool_failure_with_the_tools_error_inside(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    program = """async () => {
+      try {
+        await weather.forecast({ city: "Atlantis" });
+      } catch (error) {
+        return { tag: error._tag, error: error.error };
+      }
+    }"""
+    ran = await run_program(WEATHER, program, executor=executor)
+    assert result_of(ran)["result"] == {
+        "tag": "ToolFailure",
+        "error": {
+            "_tag": "UnknownCity",
+            "message": "UnknownCity(city='Atlantis')",
+            "city": "Atlantis",
+        },
+    }
+
+
+async def test_an_uncaught_rejection_fails_the_pass_with_its_tag_and_message(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    program = """async () => {
+      console.log("adding");
+      return await math.add({ a: 1 });
+    }"""
+    ran = await run_program(MATH, program, executor=executor)
+    envelope = failure_of(ran)
+    assert envelope["kind"] == "threw"
+    assert envelope["message"].startswith("the program threw ToolInvalidInput: ")
+    assert "$.b" in envelope["message"]
+    assert envelope["logs"] == ["adding"]
+    assert ran.settled.audit["pass"] == "threw"
+
+
+async def test_calls_run_one_at_a_time_unless_awaited_together_within_the_concurrency(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    active = 0
+    peak = 0
+    full = trio.Event()
+    wanted = 2
+
+    @tool(readonly=True)
+    async def slow(n: int) -> int:
+        """Returns n once ``wanted`` calls run at once (or at once when awaited alone).
+
+        Args:
+            n: A number.
+        """
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        try:
+            if n >= 0:  # awaited together: wait until the others run too
+                if active == wanted:
+                    full.set()
+                with trio.fail_after(5):
+                    await full.wait()
+            else:
+                await trio.lowlevel.checkpoint()
+            return n
+        finally:
+            active -= 1
+
+    code = code_mode(
+        {"t": [slow]}, executor="service", limits=CodeModeLimits(max_concurrent_calls=wanted)
+    )
+    one_by_one = "async () => { let s = 0; for (let i = 1; i <= 4; i++) s += await t.slow({ n: -i }); return s }"
+    ran = await run_program(code, one_by_one, executor=executor)
+    assert (result_of(ran)["result"], peak) == (-10, 1)
+
+    together = "async () => (await Promise.all([1, 2, 3].map((n) => t.slow({ n })))).join()"
+    ran = await run_program(code, together, executor=executor, tool_concurrency=4)
+    assert (result_of(ran)["result"], peak) == ("1,2,3", wanted)
+
+
+# ---- egress, limits and invalid programs --------------------------------------------------------
+
+
+async def test_egress_is_one_budget_whose_parts_are_left_out_whole(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    code = code_mode({"math": [add]}, executor="service", limits=CodeModeLimits(egress_bytes=1024))
+    chatty = """async () => {
+      for (let i = 0; i < 100; i++) console.log("line " + i + " " + "x".repeat(40));
+      return { sum: await math.add({ a: 2, b: 3 }) };
+    }"""
+    shown = result_of(await run_program(code, chatty, executor=executor))
+    assert shown["result"] == {"sum": 5}
+    assert shown["logs_truncated"] is True
+    assert 0 < len(shown["logs"]) < 100
+    assert shown["logs"] == [f"line {i} " + "x" * 40 for i in range(len(shown["logs"]))]
+    assert len(repr(shown).encode()) <= 1024 + 64  # the whole output, not just the logs
+
+    too_large = "async () => 'y'.repeat(5000)"
+    envelope = failure_of(await run_program(code, too_large, executor=executor))
+    assert envelope["kind"] == "result-too-large"
+    assert "5002 bytes" in envelope["message"]  # the JSON string: 5000 characters and quotes
+    assert "y" * 100 not in repr(envelope)
+
+    loud = "async () => { throw new Error('z'.repeat(3000)) }"
+    envelope = failure_of(await run_program(code, loud, executor=executor))
+    assert envelope["kind"] == "threw"
+    assert envelope["message"].startswith("the program threw Error (its message is withheld")
+    assert "z" * 100 not in repr(envelope)
+
+
+@pytest.mark.parametrize(
+    ("program", "expected"),
+    [
+        ("async () => {", "SyntaxError"),
+        ("42", "must be one async function expression"),
+        ("() => 1", "must be one async function expression"),
+        ("async (tools) => tools", "takes no parameters"),
+        # Closes the wrapper's parentheses early and hands the harness a function of its own.
+        ("async () => 1)), ((async () => [9]", "ended the function expression early"),
+    ],
+)
+async def test_an_invalid_program_is_a_failure_that_says_why(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, program: str, expected: str
+) -> None:
+    envelope = failure_of(await run_program(MATH, program, executor=executor))
+    assert envelope["kind"] == "invalid-program"
+    assert expected in envelope["message"]
+
+
+async def test_each_limit_of_a_pass_is_a_failure_that_names_it(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    limits = CodeModeLimits(
+        source_bytes=400, max_calls=2, wall_clock_seconds=1.0, call_result_bytes=64
+    )
+    code = code_mode({"math": [add], "weather": [forecast]}, executor="service", limits=limits)
+
+    long = "async () => 1 /*" + "x" * 400 + "*/"
+    envelope = failure_of(await run_program(code, long, executor=executor))
+    assert (envelope["kind"], envelope["message"]) == (
+        "source-too-large",
+        "the program is 418 bytes, over the limit of 400 bytes",
+    )
+    assert tracker.spawned == 0  # refused before anything started
+
+    three_calls = "async () => { for (let i = 0; i < 3; i++) await math.add({ a: i, b: i }) }"
+    envelope = failure_of(await run_program(code, three_calls, executor=executor))
+    assert (envelope["kind"], envelope["message"]) == (
+        "too-many-calls",
+        "the program made more than 2 calls",
+    )
+
+    big = """async () => {
+      try { await weather.forecast({ city: "Oslo" }) } catch (error) { return [error._tag, error.message] }
+    }"""
+    shown = result_of(await run_program(code, big, executor=executor))["result"]
+    assert shown[0] == "ToolRejected"
+    assert shown[1].startswith("the result of weather.forecast is ")
+    assert shown[1].endswith("bytes, over the limit of 64 bytes for one call")
+
+    envelope = failure_of(await run_program(code, "async () => { for (;;) {} }", executor=executor))
+    assert (envelope["kind"], envelope["message"]) == (
+        "timeout",
+        "the program ran for more than 1 s",
+    )
