@@ -17,7 +17,8 @@ from effectagent.ai import Tool
 
 from ._errors import UnrenderableSchema
 from ._plan import Namespace
-from ._typescript import Document, Rendered, TypeScript, Unrenderable, comment_lines, jsdoc
+from ._ts_text import comment_lines, jsdoc
+from ._typescript import Document, Rendered, TypeScript, Unrenderable
 
 __all__ = ["render_declarations"]
 

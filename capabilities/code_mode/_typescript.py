@@ -30,14 +30,13 @@ from typing import Any, Final
 
 import attrs
 
+from ._ts_text import comment_lines, indent, jsdoc, literal, property_name, tag
+
 __all__ = [
     "Document",
     "Rendered",
     "TypeScript",
     "Unrenderable",
-    "comment_lines",
-    "jsdoc",
-    "property_name",
 ]
 
 #: The deepest nesting of schemas rendered (a deeper one is refused, never cut).
@@ -90,8 +89,6 @@ _TAKEN_TYPE_NAMES: Final = frozenset((
     "WeakMap", "WeakSet", "RegExp", "Function", "Object", "String", "Number", "Boolean", "Symbol",
     "BigInt", "JSON", "Math", "Iterator", "Iterable",
 ))  # fmt: skip
-_IDENTIFIER: Final = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-
 JSON_VALUE: Final = "JSONValue"
 INTEGER: Final = "integer"
 PRELUDE: Final = {
@@ -157,51 +154,6 @@ def _refs(schema: object) -> Iterator[str]:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-
-
-def jsdoc(lines: tuple[str, ...] | list[str], indent: str) -> list[str]:
-    """``lines`` as a doc comment at ``indent`` (one line when it fits on one), or nothing."""
-    if not lines:
-        return []
-    if len(lines) == 1:
-        return [f"{indent}/** {lines[0]} */"]
-    body = [f"{indent} *" + (f" {line}" if line else "") for line in lines]
-    return [f"{indent}/**", *body, f"{indent} */"]
-
-
-def property_name(name: str) -> str:
-    """A property key as written in a type: bare when an identifier, else a string literal."""
-    return name if _IDENTIFIER.fullmatch(name) else _literal(name)
-
-
-def comment_lines(text: str) -> list[str]:
-    """Text for a doc comment: one entry per line, ``*/`` defused, blank edges dropped."""
-    safe = text.replace("*/", "*\\/").encode("utf-8", "replace").decode("utf-8")
-    lines = [line.rstrip() for line in safe.splitlines()]
-    while lines and not lines[0]:
-        lines.pop(0)
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
-
-
-def _json(value: object) -> str:
-    """Compact JSON (non-ASCII kept, lone surrogates escaped); ValueError for non-JSON."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
-    return text
-
-
-def _literal(value: object) -> str:
-    return _json(value)
-
-
-def _indent(text: str, indent: str) -> str:
-    """Indent every line of ``text`` after the first (it continues a line at ``indent``)."""
-    return text.replace("\n", "\n" + indent)
 
 
 def _inline(rendered: Rendered) -> str:
@@ -331,17 +283,17 @@ class TypeScript:
         texts = []
         for value in values:
             if isinstance(value, dict | list):
-                raise Unrenderable(path, f"{keyword!r} holds an object or array: {_json(value)}")
+                raise Unrenderable(path, f"{keyword!r} holds an object or array: {literal(value)}")
             if isinstance(value, float) and value != value:
                 raise Unrenderable(path, f"{keyword!r} holds NaN")
             try:
-                texts.append(_literal(value))
+                texts.append(literal(value))
             except (TypeError, ValueError):
                 raise Unrenderable(path, f"{keyword!r} holds a value that is not JSON") from None
         types = self._types(schema, path)
         for value in values:
             if types and not any(_fits(value, kind) for kind in types):
-                raise Unrenderable(path, f"{keyword!r} value {_json(value)} is not of its 'type'")
+                raise Unrenderable(path, f"{keyword!r} value {literal(value)} is not of its 'type'")
         unique = list(dict.fromkeys(texts))
         doc = self._doc(schema, path, frozenset(types) if types else _NONE)
         return Rendered(" | ".join(unique), doc, len(unique) > 1)
@@ -437,7 +389,7 @@ class TypeScript:
             rendered = self.render(member, f"{path}.properties.{name}", doc, depth + 1)
             mark = "" if name in required else "?"
             lines.extend(jsdoc(rendered.doc, "  "))
-            lines.append(f"  {property_name(name)}{mark}: {_indent(rendered.text, '  ')};")
+            lines.append(f"  {property_name(name)}{mark}: {indent(rendered.text, '  ')};")
         for name in required:
             if name not in properties:  # required, of any value
                 lines.append(f"  {property_name(name)}: {self.json_value()};")
@@ -445,7 +397,7 @@ class TypeScript:
         rest = None
         if additional is not False:
             value = self.render(additional, f"{path}.additionalProperties", doc, depth + 1)
-            rest = f"{{ [key: string]: {_indent(_inline(value), '  ')} }}"
+            rest = f"{{ [key: string]: {indent(_inline(value), '  ')} }}"
         if not lines:
             return Rendered(rest if rest is not None else "Record<string, never>")
         body = "{\n" + "\n".join(lines) + "\n}"
@@ -545,12 +497,9 @@ def _implied(schema: Mapping[str, Any]) -> frozenset[str]:
 
 def _tag(name: str, value: object, path: str) -> list[str]:
     try:
-        text = value if name in ("pattern", "format") and isinstance(value, str) else _json(value)
+        return tag(name, value)
     except (TypeError, ValueError):
         raise Unrenderable(path, f"{name!r} is not JSON") from None
-    assert isinstance(text, str)
-    lines = comment_lines(text) or [""]
-    return [f"@{name} {lines[0]}".rstrip(), *lines[1:]]
 
 
 def _fits(value: object, kind: str) -> bool:
