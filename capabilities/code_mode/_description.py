@@ -21,9 +21,9 @@ def describe(
     calls = limits.max_calls
     lines = [
         *([intro.strip(), ""] if intro and intro.strip() else []),
-        "Runs a JavaScript program in an isolated sandbox. The program calls the tools "
-        "declared below and returns only what you need: the tools' results stay inside the "
-        "program, so filter, join and summarize there.",
+        "Runs a JavaScript program that calls the tools declared below and returns only what "
+        "you need: the tools' results stay inside the program, so filter, join and summarize "
+        "there.",
         "",
         "Write ONE async arrow function with no parameters, for example:",
         "async () => {",
@@ -43,7 +43,8 @@ def describe(
         "does not fit is left out whole, never cut. Return a compact answer, not raw results.",
         f"- Limits: {calls} tool call{'s' if calls != 1 else ''} and "
         f"{limits.wall_clock_seconds:g} s per program, {limits.source_bytes} bytes of source. "
-        "No network, files, imports, environment or timers that outlive the program.",
+        "Use only the namespaces: the program has no network, file or module access, and "
+        "nothing it starts outlives it.",
         "",
         "Declarations:",
         "```ts",

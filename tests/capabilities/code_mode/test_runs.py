@@ -17,6 +17,7 @@ from capabilities.code_mode import CodeModeFailed, CodeModeLimits, code_mode
 from effectagent import tool
 from effectagent.core import (
     REDACTED,
+    RunCompleted,
     ToolCallPrepared,
     ToolCallStarted,
     ToolFailure,
@@ -171,6 +172,23 @@ async def test_a_looping_program_stops_at_the_runs_tool_call_budget_with_a_rejec
         "message": "the run's tool-call budget is exhausted",
     }
     assert ran.settled.audit["inner_outcomes"] == {"rejected": 1, "success": 4}
+
+
+async def test_the_runs_deadline_ends_a_pass_that_keeps_calling(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    code = code_mode(
+        {"math": [add]}, executor="service", limits=CodeModeLimits(max_calls=1_000_000)
+    )
+    forever = "async () => { let n = 0; for (;;) n = await math.add({ a: n, b: 1 }) }"
+    ran = await run_program(
+        code, forever, executor=executor, max_duration=0.5, max_tool_calls=10**6
+    )
+    (terminal,) = [e for e in ran.events if isinstance(e, RunCompleted)]
+    assert (terminal.finish_reason, terminal.exhausted) == ("budget-exhausted", "duration")
+    assert ran.outcome.kind == "defect"  # interrupted before it settled
+    assert ran.settled.audit["inner_calls"] > 10
+    assert executor.owned().empty
 
 
 async def test_invalid_input_rejects_inside_the_program_as_tool_invalid_input(
