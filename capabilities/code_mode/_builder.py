@@ -46,7 +46,7 @@ from ._egress import CodeModeOutput
 from ._errors import CodeModeFailed, ExecutorNotIsolated
 from ._limits import CodeModeLimits
 from ._pass import CodeModeInput, PassRunner
-from ._plan import Namespace, plan
+from ._plan import Namespace, calls, plan
 from ._program import wrapper_bytes
 
 __all__ = ["CodeMode", "ExecutorChoice", "code_mode"]
@@ -58,7 +58,7 @@ _CHOICES = ("deno", "deno-unisolated", "service")
 _DEFAULT_WARM = 2
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # identity, like a Tool: it holds one
 class CodeMode:
     """A Code Mode tool, built by :func:`code_mode`.
 
@@ -153,12 +153,7 @@ def code_mode(
                 on_acquire=on_acquire,
             )
         )
-    methods = {
-        method.tool.name: f"{namespace.name}.{method.name}"
-        for namespace in allowlist
-        for method in namespace.methods
-    }
-    return CodeMode(tool, layer, selected, methods, declarations, limits, executor)
+    return CodeMode(tool, layer, selected, calls(allowlist), declarations, limits, executor)
 
 
 def _handler_layer(

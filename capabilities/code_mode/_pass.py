@@ -57,7 +57,7 @@ from sandbox import (
 from ._egress import CodeModeOutput, Lines, failure_egress, json_size, success_egress
 from ._errors import CodeModeFailed, FailureKind
 from ._limits import CodeModeLimits
-from ._plan import Namespace
+from ._plan import Namespace, calls
 from ._program import Report, read_report, strip_fence, wrap, wrapper_bytes
 
 __all__ = ["FRAMEWORK_TAGS", "BrokerHost", "CodeModeInput", "PassRunner", "framework_envelope"]
@@ -159,11 +159,7 @@ class PassRunner:
         self._request_limits: CodeExecutionLimits = limits.executor_limits(
             wrapper_bytes(namespaces, limits.egress_bytes)
         )
-        self._methods = {
-            method.tool.name: f"{namespace.name}.{method.name}"
-            for namespace in namespaces
-            for method in namespace.methods
-        }
+        self._methods = calls(namespaces)
         posture = executor.implementation
         self._audit: dict[str, JSONValue] = {
             "executor": posture.name,

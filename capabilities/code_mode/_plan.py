@@ -4,7 +4,8 @@
 fails closed, naming the tool and the reason, on everything CAP-014 forbids: a tool that is not
 readonly, a tool that may need approval, two names that become one identifier (a tool name
 against another in its namespace, a namespace against another), a namespace JavaScript reserves,
-and one tool selected twice (the engine resolves inner calls by tool name). Whether each schema
+and one tool selected twice (the engine resolves inner calls by tool name) — and on a tool that
+calls tools itself (another Code Mode tool: an inner call gets no broker of its own). Whether each schema
 can be declared is checked when the declarations are rendered (``_declarations``). Pure.
 """
 
@@ -17,10 +18,10 @@ import attrs
 
 from effectagent.ai import Tool
 
-from ._errors import NameCollision, ToolNeedsApproval, ToolNotReadonly
+from ._errors import CodeModeBuildError, NameCollision, ToolNeedsApproval, ToolNotReadonly
 from ._names import is_identifier, sanitize, taken_by_javascript
 
-__all__ = ["Method", "Namespace", "plan"]
+__all__ = ["Method", "Namespace", "calls", "plan"]
 
 
 @attrs.frozen
@@ -104,6 +105,15 @@ def plan(
     return tuple(out)
 
 
+def calls(namespaces: Iterable[Namespace]) -> dict[str, str]:
+    """How the program calls each selected tool: tool name → ``"namespace.method"``."""
+    return {
+        method.tool.name: f"{namespace.name}.{method.name}"
+        for namespace in namespaces
+        for method in namespace.methods
+    }
+
+
 def _check_tool(code_mode: str, tool: Tool[Any, Any]) -> None:
     if not tool.annotations.readonly:
         raise ToolNotReadonly(
@@ -117,4 +127,11 @@ def _check_tool(code_mode: str, tool: Tool[Any, Any]) -> None:
             code_mode,
             tool.name,
             "it may need approval, and no one can approve a call in the middle of a program",
+        )
+    if tool.inner_tools:
+        raise CodeModeBuildError(
+            code_mode,
+            tool.name,
+            "it calls other tools itself (inner_tools, e.g. another Code Mode tool), which a "
+            "call made from a program cannot",
         )

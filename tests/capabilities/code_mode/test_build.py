@@ -132,6 +132,12 @@ def test_a_tool_that_may_need_approval_is_refused(rule: Any) -> None:
         code_mode({"data": [lookup]})
 
 
+def test_a_tool_that_calls_tools_itself_is_refused() -> None:
+    inner = code_mode({"math": [add]})
+    with pytest.raises(CodeModeBuildError, match="tool 'run_program': it calls other tools itself"):
+        code_mode({"programs": [inner.tool]}, name="outer_program")
+
+
 def test_two_tool_names_that_become_one_identifier_collide() -> None:
     with pytest.raises(NameCollision) as caught:
         code_mode({"w": [dynamic("get_weather", OBJECT), dynamic("get-weather", OBJECT)]})
