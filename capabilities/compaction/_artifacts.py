@@ -1,0 +1,281 @@
+"""Compaction artifacts: summaries made outside the runtime, bound to the log range they cover.
+
+A host may compact on its own — a batch summarizer, a remote service, an operator's tool. What
+it hands back crosses a trust boundary, so it is a :class:`CompactionResult` that says exactly
+which entries it covers (``covers_from`` to ``covers_through``) and carries a **source digest**
+of them (:func:`source_digest`). :func:`verify_artifact` checks it against the log before it is
+used and refuses it (:class:`ArtifactRefused`, saying why) when the digest does not match the
+log's entries in that range — the host summarized something else — or the range is not one a
+compaction may cover.
+
+The digest is SHA-256 over a versioned header and, for every record in the range, its sequence
+number, type tag, schema version and body as the SQLite store encodes them
+(``capabilities.storage.RecordCodec``) — except compaction records, which are bookkeeping about the
+conversation, not part of it (so an artifact still verifies against a copy of the log that lacks
+them). A host computes it with this same function.
+
+Operators rebuild compactions from the log: :func:`compaction_artifacts` exports every compaction
+the log holds as a verifiable artifact, and :func:`rebuild_compactions` turns artifacts back into
+records for a log — each verified first — so that log projects to the same prompt.
+
+Verification rules (tested in ``tests/capabilities/compaction/test_artifacts.py``): the range is
+within the log and, for a summary, ends where a cut may (no batch of tool calls straddles
+``covers_through``: clearing results never separates a call from its result, summarizing would); it
+starts at 1, or right after the summary in force (which the new one must then include); the digest
+matches; a summary is text for ``"summarize"`` and absent for ``"clear-tool-results"``; retained
+facts point into the range; the token estimate is not negative; the compactor version is given
+(and accepted, when the verifier lists the versions it accepts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, Literal
+
+import attrs
+
+from effectagent.core import (
+    CompactionCreated,
+    LogEntry,
+    ModelResponseRecorded,
+    ToolCallSettled,
+)
+from effectagent.effect import TaggedError
+
+from ..storage import RecordCodec
+from ._view import _covered
+
+__all__ = [
+    "DIGEST_VERSION",
+    "ArtifactRefused",
+    "CompactionResult",
+    "RetainedFact",
+    "compaction_artifacts",
+    "rebuild_compactions",
+    "source_digest",
+    "summary_text",
+    "verify_artifact",
+]
+
+#: The version of the digest's encoding (its header); a change would be a new version.
+DIGEST_VERSION = "effectagent-compaction-source/1"
+
+#: The version compaction records exported from a log are tagged with.
+LOG_VERSION = "effectagent-log"
+
+_CODEC = RecordCodec()
+
+
+def _text(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+
+
+def _optional_text(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str or None, got {type(value).__name__}")
+
+
+def _integer(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__}")
+
+
+def _seqs(value: Iterable[object]) -> tuple[int, ...]:
+    found: list[int] = []
+    for seq in value:
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            raise TypeError(f"seqs must be ints, got {type(seq).__name__}")
+        found.append(seq)
+    return tuple(found)
+
+
+def _facts(value: Iterable[RetainedFact]) -> tuple[RetainedFact, ...]:
+    found = tuple(value)
+    if any(not isinstance(fact, RetainedFact) for fact in found):
+        raise TypeError("retained_facts must be RetainedFact values")
+    return found
+
+
+def _kind(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in ("summarize", "clear-tool-results"):
+        raise ValueError(f"{attribute.name} must be 'summarize' or 'clear-tool-results'")
+
+
+@attrs.frozen
+class RetainedFact:
+    """A fact a summary keeps verbatim, and the entries (``seqs``) it comes from."""
+
+    text: str = attrs.field(validator=_text)
+    seqs: tuple[int, ...] = attrs.field(default=(), converter=_seqs)
+
+
+@attrs.frozen
+class CompactionResult:
+    """A compaction made outside the runtime (see the module notes). Field types are checked
+    when it is built; whether it fits a log, by :func:`verify_artifact`."""
+
+    covers_from: int = attrs.field(validator=_integer)
+    covers_through: int = attrs.field(validator=_integer)
+    summary: str | None = attrs.field(validator=_optional_text)
+    source_digest: str = attrs.field(validator=_text)
+    compactor_version: str = attrs.field(validator=_text)
+    retained_facts: tuple[RetainedFact, ...] = attrs.field(default=(), converter=_facts)
+    token_estimate: int = attrs.field(default=0, validator=_integer)
+    kind: Literal["summarize", "clear-tool-results"] = attrs.field(
+        default="summarize", validator=_kind
+    )
+
+
+#: Why an artifact was refused.
+Refusal = Literal["range", "cut", "base", "digest", "summary", "facts", "estimate", "version"]
+
+
+@attrs.frozen
+class ArtifactRefused(TaggedError):
+    """An artifact that does not fit the log it was checked against; nothing was used."""
+
+    reason: Refusal
+    detail: str
+
+    def __str__(self) -> str:
+        return f"compaction artifact refused ({self.reason}): {self.detail}"
+
+
+def source_digest(entries: Iterable[LogEntry]) -> str:
+    """The digest of ``entries`` — give exactly the covered range (see the module notes)."""
+    digest = hashlib.sha256(DIGEST_VERSION.encode())
+    for entry in entries:
+        if isinstance(entry.record, CompactionCreated):
+            continue
+        tag, version, body, _ = _CODEC.encode(entry.record)
+        digest.update(f"\n{entry.seq}\t{tag}\t{version}\t".encode())
+        digest.update(body.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
+
+
+def _in_range(entries: Sequence[LogEntry], first: int, last: int) -> list[LogEntry]:
+    return [e for e in entries if first <= e.seq <= last]
+
+
+def straddled(entries: Sequence[LogEntry], through: int) -> bool:
+    """Whether a batch of tool calls has its response at or before ``through`` and a settlement
+    after it (a cut there would separate a call from its result)."""
+    responses: dict[tuple[str, int, str], int] = {}
+    for entry in entries:
+        rec = entry.record
+        if isinstance(rec, ModelResponseRecorded) and entry.seq <= through:
+            for kind, call in rec.content:
+                if kind == "tool-call":
+                    responses[(rec.run_id, rec.turn, call["id"])] = entry.seq
+        elif (
+            isinstance(rec, ToolCallSettled)
+            and entry.seq > through
+            and (rec.run_id, rec.turn, rec.tool_call_id) in responses
+        ):
+            return True
+    return False
+
+
+def verify_artifact(
+    entries: Sequence[LogEntry],
+    artifact: CompactionResult,
+    *,
+    versions: Collection[str] | None = None,
+) -> None:
+    """Check ``artifact`` against the log ``entries`` (the whole conversation, in order); raise
+    :class:`ArtifactRefused` saying why it does not fit. Pure."""
+    if not isinstance(artifact, CompactionResult):
+        raise TypeError(f"an artifact is a CompactionResult, got {type(artifact).__name__}")
+    last_seq = entries[-1].seq if entries else 0
+    first, through = artifact.covers_from, artifact.covers_through
+    if not 1 <= first <= through:
+        raise ArtifactRefused("range", f"covers {first} to {through}: not a range of entries")
+    if through > last_seq:
+        raise ArtifactRefused("range", f"covers through {through}, the log ends at {last_seq}")
+    if artifact.kind == "summarize" and straddled(entries, through):
+        raise ArtifactRefused("cut", f"a tool call before {through} has its result after it")
+    summary_through = _covered(entries)[0]
+    if first not in (1, summary_through + 1):
+        raise ArtifactRefused(
+            "base", f"covers from {first}: neither the start nor right after the summary in force"
+        )
+    if artifact.source_digest != source_digest(_in_range(entries, first, through)):
+        raise ArtifactRefused("digest", f"the digest does not match entries {first}-{through}")
+    summary = artifact.summary
+    if artifact.kind == "summarize" and (summary is None or not summary.strip()):
+        raise ArtifactRefused("summary", "a summary must be text")
+    if artifact.kind == "clear-tool-results" and summary is not None:
+        raise ArtifactRefused("summary", "clearing tool results has no summary")
+    for fact in artifact.retained_facts:
+        if not fact.text.strip():
+            raise ArtifactRefused("facts", "a retained fact must be text")
+        if any(not first <= seq <= through for seq in fact.seqs):
+            raise ArtifactRefused("facts", f"a retained fact points outside {first}-{through}")
+    if artifact.token_estimate < 0:
+        raise ArtifactRefused("estimate", f"token estimate {artifact.token_estimate}")
+    version = artifact.compactor_version
+    if not version or (versions is not None and version not in versions):
+        raise ArtifactRefused("version", f"compactor version {version!r} is not accepted")
+
+
+def summary_text(artifact: CompactionResult) -> str | None:
+    """The summary a record gets from ``artifact``: its summary and then its retained facts."""
+    if artifact.summary is None or not artifact.retained_facts:
+        return artifact.summary
+    facts = "\n".join(f"- {fact.text}" for fact in artifact.retained_facts)
+    return f"{artifact.summary}\n\nFacts to keep:\n{facts}"
+
+
+def compaction_artifacts(entries: Sequence[LogEntry]) -> tuple[CompactionResult, ...]:
+    """Every compaction the log applies, as an artifact covering from entry 1 (export, audit,
+    rebuild), in log order. Records the projection ignores (invalid ranges) are left out."""
+    found: list[CompactionResult] = []
+    last_seq = entries[-1].seq if entries else 0
+    for entry in entries:
+        rec = entry.record
+        if not isinstance(rec, CompactionCreated):
+            continue
+        if not 0 < rec.covers_through < entry.seq or rec.covers_through > last_seq:
+            continue
+        if rec.kind == "summarize" and rec.summary is None:
+            continue
+        digest = source_digest(_in_range(entries, 1, rec.covers_through))
+        found.append(
+            CompactionResult(1, rec.covers_through, rec.summary, digest, LOG_VERSION, kind=rec.kind)
+        )
+    return tuple(found)
+
+
+def rebuild_compactions(
+    entries: Sequence[LogEntry],
+    artifacts: Iterable[CompactionResult],
+    *,
+    run_id: str = "",
+    turn: int = 0,
+    at: float = 0.0,
+    versions: Collection[str] | None = None,
+) -> tuple[CompactionCreated, ...]:
+    """The records to append to the log ``entries`` for ``artifacts``, in order — each verified
+    against the log with the records before it appended. Raises :class:`ArtifactRefused` for the
+    first that does not fit (then nothing is to be appended)."""
+    records: list[CompactionCreated] = []
+    log = list(entries)
+    conversation = next(
+        (c for e in log if isinstance(c := getattr(e.record, "conversation_id", None), str)), ""
+    )
+    for artifact in artifacts:
+        verify_artifact(log, artifact, versions=versions)
+        record = CompactionCreated(
+            conversation,
+            run_id,
+            turn,
+            artifact.kind,
+            artifact.covers_through,
+            summary_text(artifact),
+            at,
+        )
+        records.append(record)
+        log.append(LogEntry((log[-1].seq if log else 0) + 1, record))
+    return tuple(records)

@@ -1,0 +1,68 @@
+"""Token counters for the engine's ``TokenCounterService``: a real tokenizer, plugged in.
+
+The engine's default counter is a fast estimate (about four characters a token). A deployment that
+has the model's tokenizer — ``tiktoken``'s ``Encoding.encode``, a Hugging Face tokenizer's
+``encode`` — counts exactly with :class:`TokenizerCounter`, which takes any function from text to
+tokens, so nothing here depends on a tokenizer package.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, final
+
+from effectagent.ai import (
+    Message,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolResultContent,
+)
+from effectagent.effect import Layer
+from effectagent.engine import TokenCounterService
+
+__all__ = ["TokenizerCounter"]
+
+
+def _payload(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+@final
+class TokenizerCounter:
+    """Counts tokens with ``encode`` (text to a sequence of tokens) over every text, argument
+    and result of the messages, plus ``per_message`` tokens a message for its framing."""
+
+    __slots__ = ("_encode", "per_message")
+
+    def __init__(self, encode: Callable[[str], Sequence[Any]], *, per_message: int = 4) -> None:
+        if not callable(encode):
+            raise TypeError("encode must be a function from text to tokens")
+        if type(per_message) is not int or per_message < 0:
+            raise ValueError(f"per_message must be a non-negative int, got {per_message!r}")
+        self._encode = encode
+        self.per_message = per_message
+
+    def count(self, messages: Sequence[Message]) -> int:
+        """Tokens the messages take in a request."""
+        encode = self._encode
+        total = self.per_message * len(messages)
+        for message in messages:
+            if isinstance(message, SystemMessage):
+                total += len(encode(message.content))
+                continue
+            for part in message.content:
+                if isinstance(part, TextContent):
+                    total += len(encode(part.text))
+                elif isinstance(part, ToolCallContent):
+                    total += len(encode(part.name)) + len(encode(_payload(part.arguments)))
+                elif isinstance(part, ToolResultContent):
+                    total += len(encode(part.name)) + len(encode(_payload(part.result)))
+                else:  # reasoning the model produced earlier
+                    total += len(encode(part.text))
+        return total
+
+    def layer(self) -> Layer:
+        """This counter as the engine's ``TokenCounterService``."""
+        return Layer.succeed(TokenCounterService, self, name="TokenizerCounter")

@@ -1,0 +1,143 @@
+"""Generated conversations for the compaction properties: logs as the engine writes them — user
+inputs, model responses with batches of tool calls (IDs reused across turns), settlements with
+results of every size, run endings, some earlier compactions (valid or not) — ending at a point
+where the engine compacts: after a user input, or after a complete batch."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+from hypothesis import strategies as st
+
+from effectagent.core import (
+    ApprovalRequest,
+    CompactionCreated,
+    ConversationCreated,
+    LogEntry,
+    ModelResponseRecorded,
+    Record,
+    RunCompletedRecord,
+    ToolApprovalRequested,
+    ToolCallPrepared,
+    ToolCallSettled,
+    ToolFailure,
+    ToolSuccess,
+    UsageDelta,
+    UserInputRecorded,
+)
+
+CONVERSATION = "conv_1"
+
+
+@attrs.frozen
+class Conversation:
+    """A generated log; ``spans`` are the (response seq, last settlement seq) of every batch;
+    ``last_messages`` how many messages the newest unit renders (1: a user input, 2: a batch)."""
+
+    entries: tuple[LogEntry, ...]
+    spans: tuple[tuple[int, int], ...]
+    last_messages: int
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.entries: list[LogEntry] = []
+
+    def add(self, record: Record) -> int:
+        seq = len(self.entries) + 1
+        self.entries.append(LogEntry(seq, record))
+        return seq
+
+
+def _text(draw: st.DrawFn, largest: int) -> str:
+    size = draw(st.integers(0, largest))
+    word = draw(st.sampled_from(["alpha", "beta", "gamma", "delta"]))
+    return (word + " ") * (size // 6) + word
+
+
+def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[int, int]]) -> None:
+    calls = draw(st.integers(1, 3))
+    content: list[tuple[str, Any]] = []
+    if draw(st.booleans()):
+        content.append(("text", _text(draw, 200)))
+    for index in range(calls):
+        arguments = json.dumps({"q": _text(draw, 60)})
+        content.append(
+            ("tool-call", {"id": f"call_{index}", "name": "fetch", "arguments": arguments})
+        )
+    response = log.add(
+        ModelResponseRecorded(
+            CONVERSATION, run, turn, tuple(content), "tool-calls", UsageDelta(), 0.0
+        )
+    )
+    for index in range(calls):
+        log.add(ToolCallPrepared(CONVERSATION, run, turn, f"call_{index}", "fetch", {}, 0.0))
+        if draw(st.integers(0, 5)) == 0:
+            request = ApprovalRequest(
+                run, CONVERSATION, "agent", "fetch", f"call_{index}", "", (), "low", {}, 0.0
+            )
+            log.add(ToolApprovalRequested(CONVERSATION, run, request, 0.0))
+    last = response
+    if draw(st.integers(0, 7)) == 0:  # a concurrent run of the conversation writes in between
+        log.add(
+            UserInputRecorded(CONVERSATION, "run_other", "in_other", "user", "meanwhile", "bo", 0.0)
+        )
+    for index in range(calls):
+        result = _text(draw, 6000)
+        outcome = (
+            ToolSuccess(f"call_{index}", "fetch", result)
+            if draw(st.integers(0, 4))
+            else ToolFailure(f"call_{index}", "fetch", {"_tag": "Oops", "message": result[:80]})
+        )
+        last = log.add(
+            ToolCallSettled(CONVERSATION, run, turn, f"call_{index}", "fetch", outcome, 0.0)
+        )
+    spans.append((response, last))
+
+
+@st.composite
+def conversations(
+    draw: st.DrawFn, *, max_runs: int = 6, earlier_compactions: bool = True
+) -> Conversation:
+    """A conversation (see the module notes)."""
+    log = _Log()
+    spans: list[tuple[int, int]] = []
+    log.add(ConversationCreated(CONVERSATION, "agent", 0.0))
+    runs = draw(st.integers(1, max_runs))
+    last_messages = 1
+    for number in range(runs):
+        run = f"run_{number}"
+        log.add(
+            UserInputRecorded(
+                CONVERSATION, run, f"in_{number}", "user", _text(draw, 400), "ann", 0.0
+            )
+        )
+        last_messages = 1
+        batches = draw(st.integers(0, 3))
+        final = number < runs - 1 or draw(st.booleans())
+        for turn in range(1, batches + 1):
+            _batch(draw, log, run, turn, spans)
+            last_messages = 2
+        if final:
+            answer = (("text", _text(draw, 300)),)
+            log.add(
+                ModelResponseRecorded(
+                    CONVERSATION, run, batches + 1, answer, "stop", UsageDelta(), 0.0
+                )
+            )
+            log.add(RunCompletedRecord(CONVERSATION, run, None, "stop", 0.0))
+            if number == runs - 1:  # the engine compacts before a new run's first turn
+                log.add(
+                    UserInputRecorded(
+                        CONVERSATION, "run_next", "in_next", "user", "and now?", "ann", 0.0
+                    )
+                )
+                last_messages = 1
+        if earlier_compactions and number < runs - 1 and draw(st.integers(0, 3)) == 0:
+            covers = draw(st.integers(0, len(log.entries) + 1))
+            kind: Any = draw(st.sampled_from(["summarize", "clear-tool-results"]))
+            summary = f"summary through {covers}" if kind == "summarize" else None
+            log.add(CompactionCreated(CONVERSATION, run, 0, kind, covers, summary, 0.0))
+    return Conversation(tuple(log.entries), tuple(spans), last_messages)
