@@ -247,9 +247,10 @@ async def test_a_subscriber_that_falls_behind_is_disconnected_and_others_keep_up
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reader, approver.subscribe())
+        await trio.testing.wait_all_tasks_blocked()  # the reader waits before anything is sent
         for n in range(3):
             nursery.start_soon(approver.request, _request(f"call_{n}"))
-        await trio.testing.wait_all_tasks_blocked()
+            await trio.testing.wait_all_tasks_blocked()  # and takes each update as it comes
         assert len(approver.pending()) == 3
         late = approver.subscribe()  # a UI connecting now sees what is pending
         for approval in approver.pending():
