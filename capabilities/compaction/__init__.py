@@ -22,6 +22,7 @@ from ._compactor import CompactionHost as CompactionHost
 from ._compactor import HostRequest as HostRequest
 from ._compactor import LogCompactor as LogCompactor
 from ._compactor import calibrated_limit as calibrated_limit
+from ._planner import ELIDED as ELIDED
 from ._planner import Budget as Budget
 from ._planner import Plan as Plan
 from ._planner import fit_summary as fit_summary
@@ -37,6 +38,7 @@ from ._view import Unit as Unit
 __all__ = [
     "COMPACTOR_VERSION",
     "DIGEST_VERSION",
+    "ELIDED",
     "SUMMARY_INSTRUCTIONS",
     "ArtifactRefused",
     "Budget",

@@ -144,6 +144,14 @@ class LogCompactor:
         summary = await self._summary(request, view, plan, limit)
         if summary is None:
             return ()
+        if not summary.strip():  # an empty answer summarizes nothing: as a failed summary
+            log_warning(
+                "compaction summary failed",
+                conversation_id=request.conversation_id,
+                run_id=request.run_id,
+                error="EmptySummary",
+            )
+            return ()
         fitted = fit_summary(summary, system, plan.kept, plan.target, count)
         return (self._record(view, request, plan, fitted),)
 

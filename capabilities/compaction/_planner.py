@@ -59,9 +59,9 @@ class Plan:
     """One compaction: a record of ``kind`` covering entries ``<= covers_through``.
 
     ``tokens_before`` is the prompt's count now; ``tokens_after`` with the compaction — for a
-    summary, with an empty one (the summary may take ``summary_room`` more). ``covered`` is what a
-    summary replaces (the earlier summary and the covered messages, as the prompt shows them),
-    ``kept`` the messages after the cut, verbatim.
+    summary, with the shortest one (:data:`ELIDED`; the summary may take ``summary_room`` more).
+    ``covered`` is what a summary replaces (the earlier summary and the covered messages, as the
+    prompt shows them), ``kept`` the messages after the cut, verbatim.
     """
 
     kind: Literal["clear-tool-results", "summarize"]
@@ -71,9 +71,15 @@ class Plan:
     summary_room: int = 0
     covered: tuple[Message, ...] = ()
     kept: tuple[Message, ...] = ()
-    #: What the prompt with its summary must fit: the limit — or, when even an empty summary
+    #: What the prompt with its summary must fit: the limit — or, when even the shortest summary
     #: cannot bring it there, just under ``tokens_before`` (a compaction never grows the prompt).
     target: int = 0
+
+
+#: The shortest summary: what a summary is cut to when no part of it fits. The planner reserves
+#: room for it, so a summary record always says that something was left out (an empty one would
+#: drop the covered turns without a trace, and could not be exported or rebuilt).
+ELIDED = "…"
 
 
 def summary_message(text: str) -> Message:
@@ -106,7 +112,7 @@ def plan_compaction(view: LogView, system: Sequence[Message], budget: Budget) ->
         plan = _prune_until(view, system, limit, max(kept_from, 0), before)
         return plan if plan is not None and plan.tokens_after < before else None
 
-    header = count([summary_message("")])
+    header = count([summary_message(ELIDED)])
     room = limit - fixed - header - budget.summary_tokens
     if keep is not None and tails[keep + 1] <= room:
         cut = keep
@@ -160,7 +166,7 @@ def _summarize(
     view: LogView, system: Sequence[Message], limit: int, cut: int, before: int, most: int
 ) -> Plan:
     """A summary covering units ``<= cut``; the cut moves later while the exact count of the
-    prompt (with an empty summary) does not fit."""
+    prompt (with the shortest summary) does not fit."""
     units, count = view.units, view.count
     last_cut = len(units) - 2
     tails = [0] * (len(units) + 1)
@@ -168,7 +174,7 @@ def _summarize(
         tails[i] = tails[i + 1] + units[i].tokens
     while True:
         kept = tuple(m for unit in units[cut + 1 :] for m in unit.messages)
-        after = count([*system, summary_message(""), *kept])
+        after = count([*system, summary_message(ELIDED), *kept])
         if after <= limit or cut >= last_cut:
             break
         # Over by ``after - limit``: skip at once to the first cut whose tail is that much
@@ -202,4 +208,4 @@ def fit_summary(
             low = middle
         else:
             high = middle - 1
-    return text[:low] + " …" if low else ""
+    return text[:low] + " …" if low else ELIDED

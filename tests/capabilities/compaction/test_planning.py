@@ -16,9 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.compaction import (
+    ELIDED,
     LogCompactor,
     LogView,
     compaction_artifacts,
+    fit_summary,
     rebuild_compactions,
     summary_message,
 )
@@ -151,7 +153,7 @@ def test_a_compaction_fits_the_limit_whenever_it_can_and_splits_nothing(
         assert tokens_after < tokens_before
     newest = before[-conversation.last_messages :]
     assert after[-conversation.last_messages :] == newest  # the newest unit is never covered
-    smallest = count([SYSTEM, summary_message(""), *newest])
+    smallest = count([SYSTEM, summary_message("…"), *newest])
     if strategy == "prune-then-summarize" and smallest <= limit:
         assert tokens_after <= limit
 
@@ -276,6 +278,61 @@ def test_pruning_alone_is_used_when_it_is_enough() -> None:
         "_tag": "ResultCleared",
         "message": "older tool result removed to save context",
     }
+
+
+def test_a_summary_with_no_room_left_is_cut_to_the_marker_never_to_nothing() -> None:
+    def characters(messages: Sequence[Message]) -> int:  # a counter exact to the character
+        return sum(len(getattr(part, "text", "")) for m in messages for part in m.content)
+
+    kept = [SystemMessage("kept " * 40)]
+    room = characters([SYSTEM, summary_message(ELIDED), *kept])
+    assert fit_summary("a long summary " * 50, [SYSTEM], kept, room, characters) == ELIDED
+    assert fit_summary("a long summary", [SYSTEM], kept, room + 4, characters) == "a l …"
+    assert fit_summary("short", [SYSTEM], kept, room + 50, characters) == "short"
+
+
+def _summary_request(entries: list[LogEntry], summarize: Any) -> CompactionRequest:
+    messages = project_messages(entries)
+    tokens = estimate_tokens([SYSTEM, *messages])
+    return CompactionRequest(
+        "conv",
+        "run",
+        7,
+        tuple(entries),
+        (SYSTEM, *messages),
+        tokens,
+        max(1, tokens // 2),
+        200,
+        "prune-then-summarize",
+        summarize,
+        estimate_tokens,
+    )
+
+
+def test_every_summary_record_can_be_exported_and_rebuilt_even_at_the_smallest_limit() -> None:
+    entries = _long_log(turns=6, result_chars=300, question_chars=200)
+    for divisor in (2, 3, 5, 8, 13, 40):  # from roomy to nothing left for the summary's text
+        request = attrs.evolve(
+            _summary_request(entries, _summarizer("what happened " * 100)),
+            context_token_limit=max(1, request_tokens(entries) // divisor),
+        )
+        records = trio.run(LogCompactor().compact, request)
+        for record in records:
+            assert record.summary is not None
+            assert record.summary.strip()
+        log = _appended(entries, records)
+        stripped = [e for e in log if not isinstance(e.record, CompactionCreated)]
+        rebuilt = rebuild_compactions(stripped, compaction_artifacts(log), run_id="operator")
+        assert project_messages(_appended(stripped, rebuilt)) == project_messages(log)
+
+
+def request_tokens(entries: list[LogEntry]) -> int:
+    return estimate_tokens([SYSTEM, *project_messages(entries)])
+
+
+def test_an_empty_summary_is_a_failed_summary_and_appends_nothing() -> None:
+    entries = _long_log(turns=6, result_chars=300, question_chars=200)
+    assert trio.run(LogCompactor().compact, _summary_request(entries, _summarizer("  \n"))) == ()
 
 
 def _long_log(turns: int, result_chars: int, question_chars: int = 0) -> list[LogEntry]:

@@ -1,0 +1,148 @@
+"""Host-supplied compaction artifacts are verified against the log before use: a wrong digest, a
+range outside the log or through a batch, a summary building on nothing, facts pointing elsewhere,
+an unaccepted version — each refused with its reason. And the token counter over a tokenizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from capabilities.compaction import (
+    ArtifactRefused,
+    CompactionResult,
+    RetainedFact,
+    TokenizerCounter,
+    compaction_artifacts,
+    source_digest,
+    verify_artifact,
+)
+from effectagent.ai import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    TextContent,
+    ToolCallContent,
+    ToolMessage,
+    ToolResultContent,
+    UserMessage,
+)
+from effectagent.core import (
+    CompactionCreated,
+    LogEntry,
+    ModelResponseRecorded,
+    ToolCallSettled,
+    ToolSuccess,
+    UsageDelta,
+    UserInputRecorded,
+)
+
+CALL = {"id": "call_0", "name": "fetch", "arguments": "{}"}
+LOG = [
+    LogEntry(1, UserInputRecorded("c", "r", "i1", "user", "first", "ann", 0.0)),
+    LogEntry(
+        2,
+        ModelResponseRecorded("c", "r", 1, (("tool-call", CALL),), "tool-calls", UsageDelta(), 0.0),
+    ),
+    LogEntry(
+        3, ToolCallSettled("c", "r", 1, "call_0", "fetch", ToolSuccess("call_0", "fetch", "x"), 0.0)
+    ),
+    LogEntry(4, UserInputRecorded("c", "r", "i2", "user", "second", "ann", 0.0)),
+    LogEntry(5, CompactionCreated("c", "r", 2, "summarize", 3, "earlier", 0.0)),
+    LogEntry(6, UserInputRecorded("c", "r", "i3", "user", "third", "ann", 0.0)),
+]
+
+
+def _artifact(first: int = 1, through: int = 4, **changes: Any) -> CompactionResult:
+    digest = source_digest([e for e in LOG if first <= e.seq <= through])
+    base = CompactionResult(
+        first, through, "a summary", digest, "host/1", (RetainedFact("f", (first,)),), 7
+    )
+    return attrs.evolve(base, **changes)
+
+
+def test_a_matching_artifact_verifies() -> None:
+    verify_artifact(LOG, _artifact())
+    verify_artifact(LOG, _artifact(first=4, through=4))  # right after the summary in force (3)
+    verify_artifact(LOG, _artifact(kind="clear-tool-results", summary=None, through=2))
+
+
+@pytest.mark.parametrize(
+    ("artifact", "reason"),
+    [
+        (_artifact(source_digest="0" * 64), "digest"),
+        (attrs.evolve(_artifact(), covers_through=6), "digest"),  # the digest of another range
+        (_artifact(through=7), "range"),
+        (_artifact(first=3, through=2), "range"),
+        (_artifact(through=2), "cut"),  # the call at 2 has its result at 3
+        (_artifact(first=2, through=4), "base"),  # builds on no summary
+        (_artifact(summary=" "), "summary"),
+        (_artifact(kind="clear-tool-results"), "summary"),
+        (_artifact(retained_facts=(RetainedFact("f", (6,)),)), "facts"),
+        (_artifact(token_estimate=-1), "estimate"),
+        (_artifact(compactor_version=""), "version"),
+    ],
+)
+def test_an_artifact_that_does_not_fit_the_log_is_refused_with_its_reason(
+    artifact: CompactionResult, reason: str
+) -> None:
+    with pytest.raises(ArtifactRefused) as refused:
+        verify_artifact(LOG, artifact)
+    assert refused.value.reason == reason
+
+
+def test_only_accepted_versions_verify() -> None:
+    verify_artifact(LOG, _artifact(), versions={"host/1"})
+    with pytest.raises(ArtifactRefused, match="version"):
+        verify_artifact(LOG, _artifact(), versions={"host/2"})
+
+
+def test_the_digest_ignores_compaction_records_and_nothing_else() -> None:
+    without = [e for e in LOG if not isinstance(e.record, CompactionCreated)]
+    assert source_digest(without) == source_digest(LOG)
+    changed = [*LOG[:3], LogEntry(4, UserInputRecorded("c", "r", "i2", "user", "2nd", "ann", 0.0))]
+    assert source_digest(changed) != source_digest(LOG[:4])
+    renumbered = [attrs.evolve(e, seq=e.seq + 1) for e in LOG[:4]]
+    assert source_digest(renumbered) != source_digest(LOG[:4])
+
+
+def test_exported_compactions_verify_against_their_log() -> None:
+    (exported,) = compaction_artifacts(LOG)
+    assert (exported.covers_from, exported.covers_through, exported.summary) == (1, 3, "earlier")
+    verify_artifact(LOG[:4], exported)
+
+
+#: Types erased: these tests hand the classes what their annotations forbid.
+Result: Any = CompactionResult
+Fact: Any = RetainedFact
+
+
+@pytest.mark.parametrize(
+    ("build", "error"),
+    [
+        (lambda: Result("1", 2, "s", "d", "v"), TypeError),
+        (lambda: Result(1, 2, 3, "d", "v"), TypeError),
+        (lambda: Result(1, 2, "s", "d", "v", ("fact",)), TypeError),
+        (lambda: Result(1, 2, "s", "d", "v", kind="prune"), ValueError),
+        (lambda: Fact("f", ("3",)), TypeError),
+    ],
+)
+def test_an_artifact_of_the_wrong_shape_is_refused_when_built(build: Any, error: type) -> None:
+    with pytest.raises(error):
+        build()
+
+
+def test_a_tokenizer_counts_every_text_argument_and_result() -> None:
+    counter = TokenizerCounter(str.split, per_message=2)
+    messages: list[Message] = [
+        SystemMessage("be brief"),
+        UserMessage((TextContent("two words"),)),
+        AssistantMessage((ToolCallContent("c", "fetch", {"q": "x y"}),)),
+        ToolMessage((ToolResultContent("c", "fetch", "one two three"),)),
+    ]
+    # four framings; the texts, tool names, argument JSON and results split on whitespace
+    expected = 4 * 2 + 2 + 2 + (1 + len(['{"q":', '"x', 'y"}'])) + (1 + 3)
+    assert counter.count(messages) == expected
+    with pytest.raises(ValueError, match="per_message"):
+        TokenizerCounter(str.split, per_message=-1)
