@@ -4,13 +4,29 @@ subpackage has the rest:
 * ``capabilities.storage`` — the SQLite database and the Conversation Log on it (class P);
 * ``capabilities.sessions`` — sessions pointing to conversations (spec §3);
 * ``capabilities.steering`` — steering and follow-ups with receipts (spec §4);
-* ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012).
+* ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012);
+* ``capabilities.approval`` — approval providers: by policy, interactive, scripted (spec §5);
+* ``capabilities.authorization`` — which principal may call which tool (spec §5);
+* ``capabilities.compaction`` — the compactor: prune, then summarize (spec §6);
+* ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1).
 
 ``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
 """
 
 from capabilities._assemblies import in_memory_storage as in_memory_storage
 from capabilities._assemblies import sqlite_storage as sqlite_storage
+from capabilities.approval import ApprovalPolicy as ApprovalPolicy
+from capabilities.approval import ApprovalRule as ApprovalRule
+from capabilities.approval import InteractiveApproval as InteractiveApproval
+from capabilities.approval import PolicyApproval as PolicyApproval
+from capabilities.approval import ScriptedApproval as ScriptedApproval
+from capabilities.authorization import AccessPolicy as AccessPolicy
+from capabilities.authorization import AccessRule as AccessRule
+from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
+from capabilities.code_mode import CodeMode as CodeMode
+from capabilities.code_mode import CodeModeBuildError as CodeModeBuildError
+from capabilities.code_mode import code_mode as code_mode
+from capabilities.compaction import LogCompactor as LogCompactor
 from capabilities.sessions import Session as Session
 from capabilities.sessions import SessionConflict as SessionConflict
 from capabilities.sessions import SessionCreate as SessionCreate
@@ -30,10 +46,21 @@ from capabilities.storage import SqliteConversationLog as SqliteConversationLog
 from capabilities.storage import SqliteDatabaseService as SqliteDatabaseService
 
 __all__ = [
+    "AccessPolicy",
+    "AccessRule",
     "AgentStateService",
+    "ApprovalPolicy",
+    "ApprovalRule",
+    "CodeMode",
+    "CodeModeBuildError",
     "Compensatable",
     "InputReceipt",
+    "InteractiveApproval",
+    "LogCompactor",
+    "PolicyApproval",
+    "PolicyAuthorization",
     "RunLocal",
+    "ScriptedApproval",
     "Session",
     "SessionConflict",
     "SessionCreate",
@@ -47,6 +74,7 @@ __all__ = [
     "SteeringService",
     "Uncertain",
     "WithRecord",
+    "code_mode",
     "in_memory_storage",
     "sqlite_storage",
 ]
