@@ -5,7 +5,10 @@ Profiles (select with ``HYPOTHESIS_PROFILE``; default ``dev``):
 * ``dev`` — 50 examples, quick feedback while editing;
 * ``ci`` — 200 examples, what ``make test`` and CI run: *derandomized* (the examples are a function
   of the test alone) and with no example database, so a run is reproducible — the same examples on
-  every machine, every time, whatever ran before;
+  every machine, every time, whatever ran before. (Hypothesis also draws on literals found in the
+  project's modules imported so far; every module of the product packages is imported below, before
+  any test, so that pool is the same whether one test runs or all of them — a failure CI finds
+  reproduces when its test runs alone.)
 * ``thorough`` — 2000 random examples, for hunting rare interleavings (``make test-thorough``);
   a failure it finds is saved in the example database and replayed first next time.
 
@@ -15,7 +18,9 @@ on a :class:`trio.testing.MockClock` that jumps ahead whenever every task is blo
 
 from __future__ import annotations
 
+import importlib
 import os
+import pkgutil
 
 import pytest
 import trio.testing
@@ -39,6 +44,16 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _import_the_product() -> None:
+    for name in ("effectagent", "capabilities", "sandbox", "examples"):
+        package = importlib.import_module(name)
+        for module in pkgutil.walk_packages(package.__path__, f"{name}."):
+            importlib.import_module(module.name)
+
+
+_import_the_product()
 
 
 @pytest.fixture
