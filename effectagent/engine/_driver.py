@@ -117,8 +117,8 @@ class RunDriver:
         self._yielded = False
         # Final answers sent back because they did not decode into ``Agent.output``.
         self._output_retries = 0
-        # (messages in the last request, input tokens the provider reported for it): see
-        # ``_live_context``.
+        # (a prefix of the prompt, in messages; its tokens — as the provider reported them for
+        # the last request, or as counted here): see ``_live_context``.
         self._context_base: tuple[int, int] | None = None
 
     @property
@@ -291,7 +291,7 @@ class RunDriver:
                 await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
-            if services.compactor is not None:
+            if services.compactor is not None and self.agent.policy.context_token_limit:
                 compacted = await maybe_compact(
                     io,
                     services,
@@ -467,19 +467,29 @@ class RunDriver:
             attempt += 1
         self.budget.record_usage(step.usage)
         io.record_later(step.record)
-        # The provider's count of this request's input: the base of the next live-context figure.
-        self._context_base = (len(request.messages), step.usage.input_tokens)
+        # The provider's count of this request's input: the base of the next live-context figure
+        # (a provider that reports none leaves the engine's own count as the base).
+        if step.usage.input_tokens > 0:
+            self._context_base = (len(request.messages), step.usage.input_tokens)
         return step
 
-    def _live_context(self) -> int | None:
+    def _live_context(self) -> int:
         """The live-context figure for compaction: the tokens the provider reported for the
-        last request's input plus the count of what was added since (None before any report —
-        then the whole prompt is counted)."""
+        last request's input plus the count of what was added since — or, before any report (or
+        from a provider that reports none, or after a compaction), the count of the whole prompt
+        once and then of each message as it is added. Each message is counted once: a turn costs
+        the count of what it added, not of the whole prompt."""
+        messages = self.messages
+        count = self.services.count_tokens
         base = self._context_base
-        if base is None or base[1] <= 0:
-            return None
-        sent, reported = base
-        return reported + self.services.count_tokens(self.messages[sent:])
+        if base is None or base[0] > len(messages):
+            tokens = count(messages)
+        elif base[0] == len(messages):
+            return base[1]
+        else:
+            tokens = base[1] + count(messages[base[0] :])
+        self._context_base = (len(messages), tokens)
+        return tokens
 
     def _output(self, response: ModelResponse) -> tuple[Any, str | None]:
         """The final answer decoded into ``Agent.output`` — or, when it does not decode, why

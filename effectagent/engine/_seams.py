@@ -17,7 +17,6 @@ Absence is explicit and decided at preflight (CAP-001/CAP-002):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Literal, Protocol
 
@@ -111,8 +110,10 @@ ToolAuthorizationService: ServiceKey[ToolAuthorization] = ServiceKey(
 
 
 def estimate_tokens(messages: Sequence[Message]) -> int:
-    """A cheap token estimate: about four characters a token over the messages' text and JSON,
-    and four tokens a message. The default :class:`TokenCounter`."""
+    """A cheap token estimate: about four characters a token over the messages' text and the
+    printed form of tool arguments and results (Python's ``repr``, within a few characters of
+    their JSON and several times cheaper to produce), and four tokens a message. The default
+    :class:`TokenCounter`."""
     chars = 0
     for message in messages:
         content = message.content
@@ -123,15 +124,23 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
             text = getattr(part, "text", None)
             if text is not None:
                 chars += len(text)
-            else:
-                payload = getattr(part, "result", None) or getattr(part, "arguments", None)
-                chars += len(json.dumps(payload, default=str)) if payload is not None else 0
+                continue
+            payload = getattr(part, "result", None)
+            if payload is None:
+                payload = getattr(part, "arguments", None)
+            if payload is not None:
+                chars += len(payload) + 2 if type(payload) is str else len(repr(payload))
     return chars // 4 + 4 * len(messages)
 
 
 class TokenCounter(Protocol):
     """Counts (or estimates) the tokens of prompt messages — a provider's real tokenizer, or a
-    fast estimate. Pure and quick: it runs before every turn of an agent with a context limit."""
+    fast estimate. Pure and quick: it runs before every turn of an agent with a context limit.
+
+    The engine counts each message once, as it is added, and adds the counts up (on top of the
+    provider's figure for the last request when there is one), so a counter should be close to
+    additive; the compactor counts the whole prompt exactly before it plans.
+    """
 
     def count(self, messages: Sequence[Message]) -> int:
         """Tokens the messages take in a request."""
@@ -150,7 +159,8 @@ class CompactionRequest:
 
     ``estimated_tokens`` is the live-context figure: the tokens the provider reported for the
     previous request's input, plus ``count_tokens`` of what was added since — or, before any
-    report (or after a compaction), ``count_tokens`` of the whole prompt. ``count_tokens`` is the
+    report (or after a compaction), ``count_tokens`` of the whole prompt when the run started or
+    the prompt was replaced, plus the counts of the messages added since. ``count_tokens`` is the
     runtime's :class:`TokenCounter`, for the compactor to plan with the same measure.
     """
 

@@ -173,3 +173,48 @@ async def test_a_token_counter_service_replaces_the_estimate(
     assert request.estimated_tokens == 2_000  # system + user message, as the counter counts
     assert request.count_tokens([object(), object(), object()]) == 3_000  # type: ignore[list-item]
     assert counter.calls >= 1
+
+
+class RecordingCounter:
+    """A TokenCounter that remembers every message it was asked to count."""
+
+    def __init__(self) -> None:
+        self.counted: list[object] = []
+
+    def count(self, messages: Sequence[object]) -> int:
+        self.counted.extend(messages)
+        return 10 * len(messages)
+
+
+async def test_each_turn_counts_only_what_it_added_and_the_sum_is_the_live_context(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """With no usage reported, the live context is the prompt counted once and then each message
+    as it is added — a turn does not recount the whole prompt (the check stays O(added))."""
+    from effectagent.ai import Usage
+    from effectagent.engine import TokenCounterService
+
+    from .helpers import HandlerProbe, forecast_tool
+
+    compactor, counter = SummarizeEverything(), RecordingCounter()
+    tool = forecast_tool()
+    unreported = Usage.of(0, 5)  # a provider that reports no input tokens
+    turns = [Turn.tool_calls(("forecast", {"city": "Oslo"}), usage=unreported) for _ in range(6)]
+    model = ScriptedModel([*turns, Turn.text("THE SUMMARY"), Turn.text("done")])
+    # system + user, then 2 messages a turn (call, result): 2 + 2 * 6 = 14 messages; limit 135
+    agent = make_agent(tool, policy=make_policy(context_token_limit=135, max_turns=10))
+    layer = (
+        agent.toolkit.handlers({tool: HandlerProbe().forecast()})
+        + Layer.succeed(CompactorService, compactor)
+        + Layer.succeed(LanguageModelService, model)
+        + Layer.succeed(TokenCounterService, counter)
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "hello")
+    assert result.text == "done"
+    (request,) = compactor.requests
+    assert request.turn == 7
+    assert request.estimated_tokens == 140 == request.count_tokens(request.messages)
+    before_compaction = counter.counted[: len(request.messages)]
+    assert [id(m) for m in before_compaction] == [id(m) for m in request.messages]  # each once
+    model.assert_consumed()
