@@ -22,8 +22,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run as a script: make ``benchmarks._util`` importable
-    sys.path.insert(0, str(ROOT))
+# Run as a script, this directory comes first on sys.path, where benchmarks/sandbox.py would
+# shadow the sandbox package: the project root goes before it.
+sys.path.insert(0, str(ROOT))
 
 import attrs  # noqa: E402
 import trio  # noqa: E402

@@ -1,0 +1,238 @@
+"""Compaction benchmarks: what a prompt build costs over a long, compacted conversation, and what
+compaction costs a turn when nothing needs compacting.
+
+Run with ``.venv/bin/python benchmarks/compaction.py`` (``make bench`` does); ``--quick`` gives a
+fast, noisier pass. It prints figures and never fails on them: a benchmark is not a timed test.
+
+Method
+------
+* **Projection**: a 10,000-record conversation (2,500 turns of user input, a response with one
+  tool call, its settlement with a 400-character result, and a text answer) carrying 50
+  compactions — one every 200 records, alternating ``clear-tool-results`` and ``summarize``. One
+  prompt build is ``project_messages`` over the whole log: what the engine does when a run
+  continues a stored conversation and after every compaction. Median µs per build.
+* **The compactor's view**: ``LogView`` over the same log (the units a cut may not go through, each
+  counted): what ``LogCompactor`` builds first when it *is* asked to compact. Median µs.
+* **Nothing to compact, the compactor**: ``LogCompactor.compact`` on a request under its limit —
+  the early return. Median µs per call.
+* **Nothing to compact, a whole turn**: the engine's scenario of ten turns with one no-op tool
+  call each (``engine_overhead.py``), run with ``LogCompactor`` installed and a context limit far
+  above the conversation, against the same runs without a compactor, in interleaved rounds. The
+  difference per turn is what the live-context check costs a turn (counting what the turn added
+  and comparing it with the limit). Median µs per run and per turn.
+
+Target (printed beside it): the per-turn cost when nothing needs compacting near zero (≤ 2 µs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this directory comes first on sys.path, where benchmarks/sandbox.py would
+# shadow the sandbox package: the project root goes before it.
+sys.path.insert(0, str(ROOT))
+
+import attrs  # noqa: E402
+import trio  # noqa: E402
+
+from benchmarks._util import Timing, amedian_us, median_us  # noqa: E402
+from benchmarks.engine_overhead import AGENT, model_layer, sequential_script  # noqa: E402
+from capabilities.compaction import LogCompactor, LogView  # noqa: E402
+from effectagent import Agent, open_runtime  # noqa: E402
+from effectagent.ai import Message, SystemMessage  # noqa: E402
+from effectagent.core import (  # noqa: E402
+    CompactionCreated,
+    CompactionPolicy,
+    LogEntry,
+    ModelResponseRecorded,
+    ToolCallSettled,
+    ToolSuccess,
+    UsageDelta,
+    UserInputRecorded,
+    project_messages,
+)
+from effectagent.engine import CompactionRequest, estimate_tokens  # noqa: E402
+from effectagent.testing import ScriptedModel  # noqa: E402
+
+RECORDS: Final = 10_000
+COMPACTIONS: Final = 50
+TURNS_PER_RUN: Final = 10
+TARGET_PER_TURN_US: Final = 2.0
+SYSTEM: Final = SystemMessage("Answer briefly.")
+
+
+def long_conversation(records: int = RECORDS, compactions: int = COMPACTIONS) -> list[LogEntry]:
+    """``records`` log entries of whole turns with ``compactions`` compaction records spread
+    evenly among them (one in the middle of every ``records / compactions``), each covering
+    everything before it — a cut between turns."""
+    entries: list[LogEntry] = []
+    every = records // compactions
+    done = turn = 0
+
+    def add(record: object) -> None:
+        entries.append(LogEntry(len(entries) + 1, record))  # type: ignore[arg-type]
+
+    while len(entries) < records:
+        if done < compactions and len(entries) + 1 >= done * every + every // 2:
+            done += 1
+            kind = "summarize" if done % 2 else "clear-tool-results"
+            summary = f"what happened up to turn {turn}" if kind == "summarize" else None
+            add(CompactionCreated("conv", f"run_{turn}", 2, kind, len(entries), summary, 0.0))  # type: ignore[arg-type]
+            continue
+        turn += 1
+        run = f"run_{turn}"
+        add(UserInputRecorded("conv", run, f"in_{turn}", "user", f"question {turn}", "ann", 0.0))
+        call = {"id": "call_0", "name": "fetch", "arguments": f'{{"n": {turn}}}'}
+        add(
+            ModelResponseRecorded(
+                "conv", run, 1, (("tool-call", call),), "tool-calls", UsageDelta(), 0.0
+            )
+        )
+        add(
+            ToolCallSettled(
+                "conv", run, 1, "call_0", "fetch", ToolSuccess("call_0", "fetch", "r" * 400), 0.0
+            )
+        )
+        add(
+            ModelResponseRecorded(
+                "conv", run, 2, (("text", f"answer {turn}"),), "stop", UsageDelta(), 0.0
+            )
+        )
+    return entries[:records]
+
+
+@attrs.frozen
+class Figures:
+    """What one pass measured."""
+
+    records: int
+    compactions: int
+    messages: int
+    projection: Timing
+    view: Timing
+    early_return: Timing
+    with_compactor: list[float]
+    without: list[float]
+
+
+def _per_run(samples: Sequence[float]) -> float:
+    return statistics.median(samples)
+
+
+async def _time_runs(agent: Agent, compactor: bool, per_batch: int) -> float:
+    script = sequential_script(TURNS_PER_RUN)
+    model = ScriptedModel(script * per_batch)
+    layer = model_layer(model)
+    if compactor:
+        layer = layer + LogCompactor().layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        gc.collect()
+        started = time.perf_counter_ns()
+        for _ in range(per_batch):
+            result = await runtime.run(agent, "How warm is Oslo tonight?")
+        elapsed = time.perf_counter_ns() - started
+        if result.status != "completed":
+            raise AssertionError(f"unexpected result {result!r}")
+    model.assert_consumed()
+    return elapsed / per_batch / 1_000
+
+
+async def measure(scale: float) -> Figures:
+    """Every figure of the module notes, ``scale`` times the default number of samples."""
+    entries = long_conversation()
+    messages = project_messages(entries)
+    batches = max(5, int(30 * scale))
+    projection = median_us(lambda: project_messages(entries), batches=batches, per_batch=3)
+    view = median_us(lambda: LogView(entries, estimate_tokens), batches=batches, per_batch=2)
+
+    prompt: tuple[Message, ...] = (SYSTEM, *messages[-8:])
+    tokens = estimate_tokens(prompt)
+
+    async def no_summary(covered: Sequence[Message]) -> str:
+        raise AssertionError("nothing to compact: no summary call")
+
+    request = CompactionRequest(
+        "conv", "run", 7, tuple(entries), prompt, tokens, tokens * 10, 2_000,
+        "prune-then-summarize", no_summary, estimate_tokens,
+    )  # fmt: skip
+    compactor = LogCompactor()
+    early_return = await amedian_us(lambda: compactor.compact(request), batches=batches)
+
+    limited = attrs.evolve(
+        AGENT,
+        policy=attrs.evolve(
+            AGENT.policy, context_token_limit=10_000_000, compaction=CompactionPolicy()
+        ),
+    )
+    per_batch = 200
+    rounds = max(5, int(25 * scale))
+    with_compactor: list[float] = []
+    without: list[float] = []
+    await _time_runs(limited, True, per_batch)  # warm-up round, not recorded
+    await _time_runs(AGENT, False, per_batch)
+    for _ in range(rounds):  # interleaved: drift in the machine's speed hits both alike
+        with_compactor.append(await _time_runs(limited, True, per_batch))
+        without.append(await _time_runs(AGENT, False, per_batch))
+    return Figures(
+        len(entries),
+        sum(isinstance(e.record, CompactionCreated) for e in entries),
+        len(messages),
+        projection,
+        view,
+        early_return,
+        with_compactor,
+        without,
+    )
+
+
+def report(figures: Figures) -> str:
+    """The figures as text."""
+    with_c, without = _per_run(figures.with_compactor), _per_run(figures.without)
+    per_turn = (with_c - without) / TURNS_PER_RUN
+    paired = [
+        (a - b) / TURNS_PER_RUN
+        for a, b in zip(figures.with_compactor, figures.without, strict=True)
+    ]
+    verdict = "meets" if per_turn <= TARGET_PER_TURN_US else "MISSES"
+    p = figures.projection
+    return "\n".join(
+        [
+            f"conversation: {figures.records} records, {figures.compactions} compactions, "
+            f"{figures.messages} messages in the projected prompt",
+            f"prompt build (project_messages over the whole log): median {p.median_us:.0f} µs "
+            f"(p90 {p.p90_us:.0f}), {p.median_us * 1_000 / figures.records:.0f} ns per record",
+            f"compactor's view of the log (LogView): median {figures.view.median_us:.0f} µs "
+            f"(p90 {figures.view.p90_us:.0f})",
+            f"nothing to compact, LogCompactor.compact: median "
+            f"{figures.early_return.median_us:.2f} µs per call",
+            f"nothing to compact, a run of {TURNS_PER_RUN} turns x 1 call: "
+            f"{with_c:.1f} µs with the compactor, {without:.1f} µs without",
+            f"  -> per turn: {per_turn:+.2f} µs (paired rounds: median "
+            f"{statistics.median(paired):+.2f}, range {min(paired):+.2f} to {max(paired):+.2f}); "
+            f"target <= {TARGET_PER_TURN_US:.0f} µs: {verdict}",
+        ]
+    )
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse the options, measure, print."""
+    parser = argparse.ArgumentParser(description="Measure compaction's costs.")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of samples")
+    parser.add_argument("--quick", action="store_true", help="a fast, noisier pass (--scale 0.2)")
+    args = parser.parse_args(argv)
+    scale = 0.2 if args.quick else args.scale
+    print(report(trio.run(partial(measure, scale))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
