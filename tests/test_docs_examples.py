@@ -2,6 +2,7 @@
 
 A user copies these first. Each block is executed on its own, in a fresh namespace, exactly as
 it stands in the file; a block that defines test functions (docs/testing.md) has them called.
+What the README and docs/capabilities.md say an example prints is checked in its output.
 """
 
 from __future__ import annotations
@@ -27,20 +28,60 @@ def _blocks() -> list[tuple[str, int, str]]:
 
 BLOCKS = _blocks()
 
-#: What each README example must print (substrings), by block index.
+#: What each example must print (substrings), by document and block index.
 README_OUTPUT = {
     0: ["RunStarted", "ToolCallSucceeded", "RunCompleted", "4 °C in Oslo today."],
     1: ["['success', 'success'] 4 °C (39.2 °F) in Oslo today.", "How many days, from today."],
     3: ["accepted True", "'One word.'", "delivered"],
-    4: ["deleting /tmp/a", "['success', 'rejected']", "[True, False]"],
-    5: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+    4: [
+        "deleting /tmp/a",
+        "success True policy approved by scratch files",
+        "rejected False policy /tmp/keep is kept",
+        "rejected False policy no rule matched: the default is to deny",
+    ],
+    5: [
+        "customer:ann success rejected not authorized: the tool 'refund' is not available",
+        "staff:bob success success",
+        "staff:intern-cy success rejected not authorized: interns cannot refund",
+    ],
+    6: [
+        "The report is lorem ipsum throughout.",
+        "clear-tool-results through entry",
+        "summarize through entry 20: Pages so far: lorem ipsum only.",
+        "8 pages in the log, 8 of them whole",
+        "every request within the limit: True",
+    ],
+    7: [
+        "{'result': {'warm': ['Rome', 'Lima', 'Cairo'], 'hottest_f': 88.7}, "
+        "'logs': ['checked 4 cities'], 'logs_truncated': False}",
+        "'isolation': 'namespaces', 'security_boundary': True, "
+        "'inner_tools': {'forecast': 4, 'to_fahrenheit': 1}",
+        "ToolNotReadonly code mode 'run_program': tool 'book_flight'",
+    ],
+    8: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
 }
+CAPABILITIES_OUTPUT = {
+    0: [
+        "deleting /tmp/a",
+        "asked: delete_file ('file:/home/ann/b',) {'path': '/home/ann/b'}",
+        "ToolSuccess(tool_call_id='call_0', tool_name='delete_file'",
+        "ToolRejected(tool_call_id='call_1', tool_name='delete_file', "
+        "reason='approval denied: not that one'",
+    ],
+    1: [
+        "('summarize', 20)",
+        "same prompt: True",
+        "compaction artifact refused (digest)",
+    ],
+}
+OUTPUT = {"README.md": README_OUTPUT, "docs/capabilities.md": CAPABILITIES_OUTPUT}
 
 
 def test_every_document_has_its_examples_collected() -> None:
     readme = [b for b in BLOCKS if b[0] == "README.md"]
     assert len(readme) == len(BLOCK.findall((ROOT / "README.md").read_text())) >= 4
-    assert set(README_OUTPUT) <= {index for _, index, _ in readme}
+    for document, expected in OUTPUT.items():
+        assert set(expected) <= {index for name, index, _ in BLOCKS if name == document}
     assert any(name == "docs/testing.md" for name, _, _ in BLOCKS)
 
 
@@ -63,6 +104,5 @@ def test_the_example_runs_as_written(
         root.setLevel(root_level)
         root.handlers[:] = root_handlers
     out = capsys.readouterr().out
-    if document == "README.md":
-        for expected in README_OUTPUT.get(index, []):
-            assert expected in out, (expected, out)
+    for expected in OUTPUT.get(document, {}).get(index, []):
+        assert expected in out, (expected, out)
