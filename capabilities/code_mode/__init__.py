@@ -18,6 +18,7 @@ from ._errors import CodeModeFailed as CodeModeFailed
 from ._errors import ExecutorNotIsolated as ExecutorNotIsolated
 from ._errors import FailureKind as FailureKind
 from ._errors import NameCollision as NameCollision
+from ._errors import ToolCallsTools as ToolCallsTools
 from ._errors import ToolNeedsApproval as ToolNeedsApproval
 from ._errors import ToolNotReadonly as ToolNotReadonly
 from ._errors import UnrenderableSchema as UnrenderableSchema
@@ -35,6 +36,7 @@ __all__ = [
     "ExecutorNotIsolated",
     "FailureKind",
     "NameCollision",
+    "ToolCallsTools",
     "ToolNeedsApproval",
     "ToolNotReadonly",
     "UnrenderableSchema",

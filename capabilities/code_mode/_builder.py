@@ -104,7 +104,8 @@ def code_mode(
     as it is spawned, for audit and leak checks) apply to the executor built here.
 
     Raises, naming the tool and the reason: :class:`ToolNotReadonly`, :class:`ToolNeedsApproval`,
-    :class:`NameCollision`, :class:`UnrenderableSchema` (all :class:`CodeModeBuildError`);
+    :class:`ToolCallsTools`, :class:`NameCollision`, :class:`UnrenderableSchema` (all
+    :class:`CodeModeBuildError`);
     ``TypeError``/``ValueError`` for arguments of the wrong type or value. Opening the layer
     raises :class:`ExecutorNotIsolated`, the executor's ``ExecutorUnavailable`` when this host
     cannot run it, or ``CodeLimitNotEnforceable`` for a limit it cannot enforce here.

@@ -45,6 +45,11 @@ class ToolNeedsApproval(CodeModeBuildError):
     """A selected tool may need approval, which no one can give in the middle of a program."""
 
 
+class ToolCallsTools(CodeModeBuildError):
+    """A selected tool calls other tools itself (it declares ``inner_tools``, as another Code Mode
+    tool does); a call made from a program gets no broker of its own to serve them."""
+
+
 class NameCollision(CodeModeBuildError):
     """Two names become the same identifier in the program, a namespace takes a name JavaScript
     reserves, or one tool is selected twice."""

@@ -18,7 +18,12 @@ import attrs
 
 from effectagent.ai import Tool
 
-from ._errors import CodeModeBuildError, NameCollision, ToolNeedsApproval, ToolNotReadonly
+from ._errors import (
+    NameCollision,
+    ToolCallsTools,
+    ToolNeedsApproval,
+    ToolNotReadonly,
+)
 from ._names import is_identifier, sanitize, taken_by_javascript
 
 __all__ = ["Method", "Namespace", "calls", "plan"]
@@ -129,7 +134,7 @@ def _check_tool(code_mode: str, tool: Tool[Any, Any]) -> None:
             "it may need approval, and no one can approve a call in the middle of a program",
         )
     if tool.inner_tools:
-        raise CodeModeBuildError(
+        raise ToolCallsTools(
             code_mode,
             tool.name,
             "it calls other tools itself (inner_tools, e.g. another Code Mode tool), which a "

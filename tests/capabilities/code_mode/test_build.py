@@ -21,6 +21,7 @@ from capabilities.code_mode import (
     CodeModeLimits,
     CodeModeOutput,
     NameCollision,
+    ToolCallsTools,
     ToolNeedsApproval,
     ToolNotReadonly,
     UnrenderableSchema,
@@ -134,7 +135,7 @@ def test_a_tool_that_may_need_approval_is_refused(rule: Any) -> None:
 
 def test_a_tool_that_calls_tools_itself_is_refused() -> None:
     inner = code_mode({"math": [add]})
-    with pytest.raises(CodeModeBuildError, match="tool 'run_program': it calls other tools itself"):
+    with pytest.raises(ToolCallsTools, match="tool 'run_program': it calls other tools itself"):
         code_mode({"programs": [inner.tool]}, name="outer_program")
 
 
