@@ -76,7 +76,7 @@ from effectagent import (
     Toolkit,
     open_runtime,
 )
-from effectagent.ai import Handler
+from effectagent.ai import Handler, Usage
 from effectagent.effect._fast_init import attrs_inits
 from effectagent.engine import ConversationLogService, InMemoryConversationLog, Runtime
 from effectagent.testing import ScriptedModel, Turn
@@ -140,9 +140,14 @@ async def wait(params: Ping, call: ToolCallContext) -> Pong:
 # ---- scripts -------------------------------------------------------------------------------------
 
 
+# A fixed usage: without one a scripted turn counts its request's messages to report them as its
+# input, which is the model double's cost, not the engine's.
+USAGE: Final = Usage.of(20, 10)
+
+
 def answer_turn() -> Turn:
     """The final answer, streamed as four text deltas."""
-    return Turn.text(ANSWER, chunk=12)
+    return Turn.text(ANSWER, chunk=12, usage=USAGE)
 
 
 def tool_free_script() -> list[Turn]:
@@ -152,13 +157,15 @@ def tool_free_script() -> list[Turn]:
 
 def parallel_script(calls: int, tool: str = "ping") -> list[Turn]:
     """Turn 1 declares ``calls`` calls of ``tool`` in one batch; turn 2 answers."""
-    batch = Turn.tool_calls(*((tool, {"n": i}, f"call_{i}") for i in range(calls)))
+    batch = Turn.tool_calls(*((tool, {"n": i}, f"call_{i}") for i in range(calls)), usage=USAGE)
     return [batch, answer_turn()]
 
 
 def sequential_script(turns: int) -> list[Turn]:
     """``turns`` turns of one no-op call each, then the answer turn."""
-    return [Turn.tool_calls(("ping", {"n": i})) for i in range(turns)] + [answer_turn()]
+    return [Turn.tool_calls(("ping", {"n": i}), usage=USAGE) for i in range(turns)] + [
+        answer_turn()
+    ]
 
 
 @attrs.frozen
@@ -322,7 +329,8 @@ async def measure_memory(runs: int) -> MemoryFigures:
 
     # All runs ask for turn 1 before any can ask for turn 2 (they all park first), so the script
     # is every run's first turn, then every run's answer.
-    model = ScriptedModel([Turn.tool_calls(("ping", {"n": 1}))] * runs + [answer_turn()] * runs)
+    call = Turn.tool_calls(("ping", {"n": 1}), usage=USAGE)
+    model = ScriptedModel([call] * runs + [answer_turn()] * runs)
     log = InMemoryConversationLog()
     handlers: dict[Tool[Any, Any] | str, Handler] = {PING: parking_ping, WAIT: wait}
     layer = TOOLKIT.handlers(handlers) + Layer.succeed(LanguageModelService, model)

@@ -16,6 +16,7 @@ from effectagent.ai import (
     AiError,
     FinishPart,
     FinishReason,
+    InputTokens,
     LanguageModelService,
     ModelRequest,
     ModelResponse,
@@ -34,6 +35,7 @@ from effectagent.ai import (
     generate,
 )
 from effectagent.effect import Layer
+from effectagent.engine import estimate_tokens
 
 __all__ = ["ScriptExhausted", "ScriptedModel", "Turn", "UnconsumedScript"]
 
@@ -62,6 +64,10 @@ class Turn:
     error: AiError | None = None
     error_after_parts: bool = False
     inspect: Callable[[ModelRequest], None] | None = None
+    #: Report the request's own size as the input tokens (the token counter's estimate of its
+    #: messages), as a provider would — set by :meth:`text` and :meth:`tool_calls` when no
+    #: ``usage`` is given, so an agent's context limit and token budgets see a prompt that grows.
+    counts_input: bool = False
 
     @staticmethod
     def text(
@@ -82,10 +88,8 @@ class Turn:
         parts.append(TextStartPart("t0"))
         parts.extend(TextDeltaPart("t0", c) for c in _chunks(text, chunk))
         parts.append(TextEndPart("t0"))
-        parts.append(
-            FinishPart(finish, usage or Usage.of(10 + len(text) // 4, max(1, len(text) // 4)))
-        )
-        return Turn(tuple(parts), delay=delay)
+        parts.append(FinishPart(finish, usage or Usage.of(0, max(1, len(text) // 4))))
+        return Turn(tuple(parts), delay=delay, counts_input=usage is None)
 
     @staticmethod
     def tool_calls(
@@ -116,8 +120,8 @@ class Turn:
             parts.append(ToolParamsEndPart(call_id))
             parts.append(ToolCallPart(call_id, name, raw))
         reason: FinishReason = "length" if truncate_last else "tool-calls"
-        parts.append(FinishPart(reason, usage or Usage.of(20, 10 * max(1, len(calls)))))
-        return Turn(tuple(parts), delay=delay)
+        parts.append(FinishPart(reason, usage or Usage.of(0, 10 * max(1, len(calls)))))
+        return Turn(tuple(parts), delay=delay, counts_input=usage is None)
 
     @staticmethod
     def raw(*parts: ResponsePart, delay: float = 0.0) -> Turn:
@@ -208,6 +212,12 @@ class ScriptedModel:
         return await generate(self, request)
 
 
+def _with_input(usage: Usage, request: ModelRequest) -> Usage:
+    """``usage`` with the request's estimated size as its (uncached) input tokens."""
+    tokens = estimate_tokens(request.messages)
+    return attrs.evolve(usage, input=InputTokens(total=tokens, uncached=tokens))
+
+
 async def play(
     turn: Turn, request: ModelRequest, part_delay: float = 0.0
 ) -> AsyncGenerator[ResponsePart, None]:
@@ -221,9 +231,12 @@ async def play(
         turn.inspect(request)
     if turn.delay:
         await trio.sleep(turn.delay)
+    counts_input = turn.counts_input
     for part in turn.parts:
         if part_delay:
             await trio.sleep(part_delay)
+        if counts_input and type(part) is FinishPart:
+            part = FinishPart(part.reason, _with_input(part.usage, request))
         yield part
     if turn.error is not None:
         raise turn.error

@@ -107,3 +107,20 @@ def test_the_batch_harness_runs_function_tools_and_typeddict_tools() -> None:
     report = run_batch_sync(batch, tool_concurrency=2, toolkit=Toolkit(double, notes))
     assert [o.kind for o in report.outcomes] == ["success", "success"]
     assert report.undecoded == ()
+
+
+async def test_a_turn_reports_its_requests_size_as_input_unless_given_a_usage() -> None:
+    from effectagent.ai import Usage
+    from effectagent.engine import estimate_tokens
+
+    small, large = REQUEST, ModelRequest((UserMessage.text("many words " * 500),))
+    model = ScriptedModel(
+        [Turn.text("a"), Turn.tool_calls(("t", {})), Turn.text("b", usage=Usage.of(7, 3))]
+    )
+    first = await generate(model, small)
+    second = await generate(model, large)
+    third = await generate(model, large)
+    assert first.usage.input.total == estimate_tokens(small.messages)
+    assert second.usage.input.total == estimate_tokens(large.messages) > 1_000
+    assert second.usage.input.uncached == second.usage.input.total
+    assert (third.usage.input.total, third.usage.output.total) == (7, 3)  # as given
