@@ -79,3 +79,40 @@ async def test_each_principal_gets_the_tools_its_rules_allow(
         == "not authorized: the tool 'delete_file' is not available to this caller"
     )
     assert ran == [("read_file", "bob")]
+
+
+async def test_a_call_the_caller_may_not_make_is_refused_before_anyone_is_asked_to_approve_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from capabilities.approval import Answer, ScriptedApproval
+    from effectagent.core import ToolApprovalRequested
+
+    gated = Tool("wipe_disk", "Wipe a disk.", parameters=Path, success=str, needs_approval=True)
+    agent = Agent(
+        "ops",
+        "Operate.",
+        AgentPolicy(max_turns=4, max_tool_calls=8, max_duration=60, tool_concurrency=2),
+        Toolkit(gated),
+    )
+    approver = ScriptedApproval(lambda request: Answer.approve())
+    authorization = PolicyAuthorization([AccessRule.allow("*", principals="admin:*")])
+    model = ScriptedModel(
+        [Turn.tool_calls(("wipe_disk", {"path": "/dev/sda"})), Turn.text("done")] * 2
+    )
+    layer = (
+        agent.toolkit.handlers({gated: _handle})
+        + model.as_layer()
+        + approver.layer()
+        + authorization.layer()
+    )
+    ran.clear()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        refused = await runtime.run(agent, "Wipe it.", author="guest")
+        allowed = await runtime.run(agent, "Wipe it.", author="admin:ann")
+        guest_log = await runtime.log.entries(refused.conversation_id)
+        admin_log = await runtime.log.entries(allowed.conversation_id)
+    assert isinstance(refused.outcomes[0], ToolRejected)
+    assert not any(isinstance(e.record, ToolApprovalRequested) for e in guest_log)
+    assert [r.tool_call_id for r in approver.requests] == [allowed.outcomes[0].tool_call_id]
+    assert any(isinstance(e.record, ToolApprovalRequested) for e in admin_log)
+    assert ran == [("wipe_disk", "admin:ann")]
