@@ -44,7 +44,7 @@ from effectagent.core import (
 from effectagent.effect import TaggedError
 
 from ..storage import RecordCodec
-from ._view import _covered
+from ._view import _covered, applied
 
 __all__ = [
     "DIGEST_VERSION",
@@ -232,15 +232,7 @@ def compaction_artifacts(entries: Sequence[LogEntry]) -> tuple[CompactionResult,
     """Every compaction the log applies, as an artifact covering from entry 1 (export, audit,
     rebuild), in log order. Records the projection ignores (invalid ranges) are left out."""
     found: list[CompactionResult] = []
-    last_seq = entries[-1].seq if entries else 0
-    for entry in entries:
-        rec = entry.record
-        if not isinstance(rec, CompactionCreated):
-            continue
-        if not 0 < rec.covers_through < entry.seq or rec.covers_through > last_seq:
-            continue
-        if rec.kind == "summarize" and rec.summary is None:
-            continue
+    for _, rec in applied(entries):
         digest = source_digest(_in_range(entries, 1, rec.covers_through))
         found.append(
             CompactionResult(1, rec.covers_through, rec.summary, digest, LOG_VERSION, kind=rec.kind)

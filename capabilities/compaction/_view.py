@@ -28,7 +28,7 @@ Invariants (tested in ``tests/capabilities/compaction/test_view.py``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, final
 
 import attrs
@@ -67,18 +67,28 @@ class Unit:
     cleared_tokens: int | None = None
 
 
-def _covered(entries: Sequence[LogEntry]) -> tuple[int, int, LogEntry | None]:
-    """(summary_through, clear_through, the summarize entry in force) — the projection's rule."""
+def applied(entries: Sequence[LogEntry]) -> Iterator[tuple[LogEntry, CompactionCreated]]:
+    """The compaction records the projection applies, in log order: each covers a range that
+    ends before the record and within the log, and a summary has text (the rest are ignored,
+    fail-safe)."""
     last_seq = entries[-1].seq if entries else 0
-    summary_through, clear_through = 0, 0
-    summary: LogEntry | None = None
     for entry in entries:
         rec = entry.record
         if not isinstance(rec, CompactionCreated):
             continue
         if not 0 < rec.covers_through < entry.seq or rec.covers_through > last_seq:
             continue
-        if rec.kind == "summarize" and rec.summary is not None:
+        if rec.kind == "summarize" and rec.summary is None:
+            continue
+        yield entry, rec
+
+
+def _covered(entries: Sequence[LogEntry]) -> tuple[int, int, LogEntry | None]:
+    """(summary_through, clear_through, the summarize entry in force) — the projection's rule."""
+    summary_through, clear_through = 0, 0
+    summary: LogEntry | None = None
+    for entry, rec in applied(entries):
+        if rec.kind == "summarize":
             if rec.covers_through >= summary_through:
                 summary_through, summary = rec.covers_through, entry
         elif rec.kind == "clear-tool-results":
