@@ -291,19 +291,22 @@ class RunDriver:
                 await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
-            if services.compactor is not None and self.agent.policy.context_token_limit:
-                compacted = await maybe_compact(
-                    io,
-                    services,
-                    self.agent.policy,
-                    self.messages,
-                    self.turn + 1,
-                    budget.record_usage,
-                    estimate=self._live_context(),
-                )
-                if compacted is not None:
-                    self.messages = compacted
-                    self._context_base = None  # a new prompt: no report covers it yet
+            limit = self.agent.policy.context_token_limit
+            if services.compactor is not None and limit is not None:
+                estimate = self._live_context()
+                if estimate > limit:  # the common case, under the limit, costs only the count
+                    compacted = await maybe_compact(
+                        io,
+                        services,
+                        self.agent.policy,
+                        self.messages,
+                        self.turn + 1,
+                        budget.record_usage,
+                        estimate=estimate,
+                    )
+                    if compacted is not None:
+                        self.messages = compacted
+                        self._context_base = None  # a new prompt: no report covers it yet
             budget.start_turn()
             self.turn = budget.turns
             io.emit(TurnStarted, self.turn, False)

@@ -22,7 +22,14 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from effectagent.ai import LanguageModelService, Message, Tool, ToolCallContext
+from effectagent.ai import (
+    LanguageModelService,
+    Message,
+    Tool,
+    ToolCallContent,
+    ToolCallContext,
+    ToolResultContent,
+)
 from effectagent.core import (
     Agent,
     ApprovalDecision,
@@ -121,13 +128,18 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
             chars += len(content)
             continue
         for part in content:
-            text = getattr(part, "text", None)
-            if text is not None:
-                chars += len(text)
-                continue
-            payload = getattr(part, "result", None)
-            if payload is None:
-                payload = getattr(part, "arguments", None)
+            if isinstance(part, ToolResultContent):
+                payload = part.result
+            elif isinstance(part, ToolCallContent):
+                payload = part.arguments
+            else:
+                text = getattr(part, "text", None)
+                if text is not None:
+                    chars += len(text)
+                    continue
+                payload = getattr(part, "result", None)
+                if payload is None:
+                    payload = getattr(part, "arguments", None)
             if payload is not None:
                 chars += len(payload) + 2 if type(payload) is str else len(repr(payload))
     return chars // 4 + 4 * len(messages)
