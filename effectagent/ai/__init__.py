@@ -52,6 +52,7 @@ from ._response import ToolResultPart as ToolResultPart
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
 from ._tool import InnerResult as InnerResult
+from ._tool import OutcomeUnknown as OutcomeUnknown
 from ._tool import OutputSchemaViolation as OutputSchemaViolation
 from ._tool import Tool as Tool
 from ._tool import ToolAnnotations as ToolAnnotations
@@ -110,6 +111,7 @@ __all__ = [
     "ToolCallPart",
     "ToolCallContent",
     "InnerResult",
+    "OutcomeUnknown",
     "ToolBroker",
     "ToolCallContext",
     "ToolChoice",

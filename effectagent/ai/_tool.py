@@ -98,6 +98,21 @@ async def _no_progress(data: JSONValue) -> None:
     return None
 
 
+class OutcomeUnknown(Exception):
+    """Raised by a handler when it cannot know whether its call took effect — the connection to
+    a remote server was lost after the request may have been sent, a server stopped answering.
+    The engine settles the call as ``ToolUnknownOutcome`` with ``reason`` (redacted), so the model
+    is told the side effect may or may not have happened instead of being told it failed; nothing
+    is retried for it. Raised together with other errors (in a group), it is a defect like any
+    undeclared exception."""
+
+    def __init__(self, reason: str) -> None:
+        if not isinstance(reason, str):
+            raise TypeError(f"OutcomeUnknown: reason must be a str, got {type(reason).__name__}")
+        super().__init__(reason)
+        self.reason = reason
+
+
 @attrs.frozen(slots=True)
 class InnerResult:
     """What an inner call (:class:`ToolBroker`) gives back: ``ok`` and the result's encoded JSON

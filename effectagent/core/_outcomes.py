@@ -117,9 +117,10 @@ class ToolDefect:
 @fast_init
 @attrs.frozen(slots=True)
 class ToolUnknownOutcome:
-    """A prepared call whose settlement was never recorded: its side effect may or may not have
-    happened. Produced on recovery by the durable deployment classes, which are not built yet —
-    the in-memory engine settles every prepared call itself and never produces this outcome."""
+    """A call whose side effect may or may not have happened: its handler raised
+    ``effectagent.ai.OutcomeUnknown`` (a remote server went away after the request may have been
+    sent, or stopped answering). The durable deployment classes, not built yet, will also settle a
+    prepared call whose settlement was never recorded this way on recovery."""
 
     tool_call_id: str
     tool_name: str

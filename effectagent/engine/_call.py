@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from effectagent.ai import (
+    OutcomeUnknown,
     OutputSchemaViolation,
     Tool,
     ToolCallContext,
@@ -41,6 +42,7 @@ from effectagent.core import (
     ToolRejected,
     ToolResultBounds,
     ToolSuccess,
+    ToolUnknownOutcome,
     bound_json,
     bounded_json,
 )
@@ -165,6 +167,9 @@ class CallRunner:
                 return ToolSuccess(call.id, call.name, bounded)
         cause = exit_.cause
         if not cause.is_failure_only:
+            defects = cause.defects
+            if len(defects) == 1 and not cause.failures and isinstance(defects[0], OutcomeUnknown):
+                return ToolUnknownOutcome(call.id, call.name, io.redact_text(defects[0].reason))
             return ToolDefect(call.id, call.name, io.redact_text(describe_cause(cause)))
         try:
             envelope = _failure_envelope(cause.failures)

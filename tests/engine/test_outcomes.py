@@ -707,3 +707,39 @@ async def test_a_handler_and_an_authorizer_know_who_started_the_run(
     assert seen == ["authorizer: ada", "handler: ada", "authorizer: eve"]
     assert [o.kind for o in allowed.outcomes] == ["success"]
     assert [o.kind for o in refused.outcomes] == ["rejected"]
+
+
+async def test_a_handler_that_cannot_know_whether_its_call_took_effect_settles_unknown(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``OutcomeUnknown`` from a handler is ``ToolUnknownOutcome`` (redacted reason), shown to the
+    model as such; raised beside another error it is a defect like any undeclared exception."""
+    from effectagent.ai import OutcomeUnknown
+
+    tool = forecast_tool()
+
+    async def lost(params: Any, call: ToolCallContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        if params.city == "Oslo":
+            raise OutcomeUnknown("the server went away after the request hunter2 was sent")
+        raise ExceptionGroup("both", [OutcomeUnknown("lost"), ValueError("and broken")])
+
+    ran = await run_script(
+        make_agent(tool),
+        {tool: lost},
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Rome"})),
+            Turn.text("Unsure."),
+        ],
+        secrets=["hunter2"],
+    )
+    unknown = ran.outcome("call_0")
+    assert isinstance(unknown, ToolUnknownOutcome)
+    assert "went away" in unknown.reason
+    assert "hunter2" not in unknown.reason
+    assert isinstance(ran.outcome("call_1"), ToolDefect)
+    seen = results_by_id(ran.model.requests[1])["call_0"]
+    assert seen.is_failure
+    assert seen.result["_tag"] == "ToolUnknownOutcome"
+    with pytest.raises(TypeError, match="reason must be a str"):
+        OutcomeUnknown(3)  # type: ignore[arg-type]
