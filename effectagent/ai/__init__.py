@@ -60,6 +60,8 @@ from ._tool import ToolBroker as ToolBroker
 from ._tool import ToolCallContext as ToolCallContext
 from ._tool import encode_failure as encode_failure
 from ._tool import handler_result as handler_result
+from ._tool_source import ToolSnapshot as ToolSnapshot
+from ._tool_source import ToolSource as ToolSource
 from ._toolkit import ToolDescriptor as ToolDescriptor
 from ._toolkit import Toolkit as Toolkit
 from ._usage import InputTokens as InputTokens
@@ -113,6 +115,8 @@ __all__ = [
     "InnerResult",
     "OutcomeUnknown",
     "ToolBroker",
+    "ToolSnapshot",
+    "ToolSource",
     "ToolCallContext",
     "ToolChoice",
     "ToolDescriptor",

@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import attrs
 
-from effectagent.ai import Toolkit
-from effectagent.effect import SchemaDerivationError, json_schema
+from effectagent.ai import Toolkit, ToolSource
+from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
 
 __all__ = ["Agent", "AgentPolicy", "CompactionPolicy", "RetryPolicy", "ToolResultBounds"]
 
@@ -97,6 +97,28 @@ def _instance(kind: type) -> _Validator:
             )
 
     return check
+
+
+def _as_tuple(value: object, where: str) -> tuple[Any, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
+        raise TypeError(f"{where} must be a sequence of ServiceKeys, got {_shown(value)}")
+    return tuple(value)
+
+
+def _tool_source_keys(value: object) -> tuple[ServiceKey[ToolSource], ...]:
+    return _as_tuple(value, "Agent.tool_sources")
+
+
+def _service_keys(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    assert isinstance(value, tuple)
+    for key in value:
+        if not isinstance(key, ServiceKey):
+            raise TypeError(
+                f"{_where(instance, attribute)} must hold ServiceKeys of tool sources, "
+                f"got {_shown(key)}"
+            )
+    if len(set(value)) != len(value):
+        raise ValueError(f"{_where(instance, attribute)} names a tool source more than once")
 
 
 @attrs.frozen
@@ -240,6 +262,9 @@ class Agent:
     """An agent definition: name, instructions, policy, toolkit and optional output type.
 
     ``policy`` defaults to ``AgentPolicy()`` (finite limits, see there), ``toolkit`` to no tools.
+    ``tool_sources`` are service keys of :class:`~effectagent.ai.ToolSource` s whose tools join the
+    toolkit's for each turn (taken once per turn; a tool whose name the toolkit or an earlier
+    source already has is left out, with a warning in the logs).
     ``output``, when given, is the type the final answer must decode into: a type whose JSON
     Schema is an object (an attrs class, a dataclass, a ``TypedDict``), checked here — a type
     without a schema raises ``SchemaDerivationError`` (a ``TypeError``) naming ``Agent.output``.
@@ -251,3 +276,6 @@ class Agent:
     policy: AgentPolicy = attrs.field(factory=AgentPolicy, validator=_instance(AgentPolicy))
     toolkit: Toolkit = attrs.field(factory=Toolkit, validator=_instance(Toolkit))
     output: type[Any] | None = attrs.field(default=None, validator=_output)
+    tool_sources: tuple[ServiceKey[ToolSource], ...] = attrs.field(
+        default=(), converter=_tool_source_keys, validator=_service_keys
+    )

@@ -24,7 +24,15 @@ from typing import Any, Literal, final
 import attrs
 import trio
 
-from effectagent.ai import ContextLengthExceeded, Message, ModelRequest, ModelResponse, UserMessage
+from effectagent.ai import (
+    ContextLengthExceeded,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    Toolkit,
+    ToolSnapshot,
+    UserMessage,
+)
 from effectagent.core import (
     Agent,
     BudgetExhausted,
@@ -85,6 +93,11 @@ class RunDriver:
     ) -> None:
         self.services = services
         self.agent = agent
+        # The turn's tools and the services that serve them: the agent's toolkit, joined by what
+        # its tool sources offer when it has some (``_take_tool_snapshots``, once per turn).
+        self.toolkit = agent.toolkit
+        self.turn_services = services
+        self._snapshots: tuple[ToolSnapshot, ...] = ()
         self.user_input = user_input
         self.author = author
         self.io = RunIO(
@@ -307,6 +320,8 @@ class RunDriver:
                     if compacted is not None:
                         self.messages = compacted
                         self._context_base = None  # a new prompt: no report covers it yet
+            if services.tool_sources:
+                self._take_tool_snapshots()
             budget.start_turn()
             self.turn = budget.turns
             io.emit(TurnStarted, self.turn, False)
@@ -342,14 +357,15 @@ class RunDriver:
     async def _batch(self, step: ModelStep) -> RunError | None:
         """Run the tool batch of ``step``; apply what it changed; return a run-ending error."""
         agent = self.agent
-        plan = plan_batch(step, agent.toolkit, self.services.redactor)
+        toolkit = self.toolkit
+        plan = plan_batch(step, toolkit, self.services.redactor)
         admitted = self.budget.admit_tool_calls(len(plan.runnable))
         permits = self.permits
         if permits is None and admitted:
             permits = self.permits = Semaphore(agent.policy.tool_concurrency)
         batch = Batch(
             self.io,
-            self.services,
+            self.turn_services,
             agent.policy,
             permits or _NO_PERMITS,
             self.turn,
@@ -359,7 +375,7 @@ class RunDriver:
             self.budget.admit_tool_calls,
         )
         try:
-            result = await batch.run(agent.toolkit)
+            result = await batch.run(toolkit)
         finally:
             # An interrupted batch is still committed: the prompt gets it for the grace turn.
             if batch.committed is not None:
@@ -419,7 +435,7 @@ class RunDriver:
         """
         io = self.io
         services = self.services
-        toolkit = self.agent.toolkit
+        toolkit = self.toolkit
         request = ModelRequest(
             tuple(self.messages),
             () if grace else toolkit.descriptors,
@@ -475,6 +491,36 @@ class RunDriver:
         if step.usage.input_tokens > 0:
             self._context_base = (len(request.messages), step.usage.input_tokens)
         return step
+
+    def _take_tool_snapshots(self) -> None:
+        """This turn's tools: the agent's toolkit and, after it, what each tool source offers
+        now (see ``Agent.tool_sources``). A source tool whose name is taken is left out, with a
+        warning; a source that fails or returns something else fails the run as a defect (it
+        raises here). Unchanged snapshots reuse the last turn's toolkit."""
+        snapshots = tuple(source.snapshot() for source in self.services.tool_sources)
+        for snapshot in snapshots:
+            if not isinstance(snapshot, ToolSnapshot):
+                raise TypeError(
+                    f"a tool source returned {type(snapshot).__name__}, not a ToolSnapshot"
+                )
+        if len(snapshots) == len(self._snapshots) and all(
+            new is old for new, old in zip(snapshots, self._snapshots, strict=True)
+        ):
+            return
+        self._snapshots = snapshots
+        tools = list(self.agent.toolkit)
+        taken = {tool.name for tool in tools}
+        handlers = dict(self.services.handlers)
+        for snapshot in snapshots:
+            for tool in snapshot.tools:
+                if tool.name in taken:
+                    self.io.logs.warning("tool source tool left out: name taken", tool=tool.name)
+                    continue
+                taken.add(tool.name)
+                tools.append(tool)
+                handlers[tool] = snapshot.handlers[tool.name]
+        self.toolkit = Toolkit(*tools)
+        self.turn_services = self.services.with_handlers(handlers)
 
     def _live_context(self) -> int:
         """The live-context figure for compaction: the tokens the provider reported for the

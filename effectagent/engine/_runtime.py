@@ -270,6 +270,7 @@ class Runtime:
             output=output,
             digest_arguments=self._digest,
             count_tokens=counter.count if counter is not None else estimate_tokens,
+            tool_sources=tuple(ctx.require(key) for key in agent.tool_sources),
         )
         self._checked[id(agent)] = (agent, services)
         return services

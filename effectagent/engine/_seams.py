@@ -328,4 +328,6 @@ def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
             needs[ApprovalService] = f"{who} (tool {tool.name!r} may need approval)"
     if agent.policy.context_token_limit is not None:
         needs[CompactorService] = f"{who} (policy sets context_token_limit)"
+    for key in agent.tool_sources:
+        needs[key] = f"{who} (tool source)"
     return needs

@@ -5,7 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
-from effectagent.ai import Handler, LanguageModel, Message, OutputFormat, SystemMessage, Tool
+from effectagent.ai import (
+    Handler,
+    LanguageModel,
+    Message,
+    OutputFormat,
+    SystemMessage,
+    Tool,
+    ToolSource,
+)
 from effectagent.core import Redactor
 
 from ._seams import (
@@ -39,6 +47,7 @@ class RunServices:
         "output",
         "redactor",
         "system",
+        "tool_sources",
     )
 
     def __init__(
@@ -57,6 +66,7 @@ class RunServices:
         output: OutputFormat | None = None,
         digest_arguments: Callable[[Tool[Any, Any], Any], str] = lambda tool, params: "",
         count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens,
+        tool_sources: tuple[ToolSource, ...] = (),
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -74,3 +84,13 @@ class RunServices:
         self.count_tokens = count_tokens
         # Told when each run starts and ends: the steering inbox first, then the observers.
         self.observers = ((inbox,) if inbox is not None else ()) + observers
+        # Asked for their tools at the start of every turn (``Agent.tool_sources``, in order).
+        self.tool_sources = tool_sources
+
+    def with_handlers(self, handlers: Mapping[Tool[Any, Any], Handler]) -> RunServices:
+        """These services with ``handlers`` instead (a turn's tools from its tool sources)."""
+        copy = object.__new__(RunServices)
+        for name in RunServices.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.handlers = handlers
+        return copy

@@ -1,0 +1,156 @@
+"""Tools that change while a conversation goes on (``Agent.tool_sources``): the engine takes one
+snapshot per source at the start of every turn and uses it for that turn's request and batch — a
+change reaches the next turn, never a batch in flight."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from effectagent.ai import Tool, ToolCallContext, ToolSnapshot, ToolSource
+from effectagent.core import ToolCallSettled, ToolInvalidInput, ToolSuccess
+from effectagent.effect import Layer, MissingServicesError, ServiceKey
+from effectagent.engine import open_runtime
+from effectagent.testing import ScriptedModel, Turn
+
+from .helpers import (
+    Forecast,
+    HandlerProbe,
+    Lookup,
+    engine_logs,
+    forecast_tool,
+    make_agent,
+    records_of,
+    run_events,
+)
+
+
+class SwitchingSource:
+    """A tool source whose offer a test (or a handler) replaces, as a server's list_changed."""
+
+    def __init__(self, snapshot: ToolSnapshot) -> None:
+        self.current = snapshot
+        self.asked = 0
+
+    def snapshot(self) -> ToolSnapshot:
+        self.asked += 1
+        return self.current
+
+
+SOURCE: ServiceKey[ToolSource] = ServiceKey("tests.SwitchingSource")
+
+
+def offered(request: Any) -> list[str]:
+    return [descriptor.name for descriptor in request.tools]
+
+
+async def test_a_change_reaches_the_next_turn_never_the_batch_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    old, new = forecast_tool("old_forecast"), forecast_tool("new_forecast")
+    probe = HandlerProbe()
+    source = SwitchingSource(ToolSnapshot((old,), {"old_forecast": probe.forecast()}))
+
+    async def old_then_switch(params: Lookup, call: ToolCallContext) -> Forecast:
+        # The server changes its tools while this call runs: the batch keeps what it started with.
+        source.current = ToolSnapshot((new,), {"new_forecast": probe.forecast()})
+        await trio.lowlevel.checkpoint()
+        return Forecast(params.city, 4.0)
+
+    source.current = ToolSnapshot((old,), {"old_forecast": old_then_switch})
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(
+                ("old_forecast", {"city": "Oslo"}, "call_a"),
+                ("old_forecast", {"city": "Oslo"}, "call_b"),
+            ),
+            Turn.tool_calls(
+                ("new_forecast", {"city": "Oslo"}, "call_c"),
+                ("old_forecast", {"city": "Oslo"}, "call_d"),
+            ),
+            Turn.text("done"),
+        ]
+    )
+    agent = make_agent(tool_sources=[SOURCE])
+    layer = model.as_layer() + Layer.succeed(SOURCE, source)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "Forecast, please.")
+        log = await runtime.log.entries(events[0].conversation_id)
+    outcomes = {r.tool_call_id: r.outcome for r in records_of(log, ToolCallSettled)}
+    assert isinstance(outcomes["call_a"], ToolSuccess)
+    assert isinstance(outcomes["call_b"], ToolSuccess)  # the batch kept its snapshot
+    assert isinstance(outcomes["call_c"], ToolSuccess)  # the new tool, from the next turn on
+    assert isinstance(outcomes["call_d"], ToolInvalidInput)  # the old one is gone
+    assert [offered(r) for r in model.requests] == [
+        ["old_forecast"],
+        ["new_forecast"],
+        ["new_forecast"],
+    ]
+    assert source.asked == 3  # once per turn
+    assert probe.calls == [("new_forecast", Lookup("Oslo"))]
+
+
+async def test_a_source_tool_whose_name_is_taken_is_left_out_with_a_warning(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    own = forecast_tool()
+    impostor = forecast_tool()  # same name, another tool
+    extra = Tool.dynamic("extra", "An extra tool.", {"type": "object"}, readonly=True)
+    probe, other = HandlerProbe(), HandlerProbe()
+
+    async def answer(params: Any, call: ToolCallContext) -> str:
+        return "extra"
+
+    source = SwitchingSource(
+        ToolSnapshot((impostor, extra), {"forecast": other.forecast(), "extra": answer})
+    )
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), ("extra", {}, "call_1")),
+            Turn.text("done"),
+        ]
+    )
+    agent = make_agent(own, tool_sources=(SOURCE,))
+    layer = agent.toolkit.handlers({own: probe.forecast()}) + model.as_layer()
+    with engine_logs(logging.WARNING) as logs:
+        async with open_runtime(layer + Layer.succeed(SOURCE, source), agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Forecast, please.")
+    assert [o.kind for o in result.outcomes] == ["success", "success"]
+    assert offered(model.requests[0]) == ["forecast", "extra"]
+    assert probe.calls == [("forecast", Lookup("Oslo"))]  # the agent's own tool ran
+    assert other.calls == []
+    assert any(
+        log["event"] == "tool source tool left out: name taken" and log["tool"] == "forecast"
+        for log in logs
+    )
+
+
+async def test_a_missing_source_is_named_at_preflight() -> None:
+    agent = make_agent(tool_sources=[SOURCE])
+    with pytest.raises(MissingServicesError, match="tool source"):
+        async with open_runtime(ScriptedModel.layer([Turn.text("x")]), agents=[agent]):
+            pass
+
+
+def test_bad_snapshots_and_agents_are_refused_when_built() -> None:
+    tool = forecast_tool()
+
+    async def handler(params: Any, call: ToolCallContext) -> Any:
+        return None
+
+    with pytest.raises(ValueError, match="no handler for: forecast"):
+        ToolSnapshot((tool,), {})
+    with pytest.raises(ValueError, match="more than once: forecast"):
+        ToolSnapshot((tool, forecast_tool()), {"forecast": handler})
+    with pytest.raises(TypeError, match="tuple of Tool"):
+        ToolSnapshot([tool], {"forecast": handler})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"Agent\.tool_sources must hold ServiceKeys"):
+        make_agent(tool_sources=["a source"])
+    with pytest.raises(TypeError, match=r"Agent\.tool_sources must be a sequence"):
+        make_agent(tool_sources=SOURCE)
+    with pytest.raises(ValueError, match="more than once"):
+        make_agent(tool_sources=[SOURCE, SOURCE])
