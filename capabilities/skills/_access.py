@@ -1,0 +1,135 @@
+"""Which agent may activate which skill for which principal. Pure.
+
+:class:`SkillAuthorization` decides by :class:`SkillRule`\\ s keyed by skill ID, agent name and
+principal (the run's ``author``), each a shell-style pattern (``fnmatchcase``: case-sensitive,
+``*`` for any run of characters) or several, and by the skill's trust classification:
+
+* an ``untrusted`` skill is refused, whatever the rules say, unless ``allow_untrusted=True``;
+* otherwise a matching deny rule refuses, wherever it stands (deny overrides allow);
+* otherwise a matching allow rule allows;
+* otherwise the trust decides: a ``trusted`` skill is allowed, a ``reviewed`` or (allowed)
+  ``untrusted`` one is refused — it needs a rule that allows it.
+
+The default ``SkillAuthorization()`` therefore allows trusted skills to everyone and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fnmatch import fnmatchcase
+from typing import Literal, cast
+
+import attrs
+
+from ._manifest import SkillManifest
+
+__all__ = ["SkillAuthorization", "SkillDecision", "SkillRule"]
+
+
+def _patterns(value: str | Iterable[str]) -> tuple[str, ...]:
+    items: tuple[object, ...] = (value,) if isinstance(value, str) else tuple(value)
+    if not items:
+        raise ValueError("a skill rule needs at least one pattern per field")
+    for item in items:
+        if not isinstance(item, str) or not item:
+            raise TypeError(f"skill rule patterns must be non-empty strings, got {item!r}")
+    return cast(tuple[str, ...], items)
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+@attrs.frozen
+class SkillRule:
+    """Allows or denies the skills matching ``skills`` to the agents matching ``agents`` for the
+    principals matching ``principals`` (an omitted field matches anything). ``reason`` is what
+    a deny rule says. Build with :meth:`allow` and :meth:`deny`."""
+
+    effect: Literal["allow", "deny"] = attrs.field(
+        validator=attrs.validators.in_(("allow", "deny"))
+    )
+    skills: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
+    agents: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
+    principals: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
+    reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+
+    @staticmethod
+    def allow(
+        skills: str | Iterable[str] = "*",
+        *,
+        agents: str | Iterable[str] = "*",
+        principals: str | Iterable[str] = "*",
+    ) -> SkillRule:
+        """A rule allowing ``skills`` (unless a deny rule matches too)."""
+        return SkillRule("allow", skills, agents, principals)
+
+    @staticmethod
+    def deny(
+        skills: str | Iterable[str] = "*",
+        *,
+        agents: str | Iterable[str] = "*",
+        principals: str | Iterable[str] = "*",
+        reason: str = "",
+    ) -> SkillRule:
+        """A rule refusing ``skills``, with its ``reason``."""
+        return SkillRule("deny", skills, agents, principals, reason)
+
+    def matches(self, skill: str, agent: str, principal: str) -> bool:
+        """Whether this rule applies to ``skill`` for ``agent`` and ``principal``."""
+        return (
+            _matches(skill, self.skills)
+            and _matches(agent, self.agents)
+            and _matches(principal, self.principals)
+        )
+
+
+@attrs.frozen
+class SkillDecision:
+    """Whether the skill may be activated, and why not. ``untrusted`` is True when the refusal is
+    the trust classification's; ``rule`` is the rule that decided (None: trust or the default)."""
+
+    allowed: bool
+    reason: str
+    rule: SkillRule | None = None
+    untrusted: bool = False
+
+
+def _rules(value: Iterable[SkillRule]) -> tuple[SkillRule, ...]:
+    found = tuple(value)
+    for rule in found:
+        if not isinstance(rule, SkillRule):
+            raise TypeError(f"rules must be SkillRule values, got {type(rule).__name__}")
+    return found
+
+
+@attrs.frozen
+class SkillAuthorization:
+    """Skill rules, and whether untrusted skills may be used at all (see the module notes)."""
+
+    rules: tuple[SkillRule, ...] = attrs.field(default=(), converter=_rules)
+    allow_untrusted: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+
+    def decide(self, skill: SkillManifest, agent: str, principal: str) -> SkillDecision:
+        """The decision for activating ``skill`` in a run of ``agent`` for ``principal``. Pure."""
+        if skill.trust == "untrusted" and not self.allow_untrusted:
+            return SkillDecision(
+                False,
+                "it is classified untrusted and this host does not allow untrusted skills",
+                untrusted=True,
+            )
+        allowed_by: SkillRule | None = None
+        for rule in self.rules:
+            if not rule.matches(skill.id, agent, principal):
+                continue
+            if rule.effect == "deny":
+                reason = rule.reason or f"it is not available to the agent {agent!r} here"
+                return SkillDecision(False, reason, rule)
+            allowed_by = allowed_by or rule
+        if allowed_by is not None:
+            return SkillDecision(True, "", allowed_by)
+        if skill.trust == "trusted":
+            return SkillDecision(True, "")
+        return SkillDecision(
+            False, f"it is classified {skill.trust} and no rule allows it to the agent {agent!r}"
+        )

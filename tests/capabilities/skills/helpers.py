@@ -1,0 +1,62 @@
+"""Skill directories for the tests, written into a temporary root."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from capabilities.skills import MANIFEST_NAME, compute_integrity
+
+
+def manifest_text(
+    skill_id: str,
+    *,
+    version: str = "1.0.0",
+    description: str = "Does a thing.",
+    instructions: str = "SKILL.md",
+    assets: Iterable[str] = (),
+    framework: str = ">=0.1.0, <1.0.0",
+    trust: str = "trusted",
+    tools: Iterable[str] = (),
+    services: Iterable[str] = (),
+) -> str:
+    """The manifest of a skill, without its integrity section."""
+    return (
+        f"id = {json.dumps(skill_id)}\n"
+        f"version = {json.dumps(version)}\n"
+        f"description = {json.dumps(description)}\n"
+        f"instructions = {json.dumps(instructions)}\n"
+        f"assets = {json.dumps(list(assets))}\n"
+        f"framework = {json.dumps(framework)}\n"
+        f"trust = {json.dumps(trust)}\n"
+        "\n[requires]\n"
+        f"tools = {json.dumps(list(tools))}\n"
+        f"services = {json.dumps(list(services))}\n\n"
+    )
+
+
+def write_skill(
+    root: Path,
+    skill_id: str,
+    *,
+    text: str = "Follow these steps.",
+    files: Mapping[str, bytes] | None = None,
+    directory: str | None = None,
+    **fields: object,
+) -> Path:
+    """A skill directory under ``root`` (named ``directory``, default the ID) with a SKILL.md of
+    ``text``, the asset ``files`` (relative path → bytes) and a valid integrity section."""
+    skill = root / (directory or skill_id)
+    skill.mkdir(parents=True)
+    instructions = str(fields.get("instructions", "SKILL.md"))
+    (skill / instructions).parent.mkdir(parents=True, exist_ok=True)
+    (skill / instructions).write_text(text, encoding="utf-8")
+    assets = dict(files or {})
+    for relative, content in assets.items():
+        (skill / relative).parent.mkdir(parents=True, exist_ok=True)
+        (skill / relative).write_bytes(content)
+    integrity = compute_integrity(skill, [instructions, *assets])
+    body = manifest_text(skill_id, assets=list(assets), **fields)  # type: ignore[arg-type]
+    (skill / MANIFEST_NAME).write_text(body + integrity.toml(), encoding="utf-8")
+    return skill
