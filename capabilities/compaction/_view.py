@@ -36,6 +36,7 @@ import attrs
 from effectagent.ai import Message
 from effectagent.core import (
     CompactionCreated,
+    ContextAdded,
     LogEntry,
     ModelResponseRecorded,
     ToolCallSettled,
@@ -136,7 +137,7 @@ class LogView:
         extends_to = 0
         for entry in after:
             rec = entry.record
-            opens = isinstance(rec, UserInputRecorded | ModelResponseRecorded)
+            opens = isinstance(rec, UserInputRecorded | ContextAdded | ModelResponseRecorded)
             if current is None or (opens and entry.seq > extends_to):
                 current = Unit(entry.seq, entry.seq, [])
                 units.append(current)

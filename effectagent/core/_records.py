@@ -32,6 +32,8 @@ from ._outcomes import ToolOutcome
 from ._usage import UsageDelta
 
 __all__ = [
+    "ContextAdded",
+    "ContextItem",
     "AgentStateWritten",
     "CompactionCreated",
     "ConversationCreated",
@@ -73,6 +75,47 @@ class UserInputRecorded:
     kind: Literal["user", "steering", "follow-up", "feedback"]
     text: str
     author: str
+    at: float
+
+
+def _context_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"ContextItem.{attribute.name} must be a str, got {type(value).__name__}")
+    if attribute.name in ("kind", "source", "text") and not value.strip():
+        raise ValueError(f"ContextItem.{attribute.name} must not be empty")
+
+
+@attrs.frozen
+class ContextItem:
+    """Context given to a run by its host, e.g. an activated skill's instructions: ``kind``
+    (``"skill"``), ``source`` (what it is, e.g. the skill's ID), its ``version`` and ``digest``
+    (the integrity digest of what was read), and the ``text`` the model reads.
+
+    Pass items as ``runtime.run(..., context=[...])``: each becomes a :class:`ContextAdded` record
+    at the start of the run, before the user's input, and part of the conversation from there on
+    (the canonical record is never edited; compaction may summarize it like any other entry)."""
+
+    kind: str = attrs.field(validator=_context_text)
+    source: str = attrs.field(validator=_context_text)
+    text: str = attrs.field(validator=_context_text)
+    version: str = attrs.field(default="", validator=_context_text)
+    digest: str = attrs.field(default="", validator=_context_text)
+
+    def as_message_text(self) -> str:
+        """How the model reads it: a header naming the item, then its text."""
+        version = f" {self.version}" if self.version else ""
+        return f"[Context: {self.kind} {self.source}{version}]\n{self.text}"
+
+
+@fast_init
+@attrs.frozen(slots=True)
+class ContextAdded:
+    """A run started with ``item`` as context (CAP-008: the identity and version of a loaded
+    skill are recorded for the run). ``item.text`` is as the model read it (redacted)."""
+
+    conversation_id: str
+    run_id: str
+    item: ContextItem
     at: float
 
 
@@ -208,6 +251,7 @@ class AgentStateWritten:
 Record: TypeAlias = (
     ConversationCreated
     | UserInputRecorded
+    | ContextAdded
     | ModelResponseRecorded
     | ToolCallPrepared
     | ToolCallSettled
@@ -344,6 +388,8 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
         rec = entry.record
         if isinstance(rec, UserInputRecorded):
             messages.append(UserMessage.text(rec.text))
+        elif isinstance(rec, ContextAdded):
+            messages.append(UserMessage.text(rec.item.as_message_text()))
         elif isinstance(rec, ModelResponseRecorded):
             calls = [c for k, c in rec.content if k == "tool-call"]
             keys = [(rec.run_id, rec.turn, c["id"]) for c in calls]

@@ -37,6 +37,8 @@ from effectagent.core import (
     Agent,
     BudgetExhausted,
     BudgetWarning,
+    ContextAdded,
+    ContextItem,
     ConversationCreated,
     EngineDefect,
     EventBase,
@@ -90,6 +92,7 @@ class RunDriver:
         events: EventQueue | RunReducer,
         author: str = "user",
         new_conversation: bool = False,
+        context: tuple[ContextItem, ...] = (),
     ) -> None:
         self.services = services
         self.agent = agent
@@ -99,6 +102,7 @@ class RunDriver:
         self.turn_services = services
         self._snapshots: tuple[ToolSnapshot, ...] = ()
         self.user_input = user_input
+        self.context = context  # recorded as ContextAdded before the user's input
         self.author = author
         self.io = RunIO(
             run_id=run_id,
@@ -257,6 +261,17 @@ class RunDriver:
         records: list[Record] = []
         if not history:
             records.append(ConversationCreated(conversation_id, self.agent.name, now))
+        redact = services.redactor.redact_text
+        added = [
+            ContextAdded(
+                conversation_id,
+                io.run_id,
+                attrs.evolve(item, source=redact(item.source), text=redact(item.text)),
+                now,
+            )
+            for item in self.context
+        ]
+        records += added
         records.append(
             UserInputRecorded(
                 conversation_id, io.run_id, new_id("input"), "user", text, self.author, now
@@ -266,6 +281,7 @@ class RunDriver:
         self.messages = [services.system]
         if history:
             self.messages += project_messages(history)
+        self.messages += [UserMessage.text(record.item.as_message_text()) for record in added]
         self.messages.append(UserMessage.text(text))
         if services.observers:
             await self._tell_started()

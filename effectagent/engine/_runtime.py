@@ -24,6 +24,7 @@ from effectagent.ai import LanguageModelService, SystemMessage, Tool
 from effectagent.core import (
     TERMINAL_EVENTS,
     Agent,
+    ContextItem,
     EventBase,
     Redactor,
     SecretRedactor,
@@ -282,17 +283,21 @@ class Runtime:
         *,
         conversation_id: str | None = None,
         author: str = "user",
+        context: Sequence[ContextItem] = (),
     ) -> RunStream:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
         entered and is interrupted if it is still going when the block is left).
 
         Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
-        an existing conversation (its history is projected from the log).
+        an existing conversation (its history is projected from the log). ``context`` items (e.g.
+        activated skills) are recorded as ``ContextAdded`` before the user's input and read by the
+        model from then on.
         """
-        _check_run_arguments(agent, text, conversation_id, author)
+        items = _check_run_arguments(agent, text, conversation_id, author, context)
         queue = EventQueue(EVENT_BUFFER)
-        return RunStream(self, self._driver(agent, text, conversation_id, author, queue), queue)
+        driver = self._driver(agent, text, conversation_id, author, queue, items)
+        return RunStream(self, driver, queue)
 
     async def run(
         self,
@@ -301,8 +306,10 @@ class Runtime:
         *,
         conversation_id: str | None = None,
         author: str = "user",
+        context: Sequence[ContextItem] = (),
     ) -> RunResult:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
+        ``conversation_id``, ``author`` and ``context`` as for :meth:`stream`.
 
         The run executes in the caller's own task (and context: context variables such as a
         tracing span reach the model call and, copied, each tool call): its events go straight to
@@ -315,9 +322,9 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        _check_run_arguments(agent, text, conversation_id, author)
+        items = _check_run_arguments(agent, text, conversation_id, author, context)
         reducer = RunReducer()
-        driver = self._driver(agent, text, conversation_id, author, reducer)
+        driver = self._driver(agent, text, conversation_id, author, reducer, items)
         active = self._active
         active.add(driver)
         try:
@@ -333,6 +340,7 @@ class Runtime:
         conversation_id: str | None,
         author: str,
         events: EventQueue | RunReducer,
+        context: tuple[ContextItem, ...] = (),
     ) -> RunDriver:
         """A new run of ``agent`` (preflighted here) whose events go to ``events``."""
         if self._closed:
@@ -346,6 +354,7 @@ class Runtime:
             events=events,
             author=author,
             new_conversation=not conversation_id,
+            context=context,
         )
 
     def _start(self, driver: RunDriver) -> None:
@@ -470,8 +479,8 @@ def _check_redactor(redactor: object) -> None:
 
 
 def _check_run_arguments(
-    agent: object, text: object, conversation_id: object, author: object
-) -> None:
+    agent: object, text: object, conversation_id: object, author: object, context: object = ()
+) -> tuple[ContextItem, ...]:
     if not isinstance(agent, Agent):
         raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
     if not isinstance(text, str):
@@ -480,6 +489,12 @@ def _check_run_arguments(
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
     if not isinstance(author, str):
         raise TypeError(f"author must be a str, got {type(author).__name__}")
+    if isinstance(context, str | bytes) or not isinstance(context, Sequence):
+        raise TypeError(f"context must be a sequence of ContextItem, got {type(context).__name__}")
+    for item in context:
+        if not isinstance(item, ContextItem):
+            raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
+    return tuple(context)
 
 
 def run_sync(

@@ -58,6 +58,9 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
         return st.tuples(*(strategy_for(arg) for arg in args))
     if tp is RunError:
         return st.one_of([_attrs_class(cls) for cls in RUN_ERRORS])
+    if tp is core.ContextItem:  # kind, source and text must say something
+        said = TEXT.filter(str.strip)
+        return st.builds(tp, kind=said, source=said, text=said, version=TEXT, digest=TEXT)
     if isinstance(tp, type) and attrs.has(tp):
         return _attrs_class(tp)
     raise TypeError(f"no strategy for {tp!r}")
