@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from effectagent.core import Agent
+from effectagent.core import Agent, ContextItem
 from effectagent.effect import ServiceKey
 
 from ._access import SkillAuthorization
@@ -142,6 +142,19 @@ class ActivatedSkill:
     assets: tuple[Path, ...]
     directory: Path
     trust: Trust
+
+    def context_item(self) -> ContextItem:
+        """This skill as context for a run — ``runtime.run(agent, text, context=[skill.context_item()])``:
+        the engine records it as a ``ContextAdded`` record (kind ``"skill"``, the skill's ID as
+        ``source``, its version and digest) before the user's input, and the model reads the
+        instructions from then on (CAP-008)."""
+        return ContextItem(
+            kind="skill",
+            source=self.id,
+            text=self.instructions,
+            version=str(self.version),
+            digest=self.digest,
+        )
 
 
 def _service_names(services: Services) -> frozenset[str]:

@@ -1,0 +1,197 @@
+"""Skills through the real engine: what a run used is in its canonical log (CAP-008)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio.testing
+
+from capabilities.skills import (
+    SkillAuthorization,
+    SkillLibrary,
+    SkillRule,
+    activation_tool,
+    discover_skills,
+)
+from effectagent import Agent, AgentPolicy, Toolkit, open_runtime, tool
+from effectagent.ai import ToolMessage, UserMessage
+from effectagent.core import (
+    ContextAdded,
+    ToolCallSettled,
+    ToolFailure,
+    ToolSuccess,
+    UserInputRecorded,
+)
+from effectagent.effect import Layer, MissingServicesError, ServiceKey
+from effectagent.engine import ConversationLog
+from effectagent.testing import ScriptedModel, Turn
+
+from .helpers import write_skill
+
+POLICY = AgentPolicy(max_turns=4, max_tool_calls=4, max_duration=60, tool_concurrency=1)
+LEDGER: ServiceKey[dict[str, int]] = ServiceKey("billing.Ledger")
+
+
+@tool(readonly=True)
+async def read_pdf(path: str) -> str:
+    """Read a PDF.
+
+    Args:
+        path: Where it is.
+    """
+    return f"text of {path}"
+
+
+async def _library(root: Path) -> SkillLibrary:
+    write_skill(
+        root,
+        "pdf-forms",
+        text="To fill a form: read it with read_pdf, then answer field by field.",
+        version="1.2.0",
+        description="Fill in PDF forms.",
+        tools=["read_pdf"],
+        files={"forms/w9.pdf": b"%PDF-1.7"},
+    )
+    write_skill(root, "invoices", text="Bill monthly.", services=["billing.Ledger"])
+    write_skill(root, "secret-sauce", text="Never.", trust="reviewed")
+    return await discover_skills(root)
+
+
+async def _settlements(log: ConversationLog, conversation: str) -> list[ToolCallSettled]:
+    return [
+        e.record for e in await log.entries(conversation) if isinstance(e.record, ToolCallSettled)
+    ]
+
+
+async def test_host_activation_is_recorded_and_the_model_reads_the_instructions(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    library = await _library(tmp_path)
+    agent = Agent("clerk", "Help with forms.", POLICY, Toolkit(read_pdf))
+    model = ScriptedModel([Turn.text("Done.")])
+    async with open_runtime(agent.toolkit.handlers() + model.as_layer(), agents=[agent]) as runtime:
+        skill = await library.activate("pdf-forms", agent=agent, services=runtime.context)
+        result = await runtime.run(agent, "Fill the W-9.", context=[skill.context_item()])
+        entries = await runtime.log.entries(result.conversation_id)
+    (added,) = [e for e in entries if isinstance(e.record, ContextAdded)]
+    assert isinstance(added.record, ContextAdded)
+    item = added.record.item
+    assert (item.kind, item.source, item.version) == ("skill", "pdf-forms", "1.2.0")
+    assert item.digest == library.require("pdf-forms").digest
+    assert item.text == skill.instructions
+    first_input = next(e.seq for e in entries if isinstance(e.record, UserInputRecorded))
+    assert added.seq < first_input
+    texts = [
+        part.text
+        for message in model.requests[0].messages
+        if isinstance(message, UserMessage)
+        for part in message.content
+    ]
+    assert any("To fill a form: read it with read_pdf" in text for text in texts)
+    assert texts[-1] == "Fill the W-9."
+
+
+async def test_model_activation_is_a_settled_call_with_the_skills_identity(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    library = await _library(tmp_path)
+    activation = activation_tool(library, [read_pdf])
+    assert "- pdf-forms: Fill in PDF forms." in activation.tool.description
+    assert activation.tool.annotations.readonly
+    agent = Agent("clerk", "Help with forms.", POLICY, activation.toolkit)
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("activate_skill", {"skill_id": "pdf-forms"})),
+            Turn.text("I know how now."),
+        ]
+    )
+    layer = Toolkit(read_pdf).handlers() + activation.layer + model.as_layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Fill the W-9.")
+        (settled,) = await _settlements(runtime.log, result.conversation_id)
+    outcome = settled.outcome
+    assert isinstance(outcome, ToolSuccess)
+    assert settled.tool_name == "activate_skill"
+    assert outcome.result["skill_id"] == "pdf-forms"
+    assert outcome.result["version"] == "1.2.0"
+    assert outcome.result["digest"] == library.require("pdf-forms").digest
+    assert outcome.result["instructions"].startswith("To fill a form")
+    assert outcome.result["assets"] == [str((tmp_path / "pdf-forms/forms/w9.pdf").resolve())]
+    (tool_message,) = [m for m in model.requests[1].messages if isinstance(m, ToolMessage)]
+    assert "To fill a form" in repr(tool_message)
+
+
+@pytest.mark.parametrize(
+    ("skill_id", "kind", "message"),
+    [
+        ("nope", "unknown-skill", "there is no skill 'nope'; available: invoices, pdf-forms"),
+        ("secret-sauce", "refused", "classified reviewed and no rule allows it"),
+        ("invoices", "missing-requirements", "services that are not available: billing.Ledger"),
+    ],
+)
+async def test_a_refused_model_activation_is_a_failure_the_model_reads(
+    tmp_path: Path,
+    autojump_clock: trio.testing.MockClock,
+    skill_id: str,
+    kind: str,
+    message: str,
+) -> None:
+    library = await _library(tmp_path)
+    activation = activation_tool(library, [read_pdf])
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    model = ScriptedModel(
+        [Turn.tool_calls(("activate_skill", {"skill_id": skill_id})), Turn.text("Without it.")]
+    )
+    layer = Toolkit(read_pdf).handlers() + activation.layer + model.as_layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Go.")
+        (settled,) = await _settlements(runtime.log, result.conversation_id)
+    assert isinstance(settled.outcome, ToolFailure)
+    assert settled.outcome.error["_tag"] == "SkillActivationFailed"
+    assert settled.outcome.error["kind"] == kind
+    assert message in settled.outcome.error["message"]
+
+
+async def test_model_activation_follows_the_authorization_for_the_runs_principal(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    library = await _library(tmp_path)
+    authorization = SkillAuthorization([SkillRule.allow("secret-sauce", principals="staff:*")])
+    activation = activation_tool(
+        library, [read_pdf], services=[LEDGER], authorization=authorization
+    )
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    kinds = {}
+    for author in ["staff:ann", "guest:bob"]:
+        model = ScriptedModel(
+            [
+                Turn.tool_calls(
+                    ("activate_skill", {"skill_id": "secret-sauce"}),
+                    ("activate_skill", {"skill_id": "invoices"}),
+                ),
+                Turn.text("ok"),
+            ]
+        )
+        layer = (
+            Toolkit(read_pdf).handlers() + activation.layer.provide(_ledger()) + model.as_layer()
+        )
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Go.", author=author)
+            settled = await _settlements(runtime.log, result.conversation_id)
+        kinds[author] = [s.outcome.kind for s in settled]
+    assert kinds == {"staff:ann": ["success", "success"], "guest:bob": ["failure", "success"]}
+
+
+def _ledger() -> Layer:
+    return Layer.succeed(LEDGER, {"balance": 0})
+
+
+async def test_a_service_offered_to_skills_is_required_at_preflight(tmp_path: Path) -> None:
+    library = await _library(tmp_path)
+    activation = activation_tool(library, services=[LEDGER])
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    model = ScriptedModel([Turn.text("ok")])
+    with pytest.raises(MissingServicesError, match=r"billing\.Ledger"):
+        async with open_runtime(activation.layer + model.as_layer(), agents=[agent]):
+            pass
