@@ -1,0 +1,710 @@
+"""An open connection to one MCP server: its tools as ordinary ``Tool``s, and its resources and
+prompts as a small API of their own.
+
+Design notes
+------------
+The SDK's session needs tasks of its own for as long as the connection is open (the transport's
+pipe readers and writers, the receive loop). They all run in one *host task* that :func:`connect`
+starts in a nursery of its own: the host enters the transport and the session, performs the
+handshake and the first listing, reports itself started, and then waits for the connection to
+be closed, re-listing tools whenever the server says its list changed. Everything the SDK opens
+is therefore entered and left in the same task, in order — and leaving :func:`connect` closes the
+session and the transport (for stdio: the process is stopped, then killed) before it returns.
+
+The SDK (``mcp``, about 0.8 s to import) is imported inside the functions that need it, never
+when ``capabilities`` is imported.
+
+The protocol spoken is the handshake era's (``initialize``; 2025-11-25 with the SDK 2.3), which
+every current server understands and which delivers ``notifications/tools/list_changed`` on the
+connection itself.
+
+Calls: a tool call is sent on the shared session; a wait longer than ``call_timeout``, or a
+connection that drops while the call is out, leaves the call's effect unknown: the handler raises
+``OutcomeUnknown`` and the engine settles the call as ``ToolUnknownOutcome``. Nothing is ever
+retried — not even a call to a tool that says it is idempotent — and nothing is treated as
+exactly-once; a lost connection stays lost until a new one is opened.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from functools import partial
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar, final
+
+import attrs
+import trio
+
+from effectagent.ai import (
+    Handler,
+    OutcomeUnknown,
+    OutputSchemaViolation,
+    Tool,
+    ToolCallContext,
+    Toolkit,
+    ToolSnapshot,
+)
+from effectagent.effect import Layer, SchemaIssue
+
+from ._errors import (
+    McpConnectError,
+    McpMalformedResult,
+    McpRequestError,
+    McpResultTooLarge,
+    McpToolError,
+    McpUnavailable,
+)
+from ._mapping import (
+    ServerIdentity,
+    ToolShape,
+    UnusableTool,
+    encoded_size,
+    envelope,
+    error_message,
+    local_names,
+    tool_shape,
+)
+from ._results import (
+    McpPrompt,
+    McpPromptResult,
+    McpResource,
+    McpResourceContents,
+    SkippedTool,
+)
+from ._servers import HttpServer, McpServer, StdioServer
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = ["McpConnection", "connect"]
+
+T = TypeVar("T")
+
+_FAILURES = (McpToolError, McpResultTooLarge, McpUnavailable)
+_MAX_PAGES = 100
+_STDERR_TAIL = 2048
+_CONNECTION_CLOSED = -32000  # the SDK's code for "the connection closed before an answer"
+
+
+@attrs.frozen
+class _Listing:
+    """One adopted tool listing: tools in the server's order, handlers by tool name, and the
+    tools that could not be offered."""
+
+    tools: tuple[Tool[Any, Any], ...]
+    handlers: Mapping[str, Handler]
+    skipped: tuple[SkippedTool, ...]
+    remote_names: Mapping[str, str]
+    snapshot: ToolSnapshot
+
+
+_EMPTY = _Listing((), {}, (), {}, ToolSnapshot())
+
+
+def _dump(model: Any) -> dict[str, Any]:
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)  # type: ignore[no-any-return]
+
+
+def _issues(error: Any) -> tuple[SchemaIssue, ...]:
+    path = "$.structured" + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    )
+    return (SchemaIssue(path, error.message),)
+
+
+@final
+class McpConnection:
+    """An open connection to an MCP server, made by :func:`connect`.
+
+    ``server`` is the configuration it was opened with and ``identity`` who answered
+    (:class:`ServerIdentity`: name, version, protocol version); ``capabilities`` is what the
+    server announced (the protocol's JSON form) and ``instructions`` its usage notes, if any.
+
+    ``tools`` are the server's tools as dynamic ``Tool``s, each with its handler bound (so
+    ``Toolkit(*connection.tools).handlers()`` needs no mapping); ``skipped`` the ones that could
+    not be offered, with the reason; ``remote_names`` maps each tool's name to the server's.
+    When the server says its list changed, the connection lists its tools again and adopts the
+    new list as a whole (``version`` counts adopted listings); the engine, through
+    :meth:`snapshot`, takes one listing per turn, so a batch never sees a change.
+
+    The object is usable only inside the ``async with connect(...)`` block: afterwards every call
+    is refused with :class:`McpUnavailable` (``lost`` says why).
+    """
+
+    __slots__ = (
+        "_changed",
+        "_identity",
+        "_listing",
+        "_lost",
+        "_relist",
+        "_session",
+        "_shapes",
+        "_stderr",
+        "_stop",
+        "_version",
+        "capabilities",
+        "instructions",
+        "server",
+    )
+
+    def __init__(self, server: McpServer) -> None:
+        self.server = server
+        self.capabilities: Mapping[str, Any] = {}
+        self.instructions: str | None = None
+        self._identity: ServerIdentity | None = None
+        self._session: ClientSession | None = None
+        self._listing = _EMPTY
+        # Remote definition (its JSON text) -> the Tool made from it, so an unchanged tool keeps
+        # its identity (and its handler key) across listings.
+        self._shapes: dict[tuple[str, str], Tool[Any, Any]] = {}
+        self._version = 0
+        self._changed = trio.Event()
+        self._lost: str | None = None
+        self._stop = trio.Event()
+        self._relist: trio.MemorySendChannel[None] | None = None
+        self._stderr: TextIO | None = None
+
+    # ---- what the server offers ----------------------------------------------------------------
+
+    @property
+    def identity(self) -> ServerIdentity:
+        """Who answered the handshake."""
+        if self._identity is None:
+            raise RuntimeError("the connection is not open yet")
+        return self._identity
+
+    @property
+    def tools(self) -> tuple[Tool[Any, Any], ...]:
+        """The tools of the latest adopted listing, in the server's order."""
+        return self._listing.tools
+
+    @property
+    def skipped(self) -> tuple[SkippedTool, ...]:
+        """The listed tools that could not be offered, with the reason."""
+        return self._listing.skipped
+
+    @property
+    def remote_names(self) -> Mapping[str, str]:
+        """Our tool name -> the server's, for the latest listing."""
+        return self._listing.remote_names
+
+    @property
+    def version(self) -> int:
+        """How many tool listings were adopted (1 after connecting)."""
+        return self._version
+
+    @property
+    def lost(self) -> str | None:
+        """Why the connection is lost (or closed); None while it is usable."""
+        return self._lost
+
+    def toolkit(self) -> Toolkit:
+        """The current tools as a Toolkit (for an agent whose tools are fixed when it is made)."""
+        return Toolkit(*self._listing.tools)
+
+    def handlers(self) -> Layer:
+        """A Layer binding the current tools' handlers (by each tool's handler key)."""
+        return self.toolkit().handlers()
+
+    def snapshot(self) -> ToolSnapshot:
+        """The latest listing as the engine's ``ToolSnapshot`` (tools and handlers by name): what
+        makes the connection a ``ToolSource``.
+
+        Never waits: the snapshot is built once per adopted listing and returned as the same
+        object until the server's list changes.
+        """
+        return self._listing.snapshot
+
+    def layer(self) -> Layer:
+        """A Layer providing this connection under its server's ``key`` — the ``ToolSource``
+        an agent names in ``tool_sources`` — and the handlers of its current tools.
+
+        The connection itself is not opened or closed by the Layer: open it with
+        ``async with connect(server)`` around ``open_runtime``, so the SDK's tasks live in a
+        nursery that outlasts the runtime.
+        """
+        return Layer.succeed(self.server.key, self, name=self.server.key.name)
+
+    async def wait_version(self, version: int) -> None:
+        """Return once ``version`` listings have been adopted (at once if they have).
+
+        Raises :class:`McpRequestError` if the connection is lost first.
+        Cancellation: a plain wait; cancelling it changes nothing.
+        """
+        while self._version < version:
+            if self._lost is not None:
+                raise McpRequestError(self.server.name, "tools/list", self._lost)
+            await self._changed.wait()
+
+    async def refresh(self) -> None:
+        """List the server's tools again now and adopt the result.
+
+        Raises :class:`McpRequestError` (a protocol error, no answer within the call timeout, a
+        lost connection). Cancellation: the listing in flight is abandoned and nothing is adopted.
+        """
+        await self._adopt_listing()
+
+    # ---- resources and prompts -----------------------------------------------------------------
+
+    async def list_resources(self) -> tuple[McpResource, ...]:
+        """Every resource the server lists (all pages).
+
+        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
+        """
+        import mcp_types as types
+
+        found: list[McpResource] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._request("resources/list", partial(_list_resources, params=params))
+            found.extend(McpResource.from_json(_dump(r)) for r in page.resources)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(found)
+
+    async def read_resource(self, uri: str) -> tuple[McpResourceContents, ...]:
+        """The contents of the resource at ``uri``: text, or base64 blobs as the server sent them.
+
+        Raises :class:`McpRequestError`, also when the contents are over ``max_result_bytes``.
+        Cancellation: the request is abandoned; nothing changes.
+        """
+        if not _text(uri):
+            raise ValueError(f"read_resource: uri must be a non-empty str, got {uri!r}")
+        result = await self._request("resources/read", lambda s: s.read_resource(uri))
+        raw = _dump(result)
+        self._check_size("resources/read", raw)
+        return tuple(McpResourceContents.from_json(c) for c in raw.get("contents") or ())
+
+    async def list_prompts(self) -> tuple[McpPrompt, ...]:
+        """Every prompt the server lists (all pages).
+
+        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
+        """
+        import mcp_types as types
+
+        found: list[McpPrompt] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._request("prompts/list", partial(_list_prompts, params=params))
+            found.extend(McpPrompt.from_json(_dump(p)) for p in page.prompts)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tuple(found)
+
+    async def get_prompt(
+        self, name: str, arguments: Mapping[str, str] | None = None
+    ) -> McpPromptResult:
+        """The prompt ``name`` rendered by the server with ``arguments`` (strings).
+
+        Raises :class:`McpRequestError`, also when the result is over ``max_result_bytes``.
+        Cancellation: the request is abandoned; nothing changes.
+        """
+        if not _text(name):
+            raise ValueError(f"get_prompt: name must be a non-empty str, got {name!r}")
+        args = dict(arguments or {})
+        if not all(_text(k, empty=True) and _text(v, empty=True) for k, v in args.items()):
+            raise TypeError("get_prompt: arguments must map str to str")
+        result = await self._request("prompts/get", lambda s: s.get_prompt(name, args))
+        raw = _dump(result)
+        self._check_size("prompts/get", raw)
+        return McpPromptResult.from_json(raw)
+
+    # ---- internals: requests -------------------------------------------------------------------
+
+    def _check_size(self, method: str, raw: Any) -> None:
+        limit = self.server.limits.max_result_bytes
+        size = encoded_size(raw)
+        if size > limit:
+            raise McpRequestError(
+                self.server.name,
+                method,
+                f"the answer is {size} bytes, over the limit of {limit} bytes (max_result_bytes)",
+            )
+
+    async def _request(self, method: str, send: Callable[[ClientSession], Awaitable[T]]) -> T:
+        """Send one request of the connection's own API, bounded by the call timeout."""
+        from mcp import MCPError
+
+        session = self._session
+        if session is None:
+            raise McpRequestError(self.server.name, method, self._lost or "not connected")
+        if self._lost is not None:
+            raise McpRequestError(self.server.name, method, self._lost)
+        timeout = self.server.limits.call_timeout
+        with trio.move_on_after(timeout):
+            try:
+                return await send(session)
+            except MCPError as exc:
+                if exc.code == _CONNECTION_CLOSED:
+                    self._mark_lost("the connection closed")
+                    raise McpRequestError(
+                        self.server.name, method, "the connection closed"
+                    ) from None
+                raise McpRequestError(self.server.name, method, exc.message, exc.code) from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                self._mark_lost("the connection closed")
+                raise McpRequestError(self.server.name, method, "the connection closed") from None
+        raise McpRequestError(self.server.name, method, f"no answer within {timeout} s")
+
+    def _mark_lost(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+            self._changed.set()
+
+    # ---- internals: tools ----------------------------------------------------------------------
+
+    async def _list_tools(self) -> list[dict[str, Any]]:
+        import mcp_types as types
+
+        found: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(_MAX_PAGES):
+            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await self._request("tools/list", partial(_list_tools, params=params))
+            found.extend(_dump(tool) for tool in page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return found
+
+    async def _adopt_listing(self) -> None:
+        listed = await self._list_tools()
+        self._listing = self._build_listing(listed)
+        self._version += 1
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    def _build_listing(self, listed: list[dict[str, Any]]) -> _Listing:
+        server = self.server
+        names = local_names(server.prefix, [str(raw.get("name", "")) for raw in listed])
+        tools: list[Tool[Any, Any]] = []
+        handlers: dict[str, Handler] = {}
+        skipped: list[SkippedTool] = []
+        remote_names: dict[str, str] = {}
+        shapes: dict[tuple[str, str], Tool[Any, Any]] = {}
+        for raw in listed:
+            remote = str(raw.get("name", ""))
+            local = names[remote]
+            key = (local, json.dumps(raw, sort_keys=True))
+            made = self._shapes.get(key)
+            if made is None:
+                try:
+                    shape = tool_shape(server.name, raw)
+                    made = self._make_tool(remote, local, shape)
+                except (UnusableTool, TypeError, ValueError) as exc:
+                    skipped.append(SkippedTool(remote, str(exc)))
+                    continue
+            shapes[key] = made
+            tools.append(made)
+            assert made.handler is not None
+            handlers[local] = made.handler
+            remote_names[local] = remote
+        self._shapes = shapes
+        snapshot = ToolSnapshot(tuple(tools), dict(handlers))
+        return _Listing(tuple(tools), handlers, tuple(skipped), remote_names, snapshot)
+
+    def _make_tool(self, remote: str, local: str, shape: ToolShape) -> Tool[Any, Any]:
+        approval = self.server.needs_approval
+        tool = Tool.dynamic(
+            local,
+            shape.description,
+            shape.parameters_schema,
+            success_schema=shape.success_schema,
+            failure=_FAILURES,
+            handler=self._handler(remote, local, shape),
+            **shape.annotations,
+        )
+        if not isinstance(approval, bool):
+            needs = bool(approval(tool.annotations))
+            tool = Tool.dynamic(
+                local,
+                shape.description,
+                shape.parameters_schema,
+                success_schema=shape.success_schema,
+                failure=_FAILURES,
+                handler=tool.handler,
+                needs_approval=needs,
+                **shape.annotations,
+            )
+        elif approval:
+            tool = Tool.dynamic(
+                local,
+                shape.description,
+                shape.parameters_schema,
+                success_schema=shape.success_schema,
+                failure=_FAILURES,
+                handler=tool.handler,
+                needs_approval=True,
+                **shape.annotations,
+            )
+        return tool
+
+    def _handler(self, remote: str, local: str, shape: ToolShape) -> Handler:
+        validator = shape.output_validator
+
+        async def call_remote(params: dict[str, Any], call: ToolCallContext) -> dict[str, Any]:
+            """Call the remote tool with the arguments the engine decoded and checked.
+
+            Cancellation: the request is abandoned (the SDK tells the server it was cancelled);
+            whether the tool ran is then unknown to us, as for a timeout.
+            """
+            return await self._call(remote, local, params, validator)
+
+        return call_remote
+
+    async def _call(
+        self, remote: str, local: str, arguments: dict[str, Any], validator: Any
+    ) -> dict[str, Any]:
+        import mcp_types as types
+        from mcp import MCPError
+        from pydantic import ValidationError
+
+        server = self.server
+        session = self._session
+        if session is None or self._lost is not None:
+            raise McpUnavailable(
+                local,
+                f"the MCP server {server.name!r} is not connected "
+                f"({self._lost if self._lost is not None else 'not open'}); the call was not sent",
+            )
+        limits = server.limits
+        request = types.CallToolRequest(
+            params=types.CallToolRequestParams(name=remote, arguments=arguments)
+        )
+        with trio.move_on_after(limits.call_timeout):
+            try:
+                result = await session.send_request(request, types.CallToolResult)
+            except MCPError as exc:
+                if exc.code == _CONNECTION_CLOSED:
+                    self._mark_lost("the connection closed during a call")
+                    raise OutcomeUnknown(
+                        f"the connection to the MCP server {server.name!r} closed while "
+                        f"{local!r} was in flight; it may or may not have run"
+                    ) from None
+                raise McpToolError(local, exc.message, exc.code) from None
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                self._mark_lost("the connection closed during a call")
+                raise OutcomeUnknown(
+                    f"the connection to the MCP server {server.name!r} closed while "
+                    f"{local!r} was in flight; it may or may not have run"
+                ) from None
+            except ValidationError as exc:
+                raise McpMalformedResult(
+                    f"the MCP server {server.name!r} answered {local!r} with something that is "
+                    f"not a tool result: {exc.error_count()} problem(s)"
+                ) from None
+            raw = _dump(result)
+            if raw.get("isError") is True:
+                raise error_message(local, raw, limits.max_result_bytes)
+            body = envelope(self.identity, remote, local, raw, limits.max_result_bytes)
+            if validator is not None:
+                if "structured" not in body:
+                    raise OutputSchemaViolation(
+                        "result violates its schema: the tool declares an output schema but "
+                        "sent no structured content"
+                    )
+                errors = sorted(validator.iter_errors(body["structured"]), key=str)
+                if errors:
+                    issues = tuple(i for e in errors[:20] for i in _issues(e))
+                    raise OutputSchemaViolation(
+                        "result violates its schema: "
+                        + "; ".join(f"{i.path}: {i.message}" for i in issues),
+                        issues,
+                    )
+            return body
+        raise OutcomeUnknown(
+            f"the MCP server {server.name!r} did not answer {local!r} within "
+            f"{limits.call_timeout} s (call_timeout); it may or may not have run"
+        )
+
+    # ---- internals: the host task --------------------------------------------------------------
+
+    async def _handle_message(self, message: Any) -> None:
+        import mcp_types as types
+
+        if isinstance(message, types.ToolListChangedNotification) and self._relist is not None:
+            # When a re-listing is already due, it will see this change too.
+            with suppress(trio.WouldBlock):
+                self._relist.send_nowait(None)
+        elif isinstance(message, Exception):
+            self._mark_lost(f"the transport failed: {type(message).__name__}: {message}")
+
+    def _stderr_tail(self) -> str:
+        log = self._stderr
+        if log is None:
+            return ""
+        try:
+            log.flush()
+            size = log.seek(0, 2)
+            log.seek(max(0, size - _STDERR_TAIL))
+            tail = log.read().strip()
+        except (OSError, ValueError):
+            return ""
+        return f"; it wrote to stderr: ...{tail}" if tail else ""
+
+    async def _transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
+        server = self.server
+        if isinstance(server, StdioServer):
+            from mcp import StdioServerParameters, stdio_client
+
+            params = StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env=dict(server.env) if server.env is not None else None,
+                cwd=server.cwd,
+            )
+            errlog = self._stderr if self._stderr is not None else sys.stderr
+            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
+        else:
+            assert isinstance(server, HttpServer)
+            from mcp.client.streamable_http import streamable_http_client
+
+            client = None
+            if server.headers:
+                import httpx2
+
+                client = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=dict(server.headers),
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                    )
+                )
+            streams = await stack.enter_async_context(
+                streamable_http_client(server.url, http_client=client)
+            )
+        return streams[0], streams[1]
+
+    async def _host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from mcp import ClientSession
+        from mcp_types import Implementation
+
+        started = False
+        send, receive = trio.open_memory_channel[None](1)
+        try:
+            async with AsyncExitStack() as stack:
+                read, write = await self._transport(stack)
+                session = await stack.enter_async_context(
+                    ClientSession(
+                        read,
+                        write,
+                        message_handler=self._handle_message,
+                        client_info=Implementation(name="effectagent", version="0.1.0"),
+                    )
+                )
+                init = await session.initialize()
+                info = init.server_info
+                self._identity = ServerIdentity(info.name, info.version, init.protocol_version)
+                self.capabilities = _dump(init.capabilities)
+                self.instructions = init.instructions
+                self._session = session
+                self._relist = send
+                await self._adopt_listing()
+                started = True
+                task_status.started()
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._relist_on_change, receive)
+                    await self._stop.wait()
+                    nursery.cancel_scope.cancel()
+        except Exception as exc:
+            if not started:
+                raise
+            # After the start, a failing transport is a lost connection, not the caller's error.
+            self._mark_lost(f"the connection failed: {type(exc).__name__}: {exc}")
+        finally:
+            self._session = None
+            self._mark_lost("the connection is closed")
+            send.close()
+            receive.close()
+
+    async def _relist_on_change(self, receive: trio.MemoryReceiveChannel[None]) -> None:
+        async for _ in receive:
+            # On failure the previous listing stays; `lost` says why if the connection is gone.
+            with suppress(McpRequestError):
+                await self._adopt_listing()
+
+
+@asynccontextmanager
+async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
+    """Open a connection to ``server`` for the duration of the block.
+
+    Starts the server's process (stdio) or reaches its URL (streamable HTTP), performs the
+    handshake and lists the tools, all within ``server.limits.connect_timeout``; raises
+    :class:`McpConnectError` (with the end of the process's stderr, for stdio) when any of that
+    fails or takes longer.
+
+    Leaving the block closes the session and the transport before returning: a stdio server gets
+    its stdin closed, then SIGTERM, then SIGKILL (each after a bounded wait), so no process
+    outlives the block. A connection that fails while the block runs does not interrupt it:
+    calls then fail as described on :class:`McpConnection`.
+
+    Cancellation: cancelling the connect (or the block) closes everything opened so far, shielded
+    and bounded, before the cancellation goes on.
+    """
+    if not isinstance(server, StdioServer | HttpServer):
+        raise TypeError(f"connect: server must be a StdioServer or HttpServer, got {server!r}")
+    connection = McpConnection(server)
+    timeout = server.limits.connect_timeout
+    stack = AsyncExitStack()
+    if isinstance(server, StdioServer):
+        # The process's stderr goes to a file of ours, so a failure can quote its end.
+        connection._stderr = stack.enter_context(
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+        )
+    try:
+        async with stack, trio.open_nursery() as nursery:
+            try:
+                with trio.fail_after(timeout):
+                    await nursery.start(connection._host)
+            except trio.TooSlowError:
+                raise McpConnectError(
+                    server.name,
+                    f"no handshake and tool listing within {timeout} s (connect_timeout)"
+                    + connection._stderr_tail(),
+                ) from None
+            except McpConnectError:
+                raise
+            except Exception as exc:
+                raise McpConnectError(
+                    server.name, _reason(exc) + connection._stderr_tail()
+                ) from exc
+            try:
+                yield connection
+            finally:
+                connection._stop.set()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+def _text(value: object, *, empty: bool = False) -> bool:
+    return isinstance(value, str) and (empty or bool(value))
+
+
+async def _list_tools(session: ClientSession, *, params: Any) -> Any:
+    return await session.list_tools(params=params)
+
+
+async def _list_resources(session: ClientSession, *, params: Any) -> Any:
+    return await session.list_resources(params=params)
+
+
+async def _list_prompts(session: ClientSession, *, params: Any) -> Any:
+    return await session.list_prompts(params=params)
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _reason(exc.exceptions[0])
+    if isinstance(exc, McpRequestError):
+        return exc.reason
+    if getattr(exc, "code", None) == _CONNECTION_CLOSED:
+        return "the connection closed during the handshake (did the server exit?)"
+    return f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,252 @@
+"""Pure mapping between the protocol's JSON and our tools: names, annotations, schemas, results.
+
+Nothing here does I/O or imports the SDK: it works on the JSON form of the protocol's objects
+(``model_dump(by_alias=True, mode="json", exclude_none=True)``), so it is cheap to import and
+tested without a server.
+
+A tool result becomes one JSON object, the *envelope*::
+
+    {"server": {"name": ..., "version": ..., "protocol_version": ...},
+     "tool": "<the server's own name of the tool>",
+     "content": [ ...every content block as the server sent it... ],
+     "structured": { ... }}            # only when the server sent structured content
+
+Content blocks keep every field the server gave — ``type``, ``text``, ``mimeType``, ``uri``,
+base64 ``data``/``blob`` as they are, annotations and ``_meta`` — so nothing is lost on the way;
+the whole envelope is bounded by ``max_result_bytes``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+import jsonschema
+
+from ._errors import McpResultTooLarge, McpToolError
+
+__all__ = [
+    "ServerIdentity",
+    "ToolShape",
+    "encoded_size",
+    "envelope",
+    "error_message",
+    "local_names",
+    "tool_shape",
+]
+
+_NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_NAME = 64
+
+
+@attrs.frozen
+class ServerIdentity:
+    """Who answered: the server's name and version as it states them, and the protocol
+    version the connection speaks. Recorded in every result envelope."""
+
+    name: str
+    version: str
+    protocol_version: str
+
+    def as_json(self) -> dict[str, str]:
+        """The identity as the envelope's ``server`` object."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "protocol_version": self.protocol_version,
+        }
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def local_names(prefix: str | None, remote: Iterable[str]) -> dict[str, str]:
+    """The name the model sees for each remote tool name, in the order given.
+
+    Characters a provider refuses become ``_``, the prefix (if any) comes first as
+    ``prefix_name``, and a name longer than 64 characters is cut. When two remote names end up
+    the same, or a name had to be changed and could clash, the later one gets ``_`` and eight hex
+    digits of a digest of its remote name — so the mapping is stable for a given listing.
+    """
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for name in remote:
+        base = _NOT_ALLOWED.sub("_", name) or "tool"
+        if prefix is not None:
+            base = f"{prefix}_{base}"
+        candidate = base[:_MAX_NAME]
+        if candidate in taken:
+            candidate = f"{base[: _MAX_NAME - 9]}_{_digest(name)}"
+        index = 1
+        while candidate in taken:  # only for names made to clash on purpose
+            candidate = f"{base[: _MAX_NAME - 14]}_{_digest(name)}_{index}"
+            index += 1
+        taken.add(candidate)
+        out[name] = candidate
+    return out
+
+
+@attrs.frozen
+class ToolShape:
+    """What a remote tool definition becomes: the keyword arguments of ``Tool.dynamic`` that
+    describe it, and ``output_validator`` — the check of structured content that could not be
+    bound as the success schema (None when it is bound, or there is no output schema)."""
+
+    description: str
+    parameters_schema: dict[str, Any]
+    success_schema: dict[str, Any]
+    annotations: dict[str, Any]
+    output_validator: jsonschema.protocols.Validator | None = attrs.field(eq=False, default=None)
+
+
+class UnusableTool(ValueError):
+    """A remote tool definition that cannot become a tool; the message says why."""
+
+
+_IDENTITY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "version": {"type": "string"},
+        "protocol_version": {"type": "string"},
+    },
+    "required": ["name", "version", "protocol_version"],
+}
+
+
+def _refs(value: Any) -> Iterable[str]:
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if key == "$ref" and isinstance(item, str):
+                yield item
+            else:
+                yield from _refs(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _refs(item)
+
+
+def _bindable(output: Mapping[str, Any]) -> bool:
+    """True when ``output`` still means the same once nested in the envelope with its
+    definitions moved to the root: an object schema with no ``$id`` whose references all point
+    into ``$defs`` or ``definitions``."""
+    if output.get("type") != "object" or "$id" in output:
+        return False
+    return all(ref.startswith(("#/$defs/", "#/definitions/")) for ref in _refs(output))
+
+
+def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
+    """Map one tool of a ``tools/list`` answer (its JSON form) to the shape of a dynamic tool.
+
+    The input schema must be a valid JSON Schema describing an object; an output schema must be
+    valid too. An object-shaped output schema is bound in the success schema (under
+    ``structured``, with its definitions moved to the root), so the engine checks structured
+    content against it at the tool boundary; any other output schema is compiled into
+    ``output_validator`` for the handler to check. Raises :class:`UnusableTool` otherwise.
+    """
+    name = str(remote.get("name", ""))
+    description = remote.get("description") or f"The tool {name!r} of the MCP server {server!r}."
+    parameters = remote.get("inputSchema")
+    if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
+        raise UnusableTool(f"its input schema does not describe an object: {parameters!r}")
+    try:
+        jsonschema.Draft202012Validator.check_schema(parameters)
+    except jsonschema.SchemaError as exc:
+        raise UnusableTool(f"its input schema is not a valid JSON Schema: {exc.message}") from None
+    properties: dict[str, Any] = {
+        "server": _IDENTITY_SCHEMA,
+        "tool": {"type": "string"},
+        "content": {"type": "array", "items": {"type": "object"}},
+    }
+    success: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": ["server", "tool", "content"],
+    }
+    validator: jsonschema.protocols.Validator | None = None
+    output = remote.get("outputSchema")
+    if output is not None:
+        if not isinstance(output, Mapping):
+            raise UnusableTool(f"its output schema is not a JSON object: {output!r}")
+        try:
+            jsonschema.Draft202012Validator.check_schema(output)
+        except jsonschema.SchemaError as exc:
+            raise UnusableTool(
+                f"its output schema is not a valid JSON Schema: {exc.message}"
+            ) from None
+        if _bindable(output):
+            nested = {
+                k: v for k, v in output.items() if k not in ("$defs", "definitions", "$schema")
+            }
+            for keyword in ("$defs", "definitions"):
+                if keyword in output:
+                    success[keyword] = output[keyword]
+            properties["structured"] = nested
+            success["required"].append("structured")
+        else:
+            validator = jsonschema.Draft202012Validator(dict(output))
+    annotations = remote.get("annotations") or {}
+    readonly = annotations.get("readOnlyHint") is True
+    destructive = annotations.get("destructiveHint")
+    options: dict[str, Any] = {
+        "readonly": readonly,
+        "destructive": None if readonly or not isinstance(destructive, bool) else destructive,
+        "idempotent": annotations.get("idempotentHint") is True,
+        "open_world": annotations.get("openWorldHint") is not False,
+        "title": remote.get("title") or annotations.get("title"),
+    }
+    return ToolShape(str(description), dict(parameters), success, options, validator)
+
+
+def encoded_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON — the measure of every size limit here."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode())
+
+
+def envelope(
+    identity: ServerIdentity, tool: str, local: str, result: Mapping[str, Any], limit: int
+) -> dict[str, Any]:
+    """The envelope of a successful result (its JSON form), or :class:`McpResultTooLarge` when it
+    is over ``limit`` bytes. ``tool`` is the server's name of the tool, ``local`` ours."""
+    body: dict[str, Any] = {
+        "server": identity.as_json(),
+        "tool": tool,
+        "content": list(result.get("content") or ()),
+    }
+    if "structuredContent" in result:
+        body["structured"] = result["structuredContent"]
+    size = encoded_size(body)
+    if size > limit:
+        raise McpResultTooLarge(local, size, limit)
+    return body
+
+
+def _describe_block(block: Mapping[str, Any]) -> str:
+    kind = block.get("type")
+    if kind == "text":
+        return str(block.get("text", ""))
+    if kind == "resource":
+        inner = block.get("resource") or {}
+        if "text" in inner:
+            return str(inner["text"])
+        return f"[resource {inner.get('uri', '?')} ({inner.get('mimeType', 'unknown type')})]"
+    if kind == "resource_link":
+        return f"[link {block.get('uri', '?')}]"
+    return f"[{kind} ({block.get('mimeType', 'unknown type')})]"
+
+
+def error_message(tool: str, result: Mapping[str, Any], limit: int) -> McpToolError:
+    """The declared failure for an ``isError`` result: its content as text (text blocks as they
+    are, other blocks named by kind, type and URI), cut to ``limit`` bytes."""
+    parts = [_describe_block(block) for block in result.get("content") or ()]
+    message = "\n".join(part for part in parts if part) or f"the tool {tool!r} reported an error"
+    encoded = message.encode()
+    if len(encoded) > limit:
+        note = f" ... [cut at {limit} bytes]"
+        message = encoded[: max(0, limit - len(note))].decode(errors="ignore") + note
+    return McpToolError(tool, message)

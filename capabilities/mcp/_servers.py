@@ -1,0 +1,157 @@
+"""How to reach an MCP server, and the bounds of a connection to it: plain values, checked at
+construction, that say nothing about whether a connection is open."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeAlias
+
+import attrs
+
+from effectagent.ai import ToolAnnotations
+from effectagent.effect import ServiceKey
+
+__all__ = ["HttpServer", "McpLimits", "McpServer", "NeedsApproval", "StdioServer"]
+
+#: Whether a remote tool needs approval: a bool for every tool, or a function of its annotations.
+NeedsApproval: TypeAlias = bool | Callable[[ToolAnnotations], bool]
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) not in (int, float) or not 0 < value < float("inf"):  # type: ignore[operator]
+        raise ValueError(f"{attribute.name} must be a positive, finite number, got {value!r}")
+
+
+def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
+
+
+@attrs.frozen
+class McpLimits:
+    """The bounds of one connection; every one is finite.
+
+    * ``connect_timeout`` — seconds from starting the process (or the first HTTP request) until
+      the handshake and the first tool listing are done;
+    * ``call_timeout`` — seconds one request (a tool call, a listing, a resource read) may wait
+      for its answer; a tool call that runs out is settled as an unknown outcome;
+    * ``max_result_bytes`` — the size of a tool result (or a resource read, a prompt) once
+      mapped to compact JSON; a larger one is refused with :class:`McpResultTooLarge`. The
+      transport still reads the whole message before it is measured.
+    """
+
+    connect_timeout: float = attrs.field(default=20.0, validator=_positive_seconds)
+    call_timeout: float = attrs.field(default=60.0, validator=_positive_seconds)
+    max_result_bytes: int = attrs.field(default=256 * 1024, validator=_positive_int)
+
+
+def _check_prefix(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not _PREFIX.match(value)):
+        raise ValueError(
+            f"prefix must be None or 1-32 letters, digits, '_' or '-', got {value!r} (it starts "
+            "every tool name the model sees)"
+        )
+
+
+def _check_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"name must be a non-empty str, got {value!r}")
+
+
+def _check_approval(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool) and not callable(value):
+        raise TypeError(
+            "needs_approval must be a bool or a function of the tool's ToolAnnotations, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _check_command(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"command must be a non-empty str, got {value!r}")
+
+
+def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"url must be an http:// or https:// URL, got {value!r}")
+
+
+def _key(self: Any) -> ServiceKey[Any]:
+    return ServiceKey(
+        f"MCP server {self.name!r}", "the tools of an open MCP connection (a ToolSource)"
+    )
+
+
+def _str_tuple(value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not all(isinstance(item, str) for item in value):  # type: ignore[attr-defined]
+        raise TypeError(f"args must be a sequence of str, got {value!r}")
+    return tuple(value)  # type: ignore[arg-type]
+
+
+def _str_map(value: object) -> Mapping[str, str] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError(f"expected a mapping of str to str, got {value!r}")
+    return dict(value)
+
+
+@attrs.frozen(eq=False)  # identity, like a Tool: each server has its own service key
+class StdioServer:
+    """An MCP server run as a subprocess, spoken to over its stdin and stdout.
+
+    ``command`` and ``args`` start it; ``env`` is added to a small inherited environment
+    (``HOME``, ``PATH``, ``USER``, ...) — the rest of ours is not passed on; ``cwd`` is its
+    working directory. ``name`` identifies it in messages and its service key (default: the
+    command's file name). ``prefix``, when given, starts every tool name the model sees
+    (``prefix_toolname``), so two servers' tools cannot collide. ``needs_approval`` applies to
+    each of its tools. ``key`` is the service key a connection's :meth:`~McpConnection.layer`
+    provides (an ``effectagent.ai.ToolSource``), usable before anything connects.
+    """
+
+    command: str = attrs.field(validator=_check_command)
+    args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    env: Mapping[str, str] | None = attrs.field(default=None, converter=_str_map)
+    cwd: str | Path | None = None
+    name: str = attrs.field(validator=_check_name)
+    prefix: str | None = attrs.field(default=None, validator=_check_prefix)
+    limits: McpLimits = attrs.field(factory=McpLimits)
+    needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
+    key: ServiceKey[Any] = attrs.field(init=False, default=attrs.Factory(_key, takes_self=True))
+
+    @name.default
+    def _default_name(self) -> str:
+        return Path(self.command).name or self.command
+
+
+@attrs.frozen(eq=False)
+class HttpServer:
+    """An MCP server reached over streamable HTTP at ``url`` (``http://`` or ``https://``).
+
+    ``headers`` are sent with every request (e.g. an authorization header). ``name`` (default:
+    the URL's host and port), ``prefix``, ``limits``, ``needs_approval`` and ``key`` are as for
+    :class:`StdioServer`.
+    """
+
+    url: str = attrs.field(validator=_check_url)
+    headers: Mapping[str, str] | None = attrs.field(default=None, converter=_str_map, repr=False)
+    name: str = attrs.field(validator=_check_name)
+    prefix: str | None = attrs.field(default=None, validator=_check_prefix)
+    limits: McpLimits = attrs.field(factory=McpLimits)
+    needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
+    key: ServiceKey[Any] = attrs.field(init=False, default=attrs.Factory(_key, takes_self=True))
+
+    @name.default
+    def _default_name(self) -> str:
+        rest = self.url.split("://", 1)[-1]
+        return rest.split("/", 1)[0] or self.url
+
+
+#: Either kind of server.
+McpServer: TypeAlias = StdioServer | HttpServer

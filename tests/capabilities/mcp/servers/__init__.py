@@ -1,0 +1,1 @@
+"""MCP servers the MCP client's tests start as subprocesses."""

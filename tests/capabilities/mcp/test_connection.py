@@ -1,0 +1,236 @@
+"""A connection to the demo server over stdio: what it discovers, how results map, its resource
+and prompt API, and that closing it leaves no process behind."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from capabilities.mcp import (
+    McpConnectError,
+    McpLimits,
+    McpRequestError,
+    McpResourceContents,
+    McpResultTooLarge,
+    McpToolError,
+    McpUnavailable,
+    StdioServer,
+    connect,
+)
+from effectagent.ai import Tool, ToolCallContext
+
+from .conftest import DEMO, alive
+
+CALL = ToolCallContext("call-1", "tool")
+
+
+def by_name(tools: tuple[Tool[Any, Any], ...]) -> dict[str, Tool[Any, Any]]:
+    return {tool.name: tool for tool in tools}
+
+
+async def invoke(tool: Tool[Any, Any], arguments: dict[str, Any]) -> Any:
+    assert tool.handler is not None
+    return await tool.handler(arguments, CALL)
+
+
+async def test_connect_discovers_identity_capabilities_and_tools(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        assert connection.identity.as_json() == {
+            "name": "demo",
+            "version": "1.2.3",
+            "protocol_version": "2025-11-25",
+        }
+        assert connection.capabilities["tools"] == {"listChanged": True}
+        assert connection.version == 1
+        tools = by_name(connection.tools)
+        assert list(tools)[:3] == ["demo_echo", "demo_add", "demo_bad_output"]
+        assert connection.remote_names["demo_weird_name_with_spaces"] == "weird.name/with spaces"
+        assert connection.skipped == ()
+        echo, delete = tools["demo_echo"], tools["demo_delete_item"]
+        assert (echo.annotations.readonly, echo.annotations.idempotent) == (True, True)
+        assert echo.parameters_schema["required"] == ["text"]
+        assert delete.annotations.readonly is False
+        assert (delete.annotations.destructive, delete.annotations.idempotent) == (True, True)
+        assert delete.annotations.open_world is False
+        assert connection.snapshot().tools == connection.tools
+        assert connection.snapshot() is connection.snapshot()  # the same while nothing changed
+
+
+async def test_results_carry_content_structure_and_identity(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        tools = by_name(connection.tools)
+        added = await invoke(tools["demo_add"], {"a": 2, "b": 3})
+        assert added["structured"] == {"sum": 5}
+        assert added["server"]["name"] == "demo"
+        assert added["tool"] == "add"
+        assert tools["demo_add"].encode_success(added) == added
+        media = await invoke(tools["demo_media"], {})
+        text, image, note, blob, link = media["content"]
+        assert text == {"type": "text", "text": "a picture"}
+        assert image["mimeType"] == "image/png"
+        assert image["data"].startswith("iVBORw0KGgo")
+        assert note["resource"] == {
+            "uri": "demo://notes/1",
+            "mimeType": "text/markdown",
+            "text": "# Notes",
+        }
+        assert blob["resource"]["blob"] == "AAEC"
+        assert link == {
+            "type": "resource_link",
+            "uri": "demo://files/2",
+            "name": "second",
+            "mimeType": "text/plain",
+        }
+
+
+async def test_an_error_result_is_a_declared_failure(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        fail = by_name(connection.tools)["demo_fail"]
+        with pytest.raises(McpToolError) as caught:
+            await invoke(fail, {"why": "no disk"})
+        assert caught.value.message == "it failed: no disk"
+        assert fail.is_declared_failure(caught.value)
+
+
+async def test_an_oversize_result_is_a_failure_naming_the_limit(
+    demo: StdioServer, call_log: Path
+) -> None:
+    import attrs
+
+    small = attrs.evolve(demo, limits=McpLimits(call_timeout=20, max_result_bytes=4096))
+    async with connect(small) as connection:
+        big = by_name(connection.tools)["demo_big"]
+        assert (await invoke(big, {"size": 100}))["content"][0]["text"] == "x" * 100
+        with pytest.raises(McpResultTooLarge) as caught:
+            await invoke(big, {"size": 5000})
+        assert caught.value.limit == 4096
+        assert caught.value.size > 5000
+        assert "max_result_bytes" in str(caught.value)
+        assert big.is_declared_failure(caught.value)
+
+
+async def test_resources_and_prompts_have_their_own_api(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        resources = await connection.list_resources()
+        assert [(r.uri, r.mime_type) for r in resources] == [
+            ("demo://greeting", "text/plain"),
+            ("demo://blob", "application/octet-stream"),
+        ]
+        assert await connection.read_resource("demo://greeting") == (
+            McpResourceContents("demo://greeting", "text/plain", text="hello"),
+        )
+        (blob,) = await connection.read_resource("demo://blob")
+        assert (blob.blob, blob.text) == ("AAEC", None)
+        (prompt,) = await connection.list_prompts()
+        assert prompt.name == "greet"
+        assert prompt.arguments[0].required
+        rendered = await connection.get_prompt("greet", {"who": "Ann"})
+        assert rendered.messages[0].role == "user"
+        assert rendered.messages[0].content == {"type": "text", "text": "Say hello to Ann."}
+        # Nothing of this is offered as a tool.
+        assert not any("greet" in name or "greeting" in name for name in connection.remote_names)
+
+
+async def test_list_changed_is_adopted_as_a_new_snapshot(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        before = connection.snapshot()
+        add_tool = by_name(connection.tools)["demo_add_tool"]
+        await invoke(add_tool, {"name": "fresh"})
+        with trio.fail_after(20):
+            await connection.wait_version(2)
+        after = connection.snapshot()
+        assert after is not before
+        assert "demo_fresh" in {t.name for t in after.tools}
+        assert "demo_fresh" not in {t.name for t in before.tools}  # the old one is untouched
+        # An unchanged tool keeps its identity (and its handler key) across listings.
+        assert by_name(after.tools)["demo_echo"] is by_name(before.tools)["demo_echo"]
+        assert (await invoke(by_name(after.tools)["demo_fresh"], {}))["content"][0][
+            "text"
+        ] == "fresh ran"
+
+
+async def test_closing_stops_the_server_process(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        pid = int((await invoke(by_name(connection.tools)["demo_pid"], {}))["content"][0]["text"])
+        assert alive(pid)
+        echo = by_name(connection.tools)["demo_echo"]
+    assert not alive(pid)
+    assert connection.lost == "the connection is closed"
+    with pytest.raises(McpUnavailable, match="was not sent"):
+        await invoke(echo, {"text": "late"})
+    with pytest.raises(McpRequestError, match="closed"):
+        await connection.list_resources()
+
+
+async def test_an_error_in_the_block_is_raised_as_itself(demo: StdioServer) -> None:
+    with pytest.raises(KeyError):
+        async with connect(demo):
+            raise KeyError("mine")
+
+
+async def test_a_command_that_cannot_start_is_a_connect_error(no_leaked_children: None) -> None:
+    with pytest.raises(McpConnectError, match=r"'ghost'.*FileNotFoundError"):
+        async with connect(StdioServer("/nonexistent/mcp-server", name="ghost")):
+            pass
+
+
+async def test_a_server_that_exits_at_once_shows_its_stderr(no_leaked_children: None) -> None:
+    crash = StdioServer(
+        sys.executable,
+        ["-c", "import sys; sys.stderr.write('missing API key\\n'); sys.exit(2)"],
+        name="crash",
+    )
+    with pytest.raises(McpConnectError, match="missing API key"):
+        async with connect(crash):
+            pass
+
+
+async def test_a_server_that_never_answers_the_handshake_times_out(
+    no_leaked_children: None,
+) -> None:
+    silent = StdioServer(
+        sys.executable,
+        ["-c", "import time; time.sleep(120)"],
+        name="silent",
+        limits=McpLimits(connect_timeout=1.0),
+    )
+    with trio.fail_after(30), pytest.raises(McpConnectError, match=r"within 1\.0 s"):
+        async with connect(silent):
+            pass
+
+
+async def test_cancelling_the_connect_leaves_no_process(no_leaked_children: None) -> None:
+    silent = StdioServer(sys.executable, ["-c", "import time; time.sleep(120)"], name="silent")
+    with trio.move_on_after(0.5) as scope:
+        async with connect(silent):
+            pass
+    assert scope.cancelled_caught
+
+
+async def test_cancelling_a_call_keeps_the_connection_usable(
+    demo: StdioServer, call_log: Path
+) -> None:
+    async with connect(demo) as connection:
+        tools = by_name(connection.tools)
+        async with trio.open_nursery() as nursery:
+
+            async def hang() -> None:
+                await invoke(tools["demo_hang"], {})
+
+            nursery.start_soon(hang)
+            # Once every task waits, the request has been written to the server's stdin.
+            with trio.fail_after(20):
+                await trio.testing.wait_all_tasks_blocked()
+            nursery.cancel_scope.cancel()
+        echoed = await invoke(tools["demo_echo"], {"text": "still here"})
+        assert echoed["content"][0]["text"] == "still here"
+        assert connection.lost is None
+
+
+def test_the_demo_server_script_exists() -> None:
+    assert DEMO.exists()

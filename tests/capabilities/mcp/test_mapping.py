@@ -1,0 +1,157 @@
+"""The pure mapping from the protocol's JSON to tools and results: no server, no I/O."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from capabilities.mcp import McpResultTooLarge, ServerIdentity
+from capabilities.mcp._mapping import (
+    UnusableTool,
+    encoded_size,
+    envelope,
+    error_message,
+    local_names,
+    tool_shape,
+)
+from effectagent.ai import Tool
+from effectagent.effect import SchemaError
+
+ID = ServerIdentity("demo", "1.0", "2025-11-25")
+OBJECT: dict[str, Any] = {"type": "object", "properties": {"x": {"type": "integer"}}}
+
+
+def test_names_are_sanitized_prefixed_and_never_collide() -> None:
+    names = local_names("srv", ["echo", "a.b/c d", "a_b_c_d", "x" * 80])
+    assert names["echo"] == "srv_echo"
+    assert names["a.b/c d"] == "srv_a_b_c_d"
+    assert names["a_b_c_d"].startswith("srv_a_b_c_d_")
+    assert len(names["a_b_c_d"]) == 20
+    assert len(names["x" * 80]) == 64
+    assert len(set(names.values())) == 4
+    for name in names.values():
+        Tool.dynamic(name, "ok", OBJECT)  # every name is one a Tool accepts
+    assert local_names(None, ["echo"]) == {"echo": "echo"}
+
+
+def test_annotations_follow_the_mcp_hints() -> None:
+    shape = tool_shape(
+        "s",
+        {
+            "name": "rm",
+            "inputSchema": OBJECT,
+            "annotations": {
+                "readOnlyHint": False,
+                "destructiveHint": True,
+                "idempotentHint": True,
+                "openWorldHint": False,
+                "title": "Remove",
+            },
+        },
+    )
+    assert shape.annotations == {
+        "readonly": False,
+        "destructive": True,
+        "idempotent": True,
+        "open_world": False,
+        "title": "Remove",
+    }
+    bare = tool_shape("s", {"name": "t", "inputSchema": OBJECT})
+    # The protocol's defaults: not readonly, destructive, not idempotent, open world.
+    tool = Tool.dynamic("t", bare.description, OBJECT, **bare.annotations)
+    assert (tool.annotations.readonly, tool.annotations.destructive) == (False, True)
+    assert (tool.annotations.idempotent, tool.annotations.open_world) == (False, True)
+    assert "'t'" in bare.description
+    assert "'s'" in bare.description
+
+
+def test_an_object_output_schema_is_bound_with_its_definitions_at_the_root() -> None:
+    output = {
+        "type": "object",
+        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+        "properties": {"p": {"$ref": "#/$defs/Point"}},
+        "required": ["p"],
+    }
+    shape = tool_shape("s", {"name": "t", "inputSchema": OBJECT, "outputSchema": output})
+    assert shape.output_validator is None
+    tool = Tool.dynamic("t", "d", OBJECT, success_schema=shape.success_schema)
+    good = envelope(ID, "t", "t", {"content": [], "structuredContent": {"p": {"x": 1}}}, 10_000)
+    assert tool.encode_success(good)["structured"] == {"p": {"x": 1}}
+    bad = envelope(ID, "t", "t", {"content": [], "structuredContent": {"p": {"x": "1"}}}, 10_000)
+    with pytest.raises(Exception, match=r"\$\.structured\.p\.x"):
+        tool.encode_success(bad)
+    missing = envelope(ID, "t", "t", {"content": []}, 10_000)
+    with pytest.raises(Exception, match="structured"):
+        tool.encode_success(missing)
+
+
+def test_an_output_schema_that_cannot_be_nested_is_checked_by_the_handler() -> None:
+    output = {"type": "array", "items": {"type": "integer"}}
+    shape = tool_shape("s", {"name": "t", "inputSchema": OBJECT, "outputSchema": output})
+    assert shape.output_validator is not None
+    assert "structured" not in shape.success_schema["properties"]
+    assert not shape.output_validator.is_valid(["a"])
+
+
+@pytest.mark.parametrize(
+    ("remote", "why"),
+    [
+        ({"name": "t", "inputSchema": {"type": "string"}}, "does not describe an object"),
+        ({"name": "t", "inputSchema": {"type": "object", "minProperties": "x"}}, "not a valid"),
+        ({"name": "t", "inputSchema": OBJECT, "outputSchema": {"type": 3}}, "output schema"),
+    ],
+)
+def test_unusable_definitions_are_refused_with_the_reason(remote: dict[str, Any], why: str) -> None:
+    with pytest.raises(UnusableTool, match=why):
+        tool_shape("s", remote)
+
+
+def test_the_input_schema_is_checked_by_the_tool_before_anything_is_sent() -> None:
+    shape = tool_shape("s", {"name": "t", "inputSchema": {**OBJECT, "required": ["x"]}})
+    tool = Tool.dynamic("t", "d", shape.parameters_schema)
+    assert tool.decode_arguments('{"x": 1}') == {"x": 1}
+    with pytest.raises(SchemaError, match=r"\$\.x"):
+        tool.decode_arguments('{"x": "one"}')
+    with pytest.raises(SchemaError, match="'x' is a required property"):
+        tool.decode_arguments("{}")
+
+
+def test_content_keeps_every_detail_and_the_identity() -> None:
+    content = [
+        {"type": "image", "data": "iVBORw0K", "mimeType": "image/png", "_meta": {"k": 1}},
+        {"type": "resource", "resource": {"uri": "x://a", "mimeType": "a/b", "blob": "AAEC"}},
+    ]
+    body = envelope(ID, "remote", "local", {"content": content, "isError": False}, 10_000)
+    assert body == {
+        "server": {"name": "demo", "version": "1.0", "protocol_version": "2025-11-25"},
+        "tool": "remote",
+        "content": content,
+    }
+
+
+def test_a_result_over_the_limit_is_refused_naming_the_limit() -> None:
+    result = {"content": [{"type": "text", "text": "x" * 500}]}
+    size = encoded_size(envelope(ID, "t", "t", result, 10_000))
+    assert envelope(ID, "t", "t", result, size)  # exactly at the limit passes
+    with pytest.raises(McpResultTooLarge) as caught:
+        envelope(ID, "t", "local", result, size - 1)
+    assert (caught.value.size, caught.value.limit, caught.value.tool) == (size, size - 1, "local")
+    assert f"over the limit of {size - 1} bytes (max_result_bytes)" in str(caught.value)
+
+
+def test_an_error_result_reads_as_text_bounded_by_the_limit() -> None:
+    result = {
+        "isError": True,
+        "content": [
+            {"type": "text", "text": "disk full"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "resource_link", "uri": "x://log", "name": "log"},
+        ],
+    }
+    error = error_message("t", result, 1000)
+    assert error.message == "disk full\n[image (image/png)]\n[link x://log]"
+    long = error_message("t", {"content": [{"type": "text", "text": "é" * 1000}]}, 100)
+    assert len(long.message.encode()) <= 100
+    assert long.message.endswith("[cut at 100 bytes]")
+    assert error_message("t", {"content": []}, 100).message == "the tool 't' reported an error"
