@@ -3,6 +3,7 @@
 from ._budget import BudgetState as BudgetState
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._runtime import ConversationBusy as ConversationBusy
 from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
 from ._runtime import RunFailedError as RunFailedError
 from ._runtime import RunResult as RunResult
@@ -50,6 +51,7 @@ __all__ = [
     "ConversationLog",
     "ConversationLogService",
     "InMemoryConversationLog",
+    "ConversationBusy",
     "InstructionsLeakSecret",
     "LOGGER_NAME",
     "RedactorService",

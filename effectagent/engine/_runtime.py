@@ -77,6 +77,23 @@ __all__ = [
 EVENT_BUFFER = 256
 
 
+class ConversationBusy(RuntimeError):
+    """A run of this conversation is already going in this runtime.
+
+    Two runs of one conversation at once would interleave their records and each would build its
+    prompts from a history the other is still writing; the second is refused before it starts.
+    To add input to a running run, steer it (``capabilities.steering``); to run again, wait for
+    the run to end. Runtimes in other processes sharing a log are not seen.
+    """
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} already has a run going in this runtime; steer "
+            "that run or wait for it to end"
+        )
+        self.conversation_id = conversation_id
+
+
 class InstructionsLeakSecret(ValueError):
     """An agent's instructions contain something the runtime's Redactor removes.
 
@@ -218,6 +235,8 @@ class Runtime:
         self._checked: dict[int, tuple[Agent, RunServices]] = {}
         self._digest = ArgumentDigest()  # binds approval decisions to their call's arguments
         self._active: set[RunDriver] = set()
+        # The conversations with a run going: one run per conversation at a time.
+        self._busy: set[str] = set()
         self._closed = False
 
     @property
@@ -292,7 +311,8 @@ class Runtime:
         Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
         an existing conversation (its history is projected from the log). ``context`` items (e.g.
         activated skills) are recorded as ``ContextAdded`` before the user's input and read by the
-        model from then on.
+        model from then on. Entering the block raises :class:`ConversationBusy` when the
+        conversation already has a run going in this runtime.
         """
         items = _check_run_arguments(agent, text, conversation_id, author, context)
         queue = EventQueue(EVENT_BUFFER)
@@ -309,7 +329,8 @@ class Runtime:
         context: Sequence[ContextItem] = (),
     ) -> RunResult:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``author`` and ``context`` as for :meth:`stream`.
+        ``conversation_id``, ``author`` and ``context`` as for :meth:`stream`; raises
+        :class:`ConversationBusy` before starting when the conversation has a run going.
 
         The run executes in the caller's own task (and context: context variables such as a
         tracing span reach the model call and, copied, each tool call): its events go straight to
@@ -325,13 +346,25 @@ class Runtime:
         items = _check_run_arguments(agent, text, conversation_id, author, context)
         reducer = RunReducer()
         driver = self._driver(agent, text, conversation_id, author, reducer, items)
-        active = self._active
-        active.add(driver)
+        self._claim(driver)
         try:
             await driver.execute()
         finally:
-            active.discard(driver)
+            self._release(driver)
         return reducer.result()
+
+    def _claim(self, driver: RunDriver) -> None:
+        """Count ``driver`` as active; raise :class:`ConversationBusy` if its conversation has a
+        run going."""
+        conversation_id = driver.conversation_id
+        if conversation_id in self._busy:
+            raise ConversationBusy(conversation_id)
+        self._busy.add(conversation_id)
+        self._active.add(driver)
+
+    def _release(self, driver: RunDriver) -> None:
+        self._active.discard(driver)
+        self._busy.discard(driver.conversation_id)
 
     def _driver(
         self,
@@ -360,7 +393,7 @@ class Runtime:
     def _start(self, driver: RunDriver) -> None:
         if self._closed:
             raise RuntimeError("the runtime is closed")
-        self._active.add(driver)
+        self._claim(driver)
         # A plain child task (no Fiber): runs are never joined one by one, and a run is
         # interrupted through its driver. ``execute`` reifies every error into the run's terminal
         # event; a cancellation of the runtime's scope ends the run with RunInterrupted.
@@ -370,7 +403,7 @@ class Runtime:
         try:
             await driver.execute()
         finally:
-            self._active.discard(driver)
+            self._release(driver)
 
     async def aclose(self) -> None:
         """Close the runtime before its block ends: no new runs; every run still going, streamed
