@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
+from effectagent.ai import Tool, Toolkit
 from effectagent.core import Agent, ContextItem
 from effectagent.effect import ServiceKey
 
@@ -332,11 +333,29 @@ class SkillLibrary:
             framework=_framework(framework_version),
         )
 
-    def activation_tool(self, *args: Any, **kwargs: Any) -> SkillActivation:
-        """:func:`~capabilities.skills.activation_tool` over this library (same arguments)."""
-        from ._tool import activation_tool
+    def activation_tool(
+        self,
+        tools: Toolkit | Iterable[Tool[Any, Any]] = (),
+        *,
+        services: Iterable[ServiceKey[Any]] = (),
+        authorization: SkillAuthorization | None = None,
+        name: str = "activate_skill",
+        description: str | None = None,
+        framework_version: Version | str | None = None,
+    ) -> SkillActivation:
+        """The ``activate_skill`` tool over this library and its Layer: see
+        :func:`~capabilities.skills.activation_tool`, which takes the same arguments."""
+        from ._tool import activation_tool  # here: _tool imports this module
 
-        return activation_tool(self, *args, **kwargs)
+        return activation_tool(
+            self,
+            tools,
+            services=services,
+            authorization=authorization,
+            name=name,
+            description=description,
+            framework_version=framework_version,
+        )
 
 
 def _framework(value: Version | str | None) -> Version:

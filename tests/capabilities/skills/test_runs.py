@@ -1,11 +1,14 @@
-"""Skills through the real engine: what a run used is in its canonical log (CAP-008)."""
+"""Skills through the real engine: what a run used is in its canonical log (CAP-008).
+
+These run on the real clock, not an autojump clock: activation reads files in a worker thread,
+which a virtual clock does not wait for (it would jump past the run's deadline meanwhile). No test
+sleeps; the scripted model answers at once."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import trio.testing
 
 from capabilities.skills import (
     SkillAuthorization,
@@ -65,7 +68,7 @@ async def _settlements(log: ConversationLog, conversation: str) -> list[ToolCall
 
 
 async def test_host_activation_is_recorded_and_the_model_reads_the_instructions(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path,
 ) -> None:
     library = await _library(tmp_path)
     agent = Agent("clerk", "Help with forms.", POLICY, Toolkit(read_pdf))
@@ -93,7 +96,7 @@ async def test_host_activation_is_recorded_and_the_model_reads_the_instructions(
 
 
 async def test_model_activation_is_a_settled_call_with_the_skills_identity(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path,
 ) -> None:
     library = await _library(tmp_path)
     activation = activation_tool(library, [read_pdf])
@@ -132,7 +135,6 @@ async def test_model_activation_is_a_settled_call_with_the_skills_identity(
 )
 async def test_a_refused_model_activation_is_a_failure_the_model_reads(
     tmp_path: Path,
-    autojump_clock: trio.testing.MockClock,
     skill_id: str,
     kind: str,
     message: str,
@@ -154,7 +156,7 @@ async def test_a_refused_model_activation_is_a_failure_the_model_reads(
 
 
 async def test_model_activation_follows_the_authorization_for_the_runs_principal(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
+    tmp_path: Path,
 ) -> None:
     library = await _library(tmp_path)
     authorization = SkillAuthorization([SkillRule.allow("secret-sauce", principals="staff:*")])
@@ -195,3 +197,14 @@ async def test_a_service_offered_to_skills_is_required_at_preflight(tmp_path: Pa
     with pytest.raises(MissingServicesError, match=r"billing\.Ledger"):
         async with open_runtime(activation.layer + model.as_layer(), agents=[agent]):
             pass
+
+
+async def test_the_librarys_method_builds_the_same_tool(tmp_path: Path) -> None:
+    library = await _library(tmp_path)
+    built = library.activation_tool([read_pdf], name="use_skill", description="Pick a skill.")
+    assert built.tool.name == "use_skill"
+    assert built.tool.description.startswith("Pick a skill.\n\nAvailable skills")
+    assert built.toolkit.names == ("use_skill", "read_pdf")
+    assert built.library is library
+    with pytest.raises(ValueError, match="already named 'read_pdf'"):
+        library.activation_tool([read_pdf], name="read_pdf")
