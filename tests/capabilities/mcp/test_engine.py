@@ -1,0 +1,237 @@
+"""MCP tools through the real engine: the connection as a ToolSource whose list changes between
+turns (never within a batch), arguments checked before they leave, failures and lost calls
+settled as the right outcomes, authorization and approval applied per tool."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from capabilities.approval import ApprovalRule, PolicyApproval
+from capabilities.authorization import AccessRule, PolicyAuthorization
+from capabilities.mcp import McpConnection, McpLimits, StdioServer, connect
+from effectagent import Agent, AgentPolicy, open_runtime
+from effectagent.ai import ModelRequest, ToolAnnotations
+from effectagent.core import ToolFailure, ToolInvalidInput, ToolSuccess, ToolUnknownOutcome
+from effectagent.engine import RunResult
+from effectagent.testing import FunctionModel, ScriptedModel, Turn
+
+from .conftest import calls
+
+POLICY = AgentPolicy(max_turns=6, max_tool_calls=16, max_duration=120, tool_concurrency=4)
+
+
+def agent_of(server: StdioServer) -> Agent:
+    return Agent("mcp", "Use the server's tools.", POLICY, tool_sources=(server.key,))
+
+
+async def run_script(
+    connection: McpConnection, agent: Agent, turns: list[Turn], **layers: Any
+) -> RunResult:
+    layer = connection.layer() + ScriptedModel.layer(turns)
+    for extra in layers.values():
+        layer = layer + extra
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        return await runtime.run(agent, "Go.")
+
+
+async def test_a_tool_call_runs_through_the_engine(demo: StdioServer) -> None:
+    agent = agent_of(demo)
+    async with connect(demo) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [Turn.tool_calls(("demo_add", {"a": 20, "b": 22})), Turn.text("42")],
+        )
+    (outcome,) = result.outcomes
+    assert isinstance(outcome, ToolSuccess)
+    assert outcome.result["structured"] == {"sum": 42}
+    assert outcome.result["server"] == {
+        "name": "demo",
+        "version": "1.2.3",
+        "protocol_version": "2025-11-25",
+    }
+
+
+async def test_invalid_arguments_never_reach_the_server(demo: StdioServer, call_log: Path) -> None:
+    agent = agent_of(demo)
+    async with connect(demo) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(("demo_add", {"a": "twenty", "b": 22}), ("demo_echo", {})),
+                Turn.tool_calls(("demo_echo", {"text": "after"})),
+                Turn.text("done"),
+            ],
+        )
+    bad_add, bad_echo, echo = result.outcomes
+    assert isinstance(bad_add, ToolInvalidInput)
+    assert "$.a" in bad_add.message
+    assert isinstance(bad_echo, ToolInvalidInput)
+    assert "text" in bad_echo.message
+    assert isinstance(echo, ToolSuccess)
+    # The server received exactly one call: the valid one.
+    assert calls(call_log) == [{"name": "echo", "arguments": {"text": "after"}}]
+
+
+async def test_failures_are_declared_and_a_bad_output_is_a_defect(demo: StdioServer) -> None:
+    small = attrs.evolve(demo, limits=McpLimits(call_timeout=20, max_result_bytes=2048))
+    agent = agent_of(small)
+    async with connect(small) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(
+                    ("demo_fail", {"why": "quota"}),
+                    ("demo_big", {"size": 10_000}),
+                    ("demo_bad_output", {}),
+                ),
+                Turn.text("done"),
+            ],
+        )
+    failed, too_big, bad_output = result.outcomes
+    assert isinstance(failed, ToolFailure)
+    assert failed.error == {
+        "_tag": "McpToolError",
+        "message": "it failed: quota",
+        "tool": "demo_fail",
+        "code": None,
+    }
+    assert isinstance(too_big, ToolFailure)
+    assert too_big.error["_tag"] == "McpResultTooLarge"
+    assert too_big.error["limit"] == 2048
+    assert "max_result_bytes" in too_big.error["message"]
+    assert bad_output.kind == "defect"
+    assert "$.structured.sum" in bad_output.message
+
+
+async def test_a_server_killed_mid_call_is_an_unknown_outcome(demo: StdioServer) -> None:
+    agent = agent_of(demo)
+    async with connect(demo) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(("demo_die", {})),
+                Turn.tool_calls(("demo_echo", {"text": "anyone?"})),
+                Turn.text("it is gone"),
+            ],
+        )
+        assert connection.lost is not None
+    died, after = result.outcomes
+    assert isinstance(died, ToolUnknownOutcome)
+    assert "may or may not have run" in died.reason
+    # The next call is not sent at all: a declared failure, not another unknown outcome.
+    assert isinstance(after, ToolFailure)
+    assert after.error["_tag"] == "McpUnavailable"
+
+
+async def test_a_server_that_never_answers_times_out_as_unknown(demo: StdioServer) -> None:
+    impatient = attrs.evolve(demo, limits=McpLimits(connect_timeout=30, call_timeout=1.0))
+    agent = agent_of(impatient)
+    async with connect(impatient) as connection:
+        with trio.fail_after(60):
+            result = await run_script(
+                connection,
+                agent,
+                [
+                    Turn.tool_calls(("demo_hang", {})),
+                    Turn.tool_calls(("demo_echo", {"text": "still there"})),
+                    Turn.text("done"),
+                ],
+            )
+    hung, echo = result.outcomes
+    assert isinstance(hung, ToolUnknownOutcome)
+    assert "within 1.0 s (call_timeout)" in hung.reason
+    assert isinstance(echo, ToolSuccess)  # a timeout does not lose the connection
+
+
+async def test_a_changed_tool_list_reaches_the_next_turn_never_the_batch(
+    demo: StdioServer, call_log: Path
+) -> None:
+    agent = agent_of(demo)
+
+    async with connect(demo) as connection:
+        seen: list[set[str]] = []
+
+        async def respond(request: ModelRequest) -> Turn:
+            seen.append({tool.name for tool in request.tools})
+            turn = len(seen)
+            if turn == 1:
+                # One batch: the tool is added by the first call; the second names it at once.
+                return Turn.tool_calls(("demo_add_tool", {"name": "fresh"}), ("demo_fresh", {}))
+            if turn == 2:
+                # The server's notification may still be on its way: wait until the connection
+                # has adopted the new list, so the *next* turn must offer it.
+                with trio.fail_after(20):
+                    await connection.wait_version(2)
+                return Turn.tool_calls(("demo_echo", {"text": "waiting"}))
+            if turn == 3:
+                return Turn.tool_calls(("demo_fresh", {}))
+            return Turn.text("done")
+
+        model = FunctionModel(respond)
+        async with open_runtime(connection.layer() + model.as_layer(), agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Add a tool and use it.")
+    added, early, _echo, fresh = result.outcomes
+    assert isinstance(added, ToolSuccess)
+    assert isinstance(early, ToolInvalidInput)  # not in this turn's snapshot
+    assert isinstance(fresh, ToolSuccess)
+    assert "demo_fresh" not in seen[0]
+    assert "demo_fresh" in seen[2]
+    assert [c["name"] for c in calls(call_log)] == ["add_tool", "echo", "fresh"]
+
+
+async def test_authorization_applies_to_each_mcp_tool(demo: StdioServer, call_log: Path) -> None:
+    agent = agent_of(demo)
+    authorization = PolicyAuthorization(
+        [AccessRule.allow("demo_*"), AccessRule.deny("demo_delete_*", reason="no deleting")]
+    )
+    async with connect(demo) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(("demo_echo", {"text": "hi"}), ("demo_delete_item", {"id": "7"})),
+                Turn.text("done"),
+            ],
+            authorization=authorization.layer(),
+        )
+    echo, delete = result.outcomes
+    assert isinstance(echo, ToolSuccess)
+    assert delete.kind == "rejected"
+    assert "no deleting" in delete.reason
+    assert [c["name"] for c in calls(call_log)] == ["echo"]
+
+
+async def test_approval_policies_read_the_mcp_annotations(
+    demo: StdioServer, call_log: Path
+) -> None:
+    def destructive(annotations: ToolAnnotations) -> bool:
+        return not annotations.readonly and annotations.destructive
+
+    guarded = attrs.evolve(demo, needs_approval=destructive)
+    agent = agent_of(guarded)
+    approval = PolicyApproval([ApprovalRule.deny(tools="demo_delete_*", reason="ask a human")])
+    async with connect(guarded) as connection:
+        tools = {tool.name: tool for tool in connection.tools}
+        assert tools["demo_delete_item"].may_need_approval
+        assert not tools["demo_echo"].may_need_approval
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(("demo_echo", {"text": "hi"}), ("demo_delete_item", {"id": "7"})),
+                Turn.text("done"),
+            ],
+            approval=approval.layer(),
+        )
+    echo, delete = result.outcomes
+    assert isinstance(echo, ToolSuccess)
+    assert delete.kind == "rejected"
+    assert [c["name"] for c in calls(call_log)] == ["echo"]
