@@ -371,6 +371,9 @@ def _framework(value: Version | str | None) -> Version:
 def _skill_dirs(root: str) -> Iterator[str]:
     if not os.path.isdir(root):
         raise SkillError(None, f"the skill root {root} is not a directory")
+    if os.path.lexists(os.path.join(root, MANIFEST_NAME)):
+        yield root  # the root is one skill directory itself
+        return
     with os.scandir(root) as entries:
         names = sorted(entry.name for entry in entries if not entry.name.startswith("."))
     for name in names:
@@ -400,7 +403,7 @@ def scan_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
 async def discover_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
     """The skills under ``roots``: each root is a directory of skill directories, and each
     subdirectory holding a ``skill.toml`` is a skill (others, and names starting with ``.``, are
-    not skills and are passed over).
+    not skills and are passed over); a root that holds a ``skill.toml`` itself is one skill.
 
     Reads the manifests and nothing else: the instruction files and assets are resolved — they
     must stay inside their skill directory and exist — but not opened. Raises

@@ -2,7 +2,8 @@
 
 :func:`activation_tool` builds an ordinary readonly :class:`~effectagent.Tool` whose one
 parameter is a skill ID, and the Layer of its handler. Its description lists the library's skills
-(IDs and descriptions, from the manifests: discovery metadata only). The handler activates the
+(IDs and descriptions, from the manifests: discovery metadata only) — all but the untrusted ones,
+unless the authorization allows untrusted skills. The handler activates the
 skill with the same checks as host activation — authorization for the run's agent and principal,
 the framework range, the required tools against the agent's toolkit and the required services
 against those the tool was given, every file's digest — and returns the instructions with the
@@ -121,7 +122,9 @@ def _kind(error: SkillError) -> FailureKind:
     return "unreadable"
 
 
-def _describe(library: SkillLibrary, description: str | None) -> str:
+def _describe(
+    library: SkillLibrary, authorization: SkillAuthorization, description: str | None
+) -> str:
     lines = [
         description
         or "Activate a skill: read its instructions before doing the task they describe. "
@@ -129,8 +132,12 @@ def _describe(library: SkillLibrary, description: str | None) -> str:
         "",
         "Available skills (skill_id: description):",
     ]
-    lines.extend(f"- {skill.id}: {skill.description}" for skill in library)
-    if not len(library):
+    # An untrusted skill the host does not allow is never activated: the model is not told of it.
+    offered = [
+        skill for skill in library if skill.trust != "untrusted" or authorization.allow_untrusted
+    ]
+    lines.extend(f"- {skill.id}: {skill.description}" for skill in offered)
+    if not offered:
         lines.append("(none)")
     return "\n".join(lines)
 
@@ -177,7 +184,7 @@ def activation_tool(
     framework = _framework(framework_version)
     tool: Tool[ActivateSkill, SkillInstructions] = Tool(
         name,
-        _describe(library, description),
+        _describe(library, authorization, description),
         parameters=ActivateSkill,
         success=SkillInstructions,
         failure=SkillActivationFailed,

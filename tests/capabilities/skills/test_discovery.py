@@ -176,3 +176,8 @@ async def test_a_cancelled_discovery_returns_nothing(tmp_path: Path) -> None:
         found = await discover_skills(tmp_path)
     assert scope.cancelled_caught
     assert found is None
+
+
+async def test_a_root_that_is_a_skill_directory_is_that_one_skill(tmp_path: Path) -> None:
+    skill = write_skill(tmp_path, "solo")
+    assert (await discover_skills(skill)).ids == ("solo",)

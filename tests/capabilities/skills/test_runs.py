@@ -208,3 +208,17 @@ async def test_the_librarys_method_builds_the_same_tool(tmp_path: Path) -> None:
     assert built.library is library
     with pytest.raises(ValueError, match="already named 'read_pdf'"):
         library.activation_tool([read_pdf], name="read_pdf")
+
+
+async def test_the_description_lists_no_skill_the_model_could_never_activate(
+    tmp_path: Path,
+) -> None:
+    library = await _library(tmp_path)
+    write_skill(tmp_path / "more", "stranger", trust="untrusted", description="Unknown origin.")
+    library = SkillLibrary([*library, *await discover_skills(tmp_path / "more")])
+    hidden = activation_tool(library).tool.description
+    assert "stranger" not in hidden
+    assert "- secret-sauce: Does a thing." in hidden
+    allowed = SkillAuthorization(allow_untrusted=True)
+    shown = activation_tool(library, authorization=allowed).tool.description
+    assert "- stranger: Unknown origin." in shown
