@@ -1,0 +1,107 @@
+"""The same client over streamable HTTP, against the demo server listening on 127.0.0.1."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from capabilities.mcp import HttpServer, McpConnectError, McpLimits, McpToolError, connect
+from effectagent import Agent, AgentPolicy, open_runtime
+from effectagent.ai import ToolCallContext
+from effectagent.core import ToolSuccess, ToolUnknownOutcome
+from effectagent.testing import ScriptedModel, Turn
+
+from .conftest import alive, calls
+
+CALL = ToolCallContext("call-1", "tool")
+
+# The SDK's streamable HTTP client (mcp 2.3.0) returns from inside ``async for sse in
+# EventSource(...)`` once a response arrived, after closing the response but not the generators
+# of the SSE parser and httpx2's byte streams; Trio reports each as a ResourceWarning when it is
+# garbage collected. Only those generators' warnings are let through here, and every test of this
+# module collects garbage before it ends, so none of them can surface in a later test.
+pytestmark = pytest.mark.filterwarnings(
+    r"ignore:Async generator '(httpx2\._sse\.EventSource\.__aiter__|httpx2\._models\.Response\."
+    r"aiter_(text|bytes|raw)|httpcore2\._async\.connection_pool\.PoolByteStream\.__aiter__)' "
+    r"was garbage collected:ResourceWarning"
+)
+
+
+@pytest.fixture(autouse=True)
+def _collect_garbage() -> Iterator[None]:
+    yield
+    gc.collect()
+
+
+async def invoke(connection: Any, name: str, arguments: dict[str, Any]) -> Any:
+    tool = {tool.name: tool for tool in connection.tools}[name]
+    return await tool.handler(arguments, CALL)
+
+
+async def test_tools_resources_and_list_changed_over_http(demo_http: HttpServer) -> None:
+    async with connect(demo_http) as connection:
+        assert connection.identity.name == "demo"
+        added = await invoke(connection, "demo_add", {"a": 1, "b": 2})
+        assert added["structured"] == {"sum": 3}
+        with pytest.raises(McpToolError, match="it failed"):
+            await invoke(connection, "demo_fail", {})
+        (greeting, _) = await connection.list_resources()
+        assert greeting.uri == "demo://greeting"
+        await invoke(connection, "demo_add_tool", {"name": "late"})
+        with trio.fail_after(20):
+            await connection.wait_version(2)
+        assert "demo_late" in connection.remote_names
+
+
+async def test_a_server_killed_mid_call_over_http_is_an_unknown_outcome(
+    demo_http: HttpServer, call_log: Path
+) -> None:
+    agent = Agent(
+        "mcp",
+        "Use the tools.",
+        AgentPolicy(max_turns=4, max_tool_calls=4, max_duration=120, tool_concurrency=1),
+        tool_sources=(demo_http.key,),
+    )
+    async with connect(demo_http) as connection:
+        pid = int((await invoke(connection, "demo_pid", {}))["content"][0]["text"])
+        model = ScriptedModel.layer([Turn.tool_calls(("demo_die", {})), Turn.text("gone")])
+        async with open_runtime(connection.layer() + model, agents=[agent]) as runtime:
+            with trio.fail_after(60):
+                result = await runtime.run(agent, "Go.")
+    (died,) = result.outcomes
+    assert isinstance(died, ToolUnknownOutcome)
+    assert [c["name"] for c in calls(call_log)] == ["pid", "die"]
+    assert not alive(pid)  # the server process is gone
+
+
+async def test_a_call_through_the_engine_over_http(demo_http: HttpServer) -> None:
+    agent = Agent("mcp", "Use the tools.", tool_sources=(demo_http.key,))
+    async with connect(demo_http) as connection:
+        model = ScriptedModel.layer(
+            [Turn.tool_calls(("demo_echo", {"text": "hi"})), Turn.text("ok")]
+        )
+        async with open_runtime(connection.layer() + model, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Go.")
+    (echo,) = result.outcomes
+    assert isinstance(echo, ToolSuccess)
+    assert echo.result["content"] == [{"type": "text", "text": "hi"}]
+
+
+async def test_nothing_listening_is_a_connect_error(demo_http: HttpServer) -> None:
+    closed = trio.socket.socket()
+    await closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # bound then closed: nothing listens there
+    nowhere = HttpServer(
+        f"http://127.0.0.1:{port}/mcp", name="nowhere", limits=McpLimits(connect_timeout=10)
+    )
+    with trio.fail_after(30), pytest.raises(McpConnectError, match="'nowhere'"):
+        async with connect(nowhere):
+            pass
+    assert attrs.evolve(nowhere, prefix="x").key is not nowhere.key
