@@ -163,8 +163,11 @@ class Integrity:
 
     def toml(self) -> str:
         """The ``[integrity]`` table as TOML, to end a ``skill.toml`` with."""
+        # JSON's string syntax is TOML's basic string syntax for these (the paths hold no control
+        # characters), written unescaped so that no surrogate-pair escape reaches TOML.
         entries = ", ".join(
-            f"{json.dumps(path)} = {json.dumps(d)}" for path, d in self.files.items()
+            f"{json.dumps(path, ensure_ascii=False)} = {json.dumps(d)}"
+            for path, d in self.files.items()
         )
         return f'[integrity]\ndigest = "{self.digest}"\nfiles = {{ {entries} }}\n'
 

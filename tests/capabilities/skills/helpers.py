@@ -27,7 +27,7 @@ def manifest_text(
         f"version = {json.dumps(version)}\n"
         f"description = {json.dumps(description)}\n"
         f"instructions = {json.dumps(instructions)}\n"
-        f"assets = {json.dumps(list(assets))}\n"
+        f"assets = {json.dumps(list(assets), ensure_ascii=False)}\n"
         f"framework = {json.dumps(framework)}\n"
         f"trust = {json.dumps(trust)}\n"
         "\n[requires]\n"

@@ -181,3 +181,12 @@ async def test_a_cancelled_discovery_returns_nothing(tmp_path: Path) -> None:
 async def test_a_root_that_is_a_skill_directory_is_that_one_skill(tmp_path: Path) -> None:
     skill = write_skill(tmp_path, "solo")
     assert (await discover_skills(skill)).ids == ("solo",)
+
+
+async def test_paths_beyond_ascii_and_with_quotes_round_trip(tmp_path: Path) -> None:
+    files = {"données/café 😀.txt": b"x", 'say "hi".md': b"y"}
+    write_skill(tmp_path, "unicode", files=files)
+    library = await discover_skills(tmp_path)
+    assert library.require("unicode").manifest.assets == tuple(files)
+    activated = await library.activate("unicode", agent=Agent("a", "Help."))
+    assert [path.name for path in activated.assets] == ["café 😀.txt", 'say "hi".md']
