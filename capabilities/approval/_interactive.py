@@ -68,7 +68,9 @@ class InteractiveApproval:
         on_update: Callable[[ApprovalUpdate], object] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if type(buffer) is not int or buffer < 1:
+        if type(buffer) is not int:
+            raise TypeError(f"buffer must be an int, got {type(buffer).__name__}")
+        if buffer < 1:
             raise ValueError(f"buffer must be a positive int, got {buffer!r}")
         if on_update is not None and not callable(on_update):
             raise TypeError("on_update must be a function of an update, or None")

@@ -139,7 +139,9 @@ class PendingApprovals:
     __slots__ = ("_closed", "_entries", "max_pending")
 
     def __init__(self, max_pending: int) -> None:
-        if type(max_pending) is not int or max_pending < 1:
+        if type(max_pending) is not int:
+            raise TypeError(f"max_pending must be an int, got {type(max_pending).__name__}")
+        if max_pending < 1:
             raise ValueError(f"max_pending must be a positive int, got {max_pending!r}")
         self.max_pending = max_pending
         self._entries: dict[str, _Entry] = {}  # pending (and closed, until collected), in order

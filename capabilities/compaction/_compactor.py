@@ -107,7 +107,9 @@ class LogCompactor:
         host: CompactionHost | None = None,
         versions: Collection[str] | None = None,
     ) -> None:
-        if type(summary_tokens) is not int or summary_tokens < 1:
+        if type(summary_tokens) is not int:
+            raise TypeError(f"summary_tokens must be an int, got {type(summary_tokens).__name__}")
+        if summary_tokens < 1:
             raise ValueError(f"summary_tokens must be a positive int, got {summary_tokens!r}")
         if host is not None and not callable(getattr(host, "compaction_for", None)):
             raise TypeError(f"host must be a CompactionHost, got {type(host).__name__}")

@@ -39,7 +39,9 @@ class TokenizerCounter:
     def __init__(self, encode: Callable[[str], Sequence[Any]], *, per_message: int = 4) -> None:
         if not callable(encode):
             raise TypeError("encode must be a function from text to tokens")
-        if type(per_message) is not int or per_message < 0:
+        if type(per_message) is not int:
+            raise TypeError(f"per_message must be an int, got {type(per_message).__name__}")
+        if per_message < 0:
             raise ValueError(f"per_message must be a non-negative int, got {per_message!r}")
         self._encode = encode
         self.per_message = per_message

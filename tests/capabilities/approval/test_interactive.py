@@ -275,3 +275,7 @@ def test_bad_answers_and_options_are_refused() -> None:
         InteractiveApproval(buffer=0)
     with pytest.raises(ValueError, match="max_pending must be a positive int"):
         InteractiveApproval(max_pending=0)
+    with pytest.raises(TypeError, match="buffer must be an int, got str"):
+        InteractiveApproval(buffer="8")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="max_pending must be an int, got float"):
+        InteractiveApproval(max_pending=2.0)  # type: ignore[arg-type]

@@ -146,3 +146,20 @@ def test_a_tokenizer_counts_every_text_argument_and_result() -> None:
     assert counter.count(messages) == expected
     with pytest.raises(ValueError, match="per_message"):
         TokenizerCounter(str.split, per_message=-1)
+
+
+def test_bad_compactor_and_counter_arguments_are_refused() -> None:
+    from capabilities.compaction import LogCompactor
+
+    with pytest.raises(TypeError, match="summary_tokens must be an int, got str"):
+        LogCompactor(summary_tokens="2048")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="summary_tokens must be a positive int, got 0"):
+        LogCompactor(summary_tokens=0)
+    with pytest.raises(TypeError, match="host must be a CompactionHost"):
+        LogCompactor(host=object())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="per_message must be an int, got float"):
+        TokenizerCounter(str.split, per_message=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="per_message must be a non-negative int, got -1"):
+        TokenizerCounter(str.split, per_message=-1)
+    with pytest.raises(TypeError, match="encode must be a function"):
+        TokenizerCounter("not a function")  # type: ignore[arg-type]
