@@ -43,6 +43,7 @@ from effectagent.ai import (
     OutcomeUnknown,
     OutputSchemaViolation,
     Tool,
+    ToolAnnotations,
     ToolCallContext,
     Toolkit,
     ToolSnapshot,
@@ -412,39 +413,30 @@ class McpConnection:
 
     def _make_tool(self, remote: str, local: str, shape: ToolShape) -> Tool[Any, Any]:
         approval = self.server.needs_approval
-        tool = Tool.dynamic(
+        if not isinstance(approval, bool):
+            options = shape.annotations
+            destructive = options["destructive"]
+            approval = bool(
+                approval(
+                    ToolAnnotations(
+                        readonly=options["readonly"],
+                        destructive=not options["readonly"] if destructive is None else destructive,
+                        idempotent=options["idempotent"],
+                        open_world=options["open_world"],
+                        title=options["title"],
+                    )
+                )
+            )
+        return Tool.dynamic(
             local,
             shape.description,
             shape.parameters_schema,
             success_schema=shape.success_schema,
             failure=_FAILURES,
             handler=self._handler(remote, local, shape),
+            needs_approval=approval,
             **shape.annotations,
         )
-        if not isinstance(approval, bool):
-            needs = bool(approval(tool.annotations))
-            tool = Tool.dynamic(
-                local,
-                shape.description,
-                shape.parameters_schema,
-                success_schema=shape.success_schema,
-                failure=_FAILURES,
-                handler=tool.handler,
-                needs_approval=needs,
-                **shape.annotations,
-            )
-        elif approval:
-            tool = Tool.dynamic(
-                local,
-                shape.description,
-                shape.parameters_schema,
-                success_schema=shape.success_schema,
-                failure=_FAILURES,
-                handler=tool.handler,
-                needs_approval=True,
-                **shape.annotations,
-            )
-        return tool
 
     def _handler(self, remote: str, local: str, shape: ToolShape) -> Handler:
         validator = shape.output_validator

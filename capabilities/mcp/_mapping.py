@@ -94,29 +94,19 @@ def local_names(prefix: str | None, remote: Iterable[str]) -> dict[str, str]:
 @attrs.frozen
 class ToolShape:
     """What a remote tool definition becomes: the keyword arguments of ``Tool.dynamic`` that
-    describe it, and ``output_validator`` — the check of structured content that could not be
-    bound as the success schema (None when it is bound, or there is no output schema)."""
+    describe it — ``success_schema`` is None unless an output schema is bound in it — and
+    ``output_validator``, the check of structured content that could not be bound (None when it
+    is bound, or there is no output schema)."""
 
     description: str
     parameters_schema: dict[str, Any]
-    success_schema: dict[str, Any]
+    success_schema: dict[str, Any] | None
     annotations: dict[str, Any]
     output_validator: jsonschema.protocols.Validator | None = attrs.field(eq=False, default=None)
 
 
 class UnusableTool(ValueError):
     """A remote tool definition that cannot become a tool; the message says why."""
-
-
-_IDENTITY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "name": {"type": "string"},
-        "version": {"type": "string"},
-        "protocol_version": {"type": "string"},
-    },
-    "required": ["name", "version", "protocol_version"],
-}
 
 
 def _refs(value: Any) -> Iterable[str]:
@@ -144,9 +134,9 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
     """Map one tool of a ``tools/list`` answer (its JSON form) to the shape of a dynamic tool.
 
     The input schema must be a valid JSON Schema describing an object; an output schema must be
-    valid too. An object-shaped output schema is bound in the success schema (under
-    ``structured``, with its definitions moved to the root), so the engine checks structured
-    content against it at the tool boundary; any other output schema is compiled into
+    valid too. An object-shaped output schema is bound as the success schema (the envelope's
+    ``structured``, required, with the schema's definitions moved to the root), so the engine
+    checks structured content against it at the tool boundary; any other output schema is compiled into
     ``output_validator`` for the handler to check. Raises :class:`UnusableTool` otherwise.
     """
     name = str(remote.get("name", ""))
@@ -158,16 +148,10 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
         jsonschema.Draft202012Validator.check_schema(parameters)
     except jsonschema.SchemaError as exc:
         raise UnusableTool(f"its input schema is not a valid JSON Schema: {exc.message}") from None
-    properties: dict[str, Any] = {
-        "server": _IDENTITY_SCHEMA,
-        "tool": {"type": "string"},
-        "content": {"type": "array", "items": {"type": "object"}},
-    }
-    success: dict[str, Any] = {
-        "type": "object",
-        "properties": properties,
-        "required": ["server", "tool", "content"],
-    }
+    # The envelope's frame is built by ``envelope``, so only the structured content needs a
+    # check on every call (the engine runs the success schema over each result): without an
+    # output schema there is no success schema at all.
+    success: dict[str, Any] | None = None
     validator: jsonschema.protocols.Validator | None = None
     output = remote.get("outputSchema")
     if output is not None:
@@ -183,11 +167,14 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
             nested = {
                 k: v for k, v in output.items() if k not in ("$defs", "definitions", "$schema")
             }
+            success = {
+                "type": "object",
+                "properties": {"structured": nested},
+                "required": ["structured"],
+            }
             for keyword in ("$defs", "definitions"):
                 if keyword in output:
                     success[keyword] = output[keyword]
-            properties["structured"] = nested
-            success["required"].append("structured")
         else:
             validator = jsonschema.Draft202012Validator(dict(output))
     annotations = remote.get("annotations") or {}
