@@ -3,6 +3,7 @@ and prompt API, and that closing it leaves no process behind."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,7 +51,10 @@ async def test_connect_discovers_identity_capabilities_and_tools(demo: StdioServ
         tools = by_name(connection.tools)
         assert list(tools)[:3] == ["demo_echo", "demo_add", "demo_bad_output"]
         assert connection.remote_names["demo_weird_name_with_spaces"] == "weird.name/with spaces"
-        assert connection.skipped == ()
+        (skipped,) = connection.skipped
+        assert skipped.name == "broken_input"
+        assert "not a valid JSON Schema" in skipped.reason
+        assert "broken_input" not in connection.remote_names.values()
         echo, delete = tools["demo_echo"], tools["demo_delete_item"]
         assert (echo.annotations.readonly, echo.annotations.idempotent) == (True, True)
         assert echo.parameters_schema["required"] == ["text"]
@@ -234,3 +238,12 @@ async def test_cancelling_a_call_keeps_the_connection_usable(
 
 def test_the_demo_server_script_exists() -> None:
     assert DEMO.exists()
+
+
+def test_importing_capabilities_does_not_import_the_sdk() -> None:
+    code = (
+        "import sys, capabilities, capabilities.mcp; "
+        "assert 'mcp' not in sys.modules and 'pydantic' not in sys.modules, "
+        "sorted(m for m in sys.modules if m.startswith(('mcp', 'pydantic')))"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -90,11 +90,12 @@ async def test_failures_are_declared_and_a_bad_output_is_a_defect(demo: StdioSer
                     ("demo_fail", {"why": "quota"}),
                     ("demo_big", {"size": 10_000}),
                     ("demo_bad_output", {}),
+                    ("demo_odd_output", {}),
                 ),
                 Turn.text("done"),
             ],
         )
-    failed, too_big, bad_output = result.outcomes
+    failed, too_big, bad_output, odd_output = result.outcomes
     assert isinstance(failed, ToolFailure)
     assert failed.error == {
         "_tag": "McpToolError",
@@ -108,6 +109,9 @@ async def test_failures_are_declared_and_a_bad_output_is_a_defect(demo: StdioSer
     assert "max_result_bytes" in too_big.error["message"]
     assert bad_output.kind == "defect"
     assert "$.structured.sum" in bad_output.message
+    # An output schema that cannot be bound in the envelope is checked by the handler instead.
+    assert odd_output.kind == "defect"
+    assert "'extra' was unexpected" in odd_output.message
 
 
 async def test_a_server_killed_mid_call_is_an_unknown_outcome(demo: StdioServer) -> None:

@@ -82,6 +82,18 @@ BASE_TOOLS = [
         ),
     ),
     _tool("weird.name/with spaces", "A name models do not accept as it is."),
+    # Not a valid JSON Schema: the client cannot offer it (it is listed among the skipped tools).
+    _tool(
+        "broken_input",
+        "Its input schema names a type JSON Schema does not have.",
+        {"type": "object", "properties": {"x": {"type": "nonsense"}}},
+    ),
+    # An output schema with its own $id cannot be nested in the envelope: the handler checks it.
+    _tool(
+        "odd_output",
+        "Claims an object with an id, sends something else.",
+        output_schema={**_SUM_SCHEMA, "$id": "https://example.invalid/sum"},
+    ),
     _tool(
         "add_tool",
         "Add a tool named by the argument and tell the client.",
@@ -130,6 +142,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         return types.CallToolResult(
             content=[types.TextContent(type="text", text=f"it failed: {arguments.get('why', '')}")],
             is_error=True,
+        )
+    if name == "odd_output":
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text="odd")],
+            structured_content={"sum": 1, "extra": True},
         )
     if name == "media":
         return types.CallToolResult(
