@@ -220,8 +220,9 @@ class McpConnection:
         return self._listing.snapshot
 
     def layer(self) -> Layer:
-        """A Layer providing this connection under its server's ``key`` — the ``ToolSource``
-        an agent names in ``tool_sources`` — and the handlers of its current tools.
+        """A Layer providing this connection under its server's ``key``: the ``ToolSource`` an
+        agent names in ``Agent(tool_sources=(server.key,))``. (For an agent whose toolkit is
+        fixed instead, use :meth:`toolkit` and :meth:`handlers`.)
 
         The connection itself is not opened or closed by the Layer: open it with
         ``async with connect(server)`` around ``open_runtime``, so the SDK's tasks live in a

@@ -239,3 +239,15 @@ async def test_approval_policies_read_the_mcp_annotations(
     assert isinstance(echo, ToolSuccess)
     assert delete.kind == "rejected"
     assert [c["name"] for c in calls(call_log)] == ["echo"]
+
+
+async def test_a_fixed_toolkit_taken_from_the_connection(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        agent = Agent("fixed", "Use the tools.", POLICY, connection.toolkit())
+        model = ScriptedModel.layer(
+            [Turn.tool_calls(("demo_echo", {"text": "x"})), Turn.text("ok")]
+        )
+        async with open_runtime(connection.handlers() + model, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Go.")
+    (echo,) = result.outcomes
+    assert isinstance(echo, ToolSuccess)
