@@ -105,3 +105,12 @@ async def test_nothing_listening_is_a_connect_error(demo_http: HttpServer) -> No
         async with connect(nowhere):
             pass
     assert attrs.evolve(nowhere, prefix="x").key is not nowhere.key
+
+
+async def test_headers_are_sent_with_every_request(demo_http: HttpServer, call_log: Path) -> None:
+    with_headers = attrs.evolve(demo_http, headers={"Authorization": "Bearer not-a-secret"})
+    assert "not-a-secret" not in repr(with_headers)
+    async with connect(with_headers) as connection:
+        echoed = await invoke(connection, "demo_echo", {"text": "with headers"})
+    assert echoed["content"][0]["text"] == "with headers"
+    assert calls(call_log)[-1]["authorization"] == "Bearer not-a-secret"

@@ -104,11 +104,16 @@ BASE_TOOLS = [
 tools: list[types.Tool] = list(BASE_TOOLS)
 
 
-def _log_call(name: str, arguments: dict[str, Any] | None) -> None:
+def _log_call(ctx: Any, name: str, arguments: dict[str, Any] | None) -> None:
     path = os.environ.get("DEMO_CALL_LOG")
     if path:
+        entry: dict[str, Any] = {"name": name, "arguments": arguments}
+        request = getattr(ctx, "request", None)  # the HTTP request, over streamable HTTP
+        authorization = request.headers.get("authorization") if request is not None else None
+        if authorization is not None:
+            entry["authorization"] = authorization
         with open(path, "a", encoding="utf-8") as log:
-            log.write(json.dumps({"name": name, "arguments": arguments}) + "\n")
+            log.write(json.dumps(entry) + "\n")
 
 
 def _text(text: str) -> types.CallToolResult:
@@ -123,7 +128,7 @@ async def list_tools(
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
     arguments = params.arguments or {}
-    _log_call(params.name, params.arguments)
+    _log_call(ctx, params.name, params.arguments)
     name = params.name
     if name == "echo":
         return _text(str(arguments["text"]))
