@@ -522,12 +522,13 @@ class McpConnection:
     async def _handle_message(self, message: Any) -> None:
         import mcp_types as types
 
+        # A transport error delivered here (e.g. a line on a stdio server's stdout that is not
+        # JSON-RPC) does not lose the connection by itself: a broken transport closes it, and
+        # the calls in flight then fail on their own.
         if isinstance(message, types.ToolListChangedNotification) and self._relist is not None:
             # When a re-listing is already due, it will see this change too.
             with suppress(trio.WouldBlock):
                 self._relist.send_nowait(None)
-        elif isinstance(message, Exception):
-            self._mark_lost(f"the transport failed: {type(message).__name__}: {message}")
 
     def _stderr_tail(self) -> str:
         log = self._stderr

@@ -92,6 +92,15 @@ async def test_results_carry_content_structure_and_identity(demo: StdioServer) -
         }
 
 
+async def test_a_stray_line_on_stdout_does_not_lose_the_connection(demo: StdioServer) -> None:
+    async with connect(demo) as connection:
+        tools = by_name(connection.tools)
+        noisy = await invoke(tools["demo_noise"], {})
+        assert noisy["content"][0]["text"] == "after the noise"
+        assert connection.lost is None
+        assert (await invoke(tools["demo_echo"], {"text": "fine"}))["content"][0]["text"] == "fine"
+
+
 async def test_an_error_result_is_a_declared_failure(demo: StdioServer) -> None:
     async with connect(demo) as connection:
         fail = by_name(connection.tools)["demo_fail"]

@@ -69,6 +69,7 @@ BASE_TOOLS = [
         {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
     ),
     _tool("hang", "Never answers."),
+    _tool("noise", "Writes a line that is not JSON-RPC to stdout, then answers."),
     _tool("die", "Exits the server in the middle of the call."),
     _tool(
         "pid", "The server's process id.", annotations=types.ToolAnnotations(read_only_hint=True)
@@ -182,6 +183,9 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         return _text("x" * int(arguments["size"]))
     if name == "hang":
         await anyio.sleep_forever()
+    if name == "noise":
+        print("debug: this line is not a protocol message", flush=True)
+        return _text("after the noise")
     if name == "die":
         os._exit(3)
     if name == "pid":
