@@ -62,6 +62,7 @@ from ._mapping import (
     ServerIdentity,
     ToolShape,
     UnusableTool,
+    bounded_text,
     encoded_size,
     envelope,
     error_message,
@@ -481,7 +482,9 @@ class McpConnection:
                         f"the connection to the MCP server {server.name!r} closed while "
                         f"{local!r} was in flight; it may or may not have run"
                     ) from None
-                raise McpToolError(local, exc.message, exc.code) from None
+                # The server refused the call with a protocol error: answered, so not unknown.
+                message = bounded_text(exc.message, limits.max_result_bytes)
+                raise McpToolError(local, message, exc.code) from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
                 self._mark_lost("the connection closed during a call")
                 raise OutcomeUnknown(

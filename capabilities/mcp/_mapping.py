@@ -31,6 +31,7 @@ from ._errors import McpResultTooLarge, McpToolError
 
 __all__ = [
     "ServerIdentity",
+    "bounded_text",
     "ToolShape",
     "encoded_size",
     "envelope",
@@ -232,8 +233,14 @@ def error_message(tool: str, result: Mapping[str, Any], limit: int) -> McpToolEr
     are, other blocks named by kind, type and URI), cut to ``limit`` bytes."""
     parts = [_describe_block(block) for block in result.get("content") or ()]
     message = "\n".join(part for part in parts if part) or f"the tool {tool!r} reported an error"
-    encoded = message.encode()
-    if len(encoded) > limit:
-        note = f" ... [cut at {limit} bytes]"
-        message = encoded[: max(0, limit - len(note))].decode(errors="ignore") + note
-    return McpToolError(tool, message)
+    return McpToolError(tool, bounded_text(message, limit))
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` if its UTF-8 form fits in ``limit`` bytes, else its start and a note saying where
+    it was cut, together within ``limit`` bytes."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    note = f" ... [cut at {limit} bytes]"
+    return encoded[: max(0, limit - len(note))].decode(errors="ignore") + note

@@ -108,6 +108,10 @@ async def test_an_error_result_is_a_declared_failure(demo: StdioServer) -> None:
             await invoke(fail, {"why": "no disk"})
         assert caught.value.message == "it failed: no disk"
         assert fail.is_declared_failure(caught.value)
+        with pytest.raises(McpToolError) as refused:
+            await invoke(by_name(connection.tools)["demo_refuse"], {})
+        assert refused.value.code == -32602
+        assert refused.value.message == "refused: the id is not known here"
 
 
 async def test_an_oversize_result_is_a_failure_naming_the_limit(

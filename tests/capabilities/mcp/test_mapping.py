@@ -9,6 +9,7 @@ import pytest
 from capabilities.mcp import McpResultTooLarge, ServerIdentity
 from capabilities.mcp._mapping import (
     UnusableTool,
+    bounded_text,
     encoded_size,
     envelope,
     error_message,
@@ -155,3 +156,10 @@ def test_an_error_result_reads_as_text_bounded_by_the_limit() -> None:
     assert len(long.message.encode()) <= 100
     assert long.message.endswith("[cut at 100 bytes]")
     assert error_message("t", {"content": []}, 100).message == "the tool 't' reported an error"
+
+
+def test_bounded_text_keeps_a_short_text_and_cuts_a_long_one_within_the_limit() -> None:
+    assert bounded_text("short", 100) == "short"
+    cut = bounded_text("ü" * 200, 64)
+    assert len(cut.encode()) <= 64
+    assert cut.endswith("[cut at 64 bytes]")

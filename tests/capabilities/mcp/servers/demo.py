@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp import MCPError
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
@@ -69,6 +70,7 @@ BASE_TOOLS = [
         {"type": "object", "properties": {"size": {"type": "integer"}}, "required": ["size"]},
     ),
     _tool("hang", "Never answers."),
+    _tool("refuse", "Answers with a JSON-RPC error instead of a result."),
     _tool("noise", "Writes a line that is not JSON-RPC to stdout, then answers."),
     _tool("die", "Exits the server in the middle of the call."),
     _tool(
@@ -183,6 +185,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         return _text("x" * int(arguments["size"]))
     if name == "hang":
         await anyio.sleep_forever()
+    if name == "refuse":
+        raise MCPError(code=-32602, message="refused: the id is not known here")
     if name == "noise":
         print("debug: this line is not a protocol message", flush=True)
         return _text("after the noise")
