@@ -25,7 +25,7 @@ from capabilities.mcp import (
 )
 from effectagent.ai import Tool, ToolCallContext
 
-from .conftest import DEMO, alive
+from .conftest import alive
 
 CALL = ToolCallContext("call-1", "tool")
 
@@ -247,10 +247,6 @@ async def test_cancelling_a_call_keeps_the_connection_usable(
         echoed = await invoke(tools["demo_echo"], {"text": "still here"})
         assert echoed["content"][0]["text"] == "still here"
         assert connection.lost is None
-
-
-def test_the_demo_server_script_exists() -> None:
-    assert DEMO.exists()
 
 
 def test_importing_capabilities_does_not_import_the_sdk() -> None:
