@@ -233,6 +233,9 @@ async def activate_info(
     manifest = skill.manifest
     root = str(skill.directory)
     text, assets = await trio.to_thread.run_sync(_read, root, manifest)
+    # The thread is not abandoned, and a cancellation that came while it ran is not raised by
+    # run_sync: raise it here, so a cancelled activation returns nothing.
+    await trio.lowlevel.checkpoint_if_cancelled()
     return ActivatedSkill(
         manifest.id,
         manifest.version,
@@ -418,4 +421,6 @@ async def discover_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
     for root in roots:
         if not isinstance(root, str | os.PathLike):
             raise TypeError(f"skill roots must be paths, got {type(root).__name__}")
-    return await trio.to_thread.run_sync(functools.partial(scan_skills, *roots))
+    library = await trio.to_thread.run_sync(functools.partial(scan_skills, *roots))
+    await trio.lowlevel.checkpoint_if_cancelled()  # a cancellation during the scan: no result
+    return library

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
+import trio.testing
 
 from capabilities.skills import (
     ActivatedSkill,
@@ -190,3 +192,37 @@ async def test_a_cancelled_activation_activates_nothing(tmp_path: Path) -> None:
         activated = await library.activate("one", agent=AGENT)
     assert scope.cancelled_caught
     assert activated is None
+
+
+async def test_cancelling_during_the_read_waits_for_it_then_activates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_skill(tmp_path, "slow")
+    library = await discover_skills(tmp_path)
+    reading, release = threading.Event(), threading.Event()
+    real_read = os.read
+
+    def held_read(fd: int, size: int) -> bytes:
+        if threading.current_thread() is not threading.main_thread() and not reading.is_set():
+            reading.set()
+            release.wait(timeout=30)  # held until the test lets it go, never a sleep
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", held_read)
+    activated: list[ActivatedSkill] = []
+    scope = trio.CancelScope()
+
+    async def activate() -> None:
+        with scope:
+            activated.append(await library.activate("slow", agent=AGENT))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(activate)
+        await trio.to_thread.run_sync(reading.wait, 30)
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        waiting = not scope.cancelled_caught  # still waiting for the read in its thread
+        release.set()
+    assert waiting
+    assert scope.cancelled_caught
+    assert activated == []

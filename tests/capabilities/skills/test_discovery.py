@@ -5,11 +5,13 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from capabilities.skills import (
     DuplicateSkill,
@@ -190,3 +192,36 @@ async def test_paths_beyond_ascii_and_with_quotes_round_trip(tmp_path: Path) -> 
     assert library.require("unicode").manifest.assets == tuple(files)
     activated = await library.activate("unicode", agent=Agent("a", "Help."))
     assert [path.name for path in activated.assets] == ["café 😀.txt", 'say "hi".md']
+
+
+async def test_cancelling_during_the_scan_waits_for_it_then_returns_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_skill(tmp_path, "slow")
+    reading, release = threading.Event(), threading.Event()
+    real_read = os.read
+
+    def held_read(fd: int, size: int) -> bytes:
+        if threading.current_thread() is not threading.main_thread() and not reading.is_set():
+            reading.set()
+            release.wait(timeout=30)  # held until the test lets it go, never a sleep
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", held_read)
+    found: list[object] = []
+    scope = trio.CancelScope()
+
+    async def discover() -> None:
+        with scope:
+            found.append(await discover_skills(tmp_path))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(discover)
+        await trio.to_thread.run_sync(reading.wait, 30)
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        waiting = not scope.cancelled_caught  # the scan goes on in its thread
+        release.set()
+    assert waiting
+    assert scope.cancelled_caught
+    assert found == []
