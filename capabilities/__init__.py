@@ -8,7 +8,10 @@ subpackage has the rest:
 * ``capabilities.approval`` — approval providers: by policy, interactive, scripted (spec §5);
 * ``capabilities.authorization`` — which principal may call which tool (spec §5);
 * ``capabilities.compaction`` — the compactor: prune, then summarize (spec §6);
-* ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1).
+* ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1);
+* ``capabilities.mcp`` — an MCP client: a server's tools as a tool source, its resources and
+  prompts (§7; the SDK is imported on the first connection, not here);
+* ``capabilities.skills`` — local skill directories: manifests, discovery, activation (§8).
 
 ``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
 """
@@ -27,12 +30,24 @@ from capabilities.code_mode import CodeMode as CodeMode
 from capabilities.code_mode import CodeModeBuildError as CodeModeBuildError
 from capabilities.code_mode import code_mode as code_mode
 from capabilities.compaction import LogCompactor as LogCompactor
+from capabilities.mcp import HttpServer as HttpServer
+from capabilities.mcp import McpConnection as McpConnection
+from capabilities.mcp import McpLimits as McpLimits
+from capabilities.mcp import McpToolError as McpToolError
+from capabilities.mcp import StdioServer as StdioServer
 from capabilities.sessions import Session as Session
 from capabilities.sessions import SessionConflict as SessionConflict
 from capabilities.sessions import SessionCreate as SessionCreate
 from capabilities.sessions import SessionPatch as SessionPatch
 from capabilities.sessions import SessionSchema as SessionSchema
 from capabilities.sessions import SessionStoreService as SessionStoreService
+from capabilities.skills import ActivatedSkill as ActivatedSkill
+from capabilities.skills import SkillAuthorization as SkillAuthorization
+from capabilities.skills import SkillError as SkillError
+from capabilities.skills import SkillLibrary as SkillLibrary
+from capabilities.skills import SkillRule as SkillRule
+from capabilities.skills import activation_tool as activation_tool
+from capabilities.skills import discover_skills as discover_skills
 from capabilities.state import AgentStateService as AgentStateService
 from capabilities.state import Compensatable as Compensatable
 from capabilities.state import RunLocal as RunLocal
@@ -48,15 +63,20 @@ from capabilities.storage import SqliteDatabaseService as SqliteDatabaseService
 __all__ = [
     "AccessPolicy",
     "AccessRule",
+    "ActivatedSkill",
     "AgentStateService",
     "ApprovalPolicy",
     "ApprovalRule",
     "CodeMode",
     "CodeModeBuildError",
     "Compensatable",
+    "HttpServer",
     "InputReceipt",
     "InteractiveApproval",
     "LogCompactor",
+    "McpConnection",
+    "McpLimits",
+    "McpToolError",
     "PolicyApproval",
     "PolicyAuthorization",
     "RunLocal",
@@ -67,14 +87,21 @@ __all__ = [
     "SessionPatch",
     "SessionSchema",
     "SessionStoreService",
+    "SkillAuthorization",
+    "SkillError",
+    "SkillLibrary",
+    "SkillRule",
     "SqliteConversationLog",
     "SqliteDatabaseService",
     "StateConflict",
     "StateSlot",
+    "StdioServer",
     "SteeringService",
     "Uncertain",
     "WithRecord",
+    "activation_tool",
     "code_mode",
+    "discover_skills",
     "in_memory_storage",
     "sqlite_storage",
 ]

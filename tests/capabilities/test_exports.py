@@ -17,6 +17,12 @@ PACKAGES = [
     "capabilities.sessions",
     "capabilities.state",
     "capabilities.steering",
+    "capabilities.approval",
+    "capabilities.authorization",
+    "capabilities.compaction",
+    "capabilities.code_mode",
+    "capabilities.mcp",
+    "capabilities.skills",
 ]
 
 
