@@ -58,7 +58,23 @@ README_OUTPUT = {
         "'inner_tools': {'forecast': 4, 'to_fahrenheit': 1}",
         "ToolNotReadonly code mode 'run_program': tool 'book_flight'",
     ],
-    8: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+    8: [
+        "ServerIdentity(name='notes', version='1.0.0', protocol_version='2025-11-25')",
+        "[('notes_lookup', True), ('notes_add', True)]",
+        "success {'server': {'name': 'notes', 'version': '1.0.0'",
+        "'text': 'Pack a coat: 4 °C.'",
+        "invalid-input {'_tag': 'ToolInvalidInput', "
+        "'message': \"invalid input: $.b: '22' is not of type 'integer'\"}",
+        "McpResourceContents(uri='notes://cities', mime_type='text/plain', text='oslo, rome'",
+    ],
+    9: [
+        "[('pdf-forms', '1.2.0')]",
+        "[('skill', 'pdf-forms', '1.2.0')]",
+        "[Context: skill pdf-forms 1.2.0]\nRead the form with read_pdf, then fill each field.",
+        "pdf-forms 1.2.0 True",
+        "SkillTampered skill 'pdf-forms': SKILL.md does not match",
+    ],
+    10: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
 }
 CAPABILITIES_OUTPUT = {
     0: [
