@@ -30,7 +30,7 @@ import attrs
 from effectagent.ai import ToolAnnotations
 from effectagent.core import ApprovalRequest, Risk
 
-from ..authorization._patterns import Patterns, matches_any, patterns
+from .._patterns import Patterns, matches_any, patterns
 
 __all__ = [
     "ApprovalPolicy",

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import attrs
 
-from ._patterns import Patterns, matches_any, patterns
+from .._patterns import Patterns, matches_any, patterns
 
 __all__ = ["AccessDecision", "AccessPolicy", "AccessRule", "Effect"]
 

@@ -16,28 +16,26 @@ The default ``SkillAuthorization()`` therefore allows trusted skills to everyone
 from __future__ import annotations
 
 from collections.abc import Iterable
-from fnmatch import fnmatchcase
-from typing import Literal, cast
+from typing import Literal
 
 import attrs
 
+from .._patterns import Patterns, matches_any, patterns
 from ._manifest import SkillManifest
 
 __all__ = ["SkillAuthorization", "SkillDecision", "SkillRule"]
 
 
-def _patterns(value: str | Iterable[str]) -> tuple[str, ...]:
-    items: tuple[object, ...] = (value,) if isinstance(value, str) else tuple(value)
-    if not items:
-        raise ValueError("a skill rule needs at least one pattern per field")
-    for item in items:
-        if not isinstance(item, str) or not item:
-            raise TypeError(f"skill rule patterns must be non-empty strings, got {item!r}")
-    return cast(tuple[str, ...], items)
+def _skills(value: str | Iterable[str]) -> Patterns:
+    return patterns(value, field="skills")
 
 
-def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatchcase(name, pattern) for pattern in patterns)
+def _agents(value: str | Iterable[str]) -> Patterns:
+    return patterns(value, field="agents")
+
+
+def _principals(value: str | Iterable[str]) -> Patterns:
+    return patterns(value, field="principals")
 
 
 @attrs.frozen
@@ -49,9 +47,9 @@ class SkillRule:
     effect: Literal["allow", "deny"] = attrs.field(
         validator=attrs.validators.in_(("allow", "deny"))
     )
-    skills: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
-    agents: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
-    principals: tuple[str, ...] = attrs.field(default=("*",), converter=_patterns)
+    skills: Patterns = attrs.field(default=("*",), converter=_skills)
+    agents: Patterns = attrs.field(default=("*",), converter=_agents)
+    principals: Patterns = attrs.field(default=("*",), converter=_principals)
     reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
 
     @staticmethod
@@ -78,9 +76,9 @@ class SkillRule:
     def matches(self, skill: str, agent: str, principal: str) -> bool:
         """Whether this rule applies to ``skill`` for ``agent`` and ``principal``."""
         return (
-            _matches(skill, self.skills)
-            and _matches(agent, self.agents)
-            and _matches(principal, self.principals)
+            matches_any(skill, self.skills)
+            and matches_any(agent, self.agents)
+            and matches_any(principal, self.principals)
         )
 
 

@@ -73,9 +73,11 @@ def test_untrusted_is_refused_whatever_the_rules_unless_the_host_allows_it() -> 
 
 
 def test_bad_rules_are_refused() -> None:
-    with pytest.raises(TypeError, match="non-empty strings"):
+    with pytest.raises(ValueError, match="skills: a pattern cannot be empty"):
         SkillRule.allow("")
-    with pytest.raises(ValueError, match="at least one pattern"):
+    with pytest.raises(ValueError, match="skills needs at least one pattern"):
         SkillRule.allow([])
+    with pytest.raises(TypeError, match="principals must hold str patterns, got int"):
+        SkillRule.deny("*", principals=[3])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="SkillRule values"):
         SkillAuthorization(["allow"])  # type: ignore[list-item]

@@ -1,4 +1,4 @@
-"""Shell-style name patterns, as the access and approval rules use them. Pure.
+"""Shell-style name patterns, as the access, approval and skill rules use them. Pure.
 
 A pattern is matched with :func:`fnmatch.fnmatchcase` — case-sensitive on every platform, ``*``
 for any run of characters (``/`` included), ``?`` for one, ``[…]`` for a set — against the whole
