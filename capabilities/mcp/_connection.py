@@ -257,18 +257,8 @@ class McpConnection:
 
         Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
         """
-        import mcp_types as types
-
-        found: list[McpResource] = []
-        cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await self._request("resources/list", partial(_list_resources, params=params))
-            found.extend(McpResource.from_json(_dump(r)) for r in page.resources)
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return tuple(found)
+        pages = await self._pages("resources/list", _list_resources, "resources")
+        return tuple(McpResource.from_json(item) for item in pages)
 
     async def read_resource(self, uri: str) -> tuple[McpResourceContents, ...]:
         """The contents of the resource at ``uri``: text, or base64 blobs as the server sent them.
@@ -288,18 +278,26 @@ class McpConnection:
 
         Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
         """
+        pages = await self._pages("prompts/list", _list_prompts, "prompts")
+        return tuple(McpPrompt.from_json(item) for item in pages)
+
+    async def _pages(self, method: str, fetch: Any, field: str) -> list[dict[str, Any]]:
+        """Every item of a paginated listing (at most ``_MAX_PAGES`` pages), as plain JSON.
+
+        Cancellation: the request in flight is abandoned.
+        """
         import mcp_types as types
 
-        found: list[McpPrompt] = []
+        found: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(_MAX_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await self._request("prompts/list", partial(_list_prompts, params=params))
-            found.extend(McpPrompt.from_json(_dump(p)) for p in page.prompts)
+            page = await self._request(method, partial(fetch, params=params))
+            found.extend(_dump(item) for item in getattr(page, field))
             cursor = page.next_cursor
             if not cursor:
                 break
-        return tuple(found)
+        return found
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None = None
