@@ -100,8 +100,9 @@ def _instance(kind: type) -> _Validator:
 
 
 def _as_tuple(value: object, where: str) -> tuple[Any, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, list | tuple | set | frozenset):
-        raise TypeError(f"{where} must be a sequence of ServiceKeys, got {_shown(value)}")
+    # A list or tuple: the order decides which source keeps a name two of them offer.
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"{where} must be a list or tuple of ServiceKeys, got {_shown(value)}")
     return tuple(value)
 
 

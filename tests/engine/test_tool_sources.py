@@ -150,7 +150,9 @@ def test_bad_snapshots_and_agents_are_refused_when_built() -> None:
         ToolSnapshot([tool], {"forecast": handler})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Agent\.tool_sources must hold ServiceKeys"):
         make_agent(tool_sources=["a source"])
-    with pytest.raises(TypeError, match=r"Agent\.tool_sources must be a sequence"):
+    with pytest.raises(TypeError, match=r"Agent\.tool_sources must be a list or tuple"):
         make_agent(tool_sources=SOURCE)
+    with pytest.raises(TypeError, match=r"Agent\.tool_sources must be a list or tuple"):
+        make_agent(tool_sources={SOURCE})  # a set has no order to decide collisions by
     with pytest.raises(ValueError, match="more than once"):
         make_agent(tool_sources=[SOURCE, SOURCE])
