@@ -397,7 +397,11 @@ class Runtime:
         # A plain child task (no Fiber): runs are never joined one by one, and a run is
         # interrupted through its driver. ``execute`` reifies every error into the run's terminal
         # event; a cancellation of the runtime's scope ends the run with RunInterrupted.
-        self._scope.spawn(self._host, driver)
+        try:
+            self._scope.spawn(self._host, driver)
+        except BaseException:
+            self._release(driver)  # it never started: its conversation is free
+            raise
 
     async def _host(self, driver: RunDriver) -> None:
         try:
