@@ -6,14 +6,15 @@ the same object under ``SteeringInboxService`` — tells it when runs start and 
 steering at the start of each turn and takes follow-ups when the agent would stop. The decisions
 are :class:`Admissions` (pure); this module adds the journal (persistence) and the waiting.
 
-The text a submitter gives is what the journal keeps until delivery; the engine redacts it when
-it becomes canonical (the log and the model only ever see the redacted text).
+Text is redacted as it is admitted, with the runtime's redaction (a run of the conversation is
+going, and its ``RunInfo`` carries it): a registered secret never reaches the journal, not even
+while the input waits to be delivered; the log and the model see the same redacted text.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import trio
@@ -29,6 +30,10 @@ from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
 __all__ = ["ConversationInbox"]
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 def _check(conversation_id: object, text: object, author: object) -> None:
     for name, value in (("conversation_id", conversation_id), ("text", text), ("author", author)):
         if not isinstance(value, str):
@@ -41,13 +46,15 @@ def _check(conversation_id: object, text: object, author: object) -> None:
 class ConversationInbox:
     """Steering and follow-ups for every conversation (see ``capabilities.steering``)."""
 
-    __slots__ = ("_admissions", "_changed", "journal")
+    __slots__ = ("_admissions", "_changed", "_redact_text", "journal")
 
     def __init__(self, journal: AdmissionJournal, limits: SteeringLimits | None = None) -> None:
         self.journal = journal
         self._admissions = Admissions(limits)
         # Set (and replaced) whenever a reserved admission is committed or abandoned.
         self._changed = trio.Event()
+        # The runtime's redaction, as the first run told it (until then nothing is admitted).
+        self._redact_text: Callable[[str], str] = _unchanged
 
     @property
     def limits(self) -> SteeringLimits:
@@ -82,6 +89,7 @@ class ConversationInbox:
     ) -> InputReceipt:
         _check(conversation_id, text, author)
         await trio.lowlevel.checkpoint_if_cancelled()
+        text = self._redact_text(text)  # admitted only while a run is going: it set this
         item = SteeringInput(new_id("input"), kind, text, author, time.time())
         decided = self._admissions.admit(conversation_id, item)
         if isinstance(decided, str):
@@ -130,6 +138,7 @@ class ConversationInbox:
         """A run of ``run.conversation_id`` is going: steering is accepted from now on. Does not
         yield."""
         self._admissions.run_started(run.conversation_id, run.run_id)
+        self._redact_text = run.redact_text  # the runtime's (one runtime builds this inbox)
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """That run is over. When it was the conversation's last, inputs it never took expire and

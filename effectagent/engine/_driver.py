@@ -224,7 +224,13 @@ class RunDriver:
     async def _tell_started(self) -> None:
         """Tell the run observers (the steering inbox first) that the run starts."""
         io = self.io
-        run = RunInfo(io.run_id, io.conversation_id, self.agent.name, self.author)
+        run = RunInfo(
+            io.run_id,
+            io.conversation_id,
+            self.agent.name,
+            self.author,
+            self.services.redactor.redact_text,
+        )
         for observer in self.services.observers:
             if self._observed is None:
                 self._observed = run  # from the first call on, every observer hears the end

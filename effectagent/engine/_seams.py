@@ -216,14 +216,21 @@ class SteeringInput:
 RunEnding = Literal["completed", "failed", "interrupted"]
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 @attrs.frozen(slots=True)
 class RunInfo:
-    """A run, as the services the engine tells about runs see it."""
+    """A run, as the services the engine tells about runs see it. ``redact_text`` is the
+    runtime's redaction, for a service that keeps text it is given for the run (e.g. steering
+    waiting to be delivered) to keep it redacted."""
 
     run_id: str
     conversation_id: str
     agent: str
     author: str
+    redact_text: Callable[[str], str] = attrs.field(default=_unchanged, eq=False, repr=False)
 
 
 class RunObserver(Protocol):

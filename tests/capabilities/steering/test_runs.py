@@ -341,3 +341,45 @@ async def test_input_left_waiting_expires_with_its_run_and_after_a_restart(tmp_p
     assert status is not None
     assert (status.state, status.kind, status.author) == ("expired", "follow-up", "bo")
     assert "process ended" in status.reason
+
+
+def _bytes_on_disk(directory: Path) -> bytes:
+    """Everything SQLite wrote under ``directory`` (database, WAL, shared memory)."""
+    return b"".join(p.read_bytes() for p in sorted(directory.glob("steer.db*")) if p.is_file())
+
+
+async def test_a_secret_in_steering_never_reaches_the_journal_even_while_it_waits(
+    tmp_path: Path,
+) -> None:
+    """Steering is redacted as it is admitted, with the runtime's redaction: the row that waits
+    in SQLite for delivery holds the redacted text, and so do the log and the model's request."""
+    from effectagent.core import REDACTED
+
+    path = tmp_path / "steer.db"
+    seen: dict[str, Any] = {}
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        receipt = await seen["steering"].steer(
+            call.conversation_id, "the password is hunter2", author="ann"
+        )
+        conn = sqlite3.connect(path)  # what is at rest while the input waits
+        seen["row"] = conn.execute(
+            "SELECT text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
+        ).fetchone()
+        conn.close()
+        return Done(True)
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("noted")])
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(
+        sqlite_storage(path)
+    )
+    async with open_runtime(layer, agents=[AGENT], secrets=["hunter2"]) as runtime:
+        seen["steering"] = runtime.context[SteeringService]
+        result = await runtime.run(AGENT, "Weather?")
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert seen["row"] == (f"the password is {REDACTED}",)
+    steered = [e.record for e in log if isinstance(e.record, UserInputRecorded)][-1]
+    assert steered.text == f"the password is {REDACTED}"
+    assert UserMessage.text(f"the password is {REDACTED}") in model.requests[1].messages
+    assert b"hunter2" not in _bytes_on_disk(tmp_path)
+    assert "hunter2" not in repr(log) + repr(model.requests)
