@@ -17,7 +17,7 @@ from ._model import (
     SessionSchema,
     check_id,
 )
-from ._rows import StoredSession, create_row, patch_row
+from ._rows import StoredSession, check_delete, check_page, create_row, patch_row
 
 __all__ = ["InMemorySessionStore"]
 
@@ -71,6 +71,21 @@ class InMemorySessionStore(Generic[M]):
         self._rows[row.id] = row
         await trio.lowlevel.cancel_shielded_checkpoint()
         return session
+
+    async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[M], ...]:
+        """See :meth:`SessionStore.list`. Cancellation: a checkpoint; nothing changes."""
+        after, limit = check_page(after, limit)
+        await trio.lowlevel.checkpoint()
+        ids = sorted(i for i in self._rows if after is None or i > after)[:limit]
+        return tuple(self._rows[i].session(self.schema) for i in ids)
+
+    async def delete(self, session_id: str, expected_revision: int) -> None:
+        """See :meth:`SessionStore.delete`. Cancellation: if it raises ``Cancelled``, nothing
+        changed."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        check_delete(self._rows.get(check_id(session_id)), session_id, expected_revision)
+        del self._rows[session_id]
+        await trio.lowlevel.cancel_shielded_checkpoint()
 
     def with_schema(self, schema: SessionSchema[N]) -> InMemorySessionStore[N]:
         """A store over these very sessions that reads and writes them through ``schema`` — what

@@ -247,6 +247,19 @@ class SessionStore(Protocol[M]):
         raises for bad input. Cancellation: all or nothing."""
         ...
 
+    async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[M], ...]:
+        """At most ``limit`` sessions (1 to 1,000) in the order of their IDs, from the first ID
+        greater than ``after`` (None: from the start) — pass the last ID of one page as ``after``
+        to get the next; an empty page is the end. Raises what ``get`` raises for a session that
+        cannot be read, naming it. Cancellation: nothing changes."""
+        ...
+
+    async def delete(self, session_id: str, expected_revision: int) -> None:
+        """Remove the session if it is still at ``expected_revision``. Its conversations are not
+        touched (a session points to them; their history stays in the log). Raises
+        :class:`SessionConflict`, :class:`SessionNotFound`. Cancellation: all or nothing."""
+        ...
+
 
 #: The service key of the session store.
 SessionStoreService: ServiceKey[SessionStore[Any]] = ServiceKey(

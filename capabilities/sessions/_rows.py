@@ -12,6 +12,7 @@ from ._model import (
     Session,
     SessionConflict,
     SessionCreate,
+    SessionNotFound,
     SessionPatch,
     SessionSchema,
     check_id,
@@ -21,7 +22,7 @@ from ._model import (
     merge_conversations,
 )
 
-__all__ = ["StoredSession", "create_row", "patch_row"]
+__all__ = ["MAX_PAGE", "StoredSession", "check_delete", "check_page", "create_row", "patch_row"]
 
 M = TypeVar("M")
 
@@ -106,3 +107,29 @@ def patch_row(
         row.id, name, row.revision, conversations, metadata, row.created_at, row.updated_at
     )
     return row, session
+
+
+#: The most sessions one ``list`` call returns.
+MAX_PAGE = 1_000
+
+
+def check_page(after: object, limit: object) -> tuple[str | None, int]:
+    """``list``'s arguments, checked: a session ID or None, and a limit from 1 to ``MAX_PAGE``."""
+    if after is not None and not isinstance(after, str):
+        raise TypeError(f"after must be a session ID (str) or None, got {type(after).__name__}")
+    if type(limit) is not int:
+        raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be from 1 to {MAX_PAGE}, got {limit}")
+    return after, limit
+
+
+def check_delete(current: StoredSession | None, session_id: str, expected_revision: object) -> None:
+    """Whether ``current`` may be deleted at ``expected_revision``: raises
+    :class:`SessionNotFound` or :class:`SessionConflict` if not."""
+    if type(expected_revision) is not int:
+        raise TypeError(f"expected_revision must be an int, got {type(expected_revision).__name__}")
+    if current is None:
+        raise SessionNotFound(session_id)
+    if current.revision != expected_revision:
+        raise SessionConflict(current.id, expected_revision, current.revision)

@@ -23,7 +23,7 @@ from ._model import (
     SessionStoreUnavailable,
     check_id,
 )
-from ._rows import StoredSession, create_row, patch_row
+from ._rows import StoredSession, check_delete, check_page, create_row, patch_row
 
 __all__ = ["SqliteSessionStore"]
 
@@ -136,6 +136,32 @@ class SqliteSessionStore(Generic[M]):
             return session
 
         return await self._storage(session_id, self.database.write, work)
+
+    async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[M], ...]:
+        """See :meth:`SessionStore.list` (one read, in the order of the primary key).
+        Cancellation: a checkpoint; nothing changes."""
+        after, limit = check_page(after, limit)
+        schema = self.schema
+
+        def read(conn: sqlite3.Connection) -> tuple[Session[M], ...]:
+            found = conn.execute(
+                f"SELECT {_COLUMNS} FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?",
+                (after if after is not None else "", limit),
+            ).fetchall()
+            return tuple(_row_of(row).session(schema) for row in found)
+
+        return await self._storage(after or "", self.database.read, read)
+
+    async def delete(self, session_id: str, expected_revision: int) -> None:
+        """See :meth:`SessionStore.delete`: the revision is compared inside the transaction that
+        deletes the row. Cancellation: all or nothing."""
+        check_id(session_id)
+
+        def work(conn: sqlite3.Connection) -> None:
+            check_delete(_select(conn, session_id), session_id, expected_revision)
+            conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+
+        await self._storage(session_id, self.database.write, work)
 
     @staticmethod
     async def _storage(

@@ -245,3 +245,53 @@ async def test_a_damaged_row_is_a_typed_error(tmp_path: Path) -> None:
         assert await store.get(healthy.id) == healthy
         with pytest.raises(CorruptSession):
             await store.update(damaged.id, SessionPatch(name="x"), 1)
+
+
+async def test_listing_pages_through_every_session_in_id_order(kind: str, tmp_path: Path) -> None:
+    async with stores(kind, tmp_path) as make:
+        store = make(COUNTER)
+        assert await store.list() == ()
+        ids = [f"session-{n:02d}" for n in (7, 3, 11, 1, 5)]
+        for n, session_id in enumerate(ids):
+            await store.create(SessionCreate(f"s{n}", Counter(n), session_id=session_id))
+        pages: list[list[str]] = []
+        after: str | None = None
+        while page := await store.list(after=after, limit=2):
+            pages.append([s.id for s in page])
+            after = page[-1].id
+        assert pages == [
+            ["session-01", "session-03"],
+            ["session-05", "session-07"],
+            ["session-11"],
+        ]
+        everything = await store.list(limit=1_000)
+        assert [s.id for s in everything] == sorted(ids)
+        assert everything[0] == await store.get("session-01")  # whole sessions, as get reads them
+        with pytest.raises(ValueError, match="limit must be from 1 to 1000"):
+            await store.list(limit=0)
+        with pytest.raises(TypeError, match="limit must be an int"):
+            await store.list(limit="5")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="after must be a session ID"):
+            await store.list(after=3)  # type: ignore[arg-type]
+
+
+async def test_delete_compares_the_revision_and_leaves_conversations_alone(
+    kind: str, tmp_path: Path
+) -> None:
+    async with stores(kind, tmp_path) as make:
+        store = make(COUNTER)
+        session = await store.create(SessionCreate("s", Counter(0), ("conv-a",)))
+        await store.update(session.id, SessionPatch(metadata=Counter(1)), 1)
+        with pytest.raises(SessionConflict) as raised:
+            await store.delete(session.id, 1)
+        assert (raised.value.expected_revision, raised.value.actual_revision) == (1, 2)
+        assert await store.get(session.id) is not None  # a conflict deletes nothing
+        await store.delete(session.id, 2)
+        assert await store.get(session.id) is None
+        assert await store.list() == ()
+        with pytest.raises(SessionNotFound):
+            await store.delete(session.id, 2)
+        with pytest.raises(TypeError, match="expected_revision must be an int"):
+            await store.delete(session.id, "2")  # type: ignore[arg-type]
+        again = await store.create(SessionCreate("new", Counter(0), session_id=session.id))
+        assert again.revision == 1  # the ID is free again
