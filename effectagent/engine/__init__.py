@@ -25,6 +25,8 @@ from ._seams import ConversationLogService as ConversationLogService
 from ._seams import RedactorService as RedactorService
 from ._seams import RunEnding as RunEnding
 from ._seams import RunInfo as RunInfo
+from ._seams import RunListener as RunListener
+from ._seams import RunListenerService as RunListenerService
 from ._seams import RunObserver as RunObserver
 from ._seams import RunObserversService as RunObserversService
 from ._seams import SteeringInbox as SteeringInbox
@@ -58,6 +60,8 @@ __all__ = [
     "RunEnding",
     "RunFailedError",
     "RunInfo",
+    "RunListener",
+    "RunListenerService",
     "RunObserver",
     "RunObserversService",
     "RunResult",

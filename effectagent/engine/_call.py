@@ -138,8 +138,13 @@ class CallRunner:
         try:
             io.emit(ToolCallStarted, self.turn, call.id, call.name)
             scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
+            listener = services.listener
             with scope:
-                exit_ = await attempt(handler, call.params, context, errors=tool.failure)
+                if listener is None:
+                    exit_ = await attempt(handler, call.params, context, errors=tool.failure)
+                else:
+                    with listener.call_context(io.run_id, call.id):
+                        exit_ = await attempt(handler, call.params, context, errors=tool.failure)
         finally:
             permits.release()
             if broker is not None and (audit := broker.audit()) is not None:

@@ -113,6 +113,7 @@ class RunDriver:
             events=events,
             on_consumer_lost=self.interrupt,
             author=author,
+            listener=services.listener,
         )
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation

@@ -16,7 +16,7 @@ from effectagent.core import EventBase, Record, Redactor
 
 from ._handover import EventQueue, RunReducer
 from ._logging import RunLog
-from ._seams import ConversationLog
+from ._seams import ConversationLog, RunListener
 
 __all__ = ["RunIO", "bounded"]
 
@@ -33,6 +33,26 @@ def bounded(text: str) -> str:
 
 def _ignore() -> None:
     return None
+
+
+def _listened(
+    sink: Callable[[EventBase], object], listener: RunListener, logs: RunLog
+) -> Callable[[EventBase], object]:
+    """``sink``, showing each event to ``listener`` first. A listener that raises is logged and
+    not asked again for this run: observing never changes what the run does."""
+    failed = False
+
+    def both(event: EventBase) -> object:
+        nonlocal failed
+        if not failed:
+            try:
+                listener.on_event(event)
+            except Exception as exc:
+                failed = True
+                logs.warning("run listener failed", error=type(exc).__name__)
+        return sink(event)
+
+    return both
 
 
 @final
@@ -65,6 +85,7 @@ class RunIO:
         events: EventQueue | RunReducer,
         on_consumer_lost: Callable[[], None],
         author: str = "user",
+        listener: RunListener | None = None,
     ) -> None:
         self.run_id = run_id
         self.author = author  # who started the run (its principal)
@@ -76,9 +97,12 @@ class RunIO:
         # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task. A
         # sink that returns False has lost its consumer.
         self._queue = events if isinstance(events, EventQueue) else None
-        self._sink: Callable[[EventBase], object] = (
+        sink: Callable[[EventBase], object] = (
             events.put if isinstance(events, EventQueue) else events.feed
         )
+        if listener is not None:  # a run without a listener pays nothing for the seam
+            sink = _listened(sink, listener, self.logs)
+        self._sink = sink
         self._lost = on_consumer_lost
         self._seq = 0
         # Records that are true but wait for the run's next append, which writes them first (a

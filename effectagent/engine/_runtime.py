@@ -53,6 +53,7 @@ from ._seams import (
     ConversationLog,
     ConversationLogService,
     RedactorService,
+    RunListenerService,
     RunObserver,
     RunObserversService,
     SteeringInboxService,
@@ -291,6 +292,7 @@ class Runtime:
             digest_arguments=self._digest,
             count_tokens=counter.count if counter is not None else estimate_tokens,
             tool_sources=tuple(ctx.require(key) for key in agent.tool_sources),
+            listener=ctx.get(RunListenerService),
         )
         self._checked[id(agent)] = (agent, services)
         return services

@@ -18,6 +18,7 @@ Absence is explicit and decided at preflight (CAP-001/CAP-002):
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -35,6 +36,7 @@ from effectagent.core import (
     ApprovalDecision,
     ApprovalRequest,
     CompactionCreated,
+    EventBase,
     LogEntry,
     Record,
     Redactor,
@@ -47,6 +49,8 @@ __all__ = [
     "estimate_tokens",
     "RunEnding",
     "RunInfo",
+    "RunListener",
+    "RunListenerService",
     "RunObserver",
     "RunObserversService",
     "observe_runs",
@@ -231,6 +235,34 @@ class RunInfo:
     agent: str
     author: str
     redact_text: Callable[[str], str] = attrs.field(default=_unchanged, eq=False, repr=False)
+
+
+class RunListener(Protocol):
+    """Sees every event of every run as it is emitted — for tracing and metrics
+    (``capabilities.telemetry`` builds spans from them). Optional; a runtime without one pays
+    nothing for it.
+
+    ``on_event`` is called synchronously, in the task that emits the event, before the event is
+    handed to the run's consumer: it must be quick and must not wait. Events carry what the
+    engine already redacted. What it raises is logged and the listener is not called again for
+    that run; it never changes what the run does.
+    """
+
+    def on_event(self, event: EventBase) -> None:
+        """One event, as emitted."""
+        ...
+
+    def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
+        """Entered around the handler of each tool call, in the call's own context (e.g. to make
+        the call's span current, so what the handler traces nests under it). Entered after the
+        call's ``ToolCallStarted`` and left before its outcome is announced."""
+        ...
+
+
+#: The service key of the run listener (optional).
+RunListenerService: ServiceKey[RunListener] = ServiceKey(
+    "effectagent.RunListener", "sees every event of every run (tracing, metrics)"
+)
 
 
 class RunObserver(Protocol):

@@ -20,6 +20,7 @@ from ._seams import (
     Approval,
     Compactor,
     ConversationLog,
+    RunListener,
     RunObserver,
     SteeringInbox,
     ToolAuthorization,
@@ -41,6 +42,7 @@ class RunServices:
         "digest_arguments",
         "handlers",
         "inbox",
+        "listener",
         "log",
         "model",
         "observers",
@@ -67,6 +69,7 @@ class RunServices:
         digest_arguments: Callable[[Tool[Any, Any], Any], str] = lambda tool, params: "",
         count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens,
         tool_sources: tuple[ToolSource, ...] = (),
+        listener: RunListener | None = None,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -86,6 +89,8 @@ class RunServices:
         self.observers = ((inbox,) if inbox is not None else ()) + observers
         # Asked for their tools at the start of every turn (``Agent.tool_sources``, in order).
         self.tool_sources = tool_sources
+        # Sees every event as it is emitted, and is entered around each tool call (optional).
+        self.listener = listener
 
     def with_handlers(self, handlers: Mapping[Tool[Any, Any], Handler]) -> RunServices:
         """These services with ``handlers`` instead (a turn's tools from its tool sources)."""
