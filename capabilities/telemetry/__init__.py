@@ -1,0 +1,17 @@
+"""Tracing (CAP-013): OpenTelemetry spans built from the engine's run events, on the OpenTelemetry
+API only (``pip install effectagent[telemetry]``; which SDK and exporter is the host's choice).
+
+:class:`Telemetry` is the engine's ``RunListenerService``: its :meth:`~Telemetry.layer` adds a
+span per run (under the caller's current span), per turn, per model call, per tool call, per
+approval, and makes each tool call's span current while its handler runs, so what a handler traces
+(an HTTP client, an MCP call) nests under it. Without the Layer nothing is traced and nothing is
+paid. Spans carry identifiers, counts, outcomes and token usage; model text, tool arguments and
+results only with ``include_content=True``, always bounded and as redacted as the events are.
+:meth:`Telemetry.log_processor` adds the current ``trace_id``/``span_id`` to structlog lines.
+"""
+
+from ._listener import TELEMETRY_VERSION as TELEMETRY_VERSION
+from ._listener import Telemetry as Telemetry
+from ._logs import add_trace_ids as add_trace_ids
+
+__all__ = ["TELEMETRY_VERSION", "Telemetry", "add_trace_ids"]

@@ -1,0 +1,518 @@
+"""Telemetry (CAP-013): the span tree a run makes — under the caller's span, turns under the run,
+model calls, tools and approvals under their turn, what a handler traces under its tool — every
+span ended on every exit, nothing secret or unbounded in any of it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, MutableMapping
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import structlog
+import trio
+import trio.testing
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from structlog.testing import capture_logs
+
+from capabilities.approval import Answer, ScriptedApproval
+from capabilities.telemetry import TELEMETRY_VERSION, Telemetry, add_trace_ids
+from effectagent.ai import ModelUnavailable, ToolCallContext
+from effectagent.core import (
+    ApprovalRequest,
+    ApprovalRequested,
+    BudgetWarning,
+    CompactionPerformed,
+    ModelStarted,
+    RunInterrupted,
+    RunStarted,
+    RunSuspended,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolRejected,
+    TurnCompleted,
+    TurnStarted,
+    UsageTotals,
+)
+from effectagent.engine import LOGGER_NAME, open_runtime
+from effectagent.testing import ScriptedModel, Turn
+from tests.engine.helpers import Forecast, Lookup, forecast_tool, make_agent
+
+CANARY = "hunter2-canary"
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    """A provider of its own (the global one is never touched) and what it exported."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def _by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
+    return [span for span in spans if span.name.startswith(prefix)]
+
+
+def _parent_id(span: ReadableSpan) -> int | None:
+    return None if span.parent is None else span.parent.span_id
+
+
+def _id(span: ReadableSpan) -> int:
+    context = span.get_span_context()
+    assert context is not None
+    return context.span_id
+
+
+def _texts(span: ReadableSpan) -> list[str]:
+    """Every string a span carries: name, status, attributes, events and their attributes."""
+    texts = [span.name, span.status.description or ""]
+    values: list[Any] = list((span.attributes or {}).values())
+    for event in span.events:
+        texts.append(event.name)
+        values += list((event.attributes or {}).values())
+    for value in values:
+        texts += [str(item) for item in value] if isinstance(value, tuple) else [str(value)]
+    return texts
+
+
+async def test_the_span_tree_of_a_run_with_parallel_tools_and_an_approval(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    tracer = provider.get_tracer("test")
+    inside: dict[str, int] = {}
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        await trio.sleep(1 if params.city == "Oslo" else 0.5)  # the calls interleave
+        with tracer.start_as_current_span("http GET") as span:
+            inside[call.tool_call_id] = span.get_span_context().span_id
+        return Forecast(params.city, 4.0)
+
+    forecast = forecast_tool()
+    gated = forecast_tool("gated", needs_approval=True)
+    agent = make_agent(forecast, gated)
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(
+                ("forecast", {"city": "Oslo"}),
+                ("forecast", {"city": "Rome"}),
+                ("gated", {"city": "Oslo"}),
+            ),
+            Turn.text("done"),
+        ]
+    )
+    approval = ScriptedApproval([Answer.approve(delay=2)])
+    telemetry = Telemetry(tracer_provider=provider, request_model="scripted-1")
+    layer = (
+        agent.toolkit.handlers({forecast: handle, gated: handle})
+        + model.as_layer()
+        + approval.layer()
+        + telemetry.layer()
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        with tracer.start_as_current_span("caller") as caller:
+            result = await runtime.run(agent, "Weather?")
+    assert result.status == "completed"
+    assert telemetry.open_runs == 0
+    spans = exporter.get_finished_spans()
+    (run,) = _by_name(spans, "invoke_agent")
+    assert _parent_id(run) == caller.get_span_context().span_id  # under the caller's span
+    assert run.name == "invoke_agent weather"
+    attributes = dict(run.attributes or {})
+    assert attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert attributes["gen_ai.agent.name"] == "weather"
+    assert attributes["gen_ai.conversation.id"] == result.conversation_id
+    assert attributes["effectagent.run.id"] == result.run_id
+    assert attributes["effectagent.operation.version"] == TELEMETRY_VERSION
+    assert attributes["effectagent.outcome.kind"] == "completed"
+    assert attributes["gen_ai.usage.output_tokens"] == result.usage.output_tokens
+    turns = _by_name(spans, "turn")
+    assert [dict(t.attributes or {})["effectagent.turn"] for t in turns] == [1, 2]
+    assert all(_parent_id(turn) == _id(run) for turn in turns)
+    chats = _by_name(spans, "chat")
+    assert [_parent_id(chat) for chat in chats] == [_id(turn) for turn in turns]
+    assert all(dict(c.attributes or {})["gen_ai.request.model"] == "scripted-1" for c in chats)
+    outputs = [dict(c.attributes or {})["gen_ai.usage.output_tokens"] for c in chats]
+    assert outputs == [30, result.usage.output_tokens - 30]  # each call's own usage
+    tools = _by_name(spans, "execute_tool")
+    assert sorted(t.name for t in tools) == [
+        "execute_tool forecast",
+        "execute_tool forecast",
+        "execute_tool gated",
+    ]
+    assert all(_parent_id(tool) == _id(turns[0]) for tool in tools)
+    for tool in tools:
+        tool_attributes = dict(tool.attributes or {})
+        assert tool_attributes["gen_ai.operation.name"] == "execute_tool"
+        assert tool_attributes["effectagent.outcome.kind"] == "success"
+        assert tool.status.status_code is StatusCode.UNSET
+    (approval_span,) = _by_name(spans, "approval")
+    assert _parent_id(approval_span) == _id(turns[0])
+    assert dict(approval_span.attributes or {})["effectagent.approval.decision"] == "approved"
+    # What each handler traced nests under its own tool span.
+    by_call = {dict(t.attributes or {})["gen_ai.tool.call.id"]: t for t in tools}
+    handler_spans = {_id(s): s for s in _by_name(spans, "http GET")}
+    assert len(handler_spans) == 3
+    for call_id, span_id in inside.items():
+        assert _parent_id(handler_spans[span_id]) == _id(by_call[call_id])
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
+
+
+async def test_a_streamed_run_nests_under_the_callers_span_too(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    agent = make_agent()
+    telemetry = Telemetry(tracer_provider=provider)
+    layer = ScriptedModel([Turn.text("hi")]).as_layer() + telemetry.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        with provider.get_tracer("test").start_as_current_span("caller") as caller:
+            async with runtime.stream(agent, "Hello") as stream:
+                async for _ in stream:
+                    pass
+    (run,) = _by_name(exporter.get_finished_spans(), "invoke_agent")
+    assert _parent_id(run) == caller.get_span_context().span_id
+
+
+async def test_an_interrupted_run_ends_every_span_with_an_error(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def hang(params: Lookup, call: ToolCallContext) -> Forecast:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    forecast = forecast_tool()
+    gated = forecast_tool("gated", needs_approval=True)
+    agent = make_agent(forecast, gated)
+    model = ScriptedModel(
+        [Turn.tool_calls(("forecast", {"city": "Oslo"}), ("gated", {"city": "Rome"}))]
+    )
+    telemetry = Telemetry(tracer_provider=provider)
+    layer = (
+        agent.toolkit.handlers({forecast: hang, gated: hang})
+        + model.as_layer()
+        + ScriptedApproval([Answer.hang()]).layer()
+        + telemetry.layer()
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        with trio.move_on_after(5):
+            await runtime.run(agent, "Weather?")
+    assert telemetry.open_runs == 0
+    spans = exporter.get_finished_spans()
+    names = sorted(span.name for span in spans)
+    assert names == [
+        "approval gated",
+        "chat",
+        "execute_tool forecast",
+        "execute_tool gated",  # it never ran: its span covers its wait from the declaration
+        "invoke_agent weather",
+        "turn",
+    ]
+    assert all(span.end_time is not None for span in spans)
+    categories = {
+        span.name: dict(span.attributes or {}).get("effectagent.failure.category")
+        for span in spans
+        if span.name != "chat"  # the model had answered: its call succeeded
+    }
+    assert all(span.status.status_code is StatusCode.ERROR for span in spans if span.name != "chat")
+    assert categories == {
+        "approval gated": "defect",  # the engine settled both calls as interrupted defects
+        "execute_tool forecast": "defect",
+        "execute_tool gated": "defect",
+        "invoke_agent weather": "interrupted",
+        "turn": "interrupted",
+    }
+    (run,) = _by_name(spans, "invoke_agent")
+    assert dict(run.attributes or {})["effectagent.outcome.kind"] == "interrupted"
+
+
+async def test_an_interrupted_model_call_ends_with_the_run(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    agent = make_agent()
+    telemetry = Telemetry(tracer_provider=provider)
+    layer = ScriptedModel([Turn.hanging()]).as_layer() + telemetry.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        with trio.move_on_after(5):
+            await runtime.run(agent, "Hello")
+    assert telemetry.open_runs == 0
+    spans = exporter.get_finished_spans()
+    assert sorted(span.name for span in spans) == ["chat", "invoke_agent weather", "turn"]
+    for span in spans:
+        assert span.end_time is not None
+        assert span.status.status_code is StatusCode.ERROR
+        assert dict(span.attributes or {})["effectagent.failure.category"] == "interrupted"
+
+
+async def test_a_failed_model_call_fails_its_span_and_the_run(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    agent = make_agent()
+    down = ModelUnavailable("the provider is down")
+    model = ScriptedModel([Turn.fail(down), Turn.fail(down), Turn.fail(down), Turn.fail(down)])
+    telemetry = Telemetry(tracer_provider=provider)
+    async with open_runtime(model.as_layer() + telemetry.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Hello")
+    assert result.status == "failed"
+    spans = exporter.get_finished_spans()
+    chats = _by_name(spans, "chat")
+    assert len(chats) >= 2  # one span per attempt
+    assert [dict(c.attributes or {})["effectagent.model.retries"] for c in chats] == list(
+        range(len(chats))
+    )
+    assert all(c.status.status_code is StatusCode.ERROR for c in chats)
+    (run,) = _by_name(spans, "invoke_agent")
+    assert run.status.status_code is StatusCode.ERROR
+    assert dict(run.attributes or {})["effectagent.failure.category"] == "ModelFailed"
+    (turn,) = _by_name(spans, "turn")
+    assert turn.end_time is not None
+    assert turn.status.status_code is StatusCode.ERROR
+
+
+@contextmanager
+def _logs(processor: Any) -> Iterator[list[MutableMapping[str, Any]]]:
+    logger = logging.getLogger(LOGGER_NAME)
+    before = logger.level
+    logger.setLevel(logging.DEBUG)
+    try:
+        with capture_logs(processors=[processor]) as logs:
+            yield logs
+    finally:
+        logger.setLevel(before)
+        structlog.reset_defaults()
+
+
+@pytest.mark.parametrize("include_content", [False, True])
+async def test_a_secret_reaches_no_span_event_or_log_line(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+    include_content: bool,
+) -> None:
+    provider, exporter = exported
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        await call.progress({"looking up": params.city})
+        structlog.get_logger(LOGGER_NAME).info("handler", run_id=call.run_id)
+        return Forecast(f"{params.city} {CANARY}", 4.0)
+
+    forecast = forecast_tool()
+    agent = make_agent(forecast)
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": f"Oslo {CANARY}"})),
+            Turn.text(f"It is 4 °C, {CANARY}"),
+        ]
+    )
+    telemetry = Telemetry(tracer_provider=provider, include_content=include_content)
+    layer = agent.toolkit.handlers({forecast: handle}) + model.as_layer() + telemetry.layer()
+    with _logs(telemetry.log_processor) as logs:
+        async with open_runtime(layer, agents=[agent], secrets=[CANARY]) as runtime:
+            result = await runtime.run(agent, f"Weather in Oslo? my password is {CANARY}")
+    assert result.status == "completed"
+    spans = exporter.get_finished_spans()
+    texts = [text for span in spans for text in _texts(span)]
+    assert not [text for text in texts if CANARY in text]
+    assert logs
+    assert not [line for line in logs if CANARY in repr(line)]
+    assert all("trace_id" in line and "span_id" in line for line in logs)
+    (tool,) = _by_name(spans, "execute_tool")
+    (handler_line,) = [line for line in logs if line["event"] == "handler"]
+    assert handler_line["span_id"] == format(_id(tool), "016x")  # a handler's line: its call
+    (run,) = _by_name(spans, "invoke_agent")
+    run_trace = run.get_span_context().trace_id  # type: ignore[union-attr]
+    assert all(line["trace_id"] == format(run_trace, "032x") for line in logs)
+    attributes = dict(tool.attributes or {})
+    run_attributes = dict(run.attributes or {})
+    if include_content:
+        assert "[REDACTED]" in str(attributes["gen_ai.tool.call.arguments"])
+        assert "[REDACTED]" in str(attributes["gen_ai.tool.call.result"])
+        assert "[REDACTED]" in str(run_attributes["gen_ai.input.messages"])
+        assert "It is 4 °C" in str(run_attributes["gen_ai.output.messages"])
+        (_, final_chat) = _by_name(spans, "chat")
+        assert "It is 4 °C" in str(dict(final_chat.attributes or {})["gen_ai.output.messages"])
+    else:
+        content = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
+        assert not [name for name in content if name in attributes]
+        assert "gen_ai.input.messages" not in run_attributes
+        assert "gen_ai.output.messages" not in run_attributes
+        assert not [t for t in texts if "Oslo" in t or "4 °C" in t]  # no model or tool text
+
+
+async def test_attributes_and_events_are_bounded(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        for step in range(50):
+            await call.progress({"step": step, "note": "x" * 500})
+        return Forecast(params.city * 100, 4.0)
+
+    forecast = forecast_tool()
+    agent = make_agent(forecast, name="a" * 60)
+    model = ScriptedModel(
+        [Turn.tool_calls(("forecast", {"city": "Oslo" * 300})), Turn.text("y" * 5000)]
+    )
+    telemetry = Telemetry(
+        tracer_provider=provider,
+        include_content=True,
+        max_attribute_length=24,
+        max_content_length=100,
+        max_span_events=5,
+    )
+    layer = agent.toolkit.handlers({forecast: handle}) + model.as_layer() + telemetry.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "z" * 5000)
+    assert result.status == "completed"
+    spans = exporter.get_finished_spans()
+    content_names = {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "effectagent.tool.progress",
+    }
+    for span in spans:
+        assert len(span.name) <= 24
+        assert len(span.events) <= 5
+        assert len(span.attributes or {}) <= 32
+        items = list((span.attributes or {}).items())
+        items += [i for event in span.events for i in (event.attributes or {}).items()]
+        for name, value in items:
+            if isinstance(value, str) and value != TELEMETRY_VERSION:
+                assert len(value) <= (100 if name in content_names else 24), name
+    (tool,) = _by_name(spans, "execute_tool")
+    assert len(tool.events) == 5  # fifty progress reports, five events
+
+
+def test_bad_options_are_refused_with_a_clear_message() -> None:
+    with pytest.raises(ValueError, match="max_attribute_length must be a positive int"):
+        Telemetry(max_attribute_length=0)
+    with pytest.raises(TypeError, match="include_content must be a bool"):
+        Telemetry(include_content="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="tracer_provider must be an OpenTelemetry TracerProvider"):
+        Telemetry(tracer_provider=object())  # type: ignore[arg-type]
+
+
+def test_add_trace_ids_takes_the_current_span(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, _ = exported
+    assert add_trace_ids(None, "info", {"event": "x"}) == {"event": "x"}  # no span: nothing
+    with provider.get_tracer("test").start_as_current_span("work") as span:
+        line = add_trace_ids(None, "info", {"event": "x"})
+        kept = add_trace_ids(None, "info", {"event": "x", "trace_id": "mine"})
+    context = span.get_span_context()
+    assert line["trace_id"] == format(context.trace_id, "032x")
+    assert line["span_id"] == format(context.span_id, "016x")
+    assert kept["trace_id"] == "mine"
+    assert "span_id" not in kept
+
+
+class _Events:
+    """Events of one run, numbered as the engine numbers them (for the listener on its own)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+
+    def __call__(self, cls: Any, *fields: Any) -> Any:
+        self.seq += 1
+        return cls("run_1", "conv_1", "weather", self.seq, 1_000.0 + self.seq, *fields)
+
+
+def test_compactions_budget_warnings_denials_and_suspension(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    telemetry = Telemetry(tracer_provider=provider)
+    event = _Events()
+    usage = UsageTotals()
+    request = ApprovalRequest(
+        "run_1", "conv_1", "weather", "gated", "call_0", "Look up", ("Oslo",), "high", {}, 2e9
+    )
+    denied = ToolRejected("call_0", "gated", "denied by the operator")
+    for emitted in [
+        event(RunStarted, "Weather?"),
+        event(CompactionPerformed, 1, "summarize", 40, 9_000, 1_200),  # before its turn
+        event(TurnStarted, 1, False),
+        event(CompactionPerformed, 1, "clear-tool-results", 44, 3_000, 900),  # forced, in it
+        event(ModelStarted, 1),
+        event(ToolCallDeclared, 1, "call_0", "gated", {"city": "Oslo"}),
+        event(ApprovalRequested, 1, "call_0", "gated", request),
+        event(ToolCallFailed, 1, "call_0", "gated", denied),
+        event(TurnCompleted, 1, "tool-calls", usage),
+        event(BudgetWarning, "turns", 8.0, 10.0),
+        event(TurnStarted, 2, False),
+        event(RunSuspended, "waits for approval"),
+    ]:
+        telemetry.on_event(emitted)
+    assert telemetry.open_runs == 0
+    spans = {span.name: span for span in exporter.get_finished_spans()}
+    assert sorted(spans) == [
+        "approval gated",
+        "chat",
+        "execute_tool gated",
+        "invoke_agent weather",
+        "turn",
+    ]
+    run = spans["invoke_agent weather"]
+    assert [e.name for e in run.events] == ["effectagent.compaction", "effectagent.budget.warning"]
+    assert dict(run.events[0].attributes or {})["effectagent.compaction.tokens_after"] == 1_200
+    assert dict(run.attributes or {})["effectagent.outcome.kind"] == "suspended"
+    assert run.status.status_code is StatusCode.UNSET  # suspended is not a failure
+    turns = [s for s in exporter.get_finished_spans() if s.name == "turn"]
+    assert [e.name for e in turns[0].events] == ["effectagent.compaction"]
+    approval = spans["approval gated"]
+    assert dict(approval.attributes or {})["effectagent.approval.decision"] == "rejected"
+    assert approval.status.status_code is StatusCode.UNSET  # a denial is an answer
+    tool = spans["execute_tool gated"]
+    assert tool.start_time == int((1_000.0 + 6) * 1e9)  # it never ran: from its declaration
+    assert tool.status.status_code is StatusCode.ERROR
+    assert tool.status.description == "denied by the operator"
+    assert dict(tool.attributes or {})["effectagent.outcome.kind"] == "rejected"
+    assert spans["chat"].end_time == int((1_000.0 + 6) * 1e9)  # its response was complete there
+
+
+def test_events_of_a_run_it_never_saw_start_are_ignored(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    telemetry = Telemetry(tracer_provider=provider)
+    event = _Events()
+    telemetry.on_event(event(TurnStarted, 1, False))
+    telemetry.on_event(event(RunInterrupted, "interrupted", UsageTotals()))
+    with telemetry.call_context("run_1", "call_0") as entered:
+        assert entered is None
+    assert exporter.get_finished_spans() == ()
+
+
+async def test_a_provider_that_records_nothing_adds_no_ids_to_log_lines(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    telemetry = Telemetry(tracer_provider=trace.NoOpTracerProvider())
+    agent = make_agent()
+    layer = ScriptedModel([Turn.text("hi")]).as_layer() + telemetry.layer()
+    with _logs(telemetry.log_processor) as logs:
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Hello")
+    assert result.status == "completed"
+    assert logs
+    assert not [line for line in logs if "trace_id" in line or "span_id" in line]
+    assert telemetry.open_runs == 0
