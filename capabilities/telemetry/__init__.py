@@ -10,6 +10,14 @@ results only with ``include_content=True``, always bounded and as redacted as th
 :meth:`Telemetry.log_processor` adds the current ``trace_id``/``span_id`` to structlog lines.
 """
 
+try:
+    from opentelemetry import trace as _trace  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess by the tests
+    raise ImportError(
+        "capabilities.telemetry needs the OpenTelemetry API: "
+        "pip install 'effectagent[telemetry]' (or opentelemetry-api)"
+    ) from exc
+
 from ._listener import TELEMETRY_VERSION as TELEMETRY_VERSION
 from ._listener import Telemetry as Telemetry
 from ._logs import add_trace_ids as add_trace_ids
