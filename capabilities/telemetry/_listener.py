@@ -264,10 +264,17 @@ class Telemetry:
 
     def on_event(self, event: EventBase) -> None:
         """Update the spans of ``event``'s run. Never waits; an event of a run this listener did
-        not see start is ignored."""
+        not see start is ignored. If updating fails (the tracer raised), every span of the run
+        still open is ended with an error status, the run is forgotten, and the error is raised
+        for the engine to log (it then stops calling this listener for the run)."""
         handler = self._handlers.get(type(event))
         if handler is not None:
-            handler(event)
+            try:
+                handler(event)
+            except Exception:
+                # The engine logs this and stops telling us about the run: end what it has open.
+                self._abandon(event.run_id)
+                raise
 
     def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
         """A context manager making the call's span current (attached to the OpenTelemetry context
@@ -309,6 +316,20 @@ class Telemetry:
         return add_trace_ids(logger, method_name, event_dict)
 
     # ---- helpers ---------------------------------------------------------------------------------
+
+    def _abandon(self, run_id: str) -> None:
+        run = self._runs.pop(run_id, None)
+        if run is None:
+            return
+        spans = [*run.approvals.values(), *run.tools.values(), run.model, run.turn_span, run.span]
+        for span in spans:
+            if span is None:
+                continue
+            try:
+                span.set_status(Status(StatusCode.ERROR, "telemetry failed for this run"))
+                span.end()
+            except Exception:  # each span is ended if it can be: go on with the next
+                continue
 
     def _start(self, name: str, parent: Span, at: float, attributes: dict[str, Any]) -> Span:
         return self._tracer.start_span(

@@ -516,3 +516,53 @@ async def test_a_provider_that_records_nothing_adds_no_ids_to_log_lines(
     assert logs
     assert not [line for line in logs if "trace_id" in line or "span_id" in line]
     assert telemetry.open_runs == 0
+
+
+class _FailingTracer(trace.Tracer):
+    """The SDK's tracer, except that a tool span cannot be started (an exporter bug, say)."""
+
+    def __init__(self, inner: trace.Tracer) -> None:
+        self.inner = inner
+
+    def start_span(self, name: str, *args: Any, **kwargs: Any) -> trace.Span:
+        if name.startswith("execute_tool"):
+            raise RuntimeError("the tracer is broken")
+        return self.inner.start_span(name, *args, **kwargs)
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.start_as_current_span(*args, **kwargs)
+
+
+class _FailingProvider(trace.TracerProvider):
+    def __init__(self, inner: TracerProvider) -> None:
+        self.inner = inner
+
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _FailingTracer(self.inner.get_tracer(*args, **kwargs))
+
+
+async def test_a_failing_tracer_ends_the_runs_spans_and_changes_nothing_else(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def handle(params: Lookup, call: ToolCallContext) -> Forecast:
+        return Forecast(params.city, 4.0)
+
+    forecast = forecast_tool()
+    agent = make_agent(forecast)
+    model = ScriptedModel([Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("4 °C")])
+    telemetry = Telemetry(tracer_provider=_FailingProvider(provider))
+    layer = agent.toolkit.handlers({forecast: handle}) + model.as_layer() + telemetry.layer()
+    with _logs(add_trace_ids) as logs:
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Weather?")
+    assert (result.status, result.text) == ("completed", "4 °C")
+    assert telemetry.open_runs == 0  # nothing of the run is kept
+    assert [line["error"] for line in logs if line["event"] == "run listener failed"] == [
+        "RuntimeError"
+    ]
+    spans = exporter.get_finished_spans()
+    assert sorted(span.name for span in spans) == ["chat", "invoke_agent weather", "turn"]
+    assert all(span.status.status_code is StatusCode.ERROR for span in spans)
