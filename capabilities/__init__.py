@@ -11,7 +11,9 @@ subpackage has the rest:
 * ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1);
 * ``capabilities.mcp`` — an MCP client: a server's tools as a tool source, its resources and
   prompts (§7; the SDK is imported on the first connection, not here);
-* ``capabilities.skills`` — local skill directories: manifests, discovery, activation (§8).
+* ``capabilities.skills`` — local skill directories: manifests, discovery, activation (§8);
+* ``capabilities.telemetry`` — OpenTelemetry spans from the runs' events (§12; it needs the
+  ``telemetry`` extra, so it is not re-exported here).
 
 ``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
 """
