@@ -74,7 +74,14 @@ README_OUTPUT = {
         "pdf-forms 1.2.0 True",
         "SkillTampered skill 'pdf-forms': SKILL.md does not match",
     ],
-    10: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+    10: [
+        "weather-service GET <- execute_tool forecast",
+        "execute_tool forecast <- turn",
+        "chat <- turn",
+        "turn <- invoke_agent weather",
+        "invoke_agent weather <- request",
+    ],
+    11: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
 }
 CAPABILITIES_OUTPUT = {
     0: [
