@@ -30,7 +30,6 @@ from capabilities.authorization import AccessRule as AccessRule
 from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
 from capabilities.code_mode import CodeMode as CodeMode
 from capabilities.code_mode import CodeModeBuildError as CodeModeBuildError
-from capabilities.code_mode import code_mode as code_mode
 from capabilities.compaction import LogCompactor as LogCompactor
 from capabilities.mcp import HttpServer as HttpServer
 from capabilities.mcp import McpConnection as McpConnection
@@ -102,7 +101,6 @@ __all__ = [
     "Uncertain",
     "WithRecord",
     "activation_tool",
-    "code_mode",
     "discover_skills",
     "in_memory_storage",
     "sqlite_storage",
