@@ -19,14 +19,13 @@ import attrs
 import trio
 
 from effectagent.ai import (
-    LanguageModelService,
     ModelRequest,
     ModelResponse,
     ResponsePart,
     generate,
 )
-from effectagent.effect import Layer
 
+from ._layer import ModelLayer
 from .anthropic_messages import MessagesDecoder, anthropic_request_body
 from .credentials import require_api_key, secret_values
 from .reasoning import ReasoningMemory
@@ -55,7 +54,7 @@ def _sdk() -> tuple[Any, SdkErrors]:
 
 
 @attrs.frozen
-class Anthropic:
+class Anthropic(ModelLayer):
     """A Claude model through the **Messages API** (``"anthropic:<model>"``).
 
     ``max_tokens`` caps a response when the request does not (``max_output_tokens``);
@@ -75,13 +74,7 @@ class Anthropic:
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
-    def layer(self) -> Layer:
-        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
-        layer is built — a missing key fails there, naming ``ANTHROPIC_API_KEY`` — and closed at
-        teardown)."""
-        return Layer.scoped(
-            LanguageModelService, lambda _: self.open(), name=f"anthropic:{self.model}"
-        )
+    LAYER_PREFIX: ClassVar[str] = "anthropic"
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[AnthropicModel]:

@@ -27,14 +27,13 @@ import attrs
 import trio
 
 from effectagent.ai import (
-    LanguageModelService,
     ModelRequest,
     ModelResponse,
     ResponsePart,
     generate,
 )
-from effectagent.effect import Layer
 
+from ._layer import ModelLayer
 from .credentials import require_api_key, secret_values
 from .openai_chat import ChatCompletionsDecoder, chat_request_body
 from .openai_responses import ResponsesDecoder, responses_request_body
@@ -100,7 +99,7 @@ async def _client(
 
 
 @attrs.frozen
-class OpenAIResponses:
+class OpenAIResponses(ModelLayer):
     """An OpenAI model through the **Responses API** — what ``"openai:<model>"`` means.
 
     ``reasoning_effort`` / ``reasoning_summary`` set the ``reasoning`` option (reasoning
@@ -121,13 +120,7 @@ class OpenAIResponses:
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
-    def layer(self) -> Layer:
-        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
-        layer is built — a missing key fails there, naming ``OPENAI_API_KEY`` — and closed at
-        teardown)."""
-        return Layer.scoped(
-            LanguageModelService, lambda _: self.open(), name=f"openai-responses:{self.model}"
-        )
+    LAYER_PREFIX: ClassVar[str] = "openai-responses"
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[OpenAIResponsesModel]:
@@ -230,7 +223,7 @@ class OpenAIResponsesModel:
 
 
 @attrs.frozen
-class OpenAIChat:
+class OpenAIChat(ModelLayer):
     """An OpenAI model through **Chat Completions** (``"openai-chat:<model>"``).
 
     ``reasoning_effort`` is the API's option of that name; ``extra_body`` is merged into each
@@ -246,13 +239,7 @@ class OpenAIChat:
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
-    def layer(self) -> Layer:
-        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
-        layer is built — a missing key fails there, naming ``OPENAI_API_KEY`` — and closed at
-        teardown)."""
-        return Layer.scoped(
-            LanguageModelService, lambda _: self.open(), name=f"openai-chat:{self.model}"
-        )
+    LAYER_PREFIX: ClassVar[str] = "openai-chat"
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[OpenAIChatModel]:
@@ -279,7 +266,7 @@ class OpenAIChat:
 
 
 @attrs.frozen
-class OpenAICompatible:
+class OpenAICompatible(ModelLayer):
     """Any server that speaks the Chat Completions wire format — vLLM, llama.cpp, Ollama, … —
     at ``base_url`` (``"openai-compatible:<model>"``, e.g. ``base_url="http://127.0.0.1:8000/v1"``).
 
@@ -300,12 +287,7 @@ class OpenAICompatible:
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
-    def layer(self) -> Layer:
-        """A Layer providing this model as the ``LanguageModelService`` (client opened when the
-        layer is built, closed at teardown)."""
-        return Layer.scoped(
-            LanguageModelService, lambda _: self.open(), name=f"openai-compatible:{self.model}"
-        )
+    LAYER_PREFIX: ClassVar[str] = "openai-compatible"
 
     @asynccontextmanager
     async def open(self) -> AsyncIterator[OpenAIChatModel]:
