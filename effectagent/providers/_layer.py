@@ -1,14 +1,20 @@
-"""What every model's settings share: the Layer made from their ``open``."""
+"""What every model's settings share: the Layer made from their ``open``, and the SDK client
+they open (retries off: retrying is the engine's)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar, Protocol
+
+import trio
 
 from effectagent.ai import LanguageModelService
 from effectagent.effect import Layer
 
-__all__ = ["ModelLayer"]
+from .streaming import SdkErrors
+
+__all__ = ["ModelLayer", "sdk_client"]
 
 
 class _Settings(Protocol):
@@ -33,3 +39,32 @@ class ModelLayer:
         return Layer.scoped(
             LanguageModelService, lambda _: self.open(), name=f"{self.LAYER_PREFIX}:{self.model}"
         )
+
+
+@asynccontextmanager
+async def sdk_client(
+    load_sdk: Callable[[], tuple[Any, SdkErrors]],
+    client_class: str,
+    key: str,
+    base_url: str | None,
+    timeout: float,
+    headers: Mapping[str, str],
+) -> AsyncIterator[tuple[Any, SdkErrors]]:
+    """The SDK's ``client_class`` (e.g. ``"AsyncOpenAI"``) with its retries off, for the block,
+    and the SDK's error classes (``load_sdk`` imports the SDK).
+
+    Cancellation: the first import of the SDK happens in a worker thread (the event loop keeps
+    running) and is a checkpoint; closing is shielded."""
+    sdk, errors = await trio.to_thread.run_sync(load_sdk)
+    client = getattr(sdk, client_class)(
+        api_key=key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=0,
+        default_headers=dict(headers) or None,
+    )
+    try:
+        yield client, errors
+    finally:
+        with trio.CancelScope(shield=True):
+            await client.close()

@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar, final
 
 import attrs
-import trio
 
 from effectagent.ai import (
     ModelRequest,
@@ -25,7 +24,7 @@ from effectagent.ai import (
     generate,
 )
 
-from ._layer import ModelLayer
+from ._layer import ModelLayer, sdk_client
 from .anthropic_messages import MessagesDecoder, anthropic_request_body
 from .credentials import require_api_key, secret_values
 from .reasoning import ReasoningMemory
@@ -83,19 +82,10 @@ class Anthropic(ModelLayer):
         Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
         on the network; closing is shielded."""
         key = require_api_key(self.api_key, "ANTHROPIC_API_KEY", "Anthropic")
-        anthropic, errors = await trio.to_thread.run_sync(_sdk)
-        client = anthropic.AsyncAnthropic(
-            api_key=key,
-            base_url=self.base_url,
-            timeout=self.timeout,
-            max_retries=0,
-            default_headers=dict(self.headers) or None,
-        )
-        try:
+        async with sdk_client(
+            _sdk, "AsyncAnthropic", key, self.base_url, self.timeout, self.headers
+        ) as (client, errors):
             yield AnthropicModel(self, client, errors, secret_values(key, self.headers))
-        finally:
-            with trio.CancelScope(shield=True):
-                await client.close()
 
 
 @final

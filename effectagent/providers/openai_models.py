@@ -24,7 +24,6 @@ from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Literal, final
 
 import attrs
-import trio
 
 from effectagent.ai import (
     ModelRequest,
@@ -33,7 +32,7 @@ from effectagent.ai import (
     generate,
 )
 
-from ._layer import ModelLayer
+from ._layer import ModelLayer, sdk_client
 from .credentials import require_api_key, secret_values
 from .openai_chat import ChatCompletionsDecoder, chat_request_body
 from .openai_responses import ResponsesDecoder, responses_request_body
@@ -75,29 +74,6 @@ def _options(extra_body: Mapping[str, Any], **settings: object) -> dict[str, Any
     return options
 
 
-@asynccontextmanager
-async def _client(
-    key: str, base_url: str | None, timeout: float, headers: Mapping[str, str]
-) -> AsyncIterator[tuple[Any, SdkErrors]]:
-    """An ``AsyncOpenAI`` client (retries off) for the block, and the SDK's error classes.
-
-    Cancellation: the first import of the SDK happens in a worker thread (the event loop keeps
-    running) and is a checkpoint; closing is shielded."""
-    openai, errors = await trio.to_thread.run_sync(_sdk)
-    client = openai.AsyncOpenAI(
-        api_key=key,
-        base_url=base_url,
-        timeout=timeout,
-        max_retries=0,
-        default_headers=dict(headers) or None,
-    )
-    try:
-        yield client, errors
-    finally:
-        with trio.CancelScope(shield=True):
-            await client.close()
-
-
 @attrs.frozen
 class OpenAIResponses(ModelLayer):
     """An OpenAI model through the **Responses API** — what ``"openai:<model>"`` means.
@@ -129,7 +105,9 @@ class OpenAIResponses(ModelLayer):
         Cancellation: opening imports the SDK in a worker thread (a checkpoint) and does not wait
         on the network; closing is shielded."""
         key = require_api_key(self.api_key, "OPENAI_API_KEY", "OpenAI")
-        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+        async with sdk_client(
+            _sdk, "AsyncOpenAI", key, self.base_url, self.timeout, self.headers
+        ) as (client, errors):
             yield OpenAIResponsesModel(self, client, errors, secret_values(key, self.headers))
 
 
@@ -254,7 +232,9 @@ class OpenAIChat(ModelLayer):
             parallel_tool_calls=self.parallel_tool_calls,
             temperature=self.temperature,
         )
-        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+        async with sdk_client(
+            _sdk, "AsyncOpenAI", key, self.base_url, self.timeout, self.headers
+        ) as (client, errors):
             yield OpenAIChatModel(
                 self.model,
                 client,
@@ -300,7 +280,9 @@ class OpenAICompatible(ModelLayer):
         else:
             key = require_api_key(None, self.api_key_env, f"the server at {self.base_url}")
         options = _options(self.extra_body, temperature=self.temperature)
-        async with _client(key, self.base_url, self.timeout, self.headers) as (client, errors):
+        async with sdk_client(
+            _sdk, "AsyncOpenAI", key, self.base_url, self.timeout, self.headers
+        ) as (client, errors):
             yield OpenAIChatModel(
                 self.model,
                 client,
