@@ -41,9 +41,15 @@ class Usage:
 
     @staticmethod
     def of(
-        input_tokens: int, output_tokens: int, *, cache_read: int = 0, cache_write: int = 0
+        input_tokens: int,
+        output_tokens: int,
+        *,
+        cache_read: int = 0,
+        cache_write: int = 0,
+        reasoning: int = 0,
     ) -> Usage:
-        """Shorthand: totals with the uncached part derived."""
+        """Totals, with the parts derived: ``input_tokens`` includes the cache reads and writes
+        (kept apart), ``output_tokens`` the reasoning."""
         return Usage(
             InputTokens(
                 total=input_tokens,
@@ -51,5 +57,7 @@ class Usage:
                 cache_read=cache_read,
                 cache_write=cache_write,
             ),
-            OutputTokens(total=output_tokens, text=output_tokens),
+            OutputTokens(
+                total=output_tokens, text=max(0, output_tokens - reasoning), reasoning=reasoning
+            ),
         )

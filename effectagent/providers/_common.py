@@ -8,9 +8,7 @@ from collections.abc import Mapping
 from typing import Any, final
 
 from effectagent.ai import (
-    InputTokens,
     MalformedResponse,
-    OutputTokens,
     ReasoningDeltaPart,
     ReasoningEndPart,
     ReasoningStartPart,
@@ -21,7 +19,6 @@ from effectagent.ai import (
     ToolCallPart,
     ToolParamsDeltaPart,
     ToolParamsEndPart,
-    Usage,
 )
 
 __all__ = [
@@ -31,7 +28,6 @@ __all__ = [
     "as_mapping",
     "as_timestamp",
     "json_text",
-    "make_usage",
     "result_text",
 ]
 
@@ -67,23 +63,6 @@ def json_text(value: object) -> str:
 def result_text(result: object) -> str:
     """A tool result as the text a provider takes: a string as it is, anything else as JSON."""
     return result if isinstance(result, str) else json_text(result)
-
-
-def make_usage(
-    *, input_total: int, cache_read: int, cache_write: int, output_total: int, reasoning: int
-) -> Usage:
-    """Usage with cache reads and writes kept apart; ``input_total`` includes both."""
-    return Usage(
-        InputTokens(
-            total=input_total,
-            uncached=max(0, input_total - cache_read - cache_write),
-            cache_read=cache_read,
-            cache_write=cache_write,
-        ),
-        OutputTokens(
-            total=output_total, text=max(0, output_total - reasoning), reasoning=reasoning
-        ),
-    )
 
 
 @final

@@ -50,10 +50,11 @@ from effectagent.ai import (
     ToolCallContent,
     ToolMessage,
     ToolParamsStartPart,
+    Usage,
     UserMessage,
 )
 
-from ._common import Blocks, StreamedCall, as_int, as_mapping, json_text, make_usage, result_text
+from ._common import Blocks, StreamedCall, as_int, as_mapping, json_text, result_text
 from .errors import error_from_payload
 from .output_schema import anthropic_output_schema
 from .reasoning import ReasoningMemory
@@ -317,11 +318,11 @@ class MessagesDecoder:
             if self._reason != "length":  # calls cut off by the limit stay undeclared
                 for call in self._ended:
                     call.declare(out)
-            usage = make_usage(
-                input_total=sum(self._input.values()),
+            usage = Usage.of(
+                sum(self._input.values()),
+                self._output["output_tokens"],
                 cache_read=self._input["cache_read"],
                 cache_write=self._input["cache_write"],
-                output_total=self._output["output_tokens"],
                 reasoning=self._output["thinking"],
             )
             self._complete = True

@@ -62,7 +62,6 @@ from ._common import (
     as_mapping,
     as_timestamp,
     json_text,
-    make_usage,
     result_text,
 )
 from .errors import error_from_payload
@@ -364,10 +363,10 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     prompt = prompt if isinstance(prompt, Mapping) else {}
     completion = usage.get("completion_tokens_details")
     completion = completion if isinstance(completion, Mapping) else {}
-    return make_usage(
-        input_total=as_int(usage.get("prompt_tokens")),
+    return Usage.of(
+        as_int(usage.get("prompt_tokens")),
+        as_int(usage.get("completion_tokens")),
         cache_read=as_int(prompt.get("cached_tokens")),
         cache_write=as_int(prompt.get("cache_write_tokens")),
-        output_total=as_int(usage.get("completion_tokens")),
         reasoning=as_int(completion.get("reasoning_tokens")),
     )

@@ -55,7 +55,6 @@ from ._common import (
     as_mapping,
     as_timestamp,
     json_text,
-    make_usage,
     result_text,
 )
 from .errors import error_from_payload
@@ -358,10 +357,10 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     given = given if isinstance(given, Mapping) else {}
     made = usage.get("output_tokens_details")
     made = made if isinstance(made, Mapping) else {}
-    return make_usage(
-        input_total=as_int(usage.get("input_tokens")),
+    return Usage.of(
+        as_int(usage.get("input_tokens")),
+        as_int(usage.get("output_tokens")),
         cache_read=as_int(given.get("cached_tokens")),
         cache_write=as_int(given.get("cache_write_tokens")),
-        output_total=as_int(usage.get("output_tokens")),
         reasoning=as_int(made.get("reasoning_tokens")),
     )
