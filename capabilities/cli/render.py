@@ -1,0 +1,370 @@
+"""A run's events as a timeline on a terminal (or any text stream) — what ``effectagent chat``
+shows, reusable by any program that reads a run's events.
+
+Usage::
+
+    from capabilities.cli.render import Timeline
+
+    timeline = Timeline(sys.stdout, color=sys.stdout.isatty())
+    async with runtime.stream(agent, text) as events:
+        async for event in events:
+            timeline.render(event)
+
+The stable API is the constructor and :meth:`Timeline.render` (plus :meth:`Timeline.close`, which
+ends a line left open by streamed text):
+
+``Timeline(stream, *, color=False, header=True, usage=True, preview_chars=100)``
+    ``stream`` is any text stream with ``write`` (and ``flush``, called after each event when
+    present). ``color`` uses ANSI styles (reasoning dimmed, outcomes in green / red);
+    without it the output is plain text with the same layout. ``header`` shows a line for each
+    run's start (its agent and input); ``usage`` a usage line when a run ends;
+    ``preview_chars`` bounds each preview of tool arguments and results.
+
+``render(event)``
+    Writes what ``event`` shows: streamed text as it arrives, reasoning dimmed (marked
+    ``thinking:`` without color), each tool call declared with a preview of its arguments and
+    settled with its duration and outcome, approvals waited for, retries, budget warnings,
+    compactions, and the run's end with its usage (input, output, cache read and cache write
+    tokens). Events of a subagent (``SubagentStarted`` / ``SubagentEvent`` / ``SubagentCompleted``
+    of ``effectagent.core``) are indented under the tool call that started it. An event it does
+    not know is ignored, so a newer engine never breaks an older timeline. It never raises for
+    any event value; it is synchronous and does no I/O other than writing to ``stream``.
+
+Everything shown comes from the events, which the engine has already redacted and bounded.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from effectagent.core import (
+    ApprovalRequested,
+    BudgetWarning,
+    CompactionPerformed,
+    ModelRetrying,
+    ReasoningDelta,
+    RunCompleted,
+    RunFailed,
+    RunInterrupted,
+    RunStarted,
+    RunSuspended,
+    TextDelta,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    ToolOutcome,
+    ToolProgress,
+    TurnStarted,
+    UsageTotals,
+)
+
+__all__ = ["TextSink", "Timeline", "format_usage", "preview"]
+
+_RESET = "\x1b[0m"
+_STYLES = {
+    "dim": "\x1b[2m",
+    "bold": "\x1b[1m",
+    "red": "\x1b[31m",
+    "green": "\x1b[32m",
+    "yellow": "\x1b[33m",
+    "cyan": "\x1b[36m",
+    "gray": "\x1b[90m",
+}
+_INDENT = "  "
+
+
+class TextSink(Protocol):
+    """What a :class:`Timeline` writes to: any text stream (``sys.stdout``, ``io.StringIO``)."""
+
+    def write(self, text: str, /) -> object: ...
+
+
+def preview(value: Any, limit: int = 100) -> str:
+    """``value`` as one line of compact JSON (``str`` for what JSON cannot encode), cut to at
+    most ``limit`` characters with ``…`` at the end when longer."""
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (TypeError, ValueError):
+            text = repr(value)
+    text = " ".join(text.split())  # one line
+    if len(text) > limit:
+        return text[: max(limit - 1, 0)] + "…"
+    return text
+
+
+def format_usage(usage: UsageTotals) -> str:
+    """``input N · output N · cache read N · cache write N`` (and reasoning when there was some)."""
+    parts = [
+        f"input {usage.input_tokens}",
+        f"output {usage.output_tokens}",
+        f"cache read {usage.cache_read_input_tokens}",
+        f"cache write {usage.cache_write_input_tokens}",
+    ]
+    if usage.reasoning_tokens:
+        parts.append(f"reasoning {usage.reasoning_tokens}")
+    return " · ".join(parts)
+
+
+def _error_text(error: object) -> str:
+    tag = getattr(error, "tag", type(error).__name__)
+    for name in ("message", "reason"):
+        detail = getattr(error, name, None)
+        if isinstance(detail, str) and detail:
+            return f"{tag}: {detail}"
+    return str(error)
+
+
+def _outcome_text(outcome: ToolOutcome, limit: int) -> str:
+    kind = outcome.kind
+    if kind == "success":
+        return preview(getattr(outcome, "result", None), limit)
+    for name in ("reason", "message"):
+        detail = getattr(outcome, name, None)
+        if isinstance(detail, str):
+            return f"{kind}: {preview(detail, limit)}"
+    error = getattr(outcome, "error", None)
+    if isinstance(error, dict):
+        message = error.get("message")
+        tag = error.get("_tag", "")
+        shown = message if isinstance(message, str) else error
+        return f"{kind}: {tag + ' ' if tag else ''}{preview(shown, limit)}"
+    return f"{kind}: {preview(error, limit)}"
+
+
+class Timeline:
+    """Renders run events to a text stream; see the module notes for the whole contract.
+
+    One instance may render several runs in turn (a chat session) and the events of subagents
+    within them. Not thread-safe; use from one task.
+    """
+
+    def __init__(
+        self,
+        stream: TextSink,
+        *,
+        color: bool = False,
+        header: bool = True,
+        usage: bool = True,
+        preview_chars: int = 100,
+    ) -> None:
+        if not hasattr(stream, "write"):
+            raise TypeError(f"Timeline writes to a text stream, got {type(stream).__name__}")
+        if isinstance(preview_chars, bool) or not isinstance(preview_chars, int):
+            raise TypeError("preview_chars must be an int")
+        if preview_chars < 8:
+            raise ValueError(f"preview_chars must be at least 8, got {preview_chars}")
+        self._stream = stream
+        self._color = bool(color)
+        self._header = bool(header)
+        self._usage = bool(usage)
+        self._limit = preview_chars
+        # Where the cursor is: an open line of streamed text or reasoning, and at what depth.
+        self._open: str | None = None  # "text" | "reasoning" | None
+        self._open_depth = 0
+        # When each tool call began (declared, then started), by (run, call) — for durations.
+        self._began: dict[tuple[str, str], float] = {}
+        # The depth of each subagent run (by its run ID), under the call that started it.
+        self._depths: dict[str, int] = {}
+
+    # ---- the public API ------------------------------------------------------------------------
+
+    def render(self, event: object) -> None:
+        """Write what ``event`` shows (module notes). Unknown events are ignored."""
+        self._render(event, self._depth_of(event))
+        flush = getattr(self._stream, "flush", None)
+        if callable(flush):
+            flush()
+
+    def close(self) -> None:
+        """End a line left open by streamed text (idempotent)."""
+        self._end_line()
+        flush = getattr(self._stream, "flush", None)
+        if callable(flush):
+            flush()
+
+    # ---- dispatch ------------------------------------------------------------------------------
+
+    def _depth_of(self, event: object) -> int:
+        run_id = getattr(event, "run_id", None)
+        return self._depths.get(run_id, 0) if isinstance(run_id, str) else 0
+
+    def _render(self, event: object, depth: int) -> None:
+        name = type(event).__name__
+        if name.startswith("Subagent"):
+            self._subagent(name, event, depth)
+            return
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(self, event, depth)
+
+    def _subagent(self, name: str, event: object, depth: int) -> None:
+        """``SubagentStarted`` / ``SubagentEvent`` / ``SubagentCompleted``: the child's events
+        one level deeper than the parent's (read by attribute, so older or newer shapes of
+        these events degrade to less detail, never to an error)."""
+        child_run = getattr(event, "child_run_id", None)
+        child_depth = depth + 1
+        if isinstance(child_run, str):
+            self._depths[child_run] = child_depth
+        if name == "SubagentEvent":
+            inner = getattr(event, "event", None)
+            if inner is not None:
+                inner_run = getattr(inner, "run_id", None)
+                if isinstance(inner_run, str):
+                    self._depths.setdefault(inner_run, child_depth)
+                self._render(inner, self._depths.get(str(inner_run), child_depth))
+            return
+        agent = getattr(event, "child_agent", None) or getattr(event, "subagent", None) or ""
+        if name == "SubagentStarted":
+            task = getattr(event, "task", None) or getattr(event, "input", None)
+            shown = f" {preview(task, self._limit)}" if task else ""
+            self._line(depth + 1, self._paint("cyan", f"↳ subagent {agent}".rstrip()) + shown)
+            return
+        if name == "SubagentCompleted":
+            status = getattr(event, "status", None) or getattr(event, "outcome", None) or "done"
+            usage = getattr(event, "usage", None)
+            text = f"↲ subagent {agent} {status}".replace("  ", " ")
+            if isinstance(usage, UsageTotals):
+                text += f" ({format_usage(usage)})"
+            ok = status in ("done", "completed")
+            self._line(depth + 1, self._paint("green" if ok else "red", text))
+            if isinstance(child_run, str):
+                self._depths.pop(child_run, None)
+
+    # ---- events --------------------------------------------------------------------------------
+
+    def _run_started(self, event: RunStarted, depth: int) -> None:
+        if self._header or depth:
+            head = self._paint("bold", f"▶ {event.agent}")
+            self._line(depth, f"{head} {preview(event.input, self._limit)}")
+
+    def _turn_started(self, event: TurnStarted, depth: int) -> None:
+        if event.grace:
+            self._line(depth, self._paint("yellow", "· final turn: the budget is spent"))
+
+    def _retrying(self, event: ModelRetrying, depth: int) -> None:
+        text = (
+            f"↻ model call retried in {event.delay:.1f}s "
+            f"(attempt {event.attempt + 1}): {event.error_tag}: {preview(event.message, 60)}"
+        )
+        if event.discard:
+            text += " — the text above is dropped"
+        self._line(depth, self._paint("yellow", text))
+
+    def _text(self, event: TextDelta, depth: int) -> None:
+        self._stream_piece("text", event.text, depth)
+
+    def _reasoning(self, event: ReasoningDelta, depth: int) -> None:
+        self._stream_piece("reasoning", event.text, depth)
+
+    def _declared(self, event: ToolCallDeclared, depth: int) -> None:
+        self._began[(event.run_id, event.tool_call_id)] = event.at
+        args = preview(event.arguments, self._limit)
+        self._line(depth, f"{self._paint('cyan', '▸ ' + event.tool_name)} {args}")
+
+    def _started(self, event: ToolCallStarted, depth: int) -> None:
+        self._began[(event.run_id, event.tool_call_id)] = event.at
+
+    def _progress(self, event: ToolProgress, depth: int) -> None:
+        data = preview(event.data, self._limit)
+        self._line(depth + 1, self._paint("gray", f"⋯ {event.tool_name}: {data}"))
+
+    def _settled(self, event: ToolCallSucceeded | ToolCallFailed, depth: int) -> None:
+        began = self._began.pop((event.run_id, event.tool_call_id), event.at)
+        took = f"{max(event.at - began, 0.0):.2f}s"
+        outcome = event.outcome
+        ok = not outcome.is_failure
+        mark = self._paint("green" if ok else "red", ("✓ " if ok else "✗ ") + event.tool_name)
+        shown = _outcome_text(outcome, self._limit)
+        self._line(depth, f"{mark} {self._paint('gray', took)} {shown}")
+
+    def _approval(self, event: ApprovalRequested, depth: int) -> None:
+        request = event.request
+        text = f"? {event.tool_name} waits for approval ({request.risk} risk)"
+        self._line(depth, self._paint("yellow", text))
+
+    def _budget(self, event: BudgetWarning, depth: int) -> None:
+        text = f"! budget {event.dimension}: {event.used:g} of {event.limit:g} used"
+        self._line(depth, self._paint("yellow", text))
+
+    def _compaction(self, event: CompactionPerformed, depth: int) -> None:
+        text = f"⇲ context compacted ({event.kind}): {event.tokens_before} → {event.tokens_after} tokens"
+        self._line(depth, self._paint("gray", text))
+
+    def _completed(self, event: RunCompleted, depth: int) -> None:
+        self._end_line()
+        if event.finish_reason == "budget-exhausted":
+            text = f"■ stopped: the {event.exhausted or 'run'} budget ran out"
+            self._line(depth, self._paint("yellow", text))
+        self._usage_line(depth, event.usage)
+
+    def _failed(self, event: RunFailed, depth: int) -> None:
+        self._line(depth, self._paint("red", f"✗ run failed: {_error_text(event.error)}"))
+        self._usage_line(depth, event.usage)
+
+    def _interrupted(self, event: RunInterrupted, depth: int) -> None:
+        self._line(depth, self._paint("yellow", f"■ interrupted: {event.reason}"))
+        self._usage_line(depth, event.usage)
+
+    def _suspended(self, event: RunSuspended, depth: int) -> None:
+        self._line(depth, self._paint("yellow", f"⏸ suspended: {event.reason}"))
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _usage_line(self, depth: int, usage: UsageTotals) -> None:
+        if self._usage:
+            self._line(depth, self._paint("gray", f"usage: {format_usage(usage)}"))
+
+    def _paint(self, style: str, text: str) -> str:
+        return f"{_STYLES[style]}{text}{_RESET}" if self._color else text
+
+    def _end_line(self) -> None:
+        if self._open is not None:
+            self._stream.write("\n")
+            self._open = None
+
+    def _line(self, depth: int, text: str) -> None:
+        self._end_line()
+        self._stream.write(f"{_INDENT * depth}{text}\n")
+
+    def _stream_piece(self, kind: str, text: str, depth: int) -> None:
+        if not text:
+            return
+        indent = _INDENT * depth
+        if self._open != kind or self._open_depth != depth:
+            self._end_line()
+            self._stream.write(indent)
+            if kind == "reasoning" and not self._color:
+                self._stream.write("thinking: ")
+            self._open = kind
+            self._open_depth = depth
+        if depth:
+            text = text.replace("\n", "\n" + indent)
+        if kind == "reasoning":
+            text = self._paint("dim", text)
+        self._stream.write(text)
+
+
+_HANDLERS: dict[type[Any], Any] = {
+    RunStarted: Timeline._run_started,
+    TurnStarted: Timeline._turn_started,
+    ModelRetrying: Timeline._retrying,
+    TextDelta: Timeline._text,
+    ReasoningDelta: Timeline._reasoning,
+    ToolCallDeclared: Timeline._declared,
+    ToolCallStarted: Timeline._started,
+    ToolProgress: Timeline._progress,
+    ToolCallSucceeded: Timeline._settled,
+    ToolCallFailed: Timeline._settled,
+    ApprovalRequested: Timeline._approval,
+    BudgetWarning: Timeline._budget,
+    CompactionPerformed: Timeline._compaction,
+    RunCompleted: Timeline._completed,
+    RunFailed: Timeline._failed,
+    RunInterrupted: Timeline._interrupted,
+    RunSuspended: Timeline._suspended,
+}
