@@ -54,6 +54,7 @@ from effectagent.core import (
     EventBase,
     ModelRetrying,
     ModelStarted,
+    Redactor,
     RunCompleted,
     RunFailed,
     RunInterrupted,
@@ -70,9 +71,10 @@ from effectagent.core import (
     TurnStarted,
     UsageTotals,
 )
-from effectagent.effect import Layer
+from effectagent.effect import AttributeValue, Layer, use_span_starter
 from effectagent.engine import RunListenerService
 
+from ._hooks import HookStarter
 from ._logs import add_trace_ids, span_ids
 
 __all__ = ["TELEMETRY_VERSION", "Telemetry"]
@@ -114,6 +116,7 @@ class _Run:
         "parent",
         "run_id",
         "span",
+        "starter",
         "tools",
         "turn",
         "turn_span",
@@ -138,21 +141,26 @@ class _Run:
         self.usage = _NO_USAGE
         self.output: list[str] = []
         self.events: dict[int, int] = {}
+        self.starter: HookStarter | None = None  # made at the run's first tool call
 
 
 @final
 class _CallContext:
-    """Makes a tool call's span current in the call's context while its handler runs."""
+    """Makes a tool call's span current in the call's context while its handler runs, with the
+    run's span starter installed for the effect core's tracing hook."""
 
-    __slots__ = ("_span", "_token")
+    __slots__ = ("_hooks", "_span", "_token")
 
-    def __init__(self, span: Span | None) -> None:
+    def __init__(self, span: Span | None, starter: HookStarter | None) -> None:
         self._span = span
+        self._hooks = None if starter is None else use_span_starter(starter)
         self._token: object = None
 
     def __enter__(self) -> object:
         if self._span is not None:
             self._token = otel_context.attach(trace.set_span_in_context(self._span))
+            if self._hooks is not None:
+                self._hooks.__enter__()
         return self._span
 
     def __exit__(
@@ -162,6 +170,8 @@ class _CallContext:
         traceback: TracebackType | None,
     ) -> None:
         if self._token is not None:
+            if self._hooks is not None:
+                self._hooks.__exit__(None, None, None)
             otel_context.detach(self._token)  # type: ignore[arg-type]
             self._token = None
 
@@ -173,7 +183,10 @@ class Telemetry:
 
     ``tracer_provider`` is where spans go (None: the global provider, as configured when a span is
     made). ``include_content`` adds model text, tool arguments and results to the spans (off by
-    default; still bounded and redacted). ``max_attribute_length`` bounds every other string
+    default; still bounded and redacted). ``redactor`` (e.g. ``SecretRedactor`` of the secrets
+    given to ``open_runtime``) redacts the content offered by what runs inside a handler — command
+    arguments, an inner call's arguments, a resource URI — which the engine has not seen: such
+    content is kept only with ``include_content`` *and* a redactor. ``max_attribute_length`` bounds every other string
     attribute, ``max_content_length`` each content attribute, ``max_span_events`` the events a
     span takes (progress reports, compactions, budget warnings). ``request_model``, when given, is
     reported as ``gen_ai.request.model`` on model spans (the events do not name the model).
@@ -186,7 +199,9 @@ class Telemetry:
     __slots__ = (
         "_ended",
         "_handlers",
+        "_redact",
         "_runs",
+        "_starter",
         "_tracer",
         "include_content",
         "max_attribute_length",
@@ -204,6 +219,7 @@ class Telemetry:
         max_content_length: int = 4096,
         max_span_events: int = 64,
         request_model: str | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         for name, value in (
             ("max_attribute_length", max_attribute_length),
@@ -224,7 +240,11 @@ class Telemetry:
         self.max_content_length = max_content_length
         self.max_span_events = max_span_events
         self.request_model = request_model
+        if redactor is not None and not callable(getattr(redactor, "redact_text", None)):
+            raise TypeError(f"redactor must be a Redactor, got {type(redactor).__name__}")
         self._tracer = trace.get_tracer(_SCOPE, TELEMETRY_VERSION, tracer_provider=tracer_provider)
+        self._redact = redactor.redact_text if include_content and redactor is not None else None
+        self._starter = self._hook_starter({})
         self._runs: dict[str, _Run] = {}
         # The run spans of the runs that ended last, for the lines a run logs after its end.
         self._ended: dict[str, tuple[str, str]] = {}
@@ -255,6 +275,20 @@ class Telemetry:
         """This listener as the engine's ``RunListenerService``."""
         return Layer.succeed(RunListenerService, self, name="Telemetry")
 
+    def activate(self) -> AbstractContextManager[None]:
+        """A context manager installing this layer's span starter in the current context (for
+        the effect core's tracing hook) while its block runs: what a sandbox, a code executor or an
+        MCP connection does there gets spans, under the current span — for work done outside a
+        run's tool calls (inside them, the layer installs it by itself). Enter and leave it in
+        one task."""
+        return use_span_starter(self._starter)
+
+    def _hook_starter(self, base: dict[str, AttributeValue]) -> HookStarter:
+        base["effectagent.operation.version"] = TELEMETRY_VERSION
+        return HookStarter(
+            self._tracer, base, self.max_attribute_length, self.max_content_length, self._redact
+        )
+
     @property
     def open_runs(self) -> int:
         """How many runs have spans open now (0 once every run has ended)."""
@@ -278,10 +312,19 @@ class Telemetry:
 
     def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
         """A context manager making the call's span current (attached to the OpenTelemetry context
-        of the call's task, detached on exit) — spans the handler makes nest under it. Entering
-        it gives the span (None for a call it has no span for)."""
+        of the call's task, detached on exit) — spans the handler makes nest under it — with the
+        run's span starter installed for the effect core's tracing hook, so what the handler runs
+        (a sandboxed command, a Code Mode pass, an MCP request) gets spans of its own. Entering
+        it gives the span (None for a call it has no span for; nothing is installed then)."""
         run = self._runs.get(run_id)
-        return _CallContext(None if run is None else run.tools.get(tool_call_id))
+        if run is None:
+            return _CallContext(None, None)
+        starter = run.starter
+        if starter is None:
+            run.starter = starter = self._hook_starter(
+                {"gen_ai.conversation.id": run.conversation_id, "effectagent.run.id": run.run_id}
+            )
+        return _CallContext(run.tools.get(tool_call_id), starter)
 
     # ---- logs ------------------------------------------------------------------------------------
 

@@ -52,8 +52,16 @@ from ._scope import ScopeClosedError as ScopeClosedError
 from ._scope import open_scope as open_scope
 from ._semaphore import PermitLedger as PermitLedger
 from ._semaphore import Semaphore as Semaphore
+from ._trace import AttributeValue as AttributeValue
+from ._trace import SpanHandle as SpanHandle
+from ._trace import SpanKind as SpanKind
+from ._trace import SpanStarter as SpanStarter
+from ._trace import trace_span as trace_span
+from ._trace import tracing_active as tracing_active
+from ._trace import use_span_starter as use_span_starter
 
 __all__ = [
+    "AttributeValue",
     "Cause",
     "Context",
     "Die",
@@ -80,6 +88,9 @@ __all__ = [
     "ScopeClosedError",
     "Semaphore",
     "ServiceKey",
+    "SpanHandle",
+    "SpanKind",
+    "SpanStarter",
     "Success",
     "TaggedError",
     "fast_init",
@@ -103,4 +114,7 @@ __all__ = [
     "open_layer",
     "open_scope",
     "preflight",
+    "trace_span",
+    "tracing_active",
+    "use_span_starter",
 ]

@@ -14,8 +14,7 @@ import structlog
 import trio
 import trio.testing
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 from structlog.testing import capture_logs
@@ -41,45 +40,8 @@ from effectagent.core import (
 )
 from effectagent.engine import LOGGER_NAME, open_runtime
 from effectagent.testing import ScriptedModel, Turn
+from tests.capabilities.telemetry.spans import CANARY, by_name, parent_id, span_id, texts
 from tests.engine.helpers import Forecast, Lookup, forecast_tool, make_agent
-
-CANARY = "hunter2-canary"
-
-
-@pytest.fixture
-def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    """A provider of its own (the global one is never touched) and what it exported."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
-
-
-def _by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
-    return [span for span in spans if span.name.startswith(prefix)]
-
-
-def _parent_id(span: ReadableSpan) -> int | None:
-    return None if span.parent is None else span.parent.span_id
-
-
-def _id(span: ReadableSpan) -> int:
-    context = span.get_span_context()
-    assert context is not None
-    return context.span_id
-
-
-def _texts(span: ReadableSpan) -> list[str]:
-    """Every string a span carries: name, status, attributes, events and their attributes."""
-    texts = [span.name, span.status.description or ""]
-    values: list[Any] = list((span.attributes or {}).values())
-    for event in span.events:
-        texts.append(event.name)
-        values += list((event.attributes or {}).values())
-    for value in values:
-        texts += [str(item) for item in value] if isinstance(value, tuple) else [str(value)]
-    return texts
 
 
 async def test_the_span_tree_of_a_run_with_parallel_tools_and_an_approval(
@@ -123,8 +85,8 @@ async def test_the_span_tree_of_a_run_with_parallel_tools_and_an_approval(
     assert result.status == "completed"
     assert telemetry.open_runs == 0
     spans = exporter.get_finished_spans()
-    (run,) = _by_name(spans, "invoke_agent")
-    assert _parent_id(run) == caller.get_span_context().span_id  # under the caller's span
+    (run,) = by_name(spans, "invoke_agent")
+    assert parent_id(run) == caller.get_span_context().span_id  # under the caller's span
     assert run.name == "invoke_agent weather"
     attributes = dict(run.attributes or {})
     assert attributes["gen_ai.operation.name"] == "invoke_agent"
@@ -134,35 +96,35 @@ async def test_the_span_tree_of_a_run_with_parallel_tools_and_an_approval(
     assert attributes["effectagent.operation.version"] == TELEMETRY_VERSION
     assert attributes["effectagent.outcome.kind"] == "completed"
     assert attributes["gen_ai.usage.output_tokens"] == result.usage.output_tokens
-    turns = _by_name(spans, "turn")
+    turns = by_name(spans, "turn")
     assert [dict(t.attributes or {})["effectagent.turn"] for t in turns] == [1, 2]
-    assert all(_parent_id(turn) == _id(run) for turn in turns)
-    chats = _by_name(spans, "chat")
-    assert [_parent_id(chat) for chat in chats] == [_id(turn) for turn in turns]
+    assert all(parent_id(turn) == span_id(run) for turn in turns)
+    chats = by_name(spans, "chat")
+    assert [parent_id(chat) for chat in chats] == [span_id(turn) for turn in turns]
     assert all(dict(c.attributes or {})["gen_ai.request.model"] == "scripted-1" for c in chats)
     outputs = [dict(c.attributes or {})["gen_ai.usage.output_tokens"] for c in chats]
     assert outputs == [30, result.usage.output_tokens - 30]  # each call's own usage
-    tools = _by_name(spans, "execute_tool")
+    tools = by_name(spans, "execute_tool")
     assert sorted(t.name for t in tools) == [
         "execute_tool forecast",
         "execute_tool forecast",
         "execute_tool gated",
     ]
-    assert all(_parent_id(tool) == _id(turns[0]) for tool in tools)
+    assert all(parent_id(tool) == span_id(turns[0]) for tool in tools)
     for tool in tools:
         tool_attributes = dict(tool.attributes or {})
         assert tool_attributes["gen_ai.operation.name"] == "execute_tool"
         assert tool_attributes["effectagent.outcome.kind"] == "success"
         assert tool.status.status_code is StatusCode.UNSET
-    (approval_span,) = _by_name(spans, "approval")
-    assert _parent_id(approval_span) == _id(turns[0])
+    (approval_span,) = by_name(spans, "approval")
+    assert parent_id(approval_span) == span_id(turns[0])
     assert dict(approval_span.attributes or {})["effectagent.approval.decision"] == "approved"
     # What each handler traced nests under its own tool span.
     by_call = {dict(t.attributes or {})["gen_ai.tool.call.id"]: t for t in tools}
-    handler_spans = {_id(s): s for s in _by_name(spans, "http GET")}
+    handler_spans = {span_id(s): s for s in by_name(spans, "http GET")}
     assert len(handler_spans) == 3
-    for call_id, span_id in inside.items():
-        assert _parent_id(handler_spans[span_id]) == _id(by_call[call_id])
+    for call_id, inner_id in inside.items():
+        assert parent_id(handler_spans[inner_id]) == span_id(by_call[call_id])
     assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left attached
 
 
@@ -179,8 +141,8 @@ async def test_a_streamed_run_nests_under_the_callers_span_too(
             async with runtime.stream(agent, "Hello") as stream:
                 async for _ in stream:
                     pass
-    (run,) = _by_name(exporter.get_finished_spans(), "invoke_agent")
-    assert _parent_id(run) == caller.get_span_context().span_id
+    (run,) = by_name(exporter.get_finished_spans(), "invoke_agent")
+    assert parent_id(run) == caller.get_span_context().span_id
 
 
 async def test_an_interrupted_run_ends_every_span_with_an_error(
@@ -234,7 +196,7 @@ async def test_an_interrupted_run_ends_every_span_with_an_error(
         "invoke_agent weather": "interrupted",
         "turn": "interrupted",
     }
-    (run,) = _by_name(spans, "invoke_agent")
+    (run,) = by_name(spans, "invoke_agent")
     assert dict(run.attributes or {})["effectagent.outcome.kind"] == "interrupted"
 
 
@@ -271,16 +233,16 @@ async def test_a_failed_model_call_fails_its_span_and_the_run(
         result = await runtime.run(agent, "Hello")
     assert result.status == "failed"
     spans = exporter.get_finished_spans()
-    chats = _by_name(spans, "chat")
+    chats = by_name(spans, "chat")
     assert len(chats) >= 2  # one span per attempt
     assert [dict(c.attributes or {})["effectagent.model.retries"] for c in chats] == list(
         range(len(chats))
     )
     assert all(c.status.status_code is StatusCode.ERROR for c in chats)
-    (run,) = _by_name(spans, "invoke_agent")
+    (run,) = by_name(spans, "invoke_agent")
     assert run.status.status_code is StatusCode.ERROR
     assert dict(run.attributes or {})["effectagent.failure.category"] == "ModelFailed"
-    (turn,) = _by_name(spans, "turn")
+    (turn,) = by_name(spans, "turn")
     assert turn.end_time is not None
     assert turn.status.status_code is StatusCode.ERROR
 
@@ -326,15 +288,15 @@ async def test_a_secret_reaches_no_span_event_or_log_line(
             result = await runtime.run(agent, f"Weather in Oslo? my password is {CANARY}")
     assert result.status == "completed"
     spans = exporter.get_finished_spans()
-    texts = [text for span in spans for text in _texts(span)]
-    assert not [text for text in texts if CANARY in text]
+    carried = [text for span in spans for text in texts(span)]
+    assert not [text for text in carried if CANARY in text]
     assert logs
     assert not [line for line in logs if CANARY in repr(line)]
     assert all("trace_id" in line and "span_id" in line for line in logs)
-    (tool,) = _by_name(spans, "execute_tool")
+    (tool,) = by_name(spans, "execute_tool")
     (handler_line,) = [line for line in logs if line["event"] == "handler"]
-    assert handler_line["span_id"] == format(_id(tool), "016x")  # a handler's line: its call
-    (run,) = _by_name(spans, "invoke_agent")
+    assert handler_line["span_id"] == format(span_id(tool), "016x")  # a handler's line: its call
+    (run,) = by_name(spans, "invoke_agent")
     run_trace = run.get_span_context().trace_id  # type: ignore[union-attr]
     assert all(line["trace_id"] == format(run_trace, "032x") for line in logs)
     attributes = dict(tool.attributes or {})
@@ -344,14 +306,14 @@ async def test_a_secret_reaches_no_span_event_or_log_line(
         assert "[REDACTED]" in str(attributes["gen_ai.tool.call.result"])
         assert "[REDACTED]" in str(run_attributes["gen_ai.input.messages"])
         assert "It is 4 °C" in str(run_attributes["gen_ai.output.messages"])
-        (_, final_chat) = _by_name(spans, "chat")
+        (_, final_chat) = by_name(spans, "chat")
         assert "It is 4 °C" in str(dict(final_chat.attributes or {})["gen_ai.output.messages"])
     else:
         content = ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result")
         assert not [name for name in content if name in attributes]
         assert "gen_ai.input.messages" not in run_attributes
         assert "gen_ai.output.messages" not in run_attributes
-        assert not [t for t in texts if "Oslo" in t or "4 °C" in t]  # no model or tool text
+        assert not [t for t in carried if "Oslo" in t or "4 °C" in t]  # no model or tool text
 
 
 async def test_attributes_and_events_are_bounded(
@@ -398,7 +360,7 @@ async def test_attributes_and_events_are_bounded(
         for name, value in items:
             if isinstance(value, str) and value != TELEMETRY_VERSION:
                 assert len(value) <= (100 if name in content_names else 24), name
-    (tool,) = _by_name(spans, "execute_tool")
+    (tool,) = by_name(spans, "execute_tool")
     assert len(tool.events) == 5  # fifty progress reports, five events
 
 
