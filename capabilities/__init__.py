@@ -12,6 +12,7 @@ subpackage has the rest:
 * ``capabilities.mcp`` — an MCP client: a server's tools as a tool source, its resources and
   prompts (§7; the SDK is imported on the first connection, not here);
 * ``capabilities.skills`` — local skill directories: manifests, discovery, activation (§8);
+* ``capabilities.subagents`` — declared delegation tools running attached child agents (§10);
 * ``capabilities.telemetry`` — OpenTelemetry spans from the runs' events (§12; it needs the
   ``telemetry`` extra, so it is not re-exported here).
 
@@ -60,6 +61,9 @@ from capabilities.steering import InputReceipt as InputReceipt
 from capabilities.steering import SteeringService as SteeringService
 from capabilities.storage import SqliteConversationLog as SqliteConversationLog
 from capabilities.storage import SqliteDatabaseService as SqliteDatabaseService
+from capabilities.subagents import Delegation as Delegation
+from capabilities.subagents import SubagentFailed as SubagentFailed
+from capabilities.subagents import delegate as delegate
 
 __all__ = [
     "AccessPolicy",
@@ -98,9 +102,12 @@ __all__ = [
     "StateSlot",
     "StdioServer",
     "SteeringService",
+    "SubagentFailed",
+    "Delegation",
     "Uncertain",
     "WithRecord",
     "activation_tool",
+    "delegate",
     "discover_skills",
     "in_memory_storage",
     "sqlite_storage",

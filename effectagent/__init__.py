@@ -14,6 +14,7 @@ from effectagent.ai import Toolkit as Toolkit
 from effectagent.ai import tool as tool
 from effectagent.core import Agent as Agent
 from effectagent.core import AgentPolicy as AgentPolicy
+from effectagent.core import ChildBudget as ChildBudget
 from effectagent.effect import Context as Context
 from effectagent.effect import Exit as Exit
 from effectagent.effect import Failure as Failure
@@ -30,6 +31,7 @@ from effectagent.engine import run_sync as run_sync
 __all__ = [
     "Agent",
     "AgentPolicy",
+    "ChildBudget",
     "Context",
     "Exit",
     "Failure",

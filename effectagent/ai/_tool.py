@@ -148,7 +148,11 @@ class ToolBroker(Protocol):
 class ToolCallContext:
     """What a handler (and a ``needs_approval`` function, an authorizer) knows about the call it
     serves: its identity, the run's, ``author`` — who started the run (its principal) — and,
-    for a tool that declares ``inner_tools``, the ``broker`` that calls them."""
+    for a tool that declares ``inner_tools``, the ``broker`` that calls them.
+
+    ``host`` is the runtime's handle on the run serving the call, opaque to handlers: what
+    ``effectagent.engine.run_child`` (attached child runs, ``capabilities.subagents``) needs.
+    None when the handler is called outside a runtime (a test calling it directly)."""
 
     tool_call_id: str
     tool_name: str
@@ -158,6 +162,7 @@ class ToolCallContext:
     report: ProgressReporter = attrs.field(default=_no_progress, repr=False)
     author: str = ""
     broker: ToolBroker | None = attrs.field(default=None, repr=False)
+    host: object = attrs.field(default=None, repr=False, eq=False)
 
     async def progress(self, data: JSONValue) -> None:
         """Report progress (a JSON value); it becomes a ToolProgress event.

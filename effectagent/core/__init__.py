@@ -28,6 +28,7 @@ from ._outcomes import ToolSuccess as ToolSuccess
 from ._outcomes import ToolUnknownOutcome as ToolUnknownOutcome
 from ._policy import Agent as Agent
 from ._policy import AgentPolicy as AgentPolicy
+from ._policy import ChildBudget as ChildBudget
 from ._policy import CompactionPolicy as CompactionPolicy
 from ._policy import RetryPolicy as RetryPolicy
 from ._policy import ToolResultBounds as ToolResultBounds
@@ -45,6 +46,7 @@ from ._usage import UsageTotals as UsageTotals
 __all__ = [
     "Agent",
     "AgentPolicy",
+    "ChildBudget",
     "ApprovalDenied",
     "ApprovalDecision",
     "ApprovalRequest",

@@ -16,6 +16,7 @@ from effectagent.effect import fast_init
 from ._approval import ApprovalRequest
 from ._errors import RunError
 from ._outcomes import ToolOutcome
+from ._policy import ChildBudget
 from ._usage import UsageTotals
 
 __all__ = [
@@ -32,6 +33,9 @@ __all__ = [
     "RunInterrupted",
     "RunStarted",
     "RunSuspended",
+    "SubagentCompleted",
+    "SubagentEvent",
+    "SubagentStarted",
     "TERMINAL_EVENTS",
     "TextDelta",
     "ToolCallDeclared",
@@ -217,6 +221,51 @@ class CompactionPerformed(EventBase):
 
 @fast_init
 @attrs.frozen(slots=True)
+class SubagentStarted(EventBase):
+    """Tool call ``tool_call_id`` started an attached child run (a subagent): the child's
+    identity, and ``budget``, what it was given of this run's remaining budgets. The child's own
+    events follow as :class:`SubagentEvent`, then one :class:`SubagentCompleted`."""
+
+    turn: int
+    tool_call_id: str
+    tool_name: str
+    child_run_id: str
+    child_conversation_id: str
+    child_agent: str
+    budget: ChildBudget
+
+
+@fast_init
+@attrs.frozen(slots=True)
+class SubagentEvent(EventBase):
+    """One event of the child run ``child_run_id`` that tool call ``tool_call_id`` started, as
+    the child emitted it (its own run ID, sequence number and time). A grandchild's events arrive
+    wrapped twice: the tree of runs is the nesting of these."""
+
+    turn: int
+    tool_call_id: str
+    child_run_id: str
+    event: EventBase
+
+
+@fast_init
+@attrs.frozen(slots=True)
+class SubagentCompleted(EventBase):
+    """The child run of tool call ``tool_call_id`` ended: how (``status``), and what it used —
+    its usage (included in this run's totals from now on), its turns and its tool calls
+    (grandchildren's included), which count against this run's budgets."""
+
+    turn: int
+    tool_call_id: str
+    child_run_id: str
+    status: Literal["completed", "failed", "interrupted"]
+    usage: UsageTotals
+    turns: int
+    tool_calls: int
+
+
+@fast_init
+@attrs.frozen(slots=True)
 class RunCompleted(EventBase):
     """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
 
@@ -273,6 +322,9 @@ Event: TypeAlias = (
     | TurnCompleted
     | BudgetWarning
     | CompactionPerformed
+    | SubagentStarted
+    | SubagentEvent
+    | SubagentCompleted
     | RunCompleted
     | RunFailed
     | RunInterrupted

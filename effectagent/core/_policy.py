@@ -15,7 +15,14 @@ import attrs
 from effectagent.ai import Toolkit, ToolSource
 from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
 
-__all__ = ["Agent", "AgentPolicy", "CompactionPolicy", "RetryPolicy", "ToolResultBounds"]
+__all__ = [
+    "Agent",
+    "AgentPolicy",
+    "ChildBudget",
+    "CompactionPolicy",
+    "RetryPolicy",
+    "ToolResultBounds",
+]
 
 MIN_RESULT_BYTES = 256
 
@@ -74,6 +81,16 @@ def _positive(value: float) -> bool:
 
 
 _SECONDS = _number("a positive number of seconds", _positive)
+
+
+def _number_or_none(what: str, accepts: Callable[[float], bool]) -> _Validator:
+    number = _number(what, accepts)
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            number(instance, attribute, value)
+
+    return check
 
 
 def _choice(*choices: str) -> _Validator:
@@ -279,4 +296,27 @@ class Agent:
     output: type[Any] | None = attrs.field(default=None, validator=_output)
     tool_sources: tuple[ServiceKey[ToolSource], ...] = attrs.field(
         default=(), converter=_tool_source_keys, validator=_service_keys
+    )
+
+
+@attrs.frozen
+class ChildBudget:
+    """What an attached child run (a subagent) may use: carved out of its parent run's remaining
+    budgets when the child starts, and what it did not use given back when it ends.
+
+    ``turns`` and ``tool_calls`` are counts; ``tokens`` (input plus output, the child's
+    ``token_budget``) and ``duration`` (seconds of wall time) are optional — None takes the
+    child agent's own policy. The child gets the least of this, its own policy and what the parent
+    has left; a parent with nothing left of a dimension refuses the child. Bad values fail here
+    with a message naming the field.
+    """
+
+    turns: int = attrs.field(default=5, validator=_integer(1, "a positive integer"))
+    tool_calls: int = attrs.field(default=10, validator=_integer(1, "a positive integer"))
+    tokens: int | None = attrs.field(
+        default=None, validator=_integer(1, "a positive integer", optional=True)
+    )
+    duration: float | None = attrs.field(
+        default=None,
+        validator=_number_or_none("a positive number of seconds", _positive),
     )

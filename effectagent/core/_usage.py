@@ -64,6 +64,20 @@ class UsageTotals:
             delta.output_tokens,
         )
 
+    def including(self, other: UsageTotals) -> UsageTotals:
+        """These totals with ``other``'s (a child run's) added in. The live-context figures
+        (``last_*``) stay these: a child's calls were made in its own context, not this one."""
+        return UsageTotals(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_input_tokens + other.cache_read_input_tokens,
+            self.cache_write_input_tokens + other.cache_write_input_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+            self.model_calls + other.model_calls,
+            self.last_input_tokens,
+            self.last_output_tokens,
+        )
+
     @property
     def total_tokens(self) -> int:
         """Input plus output over the run."""

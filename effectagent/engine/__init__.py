@@ -1,6 +1,9 @@
 """The engine: runtime, turn loop, tool pipeline and scheduler, budgets, and the seams it consults."""
 
 from ._budget import BudgetState as BudgetState
+from ._child import ChildRunRefused as ChildRunRefused
+from ._child import ChildRunResult as ChildRunResult
+from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._logging import LOGGER_NAME as LOGGER_NAME
 from ._runtime import ConversationBusy as ConversationBusy
@@ -47,6 +50,8 @@ __all__ = [
     "AuthorizationDecision",
     "BatchLedger",
     "BudgetState",
+    "ChildRunRefused",
+    "ChildRunResult",
     "CompactionRequest",
     "Compactor",
     "CompactorService",
@@ -80,4 +85,5 @@ __all__ = [
     "reduce_events",
     "run_sync",
     "requirements_of",
+    "run_child",
 ]

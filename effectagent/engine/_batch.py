@@ -29,7 +29,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextvars import copy_context
-from typing import final
+from typing import Any, final
 
 import trio
 
@@ -111,6 +111,8 @@ class Batch:
         admitted: int,
         assistant: AssistantMessage | None,
         admit: Callable[[int], int] = lambda n: 0,
+        host: object = None,
+        notes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.io = io
         self.turn = turn
@@ -118,7 +120,7 @@ class Batch:
         self.admitted = admitted  # how many runnable calls the tool-call budget admitted
         self.assistant = assistant  # the response's message, added to the prompt with the batch
         self._ledger = BatchLedger([call_id for call_id, _, _ in plan.declared])
-        self._runner = CallRunner(io, services, policy, permits, turn, admit)
+        self._runner = CallRunner(io, services, policy, permits, turn, admit, host, notes)
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).

@@ -4,13 +4,19 @@ Dimensions: ``turns``, ``tool_calls``, ``duration`` and, when set, ``tokens`` an
 ``repeated_failures``. A warning is due once per dimension when use reaches the policy's
 ``warning_ratio`` (80 %) of the limit; exhaustion is reported for the first dimension, in that fixed
 order, whose use reached its limit.
+
+Child runs (subagents) are carved out of what is left: :meth:`BudgetState.carve` reserves a
+child's turns, tool calls and tokens — nothing else (another child, an inner tool call) can take
+them while it runs — and :meth:`BudgetState.give_back` charges what the child used and frees the
+rest. The child's turns and tool calls count against this run's limits from then on; its usage is
+added to this run's.
 """
 
 from __future__ import annotations
 
 from typing import final
 
-from effectagent.core import AgentPolicy, ToolOutcome, UsageDelta, UsageTotals
+from effectagent.core import AgentPolicy, ChildBudget, ToolOutcome, UsageDelta, UsageTotals
 
 __all__ = ["BudgetState", "Dimension"]
 
@@ -25,7 +31,12 @@ class BudgetState:
 
     __slots__ = (
         "_failure_streaks",
+        "_reserved_calls",
+        "_reserved_tokens",
+        "_reserved_turns",
         "_warned",
+        "delegated_tool_calls",
+        "delegated_turns",
         "policy",
         "repeated_failure",
         "started_at",
@@ -43,13 +54,19 @@ class BudgetState:
         self._warned: set[str] = set()
         self._failure_streaks: dict[str, int] = {}
         self.repeated_failure: tuple[str, int] | None = None
+        # What child runs used (charged when each ended), and what running ones hold.
+        self.delegated_turns = 0
+        self.delegated_tool_calls = 0
+        self._reserved_turns = 0
+        self._reserved_calls = 0
+        self._reserved_tokens = 0
 
     def limits(self, now: float) -> list[tuple[Dimension, float, float]]:
         """``(dimension, used, limit)`` for every active dimension, in the fixed order."""
         policy = self.policy
         dims: list[tuple[Dimension, float, float]] = [
-            ("turns", self.turns, policy.max_turns),
-            ("tool_calls", self.tool_calls, policy.max_tool_calls),
+            ("turns", self.turns + self.delegated_turns, policy.max_turns),
+            ("tool_calls", self.tool_calls + self.delegated_tool_calls, policy.max_tool_calls),
             ("duration", now - self.started_at, policy.max_duration),
         ]
         if policy.token_budget is not None:
@@ -60,10 +77,12 @@ class BudgetState:
         """The first exhausted dimension, if any (repeated failures count as one)."""
         # The order of ``limits``, checked without building its list (this runs every turn).
         policy = self.policy
-        if self.turns >= policy.max_turns:
-            return ("turns", self.turns, policy.max_turns)
-        if self.tool_calls >= policy.max_tool_calls:
-            return ("tool_calls", self.tool_calls, policy.max_tool_calls)
+        turns = self.turns + self.delegated_turns
+        if turns >= policy.max_turns:
+            return ("turns", turns, policy.max_turns)
+        tool_calls = self.tool_calls + self.delegated_tool_calls
+        if tool_calls >= policy.max_tool_calls:
+            return ("tool_calls", tool_calls, policy.max_tool_calls)
         elapsed = now - self.started_at
         if elapsed >= policy.max_duration:
             return ("duration", elapsed, policy.max_duration)
@@ -95,9 +114,69 @@ class BudgetState:
 
     def admit_tool_calls(self, requested: int) -> int:
         """How many of a batch of ``requested`` calls may run (the rest are rejected); counts them."""
-        admitted = max(0, min(requested, self.policy.max_tool_calls - self.tool_calls))
+        left = self._calls_left()
+        admitted = max(0, min(requested, left))
         self.tool_calls += admitted
         return admitted
+
+    def _calls_left(self) -> int:
+        return (
+            self.policy.max_tool_calls
+            - self.tool_calls
+            - self.delegated_tool_calls
+            - self._reserved_calls
+        )
+
+    def carve(self, want: ChildBudget, child: AgentPolicy, now: float) -> ChildBudget | str:
+        """Reserve a child run's budget: for each dimension the least of ``want``, the child's
+        own ``policy`` and what this run has left (minus what running children hold). Returns
+        what was granted — to be given back with :meth:`give_back` — or, when this run has
+        nothing left of a dimension the child needs, why not (nothing is reserved then)."""
+        policy = self.policy
+        turns_left = policy.max_turns - self.turns - self.delegated_turns - self._reserved_turns
+        calls_left = self._calls_left()
+        duration_left = policy.max_duration - (now - self.started_at)
+        if turns_left < 1:
+            return "the run has no turns left to give a subagent"
+        if calls_left < 1:
+            return "the run has no tool calls left to give a subagent"
+        if duration_left <= 0:
+            return "the run has no time left to give a subagent"
+        tokens = _least(want.tokens, child.token_budget)
+        if policy.token_budget is not None:
+            tokens_left = policy.token_budget - self.usage.total_tokens - self._reserved_tokens
+            if tokens_left < 1:
+                return "the run has no tokens left to give a subagent"
+            tokens = tokens_left if tokens is None else min(tokens, tokens_left)
+        granted = ChildBudget(
+            min(want.turns, child.max_turns, turns_left),
+            min(want.tool_calls, child.max_tool_calls, calls_left),
+            tokens,
+            min(child.max_duration, duration_left, want.duration or duration_left),
+        )
+        self._reserved_turns += granted.turns
+        self._reserved_calls += granted.tool_calls
+        if policy.token_budget is not None and granted.tokens is not None:
+            self._reserved_tokens += granted.tokens
+        return granted
+
+    def give_back(
+        self, granted: ChildBudget, turns: int, tool_calls: int, usage: UsageTotals
+    ) -> None:
+        """A child run that was granted ``granted`` ended having used ``turns``, ``tool_calls``
+        and ``usage``: charge those to this run and free the reservation."""
+        self._reserved_turns -= granted.turns
+        self._reserved_calls -= granted.tool_calls
+        if self.policy.token_budget is not None and granted.tokens is not None:
+            self._reserved_tokens -= granted.tokens
+        self.delegated_turns += turns
+        self.delegated_tool_calls += tool_calls
+        self.usage = self.usage.including(usage)
+
+    @property
+    def reserved(self) -> tuple[int, int, int]:
+        """``(turns, tool_calls, tokens)`` held by child runs still going."""
+        return (self._reserved_turns, self._reserved_calls, self._reserved_tokens)
 
     def record_outcomes(self, outcomes: list[ToolOutcome]) -> None:
         """Update per-tool failure streaks (invalid input, failure and defect count; success resets)."""
@@ -111,3 +190,12 @@ class BudgetState:
                 self._failure_streaks[name] = streak
                 if streak >= limit and self.repeated_failure is None:
                     self.repeated_failure = (name, streak)
+
+
+def _least(a: int | None, b: int | None) -> int | None:
+    """The smaller of two optional limits (None: no limit)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

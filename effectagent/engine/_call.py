@@ -64,7 +64,18 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 class CallRunner:
     """Runs the calls of one batch: what they share (the run's I/O, services, policy, permits)."""
 
-    __slots__ = ("admit", "audits", "digest", "io", "permits", "policy", "services", "turn")
+    __slots__ = (
+        "admit",
+        "audits",
+        "digest",
+        "host",
+        "io",
+        "notes",
+        "permits",
+        "policy",
+        "services",
+        "turn",
+    )
 
     def __init__(
         self,
@@ -74,8 +85,14 @@ class CallRunner:
         permits: Semaphore,
         turn: int,
         admit: Callable[[int], int],
+        host: object = None,
+        notes: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.admit = admit  # the run's tool-call budget, for inner calls
+        # The run's handle for its handlers (``ToolCallContext.host``: child runs), and where
+        # what a handler's child runs note for a call's audit waits, by tool call ID.
+        self.host = host
+        self.notes = notes
         # The audit metadata of calls that had any (inner calls), by declaration index.
         self.audits: dict[int, Any] = {}
         self.digest = services.digest_arguments
@@ -103,6 +120,8 @@ class CallRunner:
             io.agent_name,
             progress.report,
             io.author,
+            None,
+            self.host,
         )
         broker = None
         if tool.inner_tools:
@@ -149,6 +168,9 @@ class CallRunner:
             permits.release()
             if broker is not None and (audit := broker.audit()) is not None:
                 self.audits[call.index] = audit
+            notes = self.notes
+            if notes and (note := notes.pop(call.id, None)) is not None:
+                self.audits[call.index] = {**self.audits.get(call.index, {}), **note}
         if scope.cancelled_caught:
             return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
         return self._settle(tool, call, exit_)

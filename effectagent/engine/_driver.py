@@ -66,9 +66,9 @@ from ._batch import Batch
 from ._batch_plan import plan_batch
 from ._budget import BudgetState
 from ._compaction import maybe_compact
-from ._handover import EventQueue, RunReducer
+from ._handover import EventQueue
 from ._ids import new_id
-from ._io import RunIO
+from ._io import EventSink, RunIO
 from ._model_step import ModelStep, stream_model
 from ._retry import retry_delay
 from ._seams import RunEnding, RunInfo, SteeringInput
@@ -89,10 +89,13 @@ class RunDriver:
         *,
         run_id: str,
         conversation_id: str,
-        events: EventQueue | RunReducer,
+        events: EventQueue | EventSink,
         author: str = "user",
         new_conversation: bool = False,
         context: tuple[ContextItem, ...] = (),
+        depth: int = 0,
+        may_delegate: bool = True,
+        backpressure: EventQueue | None = None,
     ) -> None:
         self.services = services
         self.agent = agent
@@ -114,7 +117,13 @@ class RunDriver:
             on_consumer_lost=self.interrupt,
             author=author,
             listener=services.listener,
+            backpressure=backpressure,
         )
+        # Child runs: how deep this run is (0: started by the runtime), whether it may start
+        # children of its own, and what they note for their calls' audit (by tool call ID).
+        self.depth = depth
+        self.may_delegate = may_delegate
+        self.call_notes: dict[str, dict[str, Any]] = {}
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation
         self.messages: list[Message] = []
@@ -396,6 +405,8 @@ class RunDriver:
             admitted,
             step.assistant_message(),
             self.budget.admit_tool_calls,
+            self,
+            self.call_notes,
         )
         try:
             result = await batch.run(toolkit)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar, final
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, final
 
 from effectagent.core import EventBase, Record, Redactor
 
-from ._handover import EventQueue, RunReducer
+from ._handover import EventQueue
 from ._logging import RunLog
 from ._seams import ConversationLog, RunListener
 
@@ -33,6 +33,15 @@ def bounded(text: str) -> str:
 
 def _ignore() -> None:
     return None
+
+
+class EventSink(Protocol):
+    """Where a run's events go when no stream consumer reads them: ``runtime.run``'s reducer, or
+    a child run's forwarding to its parent's events."""
+
+    def feed(self, event: EventBase) -> object:
+        """Take the run's next event (False: its consumer is gone)."""
+        ...
 
 
 def _listened(
@@ -61,6 +70,7 @@ class RunIO:
 
     __slots__ = (
         "_lost",
+        "_owns_queue",
         "_pending",
         "_queue",
         "_seq",
@@ -82,10 +92,11 @@ class RunIO:
         agent_name: str,
         log: ConversationLog,
         redactor: Redactor,
-        events: EventQueue | RunReducer,
+        events: EventQueue | EventSink,
         on_consumer_lost: Callable[[], None],
         author: str = "user",
         listener: RunListener | None = None,
+        backpressure: EventQueue | None = None,
     ) -> None:
         self.run_id = run_id
         self.author = author  # who started the run (its principal)
@@ -94,9 +105,12 @@ class RunIO:
         self.log = log
         self.redactor = redactor
         self.logs = RunLog(run_id, conversation_id, agent_name)
-        # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task. A
-        # sink that returns False has lost its consumer.
-        self._queue = events if isinstance(events, EventQueue) else None
+        # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task (or
+        # a child run's parent). A sink that returns False has lost its consumer. A run whose
+        # events reach a stream through another run's (a child's) waits for that stream's
+        # consumer: ``backpressure``.
+        self._owns_queue = isinstance(events, EventQueue)
+        self._queue = events if isinstance(events, EventQueue) else backpressure
         sink: Callable[[EventBase], object] = (
             events.put if isinstance(events, EventQueue) else events.feed
         )
@@ -135,7 +149,7 @@ class RunIO:
 
     @property
     def queue(self) -> EventQueue | None:
-        """A streamed run's event queue (None for ``runtime.run``)."""
+        """The event queue of the stream this run's events reach (None for ``runtime.run``)."""
         return self._queue
 
     async def wait_for_consumer(self) -> None:
@@ -155,7 +169,7 @@ class RunIO:
         object would otherwise keep each other alive after the run, for the garbage collector.
         """
         self._lost = _ignore
-        if self._queue is not None:
+        if self._queue is not None and self._owns_queue:
             self._queue.close()
 
     # ---- records -----------------------------------------------------------------------------

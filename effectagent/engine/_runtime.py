@@ -293,6 +293,7 @@ class Runtime:
             count_tokens=counter.count if counter is not None else estimate_tokens,
             tool_sources=tuple(ctx.require(key) for key in agent.tool_sources),
             listener=ctx.get(RunListenerService),
+            services_for=self._services_for,
         )
         self._checked[id(agent)] = (agent, services)
         return services

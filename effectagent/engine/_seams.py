@@ -354,11 +354,20 @@ RedactorService: ServiceKey[Redactor] = ServiceKey("effectagent.Redactor")
 
 
 def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
-    """Every service running ``agent`` needs, with who needs it (for preflight). Pure."""
+    """Every service running ``agent`` needs, with who needs it (for preflight). Pure.
+
+    A tool whose bound handler runs other agents as child runs (``capabilities.subagents``)
+    says so with a ``child_agents`` attribute, a sequence of :class:`Agent`; what they need is
+    needed too, so a subagent's missing service is named before anything runs.
+    """
     who = f"agent {agent.name!r}"
     needs: dict[ServiceKey[Any], str] = {LanguageModelService: who}
     for tool in agent.toolkit:
         needs[tool.handler_key] = f"{who} (tool {tool.name!r})"
+        for child in getattr(tool.handler, "child_agents", ()):
+            if isinstance(child, Agent) and child is not agent:
+                for key, child_who in requirements_of(child).items():
+                    needs.setdefault(key, f"{child_who}, run by tool {tool.name!r} of {who}")
         for inner in tool.inner_tools:
             needs.setdefault(
                 inner.handler_key, f"{who} (tool {inner.name!r}, called by {tool.name!r})"

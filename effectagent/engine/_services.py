@@ -48,6 +48,7 @@ class RunServices:
         "observers",
         "output",
         "redactor",
+        "services_for",
         "system",
         "tool_sources",
     )
@@ -70,6 +71,7 @@ class RunServices:
         count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens,
         tool_sources: tuple[ToolSource, ...] = (),
         listener: RunListener | None = None,
+        services_for: Callable[[Any], RunServices] | None = None,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -91,6 +93,8 @@ class RunServices:
         self.tool_sources = tool_sources
         # Sees every event as it is emitted, and is entered around each tool call (optional).
         self.listener = listener
+        # The runtime's services of another agent (a child run's), preflighted (child runs).
+        self.services_for = services_for
 
     def with_handlers(self, handlers: Mapping[Tool[Any, Any], Handler]) -> RunServices:
         """These services with ``handlers`` instead (a turn's tools from its tool sources)."""

@@ -23,6 +23,7 @@ PACKAGES = [
     "capabilities.code_mode",
     "capabilities.mcp",
     "capabilities.skills",
+    "capabilities.subagents",
     "capabilities.telemetry",
 ]
 

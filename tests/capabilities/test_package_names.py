@@ -17,7 +17,7 @@ def test_no_re_exported_name_shadows_a_subpackage() -> None:
         for module in pkgutil.iter_modules(capabilities.__path__)
         if not module.name.startswith("_")
     ]
-    assert {"approval", "code_mode", "mcp", "skills", "telemetry"} <= set(subpackages)
+    assert {"approval", "code_mode", "mcp", "skills", "subagents", "telemetry"} <= set(subpackages)
     for name in subpackages:
         importlib.import_module(f"capabilities.{name}")
         assert isinstance(getattr(capabilities, name), types.ModuleType), name

@@ -1,0 +1,283 @@
+"""Attached child runs: a run that a tool call of another run starts, inside that call.
+
+A child is an ordinary run of another agent with three things fixed by its parent:
+
+* **Where it runs.** In the parent's tool handler, in the handler's own task — so it belongs to
+  the parent's scope: interrupting the parent (or its call's timeout) interrupts the child, which
+  writes its interruption like any run, and no child outlives the call that started it.
+* **What it may do.** A fresh conversation holding only what the parent passes (the text and
+  context items it is given); the parent's principal (``author``), so authorization and approval
+  apply to it as to the parent; tools that are a subset of the parent's own for the turn (and tool
+  sources that are a subset of the parent's); and budgets carved out of what the parent has left
+  (``BudgetState.carve``), charged and freed when it ends. A child may start children of its own
+  only when the one that started it allowed that (``nested``).
+* **What the parent sees.** ``SubagentStarted``, each child event wrapped in ``SubagentEvent``,
+  then ``SubagentCompleted``, in the parent's stream; the child's usage added to the parent's
+  totals; and the child's run and conversation IDs, status and usage in the audit metadata of the
+  parent call's ``ToolCallSettled`` record (key ``subagent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, final
+
+import attrs
+import trio
+
+from effectagent.ai import ToolCallContext
+from effectagent.core import (
+    Agent,
+    ChildBudget,
+    ContextItem,
+    EventBase,
+    RunCompleted,
+    RunError,
+    RunFailed,
+    SubagentCompleted,
+    SubagentEvent,
+    SubagentStarted,
+    UsageTotals,
+)
+from effectagent.effect import MissingServicesError
+
+from ._driver import RunDriver
+from ._handover import RunReducer
+from ._ids import new_id
+from ._io import RunIO
+
+__all__ = ["ChildRunRefused", "ChildRunResult", "run_child"]
+
+
+class ChildRunRefused(Exception):
+    """A child run could not start; ``reason`` says why (nothing ran, nothing was charged)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@attrs.frozen
+class ChildRunResult:
+    """How a child run ended. ``status`` is "completed" or "failed" — or "interrupted", which
+    only a child whose caller was not cancelled could return (an interrupted parent's cancellation
+    propagates instead of a result). ``output`` is the answer decoded into the child
+    agent's ``output`` type (None without one); ``error`` the failed run's error. ``turns`` and
+    ``tool_calls`` include its own children's; ``budget`` is what it was granted."""
+
+    run_id: str
+    conversation_id: str
+    agent: str
+    status: Literal["completed", "failed", "interrupted"]
+    text: str
+    output: Any
+    error: RunError | None
+    usage: UsageTotals
+    turns: int
+    tool_calls: int
+    budget: ChildBudget
+
+
+async def run_child(
+    call: ToolCallContext,
+    agent: Agent,
+    text: str,
+    *,
+    budget: ChildBudget,
+    context: Sequence[ContextItem] = (),
+    nested: bool = False,
+) -> ChildRunResult:
+    """Run ``agent`` on ``text`` as a child of the run serving ``call``, inside that call (see
+    the module notes), and return how it ended.
+
+    ``context`` items are recorded in the child's fresh conversation before ``text`` — the only
+    context it gets. ``nested`` lets the child start children of its own. Raises
+    :class:`ChildRunRefused` — before anything runs — when ``call`` is not served by a runtime's
+    tool call (a handler called directly, or an inner call of a tool that calls tools), when the
+    run serving it is itself a child that was not allowed to delegate, when ``agent`` has a tool
+    or tool source the parent does not have this turn, when the runtime lacks a service
+    ``agent`` needs, or when the parent has no turns, tool calls, tokens or time left to give.
+
+    Cancellation: the child runs in the caller's task; cancelling it (the parent interrupted, the
+    call's timeout) interrupts the child, which writes its interruption (shielded), and then the
+    cancellation propagates. ``SubagentCompleted`` is emitted and the budgets settled on every
+    exit.
+    """
+    parent = call.host
+    if not isinstance(parent, RunDriver):
+        raise ChildRunRefused(
+            "a child run starts only inside a tool call a runtime is running (not from a handler "
+            "called directly, nor from an inner call of a tool that calls tools)"
+        )
+    if not isinstance(agent, Agent):
+        raise TypeError(f"run_child needs an Agent, got {type(agent).__name__}")
+    if not isinstance(text, str):
+        raise TypeError(f"run_child's text must be a str, got {type(text).__name__}")
+    if not isinstance(budget, ChildBudget):
+        raise TypeError(f"run_child's budget must be a ChildBudget, got {type(budget).__name__}")
+    items = tuple(context)
+    for item in items:
+        if not isinstance(item, ContextItem):
+            raise TypeError(f"run_child's context must hold ContextItem, got {type(item).__name__}")
+    return await _ChildRun(parent, call, agent).run(text, budget, items, nested)
+
+
+@final
+class _ChildSink:
+    """The child's events: reduced for its result, and forwarded to the parent's events."""
+
+    __slots__ = ("child_run_id", "parent", "reducer", "tool_call_id", "turn")
+
+    def __init__(self, parent: RunIO, turn: int, tool_call_id: str) -> None:
+        self.parent = parent
+        self.turn = turn
+        self.tool_call_id = tool_call_id
+        self.child_run_id = ""
+        self.reducer = RunReducer()
+
+    def feed(self, event: EventBase) -> None:
+        self.reducer.feed(event)
+        self.parent.emit(SubagentEvent, self.turn, self.tool_call_id, self.child_run_id, event)
+
+
+@final
+class _ChildRun:
+    """One child run of ``parent``, started by ``call``."""
+
+    __slots__ = ("agent", "call", "parent")
+
+    def __init__(self, parent: RunDriver, call: ToolCallContext, agent: Agent) -> None:
+        self.parent = parent
+        self.call = call
+        self.agent = agent
+
+    def _refusal(self) -> str | None:
+        """Why this child may not run (authority), or None."""
+        parent, agent = self.parent, self.agent
+        if parent.depth > 0 and not parent.may_delegate:
+            return (
+                f"agent {parent.agent.name!r} runs as a subagent that was not allowed to "
+                "delegate (nested delegation must be declared by the delegation that started it)"
+            )
+        toolkit = parent.toolkit
+        extra = [tool.name for tool in agent.toolkit if toolkit.get(tool.name) is not tool]
+        if extra:
+            return (
+                f"subagent {agent.name!r} has tools its parent {parent.agent.name!r} does not: "
+                f"{', '.join(sorted(extra))} (a subagent's tools must be a subset of its parent's)"
+            )
+        sources = [key.name for key in agent.tool_sources if key not in parent.agent.tool_sources]
+        if sources:
+            return (
+                f"subagent {agent.name!r} has tool sources its parent does not: "
+                f"{', '.join(sorted(sources))}"
+            )
+        return None
+
+    async def run(
+        self, text: str, want: ChildBudget, context: tuple[ContextItem, ...], nested: bool
+    ) -> ChildRunResult:
+        parent, agent, call = self.parent, self.agent, self.call
+        refusal = self._refusal()
+        if refusal is not None:
+            raise ChildRunRefused(refusal)
+        services_for = parent.services.services_for
+        if services_for is None:
+            raise ChildRunRefused("the runtime running this call offers no child runs")
+        try:
+            services = services_for(agent)
+        except MissingServicesError as exc:
+            raise ChildRunRefused(str(exc)) from None
+        except ValueError as exc:  # e.g. instructions holding a secret
+            raise ChildRunRefused(str(exc)) from None
+        granted = parent.budget.carve(want, agent.policy, trio.current_time())
+        if isinstance(granted, str):
+            raise ChildRunRefused(granted)
+        policy = attrs.evolve(
+            agent.policy,
+            max_turns=granted.turns,
+            max_tool_calls=granted.tool_calls,
+            token_budget=granted.tokens,
+            max_duration=agent.policy.max_duration
+            if granted.duration is None
+            else granted.duration,
+        )
+        io = parent.io
+        turn = parent.turn
+        sink = _ChildSink(io, turn, call.tool_call_id)
+        child = RunDriver(
+            services,
+            attrs.evolve(agent, policy=policy),
+            text,
+            run_id=new_id("run"),
+            conversation_id=new_id("conv"),
+            events=sink,
+            author=io.author,
+            new_conversation=True,
+            context=context,
+            depth=parent.depth + 1,
+            may_delegate=nested,
+            backpressure=io.queue,
+        )
+        sink.child_run_id = child.run_id
+        io.emit(
+            SubagentStarted,
+            turn,
+            call.tool_call_id,
+            call.tool_name,
+            child.run_id,
+            child.conversation_id,
+            agent.name,
+            granted,
+        )
+        try:
+            await child.execute()
+        finally:
+            used = child.budget
+            turns = child.turn + used.delegated_turns
+            tool_calls = used.tool_calls + used.delegated_tool_calls
+            parent.budget.give_back(granted, turns, tool_calls, used.usage)
+            terminal = child.terminal
+            status: Literal["completed", "failed", "interrupted"] = (
+                "completed"
+                if isinstance(terminal, RunCompleted)
+                else "failed"
+                if isinstance(terminal, RunFailed)
+                else "interrupted"
+            )
+            parent.call_notes[call.tool_call_id] = {
+                "subagent": {
+                    "agent": agent.name,
+                    "run_id": child.run_id,
+                    "conversation_id": child.conversation_id,
+                    "status": status,
+                    "turns": turns,
+                    "tool_calls": tool_calls,
+                    "input_tokens": used.usage.input_tokens,
+                    "output_tokens": used.usage.output_tokens,
+                }
+            }
+            io.emit(
+                SubagentCompleted,
+                turn,
+                call.tool_call_id,
+                child.run_id,
+                status,
+                used.usage,
+                turns,
+                tool_calls,
+            )
+        result = sink.reducer.result()
+        return ChildRunResult(
+            child.run_id,
+            child.conversation_id,
+            agent.name,
+            status,
+            result.text,
+            result.output,
+            result.error,
+            used.usage,
+            turns,
+            tool_calls,
+            granted,
+        )
