@@ -210,13 +210,17 @@ class BudgetWarning(EventBase):
 @fast_init
 @attrs.frozen(slots=True)
 class CompactionPerformed(EventBase):
-    """Context was compacted before ``turn``."""
+    """Context was compacted before ``turn``: the last record's ``kind`` and how far it covers,
+    the live-context estimate before and the count after. ``started_at`` is the wall-clock time
+    the compaction began (reading the log, planning, a summary's model call): with ``at``, its
+    duration."""
 
     turn: int
     kind: str
     covers_through: int
     tokens_before: int
     tokens_after: int
+    started_at: float = 0.0
 
 
 @fast_init

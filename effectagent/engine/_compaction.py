@@ -12,6 +12,7 @@ anything is appended.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -62,6 +63,7 @@ async def maybe_compact(
         limit = max(1, min(limit or estimate, estimate - 1))
     elif limit is None or estimate <= limit:
         return None
+    started = time.time()
     entries = tuple(await services.log.entries(io.conversation_id))
     redactor = services.redactor
 
@@ -106,6 +108,7 @@ async def maybe_compact(
         last.covers_through,
         estimate,
         count(compacted),
+        started,
     )
     io.logs.info(
         "context compacted",
