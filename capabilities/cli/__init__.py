@@ -1,5 +1,30 @@
-"""The ``effectagent`` command and its reusable pieces.
+"""The ``effectagent`` command (``python -m capabilities.cli``) and its reusable pieces.
 
+* ``effectagent chat`` — an interactive session with an agent; ``effectagent run "prompt"`` — one
+  run, its exit status saying how it ended; ``effectagent sessions`` — the saved sessions.
+  ``effectagent --help`` has the options, the config file and the exit statuses.
 * :mod:`capabilities.cli.render` — :class:`~capabilities.cli.render.Timeline`, a run's events as a
   timeline on a text stream (what ``effectagent chat`` shows; ``make demo`` uses it too).
+
+This is the one package that brings ``effectagent``, ``capabilities`` and ``sandbox`` together
+for a person at a terminal.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .render import Timeline as Timeline
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+__all__ = ["Timeline", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``effectagent`` command; returns its exit status. (The command's modules — models,
+    sandbox, tools — are imported here, not when the package is: ``render`` stays light.)"""
+    from ._main import main as run
+
+    return run(argv)

@@ -285,7 +285,8 @@ class Timeline:
     def _approval(self, event: ApprovalRequested, depth: int) -> None:
         request = event.request
         text = f"? {event.tool_name} waits for approval ({request.risk} risk)"
-        self._line(depth, self._paint("yellow", text))
+        summary = preview(request.summary, self._limit)
+        self._line(depth, self._paint("yellow", text) + (f": {summary}" if summary else ""))
 
     def _budget(self, event: BudgetWarning, depth: int) -> None:
         text = f"! budget {event.dimension}: {event.used:g} of {event.limit:g} used"

@@ -1,0 +1,387 @@
+"""The ``effectagent`` command's configuration file (TOML), validated strictly, and its paths.
+
+Every key is known and typed: an unknown key, a value of the wrong type or an impossible value is a
+:class:`ConfigError` naming the file and the key (``[shell] timeout``), never ignored. Pure, apart
+from reading the file and the environment.
+
+An example (every table is optional)::
+
+    [model]
+    name = "openai-compatible:qwen3"     # used when --model and EFFECTAGENT_MODEL are absent
+    base_url = "http://127.0.0.1:8000/v1"
+    api_key_env = "MY_SERVER_KEY"        # the variable holding the key (default: the provider's)
+
+    [agent]
+    instructions = "You are a careful assistant."
+    max_turns = 20
+    max_tool_calls = 64
+    max_duration = 600                   # seconds
+    approval_timeout = 300               # seconds a prompt waits before it counts as a denial
+
+    [shell]                              # the shell tool, in the bubblewrap sandbox
+    workspace = "."                      # mounted read-only at /workspace (relative: to the file)
+    write = true                         # also offer shell_write: asks first, mounts read-write
+    network = false
+    timeout = 30                         # seconds per command
+
+    [code_mode]                          # one run_program tool over the readonly tools
+    executor = "deno"                    # or "deno-unisolated"
+
+    [[mcp]]
+    name = "files"
+    command = "python"                   # a server started over stdio …
+    args = ["server.py"]
+    # url = "http://127.0.0.1:9000/mcp"  # … or reached over streamable HTTP
+    approval = "unless-readonly"         # or "always", "never"
+
+    [skills]
+    paths = ["~/skills"]
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import attrs
+
+__all__ = [
+    "AgentConfig",
+    "CodeModeConfig",
+    "Config",
+    "ConfigError",
+    "McpConfig",
+    "ModelConfig",
+    "ShellConfig",
+    "config_path",
+    "load_config",
+    "state_dir",
+]
+
+McpApproval = Literal["always", "never", "unless-readonly"]
+
+
+class ConfigError(Exception):
+    """The configuration file cannot be used: the message names the file and the key."""
+
+
+@attrs.frozen
+class ModelConfig:
+    """``[model]``."""
+
+    name: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+
+@attrs.frozen
+class AgentConfig:
+    """``[agent]``."""
+
+    instructions: str | None = None
+    max_turns: int = 20
+    max_tool_calls: int = 64
+    max_duration: float = 600.0
+    approval_timeout: float = 300.0
+
+
+@attrs.frozen
+class ShellConfig:
+    """``[shell]``: the workspace is an absolute host path."""
+
+    workspace: Path
+    write: bool = False
+    network: bool = False
+    timeout: float = 30.0
+
+
+@attrs.frozen
+class CodeModeConfig:
+    """``[code_mode]``."""
+
+    executor: Literal["deno", "deno-unisolated"] = "deno"
+
+
+@attrs.frozen
+class McpConfig:
+    """One ``[[mcp]]`` server: a ``command`` (stdio) or a ``url`` (streamable HTTP)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = attrs.field(factory=dict)
+    cwd: Path | None = None
+    url: str | None = None
+    approval: McpApproval = "unless-readonly"
+
+
+@attrs.frozen
+class Config:
+    """The whole file (defaults when there is none). ``path`` is the file read, if any."""
+
+    path: Path | None = None
+    model: ModelConfig = ModelConfig()
+    agent: AgentConfig = AgentConfig()
+    shell: ShellConfig | None = None
+    code_mode: CodeModeConfig | None = None
+    mcp: tuple[McpConfig, ...] = ()
+    skills: tuple[Path, ...] = ()
+
+
+# ---- paths ----------------------------------------------------------------------------------------
+
+
+def _xdg(variable: str, fallback: str, environ: Mapping[str, str]) -> Path:
+    value = environ.get(variable, "")
+    if value and os.path.isabs(value):  # the spec: a relative value is ignored
+        return Path(value)
+    home = environ.get("HOME") or os.path.expanduser("~")
+    return Path(home) / fallback
+
+
+def state_dir(given: str | None, environ: Mapping[str, str]) -> Path:
+    """``given``, else ``$XDG_STATE_HOME/effectagent``, else ``~/.local/state/effectagent``."""
+    if given:
+        return Path(given).expanduser().resolve()
+    return _xdg("XDG_STATE_HOME", ".local/state", environ) / "effectagent"
+
+
+def config_path(given: str | None, environ: Mapping[str, str]) -> Path | None:
+    """``given`` (which must exist), else ``$XDG_CONFIG_HOME/effectagent/config.toml`` (or
+    ``~/.config/…``) when that file exists, else None."""
+    if given:
+        path = Path(given).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"{given}: no such configuration file")
+        return path.resolve()
+    default = _xdg("XDG_CONFIG_HOME", ".config", environ) / "effectagent" / "config.toml"
+    return default if default.is_file() else None
+
+
+# ---- validation -----------------------------------------------------------------------------------
+
+_TYPE_NAMES: Final = {
+    str: "a string",
+    bool: "true or false",
+    int: "an integer",
+    float: "a number",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+class _Table:
+    """Reads the keys of one table, checking each one's type; :meth:`done` refuses the rest."""
+
+    def __init__(self, file: Path, where: str, data: object) -> None:
+        self.file = file
+        self.where = where
+        if not isinstance(data, dict):
+            raise self.error(f"{where} must be a table, got {_kind(data)}")
+        self.data: dict[str, Any] = data
+        self.seen: set[str] = set()
+
+    def error(self, message: str) -> ConfigError:
+        return ConfigError(f"{self.file}: {message}")
+
+    def name(self, key: str) -> str:
+        return f"{self.where} {key}" if self.where else key
+
+    def get(self, key: str, kind: type, default: Any = None) -> Any:
+        self.seen.add(key)
+        if key not in self.data:
+            return default
+        value = self.data[key]
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        )
+        if not ok:
+            raise self.error(f"{self.name(key)} must be {_TYPE_NAMES[kind]}, got {_kind(value)}")
+        return float(value) if kind is float else value
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        value: str | None = self.get(key, str, default)
+        if value is not None and not value.strip():
+            raise self.error(f"{self.name(key)} must not be empty")
+        return value
+
+    def positive(self, key: str, kind: type, default: float) -> Any:
+        value = self.get(key, kind, default)
+        if value <= 0:
+            raise self.error(f"{self.name(key)} must be positive, got {value}")
+        return value
+
+    def strings(self, key: str) -> tuple[str, ...]:
+        values = self.get(key, list, [])
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise self.error(f"{self.name(key)}[{index}] must be a string, got {_kind(value)}")
+        return tuple(values)
+
+    def choice(self, key: str, choices: tuple[str, ...], default: str) -> Any:
+        value = self.get(key, str, default)
+        if value not in choices:
+            shown = ", ".join(repr(c) for c in choices)
+            raise self.error(f"{self.name(key)} must be one of {shown}, got {value!r}")
+        return value
+
+    def path(self, key: str, default: str | None = None) -> Path | None:
+        value = self.text(key, default)
+        if value is None:
+            return None
+        path = Path(value).expanduser()
+        return path if path.is_absolute() else (self.file.parent / path).resolve()
+
+    def done(self) -> None:
+        unknown = sorted(set(self.data) - self.seen)
+        if unknown:
+            known = ", ".join(sorted(self.seen))
+            raise self.error(
+                f"unknown key {unknown[0]!r} in {self.where or 'the top level'} "
+                f"(known keys: {known})"
+            )
+
+
+_TOP: Final = ("model", "agent", "shell", "code_mode", "mcp", "skills")
+
+
+def load_config(path: Path | None) -> Config:
+    """The configuration in ``path`` (defaults when None); raises :class:`ConfigError` naming
+    the file and the key for anything it cannot use."""
+    if path is None:
+        return Config()
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: is not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: is not valid TOML: {exc}") from None
+    top = _Table(path, "", data)
+    for key in _TOP:
+        top.seen.add(key)
+    top.done()
+    return Config(
+        path=path,
+        model=_model(path, data.get("model", {})),
+        agent=_agent(path, data.get("agent", {})),
+        shell=_shell(path, data["shell"]) if "shell" in data else None,
+        code_mode=_code_mode(path, data["code_mode"]) if "code_mode" in data else None,
+        mcp=_mcp_servers(path, data.get("mcp", [])),
+        skills=_skills(path, data.get("skills", {})),
+    )
+
+
+def _model(path: Path, data: object) -> ModelConfig:
+    table = _Table(path, "[model]", data)
+    config = ModelConfig(table.text("name"), table.text("base_url"), table.text("api_key_env"))
+    table.done()
+    return config
+
+
+def _agent(path: Path, data: object) -> AgentConfig:
+    table = _Table(path, "[agent]", data)
+    config = AgentConfig(
+        instructions=table.text("instructions"),
+        max_turns=table.positive("max_turns", int, 20),
+        max_tool_calls=table.positive("max_tool_calls", int, 64),
+        max_duration=table.positive("max_duration", float, 600.0),
+        approval_timeout=table.positive("approval_timeout", float, 300.0),
+    )
+    table.done()
+    return config
+
+
+def _shell(path: Path, data: object) -> ShellConfig:
+    table = _Table(path, "[shell]", data)
+    workspace = table.path("workspace", ".")
+    assert workspace is not None
+    config = ShellConfig(
+        workspace=workspace,
+        write=table.get("write", bool, False),
+        network=table.get("network", bool, False),
+        timeout=table.positive("timeout", float, 30.0),
+    )
+    table.done()
+    if not workspace.is_dir():
+        raise ConfigError(f"{path}: [shell] workspace {str(workspace)!r} is not a directory")
+    return config
+
+
+def _code_mode(path: Path, data: object) -> CodeModeConfig:
+    table = _Table(path, "[code_mode]", data)
+    config = CodeModeConfig(table.choice("executor", ("deno", "deno-unisolated"), "deno"))
+    table.done()
+    return config
+
+
+def _mcp_servers(path: Path, data: object) -> tuple[McpConfig, ...]:
+    if not isinstance(data, list):
+        raise ConfigError(f"{path}: mcp must be an array of tables ([[mcp]]), got {_kind(data)}")
+    servers = tuple(_mcp(path, index, item) for index, item in enumerate(data))
+    names = [server.name for server in servers]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigError(f"{path}: two [[mcp]] servers are named {name!r}")
+    return servers
+
+
+def _mcp(path: Path, index: int, data: object) -> McpConfig:
+    table = _Table(path, f"[[mcp]] #{index + 1}", data)
+    name = table.text("name")
+    command = table.text("command")
+    url = table.text("url")
+    args = table.strings("args")
+    env_table = table.get("env", dict, {})
+    env: dict[str, str] = {}
+    for key, value in env_table.items():
+        if not isinstance(value, str):
+            raise table.error(f"{table.name('env')}.{key} must be a string, got {_kind(value)}")
+        env[key] = value
+    cwd = table.path("cwd")
+    approval = table.choice("approval", ("always", "never", "unless-readonly"), "unless-readonly")
+    table.done()
+    if name is None:
+        raise table.error(f"{table.where} needs a name")
+    if (command is None) == (url is None):
+        raise table.error(f"{table.where} ({name}) needs exactly one of command and url")
+    if url is not None and (args or env or cwd is not None):
+        raise table.error(f"{table.where} ({name}): args, env and cwd apply to a command only")
+    return McpConfig(name, command, args, env, cwd, url, approval)
+
+
+def _skills(path: Path, data: object) -> tuple[Path, ...]:
+    table = _Table(path, "[skills]", data)
+    paths = table.strings("paths")
+    table.done()
+    resolved = []
+    for value in paths:
+        candidate = Path(value).expanduser()
+        if not candidate.is_absolute():
+            candidate = (path.parent / candidate).resolve()
+        if not candidate.is_dir():
+            raise ConfigError(f"{path}: [skills] paths: {value!r} is not a directory")
+        resolved.append(candidate)
+    return tuple(resolved)

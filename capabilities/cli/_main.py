@@ -1,0 +1,363 @@
+"""``effectagent``: chat with an agent, run one prompt, list sessions."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TextIO
+
+import attrs
+import trio
+
+from capabilities import sqlite_storage
+from capabilities.sessions import SessionStoreService
+from capabilities.steering import SteeringService
+from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from effectagent.engine import Runtime
+from effectagent.providers import model_settings
+
+from ._approval import SessionApproval
+from ._config import Config, ConfigError, config_path, load_config, state_dir
+from ._session import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SUSPENDED,
+    TerminalSession,
+)
+from ._sessions import NamedSession, all_sessions, runs_of
+from ._tools import open_tools
+
+__all__ = ["EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
+
+#: Bad arguments or configuration, or no model configured.
+EXIT_USAGE = 2
+#: The model, tools or storage could not be opened (a missing API key, an MCP server that does
+#: not answer, no bubblewrap for the shell tool, …).
+EXIT_UNAVAILABLE = 3
+
+DATABASE = "effectagent.db"
+
+DEFAULT_INSTRUCTIONS = (
+    "You are a helpful assistant in the user's terminal. Answer concisely. Use the tools you "
+    "have when they help; say so when you cannot do something."
+)
+
+_EXIT_CODES = f"""\
+exit status:
+  {EXIT_COMPLETED}    the run completed (chat: the session ended)
+  {EXIT_FAILED}    the run failed (the model, a tool or a budget ended it with an error)
+  {EXIT_USAGE}    bad arguments or configuration, or no model configured
+  {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
+  {EXIT_SUSPENDED}    the run was suspended
+  {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
+
+environment:
+  EFFECTAGENT_MODEL   the model when --model is not given
+  XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/)
+  XDG_CONFIG_HOME     the config file is $XDG_CONFIG_HOME/effectagent/config.toml (else ~/.config/…)
+  NO_COLOR            no colors (as --color never)
+"""
+
+_NO_MODEL = (
+    "no model configured: pass --model PROVIDER:MODEL (e.g. --model anthropic:claude-sonnet-4-5, "
+    "--model openai:gpt-4.1, or --model openai-compatible:NAME --base-url URL) or set "
+    "EFFECTAGENT_MODEL. For an offline demo without a model, run `make demo`."
+)
+
+
+class UsageError(Exception):
+    """Bad arguments or configuration: exit status 2."""
+
+
+class Unavailable(Exception):
+    """The model, tools or storage could not be opened: exit status 3."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--model",
+        help="PROVIDER:MODEL — openai:…, openai-chat:…, anthropic:…, openai-compatible:… "
+        "(with --base-url); default $EFFECTAGENT_MODEL, else [model] name in the config",
+    )
+    common.add_argument(
+        "--base-url", help="the provider's API root (required for openai-compatible)"
+    )
+    common.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the environment variable holding the API key (default: the provider's usual one)",
+    )
+    common.add_argument("--config", metavar="PATH", help="the TOML config (tools, agent, model)")
+    common.add_argument(
+        "--state-dir", metavar="DIR", help="where sessions are kept (default: the XDG state dir)"
+    )
+    common.add_argument(
+        "--session", metavar="NAME", help="continue the session NAME (created when new)"
+    )
+    common.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="default: auto"
+    )
+    parser = argparse.ArgumentParser(
+        prog="effectagent",
+        description="Talk to an LLM agent in the terminal: tools run in a sandbox, writes ask "
+        "first, sessions persist in SQLite.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands.add_parser(
+        "chat",
+        parents=[common],
+        help="an interactive session (Ctrl-C interrupts a run, Ctrl-D ends the session)",
+        description="An interactive session: type a prompt, watch the run; text typed while a "
+        "run goes steers it; approvals are asked inline (y / n / a = always this session). "
+        "Ctrl-C interrupts the run, Ctrl-D ends the session. A new session gets a name to "
+        "resume it with --session.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run = commands.add_parser(
+        "run",
+        parents=[common],
+        help="one run: print the answer; the exit status says how it ended",
+        description="One run of PROMPT: the answer goes to stdout, tool calls and usage to "
+        "stderr (or every event as one JSON object per line with --json).",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("prompt", help="what to ask")
+    run.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    sessions = commands.add_parser(
+        "sessions",
+        help="list the sessions",
+        description="List the sessions: name, conversation, last update, runs.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sessions.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
+    return parser
+
+
+@attrs.frozen
+class _Model:
+    spec: str
+    options: Mapping[str, Any]
+    secrets: tuple[str, ...]
+
+
+_KEY_VARIABLES = {
+    "openai": "OPENAI_API_KEY",
+    "openai-responses": "OPENAI_API_KEY",
+    "openai-chat": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+}
+
+
+def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> _Model:
+    spec = args.model or environ.get("EFFECTAGENT_MODEL") or config.model.name
+    if not spec:
+        raise UsageError(_NO_MODEL)
+    provider = spec.partition(":")[0].strip().lower()
+    options: dict[str, Any] = {}
+    base_url = args.base_url or config.model.base_url
+    if base_url:
+        options["base_url"] = base_url
+    key_variable = args.api_key_env or config.model.api_key_env
+    if provider == "openai-compatible":
+        if key_variable:
+            options["api_key_env"] = key_variable
+    elif key_variable:
+        key = environ.get(key_variable)
+        if not key:
+            raise Unavailable(f"no API key: the environment variable {key_variable} is not set")
+        options["api_key"] = key
+    else:
+        key_variable = _KEY_VARIABLES.get(provider)
+    try:
+        model_settings(spec, **options)  # checks the string and the options now
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--model: {exc}") from None
+    secret = environ.get(key_variable) if key_variable else None
+    return _Model(spec, options, (secret,) if secret else ())
+
+
+def _color(choice: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
+    if choice == "always":
+        return True
+    if choice == "never" or environ.get("NO_COLOR"):
+        return False
+    return stream.isatty()
+
+
+@attrs.frozen
+class _Opened:
+    runtime: Runtime
+    agent: Agent
+    approval: SessionApproval
+
+
+@asynccontextmanager
+async def _open(
+    args: argparse.Namespace, environ: Mapping[str, str], *, ask: bool
+) -> AsyncIterator[_Opened]:
+    """The runtime of a chat or run: model, SQLite storage, approval, configured tools.
+
+    Cancellation: opening is cancellable; leaving the block interrupts runs and closes all.
+    """
+    config = load_config(config_path(args.config, environ))
+    model = _model(args, config, environ)
+    directory = state_dir(args.state_dir, environ)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise Unavailable(
+            f"the state directory {directory} cannot be made: {exc.strerror}"
+        ) from None
+    approval = SessionApproval(ask=ask)
+    opened = False
+    try:
+        async with open_tools(config) as tooling:
+            policy = AgentPolicy(
+                max_turns=config.agent.max_turns,
+                max_tool_calls=config.agent.max_tool_calls,
+                max_duration=config.agent.max_duration,
+                approval_timeout=config.agent.approval_timeout,
+            )
+            agent = Agent(
+                "assistant",
+                config.agent.instructions or DEFAULT_INSTRUCTIONS,
+                policy,
+                Toolkit(*tooling.tools),
+                tool_sources=tooling.sources,
+            )
+            layer = (
+                model_settings(model.spec, **model.options).layer()
+                + sqlite_storage(directory / DATABASE)
+                + approval.layer()
+            )
+            if tooling.layer is not None:
+                layer = layer + tooling.layer
+            async with open_runtime(layer, agents=[agent], secrets=model.secrets) as runtime:
+                opened = True
+                yield _Opened(runtime, agent, approval)
+    except Exception as exc:
+        if opened or isinstance(exc, UsageError | ConfigError | Unavailable):
+            raise
+        raise Unavailable(_describe(exc)) from None
+
+
+def _describe(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    message = getattr(exc, "message", None)
+    text = message if isinstance(message, str) and message else str(exc)
+    return f"cannot start: {type(exc).__name__}: {text}"
+
+
+def _session_name(args: argparse.Namespace) -> str | None:
+    name: str | None = args.session
+    if name is not None and not name.strip():
+        raise UsageError("--session needs a name")
+    return name
+
+
+async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    name = _session_name(args) or time.strftime("chat-%Y%m%d-%H%M%S")
+    color = _color(args.color, sys.stdout, environ)
+    async with _open(args, environ, ask=True) as opened:
+        named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
+        if named.resumed:
+            intro = (
+                f"session {name} resumed ({named.runs} runs, conversation {named.conversation_id})"
+            )
+        else:
+            intro = f"session {name} (resume it with --session {name})"
+        print(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session", flush=True)
+        session = TerminalSession(
+            opened.runtime,
+            opened.agent,
+            opened.approval,
+            opened.runtime.context.get(SteeringService),
+            out=sys.stdout,
+            err=sys.stderr,
+            color=color,
+            named=named,
+        )
+        return await session.chat(sys.stdin)
+
+
+async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    if not args.prompt.strip():
+        raise UsageError("the prompt is empty")
+    name = _session_name(args)
+    interactive = sys.stdin.isatty()
+    color = _color(args.color, sys.stderr, environ)
+    async with _open(args, environ, ask=interactive) as opened:
+        named = None
+        if name is not None:
+            named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
+        session = TerminalSession(
+            opened.runtime,
+            opened.agent,
+            opened.approval,
+            opened.runtime.context.get(SteeringService),
+            out=sys.stdout,
+            err=sys.stderr,
+            color=color,
+            named=named,
+            json_events=args.json,
+            answer_only=not args.json,
+        )
+        return await session.run(args.prompt, sys.stdin if interactive else None)
+
+
+async def _sessions(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    directory = state_dir(args.state_dir, environ)
+    path = directory / DATABASE
+    if not path.is_file():
+        print(f"no sessions yet (they are kept in {path})")
+        return EXIT_COMPLETED
+    try:
+        async with open_runtime(sqlite_storage(path)) as runtime:
+            found = await all_sessions(runtime.context[SessionStoreService])
+    except Exception as exc:
+        raise Unavailable(_describe(exc)) from None
+    if not found:
+        print(f"no sessions yet (they are kept in {path})")
+        return EXIT_COMPLETED
+    found.sort(key=lambda session: session.updated_at, reverse=True)
+    rows = [("NAME", "CONVERSATION", "UPDATED", "RUNS")]
+    for session in found:
+        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(session.updated_at))
+        runs = runs_of(session)
+        conversation = session.conversations[-1] if session.conversations else "-"
+        rows.append((session.name, conversation, updated, "-" if runs is None else str(runs)))
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[3]]))
+    return EXIT_COMPLETED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``effectagent`` command; returns its exit status (see ``effectagent --help``)."""
+    args = _parser().parse_args(argv)
+    environ = dict(os.environ)
+    command = {"chat": _chat, "run": _run, "sessions": _sessions}[args.command]
+    try:
+        return trio.run(command, args, environ)
+    except (UsageError, ConfigError) as exc:
+        print(f"effectagent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except Unavailable as exc:
+        print(f"effectagent: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except KeyboardInterrupt:
+        print("effectagent: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -1,0 +1,308 @@
+"""A terminal session: runs of one agent in one conversation, shown as they happen.
+
+Input comes from the terminal line by line, read in a worker thread (the event loop never blocks
+on it). While no run is going, a line starts one; while a run is going, a line answers the
+approval it waits for, or else steers the run. SIGINT (Ctrl-C) interrupts the run going (it ends
+``RunInterrupted``, everything so far kept in the log), and the session goes on; end of input
+(Ctrl-D) ends the session.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from typing import Any, TextIO
+
+import attrs
+import trio
+
+from capabilities.steering import Steering
+from effectagent import Agent
+from effectagent.core import (
+    ApprovalRequested,
+    EventBase,
+    RunCompleted,
+    RunFailed,
+    RunInterrupted,
+    RunStarted,
+    RunSuspended,
+    TextDelta,
+)
+from effectagent.effect import TaggedError
+from effectagent.engine import RunStream, Runtime
+
+from ._approval import ApprovalPrompt, SessionApproval
+from ._sessions import NamedSession
+from .render import Timeline
+
+__all__ = [
+    "EXIT_COMPLETED",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_SUSPENDED",
+    "TerminalSession",
+    "event_json",
+    "exit_status",
+]
+
+#: Exit statuses of ``effectagent run``, by how the run ended.
+EXIT_COMPLETED = 0
+EXIT_FAILED = 1
+EXIT_SUSPENDED = 4
+EXIT_INTERRUPTED = 130  # the shell's convention for "ended by SIGINT"
+
+_STYLE_PROMPT = "\x1b[1m"
+_STYLE_NOTE = "\x1b[2m"
+_RESET = "\x1b[0m"
+
+
+def exit_status(terminal: EventBase | None) -> int:
+    """The exit status for a run that ended with ``terminal`` (None: it never started)."""
+    if isinstance(terminal, RunCompleted):
+        return EXIT_COMPLETED
+    if isinstance(terminal, RunInterrupted):
+        return EXIT_INTERRUPTED
+    if isinstance(terminal, RunSuspended):
+        return EXIT_SUSPENDED
+    return EXIT_FAILED
+
+
+def _plain(value: Any) -> Any:
+    if attrs.has(type(value)):
+        out: dict[str, Any] = {}
+        if isinstance(value, EventBase):
+            out["type"] = type(value).__name__
+        if isinstance(value, TaggedError):
+            out["_tag"] = value.tag
+        for field in attrs.fields(type(value)):
+            out[field.name] = _plain(getattr(value, field.name))
+        return out
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, set | frozenset):
+        return sorted(_plain(item) for item in value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def event_json(event: EventBase) -> str:
+    """One event as one line of JSON: ``{"type": "<EventClass>", <its fields>...}``."""
+    return json.dumps(_plain(event), ensure_ascii=False, separators=(",", ":"))
+
+
+async def _read_lines(send: trio.MemorySendChannel[str | None], stream: TextIO) -> None:
+    """Send each line of ``stream`` (without its newline), then None at its end.
+
+    Cancellation: the blocked read is abandoned in its worker thread (a daemon thread that ends
+    with the process); nothing read is lost before the cancellation.
+    """
+    async with send:
+        while True:
+            line = await trio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)
+            if not line:
+                await send.send(None)
+                return
+            await send.send(line.rstrip("\r\n"))
+
+
+class TerminalSession:
+    """Runs of ``agent`` in ``runtime`` on a terminal (see the module notes).
+
+    ``out`` gets the timeline, or one JSON object per event with ``json_events`` (prompts then go
+    to ``err``). ``named`` is the session the runs continue and are recorded in (None: a new
+    conversation, not named). With ``answer_only`` the answer's text goes to ``out`` and every
+    other event to ``err``'s timeline (``effectagent run``).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        agent: Agent,
+        approval: SessionApproval,
+        steering: Steering | None,
+        *,
+        out: TextIO,
+        err: TextIO,
+        color: bool,
+        named: NamedSession | None = None,
+        json_events: bool = False,
+        answer_only: bool = False,
+    ) -> None:
+        self._runtime = runtime
+        self._agent = agent
+        self._approval = approval
+        self._steering = steering
+        self._out = out
+        self._err = err
+        self._color = color
+        self._named = named
+        self._json = json_events
+        self._answer_only = answer_only
+        self._conversation_id = named.conversation_id if named is not None else None
+        screen = err if (json_events or answer_only) else out
+        self._screen = screen
+        self._timeline = Timeline(screen, color=color, header=False)
+        self._prompt = ApprovalPrompt(approval, screen, paint=self._bold)
+        self._current: RunStream | None = None
+        self._lines: trio.MemoryReceiveChannel[str | None] | None = None
+        self._eof = False
+
+    # ---- writing -------------------------------------------------------------------------------
+
+    def _bold(self, text: str) -> str:
+        return f"{_STYLE_PROMPT}{text}{_RESET}" if self._color else text
+
+    def _note(self, text: str) -> None:
+        shown = f"{_STYLE_NOTE}{text}{_RESET}" if self._color else text
+        self._timeline.close()
+        self._screen.write(f"{shown}\n")
+        self._screen.flush()
+
+    # ---- the session ---------------------------------------------------------------------------
+
+    async def chat(self, stdin: TextIO) -> int:
+        """Read prompts until the end of input; each starts a run. Returns 0.
+
+        Cancellation: a run going is interrupted (it writes its interruption) before the
+        cancellation goes on.
+        """
+        async with trio.open_nursery() as nursery:
+            self._start_input(nursery, stdin)
+            nursery.start_soon(self._approvals)
+            with trio.open_signal_receiver(signal.SIGINT) as signals:
+                nursery.start_soon(self._interrupts, signals)
+                while not self._eof:
+                    self._screen.write(self._bold("you> "))
+                    self._screen.flush()
+                    line = await self._next_line()
+                    if line is None:
+                        break
+                    if line.strip():
+                        await self.run_once(line)
+            self._screen.write("\n")
+            self._screen.flush()
+            nursery.cancel_scope.cancel()
+        return 0
+
+    async def run(self, text: str, stdin: TextIO | None) -> int:
+        """One run of ``text``; its exit status (see :func:`exit_status`). Input lines answer
+        approvals or steer, when ``stdin`` is given.
+
+        Cancellation: the run is interrupted (it writes its interruption) before the
+        cancellation goes on.
+        """
+        async with trio.open_nursery() as nursery:
+            if stdin is not None:
+                self._start_input(nursery, stdin)
+            nursery.start_soon(self._approvals)
+            with trio.open_signal_receiver(signal.SIGINT) as signals:
+                nursery.start_soon(self._interrupts, signals)
+                status = await self.run_once(text)
+            nursery.cancel_scope.cancel()
+        return status
+
+    def _start_input(self, nursery: trio.Nursery, stdin: TextIO) -> None:
+        send, receive = trio.open_memory_channel[str | None](64)
+        self._lines = receive
+        nursery.start_soon(_read_lines, send, stdin)
+
+    async def _next_line(self) -> str | None:
+        if self._lines is None or self._eof:
+            return None
+        line = await self._lines.receive()
+        if line is None:
+            self._eof = True
+        return line
+
+    async def _approvals(self) -> None:
+        """Turn the approval updates into prompts. Cancellation: unsubscribes."""
+        with self._approval.interactive.subscribe() as updates:
+            async for update in updates:
+                self._timeline.close()
+                self._prompt.update(update)
+
+    async def _interrupts(self, signals: Any) -> None:
+        """Ctrl-C interrupts the run going; at the prompt it says how to leave."""
+        async for _ in signals:
+            if self._current is not None:
+                self._note("^C — interrupting the run")
+                self._current.interrupt()
+            else:
+                self._screen.write("\n")
+                self._note("(Ctrl-D ends the session)")
+                self._screen.write(self._bold("you> "))
+                self._screen.flush()
+
+    async def run_once(self, text: str) -> int:
+        """One run of ``text`` in the session's conversation, shown as it goes; its exit status.
+
+        Cancellation: as :meth:`run`.
+        """
+        terminal: EventBase | None = None
+        stream = self._runtime.stream(self._agent, text, conversation_id=self._conversation_id)
+        async with stream as events, trio.open_nursery() as nursery:
+            self._current = events
+            try:
+                if self._lines is not None:
+                    nursery.start_soon(self._input_during_run, events)
+                async for event in events:
+                    await self._show(event)
+                    if isinstance(event, RunStarted):
+                        self._conversation_id = event.conversation_id
+                        if self._named is not None:
+                            await self._named.started(event.conversation_id)
+                    if isinstance(event, RunCompleted | RunFailed | RunInterrupted | RunSuspended):
+                        terminal = event
+            finally:
+                self._current = None
+                nursery.cancel_scope.cancel()
+        self._timeline.close()
+        if self._named is not None and terminal is not None:
+            with trio.CancelScope(shield=True):
+                await self._named.ended()
+        return exit_status(terminal)
+
+    async def _show(self, event: EventBase) -> None:
+        if self._json:
+            self._out.write(event_json(event) + "\n")
+            self._out.flush()
+        else:
+            self._render(event)
+        if isinstance(event, ApprovalRequested):
+            self._prompt.announce(event.tool_call_id)
+
+    def _render(self, event: EventBase) -> None:
+        if self._answer_only and isinstance(event, TextDelta):
+            self._out.write(event.text)
+            self._out.flush()
+            return
+        if self._answer_only and isinstance(event, RunCompleted):
+            self._out.write("\n")
+            self._out.flush()
+        self._timeline.render(event)
+
+    async def _input_during_run(self, events: RunStream) -> None:
+        """Lines typed while the run goes: an approval's answer, or steering. End of input
+        interrupts the run (and ends the session)."""
+        while True:
+            line = await self._next_line()
+            if line is None:
+                events.interrupt()
+                return
+            if self._prompt.waiting:
+                self._prompt.answer(line)
+            elif line.strip():
+                await self._steer(events.conversation_id, line)
+
+    async def _steer(self, conversation_id: str, text: str) -> None:
+        if self._steering is None:
+            self._note("  (steering is not available in this session)")
+            return
+        receipt = await self._steering.steer(conversation_id, text, author="user")
+        if receipt.accepted:
+            self._note("  ↪ steering: taken at the next turn")
+        else:
+            self._note(f"  ↪ steering not taken: {receipt.rejection}")

@@ -1,0 +1,209 @@
+"""The tools a configuration offers: the sandboxed shell, Code Mode over the readonly tools, MCP
+servers and skills — as tools, the Layer of their handlers and the tool sources an agent names."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import attrs
+
+from capabilities.code_mode import code_mode
+from capabilities.mcp import HttpServer, McpServer, StdioServer, connect
+from capabilities.skills import activation_tool, discover_skills
+from effectagent import Tool, Toolkit, tool
+from effectagent.ai import ToolAnnotations, ToolSource
+from effectagent.effect import Layer, ServiceKey, TaggedError
+from sandbox import (
+    BubblewrapSandbox,
+    Mount,
+    MountMode,
+    NetworkPolicy,
+    Sandbox,
+    SandboxError,
+    SandboxLimits,
+    SandboxRequest,
+    run,
+)
+
+from ._config import Config, McpConfig, ShellConfig
+
+__all__ = ["ShellError", "ShellResult", "Tooling", "open_tools", "shell_tools"]
+
+#: Where the workspace appears inside the sandbox (and the commands' working directory).
+WORKSPACE = "/workspace"
+
+
+@attrs.frozen
+class ShellResult:
+    """What a command did: its exit status and the head of its output."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    output_truncated: bool = False
+
+
+@attrs.frozen
+class ShellError(TaggedError):
+    """The sandbox could not run the command (``message`` says why)."""
+
+    message: str
+
+
+def shell_tools(config: ShellConfig, sandbox: Sandbox) -> tuple[Tool[Any, Any], ...]:
+    """``shell`` (readonly: the workspace is mounted read-only), and with ``write`` also
+    ``shell_write`` (asks for approval; the workspace is mounted read-write)."""
+    workspace = str(config.workspace)
+    limits = SandboxLimits(wall_clock_seconds=config.timeout)
+    network: NetworkPolicy = "host" if config.network else "none"
+
+    async def execute(command: str, mode: MountMode) -> ShellResult:
+        """Run ``command`` with ``/bin/sh -c`` in the sandbox.
+
+        Cancellation: the sandbox kills and reaps the command before the cancellation goes on.
+        """
+        request = SandboxRequest(
+            "/bin/sh",
+            ("-c", command),
+            mounts=(Mount(workspace, WORKSPACE, mode),),
+            cwd=WORKSPACE,
+            network=network,
+            limits=limits,
+        )
+        try:
+            result = await run(sandbox, request)
+        except SandboxError as exc:
+            raise ShellError(f"{exc.tag}: {exc}") from None
+        return ShellResult(
+            result.exit_code if result.signal is None else 128 + result.signal,
+            result.stdout.decode("utf-8", "replace"),
+            result.stderr.decode("utf-8", "replace"),
+            result.timed_out,
+            result.output_truncated,
+        )
+
+    where = (
+        f"The workspace ({workspace} on the host) is the working directory, {WORKSPACE}. "
+        f"Each command may run {config.timeout:g} s; "
+        + ("it may use the network." if config.network else "there is no network.")
+    )
+
+    @tool(
+        name="shell",
+        description="Run a command line with /bin/sh -c in a sandbox, the workspace mounted "
+        "read-only: for reading and inspecting files, never for changing them"
+        + (" (use shell_write for that). " if config.write else ". ")
+        + where,
+        errors=ShellError,
+        readonly=True,
+        open_world=config.network,
+    )
+    async def shell(command: str) -> ShellResult:
+        """Args:
+        command: The command line, run by /bin/sh -c.
+        """
+        return await execute(command, "ro")
+
+    if not config.write:
+        return (shell,)
+
+    @tool(
+        name="shell_write",
+        description="Run a command line with /bin/sh -c in a sandbox, the workspace mounted "
+        "read-write: for commands that change files. The user approves each command first. "
+        + where,
+        errors=ShellError,
+        needs_approval=True,
+        summarize=lambda args: f"run in the workspace, read-write: {args.command}",
+        targets=lambda args: [f"workspace:{workspace}"],
+        open_world=config.network,
+    )
+    async def shell_write(command: str) -> ShellResult:
+        """Args:
+        command: The command line, run by /bin/sh -c.
+        """
+        return await execute(command, "rw")
+
+    return (shell, shell_write)
+
+
+@attrs.frozen
+class Tooling:
+    """What the configuration offers an agent: ``tools`` for its toolkit, ``layer`` binding
+    their handlers, ``sources`` (MCP servers) for ``Agent(tool_sources=...)``."""
+
+    tools: tuple[Tool[Any, Any], ...] = ()
+    layer: Layer | None = None
+    sources: tuple[ServiceKey[ToolSource], ...] = ()
+
+    @property
+    def may_need_approval(self) -> bool:
+        """Whether any tool, or any MCP server's tool, may ask for approval."""
+        return bool(self.sources) or any(t.needs_approval is not False for t in self.tools)
+
+
+def _approval(choice: str) -> bool | Callable[[ToolAnnotations], bool]:
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    return lambda annotations: not annotations.readonly
+
+
+def _server(config: McpConfig) -> McpServer:
+    if config.url is not None:
+        return HttpServer(config.url, name=config.name, needs_approval=_approval(config.approval))
+    assert config.command is not None
+    return StdioServer(
+        config.command,
+        config.args,
+        env=dict(config.env) or None,
+        cwd=config.cwd,
+        name=config.name,
+        needs_approval=_approval(config.approval),
+    )
+
+
+@asynccontextmanager
+async def open_tools(config: Config) -> AsyncIterator[Tooling]:
+    """The configuration's tools, for the block: MCP servers are connected (their processes
+    stopped when the block is left), skills discovered, the sandbox probed.
+
+    Raises ``SandboxUnavailable`` when the shell is configured and bubblewrap cannot run here,
+    ``McpConnectError`` for a server that does not answer, ``SkillError`` for a broken skill,
+    ``CodeModeBuildError`` for a tool Code Mode cannot offer.
+
+    Cancellation: connecting is cancellable; leaving the block closes every connection
+    (shielded, bounded).
+    """
+    tools: list[Tool[Any, Any]] = []
+    layers: list[Layer] = []
+    if config.shell is not None:
+        shells = shell_tools(config.shell, BubblewrapSandbox())
+        tools.extend(shells)
+        layers.append(Toolkit(*shells).handlers())  # each function tool brings its handler
+    if config.code_mode is not None:
+        readonly = [t for t in tools if t.annotations.readonly and t.needs_approval is False]
+        if readonly:
+            program = code_mode({"workspace": readonly}, executor=config.code_mode.executor)
+            tools.append(program.tool)
+            layers.append(program.layer)
+    if config.skills:
+        library = await discover_skills(*config.skills)
+        activation = activation_tool(library, tools)
+        tools.insert(0, activation.tool)
+        layers.append(activation.layer)
+    async with AsyncExitStack() as stack:
+        sources: list[ServiceKey[ToolSource]] = []
+        for server_config in config.mcp:
+            server = _server(server_config)
+            connection = await stack.enter_async_context(connect(server))
+            layers.append(connection.layer())
+            sources.append(server.key)
+        layer: Layer | None = None
+        for part in layers:
+            layer = part if layer is None else layer + part
+        yield Tooling(tuple(tools), layer, tuple(sources))

@@ -1,0 +1,117 @@
+"""What the CLI tests share: the provider replay server in a thread of its own, and the
+``effectagent`` command started in a pseudo-terminal with an environment of its own.
+
+The replay server (``tests.providers.replay``) runs in its own ``trio.run`` in a background
+thread, so the tests themselves are plain functions that may block on ``pexpect``; scripting the
+server and reading what it received go through the server's Trio token (thread-safe).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pexpect
+import trio
+
+from tests.providers.replay import Recorded, ReplayServer, Script, start_server
+
+__all__ = ["ServerThread", "cli_env", "serve", "spawn"]
+
+#: A made-up key: it must never show in anything the command prints.
+KEY = "sk-cli-test-canary-0123456789abcdef"
+
+#: The command, as a user would start it (the installed console script).
+EFFECTAGENT = str(Path(sys.executable).with_name("effectagent"))
+
+
+class ServerThread:
+    """A :class:`ReplayServer` in a thread (see the module notes)."""
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._server: ReplayServer | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._thread = threading.Thread(target=trio.run, args=(self._main,), daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the replay server did not start")
+
+    async def _main(self) -> None:
+        self._stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            self._server = await start_server(nursery)
+            self._token = trio.lowlevel.current_trio_token()
+            self._ready.set()
+            await self._stop.wait()
+            nursery.cancel_scope.cancel()
+
+    @property
+    def url(self) -> str:
+        """The OpenAI-compatible root the command is pointed at."""
+        assert self._server is not None
+        return f"{self._server.url}/v1"
+
+    def script(self, *replies: Script) -> None:
+        """Answer the next requests with ``replies``."""
+        assert self._server is not None
+        trio.from_thread.run_sync(self._server.script, *replies, trio_token=self._token)
+
+    def requests(self) -> list[Recorded]:
+        """What the server received so far."""
+        server = self._server
+        assert server is not None
+        return trio.from_thread.run_sync(lambda: list(server.requests), trio_token=self._token)
+
+    def close(self) -> None:
+        """Stop the server and its thread."""
+        stop = self._stop
+        assert stop is not None
+        trio.from_thread.run_sync(stop.set, trio_token=self._token)
+        self._thread.join(10)
+
+
+@contextmanager
+def serve() -> Iterator[ServerThread]:
+    """A replay server for the block."""
+    server = ServerThread()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment of the test's own: HOME and the XDG directories under ``home``, no
+    provider settings of the machine, no colors unless asked, the made-up key."""
+    keep = ("PATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env.update(
+        HOME=str(home),
+        XDG_STATE_HOME=str(home / "state"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        TERM="dumb",
+        NO_COLOR="1",
+        PYTHONUNBUFFERED="1",
+        CLI_TEST_KEY=KEY,
+    )
+    env.update(extra)
+    return env
+
+
+def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpect.spawn[str]:
+    """``effectagent ARGS`` in a pseudo-terminal (no echo of what the test types)."""
+    return pexpect.spawn(
+        EFFECTAGENT,
+        args,
+        env=env,
+        encoding="utf-8",
+        timeout=timeout,
+        dimensions=(40, 200),
+        echo=False,
+    )
