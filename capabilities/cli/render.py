@@ -25,10 +25,11 @@ ends a line left open by streamed text):
     ``thinking:`` without color), each tool call declared with a preview of its arguments and
     settled with its duration and outcome, approvals waited for, retries, budget warnings,
     compactions, and the run's end with its usage (input, output, cache read and cache write
-    tokens). Events of a subagent (``SubagentStarted`` / ``SubagentEvent`` / ``SubagentCompleted``
-    of ``effectagent.core``) are indented under the tool call that started it. An event it does
-    not know is ignored, so a newer engine never breaks an older timeline. It never raises for
-    any event value; it is synchronous and does no I/O other than writing to ``stream``.
+    tokens). A subagent's events (``SubagentEvent``, after ``SubagentStarted``) are indented one
+    level under the tool call that started it — its task, text and tool calls — and its end
+    (``SubagentCompleted``) shows how it ended, its turns, tool calls and usage; a grandchild's
+    go one level deeper. An event it does not know is ignored, so a newer engine never breaks an
+    older timeline. It is synchronous and does no I/O other than writing to ``stream``.
 
 Everything shown comes from the events, which the engine has already redacted and bounded.
 """
@@ -49,6 +50,9 @@ from effectagent.core import (
     RunInterrupted,
     RunStarted,
     RunSuspended,
+    SubagentCompleted,
+    SubagentEvent,
+    SubagentStarted,
     TextDelta,
     ToolCallDeclared,
     ToolCallFailed,
@@ -194,46 +198,30 @@ class Timeline:
         return self._depths.get(run_id, 0) if isinstance(run_id, str) else 0
 
     def _render(self, event: object, depth: int) -> None:
-        name = type(event).__name__
-        if name.startswith("Subagent"):
-            self._subagent(name, event, depth)
-            return
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, event, depth)
 
-    def _subagent(self, name: str, event: object, depth: int) -> None:
-        """``SubagentStarted`` / ``SubagentEvent`` / ``SubagentCompleted``: the child's events
-        one level deeper than the parent's (read by attribute, so older or newer shapes of
-        these events degrade to less detail, never to an error)."""
-        child_run = getattr(event, "child_run_id", None)
-        child_depth = depth + 1
-        if isinstance(child_run, str):
-            self._depths[child_run] = child_depth
-        if name == "SubagentEvent":
-            inner = getattr(event, "event", None)
-            if inner is not None:
-                inner_run = getattr(inner, "run_id", None)
-                if isinstance(inner_run, str):
-                    self._depths.setdefault(inner_run, child_depth)
-                self._render(inner, self._depths.get(str(inner_run), child_depth))
-            return
-        agent = getattr(event, "child_agent", None) or getattr(event, "subagent", None) or ""
-        if name == "SubagentStarted":
-            task = getattr(event, "task", None) or getattr(event, "input", None)
-            shown = f" {preview(task, self._limit)}" if task else ""
-            self._line(depth + 1, self._paint("cyan", f"↳ subagent {agent}".rstrip()) + shown)
-            return
-        if name == "SubagentCompleted":
-            status = getattr(event, "status", None) or getattr(event, "outcome", None) or "done"
-            usage = getattr(event, "usage", None)
-            text = f"↲ subagent {agent} {status}".replace("  ", " ")
-            if isinstance(usage, UsageTotals):
-                text += f" ({format_usage(usage)})"
-            ok = status in ("done", "completed")
-            self._line(depth + 1, self._paint("green" if ok else "red", text))
-            if isinstance(child_run, str):
-                self._depths.pop(child_run, None)
+    def _subagent_started(self, event: SubagentStarted, depth: int) -> None:
+        """The child's events go one level deeper than the call that started it; its own
+        ``RunStarted`` then shows its agent and task."""
+        self._depths[event.child_run_id] = depth + 1
+
+    def _subagent_event(self, event: SubagentEvent, depth: int) -> None:
+        self._depths.setdefault(event.child_run_id, depth + 1)
+        inner = event.event
+        self._render(inner, self._depth_of(inner))
+
+    def _subagent_completed(self, event: SubagentCompleted, depth: int) -> None:
+        self._depths.pop(event.child_run_id, None)
+        ok = event.status == "completed"
+        calls = "tool call" if event.tool_calls == 1 else "tool calls"
+        turns = "turn" if event.turns == 1 else "turns"
+        text = (
+            f"↲ subagent {event.status}: {event.turns} {turns}, {event.tool_calls} {calls}, "
+            f"{format_usage(event.usage)}"
+        )
+        self._line(depth + 1, self._paint("green" if ok else "yellow", text))
 
     # ---- events --------------------------------------------------------------------------------
 
@@ -317,7 +305,7 @@ class Timeline:
     # ---- writing -------------------------------------------------------------------------------
 
     def _usage_line(self, depth: int, usage: UsageTotals) -> None:
-        if self._usage:
+        if self._usage and not depth:  # a subagent's usage is on its SubagentCompleted line
             self._line(depth, self._paint("gray", f"usage: {format_usage(usage)}"))
 
     def _paint(self, style: str, text: str) -> str:
@@ -368,4 +356,7 @@ _HANDLERS: dict[type[Any], Any] = {
     RunFailed: Timeline._failed,
     RunInterrupted: Timeline._interrupted,
     RunSuspended: Timeline._suspended,
+    SubagentStarted: Timeline._subagent_started,
+    SubagentEvent: Timeline._subagent_event,
+    SubagentCompleted: Timeline._subagent_completed,
 }

@@ -9,8 +9,10 @@ import attrs
 
 from capabilities.approval import Answer, ScriptedApproval
 from capabilities.cli.render import Timeline, preview
+from capabilities.subagents import delegate
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.testing import ScriptedModel, Turn
+from effectagent.ai import AssistantMessage, ModelRequest
+from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
 
 @attrs.frozen
@@ -92,40 +94,63 @@ def test_preview_is_one_bounded_line() -> None:
     assert cut.endswith("…")
 
 
-def test_subagent_events_are_indented_under_their_parent() -> None:
-    """Read by attribute: the child's events one level deeper than the parent's."""
+@attrs.frozen
+class Question:
+    topic: str
 
-    @attrs.frozen
-    class SubagentStarted:
-        run_id: str
-        child_run_id: str
-        child_agent: str
-        task: str
 
-    @attrs.frozen
-    class SubagentEvent:
-        run_id: str
-        child_run_id: str
-        event: object
+async def test_a_subagent_is_indented_under_the_call_that_started_it() -> None:
+    """A real delegation: the child's task, tool call and answer one level deeper, then how it
+    ended; the parent's own lines at the left margin."""
+    child = Agent("researcher", "Research the topic you are given.", toolkit=Toolkit(read))
+    research = delegate(
+        child,
+        name="research",
+        description="Research a topic.",
+        parameters=Question,
+        prompt=lambda p: f"Find out about {p.topic}.",
+    )
+    parent = Agent("lead", "Lead the work.", toolkit=Toolkit(research.tool, read))
 
-    @attrs.frozen
-    class SubagentCompleted:
-        run_id: str
-        child_run_id: str
-        child_agent: str
-        status: str
+    def respond(request: ModelRequest) -> Turn:
+        system = request.messages[0].content
+        assert isinstance(system, str)
+        step = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        if system.startswith("Research"):
+            if step == 0:
+                return Turn.tool_calls(("read", {"path": "notes.md"}))
+            return Turn.text("The notes say it is cold.")
+        if step == 0:
+            return Turn.tool_calls(("research", {"topic": "cache"}))
+        return Turn.text("It is cold.")
 
-    from effectagent.core import TextDelta
-
+    layer = (
+        FunctionModel.layer(respond)
+        + Toolkit(read).handlers({read: handle_read})
+        + research.layer()
+    )
     out = io.StringIO()
-    timeline = Timeline(out)
-    timeline.render(SubagentStarted("run_1", "run_2", "researcher", "find it"))
-    inner = TextDelta("run_2", "conv_2", "researcher", 3, 0.0, 1, "found\nit")
-    timeline.render(SubagentEvent("run_1", "run_2", inner))
-    timeline.render(SubagentCompleted("run_1", "run_2", "researcher", "completed"))
-    assert out.getvalue().splitlines() == [
-        "  ↳ subagent researcher find it",
-        "  found",
-        "  it",
-        "  ↲ subagent researcher completed",
+    timeline = Timeline(out, header=False)
+    async with (
+        open_runtime(layer, agents=[parent]) as runtime,
+        runtime.stream(parent, "Why is it slow?") as events,
+    ):
+        async for event in events:
+            timeline.render(event)
+    timeline.close()
+    lines = [line for line in out.getvalue().splitlines() if line]
+    shown = [line.split(" 0.")[0] if line.lstrip().startswith("✓") else line for line in lines]
+    assert shown[:6] == [
+        '▸ research {"topic":"cache"}',
+        "  ▶ researcher Find out about cache.",
+        '  ▸ read {"path":"notes.md"}',
+        "  ✓ read",
+        "  The notes say it is cold.",
+        shown[5],
     ]
+    assert shown[5].startswith("  ↲ subagent completed: 2 turns, 1 tool call, input ")
+    assert shown[6] == "✓ research"
+    assert lines[6].endswith("s The notes say it is cold.")
+    assert shown[7] == "It is cold."
+    assert shown[8].startswith("usage: input ")
+    assert len(shown) == 9
