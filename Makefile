@@ -43,7 +43,7 @@ test: lint typecheck imports pytest
 test-thorough: $(STAMP) sysdeps
 	HYPOTHESIS_PROFILE=thorough $(BIN)/pytest $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(STAMP) sysdeps
 	$(BIN)/python -m examples.demo
 
 bench: $(STAMP) sysdeps

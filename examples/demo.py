@@ -1,393 +1,432 @@
-"""A scripted agent run, printed as an event timeline. No API key, no network.
+"""``make demo``: an operations assistant investigating a failing service, as a timeline.
 
-Run it with ``make demo`` (``.venv/bin/python -m examples.demo``). A ScriptedModel plays a weather
-assistant through four turns, and the timeline shows what the engine does with each of them:
+No API key, no network, nothing to start by hand. A :class:`~effectagent.testing.ScriptedModel`
+plays an on-call investigation of ``checkout-api`` (503s since 09:15) through the real engine,
+and every capability takes part — each visible in the output:
 
-1. three ``forecast`` calls in one batch, running concurrently (50, 120 and 200 ms of "latency");
-2. a call that fails with a *declared* error (``UnknownCity``: the model sees a ToolFailure) next
-   to a call whose arguments do not decode (ToolInvalidInput, with the JSON path of each problem);
-3. a ``station_log`` call whose result is far larger than the policy's ``tool_result_bounds``: the
-   model gets a truncation marker with the original size, a head and a tail; after this turn the
-   run has used 5 of its 6 tool calls, so a BudgetWarning (80 %) follows;
-4. the final answer, streamed with its reasoning; then a summary of turns, tool calls, cache-aware
-   token usage and outcomes by kind.
+* **parallel tools** — logs and two metrics in one batch, running concurrently;
+* a **sandboxed command** — ``grep`` over the log file in bubblewrap, the workspace read-only;
+* **Code Mode** — one JavaScript program in Deno (inside bubblewrap) comparing six series;
+* **steering** — the on-call engineer reads the assistant's incident update and steers the run
+  ("also check the database"); the input is admitted at the next safe point, before the next
+  model request;
+* **compaction** — a small ``context_token_limit``: old tool results are pruned once;
+* an **MCP server** over stdio — the runbook service (:mod:`examples.ops.runbook_server`);
+* **approval by policy** — the restart is approved by a rule, the destructive database action
+  denied by another;
+* a **persisted session** — the conversation lives in a SQLite file, and a second process
+  (``python -m examples.demo --resume ...``) reopens it and continues the conversation;
+* **usage totals** — input (cache reads and writes apart), output, turns and tool calls.
 
-Clock: by default the demo runs on ``trio.testing.MockClock(autojump_threshold=0)``. The handlers
-really ``await trio.sleep(...)``, but mock time jumps ahead whenever every task is waiting, so the
-timeline's timestamps are exact and identical on every run (they are Trio's clock, read when an
-event arrives) and the demo finishes at once. ``--real-clock`` runs the same script on the system
-clock: the overlap of the three calls is then real wall time (about 0.2 s in total).
+Run it as ``python -m examples.demo [--state-dir DIR] [--no-color]``. The SQLite file goes to
+``DIR`` (default: a new temporary directory, printed at the end). It runs on the real clock:
+the sandbox, Deno and the MCP server are processes, which a mock clock would race past.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
-import textwrap
-from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from functools import partial
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Final, TextIO
 
 import attrs
 import trio
-import trio.testing
 
-from effectagent import (
-    Agent,
-    AgentPolicy,
-    LanguageModelService,
-    Layer,
-    TaggedError,
-    Tool,
-    ToolCallContext,
-    Toolkit,
-    open_runtime,
+from capabilities import (
+    ApprovalRule,
+    LogCompactor,
+    PolicyApproval,
+    SessionCreate,
+    SessionPatch,
+    SessionStoreService,
+    SteeringService,
+    sqlite_storage,
 )
-from effectagent.ai import InputTokens, OutputTokens, Usage
+from capabilities.code_mode import CodeMode, code_mode
+from capabilities.mcp import StdioServer, connect
+from capabilities.steering import InputReceipt, Steering
+from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from effectagent.ai import ToolCallContext
 from effectagent.core import (
-    BudgetWarning,
+    ApprovalRequested,
+    CompactionPolicy,
     EventBase,
-    ModelStarted,
-    ReasoningDelta,
     RunCompleted,
-    RunFailed,
-    RunInterrupted,
-    RunStarted,
-    TextDelta,
-    ToolCallDeclared,
+    ToolApprovalDecided,
     ToolCallFailed,
     ToolCallStarted,
-    ToolCallSucceeded,
-    ToolOutcome,
-    ToolResultBounds,
-    TurnCompleted,
     TurnStarted,
+    UsageTotals,
+    UserInputRecorded,
 )
-from effectagent.engine import RunResult, reduce_events
-from effectagent.testing import ScriptedModel, Turn
-
-__all__ = ["AGENT", "TOOLKIT", "Timeline", "cli", "main", "script"]
-
-# ---- the tools ---------------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Lookup:
-    """Which city to look up."""
-
-    city: str
-
-
-@attrs.frozen
-class Forecast:
-    """Today's forecast for one city."""
-
-    city: str
-    high_c: float
-    sky: str
-
-
-@attrs.frozen
-class UnknownCity(TaggedError):
-    """The weather service has never heard of the city (a declared failure the model sees)."""
-
-    city: str
-
-
-@attrs.frozen
-class StationQuery:
-    """Which station log to read, and how many hours back."""
-
-    city: str
-    hours: int
-
-
-@attrs.frozen
-class Reading:
-    """One hourly reading of a weather station."""
-
-    hour: int
-    temp_c: float
-    wind_ms: float
-    humidity: int
-
-
-@attrs.frozen
-class StationLog:
-    """Hourly readings, oldest first — easily far more than a model should be shown."""
-
-    city: str
-    readings: list[Reading]
-
-
-FORECASTS: Final = {
-    "Oslo": (Forecast("Oslo", 4.0, "clear"), 0.200),
-    "Rome": (Forecast("Rome", 17.5, "sunny"), 0.050),
-    "Lima": (Forecast("Lima", 21.0, "overcast"), 0.120),
-    "Atlantis": (None, 0.030),
-}
-
-FORECAST: Final = Tool(
-    "forecast",
-    "Today's forecast for a city.",
-    parameters=Lookup,
-    success=Forecast,
-    failure=UnknownCity,
-    readonly=True,
+from effectagent.engine import Runtime
+from effectagent.testing import ScriptedModel
+from examples.ops import world
+from examples.ops.model import PromptCachingModel
+from examples.ops.script import (
+    POSTMORTEM_QUESTION,
+    QUESTION,
+    STEERING,
+    postmortem_script,
+    script,
 )
-STATION_LOG: Final = Tool(
-    "station_log",
-    "Hourly readings of a city's weather station.",
-    parameters=StationQuery,
-    success=StationLog,
-    readonly=True,
+from examples.ops.timeline import Timeline, compact
+from examples.ops.tools import (
+    DB_SESSIONS,
+    DB_STATUS,
+    GREP_LOGS,
+    METRICS,
+    POST_UPDATE,
+    RECENT_LOGS,
+    RESTART,
+    SERVICE_STATUS,
+    TERMINATE,
+    Ops,
 )
-TOOLKIT: Final = Toolkit(FORECAST, STATION_LOG)
+from sandbox import BubblewrapSandbox
 
+__all__ = ["CONTEXT_LIMIT", "DB_NAME", "Outcome", "assistant", "cli", "main", "resume"]
 
-async def forecast(params: Lookup, call: ToolCallContext) -> Forecast:
-    """Look the city up after a city-specific latency; unknown cities fail (declared)."""
-    known, latency = FORECASTS.get(params.city, (None, 0.030))
-    await trio.sleep(latency)
-    if known is None:
-        raise UnknownCity(params.city)
-    return known
-
-
-async def station_log(params: StationQuery, call: ToolCallContext) -> StationLog:
-    """A long, deterministic log: about 50 bytes of JSON per hour."""
-    await trio.sleep(0.080)
-    readings = [
-        Reading(
-            hour, round(3.0 + (hour % 24) / 6, 1), round(2.0 + (hour % 7) / 2, 1), 60 + hour % 30
-        )
-        for hour in range(params.hours)
-    ]
-    return StationLog(params.city, readings)
-
-
-AGENT: Final = Agent(
-    "weather",
-    instructions="Answer with today's highs. Use the tools; never guess.",
-    toolkit=TOOLKIT,
-    policy=AgentPolicy(
-        max_turns=6,
-        max_tool_calls=6,  # 5 calls by the end of turn 3 → 83 % → one BudgetWarning
-        max_duration=60,
-        tool_concurrency=4,
-        tool_result_bounds=ToolResultBounds(max_bytes=1024),  # the station log is ~25 KB
-    ),
+REPO: Final = Path(__file__).resolve().parent.parent
+DB_NAME: Final = "ops-assistant.db"
+ON_CALL: Final = "dana (on-call)"
+CONTEXT_LIMIT: Final = 2_600
+HEADER: Final = "effectagent demo: an operations assistant investigates a failing service"
+INSTRUCTIONS: Final = (
+    "You are the operations assistant of the checkout team. Investigate with the read-only "
+    "tools first; keep the incident channel informed; follow the runbook; never guess."
 )
 
-ANSWER: Final = (
-    "Lima is warmest today at 21°C (overcast), then Rome at 17.5°C (sunny); Oslo reaches "
-    "4°C under clear skies. I could not find Atlantis. Oslo's station log was too long to read "
-    "in full, but its first and last hours show a steady, light wind."
+RUNBOOKS: Final = StdioServer(
+    sys.executable,
+    ["-m", "examples.ops.runbook_server"],
+    cwd=REPO,
+    name="runbooks",
+    prefix="runbook",  # the model sees runbook_lookup and runbook_changes
 )
 
 
-def script() -> list[Turn]:
-    """The model's four turns, with cache-aware usage as a provider with prompt caching reports."""
-    return [
-        Turn.tool_calls(
-            ("forecast", {"city": "Oslo"}, "call_oslo"),
-            ("forecast", {"city": "Rome"}, "call_rome"),
-            ("forecast", {"city": "Lima"}, "call_lima"),
-            text="Let me check all three cities at once.",
-            usage=Usage.of(812, 64, cache_write=640),
+def assistant(code: CodeMode) -> Agent:
+    """The operations assistant: its own tools, Code Mode, and the runbook server's tools."""
+    return Agent(
+        "ops-assistant",
+        INSTRUCTIONS,
+        AgentPolicy(
+            max_turns=12,
+            max_tool_calls=30,
+            max_duration=60,
+            tool_concurrency=4,
+            # Small on purpose: once the logs have been read, the context outgrows it and the
+            # compactor prunes old tool results (prune-only: no summary call to script).
+            context_token_limit=CONTEXT_LIMIT,
+            compaction=CompactionPolicy(keep_recent_tokens=1_200, strategy="prune-only"),
         ),
-        Turn.tool_calls(
-            ("forecast", {"city": "Atlantis"}, "call_atlantis"),
-            ("forecast", {"town": "Oslo", "days": "two"}, "call_typo"),
-            usage=Usage.of(1034, 52, cache_read=640),
+        Toolkit(
+            SERVICE_STATUS,
+            RECENT_LOGS,
+            METRICS,
+            GREP_LOGS,
+            DB_STATUS,
+            DB_SESSIONS,
+            code.tool,
+            POST_UPDATE,
+            RESTART,
+            TERMINATE,
         ),
-        Turn.tool_calls(
-            ("station_log", {"city": "Oslo", "hours": 480}, "call_log"),
-            usage=Usage.of(1190, 31, cache_read=1024),
-        ),
-        Turn.text(
-            ANSWER,
-            reasoning="Compare the three highs. Atlantis failed; the log came back truncated.",
-            chunk=64,
-            usage=Usage(InputTokens(2210, 1020, 1190, 0), OutputTokens(96, 72, reasoning=24)),
-        ),
-    ]
+        tool_sources=(RUNBOOKS.key,),
+    )
 
 
-# ---- the timeline ------------------------------------------------------------------------------
-
-_STYLES: Final = {
-    "run": "1;36",  # bold cyan
-    "turn": "34",  # blue
-    "model": "2",  # dim
-    "tool": "33",  # yellow
-    "ok": "32",  # green
-    "fail": "31",  # red
-    "warn": "35",  # magenta
-    "done": "1;32",  # bold green
-}
-
-
-_DETAIL_COLUMN: Final = 8 + 2 + 18 + 1  # stamp, gap, event name, space
+def approval(agent: Agent) -> PolicyApproval:
+    """First match wins; anything else is denied."""
+    return PolicyApproval(
+        [
+            ApprovalRule.deny(
+                destructive=True,
+                name="nothing destructive",
+                reason="destructive actions are for the DBA on call (#dba-oncall)",
+            ),
+            ApprovalRule.approve(
+                tools="restart_service",
+                targets="service:checkout-*",
+                name="rolling restarts of checkout services",
+            ),
+        ],
+        agents=[agent],
+    )
 
 
 @attrs.define
-class Timeline:
-    """Prints one line per event: time since the run started (Trio's clock), kind, details."""
+class OnCall:
+    """The on-call engineer: reads each incident update, and steers the run after the first."""
 
-    out: TextIO
-    color: bool
-    started: float = attrs.field(factory=trio.current_time)
+    timeline: Timeline
+    steering: Steering | None = None
+    receipts: list[InputReceipt] = attrs.Factory(list)
 
-    def paint(self, style: str, text: str) -> str:
-        """``text`` in ``style`` (an ANSI SGR code) when colour is on."""
-        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if self.color else text
-
-    def line(self, style: str, name: str, detail: str = "") -> None:
-        """Print one timeline line."""
-        at = f"+{trio.current_time() - self.started:.3f}s".rjust(8)
-        stamp = f"\x1b[2m{at}\x1b[0m" if self.color else at
-        print(f"{stamp}  {self.paint(style, f'{name:<18}')} {detail}".rstrip(), file=self.out)
-
-    def show(self, event: EventBase) -> None:
-        """Print ``event``."""
-        name = type(event).__name__
-        match event:
-            case RunStarted(input=text):
-                self.line("run", name, repr(text))
-            case TurnStarted(turn=turn, grace=grace):
-                self.line("turn", name, f"turn {turn}" + (" (grace)" if grace else ""))
-            case ModelStarted(turn=turn):
-                self.line("model", name, f"turn {turn}")
-            case TextDelta(text=text) | ReasoningDelta(text=text):
-                self.line("model", name, repr(text))
-            case ToolCallDeclared(tool_call_id=cid, tool_name=tool, arguments=args):
-                self.line("tool", name, f"{cid:<14} {tool}({_compact(args)})")
-            case ToolCallStarted(tool_call_id=cid, tool_name=tool):
-                self.line("tool", name, f"{cid:<14} {tool}")
-            case ToolCallSucceeded(tool_call_id=cid, outcome=outcome):
-                self.line("ok", name, f"{cid:<14} {describe(outcome)}")
-            case ToolCallFailed(tool_call_id=cid, outcome=outcome):
-                first, *rest = describe(outcome).splitlines()
-                self.line("fail", name, f"{cid:<14} {first}")
-                for more in rest:
-                    print(f"{'':<{_DETAIL_COLUMN}}{'':<14} {more}", file=self.out)
-            case TurnCompleted(turn=turn, finish_reason=reason, usage=usage):
-                self.line(
-                    "turn", name, f"turn {turn}, finish {reason!r}, {usage.total_tokens} tokens"
-                )
-            case BudgetWarning(dimension=dim, used=used, limit=limit):
-                self.line("warn", name, f"{dim}: {used:g} of {limit:g} used ({used / limit:.0%})")
-            case RunCompleted(finish_reason=reason, turns=turns, tool_calls=calls):
-                self.line("done", name, f"finish {reason!r} after {turns} turns, {calls} calls")
-            case RunFailed(error=error):
-                self.line("fail", name, repr(error))
-            case RunInterrupted(reason=reason):
-                self.line("fail", name, reason)
-            case _:
-                self.line("model", name)
-
-
-def describe(outcome: ToolOutcome) -> str:
-    """One readable line (or a few) for a tool outcome, as the model will see it."""
-    content = outcome.model_content()
-    if outcome.kind == "success":
-        if isinstance(content, dict) and content.get("_tag") == "Truncated":
-            head, tail = content["head"], content["tail"]
-            return (
-                f"ToolSuccess → Truncated(original_bytes={content['original_bytes']}): "
-                f"head {head[:24]!r}… ({len(head)} chars) + tail ({len(tail)} chars)"
+    async def read(self, text: str, call: ToolCallContext) -> str:
+        """Read ``text``; answer the first update by steering the run that posted it."""
+        self.timeline.note("incident channel", f"#inc-4711-checkout ← {compact(text, 100)}")
+        if self.steering is not None and not self.receipts:
+            receipt = await self.steering.steer(call.conversation_id, STEERING, author=ON_CALL)
+            self.receipts.append(receipt)
+            self.timeline.note(
+                "steering",
+                f"{ON_CALL} steers the run: {STEERING!r} → {receipt.admission} "
+                f"(position {receipt.position}, durable {receipt.durable})",
             )
-        return f"ToolSuccess {_compact(content)}"
-    label = {
-        "rejected": "ToolRejected",
-        "invalid-input": "ToolInvalidInput",
-        "failure": "ToolFailure",
-        "defect": "ToolDefect",
-        "unknown": "ToolUnknownOutcome",
-    }[outcome.kind]
-    if outcome.kind == "failure" and isinstance(content, dict):
-        fields = {k: v for k, v in content.items() if k not in ("_tag", "message")}
-        return f"{label} {content.get('_tag')} {_compact(fields)}"
-    return f"{label}: {content.get('message') if isinstance(content, dict) else content}"
+        return ON_CALL
 
 
-def _compact(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={v!r}" for k, v in value.items())
-    return repr(value)
+@attrs.frozen
+class Outcome:
+    """What the demo did: the run's status and totals, where the session lives, the second
+    process's exit status."""
+
+    status: str
+    usage: UsageTotals | None
+    session_id: str
+    database: Path
+    resumed: int
 
 
-def summary(result: RunResult, terminal: EventBase) -> list[str]:
-    """The closing summary: answer, turns, tool calls, tokens (cache-aware), outcomes by kind."""
-    usage = result.usage
-    uncached = usage.input_tokens - usage.cache_read_input_tokens - usage.cache_write_input_tokens
-    kinds = Counter(o.kind for o in result.outcomes)
-    turns, executed = (
-        (terminal.turns, terminal.tool_calls) if isinstance(terminal, RunCompleted) else ("?", "?")
-    )
-    return [
-        "",
-        *textwrap.wrap(result.text, 100, initial_indent="answer      ", subsequent_indent=" " * 12),
-        f"status      {result.status}, finish reason {result.finish_reason!r}, "
-        f"{result.events} events",
-        f"turns       {turns} ({usage.model_calls} model calls)",
-        f"tool calls  {len(result.outcomes)} declared, {executed} counted against the budget",
-        "outcomes    " + ", ".join(f"{kind} {count}" for kind, count in sorted(kinds.items())),
-        f"tokens      input {usage.input_tokens} (uncached {uncached}, cache read "
-        f"{usage.cache_read_input_tokens}, cache write {usage.cache_write_input_tokens}), "
-        f"output {usage.output_tokens} (reasoning {usage.reasoning_tokens})",
-    ]
+async def _annotate(
+    event: EventBase, runtime: Runtime, on_call: OnCall, approvals: dict[str, str]
+) -> None:
+    """The demo's notes on ``event``: steering reaching the run, approval decisions."""
+    timeline = on_call.timeline
+    match event:
+        case TurnStarted(turn=turn) if on_call.receipts and on_call.steering is not None:
+            for receipt in list(on_call.receipts):
+                status = await on_call.steering.status(receipt.input_id)
+                if status is not None and status.state == "delivered":
+                    on_call.receipts.remove(receipt)
+                    timeline.note(
+                        "steering admitted",
+                        f"before turn {turn}'s model request (the safe point): "
+                        f"UserInputRecorded at seq {status.seq}",
+                    )
+        case ApprovalRequested(tool_call_id=cid, tool_name=tool):
+            approvals[cid] = tool
+        case ToolCallStarted(tool_call_id=cid) | ToolCallFailed(tool_call_id=cid) if (
+            cid in approvals
+        ):
+            tool = approvals.pop(cid)
+            for entry in await runtime.log.entries(event.conversation_id):
+                record = entry.record
+                if isinstance(record, ToolApprovalDecided) and record.tool_call_id == cid:
+                    decision = record.decision
+                    verdict = "approved" if decision.approved else "denied"
+                    timeline.note(
+                        "approval decided",
+                        f"{tool}: {verdict} by {decision.decided_by} — {decision.reason}",
+                    )
 
 
-async def _replay(events: Sequence[EventBase]) -> AsyncIterator[EventBase]:
-    for event in events:
-        yield event
-
-
-async def main(out: TextIO | None = None, *, color: bool | None = None) -> RunResult:
-    """Run the scripted conversation, print its timeline and summary, return the result.
-
-    Colour defaults to on when ``out`` is a terminal (and ``NO_COLOR`` is not set).
-    Cancellation: cancelling the caller interrupts the run (it ends with RunInterrupted).
-    """
+async def main(
+    out: TextIO | None = None, *, color: bool | None = None, state_dir: Path | None = None
+) -> Outcome:
+    """Run the investigation, continue it in a second process, print it all; return what
+    happened. Colour defaults to on when ``out`` is a terminal (and ``NO_COLOR`` is not set).
+    Cancellation: cancelling the caller interrupts the run and stops the processes it started."""
     out = sys.stdout if out is None else out
     if color is None:
         color = out.isatty() and "NO_COLOR" not in os.environ
-    model = ScriptedModel(script())
-    layer = TOOLKIT.handlers({FORECAST: forecast, STATION_LOG: station_log}) + model_layer(model)
-    async with open_runtime(layer, agents=[AGENT]) as runtime:
-        timeline = Timeline(out, color)
-        seen: list[EventBase] = []
-        async with runtime.stream(AGENT, "How warm is it today in Oslo, Rome and Lima?") as run:
-            async for event in run:
-                timeline.show(event)
-                seen.append(event)
-    model.assert_consumed()
-    # ``runtime.run`` reduces exactly this stream (RUN-001); reduce the events we printed.
-    result = await reduce_events(_replay(seen))
-    for line in summary(result, seen[-1]):
+    if state_dir is None:
+        state_dir = Path(tempfile.mkdtemp(prefix="effectagent-demo-"))
+    database = state_dir / DB_NAME
+    on_call = OnCall(Timeline(out, color))
+    sandbox = await trio.to_thread.run_sync(BubblewrapSandbox)
+    code = code_mode({"ops": [METRICS, SERVICE_STATUS]})
+    agent = assistant(code)
+    model = PromptCachingModel(ScriptedModel(script()))
+    with tempfile.TemporaryDirectory(prefix="effectagent-demo-workspace-") as workspace:
+        world.write_workspace(Path(workspace))
+        ops = Ops(Path(workspace), sandbox, on_call.read)
+        async with connect(RUNBOOKS) as runbooks:
+            identity = runbooks.identity
+            posture = sandbox.implementation
+            print(HEADER, file=out)
+            for label, text in [
+                ("model", "ScriptedModel: a scripted story, no API key, no network"),
+                (
+                    "sandbox",
+                    f"{posture.name} {posture.version}, {posture.isolation.value}, "
+                    f"security boundary {posture.is_security_boundary}: grep_logs runs in it",
+                ),
+                (
+                    "code mode",
+                    f"{code.tool.name} over ops.metrics and ops.service_status, "
+                    "Deno inside bubblewrap",
+                ),
+                (
+                    "mcp",
+                    f"{identity.name} {identity.version} over stdio "
+                    f"(python -m examples.ops.runbook_server): "
+                    + ", ".join(tool.name for tool in runbooks.tools),
+                ),
+                (
+                    "approval",
+                    "policy: deny destructive, approve restart_service on "
+                    "service:checkout-*, deny anything else",
+                ),
+                (
+                    "compaction",
+                    f"context_token_limit {agent.policy.context_token_limit}, "
+                    "prune old tool results only",
+                ),
+                ("storage", f"SQLite {database}"),
+            ]:
+                print(f"  {label:<11} {text}", file=out)
+            print(file=out)
+            timeline = on_call.timeline = Timeline(out, color)  # counts from here
+            layer = (
+                ops.layer()
+                + code.layer
+                + runbooks.layer()
+                + approval(agent).layer()
+                + LogCompactor().layer()
+                + model.layer()
+                + sqlite_storage(database)
+            )
+            async with open_runtime(layer, agents=[agent]) as runtime:
+                on_call.steering = runtime.context[SteeringService]
+                approvals: dict[str, str] = {}
+                terminal: EventBase | None = None
+                async with runtime.stream(agent, QUESTION, author="sam (SRE)") as events:
+                    async for event in events:
+                        timeline.render(event)
+                        await _annotate(event, runtime, on_call, approvals)
+                        terminal = event
+                conversation = events.conversation_id
+                sessions = runtime.context[SessionStoreService]
+                session = await sessions.create(
+                    SessionCreate(
+                        "INC-4711 checkout-api 503s",
+                        {"incident": "INC-4711", "service": world.SERVICE},
+                        conversations=(conversation,),
+                    )
+                )
+    model.model.assert_consumed()
+    print(file=out)
+    timeline.note(
+        "session",
+        f"process {os.getpid()} saved {session.id} (conversation {conversation}) in {database}",
+    )
+    resumed = await _second_process(database, session.id, out, color)
+    usage = terminal.usage if isinstance(terminal, RunCompleted) else None
+    _totals(terminal, database, session.id, out)
+    status = "completed" if isinstance(terminal, RunCompleted) else type(terminal).__name__
+    return Outcome(status, usage, session.id, database, resumed)
+
+
+async def _second_process(database: Path, session_id: str, out: TextIO, color: bool) -> int:
+    """``python -m examples.demo --resume`` on the same file; its output, indented."""
+    command = [sys.executable, "-m", "examples.demo", "--resume", "--db", str(database)]
+    command += ["--session", session_id] + ([] if color else ["--no-color"])
+    print(f"$ python -m examples.demo --resume --db {database} --session {session_id}", file=out)
+    process = await trio.run_process(
+        command, cwd=REPO, check=False, capture_stdout=True, stderr=subprocess.STDOUT
+    )
+    for line in process.stdout.decode().splitlines():
+        print(f"  | {line}", file=out)
+    return process.returncode
+
+
+def _totals(terminal: EventBase | None, database: Path, session_id: str, out: TextIO) -> None:
+    if not isinstance(terminal, RunCompleted):
+        print(f"\nthe run did not complete: {terminal!r}", file=out)
+        return
+    usage = terminal.usage
+    uncached = usage.input_tokens - usage.cache_read_input_tokens - usage.cache_write_input_tokens
+    for line in [
+        "",
+        f"turns       {terminal.turns} ({usage.model_calls} model calls)",
+        f"tool calls  {terminal.tool_calls} (Code Mode's inner calls included)",
+        f"input       {usage.input_tokens} tokens: cache read {usage.cache_read_input_tokens}, "
+        f"cache write {usage.cache_write_input_tokens}, uncached {uncached}",
+        f"output      {usage.output_tokens} tokens (reasoning {usage.reasoning_tokens})",
+        f"session     {session_id} in {database}",
+    ]:
         print(line, file=out)
-    return result
 
 
-def model_layer(model: ScriptedModel) -> Layer:
-    """``model`` as the runtime's LanguageModel service."""
-    return Layer.succeed(LanguageModelService, model, name="ScriptedModel")
+# ---- the second process ----------------------------------------------------------------------
+
+
+async def resume(database: Path, session_id: str, out: TextIO, color: bool) -> int:
+    """Reopen ``database``, find the session's conversation, and continue it: the model is asked
+    for the postmortem with the whole earlier conversation as its history."""
+    timeline = Timeline(out, color)
+    writer = Agent("ops-assistant", INSTRUCTIONS, AgentPolicy(max_turns=2, max_tool_calls=1))
+    model = PromptCachingModel(ScriptedModel(postmortem_script()))
+    async with open_runtime(model.layer() + sqlite_storage(database), agents=[writer]) as runtime:
+        sessions = runtime.context[SessionStoreService]
+        session = await sessions.get(session_id)
+        if session is None:
+            print(f"no session {session_id} in {database}", file=out)
+            return 1
+        (conversation,) = session.conversations
+        entries = await runtime.log.entries(conversation)
+        inputs = [e.record for e in entries if isinstance(e.record, UserInputRecorded)]
+        timeline.note(
+            "reopened",
+            f"process {os.getpid()}: session {session.id!r} (revision {session.revision}), "
+            f"{len(entries)} log entries",
+        )
+        for record in inputs:
+            timeline.note("history", f"{record.kind} from {record.author}: {compact(record.text)}")
+        terminal: EventBase | None = None
+        async with runtime.stream(writer, POSTMORTEM_QUESTION, conversation_id=conversation) as run:
+            async for event in run:
+                timeline.render(event)
+                terminal = event
+        (request,) = model.model.requests
+        earlier = len(request.messages) - 2  # the system prompt and the new question
+        timeline.note("history", f"the model's request carried {earlier} earlier messages")
+        updated = await sessions.update(
+            session.id,
+            SessionPatch(metadata={**_metadata(session.metadata), "postmortem": "drafted"}),
+            expected_revision=session.revision,
+        )
+        timeline.note("session", f"{updated.id} now at revision {updated.revision}")
+    model.model.assert_consumed()
+    return 0 if isinstance(terminal, RunCompleted) else 1
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+# ---- the command line -------------------------------------------------------------------------
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    """``python -m examples.demo [--real-clock] [--no-color]``."""
-    parser = argparse.ArgumentParser(description="A scripted effectagent run as a timeline.")
-    parser.add_argument("--real-clock", action="store_true", help="run on the system clock")
+    """``python -m examples.demo [--state-dir DIR] [--no-color]``, or, as the second process,
+    ``--resume --db FILE --session ID``."""
+    parser = argparse.ArgumentParser(
+        description="An operations assistant, scripted, as a timeline."
+    )
+    parser.add_argument("--state-dir", type=Path, help="where the SQLite file goes (default: new)")
     parser.add_argument("--no-color", action="store_true", help="plain output even on a terminal")
+    parser.add_argument("--resume", action="store_true", help="continue a stored session")
+    parser.add_argument("--db", type=Path, help="with --resume: the SQLite file")
+    parser.add_argument("--session", help="with --resume: the session's ID")
     args = parser.parse_args(argv)
-    run = partial(main, color=False if args.no_color else None)
-    clock = None if args.real_clock else trio.testing.MockClock(autojump_threshold=0)
-    result = trio.run(run, clock=clock)
-    return 0 if result.status == "completed" else 1
+    color = False if args.no_color else sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    if args.resume:
+        if args.db is None or args.session is None:
+            parser.error("--resume needs --db and --session")
+        return trio.run(resume, args.db, args.session, sys.stdout, color)
+    if args.state_dir is not None:
+        args.state_dir.mkdir(parents=True, exist_ok=True)
+    outcome = trio.run(lambda: main(color=color, state_dir=args.state_dir))
+    return 0 if outcome.status == "completed" and outcome.resumed == 0 else 1
 
 
 if __name__ == "__main__":
