@@ -17,6 +17,13 @@ The paired differences (on minus off) of the three shapes give three figures: **
 ``invoke_agent`` span), **per model step** (a ``turn`` and a ``chat`` span, four text deltas) and
 **per tool call** (an ``execute_tool`` span, its context attached around the handler) — tool-free
 = run + step; parallel = run + 2 steps + 10 calls; sequential = run + 11 steps + 10 calls.
+
+The **tracing hook** (``effectagent.effect.trace_span``, what a sandboxed command, a Code Mode pass
+and inner call or an MCP request opens) is timed on its own: a ``with trace_span(...)`` block with
+four attributes set through ``span.recording``-guarded helpers, as the callers do — without a span
+starter (tracing off: what every sandbox execution, pass and MCP request pays when the layer is
+not installed) and with the layer's starter (``Telemetry.activate``, SDK and in-memory export as
+above) — against an empty loop body, in µs per block (median over batches, wall time).
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
+from benchmarks._util import Timing, median_us  # noqa: E402
 from benchmarks.engine_overhead import (  # noqa: E402
     AGENT,
     model_layer,
@@ -53,7 +61,7 @@ from benchmarks.engine_overhead import (  # noqa: E402
 )
 from capabilities.telemetry import Telemetry  # noqa: E402
 from effectagent import open_runtime  # noqa: E402
-from effectagent.effect import Layer  # noqa: E402
+from effectagent.effect import Layer, SpanHandle, trace_span  # noqa: E402
 from effectagent.testing import ScriptedModel, Turn  # noqa: E402
 
 INPUT: Final = "How warm is Oslo tonight?"
@@ -133,6 +141,55 @@ async def measure(scale: float) -> list[Paired]:
     ]
 
 
+_HOOK_ATTRIBUTES: Final = {"mcp.method.name": "tools/call", "network.transport": "pipe"}
+
+
+def _traced_block() -> None:
+    with trace_span("tools/call lookup", kind="client") as span:
+        _describe(span)
+
+
+def _describe(span: SpanHandle) -> None:
+    if span.recording:  # what the callers' helpers do: nothing is computed when nothing records
+        for name, value in _HOOK_ATTRIBUTES.items():
+            span.set_attribute(name, value)
+        span.set_attribute("gen_ai.tool.name", "lookup")
+        span.set_attribute("effectagent.mcp.server.name", "notes")
+
+
+def _empty() -> None:
+    pass
+
+
+def measure_hook(scale: float) -> dict[str, Timing]:
+    """µs per ``trace_span`` block: off (no starter), on (the layer's starter), and the loop."""
+    batches = max(5, round(30 * scale))
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(tracer_provider=provider)
+    figures = {
+        "empty loop body": median_us(_empty, batches=batches, per_batch=20_000),
+        "trace_span, tracing off": median_us(_traced_block, batches=batches, per_batch=20_000),
+    }
+    with telemetry.activate():
+        figures["trace_span, tracing on"] = median_us(
+            _traced_block, batches=batches, per_batch=1_000
+        )
+    provider.shutdown()
+    return figures
+
+
+def report_hook(figures: dict[str, Timing]) -> str:
+    """The tracing hook's figures as text."""
+    lines = ["The tracing hook, µs per `with trace_span(...)` block (median / p90 over batches):"]
+    for name, timing in figures.items():
+        lines.append(f"  {name}: {timing.median_us:.3f} / {timing.p90_us:.3f}")
+    off = figures["trace_span, tracing off"].median_us - figures["empty loop body"].median_us
+    lines.append(f"-> off, over an empty body: {off * 1000:.0f} ns a block")
+    return "\n".join(lines)
+
+
 def report(results: Sequence[Paired]) -> str:
     """The figures as text."""
     lines = ["CPU µs per run (median over rounds), telemetry on (SDK, in-memory export) vs off:"]
@@ -167,6 +224,7 @@ def cli(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scale = 0.2 if args.quick else args.scale
     print(report(trio.run(partial(measure, scale))))
+    print(report_hook(measure_hook(scale)))
     return 0
 
 

@@ -32,7 +32,7 @@ from typing import Any, final
 import attrs
 import trio
 
-from effectagent.effect import Context, Exit, Layer, Scope, open_scope
+from effectagent.effect import Context, Exit, Layer, Scope, open_scope, trace_span
 
 from ._code import (
     LIMIT_HOST_CALL_ARGUMENT,
@@ -78,6 +78,7 @@ from ._posture import (
     LimitNotEnforceable,
     SandboxImplementation,
 )
+from ._tracing import code_result, code_started
 
 __all__ = [
     "DENO_MIN_PROCESSES",
@@ -248,6 +249,18 @@ class DenoCodeExecutor:
         return workload
 
     async def execute(
+        self, request: CodeExecutionRequest, host: CodeExecutionHost
+    ) -> CodeExecutionResult:
+        """Run ``request`` in a fresh Deno process; host calls go to ``host`` (see
+        :meth:`_execute`), in a span ``sandbox.code`` of the effect core's tracing hook — not made
+        current, so what the host calls trace nests under the caller's span."""
+        with trace_span("sandbox.code", current=False) as span:
+            code_started(span, request.limits, self._implementation)
+            result = await self._execute(request, host)
+            code_result(span, result)
+            return result
+
+    async def _execute(
         self, request: CodeExecutionRequest, host: CodeExecutionHost
     ) -> CodeExecutionResult:
         """Run ``request`` in a fresh Deno process; host calls go to ``host``.

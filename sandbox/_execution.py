@@ -29,10 +29,13 @@ import signal
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractContextManager
 from types import TracebackType
 
 import attrs
 import trio
+
+from effectagent.effect import SpanHandle, trace_span
 
 from ._command import (
     LIMIT_ARTIFACTS,
@@ -56,6 +59,7 @@ from ._posture import LIMIT_OUTPUT, LIMIT_WALL_CLOCK, SandboxError, SandboxImple
 from ._process_control import ChildProcess, kill_process_group, spawn_child
 from ._process_control import zombie_cpu_seconds as _zombie_cpu_seconds
 from ._reaping import reap_adopted_in_session
+from ._tracing import command_result, command_span_name, command_started
 from ._workload_files import ArtifactCollector, collect_artifacts
 
 __all__ = ["DRAIN_GRACE", "CommandExecution", "Measured", "Spawn", "resolve_secrets"]
@@ -155,6 +159,11 @@ class CommandExecution:
         self._wall = 0.0
         self._adopted_reaped = False
         self._collector: ArtifactCollector | None = None
+        # The span of this execution (the effect core's tracing hook): entered in __aenter__, left
+        # in aclose, so never the current span (it would not nest properly across the two).
+        self._trace: AbstractContextManager[SpanHandle] | None = None
+        self._trace_error: type[BaseException] | None = None
+        self._span: SpanHandle | None = None
 
     def owned(self) -> OwnedResources:
         """What this execution holds on the host now: its process while unreaped, and what the
@@ -223,7 +232,14 @@ class CommandExecution:
         Cancellation: if cancelled or failing here, whatever was started is killed and removed
         before the exception propagates. One consumer task at a time may iterate.
         """
-        env = build_env(self.request, await resolve_secrets(self.request, self._resolver))
+        self._trace = trace_span(command_span_name(self.request), current=False)
+        self._span = self._trace.__enter__()
+        command_started(self._span, self.request, self.implementation, self.execution_id)
+        try:
+            env = build_env(self.request, await resolve_secrets(self.request, self._resolver))
+        except BaseException as exc:
+            self._trace.__exit__(type(exc), None, None)
+            raise
         self._live.add(self)
         try:
             spawn = await self.prepare(env)
@@ -256,7 +272,8 @@ class CommandExecution:
                 raise SandboxCrashed(f"spawn failed: {exc}") from None
             finally:
                 del env, spawn
-        except BaseException:
+        except BaseException as exc:
+            self._trace_error = type(exc)
             await self.aclose()
             raise
         process = self._process
@@ -276,6 +293,7 @@ class CommandExecution:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._trace_error = exc_type
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -307,6 +325,8 @@ class CommandExecution:
                     self.cleanup()
                 finally:
                     self._live.discard(self)
+                    if self._trace is not None:
+                        self._trace.__exit__(self._trace_error, None, None)
 
     # ---- iteration --------------------------------------------------------------------------
 
@@ -551,4 +571,5 @@ class CommandExecution:
             oom_killed=measured.oom_killed,
             limits_hit=frozenset(limits_hit),
         )
+        command_result(self._span, result)
         self._pending.extend((usage, SandboxExited(result)))

@@ -32,7 +32,7 @@ import attrs
 import trio
 
 from effectagent.ai import ToolBroker, ToolCallContext
-from effectagent.effect import JSONValue, checked_encoder, field_meta
+from effectagent.effect import JSONValue, checked_encoder, field_meta, trace_span
 from sandbox import (
     CodeExecutionError,
     CodeExecutionLimits,
@@ -59,6 +59,7 @@ from ._errors import CodeModeFailed, FailureKind
 from ._limits import CodeModeLimits
 from ._plan import Namespace, calls
 from ._program import Report, read_report, strip_fence, wrap, wrapper_bytes
+from ._tracing import inner_call_ended, inner_call_started, pass_ended, pass_started
 
 __all__ = ["FRAMEWORK_TAGS", "BrokerHost", "CodeModeInput", "PassRunner", "framework_envelope"]
 
@@ -109,7 +110,7 @@ class BrokerHost:
     larger than ``limits.call_result_bytes`` rejects its call with ``ToolRejected``.
     """
 
-    __slots__ = ("_broker", "_limiter", "_methods", "_result_bytes")
+    __slots__ = ("_broker", "_limiter", "_methods", "_result_bytes", "calls")
 
     def __init__(
         self, broker: ToolBroker, methods: Mapping[str, str], limits: CodeModeLimits
@@ -118,6 +119,7 @@ class BrokerHost:
         self._methods = methods
         self._limiter = trio.Semaphore(limits.max_concurrent_calls)
         self._result_bytes = limits.call_result_bytes
+        self.calls = 0  # how many calls the program made (for the pass's span)
 
     async def call(self, name: str, argument: JSONValue) -> HostCallOutcome:
         """Call tool ``name`` with ``argument`` through the broker.
@@ -125,6 +127,14 @@ class BrokerHost:
         Cancellation: waits for a free slot, then as the broker's call (the executor cancels
         calls still running when the pass ends); ``trio.Cancelled`` propagates.
         """
+        self.calls += 1
+        with trace_span(f"execute_tool {name}") as span:
+            inner_call_started(span, name, self.calls, argument)
+            outcome = await self._call(name, argument)
+            inner_call_ended(span, outcome)
+            return outcome
+
+    async def _call(self, name: str, argument: JSONValue) -> HostCallOutcome:
         async with self._limiter:
             result = await self._broker.call(name, argument)
         if not result.ok:
@@ -185,15 +195,20 @@ class PassRunner:
             )
         for key, value in self._audit.items():
             broker.note(key, value)
-        try:
-            output = await self._run(params.program, broker)
-        except CodeModeFailed as failure:
-            broker.note("pass", failure.kind)
-            raise
-        broker.note("pass", "ok")
+        host = BrokerHost(broker, self._methods, self._limits)
+        with trace_span(f"code_mode.pass {call.tool_name}") as span:
+            pass_started(span, call, self._audit, self._limits, len(self._methods), params.program)
+            try:
+                output = await self._run(params.program, host)
+            except CodeModeFailed as failure:
+                broker.note("pass", failure.kind)
+                pass_ended(span, failure.kind, host.calls)
+                raise
+            broker.note("pass", "ok")
+            pass_ended(span, "ok", host.calls)
         return output
 
-    async def _run(self, program: str, broker: ToolBroker) -> CodeModeOutput:
+    async def _run(self, program: str, host: BrokerHost) -> CodeModeOutput:
         limits = self._limits
         source = strip_fence(program)
         size = len(source.encode("utf-8", "surrogatepass"))
@@ -205,7 +220,6 @@ class PassRunner:
             self._request_limits,
             tuple(self._methods),
         )
-        host = BrokerHost(broker, self._methods, limits)
         try:
             result = await self._executor.execute(request, host)
         except CodeExecutionError as error:

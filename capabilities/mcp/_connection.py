@@ -48,7 +48,7 @@ from effectagent.ai import (
     Toolkit,
     ToolSnapshot,
 )
-from effectagent.effect import Layer, SchemaIssue
+from effectagent.effect import Layer, SchemaIssue, trace_span
 
 from ._errors import (
     McpConnectError,
@@ -77,6 +77,7 @@ from ._results import (
     SkippedTool,
 )
 from ._servers import HttpServer, McpServer, StdioServer
+from ._tracing import request_started, span_name
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -268,7 +269,7 @@ class McpConnection:
         """
         if not _text(uri):
             raise ValueError(f"read_resource: uri must be a non-empty str, got {uri!r}")
-        result = await self._request("resources/read", lambda s: s.read_resource(uri))
+        result = await self._request("resources/read", lambda s: s.read_resource(uri), uri=uri)
         raw = _dump(result)
         self._check_size("resources/read", raw)
         return tuple(McpResourceContents.from_json(c) for c in raw.get("contents") or ())
@@ -312,7 +313,9 @@ class McpConnection:
         args = dict(arguments or {})
         if not all(_text(k, empty=True) and _text(v, empty=True) for k, v in args.items()):
             raise TypeError("get_prompt: arguments must map str to str")
-        result = await self._request("prompts/get", lambda s: s.get_prompt(name, args))
+        result = await self._request(
+            "prompts/get", lambda s: s.get_prompt(name, args), prompt=name, arguments=args
+        )
         raw = _dump(result)
         self._check_size("prompts/get", raw)
         return McpPromptResult.from_json(raw)
@@ -329,7 +332,26 @@ class McpConnection:
                 f"the answer is {size} bytes, over the limit of {limit} bytes (max_result_bytes)",
             )
 
-    async def _request(self, method: str, send: Callable[[ClientSession], Awaitable[T]]) -> T:
+    async def _request(
+        self,
+        method: str,
+        send: Callable[[ClientSession], Awaitable[T]],
+        *,
+        uri: str | None = None,
+        prompt: str | None = None,
+        arguments: Mapping[str, str] | None = None,
+    ) -> T:
+        """:meth:`_send_request` in a span of the effect core's tracing hook (see ``_tracing``);
+        the URI and the prompt's arguments are content."""
+        with trace_span(span_name(method, prompt), kind="client") as span:
+            request_started(span, self.server, self._identity, method, prompt=prompt)
+            if uri is not None:
+                span.set_content("mcp.resource.uri", uri)
+            if arguments:
+                span.set_content("effectagent.mcp.prompt.arguments", dict(arguments))
+            return await self._send_request(method, send)
+
+    async def _send_request(self, method: str, send: Callable[[ClientSession], Awaitable[T]]) -> T:
         """Send one request of the connection's own API, bounded by the call timeout."""
         from mcp import MCPError
 
@@ -447,7 +469,12 @@ class McpConnection:
             Cancellation: the request is abandoned (the SDK tells the server it was cancelled);
             whether the tool ran is then unknown to us, as for a timeout.
             """
-            return await self._call(remote, local, params, validator)
+            with trace_span(span_name("tools/call", remote), kind="client") as span:
+                request_started(
+                    span, self.server, self._identity, "tools/call", tool=(remote, local)
+                )
+                span.set_content("gen_ai.tool.call.arguments", params)
+                return await self._call(remote, local, params, validator)
 
         return call_remote
 
