@@ -1,0 +1,443 @@
+"""The ``effectagent`` command, driven as a person would: a real process in a pseudo-terminal
+(pexpect), talking to the provider replay server (``openai-compatible`` at 127.0.0.1), with its
+own HOME, state and config directories under the test's tmp dir.
+
+pexpect waits for what the command prints (``expect`` with a timeout); no test sleeps to wait for
+a state. The shell tool runs in the real bubblewrap sandbox, over a workspace each test makes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from capabilities.cli._config import ConfigError, load_config
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import KEY, ServerThread, cli_env, serve, spawn
+
+MODEL = ["--model", "openai-compatible:test-model", "--api-key-env", "CLI_TEST_KEY"]
+PROMPT = "you> "
+ASK = r"\[a\]lways for this session: "
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    """A workspace the sandbox's workload user can reach and write (directly under the temp
+    dir: when the tests run as root the workload runs as nobody)."""
+    directory = Path(tempfile.mkdtemp(prefix="effectagent-cli-"))
+    directory.chmod(0o777)
+    (directory / "readme.txt").write_text("hello from the workspace\n")
+    (directory / "readme.txt").chmod(0o644)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+def args(server: ServerThread, *rest: str) -> list[str]:
+    return [*rest[:1], *MODEL, "--base-url", server.url, *rest[1:]]
+
+
+def write_config(home: Path, text: str) -> Path:
+    path = home / "config" / "effectagent" / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def shell_config(home: Path, workspace: Path) -> None:
+    write_config(home, f'[shell]\nworkspace = "{workspace}"\nwrite = true\n')
+
+
+def finish(child: pexpect.spawn[str]) -> tuple[str, int]:
+    """Everything the process still prints, and its exit status."""
+    child.expect(pexpect.EOF)
+    output = child.before or ""
+    child.close()
+    assert child.exitstatus is not None, f"ended by signal {child.signalstatus}"
+    return output, child.exitstatus
+
+
+def messages(request_body: dict[str, Any]) -> list[tuple[str, str]]:
+    """(role, text) of each message the model was sent."""
+    shown = []
+    for message in request_body["messages"]:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content)
+        shown.append((message["role"], content or json.dumps(message.get("tool_calls"))))
+    return shown
+
+
+# ---- effectagent run ------------------------------------------------------------------------------
+
+
+def test_run_prints_the_answer_and_exits_0(server: ServerThread, home: Path) -> None:
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Oslo is ", "4 °C.", usage=wire.usage(12, 5, cached=8))))
+    child = spawn(args(server, "run", "How warm is Oslo?"), cli_env(home))
+    output, status = finish(child)
+    assert status == 0
+    lines = output.splitlines()
+    assert lines[0] == "Oslo is 4 °C."
+    assert lines[1] == "usage: input 12 · output 5 · cache read 8 · cache write 0"
+    (request,) = server.requests()
+    assert messages(request.json())[-1] == ("user", "How warm is Oslo?")
+    assert request.headers["authorization"] == f"Bearer {KEY}"  # the key went to the provider…
+    assert KEY not in output  # …and nowhere else
+
+
+def test_run_json_prints_one_object_per_event(server: ServerThread, home: Path) -> None:
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Four", " degrees.")))
+    child = spawn(args(server, "run", "How warm?", "--json"), cli_env(home))
+    output, status = finish(child)
+    assert status == 0
+    events = [json.loads(line) for line in output.splitlines()]
+    types = [event["type"] for event in events]
+    assert types[0] == "RunStarted"
+    assert types[-1] == "RunCompleted"
+    assert "".join(e["text"] for e in events if e["type"] == "TextDelta") == "Four degrees."
+    assert events[-1]["text"] == "Four degrees."
+    assert events[-1]["usage"]["output_tokens"] == 2
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+
+
+def test_a_failed_run_exits_1_and_says_why(server: ServerThread, home: Path) -> None:
+    server.script(Reply.json(400, {"error": {"message": "bad request: no such model"}}))
+    child = spawn(args(server, "run", "Hello?"), cli_env(home))
+    output, status = finish(child)
+    assert status == 1
+    assert "✗ run failed: ModelFailed" in output
+    assert "no such model" in output
+
+
+def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
+    child = spawn(["run", "Hello?"], cli_env(home))
+    output, status = finish(child)
+    assert status == 2
+    assert "no model configured" in output
+    assert "--model" in output
+    assert "EFFECTAGENT_MODEL" in output
+    assert "make demo" in output
+    assert not (home / "state").exists()  # nothing made up, nothing stored
+
+
+def test_a_model_string_naming_no_provider_is_a_usage_error(home: Path) -> None:
+    child = spawn(["run", "Hello?", "--model", "gpt-4.1"], cli_env(home))
+    output, status = finish(child)
+    assert status == 2
+    assert "unknown model string 'gpt-4.1'" in output
+
+
+def test_the_model_comes_from_effectagent_model(server: ServerThread, home: Path) -> None:
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Yes.")))
+    env = cli_env(home, EFFECTAGENT_MODEL="openai-compatible:from-env")
+    child = spawn(["run", "Hi", "--base-url", server.url, "--api-key-env", "CLI_TEST_KEY"], env)
+    output, status = finish(child)
+    assert (status, output.splitlines()[0]) == (0, "Yes.")
+    assert server.requests()[0].json()["model"] == "from-env"
+
+
+# ---- effectagent chat -----------------------------------------------------------------------------
+
+
+def test_chat_asks_before_a_write_and_runs_it_when_approved(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    command = "echo approved > note.txt && cat note.txt"
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", json.dumps({"command": command})))),
+        Reply.sse(wire.text("Wrote note.txt.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Write a note.")
+    child.expect("shell_write waits for approval")
+    child.expect(ASK)
+    assert not (workspace / "note.txt").exists()  # nothing ran before the answer
+    child.sendline("y")
+    child.expect("✓ shell_write")
+    child.expect("Wrote note.txt.")
+    child.expect("usage: input ")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    assert (workspace / "note.txt").read_text() == "approved\n"
+    tool_message = server.requests()[1].json()["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert json.loads(tool_message["content"])["stdout"] == "approved\n"
+
+
+def test_chat_denied_write_never_runs_and_the_model_reads_why(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    command = "echo denied > note.txt"
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", json.dumps({"command": command})))),
+        Reply.sse(wire.text("I was not allowed to.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Write a note.")
+    child.expect(ASK)
+    child.sendline("n")
+    child.expect("✗ shell_write")
+    child.expect("rejected: approval denied: denied by the user")
+    child.expect("I was not allowed to.")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    assert not (workspace / "note.txt").exists()
+    tool_message = server.requests()[1].json()["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert "approval denied: denied by the user" in tool_message["content"]
+
+
+def test_ctrl_c_interrupts_the_tool_call_and_the_session_goes_on(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell", json.dumps({"command": "sleep 60"})))),
+        Reply.sse(wire.text("Still here.")),
+    )
+    child = spawn(args(server, "chat", "--session", "long"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Wait a minute.")
+    child.expect('▸ shell {"command":"sleep 60"}')
+    child.sendintr()  # Ctrl-C
+    child.expect("■ interrupted")
+    child.expect("usage: input ")
+    child.expect(PROMPT, timeout=10)  # well before the command's minute is up
+    child.sendline("Are you there?")
+    child.expect("Still here.")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    _, second = server.requests()
+    # The second run continues the conversation: the first prompt and the interrupted call are
+    # in it (the call settled as interrupted), then the new prompt.
+    sent = messages(second.json())
+    assert ("user", "Wait a minute.") in sent
+    assert sent[-1] == ("user", "Are you there?")
+    assert any(role == "tool" for role, _ in sent)
+
+
+def test_text_typed_while_a_run_goes_steers_it(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell", json.dumps({"command": "sleep 2; ls"})))),
+        Reply.sse(wire.text("Voilà.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("List the files.")
+    child.expect('▸ shell {"command":"sleep 2; ls"}')
+    child.sendline("Answer in French.")
+    child.expect("steering: taken at the next turn")
+    child.expect("Voilà.")
+    child.expect(PROMPT)
+    child.sendeof()
+    finish(child)
+    sent = messages(server.requests()[1].json())
+    assert sent[-1] == ("user", "Answer in French.")
+
+
+# ---- sessions -------------------------------------------------------------------------------------
+
+
+def test_a_session_resumed_in_a_new_process_continues_its_conversation(
+    server: ServerThread, home: Path
+) -> None:
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Hello, Ann.")), Reply.sse(wire.text("You are Ann.")))
+    env = cli_env(home)
+    child = spawn(args(server, "run", "I am Ann.", "--session", "intro", "--json"), env)
+    output, status = finish(child)
+    assert status == 0
+    conversation = json.loads(output.splitlines()[0])["conversation_id"]
+
+    child = spawn(args(server, "chat", "--session", "intro"), env)
+    child.expect("session intro resumed")
+    child.expect(PROMPT)
+    child.sendline("Who am I?")
+    child.expect("You are Ann.")
+    child.expect(PROMPT)
+    child.sendeof()
+    finish(child)
+    sent = messages(server.requests()[1].json())
+    assert sent[1:] == [
+        ("user", "I am Ann."),
+        ("assistant", "Hello, Ann."),
+        ("user", "Who am I?"),
+    ]
+
+    child = spawn(["sessions"], env)
+    output, status = finish(child)
+    assert status == 0
+    header, row = output.splitlines()
+    assert header.split() == ["NAME", "CONVERSATION", "UPDATED", "RUNS"]
+    name, listed, _day, _time, runs = row.split()
+    assert (name, listed, runs) == ("intro", conversation, "2")
+
+
+def test_sessions_with_none_says_so(home: Path) -> None:
+    output, status = finish(spawn(["sessions"], cli_env(home)))
+    assert status == 0
+    assert output.startswith("no sessions yet")
+
+
+def test_state_dir_overrides_the_xdg_default(server: ServerThread, home: Path) -> None:
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Noted.")))
+    elsewhere = home / "elsewhere"
+    child = spawn(
+        args(server, "run", "Note this.", "--session", "s", "--state-dir", str(elsewhere)),
+        cli_env(home),
+    )
+    assert finish(child)[1] == 0
+    assert (elsewhere / "effectagent.db").is_file()
+    assert not (home / "state").exists()
+    output, _ = finish(spawn(["sessions", "--state-dir", str(elsewhere)], cli_env(home)))
+    assert output.splitlines()[1].startswith("s ")
+
+
+# ---- configuration --------------------------------------------------------------------------------
+
+
+def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path) -> None:
+    path = write_config(home, "[shell]\nworkspace = '.'\nwritable = true\n")
+    child = spawn(["run", "Hi", "--model", "openai:gpt-4.1"], cli_env(home))
+    output, status = finish(child)
+    assert status == 2
+    assert str(path) in output
+    assert "unknown key 'writable' in [shell]" in output
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[shell]\ntimeout = 'long'\n", "[shell] timeout must be a number, got a string"),
+        ("[shell]\nwrite = 1\n", "[shell] write must be true or false, got an integer"),
+        ("[agent]\nmax_turns = 0\n", "[agent] max_turns must be positive, got 0"),
+        ("[agent]\nmax_turns = 2.5\n", "[agent] max_turns must be an integer, got a number"),
+        ("[tools]\n", "unknown key 'tools' in the top level"),
+        ("[[mcp]]\nname = 'a'\n", "[[mcp]] #1 (a) needs exactly one of command and url"),
+        (
+            "[[mcp]]\nname = 'a'\ncommand = 'x'\nargs = [1]\n",
+            "[[mcp]] #1 args[0] must be a string, got an integer",
+        ),
+        ("[code_mode]\nexecutor = 'v8'\n", "[code_mode] executor must be one of 'deno'"),
+        ("[skills]\npaths = ['missing']\n", "[skills] paths: 'missing' is not a directory"),
+        ("[shell]\nworkspace = 'nowhere'\n", "is not a directory"),
+        ("shell = 3\n", "[shell] must be a table, got an integer"),
+        ("[model\n", "is not valid TOML"),
+    ],
+)
+def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_a_full_config_loads(tmp_path: Path) -> None:
+    (tmp_path / "skills").mkdir()
+    path = tmp_path / "config.toml"
+    path.write_text(
+        """
+[model]
+name = "openai-compatible:qwen3"
+base_url = "http://127.0.0.1:8000/v1"
+
+[agent]
+instructions = "Be brief."
+max_turns = 5
+max_duration = 60
+
+[shell]
+workspace = "."
+write = true
+timeout = 10
+
+[code_mode]
+
+[[mcp]]
+name = "files"
+command = "python"
+args = ["server.py"]
+
+[[mcp]]
+name = "web"
+url = "http://127.0.0.1:9000/mcp"
+approval = "always"
+
+[skills]
+paths = ["skills"]
+"""
+    )
+    config = load_config(path)
+    assert config.model.name == "openai-compatible:qwen3"
+    assert (config.agent.max_turns, config.agent.max_duration) == (5, 60.0)
+    assert config.shell is not None
+    assert (config.shell.workspace, config.shell.write, config.shell.timeout) == (
+        tmp_path,
+        True,
+        10.0,
+    )
+    assert config.code_mode is not None
+    assert [(s.name, s.command, s.url, s.approval) for s in config.mcp] == [
+        ("files", "python", None, "unless-readonly"),
+        ("web", None, "http://127.0.0.1:9000/mcp", "always"),
+    ]
+    assert config.skills == (tmp_path / "skills",)
+
+
+def test_config_flag_must_name_an_existing_file(home: Path) -> None:
+    missing = home / "nope.toml"
+    child = spawn(["run", "Hi", "--config", str(missing), "--model", "openai:x"], cli_env(home))
+    output, status = finish(child)
+    assert status == 2
+    assert f"{missing}: no such configuration file" in output
+
+
+def test_help_documents_the_exit_statuses(home: Path) -> None:
+    output, status = finish(spawn(["run", "--help"], cli_env(home)))
+    assert status == 0
+    for line in ("0    the run completed", "1    the run failed", "130  the run was interrupted"):
+        assert line in output
