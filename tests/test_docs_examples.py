@@ -157,6 +157,12 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "'inner_tools': {'forecast': 4, 'to_fahrenheit': 1}",
             "ToolNotReadonly code mode 'run_program': tool 'book_flight'",
         ],
+        1: [
+            "failure {'_tag': 'CodeModeFailed', 'message': 'the program threw Error: no data for "
+            "Atlantis', 'kind': 'threw', 'logs': ['Oslo has 717710'], 'logs_truncated': False}",
+            "failure {'_tag': 'CodeModeFailed', 'message': 'the program made more than 3 calls', "
+            "'kind': 'too-many-calls'",
+        ],
     },
     "docs/guides/sandbox.md": {
         0: [
