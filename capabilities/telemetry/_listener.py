@@ -9,6 +9,19 @@ approval request. A compaction is an event ``effectagent.compaction`` on the spa
 precedes, or on the run span when that turn has not started yet (the engine reports no duration
 for it); a budget warning is an event on the run span; tool progress an event on the tool span.
 
+**Subagents.** A child run (``capabilities.subagents``, ``run_child``) reaches the listener with
+its own events, under its own run ID: its ``invoke_agent`` span is made a child of the span of
+the tool call that started it — explicitly, from the parent's ``SubagentStarted``, whatever span
+is current in the handler — and says so (``effectagent.subagent``, ``effectagent.parent.run.id``,
+``effectagent.parent.tool_call.id``); the call's span names the child (``effectagent.subagent.*``:
+agent, run ID, status, turns, tool calls). The ``SubagentEvent`` wrappers in the parent's stream
+make no span: the child's events are seen once, as its own.
+
+**Work inside a call.** While a tool handler runs, the layer's span starter is installed for the
+effect core's tracing hook (``effectagent.effect.trace_span``): sandboxed commands and code
+passes, Code Mode passes and their inner calls, MCP requests get spans of their own under the
+call's (see ``_hooks``).
+
 **When each span ends.** A run span with the run's terminal event. A turn span at its
 ``TurnCompleted`` (the final turn, which the answer ends, with the terminal event). A ``chat``
 span when the response is complete — the turn's first ``ToolCallDeclared``, its
@@ -60,6 +73,8 @@ from effectagent.core import (
     RunInterrupted,
     RunStarted,
     RunSuspended,
+    SubagentCompleted,
+    SubagentStarted,
     TextDelta,
     ToolCallDeclared,
     ToolCallFailed,
@@ -197,6 +212,7 @@ class Telemetry:
     """
 
     __slots__ = (
+        "_children",
         "_ended",
         "_handlers",
         "_redact",
@@ -246,6 +262,9 @@ class Telemetry:
         self._redact = redactor.redact_text if include_content and redactor is not None else None
         self._starter = self._hook_starter({})
         self._runs: dict[str, _Run] = {}
+        # Child runs announced by their parent (SubagentStarted) whose own RunStarted is to come:
+        # child run ID -> the parent run and the ID of the call that starts it.
+        self._children: dict[str, tuple[_Run, str]] = {}
         # The run spans of the runs that ended last, for the lines a run logs after its end.
         self._ended: dict[str, tuple[str, str]] = {}
         handlers: dict[type[EventBase], Callable[[Any], None]] = {
@@ -262,6 +281,8 @@ class Telemetry:
             TurnCompleted: self._turn_completed,
             BudgetWarning: self._budget_warning,
             CompactionPerformed: self._compaction,
+            SubagentStarted: self._subagent_started,
+            SubagentCompleted: self._subagent_completed,
             RunCompleted: self._run_ended,
             RunFailed: self._run_ended,
             RunInterrupted: self._run_ended,
@@ -478,6 +499,15 @@ class Telemetry:
             message = [{"role": "user", "parts": [{"type": "text", "content": text}]}]
             attributes["gen_ai.input.messages"] = _json(message, self.max_content_length)
         caller = otel_context.get_current()
+        child = self._children.pop(event.run_id, None)
+        if child is not None:  # a subagent: under the call that started it, whatever is current
+            parent_run, call_id = child
+            attributes["effectagent.subagent"] = True
+            attributes["effectagent.parent.run.id"] = parent_run.run_id
+            attributes["effectagent.parent.tool_call.id"] = _cut(call_id, limit)
+            call_span = parent_run.tools.get(call_id)
+            if call_span is not None:
+                caller = trace.set_span_in_context(call_span, caller)
         span = self._tracer.start_span(
             _cut(f"invoke_agent {event.agent}", self.max_attribute_length),
             context=caller,
@@ -667,6 +697,26 @@ class Telemetry:
             "effectagent.compaction.tokens_after": event.tokens_after,
         }
         self._add_event(run, span, "effectagent.compaction", event.at, attributes)
+
+    def _subagent_started(self, event: SubagentStarted) -> None:
+        run = self._runs.get(event.run_id)
+        if run is None:
+            return
+        self._children[event.child_run_id] = (run, event.tool_call_id)
+        span = run.tools.get(event.tool_call_id)
+        if span is not None:
+            limit = self.max_attribute_length
+            span.set_attribute("effectagent.subagent.agent", _cut(event.child_agent, limit))
+            span.set_attribute("effectagent.subagent.run.id", _cut(event.child_run_id, limit))
+
+    def _subagent_completed(self, event: SubagentCompleted) -> None:
+        self._children.pop(event.child_run_id, None)  # a child that never started
+        run = self._runs.get(event.run_id)
+        span = None if run is None else run.tools.get(event.tool_call_id)
+        if span is not None:
+            span.set_attribute("effectagent.subagent.status", event.status)
+            span.set_attribute("effectagent.subagent.turns", event.turns)
+            span.set_attribute("effectagent.subagent.tool_calls", event.tool_calls)
 
     def _run_ended(self, event: RunCompleted | RunFailed | RunInterrupted | RunSuspended) -> None:
         run = self._runs.pop(event.run_id, None)
