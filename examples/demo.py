@@ -11,12 +11,18 @@ and every capability takes part — each visible in the output:
   ("also check the database"); the input is admitted at the next safe point, before the next
   model request;
 * **compaction** — a small ``context_token_limit``: old tool results are pruned once;
+* a **subagent** — the database specialist, delegated to with ``capabilities.subagents``: its
+  run (its own conversation, tools a subset of the assistant's, a carved-out budget) shows
+  indented under the call;
 * an **MCP server** over stdio — the runbook service (:mod:`examples.ops.runbook_server`);
 * **approval by policy** — the restart is approved by a rule, the destructive database action
   denied by another;
 * a **persisted session** — the conversation lives in a SQLite file, and a second process
   (``python -m examples.demo --resume ...``) reopens it and continues the conversation;
 * **usage totals** — input (cache reads and writes apart), output, turns and tool calls.
+
+The events are shown as ``effectagent chat`` shows them (``capabilities.cli.render.Timeline``);
+lines starting with ``»`` are the demo's notes (:mod:`examples.ops.timeline`).
 
 Run it as ``python -m examples.demo [--state-dir DIR] [--no-color]``. The SQLite file goes to
 ``DIR`` (default: a new temporary directory, printed at the end). It runs on the real clock:
@@ -50,7 +56,8 @@ from capabilities import (
 from capabilities.code_mode import CodeMode, code_mode
 from capabilities.mcp import StdioServer, connect
 from capabilities.steering import InputReceipt, Steering
-from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from capabilities.subagents import delegate
+from effectagent import Agent, AgentPolicy, ChildBudget, Toolkit, open_runtime
 from effectagent.ai import ToolCallContext
 from effectagent.core import (
     ApprovalRequested,
@@ -75,7 +82,7 @@ from examples.ops.script import (
     postmortem_script,
     script,
 )
-from examples.ops.timeline import Timeline, compact
+from examples.ops.timeline import Narrator, compact
 from examples.ops.tools import (
     DB_SESSIONS,
     DB_STATUS,
@@ -86,6 +93,8 @@ from examples.ops.tools import (
     RESTART,
     SERVICE_STATUS,
     TERMINATE,
+    DbFinding,
+    DbQuestion,
     Ops,
 )
 from sandbox import BubblewrapSandbox
@@ -111,8 +120,27 @@ RUNBOOKS: Final = StdioServer(
 )
 
 
+DB_SPECIALIST: Final = Agent(
+    "db-specialist",
+    "You are the database specialist. Find who holds a database's connections and what is safe "
+    "to do about it. Answer with JSON.",
+    AgentPolicy(max_turns=3, max_tool_calls=4, max_duration=30, tool_concurrency=2),
+    Toolkit(DB_STATUS, DB_SESSIONS),  # the same tools the assistant has: a subset of its own
+    output=DbFinding,
+)
+ASK_DB_SPECIALIST: Final = delegate(
+    DB_SPECIALIST,
+    name="ask_db_specialist",
+    description="Ask the database specialist (a subagent) to look into a database.",
+    parameters=DbQuestion,
+    prompt=lambda question: f"{question.database}: {question.symptom}",
+    budget=ChildBudget(turns=3, tool_calls=4),
+)
+
+
 def assistant(code: CodeMode) -> Agent:
-    """The operations assistant: its own tools, Code Mode, and the runbook server's tools."""
+    """The operations assistant: its own tools, Code Mode, the database specialist, and the
+    runbook server's tools."""
     return Agent(
         "ops-assistant",
         INSTRUCTIONS,
@@ -134,6 +162,7 @@ def assistant(code: CodeMode) -> Agent:
             DB_STATUS,
             DB_SESSIONS,
             code.tool,
+            ASK_DB_SPECIALIST.tool,
             POST_UPDATE,
             RESTART,
             TERMINATE,
@@ -165,13 +194,13 @@ def approval(agent: Agent) -> PolicyApproval:
 class OnCall:
     """The on-call engineer: reads each incident update, and steers the run after the first."""
 
-    timeline: Timeline
+    timeline: Narrator
     steering: Steering | None = None
     receipts: list[InputReceipt] = attrs.Factory(list)
 
     async def read(self, text: str, call: ToolCallContext) -> str:
         """Read ``text``; answer the first update by steering the run that posted it."""
-        self.timeline.note("incident channel", f"#inc-4711-checkout ← {compact(text, 100)}")
+        self.timeline.note("on-call", f"{ON_CALL} reads #inc-4711-checkout: {compact(text, 100)}")
         if self.steering is not None and not self.receipts:
             receipt = await self.steering.steer(call.conversation_id, STEERING, author=ON_CALL)
             self.receipts.append(receipt)
@@ -193,6 +222,7 @@ class Outcome:
     session_id: str
     database: Path
     resumed: int
+    events: tuple[EventBase, ...]
 
 
 async def _annotate(
@@ -207,8 +237,8 @@ async def _annotate(
                 if status is not None and status.state == "delivered":
                     on_call.receipts.remove(receipt)
                     timeline.note(
-                        "steering admitted",
-                        f"before turn {turn}'s model request (the safe point): "
+                        "steering",
+                        f"admitted at the next safe point, before turn {turn}'s model request: "
                         f"UserInputRecorded at seq {status.seq}",
                     )
         case ApprovalRequested(tool_call_id=cid, tool_name=tool):
@@ -223,7 +253,7 @@ async def _annotate(
                     decision = record.decision
                     verdict = "approved" if decision.approved else "denied"
                     timeline.note(
-                        "approval decided",
+                        "approval",
                         f"{tool}: {verdict} by {decision.decided_by} — {decision.reason}",
                     )
 
@@ -240,7 +270,7 @@ async def main(
     if state_dir is None:
         state_dir = Path(tempfile.mkdtemp(prefix="effectagent-demo-"))
     database = state_dir / DB_NAME
-    on_call = OnCall(Timeline(out, color))
+    on_call = OnCall(Narrator(out, color))
     sandbox = await trio.to_thread.run_sync(BubblewrapSandbox)
     code = code_mode({"ops": [METRICS, SERVICE_STATUS]})
     agent = assistant(code)
@@ -284,10 +314,11 @@ async def main(
             ]:
                 print(f"  {label:<11} {text}", file=out)
             print(file=out)
-            timeline = on_call.timeline = Timeline(out, color)  # counts from here
+            timeline = on_call.timeline = Narrator(out, color)  # counts from here
             layer = (
                 ops.layer()
                 + code.layer
+                + ASK_DB_SPECIALIST.layer()
                 + runbooks.layer()
                 + approval(agent).layer()
                 + LogCompactor().layer()
@@ -297,12 +328,12 @@ async def main(
             async with open_runtime(layer, agents=[agent]) as runtime:
                 on_call.steering = runtime.context[SteeringService]
                 approvals: dict[str, str] = {}
-                terminal: EventBase | None = None
+                seen: list[EventBase] = []
                 async with runtime.stream(agent, QUESTION, author="sam (SRE)") as events:
                     async for event in events:
                         timeline.render(event)
                         await _annotate(event, runtime, on_call, approvals)
-                        terminal = event
+                        seen.append(event)
                 conversation = events.conversation_id
                 sessions = runtime.context[SessionStoreService]
                 session = await sessions.create(
@@ -319,10 +350,11 @@ async def main(
         f"process {os.getpid()} saved {session.id} (conversation {conversation}) in {database}",
     )
     resumed = await _second_process(database, session.id, out, color)
+    terminal = seen[-1]
     usage = terminal.usage if isinstance(terminal, RunCompleted) else None
     _totals(terminal, database, session.id, out)
     status = "completed" if isinstance(terminal, RunCompleted) else type(terminal).__name__
-    return Outcome(status, usage, session.id, database, resumed)
+    return Outcome(status, usage, session.id, database, resumed, tuple(seen))
 
 
 async def _second_process(database: Path, session_id: str, out: TextIO, color: bool) -> int:
@@ -338,7 +370,7 @@ async def _second_process(database: Path, session_id: str, out: TextIO, color: b
     return process.returncode
 
 
-def _totals(terminal: EventBase | None, database: Path, session_id: str, out: TextIO) -> None:
+def _totals(terminal: EventBase, database: Path, session_id: str, out: TextIO) -> None:
     if not isinstance(terminal, RunCompleted):
         print(f"\nthe run did not complete: {terminal!r}", file=out)
         return
@@ -346,8 +378,8 @@ def _totals(terminal: EventBase | None, database: Path, session_id: str, out: Te
     uncached = usage.input_tokens - usage.cache_read_input_tokens - usage.cache_write_input_tokens
     for line in [
         "",
-        f"turns       {terminal.turns} ({usage.model_calls} model calls)",
-        f"tool calls  {terminal.tool_calls} (Code Mode's inner calls included)",
+        f"turns       {terminal.turns} ({usage.model_calls} model calls, the subagent's included)",
+        f"tool calls  {terminal.tool_calls}",
         f"input       {usage.input_tokens} tokens: cache read {usage.cache_read_input_tokens}, "
         f"cache write {usage.cache_write_input_tokens}, uncached {uncached}",
         f"output      {usage.output_tokens} tokens (reasoning {usage.reasoning_tokens})",
@@ -362,7 +394,7 @@ def _totals(terminal: EventBase | None, database: Path, session_id: str, out: Te
 async def resume(database: Path, session_id: str, out: TextIO, color: bool) -> int:
     """Reopen ``database``, find the session's conversation, and continue it: the model is asked
     for the postmortem with the whole earlier conversation as its history."""
-    timeline = Timeline(out, color)
+    timeline = Narrator(out, color)
     writer = Agent("ops-assistant", INSTRUCTIONS, AgentPolicy(max_turns=2, max_tool_calls=1))
     model = PromptCachingModel(ScriptedModel(postmortem_script()))
     async with open_runtime(model.layer() + sqlite_storage(database), agents=[writer]) as runtime:

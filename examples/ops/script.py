@@ -31,6 +31,17 @@ QUESTION: Final = (
     "Find out why and mitigate it."
 )
 STEERING: Final = "Also check the database: orders-db paged at 09:20 for its connection count."
+DB_SYMPTOM: Final = (
+    "orders-db paged at 09:20 for its connection count while checkout-api's pools are exhausted. "
+    "Who holds the connections, and what is safe to do?"
+)
+DB_FINDING: Final = (
+    '{"database": "orders-db", "cause": "58 sessions of checkout-api\'s refund-export job are '
+    'idle in transaction, holding row locks on refunds (the oldest for 27 min)", "evidence": '
+    '["idle in transaction: 58 of 81 connections", "oldest: pid 4117, SELECT ... FROM refunds '
+    'FOR UPDATE"], "safe_fix": "restart checkout-api: closing its pools rolls the transactions '
+    'back; terminating sessions by hand is for the DBA on call"}'
+)
 POSTMORTEM_QUESTION: Final = "Draft the postmortem summary for INC-4711 from this conversation."
 
 PROGRAM: Final = """async () => {
@@ -137,17 +148,26 @@ def script() -> list[Turn]:
             "up in one program, and updating the incident channel.",
         ),
         Turn.tool_calls(
+            ("ask_db_specialist", {"database": "orders-db", "symptom": DB_SYMPTOM}, "dba"),
+            text="Each replica filled its pool five minutes after it got 2.14.0, and 5xx "
+            "followed at once. As Dana asks, the database specialist checks orders-db.",
+        ).with_inspection(steered),
+        # The database specialist, a subagent in a conversation of its own:
+        Turn.tool_calls(
             ("db_status", {"database": "orders-db"}, "db"),
             ("db_sessions", {"database": "orders-db", "state": "idle in transaction"}, "sessions"),
-            text="Each replica filled its pool five minutes after it got 2.14.0, and 5xx "
-            "followed at once. As Dana asks, checking orders-db too.",
-        ).with_inspection(steered),
+            text="Connections by state, and the sessions idle in a transaction.",
+        ).with_inspection(_requires_text(DB_SYMPTOM, "its task")),
+        Turn.text(DB_FINDING, chunk=10_000).with_inspection(
+            _requires_result("idle in transaction", "the database's sessions")
+        ),
+        # The assistant again, with the specialist's answer as the tool's result:
         Turn.tool_calls(
             ("runbook_lookup", {"service": "checkout-api"}, "runbook"),
             ("runbook_changes", {"service": "checkout-api"}, "changes"),
             text="orders-db holds 58 sessions idle in transaction from refund-export, locking "
             "refunds. Reading the runbook before touching anything.",
-        ),
+        ).with_inspection(_requires_result("holding row locks", "the specialist's finding")),
         Turn.tool_calls(
             ("restart_service", {"service": "checkout-api", "reason": RESTART_REASON}, "restart"),
             (

@@ -1,183 +1,159 @@
-"""The run's events as a timeline, one line each: time since the run started, the event, details.
+"""The demo's output: the run's events as ``effectagent chat`` shows them
+(:class:`capabilities.cli.render.Timeline`), with the demo's own notes between them.
 
-A subagent's events (``SubagentEvent``) are shown indented under the call that started it. What
-the demo itself adds — the on-call engineer, steering receipts, approval decisions read from the
-log — are notes (:meth:`Timeline.note`), marked with ``*``.
+A note starts with ``»`` and a label. Some are read off the events — a batch whose calls ran
+concurrently, where the sandboxed command ran, what a Code Mode pass returned, which MCP server
+answered, what a compaction covered — and some the demo adds from elsewhere: the on-call engineer,
+steering receipts, approval decisions read from the log, the session.
 """
 
 from __future__ import annotations
 
 import json
 import textwrap
-import time
 from typing import Any, Final, TextIO
 
 import attrs
 
+from capabilities.cli.render import Timeline
 from effectagent.core import (
-    ApprovalRequested,
-    BudgetWarning,
     CompactionPerformed,
     EventBase,
-    ModelRetrying,
-    ModelStarted,
-    ReasoningDelta,
-    RunCompleted,
-    RunFailed,
-    RunInterrupted,
-    RunStarted,
-    TextDelta,
+    SubagentEvent,
     ToolCallDeclared,
     ToolCallFailed,
     ToolCallStarted,
     ToolCallSucceeded,
-    ToolOutcome,
-    ToolProgress,
     TurnCompleted,
-    TurnStarted,
 )
 
-__all__ = ["Timeline", "compact", "describe"]
+__all__ = ["Narrator", "abbreviate", "compact"]
 
-_STYLES: Final = {
-    "run": "1;36",  # bold cyan
-    "turn": "34",  # blue
-    "model": "2",  # dim
-    "text": "0",
-    "tool": "33",  # yellow
-    "ok": "32",  # green
-    "fail": "31",  # red
-    "warn": "35",  # magenta
-    "note": "1;35",  # bold magenta
-    "done": "1;32",  # bold green
-}
-WIDTH: Final = 132
+WIDTH: Final = 110
+LABEL: Final = 12
 
 
 def compact(value: Any, limit: int = 96) -> str:
-    """``value`` as compact JSON, cut to ``limit`` characters (saying how long it was)."""
+    """``value`` as compact JSON (a string as it is), cut to ``limit`` characters."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 22]}… ({len(text)} chars)"
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
 def abbreviate(value: Any, items: int = 3, chars: int = 100) -> Any:
     """``value`` with each long list cut to its first ``items`` (and how many more) and each long
-    string to ``chars`` characters, so its shape shows in a line or three."""
+    string to ``chars`` characters, so that its shape shows in a few lines."""
     if isinstance(value, dict):
         return {key: abbreviate(item, items, chars) for key, item in value.items()}
     if isinstance(value, list):
         if len(value) <= items + 1:
             return [abbreviate(item, items, chars) for item in value]
-        return [
-            *(abbreviate(item, items, chars) for item in value[:items]),
-            f"… {len(value) - items} more",
-        ]
+        shown = [abbreviate(item, items, chars) for item in value[:items]]
+        return [*shown, f"… {len(value) - items} more"]
     if isinstance(value, str) and len(value) > chars:
         return value[: chars - 1] + "…"
     return value
 
 
-def describe(outcome: ToolOutcome) -> str:
-    """A tool outcome as the model reads it, in one line (an MCP result: its server and text)."""
-    content = outcome.model_content()
-    if outcome.kind == "success":
-        if isinstance(content, dict) and {"server", "content"} <= content.keys():
-            server = content["server"]
-            texts = [block.get("text", "") for block in content["content"]]
-            return f"[{server['name']} {server['version']}] " + compact(" ".join(texts), 400)
-        return compact(abbreviate(content), 480)
-    if isinstance(content, dict):
-        message = content.get("message") or content.get("reason") or content
-        return f"{outcome.kind}: {compact(message, 120)}"
-    return f"{outcome.kind}: {compact(content, 120)}"
+@attrs.define
+class _Batch:
+    """The top-level tool calls of the current turn: when each started and settled."""
+
+    started: dict[str, float] = attrs.Factory(dict)
+    settled: dict[str, float] = attrs.Factory(dict)
+    first_settled_after: int = 0  # how many had started when the first one settled
 
 
 @attrs.define
-class Timeline:
-    """Prints events as they arrive (``render``) and the demo's own notes (``note``)."""
+class Narrator:
+    """Renders events with the CLI's Timeline and adds the demo's notes (see the module notes)."""
 
     out: TextIO
     color: bool
-    started: float = attrs.field(factory=time.monotonic)
+    timeline: Timeline = attrs.field(init=False)
+    _batch: _Batch = attrs.field(init=False, factory=_Batch)
 
-    def _paint(self, style: str, text: str) -> str:
-        return f"\x1b[{_STYLES[style]}m{text}\x1b[0m" if self.color else text
+    def __attrs_post_init__(self) -> None:
+        self.timeline = Timeline(self.out, color=self.color, preview_chars=100)
 
-    def _line(self, style: str, name: str, detail: str = "", depth: int = 0) -> None:
-        at = f"+{time.monotonic() - self.started:6.3f}s"
-        indent = "  │ " * depth
-        lead = f"{self._paint('model', at)}  {indent}{self._paint(style, f'{name:<19}')} "
-        width = WIDTH - len(at) - 2 - len(indent) - 20
-        lines = textwrap.wrap(detail, width, break_on_hyphens=False) or [""]
-        print(f"{lead}{lines[0]}".rstrip(), file=self.out)
-        for more in lines[1:]:
-            print(f"{'':{len(at) + 2}}{indent}{'':20}{more}", file=self.out)
+    def note(self, label: str, text: str) -> None:
+        """A line of the demo's own, wrapped."""
+        self.timeline.close()  # ends a line of streamed text first
+        lines = textwrap.wrap(text, WIDTH - LABEL - 3, break_on_hyphens=False) or [""]
+        head = f"» {label:<{LABEL}}"
+        if self.color:
+            head = f"\x1b[1;35m{head}\x1b[0m"
+        print(f"{head} {lines[0]}", file=self.out)
+        for line in lines[1:]:
+            print(f"{'':{LABEL + 3}}{line}", file=self.out)
 
-    def block(self, label: str, text: str, depth: int = 0) -> None:
-        """Lines of text (a program) under the current line, as they are."""
-        pad = " " * 10 + "  │ " * depth + " " * 20
-        print(f"{pad}{label}:", file=self.out)
+    def block(self, label: str, title: str, text: str) -> None:
+        """Lines of text (a program) as they are, under a note."""
+        self.note(label, title)
         for line in text.splitlines():
-            print(f"{pad}  {self._paint('model', line)}".rstrip(), file=self.out)
+            print(f"{'':{LABEL + 5}}{line}".rstrip(), file=self.out)
 
-    def note(self, label: str, detail: str) -> None:
-        """A line of the demo's own (not an event of the run)."""
-        self._line("note", f"* {label}", detail)
+    def close(self) -> None:
+        """End a line left open by streamed text."""
+        self.timeline.close()
 
-    def render(self, event: EventBase, depth: int = 0) -> None:
-        """Print ``event`` (a subagent's events indented under its parent's)."""
-        name = type(event).__name__
-        line = self._line
+    def render(self, event: EventBase) -> None:
+        """Show ``event``, then what the demo notes about it."""
+        self.timeline.render(event)
+        if isinstance(event, SubagentEvent):
+            return  # notes are about the assistant's own calls
         match event:
-            case RunStarted(input=text):
-                line("run", name, f"{event.agent}: {text}", depth)
-            case TurnStarted(turn=turn, grace=grace):
-                line("turn", name, f"turn {turn}" + (" (grace)" if grace else ""), depth)
-            case ModelStarted() | ReasoningDelta():
-                pass  # the text that follows says more
-            case ModelRetrying(attempt=attempt, error_tag=tag, delay=delay):
-                line("warn", name, f"attempt {attempt} after {tag}, in {delay:.1f}s", depth)
-            case TextDelta(text=text):
-                line("text", name, text.strip(), depth)
-            case ToolCallDeclared(tool_call_id=cid, tool_name=tool, arguments=args):
-                blocks = (
-                    {k: v for k, v in args.items() if "\n" in str(v)}
-                    if isinstance(args, dict)
-                    else {}
+            case ToolCallDeclared(tool_name="run_program", arguments={"program": str(program)}):
+                self.block(
+                    "code mode", "the model's program, to run in Deno in bubblewrap:", program
                 )
-                shown = (
-                    {k: ("…" if k in blocks else v) for k, v in args.items()} if blocks else args
+            case ToolCallStarted(tool_call_id=cid):
+                self._batch.started[cid] = event.at
+            case ToolCallSucceeded(tool_call_id=cid) | ToolCallFailed(tool_call_id=cid):
+                if not self._batch.settled:
+                    self._batch.first_settled_after = len(self._batch.started)
+                self._batch.settled[cid] = event.at
+                if isinstance(event, ToolCallSucceeded):
+                    self._succeeded(event)
+            case CompactionPerformed(turn=turn, kind=kind, covers_through=through):
+                self.note(
+                    "compaction",
+                    f"CompactionPerformed before turn {turn}: {kind} through log entry "
+                    f"{through}, {event.tokens_before} → {event.tokens_after} tokens (the log "
+                    "itself keeps every entry)",
                 )
-                line("tool", name, f"{cid:<8} {tool} {compact(shown, 160)}", depth)
-                for key, block in blocks.items():  # a program, say: shown as written
-                    self.block(key, str(block), depth)
-            case ToolCallStarted(tool_call_id=cid, tool_name=tool):
-                line("tool", name, f"{cid:<8} {tool}", depth)
-            case ToolProgress(tool_call_id=cid, data=data):
-                line("tool", name, f"{cid:<8} {compact(data)}", depth)
-            case ToolCallSucceeded(tool_call_id=cid, outcome=outcome):
-                line("ok", name, f"{cid:<8} {describe(outcome)}", depth)
-            case ToolCallFailed(tool_call_id=cid, outcome=outcome):
-                line("fail", name, f"{cid:<8} {describe(outcome)}", depth)
-            case ApprovalRequested(tool_call_id=cid, request=request):
-                targets = ", ".join(request.targets)
-                line("warn", name, f"{cid:<8} {request.tool_name} on {targets}", depth)
-            case CompactionPerformed(kind=kind, tokens_before=before, tokens_after=after):
-                detail = f"{kind}: {before} → {after} tokens (through entry {event.covers_through})"
-                line("warn", name, detail, depth)
-            case TurnCompleted(turn=turn, finish_reason=reason, usage=usage):
-                detail = f"turn {turn}, {reason}, {usage.total_tokens} tokens so far"
-                line("turn", name, detail, depth)
-            case BudgetWarning(dimension=dim, used=used, limit=limit):
-                line("warn", name, f"{dim}: {used:g} of {limit:g} used", depth)
-            case RunCompleted(finish_reason=reason, turns=turns, tool_calls=calls):
-                detail = f"{reason} after {turns} turns, {calls} tool calls"
-                line("done", name, detail, depth)
-            case RunFailed(error=error):
-                line("fail", name, repr(error), depth)
-            case RunInterrupted(reason=reason):
-                line("fail", name, reason, depth)
-            case _:
-                line("model", name, "", depth)
+            case TurnCompleted():
+                self._batch_done()
+
+    def _succeeded(self, event: ToolCallSucceeded) -> None:
+        result = event.outcome.model_content()
+        if not isinstance(result, dict):
+            return
+        if event.tool_name == "grep_logs":
+            self.note("sandbox", f"{result['sandbox']}: {result['matches']} matching lines")
+        elif event.tool_name == "run_program":
+            self.note(
+                "code mode",
+                f"the pass printed {result['logs']} and returned {compact(result['result'], 400)}",
+            )
+        elif {"server", "content"} <= result.keys():
+            server = result["server"]
+            text = " ".join(block.get("text", "") for block in result["content"])
+            self.note("mcp", f"{server['name']} {server['version']}: {compact(text, 300)}")
+
+    def _batch_done(self) -> None:
+        batch, self._batch = self._batch, _Batch()
+        if len(batch.started) < 2:  # one call, or calls refused before they ran
+            return
+        ran = [cid for cid in batch.settled if cid in batch.started]  # a denied call never ran
+        calls = sum(batch.settled[cid] - batch.started[cid] for cid in ran)
+        span = max(batch.settled.values()) - min(batch.started.values())
+        together = (
+            "all started before the first finished"
+            if batch.first_settled_after == len(batch.started)
+            else f"{batch.first_settled_after} started before the first finished"
+        )
+        self.note(
+            "parallel",
+            f"{len(batch.started)} calls in one batch, {together}: {span:.2f} s for "
+            f"{calls:.2f} s of calls",
+        )

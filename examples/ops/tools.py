@@ -27,6 +27,8 @@ from .world import POOL_SIZE, REPLICAS, SERVICE, World, clock
 
 __all__ = [
     "ALL",
+    "DbFinding",
+    "DbQuestion",
     "DB_SESSIONS",
     "DB_STATUS",
     "GREP_LOGS",
@@ -171,6 +173,24 @@ class DbSessions:
 
     total: int
     oldest: list[DbSession]
+
+
+@attrs.frozen
+class DbQuestion:
+    """What the database specialist is asked to look into."""
+
+    database: str
+    symptom: str
+
+
+@attrs.frozen
+class DbFinding:
+    """The database specialist's answer."""
+
+    database: str
+    cause: str
+    evidence: list[str]
+    safe_fix: str
 
 
 @attrs.frozen
