@@ -79,13 +79,21 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
     },
     "docs/guides/providers.md": {
         0: [
+            "Anthropic(model='claude-sonnet-4-5', base_url=None, timeout=600.0, max_tokens=2048, "
+            "thinking_budget=1024",
+            "OpenAIResponses(model='gpt-4.1'",
+            "reasoning_effort='low'",
+            "ValueError unknown model string 'gemini:pro'",
+            "TypeError anthropic models take no option 'temprature'",
+        ],
+        1: [
             "retrying after RateLimited - drop what was shown: False",
             "tool: forecast 4.0",
             "answer: 4 °C in Oslo.",
             "[('qwen3', True, 2), ('qwen3', True, 2), ('qwen3', True, 4)]",
             "['forecast']",
         ],
-        1: [
+        2: [
             "completed Packing(city='Oslo', items=['coat', 'gloves'])",
             "{'type': 'array', 'items': {'type': 'string'}}",
             "invalid input: $.items: expected an array, got 'coat'",
