@@ -8,8 +8,10 @@ a state. The shell tool runs in the real bubblewrap sandbox, over a workspace ea
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,8 @@ from typing import Any
 import pexpect
 import pytest
 
-from capabilities.cli._config import ConfigError, load_config
+from capabilities.cli import ConfigError, load_config
+from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
@@ -219,6 +222,38 @@ def test_chat_denied_write_never_runs_and_the_model_reads_why(
     tool_message = server.requests()[1].json()["messages"][-1]
     assert tool_message["role"] == "tool"
     assert "approval denied: denied by the user" in tool_message["content"]
+
+
+def test_always_approves_the_tool_for_the_rest_of_the_session(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", '{"command": "touch one"}'))),
+        Reply.sse(wire.calls(("call_2", "shell_write", '{"command": "touch two"}'))),
+        Reply.sse(wire.text("Both made.")),
+        Reply.sse(wire.calls(("call_3", "shell_write", '{"command": "touch three"}'))),
+        Reply.sse(wire.text("Third made.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Make two files.")
+    child.expect(ASK)
+    after = io.StringIO()
+    child.logfile_read = after  # everything shown after the answer
+    child.sendline("a")
+    child.expect("Both made.")
+    child.expect(PROMPT)
+    child.sendline("And a third.")
+    child.expect("Third made.")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    assert after.getvalue().count("✓ shell_write") == 3
+    assert "allow shell_write?" not in after.getvalue()
+    assert sorted(p.name for p in workspace.iterdir()) == ["one", "readme.txt", "three", "two"]
 
 
 def test_ctrl_c_interrupts_the_tool_call_and_the_session_goes_on(
@@ -441,3 +476,58 @@ def test_help_documents_the_exit_statuses(home: Path) -> None:
     assert status == 0
     for line in ("0    the run completed", "1    the run failed", "130  the run was interrupted"):
         assert line in output
+
+
+# ---- the configured toolsets, together ------------------------------------------------------------
+
+
+def test_configured_toolsets_reach_the_model_and_an_mcp_tool_runs(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    """Shell, Code Mode, an MCP server (the README's example, over stdio) and a skills directory
+    from one config: the model is offered all their tools, and a call of the MCP server's
+    readonly tool runs without asking."""
+    skills = home / "skills"
+    write_skill(skills, "release-notes", description="Write release notes.")
+    repository = Path(__file__).resolve().parents[3]
+    write_config(
+        home,
+        f"""
+[shell]
+workspace = "{workspace}"
+write = true
+
+[code_mode]
+
+[[mcp]]
+name = "notes"
+command = "{sys.executable}"
+args = ["-m", "examples.mcp_server"]
+cwd = "{repository}"
+
+[skills]
+paths = ["{skills}"]
+""",
+    )
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "lookup", json.dumps({"city": "Oslo"})))),
+        Reply.sse(wire.text("Pack a coat.")),
+    )
+    child = spawn(args(server, "run", "What should I pack for Oslo?"), cli_env(home), timeout=40)
+    output, status = finish(child)
+    assert status == 0, output
+    assert "Pack a coat." in output.splitlines()  # stdout; the timeline went to stderr
+    first, second = server.requests()
+    offered = sorted(tool["function"]["name"] for tool in first.json()["tools"])
+    assert offered == [
+        "activate_skill",
+        "add",
+        "lookup",
+        "run_program",
+        "shell",
+        "shell_write",
+    ]
+    result = second.json()["messages"][-1]
+    assert result["role"] == "tool"
+    assert "Pack a coat: 4 °C." in result["content"]
