@@ -97,7 +97,7 @@ from examples.ops.tools import (
     DbQuestion,
     Ops,
 )
-from sandbox import BubblewrapSandbox
+from sandbox import BubblewrapSandbox, SandboxUnavailable
 
 __all__ = ["CONTEXT_LIMIT", "DB_NAME", "Outcome", "assistant", "cli", "main", "resume"]
 
@@ -196,14 +196,16 @@ class OnCall:
 
     timeline: Narrator
     steering: Steering | None = None
-    receipts: list[InputReceipt] = attrs.Factory(list)
+    receipts: list[InputReceipt] = attrs.Factory(list)  # steering not yet seen delivered
+    steered: bool = False
 
     async def read(self, text: str, call: ToolCallContext) -> str:
         """Read ``text``; answer the first update by steering the run that posted it."""
         self.timeline.note("on-call", f"{ON_CALL} reads #inc-4711-checkout: {compact(text, 100)}")
-        if self.steering is not None and not self.receipts:
+        if self.steering is not None and not self.steered:
             receipt = await self.steering.steer(call.conversation_id, STEERING, author=ON_CALL)
             self.receipts.append(receipt)
+            self.steered = True
             self.timeline.note(
                 "steering",
                 f"{ON_CALL} steers the run: {STEERING!r} → {receipt.admission} "
@@ -457,7 +459,11 @@ def cli(argv: Sequence[str] | None = None) -> int:
         return trio.run(resume, args.db, args.session, sys.stdout, color)
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
-    outcome = trio.run(lambda: main(color=color, state_dir=args.state_dir))
+    try:
+        outcome = trio.run(lambda: main(color=color, state_dir=args.state_dir))
+    except SandboxUnavailable as error:  # Code Mode and grep_logs run in bubblewrap
+        print(f"the demo needs bubblewrap ({error.reason}): run `make sysdeps`", file=sys.stderr)
+        return 2
     return 0 if outcome.status == "completed" and outcome.resumed == 0 else 1
 
 

@@ -1,8 +1,9 @@
 """What the scripted model says, turn by turn: an on-call investigation of ``checkout-api``.
 
 status → logs and metrics in parallel → a sandboxed grep → a Code Mode pass lining the replicas
-up (with an update to the incident channel, answered by steering) → the database checked →
-the runbook read over MCP → an approved restart and a denied destructive action → the answer.
+up (with an update to the incident channel, answered by steering) → a subagent, the database
+specialist, looking into orders-db in two turns of its own → the runbook read over MCP → an
+approved restart and a denied destructive action → the answer.
 Then, in a second process, the postmortem draft continuing the same conversation.
 
 Turns that depend on what the run was told check it (``with_inspection``): a model request that
