@@ -414,7 +414,9 @@ async def resume(database: Path, session_id: str, out: TextIO, color: bool) -> i
             f"{len(entries)} log entries",
         )
         for record in inputs:
-            timeline.note("history", f"{record.kind} from {record.author}: {compact(record.text)}")
+            timeline.note(
+                "history", f"{record.kind} from {record.author}: {compact(record.text, 200)}"
+            )
         terminal: EventBase | None = None
         async with runtime.stream(writer, POSTMORTEM_QUESTION, conversation_id=conversation) as run:
             async for event in run:

@@ -154,6 +154,6 @@ class Narrator:
         )
         self.note(
             "parallel",
-            f"{len(batch.started)} calls in one batch, {together}: {span:.2f} s for "
-            f"{calls:.2f} s of calls",
+            f"{len(batch.started)} calls in one batch, {together}: {span * 1000:.0f} ms for "
+            f"{calls * 1000:.0f} ms of calls",
         )
