@@ -268,14 +268,14 @@ def _session_name(args: argparse.Namespace) -> str | None:
 
 
 async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``effectagent chat``. Cancellation: a run going is interrupted, then all is closed."""
     name = _session_name(args) or time.strftime("chat-%Y%m%d-%H%M%S")
     color = _color(args.color, sys.stdout, environ)
     async with _open(args, environ, ask=True) as opened:
         named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
         if named.resumed:
-            intro = (
-                f"session {name} resumed ({named.runs} runs, conversation {named.conversation_id})"
-            )
+            runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
+            intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
         else:
             intro = f"session {name} (resume it with --session {name})"
         print(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session", flush=True)
@@ -293,6 +293,7 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``effectagent run``. Cancellation: the run is interrupted, then all is closed."""
     if not args.prompt.strip():
         raise UsageError("the prompt is empty")
     name = _session_name(args)
@@ -318,6 +319,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 async def _sessions(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``effectagent sessions``. Cancellation: reads only; nothing changes."""
     directory = state_dir(args.state_dir, environ)
     path = directory / DATABASE
     if not path.is_file():

@@ -210,6 +210,7 @@ class TerminalSession:
         nursery.start_soon(_read_lines, send, stdin)
 
     async def _next_line(self) -> str | None:
+        """The next line typed (None at the end of input). Cancellation: nothing is lost."""
         if self._lines is None or self._eof:
             return None
         line = await self._lines.receive()
@@ -225,7 +226,9 @@ class TerminalSession:
                 self._prompt.update(update)
 
     async def _interrupts(self, signals: Any) -> None:
-        """Ctrl-C interrupts the run going; at the prompt it says how to leave."""
+        """Ctrl-C interrupts the run going; at the prompt it says how to leave.
+
+        Cancellation: stops listening (the signal receiver's block restores the default)."""
         async for _ in signals:
             if self._current is not None:
                 self._note("^C — interrupting the run")
@@ -249,7 +252,7 @@ class TerminalSession:
                 if self._lines is not None:
                     nursery.start_soon(self._input_during_run, events)
                 async for event in events:
-                    await self._show(event)
+                    self._show(event)
                     if isinstance(event, RunStarted):
                         self._conversation_id = event.conversation_id
                         if self._named is not None:
@@ -265,7 +268,7 @@ class TerminalSession:
                 await self._named.ended()
         return exit_status(terminal)
 
-    async def _show(self, event: EventBase) -> None:
+    def _show(self, event: EventBase) -> None:
         if self._json:
             self._out.write(event_json(event) + "\n")
             self._out.flush()
@@ -286,7 +289,10 @@ class TerminalSession:
 
     async def _input_during_run(self, events: RunStream) -> None:
         """Lines typed while the run goes: an approval's answer, or steering. End of input
-        interrupts the run (and ends the session)."""
+        interrupts the run (and ends the session).
+
+        Cancellation: safe at any point — a line not yet received stays in the channel for the
+        next prompt; a steering submission is all or nothing (see ``Steering.steer``)."""
         while True:
             line = await self._next_line()
             if line is None:
@@ -298,6 +304,8 @@ class TerminalSession:
                 await self._steer(events.conversation_id, line)
 
     async def _steer(self, conversation_id: str, text: str) -> None:
+        """Submit ``text`` as steering and say whether it was taken. Cancellation: as
+        ``Steering.steer`` (all or nothing)."""
         if self._steering is None:
             self._note("  (steering is not available in this session)")
             return

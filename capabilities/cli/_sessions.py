@@ -95,6 +95,8 @@ class NamedSession:
             await self._patch(lambda now: SessionPatch(metadata={"runs": (runs_of(now) or 0) + 1}))
 
     async def _patch(self, make: Callable[[Session[Any]], SessionPatch[Any]]) -> None:
+        """Apply ``make(current session)``, reading again after a conflict (three tries).
+        Cancellation: each update is all or nothing."""
         assert self._session is not None
         for _ in range(3):  # another process may write the same session between our reads
             try:

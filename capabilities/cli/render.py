@@ -296,7 +296,8 @@ class Timeline:
         self._usage_line(depth, event.usage)
 
     def _interrupted(self, event: RunInterrupted, depth: int) -> None:
-        self._line(depth, self._paint("yellow", f"■ interrupted: {event.reason}"))
+        reason = "" if event.reason in ("", "interrupted") else f": {event.reason}"
+        self._line(depth, self._paint("yellow", f"■ interrupted{reason}"))
         self._usage_line(depth, event.usage)
 
     def _suspended(self, event: RunSuspended, depth: int) -> None:

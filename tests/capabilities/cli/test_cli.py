@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import KEY, ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, KEY, ServerThread, cli_env, serve, spawn
 
 MODEL = ["--model", "openai-compatible:test-model", "--api-key-env", "CLI_TEST_KEY"]
 PROMPT = "you> "
@@ -161,6 +162,46 @@ def test_the_model_comes_from_effectagent_model(server: ServerThread, home: Path
     output, status = finish(child)
     assert (status, output.splitlines()[0]) == (0, "Yes.")
     assert server.requests()[0].json()["model"] == "from-env"
+
+
+def test_ctrl_c_ends_run_with_the_interrupted_status(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(Reply.sse(wire.calls(("call_1", "shell", '{"command": "sleep 60"}'))))
+    child = spawn(args(server, "run", "Wait a minute."), cli_env(home))
+    child.expect('▸ shell {"command":"sleep 60"}')
+    child.sendintr()
+    child.expect("■ interrupted")
+    output, status = finish(child)
+    assert status == 130
+    assert output.strip().startswith("usage: input 20")
+
+
+def test_run_without_a_terminal_denies_what_needs_approval(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    """Nobody can be asked when the input is not a terminal: the write is denied, saying so."""
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", '{"command": "touch x"}'))),
+        Reply.sse(wire.text("Could not write.")),
+    )
+    done = subprocess.run(
+        [EFFECTAGENT, *args(server, "run", "Write x.")],
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0
+    assert done.stdout == "Could not write.\n"
+    assert "rejected: approval denied: nobody to ask: the input is not a terminal" in done.stderr
+    assert not (workspace / "x").exists()
 
 
 # ---- effectagent chat -----------------------------------------------------------------------------
