@@ -207,6 +207,21 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "SkillTampered skill 'pdf-forms': SKILL.md does not match",
         ],
     },
+    "docs/guides/cli.md": {
+        0: [
+            "exit 0",
+            "Pack for Oslo? is question 1 of this conversation.",
+            "exit 2",
+            "effectagent: no model configured: pass --model PROVIDER:MODEL",
+            "exit 0",
+            "And for Rome? is question 2 of this conversation.",
+            "exit 0",
+            "NAME  CONVERSATION",
+            "trip  conv_",
+            "exit 2",
+            "config.toml: unknown key 'max_turn' in [agent]",
+        ],
+    },
     "docs/guides/testing.md": {0: [], 1: [], 2: []},  # property tests: called, their asserts check
 }
 
