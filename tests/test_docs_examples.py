@@ -6,13 +6,18 @@ bubblewrap, the MCP SDK are in the dev environment: nothing is skipped). A block
 ``test_*`` functions (a property test, say) has them called after it ran.
 
 ``PAGES`` maps a page to what each of its blocks must print, by block index (0 is the page's first
-```python block): a list of substrings that must appear in the block's output in that order. An
-empty list means the block must print nothing at all, so no output goes unchecked.
+```python block): a list of substrings that must appear in the block's output in that order, or a
+set of them when concurrency decides the order. An empty list means the block must print nothing
+at all, so no output goes unchecked. Blocks in other languages (```sh, ```text, ```toml) are not
+run.
 
 **Wiring in a page is one line**: add ``"docs/guides/<page>.md": {0: [...], 1: [...]}`` to
-``PAGES`` (every block of the page needs its entry). Until then a page is refused by
-``test_every_page_with_examples_is_wired_in`` — except those in ``AWAITING_THEIR_AUTHORS``, whose
-authors wire them in with the page. Relative links of every page must reach a file of the repo (and a heading, with an anchor).
+``PAGES`` (every block of the page needs its entry). Until then a page with a ```python block is
+refused by ``test_every_page_with_examples_is_wired_in`` — except those in
+``AWAITING_THEIR_AUTHORS`` (subagents, telemetry), whose authors add their line with the page.
+
+Relative links of every page (README.md, docs/, docs/guides/) must reach a file of the repo, and a
+heading when they name an anchor; a link may not leave the repo.
 """
 
 from __future__ import annotations
