@@ -5,9 +5,10 @@ where the run was started (``runtime.run`` / ``runtime.stream``: the ``RunStarte
 emitted in the caller's context). Under it, a span ``turn`` per turn; under each turn, a span
 ``chat`` per model call (one per attempt: a retried call ends with an error and the next attempt
 is a new span), a span ``execute_tool {tool}`` per tool call and a span ``approval {tool}`` per
-approval request. A compaction is an event ``effectagent.compaction`` on the span of the turn it
-precedes, or on the run span when that turn has not started yet (the engine reports no duration
-for it); a budget warning is an event on the run span; tool progress an event on the tool span.
+approval request. A compaction is a span ``compaction {kind}`` (from the event's ``started_at`` to
+its time) under the span of the turn it precedes, or under the run span when that turn has not
+started yet; a budget warning is an event on the run span; tool progress an event on the tool
+span.
 
 **Subagents.** A child run (``capabilities.subagents``, ``run_child``) reaches the listener with
 its own events, under its own run ID: its ``invoke_agent`` span is made a child of the span of
@@ -38,7 +39,7 @@ status unless the run completed (or was suspended).
 ``gen_ai.tool.name``, ``gen_ai.tool.call.id``, ``gen_ai.usage.*``, ``error.type``) and ours under
 ``effectagent.``: the version of this mapping, run and conversation IDs, turn, outcome kind,
 retry count, failure category. Every span carries ``gen_ai.operation.name`` (``invoke_agent``,
-``turn``, ``chat``, ``execute_tool``, ``approval``), ``gen_ai.conversation.id`` and
+``turn``, ``chat``, ``execute_tool``, ``approval``, ``compaction``), ``gen_ai.conversation.id`` and
 ``effectagent.run.id``; the run span also the agent, the version and the run's totals. Usage on a ``chat`` span is what the run recorded since the
 previous turn completed: the turn's model call, plus the summary call of a compaction before it,
 if any. Strings are cut to ``max_attribute_length``; events per span are capped. Model text
@@ -688,15 +689,16 @@ class Telemetry:
         run = self._runs.get(event.run_id)
         if run is None:
             return
-        span = run.turn_span if run.turn_span is not None and run.turn == event.turn else run.span
-        attributes = {
-            "effectagent.turn": event.turn,
-            "effectagent.compaction.kind": _cut(event.kind, self.max_attribute_length),
-            "effectagent.compaction.covers_through": event.covers_through,
-            "effectagent.compaction.tokens_before": event.tokens_before,
-            "effectagent.compaction.tokens_after": event.tokens_after,
-        }
-        self._add_event(run, span, "effectagent.compaction", event.at, attributes)
+        parent = run.turn_span if run.turn_span is not None and run.turn == event.turn else run.span
+        kind = _cut(event.kind, self.max_attribute_length)
+        attributes = self._base("compaction", run)
+        attributes["effectagent.turn"] = event.turn
+        attributes["effectagent.compaction.kind"] = kind
+        attributes["effectagent.compaction.covers_through"] = event.covers_through
+        attributes["effectagent.compaction.tokens_before"] = event.tokens_before
+        attributes["effectagent.compaction.tokens_after"] = event.tokens_after
+        started = event.started_at if 0 < event.started_at <= event.at else event.at
+        self._start(f"compaction {kind}", parent, started, attributes).end(_ns(event.at))
 
     def _subagent_started(self, event: SubagentStarted) -> None:
         run = self._runs.get(event.run_id)

@@ -412,7 +412,7 @@ def test_compactions_budget_warnings_denials_and_suspension(
     denied = ToolRejected("call_0", "gated", "denied by the operator")
     for emitted in [
         event(RunStarted, "Weather?"),
-        event(CompactionPerformed, 1, "summarize", 40, 9_000, 1_200),  # before its turn
+        event(CompactionPerformed, 1, "summarize", 40, 9_000, 1_200, 1_001.5),  # before its turn
         event(TurnStarted, 1, False),
         event(CompactionPerformed, 1, "clear-tool-results", 44, 3_000, 900),  # forced, in it
         event(ModelStarted, 1),
@@ -430,17 +430,25 @@ def test_compactions_budget_warnings_denials_and_suspension(
     assert sorted(spans) == [
         "approval gated",
         "chat",
+        "compaction clear-tool-results",
+        "compaction summarize",
         "execute_tool gated",
         "invoke_agent weather",
         "turn",
     ]
     run = spans["invoke_agent weather"]
-    assert [e.name for e in run.events] == ["effectagent.compaction", "effectagent.budget.warning"]
-    assert dict(run.events[0].attributes or {})["effectagent.compaction.tokens_after"] == 1_200
+    assert [e.name for e in run.events] == ["effectagent.budget.warning"]
     assert dict(run.attributes or {})["effectagent.outcome.kind"] == "suspended"
     assert run.status.status_code is StatusCode.UNSET  # suspended is not a failure
     turns = [s for s in exporter.get_finished_spans() if s.name == "turn"]
-    assert [e.name for e in turns[0].events] == ["effectagent.compaction"]
+    summary = spans["compaction summarize"]  # before its turn began: under the run
+    assert parent_id(summary) == span_id(run)
+    assert (summary.start_time, summary.end_time) == (int(1_001.5e9), int(1_002e9))
+    assert dict(summary.attributes or {})["gen_ai.operation.name"] == "compaction"
+    assert dict(summary.attributes or {})["effectagent.compaction.tokens_after"] == 1_200
+    forced = spans["compaction clear-tool-results"]  # in its turn, no start given: an instant
+    assert parent_id(forced) == span_id(turns[0])
+    assert forced.start_time == forced.end_time == int(1_004e9)
     approval = spans["approval gated"]
     assert dict(approval.attributes or {})["effectagent.approval.decision"] == "rejected"
     assert approval.status.status_code is StatusCode.UNSET  # a denial is an answer
