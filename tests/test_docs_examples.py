@@ -211,6 +211,15 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "pdf-forms 1.2.0 True",
             "SkillTampered skill 'pdf-forms': SKILL.md does not match",
         ],
+        1: [
+            "activated summarize for clerk user",
+            "SkillRefused skill 'summarize': not for guests",
+            "SkillUntrusted skill 'scrape-web'",
+            "activated reviewed-notes for clerk user",
+            "SkillRefused skill 'reviewed-notes': it is classified reviewed and no rule allows it",
+            "SkillRequirementsMissing skill 'send-mail': requires tools the agent 'clerk' does not "
+            "have: send_email",
+        ],
     },
     "docs/guides/cli.md": {
         0: [
