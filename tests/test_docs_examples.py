@@ -13,8 +13,9 @@ run.
 
 **Wiring in a page is one line**: add ``"docs/guides/<page>.md": {0: [...], 1: [...]}`` to
 ``PAGES`` (every block of the page needs its entry). Until then a page with a ```python block is
-refused by ``test_every_page_with_examples_is_wired_in`` — except those in
-``AWAITING_THEIR_AUTHORS`` (subagents, telemetry), whose authors add their line with the page.
+refused by ``test_every_page_with_examples_is_wired_in`` — except those in ``ELSEWHERE``: pages
+whose authors check them with a test of their own (named there, and it must name the page), or
+not yet (``None``: a page still waiting for its author's line).
 
 Relative links of every page (README.md, docs/, docs/guides/) must reach a file of the repo, and a
 heading when they name an anchor; a link may not leave the repo.
@@ -32,8 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
-#: Pages whose examples their own authors wire into PAGES when they write them.
-AWAITING_THEIR_AUTHORS = {"docs/guides/subagents.md", "docs/guides/telemetry.md"}
+#: Pages whose examples are not in PAGES: checked by their authors' own test, or (None) waiting for
+#: their author to wire them in.
+ELSEWHERE: dict[str, str | None] = {
+    "docs/guides/telemetry.md": "tests/capabilities/telemetry/test_guide.py",
+    "docs/guides/subagents.md": None,
+}
 
 #: What each example prints: page -> block index -> substrings, in the order they must appear
 #: (a set: all of them, in any order — for output whose order concurrency decides).
@@ -257,7 +262,11 @@ BLOCKS = _blocks()
 
 
 def test_every_page_with_examples_is_wired_in() -> None:
-    assert _pages_with_examples() - AWAITING_THEIR_AUTHORS <= set(PAGES)
+    assert _pages_with_examples() - set(ELSEWHERE) <= set(PAGES)
+    assert not set(ELSEWHERE) & set(PAGES)
+    for page, test in ELSEWHERE.items():
+        if test is not None:
+            assert page in (ROOT / test).read_text(), (page, test)
 
 
 def test_every_block_of_a_wired_page_says_what_it_prints() -> None:
@@ -284,7 +293,7 @@ def test_relative_links_reach_files_and_headings_of_the_repo() -> None:
             file, _, anchor = target.partition("#")
             path = (page.parent / file).resolve() if file else page
             name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else None
-            if name in AWAITING_THEIR_AUTHORS and not path.exists():
+            if name in ELSEWHERE and not path.exists():
                 continue
             if name is None or not path.exists():
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
