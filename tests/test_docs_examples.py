@@ -37,7 +37,6 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 #: their author to wire them in.
 ELSEWHERE: dict[str, str | None] = {
     "docs/guides/telemetry.md": "tests/capabilities/telemetry/test_guide.py",
-    "docs/guides/subagents.md": None,
 }
 
 #: What each example prints: page -> block index -> substrings, in the order they must appear
@@ -240,6 +239,18 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "exit 2",
             "config.toml: unknown key 'max_turn' in [agent]",
         ],
+    },
+    "docs/guides/subagents.md": {
+        0: [
+            "started investigator with 3 turns, 2 tool calls",
+            "  child: RunStarted",
+            "  child: ToolCallSucceeded",
+            "  child: RunCompleted",
+            "completed completed after 2 turns, 1 tool call",
+            "result {'service': 'api', 'cause': 'the connection pool is exhausted'}",
+            "The api fails because its connection pool is exhausted.",
+            "model calls in the totals: 4",
+        ]
     },
     "docs/guides/testing.md": {0: [], 1: [], 2: []},  # property tests: called, their asserts check
 }
