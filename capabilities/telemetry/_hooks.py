@@ -11,12 +11,18 @@ arguments, a resource URI, an inner call's arguments) is kept only when the laye
 ``include_content=True`` **and** a redactor: it comes from inside a handler, not from the engine's
 events, so nothing has redacted it yet — without a redactor it is dropped. An exception leaving a
 span's block fails it with the exception's type name, never its message.
+
+Tracing never changes what the traced code does: if the tracer (or the redactor) raises, the
+error's type is logged (logger ``effectagent``) and the span records nothing more — the command,
+pass or request goes on as if nothing traced it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from types import TracebackType
 from typing import Any, final
 
@@ -26,6 +32,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from effectagent.effect import AttributeValue
 from effectagent.effect import SpanKind as HookKind
+from effectagent.engine import LOGGER_NAME
 
 __all__ = ["MAX_HOOK_ATTRIBUTES", "HookSpan", "HookStarter"]
 
@@ -33,6 +40,10 @@ __all__ = ["MAX_HOOK_ATTRIBUTES", "HookSpan", "HookStarter"]
 MAX_HOOK_ATTRIBUTES = 48
 
 _KINDS = {"internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
+
+
+def _broken(exc: Exception) -> None:
+    logging.getLogger(LOGGER_NAME).warning("tracing hook failed: %s", type(exc).__name__)
 
 
 def _cut(text: str, limit: int) -> str:
@@ -119,6 +130,20 @@ class HookSpan:
         return self._span.is_recording()
 
     def __enter__(self) -> HookSpan:
+        try:
+            self._start()
+        except Exception as exc:  # the work goes on untraced
+            self._drop(exc)
+        return self
+
+    def _drop(self, exc: Exception) -> None:
+        """Record nothing more on this span (what failed is logged, by type)."""
+        _broken(exc)
+        span, self._span = self._span, trace.INVALID_SPAN
+        with suppress(Exception):
+            span.end()
+
+    def _start(self) -> None:
         starter = self._starter
         attributes: dict[str, Any] = dict(starter.base)
         for key, value in self._attributes.items():
@@ -135,7 +160,6 @@ class HookSpan:
         )
         if self._current:
             self._token = otel_context.attach(trace.set_span_in_context(span))
-        return self
 
     def __exit__(
         self,
@@ -146,21 +170,25 @@ class HookSpan:
         if self._ended:
             return
         self._ended = True
+        if exc_type is not None and not self._failed:
+            self.fail(exc_type.__name__)
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._token = None
         try:
-            if exc_type is not None and not self._failed:
-                self.fail(exc_type.__name__)
-        finally:
-            if self._token is not None:
-                otel_context.detach(self._token)  # type: ignore[arg-type]
-                self._token = None
             self._span.end()
+        except Exception as exc:
+            _broken(exc)
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Set one attribute, bounded (dropped past :data:`MAX_HOOK_ATTRIBUTES`)."""
         bounded = self._starter.bounded(value)
         if bounded is not None and self._count < MAX_HOOK_ATTRIBUTES:
             self._count += 1
-            self._span.set_attribute(_cut(str(name), self._starter.limit), bounded)
+            try:
+                self._span.set_attribute(_cut(str(name), self._starter.limit), bounded)
+            except Exception as exc:
+                self._drop(exc)
 
     def set_content(self, name: str, value: object) -> None:
         """Keep ``value`` (a string, or a JSON value rendered here) redacted and cut to
@@ -169,15 +197,23 @@ class HookSpan:
         if starter.redact is None or self._count >= MAX_HOOK_ATTRIBUTES:
             return
         self._count += 1
-        if not isinstance(value, str):
-            value = json.dumps(value, ensure_ascii=False, default=str)
-        text = _cut(starter.redact(value), starter.content_limit)
-        self._span.set_attribute(_cut(str(name), starter.limit), text)
+        try:
+            if not isinstance(value, str):
+                value = json.dumps(value, ensure_ascii=False, default=str)
+            text = _cut(starter.redact(value), starter.content_limit)
+            self._span.set_attribute(_cut(str(name), starter.limit), text)
+        except Exception as exc:  # not rendered, not redacted: not kept
+            self._drop(exc)
 
     def fail(self, error_type: str, description: str = "") -> None:
         """``error.type`` and an error status."""
         self._failed = True
         limit = self._starter.limit
         category = _cut(str(error_type), limit)
-        self._span.set_attribute("error.type", category)
-        self._span.set_status(Status(StatusCode.ERROR, _cut(str(description) or category, limit)))
+        try:
+            self._span.set_attribute("error.type", category)
+            self._span.set_status(
+                Status(StatusCode.ERROR, _cut(str(description) or category, limit))
+            )
+        except Exception as exc:
+            self._drop(exc)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from typing import Any
 
 import pytest
 import trio
+from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -185,3 +187,56 @@ def test_content_is_kept_only_when_asked_for_and_redactable(
 def test_a_redactor_must_redact() -> None:
     with pytest.raises(TypeError, match="redactor must be a Redactor"):
         Telemetry(redactor=object())  # type: ignore[arg-type]
+
+
+class _Broken(trace.Tracer):
+    """A tracer that cannot start a span (an exporter bug, say)."""
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        raise RuntimeError(f"broken {CANARY}")
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("broken")
+
+
+class _BrokenProvider(trace.TracerProvider):
+    def get_tracer(self, *args: Any, **kwargs: Any) -> trace.Tracer:
+        return _Broken()
+
+
+class _FailingRedactor:
+    """A Redactor whose redaction raises."""
+
+    active = True
+
+    def redact_text(self, text: str) -> str:
+        raise ValueError(CANARY)
+
+    def redact(self, value: Any) -> Any:
+        raise ValueError(CANARY)
+
+    def partial_secret_suffix(self, text: str) -> int:
+        return len(text)
+
+
+def test_a_broken_tracer_or_redactor_changes_nothing_of_the_work(
+    exported: tuple[TracerProvider, InMemorySpanExporter], caplog: pytest.LogCaptureFixture
+) -> None:
+    provider, exporter = exported
+    broken = Telemetry(tracer_provider=_BrokenProvider())
+    with broken.activate(), trace_span("work", {"n": 1}) as span:
+        assert span.recording is False  # nothing more is recorded
+        span.set_attribute("n", 2)
+        done = "the work went on"
+    assert done == "the work went on"
+    redacting = Telemetry(
+        tracer_provider=provider, include_content=True, redactor=_FailingRedactor()
+    )
+    with redacting.activate(), trace_span("command") as span:
+        span.set_content("process.command_args", ["--password", CANARY])
+        span.set_attribute("after", 1)  # the span is over: dropped
+    (command,) = exporter.get_finished_spans()
+    assert "process.command_args" not in attributes(command)
+    assert "after" not in attributes(command)
+    lines = [r.getMessage() for r in caplog.records if "tracing hook failed" in r.getMessage()]
+    assert lines == ["tracing hook failed: RuntimeError", "tracing hook failed: ValueError"]
