@@ -1,4 +1,4 @@
-"""A small MCP server written with the official SDK, for the README's MCP example: a note store
+"""A small MCP server written with the official SDK, for the MCP guide's example (docs/guides/mcp.md): a note store
 with a readonly lookup, an addition with a structured result, and a resource. Run it as
 ``python -m examples.mcp_server`` (it speaks MCP over its stdin and stdout).
 

@@ -386,7 +386,7 @@ async def handle_forecast(params: Lookup, call: ToolCallContext) -> Forecast:
 def test_a_users_toolkit_is_scheduled_by_the_same_rules(
     batch: BatchSpec, tool_concurrency: int
 ) -> None:
-    """What docs/testing.md shows: your toolkit, your handler, the same guarantees."""
+    """What docs/guides/testing.md shows: your toolkit, your handler, the same guarantees."""
     report = run_batch_sync(
         batch, tool_concurrency=tool_concurrency, handlers={forecast: handle_forecast}
     )
