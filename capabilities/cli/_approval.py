@@ -92,6 +92,7 @@ class ApprovalPrompt:
         # The calls whose ApprovalRequested event was shown: a prompt waits for its call's
         # event, so it comes after the line that says which call waits, never before.
         self._announced: set[str] = set()
+        self._line_open = False  # a prompt waits on its line for the person's answer
 
     @property
     def waiting(self) -> bool:
@@ -118,8 +119,15 @@ class ApprovalPrompt:
                 self._asked = None
         self._ask_next()
 
+    def end_line(self) -> None:
+        """End the line of a prompt still waiting for its answer (before other output)."""
+        if self._line_open:
+            self._out.write("\n")
+            self._line_open = False
+
     def answer(self, line: str) -> None:
         """Answer the oldest pending approval with ``line`` (y/yes, n/no, a/always)."""
+        self._line_open = False  # the person's Enter ended the prompt's line
         if not self._pending:
             return
         approval_id, approval = next(iter(self._pending.items()))
@@ -164,7 +172,9 @@ class ApprovalPrompt:
         question = self._paint(f"  allow {approval.request.tool_name}?")
         self._out.write(f"{question} [y]es / [n]o / [a]lways for this session: ")
         self._out.flush()
+        self._line_open = True
 
     def _say(self, text: str) -> None:
-        self._out.write(f"\n{text}\n")
+        self.end_line()
+        self._out.write(f"{text}\n")
         self._out.flush()

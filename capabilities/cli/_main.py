@@ -17,6 +17,7 @@ from capabilities import sqlite_storage
 from capabilities.sessions import SessionStoreService
 from capabilities.steering import SteeringService
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from effectagent.ai import AuthenticationFailed
 from effectagent.engine import Runtime
 from effectagent.providers import model_settings
 
@@ -55,6 +56,18 @@ exit status:
   {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
   {EXIT_SUSPENDED}    the run was suspended
   {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
+
+config file (TOML; every table optional, unknown keys are errors):
+  [model]      name = "anthropic:claude-sonnet-4-5"   base_url = "…"   api_key_env = "VAR"
+  [agent]      instructions = "…"   max_turns = 20   max_tool_calls = 64   max_duration = 600
+               approval_timeout = 300
+  [shell]      workspace = "."   write = true   network = false   timeout = 30
+               (shell: sandboxed, workspace read-only at /workspace; shell_write: asks first,
+               read-write)
+  [code_mode]  executor = "deno"        (run_program over the readonly tools)
+  [[mcp]]      name = "notes"   command = "python"   args = ["server.py"]   (or url = "http://…")
+               approval = "unless-readonly"   (or "always", "never")
+  [skills]     paths = ["~/skills"]
 
 environment:
   EFFECTAGENT_MODEL   the model when --model is not given
@@ -179,6 +192,11 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
         options["api_key"] = key
     else:
         key_variable = _KEY_VARIABLES.get(provider)
+    if provider == "openai-compatible" and not base_url:
+        raise UsageError(
+            f"{spec!r} needs --base-url URL (the server's OpenAI-compatible root, e.g. "
+            "http://127.0.0.1:8000/v1), or base_url in the config's [model] table"
+        )
     try:
         model_settings(spec, **options)  # checks the string and the options now
     except (ValueError, TypeError) as exc:
@@ -257,6 +275,8 @@ def _describe(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     message = getattr(exc, "message", None)
     text = message if isinstance(message, str) and message else str(exc)
+    if isinstance(exc, AuthenticationFailed):
+        text = text.replace("pass api_key=... or ", "") + " (or name another with --api-key-env)"
     return f"cannot start: {type(exc).__name__}: {text}"
 
 

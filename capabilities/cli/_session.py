@@ -21,12 +21,16 @@ from effectagent import Agent
 from effectagent.core import (
     ApprovalRequested,
     EventBase,
+    ModelStarted,
     RunCompleted,
     RunFailed,
     RunInterrupted,
     RunStarted,
     RunSuspended,
     TextDelta,
+    ToolCallStarted,
+    TurnCompleted,
+    TurnStarted,
 )
 from effectagent.effect import TaggedError
 from effectagent.engine import RunStream, Runtime
@@ -54,6 +58,10 @@ EXIT_INTERRUPTED = 130  # the shell's convention for "ended by SIGINT"
 _STYLE_PROMPT = "\x1b[1m"
 _STYLE_NOTE = "\x1b[2m"
 _RESET = "\x1b[0m"
+
+
+#: Events the timeline shows nothing for.
+_SILENT = (TurnStarted, ModelStarted, ToolCallStarted, TurnCompleted)
 
 
 def exit_status(terminal: EventBase | None) -> int:
@@ -158,6 +166,7 @@ class TerminalSession:
     def _note(self, text: str) -> None:
         shown = f"{_STYLE_NOTE}{text}{_RESET}" if self._color else text
         self._timeline.close()
+        self._prompt.end_line()
         self._screen.write(f"{shown}\n")
         self._screen.flush()
 
@@ -278,6 +287,8 @@ class TerminalSession:
             self._prompt.announce(event.tool_call_id)
 
     def _render(self, event: EventBase) -> None:
+        if not isinstance(event, _SILENT):
+            self._prompt.end_line()  # what comes now goes below a prompt waiting for its answer
         if self._answer_only and isinstance(event, TextDelta):
             self._out.write(event.text)
             self._out.flush()

@@ -106,7 +106,7 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
 
 def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpect.spawn[str]:
     """``effectagent ARGS`` in a pseudo-terminal (no echo of what the test types)."""
-    return pexpect.spawn(
+    child = pexpect.spawn(
         EFFECTAGENT,
         args,
         env=env,
@@ -115,3 +115,9 @@ def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpe
         dimensions=(40, 200),
         echo=False,
     )
+    # pexpect's courtesy pauses (before each send, after closing) only slow the tests: each
+    # test waits for what the command prints, and closes only a process that has ended.
+    child.delaybeforesend = None
+    child.delayafterclose = 0.0
+    child.delayafterterminate = 0.0
+    return child

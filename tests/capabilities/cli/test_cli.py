@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from typing import Any
 import pexpect
 import pytest
 
-from capabilities.cli import ConfigError, load_config
+from capabilities.cli import ConfigError, load_config, main
 from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
@@ -41,6 +42,18 @@ def server() -> Iterator[ServerThread]:
 
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """For the tests that call ``main`` in this process: the environment a spawned command
+    would get (HOME and XDG directories under tmp_path, no provider keys)."""
+    for name in list(os.environ):
+        if name.startswith(("OPENAI_", "ANTHROPIC_", "EFFECTAGENT_", "XDG_")):
+            monkeypatch.delenv(name)
+    for name, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
     return tmp_path
 
 
@@ -147,11 +160,27 @@ def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
     assert not (home / "state").exists()  # nothing made up, nothing stored
 
 
-def test_a_model_string_naming_no_provider_is_a_usage_error(home: Path) -> None:
-    child = spawn(["run", "Hello?", "--model", "gpt-4.1"], cli_env(home))
-    output, status = finish(child)
-    assert status == 2
-    assert "unknown model string 'gpt-4.1'" in output
+def test_a_model_string_naming_no_provider_is_a_usage_error(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "Hello?", "--model", "gpt-4.1"]) == 2
+    assert "unknown model string 'gpt-4.1'" in capsys.readouterr().err
+
+
+def test_openai_compatible_needs_a_base_url(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "Hello?", "--model", "openai-compatible:qwen3"]) == 2
+    assert "'openai-compatible:qwen3' needs --base-url URL" in capsys.readouterr().err
+
+
+def test_a_missing_api_key_is_named_and_exits_3(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["run", "Hello?", "--model", "anthropic:claude-sonnet-4-5"]) == 3
+    err = capsys.readouterr().err
+    assert "no API key for Anthropic: set the ANTHROPIC_API_KEY environment variable" in err
+    assert "--api-key-env" in err
 
 
 def test_the_model_comes_from_effectagent_model(server: ServerThread, home: Path) -> None:
@@ -329,6 +358,33 @@ def test_ctrl_c_interrupts_the_tool_call_and_the_session_goes_on(
     assert any(role == "tool" for role, _ in sent)
 
 
+def test_ctrl_c_at_an_approval_prompt_withdraws_it(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", '{"command": "touch x"}'))),
+        Reply.sse(wire.text("Nothing written.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Touch x.")
+    child.expect(ASK)
+    child.sendintr()
+    child.expect("approval for shell_write withdrawn")
+    child.expect("■ interrupted")
+    child.expect(PROMPT)
+    child.sendline("y")  # a late answer is a new prompt now, never the withdrawn approval's
+    child.expect("Nothing written.")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    assert not (workspace / "x").exists()
+    assert messages(server.requests()[1].json())[-1] == ("user", "y")
+
+
 def test_text_typed_while_a_run_goes_steers_it(
     server: ServerThread, home: Path, workspace: Path
 ) -> None:
@@ -390,10 +446,9 @@ def test_a_session_resumed_in_a_new_process_continues_its_conversation(
     assert (name, listed, runs) == ("intro", conversation, "2")
 
 
-def test_sessions_with_none_says_so(home: Path) -> None:
-    output, status = finish(spawn(["sessions"], cli_env(home)))
-    assert status == 0
-    assert output.startswith("no sessions yet")
+def test_sessions_with_none_says_so(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sessions"]) == 0
+    assert capsys.readouterr().out.startswith("no sessions yet")
 
 
 def test_state_dir_overrides_the_xdg_default(server: ServerThread, home: Path) -> None:
@@ -504,19 +559,21 @@ paths = ["skills"]
     assert config.skills == (tmp_path / "skills",)
 
 
-def test_config_flag_must_name_an_existing_file(home: Path) -> None:
-    missing = home / "nope.toml"
-    child = spawn(["run", "Hi", "--config", str(missing), "--model", "openai:x"], cli_env(home))
-    output, status = finish(child)
-    assert status == 2
-    assert f"{missing}: no such configuration file" in output
+def test_config_flag_must_name_an_existing_file(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = isolated / "nope.toml"
+    assert main(["run", "Hi", "--config", str(missing), "--model", "openai:x"]) == 2
+    assert f"{missing}: no such configuration file" in capsys.readouterr().err
 
 
-def test_help_documents_the_exit_statuses(home: Path) -> None:
-    output, status = finish(spawn(["run", "--help"], cli_env(home)))
-    assert status == 0
+def test_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
     for line in ("0    the run completed", "1    the run failed", "130  the run was interrupted"):
-        assert line in output
+        assert line in out
 
 
 # ---- the configured toolsets, together ------------------------------------------------------------
