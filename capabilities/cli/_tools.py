@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-from capabilities.code_mode import code_mode
+from capabilities.code_mode import CodeModeBuildError, code_mode
 from capabilities.mcp import HttpServer, McpServer, StdioServer, connect
 from capabilities.skills import activation_tool, discover_skills
 from effectagent import Tool, Toolkit, tool
@@ -27,7 +27,7 @@ from sandbox import (
     run,
 )
 
-from ._config import Config, McpConfig, ShellConfig
+from ._config import Config, ConfigError, McpConfig, ShellConfig
 
 __all__ = ["ShellError", "ShellResult", "Tooling", "open_tools", "shell_tools"]
 
@@ -167,35 +167,46 @@ def _server(config: McpConfig) -> McpServer:
     )
 
 
+def _offerable(tool: Tool[Any, Any]) -> bool:
+    """Whether Code Mode may call ``tool``: readonly, never asking for approval, calling no tools
+    itself, and with a schema it can declare."""
+    if not tool.annotations.readonly or tool.needs_approval is not False or tool.inner_tools:
+        return False
+    try:
+        code_mode({"check": [tool]}, executor="service")
+    except CodeModeBuildError:
+        return False
+    return True
+
+
+def _namespace(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"_{cleaned}"
+
+
 @asynccontextmanager
 async def open_tools(config: Config) -> AsyncIterator[Tooling]:
     """The configuration's tools, for the block: MCP servers are connected (their processes
     stopped when the block is left), skills discovered, the sandbox probed.
 
+    Code Mode's ``run_program`` calls the readonly tools: ``workspace.shell`` and, under each
+    MCP server's name, that server's readonly tools as it listed them when it connected.
+
     Raises ``SandboxUnavailable`` when the shell is configured and bubblewrap cannot run here,
     ``McpConnectError`` for a server that does not answer, ``SkillError`` for a broken skill,
-    ``CodeModeBuildError`` for a tool Code Mode cannot offer.
+    :class:`ConfigError` for Code Mode without a readonly tool to offer.
 
     Cancellation: connecting is cancellable; leaving the block closes every connection
     (shielded, bounded).
     """
     tools: list[Tool[Any, Any]] = []
     layers: list[Layer] = []
+    namespaces: dict[str, list[Tool[Any, Any]]] = {}
     if config.shell is not None:
         shells = shell_tools(config.shell, BubblewrapSandbox())
         tools.extend(shells)
         layers.append(Toolkit(*shells).handlers())  # each function tool brings its handler
-    if config.code_mode is not None:
-        readonly = [t for t in tools if t.annotations.readonly and t.needs_approval is False]
-        if readonly:
-            program = code_mode({"workspace": readonly}, executor=config.code_mode.executor)
-            tools.append(program.tool)
-            layers.append(program.layer)
-    if config.skills:
-        library = await discover_skills(*config.skills)
-        activation = activation_tool(library, tools)
-        tools.insert(0, activation.tool)
-        layers.append(activation.layer)
+        namespaces["workspace"] = [t for t in shells if _offerable(t)]
     async with AsyncExitStack() as stack:
         sources: list[ServiceKey[ToolSource]] = []
         for server_config in config.mcp:
@@ -203,6 +214,26 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
             connection = await stack.enter_async_context(connect(server))
             layers.append(connection.layer())
             sources.append(server.key)
+            if config.code_mode is not None:
+                offered = [t for t in connection.tools if _offerable(t)]
+                if offered:
+                    namespaces[_namespace(server.name)] = offered
+                    layers.append(Toolkit(*offered).handlers())  # as Code Mode calls them
+        if config.code_mode is not None:
+            selected = {name: listed for name, listed in namespaces.items() if listed}
+            if not selected:
+                raise ConfigError(
+                    f"{config.path}: [code_mode] has no readonly tool to offer: configure "
+                    "[shell], or an MCP server with readonly tools"
+                )
+            program = code_mode(selected, executor=config.code_mode.executor)
+            tools.append(program.tool)
+            layers.append(program.layer)
+        if config.skills:
+            library = await discover_skills(*config.skills)
+            activation = activation_tool(library, tools)
+            tools.insert(0, activation.tool)
+            layers.append(activation.layer)
         layer: Layer | None = None
         for part in layers:
             layer = part if layer is None else layer + part

@@ -507,6 +507,15 @@ def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> 
     assert message in str(caught.value)
 
 
+def test_code_mode_without_a_readonly_tool_is_a_config_error(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write_config(isolated, "[code_mode]\n")
+    status = main(["run", "Hi", *MODEL, "--base-url", "http://127.0.0.1:9/v1"])
+    assert status == 2
+    assert f"{path}: [code_mode] has no readonly tool to offer" in capsys.readouterr().err
+
+
 def test_a_full_config_loads(tmp_path: Path) -> None:
     (tmp_path / "skills").mkdir()
     path = tmp_path / "config.toml"
@@ -607,18 +616,25 @@ cwd = "{repository}"
 paths = ["{skills}"]
 """,
     )
+    program = (
+        "async () => {"
+        " const note = await notes.lookup({city: 'Oslo'});"
+        " const listing = await workspace.shell({command: 'ls'});"
+        " return {note, files: listing.stdout}; }"
+    )
     wire = ChatWire()
     server.script(
         Reply.sse(wire.calls(("call_1", "lookup", json.dumps({"city": "Oslo"})))),
+        Reply.sse(wire.calls(("call_2", "run_program", json.dumps({"program": program})))),
         Reply.sse(wire.text("Pack a coat.")),
     )
     child = spawn(args(server, "run", "What should I pack for Oslo?"), cli_env(home), timeout=40)
     output, status = finish(child)
     assert status == 0, output
     assert "Pack a coat." in output.splitlines()  # stdout; the timeline went to stderr
-    first, second = server.requests()
-    offered = sorted(tool["function"]["name"] for tool in first.json()["tools"])
-    assert offered == [
+    first, second, third = server.requests()
+    offered = {tool["function"]["name"]: tool["function"] for tool in first.json()["tools"]}
+    assert sorted(offered) == [
         "activate_skill",
         "add",
         "lookup",
@@ -626,6 +642,18 @@ paths = ["{skills}"]
         "shell",
         "shell_write",
     ]
-    result = second.json()["messages"][-1]
-    assert result["role"] == "tool"
-    assert "Pack a coat: 4 °C." in result["content"]
+    assert "release-notes: Write release notes." in offered["activate_skill"]["description"]
+    # Code Mode declares the readonly tools: the shell's and the MCP server's, not shell_write.
+    declarations = offered["run_program"]["description"]
+    assert "declare const workspace: {" in declarations
+    assert "declare const notes: {" in declarations
+    assert "  shell(input" in declarations
+    assert "  lookup(input" in declarations
+    assert "shell_write(input" not in declarations
+    direct = second.json()["messages"][-1]
+    assert direct["role"] == "tool"
+    assert "Pack a coat: 4 °C." in direct["content"]
+    # The program ran in Deno in bubblewrap, calling the MCP server and the sandboxed shell.
+    ran = json.loads(third.json()["messages"][-1]["content"])
+    assert ran["result"]["note"]["structured"] == {"result": "Pack a coat: 4 °C."}
+    assert "readme.txt" in ran["result"]["files"]
