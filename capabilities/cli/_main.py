@@ -14,7 +14,7 @@ import attrs
 import trio
 
 from capabilities import sqlite_storage
-from capabilities.sessions import SessionStoreService
+from capabilities.sessions import SessionStore, SessionStoreService
 from capabilities.steering import SteeringService
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
 from effectagent.ai import AuthenticationFailed
@@ -287,12 +287,25 @@ def _session_name(args: argparse.Namespace) -> str | None:
     return name
 
 
+async def _new_name(store: SessionStore[Any], base: str) -> str:
+    """``base``, or ``base-2``, ``base-3``… — the first no session has. Cancellation: reads
+    only."""
+    taken = {session.name for session in await all_sessions(store)}
+    name, number = base, 1
+    while name in taken:
+        number += 1
+        name = f"{base}-{number}"
+    return name
+
+
 async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``effectagent chat``. Cancellation: a run going is interrupted, then all is closed."""
-    name = _session_name(args) or time.strftime("chat-%Y%m%d-%H%M%S")
+    given = _session_name(args)
     color = _color(args.color, sys.stdout, environ)
     async with _open(args, environ, ask=True) as opened:
-        named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
+        store = opened.runtime.context[SessionStoreService]
+        name = given or await _new_name(store, time.strftime("chat-%Y%m%d-%H%M%S"))
+        named = await NamedSession.open(store, name)
         if named.resumed:
             runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
             intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"

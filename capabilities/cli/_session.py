@@ -19,6 +19,7 @@ import trio
 from capabilities.steering import Steering
 from effectagent import Agent
 from effectagent.core import (
+    TERMINAL_EVENTS,
     ApprovalRequested,
     EventBase,
     ModelStarted,
@@ -157,6 +158,7 @@ class TerminalSession:
         self._current: RunStream | None = None
         self._lines: trio.MemoryReceiveChannel[str | None] | None = None
         self._eof = False
+        self._answer_open = False  # answer text on ``out`` not yet ended by a newline
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -292,10 +294,12 @@ class TerminalSession:
         if self._answer_only and isinstance(event, TextDelta):
             self._out.write(event.text)
             self._out.flush()
+            self._answer_open = not event.text.endswith("\n")
             return
-        if self._answer_only and isinstance(event, RunCompleted):
-            self._out.write("\n")
+        if self._answer_only and self._answer_open and isinstance(event, TERMINAL_EVENTS):
+            self._out.write("\n")  # the answer's last line ends before the run's end is shown
             self._out.flush()
+            self._answer_open = False
         self._timeline.render(event)
 
     async def _input_during_run(self, events: RunStream) -> None:
