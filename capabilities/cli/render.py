@@ -17,7 +17,8 @@ ends a line left open by streamed text):
     ``stream`` is any text stream with ``write`` (and ``flush``, called after each event when
     present). ``color`` uses ANSI styles (reasoning dimmed, outcomes in green / red);
     without it the output is plain text with the same layout. ``header`` shows a line for each
-    run's start (its agent and input); ``usage`` a usage line when a run ends;
+    top-level run's start (its agent and input; a subagent's start is always shown);
+    ``usage`` a usage line when a top-level run ends;
     ``preview_chars`` bounds each preview of tool arguments and results.
 
 ``render(event)``
