@@ -1,0 +1,105 @@
+"""The command's toolsets: the shell reads the workspace through a read-only mount in the real
+bubblewrap sandbox, and only shell_write — which asks first — may change it; MCP servers are made
+from the config as configured."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities.approval import Answer, ScriptedApproval
+from capabilities.cli._config import McpConfig, ShellConfig
+from capabilities.cli._tools import _server, shell_tools
+from capabilities.mcp import HttpServer, StdioServer
+from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from effectagent.ai import ToolAnnotations
+from effectagent.core import ToolSuccess
+from effectagent.testing import ScriptedModel, Turn
+from sandbox import BubblewrapSandbox
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    """Directly under the temp dir, open to the workload user (nobody, when tests run as root)."""
+    directory = Path(tempfile.mkdtemp(prefix="effectagent-tools-"))
+    directory.chmod(0o777)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
+
+
+async def _run(workspace: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+    tools = shell_tools(ShellConfig(workspace, write=True, timeout=20), BubblewrapSandbox())
+    agent = Agent(
+        "a",
+        "Work.",
+        AgentPolicy(max_turns=4, max_tool_calls=4, max_duration=60, tool_concurrency=1),
+        Toolkit(*tools),
+    )
+    model = ScriptedModel.layer([Turn.tool_calls(*calls), Turn.text("Done.")])
+    approval = ScriptedApproval([Answer.approve()] * len(calls))
+    layer = Toolkit(*tools).handlers() + model + approval.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Go.")
+    # Exactly the writes asked for approval; reading never did.
+    asked = [request.tool_name for request in approval.requests]
+    assert asked == [name for name, _ in calls if name == "shell_write"]
+    return list(result.outcomes)
+
+
+async def test_shell_sees_the_workspace_read_only(workspace: Path) -> None:
+    (workspace / "a.txt").write_text("alpha\n")
+    (workspace / "a.txt").chmod(0o644)
+    read, write = await _run(
+        workspace,
+        [("shell", {"command": "cat a.txt; pwd"}), ("shell", {"command": "echo x > b.txt"})],
+    )
+    assert isinstance(read, ToolSuccess)
+    assert read.result["stdout"] == "alpha\n/workspace\n"
+    assert isinstance(write, ToolSuccess)  # the command ran and failed: its exit status says so
+    assert write.result["exit_code"] != 0
+    assert "Read-only file system" in write.result["stderr"]
+    assert not (workspace / "b.txt").exists()
+
+
+async def test_shell_write_asks_first_and_may_write(workspace: Path) -> None:
+    (written,) = await _run(workspace, [("shell_write", {"command": "echo x > b.txt"})])
+    assert isinstance(written, ToolSuccess)
+    assert written.result["exit_code"] == 0
+    assert (workspace / "b.txt").read_text() == "x\n"
+
+
+def test_only_shell_is_readonly_and_only_shell_write_needs_approval(tmp_path: Path) -> None:
+    shell, shell_write = shell_tools(ShellConfig(tmp_path, write=True), BubblewrapSandbox())
+    assert (shell.name, shell.annotations.readonly, shell.needs_approval) == ("shell", True, False)
+    assert (shell_write.name, shell_write.annotations.readonly) == ("shell_write", False)
+    assert shell_write.needs_approval is True
+    (alone,) = shell_tools(ShellConfig(tmp_path), BubblewrapSandbox())
+    assert alone.name == "shell"
+    assert "shell_write" not in alone.description
+
+
+def test_mcp_servers_are_made_as_configured(tmp_path: Path) -> None:
+    stdio = _server(McpConfig("notes", "python", ("server.py",), {"A": "1"}, tmp_path))
+    assert isinstance(stdio, StdioServer)
+    assert (stdio.name, stdio.command, stdio.args, stdio.cwd) == (
+        "notes",
+        "python",
+        ("server.py",),
+        tmp_path,
+    )
+    asks = stdio.needs_approval
+    assert callable(asks)
+    assert asks(ToolAnnotations(readonly=True)) is False
+    assert asks(ToolAnnotations(readonly=False)) is True
+    web = _server(McpConfig("web", url="http://127.0.0.1:9000/mcp", approval="always"))
+    assert isinstance(web, HttpServer)
+    assert (web.url, web.needs_approval) == ("http://127.0.0.1:9000/mcp", True)
+    never = _server(McpConfig("n", command="x", approval="never"))
+    assert never.needs_approval is False
