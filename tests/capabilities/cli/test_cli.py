@@ -657,3 +657,17 @@ paths = ["{skills}"]
     ran = json.loads(third.json()["messages"][-1]["content"])
     assert ran["result"]["note"]["structured"] == {"result": "Pack a coat: 4 °C."}
     assert "readme.txt" in ran["result"]["files"]
+
+
+def test_python_dash_m_runs_the_same_command(home: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "capabilities.cli", "run", "Hi"],
+        env=cli_env(home),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "effectagent: no model configured" in done.stderr
