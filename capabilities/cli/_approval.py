@@ -96,8 +96,9 @@ class ApprovalPrompt:
 
     @property
     def waiting(self) -> bool:
-        """Whether an approval waits for an answer."""
-        return bool(self._pending)
+        """Whether a prompt is on the screen, waiting for its answer (a line typed before any
+        prompt shows is not an answer)."""
+        return self._asked is not None
 
     def announce(self, tool_call_id: str) -> None:
         """The timeline has shown that ``tool_call_id`` waits for approval: its prompt may come."""
@@ -126,11 +127,12 @@ class ApprovalPrompt:
             self._line_open = False
 
     def answer(self, line: str) -> None:
-        """Answer the oldest pending approval with ``line`` (y/yes, n/no, a/always)."""
+        """Answer the approval on the screen with ``line`` (y/yes, n/no, a/always)."""
         self._line_open = False  # the person's Enter ended the prompt's line
-        if not self._pending:
+        approval_id = self._asked
+        approval = self._pending.get(approval_id) if approval_id is not None else None
+        if approval_id is None or approval is None:
             return
-        approval_id, approval = next(iter(self._pending.items()))
         choice = _ANSWERS.get(line.strip().lower())
         if choice is None:
             self._say("  answer y (yes), n (no) or a (always for this session)")
@@ -139,6 +141,10 @@ class ApprovalPrompt:
             return
         tool_name = approval.request.tool_name
         interactive = self._approval.interactive
+        # Answered: off the screen at once (its closing update follows), and the next one asked.
+        self._asked = None
+        self._pending.pop(approval_id, None)
+        self._announced.discard(approval.request.tool_call_id)
         try:
             if choice == "no":
                 interactive.deny(approval_id, "denied by the user", by="user")
@@ -152,11 +158,14 @@ class ApprovalPrompt:
                     self._approve_others(tool_name)
         except ApprovalNotPending as exc:
             self._say(f"  (too late: the approval is {exc.state})")
+        self._ask_next()
 
     def _approve_others(self, tool_name: str) -> None:
         """'Always' answers the other requests of the same tool waiting now, too."""
         for other_id, other in list(self._pending.items()):
             if other.request.tool_name == tool_name:
+                del self._pending[other_id]
+                self._announced.discard(other.request.tool_call_id)
                 with contextlib.suppress(ApprovalNotPending):  # closed meanwhile: nothing to do
                     self._approval.interactive.approve(
                         other_id, "approved by the user, always for this session", by="user"

@@ -294,6 +294,39 @@ def test_chat_denied_write_never_runs_and_the_model_reads_why(
     assert "approval denied: denied by the user" in tool_message["content"]
 
 
+def test_parallel_approvals_are_asked_one_after_the_other(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(
+            wire.calls(
+                ("call_1", "shell_write", '{"command": "touch first"}'),
+                ("call_2", "shell_write", '{"command": "touch second"}'),
+            )
+        ),
+        Reply.sse(wire.text("One of two.")),
+    )
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    child.sendline("Make two files.")
+    child.expect(ASK)
+    child.sendline("y")
+    child.expect(ASK)  # the second call's prompt, once the first is answered
+    child.sendline("n")
+    child.expect("One of two.")
+    child.expect(PROMPT)
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+    made = sorted(p.name for p in workspace.iterdir() if p.name != "readme.txt")
+    assert len(made) == 1  # whichever call was asked first ran; the other was denied
+    tool_messages = [m for m in server.requests()[1].json()["messages"] if m["role"] == "tool"]
+    assert len(tool_messages) == 2
+    assert sum("approval denied: denied by the user" in m["content"] for m in tool_messages) == 1
+
+
 def test_always_approves_the_tool_for_the_rest_of_the_session(
     server: ServerThread, home: Path, workspace: Path
 ) -> None:
