@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,16 @@ async def test_a_server_killed_mid_call_over_http_is_an_unknown_outcome(
     (died,) = result.outcomes
     assert isinstance(died, ToolUnknownOutcome)
     assert [c["name"] for c in calls(call_log)] == ["pid", "die"]
-    assert not alive(pid)  # the server process is gone
+    # The server process is gone. The client can see the connection close a moment before the
+    # exiting process is a zombie (the kernel closes its sockets first), so wait for its exit
+    # itself — a pidfd turns readable then — rather than look at it once.
+    pidfd = os.pidfd_open(pid)
+    try:
+        with trio.fail_after(30):
+            await trio.lowlevel.wait_readable(pidfd)
+    finally:
+        os.close(pidfd)
+    assert not alive(pid)
 
 
 async def test_a_call_through_the_engine_over_http(demo_http: HttpServer) -> None:
