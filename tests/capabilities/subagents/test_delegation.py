@@ -581,3 +581,31 @@ async def test_the_childrens_turns_count_against_the_parents_budget() -> None:
         result = await runtime.run(parent, "go")
     assert result.status == "completed"
     assert (result.finish_reason, result.exhausted) == ("budget-exhausted", "turns")
+
+
+async def test_the_delegation_tools_timeout_interrupts_the_child(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    research = delegate(
+        researcher(), name="research", description="R.", parameters=Question, timeout=5.0
+    )
+    parent = lead(research.tool, SEARCH)
+
+    def lead_script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
+        return Turn.text("the researcher took too long", usage=USAGE)
+
+    model = routed({"Lead": lead_script, "Research": lambda t, s: Turn.hanging()})
+    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    async with open_runtime(layer, agents=[parent]) as runtime:
+        events = await collect(runtime, parent, "go")
+        child_id = next(e for e in events if isinstance(e, SubagentStarted)).child_conversation_id
+        child_entries = await runtime.log.entries(child_id)
+    assert isinstance(events[-1], RunCompleted)  # the parent goes on
+    (completed,) = [e for e in events if isinstance(e, SubagentCompleted)]
+    assert completed.status == "interrupted"
+    (settled,) = [e for e in events if isinstance(e, ToolCallFailed)]
+    assert settled.outcome.kind == "defect"
+    assert "timed out after 5.0 s" in str(settled.outcome)
+    assert type(child_entries[-1].record).__name__ == "RunFailedRecord"
