@@ -15,6 +15,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from capabilities.subagents import delegate
 from effectagent.ai import (
@@ -609,3 +611,51 @@ async def test_the_delegation_tools_timeout_interrupts_the_child(
     assert settled.outcome.kind == "defect"
     assert "timed out after 5.0 s" in str(settled.outcome)
     assert type(child_entries[-1].record).__name__ == "RunFailedRecord"
+
+
+@given(
+    latencies=st.lists(st.integers(0, 5), min_size=1, max_size=5),
+    concurrency=st.integers(1, 4),
+)
+def test_for_every_completion_order_children_commit_in_declaration_order(
+    latencies: list[int], concurrency: int
+) -> None:
+    """Parallel delegations finishing in any order: each call gets its own child's answer, the
+    batch commits in the model's order, and the usage of every child is in the parent's total."""
+    slow = Tool("slow_search", "Search slowly.", parameters=Query, success=str, readonly=True)
+
+    async def slow_search(params: Query, call: ToolCallContext) -> str:
+        await trio.sleep(latencies[int(params.q)])
+        return params.q
+
+    child = Agent("researcher", "Research the topic.", toolkit=Toolkit(slow), output=Finding)
+    research = delegate(
+        child, name="research", description="R.", parameters=Question, prompt=lambda p: p.topic
+    )
+    parent = lead(research.tool, slow, tool_concurrency=concurrency, max_tool_calls=64)
+    calls = [("research", {"topic": str(i)}, f"c{i}") for i in range(len(latencies))]
+
+    def lead_script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(*calls, usage=USAGE)
+        return Turn.text("done", usage=USAGE)
+
+    def child_script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(("slow_search", {"q": text}), usage=USAGE)
+        return Turn.text(f'{{"topic": "{text}", "summary": "s"}}', usage=USAGE)
+
+    model = routed({"Lead": lead_script, "Research": child_script})
+    layer = model.as_layer() + handlers((slow, slow_search)) + research.layer()
+
+    async def main() -> Any:
+        async with open_runtime(layer, agents=[parent]) as runtime:
+            return await runtime.run(parent, "go")
+
+    result = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert result.status == "completed"
+    topics = [o.result["topic"] for o in result.outcomes if isinstance(o, ToolSuccess)]
+    assert topics == [str(i) for i in range(len(latencies))]
+    # Two model calls of the parent and two of each child, each reporting USAGE.
+    assert result.usage.model_calls == 2 + 2 * len(latencies)
+    assert result.usage.input_tokens == USAGE.input.total * (2 + 2 * len(latencies))
