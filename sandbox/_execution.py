@@ -238,7 +238,8 @@ class CommandExecution:
         try:
             env = build_env(self.request, await resolve_secrets(self.request, self._resolver))
         except BaseException as exc:
-            self._trace.__exit__(type(exc), None, None)
+            trace, self._trace = self._trace, None  # ended here: aclose must not end it again
+            trace.__exit__(type(exc), None, None)
             raise
         self._live.add(self)
         try:
@@ -325,8 +326,9 @@ class CommandExecution:
                     self.cleanup()
                 finally:
                     self._live.discard(self)
-                    if self._trace is not None:
-                        self._trace.__exit__(self._trace_error, None, None)
+                    trace, self._trace = self._trace, None
+                    if trace is not None:
+                        trace.__exit__(self._trace_error, None, None)
 
     # ---- iteration --------------------------------------------------------------------------
 
