@@ -30,6 +30,9 @@ class SubagentFailed(TaggedError):
     child_run_id: str = ""
     child_conversation_id: str = ""
 
+    def __str__(self) -> str:
+        return self.message
+
 
 @final
 class _Delegate:

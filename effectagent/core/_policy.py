@@ -304,7 +304,9 @@ class ChildBudget:
     """What an attached child run (a subagent) may use: carved out of its parent run's remaining
     budgets when the child starts, and what it did not use given back when it ends.
 
-    ``turns`` and ``tool_calls`` are counts; ``tokens`` (input plus output, the child's
+    ``turns`` and ``tool_calls`` are counts (a child with no tools is given no tool calls, and
+    needs none of its parent's; ``tool_calls=0`` gives a child that has tools none, and it is
+    refused); ``tokens`` (input plus output, the child's
     ``token_budget``) and ``duration`` (seconds of wall time) are optional — None takes the
     child agent's own policy. The child gets the least of this, its own policy and what the parent
     has left; a parent with nothing left of a dimension refuses the child. Bad values fail here
@@ -312,7 +314,7 @@ class ChildBudget:
     """
 
     turns: int = attrs.field(default=5, validator=_integer(1, "a positive integer"))
-    tool_calls: int = attrs.field(default=10, validator=_integer(1, "a positive integer"))
+    tool_calls: int = attrs.field(default=10, validator=_integer(0, "a non-negative integer"))
     tokens: int | None = attrs.field(
         default=None, validator=_integer(1, "a positive integer", optional=True)
     )

@@ -127,19 +127,25 @@ class BudgetState:
             - self._reserved_calls
         )
 
-    def carve(self, want: ChildBudget, child: AgentPolicy, now: float) -> ChildBudget | str:
+    def carve(
+        self, want: ChildBudget, child: AgentPolicy, now: float, *, tools: bool = True
+    ) -> ChildBudget | str:
         """Reserve a child run's budget: for each dimension the least of ``want``, the child's
         own ``policy`` and what this run has left (minus what running children hold). Returns
         what was granted — to be given back with :meth:`give_back` — or, when this run has
-        nothing left of a dimension the child needs, why not (nothing is reserved then)."""
+        nothing left of a dimension the child needs, why not (nothing is reserved then). A child
+        without ``tools`` needs no tool calls: it is granted none."""
         policy = self.policy
         turns_left = policy.max_turns - self.turns - self.delegated_turns - self._reserved_turns
         calls_left = self._calls_left()
         duration_left = policy.max_duration - (now - self.started_at)
         if turns_left < 1:
             return "the run has no turns left to give a subagent"
-        if calls_left < 1:
-            return "the run has no tool calls left to give a subagent"
+        calls = min(want.tool_calls, child.max_tool_calls, calls_left) if tools else 0
+        if tools and calls < 1:
+            if calls_left < 1:
+                return "the run has no tool calls left to give a subagent"
+            return "the subagent has tools but its budget gives it no tool calls"
         if duration_left <= 0:
             return "the run has no time left to give a subagent"
         tokens = _least(want.tokens, child.token_budget)
@@ -150,7 +156,7 @@ class BudgetState:
             tokens = tokens_left if tokens is None else min(tokens, tokens_left)
         granted = ChildBudget(
             min(want.turns, child.max_turns, turns_left),
-            min(want.tool_calls, child.max_tool_calls, calls_left),
+            calls,
             tokens,
             min(child.max_duration, duration_left, want.duration or duration_left),
         )

@@ -190,13 +190,15 @@ class _ChildRun:
             raise ChildRunRefused(str(exc)) from None
         except ValueError as exc:  # e.g. instructions holding a secret
             raise ChildRunRefused(str(exc)) from None
-        granted = parent.budget.carve(want, agent.policy, trio.current_time())
+        tools = bool(len(agent.toolkit) or agent.tool_sources)
+        granted = parent.budget.carve(want, agent.policy, trio.current_time(), tools=tools)
         if isinstance(granted, str):
             raise ChildRunRefused(granted)
         policy = attrs.evolve(
             agent.policy,
             max_turns=granted.turns,
-            max_tool_calls=granted.tool_calls,
+            # A child without tools is granted none; its policy still needs a positive limit.
+            max_tool_calls=max(1, granted.tool_calls),
             token_budget=granted.tokens,
             max_duration=agent.policy.max_duration
             if granted.duration is None

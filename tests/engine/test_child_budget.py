@@ -18,7 +18,7 @@ from effectagent.engine import BudgetState
 wants = st.builds(
     ChildBudget,
     turns=st.integers(1, 8),
-    tool_calls=st.integers(1, 8),
+    tool_calls=st.integers(0, 8),
     tokens=st.none() | st.integers(1, 500),
 )
 children = st.builds(
@@ -31,9 +31,9 @@ children = st.builds(
 # or admit some of the parent's own tool calls.
 operations = st.lists(
     st.one_of(
-        st.tuples(st.just("start"), wants, children),
-        st.tuples(st.just("end"), st.floats(0, 1), st.floats(0, 1)),
-        st.tuples(st.just("calls"), st.integers(0, 4), st.none()),
+        st.tuples(st.just("start"), wants, children, st.booleans()),
+        st.tuples(st.just("end"), st.floats(0, 1), st.floats(0, 1), st.none()),
+        st.tuples(st.just("calls"), st.integers(0, 4), st.none(), st.none()),
     ),
     max_size=30,
 )
@@ -59,18 +59,24 @@ def test_children_never_take_more_than_is_left_and_everything_is_given_back(
     used_turns = used_calls = used_tokens = 0
     for op in ops:
         if op[0] == "start":
-            want, child = op[1], op[2]
+            want, child, tools = op[1], op[2], op[3]
             assert isinstance(want, ChildBudget)
             assert isinstance(child, AgentPolicy)
             held_turns, held_calls, held_tokens = budget.reserved
             turns_left = max_turns - budget.turns - budget.delegated_turns - held_turns
             calls_left = max_calls - budget.tool_calls - budget.delegated_tool_calls - held_calls
-            granted = budget.carve(want, child, 1.0)
+            assert isinstance(tools, bool)
+            granted = budget.carve(want, child, 1.0, tools=tools)
             if isinstance(granted, str):
-                assert turns_left < 1 or calls_left < 1 or tokens is not None
+                short_of_calls = tools and min(want.tool_calls, calls_left) < 1
+                assert turns_left < 1 or short_of_calls or tokens is not None
                 continue
             assert 1 <= granted.turns <= min(want.turns, child.max_turns, turns_left)
-            assert 1 <= granted.tool_calls <= min(want.tool_calls, child.max_tool_calls, calls_left)
+            if tools:  # a child with tools gets at least one call, never more than is left
+                calls = min(want.tool_calls, child.max_tool_calls, calls_left)
+                assert 1 <= granted.tool_calls <= calls
+            else:  # a child without tools takes none of the parent's
+                assert granted.tool_calls == 0
             if tokens is not None:
                 assert granted.tokens is not None
                 assert granted.tokens <= tokens - budget.usage.total_tokens - held_tokens

@@ -659,3 +659,52 @@ def test_for_every_completion_order_children_commit_in_declaration_order(
     # Two model calls of the parent and two of each child, each reporting USAGE.
     assert result.usage.model_calls == 2 + 2 * len(latencies)
     assert result.usage.input_tokens == USAGE.input.total * (2 + 2 * len(latencies))
+
+
+async def test_a_child_without_tools_needs_none_of_the_parents_tool_calls() -> None:
+    # The delegation call uses the parent's only tool call; the child has no tools, so it
+    # needs none and still runs.
+    helper = Agent("helper", "Answer briefly.")
+    ask = delegate(helper, name="ask", description="Ask the helper.", parameters=Query)
+    parent = lead(ask.tool, max_tool_calls=1)
+
+    def lead_script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(("ask", {"q": "2+2?"}), usage=USAGE)
+        return Turn.text("It is 4.", usage=USAGE)
+
+    model = routed({"Lead": lead_script, "Answer": lambda t, s: Turn.text("4", usage=USAGE)})
+    async with open_runtime(model.as_layer() + ask.layer(), agents=[parent]) as runtime:
+        events = await collect(runtime, parent, "go")
+    (started,) = [e for e in events if isinstance(e, SubagentStarted)]
+    assert started.budget.tool_calls == 0
+    (outcome,) = [e.outcome for e in events if isinstance(e, ToolCallSucceeded)]
+    assert isinstance(outcome, ToolSuccess)
+    assert outcome.result == "4"
+
+
+async def test_a_refusal_reads_as_one_sentence() -> None:
+    research = delegate(
+        researcher(),
+        name="research",
+        description="R.",
+        parameters=Question,
+        budget=ChildBudget(tool_calls=0),
+    )
+    parent = lead(research.tool, SEARCH)
+
+    def lead_script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
+        return Turn.text("ok", usage=USAGE)
+
+    model = routed({"Lead": lead_script, "Research": research_script})
+    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    async with open_runtime(layer, agents=[parent]) as runtime:
+        result = await runtime.run(parent, "go")
+    (outcome,) = result.outcomes
+    assert isinstance(outcome, ToolFailure)
+    assert outcome.error["message"] == (
+        "subagent 'researcher' could not start: the subagent has tools but its budget gives it "
+        "no tool calls"
+    )
