@@ -112,7 +112,7 @@ class Batch:
         assistant: AssistantMessage | None,
         admit: Callable[[int], int] = lambda n: 0,
         host: object = None,
-        notes: dict[str, dict[str, Any]] | None = None,
+        audits: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.io = io
         self.turn = turn
@@ -120,7 +120,7 @@ class Batch:
         self.admitted = admitted  # how many runnable calls the tool-call budget admitted
         self.assistant = assistant  # the response's message, added to the prompt with the batch
         self._ledger = BatchLedger([call_id for call_id, _, _ in plan.declared])
-        self._runner = CallRunner(io, services, policy, permits, turn, admit, host, notes)
+        self._runner = CallRunner(io, services, policy, permits, turn, admit, host, audits)
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
@@ -211,7 +211,7 @@ class Batch:
         io, turn = self.io, self.turn
         now = time.time()
         conversation_id, run_id = io.conversation_id, io.run_id
-        audits = self._runner.audits  # inner calls' metadata, by declaration index
+        audits = self._runner.audits  # calls' audit metadata, by tool call ID
         await io.record(
             *[
                 ToolCallSettled(
@@ -222,11 +222,13 @@ class Batch:
                     o.tool_name,
                     o,
                     now,
-                    audits.get(i),
+                    audits.get(o.tool_call_id),
                 )
-                for i, o in enumerate(outcomes)
+                for o in outcomes
             ]
         )
+        if audits:
+            audits.clear()  # written with their settlements (the next batch starts empty)
         assistant = self.assistant
         self.committed = (results,) if assistant is None else (assistant, results)
         return outcomes

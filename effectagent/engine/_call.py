@@ -70,7 +70,6 @@ class CallRunner:
         "digest",
         "host",
         "io",
-        "notes",
         "permits",
         "policy",
         "services",
@@ -86,15 +85,14 @@ class CallRunner:
         turn: int,
         admit: Callable[[int], int],
         host: object = None,
-        notes: dict[str, dict[str, Any]] | None = None,
+        audits: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         self.admit = admit  # the run's tool-call budget, for inner calls
-        # The run's handle for its handlers (``ToolCallContext.host``: child runs), and where
-        # what a handler's child runs note for a call's audit waits, by tool call ID.
+        # The run's handle for its handlers (``ToolCallContext.host``: child runs).
         self.host = host
-        self.notes = notes
-        # The audit metadata of calls that had any (inner calls), by declaration index.
-        self.audits: dict[int, Any] = {}
+        # The audit metadata of calls that have any (inner calls, child runs), by tool call ID
+        # (unique in a response): the run's, where its child runs write too.
+        self.audits: dict[str, dict[str, Any]] = {} if audits is None else audits
         self.digest = services.digest_arguments
         self.io = io
         self.services = services
@@ -167,10 +165,7 @@ class CallRunner:
         finally:
             permits.release()
             if broker is not None and (audit := broker.audit()) is not None:
-                self.audits[call.index] = audit
-            notes = self.notes
-            if notes and (note := notes.pop(call.id, None)) is not None:
-                self.audits[call.index] = {**self.audits.get(call.index, {}), **note}
+                self.audits.setdefault(call.id, {}).update(audit)
         if scope.cancelled_caught:
             return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
         return self._settle(tool, call, exit_)

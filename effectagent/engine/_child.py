@@ -20,7 +20,7 @@ A child is an ordinary run of another agent with three things fixed by its paren
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, final
+from typing import Any, final
 
 import attrs
 import trio
@@ -31,9 +31,7 @@ from effectagent.core import (
     ChildBudget,
     ContextItem,
     EventBase,
-    RunCompleted,
     RunError,
-    RunFailed,
     SubagentCompleted,
     SubagentEvent,
     SubagentStarted,
@@ -45,6 +43,7 @@ from ._driver import RunDriver
 from ._handover import RunReducer
 from ._ids import new_id
 from ._io import RunIO
+from ._seams import RunEnding
 
 __all__ = ["ChildRunRefused", "ChildRunResult", "run_child"]
 
@@ -68,7 +67,7 @@ class ChildRunResult:
     run_id: str
     conversation_id: str
     agent: str
-    status: Literal["completed", "failed", "interrupted"]
+    status: RunEnding
     text: str
     output: Any
     error: RunError | None
@@ -239,25 +238,16 @@ class _ChildRun:
             turns = child.turn + used.delegated_turns
             tool_calls = used.tool_calls + used.delegated_tool_calls
             parent.budget.give_back(granted, turns, tool_calls, used.usage)
-            terminal = child.terminal
-            status: Literal["completed", "failed", "interrupted"] = (
-                "completed"
-                if isinstance(terminal, RunCompleted)
-                else "failed"
-                if isinstance(terminal, RunFailed)
-                else "interrupted"
-            )
-            parent.call_notes[call.tool_call_id] = {
-                "subagent": {
-                    "agent": agent.name,
-                    "run_id": child.run_id,
-                    "conversation_id": child.conversation_id,
-                    "status": status,
-                    "turns": turns,
-                    "tool_calls": tool_calls,
-                    "input_tokens": used.usage.input_tokens,
-                    "output_tokens": used.usage.output_tokens,
-                }
+            status = child.ending
+            parent.call_audits.setdefault(call.tool_call_id, {})["subagent"] = {
+                "agent": agent.name,
+                "run_id": child.run_id,
+                "conversation_id": child.conversation_id,
+                "status": status,
+                "turns": turns,
+                "tool_calls": tool_calls,
+                "input_tokens": used.usage.input_tokens,
+                "output_tokens": used.usage.output_tokens,
             }
             io.emit(
                 SubagentCompleted,

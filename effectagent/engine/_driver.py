@@ -120,10 +120,11 @@ class RunDriver:
             backpressure=backpressure,
         )
         # Child runs: how deep this run is (0: started by the runtime), whether it may start
-        # children of its own, and what they note for their calls' audit (by tool call ID).
+        # children of its own. The audit metadata of the current batch's calls, by tool call ID:
+        # what inner calls and child runs add, written with the calls' settlements.
         self.depth = depth
         self.may_delegate = may_delegate
-        self.call_notes: dict[str, dict[str, Any]] = {}
+        self.call_audits: dict[str, dict[str, Any]] = {}
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation
         self.messages: list[Message] = []
@@ -157,6 +158,14 @@ class RunDriver:
     def conversation_id(self) -> str:
         """The conversation's ID."""
         return self.io.conversation_id
+
+    @property
+    def ending(self) -> RunEnding:
+        """How the run ended, from its terminal event ("interrupted" while it has none)."""
+        terminal = self.terminal
+        if isinstance(terminal, RunCompleted):
+            return "completed"
+        return "failed" if isinstance(terminal, RunFailed) else "interrupted"
 
     def interrupt(self) -> None:
         """Ask the run to stop; it ends with RunInterrupted. Idempotent; does not wait."""
@@ -248,14 +257,7 @@ class RunDriver:
 
     async def _tell_ended(self, run: RunInfo) -> None:
         """Tell every run observer how the run ended; what one raises is logged, not raised."""
-        terminal = self.terminal
-        ending: RunEnding = (
-            "completed"
-            if isinstance(terminal, RunCompleted)
-            else "failed"
-            if isinstance(terminal, RunFailed)
-            else "interrupted"
-        )
+        ending = self.ending
         for observer in self.services.observers:
             try:
                 await observer.run_ended(run, ending)
@@ -406,7 +408,7 @@ class RunDriver:
             step.assistant_message(),
             self.budget.admit_tool_calls,
             self,
-            self.call_notes,
+            self.call_audits,
         )
         try:
             result = await batch.run(toolkit)
