@@ -174,19 +174,10 @@ _TYPE_NAMES: Final = {
 
 
 def _kind(value: object) -> str:
-    if isinstance(value, bool):
+    """What a TOML value is, for "got ..." (TOML gives these exact types, never subclasses)."""
+    if type(value) is bool:
         return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "a table"
-    return type(value).__name__
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
 
 
 class _Table:

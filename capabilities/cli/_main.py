@@ -219,6 +219,21 @@ class _Opened:
     agent: Agent
     approval: SessionApproval
 
+    def session(self, color: bool, named: NamedSession | None, **options: bool) -> TerminalSession:
+        """The terminal session over this runtime (stdout and stderr; ``options`` as for
+        :class:`TerminalSession`)."""
+        return TerminalSession(
+            self.runtime,
+            self.agent,
+            self.approval,
+            self.runtime.context.get(SteeringService),
+            out=sys.stdout,
+            err=sys.stderr,
+            color=color,
+            named=named,
+            **options,
+        )
+
 
 @asynccontextmanager
 async def _open(
@@ -312,17 +327,7 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         else:
             intro = f"session {name} (resume it with --session {name})"
         print(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session", flush=True)
-        session = TerminalSession(
-            opened.runtime,
-            opened.agent,
-            opened.approval,
-            opened.runtime.context.get(SteeringService),
-            out=sys.stdout,
-            err=sys.stderr,
-            color=color,
-            named=named,
-        )
-        return await session.chat(sys.stdin)
+        return await opened.session(color, named).chat(sys.stdin)
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -336,18 +341,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         named = None
         if name is not None:
             named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
-        session = TerminalSession(
-            opened.runtime,
-            opened.agent,
-            opened.approval,
-            opened.runtime.context.get(SteeringService),
-            out=sys.stdout,
-            err=sys.stderr,
-            color=color,
-            named=named,
-            json_events=args.json,
-            answer_only=not args.json,
-        )
+        session = opened.session(color, named, json_events=args.json, answer_only=not args.json)
         return await session.run(args.prompt, sys.stdin if interactive else None)
 
 
