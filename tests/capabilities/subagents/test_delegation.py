@@ -110,6 +110,17 @@ def researcher(**policy: Any) -> Agent:
 SEARCH = search_tool()
 
 
+def calls_then_answer(*calls: tuple[Any, ...], answer: str) -> Callable[[str, int], Turn]:
+    """A lead's script: ``calls`` in its first turn, then ``answer``."""
+
+    def script(text: str, step: int) -> Turn:
+        if step == 0:
+            return Turn.tool_calls(*calls, usage=USAGE)
+        return Turn.text(answer, usage=USAGE)
+
+    return script
+
+
 def research_script(text: str, step: int) -> Turn:
     if step == 0:
         return Turn.tool_calls(("search", {"q": "cache"}), usage=USAGE)
@@ -156,10 +167,9 @@ async def test_a_delegation_runs_the_child_and_its_typed_answer_is_the_tool_resu
     )
     parent = lead(research.tool, SEARCH)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "cache"}, "call_r"), usage=USAGE)
-        return Turn.text("The cache is cold.", usage=USAGE)
+    lead_script = calls_then_answer(
+        ("research", {"topic": "cache"}, "call_r"), answer="The cache is cold."
+    )
 
     model = routed({"Lead": lead_script, "Research": research_script})
     layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
@@ -290,10 +300,7 @@ async def test_a_child_cannot_exceed_its_grant() -> None:
     def greedy(text: str, step: int) -> Turn:
         return Turn.tool_calls(("search", {"q": str(step)}), ("search", {"q": "x"}), usage=USAGE)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
-        return Turn.text("done", usage=USAGE)
+    lead_script = calls_then_answer(("research", {"topic": "t"}), answer="done")
 
     model = routed({"Lead": lead_script, "Research": greedy})
     layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
@@ -312,12 +319,8 @@ async def test_a_child_cannot_exceed_its_grant() -> None:
 async def test_a_failing_child_is_a_typed_outcome_the_parent_model_reads() -> None:
     research = delegate(researcher(), name="research", description="R.", parameters=Question)
     parent = lead(research.tool, SEARCH)
-    seen: list[Any] = []
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
-        return Turn.text("the researcher failed", usage=USAGE)
+    lead_script = calls_then_answer(("research", {"topic": "t"}), answer="the researcher failed")
 
     def broken(text: str, step: int) -> Turn:
         return Turn.fail(AiError("the provider is down"))
@@ -334,7 +337,6 @@ async def test_a_failing_child_is_a_typed_outcome_the_parent_model_reads() -> No
     assert outcome.error["error"] == ModelFailed.tag
     # The parent's model got the failure as the call's result.
     last = model.requests[-1].messages[-1]
-    seen.append(last)
     assert "SubagentFailed" in str(last)
 
 
@@ -342,10 +344,7 @@ async def test_a_child_with_a_tool_the_parent_lacks_is_refused_and_nothing_runs(
     research = delegate(researcher(), name="research", description="R.", parameters=Question)
     parent = lead(research.tool)  # no search tool: the child's tools are not a subset
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
-        return Turn.text("ok", usage=USAGE)
+    lead_script = calls_then_answer(("research", {"topic": "t"}), answer="ok")
 
     model = routed({"Lead": lead_script, "Research": research_script})
     layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
@@ -388,10 +387,7 @@ async def test_a_child_not_allowed_to_delegate_is_refused_at_run_time_too() -> N
     coordinate = delegate(middle, name="coordinate", description="C.", parameters=Question)
     parent = lead(coordinate.tool, sneaky)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("coordinate", {"topic": "t"}), usage=USAGE)
-        return Turn.text("ok", usage=USAGE)
+    lead_script = calls_then_answer(("coordinate", {"topic": "t"}), answer="ok")
 
     def middle_script(text: str, step: int) -> Turn:
         if step == 0:
@@ -514,10 +510,7 @@ async def test_a_secret_in_the_child_never_reaches_the_parents_events() -> None:
     research = delegate(child, name="research", description="R.", parameters=Question)
     parent = lead(research.tool, leaky)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": canary}), usage=USAGE)
-        return Turn.text("ok", usage=USAGE)
+    lead_script = calls_then_answer(("research", {"topic": canary}), answer="ok")
 
     def child_script(text: str, step: int) -> Turn:
         if step == 0:
@@ -593,10 +586,9 @@ async def test_the_delegation_tools_timeout_interrupts_the_child(
     )
     parent = lead(research.tool, SEARCH)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
-        return Turn.text("the researcher took too long", usage=USAGE)
+    lead_script = calls_then_answer(
+        ("research", {"topic": "t"}), answer="the researcher took too long"
+    )
 
     model = routed({"Lead": lead_script, "Research": lambda t, s: Turn.hanging()})
     layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
@@ -635,10 +627,7 @@ def test_for_every_completion_order_children_commit_in_declaration_order(
     parent = lead(research.tool, slow, tool_concurrency=concurrency, max_tool_calls=64)
     calls = [("research", {"topic": str(i)}, f"c{i}") for i in range(len(latencies))]
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(*calls, usage=USAGE)
-        return Turn.text("done", usage=USAGE)
+    lead_script = calls_then_answer(*calls, answer="done")
 
     def child_script(text: str, step: int) -> Turn:
         if step == 0:
@@ -668,10 +657,7 @@ async def test_a_child_without_tools_needs_none_of_the_parents_tool_calls() -> N
     ask = delegate(helper, name="ask", description="Ask the helper.", parameters=Query)
     parent = lead(ask.tool, max_tool_calls=1)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("ask", {"q": "2+2?"}), usage=USAGE)
-        return Turn.text("It is 4.", usage=USAGE)
+    lead_script = calls_then_answer(("ask", {"q": "2+2?"}), answer="It is 4.")
 
     model = routed({"Lead": lead_script, "Answer": lambda t, s: Turn.text("4", usage=USAGE)})
     async with open_runtime(model.as_layer() + ask.layer(), agents=[parent]) as runtime:
@@ -693,10 +679,7 @@ async def test_a_refusal_reads_as_one_sentence() -> None:
     )
     parent = lead(research.tool, SEARCH)
 
-    def lead_script(text: str, step: int) -> Turn:
-        if step == 0:
-            return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
-        return Turn.text("ok", usage=USAGE)
+    lead_script = calls_then_answer(("research", {"topic": "t"}), answer="ok")
 
     model = routed({"Lead": lead_script, "Research": research_script})
     layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
