@@ -50,8 +50,7 @@ def _import_the_product() -> None:
     for name in ("effectagent", "capabilities", "sandbox", "examples"):
         package = importlib.import_module(name)
         for module in pkgutil.walk_packages(package.__path__, f"{name}."):
-            if module.name.rsplit(".", 1)[-1] != "__main__":  # a program's entry point: it runs
-                importlib.import_module(module.name)
+            importlib.import_module(module.name)
 
 
 _import_the_product()
