@@ -12,6 +12,7 @@ shares one event loop — the way the code under test is used.
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
 import time
@@ -19,7 +20,26 @@ from collections.abc import Awaitable, Callable
 
 import attrs
 
-__all__ = ["Timing", "amedian_us", "median_us"]
+__all__ = ["Timing", "amedian_us", "median_us", "scale_of", "scale_parser"]
+
+#: The scale of ``--quick``: a fast, noisier pass.
+QUICK_SCALE = 0.2
+
+
+def scale_parser(description: str, what: str = "the amount of work") -> argparse.ArgumentParser:
+    """A script's option parser with ``--scale`` (multiplies ``what``) and ``--quick``; read
+    the scale with :func:`scale_of`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--scale", type=float, default=1.0, help=f"multiply {what}")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"a fast, noisier pass (--scale {QUICK_SCALE})"
+    )
+    return parser
+
+
+def scale_of(args: argparse.Namespace) -> float:
+    """The scale the options of :func:`scale_parser` ask for."""
+    return QUICK_SCALE if args.quick else float(args.scale)
 
 
 @attrs.frozen

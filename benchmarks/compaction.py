@@ -33,7 +33,6 @@ turn; the difference of two CPU figures also carries the machine's noise, hence 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import sys
@@ -51,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 import attrs  # noqa: E402
 import trio  # noqa: E402
 
-from benchmarks._util import Timing, amedian_us, median_us  # noqa: E402
+from benchmarks._util import Timing, amedian_us, median_us, scale_of, scale_parser  # noqa: E402
 from benchmarks.engine_overhead import AGENT, model_layer, sequential_script  # noqa: E402
 from capabilities.compaction import LogCompactor, LogView  # noqa: E402
 from effectagent import Agent, open_runtime  # noqa: E402
@@ -249,11 +248,8 @@ def report(figures: Figures) -> str:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the options, measure, print."""
-    parser = argparse.ArgumentParser(description="Measure compaction's costs.")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of samples")
-    parser.add_argument("--quick", action="store_true", help="a fast, noisier pass (--scale 0.2)")
-    args = parser.parse_args(argv)
-    scale = 0.2 if args.quick else args.scale
+    parser = scale_parser("Measure compaction's costs.", "the number of samples")
+    scale = scale_of(parser.parse_args(argv))
     print(report(trio.run(partial(measure, scale))))
     return 0
 

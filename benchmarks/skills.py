@@ -19,7 +19,6 @@ costs of parsing and checking, not of a cold disk).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -36,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import trio  # noqa: E402
 
-from benchmarks._util import amedian_us  # noqa: E402
+from benchmarks._util import amedian_us, scale_of, scale_parser  # noqa: E402
 from capabilities.skills import MANIFEST_NAME, compute_integrity, discover_skills  # noqa: E402
 from effectagent import Agent  # noqa: E402
 
@@ -113,11 +112,8 @@ async def main(scale: float) -> str:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the options, measure, print."""
-    parser = argparse.ArgumentParser(description="Measure skill discovery and activation.")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the amount of work")
-    parser.add_argument("--quick", action="store_true", help="a fast, noisier pass (--scale 0.2)")
-    args = parser.parse_args(argv)
-    print(trio.run(partial(main, 0.2 if args.quick else args.scale)))
+    parser = scale_parser("Measure skill discovery and activation.")
+    print(trio.run(partial(main, scale_of(parser.parse_args(argv)))))
     return 0
 
 

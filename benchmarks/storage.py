@@ -28,7 +28,6 @@ Target (printed beside it): ≥ 20,000 records/s group-committed.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -46,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 import attrs  # noqa: E402
 import trio  # noqa: E402
 
+from benchmarks._util import scale_of, scale_parser  # noqa: E402
 from benchmarks.engine_overhead import (  # noqa: E402
     AGENT,
     model_layer,
@@ -312,11 +312,8 @@ async def main(scale: float) -> str:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the options, measure, print."""
-    parser = argparse.ArgumentParser(description="Measure the SQLite store.")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the amount of work")
-    parser.add_argument("--quick", action="store_true", help="a fast, noisier pass (--scale 0.2)")
-    args = parser.parse_args(argv)
-    print(trio.run(partial(main, 0.2 if args.quick else args.scale)))
+    parser = scale_parser("Measure the SQLite store.")
+    print(trio.run(partial(main, scale_of(parser.parse_args(argv)))))
     return 0
 
 

@@ -28,7 +28,6 @@ above) — against an empty loop body, in µs per block (median over batches, wa
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import sys
@@ -51,7 +50,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from benchmarks._util import Timing, median_us  # noqa: E402
+from benchmarks._util import Timing, median_us, scale_of, scale_parser  # noqa: E402
 from benchmarks.engine_overhead import (  # noqa: E402
     AGENT,
     model_layer,
@@ -218,11 +217,8 @@ def report(results: Sequence[Paired]) -> str:
 
 def cli(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse the options, measure, print."""
-    parser = argparse.ArgumentParser(description="Measure what tracing costs a run.")
-    parser.add_argument("--scale", type=float, default=1.0, help="multiply the number of rounds")
-    parser.add_argument("--quick", action="store_true", help="a fast, noisier pass (--scale 0.2)")
-    args = parser.parse_args(argv)
-    scale = 0.2 if args.quick else args.scale
+    parser = scale_parser("Measure what tracing costs a run.", "the number of rounds")
+    scale = scale_of(parser.parse_args(argv))
     print(report(trio.run(partial(measure, scale))))
     print(report_hook(measure_hook(scale)))
     return 0
