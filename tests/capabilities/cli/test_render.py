@@ -86,6 +86,31 @@ async def test_color_styles_the_outcomes() -> None:
     assert "\x1b[31m✗ delete" in text
 
 
+async def test_reasoning_is_dimmed_or_marked_apart_from_the_answer() -> None:
+    quiet = Agent("helper", "Help.")
+
+    async def render(color: bool) -> str:
+        model = ScriptedModel.layer([Turn.text("Four.", reasoning="Two and two.")])
+        out = io.StringIO()
+        timeline = Timeline(out, color=color)
+        async with (
+            open_runtime(model, agents=[quiet]) as runtime,
+            runtime.stream(quiet, "2+2?") as events,
+        ):
+            async for event in events:
+                timeline.render(event)
+        timeline.close()
+        return out.getvalue()
+
+    plain = (await render(False)).splitlines()
+    assert "thinking: Two and two." in plain
+    assert "Four." in plain
+    colored = await render(True)
+    assert "\x1b[2mTwo and two.\x1b[0m" in colored  # dim, then reset
+    assert "thinking:" not in colored
+    assert "\x1b[2mFour." not in colored
+
+
 def test_preview_is_one_bounded_line() -> None:
     assert preview({"a": "x\ny"}) == '{"a":"x\\ny"}'
     assert preview("a  b\n c") == "a b c"
