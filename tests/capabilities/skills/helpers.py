@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+
+import pytest
 
 from capabilities.skills import MANIFEST_NAME, compute_integrity
 
@@ -60,3 +64,19 @@ def write_skill(
     body = manifest_text(skill_id, assets=list(assets), **fields)  # type: ignore[arg-type]
     (skill / MANIFEST_NAME).write_text(body + integrity.toml(), encoding="utf-8")
     return skill
+
+
+def hold_worker_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Hold the first ``os.read`` a worker thread makes: ``reading`` is set when it starts, and
+    it waits until the test sets ``release`` (never a sleep). Returns ``(reading, release)``."""
+    reading, release = threading.Event(), threading.Event()
+    real_read = os.read
+
+    def held_read(fd: int, size: int) -> bytes:
+        if threading.current_thread() is not threading.main_thread() and not reading.is_set():
+            reading.set()
+            release.wait(timeout=30)  # held until the test lets it go
+        return real_read(fd, size)
+
+    monkeypatch.setattr(os, "read", held_read)
+    return reading, release

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ from capabilities.skills import (
 from effectagent import Agent, Toolkit, tool
 from effectagent.engine import ApprovalService
 
-from .helpers import write_skill
+from .helpers import hold_worker_reads, write_skill
 
 
 @tool(readonly=True)
@@ -199,16 +198,7 @@ async def test_cancelling_during_the_read_waits_for_it_then_activates_nothing(
 ) -> None:
     write_skill(tmp_path, "slow")
     library = await discover_skills(tmp_path)
-    reading, release = threading.Event(), threading.Event()
-    real_read = os.read
-
-    def held_read(fd: int, size: int) -> bytes:
-        if threading.current_thread() is not threading.main_thread() and not reading.is_set():
-            reading.set()
-            release.wait(timeout=30)  # held until the test lets it go, never a sleep
-        return real_read(fd, size)
-
-    monkeypatch.setattr(os, "read", held_read)
+    reading, release = hold_worker_reads(monkeypatch)
     activated: list[ActivatedSkill] = []
     scope = trio.CancelScope()
 

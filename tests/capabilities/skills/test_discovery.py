@@ -5,7 +5,6 @@ from __future__ import annotations
 import builtins
 import io
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from capabilities.skills import (
 )
 from effectagent import Agent
 
-from .helpers import write_skill
+from .helpers import hold_worker_reads, write_skill
 
 
 @pytest.fixture
@@ -198,16 +197,7 @@ async def test_cancelling_during_the_scan_waits_for_it_then_returns_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_skill(tmp_path, "slow")
-    reading, release = threading.Event(), threading.Event()
-    real_read = os.read
-
-    def held_read(fd: int, size: int) -> bytes:
-        if threading.current_thread() is not threading.main_thread() and not reading.is_set():
-            reading.set()
-            release.wait(timeout=30)  # held until the test lets it go, never a sleep
-        return real_read(fd, size)
-
-    monkeypatch.setattr(os, "read", held_read)
+    reading, release = hold_worker_reads(monkeypatch)
     found: list[object] = []
     scope = trio.CancelScope()
 
