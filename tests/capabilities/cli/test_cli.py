@@ -95,6 +95,20 @@ def finish(child: pexpect.spawn[str]) -> tuple[str, int]:
     return output, child.exitstatus
 
 
+def open_chat(server: ServerThread, home: Path) -> pexpect.spawn[str]:
+    """``effectagent chat`` against ``server``, at its first prompt."""
+    child = spawn(args(server, "chat"), cli_env(home))
+    child.expect(PROMPT)
+    return child
+
+
+def end_chat(child: pexpect.spawn[str]) -> None:
+    """Ctrl-D: the session ends with status 0."""
+    child.sendeof()
+    _, status = finish(child)
+    assert status == 0
+
+
 def messages(request_body: dict[str, Any]) -> list[tuple[str, str]]:
     """(role, text) of each message the model was sent."""
     shown = []
@@ -246,8 +260,7 @@ def test_chat_asks_before_a_write_and_runs_it_when_approved(
         Reply.sse(wire.calls(("call_1", "shell_write", json.dumps({"command": command})))),
         Reply.sse(wire.text("Wrote note.txt.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("Write a note.")
     child.expect("shell_write waits for approval")
     child.expect(ASK)
@@ -257,9 +270,7 @@ def test_chat_asks_before_a_write_and_runs_it_when_approved(
     child.expect("Wrote note.txt.")
     child.expect("usage: input ")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     assert (workspace / "note.txt").read_text() == "approved\n"
     tool_message = server.requests()[1].json()["messages"][-1]
     assert tool_message["role"] == "tool"
@@ -276,8 +287,7 @@ def test_chat_denied_write_never_runs_and_the_model_reads_why(
         Reply.sse(wire.calls(("call_1", "shell_write", json.dumps({"command": command})))),
         Reply.sse(wire.text("I was not allowed to.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("Write a note.")
     child.expect(ASK)
     child.sendline("n")
@@ -285,9 +295,7 @@ def test_chat_denied_write_never_runs_and_the_model_reads_why(
     child.expect("rejected: approval denied: denied by the user")
     child.expect("I was not allowed to.")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     assert not (workspace / "note.txt").exists()
     tool_message = server.requests()[1].json()["messages"][-1]
     assert tool_message["role"] == "tool"
@@ -308,8 +316,7 @@ def test_parallel_approvals_are_asked_one_after_the_other(
         ),
         Reply.sse(wire.text("One of two.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("Make two files.")
     child.expect(ASK)
     child.sendline("y")
@@ -317,9 +324,7 @@ def test_parallel_approvals_are_asked_one_after_the_other(
     child.sendline("n")
     child.expect("One of two.")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     made = sorted(p.name for p in workspace.iterdir() if p.name != "readme.txt")
     assert len(made) == 1  # whichever call was asked first ran; the other was denied
     tool_messages = [m for m in server.requests()[1].json()["messages"] if m["role"] == "tool"]
@@ -339,8 +344,7 @@ def test_always_approves_the_tool_for_the_rest_of_the_session(
         Reply.sse(wire.calls(("call_3", "shell_write", '{"command": "touch three"}'))),
         Reply.sse(wire.text("Third made.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("Make two files.")
     child.expect(ASK)
     after = io.StringIO()
@@ -351,9 +355,7 @@ def test_always_approves_the_tool_for_the_rest_of_the_session(
     child.sendline("And a third.")
     child.expect("Third made.")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     assert after.getvalue().count("✓ shell_write") == 3
     assert "allow shell_write?" not in after.getvalue()
     assert sorted(p.name for p in workspace.iterdir()) == ["one", "readme.txt", "three", "two"]
@@ -379,9 +381,7 @@ def test_ctrl_c_interrupts_the_tool_call_and_the_session_goes_on(
     child.sendline("Are you there?")
     child.expect("Still here.")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     _, second = server.requests()
     # The second run continues the conversation: the first prompt and the interrupted call are
     # in it (the call settled as interrupted), then the new prompt.
@@ -400,8 +400,7 @@ def test_ctrl_c_at_an_approval_prompt_withdraws_it(
         Reply.sse(wire.calls(("call_1", "shell_write", '{"command": "touch x"}'))),
         Reply.sse(wire.text("Nothing written.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("Touch x.")
     child.expect(ASK)
     child.sendintr()
@@ -411,9 +410,7 @@ def test_ctrl_c_at_an_approval_prompt_withdraws_it(
     child.sendline("y")  # a late answer is a new prompt now, never the withdrawn approval's
     child.expect("Nothing written.")
     child.expect(PROMPT)
-    child.sendeof()
-    _, status = finish(child)
-    assert status == 0
+    end_chat(child)
     assert not (workspace / "x").exists()
     assert messages(server.requests()[1].json())[-1] == ("user", "y")
 
@@ -427,8 +424,7 @@ def test_text_typed_while_a_run_goes_steers_it(
         Reply.sse(wire.calls(("call_1", "shell", json.dumps({"command": "sleep 2; ls"})))),
         Reply.sse(wire.text("Voilà.")),
     )
-    child = spawn(args(server, "chat"), cli_env(home))
-    child.expect(PROMPT)
+    child = open_chat(server, home)
     child.sendline("List the files.")
     child.expect('▸ shell {"command":"sleep 2; ls"}')
     child.sendline("Answer in French.")

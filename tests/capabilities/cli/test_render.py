@@ -10,7 +10,7 @@ import attrs
 from capabilities.approval import Answer, ScriptedApproval
 from capabilities.cli.render import Timeline, preview
 from capabilities.subagents import delegate
-from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
+from effectagent import Agent, AgentPolicy, Layer, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import AssistantMessage, ModelRequest
 from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
@@ -48,11 +48,18 @@ async def _timeline(color: bool) -> str:
     )
     approval = ScriptedApproval([Answer.deny("keep it")]).layer()
     layer = toolkit.handlers({read: handle_read, delete: handle_delete}) + model + approval
+    return await _rendered(layer, agent, "Tidy up.", color=color)
+
+
+async def _rendered(
+    layer: Layer, agent: Agent, prompt: str, *, color: bool = False, header: bool = True
+) -> str:
+    """What the Timeline shows of one streamed run of ``agent`` on ``prompt``."""
     out = io.StringIO()
-    timeline = Timeline(out, color=color)
+    timeline = Timeline(out, color=color, header=header)
     async with (
         open_runtime(layer, agents=[agent]) as runtime,
-        runtime.stream(agent, "Tidy up.") as events,
+        runtime.stream(agent, prompt) as events,
     ):
         async for event in events:
             timeline.render(event)
@@ -91,16 +98,7 @@ async def test_reasoning_is_dimmed_or_marked_apart_from_the_answer() -> None:
 
     async def render(color: bool) -> str:
         model = ScriptedModel.layer([Turn.text("Four.", reasoning="Two and two.")])
-        out = io.StringIO()
-        timeline = Timeline(out, color=color)
-        async with (
-            open_runtime(model, agents=[quiet]) as runtime,
-            runtime.stream(quiet, "2+2?") as events,
-        ):
-            async for event in events:
-                timeline.render(event)
-        timeline.close()
-        return out.getvalue()
+        return await _rendered(model, quiet, "2+2?", color=color)
 
     plain = (await render(False)).splitlines()
     assert "thinking: Two and two." in plain
@@ -154,16 +152,8 @@ async def test_a_subagent_is_indented_under_the_call_that_started_it() -> None:
         + Toolkit(read).handlers({read: handle_read})
         + research.layer()
     )
-    out = io.StringIO()
-    timeline = Timeline(out, header=False)
-    async with (
-        open_runtime(layer, agents=[parent]) as runtime,
-        runtime.stream(parent, "Why is it slow?") as events,
-    ):
-        async for event in events:
-            timeline.render(event)
-    timeline.close()
-    lines = [line for line in out.getvalue().splitlines() if line]
+    text = await _rendered(layer, parent, "Why is it slow?", header=False)
+    lines = [line for line in text.splitlines() if line]
     shown = [line.split(" 0.")[0] if line.lstrip().startswith("✓") else line for line in lines]
     assert shown[:6] == [
         '▸ research {"topic":"cache"}',
