@@ -18,7 +18,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.subagents import delegate
+from capabilities.subagents import Delegation, delegate
 from effectagent.ai import (
     AiError,
     AssistantMessage,
@@ -145,6 +145,12 @@ def handlers(*pairs: tuple[Tool[Any, Any], Any]) -> Layer:
     return layer
 
 
+def with_search(model: FunctionModel, delegation: Delegation[Any]) -> Layer:
+    """The layer of a lead with the search tool and ``delegation``: the model, the search
+    handler, the delegation's handler."""
+    return model.as_layer() + handlers((SEARCH, search)) + delegation.layer()
+
+
 async def collect(runtime: Any, agent: Agent, text: str) -> list[EventBase]:
     events: list[EventBase] = []
     async with runtime.stream(agent, text) as stream:
@@ -172,7 +178,7 @@ async def test_a_delegation_runs_the_child_and_its_typed_answer_is_the_tool_resu
     )
 
     model = routed({"Lead": lead_script, "Research": research_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         events = await collect(runtime, parent, "Why is it slow?")
         log = runtime.log
@@ -244,7 +250,7 @@ async def test_child_usage_rolls_up_into_the_parents_totals() -> None:
         return Turn.text('{"topic": "a", "summary": "s"}', usage=Usage.of(30, 4))
 
     model = routed({"Lead": lead_script, "Research": child_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         result = await runtime.run(parent, "go")
     usage = result.usage
@@ -275,7 +281,7 @@ async def test_the_child_gets_at_most_what_the_parent_has_left_and_unused_budget
         return Turn.text("done", usage=USAGE)
 
     model = routed({"Lead": lead_script, "Research": research_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         events = await collect(runtime, parent, "go")
     grants = [
@@ -303,7 +309,7 @@ async def test_a_child_cannot_exceed_its_grant() -> None:
     lead_script = calls_then_answer(("research", {"topic": "t"}), answer="done")
 
     model = routed({"Lead": lead_script, "Research": greedy})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         events = await collect(runtime, parent, "go")
     (completed,) = [e for e in events if isinstance(e, SubagentCompleted)]
@@ -326,7 +332,7 @@ async def test_a_failing_child_is_a_typed_outcome_the_parent_model_reads() -> No
         return Turn.fail(AiError("the provider is down"))
 
     model = routed({"Lead": lead_script, "Research": broken})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         result = await runtime.run(parent, "go")
     assert result.status == "completed"
@@ -347,7 +353,7 @@ async def test_a_child_with_a_tool_the_parent_lacks_is_refused_and_nothing_runs(
     lead_script = calls_then_answer(("research", {"topic": "t"}), answer="ok")
 
     model = routed({"Lead": lead_script, "Research": research_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         result = await runtime.run(parent, "go")
     (outcome,) = result.outcomes
@@ -415,7 +421,7 @@ async def test_interrupting_the_parent_interrupts_the_child_and_leaves_no_task(
         return Turn.tool_calls(("research", {"topic": "t"}), usage=USAGE)
 
     model = routed({"Lead": lead_script, "Research": lambda t, s: Turn.hanging()})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     tasks_before = _task_count()
     events: list[EventBase] = []
     async with open_runtime(layer, agents=[parent]) as runtime:
@@ -571,7 +577,7 @@ async def test_the_childrens_turns_count_against_the_parents_budget() -> None:
         return Turn.text("answer within what is left", usage=USAGE)
 
     model = routed({"Lead": lead_script, "Research": research_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         result = await runtime.run(parent, "go")
     assert result.status == "completed"
@@ -591,7 +597,7 @@ async def test_the_delegation_tools_timeout_interrupts_the_child(
     )
 
     model = routed({"Lead": lead_script, "Research": lambda t, s: Turn.hanging()})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         events = await collect(runtime, parent, "go")
         child_id = next(e for e in events if isinstance(e, SubagentStarted)).child_conversation_id
@@ -682,7 +688,7 @@ async def test_a_refusal_reads_as_one_sentence() -> None:
     lead_script = calls_then_answer(("research", {"topic": "t"}), answer="ok")
 
     model = routed({"Lead": lead_script, "Research": research_script})
-    layer = model.as_layer() + handlers((SEARCH, search)) + research.layer()
+    layer = with_search(model, research)
     async with open_runtime(layer, agents=[parent]) as runtime:
         result = await runtime.run(parent, "go")
     (outcome,) = result.outcomes
