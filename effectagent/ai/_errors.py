@@ -24,9 +24,13 @@ __all__ = [
 
 @attrs.frozen
 class AiError(TaggedError):
-    """Base of every error a LanguageModel may fail with. ``message`` is safe to show."""
+    """Base of every error a LanguageModel may fail with. ``message`` is safe to show, and
+    ``str()`` is that sentence (with the error's figures, rounded), never a repr."""
 
     message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @attrs.frozen
@@ -35,6 +39,11 @@ class RateLimited(AiError):
 
     is_retryable: ClassVar[bool] = True
     retry_after: float | None = None
+
+    def __str__(self) -> str:
+        if self.retry_after is None:
+            return self.message
+        return f"{self.message} (retry after {self.retry_after:.0f} s)"
 
 
 @attrs.frozen
@@ -68,6 +77,11 @@ class ContextLengthExceeded(AiError):
 
     limit: int | None = None
 
+    def __str__(self) -> str:
+        if self.limit is None:
+            return self.message
+        return f"{self.message} (the limit is {self.limit} tokens)"
+
 
 @attrs.frozen
 class ContentFiltered(AiError):
@@ -79,6 +93,11 @@ class ProviderError(AiError):
     """Any other provider-side failure, with its status when known."""
 
     status: int | None = None
+
+    def __str__(self) -> str:
+        if self.status is None:
+            return self.message
+        return f"{self.message} (HTTP {self.status})"
 
 
 @attrs.frozen

@@ -23,7 +23,17 @@ __all__ = [
 
 @attrs.frozen
 class RunError(TaggedError):
-    """Base of every reason a run fails."""
+    """Base of every reason a run fails. ``str()`` of each is a sentence a person can read, with
+    its figures rounded (the fields keep the exact values)."""
+
+
+def figure(dimension: str, value: float) -> str:
+    """A budget figure as a person reads it: seconds to one decimal, counts as whole numbers."""
+    if dimension == "duration":
+        return f"{value:.1f} s"
+    if dimension == "cost":
+        return f"{value:.4g}"
+    return f"{value:.0f}"
 
 
 @attrs.frozen
@@ -34,13 +44,24 @@ class BudgetExhausted(RunError):
     used: float
     limit: float
 
+    def __str__(self) -> str:
+        what = self.dimension.replace("_", " ")
+        return (
+            f"the {what} budget ran out: {figure(self.dimension, self.used)} used of "
+            f"{figure(self.dimension, self.limit)}"
+        )
+
 
 @attrs.frozen
 class ModelFailed(RunError):
-    """The model call failed; ``error_tag`` is the AiError's tag."""
+    """The model call failed; ``error_tag`` is the AiError's tag, ``message`` what it said (a
+    sentence, redacted)."""
 
     error_tag: str
     message: str
+
+    def __str__(self) -> str:
+        return f"the model call failed ({self.error_tag}): {self.message}"
 
 
 @attrs.frozen
@@ -50,6 +71,9 @@ class RepeatedToolFailure(RunError):
     tool_name: str
     count: int
 
+    def __str__(self) -> str:
+        return f"the tool {self.tool_name} failed {self.count} times in a row"
+
 
 @attrs.frozen
 class FinalTurnDeclaredTools(RunError):
@@ -57,12 +81,19 @@ class FinalTurnDeclaredTools(RunError):
 
     tool_names: tuple[str, ...]
 
+    def __str__(self) -> str:
+        names = ", ".join(self.tool_names)
+        return f"the final-answer turn asked for tool calls anyway ({names}); none was run"
+
 
 @attrs.frozen
 class OutputInvalid(RunError):
     """The final answer did not decode into the agent's output type."""
 
     message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @attrs.frozen
@@ -73,12 +104,25 @@ class ToolFailedRun(RunError):
     tool_name: str
     error: Any
 
+    def __str__(self) -> str:
+        error = self.error
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            detail = f"{error.get('_tag', 'error')}: {error['message']}"
+        elif isinstance(error, dict) and isinstance(error.get("_tag"), str):
+            detail = error["_tag"]
+        else:
+            detail = "a declared error"
+        return f"the tool {self.tool_name} failed and ended the run ({detail})"
+
 
 @attrs.frozen
 class EngineDefect(RunError):
     """Something undeclared broke inside the engine (a bug). ``message`` is redacted."""
 
     message: str
+
+    def __str__(self) -> str:
+        return f"the engine failed unexpectedly (a bug): {self.message}"
 
 
 @attrs.frozen
@@ -89,3 +133,6 @@ class ApprovalDenied(RunError):
     tool_call_id: str
     tool_name: str
     reason: str
+
+    def __str__(self) -> str:
+        return f"the call of {self.tool_name} was not approved, which ends the run: {self.reason}"

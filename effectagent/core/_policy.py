@@ -212,6 +212,13 @@ class AgentPolicy:
     ``on_exhaustion``: ``"final-answer"`` admits exactly one grace turn with tool choice ``"none"``
     when a budget runs out, and the run ends with finish reason ``"budget-exhausted"``; ``"fail"``
     ends the run with a failure naming the dimension.
+
+    ``max_duration`` is the run's whole wall time, grace turn included: a run ends within it (plus
+    the few milliseconds of writing its end). Under ``"final-answer"`` the turns stop
+    :attr:`grace_reserve` seconds before it (``min(grace_turn_duration, max_duration / 10)``), so
+    that the grace turn has that long; a grace turn that a count started earlier lasts at most
+    ``grace_turn_duration`` and never past ``max_duration`` either. A grace turn that runs out of
+    time ends the run with ``BudgetExhausted``.
     """
 
     max_turns: int = attrs.field(default=20, validator=_integer(1, "a positive integer"))
@@ -247,6 +254,14 @@ class AgentPolicy:
         default=0.8,
         validator=_number("a fraction between 0 and 1 (exclusive)", lambda value: 0 < value < 1),
     )
+
+    @property
+    def grace_reserve(self) -> float:
+        """Seconds at the end of ``max_duration`` kept for the grace turn: ``min(
+        grace_turn_duration, max_duration / 10)`` under ``"final-answer"``, 0 under ``"fail"``."""
+        if self.on_exhaustion == "fail":
+            return 0.0
+        return min(self.grace_turn_duration, self.max_duration / 10)
 
 
 def _name(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> None:

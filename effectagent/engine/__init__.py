@@ -7,11 +7,13 @@ from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._logging import LOGGER_NAME as LOGGER_NAME
 from ._runtime import ConversationBusy as ConversationBusy
+from ._runtime import ConversationExists as ConversationExists
 from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
 from ._runtime import RunFailedError as RunFailedError
 from ._runtime import RunResult as RunResult
 from ._runtime import RunStream as RunStream
 from ._runtime import Runtime as Runtime
+from ._runtime import UnknownConversation as UnknownConversation
 from ._runtime import open_runtime as open_runtime
 from ._runtime import reduce_events as reduce_events
 from ._runtime import run_sync as run_sync
@@ -59,6 +61,8 @@ __all__ = [
     "ConversationLogService",
     "InMemoryConversationLog",
     "ConversationBusy",
+    "ConversationExists",
+    "UnknownConversation",
     "InstructionsLeakSecret",
     "LOGGER_NAME",
     "RedactorService",

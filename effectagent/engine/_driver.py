@@ -43,6 +43,7 @@ from effectagent.core import (
     EngineDefect,
     EventBase,
     FinalTurnDeclaredTools,
+    LogEntry,
     ModelFailed,
     ModelRetrying,
     OutputInvalid,
@@ -127,6 +128,10 @@ class RunDriver:
         self.call_audits: dict[str, dict[str, Any]] = {}
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation
+        # The history as read before the run started (``read_history``), or what reading it
+        # raised (the run then fails with it when it executes).
+        self._history: tuple[LogEntry, ...] | None = None
+        self._history_error: Exception | None = None
         self.messages: list[Message] = []
         self.budget = BudgetState(agent.policy, 0.0)
         # The permits of ``tool_concurrency``, made by the run's first tool batch.
@@ -148,6 +153,8 @@ class RunDriver:
         # (a prefix of the prompt, in messages; its tokens — as the provider reported them for
         # the last request, or as counted here): see ``_live_context``.
         self._context_base: tuple[int, int] | None = None
+        # When the run must have ended, on Trio's clock: its start plus ``max_duration``.
+        self._end_at = float("inf")
 
     @property
     def run_id(self) -> str:
@@ -185,6 +192,19 @@ class RunDriver:
             self._done = trio.Event()
         await self._done.wait()
 
+    async def read_history(self) -> tuple[LogEntry, ...] | None:
+        """Read the conversation's history before the run starts, for the run to use; None when
+        it cannot be read (the run then fails with that storage error as it executes).
+
+        Cancellation: a cancellation point while the log reads.
+        """
+        try:
+            self._history = tuple(await self.services.log.entries(self.conversation_id))
+        except Exception as exc:
+            self._history_error = exc
+            return None
+        return self._history
+
     # ---- the run -----------------------------------------------------------------------------
 
     async def execute(self) -> None:
@@ -199,11 +219,14 @@ class RunDriver:
         """
         started = trio.current_time()
         self.budget.started_at = started
-        # The run's deadline is set as the scope is made (cheaper than setting it on an entered
+        policy = self.agent.policy
+        # ``max_duration`` is the run's whole wall time, its grace turn included: under
+        # "final-answer" the turns stop ``grace_reserve`` seconds early so that a grace turn fits
+        # before the run's end (see ``AgentPolicy``).
+        self._end_at = started + policy.max_duration
+        # The deadline is set as the scope is made (cheaper than setting it on an entered
         # scope); a run interrupted before it started begins cancelled.
-        scope = self.cancel_scope = trio.CancelScope(
-            deadline=started + self.agent.policy.max_duration
-        )
+        scope = self.cancel_scope = trio.CancelScope(deadline=self._end_at - policy.grace_reserve)
         if self._interrupted:
             scope.cancel()
         io = self.io
@@ -274,7 +297,14 @@ class RunDriver:
         io.emit(RunStarted, io.redact_text(text))
         io.logs.debug("run started")
         conversation_id = io.conversation_id
-        history = () if self.new_conversation else await services.log.entries(conversation_id)
+        if self._history_error is not None:
+            raise self._history_error
+        if self._history is not None:
+            history = self._history
+        elif self.new_conversation:
+            history = ()
+        else:
+            history = tuple(await services.log.entries(conversation_id))
         now = time.time()
         records: list[Record] = []
         if not history:
@@ -338,22 +368,8 @@ class RunDriver:
                 await self._drain_steering()
             if budget.exhausted(trio.current_time()) is not None:
                 return None
-            limit = self.agent.policy.context_token_limit
-            if services.compactor is not None and limit is not None:
-                estimate = self._live_context()
-                if estimate > limit:  # the common case, under the limit, costs only the count
-                    compacted = await maybe_compact(
-                        io,
-                        services,
-                        self.agent.policy,
-                        self.messages,
-                        self.turn + 1,
-                        budget.record_usage,
-                        estimate=estimate,
-                    )
-                    if compacted is not None:
-                        self.messages = compacted
-                        self._context_base = None  # a new prompt: no report covers it yet
+            if services.compactor is not None and self.agent.policy.context_token_limit:
+                await self._compact_if_over_limit()
             if services.tool_sources:
                 self._take_tool_snapshots()
             budget.start_turn()
@@ -387,6 +403,31 @@ class RunDriver:
             self._turn_completed(response)
             if failure is not None:
                 return failure
+
+    async def _compact_if_over_limit(self) -> None:
+        """Compact the prompt when its live-context figure exceeds ``context_token_limit`` —
+        before every model request the run makes, the grace turn's included.
+
+        Cancellation: as the compactor's summary call and the record's append.
+        """
+        limit = self.agent.policy.context_token_limit
+        if self.services.compactor is None or limit is None:
+            return
+        estimate = self._live_context()
+        if estimate <= limit:  # the common case, under the limit, costs only the count
+            return
+        compacted = await maybe_compact(
+            self.io,
+            self.services,
+            self.agent.policy,
+            self.messages,
+            self.turn + 1,
+            self.budget.record_usage,
+            estimate=estimate,
+        )
+        if compacted is not None:
+            self.messages = compacted
+            self._context_base = None  # a new prompt: no report covers it yet
 
     async def _batch(self, step: ModelStep) -> RunError | None:
         """Run the tool batch of ``step``; apply what it changed; return a run-ending error."""
@@ -438,8 +479,12 @@ class RunDriver:
             await self._fail(BudgetExhausted(dim, used, limit))
             return
         # "final-answer": exactly one grace turn, tool choice "none", fail closed on tool calls.
+        # It lasts ``grace_turn_duration`` at most, and never past the run's end (``max_duration``
+        # is the whole run's wall time); its prompt is compacted like any other when over the limit.
         io = self.io
-        with trio.move_on_after(policy.grace_turn_duration) as grace_deadline:
+        grace_end = min(trio.current_time() + policy.grace_turn_duration, self._end_at)
+        with trio.move_on_at(grace_end) as grace_deadline:
+            await self._compact_if_over_limit()
             self.turn += 1
             io.emit(TurnStarted, self.turn, True)
             step = await self._model_step(grace=True)
@@ -587,7 +632,7 @@ class RunDriver:
         try:
             return decode_json(output_type, text), None
         except SchemaError as exc:
-            return None, self.io.redact_text(str(exc))
+            return None, self.io.redact_text(_output_problem(exc))
 
     async def _give_feedback(self, step: ModelStep, problem: str) -> None:
         """Send the final answer that did not decode back to the model with the decoder's
@@ -707,6 +752,16 @@ class RunDriver:
 
 #: Permits for a batch whose every call was refused by the budget (nothing runs, nothing waits).
 _NO_PERMITS = Semaphore(1)
+
+
+def _output_problem(error: SchemaError) -> str:
+    """Where and how a final answer misses the output type: its issues (at most five), each
+    with its path — about the *output*, never worded as the tools' "invalid input"."""
+    issues = error.issues
+    shown = "; ".join(str(issue) for issue in issues[:5])
+    if len(issues) > 5:
+        shown += f"; and {len(issues) - 5} more"
+    return shown
 
 
 def _detail(error: RunError) -> str:

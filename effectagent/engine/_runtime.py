@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, final
+from typing import Any, Literal, final
 
 import trio
 
@@ -26,9 +26,11 @@ from effectagent.core import (
     Agent,
     ContextItem,
     EventBase,
+    ModelRetrying,
     Redactor,
     SecretRedactor,
     TextDelta,
+    TurnStarted,
 )
 from effectagent.effect import (
     Context,
@@ -66,7 +68,9 @@ from ._services import RunServices
 
 __all__ = [
     "run_sync",
+    "ConversationExists",
     "InstructionsLeakSecret",
+    "UnknownConversation",
     "RunFailedError",
     "RunResult",
     "RunStream",
@@ -91,6 +95,33 @@ class ConversationBusy(RuntimeError):
         super().__init__(
             f"conversation {conversation_id!r} already has a run going in this runtime; steer "
             "that run or wait for it to end"
+        )
+        self.conversation_id = conversation_id
+
+
+class UnknownConversation(LookupError):
+    """A run was asked to continue a conversation that has no history in the runtime's log.
+
+    Continuing and creating are different intents: a mistyped or expired ID must not silently
+    start a fresh conversation. To start one under an ID of your choosing, pass ``create=True``.
+    Raised before the run starts; nothing is written.
+    """
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} has no history to continue; to start a new "
+            "conversation under this ID, pass create=True"
+        )
+        self.conversation_id = conversation_id
+
+
+class ConversationExists(ValueError):
+    """A run was asked to create a conversation (``create=True``) under an ID that already has
+    history. Raised before the run starts; nothing is written."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(
+            f"conversation {conversation_id!r} already exists; continue it without create=True"
         )
         self.conversation_id = conversation_id
 
@@ -128,11 +159,22 @@ class RunStream:
     interrupted.
     """
 
-    __slots__ = ("_driver", "_entered", "_queue", "_runtime", "_started", "_terminal_seen")
+    __slots__ = (
+        "_driver",
+        "_entered",
+        "_intent",
+        "_queue",
+        "_runtime",
+        "_started",
+        "_terminal_seen",
+    )
 
-    def __init__(self, runtime: Runtime, driver: RunDriver, queue: EventQueue) -> None:
+    def __init__(
+        self, runtime: Runtime, driver: RunDriver, queue: EventQueue, intent: _Intent
+    ) -> None:
         self._runtime = runtime
         self._driver = driver
+        self._intent = intent
         self._queue = queue
         self._started = False
         self._entered = False
@@ -160,23 +202,43 @@ class RunStream:
         return 0 if permits is None else permits.capacity - permits.available
 
     async def stream_text(self) -> AsyncIterator[str]:
-        """Only the answer's text, as it streams (the other events are read and dropped).
+        """The answer's text as it streams, each item the *whole* text so far of the current model
+        response (the other events are read and dropped) — redraw it, do not append it.
 
-        Use inside the block: ``async with runtime.stream(...) as events: async for chunk in
-        events.stream_text()``. After a model call was retried with ``discard``, the text of the
-        failed attempt was already given; a consumer that must never show it reads the events.
+        Use inside the block: ``async with runtime.stream(...) as events: async for text in
+        events.stream_text()``. The text starts over (the next item is shorter, or empty) when a
+        new turn starts — text the model wrote before asking for tools is not the answer — and
+        when a model call that had streamed text fails and is retried (``ModelRetrying`` with
+        ``discard``): what that attempt showed never ends up in the answer, so a consumer that
+        shows the latest item never shows it for longer than it streamed. The last item is the
+        answer, ``RunResult.text``. (Each item is a new string: for very long answers read the
+        ``TextDelta`` events, with their ``ModelRetrying`` discards, instead.)
+
         Cancellation: as iterating the events.
         """
+        pieces: list[str] = []
         async for event in self:
-            if type(event) is TextDelta:
-                yield event.text
+            if isinstance(event, TextDelta):
+                pieces.append(event.text)
+                yield "".join(pieces)
+            elif pieces and (
+                isinstance(event, TurnStarted)
+                or (isinstance(event, ModelRetrying) and event.discard)
+            ):
+                pieces.clear()
+                yield ""
 
     async def __aenter__(self) -> RunStream:
+        """Start the run. Raises :class:`ConversationBusy`, :class:`UnknownConversation` or
+        :class:`ConversationExists` before it starts (nothing is written then).
+
+        Cancellation: a cancellation point while a continued conversation's history is read
+        (the run then never starts)."""
         if self._entered:
             raise RuntimeError("a run stream can be entered once")
         self._entered = True
+        await self._runtime._start(self._driver, self._intent)
         self._started = True
-        self._runtime._start(self._driver)
         return self
 
     async def __aexit__(
@@ -304,6 +366,7 @@ class Runtime:
         text: str,
         *,
         conversation_id: str | None = None,
+        create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
     ) -> RunStream:
@@ -311,16 +374,20 @@ class Runtime:
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
         entered and is interrupted if it is still going when the block is left).
 
-        Preflight for ``agent`` happens here, before anything starts. ``conversation_id`` continues
-        an existing conversation (its history is projected from the log). ``context`` items (e.g.
-        activated skills) are recorded as ``ContextAdded`` before the user's input and read by the
-        model from then on. Entering the block raises :class:`ConversationBusy` when the
-        conversation already has a run going in this runtime.
+        Preflight for ``agent`` happens here, before anything starts. Without
+        ``conversation_id`` the run starts a new conversation with a fresh ID. With one, it
+        *continues* that conversation (its history is projected from the log) — one without
+        history is :class:`UnknownConversation`, raised as the block is entered — unless
+        ``create=True``, which starts a new conversation under that ID
+        (:class:`ConversationExists` if it has history). ``context`` items (e.g. activated
+        skills) are recorded as ``ContextAdded`` before the user's input and read by the model
+        from then on. Entering the block raises :class:`ConversationBusy` when the conversation
+        already has a run going in this runtime.
         """
-        items = _check_run_arguments(agent, text, conversation_id, author, context)
+        items, intent = _check_run_arguments(agent, text, conversation_id, create, author, context)
         queue = EventQueue(EVENT_BUFFER)
         driver = self._driver(agent, text, conversation_id, author, queue, items)
-        return RunStream(self, driver, queue)
+        return RunStream(self, driver, queue, intent)
 
     async def run(
         self,
@@ -328,12 +395,14 @@ class Runtime:
         text: str,
         *,
         conversation_id: str | None = None,
+        create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
     ) -> RunResult:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``author`` and ``context`` as for :meth:`stream`; raises
-        :class:`ConversationBusy` before starting when the conversation has a run going.
+        ``conversation_id``, ``create``, ``author`` and ``context`` as for :meth:`stream`; raises
+        :class:`ConversationBusy`, :class:`UnknownConversation` or :class:`ConversationExists`
+        before starting (nothing is written then).
 
         The run executes in the caller's own task (and context: context variables such as a
         tracing span reach the model call and, copied, each tool call): its events go straight to
@@ -346,15 +415,32 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        items = _check_run_arguments(agent, text, conversation_id, author, context)
+        items, intent = _check_run_arguments(agent, text, conversation_id, create, author, context)
         reducer = RunReducer()
         driver = self._driver(agent, text, conversation_id, author, reducer, items)
         self._claim(driver)
         try:
+            await self._open(driver, intent)
             await driver.execute()
         finally:
             self._release(driver)
         return reducer.result()
+
+    async def _open(self, driver: RunDriver, intent: _Intent) -> None:
+        """Check the conversation against the caller's intent before the run starts: one to
+        continue has history, one to create has none. The history read here is the run's.
+
+        Cancellation: a cancellation point while the log reads.
+        """
+        if intent == "new":
+            return
+        history = await driver.read_history()
+        if history is None:  # unreadable: the run fails with the storage error as it executes
+            return
+        if intent == "continue" and not history:
+            raise UnknownConversation(driver.conversation_id)
+        if intent == "create" and history:
+            raise ConversationExists(driver.conversation_id)
 
     def _claim(self, driver: RunDriver) -> None:
         """Count ``driver`` as active; raise :class:`ConversationBusy` if its conversation has a
@@ -389,11 +475,11 @@ class Runtime:
             conversation_id=conversation_id or new_id("conv"),
             events=events,
             author=author,
-            new_conversation=not conversation_id,
+            new_conversation=conversation_id is None,
             context=context,
         )
 
-    def _start(self, driver: RunDriver) -> None:
+    async def _start(self, driver: RunDriver, intent: _Intent) -> None:
         if self._closed:
             raise RuntimeError("the runtime is closed")
         self._claim(driver)
@@ -401,10 +487,16 @@ class Runtime:
         # interrupted through its driver. ``execute`` reifies every error into the run's terminal
         # event; a cancellation of the runtime's scope ends the run with RunInterrupted.
         try:
-            self._scope.spawn(self._host, driver)
+            await self._open(driver, intent)
+            self._spawn(driver)
         except BaseException:
             self._release(driver)  # it never started: its conversation is free
             raise
+
+    def _spawn(self, driver: RunDriver) -> None:
+        if self._closed:  # closed while the history was read
+            raise RuntimeError("the runtime is closed")
+        self._scope.spawn(self._host, driver)
 
     async def _host(self, driver: RunDriver) -> None:
         try:
@@ -518,15 +610,31 @@ def _check_redactor(redactor: object) -> None:
         )
 
 
+#: What a run does with its conversation: start a new one with a fresh ID, continue one with
+#: history, or create one under the caller's ID.
+_Intent = Literal["new", "continue", "create"]
+
+
 def _check_run_arguments(
-    agent: object, text: object, conversation_id: object, author: object, context: object = ()
-) -> tuple[ContextItem, ...]:
+    agent: object,
+    text: object,
+    conversation_id: object,
+    create: object,
+    author: object,
+    context: object = (),
+) -> tuple[tuple[ContextItem, ...], _Intent]:
     if not isinstance(agent, Agent):
         raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
     if not isinstance(text, str):
         raise TypeError(f"a run's text must be a str, got {type(text).__name__}")
     if conversation_id is not None and not isinstance(conversation_id, str):
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be a bool, got {type(create).__name__}")
+    if conversation_id is not None and not conversation_id.strip():
+        raise ValueError("conversation_id must not be empty")
+    if create and conversation_id is None:
+        raise ValueError("create=True needs the conversation_id to create")
     if not isinstance(author, str):
         raise TypeError(f"author must be a str, got {type(author).__name__}")
     if isinstance(context, str | bytes) or not isinstance(context, Sequence):
@@ -534,7 +642,8 @@ def _check_run_arguments(
     for item in context:
         if not isinstance(item, ContextItem):
             raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
-    return tuple(context)
+    intent: _Intent = "new" if conversation_id is None else "create" if create else "continue"
+    return tuple(context), intent
 
 
 def run_sync(
@@ -544,6 +653,7 @@ def run_sync(
     layer: Layer,
     secrets: Sequence[str] = (),
     conversation_id: str | None = None,
+    create: bool = False,
 ) -> RunResult:
     """Run ``agent`` on ``text`` to its end in a fresh ``trio.run`` and return the result — for
     scripts and notebooks. Inside a Trio program, use :func:`open_runtime` and ``runtime.run``.
@@ -554,6 +664,6 @@ def run_sync(
 
     async def main() -> RunResult:
         async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
-            return await runtime.run(agent, text, conversation_id=conversation_id)
+            return await runtime.run(agent, text, conversation_id=conversation_id, create=create)
 
     return trio.run(main)

@@ -456,7 +456,7 @@ async def run_batch(
             trio.lowlevel.add_instrument(stepper)
         try:
             if mode == "stream":
-                stream = runtime.stream(agent, PROMPT, conversation_id=CONVERSATION_ID)
+                stream = runtime.stream(agent, PROMPT, conversation_id=CONVERSATION_ID, create=True)
                 async with stream:
                     with consumer:
                         async for event in stream:
@@ -469,7 +469,9 @@ async def run_batch(
                     result = await reduce_events(_aiter(events))
             else:
                 with consumer:
-                    result = await runtime.run(agent, PROMPT, conversation_id=CONVERSATION_ID)
+                    result = await runtime.run(
+                        agent, PROMPT, conversation_id=CONVERSATION_ID, create=True
+                    )
                 if consumer.cancelled_caught:
                     cancelled, live_at_cancel = True, tracker.live
         finally:

@@ -109,7 +109,7 @@ async def test_stream_text_gives_only_the_answer_text(
         runtime.stream(agent, "count") as events,
     ):
         chunks = [chunk async for chunk in events.stream_text()]
-    assert chunks == ["one ", "two ", "thre", "e"]
+    assert chunks == ["one ", "one two ", "one two thre", "one two three"]
 
 
 async def test_the_permits_a_run_holds_are_visible_while_it_runs(

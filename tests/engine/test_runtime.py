@@ -194,7 +194,7 @@ async def test_closing_the_runtime_interrupts_runs_then_releases_every_layer(
                 events.append(event)
 
     async def run(runtime: Any) -> None:
-        results.append(await runtime.run(agent, "Weather?", conversation_id="c-run"))
+        results.append(await runtime.run(agent, "Weather?", conversation_id="c-run", create=True))
         journal.append("run returned")
 
     async with trio.open_nursery() as nursery:

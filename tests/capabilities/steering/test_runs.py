@@ -281,7 +281,9 @@ async def test_rejections_are_typed_receipts(tmp_path: Path) -> None:
         idle = await steering.steer("conv-r", "hello", author="ann")
         assert (idle.admission, idle.rejection) == ("rejected", "no-active-run")
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(runtime.run, AGENT, "Go.", conversation_id="conv-r"))
+            nursery.start_soon(
+                partial(runtime.run, AGENT, "Go.", conversation_id="conv-r", create=True)
+            )
             await working.wait()  # the run is going, in its tool batch
             assert (await steering.steer("conv-r", "   ", author="ann")).rejection == "empty"
             assert (await steering.steer("conv-r", "x" * 21, author="ann")).rejection == "too-large"
@@ -318,7 +320,9 @@ async def test_input_left_waiting_expires_with_its_run_and_after_a_restart(tmp_p
     async with open_runtime(layer, agents=[AGENT]) as runtime:
         steering = runtime.context[SteeringService]
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(runtime.run, AGENT, "Go.", conversation_id="conv-x"))
+            nursery.start_soon(
+                partial(runtime.run, AGENT, "Go.", conversation_id="conv-x", create=True)
+            )
             await parked.wait()
             receipt = await steering.steer("conv-x", "too late", author="ann")
             assert receipt.accepted
