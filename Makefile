@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install sysdeps test test-thorough lint typecheck imports pytest demo bench clean
+.PHONY: install sysdeps test test-thorough lint typecheck imports pytest demo bench bench-peers clean
 
 # The virtualenv is (re)built whenever pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -46,10 +46,19 @@ test-thorough: $(STAMP) sysdeps
 demo: $(STAMP) sysdeps
 	$(BIN)/python -m examples.demo
 
+# peers.py is separate (make bench-peers): it installs two other frameworks and takes minutes.
+# parked.py runs here with 10,000 runs (--quick), in bench-peers with 100,000.
 bench: $(STAMP) sysdeps
 	@for b in benchmarks/*.py; do \
-	  case $$b in */_*) continue;; esac; \
-	  echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	  case $$b in */_*|*/peers.py) continue;; esac; \
+	  args=; case $$b in */parked.py) args=--quick;; esac; \
+	  echo "== $$b"; $(BIN)/python $$b $$args || exit 1; done
+
+# effectagent, pydantic-ai and openai-agents on the same four runs (each peer in its own
+# virtualenv under .venv-peers/, installed when missing), then 100,000 runs parked at once.
+bench-peers: $(STAMP)
+	$(BIN)/python benchmarks/peers.py
+	$(BIN)/python benchmarks/parked.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
