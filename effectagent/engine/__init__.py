@@ -6,6 +6,7 @@ from ._child import ChildRunResult as ChildRunResult
 from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._runtime import CHECKED_AGENTS as CHECKED_AGENTS
 from ._runtime import ConversationBusy as ConversationBusy
 from ._runtime import ConversationExists as ConversationExists
 from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
@@ -60,6 +61,7 @@ __all__ = [
     "ConversationLog",
     "ConversationLogService",
     "InMemoryConversationLog",
+    "CHECKED_AGENTS",
     "ConversationBusy",
     "ConversationExists",
     "UnknownConversation",

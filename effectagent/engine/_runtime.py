@@ -81,6 +81,10 @@ __all__ = [
 
 EVENT_BUFFER = 256
 
+#: How many preflighted agents a runtime remembers (their services resolved once, reused while
+#: remembered); beyond this the oldest is forgotten, and preflighted again if it runs again.
+CHECKED_AGENTS = 128
+
 
 class ConversationBusy(RuntimeError):
     """A run of this conversation is already going in this runtime.
@@ -295,6 +299,8 @@ class Runtime:
         self._scope = scope
         self._log = log
         self._redactor = redactor
+        # Preflighted agents and their services, by identity: a bounded cache (an agent made per
+        # request — per-user instructions — must not stay alive for the runtime's lifetime).
         self._checked: dict[int, tuple[Agent, RunServices]] = {}
         self._digest = ArgumentDigest()  # binds approval decisions to their call's arguments
         self._active: set[RunDriver] = set()
@@ -357,7 +363,10 @@ class Runtime:
             listener=ctx.get(RunListenerService),
             services_for=self._services_for,
         )
-        self._checked[id(agent)] = (agent, services)
+        checked = self._checked
+        if len(checked) >= CHECKED_AGENTS:
+            del checked[next(iter(checked))]  # the oldest entry (dicts keep insertion order)
+        checked[id(agent)] = (agent, services)
         return services
 
     def stream(
