@@ -136,6 +136,22 @@ def rss_bytes() -> int:
 
 
 @attrs.frozen
+class Timing:
+    """Wall-clock and process CPU seconds: a point in time, or (subtracted) a span."""
+
+    wall: float
+    cpu: float
+
+    @staticmethod
+    def now() -> Timing:
+        """Both clocks now."""
+        return Timing(time.perf_counter(), time.process_time())
+
+    def __sub__(self, other: Timing) -> Timing:
+        return Timing(self.wall - other.wall, self.cpu - other.cpu)
+
+
+@attrs.frozen
 class Figures:
     """What one measurement found."""
 
@@ -143,7 +159,9 @@ class Figures:
     rss_per_parked_run: float  # bytes
     rss_per_completed_run: float  # bytes
     start_up_s: float  # first start to the last run parked
+    start_up_cpu_s: float  # this process's CPU time meanwhile
     completion_s: float  # gate opened to every run ended
+    completion_cpu_s: float
     baseline_rss: int  # bytes
 
 
@@ -176,21 +194,21 @@ async def measure(runs: int) -> Figures:
         if result.status == "completed" and result.text == ANSWER:
             answered += 1
 
-    async def wave(runtime: Runtime, count: int) -> tuple[float, float, int]:
-        """``count`` runs parked at once: (start-up s, completion s, RSS while all parked)."""
+    async def wave(runtime: Runtime, count: int) -> tuple[Timing, Timing, int]:
+        """``count`` runs parked at once: start-up, completion, and the RSS while all parked."""
         nonlocal gate
         gate = Gate(count)
         async with trio.open_nursery() as nursery:
-            started = time.perf_counter()
+            started = Timing.now()
             for _ in range(count):
                 nursery.start_soon(one, runtime)
             await gate.all_parked.wait()
-            start_up = time.perf_counter() - started
+            start_up = Timing.now() - started
             gc.collect()
             parked_rss = rss_bytes()
-            opened = time.perf_counter()
+            opened = Timing.now()
             gate.open.set()
-        return start_up, time.perf_counter() - opened, parked_rss
+        return start_up, Timing.now() - opened, parked_rss
 
     async with open_runtime(layer, agents=[agent]) as runtime:
         await wave(runtime, WARM_UP_RUNS)
@@ -209,8 +227,10 @@ async def measure(runs: int) -> Figures:
         runs,
         (parked_rss - baseline) / runs,
         (completed_rss - baseline) / runs,
-        start_up,
-        completion,
+        start_up.wall,
+        start_up.cpu,
+        completion.wall,
+        completion.cpu,
         baseline,
     )
 
@@ -229,9 +249,11 @@ def report(figures: Figures) -> str:
             f"  RSS per completed run:   {figures.rss_per_completed_run:>10,.0f} bytes "
             "(kept by the in-memory log; an upper bound)",
             f"  start-up of all runs:    {figures.start_up_s:>10.1f} s "
-            f"({figures.start_up_s / figures.runs * 1e6:.0f} µs per run)",
+            f"({figures.start_up_s / figures.runs * 1e6:.0f} µs per run; CPU "
+            f"{figures.start_up_cpu_s:.1f} s)",
             f"  completion of all runs:  {figures.completion_s:>10.1f} s "
-            f"({figures.completion_s / figures.runs * 1e6:.0f} µs per run)",
+            f"({figures.completion_s / figures.runs * 1e6:.0f} µs per run; CPU "
+            f"{figures.completion_cpu_s:.1f} s)",
             f"  baseline RSS:            {figures.baseline_rss / 1e6:>10.1f} MB",
         ]
     )

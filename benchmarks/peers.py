@@ -61,9 +61,9 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import IO, Final
+from typing import Any, Final
 
 REPO: Final = Path(__file__).resolve().parent.parent
 # Run as a script, this directory comes first on sys.path: the project root goes before it.
@@ -115,9 +115,17 @@ def python_of(framework: Framework) -> Path:
     if python.exists() and stamp.exists() and stamp.read_text() == framework.requirement:
         return python
     print(f"installing {framework.requirement} into {framework.venv} ...", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(framework.venv)], check=True)
     install = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    subprocess.run([*install, framework.requirement], check=True)
+    for step in (
+        [sys.executable, "-m", "venv", "--clear", str(framework.venv)],
+        [*install, framework.requirement],
+    ):
+        status = subprocess.run(step, check=False).returncode
+        if status:
+            raise DriverFailed(
+                f"installing {framework.requirement} into {framework.venv} failed: "
+                f"{' '.join(step[:4])} ... exited with status {status} (its output is above)"
+            )
     stamp.write_text(framework.requirement)
     return python
 
@@ -154,34 +162,36 @@ class Driver:
         )
         self.version = str(self._read()["version"])
 
-    def _read(self) -> dict[str, object]:
-        stdout: IO[str] | None = self._process.stdout
+    def _read(self) -> dict[str, Any]:
+        stdout = self._process.stdout
         line = stdout.readline() if stdout is not None else ""
         if not line:
             status = self._process.wait()
             raise DriverFailed(f"the {self.framework.name} driver exited with status {status}")
-        reply: dict[str, object] = json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
             raise DriverFailed(str(reply["error"]))
         return reply
 
-    def ask(self, **command: object) -> dict[str, object]:
+    def ask(self, **command: object) -> dict[str, Any]:
         """Send one command and return its reply."""
         stdin = self._process.stdin
         assert stdin is not None
-        stdin.write(json.dumps(command) + "\n")
-        stdin.flush()
+        with suppress(BrokenPipeError):  # a driver that died: _read says how it ended
+            stdin.write(json.dumps(command) + "\n")
+            stdin.flush()
         return self._read()
 
     def batch(self, scenario: Scenario, runs: int) -> Sample:
         """Run ``scenario`` ``runs`` times: the per-run figures."""
         reply = self.ask(do="batch", scenario=scenario.key, runs=runs)
-        return Sample(float(str(reply["wall_us"])), float(str(reply["cpu_us"])))
+        return Sample(float(reply["wall_us"]), float(reply["cpu_us"]))
 
     def close(self) -> None:
         """Close its stdin (the driver ends) and wait for it; kill it if it does not end."""
         if self._process.stdin is not None:
-            self._process.stdin.close()
+            with suppress(BrokenPipeError):
+                self._process.stdin.close()
         try:
             self._process.wait(timeout=30)
         except subprocess.TimeoutExpired:
