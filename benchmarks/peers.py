@@ -330,11 +330,16 @@ def report(rows: Sequence[Row], versions: Mapping[str, str], plan: Plan) -> str:
         line = f"{row.scenario.key}  {row.scenario.title:<{title - 3}}"
         lines.append(line + "".join(f"{row.cpu_us[name]:>{cells},.0f}" for name in names))
     leads = ", ".join(f"{row.scenario.key} {row.lead:.1f}x" for row in rows)
+    low, high = min(r.lead for r in rows), max(r.lead for r in rows)
+    verdict = (
+        f"{names[0]} is {low:.1f}x to {high:.1f}x faster than the fastest peer"
+        if low > 1
+        else f"{names[0]} is NOT faster than the fastest peer in every scenario"
+    )
     lines += [
         "",
-        f"{names[0]} is {min(r.lead for r in rows):.1f}x to {max(r.lead for r in rows):.1f}x "
-        f"faster than the fastest peer ({leads}; per round, the faster peer's time over "
-        f"{names[0]}'s, median over the rounds)",
+        f"{verdict} ({leads}; per round, the faster peer's time over {names[0]}'s, median over "
+        "the rounds)",
     ]
     return "\n".join(lines)
 
