@@ -26,7 +26,6 @@ waits for. (Withdrawal never waits, so it happens even in a cancelled task.)
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, final
 
@@ -39,6 +38,7 @@ from effectagent.engine import ApprovalError, ApprovalService
 from .._ids import new_id
 from .._logging import log_warning
 from ._pending import (
+    ApprovalNotPending,
     ApprovalOpened,
     ApprovalUpdate,
     PendingApproval,
@@ -54,11 +54,12 @@ class InteractiveApproval:
     """Approval requests answered by a person through a UI (see the module notes).
 
     ``max_pending`` bounds the approvals waiting at once (one more is denied at once, as an
-    ``ApprovalError``); ``buffer`` how far a subscriber may fall behind; ``clock`` is the wall
-    clock answers are checked against ``expires_at`` with (``time.time``).
+    ``ApprovalError``); ``buffer`` how far a subscriber may fall behind. An answer is judged
+    late on the Trio clock, against the request's ``deadline`` — the clock and the moment the
+    engine judges by — so answers are given from within the Trio run.
     """
 
-    __slots__ = ("_buffer", "_clock", "_on_update", "_subscribers", "_table", "_waiters")
+    __slots__ = ("_buffer", "_on_update", "_subscribers", "_table", "_waiters")
 
     def __init__(
         self,
@@ -66,7 +67,6 @@ class InteractiveApproval:
         max_pending: int = 100,
         buffer: int = 256,
         on_update: Callable[[ApprovalUpdate], object] | None = None,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         if type(buffer) is not int:
             raise TypeError(f"buffer must be an int, got {type(buffer).__name__}")
@@ -77,7 +77,6 @@ class InteractiveApproval:
         self._table = PendingApprovals(max_pending)
         self._buffer = buffer
         self._on_update = on_update
-        self._clock = clock
         self._subscribers: list[trio.MemorySendChannel[ApprovalUpdate]] = []
         self._waiters: dict[str, trio.Event] = {}
 
@@ -93,7 +92,7 @@ class InteractiveApproval:
         """
         approval_id = new_id("approval")
         try:
-            approval = self._table.open(approval_id, request, self._clock())
+            approval = self._table.open(approval_id, request, trio.current_time())
         except TooManyPending as exc:
             raise ApprovalError(str(exc)) from None
         answered = trio.Event()
@@ -131,9 +130,13 @@ class InteractiveApproval:
     ) -> ApprovalDecision:
         """Answer a pending approval; returns the decision, bound to its request. Raises
         :class:`ApprovalNotPending` if it is not pending — also when the answer came after the
-        request expired (the request is then denied)."""
+        request's ``deadline`` (the request is then denied). Call it within the Trio run: the
+        Trio clock says whether the answer is late."""
         _check_answer(approved, reason, by)
-        closing = self._table.answer(approval_id, approved, reason, by, self._clock())
+        state = self._table.state(approval_id)
+        if state != "pending":  # refused without asking the clock (nothing waits for it)
+            raise ApprovalNotPending(approval_id, state)
+        closing = self._table.answer(approval_id, approved, reason, by, trio.current_time())
         if closing.closed is not None:
             self._waiters[approval_id].set()
             self._publish(closing.closed)

@@ -7,8 +7,11 @@ Each request a person is asked about is an *approval* with an ID, in one of five
 
 Only a pending approval moves, and only once (:data:`TRANSITIONS`). *Withdrawn* is what happens
 when its waiting request is cancelled (the engine's approval timeout, the run's interruption);
-*expired* when an answer comes after the request's ``expires_at`` — the answer is refused and the
-request denied, since the engine would refuse a late approval anyway.
+*expired* when an answer comes after the request's ``deadline`` — the answer is refused and the
+request denied, since the engine would refuse a late approval anyway. Time is the Trio clock's
+(``trio.current_time()``), the one the engine judges expiry on: ``now`` and ``opened_at`` are
+on it, and so is ``ApprovalRequest.deadline`` (the wall-clock ``expires_at`` is for people to
+read). A request without a ``deadline`` — one not made by a runtime — does not expire here.
 
 Invariants (tested in ``tests/capabilities/approval/test_pending.py`` without Trio):
 
@@ -16,7 +19,7 @@ Invariants (tested in ``tests/capabilities/approval/test_pending.py`` without Tr
   order they were opened, whatever order they are answered or withdrawn in;
 * each approval closes exactly once; every later answer is refused with the state it is in
   (:class:`ApprovalNotPending`), never taken;
-* the decision of an answered approval is bound to its request's run, call and arguments;
+* the decision of an answered approval is bound to its request's run, tool, call and arguments;
 * at most ``max_pending`` approvals are pending at once: one more is refused when opened.
 """
 
@@ -65,7 +68,9 @@ _REMEMBERED: Final = 4096
 class PendingApproval:
     """A request waiting for a person: everything a UI shows is in ``request`` — run,
     conversation, agent, tool and call identity, the summary, targets, risk, the redacted input
-    preview, ``expires_at`` (wall-clock seconds) and whether a denial ends the run."""
+    preview, ``expires_at`` (wall-clock seconds, to show) and whether a denial ends the run.
+    ``opened_at`` is on the Trio clock, like ``request.deadline``: the time left to answer is
+    ``request.deadline - trio.current_time()``."""
 
     approval_id: str
     request: ApprovalRequest
@@ -172,13 +177,14 @@ class PendingApprovals:
     def answer(
         self, approval_id: str, approved: bool, reason: str, decided_by: str, now: float
     ) -> Closing:
-        """A person's answer at wall-clock ``now``: taken while pending and unexpired; after
-        ``expires_at`` it expires the approval (denied) and is refused; otherwise refused."""
+        """A person's answer at ``now`` (the Trio clock): taken while pending and unexpired;
+        after the request's ``deadline`` it expires the approval (denied) and is refused;
+        otherwise refused."""
         entry = self._entries.get(approval_id)
         if entry is None or entry.state != "pending":
             return Closing(None, None, ApprovalNotPending(approval_id, self.state(approval_id)))
         request = entry.approval.request
-        if now > request.expires_at:
+        if request.deadline is not None and now > request.deadline:
             closed = self._move(entry, "expire", "answered after the request expired")
             entry.decision = ApprovalDecision.for_request(
                 request, False, "the answer came after the request expired", "expired"

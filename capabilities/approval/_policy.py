@@ -33,8 +33,11 @@ __all__ = ["PolicyApproval"]
 class PolicyApproval:
     """Decides approval requests by ``rules`` (first match wins; ``default`` when none does).
 
-    ``agents`` are the agents whose tools the rules may look into (annotations, parameters): a
-    rule with such conditions needs them. ``ask`` is the provider an ``"ask"`` verdict goes to;
+    Rules on the tool's annotations or the call's parameters judge the tool the request carries
+    (``ApprovalRequest.tool``, set by the runtime: a toolkit's tool or one from a tool source,
+    such as an MCP server's). ``agents`` are only where the tool of a request that does not
+    carry it is looked up (one made outside a runtime, or read back from a log); without it, such
+    a rule cannot be evaluated and denies. ``ask`` is the provider an ``"ask"`` verdict goes to;
     ``ask_timeout``/``on_ask_timeout`` what happens when it does not answer in time (module
     notes). Raises ``ValueError``/``TypeError`` at construction for a policy that could not work.
     """
@@ -53,14 +56,6 @@ class PolicyApproval:
     ) -> None:
         policy = ApprovalPolicy(rules, default)
         registry = ToolRegistry(agents)
-        if not registry:
-            for index, rule in enumerate(policy.rules):
-                if rule.needs_tool:
-                    label = rule.name or f"rule {index + 1}"
-                    raise ValueError(
-                        f"{label} looks at the tool's annotations or parameters: give the "
-                        "policy the agents whose tools it judges (agents=[...])"
-                    )
         if ask is not None and not callable(getattr(ask, "request", None)):
             raise TypeError(f"ask must be an Approval provider, got {type(ask).__name__}")
         if policy.asks and ask is None:

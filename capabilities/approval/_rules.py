@@ -169,8 +169,8 @@ class ApprovalRule:
 
     @property
     def needs_tool(self) -> bool:
-        """Whether the rule looks at the tool's annotations or the call's parameters (the
-        policy then needs the tool, from the agents it is given)."""
+        """Whether the rule looks at the tool's annotations or the call's parameters (the policy
+        judges them from the tool the request carries)."""
         flags = (self.readonly, self.idempotent, self.destructive, self.open_world)
         return self.when is not None or any(flag is not None for flag in flags)
 

@@ -2,12 +2,14 @@
 call's decoded parameters. Pure.
 
 The Approval seam hands a provider the :class:`~effectagent.core.ApprovalRequest` — a canonical
-record, so it holds the *redacted, bounded* input preview, never the raw arguments. The policy
-finds the tool by agent and tool name among the agents it was given and decodes the parameters
-from that preview with the tool's own schema — exactly the parameters the handler will get
-whenever the preview is whole: nothing was redacted in it and it was not cut to its bound. When it
-is not whole, the parameters are :class:`Unknown` (with why), and a rule that needs them fails
-closed.
+record, so it holds the *redacted, bounded* input preview, never the raw arguments. The tool is
+the one the request carries (``request.tool``: set by the runtime that made the request, exactly
+as the turn's tools had it — a tool of the agent's toolkit or of one of its tool sources, such
+as an MCP server). Only a request without it (made elsewhere, or read back from a log) is looked
+up by agent and tool name among the agents the policy was given. The parameters are decoded from
+the preview with the tool's own schema — exactly the parameters the handler will get whenever
+the preview is whole: nothing was redacted in it and it was not cut to its bound. When it is not
+whole, the parameters are :class:`Unknown` (with why), and a rule that needs them fails closed.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _holds_redaction(value: Any) -> bool:
 
 @final
 class ToolRegistry:
-    """The tools of the given agents, by agent and tool name (inner tools of a broker too)."""
+    """The tools of the given agents' toolkits, by agent and tool name (inner tools of a broker
+    too): where a policy finds the tool of a request that does not carry it."""
 
     __slots__ = ("_tools",)
 
@@ -75,8 +78,11 @@ class ToolRegistry:
         return self._tools.get((agent, name))
 
     def subject(self, request: ApprovalRequest) -> ApprovalSubject:
-        """What the rules see of ``request`` (see the module notes)."""
-        tool = self.tool(request.agent, request.tool_name)
+        """What the rules see of ``request`` (see the module notes): the tool it carries, else
+        the one of that name among the agents given."""
+        tool = request.tool
+        if tool is None or tool.name != request.tool_name:
+            tool = self.tool(request.agent, request.tool_name)
         if tool is None:
             return ApprovalSubject(request)
         return ApprovalSubject(request, tool.annotations, _parameters(tool, request.input_preview))

@@ -51,12 +51,15 @@ from effectagent.effect import Cause, Exit, Failure, Semaphore, Success, TaggedE
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._io import RunIO
-from ._seams import ApprovalError
+from ._seams import Approval, ApprovalError, AuthorizationDecision
 from ._services import RunServices
 
 __all__ = ["CallRunner"]
 
 _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+# What the model reads when a seam crashed: neutral, the details are in the run's log.
+_APPROVAL_FAILED = "the approval service failed; the call was not run"
+_AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
 _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
@@ -134,10 +137,9 @@ class CallRunner:
             context = attrs.evolve(context, broker=broker)
         services = self.services
         if services.authorization is not None:
-            decision = await services.authorization.authorize(tool, call.params, context)
-            if not decision.allowed:
-                reason = io.redact_text(f"not authorized: {decision.reason or 'denied'}")
-                return ToolRejected(call.id, call.name, reason)
+            rejected = await self._authorize(call, context)
+            if rejected is not None:
+                return rejected
         if tool.may_need_approval:
             rejected = await self._approval(call, context)
             if rejected is not None:
@@ -200,6 +202,80 @@ class CallRunner:
         bounded, _, _ = bound_json(io.redact(envelope), self.policy.tool_result_bounds)
         return ToolFailure(call.id, call.name, bounded)
 
+    async def _authorize(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
+        """Ask the authorizer; None if the call may run. An authorizer that crashes refuses the
+        call (fail closed): the model reads a neutral reason, the run's log what was raised.
+
+        Cancellation: as the authorizer's; a ``trio.Cancelled`` (alone or in a group) is never
+        taken for a crash and propagates.
+        """
+        io = self.io
+        authorization = self.services.authorization
+        assert authorization is not None
+        try:
+            # Typed as what it is: any object, until checked (a provider is anyone's code).
+            decision: object = await authorization.authorize(call.tool, call.params, context)
+        except Exception as exc:
+            self._log_crash("authorization service failed", call.id, exc)
+            return ToolRejected(call.id, call.name, _AUTHORIZATION_FAILED)
+        except BaseExceptionGroup as group:
+            raise self._propagated(group, "authorization service failed", call.id) from None
+        if not isinstance(decision, AuthorizationDecision):
+            answer = f"the authorizer answered with {type(decision).__name__}, not a decision"
+            self._log_crash("authorization service failed", call.id, TypeError(answer))
+            return ToolRejected(call.id, call.name, _AUTHORIZATION_FAILED)
+        if decision.allowed:
+            return None
+        reason = io.redact_text(f"not authorized: {decision.reason or 'denied'}")
+        return ToolRejected(call.id, call.name, reason)
+
+    async def _ask(
+        self, approval: Approval, request: ApprovalRequest, deadline: float
+    ) -> ApprovalDecision:
+        """The provider's decision, or the denial that stands for its silence or failure.
+
+        Cancellation: the wait ends at ``deadline`` (a denial); the run's interruption, or a
+        ``trio.Cancelled`` raised in a group, propagates.
+        """
+        failed = "approval service failed"
+        try:
+            with trio.move_on_at(deadline) as waited:
+                # Typed as what it is: any object, until checked (a provider is anyone's code).
+                decision: object = await approval.request(request)
+        except ApprovalError as exc:  # the provider's own account, meant to be read
+            return ApprovalDecision.deny(self.io.redact_text(exc.message), "approval-error")
+        except Exception as exc:
+            self._log_crash(failed, request.tool_call_id, exc)
+            return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
+        except BaseExceptionGroup as group:
+            raise self._propagated(group, failed, request.tool_call_id) from None
+        if waited.cancelled_caught:
+            return ApprovalDecision.deny("approval timed out", "timeout")
+        if not isinstance(decision, ApprovalDecision):
+            answer = f"the provider answered with {type(decision).__name__}, not a decision"
+            self._log_crash(failed, request.tool_call_id, TypeError(answer))
+            return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
+        return decision
+
+    def _log_crash(self, event: str, call_id: str, exc: BaseException) -> None:
+        """What a crashed seam raised, for the run's log (its type and redacted message) — never
+        for the model, an event or a record."""
+        io = self.io
+        leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+        detail = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)
+        io.logs.warning(
+            event, tool_call_id=call_id, error=type(exc).__name__, detail=io.redact_text(detail)
+        )
+
+    def _propagated(self, group: BaseExceptionGroup, event: str, call_id: str) -> BaseException:
+        """A group a seam raised that holds more than exceptions (a cancellation, an interrupt):
+        what must propagate — the group without its exceptions, which are logged."""
+        crashed, rest = group.split(Exception)
+        if crashed is not None:
+            self._log_crash(event, call_id, crashed)
+        assert rest is not None  # a group of exceptions alone is an ``Exception``
+        return rest
+
     async def _approval(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
         """Ask for approval if the tool's rule says so for these parameters; None if approved."""
         io = self.io
@@ -237,48 +313,45 @@ class CallRunner:
             targets=tuple(io.redact_text(str(target)) for target in targets),
             risk=_risk(tool),
             input_preview=preview,
-            expires_at=time.time() + self.policy.approval_timeout,
+            expires_at=time.time() + self.policy.approval_timeout,  # for people to read
             denial_is_terminal=tool.denial_is_terminal,
             arguments_digest=self.digest(tool, call.params),
-        )
+        ).in_runtime(tool, trio.current_time() + self.policy.approval_timeout)
 
     async def _decide(self, request: ApprovalRequest) -> ApprovalDecision:
         """Record the request, ask the Approval service, record its decision (CAP-006).
 
+        Expiry is judged on one clock, Trio's: the wait ends at ``request.deadline`` and a
+        decision that reaches the engine later is refused. A provider that fails — an
+        ``ApprovalError``, or anything else it raises — is a recorded denial (fail closed); the
+        model reads an ``ApprovalError``'s message, or a neutral sentence for a crash, whose
+        type and message go to the run's log only.
+
         Cancellation: as the records' appends and the service's wait; an interruption after the
-        request was recorded leaves it without a decision (the run ends interrupted).
+        request was recorded leaves it without a decision (the run ends interrupted). A
+        ``trio.Cancelled`` the provider raises (alone or in a group) is never taken for a crash.
         """
         io = self.io
         approval = self.services.approval
+        deadline = request.deadline
+        assert deadline is not None  # ``_request`` made it in this runtime
         await io.record(ToolApprovalRequested(io.conversation_id, io.run_id, request, time.time()))
         io.emit(ApprovalRequested, self.turn, request.tool_call_id, request.tool_name, request)
         decision: ApprovalDecision
         if approval is None:  # preflight forbids this; fail closed if it happens anyway
             decision = ApprovalDecision.deny("no approval service", "engine")
         else:
-            with trio.move_on_after(self.policy.approval_timeout) as waited:
-                try:
-                    decision = await approval.request(request)
-                except ApprovalError as exc:
-                    reason = io.redact_text(exc.message)
-                    decision = ApprovalDecision.deny(reason, "approval-error")
-            if waited.cancelled_caught:
-                decision = ApprovalDecision.deny("approval timed out", "timeout")
+            decision = await self._ask(approval, request, deadline)
         refused = decision.mismatch(request)
-        if refused is None and decision.approved and time.time() > request.expires_at:
+        if refused is None and decision.approved and trio.current_time() > deadline:
             refused = "the decision came after the request expired"
         if refused is not None:
             io.logs.warning(
                 "approval decision refused", tool_call_id=request.tool_call_id, why=refused
             )
             decision = ApprovalDecision.deny(f"refused: {refused}", "engine")
-        decided = ApprovalDecision(
-            decision.approved,
-            io.redact_text(decision.reason),
-            decision.decided_by,
-            request.run_id,
-            request.tool_call_id,
-            request.arguments_digest,
+        decided = ApprovalDecision.for_request(
+            request, decision.approved, io.redact_text(decision.reason), decision.decided_by
         )
         await io.record(
             ToolApprovalDecided(

@@ -4,6 +4,7 @@ canonical audit records with the tool-call ID (CAP-006); the request says what a
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -21,6 +22,7 @@ from effectagent.core import (
     ApprovalRequested,
     RunCompleted,
     RunFailed,
+    RunInterrupted,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallSettled,
@@ -38,11 +40,14 @@ from .helpers import (
     Ran,
     ScriptedApproval,
     TrackingModel,
+    engine_logs,
+    entries,
     events_of,
     forecast_tool,
     make_agent,
     make_policy,
     records_of,
+    results_by_id,
     run_script,
     same_error,
 )
@@ -208,6 +213,7 @@ async def test_the_request_tells_the_approver_what_it_needs(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     approval = ScriptedApproval.answering(True)
+    start = trio.current_time()
     ran, before, after = await _run_gated(approval, HandlerProbe(), approval_timeout=120)
     (request,) = approval.requests
     terminal = ran.terminal
@@ -220,7 +226,10 @@ async def test_the_request_tells_the_approver_what_it_needs(
     assert "forecast for a city" in request.summary
     assert request.risk == "high"  # not readonly, destructive by default
     assert request.input_preview == {"city": "Oslo"}
-    assert before + 120 <= request.expires_at <= after + 120
+    assert before + 120 <= request.expires_at <= after + 120  # the wall clock, for people
+    assert request.deadline == pytest.approx(start + 120)  # the Trio clock: what is judged
+    assert request.tool is not None
+    assert request.tool.name == "forecast"  # the tool itself, for an in-process approver
 
 
 @pytest.mark.parametrize(
@@ -387,6 +396,7 @@ async def _approve_bound(request: ApprovalRequest) -> ApprovalDecision:
     ("change", "why"),
     [
         ({"run_id": "run_other"}, "another run"),
+        ({"tool_name": "delete_forecast"}, "another tool"),
         ({"tool_call_id": "call_other"}, "another tool call"),
         ({"arguments_digest": "0" * 64}, "other arguments"),
     ],
@@ -401,31 +411,273 @@ async def test_a_decision_replayed_for_another_call_is_refused_and_recorded(
     ran, _ = await _gated_with(replay, ("forecast", {"city": "Oslo"}, "call_gated"))
     rejected = ran.outcome("call_gated")
     assert isinstance(rejected, ToolRejected)
-    assert f"refused: the decision was made for {why}" in rejected.reason
+    assert rejected.reason == f"approval denied: refused: the decision was made for {why}"
     (decided,) = records_of(ran.log, ToolApprovalDecided)
     assert decided.decision.approved is False
     assert decided.decision.decided_by == "engine"
 
 
-async def test_an_approval_that_arrives_after_the_request_expired_is_refused(
-    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+async def test_an_approval_that_arrives_after_the_deadline_is_refused_on_the_trio_clock(
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """The engine stops waiting at the policy's timeout on the Trio clock; a decision that
-    reaches it after the request's wall-clock expiry (a stale answer, a clock that moved on) is
-    refused too. The engine's wall clock is replaced so the approver can move it."""
-    import types
+    """The engine stops waiting at the policy's timeout and judges a decision that still reaches
+    it (here from a provider that shields itself from the engine's cancellation) on the same
+    clock, Trio's: under the mock clock the wall clock has not moved, and the decision is still
+    refused and recorded as refused."""
 
-    from effectagent.engine import _call
-
-    wall = [1_000.0]
-    monkeypatch.setattr(_call, "time", types.SimpleNamespace(time=lambda: wall[0]))
-
-    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
-        await trio.lowlevel.checkpoint()
-        wall[0] = request.expires_at + 1  # the answer comes a second too late
+    async def stubborn(request: ApprovalRequest) -> ApprovalDecision:
+        with trio.CancelScope(shield=True):
+            await trio.sleep(45)  # past the 30 s timeout, deaf to the engine's cancellation
         return ApprovalDecision.for_request(request, True, "ok", "human")
 
-    ran, _ = await _gated_with(slow_human, ("forecast", {"city": "Oslo"}, "call_gated"))
+    approval, probe = ScriptedApproval(stubborn), HandlerProbe()
+    start = trio.current_time()
+    ran, _, _ = await _run_gated(approval, probe, approval_timeout=30)
+    assert trio.current_time() - start == pytest.approx(45)
+    (request,) = approval.requests
+    assert request.deadline == pytest.approx(start + 30)
     rejected = ran.outcome("call_gated")
     assert isinstance(rejected, ToolRejected)
-    assert "after the request expired" in rejected.reason
+    assert rejected.reason == (
+        "approval denied: refused: the decision came after the request expired"
+    )
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "engine")
+    assert decided.decision.mismatch(request) is None  # the refusal is bound to the call
+    assert probe.calls == []
+
+
+async def test_a_kept_decision_for_one_tool_never_lets_another_tool_run_under_its_call_id(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A model uses one call ID again in a later turn, for another tool with the same arguments
+    (so the same digest); an approver that keeps its decisions (here by digest) hands the first
+    tool's approval back. It is refused as made for another tool — whatever ID the engine gives
+    the second call — recorded, and the second tool does not run."""
+    kept: dict[str, ApprovalDecision] = {}
+
+    async def keeping(request: ApprovalRequest) -> ApprovalDecision:
+        await trio.lowlevel.checkpoint()
+        return kept.setdefault(
+            request.arguments_digest, ApprovalDecision.for_request(request, True, "ok", "cache")
+        )
+
+    approval, probe = ScriptedApproval(keeping), HandlerProbe()
+    read, purge = forecast_tool(needs_approval=True), forecast_tool("purge", needs_approval=True)
+    ran = await run_script(
+        make_agent(read, purge),
+        {read: probe.forecast(), purge: probe.forecast()},
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "call_x")),
+            Turn.tool_calls(("purge", {"city": "Oslo"}, "call_x")),
+            Turn.text("Done."),
+        ],
+        extra=approval.layer(),
+    )
+    first, second = approval.requests
+    assert first.arguments_digest == second.arguments_digest
+    assert [name for name, _ in probe.calls] == ["forecast"]
+    first_outcome, second_outcome = (s.outcome for s in records_of(ran.log, ToolCallSettled))
+    assert isinstance(first_outcome, ToolSuccess)
+    assert isinstance(second_outcome, ToolRejected)
+    assert second_outcome.reason == (
+        "approval denied: refused: the decision was made for another tool"
+    )
+    decided = records_of(ran.log, ToolApprovalDecided)
+    assert [(d.decision.approved, d.decision.decided_by) for d in decided] == [
+        (True, "cache"),
+        (False, "engine"),
+    ]
+    assert decided[1].decision.tool_name == "purge"
+
+
+# ---- a failing approval service fails closed -------------------------------------------------------
+
+CANARY = "s3cr3t-approval-canary"
+NEUTRAL = "approval denied: the approval service failed; the call was not run"
+
+
+async def _raises(request: ApprovalRequest) -> ApprovalDecision:
+    await trio.lowlevel.checkpoint()
+    raise RuntimeError(f"approval backend down {CANARY}")
+
+
+async def _raises_in_a_group(request: ApprovalRequest) -> ApprovalDecision:
+    async def broken() -> None:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError(f"approval backend down {CANARY}")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(broken)
+        nursery.start_soon(broken)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _answers_nothing(request: ApprovalRequest) -> Any:
+    await trio.lowlevel.checkpoint()
+    return None  # not a decision: e.g. a provider that forgot to return one
+
+
+@pytest.mark.parametrize(
+    ("decide", "error"),
+    [(_raises, "RuntimeError"), (_raises_in_a_group, "ExceptionGroup"), (_answers_nothing, None)],
+)
+async def test_a_failing_approval_service_is_a_recorded_denial_with_a_neutral_reason(
+    autojump_clock: trio.testing.MockClock, decide: Any, error: str | None
+) -> None:
+    """CAP-006 holds when the provider crashes: request and decision are both recorded. The
+    model reads a neutral sentence; what was raised goes to the run's log, redacted, and never
+    to the model, an event or a record."""
+    probe, tool = HandlerProbe(), forecast_tool(needs_approval=True)
+    with engine_logs(logging.WARNING) as logs:
+        ran = await run_script(
+            make_agent(tool),
+            {tool: probe.forecast()},
+            _gated_run_turns(),
+            extra=ScriptedApproval(decide).layer(),
+            secrets=[CANARY],
+        )
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert rejected.reason == NEUTRAL
+    kinds = [
+        type(e.record).__name__
+        for e in ran.log
+        if isinstance(e.record, ToolApprovalRequested | ToolApprovalDecided | ToolCallSettled)
+    ]
+    assert kinds == ["ToolApprovalRequested", "ToolApprovalDecided", "ToolCallSettled"]
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert decided.decision.approved is False
+    assert decided.decision.decided_by == "approval-error"
+    assert decided.decision.reason == "the approval service failed; the call was not run"
+    assert NEUTRAL in repr(results_by_id(ran.model.requests[1])["call_gated"].result)
+    for seen in (repr(ran.log), repr(ran.events), repr(ran.model.requests)):
+        assert "backend down" not in seen
+        assert "NoneType" not in seen
+        assert CANARY not in seen
+    assert probe.calls == []
+    (line,) = [line for line in logs if line["event"] == "approval service failed"]
+    assert line["tool_call_id"] == "call_gated"
+    if error is None:
+        assert line["error"] == "TypeError"
+        assert "NoneType, not a decision" in line["detail"]
+    else:
+        assert line["error"] == error
+        assert f"RuntimeError: approval backend down {REDACTED}" in line["detail"]
+    assert CANARY not in repr(logs)
+
+
+async def test_an_approval_error_keeps_its_own_words(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """An ``ApprovalError`` is the provider's own account, meant to be read: the model reads it
+    (redacted), unlike a crash."""
+
+    async def declared(request: ApprovalRequest) -> ApprovalDecision:
+        await trio.lowlevel.checkpoint()
+        raise ApprovalError(f"the approver is on leave {CANARY}")
+
+    ran, _, _ = await _run_with(declared)
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert rejected.reason == f"approval denied: the approver is on leave {REDACTED}"
+
+
+async def _run_with(decide: Any, **policy: Any) -> tuple[Ran, float, float]:
+    tool = forecast_tool(needs_approval=True)
+    start = trio.current_time()
+    ran = await run_script(
+        make_agent(tool, policy=make_policy(**policy)),
+        {tool: HandlerProbe().forecast()},
+        _gated_run_turns(),
+        extra=ScriptedApproval(decide).layer(),
+        secrets=[CANARY],
+    )
+    return ran, start, trio.current_time()
+
+
+async def test_a_provider_cancelled_inside_its_own_nursery_times_out_not_crashes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """At the deadline a provider with tasks of its own raises a group of ``Cancelled``: that is
+    the timeout (a denial by "timeout"), never taken for a crash."""
+
+    async def fanned_out(request: ApprovalRequest) -> ApprovalDecision:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(trio.sleep_forever)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    ran, start, end = await _run_with(fanned_out, approval_timeout=20)
+    assert end - start == pytest.approx(20)
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "timeout")
+
+
+async def _interrupted_while_asking(decide: Any) -> tuple[list[Any], list[Any]]:
+    """Stream a gated run and interrupt it once the provider is waiting; events and log."""
+    asking = trio.Event()
+
+    async def provider(request: ApprovalRequest) -> ApprovalDecision:
+        asking.set()
+        return await decide(request)  # type: ignore[no-any-return]
+
+    tool = forecast_tool(needs_approval=True)
+    agent = make_agent(tool)
+    model = TrackingModel(_gated_run_turns())
+    layer = (
+        agent.toolkit.handlers({tool: HandlerProbe().forecast()})
+        + model.layer()
+        + ScriptedApproval(provider).layer()
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Weather?") as stream:
+            events = []
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, ApprovalRequested):
+                    await asking.wait()
+                    stream.interrupt()
+        log = await entries(runtime, stream.conversation_id)
+    return events, log
+
+
+async def test_an_interrupted_provider_with_its_own_nursery_is_an_interruption_not_a_denial(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def fanned_out(request: ApprovalRequest) -> ApprovalDecision:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep_forever)
+            nursery.start_soon(trio.sleep_forever)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    events, log = await _interrupted_while_asking(fanned_out)
+    assert isinstance(events[-1], RunInterrupted)
+    assert records_of(log, ToolApprovalDecided) == []  # no decision was made, none recorded
+
+
+async def test_a_provider_crashing_as_it_is_interrupted_still_ends_the_run_interrupted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The provider's clean-up fails while the run is interrupted: a group of a ``Cancelled``
+    and an error. The cancellation goes on (the run ends interrupted, no decision recorded); the
+    error is logged."""
+
+    async def clean_up_fails() -> None:
+        try:
+            await trio.sleep_forever()
+        finally:
+            raise RuntimeError(f"could not close the ticket {CANARY}")
+
+    async def crashing(request: ApprovalRequest) -> ApprovalDecision:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(clean_up_fails)
+            await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    with engine_logs(logging.WARNING) as logs:
+        events, log = await _interrupted_while_asking(crashing)
+    assert isinstance(events[-1], RunInterrupted)
+    assert records_of(log, ToolApprovalDecided) == []
+    (line,) = [line for line in logs if line["event"] == "approval service failed"]
+    assert "RuntimeError: could not close the ticket" in line["detail"]

@@ -23,6 +23,7 @@ from capabilities.approval import (
 )
 from effectagent import open_runtime
 from effectagent.core import (
+    ApprovalDecision,
     ApprovalRequest,
     ApprovalRequested,
     ToolApprovalDecided,
@@ -158,31 +159,49 @@ async def _never_runs(params: Any, call: Any) -> str:
     raise AssertionError("a call whose approval was withdrawn ran")
 
 
-async def test_an_answer_after_the_request_expired_is_refused_and_denies(
+async def test_an_answer_after_the_deadline_is_refused_on_the_trio_clock_and_denies(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    wall = [1_000.0]
-    approver = InteractiveApproval(clock=lambda: wall[0])
+    """Lateness is judged on the Trio clock, against the request's deadline — not the wall
+    clock, which the mock clock leaves where it was."""
+    approver = InteractiveApproval()
+    request = _request("call_a").in_runtime(None, trio.current_time() + 10)
+    decisions: list[ApprovalDecision] = []
 
-    async def slow_person() -> None:
-        with approver.subscribe() as updates:
-            (approval,) = await _opened(updates, 1)
-        wall[0] = approval.request.expires_at + 1
-        with pytest.raises(ApprovalNotPending) as late:
-            approver.approve(approval.approval_id, "sorry, I was away")
-        assert late.value.state == "expired"
+    async def ask() -> None:
+        decisions.append(await approver.request(request))
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(slow_person)
-        ran = await run_turns(
-            [calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], approver.layer()
-        )
-    rejected = ran.outcome("call_a")
-    assert isinstance(rejected, ToolRejected)
-    assert "after the request expired" in rejected.reason
-    (decided,) = ran.records(ToolApprovalDecided)
-    assert (decided.decision.approved, decided.decision.decided_by) == (False, "expired")
-    assert ran.handled == []
+        nursery.start_soon(ask)
+        await trio.sleep(9.5)
+        (on_time,) = approver.pending()
+        assert on_time.request.deadline == pytest.approx(on_time.opened_at + 10)
+        await trio.sleep(1)  # the deadline passes while the approval is still pending
+        with pytest.raises(ApprovalNotPending) as late:
+            approver.approve(on_time.approval_id, "sorry, I was away")
+        assert late.value.state == "expired"
+    (decision,) = decisions
+    assert (decision.approved, decision.decided_by) == (False, "expired")
+    assert decision.mismatch(request) is None
+    assert approver.pending() == ()
+
+
+async def test_an_answer_before_the_deadline_is_taken(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    approver = InteractiveApproval()
+    request = _request("call_a").in_runtime(None, trio.current_time() + 10)
+    decisions: list[ApprovalDecision] = []
+
+    async def ask() -> None:
+        decisions.append(await approver.request(request))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.sleep(10)  # exactly at the deadline is still in time
+        (pending,) = approver.pending()
+        approver.approve(pending.approval_id, "fine", by="ann")
+    assert decisions == [ApprovalDecision.for_request(request, True, "fine", "ann")]
 
 
 @pytest.mark.parametrize(("on_timeout", "approved"), [("approve", True), ("deny", False)])

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from capabilities.approval import TRANSITIONS, PendingApprovals, TooManyPending
 from effectagent.core import ApprovalDecision, ApprovalRequest
 
-EXPIRES = 100.0
+EXPIRES = 100.0  # the deadline, on the Trio clock
 
 
 def _request(n: int) -> ApprovalRequest:
@@ -27,9 +27,9 @@ def _request(n: int) -> ApprovalRequest:
         targets=(f"file:/tmp/{n}",),
         risk="high",
         input_preview={"path": f"/tmp/{n}"},
-        expires_at=EXPIRES,
+        expires_at=1_700_000_000.0,  # the wall clock's, for people: not what is judged
         arguments_digest=f"{n:064x}",
-    )
+    ).in_runtime(None, EXPIRES)  # the deadline on the Trio clock: what is judged
 
 
 OPS = st.lists(

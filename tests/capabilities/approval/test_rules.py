@@ -229,6 +229,34 @@ def test_a_tool_the_policy_does_not_know_has_no_annotations_or_parameters() -> N
     assert isinstance(subject.parameters, Unknown)
 
 
+def test_the_tool_a_request_carries_is_judged_whoever_its_agent_is() -> None:
+    """A runtime's request carries its tool (a toolkit's or a tool source's, e.g. an MCP
+    server's, which no agent's toolkit lists): its annotations and the parameters decoded with
+    its schema are what the rules see — no table of the agents' toolkits needed."""
+    remote = Tool.dynamic(
+        "notes_lookup",
+        "Look a note up.",
+        {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        readonly=True,
+    )
+    request = attrs.evolve(
+        _request("notes_lookup", "travel", "low", ()), input_preview={"city": "Oslo"}
+    ).in_runtime(remote, 10.0)
+    for registry in (ToolRegistry([]), ToolRegistry([AGENT])):
+        subject = registry.subject(request)
+        assert subject.annotations == remote.annotations
+        assert subject.parameters == Known({"city": "Oslo"})
+    policy = ApprovalPolicy(
+        [
+            ApprovalRule.approve(readonly=True, when=lambda p: p["city"] == "Oslo"),
+            ApprovalRule.deny(),
+        ]
+    )
+    assert policy.decide(ToolRegistry([]).subject(request)).decision == "approve"
+    # The same request read back from a log carries no tool: only the agents given can say.
+    assert ToolRegistry([]).subject(attrs.evolve(request)).annotations is None
+
+
 Rule: Any = ApprovalRule
 Policy: Any = ApprovalPolicy
 

@@ -1,15 +1,24 @@
-"""Tool authorization through the real engine: one toolkit, callers with different rights."""
+"""Tool authorization through the real engine: one toolkit, callers with different rights; an
+authorizer that fails refuses the call without telling the model why."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 import attrs
+import pytest
+import trio
 import trio.testing
 
 from capabilities.authorization import AccessRule, PolicyAuthorization
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import ToolMessage
-from effectagent.core import ToolRejected, ToolSuccess
+from effectagent.core import REDACTED, ToolRejected, ToolSuccess
+from effectagent.effect import Layer
+from effectagent.engine import ToolAuthorizationService
 from effectagent.testing import ScriptedModel, Turn
+from tests.engine.helpers import engine_logs
 
 
 @attrs.frozen
@@ -116,3 +125,63 @@ async def test_a_call_the_caller_may_not_make_is_refused_before_anyone_is_asked_
     assert [r.tool_call_id for r in approver.requests] == [allowed.outcomes[0].tool_call_id]
     assert any(isinstance(e.record, ToolApprovalRequested) for e in admin_log)
     assert ran == [("wipe_disk", "admin:ann")]
+
+
+CANARY = "hunter2"
+
+
+class _CrashingAuthorization:
+    """An authorizer whose backend fails: what it raises names a secret."""
+
+    async def authorize(self, tool: Tool[Any, Any], params: Any, call: ToolCallContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise RuntimeError(f"db password {CANARY}")
+
+
+class _SilentAuthorization:
+    """An authorizer that answers with no decision at all."""
+
+    async def authorize(self, tool: Tool[Any, Any], params: Any, call: ToolCallContext) -> Any:
+        await trio.lowlevel.checkpoint()
+        return None
+
+
+@pytest.mark.parametrize(
+    ("authorizer", "error", "detail"),
+    [
+        (_CrashingAuthorization(), "RuntimeError", f"RuntimeError: db password {REDACTED}"),
+        (_SilentAuthorization(), "TypeError", "answered with NoneType, not a decision"),
+    ],
+)
+async def test_a_failing_authorizer_refuses_the_call_with_a_neutral_reason(
+    autojump_clock: trio.testing.MockClock, authorizer: Any, error: str, detail: str
+) -> None:
+    """Fail closed: the call is refused, the model reads a neutral sentence, and what was raised
+    goes to the run's log (redacted) — never to the model, an event or a record."""
+    model = ScriptedModel(
+        [Turn.tool_calls(("read_file", {"path": "/a"})), Turn.text("could not read it")]
+    )
+    layer = AGENT.toolkit.handlers({read: _handle, delete: _handle}) + model.as_layer()
+    layer = layer + Layer.succeed(ToolAuthorizationService, authorizer)
+    ran.clear()
+    with engine_logs(logging.WARNING) as logs:
+        async with open_runtime(layer, agents=[AGENT], secrets=[CANARY]) as runtime:
+            result = await runtime.run(AGENT, "Read /a.")
+            log = await runtime.log.entries(result.conversation_id)
+    (refused,) = result.outcomes
+    assert isinstance(refused, ToolRejected)
+    assert refused.reason == (
+        "not authorized: the authorization service failed; the call was not run"
+    )
+    assert result.status == "completed"  # the model read the refusal and answered
+    assert ran == []
+    shown = repr(model.requests[1].messages)
+    assert refused.reason in shown
+    for seen in (shown, repr(log), repr(result)):
+        assert "db password" not in seen
+        assert "NoneType" not in seen
+        assert CANARY not in seen
+    (line,) = [line for line in logs if line["event"] == "authorization service failed"]
+    assert (line["error"], line["tool_call_id"]) == (error, refused.tool_call_id)
+    assert detail in line["detail"]
+    assert CANARY not in repr(logs)
