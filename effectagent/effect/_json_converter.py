@@ -303,16 +303,30 @@ def _constrained(inner: _Hook, meta: Any) -> _Hook:
     return structure_constrained
 
 
+class _Generating(threading.local):
+    """The classes whose structure hooks the current thread is generating, for one converter.
+
+    A class met again while its own hook is being generated is a recursive type: its hook is then
+    resolved lazily (``_hook_for``). That is a property of one thread's call stack, so the set is
+    per thread: another thread generating the same class at the same moment — two readers decoding
+    a record type for the first time — is not recursion, and must not be mistaken for it.
+    """
+
+    def __init__(self) -> None:
+        self.classes: set[Any] = set()
+
+
 def _attrs_factory(
-    generating: set[type], detailed: bool
+    generating: _Generating, detailed: bool
 ) -> Callable[[Any, cattrs.Converter], _Hook]:
     """Structure hooks of attrs classes and dataclasses: cattrs generates both, with unknown keys
     forbidden and ``field_meta`` constraints wrapped around the field's own hook."""
 
     def factory(cls: Any, converter: cattrs.Converter) -> _Hook:
-        if cls in generating:
+        generating_here = generating.classes
+        if cls in generating_here:
             raise RecursionError  # caught by ``_hook_for``, which then resolves lazily
-        generating.add(cls)
+        generating_here.add(cls)
         try:
             overrides: dict[str, Any] = {}
             for field in object_fields(cls):  # resolves the annotations of an attrs class
@@ -326,7 +340,7 @@ def _attrs_factory(
             }
             structure_fields = make_dict_structure_fn(cls, converter, **options, **overrides)
         finally:
-            generating.discard(cls)
+            generating_here.discard(cls)
 
         def structure_attrs(value: Any, _: Any) -> Any:
             if type(value) is not dict:
@@ -338,15 +352,16 @@ def _attrs_factory(
     return factory
 
 
-def _typeddict_factory(generating: set[type]) -> Callable[[Any, cattrs.Converter], _Hook]:
+def _typeddict_factory(generating: _Generating) -> Callable[[Any, cattrs.Converter], _Hook]:
     """Structure hooks of ``TypedDict`` classes: a plain dict of the declared keys, each decoded by
     its type, required keys present, no other key. Every bad key is reported (the fast converter
     gets the same hook: a TypedDict is rare enough on the hot path not to need a second one)."""
 
     def factory(cls: Any, converter: cattrs.Converter) -> _Hook:
-        if cls in generating:
+        generating_here = generating.classes
+        if cls in generating_here:
             raise RecursionError  # caught by ``_hook_for``, which then resolves lazily
-        generating.add(cls)
+        generating_here.add(cls)
         try:
             plan: list[tuple[str, str, _Hook, Any, bool]] = []
             for field in object_fields(cls):
@@ -355,7 +370,7 @@ def _typeddict_factory(generating: set[type]) -> Callable[[Any, cattrs.Converter
                     hook = _constrained(hook, field.meta)
                 plan.append((field.name, _field_seg(field.name), hook, field.type, field.required))
         finally:
-            generating.discard(cls)
+            generating_here.discard(cls)
         allowed = frozenset(name for name, *_ in plan)
         allowed_text = ", ".join(name for name, *_ in plan)
 
@@ -485,7 +500,7 @@ def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
     converter.register_structure_hook_factory(lambda tp: is_seq(tp) or is_set(tp), _seq_factory)
     converter.register_structure_hook_factory(is_map, _map_factory)
     converter.register_structure_hook_factory(is_union, _union_factory)
-    generating: set[type] = set()
+    generating = _Generating()  # per thread: see its docstring
     converter.register_structure_hook_factory(
         lambda tp: is_attrs_class(tp) or is_dataclass_class(tp),
         _attrs_factory(generating, detailed),
