@@ -28,6 +28,7 @@ from ._planner import Plan as Plan
 from ._planner import fit_summary as fit_summary
 from ._planner import plan_compaction as plan_compaction
 from ._planner import summary_message as summary_message
+from ._planner import summary_tokens as summary_tokens
 from ._tokens import TokenizerCounter as TokenizerCounter
 from ._transcript import SUMMARY_INSTRUCTIONS as SUMMARY_INSTRUCTIONS
 from ._transcript import transcript as transcript
@@ -60,6 +61,7 @@ __all__ = [
     "source_digest",
     "summary_message",
     "summary_text",
+    "summary_tokens",
     "transcript",
     "verify_artifact",
 ]

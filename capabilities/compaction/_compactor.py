@@ -16,6 +16,19 @@ differently (a ratio); when the difference is small enough to be an overhead (at
 limit), a prompt counted ``c`` is taken to cost ``max(c + overhead, c * ratio)`` — safe for either
 reading — and otherwise ``c * ratio``.
 
+**Bounds.** A summary is bounded by the plan's ``summary_room`` — at most ``summary_tokens``, at
+most a quarter of the limit, and no more than the prompt has room for. The instructions ask the
+model for no more (in words), and what comes back (from the model or a host) is held to it: a longer
+summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
+(:func:`~capabilities.compaction.fit_summary`) — a verbose summarizer costs detail, never the
+limit. The summary request itself fits the limit with the summary's room on top: the system
+message the engine adds (within ``_REQUEST_OVERHEAD`` tokens), the instructions and the
+transcript of the covered messages, which is cut to what is left (:func:`transcript`: the oldest
+parts first, then every part shorter, the earlier summary included). When not even that can fit
+— a limit too small for the instructions and the newest covered part at their shortest — no
+request is sent: the summary is :data:`~capabilities.compaction.ELIDED` (the covered entries
+stay in the log, the prompt says something was left out) and a warning is logged.
+
 **Failure changes nothing.** A summary call that fails (a model error) or is cancelled ends the
 compaction with no record — the log is untouched and the next turn tries again. The canonical log
 is never edited: the records are appended by the engine, and the prompt is a projection of the log.
@@ -37,7 +50,7 @@ from effectagent.engine import CompactionRequest, CompactorService
 
 from .._logging import log_warning
 from ._artifacts import ArtifactRefused, CompactionResult, summary_text, verify_artifact
-from ._planner import Budget, Plan, fit_summary, plan_compaction
+from ._planner import ELIDED, Budget, Plan, fit_summary, plan_compaction
 from ._transcript import SUMMARY_INSTRUCTIONS, transcript
 from ._view import LogView
 
@@ -46,7 +59,7 @@ __all__ = ["COMPACTOR_VERSION", "CompactionHost", "HostRequest", "LogCompactor",
 #: The version of this compactor's summaries.
 COMPACTOR_VERSION = "effectagent-compactor/1"
 
-#: Tokens kept free in the summary request for the engine's own instruction to summarize.
+#: Tokens kept free in the summary request for the system message the engine adds to it.
 _REQUEST_OVERHEAD = 64
 
 
@@ -93,7 +106,8 @@ def calibrated_limit(estimated: int, counted: int, limit: int) -> int:
 class LogCompactor:
     """The engine's Compactor (see the module notes).
 
-    ``summary_tokens`` bounds a summary (and at most a quarter of the limit); ``host`` supplies
+    ``summary_tokens`` bounds a summary (as does a quarter of the limit): a longer one, from the
+    model or the host, is cut to it; ``host`` supplies
     summaries made elsewhere; ``versions`` the compactor versions of host artifacts accepted
     (None: any). ``refusals`` keeps the last host artifacts refused, for operators.
     """
@@ -154,7 +168,7 @@ class LogCompactor:
                 error="EmptySummary",
             )
             return ()
-        fitted = fit_summary(summary, system, plan.kept, plan.target, count)
+        fitted = fit_summary(summary, system, plan.kept, plan.target, count, most=plan.summary_room)
         return (self._record(view, request, plan, fitted),)
 
     async def _summary(
@@ -166,12 +180,19 @@ class LogCompactor:
                 return found
         count = request.count_tokens
         room = plan.summary_room
-        instructions = SUMMARY_INSTRUCTIONS.format(words=max(20, room * 3 // 4))
-        framing = count([UserMessage.text(instructions + "\n\n")])
-        budget = limit - room - framing - _REQUEST_OVERHEAD
-        text = transcript(plan.covered, count, max(1, budget))
+        head = SUMMARY_INSTRUCTIONS.format(words=max(20, room * 3 // 4)) + "\n\n"
+        budget = limit - room - _REQUEST_OVERHEAD
+        text = transcript(plan.covered, count, budget, head=head)
+        if not text:  # not even the newest covered part fits beside the instructions
+            log_warning(
+                "compaction summary request cannot fit the limit",
+                conversation_id=request.conversation_id,
+                run_id=request.run_id,
+                limit=limit,
+            )
+            return ELIDED
         try:
-            return await request.summarize([UserMessage.text(f"{instructions}\n\n{text}")])
+            return await request.summarize([UserMessage.text(head + text)])
         except AiError as exc:
             log_warning(
                 "compaction summary failed",

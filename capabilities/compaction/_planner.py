@@ -16,7 +16,7 @@ Given the log (a :class:`LogView`), the messages before it (the system message) 
    limit's guarantee — to the earliest cut whose tail fits (with the full summary room, else with
    what room is left). With ``"prune-only"`` the same goes for how far results are cleared.
 
-Invariants (tested in ``tests/capabilities/compaction/test_planner.py``):
+Invariants (tested in ``tests/capabilities/compaction/test_planning.py``):
 
 * a plan's cut is the last seq of a unit: it never separates a tool call from its result;
 * the newest unit is never covered; when the keep-recent tail fits, it is kept verbatim;
@@ -38,7 +38,14 @@ from effectagent.core import CompactionCreated, LogEntry, project_messages
 
 from ._view import Count, LogView
 
-__all__ = ["Budget", "Plan", "fit_summary", "plan_compaction", "summary_message"]
+__all__ = [
+    "Budget",
+    "Plan",
+    "fit_summary",
+    "plan_compaction",
+    "summary_message",
+    "summary_tokens",
+]
 
 Strategy = Literal["prune-then-summarize", "prune-only"]
 
@@ -190,13 +197,33 @@ def _summarize(
     return Plan("summarize", units[cut].last, before, after, room, covered, kept, target)
 
 
+def summary_tokens(text: str, count: Count) -> int:
+    """The tokens ``text`` takes as a summary, by ``count``: its message's count less the count
+    of the same message with no text (the framing every summary message has)."""
+    return count([summary_message(text)]) - count([summary_message("")])
+
+
 def fit_summary(
-    text: str, system: Sequence[Message], kept: Sequence[Message], limit: int, count: Count
+    text: str,
+    system: Sequence[Message],
+    kept: Sequence[Message],
+    limit: int,
+    count: Count,
+    *,
+    most: int | None = None,
 ) -> str:
-    """``text``, cut short (marked with an ellipsis) so that the prompt — ``system``, the summary,
-    ``kept`` — fits ``limit`` by the exact count; unchanged when it fits."""
+    """``text``, cut short so that the prompt — ``system``, the summary, ``kept`` — fits
+    ``limit`` by the exact count and, when ``most`` is given, the summary itself takes at most
+    ``most`` tokens (:func:`summary_tokens`); unchanged when it fits both.
+
+    A cut keeps the longest prefix that fits (a cut on the count's own boundary: one character
+    more would not fit), marked by a trailing ``" …"``; when no prefix fits, the summary is
+    :data:`ELIDED`, so a record always says that something was left out.
+    """
 
     def fits(candidate: str) -> bool:
+        if most is not None and summary_tokens(candidate, count) > most:
+            return False
         return count([*system, summary_message(candidate), *kept]) <= limit
 
     if fits(text):

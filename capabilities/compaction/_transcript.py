@@ -3,16 +3,32 @@ bounded. Pure.
 
 Sending the covered messages as they are would not work everywhere: a provider may refuse tool
 calls and results in a request that declares no tools (the summary request declares none), or two
-user messages in a row. A transcript is one user message any provider takes. It is bounded so the
-summary request itself fits the context: each tool argument or result is cut to its head and tail
-(``max_item_chars``), and when the whole still exceeds the budget the oldest blocks are left out
-(an earlier summary, which stands for all of them, is kept first), with a line saying how many.
+user messages in a row. A transcript is one user message any provider takes.
+
+It is made of **parts**: the earlier summary, a user's text, an assistant's text, and each tool
+call *together with its result* (the result's line right under the call's) — so no cut of the
+transcript separates a call from its result. It is bounded so that the summary request itself fits
+the context, in three steps, each taken only when the one before is not enough:
+
+1. each text, tool argument and result is cut to its head and tail (``max_item_chars``);
+2. the oldest parts are left out, with a line saying how many — the earlier summary, which stands
+   for everything before, and the newest part are kept;
+3. every part still there is cut shorter, the same number of characters for all (found by
+   bisection on the exact count) — an earlier summary too long to fit is cut like the others: its
+   head and tail stay, and the middle is replaced by a marker saying how much was left out; if even
+   the shortest cut does not fit, the earlier summary is left out too, then the newest part alone
+   is cut.
+
+When not even the newest part, cut to its shortest, fits the budget, the transcript is empty: the
+caller then has nothing it can send within the limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import attrs
 
 from effectagent.ai import (
     AssistantMessage,
@@ -20,6 +36,8 @@ from effectagent.ai import (
     SystemMessage,
     TextContent,
     ToolCallContent,
+    ToolMessage,
+    ToolResultContent,
     UserMessage,
 )
 from effectagent.core import compact_json
@@ -41,6 +59,27 @@ SUMMARY_INSTRUCTIONS = (
 _SUMMARY_PREFIX = "".join(
     part.text for part in summary_message("").content if isinstance(part, TextContent)
 )
+_EARLIER = "Summary of what came before:\n"
+
+
+@attrs.frozen
+class _Line:
+    """One line of a part: ``payload`` is what a cut shortens, between fixed text."""
+
+    before: str
+    payload: str
+    after: str = ""
+
+
+@attrs.frozen
+class _Part:
+    lines: tuple[_Line, ...]
+    earlier_summary: bool = False
+
+    def render(self, most: int) -> str:
+        return "\n".join(
+            f"{line.before}{_cut(line.payload, most)}{line.after}" for line in self.lines
+        )
 
 
 def _cut(text: str, most: int) -> str:
@@ -50,59 +89,118 @@ def _cut(text: str, most: int) -> str:
     return f"{text[:half]} …[{len(text) - 2 * half} characters left out]… {text[-half:]}"
 
 
-def _json(value: Any, most: int) -> str:
+def _json(value: Any) -> str:
     try:
-        text = value if isinstance(value, str) else compact_json(value)
+        return value if isinstance(value, str) else compact_json(value)
     except (TypeError, ValueError):
-        text = repr(value)
-    return _cut(text, most)
+        return repr(value)
 
 
-def _block(message: Message, most: int) -> str:
-    if isinstance(message, SystemMessage):
-        return f"System: {_cut(message.content, most)}"
-    if isinstance(message, UserMessage):
-        text = "".join(part.text for part in message.content)
-        if text.startswith(_SUMMARY_PREFIX):
-            return f"Summary of what came before:\n{text[len(_SUMMARY_PREFIX) :]}"
-        return f"User: {_cut(text, most)}"
-    if isinstance(message, AssistantMessage):
-        lines = []
-        for part in message.content:
-            if isinstance(part, ToolCallContent):
-                lines.append(f"Assistant called {part.name}({_json(part.arguments, most)})")
-            elif isinstance(part, TextContent) and part.text:
-                lines.append(f"Assistant: {_cut(part.text, most)}")
-        return "\n".join(lines)
-    lines = []
-    for result in message.content:
-        outcome = "failed" if result.is_failure else "returned"
-        lines.append(f"{result.name} {outcome}: {_json(result.result, most)}")
-    return "\n".join(lines)
+def _result(result: ToolResultContent) -> _Line:
+    outcome = "failed" if result.is_failure else "returned"
+    return _Line(f"{result.name} {outcome}: ", _json(result.result))
+
+
+def _parts(messages: Sequence[Message]) -> list[_Part]:
+    """The parts of ``messages`` (see the module notes), oldest first."""
+    parts: list[_Part] = []
+    answered: set[int] = set()  # tool messages whose results went with their calls
+    for index, message in enumerate(messages):
+        if isinstance(message, SystemMessage):
+            parts.append(_Part((_Line("System: ", message.content),)))
+        elif isinstance(message, UserMessage):
+            text = "".join(part.text for part in message.content)
+            if text.startswith(_SUMMARY_PREFIX):
+                line = _Line(_EARLIER, text[len(_SUMMARY_PREFIX) :])
+                parts.append(_Part((line,), earlier_summary=not parts))
+            else:
+                parts.append(_Part((_Line("User: ", text),)))
+        elif isinstance(message, AssistantMessage):
+            following = messages[index + 1] if index + 1 < len(messages) else None
+            results: dict[str, ToolResultContent] = {}
+            if isinstance(following, ToolMessage):
+                results = {result.id: result for result in following.content}
+                answered.add(index + 1)
+            for part in message.content:
+                if isinstance(part, ToolCallContent):
+                    call = _Line(f"Assistant called {part.name}(", _json(part.arguments), ")")
+                    result = results.pop(part.id, None)
+                    lines = (call,) if result is None else (call, _result(result))
+                    parts.append(_Part(lines))
+                elif isinstance(part, TextContent) and part.text:
+                    parts.append(_Part((_Line("Assistant: ", part.text),)))
+            parts.extend(_Part((_result(result),)) for result in results.values())
+        elif index not in answered:  # results whose calls are not in the transcript
+            parts.extend(_Part((_result(result),)) for result in message.content)
+    return parts
 
 
 def transcript(
-    messages: Sequence[Message], count: Count, budget: int, *, max_item_chars: int = 2000
+    messages: Sequence[Message],
+    count: Count,
+    budget: int,
+    *,
+    max_item_chars: int = 2000,
+    head: str = "",
 ) -> str:
-    """The transcript of ``messages`` (see the module notes), its user message within ``budget``
-    tokens by ``count`` whenever its last block alone fits."""
-    blocks = [b for b in (_block(m, max_item_chars) for m in messages) if b]
-    if not blocks:
+    """The transcript of ``messages`` (see the module notes): the user message ``head`` followed
+    by it is within ``budget`` tokens by ``count`` — or, when not even the newest part cut to its
+    shortest fits, the transcript is empty."""
+    parts = _parts(messages)
+    if not parts:
         return ""
-    keep_first = bool(blocks) and blocks[0].startswith("Summary of what came before:")
-    sizes = [count([UserMessage.text(block)]) for block in blocks]
-    first = 1 if keep_first else 0
-    total = sum(sizes)
-    start = first
-    while start < len(blocks) - 1 and total > budget:
+    first = 1 if parts[0].earlier_summary else 0
+    last = len(parts) - 1
+
+    def compose(start: int, most: int, *, earlier: bool = True) -> str:
+        chosen = [part.render(most) for part in parts[start:]]
+        left_out = start - first + (0 if earlier or not first else 1)
+        if left_out:
+            parts_left = f"{left_out} earlier part" + ("s" if left_out > 1 else "")
+            chosen.insert(0, f"[{parts_left} of the conversation left out]")
+        if earlier and first:
+            chosen.insert(0, parts[0].render(most))
+        return "\n\n".join(chosen)
+
+    def fits(text: str) -> bool:
+        return count([UserMessage.text(head + text)]) <= budget
+
+    # 2. Leave out the oldest parts: by the sum of their counts first, then by the exact count
+    # (a counter need not be additive).
+    sizes = [count([UserMessage.text(part.render(max_item_chars))]) for part in parts]
+    total, start = sum(sizes), first
+    while start < last and total > budget:
         total -= sizes[start]
         start += 1
-    chosen = blocks[:first] + blocks[start:]
-    if start > first:
-        chosen.insert(first, f"[{start - first} earlier parts of the conversation left out]")
-    text = "\n\n".join(chosen)
-    while start < len(blocks) - 1 and count([UserMessage.text(text)]) > budget:
-        start += 1  # the sum of the parts undercounted the whole: leave out one more
-        chosen = [*blocks[:first], f"[{start - first} earlier parts left out]", *blocks[start:]]
-        text = "\n\n".join(chosen)
-    return text
+    text = compose(start, max_item_chars)
+    while start < last and not fits(text):
+        start += 1
+        text = compose(start, max_item_chars)
+    if fits(text):
+        return text
+    # 3. Cut every part still there shorter, the same for all; then without the earlier summary.
+    for earlier in (True, False) if first else (False,):
+        if not earlier and start > last:
+            break  # nothing but the earlier summary was there to keep
+
+        def cut_fits(most: int, earlier: bool = earlier) -> bool:
+            return fits(compose(start, most, earlier=earlier))
+
+        most = _longest_cut(cut_fits, max_item_chars)
+        if most is not None:
+            return compose(start, most, earlier=earlier)
+    return ""
+
+
+def _longest_cut(fits: Callable[[int], bool], most: int) -> int | None:
+    """The largest cut in ``0..most`` for which ``fits(cut)`` holds (by bisection), or None."""
+    if not fits(0):
+        return None
+    low, high = 0, most
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low

@@ -17,7 +17,7 @@ the summary message, then every unit's messages — is therefore exactly ``proje
 log (a property test holds it to that), and a cut's *tail* is a suffix of it, found without
 projecting the log again.
 
-Invariants (tested in ``tests/capabilities/compaction/test_view.py``):
+Invariants (tested in ``tests/capabilities/compaction/test_planning.py``):
 
 * ``[summary, *units' messages] == project_messages(entries)``;
 * units are contiguous and in order; a cut after any unit splits no batch: every settlement of a

@@ -99,9 +99,15 @@ def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[in
 
 @st.composite
 def conversations(
-    draw: st.DrawFn, *, max_runs: int = 6, earlier_compactions: bool = True
+    draw: st.DrawFn,
+    *,
+    max_runs: int = 6,
+    earlier_compactions: bool = True,
+    input_chars: int = 400,
+    summary_chars: int = 0,
 ) -> Conversation:
-    """A conversation (see the module notes)."""
+    """A conversation (see the module notes): user inputs of up to ``input_chars`` characters;
+    earlier summaries of up to ``summary_chars`` (0: a few words, naming what they cover)."""
     log = _Log()
     spans: list[tuple[int, int]] = []
     log.add(ConversationCreated(CONVERSATION, "agent", 0.0))
@@ -111,7 +117,7 @@ def conversations(
         run = f"run_{number}"
         log.add(
             UserInputRecorded(
-                CONVERSATION, run, f"in_{number}", "user", _text(draw, 400), "ann", 0.0
+                CONVERSATION, run, f"in_{number}", "user", _text(draw, input_chars), "ann", 0.0
             )
         )
         last_messages = 1
@@ -139,5 +145,7 @@ def conversations(
             covers = draw(st.integers(0, len(log.entries) + 1))
             kind: Any = draw(st.sampled_from(["summarize", "clear-tool-results"]))
             summary = f"summary through {covers}" if kind == "summarize" else None
+            if summary is not None and summary_chars:
+                summary += " " + _text(draw, summary_chars)
             log.add(CompactionCreated(CONVERSATION, run, 0, kind, covers, summary, 0.0))
     return Conversation(tuple(log.entries), tuple(spans), last_messages)
