@@ -10,7 +10,8 @@ other than strings, numbers and flags dropped. *Content* offered with ``set_cont
 arguments, a resource URI, an inner call's arguments) is kept only when the layer has
 ``include_content=True`` **and** a redactor: it comes from inside a handler, not from the engine's
 events, so nothing has redacted it yet — without a redactor it is dropped. An exception leaving a
-span's block fails it with the exception's type name, never its message.
+span's block fails it with the exception's type name, never its message; a failure's own
+description (``fail``) is content too, shown only where content is kept, else the error type is.
 
 Tracing never changes what the traced code does: if the tracer (or the redactor) raises, the
 error's type is logged (logger ``effectagent``) and the span records nothing more — the command,
@@ -206,14 +207,18 @@ class HookSpan:
             self._drop(exc)
 
     def fail(self, error_type: str, description: str = "") -> None:
-        """``error.type`` and an error status."""
+        """``error.type`` and an error status, described by ``description`` (redacted) when
+        content is kept, else by the error type alone: a description may quote what the work
+        was given or printed."""
         self._failed = True
-        limit = self._starter.limit
+        starter = self._starter
+        limit = starter.limit
         category = _cut(str(error_type), limit)
         try:
             self._span.set_attribute("error.type", category)
-            self._span.set_status(
-                Status(StatusCode.ERROR, _cut(str(description) or category, limit))
-            )
+            shown = category
+            if description and starter.redact is not None:
+                shown = _cut(starter.redact(str(description)), limit)
+            self._span.set_status(Status(StatusCode.ERROR, shown))
         except Exception as exc:
             self._drop(exc)

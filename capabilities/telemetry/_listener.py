@@ -47,6 +47,13 @@ if any. Strings are cut to ``max_attribute_length``; events per span are capped.
 (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``) and a tool's declared error are
 added only with ``include_content=True``, cut to ``max_content_length``. Everything comes from the
 events, which the engine redacted; nothing else of a run is read.
+
+**Failures.** A failed span has ``error.type`` — the failure's category: a tool outcome's kind, a
+run error's or a model error's tag, ``interrupted`` — and an error status. The status's
+description is that category again, or this module's own fixed wording ("the run ended before
+this did"); a failure's *message* (a tool's defect, a provider's error, a run error) is content —
+it may quote what a tool was given or raised — and describes the status only with
+``include_content=True``.
 """
 
 from __future__ import annotations
@@ -422,11 +429,20 @@ class Telemetry:
             run.events[key] = count + 1
             span.add_event(name, attributes, _ns(at))
 
-    def _fail(self, span: Span, category: str, description: str = "") -> None:
+    def _fail(
+        self, span: Span, category: str, description: str = "", *, fixed: bool = False
+    ) -> None:
+        """``error.type`` (the category: a failure kind, an error's tag) and an error status.
+
+        The status describes the failure with ``description`` — a message of the run, the model
+        or a tool, already redacted by the engine — only with ``include_content``; otherwise with
+        the category alone, as a message may hold what content-off promises never to export.
+        A ``fixed`` description is this module's own wording, never anyone's message."""
         limit = self.max_attribute_length
         span.set_attribute("error.type", _cut(category, limit))
         span.set_attribute("effectagent.failure.category", _cut(category, limit))
-        span.set_status(Status(StatusCode.ERROR, _cut(description or category, limit)))
+        shown = description if description and (fixed or self.include_content) else category
+        span.set_status(Status(StatusCode.ERROR, _cut(shown, limit)))
 
     def _usage(self, span: Span, usage: UsageTotals) -> None:
         span.set_attributes(
@@ -552,7 +568,7 @@ class Telemetry:
         if run is None or run.model is None:
             return
         run.model.set_attribute("effectagent.model.retry_delay_s", event.delay)
-        self._fail(run.model, event.error_tag, f"{event.error_tag}: {event.message}")
+        self._fail(run.model, event.error_tag, event.message)
         run.output.clear()  # a failed attempt's text was provisional
         self._end_model(run, event.at, None)
 
@@ -604,7 +620,7 @@ class Telemetry:
         if span is not None:
             span.set_attribute("effectagent.approval.decision", decision)
             if decision not in ("approved", "rejected"):
-                self._fail(span, decision, "settled without a decision")
+                self._fail(span, decision, "settled without a decision", fixed=True)
             span.end(_ns(at))
 
     def _tool_started(self, event: ToolCallStarted) -> None:
@@ -744,13 +760,15 @@ class Telemetry:
             case RunFailed():
                 outcome, category = "failed", event.error.tag
                 reason = getattr(event.error, "message", None)
-                description = f"{category}: {reason}" if isinstance(reason, str) else category
+                description = reason if isinstance(reason, str) else ""
             case RunInterrupted():
                 outcome = category = "interrupted"
-                description = f"interrupted: {event.reason}"
+                description = event.reason
             case RunSuspended():
                 outcome = "suspended"
-                span.set_attribute("effectagent.run.suspended_reason", _cut(event.reason, limit))
+                if self.include_content:
+                    reason = _cut(event.reason, self.max_content_length)
+                    span.set_attribute("effectagent.run.suspended_reason", reason)
         span.set_attribute("effectagent.outcome.kind", outcome)
         if category:
             self._fail(span, category, description)
@@ -761,14 +779,14 @@ class Telemetry:
         self._end_model(run, at, usage)
         for call_id, open_span in [*run.approvals.items(), *run.tools.items()]:
             if category:
-                self._fail(open_span, category, _ENDED_BY_RUN)
+                self._fail(open_span, category, _ENDED_BY_RUN, fixed=True)
             open_span.set_attribute("gen_ai.tool.call.id", _cut(call_id, limit))
             open_span.end(_ns(at))
         run.approvals.clear()
         run.tools.clear()
         if run.turn_span is not None:
             if category:
-                self._fail(run.turn_span, category, _ENDED_BY_RUN)
+                self._fail(run.turn_span, category, _ENDED_BY_RUN, fixed=True)
             run.turn_span.end(_ns(at))
             run.turn_span = None
         if usage is not None:

@@ -455,7 +455,7 @@ def test_compactions_budget_warnings_denials_and_suspension(
     tool = spans["execute_tool gated"]
     assert tool.start_time == int((1_000.0 + 6) * 1e9)  # it never ran: from its declaration
     assert tool.status.status_code is StatusCode.ERROR
-    assert tool.status.description == "denied by the operator"
+    assert tool.status.description == "rejected"  # the reason is content: off by default
     assert dict(tool.attributes or {})["effectagent.outcome.kind"] == "rejected"
     assert spans["chat"].end_time == int((1_000.0 + 6) * 1e9)  # its response was complete there
 
