@@ -23,11 +23,18 @@ connection that drops while the call is out, leaves the call's effect unknown: t
 ``OutcomeUnknown`` and the engine settles the call as ``ToolUnknownOutcome``. Nothing is ever
 retried — not even a call to a tool that says it is idempotent — and nothing is treated as
 exactly-once; a lost connection stays lost until a new one is opened.
+
+Listings: the tools are listed when the connection opens and again whenever the server sends
+``notifications/tools/list_changed`` (by the host task, one listing at a time; the answer is read
+tool by tool, see ``_listing``). A call during which such a notification arrived — before its
+answer, as when the tool itself changed the list — waits for the re-listing that covers it to
+finish (at most ``call_timeout``) before it returns, so the engine's next turn, which takes the
+connection's snapshot, sees the new list. The engine needs no hook for this: the batch that made
+the call settles only when the call has returned.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -35,21 +42,20 @@ from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar, final
 
-import attrs
 import trio
 
 from effectagent.ai import (
     Handler,
     OutcomeUnknown,
-    OutputSchemaViolation,
     Tool,
     ToolAnnotations,
     ToolCallContext,
     Toolkit,
     ToolSnapshot,
 )
-from effectagent.effect import Layer, SchemaIssue, trace_span
+from effectagent.effect import Layer, trace_span
 
+from ._catalogue import MAX_PAGES, ResourcesAndPrompts, dump_model
 from ._errors import (
     McpConnectError,
     McpMalformedResult,
@@ -58,68 +64,36 @@ from ._errors import (
     McpToolError,
     McpUnavailable,
 )
+from ._listing import EMPTY, NotAListing, Relistings, build_listing, checked_tools, tool_page
 from ._mapping import (
     ServerIdentity,
     ToolShape,
-    UnusableTool,
     bounded_text,
-    encoded_size,
+    check_structured,
     envelope,
     error_message,
-    local_names,
-    tool_shape,
 )
 from ._results import (
-    McpPrompt,
-    McpPromptResult,
-    McpResource,
-    McpResourceContents,
     SkippedTool,
 )
 from ._servers import HttpServer, McpServer, StdioServer
 from ._tracing import request_started, span_name
+from ._transport import open_transport, stderr_tail
 
 if TYPE_CHECKING:
     from mcp import ClientSession
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 __all__ = ["McpConnection", "connect"]
 
 T = TypeVar("T")
 
 _FAILURES = (McpToolError, McpResultTooLarge, McpUnavailable)
-_MAX_PAGES = 100
-_STDERR_TAIL = 2048
 _CONNECTION_CLOSED = -32000  # the SDK's code for "the connection closed before an answer"
 
 
-@attrs.frozen
-class _Listing:
-    """One adopted tool listing: tools in the server's order, handlers by tool name, and the
-    tools that could not be offered."""
-
-    tools: tuple[Tool[Any, Any], ...]
-    handlers: Mapping[str, Handler]
-    skipped: tuple[SkippedTool, ...]
-    remote_names: Mapping[str, str]
-    snapshot: ToolSnapshot
-
-
-_EMPTY = _Listing((), {}, (), {}, ToolSnapshot())
-
-
-def _dump(model: Any) -> dict[str, Any]:
-    return model.model_dump(by_alias=True, mode="json", exclude_none=True)  # type: ignore[no-any-return]
-
-
-def _issues(error: Any) -> tuple[SchemaIssue, ...]:
-    path = "$.structured" + "".join(
-        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
-    )
-    return (SchemaIssue(path, error.message),)
-
-
 @final
-class McpConnection:
+class McpConnection(ResourcesAndPrompts):
     """An open connection to an MCP server, made by :func:`connect`.
 
     ``server`` is the configuration it was opened with and ``identity`` who answered
@@ -131,7 +105,8 @@ class McpConnection:
     not be offered, with the reason; ``remote_names`` maps each tool's name to the server's.
     When the server says its list changed, the connection lists its tools again and adopts the
     new list as a whole (``version`` counts adopted listings); the engine, through
-    :meth:`snapshot`, takes one listing per turn, so a batch never sees a change.
+    :meth:`snapshot`, takes one listing per turn, so a batch never sees a change, and a call
+    during which the server announced a change returns once it is adopted (module notes).
 
     The object is usable only inside the ``async with connect(...)`` block: afterwards every call
     is refused with :class:`McpUnavailable` (``lost`` says why).
@@ -139,10 +114,12 @@ class McpConnection:
 
     __slots__ = (
         "_changed",
+        "_dispatcher",
         "_identity",
         "_listing",
         "_lost",
         "_relist",
+        "_relistings",
         "_session",
         "_shapes",
         "_stderr",
@@ -159,7 +136,7 @@ class McpConnection:
         self.instructions: str | None = None
         self._identity: ServerIdentity | None = None
         self._session: ClientSession | None = None
-        self._listing = _EMPTY
+        self._listing = EMPTY
         # Remote definition (its JSON text) -> the Tool made from it, so an unchanged tool keeps
         # its identity (and its handler key) across listings.
         self._shapes: dict[tuple[str, str], Tool[Any, Any]] = {}
@@ -168,6 +145,8 @@ class McpConnection:
         self._lost: str | None = None
         self._stop = trio.Event()
         self._relist: trio.MemorySendChannel[None] | None = None
+        self._relistings = Relistings()
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
         self._stderr: TextIO | None = None
 
     # ---- what the server offers ----------------------------------------------------------------
@@ -251,86 +230,7 @@ class McpConnection:
         """
         await self._adopt_listing()
 
-    # ---- resources and prompts -----------------------------------------------------------------
-
-    async def list_resources(self) -> tuple[McpResource, ...]:
-        """Every resource the server lists (all pages).
-
-        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
-        """
-        pages = await self._pages("resources/list", _list_resources, "resources")
-        return tuple(McpResource.from_json(item) for item in pages)
-
-    async def read_resource(self, uri: str) -> tuple[McpResourceContents, ...]:
-        """The contents of the resource at ``uri``: text, or base64 blobs as the server sent them.
-
-        Raises :class:`McpRequestError`, also when the contents are over ``max_result_bytes``.
-        Cancellation: the request is abandoned; nothing changes.
-        """
-        if not _text(uri):
-            raise ValueError(f"read_resource: uri must be a non-empty str, got {uri!r}")
-        result = await self._request("resources/read", lambda s: s.read_resource(uri), uri=uri)
-        raw = _dump(result)
-        self._check_size("resources/read", raw)
-        return tuple(McpResourceContents.from_json(c) for c in raw.get("contents") or ())
-
-    async def list_prompts(self) -> tuple[McpPrompt, ...]:
-        """Every prompt the server lists (all pages).
-
-        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
-        """
-        pages = await self._pages("prompts/list", _list_prompts, "prompts")
-        return tuple(McpPrompt.from_json(item) for item in pages)
-
-    async def _pages(self, method: str, fetch: Any, field: str) -> list[dict[str, Any]]:
-        """Every item of a paginated listing (at most ``_MAX_PAGES`` pages), as plain JSON.
-
-        Cancellation: the request in flight is abandoned.
-        """
-        import mcp_types as types
-
-        found: list[dict[str, Any]] = []
-        cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await self._request(method, partial(fetch, params=params))
-            found.extend(_dump(item) for item in getattr(page, field))
-            cursor = page.next_cursor
-            if not cursor:
-                break
-        return found
-
-    async def get_prompt(
-        self, name: str, arguments: Mapping[str, str] | None = None
-    ) -> McpPromptResult:
-        """The prompt ``name`` rendered by the server with ``arguments`` (strings).
-
-        Raises :class:`McpRequestError`, also when the result is over ``max_result_bytes``.
-        Cancellation: the request is abandoned; nothing changes.
-        """
-        if not _text(name):
-            raise ValueError(f"get_prompt: name must be a non-empty str, got {name!r}")
-        args = dict(arguments or {})
-        if not all(_text(k, empty=True) and _text(v, empty=True) for k, v in args.items()):
-            raise TypeError("get_prompt: arguments must map str to str")
-        result = await self._request(
-            "prompts/get", lambda s: s.get_prompt(name, args), prompt=name, arguments=args
-        )
-        raw = _dump(result)
-        self._check_size("prompts/get", raw)
-        return McpPromptResult.from_json(raw)
-
     # ---- internals: requests -------------------------------------------------------------------
-
-    def _check_size(self, method: str, raw: Any) -> None:
-        limit = self.server.limits.max_result_bytes
-        size = encoded_size(raw)
-        if size > limit:
-            raise McpRequestError(
-                self.server.name,
-                method,
-                f"the answer is {size} bytes, over the limit of {limit} bytes (max_result_bytes)",
-            )
 
     async def _request(
         self,
@@ -380,58 +280,57 @@ class McpConnection:
         if self._lost is None:
             self._lost = reason
             self._changed.set()
+            self._relistings.wake()
 
     # ---- internals: tools ----------------------------------------------------------------------
 
-    async def _list_tools(self) -> list[dict[str, Any]]:
-        import mcp_types as types
+    async def _list_tools(self) -> tuple[list[dict[str, Any]], list[SkippedTool]]:
+        """Every page of the server's tools: the valid ones, and the ones skipped (see
+        ``_listing``: the answer is read raw and each tool checked on its own).
 
+        Cancellation: the request in flight is abandoned.
+        """
         found: list[dict[str, Any]] = []
+        skipped: list[SkippedTool] = []
         cursor: str | None = None
-        for _ in range(_MAX_PAGES):
-            params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
-            page = await self._request("tools/list", partial(_list_tools, params=params))
-            found.extend(_dump(tool) for tool in page.tools)
-            cursor = page.next_cursor
+        for _ in range(MAX_PAGES):
+            raw = await self._request("tools/list", partial(self._raw_tools_page, cursor))
+            try:
+                tools, cursor = tool_page(raw)
+            except NotAListing as exc:
+                raise McpRequestError(self.server.name, "tools/list", str(exc)) from None
+            valid, invalid = checked_tools(tools)
+            found.extend(valid)
+            skipped.extend(invalid)
             if not cursor:
                 break
-        return found
+        return found, skipped
+
+    async def _raw_tools_page(self, cursor: str | None, _: ClientSession) -> dict[str, Any]:
+        """One ``tools/list`` answer as the server sent it, past the SDK's check of the answer
+        as a whole (which would refuse every tool for one it rejects).
+
+        Cancellation: the request is abandoned (the server is told).
+        """
+        from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+
+        dispatcher = self._dispatcher
+        assert dispatcher is not None  # set with the session
+        params = {"cursor": cursor} if cursor else None
+        version = self.identity.protocol_version
+        return await dispatcher.send_raw_request(
+            "tools/list", params, {"headers": {MCP_PROTOCOL_VERSION_HEADER: version}}
+        )
 
     async def _adopt_listing(self) -> None:
-        listed = await self._list_tools()
-        self._listing = self._build_listing(listed)
+        listed, skipped = await self._list_tools()
+        server = self.server
+        self._listing, self._shapes = build_listing(
+            server.name, server.prefix, listed, skipped, self._shapes, self._make_tool
+        )
         self._version += 1
         changed, self._changed = self._changed, trio.Event()
         changed.set()
-
-    def _build_listing(self, listed: list[dict[str, Any]]) -> _Listing:
-        server = self.server
-        names = local_names(server.prefix, [str(raw.get("name", "")) for raw in listed])
-        tools: list[Tool[Any, Any]] = []
-        handlers: dict[str, Handler] = {}
-        skipped: list[SkippedTool] = []
-        remote_names: dict[str, str] = {}
-        shapes: dict[tuple[str, str], Tool[Any, Any]] = {}
-        for raw in listed:
-            remote = str(raw.get("name", ""))
-            local = names[remote]
-            key = (local, json.dumps(raw, sort_keys=True))
-            made = self._shapes.get(key)
-            if made is None:
-                try:
-                    shape = tool_shape(server.name, raw)
-                    made = self._make_tool(remote, local, shape)
-                except (UnusableTool, TypeError, ValueError) as exc:
-                    skipped.append(SkippedTool(remote, str(exc)))
-                    continue
-            shapes[key] = made
-            tools.append(made)
-            assert made.handler is not None
-            handlers[local] = made.handler
-            remote_names[local] = remote
-        self._shapes = shapes
-        snapshot = ToolSnapshot(tuple(tools), dict(handlers))
-        return _Listing(tuple(tools), handlers, tuple(skipped), remote_names, snapshot)
 
     def _make_tool(self, remote: str, local: str, shape: ToolShape) -> Tool[Any, Any]:
         approval = self.server.needs_approval
@@ -481,6 +380,44 @@ class McpConnection:
     async def _call(
         self, remote: str, local: str, arguments: dict[str, Any], validator: Any
     ) -> dict[str, Any]:
+        """Call the remote tool; before the result (or the failure) is handed back, settle the
+        re-listing a list-changed notification that came during the call started (module
+        notes), so the engine's next turn sees the changed list.
+
+        Cancellation: the request is abandoned, and a cancelled call waits for nothing.
+        """
+        relistings = self._relistings
+        announced = relistings.announced
+        try:
+            body = await self._exchange(remote, local, arguments, validator)
+        except Exception:
+            await self._settle_relisting(announced)
+            raise
+        await self._settle_relisting(announced)
+        return body
+
+    async def _settle_relisting(self, announced: int) -> None:
+        """Wait, at most ``call_timeout``, until the tools are listed again if a list-changed
+        notification arrived since ``announced`` were counted (at once if none did).
+
+        One scheduling pass first: the SDK hands a notification to ``_handle_message`` in a
+        task it starts *before* it hands over the answer that followed it on the wire, and
+        that task reaches the handler without waiting, so after one pass of the scheduler
+        every notification sent before the answer has been counted.
+
+        Cancellation: a plain wait; cancelling it changes nothing.
+        """
+        await trio.lowlevel.checkpoint()
+        relistings = self._relistings
+        target = relistings.announced
+        if target == announced:
+            return
+        with trio.move_on_after(self.server.limits.call_timeout):
+            await relistings.wait(target, lambda: self._lost is not None)
+
+    async def _exchange(
+        self, remote: str, local: str, arguments: dict[str, Any], validator: Any
+    ) -> dict[str, Any]:
         import mcp_types as types
         from mcp import MCPError
         from pydantic import ValidationError
@@ -521,24 +458,12 @@ class McpConnection:
                     f"the MCP server {server.name!r} answered {local!r} with something that is "
                     f"not a tool result: {exc.error_count()} problem(s)"
                 ) from None
-            raw = _dump(result)
+            raw = dump_model(result)
             if raw.get("isError") is True:
                 raise error_message(local, raw, limits.max_result_bytes)
             body = envelope(self.identity, remote, local, raw, limits.max_result_bytes)
             if validator is not None:
-                if "structured" not in body:
-                    raise OutputSchemaViolation(
-                        "result violates its schema: the tool declares an output schema but "
-                        "sent no structured content"
-                    )
-                errors = sorted(validator.iter_errors(body["structured"]), key=str)
-                if errors:
-                    issues = tuple(i for e in errors[:20] for i in _issues(e))
-                    raise OutputSchemaViolation(
-                        "result violates its schema: "
-                        + "; ".join(f"{i.path}: {i.message}" for i in issues),
-                        issues,
-                    )
+                check_structured(body, validator)
             return body
         raise OutcomeUnknown(
             f"the MCP server {server.name!r} did not answer {local!r} within "
@@ -554,78 +479,38 @@ class McpConnection:
         # JSON-RPC) does not lose the connection by itself: a broken transport closes it, and
         # the calls in flight then fail on their own.
         if isinstance(message, types.ToolListChangedNotification) and self._relist is not None:
-            # When a re-listing is already due, it will see this change too.
+            self._relistings.announce()
+            # When a re-listing is already due, it has not started: it will see this change too.
             with suppress(trio.WouldBlock):
                 self._relist.send_nowait(None)
 
-    def _stderr_tail(self) -> str:
-        log = self._stderr
-        if log is None:
-            return ""
-        try:
-            log.flush()
-            size = log.seek(0, 2)
-            log.seek(max(0, size - _STDERR_TAIL))
-            tail = log.read().strip()
-        except (OSError, ValueError):
-            return ""
-        return f"; it wrote to stderr: ...{tail}" if tail else ""
-
-    async def _transport(self, stack: AsyncExitStack) -> tuple[Any, Any]:
-        server = self.server
-        if isinstance(server, StdioServer):
-            from mcp import StdioServerParameters, stdio_client
-
-            params = StdioServerParameters(
-                command=server.command,
-                args=list(server.args),
-                env=dict(server.env) if server.env is not None else None,
-                cwd=server.cwd,
-            )
-            errlog = self._stderr if self._stderr is not None else sys.stderr
-            streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
-        else:
-            assert isinstance(server, HttpServer)
-            from mcp.client.streamable_http import streamable_http_client
-
-            client = None
-            if server.headers:
-                import httpx2
-
-                client = await stack.enter_async_context(
-                    httpx2.AsyncClient(
-                        headers=dict(server.headers),
-                        timeout=httpx2.Timeout(30.0, read=300.0),
-                    )
-                )
-            streams = await stack.enter_async_context(
-                streamable_http_client(server.url, http_client=client)
-            )
-        return streams[0], streams[1]
-
     async def _host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from mcp import ClientSession
+        from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
         from mcp_types import Implementation
 
         started = False
         send, receive = trio.open_memory_channel[None](1)
         try:
             async with AsyncExitStack() as stack:
-                read, write = await self._transport(stack)
+                errlog = self._stderr if self._stderr is not None else sys.stderr
+                read, write = await open_transport(self.server, stack, errlog)
+                # Our own dispatcher, for the raw tools/list answers (``_raw_tools_page``).
+                dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
                 session = await stack.enter_async_context(
                     ClientSession(
-                        read,
-                        write,
                         message_handler=self._handle_message,
                         client_info=Implementation(name="effectagent", version="0.1.0"),
+                        dispatcher=dispatcher,
                     )
                 )
                 init = await session.initialize()
                 info = init.server_info
                 self._identity = ServerIdentity(info.name, info.version, init.protocol_version)
-                self.capabilities = _dump(init.capabilities)
+                self.capabilities = dump_model(init.capabilities)
                 self.instructions = init.instructions
                 self._session = session
+                self._dispatcher = dispatcher
                 self._relist = send
                 await self._adopt_listing()
                 started = True
@@ -641,15 +526,19 @@ class McpConnection:
             self._mark_lost(f"the connection failed: {type(exc).__name__}: {exc}")
         finally:
             self._session = None
+            self._dispatcher = None
             self._mark_lost("the connection is closed")
             send.close()
             receive.close()
 
     async def _relist_on_change(self, receive: trio.MemoryReceiveChannel[None]) -> None:
+        relistings = self._relistings
         async for _ in receive:
+            covers = relistings.announced
             # On failure the previous listing stays; `lost` says why if the connection is gone.
             with suppress(McpRequestError):
                 await self._adopt_listing()
+            relistings.finished(covers)
 
 
 @asynccontextmanager
@@ -688,13 +577,13 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
                 raise McpConnectError(
                     server.name,
                     f"no handshake and tool listing within {timeout} s (connect_timeout)"
-                    + connection._stderr_tail(),
+                    + stderr_tail(connection._stderr),
                 ) from None
             except McpConnectError:
                 raise
             except Exception as exc:
                 raise McpConnectError(
-                    server.name, _reason(exc) + connection._stderr_tail()
+                    server.name, _reason(exc) + stderr_tail(connection._stderr)
                 ) from exc
             try:
                 yield connection
@@ -704,22 +593,6 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
-
-
-def _text(value: object, *, empty: bool = False) -> bool:
-    return isinstance(value, str) and (empty or bool(value))
-
-
-async def _list_tools(session: ClientSession, *, params: Any) -> Any:
-    return await session.list_tools(params=params)
-
-
-async def _list_resources(session: ClientSession, *, params: Any) -> Any:
-    return await session.list_resources(params=params)
-
-
-async def _list_prompts(session: ClientSession, *, params: Any) -> Any:
-    return await session.list_prompts(params=params)
 
 
 def _reason(exc: BaseException) -> str:

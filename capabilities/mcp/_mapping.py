@@ -27,11 +27,15 @@ from typing import Any
 import attrs
 import jsonschema
 
+from effectagent.ai import OutputSchemaViolation
+from effectagent.effect import SchemaIssue
+
 from ._errors import McpResultTooLarge, McpToolError
 
 __all__ = [
     "ServerIdentity",
     "bounded_text",
+    "check_structured",
     "ToolShape",
     "encoded_size",
     "envelope",
@@ -189,6 +193,30 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
         "title": remote.get("title") or annotations.get("title"),
     }
     return ToolShape(str(description), dict(parameters), success, options, validator)
+
+
+def check_structured(body: Mapping[str, Any], validator: jsonschema.protocols.Validator) -> None:
+    """Check an envelope's structured content against an output schema that could not be bound
+    as the success schema; raises ``OutputSchemaViolation`` naming each problem (at most 20)."""
+    if "structured" not in body:
+        raise OutputSchemaViolation(
+            "result violates its schema: the tool declares an output schema but sent no "
+            "structured content"
+        )
+    errors = sorted(validator.iter_errors(body["structured"]), key=str)
+    if errors:
+        issues = tuple(_issue(error) for error in errors[:20])
+        raise OutputSchemaViolation(
+            "result violates its schema: " + "; ".join(f"{i.path}: {i.message}" for i in issues),
+            issues,
+        )
+
+
+def _issue(error: Any) -> SchemaIssue:
+    path = "$.structured" + "".join(
+        f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+    )
+    return SchemaIssue(path, error.message)
 
 
 def encoded_size(value: Any) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -117,8 +118,6 @@ async def test_an_error_result_is_a_declared_failure(demo: StdioServer) -> None:
 async def test_an_oversize_result_is_a_failure_naming_the_limit(
     demo: StdioServer, call_log: Path
 ) -> None:
-    import attrs
-
     small = attrs.evolve(demo, limits=McpLimits(call_timeout=20, max_result_bytes=4096))
     async with connect(small) as connection:
         big = by_name(connection.tools)["demo_big"]
@@ -169,6 +168,27 @@ async def test_list_changed_is_adopted_as_a_new_snapshot(demo: StdioServer) -> N
         assert (await invoke(by_name(after.tools)["demo_fresh"], {}))["content"][0][
             "text"
         ] == "fresh ran"
+
+
+async def test_a_tool_the_sdk_would_refuse_is_skipped_and_the_others_stay(
+    demo: StdioServer,
+) -> None:
+    """One tool whose input schema is not an object makes the SDK refuse the whole tools/list
+    answer; the connection reads it tool by tool and skips that one alone."""
+    bad = attrs.evolve(demo, env={**(demo.env or {}), "DEMO_BAD_TOOL": "1"})
+    async with connect(bad) as connection:
+        skipped = {tool.name: tool.reason for tool in connection.skipped}
+        assert set(skipped) == {"broken_input", "stringly"}
+        assert skipped["stringly"] == (
+            "its input schema does not describe an object: {'type': 'string'}"
+        )
+        tools = by_name(connection.tools)
+        assert "demo_stringly" not in tools
+        assert len(tools) == 15  # the 17 the server lists, but the two skipped
+        echoed = await invoke(tools["demo_echo"], {"text": "still offered"})
+        assert echoed["content"][0]["text"] == "still offered"
+        await connection.refresh()  # a listing again reads it tool by tool
+        assert {tool.name for tool in connection.skipped} == {"broken_input", "stringly"}
 
 
 async def test_closing_stops_the_server_process(demo: StdioServer) -> None:

@@ -13,9 +13,15 @@ import trio
 from capabilities.approval import ApprovalRule, PolicyApproval
 from capabilities.authorization import AccessRule, PolicyAuthorization
 from capabilities.mcp import McpConnection, McpLimits, StdioServer, connect
-from effectagent import Agent, AgentPolicy, open_runtime
+from effectagent import Agent, AgentPolicy, Toolkit, open_runtime, tool
 from effectagent.ai import ModelRequest, ToolAnnotations
-from effectagent.core import ToolFailure, ToolInvalidInput, ToolSuccess, ToolUnknownOutcome
+from effectagent.core import (
+    ToolFailure,
+    ToolInvalidInput,
+    ToolRejected,
+    ToolSuccess,
+    ToolUnknownOutcome,
+)
 from effectagent.engine import RunResult
 from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
@@ -189,6 +195,111 @@ async def test_a_changed_tool_list_reaches_the_next_turn_never_the_batch(
     assert "demo_fresh" not in seen[0]
     assert "demo_fresh" in seen[2]
     assert [c["name"] for c in calls(call_log)] == ["add_tool", "echo", "fresh"]
+
+
+async def test_a_tool_added_during_a_call_is_offered_on_the_very_next_turn(
+    demo: StdioServer, call_log: Path
+) -> None:
+    """The server announces its changed list during the call that changed it; the call returns
+    only once the new list is adopted, so the next turn's snapshot has the new tool — no waiting
+    in between. Three times over, so a lucky race cannot pass for the guarantee."""
+    agent = agent_of(demo)
+    names = ["first", "second", "third"]
+
+    async with connect(demo) as connection:
+        seen: list[set[str]] = []
+
+        async def respond(request: ModelRequest) -> Turn:
+            seen.append({tool.name for tool in request.tools})
+            turn = len(seen)
+            if turn == 1:
+                return Turn.tool_calls(("demo_add_tool", {"name": names[0]}))
+            if turn <= len(names):
+                # The tool the previous turn added, and the next one.
+                return Turn.tool_calls(
+                    (f"demo_{names[turn - 2]}", {}), ("demo_add_tool", {"name": names[turn - 1]})
+                )
+            if turn == len(names) + 1:
+                return Turn.tool_calls((f"demo_{names[-1]}", {}))
+            return Turn.text("done")
+
+        model = FunctionModel(respond)
+        async with open_runtime(connection.layer() + model.as_layer(), agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Add tools and use each at once.")
+        assert connection.version == 1 + len(names)
+    for turn, name in enumerate(names, start=1):
+        assert f"demo_{name}" not in seen[turn - 1]
+        assert f"demo_{name}" in seen[turn]  # the very next turn offers it
+    assert all(isinstance(outcome, ToolSuccess) for outcome in result.outcomes)
+    assert [c["name"] for c in calls(call_log)] == [
+        "add_tool",
+        "first",
+        "add_tool",
+        "second",
+        "add_tool",
+        "third",
+    ]
+
+
+async def test_rules_on_annotations_judge_an_agents_mcp_tools_and_local_tools_alike(
+    demo: StdioServer, call_log: Path
+) -> None:
+    """``ApprovalRule.approve(readonly=True)`` for an agent whose tools come from an MCP server
+    and from its own toolkit: each request carries its tool, so the server's hints are judged
+    like a local tool's annotations — and a parameter rule reads an MCP call's arguments."""
+
+    @tool(readonly=True, needs_approval=True)
+    async def local_notes(topic: str) -> str:
+        """Read the local notes.
+
+        Args:
+            topic: What about.
+        """
+        return f"notes on {topic}"
+
+    guarded = attrs.evolve(demo, needs_approval=True)  # every server tool asks
+    agent = Agent(
+        "mixed",
+        "Use every tool.",
+        POLICY,
+        Toolkit(local_notes),
+        tool_sources=(guarded.key,),
+    )
+    approval = PolicyApproval(
+        [
+            ApprovalRule.approve(readonly=True, name="reads"),
+            ApprovalRule.approve(
+                tools="demo_delete_item", when=lambda p: p["id"] == "scratch", name="scratch"
+            ),
+        ],
+        agents=[agent],
+    )
+    async with connect(guarded) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(
+                    ("demo_echo", {"text": "hi"}),
+                    ("local_notes", {"topic": "oslo"}),
+                    ("demo_delete_item", {"id": "scratch"}),
+                    ("demo_delete_item", {"id": "prod"}),
+                ),
+                Turn.text("done"),
+            ],
+            approval=approval.layer(),
+            handlers=agent.toolkit.handlers(),
+        )
+    echo, local, scratch, prod = result.outcomes
+    assert isinstance(echo, ToolSuccess)
+    assert isinstance(local, ToolSuccess)
+    assert isinstance(scratch, ToolSuccess)
+    assert isinstance(prod, ToolRejected)
+    assert prod.reason == "approval denied: no rule matched: the default is to deny"
+    assert [(c["name"], c["arguments"]) for c in calls(call_log)] == [
+        ("echo", {"text": "hi"}),
+        ("delete_item", {"id": "scratch"}),
+    ]
 
 
 async def test_authorization_applies_to_each_mcp_tool(demo: StdioServer, call_log: Path) -> None:

@@ -1,9 +1,10 @@
 """A small MCP server written with the SDK's low-level ``Server``, for the MCP client's tests.
 
 Run as ``python demo.py stdio`` (over its stdin/stdout) or ``python demo.py http FD`` (streamable
-HTTP on a listening socket the test bound). Every ``tools/call`` it receives is appended, as one JSON line, to the file
-named by the environment variable ``DEMO_CALL_LOG`` (when set), so a test can prove what did — or
-did not — reach the server. Its tools cover each case the client maps: text, structured output
+HTTP on a listening socket the test bound). Every ``tools/call`` it receives is appended, as one
+JSON line, to the file named by the environment variable ``DEMO_CALL_LOG`` (when set), so a test
+can prove what did — or did not — reach the server; ``DEMO_BAD_TOOL`` adds a tool whose input
+schema is not an object. Its tools cover each case the client maps: text, structured output
 (valid and not), media and resources, an error result, a large result, a call that never answers,
 a call that kills the server, and a call that changes the tool list.
 """
@@ -20,6 +21,7 @@ import mcp_types as types
 from mcp import MCPError
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 # A 1x1 transparent PNG.
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -105,6 +107,23 @@ BASE_TOOLS = [
 ]
 
 tools: list[types.Tool] = list(BASE_TOOLS)
+
+# With DEMO_BAD_TOOL set, the server says its tool ``stringly`` takes a string, not an object:
+# the SDK's client refuses a tools/list answer holding such a tool as a whole, and its server
+# refuses to send one, so the answer is changed on its way out (``_spoil``) — as a server written
+# with another SDK, or none, sends it.
+BAD = os.environ.get("DEMO_BAD_TOOL") is not None
+if BAD:
+    tools.append(_tool("stringly", "Its input schema describes a string, not an object."))
+
+
+def _spoil(message: SessionMessage) -> SessionMessage:
+    inner = message.message
+    if isinstance(inner, types.JSONRPCResponse) and isinstance(inner.result.get("tools"), list):
+        for listed in inner.result["tools"]:
+            if listed.get("name") == "stringly":
+                listed["inputSchema"] = {"type": "string"}
+    return message
 
 
 def _log_call(ctx: Any, name: str, arguments: dict[str, Any] | None) -> None:
@@ -278,7 +297,20 @@ server: Server[Any] = Server(
 async def serve_stdio() -> None:
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with stdio_server() as (read, write):
-        await server.run(read, write, options)
+        if not BAD:
+            await server.run(read, write, options)
+            return
+        send, sent = anyio.create_memory_object_stream[SessionMessage](0)
+
+        async def forward() -> None:
+            async with sent:
+                async for message in sent:
+                    await write.send(_spoil(message))
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(forward)
+            async with send:
+                await server.run(read, send, options)
 
 
 def serve_http(fd: int) -> None:

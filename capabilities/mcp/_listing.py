@@ -1,0 +1,186 @@
+"""A server's tool listing, read tool by tool, and the bookkeeping of re-listings.
+
+**One bad tool is one skipped tool.** The SDK validates a ``tools/list`` answer as a whole: one
+tool it rejects (an input schema that is not an object, a name that is not a string) fails the
+whole answer, and every good tool with it. So the connection asks for the raw answer
+(:func:`tool_page` checks only its frame: a list of tools and an optional cursor) and validates
+each tool on its own (:func:`checked_tools`): a tool the SDK's tool model rejects becomes a
+:class:`SkippedTool` with the reason, and the others stay. :func:`build_listing` then maps each
+tool to a dynamic ``Tool`` — a tool that cannot become one is skipped too.
+
+**Re-listings a call waits for.** :class:`Relistings` counts the server's
+``notifications/tools/list_changed`` as they arrive and which of them the latest finished
+re-listing covers, so a tool call whose answer came after such a notification can wait until the
+new list is adopted (or the attempt failed) before it returns — see ``McpConnection``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, final
+
+import attrs
+import trio
+
+from effectagent.ai import Handler, Tool, ToolSnapshot
+
+from ._mapping import ToolShape, UnusableTool, local_names, tool_shape
+from ._results import SkippedTool
+
+__all__ = [
+    "EMPTY",
+    "Listing",
+    "NotAListing",
+    "Relistings",
+    "build_listing",
+    "checked_tools",
+    "tool_page",
+]
+
+_MAX_PROBLEMS = 3
+
+
+@attrs.frozen
+class Listing:
+    """One adopted tool listing: tools in the server's order, handlers by tool name, and the
+    tools that could not be offered."""
+
+    tools: tuple[Tool[Any, Any], ...]
+    handlers: Mapping[str, Handler]
+    skipped: tuple[SkippedTool, ...]
+    remote_names: Mapping[str, str]
+    snapshot: ToolSnapshot
+
+
+EMPTY = Listing((), {}, (), {}, ToolSnapshot())
+
+
+class NotAListing(Exception):
+    """A ``tools/list`` answer that is not a tool listing; the message says why."""
+
+
+def tool_page(raw: object) -> tuple[list[Any], str | None]:
+    """The tools of one raw ``tools/list`` answer (each still unchecked) and the next page's
+    cursor. Raises :class:`NotAListing` when the answer is not a tool listing."""
+    if not isinstance(raw, Mapping):
+        raise NotAListing("the answer to tools/list is not a JSON object")
+    tools = raw.get("tools")
+    if not isinstance(tools, list):
+        raise NotAListing("the answer to tools/list has no list of tools")
+    cursor = raw.get("nextCursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise NotAListing("the answer to tools/list has a cursor that is not a string")
+    return tools, cursor or None
+
+
+def _name_of(raw: object) -> str:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return name if isinstance(name, str) else "(unnamed)"
+
+
+def checked_tools(raw_tools: list[Any]) -> tuple[list[dict[str, Any]], list[SkippedTool]]:
+    """Each raw tool validated on its own by the SDK's tool model: the valid ones in their JSON
+    form (the protocol's field names, nothing empty), and the others as skipped, with why."""
+    import mcp_types as types
+    from pydantic import ValidationError
+
+    valid: list[dict[str, Any]] = []
+    skipped: list[SkippedTool] = []
+    for raw in raw_tools:
+        try:
+            tool = types.Tool.model_validate(raw, by_name=False)
+        except ValidationError as exc:
+            skipped.append(SkippedTool(_name_of(raw), _invalid(exc)))
+            continue
+        valid.append(tool.model_dump(by_alias=True, mode="json", exclude_none=True))
+    return valid, skipped
+
+
+def _invalid(error: Any) -> str:
+    problems = error.errors(include_url=False, include_input=False)
+    shown = "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or 'the tool'}: {problem['msg']}"
+        for problem in problems[:_MAX_PROBLEMS]
+    )
+    more = len(problems) - _MAX_PROBLEMS
+    rest = f" (and {more} more)" if more > 0 else ""
+    return f"its definition is not a valid MCP tool: {shown}{rest}"
+
+
+def build_listing(
+    server: str,
+    prefix: str | None,
+    listed: list[dict[str, Any]],
+    skipped: list[SkippedTool],
+    made: Mapping[tuple[str, str], Tool[Any, Any]],
+    make_tool: Callable[[str, str, ToolShape], Tool[Any, Any]],
+) -> tuple[Listing, dict[tuple[str, str], Tool[Any, Any]]]:
+    """The listing of the valid tools ``listed`` (``skipped`` already left out), and the tools
+    made, by (local name, definition), for the next listing: a tool whose definition did not
+    change is taken from ``made``, so it keeps its identity (and its handler key)."""
+    names = local_names(prefix, [str(raw.get("name", "")) for raw in listed])
+    tools: list[Tool[Any, Any]] = []
+    handlers: dict[str, Handler] = {}
+    unusable = list(skipped)
+    remote_names: dict[str, str] = {}
+    kept: dict[tuple[str, str], Tool[Any, Any]] = {}
+    for raw in listed:
+        remote = str(raw.get("name", ""))
+        local = names[remote]
+        key = (local, json.dumps(raw, sort_keys=True))
+        tool = made.get(key)
+        if tool is None:
+            try:
+                tool = make_tool(remote, local, tool_shape(server, raw))
+            except (UnusableTool, TypeError, ValueError) as exc:
+                unusable.append(SkippedTool(remote, str(exc)))
+                continue
+        kept[key] = tool
+        tools.append(tool)
+        assert tool.handler is not None
+        handlers[local] = tool.handler
+        remote_names[local] = remote
+    snapshot = ToolSnapshot(tuple(tools), dict(handlers))
+    listing = Listing(tuple(tools), handlers, tuple(unusable), remote_names, snapshot)
+    return listing, kept
+
+
+@final
+class Relistings:
+    """The server's list-changed notifications and the re-listings that answer them.
+
+    ``announced`` counts the notifications received; ``covered`` is how many of them the
+    latest finished re-listing covers — the count when it started, so a notification that
+    arrives while one is under way is covered only by the next. Waiters are woken whenever a
+    re-listing finishes (adopted or failed) and when the connection is lost (:meth:`wake`).
+    """
+
+    __slots__ = ("_finished", "announced", "covered")
+
+    def __init__(self) -> None:
+        self.announced = 0
+        self.covered = 0
+        self._finished = trio.Event()
+
+    def announce(self) -> None:
+        """A notification arrived."""
+        self.announced += 1
+
+    def finished(self, covers: int) -> None:
+        """A re-listing that started when ``covers`` notifications had arrived has finished."""
+        self.covered = max(self.covered, covers)
+        self.wake()
+
+    def wake(self) -> None:
+        """Wake every waiter to look again (a re-listing finished, the connection was lost)."""
+        finished, self._finished = self._finished, trio.Event()
+        finished.set()
+
+    async def wait(self, target: int, gone: Callable[[], bool]) -> None:
+        """Return once a finished re-listing covers ``target`` notifications, or ``gone()``.
+
+        Cancellation: a plain wait; cancelling it changes nothing.
+        """
+        while self.covered < target and not gone():
+            await self._finished.wait()
