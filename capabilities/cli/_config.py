@@ -32,7 +32,8 @@ An example (every table is optional)::
     command = "python"                   # a server started over stdio …
     args = ["server.py"]
     # url = "http://127.0.0.1:9000/mcp"  # … or reached over streamable HTTP
-    approval = "unless-readonly"         # or "always", "never"
+    approval = "unless-readonly"         # or "always", "never" (default: "always" for a url)
+    prefix = true                        # tools are files_<name>; false, or another prefix
 
     [skills]
     paths = ["~/skills"]
@@ -41,6 +42,7 @@ An example (every table is optional)::
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,6 +64,8 @@ __all__ = [
 ]
 
 McpApproval = Literal["always", "never", "unless-readonly"]
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
 class ConfigError(Exception):
@@ -105,9 +109,26 @@ class CodeModeConfig:
     executor: Literal["deno", "deno-unisolated"] = "deno"
 
 
+def _default_approval(server: McpConfig) -> McpApproval:
+    """A server over the network is asked about every call: what it says of its tools
+    (``readOnlyHint``) is its own claim. A command the configuration starts is trusted that far."""
+    return "always" if server.url is not None else "unless-readonly"
+
+
+def name_prefix(name: str) -> str:
+    """The prefix a server's name gives its tools: letters, digits, ``_`` and ``-`` (anything
+    else becomes ``_``), at most 32 characters."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:32] or "mcp"
+
+
 @attrs.frozen
 class McpConfig:
-    """One ``[[mcp]]`` server: a ``command`` (stdio) or a ``url`` (streamable HTTP)."""
+    """One ``[[mcp]]`` server: a ``command`` (stdio) or a ``url`` (streamable HTTP).
+
+    ``approval`` defaults to ``"always"`` for a ``url``, ``"unless-readonly"`` for a ``command``.
+    ``prefix``: True starts each of its tool names with the server's name (``notes_lookup``),
+    False not at all, a string with that string.
+    """
 
     name: str
     command: str | None = None
@@ -115,7 +136,15 @@ class McpConfig:
     env: Mapping[str, str] = attrs.field(factory=dict)
     cwd: Path | None = None
     url: str | None = None
-    approval: McpApproval = "unless-readonly"
+    approval: McpApproval = attrs.field(default=attrs.Factory(_default_approval, takes_self=True))
+    prefix: bool | str = True
+
+    @property
+    def tool_prefix(self) -> str | None:
+        """What starts each of its tool names (None: nothing)."""
+        if self.prefix is True:
+            return name_prefix(self.name)
+        return self.prefix or None
 
 
 @attrs.frozen
@@ -336,6 +365,13 @@ def _mcp_servers(path: Path, data: object) -> tuple[McpConfig, ...]:
     for name in names:
         if names.count(name) > 1:
             raise ConfigError(f"{path}: two [[mcp]] servers are named {name!r}")
+    prefixes = [server.tool_prefix for server in servers if server.tool_prefix is not None]
+    for prefix in prefixes:
+        if prefixes.count(prefix) > 1:
+            raise ConfigError(
+                f"{path}: two [[mcp]] servers prefix their tools with {prefix!r}: give one "
+                "another name or prefix"
+            )
     return servers
 
 
@@ -352,7 +388,12 @@ def _mcp(path: Path, index: int, data: object) -> McpConfig:
             raise table.error(f"{table.name('env')}.{key} must be a string, got {_kind(value)}")
         env[key] = value
     cwd = table.path("cwd")
-    approval = table.choice("approval", ("always", "never", "unless-readonly"), "unless-readonly")
+    approval = (
+        table.choice("approval", ("always", "never", "unless-readonly"), "always")
+        if "approval" in table.data
+        else None  # the default, by the kind of server
+    )
+    prefix = _prefix(table)
     table.done()
     if name is None:
         raise table.error(f"{table.where} needs a name")
@@ -360,7 +401,25 @@ def _mcp(path: Path, index: int, data: object) -> McpConfig:
         raise table.error(f"{table.where} ({name}) needs exactly one of command and url")
     if url is not None and (args or env or cwd is not None):
         raise table.error(f"{table.where} ({name}): args, env and cwd apply to a command only")
-    return McpConfig(name, command, args, env, cwd, url, approval)
+    server = McpConfig(name, command, args, env, cwd, url, prefix=prefix)
+    return server if approval is None else attrs.evolve(server, approval=approval)
+
+
+def _prefix(table: _Table) -> bool | str:
+    """``prefix``: true (the default), false, or a prefix of 1-32 letters, digits, _ or -."""
+    table.seen.add("prefix")
+    value = table.data.get("prefix", True)
+    if isinstance(value, bool):
+        return value
+    if not isinstance(value, str):
+        raise table.error(
+            f"{table.name('prefix')} must be true, false or a string, got {_kind(value)}"
+        )
+    if not _PREFIX.match(value):
+        raise table.error(
+            f"{table.name('prefix')} must be 1-32 letters, digits, '_' or '-', got {value!r}"
+        )
+    return value
 
 
 def _skills(path: Path, data: object) -> tuple[Path, ...]:

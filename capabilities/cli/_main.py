@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import stat
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
@@ -23,6 +26,9 @@ from effectagent.providers import model_settings
 
 from ._approval import SessionApproval
 from ._config import Config, ConfigError, config_path, load_config, state_dir
+from ._console import Channel, Console
+from ._errors import sentence
+from ._sanitize import visible
 from ._session import (
     EXIT_COMPLETED,
     EXIT_FAILED,
@@ -66,12 +72,14 @@ config file (TOML; every table optional, unknown keys are errors):
                read-write)
   [code_mode]  executor = "deno"        (run_program over the readonly tools)
   [[mcp]]      name = "notes"   command = "python"   args = ["server.py"]   (or url = "http://…")
-               approval = "unless-readonly"   (or "always", "never")
+               approval = "unless-readonly"   (or "always", "never"; a url: "always" by default)
+               prefix = true   (tools named notes_<tool>; false, or a prefix of your own)
   [skills]     paths = ["~/skills"]
 
 environment:
   EFFECTAGENT_MODEL   the model when --model is not given
-  XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/)
+  XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/),
+                      a directory only you may read (0700)
   XDG_CONFIG_HOME     the config file is $XDG_CONFIG_HOME/effectagent/config.toml (else ~/.config/…)
   NO_COLOR            no colors (as --color never)
 """
@@ -218,21 +226,50 @@ class _Opened:
     runtime: Runtime
     agent: Agent
     approval: SessionApproval
+    notes: tuple[str, ...]
 
-    def session(self, color: bool, named: NamedSession | None, **options: bool) -> TerminalSession:
-        """The terminal session over this runtime (stdout and stderr; ``options`` as for
-        :class:`TerminalSession`)."""
-        return TerminalSession(
+    def session(
+        self, console: Console, named: NamedSession | None, **options: bool
+    ) -> TerminalSession:
+        """The terminal session over this runtime (``options`` as for :class:`TerminalSession`);
+        the notes of opening it are shown on its screen first."""
+        session = TerminalSession(
             self.runtime,
             self.agent,
             self.approval,
             self.runtime.context.get(SteeringService),
-            out=sys.stdout,
-            err=sys.stderr,
-            color=color,
+            console=console,
             named=named,
             **options,
         )
+        screen = (
+            console.err if options.get("json_events") or options.get("answer_only") else console.out
+        )
+        for note in self.notes:
+            screen.line(f"note: {note}")
+        return session
+
+
+def private_directory(path: Path, *, tighten: bool) -> None:
+    """Make ``path`` and the parents it lacks as directories only their owner may use (0700).
+    With ``tighten``, an existing ``path`` of ours that others may use is made 0700 too."""
+    missing: list[Path] = []
+    at = path
+    while not at.exists() and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(0o700)
+        except FileExistsError:  # made meanwhile (another process): it is not ours to change
+            continue
+        directory.chmod(0o700)  # the umask may have taken more away; nothing else can add
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path} is not a directory")
+    if tighten:
+        status = path.stat()
+        if status.st_uid == os.getuid() and status.st_mode & 0o077:
+            path.chmod(stat.S_IMODE(status.st_mode) & 0o700)
 
 
 @asynccontextmanager
@@ -247,15 +284,18 @@ async def _open(
     model = _model(args, config, environ)
     directory = state_dir(args.state_dir, environ)
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        # Sessions hold what was said and done: for the user alone. A directory given with
+        # --state-dir is made so when it is new, the default one always.
+        private_directory(directory, tighten=not args.state_dir)
     except OSError as exc:
         raise Unavailable(
-            f"the state directory {directory} cannot be made: {exc.strerror}"
+            f"the state directory {directory} cannot be made: {exc.strerror or exc}"
         ) from None
     approval = SessionApproval(ask=ask)
     opened = False
     try:
         async with open_tools(config) as tooling:
+            approval.origin = tooling.origin
             policy = AgentPolicy(
                 max_turns=config.agent.max_turns,
                 max_tool_calls=config.agent.max_tool_calls,
@@ -278,7 +318,7 @@ async def _open(
                 layer = layer + tooling.layer
             async with open_runtime(layer, agents=[agent], secrets=model.secrets) as runtime:
                 opened = True
-                yield _Opened(runtime, agent, approval)
+                yield _Opened(runtime, agent, approval, tooling.notes)
     except Exception as exc:
         if opened or isinstance(exc, UsageError | ConfigError | Unavailable):
             raise
@@ -286,13 +326,15 @@ async def _open(
 
 
 def _describe(exc: BaseException) -> str:
+    """Why the command could not start, as a sentence (never a repr)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    message = getattr(exc, "message", None)
-    text = message if isinstance(message, str) and message else str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        return "cannot start: " + "; ".join(sentence(inner) for inner in exc.exceptions)
+    text = sentence(exc)
     if isinstance(exc, AuthenticationFailed):
         text = text.replace("pass api_key=... or ", "") + " (or name another with --api-key-env)"
-    return f"cannot start: {type(exc).__name__}: {text}"
+    return f"cannot start: {text}"
 
 
 def _session_name(args: argparse.Namespace) -> str | None:
@@ -313,10 +355,9 @@ async def _new_name(store: SessionStore[Any], base: str) -> str:
     return name
 
 
-async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+async def _chat(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent chat``. Cancellation: a run going is interrupted, then all is closed."""
     given = _session_name(args)
-    color = _color(args.color, sys.stdout, environ)
     async with _open(args, environ, ask=True) as opened:
         store = opened.runtime.context[SessionStoreService]
         name = given or await _new_name(store, time.strftime("chat-%Y%m%d-%H%M%S"))
@@ -326,31 +367,30 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
         else:
             intro = f"session {name} (resume it with --session {name})"
-        print(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session", flush=True)
-        return await opened.session(color, named).chat(sys.stdin)
+        console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
+        return await opened.session(console, named).chat(sys.stdin)
 
 
-async def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent run``. Cancellation: the run is interrupted, then all is closed."""
     if not args.prompt.strip():
         raise UsageError("the prompt is empty")
     name = _session_name(args)
     interactive = sys.stdin.isatty()
-    color = _color(args.color, sys.stderr, environ)
     async with _open(args, environ, ask=interactive) as opened:
         named = None
         if name is not None:
             named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
-        session = opened.session(color, named, json_events=args.json, answer_only=not args.json)
+        session = opened.session(console, named, json_events=args.json, answer_only=not args.json)
         return await session.run(args.prompt, sys.stdin if interactive else None)
 
 
-async def _sessions(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions``. Cancellation: reads only; nothing changes."""
     directory = state_dir(args.state_dir, environ)
     path = directory / DATABASE
     if not path.is_file():
-        print(f"no sessions yet (they are kept in {path})")
+        console.out.line(f"no sessions yet (they are kept in {path})")
         return EXIT_COMPLETED
     try:
         async with open_runtime(sqlite_storage(path)) as runtime:
@@ -358,7 +398,7 @@ async def _sessions(args: argparse.Namespace, environ: Mapping[str, str]) -> int
     except Exception as exc:
         raise Unavailable(_describe(exc)) from None
     if not found:
-        print(f"no sessions yet (they are kept in {path})")
+        console.out.line(f"no sessions yet (they are kept in {path})")
         return EXIT_COMPLETED
     found.sort(key=lambda session: session.updated_at, reverse=True)
     rows = [("NAME", "CONVERSATION", "UPDATED", "RUNS")]
@@ -366,27 +406,65 @@ async def _sessions(args: argparse.Namespace, environ: Mapping[str, str]) -> int
         updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(session.updated_at))
         runs = runs_of(session)
         conversation = session.conversations[-1] if session.conversations else "-"
-        rows.append((session.name, conversation, updated, "-" if runs is None else str(runs)))
+        name = visible(session.name)  # escaped before it is measured
+        rows.append((name, visible(conversation), updated, "-" if runs is None else str(runs)))
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        print("  ".join([*cells, row[3]]))
+        console.out.line("  ".join([*cells, row[3]]))
     return EXIT_COMPLETED
 
 
+class _LibraryLogs(logging.Handler):
+    """What the libraries under the command log at WARNING and above (the MCP SDK, HTTP
+    clients), through the console: escaped like everything else, and waiting while a prompt
+    does. effectagent's own logs stay quiet, as the library leaves them."""
+
+    def __init__(self, channel: Channel) -> None:
+        super().__init__(logging.WARNING)
+        self._channel = channel
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("effectagent")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._channel.line(f"effectagent: {record.name}: {record.getMessage()}")
+        except Exception:  # a log line must never break the command
+            self.handleError(record)
+
+
+@contextmanager
+def _library_logs(channel: Channel) -> Iterator[None]:
+    handler = _LibraryLogs(channel)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``effectagent`` command; returns its exit status (see ``effectagent --help``)."""
+    """The ``effectagent`` command; returns its exit status (see ``effectagent --help``).
+
+    Everything it writes goes through one console (``_console``), which escapes what a terminal
+    would obey or hide."""
     args = _parser().parse_args(argv)
     environ = dict(os.environ)
     command = {"chat": _chat, "run": _run, "sessions": _sessions}[args.command]
-    try:
-        return trio.run(command, args, environ)
-    except (UsageError, ConfigError) as exc:
-        print(f"effectagent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except Unavailable as exc:
-        print(f"effectagent: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except KeyboardInterrupt:
-        print("effectagent: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    screen = sys.stderr if args.command == "run" else sys.stdout
+    color = _color(getattr(args, "color", "never"), screen, environ)
+    console = Console(sys.stdout, sys.stderr, color=color)
+    with _library_logs(console.err):
+        try:
+            return trio.run(command, args, environ, console)
+        except (UsageError, ConfigError) as exc:
+            console.err.line(f"effectagent: {exc}")
+            return EXIT_USAGE
+        except Unavailable as exc:
+            console.err.line(f"effectagent: {exc}")
+            return EXIT_UNAVAILABLE
+        except KeyboardInterrupt:
+            console.err.line("effectagent: interrupted")
+            return EXIT_INTERRUPTED

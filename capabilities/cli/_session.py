@@ -22,21 +22,20 @@ from effectagent.core import (
     TERMINAL_EVENTS,
     ApprovalRequested,
     EventBase,
-    ModelStarted,
     RunCompleted,
     RunFailed,
     RunInterrupted,
     RunStarted,
     RunSuspended,
     TextDelta,
-    ToolCallStarted,
-    TurnCompleted,
-    TurnStarted,
 )
 from effectagent.effect import TaggedError
 from effectagent.engine import RunStream, Runtime
 
 from ._approval import ApprovalPrompt, SessionApproval
+from ._console import Console, Styled, Text
+from ._errors import steering_rejection
+from ._sanitize import json_safe
 from ._sessions import NamedSession
 from .render import Timeline
 
@@ -55,14 +54,6 @@ EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_SUSPENDED = 4
 EXIT_INTERRUPTED = 130  # the shell's convention for "ended by SIGINT"
-
-_STYLE_PROMPT = "\x1b[1m"
-_STYLE_NOTE = "\x1b[2m"
-_RESET = "\x1b[0m"
-
-
-#: Events the timeline shows nothing for.
-_SILENT = (TurnStarted, ModelStarted, ToolCallStarted, TurnCompleted)
 
 
 def exit_status(terminal: EventBase | None) -> int:
@@ -98,8 +89,10 @@ def _plain(value: Any) -> Any:
 
 
 def event_json(event: EventBase) -> str:
-    """One event as one line of JSON: ``{"type": "<EventClass>", <its fields>...}``."""
-    return json.dumps(_plain(event), ensure_ascii=False, separators=(",", ":"))
+    """One event as one line of JSON: ``{"type": "<EventClass>", <its fields>...}``. Every
+    character a terminal would obey or not show is a JSON escape (``\\u001b``, ``\\u202e``):
+    the line parses to the same values, and shows as it is on a terminal."""
+    return json_safe(json.dumps(_plain(event), ensure_ascii=False, separators=(",", ":")))
 
 
 async def _read_lines(send: trio.MemorySendChannel[str | None], stream: TextIO) -> None:
@@ -120,10 +113,11 @@ async def _read_lines(send: trio.MemorySendChannel[str | None], stream: TextIO) 
 class TerminalSession:
     """Runs of ``agent`` in ``runtime`` on a terminal (see the module notes).
 
-    ``out`` gets the timeline, or one JSON object per event with ``json_events`` (prompts then go
-    to ``err``). ``named`` is the session the runs continue and are recorded in (None: a new
-    conversation, not named). With ``answer_only`` the answer's text goes to ``out`` and every
-    other event to ``err``'s timeline (``effectagent run``).
+    Everything shown goes through ``console`` (escaped; held while an approval prompt waits).
+    Its ``out`` gets the timeline, or one JSON object per event with ``json_events`` (prompts
+    then go to ``err``). ``named`` is the session the runs continue and are recorded in (None: a
+    new conversation, not named). With ``answer_only`` the answer's text goes to ``out`` and
+    every other event to ``err``'s timeline (``effectagent run``).
     """
 
     def __init__(
@@ -133,9 +127,7 @@ class TerminalSession:
         approval: SessionApproval,
         steering: Steering | None,
         *,
-        out: TextIO,
-        err: TextIO,
-        color: bool,
+        console: Console,
         named: NamedSession | None = None,
         json_events: bool = False,
         answer_only: bool = False,
@@ -144,17 +136,15 @@ class TerminalSession:
         self._agent = agent
         self._approval = approval
         self._steering = steering
-        self._out = out
-        self._err = err
-        self._color = color
+        self._console = console
         self._named = named
         self._json = json_events
         self._answer_only = answer_only
         self._conversation_id = named.conversation_id if named is not None else None
-        screen = err if (json_events or answer_only) else out
+        screen = console.err if (json_events or answer_only) else console.out
         self._screen = screen
-        self._timeline = Timeline(screen, color=color, header=False)
-        self._prompt = ApprovalPrompt(approval, screen, paint=self._bold)
+        self._timeline = Timeline(screen, header=False)
+        self._prompt = ApprovalPrompt(approval, screen)
         self._current: RunStream | None = None
         self._lines: trio.MemoryReceiveChannel[str | None] | None = None
         self._eof = False
@@ -162,15 +152,9 @@ class TerminalSession:
 
     # ---- writing -------------------------------------------------------------------------------
 
-    def _bold(self, text: str) -> str:
-        return f"{_STYLE_PROMPT}{text}{_RESET}" if self._color else text
-
     def _note(self, text: str) -> None:
-        shown = f"{_STYLE_NOTE}{text}{_RESET}" if self._color else text
         self._timeline.close()
-        self._prompt.end_line()
-        self._screen.write(f"{shown}\n")
-        self._screen.flush()
+        self._screen.line(Styled("dim", text))
 
     # ---- the session ---------------------------------------------------------------------------
 
@@ -186,15 +170,14 @@ class TerminalSession:
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 nursery.start_soon(self._interrupts, signals)
                 while not self._eof:
-                    self._screen.write(self._bold("you> "))
-                    self._screen.flush()
+                    self._screen.write(Styled("bold", "you> "))
                     line = await self._next_line()
                     if line is None:
                         break
+                    self._screen.line_ended()  # the person's Enter
                     if line.strip():
                         await self.run_once(line)
-            self._screen.write("\n")
-            self._screen.flush()
+            self._screen.line()
             nursery.cancel_scope.cancel()
         return 0
 
@@ -245,10 +228,9 @@ class TerminalSession:
                 self._note("^C — interrupting the run")
                 self._current.interrupt()
             else:
-                self._screen.write("\n")
+                self._screen.line()
                 self._note("(Ctrl-D ends the session)")
-                self._screen.write(self._bold("you> "))
-                self._screen.flush()
+                self._screen.write(Styled("bold", "you> "))
 
     async def run_once(self, text: str) -> int:
         """One run of ``text`` in the session's conversation, shown as it goes; its exit status.
@@ -281,24 +263,20 @@ class TerminalSession:
 
     def _show(self, event: EventBase) -> None:
         if self._json:
-            self._out.write(event_json(event) + "\n")
-            self._out.flush()
+            self._console.out.line(event_json(event))
         else:
             self._render(event)
         if isinstance(event, ApprovalRequested):
             self._prompt.announce(event.tool_call_id)
 
     def _render(self, event: EventBase) -> None:
-        if not isinstance(event, _SILENT):
-            self._prompt.end_line()  # what comes now goes below a prompt waiting for its answer
         if self._answer_only and isinstance(event, TextDelta):
-            self._out.write(event.text)
-            self._out.flush()
-            self._answer_open = not event.text.endswith("\n")
+            if event.text:
+                self._console.out.write(Text(event.text))
+                self._answer_open = not event.text.endswith("\n")
             return
         if self._answer_only and self._answer_open and isinstance(event, TERMINAL_EVENTS):
-            self._out.write("\n")  # the answer's last line ends before the run's end is shown
-            self._out.flush()
+            self._console.out.line()  # the answer's last line ends before the run's end is shown
             self._answer_open = False
         self._timeline.render(event)
 
@@ -328,4 +306,4 @@ class TerminalSession:
         if receipt.accepted:
             self._note("  ↪ steering: taken at the next turn")
         else:
-            self._note(f"  ↪ steering not taken: {receipt.rejection}")
+            self._note(f"  ↪ steering not taken: {steering_rejection(receipt.rejection)}")

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from capabilities.code_mode import CodeModeBuildError, code_mode
-from capabilities.mcp import HttpServer, McpServer, StdioServer, connect
+from capabilities.mcp import HttpServer, McpConnection, McpServer, StdioServer, connect
 from capabilities.skills import activation_tool, discover_skills
 from effectagent import Tool, Toolkit, tool
 from effectagent.ai import ToolAnnotations, ToolSource
@@ -33,6 +33,9 @@ __all__ = ["ShellError", "ShellResult", "Tooling", "open_tools", "shell_tools"]
 
 #: Where the workspace appears inside the sandbox (and the commands' working directory).
 WORKSPACE = "/workspace"
+#: The names of Code Mode's tool and the skills' activation tool.
+PROGRAM = "run_program"
+ACTIVATE = "activate_skill"
 
 
 @attrs.frozen
@@ -133,11 +136,15 @@ def shell_tools(config: ShellConfig, sandbox: Sandbox) -> tuple[Tool[Any, Any], 
 @attrs.frozen
 class Tooling:
     """What the configuration offers an agent: ``tools`` for its toolkit, ``layer`` binding
-    their handlers, ``sources`` (MCP servers) for ``Agent(tool_sources=...)``."""
+    their handlers, ``sources`` (MCP servers) for ``Agent(tool_sources=...)``; ``origin`` says
+    where a tool comes from by its registered name, ``notes`` what a person should know (an MCP
+    server's tool left out because its name is taken)."""
 
     tools: tuple[Tool[Any, Any], ...] = ()
     layer: Layer | None = None
     sources: tuple[ServiceKey[ToolSource], ...] = ()
+    origin: Callable[[str], str] = attrs.field(default=lambda name: "a tool of this session")
+    notes: tuple[str, ...] = ()
 
     @property
     def may_need_approval(self) -> bool:
@@ -155,7 +162,12 @@ def _approval(choice: str) -> bool | Callable[[ToolAnnotations], bool]:
 
 def _server(config: McpConfig) -> McpServer:
     if config.url is not None:
-        return HttpServer(config.url, name=config.name, needs_approval=_approval(config.approval))
+        return HttpServer(
+            config.url,
+            name=config.name,
+            prefix=config.tool_prefix,
+            needs_approval=_approval(config.approval),
+        )
     assert config.command is not None
     return StdioServer(
         config.command,
@@ -163,8 +175,39 @@ def _server(config: McpConfig) -> McpServer:
         env=dict(config.env) or None,
         cwd=config.cwd,
         name=config.name,
+        prefix=config.tool_prefix,
         needs_approval=_approval(config.approval),
     )
+
+
+class _Origins:
+    """Where each tool comes from, by its registered name, in the engine's order: the agent's
+    own tools first, then each MCP server's as it lists them now (a name taken earlier is left
+    out, as the engine leaves it out)."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, str] = {}
+        self.servers: list[tuple[str, McpConnection]] = []
+
+    def __call__(self, tool_name: str) -> str:
+        own = self.own.get(tool_name)
+        if own is not None:
+            return own
+        for name, connection in self.servers:
+            if any(tool.name == tool_name for tool in connection.tools):
+                return f"MCP server {name!r}"
+        return "a tool of this session"
+
+    def left_out(self, name: str, connection: McpConnection) -> list[str]:
+        """What ``connection`` offers under a name taken before it (by our tools or an earlier
+        server), as notes."""
+        taken = set(self.own) | {t.name for _, c in self.servers for t in c.tools}
+        return [
+            f"MCP server {name!r}: its tool {tool.name!r} is left out, the name is taken "
+            f"by {self(tool.name)} (set prefix in its [[mcp]] table)"
+            for tool in connection.tools
+            if tool.name in taken
+        ]
 
 
 def _offerable(tool: Tool[Any, Any]) -> bool:
@@ -190,7 +233,9 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
     stopped when the block is left), skills discovered, the sandbox probed.
 
     Code Mode's ``run_program`` calls the readonly tools: ``workspace.shell`` and, under each
-    MCP server's name, that server's readonly tools as it listed them when it connected.
+    MCP server's name, that server's readonly tools as it listed them when it connected — those
+    it runs without asking, which a server over the network only does when its ``approval`` is
+    set so in the configuration (its ``readOnlyHint`` alone is its own claim).
 
     Raises ``SandboxUnavailable`` when the shell is configured and bubblewrap cannot run here,
     ``McpConnectError`` for a server that does not answer, ``SkillError`` for a broken skill,
@@ -202,11 +247,18 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
     tools: list[Tool[Any, Any]] = []
     layers: list[Layer] = []
     namespaces: dict[str, list[Tool[Any, Any]]] = {}
+    origins = _Origins()
+    notes: list[str] = []
     if config.shell is not None:
         shells = shell_tools(config.shell, BubblewrapSandbox())
         tools.extend(shells)
         layers.append(Toolkit(*shells).handlers())  # each function tool brings its handler
         namespaces["workspace"] = [t for t in shells if _offerable(t)]
+        origins.own.update((t.name, "built in: the sandboxed shell") for t in shells)
+    if config.code_mode is not None:
+        origins.own[PROGRAM] = "Code Mode"
+    if config.skills:
+        origins.own[ACTIVATE] = "built in: skills"
     async with AsyncExitStack() as stack:
         sources: list[ServiceKey[ToolSource]] = []
         for server_config in config.mcp:
@@ -214,6 +266,8 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
             connection = await stack.enter_async_context(connect(server))
             layers.append(connection.layer())
             sources.append(server.key)
+            notes.extend(origins.left_out(server.name, connection))
+            origins.servers.append((server.name, connection))
             if config.code_mode is not None:
                 offered = [t for t in connection.tools if _offerable(t)]
                 if offered:
@@ -226,15 +280,15 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
                     f"{config.path}: [code_mode] has no readonly tool to offer: configure "
                     "[shell], or an MCP server with readonly tools"
                 )
-            program = code_mode(selected, executor=config.code_mode.executor)
+            program = code_mode(selected, name=PROGRAM, executor=config.code_mode.executor)
             tools.append(program.tool)
             layers.append(program.layer)
         if config.skills:
             library = await discover_skills(*config.skills)
-            activation = activation_tool(library, tools)
+            activation = activation_tool(library, tools, name=ACTIVATE)
             tools.insert(0, activation.tool)
             layers.append(activation.layer)
         layer: Layer | None = None
         for part in layers:
             layer = part if layer is None else layer + part
-        yield Tooling(tuple(tools), layer, tuple(sources))
+        yield Tooling(tuple(tools), layer, tuple(sources), origins, tuple(notes))

@@ -14,7 +14,7 @@ The stable API is the constructor and :meth:`Timeline.render` (plus :meth:`Timel
 ends a line left open by streamed text):
 
 ``Timeline(stream, *, color=False, header=True, usage=True, preview_chars=100)``
-    ``stream`` is any text stream with ``write`` (and ``flush``, called after each event when
+    ``stream`` is any text stream with ``write`` (and ``flush``, called after each write when
     present). ``color`` uses ANSI styles (reasoning dimmed, outcomes in green / red);
     without it the output is plain text with the same layout. ``header`` shows a line for each
     top-level run's start (its agent and input; a subagent's start is always shown);
@@ -32,13 +32,20 @@ ends a line left open by streamed text):
     go one level deeper. An event it does not know is ignored, so a newer engine never breaks an
     older timeline. It is synchronous and does no I/O other than writing to ``stream``.
 
-Everything shown comes from the events, which the engine has already redacted and bounded.
+Everything shown comes from the events, which the engine has already redacted and bounded. None of
+it is trusted: a model, a tool or an MCP server wrote it. Every character a terminal would obey or
+not show — ESC and the other controls, bidi overrides, zero-width characters — is written as an
+escape a person can read (``\\x1b``, ``\\u202e``), and a name, a preview or an error never spans
+lines (its newlines show as ``\\n``); only streamed text and reasoning keep their line breaks. The
+only escape sequences written are the timeline's own styles. (The ``effectagent`` command passes
+its console's channel as ``stream``, so the timeline waits while an approval prompt is on the
+screen.)
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
 from effectagent.core import (
     ApprovalRequested,
@@ -65,38 +72,25 @@ from effectagent.core import (
     UsageTotals,
 )
 
+from ._console import Channel, Console, Part, Styled, Text, TextSink
+from ._errors import figure, sentence
+
 __all__ = ["TextSink", "Timeline", "format_usage", "preview"]
 
-_RESET = "\x1b[0m"
-_STYLES = {
-    "dim": "\x1b[2m",
-    "bold": "\x1b[1m",
-    "red": "\x1b[31m",
-    "green": "\x1b[32m",
-    "yellow": "\x1b[33m",
-    "cyan": "\x1b[36m",
-    "gray": "\x1b[90m",
-}
 _INDENT = "  "
 
 
-class TextSink(Protocol):
-    """What a :class:`Timeline` writes to: any text stream (``sys.stdout``, ``io.StringIO``)."""
-
-    def write(self, text: str, /) -> object: ...
-
-
 def preview(value: Any, limit: int = 100) -> str:
-    """``value`` as one line of compact JSON (``str`` for what JSON cannot encode), cut to at
-    most ``limit`` characters with ``…`` at the end when longer."""
+    """``value`` as one line of compact JSON (a string as it is, with its newlines and tabs as
+    ``\\n`` and ``\\t``; ``str`` for what JSON cannot encode), cut to at most ``limit`` characters
+    with ``…`` at the end when longer. (Other hidden characters are escaped when it is written.)"""
     if isinstance(value, str):
-        text = value
+        text = value.replace("\n", "\\n").replace("\t", "\\t")
     else:
         try:
             text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
         except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())  # one line
+            text = type(value).__name__
     if len(text) > limit:
         return text[: max(limit - 1, 0)] + "…"
     return text
@@ -115,15 +109,6 @@ def format_usage(usage: UsageTotals) -> str:
     return " · ".join(parts)
 
 
-def _error_text(error: object) -> str:
-    tag = getattr(error, "tag", type(error).__name__)
-    for name in ("message", "reason"):
-        detail = getattr(error, name, None)
-        if isinstance(detail, str) and detail:
-            return f"{tag}: {detail}"
-    return str(error)
-
-
 def _outcome_text(outcome: ToolOutcome, limit: int) -> str:
     kind = outcome.kind
     if kind == "success":
@@ -134,11 +119,14 @@ def _outcome_text(outcome: ToolOutcome, limit: int) -> str:
             return f"{kind}: {preview(detail, limit)}"
     error = getattr(outcome, "error", None)
     if isinstance(error, dict):
-        message = error.get("message")
-        tag = error.get("_tag", "")
-        shown = message if isinstance(message, str) else error
-        return f"{kind}: {tag + ' ' if tag else ''}{preview(shown, limit)}"
-    return f"{kind}: {preview(error, limit)}"
+        tag = error.get("_tag")
+        shown = sentence(error)
+        return f"{kind}: {tag + ' ' if isinstance(tag, str) else ''}{preview(shown, limit)}"
+    return f"{kind}: {preview(sentence(error), limit)}"
+
+
+def _budget_figure(dimension: str, value: float) -> str:
+    return f"{value:.1f} s" if dimension == "duration" else figure(value)
 
 
 class Timeline:
@@ -150,21 +138,22 @@ class Timeline:
 
     def __init__(
         self,
-        stream: TextSink,
+        stream: TextSink | Channel,
         *,
         color: bool = False,
         header: bool = True,
         usage: bool = True,
         preview_chars: int = 100,
     ) -> None:
-        if not hasattr(stream, "write"):
+        if not isinstance(stream, Channel) and not callable(getattr(stream, "write", None)):
             raise TypeError(f"Timeline writes to a text stream, got {type(stream).__name__}")
         if isinstance(preview_chars, bool) or not isinstance(preview_chars, int):
             raise TypeError("preview_chars must be an int")
         if preview_chars < 8:
             raise ValueError(f"preview_chars must be at least 8, got {preview_chars}")
-        self._stream = stream
-        self._color = bool(color)
+        # Everything goes through a console's channel, which escapes it (module notes); the
+        # command passes its own, whose colour setting then applies.
+        self._out = stream if isinstance(stream, Channel) else Console(stream, color=color).out
         self._header = bool(header)
         self._usage = bool(usage)
         self._limit = preview_chars
@@ -181,16 +170,10 @@ class Timeline:
     def render(self, event: object) -> None:
         """Write what ``event`` shows (module notes). Unknown events are ignored."""
         self._render(event, self._depth_of(event))
-        flush = getattr(self._stream, "flush", None)
-        if callable(flush):
-            flush()
 
     def close(self) -> None:
         """End a line left open by streamed text (idempotent)."""
         self._end_line()
-        flush = getattr(self._stream, "flush", None)
-        if callable(flush):
-            flush()
 
     # ---- dispatch ------------------------------------------------------------------------------
 
@@ -222,27 +205,27 @@ class Timeline:
             f"↲ subagent {event.status}: {event.turns} {turns}, {event.tool_calls} {calls}, "
             f"{format_usage(event.usage)}"
         )
-        self._line(depth + 1, self._paint("green" if ok else "yellow", text))
+        self._line(depth + 1, Styled("green" if ok else "yellow", text))
 
     # ---- events --------------------------------------------------------------------------------
 
     def _run_started(self, event: RunStarted, depth: int) -> None:
         if self._header or depth:
-            head = self._paint("bold", f"▶ {event.agent}")
-            self._line(depth, f"{head} {preview(event.input, self._limit)}")
+            head = Styled("bold", f"▶ {event.agent}")
+            self._line(depth, head, " ", preview(event.input, self._limit))
 
     def _turn_started(self, event: TurnStarted, depth: int) -> None:
         if event.grace:
-            self._line(depth, self._paint("yellow", "· final turn: the budget is spent"))
+            self._line(depth, Styled("yellow", "· final turn: the budget is spent"))
 
     def _retrying(self, event: ModelRetrying, depth: int) -> None:
         text = (
             f"↻ model call retried in {event.delay:.1f}s "
-            f"(attempt {event.attempt + 1}): {event.error_tag}: {preview(event.message, 60)}"
+            f"(attempt {event.attempt + 1}): {preview(event.message, 60)}"
         )
         if event.discard:
             text += " — the text above is dropped"
-        self._line(depth, self._paint("yellow", text))
+        self._line(depth, Styled("yellow", text))
 
     def _text(self, event: TextDelta, depth: int) -> None:
         self._stream_piece("text", event.text, depth)
@@ -253,74 +236,73 @@ class Timeline:
     def _declared(self, event: ToolCallDeclared, depth: int) -> None:
         self._began[(event.run_id, event.tool_call_id)] = event.at
         args = preview(event.arguments, self._limit)
-        self._line(depth, f"{self._paint('cyan', '▸ ' + event.tool_name)} {args}")
+        self._line(depth, Styled("cyan", "▸ " + event.tool_name), " ", args)
 
     def _started(self, event: ToolCallStarted, depth: int) -> None:
         self._began[(event.run_id, event.tool_call_id)] = event.at
 
     def _progress(self, event: ToolProgress, depth: int) -> None:
         data = preview(event.data, self._limit)
-        self._line(depth + 1, self._paint("gray", f"⋯ {event.tool_name}: {data}"))
+        self._line(depth + 1, Styled("gray", f"⋯ {event.tool_name}: {data}"))
 
     def _settled(self, event: ToolCallSucceeded | ToolCallFailed, depth: int) -> None:
         began = self._began.pop((event.run_id, event.tool_call_id), event.at)
         took = f"{max(event.at - began, 0.0):.2f}s"
         outcome = event.outcome
         ok = not outcome.is_failure
-        mark = self._paint("green" if ok else "red", ("✓ " if ok else "✗ ") + event.tool_name)
+        mark = Styled("green" if ok else "red", ("✓ " if ok else "✗ ") + event.tool_name)
         shown = _outcome_text(outcome, self._limit)
-        self._line(depth, f"{mark} {self._paint('gray', took)} {shown}")
+        self._line(depth, mark, " ", Styled("gray", took), " ", shown)
 
     def _approval(self, event: ApprovalRequested, depth: int) -> None:
-        request = event.request
-        text = f"? {event.tool_name} waits for approval ({request.risk} risk)"
-        summary = preview(request.summary, self._limit)
-        self._line(depth, self._paint("yellow", text) + (f": {summary}" if summary else ""))
+        """Only who waits and the risk: a summary may be a server's own words (an MCP tool's
+        description), so it is never shown as if it said what the call does."""
+        text = f"? {event.tool_name} waits for approval ({event.request.risk} risk)"
+        self._line(depth, Styled("yellow", text))
 
     def _budget(self, event: BudgetWarning, depth: int) -> None:
-        text = f"! budget {event.dimension}: {event.used:g} of {event.limit:g} used"
-        self._line(depth, self._paint("yellow", text))
+        used = _budget_figure(event.dimension, event.used)
+        limit = _budget_figure(event.dimension, event.limit)
+        what = event.dimension.replace("_", " ")
+        self._line(depth, Styled("yellow", f"! {what} budget: {used} of {limit} used"))
 
     def _compaction(self, event: CompactionPerformed, depth: int) -> None:
         text = f"⇲ context compacted ({event.kind}): {event.tokens_before} → {event.tokens_after} tokens"
-        self._line(depth, self._paint("gray", text))
+        self._line(depth, Styled("gray", text))
 
     def _completed(self, event: RunCompleted, depth: int) -> None:
         self._end_line()
         if event.finish_reason == "budget-exhausted":
-            text = f"■ stopped: the {event.exhausted or 'run'} budget ran out"
-            self._line(depth, self._paint("yellow", text))
+            what = (event.exhausted or "run").replace("_", " ")
+            self._line(depth, Styled("yellow", f"■ stopped: the {what} budget ran out"))
         self._usage_line(depth, event.usage)
 
     def _failed(self, event: RunFailed, depth: int) -> None:
-        self._line(depth, self._paint("red", f"✗ run failed: {_error_text(event.error)}"))
+        self._line(depth, Styled("red", f"✗ run failed: {sentence(event.error)}"))
         self._usage_line(depth, event.usage)
 
     def _interrupted(self, event: RunInterrupted, depth: int) -> None:
         reason = "" if event.reason in ("", "interrupted") else f": {event.reason}"
-        self._line(depth, self._paint("yellow", f"■ interrupted{reason}"))
+        self._line(depth, Styled("yellow", f"■ interrupted{reason}"))
         self._usage_line(depth, event.usage)
 
     def _suspended(self, event: RunSuspended, depth: int) -> None:
-        self._line(depth, self._paint("yellow", f"⏸ suspended: {event.reason}"))
+        self._line(depth, Styled("yellow", f"⏸ suspended: {event.reason}"))
 
     # ---- writing -------------------------------------------------------------------------------
 
     def _usage_line(self, depth: int, usage: UsageTotals) -> None:
         if self._usage and not depth:  # a subagent's usage is on its SubagentCompleted line
-            self._line(depth, self._paint("gray", f"usage: {format_usage(usage)}"))
-
-    def _paint(self, style: str, text: str) -> str:
-        return f"{_STYLES[style]}{text}{_RESET}" if self._color else text
+            self._line(depth, Styled("gray", f"usage: {format_usage(usage)}"))
 
     def _end_line(self) -> None:
         if self._open is not None:
-            self._stream.write("\n")
+            self._out.line()
             self._open = None
 
-    def _line(self, depth: int, text: str) -> None:
+    def _line(self, depth: int, *parts: Part) -> None:
         self._end_line()
-        self._stream.write(f"{_INDENT * depth}{text}\n")
+        self._out.line(_INDENT * depth, *parts)
 
     def _stream_piece(self, kind: str, text: str, depth: int) -> None:
         if not text:
@@ -328,16 +310,14 @@ class Timeline:
         indent = _INDENT * depth
         if self._open != kind or self._open_depth != depth:
             self._end_line()
-            self._stream.write(indent)
-            if kind == "reasoning" and not self._color:
-                self._stream.write("thinking: ")
+            self._out.write(indent)
+            if kind == "reasoning" and not self._out.color:
+                self._out.write("thinking: ")
             self._open = kind
             self._open_depth = depth
         if depth:
             text = text.replace("\n", "\n" + indent)
-        if kind == "reasoning":
-            text = self._paint("dim", text)
-        self._stream.write(text)
+        self._out.write(Styled("dim", Text(text)) if kind == "reasoning" else Text(text))
 
 
 _HANDLERS: dict[type[Any], Any] = {

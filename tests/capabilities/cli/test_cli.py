@@ -159,8 +159,12 @@ def test_a_failed_run_exits_1_and_says_why(server: ServerThread, home: Path) -> 
     child = spawn(args(server, "run", "Hello?"), cli_env(home))
     output, status = finish(child)
     assert status == 1
-    assert "✗ run failed: ModelFailed" in output
-    assert "no such model" in output
+    (failed,) = [line for line in output.splitlines() if line.startswith("✗ run failed")]
+    # A sentence, never a repr: no class name, no field=value.
+    assert failed.startswith("✗ run failed: the model call failed (InvalidModelRequest): ")
+    assert failed.endswith("answered HTTP 400: bad request: no such model")
+    assert "ModelFailed" not in output
+    assert "=" not in failed
 
 
 def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
@@ -621,8 +625,9 @@ def test_configured_toolsets_reach_the_model_and_an_mcp_tool_runs(
     server: ServerThread, home: Path, workspace: Path
 ) -> None:
     """Shell, Code Mode, an MCP server (the README's example, over stdio) and a skills directory
-    from one config: the model is offered all their tools, and a call of the MCP server's
-    readonly tool runs without asking."""
+    from one config: the model is offered all their tools (the server's under its name), and a
+    call of the MCP server's readonly tool runs without asking (a command the configuration
+    starts is trusted to say which of its tools only read)."""
     skills = home / "skills"
     write_skill(skills, "release-notes", description="Write release notes.")
     repository = Path(__file__).resolve().parents[3]
@@ -647,13 +652,13 @@ paths = ["{skills}"]
     )
     program = (
         "async () => {"
-        " const note = await notes.lookup({city: 'Oslo'});"
+        " const note = await notes.notes_lookup({city: 'Oslo'});"
         " const listing = await workspace.shell({command: 'ls'});"
         " return {note, files: listing.stdout}; }"
     )
     wire = ChatWire()
     server.script(
-        Reply.sse(wire.calls(("call_1", "lookup", json.dumps({"city": "Oslo"})))),
+        Reply.sse(wire.calls(("call_1", "notes_lookup", json.dumps({"city": "Oslo"})))),
         Reply.sse(wire.calls(("call_2", "run_program", json.dumps({"program": program})))),
         Reply.sse(wire.text("Pack a coat.")),
     )
@@ -663,10 +668,10 @@ paths = ["{skills}"]
     assert "Pack a coat." in output.splitlines()  # stdout; the timeline went to stderr
     first, second, third = server.requests()
     offered = {tool["function"]["name"]: tool["function"] for tool in first.json()["tools"]}
-    assert sorted(offered) == [
+    assert sorted(offered) == [  # the MCP server's tools under its name
         "activate_skill",
-        "add",
-        "lookup",
+        "notes_add",
+        "notes_lookup",
         "run_program",
         "shell",
         "shell_write",
@@ -677,7 +682,7 @@ paths = ["{skills}"]
     assert "declare const workspace: {" in declarations
     assert "declare const notes: {" in declarations
     assert "  shell(input" in declarations
-    assert "  lookup(input" in declarations
+    assert "  notes_lookup(input" in declarations
     assert "shell_write(input" not in declarations
     direct = second.json()["messages"][-1]
     assert direct["role"] == "tool"

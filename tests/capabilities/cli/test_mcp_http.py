@@ -16,7 +16,7 @@ from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
 from .support import ServerThread, cli_env, serve, spawn
-from .test_cli import args, finish, write_config
+from .test_cli import ASK, args, finish, write_config
 
 demo_http = _demo_http  # the MCP tests' demo server over HTTP, as a fixture here too
 
@@ -35,21 +35,31 @@ def call_log(tmp_path: Path) -> Path:
 def test_an_mcp_server_over_http_from_the_config(
     server: ServerThread, tmp_path: Path, demo_http: HttpServer, call_log: Path
 ) -> None:
+    """Its tools are offered under its name; each call asks first — also of a tool the server
+    says only reads (approval "always" is the default for a server over the network) — and the
+    prompt says which server the tool comes from."""
     home = tmp_path / "home"
     home.mkdir()
     write_config(home, f'[[mcp]]\nname = "demo"\nurl = "{demo_http.url}"\n')
     wire = ChatWire()
     server.script(
-        Reply.sse(wire.calls(("call_1", "echo", json.dumps({"text": "over http"})))),
+        Reply.sse(wire.calls(("call_1", "demo_echo", json.dumps({"text": "over http"})))),
         Reply.sse(wire.text("It echoed.")),
     )
     child = spawn(args(server, "run", "Echo something."), cli_env(home), timeout=40)
+    child.expect("demo_echo waits for approval")
+    child.expect("  demo_echo — MCP server 'demo'\r\n")
+    child.expect('    "text": "over http"\r\n')
+    child.expect(ASK)
+    assert calls(call_log) == []  # readOnlyHint or not, nothing ran before the answer
+    child.sendline("y")
     output, status = finish(child)
     assert status == 0, output
     assert "It echoed." in output.splitlines()
     first, second = server.requests()
     offered = {tool["function"]["name"] for tool in first.json()["tools"]}
-    assert {"echo", "add"} <= offered
+    assert {"demo_echo", "demo_add"} <= offered
+    assert not {"echo", "add"} & offered
     result = second.json()["messages"][-1]
     assert result["role"] == "tool"
     assert "over http" in result["content"]

@@ -111,7 +111,7 @@ async def test_reasoning_is_dimmed_or_marked_apart_from_the_answer() -> None:
 
 def test_preview_is_one_bounded_line() -> None:
     assert preview({"a": "x\ny"}) == '{"a":"x\\ny"}'
-    assert preview("a  b\n c") == "a b c"
+    assert preview("a  b\n c\td") == "a  b\\n c\\td"  # a newline shows; it never ends the line
     cut = preview("word " * 100, 20)
     assert len(cut) == 20
     assert cut.endswith("…")

@@ -1,0 +1,239 @@
+"""The one way text reaches the terminal: a :class:`Console` over standard output and standard
+error, with one :class:`Channel` for each.
+
+**Everything written is escaped.** A channel takes *parts*: a ``str`` is a one-line field (a
+name, a preview, an error) — every hidden character, newline and tab included, is shown as an
+escape (:func:`~capabilities.cli._sanitize.visible`); a :class:`Text` is text meant to span lines
+(a model's answer) — newline and tab are kept, every other hidden character escaped; a
+:class:`Styled` is either of those in one of our own styles. Our ANSI codes are added here, after
+the escaping, and only for the style names of :data:`STYLES` — so the only escape sequences that
+ever reach the terminal are ours, and no caller can forget the escaping: the streams are private
+to the console.
+
+**A prompt owns the screen while it waits.** :meth:`Console.hold` (called by whoever shows a
+prompt) makes every other write wait, in order, in a bounded queue, until :meth:`Console.release`:
+a result, an error or a model's text arriving meanwhile cannot move the cursor, overwrite the
+prompt or print a forged one below it. The prompt itself writes with :meth:`Channel.show`, which
+is never held.
+
+Not thread-safe: use it from one thread (the Trio run's).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Final, Literal, Protocol, TypeAlias
+
+import attrs
+
+from ._sanitize import visible
+
+__all__ = ["STYLES", "Channel", "Console", "Part", "Style", "Styled", "Text", "TextSink"]
+
+Style: TypeAlias = Literal["dim", "bold", "red", "green", "yellow", "cyan", "gray"]
+
+#: Our own styles: the only escape sequences the console writes.
+STYLES: Final[dict[str, str]] = {
+    "dim": "\x1b[2m",
+    "bold": "\x1b[1m",
+    "red": "\x1b[31m",
+    "green": "\x1b[32m",
+    "yellow": "\x1b[33m",
+    "cyan": "\x1b[36m",
+    "gray": "\x1b[90m",
+}
+_RESET: Final = "\x1b[0m"
+
+#: How much held output is kept while a prompt waits; what comes beyond it is counted, and
+#: said to have been left out when the prompt is answered.
+HELD_CHARS: Final = 1 << 20
+
+
+class TextSink(Protocol):
+    """A text stream the console writes to (``sys.stdout``, ``io.StringIO``); ``flush`` is
+    called after each write when it has one."""
+
+    def write(self, text: str, /) -> object: ...
+
+
+@attrs.frozen
+class Text:
+    """Untrusted text that may span lines: newline and tab are kept, every other hidden
+    character is escaped."""
+
+    text: str
+
+
+@attrs.frozen
+class Styled:
+    """A part in one of our own styles (the text itself is escaped as any other)."""
+
+    style: Style
+    text: str | Text
+
+
+#: What a channel writes: a one-line field, a text of lines, or either of them styled.
+Part: TypeAlias = str | Text | Styled
+
+
+def _escaped(part: str | Text) -> str:
+    if isinstance(part, Text):
+        return visible(part.text, lines=True)
+    return visible(part)
+
+
+class _Stream:
+    """One of the console's streams and where its cursor is (at the start of a line or not)."""
+
+    __slots__ = ("at_line_start", "sink")
+
+    def __init__(self, sink: TextSink) -> None:
+        self.sink = sink
+        self.at_line_start = True
+
+    def put(self, text: str) -> None:
+        if not text:
+            return
+        self.sink.write(text)
+        flush = getattr(self.sink, "flush", None)
+        if callable(flush):
+            flush()
+        self.at_line_start = text.endswith("\n")
+
+
+class Console:
+    """Standard output (``out``) and standard error (``err``, the same stream when not given)
+    as :class:`Channel` s; see the module notes. ``color`` turns our styles on."""
+
+    __slots__ = (
+        "__streams",
+        "_color",
+        "_dropped",
+        "_held",
+        "_held_chars",
+        "_holding",
+        "err",
+        "out",
+    )
+
+    def __init__(self, out: TextSink, err: TextSink | None = None, *, color: bool = False) -> None:
+        for sink in (out, err):
+            if sink is not None and not callable(getattr(sink, "write", None)):
+                raise TypeError(f"a console writes to text streams, got {type(sink).__name__}")
+        first = _Stream(out)
+        second = first if err is None or err is out else _Stream(err)
+        self.__streams = (first, second)
+        self._color = bool(color)
+        self._holding = False
+        self._held: list[tuple[_Stream, str]] = []
+        self._held_chars = 0
+        self._dropped = 0
+        self.out = Channel(self, first, out)
+        self.err = Channel(self, second, err if err is not None else out)
+
+    @property
+    def color(self) -> bool:
+        """Whether our styles are on."""
+        return self._color
+
+    @property
+    def holding(self) -> bool:
+        """Whether a prompt holds the screen (other writes wait)."""
+        return self._holding
+
+    def hold(self) -> None:
+        """A prompt is on the screen: every write but :meth:`Channel.show` waits from now on."""
+        self._holding = True
+
+    def release(self) -> None:
+        """The prompt is answered (or gone): what waited is written, in order."""
+        self._holding = False
+        held, self._held = self._held, []
+        self._held_chars = 0
+        for stream, text in held:
+            stream.put(text)
+        if self._dropped:
+            dropped, self._dropped = self._dropped, 0
+            stream = self.__streams[1]
+            if not stream.at_line_start:
+                stream.put("\n")
+            stream.put(
+                f"({dropped} characters of output that came while the prompt waited were left "
+                "out)\n"
+            )
+
+    def render(self, parts: tuple[Part, ...]) -> str:
+        """``parts`` as the text written: escaped, our styles around the styled ones."""
+        pieces: list[str] = []
+        for part in parts:
+            if isinstance(part, Styled):
+                text = _escaped(part.text)
+                pieces.append(f"{STYLES[part.style]}{text}{_RESET}" if self._color else text)
+            else:
+                pieces.append(_escaped(part))
+        return "".join(pieces)
+
+    def _write(self, stream: _Stream, text: str, *, held: bool) -> None:
+        if not held or not self._holding:
+            stream.put(text)
+        elif self._held_chars + len(text) <= HELD_CHARS:
+            self._held.append((stream, text))
+            self._held_chars += len(text)
+        else:
+            self._dropped += len(text)
+
+
+class Channel:
+    """One stream of a :class:`Console`: everything written is escaped (module notes)."""
+
+    __slots__ = ("_console", "_sink", "_stream")
+
+    def __init__(self, console: Console, stream: _Stream, sink: TextSink) -> None:
+        self._console = console
+        self._stream = stream
+        self._sink = sink
+
+    @property
+    def console(self) -> Console:
+        """The console this channel belongs to."""
+        return self._console
+
+    @property
+    def color(self) -> bool:
+        """Whether our styles are on."""
+        return self._console.color
+
+    @property
+    def at_line_start(self) -> bool:
+        """Whether the last thing written to the stream ended a line."""
+        return self._stream.at_line_start
+
+    def write(self, *parts: Part) -> None:
+        """Write ``parts``, escaped (module notes); held while a prompt waits."""
+        self._console._write(self._stream, self._console.render(parts), held=True)
+
+    def line(self, *parts: Part) -> None:
+        """Write ``parts`` and end the line; held while a prompt waits."""
+        self._console._write(self._stream, self._console.render(parts) + "\n", held=True)
+
+    def show(self, *parts: Part, end: str = "\n") -> None:
+        """The prompt's own writes: never held. ``end`` ("\\n" or "") ends what is shown."""
+        if end not in ("\n", ""):
+            raise ValueError("end must be a newline or nothing")
+        self._console._write(self._stream, self._console.render(parts) + end, held=False)
+
+    def line_ended(self) -> None:
+        """The person's Enter ended the line the cursor was on (an answer typed at a prompt)."""
+        self._stream.at_line_start = True
+
+    def size(self, fallback: tuple[int, int] = (80, 24)) -> tuple[int, int]:
+        """The terminal's (columns, rows), or ``fallback`` when the stream is not a terminal."""
+        fileno: Callable[[], int] | None = getattr(self._sink, "fileno", None)
+        if fileno is None:
+            return fallback
+        try:
+            size = os.get_terminal_size(fileno())
+        except (OSError, ValueError):
+            return fallback
+        return (size.columns or fallback[0], size.lines or fallback[1])
