@@ -6,6 +6,7 @@ another run, call or tool are refused and recorded."""
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -15,6 +16,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+from capabilities import sqlite_storage
 from capabilities.approval import (
     Answer,
     ApprovalRule,
@@ -268,6 +270,27 @@ async def test_rules_on_annotations_and_parameters_need_no_table_of_agents(
         "call_delete": (False, "no rule matched: the default is to deny"),
     }
     assert sorted(call for call, _ in ran.handled) == ["call_read", "call_small"]
+
+
+async def test_a_stored_request_is_the_record_without_what_only_the_runtime_knew(
+    tmp_path: Path,
+) -> None:
+    """The request the approver got carries its tool and its deadline on the Trio clock; the
+    SQLite log stores the record without them, and reads back a request equal to it."""
+    approval = ScriptedApproval([Answer.approve("fine")])
+    ran = await run_turns(
+        [calls_turn(("delete_file", "/tmp/a", 0, "call_a"))],
+        approval.layer() + sqlite_storage(tmp_path / "log.db"),
+    )
+    (asked,) = approval.requests
+    assert asked.tool is not None
+    assert asked.deadline is not None
+    (stored,) = ran.records(ToolApprovalRequested)
+    assert stored.request == asked
+    assert (stored.request.tool, stored.request.deadline) == (None, None)
+    (decided,) = ran.records(ToolApprovalDecided)
+    assert decided.decision.tool_name == "delete_file"
+    assert decided.decision.mismatch(stored.request) is None
 
 
 def test_an_ask_provider_must_be_an_approval() -> None:
