@@ -417,7 +417,7 @@ async def test_a_decision_replayed_for_another_call_is_refused_and_recorded(
     assert decided.decision.decided_by == "engine"
 
 
-async def test_an_approval_that_arrives_after_the_deadline_is_refused_on_the_trio_clock(
+async def test_an_approval_that_arrives_after_the_request_expired_is_refused(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The engine stops waiting at the policy's timeout and judges a decision that still reaches

@@ -159,7 +159,7 @@ async def _never_runs(params: Any, call: Any) -> str:
     raise AssertionError("a call whose approval was withdrawn ran")
 
 
-async def test_an_answer_after_the_deadline_is_refused_on_the_trio_clock_and_denies(
+async def test_an_answer_after_the_request_expired_is_refused_and_denies(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """Lateness is judged on the Trio clock, against the request's deadline — not the wall

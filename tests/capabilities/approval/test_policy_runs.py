@@ -1,7 +1,7 @@
 """The policy approver through the real engine: every call that needs approval has its request
 and the policy's decision recorded before it runs (CAP-006), and the decision is the first rule
 that applies; denials are terminal or recoverable as the tool says; decisions replayed for
-another run, call or tool are refused and recorded."""
+another run, call, tool or arguments are refused and recorded."""
 
 from __future__ import annotations
 
@@ -153,7 +153,7 @@ async def test_a_recoverable_denial_lets_the_model_go_on_and_a_terminal_one_ends
     assert len(ran.model.requests) == 1
 
 
-async def test_decisions_replayed_for_another_run_call_or_tool_are_refused_and_recorded(
+async def test_decisions_replayed_for_another_call_run_or_arguments_are_refused_and_recorded(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     # A real decision, made for call_a of a first run.
@@ -185,6 +185,24 @@ async def test_decisions_replayed_for_another_run_call_or_tool_are_refused_and_r
     )
     assert isinstance(ran.outcome("call_a"), ToolSuccess)
     _assert_refused(ran, "call_b", "the decision was made for another tool call")
+
+    # A decision moved to another call of the same tool (its ID rewritten), other arguments.
+    def moved(request: Any) -> Answer:
+        if not approvals:
+            approvals.append(ApprovalDecision.for_request(request, True, "ok", "person"))
+        return Answer.replay(attrs.evolve(approvals[0], tool_call_id=request.tool_call_id))
+
+    approvals.clear()
+    ran = await run_turns(
+        [
+            calls_turn(
+                ("delete_file", "/tmp/a", 0, "call_a"), ("delete_file", "/etc/b", 0, "call_b")
+            )
+        ],
+        ScriptedApproval(moved).layer(),
+    )
+    assert isinstance(ran.outcome("call_a"), ToolSuccess)
+    _assert_refused(ran, "call_b", "the decision was made for other arguments")
 
     # The same call ID in a later turn of the same run, another tool with the same arguments
     # (so the same digest): a decision kept for reading never lets the file be deleted.
