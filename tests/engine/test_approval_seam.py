@@ -12,6 +12,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from effectagent.ai import ToolCallContext
 from effectagent.core import (
@@ -445,6 +447,45 @@ async def test_an_approval_that_arrives_after_the_request_expired_is_refused(
     assert (decided.decision.approved, decided.decision.decided_by) == (False, "engine")
     assert decided.decision.mismatch(request) is None  # the refusal is bound to the call
     assert probe.calls == []
+
+
+def _bare_request(run: str, tool: str, call: str, digest: str) -> ApprovalRequest:
+    return ApprovalRequest(
+        run,
+        "conv",
+        "ops",
+        tool,
+        call,
+        "",
+        ("file:/srv/db",),
+        "high",
+        {"path": "/srv/db"},
+        0.0,
+        arguments_digest=digest,
+    )
+
+
+BOUND = st.tuples(
+    st.sampled_from(["run_1", "run_2"]),
+    st.sampled_from(["read_file", "delete_file"]),
+    st.sampled_from(["call_x", "call_y"]),
+    st.sampled_from(["a" * 64, "b" * 64]),
+)
+
+
+@given(made_for=BOUND, asked=BOUND, approved=st.booleans())
+def test_a_bound_decision_answers_exactly_the_request_it_was_made_for(
+    made_for: tuple[str, str, str, str], asked: tuple[str, str, str, str], approved: bool
+) -> None:
+    """For all pairs of requests: a decision made for one answers the other exactly when run,
+    tool, call ID and argument digest are all the same — the tool is never left out, also under
+    the same call ID with the same arguments (a kept ``read_file`` approval, a ``delete_file``
+    call)."""
+    decision = ApprovalDecision.for_request(_bare_request(*made_for), approved, "ok", "kept")
+    why = decision.mismatch(_bare_request(*asked))
+    assert (why is None) == (made_for == asked)
+    if made_for[:2] != asked[:2] and made_for[0] == asked[0]:
+        assert why == "the decision was made for another tool"
 
 
 async def test_a_kept_decision_for_one_tool_never_lets_another_tool_run_under_its_call_id(
