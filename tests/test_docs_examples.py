@@ -105,7 +105,7 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
         2: [
             "completed Packing(city='Oslo', items=['coat', 'gloves'])",
             "{'type': 'array', 'items': {'type': 'string'}}",
-            "invalid input: $.items: expected an array, got 'coat'",
+            "it is not: $.items: expected an array, got 'coat'",
         ],
     },
     "docs/guides/sessions.md": {
