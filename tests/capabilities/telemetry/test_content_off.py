@@ -9,7 +9,6 @@ failed spans (the engine redacted them; here there is nothing to redact)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import attrs
 import pytest
@@ -32,7 +31,7 @@ from effectagent.ai import (
     SystemMessage,
     ToolCallContext,
 )
-from effectagent.core import CompactionPolicy
+from effectagent.core import CompactionPolicy, SecretRedactor
 from effectagent.effect import trace_span
 from effectagent.testing import FunctionModel, Turn
 from sandbox import UNLIMITED, LocalProcessSandbox, SandboxLimits, SandboxRequest, run
@@ -157,7 +156,7 @@ async def test_a_failure_described_through_the_hook_keeps_its_description_only_w
     provider, exporter = exported
     for telemetry in (
         Telemetry(tracer_provider=provider),
-        Telemetry(tracer_provider=provider, include_content=True, redactor=_Keep()),
+        Telemetry(tracer_provider=provider, include_content=True, redactor=SecretRedactor([])),
     ):
         with telemetry.activate(), trace_span("work") as span:
             span.fail("limit:cpu", f"the work printed {LEAK}")
@@ -165,16 +164,6 @@ async def test_a_failure_described_through_the_hook_keeps_its_description_only_w
     assert off.status.description == "limit:cpu"
     assert attributes(off)["error.type"] == "limit:cpu"
     assert on.status.description == f"the work printed {LEAK}"
-
-
-class _Keep:
-    """A redactor with nothing to redact."""
-
-    def redact_text(self, text: str) -> str:
-        return text
-
-    def redact(self, value: Any) -> Any:
-        return value
 
 
 @attrs.frozen
