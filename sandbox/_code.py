@@ -328,7 +328,8 @@ class CodeExecutor(Protocol):
     ) -> CodeExecutionResult:
         """Run ``request`` in a fresh, isolated pass whose host calls go to ``host``.
 
-        Raises a :class:`CodeExecutionError` for every expected failure. Cancellation: the pass
+        Raises a :class:`CodeExecutionError` for every expected failure, with the console lines
+        the program printed before it (``logs``) once it has started. Cancellation: the pass
         is abandoned at once — its workload is killed and reaped and every resource it owns is
         released before ``trio.Cancelled`` propagates.
         """
@@ -360,9 +361,18 @@ async def execute_in(context: Context, request: CodeExecutionRequest) -> CodeExe
 # ---- errors -------------------------------------------------------------------------------------
 
 
-@attrs.frozen
+@attrs.frozen(slots=False)  # not slotted: CodeLimitNotEnforceable also has LimitNotEnforceable's
 class CodeExecutionError(SandboxError):
-    """Base class of the declared errors of a Code Mode pass."""
+    """Base class of the declared errors of a Code Mode pass.
+
+    ``logs`` are the console lines the program printed before the pass failed, captured under
+    ``limits.output_bytes`` like a finished pass's (``logs_truncated`` says some were cut or
+    dropped) — empty when it failed before it could print, or before it started. They are the
+    program's output: never part of the error's text (``str``, ``repr``), only of its data.
+    """
+
+    logs: tuple[LogLine, ...] = attrs.field(default=(), kw_only=True, repr=False)
+    logs_truncated: bool = attrs.field(default=False, kw_only=True, repr=False)
 
 
 @attrs.frozen

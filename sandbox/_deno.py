@@ -41,6 +41,7 @@ from ._code import (
     LIMIT_JSON_DEPTH,
     LIMIT_RESULT,
     LIMIT_SOURCE,
+    CodeExecutionError,
     CodeExecutionHost,
     CodeExecutionLimits,
     CodeExecutionRequest,
@@ -53,7 +54,7 @@ from ._code import (
     SourceTooLarge,
 )
 from ._command import LIMIT_FILESYSTEM
-from ._deno_pass import PassState, run_pass
+from ._deno_pass import PassState, failed, run_pass
 from ._deno_pool import Reaper, WarmPool
 from ._deno_runtime import (
     HARNESS_PATH,
@@ -265,9 +266,11 @@ class DenoCodeExecutor:
     ) -> CodeExecutionResult:
         """Run ``request`` in a fresh Deno process; host calls go to ``host``.
 
-        Raises a :class:`~sandbox.CodeExecutionError` subclass for every expected failure; an
-        exception raised by ``host`` other than a :class:`~effectagent.effect.TaggedError`
-        propagates unchanged after the pass is closed.
+        Raises a :class:`~sandbox.CodeExecutionError` subclass for every expected failure —
+        once the program has started, carrying the console lines it printed before (``logs``),
+        whatever stopped it: a limit, the wall clock, a malformed answer; an exception raised by
+        ``host`` other than a :class:`~effectagent.effect.TaggedError` propagates unchanged after
+        the pass is closed.
 
         When it returns or raises, every process that runs the program (bubblewrap's sandbox
         init and everything inside it) has been sent ``SIGKILL`` and can run no more code; bwrap
@@ -301,8 +304,12 @@ class DenoCodeExecutor:
                 self._active.add(workload)
                 state = PassState(request, host, workload)
                 await run_pass(state)
-            if state is None or (timer.cancelled_caught and state.error is None and not state.done):
+            if state is None:
                 raise CodeTimeout("wall_clock", limits.wall_clock_seconds)
+            if timer.cancelled_caught and state.error is None and not state.done:
+                raise failed(CodeTimeout("wall_clock", limits.wall_clock_seconds), state)
+            if isinstance(state.error, CodeExecutionError):
+                raise failed(state.error, state)
             if state.error is not None:
                 raise state.error
             return CodeExecutionResult(

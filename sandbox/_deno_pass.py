@@ -23,7 +23,8 @@ are read straight from the pipe, yielding to the scheduler only to wait for byte
 reads otherwise), so a host call costs one scheduler pass, not three. The outcome is left in
 :class:`PassState` (``value``/``done`` or ``error``); nothing here raises a pass error out of the
 nursery, so the caller sees one error, never a group. The wall clock and closing the workload are
-the caller's (``DenoCodeExecutor.execute``).
+the caller's (``DenoCodeExecutor.execute``), and so is attaching the console lines printed before
+a failure to its error (:func:`failed`).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ from ._deno_protocol import (
 )
 from ._deno_workload import Workload
 
-__all__ = ["PassState", "run_pass"]
+__all__ = ["PassState", "failed", "run_pass"]
 
 _MESSAGE_CHARS: Final = 4096
 _NAME_CHARS: Final = 256
@@ -168,6 +169,7 @@ class PassState:
     error: BaseException | None = None
     value: JSONValue = None
     done: bool = False
+    decoder: FrameDecoder | None = None
 
     @property
     def limits(self) -> CodeExecutionLimits:
@@ -189,7 +191,7 @@ async def run_pass(state: PassState) -> None:
     """
     workload = state.workload
     await workload.wait_ready()
-    decoder = FrameDecoder(workload.nonce, _ceilings(state.limits))
+    decoder = state.decoder = FrameDecoder(workload.nonce, _ceilings(state.limits))
     decoder.feed(workload.leftover)
     limits = state.limits
     start = {
@@ -210,6 +212,44 @@ async def run_pass(state: PassState) -> None:
         except CodeExecutionError as exc:
             state.fail(exc, nursery)
         nursery.cancel_scope.cancel()
+
+
+def failed(error: CodeExecutionError, state: PassState) -> CodeExecutionError:
+    """``error`` carrying the console lines the program printed before the pass failed.
+
+    The pass may have stopped (a timeout, another task's error) with lines still unread: those
+    already in the pipe are read now, without waiting (at most a few times the output budget),
+    and kept like any other — the program printed them before it was stopped. Frames of other
+    kinds are skipped; a malformed one ends the reading.
+    """
+    _read_late_logs(state)
+    return attrs.evolve(error, logs=tuple(state.logs), logs_truncated=state.logs_truncated)
+
+
+def _read_late_logs(state: PassState) -> None:
+    decoder = state.decoder
+    stdout = state.workload.process.stdout
+    if decoder is None or not isinstance(stdout, trio.lowlevel.FdStream):
+        return
+    left = 4 * state.limits.output_bytes + _CHUNK
+    try:
+        while not state.logs_truncated:
+            frame = decoder.next_frame()
+            if frame is None:
+                if left <= 0:
+                    return
+                try:
+                    chunk = os.read(stdout.fileno(), min(_CHUNK, left))
+                except OSError:  # nothing more there now (EAGAIN), or closed
+                    return
+                if not chunk:
+                    return
+                left -= len(chunk)
+                decoder.feed(chunk)
+            elif isinstance(frame, LogFrame):
+                _capture_log(state, frame)
+    except (ProtocolViolation, OversizeFrame):
+        return
 
 
 def _violation(exc: ProtocolViolation | OversizeFrame, state: PassState) -> CodeExecutionError:

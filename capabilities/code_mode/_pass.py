@@ -214,7 +214,7 @@ class PassRunner:
         size = len(source.encode("utf-8", "surrogatepass"))
         if size > limits.source_bytes:
             message = f"the program is {size} bytes, over the limit of {limits.source_bytes} bytes"
-            raise self._fail("source-too-large", message)
+            raise failure_egress("source-too-large", message, Lines(), limits.egress_bytes)
         request = CodeExecutionRequest(
             wrap(self._namespaces, source, limits.egress_bytes),
             self._request_limits,
@@ -252,57 +252,60 @@ class PassRunner:
             raise output
         return output
 
-    def _fail(self, kind: FailureKind, message: str) -> CodeModeFailed:
-        return failure_egress(kind, message, Lines(), self._limits.egress_bytes)
-
     def _executor_failure(self, error: CodeExecutionError) -> BaseException:
-        """The failure the model reads for ``error``, or the defect to raise."""
+        """The failure the model reads for ``error`` — with the console lines the program printed
+        before it, under the egress budget — or the defect to raise."""
         limits = self._limits
+        printed = Lines(error.logs, error.logs_truncated)
+
+        def fail(kind: FailureKind, message: str) -> CodeModeFailed:
+            return failure_egress(kind, message, printed, limits.egress_bytes)
+
         match error:
             case ProgramThrew(name=name, message=message):
                 if len(message) > _EXECUTOR_TEXT_CHARS or len(name) > _EXECUTOR_TEXT_CHARS:
-                    return self._fail("threw", "the program threw (its message is withheld)")
-                return self._fail("threw", f"the program threw {name}: {message}")
+                    return fail("threw", "the program threw (its message is withheld)")
+                return fail("threw", f"the program threw {name}: {message}")
             case InvalidProgram(reason=reason):
                 if len(reason) > _EXECUTOR_TEXT_CHARS:
                     reason = "(the executor's reason is withheld: too long)"
-                return self._fail("invalid-program", f"the program is not valid: {reason}")
+                return fail("invalid-program", f"the program is not valid: {reason}")
             case SourceTooLarge():
                 message = f"the program is over the limit of {limits.source_bytes} bytes"
-                return self._fail("source-too-large", message)
+                return fail("source-too-large", message)
             case CodeTimeout(limit="cpu", seconds=seconds):
-                return self._fail("timeout", f"the program used more than {seconds:g} s of CPU")
+                return fail("timeout", f"the program used more than {seconds:g} s of CPU")
             case CodeTimeout(seconds=seconds):
-                return self._fail("timeout", f"the program ran for more than {seconds:g} s")
+                return fail("timeout", f"the program ran for more than {seconds:g} s")
             case MemoryLimitExceeded(limit=limit):
-                return self._fail("memory", f"the program needed more than {limit} bytes of memory")
+                return fail("memory", f"the program needed more than {limit} bytes of memory")
             case OutputLimitExceeded(limit=limit):
                 message = f"the program wrote more than {limit} bytes outside the console"
-                return self._fail("output-too-large", message)
+                return fail("output-too-large", message)
             case ResultTooLarge(size=size):
                 message = (
                     f"the program's result is about {max(size - 4, 0)} bytes, over the egress "
                     f"budget of {limits.egress_bytes} bytes: return less — filter, aggregate or "
                     "summarize in the program"
                 )
-                return self._fail("result-too-large", message)
+                return fail("result-too-large", message)
             case HostCallLimitExceeded(limit=limit):
-                return self._fail("too-many-calls", f"the program made more than {limit} calls")
+                return fail("too-many-calls", f"the program made more than {limit} calls")
             case HostCallTooLarge(name=name, size=size, limit=limit):
                 method = self._methods.get(name, "a tool")
                 message = f"the input of a call to {method} is {size} bytes, over {limit}"
-                return self._fail("call-too-large", message)
+                return fail("call-too-large", message)
             case JSONTooDeep(side="host", name=name, limit=limit):
                 method = self._methods.get(name, "a tool")
                 message = f"the result of {method} nests deeper than {limit} levels"
-                return self._fail("too-deep", message)
+                return fail("too-deep", message)
             case JSONTooDeep(value="argument", name=name, limit=limit):
                 method = self._methods.get(name, "a tool")
                 message = f"the input of a call to {method} nests deeper than {limit} levels"
-                return self._fail("too-deep", message)
+                return fail("too-deep", message)
             case JSONTooDeep(limit=limit):
                 message = f"the program's result nests deeper than {limit} levels"
-                return self._fail("too-deep", message)
+                return fail("too-deep", message)
             case ExecutorCrashed():
                 return ExecutorCrashed(
                     "the executor's process ended without an outcome (its reason is withheld: "
