@@ -82,7 +82,9 @@ async def test_captures_console_lines_with_their_levels_in_order(
         console.error("error", new Error("boom").message);
         return "done";
     }"""
+    before = trio.current_time()
     result = await executor.execute(request(source), Host())
+    took = trio.current_time() - before
     assert result.value == "done"
     assert result.logs == (
         LogLine("log", "plain 1 { a: [ 1, 2 ] }"),
@@ -94,7 +96,7 @@ async def test_captures_console_lines_with_their_levels_in_order(
     assert not result.logs_truncated
     assert result.host_calls == 0
     assert result.implementation == executor.implementation
-    assert 0 < result.duration < 3
+    assert 0 < result.duration <= took  # the pass's own wall time, within the call's
 
 
 async def test_logs_past_the_output_budget_are_cut_and_flagged(
@@ -377,16 +379,18 @@ async def test_a_program_that_never_settles_times_out_on_the_wall_clock(
     started = trio.current_time()
     with pytest.raises(CodeTimeout) as info:
         await run(executor, "async () => new Promise(() => {})", wall_clock_seconds=0.5)
-    assert info.value.limit == "wall_clock"
-    assert trio.current_time() - started < 2.0
+    assert (info.value.limit, info.value.seconds) == ("wall_clock", 0.5)
+    assert trio.current_time() - started >= 0.5  # never before the limit (after it: the load's)
 
 
 async def test_a_busy_loop_is_stopped_by_the_cpu_limit(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
+    # The wall clock is far away: however busy the machine, only the CPU limit can end the loop
+    # (a loaded machine gives it its second of CPU later, not never).
     with pytest.raises(CodeTimeout) as info:
-        await run(executor, "async () => { for (;;) {} }", cpu_seconds=1, wall_clock_seconds=3)
-    assert info.value.limit == "cpu"
+        await run(executor, "async () => { for (;;) {} }", cpu_seconds=1, wall_clock_seconds=600)
+    assert (info.value.limit, info.value.seconds) == ("cpu", 1.0)
 
 
 async def test_cancelling_a_looping_pass_leaves_nothing_behind(
@@ -394,7 +398,7 @@ async def test_cancelling_a_looping_pass_leaves_nothing_behind(
 ) -> None:
     host = Started(tracker, executor)
     source = "async (t) => { await t.started(); for (;;) {} }"
-    await cancel_once_running(host, source, wall_clock_seconds=10, cpu_seconds=10)
+    await cancel_once_running(host, source)
     assert tracker.spawned == 1
     assert len(host.seen.processes) >= 3  # bwrap, its sandbox init and Deno, while running
     assert executor.owned().empty
@@ -415,9 +419,7 @@ async def test_cancelling_a_pass_awaiting_a_slow_host_call_cancels_the_call_too(
             cancelled.set()
 
     async def pass_() -> None:
-        await executor.execute(
-            request("async (t) => t.slow(1)", "slow", wall_clock_seconds=10), Host({"slow": slow})
-        )
+        await executor.execute(request("async (t) => t.slow(1)", "slow"), Host({"slow": slow}))
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(pass_)
@@ -431,21 +433,26 @@ async def test_passes_run_concurrently_and_independently(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
     results: dict[int, JSONValue] = {}
+    waiting = 0
+    all_in = trio.Event()
+
+    async def meet(argument: JSONValue) -> HostCallSucceeded:
+        nonlocal waiting
+        waiting += 1
+        if waiting == 3:
+            all_in.set()
+        await all_in.wait()  # answers only once all three passes are running at the same time
+        return HostCallSucceeded(argument)
 
     async def one(i: int) -> None:
-        source = f"""async (t) => {{
-            await new Promise((resolve) => setTimeout(resolve, 100));
-            return await t.echo({i});
-        }}"""
-        results[i] = (await executor.execute(request(source, "echo"), Host())).value
+        source = f"async (t) => await t.meet({i})"
+        results[i] = (await executor.execute(request(source, "meet"), Host({"meet": meet}))).value
 
-    started = trio.current_time()
     async with trio.open_nursery() as nursery:
         for i in range(3):
             nursery.start_soon(one, i)
     assert results == {0: 0, 1: 1, 2: 2}
     assert tracker.spawned == 3
-    assert trio.current_time() - started < 3.0
 
 
 async def test_every_error_is_a_code_execution_error(executor: DenoCodeExecutor) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from capabilities.code_mode import CodeModeFailed, CodeModeLimits, code_mode
 from effectagent import tool
@@ -174,20 +175,41 @@ async def test_a_looping_program_stops_at_the_runs_tool_call_budget_with_a_rejec
     assert ran.settled.audit["inner_outcomes"] == {"rejected": 1, "success": 4}
 
 
+@pytest.fixture
+def running_clock() -> trio.testing.MockClock:
+    """The system's pace (rate 1) — real processes need real time — but a test may jump it."""
+    return trio.testing.MockClock(rate=1.0)
+
+
 async def test_the_runs_deadline_ends_a_pass_that_keeps_calling(
-    executor: DenoCodeExecutor, tracker: WorkloadTracker
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, running_clock: trio.testing.MockClock
 ) -> None:
-    code = code_mode(
-        {"math": [add]}, executor="service", limits=CodeModeLimits(max_calls=1_000_000)
-    )
-    forever = "async () => { let n = 0; for (;;) n = await math.add({ a: n, b: 1 }) }"
+    deadline = 100.0
+    calls = 0
+
+    @tool(readonly=True)
+    async def step(n: int) -> int:
+        """The next number.
+
+        Args:
+            n: A number.
+        """
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the run's time for turns runs out while the program keeps calling
+            running_clock.jump(0.95 * deadline)  # (the last tenth is the grace turn's)
+        return n + 1
+
+    limits = CodeModeLimits(max_calls=1_000_000, wall_clock_seconds=100 * deadline)
+    code = code_mode({"math": [step]}, executor="service", limits=limits)
+    forever = "async () => { let n = 0; for (;;) n = await math.step({ n }) }"
     ran = await run_program(
-        code, forever, executor=executor, max_duration=0.5, max_tool_calls=10**6
+        code, forever, executor=executor, max_duration=deadline, max_tool_calls=10**6
     )
     (terminal,) = [e for e in ran.events if isinstance(e, RunCompleted)]
     assert (terminal.finish_reason, terminal.exhausted) == ("budget-exhausted", "duration")
     assert ran.outcome.kind == "defect"  # interrupted before it settled
-    assert ran.settled.audit["inner_calls"] > 10
+    assert ran.settled.audit["inner_calls"] >= 3
     assert executor.owned().empty
 
 
@@ -268,8 +290,7 @@ async def test_calls_run_one_at_a_time_unless_awaited_together_within_the_concur
             if n >= 0:  # awaited together: wait until the others run too
                 if active == wanted:
                     full.set()
-                with trio.fail_after(5):
-                    await full.wait()
+                await full.wait()  # if they never ran together, the pass's wall clock ends it
             else:
                 await trio.lowlevel.checkpoint()
             return n
@@ -341,9 +362,9 @@ async def test_an_invalid_program_is_a_failure_that_says_why(
 async def test_each_limit_of_a_pass_is_a_failure_that_names_it(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
-    limits = CodeModeLimits(
-        source_bytes=400, max_calls=2, wall_clock_seconds=1.0, call_result_bytes=64
-    )
+    # The wall clock is the default (30 s): only the limit each program is about can end it,
+    # however slowly a busy machine starts it; the endless loop below gets a clock of its own.
+    limits = CodeModeLimits(source_bytes=400, max_calls=2, call_result_bytes=64)
     code = code_mode({"math": [add], "weather": [forecast]}, executor="service", limits=limits)
 
     long = "async () => 1 /*" + "x" * 400 + "*/"
@@ -369,7 +390,12 @@ async def test_each_limit_of_a_pass_is_a_failure_that_names_it(
     assert shown[1].startswith("the result of weather.forecast is ")
     assert shown[1].endswith("bytes, over the limit of 64 bytes for one call")
 
-    envelope = failure_of(await run_program(code, "async () => { for (;;) {} }", executor=executor))
+    timed = code_mode(
+        {"math": [add]}, executor="service", limits=CodeModeLimits(wall_clock_seconds=1.0)
+    )
+    envelope = failure_of(
+        await run_program(timed, "async () => { for (;;) {} }", executor=executor)
+    )
     assert (envelope["kind"], envelope["message"]) == (
         "timeout",
         "the program ran for more than 1 s",
