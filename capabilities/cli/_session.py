@@ -272,6 +272,7 @@ class TerminalSession:
     def _render(self, event: EventBase) -> None:
         if self._answer_only and isinstance(event, TextDelta):
             if event.text:
+                self._timeline.close()  # reasoning shown on stderr ends before the answer
                 self._console.out.write(Text(event.text))
                 self._answer_open = not event.text.endswith("\n")
             return

@@ -9,6 +9,8 @@ server and reading what it received go through the server's Trio token (thread-s
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,13 +22,16 @@ import trio
 
 from tests.providers.replay import Recorded, ReplayServer, Script, start_server
 
-__all__ = ["ServerThread", "cli_env", "serve", "spawn"]
+__all__ = ["TMUX", "ServerThread", "cli_env", "serve", "spawn", "terminal_screen"]
 
 #: A made-up key: it must never show in anything the command prints.
 KEY = "sk-cli-test-canary-0123456789abcdef"
 
 #: The command, as a user would start it (the installed console script).
 EFFECTAGENT = str(Path(sys.executable).with_name("effectagent"))
+
+#: tmux, the terminal emulator a transcript is shown in (None when it is not installed).
+TMUX = shutil.which("tmux")
 
 
 class ServerThread:
@@ -121,3 +126,31 @@ def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpe
     child.delayafterclose = 0.0
     child.delayafterterminate = 0.0
     return child
+
+
+def terminal_screen(transcript: str, directory: Path, *, size: tuple[int, int] = (200, 40)) -> str:
+    """What a terminal shows after receiving ``transcript`` (bytes as the command wrote them):
+    it is written to a tmux pane of ``size`` (columns, rows) on a tmux server of the test's own
+    (its socket in ``directory``), and the pane's text is read back (``capture-pane``). No
+    waiting on time: the pane signals once it has written the transcript."""
+    assert TMUX is not None
+    socket = str(directory / "tmux.sock")
+    shown = directory / "transcript.bin"
+    shown.write_text(transcript, encoding="utf-8")
+    tmux = [TMUX, "-S", socket, "-f", "/dev/null"]
+    columns, rows = size
+    pane = f"cat {shown}; {TMUX} -S {socket} wait-for -S shown; {TMUX} -S {socket} wait-for gone"
+    env = {**os.environ, "TERM": "xterm"}
+    subprocess.run(
+        [*tmux, "new-session", "-d", "-x", str(columns), "-y", str(rows), pane],
+        check=True,
+        env=env,
+        timeout=30,
+    )
+    try:
+        subprocess.run([*tmux, "wait-for", "shown"], check=True, timeout=30)
+        return subprocess.run(
+            [*tmux, "capture-pane", "-p"], check=True, capture_output=True, text=True, timeout=30
+        ).stdout
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False, timeout=30)

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -21,8 +22,12 @@ from typing import Any
 
 import pexpect
 import pytest
+import trio
 
+from capabilities import sqlite_storage
 from capabilities.cli import ConfigError, load_config, main
+from capabilities.cli._main import DATABASE, private_directory
+from effectagent import open_runtime
 from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
@@ -136,6 +141,9 @@ def test_run_prints_the_answer_and_exits_0(server: ServerThread, home: Path) -> 
     assert messages(request.json())[-1] == ("user", "How warm is Oslo?")
     assert request.headers["authorization"] == f"Bearer {KEY}"  # the key went to the provider…
     assert KEY not in output  # …and nowhere else
+    # The sessions are the user's alone: the state directory (and the one it was made in).
+    for made in (home / "state", home / "state" / "effectagent"):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700, made
 
 
 def test_run_json_prints_one_object_per_event(server: ServerThread, home: Path) -> None:
@@ -165,6 +173,22 @@ def test_a_failed_run_exits_1_and_says_why(server: ServerThread, home: Path) -> 
     assert failed.endswith("answered HTTP 400: bad request: no such model")
     assert "ModelFailed" not in output
     assert "=" not in failed
+
+
+async def test_a_database_in_use_is_said_in_a_sentence(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not ``DatabaseInUse: DatabaseInUse(path=...)``: what happened and what to do."""
+    path = isolated / "state" / "effectagent" / DATABASE
+    path.parent.mkdir(parents=True)
+    async with open_runtime(sqlite_storage(path)):  # another process would hold it so
+        command = ["run", "Hi", *MODEL, "--base-url", "http://127.0.0.1:9/v1"]
+        status = await trio.to_thread.run_sync(main, command)
+    assert status == 3
+    assert capsys.readouterr().err == (
+        f"effectagent: cannot start: the session database {path} is open in another process "
+        "(one process uses it at a time): try again once that one has ended\n"
+    )
 
 
 def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
@@ -494,9 +518,28 @@ def test_state_dir_overrides_the_xdg_default(server: ServerThread, home: Path) -
     )
     assert finish(child)[1] == 0
     assert (elsewhere / "effectagent.db").is_file()
+    assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o700
     assert not (home / "state").exists()
     output, _ = finish(spawn(["sessions", "--state-dir", str(elsewhere)], cli_env(home)))
     assert output.splitlines()[1].startswith("s ")
+
+
+def test_the_state_directory_is_made_for_its_owner_alone(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        fresh = tmp_path / "a" / "b"
+        private_directory(fresh, tighten=False)
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "a", fresh)] == [0o700] * 2
+        ours = tmp_path / "ours"  # the default one, made open by an older version
+        ours.mkdir(0o755)
+        private_directory(ours, tighten=True)
+        assert stat.S_IMODE(ours.stat().st_mode) == 0o700
+        given = tmp_path / "given"  # one the user named and made: theirs to set
+        given.mkdir(0o755)
+        private_directory(given, tighten=False)
+        assert stat.S_IMODE(given.stat().st_mode) == 0o755
+    finally:
+        os.umask(old)
 
 
 # ---- configuration --------------------------------------------------------------------------------
@@ -529,6 +572,18 @@ def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path
         ("[shell]\nworkspace = 'nowhere'\n", "is not a directory"),
         ("shell = 3\n", "[shell] must be a table, got an integer"),
         ("[model\n", "is not valid TOML"),
+        (
+            "[[mcp]]\nname = 'a'\ncommand = 'x'\nprefix = 'a b'\n",
+            "[[mcp]] #1 prefix must be 1-32 letters, digits, '_' or '-', got 'a b'",
+        ),
+        (
+            "[[mcp]]\nname = 'a'\ncommand = 'x'\nprefix = 3\n",
+            "[[mcp]] #1 prefix must be true, false or a string, got an integer",
+        ),
+        (
+            "[[mcp]]\nname = 'a.b'\ncommand = 'x'\n[[mcp]]\nname = 'a_b'\ncommand = 'y'\n",
+            "two [[mcp]] servers prefix their tools with 'a_b'",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -578,7 +633,13 @@ args = ["server.py"]
 [[mcp]]
 name = "web"
 url = "http://127.0.0.1:9000/mcp"
-approval = "always"
+prefix = false
+
+[[mcp]]
+name = "trusted web"
+url = "http://127.0.0.1:9001/mcp"
+approval = "unless-readonly"
+prefix = "tw"
 
 [skills]
 paths = ["skills"]
@@ -594,9 +655,12 @@ paths = ["skills"]
         10.0,
     )
     assert config.code_mode is not None
-    assert [(s.name, s.command, s.url, s.approval) for s in config.mcp] == [
-        ("files", "python", None, "unless-readonly"),
-        ("web", None, "http://127.0.0.1:9000/mcp", "always"),
+    # A server over the network is asked about every call unless the config trusts it; tools
+    # are prefixed with the server's name unless the config says otherwise.
+    assert [(s.name, s.url, s.approval, s.tool_prefix) for s in config.mcp] == [
+        ("files", None, "unless-readonly", "files"),
+        ("web", "http://127.0.0.1:9000/mcp", "always", None),
+        ("trusted web", "http://127.0.0.1:9001/mcp", "unless-readonly", "tw"),
     ]
     assert config.skills == (tmp_path / "skills",)
 

@@ -12,6 +12,7 @@ from capabilities.cli.render import Timeline, preview
 from capabilities.subagents import delegate
 from effectagent import Agent, AgentPolicy, Layer, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import AssistantMessage, ModelRequest
+from effectagent.core import BudgetExhausted, BudgetWarning, RunFailed, UsageTotals
 from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
 
@@ -169,3 +170,18 @@ async def test_a_subagent_is_indented_under_the_call_that_started_it() -> None:
     assert shown[7] == "It is cold."
     assert shown[8].startswith("usage: input ")
     assert len(shown) == 9
+
+
+def test_budgets_and_failures_read_as_sentences_with_figures_rounded() -> None:
+    out = io.StringIO()
+    timeline = Timeline(out)
+    base = ("run_1", "conv_1", "helper", 1, 0.0)
+    timeline.render(BudgetWarning(*base, "duration", 5.005364324999391, 6.0))
+    timeline.render(BudgetWarning(*base, "tool_calls", 3.0, 4.0))
+    timeline.render(RunFailed(*base, BudgetExhausted("duration", 6.012345, 6.0), UsageTotals()))
+    assert out.getvalue().splitlines() == [
+        "! duration budget: 5.0 s of 6.0 s used",
+        "! tool calls budget: 3 of 4 used",
+        "✗ run failed: the duration budget ran out: 6.0 s used of 6.0 s",
+        "usage: input 0 · output 0 · cache read 0 · cache write 0",
+    ]

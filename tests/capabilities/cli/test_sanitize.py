@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import sys
 import unicodedata
 from typing import Any
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 
 from capabilities.cli._approval_view import argument_lines
 from capabilities.cli._console import HELD_CHARS, STYLES, Console, Styled, Text
-from capabilities.cli._errors import figure, sentence
+from capabilities.cli._errors import figure, sentence, steering_rejection
+from capabilities.cli._main import _library_logs
 from capabilities.cli._sanitize import is_hidden, json_safe, visible
 from capabilities.cli._session import event_json
 from capabilities.cli.render import Timeline
@@ -158,6 +160,21 @@ def test_errors_read_as_sentences_with_figures_rounded() -> None:
     )
     assert sentence(McpToolError("wipe", "it broke")) == "it broke"
     assert (figure(1234.56), figure(0.000123456), figure(7.0)) == ("1235", "0.000123", "7")
+    assert steering_rejection("too-large") == "it is too long"
+
+
+def test_what_libraries_log_reaches_the_terminal_escaped() -> None:
+    """The MCP SDK and HTTP clients may log what a server sent; effectagent's own logs stay
+    quiet as the library leaves them."""
+    out, err = io.StringIO(), io.StringIO()
+    with _library_logs(Console(out, err).err):
+        logging.getLogger("mcp.client.stdio").warning("bad line: %s", "\x1b]0;pwned\x07")
+        logging.getLogger("effectagent.engine").warning("a run failed")
+    logging.getLogger("mcp.client.stdio").warning("after the command: not ours")
+    assert (out.getvalue(), err.getvalue()) == (
+        "",
+        "effectagent: mcp.client.stdio: bad line: \\x1b]0;pwned\\x07\n",
+    )
 
 
 # ---- every path to the terminal, for all strings ------------------------------------------------

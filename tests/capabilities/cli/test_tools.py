@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from capabilities.approval import Answer, ScriptedApproval
 from capabilities.cli._config import McpConfig, ShellConfig
-from capabilities.cli._tools import _server, shell_tools
+from capabilities.cli._tools import _Origins, _server, shell_tools
 from capabilities.mcp import HttpServer, StdioServer
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
 from effectagent.ai import ToolAnnotations
@@ -88,18 +89,61 @@ def test_only_shell_is_readonly_and_only_shell_write_needs_approval(tmp_path: Pa
 def test_mcp_servers_are_made_as_configured(tmp_path: Path) -> None:
     stdio = _server(McpConfig("notes", "python", ("server.py",), {"A": "1"}, tmp_path))
     assert isinstance(stdio, StdioServer)
-    assert (stdio.name, stdio.command, stdio.args, stdio.cwd) == (
+    assert (stdio.name, stdio.command, stdio.args, stdio.cwd, stdio.prefix) == (
         "notes",
         "python",
         ("server.py",),
         tmp_path,
+        "notes",
     )
-    asks = stdio.needs_approval
+    asks = stdio.needs_approval  # a command the config starts: its readOnlyHint is trusted
     assert callable(asks)
     assert asks(ToolAnnotations(readonly=True)) is False
     assert asks(ToolAnnotations(readonly=False)) is True
-    web = _server(McpConfig("web", url="http://127.0.0.1:9000/mcp", approval="always"))
+    web = _server(McpConfig("my web", url="http://127.0.0.1:9000/mcp"))
     assert isinstance(web, HttpServer)
-    assert (web.url, web.needs_approval) == ("http://127.0.0.1:9000/mcp", True)
-    never = _server(McpConfig("n", command="x", approval="never"))
-    assert never.needs_approval is False
+    # Over the network every call asks, whatever the server says of its tools.
+    assert (web.url, web.needs_approval, web.prefix) == (
+        "http://127.0.0.1:9000/mcp",
+        True,
+        "my_web",
+    )
+    trusted = _server(McpConfig("w", url="http://h/mcp", approval="unless-readonly", prefix=False))
+    assert callable(trusted.needs_approval)
+    assert trusted.prefix is None
+    never = _server(McpConfig("n", command="x", approval="never", prefix="own"))
+    assert (never.needs_approval, never.prefix) == (False, "own")
+
+
+@attrs.frozen
+class _Listed:
+    name: str
+
+
+@attrs.frozen
+class _Connection:
+    tools: tuple[_Listed, ...]
+
+
+def test_origins_follow_the_engines_order_and_taken_names_are_reported() -> None:
+    origins = _Origins()
+    origins.own.update({"shell": "built in: the sandboxed shell", "run_program": "Code Mode"})
+    first = _Connection((_Listed("run_program"), _Listed("lookup")))
+    second = _Connection((_Listed("lookup"), _Listed("wipe")))
+    assert origins.left_out("a", first) == [  # type: ignore[arg-type]
+        "MCP server 'a': its tool 'run_program' is left out, the name is taken by Code Mode "
+        "(set prefix in its [[mcp]] table)"
+    ]
+    origins.servers.append(("a", first))  # type: ignore[arg-type]
+    assert origins.left_out("b", second) == [  # type: ignore[arg-type]
+        "MCP server 'b': its tool 'lookup' is left out, the name is taken by MCP server 'a' "
+        "(set prefix in its [[mcp]] table)"
+    ]
+    origins.servers.append(("b", second))  # type: ignore[arg-type]
+    assert [origins(name) for name in ("run_program", "lookup", "wipe", "shell", "gone")] == [
+        "Code Mode",
+        "MCP server 'a'",
+        "MCP server 'b'",
+        "built in: the sandboxed shell",
+        "a tool of this session",
+    ]
