@@ -11,6 +11,8 @@ from ._errors import ModelNetworkError as ModelNetworkError
 from ._errors import ModelUnavailable as ModelUnavailable
 from ._errors import ProviderError as ProviderError
 from ._errors import RateLimited as RateLimited
+from ._errors import ResponseTooLarge as ResponseTooLarge
+from ._errors import format_bytes as format_bytes
 from ._function_tool import tool as tool
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
@@ -28,6 +30,9 @@ from ._prompt import ToolCallContent as ToolCallContent
 from ._prompt import ToolMessage as ToolMessage
 from ._prompt import ToolResultContent as ToolResultContent
 from ._prompt import UserMessage as UserMessage
+from ._reduce import ARGUMENT_HEAD_CHARS as ARGUMENT_HEAD_CHARS
+from ._reduce import DEFAULT_MAX_RESPONSE_BYTES as DEFAULT_MAX_RESPONSE_BYTES
+from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES as DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 from ._reduce import ModelResponse as ModelResponse
 from ._reduce import ResponseContent as ResponseContent
 from ._reduce import ResponseReducer as ResponseReducer
@@ -49,6 +54,7 @@ from ._response import ToolParamsDeltaPart as ToolParamsDeltaPart
 from ._response import ToolParamsEndPart as ToolParamsEndPart
 from ._response import ToolParamsStartPart as ToolParamsStartPart
 from ._response import ToolResultPart as ToolResultPart
+from ._tool import DEFAULT_ARGUMENT_LIMITS as DEFAULT_ARGUMENT_LIMITS
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
 from ._tool import InnerResult as InnerResult
@@ -69,7 +75,11 @@ from ._usage import OutputTokens as OutputTokens
 from ._usage import Usage as Usage
 
 __all__ = [
+    "ARGUMENT_HEAD_CHARS",
     "AiError",
+    "DEFAULT_ARGUMENT_LIMITS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
     "AssistantMessage",
     "AuthenticationFailed",
     "ContentFiltered",
@@ -96,6 +106,7 @@ __all__ = [
     "OutputTokens",
     "ProviderError",
     "RateLimited",
+    "ResponseTooLarge",
     "ReasoningContent",
     "ReasoningDeltaPart",
     "ReasoningEndPart",
@@ -132,6 +143,7 @@ __all__ = [
     "UserMessage",
     "encode_failure",
     "close_stream",
+    "format_bytes",
     "generate",
     "handler_result",
     "tool",

@@ -19,6 +19,8 @@ __all__ = [
     "ModelUnavailable",
     "ProviderError",
     "RateLimited",
+    "ResponseTooLarge",
+    "format_bytes",
 ]
 
 
@@ -98,6 +100,29 @@ class ProviderError(AiError):
         if self.status is None:
             return self.message
         return f"{self.message} (HTTP {self.status})"
+
+
+@attrs.frozen
+class ResponseTooLarge(AiError):
+    """A response (or one of its parts: a tool call's arguments, one server-sent event) grew
+    past ``limit`` bytes; the stream was stopped there. Not retryable: asked again, the model
+    would most likely write as much again."""
+
+    limit: int = 0
+
+
+def format_bytes(size: int) -> str:
+    """A byte count as a person reads it, rounded: ``"512 bytes"``, ``"256 KiB"``,
+    ``"1.5 MiB"``, ``"3.2 GiB"``."""
+    if size < 1024:
+        return f"{size} byte" if size == 1 else f"{size} bytes"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    text = f"{value:.1f}".removesuffix(".0")
+    return f"{text} {unit}"
 
 
 @attrs.frozen

@@ -6,19 +6,28 @@ violation. A tool call whose arguments were still streaming when the model stopp
 *truncated*: it is reported separately and never becomes a :class:`ToolCallPart` to execute
 (RUN-004).
 
+It also bounds what a response may cost (:class:`ResponseReducer`'s ``max_bytes`` and
+``max_argument_bytes``): every part adds its UTF-8 bytes to the response's size — text,
+reasoning, tool-call arguments, IDs and names, and :data:`PART_OVERHEAD` bytes for each block or
+call it opens — and the part that takes the size past ``max_bytes`` raises
+:class:`ResponseTooLarge` at once, so the caller stops the stream there. A tool call whose
+arguments grow past ``max_argument_bytes`` stops being accumulated (only a short head is kept, and
+the count goes on); it ends as a :class:`TruncatedToolCall` with reason ``"too-large"``, never as
+a call to execute.
+
 :meth:`ResponseReducer.feed` is one ``match`` over the part classes, with ``assert_never`` for the
 rest: a new part kind that the reducer does not handle is a type error, not a silent skip.
 """
 
 from __future__ import annotations
 
-from typing import assert_never, final
+from typing import Literal, assert_never, final
 
 import attrs
 
 from effectagent.effect import fast_init
 
-from ._errors import AiError, MalformedResponse
+from ._errors import AiError, MalformedResponse, ResponseTooLarge, format_bytes
 from ._prompt import ReasoningContent, TextContent
 from ._response import (
     ErrorPart,
@@ -40,20 +49,51 @@ from ._response import (
 )
 from ._usage import Usage
 
-__all__ = ["ModelResponse", "ResponseContent", "ResponseReducer", "TruncatedToolCall"]
+__all__ = [
+    "ARGUMENT_HEAD_CHARS",
+    "DEFAULT_MAX_RESPONSE_BYTES",
+    "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
+    "PART_OVERHEAD",
+    "ModelResponse",
+    "ResponseContent",
+    "ResponseReducer",
+    "TruncatedToolCall",
+]
 
 #: One entry of a response's content, in the order the model produced it.
 ResponseContent = TextContent | ReasoningContent | ToolCallPart
+
+#: The most a response may be, in bytes, unless the reducer is told otherwise.
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
+#: The most a tool call's argument text may be, in bytes, unless the reducer is told otherwise
+#: (the size the tools' argument decoder accepts by default).
+DEFAULT_MAX_TOOL_ARGUMENT_BYTES = 256 * 1024
+#: What each block or tool call a response opens adds to its size, besides its text: it costs
+#: memory even when empty, so an endless stream of empty blocks is bounded too.
+PART_OVERHEAD = 64
+#: How many characters of an oversized argument text are kept (the head of a "too-large" call).
+ARGUMENT_HEAD_CHARS = 200
+
+
+def utf8_size(text: str) -> int:
+    """The UTF-8 size of ``text`` in bytes (a lone surrogate counts its 3 bytes)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 @fast_init
 @attrs.frozen(slots=True)
 class TruncatedToolCall:
-    """A tool call cut off by the length limit: its arguments are incomplete; it never runs."""
+    """A tool call that never runs: cut off by the output length limit (``reason="length"``,
+    ``partial_arguments`` is what arrived), or with arguments larger than the reducer's
+    ``max_argument_bytes`` (``reason="too-large"``, ``partial_arguments`` is their first
+    :data:`ARGUMENT_HEAD_CHARS` characters). ``size`` is the UTF-8 size of the whole argument text
+    that arrived."""
 
     id: str
     name: str
     partial_arguments: str
+    reason: Literal["length", "too-large"] = "length"
+    size: int = 0
 
 
 @fast_init
@@ -102,14 +142,41 @@ class _Block:
 
 @final
 class _Params:
-    """The arguments of a tool call being streamed."""
+    """The arguments of a tool call being streamed: the chunks so far and their size — or, once
+    they grew past the argument limit, only their head (``over``) while the size goes on."""
 
-    __slots__ = ("chunks", "ended", "name")
+    __slots__ = ("chunks", "ended", "head", "name", "over", "size")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.chunks: list[str] = []
         self.ended = False
+        self.size = 0
+        self.over = False
+        self.head = ""
+
+    def give_up(self) -> None:
+        """The arguments are too large: keep their head, drop the rest (and what follows)."""
+        self.over = True
+        self.head = _head(self.chunks)
+        self.chunks = []
+
+    def truncated(self, call_id: str) -> TruncatedToolCall:
+        """This call as one that never runs (too large, or cut off by the length limit)."""
+        if self.over:
+            return TruncatedToolCall(call_id, self.name, self.head, "too-large", self.size)
+        return TruncatedToolCall(call_id, self.name, "".join(self.chunks), "length", self.size)
+
+
+def _head(chunks: list[str]) -> str:
+    head: list[str] = []
+    length = 0
+    for chunk in chunks:
+        head.append(chunk)
+        length += len(chunk)
+        if length >= ARGUMENT_HEAD_CHARS:
+            break
+    return "".join(head)[:ARGUMENT_HEAD_CHARS]
 
 
 def _kind(reasoning: bool) -> str:
@@ -122,22 +189,42 @@ def _not_open(part: str, what: str, ident: str) -> MalformedResponse:
 
 @final
 class ResponseReducer:
-    """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends."""
+    """Feed parts in order with :meth:`feed`; call :meth:`finish` when the stream ends.
+
+    ``max_bytes`` bounds the whole response and ``max_argument_bytes`` each tool call's
+    arguments (see the module notes); both are positive.
+    """
 
     __slots__ = (
         "_call_ids",
         "_calls",
         "_error",
         "_finish",
+        "_max_argument_bytes",
+        "_max_bytes",
         "_metadata",
         "_open",
         "_order",
+        "_oversized",
         "_params",
         "_reasoning",
+        "_size",
         "_text",
     )
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_argument_bytes: int = DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+    ) -> None:
+        if max_bytes < 1 or max_argument_bytes < 1:
+            raise ValueError("a response's limits are positive numbers of bytes")
+        self._max_bytes = max_bytes
+        self._max_argument_bytes = max_argument_bytes
+        self._size = 0  # the response's size so far, in bytes
+        # Declared calls whose arguments were too large: they never run.
+        self._oversized: list[TruncatedToolCall] = []
         # Text and reasoning blocks by block id (the two kinds have separate IDs).
         self._text: dict[str, _Block] = {}
         self._reasoning: dict[str, _Block] = {}
@@ -151,7 +238,8 @@ class ResponseReducer:
         self._metadata: ResponseMetadataPart | None = None
 
     def feed(self, part: ResponsePart) -> None:
-        """Take one part. Raises :class:`MalformedResponse` on a protocol violation."""
+        """Take one part. Raises :class:`MalformedResponse` on a protocol violation, and
+        :class:`ResponseTooLarge` when the part takes the response past ``max_bytes``."""
         if self._finish is not None:
             raise MalformedResponse(f"a {part.type} part arrived after the finish part")
         # The cases in the order parts usually arrive most often: deltas first. (Plain class
@@ -161,14 +249,23 @@ class ResponseReducer:
                 block = self._text.get(part.id)
                 if block is None or block.ended:
                     raise _not_open(part.type, "text block", part.id)
-                block.chunks.append(part.delta)
+                delta = part.delta
+                # The size check is an add and a compare (``isascii`` is O(1) in CPython).
+                self._size += len(delta) if delta.isascii() else utf8_size(delta)
+                if self._size > self._max_bytes:
+                    raise self._too_large()
+                block.chunks.append(delta)
             case ToolParamsDeltaPart():
-                self._open_params(part.id, part.type).chunks.append(part.delta)
+                self._params_delta(part.id, part.type, part.delta)
             case ReasoningDeltaPart():
                 block = self._reasoning.get(part.id)
                 if block is None or block.ended:
                     raise _not_open(part.type, "reasoning block", part.id)
-                block.chunks.append(part.delta)
+                delta = part.delta
+                self._size += len(delta) if delta.isascii() else utf8_size(delta)
+                if self._size > self._max_bytes:
+                    raise self._too_large()
+                block.chunks.append(delta)
             case TextStartPart():
                 self._start_block(self._text, False, part.id)
             case TextEndPart():
@@ -177,22 +274,12 @@ class ResponseReducer:
                 call_id = part.id
                 if call_id in self._params or call_id in self._call_ids:
                     raise MalformedResponse(f"tool call {call_id!r} started twice")
+                self._add(PART_OVERHEAD + utf8_size(call_id) + utf8_size(part.name))
                 self._params[call_id] = _Params(part.name)
             case ToolParamsEndPart():
                 self._open_params(part.id, part.type).ended = True
             case ToolCallPart():
-                call_id, name = part.id, part.name
-                if call_id in self._call_ids:
-                    raise MalformedResponse(f"tool call {call_id!r} declared twice")
-                streamed = self._params.pop(call_id, None)
-                if streamed is not None and streamed.name != name:
-                    raise MalformedResponse(
-                        f"tool call {call_id!r} streamed as {streamed.name!r} but declared as "
-                        f"{name!r}"
-                    )
-                self._call_ids.add(call_id)
-                self._calls.append(part)
-                self._order.append(part)
+                self._declare(part)
             case ReasoningStartPart():
                 self._start_block(self._reasoning, True, part.id)
             case ReasoningEndPart():
@@ -208,9 +295,63 @@ class ResponseReducer:
             case _:
                 assert_never(part)
 
+    def _too_large(self) -> ResponseTooLarge:
+        limit = self._max_bytes
+        return ResponseTooLarge(
+            f"the response grew past {format_bytes(limit)}, the most a response may be, and "
+            "was stopped there",
+            limit,
+        )
+
+    def _add(self, size: int) -> None:
+        self._size += size
+        if self._size > self._max_bytes:
+            raise self._too_large()
+
+    def _params_delta(self, call_id: str, part_type: str, delta: str) -> None:
+        params = self._open_params(call_id, part_type)
+        size = len(delta) if delta.isascii() else utf8_size(delta)
+        self._add(size)
+        params.size += size
+        if params.over:
+            return
+        params.chunks.append(delta)
+        if params.size > self._max_argument_bytes:
+            params.give_up()
+
+    def _declare(self, part: ToolCallPart) -> None:
+        call_id, name = part.id, part.name
+        if call_id in self._call_ids:
+            raise MalformedResponse(f"tool call {call_id!r} declared twice")
+        streamed = self._params.pop(call_id, None)
+        if streamed is None:
+            self._add(PART_OVERHEAD + utf8_size(call_id) + utf8_size(name))
+        elif streamed.name != name:
+            raise MalformedResponse(
+                f"tool call {call_id!r} streamed as {streamed.name!r} but declared as {name!r}"
+            )
+        self._call_ids.add(call_id)
+        if streamed is not None and streamed.over:
+            self._oversized.append(streamed.truncated(call_id))
+            return
+        # The declared text counts as far as it is more than what streamed (a provider may
+        # restate the arguments whole, or declare them without streaming them).
+        arguments = part.arguments
+        size = utf8_size(arguments)
+        streamed_size = 0 if streamed is None else streamed.size
+        if size > streamed_size:
+            self._add(size - streamed_size)
+        if size > self._max_argument_bytes:
+            head = arguments[:ARGUMENT_HEAD_CHARS]
+            self._oversized.append(TruncatedToolCall(call_id, name, head, "too-large", size))
+            return
+        self._calls.append(part)
+        self._order.append(part)
+
     def _start_block(self, blocks: dict[str, _Block], reasoning: bool, block_id: str) -> None:
         if block_id in blocks:
             raise MalformedResponse(f"{_kind(reasoning)} block {block_id!r} started twice")
+        self._add(PART_OVERHEAD + utf8_size(block_id))
         block = blocks[block_id] = _Block(reasoning)
         self._open += 1
         self._order.append(block)
@@ -240,7 +381,7 @@ class ResponseReducer:
         finish = self._finish
         if finish is None:
             raise MalformedResponse("the stream ended without a finish part")
-        truncated: list[TruncatedToolCall] = []
+        truncated = list(self._oversized)
         if self._params:
             if finish.reason != "length":
                 raise MalformedResponse(
@@ -248,10 +389,7 @@ class ResponseReducer:
                     + ", ".join(repr(i) for i in self._params)
                     + f" never completed, and the finish reason is {finish.reason!r}"
                 )
-            truncated = [
-                TruncatedToolCall(call_id, params.name, "".join(params.chunks))
-                for call_id, params in self._params.items()
-            ]
+            truncated += [params.truncated(call_id) for call_id, params in self._params.items()]
         if self._open and finish.reason not in ("length", "content-filter", "error"):
             open_blocks = [
                 f"{kind} {block_id!r}"

@@ -44,6 +44,7 @@ from effectagent.effect import (
 )
 
 from ._checks import check_function, check_handler, need
+from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",
@@ -66,8 +67,11 @@ FailureMode = Literal["error", "return"]
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
-#: Arguments are untrusted model output: bounded before parsing.
-DEFAULT_ARGUMENT_LIMITS = SchemaLimits(max_depth=32, max_bytes=256 * 1024, max_items=10_000)
+#: Arguments are untrusted model output: bounded before parsing (as large as a response's
+#: tool-call arguments may be by default).
+DEFAULT_ARGUMENT_LIMITS = SchemaLimits(
+    max_depth=32, max_bytes=DEFAULT_MAX_TOOL_ARGUMENT_BYTES, max_items=10_000
+)
 
 
 class OutputSchemaViolation(Exception):

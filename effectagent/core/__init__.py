@@ -30,6 +30,7 @@ from ._policy import Agent as Agent
 from ._policy import AgentPolicy as AgentPolicy
 from ._policy import ChildBudget as ChildBudget
 from ._policy import CompactionPolicy as CompactionPolicy
+from ._policy import ResponseLimits as ResponseLimits
 from ._policy import RetryPolicy as RetryPolicy
 from ._policy import ToolResultBounds as ToolResultBounds
 from ._records import *  # noqa: F403
@@ -59,6 +60,7 @@ __all__ = [
     "REDACTED",
     "Redactor",
     "RepeatedToolFailure",
+    "ResponseLimits",
     "RetryPolicy",
     "Risk",
     "RunError",

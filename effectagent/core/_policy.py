@@ -12,7 +12,12 @@ from typing import Any, Literal
 
 import attrs
 
-from effectagent.ai import Toolkit, ToolSource
+from effectagent.ai import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+    Toolkit,
+    ToolSource,
+)
 from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
 
 __all__ = [
@@ -20,6 +25,7 @@ __all__ = [
     "AgentPolicy",
     "ChildBudget",
     "CompactionPolicy",
+    "ResponseLimits",
     "RetryPolicy",
     "ToolResultBounds",
 ]
@@ -159,6 +165,31 @@ class ToolResultBounds:
 
 
 @attrs.frozen
+class ResponseLimits:
+    """How large one model response may be, in UTF-8 bytes, counted while it streams.
+
+    ``max_response_bytes`` (4 MiB by default) bounds the whole response: its text, reasoning,
+    tool calls (IDs, names, arguments) and a few bytes for each block or call it opens. The
+    response is stopped the moment it grows past it, and the attempt fails with
+    ``ResponseTooLarge`` (not retried): the run ends with ``ModelFailed`` naming the limit.
+
+    ``max_tool_argument_bytes`` (256 KiB by default, the size the tools' argument decoder takes)
+    bounds each tool call's argument text. A call whose arguments grow past it is not kept whole
+    (only a short head is) and never runs: it settles as ``ToolInvalidInput`` ("arguments of …
+    exceed the limit of …; not executed"), and the record and the next request hold a marker with
+    the call's size and the head of its arguments, never the text itself. Raising it also raises
+    what the argument decoder accepts.
+    """
+
+    max_response_bytes: int = attrs.field(
+        default=DEFAULT_MAX_RESPONSE_BYTES, validator=_integer(1, "a positive integer")
+    )
+    max_tool_argument_bytes: int = attrs.field(
+        default=DEFAULT_MAX_TOOL_ARGUMENT_BYTES, validator=_integer(1, "a positive integer")
+    )
+
+
+@attrs.frozen
 class CompactionPolicy:
     """What a run asks of its Compactor when the context exceeds ``context_token_limit``.
 
@@ -213,6 +244,11 @@ class AgentPolicy:
     when a budget runs out, and the run ends with finish reason ``"budget-exhausted"``; ``"fail"``
     ends the run with a failure naming the dimension.
 
+    ``max_output_tokens`` is sent with every model request as its output cap; None (the default)
+    sends the model adapter's own, which every adapter has (the providers' adapters pick one that
+    fits the model: see the providers guide). ``response_limits`` bound each response in bytes as
+    it streams (:class:`ResponseLimits`): an endless or oversized response is stopped there.
+
     ``max_duration`` is the run's whole wall time, grace turn included: a run ends within it (plus
     the few milliseconds of writing its end). Under ``"final-answer"`` the turns stop
     :attr:`grace_reserve` seconds before it (``min(grace_turn_duration, max_duration / 10)``), so
@@ -253,6 +289,14 @@ class AgentPolicy:
     warning_ratio: float = attrs.field(
         default=0.8,
         validator=_number("a fraction between 0 and 1 (exclusive)", lambda value: 0 < value < 1),
+    )
+    #: The output cap of each model request, in tokens (None: the model adapter's default).
+    max_output_tokens: int | None = attrs.field(
+        default=None, validator=_integer(1, "a positive integer", optional=True)
+    )
+    #: How large one model response may be, in bytes (see :class:`ResponseLimits`).
+    response_limits: ResponseLimits = attrs.field(
+        default=ResponseLimits(), validator=_instance(ResponseLimits)
     )
 
     @property

@@ -207,7 +207,7 @@ def test_truncated_calls_under_length_are_reported_not_executable() -> None:
         ]
     )
     assert [c.id for c in response.tool_calls] == ["c1"]
-    assert response.truncated_calls == (TruncatedToolCall("c2", "g", '{"query'),)
+    assert response.truncated_calls == (TruncatedToolCall("c2", "g", '{"query', "length", 7),)
     assert response.finish_reason == "length"
 
 
