@@ -1,33 +1,46 @@
 """Small pieces every provider mapping shares: reading untrusted JSON numbers, writing JSON text,
-and the bookkeeping of streamed text / reasoning blocks and tool-call arguments. Pure."""
+the bookkeeping of streamed text / reasoning blocks and tool-call arguments, unique tool-call IDs,
+and the output cap each model gets by default. Pure."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, final
 
+import attrs
+
 from effectagent.ai import (
+    AssistantMessage,
     MalformedResponse,
+    Message,
     ReasoningDeltaPart,
     ReasoningEndPart,
     ReasoningStartPart,
     ResponsePart,
+    ResponseTooLarge,
     TextDeltaPart,
     TextEndPart,
     TextStartPart,
+    ToolCallContent,
     ToolCallPart,
     ToolParamsDeltaPart,
     ToolParamsEndPart,
+    format_bytes,
 )
+
+from .sse import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = [
     "Blocks",
+    "CallIds",
     "StreamedCall",
     "as_int",
     "as_mapping",
     "as_timestamp",
+    "default_max_tokens",
     "json_text",
+    "positive_tokens",
     "result_text",
 ]
 
@@ -127,19 +140,34 @@ class StreamedCall:
     A call is *ended* when its arguments are complete (params end), and *declared*
     (:class:`ToolCallPart`) only once the response finished for a reason other than the length
     limit — a call cut off by the limit stays undeclared, so the reducer reports it truncated and
-    it never runs."""
+    it never runs.
 
-    __slots__ = ("arguments", "chunks", "id", "name")
+    The argument text is bounded: past ``max_bytes`` (as large as one server-sent event may be,
+    by default) the call raises :class:`ResponseTooLarge` instead of keeping more."""
 
-    def __init__(self, call_id: str, name: str) -> None:
+    __slots__ = ("arguments", "chunks", "id", "max_bytes", "name", "size")
+
+    def __init__(
+        self, call_id: str, name: str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    ) -> None:
         self.id = call_id
         self.name = name
         self.chunks: list[str] = []
         self.arguments: str | None = None
+        self.size = 0
+        self.max_bytes = max_bytes
 
     def delta(self, text: str, out: list[ResponsePart]) -> None:
         """More argument text."""
         if text:
+            self.size += len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+            if self.size > self.max_bytes:
+                raise ResponseTooLarge(
+                    f"the arguments of tool call {self.name!r} grew past "
+                    f"{format_bytes(self.max_bytes)}, the most a model adapter keeps of one "
+                    "call; the stream was stopped there",
+                    self.max_bytes,
+                )
             self.chunks.append(text)
             out.append(ToolParamsDeltaPart(self.id, text))
 
@@ -154,3 +182,73 @@ class StreamedCall:
         """Declare the ended call with its whole raw argument text."""
         if self.arguments is not None:
             out.append(ToolCallPart(self.id, self.name, self.arguments))
+
+
+@final
+class CallIds:
+    """The tool-call IDs of one response, kept unique: an ID the request's history already holds
+    (``taken``), or that an earlier call of this response had, gets a ``-<n>`` suffix that makes
+    it new. The provider's IDs are the model's (or a server's) input, and the engine tells calls
+    apart by their IDs; the request that replays the response carries the new ID on the call and
+    on its result alike, so the provider sees a consistent history."""
+
+    __slots__ = ("_taken",)
+
+    def __init__(self, taken: Iterable[str] = ()) -> None:
+        self._taken = set(taken)
+
+    @staticmethod
+    def of(messages: Iterable[Message]) -> CallIds:
+        """The IDs of the tool calls ``messages`` hold, taken."""
+        return CallIds(
+            part.id
+            for message in messages
+            if type(message) is AssistantMessage
+            for part in message.content
+            if type(part) is ToolCallContent
+        )
+
+    def unique(self, call_id: str) -> str:
+        """``call_id``, or a new ID made from it when it is taken; either is taken from now on."""
+        taken = self._taken
+        if call_id in taken:
+            n = 1
+            while f"{call_id}-{n + 1}" in taken:
+                n += 1
+            call_id = f"{call_id}-{n + 1}"
+        taken.add(call_id)
+        return call_id
+
+
+def positive_tokens(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a positive number of tokens (an int, not a bool), or None."""
+    if value is None:
+        return
+    where = f"{type(instance).__name__}.{attribute.name}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where} must be a positive int or None, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{where} must be a positive number of tokens, got {value}")
+
+
+def default_max_tokens(provider: str, model: str) -> int:
+    """The output cap, in tokens, of a request to ``model`` that sets none — what the model's
+    family takes: ``provider`` is ``"anthropic"``, ``"openai"`` or ``"compatible"`` (somebody
+    else's server, whose models are unknown here: a cap that small local models take). An
+    adapter always sends a cap, so no response is unbounded."""
+    name = model.lower()
+    if provider == "anthropic":
+        if name.startswith(("claude-3-opus", "claude-3-sonnet", "claude-3-haiku")):
+            return 4096
+        return 8192
+    if provider == "openai":
+        if name.startswith(("o1", "o3", "o4", "gpt-5", "gpt-4.1")):
+            return 32768  # reasoning tokens count toward the cap
+        if name.startswith(("gpt-4o", "chatgpt-4o")):
+            return 16384
+        if name.startswith(("gpt-3.5", "gpt-4")):
+            return 4096
+        return 16384
+    if provider == "compatible":
+        return 4096
+    raise ValueError(f"unknown provider {provider!r}")

@@ -54,7 +54,7 @@ from effectagent.ai import (
     UserMessage,
 )
 
-from ._common import Blocks, StreamedCall, as_int, as_mapping, json_text, result_text
+from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
 from .errors import error_from_payload
 from .output_schema import anthropic_output_schema
 from .reasoning import ReasoningMemory
@@ -248,6 +248,7 @@ class MessagesDecoder:
         "_complete",
         "_content",
         "_ended",
+        "_ids",
         "_input",
         "_metadata",
         "_output",
@@ -256,7 +257,8 @@ class MessagesDecoder:
         "thinking_blocks",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, call_ids: CallIds | None = None) -> None:
+        self._ids = CallIds() if call_ids is None else call_ids
         self._metadata = False
         self._blocks = Blocks()
         self._content: dict[int, _Block] = {}
@@ -365,11 +367,11 @@ class MessagesDecoder:
             call_id, name = content.get("id"), content.get("name")
             if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
                 raise MalformedResponse("a tool_use block without its id or name")
-            block.call = StreamedCall(call_id, name)
+            block.call = StreamedCall(self._ids.unique(call_id), name)
             initial = content.get("input")
             if isinstance(initial, Mapping) and initial:
                 block.initial = json_text(initial)
-            out.append(ToolParamsStartPart(call_id, name))
+            out.append(ToolParamsStartPart(block.call.id, name))
 
     def _delta(self, data: Mapping[str, Any], out: list[ResponsePart]) -> None:
         block = self._content.get(self._index(data))

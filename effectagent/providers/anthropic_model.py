@@ -24,6 +24,7 @@ from effectagent.ai import (
     generate,
 )
 
+from ._common import CallIds, default_max_tokens, positive_tokens
 from ._layer import ModelLayer, sdk_client
 from .anthropic_messages import MessagesDecoder, anthropic_request_body
 from .credentials import require_api_key, secret_values
@@ -34,8 +35,6 @@ __all__ = ["Anthropic", "AnthropicModel"]
 
 #: Seconds the SDK waits for a response (and between bytes of it) before giving up.
 DEFAULT_TIMEOUT = 600.0
-#: ``max_tokens`` when a request sets no ``max_output_tokens`` (the API requires one).
-DEFAULT_MAX_TOKENS = 8192
 
 
 def _sdk() -> tuple[Any, SdkErrors]:
@@ -56,7 +55,8 @@ def _sdk() -> tuple[Any, SdkErrors]:
 class Anthropic(ModelLayer):
     """A Claude model through the **Messages API** (``"anthropic:<model>"``).
 
-    ``max_tokens`` caps a response when the request does not (``max_output_tokens``);
+    ``max_tokens`` caps a response when the request does not (``max_output_tokens``; the API
+    requires a cap) — None picks what the model takes (8192, 4096 for the Claude 3 models);
     ``thinking_budget`` turns extended thinking on with that many tokens (kept below each
     request's cap, and left off for a request capped under the API's minimum budget; thinking
     streams as reasoning parts and is replayed in tool loops); ``extra_body`` is
@@ -68,7 +68,7 @@ class Anthropic(ModelLayer):
     base_url: str | None = attrs.field(default=None, kw_only=True)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
-    max_tokens: int = attrs.field(default=DEFAULT_MAX_TOKENS, kw_only=True)
+    max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     thinking_budget: int | None = attrs.field(default=None, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
@@ -98,7 +98,7 @@ class AnthropicModel:
     #: prompt when Anthropic cannot express the schema), not in its own instructions.
     native_output: ClassVar[bool] = True
 
-    __slots__ = ("_client", "_errors", "_memory", "_options", "_secrets", "settings")
+    __slots__ = ("_client", "_errors", "_max_tokens", "_memory", "_options", "_secrets", "settings")
 
     def __init__(
         self, settings: Anthropic, client: Any, errors: SdkErrors, secrets: tuple[str, ...]
@@ -108,6 +108,7 @@ class AnthropicModel:
         self._errors = errors
         self._secrets = secrets
         self._memory = ReasoningMemory()
+        self._max_tokens = settings.max_tokens or default_max_tokens("anthropic", settings.model)
         options = dict(settings.extra_body)
         if settings.temperature is not None:
             options.setdefault("temperature", settings.temperature)
@@ -124,12 +125,12 @@ class AnthropicModel:
         body = anthropic_request_body(
             request,
             self.settings.model,
-            max_tokens=self.settings.max_tokens,
+            max_tokens=self._max_tokens,
             memory=self._memory,
             thinking_budget=self.settings.thinking_budget,
             options=self._options,
         )
-        decoder = MessagesDecoder()
+        decoder = MessagesDecoder(call_ids=CallIds.of(request.messages))
         create = self._client.messages.with_streaming_response.create
         model, messages, max_tokens = (
             body.pop("model"),

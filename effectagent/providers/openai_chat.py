@@ -57,6 +57,7 @@ from effectagent.ai import (
 
 from ._common import (
     Blocks,
+    CallIds,
     StreamedCall,
     as_int,
     as_mapping,
@@ -134,13 +135,15 @@ def chat_request_body(
     model: str,
     *,
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
+    max_tokens: int | None = None,
     native_output: bool = True,
     stream_usage: bool = True,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole JSON body of a streamed Chat Completions request. ``options`` (settings such as
-    ``temperature`` or ``reasoning_effort``) are merged in last, except over the keys the request
-    itself sets."""
+    """The whole JSON body of a streamed Chat Completions request. The output cap is the
+    request's ``max_output_tokens``, else ``max_tokens`` (the adapter's default, always given by
+    the adapters), in ``max_tokens_field``. ``options`` (settings such as ``temperature`` or
+    ``reasoning_effort``) are merged in last, except over the keys the request itself sets."""
     body: dict[str, Any] = {
         "model": model,
         "messages": chat_messages(request.messages),
@@ -166,8 +169,9 @@ def chat_request_body(
             if choice in ("auto", "none", "required")
             else {"type": "function", "function": {"name": choice}}
         )
-    if request.max_output_tokens is not None:
-        body[max_tokens_field] = request.max_output_tokens
+    cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
+    if cap is not None:
+        body[max_tokens_field] = cap
     output = request.output
     if output is not None and native_output:
         strict = output.strict and not openai_strict_problems(output.schema)
@@ -203,6 +207,7 @@ class ChatCompletionsDecoder:
         "_calls",
         "_done",
         "_finish",
+        "_ids",
         "_metadata",
         "_provider",
         "_refused",
@@ -210,8 +215,15 @@ class ChatCompletionsDecoder:
         "_usage",
     )
 
-    def __init__(self, *, provider: str = "OpenAI", require_done: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        provider: str = "OpenAI",
+        require_done: bool = True,
+        call_ids: CallIds | None = None,
+    ) -> None:
         self._provider = provider
+        self._ids = CallIds() if call_ids is None else call_ids
         self._require_done = require_done
         self._metadata = False
         self._blocks = Blocks()
@@ -317,9 +329,8 @@ class ChatCompletionsDecoder:
             if not name:
                 raise MalformedResponse(f"tool call #{index} began without a function name")
             call_id = call.get("id")
-            streamed = StreamedCall(
-                call_id if isinstance(call_id, str) and call_id else f"call_{index}", name
-            )
+            call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
+            streamed = StreamedCall(self._ids.unique(call_id), name)
             self._calls[index] = streamed
             out.append(ToolParamsStartPart(streamed.id, streamed.name))
         arguments = function.get("arguments")

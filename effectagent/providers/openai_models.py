@@ -32,6 +32,7 @@ from effectagent.ai import (
     generate,
 )
 
+from ._common import CallIds, default_max_tokens, positive_tokens
 from ._layer import ModelLayer, sdk_client
 from .credentials import require_api_key, secret_values
 from .openai_chat import ChatCompletionsDecoder, chat_request_body
@@ -80,8 +81,10 @@ class OpenAIResponses(ModelLayer):
 
     ``reasoning_effort`` / ``reasoning_summary`` set the ``reasoning`` option (reasoning
     summaries stream as reasoning parts). ``store`` (default False: nothing is kept at OpenAI,
-    every request carries the whole history) is the API's ``store``. ``extra_body`` is merged
-    into each request body for any other API option. ``headers`` are sent with every request.
+    every request carries the whole history) is the API's ``store``. ``max_tokens`` is the output
+    cap of a request that sets none (``AgentPolicy.max_output_tokens``); None picks one that fits
+    the model. ``extra_body`` is merged into each request body for any other API option.
+    ``headers`` are sent with every request.
     """
 
     model: str
@@ -94,6 +97,7 @@ class OpenAIResponses(ModelLayer):
     store: bool = attrs.field(default=False, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
+    max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-responses"
@@ -120,7 +124,16 @@ class OpenAIResponsesModel:
     #: The engine sends the output schema natively (``text.format``), not in instructions.
     native_output: ClassVar[bool] = True
 
-    __slots__ = ("_client", "_errors", "_memory", "_options", "_reasoning", "_secrets", "settings")
+    __slots__ = (
+        "_client",
+        "_errors",
+        "_max_tokens",
+        "_memory",
+        "_options",
+        "_reasoning",
+        "_secrets",
+        "settings",
+    )
 
     def __init__(
         self,
@@ -134,6 +147,7 @@ class OpenAIResponsesModel:
         self._errors = errors
         self._secrets = secrets
         self._memory = ReasoningMemory()
+        self._max_tokens = settings.max_tokens or default_max_tokens("openai", settings.model)
         reasoning = {
             key: value
             for key, value in (
@@ -165,8 +179,9 @@ class OpenAIResponsesModel:
             store=settings.store,
             reasoning=self._reasoning,
             options=self._options,
+            max_tokens=self._max_tokens,
         )
-        decoder = ResponsesDecoder()
+        decoder = ResponsesDecoder(call_ids=CallIds.of(request.messages))
         create = self._client.responses.with_streaming_response.create
         model, items = body.pop("model"), body.pop("input")
         body.pop("stream")
@@ -204,8 +219,10 @@ class OpenAIResponsesModel:
 class OpenAIChat(ModelLayer):
     """An OpenAI model through **Chat Completions** (``"openai-chat:<model>"``).
 
-    ``reasoning_effort`` is the API's option of that name; ``extra_body`` is merged into each
-    request body for any other API option; ``headers`` are sent with every request."""
+    ``reasoning_effort`` is the API's option of that name; ``max_tokens`` is the output cap of a
+    request that sets none (``AgentPolicy.max_output_tokens``), None picking one that fits the
+    model; ``extra_body`` is merged into each request body for any other API option;
+    ``headers`` are sent with every request."""
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -215,6 +232,7 @@ class OpenAIChat(ModelLayer):
     reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
+    max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-chat"
@@ -242,6 +260,7 @@ class OpenAIChat(ModelLayer):
                 secret_values(key, self.headers),
                 options=options,
                 provider="OpenAI",
+                max_tokens=self.max_tokens or default_max_tokens("openai", self.model),
             )
 
 
@@ -254,7 +273,10 @@ class OpenAICompatible(ModelLayer):
     these servers read); reasoning streamed as ``reasoning_content`` / ``reasoning`` is kept; a
     body that ends without ``[DONE]`` is accepted once the model finished; ``native_output=False``
     for a server without ``json_schema`` response formats (the engine then puts the schema in
-    the instructions); ``stream_usage=False`` for one that rejects ``stream_options``."""
+    the instructions); ``stream_usage=False`` for one that rejects ``stream_options``;
+    ``max_tokens`` is the output cap of a request that sets none (``AgentPolicy.max_output_tokens``),
+    4096 when None — lower it for a server whose context is small (vLLM refuses a request whose
+    prompt and cap together exceed the model's context), raise it for long answers."""
 
     model: str
     base_url: str = attrs.field(kw_only=True)
@@ -265,6 +287,7 @@ class OpenAICompatible(ModelLayer):
     native_output: bool = attrs.field(default=True, kw_only=True)
     stream_usage: bool = attrs.field(default=True, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
+    max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-compatible"
@@ -291,6 +314,7 @@ class OpenAICompatible(ModelLayer):
                 options=options,
                 provider=f"the server at {self.base_url}",
                 max_tokens_field="max_tokens",
+                max_tokens=self.max_tokens or default_max_tokens("compatible", self.model),
                 native_output=self.native_output,
                 stream_usage=self.stream_usage,
                 require_done=False,
@@ -306,6 +330,7 @@ class OpenAIChatModel:
     __slots__ = (
         "_client",
         "_errors",
+        "_max_tokens",
         "_max_tokens_field",
         "_options",
         "_provider",
@@ -328,6 +353,7 @@ class OpenAIChatModel:
         max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = (
             "max_completion_tokens"
         ),
+        max_tokens: int | None = None,
         native_output: bool = True,
         stream_usage: bool = True,
         require_done: bool = True,
@@ -342,6 +368,12 @@ class OpenAIChatModel:
         self._options = dict(options)
         self._provider = provider
         self._max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = max_tokens_field
+        #: The output cap of a request that sets none.
+        self._max_tokens = (
+            max_tokens
+            if max_tokens is not None
+            else default_max_tokens("openai" if provider == "OpenAI" else "compatible", model)
+        )
         self._stream_usage = stream_usage
         self._require_done = require_done
 
@@ -357,6 +389,7 @@ class OpenAIChatModel:
             request,
             self.model,
             max_tokens_field=self._max_tokens_field,
+            max_tokens=self._max_tokens,
             native_output=self.native_output,
             stream_usage=self._stream_usage,
             options=self._options,
@@ -370,7 +403,11 @@ class OpenAIChatModel:
 
         return stream_parts(
             open_response,
-            ChatCompletionsDecoder(provider=self._provider, require_done=self._require_done),
+            ChatCompletionsDecoder(
+                provider=self._provider,
+                require_done=self._require_done,
+                call_ids=CallIds.of(request.messages),
+            ),
             provider=self._provider,
             errors=self._errors,
             secrets=self._secrets,

@@ -50,6 +50,7 @@ from effectagent.ai import (
 
 from ._common import (
     Blocks,
+    CallIds,
     StreamedCall,
     as_int,
     as_mapping,
@@ -137,9 +138,12 @@ def responses_request_body(
     store: bool = False,
     reasoning: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
+    max_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Responses request. ``reasoning`` is the ``reasoning``
-    setting (effort, summary); ``options`` are merged in last, except over keys already set."""
+    setting (effort, summary); the output cap is the request's ``max_output_tokens``, else
+    ``max_tokens`` (the adapter's default, always given by the adapter); ``options`` are merged
+    in last, except over keys already set."""
     body: dict[str, Any] = {
         "model": model,
         "input": responses_input(request.messages, memory),
@@ -167,8 +171,9 @@ def responses_request_body(
             if choice in ("auto", "none", "required")
             else {"type": "function", "name": choice}
         )
-    if request.max_output_tokens is not None:
-        body["max_output_tokens"] = request.max_output_tokens
+    cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
+    if cap is not None:
+        body["max_output_tokens"] = cap
     output = request.output
     if output is not None:
         body["text"] = {
@@ -201,13 +206,15 @@ class ResponsesDecoder:
         "_calls",
         "_complete",
         "_ended",
+        "_ids",
         "_metadata",
         "_refused",
         "call_ids",
         "reasoning_items",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, call_ids: CallIds | None = None) -> None:
+        self._ids = CallIds() if call_ids is None else call_ids
         self._metadata = False
         self._blocks = Blocks()
         self._calls: dict[str, StreamedCall] = {}
@@ -280,9 +287,12 @@ class ResponsesDecoder:
         item_id, call_id, name = item.get("id"), item.get("call_id"), item.get("name")
         if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
             raise MalformedResponse("a function call item without its call_id or name")
-        call = StreamedCall(call_id, name)
-        self._calls[item_id if isinstance(item_id, str) else call_id] = call
-        out.append(ToolParamsStartPart(call_id, name))
+        key = item_id if isinstance(item_id, str) else call_id
+        if key in self._calls:
+            raise MalformedResponse("a function call item was added twice")
+        call = StreamedCall(self._ids.unique(call_id), name)
+        self._calls[key] = call
+        out.append(ToolParamsStartPart(call.id, name))
         arguments = item.get("arguments")
         if isinstance(arguments, str):
             call.delta(arguments, out)

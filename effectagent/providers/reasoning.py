@@ -4,8 +4,9 @@ Anthropic checks a thinking block's ``signature`` (and a redacted block is opaqu
 OpenAI's Responses API takes reasoning back as its own items (``id``, ``encrypted_content``). The
 prompt history the engine keeps holds reasoning as plain text, which neither accepts. So a model
 adapter remembers the provider-native blocks of each response that declared tool calls — keyed
-by the ID of its first tool call, which the engine keeps stable — and puts them back in front of
-that assistant turn when a later request replays it. That is what a tool loop with extended
+by the ID of its first tool call as the adapter streamed it (already new to the conversation the
+request carries, so the engine keeps it) — and puts them back in front of that assistant turn
+when a later request replays it. That is what a tool loop with extended
 thinking needs: the API requires the thinking of the turn whose tool results it is reading.
 
 The memory is per model (per Layer build), in this process, and bounded (oldest first out). A

@@ -11,9 +11,11 @@ the SDK's pydantic event classes are never built and never leave the adapter.
 Failures: an HTTP error status → its typed error; any other error of the SDK → ``ProviderError``;
 a connection that cannot be made or is lost
 (before or during the body) → ``ModelNetworkError``; a 200 that is not an event stream, bytes that
-are not UTF-8, data that is not JSON, events that break the provider's format, a body that ends
-before the response is complete → ``MalformedResponse``; an error the provider reports inside the
-stream → its typed error. Each error is raised with no exception chained to it (no SDK object,
+are not UTF-8, data that is not JSON (or JSON nested deeper than :data:`MAX_EVENT_DEPTH` levels),
+events that break the provider's format, a body that ends before the response is complete →
+``MalformedResponse``; a line or event longer than ``max_event_bytes`` → ``ResponseTooLarge``
+(the stream is stopped there); an error the provider reports inside the stream → its typed
+error. Each error is raised with no exception chained to it (no SDK object,
 request or header travels with it) and with the API key scrubbed from its message.
 
 Cancellation: the loop waits on the network between parts; when it is cancelled, or the consumer
@@ -23,10 +25,9 @@ sees the client disconnect — shielded, within a bound, before the cancellation
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import attrs
 import trio
@@ -37,18 +38,26 @@ from effectagent.ai import (
     ModelNetworkError,
     ProviderError,
     ResponsePart,
+    ResponseTooLarge,
+    format_bytes,
 )
+from effectagent.effect import SchemaError, SchemaLimits, decode_json
 
 from .errors import error_from_payload, error_from_status, scrub_error
-from .sse import ServerSentEvent, SSEDecoder
+from .sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, ServerSentEvent, SSEDecoder
 
-__all__ = ["EventDecoder", "SdkErrors", "stream_parts"]
+__all__ = ["MAX_EVENT_DEPTH", "EventDecoder", "SdkErrors", "stream_parts"]
 
 #: How long a finished response may keep its body open before the connection is dropped.
 _DRAIN_SECONDS = 0.25
 #: How long closing a response may take (shielded from cancellation).
 _CLOSE_SECONDS = 5.0
 _NOT_JSON = object()
+#: How deeply an event's JSON may nest: far more than any provider's events do, and far less than
+#: would make the parser recurse into trouble (checked before parsing, like tool arguments).
+MAX_EVENT_DEPTH: Final = 64
+#: An event's data is bounded by the event-stream decoder already: only its depth is checked here.
+_EVENT_LIMITS: Final = SchemaLimits(max_depth=MAX_EVENT_DEPTH, max_bytes=1 << 50, max_items=1 << 50)
 
 
 class EventDecoder(Protocol):
@@ -97,10 +106,12 @@ async def stream_parts(
     errors: SdkErrors,
     secrets: Iterable[str],
     on_complete: Callable[[], None] | None = None,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> AsyncIterator[ResponsePart]:
     """Open the response with ``open_response()`` (an SDK ``with_streaming_response`` call) and
     yield the parts ``decoder`` makes of its events; ``on_complete()`` runs once the response is
-    complete (after its finish part was handed over). See the module notes for errors.
+    complete (after its finish part was handed over). ``max_event_bytes`` bounds each line and
+    each event of the body. See the module notes for errors.
 
     Cancellation: a checkpoint at each network read; on cancellation or an early ``aclose`` the
     HTTP response is closed (shielded, bounded), so the server sees the disconnect.
@@ -126,7 +137,7 @@ async def stream_parts(
         if content_type and not content_type.startswith("text/event-stream"):
             raise scrub_error(await _not_a_stream(provider, http, content_type, errors), secrets)
         chunks = http.aiter_bytes()
-        sse = SSEDecoder()
+        sse = SSEDecoder(max_line_bytes=max_event_bytes, max_event_bytes=max_event_bytes)
         done = getattr(decoder, "done", None)
         while True:
             chunk: bytes | None
@@ -154,6 +165,13 @@ async def stream_parts(
                 failure = error
             except UnicodeDecodeError:
                 failure = MalformedResponse(f"{provider}: the event stream is not UTF-8")
+            except EventTooLarge as error:
+                failure = ResponseTooLarge(
+                    f"{provider}: a server-sent {error.what} grew past "
+                    f"{format_bytes(error.limit)}, the most one may be; the stream was stopped "
+                    "there",
+                    error.limit,
+                )
             if failure is not None:
                 raise scrub_error(failure, secrets)
             for part in parts:
@@ -184,15 +202,21 @@ def _parts(
             continue
         value = _loads(data)
         if value is _NOT_JSON:
-            raise MalformedResponse(f"an event's data is not JSON: {data[:60]!r}")
+            raise MalformedResponse(
+                f"an event's data is not JSON (or nests deeper than {MAX_EVENT_DEPTH} levels): "
+                f"{data[:60]!r}"
+            )
         parts.extend(decoder.feed(value))
     return parts
 
 
-def _loads(data: str) -> object:
+def _loads(data: str | bytes) -> object:
+    """JSON text as its value — or :data:`_NOT_JSON` for text that is not JSON, or nests deeper
+    than :data:`MAX_EVENT_DEPTH` levels (checked before parsing: a parser that recursed that
+    deep would fail with a ``RecursionError``, or worse)."""
     try:
-        return json.loads(data)
-    except ValueError:
+        return decode_json(Any, data, limits=_EVENT_LIMITS)
+    except SchemaError:
         return _NOT_JSON
 
 
@@ -218,11 +242,9 @@ async def _not_a_stream(provider: str, http: Any, content_type: str, errors: Sdk
     body: object = None
     try:
         raw = await http.aread()
-        body = json.loads(raw)
     except errors.transport:
         return ModelNetworkError(f"{provider}: the connection was lost")
-    except ValueError:
-        body = None
+    body = _loads(raw)
     if isinstance(body, dict) and body.get("error"):
         return error_from_payload(provider, body)
     return MalformedResponse(f"{provider}: expected an event stream, got {content_type!r}")
