@@ -1,9 +1,11 @@
 """Phase 1 of a tool batch — pure: what the model declared, and what becomes of each call before
 anything runs.
 
-Each declared call is resolved in the toolkit and its arguments decoded with the tool's schema. A
-call cut off by the length limit, naming an unknown tool, or with arguments that do not decode is
-settled here, as ``ToolInvalidInput``; the rest are runnable. No I/O, no Trio: the driver admits
+Each declared call is resolved in the toolkit and its arguments decoded with the tool's schema
+(text up to ``ResponseLimits.max_tool_argument_bytes``, and no deeper or wider than the tools'
+argument limits). A call cut off by the length limit, with arguments too large to keep, naming an
+unknown tool, or with arguments that do not decode is settled here, as ``ToolInvalidInput``; the
+rest are runnable. No I/O, no Trio: the driver admits
 runnable calls against the tool-call budget and hands the plan to the batch.
 """
 
@@ -11,7 +13,9 @@ from __future__ import annotations
 
 from typing import Any, final
 
-from effectagent.ai import Tool, Toolkit
+import attrs
+
+from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, Tool, Toolkit
 from effectagent.core import (
     Redactor,
     ToolInvalidInput,
@@ -20,9 +24,9 @@ from effectagent.core import (
     bounded_json,
     bounded_parsed,
 )
-from effectagent.effect import SchemaError, SchemaIssue
+from effectagent.effect import SchemaError, SchemaIssue, SchemaLimits
 
-from ._model_step import ModelStep
+from ._model_step import ModelStep, oversized_message
 
 __all__ = ["BatchPlan", "PlannedCall", "plan_batch"]
 
@@ -74,6 +78,7 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
     declared: list[tuple[str, str, Any]] = []
     early: list[tuple[int, ToolOutcome]] = []
     runnable: list[PlannedCall] = []
+    limits = _argument_limits(step.limits.max_tool_argument_bytes)
     for index, call in enumerate(response.tool_calls):
         call_id, name, raw = call.id, call.name, call.arguments
         shown = shown_arguments[call_id]
@@ -89,7 +94,7 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
             early.append((index, ToolInvalidInput(call_id, name, message)))
             continue
         try:
-            params = tool.decode_arguments(raw)
+            params = tool.decode_arguments(raw, limits=limits)
         except SchemaError as exc:
             message = redactor.redact_text(str(exc))
             issues = tuple(
@@ -100,7 +105,20 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
         else:
             runnable.append(PlannedCall(index, call_id, name, tool, params, shown))
     cut_off = "the arguments were cut off by the output length limit; the call was not executed"
+    argument_limit = step.limits.max_tool_argument_bytes
     for index, truncated in enumerate(response.truncated_calls, len(response.tool_calls)):
         declared.append((truncated.id, truncated.name, ""))
-        early.append((index, ToolInvalidInput(truncated.id, truncated.name, cut_off)))
+        if truncated.reason == "too-large":
+            why = oversized_message(truncated.size, argument_limit)
+        else:
+            why = cut_off
+        early.append((index, ToolInvalidInput(truncated.id, truncated.name, why)))
     return BatchPlan(declared, early, runnable)
+
+
+def _argument_limits(max_bytes: int) -> SchemaLimits:
+    """The tools' argument limits, taking text up to ``max_bytes`` (the response's argument
+    limit: what the reducer let through, the decoder takes)."""
+    if max_bytes == DEFAULT_ARGUMENT_LIMITS.max_bytes:
+        return DEFAULT_ARGUMENT_LIMITS
+    return attrs.evolve(DEFAULT_ARGUMENT_LIMITS, max_bytes=max_bytes)

@@ -70,7 +70,7 @@ from ._compaction import maybe_compact
 from ._handover import EventQueue
 from ._ids import new_id
 from ._io import EventSink, RunIO
-from ._model_step import ModelStep, stream_model
+from ._model_step import ModelStep, stream_model, used_call_ids
 from ._retry import retry_delay
 from ._seams import RunEnding, RunInfo, SteeringInput
 from ._services import RunServices
@@ -155,6 +155,9 @@ class RunDriver:
         self._context_base: tuple[int, int] | None = None
         # When the run must have ended, on Trio's clock: its start plus ``max_duration``.
         self._end_at = float("inf")
+        # The tool-call IDs the conversation has used (its history, then each response of the
+        # run): a call that reuses one gets a fresh ID (``_model_step``). Made at the first step.
+        self._call_ids: set[str] | None = None
 
     @property
     def run_id(self) -> str:
@@ -517,17 +520,29 @@ class RunDriver:
         io = self.io
         services = self.services
         toolkit = self.toolkit
+        policy = self.agent.policy
         request = ModelRequest(
             tuple(self.messages),
             () if grace else toolkit.descriptors,
             "none" if grace or not len(toolkit) else "auto",
+            policy.max_output_tokens,
             output=services.output,
         )
-        retry = self.agent.policy.model_retry
+        used_ids = self._call_ids
+        if used_ids is None:
+            used_ids = self._call_ids = used_call_ids(self._history, self.messages)
+        retry = policy.model_retry
         attempt = 1
         compacted = False
         while True:
-            step = await stream_model(io, services.model, request, self.turn)
+            step = await stream_model(
+                io,
+                services.model,
+                request,
+                self.turn,
+                limits=policy.response_limits,
+                used_ids=used_ids,
+            )
             if isinstance(step, ModelStep):
                 break
             error = step.error

@@ -2,21 +2,36 @@
 
 What the model wrote is untrusted and may hold a secret anywhere — text, reasoning, tool-call
 arguments, even the tool-call IDs and tool names it made up. So when the redactor is active the step
-hands the rest of the run a response whose call IDs and names are already redacted (an ID that
-redaction changed gets a suffix that keeps it unique in its response), and arguments as *decoded*
-JSON values, redacted (see ``core.redact_arguments``). Everything after this step — events,
-records, the next prompt, log lines — sees only those.
+hands the rest of the run a response whose call IDs and names are already redacted, and arguments as
+*decoded* JSON values, redacted (see ``core.redact_arguments``). Everything after this step —
+events, records, the next prompt, log lines — sees only those.
+
+Tool-call IDs are model-written input too, and the engine identifies a call by its ID (approval
+decisions are bound to it, settlements and results are matched by it). So a call whose ID was
+already used in the conversation (in the history the run was given, or earlier in the run), or
+that redaction changed, gets a fresh one: its ID with a ``-<n>`` suffix no call of the
+conversation has. The record, the events and the next request all carry the fresh ID — on the
+assistant's call and on its result alike.
+
+The response is bounded as it streams (``AgentPolicy.response_limits``, enforced by the reducer):
+one that grows too large stops the stream and fails the attempt with ``ResponseTooLarge``; a call
+whose arguments are too large is recorded as a marker (its size, the limit and a short, redacted
+head of its arguments), never with its text.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, assert_never, final
+
+import attrs
 
 from effectagent.ai import (
     AiError,
     AssistantMessage,
     LanguageModel,
+    Message,
     ModelRequest,
     ModelResponse,
     ReasoningContent,
@@ -26,26 +41,40 @@ from effectagent.ai import (
     TextContent,
     TextDeltaPart,
     TextEndPart,
+    ToolCallContent,
     ToolCallPart,
     TruncatedToolCall,
     close_stream,
+    format_bytes,
 )
 from effectagent.core import (
+    LogEntry,
     ModelResponseRecorded,
     ModelStarted,
     ReasoningDelta,
     Redactor,
+    ResponseLimits,
     StreamRedactor,
     TextDelta,
     UsageDelta,
     assistant_message_of,
+    compact_json,
     parse_arguments,
     redact_arguments,
+    redact_json_text,
 )
 
 from ._io import RunIO
 
-__all__ = ["ModelAttemptFailed", "ModelStep", "stream_model"]
+__all__ = [
+    "ModelAttemptFailed",
+    "ModelStep",
+    "used_call_ids",
+    "oversized_message",
+    "stream_model",
+]
+
+_DEFAULT_LIMITS = ResponseLimits()
 
 _SHOWN_WHILE_STREAMING = (TextDeltaPart, ReasoningDeltaPart, TextEndPart, ReasoningEndPart)
 
@@ -58,7 +87,7 @@ class ModelStep:
     the decoded JSON value, redacted — or the text, when it does not parse.
     """
 
-    __slots__ = ("arguments", "record", "redacting", "response")
+    __slots__ = ("arguments", "limits", "record", "redacting", "response")
 
     def __init__(
         self,
@@ -66,12 +95,15 @@ class ModelStep:
         record: ModelResponseRecorded,
         arguments: dict[str, Any],
         redacting: bool,
+        limits: ResponseLimits = _DEFAULT_LIMITS,
     ) -> None:
         self.response = response
         self.record = record
         self.arguments = arguments
         # Whether redaction could change anything during this step (the batch reads it too).
         self.redacting = redacting
+        # The limits the response was streamed under (the batch decodes arguments up to them).
+        self.limits = limits
 
     @property
     def usage(self) -> UsageDelta:
@@ -97,12 +129,22 @@ class ModelAttemptFailed:
 
 
 async def stream_model(
-    io: RunIO, model: LanguageModel, request: ModelRequest, turn: int
+    io: RunIO,
+    model: LanguageModel,
+    request: ModelRequest,
+    turn: int,
+    *,
+    limits: ResponseLimits = _DEFAULT_LIMITS,
+    used_ids: set[str] | None = None,
 ) -> ModelStep | ModelAttemptFailed:
     """Stream one response for ``request``: text and reasoning deltas become events as they
-    arrive (redacted; a secret split across deltas never shows), then the reduced response.
+    arrive (redacted; a secret split across deltas never shows), then the reduced response,
+    bounded by ``limits`` (see the module notes).
 
-    A model error (an ``AiError``, a malformed stream included) is returned as
+    ``used_ids`` are the tool-call IDs the conversation has used so far: a call of this response
+    whose ID is among them gets a fresh one, and the response's final IDs are added to them.
+
+    A model error (an ``AiError``, a malformed or too large stream included) is returned as
     :class:`ModelAttemptFailed`; whether to try again is the caller's decision.
 
     Cancellation: a cancellation point at each part and wherever the consumer lags; the model's
@@ -110,7 +152,9 @@ async def stream_model(
     """
     io.emit(ModelStarted, turn)
     streamed_any = False
-    reducer = ResponseReducer()
+    reducer = ResponseReducer(
+        max_bytes=limits.max_response_bytes, max_argument_bytes=limits.max_tool_argument_bytes
+    )
     feed = reducer.feed
     redactor = io.redactor
     redacting = redactor.active
@@ -155,9 +199,13 @@ async def stream_model(
         return ModelAttemptFailed(exc, streamed_any)
     finally:
         await close_stream(stream)
-    if redacting:
-        response = _with_redacted_identities(response, redactor)
-    content, arguments = _record_content(response, redactor if redacting else None)
+    if response.tool_calls or response.truncated_calls:
+        response = _with_fresh_identities(
+            response, redactor if redacting else None, set() if used_ids is None else used_ids
+        )
+    content, arguments = _record_content(
+        response, redactor if redacting else None, limits.max_tool_argument_bytes
+    )
     record = ModelResponseRecorded(
         io.conversation_id,
         io.run_id,
@@ -167,14 +215,38 @@ async def stream_model(
         UsageDelta.from_usage(response.usage),
         time.time(),
     )
-    return ModelStep(response, record, arguments, redacting)
+    return ModelStep(response, record, arguments, redacting, limits)
+
+
+def used_call_ids(history: Iterable[LogEntry] | None, messages: Iterable[Message]) -> set[str]:
+    """The tool-call IDs a conversation has used: every call its log records (``history``, when
+    the run read it) and every call its prompt holds."""
+    used = {
+        part.id
+        for message in messages
+        if type(message) is AssistantMessage
+        for part in message.content
+        if type(part) is ToolCallContent
+    }
+    for entry in history or ():
+        record = entry.record
+        if type(record) is ModelResponseRecorded:
+            used.update(value["id"] for kind, value in record.content if kind == "tool-call")
+    return used
+
+
+def oversized_message(size: int, limit: int) -> str:
+    """Why a call with too large arguments was not executed (what the model is told)."""
+    return (
+        f"arguments of {format_bytes(size)} exceed the limit of {format_bytes(limit)}; not executed"
+    )
 
 
 def _record_content(
-    response: ModelResponse, redactor: Redactor | None
+    response: ModelResponse, redactor: Redactor | None, argument_limit: int
 ) -> tuple[tuple[tuple[str, Any], ...], dict[str, Any]]:
     """The record content of ``response`` (redacted when ``redactor`` is given) and the shown
-    arguments of each call."""
+    arguments of each call — for a call whose arguments were too large, a marker."""
     content: list[tuple[str, Any]] = []
     arguments: dict[str, Any] = {}
     for item in response.content:
@@ -197,9 +269,15 @@ def _record_content(
             case _:
                 assert_never(item)
     for truncated in response.truncated_calls:
-        shown, text = _shown(truncated.partial_arguments, redactor)
+        entry: dict[str, Any] = {"id": truncated.id, "name": truncated.name}
+        if truncated.reason == "too-large":
+            shown = _omitted(truncated, argument_limit, redactor)
+            text = compact_json(shown)
+            entry.update(arguments=text, truncated=True, reason="too-large")
+        else:
+            shown, text = _shown(truncated.partial_arguments, redactor)
+            entry.update(arguments=text, truncated=True)
         arguments[truncated.id] = shown
-        entry = {"id": truncated.id, "name": truncated.name, "arguments": text, "truncated": True}
         content.append(("tool-call", entry))
     return tuple(content), arguments
 
@@ -210,30 +288,65 @@ def _shown(raw: str, redactor: Redactor | None) -> tuple[Any, str]:
     return redact_arguments(raw, redactor)
 
 
-def _with_redacted_identities(response: ModelResponse, redactor: Redactor) -> ModelResponse:
-    """``response`` with its tool calls' IDs and names redacted, IDs kept unique."""
-    redact = redactor.redact_text
+def _omitted(call: TruncatedToolCall, limit: int, redactor: Redactor | None) -> dict[str, Any]:
+    """The marker that stands for arguments too large to keep: their size, the limit, and a
+    short head — redacted, and without an end that could be the start of a secret."""
+    head = call.partial_arguments
+    if redactor is not None:
+        head = redact_json_text(head, redactor)
+        held = redactor.partial_secret_suffix(head)
+        head = head[: len(head) - held]
+    return {
+        "_tag": "ArgumentsOmitted",
+        "message": oversized_message(call.size, limit),
+        "original_bytes": call.size,
+        "head": head,
+    }
+
+
+def _with_fresh_identities(
+    response: ModelResponse, redactor: Redactor | None, used: set[str]
+) -> ModelResponse:
+    """``response`` with its tool calls' names redacted and every ID that redaction changed, or
+    that ``used`` already holds, replaced by a fresh one (module notes); ``used`` gets the
+    response's final IDs."""
     calls, truncated = response.tool_calls, response.truncated_calls
     ids = [c.id for c in calls] + [t.id for t in truncated]
     names = [c.name for c in calls] + [t.name for t in truncated]
-    new_ids, new_names = [redact(i) for i in ids], [redact(n) for n in names]
-    if new_ids == ids and new_names == names:
+    if redactor is not None:
+        redact = redactor.redact_text
+        new_ids, new_names = [redact(i) for i in ids], [redact(n) for n in names]
+    else:
+        new_ids, new_names = list(ids), names
+    fresh = [
+        index
+        for index, (old, new) in enumerate(zip(ids, new_ids, strict=True))
+        if new != old or new in used
+    ]
+    if not fresh and new_names == names:
+        used.update(ids)
         return response
-    taken = {i for i, new in zip(ids, new_ids, strict=True) if i == new}
-    for index, (old, new) in enumerate(zip(ids, new_ids, strict=True)):
-        if new != old:
-            unique, n = f"{new}~{index + 1}", index + 1
-            while unique in taken:
-                n += len(ids)
-                unique = f"{new}~{n}"
-            taken.add(unique)
-            new_ids[index] = unique
+    # The IDs that stay as they are are taken too: no fresh ID may collide with one of them.
+    stay = {new_ids[i] for i in range(len(ids))} - {new_ids[i] for i in fresh}
+    counters: dict[str, int] = {}
+    for index in fresh:
+        base = new_ids[index]
+        n = counters.get(base, 1)
+        while True:
+            n += 1
+            candidate = f"{base}-{n}"
+            if candidate not in used and candidate not in stay:
+                break
+        counters[base] = n
+        new_ids[index] = candidate
+        used.add(candidate)
+    used.update(stay)
     replaced: dict[int, ToolCallPart] = {}
     for index, call in enumerate(calls):
         replaced[id(call)] = ToolCallPart(new_ids[index], new_names[index], call.arguments)
     offset = len(calls)
     new_truncated = tuple(
-        TruncatedToolCall(new_ids[offset + i], new_names[offset + i], t.partial_arguments)
+        attrs.evolve(t, id=new_ids[offset + i], name=new_names[offset + i])
         for i, t in enumerate(truncated)
     )
     content = tuple(

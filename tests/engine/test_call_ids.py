@@ -1,0 +1,260 @@
+"""Tool-call IDs are model-written input: a call whose ID the conversation already used (its
+history, or an earlier turn of the run) gets a fresh engine identity — the ID with a ``-<n>``
+suffix no call of the conversation has — so nothing kept for the earlier call (an approval
+decision above all) can be taken for the new one. The record, the settlement and the next request
+carry the fresh ID alike: on the assistant's call and on its result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from effectagent.ai import (
+    AssistantMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolCallContent,
+    ToolCallPart,
+    ToolMessage,
+    TruncatedToolCall,
+    Usage,
+)
+from effectagent.core import (
+    REDACTED,
+    ApprovalDecision,
+    ApprovalRequest,
+    LogEntry,
+    ModelResponseRecorded,
+    RunCompleted,
+    SecretRedactor,
+    ToolApprovalDecided,
+    ToolCallSettled,
+    ToolRejected,
+    ToolSuccess,
+)
+from effectagent.engine import open_runtime
+from effectagent.engine._model_step import _with_fresh_identities
+from effectagent.testing import ScriptedModel, Turn
+
+from .helpers import (
+    HandlerProbe,
+    Lookup,
+    ScriptedApproval,
+    TrackingModel,
+    forecast_tool,
+    make_agent,
+    records_of,
+    run_events,
+    run_script,
+)
+
+
+def _calls_and_results(request: ModelRequest) -> tuple[list[str], list[str]]:
+    """The tool-call IDs of a request's assistant messages and of its tool results, in order."""
+    calls = [
+        part.id
+        for message in request.messages
+        if isinstance(message, AssistantMessage)
+        for part in message.content
+        if isinstance(part, ToolCallContent)
+    ]
+    results = [
+        result.id
+        for message in request.messages
+        if isinstance(message, ToolMessage)
+        for result in message.content
+    ]
+    return calls, results
+
+
+def _recorded_ids(log: list[LogEntry]) -> list[str]:
+    return [
+        value["id"]
+        for record in records_of(log, ModelResponseRecorded)
+        for kind, value in record.content
+        if kind == "tool-call"
+    ]
+
+
+async def test_a_kept_approval_never_lets_another_tool_run_under_a_reused_call_id(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The model calls ``forecast`` as ``call_x``, then ``purge`` — same arguments — as ``call_x``
+    again. The approver keeps its decisions by call ID ("always, for this call") and approves
+    ``forecast`` only. The second call is a new call to it (``call_x-2``), so it decides anew and
+    ``purge`` never runs on ``forecast``'s approval."""
+    kept: dict[str, ApprovalDecision] = {}
+
+    async def remembering(request: ApprovalRequest) -> ApprovalDecision:
+        await trio.lowlevel.checkpoint()
+        if request.tool_call_id not in kept:
+            approved = request.tool_name == "forecast"
+            kept[request.tool_call_id] = ApprovalDecision.for_request(
+                request, approved, "always, for this call", "kept"
+            )
+        return kept[request.tool_call_id]
+
+    approval, probe = ScriptedApproval(remembering), HandlerProbe()
+    read, purge = forecast_tool(needs_approval=True), forecast_tool("purge", needs_approval=True)
+    ran = await run_script(
+        make_agent(read, purge),
+        {read: probe.forecast(), purge: probe.forecast()},
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "call_x")),
+            Turn.tool_calls(("purge", {"city": "Oslo"}, "call_x")),
+            Turn.text("Done."),
+        ],
+        extra=approval.layer(),
+    )
+    assert isinstance(ran.terminal, RunCompleted)
+    assert probe.calls == [("forecast", Lookup("Oslo"))]
+    assert [(r.tool_call_id, r.tool_name) for r in approval.requests] == [
+        ("call_x", "forecast"),
+        ("call_x-2", "purge"),
+    ]
+    settled = records_of(ran.log, ToolCallSettled)
+    assert [(s.tool_call_id, type(s.outcome)) for s in settled] == [
+        ("call_x", ToolSuccess),
+        ("call_x-2", ToolRejected),
+    ]
+    decided = records_of(ran.log, ToolApprovalDecided)
+    assert [(d.tool_call_id, d.decision.approved) for d in decided] == [
+        ("call_x", True),
+        ("call_x-2", False),
+    ]
+    # The log and the next request agree on the fresh ID, on the call and on its result.
+    assert _recorded_ids(ran.log) == ["call_x", "call_x-2"]
+    last = ran.model.requests[-1]
+    assert _calls_and_results(last) == (["call_x", "call_x-2"], ["call_x", "call_x-2"])
+
+
+async def test_a_call_id_from_an_earlier_run_of_the_conversation_gets_a_fresh_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool)
+    model = TrackingModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "call_0")),
+            Turn.text("4 °C."),
+            Turn.tool_calls(("forecast", {"city": "Rome"}, "call_0")),
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "call_0")),
+            Turn.text("17.5 °C, and still 4 °C."),
+        ]
+    )
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await run_events(runtime, agent, "Oslo?")
+        conversation = first[0].conversation_id
+        second = await run_events(runtime, agent, "Rome, then Oslo?", conversation_id=conversation)
+        log = list(await runtime.log.entries(conversation))
+    assert isinstance(second[-1], RunCompleted)
+    assert _recorded_ids(log) == ["call_0", "call_0-2", "call_0-3"]
+    settled = records_of(log, ToolCallSettled)
+    assert [s.tool_call_id for s in settled] == ["call_0", "call_0-2", "call_0-3"]
+    assert _calls_and_results(model.requests[-1]) == (
+        ["call_0", "call_0-2", "call_0-3"],
+        ["call_0", "call_0-2", "call_0-3"],
+    )
+
+
+# ---- the rule, as a pure function ----------------------------------------------------------------
+
+_IDS = st.sampled_from(["a", "b", "a-2", "a-3", "b-2", "secret-1", "x"])
+
+
+def _response(ids: list[str], truncated: int) -> ModelResponse:
+    calls = tuple(ToolCallPart(i, "f", "{}") for i in ids[: len(ids) - truncated])
+    cut = tuple(TruncatedToolCall(i, "f", "{", "length", 1) for i in ids[len(ids) - truncated :])
+    return ModelResponse(calls, calls, cut, "tool-calls", Usage())
+
+
+@given(
+    ids=st.lists(_IDS, unique=True, max_size=6),
+    used=st.sets(_IDS),
+    truncated=st.integers(0, 2),
+    redacting=st.booleans(),
+)
+def test_fresh_identities_are_unique_new_and_keep_every_id_that_can_stay(
+    ids: list[str], used: set[str], truncated: int, redacting: bool
+) -> None:
+    """For every response (IDs unique within it) and every set of used IDs: the final IDs are
+    unique and none was used before; an ID that was not used (and not redacted) stays; a fresh
+    one is its ID with a suffix; and the used set grows by exactly the final IDs."""
+    truncated = min(truncated, len(ids))
+    before = set(used)
+    redactor = SecretRedactor(["secret"]) if redacting else None
+    response = _with_fresh_identities(_response(ids, truncated), redactor, used)
+    final = [c.id for c in response.tool_calls] + [t.id for t in response.truncated_calls]
+    assert len(final) == len(ids)
+    assert len(set(final)) == len(final)
+    assert not set(final) & before
+    assert used == before | set(final)
+    for old, new in zip(ids, final, strict=True):
+        changed_by_redaction = redacting and "secret" in old
+        if old not in before and not changed_by_redaction:
+            assert new == old
+        else:
+            assert new != old
+            assert new.startswith(REDACTED if changed_by_redaction else old)
+        assert not (redacting and "secret" in new)
+    # The content keeps the calls, in order, with the same IDs as ``tool_calls``.
+    assert [c.id for c in response.content if isinstance(c, ToolCallPart)] == [
+        c.id for c in response.tool_calls
+    ]
+
+
+@settings(max_examples=40, deadline=None)
+@given(turns=st.lists(st.lists(_IDS, unique=True, min_size=1, max_size=3), min_size=1, max_size=4))
+def test_for_any_reuse_of_ids_the_log_and_every_request_stay_consistent(
+    turns: list[list[str]],
+) -> None:
+    """However the model reuses IDs across turns, every call of the conversation has its own ID,
+    the log's calls and settlements carry the same IDs in the same order, and every request pairs
+    each call with exactly one result of the same ID."""
+    tool = forecast_tool()
+    script = [
+        Turn.tool_calls(*[("forecast", {"city": "Oslo"}, call_id) for call_id in ids])
+        for ids in turns
+    ]
+    model = ScriptedModel([*script, Turn.text("Done.")])
+
+    async def main() -> list[LogEntry]:
+        probe = HandlerProbe()
+        agent = make_agent(tool)
+        layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.as_layer()
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            events = await run_events(runtime, agent, "Go.")
+            assert isinstance(events[-1], RunCompleted)
+            return list(await runtime.log.entries(events[0].conversation_id))
+
+    log = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    recorded = _recorded_ids(log)
+    assert len(recorded) == sum(map(len, turns)) == len(set(recorded))
+    assert [s.tool_call_id for s in records_of(log, ToolCallSettled)] == recorded
+    for request in model.requests:
+        calls, results = _calls_and_results(request)
+        assert calls == results == recorded[: len(calls)]
+    # Nothing was used before the first turn: its IDs stay as the model wrote them.
+    assert recorded[: len(turns[0])] == turns[0]
+
+
+def test_a_response_without_calls_is_left_as_it_is() -> None:
+    used: set[str] = {"a"}
+    response = _response([], 0)
+    assert _with_fresh_identities(response, None, used) is response
+    assert used == {"a"}
+
+
+@pytest.mark.parametrize("redacting", [False, True])
+def test_an_id_used_nowhere_before_is_not_renamed(redacting: bool) -> None:
+    used: set[str] = {"b"}
+    redactor: Any = SecretRedactor(["secret"]) if redacting else None
+    response = _response(["a"], 0)
+    assert _with_fresh_identities(response, redactor, used) is response
+    assert used == {"a", "b"}
