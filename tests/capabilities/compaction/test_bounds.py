@@ -27,7 +27,13 @@ from capabilities.compaction import (
     transcript,
 )
 from effectagent import Agent, AgentPolicy, open_runtime
-from effectagent.ai import ContextLengthExceeded, Message, ModelRequest, UserMessage
+from effectagent.ai import (
+    ContextLengthExceeded,
+    Message,
+    ModelRequest,
+    SystemMessage,
+    UserMessage,
+)
 from effectagent.core import (
     CompactionCreated,
     CompactionPolicy,
@@ -209,7 +215,7 @@ async def test_through_the_engine_the_summary_request_fits_a_window_equal_to_the
         tokens = estimate_tokens(request.messages)
         if tokens > limit:  # a provider whose window is the limit
             return Turn.fail(ContextLengthExceeded(f"the prompt has {tokens} tokens", limit))
-        if request.tool_choice == "none":  # the summary request
+        if _summary_request(request):
             return Turn.text("word " * 5_000)  # a verbose summarizer
         return Turn.text("Done.")
 
@@ -232,6 +238,12 @@ async def test_through_the_engine_the_summary_request_fits_a_window_equal_to_the
     assert record.summary is not None
     assert record.summary.endswith(" …")  # cut to its bound, marked
     assert summary_tokens(record.summary, estimate_tokens) <= 100
+
+
+def _summary_request(request: ModelRequest) -> bool:
+    """The compactor's request, not a turn of the agent (whose instructions are "Read.")."""
+    first = request.messages[0]
+    return isinstance(first, SystemMessage) and first.content != "Read."
 
 
 class Verbose:
