@@ -18,8 +18,8 @@ reading — and otherwise ``c * ratio``.
 
 **Bounds.** A summary is bounded by the plan's ``summary_room`` — at most ``summary_tokens``, at
 most a quarter of the limit, and no more than the prompt has room for. The instructions ask the
-model for no more (in words), and what comes back (from the model or a host) is held to it: a longer
-summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
+model for no more (in words), and what comes back (from the model or a host) is held to it: a
+longer summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
 (:func:`~capabilities.compaction.fit_summary`) — a verbose summarizer costs detail, never the
 limit. The summary request itself fits the limit with the summary's room on top: the system
 message the engine adds (within ``_REQUEST_OVERHEAD`` tokens), the instructions and the
@@ -107,9 +107,9 @@ class LogCompactor:
     """The engine's Compactor (see the module notes).
 
     ``summary_tokens`` bounds a summary (as does a quarter of the limit): a longer one, from the
-    model or the host, is cut to it; ``host`` supplies
-    summaries made elsewhere; ``versions`` the compactor versions of host artifacts accepted
-    (None: any). ``refusals`` keeps the last host artifacts refused, for operators.
+    model or the host, is cut to it. ``host`` supplies summaries made elsewhere; ``versions`` the
+    compactor versions of host artifacts accepted (None: any). ``refusals`` keeps the last host
+    artifacts refused, for operators.
     """
 
     __slots__ = ("_host", "_versions", "refusals", "summary_tokens")

@@ -568,7 +568,7 @@ class Telemetry:
         if run is None or run.model is None:
             return
         run.model.set_attribute("effectagent.model.retry_delay_s", event.delay)
-        self._fail(run.model, event.error_tag, event.message)
+        self._fail(run.model, event.error_tag, f"{event.error_tag}: {event.message}")
         run.output.clear()  # a failed attempt's text was provisional
         self._end_model(run, event.at, None)
 
@@ -760,10 +760,10 @@ class Telemetry:
             case RunFailed():
                 outcome, category = "failed", event.error.tag
                 reason = getattr(event.error, "message", None)
-                description = reason if isinstance(reason, str) else ""
+                description = f"{category}: {reason}" if isinstance(reason, str) else ""
             case RunInterrupted():
                 outcome = category = "interrupted"
-                description = event.reason
+                description = f"interrupted: {event.reason}"
             case RunSuspended():
                 outcome = "suspended"
                 if self.include_content:
