@@ -6,7 +6,8 @@
 * :func:`load_config` — the command's TOML configuration, validated strictly (a
   :class:`ConfigError` names the file and the key); :class:`Config` is what it holds.
 * :mod:`capabilities.cli.render` — :class:`~capabilities.cli.render.Timeline`, a run's events as a
-  timeline on a text stream (what ``effectagent chat`` shows; ``make demo`` uses it too).
+  timeline on a text stream (what ``effectagent chat`` shows; ``make demo`` uses it too), with
+  every character a terminal would obey or hide escaped (``\\x1b``, ``\\u202e``).
 
 This is the one package that brings ``effectagent``, ``capabilities`` and ``sandbox`` together
 for a person at a terminal.

@@ -7,8 +7,8 @@ escape (:func:`~capabilities.cli._sanitize.visible`); a :class:`Text` is text me
 (a model's answer) — newline and tab are kept, every other hidden character escaped; a
 :class:`Styled` is either of those in one of our own styles. Our ANSI codes are added here, after
 the escaping, and only for the style names of :data:`STYLES` — so the only escape sequences that
-ever reach the terminal are ours, and no caller can forget the escaping: the streams are private
-to the console.
+ever reach the terminal are ours, and no caller can forget the escaping: a channel has no way to
+write but through the console.
 
 **A prompt owns the screen while it waits.** :meth:`Console.hold` (called by whoever shows a
 prompt) makes every other write wait, in order, in a bounded queue, until :meth:`Console.release`:
@@ -107,9 +107,9 @@ class Console:
     as :class:`Channel` s; see the module notes. ``color`` turns our styles on."""
 
     __slots__ = (
-        "__streams",
         "_color",
         "_dropped",
+        "_dropped_on",
         "_held",
         "_held_chars",
         "_holding",
@@ -123,14 +123,14 @@ class Console:
                 raise TypeError(f"a console writes to text streams, got {type(sink).__name__}")
         first = _Stream(out)
         second = first if err is None or err is out else _Stream(err)
-        self.__streams = (first, second)
         self._color = bool(color)
         self._holding = False
         self._held: list[tuple[_Stream, str]] = []
         self._held_chars = 0
         self._dropped = 0
-        self.out = Channel(self, first, out)
-        self.err = Channel(self, second, err if err is not None else out)
+        self._dropped_on = first
+        self.out = Channel(self, first)
+        self.err = Channel(self, second)
 
     @property
     def color(self) -> bool:
@@ -155,7 +155,7 @@ class Console:
             stream.put(text)
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
-            stream = self.__streams[1]
+            stream = self._dropped_on
             if not stream.at_line_start:
                 stream.put("\n")
             stream.put(
@@ -181,18 +181,19 @@ class Console:
             self._held.append((stream, text))
             self._held_chars += len(text)
         else:
+            if not self._dropped:
+                self._dropped_on = stream
             self._dropped += len(text)
 
 
 class Channel:
     """One stream of a :class:`Console`: everything written is escaped (module notes)."""
 
-    __slots__ = ("_console", "_sink", "_stream")
+    __slots__ = ("_console", "_stream")
 
-    def __init__(self, console: Console, stream: _Stream, sink: TextSink) -> None:
+    def __init__(self, console: Console, stream: _Stream) -> None:
         self._console = console
         self._stream = stream
-        self._sink = sink
 
     @property
     def console(self) -> Console:
@@ -229,7 +230,7 @@ class Channel:
 
     def size(self, fallback: tuple[int, int] = (80, 24)) -> tuple[int, int]:
         """The terminal's (columns, rows), or ``fallback`` when the stream is not a terminal."""
-        fileno: Callable[[], int] | None = getattr(self._sink, "fileno", None)
+        fileno: Callable[[], int] | None = getattr(self._stream.sink, "fileno", None)
         if fileno is None:
             return fallback
         try:

@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import time
+import traceback
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -26,7 +27,7 @@ from effectagent.providers import model_settings
 
 from ._approval import SessionApproval
 from ._config import Config, ConfigError, config_path, load_config, state_dir
-from ._console import Channel, Console
+from ._console import Channel, Console, Text
 from ._errors import sentence
 from ._sanitize import visible
 from ._session import (
@@ -468,3 +469,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt:
             console.err.line("effectagent: interrupted")
             return EXIT_INTERRUPTED
+        except Exception as exc:  # a bug: its traceback, escaped like everything else
+            console.err.write(Text("".join(traceback.format_exception(exc))))
+            return EXIT_FAILED

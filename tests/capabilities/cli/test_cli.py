@@ -191,6 +191,19 @@ async def test_a_database_in_use_is_said_in_a_sentence(
     )
 
 
+def test_a_crash_shows_its_traceback_escaped(
+    isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(given: str | None, environ: object) -> Path:
+        raise RuntimeError("a bug \x1b]0;pwned\x07")
+
+    monkeypatch.setattr("capabilities.cli._main.state_dir", broken)
+    assert main(["sessions"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):\n")
+    assert err.endswith("RuntimeError: a bug \\x1b]0;pwned\\x07\n")
+
+
 def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
     child = spawn(["run", "Hello?"], cli_env(home))
     output, status = finish(child)

@@ -5,6 +5,7 @@ from the config as configured."""
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,8 @@ import attrs
 import pytest
 
 from capabilities.approval import Answer, ScriptedApproval
-from capabilities.cli._config import McpConfig, ShellConfig
-from capabilities.cli._tools import _Origins, _server, shell_tools
+from capabilities.cli._config import Config, McpConfig, ShellConfig
+from capabilities.cli._tools import _Origins, _server, open_tools, shell_tools
 from capabilities.mcp import HttpServer, StdioServer
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
 from effectagent.ai import ToolAnnotations
@@ -147,3 +148,20 @@ def test_origins_follow_the_engines_order_and_taken_names_are_reported() -> None
         "built in: the sandboxed shell",
         "a tool of this session",
     ]
+
+
+async def test_a_servers_tool_under_a_taken_name_is_reported_when_the_tools_open() -> None:
+    """Without prefixes two servers offering the same names: the second's are left out (as the
+    engine leaves them out), and the command can say so; each name's origin is the first."""
+    hostile = str(Path(__file__).with_name("hostile_mcp.py"))
+    servers = tuple(
+        McpConfig(name, sys.executable, (hostile,), prefix=False) for name in ("first", "second")
+    )
+    async with open_tools(Config(mcp=servers)) as tooling:
+        assert tooling.notes == (
+            "MCP server 'second': its tool 'wipe' is left out, the name is taken by MCP server "
+            "'first' (set prefix in its [[mcp]] table)",
+            "MCP server 'second': its tool 'list_notes' is left out, the name is taken by MCP "
+            "server 'first' (set prefix in its [[mcp]] table)",
+        )
+        assert tooling.origin("wipe") == "MCP server 'first'"
