@@ -109,12 +109,11 @@ def test_a_disguised_approval_shows_the_real_command(
     assert '      "command": "echo cleaning caches\\n\r\n' in shown
     assert '                  rm -f important.txt"\r\n' in shown
     assert f'      "command": "{long_one}"\r\n' in shown
-    if TMUX is not None:  # what a person sees: the real command, on the prompt's screen
+    if TMUX is not None:  # what a person sees (tmux is a terminal): the real command
         screen = terminal_screen(first, tmp_path)
         assert (
             f'"command": "{escaped}? shell_write waits for approval (high risk): ls -la"' in screen
         )
-        (tmp_path / "screen.txt").write_text(screen)
 
 
 def test_model_text_reasoning_names_and_arguments_are_shown_escaped(
@@ -170,9 +169,7 @@ def test_model_text_reasoning_names_and_arguments_are_shown_escaped(
     assert "".join(e["text"] for e in events if e["type"] == "TextDelta") == answer
 
 
-def test_an_mcp_server_cannot_forge_the_prompt(
-    server: ServerThread, tmp_path: Path, workspace: Path
-) -> None:
+def test_an_mcp_server_cannot_forge_the_prompt(server: ServerThread, tmp_path: Path) -> None:
     """The server's tool description is never a prompt's text, and a sibling call's error (a
     forged "allow list_notes?" prompt) arriving while the prompt for ``wipe`` waits is shown only
     after the answer — here the echo of the person's "n" — escaped."""
