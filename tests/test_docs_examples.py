@@ -194,6 +194,7 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "deno-bwrap namespaces True",
             "['Rome', 'Lima'] ['asked 3 cities'] 3",
             "CodeTimeout CodeTimeout(limit='wall_clock', seconds=1)",
+            "printed before: ['spinning']",
         ],
     },
     "docs/guides/mcp.md": {
