@@ -69,9 +69,9 @@ from ._io import RunIO
 __all__ = [
     "ModelAttemptFailed",
     "ModelStep",
-    "used_call_ids",
     "oversized_message",
     "stream_model",
+    "used_call_ids",
 ]
 
 _DEFAULT_LIMITS = ResponseLimits()
@@ -327,7 +327,8 @@ def _with_fresh_identities(
         used.update(ids)
         return response
     # The IDs that stay as they are are taken too: no fresh ID may collide with one of them.
-    stay = {new_ids[i] for i in range(len(ids))} - {new_ids[i] for i in fresh}
+    renamed = set(fresh)
+    stay = {new_ids[i] for i in range(len(ids)) if i not in renamed}
     counters: dict[str, int] = {}
     for index in fresh:
         base = new_ids[index]

@@ -160,7 +160,7 @@ class StreamedCall:
     def delta(self, text: str, out: list[ResponsePart]) -> None:
         """More argument text."""
         if text:
-            self.size += len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+            self.size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
             if self.size > self.max_bytes:
                 raise ResponseTooLarge(
                     f"the arguments of tool call {self.name!r} grew past "

@@ -165,7 +165,7 @@ async def test_a_call_id_from_an_earlier_run_of_the_conversation_gets_a_fresh_on
 
 # ---- the rule, as a pure function ----------------------------------------------------------------
 
-_IDS = st.sampled_from(["a", "b", "a-2", "a-3", "b-2", "secret-1", "x"])
+_IDS = st.sampled_from(["a", "b", "a-2", "a-3", "b-2", "secret", "secret-1", REDACTED, "x"])
 
 
 def _response(ids: list[str], truncated: int) -> ModelResponse:
