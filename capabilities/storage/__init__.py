@@ -13,7 +13,10 @@ from ._errors import CorruptRecord as CorruptRecord
 from ._errors import DatabaseInUse as DatabaseInUse
 from ._errors import DatabaseTooNew as DatabaseTooNew
 from ._errors import ForeignDatabase as ForeignDatabase
+from ._errors import LogClosed as LogClosed
 from ._errors import LogGap as LogGap
+from ._errors import LogReadFailed as LogReadFailed
+from ._errors import LogWriteFailed as LogWriteFailed
 from ._errors import NotADatabase as NotADatabase
 from ._errors import ReadFailed as ReadFailed
 from ._errors import RecordNotEncodable as RecordNotEncodable
@@ -39,7 +42,10 @@ __all__ = [
     "ForeignDatabase",
     "GroupCommit",
     "LAYOUT_VERSION",
+    "LogClosed",
     "LogGap",
+    "LogReadFailed",
+    "LogWriteFailed",
     "MEMORY",
     "NotADatabase",
     "RECORD_SCHEMA_VERSION",

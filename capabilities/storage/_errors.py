@@ -2,7 +2,12 @@
 
 Every error names *where* — the database file, the conversation and sequence number of a record —
 and never *what*: records, metadata and state may hold user text, so no message carries a stored
-value, only identifiers, numbers, type names and the store's own words.
+value, only identifiers, numbers, type names and the store's own words. ``str()`` of each is a
+sentence a person can read.
+
+What the Conversation Log raises from ``append`` and ``entries`` is also the engine's
+``ConversationLogError`` (it has ``conversation_id`` and ``seq``): a run that meets it ends failed
+with ``StorageFailed``, its conversation and sequence number kept as fields.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import attrs
 
 from effectagent.effect import TaggedError
+from effectagent.engine import ConversationLogError
 
 __all__ = [
     "CannotOpenDatabase",
@@ -17,7 +23,10 @@ __all__ = [
     "DatabaseInUse",
     "DatabaseTooNew",
     "ForeignDatabase",
+    "LogClosed",
     "LogGap",
+    "LogReadFailed",
+    "LogWriteFailed",
     "NotADatabase",
     "RecordNotEncodable",
     "ReadFailed",
@@ -44,12 +53,18 @@ class CannotOpenDatabase(StorageError):
     path: str
     reason: str
 
+    def __str__(self) -> str:
+        return f"the database {self.path} cannot be opened: {self.reason}"
+
 
 @attrs.frozen
 class NotADatabase(StorageError):
     """The file exists but is not an SQLite database. It was not modified."""
 
     path: str
+
+    def __str__(self) -> str:
+        return f"{self.path} is not an SQLite database; it was left as it is"
 
 
 @attrs.frozen
@@ -59,6 +74,12 @@ class ForeignDatabase(StorageError):
 
     path: str
     application_id: int
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path} is another application's SQLite database (application id "
+            f"{self.application_id}); it was left as it is"
+        )
 
 
 @attrs.frozen
@@ -70,6 +91,12 @@ class DatabaseTooNew(StorageError):
     found: int
     supported: int
 
+    def __str__(self) -> str:
+        return (
+            f"the database {self.path} was written by a newer version of effectagent (layout "
+            f"{self.found}; this version reads up to {self.supported}); it was left as it is"
+        )
+
 
 @attrs.frozen
 class DatabaseInUse(StorageError):
@@ -79,17 +106,26 @@ class DatabaseInUse(StorageError):
     path: str
     is_retryable = True
 
+    def __str__(self) -> str:
+        return (
+            f"the database {self.path} is open in another process (one process uses it at a "
+            "time): try again once that one has ended"
+        )
+
 
 @attrs.frozen
 class StorageClosed(StorageError):
     """The store was closed (its Layer was torn down); nothing more can be written or read."""
+
+    def __str__(self) -> str:
+        return "the store is closed: nothing more can be read or written"
 
 
 # ---- writing --------------------------------------------------------------------------------------
 
 
 @attrs.frozen
-class RecordNotEncodable(StorageError):
+class RecordNotEncodable(StorageError, ConversationLogError):
     """A record of an append does not encode to JSON (a NaN, an object JSON cannot hold). Nothing
     of the append was written. ``index`` is the record's position in the append."""
 
@@ -97,6 +133,14 @@ class RecordNotEncodable(StorageError):
     index: int
     record_type: str
     reason: str
+    seq = None  # the record has no sequence number: it was never stored
+
+    def __str__(self) -> str:
+        return (
+            f"record {self.index + 1} of an append to conversation {self.conversation_id} (a "
+            f"{self.record_type}) cannot be stored: {self.reason}; nothing of the append was "
+            "written"
+        )
 
 
 @attrs.frozen
@@ -106,6 +150,35 @@ class WriteFailed(StorageError):
 
     reason: str
     is_retryable = True
+
+    def __str__(self) -> str:
+        return f"the database refused the write ({self.reason}); nothing of it was written"
+
+
+@attrs.frozen
+class LogWriteFailed(WriteFailed, ConversationLogError):
+    """An append to the Conversation Log that SQLite refused (see :class:`WriteFailed`)."""
+
+    conversation_id: str
+    reason: str
+    seq = None  # no one record is at fault
+
+    def __str__(self) -> str:
+        return (
+            f"the database refused an append to conversation {self.conversation_id} "
+            f"({self.reason}); nothing of it was written"
+        )
+
+
+@attrs.frozen
+class LogClosed(StorageClosed, ConversationLogError):
+    """The Conversation Log was used after its store closed (see :class:`StorageClosed`)."""
+
+    conversation_id: str
+    seq = None
+
+    def __str__(self) -> str:
+        return f"conversation {self.conversation_id} cannot be read or written: the store is closed"
 
 
 # ---- reading --------------------------------------------------------------------------------------
@@ -117,14 +190,32 @@ class ReadFailed(StorageError):
 
     reason: str
 
+    def __str__(self) -> str:
+        return f"the database could not be read ({self.reason})"
+
 
 @attrs.frozen
-class RecordReadError(StorageError):
+class LogReadFailed(ReadFailed, ConversationLogError):
+    """Reading a conversation from the Conversation Log failed (see :class:`ReadFailed`)."""
+
+    conversation_id: str
+    reason: str
+    seq = None
+
+    def __str__(self) -> str:
+        return f"conversation {self.conversation_id} could not be read ({self.reason})"
+
+
+@attrs.frozen
+class RecordReadError(StorageError, ConversationLogError):
     """A stored record cannot be read back; the read fails rather than skip it. Other
     conversations are unaffected."""
 
     conversation_id: str
     seq: int
+
+    def __str__(self) -> str:
+        return f"record {self.seq} of conversation {self.conversation_id} cannot be read"
 
 
 @attrs.frozen
@@ -132,6 +223,9 @@ class CorruptRecord(RecordReadError):
     """The stored record is damaged: its body is not JSON, or does not match its type."""
 
     detail: str
+
+    def __str__(self) -> str:
+        return f"record {self.seq} of conversation {self.conversation_id} is damaged: {self.detail}"
 
 
 @attrs.frozen
@@ -143,6 +237,13 @@ class UnknownRecordVersion(RecordReadError):
     version: int
     supported: int
 
+    def __str__(self) -> str:
+        return (
+            f"record {self.seq} of conversation {self.conversation_id} was written by a newer "
+            f"version of effectagent ({self.record_type} version {self.version}; this version "
+            f"reads up to {self.supported})"
+        )
+
 
 @attrs.frozen
 class LogGap(RecordReadError):
@@ -150,3 +251,13 @@ class LogGap(RecordReadError):
     the history is incomplete, so it is not handed out as if it were whole."""
 
     expected: int
+
+    def __str__(self) -> str:
+        missing = (
+            f"record {self.expected} is"
+            if self.seq - self.expected == 1
+            else f"records {self.expected} to {self.seq - 1} are"
+        )
+        return (
+            f"{missing} missing from conversation {self.conversation_id}: its history is incomplete"
+        )

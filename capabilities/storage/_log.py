@@ -30,7 +30,16 @@ from effectagent.core import LogEntry, Record
 
 from ._codec import EncodedRecord, RecordCodec
 from ._database import SqliteDatabase
-from ._errors import LogGap, RecordNotEncodable
+from ._errors import (
+    LogClosed,
+    LogGap,
+    LogReadFailed,
+    LogWriteFailed,
+    ReadFailed,
+    RecordNotEncodable,
+    StorageClosed,
+    WriteFailed,
+)
 
 __all__ = ["SqliteConversationLog", "write_records"]
 
@@ -139,24 +148,33 @@ class SqliteConversationLog:
         """Append ``records`` atomically, in order; return the sequence number of the last one
         (for no records: the conversation's last number, 0 if it has none).
 
-        Raises :class:`RecordNotEncodable` before anything is queued, :class:`WriteFailed` if
-        SQLite refused the transaction (nothing written), :class:`StorageClosed`.
+        Raises :class:`RecordNotEncodable` before anything is queued, :class:`LogWriteFailed`
+        (a :class:`WriteFailed`) if SQLite refused the transaction (nothing written),
+        :class:`LogClosed` (a :class:`StorageClosed`) — each the engine's
+        ``ConversationLogError``, naming the conversation.
 
         Cancellation: all or nothing — if it raises (``Cancelled`` included), none of the records
         was appended; if it returns, all were (a transaction already running is waited for).
         """
         rows = self.encode(conversation_id, records)
-        return await self.database.write(
-            lambda conn: write_records(conn, conversation_id, rows),
-            weight=max(1, len(rows)),
-            single_statement=single_statement(rows),
-        )
+        try:
+            return await self.database.write(
+                lambda conn: write_records(conn, conversation_id, rows),
+                weight=max(1, len(rows)),
+                single_statement=single_statement(rows),
+            )
+        except WriteFailed as exc:
+            raise LogWriteFailed(conversation_id, exc.reason) from None
+        except StorageClosed:
+            raise LogClosed(conversation_id) from None
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """The entries with ``seq > after``, in order.
 
         Raises :class:`UnknownRecordVersion` / :class:`CorruptRecord` / :class:`LogGap` naming
-        the conversation and sequence number of the first entry that cannot be read whole.
+        the conversation and sequence number of the first entry that cannot be read whole,
+        :class:`LogReadFailed` (a :class:`ReadFailed`) when SQLite cannot read, :class:`LogClosed`
+        — each the engine's ``ConversationLogError``.
 
         Cancellation: a checkpoint before reading; a read in progress finishes. Nothing changes.
         """
@@ -182,7 +200,12 @@ class SqliteConversationLog:
                 expected += 1
             return out
 
-        return await self.database.read(read)
+        try:
+            return await self.database.read(read)
+        except ReadFailed as exc:
+            raise LogReadFailed(conversation_id, exc.reason) from None
+        except StorageClosed:
+            raise LogClosed(conversation_id) from None
 
     async def last_seq(self, conversation_id: str) -> int:
         """The conversation's last sequence number (0 if it has no records).

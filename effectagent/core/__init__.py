@@ -16,6 +16,7 @@ from ._errors import ModelFailed as ModelFailed
 from ._errors import OutputInvalid as OutputInvalid
 from ._errors import RepeatedToolFailure as RepeatedToolFailure
 from ._errors import RunError as RunError
+from ._errors import StorageFailed as StorageFailed
 from ._errors import ToolFailedRun as ToolFailedRun
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
@@ -65,6 +66,7 @@ __all__ = [
     "Risk",
     "RunError",
     "SecretRedactor",
+    "StorageFailed",
     "StreamRedactor",
     "ToolDefect",
     "ToolFailedRun",

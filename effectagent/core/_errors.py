@@ -17,6 +17,7 @@ __all__ = [
     "OutputInvalid",
     "RepeatedToolFailure",
     "RunError",
+    "StorageFailed",
     "ToolFailedRun",
 ]
 
@@ -136,3 +137,21 @@ class ApprovalDenied(RunError):
 
     def __str__(self) -> str:
         return f"the call of {self.tool_name} was not approved, which ends the run: {self.reason}"
+
+
+@attrs.frozen
+class StorageFailed(RunError):
+    """The run's conversation could not be read or written: a damaged or missing record, one
+    written by a newer version, or a write the storage refused (disk full, the store closed) —
+    the Conversation Log's ``ConversationLogError``, kept as fields rather than as text.
+
+    ``seq`` is the sequence number of the record at fault, None when no one record is (a refused
+    write); ``reason`` is the storage's sentence, which names where and never what a record holds.
+    """
+
+    conversation_id: str
+    seq: int | None
+    reason: str
+
+    def __str__(self) -> str:
+        return f"the conversation's storage failed: {self.reason}"

@@ -27,6 +27,7 @@ from ._seams import CompactionRequest as CompactionRequest
 from ._seams import Compactor as Compactor
 from ._seams import CompactorService as CompactorService
 from ._seams import ConversationLog as ConversationLog
+from ._seams import ConversationLogError as ConversationLogError
 from ._seams import ConversationLogService as ConversationLogService
 from ._seams import RedactorService as RedactorService
 from ._seams import RunEnding as RunEnding
@@ -59,6 +60,7 @@ __all__ = [
     "Compactor",
     "CompactorService",
     "ConversationLog",
+    "ConversationLogError",
     "ConversationLogService",
     "InMemoryConversationLog",
     "CHECKED_AGENTS",

@@ -56,6 +56,7 @@ from effectagent.core import (
     RunFailedRecord,
     RunInterrupted,
     RunStarted,
+    StorageFailed,
     TurnCompleted,
     TurnStarted,
     UserInputRecorded,
@@ -72,7 +73,7 @@ from ._ids import new_id
 from ._io import EventSink, RunIO
 from ._model_step import ModelStep, stream_model, used_call_ids
 from ._retry import retry_delay
-from ._seams import RunEnding, RunInfo, SteeringInput
+from ._seams import ConversationLogError, RunEnding, RunInfo, SteeringInput
 from ._services import RunServices
 
 __all__ = ["RunDriver"]
@@ -240,10 +241,27 @@ class RunDriver:
                 scope = self.cancel_scope = trio.CancelScope()
                 with scope:
                     await self._exhausted()
-        except Exception as exc:  # an engine or adapter defect: fail the run, not the runtime
+        except Exception as exc:  # storage failed, or a defect: fail the run, not the runtime
             if self.terminal is None:
+                error: RunError
+                if isinstance(exc, ConversationLogError):
+                    reason = io.redact_text(str(exc))
+                    error = StorageFailed(exc.conversation_id, exc.seq, reason)
+                else:
+                    error = EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}"))
                 with trio.CancelScope(shield=True):
-                    await self._fail(EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}")))
+                    try:
+                        await self._fail(error)
+                    except Exception as unwritten:
+                        # Not even the failure record could be written: the run still ends
+                        # with its one RunFailed event; the log lacks the end (said here).
+                        if self.terminal is None:
+                            self.terminal = io.emit(RunFailed, error, self.budget.usage)
+                        io.logs.warning(
+                            "run failed, and its failure record was not written",
+                            error=error.tag,
+                            unwritten=io.redact_text(str(unwritten)),
+                        )
         finally:
             if self.terminal is None:
                 with trio.CancelScope(shield=True):

@@ -62,6 +62,7 @@ __all__ = [
     "Compactor",
     "CompactorService",
     "ConversationLog",
+    "ConversationLogError",
     "ConversationLogService",
     "RedactorService",
     "SteeringInbox",
@@ -328,12 +329,32 @@ class SteeringInbox(Protocol):
 SteeringInboxService: ServiceKey[SteeringInbox] = ServiceKey("effectagent.SteeringInbox")
 
 
+class ConversationLogError(TaggedError):
+    """A Conversation Log could not read or write a conversation's records: a damaged or missing
+    record, one written by a newer version, a write the storage refused (disk full, the store
+    closed). A run that meets one ends ``failed`` with ``StorageFailed``, which keeps
+    ``conversation_id`` and ``seq`` as fields — never as an engine defect.
+
+    A log raises subclasses of it — attrs classes with the fields (or attributes)
+    ``conversation_id`` and ``seq``: the sequence number of the record at fault, None when no one
+    record is (a refused write). Their ``str()`` is a sentence that names where, never what a
+    record holds (records carry what users and tools said).
+    """
+
+    __slots__ = ()
+
+    conversation_id: str
+    seq: int | None
+
+
 class ConversationLog(Protocol):
-    """The append-only, sequence-numbered canonical log."""
+    """The append-only, sequence-numbered canonical log. What it cannot read or write raises a
+    :class:`ConversationLogError`."""
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
         """Append ``records`` atomically, in order; return the sequence number of the last one
-        (numbers are 1-based and gap-free per conversation).
+        (numbers are 1-based and gap-free per conversation). Raises
+        :class:`ConversationLogError` when the records cannot be stored (nothing is then).
 
         Cancellation: all or nothing — if it raises (``trio.Cancelled`` included), none of
         ``records`` was appended; if it returns, all were. (An implementation that writes in a
@@ -342,7 +363,11 @@ class ConversationLog(Protocol):
         ...
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
-        """Entries with ``seq > after``, in order."""
+        """Entries with ``seq > after``, in order. Raises :class:`ConversationLogError` naming
+        the first record that cannot be read whole (never skips one).
+
+        Cancellation: a cancellation point; nothing changes either way.
+        """
         ...
 
 

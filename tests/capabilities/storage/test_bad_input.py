@@ -8,6 +8,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -17,8 +18,11 @@ from capabilities.storage import (
     DatabaseInUse,
     DatabaseTooNew,
     ForeignDatabase,
+    LogClosed,
     LogGap,
+    LogWriteFailed,
     NotADatabase,
+    RecordNotEncodable,
     SqliteConversationLog,
     StorageClosed,
     UnknownRecordVersion,
@@ -27,6 +31,7 @@ from capabilities.storage import (
 )
 from capabilities.storage._writer import run_batch
 from effectagent.core import ConversationCreated, UserInputRecorded
+from effectagent.engine import ConversationLogError
 
 SECRET = "the-users-private-words"
 
@@ -71,8 +76,11 @@ async def test_a_damaged_row_is_a_typed_error_and_other_conversations_read_on(
         log = SqliteConversationLog(database)
         with pytest.raises(error) as raised:
             await log.entries("damaged")
-        assert raised.value.conversation_id == "damaged"  # type: ignore[attr-defined]
-        assert raised.value.seq == seq  # type: ignore[attr-defined]
+        # The engine's seam error too: a run that reads this fails with StorageFailed.
+        assert isinstance(raised.value, ConversationLogError)
+        assert (raised.value.conversation_id, raised.value.seq) == ("damaged", seq)
+        assert str(raised.value).startswith(("record ", "records "))
+        assert "conversation damaged" in str(raised.value)
         assert SECRET not in str(raised.value)
         assert [e.record for e in await log.entries("healthy")][1] == user("healthy")
         # The failed read left no stale snapshot behind: a later write is seen at once.
@@ -176,10 +184,45 @@ def test_a_refused_commit_fails_every_write_of_its_batch_and_keeps_none(tmp_path
 async def test_a_closed_store_refuses_writes_and_reads(tmp_path: Path) -> None:
     async with open_database(tmp_path / "z.db") as database:
         log = SqliteConversationLog(database)
-    with pytest.raises(StorageClosed):
+    with pytest.raises(StorageClosed) as appending:
         await log.append("c", [user("c")])
-    with pytest.raises(StorageClosed):
+    with pytest.raises(StorageClosed) as reading:
         await log.entries("c")
+    for raised in (appending, reading):
+        assert isinstance(raised.value, LogClosed)
+        assert (raised.value.conversation_id, raised.value.seq) == ("c", None)
+        assert str(raised.value) == "conversation c cannot be read or written: the store is closed"
+
+
+async def test_an_append_sqlite_refuses_names_its_conversation(tmp_path: Path) -> None:
+    """What the log's append raises when SQLite refuses it is a WriteFailed and the engine's
+    ConversationLogError: it names the conversation (no one record is at fault: seq None)."""
+    async with open_database(tmp_path / "ro.db") as database:
+        log = SqliteConversationLog(database)
+        await database.write(lambda conn: conn.execute("PRAGMA query_only = ON").fetchall())
+        with pytest.raises(WriteFailed) as raised:
+            await log.append("c", [user("c")])
+    assert isinstance(raised.value, LogWriteFailed)
+    assert isinstance(raised.value, ConversationLogError)
+    assert (raised.value.conversation_id, raised.value.seq) == ("c", None)
+    assert str(raised.value) == (
+        "the database refused an append to conversation c (attempt to write a readonly "
+        "database); nothing of it was written"
+    )
+    assert raised.value.is_retryable
+
+
+async def test_a_record_that_cannot_be_stored_is_a_conversation_log_error() -> None:
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database)
+        with pytest.raises(RecordNotEncodable) as raised:
+            await log.append("c", [user("c"), attrs.evolve(user("c"), at=float("nan"))])
+    assert isinstance(raised.value, ConversationLogError)
+    assert (raised.value.conversation_id, raised.value.seq) == ("c", None)
+    assert str(raised.value) == (
+        "record 2 of an append to conversation c (a UserInputRecorded) cannot be stored: it "
+        "holds a value JSON cannot represent (ValueError); nothing of the append was written"
+    )
 
 
 async def test_closing_writes_what_is_queued_first(tmp_path: Path) -> None:
