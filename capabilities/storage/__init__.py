@@ -24,6 +24,7 @@ from ._errors import RecordReadError as RecordReadError
 from ._errors import StorageClosed as StorageClosed
 from ._errors import StorageError as StorageError
 from ._errors import UnknownRecordVersion as UnknownRecordVersion
+from ._errors import UnsafeDatabaseFile as UnsafeDatabaseFile
 from ._errors import WriteFailed as WriteFailed
 from ._group_commit import GroupCommit as GroupCommit
 from ._layers import SqliteDatabaseService as SqliteDatabaseService
@@ -60,6 +61,7 @@ __all__ = [
     "StorageError",
     "Synchronous",
     "UnknownRecordVersion",
+    "UnsafeDatabaseFile",
     "WriteFailed",
     "open_database",
     "sqlite_database",

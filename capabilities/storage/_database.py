@@ -22,6 +22,9 @@ Module notes
   lock): nothing survives the process, WAL does not apply.
 * **Not ours, too new.** See ``_layout``: a file that is not SQLite, another application's
   database, or one written by a newer layout is refused with a typed error, unmodified.
+* **Files for their owner.** See ``_files``: the database file is made 0600 (and so are its
+  ``-wal``/``-shm``/journal and lock files); a symbolic link, a file that is not regular or one
+  another user owns is refused with :class:`UnsafeDatabaseFile`, untouched.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ from typing import IO, Final, Literal, TypeVar, final
 
 import trio
 
-from ._errors import CannotOpenDatabase, DatabaseInUse, ReadFailed, StorageClosed
+from ._errors import (
+    CannotOpenDatabase,
+    DatabaseInUse,
+    ReadFailed,
+    StorageClosed,
+    UnsafeDatabaseFile,
+)
+from ._files import FileIdentity, check_same, claim_database, open_lock
 from ._layout import prepare
 from ._writer import Writer
 
@@ -68,10 +78,7 @@ def _connect(path: str) -> sqlite3.Connection:
 def _lock(path: str) -> IO[bytes] | None:
     if sys.platform == "win32":  # pragma: no cover - no flock: no ownership lock
         return None
-    try:
-        handle = open(f"{path}.lock", "ab")  # noqa: SIM115 - held for the database's lifetime
-    except OSError as exc:
-        raise CannotOpenDatabase(path, f"cannot create its lock file: {exc.strerror}") from None
+    handle = open_lock(path)  # held for the database's lifetime
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -80,13 +87,14 @@ def _lock(path: str) -> IO[bytes] | None:
     return handle
 
 
-def _open_sync(path: str, synchronous: Synchronous) -> tuple[sqlite3.Connection, IO[bytes] | None]:
+def _open_sync(
+    path: str, synchronous: Synchronous
+) -> tuple[sqlite3.Connection, IO[bytes] | None, FileIdentity | None]:
     if path == MEMORY:
         conn = _connect(path)
         prepare(conn, path)
-        return conn, None
-    if os.path.isdir(path):
-        raise CannotOpenDatabase(path, "it is a directory")
+        return conn, None, None
+    identity = claim_database(path)  # ours and plain, or made 0600 (see ``_files``)
     lock = _lock(path)
     try:
         conn = _connect(path)
@@ -95,6 +103,7 @@ def _open_sync(path: str, synchronous: Synchronous) -> tuple[sqlite3.Connection,
             lock.close()
         raise
     try:
+        check_same(path, identity)  # SQLite opened the file that was checked
         _configure(conn, path, synchronous)
     except BaseException as exc:
         conn.close()
@@ -103,7 +112,7 @@ def _open_sync(path: str, synchronous: Synchronous) -> tuple[sqlite3.Connection,
         if isinstance(exc, sqlite3.Error):
             raise CannotOpenDatabase(path, str(exc)) from None
         raise
-    return conn, lock
+    return conn, lock, identity
 
 
 def _configure(conn: sqlite3.Connection, path: str, synchronous: Synchronous) -> None:
@@ -125,6 +134,7 @@ class SqliteDatabase:
     __slots__ = (
         "_closed",
         "_conn",
+        "_identity",
         "_idle_readers",
         "_lock_file",
         "_memory_lock",
@@ -146,8 +156,12 @@ class SqliteDatabase:
         *,
         synchronous: Synchronous,
         readers: int,
+        identity: FileIdentity | None = None,
     ) -> None:
         self.path = path
+        # The file opened (None in memory): each reader connection made later opens the path
+        # anew, and checks that it is still that file.
+        self._identity = identity
         self.synchronous = synchronous
         self._conn = conn
         self._lock_file = lock_file
@@ -208,8 +222,7 @@ class SqliteDatabase:
         with self._pool_lock:
             conn = self._idle_readers.pop() if self._idle_readers else None
         if conn is None:
-            conn = _connect(self.path)
-            conn.execute("PRAGMA query_only = ON")
+            conn = self._new_reader()
             with self._pool_lock:
                 self._readers_made.append(conn)
         try:
@@ -224,6 +237,26 @@ class SqliteDatabase:
         with self._pool_lock:
             self._idle_readers.append(conn)
         return result
+
+    def _new_reader(self) -> sqlite3.Connection:
+        """A reader connection on the file opened (``ReadFailed`` when it cannot be had)."""
+        try:
+            conn = _connect(self.path)
+        except CannotOpenDatabase as exc:
+            raise ReadFailed(exc.reason) from None
+        try:
+            if self._identity is not None:
+                check_same(self.path, self._identity)
+            conn.execute("PRAGMA query_only = ON")
+        except (UnsafeDatabaseFile, sqlite3.Error) as exc:
+            conn.close()
+            reason = (
+                "the database file was replaced after it was opened"
+                if isinstance(exc, UnsafeDatabaseFile)
+                else str(exc)
+            )
+            raise ReadFailed(reason) from None
+        return conn
 
     @staticmethod
     def _guarded(work: Callable[[sqlite3.Connection], R], conn: sqlite3.Connection) -> R:
@@ -275,7 +308,9 @@ async def open_database(
     """Open (creating it if needed) the effectagent database at ``path`` — a file path, or
     ``":memory:"`` — and close it when the block ends.
 
-    Raises :class:`NotADatabase`, :class:`ForeignDatabase`, :class:`DatabaseTooNew`,
+    A file it makes is 0600, and so are the files SQLite makes beside it (see ``_files``).
+    Raises :class:`UnsafeDatabaseFile` (a symbolic link, not a regular file, another user's),
+    :class:`NotADatabase`, :class:`ForeignDatabase`, :class:`DatabaseTooNew`,
     :class:`DatabaseInUse` or :class:`CannotOpenDatabase` without modifying the file.
 
     Cancellation: a checkpoint before opening; once the worker thread opens the file it is not
@@ -289,8 +324,10 @@ async def open_database(
         raise ValueError("the database path must not be empty")
     # Not abandoned once started (``to_thread`` waits for the thread): a cancellation arriving
     # meanwhile is raised by the ``yield``'s first checkpoint, and the ``finally`` closes it.
-    conn, lock_file = await trio.to_thread.run_sync(_open_sync, name, synchronous)
-    database = SqliteDatabase(name, conn, lock_file, synchronous=synchronous, readers=readers)
+    conn, lock_file, identity = await trio.to_thread.run_sync(_open_sync, name, synchronous)
+    database = SqliteDatabase(
+        name, conn, lock_file, synchronous=synchronous, readers=readers, identity=identity
+    )
     try:
         yield database
     finally:

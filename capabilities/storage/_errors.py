@@ -34,6 +34,7 @@ __all__ = [
     "StorageClosed",
     "StorageError",
     "UnknownRecordVersion",
+    "UnsafeDatabaseFile",
     "WriteFailed",
 ]
 
@@ -55,6 +56,19 @@ class CannotOpenDatabase(StorageError):
 
     def __str__(self) -> str:
         return f"the database {self.path} cannot be opened: {self.reason}"
+
+
+@attrs.frozen
+class UnsafeDatabaseFile(StorageError):
+    """The database path is a symbolic link, not a regular file, or a file another user owns (or
+    so is its lock file). SQLite would follow a link and write the history wherever it points, and
+    a file another user planted could be read or swapped by them: refused, and left as it is."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"the database {self.path} was refused: {self.reason}; it was left as it is"
 
 
 @attrs.frozen
