@@ -171,7 +171,7 @@ async def measure(scale: float) -> Figures:
     prompt: tuple[Message, ...] = (SYSTEM, *messages[-8:])
     tokens = estimate_tokens(prompt)
 
-    async def no_summary(covered: Sequence[Message]) -> str:
+    async def no_summary(covered: Sequence[Message], **options: object) -> str:
         raise AssertionError("nothing to compact: no summary call")
 
     request = CompactionRequest(

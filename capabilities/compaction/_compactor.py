@@ -17,9 +17,9 @@ limit), a prompt counted ``c`` is taken to cost ``max(c + overhead, c * ratio)``
 reading — and otherwise ``c * ratio``.
 
 **Bounds.** A summary is bounded by the plan's ``summary_room`` — at most ``summary_tokens``, at
-most a quarter of the limit, and no more than the prompt has room for. The instructions ask the
-model for no more (in words), and what comes back (from the model or a host) is held to it: a
-longer summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
+most a quarter of the limit, and no more than the prompt has room for. The model is asked for no
+more — it is the summary request's ``max_output_tokens``, and the instructions say it in words —
+and what comes back (from the model or a host) is held to it: a longer summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
 (:func:`~capabilities.compaction.fit_summary`) — a verbose summarizer costs detail, never the
 limit. The summary request itself fits the limit with the summary's room on top: the system
 message the engine adds (within ``_REQUEST_OVERHEAD`` tokens), the instructions and the
@@ -106,8 +106,8 @@ def calibrated_limit(estimated: int, counted: int, limit: int) -> int:
 class LogCompactor:
     """The engine's Compactor (see the module notes).
 
-    ``summary_tokens`` bounds a summary (as does a quarter of the limit): a longer one, from the
-    model or the host, is cut to it. ``host`` supplies summaries made elsewhere; ``versions`` the
+    ``summary_tokens`` bounds a summary (as does a quarter of the limit): it is the model's output
+    cap, and a longer summary, from the model or the host, is cut to it. ``host`` supplies summaries made elsewhere; ``versions`` the
     compactor versions of host artifacts accepted (None: any). ``refusals`` keeps the last host
     artifacts refused, for operators.
     """
@@ -192,7 +192,8 @@ class LogCompactor:
             )
             return ELIDED
         try:
-            return await request.summarize([UserMessage.text(head + text)])
+            message = UserMessage.text(head + text)
+            return await request.summarize([message], max_output_tokens=max(1, room))
         except AiError as exc:
             log_warning(
                 "compaction summary failed",

@@ -67,10 +67,12 @@ async def maybe_compact(
     entries = tuple(await services.log.entries(io.conversation_id))
     redactor = services.redactor
 
-    async def summarize(covered: Sequence[Message]) -> str:
-        response = await generate(
-            services.model, ModelRequest((_SUMMARIZE, *covered), tool_choice="none")
-        )
+    async def summarize(
+        covered: Sequence[Message], /, *, max_output_tokens: int | None = None
+    ) -> str:
+        cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
+        request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
+        response = await generate(services.model, request)
         record_usage(UsageDelta.from_usage(response.usage))
         return redactor.redact_text(response.text)
 

@@ -275,10 +275,17 @@ class RunDriver:
                 self._done.set()
 
     async def _record_interrupted(self) -> None:
+        """Write the interruption and hand over ``RunInterrupted`` — the event also when the
+        record cannot be written (logged): a run always ends, and whoever waits for it wakes."""
         io = self.io
         try:
             await io.record(
                 RunFailedRecord(io.conversation_id, io.run_id, None, "interrupted", time.time())
+            )
+        except Exception as unwritten:
+            io.logs.warning(
+                "run interrupted, and its record was not written",
+                unwritten=io.redact_text(str(unwritten)),
             )
         finally:
             self.terminal = io.emit(RunInterrupted, "interrupted", self.budget.usage)

@@ -190,8 +190,21 @@ class CompactionRequest:
     context_token_limit: int
     keep_recent_tokens: int
     strategy: Literal["prune-then-summarize", "prune-only"]
-    summarize: Callable[[Sequence[Message]], Awaitable[str]]
+    summarize: Summarize
     count_tokens: Callable[[Sequence[Message]], int] = estimate_tokens
+
+
+class Summarize(Protocol):
+    """The engine's metered summary call: the model's answer to ``covered`` (after the engine's
+    own instruction to summarize), redacted, its usage counted in the run's. ``max_output_tokens``
+    is sent as the request's output cap (None: the agent's policy, else the adapter's default).
+
+    Cancellation: the model call is abandoned and ``trio.Cancelled`` propagates.
+    """
+
+    def __call__(
+        self, covered: Sequence[Message], /, *, max_output_tokens: int | None = None
+    ) -> Awaitable[str]: ...
 
 
 class Compactor(Protocol):

@@ -65,9 +65,10 @@ class PermitBookMachine(RuleBasedStateMachine):
 
     @rule()
     def granted_waiters_take_their_permits(self) -> None:
-        for waiter in [w for w in self.queued if w.granted is not None]:
-            self.queued.remove(waiter)
-            self.outstanding.append(waiter.granted)
+        for waiter in list(self.queued):
+            if waiter.granted is not None:
+                self.queued.remove(waiter)
+                self.outstanding.append(waiter.granted)
 
     def _granted(self, waiter: _Waiter) -> None:
         assert waiter.granted is not None

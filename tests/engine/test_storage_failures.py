@@ -273,3 +273,29 @@ def test_any_conversation_log_error_is_a_storage_failure_and_others_stay_defects
         assert [type(entry.record).__name__ for entry in written] == (
             [] if fail_from == 1 else ["ConversationCreated", "UserInputRecorded"]
         )
+
+
+def test_an_interrupted_run_whose_record_cannot_be_written_still_ends() -> None:
+    """The run is interrupted while its model hangs, and the log refuses the interruption's
+    record: the run still ends with its one ``RunInterrupted`` (the unwritten record logged), so
+    the runtime that waits for it on close does not wait for ever."""
+    log = FlakyLog(ShelfGone("c1", None), fail_from=2)
+    layer = ScriptedModel([Turn.hanging()]).as_layer() + Layer.succeed(ConversationLogService, log)
+
+    async def scenario() -> list[EventBase]:
+        events: list[EventBase] = []
+        async with (
+            open_runtime(layer, agents=[AGENT]) as runtime,
+            runtime.stream(AGENT, "Hi.") as stream,
+        ):
+            async for event in stream:
+                events.append(event)
+                if type(event).__name__ == "ModelStarted":
+                    stream.interrupt()
+        return events
+
+    with engine_logs(logging.WARNING) as logs:
+        events = ended(scenario)
+    terminal = assert_well_formed(events)
+    assert type(terminal).__name__ == "RunInterrupted"
+    assert any("its record was not written" in line["event"] for line in logs)

@@ -118,7 +118,7 @@ def test_the_summary_request_fits_the_limit_and_the_summary_its_bound(
     limit = max(1, int(tokens * fraction))
     asked: list[Sequence[Message]] = []
 
-    async def summarize(messages: Sequence[Message]) -> str:
+    async def summarize(messages: Sequence[Message], **options: Any) -> str:
         asked.append(messages)
         return "word " * verbose
 
@@ -234,6 +234,12 @@ async def test_through_the_engine_the_summary_request_fits_a_window_equal_to_the
         after = list(await runtime.log.entries("conv_1"))
     assert result.status == "completed", result
     assert max(estimate_tokens(r.messages) for r in requests) <= limit
+    summary_requests = [r for r in requests if _summary_request(r)]
+    assert summary_requests
+    for request in summary_requests:  # the summary's bound is the model's output cap
+        assert request.max_output_tokens is not None
+        assert 1 <= request.max_output_tokens <= 100
+        assert estimate_tokens(request.messages) + request.max_output_tokens <= limit
     (record,) = [e.record for e in after[len(entries) :] if isinstance(e.record, CompactionCreated)]
     assert record.summary is not None
     assert record.summary.endswith(" …")  # cut to its bound, marked
@@ -265,7 +271,7 @@ def test_a_verbose_summary_from_the_model_or_a_host_is_cut_to_summary_tokens() -
     entries = _summary_log("a summary", "a long message " * 2_000)
     asked: list[Sequence[Message]] = []
 
-    async def summarize(messages: Sequence[Message]) -> str:
+    async def summarize(messages: Sequence[Message], **options: Any) -> str:
         asked.append(messages)
         return "MODEL " + "and so on " * 5_000  # about 12,500 tokens
 

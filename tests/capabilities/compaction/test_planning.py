@@ -110,7 +110,7 @@ def test_the_view_is_the_projection_cut_where_no_batch_is_split(conversation: Co
 
 
 def _summarizer(text: str) -> Any:
-    async def summarize(messages: Sequence[Message]) -> str:
+    async def summarize(messages: Sequence[Message], **options: Any) -> str:
         await trio.lowlevel.checkpoint()
         return text
 
@@ -162,7 +162,7 @@ def test_a_compaction_fits_the_limit_whenever_it_can_and_splits_nothing(
 def test_a_failed_or_cancelled_summary_changes_nothing(
     conversation: Conversation, keep: int, cancel: bool
 ) -> None:
-    async def failing(messages: Sequence[Message]) -> str:
+    async def failing(messages: Sequence[Message], **options: Any) -> str:
         await trio.lowlevel.checkpoint()
         if cancel:
             await trio.sleep_forever()
@@ -180,7 +180,7 @@ def test_a_failed_or_cancelled_summary_changes_nothing(
     records = trio.run(attempt, clock=trio.testing.MockClock(autojump_threshold=0))
     asked: list[Sequence[Message]] = []
 
-    async def working(messages: Sequence[Message]) -> str:
+    async def working(messages: Sequence[Message], **options: Any) -> str:
         asked.append(messages)
         return "a summary"
 
@@ -228,7 +228,7 @@ def test_the_newest_tokens_are_kept_verbatim_and_the_rest_summarized() -> None:
     limit = estimate_tokens([SYSTEM, *last_three]) + 400
     seen: list[Sequence[Message]] = []
 
-    async def summarize(covered: Sequence[Message]) -> str:
+    async def summarize(covered: Sequence[Message], **options: Any) -> str:
         await trio.lowlevel.checkpoint()
         seen.append(covered)
         return "the earlier turns, summarized"
@@ -262,7 +262,7 @@ def test_pruning_alone_is_used_when_it_is_enough() -> None:
     messages = project_messages(entries)
     limit = estimate_tokens([SYSTEM, *messages]) // 2
 
-    async def no_summary(covered: Sequence[Message]) -> str:
+    async def no_summary(covered: Sequence[Message], **options: Any) -> str:
         raise AssertionError("pruning was enough: no summary call")
 
     request = CompactionRequest(

@@ -167,7 +167,7 @@ async def _steer_a_run(
         async def run() -> None:
             await trio.sleep(start)
             window[0] = trio.current_time()
-            result = await runtime.run(AGENT, "Go.", conversation_id=conversation)
+            result = await runtime.run(AGENT, "Go.", conversation_id=conversation, create=True)
             window[1] = trio.current_time()
             assert result.status == "completed"
 
