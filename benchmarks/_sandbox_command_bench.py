@@ -15,8 +15,6 @@ import time
 import trio
 
 from sandbox import (
-    LIMIT_MEMORY,
-    LIMIT_PROCESSES,
     UNLIMITED,
     BubblewrapSandbox,
     LocalProcessSandbox,
@@ -25,6 +23,7 @@ from sandbox import (
     SandboxRequest,
     run,
 )
+from sandbox._posture import LIMIT_MEMORY, LIMIT_PROCESSES
 
 __all__ = ["bench_commands"]
 

@@ -15,7 +15,7 @@ a workload could have planted, and checked to be usable by the workload's user.
 Limits: the wall clock by SIGKILL of bwrap's process group (``--die-with-parent`` plus the pid
 namespace take everything inside down with it); CPU seconds (``RLIMIT_CPU``, per process) and file
 size (``RLIMIT_FSIZE``) as rlimits; memory through a per-workload
-:class:`~sandbox.MemoryCgroup` and process count through a :class:`~sandbox.PidsCgroup`, each only
+:class:`MemoryCgroup` and process count through a :class:`PidsCgroup`, each only
 when the host offers a writable controller — otherwise a request for that limit is rejected with
 :class:`LimitNotEnforceable` (every limit is finite by default: a host without those controllers
 needs an explicit :data:`~sandbox.UNLIMITED`). When controllers exist and ``accounting`` is on

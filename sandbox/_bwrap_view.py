@@ -3,7 +3,7 @@
 Bubblewrap resolves paths inside the sandbox; the host has to answer two questions about that view
 before it starts anything — is ``cwd`` a directory there, and which program does ``command`` name —
 so that a request that cannot work is refused with :class:`~sandbox.CommandNotFound` or
-:class:`~sandbox.InvalidRequest` instead of a bubblewrap failure. The answers come from a table of
+:class:`InvalidRequest` instead of a bubblewrap failure. The answers come from a table of
 ``(sandbox_path, host_path)`` pairs, longest prefix first. Pure apart from ``stat`` calls.
 """
 

@@ -102,7 +102,7 @@ class DenoCodeExecutor:
     boundary; construction raises :class:`~sandbox.ExecutorUnavailable` when bubblewrap or user
     namespaces are missing. ``isolation="none"`` is for development: the posture says unisolated
     and not a security boundary (CAP-010). A finite ``memory_bytes`` (the default) is rejected
-    with :class:`~sandbox.CodeLimitNotEnforceable` when no cgroup memory controller is writable
+    with :class:`CodeLimitNotEnforceable` when no cgroup memory controller is writable
     here, unless ``allow_unenforced_memory`` (then only the V8 heap is capped, and the posture
     lists memory as unenforced); a finite ``max_processes`` likewise needs a pids controller.
     ``identity`` is the host user workloads run as when this process is root (default
@@ -186,7 +186,7 @@ class DenoCodeExecutor:
     def spawn_config(self, limits: CodeExecutionLimits) -> SpawnConfig:
         """The spawn-time settings for ``limits``; raises when a limit cannot be enforced.
 
-        Raises :class:`~sandbox.CodeLimitNotEnforceable` for a finite ``memory_bytes`` without a
+        Raises :class:`CodeLimitNotEnforceable` for a finite ``memory_bytes`` without a
         memory cgroup (unless constructed with ``allow_unenforced_memory``), for a finite
         ``max_processes`` without a pids cgroup, and for one below :data:`DENO_MIN_PROCESSES`.
         """
@@ -474,7 +474,7 @@ async def open_deno_executor(
     Workloads are spawned for ``warm_limits`` (default :class:`~sandbox.CodeExecutionLimits`); a
     pass whose CPU, memory and process limits match takes one, others spawn cold. Each workload
     serves at most one pass. Raises like the executor's constructor, and
-    :class:`~sandbox.CodeLimitNotEnforceable` if ``warm_limits`` cannot be enforced.
+    :class:`CodeLimitNotEnforceable` if ``warm_limits`` cannot be enforced.
     Passes return once their workload is SIGKILLed; its release finishes in the background (see
     :meth:`DenoCodeExecutor.execute`). Cancellation: leaving the block (normally, by error or by
     cancellation) stops refilling, kills every pooled workload and waits until every workload of

@@ -9,7 +9,7 @@ side, from untrusted bytes:
 * frame sizes before buffering (``FrameDecoder`` ceilings derived from the limits);
 * host-call name, count, argument size and nesting before the host is called; the host's answer
   must be JSON no deeper than ``json_depth`` (else the host is at fault:
-  :class:`~sandbox.InvalidHostResult`, :class:`~sandbox.JSONTooDeep`), and its size is checked
+  :class:`InvalidHostResult`, :class:`~sandbox.JSONTooDeep`), and its size is checked
   before the reply is sent (an oversize result rejects inside the program, like any failed call);
 * the result's size (before it is sent) and nesting;
 * captured output: lines past ``output_bytes`` are cut or dropped (``logs_truncated``); raw

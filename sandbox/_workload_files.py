@@ -9,7 +9,7 @@ Both jobs read or delete trees a workload shaped to its liking, so every path is
 * **Everything is bounded.** Collection stops at the first of four bounds of
   :class:`~sandbox.SandboxLimits` — directory entries examined, directory depth, bytes read (every
   byte of a collected file is hashed) and seconds — and reports it as an
-  :class:`~sandbox.ArtifactLimitExceeded` next to what was collected until then. Directories no
+  :class:`ArtifactLimitExceeded` next to what was collected until then. Directories no
   rule can match below are not entered at all.
 * **It never blocks the event loop and is cancellable.** :class:`ArtifactCollector` does the work in
   steps of a few milliseconds; :func:`collect_artifacts` runs each step in a worker thread and

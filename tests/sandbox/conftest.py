@@ -22,7 +22,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from sandbox import BubblewrapSandbox, LocalProcessSandbox, OwnedResources, probe_host
+from sandbox import BubblewrapSandbox, LocalProcessSandbox, OwnedResources
+from sandbox._isolation import probe_host
 from sandbox._workload_files import remove_tree
 
 

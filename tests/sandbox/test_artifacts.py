@@ -13,15 +13,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from sandbox import (
-    LIMIT_ARTIFACTS,
-    ArtifactRule,
-    BubblewrapSandbox,
-    Mount,
-    SandboxLimits,
-    SandboxRequest,
-    run,
-)
+from sandbox import ArtifactRule, BubblewrapSandbox, Mount, SandboxLimits, SandboxRequest, run
+from sandbox._command import LIMIT_ARTIFACTS
 from sandbox._workload_files import ArtifactCollector, collect_artifacts
 
 from .conftest import give_to_workload

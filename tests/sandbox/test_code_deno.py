@@ -23,7 +23,6 @@ from sandbox import (
     HostCallLimitExceeded,
     HostCallSucceeded,
     HostCallTooLarge,
-    InvalidHostResult,
     InvalidProgram,
     JSONTooDeep,
     LogLine,
@@ -31,6 +30,7 @@ from sandbox import (
     ResultTooLarge,
     SourceTooLarge,
 )
+from sandbox._code import InvalidHostResult
 
 from .test_code_fixtures import (
     Host,

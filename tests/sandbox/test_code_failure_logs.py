@@ -26,11 +26,11 @@ from sandbox import (
     LogLine,
     MemoryLimitExceeded,
     ResultTooLarge,
-    probe_host,
 )
 from sandbox._deno_pass import PassState, failed
 from sandbox._deno_protocol import KIND_CALL, KIND_LOG, FrameDecoder
 from sandbox._deno_workload import Workload
+from sandbox._isolation import probe_host
 
 from .test_code_deno import nested
 from .test_code_fixtures import Host, WorkloadTracker, executor, request, tracker

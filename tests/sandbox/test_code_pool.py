@@ -14,10 +14,9 @@ from sandbox import (
     CodeExecutorService,
     DenoCodeExecutor,
     deno_executor_layer,
-    execute_in,
-    host_layer,
     open_deno_executor,
 )
+from sandbox._code import execute_in, host_layer
 
 from .test_code_fixtures import (
     WARM_LIMITS,

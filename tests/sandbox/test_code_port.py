@@ -22,21 +22,13 @@ from effectagent.effect import (
     open_layer,
 )
 from sandbox import (
-    DENO_MIN_PROCESSES,
-    LIMIT_CPU,
-    LIMIT_MEMORY,
-    LIMIT_PROCESSES,
-    LIMIT_WALL_CLOCK,
-    MAX_JSON_DEPTH,
     UNLIMITED,
     CodeExecutionError,
     CodeExecutionHost,
-    CodeExecutionHostService,
     CodeExecutionLimits,
     CodeExecutionRequest,
     CodeExecutionResult,
     CodeExecutorService,
-    CodeLimitNotEnforceable,
     CodeTimeout,
     DenoCodeExecutor,
     ExecutorCrashed,
@@ -46,8 +38,6 @@ from sandbox import (
     HostCallOutcome,
     HostCallSucceeded,
     HostCallTooLarge,
-    HostFacts,
-    InvalidHostResult,
     InvalidProgram,
     Isolation,
     JSONTooDeep,
@@ -61,10 +51,18 @@ from sandbox import (
     SandboxError,
     SandboxImplementation,
     SourceTooLarge,
+)
+from sandbox._code import (
+    MAX_JSON_DEPTH,
+    CodeExecutionHostService,
+    CodeLimitNotEnforceable,
+    InvalidHostResult,
     execute_in,
     host_layer,
-    probe_host,
 )
+from sandbox._deno import DENO_MIN_PROCESSES
+from sandbox._isolation import HostFacts, probe_host
+from sandbox._posture import LIMIT_CPU, LIMIT_MEMORY, LIMIT_PROCESSES, LIMIT_WALL_CLOCK
 
 from .test_code_fixtures import Host, WorkloadTracker, request, tracker
 

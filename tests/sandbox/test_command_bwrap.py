@@ -10,21 +10,14 @@ import trio
 
 from effectagent.effect import Context, open_layer
 from sandbox import (
-    LIMIT_MEMORY,
-    LIMIT_NETWORK,
-    LIMIT_PROCESSES,
     UNLIMITED,
-    WORKDIR,
     ArtifactRule,
     BubblewrapSandbox,
     CommandNotFound,
-    HostFacts,
-    InvalidRequest,
     Isolation,
     LimitNotEnforceable,
     Mount,
     OutputChunk,
-    SandboxCrashed,
     SandboxExited,
     SandboxLimits,
     SandboxRequest,
@@ -33,6 +26,10 @@ from sandbox import (
     SandboxUnavailable,
     run,
 )
+from sandbox._bwrap import WORKDIR
+from sandbox._command import InvalidRequest, SandboxCrashed
+from sandbox._isolation import HostFacts
+from sandbox._posture import LIMIT_MEMORY, LIMIT_NETWORK, LIMIT_PROCESSES
 
 from .conftest import PYTHON, assert_gone, give_to_workload, remember
 

@@ -11,19 +11,21 @@ from pathlib import Path
 import pytest
 import trio
 
-from sandbox import (
-    LIMIT_MEMORY,
-    LimitNotEnforceable,
+from sandbox import LimitNotEnforceable
+from sandbox._bwrap_view import resolve_in_view
+from sandbox._isolation import (
+    CpuCgroup,
     MemoryCgroup,
     PidsCgroup,
     ProcessLimits,
+    apply_rlimits,
     bwrap_argv,
     kill_process_group,
     probe_host,
     rlimit_preexec,
+    system_mounts,
 )
-from sandbox._bwrap_view import resolve_in_view
-from sandbox._isolation import CpuCgroup, apply_rlimits, system_mounts
+from sandbox._posture import LIMIT_MEMORY
 from sandbox._workload_files import remove_tree
 
 from .conftest import PYTHON

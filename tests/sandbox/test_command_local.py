@@ -14,14 +14,9 @@ import trio
 
 from effectagent.effect import Context, Layer, open_layer
 from sandbox import (
-    LIMIT_FILESYSTEM,
-    LIMIT_MEMORY,
-    LIMIT_NETWORK,
-    LIMIT_PROCESSES,
     UNLIMITED,
     ArtifactRule,
     CommandNotFound,
-    InvalidRequest,
     Isolation,
     LimitNotEnforceable,
     LocalProcessSandbox,
@@ -38,6 +33,8 @@ from sandbox import (
     SecretResolverService,
     run,
 )
+from sandbox._command import LIMIT_FILESYSTEM, InvalidRequest
+from sandbox._posture import LIMIT_MEMORY, LIMIT_NETWORK, LIMIT_PROCESSES
 
 from .conftest import PYTHON, assert_gone, new_marker, remember
 

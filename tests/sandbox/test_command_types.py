@@ -8,17 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbox import (
-    LIMIT_CPU,
-    LIMIT_FILE_SIZE,
-    LIMIT_FILESYSTEM,
-    LIMIT_MEMORY,
-    LIMIT_NETWORK,
-    LIMIT_OUTPUT,
-    LIMIT_PROCESSES,
-    LIMIT_WALL_CLOCK,
     UNLIMITED,
     ArtifactRule,
-    InvalidRequest,
     Isolation,
     LimitNotEnforceable,
     Mount,
@@ -28,11 +19,18 @@ from sandbox import (
     SandboxRequest,
     SecretHandle,
     Unlimited,
-    check_enforceable,
-    required_limits,
-    validate_request,
 )
-from sandbox._command import OutputBuffer, StreamName, build_env
+from sandbox._command import LIMIT_FILESYSTEM, InvalidRequest, OutputBuffer, StreamName, build_env
+from sandbox._command_checks import check_enforceable, required_limits, validate_request
+from sandbox._posture import (
+    LIMIT_CPU,
+    LIMIT_FILE_SIZE,
+    LIMIT_MEMORY,
+    LIMIT_NETWORK,
+    LIMIT_OUTPUT,
+    LIMIT_PROCESSES,
+    LIMIT_WALL_CLOCK,
+)
 
 ALL_LIMITS = (
     LIMIT_CPU,

@@ -25,11 +25,8 @@ import pytest
 import trio
 
 from sandbox import (
-    LIMIT_MEMORY,
-    LIMIT_PROCESSES,
     CodeExecutionError,
     CodeExecutionLimits,
-    CodeLimitNotEnforceable,
     CodeTimeout,
     DenoCodeExecutor,
     ExecutorCrashed,
@@ -42,8 +39,10 @@ from sandbox import (
     ProgramThrew,
     ResultTooLarge,
     open_deno_executor,
-    probe_host,
 )
+from sandbox._code import CodeLimitNotEnforceable
+from sandbox._isolation import probe_host
+from sandbox._posture import LIMIT_MEMORY, LIMIT_PROCESSES
 
 from .test_code_fixtures import WARM_LIMITS, Host, WorkloadTracker, request, tracker
 

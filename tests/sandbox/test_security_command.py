@@ -25,16 +25,11 @@ import pytest
 import trio
 
 from sandbox import (
-    LIMIT_MEMORY,
-    LIMIT_PROCESSES,
     UNLIMITED,
     BubblewrapSandbox,
-    HostFacts,
-    InvalidRequest,
     LimitNotEnforceable,
     Mount,
     OutputChunk,
-    SandboxCrashed,
     SandboxEvent,
     SandboxExited,
     SandboxLimits,
@@ -42,10 +37,12 @@ from sandbox import (
     SandboxResult,
     SandboxStarted,
     SecretHandle,
-    SecretUnavailable,
     WorkloadIdentity,
 )
 from sandbox import _bwrap_execution as bwrap_execution
+from sandbox._command import InvalidRequest, SandboxCrashed, SecretUnavailable
+from sandbox._isolation import HostFacts
+from sandbox._posture import LIMIT_MEMORY, LIMIT_PROCESSES
 from sandbox._process_control import can_limit_other_users
 
 from .conftest import (

@@ -13,7 +13,8 @@ from effectagent.core import ToolCallSettled
 from effectagent.effect import Layer
 from effectagent.engine import open_runtime
 from effectagent.testing import ScriptedModel, Turn
-from sandbox import CodeExecutorService, CodeLimitNotEnforceable, DenoCodeExecutor
+from sandbox import CodeExecutorService, DenoCodeExecutor
+from sandbox._code import CodeLimitNotEnforceable
 from tests.sandbox.test_code_fixtures import WorkloadTracker, can_run_code
 
 from .scenario import add, agent_for, run_program

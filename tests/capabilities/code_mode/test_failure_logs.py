@@ -16,7 +16,8 @@ import pytest
 from capabilities.code_mode import CodeModeLimits, code_mode
 from capabilities.code_mode._egress import json_size
 from effectagent.core import REDACTED
-from sandbox import DenoCodeExecutor, probe_host
+from sandbox import DenoCodeExecutor
+from sandbox._isolation import probe_host
 from tests.sandbox.test_code_deno import nested
 from tests.sandbox.test_code_fixtures import WorkloadTracker
 
