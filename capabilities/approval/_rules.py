@@ -1,12 +1,14 @@
 """Approval policy rules and their decision, as pure values (no Trio, no I/O).
 
-A policy is an ordered list of rules and a default. Each rule says what to do — ``"approve"``,
-``"deny"`` or ``"ask"`` (hand the request to another provider, e.g. a person) — with a call that
-matches all of its conditions: the tool's name, the agent's, the request's risk, its resource
-targets, the tool's annotations (readonly, idempotent, destructive, open-world) and a predicate on
-the call's decoded parameters.
+A policy is an ordered list of rules and a default — a first-match
+:class:`~capabilities._rules.RulePolicy` over :class:`ApprovalSubject`. Each rule says what to do
+— ``"approve"``, ``"deny"`` or ``"ask"`` (hand the request to another provider, e.g. a person) —
+with a call that matches all of its conditions: the tool's name, the agent's, the request's risk,
+its resource targets, the tool's annotations (readonly, idempotent, destructive, open-world) and a
+predicate on the call's decoded parameters.
 
-Invariants (tested in ``tests/capabilities/approval/test_rules.py`` without Trio):
+Invariants (tested without Trio: the engine's in ``tests/capabilities/test_rules.py``, the
+conditions' in ``tests/capabilities/approval/test_rules.py``):
 
 * **first match wins**: the verdict is the decision of the first rule whose conditions all hold;
   when no rule matches, the policy's ``default`` (``"deny"`` unless said otherwise);
@@ -31,6 +33,7 @@ from effectagent.ai import ToolAnnotations
 from effectagent.core import ApprovalRequest, Risk
 
 from .._patterns import Patterns, matches_any, patterns
+from .._rules import RulePolicy, one_of, rules_of, text
 
 __all__ = [
     "ApprovalPolicy",
@@ -46,7 +49,7 @@ __all__ = [
 #: What a rule (or the default) does with a call.
 Decision = Literal["approve", "deny", "ask"]
 
-_DECISIONS = ("approve", "deny", "ask")
+_DECISIONS: tuple[Decision, ...] = ("approve", "deny", "ask")
 _RISKS = ("low", "medium", "high")
 
 
@@ -104,22 +107,9 @@ def _risks(value: Risk | Iterable[Risk] | None) -> frozenset[Risk] | None:
     return found
 
 
-def _one_of(choices: tuple[str, ...]) -> Callable[[object, attrs.Attribute[Any], Any], None]:
-    def check(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value not in choices:
-            raise ValueError(f"{attribute.name} must be one of {choices}, got {value!r}")
-
-    return check
-
-
 def _flag(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, bool):
         raise TypeError(f"{attribute.name} must be a bool or None, got {type(value).__name__}")
-
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
 
 
 def _predicate(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -138,7 +128,7 @@ class ApprovalRule:
     Build with :meth:`approve`, :meth:`deny` and :meth:`ask`.
     """
 
-    decision: Decision = attrs.field(validator=_one_of(_DECISIONS))
+    decision: Decision = attrs.field(validator=one_of(*_DECISIONS))
     tools: Patterns | None = attrs.field(default=None, converter=_tools)
     agents: Patterns | None = attrs.field(default=None, converter=_agents)
     risks: frozenset[Risk] | None = attrs.field(default=None, converter=_risks)
@@ -149,8 +139,8 @@ class ApprovalRule:
     destructive: bool | None = attrs.field(default=None, validator=_flag)
     open_world: bool | None = attrs.field(default=None, validator=_flag)
     when: Callable[[Any], bool] | None = attrs.field(default=None, validator=_predicate)
-    reason: str = attrs.field(default="", validator=_text)
-    name: str = attrs.field(default="", validator=_text)
+    reason: str = attrs.field(default="", validator=text)
+    name: str = attrs.field(default="", validator=text)
 
     @staticmethod
     def approve(**conditions: Any) -> ApprovalRule:
@@ -166,6 +156,11 @@ class ApprovalRule:
     def ask(**conditions: Any) -> ApprovalRule:
         """A rule handing the calls that match ``conditions`` to the policy's other provider."""
         return ApprovalRule("ask", **conditions)
+
+    @property
+    def effect(self) -> Decision:
+        """The rule's ``decision`` (what the rule engine calls a rule's effect)."""
+        return self.decision
 
     @property
     def needs_tool(self) -> bool:
@@ -228,11 +223,13 @@ class Verdict:
 
 
 def _rules(value: Iterable[ApprovalRule]) -> tuple[ApprovalRule, ...]:
-    found = tuple(value)
-    for rule in found:
-        if not isinstance(rule, ApprovalRule):
-            raise TypeError(f"rules must be ApprovalRule values, got {type(rule).__name__}")
-    return found
+    return rules_of(value, ApprovalRule)
+
+
+def _build_engine(policy: ApprovalPolicy) -> RulePolicy[ApprovalSubject, Decision]:
+    return RulePolicy(
+        policy.rules, policy.default, combining="first-match", effects=_DECISIONS, deny="deny"
+    )
 
 
 @attrs.frozen
@@ -240,7 +237,10 @@ class ApprovalPolicy:
     """Ordered rules and the decision when none matches (see the module notes)."""
 
     rules: Sequence[ApprovalRule] = attrs.field(converter=_rules)
-    default: Decision = attrs.field(default="deny", validator=_one_of(_DECISIONS))
+    default: Decision = attrs.field(default="deny", validator=one_of(*_DECISIONS))
+    _engine: RulePolicy[ApprovalSubject, Decision] = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_build_engine, takes_self=True)
+    )
 
     @property
     def asks(self) -> bool:
@@ -249,13 +249,13 @@ class ApprovalPolicy:
 
     def decide(self, subject: ApprovalSubject) -> Verdict:
         """The verdict for ``subject``: the first rule that applies, fail-closed (see above)."""
-        for index, rule in enumerate(self.rules):
-            status = rule.check(subject)
-            if status is False:
-                continue
-            label = rule.name or f"rule {index + 1}"
-            if status is True:
-                verb = {"approve": "approved", "deny": "denied", "ask": "asked"}[rule.decision]
-                return Verdict(rule.decision, rule.reason or f"{verb} by {label}", index)
-            return Verdict("deny", f"{label} cannot be evaluated: {status}", index)
-        return Verdict(self.default, f"no rule matched: the default is to {self.default}", None)
+        ruling = self._engine.decide(subject)
+        index = ruling.index
+        if index is None:
+            return Verdict(self.default, f"no rule matched: the default is to {self.default}", None)
+        rule = self.rules[index]
+        label = rule.name or f"rule {index + 1}"
+        if ruling.why is not None:
+            return Verdict("deny", f"{label} cannot be evaluated: {ruling.why}", index)
+        verb = {"approve": "approved", "deny": "denied", "ask": "asked"}[rule.decision]
+        return Verdict(rule.decision, rule.reason or f"{verb} by {label}", index)

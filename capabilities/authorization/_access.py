@@ -2,9 +2,11 @@
 
 A multi-tenant host serves many callers with one toolkit; the run's principal (its ``author``,
 ``ToolCallContext.author``) decides which tools each caller's runs may use. The rules are data and
-the decision a pure function of them, so it is tested without Trio.
+the decision a pure function of them — a deny-overrides :class:`~capabilities._rules.RulePolicy`
+over the call (:class:`AccessSubject`) — so it is tested without Trio.
 
-Invariants (tested in ``tests/capabilities/authorization/test_access.py``):
+Invariants (the engine's in ``tests/capabilities/test_rules.py``, the fields' in
+``tests/capabilities/authorization/test_access.py``):
 
 * **deny overrides allow** — a call is refused when any deny rule matches it, wherever that rule
   stands; rule order never changes a decision;
@@ -19,17 +21,18 @@ Invariants (tested in ``tests/capabilities/authorization/test_access.py``):
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Literal
 
 import attrs
 
 from .._patterns import Patterns, matches_any, patterns
+from .._rules import ALLOW_OR_DENY, AllowOrDeny, RulePolicy, one_of, rules_of, text
 
-__all__ = ["AccessDecision", "AccessPolicy", "AccessRule", "Effect"]
+__all__ = ["AccessDecision", "AccessPolicy", "AccessRule", "AccessSubject", "Effect"]
 
 #: What a matching rule does to a call.
-Effect = Literal["allow", "deny"]
+Effect = AllowOrDeny
 
+_EFFECTS = ALLOW_OR_DENY
 _ANY: Patterns = ("*",)
 
 
@@ -45,14 +48,13 @@ def _principals(value: str | Iterable[str]) -> Patterns:
     return patterns(value, field="principals")
 
 
-def _effect(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value not in ("allow", "deny"):
-        raise ValueError(f"{attribute.name} must be 'allow' or 'deny', got {value!r}")
+@attrs.frozen
+class AccessSubject:
+    """What access rules are checked on: a call of ``tool`` by ``agent`` for ``principal``."""
 
-
-def _text(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+    agent: str
+    tool: str
+    principal: str
 
 
 @attrs.frozen
@@ -64,11 +66,11 @@ class AccessRule:
     it is ignored on allow rules. Build with :meth:`allow` and :meth:`deny`.
     """
 
-    effect: Effect = attrs.field(validator=_effect)
+    effect: Effect = attrs.field(validator=one_of(*_EFFECTS))
     tools: Patterns = attrs.field(default=_ANY, converter=_tools)
     agents: Patterns = attrs.field(default=_ANY, converter=_agents)
     principals: Patterns = attrs.field(default=_ANY, converter=_principals)
-    reason: str = attrs.field(default="", validator=_text)
+    reason: str = attrs.field(default="", validator=text)
 
     @staticmethod
     def allow(
@@ -99,6 +101,10 @@ class AccessRule:
             and matches_any(principal, self.principals)
         )
 
+    def check(self, subject: AccessSubject) -> bool:
+        """Whether this rule applies to ``subject`` (the rule engine's question)."""
+        return self.matches(subject.agent, subject.tool, subject.principal)
+
 
 @attrs.frozen
 class AccessDecision:
@@ -110,11 +116,13 @@ class AccessDecision:
 
 
 def _rules(value: Iterable[AccessRule]) -> tuple[AccessRule, ...]:
-    found = tuple(value)
-    for rule in found:
-        if not isinstance(rule, AccessRule):
-            raise TypeError(f"rules must be AccessRule values, got {type(rule).__name__}")
-    return found
+    return rules_of(value, AccessRule)
+
+
+def _build_engine(policy: AccessPolicy) -> RulePolicy[AccessSubject, Effect]:
+    return RulePolicy(
+        policy.rules, policy.default, combining="deny-overrides", effects=_EFFECTS, deny="deny"
+    )
 
 
 @attrs.frozen
@@ -122,21 +130,16 @@ class AccessPolicy:
     """Access rules and the default for calls no rule matches (see the module notes)."""
 
     rules: Sequence[AccessRule] = attrs.field(converter=_rules)
-    default: Effect = attrs.field(default="deny", validator=_effect)
+    default: Effect = attrs.field(default="deny", validator=one_of(*_EFFECTS))
+    _engine: RulePolicy[AccessSubject, Effect] = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_build_engine, takes_self=True)
+    )
 
     def decide(self, agent: str, tool: str, principal: str) -> AccessDecision:
         """The decision for a call of ``tool`` by ``agent`` for ``principal``. Pure."""
-        allowed_by: AccessRule | None = None
-        for rule in self.rules:
-            if not rule.matches(agent, tool, principal):
-                continue
-            if rule.effect == "deny":
-                reason = rule.reason or f"the tool {tool!r} is not available to this caller"
-                return AccessDecision(False, reason, rule)
-            if allowed_by is None:
-                allowed_by = rule
-        if allowed_by is not None:
-            return AccessDecision(True, "", allowed_by)
-        if self.default == "allow":
-            return AccessDecision(True, "", None)
-        return AccessDecision(False, f"the tool {tool!r} is not available to this caller", None)
+        ruling = self._engine.decide(AccessSubject(agent, tool, principal))
+        rule = None if ruling.index is None else self.rules[ruling.index]
+        if ruling.effect == "allow":
+            return AccessDecision(True, "", rule)
+        reason = f"the tool {tool!r} is not available to this caller"
+        return AccessDecision(False, rule.reason if rule and rule.reason else reason, rule)

@@ -14,6 +14,7 @@ version recorded in the run's log.
 from ._access import SkillAuthorization as SkillAuthorization
 from ._access import SkillDecision as SkillDecision
 from ._access import SkillRule as SkillRule
+from ._access import SkillSubject as SkillSubject
 from ._errors import DuplicateSkill as DuplicateSkill
 from ._errors import SkillError as SkillError
 from ._errors import SkillIncompatible as SkillIncompatible
@@ -73,6 +74,7 @@ __all__ = [
     "SkillRefused",
     "SkillRequirementsMissing",
     "SkillRule",
+    "SkillSubject",
     "SkillTampered",
     "SkillUnreadable",
     "SkillUntrusted",

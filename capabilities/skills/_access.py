@@ -10,20 +10,23 @@ principal (the run's ``author``), each a shell-style pattern (``fnmatchcase``: c
 * otherwise the trust decides: a ``trusted`` skill is allowed, a ``reviewed`` or (allowed)
   ``untrusted`` one is refused — it needs a rule that allows it.
 
-The default ``SkillAuthorization()`` therefore allows trusted skills to everyone and nothing else.
+The rules are a deny-overrides :class:`~capabilities._rules.RulePolicy` over
+:class:`SkillSubject` (the engine's invariants are tested in ``tests/capabilities/test_rules.py``);
+the trust is this module's. The default ``SkillAuthorization()`` therefore allows trusted skills
+to everyone and nothing else.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
 
 import attrs
 
 from .._patterns import Patterns, matches_any, patterns
+from .._rules import ALLOW_OR_DENY, AllowOrDeny, RulePolicy, flag, one_of, rules_of, text
 from ._manifest import SkillManifest
 
-__all__ = ["SkillAuthorization", "SkillDecision", "SkillRule"]
+__all__ = ["SkillAuthorization", "SkillDecision", "SkillRule", "SkillSubject"]
 
 
 def _skills(value: str | Iterable[str]) -> Patterns:
@@ -39,18 +42,26 @@ def _principals(value: str | Iterable[str]) -> Patterns:
 
 
 @attrs.frozen
+class SkillSubject:
+    """What skill rules are checked on: activating the skill ``skill`` (its ID) in a run of
+    ``agent`` for ``principal``."""
+
+    skill: str
+    agent: str
+    principal: str
+
+
+@attrs.frozen
 class SkillRule:
     """Allows or denies the skills matching ``skills`` to the agents matching ``agents`` for the
     principals matching ``principals`` (an omitted field matches anything). ``reason`` is what
     a deny rule says. Build with :meth:`allow` and :meth:`deny`."""
 
-    effect: Literal["allow", "deny"] = attrs.field(
-        validator=attrs.validators.in_(("allow", "deny"))
-    )
+    effect: AllowOrDeny = attrs.field(validator=one_of(*ALLOW_OR_DENY))
     skills: Patterns = attrs.field(default=("*",), converter=_skills)
     agents: Patterns = attrs.field(default=("*",), converter=_agents)
     principals: Patterns = attrs.field(default=("*",), converter=_principals)
-    reason: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    reason: str = attrs.field(default="", validator=text)
 
     @staticmethod
     def allow(
@@ -81,6 +92,10 @@ class SkillRule:
             and matches_any(principal, self.principals)
         )
 
+    def check(self, subject: SkillSubject) -> bool:
+        """Whether this rule applies to ``subject`` (the rule engine's question)."""
+        return self.matches(subject.skill, subject.agent, subject.principal)
+
 
 @attrs.frozen
 class SkillDecision:
@@ -94,11 +109,18 @@ class SkillDecision:
 
 
 def _rules(value: Iterable[SkillRule]) -> tuple[SkillRule, ...]:
-    found = tuple(value)
-    for rule in found:
-        if not isinstance(rule, SkillRule):
-            raise TypeError(f"rules must be SkillRule values, got {type(rule).__name__}")
-    return found
+    return rules_of(value, SkillRule)
+
+
+def _build_engine(authorization: SkillAuthorization) -> RulePolicy[SkillSubject, AllowOrDeny]:
+    # The default is never used: when no rule decides, the skill's trust does (``match``).
+    return RulePolicy(
+        authorization.rules,
+        "deny",
+        combining="deny-overrides",
+        effects=ALLOW_OR_DENY,
+        deny="deny",
+    )
 
 
 @attrs.frozen
@@ -106,7 +128,10 @@ class SkillAuthorization:
     """Skill rules, and whether untrusted skills may be used at all (see the module notes)."""
 
     rules: tuple[SkillRule, ...] = attrs.field(default=(), converter=_rules)
-    allow_untrusted: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    allow_untrusted: bool = attrs.field(default=False, validator=flag)
+    _engine: RulePolicy[SkillSubject, AllowOrDeny] = attrs.field(
+        init=False, repr=False, eq=False, default=attrs.Factory(_build_engine, takes_self=True)
+    )
 
     def decide(self, skill: SkillManifest, agent: str, principal: str) -> SkillDecision:
         """The decision for activating ``skill`` in a run of ``agent`` for ``principal``. Pure."""
@@ -116,16 +141,14 @@ class SkillAuthorization:
                 "it is classified untrusted and this host does not allow untrusted skills",
                 untrusted=True,
             )
-        allowed_by: SkillRule | None = None
-        for rule in self.rules:
-            if not rule.matches(skill.id, agent, principal):
-                continue
-            if rule.effect == "deny":
-                reason = rule.reason or f"it is not available to the agent {agent!r} here"
-                return SkillDecision(False, reason, rule)
-            allowed_by = allowed_by or rule
-        if allowed_by is not None:
-            return SkillDecision(True, "", allowed_by)
+        ruling = self._engine.match(SkillSubject(skill.id, agent, principal))
+        if ruling is not None:
+            assert ruling.index is not None  # a rule decided
+            rule = self.rules[ruling.index]
+            if ruling.effect == "allow":
+                return SkillDecision(True, "", rule)
+            reason = rule.reason or f"it is not available to the agent {agent!r} here"
+            return SkillDecision(False, reason, rule)
         if skill.trust == "trusted":
             return SkillDecision(True, "")
         return SkillDecision(

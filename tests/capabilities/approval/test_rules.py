@@ -1,5 +1,8 @@
-"""Approval rules as pure values (no Trio): first match wins, fail closed, default deny; and what a
-policy can know of a call — the tool's annotations and the parameters decoded from the preview."""
+"""Approval rules as pure values (no Trio): what a rule's conditions match, when it cannot tell and
+why, the reasons of a verdict; and what a policy can know of a call — the tool's annotations and
+the parameters decoded from the preview. How the policy combines its rules (first match wins, fail
+closed, the default decides the rest) is the rule engine's, held to its reference with the other
+policies in ``tests/capabilities/test_rules.py``."""
 
 from __future__ import annotations
 
@@ -149,27 +152,31 @@ def _oracle(rule: ApprovalRule, subject: ApprovalSubject) -> bool | None:
     return bool(rule.when(params))
 
 
-@given(
-    rules=st.lists(rules(), max_size=6),
-    default=st.sampled_from(["approve", "deny", "ask"]),
-    subject=subjects(),
-)
-def test_the_verdict_is_the_first_rule_that_applies_failing_closed(
-    rules: list[ApprovalRule], default: Any, subject: ApprovalSubject
+@given(rule=rules(), subject=subjects())
+def test_a_rule_applies_when_every_condition_holds_and_says_why_when_it_cannot_tell(
+    rule: ApprovalRule, subject: ApprovalSubject
 ) -> None:
-    verdict = ApprovalPolicy(rules, default).decide(subject)
-    statuses = [_oracle(rule, subject) for rule in rules]
-    deciding = next((i for i, status in enumerate(statuses) if status is not False), None)
-    assert verdict.rule == deciding
-    if deciding is None:
-        assert verdict.decision == default
-    elif statuses[deciding] is None:
-        assert verdict.decision == "deny"  # could not tell: never a more permissive rule below
-        assert "cannot be evaluated" in verdict.reason
+    expected = _oracle(rule, subject)
+    calls: list[Any] = []
+    if rule.when is not None:
+        predicate = rule.when
+
+        def counted(params: Any) -> bool:
+            calls.append(params)
+            return predicate(params)
+
+        rule = attrs.evolve(rule, when=counted)
+    answer = rule.check(subject)
+    if expected is None:
+        assert isinstance(answer, str)
+        assert answer  # why it cannot tell, for the verdict's reason
     else:
-        assert verdict.decision == rules[deciding].decision
-    if verdict.decision == "approve" and verdict.rule is not None:
-        assert _oracle(rules[verdict.rule], subject) is True  # an approval is always earned
+        assert answer is expected
+    assert rule.effect == rule.decision
+    assert len(calls) <= 1  # the predicate is asked at most once…
+    if calls:  # …and only when every other condition holds and the parameters are known
+        assert isinstance(subject.parameters, Known)
+        assert attrs.evolve(rule, when=None).check(subject) is True
 
 
 def test_targets_must_all_match_and_any_target_one() -> None:
@@ -264,14 +271,16 @@ Policy: Any = ApprovalPolicy
 @pytest.mark.parametrize(
     ("build", "error", "message"),
     [
-        (lambda: Rule("maybe"), ValueError, "decision must be one of"),
+        (lambda: Rule("maybe"), ValueError, "decision must be 'approve', 'deny' or 'ask', got"),
         (lambda: Rule.approve(tools=""), ValueError, "tools: a pattern cannot be empty"),
         (lambda: Rule.approve(risks="severe"), ValueError, "risks must be among"),
         (lambda: Rule.approve(readonly="yes"), TypeError, "readonly must be a bool or None"),
         (lambda: Rule.approve(when="size > 3"), TypeError, "when must be a function"),
         (lambda: Rule.approve(colour="red"), TypeError, "colour"),
-        (lambda: Policy([Rule.approve()], "perhaps"), ValueError, "default must be one of"),
+        (lambda: Rule.approve(reason=3), TypeError, "reason must be a str, got int"),
+        (lambda: Policy([Rule.approve()], "perhaps"), ValueError, "default must be 'approve', "),
         (lambda: Policy([{"decision": "approve"}]), TypeError, "rules must be ApprovalRule"),
+        (lambda: Policy(None), TypeError, "rules must be ApprovalRule values, got NoneType"),
         (lambda: ToolRegistry([AGENT, Agent("ops", "Other.")]), ValueError, "two different"),
     ],
 )
