@@ -55,6 +55,7 @@ from ._response import ToolParamsEndPart as ToolParamsEndPart
 from ._response import ToolParamsStartPart as ToolParamsStartPart
 from ._response import ToolResultPart as ToolResultPart
 from ._tool import DEFAULT_ARGUMENT_LIMITS as DEFAULT_ARGUMENT_LIMITS
+from ._tool import Binding as Binding
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
 from ._tool import InnerResult as InnerResult
@@ -82,6 +83,7 @@ __all__ = [
     "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
     "AssistantMessage",
     "AuthenticationFailed",
+    "Binding",
     "ContentFiltered",
     "ContextLengthExceeded",
     "ErrorPart",

@@ -40,7 +40,7 @@ import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Annotated, Any, TypeVar, cast, get_args, get_origin, overload
+from typing import Annotated, Any, Protocol, TypeVar, cast, get_args, get_origin, overload
 
 import attrs
 import docstring_parser
@@ -70,6 +70,20 @@ _DERIVED = frozenset(
 )
 
 
+class _ToolDecorator(Protocol):
+    """What ``@tool(...)`` returns: a decorator typed as ``@tool`` itself is."""
+
+    @overload
+    def __call__(self, fn: Callable[..., Awaitable[Result[S, Any]]], /) -> Tool[Any, S]: ...
+    @overload
+    def __call__(self, fn: Callable[..., Awaitable[S]], /) -> Tool[Any, S]: ...
+
+
+# The tool's type follows the function's return annotation: ``-> Forecast`` (or
+# ``-> Result[Forecast, E]``) makes a ``Tool[Any, Forecast]``. Its parameters are an attrs class
+# made at run time (``tool.parameters``), which no annotation can name: ``Any``.
+@overload
+def tool(fn: Callable[..., Awaitable[Result[S, Any]]], /) -> Tool[Any, S]: ...
 @overload
 def tool(fn: Callable[..., Awaitable[S]], /) -> Tool[Any, S]: ...
 @overload
@@ -79,7 +93,7 @@ def tool(
     description: str | None = None,
     errors: type[TaggedError] | tuple[type[TaggedError], ...] = (),
     failure_mode: FailureMode = "return",
-    needs_approval: NeedsApproval = False,
+    needs_approval: NeedsApproval[Any] = False,
     denial_is_terminal: bool = False,
     targets: Callable[[Any], Iterable[str]] | None = None,
     summarize: Callable[[Any], str] | None = None,
@@ -89,7 +103,7 @@ def tool(
     open_world: bool = True,
     title: str | None = None,
     timeout: float | None = None,
-) -> Callable[[Callable[..., Awaitable[S]]], Tool[Any, S]]: ...
+) -> _ToolDecorator: ...
 def tool(
     fn: Callable[..., Awaitable[Any]] | None = None,
     /,
@@ -110,9 +124,12 @@ def tool(
     functions among them (``needs_approval``, ``targets``, ``summarize``) receive the decoded
     arguments: an object with one attribute per parameter (``args.path``).
 
-    The tool carries its handler, so ``Toolkit(search, fetch).handlers()`` binds both; a mapping
+    The tool carries its handler, so ``Toolkit(search, fetch).handlers()`` binds both; a handler
     given to ``handlers`` still overrides a tool's own. The function stays reachable as
     ``tool.__wrapped__`` (to call it directly in a unit test).
+
+    Typing: the tool is a ``Tool[Any, S]`` for a function returning ``S`` (or a ``returns``
+    ``Result[S, E]``); its parameters type is made at run time, so ``Any`` to mypy.
 
     Raises ``TypeError`` naming the function and the parameter for anything the signature cannot
     express (see the module notes), and whatever :class:`Tool` raises for a bad option.
@@ -353,7 +370,7 @@ class _Plan:
         cls.__module__ = module
         return cls
 
-    def handler(self, fn: Callable[..., Awaitable[Any]]) -> Handler:
+    def handler(self, fn: Callable[..., Awaitable[Any]]) -> Handler[Any, Any]:
         positional = tuple(self.positional)
         keyword = tuple(self.keyword)
         context_keyword = self.context_keyword

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar, cast, final
+from typing import Any, Generic, Literal, Protocol, TypeAlias, cast, final
 
 import attrs
 import jsonschema
 from returns.result import Result
+from typing_extensions import TypeVar
 
 from effectagent.effect import (
     SchemaDerivationError,
@@ -48,6 +49,7 @@ from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 
 __all__ = [
     "DEFAULT_ARGUMENT_LIMITS",
+    "Binding",
     "FailureMode",
     "Handler",
     "JSONValue",
@@ -58,8 +60,12 @@ __all__ = [
     "ToolCallContext",
 ]
 
+#: A tool's decoded parameters and its success value.
 P = TypeVar("P")
 S = TypeVar("S")
+# The same in the type aliases below, where a bare ``Handler`` means a handler of any tool.
+_P = TypeVar("_P", default=Any)
+_S = TypeVar("_S", default=Any)
 
 JSONValue: TypeAlias = Any
 #: What a declared tool failure does: "return" shows it to the model, "error" ends the run.
@@ -176,9 +182,12 @@ class ToolCallContext:
         await self.report(data)
 
 
-#: A tool handler: ``async (decoded params, ToolCallContext) -> value | returns.Result``.
-Handler: TypeAlias = Callable[[Any, ToolCallContext], Awaitable[Any]]
-NeedsApproval: TypeAlias = bool | Callable[[Any, ToolCallContext], bool]
+#: The handler of a ``Tool[P, S]``: ``async (params: P, call: ToolCallContext) -> S`` — or a
+#: ``returns`` ``Result[S, E]``, whose ``Failure`` is raised as if the handler had raised it.
+#: A bare ``Handler`` is ``Handler[Any, Any]``: a handler of any tool.
+Handler: TypeAlias = Callable[[_P, ToolCallContext], Awaitable[_S | Result[_S, Any]]]
+#: ``needs_approval`` of a ``Tool[P, S]``: a bool, or a function of the decoded parameters.
+NeedsApproval: TypeAlias = bool | Callable[[_P, ToolCallContext], bool]
 
 
 @attrs.frozen
@@ -254,9 +263,13 @@ class Tool(Generic[P, S]):
     ``ApprovalDenied`` once the batch has committed; by default the model sees the rejection and
     carries on.
 
-    ``handler`` binds a handler — an ``async`` callable of ``(params, context)`` — with the tool
-    itself: :meth:`Toolkit.handlers` then uses it unless its mapping gives another. ``@tool``
-    binds the handler it makes from the function, and keeps the function as ``__wrapped__``.
+    A ``Tool[P, S]`` is typed by its ``parameters`` and ``success`` (``Tool[Lookup, Forecast]``;
+    ``Any`` for what is not given, and for a dynamic tool's success); its handler is an ``async``
+    callable of ``(params: P, context)`` returning ``S`` (or a ``returns`` ``Result[S, E]``), and
+    mypy holds it to that wherever it is bound: :meth:`bind` (the usual way, given to
+    :meth:`Toolkit.handlers`) or ``handler=`` here, which binds it with the tool itself —
+    :meth:`Toolkit.handlers` then uses it unless given another. ``@tool`` binds the handler it
+    makes from the function, and keeps the function as ``__wrapped__``.
 
     Every argument is checked here: a wrong type raises ``TypeError`` naming the argument and the
     type it needs (``SchemaDerivationError``, a ``TypeError``, for a type without a JSON Schema),
@@ -299,10 +312,10 @@ class Tool(Generic[P, S]):
         success: type[S] | None = None,
         failure: type[TaggedError] | tuple[type[TaggedError], ...] | None = None,
         failure_mode: FailureMode = "return",
-        needs_approval: NeedsApproval = False,
+        needs_approval: NeedsApproval[P] = False,
         denial_is_terminal: bool = False,
-        targets: Callable[[Any], Iterable[str]] | None = None,
-        summarize: Callable[[Any], str] | None = None,
+        targets: Callable[[P], Iterable[str]] | None = None,
+        summarize: Callable[[P], str] | None = None,
         readonly: bool = False,
         destructive: bool | None = None,
         idempotent: bool = False,
@@ -311,7 +324,7 @@ class Tool(Generic[P, S]):
         timeout: float | None = None,
         parameters_schema: Mapping[str, Any] | None = None,
         success_schema: Mapping[str, Any] | None = None,
-        handler: Handler | None = None,
+        handler: Handler[P, S] | None = None,
         inner_tools: Iterable[Tool[Any, Any]] = (),
     ) -> None:
         need("Tool", "name", name, str, "a str")
@@ -367,14 +380,14 @@ class Tool(Generic[P, S]):
         self.success = success
         self.failure = _as_failure_tuple(owner, failure)
         self.failure_mode: FailureMode = failure_mode
-        self.needs_approval: NeedsApproval = needs_approval
+        self.needs_approval: NeedsApproval[P] = needs_approval
         # What an approval request shows: the resources a call touches and a one-line summary,
         # both derived from the decoded parameters; and whether a denial ends the run.
         self.denial_is_terminal = denial_is_terminal
         self.targets = targets
         self.summarize = summarize
         self.timeout = timeout
-        self.handler = handler
+        self.handler: Handler[P, S] | None = handler
         # The tools this tool's handler may call through the engine's broker (Code Mode).
         self.inner_tools = inner
         self.annotations = ToolAnnotations(
@@ -384,7 +397,7 @@ class Tool(Generic[P, S]):
             open_world=open_world,
             title=title,
         )
-        self.handler_key: ServiceKey[Handler] = ServiceKey(
+        self.handler_key: ServiceKey[Handler[P, S]] = ServiceKey(
             f"tool handler {name!r}", "the handler bound to this tool"
         )
         if parameters is not None:
@@ -456,6 +469,18 @@ class Tool(Generic[P, S]):
         """False only when approval is statically never needed."""
         return self.needs_approval is not False
 
+    def bind(self, handler: Handler[P, S]) -> Binding[P, S]:
+        """``handler`` bound to this tool, for :meth:`Toolkit.handlers`:
+        ``toolkit.handlers(forecast.bind(handle_forecast))``.
+
+        mypy checks the handler against the tool's types: it must take ``(P, ToolCallContext)``
+        and return ``S`` (or a ``returns`` ``Result[S, E]``). Here it is checked at run time too:
+        a handler that is not an async callable of two positional arguments is a ``TypeError``
+        naming the tool.
+        """
+        check_handler(f"tool {self.name!r}", handler)
+        return Binding(self, handler)
+
     # ---- the schema boundary -------------------------------------------------------------------
 
     def decode_arguments(
@@ -497,6 +522,16 @@ class Tool(Generic[P, S]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+@final
+@attrs.frozen(slots=True)
+class Binding(Generic[P, S]):
+    """A handler bound to its tool, types and all: made by :meth:`Tool.bind`, given to
+    :meth:`Toolkit.handlers` (or returned by a :meth:`Toolkit.handlers_from` factory)."""
+
+    tool: Tool[P, S]
+    handler: Handler[P, S]
 
 
 def _names(tools: tuple[Tool[Any, Any], ...]) -> set[str]:

@@ -1,25 +1,33 @@
 """Toolkit: a set of tools, and binding their handlers as a Layer.
 
 Each tool's handler is its own service (``tool.handler_key``), so toolkits merge freely and preflight
-names exactly which tool lacks a handler. A tool may carry its handler (``Tool(handler=...)``, or
-``@tool``, which always does): ``toolkit.handlers()`` then binds those, and a mapping given to it
-overrides them tool by tool — so a test can swap one handler without restating the others.
+names exactly which tool lacks a handler. ``toolkit.handlers(search.bind(handle_search), ...)``
+binds handlers that mypy has checked against their tools' types (:meth:`Tool.bind`). A tool may
+also carry its handler (``Tool(handler=...)``, or ``@tool``, which always does): ``handlers()``
+binds those, and a binding given to it overrides a tool's own — so a test can swap one handler
+without restating the others. A mapping of tools (or tool names) to handlers is accepted too, for
+tools only known at run time; mypy cannot relate a mapping's keys to its values, so nothing checks
+those handlers' types.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from typing import Any, final
+from typing import Any, TypeAlias, final
 
 import attrs
 
 from effectagent.effect import Context, Layer, Scope, ServiceKey
 
 from ._checks import check_handler, shown
-from ._tool import Handler, Tool
+from ._tool import Binding, Handler, Tool
 
 __all__ = ["ToolDescriptor", "Toolkit"]
+
+#: Handlers by tool (or tool name), for tools only known at run time: unchecked by mypy, which
+#: cannot relate each key's types to its value's (:meth:`Tool.bind` can).
+_HandlerMapping: TypeAlias = Mapping[Tool[Any, Any] | str, Handler]
 
 
 @attrs.frozen(slots=True)
@@ -103,26 +111,16 @@ class Toolkit:
     def __contains__(self, tool: object) -> bool:
         return isinstance(tool, Tool) and self._tools.get(tool.name) is tool
 
-    def _resolve(self, handlers: Mapping[Tool[Any, Any] | str, Handler] | None) -> Context:
-        if handlers is None:
-            handlers = {}
-        elif not isinstance(handlers, Mapping):
-            raise TypeError(
-                "Toolkit.handlers: handlers must be a mapping of tool (or tool name) to handler, "
-                f"got {shown(handlers)}"
-            )
+    def _resolve(self, given: Iterable[object], who: str) -> Context:
         bound: dict[ServiceKey[Any], Any] = {}
-        for key, handler in handlers.items():
-            if not isinstance(key, Tool | str):
-                raise TypeError(
-                    "Toolkit.handlers: each key must be a Tool of this toolkit or its name, "
-                    f"got {shown(key)}"
-                )
-            tool = self._tools.get(key) if isinstance(key, str) else key
-            if tool is None or tool not in self:
-                raise ValueError(f"{key!r} is not a tool of this toolkit")
-            check_handler(f"tool {tool.name!r}", handler)
-            bound[tool.handler_key] = handler
+        for item in given:
+            if item is None:  # handlers(None): the tools' own handlers, as before bindings
+                continue
+            handlers = self._bindings(item, who)
+            for key in handlers.keys() & bound.keys():
+                name = next(t.name for t in self._tools.values() if t.handler_key is key)
+                raise ValueError(f"{who}: tool {name!r} is given two handlers")
+            bound.update(handlers)
         missing = []
         for tool in self._tools.values():
             if tool.handler_key in bound:
@@ -133,31 +131,61 @@ class Toolkit:
                 bound[tool.handler_key] = tool.handler  # checked when the tool was made
         if missing:
             raise ValueError(
-                f"no handler for tool(s): {', '.join(missing)} (give one in the mapping, or bind "
-                "one to the tool: Tool(..., handler=...) or @tool)"
+                f"no handler for tool(s): {', '.join(missing)} (give one in the call: "
+                f"{who}(tool.bind(handler)), or with the tool: Tool(..., handler=...) or @tool)"
             )
         return Context(bound)
 
-    def handlers(self, handlers: Mapping[Tool[Any, Any] | str, Handler] | None = None) -> Layer:
-        """A Layer binding a handler to every tool: the one ``handlers`` maps it to (by the Tool or
-        its name), else the one bound with the tool (``Tool(handler=...)``, ``@tool``).
+    def _bindings(self, item: object, who: str) -> dict[ServiceKey[Any], Any]:
+        """The handlers one argument binds, by handler key: a Binding's, or a mapping's."""
+        if isinstance(item, Binding):
+            pairs: Iterable[tuple[object, object]] = ((item.tool, item.handler),)
+        elif isinstance(item, Mapping):
+            pairs = item.items()
+        else:
+            raise TypeError(
+                f"{who}: handlers must be a mapping of tool (or tool name) to handler, or "
+                f"bindings (tool.bind(handler)), got {shown(item)}"
+            )
+        bound: dict[ServiceKey[Any], Any] = {}
+        for key, handler in pairs:
+            if not isinstance(key, Tool | str):
+                raise TypeError(
+                    f"{who}: each key must be a Tool of this toolkit or its name, got {shown(key)}"
+                )
+            tool = self._tools.get(key) if isinstance(key, str) else key
+            if tool is None or tool not in self:
+                raise ValueError(f"{key!r} is not a tool of this toolkit")
+            check_handler(f"tool {tool.name!r}", handler)
+            bound[tool.handler_key] = handler
+        return bound
 
-        Fails here, at once: a tool with neither (``ValueError`` naming it), a key that is not a
-        tool of this toolkit (``ValueError``), a handler that is not an async callable of
-        ``(params, context)`` (``TypeError`` naming the tool).
+    def handlers(self, *handlers: Binding[Any, Any] | _HandlerMapping) -> Layer:
+        """A Layer binding a handler to every tool: the one ``handlers`` give it, else the one
+        bound with the tool (``Tool(handler=...)``, ``@tool``).
+
+        ``handlers`` are bindings — ``toolkit.handlers(forecast.bind(handle_forecast))``, each
+        handler checked by mypy against its tool's types — or mappings of tools (or tool names) to
+        handlers, for tools only known at run time (mypy cannot check those).
+
+        Fails here, at once: a tool with neither (``ValueError`` naming it), a tool given two
+        handlers, or one that is not a tool of this toolkit (``ValueError``), a handler that is
+        not an async callable of ``(params, context)`` (``TypeError`` naming the tool).
         """
-        return Layer.context(self._resolve(handlers), name=f"handlers[{', '.join(self.names)}]")
+        context = self._resolve(handlers, "Toolkit.handlers")
+        return Layer.context(context, name=f"handlers[{', '.join(self.names)}]")
 
     def handlers_from(
         self,
-        factory: Callable[[Context], Awaitable[Mapping[Tool[Any, Any] | str, Handler]]],
+        factory: Callable[[Context], Awaitable[Iterable[Binding[Any, Any]] | _HandlerMapping]],
         *,
         requires: Iterable[ServiceKey[Any]] = (),
     ) -> Layer:
         """A Layer whose handlers are made from services (``requires``) at build time.
 
-        What the factory returns is checked as :meth:`handlers` checks its mapping, and a tool it
-        leaves out gets the handler bound with the tool, if any.
+        The factory returns bindings (``[forecast.bind(handle_forecast)]``) or a mapping, checked
+        as :meth:`handlers` checks them, and a tool it leaves out gets the handler bound with the
+        tool, if any.
         """
         if not callable(factory):
             raise TypeError(
@@ -166,7 +194,9 @@ class Toolkit:
             )
 
         async def build(ctx: Context, _: Scope) -> Context:
-            return self._resolve(await factory(ctx))
+            made: object = await factory(ctx)  # checked: not every caller runs mypy
+            items = (made,) if made is None or isinstance(made, Mapping) else _bindings_of(made)
+            return self._resolve(items, "Toolkit.handlers_from")
 
         return Layer.from_build(
             f"handlers[{', '.join(self.names)}]",
@@ -174,6 +204,26 @@ class Toolkit:
             requires=requires,
             build=build,
         )
+
+
+def _bindings_of(made: object) -> tuple[object, ...]:
+    """What a ``handlers_from`` factory returned, as arguments of ``handlers``."""
+    if isinstance(made, Binding):
+        return (made,)
+    if isinstance(made, str | bytes) or not isinstance(made, Iterable):
+        raise TypeError(
+            "Toolkit.handlers_from: the factory must return a mapping of tool (or tool name) to "
+            f"handler, or bindings (tool.bind(handler)), got {shown(made)}"
+        )
+    items = tuple(made)
+    for item in items:
+        if not isinstance(item, Binding):
+            raise TypeError(
+                "Toolkit.handlers_from: the factory must return a mapping of tool (or tool name) "
+                f"to handler, or bindings (tool.bind(handler)); it returned {shown(item)} among "
+                "them"
+            )
+    return items
 
 
 def _not_a_tool(position: int, value: object) -> str:
