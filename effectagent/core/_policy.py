@@ -8,9 +8,10 @@ for a number), a value of the right type that cannot work a ``ValueError``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import attrs
+from typing_extensions import TypeVar
 
 from effectagent.ai import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -31,6 +32,11 @@ __all__ = [
 ]
 
 MIN_RESULT_BYTES = 256
+
+#: The type of an agent's structured output: ``None`` for an agent without one. A bare ``Agent``
+#: annotation means ``Agent[Any]``: an agent of any output type.
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+T = TypeVar("T", default=None)  # ``Agent(...)`` without an output type is an ``Agent[None]``
 
 _Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -308,14 +314,14 @@ class AgentPolicy:
         return min(self.grace_turn_duration, self.max_duration / 10)
 
 
-def _name(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> None:
+def _name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, str):
         raise TypeError(f"Agent.name must be a str, got {_shown(value)}")
     if not value.strip():
         raise ValueError("Agent.name must not be empty")
 
 
-def _output(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> None:
+def _output(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """The output type must have a JSON Schema, and that schema must be an object: the schema is
     what the model is asked for, and providers' native structured output (OpenAI's
     ``json_schema`` response format, Anthropic's) takes an object at the top — wrap a list or a
@@ -335,7 +341,24 @@ def _output(instance: Agent, attribute: attrs.Attribute[Any], value: object) -> 
 
 
 @attrs.frozen
-class Agent:
+class _AgentFields(Generic[OutputT]):
+    """The fields of :class:`Agent`, their validators and attrs' ``__init__``. They live in a base
+    class so that ``Agent`` can give mypy its constructor's type (a ``__new__``, seen by mypy
+    only): mypy takes a class's ``__init__`` over a ``__new__`` of the same class, but the
+    ``__new__`` of a subclass over an inherited ``__init__``. Replacing attrs' ``__init__``
+    instead would lose ``attrs.evolve``'s checks."""
+
+    name: str = attrs.field(validator=_name)
+    instructions: str = attrs.field(validator=_instance(str))
+    policy: AgentPolicy = attrs.field(factory=AgentPolicy, validator=_instance(AgentPolicy))
+    toolkit: Toolkit = attrs.field(factory=Toolkit, validator=_instance(Toolkit))
+    output: type[OutputT] | None = attrs.field(default=None, validator=_output)
+    tool_sources: tuple[ServiceKey[ToolSource], ...] = attrs.field(
+        default=(), converter=_tool_source_keys, validator=_service_keys
+    )
+
+
+class Agent(_AgentFields[OutputT]):
     """An agent definition: name, instructions, policy, toolkit and optional output type.
 
     ``policy`` defaults to ``AgentPolicy()`` (finite limits, see there), ``toolkit`` to no tools.
@@ -346,16 +369,27 @@ class Agent:
     Schema is an object (an attrs class, a dataclass, a ``TypedDict``), checked here — a type
     without a schema raises ``SchemaDerivationError`` (a ``TypeError``) naming ``Agent.output``.
     Every other argument of the wrong type is a ``TypeError`` naming it.
+
+    Typing: ``Agent(..., output=Forecast)`` is an ``Agent[Forecast]``, and
+    ``runtime.run(agent, ...)`` gives it a ``RunResult[Forecast]``; an agent without an output
+    type is an ``Agent[None]`` (its answer is ``RunResult.text``; ``RunResult.output`` is None).
+    A bare ``Agent`` annotation accepts an agent of any output type.
     """
 
-    name: str = attrs.field(validator=_name)
-    instructions: str = attrs.field(validator=_instance(str))
-    policy: AgentPolicy = attrs.field(factory=AgentPolicy, validator=_instance(AgentPolicy))
-    toolkit: Toolkit = attrs.field(factory=Toolkit, validator=_instance(Toolkit))
-    output: type[Any] | None = attrs.field(default=None, validator=_output)
-    tool_sources: tuple[ServiceKey[ToolSource], ...] = attrs.field(
-        default=(), converter=_tool_source_keys, validator=_service_keys
-    )
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # the constructor's type, for mypy; at run time attrs' __init__ is all
+        # ``T`` defaults to None: an agent given no output type is an ``Agent[None]``.
+
+        def __new__(
+            cls,
+            name: str,
+            instructions: str,
+            policy: AgentPolicy = ...,
+            toolkit: Toolkit = ...,
+            output: type[T] | None = None,
+            tool_sources: tuple[ServiceKey[ToolSource], ...] | list[ServiceKey[ToolSource]] = (),
+        ) -> Agent[T]: ...
 
 
 @attrs.frozen

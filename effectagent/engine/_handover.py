@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator
 from operator import itemgetter
-from typing import Any, Literal, final, get_args
+from typing import TYPE_CHECKING, Any, Generic, Literal, cast, final, get_args, overload
 
 import attrs
 import trio
+from typing_extensions import TypeVar
 
 from effectagent.core import (
     Event,
@@ -38,6 +39,9 @@ from effectagent.core import (
 )
 from effectagent.effect import fast_init
 
+if TYPE_CHECKING:
+    from ._runtime import RunStream
+
 __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_events"]
 
 # Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
@@ -47,11 +51,15 @@ _first = itemgetter(0)
 # classes; an event of a subclass takes the full path).
 _COUNTED_ONLY = frozenset(get_args(Event)) - {ToolCallDeclared, *_SETTLED_EVENTS}
 
+#: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+T = TypeVar("T")
+
 
 class RunFailedError(Exception):
     """Raised by :meth:`RunResult.raise_for_status` for a run that did not complete."""
 
-    def __init__(self, result: RunResult) -> None:
+    def __init__(self, result: RunResult[Any]) -> None:
         detail = result.error.tag if result.error is not None else result.status
         super().__init__(f"run {result.run_id} {result.status}: {detail}")
         self.result = result
@@ -59,14 +67,21 @@ class RunFailedError(Exception):
 
 @fast_init
 @attrs.frozen
-class RunResult:
-    """The reduction of a run's event stream."""
+class RunResult(Generic[OutputT]):
+    """The reduction of a run's event stream.
+
+    ``runtime.run`` on an ``Agent[O]`` gives a ``RunResult[O]``: ``output`` is the final answer
+    decoded into the agent's output type — an ``O`` whenever the run completed — and None when
+    it did not. An agent without an output type is an ``Agent[None]``: its answer is ``text``,
+    and ``output`` is always None. :meth:`output_or_raise` is the output of a completed run, typed
+    ``O``.
+    """
 
     run_id: str
     conversation_id: str
     status: Literal["completed", "failed", "interrupted", "suspended"]
     text: str
-    output: Any
+    output: OutputT | None
     finish_reason: str | None
     exhausted: str | None
     error: RunError | None
@@ -74,11 +89,19 @@ class RunResult:
     outcomes: tuple[ToolOutcome, ...]
     events: int
 
-    def raise_for_status(self) -> RunResult:
+    def raise_for_status(self) -> RunResult[OutputT]:
         """Return self if completed, else raise :class:`RunFailedError`."""
         if self.status != "completed":
             raise RunFailedError(self)
         return self
+
+    def output_or_raise(self) -> OutputT:
+        """The output of a completed run (None for an agent without an output type); raises
+        :class:`RunFailedError` for a run that did not complete."""
+        if self.status != "completed":
+            raise RunFailedError(self)
+        # Completed: the answer decoded into the agent's output type, or None for Agent[None].
+        return cast(OutputT, self.output)
 
 
 @final
@@ -105,8 +128,9 @@ class RunReducer:
             key = (event.turn, event.tool_call_id)
             self._settled.append((self._declared.get(key, len(self._declared)), event.outcome))
 
-    def result(self) -> RunResult:
-        """The result; outcomes in declaration (commit) order, not completion order.
+    def result(self) -> RunResult[Any]:
+        """The result; outcomes in declaration (commit) order, not completion order. (The
+        reducer does not know the agent's output type: ``runtime.run`` says it.)
 
         Raises RuntimeError if the events fed so far do not end with a terminal event.
         """
@@ -150,8 +174,13 @@ class RunReducer:
         )
 
 
-async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult:
-    """Reduce a run's event stream to its :class:`RunResult` (what ``runtime.run`` returns).
+@overload
+async def reduce_events(events: RunStream[T]) -> RunResult[T]: ...
+@overload
+async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult[Any]: ...
+async def reduce_events(events: AsyncIterator[EventBase]) -> RunResult[Any]:
+    """Reduce a run's event stream to its :class:`RunResult` (what ``runtime.run`` returns):
+    of a ``runtime.stream`` of an ``Agent[O]``, a ``RunResult[O]``.
 
     Cancellation: as ``events``' own iteration (it adds no checkpoint of its own).
     """

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any, Literal, final
+from typing import Any, Generic, Literal, final
 
 import trio
+from typing_extensions import TypeVar
 
 from effectagent.ai import LanguageModelService, SystemMessage, Tool
 from effectagent.core import (
@@ -80,6 +81,10 @@ __all__ = [
 ]
 
 EVENT_BUFFER = 256
+
+#: The output type of a run's agent (``Agent[O]``), carried to its stream and its result.
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+T = TypeVar("T")
 
 #: How many preflighted agents a runtime remembers (their services resolved once, reused while
 #: remembered); beyond this the oldest is forgotten, and preflighted again if it runs again.
@@ -147,7 +152,7 @@ class InstructionsLeakSecret(ValueError):
 
 
 @final
-class RunStream:
+class RunStream(Generic[OutputT]):
     """The events of one run, used as ``async with runtime.stream(...) as events:`` then
     ``async for event in events``.
 
@@ -232,7 +237,7 @@ class RunStream:
                 pieces.clear()
                 yield ""
 
-    async def __aenter__(self) -> RunStream:
+    async def __aenter__(self) -> RunStream[OutputT]:
         """Start the run. Raises :class:`ConversationBusy`, :class:`UnknownConversation` or
         :class:`ConversationExists` before it starts (nothing is written then).
 
@@ -264,7 +269,7 @@ class RunStream:
                 await self._driver.wait_done()
         self._queue.detach()
 
-    def __aiter__(self) -> RunStream:
+    def __aiter__(self) -> RunStream[OutputT]:
         if not self._entered:
             raise RuntimeError(
                 "iterate a run's events inside its block: "
@@ -371,14 +376,14 @@ class Runtime:
 
     def stream(
         self,
-        agent: Agent,
+        agent: Agent[T],
         text: str,
         *,
         conversation_id: str | None = None,
         create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
-    ) -> RunStream:
+    ) -> RunStream[T]:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
         entered and is interrupted if it is still going when the block is left).
@@ -400,14 +405,14 @@ class Runtime:
 
     async def run(
         self,
-        agent: Agent,
+        agent: Agent[T],
         text: str,
         *,
         conversation_id: str | None = None,
         create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
-    ) -> RunResult:
+    ) -> RunResult[T]:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
         ``conversation_id``, ``create``, ``author`` and ``context`` as for :meth:`stream`; raises
         :class:`ConversationBusy`, :class:`UnknownConversation` or :class:`ConversationExists`
@@ -656,14 +661,14 @@ def _check_run_arguments(
 
 
 def run_sync(
-    agent: Agent,
+    agent: Agent[T],
     text: str,
     *,
     layer: Layer,
     secrets: Sequence[str] = (),
     conversation_id: str | None = None,
     create: bool = False,
-) -> RunResult:
+) -> RunResult[T]:
     """Run ``agent`` on ``text`` to its end in a fresh ``trio.run`` and return the result — for
     scripts and notebooks. Inside a Trio program, use :func:`open_runtime` and ``runtime.run``.
 
@@ -671,7 +676,7 @@ def run_sync(
     ``KeyboardInterrupt``.
     """
 
-    async def main() -> RunResult:
+    async def main() -> RunResult[T]:
         async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
             return await runtime.run(agent, text, conversation_id=conversation_id, create=create)
 
