@@ -52,7 +52,8 @@ import trio  # noqa: E402
 
 from benchmarks._util import Timing, amedian_us, median_us, scale_of, scale_parser  # noqa: E402
 from benchmarks.engine_overhead import AGENT, model_layer, sequential_script  # noqa: E402
-from capabilities.compaction import LogCompactor, LogView  # noqa: E402
+from capabilities.compaction import LogCompactor  # noqa: E402
+from capabilities.compaction._view import LogView  # noqa: E402
 from effectagent import Agent, open_runtime  # noqa: E402
 from effectagent.ai import (  # noqa: E402
     AssistantMessage,

@@ -1,5 +1,7 @@
-"""Capabilities around the agent engine. The names most programs need are re-exported here; each
-subpackage has the rest:
+"""Capabilities around the agent engine. Re-exported here: the storage assemblies and what a
+program names to use them (sessions, state, steering), the approval and authorization providers
+and the compactor. Every subpackage has its own names; Code Mode, MCP, skills, subagents and
+telemetry are imported from theirs:
 
 * ``capabilities.storage`` — the SQLite database and the Conversation Log on it (class P);
 * ``capabilities.sessions`` — sessions pointing to conversations (spec §3);
@@ -29,27 +31,13 @@ from capabilities.approval import ScriptedApproval as ScriptedApproval
 from capabilities.authorization import AccessPolicy as AccessPolicy
 from capabilities.authorization import AccessRule as AccessRule
 from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
-from capabilities.code_mode import CodeMode as CodeMode
-from capabilities.code_mode import CodeModeBuildError as CodeModeBuildError
 from capabilities.compaction import LogCompactor as LogCompactor
-from capabilities.mcp import HttpServer as HttpServer
-from capabilities.mcp import McpConnection as McpConnection
-from capabilities.mcp import McpLimits as McpLimits
-from capabilities.mcp import McpToolError as McpToolError
-from capabilities.mcp import StdioServer as StdioServer
 from capabilities.sessions import Session as Session
 from capabilities.sessions import SessionConflict as SessionConflict
 from capabilities.sessions import SessionCreate as SessionCreate
 from capabilities.sessions import SessionPatch as SessionPatch
 from capabilities.sessions import SessionSchema as SessionSchema
 from capabilities.sessions import SessionStoreService as SessionStoreService
-from capabilities.skills import ActivatedSkill as ActivatedSkill
-from capabilities.skills import SkillAuthorization as SkillAuthorization
-from capabilities.skills import SkillError as SkillError
-from capabilities.skills import SkillLibrary as SkillLibrary
-from capabilities.skills import SkillRule as SkillRule
-from capabilities.skills import activation_tool as activation_tool
-from capabilities.skills import discover_skills as discover_skills
 from capabilities.state import AgentStateService as AgentStateService
 from capabilities.state import Compensatable as Compensatable
 from capabilities.state import RunLocal as RunLocal
@@ -57,31 +45,17 @@ from capabilities.state import StateConflict as StateConflict
 from capabilities.state import StateSlot as StateSlot
 from capabilities.state import Uncertain as Uncertain
 from capabilities.state import WithRecord as WithRecord
-from capabilities.steering import InputReceipt as InputReceipt
 from capabilities.steering import SteeringService as SteeringService
-from capabilities.storage import SqliteConversationLog as SqliteConversationLog
-from capabilities.storage import SqliteDatabaseService as SqliteDatabaseService
-from capabilities.subagents import Delegation as Delegation
-from capabilities.subagents import SubagentFailed as SubagentFailed
-from capabilities.subagents import delegate as delegate
 
 __all__ = [
     "AccessPolicy",
     "AccessRule",
-    "ActivatedSkill",
     "AgentStateService",
     "ApprovalPolicy",
     "ApprovalRule",
-    "CodeMode",
-    "CodeModeBuildError",
     "Compensatable",
-    "HttpServer",
-    "InputReceipt",
     "InteractiveApproval",
     "LogCompactor",
-    "McpConnection",
-    "McpLimits",
-    "McpToolError",
     "PolicyApproval",
     "PolicyAuthorization",
     "RunLocal",
@@ -92,23 +66,11 @@ __all__ = [
     "SessionPatch",
     "SessionSchema",
     "SessionStoreService",
-    "SkillAuthorization",
-    "SkillError",
-    "SkillLibrary",
-    "SkillRule",
-    "SqliteConversationLog",
-    "SqliteDatabaseService",
     "StateConflict",
     "StateSlot",
-    "StdioServer",
     "SteeringService",
-    "SubagentFailed",
-    "Delegation",
     "Uncertain",
     "WithRecord",
-    "activation_tool",
-    "delegate",
-    "discover_skills",
     "in_memory_storage",
     "sqlite_storage",
 ]

@@ -19,10 +19,13 @@ from typing import Any
 from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 
-from .sessions import SessionSchema, in_memory_sessions, sqlite_sessions
-from .state import in_memory_state, sqlite_state
-from .steering import SteeringLimits, in_memory_steering, sqlite_steering
-from .storage import Synchronous, sqlite_database, sqlite_log
+from .sessions import SessionSchema
+from .sessions._layers import in_memory_sessions, sqlite_sessions
+from .state._layers import in_memory_state, sqlite_state
+from .steering import SteeringLimits
+from .steering._layers import in_memory_steering, sqlite_steering
+from .storage import Synchronous
+from .storage._layers import sqlite_database, sqlite_log
 
 __all__ = ["in_memory_storage", "sqlite_storage"]
 

@@ -7,21 +7,18 @@ followed by TypeScript declarations of the namespaces) and the Layer of its hand
 program every call goes through the engine's broker; what the model gets back — the result,
 console output, a thrown error — shares one byte budget and is redacted by the engine like any
 tool result; intermediate results never leave the pass.
+
+A tool that cannot be offered this way (not readonly, may need approval, calls tools itself, a
+name collision, a schema TypeScript cannot show) is refused at construction with a
+:class:`CodeModeBuildError` naming it and the reason; a pass that gives no result is a
+:class:`CodeModeFailed` the model reads.
 """
 
 from ._builder import CodeMode as CodeMode
-from ._builder import ExecutorChoice as ExecutorChoice
 from ._builder import code_mode as code_mode
 from ._egress import CodeModeOutput as CodeModeOutput
 from ._errors import CodeModeBuildError as CodeModeBuildError
 from ._errors import CodeModeFailed as CodeModeFailed
-from ._errors import ExecutorNotIsolated as ExecutorNotIsolated
-from ._errors import FailureKind as FailureKind
-from ._errors import NameCollision as NameCollision
-from ._errors import ToolCallsTools as ToolCallsTools
-from ._errors import ToolNeedsApproval as ToolNeedsApproval
-from ._errors import ToolNotReadonly as ToolNotReadonly
-from ._errors import UnrenderableSchema as UnrenderableSchema
 from ._limits import CodeModeLimits as CodeModeLimits
 from ._pass import CodeModeInput as CodeModeInput
 
@@ -32,13 +29,5 @@ __all__ = [
     "CodeModeInput",
     "CodeModeLimits",
     "CodeModeOutput",
-    "ExecutorChoice",
-    "ExecutorNotIsolated",
-    "FailureKind",
-    "NameCollision",
-    "ToolCallsTools",
-    "ToolNeedsApproval",
-    "ToolNotReadonly",
-    "UnrenderableSchema",
     "code_mode",
 ]

@@ -6,7 +6,7 @@ and what an inner handler traces nests under its call. A pass span says which ca
 pass ID is the call's ID), how its executor isolates, its limits, the program's size (never the
 program: the call's own span has it, redacted, when content is recorded), how many calls the
 program made and how the pass ended (``effectagent.code_mode.outcome``: ``ok`` or the
-:data:`~capabilities.code_mode.FailureKind`). An inner call's span says the tool, that it was an
+:data:`~capabilities.code_mode._errors.FailureKind`). An inner call's span says the tool, that it was an
 inner call, and its outcome kind; its arguments and result are content.
 """
 

@@ -10,7 +10,7 @@ compaction may cover.
 
 The digest is SHA-256 over a versioned header and, for every record in the range, its sequence
 number, type tag, schema version and body as the SQLite store encodes them
-(``capabilities.storage.RecordCodec``) — except compaction records, which are bookkeeping about the
+(``capabilities.storage._codec.RecordCodec``) — except compaction records, which are bookkeeping about the
 conversation, not part of it (so an artifact still verifies against a copy of the log that lacks
 them). A host computes it with this same function.
 
@@ -43,7 +43,7 @@ from effectagent.core import (
 )
 from effectagent.effect import TaggedError
 
-from ..storage import RecordCodec
+from ..storage._codec import RecordCodec
 from ._view import _covered, applied
 
 __all__ = [

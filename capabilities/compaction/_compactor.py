@@ -20,13 +20,13 @@ reading — and otherwise ``c * ratio``.
 most a quarter of the limit, and no more than the prompt has room for. The model is asked for no
 more — it is the summary request's ``max_output_tokens``, and the instructions say it in words —
 and what comes back (from the model or a host) is held to it: a longer summary is cut to the longest prefix within the bound, marked with a trailing ``" …"``
-(:func:`~capabilities.compaction.fit_summary`) — a verbose summarizer costs detail, never the
+(:func:`~capabilities.compaction._planner.fit_summary`) — a verbose summarizer costs detail, never the
 limit. The summary request itself fits the limit with the summary's room on top: the system
 message the engine adds (within ``_REQUEST_OVERHEAD`` tokens), the instructions and the
 transcript of the covered messages, which is cut to what is left (:func:`transcript`: the oldest
 parts first, then every part shorter, the earlier summary included). When not even that can fit
 — a limit too small for the instructions and the newest covered part at their shortest — no
-request is sent: the summary is :data:`~capabilities.compaction.ELIDED` (the covered entries
+request is sent: the summary is :data:`~capabilities.compaction._planner.ELIDED` (the covered entries
 stay in the log, the prompt says something was left out) and a warning is logged.
 
 **Failure changes nothing.** A summary call that fails (a model error) or is cancelled ends the

@@ -4,20 +4,20 @@ streamable HTTP within a Trio scope, offer its tools to agents as ordinary dynam
 and prompts through a small API of their own.
 
 ``import capabilities.mcp`` does not import the SDK; :func:`connect` does, on first use.
+
+A server that cannot be reached is :class:`McpConnectError`; a resource or prompt request that
+fails is :class:`McpRequestError`. What a tool call of the server's ends with is a tool outcome
+the model reads: :class:`McpToolError` when the server reports an error, and tagged failures for
+an oversized result and a lost server (their tags say which).
 """
 
 from ._connection import McpConnection as McpConnection
 from ._connection import connect as connect
 from ._errors import McpConnectError as McpConnectError
-from ._errors import McpMalformedResult as McpMalformedResult
 from ._errors import McpRequestError as McpRequestError
-from ._errors import McpResultTooLarge as McpResultTooLarge
 from ._errors import McpToolError as McpToolError
-from ._errors import McpUnavailable as McpUnavailable
 from ._mapping import ServerIdentity as ServerIdentity
 from ._results import McpPrompt as McpPrompt
-from ._results import McpPromptArgument as McpPromptArgument
-from ._results import McpPromptMessage as McpPromptMessage
 from ._results import McpPromptResult as McpPromptResult
 from ._results import McpResource as McpResource
 from ._results import McpResourceContents as McpResourceContents
@@ -25,7 +25,6 @@ from ._results import SkippedTool as SkippedTool
 from ._servers import HttpServer as HttpServer
 from ._servers import McpLimits as McpLimits
 from ._servers import McpServer as McpServer
-from ._servers import NeedsApproval as NeedsApproval
 from ._servers import StdioServer as StdioServer
 
 __all__ = [
@@ -35,19 +34,13 @@ __all__ = [
     "HttpServer",
     "McpServer",
     "McpLimits",
-    "NeedsApproval",
     "ServerIdentity",
     "SkippedTool",
     "McpResource",
     "McpResourceContents",
     "McpPrompt",
-    "McpPromptArgument",
-    "McpPromptMessage",
     "McpPromptResult",
     "McpConnectError",
     "McpRequestError",
-    "McpMalformedResult",
     "McpToolError",
-    "McpResultTooLarge",
-    "McpUnavailable",
 ]

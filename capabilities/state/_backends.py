@@ -13,7 +13,8 @@ import trio
 from effectagent.core import Record
 from effectagent.engine import ConversationLog
 
-from ..storage import SqliteConversationLog, SqliteDatabase
+from ..storage import SqliteDatabase
+from ..storage._log import SqliteConversationLog
 from ._ledger import STORED_STATUSES, Cell, StoredCell, StoredStatus
 from ._model import CorruptState, StateConflict
 

@@ -20,8 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess by th
         "pip install 'effectagent[telemetry]' (or opentelemetry-api)"
     ) from exc
 
-from ._listener import TELEMETRY_VERSION as TELEMETRY_VERSION
 from ._listener import Telemetry as Telemetry
 from ._logs import add_trace_ids as add_trace_ids
 
-__all__ = ["TELEMETRY_VERSION", "Telemetry", "add_trace_ids"]
+__all__ = ["Telemetry", "add_trace_ids"]

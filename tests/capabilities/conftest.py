@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from capabilities.storage import SqliteConversationLog, SqliteDatabase, open_database
+from capabilities.storage import SqliteDatabase
+from capabilities.storage._database import open_database
+from capabilities.storage._log import SqliteConversationLog
 from effectagent.engine import ConversationLog, InMemoryConversationLog
 
 #: The stores every contract runs against: in memory, SQLite in memory, SQLite in a file.

@@ -11,12 +11,12 @@ from capabilities import (
     AgentStateService,
     SessionCreate,
     SessionStoreService,
-    SqliteDatabaseService,
     SteeringService,
     in_memory_storage,
     sqlite_storage,
 )
-from capabilities.state import in_memory_state, sqlite_state
+from capabilities.state._layers import in_memory_state, sqlite_state
+from capabilities.storage import SqliteDatabaseService
 from effectagent.effect import MissingServicesError, open_layer
 from effectagent.engine import ConversationLogService, SteeringInboxService
 

@@ -24,7 +24,9 @@ import pytest
 import trio
 
 from capabilities import sqlite_storage
-from capabilities.storage import RecordCodec, SqliteDatabaseService, sqlite_database, sqlite_log
+from capabilities.storage import SqliteDatabaseService
+from capabilities.storage._codec import RecordCodec
+from capabilities.storage._layers import sqlite_database, sqlite_log
 from effectagent import Agent, open_runtime
 from effectagent.core import (
     EngineDefect,

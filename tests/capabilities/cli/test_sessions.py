@@ -7,7 +7,8 @@ from typing import Any
 
 from capabilities.cli._main import _new_name
 from capabilities.cli._sessions import NamedSession, find_session, runs_of
-from capabilities.sessions import InMemorySessionStore, SessionCreate
+from capabilities.sessions import SessionCreate
+from capabilities.sessions._memory import InMemorySessionStore
 
 
 async def test_a_named_session_points_to_its_conversation_and_counts_runs() -> None:

@@ -20,12 +20,14 @@ from capabilities.code_mode import (
     CodeModeInput,
     CodeModeLimits,
     CodeModeOutput,
+    code_mode,
+)
+from capabilities.code_mode._errors import (
     NameCollision,
     ToolCallsTools,
     ToolNeedsApproval,
     ToolNotReadonly,
     UnrenderableSchema,
-    code_mode,
 )
 from capabilities.code_mode._names import is_identifier, sanitize, taken_by_javascript
 from effectagent import Tool, tool

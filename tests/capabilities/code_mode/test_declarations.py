@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.code_mode import UnrenderableSchema
 from capabilities.code_mode._declarations import render_declarations
+from capabilities.code_mode._errors import UnrenderableSchema
 from capabilities.code_mode._plan import plan
 from effectagent import TaggedError, Tool, tool
 from effectagent.effect import field_meta

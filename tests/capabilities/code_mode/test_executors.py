@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from capabilities.code_mode import CodeMode, CodeModeLimits, ExecutorNotIsolated, code_mode
+from capabilities.code_mode import CodeMode, CodeModeLimits, code_mode
+from capabilities.code_mode._errors import ExecutorNotIsolated
 from effectagent import Toolkit, tool
 from effectagent.core import ToolCallSettled
 from effectagent.effect import Layer

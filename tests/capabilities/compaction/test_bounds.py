@@ -14,18 +14,10 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.compaction import (
-    ELIDED,
-    Budget,
-    CompactionResult,
-    HostRequest,
-    LogCompactor,
-    LogView,
-    plan_compaction,
-    source_digest,
-    summary_tokens,
-    transcript,
-)
+from capabilities.compaction import CompactionResult, HostRequest, LogCompactor, source_digest
+from capabilities.compaction._planner import ELIDED, Budget, plan_compaction, summary_tokens
+from capabilities.compaction._transcript import transcript
+from capabilities.compaction._view import LogView
 from effectagent import Agent, AgentPolicy, open_runtime
 from effectagent.ai import (
     ContextLengthExceeded,

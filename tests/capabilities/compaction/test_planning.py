@@ -15,16 +15,10 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.compaction import (
-    ELIDED,
-    LogCompactor,
-    LogView,
-    compaction_artifacts,
-    fit_summary,
-    rebuild_compactions,
-    summary_message,
-)
-from capabilities.storage import RecordCodec
+from capabilities.compaction import LogCompactor, compaction_artifacts, rebuild_compactions
+from capabilities.compaction._planner import ELIDED, fit_summary, summary_message
+from capabilities.compaction._view import LogView
+from capabilities.storage._codec import RecordCodec
 from effectagent.ai import (
     AssistantMessage,
     Message,
@@ -390,6 +384,6 @@ def _long_log(turns: int, result_chars: int, question_chars: int = 0) -> list[Lo
 def test_the_limit_is_restated_in_the_counters_units(
     estimated: int, counted: int, limit: int, expected: int
 ) -> None:
-    from capabilities.compaction import calibrated_limit
+    from capabilities.compaction._compactor import calibrated_limit
 
     assert calibrated_limit(estimated, counted, limit) == expected

@@ -18,12 +18,11 @@ from capabilities.mcp import (
     McpLimits,
     McpRequestError,
     McpResourceContents,
-    McpResultTooLarge,
     McpToolError,
-    McpUnavailable,
     StdioServer,
     connect,
 )
+from capabilities.mcp._errors import McpResultTooLarge, McpUnavailable
 from effectagent.ai import Tool, ToolCallContext
 
 from .conftest import alive

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from capabilities.mcp import McpResultTooLarge, ServerIdentity
+from capabilities.mcp import ServerIdentity
+from capabilities.mcp._errors import McpResultTooLarge
 from capabilities.mcp._mapping import (
     UnusableTool,
     bounded_text,

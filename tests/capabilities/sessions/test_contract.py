@@ -15,21 +15,19 @@ import pytest
 import trio
 
 from capabilities.sessions import (
-    CorruptSession,
-    InMemorySessionStore,
     Session,
     SessionConflict,
     SessionCreate,
     SessionExists,
-    SessionInvalid,
-    SessionMetadataTooLarge,
     SessionNotFound,
     SessionPatch,
     SessionSchema,
     SessionStore,
-    SqliteSessionStore,
     UnknownSessionVersion,
 )
+from capabilities.sessions._memory import InMemorySessionStore
+from capabilities.sessions._model import CorruptSession, SessionInvalid, SessionMetadataTooLarge
+from capabilities.sessions._sqlite import SqliteSessionStore
 
 from ..conftest import sqlite
 

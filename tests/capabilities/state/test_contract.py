@@ -16,23 +16,25 @@ import trio
 
 from capabilities.state import (
     AgentStateService,
-    AgentStateStore,
     Compensatable,
-    CorruptState,
-    InMemoryStateBackend,
     RunLocal,
     RunNotObserved,
-    SqliteStateBackend,
     StateConflict,
     StateSlot,
+    Uncertain,
+    WithRecord,
+)
+from capabilities.state._backends import InMemoryStateBackend, SqliteStateBackend
+from capabilities.state._layers import sqlite_state
+from capabilities.state._model import (
+    CorruptState,
     StateValueInvalid,
     StateValueTooLarge,
-    Uncertain,
     UnknownStateVersion,
-    WithRecord,
-    sqlite_state,
 )
-from capabilities.storage import SqliteConversationLog, sqlite_database
+from capabilities.state._store import AgentStateStore
+from capabilities.storage._layers import sqlite_database
+from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import AgentStateWritten
 from effectagent.effect import open_layer
 from effectagent.engine import ConversationLog, InMemoryConversationLog, RunInfo

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.steering import Admissions, SteeringLimits
-from capabilities.steering._admission import Closing, Entry
+from capabilities.steering import SteeringLimits
+from capabilities.steering._admission import Admissions, Closing, Entry
 from effectagent.engine import SteeringInput
 
 LIMITS = SteeringLimits(max_chars=10, max_pending=4)

@@ -22,15 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capabilities import in_memory_storage, sqlite_storage
-from capabilities.steering import (
-    Admissions,
-    InputReceipt,
-    SqliteJournal,
-    SteeringLimits,
-    SteeringService,
-)
-from capabilities.steering._admission import Entry
-from capabilities.storage import open_database
+from capabilities.steering import InputReceipt, SteeringLimits, SteeringService
+from capabilities.steering._admission import Admissions, Entry
+from capabilities.steering._journal import SqliteJournal
+from capabilities.storage._database import open_database
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import UserMessage
 from effectagent.core import (

@@ -10,7 +10,8 @@ import sys
 
 import trio
 
-from capabilities.storage import SqliteConversationLog, open_database
+from capabilities.storage._database import open_database
+from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import UserInputRecorded
 
 WRITERS = 8

@@ -15,7 +15,7 @@ import json
 import sys
 import threading
 
-from capabilities.storage import RecordCodec
+from capabilities.storage._codec import RecordCodec
 
 Row = tuple[str, int, str]
 

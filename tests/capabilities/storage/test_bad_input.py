@@ -12,23 +12,21 @@ import attrs
 import pytest
 import trio
 
-from capabilities.storage import (
-    CannotOpenDatabase,
+from capabilities.storage import CannotOpenDatabase, DatabaseInUse, DatabaseTooNew
+from capabilities.storage._database import open_database
+from capabilities.storage._errors import (
     CorruptRecord,
-    DatabaseInUse,
-    DatabaseTooNew,
     ForeignDatabase,
     LogClosed,
     LogGap,
     LogWriteFailed,
     NotADatabase,
     RecordNotEncodable,
-    SqliteConversationLog,
     StorageClosed,
     UnknownRecordVersion,
     WriteFailed,
-    open_database,
 )
+from capabilities.storage._log import SqliteConversationLog
 from capabilities.storage._writer import run_batch
 from effectagent.core import ConversationCreated, UserInputRecorded
 from effectagent.engine import ConversationLogError

@@ -10,12 +10,8 @@ import attrs
 import pytest
 from hypothesis import given
 
-from capabilities.storage import (
-    RECORD_SCHEMA_VERSION,
-    CorruptRecord,
-    RecordCodec,
-    UnknownRecordVersion,
-)
+from capabilities.storage._codec import RECORD_SCHEMA_VERSION, RecordCodec
+from capabilities.storage._errors import CorruptRecord, UnknownRecordVersion
 from effectagent.core import (
     BudgetExhausted,
     Record,

@@ -16,14 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.storage import (
-    CannotOpenDatabase,
-    LogReadFailed,
-    SqliteConversationLog,
-    UnsafeDatabaseFile,
-    open_database,
-)
+from capabilities.storage import CannotOpenDatabase, UnsafeDatabaseFile
+from capabilities.storage._database import open_database
+from capabilities.storage._errors import LogReadFailed
 from capabilities.storage._files import check_same, claim_database, refusal
+from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import ConversationCreated
 
 OTHER_UID = 4242  # no user of ours: a file given to it is "another user's"

@@ -16,7 +16,7 @@ import attrs
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from capabilities.storage import RecordCodec
+from capabilities.storage._codec import RecordCodec
 from effectagent.core import Record, RunFailedRecord, ToolCallSettled, ToolOutcome
 
 from ..records import RUN_ERRORS, strategy_for

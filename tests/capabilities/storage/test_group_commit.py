@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.storage import GroupCommit
+from capabilities.storage._group_commit import GroupCommit
 
 
 @attrs.define(eq=False)

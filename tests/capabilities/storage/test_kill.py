@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from capabilities.storage import SqliteConversationLog, open_database
+from capabilities.storage._database import open_database
+from capabilities.storage._log import SqliteConversationLog
 
 ROOT = Path(__file__).resolve().parents[3]
 

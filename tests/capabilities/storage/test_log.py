@@ -14,7 +14,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capabilities.storage import RecordNotEncodable, SqliteConversationLog, open_database
+from capabilities.storage._database import open_database
+from capabilities.storage._errors import RecordNotEncodable
+from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import (
     ConversationCreated,
     ToolCallPrepared,

@@ -16,7 +16,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from capabilities.telemetry import TELEMETRY_VERSION, Telemetry
+from capabilities.telemetry import Telemetry
+from capabilities.telemetry._listener import TELEMETRY_VERSION
 from effectagent.core import SecretRedactor
 from effectagent.effect import (
     AttributeValue,

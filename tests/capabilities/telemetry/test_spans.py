@@ -20,7 +20,8 @@ from opentelemetry.trace import StatusCode
 from structlog.testing import capture_logs
 
 from capabilities.approval import Answer, ScriptedApproval
-from capabilities.telemetry import TELEMETRY_VERSION, Telemetry, add_trace_ids
+from capabilities.telemetry import Telemetry, add_trace_ids
+from capabilities.telemetry._listener import TELEMETRY_VERSION
 from effectagent.ai import ModelUnavailable, ToolCallContext
 from effectagent.core import (
     ApprovalRequest,

@@ -23,7 +23,8 @@ from structlog.testing import capture_logs
 
 from capabilities.approval import Answer, ScriptedApproval
 from capabilities.subagents import delegate
-from capabilities.telemetry import TELEMETRY_VERSION, Telemetry
+from capabilities.telemetry import Telemetry
+from capabilities.telemetry._listener import TELEMETRY_VERSION
 from effectagent.ai import Tool, ToolCallContext, Toolkit
 from effectagent.core import (
     Agent,
