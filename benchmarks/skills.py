@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 import trio  # noqa: E402
 
 from benchmarks._util import amedian_us, scale_of, scale_parser  # noqa: E402
-from capabilities.skills import MANIFEST_NAME, compute_integrity, discover_skills  # noqa: E402
+from capabilities.skills import compute_integrity, discover_skills  # noqa: E402
+from capabilities.skills._manifest import MANIFEST_NAME  # noqa: E402
 from effectagent import Agent  # noqa: E402
 
 SKILLS: Final = 1_000

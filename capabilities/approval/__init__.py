@@ -11,16 +11,11 @@ binds each decision to its call and treats a timeout as a denial; these provider
 """
 
 from ._interactive import InteractiveApproval as InteractiveApproval
-from ._pending import TRANSITIONS as TRANSITIONS
 from ._pending import ApprovalClosed as ApprovalClosed
 from ._pending import ApprovalNotPending as ApprovalNotPending
 from ._pending import ApprovalOpened as ApprovalOpened
-from ._pending import ApprovalState as ApprovalState
 from ._pending import ApprovalUpdate as ApprovalUpdate
-from ._pending import Closing as Closing
 from ._pending import PendingApproval as PendingApproval
-from ._pending import PendingApprovals as PendingApprovals
-from ._pending import TooManyPending as TooManyPending
 from ._policy import PolicyApproval as PolicyApproval
 from ._rules import ApprovalPolicy as ApprovalPolicy
 from ._rules import ApprovalRule as ApprovalRule
@@ -31,33 +26,24 @@ from ._rules import Parameters as Parameters
 from ._rules import Unknown as Unknown
 from ._rules import Verdict as Verdict
 from ._scripted import Answer as Answer
-from ._scripted import ApprovalScript as ApprovalScript
 from ._scripted import ScriptedApproval as ScriptedApproval
-from ._subject import ToolRegistry as ToolRegistry
 
 __all__ = [
-    "TRANSITIONS",
     "Answer",
     "ApprovalClosed",
     "ApprovalNotPending",
     "ApprovalOpened",
     "ApprovalPolicy",
     "ApprovalRule",
-    "ApprovalScript",
-    "ApprovalState",
     "ApprovalSubject",
     "ApprovalUpdate",
-    "Closing",
     "Decision",
     "InteractiveApproval",
     "Known",
     "Parameters",
     "PendingApproval",
-    "PendingApprovals",
     "PolicyApproval",
     "ScriptedApproval",
-    "TooManyPending",
-    "ToolRegistry",
     "Unknown",
     "Verdict",
 ]

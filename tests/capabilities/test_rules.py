@@ -24,15 +24,9 @@ from hypothesis import strategies as st
 from capabilities._rules import Combining, Match, RulePolicy, flag, one_of, rules_of, text
 from capabilities.approval import ApprovalPolicy, ApprovalRule, ApprovalSubject, Known, Unknown
 from capabilities.authorization import AccessPolicy, AccessRule, AccessSubject
-from capabilities.skills import (
-    SkillAuthorization,
-    SkillManifest,
-    SkillRule,
-    SkillSubject,
-    Trust,
-    Version,
-    VersionRange,
-)
+from capabilities.skills import SkillAuthorization, SkillRule, SkillSubject
+from capabilities.skills._manifest import SkillManifest, Trust
+from capabilities.skills._semver import Version, VersionRange
 from effectagent.ai import ToolAnnotations
 from effectagent.core import ApprovalRequest
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.approval import TRANSITIONS, PendingApprovals, TooManyPending
+from capabilities.approval._pending import TRANSITIONS, PendingApprovals, TooManyPending
 from effectagent.core import ApprovalDecision, ApprovalRequest
 
 EXPIRES = 100.0  # the deadline, on the Trio clock

@@ -17,13 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities import sqlite_storage
-from capabilities.approval import (
-    Answer,
-    ApprovalRule,
-    PolicyApproval,
-    ScriptedApproval,
-    ToolRegistry,
-)
+from capabilities.approval import Answer, ApprovalRule, PolicyApproval, ScriptedApproval
+from capabilities.approval._subject import ToolRegistry
 from effectagent.core import (
     ApprovalDecision,
     ApprovalDenied,

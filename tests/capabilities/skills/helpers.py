@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from capabilities.skills import MANIFEST_NAME, compute_integrity
+from capabilities.skills import compute_integrity
+from capabilities.skills._manifest import MANIFEST_NAME
 
 
 def manifest_text(

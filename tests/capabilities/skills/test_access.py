@@ -15,15 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.skills import (
-    SkillAuthorization,
-    SkillManifest,
-    SkillRule,
-    SkillSubject,
-    Trust,
-    Version,
-    VersionRange,
-)
+from capabilities.skills import SkillAuthorization, SkillRule, SkillSubject
+from capabilities.skills._manifest import SkillManifest, Trust
+from capabilities.skills._semver import Version, VersionRange
 
 DIGEST = "sha256:" + hashlib.sha256(b"").hexdigest()
 

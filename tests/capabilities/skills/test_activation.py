@@ -14,19 +14,21 @@ import trio.testing
 from capabilities.skills import (
     ActivatedSkill,
     SkillAuthorization,
-    SkillIncompatible,
     SkillNotFound,
-    SkillRefused,
-    SkillRequirementsMissing,
     SkillRule,
     SkillTampered,
-    SkillUnreadable,
-    SkillUntrusted,
-    Version,
     compute_integrity,
     discover_skills,
-    framework_version,
 )
+from capabilities.skills._errors import (
+    SkillIncompatible,
+    SkillRefused,
+    SkillRequirementsMissing,
+    SkillUnreadable,
+    SkillUntrusted,
+)
+from capabilities.skills._library import framework_version
+from capabilities.skills._semver import Version
 from effectagent import Agent, Toolkit, tool
 from effectagent.engine import ApprovalService
 

@@ -12,13 +12,12 @@ import pytest
 import trio
 import trio.testing
 
-from capabilities.skills import (
+from capabilities.skills import SkillError, discover_skills
+from capabilities.skills._errors import (
     DuplicateSkill,
-    SkillError,
     SkillManifestError,
     SkillPathEscapes,
     SkillUnreadable,
-    discover_skills,
 )
 from effectagent import Agent
 

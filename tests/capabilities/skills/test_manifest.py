@@ -9,15 +9,10 @@ from typing import Any
 
 import pytest
 
-from capabilities.skills import (
-    SkillManifestError,
-    SkillPathEscapes,
-    Version,
-    canonical_listing,
-    compute_integrity,
-    digest_of_listing,
-    parse_manifest,
-)
+from capabilities.skills import compute_integrity
+from capabilities.skills._errors import SkillManifestError, SkillPathEscapes
+from capabilities.skills._manifest import canonical_listing, digest_of_listing, parse_manifest
+from capabilities.skills._semver import Version
 
 PATH = Path("/skills/pdf/skill.toml")
 SKILL_MD = "sha256:" + hashlib.sha256(b"Fill forms.").hexdigest()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version as PepVersion
 
-from capabilities.skills import Version, VersionError, VersionRange
+from capabilities.skills._semver import Version, VersionError, VersionRange
 
 # The precedence chain of the semver 2.0.0 specification (§11), lowest first.
 CHAIN = [
