@@ -16,7 +16,8 @@ from effectagent.ai import (
     UserMessage,
     generate,
 )
-from effectagent.testing import ScriptedModel, ScriptExhausted, Turn, UnconsumedScript
+from effectagent.testing import ScriptedModel, Turn
+from effectagent.testing._scripted import ScriptExhausted, UnconsumedScript
 
 REQUEST = ModelRequest((UserMessage.text("hi"),))
 
