@@ -29,7 +29,7 @@ from effectagent.ai import (
     format_bytes,
 )
 
-from .sse import DEFAULT_MAX_EVENT_BYTES
+from ._sse import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = [
     "Blocks",

@@ -12,7 +12,7 @@ import trio
 from effectagent.ai import LanguageModelService
 from effectagent.effect import Layer
 
-from .streaming import SdkErrors
+from ._streaming import SdkErrors
 
 __all__ = ["ModelLayer", "sdk_client"]
 

@@ -25,8 +25,8 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
-from effectagent.providers import MessagesDecoder, ReasoningMemory
-from effectagent.providers.anthropic_messages import anthropic_request_body
+from effectagent.providers._anthropic_messages import MessagesDecoder, anthropic_request_body
+from effectagent.providers._reasoning import ReasoningMemory
 
 from .helpers import WEATHER, reduce
 from .wire import AnthropicWire

@@ -13,8 +13,14 @@ from effectagent.ai import (
     ProviderError,
     RateLimited,
 )
-from effectagent.providers import error_from_payload, error_from_status
-from effectagent.providers.errors import REDACTED, retry_after, scrub, scrub_error
+from effectagent.providers._errors import (
+    REDACTED,
+    error_from_payload,
+    error_from_status,
+    retry_after,
+    scrub,
+    scrub_error,
+)
 
 
 def openai(kind: str, code: str | None, message: str) -> dict[str, object]:

@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effectagent.ai import ResponsePart
-from effectagent.providers import ChatCompletionsDecoder, MessagesDecoder, ResponsesDecoder
+from effectagent.providers._anthropic_messages import MessagesDecoder
+from effectagent.providers._openai_chat import ChatCompletionsDecoder
+from effectagent.providers._openai_responses import ResponsesDecoder
 
 from .helpers import reduce
 

@@ -14,18 +14,17 @@ from effectagent import Agent, open_runtime
 from effectagent.ai import AuthenticationFailed, LanguageModelService
 from effectagent.effect import open_layer
 from effectagent.providers import (
-    PROVIDERS,
     Anthropic,
-    AnthropicModel,
     OpenAIChat,
-    OpenAIChatModel,
     OpenAICompatible,
     OpenAIResponses,
-    OpenAIResponsesModel,
     model_layer,
     model_settings,
     open_model,
 )
+from effectagent.providers._anthropic_model import AnthropicModel
+from effectagent.providers._model_string import PROVIDERS
+from effectagent.providers._openai_models import OpenAIChatModel, OpenAIResponsesModel
 
 from .conftest import KEY
 from .helpers import request

@@ -27,8 +27,7 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
-from effectagent.providers import ChatCompletionsDecoder
-from effectagent.providers.openai_chat import chat_request_body
+from effectagent.providers._openai_chat import ChatCompletionsDecoder, chat_request_body
 
 from .helpers import WEATHER, reduce
 

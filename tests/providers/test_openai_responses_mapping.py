@@ -26,8 +26,8 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
-from effectagent.providers import ReasoningMemory, ResponsesDecoder
-from effectagent.providers.openai_responses import responses_request_body
+from effectagent.providers._openai_responses import ResponsesDecoder, responses_request_body
+from effectagent.providers._reasoning import ReasoningMemory
 
 from .helpers import WEATHER, reduce
 from .wire import ResponsesWire

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from effectagent.effect import json_schema
-from effectagent.providers import anthropic_output_schema, openai_strict_problems
+from effectagent.providers._output_schema import anthropic_output_schema, openai_strict_problems
 
 
 @attrs.frozen

@@ -10,8 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.providers import SSEDecoder
-from effectagent.providers.sse import DEFAULT_MAX_LINE_BYTES, EventTooLarge, ServerSentEvent
+from effectagent.providers._sse import (
+    DEFAULT_MAX_LINE_BYTES,
+    EventTooLarge,
+    ServerSentEvent,
+    SSEDecoder,
+)
 
 STREAM = (
     b": keep-alive comment\n"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from effectagent.ai import AiError, ModelNetworkError, ProviderError
-from effectagent.providers import ChatCompletionsDecoder
-from effectagent.providers.streaming import SdkErrors, stream_parts
+from effectagent.providers._openai_chat import ChatCompletionsDecoder
+from effectagent.providers._streaming import SdkErrors, stream_parts
 
 
 class SdkError(Exception):

@@ -33,12 +33,12 @@ from effectagent.ai import (
 )
 
 from ._common import CallIds, default_max_tokens, positive_tokens
+from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
-from .credentials import require_api_key, secret_values
-from .openai_chat import ChatCompletionsDecoder, chat_request_body
-from .openai_responses import ResponsesDecoder, responses_request_body
-from .reasoning import ReasoningMemory
-from .streaming import SdkErrors, stream_parts
+from ._openai_chat import ChatCompletionsDecoder, chat_request_body
+from ._openai_responses import ResponsesDecoder, responses_request_body
+from ._reasoning import ReasoningMemory
+from ._streaming import SdkErrors, stream_parts
 
 __all__ = [
     "OpenAIChat",
@@ -118,7 +118,7 @@ class OpenAIResponses(ModelLayer):
 @final
 class OpenAIResponsesModel:
     """The Responses API as a :class:`~effectagent.ai.LanguageModel` (made by
-    :meth:`OpenAIResponses.open` or its layer). See :mod:`~effectagent.providers.openai_responses`
+    :meth:`OpenAIResponses.open` or its layer). See :mod:`~effectagent.providers._openai_responses`
     for the mapping."""
 
     #: The engine sends the output schema natively (``text.format``), not in instructions.
@@ -325,7 +325,7 @@ class OpenAICompatible(ModelLayer):
 class OpenAIChatModel:
     """Chat Completions as a :class:`~effectagent.ai.LanguageModel` (made by
     :meth:`OpenAIChat.open`, :meth:`OpenAICompatible.open` or their layers). See
-    :mod:`~effectagent.providers.openai_chat` for the mapping."""
+    :mod:`~effectagent.providers._openai_chat` for the mapping."""
 
     __slots__ = (
         "_client",

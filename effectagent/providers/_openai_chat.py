@@ -12,7 +12,7 @@ Request
     ``max_completion_tokens`` (OpenAI) or ``max_tokens`` (compatible servers). An
     :class:`~effectagent.ai.OutputFormat` becomes a ``json_schema`` response format, ``strict``
     only when the format asks for it and the schema meets OpenAI's strict rules
-    (:func:`~effectagent.providers.output_schema.openai_strict_problems`). Usage is requested with
+    (:func:`~effectagent.providers._output_schema.openai_strict_problems`). Usage is requested with
     ``stream_options.include_usage``.
 
 Stream
@@ -65,8 +65,8 @@ from ._common import (
     json_text,
     result_text,
 )
-from .errors import error_from_payload
-from .output_schema import openai_schema, openai_strict_problems
+from ._errors import error_from_payload
+from ._output_schema import openai_schema, openai_strict_problems
 
 __all__ = ["ChatCompletionsDecoder", "chat_messages", "chat_request_body"]
 

@@ -24,12 +24,12 @@ from effectagent.ai import (
     generate,
 )
 
+from ._anthropic_messages import MessagesDecoder, anthropic_request_body
 from ._common import CallIds, default_max_tokens, positive_tokens
+from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
-from .anthropic_messages import MessagesDecoder, anthropic_request_body
-from .credentials import require_api_key, secret_values
-from .reasoning import ReasoningMemory
-from .streaming import SdkErrors, stream_parts
+from ._reasoning import ReasoningMemory
+from ._streaming import SdkErrors, stream_parts
 
 __all__ = ["Anthropic", "AnthropicModel"]
 
@@ -91,7 +91,7 @@ class Anthropic(ModelLayer):
 @final
 class AnthropicModel:
     """The Messages API as a :class:`~effectagent.ai.LanguageModel` (made by
-    :meth:`Anthropic.open` or its layer). See :mod:`~effectagent.providers.anthropic_messages`
+    :meth:`Anthropic.open` or its layer). See :mod:`~effectagent.providers._anthropic_messages`
     for the mapping."""
 
     #: The engine sends the output schema natively (``output_config.format``, or the system

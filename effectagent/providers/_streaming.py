@@ -4,8 +4,8 @@ parts — and turn every way this can fail into a typed :class:`~effectagent.ai.
 
 What the SDK is used for: building and sending the request (auth, base URL, headers, timeouts),
 and turning an HTTP error status into its exception, which this loop maps with
-:func:`~effectagent.providers.errors.error_from_status`. The body of a successful response is read
-as raw bytes (``with_streaming_response``) and decoded here (:mod:`~effectagent.providers.sse`), so
+:func:`~effectagent.providers._errors.error_from_status`. The body of a successful response is read
+as raw bytes (``with_streaming_response``) and decoded here (:mod:`~effectagent.providers._sse`), so
 the SDK's pydantic event classes are never built and never leave the adapter.
 
 Failures: an HTTP error status → its typed error; any other error of the SDK → ``ProviderError``;
@@ -43,8 +43,8 @@ from effectagent.ai import (
 )
 from effectagent.effect import SchemaError, SchemaLimits, decode_json
 
-from .errors import error_from_payload, error_from_status, scrub_error
-from .sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, ServerSentEvent, SSEDecoder
+from ._errors import error_from_payload, error_from_status, scrub_error
+from ._sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, ServerSentEvent, SSEDecoder
 
 __all__ = ["MAX_EVENT_DEPTH", "EventDecoder", "SdkErrors", "stream_parts"]
 

@@ -9,12 +9,12 @@ Request
     text as it came) go back as ``{"value": ...}``, since ``input`` must be an object.
     **Thinking** goes back only as the signed ``thinking`` / ``redacted_thinking`` blocks the API
     produced, remembered by the adapter for a turn that declared tool calls
-    (:mod:`~effectagent.providers.reasoning`): the API verifies signatures and requires them for the
+    (:mod:`~effectagent.providers._reasoning`): the API verifies signatures and requires them for the
     turn whose tool results it reads. Plain reasoning text from elsewhere is not sent.
     ``tool_choice``: auto, none, required → ``any``, a name → ``tool``. ``max_tokens`` (required
     by the API) is the request's ``max_output_tokens`` or the adapter's default. An
     :class:`~effectagent.ai.OutputFormat` becomes ``output_config.format`` (``json_schema``) when
-    :func:`~effectagent.providers.output_schema.anthropic_output_schema` can express it; otherwise
+    :func:`~effectagent.providers._output_schema.anthropic_output_schema` can express it; otherwise
     the schema is appended to ``system`` with the instruction to answer with that JSON only.
 
 Stream
@@ -55,9 +55,9 @@ from effectagent.ai import (
 )
 
 from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
-from .errors import error_from_payload
-from .output_schema import anthropic_output_schema
-from .reasoning import ReasoningMemory
+from ._errors import error_from_payload
+from ._output_schema import anthropic_output_schema
+from ._reasoning import ReasoningMemory
 
 __all__ = [
     "MessagesDecoder",

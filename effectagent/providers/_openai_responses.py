@@ -5,7 +5,7 @@ Request
     System and user messages become input messages; assistant text an assistant message, each
     tool call a ``function_call`` item and each result a ``function_call_output``. **Reasoning**
     is sent back only as OpenAI's own reasoning items, remembered from the response that made
-    them (:mod:`~effectagent.providers.reasoning`) — which needs ``store`` or the items'
+    them (:mod:`~effectagent.providers._reasoning`) — which needs ``store`` or the items'
     ``encrypted_content`` (requested with ``include`` whenever reasoning is configured and nothing
     is stored); plain reasoning text from elsewhere is not sent. Tools are ``function`` tools with
     ``strict: false``; ``tool_choice`` is auto / none / required or ``{"type": "function",
@@ -58,9 +58,9 @@ from ._common import (
     json_text,
     result_text,
 )
-from .errors import error_from_payload
-from .output_schema import openai_schema, openai_strict_problems
-from .reasoning import ReasoningMemory
+from ._errors import error_from_payload
+from ._output_schema import openai_schema, openai_strict_problems
+from ._reasoning import ReasoningMemory
 
 __all__ = ["ResponsesDecoder", "responses_input", "responses_request_body"]
 

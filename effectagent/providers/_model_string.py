@@ -25,8 +25,8 @@ import attrs
 from effectagent.ai import LanguageModel
 from effectagent.effect import Layer
 
-from .anthropic_model import Anthropic
-from .openai_models import OpenAIChat, OpenAICompatible, OpenAIResponses
+from ._anthropic_model import Anthropic
+from ._openai_models import OpenAIChat, OpenAICompatible, OpenAIResponses
 
 __all__ = ["PROVIDERS", "ModelSettings", "model_layer", "model_settings", "open_model"]
 
