@@ -1,5 +1,10 @@
 """The AI layer: Tool (and ``@tool``), Toolkit, LanguageModel, prompts, response parts, usage, AI
-errors."""
+errors.
+
+Besides what a program names (tools, toolkits, ``ModelRequest`` and the messages of a prompt, the
+errors a model call can end with), this is the vocabulary the engine, the providers and the
+testing kit share — response parts, the response reducer, the tool broker — which they may only
+import from here."""
 
 from ._errors import AiError as AiError
 from ._errors import AuthenticationFailed as AuthenticationFailed
@@ -18,7 +23,6 @@ from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
 from ._model import OutputFormat as OutputFormat
-from ._model import ToolChoice as ToolChoice
 from ._model import close_stream as close_stream
 from ._model import generate as generate
 from ._prompt import AssistantMessage as AssistantMessage
@@ -30,15 +34,11 @@ from ._prompt import ToolCallContent as ToolCallContent
 from ._prompt import ToolMessage as ToolMessage
 from ._prompt import ToolResultContent as ToolResultContent
 from ._prompt import UserMessage as UserMessage
-from ._reduce import ARGUMENT_HEAD_CHARS as ARGUMENT_HEAD_CHARS
 from ._reduce import DEFAULT_MAX_RESPONSE_BYTES as DEFAULT_MAX_RESPONSE_BYTES
 from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES as DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 from ._reduce import ModelResponse as ModelResponse
-from ._reduce import ResponseContent as ResponseContent
 from ._reduce import ResponseReducer as ResponseReducer
 from ._reduce import TruncatedToolCall as TruncatedToolCall
-from ._response import FINISH_REASONS as FINISH_REASONS
-from ._response import ErrorPart as ErrorPart
 from ._response import FinishPart as FinishPart
 from ._response import FinishReason as FinishReason
 from ._response import ReasoningDeltaPart as ReasoningDeltaPart
@@ -53,7 +53,6 @@ from ._response import ToolCallPart as ToolCallPart
 from ._response import ToolParamsDeltaPart as ToolParamsDeltaPart
 from ._response import ToolParamsEndPart as ToolParamsEndPart
 from ._response import ToolParamsStartPart as ToolParamsStartPart
-from ._response import ToolResultPart as ToolResultPart
 from ._tool import DEFAULT_ARGUMENT_LIMITS as DEFAULT_ARGUMENT_LIMITS
 from ._tool import Binding as Binding
 from ._tool import FailureMode as FailureMode
@@ -72,11 +71,9 @@ from ._tool_source import ToolSource as ToolSource
 from ._toolkit import ToolDescriptor as ToolDescriptor
 from ._toolkit import Toolkit as Toolkit
 from ._usage import InputTokens as InputTokens
-from ._usage import OutputTokens as OutputTokens
 from ._usage import Usage as Usage
 
 __all__ = [
-    "ARGUMENT_HEAD_CHARS",
     "AiError",
     "DEFAULT_ARGUMENT_LIMITS",
     "DEFAULT_MAX_RESPONSE_BYTES",
@@ -86,8 +83,6 @@ __all__ = [
     "Binding",
     "ContentFiltered",
     "ContextLengthExceeded",
-    "ErrorPart",
-    "FINISH_REASONS",
     "FailureMode",
     "FinishPart",
     "FinishReason",
@@ -102,10 +97,8 @@ __all__ = [
     "ModelRequest",
     "OutputFormat",
     "ModelResponse",
-    "ResponseContent",
     "ModelUnavailable",
     "OutputSchemaViolation",
-    "OutputTokens",
     "ProviderError",
     "RateLimited",
     "ResponseTooLarge",
@@ -131,14 +124,12 @@ __all__ = [
     "ToolSnapshot",
     "ToolSource",
     "ToolCallContext",
-    "ToolChoice",
     "ToolDescriptor",
     "ToolMessage",
     "ToolParamsDeltaPart",
     "ToolParamsEndPart",
     "ToolParamsStartPart",
     "ToolResultContent",
-    "ToolResultPart",
     "Toolkit",
     "TruncatedToolCall",
     "Usage",

@@ -11,7 +11,6 @@ import trio
 import trio.testing
 
 from effectagent.ai import (
-    ErrorPart,
     FinishPart,
     MalformedResponse,
     ModelRequest,
@@ -37,6 +36,7 @@ from effectagent.ai import (
     UserMessage,
     generate,
 )
+from effectagent.ai._response import ErrorPart
 
 STOP = FinishPart("stop", Usage.of(7, 3))
 

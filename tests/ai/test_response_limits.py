@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effectagent.ai import (
-    ARGUMENT_HEAD_CHARS,
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
     FinishPart,
@@ -28,7 +27,7 @@ from effectagent.ai import (
     TruncatedToolCall,
     format_bytes,
 )
-from effectagent.ai._reduce import PART_OVERHEAD
+from effectagent.ai._reduce import ARGUMENT_HEAD_CHARS, PART_OVERHEAD
 
 
 def _opened(reducer: ResponseReducer, block: str = "t") -> int:

@@ -14,7 +14,6 @@ from effectagent.ai import (
     ModelRequest,
     ModelUnavailable,
     OutputFormat,
-    OutputTokens,
     ReasoningContent,
     ResponsePart,
     SystemMessage,
@@ -25,6 +24,7 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
+from effectagent.ai._usage import OutputTokens
 from effectagent.providers._anthropic_messages import MessagesDecoder, anthropic_request_body
 from effectagent.providers._reasoning import ReasoningMemory
 

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import (
-    InputTokens,
-    OutputFormat,
-    OutputTokens,
-    ReasoningDeltaPart,
-    Usage,
-)
+from effectagent.ai import InputTokens, OutputFormat, ReasoningDeltaPart, Usage
+from effectagent.ai._usage import OutputTokens
 from effectagent.providers import Anthropic, OpenAICompatible, OpenAIResponses
 
 from .conftest import KEY

@@ -15,7 +15,6 @@ from effectagent.ai import (
     ModelRequest,
     ModelUnavailable,
     OutputFormat,
-    OutputTokens,
     ReasoningContent,
     ReasoningDeltaPart,
     ResponsePart,
@@ -27,6 +26,7 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
+from effectagent.ai._usage import OutputTokens
 from effectagent.providers._openai_chat import ChatCompletionsDecoder, chat_request_body
 
 from .helpers import WEATHER, reduce

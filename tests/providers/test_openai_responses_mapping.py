@@ -15,7 +15,6 @@ from effectagent.ai import (
     ModelRequest,
     ModelUnavailable,
     OutputFormat,
-    OutputTokens,
     RateLimited,
     ReasoningContent,
     ResponsePart,
@@ -26,6 +25,7 @@ from effectagent.ai import (
     Usage,
     UserMessage,
 )
+from effectagent.ai._usage import OutputTokens
 from effectagent.providers._openai_responses import ResponsesDecoder, responses_request_body
 from effectagent.providers._reasoning import ReasoningMemory
 
