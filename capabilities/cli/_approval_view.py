@@ -20,7 +20,7 @@ from ._sanitize import json_safe
 
 __all__ = ["TRUNCATED", "argument_lines", "is_truncated", "pages", "width"]
 
-#: The tag of the engine's marker for a value too large to carry whole (``bound_json``).
+#: The tag of the engine's marker for a value too large to carry whole (``bounded_json``).
 TRUNCATED: Final = "Truncated"
 
 _STEP: Final = "  "

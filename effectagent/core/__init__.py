@@ -3,8 +3,6 @@
 from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalRequest as ApprovalRequest
 from ._approval import Risk as Risk
-from ._bounds import PARSED_BYTES_PER_CHAR as PARSED_BYTES_PER_CHAR
-from ._bounds import bound_json as bound_json
 from ._bounds import bounded_json as bounded_json
 from ._bounds import bounded_parsed as bounded_parsed
 from ._bounds import compact_json as compact_json
@@ -79,8 +77,6 @@ __all__ = [
     "ToolUnknownOutcome",
     "UsageDelta",
     "UsageTotals",
-    "PARSED_BYTES_PER_CHAR",
-    "bound_json",
     "bounded_json",
     "bounded_parsed",
     "compact_json",

@@ -20,7 +20,13 @@ from typing import Any
 
 from ._policy import ToolResultBounds
 
-__all__ = ["PARSED_BYTES_PER_CHAR", "bound_json", "bounded_json", "bounded_parsed", "compact_json"]
+__all__ = [
+    "PARSED_BYTES_PER_CHAR",
+    "bounded_json",
+    "bounded_json_and_size",
+    "bounded_parsed",
+    "compact_json",
+]
 
 _MARKER_OVERHEAD = 160
 # Class tuples for isinstance, built once (a ``X | Y`` union would be built on every call).
@@ -120,11 +126,12 @@ def _worst_case_size(value: Any, budget: int) -> int:
 
 
 def bounded_json(value: Any, bounds: ToolResultBounds) -> Any:
-    """What :func:`bound_json` returns first (the value, or its truncation marker), without
-    encoding a value whose worst-case size already fits the bound."""
+    """``value``, or its truncation marker when its compact JSON is larger than the bound. A value
+    whose worst-case size already fits is returned without being encoded. Raises ValueError for a
+    value holding NaN or ±Infinity (see :func:`compact_json`)."""
     if _worst_case_size(value, bounds.max_bytes) <= bounds.max_bytes:
         return value
-    return bound_json(value, bounds)[0]
+    return bounded_json_and_size(value, bounds)[0]
 
 
 #: The compact JSON of a value parsed from JSON text takes at most this many bytes per character
@@ -143,9 +150,9 @@ def bounded_parsed(value: Any, text: str, bounds: ToolResultBounds) -> Any:
     return bounded_json(value, bounds)
 
 
-def bound_json(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
-    """``(value or truncation marker, truncated?, original size in bytes)``. Raises ValueError
-    for a value holding NaN or ±Infinity (see :func:`compact_json`)."""
+def bounded_json_and_size(value: Any, bounds: ToolResultBounds) -> tuple[Any, bool, int]:
+    """:func:`bounded_json` with what it measured: ``(value or truncation marker, truncated?,
+    original size in bytes)``. Raises ValueError for a value holding NaN or ±Infinity."""
     if value is None or isinstance(value, _NUMBERS):
         if type(value) is float and not _isfinite(value):
             raise ValueError(f"not JSON: {value!r} (NaN and infinities have no JSON form)")

@@ -43,7 +43,6 @@ from effectagent.core import (
     ToolResultBounds,
     ToolSuccess,
     ToolUnknownOutcome,
-    bound_json,
     bounded_json,
 )
 from effectagent.effect import Cause, Exit, Failure, Semaphore, Success, TaggedError, attempt
@@ -199,7 +198,7 @@ class CallRunner:
             envelope = _failure_envelope(cause.failures)
         except OutputSchemaViolation as exc:
             return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
-        bounded, _, _ = bound_json(io.redact(envelope), self.policy.tool_result_bounds)
+        bounded = bounded_json(io.redact(envelope), self.policy.tool_result_bounds)
         return ToolFailure(call.id, call.name, bounded)
 
     async def _authorize(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
@@ -406,7 +405,7 @@ class _Progress:
         emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
         """
         io = self.io
-        preview, _, _ = bound_json(io.redact(data), _PROGRESS_BOUNDS)
+        preview = bounded_json(io.redact(data), _PROGRESS_BOUNDS)
         await trio.lowlevel.checkpoint()
         io.emit(ToolProgress, self.turn, self.call.id, self.call.name, preview)
         await io.wait_for_consumer()

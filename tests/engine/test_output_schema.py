@@ -31,10 +31,10 @@ from effectagent.core import (
     ToolInvalidInput,
     ToolResultBounds,
     ToolSuccess,
-    bound_json,
+    bounded_json,
     compact_json,
 )
-from effectagent.core._bounds import bounded_json
+from effectagent.core._bounds import bounded_json_and_size
 from effectagent.core._records import parse_arguments
 from effectagent.effect import TaggedError, field_meta
 from effectagent.testing import Turn
@@ -257,7 +257,7 @@ def test_compact_json_and_bounding_refuse_nan_and_infinity() -> None:
             with pytest.raises(ValueError, match="JSON"):
                 compact_json(value)
             with pytest.raises(ValueError, match="JSON"):
-                bound_json(value, bounds)
+                bounded_json_and_size(value, bounds)
             with pytest.raises(ValueError, match="JSON"):
                 bounded_json(value, bounds)
     assert bounded_json({"a": [1.5, -0.0]}, bounds) == {"a": [1.5, -0.0]}

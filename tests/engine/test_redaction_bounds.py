@@ -25,13 +25,13 @@ from effectagent.core import (
     ToolProgress,
     ToolResultBounds,
     ToolSuccess,
-    bound_json,
     compact_json,
 )
 from effectagent.core._bounds import (
     PARSED_BYTES_PER_CHAR,
     _worst_case_size,
     bounded_json,
+    bounded_json_and_size,
     bounded_parsed,
 )
 from effectagent.core._records import parse_arguments
@@ -225,7 +225,7 @@ async def test_an_oversized_declared_failure_is_bounded(
 
 def test_a_small_result_is_left_alone() -> None:
     value = {"city": "Oslo", "high_c": 4.0, "tags": ["a", "b"]}
-    out, truncated, size = bound_json(value, ToolResultBounds(max_bytes=256))
+    out, truncated, size = bounded_json_and_size(value, ToolResultBounds(max_bytes=256))
     assert out == value
     assert not truncated
     assert size == len(compact_json(value).encode())
@@ -261,7 +261,7 @@ def test_bounded_json_always_fits_the_bound(
     value: Any, max_bytes: int, head: int | None, tail: int | None
 ) -> None:
     bounds = ToolResultBounds(max_bytes=max_bytes, head_bytes=head, tail_bytes=tail)
-    out, truncated, _ = bound_json(value, bounds)
+    out, truncated, _ = bounded_json_and_size(value, bounds)
     assert len(compact_json(out).encode("utf-8")) <= max_bytes
     if truncated:
         assert out["_tag"] == "Truncated"
@@ -273,10 +273,10 @@ def test_bounded_json_always_fits_the_bound(
 @example(value={"n": 1, "tags": ["a", "\x00" * 40]}, max_bytes=256)
 @example(value=[1.5e-300, -(10**19), None, True], max_bytes=256)
 @given(value=_json_values, max_bytes=st.integers(min_value=256, max_value=4096))
-def test_the_engines_fast_bound_agrees_with_bound_json(value: Any, max_bytes: int) -> None:
+def test_the_fast_bound_agrees_with_the_measuring_one(value: Any, max_bytes: int) -> None:
     # The engine's hot path skips encoding a value whose worst-case size fits: same result.
     bounds = ToolResultBounds(max_bytes=max_bytes)
-    assert bounded_json(value, bounds) == bound_json(value, bounds)[0]
+    assert bounded_json(value, bounds) == bounded_json_and_size(value, bounds)[0]
     assert _worst_case_size(value, 10**9) >= len(compact_json(value).encode("utf-8")) or (
         _worst_case_size(value, 10**9) > 10**9
     )
@@ -307,4 +307,4 @@ def test_what_is_parsed_from_text_takes_at_most_six_bytes_a_character(text: str)
     size = len(compact_json(value).encode("utf-8", "surrogatepass"))
     assert size <= PARSED_BYTES_PER_CHAR * len(text) + 2
     bounds = ToolResultBounds(max_bytes=256)
-    assert bounded_parsed(value, text, bounds) == bound_json(value, bounds)[0]
+    assert bounded_parsed(value, text, bounds) == bounded_json_and_size(value, bounds)[0]
