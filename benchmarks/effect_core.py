@@ -30,16 +30,8 @@ import attrs  # noqa: E402
 import trio  # noqa: E402
 
 from benchmarks._util import Timing, amedian_us, median_us  # noqa: E402
-from effectagent.effect import (  # noqa: E402
-    Context,
-    Layer,
-    ServiceKey,
-    attempt,
-    find_missing,
-    merge,
-    open_layer,
-    open_scope,
-)
+from effectagent.effect import Context, Layer, ServiceKey, attempt, open_scope  # noqa: E402
+from effectagent.effect._layer import find_missing, merge, open_layer  # noqa: E402
 
 FORKS_PER_BATCH = 100
 SERVICES = 50

@@ -40,7 +40,7 @@ Conversation Log appends, the tool pipeline) plus ScriptedModel's own trivial pa
 
 * **fast_init** (the generated ``__init__`` of the engine's value classes) must pay for itself: the
   tool-free run and the 10-call run are measured a second time in the same rounds, in the same
-  process, with attrs' own ``__init__`` restored (``effectagent.effect._fast_init.attrs_inits``);
+  process, with attrs' own ``__init__`` restored (``effectagent.effect._attrs_init.attrs_inits``);
   the report gives what fast_init saves of each.
 
 Targets (printed next to the figures): ≤ 150 µs per model step and ≤ 50 µs per tool call, for
@@ -77,7 +77,7 @@ from effectagent import (
     open_runtime,
 )
 from effectagent.ai import Handler, Usage
-from effectagent.effect._fast_init import attrs_inits
+from effectagent.effect._attrs_init import attrs_inits
 from effectagent.engine import ConversationLogService, InMemoryConversationLog, Runtime
 from effectagent.testing import ScriptedModel, Turn
 

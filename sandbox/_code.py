@@ -350,7 +350,7 @@ def host_layer(host: CodeExecutionHost) -> Layer:
 async def execute_in(context: Context, request: CodeExecutionRequest) -> CodeExecutionResult:
     """Run ``request`` with the executor and the per-pass host found in ``context``.
 
-    Raises :class:`~effectagent.effect.MissingServiceError` when either service is absent, and
+    Raises :class:`~effectagent.effect._context.MissingServiceError` when either service is absent, and
     whatever :meth:`CodeExecutor.execute` raises. Cancellation: as :meth:`CodeExecutor.execute`.
     """
     executor = context.require(CodeExecutorService)

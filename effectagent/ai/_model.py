@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 import attrs
 import trio
 
-from effectagent.effect import ServiceKey, fast_init
+from effectagent.effect import ServiceKey, _fast_init
 
 from ._prompt import Message
 from ._reduce import ModelResponse, ResponseReducer
@@ -46,7 +46,7 @@ class OutputFormat:
     strict: bool = True
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ModelRequest:
     """One model call. ``tool_choice`` is auto, none, required, or a tool name; ``output``, when

@@ -6,7 +6,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 __all__ = [
     "AssistantMessage",
@@ -21,7 +21,7 @@ __all__ = [
 ]
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TextContent:
     """Plain text."""
@@ -30,7 +30,7 @@ class TextContent:
     type: Literal["text"] = "text"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ReasoningContent:
     """Reasoning text the model produced earlier."""
@@ -39,7 +39,7 @@ class ReasoningContent:
     type: Literal["reasoning"] = "reasoning"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallContent:
     """A tool call the assistant made; ``arguments`` is the JSON value sent."""
@@ -50,7 +50,7 @@ class ToolCallContent:
     type: Literal["tool-call"] = "tool-call"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolResultContent:
     """The committed result of a tool call, as the model sees it (redacted and bounded)."""
@@ -62,7 +62,7 @@ class ToolResultContent:
     type: Literal["tool-result"] = "tool-result"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class SystemMessage:
     """Instructions."""
@@ -71,7 +71,7 @@ class SystemMessage:
     role: Literal["system"] = "system"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class UserMessage:
     """What the user (or steering, or a follow-up) said."""
@@ -85,7 +85,7 @@ class UserMessage:
         return UserMessage((TextContent(text),))
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class AssistantMessage:
     """What the model said: text, reasoning and tool calls, in order."""
@@ -94,7 +94,7 @@ class AssistantMessage:
     role: Literal["assistant"] = "assistant"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolMessage:
     """Results of one complete tool batch, in the model's declaration order."""

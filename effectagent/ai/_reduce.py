@@ -25,7 +25,7 @@ from typing import Literal, assert_never, final
 
 import attrs
 
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 from ._errors import AiError, MalformedResponse, ResponseTooLarge, format_bytes
 from ._prompt import ReasoningContent, TextContent
@@ -80,7 +80,7 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TruncatedToolCall:
     """A tool call that never runs: cut off by the output length limit (``reason="length"``,
@@ -96,7 +96,7 @@ class TruncatedToolCall:
     size: int = 0
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ModelResponse:
     """One complete model response.

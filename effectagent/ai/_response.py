@@ -10,7 +10,7 @@ from typing import Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 from ._errors import AiError
 from ._usage import Usage
@@ -45,7 +45,7 @@ FINISH_REASONS: frozenset[str] = frozenset(
 )
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TextStartPart:
     """A text block ``id`` begins."""
@@ -54,7 +54,7 @@ class TextStartPart:
     type: Literal["text-start"] = "text-start"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TextDeltaPart:
     """More text for block ``id``."""
@@ -64,7 +64,7 @@ class TextDeltaPart:
     type: Literal["text-delta"] = "text-delta"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TextEndPart:
     """Text block ``id`` is complete."""
@@ -73,7 +73,7 @@ class TextEndPart:
     type: Literal["text-end"] = "text-end"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ReasoningStartPart:
     """A reasoning block ``id`` begins."""
@@ -82,7 +82,7 @@ class ReasoningStartPart:
     type: Literal["reasoning-start"] = "reasoning-start"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ReasoningDeltaPart:
     """More reasoning for block ``id``."""
@@ -92,7 +92,7 @@ class ReasoningDeltaPart:
     type: Literal["reasoning-delta"] = "reasoning-delta"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ReasoningEndPart:
     """Reasoning block ``id`` is complete."""
@@ -101,7 +101,7 @@ class ReasoningEndPart:
     type: Literal["reasoning-end"] = "reasoning-end"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolParamsStartPart:
     """The model begins streaming arguments for tool call ``id`` of tool ``name``."""
@@ -111,7 +111,7 @@ class ToolParamsStartPart:
     type: Literal["tool-params-start"] = "tool-params-start"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolParamsDeltaPart:
     """More argument text (JSON, possibly partial) for tool call ``id``."""
@@ -121,7 +121,7 @@ class ToolParamsDeltaPart:
     type: Literal["tool-params-delta"] = "tool-params-delta"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolParamsEndPart:
     """The arguments of tool call ``id`` are complete."""
@@ -130,7 +130,7 @@ class ToolParamsEndPart:
     type: Literal["tool-params-end"] = "tool-params-end"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallPart:
     """A complete tool call: ``arguments`` is the raw JSON text the provider sent."""
@@ -141,7 +141,7 @@ class ToolCallPart:
     type: Literal["tool-call"] = "tool-call"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolResultPart:
     """A result of a *provider-executed* tool (reported, never executed by the engine)."""
@@ -152,7 +152,7 @@ class ToolResultPart:
     type: Literal["tool-result"] = "tool-result"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ResponseMetadataPart:
     """Provider metadata: response id, model id, timestamp (seconds since the epoch)."""
@@ -163,7 +163,7 @@ class ResponseMetadataPart:
     type: Literal["response-metadata"] = "response-metadata"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class FinishPart:
     """The response is complete."""
@@ -173,7 +173,7 @@ class FinishPart:
     type: Literal["finish"] = "finish"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ErrorPart:
     """The provider reported an error mid-stream."""

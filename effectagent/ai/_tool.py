@@ -37,10 +37,10 @@ from effectagent.effect import (
     SchemaLimits,
     ServiceKey,
     TaggedError,
+    _fast_init,
     checked_encoder,
     decode_json,
     encode_as,
-    fast_init,
     json_schema,
 )
 
@@ -153,7 +153,7 @@ class ToolBroker(Protocol):
         ...
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallContext:
     """What a handler (and a ``needs_approval`` function, an authorizer) knows about the call it

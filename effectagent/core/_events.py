@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 from ._approval import ApprovalRequest
 from ._errors import RunError
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class EventBase:
     """Identity and ordering shared by every event."""
@@ -60,7 +60,7 @@ class EventBase:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunStarted(EventBase):
     """The run was admitted; ``input`` is the user's (redacted) text."""
@@ -68,7 +68,7 @@ class RunStarted(EventBase):
     input: str
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TurnStarted(EventBase):
     """A turn begins; ``grace`` marks the single final-answer turn after exhaustion."""
@@ -77,7 +77,7 @@ class TurnStarted(EventBase):
     grace: bool = False
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ModelStarted(EventBase):
     """The model request for ``turn`` is sent."""
@@ -85,7 +85,7 @@ class ModelStarted(EventBase):
     turn: int
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ModelRetrying(EventBase):
     """The model call of ``turn`` failed with a retryable error; it is tried again after
@@ -104,7 +104,7 @@ class ModelRetrying(EventBase):
     discard: bool
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TextDelta(EventBase):
     """Streamed answer text."""
@@ -113,7 +113,7 @@ class TextDelta(EventBase):
     text: str
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ReasoningDelta(EventBase):
     """Streamed reasoning text."""
@@ -122,7 +122,7 @@ class ReasoningDelta(EventBase):
     text: str
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallDeclared(EventBase):
     """The model declared a tool call (arguments redacted, bounded)."""
@@ -133,7 +133,7 @@ class ToolCallDeclared(EventBase):
     arguments: Any
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallStarted(EventBase):
     """The handler of a tool call starts (permits held)."""
@@ -143,7 +143,7 @@ class ToolCallStarted(EventBase):
     tool_name: str
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolProgress(EventBase):
     """A handler reported progress (redacted, bounded)."""
@@ -154,7 +154,7 @@ class ToolProgress(EventBase):
     data: Any
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallSucceeded(EventBase):
     """A tool call settled with ToolSuccess."""
@@ -165,7 +165,7 @@ class ToolCallSucceeded(EventBase):
     outcome: ToolOutcome
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallFailed(EventBase):
     """A tool call settled with any other outcome."""
@@ -176,7 +176,7 @@ class ToolCallFailed(EventBase):
     outcome: ToolOutcome
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ApprovalRequested(EventBase):
     """A tool call waits for approval."""
@@ -187,7 +187,7 @@ class ApprovalRequested(EventBase):
     request: ApprovalRequest
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class TurnCompleted(EventBase):
     """A turn ended (its batch, if any, committed)."""
@@ -197,7 +197,7 @@ class TurnCompleted(EventBase):
     usage: UsageTotals
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class BudgetWarning(EventBase):
     """A budget dimension passed its warning ratio (once per dimension per run)."""
@@ -207,7 +207,7 @@ class BudgetWarning(EventBase):
     limit: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class CompactionPerformed(EventBase):
     """Context was compacted before ``turn``: the last record's ``kind`` and how far it covers,
@@ -223,7 +223,7 @@ class CompactionPerformed(EventBase):
     started_at: float = 0.0
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class SubagentStarted(EventBase):
     """Tool call ``tool_call_id`` started an attached child run (a subagent): the child's
@@ -239,7 +239,7 @@ class SubagentStarted(EventBase):
     budget: ChildBudget
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class SubagentEvent(EventBase):
     """One event of the child run ``child_run_id`` that tool call ``tool_call_id`` started, as
@@ -252,7 +252,7 @@ class SubagentEvent(EventBase):
     event: EventBase
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class SubagentCompleted(EventBase):
     """The child run of tool call ``tool_call_id`` ended: how (``status``), and what it used —
@@ -268,7 +268,7 @@ class SubagentCompleted(EventBase):
     tool_calls: int
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunCompleted(EventBase):
     """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
@@ -282,7 +282,7 @@ class RunCompleted(EventBase):
     tool_calls: int
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunFailed(EventBase):
     """Terminal: the run failed with ``error``."""
@@ -291,7 +291,7 @@ class RunFailed(EventBase):
     usage: UsageTotals
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunInterrupted(EventBase):
     """Terminal: the run was cancelled (caller, runtime close)."""
@@ -300,7 +300,7 @@ class RunInterrupted(EventBase):
     usage: UsageTotals
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunSuspended(EventBase):
     """Terminal: the run waits durably, e.g. for an approval. Only the durable deployment classes,

@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeAlias
 
 import attrs
 
-from effectagent.effect import SchemaIssue, fast_init
+from effectagent.effect import SchemaIssue, _fast_init
 
 __all__ = [
     "ToolDefect",
@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolSuccess:
     """The handler returned a value of its declared success type; ``result`` is its encoding."""
@@ -39,7 +39,7 @@ class ToolSuccess:
         return self.result
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolRejected:
     """Authorization or approval denied execution (or a budget stopped it); it never ran.
@@ -60,7 +60,7 @@ class ToolRejected:
         return {"_tag": "ToolRejected", "message": self.reason}
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolInvalidInput:
     """The arguments did not decode (or the tool is unknown, or the arguments were truncated).
@@ -81,7 +81,7 @@ class ToolInvalidInput:
         return {"_tag": "ToolInvalidInput", "message": self.message}
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolFailure:
     """The handler failed with a declared error; ``error`` is its encoded envelope (``_tag``…)."""
@@ -97,7 +97,7 @@ class ToolFailure:
         return self.error
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolDefect:
     """The handler crashed, was interrupted unexpectedly, timed out, or broke its output schema."""
@@ -114,7 +114,7 @@ class ToolDefect:
         return {"_tag": "ToolDefect", "message": self.message}
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolUnknownOutcome:
     """A call whose side effect may or may not have happened: its handler raised

@@ -24,7 +24,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
-from effectagent.effect import fast_init, parse_json_text
+from effectagent.effect import _fast_init, parse_json_text
 
 from ._approval import ApprovalDecision, ApprovalRequest
 from ._errors import RunError
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ConversationCreated:
     """A conversation begins."""
@@ -63,7 +63,7 @@ class ConversationCreated:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
@@ -107,7 +107,7 @@ class ContextItem:
         return f"[Context: {self.kind} {self.source}{version}]\n{self.text}"
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ContextAdded:
     """A run started with ``item`` as context (CAP-008: the identity and version of a loaded
@@ -119,7 +119,7 @@ class ContextAdded:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
@@ -134,7 +134,7 @@ class ModelResponseRecorded:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallPrepared:
     """A declared tool call was resolved and decoded and is about to be authorized and run."""
@@ -148,7 +148,7 @@ class ToolCallPrepared:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolCallSettled:
     """The one outcome of a declared tool call, committed in declaration order.
@@ -168,7 +168,7 @@ class ToolCallSettled:
     audit: Any = None
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolApprovalRequested:
     """Canonical audit of an approval request (CAP-006)."""
@@ -179,7 +179,7 @@ class ToolApprovalRequested:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class ToolApprovalDecided:
     """Canonical audit of an approval decision (CAP-006)."""
@@ -191,7 +191,7 @@ class ToolApprovalDecided:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class CompactionCreated:
     """Context compaction covering log entries ``<= covers_through``. ``kind`` is
@@ -206,7 +206,7 @@ class CompactionCreated:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunCompletedRecord:
     """A run ended with an answer."""
@@ -218,7 +218,7 @@ class RunCompletedRecord:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class RunFailedRecord:
     """A run ended without an answer (failure or interruption)."""
@@ -230,7 +230,7 @@ class RunFailedRecord:
     at: float
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class AgentStateWritten:
     """A write to persistent agent state, committed in the same transaction as this record.
@@ -264,7 +264,7 @@ Record: TypeAlias = (
 )
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class LogEntry:
     """A record at its sequence number (1-based, gap-free per conversation)."""

@@ -5,12 +5,12 @@ from __future__ import annotations
 import attrs
 
 from effectagent.ai import Usage
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 __all__ = ["UsageDelta", "UsageTotals"]
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class UsageDelta:
     """What one model call added. ``input_tokens`` is the total input (cached or not)."""
@@ -34,7 +34,7 @@ class UsageDelta:
         return self.input_tokens + self.output_tokens
 
 
-@fast_init
+@_fast_init
 @attrs.frozen(slots=True)
 class UsageTotals:
     """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent call's —

@@ -37,7 +37,7 @@ from effectagent.core import (
     ToolOutcome,
     UsageTotals,
 )
-from effectagent.effect import fast_init
+from effectagent.effect import _fast_init
 
 if TYPE_CHECKING:
     from ._runtime import RunStream
@@ -65,7 +65,7 @@ class RunFailedError(Exception):
         self.result = result
 
 
-@fast_init
+@_fast_init
 @attrs.frozen
 class RunResult(Generic[OutputT]):
     """The reduction of a run's event stream.

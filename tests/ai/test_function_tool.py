@@ -32,7 +32,8 @@ from returns.result import Failure, Result, Success
 
 from effectagent import Agent, open_runtime, tool
 from effectagent.ai import Tool, ToolCallContext, Toolkit
-from effectagent.effect import SchemaError, TaggedError, encode, field_meta, open_layer
+from effectagent.effect import SchemaError, TaggedError, encode, field_meta
+from effectagent.effect._layer import open_layer
 from effectagent.testing import ScriptedModel, Turn
 
 from ..effect.test_schema import has_integral_float, mutate, values_of

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effectagent.ai import Tool, ToolCallContext, Toolkit
-from effectagent.effect import Context, SchemaDerivationError, TaggedError, open_layer
+from effectagent.effect import Context, SchemaDerivationError, TaggedError
+from effectagent.effect._layer import open_layer
 
 
 @attrs.frozen

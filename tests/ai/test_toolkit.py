@@ -10,14 +10,8 @@ import attrs
 import pytest
 
 from effectagent.ai import Handler, Tool, ToolCallContext, Toolkit
-from effectagent.effect import (
-    Context,
-    Layer,
-    MissingServicesError,
-    ServiceKey,
-    open_layer,
-    preflight,
-)
+from effectagent.effect import Context, Layer, MissingServicesError, ServiceKey, preflight
+from effectagent.effect._layer import open_layer
 
 
 @attrs.frozen

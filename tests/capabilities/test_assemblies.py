@@ -17,7 +17,8 @@ from capabilities import (
 )
 from capabilities.state._layers import in_memory_state, sqlite_state
 from capabilities.storage import SqliteDatabaseService
-from effectagent.effect import MissingServicesError, open_layer
+from effectagent.effect import MissingServicesError
+from effectagent.effect._layer import open_layer
 from effectagent.engine import ConversationLogService, SteeringInboxService
 
 

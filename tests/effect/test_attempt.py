@@ -9,14 +9,8 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.effect import (
-    Cause,
-    Failure,
-    Success,
-    TaggedError,
-    attempt,
-    attempt_sync,
-)
+from effectagent.effect import Cause, Failure, Success, TaggedError, attempt
+from effectagent.effect._attempt import attempt_sync
 
 
 @attrs.frozen

@@ -13,18 +13,11 @@ from hypothesis import strategies as st
 from returns.result import Failure as RFailure
 from returns.result import Success as RSuccess
 
-from effectagent.effect import (
-    Cause,
-    Die,
-    Exit,
-    Fail,
-    Failure,
-    Interrupt,
+from effectagent.effect import Cause, Die, Exit, Fail, Failure, Interrupt, Success, TaggedError
+from effectagent.effect._cause import (
     Interrupted,
     Reason,
     ResultFailure,
-    Success,
-    TaggedError,
     exit_from_result,
     exit_to_result,
 )

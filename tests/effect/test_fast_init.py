@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.effect._fast_init import fast_init
+from effectagent.effect._attrs_init import fast_init
 
 ENGINE_MODULES = [
     "effectagent.ai._prompt",

@@ -19,17 +19,15 @@ from effectagent.effect import (
     Exit,
     Layer,
     MissingRequirement,
-    MissingServiceError,
     MissingServicesError,
     ServiceKey,
     Success,
     build_layer,
-    find_missing,
-    merge,
-    open_layer,
     open_scope,
     preflight,
 )
+from effectagent.effect._context import MissingServiceError
+from effectagent.effect._layer import find_missing, merge, open_layer
 
 OUTSIDE: ServiceKey[str] = ServiceKey("outside")  # in the caller's context; no leaf declares it
 

@@ -12,8 +12,8 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.effect import PermitLedger, Semaphore
-from effectagent.effect._semaphore import _Waiter
+from effectagent.effect import Semaphore
+from effectagent.effect._semaphore import PermitLedger, _Waiter
 
 # ---- the pure ledger (no Trio running) -----------------------------------------------------------
 

@@ -12,7 +12,7 @@ import trio
 
 from effectagent import Agent, open_runtime
 from effectagent.ai import AuthenticationFailed, LanguageModelService
-from effectagent.effect import open_layer
+from effectagent.effect._layer import open_layer
 from effectagent.providers import (
     Anthropic,
     OpenAIChat,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import trio
 
-from effectagent.effect import open_layer
+from effectagent.effect._layer import open_layer
 from sandbox import (
     UNLIMITED,
     CodeExecutorService,

@@ -10,17 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import sandbox._deno as deno_module
-from effectagent.effect import (
-    Context,
-    JSONValue,
-    Layer,
-    MissingServiceError,
-    TaggedError,
-    decode,
-    encode,
-    json_schema,
-    open_layer,
-)
+from effectagent.effect import Context, JSONValue, Layer, TaggedError, decode, encode, json_schema
+from effectagent.effect._context import MissingServiceError
+from effectagent.effect._layer import open_layer
 from sandbox import (
     UNLIMITED,
     CodeExecutionError,

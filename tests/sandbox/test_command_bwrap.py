@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from effectagent.effect import Context, open_layer
+from effectagent.effect import Context
+from effectagent.effect._layer import open_layer
 from sandbox import (
     UNLIMITED,
     ArtifactRule,

@@ -12,7 +12,8 @@ import attrs
 import pytest
 import trio
 
-from effectagent.effect import Context, Layer, open_layer
+from effectagent.effect import Context, Layer
+from effectagent.effect._layer import open_layer
 from sandbox import (
     UNLIMITED,
     ArtifactRule,

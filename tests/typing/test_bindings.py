@@ -12,7 +12,7 @@ import pytest
 
 from effectagent import Agent, AgentPolicy, Context, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import Binding
-from effectagent.effect import open_layer
+from effectagent.effect._layer import open_layer
 from effectagent.engine import RunFailedError
 from effectagent.testing import ScriptedModel, Turn
 

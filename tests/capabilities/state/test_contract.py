@@ -36,7 +36,7 @@ from capabilities.state._store import AgentStateStore
 from capabilities.storage._layers import sqlite_database
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import AgentStateWritten
-from effectagent.effect import open_layer
+from effectagent.effect._layer import open_layer
 from effectagent.engine import ConversationLog, InMemoryConversationLog, RunInfo
 
 from ..conftest import sqlite

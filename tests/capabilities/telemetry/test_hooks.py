@@ -19,14 +19,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from capabilities.telemetry import Telemetry
 from capabilities.telemetry._listener import TELEMETRY_VERSION
 from effectagent.core import SecretRedactor
-from effectagent.effect import (
-    AttributeValue,
-    SpanHandle,
-    trace_span,
-    tracing_active,
-    use_span_starter,
-)
+from effectagent.effect import AttributeValue, SpanHandle, trace_span, use_span_starter
 from effectagent.effect import SpanKind as HookKind
+from effectagent.effect._trace import tracing_active
 from tests.capabilities.telemetry.spans import (
     CANARY,
     attributes,
