@@ -13,8 +13,6 @@ This is the one package that brings ``effectagent``, ``capabilities`` and ``sand
 for a person at a terminal.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence as _Sequence
 
 from ._config import Config as Config

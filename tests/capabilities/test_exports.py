@@ -1,5 +1,6 @@
-"""The curated public surface of the capabilities packages: complete, documented, nothing leaking
-(the same checks ``tests/effect/test_exports.py`` makes for the base packages)."""
+"""The curated public surface of the capabilities packages: exactly the pinned names, complete,
+documented, nothing leaking (the same checks ``tests/effect/test_exports.py`` makes for the base
+packages). A name enters an ``__all__`` only together with its line in ``SURFACE``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from tests.effect.test_exports import _attribute_doc, _is_data, _own_docstring
+from tests.effect.test_exports import (
+    _attribute_doc,
+    _is_data,
+    _own_docstring,
+    internal_reexports,
+    public_submodules,
+)
 
 PACKAGES = [
     "capabilities",
@@ -25,7 +32,91 @@ PACKAGES = [
     "capabilities.skills",
     "capabilities.subagents",
     "capabilities.telemetry",
+    "capabilities.cli",
 ]
+
+#: Each package's ``__all__``, exactly.
+SURFACE: dict[str, str] = {
+    "capabilities": """
+        AccessPolicy AccessRule AgentStateService ApprovalPolicy ApprovalRule Compensatable
+        in_memory_storage InteractiveApproval LogCompactor PolicyApproval PolicyAuthorization
+        RunLocal ScriptedApproval Session SessionConflict SessionCreate SessionPatch SessionSchema
+        SessionStoreService sqlite_storage StateConflict StateSlot SteeringService Uncertain
+        WithRecord
+    """,
+    "capabilities.approval": """
+        Answer ApprovalClosed ApprovalNotPending ApprovalOpened ApprovalPolicy ApprovalRule
+        ApprovalSubject ApprovalUpdate Decision InteractiveApproval Known Parameters
+        PendingApproval PolicyApproval ScriptedApproval Unknown Verdict
+    """,
+    "capabilities.authorization": """
+        AccessDecision AccessPolicy AccessRule AccessSubject Effect PolicyAuthorization
+    """,
+    "capabilities.cli": """
+        Config ConfigError load_config main Timeline
+    """,
+    "capabilities.code_mode": """
+        code_mode CodeMode CodeModeBuildError CodeModeFailed CodeModeInput CodeModeLimits
+        CodeModeOutput
+    """,
+    "capabilities.compaction": """
+        ArtifactRefused compaction_artifacts CompactionHost CompactionResult HostRequest
+        LogCompactor rebuild_compactions RetainedFact source_digest TokenizerCounter
+        verify_artifact
+    """,
+    "capabilities.mcp": """
+        connect HttpServer McpConnectError McpConnection McpLimits McpPrompt McpPromptResult
+        McpRequestError McpResource McpResourceContents McpServer McpToolError ServerIdentity
+        SkippedTool StdioServer
+    """,
+    "capabilities.sessions": """
+        Session SessionConflict SessionCreate SessionExists SessionNotFound SessionPatch
+        SessionSchema SessionStore SessionStoreError SessionStoreService UnknownSessionVersion
+    """,
+    "capabilities.skills": """
+        ActivatedSkill activation_tool compute_integrity discover_skills Integrity
+        SkillAuthorization SkillDecision SkillError SkillInfo SkillLibrary SkillNotFound SkillRule
+        SkillSubject SkillTampered
+    """,
+    "capabilities.state": """
+        AgentState AgentStateError AgentStateService Compensatable RunLocal RunNotObserved
+        StateConflict StateSlot StateView StateWritten Uncertain UnsettledState WithRecord
+        WriteClass
+    """,
+    "capabilities.steering": """
+        InputReceipt InputStatus Steering SteeringLimits SteeringService
+    """,
+    "capabilities.storage": """
+        CannotOpenDatabase DatabaseInUse DatabaseTooNew SqliteDatabase SqliteDatabaseService
+        StorageError Synchronous UnsafeDatabaseFile
+    """,
+    "capabilities.subagents": """
+        delegate Delegation SubagentFailed
+    """,
+    "capabilities.telemetry": """
+        add_trace_ids Telemetry
+    """,
+}
+
+#: The public (no leading ``_``) submodules of each package; every other module is private.
+PUBLIC_SUBMODULES: dict[str, set[str]] = {
+    "capabilities": {
+        "approval",
+        "authorization",
+        "cli",
+        "code_mode",
+        "compaction",
+        "mcp",
+        "sessions",
+        "skills",
+        "state",
+        "steering",
+        "storage",
+        "subagents",
+        "telemetry",
+    },
+    "capabilities.cli": {"render"},  # the timeline the demo shows too
+}
 
 
 def _names(package: str) -> list[str]:
@@ -72,3 +163,21 @@ def test_exports_are_our_own(package: str) -> None:
         if not _is_data(obj):
             assert isinstance(owner, str)
             assert owner.startswith("capabilities."), name
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_all_is_exactly_the_pinned_surface(package: str) -> None:
+    exported = set(_names(package))
+    pinned = set(SURFACE[package].split())
+    assert sorted(exported - pinned) == [], "exported but not pinned in SURFACE"
+    assert sorted(pinned - exported) == [], "pinned in SURFACE but no longer exported"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_only_the_pinned_submodules_are_public(package: str) -> None:
+    assert public_submodules(package) == PUBLIC_SUBMODULES.get(package, set())
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_internal_name_is_re_exported(package: str) -> None:
+    assert internal_reexports(package, "capabilities") == set()

@@ -1,6 +1,12 @@
-"""The curated public surface of each package: complete, documented, and nothing leaking.
+"""The curated public surface of each package: exactly the pinned names, complete, documented,
+and nothing leaking.
 
-Add a package to ``PACKAGES`` when it gets a public ``__init__``.
+Add a package to ``PACKAGES`` when it gets a public ``__init__``. A name enters a package's
+``__all__`` only together with its line in ``SURFACE``: the surface is what users and the other
+packages may rely on (``tests/import_contracts.py`` lets a package import nothing of another but
+what its ``__init__`` names), so every addition is a decision, never an accident. The same goes
+for a public submodule (``PUBLIC_SUBMODULES``) and for an internal name one of our packages
+re-exports for the others (``INTERNAL``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,84 @@ PACKAGES = [
     "effectagent.providers",
     "sandbox",
 ]
+
+#: Each package's ``__all__``, exactly (``effectagent.engine``'s is pinned with the engine).
+SURFACE: dict[str, str] = {
+    "effectagent": """
+        Agent AgentPolicy ChildBudget Context LanguageModelService Layer open_runtime run_sync
+        RunResult Runtime ServiceKey TaggedError Tool tool ToolCallContext Toolkit
+    """,
+    "effectagent.effect": """
+        attempt AttributeValue build_layer Cause checked_encoder Context decode decode_json Die
+        encode encode_as Exit Fail Failure Fiber field_meta Interrupt json_schema JSONValue Layer
+        make_json_converter MissingRequirement MissingServicesError open_scope parse_json_text
+        preflight SchemaDerivationError SchemaError SchemaIssue SchemaLimits Scope ScopeClosedError
+        Semaphore ServiceKey SpanHandle SpanKind Success TaggedError trace_span use_span_starter
+    """,
+    "effectagent.ai": """
+        AiError AssistantMessage AuthenticationFailed Binding close_stream ContentFiltered
+        ContextLengthExceeded DEFAULT_ARGUMENT_LIMITS DEFAULT_MAX_RESPONSE_BYTES
+        DEFAULT_MAX_TOOL_ARGUMENT_BYTES encode_failure FailureMode FinishPart FinishReason
+        format_bytes generate Handler handler_result InnerResult InputTokens InvalidModelRequest
+        LanguageModel LanguageModelService MalformedResponse Message ModelNetworkError ModelRequest
+        ModelResponse ModelUnavailable OutcomeUnknown OutputFormat OutputSchemaViolation
+        ProviderError RateLimited ReasoningContent ReasoningDeltaPart ReasoningEndPart
+        ReasoningStartPart ResponseMetadataPart ResponsePart ResponseReducer ResponseTooLarge
+        SystemMessage TextContent TextDeltaPart TextEndPart TextStartPart Tool tool ToolAnnotations
+        ToolBroker ToolCallContent ToolCallContext ToolCallPart ToolDescriptor Toolkit ToolMessage
+        ToolParamsDeltaPart ToolParamsEndPart ToolParamsStartPart ToolResultContent ToolSnapshot
+        ToolSource TruncatedToolCall Usage UserMessage
+    """,
+    "effectagent.core": """
+        Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
+        ApprovalRequested assistant_message_of bounded_json bounded_parsed BudgetExhausted
+        BudgetWarning ChildBudget compact_json CompactionCreated CompactionPerformed
+        CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase
+        FinalTurnDeclaredTools LogEntry ModelFailed ModelResponseRecorded ModelRetrying
+        ModelStarted OutputInvalid parse_arguments project_messages ReasoningDelta Record
+        redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
+        RetryPolicy Risk RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
+        RunInterrupted RunStarted RunSuspended SecretRedactor StorageFailed StreamRedactor
+        SubagentCompleted SubagentEvent SubagentStarted TERMINAL_EVENTS TextDelta
+        ToolApprovalDecided ToolApprovalRequested ToolCallDeclared ToolCallFailed ToolCallPrepared
+        ToolCallSettled ToolCallStarted ToolCallSucceeded ToolDefect ToolFailedRun ToolFailure
+        ToolInvalidInput ToolOutcome ToolProgress ToolRejected ToolResultBounds ToolSuccess
+        ToolUnknownOutcome TurnCompleted TurnStarted UsageDelta UsageTotals UserInputRecorded
+    """,
+    "effectagent.testing": """
+        batches BatchReport BatchSpec CallSpec FunctionModel PROBE_TOOLKIT run_batch run_batch_sync
+        ScriptedModel SimulatedDefect Turn
+    """,
+    "effectagent.providers": """
+        Anthropic model_layer model_settings ModelSettings open_model OpenAIChat OpenAICompatible
+        OpenAIResponses
+    """,
+    "sandbox": """
+        Artifact ArtifactRule BubblewrapSandbox CodeExecutionError CodeExecutionHost
+        CodeExecutionLimits CodeExecutionRequest CodeExecutionResult CodeExecutor
+        CodeExecutorService CodeTimeout CommandNotFound deno_executor_layer DenoCodeExecutor
+        ExecutorCrashed ExecutorUnavailable HostCallFailed HostCallLimitExceeded HostCallOutcome
+        HostCallSucceeded HostCallTooLarge InvalidProgram Isolation JSONTooDeep LimitNotEnforceable
+        LocalProcessSandbox LogLine MemoryLimitExceeded Mount MountMode NetworkPolicy
+        open_deno_executor OutputChunk OutputLimitExceeded OwnedResources ProgramThrew
+        ResourceUsage ResultTooLarge run Sandbox SandboxError SandboxEvent SandboxExecution
+        SandboxExited SandboxImplementation SandboxLimits SandboxRequest SandboxResult
+        SandboxService SandboxStarted SandboxUnavailable SecretHandle SecretResolver
+        SecretResolverService SourceTooLarge UNLIMITED Unlimited WorkloadIdentity
+    """,
+}
+
+#: The public (no leading ``_``) submodules of each package; every other module is private.
+PUBLIC_SUBMODULES: dict[str, set[str]] = {
+    "effectagent": {"ai", "core", "effect", "engine", "providers", "testing"},
+}
+
+#: Our own functions and classes a package names under a ``_`` name, outside ``__all__``, for
+#: effectagent's other packages only (the import contract allows them nothing else).
+INTERNAL: dict[str, set[str]] = {
+    # The cheaper attrs ``__init__`` that ai, core and engine put on their hot classes.
+    "effectagent.effect": {"_fast_init"},
+}
 
 
 def _public_names(package: str) -> list[str]:
@@ -150,3 +234,54 @@ def test_exports_come_from_our_own_modules(package: str) -> None:
         elif not isinstance(owner, str) or not owner.startswith(f"{root}."):
             foreign.append(name)
     assert foreign == []
+
+
+def _pinned(package: str) -> set[str]:
+    return set(SURFACE[package].split())
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p in SURFACE])
+def test_all_is_exactly_the_pinned_surface(package: str) -> None:
+    exported = set(_public_names(package))
+    pinned = _pinned(package)
+    assert sorted(exported - pinned) == [], "exported but not pinned in SURFACE"
+    assert sorted(pinned - exported) == [], "pinned in SURFACE but no longer exported"
+
+
+def public_submodules(package: str) -> set[str]:
+    """The submodules of ``package`` whose name has no leading underscore."""
+    module = importlib.import_module(package)
+    return {info.name for info in pkgutil.iter_modules(module.__path__) if info.name[0] != "_"}
+
+
+def internal_reexports(package: str, root: str) -> set[str]:
+    """Our own functions and classes (defined under ``root``) that ``package`` names with a
+    leading underscore — reachable by other packages, though outside ``__all__``."""
+    module = importlib.import_module(package)
+    return {
+        name
+        for name, value in vars(module).items()
+        if name.startswith("_")
+        and not name.startswith("__")
+        and not isinstance(value, types.ModuleType)
+        and str(getattr(value, "__module__", "")).startswith(f"{root}.")
+    }
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_only_the_pinned_submodules_are_public(package: str) -> None:
+    assert public_submodules(package) == PUBLIC_SUBMODULES.get(package, set())
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_only_the_pinned_internal_names_are_re_exported(package: str) -> None:
+    root = package.split(".")[0]
+    assert internal_reexports(package, root) == INTERNAL.get(package, set())
+
+
+def test_a_pinned_internal_name_stays_out_of_the_surface() -> None:
+    for package, names in INTERNAL.items():
+        assert not names & set(_public_names(package))
+        namespace: dict[str, Any] = {}
+        exec(f"from {package} import *", namespace)
+        assert not names & set(namespace)
