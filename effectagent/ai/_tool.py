@@ -31,6 +31,7 @@ from returns.result import Result
 from typing_extensions import TypeVar
 
 from effectagent.effect import (
+    JSONValue,
     SchemaDerivationError,
     SchemaError,
     SchemaIssue,
@@ -52,7 +53,6 @@ __all__ = [
     "Binding",
     "FailureMode",
     "Handler",
-    "JSONValue",
     "OutputSchemaViolation",
     "ProgressReporter",
     "Tool",
@@ -67,7 +67,6 @@ S = TypeVar("S")
 _P = TypeVar("_P", default=Any)
 _S = TypeVar("_S", default=Any)
 
-JSONValue: TypeAlias = Any
 #: What a declared tool failure does: "return" shows it to the model, "error" ends the run.
 FailureMode = Literal["error", "return"]
 

@@ -479,7 +479,7 @@ def test_declared_failures_are_recognised_and_encoded_as_an_envelope() -> None:
     envelope = encode_failure(UnknownCity("Atlantis"))
     assert envelope["_tag"] == "UnknownCity"
     assert envelope["city"] == "Atlantis"
-    assert "Atlantis" in envelope["message"]
+    assert "Atlantis" in str(envelope["message"])
 
 
 # ---- approval ----------------------------------------------------------------------------------

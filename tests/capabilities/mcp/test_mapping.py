@@ -79,7 +79,9 @@ def test_an_object_output_schema_is_bound_with_its_definitions_at_the_root() -> 
     assert shape.output_validator is None
     tool = Tool.dynamic("t", "d", OBJECT, success_schema=shape.success_schema)
     good = envelope(ID, "t", "t", {"content": [], "structuredContent": {"p": {"x": 1}}}, 10_000)
-    assert tool.encode_success(good)["structured"] == {"p": {"x": 1}}
+    encoded = tool.encode_success(good)
+    assert isinstance(encoded, dict)
+    assert encoded["structured"] == {"p": {"x": 1}}
     bad = envelope(ID, "t", "t", {"content": [], "structuredContent": {"p": {"x": "1"}}}, 10_000)
     with pytest.raises(Exception, match=r"\$\.structured\.p\.x"):
         tool.encode_success(bad)
