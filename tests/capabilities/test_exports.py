@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib
 import types
+from collections import defaultdict
 from typing import Any
 
 import pytest
 
+from tests.effect.test_exports import PACKAGES as BASE_PACKAGES
 from tests.effect.test_exports import (
     _attribute_doc,
     _is_data,
@@ -181,3 +183,20 @@ def test_only_the_pinned_submodules_are_public(package: str) -> None:
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_internal_name_is_re_exported(package: str) -> None:
     assert internal_reexports(package, "capabilities") == set()
+
+
+def test_a_name_means_one_thing_in_every_package() -> None:
+    """A name two packages export is one object re-exported, never two things that collide (as
+    the effect core's and the AI layer's ``JSONValue`` did, or Code Mode's and the skills'
+    ``FailureKind`` would)."""
+    meanings: dict[str, dict[str, object]] = defaultdict(dict)
+    for package in [*BASE_PACKAGES, *PACKAGES]:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            meanings[name][package] = getattr(module, name)
+    clashes = {
+        name: sorted(where)
+        for name, where in meanings.items()
+        if len({id(value) for value in where.values()}) > 1
+    }
+    assert clashes == {}
