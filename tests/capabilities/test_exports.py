@@ -187,8 +187,7 @@ def test_no_internal_name_is_re_exported(package: str) -> None:
 
 def test_a_name_means_one_thing_in_every_package() -> None:
     """A name two packages export is one object re-exported, never two things that collide (as
-    the effect core's and the AI layer's ``JSONValue`` did, or Code Mode's and the skills'
-    ``FailureKind`` would)."""
+    Code Mode's and the skills' ``FailureKind`` did)."""
     meanings: dict[str, dict[str, object]] = defaultdict(dict)
     for package in [*BASE_PACKAGES, *PACKAGES]:
         module = importlib.import_module(package)
