@@ -5,6 +5,7 @@ packages). A name enters an ``__all__`` only together with its line in ``SURFACE
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import types
 from collections import defaultdict
 from typing import Any
@@ -199,3 +200,20 @@ def test_a_name_means_one_thing_in_every_package() -> None:
         if len({id(value) for value in where.values()}) > 1
     }
     assert clashes == {}
+
+
+def test_json_value_is_the_effect_cores_everywhere() -> None:
+    """One JSON type: a module of ours that has a ``JSONValue`` has the effect core's (the AI
+    layer once defined its own, an alias of ``Any``)."""
+    from effectagent.effect import JSONValue
+
+    others = []
+    for root in ("effectagent", "capabilities", "sandbox"):
+        package = importlib.import_module(root)
+        for info in pkgutil.walk_packages(package.__path__, prefix=f"{root}."):
+            if info.name.endswith(".__main__"):
+                continue  # a command, not a module to import
+            module = importlib.import_module(info.name)
+            if getattr(module, "JSONValue", JSONValue) is not JSONValue:
+                others.append(info.name)
+    assert others == []
