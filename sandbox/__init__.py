@@ -11,10 +11,12 @@ workloads hold on the host while they run (:class:`OwnedResources`).
 Every error is a :class:`SandboxError`. Those exported here are the ones a caller may handle
 differently: a missing runtime (:class:`SandboxUnavailable`, :class:`ExecutorUnavailable`), a
 limit this host cannot enforce (:class:`LimitNotEnforceable`), a command that does not exist, and
-each way a program pass can stop (Code Mode tells the model which). The rest — an invalid request,
-a crashed runner, a secret or artifact refused — are ``SandboxError``\\ s whose message says what
-happened. The isolation building blocks (host probing, the bubblewrap command line, cgroups,
-rlimits, process-group kill) are the runners' own, not part of the API.
+each :class:`CodeExecutionError` a program can stop with — a limit it hit, its own throw, a crash
+(Code Mode tells the model which). The rest — an invalid request, a crashed command runner, a
+secret or artifact refused, a host call answered with something that is not JSON — are
+``SandboxError``\\ s whose message says what happened. The isolation building blocks (host
+probing, the bubblewrap command line, cgroups, rlimits, process-group kill) are the runners' own,
+not part of the API.
 """
 
 # ruff: noqa: I001  (imports are grouped by concept, like __all__)
