@@ -1,6 +1,5 @@
 """The engine: runtime, turn loop, tool pipeline and scheduler, budgets, and the seams it consults."""
 
-from ._budget import BudgetState as BudgetState
 from ._child import ChildRunRefused as ChildRunRefused
 from ._child import ChildRunResult as ChildRunResult
 from ._child import run_child as run_child
@@ -18,7 +17,6 @@ from ._runtime import UnknownConversation as UnknownConversation
 from ._runtime import open_runtime as open_runtime
 from ._runtime import reduce_events as reduce_events
 from ._runtime import run_sync as run_sync
-from ._scheduler import BatchLedger as BatchLedger
 from ._seams import Approval as Approval
 from ._seams import ApprovalError as ApprovalError
 from ._seams import ApprovalService as ApprovalService
@@ -52,8 +50,6 @@ __all__ = [
     "ApprovalError",
     "ApprovalService",
     "AuthorizationDecision",
-    "BatchLedger",
-    "BudgetState",
     "ChildRunRefused",
     "ChildRunResult",
     "CompactionRequest",

@@ -27,7 +27,6 @@ the run's own cancellation.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from contextvars import copy_context
 from typing import Any, final
 
@@ -49,38 +48,42 @@ from effectagent.core import (
     ToolOutcome,
     ToolRejected,
 )
-from effectagent.effect import Semaphore
 
-from ._batch_plan import BatchPlan, PlannedCall
+from ._batch_plan import BatchPlan, EarlyOutcome, PlannedCall
+from ._budget import Delegated
 from ._call import CallRunner
 from ._eager import in_context
-from ._io import RunIO
+from ._host import BatchScope
+from ._permits import Permit
 from ._scheduler import BatchLedger, WorkerPool
-from ._services import RunServices
 
 __all__ = ["Batch", "BatchResult"]
 
-_BUDGET_SPENT = "the run's tool-call budget is exhausted"
+_BUDGET_SPENT = "the batch would go past the run's tool-call budget, so none of its calls was run"
 _INTERRUPTED = "interrupted before it settled"
 
 
 @final
 class BatchResult:
     """What a committed batch changed: its outcomes in declaration order, the messages the prompt
-    gets, the error that ends the run (if any), and whether the batch yielded to the scheduler."""
+    gets, the error that ends the run (if any), what its calls took beyond themselves (inner
+    calls, child runs), and whether the batch yielded to the scheduler."""
 
-    __slots__ = ("failure", "messages", "outcomes", "yielded")
+    __slots__ = ("delegated", "failure", "messages", "outcomes", "yielded")
 
     def __init__(
         self,
-        outcomes: list[ToolOutcome],
+        *,
+        outcomes: tuple[ToolOutcome, ...],
         messages: tuple[Message, ...],
         failure: RunError | None,
+        delegated: Delegated,
         yielded: bool,
     ) -> None:
         self.outcomes = outcomes
         self.messages = messages
         self.failure = failure
+        self.delegated = delegated
         self.yielded = yielded
 
 
@@ -89,11 +92,13 @@ class Batch:
     """One tool batch of a turn. :meth:`run` it once; its commit is in :attr:`committed`."""
 
     __slots__ = (
+        "_audits",
         "_debug",
         "_ledger",
         "_plan",
         "_runner",
         "admitted",
+        "allowance",
         "assistant",
         "committed",
         "io",
@@ -102,25 +107,25 @@ class Batch:
 
     def __init__(
         self,
-        io: RunIO,
-        services: RunServices,
+        *,
+        scope: BatchScope,
         policy: AgentPolicy,
-        permits: Semaphore,
-        turn: int,
         plan: BatchPlan,
-        admitted: int,
+        admitted: bool,
         assistant: AssistantMessage | None,
-        admit: Callable[[int], int] = lambda n: 0,
-        host: object = None,
-        audits: dict[str, dict[str, Any]] | None = None,
+        lender: Permit | None,
     ) -> None:
-        self.io = io
-        self.turn = turn
+        io = self.io = scope.io
+        self.turn = scope.turn
+        self.allowance = scope.allowance
         self._plan = plan
-        self.admitted = admitted  # how many runnable calls the tool-call budget admitted
+        # Whether the runnable calls run: all of them, or — over the tool-call budget — none.
+        self.admitted = admitted
         self.assistant = assistant  # the response's message, added to the prompt with the batch
-        self._ledger = BatchLedger([call_id for call_id, _, _ in plan.declared])
-        self._runner = CallRunner(io, services, policy, permits, turn, admit, host, audits)
+        self._ledger = BatchLedger([declared.id for declared in plan.declared])
+        # The calls' audit metadata (inner calls, child runs), by declaration index: the batch's.
+        self._audits: list[dict[str, Any] | None] = [None] * len(plan.declared)
+        self._runner = CallRunner(scope=scope, policy=policy, lender=lender)
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
@@ -135,16 +140,23 @@ class Batch:
         it is interrupted while the calls are being prepared, nothing of the batch is written.
         """
         io, turn, plan, ledger = self.io, self.turn, self._plan, self._ledger
-        for call_id, name, preview in plan.declared:
-            io.emit(ToolCallDeclared, turn, call_id, name, preview)
-        runnable = plan.runnable[: self.admitted]
-        early = list(plan.early)
-        if len(runnable) < len(plan.runnable):
-            early += [
-                (c.index, ToolRejected(c.id, c.name, _BUDGET_SPENT))
-                for c in plan.runnable[self.admitted :]
-            ]
-            early.sort(key=_index)
+        for call in plan.declared:
+            io.emit(ToolCallDeclared, turn, call.id, call.name, call.preview)
+        early = plan.early
+        if self.admitted:
+            runnable = plan.runnable
+        else:  # past the tool-call budget: none of the calls runs
+            runnable = []
+            early = sorted(
+                [
+                    *early,
+                    *(
+                        EarlyOutcome(c.index, ToolRejected(c.id, c.name, _BUDGET_SPENT))
+                        for c in plan.runnable
+                    ),
+                ],
+                key=_index,
+            )
         if runnable:
             now = time.time()
             conversation_id, run_id = io.conversation_id, io.run_id
@@ -154,14 +166,14 @@ class Batch:
                     for c in runnable
                 ]
             )
-        for index, outcome in early:
-            ledger.settle(index, outcome)
+        for settled in early:
+            ledger.settle(settled.index, settled.outcome)
         yielded = False
         try:
             # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
             # checkpoint must still commit the batch (every prepared call gets its settlement).
-            for _, outcome in early:
-                self._announce(outcome)
+            for settled in early:
+                self._announce(settled.outcome)
             if len(runnable) == 1:
                 # One call: nothing could run beside it, so it needs no task and no nursery.
                 await in_context(self._execute(runnable[0]), copy_context())
@@ -183,14 +195,20 @@ class Batch:
                 with trio.CancelScope(shield=True):
                     declared = plan.declared
                     rest = ledger.settle_rest(
-                        lambda i: ToolDefect(declared[i][0], declared[i][1], _INTERRUPTED)
+                        lambda i: ToolDefect(declared[i].id, declared[i].name, _INTERRUPTED)
                     )
                     outcomes = await self._commit()
                     for i in rest:
                         self._announce(outcomes[i])
             raise
         assert self.committed is not None
-        return BatchResult(outcomes, self.committed, _run_error(outcomes, toolkit), yielded)
+        return BatchResult(
+            outcomes=tuple(outcomes),
+            messages=self.committed,
+            failure=_run_error(outcomes, toolkit),
+            delegated=self.allowance.totals(),
+            yielded=yielded,
+        )
 
     async def _commit(self) -> list[ToolOutcome]:
         """Append the batch's settlements in declaration order; set :attr:`committed`.
@@ -211,7 +229,7 @@ class Batch:
         io, turn = self.io, self.turn
         now = time.time()
         conversation_id, run_id = io.conversation_id, io.run_id
-        audits = self._runner.audits  # calls' audit metadata, by tool call ID
+        audits = self._audits
         await io.record(
             *[
                 ToolCallSettled(
@@ -222,13 +240,11 @@ class Batch:
                     o.tool_name,
                     o,
                     now,
-                    audits.get(o.tool_call_id),
+                    audits[i],
                 )
-                for o in outcomes
+                for i, o in enumerate(outcomes)
             ]
         )
-        if audits:
-            audits.clear()  # written with their settlements (the next batch starts empty)
         assistant = self.assistant
         self.committed = (results,) if assistant is None else (assistant, results)
         return outcomes
@@ -260,21 +276,23 @@ class Batch:
         call as interrupted). Only KeyboardInterrupt/SystemExit propagate.
         """
         try:
-            outcome = await self._runner.run(call)
+            outcome, audit = await self._runner.run(call)
         except Exception as exc:  # an engine-side defect while serving this call
             message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
-            outcome = ToolDefect(call.id, call.name, message)
+            outcome, audit = ToolDefect(call.id, call.name, message), None
         except BaseException as exc:
             if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
                 return False
             raise
+        if audit is not None:
+            self._audits[call.index] = audit
         self._ledger.settle(call.index, outcome)
         self._announce(outcome)
         return True
 
 
-def _index(item: tuple[int, ToolOutcome]) -> int:
-    return item[0]
+def _index(item: EarlyOutcome) -> int:
+    return item.index
 
 
 def _holds_cancelled(exc: BaseException) -> bool:

@@ -24,11 +24,11 @@ from effectagent.core import (
     bounded_json,
     bounded_parsed,
 )
-from effectagent.effect import SchemaError, SchemaIssue, SchemaLimits
+from effectagent.effect import SchemaError, SchemaIssue, SchemaLimits, _fast_init
 
 from ._model_step import ModelStep, oversized_message
 
-__all__ = ["BatchPlan", "PlannedCall", "plan_batch"]
+__all__ = ["BatchPlan", "DeclaredCall", "EarlyOutcome", "PlannedCall", "plan_batch"]
 
 _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
 
@@ -40,7 +40,14 @@ class PlannedCall:
     __slots__ = ("arguments", "id", "index", "name", "params", "tool")
 
     def __init__(
-        self, index: int, call_id: str, name: str, tool: Tool[Any, Any], params: Any, arguments: Any
+        self,
+        *,
+        index: int,
+        call_id: str,
+        name: str,
+        tool: Tool[Any, Any],
+        params: Any,
+        arguments: Any,
     ) -> None:
         self.index = index
         self.id = call_id
@@ -48,6 +55,26 @@ class PlannedCall:
         self.tool = tool
         self.params = params  # decoded, for the handler
         self.arguments = arguments  # shown (redacted) JSON value, for records and approval
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class DeclaredCall:
+    """A call as the model declared it: its ID, its tool's name, a bounded preview of its
+    arguments (shown, redacted)."""
+
+    id: str
+    name: str
+    preview: Any
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class EarlyOutcome:
+    """A call settled before anything ran (phase 1), at its place in declaration order."""
+
+    index: int
+    outcome: ToolOutcome
 
 
 @final
@@ -58,12 +85,13 @@ class BatchPlan:
 
     def __init__(
         self,
-        declared: list[tuple[str, str, Any]],
-        early: list[tuple[int, ToolOutcome]],
+        *,
+        declared: list[DeclaredCall],
+        early: list[EarlyOutcome],
         runnable: list[PlannedCall],
     ) -> None:
-        self.declared = declared  # (tool-call ID, tool name, bounded preview of the arguments)
-        self.early = early  # (declaration index, outcome) of calls settled in phase 1, in order
+        self.declared = declared
+        self.early = early  # calls settled in phase 1, in declaration order
         self.runnable = runnable  # in declaration order
 
     def __len__(self) -> int:
@@ -75,8 +103,8 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
     response = step.response
     shown_arguments = step.arguments
     redacting = step.redacting
-    declared: list[tuple[str, str, Any]] = []
-    early: list[tuple[int, ToolOutcome]] = []
+    declared: list[DeclaredCall] = []
+    early: list[EarlyOutcome] = []
     runnable: list[PlannedCall] = []
     limits = _argument_limits(step.limits.max_tool_argument_bytes)
     for index, call in enumerate(response.tool_calls):
@@ -86,12 +114,12 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
             preview = bounded_json(shown, _PREVIEW_BOUNDS)
         else:  # nothing redacted: ``shown`` is what parsing ``raw`` gave
             preview = bounded_parsed(shown, raw, _PREVIEW_BOUNDS)
-        declared.append((call_id, name, preview))
+        declared.append(DeclaredCall(call_id, name, preview))
         tool = toolkit.get(name)
         if tool is None:
             available = ", ".join(toolkit.names) or "none"
             message = f"unknown tool {name!r} (available: {available})"
-            early.append((index, ToolInvalidInput(call_id, name, message)))
+            early.append(EarlyOutcome(index, ToolInvalidInput(call_id, name, message)))
             continue
         try:
             params = tool.decode_arguments(raw, limits=limits)
@@ -101,19 +129,28 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
                 SchemaIssue(redactor.redact_text(i.path), redactor.redact_text(i.message))
                 for i in exc.issues
             )
-            early.append((index, ToolInvalidInput(call_id, name, message, issues)))
+            early.append(EarlyOutcome(index, ToolInvalidInput(call_id, name, message, issues)))
         else:
-            runnable.append(PlannedCall(index, call_id, name, tool, params, shown))
+            runnable.append(
+                PlannedCall(
+                    index=index,
+                    call_id=call_id,
+                    name=name,
+                    tool=tool,
+                    params=params,
+                    arguments=shown,
+                )
+            )
     cut_off = "the arguments were cut off by the output length limit; the call was not executed"
     argument_limit = step.limits.max_tool_argument_bytes
     for index, truncated in enumerate(response.truncated_calls, len(response.tool_calls)):
-        declared.append((truncated.id, truncated.name, ""))
+        declared.append(DeclaredCall(truncated.id, truncated.name, ""))
         if truncated.reason == "too-large":
             why = oversized_message(truncated.size, argument_limit)
         else:
             why = cut_off
-        early.append((index, ToolInvalidInput(truncated.id, truncated.name, why)))
-    return BatchPlan(declared, early, runnable)
+        early.append(EarlyOutcome(index, ToolInvalidInput(truncated.id, truncated.name, why)))
+    return BatchPlan(declared=declared, early=early, runnable=runnable)
 
 
 def _argument_limits(max_bytes: int) -> SchemaLimits:

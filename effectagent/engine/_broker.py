@@ -4,8 +4,9 @@ A tool that declares ``inner_tools`` gets, in its call's context, a broker over 
 tools. Each inner call takes the same pipeline as a call the model declared, minus what an inner
 call cannot have: it is resolved among the declared tools, its arguments decoded with the tool's
 own schema before the handler starts, authorized (the run's authorizer, the run's principal),
-counted against the run's tool-call budget (the run's deadline already bounds it), run under the
-outer call's permit through ``attempt``, and its result checked against the tool's schema on the
+counted against the run's tool-call budget (the run's deadline already bounds it), run through
+``attempt`` under a permit of the run's one pool — the outer call's own, lent to one inner call at a
+time, or another from the pool (see ``_permits``), and its result checked against the tool's schema on the
 way out *and* decoded again on the way back. A tool that may need approval cannot be called this
 way (there is no one to ask mid-program): the call is rejected.
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
 from typing import Any, final
 
 import trio
@@ -38,14 +38,15 @@ from effectagent.effect import (
     Failure,
     JSONValue,
     SchemaError,
-    Semaphore,
     Success,
     TaggedError,
     attempt,
     decode,
 )
 
+from ._host import CallHost
 from ._io import RunIO
+from ._seams import AuthorizationDecision, ToolAuthorization
 from ._services import RunServices
 
 __all__ = ["CallBroker"]
@@ -56,11 +57,10 @@ class CallBroker:
     """The broker of one outer call (see the module notes)."""
 
     __slots__ = (
-        "_admit",
         "_by_kind",
         "_by_tool",
         "_calls",
-        "_concurrency",
+        "_host",
         "_notes",
         "_outer",
         "_tools",
@@ -74,15 +74,15 @@ class CallBroker:
         services: RunServices,
         outer: ToolCallContext,
         tools: tuple[Tool[Any, Any], ...],
-        admit: Callable[[int], int],
-        concurrency: int,
+        host: CallHost,
     ) -> None:
         self.io = io
         self.services = services
         self._outer = outer
         self._tools = {tool.name: tool for tool in tools}
-        self._admit = admit  # the run's tool-call budget: how many of n calls may run
-        self._concurrency = Semaphore(concurrency)
+        # The outer call's handle: the batch's allowance (the run's tool-call budget), the run's
+        # permit pool and the outer call's permit, lent to its inner calls first.
+        self._host = host
         self._calls = 0
         self._by_kind: Counter[str] = Counter()
         self._by_tool: Counter[str] = Counter()
@@ -141,20 +141,63 @@ class CallBroker:
         )
         authorization = self.services.authorization
         if authorization is not None:
-            decision = await authorization.authorize(tool, params, context)
-            if not decision.allowed:
-                reason = self.io.redact_text(f"not authorized: {decision.reason or 'denied'}")
-                return self._settled(name, "rejected", reason)
-        if not self._admit(1):
+            refused = await self._authorize(authorization, tool, params, context)
+            if refused is not None:
+                return self._settled(name, "rejected", refused)
+        host = self._host
+        scope = host.scope
+        if not scope.allowance.admit_inner():
             return self._settled(name, "rejected", "the run's tool-call budget is exhausted")
         handler = self.services.handlers[tool]
-        async with self._concurrency.permits():
+        pool = scope.pool
+        permit = await pool.take(host.permit)
+        try:
             deadline = math.inf if tool.timeout is None else trio.current_time() + tool.timeout
-            with trio.CancelScope(deadline=deadline) as scope:
+            with trio.CancelScope(deadline=deadline) as scope_:
                 exit_ = await attempt(handler, params, context, errors=tool.failure)
-        if scope.cancelled_caught:
+        finally:
+            pool.give_back(permit)
+        if scope_.cancelled_caught:
             return self._settled(name, "defect", f"timed out after {tool.timeout} s")
         return self._result(tool, exit_)
+
+    async def _authorize(
+        self, authorization: ToolAuthorization, tool: Tool[Any, Any], params: Any, context: Any
+    ) -> str | None:
+        """Why the authorizer refuses the inner call, or None. One that crashes refuses it (fail
+        closed) with a neutral reason; what it raised goes to the run's log only.
+
+        Cancellation: as the authorizer's; a ``trio.Cancelled`` (alone or in a group) propagates.
+        """
+        io = self.io
+        try:
+            decision: object = await authorization.authorize(tool, params, context)
+        except Exception as exc:
+            self._log_crash(exc)
+            return _AUTHORIZATION_FAILED
+        except BaseExceptionGroup as group:
+            crashed, rest = group.split(Exception)
+            if crashed is not None:
+                self._log_crash(crashed)
+            assert rest is not None  # a group of exceptions alone is an ``Exception``
+            raise rest from None
+        if not isinstance(decision, AuthorizationDecision):
+            self._log_crash(TypeError(f"the authorizer answered {type(decision).__name__}"))
+            return _AUTHORIZATION_FAILED
+        if decision.allowed:
+            return None
+        return io.redact_text(f"not authorized: {decision.reason or 'denied'}")
+
+    def _log_crash(self, exc: BaseException) -> None:
+        io = self.io
+        leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
+        detail = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)
+        io.logs.warning(
+            "authorization service failed",
+            tool_call_id=self._outer.tool_call_id,
+            error=type(exc).__name__,
+            detail=io.redact_text(detail),
+        )
 
     def _result(self, tool: Tool[Any, Any], exit_: Any) -> InnerResult:
         name = tool.name
@@ -190,6 +233,8 @@ class CallBroker:
         tag = _TAGS[kind]
         return InnerResult(False, {"_tag": tag, "message": message})
 
+
+_AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
 
 _TAGS = {
     "invalid-input": "ToolInvalidInput",

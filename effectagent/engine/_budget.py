@@ -1,144 +1,296 @@
-"""Budget arithmetic for a run — pure (no Trio, no clock of its own: times are passed in).
+"""Budget arithmetic for a run — pure values, no Trio, no clock of its own (times are passed in).
 
-Dimensions: ``turns``, ``tool_calls``, ``duration`` and, when set, ``tokens`` and
+:class:`Budget` is part of the run's state (``_machine.RunState``): a frozen value, replaced — never
+changed — by the state machine as turns start, models report usage and batches settle.
+
+Dimensions: ``turns``, ``tool_calls``, ``duration`` and, when set, ``tokens``; then
 ``repeated_failures``. A warning is due once per dimension when use reaches the policy's
 ``warning_ratio`` (80 %) of the limit; exhaustion is reported for the first dimension, in that fixed
 order, whose use reached its limit.
 
-Child runs (subagents) are carved out of what is left: :meth:`BudgetState.carve` reserves a
-child's turns, tool calls and tokens — nothing else (another child, an inner tool call) can take
-them while it runs — and :meth:`BudgetState.give_back` charges what the child used and frees the
-rest. The child's turns and tool calls count against this run's limits from then on; its usage is
-added to this run's.
+While a batch runs, what its calls take beyond the batch's own calls — the inner calls a tool makes
+(Code Mode) and the budgets of the child runs a tool starts (subagents) — goes through the batch's
+:class:`Allowance`, made from the run's budget as the batch starts and owned by the batch. A child
+gets a :class:`BudgetLease`: its turns, tool calls and tokens are carved out of what is left (so no
+other child or inner call can take them while it runs), and it is settled exactly once when the
+child ends — what the child used is charged, the rest is freed. When the batch settles, the
+allowance's totals (:class:`Delegated`) are folded into the run's budget by the state machine: no
+code outside the run's owner changes its budget.
+
+The tree of a run's children stays inside the run's limits: a child's grace turn is part of its
+grant (a child granted ``n`` turns under "final-answer" runs ``n - 1`` turns and its grace turn;
+granted one, it fails instead of taking a grace turn), so a whole tree makes at most the root's
+``max_turns`` model calls plus the root's own grace turn.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import final
 
+import attrs
+
 from effectagent.core import AgentPolicy, ChildBudget, ToolOutcome, UsageDelta, UsageTotals
+from effectagent.effect import _fast_init
 
-__all__ = ["BudgetState", "Dimension"]
-
-Dimension = str
+__all__ = ["Allowance", "Budget", "BudgetLease", "Delegated", "Exhaustion", "RepeatedFailure"]
 
 _NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
+_FAILING_KINDS = frozenset({"invalid-input", "failure", "defect"})
 
 
-@final
-class BudgetState:
-    """Counters of one run and the decisions that follow from them."""
+@_fast_init
+@attrs.frozen(slots=True)
+class Exhaustion:
+    """A dimension that ran out (or, for a warning, came near): how much was used of what."""
 
-    __slots__ = (
-        "_failure_streaks",
-        "_reserved_calls",
-        "_reserved_tokens",
-        "_reserved_turns",
-        "_warned",
-        "delegated_tool_calls",
-        "delegated_turns",
-        "policy",
-        "repeated_failure",
-        "started_at",
-        "tool_calls",
-        "turns",
-        "usage",
-    )
+    dimension: str
+    used: float
+    limit: float
 
-    def __init__(self, policy: AgentPolicy, started_at: float) -> None:
-        self.policy = policy
-        self.started_at = started_at
-        self.turns = 0
-        self.tool_calls = 0
-        self.usage = _NO_USAGE
-        self._warned: set[str] = set()
-        self._failure_streaks: dict[str, int] = {}
-        self.repeated_failure: tuple[str, int] | None = None
-        # What child runs used (charged when each ended), and what running ones hold.
-        self.delegated_turns = 0
-        self.delegated_tool_calls = 0
-        self._reserved_turns = 0
-        self._reserved_calls = 0
-        self._reserved_tokens = 0
 
-    def limits(self, now: float) -> list[tuple[Dimension, float, float]]:
-        """``(dimension, used, limit)`` for every active dimension, in the fixed order."""
-        policy = self.policy
-        dims: list[tuple[Dimension, float, float]] = [
-            ("turns", self.turns + self.delegated_turns, policy.max_turns),
-            ("tool_calls", self.tool_calls + self.delegated_tool_calls, policy.max_tool_calls),
-            ("duration", now - self.started_at, policy.max_duration),
-        ]
-        if policy.token_budget is not None:
-            dims.append(("tokens", self.usage.total_tokens, policy.token_budget))
-        return dims
+@_fast_init
+@attrs.frozen(slots=True)
+class RepeatedFailure:
+    """One tool failed ``count`` times in a row."""
 
-    def exhausted(self, now: float) -> tuple[Dimension, float, float] | None:
-        """The first exhausted dimension, if any (repeated failures count as one)."""
-        # The order of ``limits``, checked without building its list (this runs every turn).
+    tool_name: str
+    count: int
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Delegated:
+    """What a batch's calls took beyond the batch's own calls: inner calls, and what its child
+    runs used (their turns and tool calls, their own children's included, and their usage)."""
+
+    inner_calls: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    usage: UsageTotals = _NO_USAGE
+
+
+_NOTHING_DELEGATED = Delegated()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Budget:
+    """A run's use of its policy's limits (see the module notes). Every method returns a new
+    value; the fields are the counters."""
+
+    policy: AgentPolicy
+    started_at: float
+    turns: int = 0  # the run's own
+    tool_calls: int = 0  # the run's own and its inner calls'
+    usage: UsageTotals = _NO_USAGE  # the run's and its children's
+    delegated_turns: int = 0  # what its children used (charged as each ended)
+    delegated_tool_calls: int = 0
+    warned: frozenset[str] = frozenset()
+    streaks: tuple[tuple[str, int], ...] = ()  # failures in a row, by tool
+    repeated_failure: RepeatedFailure | None = None
+    refused_batch: Exhaustion | None = None  # a batch that would have gone past max_tool_calls
+
+    def _with(
+        self,
+        *,
+        turns: int | None = None,
+        tool_calls: int | None = None,
+        usage: UsageTotals | None = None,
+        delegated_turns: int | None = None,
+        delegated_tool_calls: int | None = None,
+        warned: frozenset[str] | None = None,
+        streaks: tuple[tuple[str, int], ...] | None = None,
+        repeated_failure: RepeatedFailure | None = None,
+        refused_batch: Exhaustion | None = None,
+    ) -> Budget:
+        return Budget(
+            self.policy,
+            self.started_at,
+            self.turns if turns is None else turns,
+            self.tool_calls if tool_calls is None else tool_calls,
+            self.usage if usage is None else usage,
+            self.delegated_turns if delegated_turns is None else delegated_turns,
+            self.delegated_tool_calls if delegated_tool_calls is None else delegated_tool_calls,
+            self.warned if warned is None else warned,
+            self.streaks if streaks is None else streaks,
+            self.repeated_failure if repeated_failure is None else repeated_failure,
+            self.refused_batch if refused_batch is None else refused_batch,
+        )
+
+    # ---- decisions --------------------------------------------------------------------------
+
+    def exhausted(self, now: float) -> Exhaustion | None:
+        """The first exhausted dimension, if any (repeated failures and a refused batch count)."""
         policy = self.policy
         turns = self.turns + self.delegated_turns
         if turns >= policy.max_turns:
-            return ("turns", turns, policy.max_turns)
+            return Exhaustion("turns", turns, policy.max_turns)
+        if self.refused_batch is not None:
+            return self.refused_batch
         tool_calls = self.tool_calls + self.delegated_tool_calls
         if tool_calls >= policy.max_tool_calls:
-            return ("tool_calls", tool_calls, policy.max_tool_calls)
+            return Exhaustion("tool_calls", tool_calls, policy.max_tool_calls)
         elapsed = now - self.started_at
         if elapsed >= policy.max_duration:
-            return ("duration", elapsed, policy.max_duration)
+            return Exhaustion("duration", elapsed, policy.max_duration)
         budget = policy.token_budget
         if budget is not None and self.usage.total_tokens >= budget:
-            return ("tokens", self.usage.total_tokens, budget)
-        if self.repeated_failure is not None:
-            _, count = self.repeated_failure
-            return ("repeated_failures", count, self.policy.repeated_failure_limit)
+            return Exhaustion("tokens", self.usage.total_tokens, budget)
+        failure = self.repeated_failure
+        if failure is not None:
+            return Exhaustion("repeated_failures", failure.count, policy.repeated_failure_limit)
         return None
 
-    def due_warnings(self, now: float) -> list[tuple[Dimension, float, float]]:
-        """Dimensions that just crossed the warning ratio; each is returned once per run."""
-        due = []
+    def limits(self, now: float) -> list[Exhaustion]:
+        """Every active dimension's use, in the fixed order."""
+        policy = self.policy
+        dims = [
+            Exhaustion("turns", self.turns + self.delegated_turns, policy.max_turns),
+            Exhaustion(
+                "tool_calls", self.tool_calls + self.delegated_tool_calls, policy.max_tool_calls
+            ),
+            Exhaustion("duration", now - self.started_at, policy.max_duration),
+        ]
+        if policy.token_budget is not None:
+            dims.append(Exhaustion("tokens", self.usage.total_tokens, policy.token_budget))
+        return dims
+
+    def with_due_warnings(self, now: float) -> tuple[Budget, tuple[Exhaustion, ...]]:
+        """The dimensions that just crossed the warning ratio (each once per run), and the
+        budget that remembers them."""
         ratio = self.policy.warning_ratio
-        for dim, used, limit in self.limits(now):
-            if dim not in self._warned and used >= ratio * limit:
-                self._warned.add(dim)
-                due.append((dim, used, limit))
-        return due
+        due = tuple(
+            dim
+            for dim in self.limits(now)
+            if dim.dimension not in self.warned and dim.used >= ratio * dim.limit
+        )
+        if not due:
+            return self, ()
+        return self._with(warned=self.warned | {d.dimension for d in due}), due
 
-    def start_turn(self) -> None:
-        """Count a turn."""
-        self.turns += 1
+    @property
+    def calls_left(self) -> int:
+        """Tool calls the run may still make."""
+        return self.policy.max_tool_calls - self.tool_calls - self.delegated_tool_calls
 
-    def record_usage(self, delta: UsageDelta) -> None:
-        """Add one model call's usage."""
-        self.usage = self.usage.add(delta)
+    @property
+    def turns_left(self) -> int:
+        """Turns the run may still take (its children's count)."""
+        return self.policy.max_turns - self.turns - self.delegated_turns
 
-    def admit_tool_calls(self, requested: int) -> int:
-        """How many of a batch of ``requested`` calls may run (the rest are rejected); counts them."""
-        left = self._calls_left()
-        admitted = max(0, min(requested, left))
-        self.tool_calls += admitted
-        return admitted
+    # ---- changes ----------------------------------------------------------------------------
 
-    def _calls_left(self) -> int:
-        return (
-            self.policy.max_tool_calls
-            - self.tool_calls
-            - self.delegated_tool_calls
-            - self._reserved_calls
+    def with_turn(self) -> Budget:
+        """One more turn counted."""
+        return self._with(turns=self.turns + 1)
+
+    def with_usage(self, delta: UsageDelta) -> Budget:
+        """One model call's usage added."""
+        return self._with(usage=self.usage.add(delta))
+
+    def with_calls(self, count: int) -> Budget:
+        """A batch of ``count`` calls admitted."""
+        return self._with(tool_calls=self.tool_calls + count)
+
+    def with_refused_batch(self, requested: int) -> Budget:
+        """A batch of ``requested`` calls would have gone past ``max_tool_calls``: it ran none,
+        and the tool-call budget counts as exhausted."""
+        limit = self.policy.max_tool_calls
+        used = self.tool_calls + self.delegated_tool_calls + requested
+        return self._with(refused_batch=Exhaustion("tool_calls", used, limit))
+
+    def with_delegated(self, delegated: Delegated) -> Budget:
+        """What a batch's inner calls and child runs used, charged."""
+        if delegated is _NOTHING_DELEGATED:
+            return self
+        return self._with(
+            tool_calls=self.tool_calls + delegated.inner_calls,
+            usage=self.usage.including(delegated.usage),
+            delegated_turns=self.delegated_turns + delegated.turns,
+            delegated_tool_calls=self.delegated_tool_calls + delegated.tool_calls,
         )
 
-    def carve(
+    def with_outcomes(self, outcomes: Sequence[ToolOutcome]) -> Budget:
+        """Per-tool failure streaks updated (invalid input, failure and defect count; success
+        resets); the first streak to reach ``repeated_failure_limit`` is remembered."""
+        streaks = dict(self.streaks)
+        failure = self.repeated_failure
+        limit = self.policy.repeated_failure_limit
+        for outcome in outcomes:
+            name = outcome.tool_name
+            if outcome.kind == "success":
+                streaks[name] = 0
+            elif outcome.kind in _FAILING_KINDS:
+                streak = streaks[name] = streaks.get(name, 0) + 1
+                if streak >= limit and failure is None:
+                    failure = RepeatedFailure(name, streak)
+        return self._with(streaks=tuple(streaks.items()), repeated_failure=failure)
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class BudgetLease:
+    """What a child run was granted (``granted``), to be settled once with :meth:`Allowance.settle`.
+    ``policy`` is the child's policy within that grant (its grace turn included)."""
+
+    granted: ChildBudget
+    policy: AgentPolicy
+
+
+@final
+class Allowance:
+    """What one batch's calls may take beyond the batch's own calls (see the module notes).
+    Owned by the batch; pure bookkeeping."""
+
+    __slots__ = (
+        "_budget",
+        "_held",
+        "_inner",
+        "_reserved_calls",
+        "_reserved_tokens",
+        "_reserved_turns",
+        "_settled",
+        "_tool_calls",
+        "_turns",
+        "_usage",
+    )
+
+    def __init__(self, budget: Budget) -> None:
+        self._budget = budget
+        self._inner = 0
+        self._turns = 0
+        self._tool_calls = 0
+        self._usage = _NO_USAGE
+        self._reserved_turns = 0
+        self._reserved_calls = 0
+        self._reserved_tokens = 0
+        self._held: set[int] = set()  # ids of the leases not settled yet
+        self._settled = 0
+
+    def _calls_left(self) -> int:
+        return self._budget.calls_left - self._inner - self._tool_calls - self._reserved_calls
+
+    def admit_inner(self) -> bool:
+        """Count one inner call if the run has a tool call left for it."""
+        if self._calls_left() < 1:
+            return False
+        self._inner += 1
+        return True
+
+    def lease(
         self, want: ChildBudget, child: AgentPolicy, now: float, *, tools: bool = True
-    ) -> ChildBudget | str:
+    ) -> BudgetLease | str:
         """Reserve a child run's budget: for each dimension the least of ``want``, the child's
-        own ``policy`` and what this run has left (minus what running children hold). Returns
-        what was granted — to be given back with :meth:`give_back` — or, when this run has
-        nothing left of a dimension the child needs, why not (nothing is reserved then). A child
-        without ``tools`` needs no tool calls: it is granted none."""
-        policy = self.policy
-        turns_left = policy.max_turns - self.turns - self.delegated_turns - self._reserved_turns
+        own policy and what the run has left (minus what running children hold). Returns the
+        lease — to be settled with :meth:`settle` — or, when the run has nothing left of a
+        dimension the child needs, why not (nothing is reserved then). A child without ``tools``
+        needs no tool calls: it is granted none."""
+        budget = self._budget
+        policy = budget.policy
+        turns_left = budget.turns_left - self._turns - self._reserved_turns
         calls_left = self._calls_left()
-        duration_left = policy.max_duration - (now - self.started_at)
+        duration_left = policy.max_duration - (now - budget.started_at)
         if turns_left < 1:
             return "the run has no turns left to give a subagent"
         calls = min(want.tool_calls, child.max_tool_calls, calls_left) if tools else 0
@@ -150,7 +302,8 @@ class BudgetState:
             return "the run has no time left to give a subagent"
         tokens = _least(want.tokens, child.token_budget)
         if policy.token_budget is not None:
-            tokens_left = policy.token_budget - self.usage.total_tokens - self._reserved_tokens
+            used = budget.usage.total_tokens + self._usage.total_tokens + self._reserved_tokens
+            tokens_left = policy.token_budget - used
             if tokens_left < 1:
                 return "the run has no tokens left to give a subagent"
             tokens = tokens_left if tokens is None else min(tokens, tokens_left)
@@ -160,42 +313,59 @@ class BudgetState:
             tokens,
             min(child.max_duration, duration_left, want.duration or duration_left),
         )
+        lease = BudgetLease(granted, _child_policy(child, granted))
         self._reserved_turns += granted.turns
         self._reserved_calls += granted.tool_calls
         if policy.token_budget is not None and granted.tokens is not None:
             self._reserved_tokens += granted.tokens
-        return granted
+        self._held.add(id(lease))
+        return lease
 
-    def give_back(
-        self, granted: ChildBudget, turns: int, tool_calls: int, usage: UsageTotals
-    ) -> None:
-        """A child run that was granted ``granted`` ended having used ``turns``, ``tool_calls``
-        and ``usage``: charge those to this run and free the reservation."""
+    def settle(self, lease: BudgetLease, turns: int, tool_calls: int, usage: UsageTotals) -> None:
+        """The child that holds ``lease`` ended having used ``turns``, ``tool_calls`` and
+        ``usage``: charge them and free the reservation. Exactly once per lease."""
+        if id(lease) not in self._held:
+            raise RuntimeError("a budget lease was settled twice, or was not this batch's")
+        self._held.discard(id(lease))
+        granted = lease.granted
         self._reserved_turns -= granted.turns
         self._reserved_calls -= granted.tool_calls
-        if self.policy.token_budget is not None and granted.tokens is not None:
+        if self._budget.policy.token_budget is not None and granted.tokens is not None:
             self._reserved_tokens -= granted.tokens
-        self.delegated_turns += turns
-        self.delegated_tool_calls += tool_calls
-        self.usage = self.usage.including(usage)
+        self._turns += turns
+        self._tool_calls += tool_calls
+        self._usage = self._usage.including(usage)
 
     @property
     def reserved(self) -> tuple[int, int, int]:
         """``(turns, tool_calls, tokens)`` held by child runs still going."""
         return (self._reserved_turns, self._reserved_calls, self._reserved_tokens)
 
-    def record_outcomes(self, outcomes: list[ToolOutcome]) -> None:
-        """Update per-tool failure streaks (invalid input, failure and defect count; success resets)."""
-        limit = self.policy.repeated_failure_limit
-        for outcome in outcomes:
-            name = outcome.tool_name
-            if outcome.kind == "success":
-                self._failure_streaks[name] = 0
-            elif outcome.kind in ("invalid-input", "failure", "defect"):
-                streak = self._failure_streaks.get(name, 0) + 1
-                self._failure_streaks[name] = streak
-                if streak >= limit and self.repeated_failure is None:
-                    self.repeated_failure = (name, streak)
+    @property
+    def open_leases(self) -> int:
+        """Leases not settled yet."""
+        return len(self._held)
+
+    def totals(self) -> Delegated:
+        """What the batch's inner calls and settled child runs used."""
+        if not (self._inner or self._turns or self._tool_calls or self._usage.total_tokens):
+            return _NOTHING_DELEGATED
+        return Delegated(self._inner, self._turns, self._tool_calls, self._usage)
+
+
+def _child_policy(child: AgentPolicy, granted: ChildBudget) -> AgentPolicy:
+    """The child's policy within its grant: its grace turn is one of the granted turns (with one
+    turn granted it has no room for one, and fails instead)."""
+    grace = child.on_exhaustion == "final-answer" and granted.turns >= 2
+    return attrs.evolve(
+        child,
+        max_turns=granted.turns - 1 if grace else granted.turns,
+        on_exhaustion="final-answer" if grace else "fail",
+        # A child without tools is granted none; its policy still needs a positive limit.
+        max_tool_calls=max(1, granted.tool_calls),
+        token_budget=granted.tokens,
+        max_duration=child.max_duration if granted.duration is None else granted.duration,
+    )
 
 
 def _least(a: int | None, b: int | None) -> int | None:

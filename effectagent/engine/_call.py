@@ -12,7 +12,6 @@ that never expires — the same code path, minus the price of a Trio cancel scop
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any, final
 
 import attrs
@@ -45,13 +44,14 @@ from effectagent.core import (
     ToolUnknownOutcome,
     bounded_json,
 )
-from effectagent.effect import Cause, Exit, Failure, Semaphore, Success, TaggedError, attempt
+from effectagent.effect import Cause, Exit, Failure, Success, TaggedError, attempt
 
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
+from ._host import BatchScope, CallHost
 from ._io import RunIO
+from ._permits import Permit
 from ._seams import Approval, ApprovalError, AuthorizationDecision
-from ._services import RunServices
 
 __all__ = ["CallRunner"]
 
@@ -64,53 +64,32 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 @final
 class CallRunner:
-    """Runs the calls of one batch: what they share (the run's I/O, services, policy, permits)."""
+    """Runs the calls of one batch: what they share (the batch's scope, the policy, the permit
+    the batch's calls borrow first)."""
 
-    __slots__ = (
-        "admit",
-        "audits",
-        "digest",
-        "host",
-        "io",
-        "permits",
-        "policy",
-        "services",
-        "turn",
-    )
+    __slots__ = ("digest", "io", "lender", "policy", "scope", "services", "turn")
 
-    def __init__(
-        self,
-        io: RunIO,
-        services: RunServices,
-        policy: AgentPolicy,
-        permits: Semaphore,
-        turn: int,
-        admit: Callable[[int], int],
-        host: object = None,
-        audits: dict[str, dict[str, Any]] | None = None,
-    ) -> None:
-        self.admit = admit  # the run's tool-call budget, for inner calls
-        # The run's handle for its handlers (``ToolCallContext.host``: child runs).
-        self.host = host
-        # The audit metadata of calls that have any (inner calls, child runs), by tool call ID
-        # (unique in a response): the run's, where its child runs write too.
-        self.audits: dict[str, dict[str, Any]] = {} if audits is None else audits
-        self.digest = services.digest_arguments
-        self.io = io
-        self.services = services
+    def __init__(self, *, scope: BatchScope, policy: AgentPolicy, lender: Permit | None) -> None:
+        self.scope = scope
+        self.io = scope.io
+        self.services = scope.services
+        self.turn = scope.turn
+        self.digest = scope.services.digest_arguments
         self.policy = policy
-        self.permits = permits
-        self.turn = turn
+        # A child run's calls borrow the permit of the call that started the child first.
+        self.lender = lender
 
-    async def run(self, call: PlannedCall) -> ToolOutcome:
-        """The call's outcome. Raises only what must propagate: ``trio.Cancelled`` when the run is
-        interrupted (alone or inside a group), ``KeyboardInterrupt``/``SystemExit``.
+    async def run(self, call: PlannedCall) -> tuple[ToolOutcome, dict[str, Any] | None]:
+        """The call's outcome and its audit metadata (what its inner calls and child runs
+        noted; None: nothing). Raises only what must propagate: ``trio.Cancelled`` when the run
+        is interrupted (alone or inside a group), ``KeyboardInterrupt``/``SystemExit``.
 
         Cancellation: a cancellation point before the permit is taken; then as the handler's own.
-        The permit is released on every exit.
+        The permit is given back on every exit.
         """
         io = self.io
         tool = call.tool
+        host = CallHost(self.scope, call.id, call.name)
         progress = _Progress(io, self.turn, call)
         context = ToolCallContext(
             call.id,
@@ -121,38 +100,29 @@ class CallRunner:
             progress.report,
             io.author,
             None,
-            self.host,
+            host,
         )
         broker = None
         if tool.inner_tools:
-            broker = CallBroker(
-                io,
-                self.services,
-                context,
-                tool.inner_tools,
-                self.admit,
-                self.policy.tool_concurrency,
-            )
+            broker = CallBroker(io, self.services, context, tool.inner_tools, host)
             context = attrs.evolve(context, broker=broker)
         services = self.services
         if services.authorization is not None:
             rejected = await self._authorize(call, context)
             if rejected is not None:
-                return rejected
+                return rejected, None
         if tool.may_need_approval:
             rejected = await self._approval(call, context)
             if rejected is not None:
-                return rejected
+                return rejected, None
 
         handler = services.handlers[tool]
-        permits = self.permits
-        # Only half of Trio's checkpoint pair when a permit is free: the cancellation point, not
-        # the scheduler pass. A call that never waits runs to its end in the batch's task — that is
-        # what makes such a call cheap — and fairness to other tasks is kept by the turn loop's one
-        # scheduler pass per turn; a call that has to wait for a permit yields in ``acquire``.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if not permits.acquire_nowait():
-            await permits.acquire()
+        pool = self.scope.pool
+        # Only the cancellation point when a permit is free, not a scheduler pass: a call that
+        # never waits runs to its end in the batch's task — that is what makes such a call cheap
+        # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
+        # a call that has to wait for a permit yields in ``take``.
+        permit = host.permit = await pool.take(self.lender)
         try:
             io.emit(ToolCallStarted, self.turn, call.id, call.name)
             scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
@@ -164,12 +134,14 @@ class CallRunner:
                     with listener.call_context(io.run_id, call.id):
                         exit_ = await attempt(handler, call.params, context, errors=tool.failure)
         finally:
-            permits.release()
-            if broker is not None and (audit := broker.audit()) is not None:
-                self.audits.setdefault(call.id, {}).update(audit)
+            host.permit = None
+            pool.give_back(permit)
+        audit = host.notes
+        if broker is not None and (inner := broker.audit()) is not None:
+            audit = {**inner, **audit} if audit else inner
         if scope.cancelled_caught:
-            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
-        return self._settle(tool, call, exit_)
+            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s"), audit
+        return self._settle(tool, call, exit_), audit
 
     def _settle(
         self, tool: Tool[Any, Any], call: PlannedCall, exit_: Exit[Any, TaggedError]

@@ -8,13 +8,17 @@ A child is an ordinary run of another agent with three things fixed by its paren
 * **What it may do.** A fresh conversation holding only what the parent passes (the text and
   context items it is given); the parent's principal (``author``), so authorization and approval
   apply to it as to the parent; tools that are a subset of the parent's own for the turn (and tool
-  sources that are a subset of the parent's); and budgets carved out of what the parent has left
-  (``BudgetState.carve``), charged and freed when it ends. A child may start children of its own
-  only when the one that started it allowed that (``nested``).
+  sources that are a subset of the parent's); budgets leased from what the parent has left (the
+  batch's ``Allowance``: a ``BudgetLease``, settled once when the child ends — its grace turn is
+  part of its grant); and tool-call permits from the parent's one pool (the call that started the
+  child lends its permit to the child's calls first — the child's own ``tool_concurrency`` adds no
+  permits). A child may start children of its own only when the one that started it allowed that
+  (``nested``).
 * **What the parent sees.** ``SubagentStarted``, each child event wrapped in ``SubagentEvent``,
   then ``SubagentCompleted``, in the parent's stream; the child's usage added to the parent's
   totals; and the child's run and conversation IDs, status and usage in the audit metadata of the
-  parent call's ``ToolCallSettled`` record (key ``subagent``).
+  parent call's ``ToolCallSettled`` record (key ``subagent``), noted through the call's own host
+  and returned with its outcome. Nothing here changes the parent run's state.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from effectagent.effect import MissingServicesError
 
 from ._driver import RunDriver
 from ._handover import RunReducer
+from ._host import CallHost
 from ._ids import new_id
 from ._io import RunIO
 from ._seams import RunEnding
@@ -102,8 +107,8 @@ async def run_child(
     cancellation propagates. ``SubagentCompleted`` is emitted and the budgets settled on every
     exit.
     """
-    parent = call.host
-    if not isinstance(parent, RunDriver):
+    host = call.host
+    if not isinstance(host, CallHost):
         raise ChildRunRefused(
             "a child run starts only inside a tool call a runtime is running (not from a handler "
             "called directly, nor from an inner call of a tool that calls tools)"
@@ -118,7 +123,7 @@ async def run_child(
     for item in items:
         if not isinstance(item, ContextItem):
             raise TypeError(f"run_child's context must hold ContextItem, got {type(item).__name__}")
-    return await _ChildRun(parent, call, agent).run(text, budget, items, nested)
+    return await _ChildRun(host, call, agent).run(text, budget, items, nested)
 
 
 @final
@@ -141,31 +146,32 @@ class _ChildSink:
 
 @final
 class _ChildRun:
-    """One child run of ``parent``, started by ``call``."""
+    """One child run started by ``call``, through its ``host``."""
 
-    __slots__ = ("agent", "call", "parent")
+    __slots__ = ("agent", "call", "host")
 
-    def __init__(self, parent: RunDriver, call: ToolCallContext, agent: Agent) -> None:
-        self.parent = parent
+    def __init__(self, host: CallHost, call: ToolCallContext, agent: Agent) -> None:
+        self.host = host
         self.call = call
         self.agent = agent
 
     def _refusal(self) -> str | None:
         """Why this child may not run (authority), or None."""
-        parent, agent = self.parent, self.agent
-        if parent.depth > 0 and not parent.may_delegate:
+        scope, agent = self.host.scope, self.agent
+        parent = scope.agent
+        if scope.depth > 0 and not scope.may_delegate:
             return (
-                f"agent {parent.agent.name!r} runs as a subagent that was not allowed to "
+                f"agent {parent.name!r} runs as a subagent that was not allowed to "
                 "delegate (nested delegation must be declared by the delegation that started it)"
             )
-        toolkit = parent.toolkit
+        toolkit = scope.toolkit
         extra = [tool.name for tool in agent.toolkit if toolkit.get(tool.name) is not tool]
         if extra:
             return (
-                f"subagent {agent.name!r} has tools its parent {parent.agent.name!r} does not: "
+                f"subagent {agent.name!r} has tools its parent {parent.name!r} does not: "
                 f"{', '.join(sorted(extra))} (a subagent's tools must be a subset of its parent's)"
             )
-        sources = [key.name for key in agent.tool_sources if key not in parent.agent.tool_sources]
+        sources = [key.name for key in agent.tool_sources if key not in parent.tool_sources]
         if sources:
             return (
                 f"subagent {agent.name!r} has tool sources its parent does not: "
@@ -176,11 +182,12 @@ class _ChildRun:
     async def run(
         self, text: str, want: ChildBudget, context: tuple[ContextItem, ...], nested: bool
     ) -> ChildRunResult:
-        parent, agent, call = self.parent, self.agent, self.call
+        host, agent, call = self.host, self.agent, self.call
+        scope = host.scope
         refusal = self._refusal()
         if refusal is not None:
             raise ChildRunRefused(refusal)
-        services_for = parent.services.services_for
+        services_for = scope.services.services_for
         if services_for is None:
             raise ChildRunRefused("the runtime running this call offers no child runs")
         try:
@@ -190,25 +197,17 @@ class _ChildRun:
         except ValueError as exc:  # e.g. instructions holding a secret
             raise ChildRunRefused(str(exc)) from None
         tools = bool(len(agent.toolkit) or agent.tool_sources)
-        granted = parent.budget.carve(want, agent.policy, trio.current_time(), tools=tools)
-        if isinstance(granted, str):
-            raise ChildRunRefused(granted)
-        policy = attrs.evolve(
-            agent.policy,
-            max_turns=granted.turns,
-            # A child without tools is granted none; its policy still needs a positive limit.
-            max_tool_calls=max(1, granted.tool_calls),
-            token_budget=granted.tokens,
-            max_duration=agent.policy.max_duration
-            if granted.duration is None
-            else granted.duration,
-        )
-        io = parent.io
-        turn = parent.turn
+        allowance = scope.allowance
+        lease = allowance.lease(want, agent.policy, trio.current_time(), tools=tools)
+        if isinstance(lease, str):
+            raise ChildRunRefused(lease)
+        granted = lease.granted
+        io = scope.io
+        turn = scope.turn
         sink = _ChildSink(io, turn, call.tool_call_id)
         child = RunDriver(
             services,
-            attrs.evolve(agent, policy=policy),
+            attrs.evolve(agent, policy=lease.policy),
             text,
             run_id=new_id("run"),
             conversation_id=new_id("conv"),
@@ -216,9 +215,11 @@ class _ChildRun:
             author=io.author,
             new_conversation=True,
             context=context,
-            depth=parent.depth + 1,
+            depth=scope.depth + 1,
             may_delegate=nested,
             backpressure=io.queue,
+            permits=scope.pool,
+            lender=host.permit,
         )
         sink.child_run_id = child.run_id
         io.emit(
@@ -234,28 +235,30 @@ class _ChildRun:
         try:
             await child.execute()
         finally:
-            used = child.budget
-            turns = child.turn + used.delegated_turns
-            tool_calls = used.tool_calls + used.delegated_tool_calls
-            parent.budget.give_back(granted, turns, tool_calls, used.usage)
+            used = child.usage
+            turns, tool_calls = child.turns_used, child.tool_calls_used
+            allowance.settle(lease, turns, tool_calls, used)
             status = child.ending
-            parent.call_audits.setdefault(call.tool_call_id, {})["subagent"] = {
-                "agent": agent.name,
-                "run_id": child.run_id,
-                "conversation_id": child.conversation_id,
-                "status": status,
-                "turns": turns,
-                "tool_calls": tool_calls,
-                "input_tokens": used.usage.input_tokens,
-                "output_tokens": used.usage.output_tokens,
-            }
+            host.note(
+                "subagent",
+                {
+                    "agent": agent.name,
+                    "run_id": child.run_id,
+                    "conversation_id": child.conversation_id,
+                    "status": status,
+                    "turns": turns,
+                    "tool_calls": tool_calls,
+                    "input_tokens": used.input_tokens,
+                    "output_tokens": used.output_tokens,
+                },
+            )
             io.emit(
                 SubagentCompleted,
                 turn,
                 call.tool_call_id,
                 child.run_id,
                 status,
-                used.usage,
+                used,
                 turns,
                 tool_calls,
             )
@@ -268,7 +271,7 @@ class _ChildRun:
             result.text,
             result.output,
             result.error,
-            used.usage,
+            used,
             turns,
             tool_calls,
             granted,

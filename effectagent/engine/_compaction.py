@@ -13,7 +13,7 @@ anything is appended.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import attrs
 
@@ -35,17 +35,16 @@ async def maybe_compact(
     policy: AgentPolicy,
     messages: Sequence[Message],
     turn: int,
-    record_usage: Callable[[UsageDelta], None],
     *,
     estimate: int | None = None,
     force: bool = False,
-) -> list[Message] | None:
+) -> tuple[tuple[Message, ...] | None, tuple[UsageDelta, ...]]:
     """Compact before ``turn`` when the estimated context exceeds the policy's limit; return the
-    new prompt (projected from the log), or None when nothing was compacted.
+    new prompt (projected from the log) — None when nothing was compacted — and the usage of
+    the summary's model calls, one each, which the run's state machine charges.
 
     ``estimate`` is the live-context figure the driver computed (see ``CompactionRequest``);
-    without it, the token counter's count of ``messages``. ``record_usage`` meters the summary's
-    model call into the run's usage. ``force``: the model
+    without it, the token counter's count of ``messages``. ``force``: the model
     refused the context as too long (``ContextLengthExceeded``) — compact whatever the estimate
     says, asking the Compactor to get below the current estimate at least.
 
@@ -55,17 +54,18 @@ async def maybe_compact(
     limit = policy.context_token_limit
     compactor = services.compactor
     if compactor is None or (limit is None and not force):
-        return None
+        return None, ()
     count = services.count_tokens
     if estimate is None:
         estimate = count(messages)
     if force:
         limit = max(1, min(limit or estimate, estimate - 1))
     elif limit is None or estimate <= limit:
-        return None
+        return None, ()
     started = time.time()
     entries = tuple(await services.log.entries(io.conversation_id))
     redactor = services.redactor
+    used: list[UsageDelta] = []
 
     async def summarize(
         covered: Sequence[Message], /, *, max_output_tokens: int | None = None
@@ -73,7 +73,7 @@ async def maybe_compact(
         cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
         request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
         response = await generate(services.model, request)
-        record_usage(UsageDelta.from_usage(response.usage))
+        used.append(UsageDelta.from_usage(response.usage))
         return redactor.redact_text(response.text)
 
     records = await compactor.compact(
@@ -91,8 +91,9 @@ async def maybe_compact(
             count,
         )
     )
+    usage = tuple(used)
     if not records:
-        return None
+        return None, usage
     redacted = [
         record
         if record.summary is None
@@ -101,7 +102,7 @@ async def maybe_compact(
     ]
     await io.record(*redacted)
     history = await services.log.entries(io.conversation_id)
-    compacted: list[Message] = [services.system, *project_messages(history)]
+    compacted = (services.system, *project_messages(history))
     last = redacted[-1]
     io.emit(
         CompactionPerformed,
@@ -118,4 +119,4 @@ async def maybe_compact(
         covers_through=last.covers_through,
         tokens_before=estimate,
     )
-    return compacted
+    return compacted, usage

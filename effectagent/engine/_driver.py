@@ -1,54 +1,41 @@
-"""The turn loop of one run (DESIGN §4): a thin Trio driver around pure decisions.
+"""The interpreter of one run: performs the state machine's commands, feeds back their results.
 
-Each turn: budgets and stop policy → drain steering → compaction → one streamed model response
-(``_model_step``) → the final answer, or the whole tool batch (``_batch_plan``, ``_batch``)
-committed in declaration order → loop. Exactly one terminal event ends every run; the
-Conversation Log gets the canonical records as they become true.
-
-The driver owns the run's state — the prompt, the budgets, the turn, the permits — and is the only
-code that changes it: the model step, the batch and compaction write events and records through the
-run's :class:`~effectagent.engine._io.RunIO` and *return* what changed (a step, a batch result, a
-new prompt), which the driver applies.
+Every decision of the turn loop is ``_machine.step``'s, made on the run's :class:`RunState` — one
+frozen value with one owner, this driver, which replaces it with each transition and never changes
+it otherwise. The driver does the I/O the commands ask for — streams the model (``_model_step``),
+runs a tool batch (``_batch``), compacts (``_compaction``), appends records and emits events
+through the run's :class:`~effectagent.engine._io.RunIO` — and hands what came of it back to the
+machine as the next input. The parts it calls return values; none of them reaches into the run.
 
 Cancellation contract of :meth:`RunDriver.execute`: cancelling the run (caller, runtime close,
 :meth:`RunDriver.interrupt`) stops the model stream and every tool call; unfinished tool calls of
 the batch settle as interrupted defects; a ``RunFailedRecord`` and the ``RunInterrupted`` event are
-written shielded; no task is left running.
+written shielded; no task is left running. The run's deadline (``max_duration``, less the grace
+reserve) is the deadline of the scope the turns run in; when it passes the machine hears
+``TimeRanOut`` and decides what exhaustion means.
 """
 
 from __future__ import annotations
 
+import random
 import time
-from typing import Any, Literal, final
+from typing import Any, assert_never, final
 
 import attrs
 import trio
 
-from effectagent.ai import (
-    ContextLengthExceeded,
-    Message,
-    ModelRequest,
-    ModelResponse,
-    Toolkit,
-    ToolSnapshot,
-    UserMessage,
-)
+from effectagent.ai import Message, ModelRequest, Toolkit, ToolSnapshot, UserMessage
 from effectagent.core import (
     Agent,
-    BudgetExhausted,
     BudgetWarning,
     ContextAdded,
     ContextItem,
     ConversationCreated,
     EngineDefect,
     EventBase,
-    FinalTurnDeclaredTools,
     LogEntry,
-    ModelFailed,
     ModelRetrying,
-    OutputInvalid,
     Record,
-    RepeatedToolFailure,
     RunCompleted,
     RunCompletedRecord,
     RunError,
@@ -59,29 +46,96 @@ from effectagent.core import (
     StorageFailed,
     TurnCompleted,
     TurnStarted,
+    UsageTotals,
     UserInputRecorded,
     project_messages,
 )
-from effectagent.effect import SchemaError, Semaphore, decode_json, encode
+from effectagent.effect import encode
 
 from ._batch import Batch
-from ._batch_plan import plan_batch
-from ._budget import BudgetState
+from ._budget import Allowance
 from ._compaction import maybe_compact
 from ._handover import EventQueue
+from ._host import BatchScope
 from ._ids import new_id
 from ._io import EventSink, RunIO
+from ._machine import (
+    AnnounceRetry,
+    AppendLater,
+    BatchInterrupted,
+    BatchSettled,
+    Command,
+    Compact,
+    Compacted,
+    Complete,
+    CompleteTurn,
+    EnterGrace,
+    Fail,
+    FollowUps,
+    GraceBegun,
+    Input,
+    Log,
+    ModelCallFailed,
+    ModelResponded,
+    NextTurn,
+    RecordFeedback,
+    RecordInputs,
+    RequestModel,
+    RunBatch,
+    RunConfig,
+    RunState,
+    StartTurn,
+    TakeFollowUps,
+    TimeRanOut,
+    Transition,
+    TurnDue,
+    start,
+    step,
+)
 from ._model_step import ModelStep, stream_model, used_call_ids
-from ._retry import retry_delay
-from ._seams import ConversationLogError, RunEnding, RunInfo, SteeringInput
+from ._permits import Permit, PermitPool
+from ._seams import ConversationLogError, RunEnding, RunInfo
 from ._services import RunServices
 
 __all__ = ["RunDriver"]
 
+_jitter = random.Random()
+_NEXT_TURN = NextTurn()
+_NO_USAGE = UsageTotals()
+
 
 @final
 class RunDriver:
-    """One run: its identity, its state and its turn loop. Created by the runtime."""
+    """One run: its identity, its state (one :class:`RunState`) and the interpreter of its state
+    machine. Created by the runtime (or by ``run_child`` for a child run)."""
+
+    __slots__ = (
+        "_call_ids",
+        "_done",
+        "_history",
+        "_history_error",
+        "_interrupted",
+        "_observed",
+        "_snapshots",
+        "_yielded",
+        "agent",
+        "author",
+        "cancel_scope",
+        "context",
+        "depth",
+        "finished",
+        "io",
+        "lender",
+        "may_delegate",
+        "new_conversation",
+        "pool",
+        "services",
+        "state",
+        "terminal",
+        "toolkit",
+        "turn_services",
+        "user_input",
+    )
 
     def __init__(
         self,
@@ -98,6 +152,8 @@ class RunDriver:
         depth: int = 0,
         may_delegate: bool = True,
         backpressure: EventQueue | None = None,
+        permits: PermitPool | None = None,
+        lender: Permit | None = None,
     ) -> None:
         self.services = services
         self.agent = agent
@@ -122,21 +178,21 @@ class RunDriver:
             backpressure=backpressure,
         )
         # Child runs: how deep this run is (0: started by the runtime), whether it may start
-        # children of its own. The audit metadata of the current batch's calls, by tool call ID:
-        # what inner calls and child runs add, written with the calls' settlements.
+        # children of its own.
         self.depth = depth
         self.may_delegate = may_delegate
-        self.call_audits: dict[str, dict[str, Any]] = {}
+        # The run's permits (``tool_concurrency``): a child's are its parent's pool, and its
+        # calls borrow the permit of the call that started it first (``lender``).
+        self.pool = permits
+        self.lender = lender
         # The run made this conversation's ID up: it has no history to read.
         self.new_conversation = new_conversation
         # The history as read before the run started (``read_history``), or what reading it
         # raised (the run then fails with it when it executes).
         self._history: tuple[LogEntry, ...] | None = None
         self._history_error: Exception | None = None
-        self.messages: list[Message] = []
-        self.budget = BudgetState(agent.policy, 0.0)
-        # The permits of ``tool_concurrency``, made by the run's first tool batch.
-        self.permits: Semaphore | None = None
+        #: The run's state: None until it has its prompt.
+        self.state: RunState | None = None
         # The run's one cancel scope at a time: the turns (with the run's deadline), then, if a
         # budget ran out, the exhaustion phase. ``interrupt`` cancels whichever is current.
         self.cancel_scope: trio.CancelScope | None = None
@@ -146,19 +202,13 @@ class RunDriver:
         self._done: trio.Event | None = None  # made only if someone waits for the end
         # Set once the run observers were told the run started (they are then told it ended).
         self._observed: RunInfo | None = None
-        self.turn = 0
-        # Whether the last batch left a nursery (a schedule point): see ``_turns``.
+        # Whether the last batch left a nursery (a schedule point): see ``_next_turn``.
         self._yielded = False
-        # Final answers sent back because they did not decode into ``Agent.output``.
-        self._output_retries = 0
-        # (a prefix of the prompt, in messages; its tokens — as the provider reported them for
-        # the last request, or as counted here): see ``_live_context``.
-        self._context_base: tuple[int, int] | None = None
-        # When the run must have ended, on Trio's clock: its start plus ``max_duration``.
-        self._end_at = float("inf")
         # The tool-call IDs the conversation has used (its history, then each response of the
         # run): a call that reuses one gets a fresh ID (``_model_step``). Made at the first step.
         self._call_ids: set[str] | None = None
+
+    # ---- what others read --------------------------------------------------------------------
 
     @property
     def run_id(self) -> str:
@@ -169,6 +219,35 @@ class RunDriver:
     def conversation_id(self) -> str:
         """The conversation's ID."""
         return self.io.conversation_id
+
+    @property
+    def turn(self) -> int:
+        """The current turn (0 before the first)."""
+        return 0 if self.state is None else self.state.turn
+
+    @property
+    def usage(self) -> UsageTotals:
+        """What the run (and its children) used so far."""
+        return _NO_USAGE if self.state is None else self.state.budget.usage
+
+    @property
+    def turns_used(self) -> int:
+        """Model turns taken, the grace turn and the run's children's included."""
+        state = self.state
+        return 0 if state is None else state.turn + state.budget.delegated_turns
+
+    @property
+    def tool_calls_used(self) -> int:
+        """Tool calls made, inner calls and the run's children's included."""
+        state = self.state
+        if state is None:
+            return 0
+        return state.budget.tool_calls + state.budget.delegated_tool_calls
+
+    @property
+    def permits_in_use(self) -> int:
+        """Permits of the run's pool held right now (0 before its first batch)."""
+        return 0 if self.pool is None else self.pool.in_use
 
     @property
     def ending(self) -> RunEnding:
@@ -216,31 +295,36 @@ class RunDriver:
         enclosing scope (after writing the interruption, shielded).
 
         Cancellation: one cancel scope holds the turns and carries the run's deadline
-        (``max_duration``). When a budget runs out — the deadline cancelled that scope, or a count
-        was used up — the exhaustion phase (grace turn or failure) runs in a fresh scope without
-        that deadline. :meth:`interrupt` cancels whichever scope is current, and an interrupted
-        run never enters the exhaustion phase.
+        (``max_duration`` less the grace reserve). When a budget runs out — the deadline
+        cancelled that scope, or a count was used up — the exhaustion phase (grace turn or
+        failure) runs in a fresh scope, the grace turn under a deadline of its own that never
+        passes ``max_duration``. :meth:`interrupt` cancels whichever scope is current, and an
+        interrupted run never enters the exhaustion phase.
         """
         started = trio.current_time()
-        self.budget.started_at = started
         policy = self.agent.policy
-        # ``max_duration`` is the run's whole wall time, its grace turn included: under
-        # "final-answer" the turns stop ``grace_reserve`` seconds early so that a grace turn fits
-        # before the run's end (see ``AgentPolicy``).
-        self._end_at = started + policy.max_duration
+        end_at = started + policy.max_duration
         # The deadline is set as the scope is made (cheaper than setting it on an entered
         # scope); a run interrupted before it started begins cancelled.
-        scope = self.cancel_scope = trio.CancelScope(deadline=self._end_at - policy.grace_reserve)
+        scope = self.cancel_scope = trio.CancelScope(deadline=end_at - policy.grace_reserve)
         if self._interrupted:
             scope.cancel()
         io = self.io
         try:
+            grace: EnterGrace | None = None
             with scope:
-                await self._main()
+                state = await self._begin(started, end_at)
+                grace = await self._drive((state, (_NEXT_TURN,)))
             if self.terminal is None and not self._interrupted:
                 scope = self.cancel_scope = trio.CancelScope()
                 with scope:
-                    await self._exhausted()
+                    if grace is None:  # the turns' deadline passed
+                        grace = await self._drive(self._step(TimeRanOut(trio.current_time())))
+                    if grace is not None:
+                        with trio.move_on_at(grace.deadline) as grace_scope:
+                            await self._drive(self._step(GraceBegun()))
+                        if grace_scope.cancelled_caught and self.terminal is None:
+                            await self._drive(self._step(TimeRanOut(trio.current_time())))
         except Exception as exc:  # storage failed, or a defect: fail the run, not the runtime
             if self.terminal is None:
                 error: RunError
@@ -256,7 +340,7 @@ class RunDriver:
                         # Not even the failure record could be written: the run still ends
                         # with its one RunFailed event; the log lacks the end (said here).
                         if self.terminal is None:
-                            self.terminal = io.emit(RunFailed, error, self.budget.usage)
+                            self.terminal = io.emit(RunFailed, error, self.usage)
                         io.logs.warning(
                             "run failed, and its failure record was not written",
                             error=error.tag,
@@ -270,55 +354,244 @@ class RunDriver:
                 with trio.CancelScope(shield=True):
                     await self._tell_ended(self._observed)
             self.finished = True
+            self._call_ids = None
             io.close()
             if self._done is not None:
                 self._done.set()
 
-    async def _record_interrupted(self) -> None:
-        """Write the interruption and hand over ``RunInterrupted`` — the event also when the
-        record cannot be written (logged): a run always ends, and whoever waits for it wakes."""
-        io = self.io
-        try:
-            await io.record(
-                RunFailedRecord(io.conversation_id, io.run_id, None, "interrupted", time.time())
-            )
-        except Exception as unwritten:
-            io.logs.warning(
-                "run interrupted, and its record was not written",
-                unwritten=io.redact_text(str(unwritten)),
-            )
-        finally:
-            self.terminal = io.emit(RunInterrupted, "interrupted", self.budget.usage)
-            io.logs.info("run interrupted", turns=self.turn, tool_calls=self.budget.tool_calls)
+    def _step(self, event: Input) -> Transition:
+        state = self.state
+        assert state is not None
+        return step(state, event)
 
-    async def _tell_started(self) -> None:
-        """Tell the run observers (the steering inbox first) that the run starts."""
-        io = self.io
-        run = RunInfo(
-            io.run_id,
-            io.conversation_id,
-            self.agent.name,
-            self.author,
-            self.services.redactor.redact_text,
-        )
-        for observer in self.services.observers:
-            if self._observed is None:
-                self._observed = run  # from the first call on, every observer hears the end
-            await observer.run_started(run)
+    async def _drive(self, transition: Transition) -> EnterGrace | None:
+        """Perform transitions until the run ends (None) or enters its grace turn.
 
-    async def _tell_ended(self, run: RunInfo) -> None:
-        """Tell every run observer how the run ended; what one raises is logged, not raised."""
-        ending = self.ending
-        for observer in self.services.observers:
-            try:
-                await observer.run_ended(run, ending)
-            except Exception as exc:
-                message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
-                self.io.logs.warning(
-                    "run observer failed", observer=type(observer).__qualname__, error=message
+        Cancellation: as the commands performed (see each).
+        """
+        state, commands = transition
+        while True:
+            self.state = state
+            answer: Input | EnterGrace | None = None
+            for command in commands:
+                answer = await self._perform(command)
+            if answer is None:
+                return None
+            if isinstance(answer, EnterGrace):
+                return answer
+            state, commands = step(state, answer)
+
+    async def _perform(self, command: Command) -> Input | EnterGrace | None:
+        """Do what ``command`` says; return the input it produces (see ``_machine``)."""
+        io = self.io
+        match command:
+            case StartTurn():
+                if not command.grace and self.services.tool_sources:
+                    self._take_tool_snapshots()
+                io.emit(TurnStarted, command.turn, command.grace)
+                return None
+            case RequestModel():
+                return await self._request(command)
+            case AppendLater():
+                io.record_later(command.step.record)
+                return None
+            case NextTurn():
+                return await self._next_turn()
+            case RunBatch():
+                return await self._batch(command)
+            case CompleteTurn():
+                io.emit(TurnCompleted, command.turn, command.finish_reason, command.usage)
+                for warning in command.warnings:
+                    io.emit(BudgetWarning, warning.dimension, warning.used, warning.limit)
+                return None
+            case Complete():
+                await self._complete(command)
+                return None
+            case Fail():
+                await self._fail(command.error)
+                return None
+            case TakeFollowUps():
+                inbox = self.services.inbox
+                inputs = () if inbox is None else tuple(inbox.take_follow_ups(io.conversation_id))
+                return FollowUps(inputs, trio.current_time())
+            case RecordInputs():
+                await io.record(
+                    *[
+                        UserInputRecorded(
+                            io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
+                        )
+                        for i, text in zip(command.inputs, command.texts, strict=True)
+                    ]
                 )
+                return None
+            case RecordFeedback():
+                record = UserInputRecorded(
+                    io.conversation_id,
+                    io.run_id,
+                    new_id("input"),
+                    "feedback",
+                    command.text,
+                    "engine",
+                    time.time(),
+                )
+                await io.record(record)
+                return None
+            case Compact():
+                state = self.state
+                assert state is not None
+                messages, usage = await maybe_compact(
+                    io,
+                    self.services,
+                    self.agent.policy,
+                    state.messages,
+                    command.turn,
+                    estimate=command.estimate,
+                    force=command.force,
+                )
+                return Compacted(messages, usage)
+            case AnnounceRetry():
+                io.emit(
+                    ModelRetrying,
+                    command.turn,
+                    command.attempt,
+                    command.error_tag,
+                    command.message,
+                    command.delay,
+                    command.discard,
+                )
+                if command.delay:
+                    io.logs.info(
+                        "model call retried",
+                        error=command.error_tag,
+                        attempt=command.attempt,
+                        delay=command.delay,
+                    )
+                return None
+            case Log():
+                log = io.logs.warning if command.level == "warning" else io.logs.info
+                log(command.event, **dict(command.fields))
+                return None
+            case EnterGrace():
+                return command
+            case _:
+                assert_never(command)
 
-    async def _main(self) -> None:
+    # ---- the commands that wait ----------------------------------------------------------------
+
+    def _drain(self) -> tuple[Any, ...]:
+        inbox = self.services.inbox
+        if inbox is None:
+            return ()
+        return tuple(inbox.drain_steering(self.io.conversation_id))
+
+    async def _next_turn(self) -> TurnDue:
+        """The boundary between two turns: one scheduler yield (fairness), the consumer's
+        backpressure, then the steering waiting to be admitted.
+
+        Cancellation: a checkpoint; and while the consumer lags.
+        """
+        # One scheduler yield per turn keeps runs fair to every other task even when the model,
+        # the log and the event hand-over need no I/O (they only check cancellation). A batch
+        # that ran in a nursery has just yielded on leaving it: then only check.
+        if self._yielded:
+            self._yielded = False
+            await trio.lowlevel.checkpoint_if_cancelled()
+        else:
+            await trio.lowlevel.checkpoint()
+        await self.io.wait_for_consumer()
+        return TurnDue(trio.current_time(), self._drain())
+
+    async def _request(self, command: RequestModel) -> ModelResponded | ModelCallFailed:
+        """Stream one model response for the prompt (after ``command.delay`` for a retry).
+
+        Cancellation: a cancellation point while waiting to retry and while streaming.
+        """
+        if command.delay:
+            await trio.sleep(command.delay)
+        state = self.state
+        assert state is not None
+        io = self.io
+        services = self.services
+        toolkit = self.toolkit
+        policy = self.agent.policy
+        grace = command.grace
+        messages = state.messages
+        request = ModelRequest(
+            messages,
+            () if grace else toolkit.descriptors,
+            "none" if grace or not len(toolkit) else "auto",
+            policy.max_output_tokens,
+            output=services.output,
+        )
+        used_ids = self._call_ids
+        if used_ids is None:
+            used_ids = self._call_ids = used_call_ids(self._history, messages)
+        outcome = await stream_model(
+            io,
+            services.model,
+            request,
+            state.turn,
+            limits=policy.response_limits,
+            used_ids=used_ids,
+        )
+        now = trio.current_time()
+        if isinstance(outcome, ModelStep):
+            return ModelResponded(outcome, len(messages), toolkit, now)
+        deadline = trio.current_effective_deadline()
+        return ModelCallFailed(outcome.error, outcome.streamed, now, deadline, _jitter.random())
+
+    async def _batch(self, command: RunBatch) -> BatchSettled:
+        """Run and commit the batch; what it changed is the machine's to apply.
+
+        Cancellation: an interrupted batch is still committed (see ``Batch.run``): its messages
+        and what its calls used reach the state before the cancellation propagates — the grace
+        turn's prompt holds the whole batch.
+        """
+        state = self.state
+        assert state is not None
+        pool = self.pool
+        if pool is None:
+            pool = self.pool = PermitPool(self.agent.policy.tool_concurrency)
+        allowance = Allowance(state.budget)
+        scope = BatchScope(
+            io=self.io,
+            agent=self.agent,
+            services=self.turn_services,
+            toolkit=self.toolkit,
+            turn=state.turn,
+            depth=self.depth,
+            may_delegate=self.may_delegate,
+            allowance=allowance,
+            pool=pool,
+        )
+        batch = Batch(
+            scope=scope,
+            policy=self.agent.policy,
+            plan=command.plan,
+            admitted=command.admitted,
+            assistant=command.assistant,
+            lender=self.lender,
+        )
+        try:
+            result = await batch.run(self.toolkit)
+        except BaseException:
+            committed = batch.committed
+            if committed is not None:
+                self.state, _ = step(state, BatchInterrupted(committed, allowance.totals()))
+            raise
+        self._yielded = result.yielded
+        return BatchSettled(
+            result.outcomes, result.messages, result.failure, result.delegated, trio.current_time()
+        )
+
+    # ---- the run's beginning -------------------------------------------------------------------
+
+    async def _begin(self, started: float, end_at: float) -> RunState:
+        """Record the run's input (and the conversation, if new), build its prompt and its state,
+        and tell the run observers.
+
+        Cancellation: as the log's append and the observers'.
+        """
         io = self.io
         services = self.services
         text = services.redactor.redact_text(self.user_input)
@@ -354,264 +627,53 @@ class RunDriver:
             )
         )
         await io.record(*records)
-        self.messages = [services.system]
+        messages: list[Message] = [services.system]
         if history:
-            self.messages += project_messages(history)
-        self.messages += [UserMessage.text(record.item.as_message_text()) for record in added]
-        self.messages.append(UserMessage.text(text))
+            messages += project_messages(history)
+        messages += [UserMessage.text(record.item.as_message_text()) for record in added]
+        messages.append(UserMessage.text(text))
+        policy = self.agent.policy
+        config = RunConfig(
+            policy=policy,
+            output=self.agent.output,
+            compactor=services.compactor is not None,
+            follow_ups=services.inbox is not None,
+            redactor=services.redactor,
+            describe=io.redact_text,
+            count_tokens=services.count_tokens,
+            end_at=end_at,
+        )
+        state = self.state = start(config, tuple(messages), started)
         if services.observers:
             await self._tell_started()
+        return state
 
-        error = await self._turns()
-        if error is not None:
-            await self._fail(error)
-
-    async def _exhausted(self) -> None:
-        """No terminal yet and not interrupted: a budget ran out (a count, or the deadline)."""
-        budget = self.budget
-        now = trio.current_time()
-        exhausted = budget.exhausted(now)
-        if exhausted is None:  # only the deadline can end the turns without a count used up
-            exhausted = ("duration", now - budget.started_at, self.agent.policy.max_duration)
-        dimension, used, limit = exhausted
-        self.io.logs.warning("budget exhausted", dimension=dimension, used=used, limit=limit)
-        await self._on_exhaustion(exhausted)
-
-    async def _turns(self) -> RunError | None:
-        """Turns until a final answer (terminal emitted) or exhaustion (returns None, no terminal)."""
-        budget = self.budget
-        services = self.services
+    async def _tell_started(self) -> None:
+        """Tell the run observers (the steering inbox first) that the run starts."""
         io = self.io
-        while True:
-            # One scheduler yield per turn keeps runs fair to every other task even when the
-            # model, the log and the event hand-over need no I/O (they only check cancellation).
-            # A batch that ran in a nursery has just yielded on leaving it: then only check.
-            if self._yielded:
-                self._yielded = False
-                await trio.lowlevel.checkpoint_if_cancelled()
-            else:
-                await trio.lowlevel.checkpoint()
-            await io.wait_for_consumer()
-            if services.inbox is not None:
-                await self._drain_steering()
-            if budget.exhausted(trio.current_time()) is not None:
-                return None
-            if services.compactor is not None and self.agent.policy.context_token_limit:
-                await self._compact_if_over_limit()
-            if services.tool_sources:
-                self._take_tool_snapshots()
-            budget.start_turn()
-            self.turn = budget.turns
-            io.emit(TurnStarted, self.turn, False)
-            step = await self._model_step(grace=False)
-            if isinstance(step, RunError):
-                return step
-            response = step.response
-            if not response.tool_calls and not response.truncated_calls:
-                follow_ups = self._take_follow_ups()
-                if follow_ups:
-                    assistant = step.assistant_message()
-                    if assistant is not None:
-                        self.messages.append(assistant)
-                    await self._admit_inputs(follow_ups)
-                    self._turn_completed(response)
-                    continue
-                output, problem = self._output(response)
-                if problem is not None:
-                    if self._output_retries < self.agent.policy.output_retries:
-                        self._output_retries += 1
-                        await self._give_feedback(step, problem)
-                        self._turn_completed(response)
-                        continue
-                    return self._output_invalid(problem)
-                # The answer ends the run: no later request needs it as an assistant message.
-                await self._complete(response, "stop", None, output)
-                return None
-            failure = await self._batch(step)
-            self._turn_completed(response)
-            if failure is not None:
-                return failure
-
-    async def _compact_if_over_limit(self) -> None:
-        """Compact the prompt when its live-context figure exceeds ``context_token_limit`` —
-        before every model request the run makes, the grace turn's included.
-
-        Cancellation: as the compactor's summary call and the record's append.
-        """
-        limit = self.agent.policy.context_token_limit
-        if self.services.compactor is None or limit is None:
-            return
-        estimate = self._live_context()
-        if estimate <= limit:  # the common case, under the limit, costs only the count
-            return
-        compacted = await maybe_compact(
-            self.io,
-            self.services,
-            self.agent.policy,
-            self.messages,
-            self.turn + 1,
-            self.budget.record_usage,
-            estimate=estimate,
+        run = RunInfo(
+            io.run_id,
+            io.conversation_id,
+            self.agent.name,
+            self.author,
+            self.services.redactor.redact_text,
         )
-        if compacted is not None:
-            self.messages = compacted
-            self._context_base = None  # a new prompt: no report covers it yet
+        for observer in self.services.observers:
+            if self._observed is None:
+                self._observed = run  # from the first call on, every observer hears the end
+            await observer.run_started(run)
 
-    async def _batch(self, step: ModelStep) -> RunError | None:
-        """Run the tool batch of ``step``; apply what it changed; return a run-ending error."""
-        agent = self.agent
-        toolkit = self.toolkit
-        plan = plan_batch(step, toolkit, self.services.redactor)
-        admitted = self.budget.admit_tool_calls(len(plan.runnable))
-        permits = self.permits
-        if permits is None and admitted:
-            permits = self.permits = Semaphore(agent.policy.tool_concurrency)
-        batch = Batch(
-            self.io,
-            self.turn_services,
-            agent.policy,
-            permits or _NO_PERMITS,
-            self.turn,
-            plan,
-            admitted,
-            step.assistant_message(),
-            self.budget.admit_tool_calls,
-            self,
-            self.call_audits,
-        )
-        try:
-            result = await batch.run(toolkit)
-        finally:
-            # An interrupted batch is still committed: the prompt gets it for the grace turn.
-            if batch.committed is not None:
-                self.messages += batch.committed
-        self._yielded = result.yielded
-        self.budget.record_outcomes(result.outcomes)
-        return result.failure
-
-    def _turn_completed(self, response: ModelResponse) -> None:
-        io = self.io
-        io.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
-        for dim, used, limit in self.budget.due_warnings(trio.current_time()):
-            io.emit(BudgetWarning, dim, used, limit)
-
-    async def _on_exhaustion(self, exhausted: tuple[str, float, float]) -> None:
-        dim, used, limit = exhausted
-        policy = self.agent.policy
-        if dim == "repeated_failures" and self.budget.repeated_failure is not None:
-            name, count = self.budget.repeated_failure
-            if policy.on_exhaustion == "fail":
-                await self._fail(RepeatedToolFailure(name, count))
-                return
-        elif policy.on_exhaustion == "fail":
-            await self._fail(BudgetExhausted(dim, used, limit))
-            return
-        # "final-answer": exactly one grace turn, tool choice "none", fail closed on tool calls.
-        # It lasts ``grace_turn_duration`` at most, and never past the run's end (``max_duration``
-        # is the whole run's wall time); its prompt is compacted like any other when over the limit.
-        io = self.io
-        grace_end = min(trio.current_time() + policy.grace_turn_duration, self._end_at)
-        with trio.move_on_at(grace_end) as grace_deadline:
-            await self._compact_if_over_limit()
-            self.turn += 1
-            io.emit(TurnStarted, self.turn, True)
-            step = await self._model_step(grace=True)
-            if isinstance(step, RunError):
-                await self._fail(step)
-                return
-            response = step.response
-            if response.tool_calls or response.truncated_calls:
-                names = tuple(c.name for c in response.tool_calls) + tuple(
-                    c.name for c in response.truncated_calls
+    async def _tell_ended(self, run: RunInfo) -> None:
+        """Tell every run observer how the run ended; what one raises is logged, not raised."""
+        ending = self.ending
+        for observer in self.services.observers:
+            try:
+                await observer.run_ended(run, ending)
+            except Exception as exc:
+                message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
+                self.io.logs.warning(
+                    "run observer failed", observer=type(observer).__qualname__, error=message
                 )
-                await self._fail(FinalTurnDeclaredTools(names))
-                return
-            io.emit(TurnCompleted, self.turn, response.finish_reason, self.budget.usage)
-            output, problem = self._output(response)
-            if problem is not None:
-                await self._fail(self._output_invalid(problem))
-                return
-            await self._complete(response, "budget-exhausted", dim, output)
-        if grace_deadline.cancelled_caught and self.terminal is None:
-            await self._fail(BudgetExhausted(dim, used, limit))
-
-    async def _model_step(self, *, grace: bool) -> ModelStep | RunError:
-        """One model response for the prompt so far; its record waits for the turn's next append.
-
-        A call that fails with a retryable error is tried again per ``AgentPolicy.model_retry``
-        (see ``_retry``), after a ``ModelRetrying`` event; nothing of a failed call is recorded.
-        Cancellation: a cancellation point while streaming and while waiting to retry.
-        """
-        io = self.io
-        services = self.services
-        toolkit = self.toolkit
-        policy = self.agent.policy
-        request = ModelRequest(
-            tuple(self.messages),
-            () if grace else toolkit.descriptors,
-            "none" if grace or not len(toolkit) else "auto",
-            policy.max_output_tokens,
-            output=services.output,
-        )
-        used_ids = self._call_ids
-        if used_ids is None:
-            used_ids = self._call_ids = used_call_ids(self._history, self.messages)
-        retry = policy.model_retry
-        attempt = 1
-        compacted = False
-        while True:
-            step = await stream_model(
-                io,
-                services.model,
-                request,
-                self.turn,
-                limits=policy.response_limits,
-                used_ids=used_ids,
-            )
-            if isinstance(step, ModelStep):
-                break
-            error = step.error
-            message = io.redact_text(str(error))
-            if isinstance(error, ContextLengthExceeded) and not compacted:
-                # The model refused the context: compact once, whatever the estimate said, and
-                # ask again at once (a new request, not a retry of the same one).
-                compacted = True
-                shorter = await maybe_compact(
-                    io,
-                    services,
-                    self.agent.policy,
-                    self.messages,
-                    self.turn,
-                    self.budget.record_usage,
-                    force=True,
-                )
-                if shorter is not None:
-                    self.messages = shorter
-                    self._context_base = None
-                    request = attrs.evolve(request, messages=tuple(shorter))
-                    io.emit(
-                        ModelRetrying, self.turn, attempt, error.tag, message, 0.0, step.streamed
-                    )
-                    continue
-            delay = retry_delay(
-                retry, error, attempt, trio.current_time(), trio.current_effective_deadline()
-            )
-            if delay is None:
-                io.logs.warning(
-                    "model call failed", error=error.tag, message=message, attempts=attempt
-                )
-                return ModelFailed(error.tag, message)
-            io.emit(ModelRetrying, self.turn, attempt, error.tag, message, delay, step.streamed)
-            io.logs.info("model call retried", error=error.tag, attempt=attempt, delay=delay)
-            await trio.sleep(delay)
-            attempt += 1
-        self.budget.record_usage(step.usage)
-        io.record_later(step.record)
-        # The provider's count of this request's input: the base of the next live-context figure
-        # (a provider that reports none leaves the engine's own count as the base).
-        if step.usage.input_tokens > 0:
-            self._context_base = (len(request.messages), step.usage.input_tokens)
-        return step
 
     def _take_tool_snapshots(self) -> None:
         """This turn's tools: the agent's toolkit and, after it, what each tool source offers
@@ -643,84 +705,16 @@ class RunDriver:
         self.toolkit = Toolkit(*tools)
         self.turn_services = self.services.with_handlers(handlers)
 
-    def _live_context(self) -> int:
-        """The live-context figure for compaction: the tokens the provider reported for the
-        last request's input plus the count of what was added since — or, before any report (or
-        from a provider that reports none, or after a compaction), the count of the whole prompt
-        once and then of each message as it is added. Each message is counted once: a turn costs
-        the count of what it added, not of the whole prompt."""
-        messages = self.messages
-        count = self.services.count_tokens
-        base = self._context_base
-        if base is None or base[0] > len(messages):
-            tokens = count(messages)
-        elif base[0] == len(messages):
-            return base[1]
-        else:
-            tokens = base[1] + count(messages[base[0] :])
-        self._context_base = (len(messages), tokens)
-        return tokens
-
-    def _output(self, response: ModelResponse) -> tuple[Any, str | None]:
-        """The final answer decoded into ``Agent.output`` — or, when it does not decode, why
-        (redacted). From the redacted text, like the answer itself: a secret the model echoed
-        must not reach the event or the record through the structured output either."""
-        output_type = self.agent.output
-        if output_type is None:
-            return None, None
-        text = _unfenced(self.services.redactor.redact_text(response.text))
-        try:
-            return decode_json(output_type, text), None
-        except SchemaError as exc:
-            return None, self.io.redact_text(_output_problem(exc))
-
-    async def _give_feedback(self, step: ModelStep, problem: str) -> None:
-        """Send the final answer that did not decode back to the model with the decoder's
-        message: recorded as input of kind ``feedback`` (author ``engine``), so a later request,
-        or a conversation continued after a restart, sees exactly what this one saw."""
-        io = self.io
-        text = (
-            "Your final answer must be JSON that matches the required output schema, and it is "
-            f"not: {problem}\nAnswer again with only that JSON."
-        )
-        await io.record(
-            UserInputRecorded(
-                io.conversation_id,
-                io.run_id,
-                new_id("input"),
-                "feedback",
-                text,
-                "engine",
-                time.time(),
-            )
-        )
-        assistant = step.assistant_message()
-        if assistant is not None:
-            self.messages.append(assistant)
-        self.messages.append(UserMessage.text(text))
-
     # ---- endings -------------------------------------------------------------------------------
 
-    def _output_invalid(self, problem: str) -> OutputInvalid:
-        output_type = self.agent.output
-        name = getattr(output_type, "__name__", repr(output_type))
-        tries = self._output_retries
-        after = f" after {tries} {'retry' if tries == 1 else 'retries'}" if tries else ""
-        return OutputInvalid(
-            f"the final answer does not match the output type {name}{after}: {problem}"
-        )
-
-    async def _complete(
-        self,
-        response: ModelResponse,
-        finish: Literal["stop", "budget-exhausted"],
-        exhausted: str | None,
-        output: Any,
-    ) -> None:
+    async def _complete(self, command: Complete) -> None:
         io = self.io
+        response, output, finish = command.response, command.output, command.finish
         text = self.services.redactor.redact_text(response.text)
         encoded = encode(output) if output is not None else text
-        budget = self.budget
+        state = self.state
+        assert state is not None
+        budget = state.budget
         record = RunCompletedRecord(io.conversation_id, io.run_id, encoded, finish, time.time())
         await io.record(record)
         # Nothing between the record and its event (see ``_fail``).
@@ -729,16 +723,16 @@ class RunDriver:
             text,
             output,
             finish,
-            exhausted,
+            command.exhausted,
             budget.usage,
-            self.turn,
+            state.turn,
             budget.tool_calls,
         )
         io.logs.info(
             "run completed",
             finish_reason=finish,
-            exhausted=exhausted,
-            turns=self.turn,
+            exhausted=command.exhausted,
+            turns=state.turn,
             tool_calls=budget.tool_calls,
             input_tokens=budget.usage.input_tokens,
             output_tokens=budget.usage.output_tokens,
@@ -757,66 +751,22 @@ class RunDriver:
         await io.record(
             RunFailedRecord(io.conversation_id, io.run_id, error, error.tag, time.time())
         )
-        self.terminal = io.emit(RunFailed, error, self.budget.usage)
-        io.logs.warning("run failed", error=error.tag, detail=_detail(error))
+        self.terminal = io.emit(RunFailed, error, self.usage)
+        io.logs.warning("run failed", error=error.tag, detail=repr(error))
 
-    # ---- steering and follow-ups -----------------------------------------------------------------
-
-    async def _drain_steering(self) -> None:
-        inbox = self.services.inbox
-        if inbox is None:
-            return
-        inputs = inbox.drain_steering(self.io.conversation_id)
-        if inputs:
-            await self._admit_inputs(inputs)
-
-    def _take_follow_ups(self) -> list[SteeringInput]:
-        inbox = self.services.inbox
-        if inbox is None:
-            return []
-        return list(inbox.take_follow_ups(self.io.conversation_id))
-
-    async def _admit_inputs(self, inputs: Any) -> None:
+    async def _record_interrupted(self) -> None:
+        """Write the interruption and hand over ``RunInterrupted`` — the event also when the
+        record cannot be written (logged): a run always ends, and whoever waits for it wakes."""
         io = self.io
-        redact = self.services.redactor.redact_text
-        texts = [redact(i.text) for i in inputs]
-        records: list[Record] = [
-            UserInputRecorded(
-                io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
+        try:
+            await io.record(
+                RunFailedRecord(io.conversation_id, io.run_id, None, "interrupted", time.time())
             )
-            for i, text in zip(inputs, texts, strict=True)
-        ]
-        await io.record(*records)
-        self.messages.extend(UserMessage.text(text) for text in texts)
-
-
-#: Permits for a batch whose every call was refused by the budget (nothing runs, nothing waits).
-_NO_PERMITS = Semaphore(1)
-
-
-def _output_problem(error: SchemaError) -> str:
-    """Where and how a final answer misses the output type: its issues (at most five), each
-    with its path — about the *output*, never worded as the tools' "invalid input"."""
-    issues = error.issues
-    shown = "; ".join(str(issue) for issue in issues[:5])
-    if len(issues) > 5:
-        shown += f"; and {len(issues) - 5} more"
-    return shown
-
-
-def _detail(error: RunError) -> str:
-    """A failed run's error for the log: its (already redacted) fields, compactly."""
-    return repr(error)
-
-
-def _unfenced(text: str) -> str:
-    """The answer without one Markdown code fence around it (```json ... ```), which models
-    often add even when asked for bare JSON; anything else is left as it is."""
-    stripped = text.strip()
-    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) > 6:
-        body = stripped[3:-3]
-        newline = body.find("\n")
-        if newline != -1 and body[:newline].strip().isidentifier():
-            body = body[newline + 1 :]  # the language tag (json)
-        return body.strip()
-    return text
+        except Exception as unwritten:
+            io.logs.warning(
+                "run interrupted, and its record was not written",
+                unwritten=io.redact_text(str(unwritten)),
+            )
+        finally:
+            self.terminal = io.emit(RunInterrupted, "interrupted", self.usage)
+            io.logs.info("run interrupted", turns=self.turn, tool_calls=self.tool_calls_used)

@@ -207,8 +207,7 @@ class RunStream(Generic[OutputT]):
     def permits_in_use(self) -> int:
         """How many of the run's ``tool_concurrency`` permits its tool calls hold right now
         (0 before its first batch and after the run ended — anything else then is a leak)."""
-        permits = self._driver.permits
-        return 0 if permits is None else permits.capacity - permits.available
+        return self._driver.permits_in_use
 
     async def stream_text(self) -> AsyncIterator[str]:
         """The answer's text as it streams, each item the *whole* text so far of the current model

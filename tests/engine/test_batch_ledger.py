@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from effectagent.core import ToolDefect, ToolOutcome, ToolSuccess
-from effectagent.engine import BatchLedger
+from effectagent.engine._scheduler import BatchLedger
 
 ids_st = st.lists(
     st.text("abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1, max_size=6),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -23,15 +24,15 @@ from effectagent.core import (
     RunCompleted,
     RunFailed,
     RunFailedRecord,
+    ToolCallPrepared,
     ToolCallSettled,
     ToolRejected,
-    ToolSuccess,
     TurnCompleted,
     TurnStarted,
     UsageDelta,
     UsageTotals,
 )
-from effectagent.engine._budget import BudgetState
+from effectagent.engine._budget import Budget, Exhaustion, RepeatedFailure
 from effectagent.testing import Turn
 
 from .helpers import (
@@ -89,9 +90,11 @@ async def test_max_turns(autojump_clock: trio.testing.MockClock) -> None:
     ran.model.inner.assert_consumed()
 
 
-async def test_max_tool_calls_admits_part_of_a_batch(
+async def test_a_batch_past_max_tool_calls_runs_none_of_its_calls(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
+    """The whole batch or none of it: with one call left, a batch of three runs none (it all
+    settles rejected, in declaration order), and the grace turn follows."""
     probe = HandlerProbe()
     ran = await _run({"max_tool_calls": 3}, [_oslo(2), _oslo(3), Turn.text("Enough.")], probe)
     _assert_single_grace_turn(ran, "tool_calls")
@@ -99,11 +102,14 @@ async def test_max_tool_calls_admits_part_of_a_batch(
     assert kinds == {
         "c2_0": "success",
         "c2_1": "success",
-        "c3_0": "success",
+        "c3_0": "rejected",
         "c3_1": "rejected",
         "c3_2": "rejected",
     }
-    assert len(probe.calls) == 3
+    assert len(probe.calls) == 2
+    assert not any(
+        r.tool_call_id.startswith("c3") for r in records_of(ran.log, ToolCallPrepared)
+    ), "a refused batch prepares nothing: none of it may have run"
     rejected = results_by_id(ran.model.requests[2])["c3_2"]
     assert rejected.result["_tag"] == "ToolRejected"
 
@@ -289,15 +295,16 @@ async def test_a_success_resets_the_failure_streak(autojump_clock: trio.testing.
 async def test_rejections_do_not_count_as_failures(autojump_clock: trio.testing.MockClock) -> None:
     probe = HandlerProbe()
     ran = await _run(
-        {"max_tool_calls": 1, "max_turns": 8, "on_exhaustion": "fail"},
+        {"max_tool_calls": 1, "max_turns": 8, "on_exhaustion": "fail", "repeated_failure_limit": 2},
         [_oslo(4)],
         probe,
     )
     terminal = ran.terminal
     assert isinstance(terminal, RunFailed)
-    assert same_error(terminal.error, BudgetExhausted("tool_calls", 1, 1))
+    # Four calls asked for, one allowed: the batch ran none of them (rejections, not failures).
+    assert same_error(terminal.error, BudgetExhausted("tool_calls", 4, 1))
     outcomes = [r.outcome for r in records_of(ran.log, ToolCallSettled)]
-    assert [type(o) for o in outcomes] == [ToolSuccess, ToolRejected, ToolRejected, ToolRejected]
+    assert [type(o) for o in outcomes] == [ToolRejected] * 4
 
 
 # ---- CAP-017 -----------------------------------------------------------------------------------
@@ -370,14 +377,19 @@ def test_exhausted_is_the_first_dimension_of_limits_at_its_limit(
         tool_concurrency=2,
         token_budget=token_budget,
     )
-    budget = BudgetState(policy, 100.0)
-    budget.turns, budget.tool_calls = turns, tool_calls
-    budget.usage = UsageTotals(input_tokens=tokens)
-    budget.repeated_failure = repeated
+    failure = None if repeated is None else RepeatedFailure(*repeated)
+    budget = Budget(
+        policy,
+        100.0,
+        turns=turns,
+        tool_calls=tool_calls,
+        usage=UsageTotals(input_tokens=tokens),
+        repeated_failure=failure,
+    )
     now = 100.0 + elapsed
-    expected = next((dim for dim in budget.limits(now) if dim[1] >= dim[2]), None)
+    expected = next((dim for dim in budget.limits(now) if dim.used >= dim.limit), None)
     if expected is None and repeated is not None:
-        expected = ("repeated_failures", repeated[1], policy.repeated_failure_limit)
+        expected = Exhaustion("repeated_failures", repeated[1], policy.repeated_failure_limit)
     assert budget.exhausted(now) == expected
 
 
@@ -400,18 +412,20 @@ def test_due_warnings_are_each_dimension_once_when_it_crosses_its_line(
         tool_concurrency=2,
         token_budget=token_budget,
     )
-    budget = BudgetState(policy, 100.0)
+    budget = Budget(policy, 100.0)
     warned: set[str] = set()
     now = 100.0
     for turns, calls, seconds, tokens in steps:
-        budget.turns += turns
-        budget.tool_calls += calls
-        budget.usage = UsageTotals(input_tokens=budget.usage.input_tokens + tokens)
+        usage = UsageTotals(input_tokens=budget.usage.input_tokens + tokens)
+        budget = attrs.evolve(
+            budget, turns=budget.turns + turns, tool_calls=budget.tool_calls + calls, usage=usage
+        )
         now += seconds
-        expected = [
-            (dim, used, limit)
-            for dim, used, limit in budget.limits(now)
-            if dim not in warned and used >= policy.warning_ratio * limit
-        ]
-        warned.update(dim for dim, _, _ in expected)
-        assert budget.due_warnings(now) == expected
+        expected = tuple(
+            dim
+            for dim in budget.limits(now)
+            if dim.dimension not in warned and dim.used >= policy.warning_ratio * dim.limit
+        )
+        warned.update(dim.dimension for dim in expected)
+        budget, due = budget.with_due_warnings(now)
+        assert due == expected

@@ -179,20 +179,23 @@ async def test_rejected_when_the_tool_call_budget_is_exhausted(
 ) -> None:
     probe, tool = HandlerProbe(), forecast_tool()
     ran = await run_script(
-        make_agent(tool, policy=make_policy(max_tool_calls=1)),
+        make_agent(tool, policy=make_policy(max_tool_calls=2)),
         {tool: probe.forecast()},
         [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "first")),
             Turn.tool_calls(("forecast", {"city": "Oslo"}), ("forecast", {"city": "Rome"})),
             Turn.text("One only."),
         ],
     )
-    assert isinstance(ran.outcome("call_0"), ToolSuccess)
-    rejected = ran.outcome("call_1")
-    assert isinstance(rejected, ToolRejected)
-    assert "tool-call budget" in rejected.reason
+    assert isinstance(ran.outcome("first"), ToolSuccess)
+    # One call left, two asked for: the whole batch is rejected, none of it runs.
+    for call_id in ("call_0", "call_1"):
+        rejected = ran.outcome(call_id)
+        assert isinstance(rejected, ToolRejected)
+        assert "tool-call budget" in rejected.reason
     assert probe.calls == [("forecast", Lookup("Oslo"))]
     # A rejected call was never prepared for execution.
-    assert [r.tool_call_id for r in records_of(ran.log, ToolCallPrepared)] == ["call_0"]
+    assert [r.tool_call_id for r in records_of(ran.log, ToolCallPrepared)] == ["first"]
 
 
 # ---- ToolInvalidInput --------------------------------------------------------------------------

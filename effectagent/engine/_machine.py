@@ -1,0 +1,835 @@
+"""The run as a pure state machine: a frozen :class:`RunState`, inputs in, commands out.
+
+``step(state, input) -> (state, commands)`` makes every decision of the turn loop (DESIGN §4) —
+when a turn starts, when to compact, whether a model error is retried, what a response leads to
+(the answer, output feedback, follow-ups, a tool batch admitted whole or refused whole), when a
+budget ran out and what exhaustion means (a grace turn or a failure) — without I/O, without Trio,
+without a clock of its own: times come in with the inputs. The interpreter (``_driver``) performs
+the commands — streaming the model, running the batch, appending records, emitting events — and
+feeds what they produce back in as the next input. So grace turns, output retries, exhaustion and
+compaction are tested as plain functions (``tests/engine/test_machine.py``), and a run's state is
+one value with one owner.
+
+The protocol, as the interpreter sees it: each transition's commands are performed in order; the
+last one, if it produces something (:data:`Awaiting`), is what the next input answers. A
+transition that ends the run ends with :class:`Complete` or :class:`Fail`; one that starts the
+grace turn ends with :class:`EnterGrace` (the interpreter changes the run's deadline, then sends
+:class:`GraceBegun`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeAlias, assert_never, final
+
+import attrs
+
+from effectagent.ai import (
+    AiError,
+    AssistantMessage,
+    ContextLengthExceeded,
+    Message,
+    ModelResponse,
+    Toolkit,
+    UserMessage,
+)
+from effectagent.core import (
+    AgentPolicy,
+    BudgetExhausted,
+    FinalTurnDeclaredTools,
+    ModelFailed,
+    OutputInvalid,
+    Redactor,
+    RepeatedToolFailure,
+    RunError,
+    ToolOutcome,
+    UsageDelta,
+    UsageTotals,
+)
+from effectagent.effect import SchemaError, _fast_init, decode_json
+
+from ._batch_plan import BatchPlan, plan_batch
+from ._budget import Budget, Delegated, Exhaustion
+from ._model_step import ModelStep
+from ._retry import retry_delay
+from ._seams import SteeringInput
+
+__all__ = [
+    "AnnounceRetry",
+    "AppendLater",
+    "Awaiting",
+    "BatchInterrupted",
+    "BatchSettled",
+    "Command",
+    "Compact",
+    "Compacted",
+    "Complete",
+    "CompleteTurn",
+    "EnterGrace",
+    "Fail",
+    "FollowUps",
+    "GraceBegun",
+    "Input",
+    "Log",
+    "ModelCallFailed",
+    "ModelResponded",
+    "NextTurn",
+    "RecordFeedback",
+    "RecordInputs",
+    "RequestModel",
+    "RunBatch",
+    "RunConfig",
+    "RunState",
+    "StartTurn",
+    "TakeFollowUps",
+    "TimeRanOut",
+    "TurnDue",
+    "start",
+    "step",
+]
+
+Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "grace", "ended"]
+
+
+# ---- what does not change during a run ------------------------------------------------------------
+
+
+@final
+@attrs.frozen(slots=True)
+class RunConfig:
+    """What a run's decisions depend on and that never changes while it runs."""
+
+    policy: AgentPolicy
+    #: ``Agent.output``: the type the final answer decodes into (None: plain text).
+    output: Any
+    #: Whether the runtime has a Compactor (the policy's ``context_token_limit`` turns it on).
+    compactor: bool
+    #: Whether follow-ups may be waiting (the runtime has a steering inbox).
+    follow_ups: bool
+    redactor: Redactor
+    #: Redaction and the length bound of the text events, records and errors carry.
+    describe: Callable[[str], str]
+    count_tokens: Callable[[Sequence[Message]], int]
+    #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
+    end_at: float
+
+
+# ---- the state --------------------------------------------------------------------------------------
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class RunState:
+    """A run's state between two inputs. Replaced, never changed, by :func:`step`."""
+
+    config: RunConfig
+    phase: Phase
+    #: The turn number (the grace turn is one more than the last turn counted).
+    turn: int
+    #: The prompt: the system message, the projected history, then what the run added.
+    messages: tuple[Message, ...]
+    budget: Budget
+    grace: bool = False
+    #: Final answers sent back because they did not decode into ``Agent.output``.
+    output_retries: int = 0
+    #: The model call of this request (1-based) — it grows with each retry.
+    attempt: int = 1
+    #: Whether this turn already compacted because the model refused the context.
+    refused_compacted: bool = False
+    #: (messages, tokens): a prefix of the prompt and its tokens — as the provider reported them
+    #: for the last request, or as counted here — the base of the next live-context figure.
+    context_base: tuple[int, int] | None = None
+    #: Why the grace turn is taken (the dimension that ran out).
+    exhaustion: Exhaustion | None = None
+    #: The response waiting for the follow-ups' answer, or for a compaction after the model
+    #: refused the context (then with the failure to fall back to).
+    held: ModelStep | ModelCallFailed | None = None
+
+
+# ---- inputs -------------------------------------------------------------------------------------------
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class TurnDue:
+    """A turn may start: ``steering`` was drained from the inbox at ``now`` (Trio's clock)."""
+
+    now: float
+    steering: tuple[SteeringInput, ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Compacted:
+    """A compaction ended: the new prompt (None: nothing was compacted) and the usage of each
+    of the summary's model calls."""
+
+    messages: tuple[Message, ...] | None
+    usage: tuple[UsageDelta, ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class ModelResponded:
+    """The model answered the request: ``step`` (already streamed, its record pending),
+    ``request_size`` messages long, with ``toolkit`` offered."""
+
+    step: ModelStep
+    request_size: int
+    toolkit: Toolkit
+    now: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class ModelCallFailed:
+    """The model call failed with ``error``; ``streamed``: it had shown deltas. ``deadline`` is
+    the effective deadline then, ``jitter`` a random number in [0, 1) for the backoff."""
+
+    error: AiError
+    streamed: bool
+    now: float
+    deadline: float
+    jitter: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class FollowUps:
+    """The follow-ups taken from the inbox (possibly none) at ``now``."""
+
+    inputs: tuple[SteeringInput, ...]
+    now: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class BatchSettled:
+    """The batch was committed: its outcomes in declaration order, the prompt's new messages,
+    the error that ends the run (if any), and what its calls took beyond themselves."""
+
+    outcomes: tuple[ToolOutcome, ...]
+    messages: tuple[Message, ...]
+    failure: RunError | None
+    delegated: Delegated
+    now: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class BatchInterrupted:
+    """The batch was interrupted after it committed (its calls settled as interrupted): its
+    messages still join the prompt — for the grace turn — and what its calls used counts."""
+
+    messages: tuple[Message, ...]
+    delegated: Delegated
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class TimeRanOut:
+    """The current deadline passed: the turns' (the run's time) or the grace turn's."""
+
+    now: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class GraceBegun:
+    """The interpreter entered the grace turn's deadline (after :class:`EnterGrace`)."""
+
+
+Input: TypeAlias = (
+    TurnDue
+    | Compacted
+    | ModelResponded
+    | ModelCallFailed
+    | FollowUps
+    | BatchSettled
+    | BatchInterrupted
+    | TimeRanOut
+    | GraceBegun
+)
+
+
+# ---- commands -----------------------------------------------------------------------------------------
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class RecordInputs:
+    """Append the admitted steering or follow-ups (their texts already redacted)."""
+
+    inputs: tuple[SteeringInput, ...]
+    texts: tuple[str, ...]
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class RecordFeedback:
+    """Append the engine's feedback on a final answer that did not decode."""
+
+    text: str
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class AppendLater:
+    """Have the model response's record appended first by the next append."""
+
+    step: ModelStep
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class StartTurn:
+    """Emit ``TurnStarted``."""
+
+    turn: int
+    grace: bool
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class CompleteTurn:
+    """Emit ``TurnCompleted``, then a ``BudgetWarning`` for each of ``warnings``."""
+
+    turn: int
+    finish_reason: str
+    usage: UsageTotals
+    warnings: tuple[Exhaustion, ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class AnnounceRetry:
+    """Emit ``ModelRetrying`` (and log it): the model is asked again after ``delay``."""
+
+    turn: int
+    attempt: int
+    error_tag: str
+    message: str
+    delay: float
+    discard: bool
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Log:
+    """A line for the run's log."""
+
+    level: Literal["info", "warning"]
+    event: str
+    fields: tuple[tuple[str, Any], ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Compact:
+    """Ask the Compactor (before ``turn``); ``force``: the model refused the context."""
+
+    turn: int
+    estimate: int | None
+    force: bool = False
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class RequestModel:
+    """Stream one model response for the prompt, after waiting ``delay`` seconds (a retry)."""
+
+    grace: bool
+    delay: float = 0.0
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class TakeFollowUps:
+    """Take the follow-ups waiting in the inbox."""
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class RunBatch:
+    """Run and commit the tool batch of a response: its calls admitted (``admitted``) or, when
+    they would go past the tool-call budget, every runnable one settled as rejected."""
+
+    plan: BatchPlan
+    admitted: bool
+    assistant: AssistantMessage | None
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class NextTurn:
+    """Yield, wait for the consumer, drain steering: then send :class:`TurnDue`."""
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class EnterGrace:
+    """Enter the grace turn's deadline (then send :class:`GraceBegun`)."""
+
+    deadline: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Complete:
+    """End the run completed: its record, then ``RunCompleted``."""
+
+    response: ModelResponse
+    output: Any
+    finish: Literal["stop", "budget-exhausted"]
+    exhausted: str | None
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Fail:
+    """End the run failed: its record, then ``RunFailed``."""
+
+    error: RunError
+
+
+Command: TypeAlias = (
+    RecordInputs
+    | RecordFeedback
+    | AppendLater
+    | StartTurn
+    | CompleteTurn
+    | AnnounceRetry
+    | Log
+    | Compact
+    | RequestModel
+    | TakeFollowUps
+    | RunBatch
+    | NextTurn
+    | EnterGrace
+    | Complete
+    | Fail
+)
+
+#: The commands whose result is the next input.
+Awaiting = (Compact, RequestModel, TakeFollowUps, RunBatch, NextTurn, EnterGrace)
+
+Transition: TypeAlias = tuple[RunState, tuple[Command, ...]]
+
+_NONE: tuple[Command, ...] = ()
+_REQUEST = RequestModel(False)
+_GRACE_REQUEST = RequestModel(True)
+_NEXT_TURN = NextTurn()
+_TAKE_FOLLOW_UPS = TakeFollowUps()
+
+
+# ---- the machine ------------------------------------------------------------------------------------
+
+
+def start(config: RunConfig, messages: tuple[Message, ...], started_at: float) -> RunState:
+    """The state of a run whose prompt is ``messages``, started at ``started_at``; the
+    interpreter sends :class:`TurnDue` first."""
+    return RunState(config, "turn", 0, messages, Budget(config.policy, started_at))
+
+
+def step(state: RunState, event: Input) -> Transition:
+    """The next state and the commands to perform, for ``event`` in ``state``. Pure."""
+    match event:
+        case TurnDue():
+            return _turn_due(state, event)
+        case ModelResponded():
+            return _responded(state, event)
+        case BatchSettled():
+            return _batch_settled(state, event)
+        case FollowUps():
+            return _follow_ups(state, event)
+        case ModelCallFailed():
+            return _model_failed(state, event)
+        case Compacted():
+            return _compacted(state, event)
+        case TimeRanOut():
+            return _time_ran_out(state, event)
+        case GraceBegun():
+            return _grace_turn(state)
+        case BatchInterrupted():
+            messages = state.messages + event.messages
+            budget = state.budget.with_delegated(event.delegated)
+            return _set(state, messages=messages, budget=budget, held=None), _NONE
+        case _:
+            assert_never(event)
+
+
+def _turn_due(state: RunState, event: TurnDue) -> Transition:
+    _expect(state, "turn")
+    config = state.config
+    commands: list[Command] = []
+    if event.steering:
+        texts = tuple(config.redactor.redact_text(i.text) for i in event.steering)
+        commands.append(RecordInputs(event.steering, texts))
+        messages = state.messages + tuple(UserMessage.text(text) for text in texts)
+        state = _set(state, messages=messages)
+    exhausted = state.budget.exhausted(event.now)
+    if exhausted is not None:
+        return _exhaust(state, exhausted, event.now, commands)
+    limit = config.policy.context_token_limit
+    if config.compactor and limit is not None:
+        estimate, base = _live_context(config, state.messages, state.context_base)
+        if estimate > limit:  # the common case, under the limit, costs only the count
+            commands.append(Compact(state.turn + 1, estimate))
+            return _set(state, phase="compacting", context_base=base), tuple(commands)
+        if base != state.context_base:
+            state = _set(state, context_base=base)
+    return _request(state, commands)
+
+
+def _request(state: RunState, commands: list[Command]) -> Transition:
+    """Count a turn and ask the model."""
+    budget = state.budget.with_turn()
+    turn = budget.turns
+    state = _set(state, phase="model", turn=turn, budget=budget, attempt=1, refused_compacted=False)
+    commands.append(StartTurn(turn, False))
+    commands.append(_REQUEST)
+    return state, tuple(commands)
+
+
+def _compacted(state: RunState, event: Compacted) -> Transition:
+    budget = state.budget
+    for delta in event.usage:
+        budget = budget.with_usage(delta)
+    if event.messages is None:
+        messages, base = state.messages, state.context_base
+    else:  # a new prompt: no report covers it yet
+        messages, base = event.messages, None
+    if state.phase == "compacting":
+        state = _set(state, budget=budget, messages=messages, context_base=base)
+        if state.grace:
+            return _grace_request(state)
+        return _request(state, [])
+    _expect(state, "model")  # compacted after the model refused the context
+    failed = state.held
+    assert isinstance(failed, ModelCallFailed)
+    state = _set(state, budget=budget, messages=messages, context_base=base, held=None)
+    if event.messages is None:
+        return _retry_or_fail(state, failed)
+    error = failed.error
+    message = state.config.describe(str(error))
+    announce = AnnounceRetry(state.turn, state.attempt, error.tag, message, 0.0, failed.streamed)
+    return state, (announce, _GRACE_REQUEST if state.grace else _REQUEST)
+
+
+def _responded(state: RunState, event: ModelResponded) -> Transition:
+    _expect(state, "model")
+    config = state.config
+    held = event.step
+    usage = held.usage
+    budget = state.budget.with_usage(usage)
+    # The provider's count of this request's input: the base of the next live-context figure
+    # (a provider that reports none leaves the engine's own count as the base).
+    base = (event.request_size, usage.input_tokens) if usage.input_tokens else state.context_base
+    response = held.response
+    later = AppendLater(held)
+    declared = response.tool_calls or response.truncated_calls
+    if state.grace:
+        state = _set(state, phase="ended", budget=budget, context_base=base)
+        if declared:
+            names = tuple(c.name for c in response.tool_calls) + tuple(
+                c.name for c in response.truncated_calls
+            )
+            return state, (later, Fail(FinalTurnDeclaredTools(names)))
+        completed = CompleteTurn(state.turn, response.finish_reason, budget.usage)
+        output, problem = _output(config, response)
+        if problem is not None:
+            return state, (later, completed, Fail(_output_invalid(state, problem)))
+        exhaustion = state.exhaustion
+        dimension = exhaustion.dimension if exhaustion is not None else None
+        return state, (later, completed, Complete(response, output, "budget-exhausted", dimension))
+    if declared:
+        # The whole batch or none of it: calls past the tool-call budget never run one by one.
+        plan = plan_batch(held, event.toolkit, config.redactor)
+        requested = len(plan.runnable)
+        admitted = requested <= budget.calls_left
+        budget = budget.with_calls(requested) if admitted else budget.with_refused_batch(requested)
+        state = _set(state, phase="batch", budget=budget, context_base=base, held=held)
+        return state, (later, RunBatch(plan, admitted, held.assistant_message()))
+    state = _set(state, budget=budget, context_base=base)
+    if config.follow_ups:
+        return _set(state, phase="follow-ups", held=held), (later, _TAKE_FOLLOW_UPS)
+    return _answer(state, held, event.now, [later])
+
+
+def _follow_ups(state: RunState, event: FollowUps) -> Transition:
+    _expect(state, "follow-ups")
+    held = state.held
+    assert isinstance(held, ModelStep)
+    state = _set(state, held=None)
+    if not event.inputs:
+        return _answer(state, held, event.now, [])
+    # Follow-ups: the agent does not stop; its answer becomes an assistant message.
+    texts = tuple(state.config.redactor.redact_text(i.text) for i in event.inputs)
+    messages = state.messages
+    assistant = held.assistant_message()
+    if assistant is not None:
+        messages = (*messages, assistant)
+    messages = messages + tuple(UserMessage.text(text) for text in texts)
+    state = _set(state, phase="turn", messages=messages)
+    commands: list[Command] = [RecordInputs(event.inputs, texts)]
+    return _turn_completed(state, held.response.finish_reason, event.now, commands, _NEXT_TURN)
+
+
+def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command]) -> Transition:
+    """A response without tool calls, and no follow-ups: the final answer, or feedback."""
+    config = state.config
+    response = held.response
+    output, problem = _output(config, response)
+    if problem is None:
+        # The answer ends the run: no later request needs it as an assistant message.
+        commands.append(Complete(response, output, "stop", None))
+        return _set(state, phase="ended"), tuple(commands)
+    if state.output_retries >= config.policy.output_retries:
+        commands.append(Fail(_output_invalid(state, problem)))
+        return _set(state, phase="ended"), tuple(commands)
+    # The answer goes back with the decoder's message, recorded (kind "feedback", author
+    # "engine"), so a later request — or the conversation continued after a restart — sees
+    # exactly what this one saw.
+    text = (
+        "Your final answer must be JSON that matches the required output schema, and it is "
+        f"not: {problem}\nAnswer again with only that JSON."
+    )
+    messages = state.messages
+    assistant = held.assistant_message()
+    if assistant is not None:
+        messages = (*messages, assistant)
+    messages = (*messages, UserMessage.text(text))
+    state = _set(state, phase="turn", messages=messages, output_retries=state.output_retries + 1)
+    commands.append(RecordFeedback(text))
+    return _turn_completed(state, response.finish_reason, now, commands, _NEXT_TURN)
+
+
+def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
+    _expect(state, "batch")
+    held = state.held
+    assert isinstance(held, ModelStep)
+    budget = state.budget.with_outcomes(event.outcomes).with_delegated(event.delegated)
+    messages = state.messages + event.messages
+    if event.failure is not None:
+        state = _set(state, phase="ended", messages=messages, budget=budget, held=None)
+        then: Command = Fail(event.failure)
+    else:
+        state = _set(state, phase="turn", messages=messages, budget=budget, held=None)
+        then = _NEXT_TURN
+    return _turn_completed(state, held.response.finish_reason, event.now, [], then)
+
+
+def _model_failed(state: RunState, event: ModelCallFailed) -> Transition:
+    _expect(state, "model")
+    if (
+        isinstance(event.error, ContextLengthExceeded)
+        and not state.refused_compacted
+        and state.config.compactor
+    ):
+        # The model refused the context: compact once, whatever the estimate said, and ask
+        # again at once (a new request, not a retry of the same one).
+        state = _set(state, refused_compacted=True, held=event)
+        return state, (Compact(state.turn, None, force=True),)
+    return _retry_or_fail(state, event)
+
+
+def _retry_or_fail(state: RunState, event: ModelCallFailed) -> Transition:
+    config = state.config
+    error = event.error
+    message = config.describe(str(error))
+    policy = config.policy.model_retry
+    jitter = event.jitter
+    delay = retry_delay(policy, error, state.attempt, event.now, event.deadline, lambda: jitter)
+    if delay is None:
+        fields = (("error", error.tag), ("message", message), ("attempts", state.attempt))
+        log = Log("warning", "model call failed", fields)
+        return _set(state, phase="ended"), (log, Fail(ModelFailed(error.tag, message)))
+    announce = AnnounceRetry(state.turn, state.attempt, error.tag, message, delay, event.streamed)
+    state = _set(state, attempt=state.attempt + 1)
+    return state, (announce, RequestModel(state.grace, delay))
+
+
+def _time_ran_out(state: RunState, event: TimeRanOut) -> Transition:
+    if state.grace:  # the grace turn's own deadline: the run fails with what ran out
+        exhaustion = state.exhaustion
+        assert exhaustion is not None
+        error = BudgetExhausted(exhaustion.dimension, exhaustion.used, exhaustion.limit)
+        return _set(state, phase="ended"), (Fail(error),)
+    budget = state.budget
+    exhausted = budget.exhausted(event.now)
+    if exhausted is None:  # only the deadline can end the turns without a count used up
+        exhausted = Exhaustion(
+            "duration", event.now - budget.started_at, state.config.policy.max_duration
+        )
+    return _exhaust(state, exhausted, event.now, [])
+
+
+def _exhaust(
+    state: RunState, exhausted: Exhaustion, now: float, commands: list[Command]
+) -> Transition:
+    """A budget ran out: fail, or enter the one grace turn (tool choice "none")."""
+    config = state.config
+    policy = config.policy
+    fields = (
+        ("dimension", exhausted.dimension),
+        ("used", exhausted.used),
+        ("limit", exhausted.limit),
+    )
+    commands.append(Log("warning", "budget exhausted", fields))
+    if policy.on_exhaustion == "fail":
+        failure = state.budget.repeated_failure
+        error: RunError
+        if exhausted.dimension == "repeated_failures" and failure is not None:
+            error = RepeatedToolFailure(failure.tool_name, failure.count)
+        else:
+            error = BudgetExhausted(exhausted.dimension, exhausted.used, exhausted.limit)
+        commands.append(Fail(error))
+        return _set(state, phase="ended", held=None), tuple(commands)
+    # The grace turn lasts ``grace_turn_duration`` at most, and never past the run's end.
+    commands.append(EnterGrace(min(now + policy.grace_turn_duration, config.end_at)))
+    state = _set(state, phase="grace", grace=True, exhaustion=exhausted, held=None)
+    return state, tuple(commands)
+
+
+def _grace_turn(state: RunState) -> Transition:
+    """The grace turn begins: its prompt is compacted like any other when over the limit."""
+    _expect(state, "grace")
+    config = state.config
+    limit = config.policy.context_token_limit
+    if config.compactor and limit is not None:
+        estimate, base = _live_context(config, state.messages, state.context_base)
+        if estimate > limit:
+            state = _set(state, phase="compacting", context_base=base)
+            return state, (Compact(state.turn + 1, estimate),)
+        state = _set(state, context_base=base)
+    return _grace_request(state)
+
+
+def _grace_request(state: RunState) -> Transition:
+    turn = state.turn + 1
+    state = _set(state, phase="model", turn=turn, attempt=1, refused_compacted=False)
+    return state, (StartTurn(turn, True), _GRACE_REQUEST)
+
+
+def _turn_completed(
+    state: RunState, finish: str, now: float, commands: list[Command], then: Command
+) -> Transition:
+    """``TurnCompleted`` (with the warnings now due), then ``then``."""
+    budget, warnings = state.budget.with_due_warnings(now)
+    if budget is not state.budget:
+        state = _set(state, budget=budget)
+    commands.append(CompleteTurn(state.turn, finish, budget.usage, warnings))
+    commands.append(then)
+    return state, tuple(commands)
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+class _Keep:
+    """The value of a field :func:`_set` leaves as it is."""
+
+
+_KEEP: Any = _Keep()
+
+
+def _set(
+    state: RunState,
+    *,
+    phase: Phase = _KEEP,
+    turn: int = _KEEP,
+    messages: tuple[Message, ...] = _KEEP,
+    budget: Budget = _KEEP,
+    grace: bool = _KEEP,
+    output_retries: int = _KEEP,
+    attempt: int = _KEEP,
+    refused_compacted: bool = _KEEP,
+    context_base: tuple[int, int] | None = _KEEP,
+    exhaustion: Exhaustion | None = _KEEP,
+    held: ModelStep | ModelCallFailed | None = _KEEP,
+) -> RunState:
+    """``state`` with the given fields replaced (``attrs.evolve``, without its introspection:
+    the turn loop makes a few states a turn)."""
+    return RunState(
+        state.config,
+        state.phase if phase is _KEEP else phase,
+        state.turn if turn is _KEEP else turn,
+        state.messages if messages is _KEEP else messages,
+        state.budget if budget is _KEEP else budget,
+        state.grace if grace is _KEEP else grace,
+        state.output_retries if output_retries is _KEEP else output_retries,
+        state.attempt if attempt is _KEEP else attempt,
+        state.refused_compacted if refused_compacted is _KEEP else refused_compacted,
+        state.context_base if context_base is _KEEP else context_base,
+        state.exhaustion if exhaustion is _KEEP else exhaustion,
+        state.held if held is _KEEP else held,
+    )
+
+
+def _expect(state: RunState, phase: Phase) -> None:
+    if state.phase != phase:
+        raise RuntimeError(f"run state machine: an input for {phase!r} came in {state.phase!r}")
+
+
+def _live_context(
+    config: RunConfig, messages: tuple[Message, ...], base: tuple[int, int] | None
+) -> tuple[int, tuple[int, int]]:
+    """The live-context figure for compaction, and its new base: the tokens the provider
+    reported for the last request's input plus the count of what was added since — or, before
+    any report (or from a provider that reports none, or after a compaction), the count of the
+    whole prompt once and then of each message as it is added. Each message is counted once."""
+    count = config.count_tokens
+    if base is None or base[0] > len(messages):
+        tokens = count(messages)
+    elif base[0] == len(messages):
+        return base[1], base
+    else:
+        tokens = base[1] + count(messages[base[0] :])
+    return tokens, (len(messages), tokens)
+
+
+def _output(config: RunConfig, response: ModelResponse) -> tuple[Any, str | None]:
+    """The final answer decoded into ``Agent.output`` — or, when it does not decode, why
+    (redacted). From the redacted text, like the answer itself: a secret the model echoed must
+    not reach the event or the record through the structured output either."""
+    output_type = config.output
+    if output_type is None:
+        return None, None
+    text = _unfenced(config.redactor.redact_text(response.text))
+    try:
+        return decode_json(output_type, text), None
+    except SchemaError as exc:
+        return None, config.describe(_output_problem(exc))
+
+
+def _output_invalid(state: RunState, problem: str) -> OutputInvalid:
+    output_type = state.config.output
+    name = getattr(output_type, "__name__", repr(output_type))
+    tries = state.output_retries
+    after = f" after {tries} {'retry' if tries == 1 else 'retries'}" if tries else ""
+    return OutputInvalid(
+        f"the final answer does not match the output type {name}{after}: {problem}"
+    )
+
+
+def _output_problem(error: SchemaError) -> str:
+    """Where and how a final answer misses the output type: its issues (at most five), each
+    with its path — about the *output*, never worded as the tools' "invalid input"."""
+    issues = error.issues
+    shown = "; ".join(str(issue) for issue in issues[:5])
+    if len(issues) > 5:
+        shown += f"; and {len(issues) - 5} more"
+    return shown
+
+
+def _unfenced(text: str) -> str:
+    """The answer without one Markdown code fence around it (```json ... ```), which models
+    often add even when asked for bare JSON; anything else is left as it is."""
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) > 6:
+        body = stripped[3:-3]
+        newline = body.find("\n")
+        if newline != -1 and body[:newline].strip().isidentifier():
+            body = body[newline + 1 :]  # the language tag (json)
+        return body.strip()
+    return text
