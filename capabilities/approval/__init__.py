@@ -27,6 +27,7 @@ from ._rules import Unknown as Unknown
 from ._rules import Verdict as Verdict
 from ._scripted import Answer as Answer
 from ._scripted import ScriptedApproval as ScriptedApproval
+from ._subject import ToolRegistry as ToolRegistry
 
 __all__ = [
     "Answer",
@@ -44,6 +45,7 @@ __all__ = [
     "PendingApproval",
     "PolicyApproval",
     "ScriptedApproval",
+    "ToolRegistry",
     "Unknown",
     "Verdict",
 ]

@@ -50,7 +50,7 @@ SURFACE: dict[str, str] = {
     "capabilities.approval": """
         Answer ApprovalClosed ApprovalNotPending ApprovalOpened ApprovalPolicy ApprovalRule
         ApprovalSubject ApprovalUpdate Decision InteractiveApproval Known Parameters
-        PendingApproval PolicyApproval ScriptedApproval Unknown Verdict
+        PendingApproval PolicyApproval ScriptedApproval ToolRegistry Unknown Verdict
     """,
     "capabilities.authorization": """
         AccessDecision AccessPolicy AccessRule AccessSubject Effect PolicyAuthorization

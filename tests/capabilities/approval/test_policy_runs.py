@@ -17,8 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities import sqlite_storage
-from capabilities.approval import Answer, ApprovalRule, PolicyApproval, ScriptedApproval
-from capabilities.approval._subject import ToolRegistry
+from capabilities.approval import (
+    Answer,
+    ApprovalRule,
+    PolicyApproval,
+    ScriptedApproval,
+    ToolRegistry,
+)
 from effectagent.core import (
     ApprovalDecision,
     ApprovalDenied,

@@ -14,8 +14,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.approval import ApprovalPolicy, ApprovalRule, ApprovalSubject, Known, Unknown
-from capabilities.approval._subject import ToolRegistry
+from capabilities.approval import (
+    ApprovalPolicy,
+    ApprovalRule,
+    ApprovalSubject,
+    Known,
+    ToolRegistry,
+    Unknown,
+)
 from effectagent import Agent, Tool, Toolkit
 from effectagent.ai import ToolAnnotations
 from effectagent.core import REDACTED, ApprovalRequest
