@@ -125,7 +125,7 @@ class Batch:
         self._ledger = BatchLedger([declared.id for declared in plan.declared])
         # The calls' audit metadata (inner calls, child runs), by declaration index: the batch's.
         self._audits: list[dict[str, Any] | None] = [None] * len(plan.declared)
-        self._runner = CallRunner(scope=scope, policy=policy, lender=lender)
+        self._runner = CallRunner(scope=scope, policy=policy, lender=lender, audits=self._audits)
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
@@ -276,16 +276,14 @@ class Batch:
         call as interrupted). Only KeyboardInterrupt/SystemExit propagate.
         """
         try:
-            outcome, audit = await self._runner.run(call)
+            outcome = await self._runner.run(call)
         except Exception as exc:  # an engine-side defect while serving this call
             message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
-            outcome, audit = ToolDefect(call.id, call.name, message), None
+            outcome = ToolDefect(call.id, call.name, message)
         except BaseException as exc:
             if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
                 return False
             raise
-        if audit is not None:
-            self._audits[call.index] = audit
         self._ledger.settle(call.index, outcome)
         self._announce(outcome)
         return True

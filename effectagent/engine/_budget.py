@@ -33,7 +33,15 @@ import attrs
 from effectagent.core import AgentPolicy, ChildBudget, ToolOutcome, UsageDelta, UsageTotals
 from effectagent.effect import _fast_init
 
-__all__ = ["Allowance", "Budget", "BudgetLease", "Delegated", "Exhaustion", "RepeatedFailure"]
+__all__ = [
+    "NOTHING_DELEGATED",
+    "Allowance",
+    "Budget",
+    "BudgetLease",
+    "Delegated",
+    "Exhaustion",
+    "RepeatedFailure",
+]
 
 _NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
 _FAILING_KINDS = frozenset({"invalid-input", "failure", "defect"})
@@ -70,7 +78,7 @@ class Delegated:
     usage: UsageTotals = _NO_USAGE
 
 
-_NOTHING_DELEGATED = Delegated()
+_NOTHING_DELEGATED = NOTHING_DELEGATED = Delegated()
 
 
 @_fast_init
@@ -159,15 +167,29 @@ class Budget:
     def with_due_warnings(self, now: float) -> tuple[Budget, tuple[Exhaustion, ...]]:
         """The dimensions that just crossed the warning ratio (each once per run), and the
         budget that remembers them."""
-        ratio = self.policy.warning_ratio
+        warned = self.warned
+        policy = self.policy
+        if len(warned) == (4 if policy.token_budget is not None else 3):
+            return self, ()  # every dimension has warned (this runs once a turn)
+        ratio = policy.warning_ratio
+        # The order of ``limits``, checked without building its list until one is due.
+        turns = self.turns + self.delegated_turns
+        calls = self.tool_calls + self.delegated_tool_calls
+        elapsed = now - self.started_at
+        tokens = policy.token_budget
+        if (
+            ("turns" in warned or turns < ratio * policy.max_turns)
+            and ("tool_calls" in warned or calls < ratio * policy.max_tool_calls)
+            and ("duration" in warned or elapsed < ratio * policy.max_duration)
+            and (tokens is None or "tokens" in warned or self.usage.total_tokens < ratio * tokens)
+        ):
+            return self, ()
         due = tuple(
             dim
             for dim in self.limits(now)
-            if dim.dimension not in self.warned and dim.used >= ratio * dim.limit
+            if dim.dimension not in warned and dim.used >= ratio * dim.limit
         )
-        if not due:
-            return self, ()
-        return self._with(warned=self.warned | {d.dimension for d in due}), due
+        return self._with(warned=warned | {d.dimension for d in due}), due
 
     @property
     def calls_left(self) -> int:
@@ -181,17 +203,56 @@ class Budget:
 
     # ---- changes ----------------------------------------------------------------------------
 
+    # The changes a turn makes build the value directly, in field order (``_with``'s keyword
+    # handling costs more than the construction; these run a few times a turn).
+
     def with_turn(self) -> Budget:
         """One more turn counted."""
-        return self._with(turns=self.turns + 1)
+        return Budget(
+            self.policy,
+            self.started_at,
+            self.turns + 1,
+            self.tool_calls,
+            self.usage,
+            self.delegated_turns,
+            self.delegated_tool_calls,
+            self.warned,
+            self.streaks,
+            self.repeated_failure,
+            self.refused_batch,
+        )
 
     def with_usage(self, delta: UsageDelta) -> Budget:
         """One model call's usage added."""
-        return self._with(usage=self.usage.add(delta))
+        return Budget(
+            self.policy,
+            self.started_at,
+            self.turns,
+            self.tool_calls,
+            self.usage.add(delta),
+            self.delegated_turns,
+            self.delegated_tool_calls,
+            self.warned,
+            self.streaks,
+            self.repeated_failure,
+            self.refused_batch,
+        )
 
     def with_calls(self, count: int) -> Budget:
         """A batch of ``count`` calls admitted."""
-        return self._with(tool_calls=self.tool_calls + count)
+        return Budget(
+            self.policy,
+            self.started_at,
+            self.turns,
+            self.tool_calls + count,
+            self.usage,
+            self.delegated_turns,
+            self.delegated_tool_calls,
+            self.warned,
+            self.streaks,
+            self.repeated_failure,
+            self.refused_batch,
+        )
 
     def with_refused_batch(self, requested: int) -> Budget:
         """A batch of ``requested`` calls would have gone past ``max_tool_calls``: it ran none,
@@ -214,6 +275,12 @@ class Budget:
     def with_outcomes(self, outcomes: Sequence[ToolOutcome]) -> Budget:
         """Per-tool failure streaks updated (invalid input, failure and defect count; success
         resets); the first streak to reach ``repeated_failure_limit`` is remembered."""
+        if not self.streaks:
+            for outcome in outcomes:
+                if outcome.kind != "success":
+                    break
+            else:
+                return self  # nothing failing, and nothing to reset
         streaks = dict(self.streaks)
         failure = self.repeated_failure
         limit = self.policy.repeated_failure_limit

@@ -67,10 +67,20 @@ class CallRunner:
     """Runs the calls of one batch: what they share (the batch's scope, the policy, the permit
     the batch's calls borrow first)."""
 
-    __slots__ = ("digest", "io", "lender", "policy", "scope", "services", "turn")
+    __slots__ = ("audits", "digest", "io", "lender", "policy", "scope", "services", "turn")
 
-    def __init__(self, *, scope: BatchScope, policy: AgentPolicy, lender: Permit | None) -> None:
+    def __init__(
+        self,
+        *,
+        scope: BatchScope,
+        policy: AgentPolicy,
+        lender: Permit | None,
+        audits: list[dict[str, Any] | None],
+    ) -> None:
         self.scope = scope
+        # The batch's audit metadata, by declaration index: each call writes its own slot, also
+        # when it is interrupted (what its inner calls and child runs did is still true).
+        self.audits = audits
         self.io = scope.io
         self.services = scope.services
         self.turn = scope.turn
@@ -79,10 +89,11 @@ class CallRunner:
         # A child run's calls borrow the permit of the call that started the child first.
         self.lender = lender
 
-    async def run(self, call: PlannedCall) -> tuple[ToolOutcome, dict[str, Any] | None]:
-        """The call's outcome and its audit metadata (what its inner calls and child runs
-        noted; None: nothing). Raises only what must propagate: ``trio.Cancelled`` when the run
-        is interrupted (alone or inside a group), ``KeyboardInterrupt``/``SystemExit``.
+    async def run(self, call: PlannedCall) -> ToolOutcome:
+        """The call's outcome; its audit metadata (what its inner calls and child runs noted)
+        goes to its slot of the batch's audits, on every exit. Raises only what must propagate:
+        ``trio.Cancelled`` when the run is interrupted (alone or inside a group),
+        ``KeyboardInterrupt``/``SystemExit``.
 
         Cancellation: a cancellation point before the permit is taken; then as the handler's own.
         The permit is given back on every exit.
@@ -110,11 +121,11 @@ class CallRunner:
         if services.authorization is not None:
             rejected = await self._authorize(call, context)
             if rejected is not None:
-                return rejected, None
+                return rejected
         if tool.may_need_approval:
             rejected = await self._approval(call, context)
             if rejected is not None:
-                return rejected, None
+                return rejected
 
         handler = services.handlers[tool]
         pool = self.scope.pool
@@ -122,7 +133,9 @@ class CallRunner:
         # never waits runs to its end in the batch's task — that is what makes such a call cheap
         # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
         # a call that has to wait for a permit yields in ``take``.
-        permit = host.permit = await pool.take(self.lender)
+        await trio.lowlevel.checkpoint_if_cancelled()
+        permit = pool.take_nowait(self.lender) or await pool.take(self.lender)
+        host.permit = permit
         try:
             io.emit(ToolCallStarted, self.turn, call.id, call.name)
             scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
@@ -136,12 +149,14 @@ class CallRunner:
         finally:
             host.permit = None
             pool.give_back(permit)
-        audit = host.notes
-        if broker is not None and (inner := broker.audit()) is not None:
-            audit = {**inner, **audit} if audit else inner
+            audit = host.notes
+            if broker is not None and (inner := broker.audit()) is not None:
+                audit = {**inner, **audit} if audit else inner
+            if audit is not None:
+                self.audits[call.index] = audit
         if scope.cancelled_caught:
-            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s"), audit
-        return self._settle(tool, call, exit_), audit
+            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+        return self._settle(tool, call, exit_)
 
     def _settle(
         self, tool: Tool[Any, Any], call: PlannedCall, exit_: Exit[Any, TaggedError]

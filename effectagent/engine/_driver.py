@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any, assert_never, final
+from collections.abc import Awaitable, Callable
+from typing import Any, final, get_args
 
 import attrs
 import trio
@@ -98,6 +99,9 @@ from ._seams import ConversationLogError, RunEnding, RunInfo
 from ._services import RunServices
 
 __all__ = ["RunDriver"]
+
+#: The commands that do not wait, by class: done synchronously by the interpreter (see ``_drive``).
+_EFFECTS: dict[type[Any], Callable[[Any, Any], Any]] = {}
 
 _jitter = random.Random()
 _NEXT_TURN = NextTurn()
@@ -367,114 +371,117 @@ class RunDriver:
     async def _drive(self, transition: Transition) -> EnterGrace | None:
         """Perform transitions until the run ends (None) or enters its grace turn.
 
-        Cancellation: as the commands performed (see each).
+        Effects that do not wait (events, log lines, a pending record) are done through a table
+        by command class; the commands that wait are awaited. Cancellation: as the commands
+        performed (see each).
         """
+        effects, waits = _EFFECTS, _WAITS
         state, commands = transition
         while True:
             self.state = state
             answer: Input | EnterGrace | None = None
             for command in commands:
-                answer = await self._perform(command)
+                kind = type(command)
+                effect = effects.get(kind)
+                if effect is not None:
+                    answer = effect(self, command)
+                else:
+                    answer = await waits[kind](self, command)
             if answer is None:
                 return None
             if isinstance(answer, EnterGrace):
                 return answer
             state, commands = step(state, answer)
 
-    async def _perform(self, command: Command) -> Input | EnterGrace | None:
-        """Do what ``command`` says; return the input it produces (see ``_machine``)."""
+    async def _record_inputs(self, command: RecordInputs) -> None:
         io = self.io
-        match command:
-            case StartTurn():
-                if not command.grace and self.services.tool_sources:
-                    self._take_tool_snapshots()
-                io.emit(TurnStarted, command.turn, command.grace)
-                return None
-            case RequestModel():
-                return await self._request(command)
-            case AppendLater():
-                io.record_later(command.step.record)
-                return None
-            case NextTurn():
-                return await self._next_turn()
-            case RunBatch():
-                return await self._batch(command)
-            case CompleteTurn():
-                io.emit(TurnCompleted, command.turn, command.finish_reason, command.usage)
-                for warning in command.warnings:
-                    io.emit(BudgetWarning, warning.dimension, warning.used, warning.limit)
-                return None
-            case Complete():
-                await self._complete(command)
-                return None
-            case Fail():
-                await self._fail(command.error)
-                return None
-            case TakeFollowUps():
-                inbox = self.services.inbox
-                inputs = () if inbox is None else tuple(inbox.take_follow_ups(io.conversation_id))
-                return FollowUps(inputs, trio.current_time())
-            case RecordInputs():
-                await io.record(
-                    *[
-                        UserInputRecorded(
-                            io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
-                        )
-                        for i, text in zip(command.inputs, command.texts, strict=True)
-                    ]
+        await io.record(
+            *[
+                UserInputRecorded(
+                    io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
                 )
-                return None
-            case RecordFeedback():
-                record = UserInputRecorded(
-                    io.conversation_id,
-                    io.run_id,
-                    new_id("input"),
-                    "feedback",
-                    command.text,
-                    "engine",
-                    time.time(),
-                )
-                await io.record(record)
-                return None
-            case Compact():
-                state = self.state
-                assert state is not None
-                messages, usage = await maybe_compact(
-                    io,
-                    self.services,
-                    self.agent.policy,
-                    state.messages,
-                    command.turn,
-                    estimate=command.estimate,
-                    force=command.force,
-                )
-                return Compacted(messages, usage)
-            case AnnounceRetry():
-                io.emit(
-                    ModelRetrying,
-                    command.turn,
-                    command.attempt,
-                    command.error_tag,
-                    command.message,
-                    command.delay,
-                    command.discard,
-                )
-                if command.delay:
-                    io.logs.info(
-                        "model call retried",
-                        error=command.error_tag,
-                        attempt=command.attempt,
-                        delay=command.delay,
-                    )
-                return None
-            case Log():
-                log = io.logs.warning if command.level == "warning" else io.logs.info
-                log(command.event, **dict(command.fields))
-                return None
-            case EnterGrace():
-                return command
-            case _:
-                assert_never(command)
+                for i, text in zip(command.inputs, command.texts, strict=True)
+            ]
+        )
+
+    async def _record_feedback(self, command: RecordFeedback) -> None:
+        io = self.io
+        record = UserInputRecorded(
+            io.conversation_id,
+            io.run_id,
+            new_id("input"),
+            "feedback",
+            command.text,
+            "engine",
+            time.time(),
+        )
+        await io.record(record)
+
+    async def _compact(self, command: Compact) -> Compacted:
+        state = self.state
+        assert state is not None
+        messages, usage = await maybe_compact(
+            self.io,
+            self.services,
+            self.agent.policy,
+            state.messages,
+            command.turn,
+            estimate=command.estimate,
+            force=command.force,
+        )
+        return Compacted(messages, usage)
+
+    async def _end_failed(self, command: Fail) -> None:
+        await self._fail(command.error)
+
+    # ---- the effects: commands that do not wait ------------------------------------------------
+
+    def _start_turn(self, command: StartTurn) -> None:
+        if not command.grace and self.services.tool_sources:
+            self._take_tool_snapshots()
+        self.io.emit(TurnStarted, command.turn, command.grace)
+
+    def _append_later(self, command: AppendLater) -> None:
+        self.io.record_later(command.step.record)
+
+    def _complete_turn(self, command: CompleteTurn) -> None:
+        io = self.io
+        io.emit(TurnCompleted, command.turn, command.finish_reason, command.usage)
+        for warning in command.warnings:
+            io.emit(BudgetWarning, warning.dimension, warning.used, warning.limit)
+
+    def _take_follow_ups(self, command: TakeFollowUps) -> FollowUps:
+        inbox = self.services.inbox
+        inputs = () if inbox is None else tuple(inbox.take_follow_ups(self.io.conversation_id))
+        return FollowUps(inputs, trio.current_time())
+
+    def _announce_retry(self, command: AnnounceRetry) -> None:
+        io = self.io
+        io.emit(
+            ModelRetrying,
+            command.turn,
+            command.attempt,
+            command.error_tag,
+            command.message,
+            command.delay,
+            command.discard,
+        )
+        if command.delay:
+            io.logs.info(
+                "model call retried",
+                error=command.error_tag,
+                attempt=command.attempt,
+                delay=command.delay,
+            )
+
+    def _log(self, command: Log) -> None:
+        logs = self.io.logs
+        log = logs.warning if command.level == "warning" else logs.info
+        log(command.event, **dict(command.fields))
+
+    @staticmethod
+    def _enter_grace(driver: RunDriver, command: EnterGrace) -> EnterGrace:
+        return command
 
     # ---- the commands that wait ----------------------------------------------------------------
 
@@ -484,7 +491,7 @@ class RunDriver:
             return ()
         return tuple(inbox.drain_steering(self.io.conversation_id))
 
-    async def _next_turn(self) -> TurnDue:
+    async def _next_turn(self, command: NextTurn | None = None) -> TurnDue:
         """The boundary between two turns: one scheduler yield (fairness), the consumer's
         backpressure, then the steering waiting to be admitted.
 
@@ -770,3 +777,38 @@ class RunDriver:
         finally:
             self.terminal = io.emit(RunInterrupted, "interrupted", self.usage)
             io.logs.info("run interrupted", turns=self.turn, tool_calls=self.tool_calls_used)
+
+
+_EFFECTS.update(
+    {
+        StartTurn: RunDriver._start_turn,
+        AppendLater: RunDriver._append_later,
+        CompleteTurn: RunDriver._complete_turn,
+        TakeFollowUps: RunDriver._take_follow_ups,
+        AnnounceRetry: RunDriver._announce_retry,
+        Log: RunDriver._log,
+        EnterGrace: RunDriver._enter_grace,
+    }
+)
+
+#: The commands that wait, by class: awaited by the interpreter (see ``_drive``).
+_WAITS: dict[type[Any], Callable[[Any, Any], Awaitable[Any]]] = {
+    RequestModel: RunDriver._request,
+    NextTurn: RunDriver._next_turn,
+    RunBatch: RunDriver._batch,
+    Complete: RunDriver._complete,
+    Fail: RunDriver._end_failed,
+    RecordInputs: RunDriver._record_inputs,
+    RecordFeedback: RunDriver._record_feedback,
+    Compact: RunDriver._compact,
+}
+
+
+def _check_commands_are_all_handled() -> None:
+    handled = _EFFECTS.keys() | _WAITS.keys()
+    missing = [cls.__name__ for cls in get_args(Command) if cls not in handled]
+    if missing:  # a new command the interpreter cannot perform is a bug at import, not mid-run
+        raise TypeError(f"the run interpreter cannot perform {', '.join(missing)}")
+
+
+_check_commands_are_all_handled()

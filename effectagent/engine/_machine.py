@@ -19,8 +19,8 @@ grace turn ends with :class:`EnterGrace` (the interpreter changes the run's dead
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, TypeAlias, assert_never, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, NoReturn, TypeAlias, final, get_args
 
 import attrs
 
@@ -49,6 +49,7 @@ from effectagent.core import (
 from effectagent.effect import SchemaError, _fast_init, decode_json
 
 from ._batch_plan import BatchPlan, plan_batch
+from ._budget import NOTHING_DELEGATED as _NOTHING_DELEGATED
 from ._budget import Budget, Delegated, Exhaustion
 from ._model_step import ModelStep
 from ._retry import retry_delay
@@ -95,6 +96,7 @@ Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "grace", "
 
 
 @final
+@_fast_init
 @attrs.frozen(slots=True)
 class RunConfig:
     """What a run's decisions depend on and that never changes while it runs."""
@@ -433,33 +435,22 @@ def start(config: RunConfig, messages: tuple[Message, ...], started_at: float) -
 
 def step(state: RunState, event: Input) -> Transition:
     """The next state and the commands to perform, for ``event`` in ``state``. Pure."""
-    match event:
-        case TurnDue():
-            return _turn_due(state, event)
-        case ModelResponded():
-            return _responded(state, event)
-        case BatchSettled():
-            return _batch_settled(state, event)
-        case FollowUps():
-            return _follow_ups(state, event)
-        case ModelCallFailed():
-            return _model_failed(state, event)
-        case Compacted():
-            return _compacted(state, event)
-        case TimeRanOut():
-            return _time_ran_out(state, event)
-        case GraceBegun():
-            return _grace_turn(state)
-        case BatchInterrupted():
-            messages = state.messages + event.messages
-            budget = state.budget.with_delegated(event.delegated)
-            return _set(state, messages=messages, budget=budget, held=None), _NONE
-        case _:
-            assert_never(event)
+    return _STEPS[type(event)](state, event)
+
+
+def _grace_begun(state: RunState, event: GraceBegun) -> Transition:
+    return _grace_turn(state)
+
+
+def _batch_interrupted(state: RunState, event: BatchInterrupted) -> Transition:
+    messages = state.messages + event.messages
+    budget = state.budget.with_delegated(event.delegated)
+    return _set(state, messages=messages, budget=budget, held=None), _NONE
 
 
 def _turn_due(state: RunState, event: TurnDue) -> Transition:
-    _expect(state, "turn")
+    if state.phase != "turn":
+        _wrong(state, "turn")
     config = state.config
     commands: list[Command] = []
     if event.steering:
@@ -504,7 +495,8 @@ def _compacted(state: RunState, event: Compacted) -> Transition:
         if state.grace:
             return _grace_request(state)
         return _request(state, [])
-    _expect(state, "model")  # compacted after the model refused the context
+    if state.phase != "model":  # compacted after the model refused the context
+        _wrong(state, "model")
     failed = state.held
     assert isinstance(failed, ModelCallFailed)
     state = _set(state, budget=budget, messages=messages, context_base=base, held=None)
@@ -517,7 +509,8 @@ def _compacted(state: RunState, event: Compacted) -> Transition:
 
 
 def _responded(state: RunState, event: ModelResponded) -> Transition:
-    _expect(state, "model")
+    if state.phase != "model":
+        _wrong(state, "model")
     config = state.config
     held = event.step
     usage = held.usage
@@ -548,16 +541,43 @@ def _responded(state: RunState, event: ModelResponded) -> Transition:
         requested = len(plan.runnable)
         admitted = requested <= budget.calls_left
         budget = budget.with_calls(requested) if admitted else budget.with_refused_batch(requested)
-        state = _set(state, phase="batch", budget=budget, context_base=base, held=held)
+        state = RunState(
+            config,
+            "batch",
+            state.turn,
+            state.messages,
+            budget,
+            False,
+            state.output_retries,
+            state.attempt,
+            state.refused_compacted,
+            base,
+            None,
+            held,
+        )
         return state, (later, RunBatch(plan, admitted, held.assistant_message()))
-    state = _set(state, budget=budget, context_base=base)
+    state = RunState(
+        config,
+        "follow-ups" if config.follow_ups else "model",
+        state.turn,
+        state.messages,
+        budget,
+        False,
+        state.output_retries,
+        state.attempt,
+        state.refused_compacted,
+        base,
+        None,
+        held if config.follow_ups else None,
+    )
     if config.follow_ups:
-        return _set(state, phase="follow-ups", held=held), (later, _TAKE_FOLLOW_UPS)
+        return state, (later, _TAKE_FOLLOW_UPS)
     return _answer(state, held, event.now, [later])
 
 
 def _follow_ups(state: RunState, event: FollowUps) -> Transition:
-    _expect(state, "follow-ups")
+    if state.phase != "follow-ups":
+        _wrong(state, "follow-ups")
     held = state.held
     assert isinstance(held, ModelStep)
     state = _set(state, held=None)
@@ -605,22 +625,34 @@ def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command
 
 
 def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
-    _expect(state, "batch")
-    held = state.held
-    assert isinstance(held, ModelStep)
-    budget = state.budget.with_outcomes(event.outcomes).with_delegated(event.delegated)
-    messages = state.messages + event.messages
-    if event.failure is not None:
-        state = _set(state, phase="ended", messages=messages, budget=budget, held=None)
-        then: Command = Fail(event.failure)
-    else:
-        state = _set(state, phase="turn", messages=messages, budget=budget, held=None)
-        then = _NEXT_TURN
+    if state.phase != "batch":
+        _wrong(state, "batch")
+    held: ModelStep = state.held  # type: ignore[assignment]  # the batch phase holds its step
+    budget = state.budget.with_outcomes(event.outcomes)
+    if event.delegated is not _NOTHING_DELEGATED:
+        budget = budget.with_delegated(event.delegated)
+    failure = event.failure
+    state = RunState(
+        state.config,
+        "turn" if failure is None else "ended",
+        state.turn,
+        state.messages + event.messages,
+        budget,
+        False,
+        state.output_retries,
+        state.attempt,
+        state.refused_compacted,
+        state.context_base,
+        None,
+        None,
+    )
+    then: Command = _NEXT_TURN if failure is None else Fail(failure)
     return _turn_completed(state, held.response.finish_reason, event.now, [], then)
 
 
 def _model_failed(state: RunState, event: ModelCallFailed) -> Transition:
-    _expect(state, "model")
+    if state.phase != "model":
+        _wrong(state, "model")
     if (
         isinstance(event.error, ContextLengthExceeded)
         and not state.refused_compacted
@@ -693,7 +725,8 @@ def _exhaust(
 
 def _grace_turn(state: RunState) -> Transition:
     """The grace turn begins: its prompt is compacted like any other when over the limit."""
-    _expect(state, "grace")
+    if state.phase != "grace":
+        _wrong(state, "grace")
     config = state.config
     limit = config.policy.context_token_limit
     if config.compactor and limit is not None:
@@ -721,6 +754,29 @@ def _turn_completed(
     commands.append(CompleteTurn(state.turn, finish, budget.usage, warnings))
     commands.append(then)
     return state, tuple(commands)
+
+
+#: Each input's transition function, by class (the table ``step`` dispatches on).
+_STEPS: dict[type[Any], Callable[[RunState, Any], Transition]] = {
+    TurnDue: _turn_due,
+    ModelResponded: _responded,
+    BatchSettled: _batch_settled,
+    FollowUps: _follow_ups,
+    ModelCallFailed: _model_failed,
+    Compacted: _compacted,
+    TimeRanOut: _time_ran_out,
+    GraceBegun: _grace_begun,
+    BatchInterrupted: _batch_interrupted,
+}
+
+
+def _check_inputs_are_all_handled(handled: Mapping[type[Any], object]) -> None:
+    missing = [cls.__name__ for cls in get_args(Input) if cls not in handled]
+    if missing:  # a new input without a transition is a bug at import, not mid-run
+        raise TypeError(f"the run state machine has no transition for {', '.join(missing)}")
+
+
+_check_inputs_are_all_handled(_STEPS)
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -766,9 +822,8 @@ def _set(
     )
 
 
-def _expect(state: RunState, phase: Phase) -> None:
-    if state.phase != phase:
-        raise RuntimeError(f"run state machine: an input for {phase!r} came in {state.phase!r}")
+def _wrong(state: RunState, phase: Phase) -> NoReturn:
+    raise RuntimeError(f"run state machine: an input for {phase!r} came in {state.phase!r}")
 
 
 def _live_context(

@@ -34,6 +34,8 @@ import trio
 
 __all__ = ["Permit", "PermitBook", "PermitPool"]
 
+_NONE: list[_Waiter] = []  # what a release grants when nobody waits (never appended to)
+
 
 @final
 class Permit:
@@ -110,7 +112,7 @@ class PermitBook:
         lender = permit.lender
         if lender is None:
             self.free += 1
-            return self._grant_pool()
+            return self._grant_pool() if self.queue else _NONE
         lender.lent = False
         for waiter in self.queue:  # the loan goes to the first waiter of that lender
             if waiter.lender is lender:
@@ -149,6 +151,10 @@ class PermitPool:
         """Pool permits held right now."""
         return self.book.in_use
 
+    def take_nowait(self, lender: Permit | None = None) -> Permit | None:
+        """A permit if one can be had now without waiting (see :meth:`PermitBook.try_take`)."""
+        return self.book.try_take(lender)
+
     async def take(self, lender: Permit | None = None) -> Permit:
         """A permit: ``lender``'s (borrowed) or one of the pool's, waiting until one is free.
 
@@ -173,7 +179,9 @@ class PermitPool:
 
     def give_back(self, permit: Permit) -> None:
         """Return ``permit`` (exactly once), waking whoever that grants."""
-        _wake(self.book.give_back(permit))
+        granted = self.book.give_back(permit)
+        if granted:
+            _wake(granted)
 
 
 def _wake(waiters: list[_Waiter]) -> None:
