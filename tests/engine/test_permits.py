@@ -14,6 +14,7 @@ from hypothesis.stateful import (
     consumes,
     invariant,
     rule,
+    run_state_machine_as_test,
 )
 
 from effectagent.engine._permits import Permit, PermitBook, PermitPool, _Waiter
@@ -106,8 +107,11 @@ class PermitBookMachine(RuleBasedStateMachine):
             assert waiter.lender is None or waiter.lender.lent or waiter.lender.returned
 
 
-TestPermitBook = PermitBookMachine.TestCase
-TestPermitBook.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
+def test_the_permit_book_keeps_its_promises_in_every_order() -> None:
+    run_state_machine_as_test(
+        PermitBookMachine,
+        settings=settings(max_examples=150, stateful_step_count=40, deadline=None),
+    )
 
 
 def test_a_permit_is_returned_once_and_never_while_lent() -> None:
