@@ -1,6 +1,6 @@
 """Where a run's events go: a stream consumer's queue, or ``run``'s reducer in the run's own task.
 
-A run hands each event to one sink, synchronously (``RunDriver.emit`` never waits), so events are
+A run hands each event to one sink, synchronously (``RunIO.emit`` never waits), so events are
 numbered and handed over in one atomic step even when tool tasks emit concurrently.
 
 * ``runtime.stream`` — the sink is an :class:`EventQueue` read by the consumer's task. The producer
