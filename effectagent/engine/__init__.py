@@ -5,7 +5,6 @@ from ._child import ChildRunResult as ChildRunResult
 from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._logging import LOGGER_NAME as LOGGER_NAME
-from ._runtime import CHECKED_AGENTS as CHECKED_AGENTS
 from ._runtime import ConversationBusy as ConversationBusy
 from ._runtime import ConversationExists as ConversationExists
 from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
@@ -43,7 +42,6 @@ from ._seams import ToolAuthorization as ToolAuthorization
 from ._seams import ToolAuthorizationService as ToolAuthorizationService
 from ._seams import estimate_tokens as estimate_tokens
 from ._seams import observe_runs as observe_runs
-from ._seams import requirements_of as requirements_of
 
 __all__ = [
     "Approval",
@@ -59,7 +57,6 @@ __all__ = [
     "ConversationLogError",
     "ConversationLogService",
     "InMemoryConversationLog",
-    "CHECKED_AGENTS",
     "ConversationBusy",
     "ConversationExists",
     "UnknownConversation",
@@ -88,6 +85,5 @@ __all__ = [
     "open_runtime",
     "reduce_events",
     "run_sync",
-    "requirements_of",
     "run_child",
 ]

@@ -32,7 +32,7 @@ PACKAGES = [
     "sandbox",
 ]
 
-#: Each package's ``__all__``, exactly (``effectagent.engine``'s is pinned with the engine).
+#: Each package's ``__all__``, exactly.
 SURFACE: dict[str, str] = {
     "effectagent": """
         Agent AgentPolicy ChildBudget Context LanguageModelService Layer open_runtime run_sync
@@ -44,6 +44,16 @@ SURFACE: dict[str, str] = {
         make_json_converter MissingRequirement MissingServicesError open_scope parse_json_text
         preflight SchemaDerivationError SchemaError SchemaIssue SchemaLimits Scope ScopeClosedError
         Semaphore ServiceKey SpanHandle SpanKind Success TaggedError trace_span use_span_starter
+    """,
+    "effectagent.engine": """
+        Approval ApprovalError ApprovalService AuthorizationDecision ChildRunRefused
+        ChildRunResult CompactionRequest Compactor CompactorService ConversationBusy
+        ConversationExists ConversationLog ConversationLogError ConversationLogService
+        estimate_tokens InMemoryConversationLog InstructionsLeakSecret LOGGER_NAME observe_runs
+        open_runtime reduce_events RedactorService run_child run_sync RunEnding RunFailedError
+        RunInfo RunListener RunListenerService RunObserver RunObserversService RunResult RunStream
+        Runtime SteeringInbox SteeringInboxService SteeringInput TokenCounter TokenCounterService
+        ToolAuthorization ToolAuthorizationService UnknownConversation
     """,
     "effectagent.ai": """
         AiError AssistantMessage AuthenticationFailed Binding close_stream ContentFiltered

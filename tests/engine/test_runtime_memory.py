@@ -25,7 +25,8 @@ from effectagent.ai import (
 )
 from effectagent.core import Agent, LogEntry, Record
 from effectagent.effect import Layer
-from effectagent.engine import CHECKED_AGENTS, ConversationLogService, open_runtime
+from effectagent.engine import ConversationLogService, open_runtime
+from effectagent.engine._runtime import CHECKED_AGENTS
 
 from .helpers import make_policy
 
