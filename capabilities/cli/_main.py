@@ -61,7 +61,7 @@ exit status:
   {EXIT_FAILED}    the run failed (the model, a tool or a budget ended it with an error)
   {EXIT_USAGE}    bad arguments or configuration, or no model configured
   {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
-  {EXIT_SUSPENDED}    the run was suspended
+  {EXIT_SUSPENDED}    the run was suspended (kept for durable approvals: no run suspends yet)
   {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
 
 config file (TOML; every table optional, unknown keys are errors):
