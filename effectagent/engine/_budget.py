@@ -332,7 +332,7 @@ class Allowance:
         self._reserved_turns = 0
         self._reserved_calls = 0
         self._reserved_tokens = 0
-        self._held: set[int] = set()  # ids of the leases not settled yet
+        self._held: set[int] | None = None  # ids of the leases not settled yet (made lazily)
         self._settled = 0
 
     def _calls_left(self) -> int:
@@ -385,15 +385,18 @@ class Allowance:
         self._reserved_calls += granted.tool_calls
         if policy.token_budget is not None and granted.tokens is not None:
             self._reserved_tokens += granted.tokens
+        if self._held is None:
+            self._held = set()
         self._held.add(id(lease))
         return lease
 
     def settle(self, lease: BudgetLease, turns: int, tool_calls: int, usage: UsageTotals) -> None:
         """The child that holds ``lease`` ended having used ``turns``, ``tool_calls`` and
         ``usage``: charge them and free the reservation. Exactly once per lease."""
-        if id(lease) not in self._held:
+        held = self._held
+        if held is None or id(lease) not in held:
             raise RuntimeError("a budget lease was settled twice, or was not this batch's")
-        self._held.discard(id(lease))
+        held.discard(id(lease))
         granted = lease.granted
         self._reserved_turns -= granted.turns
         self._reserved_calls -= granted.tool_calls
@@ -411,7 +414,7 @@ class Allowance:
     @property
     def open_leases(self) -> int:
         """Leases not settled yet."""
-        return len(self._held)
+        return 0 if self._held is None else len(self._held)
 
     def totals(self) -> Delegated:
         """What the batch's inner calls and settled child runs used."""

@@ -35,6 +35,7 @@ import trio
 __all__ = ["Permit", "PermitBook", "PermitPool"]
 
 _NONE: list[_Waiter] = []  # what a release grants when nobody waits (never appended to)
+_NO_QUEUE: deque[_Waiter] = deque(maxlen=0)  # the queue before anyone waited (never added to)
 
 
 @final
@@ -70,7 +71,9 @@ class PermitBook:
             raise ValueError(f"capacity must be a positive int, got {capacity!r}")
         self.capacity = capacity
         self.free = capacity
-        self.queue: deque[_Waiter] = deque()
+        # Made by the first waiter (a run whose calls never wait keeps no queue: 760 bytes less
+        # for each of many runs parked at once).
+        self.queue: deque[_Waiter] = _NO_QUEUE
 
     @property
     def in_use(self) -> int:
@@ -91,6 +94,8 @@ class PermitBook:
     def enqueue(self, lender: Permit | None) -> _Waiter:
         """Queue a waiter for a permit (after :meth:`try_take` failed)."""
         waiter = _Waiter(lender)
+        if self.queue is _NO_QUEUE:
+            self.queue = deque()
         self.queue.append(waiter)
         return waiter
 
