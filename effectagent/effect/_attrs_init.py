@@ -9,11 +9,12 @@ messages per model step; their construction was the largest single cost left in 
 
 Everything else stays attrs': the class, its fields, ``__eq__``/``__hash__``/``__repr__``,
 frozenness (setting an attribute still raises ``FrozenInstanceError``), ``attrs.evolve``,
-``attrs.fields``, cattrs. The replacement takes the same parameters with the same defaults (plain
-values, and ``attrs.Factory`` without ``takes_self``). A class it cannot reproduce exactly — a
-field with a validator, converter, alias, ``kw_only`` or ``init=False``, a factory taking self, an
-``__attrs_pre_init__``/``__attrs_post_init__``, or a class that is not frozen and slotted — is
-refused with a ``TypeError`` at decoration time, never handled loosely.
+``attrs.fields``, cattrs. The replacement has attrs' own signature: the same parameters in the
+same order, keyword-only fields (``kw_only=True`` on the class or the field) after a ``*``, the
+same defaults (plain values, and ``attrs.Factory`` without ``takes_self``). A class it cannot
+reproduce exactly — a field with a validator, converter, alias or ``init=False``, a factory taking
+self, an ``__attrs_pre_init__``/``__attrs_post_init__``, or a class that is not frozen and slotted
+— is refused with a ``TypeError`` at decoration time, never handled loosely.
 
 Why it exists at all: measured with ``benchmarks/engine_overhead.py``, which runs the same runs
 with these ``__init__`` methods and, in the same process, with attrs' own (:func:`attrs_inits`),
@@ -58,7 +59,8 @@ def _install(cls: type) -> None:
         if hasattr(cls, hook):
             raise TypeError(f"fast_init cannot reproduce {cls.__qualname__}.{hook}")
     namespace: dict[str, Any] = {"_NOTHING": attrs.NOTHING}
-    params: list[str] = []
+    params: list[str] = []  # positional-or-keyword, in field order
+    keyword_only: list[str] = []  # after the ``*``, in field order (attrs' own order)
     body: list[str] = []
     for i, field in enumerate(attrs.fields(cls)):
         name = field.name
@@ -66,28 +68,30 @@ def _install(cls: type) -> None:
             field.validator is not None
             or field.converter is not None
             or not field.init
-            or field.kw_only
             or field.alias != name
             or field.on_setattr not in (None, attrs.setters.NO_OP)
         ):
             raise TypeError(
                 f"fast_init cannot reproduce field {cls.__qualname__}.{name} "
-                "(validator, converter, alias, kw_only, init=False or on_setattr)"
+                "(validator, converter, alias, init=False or on_setattr)"
             )
         namespace[f"_set{i}"] = _slot_descriptor(cls, name).__set__
+        parameters = keyword_only if field.kw_only else params
         default = field.default
         if default is attrs.NOTHING:
-            params.append(name)
+            parameters.append(name)
         elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
             if default.takes_self:
                 raise TypeError(f"fast_init cannot reproduce {cls.__qualname__}.{name}'s factory")
             namespace[f"_factory{i}"] = default.factory
-            params.append(f"{name}=_NOTHING")
+            parameters.append(f"{name}=_NOTHING")
             body.append(f"    if {name} is _NOTHING:\n        {name} = _factory{i}()")
         else:
             namespace[f"_default{i}"] = default
-            params.append(f"{name}=_default{i}")
+            parameters.append(f"{name}=_default{i}")
         body.append(f"    _set{i}(self, {name})")
+    if keyword_only:
+        params += ["*", *keyword_only]
     source = f"def __init__(self, {', '.join(params)}):\n" + "\n".join(body or ["    pass"]) + "\n"
     code = compile(source, f"<fast_init {cls.__module__}.{cls.__qualname__}>", "exec")
     exec(code, namespace)  # our own generated source, from field names attrs has validated
