@@ -100,25 +100,63 @@ def long_conversation(records: int = RECORDS, compactions: int = COMPACTIONS) ->
             done += 1
             kind = "summarize" if done % 2 else "clear-tool-results"
             summary = f"what happened up to turn {turn}" if kind == "summarize" else None
-            add(CompactionCreated("conv", f"run_{turn}", 2, kind, len(entries), summary, 0.0))  # type: ignore[arg-type]
+            add(
+                CompactionCreated(
+                    conversation_id="conv",
+                    run_id=f"run_{turn}",
+                    turn=2,
+                    kind=kind,  # type: ignore[arg-type]
+                    covers_through=len(entries),
+                    summary=summary,
+                    at=0.0,
+                )
+            )
             continue
         turn += 1
         run = f"run_{turn}"
-        add(UserInputRecorded("conv", run, f"in_{turn}", "user", f"question {turn}", "ann", 0.0))
+        add(
+            UserInputRecorded(
+                conversation_id="conv",
+                run_id=run,
+                input_id=f"in_{turn}",
+                kind="user",
+                text=f"question {turn}",
+                author="ann",
+                at=0.0,
+            )
+        )
         call = {"id": "call_0", "name": "fetch", "arguments": f'{{"n": {turn}}}'}
         add(
             ModelResponseRecorded(
-                "conv", run, 1, (("tool-call", call),), "tool-calls", UsageDelta(), 0.0
+                conversation_id="conv",
+                run_id=run,
+                turn=1,
+                content=(("tool-call", call),),
+                finish_reason="tool-calls",
+                usage=UsageDelta(),
+                at=0.0,
             )
         )
         add(
             ToolCallSettled(
-                "conv", run, 1, "call_0", "fetch", ToolSuccess("call_0", "fetch", "r" * 400), 0.0
+                conversation_id="conv",
+                run_id=run,
+                turn=1,
+                tool_call_id="call_0",
+                tool_name="fetch",
+                outcome=ToolSuccess("call_0", "fetch", "r" * 400),
+                at=0.0,
             )
         )
         add(
             ModelResponseRecorded(
-                "conv", run, 2, (("text", f"answer {turn}"),), "stop", UsageDelta(), 0.0
+                conversation_id="conv",
+                run_id=run,
+                turn=2,
+                content=(("text", f"answer {turn}"),),
+                finish_reason="stop",
+                usage=UsageDelta(),
+                at=0.0,
             )
         )
     return entries[:records]

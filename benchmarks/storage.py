@@ -72,7 +72,15 @@ WRITERS: Final = 20
 def group(conversation: str, n: int) -> list[Record]:
     """Two records, about the size of a user input and a short answer's record."""
     return [
-        UserInputRecorded(conversation, "run", f"in-{n}-{i}", "user", "w" * 120, "ann", 1.0)
+        UserInputRecorded(
+            conversation_id=conversation,
+            run_id="run",
+            input_id=f"in-{n}-{i}",
+            kind="user",
+            text="w" * 120,
+            author="ann",
+            at=1.0,
+        )
         for i in range(2)
     ]
 

@@ -260,13 +260,13 @@ def rebuild_compactions(
     for artifact in artifacts:
         verify_artifact(log, artifact, versions=versions)
         record = CompactionCreated(
-            conversation,
-            run_id,
-            turn,
-            artifact.kind,
-            artifact.covers_through,
-            summary_text(artifact),
-            at,
+            conversation_id=conversation,
+            run_id=run_id,
+            turn=turn,
+            kind=artifact.kind,
+            covers_through=artifact.covers_through,
+            summary=summary_text(artifact),
+            at=at,
         )
         records.append(record)
         log.append(LogEntry((log[-1].seq if log else 0) + 1, record))

@@ -240,13 +240,13 @@ class LogCompactor:
         self, view: LogView, request: CompactionRequest, plan: Plan, summary: str | None
     ) -> CompactionCreated:
         return CompactionCreated(
-            request.conversation_id,
-            request.run_id,
-            request.turn,
-            plan.kind,
-            plan.covers_through,
-            summary,
-            time.time(),
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            turn=request.turn,
+            kind=plan.kind,
+            covers_through=plan.covers_through,
+            summary=summary,
+            at=time.time(),
         )
 
     def layer(self) -> Layer:

@@ -91,7 +91,15 @@ ELIDED = "…"
 
 def summary_message(text: str) -> Message:
     """The message a summary becomes in the prompt (the core projection's own rendering)."""
-    record = CompactionCreated("", "", 0, "summarize", 1, text, 0.0)
+    record = CompactionCreated(
+        conversation_id="",
+        run_id="",
+        turn=0,
+        kind="summarize",
+        covers_through=1,
+        summary=text,
+        at=0.0,
+    )
     (message,) = project_messages([LogEntry(2, record)])
     return message
 

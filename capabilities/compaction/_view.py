@@ -164,7 +164,13 @@ class LogView:
         covers = min(clear_through, unit.last)
         if covers >= unit.first:  # the clearing that applies to this unit, as a record after it
             marker = CompactionCreated(
-                self.conversation_id, "", 0, "clear-tool-results", covers, None, _RUN_AT
+                conversation_id=self.conversation_id,
+                run_id="",
+                turn=0,
+                kind="clear-tool-results",
+                covers_through=covers,
+                summary=None,
+                at=_RUN_AT,
             )
             entries.append(LogEntry(unit.last + 1, marker))
         return tuple(project_messages(entries))
@@ -197,13 +203,13 @@ class LogView:
     ) -> CompactionCreated:
         """A compaction record of this conversation (``run_id``, ``turn`` and ``at`` in ``ids``)."""
         return CompactionCreated(
-            self.conversation_id,
-            ids.get("run_id", ""),
-            ids.get("turn", 0),
-            kind,
-            covers_through,
-            summary,
-            ids.get("at", 0.0),
+            conversation_id=self.conversation_id,
+            run_id=ids.get("run_id", ""),
+            turn=ids.get("turn", 0),
+            kind=kind,
+            covers_through=covers_through,
+            summary=summary,
+            at=ids.get("at", 0.0),
         )
 
 

@@ -217,7 +217,14 @@ class AgentStateStore:
                 stored = StoredCell(
                     slot.name, key, revision, "committed", slot.version, text, "", run_id, now
                 )
-                record = AgentStateWritten(conversation_id, run_id, slot.name, key, revision, now)
+                record = AgentStateWritten(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    slot=slot.name,
+                    key=key,
+                    revision=revision,
+                    at=now,
+                )
                 seq = await self._call(
                     cell, self._backend.put(stored, expected_revision, (conversation_id, record))
                 )

@@ -3,6 +3,11 @@
 Every event carries the run, conversation and agent identity, a per-run sequence number and a
 wall-clock timestamp; turn and tool-call IDs where they apply. Exactly one terminal event ends a run:
 RunCompleted, RunFailed, RunInterrupted or RunSuspended.
+
+Events are made by keyword only (``TurnStarted(run_id=..., conversation_id=..., agent=..., seq=...,
+at=..., turn=3)``): many have several fields of one type, which a positional call could swap
+without a word. A run makes its events through ``RunIO.emit``, which sets the header — ``run_id``,
+``conversation_id``, ``agent``, ``seq``, ``at`` — and takes the event's own fields.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ __all__ = [
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class EventBase:
     """Identity and ordering shared by every event."""
 
@@ -61,7 +66,7 @@ class EventBase:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunStarted(EventBase):
     """The run was admitted; ``input`` is the user's (redacted) text."""
 
@@ -69,7 +74,7 @@ class RunStarted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class TurnStarted(EventBase):
     """A turn begins; ``grace`` marks the single final-answer turn after exhaustion."""
 
@@ -78,7 +83,7 @@ class TurnStarted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ModelStarted(EventBase):
     """The model request for ``turn`` is sent."""
 
@@ -86,7 +91,7 @@ class ModelStarted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ModelRetrying(EventBase):
     """The model call of ``turn`` failed with a retryable error; it is tried again after
     ``delay`` seconds (attempt ``attempt + 1``).
@@ -105,7 +110,7 @@ class ModelRetrying(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class TextDelta(EventBase):
     """Streamed answer text."""
 
@@ -114,7 +119,7 @@ class TextDelta(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ReasoningDelta(EventBase):
     """Streamed reasoning text."""
 
@@ -123,7 +128,7 @@ class ReasoningDelta(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallDeclared(EventBase):
     """The model declared a tool call (arguments redacted, bounded)."""
 
@@ -134,7 +139,7 @@ class ToolCallDeclared(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallStarted(EventBase):
     """The handler of a tool call starts (permits held)."""
 
@@ -144,7 +149,7 @@ class ToolCallStarted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolProgress(EventBase):
     """A handler reported progress (redacted, bounded)."""
 
@@ -155,7 +160,7 @@ class ToolProgress(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallSucceeded(EventBase):
     """A tool call settled with ToolSuccess."""
 
@@ -166,7 +171,7 @@ class ToolCallSucceeded(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallFailed(EventBase):
     """A tool call settled with any other outcome."""
 
@@ -177,7 +182,7 @@ class ToolCallFailed(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ApprovalRequested(EventBase):
     """A tool call waits for approval."""
 
@@ -188,7 +193,7 @@ class ApprovalRequested(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class TurnCompleted(EventBase):
     """A turn ended (its batch, if any, committed)."""
 
@@ -198,7 +203,7 @@ class TurnCompleted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class BudgetWarning(EventBase):
     """A budget dimension passed its warning ratio (once per dimension per run)."""
 
@@ -208,7 +213,7 @@ class BudgetWarning(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class CompactionPerformed(EventBase):
     """Context was compacted before ``turn``: the last record's ``kind`` and how far it covers,
     the live-context estimate before and the count after. ``started_at`` is the wall-clock time
@@ -224,7 +229,7 @@ class CompactionPerformed(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class SubagentStarted(EventBase):
     """Tool call ``tool_call_id`` started an attached child run (a subagent): the child's
     identity, and ``budget``, what it was given of this run's remaining budgets. The child's own
@@ -240,7 +245,7 @@ class SubagentStarted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class SubagentEvent(EventBase):
     """One event of the child run ``child_run_id`` that tool call ``tool_call_id`` started, as
     the child emitted it (its own run ID, sequence number and time). A grandchild's events arrive
@@ -253,7 +258,7 @@ class SubagentEvent(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class SubagentCompleted(EventBase):
     """The child run of tool call ``tool_call_id`` ended: how (``status``), and what it used —
     its usage (included in this run's totals from now on), its turns and its tool calls
@@ -269,7 +274,7 @@ class SubagentCompleted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunCompleted(EventBase):
     """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
 
@@ -283,7 +288,7 @@ class RunCompleted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunFailed(EventBase):
     """Terminal: the run failed with ``error``."""
 
@@ -292,7 +297,7 @@ class RunFailed(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunInterrupted(EventBase):
     """Terminal: the run was cancelled (caller, runtime close)."""
 
@@ -301,7 +306,7 @@ class RunInterrupted(EventBase):
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunSuspended(EventBase):
     """Terminal: the run waits durably, e.g. for an approval. Only the durable deployment classes,
     which are not built yet, end a run this way; the in-memory engine never does."""

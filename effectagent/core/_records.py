@@ -3,6 +3,10 @@
 Records never hold provider SDK types — only our own values and JSON. Compaction appends records; it
 never edits or deletes one (CAP-007). :func:`project_messages` is the single, pure projection from
 records to the prompt the model sees; the engine and every log implementation share it.
+
+Records — and :class:`ContextItem`, five strings of which two have defaults — are made by keyword
+only: most records have several fields of one type (IDs, texts, times) that a positional call could
+swap without a word. :class:`LogEntry` (a sequence number and a record) stays positional.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ __all__ = [
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ConversationCreated:
     """A conversation begins."""
 
@@ -64,7 +68,7 @@ class ConversationCreated:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
     what the engine itself told the model (a final answer that did not decode, and why)."""
@@ -85,7 +89,7 @@ def _context_text(instance: object, attribute: attrs.Attribute[Any], value: obje
         raise ValueError(f"ContextItem.{attribute.name} must not be empty")
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class ContextItem:
     """Context given to a run by its host, e.g. an activated skill's instructions: ``kind``
     (``"skill"``), ``source`` (what it is, e.g. the skill's ID), its ``version`` and ``digest``
@@ -108,7 +112,7 @@ class ContextItem:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ContextAdded:
     """A run started with ``item`` as context (CAP-008: the identity and version of a loaded
     skill are recorded for the run). ``item.text`` is as the model read it (redacted)."""
@@ -120,7 +124,7 @@ class ContextAdded:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
     ("tool-call", {"id", "name", "arguments"}); only executable calls are kept."""
@@ -135,7 +139,7 @@ class ModelResponseRecorded:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallPrepared:
     """A declared tool call was resolved and decoded and is about to be authorized and run."""
 
@@ -149,7 +153,7 @@ class ToolCallPrepared:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolCallSettled:
     """The one outcome of a declared tool call, committed in declaration order.
 
@@ -169,7 +173,7 @@ class ToolCallSettled:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolApprovalRequested:
     """Canonical audit of an approval request (CAP-006)."""
 
@@ -180,7 +184,7 @@ class ToolApprovalRequested:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class ToolApprovalDecided:
     """Canonical audit of an approval decision (CAP-006)."""
 
@@ -192,7 +196,7 @@ class ToolApprovalDecided:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class CompactionCreated:
     """Context compaction covering log entries ``<= covers_through``. ``kind`` is
     "clear-tool-results" (results replaced by a marker) or "summarize" (prefix replaced)."""
@@ -207,7 +211,7 @@ class CompactionCreated:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunCompletedRecord:
     """A run ended with an answer."""
 
@@ -219,7 +223,7 @@ class RunCompletedRecord:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class RunFailedRecord:
     """A run ended without an answer (failure or interruption)."""
 
@@ -231,7 +235,7 @@ class RunFailedRecord:
 
 
 @_fast_init
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, kw_only=True)
 class AgentStateWritten:
     """A write to persistent agent state, committed in the same transaction as this record.
 

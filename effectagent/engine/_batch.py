@@ -141,7 +141,13 @@ class Batch:
         """
         io, turn, plan, ledger = self.io, self.turn, self._plan, self._ledger
         for call in plan.declared:
-            io.emit(ToolCallDeclared, turn, call.id, call.name, call.preview)
+            io.emit(
+                ToolCallDeclared,
+                turn=turn,
+                tool_call_id=call.id,
+                tool_name=call.name,
+                arguments=call.preview,
+            )
         early = plan.early
         if self.admitted:
             runnable = plan.runnable
@@ -162,7 +168,15 @@ class Batch:
             conversation_id, run_id = io.conversation_id, io.run_id
             await io.record(
                 *[
-                    ToolCallPrepared(conversation_id, run_id, turn, c.id, c.name, c.arguments, now)
+                    ToolCallPrepared(
+                        conversation_id=conversation_id,
+                        run_id=run_id,
+                        turn=turn,
+                        tool_call_id=c.id,
+                        tool_name=c.name,
+                        arguments=c.arguments,
+                        at=now,
+                    )
                     for c in runnable
                 ]
             )
@@ -233,14 +247,14 @@ class Batch:
         await io.record(
             *[
                 ToolCallSettled(
-                    conversation_id,
-                    run_id,
-                    turn,
-                    o.tool_call_id,
-                    o.tool_name,
-                    o,
-                    now,
-                    audits[i],
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    turn=turn,
+                    tool_call_id=o.tool_call_id,
+                    tool_name=o.tool_name,
+                    outcome=o,
+                    at=now,
+                    audit=audits[i],
                 )
                 for i, o in enumerate(outcomes)
             ]
@@ -252,11 +266,23 @@ class Batch:
     def _announce(self, outcome: ToolOutcome) -> None:
         io = self.io
         if outcome.kind == "success":
-            io.emit(ToolCallSucceeded, self.turn, outcome.tool_call_id, outcome.tool_name, outcome)
+            io.emit(
+                ToolCallSucceeded,
+                turn=self.turn,
+                tool_call_id=outcome.tool_call_id,
+                tool_name=outcome.tool_name,
+                outcome=outcome,
+            )
             if self._debug:
                 io.logs.debug("tool call settled", tool=outcome.tool_name, kind="success")
             return
-        io.emit(ToolCallFailed, self.turn, outcome.tool_call_id, outcome.tool_name, outcome)
+        io.emit(
+            ToolCallFailed,
+            turn=self.turn,
+            tool_call_id=outcome.tool_call_id,
+            tool_name=outcome.tool_name,
+            outcome=outcome,
+        )
         if isinstance(outcome, ToolDefect):
             io.logs.warning(
                 "tool call failed with a defect",

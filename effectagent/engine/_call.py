@@ -137,7 +137,7 @@ class CallRunner:
         permit = pool.take_nowait(self.lender) or await pool.take(self.lender)
         host.permit = permit
         try:
-            io.emit(ToolCallStarted, self.turn, call.id, call.name)
+            io.emit(ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name)
             scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
             listener = services.listener
             with scope:
@@ -321,8 +321,21 @@ class CallRunner:
         approval = self.services.approval
         deadline = request.deadline
         assert deadline is not None  # ``_request`` made it in this runtime
-        await io.record(ToolApprovalRequested(io.conversation_id, io.run_id, request, time.time()))
-        io.emit(ApprovalRequested, self.turn, request.tool_call_id, request.tool_name, request)
+        await io.record(
+            ToolApprovalRequested(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                request=request,
+                at=time.time(),
+            )
+        )
+        io.emit(
+            ApprovalRequested,
+            turn=self.turn,
+            tool_call_id=request.tool_call_id,
+            tool_name=request.tool_name,
+            request=request,
+        )
         decision: ApprovalDecision
         if approval is None:  # preflight forbids this; fail closed if it happens anyway
             decision = ApprovalDecision.deny("no approval service", "engine")
@@ -341,7 +354,11 @@ class CallRunner:
         )
         await io.record(
             ToolApprovalDecided(
-                io.conversation_id, io.run_id, request.tool_call_id, decided, time.time()
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                tool_call_id=request.tool_call_id,
+                decision=decided,
+                at=time.time(),
             )
         )
         io.logs.info(
@@ -394,7 +411,13 @@ class _Progress:
         io = self.io
         preview = bounded_json(io.redact(data), _PROGRESS_BOUNDS)
         await trio.lowlevel.checkpoint()
-        io.emit(ToolProgress, self.turn, self.call.id, self.call.name, preview)
+        io.emit(
+            ToolProgress,
+            turn=self.turn,
+            tool_call_id=self.call.id,
+            tool_name=self.call.name,
+            data=preview,
+        )
         await io.wait_for_consumer()
 
 

@@ -141,7 +141,13 @@ class _ChildSink:
 
     def feed(self, event: EventBase) -> None:
         self.reducer.feed(event)
-        self.parent.emit(SubagentEvent, self.turn, self.tool_call_id, self.child_run_id, event)
+        self.parent.emit(
+            SubagentEvent,
+            turn=self.turn,
+            tool_call_id=self.tool_call_id,
+            child_run_id=self.child_run_id,
+            event=event,
+        )
 
 
 @final
@@ -224,13 +230,13 @@ class _ChildRun:
         sink.child_run_id = child.run_id
         io.emit(
             SubagentStarted,
-            turn,
-            call.tool_call_id,
-            call.tool_name,
-            child.run_id,
-            child.conversation_id,
-            agent.name,
-            granted,
+            turn=turn,
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            child_run_id=child.run_id,
+            child_conversation_id=child.conversation_id,
+            child_agent=agent.name,
+            budget=granted,
         )
         try:
             await child.execute()
@@ -254,13 +260,13 @@ class _ChildRun:
             )
             io.emit(
                 SubagentCompleted,
-                turn,
-                call.tool_call_id,
-                child.run_id,
-                status,
-                used,
-                turns,
-                tool_calls,
+                turn=turn,
+                tool_call_id=call.tool_call_id,
+                child_run_id=child.run_id,
+                status=status,
+                usage=used,
+                turns=turns,
+                tool_calls=tool_calls,
             )
         result = sink.reducer.result()
         return ChildRunResult(

@@ -106,12 +106,12 @@ async def maybe_compact(
     last = redacted[-1]
     io.emit(
         CompactionPerformed,
-        turn,
-        last.kind,
-        last.covers_through,
-        estimate,
-        count(compacted),
-        started,
+        turn=turn,
+        kind=last.kind,
+        covers_through=last.covers_through,
+        tokens_before=estimate,
+        tokens_after=count(compacted),
+        started_at=started,
     )
     io.logs.info(
         "context compacted",

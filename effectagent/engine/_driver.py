@@ -344,7 +344,7 @@ class RunDriver:
                         # Not even the failure record could be written: the run still ends
                         # with its one RunFailed event; the log lacks the end (said here).
                         if self.terminal is None:
-                            self.terminal = io.emit(RunFailed, error, self.usage)
+                            self.terminal = io.emit(RunFailed, error=error, usage=self.usage)
                         io.logs.warning(
                             "run failed, and its failure record was not written",
                             error=error.tag,
@@ -398,7 +398,13 @@ class RunDriver:
         await io.record(
             *[
                 UserInputRecorded(
-                    io.conversation_id, io.run_id, i.input_id, i.kind, text, i.author, i.at
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    input_id=i.input_id,
+                    kind=i.kind,
+                    text=text,
+                    author=i.author,
+                    at=i.at,
                 )
                 for i, text in zip(command.inputs, command.texts, strict=True)
             ]
@@ -407,13 +413,13 @@ class RunDriver:
     async def _record_feedback(self, command: RecordFeedback) -> None:
         io = self.io
         record = UserInputRecorded(
-            io.conversation_id,
-            io.run_id,
-            new_id("input"),
-            "feedback",
-            command.text,
-            "engine",
-            time.time(),
+            conversation_id=io.conversation_id,
+            run_id=io.run_id,
+            input_id=new_id("input"),
+            kind="feedback",
+            text=command.text,
+            author="engine",
+            at=time.time(),
         )
         await io.record(record)
 
@@ -439,16 +445,26 @@ class RunDriver:
     def _start_turn(self, command: StartTurn) -> None:
         if not command.grace and self.services.tool_sources:
             self._take_tool_snapshots()
-        self.io.emit(TurnStarted, command.turn, command.grace)
+        self.io.emit(TurnStarted, turn=command.turn, grace=command.grace)
 
     def _append_later(self, command: AppendLater) -> None:
         self.io.record_later(command.step.record)
 
     def _complete_turn(self, command: CompleteTurn) -> None:
         io = self.io
-        io.emit(TurnCompleted, command.turn, command.finish_reason, command.usage)
+        io.emit(
+            TurnCompleted,
+            turn=command.turn,
+            finish_reason=command.finish_reason,
+            usage=command.usage,
+        )
         for warning in command.warnings:
-            io.emit(BudgetWarning, warning.dimension, warning.used, warning.limit)
+            io.emit(
+                BudgetWarning,
+                dimension=warning.dimension,
+                used=warning.used,
+                limit=warning.limit,
+            )
 
     def _take_follow_ups(self, command: TakeFollowUps) -> FollowUps:
         inbox = self.services.inbox
@@ -459,12 +475,12 @@ class RunDriver:
         io = self.io
         io.emit(
             ModelRetrying,
-            command.turn,
-            command.attempt,
-            command.error_tag,
-            command.message,
-            command.delay,
-            command.discard,
+            turn=command.turn,
+            attempt=command.attempt,
+            error_tag=command.error_tag,
+            message=command.message,
+            delay=command.delay,
+            discard=command.discard,
         )
         if command.delay:
             io.logs.info(
@@ -602,7 +618,7 @@ class RunDriver:
         io = self.io
         services = self.services
         text = services.redactor.redact_text(self.user_input)
-        io.emit(RunStarted, io.redact_text(text))
+        io.emit(RunStarted, input=io.redact_text(text))
         io.logs.debug("run started")
         conversation_id = io.conversation_id
         if self._history_error is not None:
@@ -616,21 +632,29 @@ class RunDriver:
         now = time.time()
         records: list[Record] = []
         if not history:
-            records.append(ConversationCreated(conversation_id, self.agent.name, now))
+            records.append(
+                ConversationCreated(conversation_id=conversation_id, agent=self.agent.name, at=now)
+            )
         redact = services.redactor.redact_text
         added = [
             ContextAdded(
-                conversation_id,
-                io.run_id,
-                attrs.evolve(item, source=redact(item.source), text=redact(item.text)),
-                now,
+                conversation_id=conversation_id,
+                run_id=io.run_id,
+                item=attrs.evolve(item, source=redact(item.source), text=redact(item.text)),
+                at=now,
             )
             for item in self.context
         ]
         records += added
         records.append(
             UserInputRecorded(
-                conversation_id, io.run_id, new_id("input"), "user", text, self.author, now
+                conversation_id=conversation_id,
+                run_id=io.run_id,
+                input_id=new_id("input"),
+                kind="user",
+                text=text,
+                author=self.author,
+                at=now,
             )
         )
         await io.record(*records)
@@ -722,18 +746,24 @@ class RunDriver:
         state = self.state
         assert state is not None
         budget = state.budget
-        record = RunCompletedRecord(io.conversation_id, io.run_id, encoded, finish, time.time())
+        record = RunCompletedRecord(
+            conversation_id=io.conversation_id,
+            run_id=io.run_id,
+            output=encoded,
+            finish_reason=finish,
+            at=time.time(),
+        )
         await io.record(record)
         # Nothing between the record and its event (see ``_fail``).
         self.terminal = io.emit(
             RunCompleted,
-            text,
-            output,
-            finish,
-            command.exhausted,
-            budget.usage,
-            state.turn,
-            budget.tool_calls,
+            text=text,
+            output=output,
+            finish_reason=finish,
+            exhausted=command.exhausted,
+            usage=budget.usage,
+            turns=state.turn,
+            tool_calls=budget.tool_calls,
         )
         io.logs.info(
             "run completed",
@@ -756,9 +786,15 @@ class RunDriver:
         """
         io = self.io
         await io.record(
-            RunFailedRecord(io.conversation_id, io.run_id, error, error.tag, time.time())
+            RunFailedRecord(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                error=error,
+                reason=error.tag,
+                at=time.time(),
+            )
         )
-        self.terminal = io.emit(RunFailed, error, self.usage)
+        self.terminal = io.emit(RunFailed, error=error, usage=self.usage)
         io.logs.warning("run failed", error=error.tag, detail=repr(error))
 
     async def _record_interrupted(self) -> None:
@@ -767,7 +803,13 @@ class RunDriver:
         io = self.io
         try:
             await io.record(
-                RunFailedRecord(io.conversation_id, io.run_id, None, "interrupted", time.time())
+                RunFailedRecord(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    error=None,
+                    reason="interrupted",
+                    at=time.time(),
+                )
             )
         except Exception as unwritten:
             io.logs.warning(
@@ -775,7 +817,7 @@ class RunDriver:
                 unwritten=io.redact_text(str(unwritten)),
             )
         finally:
-            self.terminal = io.emit(RunInterrupted, "interrupted", self.usage)
+            self.terminal = io.emit(RunInterrupted, reason="interrupted", usage=self.usage)
             io.logs.info("run interrupted", turns=self.turn, tool_calls=self.tool_calls_used)
 
 

@@ -48,8 +48,9 @@ __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_ev
 _SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
 _first = itemgetter(0)
 # The event classes the reducer only counts: every kind of event but the three it reads (exact
-# classes; an event of a subclass takes the full path).
-_COUNTED_ONLY = frozenset(get_args(Event)) - {ToolCallDeclared, *_SETTLED_EVENTS}
+# classes; an event of a subclass takes the full path). A tuple, not a set display: mypy joins
+# keyword-only event classes in a set into a constructor type they do not all fit.
+_COUNTED_ONLY = frozenset(get_args(Event)).difference((ToolCallDeclared, *_SETTLED_EVENTS))
 
 #: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)

@@ -10,9 +10,40 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, final
+from typing import Any, Literal, Protocol, TypeVar, final, overload
 
-from effectagent.core import EventBase, Record, Redactor
+from effectagent.core import (
+    ApprovalRequest,
+    ApprovalRequested,
+    BudgetWarning,
+    ChildBudget,
+    CompactionPerformed,
+    EventBase,
+    ModelRetrying,
+    ModelStarted,
+    ReasoningDelta,
+    Record,
+    Redactor,
+    RunCompleted,
+    RunError,
+    RunFailed,
+    RunInterrupted,
+    RunStarted,
+    RunSuspended,
+    SubagentCompleted,
+    SubagentEvent,
+    SubagentStarted,
+    TextDelta,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    ToolOutcome,
+    ToolProgress,
+    TurnCompleted,
+    TurnStarted,
+    UsageTotals,
+)
 
 from ._handover import EventQueue
 from ._logging import RunLog
@@ -20,7 +51,6 @@ from ._seams import ConversationLog, RunListener
 
 __all__ = ["RunIO", "bounded"]
 
-P = ParamSpec("P")
 E = TypeVar("E", bound=EventBase)
 
 _MAX_ERROR_TEXT = 2000
@@ -125,14 +155,197 @@ class RunIO:
 
     # ---- events ------------------------------------------------------------------------------
 
+    # One overload per event class: its own fields, by keyword, as the class declares them (the
+    # header is emit's to set). ``tests/engine/test_emit.py`` holds them to the classes.
+
+    @overload
+    def emit(self, cls: type[RunStarted], /, *, input: str) -> RunStarted: ...
+
+    @overload
+    def emit(self, cls: type[TurnStarted], /, *, turn: int, grace: bool = ...) -> TurnStarted: ...
+
+    @overload
+    def emit(self, cls: type[ModelStarted], /, *, turn: int) -> ModelStarted: ...
+
+    @overload
     def emit(
         self,
-        cls: Callable[Concatenate[str, str, str, int, float, P], E],
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> E:
-        """Number, stamp and hand over the run's next event of class ``cls`` (its own fields are
-        ``args``/``kwargs``, type-checked against the class); return it.
+        cls: type[ModelRetrying],
+        /,
+        *,
+        turn: int,
+        attempt: int,
+        error_tag: str,
+        message: str,
+        delay: float,
+        discard: bool,
+    ) -> ModelRetrying: ...
+
+    @overload
+    def emit(self, cls: type[TextDelta], /, *, turn: int, text: str) -> TextDelta: ...
+
+    @overload
+    def emit(self, cls: type[ReasoningDelta], /, *, turn: int, text: str) -> ReasoningDelta: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[ToolCallDeclared],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        tool_name: str,
+        arguments: Any,
+    ) -> ToolCallDeclared: ...
+
+    @overload
+    def emit(
+        self, cls: type[ToolCallStarted], /, *, turn: int, tool_call_id: str, tool_name: str
+    ) -> ToolCallStarted: ...
+
+    @overload
+    def emit(
+        self, cls: type[ToolProgress], /, *, turn: int, tool_call_id: str, tool_name: str, data: Any
+    ) -> ToolProgress: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[ToolCallSucceeded],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        tool_name: str,
+        outcome: ToolOutcome,
+    ) -> ToolCallSucceeded: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[ToolCallFailed],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        tool_name: str,
+        outcome: ToolOutcome,
+    ) -> ToolCallFailed: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[ApprovalRequested],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        tool_name: str,
+        request: ApprovalRequest,
+    ) -> ApprovalRequested: ...
+
+    @overload
+    def emit(
+        self, cls: type[TurnCompleted], /, *, turn: int, finish_reason: str, usage: UsageTotals
+    ) -> TurnCompleted: ...
+
+    @overload
+    def emit(
+        self, cls: type[BudgetWarning], /, *, dimension: str, used: float, limit: float
+    ) -> BudgetWarning: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[CompactionPerformed],
+        /,
+        *,
+        turn: int,
+        kind: str,
+        covers_through: int,
+        tokens_before: int,
+        tokens_after: int,
+        started_at: float = ...,
+    ) -> CompactionPerformed: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[SubagentStarted],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        tool_name: str,
+        child_run_id: str,
+        child_conversation_id: str,
+        child_agent: str,
+        budget: ChildBudget,
+    ) -> SubagentStarted: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[SubagentEvent],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        child_run_id: str,
+        event: EventBase,
+    ) -> SubagentEvent: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[SubagentCompleted],
+        /,
+        *,
+        turn: int,
+        tool_call_id: str,
+        child_run_id: str,
+        status: Literal["completed", "failed", "interrupted"],
+        usage: UsageTotals,
+        turns: int,
+        tool_calls: int,
+    ) -> SubagentCompleted: ...
+
+    @overload
+    def emit(
+        self,
+        cls: type[RunCompleted],
+        /,
+        *,
+        text: str,
+        output: Any,
+        finish_reason: Literal["stop", "budget-exhausted"],
+        exhausted: str | None,
+        usage: UsageTotals,
+        turns: int,
+        tool_calls: int,
+    ) -> RunCompleted: ...
+
+    @overload
+    def emit(
+        self, cls: type[RunFailed], /, *, error: RunError, usage: UsageTotals
+    ) -> RunFailed: ...
+
+    @overload
+    def emit(
+        self, cls: type[RunInterrupted], /, *, reason: str, usage: UsageTotals
+    ) -> RunInterrupted: ...
+
+    @overload
+    def emit(self, cls: type[RunSuspended], /, *, reason: str) -> RunSuspended: ...
+
+    def emit(self, cls: type[E], /, **fields: Any) -> E:
+        """Number, stamp and hand over the run's next event of class ``cls``; return it.
+
+        ``fields`` are the event's own fields, by keyword (``io.emit(TurnStarted, turn=3)``);
+        emit sets the header — ``run_id``, ``conversation_id``, ``agent``, ``seq``, ``at``. The
+        overloads above type-check them against the class: a wrong, missing or positional field
+        is a type error at the call, as it is a ``TypeError`` at run time.
 
         Synchronous: handing over never waits, so events are numbered and handed over in one
         atomic step even when tool calls emit concurrently (the sequence is gap-free and in
@@ -141,7 +354,12 @@ class RunIO:
         """
         seq = self._seq = self._seq + 1
         event = cls(
-            self.run_id, self.conversation_id, self.agent_name, seq, time.time(), *args, **kwargs
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            agent=self.agent_name,
+            seq=seq,
+            at=time.time(),
+            **fields,
         )
         if self._sink(event) is False:
             self._lost()

@@ -150,7 +150,7 @@ async def stream_model(
     Cancellation: a cancellation point at each part and wherever the consumer lags; the model's
     stream is closed on every exit, shielded.
     """
-    io.emit(ModelStarted, turn)
+    io.emit(ModelStarted, turn=turn)
     streamed_any = False
     reducer = ResponseReducer(
         max_bytes=limits.max_response_bytes, max_argument_bytes=limits.max_tool_argument_bytes
@@ -190,7 +190,7 @@ async def stream_model(
                     continue
             if shown:
                 streamed_any = True
-                io.emit(event, turn, shown)
+                io.emit(event, turn=turn, text=shown)
                 # ``wait_for_consumer`` inlined: no coroutine per delta when there is room.
                 if queue is not None and queue.full:
                     await queue.wait_for_room()
@@ -207,13 +207,13 @@ async def stream_model(
         response, redactor if redacting else None, limits.max_tool_argument_bytes
     )
     record = ModelResponseRecorded(
-        io.conversation_id,
-        io.run_id,
-        turn,
-        content,
-        response.finish_reason,
-        UsageDelta.from_usage(response.usage),
-        time.time(),
+        conversation_id=io.conversation_id,
+        run_id=io.run_id,
+        turn=turn,
+        content=content,
+        finish_reason=response.finish_reason,
+        usage=UsageDelta.from_usage(response.usage),
+        at=time.time(),
     )
     return ModelStep(response, record, arguments, redacting, limits)
 

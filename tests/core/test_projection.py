@@ -26,17 +26,41 @@ CONV, RUN = "conv_1", "run_1"
 
 
 def user(text: str) -> UserInputRecorded:
-    return UserInputRecorded(CONV, RUN, f"in_{text}", "user", text, "user", 0.0)
+    return UserInputRecorded(
+        conversation_id=CONV,
+        run_id=RUN,
+        input_id=f"in_{text}",
+        kind="user",
+        text=text,
+        author="user",
+        at=0.0,
+    )
 
 
 def answer(text: str, *calls: tuple[str, str], turn: int = 1) -> ModelResponseRecorded:
     content: list[tuple[str, Any]] = [("text", text)]
     content += [("tool-call", {"id": i, "name": n, "arguments": "{}"}) for i, n in calls]
-    return ModelResponseRecorded(CONV, RUN, turn, tuple(content), "stop", UsageDelta(), 0.0)
+    return ModelResponseRecorded(
+        conversation_id=CONV,
+        run_id=RUN,
+        turn=turn,
+        content=tuple(content),
+        finish_reason="stop",
+        usage=UsageDelta(),
+        at=0.0,
+    )
 
 
 def settled(call_id: str, result: Any, *, turn: int = 1) -> ToolCallSettled:
-    return ToolCallSettled(CONV, RUN, turn, call_id, "t", ToolSuccess(call_id, "t", result), 0.0)
+    return ToolCallSettled(
+        conversation_id=CONV,
+        run_id=RUN,
+        turn=turn,
+        tool_call_id=call_id,
+        tool_name="t",
+        outcome=ToolSuccess(call_id, "t", result),
+        at=0.0,
+    )
 
 
 def log(*records: Record) -> list[LogEntry]:
@@ -89,7 +113,18 @@ def test_a_batch_without_every_settlement_is_left_out_whole() -> None:
 
 def test_summarize_replaces_the_covered_prefix_and_keeps_the_rest() -> None:
     base: list[Record] = [user("one"), answer("two"), user("three")]
-    entries = log(*base, CompactionCreated(CONV, RUN, 2, "summarize", 2, "S", 0.0))
+    entries = log(
+        *base,
+        CompactionCreated(
+            conversation_id=CONV,
+            run_id=RUN,
+            turn=2,
+            kind="summarize",
+            covers_through=2,
+            summary="S",
+            at=0.0,
+        ),
+    )
     projected = texts(project_messages(entries))
     assert projected[0].endswith("S")
     assert projected[1:] == ["three"]
@@ -97,7 +132,18 @@ def test_summarize_replaces_the_covered_prefix_and_keeps_the_rest() -> None:
 
 def test_clearing_tool_results_replaces_them_with_a_marker() -> None:
     base: list[Record] = [user("q"), answer("", ("c1", "t")), settled("c1", "big"), answer("a")]
-    entries = log(*base, CompactionCreated(CONV, RUN, 2, "clear-tool-results", 3, None, 0.0))
+    entries = log(
+        *base,
+        CompactionCreated(
+            conversation_id=CONV,
+            run_id=RUN,
+            turn=2,
+            kind="clear-tool-results",
+            covers_through=3,
+            summary=None,
+            at=0.0,
+        ),
+    )
     projected = texts(project_messages(entries))
     assert "result:c1=big" not in projected
     assert any(t.startswith("result:c1=") and "ResultCleared" in t for t in projected)
@@ -105,7 +151,15 @@ def test_clearing_tool_results_replaces_them_with_a_marker() -> None:
 
 def test_an_invalid_range_is_ignored_fail_safe() -> None:
     base: list[Record] = [user("one"), answer("two")]
-    beyond = CompactionCreated(CONV, RUN, 2, "summarize", 99, "S", 0.0)
+    beyond = CompactionCreated(
+        conversation_id=CONV,
+        run_id=RUN,
+        turn=2,
+        kind="summarize",
+        covers_through=99,
+        summary="S",
+        at=0.0,
+    )
     assert texts(project_messages(log(*base, beyond))) == ["one", "two"]
 
 
@@ -120,10 +174,28 @@ def test_projection_never_changes_the_log(kinds: list[str]) -> None:
         else:
             covers = max(1, len(records) // 2)
             if kind == "summarize":
-                records.append(CompactionCreated(CONV, RUN, i, "summarize", covers, "S", 0.0))
+                records.append(
+                    CompactionCreated(
+                        conversation_id=CONV,
+                        run_id=RUN,
+                        turn=i,
+                        kind="summarize",
+                        covers_through=covers,
+                        summary="S",
+                        at=0.0,
+                    )
+                )
             else:
                 records.append(
-                    CompactionCreated(CONV, RUN, i, "clear-tool-results", covers, None, 0.0)
+                    CompactionCreated(
+                        conversation_id=CONV,
+                        run_id=RUN,
+                        turn=i,
+                        kind="clear-tool-results",
+                        covers_through=covers,
+                        summary=None,
+                        at=0.0,
+                    )
                 )
     entries = log(*records)
     snapshot = [attrs.evolve(e) for e in entries]

@@ -972,7 +972,13 @@ def test_encode_keeps_the_class_a_value_is_in_a_field_declared_as_its_base() -> 
     }
     from effectagent.core import BudgetExhausted, RunFailedRecord
 
-    record = RunFailedRecord("c", "r", BudgetExhausted("turns", 3, 3), "BudgetExhausted", 1.0)
+    record = RunFailedRecord(
+        conversation_id="c",
+        run_id="r",
+        error=BudgetExhausted("turns", 3, 3),
+        reason="BudgetExhausted",
+        at=1.0,
+    )
     encoded = encode(record)
     assert isinstance(encoded, dict)
     assert encoded["error"] == {"dimension": "turns", "used": 3, "limit": 3}

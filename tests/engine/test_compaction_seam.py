@@ -34,13 +34,13 @@ class SummarizeEverything:
         last = request.entries[-1].seq
         return [
             CompactionCreated(
-                request.conversation_id,
-                request.run_id,
-                request.turn,
-                "summarize",
-                last,
-                summary,
-                0.0,
+                conversation_id=request.conversation_id,
+                run_id=request.run_id,
+                turn=request.turn,
+                kind="summarize",
+                covers_through=last,
+                summary=summary,
+                at=0.0,
             )
         ]
 

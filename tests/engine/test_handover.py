@@ -288,14 +288,21 @@ async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_firs
         events=RunReducer(),
         on_consumer_lost=lambda: None,
     )
-    response = ConversationCreated("conv_1", agent.name, 1.0)  # any record stands in for it
+    # Any record stands in for the model response.
+    response = ConversationCreated(conversation_id="conv_1", agent=agent.name, at=1.0)
     driver.record_later(response)
     with trio.CancelScope() as scope:
         scope.cancel()
-        await driver.record(RunFailedRecord("conv_1", "run_1", None, "lost", 2.0))
+        await driver.record(
+            RunFailedRecord(
+                conversation_id="conv_1", run_id="run_1", error=None, reason="lost", at=2.0
+            )
+        )
     assert scope.cancelled_caught
     assert await log.entries("conv_1") == ()
-    ending = RunFailedRecord("conv_1", "run_1", None, "interrupted", 3.0)
+    ending = RunFailedRecord(
+        conversation_id="conv_1", run_id="run_1", error=None, reason="interrupted", at=3.0
+    )
     await driver.record(ending)
     assert [entry.record for entry in await log.entries("conv_1")] == [response, ending]
     await driver.record(ending)  # written once: nothing is pending any more

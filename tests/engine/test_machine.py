@@ -106,7 +106,15 @@ def model_step(turn: Turn) -> ModelStep:
     response = reducer.finish()
     content, arguments = _record_content(response, None, 1 << 20)
     usage = UsageDelta.from_usage(response.usage)
-    record = ModelResponseRecorded("c", "r", 1, content, response.finish_reason, usage, 0.0)
+    record = ModelResponseRecorded(
+        conversation_id="c",
+        run_id="r",
+        turn=1,
+        content=content,
+        finish_reason=response.finish_reason,
+        usage=usage,
+        at=0.0,
+    )
     return ModelStep(response, record, arguments, False)
 
 

@@ -542,22 +542,38 @@ def test_a_batch_that_never_settled_is_left_out_whole() -> None:
     conv, run = "conv", "run"
     success = ToolSuccess("a", "forecast", {"city": "Oslo", "high_c": 4.0})
     records: list[Record] = [
-        ConversationCreated(conv, "weather", 0.0),
-        UserInputRecorded(conv, run, "in_1", "user", "Weather?", "user", 0.0),
+        ConversationCreated(conversation_id=conv, agent="weather", at=0.0),
+        UserInputRecorded(
+            conversation_id=conv,
+            run_id=run,
+            input_id="in_1",
+            kind="user",
+            text="Weather?",
+            author="user",
+            at=0.0,
+        ),
         ModelResponseRecorded(
-            conv,
-            run,
-            1,
-            (
+            conversation_id=conv,
+            run_id=run,
+            turn=1,
+            content=(
                 ("text", "Checking."),
                 ("tool-call", {"id": "a", "name": "forecast", "arguments": '{"city": "Oslo"}'}),
                 ("tool-call", {"id": "b", "name": "forecast", "arguments": '{"city": "Rome"}'}),
             ),
-            "tool-calls",
-            UsageDelta(),
-            0.0,
+            finish_reason="tool-calls",
+            usage=UsageDelta(),
+            at=0.0,
         ),
-        ToolCallSettled(conv, run, 1, "a", "forecast", success, 0.0),
+        ToolCallSettled(
+            conversation_id=conv,
+            run_id=run,
+            turn=1,
+            tool_call_id="a",
+            tool_name="forecast",
+            outcome=success,
+            at=0.0,
+        ),
     ]
     log = [LogEntry(i + 1, r) for i, r in enumerate(records)]
     messages = project_messages(log)
@@ -565,7 +581,15 @@ def test_a_batch_that_never_settled_is_left_out_whole() -> None:
         UserMessage.text("Weather?"),
         AssistantMessage((TextContent("Checking."),)),
     ]
-    settled = ToolCallSettled(conv, run, 1, "b", "forecast", ToolDefect("b", "forecast", "x"), 0.0)
+    settled = ToolCallSettled(
+        conversation_id=conv,
+        run_id=run,
+        turn=1,
+        tool_call_id="b",
+        tool_name="forecast",
+        outcome=ToolDefect("b", "forecast", "x"),
+        at=0.0,
+    )
     complete = project_messages([*log, LogEntry(len(log) + 1, settled)])
     assert isinstance(complete[-1], ToolMessage)
     assert [r.id for r in complete[-1].content] == ["a", "b"]

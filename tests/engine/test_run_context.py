@@ -21,7 +21,13 @@ from effectagent.testing import ScriptedModel, Turn
 
 from .helpers import make_agent
 
-SKILL = ContextItem("skill", "pdf-forms", "Fill forms field by field.", "1.2.0", "sha256:abc")
+SKILL = ContextItem(
+    kind="skill",
+    source="pdf-forms",
+    text="Fill forms field by field.",
+    version="1.2.0",
+    digest="sha256:abc",
+)
 
 
 def texts(request: object) -> list[str]:
@@ -40,7 +46,9 @@ async def test_context_is_recorded_before_the_input_and_read_by_the_model(
     model = ScriptedModel([Turn.text("Filled."), Turn.text("Still filled.")])
     agent = make_agent()
     async with open_runtime(model.as_layer(), agents=[agent], secrets=["hunter2"]) as runtime:
-        secret = ContextItem("skill", "vault", "The key is hunter2.", "0.1.0")
+        secret = ContextItem(
+            kind="skill", source="vault", text="The key is hunter2.", version="0.1.0"
+        )
         first = await runtime.run(agent, "Fill the form.", context=[SKILL, secret])
         await runtime.run(agent, "And again.", conversation_id=first.conversation_id)
         log = await runtime.log.entries(first.conversation_id)
@@ -71,6 +79,6 @@ async def test_bad_context_is_refused_before_the_run_starts() -> None:
         with pytest.raises(TypeError, match="context must be a sequence of ContextItem"):
             runtime.stream(agent, "x", context=SKILL)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"ContextItem\.text must not be empty"):
-        ContextItem("skill", "empty", " ")
+        ContextItem(kind="skill", source="empty", text=" ")
     with pytest.raises(TypeError, match=r"ContextItem\.version must be a str"):
-        ContextItem("skill", "x", "text", 1)  # type: ignore[arg-type]
+        ContextItem(kind="skill", source="x", text="text", version=1)  # type: ignore[arg-type]

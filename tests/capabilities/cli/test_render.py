@@ -4,6 +4,7 @@ duration, approvals, the run's end with its usage — plain or in color."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import attrs
 
@@ -175,10 +176,18 @@ async def test_a_subagent_is_indented_under_the_call_that_started_it() -> None:
 def test_budgets_and_failures_read_as_sentences_with_figures_rounded() -> None:
     out = io.StringIO()
     timeline = Timeline(out)
-    base = ("run_1", "conv_1", "helper", 1, 0.0)
-    timeline.render(BudgetWarning(*base, "duration", 5.005364324999391, 6.0))
-    timeline.render(BudgetWarning(*base, "tool_calls", 3.0, 4.0))
-    timeline.render(RunFailed(*base, BudgetExhausted("duration", 6.012345, 6.0), UsageTotals()))
+    base: dict[str, Any] = {
+        "run_id": "run_1",
+        "conversation_id": "conv_1",
+        "agent": "helper",
+        "seq": 1,
+        "at": 0.0,
+    }
+    timeline.render(BudgetWarning(**base, dimension="duration", used=5.005364324999391, limit=6.0))
+    timeline.render(BudgetWarning(**base, dimension="tool_calls", used=3.0, limit=4.0))
+    timeline.render(
+        RunFailed(**base, error=BudgetExhausted("duration", 6.012345, 6.0), usage=UsageTotals())
+    )
     assert out.getvalue().splitlines() == [
         "! duration budget: 5.0 s of 6.0 s used",
         "! tool calls budget: 3 of 4 used",

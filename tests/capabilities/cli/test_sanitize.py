@@ -190,29 +190,45 @@ _NASTY = st.text(
 
 
 def _events(text: str) -> list[Any]:
-    base = ("run_1", "conv_1", text, 1, 0.0)
+    base: dict[str, Any] = {
+        "run_id": "run_1",
+        "conversation_id": "conv_1",
+        "agent": text,
+        "seq": 1,
+        "at": 0.0,
+    }
     usage = UsageTotals()
     request = ApprovalRequest(
         "run_1", "conv_1", text, text, "call_1", text, (text,), "high", {text: text}, 0.0
     )
     return [
-        RunStarted(*base, text),
-        TextDelta(*base, 1, text),
-        ReasoningDelta(*base, 1, text),
-        ToolCallDeclared(*base, 1, "call_1", text, {"command": text}),
-        ToolCallDeclared(*base, 1, "call_2", text, text),  # arguments that are not JSON
-        ToolProgress(*base, 1, "call_1", text, text),
-        ApprovalRequested(*base, 1, "call_1", text, request),
-        ToolCallFailed(
-            *base,
-            1,
-            "call_1",
-            text,
-            ToolFailure("call_1", text, {"_tag": text, "message": text}),
+        RunStarted(**base, input=text),
+        TextDelta(**base, turn=1, text=text),
+        ReasoningDelta(**base, turn=1, text=text),
+        ToolCallDeclared(
+            **base, turn=1, tool_call_id="call_1", tool_name=text, arguments={"command": text}
         ),
-        ToolCallFailed(*base, 1, "call_2", text, ToolInvalidInput("call_2", text, text)),
-        BudgetWarning(*base, text, 5.005364324999391, 6.0),
-        RunFailed(*base, ModelFailed(text, text), usage),
+        ToolCallDeclared(
+            **base, turn=1, tool_call_id="call_2", tool_name=text, arguments=text
+        ),  # arguments that are not JSON
+        ToolProgress(**base, turn=1, tool_call_id="call_1", tool_name=text, data=text),
+        ApprovalRequested(**base, turn=1, tool_call_id="call_1", tool_name=text, request=request),
+        ToolCallFailed(
+            **base,
+            turn=1,
+            tool_call_id="call_1",
+            tool_name=text,
+            outcome=ToolFailure("call_1", text, {"_tag": text, "message": text}),
+        ),
+        ToolCallFailed(
+            **base,
+            turn=1,
+            tool_call_id="call_2",
+            tool_name=text,
+            outcome=ToolInvalidInput("call_2", text, text),
+        ),
+        BudgetWarning(**base, dimension=text, used=5.005364324999391, limit=6.0),
+        RunFailed(**base, error=ModelFailed(text, text), usage=usage),
     ]
 
 

@@ -69,20 +69,48 @@ def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[in
         )
     response = log.add(
         ModelResponseRecorded(
-            CONVERSATION, run, turn, tuple(content), "tool-calls", UsageDelta(), 0.0
+            conversation_id=CONVERSATION,
+            run_id=run,
+            turn=turn,
+            content=tuple(content),
+            finish_reason="tool-calls",
+            usage=UsageDelta(),
+            at=0.0,
         )
     )
     for index in range(calls):
-        log.add(ToolCallPrepared(CONVERSATION, run, turn, f"call_{index}", "fetch", {}, 0.0))
+        log.add(
+            ToolCallPrepared(
+                conversation_id=CONVERSATION,
+                run_id=run,
+                turn=turn,
+                tool_call_id=f"call_{index}",
+                tool_name="fetch",
+                arguments={},
+                at=0.0,
+            )
+        )
         if draw(st.integers(0, 5)) == 0:
             request = ApprovalRequest(
                 run, CONVERSATION, "agent", "fetch", f"call_{index}", "", (), "low", {}, 0.0
             )
-            log.add(ToolApprovalRequested(CONVERSATION, run, request, 0.0))
+            log.add(
+                ToolApprovalRequested(
+                    conversation_id=CONVERSATION, run_id=run, request=request, at=0.0
+                )
+            )
     last = response
     if draw(st.integers(0, 7)) == 0:  # a concurrent run of the conversation writes in between
         log.add(
-            UserInputRecorded(CONVERSATION, "run_other", "in_other", "user", "meanwhile", "bo", 0.0)
+            UserInputRecorded(
+                conversation_id=CONVERSATION,
+                run_id="run_other",
+                input_id="in_other",
+                kind="user",
+                text="meanwhile",
+                author="bo",
+                at=0.0,
+            )
         )
     for index in range(calls):
         result = _text(draw, 6000)
@@ -92,7 +120,15 @@ def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[in
             else ToolFailure(f"call_{index}", "fetch", {"_tag": "Oops", "message": result[:80]})
         )
         last = log.add(
-            ToolCallSettled(CONVERSATION, run, turn, f"call_{index}", "fetch", outcome, 0.0)
+            ToolCallSettled(
+                conversation_id=CONVERSATION,
+                run_id=run,
+                turn=turn,
+                tool_call_id=f"call_{index}",
+                tool_name="fetch",
+                outcome=outcome,
+                at=0.0,
+            )
         )
     spans.append((response, last))
 
@@ -110,14 +146,20 @@ def conversations(
     earlier summaries of up to ``summary_chars`` (0: a few words, naming what they cover)."""
     log = _Log()
     spans: list[tuple[int, int]] = []
-    log.add(ConversationCreated(CONVERSATION, "agent", 0.0))
+    log.add(ConversationCreated(conversation_id=CONVERSATION, agent="agent", at=0.0))
     runs = draw(st.integers(1, max_runs))
     last_messages = 1
     for number in range(runs):
         run = f"run_{number}"
         log.add(
             UserInputRecorded(
-                CONVERSATION, run, f"in_{number}", "user", _text(draw, input_chars), "ann", 0.0
+                conversation_id=CONVERSATION,
+                run_id=run,
+                input_id=f"in_{number}",
+                kind="user",
+                text=_text(draw, input_chars),
+                author="ann",
+                at=0.0,
             )
         )
         last_messages = 1
@@ -130,14 +172,34 @@ def conversations(
             answer = (("text", _text(draw, 300)),)
             log.add(
                 ModelResponseRecorded(
-                    CONVERSATION, run, batches + 1, answer, "stop", UsageDelta(), 0.0
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    turn=batches + 1,
+                    content=answer,
+                    finish_reason="stop",
+                    usage=UsageDelta(),
+                    at=0.0,
                 )
             )
-            log.add(RunCompletedRecord(CONVERSATION, run, None, "stop", 0.0))
+            log.add(
+                RunCompletedRecord(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    output=None,
+                    finish_reason="stop",
+                    at=0.0,
+                )
+            )
             if number == runs - 1:  # the engine compacts before a new run's first turn
                 log.add(
                     UserInputRecorded(
-                        CONVERSATION, "run_next", "in_next", "user", "and now?", "ann", 0.0
+                        conversation_id=CONVERSATION,
+                        run_id="run_next",
+                        input_id="in_next",
+                        kind="user",
+                        text="and now?",
+                        author="ann",
+                        at=0.0,
                     )
                 )
                 last_messages = 1
@@ -147,5 +209,15 @@ def conversations(
             summary = f"summary through {covers}" if kind == "summarize" else None
             if summary is not None and summary_chars:
                 summary += " " + _text(draw, summary_chars)
-            log.add(CompactionCreated(CONVERSATION, run, 0, kind, covers, summary, 0.0))
+            log.add(
+                CompactionCreated(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    turn=0,
+                    kind=kind,
+                    covers_through=covers,
+                    summary=summary,
+                    at=0.0,
+                )
+            )
     return Conversation(tuple(log.entries), tuple(spans), last_messages)

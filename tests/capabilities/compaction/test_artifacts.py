@@ -40,17 +40,78 @@ from effectagent.core import (
 
 CALL = {"id": "call_0", "name": "fetch", "arguments": "{}"}
 LOG = [
-    LogEntry(1, UserInputRecorded("c", "r", "i1", "user", "first", "ann", 0.0)),
+    LogEntry(
+        1,
+        UserInputRecorded(
+            conversation_id="c",
+            run_id="r",
+            input_id="i1",
+            kind="user",
+            text="first",
+            author="ann",
+            at=0.0,
+        ),
+    ),
     LogEntry(
         2,
-        ModelResponseRecorded("c", "r", 1, (("tool-call", CALL),), "tool-calls", UsageDelta(), 0.0),
+        ModelResponseRecorded(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            content=(("tool-call", CALL),),
+            finish_reason="tool-calls",
+            usage=UsageDelta(),
+            at=0.0,
+        ),
     ),
     LogEntry(
-        3, ToolCallSettled("c", "r", 1, "call_0", "fetch", ToolSuccess("call_0", "fetch", "x"), 0.0)
+        3,
+        ToolCallSettled(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            tool_call_id="call_0",
+            tool_name="fetch",
+            outcome=ToolSuccess("call_0", "fetch", "x"),
+            at=0.0,
+        ),
     ),
-    LogEntry(4, UserInputRecorded("c", "r", "i2", "user", "second", "ann", 0.0)),
-    LogEntry(5, CompactionCreated("c", "r", 2, "summarize", 3, "earlier", 0.0)),
-    LogEntry(6, UserInputRecorded("c", "r", "i3", "user", "third", "ann", 0.0)),
+    LogEntry(
+        4,
+        UserInputRecorded(
+            conversation_id="c",
+            run_id="r",
+            input_id="i2",
+            kind="user",
+            text="second",
+            author="ann",
+            at=0.0,
+        ),
+    ),
+    LogEntry(
+        5,
+        CompactionCreated(
+            conversation_id="c",
+            run_id="r",
+            turn=2,
+            kind="summarize",
+            covers_through=3,
+            summary="earlier",
+            at=0.0,
+        ),
+    ),
+    LogEntry(
+        6,
+        UserInputRecorded(
+            conversation_id="c",
+            run_id="r",
+            input_id="i3",
+            kind="user",
+            text="third",
+            author="ann",
+            at=0.0,
+        ),
+    ),
 ]
 
 
@@ -101,7 +162,21 @@ def test_only_accepted_versions_verify() -> None:
 def test_the_digest_ignores_compaction_records_and_nothing_else() -> None:
     without = [e for e in LOG if not isinstance(e.record, CompactionCreated)]
     assert source_digest(without) == source_digest(LOG)
-    changed = [*LOG[:3], LogEntry(4, UserInputRecorded("c", "r", "i2", "user", "2nd", "ann", 0.0))]
+    changed = [
+        *LOG[:3],
+        LogEntry(
+            4,
+            UserInputRecorded(
+                conversation_id="c",
+                run_id="r",
+                input_id="i2",
+                kind="user",
+                text="2nd",
+                author="ann",
+                at=0.0,
+            ),
+        ),
+    ]
     assert source_digest(changed) != source_digest(LOG[:4])
     renumbered = [attrs.evolve(e, seq=e.seq + 1) for e in LOG[:4]]
     assert source_digest(renumbered) != source_digest(LOG[:4])

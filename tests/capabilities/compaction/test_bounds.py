@@ -156,18 +156,58 @@ def _summary_log(summary: str, newest: str) -> list[LogEntry]:
     """A conversation whose earlier summary is ``summary`` and whose newest covered input is
     ``newest``; a short question comes last."""
     records: list[Any] = [
-        ConversationCreated("conv_1", "reader", 0.0),
-        UserInputRecorded("conv_1", "run_0", "in_0", "user", "What is in the report?", "ann", 0.0),
-        ModelResponseRecorded(
-            "conv_1", "run_0", 1, (("text", "Page one."),), "stop", UsageDelta(), 0.0
+        ConversationCreated(conversation_id="conv_1", agent="reader", at=0.0),
+        UserInputRecorded(
+            conversation_id="conv_1",
+            run_id="run_0",
+            input_id="in_0",
+            kind="user",
+            text="What is in the report?",
+            author="ann",
+            at=0.0,
         ),
-        RunCompletedRecord("conv_1", "run_0", None, "stop", 0.0),
-        CompactionCreated("conv_1", "run_0", 1, "summarize", 4, summary, 0.0),
-        UserInputRecorded("conv_1", "run_1", "in_1", "user", newest, "ann", 0.0),
         ModelResponseRecorded(
-            "conv_1", "run_1", 1, (("text", "Noted."),), "stop", UsageDelta(), 0.0
+            conversation_id="conv_1",
+            run_id="run_0",
+            turn=1,
+            content=(("text", "Page one."),),
+            finish_reason="stop",
+            usage=UsageDelta(),
+            at=0.0,
         ),
-        RunCompletedRecord("conv_1", "run_1", None, "stop", 0.0),
+        RunCompletedRecord(
+            conversation_id="conv_1", run_id="run_0", output=None, finish_reason="stop", at=0.0
+        ),
+        CompactionCreated(
+            conversation_id="conv_1",
+            run_id="run_0",
+            turn=1,
+            kind="summarize",
+            covers_through=4,
+            summary=summary,
+            at=0.0,
+        ),
+        UserInputRecorded(
+            conversation_id="conv_1",
+            run_id="run_1",
+            input_id="in_1",
+            kind="user",
+            text=newest,
+            author="ann",
+            at=0.0,
+        ),
+        ModelResponseRecorded(
+            conversation_id="conv_1",
+            run_id="run_1",
+            turn=1,
+            content=(("text", "Noted."),),
+            finish_reason="stop",
+            usage=UsageDelta(),
+            at=0.0,
+        ),
+        RunCompletedRecord(
+            conversation_id="conv_1", run_id="run_1", output=None, finish_reason="stop", at=0.0
+        ),
     ]
     return [LogEntry(seq, record) for seq, record in enumerate(records, start=1)]
 

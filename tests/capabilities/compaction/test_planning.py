@@ -351,23 +351,39 @@ def _long_log(turns: int, result_chars: int, question_chars: int = 0) -> list[Lo
         run = "run"
         add(
             UserInputRecorded(
-                "conv",
-                run,
-                f"i{turn}",
-                "user",
-                f"turn {turn} question " + "q" * question_chars,
-                "ann",
-                0.0,
+                conversation_id="conv",
+                run_id=run,
+                input_id=f"i{turn}",
+                kind="user",
+                text=f"turn {turn} question " + "q" * question_chars,
+                author="ann",
+                at=0.0,
             )
         )
         call = {"id": "call_0", "name": "fetch", "arguments": '{"q": "x"}'}
         add(
             ModelResponseRecorded(
-                "conv", run, turn, (("tool-call", call),), "tool-calls", UsageDelta(), 0.0
+                conversation_id="conv",
+                run_id=run,
+                turn=turn,
+                content=(("tool-call", call),),
+                finish_reason="tool-calls",
+                usage=UsageDelta(),
+                at=0.0,
             )
         )
         result = ToolSuccess("call_0", "fetch", f"turn {turn} " + "r" * result_chars)
-        add(ToolCallSettled("conv", run, turn, "call_0", "fetch", result, 0.0))
+        add(
+            ToolCallSettled(
+                conversation_id="conv",
+                run_id=run,
+                turn=turn,
+                tool_call_id="call_0",
+                tool_name="fetch",
+                outcome=result,
+                at=0.0,
+            )
+        )
     return entries
 
 

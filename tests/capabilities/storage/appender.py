@@ -31,7 +31,13 @@ async def main(path: str) -> None:
                 count += 1
                 records = [
                     UserInputRecorded(
-                        conversation, "run", f"{name}.{i}.{size}", "user", "x" * 200, "a", 1.0
+                        conversation_id=conversation,
+                        run_id="run",
+                        input_id=f"{name}.{i}.{size}",
+                        kind="user",
+                        text="x" * 200,
+                        author="a",
+                        at=1.0,
                     )
                     for i in range(size)
                 ]

@@ -35,14 +35,28 @@ SECRET = "the-users-private-words"
 
 
 def user(conversation: str, text: str = SECRET) -> UserInputRecorded:
-    return UserInputRecorded(conversation, "r", "i", "user", text, "ann", 1.0)
+    return UserInputRecorded(
+        conversation_id=conversation,
+        run_id="r",
+        input_id="i",
+        kind="user",
+        text=text,
+        author="ann",
+        at=1.0,
+    )
 
 
 async def filled(path: Path) -> None:
     async with open_database(path) as database:
         log = SqliteConversationLog(database)
-        await log.append("damaged", [ConversationCreated("damaged", "a", 1.0), user("damaged")])
-        await log.append("healthy", [ConversationCreated("healthy", "a", 1.0), user("healthy")])
+        await log.append(
+            "damaged",
+            [ConversationCreated(conversation_id="damaged", agent="a", at=1.0), user("damaged")],
+        )
+        await log.append(
+            "healthy",
+            [ConversationCreated(conversation_id="healthy", agent="a", at=1.0), user("healthy")],
+        )
 
 
 def tamper(path: Path, sql: str, *args: Any) -> None:

@@ -51,7 +51,13 @@ def test_every_record_reads_back_equal_with_its_tag_and_version(record: Any) -> 
 def test_a_run_error_keeps_its_subclass_and_fields() -> None:
     """Encoding a field declared ``RunError`` by its declared class would drop the subclass: the
     stored form carries the error's tag."""
-    record = RunFailedRecord("c", "r", BudgetExhausted("turns", 3.0, 3.0), "BudgetExhausted", 1.0)
+    record = RunFailedRecord(
+        conversation_id="c",
+        run_id="r",
+        error=BudgetExhausted("turns", 3.0, 3.0),
+        reason="BudgetExhausted",
+        at=1.0,
+    )
     _, _, body, _ = CODEC.encode(record)
     assert json.loads(body)["error"] == {
         "_tag": "BudgetExhausted",
@@ -66,7 +72,9 @@ def test_a_run_error_keeps_its_subclass_and_fields() -> None:
 
 
 def test_the_base_run_error_reads_back_too() -> None:
-    record = RunFailedRecord("c", "r", RunError(), "RunError", 1.0)
+    record = RunFailedRecord(
+        conversation_id="c", run_id="r", error=RunError(), reason="RunError", at=1.0
+    )
     back = CODEC.decode("c", 1, *CODEC.encode(record)[:3])
     assert isinstance(back, RunFailedRecord)
     assert type(back.error) is RunError
@@ -77,14 +85,24 @@ def test_a_run_error_defined_later_is_found_by_its_tag() -> None:
     class QuotaGone(RunError):
         tenant: str
 
-    record = RunFailedRecord("c", "r", QuotaGone("acme"), "QuotaGone", 1.0)
+    record = RunFailedRecord(
+        conversation_id="c", run_id="r", error=QuotaGone("acme"), reason="QuotaGone", at=1.0
+    )
     back = CODEC.decode("c", 1, *CODEC.encode(record)[:3])
     assert isinstance(back, RunFailedRecord)
     assert type(back.error) is QuotaGone
     assert back.error.tenant == "acme"
 
 
-SETTLED = ToolCallSettled("c", "r", 1, "t1", "ping", ToolSuccess("t1", "ping", {"n": 1}), 2.0)
+SETTLED = ToolCallSettled(
+    conversation_id="c",
+    run_id="r",
+    turn=1,
+    tool_call_id="t1",
+    tool_name="ping",
+    outcome=ToolSuccess("t1", "ping", {"n": 1}),
+    at=2.0,
+)
 
 
 @pytest.mark.parametrize(

@@ -58,7 +58,9 @@ def snapshot(directory: Path) -> dict[str, tuple[bytes | str, int, int, float]]:
 async def made(path: Path) -> None:
     """An effectagent database at ``path``, with one conversation, closed again."""
     async with open_database(path) as database:
-        await SqliteConversationLog(database).append("c", [ConversationCreated("c", "a", 1.0)])
+        await SqliteConversationLog(database).append(
+            "c", [ConversationCreated(conversation_id="c", agent="a", at=1.0)]
+        )
 
 
 @pytest.mark.usefixtures("loose_umask")
@@ -67,7 +69,9 @@ async def test_the_database_and_every_file_beside_it_are_made_for_their_owner_al
 ) -> None:
     path = tmp_path / "state.db"
     async with open_database(path) as database:
-        await SqliteConversationLog(database).append("c", [ConversationCreated("c", "a", 1.0)])
+        await SqliteConversationLog(database).append(
+            "c", [ConversationCreated(conversation_id="c", agent="a", at=1.0)]
+        )
         await SqliteConversationLog(database).entries("c")  # a reader too
         beside = modes(tmp_path)
     # While open: the database, its write-ahead log, its shared memory and its lock file.
@@ -93,7 +97,9 @@ async def test_an_existing_database_keeps_its_mode_and_so_do_the_files_beside_it
     await made(path)
     path.chmod(0o640)
     async with open_database(path) as database:
-        await SqliteConversationLog(database).append("c", [ConversationCreated("c", "a", 2.0)])
+        await SqliteConversationLog(database).append(
+            "c", [ConversationCreated(conversation_id="c", agent="a", at=2.0)]
+        )
         assert (mode(path), mode(tmp_path / "old.db-wal")) == (0o640, 0o640)
 
 
@@ -169,7 +175,7 @@ async def test_a_file_replaced_after_opening_is_not_read(tmp_path: Path) -> None
     await made(other)
     async with open_database(path) as database:
         log = SqliteConversationLog(database)
-        await log.append("c", [ConversationCreated("c", "a", 1.0)])
+        await log.append("c", [ConversationCreated(conversation_id="c", agent="a", at=1.0)])
         path.rename(tmp_path / "moved.db")
         other.rename(path)
         with pytest.raises(LogReadFailed) as raised:

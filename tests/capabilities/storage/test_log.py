@@ -30,7 +30,15 @@ from ..records import RECORDS, same
 
 def mark(conversation: str, append: int, index: int) -> UserInputRecorded:
     """The ``index``-th record of append number ``append``: it says which append it belongs to."""
-    return UserInputRecorded(conversation, "run", f"{append}.{index}", "user", "t", "a", 1.0)
+    return UserInputRecorded(
+        conversation_id=conversation,
+        run_id="run",
+        input_id=f"{append}.{index}",
+        kind="user",
+        text="t",
+        author="a",
+        at=1.0,
+    )
 
 
 def groups_of(entries: Any) -> list[tuple[int, int]]:
@@ -176,8 +184,16 @@ async def test_a_record_that_does_not_encode_writes_nothing_of_its_append(
 ) -> None:
     async with open_database(tmp_path / "n.db") as database:
         log = SqliteConversationLog(database)
-        await log.append("c", [ConversationCreated("c", "a", 1.0)])
-        bad = ToolCallPrepared("c", "r", 1, "t", "tool", {"x": float("nan")}, 2.0)
+        await log.append("c", [ConversationCreated(conversation_id="c", agent="a", at=1.0)])
+        bad = ToolCallPrepared(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            tool_call_id="t",
+            tool_name="tool",
+            arguments={"x": float("nan")},
+            at=2.0,
+        )
         with pytest.raises(RecordNotEncodable) as raised:
             await log.append("c", [mark("c", 1, 0), bad])
         assert (raised.value.conversation_id, raised.value.index) == ("c", 1)

@@ -168,7 +168,7 @@ async def test_a_delegation_runs_the_child_and_its_typed_answer_is_the_tool_resu
         description="Research a topic.",
         parameters=Question,
         prompt=lambda p: f"Find out about {p.topic}.",
-        context=lambda p: [ContextItem("note", "lead", f"Only {p.topic}.")],
+        context=lambda p: [ContextItem(kind="note", source="lead", text=f"Only {p.topic}.")],
         budget=ChildBudget(turns=3, tool_calls=2),
     )
     parent = lead(research.tool, SEARCH)

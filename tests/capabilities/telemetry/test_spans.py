@@ -395,9 +395,16 @@ class _Events:
     def __init__(self) -> None:
         self.seq = 0
 
-    def __call__(self, cls: Any, *fields: Any) -> Any:
+    def __call__(self, cls: Any, **fields: Any) -> Any:
         self.seq += 1
-        return cls("run_1", "conv_1", "weather", self.seq, 1_000.0 + self.seq, *fields)
+        return cls(
+            run_id="run_1",
+            conversation_id="conv_1",
+            agent="weather",
+            seq=self.seq,
+            at=1_000.0 + self.seq,
+            **fields,
+        )
 
 
 def test_compactions_budget_warnings_denials_and_suspension(
@@ -412,18 +419,39 @@ def test_compactions_budget_warnings_denials_and_suspension(
     )
     denied = ToolRejected("call_0", "gated", "denied by the operator")
     for emitted in [
-        event(RunStarted, "Weather?"),
-        event(CompactionPerformed, 1, "summarize", 40, 9_000, 1_200, 1_001.5),  # before its turn
-        event(TurnStarted, 1, False),
-        event(CompactionPerformed, 1, "clear-tool-results", 44, 3_000, 900),  # forced, in it
-        event(ModelStarted, 1),
-        event(ToolCallDeclared, 1, "call_0", "gated", {"city": "Oslo"}),
-        event(ApprovalRequested, 1, "call_0", "gated", request),
-        event(ToolCallFailed, 1, "call_0", "gated", denied),
-        event(TurnCompleted, 1, "tool-calls", usage),
-        event(BudgetWarning, "turns", 8.0, 10.0),
-        event(TurnStarted, 2, False),
-        event(RunSuspended, "waits for approval"),
+        event(RunStarted, input="Weather?"),
+        event(
+            CompactionPerformed,
+            turn=1,
+            kind="summarize",
+            covers_through=40,
+            tokens_before=9_000,
+            tokens_after=1_200,
+            started_at=1_001.5,
+        ),  # before its turn
+        event(TurnStarted, turn=1, grace=False),
+        event(
+            CompactionPerformed,
+            turn=1,
+            kind="clear-tool-results",
+            covers_through=44,
+            tokens_before=3_000,
+            tokens_after=900,
+        ),  # forced, in it
+        event(ModelStarted, turn=1),
+        event(
+            ToolCallDeclared,
+            turn=1,
+            tool_call_id="call_0",
+            tool_name="gated",
+            arguments={"city": "Oslo"},
+        ),
+        event(ApprovalRequested, turn=1, tool_call_id="call_0", tool_name="gated", request=request),
+        event(ToolCallFailed, turn=1, tool_call_id="call_0", tool_name="gated", outcome=denied),
+        event(TurnCompleted, turn=1, finish_reason="tool-calls", usage=usage),
+        event(BudgetWarning, dimension="turns", used=8.0, limit=10.0),
+        event(TurnStarted, turn=2, grace=False),
+        event(RunSuspended, reason="waits for approval"),
     ]:
         telemetry.on_event(emitted)
     assert telemetry.open_runs == 0
@@ -467,8 +495,8 @@ def test_events_of_a_run_it_never_saw_start_are_ignored(
     provider, exporter = exported
     telemetry = Telemetry(tracer_provider=provider)
     event = _Events()
-    telemetry.on_event(event(TurnStarted, 1, False))
-    telemetry.on_event(event(RunInterrupted, "interrupted", UsageTotals()))
+    telemetry.on_event(event(TurnStarted, turn=1, grace=False))
+    telemetry.on_event(event(RunInterrupted, reason="interrupted", usage=UsageTotals()))
     with telemetry.call_context("run_1", "call_0") as entered:
         assert entered is None
     assert exporter.get_finished_spans() == ()

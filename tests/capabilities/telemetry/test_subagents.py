@@ -270,9 +270,16 @@ class _Events:
     def __init__(self) -> None:
         self.seq: dict[str, int] = {}
 
-    def __call__(self, run: str, cls: Any, *fields: Any) -> Any:
+    def __call__(self, run: str, cls: Any, **fields: Any) -> Any:
         seq = self.seq[run] = self.seq.get(run, 0) + 1
-        return cls(run, f"conv_{run}", run, seq, 1_000.0 + seq, *fields)
+        return cls(
+            run_id=run,
+            conversation_id=f"conv_{run}",
+            agent=run,
+            seq=seq,
+            at=1_000.0 + seq,
+            **fields,
+        )
 
 
 def test_a_child_announced_but_never_started_is_forgotten(
@@ -285,16 +292,67 @@ def test_a_child_announced_but_never_started_is_forgotten(
     budget = ChildBudget()
     success = ToolSuccess("call_0", "ask", "x")
     for emitted in [
-        event("lead", RunStarted, "Why?"),
-        event("lead", TurnStarted, 1, False),
-        event("lead", ToolCallDeclared, 1, "call_0", "ask", {}),
-        event("lead", ToolCallStarted, 1, "call_0", "ask"),
-        event("lead", SubagentStarted, 1, "call_0", "ask", "kid", "conv_kid", "kid", budget),
-        event("lead", SubagentCompleted, 1, "call_0", "kid", "failed", usage, 0, 0),
-        event("lead", ToolCallSucceeded, 1, "call_0", "ask", success),
-        event("kid", RunStarted, "late"),  # a run of that ID now is not a subagent of the call
-        event("kid", RunCompleted, "", None, "stop", None, usage, 0, 0),
-        event("lead", RunCompleted, "", None, "stop", None, usage, 1, 1),
+        event("lead", RunStarted, input="Why?"),
+        event("lead", TurnStarted, turn=1, grace=False),
+        event(
+            "lead", ToolCallDeclared, turn=1, tool_call_id="call_0", tool_name="ask", arguments={}
+        ),
+        event("lead", ToolCallStarted, turn=1, tool_call_id="call_0", tool_name="ask"),
+        event(
+            "lead",
+            SubagentStarted,
+            turn=1,
+            tool_call_id="call_0",
+            tool_name="ask",
+            child_run_id="kid",
+            child_conversation_id="conv_kid",
+            child_agent="kid",
+            budget=budget,
+        ),
+        event(
+            "lead",
+            SubagentCompleted,
+            turn=1,
+            tool_call_id="call_0",
+            child_run_id="kid",
+            status="failed",
+            usage=usage,
+            turns=0,
+            tool_calls=0,
+        ),
+        event(
+            "lead",
+            ToolCallSucceeded,
+            turn=1,
+            tool_call_id="call_0",
+            tool_name="ask",
+            outcome=success,
+        ),
+        event(
+            "kid", RunStarted, input="late"
+        ),  # a run of that ID now is not a subagent of the call
+        event(
+            "kid",
+            RunCompleted,
+            text="",
+            output=None,
+            finish_reason="stop",
+            exhausted=None,
+            usage=usage,
+            turns=0,
+            tool_calls=0,
+        ),
+        event(
+            "lead",
+            RunCompleted,
+            text="",
+            output=None,
+            finish_reason="stop",
+            exhausted=None,
+            usage=usage,
+            turns=1,
+            tool_calls=1,
+        ),
     ]:
         telemetry.on_event(emitted)
     assert telemetry.open_runs == 0

@@ -1,0 +1,53 @@
+"""Events and records are made by keyword only, and ``RunIO.emit`` takes an event's own fields by
+keyword: mypy follows the class from ``emit`` to the event it returns, and rejects a misspelt,
+mistyped, missing or positional field at the call — as a direct construction does."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+from effectagent.core import (
+    ModelStarted,
+    ReasoningDelta,
+    RunFailedRecord,
+    TextDelta,
+    ToolCallPrepared,
+    TurnStarted,
+    UsageTotals,
+)
+from effectagent.engine._io import RunIO
+
+started = TurnStarted(run_id="run_1", conversation_id="conv_1", agent="a", seq=1, at=0.0, turn=1)
+assert_type(started, TurnStarted)
+# E: Too many positional arguments for "TurnStarted"  [call-arg]
+TurnStarted("run_1", "conv_1", "a", 1, 0.0, 1)
+# E: Argument "turn" to "TurnStarted" has incompatible type "str"; expected "int"  [arg-type]
+TurnStarted(run_id="run_1", conversation_id="conv_1", agent="a", seq=1, at=0.0, turn="1")
+# E: Too many positional arguments for "ToolCallPrepared"  [call-arg]
+ToolCallPrepared("conv_1", "run_1", 1, "lookup", "call_1", {}, 0.0)
+# E: Missing named argument "reason" for "RunFailedRecord"  [call-arg]
+RunFailedRecord(conversation_id="conv_1", run_id="run_1", error=None, at=0.0)
+
+
+def emitting(io: RunIO, usage: UsageTotals, streamed: type[TextDelta | ReasoningDelta]) -> None:
+    assert_type(io.emit(TurnStarted, turn=3), TurnStarted)
+    assert_type(io.emit(TurnStarted, turn=3, grace=True), TurnStarted)
+    assert_type(io.emit(ModelStarted, turn=3), ModelStarted)
+    assert_type(io.emit(streamed, turn=3, text="Oslo"), TextDelta | ReasoningDelta)
+    # E: No overload variant of "emit" of "RunIO" matches argument types "type[TurnStarted]", "str"
+    io.emit(TurnStarted, turn="3")
+    # E: Unexpected keyword argument "trun" for overloaded function "emit" of "RunIO"
+    # E: No overload variant of "emit" of "RunIO" matches argument types "type[ModelStarted]", "int"
+    io.emit(ModelStarted, trun=3)
+    # E: No overload variant of "emit" of "RunIO" matches argument types "type[ModelStarted]", "int"
+    io.emit(ModelStarted, 3)
+    # E: No overload variant of "emit" of "RunIO" matches argument type "type[ModelStarted]"
+    io.emit(ModelStarted)
+    # E: Unexpected keyword argument "seq" for overloaded function "emit" of "RunIO"
+    # E: No overload variant of "emit" of "RunIO" matches argument types "type[TurnStarted]", "int", "int"
+    io.emit(TurnStarted, turn=3, seq=1)
+
+
+def the_event_of_its_class(io: RunIO) -> ModelStarted:
+    # E: Incompatible return value type (got "TurnStarted", expected "ModelStarted")
+    return io.emit(TurnStarted, turn=3)
