@@ -173,7 +173,7 @@ class RunDriver:
             run_id=run_id,
             conversation_id=conversation_id,
             agent_name=agent.name,
-            log=services.log,
+            conversation_log=services.log,
             redactor=services.redactor,
             events=events,
             on_consumer_lost=self.interrupt,

@@ -108,7 +108,7 @@ class RunIO:
         "agent_name",
         "author",
         "conversation_id",
-        "log",
+        "conversation_log",
         "logs",
         "redactor",
         "run_id",
@@ -120,7 +120,7 @@ class RunIO:
         run_id: str,
         conversation_id: str,
         agent_name: str,
-        log: ConversationLog,
+        conversation_log: ConversationLog,
         redactor: Redactor,
         events: EventQueue | EventSink,
         on_consumer_lost: Callable[[], None],
@@ -132,7 +132,7 @@ class RunIO:
         self.author = author  # who started the run (its principal)
         self.conversation_id = conversation_id
         self.agent_name = agent_name
-        self.log = log
+        self.conversation_log = conversation_log  # the canonical records (``logs`` is structlog)
         self.redactor = redactor
         self.logs = RunLog(run_id, conversation_id, agent_name)
         # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task (or
@@ -401,7 +401,7 @@ class RunIO:
         pending = self._pending
         if pending:
             records = pending + records
-        await self.log.append(self.conversation_id, records)
+        await self.conversation_log.append(self.conversation_id, records)
         self._pending = ()
 
     def record_later(self, record: Record) -> None:

@@ -52,7 +52,7 @@ def _io(sink: _Collected) -> RunIO:
         run_id="run_1",
         conversation_id="conv_1",
         agent_name="helper",
-        log=InMemoryConversationLog(),
+        conversation_log=InMemoryConversationLog(),
         redactor=SecretRedactor(),
         events=sink,
         on_consumer_lost=lambda: None,

@@ -283,7 +283,7 @@ async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_firs
         run_id="run_1",
         conversation_id="conv_1",
         agent_name=agent.name,
-        log=log,
+        conversation_log=log,
         redactor=SecretRedactor(),
         events=RunReducer(),
         on_consumer_lost=lambda: None,
