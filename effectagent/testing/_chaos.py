@@ -1,0 +1,462 @@
+"""Chaos: faults drawn at random around a cassette or a scripted model, and a checker for what a
+user's agent must keep under them.
+
+A :class:`FaultPlan` says what goes wrong: for each model call in order (retries included), a
+:class:`ModelFault` or nothing — a rate limit with a retry-after, the model unavailable, the
+stream cut after some parts, a malformed event after some parts; for each tool call in the order
+handlers start, a :class:`ToolFault` or nothing — slow, hung, a defect. :func:`fault_plans` draws
+them (hypothesis), :func:`with_faults` wraps a runtime's Layer so the plan happens, and
+:func:`run_chaos` / :func:`run_chaos_sync` run an agent through it on Trio's mock clock and
+return a :class:`ChaosReport`, whose :meth:`~ChaosReport.violations` are the invariants that did
+not hold:
+
+* every tool call the log prepared settles exactly once, and no call settles twice;
+* the run ends with exactly one terminal event, the last one, and one terminal record of the
+  same kind; the run's result says the same;
+* within its budgets: turns (one grace turn besides), handler runs, and ``max_duration`` on the
+  Trio clock — and it ends at all (a run still going long after its ``max_duration`` is cut off
+  and reported);
+* the log and the events agree: the settlements the events announced are the records' own, call
+  for call and outcome for outcome.
+
+A fault that makes the model retry does not use up the wrapped model's exchange: the response
+it spoiled is kept and served whole to the retry (a cassette or a script stays in step). A
+malformed event is not retryable, so it ends the run with ``ModelFailed`` — as it does in
+production. Kill points (a process killed mid-run, then resumed) need the durable runtime, which
+does not exist yet: there are none here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+from typing import Any, Literal, final
+
+import attrs
+import trio
+
+from effectagent.ai import (
+    AiError,
+    LanguageModel,
+    LanguageModelService,
+    ModelNetworkError,
+    ModelRequest,
+    ModelResponse,
+    ModelUnavailable,
+    RateLimited,
+    ResponsePart,
+    TextDeltaPart,
+    Toolkit,
+    generate,
+)
+from effectagent.core import (
+    TERMINAL_EVENTS,
+    Agent,
+    AgentPolicy,
+    EventBase,
+    LogEntry,
+    RunCompleted,
+    RunCompletedRecord,
+    RunFailed,
+    RunFailedRecord,
+    RunInterrupted,
+    ToolCallFailed,
+    ToolCallPrepared,
+    ToolCallSettled,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    TurnStarted,
+)
+from effectagent.effect import Context, Layer, ServiceKey
+from effectagent.engine import RunResult, open_runtime, reduce_events
+
+from ._harness import SimulatedDefect
+
+__all__ = [
+    "ChaosReport",
+    "FaultPlan",
+    "ModelFault",
+    "ToolFault",
+    "fault_plans",
+    "invariant_violations",
+    "run_chaos",
+    "run_chaos_sync",
+    "with_faults",
+]
+
+ModelFaultKind = Literal["rate-limit", "unavailable", "cut", "malformed"]
+ToolFaultKind = Literal["slow", "hang", "defect"]
+#: In the order hypothesis shrinks towards (the first is the simplest).
+MODEL_FAULT_KINDS: tuple[ModelFaultKind, ...] = ("rate-limit", "unavailable", "cut", "malformed")
+TOOL_FAULT_KINDS: tuple[ToolFaultKind, ...] = ("slow", "hang", "defect")
+
+
+@final
+@attrs.frozen
+class ModelFault:
+    """One model call goes wrong: ``kind``, the ``retry_after`` a rate limit states, or how many
+    parts of the real response go first (``after_parts``) before a cut or a malformed event."""
+
+    kind: ModelFaultKind
+    retry_after: float = 0.0
+    after_parts: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == "rate-limit":
+            return f"rate limited (retry after {self.retry_after:g} s)"
+        if self.kind == "unavailable":
+            return "model unavailable"
+        what = "stream cut" if self.kind == "cut" else "malformed event"
+        return f"{what} after {self.after_parts} part{'' if self.after_parts == 1 else 's'}"
+
+
+@final
+@attrs.frozen
+class ToolFault:
+    """One tool call goes wrong: ``slow`` (``seconds`` on the Trio clock before the handler
+    runs), ``hang`` (never returns: its timeout or the run's deadline ends it), ``defect``
+    (raises :class:`~effectagent.testing.SimulatedDefect`)."""
+
+    kind: ToolFaultKind
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        return f"slow tool ({self.seconds:g} s)" if self.kind == "slow" else f"tool {self.kind}"
+
+
+@final
+@attrs.frozen
+class FaultPlan:
+    """What goes wrong in one run: ``model[i]`` for the i-th model call (retries count),
+    ``tools[i]`` for the i-th handler to start; None (or past the end) is no fault."""
+
+    model: tuple[ModelFault | None, ...] = ()
+    tools: tuple[ToolFault | None, ...] = ()
+
+    def __str__(self) -> str:
+        items = [f"model call {i + 1}: {f}" for i, f in enumerate(self.model) if f is not None]
+        items += [f"tool call {i + 1}: {f}" for i, f in enumerate(self.tools) if f is not None]
+        return "; ".join(items) or "no faults"
+
+
+def fault_plans(
+    *,
+    model_kinds: Sequence[ModelFaultKind] = MODEL_FAULT_KINDS,
+    tool_kinds: Sequence[ToolFaultKind] = TOOL_FAULT_KINDS,
+    max_model_calls: int = 6,
+    max_tool_calls: int = 6,
+    max_retry_after: float = 30.0,
+    max_parts: int = 8,
+    max_tool_delay: float = 60.0,
+) -> Any:
+    """A hypothesis strategy of :class:`FaultPlan`: per model call and per tool call, nothing or
+    a fault of the given kinds (empty kinds: no faults there). Plans shrink towards fewer
+    faults, earlier calls, the first kind listed, zero seconds and zero parts — so a failing
+    property is reported with a minimal fault sequence."""
+    from hypothesis import strategies as st
+
+    seconds = st.integers(0, int(max_retry_after)).map(float)
+    model_fault = st.builds(
+        ModelFault,
+        st.sampled_from(tuple(model_kinds)),
+        retry_after=seconds,
+        after_parts=st.integers(0, max_parts),
+    ).map(_simplest_model_fault)
+    tool_fault = st.builds(
+        ToolFault,
+        st.sampled_from(tuple(tool_kinds)),
+        seconds=st.integers(0, int(max_tool_delay)).map(float),
+    ).map(lambda f: f if f.kind == "slow" else ToolFault(f.kind))
+    models = (
+        st.lists(st.none() | model_fault, max_size=max_model_calls).map(tuple)
+        if model_kinds
+        else st.just(())
+    )
+    tools = (
+        st.lists(st.none() | tool_fault, max_size=max_tool_calls).map(tuple)
+        if tool_kinds
+        else st.just(())
+    )
+    return st.builds(FaultPlan, models, tools)
+
+
+def _simplest_model_fault(fault: ModelFault) -> ModelFault:
+    """Only the fields its kind reads (so equal faults compare equal)."""
+    if fault.kind == "rate-limit":
+        return ModelFault("rate-limit", retry_after=fault.retry_after)
+    if fault.kind == "unavailable":
+        return ModelFault("unavailable")
+    return ModelFault(fault.kind, after_parts=fault.after_parts)
+
+
+@final
+class ChaoticModel:
+    """A model serving ``model``'s responses through the plan's model faults."""
+
+    def __init__(self, model: LanguageModel, faults: Sequence[ModelFault | None]) -> None:
+        self._model = model
+        self._faults = tuple(faults)
+        self._calls = 0
+        # A response a fault spoiled: served whole to the retry of the same request.
+        self._kept: tuple[ModelRequest, list[ResponsePart], AiError | None] | None = None
+        self.native_output = bool(getattr(model, "native_output", False))
+
+    async def _whole(self, request: ModelRequest) -> tuple[list[ResponsePart], AiError | None]:
+        kept = self._kept
+        self._kept = None
+        if kept is not None and kept[0] == request:
+            return kept[1], kept[2]
+        parts: list[ResponsePart] = []
+        error: AiError | None = None
+        async with aclosing(self._model.stream(request)) as stream:  # type: ignore[type-var]
+            try:
+                async for part in stream:
+                    parts.append(part)
+            except AiError as exc:
+                error = exc
+        return parts, error
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """The response, or the planned fault.
+
+        Cancellation: as the wrapped model's stream (a faulted call first reads the whole
+        response, cancellable there)."""
+        index = self._calls
+        self._calls += 1
+        fault = self._faults[index] if index < len(self._faults) else None
+        if fault is None:
+            kept = self._kept
+            if kept is not None:
+                parts, error = await self._whole(request)
+                for part in parts:
+                    yield part
+                if error is not None:
+                    raise error
+                return
+            async with aclosing(self._model.stream(request)) as stream:  # type: ignore[type-var]
+                async for part in stream:
+                    yield part
+            return
+        if fault.kind == "rate-limit":
+            raise RateLimited("rate limited (a chaos fault)", retry_after=fault.retry_after)
+        if fault.kind == "unavailable":
+            raise ModelUnavailable("the model is unavailable (a chaos fault)")
+        parts, error = await self._whole(request)
+        self._kept = (request, parts, error)
+        for part in parts[: fault.after_parts]:
+            yield part
+        if fault.kind == "cut":
+            raise ModelNetworkError("the stream was cut (a chaos fault)")
+        yield TextDeltaPart("chaos-unopened-block", "?")  # a delta for a block never started
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response, through the faults."""
+        return await generate(self, request)
+
+
+def _chaotic_handler(handler: Any, faults: Sequence[ToolFault | None], count: list[int]) -> Any:
+    async def chaotic(params: Any, call: Any) -> Any:
+        index = count[0]
+        count[0] += 1
+        fault = faults[index] if index < len(faults) else None
+        if fault is not None:
+            if fault.kind == "defect":
+                raise SimulatedDefect(f"a chaos fault in {call.tool_name}")
+            if fault.kind == "hang":
+                await trio.sleep_forever()
+            await trio.sleep(fault.seconds)
+        return await handler(params, call)
+
+    return chaotic
+
+
+def with_faults(layer: Layer, plan: FaultPlan, toolkit: Toolkit | None = None) -> Layer:
+    """``layer`` with ``plan``'s faults: its LanguageModel wrapped for the model faults, and the
+    handlers of ``toolkit``'s tools it provides wrapped for the tool faults."""
+    model_keys: list[ServiceKey[Any]] = (
+        [LanguageModelService] if LanguageModelService in layer.provides else []
+    )
+    handler_keys: list[ServiceKey[Any]] = [
+        k for k in (toolkit.handler_keys if toolkit else ()) if k in layer.provides
+    ]
+    if not model_keys and plan.model:
+        raise ValueError(f"with_faults: the layer {layer.name!r} provides no LanguageModel")
+    keys = [*model_keys, *handler_keys]
+    if not keys:
+        return layer
+
+    async def build(context: Context, _: Any) -> Context:
+        count = [0]
+        services: dict[Any, Any] = {
+            key: _chaotic_handler(context[key], plan.tools, count) for key in handler_keys
+        }
+        if model_keys:
+            services[LanguageModelService] = ChaoticModel(context[LanguageModelService], plan.model)
+        return Context(services)
+
+    chaos = Layer.from_build("chaos", provides=keys, requires=keys, build=build)
+    return chaos.provide_merge(layer)
+
+
+def _settlement_key(record: Any) -> tuple[str, int, str]:
+    return (record.run_id, record.turn, record.tool_call_id)
+
+
+def invariant_violations(
+    events: Sequence[EventBase],
+    records: Sequence[Any],
+    *,
+    policy: AgentPolicy,
+    elapsed: float,
+    status: str | None = None,
+) -> tuple[str, ...]:
+    """The invariants (see the module notes) that one run's ``events``, log ``records``, Trio
+    clock time ``elapsed`` and result ``status`` break, each as a sentence. Pure."""
+    found: list[str] = []
+    records = [r.record if isinstance(r, LogEntry) else r for r in records]
+    terminals = [e for e in events if isinstance(e, TERMINAL_EVENTS)]
+    if len(terminals) != 1:
+        found.append(f"the run ended with {len(terminals)} terminal events, not one")
+    elif events[-1] is not terminals[0]:
+        found.append(f"events went on after the terminal {type(terminals[0]).__name__}")
+    ends = [r for r in records if isinstance(r, RunCompletedRecord | RunFailedRecord)]
+    if len(ends) != 1:
+        found.append(f"the log holds {len(ends)} terminal records, not one")
+    elif len(terminals) == 1:
+        event, end = terminals[0], ends[0]
+        if isinstance(end, RunCompletedRecord):
+            ending: type[EventBase] = RunCompleted
+        else:
+            ending = RunInterrupted if end.reason == "interrupted" else RunFailed
+        agree = type(event) is ending
+        if not agree:
+            found.append(
+                f"the terminal event is {type(event).__name__} but the log ends with "
+                f"{type(end).__name__}"
+            )
+        expected = {RunCompleted: "completed", RunFailed: "failed", RunInterrupted: "interrupted"}
+        said = expected.get(type(event))
+        if status is not None and said is not None and status != said:
+            found.append(f"the result says {status} but the terminal event says {said}")
+    prepared = Counter(_settlement_key(r) for r in records if isinstance(r, ToolCallPrepared))
+    settled = Counter(_settlement_key(r) for r in records if isinstance(r, ToolCallSettled))
+    for key, times in sorted(settled.items()):
+        if times > 1:
+            found.append(f"tool call {key[2]!r} (turn {key[1]}) settled {times} times")
+    for key in sorted(prepared):
+        if key not in settled:
+            found.append(f"tool call {key[2]!r} (turn {key[1]}) was prepared and never settled")
+    announced = [
+        (e.tool_call_id, e.outcome.kind)
+        for e in events
+        if isinstance(e, ToolCallSucceeded | ToolCallFailed)
+    ]
+    logged = [(r.tool_call_id, r.outcome.kind) for r in records if isinstance(r, ToolCallSettled)]
+    if sorted(announced) != sorted(logged):
+        found.append(
+            f"the events announced the settlements {sorted(announced)} but the log holds "
+            f"{sorted(logged)}"
+        )
+    turns = sum(isinstance(e, TurnStarted) for e in events)
+    if turns > policy.max_turns + 1:
+        found.append(f"the run took {turns} turns; max_turns is {policy.max_turns} (+1 grace)")
+    started = sum(isinstance(e, ToolCallStarted) for e in events)
+    if started > policy.max_tool_calls:
+        found.append(f"{started} tool calls ran; max_tool_calls is {policy.max_tool_calls}")
+    if elapsed > policy.max_duration + 1e-6:
+        found.append(
+            f"the run took {elapsed:.1f} s on the Trio clock; max_duration is "
+            f"{policy.max_duration:g} s"
+        )
+    return tuple(found)
+
+
+@final
+@attrs.frozen
+class ChaosReport:
+    """One chaos run: the plan, what the consumer saw, what the log holds, the result (None if
+    the run never ended), and the Trio clock time it took."""
+
+    plan: FaultPlan
+    policy: AgentPolicy
+    events: tuple[EventBase, ...]
+    records: tuple[Any, ...]
+    result: RunResult[Any] | None
+    elapsed: float
+
+    @property
+    def status(self) -> str | None:
+        """The run's status (None if it never ended)."""
+        return None if self.result is None else self.result.status
+
+    @property
+    def completed(self) -> bool:
+        """Whether the run completed."""
+        return self.status == "completed"
+
+    def violations(self) -> tuple[str, ...]:
+        """Every invariant this run broke, as sentences (empty: all held)."""
+        found = invariant_violations(
+            self.events, self.records, policy=self.policy, elapsed=self.elapsed, status=self.status
+        )
+        if self.result is None:
+            found = (f"the run did not end within {self.elapsed:g} s on the Trio clock", *found)
+        return found
+
+    def assert_invariants(self) -> None:
+        """Raise ``AssertionError`` listing the broken invariants, with the plan."""
+        found = self.violations()
+        if found:
+            lines = "\n".join(f"  - {v}" for v in found)
+            raise AssertionError(f"under the faults [{self.plan}]:\n{lines}")
+
+
+PROMPT = "Go on."
+
+
+async def _replayed(events: Sequence[EventBase]) -> AsyncIterator[EventBase]:
+    for event in events:
+        yield event
+
+
+async def run_chaos(
+    agent: Agent[Any],
+    layer: Layer,
+    plan: FaultPlan,
+    *,
+    prompt: str = PROMPT,
+    secrets: Sequence[str] = (),
+) -> ChaosReport:
+    """Run ``agent`` on ``prompt`` once with ``layer`` (a model and the handlers: a cassette's
+    ``ReplayModel.layer(path, check=False)``, or a scripted model made afresh) under ``plan``'s
+    faults, consuming every event, and report it. The run is cut off at twice its
+    ``max_duration`` (plus a minute) if it has not ended by then. Use Trio's mock clock
+    (:func:`run_chaos_sync` does).
+
+    Cancellation: cancelling the caller interrupts the run (it still writes its end)."""
+    policy = agent.policy
+    limit = 2 * policy.max_duration + 60
+    events: list[EventBase] = []
+    result: RunResult[Any] | None = None
+    chaotic = with_faults(layer, plan, agent.toolkit)
+    start = trio.current_time()
+    async with open_runtime(chaotic, agents=[agent], secrets=secrets) as runtime:
+        conversation: str | None = None
+        with trio.move_on_after(limit):
+            async with runtime.stream(agent, prompt) as stream:
+                conversation = stream.conversation_id
+                async for event in stream:
+                    events.append(event)
+            result = await reduce_events(_replayed(events))
+        elapsed = trio.current_time() - start
+        entries = tuple(await runtime.log.entries(conversation)) if conversation else ()
+    return ChaosReport(plan, policy, tuple(events), entries, result, elapsed)
+
+
+def run_chaos_sync(agent: Agent[Any], layer: Layer, plan: FaultPlan, **options: Any) -> ChaosReport:
+    """:func:`run_chaos` in a fresh ``trio.run`` on ``MockClock(autojump_threshold=0)``: slow
+    and hung tools, retry-afters and deadlines take no real time."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    return trio.run(functools.partial(run_chaos, agent, layer, plan, **options), clock=clock)

@@ -1,0 +1,220 @@
+"""record(): wrap any model Layer so that every exchange it serves is written to a cassette.
+
+The wrapper is the LanguageModel the engine sees: each request is encoded as JSON and redacted,
+each part the wrapped model streams is handed on as it arrives and kept, and when the stream
+ends — completed, failed with a model error, or closed early by its consumer — the exchange is
+written as one line (see :mod:`._cassette` for the format). Nothing is changed on its way through:
+the run sees exactly what the model streamed.
+
+Redaction: the runtime redacts with the secrets given to ``open_runtime(secrets=...)`` (or the
+Redactor a layer provides), which a model layer cannot see — so ``record`` takes them too, and
+every string the cassette holds is redacted with them: the request (prompt, tools, schema), text,
+reasoning and tool-call arguments (a secret split between two deltas included: a block that held
+one is kept as one redacted delta), and error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, final
+
+import attrs
+
+from effectagent.ai import (
+    AiError,
+    LanguageModel,
+    LanguageModelService,
+    ModelRequest,
+    ModelResponse,
+    ReasoningDeltaPart,
+    ResponsePart,
+    TextDeltaPart,
+    ToolCallPart,
+    ToolParamsDeltaPart,
+    close_stream,
+    generate,
+)
+from effectagent.core import Redactor, SecretRedactor, redact_json_text
+from effectagent.effect import Context, Layer
+
+from ._cassette import CassetteWriter, End, Exchange, encode_error, encode_request
+
+__all__ = ["RecordingModel", "record", "redact_parts", "redactor_of"]
+
+
+def redactor_of(secrets: Sequence[str], redactor: Redactor | None) -> Redactor:
+    """``redactor``, else a :class:`~effectagent.core.SecretRedactor` of ``secrets`` (both given:
+    ``ValueError``, as ``open_runtime`` refuses them)."""
+    if isinstance(secrets, str | bytes):
+        raise TypeError("secrets= takes a sequence of strings, not one string")
+    if redactor is not None:
+        if secrets:
+            raise ValueError("give the secrets to the Redactor, not beside it")
+        return redactor
+    return SecretRedactor(secrets)
+
+
+def _block_of(part: ResponsePart) -> tuple[str, str] | None:
+    if isinstance(part, TextDeltaPart | ReasoningDeltaPart | ToolParamsDeltaPart):
+        return part.type, part.id
+    return None
+
+
+def _delta_of(part: ResponsePart) -> str:
+    assert isinstance(part, TextDeltaPart | ReasoningDeltaPart | ToolParamsDeltaPart)
+    return part.delta
+
+
+def redact_parts(parts: Sequence[ResponsePart], redactor: Redactor) -> tuple[ResponsePart, ...]:
+    """``parts`` with every secret removed. Deltas are redacted per block, joined: a secret split
+    between two deltas matches neither alone, so a block whose joined text changes is kept as
+    one delta (at its first delta's place) holding the redacted whole; a block without a secret
+    keeps its chunking. Tool-call arguments are redacted as JSON text."""
+    if not redactor.active:
+        return tuple(parts)
+    joined: dict[tuple[str, str], list[str]] = {}
+    for part in parts:
+        block = _block_of(part)
+        if block is not None:
+            joined.setdefault(block, []).append(_delta_of(part))
+    replaced: dict[tuple[str, str], str] = {}
+    for block, pieces in joined.items():
+        whole = "".join(pieces)
+        clean = (
+            redact_json_text(whole, redactor)
+            if block[0] == "tool-params-delta"
+            else redactor.redact_text(whole)
+        )
+        if clean != whole:
+            replaced[block] = clean
+    out: list[ResponsePart] = []
+    done: set[tuple[str, str]] = set()
+    for part in parts:
+        block = _block_of(part)
+        if block is not None and block in replaced:
+            if block not in done:
+                done.add(block)
+                delta: Any = part
+                out.append(attrs.evolve(delta, delta=replaced[block]))
+            continue
+        if isinstance(part, ToolCallPart):
+            arguments = redact_json_text(part.arguments, redactor)
+            if arguments != part.arguments:
+                part = attrs.evolve(part, arguments=arguments)
+        elif not isinstance(part, TextDeltaPart | ReasoningDeltaPart | ToolParamsDeltaPart):
+            redacted = _redact_fields(part, redactor)
+            if redacted is not None:
+                part = redacted
+        out.append(part)
+    return tuple(out)
+
+
+def _redact_fields(part: Any, redactor: Redactor) -> Any:
+    """A part whose string fields (IDs, names, metadata) held a secret, redacted; else None."""
+    changes = {}
+    for field in attrs.fields(type(part)):
+        value = getattr(part, field.name)
+        if isinstance(value, str) and field.name != "type":
+            clean = redactor.redact_text(value)
+            if clean != value:
+                changes[field.name] = clean
+    return attrs.evolve(part, **changes) if changes else None
+
+
+@final
+class RecordingModel:
+    """The model ``record`` puts in front of the wrapped one (see the module notes)."""
+
+    def __init__(self, model: LanguageModel, writer: CassetteWriter, redactor: Redactor) -> None:
+        self._model = model
+        self._writer = writer
+        self._redactor = redactor
+        self._asked = 0
+        #: What the engine reads of a model (whether it takes an output schema natively).
+        self.native_output = bool(getattr(model, "native_output", False))
+
+    @property
+    def recorded(self) -> int:
+        """Exchanges begun so far."""
+        return self._asked
+
+    def _redact(self, value: Any) -> Any:
+        return self._redactor.redact(value) if self._redactor.active else value
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        """The wrapped model's stream, kept as it passes; its exchange is written when it ends.
+
+        Cancellation: as the wrapped model's stream; a stream cancelled or closed early is
+        written with the parts it got to (its end is ``"cut"``), and the wrapped stream is
+        closed (shielded) on every exit.
+        """
+        self._asked += 1
+        number = self._asked
+        encoded = self._redact(encode_request(request))
+        parts: list[ResponsePart] = []
+        end: End = "cut"
+        error: dict[str, Any] | None = None
+        inner: AsyncIterator[ResponsePart] | None = None
+        try:
+            inner = self._model.stream(request)
+            async for part in inner:
+                parts.append(part)
+                yield part
+            end = "complete"
+        except AiError as exc:
+            end, error = "error", encode_error(exc, self._redactor.redact_text)
+            raise
+        except Exception as exc:
+            message = self._redactor.redact_text(str(exc))
+            end, error = "defect", {"_tag": type(exc).__name__, "message": message}
+            raise
+        finally:
+            if inner is not None:
+                await close_stream(inner)
+            kept = redact_parts(parts, self._redactor)
+            self._writer.write(Exchange(number, encoded, kept, end, error))
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """The whole response, recorded as a stream is."""
+        return await generate(self, request)
+
+
+def record(
+    model_layer: Layer,
+    cassette_path: str | Path,
+    *,
+    secrets: Iterable[str] = (),
+    redactor: Redactor | None = None,
+) -> Layer:
+    """``model_layer``, recorded: a Layer providing what it provides, its LanguageModel wrapped
+    so that every request and every response part is written to ``cassette_path`` (created, or
+    replaced), one line per exchange — see the cassette format in the testing guide.
+
+    ``secrets`` (or ``redactor``) are what the cassette is redacted with: give it the secrets you
+    give ``open_runtime(secrets=...)``, or the Redactor your layer provides. The file is opened
+    when the layer is built (an unwritable path fails there) and closed at teardown.
+    """
+    if not isinstance(model_layer, Layer):
+        raise TypeError(f"record() takes a model's Layer, got {type(model_layer).__name__}")
+    if LanguageModelService not in model_layer.provides:
+        raise ValueError(f"record(): the layer {model_layer.name!r} provides no LanguageModel")
+    chosen = redactor_of(list(secrets), redactor)
+    path = Path(cassette_path)
+
+    @asynccontextmanager
+    async def recording(context: Context) -> AsyncIterator[RecordingModel]:
+        model = context[LanguageModelService]
+        native = bool(getattr(model, "native_output", False))
+        header = {"name": model_layer.name, "native_output": native}
+        with CassetteWriter(path, model=header) as writer:
+            yield RecordingModel(model, writer, chosen)
+
+    wrapper = Layer.scoped(
+        LanguageModelService,
+        recording,
+        requires=[LanguageModelService],
+        name=f"record({model_layer.name})",
+    )
+    return wrapper.provide_merge(model_layer)
