@@ -86,8 +86,11 @@ SURFACE: dict[str, str] = {
         ToolUnknownOutcome TurnCompleted TurnStarted UsageDelta UsageTotals UserInputRecorded
     """,
     "effectagent.testing": """
-        batches BatchReport BatchSpec CallSpec FunctionModel PROBE_TOOLKIT run_batch run_batch_sync
-        ScriptedModel SimulatedDefect Turn
+        assert_same_records batches BatchReport BatchSpec CallSpec canonical_records Cassette
+        CASSETTE_VERSION CassetteDivergence CassetteError cassette_of_log ChaosReport Exchange
+        fault_plans FaultPlan FunctionModel invariant_violations ModelFault PROBE_TOOLKIT record
+        RecordsDiffer ReplayModel run_batch run_batch_sync run_chaos run_chaos_sync ScriptedModel
+        SimulatedDefect ToolFault Turn with_faults
     """,
     "effectagent.providers": """
         Anthropic model_layer model_settings ModelSettings open_model OpenAIChat OpenAICompatible
