@@ -65,16 +65,33 @@ class FunctionModel:
         """
         self.requests.append(request)
         reply = self._fn(request)
-        if inspect.isawaitable(reply):
+        if type(reply) is not Turn and inspect.isawaitable(reply):
             reply = await reply
+        turn = _as_turn(reply)
+        if _plain(turn) and not self._part_delay:
+            # Nothing to wait for or inspect: the parts as they are, without a second generator.
+            for part in turn.parts:
+                yield part
+            return
         # The inner generator is closed with this one (a cancelled run closes this stream).
-        async with aclosing(play(_as_turn(reply), request, self._part_delay)) as parts:
+        async with aclosing(play(turn, request, self._part_delay)) as parts:
             async for part in parts:
                 yield part
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """The reply as one response."""
         return await generate(self, request)
+
+
+def _plain(turn: Turn) -> bool:
+    """Whether ``play`` would hand over ``turn``'s parts exactly as they are and end there."""
+    return (
+        turn.inspect is None
+        and not turn.delay
+        and not turn.counts_input
+        and turn.error is None
+        and not turn.hang
+    )
 
 
 def _as_turn(reply: object) -> Turn:
