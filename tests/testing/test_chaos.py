@@ -1,0 +1,235 @@
+"""Chaos: each fault does what it says, around a cassette and a scripted model; the checker finds
+each broken invariant (pure); the invariants hold for all fault plans; and for a deliberately
+broken agent the strategies shrink to the minimal fault sequence that breaks it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import find, given, settings
+
+from effectagent import AgentPolicy
+from effectagent.core import (
+    ModelFailed,
+    ModelRetrying,
+    RetryPolicy,
+    RunCompleted,
+    ToolCallSettled,
+    ToolCallSucceeded,
+    ToolDefect,
+    TurnStarted,
+)
+from effectagent.testing import (
+    ChaosReport,
+    FaultPlan,
+    ModelFault,
+    ReplayModel,
+    ScriptedModel,
+    ToolFault,
+    assert_same_records,
+    fault_plans,
+    invariant_violations,
+    record,
+    run_chaos_sync,
+)
+
+from .cassettes import agent_with, run_on, scripted_weather, weather
+
+PROMPT = "How warm is it in Oslo and Rome?"
+
+
+@pytest.fixture(scope="module")
+def cassette(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("chaos") / "weather.jsonl"
+    run_on(record(scripted_weather().as_layer(), path), prompts=[PROMPT])
+    return path
+
+
+def chaos(cassette: Path, plan: FaultPlan, agent: Any = weather) -> ChaosReport:
+    layer = ReplayModel.layer(cassette, check=False) + agent.toolkit.handlers()
+    return run_chaos_sync(agent, layer, plan, prompt=PROMPT)
+
+
+# ---- each fault -----------------------------------------------------------------------------------
+
+
+def test_no_faults_is_the_recorded_run(cassette: Path) -> None:
+    report = chaos(cassette, FaultPlan())
+    assert report.completed
+    assert report.violations() == ()
+    assert report.elapsed == pytest.approx(1.0)  # both forecasts at once, one second each
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        ModelFault("rate-limit", retry_after=5.0),
+        ModelFault("unavailable"),
+        ModelFault("cut", after_parts=3),
+    ],
+    ids=str,
+)
+def test_a_transient_model_fault_is_retried_without_using_up_the_exchange(
+    cassette: Path, fault: ModelFault
+) -> None:
+    clean = chaos(cassette, FaultPlan())
+    for plan in (FaultPlan(model=(fault,)), FaultPlan(model=(None, fault))):
+        report = chaos(cassette, plan)
+        assert report.completed, report.result
+        assert [type(e) for e in report.events].count(ModelRetrying) == 1
+        assert_same_records(clean.records, report.records)  # the same run, one retry later
+        assert report.violations() == ()
+    rate_limited = chaos(cassette, FaultPlan(model=(ModelFault("rate-limit", retry_after=5.0),)))
+    if fault.kind == "rate-limit":
+        assert rate_limited.elapsed >= 6.0  # the retry-after, then the forecasts
+
+
+def test_a_cut_after_streamed_text_tells_the_consumer_to_drop_it(cassette: Path) -> None:
+    report = chaos(cassette, FaultPlan(model=(None, ModelFault("cut", after_parts=2))))
+    (retrying,) = [e for e in report.events if isinstance(e, ModelRetrying)]
+    assert retrying.discard
+    assert report.completed
+
+
+def test_a_malformed_event_fails_the_run_as_in_production(cassette: Path) -> None:
+    report = chaos(cassette, FaultPlan(model=(ModelFault("malformed", after_parts=1),)))
+    assert report.status == "failed"
+    assert report.result is not None
+    assert isinstance(report.result.error, ModelFailed)
+    assert "MalformedResponse" in str(report.result.error)
+    assert report.violations() == ()
+
+
+def test_tool_faults_slow_hang_and_defect(cassette: Path) -> None:
+    slow = chaos(cassette, FaultPlan(tools=(ToolFault("slow", 10.0),)))
+    assert slow.completed
+    assert slow.elapsed == pytest.approx(11.0)
+    hung = chaos(cassette, FaultPlan(tools=(None, ToolFault("hang"))))
+    settled = [r for r in hung.records if isinstance(r.record, ToolCallSettled)]
+    assert [s.record.outcome.kind for s in settled] == ["success", "defect"]
+    assert "timed out after 30 s" in str(settled[1].record.outcome.model_content())
+    assert hung.elapsed == pytest.approx(30.0)  # the tool's timeout, on the mock clock
+    broken = chaos(cassette, FaultPlan(tools=(ToolFault("defect"),)))
+    outcome = next(
+        r.record.outcome for r in broken.records if isinstance(r.record, ToolCallSettled)
+    )
+    assert isinstance(outcome, ToolDefect)
+    for report in (slow, hung, broken):
+        assert report.violations() == ()
+
+
+def test_a_scripted_model_takes_faults_too() -> None:
+    def scripted() -> Any:
+        return scripted_weather().as_layer() + weather.toolkit.handlers()
+
+    plan = FaultPlan(model=(ModelFault("cut", after_parts=1), None, ModelFault("rate-limit")))
+    report = run_chaos_sync(weather, scripted(), plan, prompt=PROMPT)
+    assert report.completed
+    assert [type(e) for e in report.events].count(ModelRetrying) == 2
+    assert ScriptedModel  # made afresh for each run: a script is consumed
+
+
+def test_faults_are_described_in_sentences() -> None:
+    plan = FaultPlan(
+        model=(None, ModelFault("rate-limit", retry_after=2.0), ModelFault("cut", after_parts=1)),
+        tools=(ToolFault("slow", 3.0), None, ToolFault("hang")),
+    )
+    assert str(plan) == (
+        "model call 2: rate limited (retry after 2 s); model call 3: stream cut after 1 part; "
+        "tool call 1: slow tool (3 s); tool call 3: tool hang"
+    )
+    assert str(FaultPlan()) == "no faults"
+
+
+# ---- the checker ----------------------------------------------------------------------------------
+
+
+def test_the_checker_names_each_broken_invariant(cassette: Path) -> None:
+    report = chaos(cassette, FaultPlan())
+    events, records = list(report.events), [e.record for e in report.records]
+    policy = weather.policy
+
+    def check(
+        events: list[Any] = events, records: list[Any] = records, **extra: Any
+    ) -> tuple[str, ...]:
+        options: dict[str, Any] = {"policy": policy, "elapsed": 1.0, "status": "completed"} | extra
+        return invariant_violations(events, records, **options)
+
+    assert check() == ()
+    settlements = [i for i, r in enumerate(records) if isinstance(r, ToolCallSettled)]
+    first = records[settlements[0]]
+    assert check(records=[*records, first]) == (
+        "tool call 'call_1' (turn 1) settled 2 times",
+        "the events announced the settlements [('call_1', 'success'), ('call_2', 'success')] but "
+        "the log holds [('call_1', 'success'), ('call_1', 'success'), ('call_2', 'success')]",
+    )
+    unsettled = [r for i, r in enumerate(records) if i != settlements[1]]
+    assert "tool call 'call_2' (turn 1) was prepared and never settled" in check(records=unsettled)
+    terminal = events[-1]
+    assert check(events=events[:-1])[0] == "the run ended with 0 terminal events, not one"
+    assert check(events=[*events, events[1]]) == ("events went on after the terminal RunCompleted",)
+    assert check(records=records[:-1])[0] == "the log holds 0 terminal records, not one"
+    assert check(status="failed") == (
+        "the result says failed but the terminal event says completed",
+    )
+    assert isinstance(terminal, RunCompleted)
+    assert check(elapsed=700.0) == (
+        "the run took 700.0 s on the Trio clock; max_duration is 120 s",
+    )
+    turns = [e for e in events if isinstance(e, TurnStarted)]
+    assert check(policy=AgentPolicy(max_turns=1, max_duration=120)) == ()  # 2 turns: 1 + grace
+    more = [*turns, *turns, *events]
+    assert check(events=more, policy=AgentPolicy(max_turns=1, max_duration=120))[0] == (
+        "the run took 6 turns; max_turns is 1 (+1 grace)"
+    )
+    defect = ToolDefect("call_2", "forecast", "boom")
+    failed = [
+        attrs.evolve(e, outcome=defect)
+        if isinstance(e, ToolCallSucceeded) and e.tool_call_id == "call_2"
+        else e
+        for e in events
+    ]
+    assert check(events=failed) == (
+        "the events announced the settlements [('call_1', 'success'), ('call_2', 'defect')] but "
+        "the log holds [('call_1', 'success'), ('call_2', 'success')]",
+    )
+
+
+# ---- for all fault plans ----------------------------------------------------------------------------
+
+
+@given(plan=fault_plans())
+def test_the_invariants_hold_under_any_faults(plan: FaultPlan) -> None:
+    report = run_chaos_sync(
+        weather, scripted_weather().as_layer() + weather.toolkit.handlers(), plan, prompt=PROMPT
+    )
+    report.assert_invariants()
+
+
+# ---- shrinking ----------------------------------------------------------------------------------------
+
+
+def test_faults_shrink_to_the_minimal_sequence_that_breaks_a_broken_agent(cassette: Path) -> None:
+    """The agent gives up after one retry (``attempts=2``) while its user requires that
+    transient faults never fail a run: of all the plans that break it, hypothesis reports the
+    minimal one — two rate limits in a row on the first call, retry-after 0, no tool faults."""
+    broken = agent_with(policy=AgentPolicy(max_duration=120, model_retry=RetryPolicy(attempts=2)))
+
+    def breaks(plan: FaultPlan) -> bool:
+        report = chaos(cassette, plan, broken)
+        report.assert_invariants()  # the engine's invariants hold even here…
+        return not report.completed  # …it is the user's requirement that breaks
+
+    transient = fault_plans(model_kinds=("rate-limit", "unavailable", "cut"))
+    minimal = find(
+        transient, breaks, settings=settings(max_examples=300, database=None, derandomize=True)
+    )
+    assert minimal == FaultPlan(model=(ModelFault("rate-limit"), ModelFault("rate-limit")))
+    assert str(minimal) == (
+        "model call 1: rate limited (retry after 0 s); model call 2: rate limited (retry after 0 s)"
+    )
+    # The same agent with the default three attempts survives that plan.
+    assert chaos(cassette, minimal, weather).completed
