@@ -21,7 +21,9 @@ the same script: effectagent's ``effectagent.testing.FunctionModel``, pydantic-a
 ``FunctionModel``, and for openai-agents — which has no function model — a few lines implementing
 its ``Model`` interface. Each builds its response, per request, from the request it is sent: it
 counts the tool results in it and asks for the scenario's next calls or gives the answer, with a
-fixed token usage (so no framework estimates tokens). The drivers are in ``benchmarks/_peers/``.
+fixed token usage (so no framework estimates tokens). Every model declares each tool call whole,
+as a response that is not streamed does: the peers' models cannot stream a call's arguments in
+deltas, so effectagent's does not either. The drivers are in ``benchmarks/_peers/``.
 
 How
 ---

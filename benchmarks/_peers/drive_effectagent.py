@@ -2,7 +2,8 @@
 
 Run by ``benchmarks/peers.py`` in the project's own virtualenv (see ``_protocol`` for the
 protocol). The model function counts the tool results in the request it is sent and answers as the
-scenario says: the next tool calls, or the final answer as one text delta, with a fixed usage.
+scenario says: the next tool calls, each declared whole (as the peers' models do; nothing is
+streamed in deltas), or the final answer as one text delta, with a fixed usage.
 Each batch opens a fresh runtime (with a fresh in-memory Conversation Log, which otherwise keeps
 every earlier run); opening and closing it is not timed.
 """
@@ -28,7 +29,7 @@ from benchmarks._peers._protocol import (
     serve,
 )
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime, tool
-from effectagent.ai import ModelRequest, ToolMessage, Usage
+from effectagent.ai import FinishPart, ModelRequest, ToolCallPart, ToolMessage, Usage
 from effectagent.testing import FunctionModel, Turn
 
 USAGE: Final = Usage.of(INPUT_TOKENS, OUTPUT_TOKENS)
@@ -64,8 +65,11 @@ def offline_model(scenario: Scenario) -> FunctionModel:
         calls = scenario.calls_to_make(seen)
         if not calls:
             return Turn.text(ANSWER, chunk=len(ANSWER), usage=USAGE)
-        return Turn.tool_calls(
-            *(("ping", arguments(seen, i), call_id(seen, i)) for i in range(calls)), usage=USAGE
+        # Whole calls, as the peers' models answer (a non-streaming response declares each call
+        # at once): no arguments streamed in deltas.
+        return Turn.raw(
+            *[ToolCallPart(call_id(seen, i), "ping", arguments(seen, i)) for i in range(calls)],
+            FinishPart("tool-calls", USAGE),
         )
 
     return FunctionModel(respond)
