@@ -24,6 +24,7 @@ from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
 from effectagent.ai import AuthenticationFailed
 from effectagent.engine import Runtime
 from effectagent.providers import model_settings
+from effectagent.testing import CassetteError, record
 
 from ._approval import SessionApproval
 from ._config import Config, ConfigError, config_path, load_config, state_dir
@@ -37,7 +38,7 @@ from ._session import (
     EXIT_SUSPENDED,
     TerminalSession,
 )
-from ._sessions import NamedSession, all_sessions, runs_of
+from ._sessions import NamedSession, all_sessions, export_session, runs_of
 from ._tools import open_tools
 
 __all__ = ["EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
@@ -155,14 +156,42 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("prompt", help="what to ask")
     run.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
+    run.add_argument(
+        "--record",
+        metavar="FILE",
+        help="write every model request and response of the run to FILE, a cassette (redacted) "
+        "that effectagent.testing.ReplayModel replays offline",
+    )
     sessions = commands.add_parser(
         "sessions",
-        help="list the sessions",
-        description="List the sessions: name, conversation, last update, runs.",
+        help="list the sessions (or export one as a cassette)",
+        description="List the sessions: name, conversation, last update, runs. "
+        "`sessions export NAME --cassette FILE` writes one as a cassette.",
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sessions.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
+    actions = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
+    export = actions.add_parser(
+        "export",
+        help="write a session's conversation as a cassette",
+        description="Write the conversation of the session NAME (its latest) as a cassette: each "
+        "model response with its request rebuilt from the log, for "
+        "effectagent.testing.ReplayModel. The log keeps no tool set and no streaming chunks: a "
+        "replay does not check the tools offered, and each text block is one delta.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("name", metavar="NAME", help="the session")
+    export.add_argument("--cassette", metavar="FILE", required=True, help="the cassette to write")
+    export.add_argument(
+        "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
+    )
+    export.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the TOML config whose [agent] instructions the conversation had",
+    )
     return parser
 
 
@@ -310,11 +339,11 @@ async def _open(
                 Toolkit(*tooling.tools),
                 tool_sources=tooling.sources,
             )
-            layer = (
-                model_settings(model.spec, **model.options).layer()
-                + sqlite_storage(directory / DATABASE)
-                + approval.layer()
-            )
+            model_layer = model_settings(model.spec, **model.options).layer()
+            cassette = getattr(args, "record", None)
+            if cassette:
+                model_layer = record(model_layer, cassette, secrets=model.secrets)
+            layer = model_layer + sqlite_storage(directory / DATABASE) + approval.layer()
             if tooling.layer is not None:
                 layer = layer + tooling.layer
             async with open_runtime(layer, agents=[agent], secrets=model.secrets) as runtime:
@@ -388,6 +417,8 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
 
 async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions``. Cancellation: reads only; nothing changes."""
+    if getattr(args, "sessions_command", None) == "export":
+        return await _export(args, environ, console)
     directory = state_dir(args.state_dir, environ)
     path = directory / DATABASE
     if not path.is_file():
@@ -413,6 +444,35 @@ async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], consol
     for row in rows:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         console.out.line("  ".join([*cells, row[3]]))
+    return EXIT_COMPLETED
+
+
+async def _export(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
+    """``effectagent sessions export NAME --cassette FILE``. Cancellation: reads the store;
+    the cassette is written at once, when everything has been read."""
+    config = load_config(config_path(args.config, environ))
+    instructions = config.agent.instructions or DEFAULT_INSTRUCTIONS
+    path = state_dir(args.state_dir, environ) / DATABASE
+    if not path.is_file():
+        raise UsageError(f"there are no sessions yet (they are kept in {path})")
+    try:
+        async with open_runtime(sqlite_storage(path)) as runtime:
+            exported = await export_session(
+                runtime.context[SessionStoreService], runtime.log, args.name, instructions
+            )
+    except Exception as exc:
+        raise Unavailable(_describe(exc)) from None
+    if exported is None:
+        raise UsageError(f"there is no session {visible(args.name)} with a conversation")
+    try:
+        exported.write(args.cassette)
+    except CassetteError as exc:
+        raise Unavailable(str(exc)) from None
+    count = len(exported.exchanges)
+    console.out.line(
+        f"wrote {count} exchange{'' if count == 1 else 's'} of session {visible(args.name)} "
+        f"to {visible(args.cassette)}"
+    )
     return EXIT_COMPLETED
 
 

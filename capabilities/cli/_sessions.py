@@ -13,8 +13,10 @@ from capabilities.sessions import (
     SessionPatch,
     SessionStore,
 )
+from effectagent.engine import ConversationLog
+from effectagent.testing import Cassette, cassette_of_log
 
-__all__ = ["NamedSession", "all_sessions", "find_session", "runs_of"]
+__all__ = ["NamedSession", "all_sessions", "export_session", "find_session", "runs_of"]
 
 _PAGE = 500
 
@@ -110,3 +112,16 @@ class NamedSession:
                     return
                 self._session = latest
         raise SessionConflict(self._session.id, self._session.revision, -1)
+
+
+async def export_session(
+    store: SessionStore[Any], log: ConversationLog, name: str, instructions: str
+) -> Cassette | None:
+    """The cassette of the conversation the session ``name`` continues (its latest), its
+    requests rebuilt with ``instructions`` as the system message; None when there is no such
+    session or it has no conversation yet. Cancellation: reads only."""
+    session = await find_session(store, name)
+    if session is None or not session.conversations:
+        return None
+    entries = await log.entries(session.conversations[-1])
+    return cassette_of_log(entries, instructions=instructions)
