@@ -253,7 +253,20 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "model calls in the totals: 4",
         ]
     },
-    "docs/guides/testing.md": {0: [], 1: [], 2: []},  # property tests: called, their asserts check
+    "docs/guides/testing.md": {
+        0: [],  # property tests (0-2): called, their asserts check
+        1: [],
+        2: [],
+        3: [
+            "completed 4 °C in Oslo.",
+            '{"cassette":"effectagent","version":1,"source":"record","model":{"name":'
+            '"openai-compatible:qwen3","native_output":true},"unchecked":[]}',
+            "the tools offered differ: tool 'forecast' has another description\n"
+            "  field: tools[0].description\n"
+            "  recorded: \"Today's high in a city, in °C.\"\n"
+            "  received: \"Today's high in a city, in °F.\"",
+        ],
+    },
 }
 
 
