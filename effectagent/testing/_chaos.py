@@ -252,7 +252,9 @@ class ChaoticModel:
         yield TextDeltaPart("chaos-unopened-block", "?")  # a delta for a block never started
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The whole response, through the faults."""
+        """The whole response, through the faults.
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
         return await generate(self, request)
 
 

@@ -4,8 +4,9 @@ two runs' canonical records. Pure functions over plain JSON; no I/O, no Trio.
 A path is a tuple of object keys and array indexes, written ``messages[3].content[0].result``.
 What to leave out of a comparison is a sequence of rules (see :class:`Ignore`):
 
-* a **path pattern** (a ``str``) leaves out every value at a matching path: ``*`` matches one key
-  or index, ``**`` any number of them (``[*]`` is the same as ``.*``). ``"messages[0].content"``
+* a **path pattern** (a ``str``) leaves out every value at a matching path: keys by name (any
+  name without ``.``, ``[`` or ``]``), indexes in brackets, ``*`` matches one key or index,
+  ``**`` any number of them (``[*]`` is the same as ``.*``). ``"messages[0].content"``
   skips the system prompt, ``"**.id"`` every ``id``, ``"tools[*].description"`` tool descriptions;
 * a **text pattern** (a compiled ``re.Pattern``) is replaced by ``<ignored>`` in every string on
   both sides before comparing: ``re.compile(r"\\d{4}-\\d{2}-\\d{2}")`` makes a date in the system

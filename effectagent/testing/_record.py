@@ -177,7 +177,9 @@ class RecordingModel:
             self._writer.write(Exchange(number, encoded, kept, end, error))
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The whole response, recorded as a stream is."""
+        """The whole response, recorded as a stream is.
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
         return await generate(self, request)
 
 

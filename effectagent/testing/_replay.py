@@ -165,7 +165,7 @@ class ReplayModel:
         self,
         cassette: Cassette | str | Path,
         *,
-        ignore: Iterable[str | re.Pattern[str]] = (),
+        ignore: Iterable[str | re.Pattern[str]] | Ignore = (),
         check: bool = True,
         secrets: Sequence[str] = (),
         redactor: Redactor | None = None,
@@ -184,10 +184,26 @@ class ReplayModel:
         self.native_output = bool(self.cassette.model.get("native_output", False))
 
     @staticmethod
-    def layer(cassette: Cassette | str | Path, **options: Any) -> Layer:
-        """A Layer providing a fresh ReplayModel of ``cassette`` each time it is built (the file
-        is read now: a missing or malformed cassette fails here). Leaving the runtime's block
-        raises the replay's :class:`CassetteDivergence`, if there was one."""
+    def layer(
+        cassette: Cassette | str | Path,
+        *,
+        ignore: Iterable[str | re.Pattern[str]] = (),
+        check: bool = True,
+        secrets: Sequence[str] = (),
+        redactor: Redactor | None = None,
+        part_delay: float = 0.0,
+    ) -> Layer:
+        """A Layer providing a fresh ReplayModel of ``cassette`` (options as for the class) each
+        time it is built; the file is read now, so a missing or malformed cassette fails here.
+        Leaving the runtime's block raises the replay's :class:`CassetteDivergence`, if there
+        was one."""
+        options: dict[str, Any] = {
+            "ignore": Ignore.of(ignore),
+            "check": check,
+            "secrets": secrets,
+            "redactor": redactor,
+            "part_delay": part_delay,
+        }
         first = ReplayModel(cassette, **options)  # read and checked now, not at build time
         read, where = first.cassette, first.where
 
@@ -290,7 +306,9 @@ class ReplayModel:
             await trio.sleep_forever()
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The next exchange as one response."""
+        """The next exchange as one response.
+
+        Cancellation: as :meth:`stream`; the stream is closed on every exit."""
         return await generate(self, request)
 
 

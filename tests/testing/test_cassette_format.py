@@ -323,7 +323,11 @@ def test_a_secret_split_anyhow_between_deltas_never_survives(
     whole = before + CANARY + after
     points = sorted({min(cut, len(whole)) for cut in cuts} | {0, len(whole)})
     pieces = [whole[a:b] for a, b in itertools.pairwise(points)]
-    parts = [TextStartPart("t"), *(TextDeltaPart("t", p) for p in pieces), TextEndPart("t")]
+    parts: list[ResponsePart] = [
+        TextStartPart("t"),
+        *(TextDeltaPart("t", p) for p in pieces),
+        TextEndPart("t"),
+    ]
     kept = redact_parts(parts, redactor)
     deltas = [p.delta for p in kept if isinstance(p, TextDeltaPart)]
     assert "".join(deltas) == redactor.redact_text(whole)

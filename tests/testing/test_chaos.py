@@ -27,7 +27,6 @@ from effectagent.testing import (
     FaultPlan,
     ModelFault,
     ReplayModel,
-    ScriptedModel,
     ToolFault,
     assert_same_records,
     fault_plans,
@@ -122,14 +121,13 @@ def test_tool_faults_slow_hang_and_defect(cassette: Path) -> None:
 
 
 def test_a_scripted_model_takes_faults_too() -> None:
-    def scripted() -> Any:
+    def scripted() -> Any:  # made afresh for each run: a script is consumed
         return scripted_weather().as_layer() + weather.toolkit.handlers()
 
     plan = FaultPlan(model=(ModelFault("cut", after_parts=1), None, ModelFault("rate-limit")))
     report = run_chaos_sync(weather, scripted(), plan, prompt=PROMPT)
     assert report.completed
     assert [type(e) for e in report.events].count(ModelRetrying) == 2
-    assert ScriptedModel  # made afresh for each run: a script is consumed
 
 
 def test_faults_are_described_in_sentences() -> None:

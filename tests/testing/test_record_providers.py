@@ -100,6 +100,9 @@ async def test_a_run_recorded_on_each_provider_replays_offline_with_the_same_rec
         "native_output": True,
     }
     first = read.exchanges[0].request
+    # The wrapper is the model the engine sees: it says what the provider takes natively, so the
+    # schema went as the provider's output format, not appended to the instructions.
+    assert first["messages"][0] == {"role": "system", "content": "Answer with today's high."}
     assert first["output"]["name"]  # the output schema went with each request…
     assert replay.requests[0].output is not None  # …and the replayed run sent it the same way
     assert first["tools"][0]["name"] == "high"
