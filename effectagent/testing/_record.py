@@ -44,11 +44,12 @@ from ._cassette import CassetteWriter, End, Exchange, encode_error, encode_reque
 __all__ = ["RecordingModel", "record", "redact_parts", "redactor_of"]
 
 
-def redactor_of(secrets: Sequence[str], redactor: Redactor | None) -> Redactor:
+def redactor_of(secrets: Iterable[str], redactor: Redactor | None) -> Redactor:
     """``redactor``, else a :class:`~effectagent.core.SecretRedactor` of ``secrets`` (both given:
     ``ValueError``, as ``open_runtime`` refuses them)."""
     if isinstance(secrets, str | bytes):
         raise TypeError("secrets= takes a sequence of strings, not one string")
+    secrets = list(secrets)
     if redactor is not None:
         if secrets:
             raise ValueError("give the secrets to the Redactor, not beside it")
@@ -202,7 +203,7 @@ def record(
         raise TypeError(f"record() takes a model's Layer, got {type(model_layer).__name__}")
     if LanguageModelService not in model_layer.provides:
         raise ValueError(f"record(): the layer {model_layer.name!r} provides no LanguageModel")
-    chosen = redactor_of(list(secrets), redactor)
+    chosen = redactor_of(secrets, redactor)
     path = Path(cassette_path)
 
     @asynccontextmanager

@@ -102,7 +102,8 @@ def _headline(difference: Difference, recorded: Any, received: Any) -> str:
     if path[0] == "tools" and len(path) > 1 and isinstance(path[1], int):
         side = recorded if lacks or not extra else received
         tools = side.get("tools", [])
-        name = tools[path[1]].get("name") if path[1] < len(tools) else None
+        tool = tools[path[1]] if path[1] < len(tools) else None
+        name = tool.get("name") if isinstance(tool, dict) else None
         if len(path) == 2 and lacks:
             return f"the tools offered differ: tool {name!r} was offered then, not now"
         if len(path) == 2 and extra:
@@ -116,8 +117,8 @@ def _headline(difference: Difference, recorded: Any, received: Any) -> str:
             return f"{where} is {'missing' if lacks else 'one more than recorded'}"
         if role == "system":
             return "the system prompt differs"
-        if role == "tool" and len(path) == 4 and path[2] == "content":
-            result = difference.recorded if lacks else difference.received
+        result = difference.recorded if lacks else difference.received
+        if role == "tool" and len(path) == 4 and path[2] == "content" and isinstance(result, dict):
             call = f"{result.get('name')!r} call {result.get('id')!r}"
             if lacks:
                 return f"a tool result is missing: the result of the {call}"
@@ -175,7 +176,7 @@ class ReplayModel:
         self.cassette = cassette if isinstance(cassette, Cassette) else Cassette.read(cassette)
         self._ignore = Ignore.of(ignore)
         self._check = check
-        self._redactor = redactor_of(list(secrets), redactor)
+        self._redactor = redactor_of(secrets, redactor)
         self._part_delay = part_delay
         self.requests: list[ModelRequest] = []
         self.served = 0

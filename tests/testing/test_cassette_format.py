@@ -35,6 +35,7 @@ from effectagent.ai import (
     close_stream,
 )
 from effectagent.core import SecretRedactor
+from effectagent.effect import Context, Layer
 from effectagent.testing import (
     CASSETTE_VERSION,
     Cassette,
@@ -334,3 +335,13 @@ def test_a_secret_split_anyhow_between_deltas_never_survives(
     assert all(CANARY not in delta for delta in deltas)
     assert kept[0] == TextStartPart("t")
     assert kept[-1] == TextEndPart("t")
+
+
+def test_secrets_must_be_strings_in_a_sequence(tmp_path: Path) -> None:
+    layer = ScriptedModel([]).as_layer()
+    with pytest.raises(TypeError, match="not one string"):
+        record(layer, tmp_path / "x.jsonl", secrets=CANARY)
+    with pytest.raises(ValueError, match="give the secrets to the Redactor"):
+        record(layer, tmp_path / "x.jsonl", secrets=[CANARY], redactor=SecretRedactor())
+    with pytest.raises(ValueError, match="provides no LanguageModel"):
+        record(Layer.context(Context()), tmp_path / "x.jsonl")
