@@ -3,8 +3,8 @@
 ``sqlite_storage(path)`` is deployment class P: the Conversation Log, sessions, agent state and
 the steering inbox share one SQLite database, so history, sessions, state and admitted steering
 survive a restart (``path=":memory:"`` keeps the same behaviour in memory). ``in_memory_storage()``
-gives the same services without a database — the engine's in-memory log (class E) stays the
-runtime's default when neither is used.
+gives the same services without a database — the engine's in-memory log (class E), bounded by
+its retention (``LogRetention``), stays the runtime's default when neither is used.
 
 The agent state store must also hear about runs: wrap the assembly as
 ``observe_runs(AgentStateService).provide_merge(sqlite_storage(path))`` (with any observers of
@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from effectagent.effect import Context, Layer, Scope
-from effectagent.engine import ConversationLogService, InMemoryConversationLog
+from effectagent.engine import ConversationLogService, InMemoryConversationLog, LogRetention
 
 from .sessions import SessionSchema
 from .sessions._layers import in_memory_sessions, sqlite_sessions
@@ -61,13 +61,21 @@ def in_memory_storage(
     session_schema: SessionSchema[Any] | None = None,
     steering_limits: SteeringLimits | None = None,
     compensation_timeout: float = 30.0,
+    log_retention: LogRetention | None = None,
 ) -> Layer:
     """The services of :func:`sqlite_storage` in process memory (nothing survives the process):
     an in-memory ``ConversationLogService`` shared by the runtime, the state store and the
-    inbox; sessions; agent state; steering."""
+    inbox; sessions; agent state; steering.
+
+    ``log_retention`` bounds the log (default: ``LogRetention()``, a cap on conversations and on
+    bytes, idle conversations evicted least recently used first; ``LogRetention.keep_everything()``
+    for none); steering statuses go with their conversation. Sessions and agent state are what
+    the application stores: they stay until it deletes them."""
+    if log_retention is not None and not isinstance(log_retention, LogRetention):
+        raise TypeError(f"log_retention must be a LogRetention, got {type(log_retention).__name__}")
 
     async def build(_: Context, __: Scope) -> Context:
-        return Context.of(ConversationLogService, InMemoryConversationLog())
+        return Context.of(ConversationLogService, InMemoryConversationLog(log_retention))
 
     log = Layer.from_build("in_memory_log", provides=[ConversationLogService], build=build)
     services = (

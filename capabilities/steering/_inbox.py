@@ -125,7 +125,8 @@ class ConversationInbox:
 
     async def status(self, input_id: str) -> InputStatus | None:
         """What became of an accepted input: queued, delivered (with the sequence number of its
-        canonical record) or expired (with why). None for an ID never accepted here.
+        canonical record) or expired (with why). None for an ID never accepted here (or, in memory,
+        one whose conversation the log has since evicted).
 
         Cancellation: nothing changes."""
         if not isinstance(input_id, str):

@@ -4,7 +4,10 @@ The SQLite journal persists each admission before its receipt is returned, and t
 marks an input delivered in the very transaction that records it as canonical (see
 ``capabilities.storage``), so an input is never both waiting and recorded. Its text stays in the
 table only until then: delivered or expired, it is cleared (the log keeps the canonical, redacted
-copy). The in-memory journal reads the log to tell which inputs a run recorded.
+copy). The in-memory journal reads the log to tell which inputs a run recorded, and keeps the
+statuses of a conversation only as long as the log keeps it: over the engine's in-memory log,
+whose retention evicts idle conversations, a conversation's statuses go with it (``status`` then
+answers None, as for an input never accepted here).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import attrs
 import trio
 
 from effectagent.core import UserInputRecorded
-from effectagent.engine import ConversationLog
+from effectagent.engine import ConversationLog, InMemoryConversationLog
 
 from ..storage import SqliteDatabase
 from ._admission import Entry
@@ -68,19 +71,31 @@ def _status(entry: Entry, state: InputState, seq: int | None, reason: str) -> In
 
 @final
 class InMemoryJournal:
-    """Statuses in a dict; deliveries are read from the Conversation Log when asked about."""
+    """Statuses in a dict; deliveries are read from the Conversation Log when asked about. Over
+    an :class:`~effectagent.engine.InMemoryConversationLog` a conversation's statuses are
+    forgotten when the log evicts the conversation."""
 
-    __slots__ = ("_log", "_statuses")
+    __slots__ = ("_by_conversation", "_log", "_statuses")
 
     durable = False
 
     def __init__(self, log: ConversationLog) -> None:
         self._log = log
         self._statuses: dict[str, InputStatus] = {}
+        # The inputs of each conversation, to forget them with it.
+        self._by_conversation: dict[str, list[str]] = {}
+        if isinstance(log, InMemoryConversationLog):
+            log.on_evicted(self._forget)
+
+    def _forget(self, conversation_id: str) -> None:
+        for input_id in self._by_conversation.pop(conversation_id, ()):
+            self._statuses.pop(input_id, None)
 
     async def admitted(self, entry: Entry) -> None:
         """See :meth:`AdmissionJournal.admitted` (no checkpoint: nothing to wait for)."""
-        self._statuses[entry.input.input_id] = _status(entry, "queued", None, "")
+        input_id = entry.input.input_id
+        self._statuses[input_id] = _status(entry, "queued", None, "")
+        self._by_conversation.setdefault(entry.conversation_id, []).append(input_id)
 
     async def settle(
         self, conversation_id: str, taken: Sequence[Entry], queued: Sequence[Entry], reason: str
@@ -95,6 +110,9 @@ class InMemoryJournal:
                 self._statuses[entry.input.input_id] = _status(entry, "delivered", seq, "")
         for entry in queued:
             self._statuses[entry.input.input_id] = _status(entry, "expired", None, reason)
+        log = self._log
+        if isinstance(log, InMemoryConversationLog) and not log.has(conversation_id):
+            self._forget(conversation_id)  # evicted as its run ended: nothing to keep it for
 
     async def status(self, input_id: str) -> InputStatus | None:
         """See :meth:`AdmissionJournal.status`."""

@@ -117,8 +117,8 @@ class Steering(Protocol):
         ...
 
     async def status(self, input_id: str) -> InputStatus | None:
-        """What became of an accepted input (None for an ID never accepted here). Cancellation:
-        nothing changes."""
+        """What became of an accepted input (None for an ID never accepted here, or — in memory
+        — one whose conversation the log has since evicted). Cancellation: nothing changes."""
         ...
 
 

@@ -4,8 +4,10 @@ from ._child import ChildRunRefused as ChildRunRefused
 from ._child import ChildRunResult as ChildRunResult
 from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
+from ._log import LogRetention as LogRetention
 from ._logging import LOGGER_NAME as LOGGER_NAME
 from ._runtime import ConversationBusy as ConversationBusy
+from ._runtime import ConversationEvicted as ConversationEvicted
 from ._runtime import ConversationExists as ConversationExists
 from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
 from ._runtime import RunFailedError as RunFailedError
@@ -58,7 +60,9 @@ __all__ = [
     "ConversationLogService",
     "InMemoryConversationLog",
     "ConversationBusy",
+    "ConversationEvicted",
     "ConversationExists",
+    "LogRetention",
     "UnknownConversation",
     "InstructionsLeakSecret",
     "LOGGER_NAME",

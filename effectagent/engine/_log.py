@@ -1,32 +1,290 @@
-"""The in-memory Conversation Log (deployment class E): append-only, gap-free sequence numbers."""
+"""The in-memory Conversation Log (deployment class E): append-only, gap-free sequence numbers,
+and bounded — a long-lived runtime must not grow with the number of conversations it served.
+
+Retention (:class:`LogRetention`): the log keeps at most ``max_conversations`` conversations and
+about ``max_bytes`` of records. Past either cap it evicts whole conversations, the least recently
+used idle one first (used: appended to, read, or its run ended). A conversation with a run going
+is *held* and never evicted: from the runtime's claim of it until the run is released, and —
+which covers child runs too — from the append of a run's input record (``UserInputRecorded`` of
+kind ``"user"``) to the append of that run's terminal record. So once no conversation is held,
+the log is within both caps; while runs are going it may exceed them by what those runs hold.
+
+An evicted conversation's records are gone; the log remembers the IDs of the last
+``remember_evicted`` evictions, so continuing one is :class:`~effectagent.engine.ConversationEvicted`
+(an ``UnknownConversation`` that says why) rather than a plain unknown conversation.
+``LogRetention.keep_everything()`` turns retention off (tests, short scripts).
+
+The pure bookkeeping — sizes, holds, least-recently-used order, tombstones — is
+:class:`RetentionLedger`, tested without Trio in ``tests/memory/test_retention.py``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import final
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final, cast, final
 
+import attrs
 import trio
 
-from effectagent.core import LogEntry, Record
+from effectagent.core import (
+    LogEntry,
+    Record,
+    RunCompletedRecord,
+    RunFailedRecord,
+    UserInputRecorded,
+)
 
-__all__ = ["InMemoryConversationLog"]
+__all__ = ["InMemoryConversationLog", "LogRetention", "RetentionLedger", "estimate_bytes"]
+
+_MIB: Final = 1024 * 1024
+
+
+def _limit(name: str, value: object, *, none: bool) -> None:
+    if value is None and none:
+        return
+    if type(value) is not int or value < 1:
+        allowed = "a positive int or None" if none else "a positive int"
+        raise ValueError(f"LogRetention.{name} must be {allowed}, got {value!r}")
+
+
+def _check_remembered(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"LogRetention.remember_evicted must be an int ≥ 0, got {value!r}")
+
+
+def _check_cap(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    _limit(attribute.name, value, none=True)
+
+
+@final
+@attrs.frozen(kw_only=True)
+class LogRetention:
+    """How much the in-memory Conversation Log keeps (see the module notes).
+
+    ``max_conversations`` caps the conversations kept, ``max_bytes`` the estimated size of their
+    records (:func:`estimate_bytes`: what the objects take in memory, erring high); None lifts a
+    cap. ``remember_evicted`` is how many evicted conversation IDs are remembered to say
+    "evicted" (about 100 bytes each); older evictions read as unknown conversations.
+    """
+
+    max_conversations: int | None = attrs.field(default=1_000, validator=_check_cap)
+    max_bytes: int | None = attrs.field(default=64 * _MIB, validator=_check_cap)
+    remember_evicted: int = attrs.field(default=1_000, validator=_check_remembered)
+
+    @staticmethod
+    def keep_everything() -> LogRetention:
+        """No cap: every conversation is kept for the log's lifetime (tests, short scripts)."""
+        return LogRetention(max_conversations=None, max_bytes=None, remember_evicted=0)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any cap applies."""
+        return self.max_conversations is not None or self.max_bytes is not None
+
+
+@final
+class RetentionLedger:
+    """Sizes, holds and least-recently-used order of the conversations of a log. Pure.
+
+    Invariants (``tests/memory/test_retention.py``): a held conversation is never evicted; each
+    call that may evict leaves the ledger within both caps unless only held conversations are
+    left over them; among idle conversations the least recently used goes first; an evicted
+    conversation is remembered (up to ``remember_evicted``) until it is created again.
+    """
+
+    __slots__ = ("_evicted", "_holds", "_idle", "_sizes", "limits", "total_bytes")
+
+    def __init__(self, limits: LogRetention | None = None) -> None:
+        self.limits = limits or LogRetention()
+        self._sizes: dict[str, int] = {}  # every kept conversation, with its estimated bytes
+        self._idle: dict[str, None] = {}  # the kept conversations not held, least recent first
+        self._holds: dict[str, int] = {}  # conversation -> holds (kept or not yet created)
+        self._evicted: dict[str, None] = {}  # remembered evictions, oldest first
+        self.total_bytes = 0
+
+    @property
+    def conversations(self) -> int:
+        """How many conversations are kept."""
+        return len(self._sizes)
+
+    def kept(self, conversation_id: str) -> bool:
+        """Whether the conversation is kept."""
+        return conversation_id in self._sizes
+
+    def held(self, conversation_id: str) -> bool:
+        """Whether the conversation is held (never evicted while it is)."""
+        return conversation_id in self._holds
+
+    def size(self, conversation_id: str) -> int:
+        """The conversation's estimated bytes (0 if not kept)."""
+        return self._sizes.get(conversation_id, 0)
+
+    def was_evicted(self, conversation_id: str) -> bool:
+        """Whether the conversation was evicted (and is remembered as such)."""
+        return conversation_id in self._evicted
+
+    def grew(self, conversation_id: str, size: int) -> list[str]:
+        """The conversation (created now if it was not kept) grew by ``size`` bytes and was
+        used; return the conversations this evicts, in eviction order."""
+        sizes = self._sizes
+        if conversation_id in sizes:
+            sizes[conversation_id] += size
+        else:
+            sizes[conversation_id] = size
+            self._evicted.pop(conversation_id, None)  # created anew under that ID
+        self.total_bytes += size
+        if conversation_id not in self._holds:
+            self._idle.pop(conversation_id, None)
+            self._idle[conversation_id] = None
+        return self._evict()
+
+    def used(self, conversation_id: str) -> None:
+        """The conversation was read: it becomes the most recently used."""
+        idle = self._idle
+        if conversation_id in idle:
+            del idle[conversation_id]
+            idle[conversation_id] = None
+
+    def hold(self, conversation_id: str) -> None:
+        """A run of the conversation is going (it need not exist yet): never evict it until each
+        hold is released."""
+        holds = self._holds
+        holds[conversation_id] = holds.get(conversation_id, 0) + 1
+        self._idle.pop(conversation_id, None)
+
+    def release(self, conversation_id: str) -> list[str]:
+        """One hold of the conversation ended; when it was the last, the conversation becomes the
+        most recently used idle one. Return the conversations this evicts."""
+        holds = self._holds
+        count = holds.get(conversation_id, 0)
+        if count > 1:
+            holds[conversation_id] = count - 1
+            return []
+        if count == 0:
+            return []
+        del holds[conversation_id]
+        if conversation_id in self._sizes:
+            self._idle[conversation_id] = None
+        return self._evict()
+
+    def over(self) -> bool:
+        """Whether the kept conversations exceed a cap."""
+        limits = self.limits
+        return (
+            limits.max_conversations is not None and len(self._sizes) > limits.max_conversations
+        ) or (limits.max_bytes is not None and self.total_bytes > limits.max_bytes)
+
+    def _evict(self) -> list[str]:
+        evicted: list[str] = []
+        idle = self._idle
+        while idle and self.over():
+            conversation_id = next(iter(idle))
+            del idle[conversation_id]
+            self.total_bytes -= self._sizes.pop(conversation_id)
+            self._remember(conversation_id)
+            evicted.append(conversation_id)
+        return evicted
+
+    def _remember(self, conversation_id: str) -> None:
+        keep = self.limits.remember_evicted
+        if not keep:
+            return
+        remembered = self._evicted
+        remembered[conversation_id] = None
+        if len(remembered) > keep:
+            del remembered[next(iter(remembered))]
+
+
+#: Attribute names of the classes :func:`estimate_bytes` walks into, by class.
+_FIELDS: dict[type, tuple[str, ...]] = {}
+_SCALARS: Final = frozenset({int, float, bool, bytes, type(None)})
+_STR_HEADER: Final = sys.getsizeof("")
+#: The most objects one estimate walks.
+_MAX_OBJECTS: Final = 200_000
+
+
+def _fields_of(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        if attrs.has(cls):
+            names = tuple(field.name for field in attrs.fields(cls))
+        else:
+            fields = getattr(cls, "__dataclass_fields__", None)
+            names = tuple(fields) if isinstance(fields, dict) else ()
+        _FIELDS[cls] = names
+    return names
+
+
+def estimate_bytes(value: object) -> int:
+    """About how many bytes ``value`` and what it holds take in memory: ``sys.getsizeof`` of
+    every object reached through tuples, lists, sets, dicts and attrs or dataclass fields (an
+    ASCII string as its length and header). An object reached twice counts twice, so the
+    estimate errs high; past ``_MAX_OBJECTS`` objects (a cycle, say) the walk stops. Pure."""
+    getsizeof = sys.getsizeof
+    size = 0
+    budget = _MAX_OBJECTS
+    stack: list[object] = [value]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack and budget:
+        budget -= 1
+        item = pop()
+        cls = type(item)
+        if cls is str:
+            text = cast("str", item)
+            size += _STR_HEADER + len(text) if text.isascii() else getsizeof(text)
+            continue
+        size += getsizeof(item)
+        if cls in _SCALARS:
+            continue
+        if cls is tuple or cls is list or cls is frozenset or cls is set:
+            extend(cast("Iterable[object]", item))
+        elif cls is dict:
+            for k, v in cast("dict[object, object]", item).items():
+                push(k)
+                push(v)
+        else:
+            for name in _fields_of(cls):
+                push(getattr(item, name, None))
+    return size
+
+
+_ENDINGS: Final = (RunCompletedRecord, RunFailedRecord)
 
 
 @final
 class InMemoryConversationLog:
-    """Holds every conversation's records in process memory. Nothing survives the process.
+    """Holds conversations' records in process memory, within ``retention`` (see the module
+    notes; default :class:`LogRetention`). Nothing survives the process.
 
     A record's sequence number is its position in its conversation (1-based), so the log keeps
     the records alone and pairs them with their numbers when they are read.
     """
 
-    __slots__ = ("_logs",)
+    __slots__ = ("_listeners", "_logs", "_running", "ledger")
 
-    def __init__(self) -> None:
+    def __init__(self, retention: LogRetention | None = None) -> None:
+        if retention is not None and not isinstance(retention, LogRetention):
+            raise TypeError(f"retention must be a LogRetention, got {type(retention).__name__}")
         self._logs: dict[str, list[Record]] = {}
+        self.ledger = RetentionLedger(retention)
+        # The runs whose input is recorded and whose terminal record is not yet: run -> conversation.
+        self._running: dict[str, str] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    @property
+    def retention(self) -> LogRetention:
+        """What the log keeps."""
+        return self.ledger.limits
+
+    @property
+    def retained_bytes(self) -> int:
+        """The estimated bytes of the records kept."""
+        return self.ledger.total_bytes
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
-        """Append atomically; return the sequence number of the last record appended.
+        """Append atomically; return the sequence number of the last record appended. May evict
+        other, idle conversations (see the module notes).
 
         Cancellation: a cancellation point *before* anything is appended (raises ``Cancelled`` if
         the caller's scope is cancelled); it does not yield to the scheduler — there is no I/O to
@@ -41,16 +299,68 @@ class InMemoryConversationLog:
         if log is None:
             log = self._logs[conversation_id] = []
         log.extend(records)
-        return len(log)
+        count = len(log)
+        ledger = self.ledger
+        if not ledger.limits.bounded:
+            return count
+        running = self._running
+        ended: list[str] = []
+        size = 0
+        for record in records:
+            if type(record) is UserInputRecorded:
+                if record.kind == "user" and record.run_id not in running:
+                    running[record.run_id] = conversation_id
+                    ledger.hold(conversation_id)
+            elif isinstance(record, _ENDINGS):
+                ended.append(record.run_id)
+            size += estimate_bytes(record)
+        self._drop(ledger.grew(conversation_id, size))
+        for run_id in ended:
+            held = running.pop(run_id, None)
+            if held is not None:
+                self._drop(ledger.release(held))
+        return count
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
-        """Entries with ``seq > after``. Cancellation: a cancellation point (no scheduler yield);
-        nothing changes."""
+        """Entries with ``seq > after`` (none for an evicted conversation). Cancellation: a
+        cancellation point (no scheduler yield); nothing changes."""
         await trio.lowlevel.checkpoint_if_cancelled()  # half the pair: nothing to wait for
         start = max(after, 0)
-        records = self._logs.get(conversation_id, ())
+        records = self._logs.get(conversation_id)
+        if records is None:
+            return ()
+        self.ledger.used(conversation_id)
         return tuple(LogEntry(seq, record) for seq, record in enumerate(records[start:], start + 1))
 
     def conversations(self) -> tuple[str, ...]:
-        """Known conversation IDs."""
+        """The IDs of the conversations kept."""
         return tuple(self._logs)
+
+    def has(self, conversation_id: str) -> bool:
+        """Whether the log keeps records of the conversation."""
+        return conversation_id in self._logs
+
+    def evicted(self, conversation_id: str) -> bool:
+        """Whether the conversation was evicted by retention (and is still remembered so)."""
+        return self.ledger.was_evicted(conversation_id)
+
+    def hold(self, conversation_id: str) -> None:
+        """A run of the conversation is going: keep it until :meth:`release` (the runtime calls
+        both). Holds count: each needs its release."""
+        self.ledger.hold(conversation_id)
+
+    def release(self, conversation_id: str) -> None:
+        """End one :meth:`hold`; may evict idle conversations."""
+        self._drop(self.ledger.release(conversation_id))
+
+    def on_evicted(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(conversation_id)`` for every conversation evicted from now on (a
+        capability keeping something per conversation forgets it with the log). A listener must
+        not raise."""
+        self._listeners.append(listener)
+
+    def _drop(self, evicted: list[str]) -> None:
+        for conversation_id in evicted:
+            del self._logs[conversation_id]
+            for listener in self._listeners:
+                listener(conversation_id)

@@ -72,6 +72,7 @@ __all__ = [
     "ConversationExists",
     "InstructionsLeakSecret",
     "UnknownConversation",
+    "ConversationEvicted",
     "RunFailedError",
     "RunResult",
     "RunStream",
@@ -120,6 +121,24 @@ class UnknownConversation(LookupError):
         super().__init__(
             f"conversation {conversation_id!r} has no history to continue; to start a new "
             "conversation under this ID, pass create=True"
+        )
+        self.conversation_id = conversation_id
+
+
+class ConversationEvicted(UnknownConversation):
+    """A run was asked to continue a conversation the runtime's in-memory log no longer has: its
+    retention (``LogRetention``: a cap on conversations and on bytes) evicted it, least recently
+    used first, while it was idle. Its history is gone; start a new conversation (or use
+    ``sqlite_storage`` for history that lasts). An ``UnknownConversation``, so code that handles
+    that handles this; raised before the run starts, and nothing is written.
+    """
+
+    def __init__(self, conversation_id: str) -> None:
+        LookupError.__init__(
+            self,
+            f"conversation {conversation_id!r} was evicted from the in-memory log by its "
+            "retention limits (least recently used first) and its history is gone; start a new "
+            "conversation, or keep history in sqlite_storage",
         )
         self.conversation_id = conversation_id
 
@@ -302,6 +321,8 @@ class Runtime:
         self.context = context
         self._scope = scope
         self._log = log
+        # The in-memory log holds the conversations with a run going, so it never evicts them.
+        self._holds = log if isinstance(log, InMemoryConversationLog) else None
         self._redactor = redactor
         # Preflighted agents and their services, by identity: a bounded cache (an agent made per
         # request — per-user instructions — must not stay alive for the runtime's lifetime).
@@ -390,7 +411,8 @@ class Runtime:
         Preflight for ``agent`` happens here, before anything starts. Without
         ``conversation_id`` the run starts a new conversation with a fresh ID. With one, it
         *continues* that conversation (its history is projected from the log) — one without
-        history is :class:`UnknownConversation`, raised as the block is entered — unless
+        history is :class:`UnknownConversation` (:class:`ConversationEvicted` when the in-memory
+        log's retention evicted it), raised as the block is entered — unless
         ``create=True``, which starts a new conversation under that ID
         (:class:`ConversationExists` if it has history). ``context`` items (e.g. activated
         skills) are recorded as ``ContextAdded`` before the user's input and read by the model
@@ -451,6 +473,9 @@ class Runtime:
         if history is None:  # unreadable: the run fails with the storage error as it executes
             return
         if intent == "continue" and not history:
+            holds = self._holds
+            if holds is not None and holds.evicted(driver.conversation_id):
+                raise ConversationEvicted(driver.conversation_id)
             raise UnknownConversation(driver.conversation_id)
         if intent == "create" and history:
             raise ConversationExists(driver.conversation_id)
@@ -463,10 +488,17 @@ class Runtime:
             raise ConversationBusy(conversation_id)
         self._busy.add(conversation_id)
         self._active.add(driver)
+        if self._holds is not None:
+            self._holds.hold(conversation_id)
 
     def _release(self, driver: RunDriver) -> None:
+        if driver not in self._active:
+            return
         self._active.discard(driver)
-        self._busy.discard(driver.conversation_id)
+        conversation_id = driver.conversation_id
+        self._busy.discard(conversation_id)
+        if self._holds is not None:
+            self._holds.release(conversation_id)
 
     def _driver(
         self,

@@ -48,8 +48,9 @@ SURFACE: dict[str, str] = {
     "effectagent.engine": """
         Approval ApprovalError ApprovalService AuthorizationDecision ChildRunRefused
         ChildRunResult CompactionRequest Compactor CompactorService ConversationBusy
-        ConversationExists ConversationLog ConversationLogError ConversationLogService
-        estimate_tokens InMemoryConversationLog InstructionsLeakSecret LOGGER_NAME observe_runs
+        ConversationEvicted ConversationExists ConversationLog ConversationLogError
+        ConversationLogService estimate_tokens InMemoryConversationLog InstructionsLeakSecret
+        LogRetention LOGGER_NAME observe_runs
         open_runtime reduce_events RedactorService run_child run_sync RunEnding RunFailedError
         RunInfo RunListener RunListenerService RunObserver RunObserversService RunResult RunStream
         Runtime SteeringInbox SteeringInboxService SteeringInput TokenCounter TokenCounterService
