@@ -1,0 +1,412 @@
+"""The run's state machine on the paths the main tests pass by (pure, no Trio; ``make mutate``
+runs these against ``effectagent/engine/_machine.py``): steering and follow-ups, a batch that
+fails or is interrupted, warnings, the live-context figure, compaction in the grace turn, the
+final answer's fences and problems, and what the machine logs and says when it is misused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from effectagent.ai import ContextLengthExceeded, ModelUnavailable, Usage, UserMessage
+from effectagent.core import (
+    BudgetExhausted,
+    ModelFailed,
+    OutputInvalid,
+    RepeatedToolFailure,
+    RetryPolicy,
+    SecretRedactor,
+    ToolFailure,
+    UsageTotals,
+)
+from effectagent.engine._budget import Delegated, Exhaustion
+from effectagent.engine._machine import (
+    AnnounceRetry,
+    AppendLater,
+    BatchInterrupted,
+    BatchSettled,
+    Compact,
+    Compacted,
+    Complete,
+    CompleteTurn,
+    EnterGrace,
+    Fail,
+    FollowUps,
+    GraceBegun,
+    Log,
+    ModelCallFailed,
+    NextTurn,
+    RecordInputs,
+    RequestModel,
+    RunBatch,
+    RunConfig,
+    RunState,
+    StartTurn,
+    TakeFollowUps,
+    TimeRanOut,
+    TurnDue,
+    _check_inputs_are_all_handled,
+    step,
+)
+from effectagent.engine._seams import SteeringInput
+from effectagent.testing import Turn
+
+from .test_machine import SYSTEM, USER, Lookup, begin, config, kinds, model_step, responded, same
+
+SECRET = "sk-canary-7f3a9"
+
+
+def _steering(text: str, kind: Any = "steering") -> SteeringInput:
+    return SteeringInput(input_id="in_1", kind=kind, text=text, author="ann", at=0.0)
+
+
+def _secret_config(**policy: Any) -> RunConfig:
+    return attrs.evolve(config(**policy), redactor=SecretRedactor([SECRET]))
+
+
+def _batch(state: RunState, *cities: str) -> RunState:
+    calls = [("forecast", {"city": c}) for c in cities]
+    state, commands = step(state, responded(Turn.tool_calls(*calls)))
+    assert isinstance(commands[-1], RunBatch)
+    return state
+
+
+# ---- steering and follow-ups ----------------------------------------------------------------
+
+
+def test_steering_is_redacted_recorded_and_joins_the_prompt_before_the_turn() -> None:
+    steering = (_steering(f"use {SECRET}"), _steering("and hurry"))
+    state, commands = step(begin(_secret_config()), TurnDue(0.0, steering))
+    texts = ("use [REDACTED]", "and hurry")
+    assert commands == (RecordInputs(steering, texts), StartTurn(1, False), RequestModel(False))
+    assert state.messages == (SYSTEM, USER, *(UserMessage.text(t) for t in texts))
+
+
+def _follow_up_config() -> RunConfig:
+    return attrs.evolve(_secret_config(), follow_ups=True)
+
+
+def test_with_follow_ups_an_answer_waits_for_them_and_none_ends_the_run() -> None:
+    state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
+    held = responded(Turn.text("Done."))
+    state, commands = step(state, held)
+    assert commands == (AppendLater(held.step), TakeFollowUps())
+    assert (state.phase, state.held) == ("follow-ups", held.step)
+    state, commands = step(state, FollowUps((), 1.0))
+    assert kinds(commands) == ["Complete"]
+    assert state.phase == "ended"
+    assert state.held is None
+
+
+def test_a_follow_up_turns_the_answer_into_a_message_and_starts_another_turn() -> None:
+    state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
+    held = responded(Turn.text("Done."))
+    state, _ = step(state, held)
+    inputs = (_steering(f"also {SECRET}", "follow-up"),)
+    state, commands = step(state, FollowUps(inputs, 1.0))
+    assert commands[0] == RecordInputs(inputs, ("also [REDACTED]",))
+    assert kinds(commands) == ["RecordInputs", "CompleteTurn", "NextTurn"]
+    assert (state.phase, state.held) == ("turn", None)
+    assistant = held.step.assistant_message()
+    assert state.messages == (SYSTEM, USER, assistant, UserMessage.text("also [REDACTED]"))
+    state, commands = step(state, TurnDue(2.0))
+    assert commands == (StartTurn(2, False), RequestModel(False))
+
+
+def test_follow_ups_only_come_in_their_phase() -> None:
+    state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
+    with pytest.raises(RuntimeError, match=r"^run state machine: an input for 'follow-ups' came"):
+        step(state, FollowUps((), 1.0))
+
+
+# ---- batches --------------------------------------------------------------------------------
+
+
+def test_a_batch_that_fails_the_run_completes_its_turn_then_fails() -> None:
+    state = _batch(step(begin(config()), TurnDue(0.0))[0], "Oslo")
+    failure = RepeatedToolFailure("forecast", 3)
+    state, commands = step(state, BatchSettled((), (), failure, Delegated(), 1.0))
+    assert kinds(commands) == ["CompleteTurn", "Fail"]
+    assert commands[-1] == Fail(failure)
+    assert state.phase == "ended"
+
+
+def test_a_batch_charges_what_its_children_used_and_warns_at_the_line() -> None:
+    state = _batch(step(begin(config(max_tool_calls=10)), TurnDue(0.0))[0], "Oslo")
+    delegated = Delegated(1, 1, 6, UsageTotals(output_tokens=5))
+    state, commands = step(state, BatchSettled((), (), None, delegated, 1.0))
+    assert (state.budget.tool_calls, state.budget.delegated_tool_calls) == (2, 6)
+    assert state.budget.delegated_turns == 1
+    completed = commands[0]
+    assert isinstance(completed, CompleteTurn)
+    assert completed.warnings == (Exhaustion("tool_calls", 8, 10),)
+    assert completed.turn == 1
+    assert state.budget.warned == {"tool_calls"}
+    assert commands[-1] == NextTurn()
+
+
+def test_an_interrupted_batch_still_joins_the_prompt_and_counts() -> None:
+    state = _batch(step(begin(config()), TurnDue(0.0))[0], "Oslo")
+    added = (UserMessage.text("interrupted"),)
+    after, commands = step(state, BatchInterrupted(added, Delegated(2, 0, 0)))
+    assert commands == ()
+    assert after.messages == (*state.messages, *added)
+    assert after.budget.tool_calls == state.budget.tool_calls + 2
+    assert after.held is None
+    assert step(state, BatchInterrupted((), Delegated()))[0].budget == state.budget
+
+
+def test_repeated_failures_under_fail_name_the_tool() -> None:
+    cfg = config(on_exhaustion="fail", repeated_failure_limit=1)
+    state = _batch(step(begin(cfg), TurnDue(0.0))[0], "Oslo")
+    outcome = ToolFailure("call_0", "forecast", None)
+    state, _ = step(state, BatchSettled((outcome,), (), None, Delegated(), 1.0))
+    state, commands = step(state, TurnDue(2.0))
+    assert commands[0] == Log(
+        "warning",
+        "budget exhausted",
+        (("dimension", "repeated_failures"), ("used", 1), ("limit", 1)),
+    )
+    failed = commands[-1]
+    assert isinstance(failed, Fail)
+    assert same(failed.error, RepeatedToolFailure("forecast", 1))
+    assert state.phase == "ended"
+
+
+def test_exhaustion_is_logged_with_its_figures() -> None:
+    cfg = config(max_turns=1)
+    state = _batch(step(begin(cfg), TurnDue(0.0))[0], "Oslo")
+    state, _ = step(state, BatchSettled((), (), None, Delegated(), 1.0))
+    state, commands = step(state, TurnDue(2.0))
+    assert commands == (
+        Log("warning", "budget exhausted", (("dimension", "turns"), ("used", 1), ("limit", 1))),
+        EnterGrace(min(2.0 + cfg.policy.grace_turn_duration, cfg.end_at)),
+    )
+    assert (state.phase, state.grace, state.exhaustion) == (
+        "grace",
+        True,
+        Exhaustion("turns", 1, 1),
+    )
+
+
+def test_the_time_running_out_before_any_count_is_a_duration_failure_under_fail() -> None:
+    state, _ = step(begin(config(max_duration=10, on_exhaustion="fail")), TurnDue(0.0))
+    state, commands = step(state, TimeRanOut(9.0))
+    failed = commands[-1]
+    assert isinstance(failed, Fail)
+    assert same(failed.error, BudgetExhausted("duration", 9.0, 10))
+    assert (state.phase, state.held) == ("ended", None)
+
+
+# ---- model failures -------------------------------------------------------------------------
+
+
+def test_a_model_failure_that_is_not_retried_is_logged_with_the_attempts() -> None:
+    cfg = config(model_retry=RetryPolicy(attempts=2, initial_delay=1, jitter=0))
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, ModelCallFailed(ModelUnavailable("busy"), False, 0.0, 100.0, 0.0))
+    state, commands = step(state, ModelCallFailed(ModelUnavailable("busy"), False, 1.0, 100.0, 0.0))
+    assert commands[0] == Log(
+        "warning",
+        "model call failed",
+        (("error", "ModelUnavailable"), ("message", "busy"), ("attempts", 2)),
+    )
+    assert same(commands[1].error, ModelFailed("ModelUnavailable", "busy"))  # type: ignore[union-attr]
+    assert state.phase == "ended"
+
+
+def test_a_compaction_after_a_refused_context_asks_again_in_the_grace_turn_too() -> None:
+    cfg = config(compactor=True, max_turns=1)
+    state = _batch(step(begin(cfg), TurnDue(0.0))[0], "Oslo")
+    state, _ = step(state, BatchSettled((), (), None, Delegated(), 1.0))
+    state, _ = step(state, TurnDue(2.0))
+    state, commands = step(state, GraceBegun())
+    assert commands == (StartTurn(2, True), RequestModel(True))
+    refused = ModelCallFailed(ContextLengthExceeded("too long"), True, 3.0, 100.0, 0.0)
+    state, commands = step(state, refused)
+    assert commands == (Compact(2, None, force=True),)
+    state, commands = step(state, Compacted((SYSTEM,)))
+    assert commands == (
+        AnnounceRetry(2, 1, "ContextLengthExceeded", "too long", 0.0, True),
+        RequestModel(True),
+    )
+    assert (state.messages, state.held, state.context_base) == ((SYSTEM,), None, None)
+
+
+# ---- the live context and compaction --------------------------------------------------------
+
+
+def test_the_live_context_is_the_reported_input_plus_what_was_added_since() -> None:
+    cfg = config(compactor=True, context_token_limit=1000)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    assert state.context_base == (2, 20)  # counted: 10 a message
+    usage = Usage.of(500, 10)
+    state, _ = step(state, responded(Turn.tool_calls(("forecast", {"city": "Oslo"}), usage=usage)))
+    assert state.context_base == (2, 500)  # the provider's report for the 2 messages sent
+    added = (UserMessage.text("a"), UserMessage.text("b"))
+    state, _ = step(state, BatchSettled((), added, None, Delegated(), 1.0))
+    state, commands = step(state, TurnDue(2.0))
+    assert state.context_base == (4, 520)
+    assert commands == (StartTurn(2, False), RequestModel(False))
+    at_limit = attrs.evolve(state, phase="turn", context_base=(4, 1000))
+    _, commands = step(at_limit, TurnDue(3.0))
+    assert commands == (StartTurn(3, False), RequestModel(False))  # at the limit, not over
+    over = attrs.evolve(state, phase="turn", context_base=(3, 995))
+    _, commands = step(over, TurnDue(3.0))
+    assert commands == (Compact(3, 1005),)
+
+
+def test_a_response_without_an_input_report_keeps_the_counted_base() -> None:
+    cfg = config(compactor=True, context_token_limit=1000)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("hi", usage=Usage.of(0, 3))))
+    assert state.context_base == (2, 20)
+
+
+def test_a_base_longer_than_the_prompt_is_counted_again() -> None:
+    cfg = config(compactor=True, context_token_limit=15)
+    state = attrs.evolve(begin(cfg), context_base=(9, 5))
+    _, commands = step(state, TurnDue(0.0))
+    assert commands == (Compact(1, 20),)
+
+
+def test_the_grace_turn_compacts_when_over_the_limit_then_asks() -> None:
+    cfg = config(compactor=True, context_token_limit=25, max_turns=1)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.tool_calls(("forecast", {"city": "Oslo"}))))
+    state, _ = step(state, BatchSettled((), (UserMessage.text("r"),), None, Delegated(), 1.0))
+    state, _ = step(state, TurnDue(2.0))
+    state, commands = step(state, GraceBegun())
+    assert commands == (Compact(2, 30),)
+    assert state.phase == "compacting"
+    state, commands = step(state, Compacted((SYSTEM,)))
+    assert commands == (StartTurn(2, True), RequestModel(True))
+    assert (state.phase, state.turn, state.grace) == ("model", 2, True)
+
+
+def test_the_grace_turn_under_the_limit_asks_at_once_and_keeps_the_count() -> None:
+    cfg = config(compactor=True, context_token_limit=1000, max_turns=1)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.tool_calls(("forecast", {"city": "Oslo"}))))
+    state, _ = step(state, BatchSettled((), (UserMessage.text("r"),), None, Delegated(), 1.0))
+    state, _ = step(state, TurnDue(2.0))
+    state, commands = step(state, GraceBegun())
+    assert commands == (StartTurn(2, True), RequestModel(True))
+    assert state.context_base == (3, 30)
+
+
+def test_grace_begins_only_in_the_grace_phase() -> None:
+    with pytest.raises(RuntimeError, match=r"^run state machine: an input for 'grace' came in"):
+        step(begin(config()), GraceBegun())
+
+
+# ---- the final answer -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '```json\n{"city": "Oslo"}\n```',
+        '```\n{"city": "Oslo"}\n```',
+        '  ```{"city": "Oslo"}```  ',
+        '{"city": "Oslo"}',
+    ],
+)
+def test_an_answer_in_a_code_fence_decodes(text: str) -> None:
+    state, _ = step(begin(config(Lookup)), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text(text)))
+    complete = commands[-1]
+    assert isinstance(complete, Complete)
+    assert complete.output == Lookup("Oslo")
+
+
+@pytest.mark.parametrize("text", ["``````", '```js on\n{"city": "Oslo"}\n```', '```{"city": 1}'])
+def test_what_is_not_one_fenced_answer_is_left_as_it_is(text: str) -> None:
+    state, _ = step(begin(config(Lookup, output_retries=0)), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text(text)))
+    assert isinstance(commands[-1], Fail)
+
+
+@attrs.frozen
+class _Wide:
+    a: int
+    b: int
+    c: int
+    d: int
+    e: int
+    f: int
+    g: int
+
+
+def test_an_answer_missing_the_output_type_says_where_five_problems_at_most() -> None:
+    state, _ = step(begin(config(_Wide, output_retries=0)), TurnDue(0.0))
+    state, commands = step(state, responded(Turn.text("{}")))
+    failed = commands[-1]
+    assert isinstance(failed, Fail)
+    assert isinstance(failed.error, OutputInvalid)
+    message = str(failed.error)
+    assert message.startswith("the final answer does not match the output type _Wide: ")
+    assert message.endswith("; and 2 more")
+    assert message.count(";") == 5
+    assert "retr" not in message
+    five, _ = step(begin(config(_Wide, output_retries=0)), TurnDue(0.0))
+    _, commands = step(five, responded(Turn.text('{"a": 1, "b": 2}')))
+    assert "more" not in str(commands[-1].error)  # type: ignore[union-attr]
+
+
+def test_after_two_retries_the_failure_says_so() -> None:
+    state, _ = step(begin(config(Lookup, output_retries=2)), TurnDue(0.0))
+    for now in (1.0, 2.0):
+        state, commands = step(state, responded(Turn.text("{}")))
+        assert kinds(commands)[-1] == "NextTurn"
+        state, _ = step(state, TurnDue(now))
+    _, commands = step(state, responded(Turn.text("{}")))
+    assert "does not match the output type Lookup after 2 retries: " in str(
+        commands[-1].error  # type: ignore[union-attr]
+    )
+
+
+def test_a_grace_answer_that_misses_the_output_type_fails_the_run() -> None:
+    cfg = config(Lookup, max_turns=1)
+    state = _batch(step(begin(cfg), TurnDue(0.0))[0], "Oslo")
+    state, _ = step(state, BatchSettled((), (), None, Delegated(), 1.0))
+    state, _ = step(*step(state, TurnDue(2.0))[:1], GraceBegun())
+    final = responded(Turn.text("nope"))
+    _, commands = step(state, final)
+    assert kinds(commands) == ["AppendLater", "CompleteTurn", "Fail"]
+    assert isinstance(commands[-1], Fail)
+    assert isinstance(commands[-1].error, OutputInvalid)
+    _, commands = step(state, responded(Turn.text('{"city": "Oslo"}')))
+    complete = commands[-1]
+    assert isinstance(complete, Complete)
+    assert (complete.output, complete.finish, complete.exhausted) == (
+        Lookup("Oslo"),
+        "budget-exhausted",
+        "turns",
+    )
+
+
+def test_a_secret_in_the_answer_does_not_reach_the_output() -> None:
+    cfg = attrs.evolve(config(Lookup), redactor=SecretRedactor([SECRET]))
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text(f'{{"city": "{SECRET}"}}')))
+    complete = commands[-1]
+    assert isinstance(complete, Complete)
+    assert complete.output == Lookup("[REDACTED]")
+
+
+# ---- misuse ---------------------------------------------------------------------------------
+
+
+def test_an_input_class_without_a_transition_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match=r"^the run state machine has no transition for TurnDue, "):
+        _check_inputs_are_all_handled({})
+
+
+def test_a_model_step_carries_its_usage_into_the_budget() -> None:
+    state, _ = step(begin(config()), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("hi", usage=Usage.of(7, 3))))
+    assert state.budget.usage.total_tokens == 10
+    assert model_step(Turn.text("x")).response.text == "x"
