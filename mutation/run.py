@@ -94,10 +94,10 @@ def _setup_cfg(module: Module, tests: list[str]) -> str:
         "source_paths =\n    effectagent\n    capabilities\n"
         f"only_mutate = {module.path}\n"
         f"pytest_add_cli_args_test_selection ={selection}\n"
-        # A mutant that loops forever is stopped after (its tests' time + 2 s) x 8 of CPU time
+        # A mutant that loops forever is stopped after (its tests' time + 1 s) x 4 of CPU time
         # (mutmut's default, x 30, lets each such mutant hold a worker for minutes).
-        "timeout_multiplier = 4\n"
-        "timeout_constant = 2\n"
+        "timeout_multiplier = 2\n"
+        "timeout_constant = 1\n"
         "pytest_add_cli_args =\n    -pno:cacheprovider\n    -pmutate_profile\n    -q\n"
     )
 
@@ -139,18 +139,43 @@ def _readable(mangled: str) -> str:
     )
 
 
-def describe(work: Path, name: str, status: str, defs: dict[str, int]) -> Mutant:
-    """Where a mutant is and what it changed, from ``mutmut show`` (a diff of its function)."""
+# ``mutmut show`` for many mutants in one process (it is one interpreter start per mutant).
+_SHOW = """
+import sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+path = sys.argv[1]
+for name in sys.argv[2:]:
+    print("\\0" + name)
+    print(get_diff_for_mutant(name, path=path))
+"""
+
+
+def _diffs(work: Path, path: str, names: list[str]) -> dict[str, list[str]]:
+    """The diff of each mutant's function (mutmut's own, as ``mutmut show`` prints it)."""
+    if not names:
+        return {}
+    command = [sys.executable, "-c", _SHOW, path, *names]
+    done = subprocess.run(command, cwd=work, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"the diffs of the mutants could not be read:\n{done.stderr}")
+    diffs: dict[str, list[str]] = {}
+    for chunk in done.stdout.split("\0")[1:]:
+        name, _, diff = chunk.partition("\n")
+        diffs[name] = diff.splitlines()
+    return diffs
+
+
+def describe(name: str, status: str, diff: list[str], defs: dict[str, int]) -> Mutant:
+    """Where a mutant is and what it changed, from the diff of its function."""
     mangled = name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0]
     start = defs.get(mangled, 0)
-    diff = _mutmut(work, "show", name).splitlines()
     line, before, after, offset = 0, "", "", 0
     for text in diff:
         hunk = _HUNK.match(text)
         if hunk:
             offset = int(hunk["start"])
             continue
-        if text.startswith(("---", "+++", "#")) or offset == 0:
+        if text.startswith(("---", "+++")) or offset == 0:
             continue
         if text.startswith("-") and not before:
             before = text[1:].strip()
@@ -178,9 +203,9 @@ def run_module(module: Module, jobs: int) -> tuple[int, list[Mutant]]:
         if match:
             statuses.append((match["name"], match["status"]))
     defs = _functions((ROOT / module.path).read_text("utf-8"))
-    undetected = [
-        describe(work, name, status, defs) for name, status in statuses if status not in DETECTED
-    ]
+    missed = [(name, status) for name, status in statuses if status not in DETECTED]
+    diffs = _diffs(work, module.path, [name for name, _ in missed])
+    undetected = [describe(name, status, diffs[name], defs) for name, status in missed]
     return len(statuses), undetected
 
 
