@@ -7,9 +7,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.core import ModelResponseRecorded, UsageDelta
+from effectagent.core import (
+    CompactionCreated,
+    ConversationCreated,
+    ModelResponseRecorded,
+    RunCompletedRecord,
+    RunFailedRecord,
+    ToolCallPrepared,
+    ToolCallSettled,
+    ToolSuccess,
+    UsageDelta,
+    UserInputRecorded,
+)
 from effectagent.engine import LogRetention
-from effectagent.engine._log import RetentionLedger, estimate_bytes
+from effectagent.engine._log import RECORD_BYTES, RetentionLedger, estimate_bytes, record_bytes
 
 IDS = st.sampled_from(["a", "b", "c", "d"])
 OPS = st.lists(
@@ -165,3 +176,62 @@ def test_a_read_makes_a_conversation_the_most_recently_used() -> None:
     assert ledger.grew("d", 1) == ["c"]
     assert ledger.grew("e", 1) == ["d"]
     assert ledger.release("a") == ["e"] or ledger.kept("a")
+
+
+def test_the_estimate_of_each_record_counts_its_payload() -> None:
+    big = "y" * 50_000
+    records = [
+        UserInputRecorded(
+            conversation_id="c",
+            run_id="r",
+            input_id="i",
+            kind="user",
+            text=big,
+            author="u",
+            at=0.0,
+        ),
+        ModelResponseRecorded(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            content=(("text", big),),
+            finish_reason="stop",
+            usage=UsageDelta(1, 1, 0, 0, 0),
+            at=0.0,
+        ),
+        ToolCallPrepared(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            tool_call_id="t",
+            tool_name="n",
+            arguments={"text": big},
+            at=0.0,
+        ),
+        ToolCallSettled(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            tool_call_id="t",
+            tool_name="n",
+            outcome=ToolSuccess(tool_call_id="t", tool_name="n", result=[big]),
+            at=0.0,
+        ),
+        RunCompletedRecord(
+            conversation_id="c", run_id="r", output={"answer": big}, finish_reason="stop", at=0.0
+        ),
+        CompactionCreated(
+            conversation_id="c",
+            run_id="r",
+            turn=1,
+            kind="summarize",
+            covers_through=3,
+            summary=big,
+            at=0.0,
+        ),
+        RunFailedRecord(conversation_id="c", run_id="r", error=None, reason=big, at=0.0),
+    ]
+    for record in records:
+        assert 50_000 < record_bytes(record) < 50_000 + 2_000, type(record).__name__
+    small = ConversationCreated(conversation_id="c", agent="a", at=0.0)
+    assert record_bytes(small) == RECORD_BYTES
