@@ -100,7 +100,18 @@ def test_a_refused_batch_exhausts_the_tool_calls_after_the_turns() -> None:
 
 
 def test_the_changes_of_a_turn_each_change_one_counter() -> None:
-    budget = Budget(POLICY, 5.0, turns=1, tool_calls=2, delegated_turns=3, delegated_tool_calls=4)
+    budget = Budget(
+        POLICY,
+        5.0,
+        turns=1,
+        tool_calls=2,
+        delegated_turns=3,
+        delegated_tool_calls=4,
+        warned=frozenset({"turns"}),
+        streaks=(("t", 2),),
+        repeated_failure=RepeatedFailure("t", 2),
+        refused_batch=Exhaustion("tool_calls", 11, 10),
+    )
     assert budget.with_turn() == attrs.evolve(budget, turns=2)
     assert budget.with_calls(3) == attrs.evolve(budget, tool_calls=5)
     used = budget.with_usage(UsageDelta(3, 4))
@@ -301,3 +312,19 @@ def test_a_child_that_only_took_turns_is_still_charged() -> None:
     assert isinstance(lease, BudgetLease)
     tokens_only.settle(lease, 0, 0, UsageTotals(output_tokens=3))
     assert tokens_only.totals() == Delegated(0, 0, 0, UsageTotals(output_tokens=3))
+
+
+def test_a_limit_is_exhausted_exactly_when_it_is_reached() -> None:
+    policy = attrs.evolve(POLICY, token_budget=100)
+    assert Budget(policy, 10.0).exhausted(110.0) == Exhaustion("duration", 100.0, 100.0)
+    assert Budget(policy, 10.0).exhausted(109.9) is None
+    used = Budget(policy, 0.0, usage=UsageTotals(input_tokens=100))
+    assert used.exhausted(0.0) == Exhaustion("tokens", 100, 100)
+    assert attrs.evolve(used, usage=UsageTotals(input_tokens=99)).exhausted(0.0) is None
+
+
+def test_a_warning_is_due_exactly_at_the_line_of_a_dimension_alone() -> None:
+    assert Budget(POLICY, 10.0).with_due_warnings(90.0)[1] == (Exhaustion("duration", 80.0, 100.0),)
+    policy = attrs.evolve(POLICY, token_budget=100)
+    tokens = Budget(policy, 0.0, usage=UsageTotals(input_tokens=80))
+    assert tokens.with_due_warnings(0.0)[1] == (Exhaustion("tokens", 80, 100),)

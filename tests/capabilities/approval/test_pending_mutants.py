@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import math
+from typing import Any
 
 import attrs
 import pytest
@@ -174,7 +175,7 @@ class _Params:
     days: int
 
 
-_TYPED = Tool("forecast", "Forecast.", parameters=_Params)
+_TYPED: Tool[_Params, Any] = Tool("forecast", "Forecast.", parameters=_Params)
 
 
 def _reference(canonical: str) -> str:
