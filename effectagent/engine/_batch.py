@@ -190,10 +190,11 @@ class Batch:
                 self._announce(settled.outcome)
             if len(runnable) == 1:
                 # One call: nothing could run beside it, so it needs no task and no nursery.
-                await in_context(self._execute(runnable[0]), copy_context())
+                call = runnable[0]
+                self._settled(call, await in_context(self._runner.run(call), copy_context()))
             elif runnable:
                 # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers,
-                # no Exits; each call's outcome is reified by ``_execute``).
+                # no Exits; each call's outcome is reified by ``CallRunner.run``).
                 async with trio.open_nursery() as nursery:
                     await _Workers(self, runnable, nursery).work()
                 yielded = True  # leaving a nursery is always a schedule point
@@ -293,23 +294,11 @@ class Batch:
         elif self._debug:
             io.logs.debug("tool call settled", tool=outcome.tool_name, kind=outcome.kind)
 
-    async def _execute(self, call: PlannedCall) -> bool:
-        """One call: its outcome settled and announced (True), or nothing if the batch is
-        interrupted (False).
-
-        Cancellation: an interruption of the batch ends the call quietly — the Cancelled is
-        absorbed (the batch's scope stays cancelled, and the batch surfaces it and settles the
-        call as interrupted). Only KeyboardInterrupt/SystemExit propagate.
-        """
-        try:
-            outcome = await self._runner.run(call)
-        except Exception as exc:  # an engine-side defect while serving this call
-            message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
-            outcome = ToolDefect(call.id, call.name, message)
-        except BaseException as exc:
-            if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
-                return False
-            raise
+    def _settled(self, call: PlannedCall, outcome: ToolOutcome | None) -> bool:
+        """Settle and announce a call's outcome (True), or nothing if the batch was interrupted
+        while it ran (False: the batch settles it as interrupted)."""
+        if outcome is None:
+            return False
         self._ledger.settle(call.index, outcome)
         self._announce(outcome)
         return True
@@ -317,12 +306,6 @@ class Batch:
 
 def _index(item: EarlyOutcome) -> int:
     return item.index
-
-
-def _holds_cancelled(exc: BaseException) -> bool:
-    # A handler that runs its own nursery raises a *group* holding Cancelled when the run is
-    # interrupted: that is an interruption to propagate, not a crash of the tool.
-    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
 
 
 def _run_error(outcomes: list[ToolOutcome], toolkit: Toolkit) -> RunError | None:
@@ -359,17 +342,14 @@ class _Workers:
     async def work(self) -> None:
         """Run queued calls, one after another, until none is left or the batch is interrupted.
 
-        Cancellation: an interruption ends the current call quietly (see ``Batch._execute``) and
+        Cancellation: an interruption ends the current call quietly (see ``CallRunner.run``) and
         this worker takes no further call.
         """
-        pool, calls, call_waits, execute = (
-            self.pool,
-            self.calls,
-            self.call_waits,
-            self.batch._execute,
-        )
+        pool, calls, call_waits, batch = self.pool, self.calls, self.call_waits, self.batch
+        run = batch._runner.run
         while (index := pool.take()) is not None:
-            if not await in_context(execute(calls[index]), copy_context(), call_waits):
+            call = calls[index]
+            if not batch._settled(call, await in_context(run(call), copy_context(), call_waits)):
                 return
 
     def call_waits(self) -> None:

@@ -5,8 +5,9 @@ The handler runs through :func:`~effectagent.effect.attempt` with the tool's dec
 its outcome follows the effect core's one rule: every leaf of what it raised declared — also when
 the handler's own nursery raised a group — is a ``ToolFailure``; anything else undeclared is a
 ``ToolDefect`` that names what was raised; a cancellation propagates untouched. A tool's
-``timeout`` is the deadline of the scope the handler runs in (a tool without one runs in a scope
-that never expires — the same code path, minus the price of a Trio cancel scope).
+``timeout`` is the deadline of the scope the handler runs in (a tool without one runs in no scope:
+entering and leaving a Trio cancel scope costs more than a whole call of a handler that never
+waits).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import attrs
 import trio
 
 from effectagent.ai import (
+    Handler,
     OutcomeUnknown,
     OutputSchemaViolation,
     Tool,
@@ -37,7 +39,6 @@ from effectagent.core import (
     ToolDefect,
     ToolFailure,
     ToolOutcome,
-    ToolProgress,
     ToolRejected,
     ToolResultBounds,
     ToolSuccess,
@@ -49,7 +50,6 @@ from effectagent.effect import Cause, Exit, Failure, Success, TaggedError, attem
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._host import BatchScope, CallHost
-from ._io import RunIO
 from ._permits import Permit
 from ._seams import Approval, ApprovalError, AuthorizationDecision
 
@@ -59,7 +59,6 @@ _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
 # What the model reads when a seam crashed: neutral, the details are in the run's log.
 _APPROVAL_FAILED = "the approval service failed; the call was not run"
 _AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
-_PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
 @final
@@ -89,74 +88,106 @@ class CallRunner:
         # A child run's calls borrow the permit of the call that started the child first.
         self.lender = lender
 
-    async def run(self, call: PlannedCall) -> ToolOutcome:
-        """The call's outcome; its audit metadata (what its inner calls and child runs noted)
-        goes to its slot of the batch's audits, on every exit. Raises only what must propagate:
-        ``trio.Cancelled`` when the run is interrupted (alone or inside a group),
-        ``KeyboardInterrupt``/``SystemExit``.
+    async def run(self, call: PlannedCall) -> ToolOutcome | None:
+        """The call's outcome, or None if the batch is interrupted meanwhile; its audit metadata
+        (what its inner calls and child runs noted) goes to its slot of the batch's audits, on
+        every exit. An engine-side error while serving the call is the call's ``ToolDefect``.
+        Raises only ``KeyboardInterrupt``/``SystemExit``.
 
         Cancellation: a cancellation point before the permit is taken; then as the handler's own.
-        The permit is given back on every exit.
+        An interruption of the batch ends the call quietly — the ``Cancelled`` (alone or inside
+        a group) is absorbed and None returned; the batch's scope stays cancelled, and the batch
+        surfaces it and settles the call as interrupted. The permit is given back on every exit.
         """
-        io = self.io
-        tool = call.tool
-        host = CallHost(self.scope, call.id, call.name)
-        progress = _Progress(io, self.turn, call)
-        context = ToolCallContext(
-            call.id,
-            call.name,
-            io.run_id,
-            io.conversation_id,
-            io.agent_name,
-            progress.report,
-            io.author,
-            None,
-            host,
-        )
-        broker = None
-        if tool.inner_tools:
-            broker = CallBroker(io, self.services, context, tool.inner_tools, host)
-            context = attrs.evolve(context, broker=broker)
-        services = self.services
-        if services.authorization is not None:
-            rejected = await self._authorize(call, context)
-            if rejected is not None:
-                return rejected
-        if tool.may_need_approval:
-            rejected = await self._approval(call, context)
-            if rejected is not None:
-                return rejected
-
-        handler = services.handlers[tool]
-        pool = self.scope.pool
-        # Only the cancellation point when a permit is free, not a scheduler pass: a call that
-        # never waits runs to its end in the batch's task — that is what makes such a call cheap
-        # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
-        # a call that has to wait for a permit yields in ``take``.
-        await trio.lowlevel.checkpoint_if_cancelled()
-        permit = pool.take_nowait(self.lender) or await pool.take(self.lender)
-        host.permit = permit
         try:
-            io.emit(ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name)
-            scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
-            listener = services.listener
-            with scope:
-                if listener is None:
+            io = self.io
+            tool = call.tool
+            host = CallHost(self.scope, call.id, call.name)
+            context = ToolCallContext(
+                call.id,
+                call.name,
+                io.run_id,
+                io.conversation_id,
+                io.agent_name,
+                host.report,
+                io.author,
+                None,
+                host,
+            )
+            broker = None
+            if tool.inner_tools:
+                broker = CallBroker(io, self.services, context, tool.inner_tools, host)
+                context = attrs.evolve(context, broker=broker)
+            services = self.services
+            if services.authorization is not None:
+                rejected = await self._authorize(call, context)
+                if rejected is not None:
+                    return rejected
+            if tool.may_need_approval:
+                rejected = await self._approval(call, context)
+                if rejected is not None:
+                    return rejected
+
+            handler = services.handlers[tool]
+            pool = self.scope.pool
+            lender = self.lender
+            # Only the cancellation point when a permit is free, not a scheduler pass: a call that
+            # never waits runs to its end in the batch's task — that is what makes such a call cheap
+            # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
+            # a call that has to wait for a permit yields in ``take``.
+            await trio.lowlevel.checkpoint_if_cancelled()
+            permit = pool.book.try_take(lender) or await pool.take(lender)
+            host.permit = permit
+            try:
+                io.emit(ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name)
+                exit_: Exit[Any, TaggedError] | None
+                if tool.timeout is None and services.listener is None:
+                    # The common case, without a scope of any kind around the handler.
                     exit_ = await attempt(handler, call.params, context, errors=tool.failure)
                 else:
-                    with listener.call_context(io.run_id, call.id):
-                        exit_ = await attempt(handler, call.params, context, errors=tool.failure)
-        finally:
-            host.permit = None
-            pool.give_back(permit)
-            audit = host.notes
-            if broker is not None and (inner := broker.audit()) is not None:
-                audit = {**inner, **audit} if audit else inner
-            if audit is not None:
-                self.audits[call.index] = audit
-        if scope.cancelled_caught:
-            return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
-        return self._settle(tool, call, exit_)
+                    exit_ = await self._attempt_in_scopes(tool, handler, call, context)
+            finally:
+                host.permit = None
+                pool.give_back(permit)
+                audit = host.notes
+                if broker is not None and (inner := broker.audit()) is not None:
+                    audit = {**inner, **audit} if audit else inner
+                if audit is not None:
+                    self.audits[call.index] = audit
+            if exit_ is None:
+                return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+            return self._settle(tool, call, exit_)
+        except Exception as exc:  # an engine-side defect while serving this call
+            return ToolDefect(
+                call.id, call.name, self.io.redact_text(f"{type(exc).__name__}: {exc}")
+            )
+        except BaseException as exc:
+            if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
+                return None
+            raise
+
+    async def _attempt_in_scopes(
+        self,
+        tool: Tool[Any, Any],
+        handler: Handler,
+        call: PlannedCall,
+        context: ToolCallContext,
+    ) -> Exit[Any, TaggedError] | None:
+        """The handler's exit under the tool's timeout (a scope with that deadline) and the run
+        listener's call context; None if the timeout passed first.
+
+        Cancellation: as the handler's; the timeout's own cancellation is caught here.
+        """
+        listener = self.services.listener
+        scope = _NO_DEADLINE if tool.timeout is None else trio.move_on_after(tool.timeout)
+        exit_: Exit[Any, TaggedError] | None = None
+        with scope:
+            if listener is None:
+                exit_ = await attempt(handler, call.params, context, errors=tool.failure)
+            else:
+                with listener.call_context(self.io.run_id, call.id):
+                    exit_ = await attempt(handler, call.params, context, errors=tool.failure)
+        return None if scope.cancelled_caught else exit_
 
     def _settle(
         self, tool: Tool[Any, Any], call: PlannedCall, exit_: Exit[Any, TaggedError]
@@ -373,9 +404,8 @@ class CallRunner:
 
 @final
 class _NoDeadline:
-    """The scope of a handler without a timeout: like a cancel scope whose deadline never comes,
-    without the cost of one (entering and leaving a Trio cancel scope costs more than a whole
-    call of a handler that never waits)."""
+    """The scope of a handler without a timeout (when a listener's call context is entered):
+    like a cancel scope whose deadline never comes, without the cost of one."""
 
     __slots__ = ()
 
@@ -389,36 +419,6 @@ class _NoDeadline:
 
 
 _NO_DEADLINE = _NoDeadline()
-
-
-@final
-class _Progress:
-    """Where one call's progress reports go."""
-
-    __slots__ = ("call", "io", "turn")
-
-    def __init__(self, io: RunIO, turn: int, call: PlannedCall) -> None:
-        self.io = io
-        self.turn = turn
-        self.call = call
-
-    async def report(self, data: Any) -> None:
-        """The handler's progress report: redacted, bounded, emitted as ``ToolProgress``.
-
-        Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
-        emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
-        """
-        io = self.io
-        preview = bounded_json(io.redact(data), _PROGRESS_BOUNDS)
-        await trio.lowlevel.checkpoint()
-        io.emit(
-            ToolProgress,
-            turn=self.turn,
-            tool_call_id=self.call.id,
-            tool_name=self.call.name,
-            data=preview,
-        )
-        await io.wait_for_consumer()
 
 
 def _failure_envelope(failures: tuple[BaseException, ...]) -> Any:
@@ -436,6 +436,12 @@ def _failure_envelope(failures: tuple[BaseException, ...]) -> Any:
 def _tagged(error: BaseException) -> TaggedError:
     assert isinstance(error, TaggedError)  # declared failures are TaggedError subclasses
     return error
+
+
+def _holds_cancelled(exc: BaseException) -> bool:
+    # A handler that runs its own nursery raises a *group* holding Cancelled when the run is
+    # interrupted: that is an interruption to propagate, not a crash of the tool.
+    return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
 
 
 def describe_cause(cause: Cause[Any]) -> str:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, final
 
+import trio
+
 from effectagent.ai import Toolkit
-from effectagent.core import Agent
+from effectagent.core import Agent, ToolProgress, ToolResultBounds, bounded_json
 
 from ._budget import Allowance
 from ._io import RunIO
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from ._services import RunServices
 
 __all__ = ["BatchScope", "CallHost"]
+
+_PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 
 
 @final
@@ -70,24 +74,40 @@ class BatchScope:
 @final
 class CallHost:
     """One call's handle on its batch (see the module notes). ``permit`` is the call's while its
-    handler runs — what the calls it makes borrow first."""
+    handler runs — what the calls it makes borrow first. ``notes``: the audit metadata noted so
+    far (None: nothing)."""
 
-    __slots__ = ("_notes", "permit", "scope", "tool_call_id", "tool_name")
+    __slots__ = ("notes", "permit", "scope", "tool_call_id", "tool_name")
 
     def __init__(self, scope: BatchScope, tool_call_id: str, tool_name: str) -> None:
         self.scope = scope
         self.tool_call_id = tool_call_id
         self.tool_name = tool_name
         self.permit: Permit | None = None
-        self._notes: dict[str, Any] | None = None
+        self.notes: dict[str, Any] | None = None
 
     def note(self, key: str, value: Any) -> None:
         """Add ``key`` to this call's audit metadata (written with its settlement)."""
-        if self._notes is None:
-            self._notes = {}
-        self._notes[key] = value
+        if self.notes is None:
+            self.notes = {}
+        self.notes[key] = value
 
-    @property
-    def notes(self) -> dict[str, Any] | None:
-        """The audit metadata noted so far (None: nothing)."""
-        return self._notes
+    async def report(self, data: Any) -> None:
+        """The handler's progress report (its context's ``progress``): redacted, bounded,
+        emitted as ``ToolProgress``.
+
+        Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
+        emitted; then, for a streamed run, it waits while the consumer lags (backpressure).
+        """
+        scope = self.scope
+        io = scope.io
+        preview = bounded_json(io.redact(data), _PROGRESS_BOUNDS)
+        await trio.lowlevel.checkpoint()
+        io.emit(
+            ToolProgress,
+            turn=scope.turn,
+            tool_call_id=self.tool_call_id,
+            tool_name=self.tool_name,
+            data=preview,
+        )
+        await io.wait_for_consumer()
