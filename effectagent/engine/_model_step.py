@@ -311,6 +311,14 @@ def _with_fresh_identities(
     that ``used`` already holds, replaced by a fresh one (module notes); ``used`` gets the
     response's final IDs."""
     calls, truncated = response.tool_calls, response.truncated_calls
+    if redactor is None and not truncated:
+        # The common case: nothing to redact; fresh IDs only for calls that reuse one.
+        for call in calls:
+            if call.id in used:
+                break
+        else:
+            used.update([call.id for call in calls])
+            return response
     ids = [c.id for c in calls] + [t.id for t in truncated]
     names = [c.name for c in calls] + [t.name for t in truncated]
     if redactor is not None:
