@@ -258,3 +258,23 @@ def test_an_id_used_nowhere_before_is_not_renamed(redacting: bool) -> None:
     response = _response(["a"], 0)
     assert _with_fresh_identities(response, redactor, used) is response
     assert used == {"a", "b"}
+
+
+@given(
+    ids=st.lists(_IDS, unique=True, max_size=6),
+    used=st.sets(_IDS),
+    truncated=st.integers(0, 2),
+)
+def test_without_a_redactor_the_ids_are_those_a_redactor_that_changes_nothing_gives(
+    ids: list[str], used: set[str], truncated: int
+) -> None:
+    """The shortcut taken when nothing is redacted (no redactor, no truncated call, no ID used
+    before) gives what the general path gives with a redactor that changes none of these IDs."""
+    truncated = min(truncated, len(ids))
+    response = _response(ids, truncated)
+    shortcut_used, general_used = set(used), set(used)
+    shortcut = _with_fresh_identities(response, None, shortcut_used)
+    general = _with_fresh_identities(response, SecretRedactor(["never-in-an-id"]), general_used)
+    assert shortcut_used == general_used
+    assert [c.id for c in shortcut.tool_calls] == [c.id for c in general.tool_calls]
+    assert [t.id for t in shortcut.truncated_calls] == [t.id for t in general.truncated_calls]
