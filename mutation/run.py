@@ -97,6 +97,10 @@ def _setup_cfg(module: Module, tests: list[str]) -> str:
         # A mutant that loops forever is stopped after (its tests' time + 1 s) x 4 of CPU time
         # (mutmut's default, x 30, lets each such mutant hold a worker for minutes).
         "timeout_multiplier = 2\n"
+        # Every test run in a fresh fork of a process that only collected the tests: a test
+        # that defines a class (a RunError subclass, say) must not meet the one an earlier
+        # run of it left behind.
+        "process_isolation = forkserver\n"
         "timeout_constant = 1\n"
         "pytest_add_cli_args =\n    -pno:cacheprovider\n    -pmutate_profile\n    -q\n"
     )

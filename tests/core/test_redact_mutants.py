@@ -153,7 +153,7 @@ def test_a_block_that_held_nothing_ends_with_nothing() -> None:
     assert streamed.end("block") == ""
 
 
-def test_with_nothing_registered_a_held_end_still_comes_out() -> None:
+def test_a_redactor_gone_inactive_still_lets_what_it_held_out() -> None:
     class _Switch:
         """Active only while it holds back: what it held must still come out at the end."""
 

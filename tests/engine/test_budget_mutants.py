@@ -328,3 +328,26 @@ def test_a_warning_is_due_exactly_at_the_line_of_a_dimension_alone() -> None:
     policy = attrs.evolve(POLICY, token_budget=100)
     tokens = Budget(policy, 0.0, usage=UsageTotals(input_tokens=80))
     assert tokens.with_due_warnings(0.0)[1] == (Exhaustion("tokens", 80, 100),)
+
+
+def test_limits_count_what_children_used() -> None:
+    budget = Budget(POLICY, 10.0, turns=1, tool_calls=2, delegated_turns=3, delegated_tool_calls=4)
+    assert budget.limits(30.0) == [
+        Exhaustion("turns", 4, 10),
+        Exhaustion("tool_calls", 6, 10),
+        Exhaustion("duration", 20.0, 100.0),
+    ]
+
+
+def test_charging_a_batch_keeps_the_failure_and_the_refusal_on_record() -> None:
+    failure = RepeatedFailure("t", 3)
+    budget = Budget(POLICY, 0.0, repeated_failure=failure, streaks=(("t", 3),))
+    charged = budget.with_delegated(Delegated(1, 0, 0))
+    assert (charged.repeated_failure, charged.streaks, charged.tool_calls) == (
+        failure,
+        (("t", 3),),
+        1,
+    )
+    refused = budget.with_refused_batch(20)
+    assert refused.repeated_failure == failure
+    assert refused.with_delegated(Delegated(1, 0, 0)).refused_batch == refused.refused_batch

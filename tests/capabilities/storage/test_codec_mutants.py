@@ -4,6 +4,7 @@ input, how migration steps chain, and what makes a ``RunError`` tag unreadable."
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -137,32 +138,44 @@ def test_a_failing_migration_is_named_without_its_message() -> None:
     assert raised.value.detail == "migrating UserInputRecorded from version 1 failed (KeyError)"
 
 
+# The RunError classes these tests define stay subclasses of RunError as long as the codec's
+# cache holds them: each gets a tag of its own, so a second run in one process finds it alone.
+_RUNS = itertools.count()
+
+
 def test_a_run_error_tag_two_classes_share_cannot_be_written() -> None:
+    shared = f"Twin{next(_RUNS)}"
+
     @attrs.frozen
     class Twin(RunError):
-        pass
-
-    first = Twin
+        tag = shared
 
     @attrs.frozen
-    class Twin(RunError):  # type: ignore[no-redef]  # another class, the same tag
-        pass
+    class OtherTwin(RunError):
+        tag = shared
 
-    with pytest.raises(TypeError, match=r"^the RunError tag 'Twin' does not name .*Twin alone$"):
-        CODEC.encode(_failed(first()))
-    body = json.dumps({**json.loads(CODEC.encode(_failed(BudgetExhausted("turns", 1, 1)))[2])})
-    ambiguous = body.replace('"BudgetExhausted"', '"Twin"')
+    with pytest.raises(
+        TypeError, match=rf"^the RunError tag '{shared}' does not name .*Twin alone$"
+    ):
+        CODEC.encode(_failed(Twin()))
+    with pytest.raises(TypeError, match=r"does not name .*OtherTwin alone$"):
+        CODEC.encode(_failed(OtherTwin()))
+    body = CODEC.encode(_failed(BudgetExhausted("turns", 1, 1)))[2]
+    ambiguous = body.replace('"BudgetExhausted"', f'"{shared}"')
     with pytest.raises(CorruptRecord):
         CODEC.decode("c", 1, "RunFailedRecord", 1, ambiguous)
 
 
 def test_a_run_error_grandchild_class_is_found_by_its_tag() -> None:
+    run = next(_RUNS)
+
     @attrs.frozen
     class Outer(RunError):
-        pass
+        tag = f"Outer{run}"
 
     @attrs.frozen
     class Inner(Outer):
+        tag = f"Inner{run}"
         depth: int
 
     back = CODEC.decode("c", 1, *CODEC.encode(_failed(Inner(3)))[:3])
