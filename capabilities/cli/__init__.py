@@ -10,22 +10,42 @@
   every character a terminal would obey or hide escaped (``\\x1b``, ``\\u202e``).
 
 This is the one package that brings ``effectagent``, ``capabilities`` and ``sandbox`` together
-for a person at a terminal.
+for a person at a terminal. Its names are imported when first used: ``effectagent --help``
+loads neither the engine nor a provider.
 """
 
 from collections.abc import Sequence as _Sequence
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-from ._config import Config as Config
-from ._config import ConfigError as ConfigError
-from ._config import load_config as load_config
-from .render import Timeline as Timeline
+if _TYPE_CHECKING:
+    from ._config import Config as Config
+    from ._config import ConfigError as ConfigError
+    from ._config import load_config as load_config
+    from .render import Timeline as Timeline
 
 __all__ = ["Config", "ConfigError", "Timeline", "load_config", "main"]
 
 
-def main(argv: _Sequence[str] | None = None) -> int:
-    """The ``effectagent`` command; returns its exit status. (The command's modules — models,
-    sandbox, tools — are imported here, not when the package is: ``render`` stays light.)"""
-    from ._main import main as run
+def __getattr__(name: str) -> _Any:
+    if name in ("Config", "ConfigError", "load_config"):
+        from . import _config
 
-    return run(argv)
+        return getattr(_config, name)
+    if name == "Timeline":
+        from .render import Timeline
+
+        return Timeline
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main(argv: _Sequence[str] | None = None) -> int:
+    """The ``effectagent`` command; returns its exit status. The arguments are read first (a
+    light module: ``--help`` and ``--version`` answer at once); the models, sandbox and tools
+    are imported only when a command runs."""
+    from ._args import parse
+
+    args = parse(argv)
+    from ._main import execute
+
+    return execute(args)

@@ -27,27 +27,24 @@ from effectagent.providers import model_settings
 from effectagent.testing import CassetteError, record
 
 from ._approval import SessionApproval
+from ._args import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    parse,
+    prompt_text,
+)
 from ._config import Config, ConfigError, config_path, load_config, state_dir
 from ._console import Channel, Console, Text
 from ._errors import sentence
 from ._sanitize import visible
-from ._session import (
-    EXIT_COMPLETED,
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_SUSPENDED,
-    TerminalSession,
-)
+from ._session import TerminalSession
 from ._sessions import NamedSession, all_sessions, export_session, runs_of
 from ._tools import open_tools
 
-__all__ = ["EXIT_UNAVAILABLE", "EXIT_USAGE", "main"]
-
-#: Bad arguments or configuration, or no model configured.
-EXIT_USAGE = 2
-#: The model, tools or storage could not be opened (a missing API key, an MCP server that does
-#: not answer, no bubblewrap for the shell tool, …).
-EXIT_UNAVAILABLE = 3
+__all__ = ["execute", "main"]
 
 DATABASE = "effectagent.db"
 
@@ -55,36 +52,6 @@ DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant in the user's terminal. Answer concisely. Use the tools you "
     "have when they help; say so when you cannot do something."
 )
-
-_EXIT_CODES = f"""\
-exit status:
-  {EXIT_COMPLETED}    the run completed (chat: the session ended)
-  {EXIT_FAILED}    the run failed (the model, a tool or a budget ended it with an error)
-  {EXIT_USAGE}    bad arguments or configuration, or no model configured
-  {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
-  {EXIT_SUSPENDED}    the run was suspended (kept for durable approvals: no run suspends yet)
-  {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
-
-config file (TOML; every table optional, unknown keys are errors):
-  [model]      name = "anthropic:claude-sonnet-4-5"   base_url = "…"   api_key_env = "VAR"
-  [agent]      instructions = "…"   max_turns = 20   max_tool_calls = 64   max_duration = 600
-               approval_timeout = 300
-  [shell]      workspace = "."   write = true   network = false   timeout = 30
-               (shell: sandboxed, workspace read-only at /workspace; shell_write: asks first,
-               read-write)
-  [code_mode]  executor = "deno"        (run_program over the readonly tools)
-  [[mcp]]      name = "notes"   command = "python"   args = ["server.py"]   (or url = "http://…")
-               approval = "unless-readonly"   (or "always", "never"; a url: "always" by default)
-               prefix = true   (tools named notes_<tool>; false, or a prefix of your own)
-  [skills]     paths = ["~/skills"]
-
-environment:
-  EFFECTAGENT_MODEL   the model when --model is not given
-  XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/),
-                      a directory only you may read (0700)
-  XDG_CONFIG_HOME     the config file is $XDG_CONFIG_HOME/effectagent/config.toml (else ~/.config/…)
-  NO_COLOR            no colors (as --color never)
-"""
 
 _NO_MODEL = (
     "no model configured: pass --model PROVIDER:MODEL (e.g. --model anthropic:claude-sonnet-4-5, "
@@ -99,100 +66,6 @@ class UsageError(Exception):
 
 class Unavailable(Exception):
     """The model, tools or storage could not be opened: exit status 3."""
-
-
-def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--model",
-        help="PROVIDER:MODEL — openai:…, openai-chat:…, anthropic:…, openai-compatible:… "
-        "(with --base-url); default $EFFECTAGENT_MODEL, else [model] name in the config",
-    )
-    common.add_argument(
-        "--base-url", help="the provider's API root (required for openai-compatible)"
-    )
-    common.add_argument(
-        "--api-key-env",
-        metavar="VAR",
-        help="the environment variable holding the API key (default: the provider's usual one)",
-    )
-    common.add_argument("--config", metavar="PATH", help="the TOML config (tools, agent, model)")
-    common.add_argument(
-        "--state-dir", metavar="DIR", help="where sessions are kept (default: the XDG state dir)"
-    )
-    common.add_argument(
-        "--session", metavar="NAME", help="continue the session NAME (created when new)"
-    )
-    common.add_argument(
-        "--color", choices=("auto", "always", "never"), default="auto", help="default: auto"
-    )
-    parser = argparse.ArgumentParser(
-        prog="effectagent",
-        description="Talk to an LLM agent in the terminal: tools run in a sandbox, writes ask "
-        "first, sessions persist in SQLite.",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    commands.add_parser(
-        "chat",
-        parents=[common],
-        help="an interactive session (Ctrl-C interrupts a run, Ctrl-D ends the session)",
-        description="An interactive session: type a prompt, watch the run; text typed while a "
-        "run goes steers it; approvals are asked inline (y / n / a = always this session). "
-        "Ctrl-C interrupts the run, Ctrl-D ends the session. A new session gets a name to "
-        "resume it with --session.",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    run = commands.add_parser(
-        "run",
-        parents=[common],
-        help="one run: print the answer; the exit status says how it ended",
-        description="One run of PROMPT: the answer goes to stdout, tool calls and usage to "
-        "stderr (or every event as one JSON object per line with --json).",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    run.add_argument("prompt", help="what to ask")
-    run.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
-    run.add_argument(
-        "--record",
-        metavar="FILE",
-        help="write every model request and response of the run to FILE, a cassette (redacted) "
-        "that effectagent.testing.ReplayModel replays offline",
-    )
-    sessions = commands.add_parser(
-        "sessions",
-        help="list the sessions (or export one as a cassette)",
-        description="List the sessions: name, conversation, last update, runs. "
-        "`sessions export NAME --cassette FILE` writes one as a cassette.",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sessions.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
-    actions = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
-    export = actions.add_parser(
-        "export",
-        help="write a session's conversation as a cassette",
-        description="Write the conversation of the session NAME (its latest) as a cassette: each "
-        "model response with its request rebuilt from the log, for "
-        "effectagent.testing.ReplayModel. The log keeps no tool set and no streaming chunks: a "
-        "replay does not check the tools offered, and each text block is one delta.",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    export.add_argument("name", metavar="NAME", help="the session")
-    export.add_argument("--cassette", metavar="FILE", required=True, help="the cassette to write")
-    export.add_argument(
-        "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
-    )
-    export.add_argument(
-        "--config",
-        metavar="PATH",
-        help="the TOML config whose [agent] instructions the conversation had",
-    )
-    return parser
 
 
 @attrs.frozen
@@ -402,17 +275,51 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str], console: C
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent run``. Cancellation: the run is interrupted, then all is closed."""
+    """``effectagent run``. Without ``--session`` the conversation is saved as a new session,
+    named on stderr. Cancellation: reading stdin is abandoned; the run is interrupted, then all
+    is closed."""
     if not args.prompt.strip():
         raise UsageError("the prompt is empty")
-    name = _session_name(args)
-    interactive = sys.stdin.isatty()
-    async with _open(args, environ, ask=interactive) as opened:
-        named = None
-        if name is not None:
-            named = await NamedSession.open(opened.runtime.context[SessionStoreService], name)
+    given = _session_name(args)
+    piped = args.prompt == "-" or not _is_terminal(sys.stdin)
+    # Approvals and steering are read from the terminal; a stdin read for the prompt is spent.
+    async with _open(args, environ, ask=not piped) as opened:
+        text = prompt_text(args.prompt, await _read_stdin() if piped else None)
+        if not text.strip():
+            raise UsageError("the prompt is empty: nothing came on stdin")
+        store = opened.runtime.context[SessionStoreService]
+        name = given or await _new_name(store, time.strftime("run-%Y%m%d-%H%M%S"))
+        named = await NamedSession.open(store, name)
         session = opened.session(console, named, json_events=args.json, answer_only=not args.json)
-        return await session.run(args.prompt, sys.stdin if interactive else None)
+        status = await session.run(text, None if piped else sys.stdin)
+        if given is None and named.conversation_id is not None:
+            console.err.line(f"session {name} saved (continue it with --session {name})")
+        return status
+
+
+def _is_terminal(stream: TextIO | None) -> bool:
+    return stream is not None and stream.isatty()
+
+
+async def _read_stdin() -> str:
+    """All of stdin, as text (undecodable bytes become U+FFFD).
+
+    Cancellation: the blocked read is abandoned in its worker thread."""
+
+    def read() -> str:
+        stream = sys.stdin
+        if stream is None:  # no stdin at all (closed by whoever started us)
+            return ""
+        raw = getattr(stream, "buffer", None)
+        if raw is None:
+            return stream.read()
+        data: bytes = raw.read()
+        return data.decode("utf-8", errors="replace")
+
+    try:
+        return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
+    except (OSError, ValueError) as exc:
+        raise Unavailable(f"stdin cannot be read: {exc}") from None
 
 
 async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
@@ -507,11 +414,15 @@ def _library_logs(channel: Channel) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The ``effectagent`` command; returns its exit status (see ``effectagent --help``).
+    """The ``effectagent`` command; returns its exit status (see ``effectagent --help``)."""
+    return execute(parse(argv))
+
+
+def execute(args: argparse.Namespace) -> int:
+    """The command of parsed ``args``; its exit status.
 
     Everything it writes goes through one console (``_console``), which escapes what a terminal
     would obey or hide."""
-    args = _parser().parse_args(argv)
     environ = dict(os.environ)
     command = {"chat": _chat, "run": _run, "sessions": _sessions}[args.command]
     screen = sys.stderr if args.command == "run" else sys.stdout

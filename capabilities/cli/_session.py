@@ -33,6 +33,7 @@ from effectagent.effect import TaggedError
 from effectagent.engine import RunStream, Runtime
 
 from ._approval import ApprovalPrompt, SessionApproval
+from ._args import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUSPENDED
 from ._console import Console, Styled, Text
 from ._errors import steering_rejection
 from ._sanitize import json_safe
@@ -48,12 +49,6 @@ __all__ = [
     "event_json",
     "exit_status",
 ]
-
-#: Exit statuses of ``effectagent run``, by how the run ended.
-EXIT_COMPLETED = 0
-EXIT_FAILED = 1
-EXIT_SUSPENDED = 4
-EXIT_INTERRUPTED = 130  # the shell's convention for "ended by SIGINT"
 
 
 def exit_status(terminal: EventBase | None) -> int:

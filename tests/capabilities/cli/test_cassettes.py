@@ -6,8 +6,10 @@ cassette."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,8 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     for name, value in cli_env(tmp_path).items():
         monkeypatch.setenv(name, value)
+    # Nothing piped (pytest's own stdin cannot be read): the prompt is the argument alone.
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
     return tmp_path
 
 

@@ -152,7 +152,9 @@ def test_run_json_prints_one_object_per_event(server: ServerThread, home: Path) 
     child = spawn(args(server, "run", "How warm?", "--json"), cli_env(home))
     output, status = finish(child)
     assert status == 0
-    events = [json.loads(line) for line in output.splitlines()]
+    *lines, saved = output.splitlines()  # the pty merges stderr, which names the new session
+    assert saved.startswith("session run-")
+    events = [json.loads(line) for line in lines]
     types = [event["type"] for event in events]
     assert types[0] == "RunStarted"
     assert types[-1] == "RunCompleted"

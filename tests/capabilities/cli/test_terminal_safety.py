@@ -163,7 +163,9 @@ def test_model_text_reasoning_names_and_arguments_are_shown_escaped(
     output, status = finish(child)
     assert status == 0, output
     assert not FORBIDDEN & set(output)
-    events = [json.loads(line) for line in output.splitlines()]
+    *lines, saved = output.splitlines()  # the pty merges stderr, which names the new session
+    assert saved.startswith("session run-")
+    events = [json.loads(line) for line in lines]
     declared = next(e for e in events if e["type"] == "ToolCallDeclared")
     assert (declared["tool_name"], declared["arguments"]) == (name, arguments)
     assert "".join(e["text"] for e in events if e["type"] == "TextDelta") == answer
