@@ -187,8 +187,8 @@ class RecordCodec:
                 raise CorruptRecord(conversation_id, seq, detail) from None
         try:
             return self._converter.structure(data, cls)
-        except RecursionError:
-            detail = f"the body is nested too deeply to decode as {tag}"
         except Exception:
+            # A body nested past the recursion limit lands here too: the converter's detailed
+            # validation reports the RecursionError as a mismatch of the class it was in.
             detail = f"the body does not match {tag} version {self.version}"
         raise CorruptRecord(conversation_id, seq, detail)

@@ -87,10 +87,31 @@ def test_what_does_not_decode_says_why() -> None:
     deep = '{"conversation_id": ' + "[" * 50_000 + "]" * 50_000 + "}"
     with pytest.raises(CorruptRecord) as raised:
         CODEC.decode("c", 1, "UserInputRecorded", 1, deep)
-    assert raised.value.detail in (
-        "the body is not JSON",  # the parser's own depth limit
-        "the body is nested too deeply to decode as UserInputRecorded",
-    )
+    assert raised.value.detail == "the body is not JSON"  # the parser's own depth limit
+
+
+def test_a_body_nested_past_the_recursion_limit_does_not_match() -> None:
+    run = next(_RUNS)
+
+    @attrs.frozen
+    class Wrapped(RunError):
+        tag = f"Wrapped{run}"
+        inner: RunError | None
+
+    def nest(data: Any) -> Any:  # a step that makes the error nest past the recursion limit
+        error: Any = None
+        for _ in range(5_000):
+            error = {"_tag": Wrapped.tag, "inner": error}
+        return {**data, "error": error}
+
+    codec = RecordCodec(version=2, migrations={("RunFailedRecord", 1): nest})
+    body = CODEC.encode(_failed(Wrapped(None)))[2]
+    back = codec.decode("c", 1, "RunFailedRecord", 2, body)  # no step to run: read as stored
+    assert isinstance(back, RunFailedRecord)
+    assert type(back.error) is Wrapped
+    with pytest.raises(CorruptRecord) as raised:
+        codec.decode("c", 1, "RunFailedRecord", 1, body)
+    assert raised.value.detail == "the body does not match RunFailedRecord version 2"
 
 
 def test_a_version_this_code_does_not_know_is_named() -> None:
@@ -134,8 +155,18 @@ def test_a_failing_migration_is_named_without_its_message() -> None:
 
     codec = RecordCodec(version=2, migrations={("UserInputRecorded", 1): broken})
     with pytest.raises(CorruptRecord) as raised:
-        codec.decode("c", 1, "UserInputRecorded", 1, "{}")
+        codec.decode("conv", 8, "UserInputRecorded", 1, "{}")
+    assert (raised.value.conversation_id, raised.value.seq) == ("conv", 8)
     assert raised.value.detail == "migrating UserInputRecorded from version 1 failed (KeyError)"
+
+
+def test_a_missing_migration_step_is_a_version_this_code_cannot_read() -> None:
+    codec = RecordCodec(version=3, migrations={("UserInputRecorded", 2): lambda body: body})
+    with pytest.raises(UnknownRecordVersion) as raised:
+        codec.decode("conv", 9, "UserInputRecorded", 1, "{}")
+    error = raised.value
+    assert (error.conversation_id, error.seq) == ("conv", 9)
+    assert (error.record_type, error.version, error.supported) == ("UserInputRecorded", 1, 3)
 
 
 # The RunError classes these tests define stay subclasses of RunError as long as the codec's
