@@ -190,8 +190,8 @@ class Batch:
                 self._announce(settled.outcome)
             if len(runnable) == 1:
                 # One call: nothing could run beside it, so it needs no task and no nursery.
-                call = runnable[0]
-                self._settled(call, await in_context(self._runner.run(call), copy_context()))
+                only = runnable[0]
+                self._settled(only, await in_context(self._runner.run(only), copy_context()))
             elif runnable:
                 # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers,
                 # no Exits; each call's outcome is reified by ``CallRunner.run``).
