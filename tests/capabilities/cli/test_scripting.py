@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -174,3 +175,41 @@ def test_the_config_help_is_shown_once_under_the_top_level_help(
     assert "XDG_STATE_HOME" not in sub
     assert "130  the run was interrupted" in sub
     assert "`effectagent --help` describes the config file and the environment." in sub
+
+
+# ---- start-up -----------------------------------------------------------------------------------
+
+_LOADED_BY_HELP = """
+import sys
+import capabilities  # the parent package: what it loads is its own affair (see the guide)
+before = set(sys.modules)
+from capabilities.cli import main
+try:
+    main([ARGS])
+except SystemExit:
+    pass
+print("\\n".join(sorted(set(sys.modules) - before)), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("given", ['"--help"', '"--version"', '"run", "--help"'])
+def test_help_and_version_load_only_the_standard_library(given: str) -> None:
+    """``--help`` and ``--version`` answer from the argument parser alone: of our modules only
+    ``capabilities.cli`` and its ``_args`` are loaded for them, and of the rest only the standard
+    library — no engine, provider SDK, sandbox, tools, Trio or attrs."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED_BY_HELP.replace("ARGS", given)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    loaded = done.stderr.split()
+    ours = {"capabilities.cli", "capabilities.cli._args"}
+    others = [
+        name
+        for name in loaded
+        if name not in ours and name.partition(".")[0] not in sys.stdlib_module_names
+    ]
+    assert others == []
+    assert ours <= set(loaded)
