@@ -6,8 +6,9 @@ about ``max_bytes`` of records. Past either cap it evicts whole conversations, t
 used idle one first (used: appended to, read, or its run ended). A conversation with a run going
 is *held* and never evicted: from the runtime's claim of it until the run is released, and —
 which covers child runs too — from the append of a run's input record (``UserInputRecorded`` of
-kind ``"user"``) to the append of that run's terminal record. So once no conversation is held,
-the log is within both caps; while runs are going it may exceed them by what those runs hold.
+kind ``"user"``) to the append of that run's terminal record (every run writes one; a run that
+never did would keep its conversation). So once no conversation is held, the log is within both
+caps; while runs are going it may exceed them by what those runs hold.
 
 An evicted conversation's records are gone; the log remembers the IDs of the last
 ``remember_evicted`` evictions, so continuing one is :class:`~effectagent.engine.ConversationEvicted`
@@ -54,21 +55,16 @@ __all__ = [
 _MIB: Final = 1024 * 1024
 
 
-def _limit(name: str, value: object, *, none: bool) -> None:
-    if value is None and none:
-        return
-    if type(value) is not int or value < 1:
-        allowed = "a positive int or None" if none else "a positive int"
-        raise ValueError(f"LogRetention.{name} must be {allowed}, got {value!r}")
-
-
 def _check_remembered(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if type(value) is not int or value < 0:
         raise ValueError(f"LogRetention.remember_evicted must be an int ≥ 0, got {value!r}")
 
 
 def _check_cap(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    _limit(attribute.name, value, none=True)
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(
+            f"LogRetention.{attribute.name} must be a positive int or None, got {value!r}"
+        )
 
 
 @final
@@ -77,7 +73,7 @@ class LogRetention:
     """How much the in-memory Conversation Log keeps (see the module notes).
 
     ``max_conversations`` caps the conversations kept, ``max_bytes`` the estimated size of their
-    records (:func:`estimate_bytes`: what the objects take in memory, erring high); None lifts a
+    records (:func:`record_bytes`: about what the objects take in memory); None lifts a
     cap. ``remember_evicted`` is how many evicted conversation IDs are remembered to say
     "evicted" (about 100 bytes each); older evictions read as unknown conversations.
     """
@@ -365,7 +361,7 @@ class InMemoryConversationLog:
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
         """Append atomically; return the sequence number of the last record appended. May evict
-        other, idle conversations (see the module notes).
+        idle conversations, least recently used first (see the module notes).
 
         Cancellation: a cancellation point *before* anything is appended (raises ``Cancelled`` if
         the caller's scope is cancelled); it does not yield to the scheduler — there is no I/O to
