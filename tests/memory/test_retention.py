@@ -11,6 +11,7 @@ from effectagent.core import (
     CompactionCreated,
     ConversationCreated,
     ModelResponseRecorded,
+    Record,
     RunCompletedRecord,
     RunFailedRecord,
     ToolCallPrepared,
@@ -180,7 +181,7 @@ def test_a_read_makes_a_conversation_the_most_recently_used() -> None:
 
 def test_the_estimate_of_each_record_counts_its_payload() -> None:
     big = "y" * 50_000
-    records = [
+    records: list[Record] = [
         UserInputRecorded(
             conversation_id="c",
             run_id="r",
