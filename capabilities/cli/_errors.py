@@ -17,7 +17,7 @@ import attrs
 
 from effectagent.effect import TaggedError
 
-__all__ = ["figure", "sentence", "steering_rejection"]
+__all__ = ["INSTALL", "figure", "missing_package", "sentence", "steering_rejection"]
 
 _WORD: Final = re.compile(r"[A-Z]+(?=[A-Z][a-z]|\d|\b)|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
@@ -126,3 +126,30 @@ def steering_rejection(rejection: str | None) -> str:
     if rejection is None:
         return "no reason was given"
     return _REJECTIONS.get(rejection, rejection.replace("-", " "))
+
+
+#: The one command that installs everything ``effectagent`` needs (the providers' SDKs, the MCP
+#: SDK, Deno for Code Mode).
+INSTALL: Final = "pip install 'effectagent[cli]'"
+
+
+def missing_package(error: BaseException) -> str | None:
+    """When ``error`` (or an exception it was raised from, or in a group of one) is a missing
+    Python package: a sentence naming it and the command that installs it; else None."""
+    seen: set[int] = set()
+    at: BaseException | None = error
+    while at is not None and id(at) not in seen:
+        seen.add(id(at))
+        if isinstance(at, ModuleNotFoundError) and at.name:
+            package = at.name.partition(".")[0]
+            return (
+                f"the Python package {package} is not installed, and the command needs it: "
+                f"install the command with everything it needs, `{INSTALL}` "
+                "(or `pipx install --force 'effectagent[cli]'`, "
+                "`uv tool install --force 'effectagent[cli]'`)"
+            )
+        if isinstance(at, BaseExceptionGroup) and len(at.exceptions) == 1:
+            at = at.exceptions[0]
+        else:
+            at = at.__cause__ or at.__context__
+    return None

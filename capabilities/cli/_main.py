@@ -38,7 +38,7 @@ from ._args import (
 )
 from ._config import Config, ConfigError, config_path, load_config, state_dir
 from ._console import Channel, Console, Text
-from ._errors import sentence
+from ._errors import missing_package, sentence
 from ._sanitize import visible
 from ._session import TerminalSession
 from ._sessions import NamedSession, all_sessions, export_session, runs_of
@@ -230,6 +230,9 @@ async def _open(
 
 def _describe(exc: BaseException) -> str:
     """Why the command could not start, as a sentence (never a repr)."""
+    missing = missing_package(exc)
+    if missing is not None:
+        return f"cannot start: {missing}"
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     if isinstance(exc, BaseExceptionGroup):

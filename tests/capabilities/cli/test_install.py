@@ -1,0 +1,83 @@
+"""Installing the command: one extra (``effectagent[cli]``) brings everything it imports lazily,
+and a package that is missing anyway is named with the command that installs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from capabilities.cli._errors import INSTALL, missing_package
+
+from .support import cli_env
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
+    """The distributions an extra names, its ``effectagent[...]`` references followed."""
+    found: set[str] = set()
+    for requirement in extras[name]:
+        named = re.match(r"([A-Za-z0-9_.-]+)(?:\[([^\]]*)\])?", requirement)
+        assert named is not None, requirement
+        if named[1] == "effectagent":
+            for inner in (named[2] or "").split(","):
+                found |= _extra(extras, inner.strip())
+        else:
+            found.add(named[1].lower())
+    return found
+
+
+def test_the_cli_extra_brings_every_package_the_command_imports_lazily() -> None:
+    """The providers' SDKs and httpx2 (imported when a model is opened), the MCP SDK (on the
+    first connection), Deno (Code Mode)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    needed = {"openai", "anthropic", "httpx2", "mcp", "deno"}
+    assert needed <= _extra(project["optional-dependencies"], "cli")
+    assert project["scripts"]["effectagent"] == "capabilities.cli:main"
+
+
+def test_a_missing_package_is_named_with_the_command_that_installs_it() -> None:
+    try:
+        try:
+            raise ModuleNotFoundError("No module named 'httpx2'", name="httpx2")
+        except ModuleNotFoundError as exc:
+            raise RuntimeError("the model could not be opened") from exc
+    except RuntimeError as error:
+        wrapped = error
+    said = missing_package(BaseExceptionGroup("opening", [wrapped]))
+    assert said is not None
+    assert said.startswith("the Python package httpx2 is not installed")
+    assert f"`{INSTALL}`" in said
+    assert missing_package(ModuleNotFoundError("x", name="openai.types")) is not None
+    assert missing_package(RuntimeError("something else")) is None
+    assert missing_package(ImportError("cannot import name 'x'")) is None
+
+
+def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
+    """As after a bare ``pip install effectagent``: httpx2 cannot be imported (here: blocked in
+    the process), and the command says which package and how to install it, exit status 3."""
+    program = (
+        "import sys; sys.modules['httpx2'] = None\n"
+        "from capabilities.cli import main\n"
+        "sys.exit(main(['run', '--model', 'openai-compatible:m',"
+        " '--base-url', 'http://127.0.0.1:9/v1', 'Hi']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 3
+    assert done.stderr.startswith(
+        "effectagent: cannot start: the Python package httpx2 is not installed, and the command "
+        f"needs it: install the command with everything it needs, `{INSTALL}`"
+    ), done.stderr
+    assert "Traceback" not in done.stderr
