@@ -19,6 +19,7 @@ from effectagent.core import (
     RetryPolicy,
     SecretRedactor,
     ToolFailure,
+    UsageDelta,
     UsageTotals,
 )
 from effectagent.engine._budget import Delegated, Exhaustion
@@ -48,6 +49,7 @@ from effectagent.engine._machine import (
     TimeRanOut,
     TurnDue,
     _check_inputs_are_all_handled,
+    start,
     step,
 )
 from effectagent.engine._seams import SteeringInput
@@ -410,3 +412,122 @@ def test_a_model_step_carries_its_usage_into_the_budget() -> None:
     state, _ = step(state, responded(Turn.text("hi", usage=Usage.of(7, 3))))
     assert state.budget.usage.total_tokens == 10
     assert model_step(Turn.text("x")).response.text == "x"
+
+
+# ---- more of compaction, the live context and running out of time ---------------------------
+
+
+def test_nothing_compacted_before_a_turn_keeps_the_counted_base_and_meters_the_summary() -> None:
+    cfg = config(compactor=True, context_token_limit=15)
+    state, commands = step(begin(cfg), TurnDue(0.0))
+    assert commands == (Compact(1, 20),)
+    assert state.context_base == (2, 20)
+    state, commands = step(state, Compacted(None, (UsageDelta(4, 2),)))
+    assert commands == (StartTurn(1, False), RequestModel(False))
+    assert state.context_base == (2, 20)
+    assert state.budget.usage.total_tokens == 6
+
+
+def test_nothing_compacted_after_a_refused_context_keeps_the_base_and_the_failure_stands() -> None:
+    cfg = config(compactor=True)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state = attrs.evolve(state, context_base=(2, 77))
+    refused = ModelCallFailed(ContextLengthExceeded("too long"), False, 0.0, 100.0, 0.0)
+    state, _ = step(state, refused)
+    state, commands = step(state, Compacted(None, (UsageDelta(4, 2),)))
+    assert kinds(commands) == ["Log", "Fail"]
+    assert (state.context_base, state.held) == ((2, 77), None)
+    assert state.budget.usage.total_tokens == 6
+    again, _ = step(begin(cfg), TurnDue(0.0))
+    again, _ = step(again, refused)
+    _, commands = step(again, Compacted((SYSTEM,)))
+    assert commands[-1] == RequestModel(False)  # not the grace turn's request
+
+
+def test_a_compaction_comes_in_its_phases_only() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"^run state machine: an input for 'model' came in 'turn'$"
+    ):
+        step(begin(config()), Compacted(None))
+
+
+def test_a_counter_that_counts_an_empty_prompt_is_not_asked_about_nothing() -> None:
+    cfg = attrs.evolve(
+        config(compactor=True, context_token_limit=1000),
+        count_tokens=lambda messages: 10 * len(messages) + 1,  # one token of its own
+    )
+    state = attrs.evolve(begin(cfg), context_base=(2, 1000))
+    _, commands = step(state, TurnDue(0.0))
+    assert commands == (StartTurn(1, False), RequestModel(False))  # 1000: at the limit
+    over = attrs.evolve(begin(cfg), context_base=(2, 1001))
+    assert step(over, TurnDue(0.0))[1] == (Compact(1, 1001),)
+
+
+def test_the_grace_turns_deadline_ends_the_run() -> None:
+    state = _batch(step(begin(config(max_turns=1)), TurnDue(0.0))[0], "Oslo")
+    state, _ = step(state, BatchSettled((), (), None, Delegated(), 1.0))
+    state, _ = step(*step(state, TurnDue(2.0))[:1], GraceBegun())
+    state, commands = step(state, TimeRanOut(40.0))
+    assert state.phase == "ended"
+    assert same(commands[0].error, BudgetExhausted("turns", 1, 1))  # type: ignore[union-attr]
+
+
+def test_time_running_out_names_a_count_that_ran_out_first() -> None:
+    state = _batch(step(begin(config(max_turns=1, on_exhaustion="fail")), TurnDue(0.0))[0], "Oslo")
+    state, _ = step(state, BatchSettled((), (), None, Delegated(), 1.0))
+    _, commands = step(state, TimeRanOut(50.0))
+    assert same(commands[-1].error, BudgetExhausted("turns", 1, 1))  # type: ignore[union-attr]
+
+
+def test_the_time_used_is_counted_from_the_runs_start() -> None:
+    cfg = config(max_duration=10, on_exhaustion="fail")
+    state, _ = step(start(cfg, (SYSTEM, USER), 5.0), TurnDue(5.0))
+    _, commands = step(state, TimeRanOut(14.0))
+    assert same(commands[-1].error, BudgetExhausted("duration", 9.0, 10))  # type: ignore[union-attr]
+
+
+def test_an_output_type_without_a_name_is_named_by_its_repr() -> None:
+    state, _ = step(begin(config(int | None, output_retries=0)), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text("nope")))
+    message = str(commands[-1].error)  # type: ignore[union-attr]
+    assert message.startswith("the final answer does not match the output type int | None: ")
+
+
+def test_six_problems_show_five_and_say_one_more() -> None:
+    state, _ = step(begin(config(_Wide, output_retries=0)), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text('{"a": 1}')))
+    missing = "; ".join(f"$.{name}: missing required field" for name in "bcdef")
+    assert str(commands[-1].error) == (  # type: ignore[union-attr]
+        f"the final answer does not match the output type _Wide: {missing}; and 1 more"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "output"),
+    [("```1```", 1), ('```j\n"x"\n```', "x"), ("```12345", None), ("12345```", None)],
+)
+def test_only_a_fence_at_both_ends_is_taken_off(text: str, output: Any) -> None:
+    answer_type = int if output is None or isinstance(output, int) else str
+    state, _ = step(begin(config(answer_type, output_retries=0)), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.text(text)))
+    if output is None:
+        assert isinstance(commands[-1], Fail)
+    else:
+        complete = commands[-1]
+        assert isinstance(complete, Complete)
+        assert complete.output == output
+
+
+def test_a_model_failure_comes_in_the_model_phase_only() -> None:
+    failed = ModelCallFailed(ModelUnavailable("busy"), False, 0.0, 100.0, 0.0)
+    with pytest.raises(
+        RuntimeError, match=r"^run state machine: an input for 'model' came in 'turn'$"
+    ):
+        step(begin(config()), failed)
+
+
+def test_the_retry_delay_takes_the_jitter_the_failure_came_with() -> None:
+    cfg = config(model_retry=RetryPolicy(attempts=3, initial_delay=2, jitter=0.5))
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    _, commands = step(state, ModelCallFailed(ModelUnavailable("busy"), False, 0.0, 100.0, 0.5))
+    assert commands[-1] == RequestModel(False, 1.5)  # 2 x (1 - 0.5 x 0.5)

@@ -240,3 +240,15 @@ def test_the_base_run_error_stores_its_tag_alone() -> None:
     back = CODEC.decode("c", 1, "RunFailedRecord", 1, body)
     assert isinstance(back, RunFailedRecord)
     assert type(back.error) is RunError
+
+
+def test_a_run_error_class_that_is_not_attrs_itself_is_passed_over() -> None:
+    class Plain(RunError):  # not an attrs class itself: never a member of the tagged union
+        pass
+
+    codec = RecordCodec()  # its table of tags is made now, with Plain among the subclasses
+    back = codec.decode("c", 1, *codec.encode(_failed(BudgetExhausted("turns", 2, 2)))[:3])
+    assert isinstance(back, RunFailedRecord)
+    assert type(back.error) is BudgetExhausted
+    with pytest.raises(TypeError, match=r"^the RunError tag 'Plain' does not name .*Plain alone$"):
+        codec.encode(_failed(Plain()))
