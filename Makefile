@@ -47,11 +47,12 @@ demo: $(STAMP) sysdeps
 	$(BIN)/python -m examples.demo
 
 # peers.py is separate (make bench-peers): it installs two other frameworks and takes minutes.
-# parked.py runs here with 10,000 runs (--quick), in bench-peers with 100,000.
+# parked.py runs here with 10,000 runs (--quick), in bench-peers with 100,000; soak.py
+# here with --quick (its full soak, 100,000 runs per storage, takes many minutes: run it by hand).
 bench: $(STAMP) sysdeps
 	@for b in benchmarks/*.py; do \
 	  case $$b in */_*|*/peers.py) continue;; esac; \
-	  args=; case $$b in */parked.py) args=--quick;; esac; \
+	  args=; case $$b in */parked.py|*/soak.py) args=--quick;; esac; \
 	  echo "== $$b"; $(BIN)/python $$b $$args || exit 1; done
 
 # effectagent, pydantic-ai and openai-agents on the same four runs (each peer in its own
