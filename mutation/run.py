@@ -51,6 +51,7 @@ class Module:
     name: str
     path: str
     tests: tuple[str, ...]
+    fresh: bool  # each test run in a fresh fork of a process that only collected the tests
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,10 @@ class Equivalent:
 
 def load_modules() -> list[Module]:
     data = tomllib.loads((HERE / "modules.toml").read_text("utf-8"))
-    return [Module(m["name"], m["path"], tuple(m["tests"])) for m in data["module"]]
+    return [
+        Module(m["name"], m["path"], tuple(m["tests"]), m.get("fresh_process", False))
+        for m in data["module"]
+    ]
 
 
 def load_equivalents() -> list[Equivalent]:
@@ -89,19 +93,22 @@ def load_equivalents() -> list[Equivalent]:
 
 def _setup_cfg(module: Module, tests: list[str]) -> str:
     selection = "".join(f"\n    {t}" for t in tests)
+    if module.fresh:
+        # Each mutant's tests run in a fresh fork of a process that only collected them; a
+        # mutant that loops forever is stopped after (its tests' time + 10 s) x 2 of wall time.
+        isolation = "process_isolation = forkserver\ntimeout_constant = 10\n"
+    else:
+        # Forked from the process that ran the tests for mutmut's statistics (faster); a mutant
+        # that loops forever is stopped after (its tests' time + 2 s) x 4 of CPU time.
+        isolation = "process_isolation = fork\ntimeout_constant = 2\n"
     return (
         "[mutmut]\n"
         "source_paths =\n    effectagent\n    capabilities\n"
         f"only_mutate = {module.path}\n"
         f"pytest_add_cli_args_test_selection ={selection}\n"
-        # A mutant that loops forever is stopped after (its tests' time + 1 s) x 4 of CPU time
-        # (mutmut's default, x 30, lets each such mutant hold a worker for minutes).
+        # mutmut's default multiplier, 15, lets each looping mutant hold a worker for minutes.
         "timeout_multiplier = 2\n"
-        # Every test run in a fresh fork of a process that only collected the tests: a test
-        # that defines a class (a RunError subclass, say) must not meet the one an earlier
-        # run of it left behind.
-        "process_isolation = forkserver\n"
-        "timeout_constant = 1\n"
+        f"{isolation}"
         "pytest_add_cli_args =\n    -pno:cacheprovider\n    -pmutate_profile\n    -q\n"
     )
 

@@ -531,3 +531,29 @@ def test_the_retry_delay_takes_the_jitter_the_failure_came_with() -> None:
     state, _ = step(begin(cfg), TurnDue(0.0))
     _, commands = step(state, ModelCallFailed(ModelUnavailable("busy"), False, 0.0, 100.0, 0.5))
     assert commands[-1] == RequestModel(False, 1.5)  # 2 x (1 - 0.5 x 0.5)
+
+
+def _at_grace(cfg: RunConfig) -> RunState:
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.tool_calls(("forecast", {"city": "Oslo"}))))
+    state, _ = step(state, BatchSettled((), (UserMessage.text("r"),), None, Delegated(), 1.0))
+    state, _ = step(state, TurnDue(2.0))
+    assert state.phase == "grace"
+    return state
+
+
+def test_the_grace_turn_measures_from_the_reported_base_and_keeps_it() -> None:
+    state = attrs.evolve(
+        _at_grace(config(compactor=True, context_token_limit=100, max_turns=1)),
+        context_base=(3, 500),
+    )
+    state, commands = step(state, GraceBegun())
+    assert commands == (Compact(2, 500),)
+    assert (state.phase, state.context_base) == ("compacting", (3, 500))
+
+
+def test_the_grace_turn_at_the_limit_or_without_a_compactor_asks_at_once() -> None:
+    at_limit = _at_grace(config(compactor=True, context_token_limit=30, max_turns=1))
+    assert step(at_limit, GraceBegun())[1] == (StartTurn(2, True), RequestModel(True))
+    no_compactor = _at_grace(config(compactor=False, context_token_limit=25, max_turns=1))
+    assert step(no_compactor, GraceBegun())[1] == (StartTurn(2, True), RequestModel(True))
