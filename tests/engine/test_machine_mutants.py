@@ -39,6 +39,7 @@ from effectagent.engine._machine import (
     Log,
     ModelCallFailed,
     NextTurn,
+    RecordFeedback,
     RecordInputs,
     RequestModel,
     RunBatch,
@@ -557,3 +558,90 @@ def test_the_grace_turn_at_the_limit_or_without_a_compactor_asks_at_once() -> No
     assert step(at_limit, GraceBegun())[1] == (StartTurn(2, True), RequestModel(True))
     no_compactor = _at_grace(config(compactor=False, context_token_limit=25, max_turns=1))
     assert step(no_compactor, GraceBegun())[1] == (StartTurn(2, True), RequestModel(True))
+
+
+def test_feedback_on_an_answer_that_misses_the_output_type_is_exact() -> None:
+    state, _ = step(begin(config(Lookup, output_retries=1)), TurnDue(0.0))
+    answer = responded(Turn.text('{"town": "Oslo"}'))
+    state, commands = step(state, answer)
+    text = (
+        "Your final answer must be JSON that matches the required output schema, and it is not: "
+        "$.city: missing required field; $.town: unexpected field (allowed fields: city)\n"
+        "Answer again with only that JSON."
+    )
+    assert commands[1:] == (
+        RecordFeedback(text),
+        CompleteTurn(1, "stop", state.budget.usage),
+        NextTurn(),
+    )
+    assistant = answer.step.assistant_message()
+    assert assistant is not None
+    assert state.messages == (SYSTEM, USER, assistant, UserMessage.text(text))
+
+
+def test_a_final_answer_completes_with_its_response_and_ends() -> None:
+    state, _ = step(begin(config(Lookup)), TurnDue(0.0))
+    answer = responded(Turn.text('{"city": "Oslo"}'))
+    state, commands = step(state, answer)
+    assert commands[-1] == Complete(answer.step.response, Lookup("Oslo"), "stop", None)
+    assert state.phase == "ended"
+    failing, _ = step(begin(config(Lookup, output_retries=0)), TurnDue(0.0))
+    failing, _ = step(failing, responded(Turn.text("{}")))
+    assert failing.phase == "ended"
+
+
+def test_a_settled_batch_keeps_the_turns_state_and_clears_what_it_held() -> None:
+    state = _batch(step(begin(config()), TurnDue(0.0))[0], "Oslo")
+    state = attrs.evolve(
+        state, output_retries=1, attempt=3, refused_compacted=True, context_base=(2, 77)
+    )
+    added = (UserMessage.text("result"),)
+    after, _ = step(state, BatchSettled((), added, None, Delegated(), 1.0))
+    assert after.messages == (*state.messages, *added)
+    assert (after.phase, after.turn, after.grace, after.held, after.exhaustion) == (
+        "turn",
+        1,
+        False,
+        None,
+        None,
+    )
+    assert after.grace is False
+    assert (after.output_retries, after.attempt, after.refused_compacted, after.context_base) == (
+        1,
+        3,
+        True,
+        (2, 77),
+    )
+
+
+def test_a_batch_settles_in_its_phase_only() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"^run state machine: an input for 'batch' came in 'turn'$"
+    ):
+        step(begin(config()), BatchSettled((), (), None, Delegated(), 1.0))
+
+
+def test_the_grace_request_starts_its_attempts_afresh() -> None:
+    state = attrs.evolve(_at_grace(config(max_turns=1)), attempt=3, refused_compacted=True, turn=1)
+    state, commands = step(state, GraceBegun())
+    assert commands == (StartTurn(2, True), RequestModel(True))
+    assert (state.phase, state.turn, state.attempt, state.refused_compacted) == (
+        "model",
+        2,
+        1,
+        False,
+    )
+    assert state.refused_compacted is False
+
+
+def test_a_count_that_ran_out_is_named_even_with_a_failure_streak_on_record() -> None:
+    cfg = config(max_turns=1, on_exhaustion="fail", repeated_failure_limit=1)
+    state = _batch(step(begin(cfg), TurnDue(0.0))[0], "Oslo")
+    outcome = ToolFailure("call_0", "forecast", None)
+    state, commands = step(state, BatchSettled((outcome,), (), None, Delegated(), 1.0))
+    completed = commands[0]
+    assert isinstance(completed, CompleteTurn)
+    assert completed.finish_reason == "tool-calls"
+    assert state.budget.repeated_failure is not None
+    _, commands = step(state, TurnDue(2.0))
+    assert same(commands[-1].error, BudgetExhausted("turns", 1, 1))  # type: ignore[union-attr]
