@@ -645,3 +645,25 @@ def test_a_count_that_ran_out_is_named_even_with_a_failure_streak_on_record() ->
     assert state.budget.repeated_failure is not None
     _, commands = step(state, TurnDue(2.0))
     assert same(commands[-1].error, BudgetExhausted("turns", 1, 1))  # type: ignore[union-attr]
+
+
+def test_with_follow_ups_an_answer_that_misses_the_output_type_still_gets_feedback() -> None:
+    cfg = attrs.evolve(config(Lookup, output_retries=1), follow_ups=True)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("{}")))
+    state, commands = step(state, FollowUps((), 1.0))
+    assert kinds(commands) == ["RecordFeedback", "CompleteTurn", "NextTurn"]
+    completed = commands[1]
+    assert isinstance(completed, CompleteTurn)
+    assert completed.finish_reason == "stop"
+    state, _ = step(state, TurnDue(2.0))
+    assert state.turn == 2
+
+
+def test_a_follow_up_completes_the_turn_with_its_finish_reason() -> None:
+    state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("Done.")))
+    _, commands = step(state, FollowUps((_steering("more", "follow-up"),), 1.0))
+    completed = commands[1]
+    assert isinstance(completed, CompleteTurn)
+    assert (completed.turn, completed.finish_reason) == (1, "stop")
