@@ -667,3 +667,69 @@ def test_a_follow_up_completes_the_turn_with_its_finish_reason() -> None:
     completed = commands[1]
     assert isinstance(completed, CompleteTurn)
     assert (completed.turn, completed.finish_reason) == (1, "stop")
+
+
+@pytest.mark.parametrize("on_exhaustion", ["fail", "final-answer"])
+def test_time_running_out_while_follow_ups_are_awaited_drops_the_held_answer(
+    on_exhaustion: str,
+) -> None:
+    cfg = attrs.evolve(config(on_exhaustion=on_exhaustion), follow_ups=True)
+    state, _ = step(begin(cfg), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("Done.")))
+    assert state.held is not None
+    state, _ = step(state, TimeRanOut(100.0))
+    assert state.held is None
+    assert state.phase == ("ended" if on_exhaustion == "fail" else "grace")
+
+
+def test_the_grace_answer_is_metered_completed_and_ends_the_run() -> None:
+    cfg = config(Lookup, compactor=True, context_token_limit=1000, max_turns=1)
+    state = _at_grace(cfg)
+    state, _ = step(state, GraceBegun())
+    final = responded(Turn.text('{"city": "Oslo"}', usage=Usage.of(300, 5)), size=3)
+    after, commands = step(state, final)
+    assert (after.phase, after.context_base) == ("ended", (3, 300))
+    assert after.budget.usage.total_tokens == state.budget.usage.total_tokens + 305
+    assert commands == (
+        AppendLater(final.step),
+        CompleteTurn(2, "stop", after.budget.usage),
+        Complete(final.step.response, Lookup("Oslo"), "budget-exhausted", "turns"),
+    )
+    _, commands = step(state, responded(Turn.text("nope")))
+    assert str(commands[-1].error).startswith(  # type: ignore[union-attr]
+        "the final answer does not match the output type Lookup: $: invalid JSON"
+    )
+
+
+def test_a_response_comes_in_the_model_phase_only() -> None:
+    with pytest.raises(
+        RuntimeError, match=r"^run state machine: an input for 'model' came in 'turn'$"
+    ):
+        step(begin(config()), responded(Turn.text("early")))
+
+
+def test_a_batch_of_exactly_the_calls_left_is_admitted_and_keeps_the_turns_state() -> None:
+    state, _ = step(begin(config(max_tool_calls=2)), TurnDue(0.0))
+    state = attrs.evolve(state, output_retries=1, attempt=2, refused_compacted=True)
+    calls = [("forecast", {"city": c}) for c in ("Oslo", "Rome")]
+    state, commands = step(state, responded(Turn.tool_calls(*calls)))
+    batch = commands[-1]
+    assert isinstance(batch, RunBatch)
+    assert batch.admitted
+    assert state.budget.tool_calls == 2
+    assert (state.grace, state.output_retries, state.attempt, state.refused_compacted) == (
+        False,
+        1,
+        2,
+        True,
+    )
+    assert state.grace is False
+    assert state.context_base is None  # no compactor: nothing measured
+
+
+def test_the_plan_of_a_batch_redacts_what_it_says_about_invalid_input() -> None:
+    state, _ = step(begin(_secret_config()), TurnDue(0.0))
+    _, commands = step(state, responded(Turn.tool_calls(("forecast", {"city": 1, SECRET: 2}))))
+    batch = commands[-1]
+    assert isinstance(batch, RunBatch)
+    assert SECRET not in repr(batch.plan)
