@@ -28,6 +28,7 @@ from sandbox import (
 )
 
 from ._config import Config, ConfigError, McpConfig, ShellConfig
+from ._reach import SandboxUser, workspace_reach
 
 __all__ = ["ShellError", "ShellResult", "Tooling", "open_tools", "shell_tools"]
 
@@ -249,8 +250,17 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
     namespaces: dict[str, list[Tool[Any, Any]]] = {}
     origins = _Origins()
     notes: list[str] = []
-    if config.shell is not None:
-        shells = shell_tools(config.shell, BubblewrapSandbox())
+    shell = config.shell
+    if shell is not None:
+        reach = workspace_reach(
+            str(shell.workspace), SandboxUser.of_this_process(), write=shell.write
+        )
+        note = reach.note(write=shell.write)
+        if note is not None:
+            notes.append(note)
+        shell = attrs.evolve(shell, write=reach.write) if reach.read else None
+    if shell is not None:
+        shells = shell_tools(shell, BubblewrapSandbox())
         tools.extend(shells)
         layers.append(Toolkit(*shells).handlers())  # each function tool brings its handler
         namespaces["workspace"] = [t for t in shells if _offerable(t)]
@@ -276,9 +286,13 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
         if config.code_mode is not None:
             selected = {name: listed for name, listed in namespaces.items() if listed}
             if not selected:
+                why = (
+                    notes[0]  # the shell is configured, and left out
+                    if config.shell is not None and shell is None
+                    else "configure [shell], or an MCP server with readonly tools"
+                )
                 raise ConfigError(
-                    f"{config.path}: [code_mode] has no readonly tool to offer: configure "
-                    "[shell], or an MCP server with readonly tools"
+                    f"{config.path}: [code_mode] has no readonly tool to offer: {why}"
                 )
             program = code_mode(selected, name=PROGRAM, executor=config.code_mode.executor)
             tools.append(program.tool)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,11 +48,16 @@ def server() -> Iterator[ServerThread]:
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    directory = tmp_path / "workspace"
-    directory.mkdir()
+def workspace() -> Iterator[Path]:
+    """Directly under the temp dir and open to the sandbox's user (nobody, when the tests run as
+    root): a workspace out of its reach would not be offered to the model at all."""
+    directory = Path(tempfile.mkdtemp(prefix="effectagent-safety-"))
+    directory.chmod(0o777)
     (directory / "important.txt").write_text("keep me\n")
-    return directory
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
 
 
 def transcript_of(child: pexpect.spawn[str]) -> io.StringIO:
