@@ -198,16 +198,20 @@ def describe(name: str, status: str, diff: list[str], defs: dict[str, int]) -> M
     return Mutant(name, status, _readable(mangled), line, before, after)
 
 
-def run_module(module: Module, jobs: int) -> tuple[int, list[Mutant]]:
-    """Mutate ``module``: (how many mutants were made, the ones its tests did not detect)."""
+def run_module(module: Module, jobs: int, *, again: bool) -> tuple[int, list[Mutant]]:
+    """Mutate ``module``: (how many mutants were made, the ones its tests did not detect).
+    ``again``: report the results of the last run instead (nothing is run)."""
     work = WORK / module.name
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    for name in LINKED:
-        (work / name).symlink_to(ROOT / name)
-    tests = [t for t in module.tests if (ROOT / t.split("::")[0]).exists()]
-    (work / "setup.cfg").write_text(_setup_cfg(module, tests), "utf-8")
-    _mutmut(work, "run", "--max-children", str(jobs), log=work / "mutmut.log")
+    if not again:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        for name in LINKED:
+            (work / name).symlink_to(ROOT / name)
+        tests = [t for t in module.tests if (ROOT / t.split("::")[0]).exists()]
+        (work / "setup.cfg").write_text(_setup_cfg(module, tests), "utf-8")
+        _mutmut(work, "run", "--max-children", str(jobs), log=work / "mutmut.log")
+    elif not (work / "mutants").is_dir():
+        raise RuntimeError(f"{module.name} has not been mutated yet: run without --report")
     statuses = []
     for text in _mutmut(work, "results", "--all", "true").splitlines():
         match = _STATUS.match(text)
@@ -243,6 +247,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("modules", nargs="*", help="names from mutation/modules.toml (all if none)")
     parser.add_argument("--jobs", type=int, default=2, help="mutants tested at once (default 2)")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="report the last run again (after editing equivalent.md)",
+    )
     args = parser.parse_args()
     modules = load_modules()
     unknown = set(args.modules) - {m.name for m in modules}
@@ -257,7 +266,7 @@ def main() -> int:
         print(f"== mutating {module.path} ...", flush=True)
         clock = time.monotonic()
         try:
-            total, undetected = run_module(module, args.jobs)
+            total, undetected = run_module(module, args.jobs, again=args.report)
         except RuntimeError as error:
             print(error, file=sys.stderr)
             return 2

@@ -733,3 +733,54 @@ def test_the_plan_of_a_batch_redacts_what_it_says_about_invalid_input() -> None:
     batch = commands[-1]
     assert isinstance(batch, RunBatch)
     assert SECRET not in repr(batch.plan)
+
+
+def test_a_new_turn_starts_its_attempts_afresh() -> None:
+    state, _ = step(begin(config(Lookup, output_retries=1)), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.text("{}")))  # feedback: another turn is due
+    state = attrs.evolve(state, attempt=3, refused_compacted=True)
+    state, commands = step(state, TurnDue(1.0))
+    assert commands == (StartTurn(2, False), RequestModel(False))
+    assert (state.phase, state.turn, state.attempt, state.refused_compacted) == (
+        "model",
+        2,
+        1,
+        False,
+    )
+    assert state.refused_compacted is False
+
+
+def test_feedback_keeps_the_turns_state_and_holds_nothing() -> None:
+    state, _ = step(begin(config(Lookup, output_retries=1)), TurnDue(0.0))
+    state = attrs.evolve(state, attempt=2, refused_compacted=True, context_base=(2, 77))
+    after, _ = step(state, responded(Turn.text("{}")))
+    assert (after.phase, after.turn, after.held, after.grace) == ("turn", 1, None, False)
+    assert after.grace is False
+    assert (after.attempt, after.refused_compacted, after.context_base) == (2, True, (2, 77))
+
+
+def test_with_follow_ups_the_held_answer_keeps_the_turns_state() -> None:
+    state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
+    state = attrs.evolve(state, attempt=2, refused_compacted=True, context_base=(2, 77))
+    after, _ = step(state, responded(Turn.text("Done.")))
+    assert (after.turn, after.grace, after.attempt, after.refused_compacted) == (1, False, 2, True)
+    assert after.grace is False
+    assert after.context_base == (2, 77)
+
+
+def test_a_batch_carries_the_assistant_message_of_its_response() -> None:
+    state, _ = step(begin(config()), TurnDue(0.0))
+    answer = responded(Turn.tool_calls(("forecast", {"city": "Oslo"})))
+    _, commands = step(state, answer)
+    batch = commands[-1]
+    assert isinstance(batch, RunBatch)
+    assert batch.assistant is not None
+    assert batch.assistant == answer.step.assistant_message()
+
+
+def test_a_turn_is_due_in_the_turn_phase_only() -> None:
+    state, _ = step(begin(config()), TurnDue(0.0))
+    with pytest.raises(
+        RuntimeError, match=r"^run state machine: an input for 'turn' came in 'model'$"
+    ):
+        step(state, TurnDue(1.0))
