@@ -263,7 +263,7 @@ def main() -> int:
     rows, survivors, accepted = [], [], []
     began = time.monotonic()
     for module in chosen:
-        print(f"== mutating {module.path} ...", flush=True)
+        print(f"== {'reading' if args.report else 'mutating'} {module.path} ...", flush=True)
         clock = time.monotonic()
         try:
             total, undetected = run_module(module, args.jobs, again=args.report)
@@ -283,7 +283,8 @@ def main() -> int:
         rows.append((module, total, killed, len(undetected) - len(mine), len(mine), clock))
         print(f"   done in {time.monotonic() - clock:.0f} s", flush=True)
     print()
-    print(f"Mutation testing (mutmut), {args.jobs} worker(s), {time.monotonic() - began:.0f} s")
+    took = "the last run" if args.report else f"{time.monotonic() - began:.0f} s"
+    print(f"Mutation testing (mutmut), {args.jobs} worker(s), {took}")
     print(f"{'module':40} {'killed / total':>15} {'%':>7} {'survived':>9} {'equivalent':>11}")
     for module, total, killed, survived, equivalent, _ in rows:
         share = 100 * killed / total if total else 100.0
