@@ -74,23 +74,27 @@ class BatchScope:
 @final
 class CallHost:
     """One call's handle on its batch (see the module notes). ``permit`` is the call's while its
-    handler runs — what the calls it makes borrow first. ``notes``: the audit metadata noted so
-    far (None: nothing)."""
+    handler runs — what the calls it makes borrow first."""
 
-    __slots__ = ("notes", "permit", "scope", "tool_call_id", "tool_name")
+    __slots__ = ("_notes", "permit", "scope", "tool_call_id", "tool_name")
 
     def __init__(self, scope: BatchScope, tool_call_id: str, tool_name: str) -> None:
         self.scope = scope
         self.tool_call_id = tool_call_id
         self.tool_name = tool_name
         self.permit: Permit | None = None
-        self.notes: dict[str, Any] | None = None
+        self._notes: dict[str, Any] | None = None
 
     def note(self, key: str, value: Any) -> None:
         """Add ``key`` to this call's audit metadata (written with its settlement)."""
-        if self.notes is None:
-            self.notes = {}
-        self.notes[key] = value
+        if self._notes is None:
+            self._notes = {}
+        self._notes[key] = value
+
+    @property
+    def notes(self) -> dict[str, Any] | None:
+        """The audit metadata noted so far (None: nothing)."""
+        return self._notes
 
     async def report(self, data: Any) -> None:
         """The handler's progress report (its context's ``progress``): redacted, bounded,
