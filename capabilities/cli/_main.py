@@ -38,7 +38,8 @@ from ._args import (
 )
 from ._config import Config, ConfigError, config_path, load_config, state_dir
 from ._console import Channel, Console, Text
-from ._errors import missing_package, sentence
+from ._errors import INSTALL, missing_package, sentence
+from ._line_editor import LineEditor
 from ._sanitize import visible
 from ._session import TerminalSession
 from ._sessions import NamedSession, all_sessions, export_session, runs_of
@@ -47,6 +48,8 @@ from ._tools import open_tools
 __all__ = ["execute", "main"]
 
 DATABASE = "effectagent.db"
+#: What was typed at the chat prompt, for Up/Down and Ctrl-R in the next sessions.
+HISTORY = "history"
 
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant in the user's terminal. Answer concisely. Use the tools you "
@@ -132,7 +135,12 @@ class _Opened:
     notes: tuple[str, ...]
 
     def session(
-        self, console: Console, named: NamedSession | None, **options: bool
+        self,
+        console: Console,
+        named: NamedSession | None,
+        *,
+        editor: LineEditor | None = None,
+        **options: bool,
     ) -> TerminalSession:
         """The terminal session over this runtime (``options`` as for :class:`TerminalSession`);
         the notes of opening it are shown on its screen first."""
@@ -143,6 +151,7 @@ class _Opened:
             self.runtime.context.get(SteeringService),
             console=console,
             named=named,
+            editor=editor,
             **options,
         )
         screen = (
@@ -268,13 +277,40 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str], console: C
         store = opened.runtime.context[SessionStoreService]
         name = given or await _new_name(store, time.strftime("chat-%Y%m%d-%H%M%S"))
         named = await NamedSession.open(store, name)
-        if named.resumed:
-            runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
-            intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
-        else:
-            intro = f"session {name} (resume it with --session {name})"
-        console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
-        return await opened.session(console, named).chat(sys.stdin)
+        editor, why_not = _line_editor(state_dir(args.state_dir, environ), environ)
+        if editor is not None:  # everything written goes above the input line
+            console = Console(editor.output, editor.output, color=console.color)
+        try:
+            if named.resumed:
+                runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
+                intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
+            else:
+                intro = f"session {name} (resume it with --session {name})"
+            console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
+            if why_not is not None:
+                console.out.line(f"note: {why_not}")
+            return await opened.session(console, named, editor=editor).chat(sys.stdin)
+        finally:
+            if editor is not None:
+                editor.close()
+
+
+def _line_editor(
+    directory: Path, environ: Mapping[str, str]
+) -> tuple[LineEditor | None, str | None]:
+    """The chat's line editor (history in ``directory``), when stdin and stdout are a terminal
+    that can do it; else None and, when a person would want to know, why not."""
+    if not (_is_terminal(sys.stdin) and _is_terminal(sys.stdout)):
+        return None, None
+    if environ.get("TERM", "dumb") in ("", "dumb"):
+        return None, None  # no cursor movement: lines are read as the terminal gives them
+    try:
+        return LineEditor(directory / HISTORY), None
+    except ModuleNotFoundError as exc:
+        return None, (
+            f"line editing, history and pasting several lines need {exc.name}, which is not "
+            f"installed: `{INSTALL}`"
+        )
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:

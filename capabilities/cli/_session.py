@@ -36,6 +36,7 @@ from ._approval import ApprovalPrompt, SessionApproval
 from ._args import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUSPENDED
 from ._console import Console, Styled, Text
 from ._errors import steering_rejection
+from ._line_editor import Interrupted, LineEditor, Typed
 from ._sanitize import json_safe
 from ._sessions import NamedSession
 from .render import Timeline
@@ -90,7 +91,7 @@ def event_json(event: EventBase) -> str:
     return json_safe(json.dumps(_plain(event), ensure_ascii=False, separators=(",", ":")))
 
 
-async def _read_lines(send: trio.MemorySendChannel[str | None], stream: TextIO) -> None:
+async def _read_lines(send: trio.MemorySendChannel[Typed], stream: TextIO) -> None:
     """Send each line of ``stream`` (without its newline), then None at its end.
 
     Cancellation: the blocked read is abandoned in its worker thread (a daemon thread that ends
@@ -126,6 +127,7 @@ class TerminalSession:
         named: NamedSession | None = None,
         json_events: bool = False,
         answer_only: bool = False,
+        editor: LineEditor | None = None,
     ) -> None:
         self._runtime = runtime
         self._agent = agent
@@ -141,7 +143,8 @@ class TerminalSession:
         self._timeline = Timeline(screen, header=False)
         self._prompt = ApprovalPrompt(approval, screen)
         self._current: RunStream | None = None
-        self._lines: trio.MemoryReceiveChannel[str | None] | None = None
+        self._lines: trio.MemoryReceiveChannel[Typed] | None = None
+        self._editor = editor
         self._eof = False
         self._answer_open = False  # answer text on ``out`` not yet ended by a newline
 
@@ -165,11 +168,18 @@ class TerminalSession:
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 nursery.start_soon(self._interrupts, signals)
                 while not self._eof:
-                    self._screen.write(Styled("bold", "you> "))
+                    if self._editor is None:
+                        self._screen.write(Styled("bold", "you> "))
                     line = await self._next_line()
                     if line is None:
                         break
-                    self._screen.line_ended()  # the person's Enter
+                    if isinstance(line, Interrupted):  # Ctrl-C at the input line
+                        self._note("(Ctrl-D ends the session)")
+                        continue
+                    if self._editor is None:
+                        self._screen.line_ended()  # the person's Enter
+                    elif line.strip():  # the editor erased it: written back where it belongs
+                        self._screen.line(Styled("bold", "you> "), Text(line))
                     if line.strip():
                         await self.run_once(line)
             self._screen.line()
@@ -194,11 +204,14 @@ class TerminalSession:
         return status
 
     def _start_input(self, nursery: trio.Nursery, stdin: TextIO) -> None:
-        send, receive = trio.open_memory_channel[str | None](64)
+        send, receive = trio.open_memory_channel[Typed](64)
         self._lines = receive
-        nursery.start_soon(_read_lines, send, stdin)
+        if self._editor is not None:
+            nursery.start_soon(self._editor.lines, send)
+        else:
+            nursery.start_soon(_read_lines, send, stdin)
 
-    async def _next_line(self) -> str | None:
+    async def _next_line(self) -> Typed:
         """The next line typed (None at the end of input). Cancellation: nothing is lost."""
         if self._lines is None or self._eof:
             return None
@@ -225,7 +238,8 @@ class TerminalSession:
             else:
                 self._screen.line()
                 self._note("(Ctrl-D ends the session)")
-                self._screen.write(Styled("bold", "you> "))
+                if self._editor is None:
+                    self._screen.write(Styled("bold", "you> "))
 
     async def run_once(self, text: str) -> int:
         """One run of ``text`` in the session's conversation, shown as it goes; its exit status.
@@ -236,6 +250,8 @@ class TerminalSession:
         stream = self._runtime.stream(self._agent, text, conversation_id=self._conversation_id)
         async with stream as events, trio.open_nursery() as nursery:
             self._current = events
+            if self._editor is not None:
+                self._editor.set_busy(True)
             try:
                 if self._lines is not None:
                     nursery.start_soon(self._input_during_run, events)
@@ -249,6 +265,8 @@ class TerminalSession:
                         terminal = event
             finally:
                 self._current = None
+                if self._editor is not None:
+                    self._editor.set_busy(False)
                 nursery.cancel_scope.cancel()
         self._timeline.close()
         if self._named is not None and terminal is not None:
@@ -287,9 +305,17 @@ class TerminalSession:
             if line is None:
                 events.interrupt()
                 return
+            if isinstance(line, Interrupted):  # Ctrl-C at the input line: as SIGINT
+                self._note("^C — interrupting the run")
+                events.interrupt()
+                continue
             if self._prompt.waiting:
+                if self._editor is not None:  # the editor erased it: shown after the question
+                    self._screen.show(Text(line))
                 self._prompt.answer(line)
             elif line.strip():
+                if self._editor is not None:
+                    self._note(f"> {line}")
                 await self._steer(events.conversation_id, line)
 
     async def _steer(self, conversation_id: str, text: str) -> None:

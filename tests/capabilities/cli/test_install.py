@@ -32,9 +32,9 @@ def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
 
 def test_the_cli_extra_brings_every_package_the_command_imports_lazily() -> None:
     """The providers' SDKs and httpx2 (imported when a model is opened), the MCP SDK (on the
-    first connection), Deno (Code Mode)."""
+    first connection), Deno (Code Mode), prompt_toolkit (the chat's line editor)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    needed = {"openai", "anthropic", "httpx2", "mcp", "deno"}
+    needed = {"openai", "anthropic", "httpx2", "mcp", "deno", "prompt_toolkit"}
     assert needed <= _extra(project["optional-dependencies"], "cli")
     assert project["scripts"]["effectagent"] == "capabilities.cli:main"
 

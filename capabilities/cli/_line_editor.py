@@ -1,0 +1,174 @@
+"""Typing and pasting at the chat prompt, with prompt_toolkit, when the terminal allows.
+
+prompt_toolkit gives the input line its editing (arrows, Home/End, Ctrl-A/E/W/K), history across
+sessions (a file in the state directory; Up/Down, Ctrl-R to search it), **bracketed paste** (a
+paste is one message, however many lines it holds and however long it is: the terminal is in raw
+mode, so the 4,095-character limit of a line in canonical mode does not apply), and an explicit
+multi-line mode (Esc then Enter, or Alt-Enter, starts a new line in the message; Enter sends it).
+
+The input line stays below what the command writes: each whole line goes through one
+:class:`~prompt_toolkit.patch_stdout.StdoutProxy`, which erases the input line, writes, and draws it
+again; a line not yet ended (an answer streaming, an approval's question) is shown just above the
+input line, as part of the prompt, until its end arrives. So text typed while an answer streams
+stays in the input line and never lands inside the answer. When a line is sent it is erased; the
+session writes it back (escaped) where it belongs.
+
+prompt_toolkit runs its own asyncio loop: each prompt runs in a worker thread
+(``trio.to_thread.run_sync``), the Trio side waiting on it without blocking; the proxy hands what
+the console writes to that loop. Ctrl-C is a key in raw mode, not a signal: a prompt returns
+:data:`INTERRUPTED` for it, and the session treats it as SIGINT.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+__all__ = ["INTERRUPTED", "Interrupted", "LineEditor", "Typed"]
+
+
+class Interrupted:
+    """Ctrl-C pressed at the input line."""
+
+    def __repr__(self) -> str:
+        return "INTERRUPTED"
+
+
+INTERRUPTED: Final = Interrupted()
+
+#: What the input gives: a line, None at its end (Ctrl-D on an empty line), or Ctrl-C.
+Typed = str | None | Interrupted
+
+IDLE_PROMPT = "you> "
+BUSY_PROMPT = "> "
+
+
+class LineEditor:
+    """The chat's input line (see the module notes). ``output`` is the stream everything the
+    command writes must go through while the editor is in use; :meth:`close` ends it."""
+
+    def __init__(self, history: Path) -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory
+        from prompt_toolkit.key_binding import KeyBindings
+        from prompt_toolkit.patch_stdout import StdoutProxy
+
+        bindings = KeyBindings()
+
+        @bindings.add("escape", "enter")  # Esc Enter / Alt-Enter: a new line in the message
+        def _newline(event: Any) -> None:
+            event.current_buffer.insert_text("\n")
+
+        # What was typed is for the user alone, as the sessions are.
+        os.close(os.open(history, os.O_CREAT | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC, 0o600))
+        history.chmod(0o600)
+        self.busy = False  # a run is going: the prompt says so
+        self._session: Any = PromptSession(
+            history=FileHistory(str(history)),
+            key_bindings=bindings,
+            erase_when_done=True,
+            prompt_continuation="... ",
+        )
+        self._proxy: Any = StdoutProxy(raw=True, sleep_between_writes=0.01)
+        self.output = _Lines(self)
+        self._reading = threading.Event()  # set while a prompt runs in its thread
+        self._done = threading.Event()
+        self._done.set()
+
+    def _message(self) -> Any:
+        from prompt_toolkit.formatted_text import ANSI
+
+        prompt = BUSY_PROMPT if self.busy else IDLE_PROMPT
+        pending = self.output.pending
+        return ANSI(f"{pending}\n{prompt}") if pending else prompt
+
+    def refresh(self) -> None:
+        """Draw the prompt again (thread-safe)."""
+        app = self._session.app
+        if app.is_running and app.loop is not None:
+            app.loop.call_soon_threadsafe(app.invalidate)
+
+    def set_busy(self, busy: bool) -> None:
+        """Say whether a run is going (the prompt changes); callable from the Trio thread."""
+        self.busy = busy
+        self.refresh()
+
+    def read(self) -> Typed:
+        """One input from the person (blocks: run it in a worker thread)."""
+        self._done.clear()
+        try:
+            return str(self._session.prompt(self._message))
+        except KeyboardInterrupt:
+            return INTERRUPTED
+        except EOFError:
+            return None
+        finally:
+            self._done.set()
+
+    def stop(self) -> None:
+        """End the prompt that runs, as if the input had ended (thread-safe)."""
+        app = self._session.app
+        if app.is_running and app.loop is not None:
+            app.loop.call_soon_threadsafe(lambda: app.exit(exception=EOFError()))
+
+    async def lines(self, send: trio.MemorySendChannel[Typed]) -> None:
+        """Send each input, then None at the end of input.
+
+        Cancellation: the prompt that runs is ended (the terminal is given back as it was) and
+        its thread abandoned; :meth:`close` waits for it."""
+        async with send:
+            while True:
+                try:
+                    typed = await trio.to_thread.run_sync(self.read, abandon_on_cancel=True)
+                except trio.Cancelled:
+                    self.stop()
+                    raise
+                await send.send(typed)
+                if typed is None:
+                    return
+
+    def close(self) -> None:
+        """Wait (at most 2 s) for the last prompt to give the terminal back, then write out what
+        the proxy still holds."""
+        self.stop()
+        self._done.wait(2)
+        self.output.end()
+        self._proxy.close()
+
+
+class _Lines:
+    """The console's stream while the editor is in use: whole lines go through the proxy (above
+    the input line); the line not yet ended is kept in ``pending`` and shown in the prompt."""
+
+    def __init__(self, editor: LineEditor) -> None:
+        self._editor = editor
+        self.pending = ""
+
+    def write(self, text: str) -> int:
+        whole, newline, rest = (self.pending + text).rpartition("\n")
+        if newline:
+            self._editor._proxy.write(whole + newline)
+            self._editor._proxy.flush()
+        self.pending = rest
+        self._editor.refresh()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: a whole line is written at once, the rest shown in the prompt."""
+
+    def fileno(self) -> int:
+        return int(self._editor._proxy.fileno())
+
+    def isatty(self) -> bool:
+        return True
+
+    def end(self) -> None:
+        """Write out the line not yet ended (the editor is done)."""
+        if self.pending:
+            self._editor._proxy.write(self.pending + "\n")
+            self.pending = ""
+        self._editor._proxy.flush()
