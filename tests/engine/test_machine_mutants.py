@@ -283,7 +283,7 @@ def test_the_grace_turn_compacts_when_over_the_limit_then_asks() -> None:
     state, _ = step(state, TurnDue(2.0))
     state, commands = step(state, GraceBegun())
     assert commands == (Compact(2, 30),)
-    assert state.phase == "compacting"
+    assert (state.phase, state.context_base) == ("compacting", (3, 30))
     state, commands = step(state, Compacted((SYSTEM,)))
     assert commands == (StartTurn(2, True), RequestModel(True))
     assert (state.phase, state.turn, state.grace) == ("model", 2, True)
@@ -784,3 +784,12 @@ def test_a_turn_is_due_in_the_turn_phase_only() -> None:
         RuntimeError, match=r"^run state machine: an input for 'turn' came in 'model'$"
     ):
         step(state, TurnDue(1.0))
+
+
+def test_a_new_prompt_after_a_refused_context_drops_the_old_base() -> None:
+    state, _ = step(begin(config(compactor=True)), TurnDue(0.0))
+    state = attrs.evolve(state, context_base=(2, 77))
+    refused = ModelCallFailed(ContextLengthExceeded("too long"), False, 0.0, 100.0, 0.0)
+    state, _ = step(state, refused)
+    state, _ = step(state, Compacted((SYSTEM,)))
+    assert state.context_base is None  # a new prompt: no report covers it yet
