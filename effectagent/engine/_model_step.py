@@ -312,7 +312,7 @@ def _with_fresh_identities(
     response's final IDs."""
     calls, truncated = response.tool_calls, response.truncated_calls
     if redactor is None and not truncated:
-        # The common case: nothing to redact; fresh IDs only for calls that reuse one.
+        # The common case — nothing to redact, nothing truncated, no ID used before: as it is.
         for call in calls:
             if call.id in used:
                 break
