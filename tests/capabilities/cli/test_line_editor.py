@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +25,7 @@ from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
 from .support import TMUX, ServerThread, cli_env, serve, spawn, terminal_screen
-from .test_cli import args, finish, messages
+from .test_cli import args, finish, messages, shell_config
 
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
 UP = "\x1b[A"
@@ -34,6 +37,17 @@ CTRL_C, CTRL_D = "\x03", "\x04"
 def server() -> Iterator[ServerThread]:
     with serve() as running:
         yield running
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    """Directly under the temp dir, open to the sandbox's user (nobody when tests run as root)."""
+    directory = Path(tempfile.mkdtemp(prefix="effectagent-editor-"))
+    directory.chmod(0o777)
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory)
 
 
 def open_chat(server: ServerThread, home: Path) -> tuple[pexpect.spawn[str], io.StringIO]:
@@ -143,3 +157,61 @@ def test_steering_typed_during_a_streamed_answer_stays_out_of_it(
         "  ↪ steering: taken at the next turn",
     ]
     assert not [row for row in screen if "word3" in row and "French" in row]
+
+
+def test_esc_enter_starts_a_new_line_in_the_message(server: ServerThread, tmp_path: Path) -> None:
+    server.script(Reply.sse(ChatWire().text("Two lines.")))
+    child, _ = open_chat(server, tmp_path)
+    child.send("line one" + "\x1b" + ENTER + "line two")
+    child.expect_exact("line two")
+    child.send(ENTER)
+    answered(child, "Two lines.")
+    end(child)
+    assert last_user_message(server, 0) == "line one\nline two"
+
+
+def test_ctrl_r_finds_an_earlier_message(server: ServerThread, tmp_path: Path) -> None:
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.text("Cold.")),
+        Reply.sse(wire.text("Warm.")),
+        Reply.sse(wire.text("Cold again.")),
+    )
+    child, _ = open_chat(server, tmp_path)
+    child.send("How cold is Oslo?" + ENTER)
+    answered(child, "Cold.")
+    child.send("How warm is Rome?" + ENTER)
+    answered(child, "Warm.")
+    child.send("\x12" + "Oslo")  # Ctrl-R, then what to look for
+    child.expect_exact("Oslo")
+    child.send(ENTER)  # take what was found …
+    child.send(ENTER)  # … and send it
+    answered(child, "Cold again.")
+    end(child)
+    assert last_user_message(server, 2) == "How cold is Oslo?"
+
+
+def test_an_approval_is_asked_and_answered_at_the_input_line(
+    server: ServerThread, tmp_path: Path, workspace: Path
+) -> None:
+    """The question is shown whole above the input line; the answer typed there decides."""
+    shell_config(tmp_path, workspace)
+    wire = ChatWire()
+    command = "echo approved > note.txt"
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell_write", json.dumps({"command": command})))),
+        Reply.sse(wire.text("Wrote note.txt.")),
+    )
+    child, seen = open_chat(server, tmp_path)
+    child.send("Write a note." + ENTER)
+    child.expect_exact("shell_write waits for approval")
+    child.expect_exact("[a]lways for this session:")  # drawn above the input line
+    assert not (workspace / "note.txt").exists()  # nothing ran before the answer
+    child.send("y" + ENTER)
+    answered(child, "Wrote note.txt.")
+    end(child)
+    assert (workspace / "note.txt").read_text() == "approved\n"
+    if TMUX is not None:
+        screen = terminal_screen(seen.getvalue(), tmp_path)
+        assert f'"command": "{command}"' in screen
+        assert "allow shell_write? [y]es / [n]o / [a]lways for this session: y" in screen
