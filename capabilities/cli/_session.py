@@ -28,18 +28,20 @@ from effectagent.core import (
     RunStarted,
     RunSuspended,
     TextDelta,
+    UsageTotals,
 )
 from effectagent.effect import TaggedError
 from effectagent.engine import RunStream, Runtime
 
 from ._approval import ApprovalPrompt, SessionApproval
 from ._args import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUSPENDED
+from ._commands import Command, add_usage, command_of, help_lines, message_of
 from ._console import Console, Styled, Text
 from ._errors import steering_rejection
 from ._line_editor import Interrupted, LineEditor, Typed
 from ._sanitize import json_safe
 from ._sessions import NamedSession
-from .render import Timeline
+from .render import Timeline, format_usage
 
 __all__ = [
     "EXIT_COMPLETED",
@@ -147,6 +149,8 @@ class TerminalSession:
         self._editor = editor
         self._eof = False
         self._answer_open = False  # answer text on ``out`` not yet ended by a newline
+        self._usage = UsageTotals()  # this chat's runs, for /usage
+        self._runs = 0
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -180,8 +184,12 @@ class TerminalSession:
                         self._screen.line_ended()  # the person's Enter
                     elif line.strip():  # the editor erased it: written back where it belongs
                         self._screen.line(Styled("bold", "you> "), Text(line))
-                    if line.strip():
-                        await self.run_once(line)
+                    command = command_of(line)
+                    if command is not None:
+                        if self._command(command):
+                            break
+                    elif line.strip():
+                        await self.run_once(message_of(line))
             self._screen.line()
             nursery.cancel_scope.cancel()
         return 0
@@ -202,6 +210,26 @@ class TerminalSession:
                 status = await self.run_once(text)
             nursery.cancel_scope.cancel()
         return status
+
+    def _command(self, command: Command) -> bool:
+        """Carry out a chat command; True when it ends the session."""
+        if command.name == "exit":
+            return True
+        if command.name == "help":
+            for line in help_lines():
+                self._screen.line(line)
+        elif command.name == "new":
+            self._conversation_id = None
+            self._note("a new conversation starts with your next message")
+        elif command.name == "usage":
+            runs = f"{self._runs} run{'' if self._runs == 1 else 's'}"
+            self._screen.line(f"usage of this chat ({runs}): {format_usage(self._usage)}")
+        else:
+            self._note(
+                f"there is no command /{command.name}: /help lists them (// sends a message "
+                "that starts with /)"
+            )
+        return False
 
     def _start_input(self, nursery: trio.Nursery, stdin: TextIO) -> None:
         send, receive = trio.open_memory_channel[Typed](64)
@@ -263,6 +291,9 @@ class TerminalSession:
                             await self._named.started(event.conversation_id)
                     if isinstance(event, RunCompleted | RunFailed | RunInterrupted | RunSuspended):
                         terminal = event
+                    if isinstance(event, RunCompleted | RunFailed | RunInterrupted):
+                        self._usage = add_usage(self._usage, event.usage)
+                        self._runs += 1
             finally:
                 self._current = None
                 if self._editor is not None:
