@@ -2,7 +2,7 @@
 
 Run by ``make mutate`` (with the interpreter of ``.venv-mutate``, where mutmut is installed):
 
-    python mutation/run.py [--jobs N] [module ...]
+    python mutation/run.py [--jobs N] [--report] [module ...]
 
 For each module of ``mutation/modules.toml`` (or those named), mutmut runs in a work directory of
 its own, ``.mutate/<name>/``: links to the packages and the tests, and a ``setup.cfg`` that
@@ -15,7 +15,8 @@ accepts as equivalent, which are listed apart with their reason. Timeouts and cr
 killed (the tests noticed); mutants no listed test calls count as survivors.
 
 Exit status: 0 when every survivor is listed as equivalent, 1 otherwise, 2 when mutmut itself
-failed (its log is in the work directory).
+failed (its log is in the work directory). ``--report`` prints the last run's report again,
+with ``equivalent.md`` as it is now, and runs nothing.
 """
 
 from __future__ import annotations
@@ -280,13 +281,13 @@ def main() -> int:
                 mine.append(mutant)
                 accepted.append(f"{_show(module, mutant)}\n      — {match.reason}")
         killed = total - len(undetected)
-        rows.append((module, total, killed, len(undetected) - len(mine), len(mine), clock))
+        rows.append((module, total, killed, len(undetected) - len(mine), len(mine)))
         print(f"   done in {time.monotonic() - clock:.0f} s", flush=True)
     print()
     took = "the last run" if args.report else f"{time.monotonic() - began:.0f} s"
     print(f"Mutation testing (mutmut), {args.jobs} worker(s), {took}")
     print(f"{'module':40} {'killed / total':>15} {'%':>7} {'survived':>9} {'equivalent':>11}")
-    for module, total, killed, survived, equivalent, _ in rows:
+    for module, total, killed, survived, equivalent in rows:
         share = 100 * killed / total if total else 100.0
         print(
             f"{module.path:40} {killed:>7} / {total:<5} {share:6.1f}% {survived:>9} {equivalent:>11}"
