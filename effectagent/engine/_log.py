@@ -41,6 +41,7 @@ from effectagent.core import (
     RunFailedRecord,
     ToolCallPrepared,
     ToolCallSettled,
+    ToolSuccess,
     UserInputRecorded,
 )
 
@@ -288,6 +289,49 @@ def _text_bytes(text: str | None) -> int:
     return _STR_HEADER + len(text) if text.isascii() else sys.getsizeof(text)
 
 
+#: How deep :func:`_value_bytes` follows dicts and lists itself before handing the rest of a
+#: value to :func:`estimate_bytes` (whose walk needs no recursion).
+_SHALLOW: Final = 4
+
+
+def _value_bytes(value: object, depth: int = _SHALLOW) -> int:
+    """:func:`estimate_bytes` of ``value``, for the small JSON values records hold (a tool call's
+    part, its arguments, its result) without the general walk's bookkeeping: strings and numbers
+    counted in place, dicts and lists of them followed a few levels down. Pure."""
+    cls = type(value)
+    if cls is str:
+        return _text_bytes(cast("str", value))
+    known = _FIXED.get(cls)
+    if known is not None:
+        return known
+    if not depth or (cls is not dict and cls is not list):
+        return estimate_bytes(value)
+    getsizeof = sys.getsizeof
+    fixed = _FIXED
+    size = getsizeof(value)
+    if cls is dict:
+        mapping = cast("dict[object, object]", value)
+        size += sum(map(_key_bytes, mapping))
+        items: Iterable[object] = mapping.values()
+    else:
+        items = cast("list[object]", value)
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            text = cast("str", item)
+            size += _STR_HEADER + len(text) if text.isascii() else getsizeof(text)
+        else:
+            known = fixed.get(kind)
+            size += _value_bytes(item, depth - 1) if known is None else known
+    return size
+
+
+def _key_bytes(key: object) -> int:
+    if type(key) is str:
+        return _STR_HEADER + len(key) if key.isascii() else sys.getsizeof(key)
+    return estimate_bytes(key)
+
+
 def record_bytes(record: Record) -> int:
     """About how many bytes ``record`` takes in memory: :data:`RECORD_BYTES` and what its payload
     takes (text, content, arguments, result, output, summary — walked by :func:`estimate_bytes`).
@@ -298,20 +342,23 @@ def record_bytes(record: Record) -> int:
         size = RECORD_BYTES
         for part in cast(ModelResponseRecorded, record).content:
             payload = part[1]
-            size += _PART_BYTES + (
-                _text_bytes(payload) if type(payload) is str else estimate_bytes(payload)
-            )
+            size += _PART_BYTES + _value_bytes(payload)
         return size
     if cls is UserInputRecorded:
         return RECORD_BYTES + _text_bytes(cast(UserInputRecorded, record).text)
     if cls is ToolCallPrepared:
-        return RECORD_BYTES + estimate_bytes(cast(ToolCallPrepared, record).arguments)
+        return RECORD_BYTES + _value_bytes(cast(ToolCallPrepared, record).arguments)
     if cls is ToolCallSettled:
         settled = cast(ToolCallSettled, record)
         audit = settled.audit
+        outcome = settled.outcome
         return (
             RECORD_BYTES
-            + estimate_bytes(settled.outcome)
+            + (
+                _SUCCESS_BYTES + _value_bytes(outcome.result)
+                if type(outcome) is ToolSuccess
+                else estimate_bytes(outcome)
+            )
             + (0 if audit is None else estimate_bytes(audit))
         )
     if cls is RunCompletedRecord:
@@ -326,6 +373,8 @@ def record_bytes(record: Record) -> int:
 
 
 _PART_BYTES: Final = sys.getsizeof((None, None))
+#: A success outcome besides its result: the object (its IDs and names are the record's).
+_SUCCESS_BYTES: Final = 72
 _ENDINGS: Final = (RunCompletedRecord, RunFailedRecord)
 
 

@@ -21,7 +21,13 @@ from effectagent.core import (
     UserInputRecorded,
 )
 from effectagent.engine import LogRetention
-from effectagent.engine._log import RECORD_BYTES, RetentionLedger, estimate_bytes, record_bytes
+from effectagent.engine._log import (
+    RECORD_BYTES,
+    RetentionLedger,
+    _value_bytes,
+    estimate_bytes,
+    record_bytes,
+)
 
 IDS = st.sampled_from(["a", "b", "c", "d"])
 OPS = st.lists(
@@ -236,3 +242,20 @@ def test_the_estimate_of_each_record_counts_its_payload() -> None:
         assert 50_000 < record_bytes(record) < 50_000 + 2_000, type(record).__name__
     small = ConversationCreated(conversation_id="c", agent="a", at=0.0)
     assert record_bytes(small) == RECORD_BYTES
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=30,
+)
+
+
+@given(value=JSON)
+def test_the_shortcut_for_small_json_values_agrees_with_the_walk(value: object) -> None:
+    """The records' hot payloads (a call's part, arguments, result) are counted without the
+    general walk; for every JSON value, nested deeper than the shortcut follows or not, the count
+    is the walk's."""
+    assert _value_bytes(value) == estimate_bytes(value)
