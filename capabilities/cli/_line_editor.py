@@ -67,6 +67,7 @@ class LineEditor:
         os.close(os.open(history, os.O_CREAT | os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC, 0o600))
         history.chmod(0o600)
         self.busy = False  # a run is going: the prompt says so
+        self.status: str | None = None  # the spinner's line, shown above the input line
         self._session: Any = PromptSession(
             history=FileHistory(str(history)),
             key_bindings=bindings,
@@ -83,14 +84,23 @@ class LineEditor:
         from prompt_toolkit.formatted_text import ANSI
 
         prompt = BUSY_PROMPT if self.busy else IDLE_PROMPT
-        pending = self.output.pending
-        return ANSI(f"{pending}\n{prompt}") if pending else prompt
+        above = [self.output.pending] if self.output.pending else []
+        if self.status:  # ours: no character from a model or a tool
+            above.append(f"\x1b[2m{self.status}\x1b[0m")
+        return ANSI("\n".join([*above, prompt])) if above else prompt
 
     def refresh(self) -> None:
         """Draw the prompt again (thread-safe)."""
         app = self._session.app
         if app.is_running and app.loop is not None:
             app.loop.call_soon_threadsafe(app.invalidate)
+
+    def set_status(self, status: str | None) -> None:
+        """Show ``status`` (the spinner's line) above the input line, or nothing; callable from
+        the Trio thread."""
+        if status != self.status:
+            self.status = status
+            self.refresh()
 
     def set_busy(self, busy: bool) -> None:
         """Say whether a run is going (the prompt changes); callable from the Trio thread."""

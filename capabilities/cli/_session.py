@@ -39,6 +39,7 @@ from ._commands import Command, add_usage, command_of, help_lines, message_of
 from ._console import Console, Styled, Text
 from ._errors import steering_rejection
 from ._line_editor import Interrupted, LineEditor, Typed
+from ._progress import Progress
 from ._sanitize import json_safe
 from ._sessions import NamedSession
 from .render import Timeline, format_usage
@@ -151,6 +152,8 @@ class TerminalSession:
         self._answer_open = False  # answer text on ``out`` not yet ended by a newline
         self._usage = UsageTotals()  # this chat's runs, for /usage
         self._runs = 0
+        self._progress = Progress()
+        self._status_shown: str | None = None  # the last status line written (line mode)
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -280,11 +283,15 @@ class TerminalSession:
             self._current = events
             if self._editor is not None:
                 self._editor.set_busy(True)
+            self._progress = Progress()
             try:
                 if self._lines is not None:
                     nursery.start_soon(self._input_during_run, events)
+                nursery.start_soon(self._spinner)
                 async for event in events:
+                    self._progress.see(event, trio.current_time())
                     self._show(event)
+                    self._show_status()
                     if isinstance(event, RunStarted):
                         self._conversation_id = event.conversation_id
                         if self._named is not None:
@@ -298,12 +305,32 @@ class TerminalSession:
                 self._current = None
                 if self._editor is not None:
                     self._editor.set_busy(False)
+                    self._editor.set_status(None)
                 nursery.cancel_scope.cancel()
         self._timeline.close()
         if self._named is not None and terminal is not None:
             with trio.CancelScope(shield=True):
                 await self._named.ended()
         return exit_status(terminal)
+
+    async def _spinner(self) -> None:
+        """Update the spinner's line once a second. Cancellation: stops at once."""
+        while True:
+            await trio.sleep(1 - trio.current_time() % 1)
+            self._show_status()
+
+    def _show_status(self) -> None:
+        """The spinner: with the line editor, a line above the input line (redrawn each second);
+        in a chat without it, a line every 10 s of the same wait; in ``run``, nothing (its
+        output is for scripts too). Nothing while an approval prompt waits."""
+        status = None if self._prompt.waiting else self._progress.status(trio.current_time())
+        if self._editor is not None:
+            self._editor.set_status(status)
+        elif status is not None and not (self._json or self._answer_only):
+            seconds = self._progress.seconds(trio.current_time())
+            if seconds is not None and seconds % 10 == 0 and status != self._status_shown:
+                self._status_shown = status
+                self._note(status)
 
     def _show(self, event: EventBase) -> None:
         if self._json:

@@ -43,8 +43,14 @@ def test_usage_totals_are_the_sums_of_the_runs(runs: list[UsageTotals]) -> None:
     total = UsageTotals()
     for run in runs:
         total = add_usage(total, run)
-    summed = ("input_tokens", "output_tokens", "cache_read_input_tokens")
-    summed += ("cache_write_input_tokens", "reasoning_tokens", "model_calls")
+    summed = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_write_input_tokens",
+        "reasoning_tokens",
+        "model_calls",
+    ]
     for name in summed:
         assert getattr(total, name) == sum(getattr(run, name) for run in runs)
     if runs:

@@ -1,0 +1,93 @@
+"""The spinner: what a run waits on, from its events (pure, with made-up times), and shown above
+the chat's input line against a server that answers nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities.cli._progress import FRAMES, Progress
+from effectagent.core import (
+    RunCompleted,
+    TextDelta,
+    ToolCallStarted,
+    ToolCallSucceeded,
+    TurnStarted,
+    UsageTotals,
+)
+from tests.providers.replay import Reply
+
+from .support import TMUX, ServerThread, serve, terminal_screen
+from .test_line_editor import CTRL_C, ENTER, end, open_chat
+
+
+def event(kind: type[Any], **fields: Any) -> Any:
+    base = {"run_id": "r", "conversation_id": "c", "agent": "a", "seq": 0, "at": 0.0}
+    return kind(**base, **fields)
+
+
+def test_the_model_s_wait_shows_after_a_second_until_its_answer_begins() -> None:
+    progress = Progress()
+    progress.see(event(TurnStarted, turn=1), 100.0)
+    assert progress.status(100.9) is None  # most answers start sooner: nothing shown
+    assert progress.status(101.0) == "⠙ waiting for the model · 1 s"
+    assert progress.status(145.2) == "⠴ waiting for the model · 45 s"
+    assert progress.seconds(145.2) == 45
+    progress.see(event(TextDelta, turn=1, text="Hi"), 146.0)
+    assert progress.status(150.0) is None  # the answer's text shows instead
+
+
+def test_each_running_tool_shows_the_longest_first_until_it_settles() -> None:
+    progress = Progress()
+    progress.see(event(ToolCallStarted, turn=1, tool_call_id="1", tool_name="shell"), 10.0)
+    progress.see(event(ToolCallStarted, turn=1, tool_call_id="2", tool_name="notes"), 12.0)
+    assert progress.status(18.5) == "⠇ shell running (+1 more) · 8 s"
+    outcome: Any = None
+    progress.see(
+        event(ToolCallSucceeded, turn=1, tool_call_id="1", tool_name="shell", outcome=outcome),
+        19.0,
+    )
+    assert progress.status(19.0) == "⠧ notes running · 7 s"
+    progress.see(
+        event(
+            RunCompleted,
+            text="",
+            output=None,
+            finish_reason="stop",
+            exhausted=None,
+            usage=UsageTotals(),
+            turns=1,
+            tool_calls=0,
+        ),
+        20.0,
+    )
+    assert progress.status(30.0) is None
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+def test_the_spinner_counts_the_seconds_of_a_server_that_answers_nothing(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    server.script(Reply.stall())
+    child, seen = open_chat(server, tmp_path)
+    child.send("Hello?" + ENTER)
+    child.expect_exact("waiting for the model · 1 s")  # drawn above the input line
+    for seconds in (2, 3):  # then only what changes is drawn again: the frame, the figure
+        child.expect_exact(FRAMES[seconds])
+        child.expect_exact(str(seconds))
+    if TMUX is not None:  # what the terminal shows now
+        screen = terminal_screen(seen.getvalue(), tmp_path).splitlines()
+        assert "⠸ waiting for the model · 3 s" in screen
+        assert screen[screen.index("⠸ waiting for the model · 3 s") + 1].startswith(">")
+    child.send(CTRL_C)
+    child.expect_exact("interrupted")
+    child.expect_exact("you>")
+    end(child)
