@@ -194,6 +194,9 @@ class TerminalSession:
                     elif line.strip():
                         await self.run_once(message_of(line))
             self._screen.line()
+            if self._named is not None and self._conversation_id is not None:
+                name = self._named.name
+                self._note(f"session {name} saved: effectagent chat --session {name}")
             nursery.cancel_scope.cancel()
         return 0
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,8 +106,10 @@ def test_help_usage_new_and_exit_in_a_chat(server: ServerThread, tmp_path: Path)
     child.expect_exact("Fresh.")
     child.expect(PROMPT)
     child.sendline("/exit")
-    _, status = finish(child)
+    output, status = finish(child)
     assert status == 0
+    said = re.search(r"session (chat-\S+) saved: effectagent chat --session \1\r?$", output, re.M)
+    assert said is not None, output  # how to come back
     requests = server.requests()
     assert len(requests) == 3  # no command reached the model
     second, third = (messages(request.json()) for request in requests[1:])
