@@ -263,8 +263,8 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             '"openai-compatible:qwen3","native_output":true},"unchecked":[]}',
             "the tools offered differ: tool 'forecast' has another description\n"
             "  field: tools[0].description\n"
-            "  recorded: \"Today's high in a city, in °C.\"\n"
-            "  received: \"Today's high in a city, in °F.\"",
+            '  recorded: "Today\'s high in a city, in °C."\n'
+            '  received: "Today\'s high in a city, in °F."',
         ],
     },
 }
