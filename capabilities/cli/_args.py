@@ -179,12 +179,25 @@ def parser() -> argparse.ArgumentParser:
         commands,
         "sessions",
         parents=[],
-        help="list the sessions (or export one as a cassette)",
+        help="list the sessions (or show one, or export one as a cassette)",
         description="List the sessions: name, conversation, last update, runs. "
+        "`sessions show NAME` prints one's conversation; "
         "`sessions export NAME --cassette FILE` writes one as a cassette.",
     )
     sessions.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
     actions = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
+    show = _subcommand(
+        actions,
+        "show",
+        parents=[],
+        help="print a session's conversation",
+        description="Print what was said in the conversation the session NAME continues (its "
+        "latest): your messages and the answers, without the tool calls.",
+    )
+    show.add_argument("name", metavar="NAME", help="the session")
+    show.add_argument(
+        "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
+    )
     export = _subcommand(
         actions,
         "export",

@@ -37,12 +37,12 @@ from ._args import (
     prompt_text,
 )
 from ._config import Config, ConfigError, config_path, load_config, state_dir
-from ._console import Channel, Console, Text
+from ._console import Channel, Console, Styled, Text
 from ._errors import INSTALL, missing_package, sentence
 from ._line_editor import LineEditor
 from ._sanitize import visible
 from ._session import TerminalSession
-from ._sessions import NamedSession, all_sessions, export_session, runs_of
+from ._sessions import NamedSession, all_sessions, export_session, find_session, runs_of, turns_of
 from ._tools import open_tools
 
 __all__ = ["execute", "main"]
@@ -50,6 +50,8 @@ __all__ = ["execute", "main"]
 DATABASE = "effectagent.db"
 #: What was typed at the chat prompt, for Up/Down and Ctrl-R in the next sessions.
 HISTORY = "history"
+#: How many of a resumed conversation's last messages a chat shows first.
+REPLAYED = 4
 
 DEFAULT_INSTRUCTIONS = (
     "You are a helpful assistant in the user's terminal. Answer concisely. Use the tools you "
@@ -287,6 +289,13 @@ async def _chat(args: argparse.Namespace, environ: Mapping[str, str], console: C
             else:
                 intro = f"session {name} (resume it with --session {name})"
             console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
+            if named.conversation_id is not None:  # where the conversation stands
+                said = turns_of(await opened.runtime.log.entries(named.conversation_id))
+                earlier = len(said) - REPLAYED
+                if earlier > 0:
+                    more = f"{earlier} earlier message{'' if earlier == 1 else 's'}"
+                    console.out.line(Styled("dim", f"… {more} (effectagent sessions show {name})"))
+                _show_turns(console, said[-REPLAYED:])
             if why_not is not None:
                 console.out.line(f"note: {why_not}")
             return await opened.session(console, named, editor=editor).chat(sys.stdin)
@@ -358,13 +367,16 @@ async def _read_stdin() -> str:
     try:
         return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
     except (OSError, ValueError) as exc:
-        raise Unavailable(f"stdin cannot be read: {exc}") from None
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise Unavailable(f"stdin cannot be read: {reason}") from None
 
 
 async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions``. Cancellation: reads only; nothing changes."""
     if getattr(args, "sessions_command", None) == "export":
         return await _export(args, environ, console)
+    if getattr(args, "sessions_command", None) == "show":
+        return await _show(args, environ, console)
     directory = state_dir(args.state_dir, environ)
     path = directory / DATABASE
     if not path.is_file():
@@ -391,6 +403,31 @@ async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], consol
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         console.out.line("  ".join([*cells, row[3]]))
     return EXIT_COMPLETED
+
+
+async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
+    """``effectagent sessions show NAME``. Cancellation: reads only; nothing changes."""
+    path = state_dir(args.state_dir, environ) / DATABASE
+    if not path.is_file():
+        raise UsageError(f"there are no sessions yet (they are kept in {path})")
+    try:
+        async with open_runtime(sqlite_storage(path)) as runtime:
+            found = await find_session(runtime.context[SessionStoreService], args.name)
+            conversation = found.conversations[-1] if found and found.conversations else None
+            turns = turns_of(await runtime.log.entries(conversation)) if conversation else None
+    except Exception as exc:
+        raise Unavailable(_describe(exc)) from None
+    if turns is None:
+        raise UsageError(f"there is no session {visible(args.name)} with a conversation")
+    console.out.line(f"session {visible(args.name)}, conversation {visible(str(conversation))}")
+    _show_turns(console, turns)
+    return EXIT_COMPLETED
+
+
+def _show_turns(console: Console, turns: Sequence[tuple[str, str]]) -> None:
+    """Each turn as ``who> text`` (the text escaped; its lines kept)."""
+    for who, text in turns:
+        console.out.line(Styled("bold", f"{who}> "), Text(text.rstrip("\n")))
 
 
 async def _export(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:

@@ -3,7 +3,7 @@ conversation it continues, and the metadata counts the runs (``{"runs": n}``).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from capabilities.sessions import (
@@ -13,10 +13,18 @@ from capabilities.sessions import (
     SessionPatch,
     SessionStore,
 )
+from effectagent.core import LogEntry, ModelResponseRecorded, UserInputRecorded
 from effectagent.engine import ConversationLog
 from effectagent.testing import Cassette, cassette_of_log
 
-__all__ = ["NamedSession", "all_sessions", "export_session", "find_session", "runs_of"]
+__all__ = [
+    "NamedSession",
+    "all_sessions",
+    "export_session",
+    "find_session",
+    "runs_of",
+    "turns_of",
+]
 
 _PAGE = 500
 
@@ -125,3 +133,22 @@ async def export_session(
         return None
     entries = await log.entries(session.conversations[-1])
     return cassette_of_log(entries, instructions=instructions)
+
+
+def turns_of(entries: Sequence[LogEntry]) -> list[tuple[str, str]]:
+    """What was said in a conversation, in order: ``("you", text)`` for each of the person's
+    inputs (``"you (steering)"`` for steering), ``("assistant", text)`` for each response with
+    text. Tool calls and reasoning are left out. Pure."""
+    turns: list[tuple[str, str]] = []
+    for entry in entries:
+        record = entry.record
+        if isinstance(record, UserInputRecorded):
+            if record.kind == "feedback":  # the engine's word to the model, not the person's
+                continue
+            who = "you" if record.kind == "user" else f"you ({record.kind})"
+            turns.append((who, record.text))
+        elif isinstance(record, ModelResponseRecorded):
+            text = "".join(value for kind, value in record.content if kind == "text" and value)
+            if text.strip():
+                turns.append(("assistant", text))
+    return turns

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import io
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,8 +19,8 @@ from effectagent.core import UsageTotals
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import ServerThread, serve
-from .test_cli import PROMPT, finish, messages, open_chat
+from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .test_cli import PROMPT, args, end_chat, finish, messages, open_chat
 
 
 def test_which_lines_are_commands() -> None:
@@ -115,3 +117,61 @@ def test_help_usage_new_and_exit_in_a_chat(server: ServerThread, tmp_path: Path)
     second, third = (messages(request.json()) for request in requests[1:])
     assert ("user", "First?") in second
     assert [text for role, text in third if role == "user"] == ["Third?"]  # a new conversation
+
+
+def test_a_resumed_chat_shows_its_last_turns_and_sessions_show_prints_all(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    wire = ChatWire()
+    server.script(*(Reply.sse(wire.text(f"Answer {n}.")) for n in (1, 2, 3)))
+    child = spawn(args(server, "chat", "--session", "trip"), cli_env(tmp_path))
+    for n in (1, 2, 3):
+        child.expect(PROMPT)
+        child.sendline(f"Question {n}?")
+        child.expect_exact(f"Answer {n}.")
+    child.expect(PROMPT)
+    end_chat(child)
+
+    again = spawn(args(server, "chat", "--session", "trip"), cli_env(tmp_path))
+    seen = io.StringIO()
+    again.logfile_read = seen
+    again.expect_exact("assistant> Answer 3.")  # the last turn replayed …
+    again.expect(PROMPT)  # … then the prompt
+    end_chat(again)
+    opening = seen.getvalue()
+    assert "… 2 earlier messages (effectagent sessions show trip)" in opening
+    shown = [line for line in opening.splitlines() if "> " in line]
+    assert shown[-1] == "you> "  # the prompt, after them
+    assert shown[:-1] == [
+        "you> Question 2?",
+        "assistant> Answer 2.",
+        "you> Question 3?",
+        "assistant> Answer 3.",
+    ]
+
+    listed = subprocess.run(
+        [EFFECTAGENT, "sessions", "show", "trip"],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].startswith("session trip, conversation ")
+    assert lines[1:] == [
+        f"{who}> {what} {n}{mark}"
+        for n in (1, 2, 3)
+        for who, what, mark in (("you", "Question", "?"), ("assistant", "Answer", "."))
+    ]
+    missing = subprocess.run(
+        [EFFECTAGENT, "sessions", "show", "nope"],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "there is no session nope with a conversation" in missing.stderr
