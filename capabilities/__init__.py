@@ -21,31 +21,78 @@ telemetry are imported from theirs:
 ``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
 """
 
-from capabilities._assemblies import in_memory_storage as in_memory_storage
-from capabilities._assemblies import sqlite_storage as sqlite_storage
-from capabilities.approval import ApprovalPolicy as ApprovalPolicy
-from capabilities.approval import ApprovalRule as ApprovalRule
-from capabilities.approval import InteractiveApproval as InteractiveApproval
-from capabilities.approval import PolicyApproval as PolicyApproval
-from capabilities.approval import ScriptedApproval as ScriptedApproval
-from capabilities.authorization import AccessPolicy as AccessPolicy
-from capabilities.authorization import AccessRule as AccessRule
-from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
-from capabilities.compaction import LogCompactor as LogCompactor
-from capabilities.sessions import Session as Session
-from capabilities.sessions import SessionConflict as SessionConflict
-from capabilities.sessions import SessionCreate as SessionCreate
-from capabilities.sessions import SessionPatch as SessionPatch
-from capabilities.sessions import SessionSchema as SessionSchema
-from capabilities.sessions import SessionStoreService as SessionStoreService
-from capabilities.state import AgentStateService as AgentStateService
-from capabilities.state import Compensatable as Compensatable
-from capabilities.state import RunLocal as RunLocal
-from capabilities.state import StateConflict as StateConflict
-from capabilities.state import StateSlot as StateSlot
-from capabilities.state import Uncertain as Uncertain
-from capabilities.state import WithRecord as WithRecord
-from capabilities.steering import SteeringService as SteeringService
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from capabilities._assemblies import in_memory_storage as in_memory_storage
+    from capabilities._assemblies import sqlite_storage as sqlite_storage
+    from capabilities.approval import ApprovalPolicy as ApprovalPolicy
+    from capabilities.approval import ApprovalRule as ApprovalRule
+    from capabilities.approval import InteractiveApproval as InteractiveApproval
+    from capabilities.approval import PolicyApproval as PolicyApproval
+    from capabilities.approval import ScriptedApproval as ScriptedApproval
+    from capabilities.authorization import AccessPolicy as AccessPolicy
+    from capabilities.authorization import AccessRule as AccessRule
+    from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
+    from capabilities.compaction import LogCompactor as LogCompactor
+    from capabilities.sessions import Session as Session
+    from capabilities.sessions import SessionConflict as SessionConflict
+    from capabilities.sessions import SessionCreate as SessionCreate
+    from capabilities.sessions import SessionPatch as SessionPatch
+    from capabilities.sessions import SessionSchema as SessionSchema
+    from capabilities.sessions import SessionStoreService as SessionStoreService
+    from capabilities.state import AgentStateService as AgentStateService
+    from capabilities.state import Compensatable as Compensatable
+    from capabilities.state import RunLocal as RunLocal
+    from capabilities.state import StateConflict as StateConflict
+    from capabilities.state import StateSlot as StateSlot
+    from capabilities.state import Uncertain as Uncertain
+    from capabilities.state import WithRecord as WithRecord
+    from capabilities.steering import SteeringService as SteeringService
+
+#: Where each re-exported name lives: imported on first use, so that a program that needs one
+#: subpackage (or the effectagent command's --help) does not load them all.
+_HOMES = {
+    "in_memory_storage": "capabilities._assemblies",
+    "sqlite_storage": "capabilities._assemblies",
+    "ApprovalPolicy": "capabilities.approval",
+    "ApprovalRule": "capabilities.approval",
+    "InteractiveApproval": "capabilities.approval",
+    "PolicyApproval": "capabilities.approval",
+    "ScriptedApproval": "capabilities.approval",
+    "AccessPolicy": "capabilities.authorization",
+    "AccessRule": "capabilities.authorization",
+    "PolicyAuthorization": "capabilities.authorization",
+    "LogCompactor": "capabilities.compaction",
+    "Session": "capabilities.sessions",
+    "SessionConflict": "capabilities.sessions",
+    "SessionCreate": "capabilities.sessions",
+    "SessionPatch": "capabilities.sessions",
+    "SessionSchema": "capabilities.sessions",
+    "SessionStoreService": "capabilities.sessions",
+    "AgentStateService": "capabilities.state",
+    "Compensatable": "capabilities.state",
+    "RunLocal": "capabilities.state",
+    "StateConflict": "capabilities.state",
+    "StateSlot": "capabilities.state",
+    "Uncertain": "capabilities.state",
+    "WithRecord": "capabilities.state",
+    "SteeringService": "capabilities.steering",
+}
+
+
+if not _typing.TYPE_CHECKING:  # hidden from type checkers: they see the imports above, typed
+
+    def __getattr__(name: str) -> object:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value
+        return value
+
 
 __all__ = [
     "AccessPolicy",
