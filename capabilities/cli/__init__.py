@@ -14,11 +14,10 @@ for a person at a terminal. Its names are imported when first used: ``effectagen
 loads neither the engine nor a provider.
 """
 
+import typing as _typing
 from collections.abc import Sequence as _Sequence
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
-if _TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._config import Config as Config
     from ._config import ConfigError as ConfigError
     from ._config import load_config as load_config
@@ -27,16 +26,18 @@ if _TYPE_CHECKING:
 __all__ = ["Config", "ConfigError", "Timeline", "load_config", "main"]
 
 
-def __getattr__(name: str) -> _Any:
-    if name in ("Config", "ConfigError", "load_config"):
-        from . import _config
+if not _typing.TYPE_CHECKING:  # hidden from type checkers: they see the typed imports above
 
-        return getattr(_config, name)
-    if name == "Timeline":
-        from .render import Timeline
+    def __getattr__(name: str) -> object:
+        if name in ("Config", "ConfigError", "load_config"):
+            from . import _config
 
-        return Timeline
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+            return getattr(_config, name)
+        if name == "Timeline":
+            from .render import Timeline
+
+            return Timeline
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: _Sequence[str] | None = None) -> int:
