@@ -62,7 +62,7 @@ bench-peers: $(STAMP)
 	$(BIN)/python benchmarks/parked.py
 
 # Mutation testing of the security-critical modules (mutation/modules.toml; not part of `make test`:
-# ~11 minutes on 2 cores). mutmut runs in its own virtualenv, .venv-mutate/, built when missing.
+# 11-14 minutes on 2 cores). mutmut runs in its own virtualenv, .venv-mutate/, built when missing.
 # MUTATE_ARGS picks modules by name (e.g. MUTATE_ARGS="redact budget"); MUTATE_JOBS workers.
 MUTATE_VENV := .venv-mutate
 MUTATE_STAMP := $(MUTATE_VENV)/.installed
