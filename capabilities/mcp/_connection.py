@@ -29,7 +29,9 @@ Listings: the tools are listed when the connection opens and again whenever the 
 tool by tool, see ``_listing``). A call during which such a notification arrived — before its
 answer, as when the tool itself changed the list — waits for the re-listing that covers it to
 finish (at most ``call_timeout``) before it returns, so the engine's next turn, which takes the
-connection's snapshot, sees the new list. The engine needs no hook for this: the batch that made
+connection's snapshot, sees the new list. "Before its answer" is the order the client reads: over
+stdio the order the server wrote; over streamable HTTP only a notification related to the call
+shares the call's stream — an unrelated one comes on the standalone stream, in no order with it. The engine needs no hook for this: the batch that made
 the call settles only when the call has returned.
 """
 

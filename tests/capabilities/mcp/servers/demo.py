@@ -220,7 +220,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "add_tool":
         added = str(arguments["name"])
         tools.append(_tool(added, f"The tool {added}, added while connected."))
-        await ctx.session.send_tool_list_changed()
+        # Related to this request: over streamable HTTP it travels on the call's own stream,
+        # ahead of the answer (an unrelated one takes the standalone stream, in no order).
+        await ctx.session.send_notification(
+            types.ToolListChangedNotification(), related_request_id=ctx.request_id
+        )
         return _text(f"added {added}")
     if any(tool.name == name for tool in tools):
         return _text(f"{name} ran")
