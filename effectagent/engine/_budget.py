@@ -102,7 +102,6 @@ class Budget:
     def _with(
         self,
         *,
-        turns: int | None = None,
         tool_calls: int | None = None,
         usage: UsageTotals | None = None,
         delegated_turns: int | None = None,
@@ -115,7 +114,7 @@ class Budget:
         return Budget(
             self.policy,
             self.started_at,
-            self.turns if turns is None else turns,
+            self.turns,
             self.tool_calls if tool_calls is None else tool_calls,
             self.usage if usage is None else usage,
             self.delegated_turns if delegated_turns is None else delegated_turns,
@@ -317,7 +316,6 @@ class Allowance:
         "_reserved_calls",
         "_reserved_tokens",
         "_reserved_turns",
-        "_settled",
         "_tool_calls",
         "_turns",
         "_usage",
@@ -333,7 +331,6 @@ class Allowance:
         self._reserved_calls = 0
         self._reserved_tokens = 0
         self._held: set[int] | None = None  # ids of the leases not settled yet (made lazily)
-        self._settled = 0
 
     def _calls_left(self) -> int:
         return self._budget.calls_left - self._inner - self._tool_calls - self._reserved_calls
