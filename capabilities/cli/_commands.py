@@ -69,13 +69,8 @@ def help_lines() -> list[str]:
 
 def add_usage(total: UsageTotals, run: UsageTotals) -> UsageTotals:
     """``total`` with one more run's totals added (the last call's figures are ``run``'s)."""
-    return UsageTotals(
-        total.input_tokens + run.input_tokens,
-        total.output_tokens + run.output_tokens,
-        total.cache_read_input_tokens + run.cache_read_input_tokens,
-        total.cache_write_input_tokens + run.cache_write_input_tokens,
-        total.reasoning_tokens + run.reasoning_tokens,
-        total.model_calls + run.model_calls,
-        run.last_input_tokens,
-        run.last_output_tokens,
+    return attrs.evolve(
+        total.including(run),
+        last_input_tokens=run.last_input_tokens,
+        last_output_tokens=run.last_output_tokens,
     )
