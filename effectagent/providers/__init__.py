@@ -1,4 +1,5 @@
-"""Language model providers: adapters on the official ``openai`` and ``anthropic`` SDKs.
+"""Language model providers: adapters on the official ``openai``, ``anthropic`` and
+``google-genai`` SDKs.
 
 Choose a model by a string and get a Layer providing the ``LanguageModelService``::
 
@@ -6,25 +7,28 @@ Choose a model by a string and get a Layer providing the ``LanguageModelService`
     layer = model_layer("openai:gpt-4.1")                    # OpenAI, Responses API
     layer = model_layer("openai-chat:gpt-4.1")               # OpenAI, Chat Completions
     layer = model_layer("openai-compatible:qwen3", base_url="http://127.0.0.1:8000/v1")
+    layer = model_layer("google:gemini-2.5-flash")           # Gemini API
 
 or build the settings explicitly (:class:`OpenAIResponses`, :class:`OpenAIChat`,
-:class:`OpenAICompatible`, :class:`Anthropic`) and call ``.layer()`` — or ``.open()`` for an
-``async with`` block without a runtime.
+:class:`OpenAICompatible`, :class:`Anthropic`, :class:`Gemini`) and call ``.layer()`` — or
+``.open()`` for an ``async with`` block without a runtime.
 
-Importing this package imports neither SDK: each is imported when a model's layer is built (the
-SDKs take 0.5 s and 1.2 s to import). The SDKs' own retries are off — the engine retries on its
-own clock — and their types never leave an adapter: failures are typed
+Importing this package imports no SDK: each is imported when a model's layer is built (the SDKs
+take from half a second to over a second to import). The SDKs' own retries are off — the engine
+retries on its own clock — and their types never leave an adapter: failures are typed
 :class:`~effectagent.ai.AiError`\\ s, streams are :mod:`effectagent.ai` response parts.
 
 Everything else is private, one concept a module: ``_model_string`` (the strings),
-``_openai_models`` and ``_anthropic_model`` (settings, layers, adapters), ``_openai_chat``,
-``_openai_responses`` and ``_anthropic_messages`` (each provider's pure request and stream
-mapping), ``_streaming`` (the shared streaming loop), ``_sse`` (event-stream decoding),
-``_errors`` (typed errors), ``_output_schema`` (what each provider can enforce), ``_reasoning``
-(replaying provider-native reasoning), ``_credentials`` (keys).
+``_openai_models``, ``_anthropic_model`` and ``_gemini_model`` (settings, layers, adapters),
+``_openai_chat``, ``_openai_responses``, ``_anthropic_messages`` and ``_gemini_content`` (each
+provider's pure request and stream mapping), ``_streaming`` (the shared streaming loop),
+``_sse`` (event-stream decoding), ``_errors`` (typed errors), ``_output_schema`` (what each
+provider can enforce), ``_reasoning`` (replaying provider-native reasoning), ``_credentials``
+(keys).
 """
 
 from ._anthropic_model import Anthropic as Anthropic
+from ._gemini_model import Gemini as Gemini
 from ._model_string import ModelSettings as ModelSettings
 from ._model_string import model_layer as model_layer
 from ._model_string import model_settings as model_settings
@@ -44,4 +48,5 @@ __all__ = [
     "OpenAIChat",
     "OpenAICompatible",
     "Anthropic",
+    "Gemini",
 ]

@@ -32,7 +32,6 @@ Stream
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -56,14 +55,13 @@ from effectagent.ai import (
 
 from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
 from ._errors import error_from_payload
-from ._output_schema import anthropic_output_schema
+from ._output_schema import anthropic_output_schema, output_instructions
 from ._reasoning import ReasoningMemory
 
 __all__ = [
     "MessagesDecoder",
     "anthropic_messages",
     "anthropic_request_body",
-    "output_instructions",
     "thinking_setting",
 ]
 
@@ -139,15 +137,6 @@ def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> lis
                 }
             )
     return blocks
-
-
-def output_instructions(schema: Mapping[str, Any]) -> str:
-    """What the system prompt says when the output schema cannot be sent natively."""
-    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
-    return (
-        "Your final answer must be a single JSON value and nothing else (no prose, no code "
-        f"fence). It must match this JSON Schema:\n{text}"
-    )
 
 
 #: The smallest thinking budget the API accepts.

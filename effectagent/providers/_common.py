@@ -233,9 +233,9 @@ def positive_tokens(instance: object, attribute: attrs.Attribute[Any], value: ob
 
 def default_max_tokens(provider: str, model: str) -> int:
     """The output cap, in tokens, of a request to ``model`` that sets none — what the model's
-    family takes: ``provider`` is ``"anthropic"``, ``"openai"`` or ``"compatible"`` (somebody
-    else's server, whose models are unknown here: a cap that small local models take). An
-    adapter always sends a cap, so no response is unbounded."""
+    family takes: ``provider`` is ``"anthropic"``, ``"openai"``, ``"google"`` or
+    ``"compatible"`` (somebody else's server, whose models are unknown here: a cap that small
+    local models take). An adapter always sends a cap, so no response is unbounded."""
     name = model.lower()
     if provider == "anthropic":
         if name.startswith(("claude-3-opus", "claude-3-sonnet", "claude-3-haiku")):
@@ -249,6 +249,10 @@ def default_max_tokens(provider: str, model: str) -> int:
         if name.startswith(("gpt-3.5", "gpt-4")):
             return 4096
         return 16384
+    if provider == "google":
+        if name.startswith(("gemini-1.", "gemini-2.0")):
+            return 8192
+        return 65536  # Gemini 2.5 and later; thinking counts toward the cap
     if provider == "compatible":
         return 4096
     raise ValueError(f"unknown provider {provider!r}")

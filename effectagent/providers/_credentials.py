@@ -11,15 +11,22 @@ from effectagent.ai import AuthenticationFailed
 __all__ = ["require_api_key", "secret_values"]
 
 
-def require_api_key(given: str | None, variable: str, provider: str) -> str:
-    """``given``, else the environment variable ``variable``; a missing or empty key is
-    :class:`~effectagent.ai.AuthenticationFailed` naming the variable."""
-    key = given if given is not None else os.environ.get(variable)
+def require_api_key(given: str | None, variable: str | tuple[str, ...], provider: str) -> str:
+    """``given``, else the first of the environment variables ``variable`` (one name, or
+    several in order of precedence) that is set and not empty; a missing or empty key is
+    :class:`~effectagent.ai.AuthenticationFailed` naming the variables."""
+    names = (variable,) if isinstance(variable, str) else variable
+    if given is not None:
+        key = given
+    else:
+        key = next((value for name in names if (value := os.environ.get(name))), "")
     if not key:
-        raise AuthenticationFailed(
-            f"no API key for {provider}: pass api_key=... or set the {variable} environment "
-            "variable"
+        where = (
+            f"the {names[0]} environment variable"
+            if len(names) == 1
+            else "one of the environment variables " + " or ".join(names)
         )
+        raise AuthenticationFailed(f"no API key for {provider}: pass api_key=... or set {where}")
     return key
 
 

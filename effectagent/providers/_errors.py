@@ -6,18 +6,24 @@ The classes the engine and its retry policy act on:
 ============================  ==================================================================
 ``RateLimited``               429 or a rate-limit error type; ``retry_after`` from the
                               ``retry-after-ms`` / ``retry-after`` header (seconds or an HTTP
-                              date). Retryable. A 429 that says the *quota* is spent is a
+                              date), else from a Google ``RetryInfo`` detail's ``retryDelay``.
+                              Retryable. A 429 that says the *quota* is spent is a
                               ``ProviderError(429)``: waiting does not help.
 ``ContextLengthExceeded``     a 400/413/422 (or a stream error) whose code or message says the
                               prompt is longer than the context window; ``limit`` when the
                               message states it. Not retryable as it is: compaction can react.
-``AuthenticationFailed``      401, 403, or an authentication / permission error type.
+``AuthenticationFailed``      401, 403, an authentication / permission error type, or a Google
+                              error whose detail's reason says the API key is not valid (Gemini
+                              answers a bad key with 400).
 ``ContentFiltered``           the provider's content policy refused the request.
 ``InvalidModelRequest``       any other 400, 404, 413, 422, or an invalid-request error type.
 ``ModelUnavailable``          408, 5xx, 529 (overloaded), or an overloaded / server error type.
                               Retryable.
 ``ProviderError(status)``     anything else.
 ============================  ==================================================================
+
+The error type is the body's ``type`` — or, for Google's errors (``{"error": {"code": 429,
+"status": "RESOURCE_EXHAUSTED", "message": …, "details": […]}}``), its ``status``.
 
 Connection failures (``ModelNetworkError``) and broken event streams (``MalformedResponse``) are
 raised where they happen, by the streaming loop; this module only reads what a provider *said*.
@@ -67,7 +73,8 @@ _CONTEXT_CODES = frozenset(
 )
 _CONTEXT_MESSAGE = re.compile(
     r"context[ _-]?length|context window|maximum context|prompt is too long|input is too long"
-    r"|too many (?:input )?tokens|exceeds? the (?:model's )?(?:maximum )?context",
+    r"|too many (?:input )?tokens|exceeds? the (?:model's )?(?:maximum )?context"
+    r"|input token count.*exceeds the maximum number of tokens",
     re.IGNORECASE,
 )
 _CONTEXT_LIMIT = (
@@ -75,17 +82,49 @@ _CONTEXT_LIMIT = (
     re.compile(r">\s*(\d+)\s*maximum", re.IGNORECASE),
     re.compile(r"context window (?:of|is) (\d+)", re.IGNORECASE),
     re.compile(r"limit of (\d+) tokens", re.IGNORECASE),
+    re.compile(r"maximum number of tokens allowed \((\d+)\)", re.IGNORECASE),
 )
 _AUTH_KINDS = frozenset(
-    {"authentication_error", "permission_error", "invalid_api_key", "permission_denied"}
+    {
+        "authentication_error",
+        "permission_error",
+        "invalid_api_key",
+        "permission_denied",
+        "UNAUTHENTICATED",
+        "PERMISSION_DENIED",
+    }
 )
-_RATE_KINDS = frozenset({"rate_limit_error", "rate_limit_exceeded", "tokens", "requests"})
+#: The reasons of a Google error's details that mean the key is not accepted.
+_AUTH_REASONS = frozenset({"API_KEY_INVALID", "API_KEY_EXPIRED"})
+_RATE_KINDS = frozenset(
+    {"rate_limit_error", "rate_limit_exceeded", "tokens", "requests", "RESOURCE_EXHAUSTED"}
+)
 _QUOTA_KINDS = frozenset({"insufficient_quota", "billing_error", "quota_exceeded"})
 _UNAVAILABLE_KINDS = frozenset(
-    {"overloaded_error", "api_error", "server_error", "service_unavailable", "overloaded"}
+    {
+        "overloaded_error",
+        "api_error",
+        "server_error",
+        "service_unavailable",
+        "overloaded",
+        "UNAVAILABLE",
+        "INTERNAL",
+        "DEADLINE_EXCEEDED",
+    }
 )
 _FILTER_KINDS = frozenset({"content_filter", "content_policy_violation"})
-_INVALID_KINDS = frozenset({"invalid_request_error", "not_found_error", "invalid_request"})
+_INVALID_KINDS = frozenset(
+    {
+        "invalid_request_error",
+        "not_found_error",
+        "invalid_request",
+        "INVALID_ARGUMENT",
+        "NOT_FOUND",
+        "FAILED_PRECONDITION",
+    }
+)
+#: A protobuf duration as Google's JSON writes it: seconds with an ``s``.
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
@@ -143,7 +182,7 @@ def error_from_status(
     kind, code, message = _details(body)
     shown = f"{provider} answered HTTP {status}" + (f" ({kind or code})" if kind or code else "")
     shown = f"{shown}: {message}" if message else shown
-    return _classify(status, kind, code, message, shown, headers)
+    return _classify(status, kind, code, message, shown, headers, body)
 
 
 def error_from_payload(provider: str, payload: object) -> AiError:
@@ -152,7 +191,7 @@ def error_from_payload(provider: str, payload: object) -> AiError:
     kind, code, message = _details(payload)
     label = kind or code or "an error"
     shown = f"{provider} reported {label} mid-stream" + (f": {message}" if message else "")
-    return _classify(None, kind, code, message, shown, {})
+    return _classify(None, kind, code, message, shown, {}, payload)
 
 
 def _details(body: object) -> tuple[str, str, str]:
@@ -162,6 +201,8 @@ def _details(body: object) -> tuple[str, str, str]:
         inner = body.get("error")
         info: Mapping[str, Any] = inner if isinstance(inner, Mapping) else body
         kind = info.get("type")
+        if not isinstance(kind, str):
+            kind = info.get("status")  # Google's canonical code: RESOURCE_EXHAUSTED, …
         code = info.get("code")
         message = info.get("message")
         if not isinstance(message, str):
@@ -189,6 +230,25 @@ def _context_limit(message: str) -> int | None:
     return None
 
 
+def _google_details(body: object) -> list[Mapping[str, Any]]:
+    """The ``details`` of a Google error body (``{"error": {"details": [...]}}``)."""
+    inner = body.get("error") if isinstance(body, Mapping) else None
+    details = inner.get("details") if isinstance(inner, Mapping) else None
+    if not isinstance(details, list):
+        return []
+    return [detail for detail in details if isinstance(detail, Mapping)]
+
+
+def _retry_delay(body: object) -> float | None:
+    """Seconds a Google error's ``RetryInfo`` detail asks to wait (``"retryDelay": "7s"``)."""
+    for detail in _google_details(body):
+        delay = detail.get("retryDelay")
+        found = _DURATION.match(delay) if isinstance(delay, str) else None
+        if found:
+            return float(found.group(1))
+    return None
+
+
 def _classify(
     status: int | None,
     kind: str,
@@ -196,6 +256,7 @@ def _classify(
     message: str,
     shown: str,
     headers: Mapping[str, str],
+    body: object = None,
 ) -> AiError:
     if (status in (None, 400, 413, 422)) and (
         code in _CONTEXT_CODES
@@ -204,12 +265,18 @@ def _classify(
         or bool(_CONTEXT_MESSAGE.search(message))
     ):
         return ContextLengthExceeded(shown, _context_limit(message))
-    if status in (401, 403) or kind in _AUTH_KINDS or code in _AUTH_KINDS:
+    if (
+        status in (401, 403)
+        or kind in _AUTH_KINDS
+        or code in _AUTH_KINDS
+        or any(d.get("reason") in _AUTH_REASONS for d in _google_details(body))
+    ):
         return AuthenticationFailed(shown)
     if kind in _QUOTA_KINDS or code in _QUOTA_KINDS:
         return ProviderError(shown, status)
     if status == 429 or kind in _RATE_KINDS or code in _RATE_KINDS:
-        return RateLimited(shown, retry_after(headers))
+        wait = retry_after(headers)
+        return RateLimited(shown, wait if wait is not None else _retry_delay(body))
     if kind in _FILTER_KINDS or code in _FILTER_KINDS:
         return ContentFiltered(shown)
     if (

@@ -7,6 +7,8 @@
 ``openai-compatible:<model>`` a Chat Completions server at ``base_url=`` — vLLM, llama.cpp,
                               Ollama (:class:`OpenAICompatible`)
 ``anthropic:<model>``         Anthropic, Messages API (:class:`Anthropic`)
+``google:<model>``            Google, Gemini API (:class:`Gemini`), e.g. ``google:gemini-2.5-flash``
+``gemini:<model>``            the same
 ============================  ===========================================================
 
 ``"openai:"`` means the Responses API because it is the API OpenAI builds on: reasoning
@@ -26,12 +28,13 @@ from effectagent.ai import LanguageModel
 from effectagent.effect import Layer
 
 from ._anthropic_model import Anthropic
+from ._gemini_model import Gemini
 from ._openai_models import OpenAIChat, OpenAICompatible, OpenAIResponses
 
 __all__ = ["PROVIDERS", "ModelSettings", "model_layer", "model_settings", "open_model"]
 
 #: The settings of any model this package adapts.
-ModelSettings: TypeAlias = OpenAIResponses | OpenAIChat | OpenAICompatible | Anthropic
+ModelSettings: TypeAlias = OpenAIResponses | OpenAIChat | OpenAICompatible | Anthropic | Gemini
 
 #: The provider prefix of a model string → the settings class it builds.
 PROVIDERS: dict[str, type[ModelSettings]] = {
@@ -40,6 +43,8 @@ PROVIDERS: dict[str, type[ModelSettings]] = {
     "openai-chat": OpenAIChat,
     "openai-compatible": OpenAICompatible,
     "anthropic": Anthropic,
+    "google": Gemini,
+    "gemini": Gemini,
 }
 
 

@@ -19,15 +19,31 @@ decoding to a *subset* of JSON Schema. The adapters never rewrite a schema into 
   subset (an open object or map, recursion, ``oneOf``/``not``/conditionals, an external ``$ref``)
   gets None: the adapter then puts the schema in the system prompt instead.
 
-``$schema`` (an annotation) is dropped from what either provider receives.
+* **Gemini** — :func:`gemini_output_schema` returns the schema to send as
+  ``response_json_schema`` — the same, without ``$schema``. The API takes JSON Schema itself
+  (types, ``properties``/``required``/``additionalProperties``, ``enum``, ``format``, number and
+  array bounds, ``anyOf``, local ``$ref`` with ``$defs``) and ignores the keywords it does not
+  support, so nothing needs rewriting: the engine's decoder still checks the full schema. It
+  returns None for a schema that is not a JSON object, which the adapter then puts in the system
+  instruction.
+
+``$schema`` (an annotation) is dropped from what every provider receives. When a schema cannot
+go natively, :func:`output_instructions` is what the system prompt says instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["anthropic_output_schema", "openai_schema", "openai_strict_problems"]
+__all__ = [
+    "anthropic_output_schema",
+    "gemini_output_schema",
+    "openai_schema",
+    "openai_strict_problems",
+    "output_instructions",
+]
 
 _OPENAI_KEYWORDS = frozenset(
     {
@@ -116,6 +132,23 @@ _SUBSCHEMA_LISTS = ("anyOf", "allOf", "oneOf", "prefixItems")
 def openai_schema(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The schema as sent to OpenAI: the same, without the ``$schema`` annotation."""
     return {key: value for key, value in schema.items() if key != "$schema"}
+
+
+def gemini_output_schema(schema: object) -> dict[str, Any] | None:
+    """The schema to send as Gemini's ``response_json_schema``, or None for one that is not a
+    JSON object (see the module notes)."""
+    if not isinstance(schema, Mapping):
+        return None
+    return {key: value for key, value in schema.items() if key != "$schema"}
+
+
+def output_instructions(schema: Mapping[str, Any]) -> str:
+    """What the system prompt says when the output schema cannot be sent natively."""
+    text = json.dumps(schema, ensure_ascii=False, separators=(",", ":"))
+    return (
+        "Your final answer must be a single JSON value and nothing else (no prose, no code "
+        f"fence). It must match this JSON Schema:\n{text}"
+    )
 
 
 def openai_strict_problems(schema: Mapping[str, Any]) -> list[str]:

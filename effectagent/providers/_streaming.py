@@ -226,11 +226,18 @@ def _describe(exc: BaseException) -> str:
 
 
 def _status_failure(provider: str, exc: BaseException) -> AiError:
+    """The typed error of an SDK's HTTP-status exception: ``status_code`` and ``body`` (the
+    ``openai`` and ``anthropic`` SDKs) or ``code`` and ``details`` (``google-genai``), and the
+    headers of its ``response``."""
     status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(exc, "code", None)
     response = getattr(exc, "response", None)
     headers = getattr(response, "headers", None) or {}
     body = getattr(exc, "body", None)
-    if not isinstance(status, int):
+    if body is None:
+        body = getattr(exc, "details", None)
+    if not isinstance(status, int) or isinstance(status, bool):
         return error_from_payload(provider, body)
     return error_from_status(provider, status, headers, body)
 

@@ -1,7 +1,8 @@
-"""The four adapters under test, each with what a test needs to script its wire format."""
+"""The five adapters under test, each with what a test needs to script its wire format."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -9,13 +10,14 @@ import attrs
 
 from effectagent.providers import (
     Anthropic,
+    Gemini,
     ModelSettings,
     OpenAIChat,
     OpenAICompatible,
     OpenAIResponses,
 )
 
-from .wire import AnthropicWire, ChatWire, ResponsesWire, sse
+from .wire import AnthropicWire, ChatWire, GeminiWire, ResponsesWire, sse
 
 __all__ = ["TARGETS", "Target"]
 
@@ -39,6 +41,10 @@ class Target:
     error_body: Callable[[str, str, str], Any]
     #: The path the adapter posts to.
     path: str
+    #: A call's arguments as the adapter reports them, given the text the test scripted: the
+    #: text itself where the wire streams argument text; where it carries the arguments as a
+    #: JSON object (Gemini), that object as compact JSON.
+    arguments: Callable[[str], str] = lambda text: text
 
 
 def _openai_error(kind: str, code: str, message: str) -> Any:
@@ -47,6 +53,31 @@ def _openai_error(kind: str, code: str, message: str) -> Any:
 
 def _anthropic_error(kind: str, code: str, message: str) -> Any:
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+#: A Google error's HTTP status and canonical code, by the error type a test names.
+GOOGLE_STATUS = {
+    "rate_limit_error": (429, "RESOURCE_EXHAUSTED"),
+    "invalid_request_error": (400, "INVALID_ARGUMENT"),
+    "authentication_error": (401, "UNAUTHENTICATED"),
+    "api_error": (500, "INTERNAL"),
+    "server_error": (500, "INTERNAL"),
+    "overloaded_error": (503, "UNAVAILABLE"),
+}
+
+
+def google_error(kind: str, code: str, message: str) -> Any:
+    """A Google API error body (``code`` is the HTTP status; the type is the ``status``)."""
+    number, status = GOOGLE_STATUS[kind]
+    return {"error": {"code": number, "message": message, "status": status}}
+
+
+def _gemini_begun() -> list[bytes]:
+    return [GeminiWire().event({"text": "Hel"})]
+
+
+def _compact(text: str) -> str:
+    return json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
 
 
 def _chat_begun() -> list[bytes]:
@@ -117,5 +148,16 @@ TARGETS = (
         lambda kind, message: sse({"error": {"message": message, "type": kind, "code": None}}),
         _openai_error,
         "/v1/chat/completions",
+    ),
+    Target(
+        "gemini",
+        lambda url, key: Gemini("gemini-3-flash-preview", api_key=key, base_url=url),
+        lambda *p: GeminiWire().text(*p),
+        lambda *c: GeminiWire().calls(*c),
+        _gemini_begun,
+        lambda kind, message: sse(google_error(kind, "", message), end="\r\n"),
+        google_error,
+        "/v1beta/models/gemini-3-flash-preview:streamGenerateContent?alt=sse",
+        _compact,
     ),
 )

@@ -51,6 +51,9 @@ def native_schema(target: Target, body: dict[str, Any]) -> Any:
         return body["output_config"]["format"]["schema"]
     if target.name == "openai-responses":
         return body["text"]["format"]["schema"]
+    if target.name == "gemini":
+        assert body["generationConfig"]["responseMimeType"] == "application/json"
+        return body["generationConfig"]["responseJsonSchema"]
     return body["response_format"]["json_schema"]["schema"]
 
 
@@ -68,6 +71,13 @@ def tool_results(target: Target, body: dict[str, Any]) -> list[Any]:
             json.loads(item["output"])
             for item in body["input"]
             if item.get("type") == "function_call_output"
+        ]
+    if target.name == "gemini":  # the result itself, a JSON value under "output"
+        return [
+            part["functionResponse"]["response"]["output"]
+            for content in body["contents"]
+            for part in content["parts"]
+            if "functionResponse" in part
         ]
     return [json.loads(m["content"]) for m in body["messages"] if m["role"] == "tool"]
 

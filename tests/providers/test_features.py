@@ -12,7 +12,7 @@ from .helpers import collect, reduce, request
 from .replay import ReplayServer, Reply
 from .targets import Target
 from .test_engine import Lookup, Reading
-from .wire import AnthropicWire, ChatWire, ResponsesWire
+from .wire import AnthropicWire, ChatWire, GeminiWire, ResponsesWire
 
 
 async def test_compatible_servers_stream_reasoning_content(server: ReplayServer) -> None:
@@ -89,6 +89,10 @@ def usage_events(target: Target) -> list[bytes]:
             *claude.text_block(0, "ok"),
             *claude.finish("end_turn", 300, output_tokens_details={"thinking_tokens": 200}),
         ]
+    if target.name == "gemini":  # the API reports no cache writes
+        gemini = GeminiWire()
+        usage = gemini.usage(1000, 100, cached=600, thoughts=200)
+        return [gemini.event({"text": "ok"}, finish="STOP", usage=usage)]
     if target.name == "openai-responses":
         responses = ResponsesWire()
         usage = responses.usage(1000, 300, cached=600, written=100, reasoning=200)
@@ -102,7 +106,10 @@ async def test_usage_keeps_cache_reads_and_writes_apart(
 ) -> None:
     server.script(Reply.sse(usage_events(target)))
     response = reduce(await collect(target.settings(server.url, KEY)))
-    assert response.usage == Usage(InputTokens(1000, 300, 600, 100), OutputTokens(300, 100, 200))
+    written = 0 if target.name == "gemini" else 100
+    assert response.usage == Usage(
+        InputTokens(1000, 400 - written, 600, written), OutputTokens(300, 100, 200)
+    )
 
 
 async def test_the_output_schema_is_sent_natively(target: Target, server: ReplayServer) -> None:
@@ -119,6 +126,9 @@ async def test_the_output_schema_is_sent_natively(target: Target, server: Replay
     body = server.requests[0].json()
     if target.name == "anthropic":
         assert body["output_config"] == {"format": {"type": "json_schema", "schema": schema}}
+    elif target.name == "gemini":
+        assert body["generationConfig"]["responseMimeType"] == "application/json"
+        assert body["generationConfig"]["responseJsonSchema"] == schema
     elif target.name == "openai-responses":
         assert body["text"]["format"] == {
             "type": "json_schema",

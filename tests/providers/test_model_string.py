@@ -15,6 +15,7 @@ from effectagent.ai import AuthenticationFailed, LanguageModelService
 from effectagent.effect._layer import open_layer
 from effectagent.providers import (
     Anthropic,
+    Gemini,
     OpenAIChat,
     OpenAICompatible,
     OpenAIResponses,
@@ -23,6 +24,7 @@ from effectagent.providers import (
     open_model,
 )
 from effectagent.providers._anthropic_model import AnthropicModel
+from effectagent.providers._gemini_model import GeminiModel
 from effectagent.providers._model_string import PROVIDERS
 from effectagent.providers._openai_models import OpenAIChatModel, OpenAIResponsesModel
 
@@ -30,7 +32,7 @@ from .conftest import KEY
 from .helpers import request
 from .replay import ReplayServer, Reply
 from .targets import TARGETS, Target
-from .wire import ChatWire
+from .wire import ChatWire, GeminiWire
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,8 @@ from .wire import ChatWire
         ("openai-responses:o4-mini", OpenAIResponses("o4-mini")),
         ("openai-chat:gpt-4.1", OpenAIChat("gpt-4.1")),
         ("anthropic:claude-sonnet-4-5", Anthropic("claude-sonnet-4-5")),
+        ("google:gemini-2.5-flash", Gemini("gemini-2.5-flash")),
+        ("gemini:gemini-3-pro-preview", Gemini("gemini-3-pro-preview")),
         (
             "openai-compatible:llama3.1:8b",
             OpenAICompatible("llama3.1:8b", base_url="http://127.0.0.1:11434/v1"),
@@ -86,6 +90,8 @@ def test_every_prefix_is_documented_in_the_public_table() -> None:
         "openai-chat",
         "openai-compatible",
         "anthropic",
+        "google",
+        "gemini",
     }
 
 
@@ -95,6 +101,7 @@ def test_every_prefix_is_documented_in_the_public_table() -> None:
         ("openai:gpt-4.1", "OPENAI_API_KEY"),
         ("openai-chat:gpt-4.1", "OPENAI_API_KEY"),
         ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY"),
+        ("google:gemini-2.5-flash", "GOOGLE_API_KEY or GEMINI_API_KEY"),
     ],
 )
 async def test_a_missing_key_fails_when_the_layer_is_built(string: str, variable: str) -> None:
@@ -127,14 +134,55 @@ async def test_a_compatible_server_key_comes_from_the_variable_it_names(
 async def test_keys_come_from_the_environment(
     target: Target, server: ReplayServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    variable = "ANTHROPIC_API_KEY" if target.name == "anthropic" else "OPENAI_API_KEY"
+    variable = {"anthropic": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY"}.get(
+        target.name, "OPENAI_API_KEY"
+    )
     monkeypatch.setenv(variable, "env-key-123")
     settings = attrs.evolve(target.settings(server.url, KEY), api_key=None)
     server.script(Reply.sse(target.text("ok")))
     async with settings.open() as model:
         await model.generate(request())
     headers = server.requests[0].headers
-    assert "env-key-123" in headers.get("authorization", "") + headers.get("x-api-key", "")
+    sent = [headers.get(name, "") for name in ("authorization", "x-api-key", "x-goog-api-key")]
+    assert any("env-key-123" in value for value in sent)
+
+
+@pytest.mark.parametrize(
+    ("google", "gemini", "sent"),
+    [("g-key-1", "m-key-2", "g-key-1"), (None, "m-key-2", "m-key-2"), ("", "m-key-2", "m-key-2")],
+)
+async def test_gemini_takes_google_api_key_before_gemini_api_key(
+    server: ReplayServer,
+    monkeypatch: pytest.MonkeyPatch,
+    google: str | None,
+    gemini: str,
+    sent: str,
+) -> None:
+    """The SDK's own precedence; an empty variable counts as unset."""
+    if google is not None:
+        monkeypatch.setenv("GOOGLE_API_KEY", google)
+    monkeypatch.setenv("GEMINI_API_KEY", gemini)
+    server.script(Reply.sse(GeminiWire().text("ok")))
+    async with Gemini("gemini-2.5-flash", base_url=server.url).open() as model:
+        await model.generate(request())
+    assert server.requests[0].headers["x-goog-api-key"] == sent
+
+
+async def test_gemini_never_turns_to_vertex_ai_or_another_api_version(
+    server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The environment that would send the SDK to Vertex AI or another API version changes
+    nothing: the adapter passes each setting explicitly."""
+    monkeypatch.setenv("GOOGLE_GENAI_USE_VERTEXAI", "true")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "someone-elses-project")
+    monkeypatch.setenv("GOOGLE_CLOUD_LOCATION", "us-central1")
+    monkeypatch.setenv("GOOGLE_GENAI_API_VERSION", "v1alpha")
+    server.script(Reply.sse(GeminiWire().text("ok")))
+    async with Gemini("gemini-2.5-flash", api_key=KEY, base_url=server.url).open() as model:
+        assert (await model.generate(request())).text == "ok"
+    assert (
+        server.requests[0].path == "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    )
 
 
 async def test_the_layer_provides_the_model_and_closes_its_client(
@@ -145,7 +193,9 @@ async def test_the_layer_provides_the_model_and_closes_its_client(
     assert layer.provides == frozenset({LanguageModelService})
     async with open_layer(layer) as context:
         model = context[LanguageModelService]
-        assert isinstance(model, OpenAIResponsesModel | OpenAIChatModel | AnthropicModel)
+        assert isinstance(
+            model, OpenAIResponsesModel | OpenAIChatModel | AnthropicModel | GeminiModel
+        )
         assert model.native_output is True
         assert (await model.generate(request())).text == "ok"
         assert server.hangups == 0  # the connection stays open for the next request
@@ -167,7 +217,9 @@ def test_importing_the_package_imports_no_sdk() -> None:
         import effectagent.providers as providers
         layer = providers.model_layer("openai:gpt-4.1")
         layer = providers.model_layer("anthropic:claude-sonnet-4-5", api_key="x")
-        loaded = sorted(m for m in ("openai", "anthropic", "httpx2", "httpx") if m in sys.modules)
+        layer = providers.model_layer("google:gemini-2.5-flash", api_key="x")
+        names = ("openai", "anthropic", "google.genai", "httpx2", "httpx")
+        loaded = sorted(m for m in names if m in sys.modules)
         print(",".join(loaded) or "none")
         """
     )

@@ -36,6 +36,7 @@ CAP_FIELD = {
     "openai-responses": "max_output_tokens",
     "anthropic": "max_tokens",
     "openai-compatible": "max_tokens",
+    "gemini": "maxOutputTokens",  # in generationConfig
 }
 #: The cap each target's model gets when the request sets none.
 DEFAULT_CAP = {
@@ -43,7 +44,14 @@ DEFAULT_CAP = {
     "openai-responses": 32768,
     "anthropic": 8192,  # claude-sonnet-4-5
     "openai-compatible": 4096,  # somebody else's server
+    "gemini": 65536,  # gemini-3-flash-preview
 }
+
+
+def cap_of(target: Target, body: dict[str, Any]) -> object:
+    """The output cap the request body carried."""
+    config = body["generationConfig"] if target.name == "gemini" else body
+    return config[CAP_FIELD[target.name]]
 
 
 @pytest.mark.parametrize("cap", [None, 321])
@@ -53,7 +61,7 @@ async def test_every_request_carries_an_output_cap(
     server.script(Reply.sse(target.text("Hi.")))
     await collect(target.settings(server.url, KEY), request(max_output_tokens=cap))
     body = server.requests[0].json()
-    assert body[CAP_FIELD[target.name]] == (DEFAULT_CAP[target.name] if cap is None else cap)
+    assert cap_of(target, body) == (DEFAULT_CAP[target.name] if cap is None else cap)
 
 
 async def test_the_settings_cap_applies_when_the_request_sets_none(
@@ -61,7 +69,7 @@ async def test_the_settings_cap_applies_when_the_request_sets_none(
 ) -> None:
     server.script(Reply.sse(target.text("Hi.")))
     await collect(attrs.evolve(target.settings(server.url, KEY), max_tokens=555))
-    assert server.requests[0].json()[CAP_FIELD[target.name]] == 555
+    assert cap_of(target, server.requests[0].json()) == 555
 
 
 @pytest.mark.parametrize(
@@ -77,6 +85,10 @@ async def test_the_settings_cap_applies_when_the_request_sets_none(
         ("openai", "gpt-3.5-turbo", 4096),
         ("openai", "some-future-model", 16384),
         ("compatible", "llama3.1:8b", 4096),
+        ("google", "gemini-2.5-flash", 65536),
+        ("google", "gemini-3-pro-preview", 65536),
+        ("google", "gemini-2.0-flash", 8192),
+        ("google", "gemini-1.5-pro", 8192),
     ],
 )
 def test_the_default_cap_fits_the_model(provider: str, model: str, cap: int) -> None:
@@ -126,8 +138,8 @@ async def test_a_call_id_twice_in_a_response_gets_a_fresh_one(
     server.script(Reply.sse(target.calls(*calls)))
     response = reduce(await collect(target.settings(server.url, KEY), request(tools=(WEATHER,))))
     assert [(c.id, c.arguments) for c in response.tool_calls] == [
-        ("call_1", '{"city": "Oslo"}'),
-        ("call_1-2", '{"city": "Rome"}'),
+        ("call_1", target.arguments('{"city": "Oslo"}')),
+        ("call_1-2", target.arguments('{"city": "Rome"}')),
     ]
 
 
@@ -146,7 +158,7 @@ async def test_a_call_id_the_history_holds_gets_a_fresh_one(
     settings = target.settings(server.url, KEY)
     parts = await collect(settings, ModelRequest(history, (WEATHER,)))
     (call,) = reduce(parts).tool_calls
-    assert call == ToolCallPart("call_1-2", "weather", '{"city": "Rome"}')
+    assert call == ToolCallPart("call_1-2", "weather", target.arguments('{"city": "Rome"}'))
 
 
 def test_call_ids_skip_every_taken_suffix() -> None:

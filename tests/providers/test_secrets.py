@@ -21,7 +21,8 @@ PROXY_SECRET = "proxy-secret-9876543210"
 def echoed(request: Recorded) -> str:
     """What a careless server says back: every credential header it received."""
     return " ".join(
-        request.headers.get(name, "") for name in ("authorization", "x-api-key", "x-proxy-auth")
+        request.headers.get(name, "")
+        for name in ("authorization", "x-api-key", "x-goog-api-key", "x-proxy-auth")
     )
 
 
@@ -34,7 +35,7 @@ def shows(secret: str, error: AiError) -> bool:
 def debug_logs(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     """Every logger at DEBUG — ours, the SDKs', the HTTP stack's."""
     caplog.set_level(logging.DEBUG)
-    for name in ("openai", "anthropic", "httpx2", "httpcore2", "effectagent"):
+    for name in ("openai", "anthropic", "google_genai", "httpx2", "httpcore2", "effectagent"):
         caplog.set_level(logging.DEBUG, logger=name)
     return caplog
 

@@ -3,7 +3,9 @@
 Each builder returns server-sent events as bytes (``data:`` lines, with ``event:`` lines where the
 provider names its events), shaped like the examples of each API's streaming reference: Chat
 Completions chunks ending in ``data: [DONE]``; Responses events named by their ``type``; Messages
-events from ``message_start`` to ``message_stop``, with a ``ping`` in between.
+events from ``message_start`` to ``message_stop``, with a ``ping`` in between; Gemini's
+``streamGenerateContent?alt=sse`` events, each a whole ``GenerateContentResponse`` (lines ended
+with CRLF, as Google's servers send them), the last one with the finish reason and the usage.
 """
 
 from __future__ import annotations
@@ -12,14 +14,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["AnthropicWire", "ChatWire", "ResponsesWire", "sse"]
+__all__ = ["AnthropicWire", "ChatWire", "GeminiWire", "ResponsesWire", "sse"]
 
 
-def sse(data: object, event: str | None = None) -> bytes:
-    """One server-sent event."""
+def sse(data: object, event: str | None = None, *, end: str = "\n") -> bytes:
+    """One server-sent event (its lines ended with ``end``)."""
     text = data if isinstance(data, str) else json.dumps(data)
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {text}\n\n".encode()
+    head = f"event: {event}{end}" if event else ""
+    return f"{head}data: {text}{end}{end}".encode()
 
 
 class ChatWire:
@@ -449,6 +451,82 @@ class AnthropicWire:
             ]
         )
         events += [self.block_stop(first + i) for i in range(len(calls))]
+        return events
+
+
+class GeminiWire:
+    """Gemini API ``streamGenerateContent`` events (``alt=sse``)."""
+
+    def __init__(self, model: str = "gemini-3-flash-preview", response_id: str = "r-1") -> None:
+        self.model = model
+        self.id = response_id
+
+    def event(
+        self,
+        *parts: dict[str, Any],
+        finish: str | None = None,
+        usage: dict[str, Any] | None = None,
+    ) -> bytes:
+        """One ``GenerateContentResponse`` whose first candidate holds ``parts``."""
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
+        if finish is not None:
+            candidate["finishReason"] = finish
+        body: dict[str, Any] = {
+            "candidates": [candidate],
+            "modelVersion": self.model,
+            "responseId": self.id,
+        }
+        if usage is not None:
+            body["usageMetadata"] = usage
+        return sse(body, end="\r\n")
+
+    @staticmethod
+    def usage(
+        prompt: int, candidates: int, *, cached: int = 0, thoughts: int = 0
+    ) -> dict[str, Any]:
+        """A ``usageMetadata`` object."""
+        usage: dict[str, Any] = {
+            "promptTokenCount": prompt,
+            "candidatesTokenCount": candidates,
+            "totalTokenCount": prompt + candidates + thoughts,
+        }
+        if cached:
+            usage["cachedContentTokenCount"] = cached
+        if thoughts:
+            usage["thoughtsTokenCount"] = thoughts
+        return usage
+
+    @staticmethod
+    def call(call_id: str | None, name: str, arguments: str, signature: str = "") -> dict[str, Any]:
+        """A ``functionCall`` part (its ``args`` decoded from ``arguments``)."""
+        function_call: dict[str, Any] = {"name": name, "args": json.loads(arguments)}
+        if call_id is not None:
+            function_call["id"] = call_id
+        part: dict[str, Any] = {"functionCall": function_call}
+        if signature:
+            part["thoughtSignature"] = signature
+        return part
+
+    def text(self, *pieces: str, finish: str = "STOP", signature: str = "dC0x") -> list[bytes]:
+        """A whole text answer: a piece an event, then (as Gemini 3 ends a response) an event
+        whose one part is empty text holding the thought signature, with the finish and usage."""
+        events = [self.event({"text": piece}) for piece in pieces]
+        last: dict[str, Any] = {"text": ""}
+        if signature:
+            last["thoughtSignature"] = signature
+        events.append(self.event(last, finish=finish, usage=self.usage(10, len(pieces))))
+        return events
+
+    def calls(self, *calls: tuple[str, str, str], signature: str = "c2lnLTE=") -> list[bytes]:
+        """Parallel function calls ``(id, name, arguments)``: the first (with the step's thought
+        signature) in one event, the others together in the next, then the finish."""
+        parts = [self.call(*call) for call in calls]
+        if signature:
+            parts[0]["thoughtSignature"] = signature
+        events = [self.event(parts[0])]
+        if parts[1:]:
+            events.append(self.event(*parts[1:]))
+        events.append(self.event(finish="STOP", usage=self.usage(20, 30)))
         return events
 
 
