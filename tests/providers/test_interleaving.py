@@ -1,5 +1,6 @@
 """Parallel tool calls whose argument deltas arrive in any interleaving: each decoder hands the
-reducer every call whole, with exactly the argument text that streamed, in declaration order."""
+reducer every call whole, with exactly the argument text that streamed, in declaration order —
+and Gemini's whole calls, however its events cut the parts, with their arguments as compact JSON."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from effectagent.ai import ResponsePart
 from effectagent.providers._anthropic_messages import MessagesDecoder
+from effectagent.providers._gemini_content import GeminiDecoder
 from effectagent.providers._openai_chat import ChatCompletionsDecoder
 from effectagent.providers._openai_responses import ResponsesDecoder
 
@@ -139,3 +141,35 @@ def test_anthropic_messages(case: tuple[list[str], list[tuple[int, str]]]) -> No
     )
     parts += decoder.feed({"type": "message_stop"})
     check(parts, texts)
+
+
+@st.composite
+def gemini_events(draw: st.DrawFn) -> tuple[list[str], list[str], list[list[dict[str, Any]]]]:
+    """Argument texts of one to four parallel calls, text pieces around them, and every part in
+    declaration order cut into events anyhow (Gemini sends each call whole, in any event)."""
+    texts = draw(st.lists(arguments, min_size=1, max_size=4))
+    before = draw(st.lists(st.text("ab é", min_size=1, max_size=3), max_size=3))
+    parts: list[dict[str, Any]] = [{"text": piece} for piece in before]
+    parts += [
+        {"functionCall": {"id": f"call_{i}", "name": "f", "args": json.loads(text)}}
+        for i, text in enumerate(texts)
+    ]
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(parts) - 1)), max_size=len(parts))))
+    bounds = [0, *cuts, len(parts)]
+    return texts, before, [parts[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+
+
+@given(gemini_events())
+def test_gemini(case: tuple[list[str], list[str], list[list[dict[str, Any]]]]) -> None:
+    texts, before, chunks = case
+    decoder = GeminiDecoder()
+    parts: list[ResponsePart] = []
+    for i, chunk in enumerate(chunks):
+        candidate: dict[str, Any] = {"content": {"role": "model", "parts": chunk}}
+        if i == len(chunks) - 1:
+            candidate["finishReason"] = "STOP"
+        parts += decoder.feed({"candidates": [candidate]})
+    parts += decoder.end()
+    compact = [json.dumps(json.loads(t), ensure_ascii=False, separators=(",", ":")) for t in texts]
+    check(parts, compact)
+    assert reduce(parts).text == "".join(before)
