@@ -111,7 +111,7 @@ def _sdk() -> tuple[Any, Any, SdkErrors]:
 def _transport_class(httpx2: Any) -> type[Any]:
     """The ``httpx2`` transport that takes a successful streaming body for the adapter."""
 
-    class TakeTheBody(httpx2.AsyncBaseTransport):  # type: ignore[misc, name-defined]
+    class TakeTheBody(httpx2.AsyncBaseTransport):  # type: ignore[misc]
         def __init__(self, inner: Any) -> None:
             self._inner = inner
 

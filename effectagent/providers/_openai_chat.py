@@ -12,8 +12,10 @@ Request
     ``max_completion_tokens`` (OpenAI) or ``max_tokens`` (compatible servers). An
     :class:`~effectagent.ai.OutputFormat` becomes a ``json_schema`` response format, ``strict``
     only when the format asks for it and the schema meets OpenAI's strict rules
-    (:func:`~effectagent.providers._output_schema.openai_strict_problems`). Usage is requested with
-    ``stream_options.include_usage``.
+    (:func:`~effectagent.providers._output_schema.openai_strict_problems`) — or, for a server
+    that refuses a response format next to tools (``output_with_tools=False``: Groq, llama.cpp),
+    an instruction appended to the system message of a request that offers tools. Usage is
+    requested with ``stream_options.include_usage``.
 
 Stream
     The first chunk gives the metadata (id, model, created). ``delta.content`` is text;
@@ -25,7 +27,8 @@ Stream
     ``length``: calls cut off by the limit stay undeclared, so the engine sees them truncated and
     never runs them. The finish part follows ``[DONE]``
     (which carries nothing; usage comes in the last chunk before it), or the end of the body for
-    servers that send no ``[DONE]``. Finish reasons: stop, length, tool_calls → tool-calls,
+    servers that send no ``[DONE]``. A usage that only Groq's ``x_groq`` object carries counts
+    until a top-level one comes. Finish reasons: stop, length, tool_calls → tool-calls,
     function_call → tool-calls, content_filter → content-filter, error → error, any other value →
     other (a stream that never gives one is malformed); a response that declared tool calls but says "stop" (some
     servers do) is reported as tool-calls. A chunk holding ``error`` is the provider failing
@@ -66,7 +69,7 @@ from ._common import (
     result_text,
 )
 from ._errors import error_from_payload
-from ._output_schema import openai_schema, openai_strict_problems
+from ._output_schema import openai_schema, openai_strict_problems, output_instructions
 
 __all__ = ["ChatCompletionsDecoder", "chat_messages", "chat_request_body"]
 
@@ -137,16 +140,25 @@ def chat_request_body(
     max_tokens_field: Literal["max_completion_tokens", "max_tokens"] = "max_completion_tokens",
     max_tokens: int | None = None,
     native_output: bool = True,
+    output_with_tools: bool = True,
     stream_usage: bool = True,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Chat Completions request. The output cap is the
     request's ``max_output_tokens``, else ``max_tokens`` (the adapter's default, always given by
-    the adapters), in ``max_tokens_field``. ``options`` (settings such as ``temperature`` or
-    ``reasoning_effort``) are merged in last, except over the keys the request itself sets."""
+    the adapters), in ``max_tokens_field``. ``native_output`` says the output schema is sent at
+    all (the engine put it in the instructions otherwise), ``output_with_tools`` whether as a
+    response format also when the request offers tools (else in the system message).
+    ``options`` (settings such as ``temperature`` or ``reasoning_effort``) are merged in last,
+    except over the keys the request itself sets."""
+    messages = chat_messages(request.messages)
+    output = request.output
+    if output is not None and native_output and request.tools and not output_with_tools:
+        _instruct(messages, output_instructions(output.schema))
+        output = None
     body: dict[str, Any] = {
         "model": model,
-        "messages": chat_messages(request.messages),
+        "messages": messages,
         "stream": True,
     }
     if stream_usage:
@@ -172,7 +184,6 @@ def chat_request_body(
     cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
     if cap is not None:
         body[max_tokens_field] = cap
-    output = request.output
     if output is not None and native_output:
         strict = output.strict and not openai_strict_problems(output.schema)
         body["response_format"] = {
@@ -189,6 +200,15 @@ def chat_request_body(
         if not request.tools:
             body.pop("parallel_tool_calls", None)  # the API refuses it without tools
     return body
+
+
+def _instruct(messages: list[dict[str, Any]], note: str) -> None:
+    """Append ``note`` to the first system message, or put one first."""
+    first = messages[0] if messages else None
+    if first is not None and first["role"] == "system" and isinstance(first["content"], str):
+        first["content"] = f"{first['content']}\n\n{note}" if first["content"] else note
+    else:
+        messages.insert(0, {"role": "system", "content": note})
 
 
 @final
@@ -212,6 +232,7 @@ class ChatCompletionsDecoder:
         "_provider",
         "_refused",
         "_require_done",
+        "_top_usage",
         "_usage",
     )
 
@@ -230,6 +251,7 @@ class ChatCompletionsDecoder:
         self._calls: dict[int, StreamedCall] = {}
         self._finish: FinishReason | None = None
         self._usage = Usage()
+        self._top_usage = False  # a top-level usage came (it outranks Groq's x_groq one)
         self._refused = False
         self._done = False
 
@@ -260,6 +282,12 @@ class ChatCompletionsDecoder:
         usage = data.get("usage")
         if isinstance(usage, Mapping):
             self._usage = _usage(usage)
+            self._top_usage = True
+        elif not self._top_usage:
+            groq = data.get("x_groq")
+            usage = groq.get("usage") if isinstance(groq, Mapping) else None
+            if isinstance(usage, Mapping):
+                self._usage = _usage(usage)
         choices = data.get("choices")
         if choices is None:
             return out

@@ -273,7 +273,9 @@ class OpenAICompatible(ModelLayer):
     these servers read); reasoning streamed as ``reasoning_content`` / ``reasoning`` is kept; a
     body that ends without ``[DONE]`` is accepted once the model finished; ``native_output=False``
     for a server without ``json_schema`` response formats (the engine then puts the schema in
-    the instructions); ``stream_usage=False`` for one that rejects ``stream_options``;
+    the instructions); ``output_with_tools=False`` for one that takes a response format but not
+    next to tools (Groq, llama.cpp: a request that offers tools then carries the schema in its
+    system message); ``stream_usage=False`` for one that rejects ``stream_options``;
     ``max_tokens`` is the output cap of a request that sets none (``AgentPolicy.max_output_tokens``),
     4096 when None — lower it for a server whose context is small (vLLM refuses a request whose
     prompt and cap together exceed the model's context), raise it for long answers."""
@@ -285,6 +287,7 @@ class OpenAICompatible(ModelLayer):
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     native_output: bool = attrs.field(default=True, kw_only=True)
+    output_with_tools: bool = attrs.field(default=True, kw_only=True)
     stream_usage: bool = attrs.field(default=True, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
@@ -316,6 +319,7 @@ class OpenAICompatible(ModelLayer):
                 max_tokens_field="max_tokens",
                 max_tokens=self.max_tokens or default_max_tokens("compatible", self.model),
                 native_output=self.native_output,
+                output_with_tools=self.output_with_tools,
                 stream_usage=self.stream_usage,
                 require_done=False,
             )
@@ -333,6 +337,7 @@ class OpenAIChatModel:
         "_max_tokens",
         "_max_tokens_field",
         "_options",
+        "_output_with_tools",
         "_provider",
         "_require_done",
         "_secrets",
@@ -355,6 +360,7 @@ class OpenAIChatModel:
         ),
         max_tokens: int | None = None,
         native_output: bool = True,
+        output_with_tools: bool = True,
         stream_usage: bool = True,
         require_done: bool = True,
     ) -> None:
@@ -374,6 +380,7 @@ class OpenAIChatModel:
             if max_tokens is not None
             else default_max_tokens("openai" if provider == "OpenAI" else "compatible", model)
         )
+        self._output_with_tools = output_with_tools
         self._stream_usage = stream_usage
         self._require_done = require_done
 
@@ -391,6 +398,7 @@ class OpenAIChatModel:
             max_tokens_field=self._max_tokens_field,
             max_tokens=self._max_tokens,
             native_output=self.native_output,
+            output_with_tools=self._output_with_tools,
             stream_usage=self._stream_usage,
             options=self._options,
         )

@@ -319,6 +319,7 @@ def test_text_thoughts_and_usage_with_cache_and_thinking() -> None:
     )
     response = reduce(parts)
     assert (response.reasoning, response.text) == ("Hmm, easy.", "42")
+    assert response.metadata is not None
     assert response.metadata.id == "resp-9"
     assert response.metadata.model == "gemini-2.5-pro"
     assert response.finish_reason == "stop"

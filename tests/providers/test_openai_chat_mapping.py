@@ -336,3 +336,50 @@ def test_parallel_tool_calls_is_sent_only_with_tools() -> None:
     assert "parallel_tool_calls" not in without
     with_tools = chat_request_body(ModelRequest(HISTORY[:2], (WEATHER,)), "m", options=options)
     assert with_tools["parallel_tool_calls"] is False
+
+
+def test_a_server_that_takes_no_format_next_to_tools_gets_the_schema_in_its_system_message() -> (
+    None
+):
+    output = OutputFormat("F", STRICT_SCHEMA)
+    with_tools = ModelRequest(HISTORY[:2], (WEATHER,), output=output)
+    body = chat_request_body(with_tools, "m", output_with_tools=False)
+    assert "response_format" not in body
+    system = body["messages"][0]
+    assert system["role"] == "system"
+    assert system["content"].startswith("Be brief.\n\nYour final answer must be a single JSON")
+    assert '"high_c":{"type":"number"}' in system["content"]
+    no_system = ModelRequest(HISTORY[1:2], (WEATHER,), output=output)
+    body = chat_request_body(no_system, "m", output_with_tools=False)
+    assert body["messages"][0]["role"] == "system"
+    assert body["messages"][1] == {"role": "user", "content": "Weather in Oslo and Lima?"}
+    without_tools = ModelRequest(HISTORY[:2], output=output)  # no tools: the format goes
+    body = chat_request_body(without_tools, "m", output_with_tools=False)
+    assert body["response_format"]["type"] == "json_schema"
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    # native_output=False: the engine wrote the instructions already; nothing is added here
+    body = chat_request_body(with_tools, "m", native_output=False, output_with_tools=False)
+    assert body["messages"][0] == {"role": "system", "content": "Be brief."}
+    assert chat_request_body(with_tools, "m")["response_format"]["type"] == "json_schema"
+
+
+def test_groq_usage_counts_until_a_top_level_usage_comes() -> None:
+    groq = {"id": "req_1", "usage": {"prompt_tokens": 45, "completion_tokens": 3}}
+    parts = run(
+        ChatCompletionsDecoder(), [chunk({"content": "Hi"}), chunk({}, "stop", x_groq=groq)]
+    )
+    finish = parts[-1]
+    assert isinstance(finish, FinishPart)
+    assert (finish.usage.input.total, finish.usage.output.total) == (45, 3)
+    usage = {"prompt_tokens": 46, "completion_tokens": 4}
+    parts = run(
+        ChatCompletionsDecoder(),
+        [
+            chunk({"content": "Hi"}),
+            {**chunk(), "choices": [], "usage": usage},
+            chunk({}, "stop", x_groq=groq),  # a top-level usage outranks Groq's own
+        ],
+    )
+    finish = parts[-1]
+    assert isinstance(finish, FinishPart)
+    assert (finish.usage.input.total, finish.usage.output.total) == (46, 4)
