@@ -1,4 +1,5 @@
-"""An SQLite database owned by this process: one writer connection, a pool of readers, in threads.
+"""An SQLite database file several processes share: in each, one writer connection (group
+commit) and a pool of readers, in threads.
 
 Module notes
 ------------
@@ -6,6 +7,23 @@ Module notes
   (``trio.to_thread.run_sync``). Writes go through the one writer connection, serialised by group
   commit (``_writer``); reads use a small pool of reader connections, so a read never waits for a
   transaction (WAL: readers see the last committed state while a writer writes).
+* **Several processes.** Any number of processes — each with its own writer and readers — open
+  the same file. WAL lets their readers read while one of them writes; their writes take turns on
+  the file's write lock: a transaction begins with ``BEGIN IMMEDIATE`` and, while another process
+  holds the lock, waits for it with bounded retries and backoff (``_busy``: at most ``busy.bound``
+  seconds, 10 by default), then fails with :class:`DatabaseBusy`, nothing written — never an
+  unbounded wait, never half a transaction. SQLite locks and WAL need the processes to be on one
+  machine (its shared memory): never open the file over a network file system.
+* **Alone or not.** Some recovery is only right when no other process uses the file: pending
+  agent state and queued steering left by processes that ended (``_recovery``). The lock file
+  ``<file>.lock`` says who is there: an opener takes ``flock`` exclusively if it can — it is
+  alone; it cleans up, then shares the lock — or else waits (bounded, as for the write lock) to
+  share it. Every open process holds the shared lock until it closes or dies (the kernel drops
+  it). A process that dies while others live leaves its pending state and queued steering as
+  they are — the next process to open the file alone cleans them — and its lanes free
+  themselves when their leases run out (``_lanes``). A process of an older version, which
+  holds the lock exclusively all along, makes an opener fail with :class:`DatabaseInUse` once
+  the wait is spent.
 * **Journal and synchronous.** The journal is WAL. ``synchronous`` is ``"full"`` by default: each
   commit is synced to disk before the writes in it return, so what an append, a session update or
   an admitted steering input returned survives a power loss as well as a crash of the process.
@@ -14,12 +32,8 @@ Module notes
   cache) but the last transactions before a power loss or a kernel crash may be lost — never
   half of one, and the database is never corrupted. Choose it when that is acceptable and commit
   latency matters.
-* **One owner.** A file database is locked for this process (``flock`` on ``<file>.lock``):
-  recovery on open (state written by runs that never settled becomes uncertain, queued steering
-  expires) is only right when no other process uses the file. A second opener gets
-  :class:`DatabaseInUse`. The lock goes with the process, also when it is killed.
 * **``:memory:``.** The database lives in the one writer connection, which reads share (under a
-  lock): nothing survives the process, WAL does not apply.
+  lock): nothing survives the process, WAL does not apply, and the opener is always alone.
 * **Not ours, too new.** See ``_layout``: a file that is not SQLite, another application's
   database, or one written by a newer layout is refused with a typed error, unmodified.
 * **Files for their owner.** See ``_files``: the database file is made 0600 (and so are its
@@ -30,15 +44,19 @@ Module notes
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import IO, Final, Literal, TypeVar, final
 
+import attrs
 import trio
 
+from .._logging import log_debug
+from ._busy import BusyPolicy, begin_immediate, retry_busy
 from ._errors import (
     CannotOpenDatabase,
     DatabaseInUse,
@@ -47,7 +65,10 @@ from ._errors import (
     UnsafeDatabaseFile,
 )
 from ._files import FileIdentity, check_same, claim_database, open_lock
+from ._holds import RunHolds
+from ._lanes import DEFAULT_LEASE, Lanes
 from ._layout import prepare
+from ._recovery import recover
 from ._writer import Writer
 
 if sys.platform != "win32":
@@ -63,48 +84,84 @@ MEMORY: Final = ":memory:"
 #: How hard each commit is synced to disk (see the module notes).
 Synchronous = Literal["normal", "full", "extra"]
 
-_BUSY_TIMEOUT_MS: Final = 5_000
+#: How long a reader connection lets SQLite wait for a lock (WAL readers rarely meet one).
+_READER_BUSY_MS: Final = 5_000
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, busy_ms: int) -> sqlite3.Connection:
     try:
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
     except sqlite3.Error as exc:
         raise CannotOpenDatabase(path, str(exc)) from None
-    conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA busy_timeout = {busy_ms}")
     return conn
 
 
-def _lock(path: str) -> IO[bytes] | None:
-    if sys.platform == "win32":  # pragma: no cover - no flock: no ownership lock
-        return None
+@attrs.frozen
+class _Opened:
+    conn: sqlite3.Connection
+    lock: IO[bytes] | None
+    identity: FileIdentity | None
+    alone: bool
+    recovered: Mapping[str, int]
+
+
+def _share(handle: IO[bytes], path: str, busy: BusyPolicy) -> None:
+    """Hold the lock file shared, waiting (bounded) while a process holds it exclusively."""
+
+    def attempt() -> None:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise sqlite3.OperationalError("database is locked") from None
+
+    try:
+        retry_busy(attempt, busy)
+    except Exception:
+        handle.close()
+        raise DatabaseInUse(path) from None
+
+
+def _lock(path: str, busy: BusyPolicy) -> tuple[IO[bytes] | None, bool]:
+    """The lock file, held exclusively (alone: True) or shared (False)."""
+    if sys.platform == "win32":  # pragma: no cover - no flock: every opener counts as alone
+        return None, True
     handle = open_lock(path)  # held for the database's lifetime
     try:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
+        _share(handle, path, busy)
+        return handle, False
+    except OSError as exc:
         handle.close()
-        raise DatabaseInUse(path) from None
-    return handle
+        raise CannotOpenDatabase(path, f"its lock file cannot be locked: {exc.strerror}") from None
+    return handle, True
 
 
-def _open_sync(
-    path: str, synchronous: Synchronous
-) -> tuple[sqlite3.Connection, IO[bytes] | None, FileIdentity | None]:
+def _open_sync(path: str, synchronous: Synchronous, busy: BusyPolicy) -> _Opened:
     if path == MEMORY:
-        conn = _connect(path)
+        conn = _connect(path, 0)
         prepare(conn, path)
-        return conn, None, None
+        return _Opened(conn, None, None, True, _recover(conn, None))
     identity = claim_database(path)  # ours and plain, or made 0600 (see ``_files``)
-    lock = _lock(path)
+    lock, alone = _lock(path, busy)
     try:
-        conn = _connect(path)
+        conn = _connect(path, 0)  # the writer: waits for the write lock in ``_busy``, not here
     except BaseException:
         if lock is not None:
             lock.close()
         raise
     try:
         check_same(path, identity)  # SQLite opened the file that was checked
-        _configure(conn, path, synchronous)
+        _configure(conn, path, synchronous, busy)
+        recovered = _recover(conn, busy) if alone else {}
+        if alone and lock is not None:
+            # Others may come in now. (Not atomic: one that locks exclusively in between finds
+            # nothing of ours to clean — this process has started nothing yet.)
+            try:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                _share(lock, path, busy)
     except BaseException as exc:
         conn.close()
         if lock is not None:
@@ -112,15 +169,34 @@ def _open_sync(
         if isinstance(exc, sqlite3.Error):
             raise CannotOpenDatabase(path, str(exc)) from None
         raise
-    return conn, lock, identity
+    return _Opened(conn, lock, identity, alone, recovered)
 
 
-def _configure(conn: sqlite3.Connection, path: str, synchronous: Synchronous) -> None:
-    prepare(conn, path)
-    mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+def _configure(
+    conn: sqlite3.Connection, path: str, synchronous: Synchronous, busy: BusyPolicy
+) -> None:
+    prepare(conn, path, busy)
+    mode = retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone()[0], busy)
     if str(mode).lower() != "wal":
         raise CannotOpenDatabase(path, f"the journal cannot be WAL here (it is {mode})")
     conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+
+
+def _recover(conn: sqlite3.Connection, busy: BusyPolicy | None) -> dict[str, int]:
+    """The opener is alone: clean up after processes that ended (``_recovery``), in one
+    transaction."""
+    if busy is None:
+        conn.execute("BEGIN IMMEDIATE")
+    else:
+        begin_immediate(conn, busy)
+    try:
+        recovered = recover(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return recovered
 
 
 @final
@@ -133,6 +209,7 @@ class SqliteDatabase:
 
     __slots__ = (
         "_closed",
+        "_closing",
         "_conn",
         "_identity",
         "_idle_readers",
@@ -143,7 +220,12 @@ class SqliteDatabase:
         "_readers_made",
         "_reads",
         "_reads_done",
+        "alone",
+        "busy",
+        "holder_id",
+        "holds",
         "path",
+        "recovered",
         "synchronous",
         "writer",
     )
@@ -157,8 +239,22 @@ class SqliteDatabase:
         synchronous: Synchronous,
         readers: int,
         identity: FileIdentity | None = None,
+        busy: BusyPolicy | None = None,
+        alone: bool = True,
+        recovered: Mapping[str, int] | None = None,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         self.path = path
+        #: Who this opening of the database is, in lanes it holds: ``pid-<pid>-<random>``.
+        self.holder_id = f"pid-{os.getpid()}-{secrets.token_hex(6)}"
+        #: Whether no other process had the file open when this one opened it (it recovered).
+        self.alone = alone
+        #: What the open-time recovery changed (see ``_recovery``): counts by kind.
+        self.recovered: Mapping[str, int] = dict(recovered or {})
+        #: How long a write waits for another process's write lock.
+        self.busy = busy or BusyPolicy()
+        #: The lanes this database holds for its plain runs (see ``_holds``).
+        self.holds = RunHolds(self, lease=lease)
         # The file opened (None in memory): each reader connection made later opens the path
         # anew, and checks that it is still that file.
         self._identity = identity
@@ -167,7 +263,7 @@ class SqliteDatabase:
         self._lock_file = lock_file
         self._memory_lock = threading.Lock() if path == MEMORY else None
         #: The group-commit writer (its ``batches`` count transactions).
-        self.writer = Writer(conn, self._memory_lock)
+        self.writer = Writer(conn, self._memory_lock, None if path == MEMORY else self.busy)
         self._pool_lock = threading.Lock()
         self._idle_readers: list[sqlite3.Connection] = []
         self._readers_made: list[sqlite3.Connection] = []
@@ -175,6 +271,13 @@ class SqliteDatabase:
         self._reads = 0
         self._reads_done: trio.Event | None = None
         self._closed = False
+        self._closing = False
+
+    @property
+    def lanes(self) -> Lanes:
+        """Claim, renew and release lanes as this database's holder (see ``_lanes``), with the
+        lease its plain runs use."""
+        return Lanes(self, lease=self.holds.lease)
 
     @property
     def in_memory(self) -> bool:
@@ -241,7 +344,7 @@ class SqliteDatabase:
     def _new_reader(self) -> sqlite3.Connection:
         """A reader connection on the file opened (``ReadFailed`` when it cannot be had)."""
         try:
-            conn = _connect(self.path)
+            conn = _connect(self.path, _READER_BUSY_MS)
         except CannotOpenDatabase as exc:
             raise ReadFailed(exc.reason) from None
         try:
@@ -271,10 +374,12 @@ class SqliteDatabase:
 
         Cancellation: shielded (queued writes belong to tasks that wait for them).
         """
-        if self._closed:
+        if self._closing:
             return
-        self._closed = True
+        self._closing = True
         with trio.CancelScope(shield=True):
+            await self.holds.aclose()  # before the writer closes: it writes the releases
+            self._closed = True
             await self.writer.aclose()
             while self._reads:
                 self._reads_done = trio.Event()
@@ -287,7 +392,7 @@ class SqliteDatabase:
         for conn in readers:
             conn.close()
         try:
-            if not self.in_memory:
+            if not self.in_memory and self._last_one():
                 # Fold the WAL back into the file so it is one self-contained file at rest.
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
@@ -297,6 +402,17 @@ class SqliteDatabase:
             if self._lock_file is not None:
                 self._lock_file.close()
 
+    def _last_one(self) -> bool:
+        """Whether no other process has the file open (then the WAL may be folded back without
+        waiting for anyone's readers)."""
+        if self._lock_file is None:
+            return True
+        try:
+            fcntl.flock(self._lock_file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
 
 @asynccontextmanager
 async def open_database(
@@ -304,14 +420,21 @@ async def open_database(
     *,
     synchronous: Synchronous = "full",
     readers: int = 4,
+    busy: BusyPolicy | None = None,
+    lease: float = DEFAULT_LEASE,
 ) -> AsyncIterator[SqliteDatabase]:
     """Open (creating it if needed) the effectagent database at ``path`` — a file path, or
-    ``":memory:"`` — and close it when the block ends.
+    ``":memory:"`` — and close it when the block ends. Other processes may have it open too
+    (see the module notes); ``busy`` says how long a write waits for their write lock (default
+    :class:`BusyPolicy`: 10 s in all), and opening waits as long at most for one that is
+    cleaning up after processes that ended. ``lease`` is how long a plain run's hold of its
+    conversation's lane lasts without renewal (see ``_holds``).
 
     A file it makes is 0600, and so are the files SQLite makes beside it (see ``_files``).
     Raises :class:`UnsafeDatabaseFile` (a symbolic link, not a regular file, another user's),
     :class:`NotADatabase`, :class:`ForeignDatabase`, :class:`DatabaseTooNew`,
-    :class:`DatabaseInUse` or :class:`CannotOpenDatabase` without modifying the file.
+    :class:`DatabaseInUse` (an older version holds it alone), :class:`DatabaseBusy` or
+    :class:`CannotOpenDatabase` without modifying the file.
 
     Cancellation: a checkpoint before opening; once the worker thread opens the file it is not
     abandoned, and the database is closed again when the cancellation reaches the block. Closing
@@ -324,10 +447,22 @@ async def open_database(
         raise ValueError("the database path must not be empty")
     # Not abandoned once started (``to_thread`` waits for the thread): a cancellation arriving
     # meanwhile is raised by the ``yield``'s first checkpoint, and the ``finally`` closes it.
-    conn, lock_file, identity = await trio.to_thread.run_sync(_open_sync, name, synchronous)
+    policy = busy or BusyPolicy()
+    opened = await trio.to_thread.run_sync(_open_sync, name, synchronous, policy)
     database = SqliteDatabase(
-        name, conn, lock_file, synchronous=synchronous, readers=readers, identity=identity
+        name,
+        opened.conn,
+        opened.lock,
+        synchronous=synchronous,
+        readers=readers,
+        identity=opened.identity,
+        busy=policy,
+        alone=opened.alone,
+        recovered=opened.recovered,
+        lease=lease,
     )
+    if any(opened.recovered.values()):
+        log_debug("recovered after processes that ended", **opened.recovered)
     try:
         yield database
     finally:

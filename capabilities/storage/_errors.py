@@ -19,10 +19,13 @@ from effectagent.engine import ConversationLogError
 
 __all__ = [
     "CannotOpenDatabase",
+    "ConversationInUse",
     "CorruptRecord",
+    "DatabaseBusy",
     "DatabaseInUse",
     "DatabaseTooNew",
     "ForeignDatabase",
+    "LaneLost",
     "LogClosed",
     "LogGap",
     "LogReadFailed",
@@ -114,16 +117,17 @@ class DatabaseTooNew(StorageError):
 
 @attrs.frozen
 class DatabaseInUse(StorageError):
-    """Another process has the database open: one process owns a database file at a time
-    (deployment class P is one node, one process). Retry once that process has exited."""
+    """A process holds the database file for itself alone and kept it longer than opening waits:
+    an older version of effectagent, which let one process use a file at a time. (Processes of
+    this version share a file; see ``_database``.) Retry once that process has exited."""
 
     path: str
     is_retryable = True
 
     def __str__(self) -> str:
         return (
-            f"the database {self.path} is open in another process (one process uses it at a "
-            "time): try again once that one has ended"
+            f"the database {self.path} is held for itself alone by another process (an older "
+            "version of effectagent): try again once that one has ended"
         )
 
 
@@ -182,6 +186,77 @@ class LogWriteFailed(WriteFailed, ConversationLogError):
             f"the database refused an append to conversation {self.conversation_id} "
             f"({self.reason}); nothing of it was written"
         )
+
+
+@attrs.frozen
+class DatabaseBusy(WriteFailed):
+    """Another process kept the database's write lock for longer than a write waits for it
+    (bounded retries with backoff, ``waited`` seconds in all). Nothing of the write was
+    written."""
+
+    waited: float = 0.0
+    reason: str = attrs.field(default="", init=False)
+
+    def __attrs_post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "reason",
+            f"another connection, usually another process, kept the write lock for "
+            f"{self.waited:.1f} s, as long as a write waits for it",
+        )
+
+    def __str__(self) -> str:
+        return f"the database refused the write ({self.reason}); nothing of it was written"
+
+
+@attrs.frozen
+class LaneLost(StorageError, ConversationLogError):
+    """A write was refused because its writer no longer holds the conversation's lane: another
+    holder took it over (with a higher epoch) after this one's lease ran out, or it was released.
+    Nothing of the write was written. ``reason`` says which (the fence's own words)."""
+
+    conversation_id: str
+    reason: str
+    seq = None  # no one record is at fault
+
+    def __str__(self) -> str:
+        return (
+            f"an append to conversation {self.conversation_id} was refused: {self.reason}; "
+            "nothing of it was written"
+        )
+
+
+@attrs.frozen
+class ConversationInUse(StorageError, ConversationLogError):
+    """The conversation has a run going elsewhere — in another process, or another run on this
+    database in this one — which holds its lane; a second run of it is refused, and nothing of
+    it is written. ``holder`` names who holds it (``pid-<n>-…`` for a process), ``elsewhere``
+    says whether that is another process. Retry once that run has ended."""
+
+    conversation_id: str
+    holder: str
+    elsewhere: bool = True
+    seq = None
+    is_retryable = True
+
+    def __str__(self) -> str:
+        where = (
+            f"in another process ({_process_of(self.holder)})"
+            if self.elsewhere
+            else "in this process"
+        )
+        return (
+            f"conversation {self.conversation_id} has a run going {where}: nothing was written "
+            "to it; wait for that run to end"
+        )
+
+
+def _process_of(holder: str) -> str:
+    """``pid-1234-ab12…`` as "process 1234"; any other holder's ID as it is."""
+    parts = holder.split("-")
+    if len(parts) >= 2 and parts[0] == "pid" and parts[1].isdigit():
+        return f"process {parts[1]}"
+    return holder
 
 
 @attrs.frozen

@@ -10,7 +10,17 @@ anything until every check passed:
 3. its layout version is not newer than this code's (else :class:`DatabaseTooNew`);
 
 then an empty database gets the layout, and an older one is upgraded by the registered steps in
-:data:`UPGRADES` (none yet: version 1 is the first), all in one transaction.
+:data:`UPGRADES`, all in one transaction. A new database is laid out as version 1 and upgraded
+in that same transaction, so it is never seen at an older version, and a new file and an
+upgraded one have the same tables.
+
+Versions:
+
+1. the tables below;
+2. the durable runtime's tables (``_layout_durable``: submissions, lanes, durable steps, aborts,
+   audit, quarantine) and, in ``steering_inputs``, the ``epoch`` of the conversation's lane an
+   input was admitted under (input admitted for a run that has ended is never delivered to a
+   later one: see ``_lanes``).
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -27,7 +37,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import Final
 
+from ._busy import BusyPolicy, begin_immediate
 from ._errors import DatabaseTooNew, ForeignDatabase, NotADatabase
+from ._layout_durable import DURABLE_TABLES
 
 __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 
@@ -35,7 +47,7 @@ __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 APPLICATION_ID: Final = 0x45414731
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2
 
 _LAYOUT_V1: Final = (
     """CREATE TABLE records (
@@ -84,8 +96,17 @@ _LAYOUT_V1: Final = (
     "CREATE INDEX steering_queued ON steering_inputs (conversation_id) WHERE status = 'queued'",
 )
 
+
+def _to_v2(conn: sqlite3.Connection) -> None:
+    """Layout 1 → 2: the durable tables, and the lane epoch of each steering input (NULL for
+    those admitted before: no lane held them)."""
+    for statement in DURABLE_TABLES:
+        conn.execute(statement)
+    conn.execute("ALTER TABLE steering_inputs ADD COLUMN epoch INTEGER")
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
-UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {}
+UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {1: _to_v2}
 
 
 def _not_a_database(exc: sqlite3.DatabaseError) -> bool:
@@ -110,17 +131,27 @@ def _layout_version(conn: sqlite3.Connection, path: str) -> int | None:
     return None if application_id == 0 else int(version)
 
 
-def prepare(conn: sqlite3.Connection, path: str) -> None:
+def prepare(conn: sqlite3.Connection, path: str, busy: BusyPolicy | None = None) -> None:
     """Check that the database behind ``conn`` is ours (or empty) and current; lay it out or
-    upgrade it. Writes nothing unless every check passed. Runs in a worker thread."""
+    upgrade it. Writes nothing unless every check passed; ``busy`` says how long to wait for
+    another process's write lock (None: not at all). Runs in a worker thread.
+
+    A database at the current version is only read (its checks take no write lock, so processes
+    opening a shared file do not queue for it)."""
+    if _layout_version(conn, path) == LAYOUT_VERSION:
+        return
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        if busy is None:
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            begin_immediate(conn, busy)
     except sqlite3.DatabaseError as exc:
         if _not_a_database(exc):
             raise NotADatabase(path) from None
         raise
     try:
-        version = _layout_version(conn, path)
+        version = _layout_version(conn, path)  # again: another process may have laid it out
+        changed = version != LAYOUT_VERSION
         if version is None:
             for statement in _LAYOUT_V1:
                 conn.execute(statement)
@@ -128,8 +159,9 @@ def prepare(conn: sqlite3.Connection, path: str) -> None:
         while version < LAYOUT_VERSION:
             UPGRADES[version](conn)
             version += 1
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {LAYOUT_VERSION}")
+        if changed:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {LAYOUT_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -11,9 +11,19 @@ It keeps the contract of ``effectagent.engine.ConversationLog`` exactly:
   (``_codec``); a row that does not read back is a typed error naming its conversation and
   sequence number, never skipped, and never an error for another conversation.
 
-What it does not give (that is deployment class DN, which will build on this store): a settlement
-for every accepted submission, fenced attempts, recovery of runs that were going. A run the process
-was running when it died stays as far as its last append got.
+Several processes may write one file, so every append is checked against the conversation's
+**lane** (``_lanes``) inside its own transaction, before anything is written:
+
+* a log made with a ``fence`` (the durable runtime's: its worker's claim, ``lane_fence``) runs it
+  first; when it raises, the append is refused with :class:`LaneLost` (the fence's words), and
+  nothing of it — nor of the steering it would mark delivered — is written;
+* a log without one holds the lane for each plain run (``_holds``): the append of a run's input
+  claims it, the run's later appends must still hold it, its terminal record releases it; an
+  append is refused with :class:`ConversationInUse` while a run elsewhere holds the lane, and
+  with :class:`LaneLost` when the run's own hold was taken over.
+
+A run the process was running when it died stays as far as its last append got (recovering it is
+the durable runtime's, ``capabilities.durable``); its lane frees itself when its lease runs out.
 
 An append whose records deliver admitted steering (a ``UserInputRecorded`` of kind steering or
 follow-up) marks that input delivered in the same transaction, so an input is never both queued
@@ -22,15 +32,19 @@ and canonical (see ``capabilities.steering``).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import final
+
+import trio
 
 from effectagent.core import LogEntry, Record
 
 from ._codec import EncodedRecord, RecordCodec
 from ._database import SqliteDatabase
 from ._errors import (
+    LaneLost,
     LogClosed,
     LogGap,
     LogReadFailed,
@@ -38,10 +52,19 @@ from ._errors import (
     ReadFailed,
     RecordNotEncodable,
     StorageClosed,
+    StorageError,
     WriteFailed,
 )
+from ._holds import AppendShape, Refuse, decide, shape_of
+from ._lanes import Fence, read_lane
 
 __all__ = ["SqliteConversationLog", "write_records"]
+
+
+def _said(exc: Exception) -> str:
+    """What a fence said when it refused: its own sentence, else its kind."""
+    text = str(exc).strip()
+    return text if text else f"its fence refused it ({type(exc).__name__})"
 
 
 #: ``INSERT`` statements of n rows (one statement: atomic without a savepoint), by n.
@@ -101,11 +124,31 @@ def single_statement(rows: list[EncodedRecord]) -> bool:
 class SqliteConversationLog:
     """The canonical, append-only log of every conversation, in an :class:`SqliteDatabase`."""
 
-    __slots__ = ("_codec", "database")
+    __slots__ = ("_codec", "database", "fence")
 
-    def __init__(self, database: SqliteDatabase, codec: RecordCodec | None = None) -> None:
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        codec: RecordCodec | None = None,
+        *,
+        fence: Fence | None = None,
+    ) -> None:
         self.database = database
         self._codec = codec or RecordCodec()
+        #: Run inside each append's transaction, before it writes: raises to refuse (see the
+        #: module notes). None: plain runs hold their lanes instead.
+        self.fence = fence
+
+    def _fenced(self, conversation_id: str, conn: sqlite3.Connection) -> None:
+        fence = self.fence
+        if fence is None:
+            return
+        try:
+            fence(conn, conversation_id)
+        except (sqlite3.Error, LaneLost):
+            raise
+        except Exception as exc:
+            raise LaneLost(conversation_id, _said(exc)) from None
 
     def encode(self, conversation_id: str, records: Sequence[Record]) -> list[EncodedRecord]:
         """The stored form of ``records``; raises :class:`RecordNotEncodable` for the first that
@@ -140,9 +183,30 @@ class SqliteConversationLog:
         self, conversation_id: str, records: Sequence[Record]
     ) -> Callable[[sqlite3.Connection], int]:
         """The write of an append, to run inside another write's transaction (agent state
-        committed with its record). Encodes now: raises :class:`RecordNotEncodable` at once."""
+        committed with its record). Encodes now: raises :class:`RecordNotEncodable` at once.
+
+        The records must neither start nor end a run: the append is only checked against the
+        lane (the fence, or the run's hold), which is neither claimed nor released by it; a
+        refusal raises :class:`LaneLost` or :class:`ConversationInUse` from the write."""
         rows = self.encode(conversation_id, records)
-        return lambda conn: write_records(conn, conversation_id, rows)
+        runs = shape_of(records).runs
+        holds = self.database.holds
+        known = holds.held.get(conversation_id)
+        me, now = self.database.holder_id, holds.clock()
+
+        def work(conn: sqlite3.Connection) -> int:
+            if self.fence is not None:
+                self._fenced(conversation_id, conn)
+            else:
+                lane = read_lane(conn, conversation_id)
+                decided = decide(
+                    conversation_id, lane, me=me, known=known, shape=AppendShape(runs), now=now
+                )
+                if isinstance(decided, Refuse):
+                    raise decided.error
+            return write_records(conn, conversation_id, rows)
+
+        return work
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
         """Append ``records`` atomically, in order; return the sequence number of the last one
@@ -150,23 +214,62 @@ class SqliteConversationLog:
 
         Raises :class:`RecordNotEncodable` before anything is queued, :class:`LogWriteFailed`
         (a :class:`WriteFailed`) if SQLite refused the transaction (nothing written),
-        :class:`LogClosed` (a :class:`StorageClosed`) — each the engine's
+        :class:`LogClosed` (a :class:`StorageClosed`), :class:`LaneLost` when the fence refused
+        it or the run's hold of the lane was lost, :class:`ConversationInUse` while a run
+        elsewhere holds the lane (see the module notes; nothing written) — each the engine's
         ``ConversationLogError``, naming the conversation.
 
         Cancellation: all or nothing — if it raises (``Cancelled`` included), none of the records
         was appended; if it returns, all were (a transaction already running is waited for).
         """
         rows = self.encode(conversation_id, records)
+        weight, single = max(1, len(rows)), single_statement(rows)
         try:
-            return await self.database.write(
-                lambda conn: write_records(conn, conversation_id, rows),
-                weight=max(1, len(rows)),
-                single_statement=single_statement(rows),
-            )
+            if self.fence is None:
+                return await self.database.holds.append(
+                    conversation_id,
+                    shape_of(records),
+                    lambda conn: write_records(conn, conversation_id, rows),
+                    weight=weight,
+                    single_statement=single,
+                )
+
+            def fenced(conn: sqlite3.Connection) -> int:
+                self._fenced(conversation_id, conn)
+                return write_records(conn, conversation_id, rows)
+
+            return await self.database.write(fenced, weight=weight, single_statement=single)
         except WriteFailed as exc:
             raise LogWriteFailed(conversation_id, exc.reason) from None
         except StorageClosed:
             raise LogClosed(conversation_id) from None
+
+    async def claim(self, conversation_id: str, run_id: str) -> None:
+        """Hold the conversation's lane for the run ``run_id`` before it writes anything, so a
+        second run is refused before it starts (:class:`ConversationInUse`, nothing written); the
+        run's appends then find the lane their own, and its terminal record lets it go. Claiming
+        again for the same run changes nothing. With a ``fence``, the lane is its holder's
+        business: nothing happens.
+
+        Cancellation: all or nothing (one write)."""
+        if self.fence is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await self.database.holds.claim(conversation_id, run_id)
+        except WriteFailed as exc:
+            raise LogWriteFailed(conversation_id, exc.reason) from None
+        except StorageClosed:
+            raise LogClosed(conversation_id) from None
+
+    async def release(self, conversation_id: str, run_id: str) -> None:
+        """Let go of the lane held for ``run_id`` if it still is (its terminal record, which
+        does so, was not written); nothing otherwise. Never raises a storage error: a lane that
+        cannot be released frees itself when its lease runs out.
+
+        Cancellation: all or nothing (one write)."""
+        with contextlib.suppress(StorageError, sqlite3.Error):
+            await self.database.holds.release(conversation_id, run_id)
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """The entries with ``seq > after``, in order.

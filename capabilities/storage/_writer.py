@@ -8,6 +8,10 @@ failed statement by itself. If the transaction itself fails (``COMMIT`` refused:
 disk full, I/O error), every write of the batch fails with :class:`WriteFailed` and nothing of the
 batch is in the database. So each write is all-or-nothing, whoever shares its transaction.
 
+Other processes write the same file: the transaction begins with ``BEGIN IMMEDIATE``, waiting for
+their write lock with bounded retries and backoff (``_busy``); when the wait is spent, every write
+of the batch fails with :class:`DatabaseBusy` (a :class:`WriteFailed`), nothing written.
+
 The bookkeeping of who writes which batch is :class:`GroupCommit` (pure); this module is the
 driver: a write's task queues it, then either leads (takes the batch and runs it with
 ``trio.to_thread.run_sync``) or waits until its batch is written or it is made leader. A writer
@@ -32,6 +36,7 @@ from typing import Any, Generic, TypeVar, final
 import trio
 
 from .._logging import log_debug
+from ._busy import BusyPolicy, begin_immediate
 from ._errors import StorageClosed, WriteFailed
 from ._group_commit import GroupCommit
 
@@ -61,11 +66,17 @@ class _Job(Generic[R]):
         self.wake = trio.Event()
 
 
-def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
+def run_batch(
+    conn: sqlite3.Connection, batch: list[_Job[Any]], busy: BusyPolicy | None = None
+) -> None:
     """Run ``batch`` in one transaction, each write under its own savepoint; set each job's
-    result or error. Runs in the worker thread; never raises."""
+    result or error. ``busy`` says how long to wait for another process's write lock (None: not
+    at all — a database no other connection writes). Runs in the worker thread; never raises."""
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        if busy is None:
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            begin_immediate(conn, busy)
         for job in batch:
             savepoint = job.savepoint
             if savepoint:
@@ -83,7 +94,11 @@ def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
                 conn.execute("RELEASE write")
         conn.execute("COMMIT")
     except Exception as exc:
-        failure = WriteFailed(str(exc) if isinstance(exc, sqlite3.Error) else type(exc).__name__)
+        failure = (
+            exc
+            if isinstance(exc, WriteFailed)
+            else WriteFailed(str(exc) if isinstance(exc, sqlite3.Error) else type(exc).__name__)
+        )
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -99,10 +114,13 @@ def run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> None:
 class Writer:
     """Serialises every write to one connection through group commit (see the module notes)."""
 
-    __slots__ = ("_closed", "_commit", "_conn", "_idle", "_limiter", "_lock", "batches")
+    __slots__ = ("_busy", "_closed", "_commit", "_conn", "_idle", "_limiter", "_lock", "batches")
 
-    def __init__(self, conn: sqlite3.Connection, lock: Any = None) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, lock: Any = None, busy: BusyPolicy | None = None
+    ) -> None:
         self._conn = conn
+        self._busy = busy
         # A ``threading.Lock`` when readers share this connection (an in-memory database).
         self._lock = lock
         self._commit: GroupCommit[_Job[Any]] = GroupCommit(MAX_BATCH_WEIGHT)
@@ -189,10 +207,10 @@ class Writer:
 
     def _run(self, batch: list[_Job[Any]]) -> None:
         if self._lock is None:
-            run_batch(self._conn, batch)
+            run_batch(self._conn, batch, self._busy)
         else:
             with self._lock:
-                run_batch(self._conn, batch)
+                run_batch(self._conn, batch, self._busy)
 
     async def aclose(self) -> None:
         """Refuse new writes, then wait until every queued write is written.

@@ -1,7 +1,11 @@
 """A process that appends to a log until it is killed: ``python -m
-tests.capabilities.storage.appender <database>``. Each append is a group of 1-4 records that say
-which append they belong to and how large it is; a line ``<conversation> <append> <size> <seq>``
-is printed (and flushed) as soon as the append returned. Used by ``test_kill.py``."""
+tests.capabilities.storage.appender <database> [<appends per writer> [<name>]]``. Each append is a
+group of 1-4 records that say which append they belong to and how large it is; a line
+``<conversation> <append> <size> <seq>`` is printed (and flushed) as soon as the append returned.
+The log is fenced with a fence that refuses nothing: these appends belong to no run, and
+several such processes write the same conversations. With a count, each writer stops after that many appends and the process exits; appends are named
+after ``<name>`` (so that several processes' appends can be told apart). Used by ``test_kill.py``
+and ``test_processes.py``."""
 
 from __future__ import annotations
 
@@ -17,18 +21,19 @@ from effectagent.core import UserInputRecorded
 WRITERS = 8
 
 
-async def main(path: str) -> None:
+async def main(path: str, count: int | None = None, prefix: str = "") -> None:
     async with open_database(path) as database:
-        log = SqliteConversationLog(database)
+        # Appends of no run: a fence that lets every one through (no lane is held).
+        log = SqliteConversationLog(database, fence=lambda conn, conversation_id: None)
 
         async def writer(number: int) -> None:
             rng = random.Random(number)
-            count = 0
-            while True:
+            done = 0
+            while count is None or done < count:
                 conversation = f"c{rng.randrange(3)}"
                 size = rng.randint(1, 4)
-                name = f"{number}-{count}"
-                count += 1
+                name = f"{prefix}{number}-{done}"
+                done += 1
                 records = [
                     UserInputRecorded(
                         conversation_id=conversation,
@@ -51,4 +56,10 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main, sys.argv[1])
+    arguments = sys.argv[1:]
+    trio.run(
+        main,
+        arguments[0],
+        int(arguments[1]) if len(arguments) > 1 else None,
+        arguments[2] if len(arguments) > 2 else "",
+    )

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from capabilities.storage import CannotOpenDatabase, DatabaseInUse, DatabaseTooNew
+from capabilities.storage import CannotOpenDatabase, DatabaseTooNew
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import (
     CorruptRecord,
@@ -26,6 +26,7 @@ from capabilities.storage._errors import (
     UnknownRecordVersion,
     WriteFailed,
 )
+from capabilities.storage._layout import LAYOUT_VERSION
 from capabilities.storage._log import SqliteConversationLog
 from capabilities.storage._writer import run_batch
 from effectagent.core import ConversationCreated, UserInputRecorded
@@ -130,18 +131,8 @@ async def test_a_database_from_a_newer_version_is_refused_unmodified(tmp_path: P
     with pytest.raises(DatabaseTooNew) as raised:
         async with open_database(path):
             pass
-    assert (raised.value.found, raised.value.supported) == (99, 1)
+    assert (raised.value.found, raised.value.supported) == (99, LAYOUT_VERSION)
     assert path.read_bytes() == before
-
-
-async def test_one_process_owns_a_database_file(tmp_path: Path) -> None:
-    path = tmp_path / "owned.db"
-    async with open_database(path):
-        with pytest.raises(DatabaseInUse):
-            async with open_database(path):
-                pass
-    async with open_database(path):  # free again once closed
-        pass
 
 
 async def test_a_path_that_cannot_be_opened_is_a_typed_error(tmp_path: Path) -> None:
