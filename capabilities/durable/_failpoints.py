@@ -1,0 +1,87 @@
+"""Failpoints: a process that kills itself at a named crash point, for the kill tests.
+
+``EFFECTAGENT_FAILPOINT=after-prepare`` makes the process send itself ``SIGKILL`` the first time
+it crosses the crash point ``after-prepare`` (``after-prepare@3``: the third time). The names are
+the classifier's crash points (``_classifier.CRASH_POINTS``). The durable runtime crosses them in
+its own code (admission, claim, settlement, decisions, joins) and, for the engine's records, in
+its log (``after-run-start`` once a run's input is appended, ``after-model-response`` once a
+response with tool calls is, ``after-prepare``, ``after-settle``, ``after-final-answer``,
+``after-suspend``, ``after-terminal-record``); ``in-handler`` is crossed by whoever calls
+:func:`failpoint` inside a tool handler (a test's tool does, after its side effect).
+
+Without the variable, :func:`failpoint` is one comparison. Never set it in production.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from typing import Final
+
+from effectagent.core import (
+    ModelResponseRecorded,
+    Record,
+    RunCompletedRecord,
+    RunFailedRecord,
+    ToolCallPrepared,
+    ToolCallSettled,
+    UserInputRecorded,
+)
+
+from ._facts import is_suspension
+
+__all__ = ["FAILPOINT_ENV", "armed", "crossed_by", "failpoint"]
+
+#: The environment variable that names the failpoint.
+FAILPOINT_ENV: Final = "EFFECTAGENT_FAILPOINT"
+
+
+def _parse(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    name, _, count = value.partition("@")
+    return name, int(count) if count.isdigit() and int(count) > 0 else 1
+
+
+_armed = _parse(os.environ.get(FAILPOINT_ENV))
+_crossings = 0
+
+
+def armed() -> str | None:
+    """The failpoint this process is armed with (None: none)."""
+    return None if _armed is None else _armed[0]
+
+
+def failpoint(name: str) -> None:
+    """Cross the crash point ``name``: if the process is armed with it (and this is the
+    crossing it counts to), it kills itself with ``SIGKILL`` here — no cleanup, no flush, as a
+    power cut or the OOM killer would."""
+    global _crossings
+    if _armed is None or _armed[0] != name:
+        return
+    _crossings += 1
+    if _crossings >= _armed[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def crossed_by(records: Sequence[Record]) -> list[str]:
+    """The crash points an append of ``records`` crosses once it is written (see the module
+    notes). Pure."""
+    points: list[str] = []
+    for record in records:
+        kind = type(record)
+        if kind is UserInputRecorded and record.kind == "user":  # type: ignore[union-attr]
+            points.append("after-run-start")
+        elif kind is ModelResponseRecorded:
+            calls = any(k == "tool-call" for k, _ in record.content)  # type: ignore[union-attr]
+            points.append("after-model-response" if calls else "after-final-answer")
+        elif kind is ToolCallPrepared:
+            points.append("after-prepare")
+        elif kind is ToolCallSettled:
+            points.append("after-settle")
+        elif kind is RunCompletedRecord or kind is RunFailedRecord:
+            points.append("after-terminal-record")
+        elif is_suspension(record):
+            points.append("after-suspend")
+    return points

@@ -1,0 +1,309 @@
+"""The durable runtime's client side: admission, the ledger, commands and operations, from any
+process that has the database open. Workers (``_worker``) run what it admits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, final
+
+from effectagent.core import Agent, LogEntry, Record
+
+from .._ids import new_id
+from .._logging import log_warning
+from ..storage import SqliteDatabase
+from ..storage._log import SqliteConversationLog, write_records
+from . import _commands, _ops
+from ._model import (
+    AgentNotFound,
+    Mode,
+    Receipt,
+    Submission,
+    SubmissionNotFound,
+    payload_digest,
+)
+from ._store import admit, read_submission
+
+__all__ = ["DurableQueue", "run_id_of"]
+
+R = TypeVar("R")
+
+_MODES = ("queue", "join")
+
+
+def run_id_of(submission_id: str) -> str:
+    """The run that carries a submission: its ID follows from the submission's (``sub_<hex>`` is
+    carried by ``run_<hex>``), so the log alone says which submission a run is."""
+    return "run_" + submission_id.removeprefix("sub_")
+
+
+def _text(name: str, value: object, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not empty and not value.strip():
+        raise ValueError(f"{name} must not be empty")
+    return value
+
+
+@final
+class DurableQueue:
+    """Admission, the ledger, commands and operations over one database (see
+    ``capabilities.durable``). Any number of processes may each have one on the same file.
+
+    ``agents``: the names of the agents workers run (a registry ``{name: Agent}``, or names);
+    given, :meth:`submit` refuses a name not in it before admitting anything. ``clock`` gives
+    the wall-clock time (``time.time``; tests may pass their own).
+    """
+
+    __slots__ = ("_agents", "_clock", "_log", "database")
+
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        *,
+        agents: Mapping[str, Agent[Any]] | Iterable[str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.database = database
+        self._agents = None if agents is None else tuple(agents)
+        self._clock = clock
+        self._log = SqliteConversationLog(database)
+
+    async def _write(self, work: Callable[[sqlite3.Connection], R]) -> R:
+        return await self.database.write(work)
+
+    def _append_work(
+        self, conversation_id: str, records: Sequence[Record]
+    ) -> Callable[[sqlite3.Connection], int]:
+        # The command's transaction holds the lane (``_store.take``): no fence or hold to check.
+        rows = self._log.encode(conversation_id, records)
+        return lambda conn: write_records(conn, conversation_id, rows)
+
+    # ---- admission -------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        agent: str,
+        text: str,
+        *,
+        conversation_id: str,
+        idempotency_key: str,
+        principal: str,
+        mode: Mode = "queue",
+    ) -> Receipt:
+        """Admit ``text`` for the agent named ``agent`` in ``conversation_id`` and return its
+        :class:`Receipt` — only once the submission, its FIFO position and its conversation are
+        committed. The same ``idempotency_key`` (scoped to ``principal`` and conversation) with
+        the same payload (agent, text, mode) returns the receipt of the first admission; with
+        another payload it raises :class:`IdempotencyConflict` and admits nothing. An agent
+        name the registry (if given) does not have raises :class:`AgentNotFound` first.
+
+        ``mode="join"``: if a run of the conversation is going when this submission would wait
+        behind it, that run may take it as input at its next turn (it settles ``joined``).
+
+        Cancellation: all or nothing — raising (``Cancelled`` included) means not admitted,
+        returning means admitted (a commit already running is waited for).
+        """
+        agent = _text("agent", agent)
+        text = _text("text", text, empty=True)
+        conversation_id = _text("conversation_id", conversation_id)
+        idempotency_key = _text("idempotency_key", idempotency_key)
+        principal = _text("principal", principal)
+        if mode not in _MODES:
+            raise ValueError(f"mode must be 'queue' or 'join', got {mode!r}")
+        if self._agents is not None and agent not in self._agents:
+            raise AgentNotFound(agent, self._agents)
+        submission_id = new_id("sub")
+        digest = payload_digest(agent, text, mode)
+        now = self._clock()
+        return await self._write(
+            lambda conn: admit(
+                conn,
+                submission_id=submission_id,
+                run_id=run_id_of(submission_id),
+                principal=principal,
+                conversation_id=conversation_id,
+                idempotency_key=idempotency_key,
+                digest=digest,
+                agent=agent,
+                text=text,
+                mode=mode,
+                now=now,
+            )
+        )
+
+    # ---- the ledger ----------------------------------------------------------------------------
+
+    async def status(self, submission_id: str) -> Submission:
+        """The ledger row of ``submission_id``; :class:`SubmissionNotFound` for an unknown ID.
+
+        Cancellation: a checkpoint before reading; nothing changes.
+        """
+        found = await self.database.read(lambda conn: read_submission(conn, submission_id))
+        if found is None:
+            raise SubmissionNotFound(submission_id)
+        return found
+
+    async def submissions(self, conversation_id: str) -> tuple[Submission, ...]:
+        """Every submission of the conversation, in FIFO order.
+
+        Cancellation: as :meth:`status`."""
+        return await self.database.read(lambda conn: _ops.of_conversation(conn, conversation_id))
+
+    async def answer(self, submission_id: str) -> LogEntry | None:
+        """The terminal record of a settled submission's run, at its sequence number (None for
+        one that is not settled, or settled without a record: aborted before it ran, joined).
+
+        Cancellation: as :meth:`status`."""
+        submission = await self.status(submission_id)
+        if submission.settlement != "final" or submission.seq is None:
+            return None
+        entries = await self._log.entries(submission.conversation_id, after=submission.seq - 1)
+        return entries[0] if entries else None
+
+    # ---- commands --------------------------------------------------------------------------------
+
+    async def abort(
+        self, submission_id: str, *, author: str, reason: str, abort_id: str | None = None
+    ) -> Submission:
+        """Abort a submission (a durable command: ``abort_id`` — made up when not given — makes
+        it idempotent). One that is settled is left as it is (a completed or failed settlement
+        is never rewritten). One that never ran settles ``aborted`` at once; one whose run is
+        going, suspended or dead-lettered gets an aborted terminal record in its run's log —
+        recorded before the worker running it learns of it (within its ``poll_interval``) and
+        interrupts it — and settles ``aborted``. A joining one is aborted when the run it was
+        handed to settles, unless that run recorded its input first. Returns the ledger row.
+
+        Cancellation: all or nothing, as :meth:`submit`.
+        """
+        author = _text("author", author)
+        reason = _text("reason", reason, empty=True)
+        command = abort_id if abort_id is not None else new_id("abort")
+        now = self._clock()
+        return await self._write(
+            lambda conn: _commands.abort(
+                conn,
+                self._append_work,
+                abort_id=command,
+                submission_id=submission_id,
+                author=author,
+                reason=reason,
+                now=now,
+            )
+        )
+
+    async def decide(
+        self,
+        submission_id: str,
+        tool_call_id: str,
+        approved: bool,
+        *,
+        author: str,
+        reason: str = "",
+    ) -> tuple[Submission, tuple[str, ...]]:
+        """Decide one tool call of a suspended submission's batch: the decision is appended to
+        its run's log, bound to the call's recorded request. Once every call of the batch has
+        one, the submission waits for a worker again, which resumes its run from the log without
+        calling the model. Returns the ledger row and the calls still waiting for a decision.
+        Raises :class:`NoPendingApproval` for a call that waits for none.
+
+        Cancellation: all or nothing, as :meth:`submit`.
+        """
+        if not isinstance(approved, bool):
+            raise TypeError(f"approved must be a bool, got {type(approved).__name__}")
+        author = _text("author", author)
+        reason = _text("reason", reason, empty=True)
+        now = self._clock()
+        attempt_id = new_id("decide")
+        return await self._write(
+            lambda conn: _commands.decide(
+                conn,
+                self._append_work,
+                submission_id=submission_id,
+                tool_call_id=tool_call_id,
+                approved=approved,
+                author=author,
+                reason=reason,
+                now=now,
+                attempt_id=attempt_id,
+            )
+        )
+
+    # ---- operations ------------------------------------------------------------------------------
+
+    async def retry(self, submission_id: str) -> Submission:
+        """Give a dead-lettered submission a fresh retry budget (it is claimed again at once).
+        Raises :class:`NotDeadLettered` for one that is not dead.
+
+        Cancellation: all or nothing, as :meth:`submit`."""
+        now = self._clock()
+        return await self._write(lambda conn: _commands.retry(conn, submission_id, now=now))
+
+    async def wake(self, conversation_id: str) -> int:
+        """Cut short the backoff of the conversation's waiting submissions, so the next worker
+        poll claims its head; returns how many were waiting.
+
+        Cancellation: all or nothing, as :meth:`submit`."""
+        now = self._clock()
+        return await self._write(lambda conn: _commands.wake(conn, conversation_id, now=now))
+
+    async def rebuild_ledger(self, conversation_id: str) -> list[dict[str, Any]]:
+        """Make the conversation's ledger agree with its log (the authority): a submission whose
+        run's terminal record is there is settled as it says; one whose input another run
+        recorded is joined. Returns the changes (``{"submission", "from", "to"}``).
+
+        Cancellation: all or nothing, as :meth:`submit`."""
+        now = self._clock()
+        return await self._write(lambda conn: _commands.rebuild(conn, conversation_id, now=now))
+
+    async def explain(self, submission_id: str, *, tail: int = 20) -> _ops.Explanation:
+        """The ledger row of ``submission_id``, the last ``tail`` records of its run, the audit
+        rows about it, and what recovery would decide for it now (the classifier's
+        :class:`~._classifier.Decision`).
+
+        Cancellation: as :meth:`status`."""
+        found = await self.database.read(lambda conn: _ops.explain(conn, submission_id, tail=tail))
+        if found is None:
+            raise SubmissionNotFound(submission_id)
+        return found
+
+    async def verify(self, conversation_id: str) -> tuple[str, ...]:
+        """Check the durable invariants on the conversation's stored data; return each violation
+        as a sentence (none: all hold). See ``_ops.verify`` for the list.
+
+        Cancellation: as :meth:`status`."""
+        return await self.database.read(lambda conn: _ops.verify(conn, conversation_id))
+
+    async def overdue(self, older_than: float) -> tuple[Submission, ...]:
+        """Submissions admitted more than ``older_than`` seconds ago and not settled, oldest
+        first; each is also logged as a structured warning line (``durable settlement
+        overdue``, identifiers only).
+
+        Cancellation: as :meth:`status`."""
+        now = self._clock()
+        found = await self.database.read(lambda conn: _ops.overdue(conn, now - older_than))
+        for submission in found:
+            log_warning(
+                "durable settlement overdue",
+                submission_id=submission.submission_id,
+                conversation_id=submission.conversation_id,
+                status=submission.status,
+                attempts=submission.attempts,
+                waited=round(now - submission.admitted_at, 1),
+            )
+        return found
+
+    async def unknown(self) -> tuple[_ops.UnknownCall, ...]:
+        """Every tool call a resumed run settled ``Unknown`` (it may or may not have happened),
+        newest first.
+
+        Cancellation: as :meth:`status`."""
+        return await self.database.read(_ops.unknown)
+
+    async def quarantined(self) -> tuple[_ops.Quarantined, ...]:
+        """The records recovery could not read, whose conversations are set aside.
+
+        Cancellation: as :meth:`status`."""
+        return await self.database.read(_ops.quarantined)

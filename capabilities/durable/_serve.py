@@ -1,0 +1,354 @@
+"""What a worker does with one claim: classify, run or resume, settle — or recover otherwise.
+
+Every write here is fenced by the claim's lane (``_lanes.check_lane`` in its transaction): once
+the lane is lost, the next write raises the storage's ``LaneLost`` and the claim is dropped
+unsettled — whoever holds the lane now settles it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import TYPE_CHECKING, Any, final
+
+import attrs
+import trio
+
+from effectagent.core import Agent, RunFailedRecord
+
+from .._logging import log_debug
+from ..storage._lanes import Lane
+from ._classifier import Decision, Durability, LedgerFacts, LogFacts, classify, settled_status
+from ._facts import ABORTED_REASON, FactsFolder
+from ._failpoints import failpoint
+from ._ledger import Event
+from ._model import AgentNotFound, Diagnostic, bounded_diagnostic
+from ._reading import fold_run
+from ._store import Claimed, audit, finalize, mark, release, reserve
+
+if TYPE_CHECKING:
+    from ._worker import DurableWorker
+
+__all__ = ["Serving", "serve"]
+
+
+@final
+@attrs.define(eq=False)
+class Serving:
+    """A claim being served: its lane, its submission, the cancel scope its run runs in, and
+    whether the lane
+    was lost (its run is then cancelled, and nothing more is written for it)."""
+
+    lane: Lane
+    submission_id: str
+    scope: trio.CancelScope
+    lost: bool = False
+
+
+def _durability(agent: Agent[Any] | None) -> dict[str, Durability]:
+    if agent is None:
+        return {}
+    out: dict[str, Durability] = {}
+    for tool in agent.toolkit:
+        if tool.annotations.idempotent:
+            out[tool.name] = "idempotent"
+        elif getattr(tool, "reconcile", None) is not None:
+            out[tool.name] = "reconcile"
+        else:
+            out[tool.name] = None
+    return out
+
+
+def _joining(conn: sqlite3.Connection, submission_id: str) -> list[str]:
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT submission_id FROM submissions WHERE joined_into = ? AND status = 'joining'",
+            (submission_id,),
+        )
+    ]
+
+
+async def _read_run(worker: DurableWorker, claimed: Claimed) -> tuple[FactsFolder, int | None]:
+    submission = claimed.submission
+
+    def read(conn: sqlite3.Connection) -> tuple[FactsFolder, int | None]:
+        return fold_run(
+            conn,
+            submission.conversation_id,
+            submission.run_id,
+            claimed.base_seq,
+            _joining(conn, submission.submission_id),
+        )
+
+    return await worker.database.read(read)
+
+
+def _terminal_diagnostic(folder: FactsFolder) -> Diagnostic | None:
+    record = folder.terminal_record
+    if type(record) is not RunFailedRecord:
+        return None
+    if record.error is not None:
+        return bounded_diagnostic(record.error.tag, str(record.error))
+    reason = record.reason
+    if reason == "interrupted":
+        return bounded_diagnostic("Interrupted", "the run was interrupted before it ended")
+    return bounded_diagnostic(reason or "Failed", f"the run ended: {reason}")
+
+
+async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: Serving) -> None:
+    """Carry the claimed submission on to its settlement, a suspension, the queue (to be tried
+    again) or the dead letters, as the classifier decides.
+
+    Cancellation: the claim's scope is cancelled when its lane is lost; the run is then
+    interrupted (its last writes are refused) and nothing is settled."""
+    submission = claimed.submission
+    agent = worker.agents.get(submission.agent)
+    folder: FactsFolder | None = None
+    if claimed.fresh:
+        facts = LogFacts()
+    else:
+        folder, undecodable = await _read_run(worker, claimed)
+        facts = folder.facts(undecodable)
+    ledger = LedgerFacts(
+        status=submission.status,
+        attempts=submission.attempts,
+        settlement=submission.settlement,
+        reserved=submission.outcome,
+        agent_known=agent is not None,
+    )
+    decision = classify(ledger, facts, retry=worker.options.retry, tools=_durability(agent))
+    sid = submission.submission_id
+    if not claimed.fresh:
+        await _audit(worker, claimed, decision)
+    action = decision.action
+    if action in ("run", "resume"):
+        assert agent is not None
+        await _run(worker, runtime, claimed, serving, agent, decision)
+    elif action in ("settle", "finalize"):
+        assert folder is not None
+        assert decision.outcome is not None
+        await _finalize(worker, claimed, folder)
+    elif action == "append":
+        await _append(worker, claimed, facts, decision)
+    elif action == "suspend":
+        await _write(
+            worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "suspend", "suspended")
+        )
+    elif action == "dead":
+        await _write(worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "dead", "dead"))
+        log_debug("durable submission dead-lettered", submission_id=submission.submission_id)
+    elif action == "quarantine":
+        await _quarantine(worker, claimed, facts)
+    elif action == "requeue":
+        await _requeue(worker, claimed, decision.reason)
+    else:  # nothing
+        await _write(worker, claimed, lambda conn, lane: release(conn, lane))
+
+
+async def _write(worker: DurableWorker, claimed: Claimed, work: Any) -> Any:
+    lane = claimed.lane
+    return await worker.database.write(lambda conn: work(conn, lane))
+
+
+def _let_go(
+    conn: sqlite3.Connection, lane: Lane, submission_id: str, event: Event, to: str
+) -> None:
+    mark(conn, lane, submission_id, event, to)
+    release(conn, lane)
+
+
+async def _audit(worker: DurableWorker, claimed: Claimed, decision: Decision) -> None:
+    lane = claimed.lane
+    detail: dict[str, Any] = {
+        "crash_point": decision.crash_point,
+        "action": decision.action,
+        "reason": decision.reason,
+        "attempt": claimed.submission.attempts,
+    }
+    if decision.outcome is not None:
+        detail["outcome"] = decision.outcome
+    if decision.calls:
+        detail["calls"] = [list(call) for call in decision.calls]
+    now = worker.now()
+    await worker.database.write(
+        lambda conn: audit(
+            conn,
+            submission_id=claimed.submission.submission_id,
+            conversation_id=lane.conversation_id,
+            epoch=lane.epoch,
+            now=now,
+            kind="recovery",
+            detail=detail,
+        )
+    )
+
+
+async def _run(
+    worker: DurableWorker,
+    runtime: Any,
+    claimed: Claimed,
+    serving: Serving,
+    agent: Agent[Any],
+    decision: Decision,
+) -> None:
+    submission = claimed.submission
+    conversation_id = submission.conversation_id
+    try:
+        if decision.action == "run":
+            result = await runtime.run(
+                agent,
+                claimed.text,
+                conversation_id=conversation_id,
+                create=claimed.base_seq == 0,
+                run_id=submission.run_id,
+                author=submission.principal,
+            )
+        else:
+            result = await runtime.resume(
+                agent, conversation_id=conversation_id, run_id=submission.run_id
+            )
+    except Exception as exc:  # refused before it began: another attempt, later
+        worker.inbox.withdraw(conversation_id)
+        if not serving.lost:
+            await _requeue(worker, claimed, f"the run could not start ({type(exc).__name__})")
+        return
+    worker.inbox.withdraw(conversation_id)
+    if serving.lost:
+        return
+    sid = submission.submission_id
+    if result.status == "suspended":
+        await _write(
+            worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "suspend", "suspended")
+        )
+        return
+    folder, _ = await _read_run(worker, claimed)
+    if folder.terminal_seq is None:
+        await _requeue(worker, claimed, f"the run ended {result.status} without its record")
+        return
+    await _finalize(worker, claimed, folder)
+
+
+async def _finalize(worker: DurableWorker, claimed: Claimed, folder: FactsFolder) -> None:
+    facts = folder.facts()
+    assert facts.terminal is not None
+    status = settled_status(facts.terminal)
+    diagnostic = _terminal_diagnostic(folder)
+    if status == "aborted":
+        diagnostic = claimed.submission.diagnostic or diagnostic
+    now = worker.now()
+    absorbed = folder.absorbed
+    unknown = folder.unknown_calls
+
+    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+        finalize(
+            conn,
+            lane,
+            claimed.submission.submission_id,
+            status,
+            seq=folder.terminal_seq,
+            diagnostic=diagnostic,
+            now=now,
+            absorbed=absorbed,
+        )
+        for call_id, tool in unknown:
+            audit(
+                conn,
+                submission_id=claimed.submission.submission_id,
+                conversation_id=lane.conversation_id,
+                epoch=lane.epoch,
+                now=now,
+                kind="unknown",
+                detail={"tool_call_id": call_id, "tool": tool},
+            )
+
+    await _write(worker, claimed, work)
+    failpoint("after-finalize")
+
+
+async def _append(
+    worker: DurableWorker, claimed: Claimed, facts: LogFacts, decision: Decision
+) -> None:
+    """Settle with a record the worker writes itself: reserve, append, finalize."""
+    submission = claimed.submission
+    status = decision.outcome or "failed"
+    if submission.settlement == "reserved":
+        diagnostic = submission.diagnostic
+    else:
+        known = tuple(sorted(worker.agents))
+        diagnostic = bounded_diagnostic(
+            "AgentNotFound", str(AgentNotFound(submission.agent, known))
+        )
+    now = worker.now()
+    seq: int | None = None
+    if facts.records:
+        await _write(
+            worker,
+            claimed,
+            lambda conn, lane: reserve(
+                conn, lane, claimed.submission.submission_id, status, diagnostic
+            ),
+        )
+        failpoint("after-reserve")
+        reason = (
+            ABORTED_REASON if status == "aborted" else (diagnostic.tag if diagnostic else "failed")
+        )
+        record = RunFailedRecord(
+            conversation_id=submission.conversation_id,
+            run_id=submission.run_id,
+            error=None,
+            reason=reason,
+            at=now,
+        )
+        seq = await worker.log.append(submission.conversation_id, [record])
+        failpoint("after-append")
+
+    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+        finalize(
+            conn,
+            lane,
+            claimed.submission.submission_id,
+            status,
+            seq=seq,
+            diagnostic=diagnostic,
+            now=now,
+        )
+
+    await _write(worker, claimed, work)
+    failpoint("after-finalize")
+
+
+async def _requeue(worker: DurableWorker, claimed: Claimed, reason: str) -> None:
+    submission = claimed.submission
+    now = worker.now()
+    due = now + worker.backoff(submission.attempts)
+
+    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+        mark(conn, lane, claimed.submission.submission_id, "requeue", "queued", next_attempt_at=due)
+        audit(
+            conn,
+            submission_id=claimed.submission.submission_id,
+            conversation_id=lane.conversation_id,
+            epoch=lane.epoch,
+            now=now,
+            kind="requeue",
+            detail={"reason": reason, "attempt": submission.attempts, "due": round(due - now, 3)},
+        )
+        release(conn, lane)
+
+    await _write(worker, claimed, work)
+
+
+async def _quarantine(worker: DurableWorker, claimed: Claimed, facts: LogFacts) -> None:
+    now = worker.now()
+    seq = facts.undecodable or 0
+
+    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+        conn.execute(
+            "INSERT INTO quarantine (conversation_id, seq, reason, at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
+            (lane.conversation_id, seq, "the record cannot be decoded", now),
+        )
+        mark(conn, lane, claimed.submission.submission_id, "requeue", "queued")
+        release(conn, lane)
+
+    await _write(worker, claimed, work)

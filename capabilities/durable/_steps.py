@@ -1,0 +1,98 @@
+"""Durable steps' results in the database (table ``durable_steps``), fenced by the lane.
+
+A worker's runtime records steps (``ToolCallContext.step``) here. A result is written only by
+the holder of its conversation's lane, in a transaction that checks the lane first (the worker's
+fence), and only if none is recorded for the step's identity yet; whichever result is recorded
+first is the canonical one, returned to every later ``put``. So of two workers racing on one step
+— one whose lane was taken over without it knowing yet — only the fenced winner's result is ever
+recorded: the stale one's ``put`` raises, and its call fails as a defect its run cannot settle
+(the lane is gone).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import final
+
+from effectagent.ai import StepKey, StepResult
+from effectagent.effect import JSONValue
+
+from ..storage import SqliteDatabase
+
+__all__ = ["SqliteStepStore"]
+
+#: Checks, inside a write transaction, that the conversation's lane is held; returns its epoch
+#: or raises to refuse.
+Fence = Callable[[sqlite3.Connection, str], int]
+
+
+@final
+class SqliteStepStore:
+    """A ``StepStore`` on the ``durable_steps`` table (see the module notes). Results are kept
+    as long as the database (they are few and small; a settled run's are never read again)."""
+
+    __slots__ = ("_clock", "_fence", "database")
+
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        fence: Fence,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.database = database
+        self._fence = fence
+        self._clock = clock
+
+    async def get(self, key: StepKey) -> StepResult | None:
+        """The recorded result of ``key``, or None.
+
+        Cancellation: a checkpoint before reading; nothing changes."""
+
+        def read(conn: sqlite3.Connection) -> StepResult | None:
+            found = conn.execute(
+                "SELECT result FROM durable_steps WHERE run_id = ? AND tool_call_id = ? "
+                "AND name = ? AND version = ?",
+                (key.run_id, key.tool_call_id, key.name, key.version),
+            ).fetchone()
+            return None if found is None else StepResult(json.loads(found[0]))
+
+        return await self.database.read(read)
+
+    async def put(self, key: StepKey, value: JSONValue) -> StepResult:
+        """Record ``value`` for ``key`` unless a result is recorded already — if this worker
+        still holds the conversation's lane — and return the recorded result. Raises what the
+        fence raises when the lane is lost (nothing is recorded then).
+
+        Cancellation: all or nothing (a write already running is waited for)."""
+        body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        now = self._clock()
+
+        def write(conn: sqlite3.Connection) -> StepResult:
+            epoch = self._fence(conn, key.conversation_id)
+            conn.execute(
+                "INSERT INTO durable_steps (conversation_id, run_id, tool_call_id, name, "
+                "version, epoch, result, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                (
+                    key.conversation_id,
+                    key.run_id,
+                    key.tool_call_id,
+                    key.name,
+                    key.version,
+                    epoch,
+                    body,
+                    now,
+                ),
+            )
+            found = conn.execute(
+                "SELECT result FROM durable_steps WHERE run_id = ? AND tool_call_id = ? "
+                "AND name = ? AND version = ?",
+                (key.run_id, key.tool_call_id, key.name, key.version),
+            ).fetchone()
+            return StepResult(json.loads(found[0]))
+
+        return await self.database.write(write)

@@ -1,0 +1,439 @@
+"""The durable runtime's SQL: functions of a ``sqlite3.Connection`` that run inside one write (or
+read) of :class:`~capabilities.storage.SqliteDatabase` — in its worker thread, in its transaction.
+
+Every change to a submission is guarded twice in its ``UPDATE``: by the ledger's transition table
+(``_ledger.guard``: a settled submission never changes), and — for a worker's change — by its
+lane: the conversation's lane row must still carry the worker's epoch and attempt (a worker whose
+lane was taken over writes nothing). A refused fence raises the storage's ``LaneLost`` (the
+write's savepoint is rolled back: nothing of it is written).
+
+Lanes are the storage's (``capabilities.storage._lanes``: a claim takes a free or expired lane
+under the next epoch — epochs are never reused —, renewals extend the lease, a release lets it
+go, the fence checks epoch and attempt). On top of them: :func:`claim` claims the FIFO heads
+that are due, and :func:`take` lets a command that writes to a conversation itself (abort,
+decide) hold its lane whoever held it, fencing every earlier holder out.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, final
+
+import attrs
+
+from ..storage._errors import LaneLost
+from ..storage._lanes import (
+    Lane,
+    check_lane,
+    claim_lane,
+    expire_steering,
+    read_lane,
+    release_lane,
+    renew_lane,
+)
+from ._ledger import Event, guard
+from ._model import (
+    Diagnostic,
+    IdempotencyConflict,
+    Mode,
+    Receipt,
+    SettledStatus,
+    Submission,
+)
+
+__all__ = [
+    "COLUMNS",
+    "Claimed",
+    "Lane",
+    "LaneLost",
+    "admit",
+    "audit",
+    "claim",
+    "finalize",
+    "last_seq",
+    "mark",
+    "read_submission",
+    "release",
+    "renew",
+    "reserve",
+    "submission_of",
+    "take",
+]
+
+_TERMINAL_SQL: Final = "('completed', 'failed', 'aborted', 'joined')"
+
+#: The ledger columns :func:`submission_of` reads, in its order.
+COLUMNS: Final = (
+    "submission_id, principal, conversation_id, idempotency_key, agent, mode, position, status, "
+    "run_id, attempts, next_attempt_at, admitted_at, started_at, settled_at, settlement, "
+    "reserved, outcome, joined_into"
+)
+
+
+@final
+@attrs.frozen
+class Claimed:
+    """A claim: the lane, the ledger row as claimed (``attempts`` counts this claim), its input
+    text, whether it is the submission's first claim (``fresh``: no record of its run can
+    exist), and the sequence number its run's records start after (``base_seq``)."""
+
+    lane: Lane
+    submission: Submission
+    text: str
+    fresh: bool
+    base_seq: int
+
+
+#: The diagnostic of a joining submission aborted before its run took it.
+_ABORTED_UNJOINED: Final = Diagnostic(
+    "Aborted", "aborted before the run it was handed to took it as input"
+)
+
+
+def _outcome_json(seq: int | None, diagnostic: Diagnostic | None) -> str:
+    body: dict[str, Any] = {"seq": seq}
+    if diagnostic is not None:
+        body["diagnostic"] = {"tag": diagnostic.tag, "message": diagnostic.message}
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+
+
+def submission_of(row: Sequence[Any]) -> Submission:
+    """The :class:`Submission` of a row selected with :data:`COLUMNS`."""
+    outcome = row[16]
+    seq: int | None = None
+    diagnostic: Diagnostic | None = None
+    if outcome:
+        body = json.loads(outcome)
+        seq = body.get("seq")
+        found = body.get("diagnostic")
+        if isinstance(found, dict):
+            diagnostic = Diagnostic(str(found.get("tag", "")), str(found.get("message", "")))
+    return Submission(
+        submission_id=row[0],
+        principal=row[1],
+        conversation_id=row[2],
+        idempotency_key=row[3],
+        agent=row[4],
+        mode=row[5],
+        position=row[6],
+        status=row[7],
+        run_id=row[8],
+        attempts=row[9],
+        next_attempt_at=row[10],
+        admitted_at=row[11],
+        started_at=row[12],
+        settled_at=row[13],
+        settlement=row[14],
+        outcome=row[15],
+        diagnostic=diagnostic,
+        seq=seq,
+        joined_into=row[17],
+    )
+
+
+def read_submission(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
+    """The ledger row of ``submission_id`` (None: no such submission)."""
+    row = conn.execute(
+        f"SELECT {COLUMNS} FROM submissions WHERE submission_id = ?", (submission_id,)
+    ).fetchone()
+    return None if row is None else submission_of(row)
+
+
+def last_seq(conn: sqlite3.Connection, conversation_id: str) -> int:
+    """The conversation's last sequence number in the log (0: no records)."""
+    found = conn.execute(
+        "SELECT seq FROM records WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
+        (conversation_id,),
+    ).fetchone()
+    return 0 if found is None else int(found[0])
+
+
+# ---- admission -----------------------------------------------------------------------------------
+
+
+def admit(
+    conn: sqlite3.Connection,
+    *,
+    submission_id: str,
+    run_id: str,
+    principal: str,
+    conversation_id: str,
+    idempotency_key: str,
+    digest: str,
+    agent: str,
+    text: str,
+    mode: Mode,
+    now: float,
+) -> Receipt:
+    """Admit a submission, or return the receipt of the one admitted before under the same key
+    and payload; raise :class:`IdempotencyConflict` for the same key and another payload."""
+    found = conn.execute(
+        "SELECT submission_id, payload_digest, position, admitted_at, mode FROM submissions "
+        "WHERE principal = ? AND conversation_id = ? AND idempotency_key = ?",
+        (principal, conversation_id, idempotency_key),
+    ).fetchone()
+    if found is not None:
+        earlier, earlier_digest, position, admitted_at, earlier_mode = found
+        if earlier_digest != digest:
+            raise IdempotencyConflict(principal, conversation_id, idempotency_key, earlier)
+        return Receipt(earlier, conversation_id, position, admitted_at, earlier_mode)
+    position = conn.execute(
+        "SELECT coalesce(max(position), 0) + 1 FROM submissions WHERE conversation_id = ?",
+        (conversation_id,),
+    ).fetchone()[0]
+    conn.execute(
+        "INSERT INTO submissions (submission_id, principal, conversation_id, idempotency_key, "
+        "payload_digest, agent, input, mode, position, status, run_id, attempts, "
+        "next_attempt_at, admitted_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, 0, ?, ?)",
+        (
+            submission_id,
+            principal,
+            conversation_id,
+            idempotency_key,
+            digest,
+            agent,
+            text,
+            mode,
+            position,
+            run_id,
+            now,
+            now,
+        ),
+    )
+    return Receipt(submission_id, conversation_id, position, now, mode)
+
+
+# ---- lanes ---------------------------------------------------------------------------------------
+
+
+def claim(
+    conn: sqlite3.Connection,
+    *,
+    now: float,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    attempt_ids: Iterable[str],
+) -> list[Claimed]:
+    """Claim up to ``limit`` lanes whose FIFO head is due and whose lane is free (never held,
+    released, or its lease expired), in order of due time then admission; each claim takes a new
+    attempt ID from ``attempt_ids`` and the next epoch (``_lanes.claim_lane``), and counts an
+    attempt in the ledger. Conversations in quarantine are skipped."""
+    rows = conn.execute(
+        f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq FROM submissions s "
+        "WHERE s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
+        "AND s.position = (SELECT min(t.position) FROM submissions t "
+        f"  WHERE t.conversation_id = s.conversation_id AND t.status NOT IN {_TERMINAL_SQL}) "
+        "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+        "  AND l.worker_id IS NOT NULL AND l.lease_until > ?) "
+        "AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.conversation_id = s.conversation_id) "
+        "ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
+        (now, now, limit),
+    ).fetchall()
+    claimed: list[Claimed] = []
+    ids = iter(attempt_ids)
+    for row in rows:
+        *columns, text, fresh, base = row
+        before = submission_of(columns)
+        conversation_id = before.conversation_id
+        lane = claim_lane(
+            conn,
+            conversation_id,
+            worker_id=worker_id,
+            attempt_id=next(ids),
+            now=now,
+            lease=lease,
+            submission_id=before.submission_id,
+        )
+        base_seq = last_seq(conn, conversation_id) if base is None else int(base)
+        conn.execute(
+            "UPDATE submissions SET status = 'active', attempts = attempts + 1, "
+            "started_at = coalesce(started_at, ?), base_seq = ? "
+            f"WHERE submission_id = ? AND {guard('claim')}",
+            (now, base_seq, before.submission_id),
+        )
+        submission = attrs.evolve(
+            before,
+            status="active",
+            attempts=before.attempts + 1,
+            started_at=before.started_at if before.started_at is not None else now,
+        )
+        claimed.append(Claimed(lane, submission, text or "", bool(fresh), base_seq))
+    return claimed
+
+
+def renew(
+    conn: sqlite3.Connection, lanes: Iterable[Lane], *, now: float, lease: float
+) -> list[Lane]:
+    """Extend the leases of ``lanes``; return those no longer held (taken over or released)."""
+    lost: list[Lane] = []
+    for lane in lanes:
+        try:
+            renew_lane(conn, lane, now=now, lease=lease)
+        except LaneLost:
+            lost.append(lane)
+    return lost
+
+
+def release(conn: sqlite3.Connection, lane: Lane) -> None:
+    """Let ``lane`` go (its epoch stays: the next claim takes the one after); raise
+    :class:`LaneLost` when it is no longer held as claimed."""
+    if not release_lane(conn, lane):
+        raise LaneLost(lane.conversation_id, "its lane was taken over or released")
+
+
+def take(conn: sqlite3.Connection, conversation_id: str, attempt_id: str, now: float) -> Lane:
+    """Hold the conversation's lane for a command, whoever holds it: the next epoch, so every
+    earlier holder is fenced out (its writes refused from now on). Queued steering of earlier
+    epochs expires, as with any claim. The caller releases it (``release``) before its
+    transaction ends."""
+    current = read_lane(conn, conversation_id)
+    epoch = 1 if current is None else current.epoch + 1
+    worker_id = f"command-{attempt_id}"
+    conn.execute(
+        "INSERT INTO lanes (conversation_id, submission_id, attempt_id, epoch, worker_id, "
+        "lease_until) VALUES (?, NULL, ?, ?, ?, ?) ON CONFLICT (conversation_id) DO UPDATE "
+        "SET submission_id = NULL, attempt_id = excluded.attempt_id, epoch = excluded.epoch, "
+        "worker_id = excluded.worker_id, lease_until = excluded.lease_until",
+        (conversation_id, attempt_id, epoch, worker_id, now + 60.0),
+    )
+    if current is not None:
+        expire_steering(
+            conn, conversation_id, current.epoch, "the run it was admitted for was stopped"
+        )
+    return Lane(conversation_id, epoch, attempt_id, worker_id, now + 60.0)
+
+
+# ---- ledger changes --------------------------------------------------------------------------------
+
+
+def mark(
+    conn: sqlite3.Connection,
+    lane: Lane | None,
+    submission_id: str,
+    event: Event,
+    to: str,
+    *,
+    next_attempt_at: float | None = None,
+) -> bool:
+    """Move ``submission_id`` to status ``to`` by ``event`` (guarded by the transition table and,
+    given a ``lane``, fenced by it). Returns whether the row changed."""
+    if lane is not None:
+        check_lane(conn, lane)
+    sets = "status = ?"
+    params: list[Any] = [to]
+    if next_attempt_at is not None:
+        sets += ", next_attempt_at = ?"
+        params.append(next_attempt_at)
+    params.append(submission_id)
+    changed = conn.execute(
+        f"UPDATE submissions SET {sets} WHERE submission_id = ? AND {guard(event)}",
+        params,
+    ).rowcount
+    return bool(changed)
+
+
+def reserve(
+    conn: sqlite3.Connection,
+    lane: Lane | None,
+    submission_id: str,
+    status: SettledStatus,
+    diagnostic: Diagnostic | None,
+) -> bool:
+    """Reserve the settlement ``status`` (with its diagnostic) before its record is appended.
+    Idempotent: a reservation made already is kept. Returns whether one is reserved now."""
+    if lane is not None:
+        check_lane(conn, lane)
+    conn.execute(
+        "UPDATE submissions SET settlement = 'reserved', outcome = ?, reserved = ? "
+        f"WHERE submission_id = ? AND settlement IS NULL AND {guard('settle')}",
+        (_outcome_json(None, diagnostic), status, submission_id),
+    )
+    found = conn.execute(
+        "SELECT settlement FROM submissions WHERE submission_id = ?", (submission_id,)
+    ).fetchone()
+    return found is not None and found[0] == "reserved"
+
+
+def finalize(
+    conn: sqlite3.Connection,
+    lane: Lane | None,
+    submission_id: str,
+    status: SettledStatus,
+    *,
+    seq: int | None,
+    diagnostic: Diagnostic | None,
+    now: float,
+    absorbed: Iterable[str] = (),
+) -> bool:
+    """Settle ``submission_id`` for good as ``status``, clear its input, settle the joining
+    submissions it ``absorbed`` as joined (the others it was given are aborted if an abort
+    names them, else go back to waiting), and —
+    given its ``lane`` — let the lane go. Fenced; idempotent (a final settlement is kept).
+    Returns whether this call settled it."""
+    if lane is not None:
+        check_lane(conn, lane)
+    changed = conn.execute(
+        "UPDATE submissions SET status = ?, settlement = 'final', settled_at = ?, outcome = ?, "
+        f"reserved = ?, input = NULL WHERE submission_id = ? AND {guard('settle')}",
+        (status, now, _outcome_json(seq, diagnostic), status, submission_id),
+    ).rowcount
+    taken = set(absorbed)
+    joining = conn.execute(
+        "SELECT submission_id FROM submissions WHERE joined_into = ? AND status = 'joining'",
+        (submission_id,),
+    ).fetchall()
+    for (joined_id,) in joining:
+        if joined_id in taken:
+            conn.execute(
+                "UPDATE submissions SET status = 'joined', settlement = 'final', settled_at = ?, "
+                "outcome = ?, reserved = 'joined', input = NULL "
+                "WHERE submission_id = ? AND status = 'joining'",
+                (now, _outcome_json(None, None), joined_id),
+            )
+        elif conn.execute(
+            "SELECT 1 FROM aborts WHERE submission_id = ? LIMIT 1", (joined_id,)
+        ).fetchone():
+            conn.execute(
+                "UPDATE submissions SET status = 'aborted', settlement = 'final', settled_at = ?, "
+                "outcome = ?, reserved = 'aborted', input = NULL, joined_into = NULL "
+                "WHERE submission_id = ? AND status = 'joining'",
+                (now, _outcome_json(None, _ABORTED_UNJOINED), joined_id),
+            )
+        else:
+            conn.execute(
+                "UPDATE submissions SET status = 'queued', joined_into = NULL "
+                "WHERE submission_id = ? AND status = 'joining'",
+                (joined_id,),
+            )
+    if lane is not None:
+        release(conn, lane)
+    return bool(changed)
+
+
+def audit(
+    conn: sqlite3.Connection,
+    *,
+    submission_id: str | None,
+    conversation_id: str,
+    epoch: int | None,
+    now: float,
+    kind: str,
+    detail: dict[str, Any],
+) -> None:
+    """Add an audit row: what was decided about a submission, and why."""
+    conn.execute(
+        "INSERT INTO durable_audit (submission_id, conversation_id, epoch, at, kind, detail) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (
+            submission_id,
+            conversation_id,
+            epoch,
+            now,
+            kind,
+            json.dumps(detail, ensure_ascii=False, separators=(",", ":")),
+        ),
+    )

@@ -1,0 +1,487 @@
+"""The worker: claims lanes, runs or recovers what it claimed, settles it, keeps its leases.
+
+One :class:`DurableWorker` per process (any number of processes per database). Its loop:
+
+1. **Claim.** Each poll (``poll_interval``, or at once when one of its own runs settles) it
+   claims, in one transaction, up to as many lanes as it has free permits (``max_active``): the
+   FIFO heads of conversations whose lane is free or whose lease expired — a new attempt ID, the
+   next epoch, an attempt counted. A head claimed for the first time runs; any other is
+   *recovered*: its run's records are read (in pages) and the classifier (``_classifier``)
+   decides, and the decision is audited.
+2. **Run.** ``Runtime.run(agent, input, conversation_id=…, run_id=…)`` — or ``Runtime.resume``
+   — on a runtime whose Conversation Log is fenced by the lanes this worker holds: an append to a
+   conversation whose lane it lost is refused whole, in its transaction.
+3. **Settle.** The run's terminal record is in the log: the ledger is finalized from it and the
+   lane released in one fenced transaction (joined submissions settled with it, Unknown outcomes
+   listed). A settlement the worker makes itself (an agent it does not know) is reserved, its
+   record appended, then finalized — each step fenced and idempotent. A run that ended
+   suspended lets the lane go and waits for decisions; one that ended without its terminal
+   record (the store refused it) goes back to the queue with a backoff.
+4. **Keep.** Every third of the lease (at most every ``poll_interval``) it renews its leases in
+   one transaction; a lane it no longer holds — its lease ran out and another worker took it, or
+   an abort or a decision took it — has its run cancelled *without settling* (the new holder
+   settles). The same tick hands input to join (mode ``"join"``) to the runs going.
+
+Stopping (the caller cancels :meth:`DurableWorker.run`): the worker first lets every lane it
+holds go, the submissions back to the queue (so its runs' interruptions cannot be recorded:
+they are fenced out), then cancels the runs. Another worker resumes them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import socket
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, final
+
+import trio
+
+from effectagent.core import Agent, LogEntry, Record
+from effectagent.effect import Context, Layer, Scope, merge
+from effectagent.engine import (
+    ApprovalService,
+    ConversationLogService,
+    SteeringInboxService,
+    StepStoreService,
+    open_runtime,
+)
+
+from .._ids import new_id
+from .._logging import log_debug, log_warning
+from ..steering._layers import sqlite_steering
+from ..storage import SqliteDatabase, SqliteDatabaseService
+from ..storage._errors import LaneLost
+from ..storage._lanes import Lane, check_lane
+from ..storage._log import SqliteConversationLog
+from ._approval import DurableApproval
+from ._failpoints import crossed_by, failpoint
+from ._inbox import JoinInbox
+from ._model import WorkerOptions
+from ._serve import Serving, serve
+from ._steps import SqliteStepStore
+from ._store import Claimed, claim, mark, release, renew
+
+__all__ = ["DurableWorker"]
+
+
+def _worker_id() -> str:
+    return f"pid-{os.getpid()}-{socket.gethostname()}-{new_id('w')[2:10]}"
+
+
+@final
+class _FencedLog:
+    """The worker's Conversation Log: the SQLite log, each append fenced by the lane this worker
+    holds for its conversation; it crosses the failpoints of the records it appends."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self, inner: SqliteConversationLog) -> None:
+        self.inner = inner
+
+    async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
+        """See ``ConversationLog.append`` (refused whole, ``LaneLost``, without the lane)."""
+        seq = await self.inner.append(conversation_id, records)
+        for point in crossed_by(records):
+            failpoint(point)
+        return seq
+
+    async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
+        """See ``ConversationLog.entries``."""
+        return await self.inner.entries(conversation_id, after=after)
+
+    def append_work(
+        self, conversation_id: str, records: Sequence[Record]
+    ) -> Callable[[sqlite3.Connection], int]:
+        """See ``SqliteConversationLog.append_work``."""
+        return self.inner.append_work(conversation_id, records)
+
+
+@final
+class DurableWorker:
+    """Runs admitted submissions (see the module notes).
+
+    ``layer`` provides what the agents need (the model, tool handlers, …) except what the
+    worker provides itself: the Conversation Log (fenced), the steering inbox (ordinary
+    steering plus joined submissions), durable steps' store, and — unless ``layer`` has one —
+    approval (:class:`DurableApproval`: a decision not made at once suspends the run).
+    ``agents`` is the registry by name (a mapping, or agents named by their ``name``).
+    ``approval_policy`` decides approvals first when given (see :class:`DurableApproval`).
+    """
+
+    __slots__ = (
+        "_agents",
+        "_approval_policy",
+        "_clock",
+        "_inbox",
+        "_layer",
+        "_log",
+        "_random",
+        "_runs",
+        "_runs_scope",
+        "_secrets",
+        "_serving",
+        "_wake",
+        "database",
+        "options",
+        "worker_id",
+    )
+
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        layer: Layer,
+        agents: Mapping[str, Agent[Any]] | Iterable[Agent[Any]],
+        *,
+        options: WorkerOptions | None = None,
+        approval_policy: Any = None,
+        secrets: Sequence[str] = (),
+        worker_id: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.database = database
+        self._layer = layer
+        self._agents: dict[str, Agent[Any]] = (
+            dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents}
+        )
+        self.options = options or WorkerOptions()
+        self._approval_policy = approval_policy
+        self._secrets = tuple(secrets)
+        self.worker_id = worker_id or _worker_id()
+        self._clock = clock
+        self._random = random.Random()
+        self._serving: dict[str, Serving] = {}  # conversation -> what this worker runs there
+        self._wake = trio.Event()
+        self._inbox = JoinInbox()
+        self._log = _FencedLog(SqliteConversationLog(database, fence=self._fence))
+        self._runs: trio.Nursery | None = None
+        self._runs_scope: trio.CancelScope | None = None
+
+    # ---- the lanes held ----------------------------------------------------------------------
+
+    @property
+    def held(self) -> tuple[Lane, ...]:
+        """The lanes this worker holds right now."""
+        return tuple(s.lane for s in self._serving.values())
+
+    def _fence(self, conn: sqlite3.Connection, conversation_id: str) -> None:
+        serving = self._serving.get(conversation_id)
+        if serving is None or serving.lost:
+            raise LaneLost(conversation_id, "this worker does not hold its lane")
+        check_lane(conn, serving.lane)
+
+    def _step_fence(self, conn: sqlite3.Connection, conversation_id: str) -> int:
+        serving = self._serving.get(conversation_id)
+        if serving is None or serving.lost:
+            raise LaneLost(conversation_id, "this worker does not hold its lane")
+        check_lane(conn, serving.lane)
+        return serving.lane.epoch
+
+    def wake(self) -> None:
+        """Look for work now rather than at the next poll."""
+        self._wake.set()
+
+    def _lose(self, lane: Lane) -> None:
+        serving = self._serving.get(lane.conversation_id)
+        if serving is not None and serving.lane == lane and not serving.lost:
+            serving.lost = True
+            serving.scope.cancel()
+            log_warning(
+                "durable lane lost",
+                conversation_id=lane.conversation_id,
+                submission_id=lane.submission_id,
+                epoch=lane.epoch,
+            )
+
+    # ---- the runtime ---------------------------------------------------------------------------
+
+    def _runtime_layer(self) -> Layer:
+        database = Layer.succeed(SqliteDatabaseService, self.database, name="durable_database")
+        inbox = self._inbox
+
+        async def build_inbox(context: Context, _: Scope) -> Context:
+            inbox.wrap(context[SteeringInboxService])
+            return Context.of(SteeringInboxService, inbox)
+
+        joined = Layer.from_build(
+            "durable_join_inbox",
+            provides=[SteeringInboxService],
+            requires=[SteeringInboxService],
+            build=build_inbox,
+        ).provide_merge(sqlite_steering())
+        services = [
+            Layer.succeed(ConversationLogService, self._log, name="durable_log"),
+            Layer.succeed(
+                StepStoreService,
+                SqliteStepStore(self.database, self._step_fence, clock=self._clock),
+                name="durable_steps",
+            ),
+            joined,
+        ]
+        if ApprovalService not in self._layer.provides:
+            services.append(
+                Layer.succeed(
+                    ApprovalService, DurableApproval(self._approval_policy), name="durable_approval"
+                )
+            )
+        return merge(self._layer, *services).provide_merge(database)
+
+    # ---- the loop ----------------------------------------------------------------------------------
+
+    async def run(
+        self, *, until_idle: bool = False, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Work until cancelled — or, with ``until_idle``, until no submission is left that a
+        worker could take without someone acting (every one settled, suspended, dead-lettered or
+        in a quarantined conversation). ``task_status.started()`` once the runtime is open.
+
+        Cancellation: lets every lane go first (the submissions wait for a worker again, their
+        runs' last writes fenced out), then interrupts the runs and waits for them; the
+        runtime is closed before this returns.
+        """
+        async with (
+            open_runtime(
+                self._runtime_layer(), agents=list(self._agents.values()), secrets=self._secrets
+            ) as runtime,
+            trio.open_nursery() as top,
+        ):
+            await top.start(self._host_runs)
+            top.start_soon(self._keep)
+            task_status.started()
+            try:
+                await self._loop(runtime, until_idle)
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._let_go()
+                    if self._runs_scope is not None:
+                        self._runs_scope.cancel()
+                top.cancel_scope.cancel()
+
+    async def _host_runs(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        # Shielded: a caller's cancellation reaches the runs only after the lanes are let go.
+        with trio.CancelScope(shield=True) as scope:
+            self._runs_scope = scope
+            async with trio.open_nursery() as nursery:
+                self._runs = nursery
+                task_status.started()
+                await trio.sleep_forever()
+
+    async def _loop(self, runtime: Any, until_idle: bool) -> None:
+        options = self.options
+        while True:
+            free = options.max_active - len(self._serving)
+            claimed: list[Claimed] = []
+            if free > 0:
+                claimed = await self._claim(free)
+            for item in claimed:
+                self._start(runtime, item)
+            if until_idle and not claimed and not self._serving and await self._idle():
+                return
+            if not claimed or len(self._serving) >= options.max_active:
+                with trio.move_on_after(options.poll_interval):
+                    await self._wake.wait()
+            self._wake = trio.Event()
+
+    async def _claim(self, limit: int) -> list[Claimed]:
+        now = self._clock()
+        ids = (new_id("attempt") for _ in range(limit))
+        options = self.options
+
+        def work(conn: sqlite3.Connection) -> list[Claimed]:
+            return claim(
+                conn,
+                now=now,
+                worker_id=self.worker_id,
+                lease=options.lease,
+                limit=limit,
+                attempt_ids=ids,
+            )
+
+        try:
+            claimed = await self.database.write(work)
+        except Exception as exc:  # the store is busy or failing: try again next poll
+            log_warning("durable claim failed", error=type(exc).__name__)
+            return []
+        if claimed:
+            failpoint("after-claim")
+        return claimed
+
+    def _start(self, runtime: Any, claimed: Claimed) -> None:
+        assert self._runs is not None
+        serving = Serving(claimed.lane, claimed.submission.submission_id, trio.CancelScope())
+        self._serving[claimed.lane.conversation_id] = serving
+        self._runs.start_soon(self._serve, runtime, claimed, serving)
+
+    async def _serve(self, runtime: Any, claimed: Claimed, serving: Serving) -> None:
+        try:
+            with serving.scope:
+                await serve(self, runtime, claimed, serving)
+        except LaneLost:
+            pass  # lost: the new holder settles
+        except Exception as exc:
+            log_warning(
+                "durable submission failed to settle",
+                submission_id=claimed.submission.submission_id,
+                error=type(exc).__name__,
+            )
+        finally:
+            # A claim of the conversation's next submission may have replaced this one already
+            # (this one's lane was released by its last write): leave that one alone.
+            conversation_id = claimed.lane.conversation_id
+            if self._serving.get(conversation_id) is serving:
+                self._inbox.withdraw(conversation_id)
+                del self._serving[conversation_id]
+            self._wake.set()
+
+    async def _idle(self) -> bool:
+        def read(conn: sqlite3.Connection) -> bool:
+            found = conn.execute(
+                "SELECT 1 FROM submissions s WHERE s.status IN ('queued', 'active', 'joining') "
+                "AND NOT EXISTS (SELECT 1 FROM quarantine q "
+                "  WHERE q.conversation_id = s.conversation_id) LIMIT 1"
+            ).fetchone()
+            return found is None
+
+        return await self.database.read(read)
+
+    async def _let_go(self) -> None:
+        """Let every lane go: the submissions wait for a worker again, now."""
+        held = [(s.lane, s.submission_id) for s in self._serving.values() if not s.lost]
+        if not held:
+            return
+        now = self._clock()
+
+        def work(conn: sqlite3.Connection) -> None:
+            for lane, submission_id in held:
+                try:
+                    mark(conn, lane, submission_id, "requeue", "queued", next_attempt_at=now)
+                    release(conn, lane)
+                except LaneLost:
+                    continue
+
+        for serving in self._serving.values():
+            serving.lost = True
+        try:
+            await self.database.write(work)
+        except Exception as exc:
+            log_warning("durable worker could not let its lanes go", error=type(exc).__name__)
+
+    # ---- leases and joins ------------------------------------------------------------------------
+
+    async def _keep(self) -> None:
+        options = self.options
+        interval = min(options.lease / 3, options.poll_interval)
+        while True:
+            await trio.sleep(interval)
+            lanes = [s.lane for s in self._serving.values() if not s.lost]
+            if not lanes:
+                continue
+            now = self._clock()
+            try:
+                lost = await self.database.write(
+                    functools.partial(_renew, lanes=lanes, now=now, lease=options.lease)
+                )
+            except Exception as exc:
+                log_warning("durable lease renewal failed", error=type(exc).__name__)
+                continue
+            for lane in lost:
+                self._lose(lane)
+            await self._join()
+
+    async def _join(self) -> None:
+        """Hand queued submissions of mode "join" to the runs going in their conversations."""
+        lanes = [
+            (s.lane, s.submission_id)
+            for s in self._serving.values()
+            if not s.lost and self._inbox.running(s.lane.conversation_id)
+        ]
+        if not lanes:
+            return
+
+        def work(conn: sqlite3.Connection) -> list[tuple[Lane, str, str, str]]:
+            given: list[tuple[Lane, str, str, str]] = []
+            for lane, head in lanes:
+                try:
+                    check_lane(conn, lane)
+                except LaneLost:
+                    continue
+                for submission_id, principal, text in _joinable(conn, lane.conversation_id, head):
+                    conn.execute(
+                        "UPDATE submissions SET status = 'joining', joined_into = ? "
+                        "WHERE submission_id = ? AND status = 'queued'",
+                        (head, submission_id),
+                    )
+                    given.append((lane, submission_id, principal, text))
+            return given
+
+        try:
+            given = await self.database.write(work)
+        except Exception as exc:
+            log_warning("durable join failed", error=type(exc).__name__)
+            return
+        for lane, submission_id, principal, text in given:
+            serving = self._serving.get(lane.conversation_id)
+            if serving is not None and serving.lane == lane and not serving.lost:
+                self._inbox.give(lane.conversation_id, submission_id, principal, text)
+        if given:
+            failpoint("joining-not-recorded")
+            log_debug("durable inputs joined", count=len(given))
+
+    # ---- what ``serve`` uses ------------------------------------------------------------------------
+
+    @property
+    def agents(self) -> Mapping[str, Agent[Any]]:
+        """The registry."""
+        return self._agents
+
+    @property
+    def log(self) -> _FencedLog:
+        """The fenced log."""
+        return self._log
+
+    @property
+    def inbox(self) -> JoinInbox:
+        """The joined-input inbox."""
+        return self._inbox
+
+    def now(self) -> float:
+        """The wall-clock time."""
+        return self._clock()
+
+    def backoff(self, attempts: int) -> float:
+        """Seconds before the next claim after ``attempts`` claims."""
+        return self.options.retry.delay(attempts, self._random.random())
+
+
+def _renew(conn: sqlite3.Connection, *, lanes: list[Lane], now: float, lease: float) -> list[Lane]:
+    return renew(conn, lanes, now=now, lease=lease)
+
+
+def _joinable(
+    conn: sqlite3.Connection, conversation_id: str, head_id: str
+) -> list[tuple[str, str, str]]:
+    """The queued submissions of mode "join" right behind the conversation's head (the
+    submission ``head_id`` running), before any that must wait for its own run (FIFO is kept:
+    nothing jumps a queued one)."""
+    head = conn.execute(
+        "SELECT position FROM submissions WHERE submission_id = ?", (head_id,)
+    ).fetchone()
+    if head is None:
+        return []
+    rows = conn.execute(
+        "SELECT submission_id, principal, input, mode, status FROM submissions "
+        "WHERE conversation_id = ? AND position > ? "
+        "AND status NOT IN ('completed', 'failed', 'aborted', 'joined') ORDER BY position",
+        (conversation_id, head[0]),
+    ).fetchall()
+    out: list[tuple[str, str, str]] = []
+    for submission_id, principal, text, mode, status in rows:
+        if status == "joining":
+            continue
+        if status != "queued" or mode != "join":
+            break
+        out.append((submission_id, principal, text or ""))
+    return out
