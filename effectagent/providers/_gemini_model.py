@@ -2,8 +2,8 @@
 adapter built on the official ``google-genai`` SDK.
 
 :class:`Gemini` is a plain description; its :meth:`~Gemini.layer` checks the key (``api_key=``,
-else ``GOOGLE_API_KEY``, else ``GEMINI_API_KEY`` — the SDK's own order), imports the SDK (over a
-second, paid once, in a worker thread so the event loop keeps running) and opens a
+else ``GOOGLE_API_KEY``, else ``GEMINI_API_KEY`` — the SDK's own order), imports the SDK (most of
+a second, paid once, in a worker thread so the event loop keeps running) and opens a
 ``google.genai.Client`` for the Gemini API (never Vertex AI, whatever the environment says) when
 the layer is built, and closes it at teardown. The key is always passed to the SDK explicitly.
 

@@ -32,6 +32,7 @@ _REASONS = {
     413: "Content Too Large",
     429: "Too Many Requests",
     500: "Internal Server Error",
+    502: "Bad Gateway",
     503: "Service Unavailable",
     529: "Overloaded",
 }

@@ -11,7 +11,7 @@ from .conftest import KEY
 from .helpers import collect, reduce, request
 from .replay import ReplayServer, Reply
 from .targets import Target
-from .test_engine import Lookup, Reading
+from .test_engine import Forecast, Lookup, Reading
 from .wire import AnthropicWire, ChatWire, GeminiWire, ResponsesWire
 
 
@@ -201,3 +201,30 @@ async def test_responses_reasoning_items_are_replayed_in_the_tool_loop(
     assert kinds[:5] == ["system", "user", "reasoning", "function_call", "function_call_output"]
     assert replayed[2]["id"] == "rs_1"
     assert replayed[2]["encrypted_content"] == "enc-1"
+
+
+async def test_a_compatible_server_without_a_format_next_to_tools_gets_the_schema_in_its_system(
+    server: ReplayServer,
+) -> None:
+    """Groq and llama.cpp refuse a response format in a request that offers tools:
+    ``output_with_tools=False`` sends the schema in the system message of such a request, and
+    the answer is decoded all the same."""
+    wire = ChatWire("llama")
+    server.script(
+        Reply.sse(wire.calls(("call_1", "lookup", '{"city": "Oslo"}'))),
+        Reply.sse(wire.text('{"city": "Oslo", "high_c": 1.0}')),
+    )
+    agent = Agent("weather", "Answer.", toolkit=Toolkit(lookup), output=Forecast)
+    settings = OpenAICompatible("llama", base_url=f"{server.url}/v1", output_with_tools=False)
+    layer = settings.layer() + Toolkit(lookup).handlers({lookup: handle})
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Oslo?")
+    assert result.status == "completed", result.error
+    assert result.output == Forecast("Oslo", 1.0)
+    for sent in server.requests:
+        body = sent.json()
+        assert "response_format" not in body
+        system = body["messages"][0]
+        assert system["role"] == "system"
+        assert system["content"].startswith("Answer.\n\nYour final answer must be a single JSON")
+        assert system["content"].count("Your final answer") == 1  # said once, by the adapter

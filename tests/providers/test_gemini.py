@@ -11,7 +11,7 @@ import attrs
 import trio
 
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import OutputFormat, RateLimited, ReasoningDeltaPart
+from effectagent.ai import ModelUnavailable, OutputFormat, RateLimited, ReasoningDeltaPart
 from effectagent.effect import json_schema
 from effectagent.providers import Gemini
 
@@ -215,3 +215,12 @@ async def test_concurrent_calls_on_one_client_each_read_their_own_body(
     assert sorted(
         json.loads(r.body)["contents"][0]["parts"][0]["text"] for r in server.requests
     ) == [f"prompt {n}" for n in range(8)]
+
+
+async def test_an_error_page_that_is_not_json_is_still_typed(server: ReplayServer) -> None:
+    page = Reply(502, (("content-type", "text/html"),), (b"<html>Bad gateway</html>",), "eof")
+    server.script(page)
+    error, parts = await failure(Gemini("gemini-2.5-flash", api_key=KEY, base_url=server.url))
+    assert isinstance(error, ModelUnavailable)
+    assert error.message == "Gemini answered HTTP 502 (Bad Gateway): <html>Bad gateway</html>"
+    assert parts == []
