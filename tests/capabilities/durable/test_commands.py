@@ -1,0 +1,223 @@
+"""Commands and operations on stored data: abort, rebuilding the ledger from the log, verify,
+explain, the overdue and Unknown lists — driven by a hand-made worker (``helpers.HandWorker``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from capabilities.durable._queue import DurableQueue
+from capabilities.storage._errors import LaneLost
+from capabilities.storage._lanes import read_lane
+
+from .helpers import Clock, HandWorker, database, rows
+
+
+async def _one(
+    q: DurableQueue, conversation: str = "c", key: str = "k", mode: str = "queue"
+) -> str:
+    receipt = await q.submit(
+        "a",
+        f"text {key}",
+        conversation_id=conversation,
+        idempotency_key=key,
+        principal="p",
+        mode=mode,  # type: ignore[arg-type]
+    )
+    return receipt.submission_id
+
+
+async def test_an_inactive_submission_is_aborted_at_once_and_an_abort_is_idempotent(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        aborted = await q.abort(submission_id, author="ops", reason="not needed", abort_id="a1")
+        assert (aborted.status, aborted.settlement, aborted.seq) == ("aborted", "final", None)
+        assert aborted.diagnostic is not None
+        assert aborted.diagnostic.tag == "Aborted"
+        assert "ops" in aborted.diagnostic.message
+        assert await q.abort(submission_id, author="ops", reason="again", abort_id="a1") == aborted
+        assert await q.abort(submission_id, author="bob", reason="other", abort_id="a2") == aborted
+        assert await rows(db, "SELECT count(*) FROM records") == [(0,)]  # it never ran
+        assert await rows(db, "SELECT abort_id FROM aborts ORDER BY 1") == [("a1",), ("a2",)]
+        assert await q.verify("c") == ()
+        # nothing to claim: the lane is free for what comes next
+        assert await HandWorker(db, clock).claim() == []
+
+
+async def test_an_abort_never_rewrites_a_completed_settlement(tmp_path: Path) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        seq = await worker.run_to_completion(claimed)
+        after = await q.abort(submission_id, author="ops", reason="too late")
+        assert (after.status, after.seq, after.diagnostic) == ("completed", seq, None)
+        assert await rows(db, "SELECT count(*) FROM records") == [(4,)]
+
+
+async def test_an_active_run_is_aborted_in_its_log_before_its_worker_learns_and_is_fenced_out(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        await worker.start(claimed)
+        await worker.respond(claimed, ("call-1", "charge"))
+        after = await q.abort(submission_id, author="ops", reason="wrong customer")
+        assert (after.status, after.settlement, after.seq) == ("aborted", "final", 4)
+        [(kind, body)] = await rows(db, "SELECT type, body FROM records WHERE seq = 4")
+        assert kind == "RunFailedRecord"
+        assert json.loads(body)["reason"] == "aborted"
+        # the worker is fenced out: its next write is refused whole, its renewal finds the lane gone
+        with pytest.raises(LaneLost):
+            await worker.prepare(claimed, "call-1", "charge")
+        lane = await db.read(lambda conn: read_lane(conn, "c"))
+        assert lane is not None
+        assert lane.epoch == claimed.lane.epoch + 1
+        assert lane.worker_id is None  # and free for the next submission
+        assert await rows(db, "SELECT count(*) FROM records") == [(4,)]
+        assert await q.verify("c") == ()
+
+
+async def test_aborting_a_run_whose_end_is_recorded_settles_it_as_the_log_says(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        await worker.start(claimed)
+        await worker.respond(claimed)
+        seq = await worker.complete(claimed)  # recorded, not settled yet
+        after = await q.abort(submission_id, author="ops", reason="race")
+        assert (after.status, after.seq) == ("completed", seq)
+        with pytest.raises(LaneLost):
+            await worker.settle(claimed, "completed", seq)
+        assert await q.verify("c") == ()
+
+
+async def test_the_ledger_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        first, second, third = [await _one(q, key=k) for k in ("1", "2", "3")]
+        worker = HandWorker(db, clock)
+        [one] = await worker.claim()
+        await worker.run_to_completion(one)
+        [two] = await worker.claim()
+        await worker.start(two)
+        failed_at = await worker.fail(two, reason="ModelFailed")
+        await worker.settle(two, "failed", failed_at)
+        before = {s.submission_id: (s.status, s.seq) for s in await q.submissions("c")}
+        assert before[third] == ("queued", None)
+        # damage the ledger: every settlement forgotten
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET status = 'active', settlement = NULL, reserved = NULL, "
+                "outcome = NULL WHERE submission_id IN (?, ?)",
+                (first, second),
+            )
+        )
+        problems = await q.verify("c")
+        assert any(first in problem and "terminal record" in problem for problem in problems)
+        changes = await q.rebuild_ledger("c")
+        assert {(c["submission"], c["to"]) for c in changes} == {
+            (first, "completed"),
+            (second, "failed"),
+        }
+        after = {s.submission_id: (s.status, s.seq) for s in await q.submissions("c")}
+        assert after == before
+        assert await q.verify("c") == ()
+        assert await q.rebuild_ledger("c") == []  # nothing left to change
+
+
+async def test_verify_finds_duplicate_and_late_records(tmp_path: Path) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        await worker.start(claimed)
+        await worker.respond(claimed)
+        seq = await worker.complete(claimed)
+        await worker.fail(claimed)  # a second terminal record: what a stale worker must never do
+        await worker.settle(claimed, "completed", seq)
+        problems = await q.verify("c")
+        assert any("2 terminal records" in problem for problem in problems)
+        assert any("after its terminal record" in problem for problem in problems)
+
+
+async def test_explain_shows_the_ledger_the_run_s_tail_the_audit_and_what_recovery_would_do(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim(lease=5)
+        await worker.start(claimed)
+        await worker.respond(claimed, ("call-1", "charge"))
+        await worker.prepare(claimed, "call-1", "charge")
+        clock.advance(10)  # the worker died: its lease ran out
+        explained = await q.explain(submission_id, tail=2)
+        assert explained.submission.status == "active"
+        assert [type(e.record).__name__ for e in explained.tail] == [
+            "ModelResponseRecorded",
+            "ToolCallPrepared",
+        ]
+        decision = explained.decision
+        assert (decision.crash_point, decision.action) == ("after-prepare", "resume")
+        assert decision.calls == (("call-1", "charge", "unknown"),)
+
+
+async def test_overdue_settlements_are_listed_and_logged_with_identifiers_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        old = await _one(q, key="old")
+        clock.advance(100)
+        await _one(q, conversation="d", key="new")
+        with caplog.at_level(logging.WARNING, logger="effectagent.capabilities"):
+            found = await q.overdue(50)
+        assert [s.submission_id for s in found] == [old]
+        [line] = [r.getMessage() for r in caplog.records if "overdue" in r.getMessage()]
+        assert old in line
+        assert "text old" not in line  # never the input
+
+
+async def test_the_unknown_list_reads_what_settlements_recorded(tmp_path: Path) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        await db.write(
+            lambda conn: conn.execute(
+                "INSERT INTO durable_audit (submission_id, conversation_id, epoch, at, kind, "
+                "detail) VALUES (?, 'c', 1, 5.0, 'unknown', ?)",
+                (submission_id, json.dumps({"tool_call_id": "call-9", "tool": "charge"})),
+            )
+        )
+        [call] = await q.unknown()
+        assert (call.submission_id, call.tool_call_id, call.tool_name) == (
+            submission_id,
+            "call-9",
+            "charge",
+        )

@@ -1,0 +1,311 @@
+"""Approval suspension and decisions, joined input, and durable steps — through the worker, on a
+real database file and the real engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from capabilities.durable._model import NoPendingApproval, WorkerOptions
+from capabilities.durable._queue import DurableQueue
+from capabilities.durable._steps import SqliteStepStore
+from capabilities.durable._worker import DurableWorker, _joinable
+from capabilities.storage._errors import LaneLost
+from capabilities.storage._lanes import check_lane
+from effectagent.ai import (
+    ModelRequest,
+    StepKey,
+    Tool,
+    ToolCallContext,
+    Toolkit,
+    UserMessage,
+)
+from effectagent.core import Agent
+from effectagent.testing import FunctionModel, Turn
+
+from .helpers import Clock, HandWorker, database, rows
+
+FAST = WorkerOptions(poll_interval=0.02, lease=5.0)
+
+
+@attrs.frozen
+class Amount:
+    cents: int
+
+
+transfer = Tool("transfer", "Move money.", parameters=Amount, success=str, needs_approval=True)
+charge = Tool("charge", "Charge a card.", parameters=Amount, success=str, idempotent=True)
+
+
+def _last(request: ModelRequest) -> Any:
+    return request.messages[-1]
+
+
+def _text(message: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in message.content)
+
+
+async def _until(predicate: Any, what: str) -> None:
+    """Wait (bounded) for a state another task of this test brings about."""
+    with trio.fail_after(30):
+        for _ in range(3000):
+            if await predicate():
+                return
+            await trio.sleep(0.01)
+    raise AssertionError(f"not reached: {what}")
+
+
+async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision_resumes_it(
+    tmp_path: Path,
+) -> None:
+    model_calls: list[str] = []
+    transfers: list[int] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        last = _last(request)
+        model_calls.append(type(last).__name__)
+        if isinstance(last, UserMessage):
+            return Turn.tool_calls(("transfer", {"cents": 500}, "call-1"))
+        return "transferred"
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        transfers.append(params.cents)
+        return "ok"
+
+    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
+    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        receipt = await q.submit(
+            "payer", "pay", conversation_id="c", idempotency_key="k", principal="p"
+        )
+        sid = receipt.submission_id
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        found = await q.status(sid)
+        assert (found.status, found.settlement) == ("suspended", None)
+        assert await rows(db, "SELECT worker_id, lease_until FROM lanes") == [(None, 0)]
+        assert transfers == []
+        [(body,)] = await rows(db, "SELECT type FROM records ORDER BY seq DESC LIMIT 1")
+        assert body == "RunSuspendedRecord"
+        with pytest.raises(NoPendingApproval, match="no such call"):
+            await q.decide(sid, "call-9", True, author="boss")
+        decided, waiting = await q.decide(sid, "call-1", True, author="boss", reason="fine")
+        assert (decided.status, waiting) == ("queued", ())
+        with pytest.raises(NoPendingApproval):
+            await q.decide(sid, "call-1", True, author="boss")  # decided already
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        found = await q.status(sid)
+        assert found.status == "completed"
+        assert transfers == [500]
+        # the model was asked for the call once and once after its result: never again for the
+        # suspended batch
+        assert model_calls == ["UserMessage", "ToolMessage"]
+        assert await q.verify("c") == ()
+
+
+async def test_a_denial_settles_the_call_rejected_without_running_it(tmp_path: Path) -> None:
+    transfers: list[int] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if isinstance(_last(request), UserMessage):
+            return Turn.tool_calls(("transfer", {"cents": 1}, "call-1"))
+        return "not allowed, then"
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        transfers.append(params.cents)
+        return "ok"
+
+    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
+    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        sid = (
+            await q.submit("payer", "pay", conversation_id="c", idempotency_key="k", principal="p")
+        ).submission_id
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+            await q.decide(sid, "call-1", False, author="boss", reason="no")
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        assert (await q.status(sid)).status == "completed"
+        assert transfers == []
+        settled = [
+            r for (r,) in await rows(db, "SELECT body FROM records WHERE type = 'ToolCallSettled'")
+        ]
+        assert len(settled) == 1
+        assert "ToolRejected" in settled[0] or "rejected" in settled[0]
+
+
+async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_next_turn(
+    tmp_path: Path,
+) -> None:
+    go = trio.Event()
+    asked: list[str] = []
+
+    async def respond(request: ModelRequest) -> str:
+        text = _text(_last(request))
+        asked.append(text)
+        if text == "first":
+            await go.wait()
+        return f"answer to {text}"
+
+    agent = Agent("echo", "Answer.")
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        head = (
+            await q.submit("echo", "first", conversation_id="c", idempotency_key="1", principal="p")
+        ).submission_id
+        worker = DurableWorker(db, FunctionModel.layer(respond), [agent], options=FAST)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: worker.run(until_idle=True))
+                await _until(lambda: _status_is(q, head, "active"), "the head runs")
+                joined = (
+                    await q.submit(
+                        "echo",
+                        "also this",
+                        conversation_id="c",
+                        idempotency_key="2",
+                        principal="p",
+                        mode="join",
+                    )
+                ).submission_id
+                queued = (
+                    await q.submit(
+                        "echo", "later", conversation_id="c", idempotency_key="3", principal="p"
+                    )
+                ).submission_id
+                await _until(lambda: _status_is(q, joined, "joining"), "the join is handed over")
+                go.set()
+        found = await q.status(joined)
+        assert (found.status, found.joined_into, found.settlement) == ("joined", head, "final")
+        assert (await q.status(head)).status == "completed"
+        assert (await q.status(queued)).status == "completed"  # ran on its own, after
+        assert asked == ["first", "also this", "later"]
+        inputs = [
+            (r, b)
+            for r, b in await rows(
+                db, "SELECT type, body FROM records WHERE type = 'UserInputRecorded'"
+            )
+        ]
+        assert sum(joined in body for _, body in inputs) == 1
+        assert await q.verify("c") == ()
+
+
+async def test_a_join_never_jumps_a_submission_that_waits_for_its_own_run(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        modes = ["queue", "join", "join", "queue", "join"]
+        ids = [
+            (
+                await q.submit(
+                    "a",
+                    f"t{i}",
+                    conversation_id="c",
+                    idempotency_key=str(i),
+                    principal="p",
+                    mode=mode,  # type: ignore[arg-type]
+                )
+            ).submission_id
+            for i, mode in enumerate(modes)
+        ]
+        [head] = await HandWorker(db, clock).claim()
+        assert head.submission.submission_id == ids[0]
+        found = await db.read(lambda conn: _joinable(conn, "c", ids[0]))
+        assert [submission_id for submission_id, _, _ in found] == ids[1:3]
+        # one that waits for its own run ahead: nothing behind it joins
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET mode = 'queue' WHERE submission_id = ?", (ids[1],)
+            )
+        )
+        assert await db.read(lambda conn: _joinable(conn, "c", ids[0])) == []
+
+
+async def _status_is(q: DurableQueue, submission_id: str, status: str) -> bool:
+    return (await q.status(submission_id)).status == status
+
+
+async def test_a_durable_step_runs_once_across_a_resumed_run(tmp_path: Path) -> None:
+    charged: list[int] = []
+    inside = trio.Event()
+    hold = trio.Event()
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if isinstance(_last(request), UserMessage):
+            return Turn.tool_calls(("charge", {"cents": 700}, "call-1"))
+        return "charged"
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        async def charge_card() -> str:
+            charged.append(params.cents)
+            return f"receipt-{len(charged)}"
+
+        receipt = await call.step("charge-card", 1, charge_card)
+        inside.set()
+        await hold.wait()  # the first worker stops here, its step recorded
+        return receipt
+
+    agent = Agent("biller", "Bill.", toolkit=Toolkit(charge))
+    layer = Toolkit(charge).handlers(charge.bind(handle)) + FunctionModel.layer(respond)
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        sid = (
+            await q.submit(
+                "biller", "bill", conversation_id="c", idempotency_key="k", principal="p"
+            )
+        ).submission_id
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(DurableWorker(db, layer, [agent], options=FAST).run)
+                await inside.wait()
+                nursery.cancel_scope.cancel()
+            hold.set()  # the resumed call does not wait
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        assert (await q.status(sid)).status == "completed"
+        assert charged == [700]  # the step ran once; the call ran twice (idempotent)
+        [(body,)] = await rows(db, "SELECT body FROM records WHERE type = 'ToolCallSettled'")
+        assert "receipt-1" in body
+        assert await rows(db, "SELECT name, version, result FROM durable_steps") == [
+            ("charge-card", 1, '"receipt-1"')
+        ]
+
+
+async def test_of_two_racers_on_one_step_only_the_lane_holder_s_result_is_recorded(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        await q.submit("a", "x", conversation_id="c", idempotency_key="k", principal="p")
+        stale_worker, winner = HandWorker(db, clock, "w1"), HandWorker(db, clock, "w2")
+        [stale] = await stale_worker.claim(lease=5)
+        clock.advance(10)
+        [current] = await winner.claim(lease=5)
+
+        def fence_of(lane: Any) -> Any:
+            def fence(conn: Any, conversation_id: str) -> int:
+                check_lane(conn, lane)
+                return int(lane.epoch)
+
+            return fence
+
+        key = StepKey("c", current.submission.run_id, "call-1", "charge", 1)
+        late = SqliteStepStore(db, fence_of(stale.lane), clock=clock)
+        live = SqliteStepStore(db, fence_of(current.lane), clock=clock)
+        with pytest.raises(LaneLost):
+            await late.put(key, "stale result")
+        assert (await live.put(key, "first")).value == "first"
+        assert (await live.put(key, "second")).value == "first"  # the first recorded is canonical
+        assert (await late.get(key)) is not None
+        assert await rows(db, "SELECT epoch, result FROM durable_steps") == [
+            (current.lane.epoch, '"first"')
+        ]
