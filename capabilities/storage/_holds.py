@@ -150,13 +150,13 @@ def decide(
         )
         ended = shape.ends is not None and shape.ends[0] == known.run_id
         if not ours:
-            if lane is None or lane.worker_id is None:
-                reason = "the conversation's lane was released while its run was going"
-            else:
+            if lane is not None and lane.epoch != known.epoch:
                 reason = (
                     f"the conversation's lane was taken over (epoch {lane.epoch}) after this "
                     "run's lease ran out"
                 )
+            else:
+                reason = "the conversation's lane was released while its run was going"
             return Refuse(LaneLost(conversation_id, reason))
         if shape.runs - {known.run_id}:  # another run of this database: one at a time
             return Refuse(ConversationInUse(conversation_id, me, elsewhere=False))
