@@ -24,6 +24,7 @@ from ._layer import Layer as Layer
 from ._layer import MissingRequirement as MissingRequirement
 from ._layer import MissingServicesError as MissingServicesError
 from ._layer import build_layer as build_layer
+from ._layer import merge as merge
 from ._layer import preflight as preflight
 from ._schema import JSONValue as JSONValue
 from ._schema import SchemaDerivationError as SchemaDerivationError
@@ -70,6 +71,7 @@ __all__ = [
     "Layer",
     "MissingRequirement",
     "MissingServicesError",
+    "merge",
     "SchemaDerivationError",
     "SchemaError",
     "SchemaIssue",
