@@ -8,6 +8,9 @@ binds each decision to its call and treats a timeout as a denial; these provider
   gives a callback) and answers by approval ID, several pending at once, in any order; a
   cancelled request is withdrawn from every UI.
 * :class:`ScriptedApproval` — answers from a script, on the Trio clock, for tests.
+* :class:`SuspendingApproval` — answers that the decision comes later: the run suspends durably
+  (``RunSuspended``) and ``Runtime.resume`` continues it once decisions are in the log. Behind a
+  :class:`PolicyApproval` (``ask=SuspendingApproval()``), the rules decide what they can at once.
 """
 
 from ._interactive import InteractiveApproval as InteractiveApproval
@@ -28,6 +31,7 @@ from ._rules import Verdict as Verdict
 from ._scripted import Answer as Answer
 from ._scripted import ScriptedApproval as ScriptedApproval
 from ._subject import ToolRegistry as ToolRegistry
+from ._suspending import SuspendingApproval as SuspendingApproval
 
 __all__ = [
     "Answer",
@@ -45,6 +49,7 @@ __all__ = [
     "PendingApproval",
     "PolicyApproval",
     "ScriptedApproval",
+    "SuspendingApproval",
     "ToolRegistry",
     "Unknown",
     "Verdict",

@@ -5,6 +5,11 @@ provider — an :class:`InteractiveApproval` for a person, a remote service, a s
 tests — whose answer is the decision. Every decision the policy makes itself is bound to its call
 (:meth:`ApprovalDecision.for_request`); the engine records request and decision either way.
 
+Suspension. Asking a :class:`SuspendingApproval` (or any provider whose ``suspends`` is true) makes
+the policy one that suspends too: what its rules decide is decided at once, and a request they hand
+on suspends the run durably until a decision is recorded (see ``capabilities.approval``'s
+``SuspendingApproval``).
+
 Timeouts. The engine bounds every approval by ``AgentPolicy.approval_timeout`` and treats running
 out as a denial. A policy may say otherwise explicitly for the provider it asks:
 ``ask_timeout=`` seconds and ``on_ask_timeout="approve"`` approve a request nobody answered in
@@ -21,7 +26,7 @@ import trio
 
 from effectagent.core import Agent, ApprovalDecision, ApprovalRequest
 from effectagent.effect import Layer
-from effectagent.engine import Approval, ApprovalService
+from effectagent.engine import Approval, ApprovalService, ApprovalSuspended
 
 from ._rules import ApprovalPolicy, ApprovalRule, Decision
 from ._subject import ToolRegistry
@@ -74,8 +79,16 @@ class PolicyApproval:
         self._ask_timeout = ask_timeout
         self._on_ask_timeout = on_ask_timeout
 
-    async def request(self, request: ApprovalRequest) -> ApprovalDecision:
-        """Decide ``request`` by the rules, or ask the other provider.
+    @property
+    def suspends(self) -> bool:
+        """Whether the provider asked may answer that a decision comes later (a
+        :class:`SuspendingApproval`): the policy then passes that answer on, and the run
+        suspends durably for what the rules did not decide."""
+        return bool(getattr(self._ask, "suspends", False))
+
+    async def request(self, request: ApprovalRequest) -> ApprovalDecision | ApprovalSuspended:
+        """Decide ``request`` by the rules, or ask the other provider (whose answer may be that
+        the decision comes later, passed on as it is).
 
         Cancellation: a verdict of the rules is reached after one checkpoint and nothing waits;
         an ``"ask"`` waits on the provider asked, and cancelling it cancels that wait (an

@@ -6,6 +6,10 @@ errors a model call can end with), this is the vocabulary the engine, the provid
 testing kit share — response parts, the response reducer, the tool broker — which they may only
 import from here."""
 
+from ._durable import Reconciled as Reconciled
+from ._durable import StepKey as StepKey
+from ._durable import StepResult as StepResult
+from ._durable import StepStore as StepStore
 from ._errors import AiError as AiError
 from ._errors import AuthenticationFailed as AuthenticationFailed
 from ._errors import ContentFiltered as ContentFiltered
@@ -60,6 +64,8 @@ from ._tool import Handler as Handler
 from ._tool import InnerResult as InnerResult
 from ._tool import OutcomeUnknown as OutcomeUnknown
 from ._tool import OutputSchemaViolation as OutputSchemaViolation
+from ._tool import Reconcile as Reconcile
+from ._tool import ReconcilingHandler as ReconcilingHandler
 from ._tool import Tool as Tool
 from ._tool import ToolAnnotations as ToolAnnotations
 from ._tool import ToolBroker as ToolBroker
@@ -101,6 +107,9 @@ __all__ = [
     "OutputSchemaViolation",
     "ProviderError",
     "RateLimited",
+    "Reconcile",
+    "Reconciled",
+    "ReconcilingHandler",
     "ResponseTooLarge",
     "ReasoningContent",
     "ReasoningDeltaPart",
@@ -109,6 +118,9 @@ __all__ = [
     "ResponseMetadataPart",
     "ResponsePart",
     "ResponseReducer",
+    "StepKey",
+    "StepResult",
+    "StepStore",
     "SystemMessage",
     "TextContent",
     "TextDeltaPart",

@@ -18,6 +18,7 @@ __all__ = [
     "accepts_positional",
     "check_function",
     "check_handler",
+    "check_reconcile",
     "is_async_callable",
     "need",
     "shown",
@@ -87,6 +88,21 @@ def check_handler(owner: str, handler: object) -> None:
         raise TypeError(
             f"{owner}: the handler {label} must accept two positional arguments "
             f"(params, context); its signature is {_signature(handler)}"
+        )
+
+
+def check_reconcile(owner: str, reconcile: object) -> None:
+    """``TypeError`` unless ``reconcile`` is an async callable taking ``(params, context)``."""
+    label = getattr(reconcile, "__qualname__", None) or shown(reconcile)
+    if not callable(reconcile) or not is_async_callable(reconcile):
+        raise TypeError(
+            f"{owner}: the reconcile function {label} must be an async function (async def) "
+            "of (params, context)"
+        )
+    if not accepts_positional(reconcile, 2):
+        raise TypeError(
+            f"{owner}: the reconcile function {label} must accept two positional arguments "
+            f"(params, context); its signature is {_signature(reconcile)}"
         )
 
 

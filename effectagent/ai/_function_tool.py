@@ -56,7 +56,7 @@ from effectagent.effect import (
 )
 
 from ._checks import is_async_callable
-from ._tool import FailureMode, Handler, NeedsApproval, Tool, ToolCallContext
+from ._tool import FailureMode, Handler, NeedsApproval, Reconcile, Tool, ToolCallContext
 
 __all__ = ["tool"]
 
@@ -103,6 +103,7 @@ def tool(
     open_world: bool = True,
     title: str | None = None,
     timeout: float | None = None,
+    reconcile: Reconcile[Any, Any] | None = None,
 ) -> _ToolDecorator: ...
 def tool(
     fn: Callable[..., Awaitable[Any]] | None = None,
@@ -120,7 +121,8 @@ def tool(
     for the rules), its success type the return annotation, its declared failures ``errors``
     (a ``TaggedError`` class or a tuple of them). Every other keyword is passed to :class:`Tool`:
     ``failure_mode``, ``needs_approval``, ``denial_is_terminal``, ``targets``, ``summarize``,
-    ``readonly``, ``destructive``, ``idempotent``, ``open_world``, ``title``, ``timeout``. The
+    ``readonly``, ``destructive``, ``idempotent``, ``open_world``, ``title``, ``timeout``,
+    ``reconcile`` (which receives the decoded arguments, as ``needs_approval`` does). The
     functions among them (``needs_approval``, ``targets``, ``summarize``) receive the decoded
     arguments: an object with one attribute per parameter (``args.path``).
 

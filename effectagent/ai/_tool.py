@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic, Literal, Protocol, TypeAlias, cast, final
+from typing import Any, Generic, Literal, Protocol, TypeAlias, cast, final, overload
 
 import attrs
 import jsonschema
@@ -45,7 +45,8 @@ from effectagent.effect import (
     json_schema,
 )
 
-from ._checks import check_function, check_handler, need
+from ._checks import check_function, check_handler, check_reconcile, need
+from ._durable import Reconciled, StepKey, StepStore, run_step
 from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 
 __all__ = [
@@ -55,6 +56,8 @@ __all__ = [
     "Handler",
     "OutputSchemaViolation",
     "ProgressReporter",
+    "Reconcile",
+    "ReconcilingHandler",
     "Tool",
     "ToolAnnotations",
     "ToolCallContext",
@@ -63,6 +66,7 @@ __all__ = [
 #: A tool's decoded parameters and its success value.
 P = TypeVar("P")
 S = TypeVar("S")
+T = TypeVar("T")
 # The same in the type aliases below, where a bare ``Handler`` means a handler of any tool.
 _P = TypeVar("_P", default=Any)
 _S = TypeVar("_S", default=Any)
@@ -161,7 +165,8 @@ class ToolCallContext:
 
     ``host`` is the runtime's handle on the run serving the call, opaque to handlers: what
     ``effectagent.engine.run_child`` (attached child runs, ``capabilities.subagents``) needs.
-    None when the handler is called outside a runtime (a test calling it directly)."""
+    None when the handler is called outside a runtime (a test calling it directly).
+    ``steps`` is the runtime's store of durable steps' results (see :meth:`step`)."""
 
     tool_call_id: str
     tool_name: str
@@ -172,6 +177,7 @@ class ToolCallContext:
     author: str = ""
     broker: ToolBroker | None = attrs.field(default=None, repr=False)
     host: object = attrs.field(default=None, repr=False, eq=False)
+    steps: StepStore | None = attrs.field(default=None, repr=False, eq=False)
 
     async def progress(self, data: JSONValue) -> None:
         """Report progress (a JSON value); it becomes a ToolProgress event.
@@ -180,11 +186,49 @@ class ToolCallContext:
         """
         await self.report(data)
 
+    @overload
+    async def step(
+        self, name: str, version: int, fn: Callable[[], Awaitable[Any]], *, type: type[T]
+    ) -> T: ...
+    @overload
+    async def step(self, name: str, version: int, fn: Callable[[], Awaitable[T]]) -> T: ...
+    async def step(
+        self,
+        name: str,
+        version: int,
+        fn: Callable[[], Awaitable[Any]],
+        *,
+        type: object | None = None,
+    ) -> Any:
+        """Run ``fn`` once for this call as the durable step ``name`` (``version`` 1 or more),
+        and return its result: when a result of this step is recorded already — the call runs
+        again after its run was resumed, or a second time in the same call — that result, and
+        ``fn`` does not run.
+
+        The identity of a step is (conversation, run, tool call, ``name``, ``version``); change
+        the version when what the step does changes. Only a success is recorded: a step whose
+        ``fn`` raises records nothing and raises. The result is recorded as JSON: return a JSON
+        value, or give ``type=`` to have the recorded value decoded into that type (the value
+        returned is then always the decoded one). Where results are kept is the runtime's
+        ``StepStore`` (in memory by default, for as long as the run lasts); a store that
+        refuses to record raises, and the call fails as a defect. Called outside a runtime (a
+        test calling a handler directly), ``fn`` just runs.
+
+        Cancellation: a cancellation point while the store is read and written and while ``fn``
+        runs; a step cancelled before its result was recorded records nothing, and runs again.
+        """
+        key = StepKey(self.conversation_id, self.run_id, self.tool_call_id, name, version)
+        return await run_step(self.steps, key, fn, type)
+
 
 #: The handler of a ``Tool[P, S]``: ``async (params: P, call: ToolCallContext) -> S`` — or a
 #: ``returns`` ``Result[S, E]``, whose ``Failure`` is raised as if the handler had raised it.
 #: A bare ``Handler`` is ``Handler[Any, Any]``: a handler of any tool.
 Handler: TypeAlias = Callable[[_P, ToolCallContext], Awaitable[_S | Result[_S, Any]]]
+#: The reconcile function of a ``Tool[P, S]``: ``async (params: P, call: ToolCallContext) ->
+#: Reconciled[S]`` — asked, for a call that may have run before its run was resumed, whether it
+#: took effect (see ``effectagent.ai.Reconciled``).
+Reconcile: TypeAlias = Callable[[_P, ToolCallContext], Awaitable[Reconciled[_S]]]
 #: ``needs_approval`` of a ``Tool[P, S]``: a bool, or a function of the decoded parameters.
 NeedsApproval: TypeAlias = bool | Callable[[_P, ToolCallContext], bool]
 
@@ -295,6 +339,7 @@ class Tool(Generic[P, S]):
         "needs_approval",
         "parameters",
         "parameters_schema",
+        "reconcile",
         "success",
         "success_schema",
         "summarize",
@@ -325,6 +370,7 @@ class Tool(Generic[P, S]):
         success_schema: Mapping[str, Any] | None = None,
         handler: Handler[P, S] | None = None,
         inner_tools: Iterable[Tool[Any, Any]] = (),
+        reconcile: Reconcile[P, S] | None = None,
     ) -> None:
         need("Tool", "name", name, str, "a str")
         if not _NAME.match(name):
@@ -367,6 +413,12 @@ class Tool(Generic[P, S]):
             raise ValueError(f"tool {name!r}: give success or success_schema, not both")
         if handler is not None:
             check_handler(owner, handler)
+        if reconcile is not None:
+            if handler is None:
+                raise ValueError(
+                    f"{owner}: reconcile goes with the handler it reconciles: give both"
+                )
+            check_reconcile(owner, reconcile)
         inner = tuple(inner_tools)
         for item in inner:
             if not isinstance(item, Tool):
@@ -387,6 +439,8 @@ class Tool(Generic[P, S]):
         self.summarize = summarize
         self.timeout = timeout
         self.handler: Handler[P, S] | None = handler
+        # Asked, for a call that may have run before its run was resumed, whether it took effect.
+        self.reconcile: Reconcile[P, S] | None = reconcile
         # The tools this tool's handler may call through the engine's broker (Code Mode).
         self.inner_tools = inner
         self.annotations = ToolAnnotations(
@@ -468,17 +522,25 @@ class Tool(Generic[P, S]):
         """False only when approval is statically never needed."""
         return self.needs_approval is not False
 
-    def bind(self, handler: Handler[P, S]) -> Binding[P, S]:
+    def bind(
+        self, handler: Handler[P, S], *, reconcile: Reconcile[P, S] | None = None
+    ) -> Binding[P, S]:
         """``handler`` bound to this tool, for :meth:`Toolkit.handlers`:
         ``toolkit.handlers(forecast.bind(handle_forecast))``.
 
+        ``reconcile`` is asked, for a call that may have run before its run was resumed
+        (``Runtime.resume``), whether it took effect: ``async (params: P, context) ->
+        Reconciled[S]`` (see :class:`~effectagent.ai.Reconciled`).
+
         mypy checks the handler against the tool's types: it must take ``(P, ToolCallContext)``
-        and return ``S`` (or a ``returns`` ``Result[S, E]``). Here it is checked at run time too:
-        a handler that is not an async callable of two positional arguments is a ``TypeError``
-        naming the tool.
+        and return ``S`` (or a ``returns`` ``Result[S, E]``); ``reconcile`` must take the same
+        and return a ``Reconciled[S]``. Here both are checked at run time too: one that is not
+        an async callable of two positional arguments is a ``TypeError`` naming the tool.
         """
         check_handler(f"tool {self.name!r}", handler)
-        return Binding(self, handler)
+        if reconcile is not None:
+            check_reconcile(f"tool {self.name!r}", reconcile)
+        return Binding(self, handler, reconcile)
 
     # ---- the schema boundary -------------------------------------------------------------------
 
@@ -531,6 +593,22 @@ class Binding(Generic[P, S]):
 
     tool: Tool[P, S]
     handler: Handler[P, S]
+    reconcile: Reconcile[P, S] | None = None
+
+
+@final
+@attrs.frozen(slots=True)
+class ReconcilingHandler(Generic[P, S]):
+    """A handler and the reconcile function bound with it: what a toolkit's Layer provides as
+    the tool's handler service when a reconcile function is bound. It calls ``handler``; the
+    runtime finds ``reconcile`` on it (it takes the two apart once, when it resolves the tool's
+    services, so a call pays nothing for it)."""
+
+    handler: Handler[P, S]
+    reconcile: Reconcile[P, S]
+
+    async def __call__(self, params: P, call: ToolCallContext) -> S | Result[S, Any]:
+        return await self.handler(params, call)
 
 
 def _names(tools: tuple[Tool[Any, Any], ...]) -> set[str]:

@@ -21,7 +21,7 @@ import attrs
 from effectagent.effect import Context, Layer, Scope, ServiceKey
 
 from ._checks import check_handler, shown
-from ._tool import Binding, Handler, Tool
+from ._tool import Binding, Handler, ReconcilingHandler, Tool
 
 __all__ = ["ToolDescriptor", "Toolkit"]
 
@@ -127,6 +127,8 @@ class Toolkit:
                 continue
             if tool.handler is None:
                 missing.append(tool.name)
+            elif tool.reconcile is not None:  # checked when the tool was made
+                bound[tool.handler_key] = ReconcilingHandler(tool.handler, tool.reconcile)
             else:
                 bound[tool.handler_key] = tool.handler  # checked when the tool was made
         if missing:
@@ -139,7 +141,10 @@ class Toolkit:
     def _bindings(self, item: object, who: str) -> dict[ServiceKey[Any], Any]:
         """The handlers one argument binds, by handler key: a Binding's, or a mapping's."""
         if isinstance(item, Binding):
-            pairs: Iterable[tuple[object, object]] = ((item.tool, item.handler),)
+            handler: object = item.handler
+            if item.reconcile is not None:  # checked by ``bind``
+                handler = ReconcilingHandler(item.handler, item.reconcile)
+            pairs: Iterable[tuple[object, object]] = ((item.tool, handler),)
         elif isinstance(item, Mapping):
             pairs = item.items()
         else:
@@ -148,7 +153,7 @@ class Toolkit:
                 f"bindings (tool.bind(handler)), got {shown(item)}"
             )
         bound: dict[ServiceKey[Any], Any] = {}
-        for key, handler in pairs:
+        for key, given in pairs:
             if not isinstance(key, Tool | str):
                 raise TypeError(
                     f"{who}: each key must be a Tool of this toolkit or its name, got {shown(key)}"
@@ -156,8 +161,8 @@ class Toolkit:
             tool = self._tools.get(key) if isinstance(key, str) else key
             if tool is None or tool not in self:
                 raise ValueError(f"{key!r} is not a tool of this toolkit")
-            check_handler(f"tool {tool.name!r}", handler)
-            bound[tool.handler_key] = handler
+            check_handler(f"tool {tool.name!r}", given)
+            bound[tool.handler_key] = given
         return bound
 
     def handlers(self, *handlers: Binding[Any, Any] | _HandlerMapping) -> Layer:

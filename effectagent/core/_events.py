@@ -68,9 +68,12 @@ class EventBase:
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class RunStarted(EventBase):
-    """The run was admitted; ``input`` is the user's (redacted) text."""
+    """The run was admitted; ``input`` is the user's (redacted) text. ``resumed``: the run is
+    continued from its records (``Runtime.resume``), not started — ``input`` is then the text it
+    was started with."""
 
     input: str
+    resumed: bool = False
 
 
 @_fast_init
@@ -308,10 +311,14 @@ class RunInterrupted(EventBase):
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class RunSuspended(EventBase):
-    """Terminal: the run waits durably, e.g. for an approval. Only the durable deployment classes,
-    which are not built yet, end a run this way; the in-memory engine never does."""
+    """Terminal for this execution of the run: it waits durably for the approval decisions of
+    ``tool_call_ids`` (an approval service that suspends, such as ``SuspendingApproval``, said so)
+    and ran none of its batch. It is not over: ``Runtime.resume`` continues it from its records
+    once decisions are recorded. ``usage`` is what this execution used."""
 
     reason: str
+    tool_call_ids: tuple[str, ...] = ()
+    usage: UsageTotals = attrs.field(factory=UsageTotals)
 
 
 #: Any run event.

@@ -46,11 +46,13 @@ __all__ = [
     "Record",
     "RunCompletedRecord",
     "RunFailedRecord",
+    "RunSuspendedRecord",
     "ToolApprovalDecided",
     "ToolApprovalRequested",
     "ToolCallPrepared",
     "ToolCallSettled",
     "UserInputRecorded",
+    "approval_decided",
     "assistant_message_of",
     "parse_arguments",
     "project_messages",
@@ -236,6 +238,23 @@ class RunFailedRecord:
 
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
+class RunSuspendedRecord:
+    """A run stopped at turn ``turn`` to wait durably — for the approval decisions of
+    ``tool_call_ids`` — without ending: it is not a terminal record. None of the batch's calls ran;
+    their approval requests are recorded before this. ``Runtime.resume`` continues the run from
+    its records once decisions are recorded (``ToolApprovalDecided``), without asking the model
+    again."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    tool_call_ids: tuple[str, ...]
+    reason: str
+    at: float
+
+
+@_fast_init
+@attrs.frozen(slots=True, kw_only=True)
 class AgentStateWritten:
     """A write to persistent agent state, committed in the same transaction as this record.
 
@@ -264,8 +283,32 @@ Record: TypeAlias = (
     | CompactionCreated
     | RunCompletedRecord
     | RunFailedRecord
+    | RunSuspendedRecord
     | AgentStateWritten
 )
+
+
+def approval_decided(
+    requested: ToolApprovalRequested,
+    *,
+    approved: bool,
+    decided_by: str,
+    at: float,
+    reason: str = "",
+) -> ToolApprovalDecided:
+    """The record of a decision on the recorded approval request ``requested`` — what a person,
+    a policy or another process appends to a suspended run's log, for ``Runtime.resume`` to use.
+    The decision is bound to the request's call (its run, tool, call ID and arguments digest) as
+    the engine's own decisions are, so the engine takes it for that call only. ``reason`` is
+    recorded as given: redact it first if it may hold a secret. Pure."""
+    request = requested.request
+    return ToolApprovalDecided(
+        conversation_id=requested.conversation_id,
+        run_id=requested.run_id,
+        tool_call_id=request.tool_call_id,
+        decision=ApprovalDecision.for_request(request, approved, reason, decided_by),
+        at=at,
+    )
 
 
 @_fast_init

@@ -6,6 +6,10 @@ from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._log import LogRetention as LogRetention
 from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._resume import RunAlreadyEnded as RunAlreadyEnded
+from ._resume import RunExists as RunExists
+from ._resume import UnknownRun as UnknownRun
+from ._resume import pending_approvals as pending_approvals
 from ._runtime import ConversationBusy as ConversationBusy
 from ._runtime import ConversationEvicted as ConversationEvicted
 from ._runtime import ConversationExists as ConversationExists
@@ -21,6 +25,7 @@ from ._runtime import run_sync as run_sync
 from ._seams import Approval as Approval
 from ._seams import ApprovalError as ApprovalError
 from ._seams import ApprovalService as ApprovalService
+from ._seams import ApprovalSuspended as ApprovalSuspended
 from ._seams import AuthorizationDecision as AuthorizationDecision
 from ._seams import CompactionRequest as CompactionRequest
 from ._seams import Compactor as Compactor
@@ -38,17 +43,20 @@ from ._seams import RunObserversService as RunObserversService
 from ._seams import SteeringInbox as SteeringInbox
 from ._seams import SteeringInboxService as SteeringInboxService
 from ._seams import SteeringInput as SteeringInput
+from ._seams import StepStoreService as StepStoreService
 from ._seams import TokenCounter as TokenCounter
 from ._seams import TokenCounterService as TokenCounterService
 from ._seams import ToolAuthorization as ToolAuthorization
 from ._seams import ToolAuthorizationService as ToolAuthorizationService
 from ._seams import estimate_tokens as estimate_tokens
 from ._seams import observe_runs as observe_runs
+from ._steps import InMemoryStepStore as InMemoryStepStore
 
 __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalService",
+    "ApprovalSuspended",
     "AuthorizationDecision",
     "ChildRunRefused",
     "ChildRunResult",
@@ -59,15 +67,19 @@ __all__ = [
     "ConversationLogError",
     "ConversationLogService",
     "InMemoryConversationLog",
+    "InMemoryStepStore",
     "ConversationBusy",
     "ConversationEvicted",
     "ConversationExists",
     "LogRetention",
     "UnknownConversation",
+    "UnknownRun",
     "InstructionsLeakSecret",
     "LOGGER_NAME",
     "RedactorService",
+    "RunAlreadyEnded",
     "RunEnding",
+    "RunExists",
     "RunFailedError",
     "RunInfo",
     "RunListener",
@@ -80,6 +92,7 @@ __all__ = [
     "SteeringInbox",
     "SteeringInboxService",
     "SteeringInput",
+    "StepStoreService",
     "TokenCounter",
     "TokenCounterService",
     "ToolAuthorization",
@@ -87,6 +100,7 @@ __all__ = [
     "estimate_tokens",
     "observe_runs",
     "open_runtime",
+    "pending_approvals",
     "reduce_events",
     "run_sync",
     "run_child",

@@ -35,7 +35,6 @@ import trio
 from effectagent.ai import AssistantMessage, Message, Toolkit, ToolMessage, ToolResultContent
 from effectagent.core import (
     AgentPolicy,
-    ApprovalDenied,
     RunError,
     ToolCallDeclared,
     ToolCallFailed,
@@ -43,23 +42,22 @@ from effectagent.core import (
     ToolCallSettled,
     ToolCallSucceeded,
     ToolDefect,
-    ToolFailedRun,
-    ToolFailure,
     ToolOutcome,
     ToolRejected,
 )
 
-from ._batch_plan import BatchPlan, EarlyOutcome, PlannedCall
+from ._batch_plan import BUDGET_SPENT, BatchPlan, EarlyOutcome, PlannedCall, run_error
 from ._budget import Delegated
 from ._call import CallRunner
 from ._eager import in_context
 from ._host import BatchScope
 from ._permits import Permit
+from ._replay import plan_resumed, unknown_for_prepared
+from ._resume import BatchReplay
 from ._scheduler import BatchLedger, WorkerPool
 
 __all__ = ["Batch", "BatchResult"]
 
-_BUDGET_SPENT = "the batch would go past the run's tool-call budget, so none of its calls was run"
 _INTERRUPTED = "interrupted before it settled"
 
 
@@ -67,9 +65,11 @@ _INTERRUPTED = "interrupted before it settled"
 class BatchResult:
     """What a committed batch changed: its outcomes in declaration order, the messages the prompt
     gets, the error that ends the run (if any), what its calls took beyond themselves (inner
-    calls, child runs), and whether the batch yielded to the scheduler."""
+    calls, child runs), and whether the batch yielded to the scheduler — or, for a batch that
+    ran none of its calls because approvals were suspended, those calls and why (``suspended``;
+    nothing was committed then)."""
 
-    __slots__ = ("delegated", "failure", "messages", "outcomes", "yielded")
+    __slots__ = ("delegated", "failure", "messages", "outcomes", "suspended", "yielded")
 
     def __init__(
         self,
@@ -79,12 +79,14 @@ class BatchResult:
         failure: RunError | None,
         delegated: Delegated,
         yielded: bool,
+        suspended: tuple[tuple[str, ...], str] | None = None,
     ) -> None:
         self.outcomes = outcomes
         self.messages = messages
         self.failure = failure
         self.delegated = delegated
         self.yielded = yielded
+        self.suspended = suspended
 
 
 @final
@@ -95,7 +97,9 @@ class Batch:
         "_audits",
         "_debug",
         "_ledger",
+        "_may_suspend",
         "_plan",
+        "_replay",
         "_runner",
         "admitted",
         "allowance",
@@ -114,6 +118,8 @@ class Batch:
         admitted: bool,
         assistant: AssistantMessage | None,
         lender: Permit | None,
+        replay: BatchReplay | None = None,
+        may_suspend: bool = False,
     ) -> None:
         io = self.io = scope.io
         self.turn = scope.turn
@@ -125,7 +131,13 @@ class Batch:
         self._ledger = BatchLedger([declared.id for declared in plan.declared])
         # The calls' audit metadata (inner calls, child runs), by declaration index: the batch's.
         self._audits: list[dict[str, Any] | None] = [None] * len(plan.declared)
-        self._runner = CallRunner(scope=scope, policy=policy, lender=lender, audits=self._audits)
+        self._runner = CallRunner(
+            scope=scope, policy=policy, lender=lender, audits=self._audits, replay=replay
+        )
+        # A resumed batch: what the log says of it. And whether an approval may be suspended
+        # (then every approval is asked before any call runs).
+        self._replay = replay
+        self._may_suspend = may_suspend
         self._debug = io.logs.debugging  # a line per settled call, at debug level
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
@@ -133,6 +145,11 @@ class Batch:
 
     async def run(self, toolkit: Toolkit) -> BatchResult:
         """Run and commit the batch; return what it changed.
+
+        A resumed batch (``replay``) prepares only the calls the log does not hold prepared, and
+        plans each of those it does (see ``_replay``). With an approver that may suspend, every
+        call that may need approval is authorized and asked first; if one is suspended, no call
+        runs, nothing settles, and the result says which (``suspended``).
 
         Cancellation: if the run is interrupted (or its deadline passes) after the calls were
         prepared, the batch is still committed — every call not settled yet as interrupted —
@@ -157,33 +174,41 @@ class Batch:
                 [
                     *early,
                     *(
-                        EarlyOutcome(c.index, ToolRejected(c.id, c.name, _BUDGET_SPENT))
+                        EarlyOutcome(c.index, ToolRejected(c.id, c.name, BUDGET_SPENT))
                         for c in plan.runnable
                     ),
                 ],
                 key=_index,
             )
-        if runnable:
-            now = time.time()
-            conversation_id, run_id = io.conversation_id, io.run_id
-            await io.record(
-                *[
-                    ToolCallPrepared(
-                        conversation_id=conversation_id,
-                        run_id=run_id,
-                        turn=turn,
-                        tool_call_id=c.id,
-                        tool_name=c.name,
-                        arguments=c.arguments,
-                        at=now,
-                    )
-                    for c in runnable
-                ]
-            )
+        to_prepare = runnable
+        replay = self._replay
+        runner = self._runner
+        if replay is not None:
+            early = unknown_for_prepared(replay, early)
+            runner.plans = plan_resumed(runner, replay, runnable)
+            to_prepare = [c for c in runnable if c.id not in replay.prepared]
+        # With an approver that may suspend, the calls are prepared once their approvals are in:
+        # a suspended batch prepares nothing, so a call prepared is one about to run.
+        gating = self._may_suspend and _may_need_approval(runnable, runner.plans)
+        if to_prepare and not gating:
+            await self._prepare(to_prepare)
         for settled in early:
             ledger.settle(settled.index, settled.outcome)
         yielded = False
         try:
+            if gating:
+                suspended, reason = await runner.gate(runnable)
+                if suspended:
+                    return BatchResult(
+                        outcomes=(),
+                        messages=(),
+                        failure=None,
+                        delegated=self.allowance.totals(),
+                        yielded=False,
+                        suspended=(suspended, reason),
+                    )
+                if to_prepare:
+                    await self._prepare(to_prepare)
             # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
             # checkpoint must still commit the batch (every prepared call gets its settlement).
             for settled in early:
@@ -220,9 +245,31 @@ class Batch:
         return BatchResult(
             outcomes=tuple(outcomes),
             messages=self.committed,
-            failure=_run_error(outcomes, toolkit),
+            failure=run_error(outcomes, toolkit),
             delegated=self.allowance.totals(),
             yielded=yielded,
+        )
+
+    async def _prepare(self, calls: list[PlannedCall]) -> None:
+        """Append the calls' ``ToolCallPrepared`` records, in declaration order, in one append.
+
+        Cancellation: as ``ConversationLog.append`` (all or nothing)."""
+        io, turn = self.io, self.turn
+        now = time.time()
+        conversation_id, run_id = io.conversation_id, io.run_id
+        await io.record(
+            *[
+                ToolCallPrepared(
+                    conversation_id=conversation_id,
+                    run_id=run_id,
+                    turn=turn,
+                    tool_call_id=c.id,
+                    tool_name=c.name,
+                    arguments=c.arguments,
+                    at=now,
+                )
+                for c in calls
+            ]
         )
 
     async def _commit(self) -> list[ToolOutcome]:
@@ -308,17 +355,9 @@ def _index(item: EarlyOutcome) -> int:
     return item.index
 
 
-def _run_error(outcomes: list[ToolOutcome], toolkit: Toolkit) -> RunError | None:
-    """The first outcome, in declaration order, that ends the run: a declared failure of a tool
-    with ``failure_mode="error"``, or a terminal approval denial."""
-    for outcome in outcomes:
-        if isinstance(outcome, ToolFailure):
-            tool = toolkit.get(outcome.tool_name)
-            if tool is not None and tool.failure_mode == "error":
-                return ToolFailedRun(outcome.tool_call_id, outcome.tool_name, outcome.error)
-        elif isinstance(outcome, ToolRejected) and outcome.terminal:
-            return ApprovalDenied(outcome.tool_call_id, outcome.tool_name, outcome.reason)
-    return None
+def _may_need_approval(calls: list[PlannedCall], plans: dict[int, Any] | None) -> bool:
+    """Whether a call among ``calls`` without a plan may need approval."""
+    return any(c.tool.may_need_approval and (plans is None or c.index not in plans) for c in calls)
 
 
 @final

@@ -11,15 +11,21 @@ runnable calls against the tool-call budget and hands the plan to the batch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, final
 
 import attrs
 
 from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, Tool, Toolkit
 from effectagent.core import (
+    ApprovalDenied,
     Redactor,
+    RunError,
+    ToolFailedRun,
+    ToolFailure,
     ToolInvalidInput,
     ToolOutcome,
+    ToolRejected,
     ToolResultBounds,
     bounded_json,
     bounded_parsed,
@@ -28,9 +34,20 @@ from effectagent.effect import SchemaError, SchemaIssue, SchemaLimits, _fast_ini
 
 from ._model_step import ModelStep, oversized_message
 
-__all__ = ["BatchPlan", "DeclaredCall", "EarlyOutcome", "PlannedCall", "plan_batch"]
+__all__ = [
+    "BUDGET_SPENT",
+    "BatchPlan",
+    "DeclaredCall",
+    "EarlyOutcome",
+    "PlannedCall",
+    "plan_batch",
+    "run_error",
+]
 
 _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
+
+#: Why a call of a batch refused whole (past the tool-call budget) was not run.
+BUDGET_SPENT = "the batch would go past the run's tool-call budget, so none of its calls was run"
 
 
 @final
@@ -159,3 +176,16 @@ def _argument_limits(max_bytes: int) -> SchemaLimits:
     if max_bytes == DEFAULT_ARGUMENT_LIMITS.max_bytes:
         return DEFAULT_ARGUMENT_LIMITS
     return attrs.evolve(DEFAULT_ARGUMENT_LIMITS, max_bytes=max_bytes)
+
+
+def run_error(outcomes: Sequence[ToolOutcome], toolkit: Toolkit) -> RunError | None:
+    """The first outcome, in declaration order, that ends the run: a declared failure of a tool
+    with ``failure_mode="error"``, or a terminal approval denial."""
+    for outcome in outcomes:
+        if isinstance(outcome, ToolFailure):
+            tool = toolkit.get(outcome.tool_name)
+            if tool is not None and tool.failure_mode == "error":
+                return ToolFailedRun(outcome.tool_call_id, outcome.tool_name, outcome.error)
+        elif isinstance(outcome, ToolRejected) and outcome.terminal:
+            return ApprovalDenied(outcome.tool_call_id, outcome.tool_name, outcome.reason)
+    return None

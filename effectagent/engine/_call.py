@@ -51,7 +51,9 @@ from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._host import BatchScope, CallHost
 from ._permits import Permit
-from ._seams import Approval, ApprovalError, AuthorizationDecision
+from ._replay import CallPlan, Gated, Reconcile, Rerun, Settle, denied, reconcile_call
+from ._resume import BatchReplay
+from ._seams import Approval, ApprovalError, ApprovalSuspended, AuthorizationDecision
 
 __all__ = ["CallRunner"]
 
@@ -59,6 +61,10 @@ _PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
 # What the model reads when a seam crashed: neutral, the details are in the run's log.
 _APPROVAL_FAILED = "the approval service failed; the call was not run"
 _AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
+_CANNOT_SUSPEND = (
+    "the approval service answered that the decision comes later, and this run cannot wait for "
+    "it (a subagent's, or the service does not say it suspends); the call was not run"
+)
 
 
 @final
@@ -66,7 +72,18 @@ class CallRunner:
     """Runs the calls of one batch: what they share (the batch's scope, the policy, the permit
     the batch's calls borrow first)."""
 
-    __slots__ = ("audits", "digest", "io", "lender", "policy", "scope", "services", "turn")
+    __slots__ = (
+        "audits",
+        "digest",
+        "io",
+        "lender",
+        "plans",
+        "policy",
+        "replay",
+        "scope",
+        "services",
+        "turn",
+    )
 
     def __init__(
         self,
@@ -75,6 +92,7 @@ class CallRunner:
         policy: AgentPolicy,
         lender: Permit | None,
         audits: list[dict[str, Any] | None],
+        replay: BatchReplay | None = None,
     ) -> None:
         self.scope = scope
         # The batch's audit metadata, by declaration index: each call writes its own slot, also
@@ -87,6 +105,55 @@ class CallRunner:
         self.policy = policy
         # A child run's calls borrow the permit of the call that started the child first.
         self.lender = lender
+        # What the log says of a resumed batch (its approvals asked and decided), and what was
+        # decided for some calls before any ran (a resumed batch's, a suspending approver's).
+        self.replay = replay
+        self.plans: dict[int, CallPlan] | None = None
+
+    def _context(self, call: PlannedCall, host: CallHost) -> ToolCallContext:
+        io = self.io
+        return ToolCallContext(
+            call.id,
+            call.name,
+            io.run_id,
+            io.conversation_id,
+            io.agent_name,
+            host.report,
+            io.author,
+            None,
+            host,
+            self.services.steps,
+        )
+
+    async def gate(self, calls: list[PlannedCall]) -> tuple[tuple[str, ...], str]:
+        """Before any call of the batch runs, authorize the calls that may need approval and
+        ask for their approval, in declaration order, with an approver that may suspend; return
+        the calls whose approval was suspended (none: every call may run as decided) and why.
+        What was decided becomes each call's plan.
+
+        Cancellation: as the authorizer's and the approver's.
+        """
+        plans = self.plans if self.plans is not None else {}
+        self.plans = plans
+        suspended: list[str] = []
+        reason = ""
+        authorization = self.services.authorization
+        for call in calls:
+            if call.index in plans or not call.tool.may_need_approval:
+                continue
+            context = self._context(call, CallHost(self.scope, call.id, call.name))
+            if authorization is not None:
+                rejected = await self._authorize(call, context)
+                if rejected is not None:
+                    plans[call.index] = Settle(rejected)
+                    continue
+            answer = await self._approval(call, context, may_suspend=True)
+            if isinstance(answer, ApprovalSuspended):
+                suspended.append(call.id)
+                reason = reason or self.io.redact_text(answer.reason)
+            else:
+                plans[call.index] = Gated() if answer is None else Settle(answer)
+        return tuple(suspended), reason
 
     async def run(self, call: PlannedCall) -> ToolOutcome | None:
         """The call's outcome, or None if the batch is interrupted meanwhile; its audit metadata
@@ -103,30 +170,28 @@ class CallRunner:
             io = self.io
             tool = call.tool
             host = CallHost(self.scope, call.id, call.name)
-            context = ToolCallContext(
-                call.id,
-                call.name,
-                io.run_id,
-                io.conversation_id,
-                io.agent_name,
-                host.report,
-                io.author,
-                None,
-                host,
-            )
+            context = self._context(call, host)
             broker = None
             if tool.inner_tools:
                 broker = CallBroker(io, self.services, context, tool.inner_tools, host)
                 context = attrs.evolve(context, broker=broker)
             services = self.services
-            if services.authorization is not None:
-                rejected = await self._authorize(call, context)
-                if rejected is not None:
-                    return rejected
-            if tool.may_need_approval:
-                rejected = await self._approval(call, context)
-                if rejected is not None:
-                    return rejected
+            plans = self.plans
+            plan = None if plans is None else plans.get(call.index)
+            if plan is None:
+                if services.authorization is not None:
+                    rejected = await self._authorize(call, context)
+                    if rejected is not None:
+                        return rejected
+                if tool.may_need_approval:
+                    answer = await self._approval(call, context, may_suspend=False)
+                    if answer is not None:
+                        assert isinstance(answer, ToolRejected)  # only a gate may suspend
+                        return answer
+            else:
+                settled = await self._planned(plan, call, context)
+                if settled is not None:
+                    return settled
 
             handler = services.handlers[tool]
             pool = self.scope.pool
@@ -156,7 +221,7 @@ class CallRunner:
                     self.audits[call.index] = audit
             if exit_ is None:
                 return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
-            return self._settle(tool, call, exit_)
+            return self.settle(tool, call, exit_)
         except Exception as exc:  # an engine-side defect while serving this call
             return ToolDefect(
                 call.id, call.name, self.io.redact_text(f"{type(exc).__name__}: {exc}")
@@ -165,6 +230,28 @@ class CallRunner:
             if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
                 return None
             raise
+
+    async def _planned(
+        self, plan: CallPlan, call: PlannedCall, context: ToolCallContext
+    ) -> ToolOutcome | None:
+        """What a call's plan settles it with, or None to run its handler.
+
+        Cancellation: as the authorizer's and the reconcile function's.
+        """
+        if isinstance(plan, Settle):
+            return plan.outcome
+        if isinstance(plan, Gated):
+            return None
+        if isinstance(plan, Reconcile):
+            found = await reconcile_call(self, call, context)
+            if found is not None:
+                return found
+        elif not isinstance(plan, Rerun):  # pragma: no cover - every plan is one of four
+            raise TypeError(f"unknown call plan {plan!r}")
+        # Run (again): authorized as any call is; its approval was decided before.
+        if self.services.authorization is not None:
+            return await self._authorize(call, context)
+        return None
 
     async def _attempt_in_scopes(
         self,
@@ -189,7 +276,7 @@ class CallRunner:
                     exit_ = await attempt(handler, call.params, context, errors=tool.failure)
         return None if scope.cancelled_caught else exit_
 
-    def _settle(
+    def settle(
         self, tool: Tool[Any, Any], call: PlannedCall, exit_: Exit[Any, TaggedError]
     ) -> ToolOutcome:
         io = self.io
@@ -233,13 +320,13 @@ class CallRunner:
             # Typed as what it is: any object, until checked (a provider is anyone's code).
             decision: object = await authorization.authorize(call.tool, call.params, context)
         except Exception as exc:
-            self._log_crash("authorization service failed", call.id, exc)
+            self.log_crash("authorization service failed", call.id, exc)
             return ToolRejected(call.id, call.name, _AUTHORIZATION_FAILED)
         except BaseExceptionGroup as group:
-            raise self._propagated(group, "authorization service failed", call.id) from None
+            raise self.propagated(group, "authorization service failed", call.id) from None
         if not isinstance(decision, AuthorizationDecision):
             answer = f"the authorizer answered with {type(decision).__name__}, not a decision"
-            self._log_crash("authorization service failed", call.id, TypeError(answer))
+            self.log_crash("authorization service failed", call.id, TypeError(answer))
             return ToolRejected(call.id, call.name, _AUTHORIZATION_FAILED)
         if decision.allowed:
             return None
@@ -247,9 +334,10 @@ class CallRunner:
         return ToolRejected(call.id, call.name, reason)
 
     async def _ask(
-        self, approval: Approval, request: ApprovalRequest, deadline: float
-    ) -> ApprovalDecision:
-        """The provider's decision, or the denial that stands for its silence or failure.
+        self, approval: Approval, request: ApprovalRequest, deadline: float, may_suspend: bool
+    ) -> ApprovalDecision | ApprovalSuspended:
+        """The provider's decision, or the denial that stands for its silence or failure — or,
+        when ``may_suspend``, its answer that the decision comes later.
 
         Cancellation: the wait ends at ``deadline`` (a denial); the run's interruption, or a
         ``trio.Cancelled`` raised in a group, propagates.
@@ -262,19 +350,27 @@ class CallRunner:
         except ApprovalError as exc:  # the provider's own account, meant to be read
             return ApprovalDecision.deny(self.io.redact_text(exc.message), "approval-error")
         except Exception as exc:
-            self._log_crash(failed, request.tool_call_id, exc)
+            self.log_crash(failed, request.tool_call_id, exc)
             return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
         except BaseExceptionGroup as group:
-            raise self._propagated(group, failed, request.tool_call_id) from None
+            raise self.propagated(group, failed, request.tool_call_id) from None
         if waited.cancelled_caught:
             return ApprovalDecision.deny("approval timed out", "timeout")
+        if isinstance(decision, ApprovalSuspended):
+            if may_suspend:
+                return decision
+            self.io.logs.warning(
+                "approval suspended where the run cannot suspend",
+                tool_call_id=request.tool_call_id,
+            )
+            return ApprovalDecision.deny(_CANNOT_SUSPEND, "engine")
         if not isinstance(decision, ApprovalDecision):
             answer = f"the provider answered with {type(decision).__name__}, not a decision"
-            self._log_crash(failed, request.tool_call_id, TypeError(answer))
+            self.log_crash(failed, request.tool_call_id, TypeError(answer))
             return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
         return decision
 
-    def _log_crash(self, event: str, call_id: str, exc: BaseException) -> None:
+    def log_crash(self, event: str, call_id: str, exc: BaseException) -> None:
         """What a crashed seam raised, for the run's log (its type and redacted message) — never
         for the model, an event or a record."""
         io = self.io
@@ -284,32 +380,45 @@ class CallRunner:
             event, tool_call_id=call_id, error=type(exc).__name__, detail=io.redact_text(detail)
         )
 
-    def _propagated(self, group: BaseExceptionGroup, event: str, call_id: str) -> BaseException:
+    def propagated(self, group: BaseExceptionGroup, event: str, call_id: str) -> BaseException:
         """A group a seam raised that holds more than exceptions (a cancellation, an interrupt):
         what must propagate — the group without its exceptions, which are logged."""
         crashed, rest = group.split(Exception)
         if crashed is not None:
-            self._log_crash(event, call_id, crashed)
+            self.log_crash(event, call_id, crashed)
         assert rest is not None  # a group of exceptions alone is an ``Exception``
         return rest
 
-    async def _approval(self, call: PlannedCall, context: ToolCallContext) -> ToolRejected | None:
-        """Ask for approval if the tool's rule says so for these parameters; None if approved."""
+    async def _approval(
+        self, call: PlannedCall, context: ToolCallContext, *, may_suspend: bool
+    ) -> ToolRejected | ApprovalSuspended | None:
+        """Ask for approval if the tool's rule says so for these parameters (or a resumed
+        batch's log holds a request for the call); None if approved — or, when
+        ``may_suspend``, the approver's answer that the decision comes later."""
         io = self.io
         tool = call.tool
+        replay = self.replay
+        recorded = None if replay is None else replay.requests.get(call.id)
         try:
-            needed = tool.requires_approval(call.params, context)
-            request = self._request(call) if needed else None
+            if recorded is not None:
+                request: ApprovalRequest | None = self._rearmed(recorded, tool)
+            else:
+                needed = tool.requires_approval(call.params, context)
+                request = self._request(call) if needed else None
         except Exception as exc:  # the tool's own rule, targets or summary crashed: fail closed
             reason = io.redact_text(f"approval policy failed: {type(exc).__name__}: {exc}")
             return ToolRejected(call.id, call.name, reason)
         if request is None:
             return None
-        decision = await self._decide(request)
+        known = None if replay is None else replay.decisions.get(call.id)
+        decision = await self._decide(
+            request, recorded=recorded is not None, known=known, may_suspend=may_suspend
+        )
+        if isinstance(decision, ApprovalSuspended):
+            return decision
         if decision.approved:
             return None
-        reason = io.redact_text(f"approval denied: {decision.reason or 'no reason given'}")
-        return ToolRejected(call.id, call.name, reason, request.denial_is_terminal)
+        return denied(call, decision, request.denial_is_terminal, io.redact_text)
 
     def _request(self, call: PlannedCall) -> ApprovalRequest:
         io = self.io
@@ -335,7 +444,22 @@ class CallRunner:
             arguments_digest=self.digest(tool, call.params),
         ).in_runtime(tool, trio.current_time() + self.policy.approval_timeout)
 
-    async def _decide(self, request: ApprovalRequest) -> ApprovalDecision:
+    def _rearmed(self, recorded: ApprovalRequest, tool: Tool[Any, Any]) -> ApprovalRequest:
+        """A request the log holds, asked again by a resumed run: the recorded one (its
+        arguments digest included, so a decision made for it from the log fits it), expiring
+        ``approval_timeout`` from now."""
+        timeout = self.policy.approval_timeout
+        request = attrs.evolve(recorded, expires_at=time.time() + timeout)
+        return request.in_runtime(tool, trio.current_time() + timeout)
+
+    async def _decide(
+        self,
+        request: ApprovalRequest,
+        *,
+        recorded: bool = False,
+        known: ApprovalDecision | None = None,
+        may_suspend: bool = False,
+    ) -> ApprovalDecision | ApprovalSuspended:
         """Record the request, ask the Approval service, record its decision (CAP-006).
 
         Expiry is judged on one clock, Trio's: the wait ends at ``request.deadline`` and a
@@ -344,37 +468,64 @@ class CallRunner:
         model reads an ``ApprovalError``'s message, or a neutral sentence for a crash, whose
         type and message go to the run's log only.
 
+        A resumed batch: a request the log holds (``recorded``) is not recorded again, and a
+        decision it holds (``known``) is taken without asking anyone — if it is bound to this
+        call; one that is not is refused, as a recorded denial. With ``may_suspend``, the
+        service may answer that the decision comes later: nothing more is recorded then.
+
         Cancellation: as the records' appends and the service's wait; an interruption after the
         request was recorded leaves it without a decision (the run ends interrupted). A
         ``trio.Cancelled`` the provider raises (alone or in a group) is never taken for a crash.
         """
         io = self.io
-        approval = self.services.approval
         deadline = request.deadline
-        assert deadline is not None  # ``_request`` made it in this runtime
-        await io.record(
-            ToolApprovalRequested(
-                conversation_id=io.conversation_id,
-                run_id=io.run_id,
-                request=request,
-                at=time.time(),
+        assert deadline is not None  # ``_request`` or ``_rearmed`` made it in this runtime
+        if not recorded:
+            await io.record(
+                ToolApprovalRequested(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    request=request,
+                    at=time.time(),
+                )
             )
-        )
-        io.emit(
-            ApprovalRequested,
-            turn=self.turn,
-            tool_call_id=request.tool_call_id,
-            tool_name=request.tool_name,
-            request=request,
-        )
         decision: ApprovalDecision
-        if approval is None:  # preflight forbids this; fail closed if it happens anyway
-            decision = ApprovalDecision.deny("no approval service", "engine")
+        if known is not None:
+            refused = known.mismatch(request)
+            if refused is None:
+                io.logs.info(
+                    "approval decision taken from the log",
+                    tool=request.tool_name,
+                    tool_call_id=request.tool_call_id,
+                    approved=known.approved,
+                    decided_by=known.decided_by,
+                )
+                return known
+            decision = known
         else:
-            decision = await self._ask(approval, request, deadline)
-        refused = decision.mismatch(request)
-        if refused is None and decision.approved and trio.current_time() > deadline:
-            refused = "the decision came after the request expired"
+            io.emit(
+                ApprovalRequested,
+                turn=self.turn,
+                tool_call_id=request.tool_call_id,
+                tool_name=request.tool_name,
+                request=request,
+            )
+            approval = self.services.approval
+            if approval is None:  # preflight forbids this; fail closed if it happens anyway
+                decision = ApprovalDecision.deny("no approval service", "engine")
+            else:
+                answer = await self._ask(approval, request, deadline, may_suspend)
+                if isinstance(answer, ApprovalSuspended):
+                    io.logs.info(
+                        "approval suspended",
+                        tool=request.tool_name,
+                        tool_call_id=request.tool_call_id,
+                    )
+                    return answer
+                decision = answer
+            refused = decision.mismatch(request)
+            if refused is None and decision.approved and trio.current_time() > deadline:
+                refused = "the decision came after the request expired"
         if refused is not None:
             io.logs.warning(
                 "approval decision refused", tool_call_id=request.tool_call_id, why=refused

@@ -24,7 +24,7 @@ A child is an ordinary run of another agent with three things fixed by its paren
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Literal, final
 
 import attrs
 import trio
@@ -61,6 +61,18 @@ class ChildRunRefused(Exception):
         self.reason = reason
 
 
+#: How a child run ends: a child's run never suspends (its approvals cannot wait durably).
+ChildEnding = Literal["completed", "failed", "interrupted"]
+
+
+def _child_ending(ending: RunEnding) -> ChildEnding:
+    if ending == "completed":
+        return "completed"
+    if ending == "failed":
+        return "failed"
+    return "interrupted"
+
+
 @attrs.frozen
 class ChildRunResult:
     """How a child run ended. ``status`` is "completed" or "failed" — or "interrupted", which
@@ -72,7 +84,7 @@ class ChildRunResult:
     run_id: str
     conversation_id: str
     agent: str
-    status: RunEnding
+    status: ChildEnding
     text: str
     output: Any
     error: RunError | None
@@ -244,7 +256,7 @@ class _ChildRun:
             used = child.usage
             turns, tool_calls = child.turns_used, child.tool_calls_used
             allowance.settle(lease, turns, tool_calls, used)
-            status = child.ending
+            status = _child_ending(child.ending)
             host.note(
                 "subagent",
                 {

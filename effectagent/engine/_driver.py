@@ -44,6 +44,8 @@ from effectagent.core import (
     RunFailedRecord,
     RunInterrupted,
     RunStarted,
+    RunSuspended,
+    RunSuspendedRecord,
     StorageFailed,
     TurnCompleted,
     TurnStarted,
@@ -65,6 +67,7 @@ from ._machine import (
     AppendLater,
     BatchInterrupted,
     BatchSettled,
+    BatchSuspended,
     Command,
     Compact,
     Compacted,
@@ -86,6 +89,7 @@ from ._machine import (
     RunConfig,
     RunState,
     StartTurn,
+    Suspend,
     TakeFollowUps,
     TimeRanOut,
     Transition,
@@ -95,8 +99,9 @@ from ._machine import (
 )
 from ._model_step import ModelStep, stream_model, used_call_ids
 from ._permits import Permit, PermitPool
+from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import ConversationLogError, RunEnding, RunInfo
-from ._services import RunServices
+from ._services import RunServices, split_handlers
 
 __all__ = ["RunDriver"]
 
@@ -120,11 +125,14 @@ class RunDriver:
         "_history_error",
         "_interrupted",
         "_observed",
+        "_replay",
+        "_resuming",
         "_snapshots",
         "_yielded",
         "agent",
         "author",
         "cancel_scope",
+        "chosen_run_id",
         "context",
         "depth",
         "finished",
@@ -158,6 +166,7 @@ class RunDriver:
         backpressure: EventQueue | None = None,
         permits: PermitPool | None = None,
         lender: Permit | None = None,
+        resuming: FoundRun | None = None,
     ) -> None:
         self.services = services
         self.agent = agent
@@ -211,6 +220,12 @@ class RunDriver:
         # The tool-call IDs the conversation has used (its history, then each response of the
         # run): a call that reuses one gets a fresh ID (``_model_step``). Made at the first step.
         self._call_ids: set[str] | None = None
+        # A run continued from its records (``Runtime.resume``): what they are, and the batch it
+        # resumes (for its first batch only).
+        self._resuming = resuming
+        self._replay: BatchReplay | None = None
+        # Whether the caller chose the run's ID (it must then be new to the conversation).
+        self.chosen_run_id = False
 
     # ---- what others read --------------------------------------------------------------------
 
@@ -259,6 +274,8 @@ class RunDriver:
         terminal = self.terminal
         if isinstance(terminal, RunCompleted):
             return "completed"
+        if isinstance(terminal, RunSuspended):
+            return "suspended"
         return "failed" if isinstance(terminal, RunFailed) else "interrupted"
 
     def interrupt(self) -> None:
@@ -278,6 +295,15 @@ class RunDriver:
         if self._done is None:
             self._done = trio.Event()
         await self._done.wait()
+
+    @property
+    def history_error(self) -> Exception | None:
+        """What reading the history raised (None: it was read, or not yet)."""
+        return self._history_error
+
+    def resume_from(self, found: FoundRun) -> None:
+        """Continue the run from ``found``, its records (read before it starts)."""
+        self._resuming = found
 
     async def read_history(self) -> tuple[LogEntry, ...] | None:
         """Read the conversation's history before the run starts, for the run to use; None when
@@ -317,8 +343,11 @@ class RunDriver:
         try:
             grace: EnterGrace | None = None
             with scope:
-                state = await self._begin(started, end_at)
-                grace = await self._drive((state, (_NEXT_TURN,)))
+                if self._resuming is None:
+                    state = await self._begin(started, end_at)
+                    grace = await self._drive((state, (_NEXT_TURN,)))
+                else:
+                    grace = await self._drive(await self._begin_resumed(started, end_at))
             if self.terminal is None and not self._interrupted:
                 scope = self.cancel_scope = trio.CancelScope()
                 with scope:
@@ -357,6 +386,9 @@ class RunDriver:
             if self._observed is not None:
                 with trio.CancelScope(shield=True):
                     await self._tell_ended(self._observed)
+            forget = self.services.forget_steps
+            if forget is not None and not isinstance(self.terminal, RunSuspended):
+                forget(io.run_id)  # the run is over: its steps' results go
             self.finished = True
             self._call_ids = None
             io.close()
@@ -440,6 +472,40 @@ class RunDriver:
     async def _end_failed(self, command: Fail) -> None:
         await self._fail(command.error)
 
+    async def _suspend(self, command: Suspend) -> None:
+        """Record the suspension, then hand over ``RunSuspended`` with nothing in between (as
+        ``_fail``). A run resumed from its suspension that suspends again for the same calls,
+        with nothing recorded since, records nothing new.
+
+        Cancellation: as the log's append (all or nothing).
+        """
+        io = self.io
+        last = self._resuming.records[-1].record if self._resuming is not None else None
+        again = (
+            isinstance(last, RunSuspendedRecord)
+            and last.turn == command.turn
+            and last.tool_call_ids == command.tool_call_ids
+            and not io.appended
+        )
+        if not again:
+            await io.record(
+                RunSuspendedRecord(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    turn=command.turn,
+                    tool_call_ids=command.tool_call_ids,
+                    reason=command.reason,
+                    at=time.time(),
+                )
+            )
+        self.terminal = io.emit(
+            RunSuspended,
+            reason=command.reason,
+            tool_call_ids=command.tool_call_ids,
+            usage=self.usage,
+        )
+        io.logs.info("run suspended", turn=command.turn, tool_calls=list(command.tool_call_ids))
+
     # ---- the effects: commands that do not wait ------------------------------------------------
 
     def _start_turn(self, command: StartTurn) -> None:
@@ -448,7 +514,9 @@ class RunDriver:
         self.io.emit(TurnStarted, turn=command.turn, grace=command.grace)
 
     def _append_later(self, command: AppendLater) -> None:
-        self.io.record_later(command.step.record)
+        step = command.step
+        if not step.recorded:  # a resumed run's response is in the log already
+            self.io.record_later(step.record)
 
     def _complete_turn(self, command: CompleteTurn) -> None:
         io = self.io
@@ -563,7 +631,7 @@ class RunDriver:
         deadline = trio.current_effective_deadline()
         return ModelCallFailed(outcome.error, outcome.streamed, now, deadline, _jitter.random())
 
-    async def _batch(self, command: RunBatch) -> BatchSettled:
+    async def _batch(self, command: RunBatch) -> BatchSettled | BatchSuspended:
         """Run and commit the batch; what it changed is the machine's to apply.
 
         Cancellation: an interrupted batch is still committed (see ``Batch.run``): its messages
@@ -587,6 +655,7 @@ class RunDriver:
             allowance=allowance,
             pool=pool,
         )
+        replay, self._replay = self._replay, None  # a resumed batch is the first one only
         batch = Batch(
             scope=scope,
             policy=self.agent.policy,
@@ -594,6 +663,8 @@ class RunDriver:
             admitted=command.admitted,
             assistant=command.assistant,
             lender=self.lender,
+            replay=replay,
+            may_suspend=self.depth == 0 and self.turn_services.approval_suspends,
         )
         try:
             result = await batch.run(self.toolkit)
@@ -602,6 +673,9 @@ class RunDriver:
             if committed is not None:
                 self.state, _ = step(state, BatchInterrupted(committed, allowance.totals()))
             raise
+        if result.suspended is not None:
+            ids, reason = result.suspended
+            return BatchSuspended(ids, reason)
         self._yielded = result.yielded
         return BatchSettled(
             result.outcomes, result.messages, result.failure, result.delegated, trio.current_time()
@@ -663,21 +737,54 @@ class RunDriver:
             messages += project_messages(history)
         messages += [UserMessage.text(record.item.as_message_text()) for record in added]
         messages.append(UserMessage.text(text))
-        policy = self.agent.policy
-        config = RunConfig(
-            policy=policy,
+        state = self.state = start(self._config(end_at), tuple(messages), started)
+        if services.observers:
+            await self._tell_started()
+        return state
+
+    def _config(self, end_at: float) -> RunConfig:
+        services = self.services
+        return RunConfig(
+            policy=self.agent.policy,
             output=self.agent.output,
             compactor=services.compactor is not None,
             follow_ups=services.inbox is not None,
             redactor=services.redactor,
-            describe=io.redact_text,
+            describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
         )
-        state = self.state = start(config, tuple(messages), started)
+
+    async def _begin_resumed(self, started: float, end_at: float) -> Transition:
+        """Continue the run from its records (``Runtime.resume``): fold them into its state
+        and first transition, and tell the run observers. Nothing is recorded here.
+
+        Cancellation: as the observers'.
+        """
+        found = self._resuming
+        assert found is not None
+        services = self.services
+        if services.tool_sources:
+            self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now
+        resumed = resume_point(
+            found,
+            config=self._config(end_at),
+            toolkit=self.toolkit,
+            system=services.system,
+            limits=self.agent.policy.response_limits,
+            now=started,
+        )
+        io = self.io
+        self.user_input = resumed.text
+        self.author = resumed.author
+        io.author = resumed.author
+        io.emit(RunStarted, input=resumed.text, resumed=True)
+        io.logs.info("run resumed", records=len(found.records))
+        self.state = resumed.state
+        self._replay = resumed.replay
         if services.observers:
             await self._tell_started()
-        return state
+        return resumed.transition
 
     async def _tell_started(self) -> None:
         """Tell the run observers (the steering inbox first) that the run starts."""
@@ -724,7 +831,7 @@ class RunDriver:
         self._snapshots = snapshots
         tools = list(self.agent.toolkit)
         taken = {tool.name for tool in tools}
-        handlers = dict(self.services.handlers)
+        given: dict[Any, Any] = {}
         for snapshot in snapshots:
             for tool in snapshot.tools:
                 if tool.name in taken:
@@ -732,9 +839,13 @@ class RunDriver:
                     continue
                 taken.add(tool.name)
                 tools.append(tool)
-                handlers[tool] = snapshot.handlers[tool.name]
+                given[tool] = snapshot.handlers[tool.name]
+        handlers, reconcilers = split_handlers(given)
         self.toolkit = Toolkit(*tools)
-        self.turn_services = self.services.with_handlers(handlers)
+        self.turn_services = self.services.with_handlers(
+            {**self.services.handlers, **handlers},
+            {**self.services.reconcilers, **reconcilers} if reconcilers else None,
+        )
 
     # ---- endings -------------------------------------------------------------------------------
 
@@ -840,6 +951,7 @@ _WAITS: dict[type[Any], Callable[[Any, Any], Awaitable[Any]]] = {
     RunBatch: RunDriver._batch,
     Complete: RunDriver._complete,
     Fail: RunDriver._end_failed,
+    Suspend: RunDriver._suspend,
     RecordInputs: RunDriver._record_inputs,
     RecordFeedback: RunDriver._record_feedback,
     Compact: RunDriver._compact,

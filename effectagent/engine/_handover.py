@@ -155,7 +155,7 @@ class RunReducer:
         elif isinstance(last, RunInterrupted):
             status, usage = "interrupted", last.usage
         elif isinstance(last, RunSuspended):
-            status, usage = "suspended", UsageTotals()
+            status, usage = "suspended", last.usage
         else:  # not a wrong type of argument: the stream is incomplete
             raise RuntimeError(  # noqa: TRY004
                 f"the run's stream ended without a terminal event (last: {last!r})"

@@ -106,6 +106,7 @@ class RunIO:
         "_seq",
         "_sink",
         "agent_name",
+        "appended",
         "author",
         "conversation_id",
         "conversation_log",
@@ -152,6 +153,8 @@ class RunIO:
         # Records that are true but wait for the run's next append, which writes them first (a
         # model response, with what its turn does next: one append per turn instead of two).
         self._pending: tuple[Record, ...] = ()
+        #: Whether this run has appended anything so far.
+        self.appended = False
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -159,7 +162,7 @@ class RunIO:
     # header is emit's to set). ``tests/engine/test_emit.py`` holds them to the classes.
 
     @overload
-    def emit(self, cls: type[RunStarted], /, *, input: str) -> RunStarted: ...
+    def emit(self, cls: type[RunStarted], /, *, input: str, resumed: bool = ...) -> RunStarted: ...
 
     @overload
     def emit(self, cls: type[TurnStarted], /, *, turn: int, grace: bool = ...) -> TurnStarted: ...
@@ -337,7 +340,15 @@ class RunIO:
     ) -> RunInterrupted: ...
 
     @overload
-    def emit(self, cls: type[RunSuspended], /, *, reason: str) -> RunSuspended: ...
+    def emit(
+        self,
+        cls: type[RunSuspended],
+        /,
+        *,
+        reason: str,
+        tool_call_ids: tuple[str, ...] = ...,
+        usage: UsageTotals = ...,
+    ) -> RunSuspended: ...
 
     def emit(self, cls: type[E], /, **fields: Any) -> E:
         """Number, stamp and hand over the run's next event of class ``cls``; return it.
@@ -403,6 +414,7 @@ class RunIO:
             records = pending + records
         await self.conversation_log.append(self.conversation_id, records)
         self._pending = ()
+        self.appended = True
 
     def record_later(self, record: Record) -> None:
         """Have ``record`` appended first by the run's next :meth:`record` (no checkpoint here).

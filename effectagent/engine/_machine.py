@@ -61,6 +61,7 @@ __all__ = [
     "Awaiting",
     "BatchInterrupted",
     "BatchSettled",
+    "BatchSuspended",
     "Command",
     "Compact",
     "Compacted",
@@ -82,6 +83,7 @@ __all__ = [
     "RunConfig",
     "RunState",
     "StartTurn",
+    "Suspend",
     "TakeFollowUps",
     "TimeRanOut",
     "TurnDue",
@@ -229,6 +231,16 @@ class BatchInterrupted:
 
 @_fast_init
 @attrs.frozen(slots=True)
+class BatchSuspended:
+    """The batch ran none of its calls: the approvals of ``tool_call_ids`` were suspended (the
+    approval service answered that a decision comes later), for ``reason``."""
+
+    tool_call_ids: tuple[str, ...]
+    reason: str
+
+
+@_fast_init
+@attrs.frozen(slots=True)
 class TimeRanOut:
     """The current deadline passed: the turns' (the run's time) or the grace turn's."""
 
@@ -249,6 +261,7 @@ Input: TypeAlias = (
     | FollowUps
     | BatchSettled
     | BatchInterrupted
+    | BatchSuspended
     | TimeRanOut
     | GraceBegun
 )
@@ -394,6 +407,17 @@ class Fail:
     error: RunError
 
 
+@_fast_init
+@attrs.frozen(slots=True)
+class Suspend:
+    """End this execution of the run suspended, at ``turn``, waiting for the approval decisions
+    of ``tool_call_ids``: its record (not a terminal one), then ``RunSuspended``."""
+
+    turn: int
+    tool_call_ids: tuple[str, ...]
+    reason: str
+
+
 Command: TypeAlias = (
     RecordInputs
     | RecordFeedback
@@ -410,6 +434,7 @@ Command: TypeAlias = (
     | EnterGrace
     | Complete
     | Fail
+    | Suspend
 )
 
 #: The commands whose result is the next input.
@@ -650,6 +675,13 @@ def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
     return _turn_completed(state, held.response.finish_reason, event.now, [], then)
 
 
+def _batch_suspended(state: RunState, event: BatchSuspended) -> Transition:
+    if state.phase != "batch":
+        _wrong(state, "batch")
+    state = _set(state, phase="ended", held=None)
+    return state, (Suspend(state.turn, event.tool_call_ids, event.reason),)
+
+
 def _model_failed(state: RunState, event: ModelCallFailed) -> Transition:
     if state.phase != "model":
         _wrong(state, "model")
@@ -767,6 +799,7 @@ _STEPS: dict[type[Any], Callable[[RunState, Any], Transition]] = {
     TimeRanOut: _time_ran_out,
     GraceBegun: _grace_begun,
     BatchInterrupted: _batch_interrupted,
+    BatchSuspended: _batch_suspended,
 }
 
 

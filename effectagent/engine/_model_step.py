@@ -87,7 +87,7 @@ class ModelStep:
     the decoded JSON value, redacted — or the text, when it does not parse.
     """
 
-    __slots__ = ("arguments", "limits", "record", "redacting", "response")
+    __slots__ = ("arguments", "limits", "record", "recorded", "redacting", "response")
 
     def __init__(
         self,
@@ -96,6 +96,8 @@ class ModelStep:
         arguments: dict[str, Any],
         redacting: bool,
         limits: ResponseLimits = _DEFAULT_LIMITS,
+        *,
+        recorded: bool = False,
     ) -> None:
         self.response = response
         self.record = record
@@ -104,6 +106,8 @@ class ModelStep:
         self.redacting = redacting
         # The limits the response was streamed under (the batch decodes arguments up to them).
         self.limits = limits
+        # Whether ``record`` is in the log already (a response a resumed run continues from).
+        self.recorded = recorded
 
     @property
     def usage(self) -> UsageDelta:

@@ -50,6 +50,7 @@ from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce
 from ._ids import new_id
 from ._log import InMemoryConversationLog
 from ._output import output_format, system_instructions
+from ._resume import FoundRun, check_new_run_id, find_run
 from ._seams import (
     ApprovalService,
     CompactorService,
@@ -60,12 +61,14 @@ from ._seams import (
     RunObserver,
     RunObserversService,
     SteeringInboxService,
+    StepStoreService,
     TokenCounterService,
     ToolAuthorizationService,
     estimate_tokens,
     requirements_of,
 )
-from ._services import RunServices
+from ._services import RunServices, split_handlers
+from ._steps import InMemoryStepStore
 
 __all__ = [
     "run_sync",
@@ -332,6 +335,15 @@ class Runtime:
         # The conversations with a run going: one run per conversation at a time.
         self._busy: set[str] = set()
         self._closed = False
+        # Where durable steps' results go: the layer's store, or one in memory kept for as long
+        # as each run lasts (dropped as it ends).
+        steps = context.get(StepStoreService)
+        if steps is None:
+            own = InMemoryStepStore()
+            self._steps: Any = own
+            self._forget_steps: Any = own.forget
+        else:
+            self._steps, self._forget_steps = steps, None
 
     @property
     def log(self) -> ConversationLog:
@@ -362,10 +374,11 @@ class Runtime:
             raise MissingServicesError(missing)
         if self._redactor.redact_text(agent.instructions) != agent.instructions:
             raise InstructionsLeakSecret(agent.name)
-        handlers: dict[Tool[Any, Any], Any] = {}
+        given: dict[Tool[Any, Any], Any] = {}
         for outer in agent.toolkit:
             for tool in (outer, *outer.inner_tools):  # a brokered tool's inner tools too
-                handlers[tool] = ctx.require(tool.handler_key)
+                given[tool] = ctx.require(tool.handler_key)
+        handlers, reconcilers = split_handlers(given)
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         model = ctx.require(LanguageModelService)
         counter = ctx.get(TokenCounterService)
@@ -387,6 +400,9 @@ class Runtime:
             tool_sources=tuple(ctx.require(key) for key in agent.tool_sources),
             listener=ctx.get(RunListenerService),
             services_for=self._services_for,
+            reconcilers=reconcilers,
+            steps=self._steps,
+            forget_steps=self._forget_steps,
         )
         checked = self._checked
         if len(checked) >= CHECKED_AGENTS:
@@ -403,6 +419,7 @@ class Runtime:
         create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
+        run_id: str | None = None,
     ) -> RunStream[T]:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
@@ -418,10 +435,16 @@ class Runtime:
         skills) are recorded as ``ContextAdded`` before the user's input and read by the model
         from then on. Entering the block raises :class:`ConversationBusy` when the conversation
         already has a run going in this runtime.
+
+        ``run_id`` is the run's ID when the caller chose it (the durable runtime knows a run's
+        ID before it starts); without it the run gets a fresh one. One that the conversation's
+        log already holds records of is :class:`RunExists`, raised as the block is entered.
         """
-        items, intent = _check_run_arguments(agent, text, conversation_id, create, author, context)
+        items, intent = _check_run_arguments(
+            agent, text, conversation_id, create, author, context, run_id
+        )
         queue = EventQueue(EVENT_BUFFER)
-        driver = self._driver(agent, text, conversation_id, author, queue, items)
+        driver = self._driver(agent, text, conversation_id, author, queue, items, run_id)
         return RunStream(self, driver, queue, intent)
 
     async def run(
@@ -433,11 +456,13 @@ class Runtime:
         create: bool = False,
         author: str = "user",
         context: Sequence[ContextItem] = (),
+        run_id: str | None = None,
     ) -> RunResult[T]:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``create``, ``author`` and ``context`` as for :meth:`stream`; raises
-        :class:`ConversationBusy`, :class:`UnknownConversation` or :class:`ConversationExists`
-        before starting (nothing is written then).
+        ``conversation_id``, ``create``, ``author``, ``context`` and ``run_id`` as for
+        :meth:`stream`; raises :class:`ConversationBusy`, :class:`UnknownConversation`,
+        :class:`ConversationExists` or :class:`RunExists` before starting (nothing is written
+        then).
 
         The run executes in the caller's own task (and context: context variables such as a
         tracing span reach the model call and, copied, each tool call): its events go straight to
@@ -450,9 +475,11 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        items, intent = _check_run_arguments(agent, text, conversation_id, create, author, context)
+        items, intent = _check_run_arguments(
+            agent, text, conversation_id, create, author, context, run_id
+        )
         reducer = RunReducer()
-        driver = self._driver(agent, text, conversation_id, author, reducer, items)
+        driver = self._driver(agent, text, conversation_id, author, reducer, items, run_id)
         self._claim(driver)
         try:
             await self._open(driver, intent)
@@ -460,6 +487,69 @@ class Runtime:
         finally:
             self._release(driver)
         return reducer.result()
+
+    async def resume(self, agent: Agent[T], *, conversation_id: str, run_id: str) -> RunResult[T]:
+        """Continue the run ``run_id`` of ``conversation_id`` from its records, to its end, and
+        return the reduction of its events (as :meth:`run`).
+
+        The run has records in the Conversation Log and no terminal record: its process died or
+        lost its lane, or it suspended for approval decisions. Its records are folded into its
+        state (``engine._resume``): its prompt is the conversation's projection; its budget is
+        what the records show it used (turns, tool calls, tokens) — its deadline,
+        ``max_duration``, starts afresh; a batch it did not settle is resumed from the log
+        without asking the model again: a call never prepared runs, one prepared runs again if
+        its tool is ``idempotent``, is reconciled if its tool was bound with a reconcile
+        function, and otherwise settles ``ToolUnknownOutcome`` (the model is told it may or may
+        not have happened); approval decisions recorded since a suspension are used, and the
+        run suspends again while one is missing. An answer recorded without the run's end
+        completes it without a model call. Its events are a new stream: ``RunStarted`` with
+        ``resumed=True`` and the run's input, then what this execution does.
+
+        Raises before anything starts (nothing is written then): :class:`UnknownRun` — no
+        record of the run; :class:`RunAlreadyEnded` — it has a terminal record, or another run
+        of the conversation started after it; :class:`ConversationBusy`.
+
+        Cancellation: as :meth:`run`.
+        """
+        _check_resume_arguments(agent, conversation_id, run_id)
+        reducer = RunReducer()
+        driver = self._resumed_driver(agent, conversation_id, run_id, reducer)
+        self._claim(driver)
+        try:
+            await self._open(driver, "resume")
+            await driver.execute()
+        finally:
+            self._release(driver)
+        return reducer.result()
+
+    def stream_resume(self, agent: Agent[T], *, conversation_id: str, run_id: str) -> RunStream[T]:
+        """:meth:`resume`, with its events as a :class:`RunStream` (as :meth:`stream`: the run
+        continues as the block is entered, which raises what :meth:`resume` raises before
+        anything starts)."""
+        _check_resume_arguments(agent, conversation_id, run_id)
+        queue = EventQueue(EVENT_BUFFER)
+        driver = self._resumed_driver(agent, conversation_id, run_id, queue)
+        return RunStream(self, driver, queue, "resume")
+
+    def _resumed_driver(
+        self,
+        agent: Agent,
+        conversation_id: str,
+        run_id: str,
+        events: EventQueue | RunReducer,
+    ) -> RunDriver:
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        placeholder = FoundRun(conversation_id, run_id, (), 0)  # the records, once read
+        return RunDriver(
+            self._services_for(agent),
+            agent,
+            "",
+            run_id=run_id,
+            conversation_id=conversation_id,
+            events=events,
+            resuming=placeholder,
+        )
 
     async def _open(self, driver: RunDriver, intent: _Intent) -> None:
         """Check the conversation against the caller's intent before the run starts: one to
@@ -471,7 +561,16 @@ class Runtime:
             return
         history = await driver.read_history()
         if history is None:  # unreadable: the run fails with the storage error as it executes
+            if intent == "resume":  # a run that cannot be read is not ended for it: raise
+                error = driver.history_error
+                assert error is not None
+                raise error
             return
+        if intent == "resume":
+            driver.resume_from(find_run(history, driver.conversation_id, driver.run_id))
+            return
+        if driver.chosen_run_id:
+            check_new_run_id(history, driver.conversation_id, driver.run_id)
         if intent == "continue" and not history:
             holds = self._holds
             if holds is not None and holds.evicted(driver.conversation_id):
@@ -508,21 +607,24 @@ class Runtime:
         author: str,
         events: EventQueue | RunReducer,
         context: tuple[ContextItem, ...] = (),
+        run_id: str | None = None,
     ) -> RunDriver:
         """A new run of ``agent`` (preflighted here) whose events go to ``events``."""
         if self._closed:
             raise RuntimeError("the runtime is closed")
-        return RunDriver(
+        driver = RunDriver(
             self._services_for(agent),
             agent,
             text,
-            run_id=new_id("run"),
+            run_id=run_id or new_id("run"),
             conversation_id=conversation_id or new_id("conv"),
             events=events,
             author=author,
             new_conversation=conversation_id is None,
             context=context,
         )
+        driver.chosen_run_id = run_id is not None
+        return driver
 
     async def _start(self, driver: RunDriver, intent: _Intent) -> None:
         if self._closed:
@@ -656,8 +758,8 @@ def _check_redactor(redactor: object) -> None:
 
 
 #: What a run does with its conversation: start a new one with a fresh ID, continue one with
-#: history, or create one under the caller's ID.
-_Intent = Literal["new", "continue", "create"]
+#: history, or create one under the caller's ID — or what ``resume`` does: continue a run.
+_Intent = Literal["new", "continue", "create", "resume"]
 
 
 def _check_run_arguments(
@@ -667,6 +769,7 @@ def _check_run_arguments(
     create: object,
     author: object,
     context: object = (),
+    run_id: object = None,
 ) -> tuple[tuple[ContextItem, ...], _Intent]:
     if not isinstance(agent, Agent):
         raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
@@ -682,6 +785,8 @@ def _check_run_arguments(
         raise ValueError("create=True needs the conversation_id to create")
     if not isinstance(author, str):
         raise TypeError(f"author must be a str, got {type(author).__name__}")
+    if run_id is not None:
+        _check_id("run_id", run_id)
     if isinstance(context, str | bytes) or not isinstance(context, Sequence):
         raise TypeError(f"context must be a sequence of ContextItem, got {type(context).__name__}")
     for item in context:
@@ -689,6 +794,20 @@ def _check_run_arguments(
             raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
     intent: _Intent = "new" if conversation_id is None else "create" if create else "continue"
     return tuple(context), intent
+
+
+def _check_id(name: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must not be empty")
+
+
+def _check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:
+    if not isinstance(agent, Agent):
+        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
+    _check_id("conversation_id", conversation_id)
+    _check_id("run_id", run_id)
 
 
 def run_sync(

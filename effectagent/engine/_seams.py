@@ -3,6 +3,8 @@
 Absence is explicit and decided at preflight (CAP-001/CAP-002):
 
 * ``ApprovalService`` — required when any tool of an agent may need approval; never silently skipped.
+  An approver may answer that a decision comes later (:class:`ApprovalSuspended`): the run then
+  suspends durably, and ``Runtime.resume`` continues it once decisions are in the log.
 * ``ToolAuthorizationService`` — optional, and never required by :func:`requirements_of`: without
   it every resolved, decoded call is authorized (the agent's toolkit *is* the allowlist).
 * ``CompactorService`` — required when the policy sets ``context_token_limit``.
@@ -13,6 +15,8 @@ Absence is explicit and decided at preflight (CAP-001/CAP-002):
   (run-local state discarded, compensations run). :func:`observe_runs` builds it from other keys.
 * ``ConversationLogService`` / ``RedactorService`` — optional; the runtime then uses its in-memory log
   (deployment class E) and a redactor of the secrets given to ``open_runtime``.
+* ``StepStoreService`` — optional; where durable steps' results are recorded (default: in memory,
+  kept for as long as the run lasts).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import attrs
 from effectagent.ai import (
     LanguageModelService,
     Message,
+    StepStore,
     Tool,
     ToolCallContent,
     ToolCallContext,
@@ -57,6 +62,7 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "ApprovalService",
+    "ApprovalSuspended",
     "AuthorizationDecision",
     "CompactionRequest",
     "Compactor",
@@ -68,6 +74,7 @@ __all__ = [
     "SteeringInbox",
     "SteeringInboxService",
     "SteeringInput",
+    "StepStoreService",
     "ToolAuthorization",
     "ToolAuthorizationService",
     "requirements_of",
@@ -81,11 +88,32 @@ class ApprovalError(TaggedError):
     message: str
 
 
+@attrs.frozen(slots=True)
+class ApprovalSuspended:
+    """An approver's answer that the decision comes later, from elsewhere (a person, another
+    process): the run suspends durably instead of waiting. ``reason`` says what it waits for (it
+    is redacted, recorded and shown).
+
+    Only an approver whose ``suspends`` attribute is true may answer this. The engine then asks
+    for every approval a batch needs before any of its calls runs, so a batch whose approval is
+    suspended runs none of its calls: they wait, recorded (``ToolApprovalRequested``, then a
+    ``RunSuspendedRecord``), and the run ends this execution with ``RunSuspended``
+    (``status == "suspended"``). Whoever decides appends the decision to the log
+    (``effectagent.core.approval_decided``); ``Runtime.resume`` continues the batch from the log,
+    without asking the model again. From an approver that does not say it suspends — or for a
+    subagent's call, whose run cannot suspend — the answer is a recorded denial.
+    """
+
+    reason: str = "waiting for an approval decision"
+
+
 class Approval(Protocol):
     """Decides approval requests (interactive, policy-based, remote or test-controlled)."""
 
-    async def request(self, request: ApprovalRequest) -> ApprovalDecision:
-        """Decide ``request``. May raise :class:`ApprovalError`.
+    async def request(self, request: ApprovalRequest) -> ApprovalDecision | ApprovalSuspended:
+        """Decide ``request``, or — for an approver whose ``suspends`` attribute is true — say
+        that the decision comes later (:class:`ApprovalSuspended`). May raise
+        :class:`ApprovalError`.
 
         Cancellation: the engine cancels the wait at ``request.expires_at`` (a timeout is a denial)
         and when the run is interrupted.
@@ -230,8 +258,9 @@ class SteeringInput:
     at: float
 
 
-#: How a run ended, as its observers are told.
-RunEnding = Literal["completed", "failed", "interrupted"]
+#: How a run ended, as its observers are told ("suspended": this execution of it ended waiting
+#: for approval decisions; ``Runtime.resume`` continues it, and its observers hear it start again).
+RunEnding = Literal["completed", "failed", "interrupted", "suspended"]
 
 
 def _unchanged(text: str) -> str:
@@ -389,6 +418,11 @@ ConversationLogService: ServiceKey[ConversationLog] = ServiceKey("effectagent.Co
 
 #: The service key of the Redactor (default: the secrets given to ``open_runtime``).
 RedactorService: ServiceKey[Redactor] = ServiceKey("effectagent.Redactor")
+
+#: The service key of the durable steps' store (default: in memory, for as long as a run lasts).
+StepStoreService: ServiceKey[StepStore] = ServiceKey(
+    "effectagent.StepStore", "records the results of durable steps (ToolCallContext.step)"
+)
 
 
 def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:

@@ -10,6 +10,9 @@ from effectagent.ai import (
     LanguageModel,
     Message,
     OutputFormat,
+    Reconcile,
+    ReconcilingHandler,
+    StepStore,
     SystemMessage,
     Tool,
     ToolSource,
@@ -27,7 +30,23 @@ from ._seams import (
     estimate_tokens,
 )
 
-__all__ = ["RunServices"]
+__all__ = ["RunServices", "split_handlers"]
+
+
+def split_handlers(
+    services: Mapping[Tool[Any, Any], Handler],
+) -> tuple[dict[Tool[Any, Any], Handler], dict[Tool[Any, Any], Reconcile]]:
+    """The handlers to call, and the reconcile functions bound with some of them (a
+    :class:`~effectagent.ai.ReconcilingHandler` taken apart, so a call pays nothing for it)."""
+    handlers: dict[Tool[Any, Any], Handler] = {}
+    reconcilers: dict[Tool[Any, Any], Reconcile] = {}
+    for tool, handler in services.items():
+        if isinstance(handler, ReconcilingHandler):
+            handlers[tool] = handler.handler
+            reconcilers[tool] = handler.reconcile
+        else:
+            handlers[tool] = handler
+    return handlers, reconcilers
 
 
 @final
@@ -36,10 +55,12 @@ class RunServices:
 
     __slots__ = (
         "approval",
+        "approval_suspends",
         "authorization",
         "compactor",
         "count_tokens",
         "digest_arguments",
+        "forget_steps",
         "handlers",
         "inbox",
         "listener",
@@ -47,8 +68,10 @@ class RunServices:
         "model",
         "observers",
         "output",
+        "reconcilers",
         "redactor",
         "services_for",
+        "steps",
         "system",
         "tool_sources",
     )
@@ -72,6 +95,9 @@ class RunServices:
         tool_sources: tuple[ToolSource, ...] = (),
         listener: RunListener | None = None,
         services_for: Callable[[Any], RunServices] | None = None,
+        reconcilers: Mapping[Tool[Any, Any], Reconcile] | None = None,
+        steps: StepStore | None = None,
+        forget_steps: Callable[[str], None] | None = None,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -79,6 +105,8 @@ class RunServices:
         self.redactor = redactor
         self.handlers = handlers
         self.approval = approval
+        # Whether the approver may answer that a decision comes later (ApprovalSuspended).
+        self.approval_suspends = bool(getattr(approval, "suspends", False))
         self.authorization = authorization
         self.compactor = compactor
         self.inbox = inbox
@@ -95,11 +123,24 @@ class RunServices:
         self.listener = listener
         # The runtime's services of another agent (a child run's), preflighted (child runs).
         self.services_for = services_for
+        # The reconcile functions bound with handlers (a call that may have run, when resumed).
+        self.reconcilers: Mapping[Tool[Any, Any], Reconcile] = reconcilers or {}
+        # Where durable steps' results are recorded, and — for the runtime's own in-memory
+        # store — how a run's results are dropped when it ends.
+        self.steps = steps
+        self.forget_steps = forget_steps
 
-    def with_handlers(self, handlers: Mapping[Tool[Any, Any], Handler]) -> RunServices:
-        """These services with ``handlers`` instead (a turn's tools from its tool sources)."""
+    def with_handlers(
+        self,
+        handlers: Mapping[Tool[Any, Any], Handler],
+        reconcilers: Mapping[Tool[Any, Any], Reconcile] | None = None,
+    ) -> RunServices:
+        """These services with ``handlers`` (and ``reconcilers``) instead (a turn's tools from
+        its tool sources)."""
         copy = object.__new__(RunServices)
         for name in RunServices.__slots__:
             setattr(copy, name, getattr(self, name))
         copy.handlers = handlers
+        if reconcilers is not None:
+            copy.reconcilers = reconcilers
         return copy

@@ -41,20 +41,22 @@ SURFACE: dict[str, str] = {
     "effectagent.effect": """
         attempt AttributeValue build_layer Cause checked_encoder Context decode decode_json Die
         encode encode_as Exit Fail Failure Fiber field_meta Interrupt json_schema JSONValue Layer
-        make_json_converter MissingRequirement MissingServicesError open_scope parse_json_text
+        make_json_converter merge MissingRequirement MissingServicesError open_scope parse_json_text
         preflight SchemaDerivationError SchemaError SchemaIssue SchemaLimits Scope ScopeClosedError
         Semaphore ServiceKey SpanHandle SpanKind Success TaggedError trace_span use_span_starter
     """,
     "effectagent.engine": """
-        Approval ApprovalError ApprovalService AuthorizationDecision ChildRunRefused
+        Approval ApprovalError ApprovalService ApprovalSuspended AuthorizationDecision
+        ChildRunRefused
         ChildRunResult CompactionRequest Compactor CompactorService ConversationBusy
         ConversationEvicted ConversationExists ConversationLog ConversationLogError
-        ConversationLogService estimate_tokens InMemoryConversationLog InstructionsLeakSecret
-        LogRetention LOGGER_NAME observe_runs
-        open_runtime reduce_events RedactorService run_child run_sync RunEnding RunFailedError
-        RunInfo RunListener RunListenerService RunObserver RunObserversService RunResult RunStream
-        Runtime SteeringInbox SteeringInboxService SteeringInput TokenCounter TokenCounterService
-        ToolAuthorization ToolAuthorizationService UnknownConversation
+        ConversationLogService estimate_tokens InMemoryConversationLog InMemoryStepStore
+        InstructionsLeakSecret LogRetention LOGGER_NAME observe_runs open_runtime
+        pending_approvals reduce_events RedactorService run_child run_sync RunAlreadyEnded
+        RunEnding RunExists RunFailedError RunInfo RunListener RunListenerService RunObserver
+        RunObserversService RunResult RunStream Runtime SteeringInbox SteeringInboxService
+        SteeringInput StepStoreService TokenCounter TokenCounterService ToolAuthorization
+        ToolAuthorizationService UnknownConversation UnknownRun
     """,
     "effectagent.ai": """
         AiError AssistantMessage AuthenticationFailed Binding close_stream ContentFiltered
@@ -64,7 +66,8 @@ SURFACE: dict[str, str] = {
         LanguageModel LanguageModelService MalformedResponse Message ModelNetworkError ModelRequest
         ModelResponse ModelUnavailable OutcomeUnknown OutputFormat OutputSchemaViolation
         ProviderError RateLimited ReasoningContent ReasoningDeltaPart ReasoningEndPart
-        ReasoningStartPart ResponseMetadataPart ResponsePart ResponseReducer ResponseTooLarge
+        ReasoningStartPart Reconcile Reconciled ReconcilingHandler ResponseMetadataPart
+        ResponsePart ResponseReducer ResponseTooLarge StepKey StepResult StepStore
         SystemMessage TextContent TextDeltaPart TextEndPart TextStartPart Tool tool ToolAnnotations
         ToolBroker ToolCallContent ToolCallContext ToolCallPart ToolDescriptor Toolkit ToolMessage
         ToolParamsDeltaPart ToolParamsEndPart ToolParamsStartPart ToolResultContent ToolSnapshot
@@ -72,14 +75,14 @@ SURFACE: dict[str, str] = {
     """,
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
-        ApprovalRequested assistant_message_of bounded_json bounded_parsed BudgetExhausted
+        ApprovalRequested approval_decided assistant_message_of bounded_json bounded_parsed BudgetExhausted
         BudgetWarning ChildBudget compact_json CompactionCreated CompactionPerformed
         CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase
         FinalTurnDeclaredTools LogEntry ModelFailed ModelResponseRecorded ModelRetrying
         ModelStarted OutputInvalid parse_arguments project_messages ReasoningDelta Record
         redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
         RetryPolicy Risk RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
-        RunInterrupted RunStarted RunSuspended SecretRedactor StorageFailed StreamRedactor
+        RunInterrupted RunStarted RunSuspended RunSuspendedRecord SecretRedactor StorageFailed StreamRedactor
         SubagentCompleted SubagentEvent SubagentStarted TERMINAL_EVENTS TextDelta
         ToolApprovalDecided ToolApprovalRequested ToolCallDeclared ToolCallFailed ToolCallPrepared
         ToolCallSettled ToolCallStarted ToolCallSucceeded ToolDefect ToolFailedRun ToolFailure

@@ -10,7 +10,7 @@ import attrs
 from returns.result import Failure, Result, Success
 
 from effectagent import Context, TaggedError, Tool, ToolCallContext, Toolkit, tool
-from effectagent.ai import Binding, Handler
+from effectagent.ai import Binding, Handler, Reconcile, Reconciled
 
 
 @attrs.frozen
@@ -174,3 +174,62 @@ assert_type(note, Tool[Any, None])
 today.bind(handle_forecast)
 # E: Argument 1 to "bind" of "Tool" has incompatible type "Callable[[Lookup, ToolCallContext], Coroutine[Any, Any, str]]"; expected "Callable[[Any, ToolCallContext], Awaitable[Forecast | Result[Forecast, Any]]]"
 today.bind(handle_text)
+
+
+# ---- reconcile: asked whether a call that may have run took effect, typed by its tool ------------
+
+
+async def reconcile_forecast(params: Lookup, call: ToolCallContext) -> Reconciled[Forecast]:
+    if params.city == "Oslo":
+        return Reconciled.done(Forecast(params.city, 4.0))
+    if params.city == "Atlantis":
+        return Reconciled.unknown("no station answers")
+    return Reconciled.not_done()
+
+
+async def reconcile_text(params: Lookup, call: ToolCallContext) -> Reconciled[str]:
+    return Reconciled.done(params.city)
+
+
+async def reconcile_int(params: int, call: ToolCallContext) -> Reconciled[Forecast]:
+    return Reconciled.not_done()
+
+
+async def reconcile_wrongly(params: Lookup, call: ToolCallContext) -> Reconciled[Forecast]:
+    # E: Argument 1 to "done" of "Reconciled" has incompatible type "str"; expected "Forecast"
+    return Reconciled.done("4 degrees")
+
+
+assert_type(forecast.bind(handle_forecast, reconcile=reconcile_forecast), Binding[Lookup, Forecast])
+Tool("forecast", "F.", parameters=Lookup, handler=handle_forecast, reconcile=reconcile_forecast)
+exact_reconcile: Reconcile[Lookup, Forecast] = reconcile_forecast
+# E: Argument "reconcile" to "bind" of "Tool" has incompatible type "Callable[[Lookup, ToolCallContext], Coroutine[Any, Any, Reconciled[str]]]"
+forecast.bind(handle_forecast, reconcile=reconcile_text)
+# E: Argument "reconcile" to "bind" of "Tool" has incompatible type "Callable[[int, ToolCallContext], Coroutine[Any, Any, Reconciled[Forecast]]]"
+forecast.bind(handle_forecast, reconcile=reconcile_int)
+Tool(
+    "forecast",
+    "F.",
+    parameters=Lookup,
+    success=Forecast,
+    handler=handle_forecast,
+    # E: Argument "reconcile" to "Tool" has incompatible type "Callable[[Lookup, ToolCallContext], Coroutine[Any, Any, Reconciled[str]]]"
+    reconcile=reconcile_text,
+)
+
+
+# ---- durable steps: the result's type is the step function's, or the one given to decode into ---
+
+
+async def steps(call: ToolCallContext) -> None:
+    async def place() -> Forecast:
+        return Forecast("Oslo", 4.0)
+
+    async def count() -> int:
+        return 1
+
+    assert_type(await call.step("place", 1, place, type=Forecast), Forecast)
+    assert_type(await call.step("count", 1, count), int)
+    # E: Argument "type" to "step" of "ToolCallContext" has incompatible type "type[str]"
+    wrong: Forecast = await call.step("place", 1, place, type=str)
+    print(wrong)

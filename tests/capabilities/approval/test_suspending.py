@@ -1,0 +1,109 @@
+"""``SuspendingApproval``: the decision comes later, so the run suspends durably — alone, or behind a
+policy whose rules decide what they can at once; resumed once the decisions are in the log."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from capabilities.approval import ApprovalRule, PolicyApproval, ScriptedApproval, SuspendingApproval
+from effectagent import ToolCallContext, open_runtime
+from effectagent.core import (
+    ApprovalRequest,
+    RunSuspendedRecord,
+    ToolApprovalDecided,
+    approval_decided,
+)
+from effectagent.engine import ApprovalSuspended, pending_approvals
+from effectagent.testing import ScriptedModel, Turn
+
+from .support import AGENT, TOOLS, FileParams, calls_turn, records_of, run_turns
+
+
+def _request() -> ApprovalRequest:
+    return ApprovalRequest(
+        run_id="r",
+        conversation_id="c",
+        agent="ops",
+        tool_name="write_file",
+        tool_call_id="w1",
+        summary="write",
+        targets=("file:/tmp/a",),
+        risk="medium",
+        input_preview={},
+        expires_at=0.0,
+    )
+
+
+async def test_it_answers_that_the_decision_comes_later() -> None:
+    approver = SuspendingApproval("waiting for the on-call engineer")
+    assert approver.suspends
+    assert await approver.request(_request()) == ApprovalSuspended(
+        "waiting for the on-call engineer"
+    )
+    with pytest.raises(ValueError, match="reason must be a sentence"):
+        SuspendingApproval("  ")
+
+
+def test_a_policy_suspends_when_what_it_asks_does() -> None:
+    rules = [ApprovalRule.approve(tools="read_file")]
+    assert PolicyApproval(rules, default="ask", ask=SuspendingApproval()).suspends
+    assert not PolicyApproval(rules, default="ask", ask=ScriptedApproval({})).suspends
+    assert not PolicyApproval(rules).suspends
+
+
+async def test_behind_a_policy_the_rules_decide_at_once_and_the_rest_suspends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    policy = PolicyApproval(
+        [ApprovalRule.deny(tools="delete_file", reason="never")],
+        default="ask",
+        ask=SuspendingApproval("waiting for ann"),
+    )
+    ran = await run_turns(
+        [calls_turn(("write_file", "/tmp/a", 1, "w1"), ("delete_file", "/tmp/b", 1, "d1"))],
+        policy.layer(),
+    )
+    assert ran.result.status == "suspended"
+    assert ran.handled == []
+    decided = records_of(ran.log, ToolApprovalDecided)
+    assert [(d.tool_call_id, d.decision.approved) for d in decided] == [("d1", False)]
+    (suspension,) = records_of(ran.log, RunSuspendedRecord)
+    assert isinstance(suspension, RunSuspendedRecord)
+    assert suspension.tool_call_ids == ("w1",)
+    assert suspension.reason == "waiting for ann"
+    assert [p.request.tool_call_id for p in pending_approvals(ran.log, ran.result.run_id)] == ["w1"]
+
+
+async def test_a_suspended_run_resumes_with_the_decision_recorded_from_elsewhere(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    handled: list[str] = []
+
+    async def handle(params: FileParams, call: ToolCallContext) -> str:
+        handled.append(call.tool_call_id)
+        return f"{call.tool_name} {params.path}"
+
+    model = ScriptedModel([calls_turn(("write_file", "/tmp/a", 1, "w1")), Turn.text("Written.")])
+    layer = (
+        AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle))
+        + model.as_layer()
+        + SuspendingApproval().layer()
+    )
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        first = await runtime.run(AGENT, "Write.")
+        assert first.status == "suspended"
+        log = runtime.log
+        (pending,) = pending_approvals(await log.entries(first.conversation_id), first.run_id)
+        await log.append(
+            first.conversation_id,
+            [approval_decided(pending, approved=True, decided_by="ann", at=1.0)],
+        )
+        resumed = await runtime.resume(
+            AGENT, conversation_id=first.conversation_id, run_id=first.run_id
+        )
+    assert resumed.status == "completed"
+    assert resumed.text == "Written."
+    assert handled == ["w1"]
+    assert len(model.requests) == 2  # the batch's response, then the answer: never asked again
