@@ -4,9 +4,11 @@
 it crosses the crash point ``after-prepare`` (``after-prepare@3``: the third time). The names are
 the classifier's crash points (``_classifier.CRASH_POINTS``). The durable runtime crosses them in
 its own code (admission, claim, settlement, decisions, joins) and, for the engine's records, in
-its log (``after-run-start`` once a run's input is appended, ``after-model-response`` once a
+its log, once per append (see :func:`crossed_by`: ``after-run-start`` once a run's input is
+appended, ``after-model-response`` once a
 response with tool calls is, ``after-prepare``, ``after-settle``, ``after-final-answer``,
-``after-suspend``, ``after-terminal-record``); ``in-handler`` is crossed by whoever calls
+``after-suspend``, ``after-terminal-record``, and ``after-join`` once steering — a joined
+submission's input among it — is); ``in-handler`` is crossed by whoever calls
 :func:`failpoint` inside a tool handler (a test's tool does, after its side effect).
 
 Without the variable, :func:`failpoint` is one comparison. Never set it in production.
@@ -65,23 +67,37 @@ def failpoint(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def crossed_by(records: Sequence[Record]) -> list[str]:
-    """The crash points an append of ``records`` crosses once it is written (see the module
-    notes). Pure."""
-    points: list[str] = []
+def _point(record: Record) -> str | None:
+    kind = type(record)
+    if kind is UserInputRecorded:
+        if record.kind == "user":  # type: ignore[union-attr]
+            return "after-run-start"
+        return "after-join" if record.kind == "steering" else None  # type: ignore[union-attr]
+    if kind is ModelResponseRecorded:
+        calls = any(k == "tool-call" for k, _ in record.content)  # type: ignore[union-attr]
+        return "after-model-response" if calls else "after-final-answer"
+    if kind is ToolCallPrepared:
+        return "after-prepare"
+    if kind is ToolCallSettled:
+        return "after-settle"
+    if kind is RunCompletedRecord or kind is RunFailedRecord:
+        return "after-terminal-record"
+    return "after-suspend" if is_suspension(record) else None
+
+
+def crossed_by(records: Sequence[Record]) -> str | None:
+    """The crash point an append of ``records`` crosses once it is written: that of its last
+    record that marks one (an append is one durable step; what it leaves is what its last
+    record says). Pure.
+
+    The engine appends a model response together with what follows it — its calls'
+    preparations, a batch's settlements, the run's terminal record — so with it
+    ``after-model-response`` and ``after-final-answer`` are crossed only by a response that
+    nothing follows in the same append (an answer then feedback, say); the classifier still
+    decides those states, which a log written otherwise may hold."""
+    found: str | None = None
     for record in records:
-        kind = type(record)
-        if kind is UserInputRecorded and record.kind == "user":  # type: ignore[union-attr]
-            points.append("after-run-start")
-        elif kind is ModelResponseRecorded:
-            calls = any(k == "tool-call" for k, _ in record.content)  # type: ignore[union-attr]
-            points.append("after-model-response" if calls else "after-final-answer")
-        elif kind is ToolCallPrepared:
-            points.append("after-prepare")
-        elif kind is ToolCallSettled:
-            points.append("after-settle")
-        elif kind is RunCompletedRecord or kind is RunFailedRecord:
-            points.append("after-terminal-record")
-        elif is_suspension(record):
-            points.append("after-suspend")
-    return points
+        point = _point(record)
+        if point is not None:
+            found = point
+    return found

@@ -16,6 +16,7 @@ from .._logging import log_warning
 from ..storage import SqliteDatabase
 from ..storage._log import SqliteConversationLog, write_records
 from . import _commands, _ops
+from ._failpoints import failpoint
 from ._model import (
     AgentNotFound,
     Mode,
@@ -118,7 +119,8 @@ class DurableQueue:
         submission_id = new_id("sub")
         digest = payload_digest(agent, text, mode)
         now = self._clock()
-        return await self._write(
+        failpoint("before-admission")
+        receipt = await self._write(
             lambda conn: admit(
                 conn,
                 submission_id=submission_id,
@@ -133,6 +135,8 @@ class DurableQueue:
                 now=now,
             )
         )
+        failpoint("after-admission")
+        return receipt
 
     # ---- the ledger ----------------------------------------------------------------------------
 
@@ -217,7 +221,7 @@ class DurableQueue:
         reason = _text("reason", reason, empty=True)
         now = self._clock()
         attempt_id = new_id("decide")
-        return await self._write(
+        decided = await self._write(
             lambda conn: _commands.decide(
                 conn,
                 self._append_work,
@@ -230,6 +234,8 @@ class DurableQueue:
                 attempt_id=attempt_id,
             )
         )
+        failpoint("after-decision")
+        return decided
 
     # ---- operations ------------------------------------------------------------------------------
 

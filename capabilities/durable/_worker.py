@@ -85,7 +85,8 @@ class _FencedLog:
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
         """See ``ConversationLog.append`` (refused whole, ``LaneLost``, without the lane)."""
         seq = await self.inner.append(conversation_id, records)
-        for point in crossed_by(records):
+        point = crossed_by(records)
+        if point is not None:
             failpoint(point)
         return seq
 
