@@ -6,6 +6,7 @@ telemetry are imported from theirs:
 * ``capabilities.storage`` — the SQLite database and the Conversation Log on it (class P);
 * ``capabilities.sessions`` — sessions pointing to conversations (spec §3);
 * ``capabilities.steering`` — steering and follow-ups with receipts (spec §4);
+* ``capabilities.durable`` — durable runs on SQLite (class DN): admission, workers, recovery;
 * ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012);
 * ``capabilities.approval`` — approval providers: by policy, interactive, scripted (spec §5);
 * ``capabilities.authorization`` — which principal may call which tool (spec §5);
@@ -35,6 +36,8 @@ if _typing.TYPE_CHECKING:
     from capabilities.authorization import AccessRule as AccessRule
     from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
     from capabilities.compaction import LogCompactor as LogCompactor
+    from capabilities.durable import DurableQueue as DurableQueue
+    from capabilities.durable import DurableWorker as DurableWorker
     from capabilities.sessions import Session as Session
     from capabilities.sessions import SessionConflict as SessionConflict
     from capabilities.sessions import SessionCreate as SessionCreate
@@ -64,6 +67,8 @@ _HOMES = {
     "AccessRule": "capabilities.authorization",
     "PolicyAuthorization": "capabilities.authorization",
     "LogCompactor": "capabilities.compaction",
+    "DurableQueue": "capabilities.durable",
+    "DurableWorker": "capabilities.durable",
     "Session": "capabilities.sessions",
     "SessionConflict": "capabilities.sessions",
     "SessionCreate": "capabilities.sessions",
@@ -101,6 +106,8 @@ __all__ = [
     "ApprovalPolicy",
     "ApprovalRule",
     "Compensatable",
+    "DurableQueue",
+    "DurableWorker",
     "InteractiveApproval",
     "LogCompactor",
     "PolicyApproval",
