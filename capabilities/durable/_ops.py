@@ -152,12 +152,16 @@ def explain(
     return Explanation(submission, tuple(records), audit, decision)
 
 
-def overdue(conn: sqlite3.Connection, admitted_before: float) -> tuple[Submission, ...]:
-    """Submissions admitted before ``admitted_before`` and not settled, oldest first."""
+def overdue(
+    conn: sqlite3.Connection, admitted_before: float, *, limit: int = -1
+) -> tuple[Submission, ...]:
+    """Submissions admitted before ``admitted_before`` and not settled, oldest first (at most
+    ``limit``; -1: all)."""
     rows = conn.execute(
         f"SELECT {COLUMNS} FROM submissions WHERE admitted_at < ? "
-        "AND status NOT IN ('completed', 'failed', 'aborted', 'joined') ORDER BY admitted_at",
-        (admitted_before,),
+        "AND status NOT IN ('completed', 'failed', 'aborted', 'joined') ORDER BY admitted_at "
+        "LIMIT ?",
+        (admitted_before, limit),
     ).fetchall()
     return tuple(submission_of(row) for row in rows)
 

@@ -18,7 +18,9 @@ One :class:`DurableWorker` per process (any number of processes per database). I
    suspended lets the lane go and waits for decisions; one that ended without its terminal
    record (the store refused it) goes back to the queue with a backoff.
 4. **Keep.** Every third of the lease (at most every ``poll_interval``) it renews its leases in
-   one transaction; a lane it no longer holds — its lease ran out and another worker took it, or
+   one transaction (and, at its start and every minute at most, logs a warning line for each
+   submission not settled ``overdue_after`` seconds after its admission); a lane it no longer
+   holds — its lease ran out and another worker took it, or
    an abort or a decision took it — has its run cancelled *without settling* (the new holder
    settles). The same tick hands input to join (mode ``"join"``) to the runs going.
 
@@ -61,6 +63,7 @@ from ._approval import DurableApproval
 from ._failpoints import crossed_by, failpoint
 from ._inbox import JoinInbox
 from ._model import WorkerOptions
+from ._ops import overdue
 from ._serve import Serving, serve
 from ._steps import SqliteStepStore
 from ._store import Claimed, claim, mark, release, renew
@@ -120,6 +123,7 @@ class DurableWorker:
         "_inbox",
         "_layer",
         "_log",
+        "_overdue_seen",
         "_random",
         "_runs",
         "_runs_scope",
@@ -160,6 +164,7 @@ class DurableWorker:
         self._log = _FencedLog(SqliteConversationLog(database, fence=self._fence))
         self._runs: trio.Nursery | None = None
         self._runs_scope: trio.CancelScope | None = None
+        self._overdue_seen: set[str] = set()
 
     # ---- the lanes held ----------------------------------------------------------------------
 
@@ -250,6 +255,7 @@ class DurableWorker:
             trio.open_nursery() as top,
         ):
             await top.start(self._host_runs)
+            await self._log_overdue()
             top.start_soon(self._keep)
             task_status.started()
             try:
@@ -375,8 +381,13 @@ class DurableWorker:
     async def _keep(self) -> None:
         options = self.options
         interval = min(options.lease / 3, options.poll_interval)
+        overdue_every = min(60.0, options.overdue_after)
+        next_overdue = trio.current_time() + overdue_every
         while True:
             await trio.sleep(interval)
+            if trio.current_time() >= next_overdue:
+                next_overdue = trio.current_time() + overdue_every
+                await self._log_overdue()
             lanes = [s.lane for s in self._serving.values() if not s.lost]
             if not lanes:
                 continue
@@ -391,6 +402,31 @@ class DurableWorker:
             for lane in lost:
                 self._lose(lane)
             await self._join()
+
+    async def _log_overdue(self) -> None:
+        """A structured warning line for each submission not settled ``overdue_after`` seconds
+        after its admission (once per worker; ``DurableQueue.overdue`` lists them all)."""
+        since = self._clock() - self.options.overdue_after
+        try:
+            found = await self.database.read(lambda conn: overdue(conn, since, limit=100))
+        except Exception as exc:
+            log_warning("durable overdue check failed", error=type(exc).__name__)
+            return
+        now = self._clock()
+        for submission in found:
+            if submission.submission_id in self._overdue_seen:
+                continue
+            if len(self._overdue_seen) >= 10_000:
+                self._overdue_seen.clear()
+            self._overdue_seen.add(submission.submission_id)
+            log_warning(
+                "durable settlement overdue",
+                submission_id=submission.submission_id,
+                conversation_id=submission.conversation_id,
+                status=submission.status,
+                attempts=submission.attempts,
+                waited=round(now - submission.admitted_at, 1),
+            )
 
     async def _join(self) -> None:
         """Hand queued submissions of mode "join" to the runs going in their conversations."""

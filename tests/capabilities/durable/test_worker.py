@@ -3,9 +3,13 @@ each request: runs, FIFO lanes, settlement, lost lanes, unknown agents, the retr
 
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 from typing import Any
 
+import attrs
+import pytest
 import trio
 
 from capabilities.durable._model import RetryPolicy, WorkerOptions
@@ -175,3 +179,98 @@ async def _plant_foreign_run(db: Any, conversation: str, run_id: str) -> None:
     ]
     encoded = SqliteConversationLog(db).encode(conversation, records)
     await db.write(lambda conn: write_records(conn, conversation, encoded))
+
+
+async def test_a_worker_whose_lease_ran_out_is_fenced_out_and_its_run_stopped_unsettled(
+    tmp_path: Path,
+) -> None:
+    entered = trio.Event()
+    stuck = trio.Event()  # never set: the first worker's model hangs
+
+    async def hang(request: ModelRequest) -> str:
+        entered.set()
+        await stuck.wait()
+        return "never"
+
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        submission_id = await _submit(q, "c", "m")
+        first = DurableWorker(db, FunctionModel.layer(hang), [AGENT], options=FAST)
+        # the second worker's clock is past the first one's lease: to it, the first has died
+        ahead = DurableWorker(
+            db, echo_model(), [AGENT], options=FAST, clock=lambda: time.time() + 60
+        )
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first.run)
+                await entered.wait()
+                [(first_epoch,)] = await rows(db, "SELECT epoch FROM lanes")
+                await ahead.run(until_idle=True)
+                # the first worker finds its lane gone at its next renewal and stops the run
+                for _ in range(1000):  # bounded by the fail_after above
+                    if not first.held:
+                        break
+                    await trio.sleep(FAST.poll_interval)
+                assert first.held == ()
+                nursery.cancel_scope.cancel()
+        found = await q.status(submission_id)
+        assert (found.status, found.attempts) == ("completed", 2)
+        assert await q.verify("c") == ()
+        # nothing of the first worker's after the takeover: one run start, one terminal record
+        types = [t for (t,) in await rows(db, "SELECT type FROM records ORDER BY seq")]
+        assert types.count("UserInputRecorded") == 1
+        assert types.count("RunCompletedRecord") == 1
+        assert "RunFailedRecord" not in types  # its interruption was refused
+        [(epoch,)] = await rows(db, "SELECT epoch FROM lanes")
+        assert epoch > first_epoch
+
+
+async def test_a_record_that_cannot_be_read_sets_its_conversation_aside_and_others_go_on(
+    tmp_path: Path,
+) -> None:
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        broken = await _submit(q, "broken", "m1")
+        fine = await _submit(q, "fine", "m2")
+        await _plant_foreign_run(db, "broken", "run_other")
+        # a claim that died after its run started, on a log whose record is damaged
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET status = 'active', attempts = 1, started_at = 1, "
+                "base_seq = 0 WHERE submission_id = ?",
+                (broken,),
+            )
+        )
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE records SET body = '{not json' WHERE conversation_id = 'broken' AND seq = 2"
+            )
+        )
+        with trio.fail_after(60):
+            await DurableWorker(db, echo_model(), [AGENT], options=FAST).run(until_idle=True)
+        assert (await q.status(fine)).status == "completed"
+        assert (await q.status(broken)).status == "queued"  # set aside, not lost
+        [quarantined] = await q.quarantined()
+        assert (quarantined.conversation_id, quarantined.seq) == ("broken", 2)
+
+
+async def test_a_worker_logs_settlements_overdue_past_its_threshold(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=lambda: time.time() - 7200)  # admitted two hours ago
+        submission_id = await _submit(q, "c", "canary-input-7f3a")
+        recent = await DurableQueue(db).submit(
+            "echo", "x", conversation_id="d", idempotency_key="k", principal="p"
+        )
+        worker = DurableWorker(
+            db, echo_model(), [AGENT], options=attrs.evolve(FAST, overdue_after=3600.0)
+        )
+        with caplog.at_level(logging.WARNING, logger="effectagent.capabilities"):
+            with trio.fail_after(60):
+                await worker.run(until_idle=True)
+        lines = [r.getMessage() for r in caplog.records if "overdue" in r.getMessage()]
+        assert len(lines) == 1
+        assert submission_id in lines[0]
+        assert recent.submission_id not in lines[0]
+        assert "canary-input-7f3a" not in lines[0]  # identifiers only
