@@ -25,6 +25,7 @@ from ._model import (
     SubmissionNotFound,
     payload_digest,
 )
+from ._reading import read_page
 from ._store import admit, read_submission
 
 __all__ = ["DurableQueue", "run_id_of"]
@@ -162,10 +163,14 @@ class DurableQueue:
 
         Cancellation: as :meth:`status`."""
         submission = await self.status(submission_id)
-        if submission.settlement != "final" or submission.seq is None:
+        seq = submission.seq
+        if submission.settlement != "final" or seq is None:
             return None
-        entries = await self._log.entries(submission.conversation_id, after=submission.seq - 1)
-        return entries[0] if entries else None
+        conversation_id = submission.conversation_id
+        found = await self.database.read(
+            lambda conn: read_page(conn, conversation_id, seq - 1, limit=1)
+        )
+        return found[0] if found else None
 
     # ---- commands --------------------------------------------------------------------------------
 

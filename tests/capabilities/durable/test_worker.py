@@ -12,12 +12,12 @@ import attrs
 import pytest
 import trio
 
-from capabilities.durable._model import RetryPolicy, WorkerOptions
+from capabilities.durable._model import MAX_MESSAGE_BYTES, RetryPolicy, WorkerOptions
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._worker import DurableWorker
-from effectagent.ai import ModelRequest, UserMessage
+from effectagent.ai import AuthenticationFailed, ModelRequest, UserMessage
 from effectagent.core import Agent, RunCompletedRecord
-from effectagent.testing import FunctionModel
+from effectagent.testing import FunctionModel, Turn
 
 from .helpers import database, rows
 
@@ -274,3 +274,48 @@ async def test_a_worker_logs_settlements_overdue_past_its_threshold(
         assert submission_id in lines[0]
         assert recent.submission_id not in lines[0]
         assert "canary-input-7f3a" not in lines[0]  # identifiers only
+
+
+async def test_a_run_that_fails_settles_failed_with_its_bounded_diagnostic(tmp_path: Path) -> None:
+    def refuse(request: ModelRequest) -> Turn:
+        return Turn.fail(AuthenticationFailed("the key was refused " + "x" * 40_000))
+
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        submission_id = await _submit(q, "c", "m")
+        with trio.fail_after(60):
+            await DurableWorker(db, FunctionModel.layer(refuse), [AGENT], options=FAST).run(
+                until_idle=True
+            )
+        found = await q.status(submission_id)
+        assert (found.status, found.attempts) == (
+            "failed",
+            1,
+        )  # a failure is an outcome, not retried
+        assert found.diagnostic is not None
+        assert found.diagnostic.tag == "ModelFailed"
+        assert "AuthenticationFailed" in found.diagnostic.message
+        assert len(found.diagnostic.message.encode()) <= MAX_MESSAGE_BYTES
+        assert await q.verify("c") == ()
+
+
+async def test_a_secret_in_a_submission_reaches_no_record_audit_row_or_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    canary = "sk-canary-5b1e9d"
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        first = await _submit(q, "c", f"my key is {canary}", key="1")
+        await _submit(q, "c", f"again {canary}", key="2")
+        worker = DurableWorker(db, echo_model(), [AGENT], options=FAST, secrets=[canary])
+        with caplog.at_level(logging.DEBUG):
+            with trio.fail_after(60):
+                await worker.run(until_idle=True)
+        assert (await q.status(first)).status == "completed"
+        found: list[str] = []
+        for table in ("records", "submissions", "durable_audit", "lanes"):
+            found.extend(str(row) for row in await rows(db, f"SELECT * FROM {table}"))
+        dump = "\n".join(found)
+        assert "my key is" in dump  # the records are there …
+        assert canary not in dump  # … redacted; the settled input cleared
+        assert canary not in caplog.text
