@@ -205,18 +205,3 @@ class SqliteStateBackend:
             return [_cell_of(row) for row in rows]
 
         return await self.database.read(read)
-
-    async def recover(self) -> int:
-        """Cells left pending by runs of a process that ended become uncertain (their runs never
-        settled: whether the external effect was undone is unknown). Returns how many.
-
-        Cancellation: all or nothing."""
-
-        def work(conn: sqlite3.Connection) -> int:
-            return conn.execute(
-                "UPDATE agent_state SET status = 'uncertain', "
-                "reason = 'its run never settled: the process ended first' "
-                "WHERE status = 'pending'"
-            ).rowcount
-
-        return await self.database.write(work)

@@ -39,12 +39,14 @@ def in_memory_state(*, compensation_timeout: float = 30.0) -> Layer:
 
 def sqlite_state(*, compensation_timeout: float = 30.0) -> Layer:
     """A Layer providing :data:`AgentStateService` on :data:`SqliteDatabaseService`: cells in
-    the ``agent_state`` table, writes with a record in one transaction with their append. When
-    built, cells left pending by a process that ended become uncertain."""
+    the ``agent_state`` table, writes with a record in one transaction with their append. Cells
+    left pending by processes that ended became uncertain when the database was opened by a
+    process alone with the file (see ``capabilities.storage._recovery``)."""
 
     async def build(context: Context, _: Scope) -> Context:
-        backend = SqliteStateBackend(context[SqliteDatabaseService])
-        recovered = await backend.recover()
+        database = context[SqliteDatabaseService]
+        backend = SqliteStateBackend(database)
+        recovered = database.recovered.get("state", 0)
         if recovered:
             log_warning(
                 "agent state left pending by an ended process is uncertain", cells=recovered

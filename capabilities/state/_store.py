@@ -13,8 +13,9 @@ left as that writer left it. Nothing a settlement does raises out of it: failure
 identifiers only.
 
 What a crash loses: compensations are functions, held in memory. If the process ends while a run
-has pending writes, nothing runs them; the SQLite store, reopened, marks those cells uncertain
-(see ``SqliteStateBackend.recover``), so the next run knows.
+has pending writes, nothing runs them; the SQLite store marks those cells uncertain when a process
+next opens the database alone with the file (see ``capabilities.storage._recovery``: while other
+processes have it open, they stay pending), so the next run knows.
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ Invariants (tested in ``tests/capabilities/steering/test_admission.py`` without 
   every queued input (steering first came first) in admission order;
 * ``drain_steering`` never hands out a follow-up; ``take_follow_ups`` returning nothing means the
   run is ending: later submissions are rejected with ``"run-ending"``.
+
+Input admitted by another process for the run going here (``capabilities.steering``: persisted
+with a position the database gave it) is **adopted** (:meth:`Admissions.adopt`) as a queued
+entry, once, in its place: after every entry persisted with a smaller position, before the
+others and before any still being persisted (those get larger positions when they are). An
+ending run adopts nothing more.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ class Entry:
 
 @final
 class _Conversation:
-    __slots__ = ("active", "next_position", "queue", "stopping", "taken")
+    __slots__ = ("active", "known", "next_position", "queue", "stopping", "taken")
 
     def __init__(self) -> None:
         self.active: set[str] = set()
@@ -55,6 +61,7 @@ class _Conversation:
         self.queue: list[Entry] = []  # reserved and queued entries, in admission order
         self.taken: list[Entry] = []
         self.next_position = 1
+        self.known: set[str] = set()  # the IDs of every input admitted or adopted here
 
 
 @attrs.frozen
@@ -141,14 +148,46 @@ class Admissions:
         entry = Entry(input, conversation_id, conversation.next_position)
         conversation.next_position += 1
         conversation.queue.append(entry)
+        conversation.known.add(input.input_id)
         self._reserved[input.input_id] = entry
         return entry
 
-    def commit(self, input_id: str) -> Entry:
-        """Its admission is persisted: the entry is queued (deliverable, unless orphaned)."""
+    def commit(self, input_id: str, position: int | None = None) -> Entry:
+        """Its admission is persisted (at ``position``, when the store gave it one): the entry is
+        queued (deliverable, unless orphaned)."""
         entry = self._reserved.pop(input_id)
         entry.state = "queued"
+        if position is not None:
+            entry.position = position
+            conversation = self._conversations.get(entry.conversation_id)
+            if conversation is not None and not entry.orphaned:
+                conversation.next_position = max(conversation.next_position, position + 1)
         return entry
+
+    def adopt(self, conversation_id: str, input: SteeringInput, position: int) -> Entry | None:
+        """Input another process admitted (persisted at ``position``) for the run going here:
+        a queued entry in its FIFO place — or None when it is known here already, or no run of
+        the conversation is going that could take it (none, or it is ending)."""
+        conversation = self._conversations.get(conversation_id)
+        if (
+            conversation is None
+            or input.input_id in conversation.known
+            or len(conversation.active) <= conversation.stopping
+        ):
+            return None
+        entry = Entry(input, conversation_id, position, "queued")
+        queue = conversation.queue
+        at = 0
+        while at < len(queue) and queue[at].state == "queued" and queue[at].position < position:
+            at += 1
+        queue.insert(at, entry)
+        conversation.known.add(input.input_id)
+        conversation.next_position = max(conversation.next_position, position + 1)
+        return entry
+
+    def active_conversations(self) -> tuple[str, ...]:
+        """The conversations with a run going here."""
+        return tuple(self._conversations)
 
     def abandon(self, input_id: str) -> None:
         """Its admission was not persisted (the submitter was cancelled, storage failed)."""

@@ -9,25 +9,43 @@ are :class:`Admissions` (pure); this module adds the journal (persistence) and t
 Text is redacted as it is admitted, with the runtime's redaction (a run of the conversation is
 going, and its ``RunInfo`` carries it): a registered secret never reaches the journal, not even
 while the input waits to be delivered; the log and the model see the same redacted text.
+
+**Across processes** (the SQLite journal, which processes share): input for a conversation whose
+run goes in another process — its lane is held there — is admitted into the journal under that
+run's lane (:meth:`~._journal.SqliteJournal.admit_elsewhere`), with the same checks but
+``"run-ending"``, which only the running process knows. No wake-up crosses processes, so a
+process running runs looks for such input every :data:`POLL_INTERVAL` seconds while it has a run
+going, and adopts what it finds into the run's FIFO: it reaches the run at the first turn that
+starts after that — within a poll interval and a turn of its admission. Input that arrives once the
+run is ending, or that the run never reaches, expires when the run lets its lane go. Such input is
+redacted by the process that admits it with the redaction it knows — its runtime's, once a run
+went there, or the context's ``RedactorService`` — and again, with the run's, by the process that
+delivers it; until then it waits in the journal as the admitting process left it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import final
+from typing import Final, final
 
+import attrs
 import trio
 
 from effectagent.engine import RunEnding, RunInfo, SteeringInput
 
 from .._ids import new_id
 from .._logging import log_warning
+from ..storage import StorageError
 from ._admission import Admissions, Closing
-from ._journal import AdmissionJournal
+from ._journal import AdmissionJournal, SqliteJournal
 from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
 
-__all__ = ["ConversationInbox"]
+__all__ = ["POLL_INTERVAL", "ConversationInbox"]
+
+#: How often, in seconds, a process with a run going looks for input other processes admitted
+#: for it (see the module notes).
+POLL_INTERVAL: Final = 0.2
 
 
 def _unchanged(text: str) -> str:
@@ -46,15 +64,23 @@ def _check(conversation_id: object, text: object, author: object) -> None:
 class ConversationInbox:
     """Steering and follow-ups for every conversation (see ``capabilities.steering``)."""
 
-    __slots__ = ("_admissions", "_changed", "_redact_text", "journal")
+    __slots__ = ("_admissions", "_changed", "_polling", "_redact_text", "journal")
 
-    def __init__(self, journal: AdmissionJournal, limits: SteeringLimits | None = None) -> None:
+    def __init__(
+        self,
+        journal: AdmissionJournal,
+        limits: SteeringLimits | None = None,
+        *,
+        redact_text: Callable[[str], str] | None = None,
+    ) -> None:
         self.journal = journal
         self._admissions = Admissions(limits)
         # Set (and replaced) whenever a reserved admission is committed or abandoned.
         self._changed = trio.Event()
-        # The runtime's redaction, as the first run told it (until then nothing is admitted).
-        self._redact_text: Callable[[str], str] = _unchanged
+        # The runtime's redaction, as the first run told it; until then ``redact_text`` (the
+        # context's Redactor), which only input for another process's run can need.
+        self._redact_text: Callable[[str], str] = redact_text or _unchanged
+        self._polling = False
 
     @property
     def limits(self) -> SteeringLimits:
@@ -89,21 +115,23 @@ class ConversationInbox:
     ) -> InputReceipt:
         _check(conversation_id, text, author)
         await trio.lowlevel.checkpoint_if_cancelled()
-        text = self._redact_text(text)  # admitted only while a run is going: it set this
+        text = self._redact_text(text)  # a run going here set this (see the module notes)
         item = SteeringInput(new_id("input"), kind, text, author, time.time())
         decided = self._admissions.admit(conversation_id, item)
+        if decided == "no-active-run" and isinstance(self.journal, SqliteJournal):
+            return await self._submit_elsewhere(conversation_id, item)
         if isinstance(decided, str):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return InputReceipt(
                 item.input_id, conversation_id, kind, author, item.at, "rejected", decided
             )
         try:
-            await self.journal.admitted(decided)
+            position = await self.journal.admitted(decided)
         except BaseException:
             self._admissions.abandon(item.input_id)
             self._signal()
             raise
-        self._admissions.commit(item.input_id)
+        self._admissions.commit(item.input_id, position)
         self._signal()
         # Admitted: yield once (a journal in memory did not), and never raise from here on.
         await trio.lowlevel.cancel_shielded_checkpoint()
@@ -118,6 +146,17 @@ class ConversationInbox:
             decided.position,
             self.journal.durable,
         )
+
+    async def _submit_elsewhere(self, conversation_id: str, item: SteeringInput) -> InputReceipt:
+        """No run of the conversation goes here: admit ``item`` for the run another process is
+        running, if one is (see the module notes). Cancellation: all or nothing."""
+        assert isinstance(self.journal, SqliteJournal)
+        decided = await self.journal.admit_elsewhere(conversation_id, item, self.limits)
+        await trio.lowlevel.cancel_shielded_checkpoint()  # admitted or not: never raise now
+        base = (item.input_id, conversation_id, item.kind, item.author, item.at)
+        if isinstance(decided, str):
+            return InputReceipt(*base, "rejected", decided)
+        return InputReceipt(*base, "accepted", None, decided, True)
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, trio.Event()
@@ -136,10 +175,13 @@ class ConversationInbox:
     # ---- the engine's seam --------------------------------------------------------------------
 
     async def run_started(self, run: RunInfo) -> None:
-        """A run of ``run.conversation_id`` is going: steering is accepted from now on. Does not
-        yield."""
+        """A run of ``run.conversation_id`` is going: steering is accepted from now on (and, with
+        the SQLite journal, looked for in it: see the module notes). Does not yield."""
         self._admissions.run_started(run.conversation_id, run.run_id)
         self._redact_text = run.redact_text  # the runtime's (one runtime builds this inbox)
+        if isinstance(self.journal, SqliteJournal) and not self._polling:
+            self._polling = True
+            trio.lowlevel.spawn_system_task(self._poll_while_running, name="effectagent steering")
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """That run is over. When it was the conversation's last, inputs it never took expire and
@@ -150,6 +192,55 @@ class ConversationInbox:
         closing = self._admissions.run_ended(run.conversation_id, run.run_id)
         if closing is not None and closing.entries:
             await self._settle(closing, ending)
+        if isinstance(self.journal, SqliteJournal):
+            # Its terminal record let its conversation's lane go; when that record could not be
+            # written, this does (see ``capabilities.storage._holds``).
+            try:
+                await self.journal.database.holds.release(run.conversation_id, run.run_id)
+            except Exception as exc:
+                log_warning(
+                    "letting a run's lane go failed",
+                    conversation_id=run.conversation_id,
+                    error=type(exc).__name__,
+                )
+
+    async def adopt_waiting(self) -> int:
+        """Adopt, now, the input other processes admitted for the runs going here (what the
+        runs' poll does every :data:`POLL_INTERVAL` seconds); return how many. Nothing with a
+        journal in memory.
+
+        Cancellation: a checkpoint; what was read before it is not adopted (the next poll does).
+        """
+        journal = self.journal
+        conversations = self._admissions.active_conversations()
+        if not isinstance(journal, SqliteJournal) or not conversations:
+            await trio.lowlevel.checkpoint()
+            return 0
+        found = await journal.waiting(conversations)
+        redact = self._redact_text
+        adopted = 0
+        for conversation_id, inputs in found.items():
+            for item, position in inputs:
+                redacted = attrs.evolve(item, text=redact(item.text))
+                if self._admissions.adopt(conversation_id, redacted, position) is not None:
+                    adopted += 1
+        return adopted
+
+    async def _poll_while_running(self) -> None:
+        """While runs go here, adopt what other processes admitted for them, every
+        :data:`POLL_INTERVAL` seconds. (A system task: it never raises but ``Cancelled``.)"""
+        try:
+            while True:
+                await trio.sleep(POLL_INTERVAL)
+                if not self._admissions.active_conversations():
+                    return
+                await self.adopt_waiting()
+        except StorageError:
+            return  # the database closed (or fails): the runs going end with it
+        except Exception as exc:
+            log_warning("looking for steering failed", error=type(exc).__name__)
+        finally:
+            self._polling = False
 
     async def _settle(self, closing: Closing, ending: RunEnding) -> None:
         while not closing.ready:

@@ -4,7 +4,15 @@ The SQLite journal persists each admission before its receipt is returned, and t
 marks an input delivered in the very transaction that records it as canonical (see
 ``capabilities.storage``), so an input is never both waiting and recorded. Its text stays in the
 table only until then: delivered or expired, it is cleared (the log keeps the canonical, redacted
-copy). The in-memory journal reads the log to tell which inputs a run recorded, and keeps the
+copy).
+
+Processes share the SQLite journal. Each input is stored under the epoch of its conversation's
+lane (the run's hold, ``capabilities.storage._lanes``) and a position the database gives it — one
+more than the last of that epoch, in the order admissions commit — so inputs admitted by several
+processes for one run have one FIFO order. :meth:`SqliteJournal.admit_elsewhere` admits input for
+a run another process is running (its lane is held), :meth:`SqliteJournal.waiting` is how the
+process running it finds such input; a lane that is released or taken over expires what is still
+queued under it. The in-memory journal reads the log to tell which inputs a run recorded, and keeps the
 statuses of a conversation only as long as the log keeps it: over the engine's in-memory log,
 whose retention evicts idle conversations, a conversation's statuses go with it (``status`` then
 answers None, as for an input never accepted here).
@@ -13,18 +21,19 @@ answers None, as for an input never accepted here).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+import time
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol, final
 
 import attrs
 import trio
 
 from effectagent.core import UserInputRecorded
-from effectagent.engine import ConversationLog, InMemoryConversationLog
+from effectagent.engine import ConversationLog, InMemoryConversationLog, SteeringInput
 
 from ..storage import SqliteDatabase
 from ._admission import Entry
-from ._model import InputState, InputStatus
+from ._model import InputState, InputStatus, Rejection, SteeringLimits
 
 __all__ = ["AdmissionJournal", "InMemoryJournal", "SqliteJournal"]
 
@@ -39,8 +48,9 @@ class AdmissionJournal(Protocol):
         """Whether an admission survives the process once :meth:`admitted` returned."""
         ...
 
-    async def admitted(self, entry: Entry) -> None:
-        """Write down an accepted input. Cancellation: all or nothing."""
+    async def admitted(self, entry: Entry) -> int | None:
+        """Write down an accepted input; return the position it was stored at when the journal
+        gives positions (None: the entry's own stands). Cancellation: all or nothing."""
         ...
 
     async def settle(
@@ -91,11 +101,12 @@ class InMemoryJournal:
         for input_id in self._by_conversation.pop(conversation_id, ()):
             self._statuses.pop(input_id, None)
 
-    async def admitted(self, entry: Entry) -> None:
+    async def admitted(self, entry: Entry) -> int | None:
         """See :meth:`AdmissionJournal.admitted` (no checkpoint: nothing to wait for)."""
         input_id = entry.input.input_id
         self._statuses[input_id] = _status(entry, "queued", None, "")
         self._by_conversation.setdefault(entry.conversation_id, []).append(input_id)
+        return None
 
     async def settle(
         self, conversation_id: str, taken: Sequence[Entry], queued: Sequence[Entry], reason: str
@@ -138,6 +149,24 @@ class InMemoryJournal:
 _COLUMNS: Final = "input_id, conversation_id, kind, author, at, status, seq, reason"
 
 
+def _held_epoch(conn: sqlite3.Connection, conversation_id: str) -> int | None:
+    """The epoch of the conversation's lane while someone holds it (None: nobody does)."""
+    found = conn.execute(
+        "SELECT epoch FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL",
+        (conversation_id,),
+    ).fetchone()
+    return None if found is None else int(found[0])
+
+
+def _next_position(conn: sqlite3.Connection, conversation_id: str, epoch: int | None) -> int:
+    """One more than the last position stored under ``epoch`` in the conversation."""
+    found = conn.execute(
+        "SELECT max(position) FROM steering_inputs WHERE conversation_id = ? AND epoch IS ?",
+        (conversation_id, epoch),
+    ).fetchone()
+    return int(found[0] or 0) + 1
+
+
 @final
 class SqliteJournal:
     """Admissions in the ``steering_inputs`` table of an :class:`SqliteDatabase`."""
@@ -149,27 +178,107 @@ class SqliteJournal:
     def __init__(self, database: SqliteDatabase) -> None:
         self.database = database
 
-    async def admitted(self, entry: Entry) -> None:
-        """See :meth:`AdmissionJournal.admitted`: committed before it returns."""
+    async def admitted(self, entry: Entry) -> int | None:
+        """See :meth:`AdmissionJournal.admitted`: committed before it returns, under the epoch of
+        the conversation's lane, at the next position of that epoch (see the module notes)."""
         item = entry.input
         row = (
             item.input_id,
             entry.conversation_id,
-            entry.position,
             item.kind,
             item.text,
             item.author,
             item.at,
         )
+        own = entry.position
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: sqlite3.Connection) -> int:
+            epoch = _held_epoch(conn, entry.conversation_id)
+            position = max(own, _next_position(conn, entry.conversation_id, epoch))
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
-                "author, at, status, seq, reason) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, '')",
-                row,
+                "author, at, status, seq, reason, epoch) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, '', ?)",
+                (*row[:2], position, *row[2:], epoch),
             )
+            return position
 
-        await self.database.write(work)
+        return await self.database.write(work)
+
+    async def admit_elsewhere(
+        self, conversation_id: str, item: SteeringInput, limits: SteeringLimits
+    ) -> int | Rejection:
+        """Admit ``item`` for the run another process (or another runtime on this database) is
+        running in the conversation: accepted — its position returned — only while the
+        conversation's lane is held, and its queue under that lane has room.
+
+        Cancellation: all or nothing (one write)."""
+        now = time.time()
+
+        def work(conn: sqlite3.Connection) -> int | Rejection:
+            lane = conn.execute(
+                "SELECT epoch FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL "
+                "AND lease_until > ?",
+                (conversation_id, now),
+            ).fetchone()
+            if lane is None:
+                return "no-active-run"
+            epoch = int(lane[0])
+            waiting = conn.execute(
+                "SELECT count(*) FROM steering_inputs WHERE conversation_id = ? "
+                "AND status = 'queued' AND epoch = ?",
+                (conversation_id, epoch),
+            ).fetchone()[0]
+            if waiting >= limits.max_pending:
+                return "queue-full"
+            position = _next_position(conn, conversation_id, epoch)
+            conn.execute(
+                "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
+                "author, at, status, seq, reason, epoch) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, '', ?)",
+                (
+                    item.input_id,
+                    conversation_id,
+                    position,
+                    item.kind,
+                    item.text,
+                    item.author,
+                    item.at,
+                    epoch,
+                ),
+            )
+            return position
+
+        return await self.database.write(work)
+
+    async def waiting(
+        self, conversation_ids: Sequence[str]
+    ) -> Mapping[str, Sequence[tuple[SteeringInput, int]]]:
+        """Input queued for the runs this database runs in ``conversation_ids`` (under the
+        epoch of the lane it holds for each), with their positions, in FIFO order.
+
+        Cancellation: a checkpoint before reading; nothing changes."""
+        holder = self.database.holder_id
+        ids = tuple(conversation_ids)
+
+        def read(conn: sqlite3.Connection) -> dict[str, list[tuple[SteeringInput, int]]]:
+            found: dict[str, list[tuple[SteeringInput, int]]] = {}
+            marks = ", ".join("?" * len(ids))
+            rows = conn.execute(
+                "SELECT s.conversation_id, s.input_id, s.kind, s.text, s.author, s.at, s.position "
+                "FROM steering_inputs s JOIN lanes l ON l.conversation_id = s.conversation_id "
+                f"WHERE s.conversation_id IN ({marks}) AND s.status = 'queued' "
+                "AND l.worker_id = ? AND s.epoch = l.epoch ORDER BY s.position",
+                (*ids, holder),
+            ).fetchall()
+            for conversation_id, input_id, kind, text, author, at, position in rows:
+                item = SteeringInput(input_id, kind, text or "", author, at)
+                found.setdefault(conversation_id, []).append((item, int(position)))
+            return found
+
+        if not ids:
+            return {}
+        return await self.database.read(read)
 
     async def settle(
         self, conversation_id: str, taken: Sequence[Entry], queued: Sequence[Entry], reason: str
@@ -197,15 +306,3 @@ class SqliteJournal:
             return None if found is None else InputStatus(*found)
 
         return await self.database.read(read)
-
-    async def recover(self) -> int:
-        """Inputs left waiting by a process that ended expire (their runs are gone). Returns how
-        many. Cancellation: all or nothing."""
-
-        def work(conn: sqlite3.Connection) -> int:
-            return conn.execute(
-                "UPDATE steering_inputs SET status = 'expired', text = NULL, "
-                "reason = 'the process ended before a run took it' WHERE status = 'queued'"
-            ).rowcount
-
-        return await self.database.write(work)

@@ -4,7 +4,7 @@ steering seam (the same object)."""
 from __future__ import annotations
 
 from effectagent.effect import Context, Layer, Scope
-from effectagent.engine import ConversationLogService, SteeringInboxService
+from effectagent.engine import ConversationLogService, RedactorService, SteeringInboxService
 
 from .._logging import log_warning
 from ..storage import SqliteDatabaseService
@@ -34,15 +34,22 @@ def in_memory_steering(limits: SteeringLimits | None = None) -> Layer:
 
 def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     """A Layer providing :data:`SteeringService` and ``SteeringInboxService`` with admissions
-    persisted in :data:`SqliteDatabaseService` before each receipt is returned. When built,
-    inputs left waiting by a process that ended expire."""
+    persisted in :data:`SqliteDatabaseService` before each receipt is returned, shared with the
+    other processes on the database: input for a run another process is running is admitted
+    there, and input admitted elsewhere for a run going here reaches it (see
+    ``capabilities.steering``). Inputs left waiting by processes that ended expired when the
+    database was opened by a process alone with the file."""
 
     async def build(context: Context, _: Scope) -> Context:
-        journal = SqliteJournal(context[SqliteDatabaseService])
-        expired = await journal.recover()
+        database = context[SqliteDatabaseService]
+        journal = SqliteJournal(database)
+        expired = database.recovered.get("steering", 0)
         if expired:
             log_warning("steering left waiting by an ended process expired", inputs=expired)
-        inbox = ConversationInbox(journal, limits)
+        redactor = context.get(RedactorService)
+        inbox = ConversationInbox(
+            journal, limits, redact_text=redactor.redact_text if redactor is not None else None
+        )
         return Context({SteeringService: inbox, SteeringInboxService: inbox})
 
     return Layer.from_build(

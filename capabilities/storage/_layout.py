@@ -103,6 +103,9 @@ def _to_v2(conn: sqlite3.Connection) -> None:
     for statement in DURABLE_TABLES:
         conn.execute(statement)
     conn.execute("ALTER TABLE steering_inputs ADD COLUMN epoch INTEGER")
+    conn.execute(
+        "CREATE INDEX steering_by_lane ON steering_inputs (conversation_id, epoch, position)"
+    )
 
 
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).

@@ -154,3 +154,79 @@ def test_a_run_that_would_stop_and_finds_nothing_ends_admission() -> None:
     assert closing is not None
     assert [e.input.input_id for e in closing.taken] == ["a"]
     assert admissions.admit("c", SteeringInput("c", "steering", "x", "ann", 0.0)) == "no-active-run"
+
+
+# ---- input admitted by other processes ----------------------------------------------------------
+
+MIXED = st.lists(
+    st.one_of(
+        st.tuples(st.just("local"), st.sampled_from(["steering", "follow-up"])),
+        st.tuples(st.just("commit"), st.just("")),
+        st.tuples(st.just("remote"), st.sampled_from(["steering", "follow-up"])),
+        st.tuples(st.just("poll"), st.just("")),
+        st.tuples(st.just("drain"), st.just("")),
+        st.tuples(st.just("take"), st.just("")),
+    ),
+    max_size=40,
+)
+
+
+@given(ops=MIXED)
+def test_input_adopted_from_elsewhere_takes_its_place_by_position_and_is_handed_out_once(
+    ops: list[tuple[str, str]],
+) -> None:
+    """Positions are given as admissions commit, wherever they were made (a counter, as the
+    database gives them); local ones commit in admission order, input admitted elsewhere becomes
+    visible only when polled, and a poll may see it again. Whatever the interleaving: each drain
+    or take hands inputs out in the order of their positions, each input at most once; a poll
+    adopts each at most once; nothing adopted is lost while the run goes."""
+    admissions = Admissions(SteeringLimits(max_pending=100))
+    admissions.run_started("c", "r1")
+    position = 0
+    reserved: list[str] = []
+    elsewhere: list[tuple[SteeringInput, int]] = []  # committed elsewhere, visible to polls
+    positions: dict[str, int] = {}
+    handed: list[str] = []
+    adopted: set[str] = set()
+    ending = False
+    for n, (op, kind) in enumerate(ops):
+        if op == "local":
+            decided = admissions.admit("c", SteeringInput(f"l{n}", kind, "hi", "ann", 0.0))  # type: ignore[arg-type]
+            if ending:
+                assert decided == "run-ending"
+            else:
+                assert isinstance(decided, Entry)
+                reserved.append(decided.input.input_id)
+        elif op == "commit":
+            if reserved:
+                position += 1
+                positions[reserved[0]] = position
+                admissions.commit(reserved.pop(0), position)
+        elif op == "remote":
+            position += 1
+            item = SteeringInput(f"r{n}", kind, "hi", "bo", 0.0)  # type: ignore[arg-type]
+            positions[item.input_id] = position
+            elsewhere.append((item, position))
+        elif op == "poll":
+            for item, at in elsewhere:
+                entry = admissions.adopt("c", item, at)
+                if entry is not None:
+                    assert item.input_id not in adopted
+                    assert not ending
+                    adopted.add(item.input_id)
+                else:
+                    assert item.input_id in adopted or ending
+        else:
+            got = (
+                admissions.drain_steering("c") if op == "drain" else admissions.take_follow_ups("c")
+            )
+            if op == "take" and not got:
+                ending = True
+            batch = [positions[i.input_id] for i in got]
+            assert batch == sorted(batch)  # each hand-out in position order
+            handed.extend(i.input_id for i in got)
+    assert len(handed) == len(set(handed))  # never twice
+    closing = admissions.run_ended("c", "r1")
+    left = {e.input.input_id for e in closing.entries} if closing is not None else set()
+    for input_id in adopted:  # every adopted input was handed out, or is handed back now
+        assert input_id in handed or input_id in left
