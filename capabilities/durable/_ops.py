@@ -11,7 +11,7 @@ from typing import Any, final
 
 import attrs
 
-from effectagent.core import LogEntry, ToolCallSettled, UserInputRecorded
+from effectagent.core import ApprovalRequest, LogEntry, ToolCallSettled, UserInputRecorded
 
 from ._classifier import Decision, LedgerFacts, Terminal, classify, settled_status
 from ._facts import terminal_of
@@ -30,6 +30,7 @@ __all__ = [
     "quarantined",
     "unknown",
     "verify",
+    "waiting",
 ]
 
 
@@ -150,6 +151,16 @@ def explain(
     ).fetchall()
     audit = tuple(AuditRow(at, kind, epoch, json.loads(detail)) for at, kind, epoch, detail in rows)
     return Explanation(submission, tuple(records), audit, decision)
+
+
+def waiting(conn: sqlite3.Connection, submission: Submission) -> tuple[ApprovalRequest, ...]:
+    """The recorded requests of the decisions ``submission``'s run waits for."""
+    base_seq = _base_seq(conn, submission.submission_id)
+    if base_seq is None:
+        return ()
+    folder, _ = fold_run(conn, submission.conversation_id, submission.run_id, base_seq)
+    found = [folder.request(call_id) for call_id in folder.pending_decisions]
+    return tuple(request for request in found if request is not None)
 
 
 def overdue(

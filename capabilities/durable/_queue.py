@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
-from effectagent.core import Agent, LogEntry, Record
+from effectagent.core import Agent, ApprovalRequest, LogEntry, Record
 
 from .._ids import new_id
 from .._logging import log_warning
@@ -171,6 +171,24 @@ class DurableQueue:
             lambda conn: read_page(conn, conversation_id, seq - 1, limit=1)
         )
         return found[0] if found else None
+
+    async def waiting(self, submission_id: str) -> tuple[ApprovalRequest, ...]:
+        """The approval requests a suspended submission's run waits for decisions on (none when
+        it waits for none), as recorded: tool, call ID, summary, redacted input preview.
+
+        Cancellation: as :meth:`status`."""
+        submission = await self.status(submission_id)
+        return await self.database.read(lambda conn: _ops.waiting(conn, submission))
+
+    async def suspended(self, conversation_id: str) -> Submission | None:
+        """The conversation's submission that waits for approval decisions, if one does (it is
+        its FIFO head: nothing behind it runs until it is decided).
+
+        Cancellation: as :meth:`status`."""
+        for submission in await self.submissions(conversation_id):
+            if submission.status == "suspended":
+                return submission
+        return None
 
     # ---- commands --------------------------------------------------------------------------------
 

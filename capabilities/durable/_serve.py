@@ -15,8 +15,8 @@ import trio
 
 from effectagent.core import Agent, RunFailedRecord
 
-from .._logging import log_debug
-from ..storage._lanes import Lane
+from .._logging import log_warning
+from ..storage._lanes import Lane, check_lane
 from ._classifier import Decision, Durability, LedgerFacts, LogFacts, classify, settled_status
 from ._facts import ABORTED_REASON, FactsFolder
 from ._failpoints import failpoint
@@ -35,8 +35,8 @@ __all__ = ["Serving", "serve"]
 @attrs.define(eq=False)
 class Serving:
     """A claim being served: its lane, its submission, the cancel scope its run runs in, and
-    whether the lane
-    was lost (its run is then cancelled, and nothing more is written for it)."""
+    whether the lane was lost (its run is then cancelled, and nothing more is written for
+    it)."""
 
     lane: Lane
     submission_id: str
@@ -45,6 +45,9 @@ class Serving:
 
 
 def _durability(agent: Agent[Any] | None) -> dict[str, Durability]:
+    """How each tool says it may be carried across a crash, as far as the agent shows it (a
+    reconcile function bound with the handler, in the Layer, is not seen: the classifier's fates
+    are what recovery expects, audited; the engine's settlements are what happened)."""
     if agent is None:
         return {}
     out: dict[str, Durability] = {}
@@ -136,7 +139,12 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
         )
     elif action == "dead":
         await _write(worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "dead", "dead"))
-        log_debug("durable submission dead-lettered", submission_id=submission.submission_id)
+        log_warning(
+            "durable submission dead-lettered",
+            submission_id=sid,
+            conversation_id=submission.conversation_id,
+            attempts=submission.attempts,
+        )
     elif action == "quarantine":
         await _quarantine(worker, claimed, facts)
     elif action == "requeue":
@@ -170,8 +178,10 @@ async def _audit(worker: DurableWorker, claimed: Claimed, decision: Decision) ->
     if decision.calls:
         detail["calls"] = [list(call) for call in decision.calls]
     now = worker.now()
-    await worker.database.write(
-        lambda conn: audit(
+
+    def work(conn: sqlite3.Connection) -> None:
+        check_lane(conn, lane)
+        audit(
             conn,
             submission_id=claimed.submission.submission_id,
             conversation_id=lane.conversation_id,
@@ -180,7 +190,8 @@ async def _audit(worker: DurableWorker, claimed: Claimed, decision: Decision) ->
             kind="recovery",
             detail=detail,
         )
-    )
+
+    await worker.database.write(work)
 
 
 async def _run(

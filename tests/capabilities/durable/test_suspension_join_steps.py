@@ -92,6 +92,9 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
         assert transfers == []
         [(body,)] = await rows(db, "SELECT type FROM records ORDER BY seq DESC LIMIT 1")
         assert body == "RunSuspendedRecord"
+        assert (await q.suspended("c")) == found
+        [request] = await q.waiting(sid)
+        assert (request.tool_name, request.tool_call_id) == ("transfer", "call-1")
         with pytest.raises(NoPendingApproval, match="no such call"):
             await q.decide(sid, "call-9", True, author="boss")
         decided, waiting = await q.decide(sid, "call-1", True, author="boss", reason="fine")
