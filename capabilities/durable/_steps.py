@@ -24,9 +24,9 @@ from ..storage import SqliteDatabase
 
 __all__ = ["SqliteStepStore"]
 
-#: Checks, inside a write transaction, that the conversation's lane is held; returns its epoch
-#: or raises to refuse.
-Fence = Callable[[sqlite3.Connection, str], int]
+#: Called in the task that records a step, with its conversation's ID: the check to run inside
+#: the write's transaction, which returns the lane's epoch or raises to refuse.
+Fence = Callable[[str], Callable[[sqlite3.Connection], int]]
 
 
 @final
@@ -70,9 +70,10 @@ class SqliteStepStore:
         Cancellation: all or nothing (a write already running is waited for)."""
         body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         now = self._clock()
+        fence = self._fence(key.conversation_id)
 
         def write(conn: sqlite3.Connection) -> StepResult:
-            epoch = self._fence(conn, key.conversation_id)
+            epoch = fence(conn)
             conn.execute(
                 "INSERT INTO durable_steps (conversation_id, run_id, tool_call_id, name, "
                 "version, epoch, result, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "

@@ -217,11 +217,13 @@ def claim(
     lease: float,
     limit: int,
     attempt_ids: Iterable[str],
+    exclude: Sequence[str] = (),
 ) -> list[Claimed]:
     """Claim up to ``limit`` lanes whose FIFO head is due and whose lane is free (never held,
     released, or its lease expired), in order of due time then admission; each claim takes a new
     attempt ID from ``attempt_ids`` and the next epoch (``_lanes.claim_lane``), and counts an
-    attempt in the ledger. Conversations in quarantine are skipped."""
+    attempt in the ledger. Conversations in quarantine, and those in ``exclude``, are
+    skipped."""
     rows = conn.execute(
         f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq FROM submissions s "
         "WHERE s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
@@ -230,8 +232,9 @@ def claim(
         "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
         "  AND l.worker_id IS NOT NULL AND l.lease_until > ?) "
         "AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.conversation_id = s.conversation_id) "
+        f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) "
         "ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
-        (now, now, limit),
+        (now, now, *exclude, limit),
     ).fetchall()
     claimed: list[Claimed] = []
     ids = iter(attempt_ids)

@@ -38,6 +38,7 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, final
 
 import trio
@@ -56,6 +57,7 @@ from .._ids import new_id
 from .._logging import log_debug, log_warning
 from ..steering._layers import sqlite_steering
 from ..storage import SqliteDatabase, SqliteDatabaseService
+from ..storage._codec import RecordCodec
 from ..storage._errors import LaneLost
 from ..storage._lanes import Lane, check_lane
 from ..storage._log import SqliteConversationLog
@@ -75,19 +77,50 @@ def _worker_id() -> str:
     return f"pid-{os.getpid()}-{socket.gethostname()}-{new_id('w')[2:10]}"
 
 
+#: The claim the current task serves: set around each claim's work, so that a run's every append
+#: and durable step — its tool calls run in copies of its context — is fenced by its own claim,
+#: never by a later claim of the same conversation (whose run may start while an earlier one's
+#: interruption is still being written).
+_SERVING: ContextVar[Serving | None] = ContextVar("effectagent_durable_serving", default=None)
+
+
+def _fence_of(serving: Serving | None) -> Callable[[sqlite3.Connection, str], int]:
+    """The fence of a claim: refuses unless ``serving`` still holds the conversation's lane as
+    claimed (and was not given up); returns the lane's epoch."""
+
+    def fence(conn: sqlite3.Connection, conversation_id: str) -> int:
+        if serving is None or serving.lane.conversation_id != conversation_id:
+            raise LaneLost(conversation_id, "this writer holds no claim on its lane")
+        if serving.lost:
+            raise LaneLost(conversation_id, "this worker gave its lane up")
+        check_lane(conn, serving.lane)
+        return serving.lane.epoch
+
+    return fence
+
+
 @final
 class _FencedLog:
-    """The worker's Conversation Log: the SQLite log, each append fenced by the lane this worker
-    holds for its conversation; it crosses the failpoints of the records it appends."""
+    """The worker's Conversation Log: the SQLite log, each append fenced by the claim of the
+    task that appends (see :data:`_SERVING`); it crosses the failpoints of what it appends."""
 
-    __slots__ = ("inner",)
+    __slots__ = ("_codec", "database")
 
-    def __init__(self, inner: SqliteConversationLog) -> None:
-        self.inner = inner
+    def __init__(self, database: SqliteDatabase) -> None:
+        self.database = database
+        self._codec = RecordCodec()
+
+    def _log(self) -> SqliteConversationLog:
+        check = _fence_of(_SERVING.get())  # the appending task's claim, taken now
+
+        def fence(conn: sqlite3.Connection, conversation_id: str) -> None:
+            check(conn, conversation_id)
+
+        return SqliteConversationLog(self.database, self._codec, fence=fence)
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
         """See ``ConversationLog.append`` (refused whole, ``LaneLost``, without the lane)."""
-        seq = await self.inner.append(conversation_id, records)
+        seq = await self._log().append(conversation_id, records)
         point = crossed_by(records)
         if point is not None:
             failpoint(point)
@@ -95,13 +128,15 @@ class _FencedLog:
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
         """See ``ConversationLog.entries``."""
-        return await self.inner.entries(conversation_id, after=after)
+        return await SqliteConversationLog(self.database, self._codec).entries(
+            conversation_id, after=after
+        )
 
     def append_work(
         self, conversation_id: str, records: Sequence[Record]
     ) -> Callable[[sqlite3.Connection], int]:
-        """See ``SqliteConversationLog.append_work``."""
-        return self.inner.append_work(conversation_id, records)
+        """See ``SqliteConversationLog.append_work`` (fenced as :meth:`append`)."""
+        return self._log().append_work(conversation_id, records)
 
 
 @final
@@ -161,7 +196,7 @@ class DurableWorker:
         self._serving: dict[str, Serving] = {}  # conversation -> what this worker runs there
         self._wake = trio.Event()
         self._inbox = JoinInbox()
-        self._log = _FencedLog(SqliteConversationLog(database, fence=self._fence))
+        self._log = _FencedLog(database)
         self._runs: trio.Nursery | None = None
         self._runs_scope: trio.CancelScope | None = None
         self._overdue_seen: set[str] = set()
@@ -173,18 +208,10 @@ class DurableWorker:
         """The lanes this worker holds right now."""
         return tuple(s.lane for s in self._serving.values())
 
-    def _fence(self, conn: sqlite3.Connection, conversation_id: str) -> None:
-        serving = self._serving.get(conversation_id)
-        if serving is None or serving.lost:
-            raise LaneLost(conversation_id, "this worker does not hold its lane")
-        check_lane(conn, serving.lane)
-
-    def _step_fence(self, conn: sqlite3.Connection, conversation_id: str) -> int:
-        serving = self._serving.get(conversation_id)
-        if serving is None or serving.lost:
-            raise LaneLost(conversation_id, "this worker does not hold its lane")
-        check_lane(conn, serving.lane)
-        return serving.lane.epoch
+    @staticmethod
+    def _step_fence(conversation_id: str) -> Callable[[sqlite3.Connection], int]:
+        fence = _fence_of(_SERVING.get())  # the calling task's claim, taken now
+        return lambda conn: fence(conn, conversation_id)
 
     def wake(self) -> None:
         """Look for work now rather than at the next poll."""
@@ -296,6 +323,9 @@ class DurableWorker:
         now = self._clock()
         ids = (new_id("attempt") for _ in range(limit))
         options = self.options
+        # A conversation whose last claim here is still finishing is not claimed again until
+        # it has (its run's last writes are fenced by that claim, not a new one).
+        busy = tuple(self._serving)
 
         def work(conn: sqlite3.Connection) -> list[Claimed]:
             return claim(
@@ -305,6 +335,7 @@ class DurableWorker:
                 lease=options.lease,
                 limit=limit,
                 attempt_ids=ids,
+                exclude=busy,
             )
 
         try:
@@ -323,6 +354,7 @@ class DurableWorker:
         self._runs.start_soon(self._serve, runtime, claimed, serving)
 
     async def _serve(self, runtime: Any, claimed: Claimed, serving: Serving) -> None:
+        token = _SERVING.set(serving)
         try:
             with serving.scope:
                 await serve(self, runtime, claimed, serving)
@@ -341,6 +373,7 @@ class DurableWorker:
             if self._serving.get(conversation_id) is serving:
                 self._inbox.withdraw(conversation_id)
                 del self._serving[conversation_id]
+            _SERVING.reset(token)
             self._wake.set()
 
     async def _idle(self) -> bool:

@@ -66,7 +66,9 @@ class HandWorker:
         self.name = name
         self._ids = 0
 
-    async def claim(self, limit: int = 10, lease: float = 30.0) -> list[Claimed]:
+    async def claim(
+        self, limit: int = 10, lease: float = 30.0, exclude: tuple[str, ...] = ()
+    ) -> list[Claimed]:
         now = self.clock()
 
         def ids() -> Any:
@@ -76,7 +78,13 @@ class HandWorker:
 
         return await self.db.write(
             lambda conn: claim(
-                conn, now=now, worker_id=self.name, lease=lease, limit=limit, attempt_ids=ids()
+                conn,
+                now=now,
+                worker_id=self.name,
+                lease=lease,
+                limit=limit,
+                attempt_ids=ids(),
+                exclude=exclude,
             )
         )
 

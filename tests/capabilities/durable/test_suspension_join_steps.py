@@ -295,9 +295,12 @@ async def test_of_two_racers_on_one_step_only_the_lane_holder_s_result_is_record
         [current] = await winner.claim(lease=5)
 
         def fence_of(lane: Any) -> Any:
-            def fence(conn: Any, conversation_id: str) -> int:
-                check_lane(conn, lane)
-                return int(lane.epoch)
+            def fence(conversation_id: str) -> Any:
+                def check(conn: Any) -> int:
+                    check_lane(conn, lane)
+                    return int(lane.epoch)
+
+                return check
 
             return fence
 

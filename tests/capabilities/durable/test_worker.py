@@ -14,12 +14,14 @@ import trio
 
 from capabilities.durable._model import MAX_MESSAGE_BYTES, RetryPolicy, WorkerOptions
 from capabilities.durable._queue import DurableQueue
-from capabilities.durable._worker import DurableWorker
+from capabilities.durable._serve import Serving
+from capabilities.durable._worker import _SERVING, DurableWorker, _FencedLog
+from capabilities.storage._errors import LaneLost
 from effectagent.ai import AuthenticationFailed, ModelRequest, UserMessage
-from effectagent.core import Agent, RunCompletedRecord
+from effectagent.core import Agent, RunCompletedRecord, RunFailedRecord
 from effectagent.testing import FunctionModel, Turn
 
-from .helpers import database, rows
+from .helpers import Clock, HandWorker, database, rows
 
 AGENT = Agent("echo", "Repeat what you are told.")
 FAST = WorkerOptions(poll_interval=0.02, lease=5.0, retry=RetryPolicy(max_attempts=3, base=0.01))
@@ -319,3 +321,77 @@ async def test_a_secret_in_a_submission_reaches_no_record_audit_row_or_log_line(
         assert "my key is" in dump  # the records are there …
         assert canary not in dump  # … redacted; the settled input cleared
         assert canary not in caplog.text
+
+
+async def test_an_abort_reaches_the_worker_running_it_which_stops_the_run_unsettled(
+    tmp_path: Path,
+) -> None:
+    entered = trio.Event()
+    stuck = trio.Event()  # never set
+
+    async def hang(request: ModelRequest) -> str:
+        entered.set()
+        await stuck.wait()
+        return "never"
+
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        submission_id = await _submit(q, "c", "m")
+        after = await _submit(q, "c", "next")
+        worker = DurableWorker(db, FunctionModel.layer(hang), [AGENT], options=FAST)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(worker.run)
+                await entered.wait()
+                aborted = await q.abort(submission_id, author="ops", reason="stop it")
+                assert (aborted.status, aborted.settlement) == ("aborted", "final")
+                for _ in range(1000):  # bounded by the fail_after above
+                    if not any(lane.submission_id == submission_id for lane in worker.held):
+                        break
+                    await trio.sleep(FAST.poll_interval)
+                nursery.cancel_scope.cancel()
+        found = await q.status(submission_id)
+        assert (found.status, found.seq) == ("aborted", 3)
+        types = [t for (t,) in await rows(db, "SELECT type FROM records ORDER BY seq")]
+        # the abort's record is the run's one terminal record: its interruption was refused
+        assert types[:3] == ["ConversationCreated", "UserInputRecorded", "RunFailedRecord"]
+        assert types.count("RunFailedRecord") == 1
+        assert (await q.status(after)).status in ("queued", "active", "completed")
+        assert await q.verify("c") == ()
+
+
+async def test_each_append_is_fenced_by_the_claim_of_the_run_that_makes_it(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        await _submit(q, "c", "m")
+        hand = HandWorker(db, clock)
+        [earlier] = await hand.claim(lease=5)
+        clock.advance(10)  # its lease ran out: the conversation is claimed again
+        [later] = await hand.claim(lease=5)
+        log = _FencedLog(db)
+        record = RunFailedRecord(
+            conversation_id="c", run_id="run_x", error=None, reason="interrupted", at=1.0
+        )
+        old = Serving(earlier.lane, earlier.submission.submission_id, trio.CancelScope())
+        new = Serving(later.lane, later.submission.submission_id, trio.CancelScope())
+        # the earlier claim's run, late with its interruption, while the later claim runs
+        token = _SERVING.set(old)
+        with pytest.raises(LaneLost):
+            await log.append("c", [record])
+        _SERVING.reset(token)
+        with pytest.raises(LaneLost):  # a task that serves no claim writes nothing
+            await log.append("c", [record])
+        token = _SERVING.set(new)
+        assert await log.append("c", [record]) == 1
+        new.lost = True  # given up (the worker stops): refused before the lane is even read
+        with pytest.raises(LaneLost):
+            await log.append("c", [record])
+        _SERVING.reset(token)
+        # and a conversation whose claim is still finishing here is not claimed again
+        await q.abort(later.submission.submission_id, author="ops", reason="r")
+        await _submit(q, "c", "next", key="n")
+        assert await hand.claim(exclude=("c",)) == []
+        assert len(await hand.claim()) == 1
