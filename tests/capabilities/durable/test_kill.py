@@ -46,6 +46,7 @@ class Outcome:
     effects: collections.Counter[str]  # "run/call" -> times its side effect happened
     audit: tuple[tuple[str, dict[str, Any]], ...]
     records: dict[str, int]  # record type -> how many
+    unknown_listed: tuple[str, ...]  # "run/call" of each call DurableQueue.unknown() lists
 
 
 def worker(
@@ -132,6 +133,8 @@ def outcome(path: Path) -> Outcome:
             for conversation in sorted(conversations):
                 submissions.extend(await q.submissions(conversation))
                 problems.extend(await q.verify(conversation))
+            runs = {s.submission_id: s.run_id for s in submissions}
+            listed = tuple(f"{runs[u.submission_id]}/{u.tool_call_id}" for u in await q.unknown())
         kinds: dict[str, str] = {}
         tools: dict[str, str] = {}
         for (body,) in settled:
@@ -154,6 +157,7 @@ def outcome(path: Path) -> Outcome:
             effects,
             tuple((kind, json.loads(detail)) for kind, detail in audit),
             dict(records),
+            listed,
         )
 
     return trio.run(main)
@@ -221,6 +225,9 @@ def test_a_worker_killed_at_a_crash_point_is_recovered_to_one_settlement_each(
     for call_id, tool in result.tools.items():
         kind, times = KILLS[point][1][tool]
         assert (result.settled[call_id], result.effects[call_id]) == (kind, times), (tool, point)
+    # the Unknown list holds exactly the calls settled Unknown
+    unknown = sorted(call for call, kind in result.settled.items() if kind == "unknown")
+    assert sorted(result.unknown_listed) == unknown
     # the killed claim counts as an attempt; nothing else was tried twice
     attempts = sorted(s.attempts for s in result.submissions)
     assert attempts == ([1, 1, 1] if expected is None else [1, 1, 2])
