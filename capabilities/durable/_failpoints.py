@@ -33,7 +33,7 @@ from effectagent.core import (
 
 from ._facts import is_suspension
 
-__all__ = ["FAILPOINT_ENV", "armed", "crossed_by", "failpoint"]
+__all__ = ["FAILPOINT_ENV", "crossed_by", "failpoint"]
 
 #: The environment variable that names the failpoint.
 FAILPOINT_ENV: Final = "EFFECTAGENT_FAILPOINT"
@@ -48,11 +48,6 @@ def _parse(value: str | None) -> tuple[str, int] | None:
 
 _armed = _parse(os.environ.get(FAILPOINT_ENV))
 _crossings = 0
-
-
-def armed() -> str | None:
-    """The failpoint this process is armed with (None: none)."""
-    return None if _armed is None else _armed[0]
 
 
 def failpoint(name: str) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal
 
 import attrs
 
 from effectagent.effect import TaggedError
 
 __all__ = [
-    "ACTIVE_STATUSES",
     "MAX_MESSAGE_BYTES",
     "MAX_TAG_CHARS",
     "TERMINAL_STATUSES",
@@ -69,9 +68,6 @@ SettledStatus = Literal["completed", "failed", "aborted", "joined"]
 
 #: Settled for good: nothing changes a submission in one of these any more.
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "aborted", "joined"})
-
-#: Holding (or about to hold) its conversation's lane: what a FIFO waits behind.
-ACTIVE_STATUSES: Final[frozenset[str]] = frozenset({"active", "suspended", "dead"})
 
 #: A failed settlement's diagnostic: its tag at most this many characters …
 MAX_TAG_CHARS: Final = 256
@@ -313,7 +309,3 @@ class NoPendingApproval(DurableError):
             f"tool call {self.tool_call_id!r} of submission {self.submission_id} waits for no "
             f"decision: {self.reason}"
         )
-
-
-#: A JSON-encodable value.
-Json: TypeAlias = object

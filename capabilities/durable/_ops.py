@@ -114,8 +114,6 @@ def explain(
     base_seq = _base_seq(conn, submission_id)
     records: list[LogEntry] = []
     if base_seq is None:
-        from ._classifier import LogFacts
-
         facts = LogFacts()
     else:
         joining = [

@@ -21,6 +21,7 @@ from ._model import (
     AgentNotFound,
     Mode,
     Receipt,
+    RetryPolicy,
     Submission,
     SubmissionNotFound,
     payload_digest,
@@ -55,21 +56,24 @@ class DurableQueue:
     ``capabilities.durable``). Any number of processes may each have one on the same file.
 
     ``agents``: the names of the agents workers run (a registry ``{name: Agent}``, or names);
-    given, :meth:`submit` refuses a name not in it before admitting anything. ``clock`` gives
-    the wall-clock time (``time.time``; tests may pass their own).
+    given, :meth:`submit` refuses a name not in it before admitting anything. ``retry``: the
+    workers' retry policy (what :meth:`explain` says recovery would decide depends on it).
+    ``clock`` gives the wall-clock time (``time.time``; tests may pass their own).
     """
 
-    __slots__ = ("_agents", "_clock", "_log", "database")
+    __slots__ = ("_agents", "_clock", "_log", "_retry", "database")
 
     def __init__(
         self,
         database: SqliteDatabase,
         *,
         agents: Mapping[str, Agent[Any]] | Iterable[str] | None = None,
+        retry: RetryPolicy | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.database = database
         self._agents = None if agents is None else tuple(agents)
+        self._retry = retry or RetryPolicy()
         self._clock = clock
         self._log = SqliteConversationLog(database)
 
