@@ -13,7 +13,7 @@ import attrs
 
 from effectagent.core import ApprovalRequest, LogEntry, ToolCallSettled, UserInputRecorded
 
-from ._classifier import Decision, LedgerFacts, Terminal, classify, settled_status
+from ._classifier import Decision, LedgerFacts, LogFacts, Terminal, classify, settled_status
 from ._facts import terminal_of
 from ._model import RetryPolicy, Submission
 from ._reading import PAGE, Undecodable, fold_run, read_page

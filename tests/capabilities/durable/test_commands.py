@@ -221,3 +221,15 @@ async def test_the_unknown_list_reads_what_settlements_recorded(tmp_path: Path) 
             "call-9",
             "charge",
         )
+
+
+async def test_explain_a_submission_that_never_ran(tmp_path: Path) -> None:
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=Clock())
+        submission_id = await _one(q)
+        explained = await q.explain(submission_id)
+        assert (explained.submission.status, explained.tail, explained.audit) == ("queued", (), ())
+        assert (explained.decision.crash_point, explained.decision.action) == (
+            "after-admission",
+            "run",
+        )
