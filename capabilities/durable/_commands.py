@@ -253,8 +253,10 @@ def retry(conn: sqlite3.Connection, submission_id: str, *, now: float) -> Submis
 
 
 def wake(conn: sqlite3.Connection, conversation_id: str, *, now: float) -> int:
-    """Let the conversation's waiting submissions be claimed now (their backoff is cut short);
-    returns how many."""
+    """Let the conversation's waiting submissions be claimed now: their backoff is cut short,
+    and the conversation is taken out of quarantine (an unreadable record there quarantines it
+    again at the next claim). Returns how many submissions were waiting out a backoff."""
+    conn.execute("DELETE FROM quarantine WHERE conversation_id = ?", (conversation_id,))
     return conn.execute(
         "UPDATE submissions SET next_attempt_at = ? WHERE conversation_id = ? "
         "AND status IN ('queued', 'active') AND next_attempt_at > ?",

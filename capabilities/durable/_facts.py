@@ -148,8 +148,8 @@ class FactsFolder:
         """Take the next record."""
         self._last_seq = entry.seq
         record: Any = entry.record
-        if getattr(record, "run_id", self.run_id) != self.run_id:
-            return  # another run's record (none should follow this run's start)
+        if getattr(record, "run_id", None) != self.run_id:
+            return  # not the run's: another run's, or the conversation's own (its creation)
         self._records += 1
         kind = type(record)
         if kind is ToolApprovalDecided:

@@ -276,7 +276,8 @@ class DurableQueue:
 
     async def wake(self, conversation_id: str) -> int:
         """Cut short the backoff of the conversation's waiting submissions, so the next worker
-        poll claims its head; returns how many were waiting.
+        poll claims its head, and take it out of quarantine (once its record is repaired: one
+        still unreadable quarantines it again); returns how many were waiting out a backoff.
 
         Cancellation: all or nothing, as :meth:`submit`."""
         now = self._clock()

@@ -23,7 +23,7 @@ from ._failpoints import failpoint
 from ._ledger import Event
 from ._model import AgentNotFound, Diagnostic, bounded_diagnostic
 from ._reading import fold_run
-from ._store import Claimed, audit, finalize, mark, release, reserve
+from ._store import Claimed, audit, finalize, last_seq, mark, release, reserve
 
 if TYPE_CHECKING:
     from ._worker import DurableWorker
@@ -206,11 +206,13 @@ async def _run(
     conversation_id = submission.conversation_id
     try:
         if decision.action == "run":
+            # a new conversation is created; one with history (whoever wrote it) continued
+            history = await worker.database.read(lambda conn: last_seq(conn, conversation_id))
             result = await runtime.run(
                 agent,
                 claimed.text,
                 conversation_id=conversation_id,
-                create=claimed.base_seq == 0,
+                create=history == 0,
                 run_id=submission.run_id,
                 author=submission.principal,
             )

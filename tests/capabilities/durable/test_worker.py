@@ -254,6 +254,20 @@ async def test_a_record_that_cannot_be_read_sets_its_conversation_aside_and_othe
         assert (await q.status(broken)).status == "queued"  # set aside, not lost
         [quarantined] = await q.quarantined()
         assert (quarantined.conversation_id, quarantined.seq) == ("broken", 2)
+        # repaired, and woken: it is run again
+        await _plant_foreign_run(db, "elsewhere", "run_other")
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE records SET body = (SELECT body FROM records WHERE "
+                "conversation_id = 'elsewhere' AND seq = 2) WHERE conversation_id = 'broken' "
+                "AND seq = 2"
+            )
+        )
+        await q.wake("broken")
+        assert await q.quarantined() == ()
+        with trio.fail_after(60):
+            await DurableWorker(db, echo_model(), [AGENT], options=FAST).run(until_idle=True)
+        assert (await q.status(broken)).status == "completed"
 
 
 async def test_a_worker_logs_settlements_overdue_past_its_threshold(
