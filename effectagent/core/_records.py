@@ -54,6 +54,7 @@ __all__ = [
     "UserInputRecorded",
     "approval_decided",
     "assistant_message_of",
+    "cut_off_note",
     "parse_arguments",
     "project_messages",
 ]
@@ -398,6 +399,10 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
     * ``clear-tool-results`` replaces covered tool results by a marker;
     * a model response's tool calls appear only together with their complete, settled batch — a
       batch that was not fully committed is left out whole (RUN-005);
+    * a run that ended without an answer (``RunFailedRecord``: interrupted, or failed) leaves the
+      model told so, as its own turn: a note that the answer was cut off, and why, added to the
+      run's last assistant message, or after its last message when that is the user's or a tool
+      result's — so roles still alternate when the next run's input follows (:func:`cut_off`);
     * invalid compaction ranges are ignored (fail-safe).
     """
     items: Sequence[LogEntry] = entries if isinstance(entries, Sequence) else list(entries)
@@ -454,4 +459,27 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
                         ToolResultContent(call["id"], call["name"], content, outcome.is_failure)
                     )
                 messages.append(ToolMessage(tuple(results)))
+        elif isinstance(rec, RunFailedRecord):
+            cut_off(messages, rec)
     return messages
+
+
+def cut_off_note(record: RunFailedRecord) -> str:
+    """What the model reads of a run that ended without an answer."""
+    if record.reason == "interrupted" and record.error is None:
+        why = "the run was interrupted"
+    else:
+        why = f"the run failed ({record.reason})"
+    return f"[This answer was cut off: {why} before it finished.]"
+
+
+def cut_off(messages: list[Message], record: RunFailedRecord) -> None:
+    """Tell the model, in ``messages``, that the run ``record`` ends was cut off: a note added to
+    the last message when it is the assistant's, else an assistant message of its own. Roles
+    then alternate whatever came last (the user's input, tool results, a partial answer)."""
+    note = TextContent(cut_off_note(record))
+    last = messages[-1] if messages else None
+    if isinstance(last, AssistantMessage):
+        messages[-1] = AssistantMessage((*last.content, note))
+    else:
+        messages.append(AssistantMessage((note,)))

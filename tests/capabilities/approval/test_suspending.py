@@ -67,7 +67,7 @@ async def test_behind_a_policy_the_rules_decide_at_once_and_the_rest_suspends(
     )
     assert ran.result.status == "suspended"
     assert ran.handled == []
-    decided = records_of(ran.log, ToolApprovalDecided)
+    decided = ran.records(ToolApprovalDecided)
     assert [(d.tool_call_id, d.decision.approved) for d in decided] == [("d1", False)]
     (suspension,) = records_of(ran.log, RunSuspendedRecord)
     assert isinstance(suspension, RunSuspendedRecord)
