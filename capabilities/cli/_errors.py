@@ -26,8 +26,8 @@ def _database_in_use(fields: Mapping[str, Any]) -> str:
     path = fields.get("path")
     where = f" {path}" if isinstance(path, str) and path else ""
     return (
-        f"the session database{where} is open in another process (one process uses it at a "
-        "time): try again once that one has ended"
+        f"the session database{where} is held for itself alone by another process (an older "
+        "version of effectagent): try again once that one has ended"
     )
 
 

@@ -2,7 +2,9 @@
 
 Input comes from the terminal line by line, read in a worker thread (the event loop never blocks
 on it). While no run is going, a line starts one; while a run is going, a line answers the
-approval it waits for, or else steers the run. SIGINT (Ctrl-C) interrupts the run going (it ends
+approval it waits for, or else steers the run. A run first holds its session's conversation (on
+SQLite): while a run of it goes in another process, none starts here — ``run`` exits 3
+(unavailable), a chat says so and goes on. SIGINT (Ctrl-C) interrupts the run going (it ends
 ``RunInterrupted``, everything so far kept in the log), and the session goes on; end of input
 (Ctrl-D) ends the session.
 """
@@ -17,6 +19,7 @@ import attrs
 import trio
 
 from capabilities.steering import Steering
+from capabilities.storage import ConversationInUse, SqliteConversationLog, StorageError
 from effectagent import Agent
 from effectagent.core import (
     TERMINAL_EVENTS,
@@ -34,7 +37,13 @@ from effectagent.effect import TaggedError
 from effectagent.engine import RunStream, Runtime
 
 from ._approval import ApprovalPrompt, SessionApproval
-from ._args import EXIT_COMPLETED, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUSPENDED
+from ._args import (
+    EXIT_COMPLETED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_SUSPENDED,
+    EXIT_UNAVAILABLE,
+)
 from ._commands import Command, add_usage, command_of, help_lines, message_of
 from ._console import Console, Styled, Text
 from ._errors import steering_rejection
@@ -280,8 +289,44 @@ class TerminalSession:
 
         Cancellation: as :meth:`run`.
         """
-        terminal: EventBase | None = None
         stream = self._runtime.stream(self._agent, text, conversation_id=self._conversation_id)
+        conversation_id = self._conversation_id
+        log = self._runtime.log
+        if conversation_id is None or not isinstance(log, SqliteConversationLog):
+            return await self._watch(stream)
+        # Hold the conversation before anything is written: a run of it going in another
+        # process (another ``chat`` or ``run`` of this session) refuses this one here.
+        try:
+            await log.claim(conversation_id, stream.run_id)
+        except ConversationInUse as busy:
+            self._say_in_use(busy)
+            return EXIT_UNAVAILABLE
+        except StorageError:
+            pass  # the run meets it itself, and says so
+        try:
+            return await self._watch(stream)
+        finally:
+            with trio.CancelScope(shield=True):  # (its terminal record let it go already)
+                await log.release(conversation_id, stream.run_id)
+
+    def _say_in_use(self, busy: ConversationInUse) -> None:
+        """The session's conversation has a run going elsewhere: say so, and what to do."""
+        what = f"session {self._named.name}" if self._named is not None else "this conversation"
+        self._timeline.close()
+        if self._answer_only or self._json:
+            self._screen.line(
+                f"effectagent: {what} has a run going {busy.where}: nothing was sent; wait for "
+                "that run to end, or use another --session"
+            )
+        else:
+            self._note(
+                f"{what} has a run going {busy.where}: your message was not sent; send it "
+                "again once that run has ended"
+            )
+
+    async def _watch(self, stream: RunStream) -> int:
+        """Run ``stream``, showing its events; its exit status. Cancellation: as :meth:`run`."""
+        terminal: EventBase | None = None
         async with stream as events, trio.open_nursery() as nursery:
             self._current = events
             if self._editor is not None:

@@ -3,29 +3,42 @@
 crash can lose.
 
 ``capabilities.sqlite_storage(path)`` opens the database and puts every persistent capability on
-it. Every error is a :class:`StorageError`. Those exported here are the ones opening a database
-meets that a person can act on: the path cannot be opened (:class:`CannotOpenDatabase`), what is
-there is unsafe to open (:class:`UnsafeDatabaseFile`), another process holds it
-(:class:`DatabaseInUse`), a newer effectagent wrote it (:class:`DatabaseTooNew`). A file that is
-not a database, or is another application's, is a ``StorageError`` that says so. Whatever fails
-later — a read, a write, a damaged or too-new record, a gap — is a ``StorageError`` too; in the
-Conversation Log it is also the engine's ``ConversationLogError``, which a run turns into a
-``StorageFailed`` ending.
+it. Processes share a database file: each opens it, their writes take turns (see
+``_database``), and a conversation's **lane** (``_lanes``) keeps two runs of it from going at once.
+
+Every error is a :class:`StorageError`. Those exported here are the ones a person can act on:
+the path cannot be opened (:class:`CannotOpenDatabase`), what is there is unsafe to open
+(:class:`UnsafeDatabaseFile`), a process of an older version holds it alone
+(:class:`DatabaseInUse`), a newer effectagent wrote it (:class:`DatabaseTooNew`), another
+process kept the write lock longer than a write waits (:class:`DatabaseBusy`), a conversation
+has a run going elsewhere (:class:`ConversationInUse`), a run lost its conversation's lane to
+another (:class:`LaneLost`). A file that is not a database, or is another application's, is a
+``StorageError`` that says so. Whatever fails later — a read, a write, a damaged or too-new
+record, a gap — is a ``StorageError`` too; in the Conversation Log it is also the engine's
+``ConversationLogError``, which a run turns into a ``StorageFailed`` ending.
 """
 
 from ._database import SqliteDatabase as SqliteDatabase
 from ._database import Synchronous as Synchronous
 from ._errors import CannotOpenDatabase as CannotOpenDatabase
+from ._errors import ConversationInUse as ConversationInUse
+from ._errors import DatabaseBusy as DatabaseBusy
 from ._errors import DatabaseInUse as DatabaseInUse
 from ._errors import DatabaseTooNew as DatabaseTooNew
+from ._errors import LaneLost as LaneLost
 from ._errors import StorageError as StorageError
 from ._errors import UnsafeDatabaseFile as UnsafeDatabaseFile
 from ._layers import SqliteDatabaseService as SqliteDatabaseService
+from ._log import SqliteConversationLog as SqliteConversationLog
 
 __all__ = [
     "CannotOpenDatabase",
+    "ConversationInUse",
+    "DatabaseBusy",
     "DatabaseInUse",
     "DatabaseTooNew",
+    "LaneLost",
+    "SqliteConversationLog",
     "SqliteDatabase",
     "SqliteDatabaseService",
     "StorageError",

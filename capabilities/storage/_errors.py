@@ -239,15 +239,18 @@ class ConversationInUse(StorageError, ConversationLogError):
     seq = None
     is_retryable = True
 
+    @property
+    def where(self) -> str:
+        """Where the run that holds it goes: "in another process (process 1234)", or "in this
+        process"."""
+        if not self.elsewhere:
+            return "in this process"
+        return f"in another process ({_process_of(self.holder)})"
+
     def __str__(self) -> str:
-        where = (
-            f"in another process ({_process_of(self.holder)})"
-            if self.elsewhere
-            else "in this process"
-        )
         return (
-            f"conversation {self.conversation_id} has a run going {where}: nothing was written "
-            "to it; wait for that run to end"
+            f"conversation {self.conversation_id} has a run going {self.where}: nothing was "
+            "written to it; wait for that run to end"
         )
 
 
