@@ -119,8 +119,9 @@ class ToolDefect:
 class ToolUnknownOutcome:
     """A call whose side effect may or may not have happened: its handler raised
     ``effectagent.ai.OutcomeUnknown`` (a remote server went away after the request may have been
-    sent, or stopped answering). The durable deployment classes, not built yet, will also settle a
-    prepared call whose settlement was never recorded this way on recovery."""
+    sent, or stopped answering) — or its run was resumed from its records (``Runtime.resume``)
+    with the call prepared and never settled, and its tool is neither idempotent nor bound with a
+    reconcile function that could tell (or that function said it cannot tell)."""
 
     tool_call_id: str
     tool_name: str

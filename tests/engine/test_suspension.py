@@ -35,6 +35,8 @@ from effectagent.engine import (
     ApprovalService,
     ApprovalSuspended,
     InMemoryConversationLog,
+    InMemoryStepStore,
+    LogRetention,
     RunEnding,
     RunInfo,
     RunObserversService,
@@ -345,3 +347,38 @@ async def test_a_batch_without_approvals_runs_as_it_would_without_a_suspending_a
         result = await rt.run(AGENT, "Note a.")
     assert result.status == "completed"
     assert result.outcomes == (ToolSuccess("call_0", "note", "noted"),)
+
+
+async def test_a_suspended_runs_conversation_is_kept_by_the_in_memory_log_and_its_steps_too(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    recorded: list[int] = []
+
+    async def note(params: Note, call: ToolCallContext) -> str:
+        async def write() -> str:
+            await trio.lowlevel.checkpoint()
+            return "noted"
+
+        result = await call.step("write", 1, write)
+        assert isinstance(call.steps, InMemoryStepStore)
+        stores.append(call.steps)
+        return result
+
+    stores: list[InMemoryStepStore] = []
+    log = InMemoryConversationLog(LogRetention(max_conversations=1))
+    model = ScriptedModel([Turn.tool_calls(("note", {"text": "a"})), BATCH, Turn.text("Other.")])
+    layer = (
+        AGENT.toolkit.handlers({"wire": Bank().wire, "note": note})
+        + model.as_layer()
+        + Layer.succeed(ApprovalService, Later())
+        + log_layer(log)
+    )
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        first = await runtime.run(AGENT, "Note, then pay.", conversation_id=CONV, create=True)
+        assert first.status == "suspended"
+        other = await runtime.run(AGENT, "Something else.")  # a second conversation, past the cap
+        assert other.status == "completed"
+        assert list(await log.entries(CONV))  # the suspended run's conversation was not evicted
+        assert stores[0].runs == 1  # nor its steps' results
+        recorded.append(len(list(await log.entries(other.conversation_id))))
+    assert recorded == [0]  # the idle one was evicted instead
