@@ -39,7 +39,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
-from typing import Any, final
+from typing import Any, Final, final
 
 import trio
 
@@ -55,6 +55,7 @@ from effectagent.engine import (
 
 from .._ids import new_id
 from .._logging import log_debug, log_warning
+from ..steering import SteeringService
 from ..steering._layers import sqlite_steering
 from ..storage import SqliteDatabase, SqliteDatabaseService
 from ..storage._codec import RecordCodec
@@ -76,6 +77,15 @@ __all__ = ["DurableWorker"]
 def _worker_id() -> str:
     return f"pid-{os.getpid()}-{socket.gethostname()}-{new_id('w')[2:10]}"
 
+
+#: What a worker provides its runtime itself; an application's layer must not.
+_PROVIDED: Final = (
+    ConversationLogService,
+    SteeringInboxService,
+    SteeringService,
+    StepStoreService,
+    SqliteDatabaseService,
+)
 
 #: The claim the current task serves: set around each claim's work, so that a run's every append
 #: and durable step — its tool calls run in copies of its context — is fenced by its own claim,
@@ -144,9 +154,11 @@ class DurableWorker:
     """Runs admitted submissions (see the module notes).
 
     ``layer`` provides what the agents need (the model, tool handlers, …) except what the
-    worker provides itself: the Conversation Log (fenced), the steering inbox (ordinary
-    steering plus joined submissions), durable steps' store, and — unless ``layer`` has one —
-    approval (:class:`DurableApproval`: a decision not made at once suspends the run).
+    worker provides itself — the database, the Conversation Log (fenced), steering (ordinary
+    steering plus joined submissions), durable steps' store — which it may require (agent
+    state, say); a layer that provides one of those is refused (``ValueError``). Unless
+    ``layer`` provides approval, the worker's is :class:`DurableApproval` (a decision not made
+    at once suspends the run).
     ``agents`` is the registry by name (a mapping, or agents named by their ``name``).
     ``approval_policy`` decides approvals first when given (see :class:`DurableApproval`).
     """
@@ -183,6 +195,12 @@ class DurableWorker:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.database = database
+        taken = sorted(key.name for key in _PROVIDED if key in layer.provides)
+        if taken:
+            raise ValueError(
+                f"the worker's layer provides {', '.join(taken)}, which the worker provides "
+                "itself (its fenced log, its steering and steps on its database): leave them out"
+            )
         self._layer = layer
         self._agents: dict[str, Agent[Any]] = (
             dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents}
@@ -260,7 +278,9 @@ class DurableWorker:
                     ApprovalService, DurableApproval(self._approval_policy), name="durable_approval"
                 )
             )
-        return merge(self._layer, *services).provide_merge(database)
+        # The application's layer may build on what the worker provides (agent state over the
+        # fenced log, say), and wins for what it provides itself (approval).
+        return self._layer.provide_merge(merge(*services).provide_merge(database))
 
     # ---- the loop ----------------------------------------------------------------------------------
 

@@ -16,9 +16,13 @@ from capabilities.durable._model import MAX_MESSAGE_BYTES, RetryPolicy, WorkerOp
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._serve import Serving
 from capabilities.durable._worker import _SERVING, DurableWorker, _FencedLog
+from capabilities.state import AgentStateService
+from capabilities.state._layers import sqlite_state
 from capabilities.storage._errors import LaneLost
 from effectagent.ai import AuthenticationFailed, ModelRequest, UserMessage
 from effectagent.core import Agent, RunCompletedRecord, RunFailedRecord
+from effectagent.effect import Layer
+from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.testing import FunctionModel, Turn
 
 from .helpers import Clock, HandWorker, database, rows
@@ -409,3 +413,21 @@ async def test_each_append_is_fenced_by_the_claim_of_the_run_that_makes_it(
         await _submit(q, "c", "next", key="n")
         assert await hand.claim(exclude=("c",)) == []
         assert len(await hand.claim()) == 1
+
+
+async def test_the_application_s_layer_builds_on_the_worker_s_services_and_may_not_replace_them(
+    tmp_path: Path,
+) -> None:
+
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db)
+        submission_id = await _submit(q, "c", "m")
+        # agent state needs the database and the Conversation Log: the worker's are given to it
+        layer = echo_model() + sqlite_state()
+        assert AgentStateService in layer.provides
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [AGENT], options=FAST).run(until_idle=True)
+        assert (await q.status(submission_id)).status == "completed"
+        unfenced = Layer.succeed(ConversationLogService, InMemoryConversationLog())
+        with pytest.raises(ValueError, match=r"effectagent\.ConversationLog"):
+            DurableWorker(db, echo_model() + unfenced, [AGENT])
