@@ -12,6 +12,7 @@ import pytest
 from capabilities.durable._queue import DurableQueue
 from capabilities.storage._errors import LaneLost
 from capabilities.storage._lanes import read_lane
+from effectagent.core import RunSuspendedRecord
 
 from .helpers import Clock, HandWorker, database, rows
 
@@ -233,3 +234,78 @@ async def test_explain_a_submission_that_never_ran(tmp_path: Path) -> None:
             "after-admission",
             "run",
         )
+
+
+async def test_a_suspended_or_dead_submission_is_aborted_in_its_log_and_frees_its_conversation(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        suspended, dead, behind = [await _one(q, key=k) for k in ("1", "2", "3")]
+        worker = HandWorker(db, clock)
+        [first] = await worker.claim()
+        await worker.start(first)
+        await worker.respond(first, ("call-1", "transfer"))
+        await worker.append(
+            first,
+            [
+                RunSuspendedRecord(
+                    conversation_id="c",
+                    run_id=first.submission.run_id,
+                    turn=1,
+                    tool_call_ids=("call-1",),
+                    reason="waiting",
+                    at=1.0,
+                )
+            ],
+        )
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET status = 'suspended' WHERE submission_id = ?", (suspended,)
+            )
+        )
+        await db.write(lambda conn: conn.execute("UPDATE lanes SET worker_id = NULL"))
+        assert await worker.claim() == []  # the suspended head holds its conversation's FIFO
+        after = await q.abort(suspended, author="ops", reason="no decision is coming")
+        assert (after.status, after.seq) == ("aborted", 5)
+        [second] = await worker.claim()
+        assert second.submission.submission_id == dead
+        await worker.start(second)
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET status = 'dead' WHERE submission_id = ?", (dead,)
+            )
+        )
+        await db.write(lambda conn: conn.execute("UPDATE lanes SET worker_id = NULL"))
+        assert await worker.claim() == []  # a dead head holds it too, until retried or aborted
+        after = await q.abort(dead, author="ops", reason="give up")
+        assert after.status == "aborted"
+        [third] = await worker.claim()
+        assert third.submission.submission_id == behind
+        assert await q.verify("c") == ()
+
+
+async def test_a_joining_submission_s_abort_waits_for_the_run_it_was_handed_to(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        head = await _one(q, key="1")
+        joining = await _one(q, key="2", mode="join")
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        await db.write(
+            lambda conn: conn.execute(
+                "UPDATE submissions SET status = 'joining', joined_into = ? "
+                "WHERE submission_id = ?",
+                (head, joining),
+            )
+        )
+        after = await q.abort(joining, author="ops", reason="never mind")
+        assert (after.status, after.settlement) == ("joining", None)  # the run may take it yet
+        await worker.run_to_completion(claimed)  # … it did not
+        found = await q.status(joining)
+        assert (found.status, found.settlement) == ("aborted", "final")
+        assert await q.verify("c") == ()
