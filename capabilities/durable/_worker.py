@@ -20,9 +20,9 @@ One :class:`DurableWorker` per process (any number of processes per database). I
 4. **Keep.** Every third of the lease (at most every ``poll_interval``) it renews its leases in
    one transaction (and, at its start and every minute at most, logs a warning line for each
    submission not settled ``overdue_after`` seconds after its admission); a lane it no longer
-   holds — its lease ran out and another worker took it, or
-   an abort or a decision took it — has its run cancelled *without settling* (the new holder
-   settles). The same tick hands input to join (mode ``"join"``) to the runs going.
+   holds — its lease ran out and another worker took it, or an abort or a decision took it —
+   has its run cancelled *without settling* (the new holder settles). The same tick hands
+   input to join (mode ``"join"``) to the runs going.
 
 Stopping (the caller cancels :meth:`DurableWorker.run`): the worker first lets every lane it
 holds go, the submissions back to the queue (so its runs' interruptions cannot be recorded:
@@ -46,6 +46,7 @@ import trio
 from effectagent.core import Agent, LogEntry, Record
 from effectagent.effect import Context, Layer, Scope, merge
 from effectagent.engine import (
+    Approval,
     ApprovalService,
     ConversationLogService,
     SteeringInboxService,
@@ -161,6 +162,9 @@ class DurableWorker:
     at once suspends the run).
     ``agents`` is the registry by name (a mapping, or agents named by their ``name``).
     ``approval_policy`` decides approvals first when given (see :class:`DurableApproval`).
+    ``secrets`` are redacted from everything the runs record (as ``open_runtime``'s);
+    ``worker_id`` names the worker in the lanes it holds (default ``pid-<pid>-<host>-<random>``);
+    ``clock`` gives the wall-clock time leases are measured in.
     """
 
     __slots__ = (
@@ -189,7 +193,7 @@ class DurableWorker:
         agents: Mapping[str, Agent[Any]] | Iterable[Agent[Any]],
         *,
         options: WorkerOptions | None = None,
-        approval_policy: Any = None,
+        approval_policy: Approval | None = None,
         secrets: Sequence[str] = (),
         worker_id: str | None = None,
         clock: Callable[[], float] = time.time,
@@ -223,7 +227,8 @@ class DurableWorker:
 
     @property
     def held(self) -> tuple[Lane, ...]:
-        """The lanes this worker holds right now."""
+        """The lanes of the claims this worker serves right now (a lane it lost stays here until
+        its run has stopped)."""
         return tuple(s.lane for s in self._serving.values())
 
     @staticmethod
@@ -387,8 +392,8 @@ class DurableWorker:
                 error=type(exc).__name__,
             )
         finally:
-            # A claim of the conversation's next submission may have replaced this one already
-            # (this one's lane was released by its last write): leave that one alone.
+            # A claim that failed to settle keeps its lane in the table until its lease runs
+            # out (no longer renewed from here): then a worker recovers it.
             conversation_id = claimed.lane.conversation_id
             if self._serving.get(conversation_id) is serving:
                 self._inbox.withdraw(conversation_id)
