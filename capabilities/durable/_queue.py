@@ -238,7 +238,8 @@ class DurableQueue:
         its run's log, bound to the call's recorded request. Once every call of the batch has
         one, the submission waits for a worker again, which resumes its run from the log without
         calling the model. Returns the ledger row and the calls still waiting for a decision.
-        Raises :class:`NoPendingApproval` for a call that waits for none.
+        Raises :class:`NoPendingApproval` for a call that waits for none. ``author`` and
+        ``reason`` are recorded as given (the queue knows no secrets: keep them out).
 
         Cancellation: all or nothing, as :meth:`submit`.
         """
