@@ -20,6 +20,7 @@ answers None, as for an input never accepted here).
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
@@ -254,11 +255,12 @@ class SqliteJournal:
     async def waiting(
         self, conversation_ids: Sequence[str]
     ) -> Mapping[str, Sequence[tuple[SteeringInput, int]]]:
-        """Input queued for the runs this database runs in ``conversation_ids`` (under the
-        epoch of the lane it holds for each), with their positions, in FIFO order.
+        """Input queued for the runs going in this process in ``conversation_ids`` (under the
+        epoch of the lane a holder of this process — ``pid-<pid>-…``: its plain runs' database,
+        or a durable worker — holds for each), with their positions, in FIFO order.
 
         Cancellation: a checkpoint before reading; nothing changes."""
-        holder = self.database.holder_id
+        holders = f"pid-{os.getpid()}-%"
         ids = tuple(conversation_ids)
 
         def read(conn: sqlite3.Connection) -> dict[str, list[tuple[SteeringInput, int]]]:
@@ -268,8 +270,8 @@ class SqliteJournal:
                 "SELECT s.conversation_id, s.input_id, s.kind, s.text, s.author, s.at, s.position "
                 "FROM steering_inputs s JOIN lanes l ON l.conversation_id = s.conversation_id "
                 f"WHERE s.conversation_id IN ({marks}) AND s.status = 'queued' "
-                "AND l.worker_id = ? AND s.epoch = l.epoch ORDER BY s.position",
-                (*ids, holder),
+                "AND l.worker_id LIKE ? AND s.epoch = l.epoch ORDER BY s.position",
+                (*ids, holders),
             ).fetchall()
             for conversation_id, input_id, kind, text, author, at, position in rows:
                 item = SteeringInput(input_id, kind, text or "", author, at)

@@ -18,7 +18,11 @@ While a hold lasts, a task of the process renews its lease (every third of it: 1
 default 30 s lease); a process that is killed stops renewing, and its holds free themselves when
 their leases run out — then the next run's claim takes the lane over (the next epoch), and the
 killed run's late appends, had it any, would be refused. An append of records of no run of ours
-(and no start) is only checked: refused while another holder's lease is live.
+that neither starts nor ends one is only checked: refused while a holder in another process has a
+live lease (a durable worker of this process, whose run's agent state is written through an
+unfenced log, holds its lanes under a worker ID of its own: ``pid-<this pid>-…``); one that ends
+a run not held here is refused while anyone's lease is live (a run refused at its start never
+writes its failure).
 
 A run can also claim its lane before it writes anything (:meth:`RunHolds.claim`, used by
 ``SqliteConversationLog.claim``), so that a second run is refused before it starts; its first
@@ -165,7 +169,8 @@ def decide(
         holder = lane.worker_id or ""
         if holder == me and lane.attempt_id is not None and lane.attempt_id in shape.runs:
             return Proceed()  # claimed for this run by an append of the same transaction
-        if shape.starts is not None or holder != me:
+        ours = holder == me or same_process(holder)
+        if not ours or shape.starts is not None or shape.ends is not None:
             return Refuse(
                 ConversationInUse(conversation_id, holder, elsewhere=not same_process(holder))
             )

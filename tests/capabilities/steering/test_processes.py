@@ -4,6 +4,7 @@ run goes, and expires when the run ends without taking it."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,12 +21,13 @@ from capabilities.steering import _inbox as inbox_module
 from capabilities.steering._inbox import ConversationInbox
 from capabilities.steering._journal import SqliteJournal
 from capabilities.storage._database import open_database
+from capabilities.storage._lanes import Lanes
 from capabilities.storage._log import SqliteConversationLog
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import UserMessage
 from effectagent.core import LogEntry, ModelResponseRecorded, ToolCallSettled, UserInputRecorded
 from effectagent.effect import Layer
-from effectagent.engine import Runtime
+from effectagent.engine import Runtime, SteeringInput
 from effectagent.testing import ScriptedModel, Turn
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -213,3 +215,21 @@ async def test_steering_from_another_process_reaches_the_run_at_its_next_turn(
     assert kinds[at + 1][0] == "ModelResponseRecorded"  # ... before the next response
     assert isinstance(entries[at + 1].record, ModelResponseRecorded)
     assert entries[at].seq == status.seq
+
+
+async def test_input_waits_for_runs_whose_lane_a_holder_of_this_process_holds(
+    tmp_path: Path,
+) -> None:
+    """A durable worker holds its lanes under a worker ID of its own; input admitted for its run
+    is found in this process all the same — and never for a lane another process holds."""
+    async with open_database(tmp_path / "w.db") as database:
+        ours = Lanes(database, worker_id=f"pid-{os.getpid()}-host-worker")
+        theirs = Lanes(database, worker_id="pid-999999999-host-worker")
+        await ours.claim("mine")
+        await theirs.claim("yours")
+        journal = SqliteJournal(database)
+        for conversation in ("mine", "yours"):
+            item = SteeringInput(f"in-{conversation}", "steering", "hi", "bo", 1.0)
+            assert await journal.admit_elsewhere(conversation, item, SteeringLimits()) == 1
+        found = await journal.waiting(["mine", "yours"])
+    assert {c: [(i.input_id, p) for i, p in found[c]] for c in found} == {"mine": [("in-mine", 1)]}

@@ -69,6 +69,7 @@ def test_the_shape_of_an_append() -> None:
 
 
 ME, OTHER = f"pid-{os.getpid()}-me", "pid-999999999-other"
+WORKER = f"pid-{os.getpid()}-host-worker"  # a durable worker of this process
 START, GOING, END = (
     AppendShape(frozenset({"r1"}), "r1"),
     AppendShape(frozenset({"r1"})),
@@ -86,6 +87,9 @@ START, GOING, END = (
         (_lane(2, OTHER, "x", 50), None, GOING, "in use elsewhere"),
         (_lane(2, ME, "x", 50), None, START, "in use here"),  # another run of ours
         (_lane(2, ME, "x", 50), None, GOING, Proceed()),  # a durable run's state write
+        (_lane(2, WORKER, "x", 50), None, GOING, Proceed()),  # ... its worker's lane
+        (_lane(2, WORKER, "x", 50), None, START, "in use here"),
+        (_lane(2, WORKER, "x", 50), None, END, "in use here"),  # a refused run's failure
         (_lane(2, ME, "r1", 50), None, GOING, Proceed()),  # claimed in this very transaction
         (_lane(2, ME, "r1", 50), Held("r1", 2), GOING, Proceed()),
         (_lane(2, ME, "r1", 5), Held("r1", 2), GOING, Proceed()),  # ran out, not taken over
