@@ -93,52 +93,63 @@ def abort(
     if submission.settlement == "final" or submission.status == "joining":
         return submission
     conversation_id = submission.conversation_id
-    lane = take(conn, conversation_id, abort_id, now)
-    epoch = lane.epoch
     diagnostic = bounded_diagnostic("Aborted", f"aborted by {author}: {reason}")
     base_seq = _base_seq(conn, submission_id)
-    seq: int | None = None
-    absorbed: frozenset[str] = frozenset()
-    if base_seq is not None:
-        folder, _ = fold_run(
-            conn, conversation_id, submission.run_id, base_seq, _joining(conn, submission_id)
+    if base_seq is None:  # never claimed: nothing of it is in the log, and no lane is touched
+        finalize(conn, None, submission_id, "aborted", seq=None, diagnostic=diagnostic, now=now)
+        audit(
+            conn,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=None,
+            now=now,
+            kind="abort",
+            detail={"abort_id": abort_id, "settled": "aborted", "recorded": False},
         )
-        absorbed = folder.absorbed
-        if folder.terminal_seq is not None:
-            facts = folder.facts()
-            assert facts.terminal is not None
-            status = settled_status(facts.terminal)
-            finalize(
-                conn,
-                None,
-                submission_id,
-                status,
-                seq=folder.terminal_seq,
-                diagnostic=None if status == "completed" else diagnostic,
-                now=now,
-                absorbed=absorbed,
-            )
-            audit(
-                conn,
-                submission_id=submission_id,
-                conversation_id=conversation_id,
-                epoch=epoch,
-                now=now,
-                kind="abort",
-                detail={"abort_id": abort_id, "settled": status, "why": "its run had ended"},
-            )
-            release(conn, lane)
-            return _require(conn, submission_id)
-        if folder.facts().records:
-            record = RunFailedRecord(
-                conversation_id=conversation_id,
-                run_id=submission.run_id,
-                error=None,
-                reason=ABORTED_REASON,
-                at=now,
-            )
-            reserve(conn, None, submission_id, "aborted", diagnostic)
-            seq = append_work(conversation_id, [record])(conn)
+        return _require(conn, submission_id)
+    # Claimed once, so its conversation's FIFO head: whoever holds the lane runs it.
+    lane = take(conn, conversation_id, abort_id, now)
+    epoch = lane.epoch
+    seq: int | None = None
+    folder, _ = fold_run(
+        conn, conversation_id, submission.run_id, base_seq, _joining(conn, submission_id)
+    )
+    absorbed = folder.absorbed
+    if folder.terminal_seq is not None:
+        facts = folder.facts()
+        assert facts.terminal is not None
+        status = settled_status(facts.terminal)
+        finalize(
+            conn,
+            None,
+            submission_id,
+            status,
+            seq=folder.terminal_seq,
+            diagnostic=None if status == "completed" else diagnostic,
+            now=now,
+            absorbed=absorbed,
+        )
+        audit(
+            conn,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=epoch,
+            now=now,
+            kind="abort",
+            detail={"abort_id": abort_id, "settled": status, "why": "its run had ended"},
+        )
+        release(conn, lane)
+        return _require(conn, submission_id)
+    if folder.facts().records:
+        record = RunFailedRecord(
+            conversation_id=conversation_id,
+            run_id=submission.run_id,
+            error=None,
+            reason=ABORTED_REASON,
+            at=now,
+        )
+        reserve(conn, None, submission_id, "aborted", diagnostic)
+        seq = append_work(conversation_id, [record])(conn)
     finalize(
         conn,
         None,

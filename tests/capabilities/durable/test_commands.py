@@ -309,3 +309,22 @@ async def test_a_joining_submission_s_abort_waits_for_the_run_it_was_handed_to(
         found = await q.status(joining)
         assert (found.status, found.settlement) == ("aborted", "final")
         assert await q.verify("c") == ()
+
+
+async def test_aborting_a_submission_behind_the_head_leaves_the_run_going_alone(
+    tmp_path: Path,
+) -> None:
+    clock = Clock()
+    async with database(tmp_path / "d.db") as db:
+        q = DurableQueue(db, clock=clock)
+        await _one(q, key="1")
+        behind = await _one(q, key="2")
+        worker = HandWorker(db, clock)
+        [head] = await worker.claim()
+        await worker.start(head)
+        after = await q.abort(behind, author="ops", reason="not this one")
+        assert (after.status, after.seq) == ("aborted", None)
+        await worker.respond(head)  # the head's worker still holds its lane
+        seq = await worker.complete(head)
+        assert await worker.settle(head, "completed", seq)
+        assert await q.verify("c") == ()
