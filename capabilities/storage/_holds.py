@@ -50,7 +50,6 @@ from ._lanes import (
     DEFAULT_LEASE,
     Lane,
     LaneState,
-    claim_decision,
     claim_lane,
     read_lane,
     release_lane,
@@ -185,7 +184,7 @@ class RunHolds:
     """The lanes one :class:`SqliteDatabase` holds for its plain runs, and the task renewing
     them (see the module notes). ``clock`` gives wall-clock seconds."""
 
-    __slots__ = ("_closed", "_renewing", "_wake", "clock", "database", "held", "lease")
+    __slots__ = ("_closed", "_lost", "_renewing", "_wake", "clock", "database", "held", "lease")
 
     def __init__(
         self,
@@ -201,6 +200,9 @@ class RunHolds:
         self.clock = clock
         #: Conversation → the hold of this database's run on it.
         self.held: dict[str, Held] = {}
+        # Holds found taken over or released by a renewal: kept in ``held`` (their runs' next
+        # appends must be refused, not claim again), but not renewed any more.
+        self._lost: set[str] = set()
         self._renewing = False
         self._closed = False
         self._wake = trio.Event()
@@ -294,17 +296,14 @@ class RunHolds:
         Cancellation: all or nothing (one write)."""
         known = self.held.get(conversation_id)
         if known is not None:
+            await trio.lowlevel.checkpoint()
             if known.run_id == run_id:
                 return
             raise ConversationInUse(conversation_id, self.database.holder_id, elsewhere=False)
         me, now, lease = self.database.holder_id, self.clock(), self.lease
 
         def work(conn: sqlite3.Connection) -> Held:
-            current = read_lane(conn, conversation_id)
-            decided = claim_decision(current, worker_id=me, attempt_id=run_id, now=now)
-            if isinstance(decided, ConversationInUse):
-                raise decided
-            lane = claim_lane(
+            lane = claim_lane(  # raises ConversationInUse while another holder's lease is live
                 conn, conversation_id, worker_id=me, attempt_id=run_id, now=now, lease=lease
             )
             return Held(run_id, lane.epoch)
@@ -338,7 +337,7 @@ class RunHolds:
                     await self._wake.wait()
                 if not self._wanted():
                     break
-                if self.clock() - last < every:  # a mock clock ran ahead of the wall clock
+                if self.clock() - last < every * 0.9:  # a mock clock ran ahead of the wall one
                     continue
                 last = self.clock()
                 await self._renew(last)
@@ -354,7 +353,10 @@ class RunHolds:
         return bool(self.held) and not self._closed
 
     async def _renew(self, now: float) -> None:
-        holds = dict(self.held)
+        self._lost &= set(self.held)
+        holds = {c: held for c, held in self.held.items() if c not in self._lost}
+        if not holds:
+            return
         me, lease = self.database.holder_id, self.lease
 
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -369,7 +371,8 @@ class RunHolds:
                     lost.append(conversation_id)
             return lost
 
-        for conversation_id in await self.database.write(work, weight=max(1, len(holds))):
+        for conversation_id in await self.database.write(work, weight=len(holds)):
+            self._lost.add(conversation_id)
             log_warning("a run lost its conversation's lane", conversation_id=conversation_id)
 
     async def aclose(self) -> None:

@@ -319,3 +319,21 @@ async def test_another_process_run_is_named_and_its_hold_expires_with_its_lease_
             lane = await _database(runtime).lanes.current("c")
             assert lane is not None
             assert lane.epoch == 2
+
+
+async def test_a_hold_a_renewal_finds_taken_over_is_renewed_no_more_and_still_refuses(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lost.db"
+    async with open_database(path) as one, open_database(path) as two:
+        first, second = SqliteConversationLog(one), SqliteConversationLog(two)
+        await first.append("c", [_said("r1")])
+        two.holds.clock = lambda: time.time() + DEFAULT_LEASE + 1  # r1's lease ran out
+        await second.append("c", [_said("r2")])  # taken over
+        await one.holds._renew(time.time())
+        batches = one.writer.batches
+        await one.holds._renew(time.time())  # lost: nothing more to renew, nothing written
+        assert one.writer.batches == batches
+        with pytest.raises(LaneLost, match="taken over"):  # never claimed again by a late append
+            await first.append("c", [_said("r1", "steering")])
+        assert [getattr(e.record, "run_id", "") for e in await second.entries("c")] == ["r1", "r2"]
