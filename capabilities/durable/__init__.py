@@ -33,9 +33,9 @@ and dead (retry budget spent) on the way.
 from ._approval import DurableApproval as DurableApproval
 from ._classifier import CRASH_POINTS as CRASH_POINTS
 from ._classifier import CrashPoint as CrashPoint
-from ._classifier import Decision as Decision
 from ._classifier import LedgerFacts as LedgerFacts
 from ._classifier import LogFacts as LogFacts
+from ._classifier import RecoveryDecision as RecoveryDecision
 from ._classifier import classify as classify
 from ._failpoints import FAILPOINT_ENV as FAILPOINT_ENV
 from ._failpoints import failpoint as failpoint
@@ -47,7 +47,7 @@ from ._model import Mode as Mode
 from ._model import NoPendingApproval as NoPendingApproval
 from ._model import NotDeadLettered as NotDeadLettered
 from ._model import Receipt as Receipt
-from ._model import RetryPolicy as RetryPolicy
+from ._model import RetryBudget as RetryBudget
 from ._model import Submission as Submission
 from ._model import SubmissionNotFound as SubmissionNotFound
 from ._model import SubmissionStatus as SubmissionStatus
@@ -66,7 +66,7 @@ __all__ = [
     "AgentNotFound",
     "AuditRow",
     "CrashPoint",
-    "Decision",
+    "RecoveryDecision",
     "Diagnostic",
     "DurableApproval",
     "DurableError",
@@ -81,7 +81,7 @@ __all__ = [
     "NotDeadLettered",
     "Quarantined",
     "Receipt",
-    "RetryPolicy",
+    "RetryBudget",
     "SqliteStepStore",
     "Submission",
     "SubmissionNotFound",

@@ -4,7 +4,7 @@ A submission's durable boundaries, in the order a run crosses them, are the **cr
 (:data:`CRASH_POINTS`); a worker process may die between any two. After a crash, a worker
 claims the conversation's lane with a higher epoch, reads the submission's ledger row
 (:class:`LedgerFacts`) and its run's records in the log (:class:`LogFacts`), and
-:func:`classify` names the last boundary crossed and the one :class:`Decision` that carries the
+:func:`classify` names the last boundary crossed and the one :class:`RecoveryDecision` that carries the
 submission on from there. The same function decides for a submission claimed the first time: it
 is the crash point ``after-admission``.
 
@@ -47,14 +47,14 @@ from typing import Final, Literal
 
 import attrs
 
-from ._model import RetryPolicy, SettledStatus, SubmissionStatus
+from ._model import RetryBudget, SettledStatus, SubmissionStatus
 
 __all__ = [
     "CRASH_POINTS",
     "Action",
     "CallFate",
     "CrashPoint",
-    "Decision",
+    "RecoveryDecision",
     "Durability",
     "LedgerFacts",
     "LogFacts",
@@ -193,7 +193,7 @@ class LogFacts:
 
 
 @attrs.frozen
-class Decision:
+class RecoveryDecision:
     """The classifier's answer: the last boundary crossed, what to do, the settlement it leads
     to (for ``settle``/``finalize``/``append``/``join``), why — a sentence for the audit row —
     and, for ``resume``, what becomes of each unsettled call (``calls``: (call ID, tool, fate))."""
@@ -225,40 +225,40 @@ def _carry_on(
     action: Literal["run", "resume"],
     reason: str,
     ledger: LedgerFacts,
-    retry: RetryPolicy,
+    retry: RetryBudget,
     calls: tuple[tuple[str, str, CallFate], ...] = (),
-) -> Decision:
+) -> RecoveryDecision:
     """Run or resume — unless the agent is unknown here or the budget is spent."""
     if not ledger.agent_known:
-        return Decision(
+        return RecoveryDecision(
             point, "append", "its agent is not in this worker's registry: it fails", "failed"
         )
     if ledger.attempts > retry.max_attempts:
-        return Decision(
+        return RecoveryDecision(
             point,
             "dead",
             f"its retry budget of {retry.max_attempts} attempts is spent: dead-lettered",
         )
-    return Decision(point, action, reason, calls=calls)
+    return RecoveryDecision(point, action, reason, calls=calls)
 
 
 def classify(
     ledger: LedgerFacts | None,
     log: LogFacts,
     *,
-    retry: RetryPolicy,
+    retry: RetryBudget,
     tools: Mapping[str, Durability] | None = None,
-) -> Decision:
+) -> RecoveryDecision:
     """The decision for a submission (see the module notes for the table). ``ledger`` None: no
     row (never admitted). ``tools`` says how each of the agent's tools may be carried across a
     crash (for the fates of unsettled calls). Pure and total: every combination of facts gets
     a decision."""
     if ledger is None:
-        return Decision("before-admission", "nothing", "it was never admitted")
+        return RecoveryDecision("before-admission", "nothing", "it was never admitted")
     if ledger.settlement == "final":
-        return Decision("after-finalize", "nothing", "it is settled", ledger.reserved)
+        return RecoveryDecision("after-finalize", "nothing", "it is settled", ledger.reserved)
     if log.undecodable is not None:
-        return Decision(
+        return RecoveryDecision(
             "after-run-start",
             "quarantine",
             f"record {log.undecodable} of its conversation cannot be read: the conversation is "
@@ -267,14 +267,14 @@ def classify(
     if log.terminal is not None:
         outcome = settled_status(log.terminal)
         if ledger.settlement == "reserved":
-            return Decision(
+            return RecoveryDecision(
                 "after-append", "finalize", "its outcome is reserved and recorded", outcome
             )
-        return Decision(
+        return RecoveryDecision(
             "after-terminal-record", "settle", "its run's terminal record is in the log", outcome
         )
     if ledger.settlement == "reserved":
-        return Decision(
+        return RecoveryDecision(
             "after-reserve",
             "append",
             "its outcome is reserved but not recorded yet",
@@ -282,8 +282,10 @@ def classify(
         )
     if ledger.status == "joining":
         if log.absorbed:
-            return Decision("after-join", "join", "another run recorded its input", "joined")
-        return Decision(
+            return RecoveryDecision(
+                "after-join", "join", "another run recorded its input", "joined"
+            )
+        return RecoveryDecision(
             "joining-not-recorded", "requeue", "no run recorded its input: it waits for its own"
         )
     if log.records == 0:
@@ -294,7 +296,7 @@ def classify(
         )
     if log.suspended:
         if log.undecided:
-            return Decision(
+            return RecoveryDecision(
                 "after-suspend",
                 "suspend",
                 f"its run waits for {log.undecided} approval decision(s)",

@@ -28,7 +28,7 @@ __all__ = [
     "NotDeadLettered",
     "NoPendingApproval",
     "Receipt",
-    "RetryPolicy",
+    "RetryBudget",
     "SettledStatus",
     "Submission",
     "SubmissionNotFound",
@@ -163,7 +163,7 @@ class Submission:
 
 
 @attrs.frozen
-class RetryPolicy:
+class RetryBudget:
     """How often a submission is tried, and how long it waits between tries.
 
     A claim is an attempt; once ``max_attempts`` claims ended without a settlement (the worker
@@ -212,7 +212,7 @@ class WorkerOptions:
     * ``poll_interval`` — how often it looks for work, expired lanes, aborts and input to join
       (SQLite has no wake-up across processes: another process's submission or abort reaches
       it within this interval; its own are seen at once);
-    * ``retry`` — the :class:`RetryPolicy`;
+    * ``retry`` — the :class:`RetryBudget`;
     * ``overdue_after`` — a claimed submission not settled this many seconds after it was
       admitted is logged as overdue (once per worker) when recovery sees it.
     """
@@ -220,7 +220,7 @@ class WorkerOptions:
     max_active: int = 8
     lease: float = 30.0
     poll_interval: float = 1.0
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryBudget = RetryBudget()
     overdue_after: float = 3600.0
 
     def __attrs_post_init__(self) -> None:

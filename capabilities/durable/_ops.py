@@ -13,9 +13,9 @@ import attrs
 
 from effectagent.core import ApprovalRequest, LogEntry, ToolCallSettled, UserInputRecorded
 
-from ._classifier import Decision, LedgerFacts, LogFacts, Terminal, classify, settled_status
+from ._classifier import LedgerFacts, LogFacts, RecoveryDecision, Terminal, classify, settled_status
 from ._facts import terminal_of
-from ._model import RetryPolicy, Submission
+from ._model import RetryBudget, Submission
 from ._reading import PAGE, Undecodable, fold_run, read_page
 from ._store import COLUMNS, submission_of
 
@@ -55,7 +55,7 @@ class Explanation:
     submission: Submission
     tail: tuple[LogEntry, ...]
     audit: tuple[AuditRow, ...]
-    decision: Decision
+    decision: RecoveryDecision
 
 
 @final
@@ -102,7 +102,7 @@ def explain(
     submission_id: str,
     *,
     tail: int = 20,
-    retry: RetryPolicy | None = None,
+    retry: RetryBudget | None = None,
 ) -> Explanation | None:
     """See :meth:`DurableQueue.explain` (None: no such submission)."""
     row = conn.execute(
@@ -142,7 +142,7 @@ def explain(
         settlement=submission.settlement,
         reserved=submission.outcome,
     )
-    decision = classify(ledger, facts, retry=retry or RetryPolicy())
+    decision = classify(ledger, facts, retry=retry or RetryBudget())
     rows = conn.execute(
         "SELECT at, kind, epoch, detail FROM durable_audit WHERE submission_id = ? ORDER BY id",
         (submission_id,),

@@ -21,7 +21,7 @@ from ._model import (
     AgentNotFound,
     Mode,
     Receipt,
-    RetryPolicy,
+    RetryBudget,
     Submission,
     SubmissionNotFound,
     payload_digest,
@@ -68,12 +68,12 @@ class DurableQueue:
         database: SqliteDatabase,
         *,
         agents: Mapping[str, Agent[Any]] | Iterable[str] | None = None,
-        retry: RetryPolicy | None = None,
+        retry: RetryBudget | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.database = database
         self._agents = None if agents is None else tuple(agents)
-        self._retry = retry or RetryPolicy()
+        self._retry = retry or RetryBudget()
         self._clock = clock
         self._log = SqliteConversationLog(database)
 
@@ -296,7 +296,7 @@ class DurableQueue:
     async def explain(self, submission_id: str, *, tail: int = 20) -> _ops.Explanation:
         """The ledger row of ``submission_id``, the last ``tail`` records of its run, the audit
         rows about it, and what recovery would decide for it now (the classifier's
-        :class:`~._classifier.Decision`).
+        :class:`~._classifier.RecoveryDecision`).
 
         Cancellation: as :meth:`status`."""
         found = await self.database.read(lambda conn: _ops.explain(conn, submission_id, tail=tail))

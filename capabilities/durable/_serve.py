@@ -17,7 +17,14 @@ from effectagent.core import Agent, RunFailedRecord
 
 from .._logging import log_warning
 from ..storage._lanes import Lane, check_lane
-from ._classifier import Decision, Durability, LedgerFacts, LogFacts, classify, settled_status
+from ._classifier import (
+    Durability,
+    LedgerFacts,
+    LogFacts,
+    RecoveryDecision,
+    classify,
+    settled_status,
+)
 from ._facts import ABORTED_REASON, FactsFolder
 from ._failpoints import failpoint
 from ._ledger import Event
@@ -165,7 +172,7 @@ def _let_go(
     release(conn, lane)
 
 
-async def _audit(worker: DurableWorker, claimed: Claimed, decision: Decision) -> None:
+async def _audit(worker: DurableWorker, claimed: Claimed, decision: RecoveryDecision) -> None:
     lane = claimed.lane
     detail: dict[str, Any] = {
         "crash_point": decision.crash_point,
@@ -200,7 +207,7 @@ async def _run(
     claimed: Claimed,
     serving: Serving,
     agent: Agent[Any],
-    decision: Decision,
+    decision: RecoveryDecision,
 ) -> None:
     submission = claimed.submission
     conversation_id = submission.conversation_id
@@ -279,7 +286,7 @@ async def _finalize(worker: DurableWorker, claimed: Claimed, folder: FactsFolder
 
 
 async def _append(
-    worker: DurableWorker, claimed: Claimed, facts: LogFacts, decision: Decision
+    worker: DurableWorker, claimed: Claimed, facts: LogFacts, decision: RecoveryDecision
 ) -> None:
     """Settle with a record the worker writes itself: reserve, append, finalize."""
     submission = claimed.submission

@@ -9,15 +9,15 @@ from hypothesis import strategies as st
 
 from capabilities.durable._classifier import (
     CRASH_POINTS,
-    Decision,
     Durability,
     LedgerFacts,
     LogFacts,
+    RecoveryDecision,
     classify,
 )
-from capabilities.durable._model import RetryPolicy
+from capabilities.durable._model import RetryBudget
 
-RETRY = RetryPolicy(max_attempts=3)
+RETRY = RetryBudget(max_attempts=3)
 TOOLS: dict[str, Durability] = {"charge": None, "lookup": "idempotent", "book": "reconcile"}
 
 CALLS = (("c1", "lookup"), ("c2", "charge"), ("c3", "book"))
@@ -219,7 +219,7 @@ def test_every_combination_of_facts_gets_one_decision_that_keeps_the_promise(
     ledger: LedgerFacts | None, log: LogFacts
 ) -> None:
     decision = classify(ledger, log, retry=RETRY, tools=TOOLS)
-    assert isinstance(decision, Decision)
+    assert isinstance(decision, RecoveryDecision)
     if ledger is None or ledger.settlement == "final":
         assert decision.action == "nothing"  # settled once: never settled again
         return

@@ -11,7 +11,7 @@ from capabilities.durable._model import (
     MAX_MESSAGE_BYTES,
     MAX_TAG_CHARS,
     TERMINAL_STATUSES,
-    RetryPolicy,
+    RetryBudget,
     WorkerOptions,
     bounded_diagnostic,
     payload_digest,
@@ -71,7 +71,7 @@ def test_the_sql_guard_is_the_table() -> None:
 def test_backoff_grows_doubling_up_to_its_cap_and_jitter_only_shortens_it(
     attempts: int, draw: float, base: float, cap: float, jitter: float
 ) -> None:
-    policy = RetryPolicy(base=base, cap=cap, jitter=jitter)
+    policy = RetryBudget(base=base, cap=cap, jitter=jitter)
     delay = policy.delay(attempts, draw)
     if attempts == 0:
         assert delay == 0
@@ -84,11 +84,11 @@ def test_backoff_grows_doubling_up_to_its_cap_and_jitter_only_shortens_it(
 
 
 def test_the_retry_budget_counts_claims() -> None:
-    policy = RetryPolicy(max_attempts=2)
+    policy = RetryBudget(max_attempts=2)
     assert not policy.exhausted(1)
     assert policy.exhausted(2)
-    assert RetryPolicy(base=1, cap=8, jitter=0).delay(3, 0.9) == 4
-    assert RetryPolicy(base=1, cap=8, jitter=1).delay(3, 0.5) == 2
+    assert RetryBudget(base=1, cap=8, jitter=0).delay(3, 0.9) == 4
+    assert RetryBudget(base=1, cap=8, jitter=1).delay(3, 0.5) == 2
 
 
 @pytest.mark.parametrize(
@@ -102,7 +102,7 @@ def test_the_retry_budget_counts_claims() -> None:
 )
 def test_a_retry_policy_out_of_range_is_refused(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        RetryPolicy(**kwargs)  # type: ignore[arg-type]
+        RetryBudget(**kwargs)  # type: ignore[arg-type]
 
 
 def test_worker_options_out_of_range_are_refused() -> None:

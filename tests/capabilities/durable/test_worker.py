@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from capabilities.durable._model import MAX_MESSAGE_BYTES, RetryPolicy, WorkerOptions
+from capabilities.durable._model import MAX_MESSAGE_BYTES, RetryBudget, WorkerOptions
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._serve import Serving
 from capabilities.durable._worker import _SERVING, DurableWorker, _FencedLog
@@ -28,7 +28,7 @@ from effectagent.testing import FunctionModel, Turn
 from .helpers import Clock, HandWorker, database, rows
 
 AGENT = Agent("echo", "Repeat what you are told.")
-FAST = WorkerOptions(poll_interval=0.02, lease=5.0, retry=RetryPolicy(max_attempts=3, base=0.01))
+FAST = WorkerOptions(poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01))
 
 
 def _last_user_text(request: ModelRequest) -> str:

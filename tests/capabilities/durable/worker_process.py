@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 import trio
 
-from capabilities.durable import DurableQueue, DurableWorker, RetryPolicy, WorkerOptions
+from capabilities.durable import DurableQueue, DurableWorker, RetryBudget, WorkerOptions
 from capabilities.durable._failpoints import failpoint
 from capabilities.storage._database import open_database
 from effectagent.ai import ModelRequest, Tool, ToolCallContext, Toolkit, UserMessage
@@ -113,7 +113,7 @@ async def main(arguments: Any) -> None:
             max_active=arguments.max_active,
             lease=arguments.lease,
             poll_interval=0.05,
-            retry=RetryPolicy(max_attempts=8, base=0.01, cap=0.2),
+            retry=RetryBudget(max_attempts=8, base=0.01, cap=0.2),
         )
         worker = DurableWorker(database, _layer(arguments.effects), agents, options=options)
         await worker.run(until_idle=True)
