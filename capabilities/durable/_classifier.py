@@ -4,9 +4,11 @@ A submission's durable boundaries, in the order a run crosses them, are the **cr
 (:data:`CRASH_POINTS`); a worker process may die between any two. After a crash, a worker
 claims the conversation's lane with a higher epoch, reads the submission's ledger row
 (:class:`LedgerFacts`) and its run's records in the log (:class:`LogFacts`), and
-:func:`classify` names the last boundary crossed and the one :class:`RecoveryDecision` that carries the
-submission on from there. The same function decides for a submission claimed the first time: it
-is the crash point ``after-admission``.
+:func:`classify` names the last boundary crossed and the one :class:`RecoveryDecision` that
+carries the submission on from there. The same function decides for a submission claimed the
+first time: it is the crash point ``after-admission``. (The engine appends a model response with
+what follows it, so ``after-model-response`` and ``after-final-answer`` are states its own logs
+reach only rarely; a joining submission is resolved when the run it was handed to settles.)
 
 The table, as ``tests/capabilities/durable/test_classifier.py`` checks it row by row:
 
