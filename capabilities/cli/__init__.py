@@ -1,8 +1,9 @@
 """The ``effectagent`` command (``python -m capabilities.cli``) and its reusable pieces.
 
 * ``effectagent chat`` — an interactive session with an agent; ``effectagent run "prompt"`` — one
-  run, its exit status saying how it ended; ``effectagent sessions`` — the saved sessions.
-  ``effectagent --help`` has the options, the config file and the exit statuses.
+  run, its exit status saying how it ended; ``effectagent sessions`` — the saved sessions;
+  ``effectagent history SEARCH`` — what was said, searched. ``effectagent --help`` has the
+  options, the config file and the exit statuses.
 * :func:`load_config` — the command's TOML configuration, validated strictly (a
   :class:`ConfigError` names the file and the key); :class:`Config` is what it holds.
 * :mod:`capabilities.cli.render` — :class:`~capabilities.cli.render.Timeline`, a run's events as a
@@ -43,10 +44,22 @@ if not _typing.TYPE_CHECKING:  # hidden from type checkers: they see the typed i
 def main(argv: _Sequence[str] | None = None) -> int:
     """The ``effectagent`` command; returns its exit status. The arguments are read first (a
     light module: ``--help`` and ``--version`` answer at once); the models, sandbox and tools
-    are imported only when a command runs."""
+    are imported only when a command runs — for ``chat`` on a terminal, once its input line is
+    up and taking input."""
     from ._args import parse
 
     args = parse(argv)
-    from ._main import execute
+    early = None
+    if args.command == "chat":
+        import os
 
-    return execute(args)
+        from ._early import line_editor
+
+        early = line_editor(args.state_dir, os.environ)
+    try:
+        from ._main import execute
+    except BaseException:
+        if early is not None and early[0] is not None:
+            early[0].close()  # the terminal is given back as it was
+        raise
+    return execute(args) if early is None else execute(args, early=early)

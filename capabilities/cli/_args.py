@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = [
+    "SUBCOMMANDS",
     "EXIT_COMPLETED",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -68,6 +69,10 @@ config file (TOML; every table optional, unknown keys are errors):
                approval = "unless-readonly"   (or "always", "never"; a url: "always" by default)
                prefix = true   (tools named notes_<tool>; false, or a prefix of your own)
   [skills]     paths = ["~/skills"]
+  [compaction] context_tokens = 100000   keep_recent_tokens = 20000   summary_tokens = 2048
+               strategy = "prune-then-summarize"   (or "prune-only"; in a chat /compact runs it)
+  [prices."anthropic:claude-sonnet-4-5"]   input = 3.0   output = 15.0   cached = 0.3
+               cache_write = 3.75   (US dollars per million tokens: the cost /usage shows)
 
 environment:
   EFFECTAGENT_MODEL   the model when --model is not given
@@ -111,8 +116,8 @@ def _subcommand(
     return parser
 
 
-def parser() -> argparse.ArgumentParser:
-    """The command's argument parser."""
+def _common() -> argparse.ArgumentParser:
+    """The options of every command that opens a model."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
@@ -137,15 +142,20 @@ def parser() -> argparse.ArgumentParser:
     common.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="default: auto"
     )
-    top = argparse.ArgumentParser(
-        prog="effectagent",
-        description="Talk to an LLM agent in the terminal: tools run in a sandbox, writes ask "
-        "first, sessions persist in SQLite.",
-        epilog=_LONG_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    top.add_argument("--version", action=_Version, help="print the version and exit")
-    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    return common
+
+
+def _state_dir(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    """``--state-dir``; ``nested`` under an action, where it does not hide the command's own."""
+    if nested:
+        parser.add_argument(
+            "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
+        )
+    else:
+        parser.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
+
+
+def _chat(commands: Any, common: argparse.ArgumentParser) -> None:
     _subcommand(
         commands,
         "chat",
@@ -153,9 +163,13 @@ def parser() -> argparse.ArgumentParser:
         help="an interactive session (Ctrl-C interrupts a run, Ctrl-D ends the session)",
         description="An interactive session: type a prompt, watch the run; text typed while a "
         "run goes steers it; approvals are asked inline (y / n / a = always this session). "
-        "Ctrl-C interrupts the run, Ctrl-D ends the session. A new session gets a name to "
+        "Ctrl-C interrupts the run, Ctrl-D ends the session; /help lists the chat's commands "
+        "(/model, /sessions, /resume, /compact, /usage …). A new session gets a name to "
         "resume it with --session.",
     )
+
+
+def _run(commands: Any, common: argparse.ArgumentParser) -> None:
     run = _subcommand(
         commands,
         "run",
@@ -175,16 +189,20 @@ def parser() -> argparse.ArgumentParser:
         help="write every model request and response of the run to FILE, a cassette (redacted) "
         "that effectagent.testing.ReplayModel replays offline",
     )
+
+
+def _sessions(commands: Any, common: argparse.ArgumentParser) -> None:
     sessions = _subcommand(
         commands,
         "sessions",
         parents=[],
-        help="list the sessions (or show one, or export one as a cassette)",
+        help="list the sessions (or show, export or delete one)",
         description="List the sessions: name, conversation, last update, runs. "
         "`sessions show NAME` prints one's conversation; "
-        "`sessions export NAME --cassette FILE` writes one as a cassette.",
+        "`sessions export NAME --cassette FILE` writes one as a cassette; "
+        "`sessions delete NAME` deletes one (after asking).",
     )
-    sessions.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
+    _state_dir(sessions)
     actions = sessions.add_subparsers(dest="sessions_command", metavar="ACTION")
     show = _subcommand(
         actions,
@@ -195,9 +213,7 @@ def parser() -> argparse.ArgumentParser:
         "latest): your messages and the answers, without the tool calls.",
     )
     show.add_argument("name", metavar="NAME", help="the session")
-    show.add_argument(
-        "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
-    )
+    _state_dir(show, nested=True)
     export = _subcommand(
         actions,
         "export",
@@ -210,14 +226,68 @@ def parser() -> argparse.ArgumentParser:
     )
     export.add_argument("name", metavar="NAME", help="the session")
     export.add_argument("--cassette", metavar="FILE", required=True, help="the cassette to write")
-    export.add_argument(
-        "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
-    )
+    _state_dir(export, nested=True)
     export.add_argument(
         "--config",
         metavar="PATH",
         help="the TOML config whose [agent] instructions the conversation had",
     )
+    delete = _subcommand(
+        actions,
+        "delete",
+        parents=[],
+        help="delete a session (asks first)",
+        description="Delete the session NAME (every session of that name), after asking on "
+        "the terminal. Its conversations' records stay in the database: the storage cannot "
+        "delete them yet.",
+    )
+    delete.add_argument("name", metavar="NAME", help="the session")
+    delete.add_argument("--yes", "-y", action="store_true", help="delete without asking")
+    _state_dir(delete, nested=True)
+
+
+def _history(commands: Any, common: argparse.ArgumentParser) -> None:
+    history = _subcommand(
+        commands,
+        "history",
+        parents=[],
+        help="search what was said in every stored conversation",
+        description="The newest messages — yours and the answers — that hold every word of "
+        "SEARCH (case-insensitive), from every stored conversation, one a line with when, "
+        "where and an excerpt.",
+    )
+    history.add_argument("search", nargs="+", metavar="SEARCH", help="the words to look for")
+    history.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="show at most N messages (20)"
+    )
+    _state_dir(history)
+
+
+#: The subcommands, in the order ``--help`` lists them: each adds its parser to the
+#: subparsers it is given (with the options of every command that opens a model). A new
+#: subcommand is a function here and a line in ``_main``'s ``COMMANDS``.
+SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
+    _chat,
+    _run,
+    _sessions,
+    _history,
+]
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command's argument parser."""
+    top = argparse.ArgumentParser(
+        prog="effectagent",
+        description="Talk to an LLM agent in the terminal: tools run in a sandbox, writes ask "
+        "first, sessions persist in SQLite.",
+        epilog=_LONG_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--version", action=_Version, help="print the version and exit")
+    commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = _common()
+    for register in SUBCOMMANDS:
+        register(commands, common)
     return top
 
 

@@ -1,5 +1,5 @@
-"""The chat's own commands (``/help``, ``/new``, ``/usage``, ``/exit``): what a line asks for,
-and the session's usage totals. Pure.
+"""The chat's own commands (``/help``, ``/new``, ``/model``, ``/sessions``, ``/resume``,
+``/compact``, ``/usage``, ``/exit``): what a line asks for, and the session's usage totals. Pure.
 
 A line is a command when it is ``/`` and a word of letters, alone or followed by spaces and an
 argument (``/usage``, ``/exit``); anything else is a message — ``/etc/hosts, what is this?`` too.
@@ -22,7 +22,11 @@ __all__ = ["COMMANDS", "Command", "add_usage", "command_of", "help_lines", "mess
 COMMANDS: Final = {
     "help": "this list",
     "new": "start a new conversation (the session keeps the earlier one)",
-    "usage": "the tokens this chat's runs have used so far",
+    "model": "NAME: the model of the next runs (PROVIDER:MODEL; alone: the current one)",
+    "sessions": "the saved sessions",
+    "resume": "NAME: continue the session NAME in this chat",
+    "compact": "compact this conversation now (with the configured compactor)",
+    "usage": "the tokens this chat's runs have used so far (and their cost, when priced)",
     "exit": "end the session (as Ctrl-D)",
 }
 

@@ -37,6 +37,18 @@ An example (every table is optional)::
 
     [skills]
     paths = ["~/skills"]
+
+    [compaction]                         # compact a conversation whose context grows too long
+    context_tokens = 100000              # the estimated context that starts a compaction
+    keep_recent_tokens = 20000           # the newest part, kept word for word
+    summary_tokens = 2048                # the longest summary
+    strategy = "prune-then-summarize"    # or "prune-only"
+
+    [prices."anthropic:claude-sonnet-4-5"]  # US dollars per million tokens, for /usage
+    input = 3.0
+    output = 15.0
+    cached = 0.3                         # cache reads (default: the input price)
+    cache_write = 3.75                   # cache writes (default: the input price)
 """
 
 from __future__ import annotations
@@ -53,10 +65,12 @@ import attrs
 __all__ = [
     "AgentConfig",
     "CodeModeConfig",
+    "CompactionConfig",
     "Config",
     "ConfigError",
     "McpConfig",
     "ModelConfig",
+    "Price",
     "ShellConfig",
     "config_path",
     "load_config",
@@ -109,6 +123,29 @@ class CodeModeConfig:
     executor: Literal["deno", "deno-unisolated"] = "deno"
 
 
+@attrs.frozen
+class CompactionConfig:
+    """``[compaction]``: the agent compacts its conversation when the estimated context passes
+    ``context_tokens`` (and ``/compact`` does at once)."""
+
+    context_tokens: int
+    keep_recent_tokens: int = 20_000
+    summary_tokens: int = 2048
+    strategy: Literal["prune-then-summarize", "prune-only"] = "prune-then-summarize"
+
+
+@attrs.frozen
+class Price:
+    """One ``[prices."MODEL"]`` table: US dollars per million tokens — ``input`` (uncached),
+    ``output``, ``cached`` (cache reads; None: as ``input``), ``cache_write`` (None: as
+    ``input``)."""
+
+    input: float
+    output: float
+    cached: float | None = None
+    cache_write: float | None = None
+
+
 def _default_approval(server: McpConfig) -> McpApproval:
     """A server over the network is asked about every call: what it says of its tools
     (``readOnlyHint``) is its own claim. A command the configuration starts is trusted that far."""
@@ -158,6 +195,8 @@ class Config:
     code_mode: CodeModeConfig | None = None
     mcp: tuple[McpConfig, ...] = ()
     skills: tuple[Path, ...] = ()
+    compaction: CompactionConfig | None = None
+    prices: Mapping[str, Price] = attrs.field(factory=dict)
 
 
 # ---- paths ----------------------------------------------------------------------------------------
@@ -252,6 +291,12 @@ class _Table:
             raise self.error(f"{self.name(key)} must be positive, got {value}")
         return value
 
+    def at_least_zero(self, key: str, kind: type, default: float | None) -> Any:
+        value = self.get(key, kind, default)
+        if value is not None and value < 0:
+            raise self.error(f"{self.name(key)} must not be negative, got {value}")
+        return value
+
     def strings(self, key: str) -> tuple[str, ...]:
         values = self.get(key, list, [])
         for index, value in enumerate(values):
@@ -283,7 +328,7 @@ class _Table:
             )
 
 
-_TOP: Final = ("model", "agent", "shell", "code_mode", "mcp", "skills")
+_TOP: Final = ("model", "agent", "shell", "code_mode", "mcp", "skills", "compaction", "prices")
 
 
 def load_config(path: Path | None) -> Config:
@@ -311,6 +356,8 @@ def load_config(path: Path | None) -> Config:
         code_mode=_code_mode(path, data["code_mode"]) if "code_mode" in data else None,
         mcp=_mcp_servers(path, data.get("mcp", [])),
         skills=_skills(path, data.get("skills", {})),
+        compaction=_compaction(path, data["compaction"]) if "compaction" in data else None,
+        prices=_prices(path, data.get("prices", {})),
     )
 
 
@@ -420,6 +467,41 @@ def _prefix(table: _Table) -> bool | str:
             f"{table.name('prefix')} must be 1-32 letters, digits, '_' or '-', got {value!r}"
         )
     return value
+
+
+def _compaction(path: Path, data: object) -> CompactionConfig:
+    table = _Table(path, "[compaction]", data)
+    if "context_tokens" not in table.data:
+        raise table.error("[compaction] needs context_tokens (the context that starts one)")
+    config = CompactionConfig(
+        context_tokens=table.positive("context_tokens", int, 1),
+        keep_recent_tokens=table.at_least_zero("keep_recent_tokens", int, 20_000),
+        summary_tokens=table.positive("summary_tokens", int, 2048),
+        strategy=table.choice(
+            "strategy", ("prune-then-summarize", "prune-only"), "prune-then-summarize"
+        ),
+    )
+    table.done()
+    return config
+
+
+def _prices(path: Path, data: object) -> dict[str, Price]:
+    tables = _Table(path, "[prices]", data)
+    prices: dict[str, Price] = {}
+    for model in tables.data:
+        tables.seen.add(model)
+        table = _Table(path, f"[prices.{model!r}]", tables.data[model])
+        for needed in ("input", "output"):
+            if needed not in table.data:
+                raise table.error(f"{table.where} needs {needed} (dollars per million tokens)")
+        prices[model] = Price(
+            input=table.at_least_zero("input", float, 0.0),
+            output=table.at_least_zero("output", float, 0.0),
+            cached=table.at_least_zero("cached", float, None),
+            cache_write=table.at_least_zero("cache_write", float, None),
+        )
+        table.done()
+    return prices
 
 
 def _skills(path: Path, data: object) -> tuple[Path, ...]:

@@ -27,9 +27,21 @@ from typing import Final, Literal, Protocol, TypeAlias
 
 import attrs
 
+from . import _rich
 from ._sanitize import visible
 
-__all__ = ["STYLES", "Channel", "Console", "Part", "Style", "Styled", "Text", "TextSink"]
+__all__ = [
+    "STYLES",
+    "Channel",
+    "Console",
+    "Markdown",
+    "Part",
+    "Style",
+    "Styled",
+    "Table",
+    "Text",
+    "TextSink",
+]
 
 Style: TypeAlias = Literal["dim", "bold", "red", "green", "yellow", "cyan", "gray"]
 
@@ -73,8 +85,43 @@ class Styled:
     text: str | Text
 
 
-#: What a channel writes: a one-line field, a text of lines, or either of them styled.
-Part: TypeAlias = str | Text | Styled
+@attrs.frozen
+class Markdown:
+    """Untrusted text of a complete message, drawn as Markdown with rich when the console does
+    (else written as a :class:`Text`)."""
+
+    text: str
+
+
+@attrs.frozen
+class Table:
+    """Rows of untrusted one-line cells under a header: drawn with rich when the console does,
+    else as columns two spaces apart (the last one not padded). A header ending in ``>`` is a
+    column aligned to the right in the drawn table (the mark is not shown)."""
+
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+#: What a channel writes: a one-line field, a text of lines, either of them styled, a Markdown
+#: message or a table.
+Part: TypeAlias = str | Text | Styled | Markdown | Table
+
+
+def _columns(table: Table) -> str:
+    """``table`` as plain columns: every cell escaped, then padded (the last column is not)."""
+    rows = [
+        [visible(cell) for cell in row]
+        for row in ([name.removesuffix(">") for name in table.header], *table.rows)
+    ]
+    if not rows[0]:
+        return ""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    lines = []
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]))
+    return "\n".join(lines)
 
 
 def _escaped(part: str | Text) -> str:
@@ -104,26 +151,38 @@ class _Stream:
 
 class Console:
     """Standard output (``out``) and standard error (``err``, the same stream when not given)
-    as :class:`Channel` s; see the module notes. ``color`` turns our styles on."""
+    as :class:`Channel` s; see the module notes. ``color`` turns our styles on; ``rich`` draws
+    :class:`Markdown` and :class:`Table` parts with rich (when it is installed)."""
 
     __slots__ = (
         "_color",
+        "_drafts",
         "_dropped",
         "_dropped_on",
         "_held",
         "_held_chars",
         "_holding",
+        "_rich",
         "err",
         "out",
     )
 
-    def __init__(self, out: TextSink, err: TextSink | None = None, *, color: bool = False) -> None:
+    def __init__(
+        self,
+        out: TextSink,
+        err: TextSink | None = None,
+        *,
+        color: bool = False,
+        rich: bool = False,
+    ) -> None:
         for sink in (out, err):
             if sink is not None and not callable(getattr(sink, "write", None)):
                 raise TypeError(f"a console writes to text streams, got {type(sink).__name__}")
         first = _Stream(out)
         second = first if err is None or err is out else _Stream(err)
         self._color = bool(color)
+        self._rich = bool(rich) and _rich.available()
+        self._drafts: dict[int, tuple[_Stream, str]] = {}  # drafts hidden while a prompt holds
         self._holding = False
         self._held: list[tuple[_Stream, str]] = []
         self._held_chars = 0
@@ -138,13 +197,21 @@ class Console:
         return self._color
 
     @property
+    def rich(self) -> bool:
+        """Whether Markdown and tables are drawn with rich."""
+        return self._rich
+
+    @property
     def holding(self) -> bool:
         """Whether a prompt holds the screen (other writes wait)."""
         return self._holding
 
     def hold(self) -> None:
-        """A prompt is on the screen: every write but :meth:`Channel.show` waits from now on."""
+        """A prompt is on the screen: every write but :meth:`Channel.show` waits from now on,
+        and a draft on the screen is hidden until :meth:`release`."""
         self._holding = True
+        for stream, _ in self._drafts.values():
+            _set_draft(stream, "")
 
     def release(self) -> None:
         """The prompt is answered (or gone): what waited is written, in order."""
@@ -162,17 +229,40 @@ class Console:
                 f"({dropped} characters of output that came while the prompt waited were left "
                 "out)\n"
             )
+        for stream, text in self._drafts.values():
+            _set_draft(stream, text)
 
-    def render(self, parts: tuple[Part, ...]) -> str:
-        """``parts`` as the text written: escaped, our styles around the styled ones."""
+    def render(self, parts: tuple[Part, ...], width: int = 80) -> str:
+        """``parts`` as the text written: escaped, our styles around the styled ones; Markdown
+        and tables drawn ``width`` columns wide."""
         pieces: list[str] = []
         for part in parts:
             if isinstance(part, Styled):
                 text = _escaped(part.text)
                 pieces.append(f"{STYLES[part.style]}{text}{_RESET}" if self._color else text)
+            elif isinstance(part, Markdown):
+                if self._rich:
+                    pieces.append(_rich.markdown(part.text, width=width, color=self._color))
+                else:
+                    pieces.append(_escaped(Text(part.text)))
+            elif isinstance(part, Table):
+                if self._rich:
+                    pieces.append(
+                        _rich.table(part.header, part.rows, width=width, color=self._color)
+                    )
+                else:
+                    pieces.append(_columns(part))
             else:
                 pieces.append(_escaped(part))
         return "".join(pieces)
+
+    def _draft(self, stream: _Stream, text: str) -> None:
+        if text:
+            self._drafts[id(stream)] = (stream, text)
+        else:
+            self._drafts.pop(id(stream), None)
+        if not self._holding:
+            _set_draft(stream, text)
 
     def _write(self, stream: _Stream, text: str, *, held: bool) -> None:
         if not held or not self._holding:
@@ -184,6 +274,12 @@ class Console:
             if not self._dropped:
                 self._dropped_on = stream
             self._dropped += len(text)
+
+
+def _set_draft(stream: _Stream, text: str) -> None:
+    show: Callable[[str], object] | None = getattr(stream.sink, "set_draft", None)
+    if show is not None:
+        show(text)
 
 
 class Channel:
@@ -210,19 +306,29 @@ class Channel:
         """Whether the last thing written to the stream ended a line."""
         return self._stream.at_line_start
 
+    def _render(self, parts: tuple[Part, ...]) -> str:
+        drawn = any(isinstance(part, Markdown | Table) for part in parts)
+        return self._console.render(parts, self.size()[0] if drawn else 80)
+
     def write(self, *parts: Part) -> None:
         """Write ``parts``, escaped (module notes); held while a prompt waits."""
-        self._console._write(self._stream, self._console.render(parts), held=True)
+        self._console._write(self._stream, self._render(parts), held=True)
 
     def line(self, *parts: Part) -> None:
         """Write ``parts`` and end the line; held while a prompt waits."""
-        self._console._write(self._stream, self._console.render(parts) + "\n", held=True)
+        self._console._write(self._stream, self._render(parts) + "\n", held=True)
 
     def show(self, *parts: Part, end: str = "\n") -> None:
         """The prompt's own writes: never held. ``end`` ("\\n" or "") ends what is shown."""
         if end not in ("\n", ""):
             raise ValueError("end must be a newline or nothing")
-        self._console._write(self._stream, self._console.render(parts) + end, held=False)
+        self._console._write(self._stream, self._render(parts) + end, held=False)
+
+    def draft(self, *parts: Part) -> None:
+        """Show ``parts`` (escaped) as the draft of a message still being written, in place of
+        the last draft (no parts: none). A stream that cannot show a draft shows nothing; while
+        a prompt holds the screen the draft is hidden (and shown again once it is answered)."""
+        self._console._draft(self._stream, self._console.render(parts) if parts else "")
 
     def line_ended(self) -> None:
         """The person's Enter ended the line the cursor was on (an answer typed at a prompt)."""

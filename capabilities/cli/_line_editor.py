@@ -13,22 +13,31 @@ input line, as part of the prompt, until its end arrives. So text typed while an
 stays in the input line and never lands inside the answer. When a line is sent it is erased; the
 session writes it back (escaped) where it belongs.
 
-prompt_toolkit runs its own asyncio loop: each prompt runs in a worker thread
-(``trio.to_thread.run_sync``), the Trio side waiting on it without blocking; the proxy hands what
-the console writes to that loop. Ctrl-C is a key in raw mode, not a signal: a prompt returns
-:data:`INTERRUPTED` for it, and the session treats it as SIGINT.
+An answer still streaming is shown as a *draft* above the input line (its last few rows, as
+they arrive) until it is complete and written whole above it (:meth:`_Lines.set_draft`).
+
+prompt_toolkit runs its own asyncio loop: the prompts run one after the other in a thread of
+their own, from :meth:`LineEditor.start` on — which the command calls before it opens its model,
+so the prompt is up and takes what is typed while the rest starts. What is typed waits, in order,
+until the session takes it (:meth:`LineEditor.lines`, on the Trio side, without blocking). The
+proxy hands what the console writes to prompt_toolkit's loop. Ctrl-C is a key in raw mode, not
+a signal: a prompt returns :data:`INTERRUPTED` for it, and the session treats it as SIGINT.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import trio
+from ._sanitize import visible
 
-__all__ = ["INTERRUPTED", "Interrupted", "LineEditor", "Typed"]
+if TYPE_CHECKING:  # imported when the session reads, not when the prompt goes up
+    import trio
+
+__all__ = ["INTERRUPTED", "Interrupted", "LineEditor", "Typed", "idle_prompt"]
 
 
 class Interrupted:
@@ -45,6 +54,11 @@ Typed = str | None | Interrupted
 
 IDLE_PROMPT = "you> "
 BUSY_PROMPT = "> "
+
+
+def idle_prompt(model: str | None) -> str:
+    """``you> ``, or ``you (MODEL)> `` with ``model`` escaped."""
+    return f"you ({visible(model)})> " if model else IDLE_PROMPT
 
 
 class LineEditor:
@@ -68,6 +82,7 @@ class LineEditor:
         history.chmod(0o600)
         self.busy = False  # a run is going: the prompt says so
         self.status: str | None = None  # the spinner's line, shown above the input line
+        self.model: str | None = None  # the next run's model, when /model changed it
         self._session: Any = PromptSession(
             history=FileHistory(str(history)),
             key_bindings=bindings,
@@ -76,18 +91,32 @@ class LineEditor:
         )
         self._proxy: Any = StdoutProxy(raw=True, sleep_between_writes=0.01)
         self.output = _Lines(self)
-        self._reading = threading.Event()  # set while a prompt runs in its thread
-        self._done = threading.Event()
+        self._done = threading.Event()  # no prompt is running
         self._done.set()
+        self._typed: queue.SimpleQueue[Typed] = queue.SimpleQueue()  # read, not yet taken
+        self._reader: threading.Thread | None = None
+        self._stopping = False
 
     def _message(self) -> Any:
         from prompt_toolkit.formatted_text import ANSI
 
-        prompt = BUSY_PROMPT if self.busy else IDLE_PROMPT
-        above = [self.output.pending] if self.output.pending else []
+        prompt = BUSY_PROMPT if self.busy else self.idle_prompt()
+        above = [text for text in (self.output.draft, self.output.pending) if text]
         if self.status:  # ours: no character from a model or a tool
             above.append(f"\x1b[2m{self.status}\x1b[0m")
         return ANSI("\n".join([*above, prompt])) if above else prompt
+
+    def idle_prompt(self) -> str:
+        """The prompt between runs: ``you> ``, or ``you (MODEL)> `` once the model of the next
+        run is not the one the chat started with (:meth:`set_model`)."""
+        return idle_prompt(self.model)
+
+    def set_model(self, model: str | None) -> None:
+        """Name ``model`` in the idle prompt (None: the model the chat started with); callable
+        from the Trio thread."""
+        if model != self.model:
+            self.model = model
+            self.refresh()
 
     def refresh(self) -> None:
         """Draw the prompt again (thread-safe)."""
@@ -120,20 +149,40 @@ class LineEditor:
             self._done.set()
 
     def stop(self) -> None:
-        """End the prompt that runs, as if the input had ended (thread-safe)."""
+        """End the prompt that runs, as if the input had ended, and read no more (thread-safe)."""
+        self._stopping = True
         app = self._session.app
         if app.is_running and app.loop is not None:
             app.loop.call_soon_threadsafe(lambda: app.exit(exception=EOFError()))
 
+    def start(self) -> None:
+        """Show the prompt and read, from now on, in a thread of its own: each input waits, in
+        order, until :meth:`lines` takes it (idempotent)."""
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._read_all, name="effectagent-input")
+            self._reader.daemon = True  # a prompt left running never keeps the process alive
+            self._reader.start()
+
+    def _read_all(self) -> None:
+        while True:
+            typed = None if self._stopping else self.read()
+            self._typed.put(typed)
+            if typed is None:
+                return
+
     async def lines(self, send: trio.MemorySendChannel[Typed]) -> None:
-        """Send each input, then None at the end of input.
+        """Send each input (those typed since :meth:`start` first), then None at the end of
+        input; starts reading if :meth:`start` was not called.
 
         Cancellation: the prompt that runs is ended (the terminal is given back as it was) and
-        its thread abandoned; :meth:`close` waits for it."""
+        no more is read; the wait for the next input is abandoned (:meth:`close` ends it)."""
+        import trio
+
+        self.start()
         async with send:
             while True:
                 try:
-                    typed = await trio.to_thread.run_sync(self.read, abandon_on_cancel=True)
+                    typed = await trio.to_thread.run_sync(self._typed.get, abandon_on_cancel=True)
                 except trio.Cancelled:
                     self.stop()
                     raise
@@ -146,17 +195,27 @@ class LineEditor:
         the proxy still holds."""
         self.stop()
         self._done.wait(2)
+        self._typed.put(None)  # a wait abandoned by :meth:`lines` ends
         self.output.end()
         self._proxy.close()
 
 
 class _Lines:
     """The console's stream while the editor is in use: whole lines go through the proxy (above
-    the input line); the line not yet ended is kept in ``pending`` and shown in the prompt."""
+    the input line); the line not yet ended is kept in ``pending`` and shown in the prompt, below
+    the ``draft`` of a message not complete yet."""
 
     def __init__(self, editor: LineEditor) -> None:
         self._editor = editor
         self.pending = ""
+        self.draft = ""
+
+    def set_draft(self, text: str) -> None:
+        """Show ``text`` (written by the console: escaped) above the input line until the next
+        draft ("": none)."""
+        if text != self.draft:
+            self.draft = text
+            self._editor.refresh()
 
     def write(self, text: str) -> int:
         whole, newline, rest = (self.pending + text).rpartition("\n")

@@ -5,30 +5,27 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import stat
 import sys
 import time
 import traceback
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 import trio
 
-from capabilities import sqlite_storage
+from capabilities import LogCompactor, sqlite_storage
 from capabilities.sessions import SessionStore, SessionStoreService
 from capabilities.steering import SteeringService
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
-from effectagent.ai import AuthenticationFailed
-from effectagent.engine import Runtime
-from effectagent.providers import model_settings
-from effectagent.testing import CassetteError, record
+from effectagent.core import CompactionPolicy, SecretRedactor
+from effectagent.engine import CompactorService, Runtime, TokenCounterService
+from effectagent.testing import record
 
+from . import _stored
 from ._approval import SessionApproval
 from ._args import (
-    EXIT_COMPLETED,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
@@ -36,27 +33,32 @@ from ._args import (
     parse,
     prompt_text,
 )
+from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
+from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config, ConfigError, config_path, load_config, state_dir
-from ._console import Channel, Console, Styled, Text
-from ._errors import INSTALL, missing_package, sentence
+from ._console import Channel, Console, Text
+from ._early import HISTORY, line_editor, private_directory
+from ._errors import INSTALL
 from ._line_editor import LineEditor
-from ._sanitize import visible
+from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, every_key
 from ._session import TerminalSession
-from ._sessions import NamedSession, all_sessions, export_session, find_session, runs_of, turns_of
+from ._sessions import NamedSession, all_sessions
 from ._tools import open_tools
 
-__all__ = ["execute", "main"]
+__all__ = [
+    "COMMANDS",
+    "DATABASE",
+    "DEFAULT_INSTRUCTIONS",
+    "HISTORY",
+    "Unavailable",
+    "UsageError",
+    "execute",
+    "main",
+    "private_directory",
+]
 
-DATABASE = "effectagent.db"
-#: What was typed at the chat prompt, for Up/Down and Ctrl-R in the next sessions.
-HISTORY = "history"
-#: How many of a resumed conversation's last messages a chat shows first.
-REPLAYED = 4
-
-DEFAULT_INSTRUCTIONS = (
-    "You are a helpful assistant in the user's terminal. Answer concisely. Use the tools you "
-    "have when they help; say so when you cannot do something."
-)
+#: An early line editor (up before the engine was imported) and the package it lacked, if any.
+Early = tuple[LineEditor | None, str | None]
 
 _NO_MODEL = (
     "no model configured: pass --model PROVIDER:MODEL (e.g. --model anthropic:claude-sonnet-4-5, "
@@ -65,60 +67,21 @@ _NO_MODEL = (
 )
 
 
-class UsageError(Exception):
-    """Bad arguments or configuration: exit status 2."""
-
-
-class Unavailable(Exception):
-    """The model, tools or storage could not be opened: exit status 3."""
-
-
-@attrs.frozen
-class _Model:
-    spec: str
-    options: Mapping[str, Any]
-    secrets: tuple[str, ...]
-
-
-_KEY_VARIABLES = {
-    "openai": "OPENAI_API_KEY",
-    "openai-responses": "OPENAI_API_KEY",
-    "openai-chat": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-}
-
-
-def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> _Model:
+def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> ModelChoice:
     spec = args.model or environ.get("EFFECTAGENT_MODEL") or config.model.name
     if not spec:
         raise UsageError(_NO_MODEL)
-    provider = spec.partition(":")[0].strip().lower()
-    options: dict[str, Any] = {}
-    base_url = args.base_url or config.model.base_url
-    if base_url:
-        options["base_url"] = base_url
-    key_variable = args.api_key_env or config.model.api_key_env
-    if provider == "openai-compatible":
-        if key_variable:
-            options["api_key_env"] = key_variable
-    elif key_variable:
-        key = environ.get(key_variable)
-        if not key:
-            raise Unavailable(f"no API key: the environment variable {key_variable} is not set")
-        options["api_key"] = key
-    else:
-        key_variable = _KEY_VARIABLES.get(provider)
-    if provider == "openai-compatible" and not base_url:
-        raise UsageError(
-            f"{spec!r} needs --base-url URL (the server's OpenAI-compatible root, e.g. "
-            "http://127.0.0.1:8000/v1), or base_url in the config's [model] table"
-        )
     try:
-        model_settings(spec, **options)  # checks the string and the options now
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"--model: {exc}") from None
-    secret = environ.get(key_variable) if key_variable else None
-    return _Model(spec, options, (secret,) if secret else ())
+        return choose_model(
+            spec,
+            base_url=args.base_url or config.model.base_url,
+            api_key_env=args.api_key_env or config.model.api_key_env,
+            environ=environ,
+        )
+    except ModelRefused as refused:
+        if refused.unavailable:
+            raise Unavailable(str(refused)) from None
+        raise UsageError(f"--model: {refused}" if refused.malformed else str(refused)) from None
 
 
 def _color(choice: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
@@ -135,17 +98,25 @@ class _Opened:
     agent: Agent
     approval: SessionApproval
     notes: tuple[str, ...]
+    config: Config
+    model: ModelChoice
+    switch: ModelSwitch | None
+    secrets: tuple[str, ...]
+
+    def _show_notes(self, screen: Channel) -> None:
+        for note in self.notes:
+            screen.line(f"note: {note}")
 
     def session(
         self,
         console: Console,
         named: NamedSession | None,
         *,
-        editor: LineEditor | None = None,
-        **options: bool,
+        json_events: bool,
+        answer_only: bool,
     ) -> TerminalSession:
-        """The terminal session over this runtime (``options`` as for :class:`TerminalSession`);
-        the notes of opening it are shown on its screen first."""
+        """The terminal session of ``run`` over this runtime (the options as for
+        :class:`TerminalSession`); the notes of opening it are shown on its screen first."""
         session = TerminalSession(
             self.runtime,
             self.agent,
@@ -153,49 +124,91 @@ class _Opened:
             self.runtime.context.get(SteeringService),
             console=console,
             named=named,
+            json_events=json_events,
+            answer_only=answer_only,
+        )
+        self._show_notes(console.err if json_events or answer_only else console.out)
+        return session
+
+    def chat(
+        self,
+        console: Console,
+        named: NamedSession,
+        args: argparse.Namespace,
+        environ: Mapping[str, str],
+        editor: LineEditor | None,
+    ) -> ChatSession:
+        """The chat over this runtime; the notes of opening it are shown first."""
+        assert self.switch is not None
+        context = self.runtime.context
+        tools = ChatTools(
+            store=context[SessionStoreService],
+            models=self.switch,
+            base_url=args.base_url or self.config.model.base_url,
+            api_key_env=args.api_key_env or self.config.model.api_key_env,
+            environ=environ,
+            redactor=SecretRedactor(self.secrets),
+            compactor=context.get(CompactorService),
+            compaction=self.config.compaction,
+            counter=context.get(TokenCounterService),
+            prices=self.config.prices,
+        )
+        session = ChatSession(
+            self.runtime,
+            self.agent,
+            self.approval,
+            context.get(SteeringService),
+            console=console,
+            named=named,
             editor=editor,
-            **options,
+            tools=tools,
         )
-        screen = (
-            console.err if options.get("json_events") or options.get("answer_only") else console.out
-        )
-        for note in self.notes:
-            screen.line(f"note: {note}")
+        self._show_notes(console.out)
         return session
 
 
-def private_directory(path: Path, *, tighten: bool) -> None:
-    """Make ``path`` and the parents it lacks as directories only their owner may use (0700).
-    With ``tighten``, an existing ``path`` of ours that others may use is made 0700 too."""
-    missing: list[Path] = []
-    at = path
-    while not at.exists() and at != at.parent:
-        missing.append(at)
-        at = at.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(0o700)
-        except FileExistsError:  # made meanwhile (another process): it is not ours to change
-            continue
-        directory.chmod(0o700)  # the umask may have taken more away; nothing else can add
-    if not path.is_dir():
-        raise NotADirectoryError(f"{path} is not a directory")
-    if tighten:
-        status = path.stat()
-        if status.st_uid == os.getuid() and status.st_mode & 0o077:
-            path.chmod(stat.S_IMODE(status.st_mode) & 0o700)
+def _policy(config: Config) -> AgentPolicy:
+    compaction = config.compaction
+    return AgentPolicy(
+        max_turns=config.agent.max_turns,
+        max_tool_calls=config.agent.max_tool_calls,
+        max_duration=config.agent.max_duration,
+        approval_timeout=config.agent.approval_timeout,
+        context_token_limit=compaction.context_tokens if compaction else None,
+        compaction=(
+            CompactionPolicy(compaction.keep_recent_tokens, compaction.strategy)
+            if compaction
+            else CompactionPolicy()
+        ),
+    )
+
+
+def _settings(args: argparse.Namespace, environ: Mapping[str, str]) -> tuple[Config, ModelChoice]:
+    """The config file's settings and the model the arguments, the environment and the config
+    name (raises :class:`UsageError`, :class:`Unavailable`, ``ConfigError``)."""
+    config = load_config(config_path(args.config, environ))
+    return config, _model(args, config, environ)
 
 
 @asynccontextmanager
 async def _open(
-    args: argparse.Namespace, environ: Mapping[str, str], *, ask: bool
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    settings: tuple[Config, ModelChoice],
+    *,
+    ask: bool,
+    switch: ModelSwitch | None = None,
 ) -> AsyncIterator[_Opened]:
-    """The runtime of a chat or run: model, SQLite storage, approval, configured tools.
+    """The runtime of a chat or run: model, SQLite storage, approval, configured tools (and a
+    compactor when the config has one). With ``switch`` (open, around this block), the model is
+    that :class:`ModelSwitch` (the chat's ``/model``): :meth:`ModelSwitch.ready` waits for it.
 
     Cancellation: opening is cancellable; leaving the block interrupts runs and closes all.
     """
-    config = load_config(config_path(args.config, environ))
-    model = _model(args, config, environ)
+    config, model = settings
+    # A chat may switch to any provider whose key is set: every such key is kept out of
+    # what is shown, from the start.
+    secrets = every_key(environ, model.options.get("api_key_env")) if switch else model.secrets
     directory = state_dir(args.state_dir, environ)
     try:
         # Sessions hold what was said and done: for the user alone. A directory given with
@@ -210,48 +223,32 @@ async def _open(
     try:
         async with open_tools(config) as tooling:
             approval.origin = tooling.origin
-            policy = AgentPolicy(
-                max_turns=config.agent.max_turns,
-                max_tool_calls=config.agent.max_tool_calls,
-                max_duration=config.agent.max_duration,
-                approval_timeout=config.agent.approval_timeout,
-            )
             agent = Agent(
                 "assistant",
                 config.agent.instructions or DEFAULT_INSTRUCTIONS,
-                policy,
+                _policy(config),
                 Toolkit(*tooling.tools),
                 tool_sources=tooling.sources,
             )
-            model_layer = model_settings(model.spec, **model.options).layer()
+            model_layer = switch.layer() if switch else model.settings().layer()
             cassette = getattr(args, "record", None)
             if cassette:
-                model_layer = record(model_layer, cassette, secrets=model.secrets)
+                model_layer = record(model_layer, cassette, secrets=secrets)
             layer = model_layer + sqlite_storage(directory / DATABASE) + approval.layer()
             if tooling.layer is not None:
                 layer = layer + tooling.layer
-            async with open_runtime(layer, agents=[agent], secrets=model.secrets) as runtime:
+            if config.compaction is not None:
+                summary = config.compaction.summary_tokens
+                layer = layer + LogCompactor(summary_tokens=summary).layer()
+            async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
                 opened = True
-                yield _Opened(runtime, agent, approval, tooling.notes)
+                yield _Opened(
+                    runtime, agent, approval, tooling.notes, config, model, switch, secrets
+                )
     except Exception as exc:
         if opened or isinstance(exc, UsageError | ConfigError | Unavailable):
             raise
-        raise Unavailable(_describe(exc)) from None
-
-
-def _describe(exc: BaseException) -> str:
-    """Why the command could not start, as a sentence (never a repr)."""
-    missing = missing_package(exc)
-    if missing is not None:
-        return f"cannot start: {missing}"
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    if isinstance(exc, BaseExceptionGroup):
-        return "cannot start: " + "; ".join(sentence(inner) for inner in exc.exceptions)
-    text = sentence(exc)
-    if isinstance(exc, AuthenticationFailed):
-        text = text.replace("pass api_key=... or ", "") + " (or name another with --api-key-env)"
-    return f"cannot start: {text}"
+        raise Unavailable(describe(exc)) from None
 
 
 def _session_name(args: argparse.Namespace) -> str | None:
@@ -272,54 +269,43 @@ async def _new_name(store: SessionStore[Any], base: str) -> str:
     return name
 
 
-async def _chat(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent chat``. Cancellation: a run going is interrupted, then all is closed."""
+async def _chat(
+    args: argparse.Namespace, environ: Mapping[str, str], console: Console, early: Early
+) -> int:
+    """``effectagent chat``. The input line is up already when the line editor is used
+    (``early``): what is typed waits while the runtime and the model open.
+
+    Cancellation: a run going is interrupted, then all is closed."""
     given = _session_name(args)
-    async with _open(args, environ, ask=True) as opened:
+    editor, missing = early
+    if editor is not None:  # everything written goes above the input line
+        console = chat_console(editor.output, color=console.color)
+    settings = _settings(args, environ)
+    async with (
+        ModelSwitch(settings[1]).open() as switch,
+        _open(args, environ, settings, ask=True, switch=switch) as opened,
+    ):
         store = opened.runtime.context[SessionStoreService]
         name = given or await _new_name(store, time.strftime("chat-%Y%m%d-%H%M%S"))
         named = await NamedSession.open(store, name)
-        editor, why_not = _line_editor(state_dir(args.state_dir, environ), environ)
-        if editor is not None:  # everything written goes above the input line
-            console = Console(editor.output, editor.output, color=console.color)
+        if named.resumed:
+            runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
+            intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
+        else:
+            intro = f"session {name} (resume it with --session {name})"
+        console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
+        await where_it_stands(console.out, opened.runtime.log, named)
+        if missing is not None:
+            console.out.line(
+                f"note: line editing, history and pasting several lines need {missing}, which "
+                f"is not installed: `{INSTALL}`"
+            )
+        session = opened.chat(console, named, args, environ, editor)
         try:
-            if named.resumed:
-                runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
-                intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
-            else:
-                intro = f"session {name} (resume it with --session {name})"
-            console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
-            if named.conversation_id is not None:  # where the conversation stands
-                said = turns_of(await opened.runtime.log.entries(named.conversation_id))
-                earlier = len(said) - REPLAYED
-                if earlier > 0:
-                    more = f"{earlier} earlier message{'' if earlier == 1 else 's'}"
-                    console.out.line(Styled("dim", f"… {more} (effectagent sessions show {name})"))
-                _show_turns(console, said[-REPLAYED:])
-            if why_not is not None:
-                console.out.line(f"note: {why_not}")
-            return await opened.session(console, named, editor=editor).chat(sys.stdin)
-        finally:
-            if editor is not None:
-                editor.close()
-
-
-def _line_editor(
-    directory: Path, environ: Mapping[str, str]
-) -> tuple[LineEditor | None, str | None]:
-    """The chat's line editor (history in ``directory``), when stdin and stdout are a terminal
-    that can do it; else None and, when a person would want to know, why not."""
-    if not (_is_terminal(sys.stdin) and _is_terminal(sys.stdout)):
-        return None, None
-    if environ.get("TERM", "dumb") in ("", "dumb"):
-        return None, None  # no cursor movement: lines are read as the terminal gives them
-    try:
-        return LineEditor(directory / HISTORY), None
-    except ModuleNotFoundError as exc:
-        return None, (
-            f"line editing, history and pasting several lines need {exc.name}, which is not "
-            f"installed: `{INSTALL}`"
-        )
+            await switch.ready()  # a model that cannot open ends the chat, as it starts
+        except Exception as exc:
+            raise Unavailable(describe(exc)) from None
+        return await session.chat(sys.stdin)
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
@@ -331,7 +317,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
     given = _session_name(args)
     piped = args.prompt == "-" or not _is_terminal(sys.stdin)
     # Approvals and steering are read from the terminal; a stdin read for the prompt is spent.
-    async with _open(args, environ, ask=not piped) as opened:
+    async with _open(args, environ, _settings(args, environ), ask=not piped) as opened:
         text = prompt_text(args.prompt, await _read_stdin() if piped else None)
         if not text.strip():
             raise UsageError("the prompt is empty: nothing came on stdin")
@@ -371,94 +357,6 @@ async def _read_stdin() -> str:
         raise Unavailable(f"stdin cannot be read: {reason}") from None
 
 
-async def _sessions(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent sessions``. Cancellation: reads only; nothing changes."""
-    if getattr(args, "sessions_command", None) == "export":
-        return await _export(args, environ, console)
-    if getattr(args, "sessions_command", None) == "show":
-        return await _show(args, environ, console)
-    directory = state_dir(args.state_dir, environ)
-    path = directory / DATABASE
-    if not path.is_file():
-        console.out.line(f"no sessions yet (they are kept in {path})")
-        return EXIT_COMPLETED
-    try:
-        async with open_runtime(sqlite_storage(path)) as runtime:
-            found = await all_sessions(runtime.context[SessionStoreService])
-    except Exception as exc:
-        raise Unavailable(_describe(exc)) from None
-    if not found:
-        console.out.line(f"no sessions yet (they are kept in {path})")
-        return EXIT_COMPLETED
-    found.sort(key=lambda session: session.updated_at, reverse=True)
-    rows = [("NAME", "CONVERSATION", "UPDATED", "RUNS")]
-    for session in found:
-        updated = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(session.updated_at))
-        runs = runs_of(session)
-        conversation = session.conversations[-1] if session.conversations else "-"
-        name = visible(session.name)  # escaped before it is measured
-        rows.append((name, visible(conversation), updated, "-" if runs is None else str(runs)))
-    widths = [max(len(row[column]) for row in rows) for column in range(3)]
-    for row in rows:
-        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
-        console.out.line("  ".join([*cells, row[3]]))
-    return EXIT_COMPLETED
-
-
-async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent sessions show NAME``. Cancellation: reads only; nothing changes."""
-    path = state_dir(args.state_dir, environ) / DATABASE
-    if not path.is_file():
-        raise UsageError(f"there are no sessions yet (they are kept in {path})")
-    try:
-        async with open_runtime(sqlite_storage(path)) as runtime:
-            found = await find_session(runtime.context[SessionStoreService], args.name)
-            conversation = found.conversations[-1] if found and found.conversations else None
-            turns = turns_of(await runtime.log.entries(conversation)) if conversation else None
-    except Exception as exc:
-        raise Unavailable(_describe(exc)) from None
-    if turns is None:
-        raise UsageError(f"there is no session {visible(args.name)} with a conversation")
-    console.out.line(f"session {visible(args.name)}, conversation {visible(str(conversation))}")
-    _show_turns(console, turns)
-    return EXIT_COMPLETED
-
-
-def _show_turns(console: Console, turns: Sequence[tuple[str, str]]) -> None:
-    """Each turn as ``who> text`` (the text escaped; its lines kept)."""
-    for who, text in turns:
-        console.out.line(Styled("bold", f"{who}> "), Text(text.rstrip("\n")))
-
-
-async def _export(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent sessions export NAME --cassette FILE``. Cancellation: reads the store;
-    the cassette is written at once, when everything has been read."""
-    config = load_config(config_path(args.config, environ))
-    instructions = config.agent.instructions or DEFAULT_INSTRUCTIONS
-    path = state_dir(args.state_dir, environ) / DATABASE
-    if not path.is_file():
-        raise UsageError(f"there are no sessions yet (they are kept in {path})")
-    try:
-        async with open_runtime(sqlite_storage(path)) as runtime:
-            exported = await export_session(
-                runtime.context[SessionStoreService], runtime.log, args.name, instructions
-            )
-    except Exception as exc:
-        raise Unavailable(_describe(exc)) from None
-    if exported is None:
-        raise UsageError(f"there is no session {visible(args.name)} with a conversation")
-    try:
-        exported.write(args.cassette)
-    except CassetteError as exc:
-        raise Unavailable(str(exc)) from None
-    count = len(exported.exchanges)
-    console.out.line(
-        f"wrote {count} exchange{'' if count == 1 else 's'} of session {visible(args.name)} "
-        f"to {visible(args.cassette)}"
-    )
-    return EXIT_COMPLETED
-
-
 class _LibraryLogs(logging.Handler):
     """What the libraries under the command log at WARNING and above (the MCP SDK, HTTP
     clients), through the console: escaped like everything else, and waiting while a prompt
@@ -489,24 +387,61 @@ def _library_logs(channel: Channel) -> Iterator[None]:
         root.removeHandler(handler)
 
 
+Command = Callable[[argparse.Namespace, Mapping[str, str], Console], Awaitable[int]]
+
+#: Each subcommand's coroutine, by its name in the argument parser (``_args.SUBCOMMANDS``);
+#: ``chat`` is apart (it takes the early line editor).
+COMMANDS: dict[str, Command] = {
+    "run": _run,
+    "sessions": _stored.sessions,
+    "history": _stored.history,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``effectagent`` command; returns its exit status (see ``effectagent --help``)."""
     return execute(parse(argv))
 
 
-def execute(args: argparse.Namespace) -> int:
-    """The command of parsed ``args``; its exit status.
+def _tty(stream: TextIO | None) -> bool:
+    return stream is not None and stream.isatty()
+
+
+def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
+    """The command of parsed ``args``; its exit status. ``early``: the chat's line editor when
+    it was put up before this module was imported (``capabilities.cli.main``), and the package
+    it lacked.
 
     Everything it writes goes through one console (``_console``), which escapes what a terminal
-    would obey or hide."""
+    would obey or hide; on a terminal, tables and a chat's answers are drawn with rich."""
     environ = dict(os.environ)
-    command = {"chat": _chat, "run": _run, "sessions": _sessions}[args.command]
     screen = sys.stderr if args.command == "run" else sys.stdout
     color = _color(getattr(args, "color", "never"), screen, environ)
-    console = Console(sys.stdout, sys.stderr, color=color)
+    # Tables on a terminal are drawn with rich; a chat draws answers so only with its line
+    # editor (which shows an answer's draft while it streams): a chat without one streams.
+    rich = _tty(sys.stdout) and args.command != "chat"
+    console = Console(sys.stdout, sys.stderr, color=color, rich=rich)
+    command: Command
+    if args.command == "chat":
+        if early == (None, None):
+            early = line_editor(args.state_dir, environ)
+
+        async def chat(
+            args: argparse.Namespace, environ: Mapping[str, str], console: Console
+        ) -> int:
+            return await _chat(args, environ, console, early)
+
+        command = chat
+    else:
+        command = COMMANDS[args.command]
+    editor = early[0]
     with _library_logs(console.err):
         try:
-            return trio.run(command, args, environ, console)
+            try:
+                return trio.run(command, args, environ, console)
+            finally:
+                if editor is not None:  # the terminal is given back before anything is said
+                    editor.close()
         except (UsageError, ConfigError) as exc:
             console.err.line(f"effectagent: {exc}")
             return EXIT_USAGE

@@ -13,13 +13,17 @@ Usage::
 The stable API is the constructor and :meth:`Timeline.render` (plus :meth:`Timeline.close`, which
 ends a line left open by streamed text):
 
-``Timeline(stream, *, color=False, header=True, usage=True, preview_chars=100)``
+``Timeline(stream, *, color=False, header=True, usage=True, preview_chars=100, markdown=None)``
     ``stream`` is any text stream with ``write`` (and ``flush``, called after each write when
     present). ``color`` uses ANSI styles (reasoning dimmed, outcomes in green / red);
     without it the output is plain text with the same layout. ``header`` shows a line for each
     top-level run's start (its agent and input; a subagent's start is always shown);
     ``usage`` a usage line when a top-level run ends;
-    ``preview_chars`` bounds each preview of tool arguments and results.
+    ``preview_chars`` bounds each preview of tool arguments and results. ``markdown`` draws each
+    complete answer as Markdown with rich (code blocks highlighted when ``color``) instead of
+    streaming it: while it streams, its last rows are a draft (shown where the stream can show
+    one — the command's input line — else not at all); None draws Markdown when the stream is
+    a console channel that draws with rich (the ``effectagent`` chat on a terminal), else not.
 
 ``render(event)``
     Writes what ``event`` shows: streamed text as it arrives, reasoning dimmed (marked
@@ -72,12 +76,27 @@ from effectagent.core import (
     UsageTotals,
 )
 
-from ._console import Channel, Console, Part, Styled, Text, TextSink
+from ._console import Channel, Console, Markdown, Part, Styled, Text, TextSink
 from ._errors import figure, sentence
 
 __all__ = ["TextSink", "Timeline", "format_usage", "preview"]
 
 _INDENT = "  "
+
+#: The most rows an answer's draft shows above the input line while it streams.
+DRAFT_ROWS = 8
+
+
+def draft_tail(text: str, width: int, rows: int = DRAFT_ROWS) -> str:
+    """The last ``rows`` rows ``text`` takes on a terminal ``width`` columns wide (a line longer
+    than the width takes several). Pure."""
+    width = max(width, 1)
+    drawn = [
+        line[start : start + width]
+        for line in text.split("\n")
+        for start in range(0, max(len(line), 1), width)
+    ]
+    return "\n".join(drawn[-rows:])
 
 
 def preview(value: Any, limit: int = 100) -> str:
@@ -144,6 +163,7 @@ class Timeline:
         header: bool = True,
         usage: bool = True,
         preview_chars: int = 100,
+        markdown: bool | None = None,
     ) -> None:
         if not isinstance(stream, Channel) and not callable(getattr(stream, "write", None)):
             raise TypeError(f"Timeline writes to a text stream, got {type(stream).__name__}")
@@ -153,13 +173,21 @@ class Timeline:
             raise ValueError(f"preview_chars must be at least 8, got {preview_chars}")
         # Everything goes through a console's channel, which escapes it (module notes); the
         # command passes its own, whose colour setting then applies.
-        self._out = stream if isinstance(stream, Channel) else Console(stream, color=color).out
+        if isinstance(stream, Channel):
+            self._out = stream
+        else:
+            self._out = Console(stream, color=color, rich=bool(markdown)).out
+        self._markdown = self._out.console.rich if markdown is None else bool(markdown)
         self._header = bool(header)
         self._usage = bool(usage)
         self._limit = preview_chars
         # Where the cursor is: an open line of streamed text or reasoning, and at what depth.
         self._open: str | None = None  # "text" | "reasoning" | None
         self._open_depth = 0
+        # The answer streaming at depth 0, kept to be drawn whole once complete (markdown), and
+        # its last part (what its draft shows).
+        self._answer: list[str] = []
+        self._recent = ""
         # When each tool call began (declared, then started), by (run, call) — for durations.
         self._began: dict[tuple[str, str], float] = {}
         # The depth of each subagent run (by its run ID), under the call that started it.
@@ -296,7 +324,14 @@ class Timeline:
             self._line(depth, Styled("gray", f"usage: {format_usage(usage)}"))
 
     def _end_line(self) -> None:
-        if self._open is not None:
+        if self._answer:  # the answer is complete (or something comes between): drawn whole
+            text = "".join(self._answer).strip("\n")
+            self._answer.clear()
+            self._recent = ""
+            self._out.draft()
+            self._out.line(Markdown(text))
+            self._open = None
+        elif self._open is not None:
             self._out.line()
             self._open = None
 
@@ -306,6 +341,9 @@ class Timeline:
 
     def _stream_piece(self, kind: str, text: str, depth: int) -> None:
         if not text:
+            return
+        if self._markdown and kind == "text" and not depth:
+            self._draft_piece(text)
             return
         indent = _INDENT * depth
         if self._open != kind or self._open_depth != depth:
@@ -318,6 +356,17 @@ class Timeline:
         if depth:
             text = text.replace("\n", "\n" + indent)
         self._out.write(Styled("dim", Text(text)) if kind == "reasoning" else Text(text))
+
+    def _draft_piece(self, text: str) -> None:
+        """Keep a piece of the answer; show its last rows as the draft."""
+        if self._open != "text":
+            self._end_line()
+            self._open, self._open_depth = "text", 0
+        self._answer.append(text)
+        columns, lines = self._out.size()
+        rows = max(1, min(DRAFT_ROWS, lines // 3))  # the input line and the rest keep room
+        self._recent = (self._recent + text)[-(columns + 1) * (rows + 1) :]
+        self._out.draft(Text(draft_tail(self._recent.lstrip("\n"), columns, rows)))
 
 
 _HANDLERS: dict[type[Any], Any] = {

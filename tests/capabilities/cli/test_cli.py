@@ -8,6 +8,7 @@ a state. The shell tool runs in the real bubblewrap sandbox, over a workspace ea
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
@@ -22,12 +23,9 @@ from typing import Any
 
 import pexpect
 import pytest
-import trio
 
-from capabilities import sqlite_storage
 from capabilities.cli import ConfigError, load_config, main
 from capabilities.cli._main import DATABASE, private_directory
-from effectagent import open_runtime
 from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
@@ -177,20 +175,26 @@ def test_a_failed_run_exits_1_and_says_why(server: ServerThread, home: Path) -> 
     assert "=" not in failed
 
 
-async def test_a_database_in_use_is_said_in_a_sentence(
+def test_a_database_in_use_is_said_in_a_sentence(
     isolated: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Not ``DatabaseInUse: DatabaseInUse(path=...)``: what happened and what to do."""
+    """Not ``DatabaseInUse: DatabaseInUse(path=...)``: what happened and what to do. (Processes
+    of this version share the file; one of an older version holds its lock file exclusively,
+    as here, and the command gives up once the storage's bounded wait is spent.)"""
     path = isolated / "state" / "effectagent" / DATABASE
     path.parent.mkdir(parents=True)
-    async with open_runtime(sqlite_storage(path)):  # another process would hold it so
+    with open(f"{path}.lock", "wb") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         command = ["run", "Hi", *MODEL, "--base-url", "http://127.0.0.1:9/v1"]
-        status = await trio.to_thread.run_sync(main, command)
+        status = main(command)
     assert status == 3
-    assert capsys.readouterr().err == (
-        f"effectagent: cannot start: the session database {path} is open in another process "
-        "(one process uses it at a time): try again once that one has ended\n"
-    )
+    said = capsys.readouterr().err
+    assert said.startswith(
+        f"effectagent: cannot start: the session database {path} is held for itself alone by "
+        "another process"
+    ), said
+    assert said.count("\n") == 1
+    assert "DatabaseInUse" not in said
 
 
 def test_a_crash_shows_its_traceback_escaped(
@@ -199,7 +203,7 @@ def test_a_crash_shows_its_traceback_escaped(
     def broken(given: str | None, environ: object) -> Path:
         raise RuntimeError("a bug \x1b]0;pwned\x07")
 
-    monkeypatch.setattr("capabilities.cli._main.state_dir", broken)
+    monkeypatch.setattr("capabilities.cli._stored.state_dir", broken)
     assert main(["sessions"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):\n")
@@ -509,13 +513,24 @@ def test_a_session_resumed_in_a_new_process_continues_its_conversation(
         ("user", "Who am I?"),
     ]
 
-    child = spawn(["sessions"], env)
+    child = spawn(["sessions"], env)  # on a terminal: a table drawn with rich
     output, status = finish(child)
     assert status == 0
-    header, row = output.splitlines()
+    header, rule, row = output.splitlines()
     assert header.split() == ["NAME", "CONVERSATION", "UPDATED", "RUNS"]
+    assert set(rule) == {"─"}
     name, listed, _day, _time, runs = row.split()
     assert (name, listed, runs) == ("intro", conversation, "2")
+    assert row.endswith(" 2")  # the runs, aligned to the right
+    listed_plain = subprocess.run(  # not a terminal: plain columns, as before
+        [EFFECTAGENT, "sessions"], env=env, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert [line.split() for line in listed_plain] == [
+        ["NAME", "CONVERSATION", "UPDATED", "RUNS"],
+        ["intro", conversation, _day, _time, "2"],
+    ]
+    assert "\x1b" not in "".join(listed_plain)
+    assert "─" not in "".join(listed_plain)
 
 
 def test_sessions_with_none_says_so(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -536,7 +551,7 @@ def test_state_dir_overrides_the_xdg_default(server: ServerThread, home: Path) -
     assert stat.S_IMODE(elsewhere.stat().st_mode) == 0o700
     assert not (home / "state").exists()
     output, _ = finish(spawn(["sessions", "--state-dir", str(elsewhere)], cli_env(home)))
-    assert output.splitlines()[1].startswith("s ")
+    assert output.splitlines()[2].startswith("s ")  # under the table's header and its rule
 
 
 def test_the_state_directory_is_made_for_its_owner_alone(tmp_path: Path) -> None:

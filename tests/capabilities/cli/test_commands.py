@@ -33,7 +33,8 @@ def test_which_lines_are_commands() -> None:
     assert message_of("//help") == "/help"
     assert message_of("hello") == "hello"
     assert Command("usage").known
-    assert not Command("resume").known
+    assert Command("resume").known
+    assert not Command("frobnicate").known
 
 
 _TOTALS = st.builds(UsageTotals, *[st.integers(0, 10**9)] * 8)

@@ -8,13 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from capabilities.cli._progress import FRAMES, Progress
+from capabilities.cli._progress import FRAMES, Progress, tokens_of
 from effectagent.core import (
+    ReasoningDelta,
     RunCompleted,
     TextDelta,
+    ToolCallDeclared,
     ToolCallStarted,
     ToolCallSucceeded,
+    TurnCompleted,
     TurnStarted,
     UsageTotals,
 )
@@ -37,7 +42,47 @@ def test_the_model_s_wait_shows_after_a_second_until_its_answer_begins() -> None
     assert progress.status(145.2) == "⠴ waiting for the model · 45 s"
     assert progress.seconds(145.2) == 45
     progress.see(event(TextDelta, turn=1, text="Hi"), 146.0)
-    assert progress.status(150.0) is None  # the answer's text shows instead
+    assert progress.seconds(146.0) is None  # nothing is waited on: the answer shows itself
+
+
+def test_an_answer_s_tokens_are_counted_as_they_stream() -> None:
+    """About four characters a token, from the text and the reasoning streamed so far in the
+    turn; the model's exact figure comes with the run's usage once the answer is complete."""
+    progress = Progress()
+    progress.see(event(TurnStarted, turn=1), 10.0)
+    progress.see(event(ReasoningDelta, turn=1, text="Let me think."), 10.2)  # 13 characters
+    assert progress.status(10.5) is None  # a quick answer shows no spinner
+    assert progress.status(11.0) == "⠙ answering · 1 s · ~4 tokens"
+    progress.see(event(TextDelta, turn=1, text="x" * 4000), 12.0)
+    assert progress.status(12.0) == "⠹ answering · 2 s · ~1,004 tokens"
+    progress.see(
+        event(ToolCallDeclared, turn=1, tool_call_id="1", tool_name="shell", arguments={}), 12.5
+    )
+    progress.see(
+        event(TurnCompleted, turn=1, finish_reason="tool_calls", usage=UsageTotals()), 13.0
+    )
+    assert progress.status(20.0) is None  # the turn ended: nothing streams
+    progress.see(event(TurnStarted, turn=2), 20.0)
+    progress.see(event(TextDelta, turn=2, text="ok"), 20.1)
+    assert progress.status(21.0) == "⠙ answering · 1 s · ~1 token"  # a new turn counts anew
+
+
+@given(st.lists(st.text(max_size=40), max_size=30))
+def test_the_token_count_is_the_streamed_characters_over_four_rounded_up(
+    pieces: list[str],
+) -> None:
+    progress = Progress()
+    progress.see(event(TurnStarted, turn=1), 0.0)
+    for piece in pieces:
+        progress.see(event(TextDelta, turn=1, text=piece), 0.0)
+    streamed = sum(map(len, pieces))
+    status = progress.status(5.0)
+    if not streamed:
+        assert status == "⠴ waiting for the model · 5 s"
+    else:
+        shown = status.rsplit("~", 1)[1] if status else ""
+        assert shown.split()[0].replace(",", "") == str(tokens_of(streamed))
+        assert 4 * tokens_of(streamed) - 3 <= streamed <= 4 * tokens_of(streamed)
 
 
 def test_each_running_tool_shows_the_longest_first_until_it_settles() -> None:

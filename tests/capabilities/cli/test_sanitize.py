@@ -149,8 +149,8 @@ def test_held_output_is_bounded_and_what_is_left_out_is_said() -> None:
 
 def test_errors_read_as_sentences_with_figures_rounded() -> None:
     assert sentence(DatabaseInUse("/home/ann/effectagent.db")) == (
-        "the session database /home/ann/effectagent.db is open in another process (one process "
-        "uses it at a time): try again once that one has ended"
+        "the session database /home/ann/effectagent.db is held for itself alone by another "
+        "process (an older version of effectagent): try again once that one has ended"
     )
     assert sentence(BudgetExhausted("duration", 5.005364324999391, 5.0)) == (
         "the duration budget ran out: 5.0 s used of 5.0 s"
