@@ -6,6 +6,10 @@ errors a model call can end with), this is the vocabulary the engine, the provid
 testing kit share — response parts, the response reducer, the tool broker — which they may only
 import from here."""
 
+from ._context import InnerResult as InnerResult
+from ._context import OutcomeUnknown as OutcomeUnknown
+from ._context import ToolBroker as ToolBroker
+from ._context import ToolCallContext as ToolCallContext
 from ._durable import Reconciled as Reconciled
 from ._durable import StepKey as StepKey
 from ._durable import StepResult as StepResult
@@ -61,15 +65,11 @@ from ._tool import DEFAULT_ARGUMENT_LIMITS as DEFAULT_ARGUMENT_LIMITS
 from ._tool import Binding as Binding
 from ._tool import FailureMode as FailureMode
 from ._tool import Handler as Handler
-from ._tool import InnerResult as InnerResult
-from ._tool import OutcomeUnknown as OutcomeUnknown
 from ._tool import OutputSchemaViolation as OutputSchemaViolation
 from ._tool import Reconcile as Reconcile
 from ._tool import ReconcilingHandler as ReconcilingHandler
 from ._tool import Tool as Tool
 from ._tool import ToolAnnotations as ToolAnnotations
-from ._tool import ToolBroker as ToolBroker
-from ._tool import ToolCallContext as ToolCallContext
 from ._tool import encode_failure as encode_failure
 from ._tool import handler_result as handler_result
 from ._tool_source import ToolSnapshot as ToolSnapshot

@@ -10,15 +10,14 @@ from ._resume import RunAlreadyEnded as RunAlreadyEnded
 from ._resume import RunExists as RunExists
 from ._resume import UnknownRun as UnknownRun
 from ._resume import pending_approvals as pending_approvals
-from ._runtime import ConversationBusy as ConversationBusy
-from ._runtime import ConversationEvicted as ConversationEvicted
-from ._runtime import ConversationExists as ConversationExists
-from ._runtime import InstructionsLeakSecret as InstructionsLeakSecret
+from ._run_errors import ConversationBusy as ConversationBusy
+from ._run_errors import ConversationEvicted as ConversationEvicted
+from ._run_errors import ConversationExists as ConversationExists
+from ._run_errors import InstructionsLeakSecret as InstructionsLeakSecret
+from ._run_errors import UnknownConversation as UnknownConversation
 from ._runtime import RunFailedError as RunFailedError
 from ._runtime import RunResult as RunResult
-from ._runtime import RunStream as RunStream
 from ._runtime import Runtime as Runtime
-from ._runtime import UnknownConversation as UnknownConversation
 from ._runtime import open_runtime as open_runtime
 from ._runtime import reduce_events as reduce_events
 from ._runtime import run_sync as run_sync
@@ -51,6 +50,7 @@ from ._seams import ToolAuthorizationService as ToolAuthorizationService
 from ._seams import estimate_tokens as estimate_tokens
 from ._seams import observe_runs as observe_runs
 from ._steps import InMemoryStepStore as InMemoryStepStore
+from ._stream import RunStream as RunStream
 
 __all__ = [
     "Approval",

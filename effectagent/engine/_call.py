@@ -1,5 +1,5 @@
 """Phase 2 of a tool batch for one call — spec §2 steps 4 to 8: authorize, approve, take a permit,
-run the handler in a scope of its own, encode, redact and bound.
+run the handler in a scope of its own, encode, redact and bound. (Approval is ``_approve``'s.)
 
 The handler runs through :func:`~effectagent.effect.attempt` with the tool's declared failures, so
 its outcome follows the effect core's one rule: every leaf of what it raised declared — also when
@@ -12,7 +12,6 @@ waits).
 
 from __future__ import annotations
 
-import time
 from typing import Any, final
 
 import attrs
@@ -29,42 +28,30 @@ from effectagent.ai import (
 )
 from effectagent.core import (
     AgentPolicy,
-    ApprovalDecision,
-    ApprovalRequest,
-    ApprovalRequested,
-    Risk,
-    ToolApprovalDecided,
-    ToolApprovalRequested,
     ToolCallStarted,
     ToolDefect,
     ToolFailure,
     ToolOutcome,
     ToolRejected,
-    ToolResultBounds,
     ToolSuccess,
     ToolUnknownOutcome,
     bounded_json,
 )
 from effectagent.effect import Cause, Exit, Failure, Success, TaggedError, attempt
 
+from ._approve import Approvals, log_crash, propagated
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._host import BatchScope, CallHost
 from ._permits import Permit
-from ._replay import CallPlan, Gated, Reconcile, Rerun, Settle, denied, reconcile_call
+from ._replay import CallPlan, Gated, Reconcile, Rerun, Settle, reconcile_call
 from ._resume import BatchReplay
-from ._seams import Approval, ApprovalError, ApprovalSuspended, AuthorizationDecision
+from ._seams import ApprovalSuspended, AuthorizationDecision
 
 __all__ = ["CallRunner"]
 
-_PREVIEW_BOUNDS = ToolResultBounds(max_bytes=2048)
 # What the model reads when a seam crashed: neutral, the details are in the run's log.
-_APPROVAL_FAILED = "the approval service failed; the call was not run"
 _AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
-_CANNOT_SUSPEND = (
-    "the approval service answered that the decision comes later, and this run cannot wait for "
-    "it (a subagent's, or the service does not say it suspends); the call was not run"
-)
 
 
 @final
@@ -73,8 +60,8 @@ class CallRunner:
     the batch's calls borrow first)."""
 
     __slots__ = (
+        "approvals",
         "audits",
-        "digest",
         "io",
         "lender",
         "plans",
@@ -101,7 +88,6 @@ class CallRunner:
         self.io = scope.io
         self.services = scope.services
         self.turn = scope.turn
-        self.digest = scope.services.digest_arguments
         self.policy = policy
         # A child run's calls borrow the permit of the call that started the child first.
         self.lender = lender
@@ -109,6 +95,9 @@ class CallRunner:
         # decided for some calls before any ran (a resumed batch's, a suspending approver's).
         self.replay = replay
         self.plans: dict[int, CallPlan] | None = None
+        self.approvals = Approvals(
+            io=scope.io, services=scope.services, policy=policy, turn=scope.turn, replay=replay
+        )
 
     def _context(self, call: PlannedCall, host: CallHost) -> ToolCallContext:
         io = self.io
@@ -147,7 +136,7 @@ class CallRunner:
                 if rejected is not None:
                     plans[call.index] = Settle(rejected)
                     continue
-            answer = await self._approval(call, context, may_suspend=True)
+            answer = await self.approvals.approval(call, context, may_suspend=True)
             if isinstance(answer, ApprovalSuspended):
                 suspended.append(call.id)
                 reason = reason or self.io.redact_text(answer.reason)
@@ -184,7 +173,7 @@ class CallRunner:
                     if rejected is not None:
                         return rejected
                 if tool.may_need_approval:
-                    answer = await self._approval(call, context, may_suspend=False)
+                    answer = await self.approvals.approval(call, context, may_suspend=False)
                     if answer is not None:
                         assert isinstance(answer, ToolRejected)  # only a gate may suspend
                         return answer
@@ -333,224 +322,13 @@ class CallRunner:
         reason = io.redact_text(f"not authorized: {decision.reason or 'denied'}")
         return ToolRejected(call.id, call.name, reason)
 
-    async def _ask(
-        self, approval: Approval, request: ApprovalRequest, deadline: float, may_suspend: bool
-    ) -> ApprovalDecision | ApprovalSuspended:
-        """The provider's decision, or the denial that stands for its silence or failure — or,
-        when ``may_suspend``, its answer that the decision comes later.
-
-        Cancellation: the wait ends at ``deadline`` (a denial); the run's interruption, or a
-        ``trio.Cancelled`` raised in a group, propagates.
-        """
-        failed = "approval service failed"
-        try:
-            with trio.move_on_at(deadline) as waited:
-                # Typed as what it is: any object, until checked (a provider is anyone's code).
-                decision: object = await approval.request(request)
-        except ApprovalError as exc:  # the provider's own account, meant to be read
-            return ApprovalDecision.deny(self.io.redact_text(exc.message), "approval-error")
-        except Exception as exc:
-            self.log_crash(failed, request.tool_call_id, exc)
-            return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
-        except BaseExceptionGroup as group:
-            raise self.propagated(group, failed, request.tool_call_id) from None
-        if waited.cancelled_caught:
-            return ApprovalDecision.deny("approval timed out", "timeout")
-        if isinstance(decision, ApprovalSuspended):
-            if may_suspend:
-                return decision
-            self.io.logs.warning(
-                "approval suspended where the run cannot suspend",
-                tool_call_id=request.tool_call_id,
-            )
-            return ApprovalDecision.deny(_CANNOT_SUSPEND, "engine")
-        if not isinstance(decision, ApprovalDecision):
-            answer = f"the provider answered with {type(decision).__name__}, not a decision"
-            self.log_crash(failed, request.tool_call_id, TypeError(answer))
-            return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
-        return decision
-
     def log_crash(self, event: str, call_id: str, exc: BaseException) -> None:
-        """What a crashed seam raised, for the run's log (its type and redacted message) — never
-        for the model, an event or a record."""
-        io = self.io
-        leaves = exc.exceptions if isinstance(exc, BaseExceptionGroup) else (exc,)
-        detail = "; ".join(f"{type(leaf).__name__}: {leaf}" for leaf in leaves)
-        io.logs.warning(
-            event, tool_call_id=call_id, error=type(exc).__name__, detail=io.redact_text(detail)
-        )
+        """What a crashed seam raised, for the run's log only (see ``_approve.log_crash``)."""
+        log_crash(self.io, event, call_id, exc)
 
     def propagated(self, group: BaseExceptionGroup, event: str, call_id: str) -> BaseException:
-        """A group a seam raised that holds more than exceptions (a cancellation, an interrupt):
-        what must propagate — the group without its exceptions, which are logged."""
-        crashed, rest = group.split(Exception)
-        if crashed is not None:
-            self.log_crash(event, call_id, crashed)
-        assert rest is not None  # a group of exceptions alone is an ``Exception``
-        return rest
-
-    async def _approval(
-        self, call: PlannedCall, context: ToolCallContext, *, may_suspend: bool
-    ) -> ToolRejected | ApprovalSuspended | None:
-        """Ask for approval if the tool's rule says so for these parameters (or a resumed
-        batch's log holds a request for the call); None if approved — or, when
-        ``may_suspend``, the approver's answer that the decision comes later."""
-        io = self.io
-        tool = call.tool
-        replay = self.replay
-        recorded = None if replay is None else replay.requests.get(call.id)
-        try:
-            if recorded is not None:
-                request: ApprovalRequest | None = self._rearmed(recorded, tool)
-            else:
-                needed = tool.requires_approval(call.params, context)
-                request = self._request(call) if needed else None
-        except Exception as exc:  # the tool's own rule, targets or summary crashed: fail closed
-            reason = io.redact_text(f"approval policy failed: {type(exc).__name__}: {exc}")
-            return ToolRejected(call.id, call.name, reason)
-        if request is None:
-            return None
-        known = None if replay is None else replay.decisions.get(call.id)
-        decision = await self._decide(
-            request, recorded=recorded is not None, known=known, may_suspend=may_suspend
-        )
-        if isinstance(decision, ApprovalSuspended):
-            return decision
-        if decision.approved:
-            return None
-        return denied(call, decision, request.denial_is_terminal, io.redact_text)
-
-    def _request(self, call: PlannedCall) -> ApprovalRequest:
-        io = self.io
-        tool = call.tool
-        preview = bounded_json(call.arguments, _PREVIEW_BOUNDS)
-        if tool.summarize is not None:
-            summary = tool.summarize(call.params)
-        else:
-            summary = f"{tool.annotations.title or call.name}: {tool.description}"
-        targets = () if tool.targets is None else tuple(tool.targets(call.params))
-        return ApprovalRequest(
-            run_id=io.run_id,
-            conversation_id=io.conversation_id,
-            agent=io.agent_name,
-            tool_name=call.name,
-            tool_call_id=call.id,
-            summary=io.redact_text(str(summary)),
-            targets=tuple(io.redact_text(str(target)) for target in targets),
-            risk=_risk(tool),
-            input_preview=preview,
-            expires_at=time.time() + self.policy.approval_timeout,  # for people to read
-            denial_is_terminal=tool.denial_is_terminal,
-            arguments_digest=self.digest(tool, call.params),
-        ).in_runtime(tool, trio.current_time() + self.policy.approval_timeout)
-
-    def _rearmed(self, recorded: ApprovalRequest, tool: Tool[Any, Any]) -> ApprovalRequest:
-        """A request the log holds, asked again by a resumed run: the recorded one (its
-        arguments digest included, so a decision made for it from the log fits it), expiring
-        ``approval_timeout`` from now."""
-        timeout = self.policy.approval_timeout
-        request = attrs.evolve(recorded, expires_at=time.time() + timeout)
-        return request.in_runtime(tool, trio.current_time() + timeout)
-
-    async def _decide(
-        self,
-        request: ApprovalRequest,
-        *,
-        recorded: bool = False,
-        known: ApprovalDecision | None = None,
-        may_suspend: bool = False,
-    ) -> ApprovalDecision | ApprovalSuspended:
-        """Record the request, ask the Approval service, record its decision (CAP-006).
-
-        Expiry is judged on one clock, Trio's: the wait ends at ``request.deadline`` and a
-        decision that reaches the engine later is refused. A provider that fails — an
-        ``ApprovalError``, or anything else it raises — is a recorded denial (fail closed); the
-        model reads an ``ApprovalError``'s message, or a neutral sentence for a crash, whose
-        type and message go to the run's log only.
-
-        A resumed batch: a request the log holds (``recorded``) is not recorded again, and a
-        decision it holds (``known``) is taken without asking anyone — if it is bound to this
-        call; one that is not is refused, as a recorded denial. With ``may_suspend``, the
-        service may answer that the decision comes later: nothing more is recorded then.
-
-        Cancellation: as the records' appends and the service's wait; an interruption after the
-        request was recorded leaves it without a decision (the run ends interrupted). A
-        ``trio.Cancelled`` the provider raises (alone or in a group) is never taken for a crash.
-        """
-        io = self.io
-        deadline = request.deadline
-        assert deadline is not None  # ``_request`` or ``_rearmed`` made it in this runtime
-        if not recorded:
-            await io.record(
-                ToolApprovalRequested(
-                    conversation_id=io.conversation_id,
-                    run_id=io.run_id,
-                    request=request,
-                    at=time.time(),
-                )
-            )
-        decision: ApprovalDecision
-        if known is not None:
-            refused = known.mismatch(request)
-            if refused is None:
-                io.logs.info(
-                    "approval decision taken from the log",
-                    tool=request.tool_name,
-                    tool_call_id=request.tool_call_id,
-                    approved=known.approved,
-                    decided_by=known.decided_by,
-                )
-                return known
-            decision = known
-        else:
-            io.emit(
-                ApprovalRequested,
-                turn=self.turn,
-                tool_call_id=request.tool_call_id,
-                tool_name=request.tool_name,
-                request=request,
-            )
-            approval = self.services.approval
-            if approval is None:  # preflight forbids this; fail closed if it happens anyway
-                decision = ApprovalDecision.deny("no approval service", "engine")
-            else:
-                answer = await self._ask(approval, request, deadline, may_suspend)
-                if isinstance(answer, ApprovalSuspended):
-                    io.logs.info(
-                        "approval suspended",
-                        tool=request.tool_name,
-                        tool_call_id=request.tool_call_id,
-                    )
-                    return answer
-                decision = answer
-            refused = decision.mismatch(request)
-            if refused is None and decision.approved and trio.current_time() > deadline:
-                refused = "the decision came after the request expired"
-        if refused is not None:
-            io.logs.warning(
-                "approval decision refused", tool_call_id=request.tool_call_id, why=refused
-            )
-            decision = ApprovalDecision.deny(f"refused: {refused}", "engine")
-        decided = ApprovalDecision.for_request(
-            request, decision.approved, io.redact_text(decision.reason), decision.decided_by
-        )
-        await io.record(
-            ToolApprovalDecided(
-                conversation_id=io.conversation_id,
-                run_id=io.run_id,
-                tool_call_id=request.tool_call_id,
-                decision=decided,
-                at=time.time(),
-            )
-        )
-        io.logs.info(
-            "approval decided",
-            tool=request.tool_name,
-            tool_call_id=request.tool_call_id,
-            approved=decided.approved,
-            decided_by=decided.decided_by,
-        )
-        return decided
+        """What must propagate of a group a seam raised (see ``_approve.propagated``)."""
+        return propagated(self.io, group, event, call_id)
 
 
 @final
@@ -605,10 +383,3 @@ def describe_cause(cause: Cause[Any]) -> str:
         return f"the tool crashed ({crashes})"
     declared = "; ".join(f"{type(f).__name__}: {f}" for f in cause.failures)
     return f"the tool crashed ({crashes}) while also failing with declared errors ({declared})"
-
-
-def _risk(tool: Tool[Any, Any]) -> Risk:
-    annotations = tool.annotations
-    if annotations.readonly:
-        return "low"
-    return "high" if annotations.destructive else "medium"

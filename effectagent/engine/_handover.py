@@ -40,7 +40,7 @@ from effectagent.core import (
 from effectagent.effect import _fast_init
 
 if TYPE_CHECKING:
-    from ._runtime import RunStream
+    from ._stream import RunStream
 
 __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_events"]
 

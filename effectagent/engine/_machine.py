@@ -10,50 +10,75 @@ feeds what they produce back in as the next input. So grace turns, output retrie
 compaction are tested as plain functions (``tests/engine/test_machine.py``), and a run's state is
 one value with one owner.
 
-The protocol, as the interpreter sees it: each transition's commands are performed in order; the
-last one, if it produces something (:data:`Awaiting`), is what the next input answers. A
-transition that ends the run ends with :class:`Complete` or :class:`Fail`; one that starts the
-grace turn ends with :class:`EnterGrace` (the interpreter changes the run's deadline, then sends
-:class:`GraceBegun`).
+The state, the inputs and the commands are plain values of their own module
+(``_machine_values``, re-exported here). The protocol, as the interpreter sees it: each
+transition's commands are performed in order; the last one, if it produces something
+(:data:`Awaiting`), is what the next input answers. A transition that ends the run ends with
+:class:`Complete`, :class:`Fail` or :class:`Suspend`; one that starts the grace turn ends with
+:class:`EnterGrace` (the interpreter changes the run's deadline, then sends :class:`GraceBegun`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, NoReturn, TypeAlias, final, get_args
-
-import attrs
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, get_args
 
 from effectagent.ai import (
-    AiError,
-    AssistantMessage,
     ContextLengthExceeded,
     Message,
     ModelResponse,
-    Toolkit,
     UserMessage,
 )
 from effectagent.core import (
-    AgentPolicy,
     BudgetExhausted,
     FinalTurnDeclaredTools,
     ModelFailed,
     OutputInvalid,
-    Redactor,
     RepeatedToolFailure,
     RunError,
-    ToolOutcome,
-    UsageDelta,
-    UsageTotals,
 )
-from effectagent.effect import SchemaError, _fast_init, decode_json
+from effectagent.effect import SchemaError, decode_json
 
-from ._batch_plan import BatchPlan, plan_batch
+from ._batch_plan import plan_batch
 from ._budget import NOTHING_DELEGATED as _NOTHING_DELEGATED
-from ._budget import Budget, Delegated, Exhaustion
+from ._budget import Budget, Exhaustion
+from ._machine_values import (
+    AnnounceRetry,
+    AppendLater,
+    Awaiting,
+    BatchInterrupted,
+    BatchSettled,
+    BatchSuspended,
+    Command,
+    Compact,
+    Compacted,
+    Complete,
+    CompleteTurn,
+    EnterGrace,
+    Fail,
+    FollowUps,
+    GraceBegun,
+    Input,
+    Log,
+    ModelCallFailed,
+    ModelResponded,
+    NextTurn,
+    Phase,
+    RecordFeedback,
+    RecordInputs,
+    RequestModel,
+    RunBatch,
+    RunConfig,
+    RunState,
+    StartTurn,
+    Suspend,
+    TakeFollowUps,
+    TimeRanOut,
+    Transition,
+    TurnDue,
+)
 from ._model_step import ModelStep
 from ._retry import retry_delay
-from ._seams import SteeringInput
 
 __all__ = [
     "AnnounceRetry",
@@ -86,361 +111,12 @@ __all__ = [
     "Suspend",
     "TakeFollowUps",
     "TimeRanOut",
+    "Transition",
     "TurnDue",
     "start",
     "step",
 ]
 
-Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "grace", "ended"]
-
-
-# ---- what does not change during a run ------------------------------------------------------------
-
-
-@final
-@_fast_init
-@attrs.frozen(slots=True)
-class RunConfig:
-    """What a run's decisions depend on and that never changes while it runs."""
-
-    policy: AgentPolicy
-    #: ``Agent.output``: the type the final answer decodes into (None: plain text).
-    output: Any
-    #: Whether the runtime has a Compactor (the policy's ``context_token_limit`` turns it on).
-    compactor: bool
-    #: Whether follow-ups may be waiting (the runtime has a steering inbox).
-    follow_ups: bool
-    redactor: Redactor
-    #: Redaction and the length bound of the text events, records and errors carry.
-    describe: Callable[[str], str]
-    count_tokens: Callable[[Sequence[Message]], int]
-    #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
-    end_at: float
-
-
-# ---- the state --------------------------------------------------------------------------------------
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class RunState:
-    """A run's state between two inputs. Replaced, never changed, by :func:`step`."""
-
-    config: RunConfig
-    phase: Phase
-    #: The turn number (the grace turn is one more than the last turn counted).
-    turn: int
-    #: The prompt: the system message, the projected history, then what the run added.
-    messages: tuple[Message, ...]
-    budget: Budget
-    grace: bool = False
-    #: Final answers sent back because they did not decode into ``Agent.output``.
-    output_retries: int = 0
-    #: The model call of this request (1-based) — it grows with each retry.
-    attempt: int = 1
-    #: Whether this turn already compacted because the model refused the context.
-    refused_compacted: bool = False
-    #: (messages, tokens): a prefix of the prompt and its tokens — as the provider reported them
-    #: for the last request, or as counted here — the base of the next live-context figure.
-    context_base: tuple[int, int] | None = None
-    #: Why the grace turn is taken (the dimension that ran out).
-    exhaustion: Exhaustion | None = None
-    #: The response waiting for the follow-ups' answer, or for a compaction after the model
-    #: refused the context (then with the failure to fall back to).
-    held: ModelStep | ModelCallFailed | None = None
-
-
-# ---- inputs -------------------------------------------------------------------------------------------
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class TurnDue:
-    """A turn may start: ``steering`` was drained from the inbox at ``now`` (Trio's clock)."""
-
-    now: float
-    steering: tuple[SteeringInput, ...] = ()
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Compacted:
-    """A compaction ended: the new prompt (None: nothing was compacted) and the usage of each
-    of the summary's model calls."""
-
-    messages: tuple[Message, ...] | None
-    usage: tuple[UsageDelta, ...] = ()
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class ModelResponded:
-    """The model answered the request: ``step`` (already streamed, its record pending),
-    ``request_size`` messages long, with ``toolkit`` offered."""
-
-    step: ModelStep
-    request_size: int
-    toolkit: Toolkit
-    now: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class ModelCallFailed:
-    """The model call failed with ``error``; ``streamed``: it had shown deltas. ``deadline`` is
-    the effective deadline then, ``jitter`` a random number in [0, 1) for the backoff."""
-
-    error: AiError
-    streamed: bool
-    now: float
-    deadline: float
-    jitter: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class FollowUps:
-    """The follow-ups taken from the inbox (possibly none) at ``now``."""
-
-    inputs: tuple[SteeringInput, ...]
-    now: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class BatchSettled:
-    """The batch was committed: its outcomes in declaration order, the prompt's new messages,
-    the error that ends the run (if any), and what its calls took beyond themselves."""
-
-    outcomes: tuple[ToolOutcome, ...]
-    messages: tuple[Message, ...]
-    failure: RunError | None
-    delegated: Delegated
-    now: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class BatchInterrupted:
-    """The batch was interrupted after it committed (its calls settled as interrupted): its
-    messages still join the prompt — for the grace turn — and what its calls used counts."""
-
-    messages: tuple[Message, ...]
-    delegated: Delegated
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class BatchSuspended:
-    """The batch ran none of its calls: the approvals of ``tool_call_ids`` were suspended (the
-    approval service answered that a decision comes later), for ``reason``."""
-
-    tool_call_ids: tuple[str, ...]
-    reason: str
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class TimeRanOut:
-    """The current deadline passed: the turns' (the run's time) or the grace turn's."""
-
-    now: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class GraceBegun:
-    """The interpreter entered the grace turn's deadline (after :class:`EnterGrace`)."""
-
-
-Input: TypeAlias = (
-    TurnDue
-    | Compacted
-    | ModelResponded
-    | ModelCallFailed
-    | FollowUps
-    | BatchSettled
-    | BatchInterrupted
-    | BatchSuspended
-    | TimeRanOut
-    | GraceBegun
-)
-
-
-# ---- commands -----------------------------------------------------------------------------------------
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class RecordInputs:
-    """Append the admitted steering or follow-ups (their texts already redacted)."""
-
-    inputs: tuple[SteeringInput, ...]
-    texts: tuple[str, ...]
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class RecordFeedback:
-    """Append the engine's feedback on a final answer that did not decode."""
-
-    text: str
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class AppendLater:
-    """Have the model response's record appended first by the next append."""
-
-    step: ModelStep
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class StartTurn:
-    """Emit ``TurnStarted``."""
-
-    turn: int
-    grace: bool
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class CompleteTurn:
-    """Emit ``TurnCompleted``, then a ``BudgetWarning`` for each of ``warnings``."""
-
-    turn: int
-    finish_reason: str
-    usage: UsageTotals
-    warnings: tuple[Exhaustion, ...] = ()
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class AnnounceRetry:
-    """Emit ``ModelRetrying`` (and log it): the model is asked again after ``delay``."""
-
-    turn: int
-    attempt: int
-    error_tag: str
-    message: str
-    delay: float
-    discard: bool
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Log:
-    """A line for the run's log."""
-
-    level: Literal["info", "warning"]
-    event: str
-    fields: tuple[tuple[str, Any], ...] = ()
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Compact:
-    """Ask the Compactor (before ``turn``); ``force``: the model refused the context."""
-
-    turn: int
-    estimate: int | None
-    force: bool = False
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class RequestModel:
-    """Stream one model response for the prompt, after waiting ``delay`` seconds (a retry)."""
-
-    grace: bool
-    delay: float = 0.0
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class TakeFollowUps:
-    """Take the follow-ups waiting in the inbox."""
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class RunBatch:
-    """Run and commit the tool batch of a response: its calls admitted (``admitted``) or, when
-    they would go past the tool-call budget, every runnable one settled as rejected."""
-
-    plan: BatchPlan
-    admitted: bool
-    assistant: AssistantMessage | None
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class NextTurn:
-    """Yield, wait for the consumer, drain steering: then send :class:`TurnDue`."""
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class EnterGrace:
-    """Enter the grace turn's deadline (then send :class:`GraceBegun`)."""
-
-    deadline: float
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Complete:
-    """End the run completed: its record, then ``RunCompleted``."""
-
-    response: ModelResponse
-    output: Any
-    finish: Literal["stop", "budget-exhausted"]
-    exhausted: str | None
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Fail:
-    """End the run failed: its record, then ``RunFailed``."""
-
-    error: RunError
-
-
-@_fast_init
-@attrs.frozen(slots=True)
-class Suspend:
-    """End this execution of the run suspended, at ``turn``, waiting for the approval decisions
-    of ``tool_call_ids``: its record (not a terminal one), then ``RunSuspended``."""
-
-    turn: int
-    tool_call_ids: tuple[str, ...]
-    reason: str
-
-
-Command: TypeAlias = (
-    RecordInputs
-    | RecordFeedback
-    | AppendLater
-    | StartTurn
-    | CompleteTurn
-    | AnnounceRetry
-    | Log
-    | Compact
-    | RequestModel
-    | TakeFollowUps
-    | RunBatch
-    | NextTurn
-    | EnterGrace
-    | Complete
-    | Fail
-    | Suspend
-)
-
-#: The commands whose result is the next input.
-Awaiting = (Compact, RequestModel, TakeFollowUps, RunBatch, NextTurn, EnterGrace)
-
-Transition: TypeAlias = tuple[RunState, tuple[Command, ...]]
 
 _NONE: tuple[Command, ...] = ()
 _REQUEST = RequestModel(False)

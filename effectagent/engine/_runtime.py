@@ -15,23 +15,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from types import TracebackType
-from typing import Any, Generic, Literal, final
+from typing import Any, final
 
 import trio
 from typing_extensions import TypeVar
 
 from effectagent.ai import LanguageModelService, SystemMessage, Tool
 from effectagent.core import (
-    TERMINAL_EVENTS,
     Agent,
     ContextItem,
-    EventBase,
-    ModelRetrying,
     Redactor,
     SecretRedactor,
-    TextDelta,
-    TurnStarted,
 )
 from effectagent.effect import (
     Context,
@@ -51,6 +45,13 @@ from ._ids import new_id
 from ._log import InMemoryConversationLog
 from ._output import output_format, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
+from ._run_errors import (
+    ConversationBusy,
+    ConversationEvicted,
+    ConversationExists,
+    InstructionsLeakSecret,
+    UnknownConversation,
+)
 from ._seams import (
     ApprovalService,
     CompactorService,
@@ -69,16 +70,13 @@ from ._seams import (
 )
 from ._services import RunServices, split_handlers
 from ._steps import InMemoryStepStore
+from ._stream import Intent as _Intent
+from ._stream import RunStream
 
 __all__ = [
     "run_sync",
-    "ConversationExists",
-    "InstructionsLeakSecret",
-    "UnknownConversation",
-    "ConversationEvicted",
     "RunFailedError",
     "RunResult",
-    "RunStream",
     "Runtime",
     "open_runtime",
     "reduce_events",
@@ -86,232 +84,11 @@ __all__ = [
 
 EVENT_BUFFER = 256
 
-#: The output type of a run's agent (``Agent[O]``), carried to its stream and its result.
-OutputT = TypeVar("OutputT", covariant=True, default=Any)
 T = TypeVar("T")
 
 #: How many preflighted agents a runtime remembers (their services resolved once, reused while
 #: remembered); beyond this the oldest is forgotten, and preflighted again if it runs again.
 CHECKED_AGENTS = 128
-
-
-class ConversationBusy(RuntimeError):
-    """A run of this conversation is already going in this runtime.
-
-    Two runs of one conversation at once would interleave their records and each would build its
-    prompts from a history the other is still writing; the second is refused before it starts.
-    To add input to a running run, steer it (``capabilities.steering``); to run again, wait for
-    the run to end. Runtimes in other processes sharing a log are not seen.
-    """
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(
-            f"conversation {conversation_id!r} already has a run going in this runtime; steer "
-            "that run or wait for it to end"
-        )
-        self.conversation_id = conversation_id
-
-
-class UnknownConversation(LookupError):
-    """A run was asked to continue a conversation that has no history in the runtime's log.
-
-    Continuing and creating are different intents: a mistyped or expired ID must not silently
-    start a fresh conversation. To start one under an ID of your choosing, pass ``create=True``.
-    Raised before the run starts; nothing is written.
-    """
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(
-            f"conversation {conversation_id!r} has no history to continue; to start a new "
-            "conversation under this ID, pass create=True"
-        )
-        self.conversation_id = conversation_id
-
-
-class ConversationEvicted(UnknownConversation):
-    """A run was asked to continue a conversation the runtime's in-memory log no longer has: its
-    retention (``LogRetention``: a cap on conversations and on bytes) evicted it, least recently
-    used first, while it was idle. Its history is gone; start a new conversation (or use
-    ``sqlite_storage`` for history that lasts). An ``UnknownConversation``, so code that handles
-    that handles this; raised before the run starts, and nothing is written.
-    """
-
-    def __init__(self, conversation_id: str) -> None:
-        LookupError.__init__(
-            self,
-            f"conversation {conversation_id!r} was evicted from the in-memory log by its "
-            "retention limits (least recently used first) and its history is gone; start a new "
-            "conversation, or keep history in sqlite_storage",
-        )
-        self.conversation_id = conversation_id
-
-
-class ConversationExists(ValueError):
-    """A run was asked to create a conversation (``create=True``) under an ID that already has
-    history. Raised before the run starts; nothing is written."""
-
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(
-            f"conversation {conversation_id!r} already exists; continue it without create=True"
-        )
-        self.conversation_id = conversation_id
-
-
-class InstructionsLeakSecret(ValueError):
-    """An agent's instructions contain something the runtime's Redactor removes.
-
-    Instructions are the first message of every prompt, so a secret in them would reach the model
-    on every request; rather than send it, or silently send instructions other than the ones
-    written, the runtime refuses the agent when it is preflighted.
-    """
-
-    def __init__(self, agent: str) -> None:
-        super().__init__(
-            f"agent {agent!r}: its instructions contain a value the Redactor removes (a "
-            "registered secret); keep secrets out of instructions and give them to tools instead"
-        )
-        self.agent = agent
-
-
-@final
-class RunStream(Generic[OutputT]):
-    """The events of one run, used as ``async with runtime.stream(...) as events:`` then
-    ``async for event in events``.
-
-    The run starts when the block is entered, as a task of the runtime. Events wait in a buffer of
-    ``EVENT_BUFFER`` events (a turn may overshoot it by one tool batch); when it is full the run
-    waits for the consumer. Leaving the block — at the end, by ``break``, by an exception —
-    interrupts the run if it is still going and waits (shielded, briefly) until it has written its
-    interruption, so no run outlives its consumer. Iterating a stream outside its block raises
-    ``RuntimeError`` before anything starts: a plain ``async for`` that is left early would leave
-    the run going unseen.
-
-    Cancellation: if the consuming task is cancelled while waiting for an event, the run is
-    interrupted.
-    """
-
-    __slots__ = (
-        "_driver",
-        "_entered",
-        "_intent",
-        "_queue",
-        "_runtime",
-        "_started",
-        "_terminal_seen",
-    )
-
-    def __init__(
-        self, runtime: Runtime, driver: RunDriver, queue: EventQueue, intent: _Intent
-    ) -> None:
-        self._runtime = runtime
-        self._driver = driver
-        self._intent = intent
-        self._queue = queue
-        self._started = False
-        self._entered = False
-        self._terminal_seen = False
-
-    @property
-    def run_id(self) -> str:
-        """This run's ID."""
-        return self._driver.run_id
-
-    @property
-    def conversation_id(self) -> str:
-        """The conversation this run belongs to."""
-        return self._driver.conversation_id
-
-    def interrupt(self) -> None:
-        """Interrupt the run (it ends with RunInterrupted). Does not wait."""
-        self._driver.interrupt()
-
-    @property
-    def permits_in_use(self) -> int:
-        """How many of the run's ``tool_concurrency`` permits its tool calls hold right now
-        (0 before its first batch and after the run ended — anything else then is a leak)."""
-        return self._driver.permits_in_use
-
-    async def stream_text(self) -> AsyncIterator[str]:
-        """The answer's text as it streams, each item the *whole* text so far of the current model
-        response (the other events are read and dropped) — redraw it, do not append it.
-
-        Use inside the block: ``async with runtime.stream(...) as events: async for text in
-        events.stream_text()``. The text starts over (the next item is shorter, or empty) when a
-        new turn starts — text the model wrote before asking for tools is not the answer — and
-        when a model call that had streamed text fails and is retried (``ModelRetrying`` with
-        ``discard``): what that attempt showed never ends up in the answer, so a consumer that
-        shows the latest item never shows it for longer than it streamed. The last item is the
-        answer, ``RunResult.text``. (Each item is a new string: for very long answers read the
-        ``TextDelta`` events, with their ``ModelRetrying`` discards, instead.)
-
-        Cancellation: as iterating the events.
-        """
-        pieces: list[str] = []
-        async for event in self:
-            if isinstance(event, TextDelta):
-                pieces.append(event.text)
-                yield "".join(pieces)
-            elif pieces and (
-                isinstance(event, TurnStarted)
-                or (isinstance(event, ModelRetrying) and event.discard)
-            ):
-                pieces.clear()
-                yield ""
-
-    async def __aenter__(self) -> RunStream[OutputT]:
-        """Start the run. Raises :class:`ConversationBusy`, :class:`UnknownConversation` or
-        :class:`ConversationExists` before it starts (nothing is written then).
-
-        Cancellation: a cancellation point while a continued conversation's history is read
-        (the run then never starts)."""
-        if self._entered:
-            raise RuntimeError("a run stream can be entered once")
-        self._entered = True
-        await self._runtime._start(self._driver, self._intent)
-        self._started = True
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Interrupt the run if it is still going and wait until it has ended.
-
-        Cancellation: waits shielded — interruption is prompt by construction.
-        """
-        if self._started and not self._driver.finished:
-            self._driver.interrupt()
-            with trio.CancelScope(shield=True):
-                await self._driver.wait_done()
-        self._queue.detach()
-
-    def __aiter__(self) -> RunStream[OutputT]:
-        if not self._entered:
-            raise RuntimeError(
-                "iterate a run's events inside its block: "
-                "'async with runtime.stream(agent, text) as events: async for event in events' "
-                "(leaving the block interrupts the run; a bare 'async for' left early would not)"
-            )
-        return self
-
-    async def __anext__(self) -> EventBase:
-        if self._terminal_seen:
-            raise StopAsyncIteration
-        try:
-            event = await self._queue.get()
-        except trio.Cancelled:
-            self._driver.interrupt()
-            raise
-        if event is None:
-            raise StopAsyncIteration
-        if isinstance(event, TERMINAL_EVENTS):
-            self._terminal_seen = True
-        return event
 
 
 @final
@@ -755,11 +532,6 @@ def _check_redactor(redactor: object) -> None:
             f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
             "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
         )
-
-
-#: What a run does with its conversation: start a new one with a fresh ID, continue one with
-#: history, or create one under the caller's ID — or what ``resume`` does: continue a run.
-_Intent = Literal["new", "continue", "create", "resume"]
 
 
 def _check_run_arguments(

@@ -30,6 +30,7 @@ ENGINE_MODULES = [
     "effectagent.ai._model",
     "effectagent.ai._reduce",
     "effectagent.ai._tool",
+    "effectagent.ai._context",
     "effectagent.core._events",
     "effectagent.core._records",
     "effectagent.core._outcomes",
