@@ -1,0 +1,413 @@
+"""A run's edges — how it begins and how it ends — as the base of its driver (``_driver``).
+
+The beginning records the run's input (and its conversation, if new) and builds its prompt and
+state — or, for a run resumed from its records, folds them into its state (``_resume``) — and
+tells the run observers; each turn's tools come from the agent's tool sources. The endings write
+the run's terminal record — or its suspension — and hand over its terminal event, with nothing in
+between. The driver (``_driver``) holds the run's state and interprets the machine's commands;
+these methods are its own, kept apart to keep each module readable.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+
+from effectagent.ai import Message, Toolkit, ToolSnapshot, UserMessage
+from effectagent.core import (
+    Agent,
+    ContextAdded,
+    ContextItem,
+    ConversationCreated,
+    EventBase,
+    LogEntry,
+    Record,
+    RunCompleted,
+    RunCompletedRecord,
+    RunError,
+    RunFailed,
+    RunFailedRecord,
+    RunInterrupted,
+    RunStarted,
+    RunSuspended,
+    RunSuspendedRecord,
+    UsageTotals,
+    UserInputRecorded,
+    project_messages,
+)
+from effectagent.effect import encode
+
+from ._ids import new_id
+from ._io import RunIO
+from ._machine import (
+    Complete,
+    RunConfig,
+    RunState,
+    Suspend,
+    Transition,
+    start,
+)
+from ._resume import BatchReplay, FoundRun, resume_point
+from ._seams import RunEnding, RunInfo
+from ._services import RunServices, split_handlers
+
+__all__ = ["RunEdges"]
+
+_NO_USAGE = UsageTotals()
+
+
+class RunEdges:
+    """The beginning and the endings of a :class:`~effectagent.engine._driver.RunDriver` (which
+    holds everything declared here)."""
+
+    __slots__ = (
+        "_history",
+        "_history_error",
+        "_observed",
+        "_replay",
+        "_resuming",
+        "_snapshots",
+        "agent",
+        "author",
+        "context",
+        "io",
+        "new_conversation",
+        "services",
+        "state",
+        "terminal",
+        "toolkit",
+        "turn_services",
+        "user_input",
+    )
+
+    agent: Agent
+    author: str
+    context: tuple[ContextItem, ...]
+    io: RunIO
+    new_conversation: bool
+    services: RunServices
+    state: RunState | None
+    terminal: EventBase | None
+    toolkit: Toolkit
+    turn_services: RunServices
+    user_input: str
+    _history: tuple[LogEntry, ...] | None
+    _history_error: Exception | None
+    _observed: RunInfo | None
+    _replay: BatchReplay | None
+    _resuming: FoundRun | None
+    _snapshots: tuple[ToolSnapshot, ...]
+
+    @property
+    def turn(self) -> int:
+        """The current turn (0 before the first)."""
+        return 0 if self.state is None else self.state.turn
+
+    @property
+    def usage(self) -> UsageTotals:
+        """What the run (and its children) used so far."""
+        return _NO_USAGE if self.state is None else self.state.budget.usage
+
+    @property
+    def tool_calls_used(self) -> int:
+        """Tool calls made, inner calls and the run's children's included."""
+        state = self.state
+        if state is None:
+            return 0
+        return state.budget.tool_calls + state.budget.delegated_tool_calls
+
+    @property
+    def ending(self) -> RunEnding:
+        """How the run ended, from its terminal event ("interrupted" while it has none)."""
+        terminal = self.terminal
+        if isinstance(terminal, RunCompleted):
+            return "completed"
+        if isinstance(terminal, RunSuspended):
+            return "suspended"
+        return "failed" if isinstance(terminal, RunFailed) else "interrupted"
+
+    async def _suspend(self, command: Suspend) -> None:
+        """Record the suspension, then hand over ``RunSuspended`` with nothing in between (as
+        ``_fail``). A run resumed from its suspension that suspends again for the same calls,
+        with nothing recorded since, records nothing new.
+
+        Cancellation: as the log's append (all or nothing).
+        """
+        io = self.io
+        last = self._resuming.records[-1].record if self._resuming is not None else None
+        again = (
+            isinstance(last, RunSuspendedRecord)
+            and last.turn == command.turn
+            and last.tool_call_ids == command.tool_call_ids
+            and not io.appended
+        )
+        if not again:
+            await io.record(
+                RunSuspendedRecord(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    turn=command.turn,
+                    tool_call_ids=command.tool_call_ids,
+                    reason=command.reason,
+                    at=time.time(),
+                )
+            )
+        self.terminal = io.emit(
+            RunSuspended,
+            reason=command.reason,
+            tool_call_ids=command.tool_call_ids,
+            usage=self.usage,
+        )
+        io.logs.info("run suspended", turn=command.turn, tool_calls=list(command.tool_call_ids))
+
+    # ---- the run's beginning -------------------------------------------------------------------
+
+    async def _begin(self, started: float, end_at: float) -> RunState:
+        """Record the run's input (and the conversation, if new), build its prompt and its state,
+        and tell the run observers.
+
+        Cancellation: as the log's append and the observers'.
+        """
+        io = self.io
+        services = self.services
+        text = services.redactor.redact_text(self.user_input)
+        io.emit(RunStarted, input=io.redact_text(text))
+        io.logs.debug("run started")
+        conversation_id = io.conversation_id
+        if self._history_error is not None:
+            raise self._history_error
+        if self._history is not None:
+            history = self._history
+        elif self.new_conversation:
+            history = ()
+        else:
+            history = tuple(await services.log.entries(conversation_id))
+        now = time.time()
+        records: list[Record] = []
+        if not history:
+            records.append(
+                ConversationCreated(conversation_id=conversation_id, agent=self.agent.name, at=now)
+            )
+        redact = services.redactor.redact_text
+        added = [
+            ContextAdded(
+                conversation_id=conversation_id,
+                run_id=io.run_id,
+                item=attrs.evolve(item, source=redact(item.source), text=redact(item.text)),
+                at=now,
+            )
+            for item in self.context
+        ]
+        records += added
+        records.append(
+            UserInputRecorded(
+                conversation_id=conversation_id,
+                run_id=io.run_id,
+                input_id=new_id("input"),
+                kind="user",
+                text=text,
+                author=self.author,
+                at=now,
+            )
+        )
+        await io.record(*records)
+        messages: list[Message] = [services.system]
+        if history:
+            messages += project_messages(history)
+        messages += [UserMessage.text(record.item.as_message_text()) for record in added]
+        messages.append(UserMessage.text(text))
+        state = self.state = start(self._config(end_at), tuple(messages), started)
+        if services.observers:
+            await self._tell_started()
+        return state
+
+    def _config(self, end_at: float) -> RunConfig:
+        services = self.services
+        return RunConfig(
+            policy=self.agent.policy,
+            output=self.agent.output,
+            compactor=services.compactor is not None,
+            follow_ups=services.inbox is not None,
+            redactor=services.redactor,
+            describe=self.io.redact_text,
+            count_tokens=services.count_tokens,
+            end_at=end_at,
+        )
+
+    async def _begin_resumed(self, started: float, end_at: float) -> Transition:
+        """Continue the run from its records (``Runtime.resume``): fold them into its state
+        and first transition, and tell the run observers. Nothing is recorded here.
+
+        Cancellation: as the observers'.
+        """
+        found = self._resuming
+        assert found is not None
+        services = self.services
+        if services.tool_sources:
+            self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now
+        resumed = resume_point(
+            found,
+            config=self._config(end_at),
+            toolkit=self.toolkit,
+            system=services.system,
+            limits=self.agent.policy.response_limits,
+            now=started,
+        )
+        io = self.io
+        self.user_input = resumed.text
+        self.author = resumed.author
+        io.author = resumed.author
+        io.emit(RunStarted, input=resumed.text, resumed=True)
+        io.logs.info("run resumed", records=len(found.records))
+        self.state = resumed.state
+        self._replay = resumed.replay
+        if services.observers:
+            await self._tell_started()
+        return resumed.transition
+
+    async def _tell_started(self) -> None:
+        """Tell the run observers (the steering inbox first) that the run starts."""
+        io = self.io
+        run = RunInfo(
+            io.run_id,
+            io.conversation_id,
+            self.agent.name,
+            self.author,
+            self.services.redactor.redact_text,
+        )
+        for observer in self.services.observers:
+            if self._observed is None:
+                self._observed = run  # from the first call on, every observer hears the end
+            await observer.run_started(run)
+
+    async def _tell_ended(self, run: RunInfo) -> None:
+        """Tell every run observer how the run ended; what one raises is logged, not raised."""
+        ending = self.ending
+        for observer in self.services.observers:
+            try:
+                await observer.run_ended(run, ending)
+            except Exception as exc:
+                message = self.io.redact_text(f"{type(exc).__name__}: {exc}")
+                self.io.logs.warning(
+                    "run observer failed", observer=type(observer).__qualname__, error=message
+                )
+
+    def _take_tool_snapshots(self) -> None:
+        """This turn's tools: the agent's toolkit and, after it, what each tool source offers
+        now (see ``Agent.tool_sources``). A source tool whose name is taken is left out, with a
+        warning; a source that fails or returns something else fails the run as a defect (it
+        raises here). Unchanged snapshots reuse the last turn's toolkit."""
+        snapshots = tuple(source.snapshot() for source in self.services.tool_sources)
+        for snapshot in snapshots:
+            if not isinstance(snapshot, ToolSnapshot):
+                raise TypeError(
+                    f"a tool source returned {type(snapshot).__name__}, not a ToolSnapshot"
+                )
+        if len(snapshots) == len(self._snapshots) and all(
+            new is old for new, old in zip(snapshots, self._snapshots, strict=True)
+        ):
+            return
+        self._snapshots = snapshots
+        tools = list(self.agent.toolkit)
+        taken = {tool.name for tool in tools}
+        given: dict[Any, Any] = {}
+        for snapshot in snapshots:
+            for tool in snapshot.tools:
+                if tool.name in taken:
+                    self.io.logs.warning("tool source tool left out: name taken", tool=tool.name)
+                    continue
+                taken.add(tool.name)
+                tools.append(tool)
+                given[tool] = snapshot.handlers[tool.name]
+        handlers, reconcilers = split_handlers(given)
+        self.toolkit = Toolkit(*tools)
+        self.turn_services = self.services.with_handlers(
+            {**self.services.handlers, **handlers},
+            {**self.services.reconcilers, **reconcilers} if reconcilers else None,
+        )
+
+    # ---- endings -------------------------------------------------------------------------------
+
+    async def _complete(self, command: Complete) -> None:
+        io = self.io
+        response, output, finish = command.response, command.output, command.finish
+        text = self.services.redactor.redact_text(response.text)
+        encoded = encode(output) if output is not None else text
+        state = self.state
+        assert state is not None
+        budget = state.budget
+        record = RunCompletedRecord(
+            conversation_id=io.conversation_id,
+            run_id=io.run_id,
+            output=encoded,
+            finish_reason=finish,
+            at=time.time(),
+        )
+        await io.record(record)
+        # Nothing between the record and its event (see ``_fail``).
+        self.terminal = io.emit(
+            RunCompleted,
+            text=text,
+            output=output,
+            finish_reason=finish,
+            exhausted=command.exhausted,
+            usage=budget.usage,
+            turns=state.turn,
+            tool_calls=budget.tool_calls,
+        )
+        io.logs.info(
+            "run completed",
+            finish_reason=finish,
+            exhausted=command.exhausted,
+            turns=state.turn,
+            tool_calls=budget.tool_calls,
+            input_tokens=budget.usage.input_tokens,
+            output_tokens=budget.usage.output_tokens,
+        )
+
+    async def _fail(self, error: RunError) -> None:
+        """Write the failure record, then hand over ``RunFailed`` with nothing in between.
+
+        Cancellation: the log's append is all-or-nothing (see ``ConversationLog.append``), and
+        the event is handed over synchronously right after it returns — so a deadline or
+        interruption either stops the ending before anything is written (the run then ends
+        another way, once) or comes after both; it can never separate the record from its event
+        or add a second terminal.
+        """
+        io = self.io
+        await io.record(
+            RunFailedRecord(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                error=error,
+                reason=error.tag,
+                at=time.time(),
+            )
+        )
+        self.terminal = io.emit(RunFailed, error=error, usage=self.usage)
+        io.logs.warning("run failed", error=error.tag, detail=repr(error))
+
+    async def _record_interrupted(self) -> None:
+        """Write the interruption and hand over ``RunInterrupted`` — the event also when the
+        record cannot be written (logged): a run always ends, and whoever waits for it wakes."""
+        io = self.io
+        try:
+            await io.record(
+                RunFailedRecord(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    error=None,
+                    reason="interrupted",
+                    at=time.time(),
+                )
+            )
+        except Exception as unwritten:
+            io.logs.warning(
+                "run interrupted, and its record was not written",
+                unwritten=io.redact_text(str(unwritten)),
+            )
+        finally:
+            self.terminal = io.emit(RunInterrupted, reason="interrupted", usage=self.usage)
+            io.logs.info("run interrupted", turns=self.turn, tool_calls=self.tool_calls_used)
