@@ -128,7 +128,9 @@ class ToolCallContext:
         value, or give ``type=`` to have the recorded value decoded into that type (the value
         returned is then always the decoded one). Where results are kept is the runtime's
         ``StepStore`` (in memory by default, for as long as the run lasts); a store that
-        refuses to record raises, and the call fails as a defect. Called outside a runtime (a
+        refuses to record raises, and the call fails as a defect. A result is kept as the step
+        returned it — the redactor does not see it (it is the handler's, not the model's): do
+        not return a secret from a step you would not have kept. Called outside a runtime (a
         test calling a handler directly), ``fn`` just runs.
 
         Cancellation: a cancellation point while the store is read and written and while ``fn``

@@ -71,7 +71,9 @@ class Approvals:
     ) -> ToolRejected | ApprovalSuspended | None:
         """Ask for approval if the tool's rule says so for these parameters (or a resumed
         batch's log holds a request for the call); None if approved — or, when
-        ``may_suspend``, the approver's answer that the decision comes later."""
+        ``may_suspend``, the approver's answer that the decision comes later.
+
+        Cancellation: as :meth:`_decide`'s (the records' appends and the service's wait)."""
         io = self.io
         tool = call.tool
         replay = self.replay

@@ -391,3 +391,33 @@ def test_a_run_cut_at_any_append_and_resumed_stays_within_its_budget(
     assert len(records_of(log, RunCompletedRecord)) == 1
     settled = records_of(log, ToolCallSettled)
     assert len({(s.turn, s.tool_call_id) for s in settled}) == len(settled)  # each once
+
+
+CANARY = "tok-canary-5f1e"
+
+
+async def test_what_a_resumed_run_tells_of_a_call_never_holds_a_secret(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def reconcile(params: Charge, call: ToolCallContext) -> Reconciled[str]:
+        await trio.lowlevel.checkpoint()
+        return Reconciled.unknown(f"the bank answered with {CANARY}")
+
+    card = Card()
+    tool = charge_tool()
+    agent = agent_of(tool)
+    handlers = agent.toolkit.handlers(tool.bind(card.charge, reconcile=reconcile))
+    log = await crash_while_running(agent, handlers, appends=DIES_AFTER_THE_HANDLER)
+    model = ScriptedModel([Turn.text("Unsure.")])
+    layer = handlers + model.as_layer() + log_layer(log)
+    async with (
+        open_runtime(layer, agents=[agent], secrets=[CANARY]) as runtime,
+        runtime.stream_resume(agent, conversation_id=CONV, run_id=RUN) as events,
+    ):
+        seen = [event async for event in events]
+    (outcome,) = [e.outcome for e in seen if type(e).__name__ == "ToolCallFailed"]  # type: ignore[attr-defined]
+    assert isinstance(outcome, ToolUnknownOutcome)
+    assert outcome.reason == "the bank answered with [REDACTED]"
+    assert CANARY not in repr(seen)
+    assert CANARY not in repr(list(await log.entries(CONV)))
+    assert CANARY not in repr(model.requests)
