@@ -14,6 +14,7 @@ from effectagent.core import (
     Agent,
     ApprovalDecision,
     ApprovalRequest,
+    ChildBudget,
     EventBase,
     LogEntry,
     ModelResponseRecorded,
@@ -42,6 +43,7 @@ from effectagent.engine import (
     RunObserversService,
     open_runtime,
     pending_approvals,
+    run_child,
 )
 from effectagent.testing import ScriptedModel, Turn
 
@@ -382,3 +384,40 @@ async def test_a_suspended_runs_conversation_is_kept_by_the_in_memory_log_and_it
         assert stores[0].runs == 1  # nor its steps' results
         recorded.append(len(list(await log.entries(other.conversation_id))))
     assert recorded == [0]  # the idle one was evicted instead
+
+
+async def test_a_subagents_run_cannot_suspend_its_call_is_denied(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    bank = Bank()
+    child = Agent("teller", "Wire money.", make_policy(max_turns=3), Toolkit(WIRE))
+
+    async def delegate(params: Note, call: ToolCallContext) -> str:
+        result = await run_child(
+            call, child, params.text, budget=ChildBudget(turns=3, tool_calls=2)
+        )
+        return f"{result.status}: {result.text}"
+
+    DELEGATE: Tool[Note, str] = Tool("delegate", "Delegate.", parameters=Note, success=str)
+    parent = Agent("banker", "Delegate.", make_policy(), Toolkit(DELEGATE, WIRE))
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("delegate", {"text": "wire 10"})),
+            Turn.tool_calls(("wire", {"amount": 10})),  # the child's turn
+            Turn.text("Could not."),  # the child's answer
+            Turn.text("The teller could not."),
+        ]
+    )
+    layer = (
+        parent.toolkit.handlers({"delegate": delegate, "wire": bank.wire})
+        + model.as_layer()
+        + Layer.succeed(ApprovalService, Later())
+    )
+    async with open_runtime(layer, agents=[parent]) as runtime:
+        result = await runtime.run(parent, "Pay.")
+    assert result.status == "completed"
+    assert bank.done == []
+    assert result.outcomes == (ToolSuccess("call_0", "delegate", "completed: Could not."),)
+    child_results = results_by_id(model.requests[2])
+    (refused,) = child_results.values()
+    assert "this run cannot wait for it" in refused.result["message"]
