@@ -261,6 +261,9 @@ def _history(commands: Any, common: argparse.ArgumentParser) -> None:
         "--limit", type=int, default=20, metavar="N", help="show at most N messages (20)"
     )
     _state_dir(history)
+    history.add_argument(
+        "--color", choices=("auto", "always", "never"), default="auto", help="default: auto"
+    )
 
 
 #: The subcommands, in the order ``--help`` lists them: each adds its parser to the

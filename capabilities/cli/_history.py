@@ -14,8 +14,9 @@ The matching is pure (:func:`words_of`, :func:`holds`, :func:`excerpt`); :func:`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable, Sequence
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import Any, Final
 
 import attrs
 
@@ -105,9 +106,17 @@ def said_in(entries: Iterable[LogEntry]) -> Iterable[tuple[int, str, float, str]
                 yield entry.seq, "assistant", record.at, text
 
 
-@runtime_checkable
-class _Listed(Protocol):
-    async def conversations(self) -> tuple[str, ...]: ...
+async def _listed(log: ConversationLog) -> Iterable[str]:
+    """Every conversation the log holds, when it can list them (the SQLite log and the
+    in-memory one can: sessions may have gone, their conversations stay); else none.
+    Cancellation: reads only."""
+    listing = getattr(log, "conversations", None)
+    if not callable(listing):
+        return ()
+    listed = listing()
+    if inspect.isawaitable(listed):
+        listed = await listed
+    return [item for item in listed if isinstance(item, str)]
 
 
 async def search(
@@ -129,8 +138,7 @@ async def search(
             if conversation not in named:
                 named[conversation] = session.name
                 order.append(conversation)
-    if isinstance(log, _Listed):  # the SQLite log lists them all (sessions may have gone)
-        order += sorted(set(await log.conversations()) - set(named))
+    order += sorted(set(await _listed(log)) - set(named))
     hits: list[Hit] = []
     read = 0
     scanned = 0

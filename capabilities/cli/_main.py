@@ -300,6 +300,11 @@ async def _chat(
                 f"note: line editing, history and pasting several lines need {missing}, which "
                 f"is not installed: `{INSTALL}`"
             )
+        elif editor is not None and not console.rich:
+            console.out.line(
+                "note: answers are shown as they come, not drawn as Markdown: that needs rich, "
+                f"which is not installed: `{INSTALL}`"
+            )
         session = opened.chat(console, named, args, environ, editor)
         try:
             await switch.ready()  # a model that cannot open ends the chat, as it starts

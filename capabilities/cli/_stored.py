@@ -194,6 +194,8 @@ async def history(args: argparse.Namespace, environ: Mapping[str, str], console:
     words = words_of(" ".join(args.search))
     if not words:
         raise UsageError("history needs something to search for")
+    if args.limit < 1:
+        raise UsageError(f"--limit must be at least 1, got {args.limit}")
     path = _database(args, environ)
     if not path.is_file():
         console.out.line(f"nothing stored yet (conversations are kept in {path})")

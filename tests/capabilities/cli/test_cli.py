@@ -25,6 +25,7 @@ import pexpect
 import pytest
 
 from capabilities.cli import ConfigError, load_config, main
+from capabilities.cli._config import CompactionConfig, Price
 from capabilities.cli._main import DATABASE, private_directory
 from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
@@ -614,6 +615,23 @@ def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path
             "[[mcp]]\nname = 'a.b'\ncommand = 'x'\n[[mcp]]\nname = 'a_b'\ncommand = 'y'\n",
             "two [[mcp]] servers prefix their tools with 'a_b'",
         ),
+        ("[compaction]\nkeep_recent_tokens = 10\n", "[compaction] needs context_tokens"),
+        ("[compaction]\ncontext_tokens = 0\n", "[compaction] context_tokens must be positive"),
+        (
+            "[compaction]\ncontext_tokens = 9\nstrategy = 'drop'\n",
+            "[compaction] strategy must be one of 'prune-then-summarize', 'prune-only'",
+        ),
+        ("[compaction]\ncontext_tokens = 9\nkeep = 1\n", "unknown key 'keep' in [compaction]"),
+        ("[prices.'m:x']\ninput = 1\n", "[prices.'m:x'] needs output"),
+        (
+            "[prices.'m:x']\ninput = -1\noutput = 2\n",
+            "[prices.'m:x'] input must not be negative, got -1.0",
+        ),
+        (
+            "[prices.'m:x']\ninput = 1\noutput = 2\ncache = 1\n",
+            "unknown key 'cache' in [prices.'m:x']",
+        ),
+        ("prices = 3\n", "[prices] must be a table, got an integer"),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -673,6 +691,15 @@ prefix = "tw"
 
 [skills]
 paths = ["skills"]
+
+[compaction]
+context_tokens = 100000
+summary_tokens = 500
+
+[prices."anthropic:claude-sonnet-4-5"]
+input = 3.0
+output = 15
+cached = 0.3
 """
     )
     config = load_config(path)
@@ -693,6 +720,8 @@ paths = ["skills"]
         ("trusted web", "http://127.0.0.1:9001/mcp", "unless-readonly", "tw"),
     ]
     assert config.skills == (tmp_path / "skills",)
+    assert config.compaction == CompactionConfig(100_000, 20_000, 500, "prune-then-summarize")
+    assert config.prices == {"anthropic:claude-sonnet-4-5": Price(3.0, 15.0, 0.3, None)}
 
 
 def test_config_flag_must_name_an_existing_file(

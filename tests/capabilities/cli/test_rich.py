@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -117,9 +118,15 @@ def test_a_table_escapes_its_cells_and_aligns_a_marked_column_right() -> None:
     ]
 
 
-def test_without_rich_drawing_markdown_is_the_text_escaped() -> None:
+def test_without_rich_drawing_markdown_is_the_text_escaped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     console = Console(io.StringIO())
     assert console.render((Markdown("**a** \x1b[31m\n`b`"),)) == "**a** \\x1b[31m\n`b`"
+    monkeypatch.setitem(sys.modules, "rich", None)  # as when rich is not installed
+    wanted = Console(io.StringIO(), rich=True)
+    assert not wanted.rich
+    assert wanted.render((Markdown("**a**"),)) == "**a**"
 
 
 class _DraftSink(io.StringIO):

@@ -1,0 +1,76 @@
+"""Which model a model string names (checked before anything opens), and the chat's model
+switch: the next call goes to the model chosen last, and one that cannot be opened leaves the
+one before it (said once). No network: opening a model makes its client, nothing more."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from capabilities.cli._models import ModelChoice, ModelRefused, ModelSwitch, choose_model
+from effectagent.ai import AiError, AuthenticationFailed
+
+LOCAL = "http://127.0.0.1:9/v1"
+
+
+def test_a_model_string_is_checked_before_anything_opens() -> None:
+    local = choose_model("openai-compatible:qwen3", base_url=LOCAL, api_key_env=None, environ={})
+    assert (local.spec, local.options, local.secrets) == (
+        "openai-compatible:qwen3",
+        {"base_url": LOCAL},
+        (),
+    )
+    keyed = choose_model(
+        "anthropic:claude-sonnet-4-5", base_url=None, api_key_env="MINE", environ={"MINE": "k" * 12}
+    )
+    assert keyed.options == {"api_key": "k" * 12}
+    assert keyed.secrets == ("k" * 12,)
+    default = choose_model(
+        "openai:gpt-4.1", base_url=None, api_key_env=None, environ={"OPENAI_API_KEY": "s" * 12}
+    )
+    assert default.options == {}
+    assert default.secrets == ("s" * 12,)  # kept out of what is shown, though not passed
+    with pytest.raises(ModelRefused, match="unknown model string 'nope'") as unknown:
+        choose_model("nope", base_url=None, api_key_env=None, environ={})
+    assert unknown.value.malformed
+    with pytest.raises(ModelRefused, match="needs --base-url URL"):
+        choose_model("openai-compatible:q", base_url=None, api_key_env=None, environ={})
+    with pytest.raises(ModelRefused, match="the environment variable MINE is not set") as unset:
+        choose_model("openai:gpt-4.1", base_url=None, api_key_env="MINE", environ={})
+    assert unset.value.unavailable
+
+
+async def test_a_model_that_cannot_be_opened_leaves_the_one_before() -> None:
+    first = choose_model("openai-compatible:m", base_url=LOCAL, api_key_env=None, environ={})
+    refused: list[tuple[ModelChoice, AiError]] = []
+    said = trio.Event()
+
+    def on_refused(choice: ModelChoice, error: AiError) -> None:
+        refused.append((choice, error))
+        said.set()
+
+    keyless = ModelChoice("openai:gpt-4.1", {})  # no key anywhere: it cannot open
+    with trio.fail_after(30):
+        async with ModelSwitch(first, on_refused=on_refused).open() as switch:
+            assert await switch.ready() == first
+            other = choose_model(
+                "openai-compatible:n", base_url=LOCAL, api_key_env=None, environ={}
+            )
+            switch.choose(other)
+            assert switch.current == other  # at once, for the calls that start from now
+            assert await switch.ready() == other
+            switch.choose(keyless)
+            assert switch.current == keyless
+            await said.wait()  # it fails in the background, and the switch says so
+            assert switch.current == other
+    ((choice, error),) = refused
+    assert choice == keyless
+    assert isinstance(error, AuthenticationFailed)
+    assert "OPENAI_API_KEY" in str(error)
+
+
+async def test_a_first_model_that_cannot_be_opened_fails_its_calls() -> None:
+    with trio.fail_after(30):
+        async with ModelSwitch(ModelChoice("anthropic:claude-sonnet-4-5", {})).open() as switch:
+            with pytest.raises(AuthenticationFailed, match="ANTHROPIC_API_KEY"):
+                await switch.ready()

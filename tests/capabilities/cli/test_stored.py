@@ -1,0 +1,171 @@
+"""``effectagent sessions delete NAME`` (asks first, unless ``--yes``) and ``effectagent history
+SEARCH`` (every stored conversation, newest first, a bounded scan): through the real command,
+and the search's matching as pure functions."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from capabilities import in_memory_storage
+from capabilities.cli._history import excerpt, holds, search, words_of
+from capabilities.sessions import SessionCreate, SessionStoreService
+from effectagent import open_runtime
+from effectagent.core import UserInputRecorded
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .test_cli import args, finish
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+def effectagent(home: Path, *arguments: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """The command, not on a terminal (stdin, stdout and stderr are pipes)."""
+    return subprocess.run(
+        [EFFECTAGENT, *arguments],
+        env=cli_env(home),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def two_sessions(server: ServerThread, home: Path) -> None:
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.text("Oslo is cold in January.")),
+        Reply.sse(wire.text("Rome is mild.")),
+        Reply.sse(wire.text("Take a coat to Oslo.")),
+    )
+    for session, prompt in (("oslo", "Trip to Oslo?"), ("rome", "Trip to Rome?")):
+        done = effectagent(home, *args(server, "run", prompt, "--session", session))
+        assert done.returncode == 0, done.stderr
+    done = effectagent(home, *args(server, "run", "What do I pack?", "--session", "oslo"))
+    assert done.returncode == 0, done.stderr
+
+
+def test_delete_asks_first_on_a_terminal(server: ServerThread, tmp_path: Path) -> None:
+    two_sessions(server, tmp_path)
+    child = spawn(["sessions", "delete", "oslo"], cli_env(tmp_path))
+    child.expect_exact("delete session oslo (1 conversation)? [y/N] ")
+    child.sendline("n")
+    child.expect_exact("nothing deleted")
+    assert finish(child)[1] == 0
+    child = spawn(["sessions", "delete", "oslo"], cli_env(tmp_path))
+    child.expect_exact("? [y/N] ")
+    child.sendline("y")
+    child.expect_exact("deleted session oslo (1 conversation)")
+    child.expect_exact("its conversations' records stay in the database")
+    assert finish(child)[1] == 0
+    listed = effectagent(tmp_path, "sessions").stdout
+    assert "rome" in listed
+    assert "oslo" not in listed
+
+
+def test_delete_without_a_terminal_needs_yes(server: ServerThread, tmp_path: Path) -> None:
+    two_sessions(server, tmp_path)
+    refused = effectagent(tmp_path, "sessions", "delete", "rome", stdin="y\n")
+    assert refused.returncode == 2
+    assert "pass --yes to delete the session rome without asking" in refused.stderr
+    assert "rome" in effectagent(tmp_path, "sessions").stdout
+    done = effectagent(tmp_path, "sessions", "delete", "rome", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "deleted session rome (1 conversation)\n"
+    assert "rome" not in effectagent(tmp_path, "sessions").stdout
+    missing = effectagent(tmp_path, "sessions", "delete", "rome", "--yes")
+    assert missing.returncode == 2
+    assert missing.stderr == "effectagent: there is no session rome\n"
+
+
+def test_history_finds_what_was_said_in_every_conversation(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    two_sessions(server, tmp_path)
+    found = effectagent(tmp_path, "history", "OSLO")
+    assert found.returncode == 0, found.stderr
+    lines = found.stdout.splitlines()
+    assert [line.split("  ", 2)[1:] for line in lines] == [
+        ["oslo", "assistant: Take a coat to Oslo."],  # newest first
+        ["oslo", "assistant: Oslo is cold in January."],
+        ["oslo", "you: Trip to Oslo?"],
+    ]
+    both = effectagent(tmp_path, "history", "trip", "rome").stdout.splitlines()
+    assert [line.split("  ", 2)[1:] for line in both] == [["rome", "you: Trip to Rome?"]]
+    assert effectagent(tmp_path, "sessions", "delete", "oslo", "--yes").returncode == 0
+    kept = effectagent(tmp_path, "history", "coat").stdout  # the records stay in the log
+    assert "assistant: Take a coat to Oslo." in kept
+    assert "conversation " in kept  # no session points to it any more
+    none = effectagent(tmp_path, "history", "Lisbon")
+    assert none.returncode == 0
+    assert none.stdout == "no message holds 'Lisbon' (2 conversations read)\n"
+    limited = effectagent(tmp_path, "history", "o", "--limit", "1").stdout.splitlines()
+    assert len(limited) == 1
+
+
+def test_history_shows_the_match_marked_and_escaped(server: ServerThread, tmp_path: Path) -> None:
+    server.script(Reply.sse(ChatWire().text("ok")))
+    prompt = "a \x1b]0;title\x07 note about the harbour"
+    done = effectagent(tmp_path, *args(server, "run", prompt, "--session", "s"))
+    assert done.returncode == 0, done.stderr
+    child = spawn(["history", "harbour", "--color", "always"], cli_env(tmp_path))
+    output, status = finish(child)
+    assert status == 0
+    assert "\x1b[33mharbour\x1b[0m" in output  # the match, in our style
+    assert "a \\x1b]0;title\\x07 note about the " in output  # the rest, escaped
+    assert "\x07" not in output
+
+
+def test_words_match_anywhere_whatever_their_case() -> None:
+    words = words_of("  Oslo  COAT ")
+    assert words == ("oslo", "coat")
+    assert holds("Take a coat to oslo.", words)
+    assert not holds("Take a coat.", words)
+    assert holds("anything", ())
+
+
+@given(st.text(max_size=300), st.text(min_size=1, max_size=8).filter(str.strip))
+def test_an_excerpt_is_one_line_around_the_word_it_shows(text: str, word: str) -> None:
+    words = words_of(word)
+    before, match, after = excerpt(text, words, width=40)
+    shown = before + match + after
+    assert "\n" not in shown
+    assert len(shown) <= 40 + 2 + max(map(len, words))  # the width, and its two marks
+    if holds(" ".join(text.split()), words[:1]):
+        assert match.casefold() == words[0] or match.casefold() in words
+
+
+async def test_the_search_reads_at_most_its_bound_and_says_how_much_it_left() -> None:
+    async with open_runtime(in_memory_storage()) as runtime:
+        store = runtime.context[SessionStoreService]
+        for number in range(5):
+            conversation = f"c{number}"
+            record = UserInputRecorded(
+                conversation_id=conversation,
+                run_id="r",
+                input_id=f"i{number}",
+                kind="user",
+                text=f"note {number}",
+                author="user",
+                at=float(number),
+            )
+            await runtime.log.append(conversation, [record, record])
+            await store.create(SessionCreate(f"s{number}", {}, (conversation,)))
+        everything = await search(runtime.log, store, ("note",), limit=100)
+        assert (everything.conversations, everything.unread) == (5, 0)
+        assert [hit.session for hit in everything.hits][:2] == ["s4", "s4"]
+        bounded = await search(runtime.log, store, ("note",), limit=100, budget=3)
+        assert (bounded.conversations, bounded.unread) == (2, 3)  # 2 records each: 4 read
+        assert len(bounded.hits) == 4
