@@ -251,6 +251,7 @@ class ChatSession(TerminalSession):
                 nursery.cancel_scope.cancel()
 
     async def _usage_now(self, _: str) -> None:
+        """``/usage``. Cancellation: nothing to cancel (it only writes)."""
         runs = f"{self._runs} run{'' if self._runs == 1 else 's'}"
         text = f"usage of this chat ({runs}): {format_usage(self._usage)}"
         cost = cost_text(self._by_model, self._tools.prices)
@@ -261,6 +262,8 @@ class ChatSession(TerminalSession):
         self._screen.line(text)
 
     async def _model(self, spec: str) -> None:
+        """``/model [NAME]``: checked now, opened in the background. Cancellation: nothing to
+        cancel (the opening goes on in the switch)."""
         models = self._tools.models
         if not spec:
             self._screen.line(
@@ -290,6 +293,7 @@ class ChatSession(TerminalSession):
         self._show_model()
 
     async def _sessions(self, _: str) -> None:
+        """``/sessions``. Cancellation: reads only."""
         found = await all_sessions(self._tools.store)
         if not found:
             self._screen.line("no sessions yet")
@@ -299,6 +303,8 @@ class ChatSession(TerminalSession):
             self._note(f"this chat: session {self._named.name} (/resume NAME continues another)")
 
     async def _resume(self, name: str) -> None:
+        """``/resume NAME``: the runs from now on continue that session's conversation.
+        Cancellation: reads only; nothing changes until the session is found."""
         if not name:
             self._note("/resume NAME continues the session NAME: /sessions lists them")
             return
@@ -313,6 +319,8 @@ class ChatSession(TerminalSession):
         await where_it_stands(self._screen, self._runtime.log, named)
 
     async def _compact(self, _: str) -> None:
+        """``/compact``. Cancellation: as :func:`compact_now` — nothing appended unless the
+        compactor returned."""
         tools = self._tools
         if tools.compactor is None or tools.compaction is None:
             self._note(

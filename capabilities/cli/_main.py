@@ -208,7 +208,11 @@ async def _open(
     config, model = settings
     # A chat may switch to any provider whose key is set: every such key is kept out of
     # what is shown, from the start.
-    secrets = every_key(environ, model.options.get("api_key_env")) if switch else model.secrets
+    secrets = (
+        tuple(sorted({*every_key(environ, model.options.get("api_key_env")), *model.secrets}))
+        if switch
+        else model.secrets
+    )
     directory = state_dir(args.state_dir, environ)
     try:
         # Sessions hold what was said and done: for the user alone. A directory given with
@@ -408,10 +412,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     return execute(parse(argv))
 
 
-def _tty(stream: TextIO | None) -> bool:
-    return stream is not None and stream.isatty()
-
-
 def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
     """The command of parsed ``args``; its exit status. ``early``: the chat's line editor when
     it was put up before this module was imported (``capabilities.cli.main``), and the package
@@ -424,7 +424,7 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
     color = _color(getattr(args, "color", "never"), screen, environ)
     # Tables on a terminal are drawn with rich; a chat draws answers so only with its line
     # editor (which shows an answer's draft while it streams): a chat without one streams.
-    rich = _tty(sys.stdout) and args.command != "chat"
+    rich = _is_terminal(sys.stdout) and args.command != "chat"
     console = Console(sys.stdout, sys.stderr, color=color, rich=rich)
     command: Command
     if args.command == "chat":

@@ -6,6 +6,7 @@ prices the model; a command a stalled server holds up gives way to Ctrl-C."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from effectagent.core import UsageTotals
 from tests.providers.replay import Recorded, Reply
 from tests.providers.wire import ChatWire
 
-from .support import ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
 from .test_cli import PROMPT, args, end_chat, messages, open_chat, write_config
 
 
@@ -229,3 +230,31 @@ def test_cost_prices_each_kind_of_token() -> None:
     assert cost(usage, Price(input=3.0, output=15.0)) == pytest.approx(3.0 + 7.5)
     priced = Price(input=3.0, output=15.0, cached=0.3, cache_write=3.75)
     assert cost(usage, priced) == pytest.approx(0.7 * 3.0 + 0.2 * 0.3 + 0.1 * 3.75 + 7.5)
+
+
+def test_every_provider_s_key_is_kept_out_of_the_chat(server: ServerThread, tmp_path: Path) -> None:
+    """A chat may switch to any provider whose key is set, so each of those keys is redacted
+    from the start — here one the model repeats before any /model."""
+    canary = "sk-ant-canary-0123456789abcdef"
+    server.script(Reply.sse(ChatWire().text(f"Your other key is {canary}.")))
+    child = spawn(args(server, "chat"), cli_env(tmp_path, ANTHROPIC_API_KEY=canary))
+    child.expect(PROMPT)
+    child.sendline("Tell me a secret.")
+    child.expect_exact("Your other key is [REDACTED].")
+    child.expect(PROMPT)
+    end_chat(child)
+    listed = effectagent_output(tmp_path, "history", "key")
+    assert canary not in listed
+    assert "[REDACTED]" in listed
+
+
+def effectagent_output(home: Path, *arguments: str) -> str:
+    done = subprocess.run(
+        [EFFECTAGENT, *arguments],
+        env=cli_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout + done.stderr
