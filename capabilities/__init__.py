@@ -8,7 +8,7 @@ telemetry are imported from theirs:
 * ``capabilities.steering`` — steering and follow-ups with receipts (spec §4);
 * ``capabilities.durable`` — durable runs on SQLite (class DN): admission, workers, recovery;
 * ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012);
-* ``capabilities.approval`` — approval providers: by policy, interactive, scripted (spec §5);
+* ``capabilities.approval`` — approval providers: by policy, interactive, scripted, suspending (spec §5);
 * ``capabilities.authorization`` — which principal may call which tool (spec §5);
 * ``capabilities.compaction`` — the compactor: prune, then summarize (spec §6);
 * ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1);
@@ -32,6 +32,7 @@ if _typing.TYPE_CHECKING:
     from capabilities.approval import InteractiveApproval as InteractiveApproval
     from capabilities.approval import PolicyApproval as PolicyApproval
     from capabilities.approval import ScriptedApproval as ScriptedApproval
+    from capabilities.approval import SuspendingApproval as SuspendingApproval
     from capabilities.authorization import AccessPolicy as AccessPolicy
     from capabilities.authorization import AccessRule as AccessRule
     from capabilities.authorization import PolicyAuthorization as PolicyAuthorization
@@ -63,6 +64,7 @@ _HOMES = {
     "InteractiveApproval": "capabilities.approval",
     "PolicyApproval": "capabilities.approval",
     "ScriptedApproval": "capabilities.approval",
+    "SuspendingApproval": "capabilities.approval",
     "AccessPolicy": "capabilities.authorization",
     "AccessRule": "capabilities.authorization",
     "PolicyAuthorization": "capabilities.authorization",
@@ -123,6 +125,7 @@ __all__ = [
     "StateConflict",
     "StateSlot",
     "SteeringService",
+    "SuspendingApproval",
     "Uncertain",
     "WithRecord",
     "in_memory_storage",

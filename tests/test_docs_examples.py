@@ -92,7 +92,7 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "thinking_budget=1024",
             "OpenAIResponses(model='gpt-4.1'",
             "reasoning_effort='low'",
-            "ValueError unknown model string 'gemini:pro'",
+            "ValueError unknown model string 'mistral:7b'",
             "TypeError anthropic models take no option 'temprature'",
         ],
         1: [
@@ -106,6 +106,14 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "completed Packing(city='Oslo', items=['coat', 'gloves'])",
             "{'type': 'array', 'items': {'type': 'string'}}",
             "it is not: $.items: expected an array, got 'coat'",
+        ],
+        3: [
+            "completed 4 °C in Oslo.",
+            "cache reads: 2048 thinking: 60",
+            "{'include_thoughts': True, 'thinking_level': 'LOW'}",
+            "['text', 'thought']",
+            "['functionCall', 'thoughtSignature']",
+            "{'output': 4.0}",
         ],
     },
     "docs/guides/sessions.md": {

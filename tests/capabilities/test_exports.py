@@ -36,21 +36,23 @@ PACKAGES = [
     "capabilities.subagents",
     "capabilities.telemetry",
     "capabilities.cli",
+    "capabilities.durable",
 ]
 
 #: Each package's ``__all__``, exactly.
 SURFACE: dict[str, str] = {
     "capabilities": """
         AccessPolicy AccessRule AgentStateService ApprovalPolicy ApprovalRule Compensatable
-        in_memory_storage InteractiveApproval LogCompactor PolicyApproval PolicyAuthorization
+        DurableQueue DurableWorker in_memory_storage InteractiveApproval LogCompactor PolicyApproval PolicyAuthorization
         RunLocal ScriptedApproval Session SessionConflict SessionCreate SessionPatch SessionSchema
-        SessionStoreService sqlite_storage StateConflict StateSlot SteeringService Uncertain
-        WithRecord
+        SessionStoreService sqlite_storage StateConflict StateSlot SteeringService
+        SuspendingApproval Uncertain WithRecord
     """,
     "capabilities.approval": """
         Answer ApprovalClosed ApprovalNotPending ApprovalOpened ApprovalPolicy ApprovalRule
         ApprovalSubject ApprovalUpdate Decision InteractiveApproval Known Parameters
-        PendingApproval PolicyApproval ScriptedApproval ToolRegistry Unknown Verdict
+        PendingApproval PolicyApproval ScriptedApproval SuspendingApproval ToolRegistry Unknown
+        Verdict
     """,
     "capabilities.authorization": """
         AccessDecision AccessPolicy AccessRule AccessSubject Effect PolicyAuthorization
@@ -90,8 +92,16 @@ SURFACE: dict[str, str] = {
         InputReceipt InputStatus Steering SteeringLimits SteeringService
     """,
     "capabilities.storage": """
-        CannotOpenDatabase DatabaseInUse DatabaseTooNew SqliteDatabase SqliteDatabaseService
-        StorageError Synchronous UnsafeDatabaseFile
+        CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew LaneLost
+        SqliteConversationLog SqliteDatabase SqliteDatabaseService StorageError Synchronous
+        UnsafeDatabaseFile
+    """,
+    "capabilities.durable": """
+        AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval
+        DurableError DurableQueue DurableWorker Explanation FAILPOINT_ENV failpoint
+        IdempotencyConflict LedgerFacts LogFacts Mode NoPendingApproval NotDeadLettered
+        Quarantined Receipt RecoveryDecision RetryBudget SqliteStepStore Submission
+        SubmissionNotFound SubmissionStatus UnknownCall WorkerOptions
     """,
     "capabilities.subagents": """
         delegate Delegation SubagentFailed
@@ -109,6 +119,7 @@ PUBLIC_SUBMODULES: dict[str, set[str]] = {
         "cli",
         "code_mode",
         "compaction",
+        "durable",
         "mcp",
         "sessions",
         "skills",

@@ -97,8 +97,8 @@ SURFACE: dict[str, str] = {
         SimulatedDefect ToolFault Turn with_faults
     """,
     "effectagent.providers": """
-        Anthropic model_layer model_settings ModelSettings open_model OpenAIChat OpenAICompatible
-        OpenAIResponses
+        Anthropic Gemini model_layer model_settings ModelSettings open_model OpenAIChat
+        OpenAICompatible OpenAIResponses
     """,
     "sandbox": """
         Artifact ArtifactRule BubblewrapSandbox CodeExecutionError CodeExecutionHost
