@@ -33,7 +33,8 @@ EXIT_USAGE = 2
 #: The model, tools or storage could not be opened (a missing API key, an MCP server that does
 #: not answer, no bubblewrap for the shell tool, …).
 EXIT_UNAVAILABLE = 3
-#: The run was suspended (kept for durable approvals: no run suspends yet).
+#: The run was suspended: it waits on a decision that comes later (the command's own approvals
+#: are asked inline, so its runs do not suspend; a durable worker's may).
 EXIT_SUSPENDED = 4
 #: The run was interrupted: the shell's convention for "ended by SIGINT".
 EXIT_INTERRUPTED = 130
@@ -44,7 +45,7 @@ exit status:
   {EXIT_FAILED}    the run failed (the model, a tool or a budget ended it with an error)
   {EXIT_USAGE}    bad arguments or configuration, or no model configured
   {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
-  {EXIT_SUSPENDED}    the run was suspended (kept for durable approvals: no run suspends yet)
+  {EXIT_SUSPENDED}    the run was suspended: it waits on a decision that comes later
   {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
 """
 
@@ -121,8 +122,8 @@ def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
-        help="PROVIDER:MODEL — openai:…, openai-chat:…, anthropic:…, openai-compatible:… "
-        "(with --base-url); default $EFFECTAGENT_MODEL, else [model] name in the config",
+        help="PROVIDER:MODEL — openai:…, openai-chat:…, anthropic:…, google:… (Gemini), "
+        "openai-compatible:… (with --base-url); default $EFFECTAGENT_MODEL, else [model] name in the config",
     )
     common.add_argument(
         "--base-url", help="the provider's API root (required for openai-compatible)"

@@ -133,6 +133,10 @@ def steering_rejection(rejection: str | None) -> str:
 INSTALL: Final = "pip install 'effectagent[cli]'"
 
 
+#: The distribution that installs a top-level module, where their names differ.
+_DISTRIBUTIONS = {"google": "google-genai"}
+
+
 def missing_package(error: BaseException) -> str | None:
     """When ``error`` (or an exception it was raised from, or in a group of one) is a missing
     Python package: a sentence naming it and the command that installs it; else None."""
@@ -141,7 +145,8 @@ def missing_package(error: BaseException) -> str | None:
     while at is not None and id(at) not in seen:
         seen.add(id(at))
         if isinstance(at, ModuleNotFoundError) and at.name:
-            package = at.name.partition(".")[0]
+            top = at.name.partition(".")[0]
+            package = _DISTRIBUTIONS.get(top, top)
             return (
                 f"the Python package {package} is not installed, and the command needs it: "
                 f"install the command with everything it needs, `{INSTALL}` "

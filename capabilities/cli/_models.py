@@ -38,12 +38,14 @@ from ._errors import missing_package, sentence
 
 __all__ = ["KEY_VARIABLES", "ModelChoice", "ModelRefused", "ModelSwitch", "choose_model"]
 
-#: The variable each provider reads its key from when none is named.
-KEY_VARIABLES: Final = {
-    "openai": "OPENAI_API_KEY",
-    "openai-responses": "OPENAI_API_KEY",
-    "openai-chat": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
+#: The variables each provider reads its key from when none is named, in the order it reads them.
+KEY_VARIABLES: Final[Mapping[str, tuple[str, ...]]] = {
+    "openai": ("OPENAI_API_KEY",),
+    "openai-responses": ("OPENAI_API_KEY",),
+    "openai-chat": ("OPENAI_API_KEY",),
+    "anthropic": ("ANTHROPIC_API_KEY",),
+    "google": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
+    "gemini": ("GOOGLE_API_KEY", "GEMINI_API_KEY"),
 }
 
 
@@ -97,6 +99,7 @@ def choose_model(
     if base_url:
         options["base_url"] = base_url
     key_variable = api_key_env
+    default_variables: tuple[str, ...] = ()
     if provider == "openai-compatible":
         if key_variable:
             options["api_key_env"] = key_variable
@@ -108,7 +111,7 @@ def choose_model(
             )
         options["api_key"] = key
     else:
-        key_variable = KEY_VARIABLES.get(provider)
+        default_variables = KEY_VARIABLES.get(provider, ())
     if provider == "openai-compatible" and not base_url:
         raise ModelRefused(
             f"{spec!r} needs --base-url URL (the server's OpenAI-compatible root, e.g. "
@@ -118,14 +121,15 @@ def choose_model(
         model_settings(spec, **options)  # checks the string and the options now
     except (ValueError, TypeError) as exc:
         raise ModelRefused(str(exc), malformed=True) from None
-    secret = environ.get(key_variable) if key_variable else None
-    return ModelChoice(spec, options, (secret,) if secret else ())
+    variables = (key_variable,) if key_variable else default_variables
+    secrets = tuple(dict.fromkeys(environ[name] for name in variables if environ.get(name)))
+    return ModelChoice(spec, options, secrets)
 
 
 def every_key(environ: Mapping[str, str], *named: str | None) -> tuple[str, ...]:
     """The values of every provider's key variable set in ``environ`` (and of the variables
     ``named``): the secrets a chat that may switch models keeps out of what it shows."""
-    variables = {*KEY_VARIABLES.values(), *(name for name in named if name)}
+    variables = {*(v for names in KEY_VARIABLES.values() for v in names), *filter(None, named)}
     return tuple(sorted({environ[name] for name in variables if environ.get(name)}))
 
 

@@ -327,7 +327,8 @@ class AgentState(Protocol):
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """Run ``run`` settled: drop its run-local values; commit its pending writes if it
-        completed, else run their compensations. Cancellation: called shielded by the engine."""
+        completed, else run their compensations; a suspended run keeps both until it continues
+        and ends. Cancellation: called shielded by the engine."""
         ...
 
 

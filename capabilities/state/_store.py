@@ -16,6 +16,12 @@ What a crash loses: compensations are functions, held in memory. If the process 
 has pending writes, nothing runs them; the SQLite store marks those cells uncertain when a process
 next opens the database alone with the file (see ``capabilities.storage._recovery``: while other
 processes have it open, they stay pending), so the next run knows.
+
+A run that ends *suspended* has not settled: it waits on a decision and continues later. Its
+pending writes stay pending and its run-local values stay with it; when it continues in this
+process (``Runtime.resume``, the same run ID) and ends, they are committed or compensated then.
+A suspended run continued by another process finds none of them here: its pending writes stay
+pending until recovery marks them uncertain, as after a crash.
 """
 
 from __future__ import annotations
@@ -328,12 +334,15 @@ class AgentStateStore:
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """Run ``run`` settled: its run-local values are dropped; its pending writes are
-        committed if it completed, else compensated (see the module notes). Never raises
-        (failures are logged).
+        committed if it completed, else compensated (see the module notes) — unless it was
+        suspended: then it has not settled, and keeps both until it continues and ends. Never
+        raises (failures are logged).
 
         Cancellation: the engine calls it shielded; each compensation is bounded by
         ``compensation_timeout``.
         """
+        if ending == "suspended":
+            return  # not settled: it continues later (module notes)
         settlement = self._ledger.end(run.run_id, completed=ending == "completed")
         if settlement.commit or settlement.compensations:
             await self._settle(run.run_id, ending, settlement)

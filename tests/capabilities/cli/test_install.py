@@ -53,6 +53,9 @@ def test_a_missing_package_is_named_with_the_command_that_installs_it() -> None:
     assert said.startswith("the Python package httpx2 is not installed")
     assert f"`{INSTALL}`" in said
     assert missing_package(ModuleNotFoundError("x", name="openai.types")) is not None
+    gemini = missing_package(ModuleNotFoundError("x", name="google.genai"))
+    assert gemini is not None
+    assert gemini.startswith("the Python package google-genai is not installed")
     assert missing_package(RuntimeError("something else")) is None
     assert missing_package(ImportError("cannot import name 'x'")) is None
 

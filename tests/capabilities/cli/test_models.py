@@ -7,7 +7,13 @@ from __future__ import annotations
 import pytest
 import trio
 
-from capabilities.cli._models import ModelChoice, ModelRefused, ModelSwitch, choose_model
+from capabilities.cli._models import (
+    ModelChoice,
+    ModelRefused,
+    ModelSwitch,
+    choose_model,
+    every_key,
+)
 from effectagent.ai import AiError, AuthenticationFailed
 
 LOCAL = "http://127.0.0.1:9/v1"
@@ -38,6 +44,19 @@ def test_a_model_string_is_checked_before_anything_opens() -> None:
     with pytest.raises(ModelRefused, match="the environment variable MINE is not set") as unset:
         choose_model("openai:gpt-4.1", base_url=None, api_key_env="MINE", environ={})
     assert unset.value.unavailable
+
+
+def test_gemini_reads_either_of_its_key_variables_and_both_are_secrets() -> None:
+    environ = {"GOOGLE_API_KEY": "g" * 12, "GEMINI_API_KEY": "m" * 12, "OPENAI_API_KEY": "o" * 12}
+    for spec in ("google:gemini-2.5-flash", "gemini:gemini-2.5-flash"):
+        choice = choose_model(spec, base_url=None, api_key_env=None, environ=environ)
+        assert choice.options == {}
+        assert choice.secrets == ("g" * 12, "m" * 12)
+    only = choose_model(
+        "google:gemini-2.5-flash", base_url=None, api_key_env=None, environ={"GEMINI_API_KEY": "m"}
+    )
+    assert only.secrets == ("m",)
+    assert set(every_key(environ)) == {"g" * 12, "m" * 12, "o" * 12}
 
 
 async def test_a_model_that_cannot_be_opened_leaves_the_one_before() -> None:

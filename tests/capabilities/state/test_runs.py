@@ -14,6 +14,7 @@ import trio
 import trio.testing
 
 from capabilities import in_memory_storage, sqlite_storage
+from capabilities.approval import SuspendingApproval
 from capabilities.state import (
     AgentState,
     AgentStateService,
@@ -25,9 +26,9 @@ from capabilities.state import (
 )
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import AuthenticationFailed
-from effectagent.core import AgentStateWritten, LogEntry, ToolDefect
+from effectagent.core import AgentStateWritten, LogEntry, ToolDefect, approval_decided
 from effectagent.effect import Context, Layer
-from effectagent.engine import observe_runs
+from effectagent.engine import observe_runs, pending_approvals
 from effectagent.testing import ScriptedModel, Turn
 
 
@@ -226,3 +227,55 @@ async def test_the_store_is_a_run_observer(storage: str, tmp_path: Path) -> None
         store = runtime.context[AgentStateService]
         await runtime.run(AGENT, "Hi.")
         assert store.active_runs == 0  # type: ignore[attr-defined]
+
+
+async def test_a_suspended_run_keeps_its_pending_write_until_it_continues_and_completes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Suspension is not a settlement: the booking a run made before it suspended on an approval
+    is neither compensated nor committed then; once the decision is in the log and the run
+    continues (same run ID, same store) and completes, it is committed."""
+    world = World()
+    approval_needed = Tool(
+        "confirm", "Confirm with a person.", parameters=Note, success=Note, needs_approval=True
+    )
+    agent = Agent(
+        "keeper",
+        "Keep state.",
+        AGENT.policy,
+        Toolkit(book, remember, jot, reread, send, check, approval_needed),
+    )
+
+    async def confirm(note: Note, call: ToolCallContext) -> Note:
+        return note
+
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("book", {"text": "dentist"})),
+            Turn.tool_calls(("confirm", {"text": "dentist"})),
+            Turn.text("booked"),
+        ]
+    )
+    services = observe_runs(AgentStateService).provide_merge(in_memory_storage())
+    tools = handlers(world) + Toolkit(approval_needed).handlers({approval_needed: confirm})
+    layer = (tools + model.as_layer() + SuspendingApproval().layer()).provide_merge(services)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        store = runtime.context[AgentStateService]
+        first = await runtime.run(agent, "Book the dentist.")
+        assert first.status == "suspended"
+        waiting = await store.read(BOOKINGS, "ann")
+        assert (waiting.value, waiting.status) == (Note("dentist"), "pending")
+        assert world.cancelled == []
+        entries = await runtime.log.entries(first.conversation_id)
+        (pending,) = pending_approvals(entries, first.run_id)
+        await runtime.log.append(
+            first.conversation_id,
+            [approval_decided(pending, approved=True, decided_by="ann", at=1.0)],
+        )
+        resumed = await runtime.resume(
+            agent, conversation_id=first.conversation_id, run_id=first.run_id
+        )
+        assert resumed.status == "completed"
+        booked = await store.read(BOOKINGS, "ann")
+    assert (booked.value, booked.status) == (Note("dentist"), "committed")
+    assert world.cancelled == []
