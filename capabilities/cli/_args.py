@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._admin_args import admin as _admin
+
 __all__ = [
     "SUBCOMMANDS",
     "EXIT_COMPLETED",
@@ -275,6 +277,7 @@ SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
     _run,
     _sessions,
     _history,
+    _admin,
 ]
 
 

@@ -23,7 +23,7 @@ from effectagent.core import CompactionPolicy, SecretRedactor
 from effectagent.engine import CompactorService, Runtime, TokenCounterService
 from effectagent.testing import record
 
-from . import _stored
+from . import _admin, _stored
 from ._approval import SessionApproval
 from ._args import (
     EXIT_FAILED,
@@ -404,6 +404,7 @@ COMMANDS: dict[str, Command] = {
     "run": _run,
     "sessions": _stored.sessions,
     "history": _stored.history,
+    "admin": _admin.admin,
 }
 
 
