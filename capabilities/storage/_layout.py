@@ -20,7 +20,10 @@ Versions:
 2. the durable runtime's tables (``_layout_durable``: submissions, lanes, durable steps, aborts,
    audit, quarantine) and, in ``steering_inputs``, the ``epoch`` of the conversation's lane an
    input was admitted under (input admitted for a run that has ended is never delivered to a
-   later one: see ``_lanes``).
+   later one: see ``_lanes``);
+3. full-text search over what was said (``_search``: the ``said`` table, its FTS5 index
+   ``said_index``, and the triggers on ``records`` that keep both current in the transaction of
+   each append); the upgrade indexes the messages the log holds already.
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -40,6 +43,7 @@ from typing import Final
 from ._busy import BusyPolicy, begin_immediate
 from ._errors import DatabaseTooNew, ForeignDatabase, NotADatabase
 from ._layout_durable import DURABLE_TABLES
+from ._search import add_search
 
 __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 
@@ -47,7 +51,7 @@ __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 APPLICATION_ID: Final = 0x45414731
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 2
+LAYOUT_VERSION: Final = 3
 
 _LAYOUT_V1: Final = (
     """CREATE TABLE records (
@@ -108,8 +112,13 @@ def _to_v2(conn: sqlite3.Connection) -> None:
     )
 
 
+def _to_v3(conn: sqlite3.Connection) -> None:
+    """Layout 2 → 3: the search tables, filled from the log (see ``_search``)."""
+    add_search(conn)
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
-UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {1: _to_v2}
+UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {1: _to_v2, 2: _to_v3}
 
 
 def _not_a_database(exc: sqlite3.DatabaseError) -> bool:

@@ -25,6 +25,10 @@ Several processes may write one file, so every append is checked against the con
 A run the process was running when it died stays as far as its last append got (recovering it is
 the durable runtime's, ``capabilities.durable``); its lane frees itself when its lease runs out.
 
+Each append also indexes what was said in it for full-text search (``_search``): triggers on
+``records`` write the index in the same statement, so it never disagrees with the log, and
+:meth:`SqliteConversationLog.search` reads it.
+
 An append whose records deliver admitted steering (a ``UserInputRecorded`` of kind steering or
 follow-up) marks that input delivered in the same transaction, so an input is never both queued
 and canonical (see ``capabilities.steering``).
@@ -57,6 +61,7 @@ from ._errors import (
 )
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
+from ._search import SaidFound, find_said
 
 __all__ = ["SqliteConversationLog", "write_records"]
 
@@ -88,8 +93,9 @@ def write_records(conn: sqlite3.Connection, conversation_id: str, rows: list[Enc
     number. Runs inside a write transaction (in the worker thread).
 
     An append of at most ``_MAX_ROWS`` records delivering no steering is one ``INSERT``, its only
-    change (see :func:`single_statement`); a longer one, or one delivering steering, runs under
-    its write's savepoint."""
+    change (see :func:`single_statement`; the search index's triggers run inside that statement,
+    and fail or succeed with it); a longer one, or one delivering steering, runs under its
+    write's savepoint."""
     found = conn.execute(
         "SELECT seq FROM records WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
         (conversation_id,),
@@ -334,3 +340,15 @@ class SqliteConversationLog:
             )
 
         return await self.database.read(read)
+
+    async def search(self, words: Sequence[str], *, limit: int) -> SaidFound:
+        """The ``limit`` messages written last, in every conversation, that hold every one of
+        ``words`` (whole words, any case; what a person said and the model's text answers: see
+        ``_search``), the last written first, and how many conversations were searched. A word
+        is matched as written, never read as query syntax; one of punctuation alone is left
+        out, and when no word is left nothing is found.
+
+        Raises :class:`ReadFailed` when SQLite cannot read, :class:`StorageClosed`.
+
+        Cancellation: as :meth:`entries`."""
+        return await self.database.read(lambda conn: find_said(conn, words, limit))

@@ -1,0 +1,330 @@
+"""Full-text search over what was said (layout version 3, ``_search``): the index holds exactly
+the messages the log holds — after any appends, deletions and rewrites, after a kill, and after a
+refused write — a word searched for is matched literally (never FTS5 syntax), every word must be
+there, any case, newest first, bounded; a version 2 file written by the version 2 code is
+upgraded on opening and searchable; a search reads while another process holds the write lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from capabilities.cli._history import holds, said_in, tokens
+from capabilities.storage import _layout
+from capabilities.storage._codec import RecordCodec
+from capabilities.storage._database import open_database
+from capabilities.storage._layout import prepare
+from capabilities.storage._log import SqliteConversationLog, write_records
+from capabilities.storage._search import find_said, match_expression, searchable
+from effectagent.core import (
+    ConversationCreated,
+    LogEntry,
+    ModelResponseRecorded,
+    Record,
+    UsageDelta,
+    UserInputRecorded,
+)
+
+from .test_kill import _run_until
+
+CODEC = RecordCodec()
+
+#: Pieces of text: words in either case, accents, digits, and everything FTS5 would read as
+#: syntax if it were given the text unquoted.
+PIECES = st.sampled_from(
+    ["oslo", "OSLO", "Rome", "café", "CAFÉ", "e-mail", "e", "mail", "42", "x_y", "OR", "AND",
+     "NOT", "NEAR", "NEAR(", "(", ")", '"', '""', "*", "oslo*", "-", "-rome", "^oslo", "+",
+     "text:", "said:oslo", ":", ",", ".", "{", "}", "\n", "\t", " "]
+)  # fmt: skip
+TEXTS = st.lists(PIECES, max_size=8).map(" ".join)
+WORDS = st.lists(PIECES.filter(lambda p: p.strip() != ""), min_size=1, max_size=3)
+
+
+def _connection() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    prepare(conn, ":memory:")
+    return conn
+
+
+def user(conversation: str, text: str, kind: Any = "user", at: float = 1.0) -> UserInputRecorded:
+    return UserInputRecorded(
+        conversation_id=conversation,
+        run_id="r",
+        input_id="i",
+        kind=kind,
+        text=text,
+        author="a",
+        at=at,
+    )
+
+
+def answer(conversation: str, *parts: tuple[str, Any], at: float = 1.0) -> ModelResponseRecorded:
+    return ModelResponseRecorded(
+        conversation_id=conversation,
+        run_id="r",
+        turn=1,
+        content=parts,
+        finish_reason="stop",
+        usage=UsageDelta(),
+        at=at,
+    )
+
+
+def _append(conn: sqlite3.Connection, conversation: str, records: list[Record]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    write_records(conn, conversation, [CODEC.encode(record) for record in records])
+    conn.execute("COMMIT")
+
+
+def _agrees(conn: sqlite3.Connection) -> None:
+    """The index holds exactly what the log says was said: the ``said`` rows are the messages
+    of the readable records, and the FTS index's every word instance is a word of those rows."""
+    expected = []
+    rows = conn.execute("SELECT conversation_id, seq, type, version, body FROM records").fetchall()
+    for conversation, seq, tag, version, body in rows:
+        try:
+            record = CODEC.decode(conversation, seq, tag, version, body)
+        except Exception:
+            continue  # an unreadable body is left out of the index
+        for said in said_in([LogEntry(seq, record)]):
+            expected.append((conversation, *said))
+    said = conn.execute("SELECT rowid, conversation_id, seq, who, at, text FROM said").fetchall()
+    assert sorted(row[1:] for row in said) == sorted(expected)
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.words USING fts5vocab(main, said_index, instance)")  # fmt: skip
+    indexed = sorted(conn.execute("SELECT doc, term, offset FROM temp.words"))
+    wanted = sorted(
+        (rowid, word, offset)
+        for rowid, *_, text in said
+        for offset, word in enumerate(tokens(text))
+    )
+    assert indexed == wanted
+
+
+RECORDS = st.one_of(
+    st.builds(
+        user,
+        st.sampled_from(["a", "b"]),
+        TEXTS,
+        st.sampled_from(["user", "steering", "follow-up", "feedback"]),
+    ),
+    st.builds(
+        lambda c, parts: answer(c, *parts),
+        st.sampled_from(["a", "b"]),
+        st.lists(
+            st.one_of(
+                st.tuples(st.sampled_from(["text", "reasoning"]), TEXTS),
+                st.just(("tool-call", {"id": "t", "name": "oslo", "arguments": {"q": "oslo"}})),
+            ),
+            max_size=4,
+        ),
+    ),
+    st.builds(ConversationCreated, conversation_id=st.just("a"), agent=st.just("oslo"), at=st.just(1.0)),
+)  # fmt: skip
+
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.lists(RECORDS, min_size=1, max_size=3)),
+        st.tuples(st.just("delete"), st.integers(0, 20)),
+        st.tuples(st.just("rewrite"), st.integers(0, 20), RECORDS),
+        st.tuples(st.just("corrupt"), st.integers(0, 20)),
+    ),
+    max_size=12,
+)
+
+
+@given(OPERATIONS)
+def test_the_index_agrees_with_the_log_whatever_is_appended_deleted_or_rewritten(
+    operations: list[Any],
+) -> None:
+    conn = _connection()
+    try:
+        for operation in operations:
+            kind = operation[0]
+            if kind == "append":
+                records = operation[1]
+                _append(conn, records[0].conversation_id, records)
+                continue
+            rows = conn.execute("SELECT conversation_id, seq FROM records ORDER BY 1, 2").fetchall()
+            if not rows:
+                continue
+            where = rows[operation[1] % len(rows)]
+            if kind == "delete":
+                conn.execute("DELETE FROM records WHERE conversation_id = ? AND seq = ?", where)
+            elif kind == "rewrite":
+                tag, version, body, _ = CODEC.encode(operation[2])
+                conn.execute(
+                    "UPDATE records SET type = ?, version = ?, body = ? "
+                    "WHERE conversation_id = ? AND seq = ?",
+                    (tag, version, body, *where),
+                )
+            else:
+                conn.execute(
+                    "UPDATE records SET body = '{not json' WHERE conversation_id = ? AND seq = ?",
+                    where,
+                )
+            _agrees(conn)
+        _agrees(conn)
+    finally:
+        conn.close()
+
+
+@given(st.lists(TEXTS, min_size=1, max_size=5), WORDS)
+def test_every_word_is_matched_as_written_never_as_query_syntax(
+    texts: list[str], words: list[str]
+) -> None:
+    """The index finds a message exactly when every word is in it as whole words (any case):
+    what the pure :func:`holds` says — whatever the words hold (quotes, OR, NEAR(, *, -, col:)."""
+    conn = _connection()
+    try:
+        for number, text in enumerate(texts):
+            _append(conn, f"c{number}", [user(f"c{number}", text)])
+        found = {said.conversation_id for said in find_said(conn, words, limit=100).said}
+        if match_expression(words) is None:
+            assert not any(map(searchable, words))
+            assert found == set()
+        else:
+            assert found == {f"c{n}" for n, text in enumerate(texts) if text and holds(text, words)}
+    finally:
+        conn.close()
+
+
+def test_the_query_quotes_each_word_and_needs_all_of_them() -> None:
+    assert match_expression(["foo", "OR", "bar"]) == '"foo" AND "OR" AND "bar"'
+    assert match_expression(['say "hi"']) == '"say ""hi"""'
+    assert match_expression(["NEAR(", "*"]) == '"NEAR("'  # "*" alone is no word: left out
+    assert match_expression(["-", '"', ":"]) is None
+    conn = _connection()
+    try:
+        _append(
+            conn, "c", [user("c", "foo and bar"), user("c", "just foo"), user("c", "foo OR bar")]
+        )
+        assert [s.seq for s in find_said(conn, ["foo", "OR", "bar"], 10).said] == [3]
+        assert [s.seq for s in find_said(conn, ["FOO"], 10).said] == [3, 2, 1]  # newest first
+        assert [s.seq for s in find_said(conn, ["foo"], 2).said] == [3, 2]  # bounded
+        assert find_said(conn, ["fo"], 10).said == ()  # whole words only
+        assert find_said(conn, ["said_index:foo"], 10).said == ()  # no column filter
+    finally:
+        conn.close()
+
+
+async def test_the_log_searches_what_was_said_not_tool_output_nor_reasoning() -> None:
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [ConversationCreated(conversation_id="a", agent="oslo", at=1.0)])
+        await log.append("a", [user("a", "Trip to Oslo?", at=2.0)])
+        await log.append(
+            "a",
+            [
+                answer(
+                    "a",
+                    ("reasoning", "Oslo is far north"),
+                    ("tool-call", {"id": "t", "name": "oslo", "arguments": {}}),
+                    ("text", "Oslo is cold; "),
+                    ("text", "pack a coat."),
+                    at=3.0,
+                )
+            ],
+        )
+        await log.append("b", [user("b", "oslo", kind="feedback"), user("b", "oslo", "steering")])
+        found = await log.search(["oslo"], limit=10)
+        assert [(s.conversation_id, s.seq, s.who, s.text) for s in found.said] == [
+            ("b", 2, "steering", "oslo"),
+            ("a", 3, "assistant", "Oslo is cold; pack a coat."),
+            ("a", 2, "user", "Trip to Oslo?"),
+        ]
+        assert found.conversations == 2
+        assert (await log.search(["north"], limit=10)).said == ()  # reasoning
+        assert (await log.search(["cold", "coat"], limit=10)).said[0].at == 3.0
+        assert (await log.search(["...", "?"], limit=10)).said == ()
+
+
+async def test_a_write_that_is_refused_indexes_nothing() -> None:
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database)
+
+        def refused(conn: sqlite3.Connection) -> None:
+            write_records(conn, "a", [CODEC.encode(user("a", "never said"))])
+            raise RuntimeError("refused after writing")
+
+        with pytest.raises(RuntimeError):
+            await database.write(refused)
+        assert (await log.search(["said"], limit=10)).said == ()
+        assert await database.read(lambda c: c.execute("SELECT count(*) FROM said").fetchone()) == (
+            0,
+        )
+
+
+def test_after_a_kill_the_index_holds_exactly_what_the_log_holds(tmp_path: Path) -> None:
+    path = tmp_path / "killed.db"
+    _run_until(path, 200)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        _agrees(conn)
+        (records,) = conn.execute("SELECT count(*) FROM records").fetchone()
+        assert records >= 200
+        assert len(find_said(conn, ["x" * 200], limit=records + 1).said) == records
+    finally:
+        conn.close()
+
+
+async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_searchable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "v2.db"
+    with monkeypatch.context() as patch:  # this code as it was at layout version 2
+        patch.setattr(_layout, "LAYOUT_VERSION", 2)
+        patch.delitem(_layout.UPGRADES, 2)
+        async with open_database(path) as database:
+            log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+            await log.append("old", [user("old", "The first trip to Oslo", at=5.0)])
+            await log.append("new", [user("new", "Another trip to Oslo", at=9.0)])
+            await log.append("old", [answer("old", ("text", "Oslo, in winter?"), at=7.0)])
+            tables = await database.read(
+                lambda c: [row[0] for row in c.execute("SELECT name FROM sqlite_master")]
+            )
+            assert "said" not in tables
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone() == (2,)
+    conn.close()
+
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        found = await log.search(["oslo"], limit=10)
+        # Those indexed by the upgrade are ordered by when they were said.
+        assert [s.text for s in found.said] == [
+            "Another trip to Oslo",
+            "Oslo, in winter?",
+            "The first trip to Oslo",
+        ]
+        await log.append("old", [user("old", "Back from Oslo", at=1.0)])  # then as written
+        assert (await log.search(["oslo"], limit=1)).said[0].text == "Back from Oslo"
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        _agrees(conn)
+    finally:
+        conn.close()
+
+
+async def test_a_search_reads_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", "written before")])
+        other = sqlite3.connect(path, isolation_level=None)  # another writer, mid-transaction
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            write_records(other, "a", [CODEC.encode(user("a", "written before, not committed"))])
+            with trio.fail_after(30):
+                found = await log.search(["written", "before"], limit=10)
+            assert [s.text for s in found.said] == ["written before"]
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        assert len((await log.search(["written"], limit=10)).said) == 2
