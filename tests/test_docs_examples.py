@@ -261,6 +261,19 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "model calls in the totals: 4",
         ]
     },
+    "docs/guides/durable.md": {
+        0: [
+            "admitted at position 1 - same receipt: True",
+            "first worker: sending the invoice",
+            "first worker killed: True",
+            "second worker exit 0 - ran the tool: False",
+            "completed after 2 claims",
+            "RunCompletedRecord - The invoice may not have gone out: check before sending it again.",
+            "audit: ['recovery', 'unknown']",
+            "unknown: ['send_invoice']",
+            "invariants broken: ()",
+        ],
+    },
     "docs/guides/testing.md": {
         0: [],  # property tests (0-2): called, their asserts check
         1: [],
