@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -272,4 +273,46 @@ def test_a_killed_worker_s_run_is_recovered_by_the_next_worker_and_settled_once(
     assert (row["status"], row["settlement"], row["attempts"]) == ("completed", "final", 2)
     assert [entry["type"] for entry in explained["tail"]].count("RunCompletedRecord") == 1
     assert any(audit["kind"] for audit in explained["audit"])
+    assert ok(env, "verify", "c1").endswith("every durable invariant holds\n")
+
+
+def test_a_call_needing_approval_suspends_and_admin_decide_resumes_it_without_the_model(
+    server: ServerThread, env: dict[str, str], tmp_path: Path
+) -> None:
+    demo = ROOT / "tests" / "capabilities" / "mcp" / "servers" / "demo.py"
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f"[[mcp]]\nname = 'demo'\ncommand = {json.dumps(sys.executable)}\n"
+        f"args = [{json.dumps(str(demo))}, 'stdio']\napproval = 'always'\n"
+    )
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "demo_add", '{"a": 2, "b": 3}'))),
+        Reply.sse(wire.text("It is 5.")),
+    )
+    submission = submit(env)
+    work = worker_args(server, "--until-idle", "--config", str(config))
+
+    suspended = admin(env, *work)  # idle: its one submission waits for a person
+    assert suspended.returncode == 0, suspended.stderr
+    said = ok(env, "status", submission)
+    assert "suspended" in said
+    assert "waits for a decision on call_1 (demo_add" in said
+    assert as_json(env, "status", submission)["waiting"][0]["tool_call_id"] == "call_1"
+
+    decided = ok(env, "decide", submission, "call_1", "allow", "--reason", "fine")
+    assert (
+        decided
+        == f"call call_1 allowed; submission {submission} waits for a worker to resume its run\n"
+    )
+    again = admin(env, "decide", submission, "call_1", "deny")
+    assert again.returncode == 2
+    assert "waits for no decision" in again.stderr
+
+    resumed = admin(env, *work)
+    assert resumed.returncode == 0, resumed.stderr
+    row = as_json(env, "status", submission)
+    assert (row["status"], row["settlement"]) == ("completed", "final")
+    # The model was asked twice: for the call, then with its result — not again on resuming.
+    assert len(server.requests()) == 2
     assert ok(env, "verify", "c1").endswith("every durable invariant holds\n")
