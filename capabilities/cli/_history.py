@@ -1,38 +1,62 @@
 """``effectagent history SEARCH``: the messages of the stored conversations that hold every word
-searched for (case-insensitive), newest first.
+searched for (whole words, any case), newest first.
 
-A bounded scan, not an index: SQLite's full-text search (FTS5) needs a table of its own that the
-storage layout does not have yet. The conversations are read newest first — those of the sessions
-by their last update, then any other the log holds (a deleted session's conversations stay in
-the log) — and the scan stops once it has read :data:`SCAN_RECORDS` records (the conversation it
-was reading is read to its end); :class:`Found` says how many conversations were left unread. What a person said (their messages,
-steering and follow-ups) and what the model answered (its text) are searched; tool calls,
-results and reasoning are not.
+What a person said (their messages, steering and follow-ups) and what the model answered (its
+text) are searched; tool calls, results and reasoning are not. A word is matched as written:
+whatever is typed is never query syntax (``OR``, quotes, ``NEAR(``, ``*``, ``-``, ``col:``);
+punctuation inside a word separates its parts, which must then follow one another (``e-mail``
+finds "e-mail" and "e mail"); a word of punctuation alone is left out, and a search of nothing
+else is refused with a sentence (:func:`words_of`).
 
-The matching is pure (:func:`words_of`, :func:`holds`, :func:`excerpt`); :func:`search` reads.
+On the SQLite log the search is the storage's full-text index (``SqliteConversationLog.search``,
+kept current by every append, so every stored conversation is searched, fast); newest first is
+the order the messages were written in. A log without an index (the in-memory one) is scanned
+instead, conversations newest first, up to :data:`SCAN_RECORDS` records; :class:`Found` says how
+many conversations were left unread.
+
+The matching is pure (:func:`words_of`, :func:`tokens`, :func:`holds`, :func:`excerpt`);
+:func:`search` reads.
 """
 
 from __future__ import annotations
 
 import inspect
+import unicodedata
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 import attrs
 
 from capabilities.sessions import SessionStore
+from capabilities.storage import SqliteConversationLog
 from effectagent.core import LogEntry, ModelResponseRecorded, UserInputRecorded
 from effectagent.engine import ConversationLog
 
+from ._common import UsageError
+from ._sanitize import visible
 from ._sessions import all_sessions
 
-__all__ = ["SCAN_RECORDS", "Found", "Hit", "excerpt", "holds", "said_in", "search", "words_of"]
+__all__ = [
+    "SCAN_RECORDS",
+    "Found",
+    "Hit",
+    "excerpt",
+    "holds",
+    "said_in",
+    "search",
+    "tokens",
+    "who",
+    "words_of",
+]
 
-#: The most records one search reads.
+#: The most records one search of a log without an index reads.
 SCAN_RECORDS: Final = 200_000
 
 #: Characters of a message shown around the first word found.
 EXCERPT: Final = 120
+
+#: Who said a message, by the kind the index and the log give it.
+_WHO: Final = {"user": "you", "assistant": "assistant"}
 
 
 @attrs.frozen
@@ -51,36 +75,91 @@ class Hit:
 @attrs.frozen
 class Found:
     """What a search found (newest first, at most the limit asked) and how far it read:
-    ``unread`` conversations were left out by the bound on records read."""
+    ``conversations`` searched, ``unread`` ones left out by the bound on records a scan reads
+    (always 0 with the index)."""
 
     hits: tuple[Hit, ...]
     conversations: int
     unread: int
 
 
+def _word_char(char: str) -> bool:
+    """Whether ``char`` makes words (a letter, a digit, a private use character), as the
+    index's ``unicode61`` tokenizer has it; every other character separates words."""
+    category = unicodedata.category(char)
+    return category[0] in "LN" or category == "Co"
+
+
+def _spans(text: str) -> list[tuple[int, int]]:
+    """Where each word of ``text`` starts and ends."""
+    spans: list[tuple[int, int]] = []
+    start = -1
+    for index, char in enumerate(text):
+        if _word_char(char):
+            if start < 0:
+                start = index
+        elif start >= 0:
+            spans.append((start, index))
+            start = -1
+    if start >= 0:
+        spans.append((start, len(text)))
+    return spans
+
+
+def tokens(text: str) -> tuple[str, ...]:
+    """The words of ``text`` as the index sees them (runs of word characters), lower case."""
+    return tuple(text[start:end].lower() for start, end in _spans(text))
+
+
 def words_of(search: str) -> tuple[str, ...]:
-    """The words of ``search`` (split on white space), case-folded; empty when it has none."""
-    return tuple(word.casefold() for word in search.split())
+    """The words of ``search`` (split on white space), lower case, those of punctuation alone
+    left out. Empty for a blank search; raises :class:`UsageError`, in a sentence, for one of
+    punctuation alone (it would match nothing)."""
+    split = search.split()
+    words = tuple(word.lower() for word in split if tokens(word))
+    if split and not words:
+        raise UsageError(
+            f"there is no word to search for in {visible(search)!r}: history matches words "
+            f"(letters and digits), and punctuation alone is none"
+        )
+    return words
+
+
+def _find(folded: Sequence[str], phrase: Sequence[str]) -> int:
+    """Where ``phrase`` first starts in the words ``folded``, one after another; -1 if not."""
+    size = len(phrase)
+    if not size:
+        return -1
+    for index in range(len(folded) - size + 1):
+        if tuple(folded[index : index + size]) == tuple(phrase):
+            return index
+    return -1
 
 
 def holds(text: str, words: Sequence[str]) -> bool:
-    """Whether ``text`` holds every one of ``words`` (case-folded), anywhere."""
-    folded = text.casefold()
-    return all(word in folded for word in words)
+    """Whether ``text`` holds every one of ``words`` as whole words, any case (a word with
+    punctuation inside: its parts one after another) — what the index matches."""
+    folded = tokens(text)
+    return all(_find(folded, tokens(word)) >= 0 for word in words if tokens(word))
 
 
 def excerpt(text: str, words: Sequence[str], width: int = EXCERPT) -> tuple[str, str, str]:
-    """A one-line excerpt of ``text`` around the first of ``words`` it holds: the part before,
-    the word as written, the part after (``…`` where it is cut; white space runs made one
-    space)."""
+    """A one-line excerpt of ``text`` around the first of ``words`` it holds (as whole words):
+    the part before, the word as written, the part after (``…`` where it is cut; white space
+    runs made one space)."""
     flat = " ".join(text.split())
-    folded = flat.casefold()
-    found = [(folded.find(word), word) for word in words if word and word in folded]
+    spans = _spans(flat)
+    folded = [flat[start:end].lower() for start, end in spans]
+    found: list[tuple[int, int]] = []
+    for word in words:
+        phrase = tokens(word)
+        at = _find(folded, phrase)
+        if at >= 0:
+            found.append((spans[at][0], spans[at + len(phrase) - 1][1]))
     if not found:
         return (flat[:width] + ("…" if len(flat) > width else ""), "", "")
-    start, word = min(found)
-    end = start + len(word)
-    room = max(0, width - len(word))
+    start, end = min(found)
+    room = max(0, width - (end - start))
     lead = min(start, room // 3)
     before = flat[start - lead : start]
     after = flat[end : end + room - lead]
@@ -92,24 +171,30 @@ def excerpt(text: str, words: Sequence[str], width: int = EXCERPT) -> tuple[str,
 
 
 def said_in(entries: Iterable[LogEntry]) -> Iterable[tuple[int, str, float, str]]:
-    """``(seq, who, at, text)`` of each message a person wrote or the model answered with text.
-    Pure."""
+    """``(seq, kind, at, text)`` of each message a person wrote (kind ``user``, ``steering`` or
+    ``follow-up``) or the model answered with text (``assistant``) — the messages the index
+    holds. Pure."""
     for entry in entries:
         record = entry.record
         if isinstance(record, UserInputRecorded):
-            if record.kind != "feedback":  # the engine's word to the model
-                who = "you" if record.kind == "user" else f"you ({record.kind})"
-                yield entry.seq, who, record.at, record.text
+            if record.kind != "feedback" and record.text:  # feedback: the engine's words
+                yield entry.seq, record.kind, record.at, record.text
         elif isinstance(record, ModelResponseRecorded):
-            text = "".join(value for kind, value in record.content if kind == "text" and value)
-            if text.strip():
+            text = "".join(
+                value for kind, value in record.content if kind == "text" and isinstance(value, str)
+            )
+            if text:
                 yield entry.seq, "assistant", record.at, text
 
 
+def who(kind: str) -> str:
+    """How a hit names who said it: ``you``, ``you (steering)``, ``assistant``."""
+    return _WHO.get(kind, f"you ({kind})")
+
+
 async def _listed(log: ConversationLog) -> Iterable[str]:
-    """Every conversation the log holds, when it can list them (the SQLite log and the
-    in-memory one can: sessions may have gone, their conversations stay); else none.
-    Cancellation: reads only."""
+    """Every conversation the log holds, when it can list them (the in-memory log can:
+    sessions may have gone, their conversations stay); else none. Cancellation: reads only."""
     listing = getattr(log, "conversations", None)
     if not callable(listing):
         return ()
@@ -127,7 +212,8 @@ async def search(
     limit: int,
     budget: int = SCAN_RECORDS,
 ) -> Found:
-    """The newest ``limit`` messages holding ``words`` (see the module notes).
+    """The newest ``limit`` messages holding ``words`` (see the module notes); ``budget``
+    bounds the records a scan reads (a log without an index).
 
     Cancellation: reads only; nothing changes."""
     sessions = sorted(await all_sessions(store), key=lambda s: s.updated_at, reverse=True)
@@ -138,7 +224,27 @@ async def search(
             if conversation not in named:
                 named[conversation] = session.name
                 order.append(conversation)
-    order += sorted(set(await _listed(log)) - set(named))
+    if isinstance(log, SqliteConversationLog):
+        found = await log.search(words, limit=limit)
+        hits = tuple(
+            Hit(s.conversation_id, named.get(s.conversation_id), s.seq, who(s.who), s.at, s.text)
+            for s in found.said
+        )
+        return Found(hits, found.conversations, 0)
+    return await _scan(log, named, order, words, limit, budget)
+
+
+async def _scan(
+    log: ConversationLog,
+    named: dict[str, str],
+    order: list[str],
+    words: Sequence[str],
+    limit: int,
+    budget: int,
+) -> Found:
+    """The search of a log without an index: the conversations in ``order`` (then any other
+    the log lists), until ``budget`` records were read. Cancellation: reads only."""
+    order = order + sorted(set(await _listed(log)) - set(named))
     hits: list[Hit] = []
     read = 0
     scanned = 0
@@ -149,9 +255,9 @@ async def search(
         read += len(entries)
         scanned += 1
         name = named.get(conversation)
-        for seq, who, at, text in said_in(entries):
+        for seq, kind, at, text in said_in(entries):
             if holds(text, words):
-                hits.append(Hit(conversation, name, seq, who, at, text))
+                hits.append(Hit(conversation, name, seq, who(kind), at, text))
         if len(hits) > 4 * limit:  # only the newest are kept: memory stays bounded too
             hits.sort(key=lambda hit: (hit.at, hit.seq), reverse=True)
             del hits[limit:]

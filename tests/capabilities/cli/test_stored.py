@@ -1,6 +1,7 @@
 """``effectagent sessions delete NAME`` (asks first, unless ``--yes``) and ``effectagent history
-SEARCH`` (every stored conversation, newest first, a bounded scan): through the real command,
-and the search's matching as pure functions."""
+SEARCH`` (every stored conversation, newest first; the storage's full-text index, or a bounded
+scan of a log without one): through the real command, and the search's matching as pure
+functions."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities import in_memory_storage
-from capabilities.cli._history import excerpt, holds, search, words_of
+from capabilities.cli._common import UsageError
+from capabilities.cli._history import excerpt, holds, search, tokens, words_of
 from capabilities.sessions import SessionCreate, SessionStoreService
 from effectagent import open_runtime
 from effectagent.core import UserInputRecorded
@@ -111,8 +113,8 @@ def test_history_finds_what_was_said_in_every_conversation(
     none = effectagent(tmp_path, "history", "Lisbon")
     assert none.returncode == 0
     assert none.stdout == "no message holds 'Lisbon' (2 conversations read)\n"
-    limited = effectagent(tmp_path, "history", "o", "--limit", "1").stdout.splitlines()
-    assert len(limited) == 1
+    limited = effectagent(tmp_path, "history", "oslo", "--limit", "1").stdout.splitlines()
+    assert [line.split("  ", 2)[2] for line in limited] == ["assistant: Take a coat to Oslo."]
 
 
 def test_history_shows_the_match_marked_and_escaped(server: ServerThread, tmp_path: Path) -> None:
@@ -128,26 +130,43 @@ def test_history_shows_the_match_marked_and_escaped(server: ServerThread, tmp_pa
     assert "\x07" not in output
 
 
-def test_words_match_anywhere_whatever_their_case() -> None:
+def test_words_match_whole_whatever_their_case() -> None:
     words = words_of("  Oslo  COAT ")
     assert words == ("oslo", "coat")
     assert holds("Take a coat to oslo.", words)
     assert not holds("Take a coat.", words)
+    assert not holds("Take a coathanger to Oslo.", words)  # whole words
     assert holds("anything", ())
+    assert words_of("e-mail ??? x") == ("e-mail", "x")  # punctuation alone is no word
+    assert holds("send an E-Mail to x", words_of("e-mail x"))
+    assert holds("send an e mail to x", words_of("e-mail x"))  # its parts, one after another
+    assert not holds("mail an e to x", words_of("e-mail x"))
+    assert words_of("   ") == ()
 
 
-@given(st.text(max_size=300), st.text(min_size=1, max_size=8).filter(str.strip))
+def test_a_search_of_punctuation_alone_is_refused_with_a_sentence() -> None:
+    with pytest.raises(UsageError) as raised:
+        words_of('"" * -- (')
+    assert str(raised.value) == (
+        "there is no word to search for in '\"\" * -- (': history matches words "
+        "(letters and digits), and punctuation alone is none"
+    )
+
+
+@given(st.text(max_size=300), st.text(min_size=1, max_size=8).filter(lambda w: bool(tokens(w))))
 def test_an_excerpt_is_one_line_around_the_word_it_shows(text: str, word: str) -> None:
     words = words_of(word)
     before, match, after = excerpt(text, words, width=40)
     shown = before + match + after
     assert "\n" not in shown
-    assert len(shown) <= 40 + 2 + max(map(len, words))  # the width, and its two marks
-    if holds(" ".join(text.split()), words[:1]):
-        assert match.casefold() == words[0] or match.casefold() in words
+    assert len(shown) <= max(40, len(match)) + 2  # the width (or the word), and two marks
+    if any(holds(text, [one]) for one in words):
+        assert tokens(match) in [tokens(one) for one in words]  # a word found, as written
+    else:
+        assert match == ""
 
 
-async def test_the_search_reads_at_most_its_bound_and_says_how_much_it_left() -> None:
+async def test_a_log_without_an_index_is_scanned_up_to_its_bound_saying_how_much_it_left() -> None:
     async with open_runtime(in_memory_storage()) as runtime:
         store = runtime.context[SessionStoreService]
         for number in range(5):
