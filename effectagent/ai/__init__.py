@@ -6,10 +6,19 @@ errors a model call can end with), this is the vocabulary the engine, the provid
 testing kit share — response parts, the response reducer, the tool broker — which they may only
 import from here."""
 
+from ._cache import MAX_CACHE_MARKS as MAX_CACHE_MARKS
+from ._cache import PromptCaching as PromptCaching
 from ._context import InnerResult as InnerResult
 from ._context import OutcomeUnknown as OutcomeUnknown
 from ._context import ToolBroker as ToolBroker
 from ._context import ToolCallContext as ToolCallContext
+from ._cost import MICROS_PER_DOLLAR as MICROS_PER_DOLLAR
+from ._cost import NoPriceForModel as NoPriceForModel
+from ._cost import Price as Price
+from ._cost import PricesService as PricesService
+from ._cost import PriceTable as PriceTable
+from ._cost import dollars as dollars
+from ._cost import model_name_of as model_name_of
 from ._durable import Reconciled as Reconciled
 from ._durable import StepKey as StepKey
 from ._durable import StepResult as StepResult
@@ -33,6 +42,8 @@ from ._model import ModelRequest as ModelRequest
 from ._model import OutputFormat as OutputFormat
 from ._model import close_stream as close_stream
 from ._model import generate as generate
+from ._prices import DEFAULT_PRICES as DEFAULT_PRICES
+from ._prices import PRICES_TAKEN as PRICES_TAKEN
 from ._prompt import AssistantMessage as AssistantMessage
 from ._prompt import Message as Message
 from ._prompt import ReasoningContent as ReasoningContent
@@ -81,6 +92,17 @@ from ._usage import Usage as Usage
 
 __all__ = [
     "AiError",
+    "DEFAULT_PRICES",
+    "MAX_CACHE_MARKS",
+    "MICROS_PER_DOLLAR",
+    "NoPriceForModel",
+    "PRICES_TAKEN",
+    "Price",
+    "PriceTable",
+    "PricesService",
+    "PromptCaching",
+    "dollars",
+    "model_name_of",
     "DEFAULT_ARGUMENT_LIMITS",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",

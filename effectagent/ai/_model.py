@@ -11,6 +11,7 @@ import trio
 
 from effectagent.effect import ServiceKey, _fast_init
 
+from ._cache import PromptCaching
 from ._prompt import Message
 from ._reduce import ModelResponse, ResponseReducer
 from ._response import ResponsePart
@@ -50,7 +51,8 @@ class OutputFormat:
 @attrs.frozen(slots=True)
 class ModelRequest:
     """One model call. ``tool_choice`` is auto, none, required, or a tool name; ``output``, when
-    set, is the JSON the final answer must be."""
+    set, is the JSON the final answer must be; ``cache``, when set, what the provider is asked
+    to cache (see :class:`~effectagent.ai.PromptCaching`)."""
 
     messages: tuple[Message, ...]
     tools: tuple[ToolDescriptor, ...] = ()
@@ -58,6 +60,7 @@ class ModelRequest:
     max_output_tokens: int | None = None
     metadata: Mapping[str, Any] = NO_METADATA
     output: OutputFormat | None = None
+    cache: PromptCaching | None = None
 
 
 class LanguageModel(Protocol):

@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from effectagent.ai import dollars
 from effectagent.effect import TaggedError
 
 __all__ = [
@@ -29,11 +30,12 @@ class RunError(TaggedError):
 
 
 def figure(dimension: str, value: float) -> str:
-    """A budget figure as a person reads it: seconds to one decimal, counts as whole numbers."""
+    """A budget figure as a person reads it: seconds to one decimal, a cost in dollars, counts
+    as whole numbers."""
     if dimension == "duration":
         return f"{value:.1f} s"
-    if dimension == "cost":
-        return f"{value:.4g}"
+    if dimension == "cost":  # micro-dollars
+        return dollars(int(value))
     return f"{value:.0f}"
 
 

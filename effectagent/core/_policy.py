@@ -8,6 +8,7 @@ for a number), a value of the right type that cannot work a ``ValueError``.
 from __future__ import annotations
 
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
 import attrs
@@ -16,6 +17,7 @@ from typing_extensions import TypeVar
 from effectagent.ai import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+    PromptCaching,
     Toolkit,
     ToolSource,
 )
@@ -93,6 +95,32 @@ def _positive(value: float) -> bool:
 
 
 _SECONDS = _number("a positive number of seconds", _positive)
+
+
+def _to_dollars(value: object) -> object:
+    """A number of dollars as an exact Decimal (a float by its shortest repr: ``0.5`` is 0.5);
+    anything else as it came, for the validator to name."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
+        return value
+    try:
+        return Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
+    except InvalidOperation:
+        return value
+
+
+def _dollars_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, Decimal):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a number of US dollars (a Decimal, int, str "
+            f"or float) or None, got {_shown(value)}"
+        )
+    if not value.is_finite() or value < Decimal("0.000001"):
+        raise ValueError(
+            f"{_where(instance, attribute)} must be at least one micro-dollar (0.000001), "
+            f"got {value}"
+        )
 
 
 def _number_or_none(what: str, accepts: Callable[[float], bool]) -> _Validator:
@@ -304,6 +332,22 @@ class AgentPolicy:
     response_limits: ResponseLimits = attrs.field(
         default=ResponseLimits(), validator=_instance(ResponseLimits)
     )
+
+    #: The most the run's model calls may cost, in US dollars (see :attr:`cost_budget_micros`).
+    cost_budget: Decimal | None = attrs.field(
+        default=None, converter=_to_dollars, validator=_dollars_or_none
+    )
+    #: What each request asks the provider to cache (None: nothing; see ``PromptCaching``).
+    prompt_caching: PromptCaching | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_instance(PromptCaching))
+    )
+
+    @property
+    def cost_budget_micros(self) -> int | None:
+        """``cost_budget`` in micro-dollars (rounded down: the limit is never above what was
+        given), or None."""
+        budget = self.cost_budget
+        return None if budget is None else int(budget.scaleb(6))
 
     @property
     def grace_reserve(self) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from effectagent.ai import Usage
+from effectagent.ai import Price, Usage
 from effectagent.effect import _fast_init
 
 __all__ = ["UsageDelta", "UsageTotals"]
@@ -13,20 +13,32 @@ __all__ = ["UsageDelta", "UsageTotals"]
 @_fast_init
 @attrs.frozen(slots=True)
 class UsageDelta:
-    """What one model call added. ``input_tokens`` is the total input (cached or not)."""
+    """What one model call added. ``input_tokens`` is the total input (cached or not).
+
+    ``cost_micros`` is what the call cost, in micro-dollars, at its model's price (see
+    :class:`~effectagent.ai.Price` for the rounding); None when its model has no price — never a
+    made-up zero."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_input_tokens: int = 0
     cache_write_input_tokens: int = 0
     reasoning_tokens: int = 0
+    cost_micros: int | None = None
 
     @staticmethod
-    def from_usage(usage: Usage) -> UsageDelta:
-        """The delta of one call's reported usage."""
+    def from_usage(usage: Usage, price: Price | None = None) -> UsageDelta:
+        """The delta of one call's reported usage, costed at ``price`` (None: no price)."""
         # Positional, in field order (a keyword call costs a third more here, once per turn).
         inp, out = usage.input, usage.output
-        return UsageDelta(inp.total, out.total, inp.cache_read, inp.cache_write, out.reasoning)
+        return UsageDelta(
+            inp.total,
+            out.total,
+            inp.cache_read,
+            inp.cache_write,
+            out.reasoning,
+            None if price is None else price.cost_of(usage),
+        )
 
     @property
     def total_tokens(self) -> int:
@@ -38,7 +50,11 @@ class UsageDelta:
 @attrs.frozen(slots=True)
 class UsageTotals:
     """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent call's —
-    the live-context estimate (the next request holds at least that much)."""
+    the live-context estimate (the next request holds at least that much).
+
+    ``cost_micros`` is what the priced calls cost, in micro-dollars (the sum of each call's
+    cost), and ``unpriced_calls`` how many calls had no price: :attr:`cost` is the whole cost
+    only when every call had one."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -48,11 +64,14 @@ class UsageTotals:
     model_calls: int = 0
     last_input_tokens: int = 0
     last_output_tokens: int = 0
+    cost_micros: int = 0
+    unpriced_calls: int = 0
 
     def add(self, delta: UsageDelta) -> UsageTotals:
         """Totals after one more call."""
         # Positional, in field order: input, output, cache read, cache write, reasoning, model
-        # calls, last input, last output.
+        # calls, last input, last output, cost, unpriced calls.
+        cost = delta.cost_micros
         return UsageTotals(
             self.input_tokens + delta.input_tokens,
             self.output_tokens + delta.output_tokens,
@@ -62,6 +81,8 @@ class UsageTotals:
             self.model_calls + 1,
             delta.input_tokens,
             delta.output_tokens,
+            self.cost_micros if cost is None else self.cost_micros + cost,
+            self.unpriced_calls + 1 if cost is None else self.unpriced_calls,
         )
 
     def including(self, other: UsageTotals) -> UsageTotals:
@@ -76,12 +97,20 @@ class UsageTotals:
             self.model_calls + other.model_calls,
             self.last_input_tokens,
             self.last_output_tokens,
+            self.cost_micros + other.cost_micros,
+            self.unpriced_calls + other.unpriced_calls,
         )
 
     @property
     def total_tokens(self) -> int:
         """Input plus output over the run."""
         return self.input_tokens + self.output_tokens
+
+    @property
+    def cost(self) -> int | None:
+        """What the calls cost, in micro-dollars — None when a call had no price (the priced
+        calls' part is :attr:`cost_micros`)."""
+        return None if self.unpriced_calls else self.cost_micros
 
     @property
     def live_context_tokens(self) -> int:

@@ -3,7 +3,8 @@
 :class:`Budget` is part of the run's state (``_machine.RunState``): a frozen value, replaced — never
 changed — by the state machine as turns start, models report usage and batches settle.
 
-Dimensions: ``turns``, ``tool_calls``, ``duration`` and, when set, ``tokens``; then
+Dimensions: ``turns``, ``tool_calls``, ``duration`` and, when set, ``tokens`` and ``cost`` (in
+micro-dollars: what the run's priced model calls cost, its children's included); then
 ``repeated_failures``. A warning is due once per dimension when use reaches the policy's
 ``warning_ratio`` (80 %) of the limit; exhaustion is reported for the first dimension, in that fixed
 order, whose use reached its limit.
@@ -30,7 +31,8 @@ from typing import final
 
 import attrs
 
-from effectagent.core import AgentPolicy, ChildBudget, ToolOutcome, UsageDelta, UsageTotals
+from effectagent.ai import NoPriceForModel, PriceTable, model_name_of
+from effectagent.core import Agent, AgentPolicy, ChildBudget, ToolOutcome, UsageDelta, UsageTotals
 from effectagent.effect import _fast_init
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Delegated",
     "Exhaustion",
     "RepeatedFailure",
+    "check_cost_budget",
 ]
 
 _NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
@@ -144,6 +147,9 @@ class Budget:
         budget = policy.token_budget
         if budget is not None and self.usage.total_tokens >= budget:
             return Exhaustion("tokens", self.usage.total_tokens, budget)
+        cost = policy.cost_budget_micros
+        if cost is not None and self.usage.cost_micros >= cost:
+            return Exhaustion("cost", self.usage.cost_micros, cost)
         failure = self.repeated_failure
         if failure is not None:
             return Exhaustion("repeated_failures", failure.count, policy.repeated_failure_limit)
@@ -161,6 +167,9 @@ class Budget:
         ]
         if policy.token_budget is not None:
             dims.append(Exhaustion("tokens", self.usage.total_tokens, policy.token_budget))
+        cost = policy.cost_budget_micros
+        if cost is not None:
+            dims.append(Exhaustion("cost", self.usage.cost_micros, cost))
         return dims
 
     def with_due_warnings(self, now: float) -> tuple[Budget, tuple[Exhaustion, ...]]:
@@ -168,19 +177,21 @@ class Budget:
         budget that remembers them."""
         warned = self.warned
         policy = self.policy
-        if len(warned) == (4 if policy.token_budget is not None else 3):
+        tokens = policy.token_budget
+        cost = policy.cost_budget
+        if len(warned) == 3 + (tokens is not None) + (cost is not None):
             return self, ()  # every dimension has warned (this runs once a turn)
         ratio = policy.warning_ratio
         # The order of ``limits``, checked without building its list until one is due.
         turns = self.turns + self.delegated_turns
         calls = self.tool_calls + self.delegated_tool_calls
         elapsed = now - self.started_at
-        tokens = policy.token_budget
         if (
             ("turns" in warned or turns < ratio * policy.max_turns)
             and ("tool_calls" in warned or calls < ratio * policy.max_tool_calls)
             and ("duration" in warned or elapsed < ratio * policy.max_duration)
             and (tokens is None or "tokens" in warned or self.usage.total_tokens < ratio * tokens)
+            and (cost is None or "cost" in warned or not self._cost_due(ratio))
         ):
             return self, ()
         due = tuple(
@@ -189,6 +200,10 @@ class Budget:
             if dim.dimension not in warned and dim.used >= ratio * dim.limit
         )
         return self._with(warned=warned | {d.dimension for d in due}), due
+
+    def _cost_due(self, ratio: float) -> bool:
+        limit = self.policy.cost_budget_micros
+        return limit is not None and self.usage.cost_micros >= ratio * limit
 
     @property
     def calls_left(self) -> int:
@@ -433,6 +448,23 @@ def _child_policy(child: AgentPolicy, granted: ChildBudget) -> AgentPolicy:
         token_budget=granted.tokens,
         max_duration=child.max_duration if granted.duration is None else granted.duration,
     )
+
+
+def check_cost_budget(agent: Agent, prices: PriceTable, *models: object) -> None:
+    """Raise :class:`~effectagent.ai.NoPriceForModel` when ``agent`` has a cost budget and one
+    of the ``models`` its runs may ask (a routing model's members each) has no price in
+    ``prices``: a limit that cannot be enforced is refused, not ignored."""
+    budget = agent.policy.cost_budget_micros
+    if budget is None:
+        return
+    for model in models:
+        members = getattr(model, "models", None)
+        if isinstance(members, tuple) and members:  # a FallbackModel: each member may answer
+            check_cost_budget(agent, prices, *members)
+            continue
+        name = model_name_of(model)
+        if prices.price_of(name) is None:
+            raise NoPriceForModel(agent.name, name, budget)
 
 
 def _least(a: int | None, b: int | None) -> int | None:

@@ -73,7 +73,8 @@ async def maybe_compact(
         cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
         request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
         response = await generate(services.model, request)
-        used.append(UsageDelta.from_usage(response.usage))
+        price = services.prices.price_for(services.model)
+        used.append(UsageDelta.from_usage(response.usage, price))
         return redactor.redact_text(response.text)
 
     records = await compactor.compact(

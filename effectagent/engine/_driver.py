@@ -521,6 +521,7 @@ class RunDriver(RunEdges):
             "none" if grace or not len(toolkit) else "auto",
             policy.max_output_tokens,
             output=services.output,
+            cache=policy.prompt_caching,
         )
         used_ids = self._call_ids
         if used_ids is None:
@@ -532,6 +533,7 @@ class RunDriver(RunEdges):
             state.turn,
             limits=policy.response_limits,
             used_ids=used_ids,
+            prices=services.prices,
         )
         now = trio.current_time()
         if isinstance(outcome, ModelStep):

@@ -34,6 +34,7 @@ from effectagent.ai import (
     Message,
     ModelRequest,
     ModelResponse,
+    PriceTable,
     ReasoningContent,
     ReasoningDeltaPart,
     ReasoningEndPart,
@@ -140,6 +141,7 @@ async def stream_model(
     *,
     limits: ResponseLimits = _DEFAULT_LIMITS,
     used_ids: set[str] | None = None,
+    prices: PriceTable | None = None,
 ) -> ModelStep | ModelAttemptFailed:
     """Stream one response for ``request``: text and reasoning deltas become events as they
     arrive (redacted; a secret split across deltas never shows), then the reduced response,
@@ -147,6 +149,8 @@ async def stream_model(
 
     ``used_ids`` are the tool-call IDs the conversation has used so far: a call of this response
     whose ID is among them gets a fresh one, and the response's final IDs are added to them.
+    ``prices`` cost the call: the record's usage holds what it cost at the price of the model
+    that answered (None: no price, no cost).
 
     A model error (an ``AiError``, a malformed or too large stream included) is returned as
     :class:`ModelAttemptFailed`; whether to try again is the caller's decision.
@@ -216,7 +220,9 @@ async def stream_model(
         turn=turn,
         content=content,
         finish_reason=response.finish_reason,
-        usage=UsageDelta.from_usage(response.usage),
+        usage=UsageDelta.from_usage(
+            response.usage, None if prices is None else prices.price_for(model)
+        ),
         at=time.time(),
     )
     return ModelStep(response, record, arguments, redacting, limits)

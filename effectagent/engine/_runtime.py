@@ -20,7 +20,7 @@ from typing import Any, final
 import trio
 from typing_extensions import TypeVar
 
-from effectagent.ai import LanguageModelService, SystemMessage, Tool
+from effectagent.ai import DEFAULT_PRICES, LanguageModelService, PricesService, SystemMessage, Tool
 from effectagent.core import (
     Agent,
     ContextItem,
@@ -38,6 +38,7 @@ from effectagent.effect import (
     preflight,
 )
 
+from ._budget import check_cost_budget
 from ._digest import ArgumentDigest
 from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
@@ -133,8 +134,10 @@ class Runtime:
         return len(self._active)
 
     def preflight(self, agent: Agent) -> None:
-        """Raise MissingServicesError naming every service ``agent`` needs that is absent, or
-        :class:`InstructionsLeakSecret` if its instructions hold something the Redactor removes."""
+        """Raise MissingServicesError naming every service ``agent`` needs that is absent,
+        :class:`InstructionsLeakSecret` if its instructions hold something the Redactor removes,
+        or :class:`~effectagent.ai.NoPriceForModel` if it has a cost budget its model has no
+        price to enforce."""
         self._services_for(agent)
 
     def _services_for(self, agent: Agent) -> RunServices:
@@ -158,6 +161,8 @@ class Runtime:
         handlers, reconcilers = split_handlers(given)
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         model = ctx.require(LanguageModelService)
+        prices = ctx.get(PricesService) or DEFAULT_PRICES
+        check_cost_budget(agent, prices, model)
         counter = ctx.get(TokenCounterService)
         output = output_format(agent.output) if agent.output is not None else None
         services = RunServices(
@@ -180,6 +185,7 @@ class Runtime:
             reconcilers=reconcilers,
             steps=self._steps,
             forget_steps=self._forget_steps,
+            prices=prices,
         )
         checked = self._checked
         if len(checked) >= CHECKED_AGENTS:

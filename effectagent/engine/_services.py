@@ -6,10 +6,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, final
 
 from effectagent.ai import (
+    DEFAULT_PRICES,
     Handler,
     LanguageModel,
     Message,
     OutputFormat,
+    PriceTable,
     Reconcile,
     ReconcilingHandler,
     StepStore,
@@ -68,6 +70,7 @@ class RunServices:
         "model",
         "observers",
         "output",
+        "prices",
         "reconcilers",
         "redactor",
         "services_for",
@@ -98,6 +101,7 @@ class RunServices:
         reconcilers: Mapping[Tool[Any, Any], Reconcile] | None = None,
         steps: StepStore | None = None,
         forget_steps: Callable[[str], None] | None = None,
+        prices: PriceTable = DEFAULT_PRICES,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
         self.model = model
@@ -129,6 +133,8 @@ class RunServices:
         # store — how a run's results are dropped when it ends.
         self.steps = steps
         self.forget_steps = forget_steps
+        # What model calls are costed with (the Layer's PricesService, or the shipped table).
+        self.prices = prices
 
     def with_handlers(
         self,

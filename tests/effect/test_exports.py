@@ -72,6 +72,8 @@ SURFACE: dict[str, str] = {
         ToolBroker ToolCallContent ToolCallContext ToolCallPart ToolDescriptor Toolkit ToolMessage
         ToolParamsDeltaPart ToolParamsEndPart ToolParamsStartPart ToolResultContent ToolSnapshot
         ToolSource TruncatedToolCall Usage UserMessage
+        DEFAULT_PRICES dollars MAX_CACHE_MARKS MICROS_PER_DOLLAR model_name_of NoPriceForModel
+        Price PRICES_TAKEN PricesService PriceTable PromptCaching
     """,
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest

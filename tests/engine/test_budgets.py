@@ -328,6 +328,7 @@ async def test_usage_totals_are_cache_aware_and_context_aware(
         model_calls=2,
         last_input_tokens=150,
         last_output_tokens=5,
+        unpriced_calls=2,  # the scripted model has no price: its calls have no cost
     )
     assert terminal.usage.live_context_tokens == 155
     deltas = [r.usage for r in records_of(ran.log, ModelResponseRecorded)]

@@ -1,0 +1,270 @@
+"""What model calls cost: prices per model, and the arithmetic, in integer micro-dollars. Pure.
+
+A :class:`Price` gives US dollars per million tokens — for uncached input, cache reads
+(``cached_input``), cache writes, output and reasoning — as exact decimals. A dollar per million
+tokens is a micro-dollar per token, so a call's exact cost in micro-dollars is the sum of each
+part's token count times its price; **the rounding rule**: a call's cost is that exact figure
+rounded *up* to a whole micro-dollar (a call never costs less than what it used, and a call that
+used anything at a non-zero price costs at least one micro-dollar), and a run's cost is the sum
+of its calls' costs — so the per-call costs always add up to the run's, and the cost never falls
+when any token count grows. The arithmetic is on integers: no float ever enters it.
+
+A :class:`PriceTable` maps model strings (``"anthropic:claude-sonnet-4-5"``) to prices. A model
+it does not name has no price — :meth:`PriceTable.price_of` says None, never a made-up zero.
+The runtime looks prices up in the table its Layer provides as :data:`PricesService`, or, when it
+provides none, in the shipped :data:`~effectagent.ai.DEFAULT_PRICES`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
+from typing import Any, Final
+
+import attrs
+
+from effectagent.effect import ServiceKey
+
+from ._usage import Usage
+
+__all__ = [
+    "MICROS_PER_DOLLAR",
+    "NoPriceForModel",
+    "Price",
+    "PriceTable",
+    "PricesService",
+    "dollars",
+    "model_name_of",
+]
+
+#: Micro-dollars in a dollar: the unit every cost is counted in.
+MICROS_PER_DOLLAR: Final = 1_000_000
+
+#: Model-string prefixes that name the same models as another prefix (the table's keys use the
+#: second): OpenAI's two APIs price the same model alike, and Gemini has two prefixes.
+_SAME_MODELS: Final = MappingProxyType(
+    {"openai-responses": "openai", "openai-chat": "openai", "gemini": "google"}
+)
+
+#: A dated snapshot's suffix (``-20250929``, ``-2025-04-14``): priced as the model it snapshots.
+_SNAPSHOT = re.compile(r"-(?:\d{8}|\d{4}-\d{2}-\d{2})$")
+
+
+def _decimal(value: object) -> Decimal:
+    """An exact decimal from a Decimal, int, str or float (a float by its shortest repr, so
+    ``0.3`` is 0.3, not the binary fraction nearest it)."""
+    if isinstance(value, bool):
+        raise TypeError(f"a price is a number of dollars, got {value!r}")
+    if isinstance(value, Decimal):
+        return value
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, str):
+        try:
+            return Decimal(value.strip())
+        except InvalidOperation:
+            raise ValueError(f"a price is a number of dollars, got {value!r}") from None
+    raise TypeError(f"a price is a number of dollars (a Decimal, int, str or float), got {value!r}")
+
+
+def _optional_decimal(value: object) -> Decimal | None:
+    return None if value is None else _decimal(value)
+
+
+def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    assert isinstance(value, Decimal)
+    if not value.is_finite() or value < 0:
+        raise ValueError(
+            f"Price.{attribute.name} must be a finite number of dollars of at least 0, got {value}"
+        )
+
+
+@attrs.frozen
+class Price:
+    """What a model charges, in US dollars per million tokens, as exact decimals (a ``str``,
+    ``int`` or ``Decimal``; a ``float`` is taken by its shortest repr).
+
+    ``input`` is uncached input and ``output`` output text; ``cached_input`` (cache reads),
+    ``cache_write`` (input written to the cache) default to ``input``, ``reasoning`` to
+    ``output``. Negative or non-finite figures are refused, naming the field."""
+
+    input: Decimal = attrs.field(converter=_decimal, validator=_non_negative)
+    output: Decimal = attrs.field(converter=_decimal, validator=_non_negative)
+    cached_input: Decimal | None = attrs.field(
+        default=None, converter=_optional_decimal, validator=_non_negative, kw_only=True
+    )
+    cache_write: Decimal | None = attrs.field(
+        default=None, converter=_optional_decimal, validator=_non_negative, kw_only=True
+    )
+    reasoning: Decimal | None = attrs.field(
+        default=None, converter=_optional_decimal, validator=_non_negative, kw_only=True
+    )
+    # The five prices as integers over one power of ten (exact integer arithmetic).
+    _scaled: tuple[int, int, int, int, int] = attrs.field(init=False, repr=False, eq=False)
+    _scale: int = attrs.field(init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        prices = (
+            self.input,
+            self.input if self.cached_input is None else self.cached_input,
+            self.input if self.cache_write is None else self.cache_write,
+            self.output,
+            self.output if self.reasoning is None else self.reasoning,
+        )
+        places = max(0, *(-int(price.as_tuple().exponent) for price in prices))
+        scale = 10**places
+        scaled = tuple(int(price.scaleb(places)) for price in prices)
+        object.__setattr__(self, "_scaled", scaled)
+        object.__setattr__(self, "_scale", scale)
+
+    def cost(
+        self,
+        *,
+        uncached_input: int = 0,
+        cache_read: int = 0,
+        cache_write: int = 0,
+        output: int = 0,
+        reasoning: int = 0,
+    ) -> int:
+        """What one call that used these tokens costs, in micro-dollars — each part counted
+        apart (``output`` is output *other than* reasoning), rounded up to a whole micro-dollar
+        (see the module notes). Negative counts are refused."""
+        counts = (uncached_input, cache_read, cache_write, output, reasoning)
+        if min(counts) < 0:
+            raise ValueError(f"token counts are never negative, got {counts}")
+        exact = sum(count * price for count, price in zip(counts, self._scaled, strict=True))
+        return -(-exact // self._scale)  # the ceiling, in integers
+
+    def cost_of(self, usage: Usage) -> int:
+        """What one call that reported ``usage`` costs, in micro-dollars. A provider that
+        reported only totals has its uncached input derived from them (the total less the cache
+        reads and writes), and its output text (the output less the reasoning)."""
+        return self.cost_of_counts(
+            usage.input.total,
+            usage.output.total,
+            usage.input.cache_read,
+            usage.input.cache_write,
+            usage.output.reasoning,
+        )
+
+    def cost_of_counts(
+        self,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read: int = 0,
+        cache_write: int = 0,
+        reasoning: int = 0,
+    ) -> int:
+        """As :meth:`cost_of`, from the totals one call reported: ``input_tokens`` includes
+        the cache reads and writes, ``output_tokens`` the reasoning."""
+        return self.cost(
+            uncached_input=max(0, input_tokens - cache_read - cache_write),
+            cache_read=cache_read,
+            cache_write=cache_write,
+            output=max(0, output_tokens - reasoning),
+            reasoning=reasoning,
+        )
+
+
+def _keys(model: str) -> Iterator[str]:
+    """The keys a model string is looked up under, in order: itself, its prefix's canonical
+    spelling (``openai-chat:`` → ``openai:``), and both without a snapshot's date."""
+    yield model
+    prefix, colon, name = model.partition(":")
+    canonical = f"{_SAME_MODELS.get(prefix.lower(), prefix.lower())}:{name}" if colon else model
+    if canonical != model:
+        yield canonical
+    undated = _SNAPSHOT.sub("", canonical)
+    if undated != canonical:
+        yield undated
+
+
+@attrs.frozen
+class PriceTable:
+    """Prices by model string (``"anthropic:claude-sonnet-4-5"``, ``"openai:gpt-4.1"``); ``taken``
+    says when the figures were taken (they change: a table is its user's to check).
+
+    A model string is found as written, then with its prefix spelled as the table spells it
+    (``openai-chat:`` and ``openai-responses:`` as ``openai:``, ``gemini:`` as ``google:``),
+    then without a dated snapshot's suffix (``-20250929``). ``openai-compatible:`` models are
+    never priced by OpenAI's figures: a server of your own charges what you say it does."""
+
+    prices: Mapping[str, Price] = attrs.field(
+        factory=dict, converter=lambda value: MappingProxyType(dict(value))
+    )
+    taken: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        for model, price in self.prices.items():
+            if not isinstance(model, str) or not isinstance(price, Price):
+                raise TypeError(
+                    f"a price table maps model strings to Prices, got {model!r}: {price!r}"
+                )
+
+    def price_of(self, model: str | None) -> Price | None:
+        """The price of ``model``, or None when the table has none (never a made-up zero)."""
+        if model is None:
+            return None
+        prices = self.prices
+        for key in _keys(model):
+            price = prices.get(key)
+            if price is not None:
+                return price
+        return None
+
+    def price_for(self, model: object, answered: str | None = None) -> Price | None:
+        """The price of a call ``model`` answered: by the name of the model that answered
+        (``answered``, a routing model's member) when the table has it, else by ``model``'s own
+        name (:func:`model_name_of`)."""
+        price = self.price_of(answered)
+        return price if price is not None else self.price_of(model_name_of(model))
+
+    def with_prices(self, prices: Mapping[str, Price], *, taken: str | None = None) -> PriceTable:
+        """This table with ``prices`` added (over any it has for the same model strings)."""
+        return PriceTable({**self.prices, **prices}, taken if taken is not None else self.taken)
+
+
+class NoPriceForModel(ValueError):
+    """An agent has a cost budget, but the model it runs on has no price: a limit that cannot
+    be enforced is refused before the run starts, not ignored."""
+
+    def __init__(self, agent: str, model: str | None, budget_micros: int) -> None:
+        self.agent = agent
+        self.model = model
+        self.budget_micros = budget_micros
+        named = f"the model {model!r}" if model is not None else "its model, which has no name,"
+        super().__init__(
+            f"the agent {agent!r} has a cost budget of {dollars(budget_micros)}, but {named} "
+            "has no price in the runtime's price table: give it one (PricesService) or drop "
+            "the cost budget"
+        )
+
+
+def dollars(micros: int) -> str:
+    """``micros`` micro-dollars as a person reads them: ``$0.0042`` under a dollar (four
+    decimals; ``<$0.0001`` for less than that, never a made-up ``$0.0000``), ``$12.35`` above."""
+    if 0 < micros < 100:
+        return "<$0.0001"
+    amount = Decimal(micros).scaleb(-6)
+    if micros < MICROS_PER_DOLLAR:
+        return f"${amount:.4f}"
+    return f"${amount:,.2f}"
+
+
+def model_name_of(model: object) -> str | None:
+    """The model string a model adapter names itself by (its ``model_name``: the providers'
+    adapters have one), or None for one that does not."""
+    name = getattr(model, "model_name", None)
+    return name if isinstance(name, str) else None
+
+
+#: The price table the runtime uses (absent: :data:`~effectagent.ai.DEFAULT_PRICES`).
+PricesService: ServiceKey[PriceTable] = ServiceKey(
+    "effectagent.Prices", "the price table model calls are costed with"
+)
