@@ -16,6 +16,10 @@ Request
     :class:`~effectagent.ai.OutputFormat` becomes ``output_config.format`` (``json_schema``) when
     :func:`~effectagent.providers._output_schema.anthropic_output_schema` can express it; otherwise
     the schema is appended to ``system`` with the instruction to answer with that JSON only.
+    **Prompt caching** (``ModelRequest.cache``): ``cache_control`` breakpoints on the system
+    prompt (sent as one text block then), on the last tool definition and on the last block of
+    each of the last ``recent_messages`` turns — never on a thinking block — at most four in all
+    (:func:`cache_marks`).
 
 Stream
     ``message_start`` gives the metadata and the input usage; each content block is a block of
@@ -36,12 +40,14 @@ from collections.abc import Mapping
 from typing import Any, final
 
 from effectagent.ai import (
+    MAX_CACHE_MARKS,
     AssistantMessage,
     FinishPart,
     FinishReason,
     MalformedResponse,
     Message,
     ModelRequest,
+    PromptCaching,
     ResponseMetadataPart,
     ResponsePart,
     SystemMessage,
@@ -62,6 +68,7 @@ __all__ = [
     "MessagesDecoder",
     "anthropic_messages",
     "anthropic_request_body",
+    "cache_marks",
     "thinking_setting",
 ]
 
@@ -203,10 +210,46 @@ def anthropic_request_body(
     thinking = thinking_setting(thinking_budget, cap)
     if thinking is not None:
         body["thinking"] = thinking
+    if request.cache is not None:
+        cache_marks(body, request.cache)
     if options:
         for key, value in options.items():
             body.setdefault(key, value)
     return body
+
+
+#: Blocks a ``cache_control`` mark may not be put on.
+_UNMARKABLE = frozenset({"thinking", "redacted_thinking"})
+
+
+def cache_marks(body: dict[str, Any], cache: PromptCaching) -> int:
+    """Put ``cache``'s breakpoints on a Messages request ``body`` (see the module notes); return
+    how many were put — at most :data:`~effectagent.ai.MAX_CACHE_MARKS`, the API's limit, which
+    :class:`~effectagent.ai.PromptCaching` already keeps to."""
+    control: dict[str, Any] = {"type": "ephemeral"}
+    if cache.ttl != "5m":
+        control["ttl"] = cache.ttl
+    marks = 0
+    tools = body.get("tools")
+    if cache.tools and tools:
+        tools[-1]["cache_control"] = dict(control)
+        marks += 1
+    system = body.get("system")
+    if cache.system and isinstance(system, str) and system:
+        body["system"] = [{"type": "text", "text": system, "cache_control": dict(control)}]
+        marks += 1
+    recent = cache.recent_messages
+    for turn in reversed(body["messages"]):
+        if recent <= 0 or marks >= MAX_CACHE_MARKS:
+            break
+        block = next(
+            (b for b in reversed(turn["content"]) if b.get("type") not in _UNMARKABLE), None
+        )
+        if block is not None:
+            block["cache_control"] = dict(control)
+            marks += 1
+            recent -= 1
+    return marks
 
 
 @final

@@ -117,6 +117,11 @@ class AnthropicModel:
     def __repr__(self) -> str:
         return f"AnthropicModel({self.settings.model!r})"
 
+    @property
+    def model_name(self) -> str:
+        """The model string of this model (``"anthropic:<model>"``): what its price is found by."""
+        return f"anthropic:{self.settings.model}"
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
 

@@ -265,6 +265,11 @@ class GeminiModel:
     def __repr__(self) -> str:
         return f"GeminiModel({self.settings.model!r})"
 
+    @property
+    def model_name(self) -> str:
+        """The model string of this model (``"google:<model>"``): what its price is found by."""
+        return f"google:{self.settings.model}"
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
 

@@ -143,14 +143,17 @@ def chat_request_body(
     output_with_tools: bool = True,
     stream_usage: bool = True,
     options: Mapping[str, Any] | None = None,
+    cache_key: bool = False,
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Chat Completions request. The output cap is the
     request's ``max_output_tokens``, else ``max_tokens`` (the adapter's default, always given by
     the adapters), in ``max_tokens_field``. ``native_output`` says the output schema is sent at
     all (the engine put it in the instructions otherwise), ``output_with_tools`` whether as a
     response format also when the request offers tools (else in the system message).
-    ``options`` (settings such as ``temperature`` or ``reasoning_effort``) are merged in last,
-    except over the keys the request itself sets."""
+    ``cache_key``: the server takes ``prompt_cache_key`` (OpenAI's does), which is then the
+    request's ``PromptCaching.key``, when it has one. ``options`` (settings such as
+    ``temperature`` or ``reasoning_effort``) are merged in last, except over the keys the request
+    itself sets."""
     messages = chat_messages(request.messages)
     output = request.output
     if output is not None and native_output and request.tools and not output_with_tools:
@@ -194,6 +197,9 @@ def chat_request_body(
                 "strict": strict,
             },
         }
+    cache = request.cache
+    if cache_key and cache is not None and cache.key is not None:
+        body["prompt_cache_key"] = cache.key
     if options:
         for key, value in options.items():
             body.setdefault(key, value)

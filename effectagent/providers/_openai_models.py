@@ -166,6 +166,11 @@ class OpenAIResponsesModel:
     def __repr__(self) -> str:
         return f"OpenAIResponsesModel({self.settings.model!r})"
 
+    @property
+    def model_name(self) -> str:
+        """The model string of this model (``"openai:<model>"``): what its price is found by."""
+        return f"openai:{self.settings.model}"
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
 
@@ -387,6 +392,13 @@ class OpenAIChatModel:
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model!r}, provider={self._provider!r})"
 
+    @property
+    def model_name(self) -> str:
+        """The model string of this model (``"openai-chat:<model>"``, or
+        ``"openai-compatible:<model>"`` for another server): what its price is found by."""
+        prefix = "openai-chat" if self._provider == "OpenAI" else "openai-compatible"
+        return f"{prefix}:{self.model}"
+
     def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         """Stream the response to ``request``; provider failures raise typed ``AiError``\\ s.
 
@@ -401,6 +413,7 @@ class OpenAIChatModel:
             output_with_tools=self._output_with_tools,
             stream_usage=self._stream_usage,
             options=self._options,
+            cache_key=self._provider == "OpenAI",
         )
         create = self._client.chat.completions.with_streaming_response.create
         model, messages = body.pop("model"), body.pop("messages")

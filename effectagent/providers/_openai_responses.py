@@ -142,8 +142,9 @@ def responses_request_body(
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Responses request. ``reasoning`` is the ``reasoning``
     setting (effort, summary); the output cap is the request's ``max_output_tokens``, else
-    ``max_tokens`` (the adapter's default, always given by the adapter); ``options`` are merged
-    in last, except over keys already set."""
+    ``max_tokens`` (the adapter's default, always given by the adapter); the request's cache
+    key (``PromptCaching.key``) is ``prompt_cache_key``; ``options`` are merged in last, except
+    over keys already set."""
     body: dict[str, Any] = {
         "model": model,
         "input": responses_input(request.messages, memory),
@@ -184,6 +185,9 @@ def responses_request_body(
                 "strict": output.strict and not openai_strict_problems(output.schema),
             }
         }
+    cache = request.cache
+    if cache is not None and cache.key is not None:
+        body["prompt_cache_key"] = cache.key
     if options:
         for key, value in options.items():
             body.setdefault(key, value)
