@@ -454,6 +454,11 @@ class Telemetry:
                 "effectagent.usage.reasoning_tokens": usage.reasoning_tokens,
             }
         )
+        # The cost only when every call had a price: never a made-up figure.
+        if usage.unpriced_calls:
+            span.set_attribute("effectagent.usage.unpriced_calls", usage.unpriced_calls)
+        else:
+            span.set_attribute("effectagent.usage.cost_micros", usage.cost_micros)
 
     def _response_done(self, run: _Run, at: float) -> None:
         if run.model is not None and run.model_end is None:
@@ -473,6 +478,8 @@ class Telemetry:
                     usage.cache_read_input_tokens - before.cache_read_input_tokens,
                     usage.cache_write_input_tokens - before.cache_write_input_tokens,
                     usage.reasoning_tokens - before.reasoning_tokens,
+                    cost_micros=usage.cost_micros - before.cost_micros,
+                    unpriced_calls=usage.unpriced_calls - before.unpriced_calls,
                 ),
             )
             run.usage = usage
