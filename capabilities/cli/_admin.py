@@ -19,7 +19,6 @@ import getpass
 import json
 import logging
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -29,27 +28,30 @@ from typing import Any, Final
 import attrs
 import trio
 
+from capabilities import LogCompactor
 from capabilities.durable import (
     DurableError,
     DurableQueue,
     DurableWorker,
     Explanation,
     Submission,
-    UnknownCall,
     WorkerOptions,
 )
 from capabilities.storage import SqliteDatabase, StorageError
 from capabilities.storage._database import open_database
+from effectagent import Agent, Toolkit
 from effectagent.core import LogEntry
 
 from .._ids import new_id
 from .._logging import LOGGER_NAME
 from ._args import EXIT_COMPLETED, EXIT_FAILED
-from ._common import DATABASE, Unavailable, UsageError, describe
-from ._config import state_dir
+from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
+from ._config import Config, state_dir
 from ._console import Channel, Console, Styled, Table
 from ._early import private_directory
+from ._models import ModelChoice
 from ._sanitize import visible
+from ._tools import Tooling, open_tools
 
 __all__ = ["admin"]
 
@@ -111,21 +113,11 @@ def _count(number: int, what: str) -> str:
 # ---- submit ---------------------------------------------------------------------------------------
 
 
-async def _read_stdin() -> str:
-    """All of stdin as text. Cancellation: the blocked read is abandoned in its thread."""
-
-    def read() -> str:
-        stream = sys.stdin
-        if stream is None:
-            return ""
-        raw = getattr(stream, "buffer", None)
-        return stream.read() if raw is None else raw.read().decode("utf-8", errors="replace")
-
-    return await trio.to_thread.run_sync(read, abandon_on_cancel=True)
-
-
 async def _submit(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
-    """``admin submit TEXT``. Cancellation: all or nothing (not admitted, or admitted)."""
+    """``admin submit TEXT``. Cancellation: reading stdin is abandoned; admission is all or
+    nothing (not admitted, or admitted)."""
+    from ._main import _read_stdin  # as `run` reads a prompt (no cycle)
+
     text = await _read_stdin() if args.text == "-" else args.text
     if not text.strip():
         raise UsageError("the prompt is empty")
@@ -376,7 +368,9 @@ async def _overdue(args: argparse.Namespace, queue: DurableQueue, console: Conso
             _json(console.out, attrs.asdict(submission))
         return EXIT_COMPLETED
     if not found:
-        console.out.line(f"no submission is waiting for its settlement since over {_ago(args)}")
+        console.out.line(
+            f"no submission is waiting for its settlement since over {_waited(args.older_than)}"
+        )
         return EXIT_COMPLETED
     now = time.time()
     rows = tuple(
@@ -393,10 +387,6 @@ async def _overdue(args: argparse.Namespace, queue: DurableQueue, console: Conso
     return EXIT_COMPLETED
 
 
-def _ago(args: argparse.Namespace) -> str:
-    return _waited(float(args.older_than))
-
-
 def _waited(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -405,16 +395,12 @@ def _waited(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _unknown_row(call: UnknownCall) -> dict[str, Any]:
-    return attrs.asdict(call)
-
-
 async def _unknown(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
     """``admin unknown``. Cancellation: reads only."""
     found = await queue.unknown()
     if args.json:
         for call in found:
-            _json(console.out, _unknown_row(call))
+            _json(console.out, attrs.asdict(call))
         return EXIT_COMPLETED
     if not found:
         console.out.line("no tool call's outcome is unknown")
@@ -488,8 +474,7 @@ async def _work(args: argparse.Namespace, environ: Mapping[str, str], console: C
     Cancellation (the signals cancel it): the lanes it holds are let go first — their
     submissions wait for a worker again — then the runs are interrupted and all is closed. A
     signal before the worker is up ends the process as the signal does by default."""
-    from ._main import _settings  # the model and config, as `run` reads them
-    from ._tools import open_tools
+    from ._main import _settings  # the model and config, as `run` reads them (no cycle)
 
     options = _options(args)
     config, model = _settings(args, environ)
@@ -510,15 +495,11 @@ async def _serve(
     database: SqliteDatabase,
     path: Path,
     options: WorkerOptions,
-    config: Any,
-    model: Any,
-    tooling: Any,
+    config: Config,
+    model: ModelChoice,
+    tooling: Tooling,
 ) -> int:
-    from capabilities import LogCompactor
-    from effectagent import Agent, Toolkit
-
-    from ._common import DEFAULT_INSTRUCTIONS
-    from ._main import _policy
+    from ._main import _policy  # (no cycle)
 
     agent = Agent(
         AGENT,
