@@ -29,7 +29,7 @@ from ._commands import Command, add_usage, command_of, message_of
 from ._compact import compact_now
 from ._config import CompactionConfig, Price
 from ._console import Channel, Console, Styled, Table, Text
-from ._costs import cost_text
+from ._costs import cost_text, price_table
 from ._errors import sentence
 from ._line_editor import Interrupted, Typed, idle_prompt
 from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, provider_of
@@ -95,6 +95,8 @@ def spent(after: UsageTotals, before: UsageTotals) -> UsageTotals:
         after.model_calls - before.model_calls,
         after.last_input_tokens,
         after.last_output_tokens,
+        after.cost_micros - before.cost_micros,
+        after.unpriced_calls - before.unpriced_calls,
     )
 
 
@@ -254,11 +256,11 @@ class ChatSession(TerminalSession):
         """``/usage``. Cancellation: nothing to cancel (it only writes)."""
         runs = f"{self._runs} run{'' if self._runs == 1 else 's'}"
         text = f"usage of this chat ({runs}): {format_usage(self._usage)}"
-        cost = cost_text(self._by_model, self._tools.prices)
+        cost = cost_text(self._by_model, price_table(self._tools.prices))
         if cost is not None:
             text += f" · {cost}"
         elif self._by_model:
-            text += " (no price in the config for its model: see [prices] in effectagent --help)"
+            text += " (no price for its model: see [prices] in effectagent --help)"
         self._screen.line(text)
 
     async def _model(self, spec: str) -> None:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from capabilities.cli._costs import Price, cost
+from capabilities.cli._config import Price
+from capabilities.cli._costs import cost, price_table
 from effectagent.core import UsageTotals
 from tests.providers.replay import Recorded, Reply
 from tests.providers.wire import ChatWire
@@ -215,7 +216,7 @@ def test_usage_says_the_cost_where_the_config_prices_the_model(
     ask(
         child,
         "/usage",
-        "cost $0.0470, not counting openai-compatible:unpriced (no price in the config)",
+        "cost $0.0470, not counting openai-compatible:unpriced (no price: add one under [prices])",
     )
     end_chat(child)
 
@@ -227,9 +228,19 @@ def test_cost_prices_each_kind_of_token() -> None:
         cache_read_input_tokens=200_000,
         cache_write_input_tokens=100_000,
     )
-    assert cost(usage, Price(input=3.0, output=15.0)) == pytest.approx(3.0 + 7.5)
-    priced = Price(input=3.0, output=15.0, cached=0.3, cache_write=3.75)
-    assert cost(usage, priced) == pytest.approx(0.7 * 3.0 + 0.2 * 0.3 + 0.1 * 3.75 + 7.5)
+    table = price_table(
+        {
+            "openai:flat": Price(input=3.0, output=15.0),
+            "openai:cached": Price(input=3.0, output=15.0, cached=0.3, cache_write=3.75),
+        }
+    )
+    flat, cached = table.price_of("openai:flat"), table.price_of("openai:cached")
+    assert flat is not None
+    assert cached is not None
+    assert cost(usage, flat) == 3_000_000 + 7_500_000  # micro-dollars
+    assert cost(usage, cached) == 700_000 * 3 + 200_000 * 3 // 10 + 100_000 * 375 // 100 + 7_500_000
+    # The shipped table prices the providers' models without a config.
+    assert table.price_of("anthropic:claude-sonnet-4-5") is not None
 
 
 def test_every_provider_s_key_is_kept_out_of_the_chat(server: ServerThread, tmp_path: Path) -> None:
