@@ -55,8 +55,7 @@ from benchmarks._util import scale_of, scale_parser  # noqa: E402
 from capabilities.durable import DurableQueue, DurableWorker, WorkerOptions  # noqa: E402
 from capabilities.durable._queue import run_id_of  # noqa: E402
 from capabilities.durable._store import claim  # noqa: E402
-from capabilities.storage import SqliteDatabase  # noqa: E402
-from capabilities.storage._database import open_database  # noqa: E402
+from capabilities.storage import SqliteDatabase, open_database  # noqa: E402
 from capabilities.storage._lanes import lane_fence  # noqa: E402
 from capabilities.storage._log import SqliteConversationLog  # noqa: E402
 from effectagent import Agent, Layer, Tool, ToolCallContext, Toolkit, open_runtime  # noqa: E402

@@ -57,8 +57,7 @@ from benchmarks.engine_overhead import (  # noqa: E402
 from capabilities import sqlite_storage  # noqa: E402
 from capabilities.sessions import SessionConflict, SessionCreate, SessionPatch, SessionSchema  # noqa: E402
 from capabilities.sessions._sqlite import SqliteSessionStore  # noqa: E402
-from capabilities.storage import Synchronous  # noqa: E402
-from capabilities.storage._database import open_database  # noqa: E402
+from capabilities.storage import Synchronous, open_database  # noqa: E402
 from capabilities.storage._log import SqliteConversationLog  # noqa: E402
 from effectagent import Layer, open_runtime  # noqa: E402
 from effectagent.core import Record, UserInputRecorded  # noqa: E402

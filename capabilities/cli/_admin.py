@@ -37,8 +37,7 @@ from capabilities.durable import (
     Submission,
     WorkerOptions,
 )
-from capabilities.storage import SqliteDatabase, StorageError
-from capabilities.storage._database import open_database
+from capabilities.storage import SqliteDatabase, StorageError, open_database
 from effectagent import Agent, Toolkit
 from effectagent.core import LogEntry
 

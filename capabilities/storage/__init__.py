@@ -3,8 +3,10 @@
 crash can lose.
 
 ``capabilities.sqlite_storage(path)`` opens the database and puts every persistent capability on
-it. Processes share a database file: each opens it, their writes take turns (see
-``_database``), and a conversation's **lane** (``_lanes``) keeps two runs of it from going at once.
+it; ``async with open_database(path) as db`` opens it alone (for ``capabilities.durable``'s
+queue and worker, or a tool of your own). Processes share a database file: each opens it, their
+writes take turns (see ``_database``), and a conversation's **lane** (``_lanes``) keeps two runs
+of it from going at once.
 
 Every error is a :class:`StorageError`. Those exported here are the ones a person can act on:
 the path cannot be opened (:class:`CannotOpenDatabase`), what is there is unsafe to open
@@ -18,8 +20,10 @@ record, a gap — is a ``StorageError`` too; in the Conversation Log it is also 
 ``ConversationLogError``, which a run turns into a ``StorageFailed`` ending.
 """
 
+from ._busy import BusyPolicy as BusyPolicy
 from ._database import SqliteDatabase as SqliteDatabase
 from ._database import Synchronous as Synchronous
+from ._database import open_database as open_database
 from ._errors import CannotOpenDatabase as CannotOpenDatabase
 from ._errors import ConversationInUse as ConversationInUse
 from ._errors import DatabaseBusy as DatabaseBusy
@@ -32,6 +36,7 @@ from ._layers import SqliteDatabaseService as SqliteDatabaseService
 from ._log import SqliteConversationLog as SqliteConversationLog
 
 __all__ = [
+    "BusyPolicy",
     "CannotOpenDatabase",
     "ConversationInUse",
     "DatabaseBusy",
@@ -44,4 +49,5 @@ __all__ = [
     "StorageError",
     "Synchronous",
     "UnsafeDatabaseFile",
+    "open_database",
 ]

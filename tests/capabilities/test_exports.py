@@ -92,9 +92,9 @@ SURFACE: dict[str, str] = {
         InputReceipt InputStatus Steering SteeringLimits SteeringService
     """,
     "capabilities.storage": """
-        CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew LaneLost
-        SqliteConversationLog SqliteDatabase SqliteDatabaseService StorageError Synchronous
-        UnsafeDatabaseFile
+        BusyPolicy CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew
+        LaneLost open_database SqliteConversationLog SqliteDatabase SqliteDatabaseService
+        StorageError Synchronous UnsafeDatabaseFile
     """,
     "capabilities.durable": """
         AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval
