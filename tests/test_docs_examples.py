@@ -115,6 +115,12 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "['functionCall', 'thoughtSignature']",
             "{'output': 4.0}",
         ],
+        4: [
+            "2025-11 3 15 $0.0286",
+            "budget-exhausted cost $0.0276 27600",
+            "the agent 'notes' has a cost budget of $0.0150, but the model "
+            "'openai-compatible:llama3.1:8b' has no price in the runtime's price table",
+        ],
     },
     "docs/guides/sessions.md": {
         0: [
