@@ -72,6 +72,7 @@ def _anthropic(turn: int) -> bytes:
 
 def _responses(turn: int) -> bytes:
     """The Responses stream of one turn."""
+    item: dict[str, Any]
     if turn < CALLS:
         arguments = json.dumps({"city": f"city {turn}"})
         item = {

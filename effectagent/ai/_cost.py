@@ -18,7 +18,7 @@ provides none, in the shipped :data:`~effectagent.ai.DEFAULT_PRICES`.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any, Final
@@ -172,6 +172,10 @@ class Price:
         )
 
 
+def _read_only(prices: Mapping[str, Price]) -> Mapping[str, Price]:
+    return MappingProxyType(dict(prices))
+
+
 def _keys(model: str) -> Iterator[str]:
     """The keys a model string is looked up under, in order: itself, its prefix's canonical
     spelling (``openai-chat:`` → ``openai:``), and both without a snapshot's date."""
@@ -195,14 +199,13 @@ class PriceTable:
     then without a dated snapshot's suffix (``-20250929``). ``openai-compatible:`` models are
     never priced by OpenAI's figures: a server of your own charges what you say it does."""
 
-    prices: Mapping[str, Price] = attrs.field(
-        factory=dict, converter=lambda value: MappingProxyType(dict(value))
-    )
+    prices: Mapping[str, Price] = attrs.field(factory=dict, converter=_read_only)
     taken: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        for model, price in self.prices.items():
-            if not isinstance(model, str) or not isinstance(price, Price):
+        entries: Iterable[tuple[object, object]] = self.prices.items()
+        for model, price in entries:
+            if not (isinstance(model, str) and isinstance(price, Price)):
                 raise TypeError(
                     f"a price table maps model strings to Prices, got {model!r}: {price!r}"
                 )

@@ -268,6 +268,8 @@ class _ChildRun:
                     "tool_calls": tool_calls,
                     "input_tokens": used.input_tokens,
                     "output_tokens": used.output_tokens,
+                    "cost_micros": used.cost_micros,
+                    "unpriced_calls": used.unpriced_calls,
                 },
             )
             io.emit(

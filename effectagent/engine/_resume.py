@@ -509,19 +509,23 @@ def _settle(budget: Budget, outcomes: list[ToolOutcome], prepared: int, used: De
 
 def _delegated(total: Delegated, audit: object) -> Delegated:
     """``total`` with what one settlement's audit says its call took: its inner calls, and its
-    subagent's turns, tool calls and tokens."""
+    subagent's turns, tool calls, tokens and cost."""
     if not isinstance(audit, dict):
         return total
     inner = audit.get("inner_calls")
     child = audit.get("subagent")
     inner_calls = inner if type(inner) is int and inner > 0 else 0
-    turns = tool_calls = tokens_in = tokens_out = 0
+    turns = tool_calls = tokens_in = tokens_out = cost = unpriced = 0
     if isinstance(child, dict):
         turns, tool_calls = _count_of(child, "turns"), _count_of(child, "tool_calls")
         tokens_in, tokens_out = _count_of(child, "input_tokens"), _count_of(child, "output_tokens")
-    if not (inner_calls or turns or tool_calls or tokens_in or tokens_out):
+        cost, unpriced = _count_of(child, "cost_micros"), _count_of(child, "unpriced_calls")
+    if not (inner_calls or turns or tool_calls or tokens_in or tokens_out or cost or unpriced):
         return total
-    usage = total.usage.including(UsageTotals(input_tokens=tokens_in, output_tokens=tokens_out))
+    child_usage = UsageTotals(
+        input_tokens=tokens_in, output_tokens=tokens_out, cost_micros=cost, unpriced_calls=unpriced
+    )
+    usage = total.usage.including(child_usage)
     return Delegated(
         total.inner_calls + inner_calls,
         total.turns + turns,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -210,9 +211,9 @@ def test_a_cost_budget_is_exact_dollars_and_bad_ones_are_named() -> None:
     with pytest.raises(ValueError, match=r"AgentPolicy.cost_budget must be at least one micro"):
         AgentPolicy(cost_budget=0)
     with pytest.raises(TypeError, match=r"AgentPolicy.cost_budget must be a number of US dollars"):
-        AgentPolicy(cost_budget=True)  # type: ignore[arg-type]
+        AgentPolicy(cost_budget=True)
     with pytest.raises(TypeError, match=r"AgentPolicy.cost_budget must be a number"):
-        AgentPolicy(cost_budget="a lot")  # type: ignore[arg-type]
+        AgentPolicy(cost_budget="a lot")
 
 
 # ---- the arithmetic --------------------------------------------------------------------------
@@ -263,3 +264,32 @@ def test_the_cost_warning_is_due_once_when_it_crosses_its_line(
         if total >= 0.8 * cost_budget
     ]
     assert due == crossed[:1]
+
+
+# ---- a resumed run counts its cost again from its records ------------------------------------
+
+
+def test_a_resumed_run_counts_the_cost_its_records_hold_and_its_subagents() -> None:
+    """Each response's record holds its call's cost, a subagent's settlement what the child
+    cost: a run continued from its records starts from that cost, and one whose cost reached
+    its budget has it exhausted (its next turn is the grace turn)."""
+    from .test_resume_fold import prepared, response, resume, settled, started
+
+    def priced(turn: int, *calls: str, cost: int | None, text: str = "") -> ModelResponseRecorded:
+        record = response(turn, *calls, text=text)
+        return attrs.evolve(record, usage=attrs.evolve(record.usage, cost_micros=cost))
+
+    child = {"turns": 1, "tool_calls": 0, "input_tokens": 5, "cost_micros": 300_000}
+    records = [
+        *started(),
+        priced(1, "c1", cost=CALL_COST),
+        prepared(1, "c1"),
+        settled(1, "c1", audit={"subagent": child}),
+        priced(2, text="Oslo: 4 °C", cost=None),  # (no price: counted apart)
+    ]
+    budget = resume(records).state.budget
+    assert budget.usage.cost_micros == CALL_COST + 300_000
+    assert budget.usage.unpriced_calls == 1
+    assert budget.usage.cost is None
+    exhausted = resume(records[:-1], cost_budget="0.5")
+    assert exhausted.state.budget.exhausted(50.0) == Exhaustion("cost", 580_000, 500_000)

@@ -69,7 +69,7 @@ def marks(value: Any) -> list[str]:
 
 def unmarked(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` without its marks (a marked system prompt back to the string it was)."""
-    copy = json.loads(json.dumps(body))
+    copy: dict[str, Any] = json.loads(json.dumps(body))
 
     def strip(node: Any) -> None:
         if isinstance(node, dict):

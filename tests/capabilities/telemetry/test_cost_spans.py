@@ -3,6 +3,8 @@ call had a price, else how many calls had none — never a made-up figure."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 from opentelemetry.sdk.trace import TracerProvider
@@ -26,7 +28,7 @@ class Priced(TrackingModel):
 
 async def _spans(
     model: TrackingModel, exported: tuple[TracerProvider, InMemorySpanExporter]
-) -> tuple[dict[str, object], list[dict[str, object]]]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     provider, exporter = exported
     forecast = forecast_tool()
 
