@@ -86,21 +86,23 @@ def _agrees(conn: sqlite3.Connection) -> None:
     """The index holds exactly what the log says was said: the ``said`` rows are the messages
     of the readable records, and the FTS index's every word instance is a word of those rows."""
     expected = []
-    rows = conn.execute("SELECT conversation_id, seq, type, version, body FROM records").fetchall()
-    for conversation, seq, tag, version, body in rows:
+    stored = conn.execute(
+        "SELECT conversation_id, seq, type, version, body FROM records"
+    ).fetchall()
+    for conversation, seq, tag, version, body in stored:
         try:
             record = CODEC.decode(conversation, seq, tag, version, body)
         except Exception:
             continue  # an unreadable body is left out of the index
-        for said in said_in([LogEntry(seq, record)]):
-            expected.append((conversation, *said))
-    said = conn.execute("SELECT rowid, conversation_id, seq, who, at, text FROM said").fetchall()
-    assert sorted(row[1:] for row in said) == sorted(expected)
+        for message in said_in([LogEntry(seq, record)]):
+            expected.append((conversation, *message))
+    rows = conn.execute("SELECT rowid, conversation_id, seq, who, at, text FROM said").fetchall()
+    assert sorted(row[1:] for row in rows) == sorted(expected)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.words USING fts5vocab(main, said_index, instance)")  # fmt: skip
     indexed = sorted(conn.execute("SELECT doc, term, offset FROM temp.words"))
     wanted = sorted(
         (rowid, word, offset)
-        for rowid, *_, text in said
+        for rowid, *_, text in rows
         for offset, word in enumerate(tokens(text))
     )
     assert indexed == wanted
@@ -208,6 +210,10 @@ def test_the_query_quotes_each_word_and_needs_all_of_them() -> None:
         assert [s.seq for s in find_said(conn, ["FOO"], 10).said] == [3, 2, 1]  # newest first
         assert [s.seq for s in find_said(conn, ["foo"], 2).said] == [3, 2]  # bounded
         assert find_said(conn, ["fo"], 10).said == ()  # whole words only
+        _append(conn, "d", [user("d", "Un CAFÉ, Oslofjord")])
+        assert [s.text for s in find_said(conn, ["café"], 10).said] == ["Un CAFÉ, Oslofjord"]
+        assert find_said(conn, ["cafe"], 10).said == ()  # accents count
+        assert find_said(conn, ["oslo"], 10).said == ()
         assert find_said(conn, ["said_index:foo"], 10).said == ()  # no column filter
     finally:
         conn.close()
