@@ -27,6 +27,7 @@ granted one, it fails instead of taking a grace turn), so a whole tree makes at 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import final
 
 import attrs
@@ -44,6 +45,7 @@ __all__ = [
     "Exhaustion",
     "RepeatedFailure",
     "check_cost_budget",
+    "unpriced",
 ]
 
 _NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
@@ -313,10 +315,13 @@ class Budget:
 @attrs.frozen(slots=True)
 class BudgetLease:
     """What a child run was granted (``granted``), to be settled once with :meth:`Allowance.settle`.
-    ``policy`` is the child's policy within that grant (its grace turn included)."""
+    ``policy`` is the child's policy within that grant (its grace turn included); ``cost`` the
+    micro-dollars it may spend, carved out of a parent's cost budget (None: the parent has none).
+    """
 
     granted: ChildBudget
     policy: AgentPolicy
+    cost: int | None = None
 
 
 @final
@@ -329,6 +334,7 @@ class Allowance:
         "_held",
         "_inner",
         "_reserved_calls",
+        "_reserved_cost",
         "_reserved_tokens",
         "_reserved_turns",
         "_tool_calls",
@@ -345,6 +351,7 @@ class Allowance:
         self._reserved_turns = 0
         self._reserved_calls = 0
         self._reserved_tokens = 0
+        self._reserved_cost = 0
         self._held: set[int] | None = None  # ids of the leases not settled yet (made lazily)
 
     def _calls_left(self) -> int:
@@ -358,13 +365,21 @@ class Allowance:
         return True
 
     def lease(
-        self, want: ChildBudget, child: AgentPolicy, now: float, *, tools: bool = True
+        self,
+        want: ChildBudget,
+        child: AgentPolicy,
+        now: float,
+        *,
+        tools: bool = True,
+        priced: bool = True,
     ) -> BudgetLease | str:
         """Reserve a child run's budget: for each dimension the least of ``want``, the child's
         own policy and what the run has left (minus what running children hold). Returns the
         lease — to be settled with :meth:`settle` — or, when the run has nothing left of a
         dimension the child needs, why not (nothing is reserved then). A child without ``tools``
-        needs no tool calls: it is granted none."""
+        needs no tool calls: it is granted none. Under a cost budget a child is granted what is
+        left of it (or its own, if less), and one whose models are not all ``priced`` is
+        refused: its cost could not be counted."""
         budget = self._budget
         policy = budget.policy
         turns_left = budget.turns_left - self._turns - self._reserved_turns
@@ -386,13 +401,25 @@ class Allowance:
             if tokens_left < 1:
                 return "the run has no tokens left to give a subagent"
             tokens = tokens_left if tokens is None else min(tokens, tokens_left)
+        cost = child.cost_budget_micros
+        limit = policy.cost_budget_micros
+        if limit is not None:
+            if not priced:
+                return "the run has a cost budget, and the subagent's model has no price"
+            spent = budget.usage.cost_micros + self._usage.cost_micros + self._reserved_cost
+            cost_left = limit - spent
+            if cost_left < 1:
+                return "the run has no cost budget left to give a subagent"
+            cost = cost_left if cost is None else min(cost, cost_left)
         granted = ChildBudget(
             min(want.turns, child.max_turns, turns_left),
             calls,
             tokens,
             min(child.max_duration, duration_left, want.duration or duration_left),
         )
-        lease = BudgetLease(granted, _child_policy(child, granted))
+        lease = BudgetLease(granted, _child_policy(child, granted, cost), cost)
+        if limit is not None and cost is not None:
+            self._reserved_cost += cost
         self._reserved_turns += granted.turns
         self._reserved_calls += granted.tool_calls
         if policy.token_budget is not None and granted.tokens is not None:
@@ -414,6 +441,8 @@ class Allowance:
         self._reserved_calls -= granted.tool_calls
         if self._budget.policy.token_budget is not None and granted.tokens is not None:
             self._reserved_tokens -= granted.tokens
+        if self._budget.policy.cost_budget is not None and lease.cost is not None:
+            self._reserved_cost -= lease.cost
         self._turns += turns
         self._tool_calls += tool_calls
         self._usage = self._usage.including(usage)
@@ -422,6 +451,11 @@ class Allowance:
     def reserved(self) -> tuple[int, int, int]:
         """``(turns, tool_calls, tokens)`` held by child runs still going."""
         return (self._reserved_turns, self._reserved_calls, self._reserved_tokens)
+
+    @property
+    def reserved_cost(self) -> int:
+        """Micro-dollars held by child runs still going (under a cost budget)."""
+        return self._reserved_cost
 
     @property
     def open_leases(self) -> int:
@@ -435,9 +469,10 @@ class Allowance:
         return Delegated(self._inner, self._turns, self._tool_calls, self._usage)
 
 
-def _child_policy(child: AgentPolicy, granted: ChildBudget) -> AgentPolicy:
+def _child_policy(child: AgentPolicy, granted: ChildBudget, cost: int | None = None) -> AgentPolicy:
     """The child's policy within its grant: its grace turn is one of the granted turns (with one
-    turn granted it has no room for one, and fails instead)."""
+    turn granted it has no room for one, and fails instead); ``cost`` micro-dollars its cost
+    budget (None: its own)."""
     grace = child.on_exhaustion == "final-answer" and granted.turns >= 2
     return attrs.evolve(
         child,
@@ -447,6 +482,7 @@ def _child_policy(child: AgentPolicy, granted: ChildBudget) -> AgentPolicy:
         max_tool_calls=max(1, granted.tool_calls),
         token_budget=granted.tokens,
         max_duration=child.max_duration if granted.duration is None else granted.duration,
+        cost_budget=child.cost_budget if cost is None else Decimal(cost).scaleb(-6),
     )
 
 
@@ -457,14 +493,23 @@ def check_cost_budget(agent: Agent, prices: PriceTable, *models: object) -> None
     budget = agent.policy.cost_budget_micros
     if budget is None:
         return
+    missing = unpriced(prices, *models)
+    if missing is not None:
+        raise NoPriceForModel(agent.name, model_name_of(missing), budget)
+
+
+def unpriced(prices: PriceTable, *models: object) -> object | None:
+    """The first of ``models`` (a routing model's members each) without a price in ``prices``,
+    or None when every one has a price."""
     for model in models:
         members = getattr(model, "models", None)
         if isinstance(members, tuple) and members:  # a FallbackModel: each member may answer
-            check_cost_budget(agent, prices, *members)
-            continue
-        name = model_name_of(model)
-        if prices.price_of(name) is None:
-            raise NoPriceForModel(agent.name, name, budget)
+            missing = unpriced(prices, *members)
+        else:
+            missing = None if prices.price_of(model_name_of(model)) is not None else model
+        if missing is not None:
+            return missing
+    return None
 
 
 def _least(a: int | None, b: int | None) -> int | None:

@@ -43,6 +43,7 @@ from effectagent.core import (
 )
 from effectagent.effect import MissingServicesError
 
+from ._budget import unpriced
 from ._driver import RunDriver
 from ._handover import RunReducer
 from ._host import CallHost
@@ -216,7 +217,8 @@ class _ChildRun:
             raise ChildRunRefused(str(exc)) from None
         tools = bool(len(agent.toolkit) or agent.tool_sources)
         allowance = scope.allowance
-        lease = allowance.lease(want, agent.policy, trio.current_time(), tools=tools)
+        priced = unpriced(services.prices, services.model) is None
+        lease = allowance.lease(want, agent.policy, trio.current_time(), tools=tools, priced=priced)
         if isinstance(lease, str):
             raise ChildRunRefused(lease)
         granted = lease.granted
