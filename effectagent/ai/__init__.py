@@ -35,6 +35,9 @@ from ._errors import ProviderError as ProviderError
 from ._errors import RateLimited as RateLimited
 from ._errors import ResponseTooLarge as ResponseTooLarge
 from ._errors import format_bytes as format_bytes
+from ._fallback import FallbackChain as FallbackChain
+from ._fallback import FallbackModel as FallbackModel
+from ._fallback import falls_back as falls_back
 from ._function_tool import tool as tool
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
@@ -42,6 +45,9 @@ from ._model import ModelRequest as ModelRequest
 from ._model import OutputFormat as OutputFormat
 from ._model import close_stream as close_stream
 from ._model import generate as generate
+from ._model_choice import ModelChoice as ModelChoice
+from ._model_choice import ModelKey as ModelKey
+from ._model_choice import RoutingModel as RoutingModel
 from ._prices import DEFAULT_PRICES as DEFAULT_PRICES
 from ._prices import PRICES_TAKEN as PRICES_TAKEN
 from ._prompt import AssistantMessage as AssistantMessage
@@ -112,6 +118,8 @@ __all__ = [
     "ContentFiltered",
     "ContextLengthExceeded",
     "FailureMode",
+    "FallbackChain",
+    "FallbackModel",
     "FinishPart",
     "FinishReason",
     "Handler",
@@ -121,6 +129,8 @@ __all__ = [
     "LanguageModelService",
     "MalformedResponse",
     "Message",
+    "ModelChoice",
+    "ModelKey",
     "ModelNetworkError",
     "ModelRequest",
     "OutputFormat",
@@ -130,6 +140,7 @@ __all__ = [
     "ProviderError",
     "RateLimited",
     "Reconcile",
+    "RoutingModel",
     "Reconciled",
     "ReconcilingHandler",
     "ResponseTooLarge",
@@ -170,6 +181,7 @@ __all__ = [
     "UserMessage",
     "encode_failure",
     "close_stream",
+    "falls_back",
     "format_bytes",
     "generate",
     "handler_result",

@@ -198,11 +198,13 @@ class ApprovalRequested(EventBase):
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class TurnCompleted(EventBase):
-    """A turn ended (its batch, if any, committed)."""
+    """A turn ended (its batch, if any, committed). ``usage`` is the run's totals so far;
+    ``model`` names the model that answered the turn (as ``ModelResponseRecorded.model``)."""
 
     turn: int
     finish_reason: str
     usage: UsageTotals
+    model: str | None = None
 
 
 @_fast_init
@@ -221,7 +223,7 @@ class CompactionPerformed(EventBase):
     """Context was compacted before ``turn``: the last record's ``kind`` and how far it covers,
     the live-context estimate before and the count after. ``started_at`` is the wall-clock time
     the compaction began (reading the log, planning, a summary's model call): with ``at``, its
-    duration."""
+    duration. ``model`` names the model of the summary's calls, if it made any."""
 
     turn: int
     kind: str
@@ -229,6 +231,7 @@ class CompactionPerformed(EventBase):
     tokens_before: int
     tokens_after: int
     started_at: float = 0.0
+    model: str | None = None
 
 
 @_fast_init
@@ -279,7 +282,9 @@ class SubagentCompleted(EventBase):
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class RunCompleted(EventBase):
-    """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted"."""
+    """Terminal: the run produced its answer. ``finish_reason`` is "stop" or "budget-exhausted";
+    ``model`` names the model that gave the answer (as ``TurnCompleted.model``); ``usage.by_model``
+    has what each model used."""
 
     text: str
     output: Any
@@ -288,6 +293,7 @@ class RunCompleted(EventBase):
     usage: UsageTotals
     turns: int
     tool_calls: int
+    model: str | None = None
 
 
 @_fast_init

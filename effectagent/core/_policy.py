@@ -17,6 +17,8 @@ from typing_extensions import TypeVar
 from effectagent.ai import (
     DEFAULT_MAX_RESPONSE_BYTES,
     DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+    ModelChoice,
+    ModelKey,
     PromptCaching,
     Toolkit,
     ToolSource,
@@ -384,6 +386,24 @@ def _output(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         )
 
 
+def _model_choice(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A model string (``"<provider>:<model>"``), a :class:`ModelKey`, or None."""
+    where = _where(instance, attribute)
+    if value is None or isinstance(value, ModelKey):
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{where} must be a model string such as 'openai:gpt-4.1', a ModelKey or None, "
+            f"got {_shown(value)}"
+        )
+    provider, colon, name = value.partition(":")
+    if not colon or not provider.strip() or not name.strip():
+        raise ValueError(
+            f"{where} must be a model string such as 'openai:gpt-4.1' (a provider, a colon, a "
+            f"model) or a ModelKey, got {value!r}"
+        )
+
+
 @attrs.frozen
 class _AgentFields(Generic[OutputT]):
     """The fields of :class:`Agent`, their validators and attrs' ``__init__``. They live in a base
@@ -399,6 +419,13 @@ class _AgentFields(Generic[OutputT]):
     output: type[OutputT] | None = attrs.field(default=None, validator=_output)
     tool_sources: tuple[ServiceKey[ToolSource], ...] = attrs.field(
         default=(), converter=_tool_source_keys, validator=_service_keys
+    )
+    model: ModelChoice | None = attrs.field(default=None, kw_only=True, validator=_model_choice)
+    grace_model: ModelChoice | None = attrs.field(
+        default=None, kw_only=True, validator=_model_choice
+    )
+    summary_model: ModelChoice | None = attrs.field(
+        default=None, kw_only=True, validator=_model_choice
     )
 
 
@@ -418,6 +445,14 @@ class Agent(_AgentFields[OutputT]):
     ``runtime.run(agent, ...)`` gives it a ``RunResult[Forecast]``; an agent without an output
     type is an ``Agent[None]`` (its answer is ``RunResult.text``; ``RunResult.output`` is None).
     A bare ``Agent`` annotation accepts an agent of any output type.
+
+    ``model`` names the model the agent's turns ask: a model string (``"openai:gpt-4.1"``, opened
+    by the runtime) or a :class:`~effectagent.ai.ModelKey` the runtime's Layer provides; None (the
+    default) is the runtime's model, the ``LanguageModelService``. ``grace_model`` is the model of
+    the grace turn after a budget ran out, ``summary_model`` the model of compaction's summary
+    call; None for either is the agent's model. A run may name another model for itself
+    (``runtime.run(agent, text, model=...)``). Preflight checks every one of them, and those of
+    the agents its subagents run.
     """
 
     __slots__ = ()
@@ -433,6 +468,10 @@ class Agent(_AgentFields[OutputT]):
             toolkit: Toolkit = ...,
             output: type[T] | None = None,
             tool_sources: tuple[ServiceKey[ToolSource], ...] | list[ServiceKey[ToolSource]] = (),
+            *,
+            model: ModelChoice | None = None,
+            grace_model: ModelChoice | None = None,
+            summary_model: ModelChoice | None = None,
         ) -> Agent[T]: ...
 
 

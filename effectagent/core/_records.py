@@ -130,7 +130,10 @@ class ContextAdded:
 @attrs.frozen(slots=True, kw_only=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
-    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept."""
+    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept. ``model`` names
+    the model that answered (the model string or ``ModelKey`` name it was chosen by, or the
+    member of a fallback chain that answered); None for the runtime's own model when it has no
+    name (and in records written before models were named)."""
 
     conversation_id: str
     run_id: str
@@ -139,6 +142,7 @@ class ModelResponseRecorded:
     finish_reason: str
     usage: UsageDelta
     at: float
+    model: str | None = None
 
 
 @_fast_init

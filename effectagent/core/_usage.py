@@ -66,6 +66,23 @@ class UsageTotals:
     last_output_tokens: int = 0
     cost_micros: int = 0
     unpriced_calls: int = 0
+    #: The totals of each model's calls (:meth:`add_from`), by the name the records give it
+    #: (None: the runtime's own model, when it has no name); a child run's are merged in. A
+    #: breakdown of the figures above, so not compared: totals are equal when their figures are.
+    by_model: tuple[tuple[str | None, UsageTotals], ...] = attrs.field(default=(), eq=False)
+
+    def add_from(self, model: str | None, delta: UsageDelta) -> UsageTotals:
+        """Totals after one more call, made by ``model``: counted by model too."""
+        totals = self.add(delta)
+        by_model = self.by_model
+        for index, (name, each) in enumerate(by_model):
+            if name == model:
+                merged = (*by_model[:index], (name, each.add(delta)), *by_model[index + 1 :])
+                break
+        else:
+            merged = (*by_model, (model, _NO_TOTALS.add(delta)))
+        object.__setattr__(totals, "by_model", merged)  # the new value has not escaped yet
+        return totals
 
     def add(self, delta: UsageDelta) -> UsageTotals:
         """Totals after one more call."""
@@ -83,6 +100,7 @@ class UsageTotals:
             delta.output_tokens,
             self.cost_micros if cost is None else self.cost_micros + cost,
             self.unpriced_calls + 1 if cost is None else self.unpriced_calls,
+            self.by_model,
         )
 
     def including(self, other: UsageTotals) -> UsageTotals:
@@ -99,6 +117,7 @@ class UsageTotals:
             self.last_output_tokens,
             self.cost_micros + other.cost_micros,
             self.unpriced_calls + other.unpriced_calls,
+            _merged(self.by_model, other.by_model) if other.by_model else self.by_model,
         )
 
     @property
@@ -116,3 +135,18 @@ class UsageTotals:
     def live_context_tokens(self) -> int:
         """Estimate of the context now: last call's input plus its output."""
         return self.last_input_tokens + self.last_output_tokens
+
+
+_NO_TOTALS = UsageTotals()
+
+
+def _merged(
+    ours: tuple[tuple[str | None, UsageTotals], ...],
+    theirs: tuple[tuple[str | None, UsageTotals], ...],
+) -> tuple[tuple[str | None, UsageTotals], ...]:
+    """Per-model totals of two runs together (ours first, then the models only theirs used)."""
+    merged = dict(ours)
+    for name, totals in theirs:
+        mine = merged.get(name)
+        merged[name] = totals if mine is None else mine.including(totals)
+    return tuple(merged.items())

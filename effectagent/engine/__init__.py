@@ -6,6 +6,7 @@ from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._log import LogRetention as LogRetention
 from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._models import MissingModels as MissingModels
 from ._resume import RunAlreadyEnded as RunAlreadyEnded
 from ._resume import RunExists as RunExists
 from ._resume import UnknownRun as UnknownRun
@@ -76,6 +77,7 @@ __all__ = [
     "UnknownRun",
     "InstructionsLeakSecret",
     "LOGGER_NAME",
+    "MissingModels",
     "RedactorService",
     "RunAlreadyEnded",
     "RunEnding",

@@ -238,14 +238,14 @@ class Budget:
             self.refused_batch,
         )
 
-    def with_usage(self, delta: UsageDelta) -> Budget:
-        """One model call's usage added."""
+    def with_usage(self, delta: UsageDelta, model: str | None = None) -> Budget:
+        """One model call's usage added (by ``model``, the name its record gives it)."""
         return Budget(
             self.policy,
             self.started_at,
             self.turns,
             self.tool_calls,
-            self.usage.add(delta),
+            self.usage.add_from(model, delta),
             self.delegated_turns,
             self.delegated_tool_calls,
             self.warned,

@@ -14,13 +14,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import partial
 
 import attrs
 
-from effectagent.ai import Message, ModelRequest, SystemMessage, generate
+from effectagent.ai import (
+    LanguageModel,
+    Message,
+    ModelRequest,
+    ModelResponse,
+    ResponseReducer,
+    SystemMessage,
+    close_stream,
+    generate,
+)
 from effectagent.core import AgentPolicy, CompactionPerformed, UsageDelta, project_messages
 
 from ._io import RunIO
+from ._model_step import answered_by
 from ._seams import CompactionRequest
 from ._services import RunServices
 
@@ -38,10 +49,11 @@ async def maybe_compact(
     *,
     estimate: int | None = None,
     force: bool = False,
-) -> tuple[tuple[Message, ...] | None, tuple[UsageDelta, ...]]:
+) -> tuple[tuple[Message, ...] | None, tuple[UsageDelta, ...], str | None]:
     """Compact before ``turn`` when the estimated context exceeds the policy's limit; return the
     new prompt (projected from the log) — None when nothing was compacted — and the usage of
-    the summary's model calls, one each, which the run's state machine charges.
+    the summary's model calls, one each, which the run's state machine charges, and what the
+    records call the model that made them (``Agent.summary_model``, else the turns' model).
 
     ``estimate`` is the live-context figure the driver computed (see ``CompactionRequest``);
     without it, the token counter's count of ``messages``. ``force``: the model
@@ -54,25 +66,26 @@ async def maybe_compact(
     limit = policy.context_token_limit
     compactor = services.compactor
     if compactor is None or (limit is None and not force):
-        return None, ()
+        return None, (), None
     count = services.count_tokens
     if estimate is None:
         estimate = count(messages)
     if force:
         limit = max(1, min(limit or estimate, estimate - 1))
     elif limit is None or estimate <= limit:
-        return None, ()
+        return None, (), None
     started = time.time()
     entries = tuple(await services.log.entries(io.conversation_id))
     redactor = services.redactor
     used: list[UsageDelta] = []
+    answered = [services.summary_model_name]  # the summary model, or its member that answered
 
     async def summarize(
         covered: Sequence[Message], /, *, max_output_tokens: int | None = None
     ) -> str:
         cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
         request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
-        response = await generate(services.model, request)
+        response = await _generate(services.summary_model, request, answered)
         price = services.prices.price_for(services.model)
         used.append(UsageDelta.from_usage(response.usage, price))
         return redactor.redact_text(response.text)
@@ -94,7 +107,7 @@ async def maybe_compact(
     )
     usage = tuple(used)
     if not records:
-        return None, usage
+        return None, usage, answered[0]
     redacted = [
         record
         if record.summary is None
@@ -113,6 +126,7 @@ async def maybe_compact(
         tokens_before=estimate,
         tokens_after=count(compacted),
         started_at=started,
+        model=answered[0],
     )
     io.logs.info(
         "context compacted",
@@ -120,4 +134,25 @@ async def maybe_compact(
         covers_through=last.covers_through,
         tokens_before=estimate,
     )
-    return compacted, usage
+    return compacted, usage, answered[0]
+
+
+async def _generate(
+    model: LanguageModel, request: ModelRequest, answered: list[str | None]
+) -> ModelResponse:
+    """``generate(model, request)``; a routing model (a ``FallbackModel``) says in ``answered``
+    which of its models answered.
+
+    Cancellation: as ``generate``: the stream is closed on every exit.
+    """
+    routed = getattr(model, "stream_routed", None)
+    if routed is None:
+        return await generate(model, request)
+    reducer = ResponseReducer()
+    stream = routed(request, partial(answered_by, answered))
+    try:
+        async for part in stream:
+            reducer.feed(part)
+    finally:
+        await close_stream(stream)
+    return reducer.finish()

@@ -400,7 +400,7 @@ class RunDriver(RunEdges):
     async def _compact(self, command: Compact) -> Compacted:
         state = self.state
         assert state is not None
-        messages, usage = await maybe_compact(
+        messages, usage, model = await maybe_compact(
             self.io,
             self.services,
             self.agent.policy,
@@ -409,7 +409,7 @@ class RunDriver(RunEdges):
             estimate=command.estimate,
             force=command.force,
         )
-        return Compacted(messages, usage)
+        return Compacted(messages, usage, model)
 
     async def _end_failed(self, command: Fail) -> None:
         await self._fail(command.error)
@@ -433,6 +433,7 @@ class RunDriver(RunEdges):
             turn=command.turn,
             finish_reason=command.finish_reason,
             usage=command.usage,
+            model=command.model,
         )
         for warning in command.warnings:
             io.emit(
@@ -526,13 +527,18 @@ class RunDriver(RunEdges):
         used_ids = self._call_ids
         if used_ids is None:
             used_ids = self._call_ids = used_call_ids(self._history, messages)
+        if grace:  # the grace turn may have a model of its own (``Agent.grace_model``)
+            model, name = services.grace_model, services.grace_model_name
+        else:
+            model, name = services.model, services.model_name
         outcome = await stream_model(
             io,
-            services.model,
+            model,
             request,
             state.turn,
             limits=policy.response_limits,
             used_ids=used_ids,
+            name=name,
             prices=services.prices,
         )
         now = trio.current_time()

@@ -356,6 +356,7 @@ class RunEdges:
             usage=budget.usage,
             turns=state.turn,
             tool_calls=budget.tool_calls,
+            model=command.model,
         )
         io.logs.info(
             "run completed",

@@ -15,7 +15,7 @@ numbered and handed over in one atomic step even when tool tasks emit concurrent
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Generic, Literal, cast, final, get_args, overload
 
@@ -89,6 +89,10 @@ class RunResult(Generic[OutputT]):
     usage: UsageTotals
     outcomes: tuple[ToolOutcome, ...]
     events: int
+    #: What each model's calls used — the turns', compaction summaries' and the subagents' — by
+    #: the name the records give it (``ModelResponseRecorded.model``; None: the runtime's own
+    #: model, when it has no name): ``usage.by_model`` as a mapping.
+    usage_by_model: Mapping[str | None, UsageTotals] = attrs.Factory(dict)
 
     def raise_for_status(self) -> RunResult[OutputT]:
         """Return self if completed, else raise :class:`RunFailedError`."""
@@ -172,6 +176,7 @@ class RunReducer:
             usage,
             outcomes,
             self.count,
+            dict(usage.by_model),
         )
 
 

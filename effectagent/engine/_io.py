@@ -250,7 +250,14 @@ class RunIO:
 
     @overload
     def emit(
-        self, cls: type[TurnCompleted], /, *, turn: int, finish_reason: str, usage: UsageTotals
+        self,
+        cls: type[TurnCompleted],
+        /,
+        *,
+        turn: int,
+        finish_reason: str,
+        usage: UsageTotals,
+        model: str | None = ...,
     ) -> TurnCompleted: ...
 
     @overload
@@ -270,6 +277,7 @@ class RunIO:
         tokens_before: int,
         tokens_after: int,
         started_at: float = ...,
+        model: str | None = ...,
     ) -> CompactionPerformed: ...
 
     @overload
@@ -327,6 +335,7 @@ class RunIO:
         usage: UsageTotals,
         turns: int,
         tool_calls: int,
+        model: str | None = ...,
     ) -> RunCompleted: ...
 
     @overload

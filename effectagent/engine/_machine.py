@@ -186,7 +186,7 @@ def _request(state: RunState, commands: list[Command]) -> Transition:
 def _compacted(state: RunState, event: Compacted) -> Transition:
     budget = state.budget
     for delta in event.usage:
-        budget = budget.with_usage(delta)
+        budget = budget.with_usage(delta, event.model)
     if event.messages is None:
         messages, base = state.messages, state.context_base
     else:  # a new prompt: no report covers it yet
@@ -215,7 +215,7 @@ def _responded(state: RunState, event: ModelResponded) -> Transition:
     config = state.config
     held = event.step
     usage = held.usage
-    budget = state.budget.with_usage(usage)
+    budget = state.budget.with_usage(usage, held.record.model)
     # The provider's count of this request's input: the base of the next live-context figure
     # (a provider that reports none leaves the engine's own count as the base).
     base = (event.request_size, usage.input_tokens) if usage.input_tokens else state.context_base
@@ -229,13 +229,16 @@ def _responded(state: RunState, event: ModelResponded) -> Transition:
                 c.name for c in response.truncated_calls
             )
             return state, (later, Fail(FinalTurnDeclaredTools(names)))
-        completed = CompleteTurn(state.turn, response.finish_reason, budget.usage)
+        completed = CompleteTurn(
+            state.turn, response.finish_reason, budget.usage, (), held.record.model
+        )
         output, problem = _output(config, response)
         if problem is not None:
             return state, (later, completed, Fail(_output_invalid(state, problem)))
         exhaustion = state.exhaustion
         dimension = exhaustion.dimension if exhaustion is not None else None
-        return state, (later, completed, Complete(response, output, "budget-exhausted", dimension))
+        answer = Complete(response, output, "budget-exhausted", dimension, held.record.model)
+        return state, (later, completed, answer)
     if declared:
         # The whole batch or none of it: calls past the tool-call budget never run one by one.
         plan = plan_batch(held, event.toolkit, config.redactor)
@@ -293,7 +296,7 @@ def _follow_ups(state: RunState, event: FollowUps) -> Transition:
     messages = messages + tuple(UserMessage.text(text) for text in texts)
     state = _set(state, phase="turn", messages=messages)
     commands: list[Command] = [RecordInputs(event.inputs, texts)]
-    return _turn_completed(state, held.response.finish_reason, event.now, commands, _NEXT_TURN)
+    return _turn_completed(state, held, event.now, commands, _NEXT_TURN)
 
 
 def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command]) -> Transition:
@@ -303,7 +306,7 @@ def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command
     output, problem = _output(config, response)
     if problem is None:
         # The answer ends the run: no later request needs it as an assistant message.
-        commands.append(Complete(response, output, "stop", None))
+        commands.append(Complete(response, output, "stop", None, held.record.model))
         return _set(state, phase="ended"), tuple(commands)
     if state.output_retries >= config.policy.output_retries:
         commands.append(Fail(_output_invalid(state, problem)))
@@ -322,7 +325,7 @@ def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command
     messages = (*messages, UserMessage.text(text))
     state = _set(state, phase="turn", messages=messages, output_retries=state.output_retries + 1)
     commands.append(RecordFeedback(text))
-    return _turn_completed(state, response.finish_reason, now, commands, _NEXT_TURN)
+    return _turn_completed(state, held, now, commands, _NEXT_TURN)
 
 
 def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
@@ -348,7 +351,7 @@ def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
         None,
     )
     then: Command = _NEXT_TURN if failure is None else Fail(failure)
-    return _turn_completed(state, held.response.finish_reason, event.now, [], then)
+    return _turn_completed(state, held, event.now, [], then)
 
 
 def _batch_suspended(state: RunState, event: BatchSuspended) -> Transition:
@@ -453,13 +456,15 @@ def _grace_request(state: RunState) -> Transition:
 
 
 def _turn_completed(
-    state: RunState, finish: str, now: float, commands: list[Command], then: Command
+    state: RunState, held: ModelStep, now: float, commands: list[Command], then: Command
 ) -> Transition:
-    """``TurnCompleted`` (with the warnings now due), then ``then``."""
+    """``TurnCompleted`` for the turn ``held`` answered (with the warnings now due), then
+    ``then``."""
     budget, warnings = state.budget.with_due_warnings(now)
     if budget is not state.budget:
         state = _set(state, budget=budget)
-    commands.append(CompleteTurn(state.turn, finish, budget.usage, warnings))
+    finish = held.response.finish_reason
+    commands.append(CompleteTurn(state.turn, finish, budget.usage, warnings, held.record.model))
     commands.append(then)
     return state, tuple(commands)
 

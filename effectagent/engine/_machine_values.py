@@ -133,6 +133,7 @@ class Compacted:
 
     messages: tuple[Message, ...] | None
     usage: tuple[UsageDelta, ...] = ()
+    model: str | None = None  # the summary's model (what the records call it)
 
 
 @_fast_init
@@ -270,12 +271,14 @@ class StartTurn:
 @_fast_init
 @attrs.frozen(slots=True)
 class CompleteTurn:
-    """Emit ``TurnCompleted``, then a ``BudgetWarning`` for each of ``warnings``."""
+    """Emit ``TurnCompleted``, then a ``BudgetWarning`` for each of ``warnings``. ``model``: the
+    model that answered the turn."""
 
     turn: int
     finish_reason: str
     usage: UsageTotals
     warnings: tuple[Exhaustion, ...] = ()
+    model: str | None = None
 
 
 @_fast_init
@@ -360,6 +363,7 @@ class Complete:
     output: Any
     finish: Literal["stop", "budget-exhausted"]
     exhausted: str | None
+    model: str | None = None  # the model that gave the answer
 
 
 @_fast_init

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from functools import partial
 from typing import Any, assert_never, final
 
 import attrs
@@ -70,6 +71,7 @@ from ._io import RunIO
 __all__ = [
     "ModelAttemptFailed",
     "ModelStep",
+    "answered_by",
     "oversized_message",
     "stream_model",
     "used_call_ids",
@@ -141,6 +143,7 @@ async def stream_model(
     *,
     limits: ResponseLimits = _DEFAULT_LIMITS,
     used_ids: set[str] | None = None,
+    name: str | None = None,
     prices: PriceTable | None = None,
 ) -> ModelStep | ModelAttemptFailed:
     """Stream one response for ``request``: text and reasoning deltas become events as they
@@ -149,6 +152,9 @@ async def stream_model(
 
     ``used_ids`` are the tool-call IDs the conversation has used so far: a call of this response
     whose ID is among them gets a fresh one, and the response's final IDs are added to them.
+    ``name`` is what the record calls ``model`` (``ModelResponseRecorded.model``); a model that
+    routes to others (a ``RoutingModel``, such as a ``FallbackModel``) names the one that
+    answered instead.
     ``prices`` cost the call: the record's usage holds what it cost at the price of the model
     that answered (None: no price, no cost).
 
@@ -169,7 +175,12 @@ async def stream_model(
     # A secret may span two deltas: a StreamRedactor holds back what could become one.
     streamed = StreamRedactor(redactor) if redacting else None
     queue = io.queue
-    stream = model.stream(request)
+    answered = [name]
+    routed = getattr(model, "stream_routed", None)
+    if routed is None:
+        stream = model.stream(request)
+    else:
+        stream = routed(request, partial(answered_by, answered))
     try:
         async for part in stream:
             feed(part)
@@ -220,12 +231,18 @@ async def stream_model(
         turn=turn,
         content=content,
         finish_reason=response.finish_reason,
+        model=answered[0],
         usage=UsageDelta.from_usage(
             response.usage, None if prices is None else prices.price_for(model)
         ),
         at=time.time(),
     )
     return ModelStep(response, record, arguments, redacting, limits)
+
+
+def answered_by(cell: list[str | None], name: str) -> None:
+    """Note which model answered (a routing model's report)."""
+    cell[0] = name
 
 
 def used_call_ids(history: Iterable[LogEntry] | None, messages: Iterable[Message]) -> set[str]:

@@ -484,7 +484,7 @@ def _count(
             prepared = 0
             if budget.exhausted(now) is None:
                 budget = budget.with_turn()
-            budget = budget.with_usage(record.usage)
+            budget = budget.with_usage(record.usage, record.model)
         elif isinstance(record, ToolCallPrepared):
             prepared += 1
             budget = budget.with_calls(1)

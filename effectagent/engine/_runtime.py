@@ -20,7 +20,7 @@ from typing import Any, final
 import trio
 from typing_extensions import TypeVar
 
-from effectagent.ai import DEFAULT_PRICES, LanguageModelService, PricesService, SystemMessage, Tool
+from effectagent.ai import DEFAULT_PRICES, ModelChoice, PricesService, SystemMessage, Tool
 from effectagent.core import (
     Agent,
     ContextItem,
@@ -44,8 +44,17 @@ from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
 from ._log import InMemoryConversationLog
+from ._models import (
+    check_model_choice,
+    missing_models,
+    model_strings_layer,
+    resolve_models,
+    strings_reached,
+)
 from ._output import output_format, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
+from ._run_arguments import check_resume_arguments as _check_resume_arguments
+from ._run_arguments import check_run_arguments as _check_run_arguments
 from ._run_errors import (
     ConversationBusy,
     ConversationEvicted,
@@ -145,6 +154,9 @@ class Runtime:
         if hit is not None and hit[0] is agent:
             return hit[1]
         ctx = self.context
+        named = missing_models(agent, ctx)
+        if named is not None:
+            raise named
         missing = [
             MissingRequirement(key, who)
             for key, who in requirements_of(agent).items()
@@ -160,13 +172,17 @@ class Runtime:
                 given[tool] = ctx.require(tool.handler_key)
         handlers, reconcilers = split_handlers(given)
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
-        model = ctx.require(LanguageModelService)
+        models = resolve_models(agent, ctx)
+        model = models.turns
         prices = ctx.get(PricesService) or DEFAULT_PRICES
         check_cost_budget(agent, prices, model)
         counter = ctx.get(TokenCounterService)
         output = output_format(agent.output) if agent.output is not None else None
         services = RunServices(
             model=model,
+            model_name=models.turns_name,
+            grace_model=(models.grace, models.grace_name),
+            summary_model=(models.summary, models.summary_name),
             log=self._log,
             redactor=self._redactor,
             handlers=handlers,
@@ -174,7 +190,7 @@ class Runtime:
             authorization=ctx.get(ToolAuthorizationService),
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
-            system=SystemMessage(system_instructions(agent.instructions, output, model)),
+            system=SystemMessage(system_instructions(agent.instructions, output, models)),
             observers=tuple(observers),
             output=output,
             digest_arguments=self._digest,
@@ -193,6 +209,23 @@ class Runtime:
         checked[id(agent)] = (agent, services)
         return services
 
+    def _services_for_run(self, agent: Agent, model: ModelChoice | None) -> RunServices:
+        """The services of ``agent``'s run on ``model`` (None: the agent's own), preflighted."""
+        services = self._services_for(agent)
+        if model is None:
+            return services
+        named = missing_models(agent, self.context, model)
+        if named is not None:
+            raise named
+        models = resolve_models(agent, self.context, model)
+        system = system_instructions(agent.instructions, services.output, models)
+        return services.with_models(
+            SystemMessage(system),
+            (models.turns, models.turns_name),
+            (models.grace, models.grace_name),
+            (models.summary, models.summary_name),
+        )
+
     def stream(
         self,
         agent: Agent[T],
@@ -203,6 +236,7 @@ class Runtime:
         author: str = "user",
         context: Sequence[ContextItem] = (),
         run_id: str | None = None,
+        model: ModelChoice | None = None,
     ) -> RunStream[T]:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
@@ -222,12 +256,18 @@ class Runtime:
         ``run_id`` is the run's ID when the caller chose it (the durable runtime knows a run's
         ID before it starts); without it the run gets a fresh one. One that the conversation's
         log already holds records of is :class:`RunExists`, raised as the block is entered.
+
+        ``model`` is the model this run's turns ask instead of the agent's (a model string the
+        runtime opened, or a ``ModelKey``); the agent's grace and summary models stay (the run's
+        model stands in for whichever of them the agent leaves to its own model). A model
+        nobody provides is :class:`~effectagent.engine.MissingModels`, raised here.
         """
         items, intent = _check_run_arguments(
             agent, text, conversation_id, create, author, context, run_id
         )
+        check_model_choice(model, "model")
         queue = EventQueue(EVENT_BUFFER)
-        driver = self._driver(agent, text, conversation_id, author, queue, items, run_id)
+        driver = self._driver(agent, text, conversation_id, author, queue, items, run_id, model)
         return RunStream(self, driver, queue, intent)
 
     async def run(
@@ -240,10 +280,11 @@ class Runtime:
         author: str = "user",
         context: Sequence[ContextItem] = (),
         run_id: str | None = None,
+        model: ModelChoice | None = None,
     ) -> RunResult[T]:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``create``, ``author``, ``context`` and ``run_id`` as for
-        :meth:`stream`; raises :class:`ConversationBusy`, :class:`UnknownConversation`,
+        ``conversation_id``, ``create``, ``author``, ``context``, ``run_id`` and ``model`` as
+        for :meth:`stream`; raises :class:`ConversationBusy`, :class:`UnknownConversation`,
         :class:`ConversationExists` or :class:`RunExists` before starting (nothing is written
         then).
 
@@ -261,8 +302,9 @@ class Runtime:
         items, intent = _check_run_arguments(
             agent, text, conversation_id, create, author, context, run_id
         )
+        check_model_choice(model, "model")
         reducer = RunReducer()
-        driver = self._driver(agent, text, conversation_id, author, reducer, items, run_id)
+        driver = self._driver(agent, text, conversation_id, author, reducer, items, run_id, model)
         self._claim(driver)
         try:
             await self._open(driver, intent)
@@ -391,12 +433,13 @@ class Runtime:
         events: EventQueue | RunReducer,
         context: tuple[ContextItem, ...] = (),
         run_id: str | None = None,
+        model: ModelChoice | None = None,
     ) -> RunDriver:
         """A new run of ``agent`` (preflighted here) whose events go to ``events``."""
         if self._closed:
             raise RuntimeError("the runtime is closed")
         driver = RunDriver(
-            self._services_for(agent),
+            self._services_for_run(agent, model),
             agent,
             text,
             run_id=run_id or new_id("run"),
@@ -466,10 +509,17 @@ async def open_runtime(
     *,
     agents: Iterable[Agent] = (),
     secrets: Sequence[str] = (),
+    models: Iterable[str] = (),
 ) -> AsyncIterator[Runtime]:
     """Preflight and build ``layer``, then yield a :class:`Runtime`.
 
-    ``agents`` are preflighted here too, so a missing capability fails at construction. ``secrets``
+    ``agents`` are preflighted here too, so a missing capability fails at construction. The model
+    strings they name (``Agent.model`` and the others, their subagents' too) and those of
+    ``models`` — strings a run may name (``runtime.run(..., model=...)``) — are opened here,
+    through ``effectagent.providers``, with the layer: a string no provider has is a
+    ``ValueError`` before anything is built, a missing API key fails as it is built, naming its
+    environment variable. A ``ModelKey`` an agent names that no layer provides is
+    :class:`~effectagent.engine.MissingModels`. ``secrets``
     are values the default redactor removes everywhere; a layer that provides its own Redactor
     takes none here (``ValueError``: give them to that Redactor), and a Redactor service lacking a
     member of the :class:`~effectagent.core.Redactor` protocol is a ``TypeError`` naming it.
@@ -504,7 +554,16 @@ async def open_runtime(
             raise TypeError(
                 f"open_runtime(agents=...) holds a {type(agent).__name__}, not an Agent"
             )
+    strings = list(models) if not isinstance(models, str) else [models]
+    for string in strings:
+        check_model_choice(string, "open_runtime(models=...)")
+    opened = model_strings_layer([*strings_reached(agent_list), *strings])
+    if opened is not None:
+        layer = layer + opened
     for agent in agent_list:
+        named = missing_models(agent, layer.provides)
+        if named is not None:
+            raise named
         for key, who in requirements_of(agent).items():
             required.setdefault(key, who)
     preflight(layer, required=required)
@@ -538,54 +597,6 @@ def _check_redactor(redactor: object) -> None:
             f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
             "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
         )
-
-
-def _check_run_arguments(
-    agent: object,
-    text: object,
-    conversation_id: object,
-    create: object,
-    author: object,
-    context: object = (),
-    run_id: object = None,
-) -> tuple[tuple[ContextItem, ...], _Intent]:
-    if not isinstance(agent, Agent):
-        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
-    if not isinstance(text, str):
-        raise TypeError(f"a run's text must be a str, got {type(text).__name__}")
-    if conversation_id is not None and not isinstance(conversation_id, str):
-        raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
-    if not isinstance(create, bool):
-        raise TypeError(f"create must be a bool, got {type(create).__name__}")
-    if conversation_id is not None and not conversation_id.strip():
-        raise ValueError("conversation_id must not be empty")
-    if create and conversation_id is None:
-        raise ValueError("create=True needs the conversation_id to create")
-    if not isinstance(author, str):
-        raise TypeError(f"author must be a str, got {type(author).__name__}")
-    if run_id is not None:
-        _check_id("run_id", run_id)
-    if isinstance(context, str | bytes) or not isinstance(context, Sequence):
-        raise TypeError(f"context must be a sequence of ContextItem, got {type(context).__name__}")
-    for item in context:
-        if not isinstance(item, ContextItem):
-            raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
-    intent: _Intent = "new" if conversation_id is None else "create" if create else "continue"
-    return tuple(context), intent
-
-
-def _check_id(name: str, value: object) -> None:
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not value.strip():
-        raise ValueError(f"{name} must not be empty")
-
-
-def _check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:
-    if not isinstance(agent, Agent):
-        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
-    _check_id("conversation_id", conversation_id)
-    _check_id("run_id", run_id)
 
 
 def run_sync(

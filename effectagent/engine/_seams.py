@@ -28,7 +28,6 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from effectagent.ai import (
-    LanguageModelService,
     Message,
     StepStore,
     Tool,
@@ -47,6 +46,8 @@ from effectagent.core import (
     Redactor,
 )
 from effectagent.effect import Context, Layer, Scope, ServiceKey, TaggedError
+
+from ._models import model_requirements
 
 __all__ = [
     "TokenCounter",
@@ -428,12 +429,13 @@ StepStoreService: ServiceKey[StepStore] = ServiceKey(
 def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
     """Every service running ``agent`` needs, with who needs it (for preflight). Pure.
 
-    A tool whose bound handler runs other agents as child runs (``capabilities.subagents``)
+    The models are the runtime's, or those the agent names (``engine._models``). A tool whose
+    bound handler runs other agents as child runs (``capabilities.subagents``)
     says so with a ``child_agents`` attribute, a sequence of :class:`Agent`; what they need is
     needed too, so a subagent's missing service is named before anything runs.
     """
     who = f"agent {agent.name!r}"
-    needs: dict[ServiceKey[Any], str] = {LanguageModelService: who}
+    needs = model_requirements(agent, who)  # the runtime's model, or the ones it names
     for tool in agent.toolkit:
         needs[tool.handler_key] = f"{who} (tool {tool.name!r})"
         for child in getattr(tool.handler, "child_agents", ()):

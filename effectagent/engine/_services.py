@@ -63,11 +63,14 @@ class RunServices:
         "count_tokens",
         "digest_arguments",
         "forget_steps",
+        "grace_model",
+        "grace_model_name",
         "handlers",
         "inbox",
         "listener",
         "log",
         "model",
+        "model_name",
         "observers",
         "output",
         "prices",
@@ -75,6 +78,8 @@ class RunServices:
         "redactor",
         "services_for",
         "steps",
+        "summary_model",
+        "summary_model_name",
         "system",
         "tool_sources",
     )
@@ -101,10 +106,18 @@ class RunServices:
         reconcilers: Mapping[Tool[Any, Any], Reconcile] | None = None,
         steps: StepStore | None = None,
         forget_steps: Callable[[str], None] | None = None,
+        model_name: str | None = None,
+        grace_model: tuple[LanguageModel, str | None] | None = None,
+        summary_model: tuple[LanguageModel, str | None] | None = None,
         prices: PriceTable = DEFAULT_PRICES,
     ) -> None:
         self.system = system  # the agent's instructions, the first message of every prompt
+        # The model of the turns, the grace turn's and compaction's summary model, and what
+        # records call each (``engine._models``); the latter two default to the first.
         self.model = model
+        self.model_name = model_name
+        self.grace_model, self.grace_model_name = grace_model or (model, model_name)
+        self.summary_model, self.summary_model_name = summary_model or (model, model_name)
         self.log = log
         self.redactor = redactor
         self.handlers = handlers
@@ -136,6 +149,28 @@ class RunServices:
         # What model calls are costed with (the Layer's PricesService, or the shipped table).
         self.prices = prices
 
+    def with_models(
+        self,
+        system: SystemMessage,
+        model: tuple[LanguageModel, str | None],
+        grace_model: tuple[LanguageModel, str | None],
+        summary_model: tuple[LanguageModel, str | None],
+    ) -> RunServices:
+        """These services with other models (a run that names its own) and the system message
+        that goes with them."""
+        copy = self._copy()
+        copy.system = system
+        copy.model, copy.model_name = model
+        copy.grace_model, copy.grace_model_name = grace_model
+        copy.summary_model, copy.summary_model_name = summary_model
+        return copy
+
+    def _copy(self) -> RunServices:
+        copy = object.__new__(RunServices)
+        for name in RunServices.__slots__:
+            setattr(copy, name, getattr(self, name))
+        return copy
+
     def with_handlers(
         self,
         handlers: Mapping[Tool[Any, Any], Handler],
@@ -143,9 +178,7 @@ class RunServices:
     ) -> RunServices:
         """These services with ``handlers`` (and ``reconcilers``) instead (a turn's tools from
         its tool sources)."""
-        copy = object.__new__(RunServices)
-        for name in RunServices.__slots__:
-            setattr(copy, name, getattr(self, name))
+        copy = self._copy()
         copy.handlers = handlers
         if reconcilers is not None:
             copy.reconcilers = reconcilers

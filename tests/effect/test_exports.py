@@ -51,7 +51,7 @@ SURFACE: dict[str, str] = {
         ChildRunResult CompactionRequest Compactor CompactorService ConversationBusy
         ConversationEvicted ConversationExists ConversationLog ConversationLogError
         ConversationLogService estimate_tokens InMemoryConversationLog InMemoryStepStore
-        InstructionsLeakSecret LogRetention LOGGER_NAME observe_runs open_runtime
+        InstructionsLeakSecret LogRetention LOGGER_NAME MissingModels observe_runs open_runtime
         pending_approvals reduce_events RedactorService run_child run_sync RunAlreadyEnded
         RunEnding RunExists RunFailedError RunInfo RunListener RunListenerService RunObserver
         RunObserversService RunResult RunStream Runtime SteeringInbox SteeringInboxService
@@ -72,6 +72,7 @@ SURFACE: dict[str, str] = {
         ToolBroker ToolCallContent ToolCallContext ToolCallPart ToolDescriptor Toolkit ToolMessage
         ToolParamsDeltaPart ToolParamsEndPart ToolParamsStartPart ToolResultContent ToolSnapshot
         ToolSource TruncatedToolCall Usage UserMessage
+        FallbackChain FallbackModel falls_back ModelChoice ModelKey RoutingModel
         DEFAULT_PRICES dollars MAX_CACHE_MARKS MICROS_PER_DOLLAR model_name_of NoPriceForModel
         Price PRICES_TAKEN PricesService PriceTable PromptCaching
     """,

@@ -1,0 +1,265 @@
+"""Which model each part of a run asks, and preflight of every model an agent can reach.
+
+An agent names up to three models (``Agent.model``, ``grace_model``, ``summary_model``), each a
+model string, a :class:`~effectagent.ai.ModelKey` or None; a run may name its own
+(``runtime.run(..., model=...)``). They resolve, for one run, as:
+
+* the turns: the run's model, else the agent's ``model``, else the runtime's
+  ``LanguageModelService``;
+* the grace turn: the agent's ``grace_model``, else the turns' model;
+* compaction's summary call: the agent's ``summary_model``, else the turns' model.
+
+Every model is a service: a ``ModelKey`` is its ``service`` key, which the application's Layer
+provides; a model string has a key of its own (:func:`string_key`, one per string), which the
+runtime provides by opening the string's model through ``effectagent.providers`` when it opens —
+for the agents given to ``open_runtime`` and the strings of its ``models=``. So preflight is the
+usual one: a model nobody provides is named before anything runs, in a sentence
+(:class:`MissingModels`), for the agent, its subagents and each role.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractAsyncContextManager
+from functools import partial
+from typing import Any, final
+
+from effectagent.ai import LanguageModel, LanguageModelService, ModelChoice, ModelKey
+from effectagent.core import Agent
+from effectagent.effect import (
+    Context,
+    Layer,
+    MissingRequirement,
+    MissingServicesError,
+    ServiceKey,
+)
+
+__all__ = [
+    "MissingModels",
+    "ResolvedModels",
+    "check_model_choice",
+    "choice_name",
+    "missing_models",
+    "model_key",
+    "model_requirements",
+    "model_strings_layer",
+    "resolve_models",
+    "string_key",
+    "strings_reached",
+]
+
+#: The key of each model string the runtime opens (one key per string, for the process).
+_STRING_KEYS: dict[str, ServiceKey[LanguageModel]] = {}
+
+
+def string_key(model: str) -> ServiceKey[LanguageModel]:
+    """The service key of a model string (the same key for the same string)."""
+    key = _STRING_KEYS.get(model)
+    if key is None:
+        key = _STRING_KEYS[model] = ServiceKey(f"model {model}", f"the model {model!r}")
+    return key
+
+
+def model_key(choice: ModelChoice | None) -> ServiceKey[LanguageModel]:
+    """The service key a choice names: the runtime's model for None."""
+    if choice is None:
+        return LanguageModelService
+    if isinstance(choice, ModelKey):
+        return choice.service
+    return string_key(choice)
+
+
+def choice_name(choice: ModelChoice | None, model: object) -> str | None:
+    """What records call a model: its string, its ``ModelKey``'s name, or — for the runtime's
+    model — the name it gives itself (``model_name``/``name``), if any."""
+    if isinstance(choice, str):
+        return choice
+    if isinstance(choice, ModelKey):
+        return choice.name
+    for attribute in ("model_name", "name"):
+        name = getattr(model, attribute, None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def check_model_choice(value: object, where: str) -> None:
+    """Refuse what is not a model string, a ModelKey or None (``where`` names the argument)."""
+    if value is None or isinstance(value, ModelKey):
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{where} must be a model string such as 'openai:gpt-4.1', a ModelKey or None, "
+            f"got {type(value).__name__}"
+        )
+    provider, colon, name = value.partition(":")
+    if not colon or not provider.strip() or not name.strip():
+        raise ValueError(
+            f"{where} must be a model string such as 'openai:gpt-4.1' (a provider, a colon, a "
+            f"model) or a ModelKey, got {value!r}"
+        )
+
+
+def _uses(
+    agent: Agent, override: ModelChoice | None
+) -> Iterator[tuple[ModelChoice | None, str, str]]:
+    """Each model ``agent``'s runs may ask (with ``override`` as the run's), with a sentence's
+    verb and a label for it."""
+    yield (override if override is not None else agent.model), "runs on", ""
+    if agent.grace_model is not None:
+        yield agent.grace_model, "runs its grace turn on", "its grace turn's model"
+    if agent.summary_model is not None:
+        yield agent.summary_model, "summarizes for compaction with", "its summary model"
+
+
+def _children(agent: Agent) -> Iterator[tuple[Agent, str]]:
+    for tool in agent.toolkit:
+        for child in getattr(tool.handler, "child_agents", ()):
+            if isinstance(child, Agent) and child is not agent:
+                yield child, tool.name
+
+
+def _reached(
+    agent: Agent, override: ModelChoice | None, via: str, seen: set[int]
+) -> Iterator[tuple[ModelChoice | None, str]]:
+    """Every model ``agent`` can reach, its subagents' included, with a sentence's subject and
+    verb: ``"agent 'x' runs on"``."""
+    if id(agent) in seen:
+        return
+    seen.add(id(agent))
+    for choice, verb, _ in _uses(agent, override):
+        yield choice, f"agent {agent.name!r}{via} {verb}"
+    for child, tool in _children(agent):
+        yield from _reached(child, None, f" (run by tool {tool!r} of agent {agent.name!r})", seen)
+
+
+def model_requirements(agent: Agent, who: str) -> dict[ServiceKey[Any], str]:
+    """The models ``agent`` itself needs, as service keys with who needs them (for
+    ``requirements_of``; the subagents' are added there)."""
+    needs: dict[ServiceKey[Any], str] = {}
+    for choice, _, label in _uses(agent, None):
+        needs.setdefault(model_key(choice), f"{who} ({label})" if label else who)
+    return needs
+
+
+def strings_reached(agents: Iterable[Agent]) -> list[str]:
+    """The model strings the agents (and their subagents) name, in first-seen order."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    for agent in agents:
+        for choice, _ in _reached(agent, None, "", seen):
+            if isinstance(choice, str):
+                found.setdefault(choice, None)
+    return list(found)
+
+
+def model_strings_layer(strings: Iterable[str]) -> Layer | None:
+    """A Layer opening each model string's model (``effectagent.providers``) under its
+    :func:`string_key`, or None for no strings. A string no provider has is a ``ValueError``
+    here, before anything is built; a missing API key fails as the layer is built, naming its
+    environment variable."""
+    from effectagent.providers import model_settings  # the providers only when a string is used
+
+    layers = [
+        Layer.scoped(string_key(string), partial(_open, model_settings(string)), name=string)
+        for string in dict.fromkeys(strings)
+    ]
+    if not layers:
+        return None
+    merged = layers[0]
+    for layer in layers[1:]:
+        merged = merged + layer
+    return merged
+
+
+def _open(settings: Any, _: Context) -> AbstractAsyncContextManager[LanguageModel]:
+    opened: AbstractAsyncContextManager[LanguageModel] = settings.open()
+    return opened
+
+
+class MissingModels(MissingServicesError):
+    """Models an agent can reach that nobody provides, each named in a sentence."""
+
+    def __init__(self, missing: Iterable[tuple[MissingRequirement, ModelChoice]]) -> None:
+        pairs = list(missing)
+        super().__init__(requirement for requirement, _ in pairs)
+        sentences = [_sentence(requirement, choice) for requirement, choice in pairs]
+        self.args = (" ".join(sentences),)
+
+
+def _sentence(requirement: MissingRequirement, choice: ModelChoice) -> str:
+    who = requirement.required_by
+    subject = who[:1].upper() + who[1:]
+    if isinstance(choice, ModelKey):
+        return (
+            f"{subject} the model {choice.name!r} (a ModelKey), which no layer provides: add "
+            "its layer (ModelKey.layer) to the runtime's."
+        )
+    return (
+        f"{subject} the model {choice!r}, which this runtime has not opened: open_runtime opens "
+        "the model strings of the agents and of the models= it is given."
+    )
+
+
+def missing_models(
+    agent: Agent, available: Iterable[ServiceKey[Any]], override: ModelChoice | None = None
+) -> MissingModels | None:
+    """The named models ``agent`` (with ``override`` as its run's model) can reach that are not
+    among ``available`` — None when every one is there. (The runtime's own model, when missing,
+    is named by the usual preflight.) Pure."""
+    present = set(available)
+    missing: dict[ServiceKey[Any], tuple[MissingRequirement, ModelChoice]] = {}
+    for choice, who in _reached(agent, override, "", set()):
+        if choice is None:
+            continue
+        key = model_key(choice)
+        if key not in present and key not in missing:
+            missing[key] = (MissingRequirement(key, who), choice)
+    return MissingModels(missing.values()) if missing else None
+
+
+@final
+class ResolvedModels:
+    """The models one agent's runs ask, and what records call each."""
+
+    __slots__ = ("grace", "grace_name", "summary", "summary_name", "turns", "turns_name")
+
+    def __init__(
+        self,
+        turns: LanguageModel,
+        turns_name: str | None,
+        grace: LanguageModel,
+        grace_name: str | None,
+        summary: LanguageModel,
+        summary_name: str | None,
+    ) -> None:
+        self.turns, self.turns_name = turns, turns_name
+        self.grace, self.grace_name = grace, grace_name
+        self.summary, self.summary_name = summary, summary_name
+
+    @property
+    def native_output(self) -> bool:
+        """Whether every model that answers turns takes an output schema natively."""
+        return bool(getattr(self.turns, "native_output", False)) and bool(
+            getattr(self.grace, "native_output", False)
+        )
+
+
+def resolve_models(
+    agent: Agent, context: Context, override: ModelChoice | None = None
+) -> ResolvedModels:
+    """The models of ``agent``'s runs (``override``: the run's own) from ``context`` (checked by
+    :func:`missing_models` first)."""
+    turns_choice = override if override is not None else agent.model
+    turns = context.require(model_key(turns_choice))
+    turns_name = choice_name(turns_choice, turns)
+
+    def role(choice: ModelChoice | None) -> tuple[LanguageModel, str | None]:
+        if choice is None:
+            return turns, turns_name
+        model = context.require(model_key(choice))
+        return model, choice_name(choice, model)
+
+    grace, grace_name = role(agent.grace_model)
+    summary, summary_name = role(agent.summary_model)
+    return ResolvedModels(turns, turns_name, grace, grace_name, summary, summary_name)

@@ -1,0 +1,64 @@
+"""The checks of what a run is given (``Runtime.run``, ``stream``, ``resume``): wrong types and
+values are refused before anything starts, with a sentence naming the argument."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from effectagent.core import Agent, ContextItem
+
+from ._stream import Intent
+
+__all__ = ["check_id", "check_resume_arguments", "check_run_arguments"]
+
+
+def check_run_arguments(
+    agent: object,
+    text: object,
+    conversation_id: object,
+    create: object,
+    author: object,
+    context: object = (),
+    run_id: object = None,
+) -> tuple[tuple[ContextItem, ...], Intent]:
+    """The run's context items and what it does with its conversation, or the ``TypeError`` /
+    ``ValueError`` naming the argument that is wrong."""
+    if not isinstance(agent, Agent):
+        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
+    if not isinstance(text, str):
+        raise TypeError(f"a run's text must be a str, got {type(text).__name__}")
+    if conversation_id is not None and not isinstance(conversation_id, str):
+        raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
+    if not isinstance(create, bool):
+        raise TypeError(f"create must be a bool, got {type(create).__name__}")
+    if conversation_id is not None and not conversation_id.strip():
+        raise ValueError("conversation_id must not be empty")
+    if create and conversation_id is None:
+        raise ValueError("create=True needs the conversation_id to create")
+    if not isinstance(author, str):
+        raise TypeError(f"author must be a str, got {type(author).__name__}")
+    if run_id is not None:
+        check_id("run_id", run_id)
+    if isinstance(context, str | bytes) or not isinstance(context, Sequence):
+        raise TypeError(f"context must be a sequence of ContextItem, got {type(context).__name__}")
+    for item in context:
+        if not isinstance(item, ContextItem):
+            raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
+    intent: Intent = "new" if conversation_id is None else "create" if create else "continue"
+    return tuple(context), intent
+
+
+def check_id(name: str, value: object) -> None:
+    """Refuse an ID that is not a non-empty string, naming it."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{name} must not be empty")
+
+
+def check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:
+    """Refuse what ``Runtime.resume`` cannot take, naming the argument."""
+    if not isinstance(agent, Agent):
+        raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
+    check_id("conversation_id", conversation_id)
+    check_id("run_id", run_id)
