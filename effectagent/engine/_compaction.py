@@ -86,7 +86,7 @@ async def maybe_compact(
         cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
         request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
         response = await _generate(services.summary_model, request, answered)
-        price = services.prices.price_for(services.model)
+        price = services.prices.price_for(services.summary_model, answered[0])
         used.append(UsageDelta.from_usage(response.usage, price))
         return redactor.redact_text(response.text)
 

@@ -233,7 +233,7 @@ async def stream_model(
         finish_reason=response.finish_reason,
         model=answered[0],
         usage=UsageDelta.from_usage(
-            response.usage, None if prices is None else prices.price_for(model)
+            response.usage, None if prices is None else prices.price_for(model, answered[0])
         ),
         at=time.time(),
     )

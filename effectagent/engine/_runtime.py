@@ -175,7 +175,7 @@ class Runtime:
         models = resolve_models(agent, ctx)
         model = models.turns
         prices = ctx.get(PricesService) or DEFAULT_PRICES
-        check_cost_budget(agent, prices, model)
+        check_cost_budget(agent, prices, models.turns, models.grace, models.summary)
         counter = ctx.get(TokenCounterService)
         output = output_format(agent.output) if agent.output is not None else None
         services = RunServices(
@@ -218,6 +218,7 @@ class Runtime:
         if named is not None:
             raise named
         models = resolve_models(agent, self.context, model)
+        check_cost_budget(agent, services.prices, models.turns, models.grace, models.summary)
         system = system_instructions(agent.instructions, services.output, models)
         return services.with_models(
             SystemMessage(system),
