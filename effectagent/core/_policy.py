@@ -291,6 +291,14 @@ class AgentPolicy:
     that the grace turn has that long; a grace turn that a count started earlier lasts at most
     ``grace_turn_duration`` and never past ``max_duration`` either. A grace turn that runs out of
     time ends the run with ``BudgetExhausted``.
+
+    ``cost_budget`` (US dollars, exact: a ``Decimal``, ``int``, ``str``, or a ``float`` read as
+    written) limits what the run's model calls cost — its subagents' included — at the prices of
+    the runtime's price table (``effectagent.ai.PricesService``, else the shipped
+    ``DEFAULT_PRICES``); it runs out like the other budgets, and one whose models have no price
+    is refused before the run starts (``NoPriceForModel``). ``prompt_caching`` asks the provider
+    to cache the prompt's stable part (``effectagent.ai.PromptCaching``; None, the default,
+    asks nothing).
     """
 
     max_turns: int = attrs.field(default=20, validator=_integer(1, "a positive integer"))
