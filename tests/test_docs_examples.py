@@ -121,6 +121,17 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "the agent 'notes' has a cost budget of $0.0150, but the model "
             "'openai-compatible:llama3.1:8b' has no price in the runtime's price table",
         ],
+        5: [
+            "from the cheap model",
+            "['large', 'cheap']",
+            "{'large': 1, 'cheap': 1}",
+            "from the runtime's model",
+            "from the cheap model",
+            "Agent 'plain' runs on the model 'openai:gpt-4.1-mini', which this runtime has not "
+            "opened: open_runtime opens the model strings of the agents and of the models= it is "
+            "given.",
+        ],
+        6: ["backup answered: Here is the answer.", "{'backup': 120}", "1 1"],
     },
     "docs/guides/sessions.md": {
         0: [
