@@ -19,7 +19,7 @@ usual one: a model nobody provides is named before anything runs, in a sentence
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from functools import partial
 from typing import Any, final
@@ -46,6 +46,7 @@ __all__ = [
     "resolve_models",
     "string_key",
     "strings_reached",
+    "with_model_strings",
 ]
 
 #: The key of each model string the runtime opens (one key per string, for the process).
@@ -175,6 +176,27 @@ def model_strings_layer(strings: Iterable[str]) -> Layer | None:
 def _open(settings: Any, _: Context) -> AbstractAsyncContextManager[LanguageModel]:
     opened: AbstractAsyncContextManager[LanguageModel] = settings.open()
     return opened
+
+
+def with_model_strings(layer: Layer, agents: Sequence[Agent], models: Iterable[str]) -> Layer:
+    """``layer`` and the models of the model strings ``agents`` reach and of ``models``
+    (:func:`model_strings_layer`); :class:`MissingModels` for a ``ModelKey`` an agent reaches
+    that neither provides. (``open_runtime``'s part.)"""
+    if isinstance(models, str | bytes):
+        raise TypeError(
+            "open_runtime(models=...) takes a sequence of model strings, not one string"
+        )
+    strings = list(models)
+    for string in strings:
+        check_model_choice(string, "open_runtime(models=...)")
+    opened = model_strings_layer([*strings_reached(agents), *strings])
+    if opened is not None:
+        layer = layer + opened
+    for agent in agents:
+        named = missing_models(agent, layer.provides)
+        if named is not None:
+            raise named
+    return layer
 
 
 class MissingModels(MissingServicesError):

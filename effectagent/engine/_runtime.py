@@ -44,13 +44,7 @@ from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
 from ._log import InMemoryConversationLog
-from ._models import (
-    check_model_choice,
-    missing_models,
-    model_strings_layer,
-    resolve_models,
-    strings_reached,
-)
+from ._models import check_model_choice, missing_models, resolve_models, with_model_strings
 from ._output import output_format, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
@@ -555,16 +549,8 @@ async def open_runtime(
             raise TypeError(
                 f"open_runtime(agents=...) holds a {type(agent).__name__}, not an Agent"
             )
-    strings = list(models) if not isinstance(models, str) else [models]
-    for string in strings:
-        check_model_choice(string, "open_runtime(models=...)")
-    opened = model_strings_layer([*strings_reached(agent_list), *strings])
-    if opened is not None:
-        layer = layer + opened
+    layer = with_model_strings(layer, agent_list, models)
     for agent in agent_list:
-        named = missing_models(agent, layer.provides)
-        if named is not None:
-            raise named
         for key, who in requirements_of(agent).items():
             required.setdefault(key, who)
     preflight(layer, required=required)

@@ -46,6 +46,7 @@ from .helpers import (
     records_of,
     run_events,
 )
+from .test_resume_fold import prepared, response, resume, settled, started
 
 KEY = "sk-test-canary-model-choice"
 
@@ -315,6 +316,9 @@ async def test_an_unknown_provider_or_a_missing_key_fails_as_the_runtime_opens()
     with pytest.raises(ValueError, match="unknown model string 'mistral:7b'"):
         async with open_runtime(ScriptedModel().as_layer(), models=["mistral:7b"]):
             pass
+    with pytest.raises(TypeError, match="a sequence of model strings, not one string"):
+        async with open_runtime(ScriptedModel().as_layer(), models="openai:gpt-4.1"):
+            pass
     agent = Agent("plain", "Answer.", model="openai:gpt-4.1")
     with pytest.raises(Exception, match="OPENAI_API_KEY"):
         async with open_runtime(ScriptedModel().as_layer(), agents=[agent]):
@@ -380,3 +384,16 @@ async def test_cancelling_a_run_on_a_named_model_interrupts_it(
             await runtime.run(agent, "hi")
         assert scope.cancelled_caught
         assert runtime.active_runs == 0
+
+
+def test_a_resumed_run_counts_each_models_usage_again_from_its_records() -> None:
+    records = [
+        *started(),
+        attrs.evolve(response(1, "c1", tokens=5), model="a"),
+        prepared(1, "c1"),
+        settled(1, "c1"),
+        attrs.evolve(response(2, "c2", tokens=7), model="b"),
+    ]
+    usage = resume(records).state.budget.usage
+    by_model = {name: (t.input_tokens, t.model_calls) for name, t in usage.by_model}
+    assert by_model == {"a": (5, 1), "b": (7, 1)}
