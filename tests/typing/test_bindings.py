@@ -177,6 +177,9 @@ def test_an_agent_is_still_the_attrs_class_it_was() -> None:
         "toolkit",
         "output",
         "tool_sources",
+        "model",
+        "grace_model",
+        "summary_model",
     ]
     assert agent == Agent("weather", "Answer.", AgentPolicy(max_turns=3), toolkit, output=Forecast)
     assert hash(agent) == hash(attrs.evolve(agent))
