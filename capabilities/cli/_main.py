@@ -18,7 +18,8 @@ import trio
 from capabilities import LogCompactor, sqlite_storage
 from capabilities.sessions import SessionStore, SessionStoreService
 from capabilities.steering import SteeringService
-from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
+from effectagent import Agent, AgentPolicy, Layer, Toolkit, open_runtime
+from effectagent.ai import PricesService
 from effectagent.core import CompactionPolicy, SecretRedactor
 from effectagent.engine import CompactorService, Runtime, TokenCounterService
 from effectagent.testing import record
@@ -37,6 +38,7 @@ from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config, ConfigError, config_path, load_config, state_dir
 from ._console import Channel, Console, Text
+from ._costs import price_table
 from ._early import HISTORY, line_editor, private_directory
 from ._errors import INSTALL
 from ._line_editor import LineEditor
@@ -244,6 +246,8 @@ async def _open(
             if config.compaction is not None:
                 summary = config.compaction.summary_tokens
                 layer = layer + LogCompactor(summary_tokens=summary).layer()
+            if config.prices:  # the run's cost (its result, spans) by the prices /usage uses
+                layer = layer + Layer.succeed(PricesService, price_table(config.prices))
             async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
                 opened = True
                 yield _Opened(

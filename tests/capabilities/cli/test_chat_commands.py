@@ -5,6 +5,7 @@ prices the model; a command a stalled server holds up gives way to Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -219,6 +220,25 @@ def test_usage_says_the_cost_where_the_config_prices_the_model(
         "cost $0.0470, not counting openai-compatible:unpriced (no price: add one under [prices])",
     )
     end_chat(child)
+
+
+def test_a_run_s_result_holds_the_cost_the_config_prices(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """The config's ``[prices]`` reach the runtime too: the run's own usage (its events, its
+    result, its spans) is priced by the table ``/usage`` uses, not only by the shipped one."""
+    write_config(tmp_path, '[prices."openai-compatible:test-model"]\ninput = 1000\noutput = 2000\n')
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("Four.", usage=wire.usage(12, 3))))
+    child = spawn(args(server, "run", "How warm?", "--json"), cli_env(tmp_path))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    events = [json.loads(line) for line in child.before.splitlines() if line.startswith("{")]
+    usage = events[-1]["usage"]
+    assert events[-1]["type"] == "RunCompleted"
+    # 12 * 1000 + 3 * 2000 dollars per million tokens: 18,000 micro-dollars
+    assert (usage["cost_micros"], usage["unpriced_calls"]) == (18_000, 0)
 
 
 def test_cost_prices_each_kind_of_token() -> None:
