@@ -132,8 +132,8 @@ class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
     ("tool-call", {"id", "name", "arguments"}); only executable calls are kept. ``model`` names
     the model that answered (the model string or ``ModelKey`` name it was chosen by, or the
-    member of a fallback chain that answered); None for the runtime's own model when it has no
-    name (and in records written before models were named)."""
+    member of a fallback chain that answered); None for the runtime's own model (and in records
+    written before models were named)."""
 
     conversation_id: str
     run_id: str

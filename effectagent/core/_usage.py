@@ -67,7 +67,7 @@ class UsageTotals:
     cost_micros: int = 0
     unpriced_calls: int = 0
     #: The totals of each model's calls (:meth:`add_from`), by the name the records give it
-    #: (None: the runtime's own model, when it has no name); a child run's are merged in. A
+    #: (None: the runtime's own model); a child run's are merged in. A
     #: breakdown of the figures above, so not compared: totals are equal when their figures are.
     by_model: tuple[tuple[str | None, UsageTotals], ...] = attrs.field(default=(), eq=False)
 

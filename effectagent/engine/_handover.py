@@ -91,7 +91,7 @@ class RunResult(Generic[OutputT]):
     events: int
     #: What each model's calls used — the turns', compaction summaries' and the subagents' — by
     #: the name the records give it (``ModelResponseRecorded.model``; None: the runtime's own
-    #: model, when it has no name): ``usage.by_model`` as a mapping.
+    #: model): ``usage.by_model`` as a mapping.
     usage_by_model: Mapping[str | None, UsageTotals] = attrs.Factory(dict)
 
     def raise_for_status(self) -> RunResult[OutputT]:

@@ -70,18 +70,13 @@ def model_key(choice: ModelChoice | None) -> ServiceKey[LanguageModel]:
     return string_key(choice)
 
 
-def choice_name(choice: ModelChoice | None, model: object) -> str | None:
-    """What records call a model: its string, its ``ModelKey``'s name, or — for the runtime's
-    model — the name it gives itself (``model_name``/``name``), if any."""
-    if isinstance(choice, str):
-        return choice
+def choice_name(choice: ModelChoice | None) -> str | None:
+    """What records call a model: its string, its ``ModelKey``'s name, or None for the runtime's
+    own model — whatever that model calls itself: a recorded run and its replay (a cassette's
+    model in its place) then write the same records."""
     if isinstance(choice, ModelKey):
         return choice.name
-    for attribute in ("model_name", "name"):
-        name = getattr(model, attribute, None)
-        if isinstance(name, str):
-            return name
-    return None
+    return choice
 
 
 def check_model_choice(value: object, where: str) -> None:
@@ -274,13 +269,13 @@ def resolve_models(
     :func:`missing_models` first)."""
     turns_choice = override if override is not None else agent.model
     turns = context.require(model_key(turns_choice))
-    turns_name = choice_name(turns_choice, turns)
+    turns_name = choice_name(turns_choice)
 
     def role(choice: ModelChoice | None) -> tuple[LanguageModel, str | None]:
         if choice is None:
             return turns, turns_name
         model = context.require(model_key(choice))
-        return model, choice_name(choice, model)
+        return model, choice_name(choice)
 
     grace, grace_name = role(agent.grace_model)
     summary, summary_name = role(agent.summary_model)
