@@ -234,7 +234,9 @@ def test_a_run_s_result_holds_the_cost_the_config_prices(
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    events = [json.loads(line) for line in child.before.splitlines() if line.startswith("{")]
+    printed = child.before
+    assert isinstance(printed, str)
+    events = [json.loads(line) for line in printed.splitlines() if line.startswith("{")]
     usage = events[-1]["usage"]
     assert events[-1]["type"] == "RunCompleted"
     # 12 * 1000 + 3 * 2000 dollars per million tokens: 18,000 micro-dollars
