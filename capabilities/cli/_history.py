@@ -8,11 +8,15 @@ punctuation inside a word separates its parts, which must then follow one anothe
 finds "e-mail" and "e mail"); a word of punctuation alone is left out, and a search of nothing
 else is refused with a sentence (:func:`words_of`).
 
-On the SQLite log the search is the storage's full-text index (``SqliteConversationLog.search``,
-kept current by every append, so every stored conversation is searched, fast); newest first is
-the order the messages were written in. A log without an index (the in-memory one) is scanned
-instead, conversations newest first, up to :data:`SCAN_RECORDS` records; :class:`Found` says how
-many conversations were left unread.
+On the SQLite log the search is the storage's full-text index (``SqliteConversationLog.search``:
+every stored conversation is searched, fast). Appends never write the index: the search brings it
+up to date first, with what was appended since the last search (the first search of a long log
+pays for indexing it, once). Newest first is the order the messages were indexed in: each search
+indexes what was appended since the one before in the order it was said. A log without an index
+(the in-memory one) is scanned instead, conversations newest first, up to :data:`SCAN_RECORDS`
+records; :class:`Found` says how many conversations were left unread — or, on the index, how many
+messages appended since the last search it could not match (only when another process kept the
+database's write lock past its bound, and more were waiting than a search matches in memory).
 
 The matching is pure (:func:`words_of`, :func:`tokens`, :func:`holds`, :func:`excerpt`);
 :func:`search` reads.
@@ -76,11 +80,13 @@ class Hit:
 class Found:
     """What a search found (newest first, at most the limit asked) and how far it read:
     ``conversations`` searched, ``unread`` ones left out by the bound on records a scan reads
-    (always 0 with the index)."""
+    (always 0 with the index), ``unsearched`` messages the index had not caught up with and the
+    search could not match (see ``SaidFound.unsearched``; always 0 for a scan)."""
 
     hits: tuple[Hit, ...]
     conversations: int
     unread: int
+    unsearched: int = 0
 
 
 def _word_char(char: str) -> bool:
@@ -215,7 +221,8 @@ async def search(
     """The newest ``limit`` messages holding ``words`` (see the module notes); ``budget``
     bounds the records a scan reads (a log without an index).
 
-    Cancellation: reads only; nothing changes."""
+    Cancellation: as ``SqliteConversationLog.search`` on the index (its catch-up write is
+    committed whole or not at all); a scan reads only."""
     sessions = sorted(await all_sessions(store), key=lambda s: s.updated_at, reverse=True)
     order: list[str] = []
     named: dict[str, str] = {}
@@ -230,7 +237,7 @@ async def search(
             Hit(s.conversation_id, named.get(s.conversation_id), s.seq, who(s.who), s.at, s.text)
             for s in found.said
         )
-        return Found(hits, found.conversations, 0)
+        return Found(hits, found.conversations, 0, found.unsearched)
     return await _scan(log, named, order, words, limit, budget)
 
 

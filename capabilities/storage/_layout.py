@@ -22,8 +22,9 @@ Versions:
    input was admitted under (input admitted for a run that has ended is never delivered to a
    later one: see ``_lanes``);
 3. full-text search over what was said (``_search``: the ``said`` table, its FTS5 index
-   ``said_index``, and the triggers on ``records`` that keep both current in the transaction of
-   each append); the upgrade indexes the messages the log holds already.
+   ``said_index``, each conversation's high-water mark in ``said_marks``, and triggers on
+   deletions and rewrites of ``records``); an append writes none of them — a search brings the
+   index up to date first — so the upgrade adds them empty, at once however long the log.
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -113,7 +114,8 @@ def _to_v2(conn: sqlite3.Connection) -> None:
 
 
 def _to_v3(conn: sqlite3.Connection) -> None:
-    """Layout 2 → 3: the search tables, filled from the log (see ``_search``)."""
+    """Layout 2 → 3: the search tables, empty (the first search indexes the log: see
+    ``_search``)."""
     add_search(conn)
 
 

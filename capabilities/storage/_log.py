@@ -25,9 +25,8 @@ Several processes may write one file, so every append is checked against the con
 A run the process was running when it died stays as far as its last append got (recovering it is
 the durable runtime's, ``capabilities.durable``); its lane frees itself when its lease runs out.
 
-Each append also indexes what was said in it for full-text search (``_search``): triggers on
-``records`` write the index in the same statement, so it never disagrees with the log, and
-:meth:`SqliteConversationLog.search` reads it.
+What was said is searched (:meth:`SqliteConversationLog.search`) on a full-text index
+(``_search``) that an append never writes: the search brings it up to date with the log first.
 
 An append whose records deliver admitted steering (a ``UserInputRecorded`` of kind steering or
 follow-up) marks that input delivered in the same transaction, so an input is never both queued
@@ -48,6 +47,7 @@ from effectagent.core import LogEntry, Record
 from ._codec import EncodedRecord, RecordCodec
 from ._database import SqliteDatabase
 from ._errors import (
+    DatabaseBusy,
     LaneLost,
     LogClosed,
     LogGap,
@@ -61,7 +61,7 @@ from ._errors import (
 )
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
-from ._search import SaidFound, find_said
+from ._search import SaidFound, behind, catch_up, find_said
 
 __all__ = ["SqliteConversationLog", "write_records"]
 
@@ -93,9 +93,8 @@ def write_records(conn: sqlite3.Connection, conversation_id: str, rows: list[Enc
     number. Runs inside a write transaction (in the worker thread).
 
     An append of at most ``_MAX_ROWS`` records delivering no steering is one ``INSERT``, its only
-    change (see :func:`single_statement`; the search index's triggers run inside that statement,
-    and fail or succeed with it); a longer one, or one delivering steering, runs under its
-    write's savepoint."""
+    change (see :func:`single_statement`); a longer one, or one delivering steering, runs under
+    its write's savepoint."""
     found = conn.execute(
         "SELECT seq FROM records WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
         (conversation_id,),
@@ -348,7 +347,21 @@ class SqliteConversationLog:
         is matched as written, never read as query syntax; one of punctuation alone is left
         out, and when no word is left nothing is found.
 
-        Raises :class:`ReadFailed` when SQLite cannot read, :class:`StorageClosed`.
+        First brings the index up to date with the log (one write transaction, waiting for
+        another process's write lock as the database's busy policy says; only when something
+        was appended since the last search), then searches what the log holds at that moment.
+        When the write lock stays busy past the policy's bound, the search still answers from
+        the index and the newest messages appended since it was brought up to date
+        (``SaidFound.unsearched`` counts older ones it left out: see ``_search``).
 
-        Cancellation: as :meth:`entries`."""
+        Raises :class:`ReadFailed` when SQLite cannot read, :class:`WriteFailed` when it cannot
+        write the index (busy excepted), :class:`StorageClosed`.
+
+        Cancellation: a checkpoint before each step; cancelled while the index is brought up to
+        date, that write either never ran or was committed whole (and the search then raises
+        ``Cancelled`` at its next checkpoint) — never half of it."""
+        if await self.database.read(behind):
+            # Busy: answered from the index as it is and the messages appended since.
+            with contextlib.suppress(DatabaseBusy):
+                await self.database.write(catch_up)
         return await self.database.read(lambda conn: find_said(conn, words, limit))

@@ -7,21 +7,35 @@ feedback to the model and compaction summaries are not: a person searches for wh
 the conversation, and tool output (files, pages, command output) would outweigh it many times,
 in the index's size and in the hits.
 
-Two tables, filled by triggers on ``records``, so the index is written by the very statement that
-appends a record — in its transaction, whichever code path appends (the log, the durable queue)
-— and can never disagree with the log, after a crash included:
+The index is brought up to date by the search, never by an append: appending costs every run,
+searching is rare, so an append writes its records and nothing else. Three tables:
 
-* ``said`` — one row per message: its conversation, its ``seq`` in the log, who (``user``,
-  ``steering``, ``follow-up`` or ``assistant``), when (the record's ``at``) and its text, taken
-  from the stored (redacted) record body by SQLite's JSON functions. Its ``rowid`` is the order
-  the messages were written in.
+* ``said`` — one row per message indexed: its conversation, its ``seq`` in the log, who
+  (``user``, ``steering``, ``follow-up`` or ``assistant``), when (the record's ``at``) and its
+  text, taken from the stored (redacted) record body by SQLite's JSON functions. Its ``rowid``
+  is the order the messages were indexed in.
 * ``said_index`` — the FTS5 index over ``said.text`` (an external-content table: the text is
   kept once, in ``said``). Words are separated the ``unicode61`` way (letters, digits and private
   use characters make words; everything else separates them); case does not matter, accents do.
+* ``said_marks`` — each conversation's high-water mark: every record of it up to that ``seq``
+  is indexed. (``records`` has no rowid, and its keys are per conversation, so the mark is too.)
+
+A search first catches the index up (:func:`catch_up`, in one write transaction, so a crash at
+any point leaves index and marks agreeing): the records past each conversation's mark become
+messages, in the order they were said (their ``at``), and the marks move to the conversation's
+last record. Finding those conversations reads two index entries per conversation, never the
+records themselves (:data:`_BEHIND`). The search then reads, in one snapshot, the index and the
+records appended since (:func:`find_said`): what it finds is what the log holds at that moment.
+When the catch-up cannot have the write lock (another process keeps it past the storage's busy
+bound), the search still answers from that snapshot: the messages not yet indexed are matched in
+a small in-memory index of their own — the newest :data:`TAIL_BOUND` of them; how many older ones
+it left out is in :class:`SaidFound`.
 
 A record deleted from ``records`` or rewritten in place takes its message out of the index (or
-puts the new one in) by the same triggers. The log never does either today: compaction appends a
-summary and keeps what it summarized, and deleting a session keeps its conversations' records.
+puts the new one in) by triggers on deletes and updates (an append fires neither); a deletion
+lowers the conversation's mark below the deleted record, so a record later written at a reused
+``seq`` is indexed. The log never deletes nor rewrites today: compaction appends a summary and
+keeps what it summarized, and deleting a session keeps its conversations' records.
 
 The query is :func:`match_expression` (pure): each word searched for is quoted, so whatever a
 person types is matched as words, never read as FTS5 syntax (``OR``, ``NEAR(``, ``*``, ``-``,
@@ -30,20 +44,25 @@ person types is matched as words, never read as FTS5 syntax (``OR``, ``NEAR(``, 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import unicodedata
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
 __all__ = [
     "Said",
     "SaidFound",
+    "TAIL_BOUND",
     "add_search",
+    "behind",
+    "catch_up",
     "find_said",
     "match_expression",
     "searchable",
+    "unindexed",
 ]
 
 #: What a message's text and kind are, from a ``records`` row named ``{r}`` (``new`` in a
@@ -85,12 +104,26 @@ _SAID: Final = """CREATE TABLE said (
     UNIQUE (conversation_id, seq)
 )"""
 
+_MARKS: Final = """CREATE TABLE said_marks (
+    conversation_id TEXT NOT NULL PRIMARY KEY,
+    seq INTEGER NOT NULL
+) WITHOUT ROWID"""
+
+#: The FTS5 table's options (the stored index, and the in-memory one of what it lacks).
+_TOKENIZE: Final = "tokenize='unicode61 remove_diacritics 0'"
+
 _INDEX: Final = (
-    "CREATE VIRTUAL TABLE said_index USING fts5(text, content='said', content_rowid='rowid', "
-    "tokenize='unicode61 remove_diacritics 0')"
+    f"CREATE VIRTUAL TABLE said_index USING fts5(text, content='said', content_rowid='rowid', "
+    f"{_TOKENIZE})"
 )
 
 _KINDS: Final = "('UserInputRecorded', 'ModelResponseRecorded')"
+
+#: Lower ``old``'s conversation's mark below ``old.seq``: a record there is gone, and a later
+#: one may be written at that ``seq`` (an append numbers after the last record left). Records
+#: past the lowered mark that the index holds already are skipped by the catch-up.
+_LOWER_MARK: Final = """UPDATE said_marks SET seq = old.seq - 1
+        WHERE conversation_id = old.conversation_id AND seq >= old.seq"""
 
 _TRIGGERS: Final = (
     # said → its index (the external-content pattern: the index is told what it held)
@@ -100,38 +133,90 @@ _TRIGGERS: Final = (
     """CREATE TRIGGER said_removed AFTER DELETE ON said BEGIN
         INSERT INTO said_index (said_index, rowid, text) VALUES ('delete', old.rowid, old.text);
     END""",
-    # records → said
-    f"""CREATE TRIGGER records_said AFTER INSERT ON records
-    WHEN new.type IN {_KINDS} BEGIN
-        INSERT INTO said (conversation_id, seq, who, at, text) {_messages("new")};
-    END""",
-    """CREATE TRIGGER records_unsaid AFTER DELETE ON records BEGIN
+    # records → said: deletions and rewrites only (an append is indexed by the next search)
+    f"""CREATE TRIGGER records_unsaid AFTER DELETE ON records BEGIN
         DELETE FROM said WHERE conversation_id = old.conversation_id AND seq = old.seq;
+        {_LOWER_MARK};
     END""",
     f"""CREATE TRIGGER records_resaid AFTER UPDATE ON records BEGIN
         DELETE FROM said WHERE conversation_id = old.conversation_id AND seq = old.seq;
+        {_LOWER_MARK};
         INSERT INTO said (conversation_id, seq, who, at, text)
             SELECT * FROM ({_messages("new")}) WHERE new.type IN {_KINDS};
     END""",
 )
 
+#: The conversations with records past their mark: ``(conversation, mark, last seq)``. Walks
+#: the primary key of ``records`` from one conversation to the next (two index lookups each),
+#: never reading a record's body.
+_BEHIND: Final = """WITH RECURSIVE conversation (id) AS (
+    SELECT min(conversation_id) FROM records
+    UNION ALL
+    SELECT (SELECT min(conversation_id) FROM records WHERE conversation_id > conversation.id)
+    FROM conversation WHERE conversation.id IS NOT NULL
+)
+SELECT id, mark, last FROM (
+    SELECT id,
+        coalesce((SELECT seq FROM said_marks WHERE conversation_id = id), 0) AS mark,
+        (SELECT max(seq) FROM records WHERE conversation_id = id) AS last
+    FROM conversation WHERE id IS NOT NULL
+) WHERE last > mark"""
 
-def add_search(conn: sqlite3.Connection) -> int:
-    """Add the search tables and their triggers, and index the messages ``records`` holds
-    already — oldest first by their ``at``, so that their order is the order they were said in.
-    Runs inside the layout upgrade's transaction (layout 2 → 3; a new database passes through
-    it too, with nothing to index); returns the messages indexed."""
+#: The messages of the records past the marks in ``?`` (a JSON list of ``[conversation, mark,
+#: last]``) that the index does not hold, as ``said`` columns (ordered by the caller).
+_UNINDEXED: Final = _messages(
+    "r",
+    "FROM json_each(?) AS behind JOIN records AS r "
+    "ON r.conversation_id = json_extract(behind.value, '$[0]') "
+    "AND r.seq > json_extract(behind.value, '$[1]') "
+    "AND r.seq <= json_extract(behind.value, '$[2]') "
+    f"WHERE r.type IN {_KINDS} AND NOT EXISTS (SELECT 1 FROM said "
+    "WHERE said.conversation_id = r.conversation_id AND said.seq = r.seq)",
+)
+
+#: The most messages not yet indexed that a search matches without the index (when it could not
+#: bring the index up to date: see the module notes).
+TAIL_BOUND: Final = 10_000
+
+
+def add_search(conn: sqlite3.Connection) -> None:
+    """Add the search tables and their triggers, empty: every conversation's mark is 0, so the
+    first search indexes what the log holds. Runs inside the layout upgrade's transaction (layout
+    2 → 3, fast however much the log holds; a new database passes through it too)."""
     conn.execute(_SAID)
-    source = f"FROM records AS r WHERE r.type IN {_KINDS}"
-    conn.execute(
-        f"INSERT INTO said (conversation_id, seq, who, at, text) "
-        f"{_messages('r', source)} ORDER BY at, conversation_id, seq"
-    )
+    conn.execute(_MARKS)
     conn.execute(_INDEX)
-    conn.execute("INSERT INTO said_index (said_index) VALUES ('rebuild')")
     for trigger in _TRIGGERS:
         conn.execute(trigger)
-    return int(conn.execute("SELECT count(*) FROM said").fetchone()[0])
+
+
+def behind(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    """``(conversation, mark, last seq)`` of each conversation with records not yet indexed.
+    Reads index entries only (two per conversation)."""
+    return [(str(c), int(mark), int(last)) for c, mark, last in conn.execute(_BEHIND)]
+
+
+def catch_up(conn: sqlite3.Connection) -> int:
+    """Index every message appended since each conversation's mark — in the order they were said
+    (their ``at``), after those indexed before — and move the marks to each conversation's last
+    record; return the messages indexed. Runs inside a write transaction (its statements fail or
+    succeed with it: index and marks always agree)."""
+    late = behind(conn)
+    if not late:
+        return 0
+    pending = json.dumps(late)
+    indexed = conn.execute(
+        f"INSERT INTO said (conversation_id, seq, who, at, text) {_UNINDEXED} "
+        "ORDER BY at, conversation_id, seq",
+        (pending,),
+    ).rowcount
+    conn.execute(
+        "INSERT INTO said_marks (conversation_id, seq) "
+        "SELECT json_extract(value, '$[0]'), json_extract(value, '$[2]') FROM json_each(?) "
+        "WHERE true ON CONFLICT (conversation_id) DO UPDATE SET seq = excluded.seq",
+        (pending,),
+    )
+    return indexed
 
 
 def searchable(word: str) -> bool:
@@ -164,30 +249,89 @@ class Said:
 
 @attrs.frozen
 class SaidFound:
-    """What a search found: the messages (the last written first) and how many conversations
-    the index holds messages of (all of them were searched)."""
+    """What a search found: the messages (the last written first), how many conversations were
+    searched, and ``unsearched``: messages appended since the index was last brought up to date
+    that the search could not match — the oldest of them beyond :data:`TAIL_BOUND`, only when
+    the index could not be brought up to date (another process kept the write lock); else 0."""
 
     said: tuple[Said, ...]
     conversations: int
+    unsearched: int = 0
 
 
-def find_said(conn: sqlite3.Connection, words: Sequence[str], limit: int) -> SaidFound:
-    """The ``limit`` messages written last that hold every one of ``words``, the last first
-    (none when no word is searchable), and the conversations searched. Runs in a reader
-    thread."""
-    expression = match_expression(words)
-    rows = (
-        conn.execute(
-            "SELECT said.conversation_id, said.seq, said.who, said.at, said.text "
-            "FROM said_index JOIN said ON said.rowid = said_index.rowid "
-            "WHERE said_index MATCH ? ORDER BY said_index.rowid DESC LIMIT ?",
-            (expression, limit),
+def _said(rows: Sequence[tuple[Any, ...]]) -> list[Said]:
+    return [
+        Said(str(c), int(seq), str(who), float(at or 0.0), str(text))
+        for c, seq, who, at, text in rows
+    ]
+
+
+def _matching(
+    tail: Sequence[tuple[Any, ...]], expression: str, limit: int
+) -> list[tuple[Any, ...]]:
+    """Those of ``tail`` (``said`` rows, the last written first) that ``expression`` matches,
+    the first ``limit`` of them: an in-memory FTS5 index made like the stored one, so the words
+    are the same."""
+    memory = sqlite3.connect(":memory:")
+    try:
+        memory.execute(f"CREATE VIRTUAL TABLE tail USING fts5(text, {_TOKENIZE})")
+        memory.executemany(
+            "INSERT INTO tail (rowid, text) VALUES (?, ?)",
+            ((place, row[4]) for place, row in enumerate(tail)),
+        )
+        places = memory.execute(
+            "SELECT rowid FROM tail WHERE tail MATCH ? ORDER BY rowid LIMIT ?", (expression, limit)
         ).fetchall()
-        if expression is not None and limit > 0
-        else []
+    finally:
+        memory.close()
+    return [tail[place] for (place,) in places]
+
+
+def unindexed(conn: sqlite3.Connection, bound: int) -> tuple[list[tuple[Any, ...]], int]:
+    """The newest ``bound`` messages the log holds and the index does not yet (``said`` rows
+    without the ``rowid``, the last said first), and how many older ones there are beyond them.
+    Reads (inside the caller's transaction, for one snapshot)."""
+    late = behind(conn)
+    if not late:
+        return [], 0
+    rows = conn.execute(
+        f"{_UNINDEXED} ORDER BY at DESC, conversation_id DESC, seq DESC", (json.dumps(late),)
     )
-    (conversations,) = conn.execute("SELECT count(DISTINCT conversation_id) FROM said").fetchone()
-    return SaidFound(
-        tuple(Said(c, int(seq), who, float(at or 0.0), text) for c, seq, who, at, text in rows),
-        int(conversations),
-    )
+    newest = rows.fetchmany(bound) if bound > 0 else []
+    return newest, sum(1 for _ in rows)
+
+
+def find_said(
+    conn: sqlite3.Connection, words: Sequence[str], limit: int, tail_bound: int = TAIL_BOUND
+) -> SaidFound:
+    """The ``limit`` messages written last that hold every one of ``words`` (none when no word is
+    searchable), the last first, and the conversations searched — in what the log holds now:
+    the index, and the newest ``tail_bound`` messages appended since it was brought up to date
+    (usually none: the search brought it up to date just before). Runs in a reader thread, in
+    one snapshot (one transaction)."""
+    expression = match_expression(words)
+    conn.execute("BEGIN")
+    try:
+        tail, unsearched = unindexed(conn, tail_bound)
+        hits = _matching(tail, expression, limit) if expression and limit > 0 and tail else []
+        if expression is not None and len(hits) < limit:
+            hits += conn.execute(
+                "SELECT said.conversation_id, said.seq, said.who, said.at, said.text "
+                "FROM said_index JOIN said ON said.rowid = said_index.rowid "
+                "WHERE said_index MATCH ? ORDER BY said_index.rowid DESC LIMIT ?",
+                (expression, limit - len(hits)),
+            ).fetchall()
+        (conversations,) = conn.execute(
+            "SELECT count(DISTINCT conversation_id) FROM said"
+        ).fetchone()
+        for conversation in {row[0] for row in tail}:  # those only the tail has messages of
+            if (
+                conn.execute(
+                    "SELECT 1 FROM said WHERE conversation_id = ? LIMIT 1", (conversation,)
+                ).fetchone()
+                is None
+            ):
+                conversations += 1
+    finally:
+        conn.execute("COMMIT")
+    return SaidFound(tuple(_said(hits)), int(conversations), unsearched)

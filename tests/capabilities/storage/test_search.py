@@ -1,8 +1,9 @@
-"""Full-text search over what was said (layout version 3, ``_search``): the index holds exactly
-the messages the log holds — after any appends, deletions and rewrites, after a kill, and after a
-refused write — a word searched for is matched literally (never FTS5 syntax), every word must be
-there, any case, newest first, bounded; a version 2 file written by the version 2 code is
-upgraded on opening and searchable; a search reads while another process holds the write lock."""
+"""Full-text search over what was said (layout version 3, ``_search``): an append never writes the
+index; a search sees exactly the messages the log holds — after any appends, deletions, rewrites
+and catch-ups, after a kill, and after a refused write — and once caught up the index alone holds
+them; a word searched for is matched literally (never FTS5 syntax), every word must be there, any
+case, newest first, bounded; a version 2 file written by the version 2 code is upgraded on opening
+(indexing nothing) and searchable; a search answers while another process keeps the write lock."""
 
 from __future__ import annotations
 
@@ -12,16 +13,24 @@ from typing import Any
 
 import pytest
 import trio
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from capabilities.cli._history import holds, said_in, tokens
 from capabilities.storage import _layout
+from capabilities.storage._busy import BusyPolicy
 from capabilities.storage._codec import RecordCodec
 from capabilities.storage._database import open_database
 from capabilities.storage._layout import prepare
 from capabilities.storage._log import SqliteConversationLog, write_records
-from capabilities.storage._search import find_said, match_expression, searchable
+from capabilities.storage._search import (
+    behind,
+    catch_up,
+    find_said,
+    match_expression,
+    searchable,
+    unindexed,
+)
 from effectagent.core import (
     ConversationCreated,
     LogEntry,
@@ -82,9 +91,8 @@ def _append(conn: sqlite3.Connection, conversation: str, records: list[Record]) 
     conn.execute("COMMIT")
 
 
-def _agrees(conn: sqlite3.Connection) -> None:
-    """The index holds exactly what the log says was said: the ``said`` rows are the messages
-    of the readable records, and the FTS index's every word instance is a word of those rows."""
+def _expected(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+    """The messages of the log's readable records, as ``said`` rows (no ``rowid``), sorted."""
     expected = []
     stored = conn.execute(
         "SELECT conversation_id, seq, type, version, body FROM records"
@@ -96,8 +104,36 @@ def _agrees(conn: sqlite3.Connection) -> None:
             continue  # an unreadable body is left out of the index
         for message in said_in([LogEntry(seq, record)]):
             expected.append((conversation, *message))
+    return sorted(expected)
+
+
+def _seen(conn: sqlite3.Connection) -> None:
+    """Without writing: the index holds only messages the log holds (each as the log holds it
+    now), and the index with the messages appended since it was caught up — what a search
+    matches — is every message of the log."""
+    expected = _expected(conn)
+    indexed = conn.execute("SELECT conversation_id, seq, who, at, text FROM said").fetchall()
+    assert set(indexed) <= set(expected)
+    tail, beyond = unindexed(conn, 10_000)
+    assert beyond == 0
+    assert sorted(indexed + tail) == expected
+
+
+def _caught_up(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    catch_up(conn)
+    conn.execute("COMMIT")
+
+
+def _agrees(conn: sqlite3.Connection) -> None:
+    """After a catch-up the index holds exactly what the log says was said: the ``said`` rows
+    are the messages of the readable records, every conversation's mark is its last record,
+    and the FTS index's every word instance is a word of those rows."""
+    _seen(conn)
+    _caught_up(conn)
+    assert behind(conn) == []
     rows = conn.execute("SELECT rowid, conversation_id, seq, who, at, text FROM said").fetchall()
-    assert sorted(row[1:] for row in rows) == sorted(expected)
+    assert sorted(row[1:] for row in rows) == _expected(conn)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.words USING fts5vocab(main, said_index, instance)")  # fmt: skip
     indexed = sorted(conn.execute("SELECT doc, term, offset FROM temp.words"))
     wanted = sorted(
@@ -135,15 +171,35 @@ OPERATIONS = st.lists(
         st.tuples(st.just("delete"), st.integers(0, 20)),
         st.tuples(st.just("rewrite"), st.integers(0, 20), RECORDS),
         st.tuples(st.just("corrupt"), st.integers(0, 20)),
+        st.tuples(st.just("search")),
     ),
     max_size=12,
 )
 
 
 @given(OPERATIONS)
+@example(  # the newest record of a conversation deleted after a search, and its seq written again
+    [
+        ("append", [user("a", "oslo")]),
+        ("search",),
+        ("delete", 0),
+        ("append", [user("a", "rome")]),
+    ]
+)
+@example(  # a record rewritten after a search, then the next one
+    [
+        ("append", [user("a", "oslo"), user("a", "rome")]),
+        ("search",),
+        ("rewrite", 0, user("a", "bergen")),
+        ("append", [user("a", "paris")]),
+        ("search",),
+    ]
+)
 def test_the_index_agrees_with_the_log_whatever_is_appended_deleted_or_rewritten(
     operations: list[Any],
 ) -> None:
+    """Whatever happens between searches (a search catches the index up), a search sees the
+    log's messages, and after one the index holds exactly them."""
     conn = _connection()
     try:
         for operation in operations:
@@ -151,6 +207,10 @@ def test_the_index_agrees_with_the_log_whatever_is_appended_deleted_or_rewritten
             if kind == "append":
                 records = operation[1]
                 _append(conn, records[0].conversation_id, records)
+                _seen(conn)
+                continue
+            if kind == "search":
+                _agrees(conn)
                 continue
             rows = conn.execute("SELECT conversation_id, seq FROM records ORDER BY 1, 2").fetchall()
             if not rows:
@@ -170,7 +230,7 @@ def test_the_index_agrees_with_the_log_whatever_is_appended_deleted_or_rewritten
                     "UPDATE records SET body = '{not json' WHERE conversation_id = ? AND seq = ?",
                     where,
                 )
-            _agrees(conn)
+            _seen(conn)
         _agrees(conn)
     finally:
         conn.close()
@@ -186,7 +246,10 @@ def test_every_word_is_matched_as_written_never_as_query_syntax(
     try:
         for number, text in enumerate(texts):
             _append(conn, f"c{number}", [user(f"c{number}", text)])
+        unindexed = {said.conversation_id for said in find_said(conn, words, limit=100).said}
+        _caught_up(conn)
         found = {said.conversation_id for said in find_said(conn, words, limit=100).said}
+        assert unindexed == found  # matched without the index (not yet caught up) as with it
         if match_expression(words) is None:
             assert not any(map(searchable, words))
             assert found == set()
@@ -237,7 +300,9 @@ async def test_the_log_searches_what_was_said_not_tool_output_nor_reasoning() ->
                 )
             ],
         )
-        await log.append("b", [user("b", "oslo", kind="feedback"), user("b", "oslo", "steering")])
+        await log.append(
+            "b", [user("b", "oslo", kind="feedback", at=4.0), user("b", "oslo", "steering", at=4.0)]
+        )
         found = await log.search(["oslo"], limit=10)
         assert [(s.conversation_id, s.seq, s.who, s.text) for s in found.said] == [
             ("b", 2, "steering", "oslo"),
@@ -318,9 +383,88 @@ async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_se
         conn.close()
 
 
+def _index_size(conn: sqlite3.Connection) -> tuple[int, ...]:
+    """The rows of the index's every table (its messages, marks, and FTS5 segments)."""
+    return tuple(
+        conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        for table in ("said", "said_marks", "said_index_data", "said_index_docsize")
+    )
+
+
+async def test_an_append_never_writes_the_index_a_search_brings_it_up_to_date(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lazy.db"
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        empty = await database.read(_index_size)
+        for number in range(5):
+            await log.append(f"c{number}", [user(f"c{number}", f"Oslo trip {number}")])
+            await log.append(f"c{number}", [answer(f"c{number}", ("text", "Oslo, then."))])
+        assert await database.read(_index_size) == empty  # five runs in, nothing indexed
+        triggers = await database.read(
+            lambda conn: conn.execute(
+                "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'records'"
+            ).fetchall()
+        )
+        assert triggers  # deletions and rewrites only
+        assert not any("INSERT ON" in sql.upper() for (sql,) in triggers)
+
+        found = await log.search(["oslo"], limit=100)
+        assert len(found.said) == 10
+        assert found.conversations == 5
+        assert (await database.read(_index_size))[:2] == (10, 5)  # indexed, marks at the ends
+        assert await database.read(behind) == []
+
+        await log.append("c0", [user("c0", "Back from Oslo")])
+        caught = await database.read(_index_size)
+        assert caught[:2] == (10, 5)
+        assert [s.text for s in (await log.search(["back"], limit=10)).said] == ["Back from Oslo"]
+        assert (await database.read(_index_size))[:2] == (11, 5)
+        again = await database.read(_index_size)
+        await log.search(["oslo"], limit=10)  # nothing new: nothing written
+        assert await database.read(_index_size) == again
+
+
+async def test_a_search_answers_while_another_process_keeps_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """The index cannot be brought up to date (the lock stays busy past the bound): the search
+    matches the messages appended since the last one in memory, writes nothing, and says how
+    many it left out beyond its bound."""
+    path = tmp_path / "shared.db"
+    async with open_database(path, busy=BusyPolicy(bound=0.05)) as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", "indexed before", at=1.0)])
+        await log.search(["indexed"], limit=10)
+        await log.append("a", [user("a", "written before", at=2.0)])
+        await log.append("b", [user("b", "written before too", at=3.0)])
+        other = sqlite3.connect(path, isolation_level=None)  # another writer, mid-transaction
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            write_records(other, "a", [CODEC.encode(user("a", "written before, not committed"))])
+            with trio.fail_after(30):
+                found = await log.search(["before"], limit=10)
+            assert [s.text for s in found.said] == [
+                "written before too",
+                "written before",
+                "indexed before",
+            ]
+            assert (found.conversations, found.unsearched) == (2, 0)
+            assert (await database.read(_index_size))[:2] == (1, 1)  # nothing written
+            bounded = await database.read(lambda conn: find_said(conn, ["before"], 10, 1))
+            assert [s.text for s in bounded.said] == ["written before too", "indexed before"]
+            assert bounded.unsearched == 1
+            other.execute("COMMIT")
+        finally:
+            other.close()
+        assert len((await log.search(["written"], limit=10)).said) == 3
+        assert (await database.read(_index_size))[:2] == (4, 2)
+
+
 async def test_a_search_reads_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
     path = tmp_path / "shared.db"
-    async with open_database(path) as database:
+    async with open_database(path, busy=BusyPolicy(bound=0.05)) as database:
         log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
         await log.append("a", [user("a", "written before")])
         other = sqlite3.connect(path, isolation_level=None)  # another writer, mid-transaction
