@@ -61,7 +61,7 @@ from ._errors import (
 )
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
-from ._search import SaidFound, behind, catch_up, find_said
+from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
 
 __all__ = ["SqliteConversationLog", "write_records"]
 
@@ -347,11 +347,13 @@ class SqliteConversationLog:
         is matched as written, never read as query syntax; one of punctuation alone is left
         out, and when no word is left nothing is found.
 
-        First brings the index up to date with the log (one write transaction, waiting for
-        another process's write lock as the database's busy policy says; only when something
-        was appended since the last search), then searches what the log holds at that moment.
-        When the write lock stays busy past the policy's bound, the search still answers from
-        the index and the newest messages appended since it was brought up to date
+        What it finds is what the log holds at one moment: the index, and the messages
+        appended since the index was last brought up to date, matched in memory. A search that
+        meets such messages brings the index up to date with them (one write transaction,
+        waiting for another process's write lock as the database's busy policy says); when more
+        than ``QUICK_TAIL`` records wait (the first search of a long log), it does so before it
+        searches. When the write lock stays busy past the policy's bound, the search still
+        answers, from the index and the newest messages appended since
         (``SaidFound.unsearched`` counts older ones it left out: see ``_search``).
 
         Raises :class:`ReadFailed` when SQLite cannot read, :class:`WriteFailed` when it cannot
@@ -360,8 +362,12 @@ class SqliteConversationLog:
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
-        if await self.database.read(behind):
-            # Busy: answered from the index as it is and the messages appended since.
+        read = self.database.read
+        found, waiting = await read(lambda conn: look_up(conn, words, limit, within=QUICK_TAIL))
+        if waiting:  # appended since the last search: indexed now, for the next one
+            # Busy: answered from the index as it is and what was appended since.
             with contextlib.suppress(DatabaseBusy):
                 await self.database.write(catch_up)
-        return await self.database.read(lambda conn: find_said(conn, words, limit))
+        if found is None:  # too much was waiting to match in memory: searched once caught up
+            found = await read(lambda conn: find_said(conn, words, limit))
+        return found

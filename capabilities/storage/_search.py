@@ -20,16 +20,17 @@ searching is rare, so an append writes its records and nothing else. Three table
 * ``said_marks`` — each conversation's high-water mark: every record of it up to that ``seq``
   is indexed. (``records`` has no rowid, and its keys are per conversation, so the mark is too.)
 
-A search first catches the index up (:func:`catch_up`, in one write transaction, so a crash at
-any point leaves index and marks agreeing): the records past each conversation's mark become
+A search reads, in one snapshot, the index and the records appended since it was last brought up
+to date (:func:`look_up`, :func:`find_said`): those are matched in a small in-memory index made
+like the stored one, so what it finds is what the log holds at that moment. Finding them reads
+two index entries per conversation, never the records themselves (:data:`_BEHIND`). When it met
+any, the search then catches the index up (:func:`catch_up`, in one write transaction, so a crash
+at any point leaves index and marks agreeing): the records past each conversation's mark become
 messages, in the order they were said (their ``at``), and the marks move to the conversation's
-last record. Finding those conversations reads two index entries per conversation, never the
-records themselves (:data:`_BEHIND`). The search then reads, in one snapshot, the index and the
-records appended since (:func:`find_said`): what it finds is what the log holds at that moment.
-When the catch-up cannot have the write lock (another process keeps it past the storage's busy
-bound), the search still answers from that snapshot: the messages not yet indexed are matched in
-a small in-memory index of their own — the newest :data:`TAIL_BOUND` of them; how many older ones
-it left out is in :class:`SaidFound`.
+last record. When more than :data:`QUICK_TAIL` records wait (the first search of a long log),
+it catches up first, then searches. When the catch-up cannot have the write lock (another process
+keeps it past the storage's busy bound), the search still answers: from the index and the newest
+:data:`TAIL_BOUND` messages it lacks; how many older ones it left out is in :class:`SaidFound`.
 
 A record deleted from ``records`` or rewritten in place takes its message out of the index (or
 puts the new one in) by triggers on deletes and updates (an append fires neither); a deletion
@@ -55,11 +56,13 @@ import attrs
 __all__ = [
     "Said",
     "SaidFound",
+    "QUICK_TAIL",
     "TAIL_BOUND",
     "add_search",
     "behind",
     "catch_up",
     "find_said",
+    "look_up",
     "match_expression",
     "searchable",
     "unindexed",
@@ -178,6 +181,10 @@ _UNINDEXED: Final = _messages(
 #: bring the index up to date: see the module notes).
 TAIL_BOUND: Final = 10_000
 
+#: The most records not yet indexed that a search matches in memory before it brings the index
+#: up to date (more: it catches up first, then searches; see ``SqliteConversationLog.search``).
+QUICK_TAIL: Final = 1_000
+
 
 def add_search(conn: sqlite3.Connection) -> None:
     """Add the search tables and their triggers, empty: every conversation's mark is 0, so the
@@ -287,11 +294,14 @@ def _matching(
     return [tail[place] for (place,) in places]
 
 
-def unindexed(conn: sqlite3.Connection, bound: int) -> tuple[list[tuple[Any, ...]], int]:
+def unindexed(
+    conn: sqlite3.Connection, bound: int, late: list[tuple[str, int, int]] | None = None
+) -> tuple[list[tuple[Any, ...]], int]:
     """The newest ``bound`` messages the log holds and the index does not yet (``said`` rows
-    without the ``rowid``, the last said first), and how many older ones there are beyond them.
-    Reads (inside the caller's transaction, for one snapshot)."""
-    late = behind(conn)
+    without the ``rowid``, the last said first), and how many older ones there are beyond them;
+    ``late`` is :func:`behind` when the caller has it. Reads (inside the caller's transaction,
+    for one snapshot)."""
+    late = behind(conn) if late is None else late
     if not late:
         return [], 0
     rows = conn.execute(
@@ -301,37 +311,60 @@ def unindexed(conn: sqlite3.Connection, bound: int) -> tuple[list[tuple[Any, ...
     return newest, sum(1 for _ in rows)
 
 
+def _searched(
+    conn: sqlite3.Connection,
+    expression: str | None,
+    limit: int,
+    tail_bound: int,
+    late: list[tuple[str, int, int]],
+) -> SaidFound:
+    """The search of :func:`find_said`, inside the caller's read transaction; ``late`` is
+    :func:`behind` in it."""
+    tail, unsearched = unindexed(conn, tail_bound, late)
+    hits = _matching(tail, expression, limit) if expression and limit > 0 and tail else []
+    if expression is not None and len(hits) < limit:
+        hits += conn.execute(
+            "SELECT said.conversation_id, said.seq, said.who, said.at, said.text "
+            "FROM said_index JOIN said ON said.rowid = said_index.rowid "
+            "WHERE said_index MATCH ? ORDER BY said_index.rowid DESC LIMIT ?",
+            (expression, limit - len(hits)),
+        ).fetchall()
+    (conversations,) = conn.execute("SELECT count(DISTINCT conversation_id) FROM said").fetchone()
+    for conversation in {row[0] for row in tail}:  # those only the tail has messages of
+        known = conn.execute(
+            "SELECT 1 FROM said WHERE conversation_id = ? LIMIT 1", (conversation,)
+        ).fetchone()
+        conversations += known is None
+    return SaidFound(tuple(_said(hits)), int(conversations), unsearched)
+
+
 def find_said(
     conn: sqlite3.Connection, words: Sequence[str], limit: int, tail_bound: int = TAIL_BOUND
 ) -> SaidFound:
     """The ``limit`` messages written last that hold every one of ``words`` (none when no word is
     searchable), the last first, and the conversations searched — in what the log holds now:
-    the index, and the newest ``tail_bound`` messages appended since it was brought up to date
-    (usually none: the search brought it up to date just before). Runs in a reader thread, in
-    one snapshot (one transaction)."""
-    expression = match_expression(words)
+    the index, and the newest ``tail_bound`` messages appended since it was brought up to date.
+    Runs in a reader thread, in one snapshot (one transaction)."""
     conn.execute("BEGIN")
     try:
-        tail, unsearched = unindexed(conn, tail_bound)
-        hits = _matching(tail, expression, limit) if expression and limit > 0 and tail else []
-        if expression is not None and len(hits) < limit:
-            hits += conn.execute(
-                "SELECT said.conversation_id, said.seq, said.who, said.at, said.text "
-                "FROM said_index JOIN said ON said.rowid = said_index.rowid "
-                "WHERE said_index MATCH ? ORDER BY said_index.rowid DESC LIMIT ?",
-                (expression, limit - len(hits)),
-            ).fetchall()
-        (conversations,) = conn.execute(
-            "SELECT count(DISTINCT conversation_id) FROM said"
-        ).fetchone()
-        for conversation in {row[0] for row in tail}:  # those only the tail has messages of
-            if (
-                conn.execute(
-                    "SELECT 1 FROM said WHERE conversation_id = ? LIMIT 1", (conversation,)
-                ).fetchone()
-                is None
-            ):
-                conversations += 1
+        return _searched(conn, match_expression(words), limit, tail_bound, behind(conn))
     finally:
         conn.execute("COMMIT")
-    return SaidFound(tuple(_said(hits)), int(conversations), unsearched)
+
+
+def look_up(
+    conn: sqlite3.Connection, words: Sequence[str], limit: int, *, within: int
+) -> tuple[SaidFound | None, int]:
+    """What :func:`find_said` finds, and how many records the log holds past the index's marks
+    (at most: 0 when it is up to date) — or None for what it finds when that is more than
+    ``within`` records (the caller brings the index up to date first, rather than match them
+    in memory). Runs in a reader thread, in one snapshot (one transaction)."""
+    conn.execute("BEGIN")
+    try:
+        late = behind(conn)
+        waiting = sum(last - mark for _, mark, last in late)
+        if waiting > within:
+            return None, waiting
+        return _searched(conn, match_expression(words), limit, TAIL_BOUND, late), waiting
+    finally:
+        conn.execute("COMMIT")

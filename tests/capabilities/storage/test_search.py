@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from capabilities.cli._history import holds, said_in, tokens
-from capabilities.storage import _layout
+from capabilities.storage import _layout, _log
 from capabilities.storage._busy import BusyPolicy
 from capabilities.storage._codec import RecordCodec
 from capabilities.storage._database import open_database
@@ -391,9 +391,12 @@ def _index_size(conn: sqlite3.Connection) -> tuple[int, ...]:
     )
 
 
+@pytest.mark.parametrize("quick_tail", [_log.QUICK_TAIL, 0])
 async def test_an_append_never_writes_the_index_a_search_brings_it_up_to_date(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tail: int
 ) -> None:
+    """(``quick_tail`` 0: every search that meets new records catches the index up first.)"""
+    monkeypatch.setattr(_log, "QUICK_TAIL", quick_tail)
     path = tmp_path / "lazy.db"
     async with open_database(path) as database:
         log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
@@ -427,7 +430,7 @@ async def test_an_append_never_writes_the_index_a_search_brings_it_up_to_date(
 
 
 async def test_a_search_answers_while_another_process_keeps_the_write_lock(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The index cannot be brought up to date (the lock stays busy past the bound): the search
     matches the messages appended since the last one in memory, writes nothing, and says how
@@ -452,6 +455,9 @@ async def test_a_search_answers_while_another_process_keeps_the_write_lock(
             ]
             assert (found.conversations, found.unsearched) == (2, 0)
             assert (await database.read(_index_size))[:2] == (1, 1)  # nothing written
+            with monkeypatch.context() as patch:  # too much waiting to match before catching up
+                patch.setattr(_log, "QUICK_TAIL", 0)
+                assert await log.search(["before"], limit=10) == found
             bounded = await database.read(lambda conn: find_said(conn, ["before"], 10, 1))
             assert [s.text for s in bounded.said] == ["written before too", "indexed before"]
             assert bounded.unsearched == 1
