@@ -24,6 +24,7 @@ from capabilities.storage._database import open_database
 from capabilities.storage._layout import prepare
 from capabilities.storage._log import SqliteConversationLog, write_records
 from capabilities.storage._search import (
+    QUICK_TAIL,
     behind,
     catch_up,
     find_said,
@@ -391,7 +392,7 @@ def _index_size(conn: sqlite3.Connection) -> tuple[int, ...]:
     )
 
 
-@pytest.mark.parametrize("quick_tail", [_log.QUICK_TAIL, 0])
+@pytest.mark.parametrize("quick_tail", [QUICK_TAIL, 0])
 async def test_an_append_never_writes_the_index_a_search_brings_it_up_to_date(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, quick_tail: int
 ) -> None:
