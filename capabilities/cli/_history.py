@@ -9,8 +9,8 @@ finds "e-mail" and "e mail"); a word of punctuation alone is left out, and a sea
 else is refused with a sentence (:func:`words_of`).
 
 On the SQLite log the search is the storage's full-text index (``SqliteConversationLog.search``:
-every stored conversation is searched, fast). Appends never write the index: the search brings it
-up to date first, with what was appended since the last search (the first search of a long log
+every stored conversation is searched, fast). Appends never write the index: a search matches
+what was appended since the last one in memory, then indexes it (the first search of a long log
 pays for indexing it, once). Newest first is the order the messages were indexed in: each search
 indexes what was appended since the one before in the order it was said. A log without an index
 (the in-memory one) is scanned instead, conversations newest first, up to :data:`SCAN_RECORDS`
