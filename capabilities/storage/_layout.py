@@ -24,7 +24,7 @@ Versions:
 3. full-text search over what was said (``_search``: the ``said`` table, its FTS5 index
    ``said_index``, each conversation's high-water mark in ``said_marks``, and triggers on
    deletions and rewrites of ``records``); an append writes none of them — a search brings the
-   index up to date first — so the upgrade adds them empty, at once however long the log.
+   index up to date — so the upgrade adds them empty, at once however long the log.
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 

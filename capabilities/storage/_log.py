@@ -26,7 +26,7 @@ A run the process was running when it died stays as far as its last append got (
 the durable runtime's, ``capabilities.durable``); its lane frees itself when its lease runs out.
 
 What was said is searched (:meth:`SqliteConversationLog.search`) on a full-text index
-(``_search``) that an append never writes: the search brings it up to date with the log first.
+(``_search``) that an append never writes: a search brings it up to date with the log.
 
 An append whose records deliver admitted steering (a ``UserInputRecorded`` of kind steering or
 follow-up) marks that input delivered in the same transaction, so an input is never both queued
