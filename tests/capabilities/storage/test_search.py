@@ -367,8 +367,9 @@ async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_se
 
     async with open_database(path) as database:
         log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        assert (await database.read(_index_size))[:2] == (0, 0)  # the upgrade indexed nothing
         found = await log.search(["oslo"], limit=10)
-        # Those indexed by the upgrade are ordered by when they were said.
+        # Those indexed by the first search are ordered by when they were said.
         assert [s.text for s in found.said] == [
             "Another trip to Oslo",
             "Oslo, in winter?",
