@@ -190,7 +190,8 @@ def _count(number: int, what: str) -> str:
 
 async def history(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent history SEARCH``: the newest messages holding every word, one a line.
-    Cancellation: reads only; nothing changes."""
+    Cancellation: the search may bring the full-text index up to date first, in one transaction
+    that is all or nothing; the log itself is only read."""
     words = words_of(" ".join(args.search))
     if not words:
         raise UsageError("history needs something to search for")
@@ -229,6 +230,15 @@ async def history(args: argparse.Namespace, environ: Mapping[str, str], console:
                 "dim",
                 f"the search stopped after reading its bound of records: "
                 f"{_count(found.unread, 'older conversation')} not read",
+            )
+        )
+    if found.unsearched:
+        console.err.line(
+            Styled(
+                "dim",
+                "another process kept the database's write lock: "
+                f"{_count(found.unsearched, 'older message')} written since the last search "
+                "not searched",
             )
         )
     return EXIT_COMPLETED

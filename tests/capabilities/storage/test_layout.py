@@ -64,7 +64,7 @@ async def test_a_new_file_is_made_at_the_current_version(tmp_path: Path) -> None
     assert {"records", "sessions", "agent_state", "steering_inputs"} <= tables
     assert {"submissions", "lanes", "durable_steps", "aborts", "durable_audit"} <= tables
     assert "epoch INTEGER" in _schema(path)["steering_inputs"]
-    assert {"said", "said_index", "records_said", "records_unsaid", "records_resaid"} <= tables
+    assert {"said", "said_index", "said_marks", "records_unsaid", "records_resaid"} <= tables
 
 
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(tmp_path: Path) -> None:
