@@ -128,11 +128,14 @@ def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpe
     return child
 
 
-def terminal_screen(transcript: str, directory: Path, *, size: tuple[int, int] = (200, 40)) -> str:
+def terminal_screen(
+    transcript: str, directory: Path, *, size: tuple[int, int] = (200, 40), styles: bool = False
+) -> str:
     """What a terminal shows after receiving ``transcript`` (bytes as the command wrote them):
     it is written to a tmux pane of ``size`` (columns, rows) on a tmux server of the test's own
     (its socket in ``directory``), and the pane's text is read back (``capture-pane``). No
-    waiting on time: the pane signals once it has written the transcript."""
+    waiting on time: the pane signals once it has written the transcript. With ``styles``, each
+    row keeps its colours and styles as SGR sequences (``capture-pane -e``)."""
     assert TMUX is not None
     socket = str(directory / "tmux.sock")
     shown = directory / "transcript.bin"
@@ -150,7 +153,11 @@ def terminal_screen(transcript: str, directory: Path, *, size: tuple[int, int] =
     try:
         subprocess.run([*tmux, "wait-for", "shown"], check=True, timeout=30)
         return subprocess.run(
-            [*tmux, "capture-pane", "-p"], check=True, capture_output=True, text=True, timeout=30
+            [*tmux, "capture-pane", "-p", *(["-e"] if styles else [])],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
         ).stdout
     finally:
         subprocess.run([*tmux, "kill-server"], check=False, timeout=30)

@@ -262,10 +262,12 @@ def test_a_chat_draws_the_answer_as_markdown_once_complete_and_no_markup_of_its_
     assert "\x1b]8;" not in raw  # no hyperlink, ever
     assert "\x1b[2J" not in raw
     assert "\u202e" not in raw
-    code = [line for line in raw.splitlines() if "return" in line and "2" in line]
-    assert code
-    assert all(SGR.search(line) for line in code)  # highlighted
-    screen = terminal_screen(raw, tmp_path).splitlines()
+    # Judged on the screen a terminal shows, not on the bytes: on a busy machine the input line
+    # may be redrawn between two writes of a drawn line, which a terminal puts together again.
+    styled = terminal_screen(raw, tmp_path, styles=True).splitlines()
+    (code,) = [row for row in styled if "return" in row]
+    assert SGR.search(code)  # highlighted
+    screen = [only_styles_left(row) for row in styled]
     assert "Thinking about it" in screen  # the interrupted answer, drawn: bold, no stars
     (prose,) = [row for row in screen if "[bold]not markup[/bold]" in row]
     assert prose.startswith("Use care: [bold]not markup[/bold], [link=https://evil.example]")
