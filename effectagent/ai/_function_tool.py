@@ -104,6 +104,7 @@ def tool(
     title: str | None = None,
     timeout: float | None = None,
     reconcile: Reconcile[Any, Any] | None = None,
+    sequential: bool = False,
 ) -> _ToolDecorator: ...
 def tool(
     fn: Callable[..., Awaitable[Any]] | None = None,
@@ -122,9 +123,9 @@ def tool(
     (a ``TaggedError`` class or a tuple of them). Every other keyword is passed to :class:`Tool`:
     ``failure_mode``, ``needs_approval``, ``denial_is_terminal``, ``targets``, ``summarize``,
     ``readonly``, ``destructive``, ``idempotent``, ``open_world``, ``title``, ``timeout``,
-    ``reconcile`` (which receives the decoded arguments, as ``needs_approval`` does). The
-    functions among them (``needs_approval``, ``targets``, ``summarize``) receive the decoded
-    arguments: an object with one attribute per parameter (``args.path``).
+    ``reconcile`` (which receives the decoded arguments, as ``needs_approval`` does),
+    ``sequential``. The functions among them (``needs_approval``, ``targets``, ``summarize``)
+    receive the decoded arguments: an object with one attribute per parameter (``args.path``).
 
     The tool carries its handler, so ``Toolkit(search, fetch).handlers()`` binds both; a handler
     given to ``handlers`` still overrides a tool's own. The function stays reachable as

@@ -186,6 +186,14 @@ class Tool(Generic[P, S]):
     ``ApprovalDenied`` once the batch has committed; by default the model sees the rejection and
     carries on.
 
+    Scheduling: ``sequential=True`` makes each call of the tool run alone in its batch — after
+    every call the model declared before it has settled, and before any declared after it starts
+    (the calls between two sequential ones still run concurrently, and every result still commits
+    in declaration order). Use it for a tool whose calls must not interleave with others: one
+    that changes what the other tools read, or one that holds a resource of its own. It orders
+    the calls of a model's batch only; a tool used as another tool's ``inner_tools`` runs when
+    that tool's handler calls it.
+
     A ``Tool[P, S]`` is typed by its ``parameters`` and ``success`` (``Tool[Lookup, Forecast]``;
     ``Any`` for what is not given, and for a dynamic tool's success); its handler is an ``async``
     callable of ``(params: P, context)`` returning ``S`` (or a ``returns`` ``Result[S, E]``), and
@@ -220,6 +228,7 @@ class Tool(Generic[P, S]):
         "parameters",
         "parameters_schema",
         "reconcile",
+        "sequential",
         "success",
         "success_schema",
         "summarize",
@@ -251,6 +260,7 @@ class Tool(Generic[P, S]):
         handler: Handler[P, S] | None = None,
         inner_tools: Iterable[Tool[Any, Any]] = (),
         reconcile: Reconcile[P, S] | None = None,
+        sequential: bool = False,
     ) -> None:
         need("Tool", "name", name, str, "a str")
         if not _NAME.match(name):
@@ -273,6 +283,7 @@ class Tool(Generic[P, S]):
             ("readonly", readonly),
             ("idempotent", idempotent),
             ("open_world", open_world),
+            ("sequential", sequential),
         ):
             need(owner, flag, value, bool, "a bool")
         if destructive is not None:
@@ -318,6 +329,8 @@ class Tool(Generic[P, S]):
         self.targets = targets
         self.summarize = summarize
         self.timeout = timeout
+        # Whether each call runs alone in its batch, in declaration order (see the class notes).
+        self.sequential = sequential
         self.handler: Handler[P, S] | None = handler
         # Asked, for a call that may have run before its run was resumed, whether it took effect.
         self.reconcile: Reconcile[P, S] | None = reconcile

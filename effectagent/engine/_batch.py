@@ -13,7 +13,9 @@ each, all children of the batch's nursery — but a call that never waits (a cac
 computation) costs no task at all, and a batch of one call needs no nursery. Each call runs in a
 copy of its worker's ``contextvars`` context, exactly as a child task would
 (:func:`~effectagent.engine._eager.in_context`): a context variable a handler sets never reaches
-another call, the run or the caller.
+another call, the run or the caller. A call of a ``sequential`` tool runs alone: the calls before
+it settle first, and those after it start once it has settled
+(:func:`~effectagent.engine._scheduler.run_groups`).
 
 Every call settles exactly once, and each settlement is announced (``ToolCallSucceeded`` /
 ``ToolCallFailed``) exactly once: a call as it settles; if the run is interrupted (or its deadline
@@ -54,7 +56,7 @@ from ._host import BatchScope
 from ._permits import Permit
 from ._replay import plan_resumed, unknown_for_prepared
 from ._resume import BatchReplay
-from ._scheduler import BatchLedger, WorkerPool
+from ._scheduler import BatchLedger, WorkerPool, run_groups
 
 __all__ = ["Batch", "BatchResult"]
 
@@ -213,16 +215,16 @@ class Batch:
             # checkpoint must still commit the batch (every prepared call gets its settlement).
             for settled in early:
                 self._announce(settled.outcome)
-            if len(runnable) == 1:
-                # One call: nothing could run beside it, so it needs no task and no nursery.
-                only = runnable[0]
-                self._settled(only, await in_context(self._runner.run(only), copy_context()))
+            if any(c.tool.sequential for c in runnable):
+                # A sequential call runs alone: the batch runs group after group (see
+                # ``run_groups``), and starts no group after one an interruption cut short.
+                for group in run_groups([c.tool.sequential for c in runnable]):
+                    calls = runnable[group.start : group.stop]
+                    yielded |= await self._run_group(calls)
+                    if not all(ledger.is_settled(c.index) for c in calls):
+                        break
             elif runnable:
-                # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers,
-                # no Exits; each call's outcome is reified by ``CallRunner.run``).
-                async with trio.open_nursery() as nursery:
-                    await _Workers(self, runnable, nursery).work()
-                yielded = True  # leaving a nursery is always a schedule point
+                yielded = await self._run_group(runnable)
             if not ledger.complete:
                 # Each call absorbs its own Cancelled, so an interrupted batch can get here
                 # without raising: surface the cancellation now, so the rest settle as interrupted.
@@ -249,6 +251,24 @@ class Batch:
             delegated=self.allowance.totals(),
             yielded=yielded,
         )
+
+    async def _run_group(self, calls: list[PlannedCall]) -> bool:
+        """Run ``calls`` concurrently (eagerly, see the module notes) and settle each; True when
+        that left a nursery (a schedule point).
+
+        Cancellation: an interruption ends the calls quietly (see ``CallRunner.run``); those not
+        settled are left for the batch to settle as interrupted.
+        """
+        if len(calls) == 1:
+            # One call: nothing could run beside it, so it needs no task and no nursery.
+            only = calls[0]
+            self._settled(only, await in_context(self._runner.run(only), copy_context()))
+            return False
+        # A plain nursery: the workers need none of a Scope's bookkeeping (no finalizers, no
+        # Exits; each call's outcome is reified by ``CallRunner.run``).
+        async with trio.open_nursery() as nursery:
+            await _Workers(self, calls, nursery).work()
+        return True  # leaving a nursery is always a schedule point
 
     async def _prepare(self, calls: list[PlannedCall]) -> None:
         """Append the calls' ``ToolCallPrepared`` records, in declaration order, in one append.

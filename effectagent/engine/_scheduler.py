@@ -15,6 +15,10 @@ Invariants of :class:`WorkerPool` (property-tested in ``tests/engine/test_worker
 * a waiting call never holds up a queued one: whenever every worker's call is waiting, either no
   call is queued or a new worker is on its way;
 * there are never more workers than calls.
+
+Invariants of :func:`run_groups` (property-tested in ``tests/engine/test_sequential.py``): the
+groups cover every call once, in declaration order; a sequential call is a group of its own; no
+group holds a sequential call beside another.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import final
 
 from effectagent.core import ToolOutcome
 
-__all__ = ["BatchLedger", "WorkerPool"]
+__all__ = ["BatchLedger", "WorkerPool", "run_groups"]
 
 
 @final
@@ -125,3 +129,24 @@ class WorkerPool:
     def worker_started(self) -> None:
         """A worker asked for by :meth:`call_waits` has begun (it takes calls next)."""
         self.starting = 0
+
+
+def run_groups(sequential: Sequence[bool]) -> list[range]:
+    """The groups a batch's runnable calls run in, one group after another: ``sequential[i]`` is
+    whether call ``i`` (in declaration order) is of a ``sequential`` tool.
+
+    A sequential call is a group alone — it runs after every call before it has settled and
+    before any after it starts; the calls between two sequential ones are one group and run
+    concurrently. Without a sequential call there is one group: the whole batch. Pure.
+    """
+    groups: list[range] = []
+    start = 0
+    for index, alone in enumerate(sequential):
+        if alone:
+            if start < index:
+                groups.append(range(start, index))
+            groups.append(range(index, index + 1))
+            start = index + 1
+    if start < len(sequential):
+        groups.append(range(start, len(sequential)))
+    return groups
