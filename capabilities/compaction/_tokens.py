@@ -14,6 +14,7 @@ from typing import Any, final
 
 from effectagent.ai import (
     Message,
+    ReasoningContent,
     SystemMessage,
     TextContent,
     ToolCallContent,
@@ -61,8 +62,9 @@ class TokenizerCounter:
                     total += len(encode(part.name)) + len(encode(_payload(part.arguments)))
                 elif isinstance(part, ToolResultContent):
                     total += len(encode(part.name)) + len(encode(_payload(part.result)))
-                else:  # reasoning the model produced earlier
+                elif isinstance(part, ReasoningContent):  # what the model produced earlier
                     total += len(encode(part.text))
+                # NativeReasoningContent repeats the reasoning text (and opaque data): not counted.
         return total
 
     def layer(self) -> Layer:

@@ -52,6 +52,7 @@ from ._prices import DEFAULT_PRICES as DEFAULT_PRICES
 from ._prices import PRICES_TAKEN as PRICES_TAKEN
 from ._prompt import AssistantMessage as AssistantMessage
 from ._prompt import Message as Message
+from ._prompt import NativeReasoningContent as NativeReasoningContent
 from ._prompt import ReasoningContent as ReasoningContent
 from ._prompt import SystemMessage as SystemMessage
 from ._prompt import TextContent as TextContent
@@ -59,6 +60,8 @@ from ._prompt import ToolCallContent as ToolCallContent
 from ._prompt import ToolMessage as ToolMessage
 from ._prompt import ToolResultContent as ToolResultContent
 from ._prompt import UserMessage as UserMessage
+from ._reduce import DEFAULT_MAX_NATIVE_BLOCK_BYTES as DEFAULT_MAX_NATIVE_BLOCK_BYTES
+from ._reduce import DEFAULT_MAX_NATIVE_BYTES as DEFAULT_MAX_NATIVE_BYTES
 from ._reduce import DEFAULT_MAX_RESPONSE_BYTES as DEFAULT_MAX_RESPONSE_BYTES
 from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES as DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 from ._reduce import ModelResponse as ModelResponse
@@ -66,6 +69,7 @@ from ._reduce import ResponseReducer as ResponseReducer
 from ._reduce import TruncatedToolCall as TruncatedToolCall
 from ._response import FinishPart as FinishPart
 from ._response import FinishReason as FinishReason
+from ._response import NativeReasoningPart as NativeReasoningPart
 from ._response import ReasoningDeltaPart as ReasoningDeltaPart
 from ._response import ReasoningEndPart as ReasoningEndPart
 from ._response import ReasoningStartPart as ReasoningStartPart
@@ -110,6 +114,8 @@ __all__ = [
     "dollars",
     "model_name_of",
     "DEFAULT_ARGUMENT_LIMITS",
+    "DEFAULT_MAX_NATIVE_BLOCK_BYTES",
+    "DEFAULT_MAX_NATIVE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
     "AssistantMessage",
@@ -136,6 +142,8 @@ __all__ = [
     "OutputFormat",
     "ModelResponse",
     "ModelUnavailable",
+    "NativeReasoningContent",
+    "NativeReasoningPart",
     "OutputSchemaViolation",
     "ProviderError",
     "RateLimited",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -11,6 +12,7 @@ from effectagent.effect import _fast_init
 __all__ = [
     "AssistantMessage",
     "Message",
+    "NativeReasoningContent",
     "ReasoningContent",
     "SystemMessage",
     "TextContent",
@@ -37,6 +39,26 @@ class ReasoningContent:
 
     text: str
     type: Literal["reasoning"] = "reasoning"
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class NativeReasoningContent:
+    """Reasoning as a provider made it, to be sent back to that provider only: a signed thinking
+    block, an encrypted reasoning item, a thought signature (``data``, one block as the provider
+    takes it back, a JSON object). ``provider`` names the adapter family that made it (e.g.
+    ``"anthropic"``) and ``model`` the model; an adapter of another family leaves it out.
+
+    In a model's response, a block that was over the reducer's bounds, or whose text redaction
+    changed, has ``data=None`` and ``dropped`` says why (``"too-large"`` or ``"redacted"``,
+    ``size`` its size in bytes): a marker of what was not kept, never sent anywhere."""
+
+    provider: str
+    model: str
+    data: Mapping[str, Any] | None
+    dropped: str = ""
+    size: int = 0
+    type: Literal["native-reasoning"] = "native-reasoning"
 
 
 @_fast_init
@@ -88,9 +110,10 @@ class UserMessage:
 @_fast_init
 @attrs.frozen(slots=True)
 class AssistantMessage:
-    """What the model said: text, reasoning and tool calls, in order."""
+    """What the model said: text, reasoning and tool calls, in order — and the provider-native
+    reasoning of that turn (:class:`NativeReasoningContent`), which only its own provider reads."""
 
-    content: tuple[TextContent | ReasoningContent | ToolCallContent, ...]
+    content: tuple[TextContent | ReasoningContent | ToolCallContent | NativeReasoningContent, ...]
     role: Literal["assistant"] = "assistant"
 
 

@@ -15,12 +15,21 @@ arguments grow past ``max_argument_bytes`` stops being accumulated (only a short
 the count goes on); it ends as a :class:`TruncatedToolCall` with reason ``"too-large"``, never as
 a call to execute.
 
+Provider-native reasoning (:class:`NativeReasoningPart`: a signed thinking block, an encrypted
+reasoning item, a thought signature) is bounded apart — it repeats the reasoning text the
+response already counted, and is opaque besides: ``max_native_block_bytes`` bounds each block
+(the UTF-8 size of its compact JSON) and ``max_native_bytes`` all of a response's blocks. A block
+over either is dropped whole, never cut (a cut block is worthless: the provider checks it), and
+leaves a :class:`NativeReasoningContent` marker with ``data=None``, ``dropped="too-large"`` and
+its size. The response goes on.
+
 :meth:`ResponseReducer.feed` is one ``match`` over the part classes, with ``assert_never`` for the
 rest: a new part kind that the reducer does not handle is a type error, not a silent skip.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Literal, assert_never, final
 
 import attrs
@@ -28,11 +37,12 @@ import attrs
 from effectagent.effect import _fast_init
 
 from ._errors import AiError, MalformedResponse, ResponseTooLarge, format_bytes
-from ._prompt import ReasoningContent, TextContent
+from ._prompt import NativeReasoningContent, ReasoningContent, TextContent
 from ._response import (
     ErrorPart,
     FinishPart,
     FinishReason,
+    NativeReasoningPart,
     ReasoningDeltaPart,
     ReasoningEndPart,
     ReasoningStartPart,
@@ -51,6 +61,8 @@ from ._usage import Usage
 
 __all__ = [
     "ARGUMENT_HEAD_CHARS",
+    "DEFAULT_MAX_NATIVE_BLOCK_BYTES",
+    "DEFAULT_MAX_NATIVE_BYTES",
     "DEFAULT_MAX_RESPONSE_BYTES",
     "DEFAULT_MAX_TOOL_ARGUMENT_BYTES",
     "PART_OVERHEAD",
@@ -61,13 +73,18 @@ __all__ = [
 ]
 
 #: One entry of a response's content, in the order the model produced it.
-ResponseContent = TextContent | ReasoningContent | ToolCallPart
+ResponseContent = TextContent | ReasoningContent | ToolCallPart | NativeReasoningContent
 
 #: The most a response may be, in bytes, unless the reducer is told otherwise.
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: The most a tool call's argument text may be, in bytes, unless the reducer is told otherwise
 #: (the size the tools' argument decoder accepts by default).
 DEFAULT_MAX_TOOL_ARGUMENT_BYTES = 256 * 1024
+#: The most one provider-native reasoning block may be, in bytes (its compact JSON), unless the
+#: reducer is told otherwise: a thinking block of a large thinking budget with its signature.
+DEFAULT_MAX_NATIVE_BLOCK_BYTES = 512 * 1024
+#: The most all provider-native reasoning blocks of one response may be, in bytes.
+DEFAULT_MAX_NATIVE_BYTES = 2 * 1024 * 1024
 #: What each block or tool call a response opens adds to its size, besides its text: it costs
 #: memory even when empty, so an endless stream of empty blocks is bounded too.
 PART_OVERHEAD = 64
@@ -102,7 +119,8 @@ class ModelResponse:
     """One complete model response.
 
     ``content`` keeps text blocks, reasoning blocks and tool calls in the order the model produced
-    them; ``tool_calls`` are the calls again, alone, in declaration order.
+    them, and the provider-native reasoning blocks where they came (kept, or a marker of one
+    dropped); ``tool_calls`` are the calls again, alone, in declaration order.
     """
 
     content: tuple[ResponseContent, ...]
@@ -203,6 +221,8 @@ class ResponseReducer:
         "_max_argument_bytes",
         "_max_bytes",
         "_metadata",
+        "_native_limits",
+        "_native_size",
         "_open",
         "_order",
         "_oversized",
@@ -217,9 +237,13 @@ class ResponseReducer:
         *,
         max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_argument_bytes: int = DEFAULT_MAX_TOOL_ARGUMENT_BYTES,
+        max_native_block_bytes: int = DEFAULT_MAX_NATIVE_BLOCK_BYTES,
+        max_native_bytes: int = DEFAULT_MAX_NATIVE_BYTES,
     ) -> None:
-        if max_bytes < 1 or max_argument_bytes < 1:
+        if min(max_bytes, max_argument_bytes, max_native_block_bytes, max_native_bytes) < 1:
             raise ValueError("a response's limits are positive numbers of bytes")
+        self._native_limits = (max_native_block_bytes, max_native_bytes)
+        self._native_size = 0  # the native reasoning kept so far, in bytes
         self._max_bytes = max_bytes
         self._max_argument_bytes = max_argument_bytes
         self._size = 0  # the response's size so far, in bytes
@@ -229,7 +253,7 @@ class ResponseReducer:
         self._text: dict[str, _Block] = {}
         self._reasoning: dict[str, _Block] = {}
         self._open = 0  # blocks started and not yet ended
-        self._order: list[_Block | ToolCallPart] = []
+        self._order: list[_Block | ToolCallPart | NativeReasoningContent] = []
         self._params: dict[str, _Params] = {}
         self._calls: list[ToolCallPart] = []
         self._call_ids: set[str] = set()
@@ -290,6 +314,8 @@ class ResponseReducer:
                 self._error = part.error
             case ResponseMetadataPart():
                 self._metadata = part
+            case NativeReasoningPart():
+                self._native(part)
             case ToolResultPart():
                 pass  # a provider-executed tool: the provider reports it; nothing to run
             case _:
@@ -307,6 +333,17 @@ class ResponseReducer:
         self._size += size
         if self._size > self._max_bytes:
             raise self._too_large()
+
+    def _native(self, part: NativeReasoningPart) -> None:
+        size = utf8_size(json.dumps(part.data, ensure_ascii=False, separators=(",", ":")))
+        per_block, per_response = self._native_limits
+        if size > per_block or self._native_size + size > per_response:
+            self._order.append(
+                NativeReasoningContent(part.provider, part.model, None, "too-large", size)
+            )
+            return
+        self._native_size += size
+        self._order.append(NativeReasoningContent(part.provider, part.model, part.data, "", size))
 
     def _params_delta(self, call_id: str, part_type: str, delta: str) -> None:
         params = self._open_params(call_id, part_type)

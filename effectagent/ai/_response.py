@@ -6,7 +6,8 @@ the provider sent) and the engine resolves, validates and runs them.
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from collections.abc import Mapping
+from typing import Any, Literal, TypeAlias
 
 import attrs
 
@@ -20,6 +21,7 @@ __all__ = [
     "FinishPart",
     "FinishReason",
     "FINISH_REASONS",
+    "NativeReasoningPart",
     "ReasoningDeltaPart",
     "ReasoningEndPart",
     "ReasoningStartPart",
@@ -99,6 +101,20 @@ class ReasoningEndPart:
 
     id: str
     type: Literal["reasoning-end"] = "reasoning-end"
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class NativeReasoningPart:
+    """One block of reasoning as the provider made it and takes it back (``data``, a JSON
+    object: a signed thinking block, an encrypted reasoning item, a thought signature), made by
+    the adapter family ``provider`` for ``model``. It shows nothing; the engine records it (see
+    :class:`~effectagent.ai.NativeReasoningContent`)."""
+
+    provider: str
+    model: str
+    data: Mapping[str, Any]
+    type: Literal["native-reasoning"] = "native-reasoning"
 
 
 @_fast_init
@@ -190,6 +206,7 @@ ResponsePart: TypeAlias = (
     | ReasoningStartPart
     | ReasoningDeltaPart
     | ReasoningEndPart
+    | NativeReasoningPart
     | ToolParamsStartPart
     | ToolParamsDeltaPart
     | ToolParamsEndPart

@@ -21,6 +21,7 @@ import attrs
 from effectagent.ai import (
     AssistantMessage,
     Message,
+    NativeReasoningContent,
     ReasoningContent,
     TextContent,
     ToolCallContent,
@@ -55,6 +56,8 @@ __all__ = [
     "approval_decided",
     "assistant_message_of",
     "cut_off_note",
+    "native_reasoning_entry",
+    "native_reasoning_of",
     "parse_arguments",
     "project_messages",
 ]
@@ -74,7 +77,9 @@ class ConversationCreated:
 @attrs.frozen(slots=True, kw_only=True)
 class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
-    what the engine itself told the model (a final answer that did not decode, and why)."""
+    what the engine itself told the model (a final answer that did not decode, and why).
+    ``allowance``: on a run's input (kind user), the allowance it was given
+    (``RunAllowance.as_json()``), so a resumed run keeps it; None without one."""
 
     conversation_id: str
     run_id: str
@@ -83,6 +88,7 @@ class UserInputRecorded:
     text: str
     author: str
     at: float
+    allowance: dict[str, Any] | None = None
 
 
 def _context_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -130,7 +136,10 @@ class ContextAdded:
 @attrs.frozen(slots=True, kw_only=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
-    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept. ``model`` names
+    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept — and
+    ("native-reasoning", {"provider", "model", "data"}), a provider-native reasoning block
+    (redacted and bounded: one whose text redaction changed, or over the bound, is kept as a
+    marker {"provider", "model", "dropped", "size"} without its data). ``model`` names
     the model that answered (the model string or ``ModelKey`` name it was chosen by, or the
     member of a fallback chain that answered); None for the runtime's own model (and in records
     written before models were named)."""
@@ -367,6 +376,29 @@ def parse_arguments(arguments: Any) -> Any:
     return arguments
 
 
+def native_reasoning_entry(item: NativeReasoningContent) -> dict[str, Any]:
+    """The record value of a provider-native reasoning block (or of the marker of one dropped)."""
+    if item.data is None:
+        return {
+            "provider": item.provider,
+            "model": item.model,
+            "dropped": item.dropped,
+            "size": item.size,
+        }
+    return {"provider": item.provider, "model": item.model, "data": item.data}
+
+
+def native_reasoning_of(value: object) -> NativeReasoningContent | None:
+    """The provider-native reasoning block a record's ``("native-reasoning", value)`` entry
+    holds; None for a marker of one dropped, or a value of another shape. Pure."""
+    if not isinstance(value, Mapping):
+        return None
+    provider, model, data = value.get("provider"), value.get("model"), value.get("data")
+    if isinstance(provider, str) and isinstance(model, str) and isinstance(data, Mapping):
+        return NativeReasoningContent(provider, model, data)
+    return None
+
+
 def assistant_message_of(
     content: Iterable[tuple[str, Any]],
     *,
@@ -379,12 +411,16 @@ def assistant_message_of(
     tool-call IDs to their arguments already parsed from the very text the content holds, to
     spare parsing them again.
     """
-    parts: list[TextContent | ReasoningContent | ToolCallContent] = []
+    parts: list[TextContent | ReasoningContent | ToolCallContent | NativeReasoningContent] = []
     for kind, value in content:
         if kind == "text" and value:
             parts.append(TextContent(value))
         elif kind == "reasoning" and value:
             parts.append(ReasoningContent(value))
+        elif kind == "native-reasoning":
+            native = native_reasoning_of(value)
+            if native is not None:
+                parts.append(native)
         elif kind == "tool-call" and calls:
             call_id = value["id"]
             arguments = (

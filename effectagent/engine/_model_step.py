@@ -17,6 +17,12 @@ The response is bounded as it streams (``AgentPolicy.response_limits``, enforced
 one that grows too large stops the stream and fails the attempt with ``ResponseTooLarge``; a call
 whose arguments are too large is recorded as a marker (its size, the limit and a short, redacted
 head of its arguments), never with its text.
+
+Provider-native reasoning (a signed thinking block, an encrypted reasoning item, a thought
+signature) is recorded as content: bounded by the reducer, and dropped whole — a marker saying
+so is recorded instead — when redaction would change any text in it. Opaque data (a signature,
+encrypted content) cannot be read, so a secret the provider encrypted into it is out of reach of
+the redactor; what it can read, it checks.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from effectagent.ai import (
     Message,
     ModelRequest,
     ModelResponse,
+    NativeReasoningContent,
     PriceTable,
     ReasoningContent,
     ReasoningDeltaPart,
@@ -61,6 +68,7 @@ from effectagent.core import (
     UsageDelta,
     assistant_message_of,
     compact_json,
+    native_reasoning_entry,
     parse_arguments,
     redact_arguments,
     redact_json_text,
@@ -285,6 +293,10 @@ def _record_content(
                 text = item.text
                 reasoning = text if redactor is None else redactor.redact_text(text)
                 content.append(("reasoning", reasoning))
+            case NativeReasoningContent():
+                content.append(
+                    ("native-reasoning", native_reasoning_entry(_redacted(item, redactor)))
+                )
             case ToolCallPart():
                 call_id, name, raw = item.id, item.name, item.arguments
                 if redactor is None:
@@ -307,6 +319,15 @@ def _record_content(
         arguments[truncated.id] = shown
         content.append(("tool-call", entry))
     return tuple(content), arguments
+
+
+def _redacted(item: NativeReasoningContent, redactor: Redactor | None) -> NativeReasoningContent:
+    """``item``, or the marker of a block dropped because redaction changed it: its text must
+    not reach the record, and a signed block with other text would not verify anyway (the
+    provider checks the signature against the text it made)."""
+    if redactor is None or item.data is None or redactor.redact(item.data) == item.data:
+        return item
+    return NativeReasoningContent(item.provider, item.model, None, "redacted", item.size)
 
 
 def _shown(raw: str, redactor: Redactor | None) -> tuple[Any, str]:

@@ -44,6 +44,7 @@ import attrs
 from effectagent.ai import (
     Message,
     ModelResponse,
+    NativeReasoningContent,
     ReasoningContent,
     TextContent,
     ToolCallPart,
@@ -68,6 +69,7 @@ from effectagent.core import (
     ToolRejected,
     UsageTotals,
     UserInputRecorded,
+    native_reasoning_of,
     parse_arguments,
     project_messages,
 )
@@ -364,7 +366,7 @@ def step_of(record: ModelResponseRecorded, limits: ResponseLimits) -> ModelStep:
     """The model step a recorded response stands for, marked recorded (its record is not
     appended again). Its tool calls are the recorded ones — IDs, names and argument text as
     recorded (redacted, when redaction was on) — and its usage the record's. Pure."""
-    content: list[TextContent | ReasoningContent | ToolCallPart] = []
+    content: list[TextContent | ReasoningContent | ToolCallPart | NativeReasoningContent] = []
     calls: list[ToolCallPart] = []
     truncated: list[TruncatedToolCall] = []
     arguments: dict[str, Any] = {}
@@ -373,6 +375,10 @@ def step_of(record: ModelResponseRecorded, limits: ResponseLimits) -> ModelStep:
             content.append(TextContent(value))
         elif kind == "reasoning":
             content.append(ReasoningContent(value))
+        elif kind == "native-reasoning":
+            native = native_reasoning_of(value)
+            if native is not None:
+                content.append(native)
         elif kind == "tool-call":
             call_id, name, raw = value["id"], value["name"], value.get("arguments", "")
             raw = raw if isinstance(raw, str) else ""

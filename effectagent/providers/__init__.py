@@ -23,8 +23,10 @@ Everything else is private, one concept a module: ``_model_string`` (the strings
 ``_openai_chat``, ``_openai_responses``, ``_anthropic_messages`` and ``_gemini_content`` (each
 provider's pure request and stream mapping), ``_streaming`` (the shared streaming loop),
 ``_sse`` (event-stream decoding), ``_errors`` (typed errors), ``_output_schema`` (what each
-provider can enforce), ``_reasoning`` (replaying provider-native reasoning), ``_credentials``
-(keys).
+provider can enforce), ``_credentials`` (keys). Provider-native reasoning (signed thinking,
+encrypted reasoning items, thought signatures) is not kept here: each adapter streams it as
+``NativeReasoningPart`` parts, the engine records it, and each adapter sends back, from the prompt,
+only what its own provider family made.
 """
 
 from ._anthropic_model import Anthropic as Anthropic

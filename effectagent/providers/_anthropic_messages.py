@@ -8,9 +8,11 @@ Request
     text is left out. Tool-call arguments that are not a JSON object (the engine keeps unparsable
     text as it came) go back as ``{"value": ...}``, since ``input`` must be an object.
     **Thinking** goes back only as the signed ``thinking`` / ``redacted_thinking`` blocks the API
-    produced, remembered by the adapter for a turn that declared tool calls
-    (:mod:`~effectagent.providers._reasoning`): the API verifies signatures and requires them for the
-    turn whose tool results it reads. Plain reasoning text from elsewhere is not sent.
+    produced: the prompt's :class:`~effectagent.ai.NativeReasoningContent` of provider
+    ``"anthropic"`` (recorded with the response, so a run continued in another process has them),
+    first in a turn that declared tool calls — the API verifies signatures and requires them for
+    the turn whose tool results it reads. Plain reasoning text, and native reasoning another
+    provider made, are not sent.
     ``tool_choice``: auto, none, required → ``any``, a name → ``tool``. ``max_tokens`` (required
     by the API) is the request's ``max_output_tokens`` or the adapter's default. An
     :class:`~effectagent.ai.OutputFormat` becomes ``output_config.format`` (``json_schema``) when
@@ -23,7 +25,9 @@ Request
 
 Stream
     ``message_start`` gives the metadata and the input usage; each content block is a block of
-    parts: ``text`` → text, ``thinking`` → reasoning (its signature kept for replay),
+    parts: ``text`` → text, ``thinking`` → reasoning, and when it ends, with its signature, a
+    :class:`~effectagent.ai.NativeReasoningPart` of the block as the API takes it back (so does a
+    ``redacted_thinking`` block, which shows nothing),
     ``tool_use`` → a tool call whose ``input_json_delta`` pieces are its argument deltas, ended at
     ``content_block_stop`` and declared at ``message_stop`` — unless the stop reason is the length
     limit, which leaves the calls undeclared (truncated, never run). ``message_delta`` carries the
@@ -47,6 +51,8 @@ from effectagent.ai import (
     MalformedResponse,
     Message,
     ModelRequest,
+    NativeReasoningContent,
+    NativeReasoningPart,
     PromptCaching,
     ResponseMetadataPart,
     ResponsePart,
@@ -62,9 +68,9 @@ from effectagent.ai import (
 from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
 from ._errors import error_from_payload
 from ._output_schema import anthropic_output_schema, output_instructions
-from ._reasoning import ReasoningMemory
 
 __all__ = [
+    "FAMILY",
     "MessagesDecoder",
     "anthropic_messages",
     "anthropic_request_body",
@@ -82,13 +88,14 @@ _STOP: dict[str, FinishReason] = {
     "refusal": "content-filter",
 }
 
+#: The provider family its native reasoning is recorded under (and the only one it goes back to).
+FAMILY = "anthropic"
+
 _OWN_DELTAS = frozenset({"text_delta", "input_json_delta", "thinking_delta", "signature_delta"})
 
 
-def anthropic_messages(
-    messages: tuple[Message, ...], memory: ReasoningMemory | None = None
-) -> tuple[str, list[dict[str, Any]]]:
-    """(system text, ``messages``) of a Messages request; thinking replayed from ``memory``."""
+def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[str, Any]]]:
+    """(system text, ``messages``) of a Messages request (see the module notes)."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
 
@@ -108,7 +115,7 @@ def anthropic_messages(
             case UserMessage():
                 add("user", [{"type": "text", "text": p.text} for p in message.content if p.text])
             case AssistantMessage():
-                add("assistant", _assistant(message, memory))
+                add("assistant", _assistant(message))
             case ToolMessage():
                 results: list[dict[str, Any]] = []
                 for result in message.content:
@@ -124,11 +131,14 @@ def anthropic_messages(
     return "\n\n".join(system), turns
 
 
-def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> list[dict[str, Any]]:
-    first_call = next((p.id for p in message.content if isinstance(p, ToolCallContent)), None)
+def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
-    if memory is not None and first_call is not None:
-        blocks.extend(dict(block) for block in memory.recall(first_call))
+    if any(isinstance(p, ToolCallContent) for p in message.content):
+        blocks.extend(
+            dict(p.data)
+            for p in message.content
+            if isinstance(p, NativeReasoningContent) and p.provider == FAMILY and p.data
+        )
     for part in message.content:
         if isinstance(part, TextContent):
             if part.text:
@@ -168,14 +178,13 @@ def anthropic_request_body(
     model: str,
     *,
     max_tokens: int,
-    memory: ReasoningMemory | None = None,
     thinking_budget: int | None = None,
     options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole JSON body of a streamed Messages request. ``max_tokens`` applies when the
     request sets no ``max_output_tokens``; ``thinking_budget`` turns extended thinking on (see
     :func:`thinking_setting`); ``options`` are merged in last, except over keys already set."""
-    system, messages = anthropic_messages(request.messages, memory)
+    system, messages = anthropic_messages(request.messages)
     cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
     body: dict[str, Any] = {"model": model, "messages": messages, "max_tokens": cap, "stream": True}
     output = request.output
@@ -271,8 +280,8 @@ class MessagesDecoder:
     """Turns decoded Messages stream events into response parts (see the module notes).
 
     :meth:`feed` takes one event (a decoded JSON object with its ``type``), :meth:`end` the end of
-    the body. After the stream, :attr:`thinking_blocks` are the thinking blocks as the API takes
-    them back, and :attr:`call_ids` the tool calls whose input completed, in order.
+    the body. After the stream, :attr:`call_ids` are the tool calls whose input completed, in
+    order. ``model`` is what its native reasoning parts name.
     """
 
     __slots__ = (
@@ -283,14 +292,15 @@ class MessagesDecoder:
         "_ids",
         "_input",
         "_metadata",
+        "_model",
         "_output",
         "_reason",
         "call_ids",
-        "thinking_blocks",
     )
 
-    def __init__(self, *, call_ids: CallIds | None = None) -> None:
+    def __init__(self, *, call_ids: CallIds | None = None, model: str = "") -> None:
         self._ids = CallIds() if call_ids is None else call_ids
+        self._model = model
         self._metadata = False
         self._blocks = Blocks()
         self._content: dict[int, _Block] = {}
@@ -300,7 +310,6 @@ class MessagesDecoder:
         self._output = {"output_tokens": 0, "thinking": 0}
         self._complete = False
         self.call_ids: list[str] = []
-        self.thinking_blocks: list[dict[str, Any]] = []
 
     @property
     def complete(self) -> bool:
@@ -392,9 +401,11 @@ class MessagesDecoder:
                 block.thinking.append(thinking)
                 self._blocks.reasoning_delta(thinking, out)
         elif kind == "redacted_thinking":
-            self.thinking_blocks.append(
-                {"type": "redacted_thinking", "data": content.get("data", "")}
-            )
+            opaque = content.get("data")
+            if isinstance(opaque, str) and opaque:
+                self._blocks.end_all(out)
+                native = {"type": "redacted_thinking", "data": opaque}
+                out.append(NativeReasoningPart(FAMILY, self._model, native))
         elif kind == "tool_use":
             call_id, name = content.get("id"), content.get("name")
             if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
@@ -433,13 +444,13 @@ class MessagesDecoder:
             self._blocks.end_text(out)
         elif block.kind == "thinking":
             self._blocks.end_reasoning(out)
-            self.thinking_blocks.append(
-                {
+            if block.signature:  # unsigned, the API would not take it back
+                native = {
                     "type": "thinking",
                     "thinking": "".join(block.thinking),
                     "signature": block.signature,
                 }
-            )
+                out.append(NativeReasoningPart(FAMILY, self._model, native))
         elif block.call is not None:
             call = block.call
             block.call = None

@@ -28,7 +28,6 @@ from ._anthropic_messages import MessagesDecoder, anthropic_request_body
 from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
-from ._reasoning import ReasoningMemory
 from ._streaming import SdkErrors, stream_parts
 
 __all__ = ["Anthropic", "AnthropicModel"]
@@ -98,7 +97,7 @@ class AnthropicModel:
     #: prompt when Anthropic cannot express the schema), not in its own instructions.
     native_output: ClassVar[bool] = True
 
-    __slots__ = ("_client", "_errors", "_max_tokens", "_memory", "_options", "_secrets", "settings")
+    __slots__ = ("_client", "_errors", "_max_tokens", "_options", "_secrets", "settings")
 
     def __init__(
         self, settings: Anthropic, client: Any, errors: SdkErrors, secrets: tuple[str, ...]
@@ -107,7 +106,6 @@ class AnthropicModel:
         self._client = client
         self._errors = errors
         self._secrets = secrets
-        self._memory = ReasoningMemory()
         self._max_tokens = settings.max_tokens or default_max_tokens("anthropic", settings.model)
         options = dict(settings.extra_body)
         if settings.temperature is not None:
@@ -131,11 +129,10 @@ class AnthropicModel:
             request,
             self.settings.model,
             max_tokens=self._max_tokens,
-            memory=self._memory,
             thinking_budget=self.settings.thinking_budget,
             options=self._options,
         )
-        decoder = MessagesDecoder(call_ids=CallIds.of(request.messages))
+        decoder = MessagesDecoder(call_ids=CallIds.of(request.messages), model=self.settings.model)
         create = self._client.messages.with_streaming_response.create
         model, messages, max_tokens = (
             body.pop("model"),
@@ -149,17 +146,12 @@ class AnthropicModel:
                 model=model, messages=messages, max_tokens=max_tokens, stream=True, extra_body=body
             )
 
-        def remember() -> None:
-            if decoder.call_ids:
-                self._memory.remember(decoder.call_ids[0], decoder.thinking_blocks)
-
         return stream_parts(
             open_response,
             decoder,
             provider="Anthropic",
             errors=self._errors,
             secrets=self._secrets,
-            on_complete=remember,
         )
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

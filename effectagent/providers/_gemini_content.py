@@ -11,11 +11,14 @@ Request
     documents — with the call's ID and name; consecutive turns of one role are merged, empty text
     is left out. Arguments that are not a JSON object (the engine keeps unparsable text as it
     came) go back as ``{"value": ...}``, since ``args`` must be an object. **Thought signatures**
-    go back only as the API produced them, remembered by the adapter for a turn that declared tool
-    calls (:mod:`~effectagent.providers._reasoning`): each on the part it came with — the
-    function call it was attached to (the API checks the first call of each step of the current
-    turn), the turn's text, or a thought part, which is replayed with its text. Plain reasoning
-    text from elsewhere is not sent. Tools are ``function_declarations`` with
+    go back only as the API produced them: the prompt's
+    :class:`~effectagent.ai.NativeReasoningContent` of provider ``"google"`` *and of the same
+    model* (recorded with the response, so a run continued in another process has them), in a
+    turn that declared tool calls — each on the part it came with: the function call it was
+    attached to (by its ID, else by its place among the turn's calls; the API checks the first
+    call of each step of the current turn), the turn's text, or a thought part, which is replayed
+    with its text. Plain reasoning text, and native reasoning another provider or model made, are
+    not sent. Tools are ``function_declarations`` with
     ``parameters_json_schema`` (the tool's JSON Schema as it is); ``tool_choice``: auto → AUTO,
     none → NONE, required → ANY, a name → ANY restricted to that name. ``max_output_tokens`` is
     the request's, else the adapter's default. An :class:`~effectagent.ai.OutputFormat` becomes
@@ -31,7 +34,9 @@ Stream
     at once with its whole ``args`` (the API sends each call complete, so parallel calls never
     interleave) and declared when the body ends — unless the finish reason is the length limit,
     which leaves the calls undeclared (truncated, never run). A call without an ``id`` gets
-    ``call_<n>``. ``thoughtSignature`` on any part is kept for replay. Usage is cumulative (the
+    ``call_<n>``. ``thoughtSignature`` on any part is kept for replay: when the body ends, each
+    thought part (its text and signature), call signature and text signature is a
+    :class:`~effectagent.ai.NativeReasoningPart`, before the finish part. Usage is cumulative (the
     last ``usageMetadata`` wins): ``input.total`` = ``promptTokenCount`` +
     ``toolUsePromptTokenCount``, cache reads ``cachedContentTokenCount`` (the API reports no
     cache writes); ``output.total`` = ``candidatesTokenCount`` + ``thoughtsTokenCount``, the
@@ -59,6 +64,8 @@ from effectagent.ai import (
     MalformedResponse,
     Message,
     ModelRequest,
+    NativeReasoningContent,
+    NativeReasoningPart,
     ResponseMetadataPart,
     ResponsePart,
     SystemMessage,
@@ -73,9 +80,9 @@ from effectagent.ai import (
 from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text
 from ._errors import error_from_payload
 from ._output_schema import gemini_output_schema, output_instructions
-from ._reasoning import ReasoningMemory
 
 __all__ = [
+    "FAMILY",
     "PROVIDER",
     "GeminiDecoder",
     "gemini_contents",
@@ -85,6 +92,9 @@ __all__ = [
 
 #: How the provider is named in messages.
 PROVIDER = "Gemini"
+#: The provider family its native reasoning is recorded under (and the only one it goes back to,
+#: for the same model: a thought signature is the model's own).
+FAMILY = "google"
 
 _FINISH: dict[str, FinishReason] = {
     "STOP": "stop",
@@ -119,9 +129,10 @@ def signature_bytes(signature: str) -> bytes | None:
 
 
 def gemini_contents(
-    messages: tuple[Message, ...], memory: ReasoningMemory | None = None
+    messages: tuple[Message, ...], model: str = ""
 ) -> tuple[str, list[dict[str, Any]]]:
-    """(system instruction, ``contents``); thought signatures replayed from ``memory``."""
+    """(system instruction, ``contents``); the thought signatures ``model`` made go back (see the
+    module notes)."""
     system: list[str] = []
     contents: list[dict[str, Any]] = []
 
@@ -141,7 +152,7 @@ def gemini_contents(
             case UserMessage():
                 add("user", [{"text": p.text} for p in message.content if p.text])
             case AssistantMessage():
-                add("model", _model_parts(message, memory))
+                add("model", _model_parts(message, model))
             case ToolMessage():
                 add(
                     "user",
@@ -161,22 +172,44 @@ def gemini_contents(
     return "\n\n".join(system), contents
 
 
-def _model_parts(message: AssistantMessage, memory: ReasoningMemory | None) -> list[dict[str, Any]]:
-    first_call = next((p.id for p in message.content if isinstance(p, ToolCallContent)), None)
-    remembered = memory.recall(first_call) if memory is not None and first_call else ()
+def _native(message: AssistantMessage, model: str) -> list[Mapping[str, Any]]:
+    """The thought signatures ``model`` made for ``message``, if it declared tool calls."""
+    if not any(isinstance(p, ToolCallContent) for p in message.content):
+        return []
+    return [
+        p.data
+        for p in message.content
+        if isinstance(p, NativeReasoningContent)
+        and p.provider == FAMILY
+        and p.model == model
+        and p.data
+    ]
+
+
+def _model_parts(message: AssistantMessage, model: str) -> list[dict[str, Any]]:
     calls: dict[str, bytes] = {}
+    by_place: dict[int, bytes] = {}
     text_signature: bytes | None = None
     parts: list[dict[str, Any]] = []
-    for block in remembered:
-        signature = signature_bytes(block["signature"]) if block.get("signature") else None
+    for block in _native(message, model):
+        signature = block.get("signature")
+        signature = signature_bytes(signature) if isinstance(signature, str) else None
         kind = block.get("kind")
         if kind == "thought":
-            thought: dict[str, Any] = {"thought": True, "text": block.get("text", "")}
+            text = block.get("text")
+            thought: dict[str, Any] = {
+                "thought": True,
+                "text": text if isinstance(text, str) else "",
+            }
             if signature is not None:
                 thought["thought_signature"] = signature
             parts.append(thought)
         elif kind == "call" and signature is not None:
-            calls[block["id"]] = signature
+            call_id, place = block.get("id"), block.get("index")
+            if isinstance(call_id, str):
+                calls[call_id] = signature
+            if type(place) is int:
+                by_place[place] = signature
         elif kind == "text" and signature is not None:
             text_signature = signature
     text = "".join(p.text for p in message.content if isinstance(p, TextContent))
@@ -185,8 +218,10 @@ def _model_parts(message: AssistantMessage, memory: ReasoningMemory | None) -> l
         if text_signature is not None:
             part["thought_signature"] = text_signature
         parts.append(part)
+    place = -1
     for item in message.content:
         if isinstance(item, ToolCallContent):
+            place += 1
             arguments = item.arguments
             call: dict[str, Any] = {
                 "function_call": {
@@ -195,10 +230,14 @@ def _model_parts(message: AssistantMessage, memory: ReasoningMemory | None) -> l
                     "args": arguments if isinstance(arguments, dict) else {"value": arguments},
                 }
             }
-            if item.id in calls:
-                call["thought_signature"] = calls[item.id]
+            # By ID; by place when the engine gave the call a fresh ID (one used before).
+            signature = calls.get(item.id)
+            if signature is None:
+                signature = by_place.get(place)
+            if signature is not None:
+                call["thought_signature"] = signature
             parts.append(call)
-        # ReasoningContent: only the remembered thought parts above go back (module notes).
+        # ReasoningContent: only the native thought parts above go back (module notes).
     return parts
 
 
@@ -206,7 +245,7 @@ def gemini_request(
     request: ModelRequest,
     *,
     max_tokens: int,
-    memory: ReasoningMemory | None = None,
+    model: str = "",
     thinking: Mapping[str, Any] | None = None,
     output_with_tools: bool = True,
     options: Mapping[str, Any] | None = None,
@@ -214,8 +253,9 @@ def gemini_request(
     """(``contents``, ``config``) of a streamed ``generateContent`` call. ``max_tokens`` applies
     when the request sets no ``max_output_tokens``; ``thinking`` is the ``thinking_config``;
     ``output_with_tools`` says whether the model takes a response schema alongside tools;
+    ``model`` is the model asked (only its own thought signatures go back);
     ``options`` (e.g. ``temperature``) are merged in last, except over keys already set."""
-    system, contents = gemini_contents(request.messages, memory)
+    system, contents = gemini_contents(request.messages, model)
     cap = request.max_output_tokens if request.max_output_tokens is not None else max_tokens
     config: dict[str, Any] = {"max_output_tokens": cap}
     output = request.output
@@ -260,10 +300,10 @@ class GeminiDecoder:
     """Turns decoded ``GenerateContentResponse`` events into response parts (see the module
     notes).
 
-    :meth:`feed` takes one event, :meth:`end` the end of the body. After the stream,
-    :attr:`replay` holds what a later request must send back with this turn (thought parts and
-    the signatures of its text and calls, as :func:`gemini_contents` reads them from the
-    memory), and :attr:`call_ids` the tool calls, in order.
+    :meth:`feed` takes one event, :meth:`end` the end of the body: then what a later request
+    must send back with this turn (thought parts and the signatures of its text and calls, as
+    :func:`gemini_contents` reads them) becomes native reasoning parts naming ``model``. After
+    the stream, :attr:`call_ids` are the tool calls, in order.
     """
 
     __slots__ = (
@@ -274,14 +314,16 @@ class GeminiDecoder:
         "_finish",
         "_ids",
         "_metadata",
+        "_model",
+        "_replay",
         "_thought",
         "_usage",
         "call_ids",
-        "replay",
     )
 
-    def __init__(self, *, call_ids: CallIds | None = None) -> None:
+    def __init__(self, *, call_ids: CallIds | None = None, model: str = "") -> None:
         self._ids = CallIds() if call_ids is None else call_ids
+        self._model = model
         self._metadata = False
         self._blocks = Blocks()
         self._calls: list[StreamedCall] = []
@@ -291,7 +333,7 @@ class GeminiDecoder:
         self._thought: dict[str, Any] | None = None  # the thought part being streamed
         self._done = False
         self.call_ids: list[str] = []
-        self.replay: list[dict[str, Any]] = []
+        self._replay: list[dict[str, Any]] = []
 
     @property
     def complete(self) -> bool:
@@ -356,20 +398,20 @@ class GeminiDecoder:
             if isinstance(text, str) and text:
                 if self._thought is None:
                     self._thought = {"kind": "thought", "text": ""}
-                    self.replay.append(self._thought)
+                    self._replay.append(self._thought)
                 self._thought["text"] += text
                 self._blocks.reasoning_delta(text, out)
             if signature is not None:
                 if self._thought is None:
                     self._thought = {"kind": "thought", "text": ""}
-                    self.replay.append(self._thought)
+                    self._replay.append(self._thought)
                 self._thought["signature"] = signature
             return
         else:
             if isinstance(text, str):
                 self._blocks.text_delta(text, out)
             if signature is not None:  # a text part's, or a part holding only a signature
-                self.replay.append({"kind": "text", "signature": signature})
+                self._replay.append({"kind": "text", "signature": signature})
         self._thought = None
 
     def _call(
@@ -389,10 +431,13 @@ class GeminiDecoder:
         out.append(ToolParamsStartPart(call.id, name))
         call.delta(json_text(arguments or {}), out)
         call.end(out)
+        if signature is not None:
+            place = len(self._calls)
+            self._replay.append(
+                {"kind": "call", "id": call.id, "index": place, "signature": signature}
+            )
         self._calls.append(call)
         self.call_ids.append(call.id)
-        if signature is not None:
-            self.replay.append({"kind": "call", "id": call.id, "signature": signature})
 
     def end(self) -> list[ResponsePart]:
         """The end of the body: the declared calls and the finish part."""
@@ -405,6 +450,7 @@ class GeminiDecoder:
             finish = "content-filter"
         out: list[ResponsePart] = []
         self._blocks.end_all(out)
+        out.extend(NativeReasoningPart(FAMILY, self._model, block) for block in self._replay)
         if finish != "length":  # calls cut off by the limit stay undeclared (truncated)
             for call in self._calls:
                 call.declare(out)

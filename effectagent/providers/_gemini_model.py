@@ -45,7 +45,6 @@ from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
 from ._layer import ModelLayer
-from ._reasoning import ReasoningMemory
 from ._streaming import SdkErrors, stream_parts
 
 __all__ = ["Gemini", "GeminiModel", "takes_output_with_tools"]
@@ -231,7 +230,6 @@ class GeminiModel:
         "_config",
         "_errors",
         "_max_tokens",
-        "_memory",
         "_options",
         "_output_with_tools",
         "_secrets",
@@ -246,7 +244,6 @@ class GeminiModel:
         self._client = client
         self._errors = errors
         self._secrets = secrets
-        self._memory = ReasoningMemory()
         self._max_tokens = settings.max_tokens or default_max_tokens("google", settings.model)
         self._thinking = settings.thinking_config()
         self._output_with_tools = (
@@ -278,20 +275,16 @@ class GeminiModel:
         contents, config = gemini_request(
             request,
             max_tokens=self._max_tokens,
-            memory=self._memory,
+            model=self.settings.model,
             thinking=self._thinking,
             output_with_tools=self._output_with_tools,
             options=self._options,
         )
         config.update(self._config)
-        decoder = GeminiDecoder(call_ids=CallIds.of(request.messages))
+        decoder = GeminiDecoder(call_ids=CallIds.of(request.messages), model=self.settings.model)
 
         def open_response() -> Any:
             return self._open_response(contents, config)
-
-        def remember() -> None:
-            if decoder.call_ids:
-                self._memory.remember(decoder.call_ids[0], decoder.replay)
 
         return stream_parts(
             open_response,
@@ -299,7 +292,6 @@ class GeminiModel:
             provider=PROVIDER,
             errors=self._errors,
             secrets=self._secrets,
-            on_complete=remember,
         )
 
     @asynccontextmanager

@@ -37,7 +37,6 @@ from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
 from ._openai_chat import ChatCompletionsDecoder, chat_request_body
 from ._openai_responses import ResponsesDecoder, responses_request_body
-from ._reasoning import ReasoningMemory
 from ._streaming import SdkErrors, stream_parts
 
 __all__ = [
@@ -128,7 +127,6 @@ class OpenAIResponsesModel:
         "_client",
         "_errors",
         "_max_tokens",
-        "_memory",
         "_options",
         "_reasoning",
         "_secrets",
@@ -146,7 +144,6 @@ class OpenAIResponsesModel:
         self._client = client
         self._errors = errors
         self._secrets = secrets
-        self._memory = ReasoningMemory()
         self._max_tokens = settings.max_tokens or default_max_tokens("openai", settings.model)
         reasoning = {
             key: value
@@ -180,13 +177,14 @@ class OpenAIResponsesModel:
         body = responses_request_body(
             request,
             settings.model,
-            memory=self._memory,
             store=settings.store,
             reasoning=self._reasoning,
             options=self._options,
             max_tokens=self._max_tokens,
         )
-        decoder = ResponsesDecoder(call_ids=CallIds.of(request.messages))
+        decoder = ResponsesDecoder(
+            call_ids=CallIds.of(request.messages), model=settings.model, store=settings.store
+        )
         create = self._client.responses.with_streaming_response.create
         model, items = body.pop("model"), body.pop("input")
         body.pop("stream")
@@ -194,23 +192,12 @@ class OpenAIResponsesModel:
         def open_response() -> Any:
             return create(model=model, input=items, stream=True, extra_body=body)
 
-        def remember() -> None:
-            # The reasoning items OpenAI can take back: stored ones, or with encrypted content.
-            if decoder.call_ids:
-                items = [
-                    item
-                    for item in decoder.reasoning_items
-                    if settings.store or item.get("encrypted_content")
-                ]
-                self._memory.remember(decoder.call_ids[0], items)
-
         return stream_parts(
             open_response,
             decoder,
             provider="OpenAI",
             errors=self._errors,
             secrets=self._secrets,
-            on_complete=remember,
         )
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

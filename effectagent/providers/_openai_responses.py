@@ -4,10 +4,12 @@ stream of typed events turned into response parts — both pure (no SDK, no I/O)
 Request
     System and user messages become input messages; assistant text an assistant message, each
     tool call a ``function_call`` item and each result a ``function_call_output``. **Reasoning**
-    is sent back only as OpenAI's own reasoning items, remembered from the response that made
-    them (:mod:`~effectagent.providers._reasoning`) — which needs ``store`` or the items'
+    is sent back only as OpenAI's own reasoning items: the prompt's
+    :class:`~effectagent.ai.NativeReasoningContent` of provider ``"openai-responses"`` (recorded
+    with the response, so a run continued in another process has them), first in a turn that
+    declared tool calls. An item can go back when it is stored (``store``) or carries its
     ``encrypted_content`` (requested with ``include`` whenever reasoning is configured and nothing
-    is stored); plain reasoning text from elsewhere is not sent. Tools are ``function`` tools with
+    is stored); plain reasoning text, and native reasoning another provider made, are not sent. Tools are ``function`` tools with
     ``strict: false``; ``tool_choice`` is auto / none / required or ``{"type": "function",
     "name": ...}``; ``max_output_tokens`` as is. An :class:`~effectagent.ai.OutputFormat` becomes
     ``text.format`` of type ``json_schema`` (strict as for Chat Completions).
@@ -16,7 +18,9 @@ Stream
     ``response.created`` gives the metadata. Text comes from ``response.output_text.delta`` (and
     ``response.refusal.delta``, which makes the finish ``content-filter``); reasoning from the
     reasoning *summary* deltas (a new block per summary part) and from raw
-    ``response.reasoning_text.delta``. A ``function_call`` output item opens a tool call; its
+    ``response.reasoning_text.delta``; a reasoning output item that can go back (see above) ends
+    as a :class:`~effectagent.ai.NativeReasoningPart` (``type``, ``id``, ``summary``,
+    ``encrypted_content``). A ``function_call`` output item opens a tool call; its
     argument deltas stream by item id (parallel calls interleave); the item's ``done`` event ends
     its arguments with the full text it restates, and the finish declares the ended calls —
     except a length finish, which leaves them undeclared (truncated, never run).
@@ -37,6 +41,8 @@ from effectagent.ai import (
     MalformedResponse,
     Message,
     ModelRequest,
+    NativeReasoningContent,
+    NativeReasoningPart,
     ResponseMetadataPart,
     ResponsePart,
     SystemMessage,
@@ -60,9 +66,11 @@ from ._common import (
 )
 from ._errors import error_from_payload
 from ._output_schema import openai_schema, openai_strict_problems
-from ._reasoning import ReasoningMemory
 
-__all__ = ["ResponsesDecoder", "responses_input", "responses_request_body"]
+__all__ = ["FAMILY", "ResponsesDecoder", "responses_input", "responses_request_body"]
+
+#: The provider family its native reasoning is recorded under (and the only one it goes back to).
+FAMILY = "openai-responses"
 
 _INCOMPLETE: dict[str, FinishReason] = {
     "max_output_tokens": "length",
@@ -70,10 +78,8 @@ _INCOMPLETE: dict[str, FinishReason] = {
 }
 
 
-def responses_input(
-    messages: tuple[Message, ...], memory: ReasoningMemory | None = None
-) -> list[dict[str, Any]]:
-    """The ``input`` items of a Responses request; reasoning replayed from ``memory``."""
+def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The ``input`` items of a Responses request (see the module notes)."""
     items: list[dict[str, Any]] = []
     for message in messages:
         match message:
@@ -89,7 +95,7 @@ def responses_input(
                     }
                 )
             case AssistantMessage():
-                items.extend(_assistant(message, memory))
+                items.extend(_assistant(message))
             case ToolMessage():
                 items.extend(
                     {
@@ -102,12 +108,15 @@ def responses_input(
     return items
 
 
-def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> list[dict[str, Any]]:
+def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
     """Reasoning items first (as OpenAI produced them), then text and calls in their order."""
-    first_call = next((p.id for p in message.content if isinstance(p, ToolCallContent)), None)
     items: list[dict[str, Any]] = []
-    if memory is not None and first_call is not None:
-        items.extend(dict(block) for block in memory.recall(first_call))
+    if any(isinstance(p, ToolCallContent) for p in message.content):
+        items.extend(
+            dict(p.data)
+            for p in message.content
+            if isinstance(p, NativeReasoningContent) and p.provider == FAMILY and p.data
+        )
     texts: list[str] = []
     for part in message.content:
         if isinstance(part, TextContent):
@@ -124,7 +133,7 @@ def _assistant(message: AssistantMessage, memory: ReasoningMemory | None) -> lis
                     "arguments": json_text(part.arguments),
                 }
             )
-        # ReasoningContent: only the remembered items above can go back (see the module notes).
+        # ReasoningContent: only the native items above can go back (see the module notes).
     if texts:
         items.append({"role": "assistant", "content": "".join(texts)})
     return items
@@ -134,7 +143,6 @@ def responses_request_body(
     request: ModelRequest,
     model: str,
     *,
-    memory: ReasoningMemory | None = None,
     store: bool = False,
     reasoning: Mapping[str, Any] | None = None,
     options: Mapping[str, Any] | None = None,
@@ -147,7 +155,7 @@ def responses_request_body(
     over keys already set."""
     body: dict[str, Any] = {
         "model": model,
-        "input": responses_input(request.messages, memory),
+        "input": responses_input(request.messages),
         "stream": True,
         "store": store,
     }
@@ -201,8 +209,10 @@ class ResponsesDecoder:
     """Turns decoded Responses stream events into response parts (see the module notes).
 
     :meth:`feed` takes one event (a decoded JSON object with its ``type``), :meth:`end` the end of
-    the body. After the stream, :attr:`reasoning_items` are the reasoning output items as OpenAI
-    takes them back, and :attr:`call_ids` the tool calls whose arguments completed, in order.
+    the body. After the stream, :attr:`call_ids` are the tool calls whose arguments completed,
+    in order. ``model`` is what its native reasoning parts name; ``store`` says whether the
+    request stored the response (a stored item goes back by its ``id``, without encrypted
+    content).
     """
 
     __slots__ = (
@@ -212,13 +222,18 @@ class ResponsesDecoder:
         "_ended",
         "_ids",
         "_metadata",
+        "_model",
         "_refused",
+        "_store",
         "call_ids",
-        "reasoning_items",
     )
 
-    def __init__(self, *, call_ids: CallIds | None = None) -> None:
+    def __init__(
+        self, *, call_ids: CallIds | None = None, model: str = "", store: bool = False
+    ) -> None:
         self._ids = CallIds() if call_ids is None else call_ids
+        self._model = model
+        self._store = store
         self._metadata = False
         self._blocks = Blocks()
         self._calls: dict[str, StreamedCall] = {}
@@ -226,7 +241,6 @@ class ResponsesDecoder:
         self._complete = False
         self._refused = False
         self.call_ids: list[str] = []
-        self.reasoning_items: list[dict[str, Any]] = []
 
     @property
     def complete(self) -> bool:
@@ -323,7 +337,8 @@ class ResponsesDecoder:
                 if key in item
             }
             kept.setdefault("summary", [])
-            self.reasoning_items.append(kept)
+            if self._store or kept.get("encrypted_content"):
+                out.append(NativeReasoningPart(FAMILY, self._model, kept))
 
     def _finish(self, response: Mapping[str, Any], out: list[ResponsePart]) -> None:
         self._blocks.end_all(out)

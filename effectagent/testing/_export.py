@@ -18,6 +18,7 @@ from typing import Any
 from effectagent.ai import (
     FinishPart,
     ModelRequest,
+    NativeReasoningPart,
     ReasoningDeltaPart,
     ReasoningEndPart,
     ReasoningStartPart,
@@ -32,7 +33,12 @@ from effectagent.ai import (
     ToolParamsStartPart,
     Usage,
 )
-from effectagent.core import LogEntry, ModelResponseRecorded, project_messages
+from effectagent.core import (
+    LogEntry,
+    ModelResponseRecorded,
+    native_reasoning_of,
+    project_messages,
+)
 
 from ._cassette import Cassette, Exchange, encode_request
 
@@ -65,6 +71,10 @@ def _parts_of(record: ModelResponseRecorded) -> tuple[ResponsePart, ...]:
                 ReasoningDeltaPart(block, value),
                 ReasoningEndPart(block),
             ]
+        elif kind == "native-reasoning":
+            native = native_reasoning_of(value)
+            if native is not None and native.data is not None:
+                parts.append(NativeReasoningPart(native.provider, native.model, native.data))
         elif kind == "tool-call":
             arguments = value["arguments"]
             if not isinstance(arguments, str):

@@ -28,6 +28,7 @@ from effectagent.ai import (
     LanguageModelService,
     ModelRequest,
     ModelResponse,
+    NativeReasoningPart,
     ReasoningDeltaPart,
     ResponsePart,
     TextDeltaPart,
@@ -104,6 +105,9 @@ def redact_parts(parts: Sequence[ResponsePart], redactor: Redactor) -> tuple[Res
             arguments = redact_json_text(part.arguments, redactor)
             if arguments != part.arguments:
                 part = attrs.evolve(part, arguments=arguments)
+        elif isinstance(part, NativeReasoningPart):
+            if redactor.redact(part.data) != part.data:
+                continue  # dropped whole, as the engine drops it from the record
         elif not isinstance(part, TextDeltaPart | ReasoningDeltaPart | ToolParamsDeltaPart):
             redacted = _redact_fields(part, redactor)
             if redacted is not None:

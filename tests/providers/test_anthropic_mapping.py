@@ -13,6 +13,7 @@ from effectagent.ai import (
     MalformedResponse,
     ModelRequest,
     ModelUnavailable,
+    NativeReasoningContent,
     OutputFormat,
     ReasoningContent,
     ResponsePart,
@@ -26,7 +27,6 @@ from effectagent.ai import (
 )
 from effectagent.ai._usage import OutputTokens
 from effectagent.providers._anthropic_messages import MessagesDecoder, anthropic_request_body
-from effectagent.providers._reasoning import ReasoningMemory
 
 from .helpers import WEATHER, reduce
 from .wire import AnthropicWire
@@ -102,16 +102,29 @@ def test_messages_system_merged_turns_and_tool_results() -> None:
     assert "Two calls." not in json.dumps(body)  # unsigned reasoning is never sent
 
 
-def test_remembered_thinking_goes_back_signed_before_the_tool_use() -> None:
-    memory = ReasoningMemory()
+def test_native_thinking_in_the_prompt_goes_back_signed_before_the_tool_use() -> None:
     thinking = {"type": "thinking", "thinking": "Two calls.", "signature": "sig"}
-    memory.remember("toolu_1", [thinking, {"type": "redacted_thinking", "data": "opaque"}])
-    body = anthropic_request_body(
-        ModelRequest(HISTORY), "m", max_tokens=9000, memory=memory, thinking_budget=2048
+    redacted = {"type": "redacted_thinking", "data": "opaque"}
+    turn = HISTORY[2]
+    assert isinstance(turn, AssistantMessage)
+    native = (
+        NativeReasoningContent("anthropic", "m", thinking),
+        NativeReasoningContent("anthropic", "other-claude", redacted),
+        NativeReasoningContent("openai-responses", "o4", {"type": "reasoning", "id": "rs"}),
+        NativeReasoningContent("anthropic", "m", None, "too-large", 9),  # a marker: nothing
     )
+    history = (*HISTORY[:2], AssistantMessage((*turn.content, *native)), *HISTORY[3:])
+    body = anthropic_request_body(ModelRequest(history), "m", max_tokens=9000, thinking_budget=2048)
     content = body["messages"][1]["content"]
-    assert content[:2] == [thinking, {"type": "redacted_thinking", "data": "opaque"}]
+    assert content[:2] == [thinking, redacted]  # first, whatever their place in the turn
+    assert [b["type"] for b in content[2:]] == ["tool_use", "tool_use"]
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    # A turn without tool calls sends no thinking back (the API only needs the tool loop's).
+    answer = AssistantMessage((TextContent("Done."), native[0]))
+    body = anthropic_request_body(
+        ModelRequest((HISTORY[1], answer)), "m", max_tokens=9000, thinking_budget=2048
+    )
+    assert body["messages"][1]["content"] == [{"type": "text", "text": "Done."}]
 
 
 @pytest.mark.parametrize(
@@ -177,7 +190,7 @@ def test_thinking_then_text_with_cache_usage() -> None:
         *wire.text_block(1, "Hello", "!"),
         *wire.finish("end_turn", 50, output_tokens_details={"thinking_tokens": 20}),
     ]
-    decoder = MessagesDecoder()
+    decoder = MessagesDecoder(model="claude-x")
     response = reduce(run(events(raw), decoder))
     assert (response.reasoning, response.text, response.finish_reason) == (
         "Let me think.",
@@ -187,8 +200,14 @@ def test_thinking_then_text_with_cache_usage() -> None:
     assert response.metadata is not None
     assert response.metadata.id == "msg_01"
     assert response.usage == Usage(InputTokens(5400, 100, 5000, 300), OutputTokens(50, 30, 20))
-    assert decoder.thinking_blocks == [
-        {"type": "thinking", "thinking": "Let me think.", "signature": "sig-abc"}
+    native = [p for p in response.content if isinstance(p, NativeReasoningContent)]
+    assert native == [
+        NativeReasoningContent(
+            "anthropic",
+            "claude-x",
+            {"type": "thinking", "thinking": "Let me think.", "signature": "sig-abc"},
+            size=68,  # its compact JSON, in bytes
+        )
     ]
 
 

@@ -19,6 +19,7 @@ from effectagent.ai import (
     AssistantMessage,
     Message,
     ModelRequest,
+    NativeReasoningContent,
     PromptCaching,
     SystemMessage,
     TextContent,
@@ -30,7 +31,6 @@ from effectagent.ai import (
 )
 from effectagent.providers import Anthropic, OpenAIChat, OpenAICompatible, OpenAIResponses
 from effectagent.providers._anthropic_messages import anthropic_request_body
-from effectagent.providers._reasoning import ReasoningMemory
 
 from .conftest import KEY
 from .helpers import WEATHER, collect, request
@@ -246,17 +246,18 @@ def test_the_marks_are_at_most_four_never_on_thinking_and_change_nothing_else(
     cache: PromptCaching,
     thinking: bool,
 ) -> None:
-    memory = ReasoningMemory()
     if thinking:  # every tool-call turn replays a signed thinking block first
-        for message in messages:
-            if isinstance(message, AssistantMessage):
-                for part in message.content:
-                    if isinstance(part, ToolCallContent):
-                        memory.remember(part.id, [{"type": "thinking", "thinking": "t"}])
+        block = {"type": "thinking", "thinking": "t", "signature": "s"}
+        messages = tuple(
+            AssistantMessage((*m.content, NativeReasoningContent("anthropic", "m", block)))
+            if isinstance(m, AssistantMessage)
+            else m
+            for m in messages
+        )
     plain = ModelRequest(messages, tools)
     cached = ModelRequest(messages, tools, cache=cache)
-    before = anthropic_request_body(plain, "claude-sonnet-4-5", max_tokens=64, memory=memory)
-    after = anthropic_request_body(cached, "claude-sonnet-4-5", max_tokens=64, memory=memory)
+    before = anthropic_request_body(plain, "claude-sonnet-4-5", max_tokens=64)
+    after = anthropic_request_body(cached, "claude-sonnet-4-5", max_tokens=64)
     found = marks(after)
     assert len(found) <= MAX_CACHE_MARKS
     assert unmarked(after) == before  # the marks are all that changed

@@ -14,8 +14,10 @@ from effectagent.ai import (
     AuthenticationFailed,
     InputTokens,
     MalformedResponse,
+    Message,
     ModelRequest,
     ModelUnavailable,
+    NativeReasoningContent,
     OutputFormat,
     RateLimited,
     ReasoningContent,
@@ -38,10 +40,24 @@ from effectagent.providers._gemini_content import (
     signature_bytes,
 )
 from effectagent.providers._gemini_model import Gemini, takes_output_with_tools
-from effectagent.providers._reasoning import ReasoningMemory
 
 from .helpers import WEATHER, reduce
 from .wire import GeminiWire
+
+
+def with_native(
+    history: tuple[Message, ...], native: list[NativeReasoningContent]
+) -> tuple[Message, ...]:
+    """``history`` with ``native`` added to its first assistant turn (as the log projects it)."""
+    at = next(i for i, m in enumerate(history) if isinstance(m, AssistantMessage))
+    turn = history[at]
+    assert isinstance(turn, AssistantMessage)
+    return (*history[:at], AssistantMessage((*turn.content, *native)), *history[at + 1 :])
+
+
+def native_of(parts: list[ResponsePart]) -> list[NativeReasoningContent]:
+    return [p for p in reduce(parts).content if isinstance(p, NativeReasoningContent)]
+
 
 HISTORY = (
     SystemMessage("Be brief."),
@@ -237,8 +253,8 @@ def test_signatures_are_read_in_either_base64_alphabet() -> None:
 
 def test_a_turn_that_called_tools_is_replayed_with_its_signatures_where_they_came() -> None:
     wire = GeminiWire()
-    decoder = GeminiDecoder()
-    run(
+    decoder = GeminiDecoder(model="gemini-3-pro")
+    parts = run(
         events(
             [
                 wire.event({"text": "Plan: ", "thought": True}),
@@ -254,13 +270,12 @@ def test_a_turn_that_called_tools_is_replayed_with_its_signatures_where_they_cam
         decoder,
     )
     assert decoder.call_ids == ["c1", "c2"]
-    assert decoder.replay == [
-        {"kind": "thought", "text": "Plan: both.", "signature": SIG_2},
-        {"kind": "call", "id": "c1", "signature": SIG_1},
+    native = native_of(parts)
+    assert [(n.provider, n.model, n.data) for n in native] == [
+        ("google", "gemini-3-pro", {"kind": "thought", "text": "Plan: both.", "signature": SIG_2}),
+        ("google", "gemini-3-pro", {"kind": "call", "id": "c1", "index": 0, "signature": SIG_1}),
     ]
-    memory = ReasoningMemory()
-    memory.remember(decoder.call_ids[0], decoder.replay)
-    _, contents = gemini_contents(HISTORY, memory)
+    _, contents = gemini_contents(with_native(HISTORY, native), "gemini-3-pro")
     assert contents[1]["parts"] == [
         {"thought": True, "text": "Plan: both.", "thought_signature": signature_bytes(SIG_2)},
         {"text": "Looking."},
@@ -270,14 +285,33 @@ def test_a_turn_that_called_tools_is_replayed_with_its_signatures_where_they_cam
         },
         {"function_call": {"id": "c2", "name": "weather", "args": {"value": "not json"}}},
     ]
-    _, unknown = gemini_contents(HISTORY, ReasoningMemory())  # another process: no signatures
-    assert all("thought_signature" not in part for part in unknown[1]["parts"])
+    # A turn without native reasoning, or with another model's, goes without signatures.
+    for history, model in ((HISTORY, "gemini-3-pro"), (with_native(HISTORY, native), "gemini-2.5")):
+        _, unknown = gemini_contents(history, model)
+        assert all("thought_signature" not in part for part in unknown[1]["parts"])
+        assert all(not part.get("thought") for part in unknown[1]["parts"])
+    # A call the engine gave a fresh ID (its first was used before) gets its signature by place.
+    renamed = tuple(
+        AssistantMessage(
+            tuple(
+                ToolCallContent("c1-1", p.name, p.arguments)
+                if isinstance(p, ToolCallContent) and p.id == "c1"
+                else p
+                for p in m.content
+            )
+        )
+        if isinstance(m, AssistantMessage)
+        else m
+        for m in with_native(HISTORY, native)
+    )
+    _, contents = gemini_contents(renamed, "gemini-3-pro")
+    assert contents[1]["parts"][2]["thought_signature"] == b"\xfb\xff signature one"
+    assert "thought_signature" not in contents[1]["parts"][3]
 
 
 def test_a_text_signature_goes_back_on_the_turns_text() -> None:
     wire = GeminiWire()
-    decoder = GeminiDecoder()
-    run(
+    parts = run(
         events(
             [
                 wire.event({"text": "Looking."}),
@@ -285,13 +319,12 @@ def test_a_text_signature_goes_back_on_the_turns_text() -> None:
                 wire.event({"text": "", "thoughtSignature": SIG_1}, finish="STOP"),
             ]
         ),
-        decoder,
+        GeminiDecoder(model="g"),
     )
-    assert decoder.replay == [{"kind": "text", "signature": SIG_1}]
-    memory = ReasoningMemory()
-    memory.remember("c1", decoder.replay)
-    turn = AssistantMessage((ToolCallContent("c1", "weather", {"city": "Oslo"}),))
-    _, contents = gemini_contents((UserMessage.text("?"), turn), memory)
+    native = native_of(parts)
+    assert [n.data for n in native] == [{"kind": "text", "signature": SIG_1}]
+    turn = AssistantMessage((ToolCallContent("c1", "weather", {"city": "Oslo"}), *native))
+    _, contents = gemini_contents((UserMessage.text("?"), turn), "g")
     assert contents[1]["parts"][0] == {"text": "", "thought_signature": signature_bytes(SIG_1)}
 
 

@@ -14,6 +14,7 @@ from effectagent.ai import (
     MalformedResponse,
     ModelRequest,
     ModelUnavailable,
+    NativeReasoningContent,
     OutputFormat,
     RateLimited,
     ReasoningContent,
@@ -27,7 +28,6 @@ from effectagent.ai import (
 )
 from effectagent.ai._usage import OutputTokens
 from effectagent.providers._openai_responses import ResponsesDecoder, responses_request_body
-from effectagent.providers._reasoning import ReasoningMemory
 
 from .helpers import WEATHER, reduce
 from .wire import ResponsesWire
@@ -78,17 +78,24 @@ def test_input_items_and_reasoning_text_alone_is_not_sent() -> None:
     assert "reasoning" not in body
 
 
-def test_remembered_reasoning_items_go_back_before_their_turn() -> None:
-    memory = ReasoningMemory()
+def test_native_reasoning_items_in_the_prompt_go_back_before_their_turn() -> None:
     item = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "gAAA"}
-    memory.remember("call_1", [item])
-    body = responses_request_body(
-        ModelRequest(HISTORY),
-        "o4-mini",
-        memory=memory,
-        reasoning={"effort": "low", "summary": "auto"},
+    turn = HISTORY[1]
+    assert isinstance(turn, AssistantMessage)
+    native = (
+        NativeReasoningContent("anthropic", "claude", {"type": "thinking", "signature": "s"}),
+        NativeReasoningContent("openai-responses", "o4-mini", item),
     )
-    assert body["input"][1] == item
+    history = (HISTORY[0], AssistantMessage((*turn.content, *native)), HISTORY[2])
+    body = responses_request_body(
+        ModelRequest(history), "o4-mini", reasoning={"effort": "low", "summary": "auto"}
+    )
+    assert body["input"][1] == item  # only OpenAI's own item, first in its turn
+    assert [i.get("type", i.get("role")) for i in body["input"][2:]] == [
+        "assistant",
+        "function_call",
+        "function_call_output",
+    ]
     assert body["reasoning"] == {"effort": "low", "summary": "auto"}
     assert body["include"] == ["reasoning.encrypted_content"]
     stored = responses_request_body(
@@ -135,7 +142,7 @@ def test_reasoning_summaries_then_text_with_cached_usage() -> None:
         *wire.message("msg_1", 1, "Hi"),
         wire.completed(usage),
     ]
-    decoder = ResponsesDecoder()
+    decoder = ResponsesDecoder(model="o4-mini")
     parts = run(events(raw), decoder)
     response = reduce(parts)
     assert (response.reasoning, response.text, response.finish_reason) == (
@@ -146,7 +153,8 @@ def test_reasoning_summaries_then_text_with_cached_usage() -> None:
     assert response.metadata is not None
     assert response.metadata.id == "resp_1"
     assert response.usage == Usage(InputTokens(1000, 300, 600, 100), OutputTokens(300, 100, 200))
-    assert decoder.reasoning_items == [
+    native = [p.data for p in response.content if isinstance(p, NativeReasoningContent)]
+    assert native == [
         {
             "type": "reasoning",
             "id": "rs_1",
@@ -154,6 +162,14 @@ def test_reasoning_summaries_then_text_with_cached_usage() -> None:
             "encrypted_content": "gAAAAB-opaque",
         }
     ]
+    # Neither stored nor encrypted, an item cannot go back: it is not recorded.
+    raw = [wire.created(), *wire.reasoning("rs_1", 0, "Hm.", encrypted=""), wire.completed(usage)]
+    response = reduce(run(events(raw), ResponsesDecoder()))
+    assert not [p for p in response.content if isinstance(p, NativeReasoningContent)]
+    response = reduce(run(events(raw), ResponsesDecoder(store=True)))  # stored: by its ID
+    assert [
+        p.data["id"] for p in response.content if isinstance(p, NativeReasoningContent) if p.data
+    ] == ["rs_1"]
 
 
 def test_each_summary_part_is_a_reasoning_block() -> None:
