@@ -8,6 +8,7 @@ from __future__ import annotations
 from effectagent.ai import (
     FinishPart,
     NativeReasoningPart,
+    ResponsePart,
     TextDeltaPart,
     TextEndPart,
     TextStartPart,
@@ -51,6 +52,6 @@ def test_an_exported_log_streams_its_recorded_native_blocks_and_no_marker() -> N
 def test_a_native_block_holding_a_secret_is_left_out_of_a_cassette() -> None:
     leaky = NativeReasoningPart("anthropic", "claude", {**THINKING, "thinking": f"key {CANARY}"})
     clean = NativeReasoningPart("anthropic", "claude", THINKING)
-    text = [TextStartPart("t"), TextDeltaPart("t", "Hi"), TextEndPart("t")]
-    parts = [leaky, clean, *text, FinishPart("stop")]
+    text: list[ResponsePart] = [TextStartPart("t"), TextDeltaPart("t", "Hi"), TextEndPart("t")]
+    parts: list[ResponsePart] = [leaky, clean, *text, FinishPart("stop")]
     assert redact_parts(parts, SecretRedactor([CANARY])) == (clean, *text, FinishPart("stop"))
