@@ -105,13 +105,11 @@ async def stream_parts(
     provider: str,
     errors: SdkErrors,
     secrets: Iterable[str],
-    on_complete: Callable[[], None] | None = None,
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
 ) -> AsyncIterator[ResponsePart]:
     """Open the response with ``open_response()`` (an SDK ``with_streaming_response`` call) and
-    yield the parts ``decoder`` makes of its events; ``on_complete()`` runs once the response is
-    complete (after its finish part was handed over). ``max_event_bytes`` bounds each line and
-    each event of the body. See the module notes for errors.
+    yield the parts ``decoder`` makes of its events. ``max_event_bytes`` bounds each line and each
+    event of the body. See the module notes for errors.
 
     Cancellation: a checkpoint at each network read; on cancellation or an early ``aclose`` the
     HTTP response is closed (shielded, bounded), so the server sees the disconnect.
@@ -177,8 +175,6 @@ async def stream_parts(
             for part in parts:
                 yield part
             if chunk is None or decoder.complete:
-                if on_complete is not None:
-                    on_complete()
                 if chunk is not None:
                     exhausted = await _drain(chunks)
                 return
