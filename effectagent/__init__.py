@@ -16,6 +16,7 @@ from effectagent.ai import tool as tool
 from effectagent.core import Agent as Agent
 from effectagent.core import AgentPolicy as AgentPolicy
 from effectagent.core import ChildBudget as ChildBudget
+from effectagent.core import RunAllowance as RunAllowance
 from effectagent.effect import Context as Context
 from effectagent.effect import Layer as Layer
 from effectagent.effect import ServiceKey as ServiceKey
@@ -32,6 +33,7 @@ __all__ = [
     "Context",
     "LanguageModelService",
     "Layer",
+    "RunAllowance",
     "RunResult",
     "Runtime",
     "ServiceKey",

@@ -70,6 +70,10 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "expected a number, got 'warm'\"}",
             "defect {'_tag': 'ToolDefect', 'message': 'timed out after 0.2 s'}",
         ],
+        3: [
+            "['count users', 'count orders'] ['migrate', 'migrated', 'count users', 'counted users']",
+            "['success', 'success', 'success', 'success']",
+        ],
     },
     "docs/guides/engine.md": {
         0: [
@@ -77,14 +81,20 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "budget-exhausted tool_calls 5 Read 5 pages; the feed does not end.",
         ],
         1: [
+            "['search']",
+            "['invalid-input', 'success'] budget-exhausted",
+            "the run's allowance may only tighten the policy of agent 'support', and it would "
+            "not: max_turns of 50 turns is above the agent's 10",
+        ],
+        2: [
             "the handler got the real token: True",
             "It is ann's ([REDACTED]).",
             "token [REDACTED] belongs to ann",
             "in the log: False",
             "in what the model was sent: False",
         ],
-        2: [],
-        3: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+        3: [],
+        4: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
     },
     "docs/guides/providers.md": {
         0: [

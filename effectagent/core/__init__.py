@@ -1,5 +1,6 @@
 """Agent definitions, policy, events, canonical records, outcomes, bounds and redaction."""
 
+from ._allowance import RunAllowance as RunAllowance
 from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalRequest as ApprovalRequest
 from ._approval import Risk as Risk
@@ -62,6 +63,7 @@ __all__ = [
     "ResponseLimits",
     "RetryPolicy",
     "Risk",
+    "RunAllowance",
     "RunError",
     "SecretRedactor",
     "StorageFailed",

@@ -78,8 +78,8 @@ class ConversationCreated:
 class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
     what the engine itself told the model (a final answer that did not decode, and why).
-    ``allowance``: on a run's input (kind user), the allowance it was given
-    (``RunAllowance.as_json()``), so a resumed run keeps it; None without one."""
+    ``allowance``: on a run's input (kind user), the allowance it was given — a JSON object,
+    ``RunAllowance.as_json()`` — so a resumed run keeps it; None without one."""
 
     conversation_id: str
     run_id: str
@@ -88,7 +88,7 @@ class UserInputRecorded:
     text: str
     author: str
     at: float
-    allowance: dict[str, Any] | None = None
+    allowance: Any = None
 
 
 def _context_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -1,5 +1,6 @@
 """The engine: runtime, turn loop, tool pipeline and scheduler, budgets, and the seams it consults."""
 
+from ._allowance import AllowanceRefused as AllowanceRefused
 from ._child import ChildRunRefused as ChildRunRefused
 from ._child import ChildRunResult as ChildRunResult
 from ._child import run_child as run_child
@@ -54,6 +55,7 @@ from ._steps import InMemoryStepStore as InMemoryStepStore
 from ._stream import RunStream as RunStream
 
 __all__ = [
+    "AllowanceRefused",
     "Approval",
     "ApprovalError",
     "ApprovalService",

@@ -210,6 +210,7 @@ class RunEdges:
                 text=text,
                 author=self.author,
                 at=now,
+                allowance=services.allowance,
             )
         )
         await io.record(*records)

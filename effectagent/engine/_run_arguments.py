@@ -1,15 +1,22 @@
-"""The checks of what a run is given (``Runtime.run``, ``stream``, ``resume``): wrong types and
-values are refused before anything starts, with a sentence naming the argument."""
+"""The checks of what a run is given (``Runtime.run``, ``stream``, ``resume``) and of the
+Redactor a runtime is given: wrong types and values are refused before anything starts, with a
+sentence naming the argument."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from effectagent.core import Agent, ContextItem
+from effectagent.core import Agent, ContextItem, RunAllowance
 
 from ._stream import Intent
 
-__all__ = ["check_id", "check_resume_arguments", "check_run_arguments"]
+__all__ = [
+    "check_allowance",
+    "check_id",
+    "check_redactor",
+    "check_resume_arguments",
+    "check_run_arguments",
+]
 
 
 def check_run_arguments(
@@ -62,3 +69,23 @@ def check_resume_arguments(agent: object, conversation_id: object, run_id: objec
         raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
     check_id("conversation_id", conversation_id)
     check_id("run_id", run_id)
+
+
+def check_allowance(allowance: object) -> None:
+    """Refuse an ``allowance`` that is not a ``RunAllowance`` (or None)."""
+    if allowance is not None and not isinstance(allowance, RunAllowance):
+        raise TypeError(f"allowance must be a RunAllowance or None, got {type(allowance).__name__}")
+
+
+_REDACTOR_MEMBERS = ("active", "redact_text", "redact", "partial_secret_suffix")
+
+
+def check_redactor(redactor: object) -> None:
+    """Refuse a Redactor service that lacks a member of the protocol (see ``core.Redactor``)."""
+    missing = [name for name in _REDACTOR_MEMBERS if not hasattr(redactor, name)]
+    if missing:
+        raise TypeError(
+            f"the Redactor service {type(redactor).__qualname__} lacks "
+            f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
+            "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
+        )

@@ -25,6 +25,7 @@ from effectagent.core import (
     Agent,
     ContextItem,
     Redactor,
+    RunAllowance,
     SecretRedactor,
 )
 from effectagent.effect import (
@@ -38,6 +39,7 @@ from effectagent.effect import (
     preflight,
 )
 
+from ._allowance import NarrowedAgents
 from ._budget import check_cost_budget
 from ._digest import ArgumentDigest
 from ._driver import RunDriver
@@ -47,6 +49,7 @@ from ._log import InMemoryConversationLog
 from ._models import check_model_choice, missing_models, resolve_models, with_model_strings
 from ._output import output_format, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
+from ._run_arguments import check_allowance, check_redactor
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
 from ._run_arguments import check_run_arguments as _check_run_arguments
 from ._run_errors import (
@@ -111,6 +114,8 @@ class Runtime:
         # Preflighted agents and their services, by identity: a bounded cache (an agent made per
         # request — per-user instructions — must not stay alive for the runtime's lifetime).
         self._checked: dict[int, tuple[Agent, RunServices]] = {}
+        # Agents as runs with an allowance run them (each keeps its services in ``_checked``).
+        self._narrowed = NarrowedAgents(CHECKED_AGENTS)
         self._digest = ArgumentDigest()  # binds approval decisions to their call's arguments
         self._active: set[RunDriver] = set()
         # The conversations with a run going: one run per conversation at a time.
@@ -203,18 +208,25 @@ class Runtime:
         checked[id(agent)] = (agent, services)
         return services
 
-    def _services_for_run(self, agent: Agent, model: ModelChoice | None) -> RunServices:
-        """The services of ``agent``'s run on ``model`` (None: the agent's own), preflighted."""
-        services = self._services_for(agent)
+    def _services_for_run(
+        self, agent: Agent, model: ModelChoice | None, allowance: RunAllowance | None = None
+    ) -> tuple[Agent, RunServices]:
+        """The agent a run runs (``agent`` narrowed by ``allowance``) and its services on
+        ``model`` (None: the agent's own), preflighted."""
+        if allowance is not None and not allowance.empty:
+            agent = self._narrowed.get(agent, allowance, ApprovalService in self.context)
+            services = self._services_for(agent).with_allowance(allowance.as_json())
+        else:
+            services = self._services_for(agent)
         if model is None:
-            return services
+            return agent, services
         named = missing_models(agent, self.context, model)
         if named is not None:
             raise named
         models = resolve_models(agent, self.context, model)
         check_cost_budget(agent, services.prices, models.turns, models.grace, models.summary)
         system = system_instructions(agent.instructions, services.output, models)
-        return services.with_models(
+        return agent, services.with_models(
             SystemMessage(system),
             (models.turns, models.turns_name),
             (models.grace, models.grace_name),
@@ -232,6 +244,7 @@ class Runtime:
         context: Sequence[ContextItem] = (),
         run_id: str | None = None,
         model: ModelChoice | None = None,
+        allowance: RunAllowance | None = None,
     ) -> RunStream[T]:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
@@ -256,13 +269,22 @@ class Runtime:
         runtime opened, or a ``ModelKey``); the agent's grace and summary models stay (the run's
         model stands in for whichever of them the agent leaves to its own model). A model
         nobody provides is :class:`~effectagent.engine.MissingModels`, raised here.
+
+        ``allowance`` (a :class:`~effectagent.core.RunAllowance`) tightens the agent's policy
+        for this run only: fewer tools, lower limits, approval for every call. One that would
+        widen it in any field is :class:`~effectagent.engine.AllowanceRefused`, raised here, as
+        is ``MissingServicesError`` for ``approval="always"`` without an approval service. It is
+        recorded with the run's input, and :meth:`resume` keeps it.
         """
         items, intent = _check_run_arguments(
             agent, text, conversation_id, create, author, context, run_id
         )
         check_model_choice(model, "model")
+        check_allowance(allowance)
         queue = EventQueue(EVENT_BUFFER)
-        driver = self._driver(agent, text, conversation_id, author, queue, items, run_id, model)
+        driver = self._driver(
+            agent, text, conversation_id, author, queue, items, run_id, model, allowance
+        )
         return RunStream(self, driver, queue, intent)
 
     async def run(
@@ -276,10 +298,12 @@ class Runtime:
         context: Sequence[ContextItem] = (),
         run_id: str | None = None,
         model: ModelChoice | None = None,
+        allowance: RunAllowance | None = None,
     ) -> RunResult[T]:
         """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``create``, ``author``, ``context``, ``run_id`` and ``model`` as
-        for :meth:`stream`; raises :class:`ConversationBusy`, :class:`UnknownConversation`,
+        ``conversation_id``, ``create``, ``author``, ``context``, ``run_id``, ``model`` and
+        ``allowance`` as for :meth:`stream` (raising what it raises there);
+        raises :class:`ConversationBusy`, :class:`UnknownConversation`,
         :class:`ConversationExists` or :class:`RunExists` before starting (nothing is written
         then).
 
@@ -298,8 +322,11 @@ class Runtime:
             agent, text, conversation_id, create, author, context, run_id
         )
         check_model_choice(model, "model")
+        check_allowance(allowance)
         reducer = RunReducer()
-        driver = self._driver(agent, text, conversation_id, author, reducer, items, run_id, model)
+        driver = self._driver(
+            agent, text, conversation_id, author, reducer, items, run_id, model, allowance
+        )
         self._claim(driver)
         try:
             await self._open(driver, intent)
@@ -387,7 +414,11 @@ class Runtime:
                 raise error
             return
         if intent == "resume":
-            driver.resume_from(find_run(history, driver.conversation_id, driver.run_id))
+            found = find_run(history, driver.conversation_id, driver.run_id)
+            driver.resume_from(found)
+            recorded = found.input
+            if recorded is not None and recorded.allowance is not None:
+                self._keep_allowance(driver, recorded.allowance)
             return
         if driver.chosen_run_id:
             check_new_run_id(history, driver.conversation_id, driver.run_id)
@@ -398,6 +429,17 @@ class Runtime:
             raise UnknownConversation(driver.conversation_id)
         if intent == "create" and history:
             raise ConversationExists(driver.conversation_id)
+
+    def _keep_allowance(self, driver: RunDriver, recorded: object) -> None:
+        """A resumed run runs under the allowance its input record holds: its agent narrowed
+        by it (raises as :meth:`stream` does, and ``ValueError`` for a record it cannot read)."""
+        try:
+            allowance = RunAllowance.from_json(recorded)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the run's recorded allowance cannot be read: {exc}") from None
+        agent, services = self._services_for_run(driver.agent, None, allowance)
+        driver.agent, driver.toolkit = agent, agent.toolkit
+        driver.services = driver.turn_services = services
 
     def _claim(self, driver: RunDriver) -> None:
         """Count ``driver`` as active; raise :class:`ConversationBusy` if its conversation has a
@@ -429,12 +471,14 @@ class Runtime:
         context: tuple[ContextItem, ...] = (),
         run_id: str | None = None,
         model: ModelChoice | None = None,
+        allowance: RunAllowance | None = None,
     ) -> RunDriver:
         """A new run of ``agent`` (preflighted here) whose events go to ``events``."""
         if self._closed:
             raise RuntimeError("the runtime is closed")
+        agent, services = self._services_for_run(agent, model, allowance)
         driver = RunDriver(
-            self._services_for_run(agent, model),
+            services,
             agent,
             text,
             run_id=run_id or new_id("run"),
@@ -561,7 +605,7 @@ async def open_runtime(
         if redactor is None:
             redactor = SecretRedactor(secrets)
         else:
-            _check_redactor(redactor)
+            check_redactor(redactor)
         runtime = Runtime(context, scope, log=log, redactor=redactor)
         for agent in agent_list:
             runtime.preflight(agent)
@@ -570,20 +614,6 @@ async def open_runtime(
         finally:
             runtime._close()
             await runtime._wait_runs()
-
-
-_REDACTOR_MEMBERS = ("active", "redact_text", "redact", "partial_secret_suffix")
-
-
-def _check_redactor(redactor: object) -> None:
-    """Refuse a Redactor service that lacks a member of the protocol (see ``core.Redactor``)."""
-    missing = [name for name in _REDACTOR_MEMBERS if not hasattr(redactor, name)]
-    if missing:
-        raise TypeError(
-            f"the Redactor service {type(redactor).__qualname__} lacks "
-            f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
-            "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
-        )
 
 
 def run_sync(

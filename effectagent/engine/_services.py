@@ -56,6 +56,7 @@ class RunServices:
     """The services one agent's runs use. Absent optional seams are None (decided at preflight)."""
 
     __slots__ = (
+        "allowance",
         "approval",
         "approval_suspends",
         "authorization",
@@ -148,6 +149,8 @@ class RunServices:
         self.forget_steps = forget_steps
         # What model calls are costed with (the Layer's PricesService, or the shipped table).
         self.prices = prices
+        # The run's allowance as its input record keeps it (``RunAllowance.as_json()``), or None.
+        self.allowance: dict[str, Any] | None = None
 
     def with_models(
         self,
@@ -163,6 +166,12 @@ class RunServices:
         copy.model, copy.model_name = model
         copy.grace_model, copy.grace_model_name = grace_model
         copy.summary_model, copy.summary_model_name = summary_model
+        return copy
+
+    def with_allowance(self, allowance: dict[str, Any]) -> RunServices:
+        """These services for a run given ``allowance`` (recorded with the run's input)."""
+        copy = self._copy()
+        copy.allowance = allowance
         return copy
 
     def _copy(self) -> RunServices:

@@ -4,7 +4,8 @@ of the same conversation normalized away, and an assertion that two runs wrote t
 What is normalized: the identifiers the runtime makes up (a conversation's, a run's, an input's —
 ``prefix_`` and 16 hex digits) become ``<conv-1>``, ``<run-1>``, ``<input-1>``… numbered by first
 appearance, so that the same ID maps to the same placeholder throughout; wall-clock times (every
-``at``, ``*_at`` and ``deadline`` field) are left out. What stays: every record, in log order,
+``at``, ``*_at`` and ``deadline`` field) are left out, and so is a run's allowance when it has
+none (``UserInputRecorded.allowance``: snapshots made before the field existed still match). What stays: every record, in log order,
 with every other field — texts, tool-call IDs (the model's), arguments, outcomes, usage, finish
 reasons — so a change in the engine, a tool or a prompt that changes behaviour changes them.
 
@@ -27,6 +28,11 @@ from ._diff import MISSING, Ignore, first_difference, render_path, show_value
 __all__ = ["RecordsDiffer", "assert_same_records", "canonical_records"]
 
 _GENERATED_ID = re.compile(r"^([a-z]+)_[0-9a-f]{16}$")
+
+
+#: Fields records gained after snapshots were first kept, by record class: left out while at
+#: their default (None), so a snapshot made before them still matches a run that does not use them.
+_LEFT_OUT_AT_DEFAULT = frozenset({("UserInputRecorded", "allowance")})
 
 
 def _is_time(name: str) -> bool:
@@ -63,10 +69,15 @@ class _Normalizer:
             return [self.value(item) for item in value]
         cls = type(value)
         if attrs.has(cls):
-            out: dict[str, Any] = {"_type": cls.__name__}
+            name = cls.__name__
+            out: dict[str, Any] = {"_type": name}
             for field in attrs.fields(cls):
-                if field.eq and not _is_time(field.name):
-                    out[field.name] = self.value(getattr(value, field.name))
+                if not field.eq or _is_time(field.name):
+                    continue
+                item = getattr(value, field.name)
+                if item is None and (name, field.name) in _LEFT_OUT_AT_DEFAULT:
+                    continue
+                out[field.name] = self.value(item)
             return out
         name = getattr(value, "name", None)
         return f"<{cls.__name__} {name}>" if isinstance(name, str) else f"<{cls.__name__}>"

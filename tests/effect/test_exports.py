@@ -36,7 +36,7 @@ PACKAGES = [
 SURFACE: dict[str, str] = {
     "effectagent": """
         Agent AgentPolicy ChildBudget Context LanguageModelService Layer open_runtime run_sync
-        RunResult Runtime ServiceKey TaggedError Tool tool ToolCallContext Toolkit
+        RunAllowance RunResult Runtime ServiceKey TaggedError Tool tool ToolCallContext Toolkit
     """,
     "effectagent.effect": """
         attempt AttributeValue build_layer Cause checked_encoder Context decode decode_json Die
@@ -46,7 +46,7 @@ SURFACE: dict[str, str] = {
         Semaphore ServiceKey SpanHandle SpanKind Success TaggedError trace_span use_span_starter
     """,
     "effectagent.engine": """
-        Approval ApprovalError ApprovalService ApprovalSuspended AuthorizationDecision
+        AllowanceRefused Approval ApprovalError ApprovalService ApprovalSuspended AuthorizationDecision
         ChildRunRefused
         ChildRunResult CompactionRequest Compactor CompactorService ConversationBusy
         ConversationEvicted ConversationExists ConversationLog ConversationLogError
@@ -84,7 +84,7 @@ SURFACE: dict[str, str] = {
         FinalTurnDeclaredTools LogEntry ModelFailed ModelResponseRecorded ModelRetrying
         ModelStarted OutputInvalid parse_arguments project_messages ReasoningDelta Record
         redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
-        RetryPolicy Risk RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
+        RetryPolicy Risk RunAllowance RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
         RunInterrupted RunStarted RunSuspended RunSuspendedRecord SecretRedactor StorageFailed StreamRedactor
         SubagentCompleted SubagentEvent SubagentStarted TERMINAL_EVENTS TextDelta
         ToolApprovalDecided ToolApprovalRequested ToolCallDeclared ToolCallFailed ToolCallPrepared
