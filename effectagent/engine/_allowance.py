@@ -27,7 +27,7 @@ from effectagent.effect import MissingRequirement, MissingServicesError
 
 from ._seams import ApprovalService
 
-__all__ = ["AllowanceRefused", "NarrowedAgents", "narrow_agent"]
+__all__ = ["AllowanceRefused", "NarrowedAgents", "check_approval", "narrow_agent"]
 
 
 class AllowanceRefused(ValueError):
@@ -44,17 +44,21 @@ class AllowanceRefused(ValueError):
         self.reasons = tuple(reasons)
 
 
-def narrow_agent(agent: Agent, allowance: RunAllowance) -> Agent:
+def narrow_agent(agent: Agent, allowance: RunAllowance, *, strict: bool = True) -> Agent:
     """``agent`` as a run with ``allowance`` runs it (see the module notes); ``agent`` itself
     for an empty allowance. Raises :class:`AllowanceRefused` naming every field that widens, every
     tool the agent lacks, and ``approval="always"`` for an agent with tool sources and no
-    ``tools`` (what the sources offer is known only turn by turn). Pure."""
+    ``tools`` (what the sources offer is known only turn by turn). Pure.
+
+    ``strict=False`` (a resumed run: its allowance was taken when it started, and its agent may
+    have been tightened since) refuses only the last of these: the run gets the least of the
+    agent and its allowance in every limit, and the tools both have."""
     if allowance.empty:
         return agent
-    reasons = allowance.widens(agent.policy)
+    reasons = allowance.widens(agent.policy) if strict else []
     toolkit = agent.toolkit
     names = allowance.tools
-    if names is not None:
+    if names is not None and strict:
         missing = [name for name in names if toolkit.get(name) is None]
         if missing:
             have = ", ".join(toolkit.names) or "none"
@@ -109,11 +113,17 @@ class NarrowedAgents:
         hit = self._agents.get(key)
         if hit is not None and hit[0] is agent:
             return hit[1]
-        narrowed = narrow_agent(agent, allowance)
-        if allowance.approval == "always" and not approval:
-            who = f"agent {agent.name!r} (the run's allowance asks approval for every call)"
-            raise MissingServicesError([MissingRequirement(ApprovalService, who)])
+        narrowed = check_approval(narrow_agent(agent, allowance), allowance, approval)
         if len(self._agents) >= self._limit:
             del self._agents[next(iter(self._agents))]
         self._agents[key] = (agent, narrowed)
         return narrowed
+
+
+def check_approval(agent: Agent, allowance: RunAllowance, approval: bool) -> Agent:
+    """``agent``, unless ``allowance`` asks approval for every call and ``approval`` (whether
+    the runtime has an approval service) is False: then ``MissingServicesError`` naming it."""
+    if allowance.approval == "always" and not approval:
+        who = f"agent {agent.name!r} (the run's allowance asks approval for every call)"
+        raise MissingServicesError([MissingRequirement(ApprovalService, who)])
+    return agent

@@ -39,7 +39,7 @@ from effectagent.effect import (
     preflight,
 )
 
-from ._allowance import NarrowedAgents
+from ._allowance import NarrowedAgents, check_approval, narrow_agent
 from ._budget import check_cost_budget
 from ._digest import ArgumentDigest
 from ._driver import RunDriver
@@ -350,11 +350,15 @@ class Runtime:
         not have happened); approval decisions recorded since a suspension are used, and the
         run suspends again while one is missing. An answer recorded without the run's end
         completes it without a model call. Its events are a new stream: ``RunStarted`` with
-        ``resumed=True`` and the run's input, then what this execution does.
+        ``resumed=True`` and the run's input, then what this execution does. A run started with
+        an allowance continues under it (its input record holds it): ``agent`` tightened by it,
+        the least of the two in every limit, the tools both have.
 
         Raises before anything starts (nothing is written then): :class:`UnknownRun` — no
         record of the run; :class:`RunAlreadyEnded` — it has a terminal record, or another run
-        of the conversation started after it; :class:`ConversationBusy`.
+        of the conversation started after it; :class:`ConversationBusy`; for a run with an
+        allowance, ``ValueError`` when its record cannot be read and ``MissingServicesError``
+        when it asks approval for every call and the runtime has no approval service.
 
         Cancellation: as :meth:`run`.
         """
@@ -431,15 +435,21 @@ class Runtime:
             raise ConversationExists(driver.conversation_id)
 
     def _keep_allowance(self, driver: RunDriver, recorded: object) -> None:
-        """A resumed run runs under the allowance its input record holds: its agent narrowed
-        by it (raises as :meth:`stream` does, and ``ValueError`` for a record it cannot read)."""
+        """A resumed run runs under the allowance its input record holds: its agent narrowed by
+        it, never refused for an agent tightened since (``narrow_agent(strict=False)``). Raises
+        ``ValueError`` for a record it cannot read, and what :meth:`stream` raises for an
+        allowance that cannot hold (approval for every call without an approval service)."""
         try:
             allowance = RunAllowance.from_json(recorded)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"the run's recorded allowance cannot be read: {exc}") from None
-        agent, services = self._services_for_run(driver.agent, None, allowance)
+        agent = check_approval(
+            narrow_agent(driver.agent, allowance, strict=False),
+            allowance,
+            ApprovalService in self.context,
+        )
         driver.agent, driver.toolkit = agent, agent.toolkit
-        driver.services = driver.turn_services = services
+        driver.services = driver.turn_services = self._services_for(agent)
 
     def _claim(self, driver: RunDriver) -> None:
         """Count ``driver`` as active; raise :class:`ConversationBusy` if its conversation has a

@@ -69,13 +69,13 @@ class _Normalizer:
             return [self.value(item) for item in value]
         cls = type(value)
         if attrs.has(cls):
-            name = cls.__name__
-            out: dict[str, Any] = {"_type": name}
+            kind = cls.__name__
+            out: dict[str, Any] = {"_type": kind}
             for field in attrs.fields(cls):
                 if not field.eq or _is_time(field.name):
                     continue
                 item = getattr(value, field.name)
-                if item is None and (name, field.name) in _LEFT_OUT_AT_DEFAULT:
+                if item is None and (kind, field.name) in _LEFT_OUT_AT_DEFAULT:
                     continue
                 out[field.name] = self.value(item)
             return out

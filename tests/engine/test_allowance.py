@@ -319,13 +319,48 @@ async def test_a_resumed_run_keeps_the_allowance_its_input_recorded(
     (pending,) = pending_approvals(await log.entries("c"), "r")
     await log.append("c", [approval_decided(pending, approved=True, decided_by="ann", at=1.0)])
 
-    # Resumed with the bare agent: the search runs (approved from the log), and the next turn
-    # still offers search alone and still asks approval for it.
+    # Resumed with the bare agent — tightened since below the allowance's max_turns, which is
+    # met, not refused: the search runs (approved from the log), and the next turn still offers
+    # search alone and still asks approval for it.
+    tightened = attrs.evolve(AGENT, policy=AgentPolicy(max_turns=2, max_tool_calls=10))
     approver = Later()
     second = ScriptedModel([Turn.tool_calls(("search", {"text": "again"}))])
     layer = _layer(second, Layer.succeed(ApprovalService, approver), log_layer(log))
-    async with open_runtime(layer, agents=[AGENT]) as runtime:
-        resumed = await runtime.resume(AGENT, conversation_id="c", run_id="r")
+    async with open_runtime(layer, agents=[tightened]) as runtime:
+        resumed = await runtime.resume(tightened, conversation_id="c", run_id="r")
     assert [t.name for t in second.requests[0].tools] == ["search"]
     assert approver.asked == ["search"]
     assert resumed.status == "suspended"
+
+
+def test_a_resumed_runs_allowance_meets_an_agent_tightened_since_without_refusal() -> None:
+    tightened = attrs.evolve(AGENT, policy=AgentPolicy(max_turns=2), toolkit=Toolkit(DELETE))
+    allowance = RunAllowance(max_turns=3, tools=["search", "delete"])
+    with pytest.raises(AllowanceRefused):
+        narrow_agent(tightened, allowance)  # given to a new run: refused
+    resumed = narrow_agent(tightened, allowance, strict=False)  # recorded with a run: met
+    assert resumed.policy.max_turns == 2
+    assert list(resumed.toolkit.names) == ["delete"]
+
+
+async def test_a_resumed_run_with_an_unreadable_allowance_is_refused_before_it_starts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    log = InMemoryConversationLog()
+    record = UserInputRecorded(
+        conversation_id="c",
+        run_id="r",
+        input_id="i",
+        kind="user",
+        text="Look.",
+        author="ann",
+        at=1.0,
+        allowance={"max_turns": "many"},
+    )
+    await log.append("c", [record])
+    model = ScriptedModel([])
+    async with open_runtime(_layer(model, log_layer(log)), agents=[AGENT]) as runtime:
+        with pytest.raises(ValueError, match="the run's recorded allowance cannot be read"):
+            await runtime.resume(AGENT, conversation_id="c", run_id="r")
+    assert model.requests == []
+    assert len(list(await log.entries("c"))) == 1
