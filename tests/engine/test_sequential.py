@@ -33,8 +33,9 @@ from effectagent import (
 )
 from effectagent.ai import LanguageModelService
 from effectagent.core import ToolCallSettled, ToolDefect
+from effectagent.effect import TaggedError
 from effectagent.engine._scheduler import run_groups
-from effectagent.testing import ScriptedModel, Turn
+from effectagent.testing import BatchSpec, ScriptedModel, Turn, batches, run_batch_sync
 
 # ---- the grouping, pure ------------------------------------------------------------------------
 
@@ -218,3 +219,58 @@ def test_the_flag_is_declared_on_the_tool_and_by_the_decorator() -> None:
     assert LOOK.sequential is False
     with pytest.raises(TypeError, match="sequential"):
         Tool("t", "A tool.", sequential="yes")  # type: ignore[arg-type]
+
+
+# ---- with the shipped batch strategy: failures, defects, hangs, invalid calls ------------------
+
+
+class Broken(TaggedError):
+    """A declared failure of the probe tools below."""
+
+
+@tool(sequential=True, errors=(Broken,), timeout=4.0)
+async def write_row(key: str) -> str:
+    """Write a row (one writer at a time).
+
+    Args:
+        key: The row's key.
+    """
+    return key
+
+
+@tool(readonly=True, errors=(Broken,), timeout=4.0)
+async def read_row(key: str) -> str:
+    """Read a row.
+
+    Args:
+        key: The row's key.
+    """
+    return key
+
+
+ROWS = Toolkit(write_row, read_row)
+KEYS = st.sampled_from(["a", "b"]).map(lambda key: {"key": key})
+
+
+@given(
+    batch=batches(ROWS, arguments={"write_row": KEYS, "read_row": KEYS}, max_size=8),
+    permits=st.integers(1, 4),
+)
+def test_generated_batches_keep_sequential_calls_alone(batch: BatchSpec, permits: int) -> None:
+    report = run_batch_sync(batch, tool_concurrency=permits, toolkit=ROWS)
+    assert report.settled_ids == batch.ids
+    assert report.unexpected() == ()
+    assert report.live_handlers == 0
+    order = {call_id: i for i, call_id in enumerate(batch.ids)}
+    for alone in report.traces:
+        if alone.tool_name != "write_row":
+            continue
+        assert alone.finished_at is not None
+        for other in report.traces:
+            if other is alone:
+                continue
+            assert other.finished_at is not None
+            if order[other.tool_call_id] < order[alone.tool_call_id]:
+                assert other.finished_at <= alone.started_at
+            else:
+                assert other.started_at >= alone.finished_at
