@@ -75,6 +75,8 @@ SURFACE: dict[str, str] = {
         FallbackChain FallbackModel falls_back ModelChoice ModelKey RoutingModel
         DEFAULT_PRICES dollars MAX_CACHE_MARKS MICROS_PER_DOLLAR model_name_of NoPriceForModel
         Price PRICES_TAKEN PricesService PriceTable PromptCaching
+        DEFAULT_MAX_NATIVE_BLOCK_BYTES DEFAULT_MAX_NATIVE_BYTES NativeReasoningContent
+        NativeReasoningPart
     """,
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
@@ -82,7 +84,8 @@ SURFACE: dict[str, str] = {
         BudgetWarning ChildBudget compact_json CompactionCreated CompactionPerformed
         CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase
         FinalTurnDeclaredTools LogEntry ModelFailed ModelResponseRecorded ModelRetrying
-        ModelStarted OutputInvalid parse_arguments project_messages ReasoningDelta Record
+        ModelStarted native_reasoning_entry native_reasoning_of OutputInvalid parse_arguments
+        project_messages ReasoningDelta Record
         redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
         RetryPolicy Risk RunAllowance RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
         RunInterrupted RunStarted RunSuspended RunSuspendedRecord SecretRedactor StorageFailed StreamRedactor
