@@ -33,6 +33,7 @@ from ._policy import CompactionPolicy as CompactionPolicy
 from ._policy import ResponseLimits as ResponseLimits
 from ._policy import RetryPolicy as RetryPolicy
 from ._policy import ToolResultBounds as ToolResultBounds
+from ._policy import check_model_choice as check_model_choice
 from ._records import *  # noqa: F403
 from ._records import __all__ as _records_all
 from ._redact import REDACTED as REDACTED
@@ -81,6 +82,7 @@ __all__ = [
     "UsageTotals",
     "bounded_json",
     "bounded_parsed",
+    "check_model_choice",
     "compact_json",
     "redact_arguments",
     "redact_json_text",

@@ -33,6 +33,7 @@ __all__ = [
     "ResponseLimits",
     "RetryPolicy",
     "ToolResultBounds",
+    "check_model_choice",
 ]
 
 MIN_RESULT_BYTES = 256
@@ -395,8 +396,12 @@ def _output(instance: object, attribute: attrs.Attribute[Any], value: object) ->
 
 
 def _model_choice(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """A model string (``"<provider>:<model>"``), a :class:`ModelKey`, or None."""
-    where = _where(instance, attribute)
+    check_model_choice(value, _where(instance, attribute))
+
+
+def check_model_choice(value: object, where: str) -> None:
+    """Refuse what is not a model string (``"<provider>:<model>"``), a :class:`ModelKey` or None
+    (``where`` names the argument): ``TypeError`` or ``ValueError`` with a sentence."""
     if value is None or isinstance(value, ModelKey):
         return
     if not isinstance(value, str):

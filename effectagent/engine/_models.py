@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, final
 
 from effectagent.ai import LanguageModel, LanguageModelService, ModelChoice, ModelKey
-from effectagent.core import Agent
+from effectagent.core import Agent, check_model_choice
 from effectagent.effect import (
     Context,
     Layer,
@@ -37,7 +37,6 @@ from effectagent.effect import (
 __all__ = [
     "MissingModels",
     "ResolvedModels",
-    "check_model_choice",
     "choice_name",
     "missing_models",
     "model_key",
@@ -77,23 +76,6 @@ def choice_name(choice: ModelChoice | None) -> str | None:
     if isinstance(choice, ModelKey):
         return choice.name
     return choice
-
-
-def check_model_choice(value: object, where: str) -> None:
-    """Refuse what is not a model string, a ModelKey or None (``where`` names the argument)."""
-    if value is None or isinstance(value, ModelKey):
-        return
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{where} must be a model string such as 'openai:gpt-4.1', a ModelKey or None, "
-            f"got {type(value).__name__}"
-        )
-    provider, colon, name = value.partition(":")
-    if not colon or not provider.strip() or not name.strip():
-        raise ValueError(
-            f"{where} must be a model string such as 'openai:gpt-4.1' (a provider, a colon, a "
-            f"model) or a ModelKey, got {value!r}"
-        )
 
 
 def _uses(

@@ -27,6 +27,7 @@ from effectagent.core import (
     Redactor,
     RunAllowance,
     SecretRedactor,
+    check_model_choice,
 )
 from effectagent.effect import (
     Context,
@@ -46,7 +47,7 @@ from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
 from ._log import InMemoryConversationLog
-from ._models import check_model_choice, missing_models, resolve_models, with_model_strings
+from ._models import missing_models, resolve_models, with_model_strings
 from ._output import output_format, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
 from ._run_arguments import check_allowance, check_redactor
