@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, Protocol, TypeAlias
 
@@ -98,14 +98,23 @@ async def close_stream(stream: AsyncIterator[ResponsePart]) -> None:
             await aclose()
 
 
-async def generate(model: LanguageModel, request: ModelRequest) -> ModelResponse:
+async def generate(
+    model: LanguageModel,
+    request: ModelRequest,
+    *,
+    answered: Callable[[str], None] | None = None,
+) -> ModelResponse:
     """Reduce ``model.stream(request)`` to a :class:`ModelResponse` (raises on malformed streams).
+    With ``answered``, a model that stands for others (a ``RoutingModel``, such as a
+    ``FallbackModel``) is streamed through ``stream_routed``, which calls ``answered(name)`` with
+    the member that answered.
 
     Cancellation: a checkpoint per part; the stream is closed on every exit (see
     :func:`close_stream`).
     """
     reducer = ResponseReducer()
-    stream = model.stream(request)
+    routed = None if answered is None else getattr(model, "stream_routed", None)
+    stream = model.stream(request) if routed is None else routed(request, answered)
     try:
         async for part in stream:
             reducer.feed(part)

@@ -19,13 +19,9 @@ from functools import partial
 import attrs
 
 from effectagent.ai import (
-    LanguageModel,
     Message,
     ModelRequest,
-    ModelResponse,
-    ResponseReducer,
     SystemMessage,
-    close_stream,
     generate,
 )
 from effectagent.core import AgentPolicy, CompactionPerformed, UsageDelta, project_messages
@@ -85,7 +81,9 @@ async def maybe_compact(
     ) -> str:
         cap = policy.max_output_tokens if max_output_tokens is None else max_output_tokens
         request = ModelRequest((_SUMMARIZE, *covered), tool_choice="none", max_output_tokens=cap)
-        response = await _generate(services.summary_model, request, answered)
+        response = await generate(
+            services.summary_model, request, answered=partial(answered_by, answered)
+        )
         price = services.prices.price_for(services.summary_model, answered[0])
         used.append(UsageDelta.from_usage(response.usage, price))
         return redactor.redact_text(response.text)
@@ -135,24 +133,3 @@ async def maybe_compact(
         tokens_before=estimate,
     )
     return compacted, usage, answered[0]
-
-
-async def _generate(
-    model: LanguageModel, request: ModelRequest, answered: list[str | None]
-) -> ModelResponse:
-    """``generate(model, request)``; a routing model (a ``FallbackModel``) says in ``answered``
-    which of its models answered.
-
-    Cancellation: as ``generate``: the stream is closed on every exit.
-    """
-    routed = getattr(model, "stream_routed", None)
-    if routed is None:
-        return await generate(model, request)
-    reducer = ResponseReducer()
-    stream = routed(request, partial(answered_by, answered))
-    try:
-        async for part in stream:
-            reducer.feed(part)
-    finally:
-        await close_stream(stream)
-    return reducer.finish()
