@@ -95,6 +95,7 @@ class ReplayServer:
         self.unscripted = 0
         self.disconnected = trio.Event()
         self.received = trio.Event()  # set once the first request is recorded
+        self._arrived = trio.Event()  # set (and replaced) as each request is recorded
         self.hangups = 0  # connections the client closed between requests
         self.hung_up = trio.Event()
 
@@ -106,6 +107,11 @@ class ReplayServer:
     def script(self, *replies: Script) -> None:
         """Answer the next requests with ``replies``, in order (a callable gets the request)."""
         self.replies.extend(replies)
+
+    async def wait_for_requests(self, count: int) -> None:
+        """Return once ``count`` requests have been recorded. Cancellation: at once."""
+        while len(self.requests) < count:
+            await self._arrived.wait()
 
     async def handle(self, stream: trio.SocketStream) -> None:
         """Serve one connection (keep-alive) until the client closes it or a reply ends it."""
@@ -136,6 +142,8 @@ class ReplayServer:
                 request = Recorded(method, path, headers, body)
                 self.requests.append(request)
                 self.received.set()
+                self._arrived.set()
+                self._arrived = trio.Event()
                 if not await self._answer(stream, request):
                     return
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -73,6 +73,18 @@ class ServerThread:
         assert server is not None
         return trio.from_thread.run_sync(lambda: list(server.requests), trio_token=self._token)
 
+    def wait_for_requests(self, count: int, *, bound: float = 60.0) -> None:
+        """Block until the server has received ``count`` requests (woken as each arrives, never
+        polled); ``bound`` seconds only guard against a test that would hang otherwise."""
+        server = self._server
+        assert server is not None
+
+        async def wait() -> None:
+            with trio.fail_after(bound):
+                await server.wait_for_requests(count)
+
+        trio.from_thread.run(wait, trio_token=self._token)
+
     def close(self) -> None:
         """Stop the server and its thread."""
         stop = self._stop

@@ -7,11 +7,9 @@ another process holds the same file, its run going."""
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pexpect
 import pytest
 
 from tests.providers.replay import Reply
@@ -106,10 +104,7 @@ def test_history_works_while_a_chat_in_another_process_runs(
     chat.expect("First, the harbour.")
     chat.expect(PROMPT)
     chat.sendline("Two about the harbour.")  # its run now waits for the model
-    deadline = time.monotonic() + 20
-    while len(server.requests()) < 2:  # once it reached the server, the run holds its session
-        assert time.monotonic() < deadline, "the chat's second request never came"
-        chat.expect([pexpect.TIMEOUT], timeout=0.05)  # (another process: polled, bounded)
+    server.wait_for_requests(2)  # once it reached the server, the run holds its session
 
     found = effectagent(tmp_path, "history", "Harbour")
     assert said(found) == [

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,10 +105,7 @@ def test_the_same_session_at_once_is_refused_with_a_sentence_and_exit_status_3(
     chat.expect("First.")
     chat.expect(PROMPT)
     chat.sendline("Two.")  # its run is now going, waiting for the model
-    deadline = time.monotonic() + 20
-    while len(server.requests()) < 2:  # once it reached the server, the run holds its session
-        assert time.monotonic() < deadline, "the chat's second request never came"
-        chat.expect([pexpect.TIMEOUT], timeout=0.05)  # (another process: polled, bounded)
+    server.wait_for_requests(2)  # once it reached the server, the run holds its session
 
     refused = _command(_args(server, "run", "Me too.", "--session", "talk", "--json"), env)
     assert refused.returncode == 3
