@@ -46,7 +46,7 @@ from .._logging import LOGGER_NAME
 from ._args import EXIT_COMPLETED, EXIT_FAILED
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config, state_dir
-from ._console import Channel, Console, Styled, Table
+from ._console import Channel, Console, LogLines, Styled, Table
 from ._early import private_directory
 from ._models import ModelChoice
 from ._sanitize import visible
@@ -415,26 +415,14 @@ async def _unknown(args: argparse.Namespace, queue: DurableQueue, console: Conso
 # ---- the worker -----------------------------------------------------------------------------------
 
 
-class _Lines(logging.Handler):
-    """The durable runtime's warning lines (lanes lost, settlements overdue, dead letters — each
-    identifiers only), through the console's channel: escaped like everything else."""
-
-    def __init__(self, channel: Channel) -> None:
-        super().__init__(logging.WARNING)
-        self._channel = channel
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self._channel.line(f"effectagent: {record.getMessage()}")
-        except Exception:  # a log line must never break the command
-            self.handleError(record)
-
-
 @contextmanager
 def _warnings(channel: Channel | None) -> Iterator[None]:
     """The capabilities' warning lines go to ``channel`` for the block (None: nowhere)."""
     logger = logging.getLogger(LOGGER_NAME)
-    handler: logging.Handler = logging.NullHandler() if channel is None else _Lines(channel)
+    # Lanes lost, settlements overdue, dead letters — each identifiers only.
+    handler: logging.Handler = (
+        logging.NullHandler() if channel is None else LogLines(channel, named=False)
+    )
     propagate = logger.propagate
     logger.addHandler(handler)
     logger.propagate = False

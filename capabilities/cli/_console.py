@@ -21,6 +21,7 @@ Not thread-safe: use it from one thread (the Trio run's).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Final, Literal, Protocol, TypeAlias
@@ -34,6 +35,7 @@ __all__ = [
     "STYLES",
     "Channel",
     "Console",
+    "LogLines",
     "Markdown",
     "Part",
     "Style",
@@ -344,3 +346,26 @@ class Channel:
         except (OSError, ValueError):
             return fallback
         return (size.columns or fallback[0], size.lines or fallback[1])
+
+
+class LogLines(logging.Handler):
+    """Log records at WARNING and above as lines of a console ``channel`` —
+    ``effectagent: NAME: message`` (``effectagent: message`` without ``named``) — escaped like
+    everything else and waiting while a prompt does; records of loggers under ``skip`` are left
+    out. A line that cannot be written never breaks the command."""
+
+    def __init__(self, channel: Channel, *, named: bool = True, skip: str | None = None) -> None:
+        super().__init__(logging.WARNING)
+        self._channel = channel
+        self._named = named
+        self._skip = skip
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._skip is None or not record.name.startswith(self._skip)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            name = f"{record.name}: " if self._named else ""
+            self._channel.line(f"effectagent: {name}{record.getMessage()}")
+        except Exception:  # a log line must never break the command
+            self.handleError(record)

@@ -37,7 +37,7 @@ from ._args import (
 from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config, ConfigError, config_path, load_config, state_dir
-from ._console import Channel, Console, Text
+from ._console import Channel, Console, LogLines, Text
 from ._costs import price_table
 from ._early import HISTORY, line_editor, private_directory
 from ._errors import INSTALL
@@ -370,28 +370,12 @@ async def _read_stdin() -> str:
         raise Unavailable(f"stdin cannot be read: {reason}") from None
 
 
-class _LibraryLogs(logging.Handler):
-    """What the libraries under the command log at WARNING and above (the MCP SDK, HTTP
-    clients), through the console: escaped like everything else, and waiting while a prompt
-    does. effectagent's own logs stay quiet, as the library leaves them."""
-
-    def __init__(self, channel: Channel) -> None:
-        super().__init__(logging.WARNING)
-        self._channel = channel
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.name.startswith("effectagent")
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self._channel.line(f"effectagent: {record.name}: {record.getMessage()}")
-        except Exception:  # a log line must never break the command
-            self.handleError(record)
-
-
 @contextmanager
 def _library_logs(channel: Channel) -> Iterator[None]:
-    handler = _LibraryLogs(channel)
+    """What the libraries under the command log at WARNING and above (the MCP SDK, HTTP
+    clients) goes through the console for the block; effectagent's own logs stay quiet, as the
+    library leaves them."""
+    handler = LogLines(channel, skip="effectagent")
     root = logging.getLogger()
     root.addHandler(handler)
     try:
