@@ -299,7 +299,12 @@ async def test_a_thought_signature_goes_back_only_to_the_model_that_made_it(
 ) -> None:
     server.script(Reply.sse(GEMINI.first("I need the tool.")), Reply.sse(GEMINI.answer()))
     other = Gemini("gemini-2.5-flash", api_key=KEY, base_url=server.url)
-    body, _ = await _suspend_then_resume(
+    body, responses = await _suspend_then_resume(
         server, tmp_path / "runs.db", GEMINI.settings(server.url), other
     )
+    # The signature is in the log (a resume on the same model sends it: the test above) ...
+    recorded = _native(responses[0])
+    assert recorded
+    assert all(native["provider"] == "google" and "data" in native for native in recorded)
+    # ... and another Gemini model is not sent it.
     assert GEMINI.native_sent(body) == []
