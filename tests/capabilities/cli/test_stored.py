@@ -10,12 +10,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities import in_memory_storage
-from capabilities.cli._common import UsageError
-from capabilities.cli._history import excerpt, holds, search, tokens, words_of
+from capabilities import in_memory_storage, sqlite_storage
+from capabilities.cli import main
+from capabilities.cli._common import DATABASE, UsageError
+from capabilities.cli._history import Found, excerpt, holds, search, tokens, words_of
 from capabilities.sessions import SessionCreate, SessionStoreService
 from effectagent import open_runtime
 from effectagent.core import UserInputRecorded
@@ -188,3 +190,33 @@ async def test_a_log_without_an_index_is_scanned_up_to_its_bound_saying_how_much
         bounded = await search(runtime.log, store, ("note",), limit=100, budget=3)
         assert (bounded.conversations, bounded.unread) == (2, 3)  # 2 records each: 4 read
         assert len(bounded.hits) == 4
+
+
+def test_history_says_how_many_messages_a_held_write_lock_left_unsearched(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When another process keeps the write lock past the wait, the search answers from what it
+    could match, and the command says on stderr how many messages it left out (the storage's
+    side of it: ``storage/test_search.py``)."""
+    for name, value in cli_env(tmp_path).items():  # the command's directories under tmp_path
+        monkeypatch.setenv(name, value)
+    path = tmp_path / "state" / "effectagent" / DATABASE
+    path.parent.mkdir(parents=True)
+
+    async def make() -> None:
+        async with open_runtime(sqlite_storage(path)):
+            pass
+
+    trio.run(make)
+
+    async def held(*args: object, **kwargs: object) -> Found:
+        return Found(hits=(), conversations=2, unread=0, unsearched=3)
+
+    monkeypatch.setattr("capabilities.cli._stored.search", held)
+    assert main(["history", "oslo"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "no message holds 'oslo' (2 conversations read)\n"
+    assert err == (
+        "another process kept the database's write lock: 3 older messages written since the "
+        "last search not searched\n"
+    )
