@@ -4,6 +4,15 @@ from ._allowance import RunAllowance as RunAllowance
 from ._approval import ApprovalDecision as ApprovalDecision
 from ._approval import ApprovalRequest as ApprovalRequest
 from ._approval import Risk as Risk
+from ._authoring import MAX_INSTRUCTIONS_BYTES as MAX_INSTRUCTIONS_BYTES
+from ._authoring import MAX_PREPARED_BYTES as MAX_PREPARED_BYTES
+from ._authoring import MAX_PREPARED_ITEMS as MAX_PREPARED_ITEMS
+from ._authoring import DefaultInput as DefaultInput
+from ._authoring import InstructionsContext as InstructionsContext
+from ._authoring import InstructionsFailed as InstructionsFailed
+from ._authoring import PrepareContextFailed as PrepareContextFailed
+from ._authoring import PreparedContext as PreparedContext
+from ._authoring import TurnContext as TurnContext
 from ._bounds import bounded_json as bounded_json
 from ._bounds import bounded_parsed as bounded_parsed
 from ._bounds import compact_json as compact_json
@@ -54,10 +63,18 @@ __all__ = [
     "ApprovalRequest",
     "BudgetExhausted",
     "CompactionPolicy",
+    "DefaultInput",
     "EngineDefect",
     "FinalTurnDeclaredTools",
+    "MAX_INSTRUCTIONS_BYTES",
+    "MAX_PREPARED_BYTES",
+    "MAX_PREPARED_ITEMS",
+    "InstructionsContext",
+    "InstructionsFailed",
     "ModelFailed",
     "OutputInvalid",
+    "PrepareContextFailed",
+    "PreparedContext",
     "REDACTED",
     "Redactor",
     "RepeatedToolFailure",
@@ -78,6 +95,7 @@ __all__ = [
     "ToolResultBounds",
     "ToolSuccess",
     "ToolUnknownOutcome",
+    "TurnContext",
     "UsageDelta",
     "UsageTotals",
     "bounded_json",

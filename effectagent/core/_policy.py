@@ -25,6 +25,18 @@ from effectagent.ai import (
 )
 from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
 
+from ._authoring import (
+    DefaultInput,
+    InstructionsFunction,
+    PrepareContextFunction,
+    check_function,
+    check_input,
+    check_instructions,
+    check_instructions_per,
+    check_services,
+    service_keys,
+)
+
 __all__ = [
     "Agent",
     "AgentPolicy",
@@ -42,6 +54,10 @@ MIN_RESULT_BYTES = 256
 #: annotation means ``Agent[Any]``: an agent of any output type.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)
 T = TypeVar("T", default=None)  # ``Agent(...)`` without an output type is an ``Agent[None]``
+#: The type of a run's input (``Agent(input=Query)``): a bare ``Agent`` annotation, or
+#: ``Agent[Forecast]``, takes an agent of any input type.
+InputT = TypeVar("InputT", default=Any)
+In = TypeVar("In", default=DefaultInput)  # ``Agent(...)`` without ``input=`` takes its text
 
 _Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -352,6 +368,10 @@ class AgentPolicy:
     prompt_caching: PromptCaching | None = attrs.field(
         default=None, validator=attrs.validators.optional(_instance(PromptCaching))
     )
+    #: Whether each model request ends with a short note of what the run has left — turns, tool
+    #: calls, tokens, cost and time (derived from the budget, never recorded: see the engine
+    #: guide's "Run status note").
+    status_note: bool = attrs.field(default=False, validator=_instance(bool))
 
     @property
     def cost_budget_micros(self) -> int | None:
@@ -418,7 +438,7 @@ def check_model_choice(value: object, where: str) -> None:
 
 
 @attrs.frozen
-class _AgentFields(Generic[OutputT]):
+class _AgentFields(Generic[OutputT, InputT]):
     """The fields of :class:`Agent`, their validators and attrs' ``__init__``. They live in a base
     class so that ``Agent`` can give mypy its constructor's type (a ``__new__``, seen by mypy
     only): mypy takes a class's ``__init__`` over a ``__new__`` of the same class, but the
@@ -426,7 +446,7 @@ class _AgentFields(Generic[OutputT]):
     instead would lose ``attrs.evolve``'s checks."""
 
     name: str = attrs.field(validator=_name)
-    instructions: str = attrs.field(validator=_instance(str))
+    instructions: str | InstructionsFunction[InputT] = attrs.field(validator=check_instructions)
     policy: AgentPolicy = attrs.field(factory=AgentPolicy, validator=_instance(AgentPolicy))
     toolkit: Toolkit = attrs.field(factory=Toolkit, validator=_instance(Toolkit))
     output: type[OutputT] | None = attrs.field(default=None, validator=_output)
@@ -440,9 +460,23 @@ class _AgentFields(Generic[OutputT]):
     summary_model: ModelChoice | None = attrs.field(
         default=None, kw_only=True, validator=_model_choice
     )
+    # Authoring (see ``_authoring``): a typed run input, computed instructions, a per-turn hook.
+    input: type[InputT] | None = attrs.field(default=None, kw_only=True, validator=check_input)
+    input_renderer: Callable[[InputT], str] | None = attrs.field(
+        default=None, kw_only=True, validator=check_function
+    )
+    services: tuple[ServiceKey[Any], ...] = attrs.field(
+        default=(), kw_only=True, converter=service_keys, validator=check_services
+    )
+    instructions_per: Literal["run", "turn"] = attrs.field(
+        default="run", kw_only=True, validator=check_instructions_per
+    )
+    prepare_context: PrepareContextFunction[InputT] | None = attrs.field(
+        default=None, kw_only=True, validator=check_function
+    )
 
 
-class Agent(_AgentFields[OutputT]):
+class Agent(_AgentFields[OutputT, InputT]):
     """An agent definition: name, instructions, policy, toolkit and optional output type.
 
     ``policy`` defaults to ``AgentPolicy()`` (finite limits, see there), ``toolkit`` to no tools.
@@ -458,6 +492,21 @@ class Agent(_AgentFields[OutputT]):
     ``runtime.run(agent, ...)`` gives it a ``RunResult[Forecast]``; an agent without an output
     type is an ``Agent[None]`` (its answer is ``RunResult.text``; ``RunResult.output`` is None).
     A bare ``Agent`` annotation accepts an agent of any output type.
+
+    ``input``, when given, is the type a run's input is (``Agent[Answer, Query]``:
+    ``runtime.run(agent, Query(...))``; strict mypy refuses a str for it): a type whose JSON
+    Schema is an object. A run's input is checked against it before anything is recorded, and the
+    model reads it rendered — as JSON, or by ``input_renderer`` (a function of the value, returning
+    a str). Without ``input`` a run takes a str (``Agent[Answer, str]``; a bare ``Agent`` or
+    ``Agent[Answer]`` annotation takes an agent of any input type).
+
+    ``instructions`` may be an async function of an
+    :class:`~effectagent.core.InstructionsContext` (the run's input, IDs, principal and the
+    services named in ``services``, which preflight requires) returning the instructions: computed
+    once per run, or before every turn with ``instructions_per="turn"``, and recorded with the run
+    (``InstructionsRecorded``). ``prepare_context`` is an async function of a
+    :class:`~effectagent.core.TurnContext` called before each turn's request: it may add context
+    items and change the prompt that one request sends (:class:`~effectagent.core.PreparedContext`).
 
     ``model`` names the model the agent's turns ask: a model string (``"openai:gpt-4.1"``, opened
     by the runtime) or a :class:`~effectagent.ai.ModelKey` the runtime's Layer provides; None (the
@@ -476,7 +525,7 @@ class Agent(_AgentFields[OutputT]):
         def __new__(
             cls,
             name: str,
-            instructions: str,
+            instructions: str | InstructionsFunction[In],
             policy: AgentPolicy = ...,
             toolkit: Toolkit = ...,
             output: type[T] | None = None,
@@ -485,7 +534,12 @@ class Agent(_AgentFields[OutputT]):
             model: ModelChoice | None = None,
             grace_model: ModelChoice | None = None,
             summary_model: ModelChoice | None = None,
-        ) -> Agent[T]: ...
+            input: type[In] | None = None,
+            input_renderer: Callable[[In], str] | None = None,
+            services: tuple[ServiceKey[Any], ...] | list[ServiceKey[Any]] = (),
+            instructions_per: Literal["run", "turn"] = "run",
+            prepare_context: PrepareContextFunction[In] | None = None,
+        ) -> Agent[T, In]: ...
 
 
 @attrs.frozen

@@ -42,6 +42,7 @@ __all__ = [
     "AgentStateWritten",
     "CompactionCreated",
     "ConversationCreated",
+    "InstructionsRecorded",
     "LogEntry",
     "ModelResponseRecorded",
     "Record",
@@ -79,7 +80,9 @@ class UserInputRecorded:
     """Input entered the conversation: ``kind`` user, steering or follow-up — or ``feedback``,
     what the engine itself told the model (a final answer that did not decode, and why).
     ``allowance``: on a run's input (kind user), the allowance it was given — a JSON object,
-    ``RunAllowance.as_json()`` — so a resumed run keeps it; None without one."""
+    ``RunAllowance.as_json()`` — so a resumed run keeps it; None without one. ``value``: on the
+    input of an agent with a typed input (``Agent.input``), that input as JSON (``text`` is it
+    rendered, as the model read it); None otherwise."""
 
     conversation_id: str
     run_id: str
@@ -89,6 +92,22 @@ class UserInputRecorded:
     author: str
     at: float
     allowance: Any = None
+    value: Any = None
+
+
+@_fast_init
+@attrs.frozen(slots=True, kw_only=True)
+class InstructionsRecorded:
+    """The instructions a run's model requests carry from ``turn`` on, as an instructions function
+    computed them (``Agent(instructions=fn)``; redacted): recorded before the first request, and
+    again when a per-turn evaluation changes them. Not part of the conversation's projection
+    (each run has instructions of its own); a resumed run sends the last one again."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    text: str
+    at: float
 
 
 def _context_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -299,6 +318,7 @@ Record: TypeAlias = (
     | RunFailedRecord
     | RunSuspendedRecord
     | AgentStateWritten
+    | InstructionsRecorded
 )
 
 

@@ -5,7 +5,8 @@ What is normalized: the identifiers the runtime makes up (a conversation's, a ru
 ``prefix_`` and 16 hex digits) become ``<conv-1>``, ``<run-1>``, ``<input-1>``… numbered by first
 appearance, so that the same ID maps to the same placeholder throughout; wall-clock times (every
 ``at``, ``*_at`` and ``deadline`` field) are left out, and so is a run's allowance when it has
-none (``UserInputRecorded.allowance``: snapshots made before the field existed still match). What stays: every record, in log order,
+none, and its typed input's JSON when it has none (``UserInputRecorded.allowance`` and
+``value``: snapshots made before the fields existed still match). What stays: every record, in log order,
 with every other field — texts, tool-call IDs (the model's), arguments, outcomes, usage, finish
 reasons — so a change in the engine, a tool or a prompt that changes behaviour changes them.
 
@@ -32,7 +33,9 @@ _GENERATED_ID = re.compile(r"^([a-z]+)_[0-9a-f]{16}$")
 
 #: Fields records gained after snapshots were first kept, by record class: left out while at
 #: their default (None), so a snapshot made before them still matches a run that does not use them.
-_LEFT_OUT_AT_DEFAULT = frozenset({("UserInputRecorded", "allowance")})
+_LEFT_OUT_AT_DEFAULT = frozenset(
+    {("UserInputRecorded", "allowance"), ("UserInputRecorded", "value")}
+)
 
 
 def _is_time(name: str) -> bool:

@@ -188,7 +188,10 @@ def test_an_agent_needs_a_name(name: str) -> None:
     ("arguments", "message"),
     [
         ({"name": 3}, r"Agent\.name must be a str, got int 3"),
-        ({"instructions": None}, r"Agent\.instructions must be a str, got NoneType None"),
+        (
+            {"instructions": None},
+            r"Agent\.instructions must be a str or an async function .*, got NoneType",
+        ),
         ({"policy": {"max_turns": 8}}, r"Agent\.policy must be an AgentPolicy, got dict"),
         ({"toolkit": []}, r"Agent\.toolkit must be a Toolkit, got list \[\]"),
     ],
