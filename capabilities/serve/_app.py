@@ -1,0 +1,519 @@
+"""The HTTP API: a Starlette app over a :class:`~capabilities.durable.DurableQueue`.
+
+Every handler is wrapped by :meth:`ServeApi._wrap`: the principal is resolved from the bearer
+token (401 without a valid one, unless the settings name an anonymous principal), the body is
+read within ``max_body`` bytes (413) as JSON (415 otherwise), and whatever is refused becomes an
+RFC 9457 problem document. A conversation is its first submitter's: another principal — not an
+operator — gets 404 for it, exactly as for one that does not exist. No cookie is ever set; CORS
+is off unless ``cors_origins`` names origins.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from typing import Any, Final, final
+
+import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Route
+
+from effectagent.core import ApprovalRequest, RunCompletedRecord
+from effectagent.effect import SchemaError, decode_json, encode
+
+from .._ids import new_id
+from .._logging import log_warning
+from ..durable import DurableError, DurableQueue, Submission
+from ..storage import SqliteConversationLog, SqliteDatabase, StorageError
+from . import _ledger
+from ._api import (
+    ENDPOINTS,
+    AbortBody,
+    Approvals,
+    ApprovalView,
+    Conversations,
+    ConversationView,
+    Decided,
+    DecisionBody,
+    Endpoint,
+    Health,
+    Me,
+    Readiness,
+    SearchHit,
+    SearchResult,
+    SteerBody,
+    Submissions,
+    SubmissionView,
+    SubmitBody,
+    UnknownCalls,
+)
+from ._auth import Principal
+from ._console import console_routes
+from ._events import entry_json
+from ._metrics import ServeMetrics
+from ._openapi import openapi_document
+from ._problems import MEDIA_TYPE, Problem, problem_of
+from ._quota import QuotaBook, retry_after
+from ._settings import ServeSettings
+from ._sse import COMMENT, event_bytes, resume_after
+
+__all__ = ["ServeApi"]
+
+Handler = Callable[[Request, Principal], Awaitable[Response]]
+
+_MAX_ID: Final = 200
+_MAX_KEY: Final = 255
+_LISTED: Final = 500
+_SECURITY_HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def _identifier(name: str, value: str, limit: int = _MAX_ID) -> str:
+    if not value or len(value) > limit or not value.isprintable() or value != value.strip():
+        raise Problem(
+            "bad-request",
+            f"the {name} must be 1 to {limit} printable characters without surrounding spaces",
+        )
+    return value
+
+
+def _json(value: object, status: int = 200) -> Response:
+    return JSONResponse(encode(value), status_code=status, headers=_SECURITY_HEADERS)
+
+
+def _problem(problem: Problem, instance: str) -> Response:
+    headers = dict(_SECURITY_HEADERS)
+    headers.update(problem.headers)
+    if problem.status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="effectagent"'
+    return JSONResponse(
+        problem.document(instance),
+        status_code=problem.status,
+        headers=headers,
+        media_type=MEDIA_TYPE,
+    )
+
+
+def _view(submission_id: str, request: ApprovalRequest) -> ApprovalView:
+    return ApprovalView(
+        submission_id=submission_id,
+        conversation_id=request.conversation_id,
+        tool_call_id=request.tool_call_id,
+        tool_name=request.tool_name,
+        summary=request.summary,
+        risk=request.risk,
+        input_preview=request.input_preview,
+        expires_at=request.expires_at,
+    )
+
+
+@final
+class ServeApi:
+    """The API over ``database``'s durable queue; :attr:`app` is the ASGI app (mount it in an app
+    of your own, or serve it: ``capabilities.serve.serve``).
+
+    ``agents``: the names submissions may give (None: any — a worker settles an unknown one
+    failed). ``wake``: called after each admission (a worker in this process claims it at once
+    rather than at its next poll). ``metrics``: where the service's figures go (None: nowhere).
+    ``clock``: the monotonic clock quotas are measured on.
+
+    It answers ``/readyz`` with 503 until :meth:`ready` is called (storage open, the worker's
+    recovery run), and again from :meth:`drain` on, which also refuses new submissions (503);
+    :meth:`close_streams` ends the event streams.
+    """
+
+    __slots__ = (
+        "_closing",
+        "_draining",
+        "_log",
+        "_quotas",
+        "_ready",
+        "app",
+        "clock",
+        "database",
+        "metrics",
+        "queue",
+        "settings",
+        "wake",
+    )
+
+    def __init__(
+        self,
+        database: SqliteDatabase,
+        settings: ServeSettings,
+        *,
+        agents: tuple[str, ...] | None = None,
+        wake: Callable[[], None] | None = None,
+        metrics: ServeMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.database = database
+        self.settings = settings
+        self.queue = DurableQueue(database, agents=agents)
+        self._log = SqliteConversationLog(database)
+        self._quotas = QuotaBook(settings.quota, settings.quotas)
+        self.wake = wake
+        self.metrics = metrics
+        self.clock = clock
+        self._ready = False
+        self._draining = False
+        self._closing = trio.Event()
+        routes: list[BaseRoute] = [
+            Route(
+                endpoint.path,
+                self._wrap(endpoint, getattr(self, "_" + endpoint.name)),
+                methods=[endpoint.method],
+            )
+            for endpoint in ENDPOINTS
+        ]
+        routes.append(Route("/openapi.json", self._openapi, methods=["GET"]))
+        routes.extend(console_routes())
+        middleware = (
+            [
+                Middleware(
+                    CORSMiddleware,
+                    allow_origins=list(settings.cors_origins),
+                    allow_methods=["GET", "POST"],
+                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+                    allow_credentials=False,
+                )
+            ]
+            if settings.cors_origins
+            else []
+        )
+        self.app = Starlette(
+            routes=routes,
+            middleware=middleware,
+            exception_handlers={HTTPException: self._http_error},
+        )
+
+    # ---- the service's state -------------------------------------------------------------------
+
+    def ready(self) -> None:
+        """Storage is open and recovery ran: ``/readyz`` answers 200 (unless draining)."""
+        self._ready = True
+
+    def drain(self) -> None:
+        """Stop admitting: submissions are refused with 503 and ``/readyz`` answers 503."""
+        self._draining = True
+
+    @property
+    def draining(self) -> bool:
+        """Whether :meth:`drain` was called."""
+        return self._draining
+
+    def close_streams(self) -> None:
+        """End every event stream (their clients reconnect with ``Last-Event-ID`` elsewhere)."""
+        self._closing.set()
+
+    # ---- the wrapper -----------------------------------------------------------------------------
+
+    def _wrap(
+        self, endpoint: Endpoint, handler: Handler
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint_handler(request: Request) -> Response:
+            path = request.url.path
+            try:
+                principal = self._who(endpoint, request)
+                return await handler(request, principal or Principal("anonymous"))
+            except Problem as problem:
+                return _problem(problem, path)
+            except DurableError as error:
+                return _problem(problem_of(error), path)
+            except SchemaError as error:
+                return _problem(Problem("bad-request", error.explain("the body")[:2000]), path)
+            except StorageError:
+                problem = Problem(
+                    "unavailable",
+                    "the storage is busy or failing; try again shortly",
+                    headers=(("Retry-After", "1"),),
+                )
+                return _problem(problem, path)
+            except ValueError as error:  # the queue refused an argument: a sentence
+                return _problem(Problem("bad-request", str(error)[:2000]), path)
+            except Exception as error:  # a defect: its kind is logged, never its message
+                log_warning("serve request failed", path=path, error=type(error).__name__)
+                return _problem(Problem("internal", "the service failed to answer"), path)
+
+        return endpoint_handler
+
+    def _who(self, endpoint: Endpoint, request: Request) -> Principal | None:
+        """The principal of ``request``, refused (401, 403) when the endpoint needs another."""
+        principal = self.settings.tokens.resolve(request.headers.get("authorization"))
+        if endpoint.access == "anyone":
+            return principal
+        if principal is None:
+            raise Problem(
+                "unauthenticated",
+                "this request needs an Authorization header with a valid bearer token",
+            )
+        if endpoint.access == "operator" and not principal.operator:
+            raise Problem("forbidden", "this operation is for operators only")
+        return principal
+
+    async def _http_error(self, request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        name = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "bad-request")
+        problem = Problem(name, f"nothing answers {request.method} here")
+        return _problem(problem, request.url.path)
+
+    async def _body(self, request: Request, kind: type[Any]) -> Any:
+        limit = self.settings.max_body
+        media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if media != "application/json" and not media.endswith("+json"):
+            raise Problem("unsupported-media-type", "the body must be application/json")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async with aclosing(request.stream()) as stream:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
+                chunks.append(chunk)
+        return decode_json(kind, b"".join(chunks))
+
+    # ---- who sees what -------------------------------------------------------------------------
+
+    async def _owner(self, conversation_id: str, principal: Principal, *, new: bool) -> None:
+        """Refuse (404) a conversation ``principal`` may not see; ``new``: one that has no
+        submission yet is theirs to start."""
+        owner = await _ledger.owner(self.database, conversation_id)
+        if owner is None and new:
+            return
+        if owner is None or (owner != principal.name and not principal.operator):
+            raise Problem("not-found", f"there is no conversation {conversation_id!r}")
+
+    async def _submission(self, submission_id: str, principal: Principal) -> Submission:
+        _identifier("submission ID", submission_id)
+        submission = await self.queue.status(submission_id)
+        try:
+            await self._owner(submission.conversation_id, principal, new=False)
+        except Problem:
+            raise Problem("not-found", f"there is no submission {submission_id!r}") from None
+        return submission
+
+    # ---- admission -------------------------------------------------------------------------------
+
+    async def _admit(
+        self, request: Request, principal: Principal, text: str, agent: str | None, mode: Any
+    ) -> Response:
+        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        if self._draining:
+            raise Problem(
+                "unavailable",
+                "the service is shutting down and admits nothing more; submit to another instance",
+                headers=(("Retry-After", "5"),),
+            )
+        given = request.headers.get("idempotency-key")
+        key = new_id("key") if given is None else _identifier("Idempotency-Key", given, _MAX_KEY)
+        await self._owner(conversation_id, principal, new=True)
+        wait = self._quotas.take(principal.name, self.clock())
+        if wait > 0:
+            seconds = retry_after(wait)
+            if self.metrics is not None:
+                self.metrics.refused(principal.name, "quota")
+            raise Problem(
+                "quota-exceeded",
+                f"{principal.name} submitted more than its quota allows; try again in {seconds} s",
+                headers=(("Retry-After", str(seconds)),),
+            )
+        started = time.monotonic()
+        receipt = await self.queue.submit(
+            agent or self.settings.agent,
+            text,
+            conversation_id=conversation_id,
+            idempotency_key=key,
+            principal=principal.name,
+            mode=mode,
+        )
+        if self.metrics is not None:
+            self.metrics.admitted(principal.name, time.monotonic() - started)
+        if self.wake is not None:
+            self.wake()
+        return _json(receipt, 202)
+
+    async def _submit(self, request: Request, principal: Principal) -> Response:
+        body: SubmitBody = await self._body(request, SubmitBody)
+        return await self._admit(request, principal, body.text, body.agent, body.mode)
+
+    async def _steer(self, request: Request, principal: Principal) -> Response:
+        body: SteerBody = await self._body(request, SteerBody)
+        mode = "join" if body.kind == "steering" else "queue"
+        return await self._admit(request, principal, body.text, body.agent, mode)
+
+    # ---- reading ---------------------------------------------------------------------------------
+
+    async def _health(self, request: Request, principal: Principal) -> Response:
+        return _json(Health())
+
+    async def _readiness(self, request: Request, principal: Principal) -> Response:
+        ready = self._ready and not self._draining
+        return _json(Readiness(ready=ready, draining=self._draining), 200 if ready else 503)
+
+    async def _me(self, request: Request, principal: Principal) -> Response:
+        return _json(Me(principal.name, principal.operator))
+
+    async def _submissions(self, request: Request, principal: Principal) -> Response:
+        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        await self._owner(conversation_id, principal, new=False)
+        return _json(Submissions(await self.queue.submissions(conversation_id)))
+
+    async def _status(self, request: Request, principal: Principal) -> Response:
+        submission = await self._submission(request.path_params["submission_id"], principal)
+        waiting: tuple[ApprovalView, ...] = ()
+        answer: Any = None
+        if submission.status == "suspended":
+            found = await self.queue.waiting(submission.submission_id)
+            waiting = tuple(_view(submission.submission_id, r) for r in found)
+        elif submission.settled:
+            entry = await self.queue.answer(submission.submission_id)
+            if entry is not None and isinstance(entry.record, RunCompletedRecord):
+                answer = entry.record.output
+        return _json(SubmissionView(submission, waiting, answer))
+
+    async def _approvals(self, request: Request, principal: Principal) -> Response:
+        views: list[ApprovalView] = []
+        for submission_id in await _ledger.with_status(self.database, "suspended", limit=_LISTED):
+            try:
+                submission = await self._submission(submission_id, principal)
+            except (Problem, DurableError):
+                continue  # another's, or settled meanwhile
+            found = await self.queue.waiting(submission.submission_id)
+            views.extend(_view(submission.submission_id, r) for r in found)
+        return _json(Approvals(tuple(views)))
+
+    async def _conversations(self, request: Request, principal: Principal) -> Response:
+        rows = await _ledger.conversations(
+            self.database, None if principal.operator else principal.name, limit=_LISTED
+        )
+        return _json(Conversations(tuple(ConversationView(*row) for row in rows)))
+
+    async def _search(self, request: Request, principal: Principal) -> Response:
+        words = request.query_params.get("q", "").split()
+        if not words or len(words) > 16:
+            raise Problem("bad-request", "q must hold 1 to 16 words to search for")
+        limit = self._count(request, "limit", self.settings.search_limit)
+        limit = min(limit, self.settings.search_limit)
+        found = await self._log.search(words, limit=limit if principal.operator else limit * 4)
+        owners: dict[str, str | None] = {}
+        hits: list[SearchHit] = []
+        for said in found.said:
+            if not principal.operator:
+                if said.conversation_id not in owners:
+                    owners[said.conversation_id] = await _ledger.owner(
+                        self.database, said.conversation_id
+                    )
+                if owners[said.conversation_id] != principal.name:
+                    continue
+            hits.append(SearchHit(said.conversation_id, said.seq, said.who, said.at, said.text))
+        return _json(SearchResult(tuple(hits[:limit])))
+
+    @staticmethod
+    def _count(request: Request, name: str, default: int) -> int:
+        given = request.query_params.get(name)
+        if given is None:
+            return default
+        if not (given.isascii() and given.isdigit()) or not 0 < int(given) <= 10_000:
+            raise Problem("bad-request", f"{name} must be a whole number from 1 to 10,000")
+        return int(given)
+
+    async def _unknown(self, request: Request, principal: Principal) -> Response:
+        return _json(UnknownCalls((await self.queue.unknown())[:_LISTED]))
+
+    async def _overdue(self, request: Request, principal: Principal) -> Response:
+        older_than = self._count(request, "older_than", 3600)
+        before = time.time() - older_than
+        rows = await _ledger.unsettled_before(self.database, before, limit=_LISTED)
+        return _json(Submissions(tuple([await self.queue.status(s) for s in rows])))
+
+    async def _dead(self, request: Request, principal: Principal) -> Response:
+        rows = await _ledger.with_status(self.database, "dead", limit=_LISTED)
+        return _json(Submissions(tuple([await self.queue.status(s) for s in rows])))
+
+    # ---- commands --------------------------------------------------------------------------------
+
+    async def _abort(self, request: Request, principal: Principal) -> Response:
+        submission = await self._submission(request.path_params["submission_id"], principal)
+        body: AbortBody = await self._body(request, AbortBody)
+        aborted = await self.queue.abort(
+            submission.submission_id, author=principal.name, reason=body.reason
+        )
+        return _json(aborted)
+
+    async def _decide(self, request: Request, principal: Principal) -> Response:
+        submission = await self._submission(request.path_params["submission_id"], principal)
+        body: DecisionBody = await self._body(request, DecisionBody)
+        _identifier("tool call ID", body.tool_call_id)
+        decided, left = await self.queue.decide(
+            submission.submission_id,
+            body.tool_call_id,
+            body.approved,
+            author=principal.name,
+            reason=body.reason,
+        )
+        if not left and self.wake is not None:
+            self.wake()
+        return _json(Decided(decided, left))
+
+    async def _retry(self, request: Request, principal: Principal) -> Response:
+        submission = await self._submission(request.path_params["submission_id"], principal)
+        retried = await self.queue.retry(submission.submission_id)
+        if self.wake is not None:
+            self.wake()
+        return _json(retried)
+
+    # ---- events ----------------------------------------------------------------------------------
+
+    async def _events(self, request: Request, principal: Principal) -> Response:
+        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        try:
+            after = resume_after(
+                request.headers.get("last-event-id"), request.query_params.get("after")
+            )
+        except ValueError as error:
+            raise Problem("bad-request", str(error)) from None
+        await self._owner(conversation_id, principal, new=False)
+        headers = dict(_SECURITY_HEADERS)
+        headers["X-Accel-Buffering"] = "no"
+        return StreamingResponse(
+            self._stream(conversation_id, after),
+            media_type="text/event-stream",
+            headers=headers,
+        )
+
+    async def _stream(self, conversation_id: str, after: int) -> AsyncIterator[bytes]:
+        """The conversation's entries after ``after``, then each new one as it is appended,
+        until the client goes or :meth:`close_streams`. At most ``sse_page`` entries are held
+        ahead of the client: the next are read once those are sent."""
+        settings = self.settings
+        last = after
+        quiet_since = trio.current_time()
+        while not self._closing.is_set():
+            entries = await self._log.entries(conversation_id, after=last)
+            if entries:
+                for entry in entries[: settings.sse_page]:
+                    data = entry_json(entry)
+                    yield event_bytes(entry.seq, data["kind"], data)
+                    last = entry.seq
+                quiet_since = trio.current_time()
+                continue
+            if trio.current_time() - quiet_since >= settings.sse_heartbeat:
+                yield COMMENT
+                quiet_since = trio.current_time()
+            with trio.move_on_after(settings.sse_poll):
+                await self._closing.wait()
+
+    async def _openapi(self, request: Request) -> Response:
+        return JSONResponse(openapi_document(), headers=_SECURITY_HEADERS)

@@ -1,0 +1,105 @@
+"""Who is asking: bearer tokens mapped to principals. Pure (no I/O).
+
+A token is never kept: only its SHA-256 digest is, and a presented token is compared with every
+configured digest in constant time (``hmac.compare_digest``, all of them, whatever matched), so
+neither the comparison's time nor a repr, log line or error can give one away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable
+from typing import Final, final
+
+import attrs
+
+__all__ = ["Principal", "Tokens", "token_digest"]
+
+_SCHEME: Final = "bearer"
+
+
+def token_digest(token: str) -> str:
+    """The SHA-256 digest (hex) a token is configured and compared by. Pure."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+@attrs.frozen
+class Principal:
+    """Who a request acts for: ``name`` — the principal the durable queue records as a
+    submission's (and approvals' ``author``) — and whether it holds the ``operator`` role (it
+    sees every conversation, the approvals, Unknown calls, overdue settlements and dead
+    letters; any other principal sees its own conversations only)."""
+
+    name: str
+    operator: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError("a principal's name must be a non-empty string")
+
+
+@final
+class Tokens:
+    """Bearer tokens → principals. ``entries``: (SHA-256 hex digest of a token, principal) pairs
+    (:func:`token_digest`; :meth:`of` takes the tokens themselves). ``anonymous``: the principal
+    of a request without an ``Authorization`` header — None (the default) refuses such requests.
+    """
+
+    __slots__ = ("_anonymous", "_entries")
+
+    def __init__(
+        self, entries: Iterable[tuple[str, Principal]], *, anonymous: Principal | None = None
+    ) -> None:
+        found: list[tuple[bytes, Principal]] = []
+        for digest, principal in entries:
+            if not isinstance(digest, str) or len(digest) != 64:
+                raise ValueError("a token digest must be 64 hexadecimal characters (SHA-256)")
+            try:
+                raw = bytes.fromhex(digest)
+            except ValueError:
+                raise ValueError(
+                    "a token digest must be 64 hexadecimal characters (SHA-256)"
+                ) from None
+            if not isinstance(principal, Principal):
+                raise TypeError("each token must map to a Principal")
+            found.append((raw, principal))
+        if len({raw for raw, _ in found}) != len(found):
+            raise ValueError("two principals have the same token")
+        self._entries = tuple(found)
+        self._anonymous = anonymous
+
+    @classmethod
+    def of(
+        cls, tokens: Iterable[tuple[str, Principal]], *, anonymous: Principal | None = None
+    ) -> Tokens:
+        """From the tokens themselves (kept only as digests)."""
+        return cls(((token_digest(t), p) for t, p in tokens), anonymous=anonymous)
+
+    def __repr__(self) -> str:
+        names = ", ".join(p.name for _, p in self._entries)
+        return f"Tokens({len(self._entries)} tokens for: {names or 'nobody'})"
+
+    @property
+    def principals(self) -> tuple[Principal, ...]:
+        """The principals a token maps to (and the anonymous one last, if any)."""
+        found = tuple(p for _, p in self._entries)
+        return found if self._anonymous is None else (*found, self._anonymous)
+
+    def resolve(self, authorization: str | None) -> Principal | None:
+        """The principal of a request whose ``Authorization`` header is ``authorization`` (None:
+        absent): the anonymous principal without one, the token's with ``Bearer <token>`` of a
+        configured token, None otherwise (another scheme, an unknown token). Pure; its time does
+        not depend on which configured token matched, or how much of one did."""
+        if authorization is None:
+            return self._anonymous
+        scheme, _, token = authorization.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != _SCHEME or not token:
+            return None
+        presented = hashlib.sha256(token.encode("utf-8", errors="replace")).digest()
+        found: Principal | None = None
+        for digest, principal in self._entries:  # every entry, whatever matched
+            if hmac.compare_digest(presented, digest):
+                found = principal
+        return found

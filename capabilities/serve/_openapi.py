@@ -1,0 +1,142 @@
+"""The OpenAPI 3.1 document, derived from the endpoint table and the very types the handlers
+decode and encode (``_api``) — JSON Schema from ``effectagent.effect.json_schema`` — so it says
+what is served. Pure; computed once."""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any, Final
+
+from effectagent.effect import json_schema
+
+from ._api import ENDPOINTS, Endpoint
+from ._problems import MEDIA_TYPE, PROBLEM_TYPES
+
+__all__ = ["openapi_document"]
+
+_PARAMETER: Final = re.compile(r"\{([a-z_]+)\}")
+_PROBLEM_SCHEMA: Final = {
+    "type": "object",
+    "description": "An RFC 9457 problem document.",
+    "properties": {
+        "type": {"type": "string", "format": "uri-reference"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "instance": {"type": "string"},
+    },
+    "required": ["type", "title", "status", "detail", "instance"],
+}
+
+
+def _relocated(value: Any) -> Any:
+    """``value`` with every ``#/$defs/X`` reference made ``#/components/schemas/X``."""
+    if isinstance(value, dict):
+        return {
+            k: (
+                v.replace("#/$defs/", "#/components/schemas/")
+                if k == "$ref" and isinstance(v, str)
+                else _relocated(v)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_relocated(v) for v in value]
+    return value
+
+
+def _schema(kind: type, components: dict[str, Any]) -> dict[str, str]:
+    """A reference to ``kind``'s schema, added (with what it refers to) to ``components``."""
+    schema = json_schema(kind)
+    schema.pop("$schema", None)
+    for name, definition in schema.pop("$defs", {}).items():  # type: ignore[union-attr]
+        components.setdefault(name, _relocated(definition))
+    components.setdefault(kind.__name__, _relocated(schema))
+    return {"$ref": f"#/components/schemas/{kind.__name__}"}
+
+
+def _problem(status: int) -> dict[str, Any]:
+    titles = "; ".join(t for s, t in PROBLEM_TYPES.values() if s == status)
+    return {
+        "description": titles,
+        "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+
+
+def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]:
+    parameters: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+        for name in _PARAMETER.findall(endpoint.path)
+    ]
+    parameters += [
+        {"name": name, "in": "query", "required": False, "schema": {"type": "string"}}
+        for name in endpoint.query
+    ]
+    parameters += [
+        {"name": name, "in": "header", "required": False, "schema": {"type": "string"}}
+        for name in endpoint.headers
+    ]
+    if endpoint.answer is not None:
+        content = {endpoint.media: {"schema": _schema(endpoint.answer, components)}}
+    else:
+        content = {endpoint.media: {"schema": {"type": "string"}}}
+    responses: dict[str, Any] = {
+        str(endpoint.status): {"description": endpoint.summary, "content": content}
+    }
+    statuses = {400, 500, 503}
+    if endpoint.access != "anyone":
+        statuses |= {401, 404}
+    if endpoint.access == "operator":
+        statuses.add(403)
+    if endpoint.body is not None:
+        statuses |= {409, 413, 415, 422}
+    if endpoint.name in ("submit", "steer"):
+        statuses.add(429)
+    for status in sorted(statuses):
+        responses[str(status)] = _problem(status)
+    operation: dict[str, Any] = {
+        "operationId": endpoint.name,
+        "summary": endpoint.summary,
+        "parameters": parameters,
+        "responses": responses,
+    }
+    if endpoint.access == "anyone":
+        operation["security"] = []
+    if endpoint.body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": _schema(endpoint.body, components)}},
+        }
+    return operation
+
+
+@functools.cache
+def _document() -> dict[str, Any]:
+    components: dict[str, Any] = {"Problem": _PROBLEM_SCHEMA}
+    paths: dict[str, dict[str, Any]] = {}
+    for endpoint in ENDPOINTS:
+        paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(
+            endpoint, components
+        )
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "effectagent serve",
+            "version": "1",
+            "description": "The durable runtime over HTTP: submissions, their status and "
+            "settlement, conversations' events (SSE), approvals, steering, abort, sessions "
+            "and search. Errors are RFC 9457 problem documents.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": dict(sorted(components.items())),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+def openapi_document() -> dict[str, Any]:
+    """The document (a fresh copy each call is not needed: callers only serialize it)."""
+    return _document()

@@ -1,0 +1,58 @@
+"""How the service serves: who may call it, its bounds, its quotas. Pure values."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from ._auth import Tokens
+from ._quota import Quota
+
+__all__ = ["DEFAULT_QUOTA", "ServeSettings"]
+
+#: Every principal's admission quota unless the settings say otherwise.
+DEFAULT_QUOTA: Final = Quota(per_minute=60.0, burst=20)
+
+
+def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{attribute.name} must be a positive number")
+
+
+def _count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{attribute.name} must be a positive whole number")
+
+
+@attrs.frozen
+class ServeSettings:
+    """The service's settings.
+
+    * ``tokens`` — bearer tokens → principals (:class:`Tokens`); nothing is served anonymously
+      unless it has an anonymous principal;
+    * ``agent`` — the agent a submission names when it names none;
+    * ``max_body`` — the largest request body, in bytes (413 beyond);
+    * ``quota`` — every principal's admission quota (None: unlimited), ``quotas`` — by name;
+    * ``sse_poll`` — how often an event stream looks for new entries when it has none to send
+      (the log of another process cannot wake it); ``sse_page`` — the most entries it reads
+      ahead of the client; ``sse_heartbeat`` — seconds between keep-alive comments;
+    * ``grace`` — seconds a drain (SIGTERM) lets runs finish before it lets their lanes go;
+    * ``cors_origins`` — origins allowed to call it from a browser page of theirs (none: CORS
+      is off, and only pages of its own origin, the console, can);
+    * ``search_limit`` — the most messages a search returns.
+    """
+
+    tokens: Tokens
+    agent: str = "assistant"
+    max_body: int = attrs.field(default=64 * 1024, validator=_count)
+    quota: Quota | None = DEFAULT_QUOTA
+    quotas: Mapping[str, Quota | None] = attrs.field(factory=dict)
+    sse_poll: float = attrs.field(default=0.1, validator=_positive)
+    sse_page: int = attrs.field(default=256, validator=_count)
+    sse_heartbeat: float = attrs.field(default=15.0, validator=_positive)
+    grace: float = attrs.field(default=30.0, validator=_positive)
+    cors_origins: tuple[str, ...] = ()
+    search_limit: int = attrs.field(default=50, validator=_count)

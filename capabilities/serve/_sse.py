@@ -1,0 +1,48 @@
+"""Server-Sent Events framing and resumption. Pure (no I/O).
+
+One event per log entry: ``id:`` its sequence number in the conversation's log, ``event:`` the
+record's kind, ``data:`` the record as JSON on one line (``json.dumps`` escapes every line break,
+so a value cannot end the event or forge a field). A client that reconnects sends the last ``id``
+it saw as ``Last-Event-ID`` and gets the entries after it: exactly the ones it missed, none twice.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+__all__ = ["COMMENT", "MAX_EVENT_ID_DIGITS", "event_bytes", "resume_after"]
+
+#: A heartbeat: a comment line, which clients ignore (it lets a dead connection be noticed).
+COMMENT: Final = b": keep-alive\n\n"
+
+#: The longest ``Last-Event-ID`` read (a sequence number; SQLite's are 64-bit).
+MAX_EVENT_ID_DIGITS: Final = 19
+
+
+def event_bytes(seq: int, kind: str, data: Any) -> bytes:
+    """One event: ``id``, ``event`` and one ``data`` line, ended by a blank line. ``kind`` must
+    be a plain name (letters, digits, ``-``, ``_``). Pure."""
+    if not kind or not all(c.isascii() and (c.isalnum() or c in "-_") for c in kind):
+        raise ValueError(f"an event kind must be a plain name, got {kind!r}")
+    body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return f"id: {seq}\nevent: {kind}\ndata: {body}\n\n".encode()
+
+
+def resume_after(last_event_id: str | None, after: str | None = None) -> int:
+    """The sequence number to resume after: the ``Last-Event-ID`` header when given, else the
+    ``after`` query parameter, else 0 (from the start). Raises ``ValueError`` with a sentence for
+    a value that is not a sequence number (digits only, at most 19). Pure."""
+    for name, value in (("Last-Event-ID", last_event_id), ("after", after)):
+        if value is None:
+            continue
+        text = value.strip()
+        if text == "":
+            return 0  # an empty Last-Event-ID resets, as the SSE specification says
+        if not (text.isascii() and text.isdigit()) or len(text) > MAX_EVENT_ID_DIGITS:
+            raise ValueError(
+                f"{name} must be the sequence number of an event (digits only, at most "
+                f"{MAX_EVENT_ID_DIGITS})"
+            )
+        return int(text)
+    return 0
