@@ -39,6 +39,20 @@ from ._fallback import FallbackChain as FallbackChain
 from ._fallback import FallbackModel as FallbackModel
 from ._fallback import falls_back as falls_back
 from ._function_tool import tool as tool
+from ._media import DEFAULT_MAX_MEDIA_BYTES as DEFAULT_MAX_MEDIA_BYTES
+from ._media import MEDIA_TYPES as MEDIA_TYPES
+from ._media import AudioPart as AudioPart
+from ._media import DocumentPart as DocumentPart
+from ._media import ImagePart as ImagePart
+from ._media import MediaError as MediaError
+from ._media import MediaKind as MediaKind
+from ._media import MediaNotSupported as MediaNotSupported
+from ._media import MediaPart as MediaPart
+from ._media import MediaRef as MediaRef
+from ._media import describe_media as describe_media
+from ._media import media_from_bytes as media_from_bytes
+from ._media import media_from_path as media_from_path
+from ._media import sniff_media_type as sniff_media_type
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
@@ -102,6 +116,20 @@ from ._usage import Usage as Usage
 
 __all__ = [
     "AiError",
+    "AudioPart",
+    "DEFAULT_MAX_MEDIA_BYTES",
+    "DocumentPart",
+    "ImagePart",
+    "MEDIA_TYPES",
+    "MediaError",
+    "MediaKind",
+    "MediaNotSupported",
+    "MediaPart",
+    "MediaRef",
+    "describe_media",
+    "media_from_bytes",
+    "media_from_path",
+    "sniff_media_type",
     "DEFAULT_PRICES",
     "MAX_CACHE_MARKS",
     "MICROS_PER_DOLLAR",

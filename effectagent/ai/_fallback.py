@@ -31,6 +31,7 @@ from typing import Any, final
 from effectagent.effect import Context, Layer
 
 from ._errors import AiError, ContextLengthExceeded
+from ._media import MediaNotSupported
 from ._model import LanguageModel, LanguageModelService, ModelRequest, close_stream, generate
 from ._model_choice import IGNORE_ANSWER, ModelKey, model_name
 from ._reduce import ModelResponse
@@ -55,8 +56,11 @@ _ENVELOPE = (ResponseMetadataPart, TextStartPart, ReasoningStartPart, ToolParams
 
 def falls_back(error: AiError) -> bool:
     """The default failures to fall back on: a retryable error (``RateLimited``,
-    ``ModelUnavailable``, ``ModelNetworkError``) or ``ContextLengthExceeded``."""
-    return bool(getattr(error, "is_retryable", False)) or isinstance(error, ContextLengthExceeded)
+    ``ModelUnavailable``, ``ModelNetworkError``), ``ContextLengthExceeded`` or
+    ``MediaNotSupported`` (a model that cannot take the request's images, documents or audio)."""
+    return bool(getattr(error, "is_retryable", False)) or isinstance(
+        error, ContextLengthExceeded | MediaNotSupported
+    )
 
 
 @final

@@ -9,6 +9,8 @@ import attrs
 
 from effectagent.effect import _fast_init
 
+from ._media import MediaPart
+
 __all__ = [
     "AssistantMessage",
     "Message",
@@ -75,12 +77,15 @@ class ToolCallContent:
 @_fast_init
 @attrs.frozen(slots=True)
 class ToolResultContent:
-    """The committed result of a tool call, as the model sees it (redacted and bounded)."""
+    """The committed result of a tool call, as the model sees it (redacted and bounded), and the
+    media it returned (images, documents, audio), which each provider gets in its own way (see
+    the providers guide)."""
 
     id: str
     name: str
     result: object
     is_failure: bool = False
+    media: tuple[MediaPart, ...] = ()
     type: Literal["tool-result"] = "tool-result"
 
 
@@ -96,15 +101,21 @@ class SystemMessage:
 @_fast_init
 @attrs.frozen(slots=True)
 class UserMessage:
-    """What the user (or steering, or a follow-up) said."""
+    """What the user (or steering, or a follow-up) said: text, and images, documents or audio
+    (:class:`~effectagent.ai.MediaPart`)."""
 
-    content: tuple[TextContent, ...]
+    content: tuple[TextContent | MediaPart, ...]
     role: Literal["user"] = "user"
 
     @staticmethod
     def text(text: str) -> UserMessage:
         """A user message with one text part."""
         return UserMessage((TextContent(text),))
+
+    @property
+    def media(self) -> tuple[MediaPart, ...]:
+        """The message's media parts, in order."""
+        return tuple(part for part in self.content if isinstance(part, MediaPart))
 
 
 @_fast_init

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeAlias
 import attrs
 from typing_extensions import TypeVar
 
-from effectagent.ai import Message
+from effectagent.ai import MediaPart, Message
 from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
 
 from ._errors import RunError
@@ -33,9 +33,10 @@ __all__ = [
     "TurnContext",
 ]
 
-#: What a run of an agent given no ``input=`` type takes: its text. (The one place that says it:
-#: ``Agent(...)`` without ``input=`` is an agent of this input type.)
-DefaultInput: TypeAlias = str
+#: What a run of an agent given no ``input=`` type takes: its text — or a sequence of text and
+#: media parts (``["What is in this picture?", ImagePart.from_path("cat.png")]``). (The one place
+#: that says it: ``Agent(...)`` without ``input=`` is an agent of this input type.)
+DefaultInput: TypeAlias = str | Sequence[str | MediaPart]
 
 #: The most UTF-8 bytes instructions a function computed may have (256 KiB): longer ones fail the
 #: run (:class:`InstructionsFailed`), never sent cut.

@@ -20,6 +20,8 @@ import attrs
 
 from effectagent.ai import (
     AssistantMessage,
+    MediaPart,
+    MediaRef,
     Message,
     NativeReasoningContent,
     ReasoningContent,
@@ -61,6 +63,7 @@ __all__ = [
     "native_reasoning_of",
     "parse_arguments",
     "project_messages",
+    "user_message_of",
 ]
 
 
@@ -82,7 +85,11 @@ class UserInputRecorded:
     ``allowance``: on a run's input (kind user), the allowance it was given — a JSON object,
     ``RunAllowance.as_json()`` — so a resumed run keeps it; None without one. ``value``: on the
     input of an agent with a typed input (``Agent.input``), that input as JSON (``text`` is it
-    rendered, as the model read it); None otherwise."""
+    rendered, as the model read it); None otherwise. ``parts``: on input that holds images,
+    documents or audio, the whole input in order — ``("text", str)`` and ``("media", reference)``
+    entries, a reference being ``MediaPart.reference()`` (kind, media type, name, size and
+    SHA-256 digest, or a URL: never the bytes, which are kept once per digest beside the log);
+    empty for text alone (``text`` is then the input, and otherwise its text parts joined)."""
 
     conversation_id: str
     run_id: str
@@ -93,6 +100,7 @@ class UserInputRecorded:
     at: float
     allowance: Any = None
     value: Any = None
+    parts: tuple[tuple[str, Any], ...] = ()
 
 
 @_fast_init
@@ -452,8 +460,37 @@ def assistant_message_of(
     return AssistantMessage(tuple(parts)) if parts else None
 
 
-def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
+def user_message_of(
+    parts: Iterable[tuple[str, Any]], media: Mapping[str, bytes] | None = None
+) -> UserMessage:
+    """The user message a recorded input's ``parts`` stand for. Pure. Each media reference comes
+    back with its bytes from ``media`` (by digest), or — without ``media`` — as its description
+    (``[image: cat.png, 120 KiB]``) in text; a digest ``media`` lacks raises ``MediaError``."""
+    content: list[TextContent | MediaPart] = []
+    for kind, value in parts:
+        if kind == "text":
+            content.append(TextContent(value))
+            continue
+        ref = MediaRef.of(value)
+        if isinstance(ref, MediaPart):  # a URL: nothing to load
+            content.append(ref)
+        elif media is None:
+            content.append(TextContent(ref.describe()))
+        else:
+            data = media.get(ref.digest)
+            if data is None:
+                raise ref.missing()
+            content.append(ref.with_data(data))
+    return UserMessage(tuple(content))
+
+
+def project_messages(
+    entries: Iterable[LogEntry], media: Mapping[str, bytes] | None = None
+) -> list[Message]:
     """The prompt history (without the system message) that ``entries`` stand for. Pure.
+
+    ``media`` holds the bytes of the images, documents and audio the input records refer to, by
+    digest; without it each is its description in text (see :func:`user_message_of`).
 
     * the latest valid ``summarize`` compaction replaces every entry it covers by one summary;
     * ``clear-tool-results`` replaces covered tool results by a marker;
@@ -499,7 +536,9 @@ def project_messages(entries: Iterable[LogEntry]) -> list[Message]:
             continue
         rec = entry.record
         if isinstance(rec, UserInputRecorded):
-            messages.append(UserMessage.text(rec.text))
+            messages.append(
+                UserMessage.text(rec.text) if not rec.parts else user_message_of(rec.parts, media)
+            )
         elif isinstance(rec, ContextAdded):
             messages.append(UserMessage.text(rec.item.as_message_text()))
         elif isinstance(rec, ModelResponseRecorded):

@@ -27,6 +27,7 @@ from effectagent.ai import (
 from effectagent.core import AgentPolicy, CompactionPerformed, UsageDelta, project_messages
 
 from ._io import RunIO
+from ._media import load_media
 from ._model_step import answered_by
 from ._seams import CompactionRequest
 from ._services import RunServices
@@ -114,7 +115,8 @@ async def maybe_compact(
     ]
     await io.record(*redacted)
     history = await services.log.entries(io.conversation_id)
-    compacted = (services.system, *project_messages(history))
+    media = await load_media(services.log, history)  # None (no look-up) for text alone
+    compacted = (services.system, *project_messages(history, media))
     last = redacted[-1]
     io.emit(
         CompactionPerformed,

@@ -33,12 +33,14 @@ from effectagent.core import (
     RunStarted,
     RunSuspended,
     RunSuspendedRecord,
+    ToolCallSettled,
     UsageTotals,
     UserInputRecorded,
     project_messages,
 )
 from effectagent.effect import encode
 
+from ._authoring import PromptOverride, RunInput, TurnPreparer, resume_authoring
 from ._ids import new_id
 from ._io import RunIO
 from ._machine import (
@@ -49,6 +51,15 @@ from ._machine import (
     Transition,
     start,
 )
+from ._media import (
+    describe_input,
+    load_media,
+    recorded_parts,
+    redacted_message,
+    store_media,
+    user_content,
+)
+from ._output_modes import run_final_tools
 from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
 from ._services import RunServices, split_handlers
@@ -99,6 +110,10 @@ class RunEdges:
     _replay: BatchReplay | None
     _resuming: FoundRun | None
     _snapshots: tuple[ToolSnapshot, ...]
+    # Authoring (``_authoring``): the checked typed input, the turn preparer, the turn's prompt.
+    run_input: RunInput | None
+    preparer: TurnPreparer | None
+    prompt: PromptOverride | None
 
     @property
     def turn(self) -> int:
@@ -172,8 +187,9 @@ class RunEdges:
         """
         io = self.io
         services = self.services
-        text = services.redactor.redact_text(self.user_input)
-        io.emit(RunStarted, input=io.redact_text(text))
+        text, content = user_content(self.user_input)
+        text = services.redactor.redact_text(text)
+        io.emit(RunStarted, input=io.redact_text(describe_input(text, content)))
         io.logs.debug("run started")
         conversation_id = io.conversation_id
         if self._history_error is not None:
@@ -201,6 +217,7 @@ class RunEdges:
             for item in self.context
         ]
         records += added
+        parts = () if content is None else recorded_parts(content, redact)
         records.append(
             UserInputRecorded(
                 conversation_id=conversation_id,
@@ -211,14 +228,20 @@ class RunEdges:
                 author=self.author,
                 at=now,
                 allowance=services.allowance,
+                value=None if self.run_input is None else self.run_input.json,
+                parts=parts,
             )
         )
-        await io.record(*records)
         messages: list[Message] = [services.system]
-        if history:
-            messages += project_messages(history)
+        if history:  # projected first: media whose bytes are gone refuse the run here
+            messages += project_messages(history, await load_media(services.log, history))
+        if content is not None:
+            await store_media(services.log, content)
+        await io.record(*records)
         messages += [UserMessage.text(record.item.as_message_text()) for record in added]
-        messages.append(UserMessage.text(text))
+        messages.append(
+            UserMessage.text(text) if content is None else redacted_message(content, redact)
+        )
         state = self.state = start(self._config(end_at), tuple(messages), started)
         if services.observers:
             await self._tell_started()
@@ -235,6 +258,9 @@ class RunEdges:
             describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
+            final_tools=run_final_tools(self.agent),
+            checks=bool(self.agent.output_validators or self.agent.output_guardrails),
+            prepares=TurnPreparer.wanted(self.agent),
         )
 
     async def _begin_resumed(self, started: float, end_at: float) -> Transition:
@@ -245,6 +271,8 @@ class RunEdges:
         """
         found = self._resuming
         assert found is not None
+        if self.agent.input is not None or TurnPreparer.wanted(self.agent):
+            resume_authoring(self, found)  # its typed input and its instructions, as recorded
         services = self.services
         if services.tool_sources:
             self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now
@@ -255,6 +283,7 @@ class RunEdges:
             system=services.system,
             limits=self.agent.policy.response_limits,
             now=started,
+            media=await load_media(services.log, found.entries),
         )
         io = self.io
         self.user_input = resumed.text
@@ -339,14 +368,28 @@ class RunEdges:
         state = self.state
         assert state is not None
         budget = state.budget
+        now = time.time()
         record = RunCompletedRecord(
             conversation_id=io.conversation_id,
             run_id=io.run_id,
             output=encoded,
             finish_reason=finish,
-            at=time.time(),
+            at=now,
         )
-        await io.record(record)
+        # A tool-mode answer's final_result calls settle with the completion, in one append.
+        settled = [
+            ToolCallSettled(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                turn=state.turn,
+                tool_call_id=outcome.tool_call_id,
+                tool_name=outcome.tool_name,
+                outcome=outcome,
+                at=now,
+            )
+            for outcome in command.settled
+        ]
+        await io.record(*settled, record)
         # Nothing between the record and its event (see ``_fail``).
         self.terminal = io.emit(
             RunCompleted,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import operator
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Final, cast, final
 
 import attrs
@@ -387,7 +387,7 @@ class InMemoryConversationLog:
     the records alone and pairs them with their numbers when they are read.
     """
 
-    __slots__ = ("_listeners", "_logs", "_running", "ledger")
+    __slots__ = ("_listeners", "_logs", "_media", "_running", "ledger")
 
     def __init__(self, retention: LogRetention | None = None) -> None:
         if retention is not None and not isinstance(retention, LogRetention):
@@ -397,6 +397,28 @@ class InMemoryConversationLog:
         # The runs whose input is recorded and whose terminal record is not yet: run -> conversation.
         self._running: dict[str, str] = {}
         self._listeners: list[Callable[[str], None]] = []
+        # The bytes of the media parts the records refer to, once per SHA-256 digest (kept for
+        # the log's life: a digest may be shared by conversations, so eviction leaves them).
+        self._media: dict[str, bytes] = {}
+
+    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep media bytes by digest (each digest once). Cancellation: a cancellation point
+        before anything is kept."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        for digest, data in blobs.items():
+            self._media.setdefault(digest, data)
+
+    async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
+        """The kept bytes of ``digests`` (missing ones left out). Cancellation: a cancellation
+        point; nothing changes."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        kept = self._media
+        return {digest: kept[digest] for digest in digests if digest in kept}
+
+    @property
+    def media_digests(self) -> frozenset[str]:
+        """The digests whose bytes are kept."""
+        return frozenset(self._media)
 
     @property
     def retention(self) -> LogRetention:

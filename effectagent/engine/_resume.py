@@ -298,8 +298,10 @@ def resume_point(
     system: Message,
     limits: ResponseLimits,
     now: float,
+    media: Mapping[str, bytes] | None = None,
 ) -> Resumption:
     """Fold the run's records into its state and first transition (see the module notes). Pure.
+    ``media``: the bytes of the media the records refer to, by digest (see ``project_messages``).
 
     ``toolkit`` is the run's tools now (a resumed batch is planned with them, and a settled
     batch's failure judged by them), ``system`` its system message, ``limits`` its response
@@ -324,7 +326,7 @@ def resume_point(
     counted = records[:tail] if pending and tail is not None else records
     budget, output_retries, grace = _count(counted, config, now)
     if not pending:
-        messages = (system, *project_messages(found.entries))
+        messages = (system, *project_messages(found.entries, media))
         state = RunState(config, "turn", budget.turns, messages, budget, False, output_retries)
         replay = None
         if last is not None and _call_ids(last):
@@ -339,7 +341,7 @@ def resume_point(
     record = response.record
     assert isinstance(record, ModelResponseRecorded)
     position = found.entries.index(response)
-    messages = (system, *project_messages(found.entries[:position]))
+    messages = (system, *project_messages(found.entries[:position], media))
     if grace is None:
         budget = budget.with_turn()
         turn = budget.turns

@@ -23,7 +23,8 @@ Everything else is private, one concept a module: ``_model_string`` (the strings
 ``_openai_chat``, ``_openai_responses``, ``_anthropic_messages`` and ``_gemini_content`` (each
 provider's pure request and stream mapping), ``_streaming`` (the shared streaming loop),
 ``_sse`` (event-stream decoding), ``_errors`` (typed errors), ``_output_schema`` (what each
-provider can enforce), ``_credentials`` (keys). Provider-native reasoning (signed thinking,
+provider can enforce), ``_credentials`` (keys), ``_media`` (which model takes which media, and
+the check made before a request is sent). Provider-native reasoning (signed thinking,
 encrypted reasoning items, thought signatures) is not kept here: each adapter streams it as
 ``NativeReasoningPart`` parts, the engine records it, and each adapter sends back, from the prompt,
 only what its own provider family made.
@@ -31,6 +32,8 @@ only what its own provider family made.
 
 from ._anthropic_model import Anthropic as Anthropic
 from ._gemini_model import Gemini as Gemini
+from ._media import MediaSupport as MediaSupport
+from ._media import media_support as media_support
 from ._model_string import ModelSettings as ModelSettings
 from ._model_string import model_layer as model_layer
 from ._model_string import model_settings as model_settings
@@ -51,4 +54,7 @@ __all__ = [
     "OpenAICompatible",
     "Anthropic",
     "Gemini",
+    # which images, documents and audio a model takes
+    "MediaSupport",
+    "media_support",
 ]

@@ -49,6 +49,8 @@ from effectagent.ai import (
     FinishPart,
     FinishReason,
     MalformedResponse,
+    MediaNotSupported,
+    MediaPart,
     Message,
     ModelRequest,
     NativeReasoningContent,
@@ -67,6 +69,7 @@ from effectagent.ai import (
 
 from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
 from ._errors import error_from_payload
+from ._media import b64, document_text
 from ._output_schema import anthropic_output_schema, output_instructions
 
 __all__ = [
@@ -113,22 +116,59 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                 if message.content:
                     system.append(message.content)
             case UserMessage():
-                add("user", [{"type": "text", "text": p.text} for p in message.content if p.text])
+                add(
+                    "user",
+                    [
+                        anthropic_block(p)
+                        for p in message.content
+                        if type(p) is not TextContent or p.text
+                    ],
+                )
             case AssistantMessage():
                 add("assistant", _assistant(message))
             case ToolMessage():
                 results: list[dict[str, Any]] = []
                 for result in message.content:
+                    text = result_text(result.result)
                     block: dict[str, Any] = {
                         "type": "tool_result",
                         "tool_use_id": result.id,
-                        "content": result_text(result.result),
+                        "content": (
+                            text
+                            if not result.media
+                            else [
+                                {"type": "text", "text": text},
+                                *(anthropic_block(part) for part in result.media),
+                            ]
+                        ),
                     }
                     if result.is_failure:
                         block["is_error"] = True
                     results.append(block)
                 add("user", results)
     return "\n\n".join(system), turns
+
+
+def anthropic_block(part: TextContent | MediaPart) -> dict[str, Any]:
+    """One content block of a user message or a tool result: ``text``, ``image`` or
+    ``document`` with a ``base64``, ``url`` or (a text document) ``text`` source."""
+    if type(part) is TextContent:
+        return {"type": "text", "text": part.text}
+    assert isinstance(part, MediaPart)
+    if part.kind == "audio":
+        raise MediaNotSupported(f"Anthropic takes no audio; {part.describe()} was not sent")
+    source: dict[str, Any]
+    text = document_text(part)
+    if part.url:
+        source = {"type": "url", "url": part.url}
+    elif text is not None:
+        source = {"type": "text", "media_type": "text/plain", "data": text}
+    else:
+        source = {"type": "base64", "media_type": part.media_type, "data": b64(part)}
+    block: dict[str, Any] = {"type": part.kind, "source": source}
+    if part.kind == "document" and part.name:
+        block["title"] = part.name
+    return block
 
 
 def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:

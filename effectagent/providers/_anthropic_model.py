@@ -18,6 +18,7 @@ from typing import Any, ClassVar, final
 import attrs
 
 from effectagent.ai import (
+    MediaNotSupported,
     ModelRequest,
     ModelResponse,
     ResponsePart,
@@ -28,6 +29,7 @@ from ._anthropic_messages import MessagesDecoder, anthropic_request_body
 from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
+from ._media import MediaSupport, media_problem, media_support, refused
 from ._streaming import SdkErrors, stream_parts
 
 __all__ = ["Anthropic", "AnthropicModel"]
@@ -60,7 +62,8 @@ class Anthropic(ModelLayer):
     request's cap, and left off for a request capped under the API's minimum budget; thinking
     streams as reasoning parts and is replayed in tool loops); ``extra_body`` is
     merged into each request body for any other API option; ``headers`` are sent with every
-    request (e.g. an ``anthropic-beta`` header)."""
+    request (e.g. an ``anthropic-beta`` header); ``media`` says which images and documents the
+    model takes, None for what the providers guide's table says of it."""
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -71,6 +74,7 @@ class Anthropic(ModelLayer):
     thinking_budget: int | None = attrs.field(default=None, kw_only=True)
     temperature: float | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "anthropic"
 
@@ -97,7 +101,15 @@ class AnthropicModel:
     #: prompt when Anthropic cannot express the schema), not in its own instructions.
     native_output: ClassVar[bool] = True
 
-    __slots__ = ("_client", "_errors", "_max_tokens", "_options", "_secrets", "settings")
+    __slots__ = (
+        "_client",
+        "_errors",
+        "_max_tokens",
+        "_media",
+        "_options",
+        "_secrets",
+        "settings",
+    )
 
     def __init__(
         self, settings: Anthropic, client: Any, errors: SdkErrors, secrets: tuple[str, ...]
@@ -111,6 +123,7 @@ class AnthropicModel:
         if settings.temperature is not None:
             options.setdefault("temperature", settings.temperature)
         self._options = options
+        self._media = settings.media or media_support("anthropic", settings.model)
 
     def __repr__(self) -> str:
         return f"AnthropicModel({self.settings.model!r})"
@@ -125,13 +138,19 @@ class AnthropicModel:
 
         Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
         early, closes the HTTP stream (the server sees the disconnect)."""
-        body = anthropic_request_body(
-            request,
-            self.settings.model,
-            max_tokens=self._max_tokens,
-            thinking_budget=self.settings.thinking_budget,
-            options=self._options,
-        )
+        problem = media_problem(request.messages, self._media, "Anthropic", self.settings.model)
+        if problem is not None:
+            return refused(problem)
+        try:
+            body = anthropic_request_body(
+                request,
+                self.settings.model,
+                max_tokens=self._max_tokens,
+                thinking_budget=self.settings.thinking_budget,
+                options=self._options,
+            )
+        except MediaNotSupported as error:
+            return refused(error)
         decoder = MessagesDecoder(call_ids=CallIds.of(request.messages), model=self.settings.model)
         create = self._client.messages.with_streaming_response.create
         model, messages, max_tokens = (

@@ -62,6 +62,7 @@ from effectagent.ai import (
     FinishPart,
     FinishReason,
     MalformedResponse,
+    MediaPart,
     Message,
     ModelRequest,
     NativeReasoningContent,
@@ -73,6 +74,7 @@ from effectagent.ai import (
     ToolCallContent,
     ToolMessage,
     ToolParamsStartPart,
+    ToolResultContent,
     Usage,
     UserMessage,
 )
@@ -150,26 +152,47 @@ def gemini_contents(
                 if message.content:
                     system.append(message.content)
             case UserMessage():
-                add("user", [{"text": p.text} for p in message.content if p.text])
-            case AssistantMessage():
-                add("model", _model_parts(message, model))
-            case ToolMessage():
                 add(
                     "user",
                     [
-                        {
-                            "function_response": {
-                                "id": result.id,
-                                "name": result.name,
-                                "response": {
-                                    ("error" if result.is_failure else "output"): result.result
-                                },
-                            }
-                        }
-                        for result in message.content
+                        gemini_part(p)
+                        for p in message.content
+                        if type(p) is not TextContent or p.text
                     ],
                 )
+            case AssistantMessage():
+                add("model", _model_parts(message, model))
+            case ToolMessage():
+                add("user", [_function_response(result) for result in message.content])
     return "\n\n".join(system), contents
+
+
+def gemini_part(part: TextContent | MediaPart) -> dict[str, Any]:
+    """One part of a user turn: ``text``, ``inline_data`` (the bytes, which the SDK sends
+    base64) or ``file_data`` (a URL)."""
+    if type(part) is TextContent:
+        return {"text": part.text}
+    assert isinstance(part, MediaPart)
+    if part.url:
+        return {"file_data": {"file_uri": part.url, "mime_type": part.media_type}}
+    return {"inline_data": {"mime_type": part.media_type, "data": part.data}}
+
+
+def _function_response(result: ToolResultContent) -> dict[str, Any]:
+    """A tool result; the media it returned go in the response's own ``parts``."""
+    response: dict[str, Any] = {
+        "id": result.id,
+        "name": result.name,
+        "response": {("error" if result.is_failure else "output"): result.result},
+    }
+    if result.media:
+        response["parts"] = [
+            {"file_data": {"file_uri": part.url, "mime_type": part.media_type}}
+            if part.url
+            else {"inline_data": {"mime_type": part.media_type, "data": part.data}}
+            for part in result.media
+        ]
+    return {"function_response": response}
 
 
 def _native(message: AssistantMessage, model: str) -> list[Mapping[str, Any]]:

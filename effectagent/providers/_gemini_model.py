@@ -45,6 +45,7 @@ from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
 from ._layer import ModelLayer
+from ._media import MediaSupport, media_problem, media_support, refused
 from ._streaming import SdkErrors, stream_parts
 
 __all__ = ["Gemini", "GeminiModel", "takes_output_with_tools"]
@@ -151,7 +152,9 @@ class Gemini(ModelLayer):
     response schema in a request that also offers tools (None: from Gemini 3 on; the earlier
     models refuse it, so the schema goes into the system instruction instead). ``api_version`` is
     the path the requests go to; ``extra_body`` is merged by the SDK into each request body for
-    any other API option (its values win); ``headers`` are sent with every request."""
+    any other API option (its values win); ``headers`` are sent with every request; ``media``
+    says which images, documents and audio the model takes, None for what the providers guide's
+    table says of it."""
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -166,6 +169,7 @@ class Gemini(ModelLayer):
     include_thoughts: bool | None = attrs.field(default=None, kw_only=True)
     output_with_tools: bool | None = attrs.field(default=None, kw_only=True)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "google"
 
@@ -230,6 +234,7 @@ class GeminiModel:
         "_config",
         "_errors",
         "_max_tokens",
+        "_media",
         "_options",
         "_output_with_tools",
         "_secrets",
@@ -246,6 +251,7 @@ class GeminiModel:
         self._secrets = secrets
         self._max_tokens = settings.max_tokens or default_max_tokens("google", settings.model)
         self._thinking = settings.thinking_config()
+        self._media = settings.media or media_support("gemini", settings.model)
         self._output_with_tools = (
             settings.output_with_tools
             if settings.output_with_tools is not None
@@ -272,6 +278,9 @@ class GeminiModel:
 
         Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
         early, closes the HTTP stream (the server sees the disconnect)."""
+        problem = media_problem(request.messages, self._media, PROVIDER, self.settings.model)
+        if problem is not None:
+            return refused(problem)
         contents, config = gemini_request(
             request,
             max_tokens=self._max_tokens,

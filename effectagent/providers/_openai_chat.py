@@ -45,6 +45,8 @@ from effectagent.ai import (
     FinishPart,
     FinishReason,
     MalformedResponse,
+    MediaNotSupported,
+    MediaPart,
     Message,
     ModelRequest,
     ResponseMetadataPart,
@@ -69,6 +71,7 @@ from ._common import (
     result_text,
 )
 from ._errors import error_from_payload
+from ._media import b64, data_url, document_text, titled_text, tool_media_note
 from ._output_schema import openai_schema, openai_strict_problems, output_instructions
 
 __all__ = ["ChatCompletionsDecoder", "chat_messages", "chat_request_body"]
@@ -91,11 +94,11 @@ def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
             case SystemMessage():
                 out.append({"role": "system", "content": message.content})
             case UserMessage():
-                texts = [part.text for part in message.content]
+                parts = message.content
                 content: Any = (
-                    texts[0]
-                    if len(texts) == 1
-                    else [{"type": "text", "text": text} for text in texts]
+                    parts[0].text
+                    if len(parts) == 1 and type(parts[0]) is TextContent
+                    else [chat_part(part) for part in parts]
                 )
                 out.append({"role": "user", "content": content})
             case AssistantMessage():
@@ -109,7 +112,47 @@ def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                     }
                     for result in message.content
                 )
+                # A tool message holds text only: the media tools returned follow as user input.
+                media: list[dict[str, Any]] = []
+                for result in message.content:
+                    if result.media:
+                        media.append(
+                            {"type": "text", "text": tool_media_note(result.id, result.name)}
+                        )
+                        media.extend(chat_part(part) for part in result.media)
+                if media:
+                    out.append({"role": "user", "content": media})
     return out
+
+
+def chat_part(part: TextContent | MediaPart) -> dict[str, Any]:
+    """One content part of a user message: text, ``image_url`` (a data URL or the image's URL),
+    ``file`` (a PDF, as a data URL), ``input_audio`` (WAV or MP3, base64) — a text document is
+    sent as text."""
+    if type(part) is TextContent:
+        return {"type": "text", "text": part.text}
+    assert isinstance(part, MediaPart)
+    if part.kind == "image":
+        return {"type": "image_url", "image_url": {"url": data_url(part)}}
+    if part.kind == "audio":
+        audio_format = {"audio/wav": "wav", "audio/mpeg": "mp3"}.get(part.media_type)
+        if audio_format is None:
+            raise MediaNotSupported(
+                f"Chat Completions takes WAV or MP3 audio, not {part.media_type}; "
+                f"{part.describe()} was not sent"
+            )
+        return {"type": "input_audio", "input_audio": {"data": b64(part), "format": audio_format}}
+    text = document_text(part)
+    if text is not None:
+        return {"type": "text", "text": titled_text(part)}
+    if part.url:
+        raise MediaNotSupported(
+            f"Chat Completions takes a document's bytes, not its URL; {part.describe()} was not sent"
+        )
+    return {
+        "type": "file",
+        "file": {"filename": part.name or "document.pdf", "file_data": data_url(part)},
+    }
 
 
 def _assistant(message: AssistantMessage) -> dict[str, Any]:

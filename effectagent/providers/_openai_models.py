@@ -26,6 +26,7 @@ from typing import Any, ClassVar, Literal, final
 import attrs
 
 from effectagent.ai import (
+    MediaNotSupported,
     ModelRequest,
     ModelResponse,
     ResponsePart,
@@ -35,6 +36,7 @@ from effectagent.ai import (
 from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
+from ._media import MediaSupport, media_problem, media_support, refused
 from ._openai_chat import ChatCompletionsDecoder, chat_request_body
 from ._openai_responses import ResponsesDecoder, responses_request_body
 from ._streaming import SdkErrors, stream_parts
@@ -98,6 +100,7 @@ class OpenAIResponses(ModelLayer):
     temperature: float | None = attrs.field(default=None, kw_only=True)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-responses"
 
@@ -127,6 +130,7 @@ class OpenAIResponsesModel:
         "_client",
         "_errors",
         "_max_tokens",
+        "_media",
         "_options",
         "_reasoning",
         "_secrets",
@@ -145,6 +149,7 @@ class OpenAIResponsesModel:
         self._errors = errors
         self._secrets = secrets
         self._max_tokens = settings.max_tokens or default_max_tokens("openai", settings.model)
+        self._media = settings.media or media_support("openai-responses", settings.model)
         reasoning = {
             key: value
             for key, value in (
@@ -174,14 +179,20 @@ class OpenAIResponsesModel:
         Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
         early, closes the HTTP stream (the server sees the disconnect)."""
         settings = self.settings
-        body = responses_request_body(
-            request,
-            settings.model,
-            store=settings.store,
-            reasoning=self._reasoning,
-            options=self._options,
-            max_tokens=self._max_tokens,
-        )
+        problem = media_problem(request.messages, self._media, "OpenAI", settings.model)
+        if problem is not None:
+            return refused(problem)
+        try:
+            body = responses_request_body(
+                request,
+                settings.model,
+                store=settings.store,
+                reasoning=self._reasoning,
+                options=self._options,
+                max_tokens=self._max_tokens,
+            )
+        except MediaNotSupported as error:
+            return refused(error)
         decoder = ResponsesDecoder(
             call_ids=CallIds.of(request.messages), model=settings.model, store=settings.store
         )
@@ -214,7 +225,8 @@ class OpenAIChat(ModelLayer):
     ``reasoning_effort`` is the API's option of that name; ``max_tokens`` is the output cap of a
     request that sets none (``AgentPolicy.max_output_tokens``), None picking one that fits the
     model; ``extra_body`` is merged into each request body for any other API option;
-    ``headers`` are sent with every request."""
+    ``headers`` are sent with every request; ``media`` says which images, documents and audio
+    the model takes, None for what the providers guide's table says of it."""
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
@@ -226,6 +238,7 @@ class OpenAIChat(ModelLayer):
     temperature: float | None = attrs.field(default=None, kw_only=True)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-chat"
 
@@ -253,6 +266,7 @@ class OpenAIChat(ModelLayer):
                 options=options,
                 provider="OpenAI",
                 max_tokens=self.max_tokens or default_max_tokens("openai", self.model),
+                media=self.media,
             )
 
 
@@ -284,6 +298,7 @@ class OpenAICompatible(ModelLayer):
     temperature: float | None = attrs.field(default=None, kw_only=True)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 
     LAYER_PREFIX: ClassVar[str] = "openai-compatible"
 
@@ -314,6 +329,7 @@ class OpenAICompatible(ModelLayer):
                 output_with_tools=self.output_with_tools,
                 stream_usage=self.stream_usage,
                 require_done=False,
+                media=self.media,
             )
 
 
@@ -328,6 +344,7 @@ class OpenAIChatModel:
         "_errors",
         "_max_tokens",
         "_max_tokens_field",
+        "_media",
         "_options",
         "_output_with_tools",
         "_provider",
@@ -355,6 +372,7 @@ class OpenAIChatModel:
         output_with_tools: bool = True,
         stream_usage: bool = True,
         require_done: bool = True,
+        media: MediaSupport | None = None,
     ) -> None:
         self.model = model
         #: Whether the engine sends the output schema natively (a ``json_schema`` response
@@ -375,6 +393,8 @@ class OpenAIChatModel:
         self._output_with_tools = output_with_tools
         self._stream_usage = stream_usage
         self._require_done = require_done
+        family = "openai-chat" if provider == "OpenAI" else "openai-compatible"
+        self._media = media or media_support(family, model)
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel({self.model!r}, provider={self._provider!r})"
@@ -391,17 +411,23 @@ class OpenAIChatModel:
 
         Cancellation: a checkpoint at each network read; cancelling, or closing the iterator
         early, closes the HTTP stream (the server sees the disconnect)."""
-        body = chat_request_body(
-            request,
-            self.model,
-            max_tokens_field=self._max_tokens_field,
-            max_tokens=self._max_tokens,
-            native_output=self.native_output,
-            output_with_tools=self._output_with_tools,
-            stream_usage=self._stream_usage,
-            options=self._options,
-            cache_key=self._provider == "OpenAI",
-        )
+        problem = media_problem(request.messages, self._media, self._provider, self.model)
+        if problem is not None:
+            return refused(problem)
+        try:
+            body = chat_request_body(
+                request,
+                self.model,
+                max_tokens_field=self._max_tokens_field,
+                max_tokens=self._max_tokens,
+                native_output=self.native_output,
+                output_with_tools=self._output_with_tools,
+                stream_usage=self._stream_usage,
+                options=self._options,
+                cache_key=self._provider == "OpenAI",
+            )
+        except MediaNotSupported as error:
+            return refused(error)
         create = self._client.chat.completions.with_streaming_response.create
         model, messages = body.pop("model"), body.pop("messages")
         body.pop("stream")

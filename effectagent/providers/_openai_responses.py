@@ -39,6 +39,8 @@ from effectagent.ai import (
     FinishPart,
     FinishReason,
     MalformedResponse,
+    MediaNotSupported,
+    MediaPart,
     Message,
     ModelRequest,
     NativeReasoningContent,
@@ -65,6 +67,7 @@ from ._common import (
     result_text,
 )
 from ._errors import error_from_payload
+from ._media import b64, data_url, document_text, titled_text
 from ._output_schema import openai_schema, openai_strict_problems
 
 __all__ = ["FAMILY", "ResponsesDecoder", "responses_input", "responses_request_body"]
@@ -87,12 +90,7 @@ def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 items.append({"role": "system", "content": message.content})
             case UserMessage():
                 items.append(
-                    {
-                        "role": "user",
-                        "content": [
-                            {"type": "input_text", "text": p.text} for p in message.content
-                        ],
-                    }
+                    {"role": "user", "content": [responses_part(p) for p in message.content]}
                 )
             case AssistantMessage():
                 items.extend(_assistant(message))
@@ -101,11 +99,46 @@ def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                     {
                         "type": "function_call_output",
                         "call_id": result.id,
-                        "output": result_text(result.result),
+                        "output": (
+                            result_text(result.result)
+                            if not result.media
+                            else [
+                                {"type": "input_text", "text": result_text(result.result)},
+                                *(responses_part(part) for part in result.media),
+                            ]
+                        ),
                     }
                     for result in message.content
                 )
     return items
+
+
+def responses_part(part: TextContent | MediaPart) -> dict[str, Any]:
+    """One content item of a user message or a tool's output: ``input_text``, ``input_image``
+    (a data URL or the image's URL), ``input_file`` (a PDF: a data URL, or its ``file_url``),
+    ``input_audio`` (WAV or MP3, base64) — a text document is sent as text."""
+    if type(part) is TextContent:
+        return {"type": "input_text", "text": part.text}
+    assert isinstance(part, MediaPart)
+    if part.kind == "image":
+        return {"type": "input_image", "image_url": data_url(part), "detail": "auto"}
+    if part.kind == "audio":
+        audio_format = {"audio/wav": "wav", "audio/mpeg": "mp3"}.get(part.media_type)
+        if audio_format is None:
+            raise MediaNotSupported(
+                f"the Responses API takes WAV or MP3 audio, not {part.media_type}; "
+                f"{part.describe()} was not sent"
+            )
+        return {"type": "input_audio", "input_audio": {"data": b64(part), "format": audio_format}}
+    if document_text(part) is not None:
+        return {"type": "input_text", "text": titled_text(part)}
+    if part.url:
+        return {"type": "input_file", "file_url": part.url}
+    return {
+        "type": "input_file",
+        "filename": part.name or "document.pdf",
+        "file_data": data_url(part),
+    }
 
 
 def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:

@@ -1,0 +1,433 @@
+"""Media in prompts: images, documents and audio, as typed content parts.
+
+A part holds its bytes (or, for an image or a document, an ``http(s)`` URL the provider fetches),
+its media type, and an optional name. The media type of bytes is sniffed from their first bytes;
+a part is refused at construction, with a sentence, when its data is empty, its type unknown or
+not one its kind takes, a declared type disagrees with the bytes, a URL is not ``http(s)``, or the
+data is larger than the bound (:data:`DEFAULT_MAX_MEDIA_BYTES` unless ``max_bytes`` says
+otherwise).
+
+Each part with bytes is addressed by its SHA-256 ``digest``: the canonical records hold
+:meth:`MediaPart.reference` (kind, media type, name, size, digest — never the bytes), the bytes are
+kept once per digest beside the log, and a record read back stands for a :class:`MediaRef` until
+its bytes are found again (:meth:`MediaRef.with_data`). A part's ``repr`` and ``describe`` show
+its kind, name, size and digest, never its bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeAlias
+
+import attrs
+
+from ._errors import InvalidModelRequest, format_bytes
+
+__all__ = [
+    "DEFAULT_MAX_MEDIA_BYTES",
+    "MEDIA_TYPES",
+    "AudioPart",
+    "DocumentPart",
+    "ImagePart",
+    "MediaError",
+    "MediaKind",
+    "MediaNotSupported",
+    "MediaPart",
+    "MediaRef",
+    "describe_media",
+    "media_from_bytes",
+    "media_from_path",
+    "sniff_media_type",
+]
+
+#: The kinds of media a prompt may hold.
+MediaKind: TypeAlias = Literal["image", "document", "audio"]
+
+#: The largest part (in bytes) made unless a constructor's ``max_bytes`` says otherwise: 20 MiB,
+#: the largest image OpenAI takes.
+DEFAULT_MAX_MEDIA_BYTES = 20 * 1024 * 1024
+
+#: The media types each kind takes.
+MEDIA_TYPES: Mapping[MediaKind, frozenset[str]] = {
+    "image": frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
+    "document": frozenset(
+        {"application/pdf", "text/plain", "text/markdown", "text/csv", "text/html"}
+    ),
+    "audio": frozenset({"audio/wav", "audio/mpeg", "audio/flac", "audio/ogg"}),
+}
+
+_KIND_OF: dict[str, MediaKind] = {
+    media_type: kind for kind, types in MEDIA_TYPES.items() for media_type in types
+}
+
+#: Other spellings of the media types above.
+_ALIASES = {
+    "image/jpg": "image/jpeg",
+    "audio/x-wav": "audio/wav",
+    "audio/wave": "audio/wav",
+    "audio/mp3": "audio/mpeg",
+    "audio/x-flac": "audio/flac",
+}
+
+#: What a file's suffix names, for text (which has no magic bytes).
+_TEXT_SUFFIXES = {
+    ".txt": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".csv": "text/csv",
+    ".html": "text/html",
+    ".htm": "text/html",
+}
+
+
+class MediaError(ValueError):
+    """A media part that cannot be made, or used: the message is a sentence to show."""
+
+
+@attrs.frozen
+class MediaNotSupported(InvalidModelRequest):
+    """The model cannot take a media part of the request (its kind, or its size): refused before
+    anything was sent. A ``FallbackModel`` asks its next member."""
+
+
+def sniff_media_type(data: bytes) -> str | None:
+    """The media type ``data`` starts like, or None when unknown. Text (valid UTF-8 without
+    control characters other than tab and line breaks) is ``text/plain``. Pure."""
+    head = data[:16]
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if head.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if head.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if head.startswith(b"RIFF") and head[8:12] == b"WEBP":
+        return "image/webp"
+    if head.startswith(b"RIFF") and head[8:12] == b"WAVE":
+        return "audio/wav"
+    if head.startswith(b"%PDF-"):
+        return "application/pdf"
+    if head.startswith(b"fLaC"):
+        return "audio/flac"
+    if head.startswith(b"OggS"):
+        return "audio/ogg"
+    if head.startswith(b"ID3") or (len(head) > 1 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0):
+        return "audio/mpeg"
+    return "text/plain" if _is_text(data) else None
+
+
+def _is_text(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(ord(c) < 32 and c not in "\t\n\r\f" for c in text[:65536])
+
+
+def _normal(media_type: str) -> str:
+    media_type = media_type.split(";", 1)[0].strip().lower()
+    return _ALIASES.get(media_type, media_type)
+
+
+def _checked_type(
+    kind: MediaKind | None, data: bytes, declared: str | None, shown: str
+) -> tuple[MediaKind, str]:
+    """(kind, media type) of ``data``, or the MediaError saying why not."""
+    sniffed = sniff_media_type(data)
+    if declared is not None:
+        declared = _normal(declared)
+        if declared not in _KIND_OF:
+            raise MediaError(f"{shown} has the media type {declared!r}, which no kind takes")
+    if sniffed is None:
+        raise MediaError(
+            f"{shown} is of no media type this library knows (PNG, JPEG, GIF, WebP, PDF, "
+            "UTF-8 text, WAV, MP3, FLAC, Ogg)"
+        )
+    media_type = sniffed
+    if declared is not None and declared != sniffed:
+        if sniffed == "text/plain" and declared.startswith("text/"):
+            media_type = declared
+        else:
+            raise MediaError(f"{shown} was declared {declared}, but its bytes are {sniffed}")
+    found = _KIND_OF[media_type]
+    if kind is not None and found != kind:
+        raise MediaError(f"{shown} is {media_type}, not {_article(kind)}")
+    return found, media_type
+
+
+def _article(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _check_size(size: int, max_bytes: int, shown: str) -> None:
+    if size == 0:
+        raise MediaError(f"{shown} is empty")
+    if size > max_bytes:
+        raise MediaError(
+            f"{shown} is {format_bytes(size)}, over the limit of {format_bytes(max_bytes)}"
+        )
+
+
+@attrs.frozen(slots=True, init=False, repr=False)
+class MediaPart:
+    """An image, document or audio clip in a prompt. Make one with a subclass
+    (:class:`ImagePart`, :class:`DocumentPart`, :class:`AudioPart`) or
+    :func:`media_from_bytes` / :func:`media_from_path` (which pick the kind from the bytes)."""
+
+    kind: ClassVar[MediaKind]
+    #: Whether a part of this kind may be a URL the provider fetches.
+    takes_url: ClassVar[bool] = False
+
+    media_type: str
+    data: bytes
+    url: str
+    name: str
+    size: int
+    digest: str
+
+    def __init__(
+        self,
+        data: bytes | None = None,
+        *,
+        url: str | None = None,
+        media_type: str | None = None,
+        name: str = "",
+        max_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
+    ) -> None:
+        if type(self) is MediaPart:
+            raise TypeError(
+                "make an ImagePart, DocumentPart or AudioPart (or use media_from_bytes)"
+            )
+        kind = self.kind
+        shown = f"the {kind} {name!r}" if name else f"the {kind}"
+        if not isinstance(name, str):
+            raise TypeError(f"a media part's name must be a str, got {type(name).__name__}")
+        if (data is None) == (url is None):
+            raise MediaError(f"{shown} needs either its bytes or a URL, not both or neither")
+        if url is not None:
+            if not self.takes_url:
+                raise MediaError(f"{_article(kind)} part is sent as bytes, not a URL")
+            if not isinstance(url, str) or not url.lower().startswith(("https://", "http://")):
+                raise MediaError(f"{shown} has a URL that is not http(s)")
+            if len(url) > 8192:
+                raise MediaError(f"{shown} has a URL longer than 8192 characters")
+            declared = _normal(media_type) if media_type is not None else _guess_from_url(url)
+            if declared is None:
+                raise MediaError(f"{shown} at a URL needs its media_type")
+            if _KIND_OF.get(declared) != kind:
+                raise MediaError(f"{shown} has the media type {declared!r}, not one {kind}s take")
+            _set(self, declared, b"", url, name, 0, "")
+            return
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"{shown}'s data must be bytes, got {type(data).__name__}")
+        data = bytes(data)
+        _check_size(len(data), max_bytes, shown)
+        _, found = _checked_type(kind, data, media_type, shown)
+        _set(self, found, data, "", name, len(data), _digest(data))
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str | Path,
+        *,
+        media_type: str | None = None,
+        name: str | None = None,
+        max_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
+    ) -> MediaPart:
+        """The part a file holds, named after the file unless ``name`` is given; its media type
+        is sniffed (a text file's from its suffix). Reads the file: call it off the event loop
+        for large files. Raises MediaError (the file missing, too large, or not this kind)."""
+        data, declared, shown = _read(path, media_type, max_bytes)
+        return cls(data, media_type=declared, name=shown if name is None else name)
+
+    @property
+    def is_url(self) -> bool:
+        """Whether the provider fetches the part from :attr:`url` (no bytes here)."""
+        return bool(self.url)
+
+    def reference(self) -> dict[str, Any]:
+        """What the canonical records hold of the part: never its bytes."""
+        ref: dict[str, Any] = {"type": self.kind, "media_type": self.media_type}
+        if self.name:
+            ref["name"] = self.name
+        if self.url:
+            ref["url"] = self.url
+        else:
+            ref["size"] = self.size
+            ref["digest"] = self.digest
+        return ref
+
+    def describe(self) -> str:
+        """How a person reads it in a transcript: ``[image: cat.png, 120 KiB]``."""
+        return describe_media(self.kind, self.name, self.size, self.url)
+
+    def __repr__(self) -> str:
+        where = self.url if self.url else f"{format_bytes(self.size)}, {self.digest[:19]}…"
+        name = f"{self.name!r}, " if self.name else ""
+        return f"{type(self).__name__}({name}{self.media_type}, {where})"
+
+
+def describe_media(kind: str, name: str, size: int, url: str = "") -> str:
+    """``[image: cat.png, 120 KiB]`` — the transcript line of a part or a reference."""
+    label = name or url or "unnamed"
+    return f"[{kind}: {label}]" if url and not size else f"[{kind}: {label}, {format_bytes(size)}]"
+
+
+def _set(
+    part: MediaPart, media_type: str, data: bytes, url: str, name: str, size: int, digest: str
+) -> None:
+    setter = object.__setattr__
+    setter(part, "media_type", media_type)
+    setter(part, "data", data)
+    setter(part, "url", url)
+    setter(part, "name", name)
+    setter(part, "size", size)
+    setter(part, "digest", digest)
+
+
+def _guess_from_url(url: str) -> str | None:
+    path = url.split("?", 1)[0].split("#", 1)[0].lower()
+    for suffix, media_type in {
+        ".png": "image/png",
+        ".jpg": "image/jpeg",
+        ".jpeg": "image/jpeg",
+        ".gif": "image/gif",
+        ".webp": "image/webp",
+        ".pdf": "application/pdf",
+    }.items():
+        if path.endswith(suffix):
+            return media_type
+    return None
+
+
+def _read(
+    path: str | Path, media_type: str | None, max_bytes: int
+) -> tuple[bytes, str | None, str]:
+    file = Path(path)
+    shown = file.name
+    try:
+        size = file.stat().st_size
+        if size > max_bytes:
+            _check_size(size, max_bytes, f"the file {shown!r}")
+        data = file.read_bytes()
+    except FileNotFoundError:
+        raise MediaError(f"the file {shown!r} does not exist") from None
+    except IsADirectoryError:
+        raise MediaError(f"{shown!r} is a directory, not a file") from None
+    except OSError as exc:
+        raise MediaError(f"the file {shown!r} could not be read ({exc.strerror})") from None
+    if media_type is None and sniff_media_type(data) == "text/plain":
+        media_type = _TEXT_SUFFIXES.get(file.suffix.lower())
+    return data, media_type, shown
+
+
+@attrs.frozen(slots=True, init=False, repr=False)
+class ImagePart(MediaPart):
+    """An image: PNG, JPEG, GIF or WebP bytes, or an ``http(s)`` URL."""
+
+    kind: ClassVar[MediaKind] = "image"
+    takes_url: ClassVar[bool] = True
+
+
+@attrs.frozen(slots=True, init=False, repr=False)
+class DocumentPart(MediaPart):
+    """A document: PDF or plain text (also Markdown, CSV, HTML) bytes, or an ``http(s)`` URL of
+    a PDF."""
+
+    kind: ClassVar[MediaKind] = "document"
+    takes_url: ClassVar[bool] = True
+
+
+@attrs.frozen(slots=True, init=False, repr=False)
+class AudioPart(MediaPart):
+    """Audio: WAV, MP3, FLAC or Ogg bytes."""
+
+    kind: ClassVar[MediaKind] = "audio"
+
+
+_CLASSES: dict[MediaKind, type[MediaPart]] = {
+    "image": ImagePart,
+    "document": DocumentPart,
+    "audio": AudioPart,
+}
+
+
+def media_from_bytes(
+    data: bytes,
+    *,
+    media_type: str | None = None,
+    name: str = "",
+    max_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
+) -> MediaPart:
+    """The image, document or audio part ``data`` is (its kind from its media type)."""
+    shown = f"the attachment {name!r}" if name else "the attachment"
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"{shown}'s data must be bytes, got {type(data).__name__}")
+    _check_size(len(data), max_bytes, shown)
+    kind, _ = _checked_type(None, bytes(data), media_type, shown)
+    return _CLASSES[kind](data, media_type=media_type, name=name, max_bytes=max_bytes)
+
+
+def media_from_path(
+    path: str | Path,
+    *,
+    media_type: str | None = None,
+    name: str | None = None,
+    max_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
+) -> MediaPart:
+    """The image, document or audio part a file holds (see :meth:`MediaPart.from_path`)."""
+    data, declared, shown = _read(path, media_type, max_bytes)
+    return media_from_bytes(
+        data, media_type=declared, name=shown if name is None else name, max_bytes=max_bytes
+    )
+
+
+@attrs.frozen(slots=True)
+class MediaRef:
+    """A media part as the records hold it, its bytes not loaded: ``digest`` names them."""
+
+    kind: MediaKind
+    media_type: str
+    name: str = ""
+    size: int = 0
+    digest: str = ""
+
+    @staticmethod
+    def of(value: Mapping[str, Any]) -> MediaRef | MediaPart:
+        """The reference a record holds (a URL part comes back whole: it has no bytes)."""
+        kind = value.get("type")
+        media_type = value.get("media_type")
+        if kind not in _CLASSES or not isinstance(media_type, str):
+            raise MediaError("a recorded media part is damaged (no kind or media type)")
+        name = value.get("name", "")
+        url = value.get("url")
+        if isinstance(url, str):
+            return _CLASSES[kind](url=url, media_type=media_type, name=name)
+        size, digest = value.get("size"), value.get("digest")
+        if type(size) is not int or not isinstance(digest, str):
+            raise MediaError("a recorded media part is damaged (no size or digest)")
+        return MediaRef(kind, media_type, name if isinstance(name, str) else "", size, digest)
+
+    def with_data(self, data: bytes) -> MediaPart:
+        """The part these bytes make; MediaError when they are not the ones recorded."""
+        if _digest(data) != self.digest:
+            raise MediaError(f"the stored bytes of {self.describe()} do not match its digest")
+        part = object.__new__(_CLASSES[self.kind])
+        _set(part, self.media_type, data, "", self.name, len(data), self.digest)
+        return part
+
+    def describe(self) -> str:
+        """``[image: cat.png, 120 KiB]``."""
+        return describe_media(self.kind, self.name, self.size)
+
+    def missing(self) -> MediaError:
+        """The error of a reference whose bytes are not stored."""
+        return MediaError(
+            f"the bytes of {self.describe()} ({self.digest[:19]}…) are not stored: "
+            "the conversation cannot be sent to the model again with it"
+        )

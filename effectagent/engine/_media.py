@@ -1,0 +1,157 @@
+"""A run's input with images, documents or audio: checked, recorded by digest, its bytes kept
+once per digest beside the log and found again when a later run or a resume projects it.
+
+A run's input is a ``str`` or a sequence of ``str`` and :class:`~effectagent.ai.MediaPart`
+values (``["What is in this picture?", ImagePart.from_path("cat.png")]``). Text alone costs
+nothing here: :func:`user_content` returns None for a ``str``, and :func:`load_media` looks at
+each history record's type and nothing else when none holds media.
+
+The bytes go to the Conversation Log when it is a :class:`MediaStore` (the in-memory log and the
+SQLite storage are): ``put_media`` keeps each digest once, ``media`` returns those it has. A log
+that is not one refuses input with media bytes (a URL part needs no store).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+from effectagent.ai import MediaError, MediaPart, TextContent, UserMessage
+from effectagent.core import LogEntry, UserInputRecorded
+
+__all__ = [
+    "MediaStore",
+    "UserContent",
+    "check_user_input",
+    "describe_input",
+    "load_media",
+    "recorded_parts",
+    "redacted_message",
+    "store_media",
+    "user_content",
+]
+
+#: The content of a user message that holds media.
+UserContent: TypeAlias = tuple[TextContent | MediaPart, ...]
+
+
+@runtime_checkable
+class MediaStore(Protocol):
+    """Where a Conversation Log keeps the bytes of media parts, once per SHA-256 digest."""
+
+    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep ``blobs`` (digest → bytes); a digest already kept is not written again.
+
+        Cancellation: all or nothing per call, as the log's append."""
+        ...
+
+    async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
+        """The bytes of those of ``digests`` that are kept (a missing one is left out).
+
+        Cancellation: a cancellation point; nothing changes either way."""
+        ...
+
+
+def check_user_input(value: object) -> None:
+    """Refuse a run input that is neither a str nor a non-empty sequence of str and media parts,
+    naming what is wrong (``TypeError``; ``ValueError`` for an empty sequence)."""
+    if isinstance(value, str):
+        return
+    if isinstance(value, bytes | bytearray) or not isinstance(value, Sequence):
+        raise TypeError(
+            "a run's text must be a str or a sequence of str and media parts (ImagePart, "
+            f"DocumentPart, AudioPart), got {type(value).__name__}"
+        )
+    if not value:
+        raise ValueError("a run's input must not be an empty sequence")
+    for index, part in enumerate(value):
+        if not isinstance(part, str | MediaPart):
+            raise TypeError(
+                f"a run's input holds str and media parts only; item {index} is "
+                f"{type(part).__name__}"
+            )
+
+
+def user_content(value: str | Sequence[str | MediaPart]) -> tuple[str, UserContent | None]:
+    """(the input's text, its content when it holds a media part — None for text alone). The
+    text is the text parts joined by blank lines."""
+    if isinstance(value, str):
+        return value, None
+    texts = [part for part in value if isinstance(part, str)]
+    content = tuple(TextContent(p) if isinstance(p, str) else p for p in value)
+    if all(isinstance(p, str) for p in value):
+        return "\n\n".join(texts), None
+    return "\n\n".join(texts), content
+
+
+def describe_input(text: str, content: UserContent | None) -> str:
+    """How events and logs show the input: its text, then each media part's description."""
+    if content is None:
+        return text
+    media = [part.describe() for part in content if isinstance(part, MediaPart)]
+    return "\n".join([text, *media]) if text else "\n".join(media)
+
+
+def recorded_parts(content: UserContent, redact: Any) -> tuple[tuple[str, Any], ...]:
+    """The record's ``parts`` of ``content``: redacted text, media by reference (a URL and a
+    name redacted too, as text)."""
+    parts: list[tuple[str, Any]] = []
+    for part in content:
+        if isinstance(part, TextContent):
+            parts.append(("text", redact(part.text)))
+        else:
+            ref = part.reference()
+            if "url" in ref:
+                ref["url"] = redact(ref["url"])
+            if "name" in ref:
+                ref["name"] = redact(ref["name"])
+            parts.append(("media", ref))
+    return tuple(parts)
+
+
+def redacted_message(content: UserContent, redact: Any) -> UserMessage:
+    """The user message of ``content``, its text parts redacted as the record's are."""
+    return UserMessage(
+        tuple(TextContent(redact(p.text)) if isinstance(p, TextContent) else p for p in content)
+    )
+
+
+async def store_media(log: object, content: UserContent) -> None:
+    """Keep the bytes of ``content``'s media parts in ``log`` (by digest).
+
+    Raises MediaError when ``log`` cannot keep media. Cancellation: as ``put_media``."""
+    blobs = {p.digest: p.data for p in content if isinstance(p, MediaPart) and not p.url}
+    if not blobs:
+        return
+    if not isinstance(log, MediaStore):
+        raise MediaError(
+            f"the conversation log ({type(log).__name__}) cannot keep images, documents or "
+            "audio: use the in-memory log or the SQLite storage"
+        )
+    await log.put_media(blobs)
+
+
+def _digests(entries: Iterable[LogEntry]) -> set[str]:
+    digests: set[str] = set()
+    for entry in entries:
+        record = entry.record
+        if type(record) is UserInputRecorded and record.parts:
+            for kind, value in record.parts:
+                if kind == "media" and isinstance(value, Mapping):
+                    digest = value.get("digest")
+                    if isinstance(digest, str):
+                        digests.add(digest)
+    return digests
+
+
+async def load_media(log: object, entries: Iterable[LogEntry]) -> Mapping[str, bytes] | None:
+    """The bytes of the media ``entries`` refer to, by digest — None when they refer to none.
+
+    A digest the log does not have is left out (projecting it then raises ``MediaError``).
+    Cancellation: as the store's ``media``."""
+    digests = _digests(entries)
+    if not digests:
+        return None
+    if not isinstance(log, MediaStore):
+        return {}
+    return await log.media(digests)
