@@ -11,7 +11,7 @@ is off unless ``cors_origins`` names origins.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import aclosing
 from typing import Any, Final, final
 
@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from effectagent.core import ApprovalRequest, RunCompletedRecord
@@ -114,6 +114,42 @@ def _view(submission_id: str, request: ApprovalRequest) -> ApprovalView:
         input_preview=request.input_preview,
         expires_at=request.expires_at,
     )
+
+
+class _EventStream(Response):
+    """A ``text/event-stream`` answer: :meth:`ServeApi.stream` until the client disconnects or
+    the service closes its streams."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, api: ServeApi, conversation_id: str, after: int) -> None:
+        super().__init__(
+            headers={**_SECURITY_HEADERS, "X-Accel-Buffering": "no"},
+            media_type=self.media_type,
+        )
+        # A stream has no length: its end is the connection's (chunked).
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self._api = api
+        self._conversation_id = conversation_id
+        self._after = after
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def body(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        async with trio.open_nursery() as nursery:
+
+            async def until_disconnect() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_disconnect)
+            await self._api.stream(self._conversation_id, self._after, body)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel()
 
 
 @final
@@ -232,12 +268,12 @@ class ServeApi:
             except SchemaError as error:
                 return _problem(Problem("bad-request", error.explain("the body")[:2000]), path)
             except StorageError:
-                problem = Problem(
+                busy = Problem(
                     "unavailable",
                     "the storage is busy or failing; try again shortly",
                     headers=(("Retry-After", "1"),),
                 )
-                return _problem(problem, path)
+                return _problem(busy, path)
             except ValueError as error:  # the queue refused an argument: a sentence
                 return _problem(Problem("bad-request", str(error)[:2000]), path)
             except Exception as error:  # a defect: its kind is logged, never its message
@@ -485,18 +521,17 @@ class ServeApi:
         except ValueError as error:
             raise Problem("bad-request", str(error)) from None
         await self._owner(conversation_id, principal, new=False)
-        headers = dict(_SECURITY_HEADERS)
-        headers["X-Accel-Buffering"] = "no"
-        return StreamingResponse(
-            self._stream(conversation_id, after),
-            media_type="text/event-stream",
-            headers=headers,
-        )
+        return _EventStream(self, conversation_id, after)
 
-    async def _stream(self, conversation_id: str, after: int) -> AsyncIterator[bytes]:
-        """The conversation's entries after ``after``, then each new one as it is appended,
-        until the client goes or :meth:`close_streams`. At most ``sse_page`` entries are held
-        ahead of the client: the next are read once those are sent."""
+    async def stream(
+        self, conversation_id: str, after: int, send: Callable[[bytes], Awaitable[None]]
+    ) -> None:
+        """Send the conversation's entries after ``after``, then each new one as it is appended,
+        until :meth:`close_streams` (or the caller is cancelled: the client went). At most
+        ``sse_page`` entries are held ahead of the client: the next are read once those are
+        sent (``send`` waits for the connection to take them).
+
+        Cancellation: stops at once; what was sent was whole events."""
         settings = self.settings
         last = after
         quiet_since = trio.current_time()
@@ -505,12 +540,12 @@ class ServeApi:
             if entries:
                 for entry in entries[: settings.sse_page]:
                     data = entry_json(entry)
-                    yield event_bytes(entry.seq, data["kind"], data)
+                    await send(event_bytes(entry.seq, data["kind"], data))
                     last = entry.seq
                 quiet_since = trio.current_time()
                 continue
             if trio.current_time() - quiet_since >= settings.sse_heartbeat:
-                yield COMMENT
+                await send(COMMENT)
                 quiet_since = trio.current_time()
             with trio.move_on_after(settings.sse_poll):
                 await self._closing.wait()

@@ -35,7 +35,7 @@ class Principal:
     operator: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
+        if not self.name.strip():
             raise ValueError("a principal's name must be a non-empty string")
 
 
@@ -53,7 +53,7 @@ class Tokens:
     ) -> None:
         found: list[tuple[bytes, Principal]] = []
         for digest, principal in entries:
-            if not isinstance(digest, str) or len(digest) != 64:
+            if len(digest) != 64:
                 raise ValueError("a token digest must be 64 hexadecimal characters (SHA-256)")
             try:
                 raw = bytes.fromhex(digest)

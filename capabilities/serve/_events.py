@@ -2,14 +2,15 @@
 
 Records are redacted when they are written (the runtime's secrets never reach the log), so the
 JSON is the record as stored: ``{"seq", "kind", "record"}``, where ``kind`` is the record's class
-name and a tool call's outcome and a run's error carry their own kind too (``kind`` / ``tag``).
+name; a tool call's outcome carries its own ``kind`` (``success``, ``unknown``, …) and a failed
+run's error its ``tag``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from effectagent.core import LogEntry, RunFailedRecord, ToolCallSettled
+from effectagent.core import LogEntry, RunFailedRecord
 from effectagent.effect import encode
 
 __all__ = ["entry_json"]
@@ -22,10 +23,7 @@ def entry_json(entry: LogEntry) -> dict[str, Any]:
         body = encode(record)
     except (TypeError, ValueError):  # a value JSON cannot hold: said, not shown
         body = {"unencodable": True}
-    if isinstance(body, dict):
-        if isinstance(record, ToolCallSettled) and isinstance(body.get("outcome"), dict):
-            body["outcome"] = {"kind": type(record.outcome).__name__, **body["outcome"]}
-        if isinstance(record, RunFailedRecord) and record.error is not None:
-            error = body.get("error")
-            body["error"] = {"tag": record.error.tag, **(error if isinstance(error, dict) else {})}
+    if isinstance(body, dict) and isinstance(record, RunFailedRecord) and record.error is not None:
+        error = body.get("error")
+        body["error"] = {"tag": record.error.tag, **(error if isinstance(error, dict) else {})}
     return {"seq": entry.seq, "kind": type(record).__name__, "record": body}

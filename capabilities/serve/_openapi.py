@@ -50,7 +50,8 @@ def _schema(kind: type, components: dict[str, Any]) -> dict[str, str]:
     """A reference to ``kind``'s schema, added (with what it refers to) to ``components``."""
     schema = json_schema(kind)
     schema.pop("$schema", None)
-    for name, definition in schema.pop("$defs", {}).items():  # type: ignore[union-attr]
+    definitions: dict[str, Any] = schema.pop("$defs", {})  # type: ignore[assignment]
+    for name, definition in definitions.items():
         components.setdefault(name, _relocated(definition))
     components.setdefault(kind.__name__, _relocated(schema))
     return {"$ref": f"#/components/schemas/{kind.__name__}"}

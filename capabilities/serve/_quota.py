@@ -25,9 +25,7 @@ class Quota:
     burst: int
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.per_minute, int | float) or not (
-            math.isfinite(self.per_minute) and self.per_minute > 0
-        ):
+        if not (math.isfinite(self.per_minute) and self.per_minute > 0):
             raise ValueError("a quota's per_minute must be a positive number")
         if type(self.burst) is not int or self.burst < 1:
             raise ValueError("a quota's burst must be a positive whole number")

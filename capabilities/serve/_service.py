@@ -13,7 +13,7 @@ log (nothing is lost) — the event streams end and the server shuts down gracef
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import trio
 from hypercorn.config import Config
@@ -58,7 +58,7 @@ async def serve(
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             lambda task_status: hypercorn_serve(
-                api.app,
+                cast(Any, api.app),  # an ASGI 3 app (hypercorn's types are narrower)
                 hypercorn_config(bind),
                 shutdown_trigger=stopped.wait,
                 task_status=task_status,

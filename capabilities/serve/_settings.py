@@ -17,12 +17,12 @@ __all__ = ["DEFAULT_QUOTA", "ServeSettings"]
 DEFAULT_QUOTA: Final = Quota(per_minute=60.0, burst=20)
 
 
-def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{attribute.name} must be a positive number")
 
 
-def _count(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+def _count(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
     if type(value) is not int or value < 1:
         raise ValueError(f"{attribute.name} must be a positive whole number")
 

@@ -1,0 +1,166 @@
+"""A conversation's events over SSE, resumed with Last-Event-ID; approvals decided over HTTP;
+abort and steering — through a real client against the served app on loopback."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+
+from .support import ANN, BOB, OPS, Served, SseReader, auth, served
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with served(tmp_path_factory.mktemp("serve") / "serve.db") as found:
+        yield found
+
+
+def _conversation() -> str:
+    return "conv-" + secrets.token_hex(6)
+
+
+async def _submit(
+    client: httpx2.AsyncClient, conversation: str, text: str, token: str = ANN
+) -> str:
+    answer = await client.post(
+        f"/v1/conversations/{conversation}/submissions", json={"text": text}, headers=auth(token)
+    )
+    assert answer.status_code == 202, answer.text
+    submission: str = answer.json()["submission_id"]
+    return submission
+
+
+async def _until_terminal(reader: SseReader) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    with trio.fail_after(30):
+        while True:
+            event = await reader.event()
+            events.append(event)
+            if event["event"] in ("RunCompletedRecord", "RunFailedRecord", "RunSuspendedRecord"):
+                return events
+
+
+async def test_a_reconnect_with_last_event_id_gets_exactly_the_remaining_events(
+    service: Served,
+) -> None:
+    conversation = _conversation()
+    path = f"/v1/conversations/{conversation}/events"
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        await _submit(client, conversation, "hello")
+    whole = await SseReader.open(service.url, path, ANN)
+    assert whole.status == 200
+    assert whole.headers["content-type"].startswith("text/event-stream")
+    every = await _until_terminal(whole)
+    await whole.aclose()
+    ids = [int(e["id"]) for e in every]
+    assert ids == list(range(1, len(ids) + 1))
+    assert every[-1]["data"]["record"]["output"] == "echo: hello"
+    assert [e["data"]["seq"] for e in every] == ids
+
+    # Disconnect after two events, reconnect from the last one seen.
+    first = await SseReader.open(service.url, path, ANN)
+    seen = [await first.event(), await first.event()]
+    await first.aclose()
+    rest = await SseReader.open(service.url, path, ANN, last_event_id=seen[-1]["id"])
+    remaining = await _until_terminal(rest)
+    assert [e["id"] for e in seen + remaining] == [e["id"] for e in every]
+
+    # Following live: a new run's events arrive after the last one, none twice.
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        await _submit(client, conversation, "again")
+    live = await _until_terminal(rest)
+    await rest.aclose()
+    assert [int(e["id"]) for e in live] == list(range(ids[-1] + 1, ids[-1] + 1 + len(live)))
+    assert live[-1]["data"]["record"]["output"] == "echo: again"
+
+
+async def test_a_bad_last_event_id_is_400(service: Served) -> None:
+    conversation = _conversation()
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        await _submit(client, conversation, "hello")
+        answer = await client.get(
+            f"/v1/conversations/{conversation}/events",
+            headers={**auth(ANN), "Last-Event-ID": "nope"},
+        )
+        assert answer.status_code == 400
+        assert "sequence number" in answer.json()["detail"]
+
+
+async def test_an_approval_decided_over_http_resumes_the_suspended_run(service: Served) -> None:
+    conversation = _conversation()
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        submission = await _submit(client, conversation, "delete notes.txt")
+        reader = await SseReader.open(service.url, f"/v1/conversations/{conversation}/events", ANN)
+        suspended = await _until_terminal(reader)
+        assert suspended[-1]["event"] == "RunSuspendedRecord"
+        status = (await client.get(f"/v1/submissions/{submission}", headers=auth(ANN))).json()
+        assert status["submission"]["status"] == "suspended"
+        (waiting,) = status["waiting"]
+        assert waiting["tool_name"] == "delete_file"
+        for token, sees in ((ANN, True), (BOB, False), (OPS, True)):
+            listed = (await client.get("/v1/approvals", headers=auth(token))).json()
+            assert (
+                waiting["tool_call_id"] in [a["tool_call_id"] for a in listed["approvals"]]
+            ) == sees
+        refused = await client.post(
+            f"/v1/submissions/{submission}/decisions",
+            json={"tool_call_id": waiting["tool_call_id"], "approved": True},
+            headers=auth(BOB),
+        )
+        assert refused.status_code == 404
+        decided = await client.post(
+            f"/v1/submissions/{submission}/decisions",
+            json={"tool_call_id": waiting["tool_call_id"], "approved": True, "reason": "fine"},
+            headers=auth(OPS),
+        )
+        assert decided.status_code == 200, decided.text
+        assert decided.json()["waiting"] == []
+        resumed = await _until_terminal(reader)
+        await reader.aclose()
+        kinds = [e["event"] for e in resumed]
+        assert kinds[0] == "ToolApprovalDecided"
+        assert resumed[0]["data"]["record"]["decision"]["decided_by"] == "ops"
+        settled = [e for e in resumed if e["event"] == "ToolCallSettled"]
+        assert settled[0]["data"]["record"]["outcome"]["kind"] == "success"
+        assert kinds[-1] == "RunCompletedRecord"
+        again = await client.post(
+            f"/v1/submissions/{submission}/decisions",
+            json={"tool_call_id": waiting["tool_call_id"], "approved": False},
+            headers=auth(ANN),
+        )
+        assert again.status_code == 409
+
+
+async def test_abort_and_steering(service: Served) -> None:
+    conversation = _conversation()
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        held = await _submit(client, conversation, "delete a.txt")  # suspends: holds the lane
+        behind = await _submit(client, conversation, "after it")
+        steer = await client.post(
+            f"/v1/conversations/{conversation}/steering",
+            json={"text": "later", "kind": "follow-up"},
+            headers={**auth(ANN), "Idempotency-Key": "f-1"},
+        )
+        assert steer.status_code == 202
+        assert steer.json()["mode"] == "queue"
+        for submission in (behind, held):
+            aborted = await client.post(
+                f"/v1/submissions/{submission}/abort", json={"reason": "not now"}, headers=auth(ANN)
+            )
+            assert aborted.status_code == 200, aborted.text
+        assert (await client.get(f"/v1/submissions/{held}", headers=auth(ANN))).json()[
+            "submission"
+        ]["status"] == "aborted"
+        follow_up = steer.json()["submission_id"]
+        with trio.fail_after(30):
+            while True:
+                row = (await client.get(f"/v1/submissions/{follow_up}", headers=auth(ANN))).json()
+                if row["submission"]["status"] == "completed":
+                    break
+                await trio.sleep(0.02)
+        assert row["answer"] == "echo: later"
