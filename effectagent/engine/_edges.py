@@ -33,14 +33,12 @@ from effectagent.core import (
     RunStarted,
     RunSuspended,
     RunSuspendedRecord,
-    ToolCallSettled,
     UsageTotals,
     UserInputRecorded,
     project_messages,
 )
 from effectagent.effect import encode
 
-from ._authoring import PromptOverride, RunInput, TurnPreparer, resume_authoring
 from ._ids import new_id
 from ._io import RunIO
 from ._machine import (
@@ -59,7 +57,6 @@ from ._media import (
     store_media,
     user_content,
 )
-from ._output_modes import run_final_tools
 from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
 from ._services import RunServices, split_handlers
@@ -110,10 +107,6 @@ class RunEdges:
     _replay: BatchReplay | None
     _resuming: FoundRun | None
     _snapshots: tuple[ToolSnapshot, ...]
-    # Authoring (``_authoring``): the checked typed input, the turn preparer, the turn's prompt.
-    run_input: RunInput | None
-    preparer: TurnPreparer | None
-    prompt: PromptOverride | None
 
     @property
     def turn(self) -> int:
@@ -228,7 +221,6 @@ class RunEdges:
                 author=self.author,
                 at=now,
                 allowance=services.allowance,
-                value=None if self.run_input is None else self.run_input.json,
                 parts=parts,
             )
         )
@@ -258,9 +250,6 @@ class RunEdges:
             describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
-            final_tools=run_final_tools(self.agent),
-            checks=bool(self.agent.output_validators or self.agent.output_guardrails),
-            prepares=TurnPreparer.wanted(self.agent),
         )
 
     async def _begin_resumed(self, started: float, end_at: float) -> Transition:
@@ -271,8 +260,6 @@ class RunEdges:
         """
         found = self._resuming
         assert found is not None
-        if self.agent.input is not None or TurnPreparer.wanted(self.agent):
-            resume_authoring(self, found)  # its typed input and its instructions, as recorded
         services = self.services
         if services.tool_sources:
             self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now
@@ -368,28 +355,14 @@ class RunEdges:
         state = self.state
         assert state is not None
         budget = state.budget
-        now = time.time()
         record = RunCompletedRecord(
             conversation_id=io.conversation_id,
             run_id=io.run_id,
             output=encoded,
             finish_reason=finish,
-            at=now,
+            at=time.time(),
         )
-        # A tool-mode answer's final_result calls settle with the completion, in one append.
-        settled = [
-            ToolCallSettled(
-                conversation_id=io.conversation_id,
-                run_id=io.run_id,
-                turn=state.turn,
-                tool_call_id=outcome.tool_call_id,
-                tool_name=outcome.tool_name,
-                outcome=outcome,
-                at=now,
-            )
-            for outcome in command.settled
-        ]
-        await io.record(*settled, record)
+        await io.record(record)
         # Nothing between the record and its event (see ``_fail``).
         self.terminal = io.emit(
             RunCompleted,
