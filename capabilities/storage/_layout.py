@@ -24,7 +24,9 @@ Versions:
 3. full-text search over what was said (``_search``: the ``said`` table, its FTS5 index
    ``said_index``, each conversation's high-water mark in ``said_marks``, and triggers on
    deletions and rewrites of ``records``); an append writes none of them — a search brings the
-   index up to date — so the upgrade adds them empty, at once however long the log.
+   index up to date — so the upgrade adds them empty, at once however long the log;
+4. ``media``: the bytes of the images, documents and audio the records refer to, once per
+   SHA-256 digest (a record holds the digest, never the bytes); added empty.
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -33,6 +35,7 @@ Tables (one per concern; a session or the agent state never holds conversation h
 * ``agent_state`` — persistent agent state: ``(slot, key)`` → revision, status, versioned value.
 * ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
   their text is cleared then, the log holding the (redacted) canonical copy.
+* ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 APPLICATION_ID: Final = 0x45414731
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 3
+LAYOUT_VERSION: Final = 4
 
 _LAYOUT_V1: Final = (
     """CREATE TABLE records (
@@ -119,8 +122,25 @@ def _to_v3(conn: sqlite3.Connection) -> None:
     add_search(conn)
 
 
+#: The table of media bytes (layout 4).
+MEDIA_TABLE: Final = """CREATE TABLE media (
+    digest TEXT NOT NULL PRIMARY KEY,
+    size INTEGER NOT NULL,
+    data BLOB NOT NULL
+)"""
+
+
+def _to_v4(conn: sqlite3.Connection) -> None:
+    """Layout 3 → 4: the media table, empty."""
+    conn.execute(MEDIA_TABLE)
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
-UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {1: _to_v2, 2: _to_v3}
+UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
+    1: _to_v2,
+    2: _to_v3,
+    3: _to_v4,
+}
 
 
 def _not_a_database(exc: sqlite3.DatabaseError) -> bool:

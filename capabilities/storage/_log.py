@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import final
 
 import trio
@@ -314,6 +314,40 @@ class SqliteConversationLog:
             raise LogReadFailed(conversation_id, exc.reason) from None
         except StorageClosed:
             raise LogClosed(conversation_id) from None
+
+    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep the bytes of media parts by SHA-256 digest (``media`` table); a digest already
+        kept is not written again, so bytes attached twice are stored once.
+
+        Raises :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
+        all or nothing (one write transaction)."""
+        rows = [(digest, len(data), data) for digest, data in blobs.items()]
+        if not rows:
+            return
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", rows)
+
+        await self.database.write(work, weight=len(rows))
+
+    async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
+        """The kept bytes of ``digests`` (a digest not kept is left out).
+
+        Cancellation: as :meth:`entries`."""
+        wanted = list(digests)
+
+        def read(conn: sqlite3.Connection) -> dict[str, bytes]:
+            found: dict[str, bytes] = {}
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                marks = ", ".join("?" * len(chunk))
+                for digest, data in conn.execute(
+                    f"SELECT digest, data FROM media WHERE digest IN ({marks})", chunk
+                ):
+                    found[digest] = bytes(data)
+            return found
+
+        return await self.database.read(read)
 
     async def last_seq(self, conversation_id: str) -> int:
         """The conversation's last sequence number (0 if it has no records).

@@ -16,10 +16,15 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
-from effectagent.ai import MediaError, MediaPart, TextContent, UserMessage
+import attrs
+
+from effectagent.ai import MediaError, MediaPart, MediaRef, TextContent, UserMessage
 from effectagent.core import LogEntry, UserInputRecorded
 
+from ._seams import ConversationLogError
+
 __all__ = [
+    "MediaMissing",
     "MediaStore",
     "UserContent",
     "check_user_input",
@@ -33,6 +38,24 @@ __all__ = [
 
 #: The content of a user message that holds media.
 UserContent: TypeAlias = tuple[TextContent | MediaPart, ...]
+
+
+@attrs.frozen
+class MediaMissing(ConversationLogError):
+    """Record ``seq`` of the conversation refers to media whose bytes the log does not keep: the
+    history cannot be sent to a model again, so the run ends ``failed`` (``StorageFailed``)
+    before any request."""
+
+    conversation_id: str
+    seq: int
+    described: str
+
+    def __str__(self) -> str:
+        return (
+            f"the bytes of {self.described}, which record {self.seq} of conversation "
+            f"{self.conversation_id} refers to, are not stored: the conversation cannot be sent "
+            "to a model again with it"
+        )
 
 
 @runtime_checkable
@@ -131,27 +154,32 @@ async def store_media(log: object, content: UserContent) -> None:
     await log.put_media(blobs)
 
 
-def _digests(entries: Iterable[LogEntry]) -> set[str]:
-    digests: set[str] = set()
+def _references(entries: Iterable[LogEntry]) -> dict[str, tuple[LogEntry, MediaRef]]:
+    """The media references of ``entries`` by digest (with the first entry holding each)."""
+    found: dict[str, tuple[LogEntry, MediaRef]] = {}
     for entry in entries:
         record = entry.record
         if type(record) is UserInputRecorded and record.parts:
             for kind, value in record.parts:
-                if kind == "media" and isinstance(value, Mapping):
-                    digest = value.get("digest")
-                    if isinstance(digest, str):
-                        digests.add(digest)
-    return digests
+                if kind == "media" and isinstance(value, Mapping) and "digest" in value:
+                    ref = MediaRef.of(value)
+                    if isinstance(ref, MediaRef):
+                        found.setdefault(ref.digest, (entry, ref))
+    return found
 
 
 async def load_media(log: object, entries: Iterable[LogEntry]) -> Mapping[str, bytes] | None:
     """The bytes of the media ``entries`` refer to, by digest — None when they refer to none.
 
-    A digest the log does not have is left out (projecting it then raises ``MediaError``).
-    Cancellation: as the store's ``media``."""
-    digests = _digests(entries)
-    if not digests:
+    Raises :class:`MediaMissing` (a ``ConversationLogError``) naming the first record whose
+    media bytes the log does not keep. Cancellation: as the store's ``media``."""
+    references = _references(entries)
+    if not references:
         return None
-    if not isinstance(log, MediaStore):
-        return {}
-    return await log.media(digests)
+    kept = await log.media(list(references)) if isinstance(log, MediaStore) else {}
+    for digest, (entry, ref) in references.items():
+        if digest not in kept:
+            record = entry.record
+            assert isinstance(record, UserInputRecorded)
+            raise MediaMissing(record.conversation_id, entry.seq, ref.describe())
+    return kept

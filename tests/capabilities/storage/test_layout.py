@@ -58,13 +58,14 @@ async def test_a_new_file_is_made_at_the_current_version(tmp_path: Path) -> None
     path = tmp_path / "new.db"
     async with open_database(path):
         pass
-    assert LAYOUT_VERSION == 3
-    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (3, APPLICATION_ID)
+    assert LAYOUT_VERSION == 4
+    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (4, APPLICATION_ID)
     tables = set(_schema(path))
     assert {"records", "sessions", "agent_state", "steering_inputs"} <= tables
     assert {"submissions", "lanes", "durable_steps", "aborts", "durable_audit"} <= tables
     assert "epoch INTEGER" in _schema(path)["steering_inputs"]
     assert {"said", "said_index", "said_marks", "records_unsaid", "records_resaid"} <= tables
+    assert "media" in tables
 
 
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(tmp_path: Path) -> None:
