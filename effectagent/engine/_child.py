@@ -43,6 +43,7 @@ from effectagent.core import (
 )
 from effectagent.effect import MissingServicesError
 
+from ._authoring import RunInput, prepare_input
 from ._budget import unpriced
 from ._driver import RunDriver
 from ._handover import RunReducer
@@ -98,14 +99,17 @@ class ChildRunResult:
 async def run_child(
     call: ToolCallContext,
     agent: Agent,
-    text: str,
+    text: object,
     *,
     budget: ChildBudget,
     context: Sequence[ContextItem] = (),
     nested: bool = False,
 ) -> ChildRunResult:
     """Run ``agent`` on ``text`` as a child of the run serving ``call``, inside that call (see
-    the module notes), and return how it ended.
+    the module notes), and return how it ended. For an agent with a typed input
+    (``Agent.input``), ``text`` is its input: a value of that type, or its JSON (a dict, or JSON
+    text), checked and rendered as ``Runtime.run`` does (``ValueError``/``TypeError`` before
+    anything runs).
 
     ``context`` items are recorded in the child's fresh conversation before ``text`` — the only
     context it gets. ``nested`` lets the child start children of its own. Raises
@@ -128,15 +132,16 @@ async def run_child(
         )
     if not isinstance(agent, Agent):
         raise TypeError(f"run_child needs an Agent, got {type(agent).__name__}")
-    if not isinstance(text, str):
+    if agent.input is None and not isinstance(text, str):
         raise TypeError(f"run_child's text must be a str, got {type(text).__name__}")
+    run_input = prepare_input(agent, text)  # a typed input: decoded, checked and rendered
     if not isinstance(budget, ChildBudget):
         raise TypeError(f"run_child's budget must be a ChildBudget, got {type(budget).__name__}")
     items = tuple(context)
     for item in items:
         if not isinstance(item, ContextItem):
             raise TypeError(f"run_child's context must hold ContextItem, got {type(item).__name__}")
-    return await _ChildRun(host, call, agent).run(text, budget, items, nested)
+    return await _ChildRun(host, call, agent).run(run_input, budget, items, nested)
 
 
 @final
@@ -199,7 +204,7 @@ class _ChildRun:
         return None
 
     async def run(
-        self, text: str, want: ChildBudget, context: tuple[ContextItem, ...], nested: bool
+        self, run_input: RunInput, want: ChildBudget, context: tuple[ContextItem, ...], nested: bool
     ) -> ChildRunResult:
         host, agent, call = self.host, self.agent, self.call
         scope = host.scope
@@ -228,7 +233,7 @@ class _ChildRun:
         child = RunDriver(
             services,
             attrs.evolve(agent, policy=lease.policy),
-            text,
+            run_input.text,
             run_id=new_id("run"),
             conversation_id=new_id("conv"),
             events=sink,
@@ -242,6 +247,8 @@ class _ChildRun:
             lender=host.permit,
         )
         sink.child_run_id = child.run_id
+        if agent.input is not None:
+            child.run_input = run_input
         io.emit(
             SubagentStarted,
             turn=turn,

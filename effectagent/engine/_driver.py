@@ -24,7 +24,7 @@ from typing import Any, final, get_args
 
 import trio
 
-from effectagent.ai import ModelRequest, ToolSnapshot
+from effectagent.ai import ModelRequest, ToolSnapshot, UserMessage
 from effectagent.core import (
     Agent,
     BudgetWarning,
@@ -43,6 +43,7 @@ from effectagent.core import (
     UserInputRecorded,
 )
 
+from ._authoring import PromptOverride, TurnPreparer, prepare_turn, status_note_of
 from ._batch import Batch
 from ._budget import Allowance
 from ._compaction import maybe_compact
@@ -71,6 +72,7 @@ from ._machine import (
     ModelCallFailed,
     ModelResponded,
     NextTurn,
+    PrepareTurn,
     RecordFeedback,
     RecordInputs,
     RequestModel,
@@ -82,6 +84,7 @@ from ._machine import (
     TimeRanOut,
     Transition,
     TurnDue,
+    TurnPrepared,
     step,
 )
 from ._model_step import ModelStep, stream_model, used_call_ids
@@ -117,6 +120,9 @@ class RunDriver(RunEdges):
         "lender",
         "may_delegate",
         "pool",
+        "preparer",
+        "prompt",
+        "run_input",
     )
 
     def __init__(
@@ -196,6 +202,12 @@ class RunDriver(RunEdges):
         self._replay: BatchReplay | None = None
         # Whether the caller chose the run's ID (it must then be new to the conversation).
         self.chosen_run_id = False
+        # A typed input (``Agent.input``) as checked (set by the runtime: ``_authoring``); the
+        # run's computed instructions and context hook, made at its first turn when it has them;
+        # the prompt the hook gave for the current turn.
+        self.run_input = None
+        self.preparer: TurnPreparer | None = None
+        self.prompt: PromptOverride | None = None
 
     # ---- what others read --------------------------------------------------------------------
 
@@ -397,6 +409,10 @@ class RunDriver(RunEdges):
         )
         await io.record(record)
 
+    async def _prepare_turn(self, command: PrepareTurn) -> TurnPrepared:
+        """Prepare the turn (``_authoring.prepare_turn``). Cancellation: as there."""
+        return await prepare_turn(self, command)
+
     async def _compact(self, command: Compact) -> Compacted:
         state = self.state
         assert state is not None
@@ -515,9 +531,13 @@ class RunDriver(RunEdges):
         toolkit = self.toolkit
         policy = self.agent.policy
         grace = command.grace
-        messages = state.messages
+        messages = sent = state.messages
+        if self.prompt is not None:  # the prompt the turn's context hook gave
+            sent = self.prompt.apply(state.turn, messages) or messages
+        if policy.status_note:
+            sent = (*sent, UserMessage.text(status_note_of(state, grace, trio.current_time())))
         request = ModelRequest(
-            messages,
+            sent,
             () if grace else toolkit.descriptors,
             "none" if grace or not len(toolkit) else "auto",
             policy.max_output_tokens,
@@ -620,6 +640,7 @@ _WAITS: dict[type[Any], Callable[[Any, Any], Awaitable[Any]]] = {
     Suspend: RunDriver._suspend,
     RecordInputs: RunDriver._record_inputs,
     RecordFeedback: RunDriver._record_feedback,
+    PrepareTurn: RunDriver._prepare_turn,
     Compact: RunDriver._compact,
 }
 

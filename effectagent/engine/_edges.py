@@ -39,6 +39,7 @@ from effectagent.core import (
 )
 from effectagent.effect import encode
 
+from ._authoring import PromptOverride, RunInput, TurnPreparer, resume_authoring
 from ._ids import new_id
 from ._io import RunIO
 from ._machine import (
@@ -107,6 +108,10 @@ class RunEdges:
     _replay: BatchReplay | None
     _resuming: FoundRun | None
     _snapshots: tuple[ToolSnapshot, ...]
+    # Authoring (``_authoring``): the checked typed input, the turn preparer, the turn's prompt.
+    run_input: RunInput | None
+    preparer: TurnPreparer | None
+    prompt: PromptOverride | None
 
     @property
     def turn(self) -> int:
@@ -221,6 +226,7 @@ class RunEdges:
                 author=self.author,
                 at=now,
                 allowance=services.allowance,
+                value=None if self.run_input is None else self.run_input.json,
                 parts=parts,
             )
         )
@@ -250,6 +256,7 @@ class RunEdges:
             describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
+            prepares=TurnPreparer.wanted(self.agent),
         )
 
     async def _begin_resumed(self, started: float, end_at: float) -> Transition:
@@ -260,6 +267,8 @@ class RunEdges:
         """
         found = self._resuming
         assert found is not None
+        if self.agent.input is not None or TurnPreparer.wanted(self.agent):
+            resume_authoring(self, found)  # its typed input and its instructions, as recorded
         services = self.services
         if services.tool_sources:
             self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now

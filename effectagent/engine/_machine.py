@@ -27,6 +27,7 @@ from effectagent.ai import (
     ContextLengthExceeded,
     Message,
     ModelResponse,
+    SystemMessage,
     UserMessage,
 )
 from effectagent.core import (
@@ -64,6 +65,7 @@ from ._machine_values import (
     ModelResponded,
     NextTurn,
     Phase,
+    PrepareTurn,
     RecordFeedback,
     RecordInputs,
     RequestModel,
@@ -76,6 +78,7 @@ from ._machine_values import (
     TimeRanOut,
     Transition,
     TurnDue,
+    TurnPrepared,
 )
 from ._model_step import ModelStep
 from ._retry import retry_delay
@@ -101,6 +104,7 @@ __all__ = [
     "ModelCallFailed",
     "ModelResponded",
     "NextTurn",
+    "PrepareTurn",
     "RecordFeedback",
     "RecordInputs",
     "RequestModel",
@@ -113,6 +117,7 @@ __all__ = [
     "TimeRanOut",
     "Transition",
     "TurnDue",
+    "TurnPrepared",
     "start",
     "step",
 ]
@@ -179,8 +184,26 @@ def _request(state: RunState, commands: list[Command]) -> Transition:
     turn = budget.turns
     state = _set(state, phase="model", turn=turn, budget=budget, attempt=1, refused_compacted=False)
     commands.append(StartTurn(turn, False))
-    commands.append(_REQUEST)
+    commands.append(PrepareTurn(turn, False) if state.config.prepares else _REQUEST)
     return state, tuple(commands)
+
+
+def _turn_prepared(state: RunState, event: TurnPrepared) -> Transition:
+    """The turn was prepared: its instructions replace the system message, its context joins
+    the prompt — then the request; or its preparation failed, which ends the run."""
+    if state.phase != "model":
+        _wrong(state, "model")
+    if event.failure is not None:
+        return _set(state, phase="ended"), (Fail(event.failure),)
+    messages = state.messages
+    system = event.system
+    if system is not None and messages and isinstance(messages[0], SystemMessage):
+        messages = (system, *messages[1:])
+    if event.added:
+        messages = messages + event.added
+    if messages is not state.messages:
+        state = _set(state, messages=messages)
+    return state, (_GRACE_REQUEST if state.grace else _REQUEST,)
 
 
 def _compacted(state: RunState, event: Compacted) -> Transition:
@@ -452,6 +475,8 @@ def _grace_turn(state: RunState) -> Transition:
 def _grace_request(state: RunState) -> Transition:
     turn = state.turn + 1
     state = _set(state, phase="model", turn=turn, attempt=1, refused_compacted=False)
+    if state.config.prepares:
+        return state, (StartTurn(turn, True), PrepareTurn(turn, True))
     return state, (StartTurn(turn, True), _GRACE_REQUEST)
 
 
@@ -472,6 +497,7 @@ def _turn_completed(
 #: Each input's transition function, by class (the table ``step`` dispatches on).
 _STEPS: dict[type[Any], Callable[[RunState, Any], Transition]] = {
     TurnDue: _turn_due,
+    TurnPrepared: _turn_prepared,
     ModelResponded: _responded,
     BatchSettled: _batch_settled,
     FollowUps: _follow_ups,

@@ -9,7 +9,14 @@ from typing import Any, Literal, TypeAlias, final
 
 import attrs
 
-from effectagent.ai import AiError, AssistantMessage, Message, ModelResponse, Toolkit
+from effectagent.ai import (
+    AiError,
+    AssistantMessage,
+    Message,
+    ModelResponse,
+    SystemMessage,
+    Toolkit,
+)
 from effectagent.core import AgentPolicy, Redactor, RunError, ToolOutcome, UsageDelta, UsageTotals
 from effectagent.effect import _fast_init
 
@@ -40,6 +47,7 @@ __all__ = [
     "ModelResponded",
     "NextTurn",
     "Phase",
+    "PrepareTurn",
     "RecordFeedback",
     "RecordInputs",
     "RequestModel",
@@ -52,6 +60,7 @@ __all__ = [
     "TimeRanOut",
     "Transition",
     "TurnDue",
+    "TurnPrepared",
 ]
 
 Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "grace", "ended"]
@@ -79,6 +88,9 @@ class RunConfig:
     count_tokens: Callable[[Sequence[Message]], int]
     #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
     end_at: float
+    #: Whether each turn is prepared before its request (:class:`PrepareTurn`): the agent has
+    #: computed instructions or a ``prepare_context`` hook.
+    prepares: bool = False
 
 
 # ---- the state --------------------------------------------------------------------------------------
@@ -123,6 +135,18 @@ class TurnDue:
 
     now: float
     steering: tuple[SteeringInput, ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class TurnPrepared:
+    """The turn was prepared (after :class:`PrepareTurn`): the instructions that hold from it on
+    (None: unchanged), the messages it adds to the prompt (its context items, recorded), or the
+    failure that ends the run."""
+
+    system: SystemMessage | None = None
+    added: tuple[Message, ...] = ()
+    failure: RunError | None = None
 
 
 @_fast_init
@@ -219,6 +243,7 @@ class GraceBegun:
 
 Input: TypeAlias = (
     TurnDue
+    | TurnPrepared
     | Compacted
     | ModelResponded
     | ModelCallFailed
@@ -325,6 +350,16 @@ class RequestModel:
 
 @_fast_init
 @attrs.frozen(slots=True)
+class PrepareTurn:
+    """Compute the turn's instructions and call its ``prepare_context`` hook, record what they
+    gave (then send :class:`TurnPrepared`)."""
+
+    turn: int
+    grace: bool
+
+
+@_fast_init
+@attrs.frozen(slots=True)
 class TakeFollowUps:
     """Take the follow-ups waiting in the inbox."""
 
@@ -395,6 +430,7 @@ Command: TypeAlias = (
     | Log
     | Compact
     | RequestModel
+    | PrepareTurn
     | TakeFollowUps
     | RunBatch
     | NextTurn
@@ -405,6 +441,6 @@ Command: TypeAlias = (
 )
 
 #: The commands whose result is the next input.
-Awaiting = (Compact, RequestModel, TakeFollowUps, RunBatch, NextTurn, EnterGrace)
+Awaiting = (Compact, RequestModel, PrepareTurn, TakeFollowUps, RunBatch, NextTurn, EnterGrace)
 
 Transition: TypeAlias = tuple[RunState, tuple[Command, ...]]

@@ -41,6 +41,7 @@ from effectagent.effect import (
 )
 
 from ._allowance import NarrowedAgents, check_approval, narrow_agent
+from ._authoring import RunInput, prepare_input
 from ._budget import check_cost_budget
 from ._digest import ArgumentDigest
 from ._driver import RunDriver
@@ -93,6 +94,7 @@ __all__ = [
 EVENT_BUFFER = 256
 
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741  # the run's input: the agent's ``input`` type, or its text
 
 #: How many preflighted agents a runtime remembers (their services resolved once, reused while
 #: remembered); beyond this the oldest is forgotten, and preflighted again if it runs again.
@@ -164,7 +166,10 @@ class Runtime:
         ]
         if missing:
             raise MissingServicesError(missing)
-        if self._redactor.redact_text(agent.instructions) != agent.instructions:
+        instructions = agent.instructions
+        if not isinstance(instructions, str):  # computed for each run (``_authoring``)
+            instructions = ""
+        elif self._redactor.redact_text(instructions) != instructions:
             raise InstructionsLeakSecret(agent.name)
         given: dict[Tool[Any, Any], Any] = {}
         for outer in agent.toolkit:
@@ -190,7 +195,7 @@ class Runtime:
             authorization=ctx.get(ToolAuthorizationService),
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
-            system=SystemMessage(system_instructions(agent.instructions, output, models)),
+            system=SystemMessage(system_instructions(instructions, output, models)),
             observers=tuple(observers),
             output=output,
             digest_arguments=self._digest,
@@ -203,6 +208,8 @@ class Runtime:
             forget_steps=self._forget_steps,
             prices=prices,
         )
+        if agent.services:
+            services.declared = {key: ctx.require(key) for key in agent.services}
         checked = self._checked
         if len(checked) >= CHECKED_AGENTS:
             del checked[next(iter(checked))]  # the oldest entry (dicts keep insertion order)
@@ -226,7 +233,8 @@ class Runtime:
             raise named
         models = resolve_models(agent, self.context, model)
         check_cost_budget(agent, services.prices, models.turns, models.grace, models.summary)
-        system = system_instructions(agent.instructions, services.output, models)
+        instructions = agent.instructions if isinstance(agent.instructions, str) else ""
+        system = system_instructions(instructions, services.output, models)
         return agent, services.with_models(
             SystemMessage(system),
             (models.turns, models.turns_name),
@@ -236,8 +244,8 @@ class Runtime:
 
     def stream(
         self,
-        agent: Agent[T],
-        text: str,
+        agent: Agent[T, I],
+        text: I,
         *,
         conversation_id: str | None = None,
         create: bool = False,
@@ -282,16 +290,17 @@ class Runtime:
         )
         check_model_choice(model, "model")
         check_allowance(allowance)
+        run_input = prepare_input(agent, text)
         queue = EventQueue(EVENT_BUFFER)
         driver = self._driver(
-            agent, text, conversation_id, author, queue, items, run_id, model, allowance
+            agent, run_input, conversation_id, author, queue, items, run_id, model, allowance
         )
         return RunStream(self, driver, queue, intent)
 
     async def run(
         self,
-        agent: Agent[T],
-        text: str,
+        agent: Agent[T, I],
+        text: I,
         *,
         conversation_id: str | None = None,
         create: bool = False,
@@ -324,9 +333,10 @@ class Runtime:
         )
         check_model_choice(model, "model")
         check_allowance(allowance)
+        run_input = prepare_input(agent, text)
         reducer = RunReducer()
         driver = self._driver(
-            agent, text, conversation_id, author, reducer, items, run_id, model, allowance
+            agent, run_input, conversation_id, author, reducer, items, run_id, model, allowance
         )
         self._claim(driver)
         try:
@@ -475,7 +485,7 @@ class Runtime:
     def _driver(
         self,
         agent: Agent,
-        text: str,
+        run_input: RunInput,
         conversation_id: str | None,
         author: str,
         events: EventQueue | RunReducer,
@@ -491,7 +501,7 @@ class Runtime:
         driver = RunDriver(
             services,
             agent,
-            text,
+            run_input.text,
             run_id=run_id or new_id("run"),
             conversation_id=conversation_id or new_id("conv"),
             events=events,
@@ -500,6 +510,8 @@ class Runtime:
             context=context,
         )
         driver.chosen_run_id = run_id is not None
+        if agent.input is not None:
+            driver.run_input = run_input
         return driver
 
     async def _start(self, driver: RunDriver, intent: _Intent) -> None:
@@ -628,8 +640,8 @@ async def open_runtime(
 
 
 def run_sync(
-    agent: Agent[T],
-    text: str,
+    agent: Agent[T, I],
+    text: I,
     *,
     layer: Layer,
     secrets: Sequence[str] = (),

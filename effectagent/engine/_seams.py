@@ -452,4 +452,6 @@ def requirements_of(agent: Agent) -> dict[ServiceKey[Any], str]:
         needs[CompactorService] = f"{who} (policy sets context_token_limit)"
     for key in agent.tool_sources:
         needs[key] = f"{who} (tool source)"
+    for key in agent.services:  # what its computed instructions and context hook are given
+        needs.setdefault(key, f"{who} (declared in Agent.services)")
     return needs

@@ -62,6 +62,7 @@ class RunServices:
         "authorization",
         "compactor",
         "count_tokens",
+        "declared",
         "digest_arguments",
         "forget_steps",
         "grace_model",
@@ -151,6 +152,9 @@ class RunServices:
         self.prices = prices
         # The run's allowance as its input record keeps it (``RunAllowance.as_json()``), or None.
         self.allowance: dict[str, Any] | None = None
+        # The services the agent declares (``Agent.services``) for its computed instructions and
+        # context hook, by key (resolved at preflight).
+        self.declared: Mapping[Any, Any] = {}
 
     def with_models(
         self,
@@ -166,6 +170,12 @@ class RunServices:
         copy.model, copy.model_name = model
         copy.grace_model, copy.grace_model_name = grace_model
         copy.summary_model, copy.summary_model_name = summary_model
+        return copy
+
+    def with_system(self, system: SystemMessage) -> RunServices:
+        """These services with another system message (instructions a run computed)."""
+        copy = self._copy()
+        copy.system = system
         return copy
 
     def with_allowance(self, allowance: dict[str, Any]) -> RunServices:
