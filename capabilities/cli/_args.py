@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._admin_args import admin as _admin
+from ._serve_args import serve as _serve
 
 __all__ = [
     "SUBCOMMANDS",
@@ -278,6 +279,7 @@ SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
     _sessions,
     _history,
     _admin,
+    _serve,
 ]
 
 

@@ -328,7 +328,18 @@ class _Table:
             )
 
 
-_TOP: Final = ("model", "agent", "shell", "code_mode", "mcp", "skills", "compaction", "prices")
+# [serve] is read by the serve command itself (``_serve.serve_settings``).
+_TOP: Final = (
+    "model",
+    "agent",
+    "shell",
+    "code_mode",
+    "mcp",
+    "skills",
+    "compaction",
+    "prices",
+    "serve",
+)
 
 
 def load_config(path: Path | None) -> Config:

@@ -24,7 +24,7 @@ from effectagent.core import CompactionPolicy, SecretRedactor
 from effectagent.engine import CompactorService, Runtime, TokenCounterService
 from effectagent.testing import record
 
-from . import _admin, _stored
+from . import _admin, _serve, _stored
 from ._approval import SessionApproval
 from ._args import (
     EXIT_FAILED,
@@ -393,6 +393,7 @@ COMMANDS: dict[str, Command] = {
     "sessions": _stored.sessions,
     "history": _stored.history,
     "admin": _admin.admin,
+    "serve": _serve.serve,
 }
 
 

@@ -32,9 +32,11 @@ from ._problems import Problem as Problem
 from ._quota import Quota as Quota
 from ._service import hypercorn_config as hypercorn_config
 from ._service import serve as serve
+from ._settings import DEFAULT_QUOTA as DEFAULT_QUOTA
 from ._settings import ServeSettings as ServeSettings
 
 __all__ = [
+    "DEFAULT_QUOTA",
     "ENDPOINTS",
     "Endpoint",
     "Principal",

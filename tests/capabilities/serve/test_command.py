@@ -1,0 +1,177 @@
+"""``effectagent serve`` as a real process: started from a config in a temporary directory,
+listening on a free loopback port it prints, signalled with SIGTERM during a run — judged on
+that process and its own database only."""
+
+from __future__ import annotations
+
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+
+from capabilities.durable import DurableQueue
+from capabilities.storage import open_database
+from tests.capabilities.cli.support import EFFECTAGENT, KEY, ServerThread, cli_env
+from tests.capabilities.cli.support import serve as replay
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import auth
+
+#: The checkout these tests belong to: the command imports it first.
+ROOT = Path(__file__).absolute().parents[3]
+TOKEN = "serve-command-canary-4f2a9c7e1b3d5a60"
+MODEL = ["--model", "openai-compatible:test-model", "--api-key-env", "CLI_TEST_KEY"]
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with replay() as running:
+        yield running
+
+
+def _config(directory: Path, grace: float) -> Path:
+    path = directory / "config.toml"
+    path.write_text(
+        "[serve]\n"
+        'listen = "127.0.0.1:0"\n'
+        f"grace = {grace}\n"
+        "[serve.principals.ann]\n"
+        'token_env = "SERVE_TOKEN"\n'
+    )
+    return path
+
+
+class _Lines:
+    """A process's stderr read line by line, each read bounded (the process is the test's)."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        self._stream = process.stderr
+        self.seen: list[str] = []
+
+    def until(self, fragment: str, *, bound: float = 60.0) -> str:
+        deadline = time.monotonic() + bound
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"no line with {fragment!r} in {self.seen}")
+            ready, _, _ = select.select([self._stream], [], [], left)
+            if ready:
+                line = self._stream.readline()
+                if not line:
+                    raise AssertionError(f"the process ended before {fragment!r}: {self.seen}")
+                self.seen.append(line)
+                if fragment in line:
+                    return line
+
+
+def test_sigterm_during_a_run_refuses_new_work_turns_unready_and_loses_nothing(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    server.script(Reply.stall())  # the first run's model call never answers
+    env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
+    state = tmp_path / "state-dir"
+    command = [
+        EFFECTAGENT,
+        "serve",
+        *MODEL,
+        "--base-url",
+        server.url,
+        "--config",
+        str(_config(tmp_path, grace=1.0)),
+        "--state-dir",
+        str(state),
+    ]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = _Lines(process)
+        started = lines.until("serving on ")
+        url = started.split("serving on ", 1)[1].split(" ", 1)[0]
+        with httpx2.Client(base_url=url, timeout=30) as client:
+            assert client.get("/readyz").status_code == 200
+            admitted = client.post(
+                "/v1/conversations/c-1/submissions",
+                json={"text": "hello"},
+                headers={**auth(TOKEN), "Idempotency-Key": "k-1"},
+            )
+            assert admitted.status_code == 202
+            submission = admitted.json()["submission_id"]
+            server.wait_for_requests(1)  # the run is under way: its model call hangs
+            process.send_signal(signal.SIGTERM)
+            lines.until("draining")
+            refused = client.post(
+                "/v1/conversations/c-1/submissions",
+                json={"text": "more"},
+                headers={**auth(TOKEN), "Idempotency-Key": "k-2"},
+            )
+            assert refused.status_code == 503
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json()["type"] == "urn:effectagent:problem:unavailable"
+            ready = client.get("/readyz")
+            assert ready.status_code == 503
+            assert ready.json() == {"ready": False, "draining": True}
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, "".join(lines.seen) + stderr
+    said = "".join(lines.seen) + stderr + stdout
+    assert "stopped" in said
+    assert TOKEN not in said
+    assert KEY not in said
+
+    async def look() -> None:
+        async with open_database(state / "effectagent.db") as database:
+            queue = DurableQueue(database)
+            row = await queue.status(submission)
+            # let go by the drain: waiting, queued, for the next worker — not lost, not failed
+            assert row.status == "queued"
+            assert row.settlement is None
+            assert [s.submission_id for s in await queue.submissions("c-1")] == [submission]
+
+    trio.run(look)
+
+    # The next worker finishes it.
+    server.script(Reply.sse(ChatWire().text("Hello after the restart.")))
+    finished = subprocess.run(
+        [
+            EFFECTAGENT,
+            "admin",
+            "worker",
+            "--until-idle",
+            *MODEL,
+            "--base-url",
+            server.url,
+            "--state-dir",
+            str(state),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert finished.returncode == 0, finished.stderr
+
+    async def settled() -> None:
+        async with open_database(state / "effectagent.db") as database:
+            queue = DurableQueue(database)
+            assert (await queue.status(submission)).status == "completed"
+
+    trio.run(settled)
