@@ -379,7 +379,7 @@ async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_se
         assert (await log.search(["oslo"], limit=1)).said[0].text == "Back from Oslo"
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone() == (3,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (_layout.LAYOUT_VERSION,)
         _agrees(conn)
     finally:
         conn.close()
