@@ -180,6 +180,16 @@ def test_an_agent_is_still_the_attrs_class_it_was() -> None:
         "model",
         "grace_model",
         "summary_model",
+        "output_mode",
+        "output_validators",
+        "input_guardrails",
+        "output_guardrails",
+        "_sealed",
+        "input",
+        "input_renderer",
+        "services",
+        "instructions_per",
+        "prepare_context",
     ]
     assert agent == Agent("weather", "Answer.", AgentPolicy(max_turns=3), toolkit, output=Forecast)
     assert hash(agent) == hash(attrs.evolve(agent))

@@ -9,6 +9,7 @@ from typing import Any, assert_type
 import attrs
 
 from effectagent import Agent, AgentPolicy, Layer, RunResult, Runtime, run_sync
+from effectagent.core import DefaultInput
 from effectagent.engine import RunStream, reduce_events
 
 
@@ -19,19 +20,20 @@ class Forecast:
 
 
 weather = Agent("weather", "Answer with today's forecast.", output=Forecast)
-assert_type(weather, Agent[Forecast])
+assert_type(weather, Agent[Forecast, DefaultInput])
 assert_type(weather.output, type[Forecast] | None)
 assert_type(
-    Agent("weather", "Forecast.", AgentPolicy(max_turns=4), output=Forecast), Agent[Forecast]
+    Agent("weather", "Forecast.", AgentPolicy(max_turns=4), output=Forecast),
+    Agent[Forecast, DefaultInput],
 )
-assert_type(attrs.evolve(weather, policy=AgentPolicy(max_turns=4)), Agent[Forecast])
+assert_type(attrs.evolve(weather, policy=AgentPolicy(max_turns=4)), Agent[Forecast, DefaultInput])
 greeter = Agent("greeter", "Greet whoever writes.")
-assert_type(greeter, Agent[None])
-assert_type(Agent("greeter", "Greet.", output=None), Agent[None])
+assert_type(greeter, Agent[None, DefaultInput])
+assert_type(Agent("greeter", "Greet.", output=None), Agent[None, DefaultInput])
 
 
 def any_agent(agent: Agent) -> None:  # a bare Agent takes an agent of any output type
-    assert_type(agent, Agent[Any])
+    assert_type(agent, Agent[Any, Any])
 
 
 any_agent(weather)
