@@ -16,6 +16,14 @@ from ._authoring import TurnContext as TurnContext
 from ._bounds import bounded_json as bounded_json
 from ._bounds import bounded_parsed as bounded_parsed
 from ._bounds import compact_json as compact_json
+from ._checks import CheckContext as CheckContext
+from ._checks import FinalAnswer as FinalAnswer
+from ._checks import Guardrail as Guardrail
+from ._checks import GuardrailFailed as GuardrailFailed
+from ._checks import GuardrailResult as GuardrailResult
+from ._checks import GuardrailTripped as GuardrailTripped
+from ._checks import OutputValidatorFailed as OutputValidatorFailed
+from ._checks import RejectOutput as RejectOutput
 from ._errors import ApprovalDenied as ApprovalDenied
 from ._errors import BudgetExhausted as BudgetExhausted
 from ._errors import EngineDefect as EngineDefect
@@ -28,6 +36,8 @@ from ._errors import StorageFailed as StorageFailed
 from ._errors import ToolFailedRun as ToolFailedRun
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
+from ._one_of import OneOf as OneOf
+from ._one_of import one_of as one_of
 from ._outcomes import ToolDefect as ToolDefect
 from ._outcomes import ToolFailure as ToolFailure
 from ._outcomes import ToolInvalidInput as ToolInvalidInput
@@ -62,20 +72,29 @@ __all__ = [
     "ApprovalDecision",
     "ApprovalRequest",
     "BudgetExhausted",
+    "CheckContext",
     "CompactionPolicy",
     "DefaultInput",
     "EngineDefect",
+    "FinalAnswer",
     "FinalTurnDeclaredTools",
+    "Guardrail",
+    "GuardrailFailed",
+    "GuardrailResult",
+    "GuardrailTripped",
     "MAX_INSTRUCTIONS_BYTES",
     "MAX_PREPARED_BYTES",
     "MAX_PREPARED_ITEMS",
     "InstructionsContext",
     "InstructionsFailed",
     "ModelFailed",
+    "OneOf",
     "OutputInvalid",
+    "OutputValidatorFailed",
     "PrepareContextFailed",
     "PreparedContext",
     "REDACTED",
+    "RejectOutput",
     "Redactor",
     "RepeatedToolFailure",
     "ResponseLimits",
@@ -101,6 +120,7 @@ __all__ = [
     "bounded_json",
     "bounded_parsed",
     "check_model_choice",
+    "one_of",
     "compact_json",
     "redact_arguments",
     "redact_json_text",

@@ -7,9 +7,9 @@ for a number), a value of the right type that cannot work a ``ValueError``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import TYPE_CHECKING, Any, Generic, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, overload
 
 import attrs
 from typing_extensions import TypeVar
@@ -36,6 +36,8 @@ from ._authoring import (
     check_services,
     service_keys,
 )
+from ._checks import Guardrail, OutputValidator, guardrails
+from ._one_of import OneOf, final_result_names
 
 __all__ = [
     "Agent",
@@ -58,6 +60,11 @@ T = TypeVar("T", default=None)  # ``Agent(...)`` without an output type is an ``
 #: ``Agent[Forecast]``, takes an agent of any input type.
 InputT = TypeVar("InputT", default=Any)
 In = TypeVar("In", default=DefaultInput)  # ``Agent(...)`` without ``input=`` takes its text
+
+V = TypeVar("V")
+
+if TYPE_CHECKING:
+    from ._checks import InputGuardrailFunction, OutputGuardrailFunction
 
 _Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -401,7 +408,7 @@ def _output(instance: object, attribute: attrs.Attribute[Any], value: object) ->
     what the model is asked for, and providers' native structured output (OpenAI's
     ``json_schema`` response format, Anthropic's) takes an object at the top — wrap a list or a
     scalar in a class with one field."""
-    if value is None:
+    if value is None or isinstance(value, OneOf):  # one_of(...) checked its members
         return
     try:
         schema = json_schema(value)
@@ -437,6 +444,48 @@ def check_model_choice(value: object, where: str) -> None:
         )
 
 
+def _validators(value: object) -> tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise TypeError(f"Agent.output_validators must be a list or tuple, got {_shown(value)}")
+    for item in value:
+        if not callable(item):
+            raise TypeError(f"Agent.output_validators must hold functions, got {_shown(item)}")
+    return tuple(value)
+
+
+_native_or_tool = _choice("native", "tool")
+
+
+def _output_mode(instance: Any, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The tool output mode needs an output type, and no tool of the agent's toolkit may have
+    the name of its final_result tool(s)."""
+    _native_or_tool(instance, attribute, value)
+    if value != "tool":
+        return
+    if instance.output is None:
+        raise ValueError(
+            "Agent.output_mode='tool' needs an output type (Agent.output): its answer is a call "
+            "of a final_result tool whose parameters are that type's schema"
+        )
+    for name in final_result_names(instance.output):
+        if name in instance.toolkit.names:
+            raise ValueError(
+                f"Agent.output_mode='tool' gives the answer as a call of a tool named {name!r}, "
+                "and the agent's toolkit has a tool of that name: rename the tool"
+            )
+
+
+def _input_guardrails(value: object) -> tuple[Guardrail, ...]:
+    return guardrails(value, "Agent.input_guardrails")
+
+
+def _output_guardrails(value: object) -> tuple[Guardrail, ...]:
+    checks = guardrails(value, "Agent.output_guardrails")
+    if any(check.beside for check in checks):
+        raise ValueError("Agent.output_guardrails: beside=True is for input guardrails only")
+    return checks
+
+
 @attrs.frozen
 class _AgentFields(Generic[OutputT, InputT]):
     """The fields of :class:`Agent`, their validators and attrs' ``__init__``. They live in a base
@@ -460,6 +509,21 @@ class _AgentFields(Generic[OutputT, InputT]):
     summary_model: ModelChoice | None = attrs.field(
         default=None, kw_only=True, validator=_model_choice
     )
+    # How the answer is given and checked (see ``_checks`` and the engine guide).
+    output_mode: Literal["native", "tool"] = attrs.field(
+        default="native", kw_only=True, validator=_output_mode
+    )
+    output_validators: tuple[OutputValidator[Any], ...] = attrs.field(
+        default=(), kw_only=True, converter=_validators
+    )
+    input_guardrails: tuple[Guardrail, ...] = attrs.field(
+        default=(), kw_only=True, converter=_input_guardrails
+    )
+    output_guardrails: tuple[Guardrail, ...] = attrs.field(
+        default=(), kw_only=True, converter=_output_guardrails
+    )
+    # Set as a runtime first uses the agent: validators are registered before that.
+    _sealed: bool = attrs.field(default=False, init=False, eq=False, repr=False)
     # Authoring (see ``_authoring``): a typed run input, computed instructions, a per-turn hook.
     input: type[InputT] | None = attrs.field(default=None, kw_only=True, validator=check_input)
     input_renderer: Callable[[InputT], str] | None = attrs.field(
@@ -519,6 +583,38 @@ class Agent(_AgentFields[OutputT, InputT]):
 
     __slots__ = ()
 
+    @overload
+    def output_validator(  # type: ignore[overload-overlap]
+        self: Agent[None], validator: OutputValidator[str]
+    ) -> OutputValidator[str]: ...
+    @overload
+    def output_validator(self: Agent[V], validator: OutputValidator[V]) -> OutputValidator[V]: ...
+    def output_validator(self, validator: OutputValidator[Any]) -> OutputValidator[Any]:
+        """Register ``validator`` (a decorator): ``@agent.output_validator`` over an async (or
+        plain) function of the decoded answer — the answer's text for an agent without an output
+        type — and a :class:`~effectagent.core.CheckContext`. It accepts the answer by returning
+        and rejects it by raising :class:`~effectagent.core.RejectOutput`; validators run in
+        registration order, after ``Agent(output_validators=...)``. Returns ``validator``.
+
+        The agent stays a frozen value for everything a run reads: registering is allowed only
+        until a runtime first uses the agent (``RuntimeError`` after), so every run of it sees
+        the same validators. ``attrs.evolve`` makes an agent that may register again.
+        """
+        if not callable(validator):
+            raise TypeError(f"output_validator takes a function, got {_shown(validator)}")
+        if self._sealed:
+            raise RuntimeError(
+                f"agent {self.name!r} has been used by a runtime: register its output validators "
+                "before its first run (or give them as Agent(output_validators=...))"
+            )
+        object.__setattr__(self, "output_validators", (*self.output_validators, validator))
+        return validator
+
+    def seal(self) -> None:
+        """Close the agent to :meth:`output_validator` (the runtime calls it as it first uses
+        the agent). Idempotent."""
+        object.__setattr__(self, "_sealed", True)
+
     if TYPE_CHECKING:  # the constructor's type, for mypy; at run time attrs' __init__ is all
         # ``T`` defaults to None: an agent given no output type is an ``Agent[None]``.
 
@@ -534,6 +630,10 @@ class Agent(_AgentFields[OutputT, InputT]):
             model: ModelChoice | None = None,
             grace_model: ModelChoice | None = None,
             summary_model: ModelChoice | None = None,
+            output_mode: Literal["native", "tool"] = "native",
+            output_validators: Sequence[OutputValidator[T]] = (),
+            input_guardrails: Sequence[Guardrail | InputGuardrailFunction] = (),
+            output_guardrails: Sequence[Guardrail | OutputGuardrailFunction] = (),
             input: type[In] | None = None,
             input_renderer: Callable[[In], str] | None = None,
             services: tuple[ServiceKey[Any], ...] | list[ServiceKey[Any]] = (),

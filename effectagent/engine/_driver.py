@@ -46,6 +46,7 @@ from effectagent.core import (
 from ._authoring import PromptOverride, TurnPreparer, prepare_turn, status_note_of
 from ._batch import Batch
 from ._budget import Allowance
+from ._checks import BesideGuard, answer_checked, first_turns
 from ._compaction import maybe_compact
 from ._edges import RunEdges
 from ._handover import EventQueue
@@ -58,6 +59,7 @@ from ._machine import (
     BatchInterrupted,
     BatchSettled,
     BatchSuspended,
+    CheckAnswer,
     Command,
     Compact,
     Compacted,
@@ -88,6 +90,7 @@ from ._machine import (
     step,
 )
 from ._model_step import ModelStep, stream_model, used_call_ids
+from ._output_modes import tools_offered
 from ._permits import Permit, PermitPool
 from ._resume import BatchReplay, FoundRun
 from ._seams import ConversationLogError, RunInfo
@@ -113,6 +116,7 @@ class RunDriver(RunEdges):
         "_done",
         "_interrupted",
         "_yielded",
+        "beside",
         "cancel_scope",
         "chosen_run_id",
         "depth",
@@ -202,6 +206,8 @@ class RunDriver(RunEdges):
         self._replay: BatchReplay | None = None
         # Whether the caller chose the run's ID (it must then be new to the conversation).
         self.chosen_run_id = False
+        # Input guardrails beside the first model call (``_checks.BesideGuard``), if any.
+        self.beside: BesideGuard | None = None
         # A typed input (``Agent.input``) as checked (set by the runtime: ``_authoring``); the
         # run's computed instructions and context hook, made at its first turn when it has them;
         # the prompt the hook gave for the current turn.
@@ -299,7 +305,10 @@ class RunDriver(RunEdges):
             with scope:
                 if self._resuming is None:
                     state = await self._begin(started, end_at)
-                    grace = await self._drive((state, (_NEXT_TURN,)))
+                    if self.agent.input_guardrails:  # before or beside the first turn
+                        grace = await first_turns(self, state)
+                    else:
+                        grace = await self._drive((state, (_NEXT_TURN,)))
                 else:
                     grace = await self._drive(await self._begin_resumed(started, end_at))
             if self.terminal is None and not self._interrupted:
@@ -538,8 +547,7 @@ class RunDriver(RunEdges):
             sent = (*sent, UserMessage.text(status_note_of(state, grace, trio.current_time())))
         request = ModelRequest(
             sent,
-            () if grace else toolkit.descriptors,
-            "none" if grace or not len(toolkit) else "auto",
+            *tools_offered(self.agent, toolkit, grace),
             policy.max_output_tokens,
             output=services.output,
             cache=policy.prompt_caching,
@@ -551,7 +559,9 @@ class RunDriver(RunEdges):
             model, name = services.grace_model, services.grace_model_name
         else:
             model, name = services.model, services.model_name
-        outcome = await stream_model(
+        beside = self.beside  # input guardrails beside the first call (``_checks``)
+        stream = stream_model if beside is None or beside.done else beside.stream
+        outcome = await stream(
             io,
             model,
             request,
@@ -563,7 +573,8 @@ class RunDriver(RunEdges):
         )
         now = trio.current_time()
         if isinstance(outcome, ModelStep):
-            return ModelResponded(outcome, len(messages), toolkit, now)
+            checked = () if beside is None else beside.take_usage()
+            return ModelResponded(outcome, len(messages), toolkit, now, checked)
         deadline = trio.current_effective_deadline()
         return ModelCallFailed(outcome.error, outcome.streamed, now, deadline, _jitter.random())
 
@@ -642,6 +653,7 @@ _WAITS: dict[type[Any], Callable[[Any, Any], Awaitable[Any]]] = {
     RecordFeedback: RunDriver._record_feedback,
     PrepareTurn: RunDriver._prepare_turn,
     Compact: RunDriver._compact,
+    CheckAnswer: answer_checked,
 }
 
 

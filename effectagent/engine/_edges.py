@@ -33,6 +33,7 @@ from effectagent.core import (
     RunStarted,
     RunSuspended,
     RunSuspendedRecord,
+    ToolCallSettled,
     UsageTotals,
     UserInputRecorded,
     project_messages,
@@ -58,6 +59,7 @@ from ._media import (
     store_media,
     user_content,
 )
+from ._output_modes import run_final_tools
 from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
 from ._services import RunServices, split_handlers
@@ -256,6 +258,8 @@ class RunEdges:
             describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
+            final_tools=run_final_tools(self.agent),
+            checks=bool(self.agent.output_validators or self.agent.output_guardrails),
             prepares=TurnPreparer.wanted(self.agent),
         )
 
@@ -364,14 +368,28 @@ class RunEdges:
         state = self.state
         assert state is not None
         budget = state.budget
+        now = time.time()
         record = RunCompletedRecord(
             conversation_id=io.conversation_id,
             run_id=io.run_id,
             output=encoded,
             finish_reason=finish,
-            at=time.time(),
+            at=now,
         )
-        await io.record(record)
+        # A tool-mode answer's final_result calls settle with the completion, in one append.
+        settled = [
+            ToolCallSettled(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                turn=state.turn,
+                tool_call_id=outcome.tool_call_id,
+                tool_name=outcome.tool_name,
+                outcome=outcome,
+                at=now,
+            )
+            for outcome in command.settled
+        ]
+        await io.record(*settled, record)
         # Nothing between the record and its event (see ``_fail``).
         self.terminal = io.emit(
             RunCompleted,

@@ -38,18 +38,20 @@ from effectagent.core import (
     RepeatedToolFailure,
     RunError,
 )
-from effectagent.effect import SchemaError, decode_json
+from effectagent.effect import SchemaError
 
 from ._batch_plan import plan_batch
 from ._budget import NOTHING_DELEGATED as _NOTHING_DELEGATED
 from ._budget import Budget, Exhaustion
 from ._machine_values import (
     AnnounceRetry,
+    AnswerChecked,
     AppendLater,
     Awaiting,
     BatchInterrupted,
     BatchSettled,
     BatchSuspended,
+    CheckAnswer,
     Command,
     Compact,
     Compacted,
@@ -81,15 +83,26 @@ from ._machine_values import (
     TurnPrepared,
 )
 from ._model_step import ModelStep
+from ._output_modes import (
+    accepted,
+    answer_problem,
+    decode_answer,
+    final_plan,
+    only_final_calls,
+    output_invalid,
+    retarget_final_calls,
+)
 from ._retry import retry_delay
 
 __all__ = [
     "AnnounceRetry",
+    "AnswerChecked",
     "AppendLater",
     "Awaiting",
     "BatchInterrupted",
     "BatchSettled",
     "BatchSuspended",
+    "CheckAnswer",
     "Command",
     "Compact",
     "Compacted",
@@ -239,15 +252,19 @@ def _responded(state: RunState, event: ModelResponded) -> Transition:
     held = event.step
     usage = held.usage
     budget = state.budget.with_usage(usage, held.record.model)
+    for delta, model in event.checked:  # input guardrails beside the first request
+        budget = budget.with_usage(delta, model)
     # The provider's count of this request's input: the base of the next live-context figure
     # (a provider that reports none leaves the engine's own count as the base).
     base = (event.request_size, usage.input_tokens) if usage.input_tokens else state.context_base
     response = held.response
     later = AppendLater(held)
     declared = response.tool_calls or response.truncated_calls
+    final = config.final_tools
+    alone = only_final_calls(response, final.names) if declared and final is not None else None
     if state.grace:
         state = _set(state, phase="ended", budget=budget, context_base=base)
-        if declared:
+        if declared and not alone:
             names = tuple(c.name for c in response.tool_calls) + tuple(
                 c.name for c in response.truncated_calls
             )
@@ -255,16 +272,32 @@ def _responded(state: RunState, event: ModelResponded) -> Transition:
         completed = CompleteTurn(
             state.turn, response.finish_reason, budget.usage, (), held.record.model
         )
-        output, problem = _output(config, response)
+        output, problem = _final_output(config, held) if alone else _output(config, response)
         if problem is not None:
             return state, (later, completed, Fail(_output_invalid(state, problem)))
         exhaustion = state.exhaustion
         dimension = exhaustion.dimension if exhaustion is not None else None
-        answer = Complete(response, output, "budget-exhausted", dimension, held.record.model)
-        return state, (later, completed, answer)
+        answer = Complete(
+            response,
+            output,
+            "budget-exhausted",
+            dimension,
+            held.record.model,
+            accepted(held) if alone else (),
+        )
+        return _finish(state, answer, held, [later, completed])
+    if alone:  # the tool output mode's answer: a final_result call alone
+        state = _set(state, phase="model", budget=budget, context_base=base, held=None)
+        output, problem = _final_output(config, held)
+        if problem is not None:
+            return _reject(state, held, problem, event.now, [later], rejected=False)
+        answer = Complete(response, output, "stop", None, held.record.model, accepted(held))
+        return _finish(state, answer, held, [later])
     if declared:
         # The whole batch or none of it: calls past the tool-call budget never run one by one.
         plan = plan_batch(held, event.toolkit, config.redactor)
+        if alone is False:  # final_result beside other calls: those run, it is not taken
+            plan = retarget_final_calls(plan, final.names)  # type: ignore[union-attr]
         requested = len(plan.runnable)
         admitted = requested <= budget.calls_left
         budget = budget.with_calls(requested) if admitted else budget.with_refused_batch(requested)
@@ -329,24 +362,82 @@ def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command
     output, problem = _output(config, response)
     if problem is None:
         # The answer ends the run: no later request needs it as an assistant message.
-        commands.append(Complete(response, output, "stop", None, held.record.model))
+        answer = Complete(response, output, "stop", None, held.record.model)
+        return _finish(state, answer, held, commands)
+    return _reject(state, held, problem, now, commands, rejected=False)
+
+
+def _finish(
+    state: RunState, answer: Complete, held: ModelStep, commands: list[Command]
+) -> Transition:
+    """The answer ends the run — after the agent's output checks, when it has some."""
+    if state.config.checks:
+        commands.append(CheckAnswer(answer))
+        return _set(state, phase="checking", held=held), tuple(commands)
+    commands.append(answer)
+    return _set(state, phase="ended"), tuple(commands)
+
+
+def _answer_checked(state: RunState, event: AnswerChecked) -> Transition:
+    if state.phase != "checking":
+        _wrong(state, "checking")
+    held = state.held
+    assert isinstance(held, ModelStep)
+    budget = state.budget
+    for delta, model in event.usage:  # the checks' model calls count like the turns'
+        budget = budget.with_usage(delta, model)
+    state = _set(state, budget=budget, held=None)
+    verdict = event.verdict
+    if verdict is None:
+        return _set(state, phase="ended"), (event.complete,)
+    if isinstance(verdict, RunError):
+        return _set(state, phase="ended"), (Fail(verdict),)
+    return _reject(state, held, verdict, event.now, [], rejected=True)
+
+
+def _reject(
+    state: RunState,
+    held: ModelStep,
+    problem: str,
+    now: float,
+    commands: list[Command],
+    *,
+    rejected: bool,
+) -> Transition:
+    """An answer that did not decode (or, ``rejected``, that a validator rejected) goes back to
+    the model with ``problem``, counted in ``output_retries`` — or, when they are used up (or in
+    the grace turn), ends the run with ``OutputInvalid`` naming it."""
+    config = state.config
+    retries = state.output_retries
+    if state.grace or retries >= config.policy.output_retries:
+        commands.append(Fail(output_invalid(config.output, retries, problem, rejected=rejected)))
         return _set(state, phase="ended"), tuple(commands)
-    if state.output_retries >= config.policy.output_retries:
-        commands.append(Fail(_output_invalid(state, problem)))
-        return _set(state, phase="ended"), tuple(commands)
-    # The answer goes back with the decoder's message, recorded (kind "feedback", author
-    # "engine"), so a later request — or the conversation continued after a restart — sees
-    # exactly what this one saw.
-    text = (
-        "Your final answer must be JSON that matches the required output schema, and it is "
-        f"not: {problem}\nAnswer again with only that JSON."
-    )
+    if config.final_tools is not None and held.response.tool_calls:
+        # A final_result answer: refused as the tool's failure, committed like a batch (nothing
+        # runs), so the model reads it as the call's result and the record holds it.
+        why = "was not accepted" if rejected else "does not match the output schema"
+        message = f"the answer {why}: {problem}; call the tool again with a corrected answer"
+        state = _set(state, phase="batch", output_retries=retries + 1, held=held)
+        commands.append(RunBatch(final_plan(held, message), True, held.assistant_message()))
+        return state, tuple(commands)
+    # The answer goes back with the message, recorded (kind "feedback", author "engine"), so a
+    # later request — or the conversation continued after a restart — sees exactly what this
+    # one saw.
+    if rejected:
+        text = f"Your final answer was not accepted: {problem}\nAnswer again."
+    elif config.final_tools is not None:
+        text = f"Your final answer {problem}. Give it by calling the final_result tool now."
+    else:
+        text = (
+            "Your final answer must be JSON that matches the required output schema, and it is "
+            f"not: {problem}\nAnswer again with only that JSON."
+        )
     messages = state.messages
     assistant = held.assistant_message()
     if assistant is not None:
         messages = (*messages, assistant)
     messages = (*messages, UserMessage.text(text))
-    state = _set(state, phase="turn", messages=messages, output_retries=state.output_retries + 1)
+    state = _set(state, phase="turn", messages=messages, output_retries=retries + 1)
     commands.append(RecordFeedback(text))
     return _turn_completed(state, held, now, commands, _NEXT_TURN)
 
@@ -355,7 +446,11 @@ def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
     if state.phase != "batch":
         _wrong(state, "batch")
     held: ModelStep = state.held  # type: ignore[assignment]  # the batch phase holds its step
-    budget = state.budget.with_outcomes(event.outcomes)
+    outcomes = event.outcomes
+    final = state.config.final_tools
+    if final is not None:  # final_result refusals count in output_retries, not failure streaks
+        outcomes = tuple(o for o in outcomes if o.tool_name not in final.names)
+    budget = state.budget.with_outcomes(outcomes)
     if event.delegated is not _NOTHING_DELEGATED:
         budget = budget.with_delegated(event.delegated)
     failure = event.failure
@@ -507,6 +602,7 @@ _STEPS: dict[type[Any], Callable[[RunState, Any], Transition]] = {
     GraceBegun: _grace_begun,
     BatchInterrupted: _batch_interrupted,
     BatchSuspended: _batch_suspended,
+    AnswerChecked: _answer_checked,
 }
 
 
@@ -590,41 +686,24 @@ def _output(config: RunConfig, response: ModelResponse) -> tuple[Any, str | None
     output_type = config.output
     if output_type is None:
         return None, None
-    text = _unfenced(config.redactor.redact_text(response.text))
+    if config.final_tools is not None:  # the tool output mode: text is not an answer
+        return None, "was text, not a call of the final_result tool"
     try:
-        return decode_json(output_type, text), None
+        return decode_answer(output_type, config.redactor, response.text), None
     except SchemaError as exc:
-        return None, config.describe(_output_problem(exc))
+        return None, config.describe(answer_problem(exc))
+
+
+def _final_output(config: RunConfig, held: ModelStep) -> tuple[Any, str | None]:
+    """The answer a final_result call (the response's first) decodes into, or why not."""
+    call = held.response.tool_calls[0]
+    tools = config.final_tools
+    assert tools is not None
+    try:
+        return tools.decode(call.name, held.arguments[call.id]), None
+    except SchemaError as exc:
+        return None, config.describe(answer_problem(exc))
 
 
 def _output_invalid(state: RunState, problem: str) -> OutputInvalid:
-    output_type = state.config.output
-    name = getattr(output_type, "__name__", repr(output_type))
-    tries = state.output_retries
-    after = f" after {tries} {'retry' if tries == 1 else 'retries'}" if tries else ""
-    return OutputInvalid(
-        f"the final answer does not match the output type {name}{after}: {problem}"
-    )
-
-
-def _output_problem(error: SchemaError) -> str:
-    """Where and how a final answer misses the output type: its issues (at most five), each
-    with its path — about the *output*, never worded as the tools' "invalid input"."""
-    issues = error.issues
-    shown = "; ".join(str(issue) for issue in issues[:5])
-    if len(issues) > 5:
-        shown += f"; and {len(issues) - 5} more"
-    return shown
-
-
-def _unfenced(text: str) -> str:
-    """The answer without one Markdown code fence around it (```json ... ```), which models
-    often add even when asked for bare JSON; anything else is left as it is."""
-    stripped = text.strip()
-    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) > 6:
-        body = stripped[3:-3]
-        newline = body.find("\n")
-        if newline != -1 and body[:newline].strip().isidentifier():
-            body = body[newline + 1 :]  # the language tag (json)
-        return body.strip()
-    return text
+    return output_invalid(state.config.output, state.output_retries, problem, rejected=False)

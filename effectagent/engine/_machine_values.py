@@ -23,15 +23,18 @@ from effectagent.effect import _fast_init
 from ._batch_plan import BatchPlan
 from ._budget import Budget, Delegated, Exhaustion
 from ._model_step import ModelStep
+from ._output_modes import FinalTools
 from ._seams import SteeringInput
 
 __all__ = [
     "AnnounceRetry",
+    "AnswerChecked",
     "AppendLater",
     "Awaiting",
     "BatchInterrupted",
     "BatchSettled",
     "BatchSuspended",
+    "CheckAnswer",
     "Command",
     "Compact",
     "Compacted",
@@ -63,7 +66,7 @@ __all__ = [
     "TurnPrepared",
 ]
 
-Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "grace", "ended"]
+Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "checking", "grace", "ended"]
 
 
 # ---- what does not change during a run ------------------------------------------------------------
@@ -88,6 +91,10 @@ class RunConfig:
     count_tokens: Callable[[Sequence[Message]], int]
     #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
     end_at: float
+    #: The tool output mode's final_result tools (None: the answer is text).
+    final_tools: FinalTools | None = None
+    #: Whether an answer is checked (output validators or guardrails) before the run completes.
+    checks: bool = False
     #: Whether each turn is prepared before its request (:class:`PrepareTurn`): the agent has
     #: computed instructions or a ``prepare_context`` hook.
     prepares: bool = False
@@ -170,6 +177,8 @@ class ModelResponded:
     request_size: int
     toolkit: Toolkit
     now: float
+    #: What input guardrails beside the request used (their model calls), by model name.
+    checked: tuple[tuple[UsageDelta, str | None], ...] = ()
 
 
 @_fast_init
@@ -237,6 +246,19 @@ class TimeRanOut:
 
 @_fast_init
 @attrs.frozen(slots=True)
+class AnswerChecked:
+    """The answer of :class:`CheckAnswer` was checked: accepted (``verdict`` None), rejected by
+    a validator (the message for the model) or ended by a failure (a guardrail tripped, a check
+    raised). ``usage``: what the checks' model calls used, by the model's name."""
+
+    complete: Complete
+    verdict: str | RunError | None
+    usage: tuple[tuple[UsageDelta, str | None], ...]
+    now: float
+
+
+@_fast_init
+@attrs.frozen(slots=True)
 class GraceBegun:
     """The interpreter entered the grace turn's deadline (after :class:`EnterGrace`)."""
 
@@ -253,6 +275,7 @@ Input: TypeAlias = (
     | BatchSuspended
     | TimeRanOut
     | GraceBegun
+    | AnswerChecked
 )
 
 
@@ -399,6 +422,17 @@ class Complete:
     finish: Literal["stop", "budget-exhausted"]
     exhausted: str | None
     model: str | None = None  # the model that gave the answer
+    #: The final_result calls of a tool-mode answer, recorded settled with the completion.
+    settled: tuple[ToolOutcome, ...] = ()
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class CheckAnswer:
+    """Run the output validators and guardrails on ``complete``'s answer (then send
+    :class:`AnswerChecked`)."""
+
+    complete: Complete
 
 
 @_fast_init
@@ -438,9 +472,19 @@ Command: TypeAlias = (
     | Complete
     | Fail
     | Suspend
+    | CheckAnswer
 )
 
 #: The commands whose result is the next input.
-Awaiting = (Compact, RequestModel, PrepareTurn, TakeFollowUps, RunBatch, NextTurn, EnterGrace)
+Awaiting = (
+    Compact,
+    RequestModel,
+    PrepareTurn,
+    TakeFollowUps,
+    RunBatch,
+    NextTurn,
+    EnterGrace,
+    CheckAnswer,
+)
 
 Transition: TypeAlias = tuple[RunState, tuple[Command, ...]]

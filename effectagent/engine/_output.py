@@ -16,17 +16,29 @@ import re
 from typing import Any
 
 from effectagent.ai import OutputFormat
+from effectagent.core import Agent, OneOf
 from effectagent.effect import json_schema
 
-__all__ = ["output_format", "system_instructions"]
+__all__ = ["output_format", "request_output", "system_instructions"]
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 
 
 def output_format(output: Any) -> OutputFormat:
     """The ``OutputFormat`` of an output type: its JSON Schema and a name a provider accepts."""
+    if isinstance(output, OneOf):  # the wrapper with a discriminator (``core._one_of``)
+        return OutputFormat("_or_".join(output.names)[:64], output.json_schema())
     name = _NAME.sub("_", getattr(output, "__name__", "output"))[:64] or "output"
     return OutputFormat(name, json_schema(output))
+
+
+def request_output(agent: Agent) -> OutputFormat | None:
+    """The ``OutputFormat`` an agent's requests carry: None without an output type, and in the
+    tool output mode (its answer is a final_result call: see ``_output_modes``)."""
+    output = agent.output
+    if output is None or agent.output_mode == "tool":
+        return None
+    return output_format(output)
 
 
 def system_instructions(instructions: str, output: OutputFormat | None, model: object) -> str:

@@ -49,7 +49,7 @@ from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce
 from ._ids import new_id
 from ._log import InMemoryConversationLog
 from ._models import missing_models, resolve_models, with_model_strings
-from ._output import output_format, system_instructions
+from ._output import request_output, system_instructions
 from ._resume import FoundRun, check_new_run_id, find_run
 from ._run_arguments import check_allowance, check_redactor
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
@@ -155,6 +155,7 @@ class Runtime:
         hit = self._checked.get(id(agent))
         if hit is not None and hit[0] is agent:
             return hit[1]
+        agent.seal()  # its output validators are what every run of it sees
         ctx = self.context
         named = missing_models(agent, ctx)
         if named is not None:
@@ -182,7 +183,7 @@ class Runtime:
         prices = ctx.get(PricesService) or DEFAULT_PRICES
         check_cost_budget(agent, prices, models.turns, models.grace, models.summary)
         counter = ctx.get(TokenCounterService)
-        output = output_format(agent.output) if agent.output is not None else None
+        output = request_output(agent)  # checks the output mode (ValueError)
         services = RunServices(
             model=model,
             model_name=models.turns_name,
@@ -221,6 +222,7 @@ class Runtime:
     ) -> tuple[Agent, RunServices]:
         """The agent a run runs (``agent`` narrowed by ``allowance``) and its services on
         ``model`` (None: the agent's own), preflighted."""
+        agent.seal()
         if allowance is not None and not allowance.empty:
             agent = self._narrowed.get(agent, allowance, ApprovalService in self.context)
             services = self._services_for(agent).with_allowance(allowance.as_json())

@@ -81,6 +81,8 @@ SURFACE: dict[str, str] = {
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
         ApprovalRequested approval_decided assistant_message_of bounded_json cut_off_note bounded_parsed BudgetExhausted
+        CheckContext FinalAnswer Guardrail GuardrailFailed GuardrailResult GuardrailTripped OneOf
+        one_of OutputValidatorFailed RejectOutput
         check_model_choice
         BudgetWarning ChildBudget compact_json CompactionCreated CompactionPerformed
         CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase

@@ -1,0 +1,209 @@
+"""Checks an author puts on a run's input and answer: output validators and guardrails.
+
+* An **output validator** (``@agent.output_validator``, or ``Agent(output_validators=...)``) is a
+  function given the decoded answer and a :class:`CheckContext`; it accepts the answer by
+  returning, or rejects it by raising :class:`RejectOutput` with a message the model is sent (the
+  answer is asked again, counted in ``AgentPolicy.output_retries``).
+* A **guardrail** (``Agent(input_guardrails=..., output_guardrails=...)``) is an async function
+  returning a :class:`GuardrailResult`: passed, or tripped with a reason. A trip ends the run with
+  :class:`GuardrailTripped`; a guardrail that raises ends it with :class:`GuardrailFailed`.
+
+The values here are what those functions are given and return, and the failures a run ends with;
+the engine calls the functions (``engine._checks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
+
+import attrs
+from typing_extensions import TypeVar
+
+from ._errors import RunError
+
+if TYPE_CHECKING:
+    from effectagent.ai import ModelRequest, ModelResponse
+
+__all__ = [
+    "CheckContext",
+    "FinalAnswer",
+    "Guardrail",
+    "GuardrailFailed",
+    "GuardrailResult",
+    "GuardrailTripped",
+    "InputGuardrailFunction",
+    "OutputGuardrailFunction",
+    "OutputValidator",
+    "OutputValidatorFailed",
+    "RejectOutput",
+]
+
+O = TypeVar("O", default=Any)  # noqa: E741
+
+Stage = Literal["input", "output"]
+
+
+class CheckContext(Protocol):
+    """What a validator or a guardrail is given besides the value it checks: which run it checks,
+    and the runtime's model to ask (:meth:`generate`) — whose usage (and cost) counts in the
+    run's usage and budgets like a turn's."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def conversation_id(self) -> str: ...
+
+    @property
+    def agent_name(self) -> str: ...
+
+    @property
+    def input(self) -> str:
+        """The run's input text, as recorded (redacted)."""
+        ...
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        """Ask the run's model ``request`` (whole, not streamed). Its usage is added to the run's
+        as the check ends; a check over the run's budgets still runs to its end (the budgets are
+        judged at the next turn, as for a turn's own call).
+
+        Cancellation: a cancellation point; a cancelled call's usage is not known, not counted.
+        """
+        ...
+
+
+class RejectOutput(Exception):
+    """Raised by an output validator to reject the answer: ``message`` goes back to the model,
+    which answers again (counted in ``AgentPolicy.output_retries``). Keep it free of secrets: it
+    is redacted, and recorded as the engine's feedback."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@attrs.frozen
+class GuardrailResult:
+    """What a guardrail returns: :meth:`passed`, or :meth:`trip` with a reason (a sentence; it is
+    redacted and recorded with the run's failure)."""
+
+    tripped: bool
+    reason: str = ""
+
+    @classmethod
+    def passed(cls) -> GuardrailResult:
+        """The check passed."""
+        return _PASSED
+
+    @classmethod
+    def trip(cls, reason: str) -> GuardrailResult:
+        """The check tripped: the run ends, for ``reason``."""
+        return cls(True, reason)
+
+
+_PASSED = GuardrailResult(False)
+
+
+@attrs.frozen
+class FinalAnswer(Generic[O]):
+    """What an output guardrail is given: the answer's ``text`` (redacted) and its ``output``
+    (decoded into ``Agent.output``; None for an agent without one)."""
+
+    text: str
+    output: O
+
+
+#: An input guardrail: given the context and the run's input text.
+InputGuardrailFunction: TypeAlias = Callable[[CheckContext, str], Awaitable[GuardrailResult]]
+#: An output guardrail: given the context and the final answer.
+OutputGuardrailFunction: TypeAlias = Callable[
+    [CheckContext, FinalAnswer[Any]], Awaitable[GuardrailResult]
+]
+#: An output validator: given the decoded answer and the context; returns (or its awaitable
+#: does) to accept, raises :class:`RejectOutput` to reject.
+OutputValidator: TypeAlias = Callable[[O, CheckContext], Awaitable[None] | None]
+
+
+def _named(check: object) -> str:
+    name = getattr(check, "__name__", None)
+    return name if isinstance(name, str) else type(check).__name__
+
+
+def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        raise TypeError(f"Guardrail.check must be an async function, got {type(value).__name__}")
+
+
+@attrs.frozen
+class Guardrail:
+    """A guardrail function with its ``name`` (what a trip names; the function's by default)
+    and, for an input guardrail, whether it runs ``beside`` the first model call instead of
+    before it: then the call starts at once, and a trip cancels it — nothing it produced is
+    recorded or shown (its deltas are held until every guardrail beside it passed)."""
+
+    check: Callable[..., Awaitable[GuardrailResult]] = attrs.field(validator=_callable)
+    name: str = attrs.field(default=attrs.Factory(lambda self: _named(self.check), takes_self=True))
+    beside: bool = attrs.field(default=False, kw_only=True)
+
+
+def guardrails(value: object, where: str) -> tuple[Guardrail, ...]:
+    """``value`` (a list or tuple of guardrail functions or :class:`Guardrail` s) as a tuple of
+    Guardrails; ``TypeError`` naming ``where`` for anything else."""
+    if not isinstance(value, list | tuple):
+        raise TypeError(
+            f"{where} must be a list or tuple of guardrails, got {type(value).__name__}"
+        )
+    result: list[Guardrail] = []
+    for item in value:
+        if isinstance(item, Guardrail):
+            result.append(item)
+        elif callable(item):
+            result.append(Guardrail(item))
+        else:
+            raise TypeError(
+                f"{where} must hold async functions or Guardrail values, got {type(item).__name__}"
+            )
+    return tuple(result)
+
+
+@attrs.frozen
+class GuardrailTripped(RunError):
+    """A guardrail tripped: the run ended there, before a tool ran (an input guardrail) or the
+    answer was delivered (an output guardrail). ``reason`` is the guardrail's (redacted)."""
+
+    guardrail: str
+    stage: Stage
+    reason: str
+
+    def __str__(self) -> str:
+        return f"the {self.stage} guardrail {self.guardrail} tripped: {self.reason}"
+
+
+@attrs.frozen
+class GuardrailFailed(RunError):
+    """A guardrail raised instead of returning a result (or returned something else): the run
+    ended, failed closed. ``error_type`` names what it raised — never its message, which may hold
+    what the guardrail was checking."""
+
+    guardrail: str
+    stage: Stage
+    error_type: str
+
+    def __str__(self) -> str:
+        return (
+            f"the {self.stage} guardrail {self.guardrail} failed ({self.error_type}), so the run "
+            "was stopped"
+        )
+
+
+@attrs.frozen
+class OutputValidatorFailed(RunError):
+    """An output validator raised something other than :class:`RejectOutput`: the run ended.
+    ``error_type`` names what it raised (its message is not kept)."""
+
+    validator: str
+    error_type: str
+
+    def __str__(self) -> str:
+        return f"the output validator {self.validator} failed ({self.error_type})"

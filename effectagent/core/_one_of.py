@@ -1,0 +1,149 @@
+"""Union outputs: ``Agent(output=one_of(Refund, Escalation))`` — the model answers with one of
+several types, and the run's output is that member (``RunResult[Refund | Escalation]``).
+
+Providers' structured output takes an object at the top, and a bare ``anyOf`` of objects is
+ambiguous to decode when two members share fields. So the answer is a wrapper with a
+discriminator: ``{"kind": "Refund", "value": {...}}`` — ``kind`` one of the members' names, and
+``value`` decoded strictly into the member ``kind`` names (never tried against the others). In the
+tool-call output mode each member is a tool of its own instead (``final_result_Refund``, ...),
+whose arguments are the member.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any, TypeVar, final, overload
+
+from effectagent.effect import SchemaDerivationError, SchemaError, SchemaIssue, decode, json_schema
+
+__all__ = ["FINAL_RESULT", "OneOf", "final_result_names", "one_of"]
+
+A = TypeVar("A")
+B = TypeVar("B")
+C = TypeVar("C")
+D = TypeVar("D")
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
+
+
+@final
+class OneOf:
+    """The output of an agent whose answer is one of ``members`` (made by :func:`one_of`)."""
+
+    __slots__ = ("_by_name", "_schema", "members")
+
+    def __init__(self, members: tuple[type[Any], ...]) -> None:
+        if len(members) < 2:
+            raise TypeError("one_of(...) takes two or more output types")
+        by_name: dict[str, type[Any]] = {}
+        for member in members:
+            name = getattr(member, "__name__", None)
+            if not isinstance(member, type) or not isinstance(name, str):
+                raise TypeError(f"one_of(...) takes classes, got {member!r}")
+            if not _NAME.fullmatch(name):
+                raise ValueError(
+                    f"one_of(...): the member name {name!r} must be letters, digits and "
+                    "underscores (at most 48), not starting with a digit: it is what the model "
+                    "answers with"
+                )
+            if name in by_name:
+                raise ValueError(f"one_of(...) names {name} twice: member names must differ")
+            try:
+                schema = json_schema(member)
+            except SchemaDerivationError as exc:
+                raise SchemaDerivationError(f"one_of({name}): {exc}") from None
+            if schema.get("type") != "object":
+                raise TypeError(
+                    f"one_of(...): {name} must be a type whose JSON Schema is an object (an attrs "
+                    "class, a dataclass, a TypedDict)"
+                )
+            by_name[name] = member
+        self.members = members
+        self._by_name = by_name
+        self._schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {
+                "kind": {"type": "string", "enum": list(by_name)},
+                "value": {"anyOf": [json_schema(member) for member in members]},
+            },
+            "required": ["kind", "value"],
+            "additionalProperties": False,
+        }
+
+    @property
+    def __name__(self) -> str:
+        """The members' names joined as a union (``Refund | Escalation``): what messages say."""
+        return " | ".join(self._by_name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The members' names, in order."""
+        return tuple(self._by_name)
+
+    def member(self, name: str) -> type[Any] | None:
+        """The member named ``name``, or None."""
+        return self._by_name.get(name)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The wrapper's JSON Schema: an object with ``kind`` and ``value`` (a copy)."""
+        return copy.deepcopy(self._schema)
+
+    def decode(self, data: object) -> Any:
+        """The member ``data`` (the wrapper, parsed JSON) stands for: ``kind`` picks the member,
+        ``value`` is decoded strictly into it. Raises ``SchemaError`` naming what is wrong."""
+        if not isinstance(data, dict):
+            raise SchemaError((SchemaIssue("$", "expected an object with kind and value"),))
+        extra = sorted(set(data) - {"kind", "value"})
+        if extra:
+            raise SchemaError((SchemaIssue(f"$.{extra[0]}", "unexpected field"),))
+        kind = data.get("kind")
+        member = self._by_name.get(kind) if isinstance(kind, str) else None
+        if member is None:
+            choices = ", ".join(self._by_name)
+            raise SchemaError((SchemaIssue("$.kind", f"must be one of {choices}"),))
+        if "value" not in data:
+            raise SchemaError((SchemaIssue("$.value", "missing required field"),))
+        try:
+            return decode(member, data["value"])
+        except SchemaError as exc:
+            issues = [SchemaIssue(f"$.value{i.path[1:]}", i.message) for i in exc.issues]
+            raise SchemaError(tuple(issues)) from None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, OneOf) and other.members == self.members
+
+    def __hash__(self) -> int:
+        return hash(("OneOf", self.members))
+
+    def __repr__(self) -> str:
+        return f"one_of({', '.join(self._by_name)})"
+
+
+@overload
+def one_of(a: type[A], b: type[B], /) -> type[A | B]: ...
+@overload
+def one_of(a: type[A], b: type[B], c: type[C], /) -> type[A | B | C]: ...
+@overload
+def one_of(a: type[A], b: type[B], c: type[C], d: type[D], /) -> type[A | B | C | D]: ...
+@overload
+def one_of(*members: type[Any]) -> type[Any]: ...
+def one_of(*members: type[Any]) -> Any:
+    """An output that is one of ``members`` (classes whose JSON Schema is an object, with
+    distinct names): ``Agent(output=one_of(Refund, Escalation))`` is an
+    ``Agent[Refund | Escalation]``, and its run's output is an instance of the member the model
+    chose. (To mypy this is the union's type; at run time a :class:`OneOf`.) Two to four members
+    are typed exactly; more are ``Any``."""
+    return OneOf(tuple(members))
+
+
+#: The name of the synthetic tool whose call is the answer in the tool output mode.
+FINAL_RESULT = "final_result"
+
+
+def final_result_names(output: object) -> tuple[str, ...]:
+    """The final_result tools' names for ``output`` in the tool output mode: ``final_result``,
+    or one ``final_result_<Member>`` per member of a ``one_of``."""
+    if isinstance(output, OneOf):
+        return tuple(f"{FINAL_RESULT}_{name}" for name in output.names)
+    return (FINAL_RESULT,)

@@ -1,0 +1,390 @@
+"""Output validators and guardrails (#29 items 4 and 5), against the scripted model: a validator's
+rejection goes back to the model, bounded by ``output_retries``; a guardrail's trip ends the run
+with a typed failure and a record, before any tool runs or any answer is delivered."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from effectagent.ai import ModelRequest, UserMessage
+from effectagent.core import (
+    CheckContext,
+    FinalAnswer,
+    Guardrail,
+    GuardrailFailed,
+    GuardrailResult,
+    GuardrailTripped,
+    OutputInvalid,
+    OutputValidatorFailed,
+    RejectOutput,
+    RunCompleted,
+    RunFailed,
+    RunFailedRecord,
+    TextDelta,
+    ToolCallSettled,
+    UserInputRecorded,
+)
+from effectagent.engine import open_runtime
+from effectagent.testing import Turn
+
+from .helpers import (
+    HandlerProbe,
+    TrackingModel,
+    assert_well_formed,
+    entries,
+    events_of,
+    forecast_tool,
+    make_agent,
+    make_policy,
+    records_of,
+    run_events,
+)
+
+SECRET = "sk-canary-0123456789"
+
+
+@attrs.frozen
+class Refund:
+    order: str
+    amount: float
+
+
+def _refund(amount: float) -> str:
+    return json.dumps({"order": "A-1", "amount": amount})
+
+
+async def _run(model: TrackingModel, agent: Any, *tools: Any, text: str = "Refund A-1") -> Any:
+    layer = model.layer()
+    probe = HandlerProbe()
+    if tools:
+        layer = agent.toolkit.handlers({tool: probe.forecast() for tool in tools}) + layer
+    async with open_runtime(layer, agents=[agent], secrets=[SECRET]) as runtime:
+        events = await run_events(runtime, agent, text)
+        log = await entries(runtime, events[0].conversation_id)
+    return events, log, probe
+
+
+# ---- output validators ------------------------------------------------------------------------
+
+
+async def test_a_validator_rejection_goes_back_to_the_model_and_the_next_answer_is_taken(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund)
+    seen: list[Refund] = []
+
+    @agent.output_validator
+    async def positive(refund: Refund, ctx: CheckContext) -> None:
+        seen.append(refund)
+        if refund.amount <= 0:
+            raise RejectOutput("the amount must be positive")
+
+    model = TrackingModel([Turn.text(_refund(-1)), Turn.text(_refund(5))])
+    events, log, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.output == Refund("A-1", 5)
+    assert seen == [Refund("A-1", -1), Refund("A-1", 5)]
+    feedback = [r for r in records_of(log, UserInputRecorded) if r.kind == "feedback"]
+    assert len(feedback) == 1
+    assert "the amount must be positive" in feedback[0].text
+    last = model.requests[1].messages[-1]
+    assert isinstance(last, UserMessage)
+    assert "the amount must be positive" in str(last)
+
+
+async def test_rejections_past_output_retries_fail_naming_the_last_message(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund, policy=make_policy(output_retries=1))
+    agent.output_validator(_never)
+    model = TrackingModel([Turn.text(_refund(1))] * 5)
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, OutputInvalid)
+    assert str(end.error) == "the final answer was rejected by its validator after 1 retry: no (1)"
+    assert len(model.requests) == 2
+
+
+def _never(refund: Refund, ctx: CheckContext) -> None:  # a plain function works too
+    raise RejectOutput(f"no ({refund.amount:.0f})")
+
+
+@settings(deadline=None, max_examples=30)
+@given(retries=st.integers(0, 4), rejections=st.integers(0, 8))
+def test_validator_rejections_never_exceed_output_retries_plus_one_answers(
+    retries: int, rejections: int
+) -> None:
+    """For any number of rejections in a row and any ``output_retries``: the model answers at
+    most ``output_retries + 1`` times; the run completes iff the rejections left room."""
+    agent = make_agent(output=Refund, policy=make_policy(output_retries=retries, max_turns=20))
+    count = [0]
+
+    @agent.output_validator
+    async def reject_first(refund: Refund, ctx: CheckContext) -> None:
+        count[0] += 1
+        if count[0] <= rejections:
+            raise RejectOutput("again")
+
+    model = TrackingModel([Turn.text(_refund(1))] * 12)
+
+    async def main() -> Any:
+        events, _, _ = await _run(model, agent)
+        return assert_well_formed(events)
+
+    end = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(model.requests) <= retries + 1
+    assert isinstance(end, RunCompleted) == (rejections <= retries)
+    assert len(model.requests) == min(rejections, retries) + 1
+
+
+async def test_a_validator_that_raises_fails_the_run_without_its_message(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund)
+
+    @agent.output_validator
+    async def broken(refund: Refund, ctx: CheckContext) -> None:
+        raise KeyError(SECRET)
+
+    events, log, _ = await _run(TrackingModel([Turn.text(_refund(1))]), agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, OutputValidatorFailed)
+    assert str(end.error) == "the output validator broken failed (KeyError)"
+    assert SECRET not in repr(events)
+    assert SECRET not in repr(log)
+
+
+async def test_a_text_agents_validator_gets_the_answer_text(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent()
+    texts: list[str] = []
+
+    @agent.output_validator
+    async def short(text: str, ctx: CheckContext) -> None:
+        texts.append(text)
+        if len(text) > 5:
+            raise RejectOutput("at most five characters")
+
+    model = TrackingModel([Turn.text("far too long"), Turn.text("ok")])
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.text == "ok"
+    assert texts == ["far too long", "ok"]
+
+
+async def test_validators_are_registered_before_the_first_run_only(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund)
+    async with open_runtime(TrackingModel([]).layer(), agents=[agent]):
+        pass
+    with pytest.raises(RuntimeError, match="before its first run"):
+        agent.output_validator(_never)
+    fresh = attrs.evolve(agent)
+    fresh.output_validator(_never)  # an evolved agent is a new definition
+    assert fresh.output_validators == (_never,)
+    assert agent.output_validators == ()
+
+
+async def test_a_tool_mode_rejection_is_the_final_result_calls_failure(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund, output_mode="tool")
+    agent.output_validator(_never)
+    good = {"order": "A-1", "amount": 3}
+    model = TrackingModel([Turn.tool_calls(("final_result", good))] * 3)
+    events, log, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    settled = records_of(log, ToolCallSettled)
+    assert [s.outcome.kind for s in settled] == ["invalid-input", "invalid-input"]
+    assert "was not accepted: no (3)" in settled[0].outcome.message
+
+
+# ---- guardrails -------------------------------------------------------------------------------
+
+
+async def _trip(ctx: CheckContext, text: str) -> GuardrailResult:
+    return GuardrailResult.trip(f"refunds are not discussed here ({SECRET})")
+
+
+async def _pass(ctx: CheckContext, value: Any) -> GuardrailResult:
+    await trio.sleep(1)
+    return GuardrailResult.passed()
+
+
+async def test_an_input_guardrail_trip_ends_the_run_before_the_first_model_call(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(forecast_tool(), input_guardrails=[_pass, _trip])
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
+    events, log, probe = await _run(model, agent, *agent.toolkit)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, GuardrailTripped)
+    assert str(end.error) == (
+        "the input guardrail _trip tripped: refunds are not discussed here ([REDACTED])"
+    )
+    assert model.requests == []
+    assert probe.calls == []
+    (record,) = records_of(log, RunFailedRecord)
+    assert record.error is not None
+    assert str(record.error) == str(end.error)
+
+
+async def test_an_input_guardrail_that_raises_fails_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def broken(ctx: CheckContext, text: str) -> GuardrailResult:
+        raise ValueError(SECRET)
+
+    agent = make_agent(input_guardrails=[Guardrail(broken, name="pii")])
+    events, log, _ = await _run(TrackingModel([Turn.text("hi")]), agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, GuardrailFailed)
+    assert str(end.error) == "the input guardrail pii failed (ValueError), so the run was stopped"
+    assert SECRET not in repr(events)
+    assert SECRET not in repr(log)
+
+
+async def test_an_output_guardrail_trip_withholds_the_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    seen: list[FinalAnswer[Any]] = []
+
+    async def no_refunds_over_ten(ctx: CheckContext, answer: FinalAnswer[Any]) -> GuardrailResult:
+        seen.append(answer)
+        if answer.output.amount > 10:
+            return GuardrailResult.trip("over the limit")
+        return GuardrailResult.passed()
+
+    agent = make_agent(output=Refund, output_guardrails=[no_refunds_over_ten])
+    events, log, _ = await _run(TrackingModel([Turn.text(_refund(50))]), agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, GuardrailTripped)
+    assert str(end.error) == "the output guardrail no_refunds_over_ten tripped: over the limit"
+    assert not events_of(events, RunCompleted)
+    assert seen[0].output == Refund("A-1", 50)
+    assert records_of(log, RunFailedRecord)
+
+
+async def test_a_guardrail_may_ask_the_model_and_its_usage_counts(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def judge(ctx: CheckContext, text: str) -> GuardrailResult:
+        verdict = await ctx.generate(ModelRequest((UserMessage.text(f"Safe? {text}"),)))
+        return GuardrailResult.passed() if verdict.text == "yes" else GuardrailResult.trip("no")
+
+    from effectagent.ai import Usage
+
+    model = TrackingModel(
+        [Turn.text("yes", usage=Usage.of(100, 7)), Turn.text("Done.", usage=Usage.of(10, 2))]
+    )
+    agent = make_agent(input_guardrails=[judge])
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.usage.input_tokens == 110
+    assert end.usage.output_tokens == 9
+
+
+async def test_a_guardrail_beside_the_first_call_that_trips_cancels_it_and_shows_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def slow_trip(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep(5)
+        return GuardrailResult.trip("no")
+
+    agent = make_agent(forecast_tool(), input_guardrails=[Guardrail(slow_trip, beside=True)])
+    model = TrackingModel(
+        [Turn.tool_calls(("forecast", {"city": "Oslo"}), delay=1), Turn.text("Done.")]
+    )
+    events, log, probe = await _run(model, agent, *agent.toolkit)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, GuardrailTripped)
+    assert len(model.requests) == 1  # the call started at once, beside the guardrail
+    assert probe.calls == []
+    assert not events_of(events, TextDelta)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # gap-free
+    kinds = {type(entry.record).__name__ for entry in log}
+    assert "ModelResponseRecorded" not in kinds
+
+
+async def test_a_guardrail_beside_the_first_call_that_passes_lets_its_events_through(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(input_guardrails=[Guardrail(_pass, beside=True)])
+    model = TrackingModel([Turn.text("Hello there, all good.")])
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert "".join(e.text for e in events_of(events, TextDelta)) == "Hello there, all good."
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    guard=st.integers(0, 6),
+    model_delay=st.integers(0, 6),
+    beside=st.booleans(),
+    trips=st.booleans(),
+)
+def test_no_tool_call_starts_after_an_input_guardrail_trip(
+    guard: int, model_delay: int, beside: bool, trips: bool
+) -> None:
+    """For any interleaving of guardrail and model latencies (MockClock), before or beside: a
+    trip means no tool ran and the run failed with it; a pass means the tools ran."""
+
+    async def check(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep(guard)
+        return GuardrailResult.trip("no") if trips else GuardrailResult.passed()
+
+    agent = make_agent(forecast_tool(), input_guardrails=[Guardrail(check, beside=beside)])
+    model = TrackingModel(
+        [Turn.tool_calls(("forecast", {"city": "Oslo"}), delay=model_delay), Turn.text("ok")]
+    )
+
+    async def main() -> Any:
+        events, _, probe = await _run(model, agent, *agent.toolkit)
+        return assert_well_formed(events), probe
+
+    end, probe = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    if trips:
+        assert isinstance(end, RunFailed)
+        assert isinstance(end.error, GuardrailTripped)
+        assert probe.calls == []
+    else:
+        assert isinstance(end, RunCompleted)
+        assert len(probe.calls) == 1
+
+
+async def test_cancelling_a_run_in_a_guardrail_interrupts_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    async def forever(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    agent = make_agent(input_guardrails=[forever])
+    model = TrackingModel([Turn.text("hi")])
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        with trio.move_on_after(3):
+            await runtime.run(agent, "hello")
+        assert runtime.active_runs == 0
+    assert model.requests == []
