@@ -1,0 +1,251 @@
+"""A typed run input (``Agent(input=T)``, #29 item 1): ``runtime.run(agent, T(...))`` checks the
+input against ``T`` before anything is recorded, the model reads it rendered (JSON, or the
+agent's ``input_renderer``), and the input record keeps the rendered text and the JSON value.
+
+Invariants: for every value of the input type, the model reads JSON that decodes back to it and
+the record's value decodes back to it; a value that does not fit is refused with an error naming
+the field, and nothing is written (no conversation, no record); an agent without ``input=`` runs
+on its text as before."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from effectagent import Agent, AgentPolicy, Toolkit
+from effectagent.ai import ModelRequest, TextContent, UserMessage
+from effectagent.core import ChildBudget, UserInputRecorded
+from effectagent.effect import decode, decode_json, field_meta
+from effectagent.engine import open_runtime, run_child
+from effectagent.testing import ScriptedModel, Turn
+
+from .helpers import forecast_tool
+
+
+@attrs.frozen
+class Window:
+    start: int
+    end: int
+
+
+@attrs.frozen
+class Query:
+    city: str
+    days: int = attrs.field(metadata=field_meta(ge=1, le=14))
+    units: str = "metric"
+    windows: tuple[Window, ...] = ()
+
+
+def last_user_text(request: ModelRequest) -> str:
+    (message,) = [m for m in request.messages if isinstance(m, UserMessage)][-1:]
+    (part,) = message.content
+    assert isinstance(part, TextContent)
+    return part.text
+
+
+def inputs_of(entries: list[Any]) -> list[UserInputRecorded]:
+    return [e.record for e in entries if isinstance(e.record, UserInputRecorded)]
+
+
+FORECASTER = Agent("forecaster", "Forecast the weather.", input=Query)
+
+
+async def test_the_model_reads_the_input_as_json_and_the_record_keeps_text_and_value() -> None:
+    model = ScriptedModel([Turn.text("Cold.")])
+    async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
+        result = await runtime.run(FORECASTER, Query("Oslo", 3, windows=(Window(1, 2),)))
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert result.status == "completed"
+    sent = last_user_text(model.requests[0])
+    expected = {"city": "Oslo", "days": 3, "units": "metric", "windows": [{"start": 1, "end": 2}]}
+    assert json.loads(sent) == expected
+    (record,) = inputs_of(log)
+    assert (record.text, record.value) == (sent, expected)
+
+
+async def test_a_renderer_decides_what_the_model_reads() -> None:
+    agent = Agent(
+        "forecaster",
+        "Forecast.",
+        input=Query,
+        input_renderer=lambda q: f"{q.city} for {q.days} days",
+    )
+    model = ScriptedModel([Turn.text("Cold.")])
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, Query("Oslo", 3))
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert last_user_text(model.requests[0]) == "Oslo for 3 days"
+    (record,) = inputs_of(log)
+    assert record.text == "Oslo for 3 days"
+    assert record.value == {"city": "Oslo", "days": 3, "units": "metric", "windows": []}
+
+
+@pytest.mark.parametrize(
+    "given_input",
+    [{"city": "Oslo", "days": 3}, '{"city": "Oslo", "days": 3}'],
+    ids=["a JSON value", "JSON text"],
+)
+async def test_json_of_the_input_type_is_decoded_into_it(given_input: Any) -> None:
+    model = ScriptedModel([Turn.text("Cold.")])
+    async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
+        result = await runtime.run(FORECASTER, given_input)
+    assert result.status == "completed"
+    assert decode_json(Query, last_user_text(model.requests[0])) == Query("Oslo", 3)
+
+
+@pytest.mark.parametrize(
+    ("bad", "error", "message"),
+    [
+        (Query("Oslo", 30), ValueError, r"does not match Query: \$\.days: .*14"),
+        ({"city": "Oslo", "days": "three"}, ValueError, r"\$\.days: expected an integer"),
+        ({"days": 3}, ValueError, r"does not match Query: \$\.city"),
+        ("Oslo, please", ValueError, r"text that is not JSON for Query"),
+        (Window(1, 2), ValueError, r"does not match Query"),
+        (3.5, ValueError, r"does not match Query"),
+    ],
+    ids=["a constraint", "a field's type", "a missing field", "text", "another type", "a number"],
+)
+async def test_an_input_that_does_not_fit_is_refused_naming_the_field_and_nothing_is_written(
+    bad: Any, error: type[Exception], message: str
+) -> None:
+    model = ScriptedModel([])
+    async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
+        with pytest.raises(error, match=message):
+            await runtime.run(FORECASTER, bad, conversation_id="c1", create=True)
+        with pytest.raises(error, match=message):
+            runtime.stream(FORECASTER, bad, conversation_id="c1", create=True)
+        assert list(await runtime.log.entries("c1")) == []
+        assert runtime.active_runs == 0
+    assert model.requests == []
+
+
+async def test_a_renderer_that_returns_no_str_is_refused_before_anything_is_written() -> None:
+    agent = Agent("forecaster", "Forecast.", input=Query, input_renderer=lambda q: q.days)  # type: ignore[arg-type, return-value]
+    async with open_runtime(ScriptedModel([]).as_layer(), agents=[agent]) as runtime:
+        with pytest.raises(TypeError, match="input_renderer must return a str, returned int"):
+            await runtime.run(agent, Query("Oslo", 3), conversation_id="c1", create=True)
+        assert list(await runtime.log.entries("c1")) == []
+
+
+async def test_an_agent_without_an_input_type_runs_on_its_text_as_before() -> None:
+    agent = Agent("plain", "Answer.")
+    model = ScriptedModel([Turn.text("Hi.")])
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, text='{"city": "Oslo"}')  # the keyword still works
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert last_user_text(model.requests[0]) == '{"city": "Oslo"}'
+    (record,) = inputs_of(log)
+    assert (record.text, record.value) == ('{"city": "Oslo"}', None)
+
+
+def test_agent_input_must_be_a_type_with_an_object_schema() -> None:
+    with pytest.raises(
+        TypeError, match=r"Agent\.input must be a type whose JSON Schema is an object"
+    ):
+        Agent("a", "b", input=int)
+    with pytest.raises(ValueError, match=r"Agent\.input_renderer needs Agent\.input"):
+        Agent("a", "b", input_renderer=str)
+
+
+async def test_a_stream_checks_and_renders_the_input_as_run_does() -> None:
+    model = ScriptedModel([Turn.text("Cold.")])
+    async with (
+        open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime,
+        runtime.stream(FORECASTER, Query("Lima", 2)) as events,
+    ):
+        seen = [event async for event in events]
+    started = seen[0]
+    assert decode_json(Query, last_user_text(model.requests[0])) == Query("Lima", 2)
+    assert json.loads(started.input) == {  # type: ignore[attr-defined]
+        "city": "Lima",
+        "days": 2,
+        "units": "metric",
+        "windows": [],
+    }
+
+
+async def test_a_subagent_with_a_typed_input_is_handed_its_json() -> None:
+    """``run_child`` (what a delegation tool calls) decodes the JSON it is handed into the child
+    agent's input type, and refuses what does not fit before the child starts."""
+    tool = forecast_tool()
+    child = Agent("child", "Forecast.", input=Query)
+    seen: list[str] = []
+
+    async def delegate(params: Any, call: Any) -> Any:
+        with pytest.raises(ValueError, match=r"\$\.days"):
+            await run_child(call, child, {"city": "Oslo", "days": 0}, budget=ChildBudget())
+        ran = await run_child(call, child, {"city": params.city, "days": 2}, budget=ChildBudget())
+        seen.append(ran.status)
+        return {"city": params.city, "high_c": 1.0}
+
+    parent = Agent("parent", "Delegate.", AgentPolicy(), Toolkit(tool))
+    model = ScriptedModel(
+        [Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("Child."), Turn.text("Done.")]
+    )
+    layer = parent.toolkit.handlers({tool: delegate}) + model.as_layer()
+    async with open_runtime(layer, agents=[parent]) as runtime:
+        result = await runtime.run(parent, "Go.")
+    assert (result.status, seen) == ("completed", ["completed"])
+    assert decode_json(Query, last_user_text(model.requests[1])) == Query("Oslo", 2)
+
+
+# ---- properties ------------------------------------------------------------------------------------
+
+WINDOWS = st.builds(Window, st.integers(-5, 5), st.integers(-5, 5))
+QUERIES = st.builds(
+    Query,
+    st.text(max_size=12),
+    st.integers(1, 14),
+    st.sampled_from(["metric", "imperial"]),
+    st.lists(WINDOWS, max_size=3).map(tuple),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(query=QUERIES)
+def test_for_every_input_the_model_reads_json_that_decodes_back_to_it(query: Query) -> None:
+    async def main() -> tuple[str, Any]:
+        model = ScriptedModel([Turn.text("ok")])
+        async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
+            result = await runtime.run(FORECASTER, query)
+            (record,) = inputs_of(list(await runtime.log.entries(result.conversation_id)))
+        return last_user_text(model.requests[0]), record.value
+
+    sent, value = trio.run(main)
+    assert decode_json(Query, sent) == query
+    assert decode(Query, value) == query
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    data=st.fixed_dictionaries(
+        {"city": st.one_of(st.text(max_size=5), st.integers())},
+        optional={"days": st.one_of(st.integers(-3, 20), st.text(max_size=3), st.none())},
+    )
+)
+def test_for_every_input_refused_nothing_is_recorded(data: dict[str, Any]) -> None:
+    fits = (
+        isinstance(data["city"], str)
+        and isinstance(data.get("days"), int)
+        and 1 <= data["days"] <= 14
+    )
+
+    async def main() -> tuple[bool, int]:
+        model = ScriptedModel([Turn.text("ok")])
+        async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
+            try:
+                await runtime.run(FORECASTER, data, conversation_id="c", create=True)
+            except ValueError:
+                return False, len(list(await runtime.log.entries("c")))
+            return True, len(list(await runtime.log.entries("c")))
+
+    ran, records = trio.run(main)
+    assert ran == fits
+    assert (records > 0) == fits
