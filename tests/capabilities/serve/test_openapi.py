@@ -1,0 +1,67 @@
+"""The OpenAPI document is derived from the endpoint table and the types the handlers use: it
+lists exactly the operations the app routes, and its schemas are those types' schemas."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from starlette.routing import Route
+
+from capabilities.durable import Receipt
+from capabilities.serve import ENDPOINTS, ServeApi, openapi_document
+from capabilities.serve._api import SubmitBody
+from capabilities.serve._console import CONSOLE_FILES
+from capabilities.storage import open_database
+from effectagent.effect import json_schema
+
+from .support import settings
+
+
+def _refs(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        found = {value["$ref"]} if isinstance(value.get("$ref"), str) else set()
+        for item in value.values():
+            found |= _refs(item)
+        return found
+    if isinstance(value, list):
+        return set().union(*map(_refs, value)) if value else set()
+    return set()
+
+
+async def test_the_document_lists_exactly_the_routed_operations(tmp_path: Path) -> None:
+    document = openapi_document()
+    assert document["openapi"] == "3.1.0"
+    listed = {
+        (method.upper(), path)
+        for path, operations in document["paths"].items()
+        for method in operations
+    }
+    assert listed == {(e.method, e.path) for e in ENDPOINTS}
+    async with open_database(tmp_path / "serve.db") as database:
+        app = ServeApi(database, settings()).app
+        routed = {
+            (method, route.path)
+            for route in app.routes
+            if isinstance(route, Route)
+            for method in (route.methods or set()) - {"HEAD"}
+        }
+    served_apart = {("GET", "/openapi.json")} | {("GET", path) for path in CONSOLE_FILES}
+    assert routed == listed | served_apart
+
+
+def test_its_schemas_are_the_types_schemas_and_every_reference_resolves() -> None:
+    document = openapi_document()
+    schemas = document["components"]["schemas"]
+    for kind in (SubmitBody, Receipt):
+        expected = json_schema(kind)
+        expected.pop("$schema")
+        assert schemas[kind.__name__] == expected
+    submit = document["paths"]["/v1/conversations/{conversation_id}/submissions"]["post"]
+    assert submit["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/SubmitBody"
+    }
+    assert {"202", "401", "404", "413", "429"} <= set(submit["responses"])
+    for reference in _refs(document):
+        assert reference.startswith("#/components/schemas/")
+        assert reference.removeprefix("#/components/schemas/") in schemas
