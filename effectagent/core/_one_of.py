@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, TypeVar, final, overload
+from typing import Any, Generic, TypeVar, final, overload
 
 from effectagent.effect import SchemaDerivationError, SchemaError, SchemaIssue, decode, json_schema
 
 __all__ = ["FINAL_RESULT", "OneOf", "final_result_names", "one_of"]
 
+U = TypeVar("U", covariant=True)
 A = TypeVar("A")
 B = TypeVar("B")
 C = TypeVar("C")
@@ -28,8 +29,9 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 
 
 @final
-class OneOf:
-    """The output of an agent whose answer is one of ``members`` (made by :func:`one_of`)."""
+class OneOf(Generic[U]):
+    """The output of an agent whose answer is one of ``members`` (made by :func:`one_of`); ``U``
+    is the union of the members, what a run's output is typed as."""
 
     __slots__ = ("_by_name", "_schema", "members")
 
@@ -38,8 +40,9 @@ class OneOf:
             raise TypeError("one_of(...) takes two or more output types")
         by_name: dict[str, type[Any]] = {}
         for member in members:
+            given: object = member  # checked at run time too: not every caller runs mypy
             name = getattr(member, "__name__", None)
-            if not isinstance(member, type) or not isinstance(name, str):
+            if not isinstance(given, type) or not isinstance(name, str):
                 raise TypeError(f"one_of(...) takes classes, got {member!r}")
             if not _NAME.fullmatch(name):
                 raise ValueError(
@@ -121,19 +124,18 @@ class OneOf:
 
 
 @overload
-def one_of(a: type[A], b: type[B], /) -> type[A | B]: ...
+def one_of(a: type[A], b: type[B], /) -> OneOf[A | B]: ...
 @overload
-def one_of(a: type[A], b: type[B], c: type[C], /) -> type[A | B | C]: ...
+def one_of(a: type[A], b: type[B], c: type[C], /) -> OneOf[A | B | C]: ...
 @overload
-def one_of(a: type[A], b: type[B], c: type[C], d: type[D], /) -> type[A | B | C | D]: ...
+def one_of(a: type[A], b: type[B], c: type[C], d: type[D], /) -> OneOf[A | B | C | D]: ...
 @overload
-def one_of(*members: type[Any]) -> type[Any]: ...
-def one_of(*members: type[Any]) -> Any:
+def one_of(*members: type[Any]) -> OneOf[Any]: ...
+def one_of(*members: type[Any]) -> OneOf[Any]:
     """An output that is one of ``members`` (classes whose JSON Schema is an object, with
     distinct names): ``Agent(output=one_of(Refund, Escalation))`` is an
     ``Agent[Refund | Escalation]``, and its run's output is an instance of the member the model
-    chose. (To mypy this is the union's type; at run time a :class:`OneOf`.) Two to four members
-    are typed exactly; more are ``Any``."""
+    chose. Two to four members are typed exactly; more are ``Any``."""
     return OneOf(tuple(members))
 
 

@@ -624,7 +624,7 @@ class Agent(_AgentFields[OutputT, InputT]):
             instructions: str | InstructionsFunction[In],
             policy: AgentPolicy = ...,
             toolkit: Toolkit = ...,
-            output: type[T] | None = None,
+            output: type[T] | OneOf[T] | None = None,
             tool_sources: tuple[ServiceKey[ToolSource], ...] | list[ServiceKey[ToolSource]] = (),
             *,
             model: ModelChoice | None = None,

@@ -209,7 +209,7 @@ async def _verdict(
 ) -> RunError | None:
     """One guardrail's verdict: None (passed), or the failure it ends the run with."""
     try:
-        result = await call(guardrail)
+        result: object = await call(guardrail)  # checked: not every guardrail is typed
     except Exception as exc:
         return GuardrailFailed(guardrail.name, stage, type(exc).__name__)
     if not isinstance(result, GuardrailResult):

@@ -92,7 +92,7 @@ def final_tools(output: Any) -> FinalTools:
     """The final_result tool(s) for ``output`` (a type, or a ``one_of``); made once per type."""
     if isinstance(output, OneOf):
         names = final_result_names(output)
-        types = {tool: output.member(name) for tool, name in zip(names, output.names, strict=True)}
+        types = dict(zip(names, output.members, strict=True))
         descriptors = tuple(
             ToolDescriptor(
                 name, f"{_DESCRIPTION} This answer is a {member.__name__}.", json_schema(member)

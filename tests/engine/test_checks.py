@@ -30,6 +30,7 @@ from effectagent.core import (
     RunFailedRecord,
     TextDelta,
     ToolCallSettled,
+    ToolInvalidInput,
     UserInputRecorded,
 )
 from effectagent.engine import open_runtime
@@ -211,7 +212,9 @@ async def test_a_tool_mode_rejection_is_the_final_result_calls_failure(
     assert isinstance(end, RunFailed)
     settled = records_of(log, ToolCallSettled)
     assert [s.outcome.kind for s in settled] == ["invalid-input", "invalid-input"]
-    assert "was not accepted: no (3)" in settled[0].outcome.message
+    refused = settled[0].outcome
+    assert isinstance(refused, ToolInvalidInput)
+    assert "was not accepted: no (3)" in refused.message
 
 
 # ---- guardrails -------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""Union outputs and output validators, as mypy sees them: ``Agent(output=one_of(A, B))`` is an
+``Agent[A | B]`` whose run's output is ``A | B``; ``@agent.output_validator`` takes a function
+of the agent's output type (the answer's text for an agent without one) and a CheckContext."""
+
+from __future__ import annotations
+
+from typing import assert_type
+
+import attrs
+
+from effectagent import Agent, RunResult, Runtime
+from effectagent.core import (
+    CheckContext,
+    DefaultInput,
+    FinalAnswer,
+    Guardrail,
+    GuardrailResult,
+    RejectOutput,
+    one_of,
+)
+
+
+@attrs.frozen
+class Refund:
+    order: str
+    amount: float
+
+
+@attrs.frozen
+class Escalation:
+    reason: str
+
+
+triage = Agent("triage", "Refund or escalate.", output=one_of(Refund, Escalation))
+assert_type(triage, Agent[Refund | Escalation, DefaultInput])
+tool_mode = Agent("triage", "Refund or escalate.", output=Refund, output_mode="tool")
+assert_type(tool_mode, Agent[Refund, DefaultInput])
+# E: Argument "output_mode"
+Agent("triage", "Refund.", output=Refund, output_mode="json")
+
+
+async def runs(runtime: Runtime) -> None:
+    result = await runtime.run(triage, "Order A-1 arrived broken.")
+    assert_type(result, RunResult[Refund | Escalation])
+    answer = result.output_or_raise()
+    assert_type(answer, Refund | Escalation)
+    if isinstance(answer, Refund):
+        assert_type(answer.amount, float)
+
+
+refunds = Agent("refunds", "Refund.", output=Refund)
+
+
+@refunds.output_validator
+async def positive(refund: Refund, ctx: CheckContext) -> None:
+    if refund.amount <= 0:
+        raise RejectOutput("the amount must be positive")
+
+
+@refunds.output_validator
+def plain(refund: Refund, ctx: CheckContext) -> None:  # a plain function is taken too
+    assert_type(ctx.run_id, str)
+
+
+async def wrong_type(refund: Escalation, ctx: CheckContext) -> None: ...
+
+
+# E: Argument 1 to "output_validator" of "Agent" has incompatible type
+refunds.output_validator(wrong_type)
+
+greeter = Agent("greeter", "Greet.")
+
+
+@greeter.output_validator
+async def short(text: str, ctx: CheckContext) -> None:
+    if len(text) > 200:
+        raise RejectOutput("shorter, please")
+
+
+async def on_topic(ctx: CheckContext, text: str) -> GuardrailResult:
+    return GuardrailResult.passed()
+
+
+async def under_limit(ctx: CheckContext, answer: FinalAnswer[Refund]) -> GuardrailResult:
+    return (
+        GuardrailResult.trip("too much") if answer.output.amount > 100 else GuardrailResult.passed()
+    )
+
+
+guarded = Agent(
+    "guarded",
+    "Refund.",
+    output=Refund,
+    input_guardrails=[on_topic, Guardrail(on_topic, name="topic", beside=True)],
+    output_guardrails=[under_limit],
+)
