@@ -323,11 +323,11 @@ class ServeApi:
     # ---- who sees what -------------------------------------------------------------------------
 
     async def _owner(self, conversation_id: str, principal: Principal, *, new: bool) -> None:
-        """Refuse (404) a conversation ``principal`` may not see; ``new``: one that has no
-        submission yet is theirs to start."""
+        """Refuse (404) a conversation ``principal`` may not see: one with no submission (unless
+        ``new``: theirs to start) or another's — but an operator sees every one."""
         owner = await _ledger.owner(self.database, conversation_id)
-        if owner is None and new:
-            return
+        if owner is None and (new or principal.operator):
+            return  # an operator reads a subagent's conversation (no submission of its own)
         if owner is None or (owner != principal.name and not principal.operator):
             raise Problem("not-found", f"there is no conversation {conversation_id!r}")
 

@@ -1,0 +1,170 @@
+"""The operator console: served by the app with a strict content policy, its script calls only
+endpoints that exist, and it puts every value into the page as text — the rendering is run in
+Node with a recording DOM, on conversation text holding markup."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from capabilities.serve import ENDPOINTS
+
+from .support import Served, served
+
+SCRIPT = resources.files("capabilities.serve").joinpath("static", "console.js").read_text()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    with served(tmp_path_factory.mktemp("console") / "serve.db", worker=False) as found:
+        yield found
+
+
+async def test_the_page_its_script_and_style_are_served_under_a_strict_policy(
+    service: Served,
+) -> None:
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        page = await client.get("/console")
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy
+        assert "frame-ancestors 'none'" in policy
+        assert "set-cookie" not in page.headers
+        assert '<script src="/console/console.js" defer></script>' in page.text
+        assert 'name="viewport" content="width=device-width' in page.text  # phones
+        assert "<script>" not in page.text  # no inline script (the policy forbids it anyway)
+        for path, media in (
+            ("/console/console.js", "text/javascript"),
+            ("/console/console.css", "text/css"),
+        ):
+            answer = await client.get(path)
+            assert answer.status_code == 200
+            assert answer.headers["content-type"].startswith(media)
+
+
+def _pattern(path: str) -> re.Pattern[str]:
+    return re.compile("^" + re.sub(r"\\\{[a-z_]+\\\}", "[^/]+", re.escape(path)) + "$")
+
+
+def test_the_script_calls_only_endpoints_that_exist() -> None:
+    called = set(re.findall(r"[`\"'](/v1/[^`\"'?]*)", SCRIPT))
+    assert called  # it calls the API
+    known = [_pattern(e.path) for e in ENDPOINTS]
+    unknown = [
+        path
+        for path in called
+        if not any(p.match(re.sub(r"\$\{[^}]+\}", "x", path)) for p in known)
+    ]
+    assert unknown == []
+    # the actions the console offers are there
+    for needed in ("/decisions", "/retry", "/events", "/v1/search", "/v1/unknown", "/v1/overdue"):
+        assert needed in SCRIPT
+
+
+def test_the_script_never_writes_markup_nor_keeps_a_cookie() -> None:
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "document.cookie",
+        "localStorage",
+    ):
+        assert sink not in SCRIPT
+
+
+_DOM = r"""
+const made = [];
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this._text = ""; this.dataset = {};
+    this.attributes = {}; this.classList = { add: (c) => { this.className += " " + c; } };
+    this.className = ""; made.push(this); }
+  set textContent(value) { this.children = []; this._text = String(value); }
+  get textContent() { return this._text + this.children.map((c) => c.textContent).join(""); }
+  append(...nodes) { this.children.push(...nodes); }
+  setAttribute(name, value) { this.attributes[name] = value; }
+  addEventListener() {}
+}
+class Text { constructor(text) { this.text = text; } get textContent() { return this.text; } }
+global.document = { createElement: (tag) => new Node(tag), createTextNode: (t) => new Text(t) };
+const console_ = require(process.argv[2]);
+const entries = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const texts = [];
+for (const entry of entries) for (const li of console_.renderEntry(entry)) texts.push(li.textContent);
+const events = [];
+const feed = console_.sseParser((e) => events.push(e));
+feed("id: 7\r\nevent: X\r\nda"); feed("ta: {\"a\": 1}\r\n\r\n: keep-alive\n\nid: 8\ndata: 2\n\n");
+process.stdout.write(JSON.stringify({ tags: [...new Set(made.map((n) => n.tag))], texts, events }));
+"""
+
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_conversation_text_holding_markup_is_rendered_as_text(tmp_path: Path) -> None:
+    script = tmp_path / "console.js"
+    script.write_text(SCRIPT)
+    runner = tmp_path / "run.js"
+    runner.write_text(_DOM)
+    entries = [
+        {
+            "seq": 1,
+            "kind": "UserInputRecorded",
+            "record": {"kind": "user", "author": HOSTILE, "text": HOSTILE},
+        },
+        {
+            "seq": 2,
+            "kind": "ModelResponseRecorded",
+            "record": {
+                "content": [
+                    ["text", HOSTILE],
+                    ["tool-call", {"name": HOSTILE, "arguments": {"p": HOSTILE}}],
+                ]
+            },
+        },
+        {
+            "seq": 3,
+            "kind": "ToolCallSettled",
+            "record": {
+                "tool_name": "t",
+                "outcome": {"kind": "failure", "message": HOSTILE},
+                "audit": {
+                    "subagent": {
+                        "agent": HOSTILE,
+                        "status": "completed",
+                        "conversation_id": "c2",
+                        "turns": 1,
+                        "tool_calls": 0,
+                    }
+                },
+            },
+        },
+        {"seq": 4, "kind": "RunCompletedRecord", "record": {"output": HOSTILE}},
+        {"seq": 5, "kind": HOSTILE, "record": {"x": HOSTILE}},
+    ]
+    done = subprocess.run(
+        ["node", str(runner), str(script)],
+        input=json.dumps(entries),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    found = json.loads(done.stdout)
+    assert set(found["tags"]) <= {"li", "span"}  # no script, no img: markup stayed text
+    assert all(HOSTILE in text for text in found["texts"][:2])
+    assert any("subagent" in text and HOSTILE in text for text in found["texts"])
+    assert [e["id"] for e in found["events"]] == ["7", "8"]
+    assert found["events"][0]["event"] == "X"
+    assert json.loads(found["events"][0]["data"]) == {"a": 1}
