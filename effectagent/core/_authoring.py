@@ -41,10 +41,11 @@ DefaultInput: TypeAlias = str | Sequence[str | MediaPart]
 #: The most UTF-8 bytes instructions a function computed may have (256 KiB): longer ones fail the
 #: run (:class:`InstructionsFailed`), never sent cut.
 MAX_INSTRUCTIONS_BYTES = 256 * 1024
-#: The most context items one ``prepare_context`` call may add (16), and the most UTF-8 bytes
-#: their texts may have in all, as the model reads them (64 KiB). More fails the run
+#: The most context items one ``prepare_context`` call may add (16). More fails the run
 #: (:class:`PrepareContextFailed`); nothing is dropped silently.
 MAX_PREPARED_ITEMS = 16
+#: The most UTF-8 bytes the items of one ``prepare_context`` call may hold in all, as the model
+#: reads them (64 KiB). More fails the run (:class:`PrepareContextFailed`), never cut.
 MAX_PREPARED_BYTES = 64 * 1024
 
 InputT = TypeVar("InputT", default=Any)

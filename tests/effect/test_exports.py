@@ -83,6 +83,9 @@ SURFACE: dict[str, str] = {
         ApprovalRequested approval_decided assistant_message_of bounded_json cut_off_note bounded_parsed BudgetExhausted
         CheckContext FinalAnswer Guardrail GuardrailFailed GuardrailResult GuardrailTripped OneOf
         one_of OutputValidatorFailed RejectOutput
+        DefaultInput InstructionsContext InstructionsFailed InstructionsRecorded
+        MAX_INSTRUCTIONS_BYTES MAX_PREPARED_BYTES MAX_PREPARED_ITEMS PrepareContextFailed
+        PreparedContext TurnContext
         check_model_choice
         BudgetWarning ChildBudget compact_json CompactionCreated CompactionPerformed
         CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase
