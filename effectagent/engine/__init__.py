@@ -8,6 +8,8 @@ from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._log import LogRetention as LogRetention
 from ._logging import LOGGER_NAME as LOGGER_NAME
 from ._models import MissingModels as MissingModels
+from ._output_stream import OutputStream as OutputStream
+from ._output_stream import OutputUpdate as OutputUpdate
 from ._resume import RunAlreadyEnded as RunAlreadyEnded
 from ._resume import RunExists as RunExists
 from ._resume import UnknownRun as UnknownRun
@@ -92,6 +94,8 @@ __all__ = [
     "RunObserversService",
     "RunResult",
     "RunStream",
+    "OutputStream",
+    "OutputUpdate",
     "Runtime",
     "SteeringInbox",
     "SteeringInboxService",

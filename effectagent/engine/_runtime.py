@@ -50,6 +50,7 @@ from ._ids import new_id
 from ._log import InMemoryConversationLog
 from ._models import missing_models, resolve_models, with_model_strings
 from ._output import request_output, system_instructions
+from ._output_stream import OutputStream
 from ._resume import FoundRun, check_new_run_id, find_run
 from ._run_arguments import check_allowance, check_redactor
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
@@ -298,6 +299,40 @@ class Runtime:
             agent, run_input, conversation_id, author, queue, items, run_id, model, allowance
         )
         return RunStream(self, driver, queue, intent)
+
+    def stream_output(
+        self,
+        agent: Agent[T, I],
+        text: I,
+        *,
+        conversation_id: str | None = None,
+        create: bool = False,
+        author: str = "user",
+        context: Sequence[ContextItem] = (),
+        run_id: str | None = None,
+        model: ModelChoice | None = None,
+        allowance: RunAllowance | None = None,
+    ) -> OutputStream[T]:
+        """A run of ``agent`` on ``text`` (as :meth:`stream`, with the same arguments, raising
+        what it raises), read as its structured answer streams: ``async with
+        runtime.stream_output(agent, text) as updates: async for update in updates`` gives each
+        partially filled value as the JSON arrives, then the final, validated output (see
+        :class:`~effectagent.engine.OutputStream`); ``updates.result`` is the run's result after.
+
+        Cancellation: as :meth:`stream`'s events.
+        """
+        events = self.stream(
+            agent,
+            text,
+            conversation_id=conversation_id,
+            create=create,
+            author=author,
+            context=context,
+            run_id=run_id,
+            model=model,
+            allowance=allowance,
+        )
+        return OutputStream(events)
 
     async def run(
         self,

@@ -52,6 +52,7 @@ SURFACE: dict[str, str] = {
         ConversationEvicted ConversationExists ConversationLog ConversationLogError
         ConversationLogService estimate_tokens InMemoryConversationLog InMemoryStepStore
         InstructionsLeakSecret LogRetention LOGGER_NAME MissingModels observe_runs open_runtime
+        OutputStream OutputUpdate
         pending_approvals reduce_events RedactorService run_child run_sync RunAlreadyEnded
         RunEnding RunExists RunFailedError RunInfo RunListener RunListenerService RunObserver
         RunObserversService RunResult RunStream Runtime SteeringInbox SteeringInboxService

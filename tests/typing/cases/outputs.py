@@ -18,6 +18,7 @@ from effectagent.core import (
     RejectOutput,
     one_of,
 )
+from effectagent.engine import OutputUpdate
 
 
 @attrs.frozen
@@ -94,3 +95,14 @@ guarded = Agent(
     input_guardrails=[on_topic, Guardrail(on_topic, name="topic", beside=True)],
     output_guardrails=[under_limit],
 )
+
+
+async def streams(runtime: Runtime) -> None:
+    async with runtime.stream_output(refunds, "Refund A-1") as updates:
+        async for update in updates:
+            assert_type(update, OutputUpdate[Refund])
+            assert_type(update.output, Refund | None)
+        assert_type(updates.result, RunResult[Refund])
+    async with runtime.stream_output(triage, "Order A-1 arrived broken.") as choices:
+        async for choice in choices:
+            assert_type(choice.output, Refund | Escalation | None)

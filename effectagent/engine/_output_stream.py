@@ -1,0 +1,146 @@
+"""A structured answer as it streams: ``runtime.stream_output(agent, text)`` — the partially
+filled value as the JSON arrives, then the final, validated output.
+
+Each :class:`OutputUpdate` holds ``partial``, the JSON value the answer's text so far stands for
+(``engine._partial_json``: every completed field exactly as the final answer has it, the one
+arriving as far as it goes, a number cut short left out) — a ``dict`` for an object — and, on
+the last update only, ``output``: the answer decoded, validated and accepted by the agent's
+checks (``final`` is then True). Partial values are not validated (a field may still be
+missing, and the model may yet be asked again): show them, act on the final one.
+
+The text restarts — and so do the partial values (the next is ``{}``) — when a new turn starts
+(text before tool calls is not the answer; an answer sent back for a retry is not either) or a
+model call that had streamed is retried. In the tool output mode the answer is a tool call's
+arguments, which are not streamed as events: only the final update comes.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Generic, cast, final
+
+import attrs
+from typing_extensions import TypeVar
+
+from effectagent.core import ModelRetrying, RunCompleted, TextDelta, TurnStarted
+
+from ._handover import RunReducer, RunResult
+from ._partial_json import INCOMPLETE, UNPARSABLE, parse_partial
+from ._stream import RunStream
+
+__all__ = ["OutputStream", "OutputUpdate", "partial_of"]
+
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+
+
+@final
+@attrs.frozen
+class OutputUpdate(Generic[OutputT]):
+    """One step of a streamed answer: ``partial`` (the JSON value so far, not validated), and on
+    the last update ``output`` (the validated answer) with ``final`` True."""
+
+    partial: Any
+    output: OutputT | None = None
+    final: bool = False
+
+
+def partial_of(text: str) -> Any:
+    """The partial JSON value of an answer's text so far (a Markdown code fence the model opened
+    is skipped), or ``INCOMPLETE`` / ``UNPARSABLE`` (see ``_partial_json``)."""
+    body = text.lstrip()
+    if body.startswith("```"):
+        newline = body.find("\n")
+        if newline == -1:
+            return INCOMPLETE
+        body = body[newline + 1 :].rstrip().rstrip("`")
+    return parse_partial(body)
+
+
+@final
+class OutputStream(Generic[OutputT]):
+    """The updates of one run's structured answer, used as ``async with
+    runtime.stream_output(agent, text) as updates: async for update in updates`` (see the module
+    notes). Entering and leaving the block are those of the run's :class:`RunStream` (leaving it
+    interrupts the run if it is still going); :attr:`result` is the run's result once the
+    updates ended.
+
+    Cancellation: as iterating the run's events (a cancelled consumer interrupts the run).
+    """
+
+    __slots__ = ("_done", "_events", "_parsing", "_pieces", "_reducer", "_shown")
+
+    def __init__(self, events: RunStream[OutputT]) -> None:
+        self._events = events
+        self._reducer = RunReducer()
+        self._pieces: list[str] = []  # the current response's text
+        self._shown: Any = INCOMPLETE  # the last partial value given
+        self._parsing = True  # False once the text is not JSON (until it restarts)
+        self._done = False
+
+    @property
+    def events(self) -> RunStream[OutputT]:
+        """The run's event stream (its ID, ``interrupt``)."""
+        return self._events
+
+    @property
+    def result(self) -> RunResult[OutputT]:
+        """The run's result, once the updates ended (``RuntimeError`` before): completed with
+        the output of the final update, or how it ended otherwise."""
+        return cast("RunResult[OutputT]", self._reducer.result())
+
+    async def __aenter__(self) -> OutputStream[OutputT]:
+        """Start the run (as ``RunStream.__aenter__``, raising what it raises)."""
+        await self._events.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._events.__aexit__(exc_type, exc, tb)
+
+    def __aiter__(self) -> OutputStream[OutputT]:
+        self._events.__aiter__()  # outside the block: RuntimeError, as for the events
+        return self
+
+    async def __anext__(self) -> OutputUpdate[OutputT]:
+        if self._done:
+            raise StopAsyncIteration
+        events = self._events
+        while True:
+            event = await events.__anext__()  # StopAsyncIteration at the end: ours too
+            self._reducer.feed(event)
+            update = self._update(event)
+            if update is not None:
+                return update
+
+    def _update(self, event: Any) -> OutputUpdate[OutputT] | None:
+        """What ``event`` changes of the answer: an update to give, or None."""
+        pieces = self._pieces
+        if isinstance(event, TextDelta):
+            pieces.append(event.text)
+            if not self._parsing:
+                return None
+            partial = partial_of("".join(pieces))
+            if partial is UNPARSABLE:
+                self._parsing = False  # not JSON (prose): the answer is decoded strictly
+            elif partial is not INCOMPLETE and partial != self._shown:
+                self._shown = partial
+                return OutputUpdate(partial)
+            return None
+        if isinstance(event, TurnStarted) or (isinstance(event, ModelRetrying) and event.discard):
+            pieces.clear()
+            self._parsing = True
+            if self._shown is not INCOMPLETE:
+                self._shown = INCOMPLETE
+                return OutputUpdate({})
+            return None
+        if isinstance(event, RunCompleted):
+            self._done = True
+            final = partial_of("".join(pieces)) if pieces else INCOMPLETE
+            if final is INCOMPLETE or final is UNPARSABLE:
+                final = None if self._shown is INCOMPLETE else self._shown
+            return OutputUpdate(final, event.output, True)
+        return None
