@@ -514,9 +514,10 @@ def status_note(
     and what the run has used of each of its limits (the token and cost budgets only when set),
     figures rounded. Pure."""
     parts = [
-        f"turn {turn} of at most {policy.max_turns:,} ({turns:,} used, subagents' included)"
-        if not grace
-        else f"turn {turn}, the last: the budget ran out, tools are off, answer now",
+        f"turn {turn}, the last: the budget ran out, tools are off, answer now"
+        if grace
+        else f"turn {turn} of at most {policy.max_turns:,}"
+        + ("" if turns == turn else f" ({turns:,} used with subagents' turns)"),
         _count(tool_calls, policy.max_tool_calls, "tool calls used"),
     ]
     if policy.token_budget is not None:

@@ -213,10 +213,10 @@ async def test_the_status_note_ends_every_request_and_is_never_recorded() -> Non
     result, model, log = await run_agent(agent, two_turns())
     assert result.status == "completed"
     first, second = (user_texts(r)[-1] for r in model.requests)
-    assert first.startswith("[Run status: turn 1 of at most 8 (1 used")
+    assert first.startswith("[Run status: turn 1 of at most 8; ")
     assert "0 of 16 tool calls used" in first
     assert "of 10,000 tokens used" in first
-    assert second.startswith("[Run status: turn 2 of at most 8 (2 used")
+    assert second.startswith("[Run status: turn 2 of at most 8; ")
     assert "1 of 16 tool calls used" in second
     assert "[Run status" not in repr(log)
 
@@ -235,9 +235,13 @@ def test_the_note_says_what_is_used_of_each_limit_rounded() -> None:
         policy, turn=3, turns=3, tool_calls=5, tokens=1234, cost_micros=4200, elapsed=42.4
     )
     assert text == (
-        "[Run status: turn 3 of at most 20 (3 used, subagents' included); 5 of 64 tool calls "
-        "used; 1,234 of 5,000 tokens used; $0.0042 of $1.50 spent; 558 s of 600 s left.]"
+        "[Run status: turn 3 of at most 20; 5 of 64 tool calls used; 1,234 of 5,000 tokens "
+        "used; $0.0042 of $1.50 spent; 558 s of 600 s left.]"
     )
+    children = status_note(
+        policy, turn=3, turns=7, tool_calls=5, tokens=1, cost_micros=0, elapsed=0
+    )
+    assert children.startswith("[Run status: turn 3 of at most 20 (7 used with subagents' turns);")
     grace = status_note(
         policy, turn=21, turns=21, tool_calls=5, tokens=1, cost_micros=0, elapsed=700, grace=True
     )
