@@ -118,8 +118,10 @@ class Held:
         """Everything remembered that still exists (a pid counts only with its start time).
 
         A process that is a zombie of someone else's (bubblewrap's sandbox init, orphaned when
-        bwrap exits, waiting for the host's init to reap it) is dead and holds nothing: not a
-        leftover. Zombies of this test process are (see :func:`assert_gone`).
+        bwrap exits, waiting for the host's init to reap it), or one that has begun to exit (a
+        killed fork-bomb child past its cgroup, still "running" its exit on a loaded machine), is
+        dead and holds nothing: not a leftover. Zombies of this test process are (see
+        :func:`assert_gone`).
         """
         problems = [
             f"pid {pid} still exists ({' '.join((proc_stat(pid) or [])[:2])})"
@@ -133,9 +135,17 @@ class Held:
         return problems
 
 
+#: The kernel's flag of a task that has begun to exit (``PF_EXITING``, in /proc/<pid>/stat's
+#: ``flags``): it was killed (or returned), has left its cgroups and holds nothing any more; on a
+#: loaded machine it may still show as running for a moment on its way to being a zombie.
+_PF_EXITING = 0x4
+
+
 def _held(pid: int, started: str) -> bool:
     fields = proc_stat(pid)
     if fields is None or fields[19] != started:
+        return False
+    if int(fields[6]) & _PF_EXITING:
         return False
     return fields[0] != "Z" or int(fields[1]) == os.getpid()
 
