@@ -50,9 +50,11 @@ from ._media import MediaNotSupported as MediaNotSupported
 from ._media import MediaPart as MediaPart
 from ._media import MediaRef as MediaRef
 from ._media import describe_media as describe_media
+from ._media import media_as_text as media_as_text
 from ._media import media_from_bytes as media_from_bytes
 from ._media import media_from_path as media_from_path
 from ._media import sniff_media_type as sniff_media_type
+from ._media import split_media as split_media
 from ._model import LanguageModel as LanguageModel
 from ._model import LanguageModelService as LanguageModelService
 from ._model import ModelRequest as ModelRequest
@@ -127,9 +129,11 @@ __all__ = [
     "MediaPart",
     "MediaRef",
     "describe_media",
+    "media_as_text",
     "media_from_bytes",
     "media_from_path",
     "sniff_media_type",
+    "split_media",
     "DEFAULT_PRICES",
     "MAX_CACHE_MARKS",
     "MICROS_PER_DOLLAR",

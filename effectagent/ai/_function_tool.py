@@ -56,6 +56,7 @@ from effectagent.effect import (
 )
 
 from ._checks import is_async_callable
+from ._media import media_as_text
 from ._tool import FailureMode, Handler, NeedsApproval, Reconcile, Tool, ToolCallContext
 
 __all__ = ["tool"]
@@ -284,7 +285,7 @@ def _success(label: str, hints: Mapping[str, Any]) -> tuple[Any, tuple[type[Tagg
     if returned is None or returned is type(None) or returned is Any:
         return None, declared
     try:
-        json_schema(returned)
+        json_schema(media_as_text(returned)[0])  # media parts are described as text
     except SchemaDerivationError as exc:
         raise TypeError(f"{label}: the return type has no JSON Schema: {exc}") from None
     return returned, declared

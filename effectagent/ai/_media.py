@@ -19,7 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal, TypeAlias
+from types import UnionType
+from typing import Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origin
 
 import attrs
 
@@ -37,9 +38,11 @@ __all__ = [
     "MediaPart",
     "MediaRef",
     "describe_media",
+    "media_as_text",
     "media_from_bytes",
     "media_from_path",
     "sniff_media_type",
+    "split_media",
 ]
 
 #: The kinds of media a prompt may hold.
@@ -431,3 +434,37 @@ class MediaRef:
             f"the bytes of {self.describe()} ({self.digest[:19]}…) are not stored: "
             "the conversation cannot be sent to the model again with it"
         )
+
+
+def media_as_text(tp: Any) -> tuple[Any, bool]:
+    """(``tp`` with every media part class in it read as ``str``, whether it had one): the type a
+    tool's result is checked and described by when it returns media (each part stands in the
+    result as its description, the part itself going to the model beside it)."""
+    if isinstance(tp, type) and issubclass(tp, MediaPart):
+        return str, True
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is None or not args:
+        return tp, False
+    mapped = [media_as_text(arg) for arg in args]
+    if not any(found for _, found in mapped):
+        return tp, False
+    new_args = tuple(arg for arg, _ in mapped)
+    if origin in (Union, UnionType):
+        return Union[new_args], True  # noqa: UP007 - a union built at run time
+    return origin[new_args if len(new_args) > 1 else new_args[0]], True
+
+
+def split_media(value: object) -> tuple[object, tuple[MediaPart, ...]]:
+    """(``value`` with each media part in it — itself, or an item of its lists and tuples —
+    replaced by its description, the parts in order)."""
+    if isinstance(value, MediaPart):
+        return value.describe(), (value,)
+    if not isinstance(value, list | tuple):
+        return value, ()
+    parts: list[MediaPart] = []
+    items: list[object] = []
+    for item in value:
+        shown, found = split_media(item)
+        items.append(shown)
+        parts.extend(found)
+    return (items if isinstance(value, list) else tuple(items)), tuple(parts)

@@ -47,6 +47,7 @@ from effectagent.effect import (
 from ._checks import check_function, check_handler, check_reconcile, need
 from ._context import ProgressReporter, ToolCallContext
 from ._durable import Reconciled
+from ._media import media_as_text
 from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 
 __all__ = [
@@ -228,6 +229,7 @@ class Tool(Generic[P, S]):
         "parameters",
         "parameters_schema",
         "reconcile",
+        "returns_media",
         "sequential",
         "success",
         "success_schema",
@@ -366,14 +368,17 @@ class Tool(Generic[P, S]):
         # Compiled once: walks a result by the declared type (class or generic form) and checks
         # every position, as strictly as arguments are decoded. Without a declared type, any
         # JSON value is accepted (checked as ``Any``: no NaN, no infinities, no unknown classes).
+        # A success type with media parts in it (``ImagePart``, ``list[str | MediaPart]``): each
+        # part stands in the result as its description, and goes to the model beside it.
+        described, self.returns_media = (None, False) if success is None else media_as_text(success)
         try:
             self._success_encoder: Callable[[Any], JSONValue] = checked_encoder(
-                Any if success is None else success
+                Any if described is None else described
             )
         except SchemaDerivationError as exc:
             raise SchemaDerivationError(f"{owner}: success: {exc}") from None
-        if success is not None:
-            self.success_schema: Mapping[str, Any] | None = json_schema(success)
+        if described is not None:
+            self.success_schema: Mapping[str, Any] | None = json_schema(described)
             self._output_validator: jsonschema.protocols.Validator | None = None
         elif success_schema is not None:
             self.success_schema = _checked_json_schema(owner, "success_schema", success_schema)

@@ -26,12 +26,16 @@ __all__ = [
 @_fast_init
 @attrs.frozen(slots=True)
 class ToolSuccess:
-    """The handler returned a value of its declared success type; ``result`` is its encoding."""
+    """The handler returned a value of its declared success type; ``result`` is its encoding.
+    ``media``: the images, documents or audio it returned (a success type with media parts in
+    it), by reference — ``MediaPart.reference()``, never the bytes — each standing in ``result``
+    as its description."""
 
     tool_call_id: str
     tool_name: str
     result: Any
     kind: Literal["success"] = "success"
+    media: tuple[Any, ...] = ()
     is_failure = False
 
     def model_content(self) -> Any:

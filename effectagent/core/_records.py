@@ -35,7 +35,7 @@ from effectagent.effect import _fast_init, parse_json_text
 
 from ._approval import ApprovalDecision, ApprovalRequest
 from ._errors import RunError
-from ._outcomes import ToolOutcome
+from ._outcomes import ToolOutcome, ToolSuccess
 from ._usage import UsageDelta
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "native_reasoning_of",
     "parse_arguments",
     "project_messages",
+    "media_parts_of",
     "user_message_of",
 ]
 
@@ -460,6 +461,22 @@ def assistant_message_of(
     return AssistantMessage(tuple(parts)) if parts else None
 
 
+def media_parts_of(refs: Iterable[Any], media: Mapping[str, bytes]) -> tuple[MediaPart, ...]:
+    """The media parts recorded references stand for, their bytes from ``media`` (by digest).
+    Pure; a digest ``media`` lacks raises ``MediaError``."""
+    parts: list[MediaPart] = []
+    for value in refs:
+        ref = MediaRef.of(value)
+        if isinstance(ref, MediaPart):  # a URL: nothing to load
+            parts.append(ref)
+            continue
+        data = media.get(ref.digest)
+        if data is None:
+            raise ref.missing()
+        parts.append(ref.with_data(data))
+    return tuple(parts)
+
+
 def user_message_of(
     parts: Iterable[tuple[str, Any]], media: Mapping[str, bytes] | None = None
 ) -> UserMessage:
@@ -553,9 +570,22 @@ def project_messages(
                 for call, key in zip(calls, keys, strict=True):
                     seq, settlement = settled[key]
                     outcome = settlement.outcome
-                    content = CLEARED_RESULT if seq <= clear_through else outcome.model_content()
+                    cleared = seq <= clear_through
+                    content = CLEARED_RESULT if cleared else outcome.model_content()
+                    # A tool's media go with its result when their bytes are at hand (they
+                    # stand in the result as their descriptions either way).
+                    parts = (
+                        media_parts_of(outcome.media, media)
+                        if media is not None
+                        and not cleared
+                        and type(outcome) is ToolSuccess
+                        and outcome.media
+                        else ()
+                    )
                     results.append(
-                        ToolResultContent(call["id"], call["name"], content, outcome.is_failure)
+                        ToolResultContent(
+                            call["id"], call["name"], content, outcome.is_failure, parts
+                        )
                     )
                 messages.append(ToolMessage(tuple(results)))
         elif isinstance(rec, RunFailedRecord):

@@ -46,6 +46,7 @@ from effectagent.core import (
     ToolDefect,
     ToolOutcome,
     ToolRejected,
+    ToolSuccess,
 )
 
 from ._batch_plan import BUDGET_SPENT, BatchPlan, EarlyOutcome, PlannedCall, run_error
@@ -53,6 +54,7 @@ from ._budget import Delegated
 from ._call import CallRunner
 from ._eager import in_context
 from ._host import BatchScope
+from ._media import settled_with_media
 from ._permits import Permit
 from ._replay import plan_resumed, unknown_for_prepared
 from ._resume import BatchReplay
@@ -300,15 +302,20 @@ class Batch:
         ``ConversationLog.append``.
         """
         outcomes = self._ledger.commit()
-        results = ToolMessage(
-            tuple(
-                [
-                    ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure)
-                    for o in outcomes
-                ]
-            )
-        )
         io, turn = self.io, self.turn
+        if any(type(o) is ToolSuccess and o.media for o in outcomes):  # a tool returned media
+            results = await settled_with_media(io, outcomes)
+        else:
+            results = ToolMessage(
+                tuple(
+                    [
+                        ToolResultContent(
+                            o.tool_call_id, o.tool_name, o.model_content(), o.is_failure
+                        )
+                        for o in outcomes
+                    ]
+                )
+            )
         now = time.time()
         conversation_id, run_id = io.conversation_id, io.run_id
         audits = self._audits

@@ -19,12 +19,14 @@ import trio
 
 from effectagent.ai import (
     Handler,
+    MediaPart,
     OutcomeUnknown,
     OutputSchemaViolation,
     Tool,
     ToolCallContext,
     encode_failure,
     handler_result,
+    split_media,
 )
 from effectagent.core import (
     AgentPolicy,
@@ -43,6 +45,7 @@ from ._approve import Approvals, log_crash, propagated
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._host import BatchScope, CallHost
+from ._media import reference_of
 from ._permits import Permit
 from ._replay import CallPlan, Gated, Reconcile, Rerun, Settle, reconcile_call
 from ._resume import BatchReplay
@@ -274,6 +277,9 @@ class CallRunner:
                 # A ``returns`` Result is opened here, after ``attempt``: its Failure raises, and
                 # is reified by the same rule (declared → Fail, anything else → Die).
                 value = handler_result(exit_.value)
+                media: tuple[MediaPart, ...] = ()
+                if tool.returns_media:  # each part stands in the result as its description
+                    value, media = split_media(value)
                 encoded = tool.encode_success(value)
             except OutputSchemaViolation as exc:
                 return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
@@ -281,7 +287,11 @@ class CallRunner:
                 exit_ = Failure(Cause.from_exception(exc, tool.failure))
             else:
                 bounded = bounded_json(io.redactor.redact(encoded), self.policy.tool_result_bounds)
-                return ToolSuccess(call.id, call.name, bounded)
+                if not media:
+                    return ToolSuccess(call.id, call.name, bounded)
+                io.media.update({p.digest: p.data for p in media if not p.url})
+                refs = tuple(reference_of(p, io.redact_text) for p in media)
+                return ToolSuccess(call.id, call.name, bounded, media=refs)
         cause = exit_.cause
         if not cause.is_failure_only:
             defects = cause.defects

@@ -111,6 +111,7 @@ class RunIO:
         "conversation_id",
         "conversation_log",
         "logs",
+        "media",
         "redactor",
         "run_id",
     )
@@ -155,6 +156,9 @@ class RunIO:
         self._pending: tuple[Record, ...] = ()
         #: Whether this run has appended anything so far.
         self.appended = False
+        #: The bytes of the media parts this run's tools returned, by digest, until their
+        #: settlements are committed (and kept beside the log).
+        self.media: dict[str, bytes] = {}
 
     # ---- events ------------------------------------------------------------------------------
 

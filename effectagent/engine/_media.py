@@ -18,8 +18,23 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from effectagent.ai import MediaError, MediaPart, MediaRef, TextContent, UserMessage
-from effectagent.core import LogEntry, UserInputRecorded
+from effectagent.ai import (
+    MediaError,
+    MediaPart,
+    MediaRef,
+    TextContent,
+    ToolMessage,
+    ToolResultContent,
+    UserMessage,
+)
+from effectagent.core import (
+    LogEntry,
+    ToolCallSettled,
+    ToolOutcome,
+    ToolSuccess,
+    UserInputRecorded,
+    media_parts_of,
+)
 
 from ._seams import ConversationLogError
 
@@ -31,6 +46,8 @@ __all__ = [
     "describe_input",
     "load_media",
     "recorded_parts",
+    "reference_of",
+    "settled_with_media",
     "redacted_message",
     "store_media",
     "user_content",
@@ -115,21 +132,24 @@ def describe_input(text: str, content: UserContent | None) -> str:
     return "\n".join([text, *media]) if text else "\n".join(media)
 
 
+def reference_of(part: MediaPart, redact: Any) -> dict[str, Any]:
+    """What a record holds of ``part``: its reference, a URL and a name redacted as text."""
+    ref = part.reference()
+    if "url" in ref:
+        ref["url"] = redact(ref["url"])
+    if "name" in ref:
+        ref["name"] = redact(ref["name"])
+    return ref
+
+
 def recorded_parts(content: UserContent, redact: Any) -> tuple[tuple[str, Any], ...]:
-    """The record's ``parts`` of ``content``: redacted text, media by reference (a URL and a
-    name redacted too, as text)."""
-    parts: list[tuple[str, Any]] = []
-    for part in content:
-        if isinstance(part, TextContent):
-            parts.append(("text", redact(part.text)))
-        else:
-            ref = part.reference()
-            if "url" in ref:
-                ref["url"] = redact(ref["url"])
-            if "name" in ref:
-                ref["name"] = redact(ref["name"])
-            parts.append(("media", ref))
-    return tuple(parts)
+    """The record's ``parts`` of ``content``: redacted text, media by reference."""
+    return tuple(
+        ("text", redact(part.text))
+        if isinstance(part, TextContent)
+        else ("media", reference_of(part, redact))
+        for part in content
+    )
 
 
 def redacted_message(content: UserContent, redact: Any) -> UserMessage:
@@ -139,7 +159,7 @@ def redacted_message(content: UserContent, redact: Any) -> UserMessage:
     )
 
 
-async def store_media(log: object, content: UserContent) -> None:
+async def store_media(log: object, content: Iterable[TextContent | MediaPart]) -> None:
     """Keep the bytes of ``content``'s media parts in ``log`` (by digest).
 
     Raises MediaError when ``log`` cannot keep media. Cancellation: as ``put_media``."""
@@ -159,12 +179,18 @@ def _references(entries: Iterable[LogEntry]) -> dict[str, tuple[LogEntry, MediaR
     found: dict[str, tuple[LogEntry, MediaRef]] = {}
     for entry in entries:
         record = entry.record
-        if type(record) is UserInputRecorded and record.parts:
-            for kind, value in record.parts:
-                if kind == "media" and isinstance(value, Mapping) and "digest" in value:
-                    ref = MediaRef.of(value)
-                    if isinstance(ref, MediaRef):
-                        found.setdefault(ref.digest, (entry, ref))
+        values: list[Any]
+        if isinstance(record, UserInputRecorded):
+            values = [v for k, v in record.parts if k == "media"]
+        elif isinstance(record, ToolCallSettled) and isinstance(record.outcome, ToolSuccess):
+            values = list(record.outcome.media)
+        else:
+            continue
+        for value in values:
+            if isinstance(value, Mapping) and "digest" in value:
+                ref = MediaRef.of(value)
+                if isinstance(ref, MediaRef):
+                    found.setdefault(ref.digest, (entry, ref))
     return found
 
 
@@ -180,6 +206,23 @@ async def load_media(log: object, entries: Iterable[LogEntry]) -> Mapping[str, b
     for digest, (entry, ref) in references.items():
         if digest not in kept:
             record = entry.record
-            assert isinstance(record, UserInputRecorded)
+            assert isinstance(record, UserInputRecorded | ToolCallSettled)
             raise MediaMissing(record.conversation_id, entry.seq, ref.describe())
     return kept
+
+
+async def settled_with_media(io: Any, outcomes: Sequence[ToolOutcome]) -> ToolMessage:
+    """The tool message of a batch whose tools returned media: their bytes (``io.media``) kept
+    in the log's media store first, then each result with its parts.
+
+    Cancellation: as the store's ``put_media``."""
+    kept: dict[str, bytes] = io.media
+    results: list[ToolResultContent] = []
+    for o in outcomes:
+        media = media_parts_of(o.media, kept) if isinstance(o, ToolSuccess) and o.media else ()
+        results.append(
+            ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure, media)
+        )
+    await store_media(io.conversation_log, [p for r in results for p in r.media])
+    io.media = {}
+    return ToolMessage(tuple(results))

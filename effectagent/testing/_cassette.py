@@ -9,7 +9,9 @@ The format (version 1) is JSON Lines, UTF-8:
   compare (an exported cassette has no tool set, for instance).
 * every further line, one exchange: ``{"exchange": 1, "request": {...}, "parts": [...], "end":
   "complete"}``. ``request`` is the :class:`~effectagent.ai.ModelRequest` as JSON (``messages``,
-  ``tools``, ``tool_choice``, ``max_output_tokens``, ``output``, ``metadata``); ``parts`` the
+  ``tools``, ``tool_choice``, ``max_output_tokens``, ``output``, ``metadata``; an image,
+  document or audio part by its reference — kind, media type, name, size, SHA-256 digest — never
+  its bytes); ``parts`` the
   response parts the model streamed, in order, each with its ``type``; ``end`` says how the
   stream ended — ``"complete"``, ``"error"`` (then ``error`` holds the typed model error, its
   ``_tag`` and fields, raised again on replay), ``"defect"`` (the model raised something that is
@@ -44,6 +46,7 @@ from effectagent.ai import (
     InputTokens,
     InvalidModelRequest,
     MalformedResponse,
+    MediaPart,
     ModelNetworkError,
     ModelRequest,
     ModelUnavailable,
@@ -241,10 +244,16 @@ def plain_json(value: Any, what: str = "a value") -> Any:
         return out
     if isinstance(value, list | tuple):
         return [plain_json(item, what) for item in value]
+    if isinstance(value, MediaPart):  # by reference: a cassette never holds media bytes
+        return plain_json(value.reference(), what)
     if attrs.has(type(value)):
         fields = attrs.fields(type(value))
         first = [f for f in fields if f.name in ("type", "role")]
-        return {f.name: plain_json(getattr(value, f.name), what) for f in (*first, *fields)}
+        return {
+            f.name: plain_json(getattr(value, f.name), what)
+            for f in (*first, *fields)
+            if f.name != "media" or getattr(value, f.name)  # a tool result's, when it has some
+        }
     raise CassetteError(f"{what} holds a {type(value).__name__}, which a cassette cannot keep")
 
 

@@ -32,9 +32,14 @@ _GENERATED_ID = re.compile(r"^([a-z]+)_[0-9a-f]{16}$")
 
 
 #: Fields records gained after snapshots were first kept, by record class: left out while at
-#: their default (None), so a snapshot made before them still matches a run that does not use them.
+#: their default (None, or an empty tuple), so a snapshot made before them still matches a run that does not use them.
 _LEFT_OUT_AT_DEFAULT = frozenset(
-    {("UserInputRecorded", "allowance"), ("UserInputRecorded", "value")}
+    {
+        ("UserInputRecorded", "allowance"),
+        ("UserInputRecorded", "value"),
+        ("UserInputRecorded", "parts"),
+        ("ToolSuccess", "media"),
+    }
 )
 
 
@@ -78,7 +83,7 @@ class _Normalizer:
                 if not field.eq or _is_time(field.name):
                     continue
                 item = getattr(value, field.name)
-                if item is None and (kind, field.name) in _LEFT_OUT_AT_DEFAULT:
+                if (item is None or item == ()) and (kind, field.name) in _LEFT_OUT_AT_DEFAULT:
                     continue
                 out[field.name] = self.value(item)
             return out

@@ -78,6 +78,9 @@ SURFACE: dict[str, str] = {
         Price PRICES_TAKEN PricesService PriceTable PromptCaching
         DEFAULT_MAX_NATIVE_BLOCK_BYTES DEFAULT_MAX_NATIVE_BYTES NativeReasoningContent
         NativeReasoningPart
+        AudioPart DEFAULT_MAX_MEDIA_BYTES describe_media DocumentPart ImagePart MEDIA_TYPES
+        media_as_text media_from_bytes media_from_path MediaError MediaKind MediaNotSupported
+        MediaPart MediaRef sniff_media_type split_media
     """,
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
@@ -92,7 +95,7 @@ SURFACE: dict[str, str] = {
         CompactionPolicy ContextAdded ContextItem ConversationCreated EngineDefect Event EventBase
         FinalTurnDeclaredTools LogEntry ModelFailed ModelResponseRecorded ModelRetrying
         ModelStarted native_reasoning_entry native_reasoning_of OutputInvalid parse_arguments
-        project_messages ReasoningDelta Record
+        project_messages ReasoningDelta Record media_parts_of user_message_of
         redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
         RetryPolicy Risk RunAllowance RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
         RunInterrupted RunStarted RunSuspended RunSuspendedRecord SecretRedactor StorageFailed StreamRedactor
@@ -111,7 +114,7 @@ SURFACE: dict[str, str] = {
     """,
     "effectagent.providers": """
         Anthropic Gemini model_layer model_settings ModelSettings open_model OpenAIChat
-        OpenAICompatible OpenAIResponses
+        OpenAICompatible OpenAIResponses MediaSupport media_support
     """,
     "sandbox": """
         Artifact ArtifactRule BubblewrapSandbox CodeExecutionError CodeExecutionHost

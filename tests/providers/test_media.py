@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from effectagent import Agent, open_runtime
+from effectagent import Agent, Toolkit, open_runtime, tool
 from effectagent.ai import (
     AudioPart,
     DocumentPart,
@@ -22,7 +22,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
-from effectagent.core import UserInputRecorded
+from effectagent.core import ToolCallSettled, UserInputRecorded
 from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.providers import (
@@ -214,7 +214,8 @@ def test_a_part_over_the_models_bounds_is_refused_by_size() -> None:
     )
     whole = MediaSupport(frozenset({"image"}), max_part_bytes=100, max_request_bytes=100)
     problem = media_problem(ask(IMAGE, IMAGE).messages, whole, "OpenAI", "gpt-4.1")
-    assert problem is not None and "the request's media come to 160 bytes" in str(problem)
+    assert problem is not None
+    assert "the request's media come to 160 bytes" in str(problem)
     assert media_problem(ask("text alone").messages, MediaSupport(), "OpenAI", "x") is None
 
 
@@ -347,3 +348,65 @@ async def test_an_overridden_model_takes_what_it_is_told(server: ReplayServer) -
     assert result.status == "completed", result.error
     (request,) = server.requests
     assert request.json()["messages"][-1]["content"] == [native_image(chat)]
+
+
+# ---- a tool that returns media -----------------------------------------------------------------
+
+
+@tool(readonly=True)
+async def chart(title: str) -> list[str | ImagePart]:
+    """Draw a chart.
+
+    Args:
+        title: The chart's title.
+    """
+    return [f"drawn: {title}", IMAGE]
+
+
+def tool_image(target: Target, body: dict[str, Any]) -> Any:
+    """Where ``target``'s wire carries an image a tool returned."""
+    if target.name == "gemini":
+        (part,) = [p for c in body["contents"] for p in c["parts"] if "functionResponse" in p]
+        return part["functionResponse"]["parts"]
+    if target.name == "openai-responses":
+        (item,) = [i for i in body["input"] if i.get("type") == "function_call_output"]
+        return item["output"]
+    if target.name == "anthropic":
+        (block,) = [b for m in body["messages"] for b in m["content"] if b["type"] == "tool_result"]
+        return block["content"]
+    return body["messages"][-1]["content"]  # Chat Completions: a user message after the results
+
+
+@pytest.mark.parametrize("target", MEDIA_TARGETS, ids=lambda t: t.name)
+async def test_a_tools_image_reaches_each_provider_and_is_recorded_by_digest(
+    target: Target, server: ReplayServer
+) -> None:
+    server.script(
+        Reply.sse(target.calls(("call_1", "chart", '{"title": "sales"}'))),
+        Reply.sse(target.text("A rising line.")),
+        Reply.sse(target.text("Yes.")),
+    )
+    agent = Agent("analyst", "Draw and describe.", toolkit=Toolkit(chart))
+    log = InMemoryConversationLog()
+    layer = (
+        target.settings(server.url, KEY).layer()
+        + Toolkit(chart).handlers()
+        + Layer.succeed(ConversationLogService, log)
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "Draw the sales chart.")
+        assert first.status == "completed", first.error
+        again = await runtime.run(agent, "Sure?", conversation_id=first.conversation_id)
+        assert again.status == "completed", again.error
+    _, second, third = (r.json() for r in server.requests)
+    shown = json.dumps(tool_image(target, second))
+    assert PNG64 in shown
+    assert json.dumps(third).count(PNG64) == 1  # the next run sends it again, read by digest
+    (settled,) = [
+        e.record
+        for e in await log.entries(first.conversation_id)
+        if isinstance(e.record, ToolCallSettled)
+    ]
+    assert settled.outcome.result == ["drawn: sales", "[image: cat.png, 80 bytes]"]
+    assert settled.outcome.media == (IMAGE.reference(),)
+    assert log.media_digests == {IMAGE.digest}

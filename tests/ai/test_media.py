@@ -1,0 +1,161 @@
+"""Media parts: made from bytes, a path or a URL; refused at construction with a sentence; their
+bytes never shown; their references read back; a success type with parts in it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from effectagent import tool
+from effectagent.ai import (
+    AudioPart,
+    DocumentPart,
+    FallbackChain,
+    ImagePart,
+    MediaError,
+    MediaNotSupported,
+    MediaPart,
+    MediaRef,
+    media_as_text,
+    media_from_bytes,
+    media_from_path,
+    sniff_media_type,
+    split_media,
+)
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
+JPEG = b"\xff\xd8\xff\xe0" + bytes(24)
+GIF = b"GIF89a" + bytes(24)
+WEBP = b"RIFF\x00\x00\x00\x00WEBPVP8 " + bytes(8)
+PDF = b"%PDF-1.4\n" + bytes(8)
+WAV = b"RIFF\x00\x00\x00\x00WAVEfmt " + bytes(8)
+MP3 = b"ID3\x04" + bytes(16)
+FLAC = b"fLaC" + bytes(16)
+OGG = b"OggS" + bytes(16)
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type"),
+    [
+        (PNG, "image/png"),
+        (JPEG, "image/jpeg"),
+        (GIF, "image/gif"),
+        (WEBP, "image/webp"),
+        (PDF, "application/pdf"),
+        (WAV, "audio/wav"),
+        (MP3, "audio/mpeg"),
+        (FLAC, "audio/flac"),
+        (OGG, "audio/ogg"),
+        ("Grüße\n".encode(), "text/plain"),
+        (b"\x00\x01\x02binary", None),
+    ],
+)
+def test_the_media_type_is_sniffed_from_the_first_bytes(data: bytes, media_type: str) -> None:
+    assert sniff_media_type(data) == media_type
+
+
+def test_media_from_bytes_picks_the_kind() -> None:
+    assert type(media_from_bytes(PNG)) is ImagePart
+    assert type(media_from_bytes(PDF)) is DocumentPart
+    assert type(media_from_bytes(MP3)) is AudioPart
+    assert type(media_from_bytes(b"plain words")) is DocumentPart
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ImagePart(b""), "the image is empty"),
+        (lambda: ImagePart(b"\x00\x01", name="x"), "the image 'x' is of no media type"),
+        (lambda: ImagePart(PDF), "the image is application/pdf, not an image"),
+        (
+            lambda: ImagePart(PNG, media_type="image/jpeg"),
+            "the image was declared image/jpeg, but its bytes are image/png",
+        ),
+        (
+            lambda: ImagePart(PNG, media_type="image/tiff"),
+            "the image has the media type 'image/tiff', which no kind takes",
+        ),
+        (lambda: ImagePart(url="ftp://example.com/a.png"), "has a URL that is not http(s)"),
+        (lambda: ImagePart(url="https://example.com/a"), "the image at a URL needs its media_type"),
+        (lambda: AudioPart(url="https://example.com/a.mp3"), "an audio part is sent as bytes"),
+        (lambda: ImagePart(PNG, url="https://x/a.png"), "needs either its bytes or a URL"),
+        (
+            lambda: ImagePart(PNG * 100, max_bytes=1000),
+            "the image is 3.1 KiB, over the limit of 1000 bytes",
+        ),
+    ],
+)
+def test_bad_parts_are_refused_at_construction_with_a_sentence(make: object, message: str) -> None:
+    with pytest.raises(MediaError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make()  # type: ignore[operator]
+
+
+def test_a_part_is_made_only_through_a_kind() -> None:
+    with pytest.raises(TypeError, match="make an ImagePart, DocumentPart or AudioPart"):
+        MediaPart(PNG)
+
+
+def test_from_path_names_the_part_after_its_file_and_reads_text_suffixes(tmp_path: Path) -> None:
+    (tmp_path / "cat.png").write_bytes(PNG)
+    (tmp_path / "notes.md").write_text("# Notes\n")
+    (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
+    image = ImagePart.from_path(tmp_path / "cat.png")
+    assert (image.name, image.media_type, image.size) == ("cat.png", "image/png", len(PNG))
+    notes = media_from_path(tmp_path / "notes.md")
+    assert (type(notes), notes.media_type) == (DocumentPart, "text/markdown")
+    with pytest.raises(MediaError, match="the file 'missing.png' does not exist"):
+        media_from_path(tmp_path / "missing.png")
+    with pytest.raises(MediaError, match="the attachment 'blob.bin' is of no media type"):
+        media_from_path(tmp_path / "blob.bin")
+    with pytest.raises(MediaError, match="the file 'cat.png' is 32 bytes, over the limit of 8"):
+        media_from_path(tmp_path / "cat.png", max_bytes=8)
+
+
+def test_a_parts_repr_and_description_never_show_its_bytes() -> None:
+    secret = b"\x89PNG\r\n\x1a\n" + b"canary-0123456789"
+    part = ImagePart(secret, name="cat.png")
+    assert "canary" not in repr(part)
+    assert part.describe() == "[image: cat.png, 25 bytes]"
+    assert repr(part).startswith("ImagePart('cat.png', image/png, 25 bytes, sha256:")
+
+
+@given(data=st.binary(min_size=1, max_size=256), name=st.text(max_size=20))
+def test_for_every_bytes_a_reference_reads_back_to_the_same_part(data: bytes, name: str) -> None:
+    part = media_from_bytes(b"%PDF-" + data, name=name)
+    ref = MediaRef.of(part.reference())
+    assert isinstance(ref, MediaRef)
+    assert ref.with_data(part.data) == part
+    assert "data" not in part.reference()
+    with pytest.raises(MediaError, match="do not match its digest"):
+        ref.with_data(part.data + b"!")
+
+
+def test_a_url_part_reads_back_whole() -> None:
+    part = DocumentPart(url="https://example.com/report.pdf", name="report")
+    assert MediaRef.of(part.reference()) == part
+    assert part.describe() == "[document: report]"
+
+
+def test_a_success_type_with_parts_is_described_as_text() -> None:
+    assert media_as_text(ImagePart) == (str, True)
+    assert media_as_text(list[str | MediaPart]) == (list[str], True)
+    assert media_as_text(list[int]) == (list[int], False)
+    image = ImagePart(PNG, name="a.png")
+    assert split_media(["x", image]) == (["x", "[image: a.png, 32 bytes]"], (image,))
+
+    @tool
+    async def draw() -> ImagePart:
+        """Draw."""
+        return image
+
+    assert draw.returns_media
+    assert draw.success_schema is not None
+    assert draw.success_schema["type"] == "string"
+
+
+def test_a_fallback_chain_moves_on_when_a_model_cannot_take_the_media() -> None:
+    chain = FallbackChain(2)
+    assert chain.after(0, MediaNotSupported("no images"), answered=False) == 1
