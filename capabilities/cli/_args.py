@@ -136,6 +136,13 @@ def _common() -> argparse.ArgumentParser:
         metavar="VAR",
         help="the environment variable holding the API key (default: the provider's usual one)",
     )
+    common.add_argument(
+        "--media",
+        metavar="KINDS",
+        help="what the model takes besides text, comma-separated: image, document, audio, or "
+        "none (default: what the providers guide's table says of the model; an "
+        "openai-compatible server's model is taken to read text only)",
+    )
     common.add_argument("--config", metavar="PATH", help="the TOML config (tools, agent, model)")
     common.add_argument(
         "--state-dir", metavar="DIR", help="where sessions are kept (default: the XDG state dir)"
@@ -186,6 +193,14 @@ def _run(commands: Any, common: argparse.ArgumentParser) -> None:
         "(a new one is named on stderr); --session NAME continues one.",
     )
     run.add_argument("prompt", help="what to ask (`-`: read it from stdin)")
+    run.add_argument(
+        "--attach",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="send FILE with the prompt: an image (PNG, JPEG, GIF, WebP), a PDF or text "
+        "document, or audio (WAV, MP3, FLAC, Ogg), its type read from its bytes; repeatable",
+    )
     run.add_argument("--json", action="store_true", help="one JSON object per event on stdout")
     run.add_argument(
         "--record",

@@ -34,6 +34,7 @@ from ._args import (
     parse,
     prompt_text,
 )
+from ._attach import attachments, input_with_media
 from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config, ConfigError, config_path, load_config, state_dir
@@ -79,6 +80,7 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
             base_url=args.base_url or config.model.base_url,
             api_key_env=args.api_key_env or config.model.api_key_env,
             environ=environ,
+            media=getattr(args, "media", None),
         )
     except ModelRefused as refused:
         if refused.unavailable:
@@ -327,6 +329,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
     is closed."""
     if not args.prompt.strip():
         raise UsageError("the prompt is empty")
+    attached = attachments(args.attach)  # read before anything opens: a bad file stops here
     given = _session_name(args)
     piped = args.prompt == "-" or not _is_terminal(sys.stdin)
     # Approvals and steering are read from the terminal; a stdin read for the prompt is spent.
@@ -338,7 +341,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
         name = given or await _new_name(store, time.strftime("run-%Y%m%d-%H%M%S"))
         named = await NamedSession.open(store, name)
         session = opened.session(console, named, json_events=args.json, answer_only=not args.json)
-        status = await session.run(text, None if piped else sys.stdin)
+        status = await session.run(input_with_media(text, attached), None if piped else sys.stdin)
         if given is None and named.conversation_id is not None:
             console.err.line(f"session {name} saved (continue it with --session {name})")
         return status

@@ -32,7 +32,7 @@ from effectagent.ai import (
     generate,
 )
 from effectagent.effect import Layer
-from effectagent.providers import model_settings
+from effectagent.providers import MediaSupport, model_settings
 
 from ._errors import missing_package, sentence
 
@@ -84,18 +84,36 @@ def provider_of(spec: str) -> str:
     return spec.partition(":")[0].strip().lower()
 
 
+def media_option(text: str) -> MediaSupport:
+    """``--media KINDS`` as the models' ``media`` setting; :class:`ModelRefused` for a kind no
+    model takes."""
+    kinds = {kind.strip().lower() for kind in text.split(",") if kind.strip()}
+    if kinds == {"none"}:
+        return MediaSupport()
+    unknown = sorted(kinds - {"image", "document", "audio"})
+    if unknown or not kinds:
+        raise ModelRefused(
+            f"--media takes image, document and audio (comma-separated) or none, got {text!r}"
+        )
+    return MediaSupport(frozenset(kinds))
+
+
 def choose_model(
     spec: str,
     *,
     base_url: str | None,
     api_key_env: str | None,
     environ: Mapping[str, str],
+    media: str | None = None,
 ) -> ModelChoice:
     """The model ``spec`` names with ``base_url`` and the key in ``api_key_env`` (default: the
-    provider's usual variable), checked: raises :class:`ModelRefused`."""
+    provider's usual variable), checked: raises :class:`ModelRefused`. ``media``: the kinds of
+    media the model takes (``"image,document"``, ``"none"``), None for the providers' table."""
     spec = spec.strip()
     provider = provider_of(spec)
     options: dict[str, Any] = {}
+    if media is not None:
+        options["media"] = media_option(media)
     if base_url:
         options["base_url"] = base_url
     key_variable = api_key_env

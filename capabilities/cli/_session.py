@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Sequence
 from typing import Any, TextIO
 
 import attrs
@@ -21,6 +22,7 @@ import trio
 from capabilities.steering import Steering
 from capabilities.storage import ConversationInUse, SqliteConversationLog, StorageError
 from effectagent import Agent
+from effectagent.ai import MediaPart
 from effectagent.core import (
     TERMINAL_EVENTS,
     ApprovalRequested,
@@ -209,7 +211,7 @@ class TerminalSession:
             nursery.cancel_scope.cancel()
         return 0
 
-    async def run(self, text: str, stdin: TextIO | None) -> int:
+    async def run(self, text: str | Sequence[str | MediaPart], stdin: TextIO | None) -> int:
         """One run of ``text``; its exit status (see :func:`exit_status`). Input lines answer
         approvals or steer, when ``stdin`` is given.
 
@@ -284,7 +286,7 @@ class TerminalSession:
                 if self._editor is None:
                     self._screen.write(Styled("bold", "you> "))
 
-    async def run_once(self, text: str) -> int:
+    async def run_once(self, text: str | Sequence[str | MediaPart]) -> int:
         """One run of ``text`` in the session's conversation, shown as it goes; its exit status.
 
         Cancellation: as :meth:`run`.

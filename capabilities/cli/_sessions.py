@@ -17,6 +17,8 @@ from effectagent.core import LogEntry, ModelResponseRecorded, UserInputRecorded
 from effectagent.engine import ConversationLog
 from effectagent.testing import Cassette, cassette_of_log
 
+from ._attach import said
+
 __all__ = [
     "NamedSession",
     "all_sessions",
@@ -146,7 +148,7 @@ def turns_of(entries: Sequence[LogEntry]) -> list[tuple[str, str]]:
             if record.kind == "feedback":  # the engine's word to the model, not the person's
                 continue
             who = "you" if record.kind == "user" else f"you ({record.kind})"
-            turns.append((who, record.text))
+            turns.append((who, said(record)))  # media parts as ``[image: cat.png, 12 KiB]``
         elif isinstance(record, ModelResponseRecorded):
             text = "".join(value for kind, value in record.content if kind == "text" and value)
             if text.strip():

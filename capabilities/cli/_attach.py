@@ -1,0 +1,45 @@
+"""Files attached to a prompt (``effectagent run --attach FILE``) and how an input with media reads
+in a transcript: its text, then a line per part — ``[image: cat.png, 120 KiB]``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from effectagent.ai import MediaError, MediaPart, MediaRef, media_from_path
+from effectagent.core import UserInputRecorded
+
+from ._common import UsageError
+
+__all__ = ["attachments", "input_with_media", "said"]
+
+
+def attachments(paths: Sequence[str]) -> tuple[MediaPart, ...]:
+    """The parts the files at ``paths`` hold, in order (kind and media type read from their
+    bytes); a file missing, too large or of an unknown type is a :class:`UsageError` saying so."""
+    parts: list[MediaPart] = []
+    for path in paths:
+        try:
+            parts.append(media_from_path(Path(path)))
+        except MediaError as exc:
+            raise UsageError(f"--attach {path}: {exc}") from None
+    return tuple(parts)
+
+
+def input_with_media(text: str, parts: Sequence[MediaPart]) -> str | list[str | MediaPart]:
+    """A run's input: ``text`` alone, or followed by the attached ``parts``."""
+    return text if not parts else [text, *parts]
+
+
+def said(record: UserInputRecorded) -> str:
+    """What a person's input reads as in a transcript: its text, then each media part's line."""
+    if not record.parts:
+        return record.text
+    lines = [record.text] if record.text else []
+    for kind, value in record.parts:
+        if kind == "media":
+            try:
+                lines.append(MediaRef.of(value).describe())
+            except MediaError:
+                lines.append("[media: unreadable reference]")
+    return "\n".join(lines)

@@ -1,0 +1,136 @@
+"""``effectagent run --attach FILE``: the file goes to the model with the prompt (its type read
+from its bytes), the session's transcript shows it as ``[image: name, size]``, and a file that
+cannot be sent is refused with a sentence before anything opens."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capabilities.cli import main
+from capabilities.cli._attach import said
+from effectagent.ai import ImagePart
+from effectagent.core import UserInputRecorded
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .test_cli import args, finish
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+def test_run_attach_sends_the_image_and_the_transcript_shows_it(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    (tmp_path / "cat.png").write_bytes(PNG)
+    (tmp_path / "notes.txt").write_text("bring a coat\n")
+    server.script(Reply.sse(ChatWire().text("A cat.")))
+    command = args(
+        server,
+        "run",
+        "What is this?",
+        "--attach",
+        str(tmp_path / "cat.png"),
+        "--attach",
+        str(tmp_path / "notes.txt"),
+        "--media",
+        "image,document",
+        "--session",
+        "pics",
+    )
+    output, status = finish(spawn(command, cli_env(tmp_path)))
+    assert status == 0, output
+    (request,) = server.requests()
+    content = request.json()["messages"][-1]["content"]
+    assert content == [
+        {"type": "text", "text": "What is this?"},
+        {
+            "type": "image_url",
+            "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()},
+        },
+        {"type": "text", "text": "[document: notes.txt]\nbring a coat\n"},
+    ]
+    shown = subprocess.run(
+        [EFFECTAGENT, "sessions", "show", "pics"],
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines()[1:] == [
+        "you> What is this?",
+        "[image: cat.png, 108 bytes]",
+        "[document: notes.txt, 13 bytes]",
+        "assistant> A cat.",
+    ]
+
+
+def test_a_model_that_reads_text_only_refuses_the_attachment_and_sends_nothing(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    (tmp_path / "cat.png").write_bytes(PNG)
+    command = args(server, "run", "What is this?", "--attach", str(tmp_path / "cat.png"))
+    output, status = finish(spawn(command, cli_env(tmp_path)))
+    assert status == 1
+    assert "does not take image input (it takes text only)" in output
+    assert "--media" not in output or "media=" in output
+    assert server.requests() == []
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "said_"),
+    [
+        ("missing.png", None, "--attach {path}: the file 'missing.png' does not exist"),
+        ("blob.bin", b"\x00\x01\x02", "--attach {path}: the attachment 'blob.bin' is of no media"),
+        ("empty.png", b"", "--attach {path}: the attachment 'empty.png' is empty"),
+    ],
+)
+def test_a_file_that_cannot_be_sent_is_a_usage_error(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    data: bytes | None,
+    said_: str,
+) -> None:
+    for key, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    path = tmp_path / name
+    if data is not None:
+        path.write_bytes(data)
+    command = ["run", "Hi", "--model", "openai:gpt-4.1", "--attach", str(path)]
+    assert main(command) == 2
+    assert said_.format(path=path) in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # refused before anything opened
+
+
+def test_a_bad_media_kind_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    command = ["run", "Hi", "--model", "openai-compatible:x", "--base-url", "http://127.0.0.1:9"]
+    assert main([*command, "--media", "video"]) == 2
+    assert "--media takes image, document and audio (comma-separated) or none, got 'video'" in (
+        capsys.readouterr().err
+    )
+
+
+def test_an_input_without_media_reads_as_its_text() -> None:
+    record = UserInputRecorded(
+        conversation_id="c", run_id="r", input_id="i", kind="user", text="Hi", author="a", at=1.0
+    )
+    assert said(record) == "Hi"
