@@ -95,6 +95,22 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
         ],
         3: [],
         4: ["page <html>https://a.example/</html>", "declared (NotFound(", "defect (ValueError("],
+        5: [
+            """['{"city": "Oslo", "days": 3}', 'Oslo, the next 3 days']""",
+            "the run's input does not match Query: $.days: expected an integer, got 'three'",
+        ],
+        6: [
+            "'clock', required by agent 'assistant' (declared in Agent.services)",
+            "['You help ada. It is 09:00.', 'You help ada. It is 09:05.']",
+            "[(1, 'You help ada. It is 09:00.'), (2, 'You help ada. It is 09:05.')]",
+        ],
+        7: [
+            "What is the weather in Oslo?\n[Context: memory profile]\nAda reads temperatures in °F.",
+            "[Run status: turn 1 of at most 5; 0 of 64 tool calls used; ",
+            " s of 600 s left.]",
+            "['profile']",
+            "note recorded: False",
+        ],
     },
     "docs/guides/providers.md": {
         0: [
