@@ -111,6 +111,23 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "['profile']",
             "note recorded: False",
         ],
+        8: [
+            "['final_result_Refund', 'final_result_Escalation']",
+            "{'_tag': 'ToolInvalidInput', 'message': 'the answer was not accepted: refunds above "
+            "100 are escalated, not refunded; call the tool again with a corrected answer'}",
+            "Escalation(reason='a refund above 100')",
+        ],
+        9: [
+            "failed the input guardrail on_topic tripped: only refunds are handled here",
+            "completed Your refund is on its way. 50",
+        ],
+        10: [
+            "False {'city': ''} None",
+            "False {'city': 'Oslo'} None",
+            "False {'city': 'Oslo', 'high_c': 4.5} None",
+            "True {'city': 'Oslo', 'high_c': 4.5} Forecast(city='Oslo', high_c=4.5)",
+            "completed",
+        ],
     },
     "docs/guides/providers.md": {
         0: [
