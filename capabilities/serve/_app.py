@@ -70,6 +70,7 @@ Handler = Callable[[Request, Principal], Awaitable[Response]]
 _MAX_ID: Final = 200
 _MAX_KEY: Final = 255
 _LISTED: Final = 500
+_DRAINED: Final = 1024 * 1024
 _SECURITY_HEADERS: Final = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -315,9 +316,14 @@ class ServeApi:
         async with aclosing(request.stream()) as stream:
             async for chunk in stream:
                 size += len(chunk)
-                if size > limit:
-                    raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
-                chunks.append(chunk)
+                if size > limit + _DRAINED:
+                    break  # refused unread: the connection is closed after the answer
+                if size <= limit:
+                    chunks.append(chunk)
+        # A body over the limit is read on (to _DRAINED bytes more, none kept) so that the
+        # client, still sending, reads the answer rather than a reset connection.
+        if size > limit:
+            raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
         return decode_json(kind, b"".join(chunks))
 
     # ---- who sees what -------------------------------------------------------------------------
