@@ -75,7 +75,8 @@ async def compact_now(
 
     measure = count.count if count is not None else estimate_tokens
     entries = tuple(await log.entries(conversation_id))
-    system = SystemMessage(agent.instructions)
+    instructions = agent.instructions  # a function's are the run's own: not known here
+    system = SystemMessage(instructions if isinstance(instructions, str) else "")
     messages = (system, *project_messages(entries))
     before = measure(messages)
     policy = agent.policy.compaction

@@ -176,7 +176,7 @@ def check_prepared(prepared: object) -> PreparedContext | str:
         )
     prompt = prepared.prompt
     if prompt is not None:
-        for message in prompt:
+        for message in list[object](prompt):  # what a hook returned: not to be trusted
             if not isinstance(message, _MESSAGES):
                 return f"its prompt holds a {type(message).__name__}, not a message"
     return prepared
@@ -309,7 +309,7 @@ class TurnPreparer:
     ) -> str | RunError:
         """The instructions ``function`` computes, redacted — or why they cannot be used."""
         try:
-            text = await function(context)
+            text: object = await function(context)  # what it returned: not to be trusted
         except Exception as exc:
             return InstructionsFailed(_raised("the instructions function", exc, self._describe))
         if not isinstance(text, str):

@@ -124,9 +124,6 @@ class RunDriver(RunEdges):
         "lender",
         "may_delegate",
         "pool",
-        "preparer",
-        "prompt",
-        "run_input",
     )
 
     def __init__(

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, final
+from typing import Any, final, overload
 
 import trio
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, Unpack
 
 from effectagent.ai import DEFAULT_PRICES, ModelChoice, PricesService, SystemMessage, Tool
 from effectagent.core import (
     Agent,
     ContextItem,
+    DefaultInput,
     Redactor,
     RunAllowance,
     SecretRedactor,
@@ -62,6 +63,7 @@ from ._run_errors import (
     InstructionsLeakSecret,
     UnknownConversation,
 )
+from ._run_typing import RunOptions, SyncOptions
 from ._seams import (
     ApprovalService,
     CompactorService,
@@ -245,10 +247,18 @@ class Runtime:
             (models.summary, models.summary_name),
         )
 
+    @overload
+    def stream(
+        self, agent: Agent[T, DefaultInput], text: DefaultInput, **options: Unpack[RunOptions]
+    ) -> RunStream[T]: ...
+    @overload
+    def stream(
+        self, agent: Agent[T, I], text: I, **options: Unpack[RunOptions]
+    ) -> RunStream[T]: ...
     def stream(
         self,
-        agent: Agent[T, I],
-        text: I,
+        agent: Agent[T, Any],
+        text: object,
         *,
         conversation_id: str | None = None,
         create: bool = False,
@@ -261,6 +271,11 @@ class Runtime:
         """A run of ``agent`` on ``text``; its events as a :class:`RunStream`, to use as
         ``async with runtime.stream(agent, text) as events:`` (the run starts as the block is
         entered and is interrupted if it is still going when the block is left).
+
+        ``text`` is the run's input: its text — or, for an agent with a typed input
+        (``Agent(input=T)``), a ``T`` or its JSON (a dict, or JSON text), decoded and checked
+        here, before anything is written (``ValueError``/``TypeError`` naming the field), and read
+        by the model rendered (JSON, or ``Agent.input_renderer``).
 
         Preflight for ``agent`` happens here, before anything starts. Without
         ``conversation_id`` the run starts a new conversation with a fresh ID. With one, it
@@ -334,10 +349,18 @@ class Runtime:
         )
         return OutputStream(events)
 
+    @overload
+    async def run(
+        self, agent: Agent[T, DefaultInput], text: DefaultInput, **options: Unpack[RunOptions]
+    ) -> RunResult[T]: ...
+    @overload
+    async def run(
+        self, agent: Agent[T, I], text: I, **options: Unpack[RunOptions]
+    ) -> RunResult[T]: ...
     async def run(
         self,
-        agent: Agent[T, I],
-        text: I,
+        agent: Agent[T, Any],
+        text: object,
         *,
         conversation_id: str | None = None,
         create: bool = False,
@@ -676,9 +699,21 @@ async def open_runtime(
             await runtime._wait_runs()
 
 
+@overload
 def run_sync(
-    agent: Agent[T, I],
-    text: I,
+    agent: Agent[T, DefaultInput],
+    text: DefaultInput,
+    *,
+    layer: Layer,
+    **options: Unpack[SyncOptions],
+) -> RunResult[T]: ...
+@overload
+def run_sync(
+    agent: Agent[T, I], text: I, *, layer: Layer, **options: Unpack[SyncOptions]
+) -> RunResult[T]: ...
+def run_sync(
+    agent: Agent[T, Any],
+    text: object,
     *,
     layer: Layer,
     secrets: Sequence[str] = (),

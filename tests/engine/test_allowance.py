@@ -265,7 +265,7 @@ async def test_a_refused_allowance_raises_at_the_call_and_writes_nothing(
         with pytest.raises(MissingServicesError, match="asks approval for every call"):
             runtime.stream(AGENT, "x", allowance=RunAllowance(approval="always"))
         with pytest.raises(TypeError, match="allowance must be a RunAllowance"):
-            await runtime.run(AGENT, "x", allowance={"max_turns": 1})  # type: ignore[arg-type]
+            await runtime.run(AGENT, "x", allowance={"max_turns": 1})  # type: ignore[call-overload]
         assert list(await log.entries("c")) == []
     assert model.requests == []
 

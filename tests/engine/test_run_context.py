@@ -77,7 +77,7 @@ async def test_bad_context_is_refused_before_the_run_starts() -> None:
         with pytest.raises(TypeError, match="context must hold ContextItem values, got str"):
             await runtime.run(agent, "x", context=["some text"])  # type: ignore[list-item]
         with pytest.raises(TypeError, match="context must be a sequence of ContextItem"):
-            runtime.stream(agent, "x", context=SKILL)  # type: ignore[arg-type]
+            runtime.stream(agent, "x", context=SKILL)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match=r"ContextItem\.text must not be empty"):
         ContextItem(kind="skill", source="empty", text=" ")
     with pytest.raises(TypeError, match=r"ContextItem\.version must be a str"):

@@ -543,7 +543,7 @@ async def test_every_request_is_the_projection_of_the_log_written_so_far(
     responses = [i for i, e in enumerate(ran.log) if isinstance(e.record, ModelResponseRecorded)]
     assert len(responses) == len(ran.model.requests) == 3
     for request, before in zip(ran.model.requests, responses, strict=True):
-        expected = (SystemMessage(agent.instructions), *project_messages(ran.log[:before]))
+        expected = (SystemMessage(str(agent.instructions)), *project_messages(ran.log[:before]))
         assert request.messages == expected
 
 

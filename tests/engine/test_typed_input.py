@@ -237,11 +237,13 @@ def test_for_every_input_refused_nothing_is_recorded(data: dict[str, Any]) -> No
         and 1 <= data["days"] <= 14
     )
 
+    agent: Agent = FORECASTER  # any input: the dicts are JSON of Query
+
     async def main() -> tuple[bool, int]:
         model = ScriptedModel([Turn.text("ok")])
         async with open_runtime(model.as_layer(), agents=[FORECASTER]) as runtime:
             try:
-                await runtime.run(FORECASTER, data, conversation_id="c", create=True)
+                await runtime.run(agent, data, conversation_id="c", create=True)
             except ValueError:
                 return False, len(list(await runtime.log.entries("c")))
             return True, len(list(await runtime.log.entries("c")))

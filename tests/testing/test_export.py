@@ -30,7 +30,7 @@ def conversation() -> ScriptedModel:
 
 def test_an_exported_conversation_replays_to_the_same_records(tmp_path: Path) -> None:
     _, entries = run_on(conversation().as_layer(), prompts=PROMPTS)
-    exported = cassette_of_log(entries, instructions=weather.instructions)
+    exported = cassette_of_log(entries, instructions=str(weather.instructions))
     assert exported.source == "export"
     assert exported.unchecked == ("tools", "tool_choice", "max_output_tokens", "output", "metadata")
     path = tmp_path / "exported.jsonl"
@@ -46,7 +46,7 @@ def test_an_exported_request_is_the_prompt_the_engine_sent(tmp_path: Path) -> No
     live = tmp_path / "live.jsonl"
     _, entries = run_on(record(conversation().as_layer(), live), prompts=PROMPTS)
     recorded = Cassette.read(live)
-    exported = cassette_of_log(entries, instructions=weather.instructions)
+    exported = cassette_of_log(entries, instructions=str(weather.instructions))
     for mine, theirs in zip(exported.exchanges, recorded.exchanges, strict=True):
         assert mine.request["messages"] == theirs.request["messages"]
     streamed = [p for p in recorded.exchanges[1].parts if isinstance(p, TextDeltaPart)]

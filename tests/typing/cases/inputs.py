@@ -70,14 +70,15 @@ async def runs(runtime: Runtime, agent: Agent) -> None:
     async with runtime.stream(forecaster, Query("Lima", 1)) as events:
         print(events)
     await runtime.run(greeter, "Ada")
+    await runtime.run(greeter, ["Ada", "and Grace"])  # a list is checked against DefaultInput
     await runtime.run(agent, "anything")  # a bare Agent: any input
     await runtime.run(agent, Query("Oslo", 1))
 
 
 async def misuses(runtime: Runtime) -> None:
-    # E: Cannot infer value of type parameter "I" of "run" of "Runtime"
+    # E: Argument 1 to "run" of "Runtime" has incompatible type "Agent[Forecast, Query]"
     await runtime.run(forecaster, "How warm is Oslo?")
-    # E: Cannot infer value of type parameter "I" of "stream" of "Runtime"
+    # E: Argument 1 to "stream" of "Runtime" has incompatible type "Agent[Forecast, Query]"
     runtime.stream(forecaster, "How warm is Oslo?")
     # E: Cannot infer value of type parameter "I" of "run" of "Runtime"
     await runtime.run(greeter, Query("Oslo", 3))
@@ -96,6 +97,6 @@ misrendered = Agent("misrendered", "Forecast.", input=Forecast, input_renderer=r
 def synchronously(layer: Layer) -> None:
     result = run_sync(forecaster, Query("Oslo", 3), layer=layer)
     assert_type(result, RunResult[Forecast])
-    # E: Cannot infer value of type parameter "I" of "run_sync"
+    # E: Argument 1 to "run_sync" has incompatible type "Agent[Forecast, Query]"
     run_sync(forecaster, "Oslo", layer=layer)
     print(mismatched, misrendered)
