@@ -16,6 +16,8 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -29,6 +31,7 @@ from effectagent.core import (
     ContextItem,
     PrepareContextFailed,
     PreparedContext,
+    RunFailedRecord,
     SecretRedactor,
     TurnContext,
 )
@@ -323,3 +326,25 @@ def test_a_prepared_context_checks_its_fields() -> None:
     with pytest.raises(ValueError, match="must not be empty"):
         PreparedContext(prompt=())
     assert attrs.evolve(PreparedContext()).items == ()
+
+
+async def test_cancelling_a_run_while_its_hook_awaits_interrupts_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    entered = trio.Event()
+
+    async def prepare(context: TurnContext[Any]) -> None:
+        entered.set()
+        await trio.sleep_forever()
+
+    agent = Agent("weather", "Answer.", prepare_context=prepare)
+    model = ScriptedModel([])
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        with trio.move_on_after(5):
+            await runtime.run(agent, "How warm?", conversation_id="c", create=True)
+        log = list(await runtime.log.entries("c"))
+    assert entered.is_set()
+    assert model.requests == []
+    last = log[-1].record
+    assert isinstance(last, RunFailedRecord)
+    assert (last.reason, last.error) == ("interrupted", None)
