@@ -109,7 +109,10 @@ def _parts(messages: Sequence[Message]) -> list[_Part]:
         if isinstance(message, SystemMessage):
             parts.append(_Part((_Line("System: ", message.content),)))
         elif isinstance(message, UserMessage):
-            text = "".join(part.text for part in message.content)
+            text = "".join(  # a media part reads as its description: [image: cat.png, 12 KiB]
+                part.text if isinstance(part, TextContent) else part.describe()
+                for part in message.content
+            )
             if text.startswith(_SUMMARY_PREFIX):
                 line = _Line(_EARLIER, text[len(_SUMMARY_PREFIX) :])
                 parts.append(_Part((line,), earlier_summary=not parts))

@@ -215,7 +215,8 @@ class MediaPart:
         if url is not None:
             if not self.takes_url:
                 raise MediaError(f"{_article(kind)} part is sent as bytes, not a URL")
-            if not isinstance(url, str) or not url.lower().startswith(("https://", "http://")):
+            given: object = url  # checked at run time too: not every caller runs mypy
+            if not isinstance(given, str) or not url.lower().startswith(("https://", "http://")):
                 raise MediaError(f"{shown} has a URL that is not http(s)")
             if len(url) > 8192:
                 raise MediaError(f"{shown} has a URL longer than 8192 characters")

@@ -239,7 +239,7 @@ class RunEdges:
         if history:  # projected first: media whose bytes are gone refuse the run here
             messages += project_messages(history, await load_media(services.log, history))
         if content is not None:
-            await store_media(services.log, content)
+            await store_media(services.log, content, conversation_id)
         await io.record(*records)
         messages += [UserMessage.text(record.item.as_message_text()) for record in added]
         messages.append(

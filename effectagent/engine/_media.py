@@ -19,7 +19,6 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 import attrs
 
 from effectagent.ai import (
-    MediaError,
     MediaPart,
     MediaRef,
     TextContent,
@@ -40,6 +39,7 @@ from ._seams import ConversationLogError
 
 __all__ = [
     "MediaMissing",
+    "MediaNotKept",
     "MediaStore",
     "UserContent",
     "check_user_input",
@@ -72,6 +72,22 @@ class MediaMissing(ConversationLogError):
             f"the bytes of {self.described}, which record {self.seq} of conversation "
             f"{self.conversation_id} refers to, are not stored: the conversation cannot be sent "
             "to a model again with it"
+        )
+
+
+@attrs.frozen
+class MediaNotKept(ConversationLogError):
+    """The conversation log (``log_class``) keeps no media bytes, so input or a tool result
+    with media cannot be recorded; nothing was written."""
+
+    conversation_id: str
+    seq: int | None
+    log_class: str
+
+    def __str__(self) -> str:
+        return (
+            f"the conversation log ({self.log_class}) of conversation {self.conversation_id} "
+            "cannot keep images, documents or audio: use the in-memory log or the SQLite storage"
         )
 
 
@@ -159,18 +175,18 @@ def redacted_message(content: UserContent, redact: Any) -> UserMessage:
     )
 
 
-async def store_media(log: object, content: Iterable[TextContent | MediaPart]) -> None:
+async def store_media(
+    log: object, content: Iterable[TextContent | MediaPart], conversation_id: str
+) -> None:
     """Keep the bytes of ``content``'s media parts in ``log`` (by digest).
 
-    Raises MediaError when ``log`` cannot keep media. Cancellation: as ``put_media``."""
+    Raises :class:`MediaNotKept` (a ``ConversationLogError``: the run ends ``failed`` with
+    ``StorageFailed``) when ``log`` cannot keep media. Cancellation: as ``put_media``."""
     blobs = {p.digest: p.data for p in content if isinstance(p, MediaPart) and not p.url}
     if not blobs:
         return
     if not isinstance(log, MediaStore):
-        raise MediaError(
-            f"the conversation log ({type(log).__name__}) cannot keep images, documents or "
-            "audio: use the in-memory log or the SQLite storage"
-        )
+        raise MediaNotKept(conversation_id, None, type(log).__name__)
     await log.put_media(blobs)
 
 
@@ -223,6 +239,7 @@ async def settled_with_media(io: Any, outcomes: Sequence[ToolOutcome]) -> ToolMe
         results.append(
             ToolResultContent(o.tool_call_id, o.tool_name, o.model_content(), o.is_failure, media)
         )
-    await store_media(io.conversation_log, [p for r in results for p in r.media])
+    parts = [p for r in results for p in r.media]
+    await store_media(io.conversation_log, parts, io.conversation_id)
     io.media = {}
     return ToolMessage(tuple(results))

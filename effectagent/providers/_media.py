@@ -125,11 +125,11 @@ def media_problem(
     Only user and tool messages are looked at, one type check each."""
     total = 0
     for message in messages:
-        kind = type(message)
-        if kind is UserMessage:
-            parts: Iterable[object] = message.content  # type: ignore[union-attr]
-        elif kind is ToolMessage:
-            parts = [part for result in message.content for part in result.media]  # type: ignore[union-attr]
+        parts: Iterable[object]
+        if isinstance(message, UserMessage):
+            parts = message.content
+        elif isinstance(message, ToolMessage):
+            parts = [part for result in message.content for part in result.media]
         else:
             continue
         for part in parts:
@@ -163,10 +163,27 @@ def _takes(support: MediaSupport) -> str:
     return "it takes " + " and ".join(sorted(support.kinds))
 
 
-async def refused(error: MediaNotSupported) -> AsyncIterator[ResponsePart]:
+def refused(error: MediaNotSupported) -> AsyncIterator[ResponsePart]:
     """A stream that fails with ``error`` when first read (nothing is sent)."""
-    raise error
-    yield  # pragma: no cover - makes this an async generator
+    return _Refused(error)
+
+
+class _Refused:
+    """An async iterator that raises its error at the first ``__anext__``."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: MediaNotSupported) -> None:
+        self.error = error
+
+    def __aiter__(self) -> _Refused:
+        return self
+
+    async def __anext__(self) -> ResponsePart:
+        raise self.error
+
+    async def aclose(self) -> None:
+        """Nothing to close."""
 
 
 def data_url(part: MediaPart) -> str:

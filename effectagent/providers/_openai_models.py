@@ -36,7 +36,7 @@ from effectagent.ai import (
 from ._common import CallIds, default_max_tokens, positive_tokens
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
-from ._media import MediaSupport, media_problem, media_support, refused
+from ._media import Family, MediaSupport, media_problem, media_support, refused
 from ._openai_chat import ChatCompletionsDecoder, chat_request_body
 from ._openai_responses import ResponsesDecoder, responses_request_body
 from ._streaming import SdkErrors, stream_parts
@@ -393,7 +393,7 @@ class OpenAIChatModel:
         self._output_with_tools = output_with_tools
         self._stream_usage = stream_usage
         self._require_done = require_done
-        family = "openai-chat" if provider == "OpenAI" else "openai-compatible"
+        family: Family = "openai-chat" if provider == "OpenAI" else "openai-compatible"
         self._media = media or media_support(family, model)
 
     def __repr__(self) -> str:
