@@ -60,7 +60,8 @@ class CheckContext(Protocol):
 
     @property
     def input(self) -> str:
-        """The run's input text, as recorded (redacted)."""
+        """The run's input text, redacted, as the model reads it: a typed input rendered, the
+        text parts of an input with media (the media are not given)."""
         ...
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

@@ -31,6 +31,7 @@ from effectagent.core import (
 )
 
 from ._machine_values import AnswerChecked, CheckAnswer, EnterGrace, NextTurn, RunState
+from ._media import user_content
 from ._model_step import answered_by, stream_model
 
 if TYPE_CHECKING:
@@ -226,7 +227,7 @@ def check_context(driver: RunDriver) -> RunCheckContext:
         run_id=io.run_id,
         conversation_id=io.conversation_id,
         agent_name=driver.agent.name,
-        input=services.redactor.redact_text(str(driver.user_input)),
+        input=services.redactor.redact_text(user_content(driver.user_input)[0]),
         model=services.model,
         model_name=services.model_name,
         prices=services.prices,

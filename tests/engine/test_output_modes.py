@@ -213,3 +213,29 @@ def test_a_tool_named_final_result_is_refused_at_construction() -> None:
 def test_the_tool_mode_needs_an_output_type() -> None:
     with pytest.raises(ValueError, match="needs an output type"):
         make_agent(output=None, output_mode="tool")
+
+
+async def test_the_grace_turn_offers_final_result_alone_and_requires_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    model = TrackingModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.tool_calls(("final_result", GOOD)),
+        ]
+    )
+    agent = make_agent(
+        forecast_tool(), output=Refund, output_mode="tool", policy=make_policy(max_turns=1)
+    )
+    layer = agent.toolkit.handlers({tool: HandlerProbe().forecast() for tool in agent.toolkit})
+    async with open_runtime(layer + model.layer(), agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "Refund A-1")
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.finish_reason == "budget-exhausted"
+    assert end.output == Refund("A-1", 12.5)
+    grace = model.requests[1]
+    assert [tool.name for tool in grace.tools] == ["final_result"]
+    assert grace.tool_choice == "required"
+    first = model.requests[0]
+    assert [tool.name for tool in first.tools] == ["forecast", "final_result"]
