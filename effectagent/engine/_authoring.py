@@ -44,7 +44,7 @@ from effectagent.core import (
     RunError,
     TurnContext,
 )
-from effectagent.effect import SchemaError, ServiceKey, decode, encode_as, parse_json_text
+from effectagent.effect import SchemaError, ServiceKey, decode, decode_json, encode_as
 
 from ._io import RunIO
 from ._machine_values import PrepareTurn, RunState, TurnPrepared
@@ -71,7 +71,6 @@ __all__ = [
     "system_for",
 ]
 
-_JSON = json.JSONDecoder()
 _MESSAGES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
 
 
@@ -92,6 +91,13 @@ def _type_name(tp: object) -> str:
     return getattr(tp, "__name__", repr(tp))
 
 
+def _instance_of(value: object, tp: Any) -> bool:
+    try:
+        return isinstance(value, tp)
+    except TypeError:  # a TypedDict, a generic alias: only JSON of it is given
+        return False
+
+
 def prepare_input(agent: Agent, given: object) -> RunInput:
     """``given`` checked against ``agent.input`` and rendered. Pure (but for the renderer).
 
@@ -107,19 +113,14 @@ def prepare_input(agent: Agent, given: object) -> RunInput:
         return RunInput(given, given)
     name = _type_name(tp)
     try:
-        if isinstance(given, str):
-            data = parse_json_text(given, _JSON)
-        elif isinstance(given, tp):
-            data = encode_as(tp, given)
+        if isinstance(given, str):  # JSON text: bounded and strict, as a tool's arguments are
+            value = decode_json(tp, given)
         else:
-            data = given
-        value = decode(tp, data)
+            value = decode(tp, encode_as(tp, given) if _instance_of(given, tp) else given)
         data = encode_as(tp, value)
     except SchemaError as exc:
         raise ValueError(exc.explain(f"the run's input does not match {name}")) from None
-    except ValueError as exc:  # JSON text that is not JSON
-        raise ValueError(f"the run's input is text that is not JSON for {name}: {exc}") from None
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # a value JSON cannot hold
         raise TypeError(f"the run's input cannot be read as {name}: {exc}") from None
     renderer = agent.input_renderer
     if renderer is None:

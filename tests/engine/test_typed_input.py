@@ -10,7 +10,7 @@ on its text as before."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 import pytest
@@ -106,7 +106,7 @@ async def test_json_of_the_input_type_is_decoded_into_it(given_input: Any) -> No
         (Query("Oslo", 30), ValueError, r"does not match Query: \$\.days: .*14"),
         ({"city": "Oslo", "days": "three"}, ValueError, r"\$\.days: expected an integer"),
         ({"days": 3}, ValueError, r"does not match Query: \$\.city"),
-        ("Oslo, please", ValueError, r"text that is not JSON for Query"),
+        ("Oslo, please", ValueError, r"does not match Query: \$: .*JSON"),
         (Window(1, 2), ValueError, r"does not match Query"),
         (3.5, ValueError, r"does not match Query"),
     ],
@@ -251,3 +251,18 @@ def test_for_every_input_refused_nothing_is_recorded(data: dict[str, Any]) -> No
     ran, records = trio.run(main)
     assert ran == fits
     assert (records > 0) == fits
+
+
+class Place(TypedDict):
+    city: str
+    country: str
+
+
+async def test_a_typed_dict_input_is_given_as_its_dict() -> None:
+    agent = Agent("placer", "Place it.", input=Place)
+    model = ScriptedModel([Turn.text("Norway.")])
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        await runtime.run(agent, Place(city="Oslo", country="NO"))
+        with pytest.raises(ValueError, match=r"does not match Place: \$\.country"):
+            await runtime.run(agent, {"city": "Oslo"})  # type: ignore[misc]
+    assert json.loads(last_user_text(model.requests[0])) == {"city": "Oslo", "country": "NO"}
