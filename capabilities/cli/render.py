@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from effectagent.ai import dollars
 from effectagent.core import (
     ApprovalRequested,
     BudgetWarning,
@@ -145,6 +146,8 @@ def _outcome_text(outcome: ToolOutcome, limit: int) -> str:
 
 
 def _budget_figure(dimension: str, value: float) -> str:
+    if dimension == "cost":  # the engine counts cost in micro-dollars
+        return dollars(int(value))
     return f"{value:.1f} s" if dimension == "duration" else figure(value)
 
 

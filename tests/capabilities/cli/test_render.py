@@ -12,7 +12,7 @@ from capabilities.approval import Answer, ScriptedApproval
 from capabilities.cli.render import Timeline, preview
 from capabilities.subagents import delegate
 from effectagent import Agent, AgentPolicy, Layer, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import AssistantMessage, ModelRequest
+from effectagent.ai import AssistantMessage, ModelRequest, dollars
 from effectagent.core import BudgetExhausted, BudgetWarning, RunFailed, UsageTotals
 from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
@@ -185,10 +185,22 @@ def test_budgets_and_failures_read_as_sentences_with_figures_rounded() -> None:
     }
     timeline.render(BudgetWarning(**base, dimension="duration", used=5.005364324999391, limit=6.0))
     timeline.render(BudgetWarning(**base, dimension="tool_calls", used=3.0, limit=4.0))
+    timeline.render(BudgetWarning(**base, dimension="cost", used=812_345.0, limit=1_000_000.0))
     timeline.render(
         RunFailed(**base, error=BudgetExhausted("duration", 6.012345, 6.0), usage=UsageTotals())
     )
-    assert out.getvalue().splitlines() == [
+    timeline.render(
+        RunFailed(
+            **base, error=BudgetExhausted("cost", 1_000_250.0, 1_000_000.0), usage=UsageTotals()
+        )
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[2] == f"! cost budget: {dollars(812_345)} of {dollars(1_000_000)} used"
+    assert "$" in lines[2]
+    assert "812345" not in lines[2]
+    assert "$" in lines[5]
+    assert "1000250" not in lines[5]
+    assert lines[:2] + lines[3:5] == [
         "! duration budget: 5.0 s of 6.0 s used",
         "! tool calls budget: 3 of 4 used",
         "✗ run failed: the duration budget ran out: 6.0 s used of 6.0 s",
