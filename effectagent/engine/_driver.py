@@ -307,7 +307,12 @@ class RunDriver(RunEdges):
                     else:
                         grace = await self._drive((state, (_NEXT_TURN,)))
                 else:
-                    grace = await self._drive(await self._begin_resumed(started, end_at))
+                    resumed = await self._begin_resumed(started, end_at)
+                    if self.agent.input_guardrails and resumed[0].turn == 0:
+                        # No turn was recorded: its input never got past the guardrails.
+                        grace = await first_turns(self, resumed[0])
+                    else:
+                        grace = await self._drive(resumed)
             if self.terminal is None and not self._interrupted:
                 scope = self.cancel_scope = trio.CancelScope()
                 with scope:

@@ -36,6 +36,7 @@ from effectagent.core import (
 from effectagent.engine import open_runtime
 from effectagent.testing import Turn
 
+from .crash import DyingLog, log_layer
 from .helpers import (
     HandlerProbe,
     TrackingModel,
@@ -391,3 +392,71 @@ async def test_cancelling_a_run_in_a_guardrail_interrupts_it(
             await runtime.run(agent, "hello")
         assert runtime.active_runs == 0
     assert model.requests == []
+
+
+async def test_a_resumed_run_with_no_turn_recorded_runs_its_input_guardrails_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The process died after the input was recorded, while the guardrail's trip was being
+    written: the resumed run must not ask the model with an input no guardrail passed."""
+    agent = make_agent(input_guardrails=[_trip])
+    dying = DyingLog(appends=1)  # the input is written; the trip's record is not
+    model = TrackingModel([Turn.text("Sure.")])
+    layer = model.layer() + dying.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        first = await runtime.run(agent, "Refund A-1", conversation_id="c", create=True, run_id="r")
+    assert first.status == "failed"
+    assert not isinstance(first.error, GuardrailTripped)  # the storage died first
+    async with open_runtime(model.layer() + log_layer(dying.log), agents=[agent]) as runtime:
+        resumed = await runtime.resume(agent, conversation_id="c", run_id="r")
+    assert resumed.status == "failed"
+    assert isinstance(resumed.error, GuardrailTripped)
+    assert model.requests == []
+
+
+async def test_a_rejection_message_holding_a_secret_is_redacted(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund)
+
+    @agent.output_validator
+    async def leaky(refund: Refund, ctx: CheckContext) -> None:
+        if refund.amount > 1:
+            raise RejectOutput(f"the key {SECRET} says no")
+
+    model = TrackingModel([Turn.text(_refund(5)), Turn.text(_refund(1))])
+    events, log, _ = await _run(model, agent)
+    assert isinstance(assert_well_formed(events), RunCompleted)
+    feedback = [r.text for r in records_of(log, UserInputRecorded) if r.kind == "feedback"]
+    assert feedback == [
+        "Your final answer was not accepted: the key [REDACTED] says no\nAnswer again."
+    ]
+    assert SECRET not in repr(model.requests)
+    assert SECRET not in repr(log)
+
+
+async def test_cancelling_a_run_in_an_output_validator_delivers_no_answer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Refund)
+    entered = trio.Event()
+
+    @agent.output_validator
+    async def slow(refund: Refund, ctx: CheckContext) -> None:
+        entered.set()
+        await trio.sleep_forever()
+
+    model = TrackingModel([Turn.text(_refund(5))])
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Refund A-1") as events:
+            seen = []
+            async for event in events:
+                seen.append(event)
+                if entered.is_set():
+                    break
+            await entered.wait()
+        log = await entries(runtime, events.conversation_id)
+    kinds = {type(entry.record).__name__ for entry in log}
+    assert "RunCompletedRecord" not in kinds
+    assert "RunFailedRecord" in kinds  # the interruption
+    assert not events_of(seen, RunCompleted)
