@@ -21,11 +21,13 @@ import attrs
 import trio
 
 from capabilities.sessions import Session, SessionStore
-from effectagent.ai import AiError
+from effectagent.ai import AiError, MediaPart
 from effectagent.core import Redactor, UsageTotals
 from effectagent.engine import Compactor, ConversationLog, TokenCounter
 
+from ._attach import attachments, input_with_media
 from ._commands import Command, add_usage, command_of, message_of
+from ._common import UsageError
 from ._compact import compact_now
 from ._config import CompactionConfig, Price
 from ._console import Channel, Console, Styled, Table, Text
@@ -128,6 +130,7 @@ class ChatSession(TerminalSession):
         self._first = tools.models.current
         self._by_model: dict[str, UsageTotals] = {}  # this chat's usage, by model string
         self._typed_ahead: collections.deque[Typed] = collections.deque()
+        self._attached: list[MediaPart] = []  # ``/attach``: sent with the next message
         tools.models.on_refused = self._refused
 
     # ---- the prompts ---------------------------------------------------------------------------
@@ -188,12 +191,15 @@ class ChatSession(TerminalSession):
             return self._typed_ahead.popleft()
         return await self._next_line()
 
-    async def run_once(self, text: str) -> int:
-        """As :meth:`TerminalSession.run_once`; the run's usage is counted for its model too.
+    async def run_once(self, text: str | Sequence[str | MediaPart]) -> int:
+        """As :meth:`TerminalSession.run_once`; the run's usage is counted for its model too,
+        and the files ``/attach`` took go with ``text``.
 
         Cancellation: as :meth:`TerminalSession.run_once`."""
         model = self._tools.models.current.spec
         before = self._usage
+        if self._attached and isinstance(text, str):
+            text, self._attached = input_with_media(text, self._attached), []
         try:
             return await super().run_once(text)
         finally:
@@ -213,6 +219,7 @@ class ChatSession(TerminalSession):
             "resume": self._resume,
             "compact": self._compact,
             "usage": self._usage_now,
+            "attach": self._attach,
         }
         perform = commands.get(command.name)
         if perform is None:
@@ -251,6 +258,20 @@ class ChatSession(TerminalSession):
                 nursery.start_soon(interrupts, signals, nursery.cancel_scope)
                 await work
                 nursery.cancel_scope.cancel()
+
+    async def _attach(self, argument: str) -> None:
+        """``/attach FILE``: the file goes with the next message. Cancellation: the file is read
+        in a worker thread, abandoned when cancelled (nothing attached then)."""
+        if not argument:
+            self._note("/attach needs a FILE: /attach cat.png")
+            return
+        try:
+            (part,) = await trio.to_thread.run_sync(attachments, [argument], abandon_on_cancel=True)
+        except UsageError as error:
+            self._note(str(error))
+            return
+        self._attached.append(part)
+        self._note(f"attached {part.describe()}: it goes with your next message")
 
     async def _usage_now(self, _: str) -> None:
         """``/usage``. Cancellation: nothing to cancel (it only writes)."""

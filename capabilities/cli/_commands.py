@@ -27,6 +27,7 @@ COMMANDS: Final = {
     "resume": "NAME: continue the session NAME in this chat",
     "compact": "compact this conversation now (with the configured compactor)",
     "usage": "the tokens this chat's runs have used so far (and their cost, when priced)",
+    "attach": "FILE: send an image, a PDF or text document, or audio with your next message",
     "exit": "end the session (as Ctrl-D)",
 }
 

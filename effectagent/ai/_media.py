@@ -250,6 +250,12 @@ class MediaPart:
         return cls(data, media_type=declared, name=shown if name is None else name)
 
     @property
+    def text(self) -> str:
+        """The part as text reads it: its description (code that joins a message's ``.text``
+        reads ``[image: cat.png, 120 KiB]`` where the image is)."""
+        return self.describe()
+
+    @property
     def is_url(self) -> bool:
         """Whether the provider fetches the part from :attr:`url` (no bytes here)."""
         return bool(self.url)
@@ -269,6 +275,16 @@ class MediaPart:
     def describe(self) -> str:
         """How a person reads it in a transcript: ``[image: cat.png, 120 KiB]``."""
         return describe_media(self.kind, self.name, self.size, self.url)
+
+    def label(self) -> str:
+        """How events, spans and logs show it: ``[image: cat.png, 120 KiB, image/png,
+        sha256:3a7bd3e2360a]`` — kind, name, size, media type and the digest's first 12 hex
+        digits (or the URL); never the bytes."""
+        if self.url:
+            return f"[{self.kind}: {self.name or self.url}, {self.media_type}, {self.url}]"
+        name = self.name or "unnamed"
+        size = format_bytes(self.size)
+        return f"[{self.kind}: {name}, {size}, {self.media_type}, {self.digest[:19]}]"
 
     def __repr__(self) -> str:
         where = self.url if self.url else f"{format_bytes(self.size)}, {self.digest[:19]}…"

@@ -141,10 +141,11 @@ def user_content(value: str | Sequence[str | MediaPart]) -> tuple[str, UserConte
 
 
 def describe_input(text: str, content: UserContent | None) -> str:
-    """How events and logs show the input: its text, then each media part's description."""
+    """How events, spans and logs show the input: its text, then a line per media part — its
+    kind, name, size, media type and digest (:meth:`~effectagent.ai.MediaPart.label`)."""
     if content is None:
         return text
-    media = [part.describe() for part in content if isinstance(part, MediaPart)]
+    media = [part.label() for part in content if isinstance(part, MediaPart)]
     return "\n".join([text, *media]) if text else "\n".join(media)
 
 

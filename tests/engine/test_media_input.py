@@ -37,14 +37,17 @@ async def test_the_model_gets_the_parts_and_events_show_only_descriptions() -> N
     model = ScriptedModel([Turn.text("A cat.")])
     agent = Agent("looker", "Describe images.")
     events: list[Any] = []
-    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
-        async with runtime.stream(agent, ["What is this?", IMAGE]) as stream:
-            events = [event async for event in stream]
+    async with (
+        open_runtime(model.as_layer(), agents=[agent]) as runtime,
+        runtime.stream(agent, ["What is this?", IMAGE]) as stream,
+    ):
+        events = [event async for event in stream]
     (request,) = model.requests
     (user,) = [m for m in request.messages if isinstance(m, UserMessage)]
     assert user.media == (IMAGE,)
     (started,) = [e for e in events if isinstance(e, RunStarted)]
-    assert started.input == "What is this?\n[image: cat.png, 40 bytes]"
+    digest = IMAGE.digest.removeprefix("sha256:")[:12]
+    assert started.input == f"What is this?\n[image: cat.png, 40 bytes, image/png, sha256:{digest}]"
     assert all("canary" not in repr(e) for e in events)
 
 

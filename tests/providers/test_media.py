@@ -22,7 +22,7 @@ from effectagent.ai import (
     ToolResultContent,
     UserMessage,
 )
-from effectagent.core import ToolCallSettled, UserInputRecorded
+from effectagent.core import ToolCallSettled, ToolSuccess, UserInputRecorded
 from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.providers import (
@@ -407,6 +407,7 @@ async def test_a_tools_image_reaches_each_provider_and_is_recorded_by_digest(
         for e in await log.entries(first.conversation_id)
         if isinstance(e.record, ToolCallSettled)
     ]
+    assert isinstance(settled.outcome, ToolSuccess)
     assert settled.outcome.result == ["drawn: sales", "[image: cat.png, 80 bytes]"]
     assert settled.outcome.media == (IMAGE.reference(),)
     assert log.media_digests == {IMAGE.digest}

@@ -13,13 +13,12 @@ import pytest
 
 from capabilities.cli import main
 from capabilities.cli._attach import said
-from effectagent.ai import ImagePart
 from effectagent.core import UserInputRecorded
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
 from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
-from .test_cli import args, finish
+from .test_cli import PROMPT, args, end_chat, finish
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
 
@@ -134,3 +133,29 @@ def test_an_input_without_media_reads_as_its_text() -> None:
         conversation_id="c", run_id="r", input_id="i", kind="user", text="Hi", author="a", at=1.0
     )
     assert said(record) == "Hi"
+
+
+def test_chat_attach_sends_the_file_with_the_next_message(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    (tmp_path / "cat.png").write_bytes(PNG)
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("A cat.")), Reply.sse(wire.text("Plain.")))
+    child = spawn(args(server, "chat", "--media", "image"), cli_env(tmp_path))
+    child.expect(PROMPT)
+    child.sendline(f"/attach {tmp_path / 'nope.png'}")
+    child.expect_exact("the file 'nope.png' does not exist")
+    child.expect(PROMPT)
+    child.sendline(f"/attach {tmp_path / 'cat.png'}")
+    child.expect_exact("attached [image: cat.png, 108 bytes]: it goes with your next message")
+    child.expect(PROMPT)
+    child.sendline("What is this?")
+    child.expect_exact("A cat.")
+    child.expect(PROMPT)
+    child.sendline("And now?")  # sent alone: the attachment went with the first
+    child.expect_exact("Plain.")
+    child.expect(PROMPT)
+    end_chat(child)
+    first, second = (r.json()["messages"][-1]["content"] for r in server.requests())
+    assert [part["type"] for part in first] == ["text", "image_url"]
+    assert second == "And now?"
