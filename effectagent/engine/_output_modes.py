@@ -47,6 +47,7 @@ __all__ = [
     "final_tools",
     "only_final_calls",
     "output_invalid",
+    "refused_answer",
     "retarget_final_calls",
     "run_final_tools",
     "tools_offered",
@@ -223,3 +224,10 @@ def run_final_tools(agent: Any) -> FinalTools | None:
     if agent.output_mode != "tool" or agent.output is None:
         return None
     return final_tools(agent.output)
+
+
+def refused_answer(outcome: ToolOutcome) -> bool:
+    """Whether a final_result call's settlement refused an answer (its arguments, or a
+    validator) — what counts as an output retry — rather than not taking it (beside other calls,
+    or after the first)."""
+    return isinstance(outcome, ToolInvalidInput) and outcome.message not in (NOT_ALONE, ONE_ONLY)

@@ -88,6 +88,7 @@ from ._machine import (
     step,
 )
 from ._model_step import ModelStep
+from ._output_modes import refused_answer
 
 __all__ = [
     "BatchReplay",
@@ -479,9 +480,15 @@ def _count(
     batch: list[ToolOutcome] = []
     prepared = 0
     delegated = Delegated()
+    final = config.final_tools
     for entry in records:
         record = entry.record
         if isinstance(record, ToolCallSettled):
+            if final is not None and record.tool_name in final.names:
+                # The tool output mode's answer: a refused one is an output retry (as the
+                # machine counts it), and none of them joins a failure streak.
+                output_retries += refused_answer(record.outcome)
+                continue
             batch.append(record.outcome)
             delegated = _delegated(delegated, record.audit)
             continue

@@ -23,6 +23,7 @@ from effectagent.core import (
 from effectagent.engine import open_runtime
 from effectagent.testing import Turn
 
+from .crash import DyingLog, log_layer
 from .helpers import (
     HandlerProbe,
     TrackingModel,
@@ -239,3 +240,27 @@ async def test_the_grace_turn_offers_final_result_alone_and_requires_it(
     assert grace.tool_choice == "required"
     first = model.requests[0]
     assert [tool.name for tool in first.tools] == ["forecast", "final_result"]
+
+
+async def test_a_resumed_run_counts_the_refused_final_result_answers_before_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The process died after one refused answer (output_retries=1): the resumed run has one
+    retry used, so its next bad answer fails the run — it is not refused a second time."""
+    agent = make_agent(output=Refund, output_mode="tool", policy=make_policy(output_retries=1))
+    bad = Turn.tool_calls(("final_result", {"order": 1}))
+    dying = DyingLog(appends=2)  # the input; the refused answer — then nothing more
+    first_model = TrackingModel([bad, bad])
+    async with open_runtime(first_model.layer() + dying.layer(), agents=[agent]) as runtime:
+        first = await runtime.run(agent, "Refund A-1", conversation_id="c", create=True, run_id="r")
+    assert first.status == "failed"
+    assert [
+        s.outcome.kind for s in records_of(list(await dying.log.entries("c")), ToolCallSettled)
+    ] == ["invalid-input"]
+    model = TrackingModel([bad, Turn.tool_calls(("final_result", GOOD))])
+    async with open_runtime(model.layer() + log_layer(dying.log), agents=[agent]) as runtime:
+        resumed = await runtime.resume(agent, conversation_id="c", run_id="r")
+    assert resumed.status == "failed"
+    assert isinstance(resumed.error, OutputInvalid)
+    assert "after 1 retry" in str(resumed.error)
+    assert len(model.requests) == 1
