@@ -579,6 +579,14 @@ class Agent(_AgentFields[OutputT, InputT]):
     call; None for either is the agent's model. A run may name another model for itself
     (``runtime.run(agent, text, model=...)``). Preflight checks every one of them, and those of
     the agents its subagents run.
+
+    The answer (see the engine guide): ``output`` may be :func:`~effectagent.core.one_of` several
+    types (an ``Agent[A | B]``); ``output_mode="tool"`` gives it as a call of a synthetic
+    ``final_result`` tool instead of JSON text (it needs an output type, and no toolkit tool of
+    that name). ``output_validators`` (and :meth:`output_validator`) check the decoded answer and
+    may send it back; ``input_guardrails`` (before or beside the first model call) and
+    ``output_guardrails`` (on the final answer) may end the run — async functions or
+    :class:`~effectagent.core.Guardrail` values.
     """
 
     __slots__ = ()
