@@ -36,7 +36,9 @@ from ._errors import StorageFailed as StorageFailed
 from ._errors import ToolFailedRun as ToolFailedRun
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
+from ._one_of import FINAL_RESULT as FINAL_RESULT
 from ._one_of import OneOf as OneOf
+from ._one_of import final_result_names as final_result_names
 from ._one_of import one_of as one_of
 from ._outcomes import ToolDefect as ToolDefect
 from ._outcomes import ToolFailure as ToolFailure
@@ -76,6 +78,7 @@ __all__ = [
     "CompactionPolicy",
     "DefaultInput",
     "EngineDefect",
+    "FINAL_RESULT",
     "FinalAnswer",
     "FinalTurnDeclaredTools",
     "Guardrail",
@@ -122,6 +125,7 @@ __all__ = [
     "check_model_choice",
     "one_of",
     "compact_json",
+    "final_result_names",
     "redact_arguments",
     "redact_json_text",
     *_events_all,

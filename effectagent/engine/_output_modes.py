@@ -23,14 +23,15 @@ from typing import Any, final
 
 from effectagent.ai import ModelResponse, ToolDescriptor
 from effectagent.core import (
+    FINAL_RESULT,
     OneOf,
     OutputInvalid,
     Redactor,
     ToolInvalidInput,
     ToolOutcome,
     ToolSuccess,
+    final_result_names,
 )
-from effectagent.core._one_of import FINAL_RESULT, final_result_names
 from effectagent.effect import SchemaError, decode, decode_json, json_schema
 
 from ._batch_plan import BatchPlan, DeclaredCall, EarlyOutcome
