@@ -345,6 +345,9 @@ class RunEdges:
         self._snapshots = snapshots
         tools = list(self.agent.toolkit)
         taken = {tool.name for tool in tools}
+        final = run_final_tools(self.agent)
+        if final is not None:  # the tool output mode's answer tools are the engine's
+            taken |= final.names
         given: dict[Any, Any] = {}
         for snapshot in snapshots:
             for tool in snapshot.tools:

@@ -460,3 +460,26 @@ async def test_cancelling_a_run_in_an_output_validator_delivers_no_answer(
     assert "RunCompletedRecord" not in kinds
     assert "RunFailedRecord" in kinds  # the interruption
     assert not events_of(seen, RunCompleted)
+
+
+async def test_a_guardrails_model_calls_count_in_the_token_budget(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A guardrail that spends the run's token budget leaves no turn: the budget is judged at
+    the first turn, with the guardrail's usage in it."""
+    from effectagent.ai import Usage
+    from effectagent.core import BudgetExhausted
+
+    async def costly(ctx: CheckContext, text: str) -> GuardrailResult:
+        await ctx.generate(ModelRequest((UserMessage.text(text),)))
+        return GuardrailResult.passed()
+
+    model = TrackingModel([Turn.text("fine", usage=Usage.of(900, 200)), Turn.text("Hi.")])
+    policy = make_policy(token_budget=1000, on_exhaustion="fail")
+    agent = make_agent(input_guardrails=[costly], policy=policy)
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, BudgetExhausted)
+    assert end.error.dimension == "tokens"
+    assert len(model.requests) == 1  # the guardrail's; no turn was asked

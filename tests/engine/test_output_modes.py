@@ -264,3 +264,28 @@ async def test_a_resumed_run_counts_the_refused_final_result_answers_before_it(
     assert isinstance(resumed.error, OutputInvalid)
     assert "after 1 retry" in str(resumed.error)
     assert len(model.requests) == 1
+
+
+async def test_a_tool_source_tool_named_final_result_is_left_out(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent.ai import ToolSnapshot
+    from effectagent.effect import Layer, ServiceKey
+
+    class Source:
+        def snapshot(self) -> ToolSnapshot:
+            return ToolSnapshot(
+                (forecast_tool("final_result"),), {"final_result": probe.forecast()}
+            )
+
+    probe = HandlerProbe()
+    key: ServiceKey[Any] = ServiceKey("tests.FinalSource")
+    agent = make_agent(output=Refund, output_mode="tool", tool_sources=[key])
+    model = TrackingModel([Turn.tool_calls(("final_result", GOOD))])
+    async with open_runtime(model.layer() + Layer.succeed(key, Source()), agents=[agent]) as rt:
+        events = await run_events(rt, agent, "Refund A-1")
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.output == Refund("A-1", 12.5)
+    assert [tool.name for tool in model.requests[0].tools] == ["final_result"]
+    assert probe.calls == []
