@@ -315,18 +315,16 @@ class Runtime:
         )
         return RunStream(self, driver, queue, intent)
 
+    @overload
     def stream_output(
-        self,
-        agent: Agent[T, I],
-        text: I,
-        *,
-        conversation_id: str | None = None,
-        create: bool = False,
-        author: str = "user",
-        context: Sequence[ContextItem] = (),
-        run_id: str | None = None,
-        model: ModelChoice | None = None,
-        allowance: RunAllowance | None = None,
+        self, agent: Agent[T, DefaultInput], text: DefaultInput, **options: Unpack[RunOptions]
+    ) -> OutputStream[T]: ...
+    @overload
+    def stream_output(
+        self, agent: Agent[T, I], text: I, **options: Unpack[RunOptions]
+    ) -> OutputStream[T]: ...
+    def stream_output(
+        self, agent: Agent[T, Any], text: object, **options: Unpack[RunOptions]
     ) -> OutputStream[T]:
         """A run of ``agent`` on ``text`` (as :meth:`stream`, with the same arguments, raising
         what it raises), read as its structured answer streams: ``async with
@@ -336,18 +334,8 @@ class Runtime:
 
         Cancellation: as :meth:`stream`'s events.
         """
-        events = self.stream(
-            agent,
-            text,
-            conversation_id=conversation_id,
-            create=create,
-            author=author,
-            context=context,
-            run_id=run_id,
-            model=model,
-            allowance=allowance,
-        )
-        return OutputStream(events)
+        given: Any = text  # checked by ``stream``, against the agent's input type
+        return OutputStream(self.stream(agent, given, **options))
 
     @overload
     async def run(
