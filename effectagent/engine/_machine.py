@@ -90,6 +90,7 @@ from ._output_modes import (
     final_plan,
     only_final_calls,
     output_invalid,
+    refusal,
     retarget_final_calls,
 )
 from ._retry import retry_delay
@@ -415,8 +416,7 @@ def _reject(
     if config.final_tools is not None and held.response.tool_calls:
         # A final_result answer: refused as the tool's failure, committed like a batch (nothing
         # runs), so the model reads it as the call's result and the record holds it.
-        why = "was not accepted" if rejected else "does not match the output schema"
-        message = f"the answer {why}: {problem}; call the tool again with a corrected answer"
+        message = refusal(problem, rejected=rejected)
         state = _set(state, phase="batch", output_retries=retries + 1, held=held)
         commands.append(RunBatch(final_plan(held, message), True, held.assistant_message()))
         return state, tuple(commands)

@@ -18,7 +18,6 @@ Pure functions and values; no I/O.
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, final
 
 from effectagent.ai import ModelResponse, ToolDescriptor
@@ -40,14 +39,15 @@ from ._model_step import ModelStep
 __all__ = [
     "FINAL_RESULT",
     "FinalTools",
-    "answer_problem",
-    "decode_text",
     "accepted",
+    "answer_problem",
     "decode_answer",
+    "decode_text",
     "final_plan",
     "final_tools",
     "only_final_calls",
     "output_invalid",
+    "refusal",
     "refused_answer",
     "retarget_final_calls",
     "run_final_tools",
@@ -89,9 +89,10 @@ class FinalTools:
         return decode(self.types[name], arguments)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)
 def final_tools(output: Any) -> FinalTools:
-    """The final_result tool(s) for ``output`` (a type, or a ``one_of``); made once per type."""
+    """The final_result tool(s) for ``output`` (a type, or a ``one_of``); made once per type (of
+    the last 256 asked for)."""
     if isinstance(output, OneOf):
         names = final_result_names(output)
         types = dict(zip(names, output.members, strict=True))
@@ -109,12 +110,8 @@ def final_tools(output: Any) -> FinalTools:
 def decode_text(output: Any, text: str) -> Any:
     """The answer text decoded into ``output`` (a type, or a ``one_of``'s wrapper); raises
     ``SchemaError``."""
-    if isinstance(output, OneOf):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return decode_json(dict, text)  # raises the decoder's own "invalid JSON" error
-        return output.decode(data)
+    if isinstance(output, OneOf):  # the wrapper read within the decoder's limits, then its member
+        return output.decode(decode_json(dict[str, Any], text))
     return decode_json(output, text)
 
 
@@ -227,8 +224,18 @@ def run_final_tools(agent: Any) -> FinalTools | None:
     return final_tools(agent.output)
 
 
+def refusal(problem: str, *, rejected: bool) -> str:
+    """What the model reads as a refused final_result call's failure: why (the decoder's
+    ``problem``, or a validator's rejection) and what to do."""
+    why = "was not accepted" if rejected else "does not match the output schema"
+    return f"{_REFUSED}{why}: {problem}; call the tool again with a corrected answer"
+
+
+_REFUSED = "the answer "
+
+
 def refused_answer(outcome: ToolOutcome) -> bool:
-    """Whether a final_result call's settlement refused an answer (its arguments, or a
-    validator) — what counts as an output retry — rather than not taking it (beside other calls,
-    or after the first)."""
-    return isinstance(outcome, ToolInvalidInput) and outcome.message not in (NOT_ALONE, ONE_ONLY)
+    """Whether a final_result call's settlement refused an answer (:func:`refusal`: its
+    arguments, or a validator) — what counts as an output retry — rather than not taking it
+    (beside other calls, after the first, or cut off)."""
+    return isinstance(outcome, ToolInvalidInput) and outcome.message.startswith(_REFUSED)
