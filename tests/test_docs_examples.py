@@ -346,6 +346,17 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "invariants broken: ()",
         ],
     },
+    "docs/guides/serve.md": {
+        0: [
+            "ready: True",
+            "202 admitted at position 1",
+            "completed - Hello! How can I help?",
+            "events: ConversationCreated, UserInputRecorded, ModelResponseRecorded, "
+            "RunCompletedRecord",
+            "503 The service is not available",
+            "the rest of my service",
+        ],
+    },
     "docs/guides/testing.md": {
         0: [],  # property tests (0-2): called, their asserts check
         1: [],

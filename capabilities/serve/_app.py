@@ -309,7 +309,7 @@ class ServeApi:
         if media != "application/json" and not media.endswith("+json"):
             raise Problem("unsupported-media-type", "the body must be application/json")
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isdigit() and int(declared) > limit + _DRAINED:
             raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
         chunks: list[bytes] = []
         size = 0
@@ -321,7 +321,8 @@ class ServeApi:
                 if size <= limit:
                     chunks.append(chunk)
         # A body over the limit is read on (to _DRAINED bytes more, none kept) so that the
-        # client, still sending, reads the answer rather than a reset connection.
+        # client, still sending, reads the answer: a connection closed with unread data is
+        # reset, and the answer may be lost with it.
         if size > limit:
             raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
         return decode_json(kind, b"".join(chunks))

@@ -27,12 +27,15 @@ __all__ = ["hypercorn_config", "serve"]
 
 def hypercorn_config(bind: str, *, graceful_timeout: float = 5.0) -> Config:
     """Hypercorn's configuration for ``bind`` (``HOST:PORT``; port 0: a free one): no access
-    log (it would name every client's paths; the service logs what an operator needs)."""
+    log (it would name every client's paths; the service logs what an operator needs), its own
+    log at WARNING and above, no ``Server`` header, ``graceful_timeout`` seconds for open
+    connections to end once it stops."""
     config = Config()
     config.bind = [bind]
     config.accesslog = None
     config.graceful_timeout = graceful_timeout
     config.include_server_header = False
+    config.loglevel = "WARNING"  # its errors, not its start line (the command says where)
     return config
 
 

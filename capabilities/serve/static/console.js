@@ -1,5 +1,6 @@
 // The effectagent operator console. No build step, no dependency: it calls the service's own API
-// with the bearer token pasted into the page. Every value from the service is put into the page
+// with the bearer token pasted into the page — by paths relative to the page (v1/…), so it works
+// wherever the app is mounted. Every value from the service is put into the page
 // as text (textContent, text nodes): never as markup.
 "use strict";
 
@@ -192,7 +193,7 @@ function boot() {
 
   // -- who
   async function signIn() {
-    const me = await getJson("/v1/me");
+    const me = await getJson("v1/me");
     $("who").textContent = "Signed in as " + me.principal + (me.operator ? " (operator)" : "") + ".";
     await refreshApprovals();
   }
@@ -229,11 +230,11 @@ function boot() {
 
   // -- approvals
   async function refreshApprovals() {
-    const found = await getJson("/v1/approvals");
+    const found = await getJson("v1/approvals");
     fill($("approvals-list"), found.approvals, (approval) => {
       const reason = el("input", { placeholder: "reason (recorded)", "aria-label": "reason" });
       const decide = (approved) => run(async () => {
-        await api(`/v1/submissions/${encodeURIComponent(approval.submission_id)}/decisions`, {
+        await api(`v1/submissions/${encodeURIComponent(approval.submission_id)}/decisions`, {
           method: "POST",
           body: { tool_call_id: approval.tool_call_id, approved, reason: reason.value },
         });
@@ -286,7 +287,7 @@ function boot() {
       while (!controller.signal.aborted) {
         try {
           const headers = last === null ? {} : { "Last-Event-ID": last };
-          const path = `/v1/conversations/${encodeURIComponent(conversation)}/events`;
+          const path = `v1/conversations/${encodeURIComponent(conversation)}/events`;
           const answer = await api(path, { headers, signal: controller.signal });
           state.textContent = "Following " + conversation + " live.";
           const reader = answer.body.pipeThrough(new TextDecoderStream()).getReader();
@@ -321,10 +322,10 @@ function boot() {
       const key = { "Idempotency-Key": "console-" + crypto.randomUUID() };
       const id = encodeURIComponent(conversation);
       if (kind === "submission") {
-        await api(`/v1/conversations/${id}/submissions`,
+        await api(`v1/conversations/${id}/submissions`,
           { method: "POST", headers: key, body: { text } });
       } else {
-        await api(`/v1/conversations/${id}/steering`,
+        await api(`v1/conversations/${id}/steering`,
           { method: "POST", headers: key, body: { text, kind } });
       }
       $("submit-text").value = "";
@@ -334,7 +335,7 @@ function boot() {
 
   // -- Unknown calls and overdue settlements
   async function refreshProblems() {
-    const unknown = await getJson("/v1/unknown");
+    const unknown = await getJson("v1/unknown");
     fill($("unknown-list"), unknown.calls, (call) => el("li", {},
       el("strong", { text: call.tool_name }), " may or may not have run — check before repeating it",
       el("div", { className: "meta", text: "call " + call.tool_call_id + " · submission " +
@@ -342,7 +343,7 @@ function boot() {
       el("button", { type: "button", text: "Timeline", onclick: () => openTimeline(call.conversation_id) })),
     "No call's outcome is unknown.");
     const seconds = Math.max(1, Number($("older-than").value) || 3600);
-    const overdue = await getJson(`/v1/overdue?older_than=${seconds}`);
+    const overdue = await getJson(`v1/overdue?older_than=${seconds}`);
     fill($("overdue-list"), overdue.submissions, submissionCard,
       "No settlement is overdue.");
   }
@@ -364,11 +365,11 @@ function boot() {
 
   // -- dead letters
   async function refreshDead() {
-    const dead = await getJson("/v1/dead");
+    const dead = await getJson("v1/dead");
     fill($("dead-list"), dead.submissions, (submission) => submissionCard(submission,
       el("button", { className: "primary", type: "button", text: "Retry",
         onclick: () => run(async () => {
-          await api(`/v1/submissions/${encodeURIComponent(submission.submission_id)}/retry`,
+          await api(`v1/submissions/${encodeURIComponent(submission.submission_id)}/retry`,
             { method: "POST" });
           await refreshDead();
         }) })), "No submission is dead-lettered.");
@@ -377,7 +378,7 @@ function boot() {
 
   // -- sessions and search
   async function refreshSessions() {
-    const found = await getJson("/v1/conversations");
+    const found = await getJson("v1/conversations");
     fill($("sessions-list"), found.conversations, (conversation) => el("li", {},
       el("strong", { text: conversation.conversation_id }),
       el("div", { className: "meta", text: conversation.principal + " · " +
@@ -393,7 +394,7 @@ function boot() {
     const words = $("search-words").value.trim();
     if (!words) return;
     run(async () => {
-      const found = await getJson(`/v1/search?q=${encodeURIComponent(words)}`);
+      const found = await getJson(`v1/search?q=${encodeURIComponent(words)}`);
       fill($("sessions-list"), found.hits, (hit) => el("li", {},
         el("div", { text: hit.text }),
         el("div", { className: "meta", text: hit.who + " · " + hit.conversation_id + " · entry " +

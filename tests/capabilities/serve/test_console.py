@@ -39,7 +39,9 @@ async def test_the_page_its_script_and_style_are_served_under_a_strict_policy(
         assert "script-src 'self'" in policy
         assert "frame-ancestors 'none'" in policy
         assert "set-cookie" not in page.headers
-        assert '<script src="/console/console.js" defer></script>' in page.text
+        # relative to the page: the console works wherever the app is mounted
+        assert '<script src="console/console.js" defer></script>' in page.text
+        assert 'href="console/console.css"' in page.text
         assert 'name="viewport" content="width=device-width' in page.text  # phones
         assert "<script>" not in page.text  # no inline script (the policy forbids it anyway)
         for path, media in (
@@ -56,7 +58,7 @@ def _pattern(path: str) -> re.Pattern[str]:
 
 
 def test_the_script_calls_only_endpoints_that_exist() -> None:
-    called = set(re.findall(r"[`\"'](/v1/[^`\"'?]*)", SCRIPT))
+    called = {"/" + p for p in re.findall(r"[`\"'](v1/[^`\"'?]*)", SCRIPT)}
     assert called  # it calls the API
     known = [_pattern(e.path) for e in ENDPOINTS]
     unknown = [
@@ -66,7 +68,7 @@ def test_the_script_calls_only_endpoints_that_exist() -> None:
     ]
     assert unknown == []
     # the actions the console offers are there
-    for needed in ("/decisions", "/retry", "/events", "/v1/search", "/v1/unknown", "/v1/overdue"):
+    for needed in ("/decisions", "/retry", "/events", "v1/search", "v1/unknown", "v1/overdue"):
         assert needed in SCRIPT
 
 
@@ -168,3 +170,27 @@ def test_conversation_text_holding_markup_is_rendered_as_text(tmp_path: Path) ->
     assert [e["id"] for e in found["events"]] == ["7", "8"]
     assert found["events"][0]["event"] == "X"
     assert json.loads(found["events"][0]["data"]) == {"a": 1}
+
+
+async def test_the_console_works_where_the_app_is_mounted(tmp_path: Path) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from capabilities.serve import ServeApi
+    from capabilities.storage import open_database
+
+    from .support import ANN, auth, settings
+
+    async with open_database(tmp_path / "serve.db") as database:
+        api = ServeApi(database, settings())
+        app = Starlette(routes=[Mount("/agents", app=api.app)])
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://host") as client:
+            page = await client.get("/agents/console")
+            assert page.status_code == 200
+            # the page's relative references, resolved against its own URL
+            for reference in ("console/console.js", "console/console.css"):
+                assert (await client.get(f"/agents/{reference}")).status_code == 200
+            assert (await client.get("/agents/v1/me", headers=auth(ANN))).json()[
+                "principal"
+            ] == "ann"
