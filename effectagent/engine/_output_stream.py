@@ -89,7 +89,9 @@ class OutputStream(Generic[OutputT]):
         return cast("RunResult[OutputT]", self._reducer.result())
 
     async def __aenter__(self) -> OutputStream[OutputT]:
-        """Start the run (as ``RunStream.__aenter__``, raising what it raises)."""
+        """Start the run (as ``RunStream.__aenter__``, raising what it raises).
+
+        Cancellation: as ``RunStream.__aenter__`` (the run then never starts)."""
         await self._events.__aenter__()
         return self
 
@@ -99,6 +101,9 @@ class OutputStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        """Interrupt the run if it is still going and wait until it has ended.
+
+        Cancellation: waits shielded, as ``RunStream.aclose``."""
         await self._events.__aexit__(exc_type, exc, tb)
 
     def __aiter__(self) -> OutputStream[OutputT]:
@@ -106,6 +111,11 @@ class OutputStream(Generic[OutputT]):
         return self
 
     async def __anext__(self) -> OutputUpdate[OutputT]:
+        """The next update (``StopAsyncIteration`` after the final one, or when the run ended
+        without an answer).
+
+        Cancellation: a cancellation point while waiting for events; cancelled, the run is
+        interrupted (as iterating its events)."""
         if self._done:
             raise StopAsyncIteration
         events = self._events
