@@ -45,7 +45,7 @@ from ._approve import Approvals, log_crash, propagated
 from ._batch_plan import PlannedCall
 from ._broker import CallBroker
 from ._host import BatchScope, CallHost
-from ._media import reference_of
+from ._media import redacted_content, reference_of
 from ._permits import Permit
 from ._replay import CallPlan, Gated, Reconcile, Rerun, Settle, reconcile_call
 from ._resume import BatchReplay
@@ -289,6 +289,8 @@ class CallRunner:
                 bounded = bounded_json(io.redactor.redact(encoded), self.policy.tool_result_bounds)
                 if not media:
                     return ToolSuccess(call.id, call.name, bounded)
+                redacted = redacted_content(media, io.redactor.redact_text)  # text documents
+                media = tuple(p for p in redacted if isinstance(p, MediaPart))
                 io.media.update({p.digest: p.data for p in media if not p.url})
                 refs = tuple(reference_of(p, io.redact_text) for p in media)
                 return ToolSuccess(call.id, call.name, bounded, media=refs)

@@ -55,7 +55,7 @@ from ._media import (
     describe_input,
     load_media,
     recorded_parts,
-    redacted_message,
+    redacted_content,
     store_media,
     user_content,
 )
@@ -192,6 +192,8 @@ class RunEdges:
         services = self.services
         text, content = user_content(self.user_input)
         text = services.redactor.redact_text(text)
+        if content is not None:  # its text parts and text documents redacted as text is
+            content = redacted_content(content, services.redactor.redact_text)
         io.emit(RunStarted, input=io.redact_text(describe_input(text, content)))
         io.logs.debug("run started")
         conversation_id = io.conversation_id
@@ -242,9 +244,7 @@ class RunEdges:
             await store_media(services.log, content, conversation_id)
         await io.record(*records)
         messages += [UserMessage.text(record.item.as_message_text()) for record in added]
-        messages.append(
-            UserMessage.text(text) if content is None else redacted_message(content, redact)
-        )
+        messages.append(UserMessage.text(text) if content is None else UserMessage(content))
         state = self.state = start(self._config(end_at), tuple(messages), started)
         if services.observers:
             await self._tell_started()

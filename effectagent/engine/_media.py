@@ -13,18 +13,18 @@ that is not one refuses input with media bytes (a URL part needs no store).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from effectagent.ai import (
+    DocumentPart,
     MediaPart,
     MediaRef,
     TextContent,
     ToolMessage,
     ToolResultContent,
-    UserMessage,
 )
 from effectagent.core import (
     LogEntry,
@@ -48,7 +48,7 @@ __all__ = [
     "recorded_parts",
     "reference_of",
     "settled_with_media",
-    "redacted_message",
+    "redacted_content",
     "store_media",
     "user_content",
 ]
@@ -169,11 +169,27 @@ def recorded_parts(content: UserContent, redact: Any) -> tuple[tuple[str, Any], 
     )
 
 
-def redacted_message(content: UserContent, redact: Any) -> UserMessage:
-    """The user message of ``content``, its text parts redacted as the record's are."""
-    return UserMessage(
-        tuple(TextContent(redact(p.text)) if isinstance(p, TextContent) else p for p in content)
-    )
+def redacted_content(content: UserContent, redact: Callable[[str], str]) -> UserContent:
+    """``content`` as the model reads it and the log keeps it: text parts redacted, and the text
+    of a text document too (a new part, of a new digest, when redaction changed it); images,
+    PDFs, audio and URLs as they are (a URL and a name are redacted in the record only)."""
+    out: list[TextContent | MediaPart] = []
+    for part in content:
+        if isinstance(part, TextContent):
+            out.append(TextContent(redact(part.text)))
+            continue
+        if part.kind == "document" and not part.url and part.media_type.startswith("text/"):
+            text = part.data.decode("utf-8", "replace")
+            shown = redact(text)
+            if shown != text:
+                out.append(_document(shown.encode(), part))
+                continue
+        out.append(part)
+    return tuple(out)
+
+
+def _document(data: bytes, like: MediaPart) -> MediaPart:
+    return DocumentPart(data, media_type=like.media_type, name=like.name, max_bytes=len(data) + 1)
 
 
 async def store_media(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from effectagent import Agent, open_runtime
-from effectagent.ai import ImagePart, TextContent, UserMessage
+from effectagent.ai import DocumentPart, ImagePart, TextContent, UserMessage
 from effectagent.core import LogEntry, Record, RunStarted, StorageFailed
 from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
@@ -93,3 +93,22 @@ def test_a_summary_transcript_reads_a_media_part_as_its_description() -> None:
     shown = transcript([message], lambda messages: 1, 1000)
     assert "User: What is this?[image: cat.png, 40 bytes]" in shown
     assert "canary" not in shown
+
+
+async def test_a_text_document_is_redacted_like_text_before_the_model_and_the_log_see_it() -> None:
+    secret = "sk-canary-0123456789abcdef"
+    notes = DocumentPart(f"the key is {secret}\n".encode(), name="notes.txt")
+    model = ScriptedModel([Turn.text("Noted.")])
+    log = InMemoryConversationLog()
+    agent = Agent("reader", "Read.")
+    layer = model.as_layer() + Layer.succeed(ConversationLogService, log)
+    async with open_runtime(layer, agents=[agent], secrets=[secret]) as runtime:
+        result = await runtime.run(agent, [f"Read this, {secret}", notes])
+    assert result.status == "completed", result.error
+    (request,) = model.requests
+    (user,) = [m for m in request.messages if isinstance(m, UserMessage)]
+    (sent,) = user.media
+    assert secret not in sent.data.decode()
+    assert secret not in user.content[0].text
+    assert sent.digest != notes.digest
+    assert log.media_digests == {sent.digest}
