@@ -7,6 +7,9 @@ from ._child import run_child as run_child
 from ._log import InMemoryConversationLog as InMemoryConversationLog
 from ._log import LogRetention as LogRetention
 from ._logging import LOGGER_NAME as LOGGER_NAME
+from ._media import MediaMissing as MediaMissing
+from ._media import MediaNotKept as MediaNotKept
+from ._media import MediaStore as MediaStore
 from ._models import MissingModels as MissingModels
 from ._output_stream import OutputStream as OutputStream
 from ._output_stream import OutputUpdate as OutputUpdate
@@ -72,6 +75,9 @@ __all__ = [
     "ConversationLogError",
     "ConversationLogService",
     "InMemoryConversationLog",
+    "MediaMissing",
+    "MediaNotKept",
+    "MediaStore",
     "InMemoryStepStore",
     "ConversationBusy",
     "ConversationEvicted",

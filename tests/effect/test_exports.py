@@ -58,6 +58,7 @@ SURFACE: dict[str, str] = {
         RunObserversService RunResult RunStream Runtime SteeringInbox SteeringInboxService
         SteeringInput StepStoreService TokenCounter TokenCounterService ToolAuthorization
         ToolAuthorizationService UnknownConversation UnknownRun
+        MediaMissing MediaNotKept MediaStore
     """,
     "effectagent.ai": """
         AiError AssistantMessage AuthenticationFailed Binding close_stream ContentFiltered
