@@ -135,6 +135,8 @@ class _EventStream(Response):
         self._after = after
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Stream until the client disconnects (the stream is cancelled then) or the service
+        closes its streams (the response is ended). Cancellation: stops at once."""
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
 
         async def body(chunk: bytes) -> None:
@@ -534,9 +536,9 @@ class ServeApi:
         self, conversation_id: str, after: int, send: Callable[[bytes], Awaitable[None]]
     ) -> None:
         """Send the conversation's entries after ``after``, then each new one as it is appended,
-        until :meth:`close_streams` (or the caller is cancelled: the client went). At most
-        ``sse_page`` entries are held ahead of the client: the next are read once those are
-        sent (``send`` waits for the connection to take them).
+        until :meth:`close_streams` (or the caller is cancelled: the client went). Nothing is
+        queued for a slow client: ``send`` waits for the connection to take each event, and the
+        log is read again only once what the last read returned was sent.
 
         Cancellation: stops at once; what was sent was whole events."""
         settings = self.settings
@@ -545,7 +547,7 @@ class ServeApi:
         while not self._closing.is_set():
             entries = await self._log.entries(conversation_id, after=last)
             if entries:
-                for entry in entries[: settings.sse_page]:
+                for entry in entries:
                     data = entry_json(entry)
                     await send(event_bytes(entry.seq, data["kind"], data))
                     last = entry.seq

@@ -37,8 +37,8 @@ class ServeSettings:
     * ``max_body`` — the largest request body, in bytes (413 beyond);
     * ``quota`` — every principal's admission quota (None: unlimited), ``quotas`` — by name;
     * ``sse_poll`` — how often an event stream looks for new entries when it has none to send
-      (the log of another process cannot wake it); ``sse_page`` — the most entries it reads
-      ahead of the client; ``sse_heartbeat`` — seconds between keep-alive comments;
+      (the log of another process cannot wake it); ``sse_heartbeat`` — seconds between
+      keep-alive comments;
     * ``grace`` — seconds a drain (SIGTERM) lets runs finish before it lets their lanes go;
     * ``cors_origins`` — origins allowed to call it from a browser page of theirs (none: CORS
       is off, and only pages of its own origin, the console, can);
@@ -51,7 +51,6 @@ class ServeSettings:
     quota: Quota | None = DEFAULT_QUOTA
     quotas: Mapping[str, Quota | None] = attrs.field(factory=dict)
     sse_poll: float = attrs.field(default=0.1, validator=_positive)
-    sse_page: int = attrs.field(default=256, validator=_count)
     sse_heartbeat: float = attrs.field(default=15.0, validator=_positive)
     grace: float = attrs.field(default=30.0, validator=_positive)
     cors_origins: tuple[str, ...] = ()
