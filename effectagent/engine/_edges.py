@@ -233,7 +233,9 @@ class RunEdges:
                 author=self.author,
                 at=now,
                 allowance=services.allowance,
-                value=None if self.run_input is None else self.run_input.json,
+                value=None
+                if self.run_input is None
+                else services.redactor.redact(self.run_input.json),
                 parts=parts,
             )
         )

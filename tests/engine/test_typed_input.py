@@ -266,3 +266,15 @@ async def test_a_typed_dict_input_is_given_as_its_dict() -> None:
         with pytest.raises(ValueError, match=r"does not match Place: \$\.country"):
             await runtime.run(agent, {"city": "Oslo"})  # type: ignore[misc]
     assert json.loads(last_user_text(model.requests[0])) == {"city": "Oslo", "country": "NO"}
+
+
+async def test_a_secret_in_a_typed_input_reaches_neither_the_record_nor_the_model() -> None:
+    canary = "sk-canary-input-42"
+    model = ScriptedModel([Turn.text("Cold.")])
+    async with open_runtime(model.as_layer(), agents=[FORECASTER], secrets=[canary]) as runtime:
+        result = await runtime.run(FORECASTER, Query(f"Oslo {canary}", 3))
+        log = list(await runtime.log.entries(result.conversation_id))
+    (record,) = inputs_of(log)
+    assert canary not in repr(record)
+    assert record.value["city"] == "Oslo [REDACTED]"
+    assert canary not in repr(model.requests[0])
