@@ -12,6 +12,7 @@ straight to the request (no ``PrepareTurn``)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -47,7 +48,7 @@ from effectagent.engine._machine import (
     start,
     step,
 )
-from effectagent.testing import ScriptedModel, Turn
+from effectagent.testing import ReplayModel, ScriptedModel, Turn, record
 
 from .helpers import Forecast, Lookup, forecast_tool, make_policy
 
@@ -348,3 +349,34 @@ async def test_cancelling_a_run_while_its_hook_awaits_interrupts_it(
     last = log[-1].record
     assert isinstance(last, RunFailedRecord)
     assert (last.reason, last.error) == ("interrupted", None)
+
+
+async def test_a_recorded_run_with_the_note_replays_when_its_time_is_ignored(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The note's time left differs from run to run (here: the replay starts 100 s later on the
+    mock clock, and a turn takes time), so a cassette replay compares it only with the time
+    ignored — the pattern the engine guide gives."""
+    agent = Agent("weather", "Answer.", make_policy(status_note=True), Toolkit(forecast_tool()))
+    path = tmp_path / "run.jsonl"
+    slow = [
+        Turn.tool_calls(("forecast", {"city": "Oslo"}), delay=7.0),
+        Turn.text("4 degrees.", delay=3.0),
+    ]
+    layer = record(ScriptedModel(slow).as_layer(), path)
+    handlers = agent.toolkit.handlers({"forecast": forecast})
+    async with open_runtime(handlers + layer, agents=[agent]) as runtime:
+        assert (await runtime.run(agent, "How warm?")).status == "completed"
+    await trio.sleep(100)
+    # compared as is, the second request's note differs (the replay raises as it closes)
+    with pytest.raises(BaseExceptionGroup) as closing:
+        async with open_runtime(handlers + ReplayModel.layer(path), agents=[agent]) as runtime:
+            failed = await runtime.run(agent, "How warm?")
+    assert failed.status == "failed"
+    assert "s left" in str(closing.value.exceptions[0])
+    replay = ReplayModel.layer(path, ignore=[TIME_LEFT])
+    async with open_runtime(handlers + replay, agents=[agent]) as runtime:
+        assert (await runtime.run(agent, "How warm?")).status == "completed"
+
+
+TIME_LEFT = re.compile(r"[\d,]+ s of [\d,]+ s left")
