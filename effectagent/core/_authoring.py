@@ -48,7 +48,7 @@ MAX_PREPARED_ITEMS = 16
 #: reads them (64 KiB). More fails the run (:class:`PrepareContextFailed`), never cut.
 MAX_PREPARED_BYTES = 64 * 1024
 
-InputT = TypeVar("InputT", default=Any)
+InputT = TypeVar("InputT", covariant=True, default=Any)
 S = TypeVar("S")
 
 

@@ -100,3 +100,11 @@ def synchronously(layer: Layer) -> None:
     # E: Argument 1 to "run_sync" has incompatible type "Agent[Forecast, Query]"
     run_sync(forecaster, "Oslo", layer=layer)
     print(mismatched, misrendered)
+
+
+async def any_input(context: InstructionsContext[object]) -> str:  # fits an agent of any input
+    return f"Answer {context.author}."
+
+
+general = Agent("general", any_input, input=Query)
+assert_type(general, Agent[None, Query])
