@@ -62,6 +62,7 @@ from ._problems import MEDIA_TYPE, Problem, problem_of
 from ._quota import QuotaBook, retry_after
 from ._settings import ServeSettings
 from ._sse import COMMENT, event_bytes, resume_after
+from ._tails import Tails
 
 __all__ = ["ServeApi"]
 
@@ -176,6 +177,7 @@ class ServeApi:
         "_log",
         "_quotas",
         "_ready",
+        "_tails",
         "app",
         "clock",
         "database",
@@ -199,6 +201,7 @@ class ServeApi:
         self.settings = settings
         self.queue = DurableQueue(database, agents=agents)
         self._log = SqliteConversationLog(database)
+        self._tails = Tails(self._log, settings.sse_poll)
         self._quotas = QuotaBook(settings.quota, settings.quotas)
         self.wake = wake
         self.metrics = metrics
@@ -538,26 +541,32 @@ class ServeApi:
         """Send the conversation's entries after ``after``, then each new one as it is appended,
         until :meth:`close_streams` (or the caller is cancelled: the client went). Nothing is
         queued for a slow client: ``send`` waits for the connection to take each event, and the
-        log is read again only once what the last read returned was sent.
+        log is read again only once what the last read returned was sent — and only when its
+        end moved (:class:`~._tails.Tails`: one read a conversation a poll interval, however
+        many clients follow it).
 
         Cancellation: stops at once; what was sent was whole events."""
         settings = self.settings
         last = after
         quiet_since = trio.current_time()
-        while not self._closing.is_set():
-            entries = await self._log.entries(conversation_id, after=last)
-            if entries:
-                for entry in entries:
-                    data = entry_json(entry)
-                    await send(event_bytes(entry.seq, data["kind"], data))
-                    last = entry.seq
-                quiet_since = trio.current_time()
-                continue
-            if trio.current_time() - quiet_since >= settings.sse_heartbeat:
-                await send(COMMENT)
-                quiet_since = trio.current_time()
-            with trio.move_on_after(settings.sse_poll):
-                await self._closing.wait()
+        ahead = True  # read at once; then only when the log's end moved past what was sent
+        async with self._tails.following(conversation_id):
+            while not self._closing.is_set():
+                if ahead:
+                    entries = await self._log.entries(conversation_id, after=last)
+                    for entry in entries:
+                        data = entry_json(entry)
+                        await send(event_bytes(entry.seq, data["kind"], data))
+                        last = entry.seq
+                    if entries:
+                        quiet_since = trio.current_time()
+                        continue
+                if trio.current_time() - quiet_since >= settings.sse_heartbeat:
+                    await send(COMMENT)
+                    quiet_since = trio.current_time()
+                with trio.move_on_after(settings.sse_poll):
+                    await self._closing.wait()
+                ahead = await self._tails.last(conversation_id) > last
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(), headers=_SECURITY_HEADERS)
