@@ -483,3 +483,23 @@ async def test_a_guardrails_model_calls_count_in_the_token_budget(
     assert isinstance(end.error, BudgetExhausted)
     assert end.error.dimension == "tokens"
     assert len(model.requests) == 1  # the guardrail's; no turn was asked
+
+
+def test_the_checks_failures_round_trip_the_storage_codec() -> None:
+    """A run that a check ended is read back from SQLite with its typed failure."""
+    from capabilities.storage._codec import RecordCodec
+
+    codec = RecordCodec()
+    for error in (
+        GuardrailTripped("topic", "input", "off topic"),
+        GuardrailFailed("pii", "output", "ValueError"),
+        OutputValidatorFailed("positive", "KeyError"),
+    ):
+        record = RunFailedRecord(
+            conversation_id="c", run_id="r", error=error, reason=error.tag, at=1.0
+        )
+        tag, version, body, *_ = codec.encode(record)
+        back = codec.decode("c", 1, tag, version, body)
+        assert isinstance(back, RunFailedRecord)
+        assert type(back.error) is type(error)
+        assert str(back.error) == str(error)
