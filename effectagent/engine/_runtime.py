@@ -411,7 +411,10 @@ class Runtime:
         completes it without a model call. Its events are a new stream: ``RunStarted`` with
         ``resumed=True`` and the run's input, then what this execution does. A run started with
         an allowance continues under it (its input record holds it): ``agent`` tightened by it,
-        the least of the two in every limit, the tools both have.
+        the least of the two in every limit, the tools both have. A typed input
+        (``Agent.input``) is decoded from its record's JSON, and computed instructions are the
+        last its records hold (``InstructionsRecorded``), sent again rather than computed anew
+        (per-turn ones are computed again from the next turn on).
 
         Raises before anything starts (nothing is written then): :class:`UnknownRun` — no
         record of the run; :class:`RunAlreadyEnded` — it has a terminal record, or another run
