@@ -23,6 +23,7 @@ from effectagent.ai import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TextContent,
     ToolMessage,
     UserMessage,
     dollars,
@@ -303,7 +304,10 @@ class TurnPreparer:
             attrs.evolve(item, source=redact(item.source), text=redact(item.text))
             for item in checked.items
         )
-        return Preparation(system, recorded, items, checked.prompt)
+        prompt = checked.prompt
+        return Preparation(
+            system, recorded, items, None if prompt is None else _redacted(prompt, redact)
+        )
 
     async def _instructions(
         self, function: Callable[[Any], Awaitable[str]], context: InstructionsContext[Any]
@@ -324,6 +328,24 @@ class TurnPreparer:
                 f"{MAX_INSTRUCTIONS_BYTES:,} allowed"
             )
         return self._redact(text)
+
+
+def _redacted(prompt: tuple[Message, ...], redact: Callable[[str], str]) -> tuple[Message, ...]:
+    """A hook's prompt with the text of its system and user messages redacted, as the engine's
+    own are (the other messages come from the projection, redacted when they were recorded)."""
+    out: list[Message] = []
+    for message in prompt:
+        if isinstance(message, SystemMessage):
+            message = SystemMessage(redact(message.content))
+        elif isinstance(message, UserMessage):
+            message = UserMessage(
+                tuple(
+                    TextContent(redact(part.text)) if isinstance(part, TextContent) else part
+                    for part in message.content
+                )
+            )
+        out.append(message)
+    return tuple(out)
 
 
 def context_messages(items: Sequence[ContextItem]) -> tuple[Message, ...]:

@@ -139,14 +139,20 @@ async def test_a_prompt_the_hook_gives_is_sent_for_its_turn_only_and_never_recor
     assert any(isinstance(m, AssistantMessage) for m in model.requests[1].messages)
 
 
-async def test_a_context_item_holding_a_secret_is_redacted_in_the_prompt_and_the_record() -> None:
+async def test_a_secret_in_a_context_item_or_a_hooks_prompt_is_redacted() -> None:
     async def prepare(context: TurnContext[Any]) -> PreparedContext:
-        return PreparedContext(items=[ContextItem(kind="doc", source="vault", text=CANARY)])
+        prompt = (SystemMessage(f"Key {CANARY}."), UserMessage.text(f"Use {CANARY}."))
+        items = [ContextItem(kind="doc", source="vault", text=CANARY)]
+        return PreparedContext(items=items, prompt=prompt)
 
     agent = Agent("weather", "Answer.", prepare_context=prepare)
     result, model, log = await run_agent(agent, [Turn.text("ok")], secrets=[CANARY])
     assert result.status == "completed"
-    assert user_texts(model.requests[0])[-1].endswith(REDACTED)
+    assert user_texts(model.requests[0]) == [
+        f"Use {REDACTED}.",
+        f"[Context: doc vault]\n{REDACTED}",
+    ]
+    assert CANARY not in repr(model.requests[0])
     assert CANARY not in repr(log)
 
 
