@@ -133,6 +133,20 @@ def serve_settings(path: Path | None, environ: Mapping[str, str]) -> tuple[Serve
     return settings, listen
 
 
+def _listening(listen: str, error: Exception) -> Exception:
+    """What to say when the service could not start listening on ``listen``: the error (inside
+    the exception groups of Hypercorn's nurseries) as a sentence, or the error itself."""
+    leaf: BaseException = error
+    while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+        leaf = leaf.exceptions[0]
+    if isinstance(leaf, OSError):
+        reason = leaf.strerror or str(leaf)
+        return Unavailable(f"cannot listen on {listen}: {reason}")
+    if isinstance(leaf, ValueError):
+        return UsageError(f"cannot listen on {listen!r}: give HOST:PORT, e.g. 127.0.0.1:8080")
+    return error
+
+
 async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent serve``: until SIGTERM or SIGINT, then drains and exits 0.
 
@@ -191,6 +205,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             database, settings, agents=None if worker is None else (AGENT,), metrics=metrics
         )
         stop = trio.Event()
+        refused: list[Exception] = []
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -203,27 +218,25 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
                         stop.set()
                         return
 
-                async def run() -> None:
-                    try:
-                        urls = await nursery.start(
-                            lambda task_status: run_service(
-                                api, stop, bind=listen, worker=worker, task_status=task_status
-                            )
+                nursery.start_soon(on_signal)
+                try:
+                    urls = await nursery.start(
+                        lambda task_status: run_service(
+                            api, stop, bind=listen, worker=worker, task_status=task_status
                         )
-                    except OSError as exc:
-                        raise Unavailable(
-                            f"cannot listen on {listen}: {exc.strerror or exc}"
-                        ) from None
+                    )
+                except Exception as exc:  # Hypercorn's nurseries wrap what binding raised
+                    refused.append(_listening(listen, exc))
+                    nursery.cancel_scope.cancel()
+                else:
                     console.err.line(
                         f"serving on {urls[0]} (console: {urls[0]}/console; database {path}; "
                         f"{'a worker' if worker else 'no worker'} here; SIGTERM drains)"
                     )
-
-                nursery.start_soon(on_signal)
-                await run()
-                await stop.wait()
-                # the service's own drain ends its task; nothing else is left but the signals
-                nursery.cancel_scope.deadline = trio.current_time() + settings.grace + 30
-            # (the nursery ends when the service returned)
+                    await stop.wait()
+                    # the service drains and returns; this bounds it whatever happens
+                    nursery.cancel_scope.deadline = trio.current_time() + settings.grace + 30
+        if refused:
+            raise refused[0]
     console.err.line("stopped: the runs still going wait for the next worker, which resumes them")
     return EXIT_COMPLETED

@@ -175,3 +175,29 @@ def test_sigterm_during_a_run_refuses_new_work_turns_unready_and_loses_nothing(
             assert (await queue.status(submission)).status == "completed"
 
     trio.run(settled)
+
+
+def test_an_address_it_cannot_listen_on_is_a_sentence_and_exit_status_3(tmp_path: Path) -> None:
+    env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
+    done = subprocess.run(
+        [
+            EFFECTAGENT,
+            "serve",
+            "--no-worker",
+            "--config",
+            str(_config(tmp_path, grace=1.0)),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--listen",
+            "999.1.1.1:80",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 3
+    assert done.stderr.startswith("effectagent: cannot listen on 999.1.1.1:80: ")
+    assert "Traceback" not in done.stderr
