@@ -287,3 +287,63 @@ async def test_a_resumed_run_sends_its_recorded_instructions_without_computing_t
     assert resumed.status == "completed"
     assert calls == [1]  # computed once, for the first execution only
     assert [system_text(r) for r in model.requests] == ["About Oslo, call 1."] * 2
+
+
+async def test_a_prompt_compacted_mid_run_keeps_the_computed_instructions(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Compaction projects the prompt anew from the log, with the run's system message: that is
+    the computed instructions once they were computed (not the agent's placeholder)."""
+    from effectagent.core import CompactionCreated
+    from effectagent.engine import CompactionRequest, CompactorService
+
+    seen: list[str] = []
+
+    class SummarizeEverything:
+        async def compact(self, request: CompactionRequest) -> list[CompactionCreated]:
+            seen.append(system_text_of(request.messages))
+            summary = await request.summarize(request.messages[1:])
+            return [
+                CompactionCreated(
+                    conversation_id=request.conversation_id,
+                    run_id=request.run_id,
+                    turn=request.turn,
+                    kind="summarize",
+                    covers_through=request.entries[-1].seq,
+                    summary=summary,
+                    at=0.0,
+                )
+            ]
+
+    async def instructions(context: InstructionsContext[str]) -> str:
+        return "Computed for this run."
+
+    async def long_forecast(params: Lookup, call: Any) -> Forecast:
+        return Forecast(params.city * 200, 4.0)
+
+    tool = forecast_tool()
+    agent = Agent("weather", instructions, make_policy(context_token_limit=200), Toolkit(tool))
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.text("THE SUMMARY"),
+            Turn.text("4 degrees."),
+        ]
+    )
+    layer = (
+        agent.toolkit.handlers({tool: long_forecast})
+        + model.as_layer()
+        + Layer.succeed(CompactorService, SummarizeEverything())
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "How warm?")
+    assert result.status == "completed", result.error
+    assert seen == ["Computed for this run."]
+    assert system_text(model.requests[-1]) == "Computed for this run."
+    assert "THE SUMMARY" in repr(model.requests[-1].messages)
+
+
+def system_text_of(messages: Any) -> str:
+    system = messages[0]
+    assert isinstance(system, SystemMessage)
+    return system.content
