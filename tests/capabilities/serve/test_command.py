@@ -1,12 +1,14 @@
 """``effectagent serve`` as a real process: started from a config in a temporary directory,
 listening on a free loopback port it prints, signalled with SIGTERM during a run — judged on
-that process and its own database only."""
+that process and its own database only; and the API with its worker in other processes."""
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +24,7 @@ from tests.capabilities.cli.support import serve as replay
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import auth
+from .support import ANN, Served, auth, served
 
 #: The checkout these tests belong to: the command imports it first.
 ROOT = Path(__file__).absolute().parents[3]
@@ -201,3 +203,49 @@ def test_an_address_it_cannot_listen_on_is_a_sentence_and_exit_status_3(tmp_path
     assert done.returncode == 3
     assert done.stderr.startswith("effectagent: cannot listen on 999.1.1.1:80: ")
     assert "Traceback" not in done.stderr
+
+
+def _worker(database: Path) -> None:
+    """A worker process on ``database``, until nothing is left for it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.capabilities.serve.worker_process", str(database)],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture
+def api_alone(tmp_path: Path) -> Iterator[Served]:
+    """The API alone: no worker in its process."""
+    with served(tmp_path / "serve.db", worker=False) as service:
+        yield service
+
+
+async def test_an_approval_decided_over_http_resumes_the_run_in_a_worker_process(
+    api_alone: Served,
+) -> None:
+    database = api_alone.path
+    async with httpx2.AsyncClient(base_url=api_alone.url, headers=auth(ANN)) as client:
+        submitted = await client.post(
+            "/v1/conversations/files/submissions", json={"text": "delete notes.txt"}
+        )
+        submission = submitted.json()["submission_id"]
+        await trio.to_thread.run_sync(_worker, database)  # runs it: it suspends
+        status = (await client.get(f"/v1/submissions/{submission}")).json()
+        assert status["submission"]["status"] == "suspended"
+        (waiting,) = (await client.get("/v1/approvals")).json()["approvals"]
+        assert waiting["input_preview"] == {"name": "notes.txt"}
+        decided = await client.post(
+            f"/v1/submissions/{submission}/decisions",
+            json={"tool_call_id": waiting["tool_call_id"], "approved": True, "reason": "ok"},
+        )
+        assert decided.json()["waiting"] == []
+        await trio.to_thread.run_sync(_worker, database)  # another process resumes it
+        status = (await client.get(f"/v1/submissions/{submission}")).json()
+        assert status["submission"]["status"] == "completed"
+        assert status["answer"] == "done"
