@@ -42,7 +42,7 @@ from effectagent.effect import (
 )
 
 from ._allowance import NarrowedAgents, check_approval, narrow_agent
-from ._authoring import RunInput, prepare_input
+from ._authoring import RunInput, prepare_input, recorded_input
 from ._budget import check_cost_budget
 from ._digest import ArgumentDigest
 from ._driver import RunDriver
@@ -420,7 +420,8 @@ class Runtime:
         record of the run; :class:`RunAlreadyEnded` — it has a terminal record, or another run
         of the conversation started after it; :class:`ConversationBusy`; for a run with an
         allowance, ``ValueError`` when its record cannot be read and ``MissingServicesError``
-        when it asks approval for every call and the runtime has no approval service.
+        when it asks approval for every call and the runtime has no approval service; for an
+        agent with a typed input, ``ValueError`` when the recorded input no longer decodes into it.
 
         Cancellation: as :meth:`run`.
         """
@@ -485,6 +486,8 @@ class Runtime:
             recorded = found.input
             if recorded is not None and recorded.allowance is not None:
                 self._keep_allowance(driver, recorded.allowance)
+            if recorded is not None and driver.agent.input is not None:  # decodes, or refuses now
+                recorded_input(driver.agent, recorded.text, recorded.value)
             return
         if driver.chosen_run_id:
             check_new_run_id(history, driver.conversation_id, driver.run_id)

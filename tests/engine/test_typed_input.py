@@ -278,3 +278,53 @@ async def test_a_secret_in_a_typed_input_reaches_neither_the_record_nor_the_mode
     assert canary not in repr(record)
     assert record.value["city"] == "Oslo [REDACTED]"
     assert canary not in repr(model.requests[0])
+
+
+async def test_a_recorded_input_that_no_longer_fits_refuses_the_resume_before_it_starts() -> None:
+    """The agent's input type changed since the run was recorded: resuming it raises at once,
+    naming the field, and writes nothing."""
+    from effectagent.core import ApprovalRequest, RunSuspendedRecord
+    from effectagent.effect import Layer
+    from effectagent.engine import (
+        ApprovalService,
+        ApprovalSuspended,
+        ConversationLogService,
+        InMemoryConversationLog,
+    )
+
+    @attrs.frozen
+    class Renamed:
+        town: str
+        days: int
+
+    class Later:
+        suspends = True
+
+        async def request(self, request: ApprovalRequest) -> ApprovalSuspended:
+            await trio.lowlevel.checkpoint()
+            return ApprovalSuspended("later")
+
+    async def never(params: Any, call: Any) -> Any:
+        raise AssertionError("the call waits for its approval")
+
+    tool = forecast_tool(needs_approval=True)
+    before = Agent("forecaster", "Forecast.", AgentPolicy(), Toolkit(tool), input=Query)
+    after = Agent("forecaster", "Forecast.", AgentPolicy(), Toolkit(tool), input=Renamed)
+    log = InMemoryConversationLog()
+    layer = (
+        before.toolkit.handlers({tool: never})
+        + ScriptedModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))]).as_layer()
+        + Layer.succeed(ApprovalService, Later())
+        + Layer.succeed(ConversationLogService, log)
+    )
+    async with open_runtime(layer, agents=[before]) as runtime:
+        first = await runtime.run(before, Query("Oslo", 3))
+        assert first.status == "suspended"
+        count = len(list(await log.entries(first.conversation_id)))
+        with pytest.raises(
+            ValueError, match=r"(?s)recorded input does not match Renamed .*\$\.town"
+        ):
+            await runtime.resume(after, conversation_id=first.conversation_id, run_id=first.run_id)
+        entries = list(await log.entries(first.conversation_id))
+    assert len(entries) == count
+    assert isinstance(entries[-1].record, RunSuspendedRecord)
