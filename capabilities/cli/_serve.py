@@ -153,7 +153,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
     Cancellation (the signals do not cancel it: they start the drain): cancelled otherwise, the
     worker lets its lanes go and the server stops."""
     try:
-        from capabilities.serve import ServeApi, ServeMetrics
+        from capabilities.serve import ServeApi, ServeMetrics, metrics_available
         from capabilities.serve import serve as run_service
     except ImportError as exc:
         raise Unavailable(
@@ -175,7 +175,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
     path = _path(args, environ)
     config, model = _settings(args, environ) if not args.no_worker else (None, None)
     async with _database(path, create=True) as database, AsyncExitStack() as stack:
-        metrics = ServeMetrics()
+        metrics = ServeMetrics() if metrics_available() else None
         worker = None
         if config is not None and model is not None:
             try:
@@ -191,7 +191,9 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
                 Toolkit(*tooling.tools),
                 tool_sources=tooling.sources,
             )
-            layer = model.settings().layer() + metrics.listener()
+            layer = model.settings().layer()
+            if metrics is not None:
+                layer = layer + metrics.listener()
             if tooling.layer is not None:
                 layer = layer + tooling.layer
             if config.compaction is not None:

@@ -14,7 +14,8 @@ operator console — an ASGI app (Starlette, on anyio) that runs under Hypercorn
 * :func:`serve` — one Trio nursery running the server and a :class:`DurableWorker` beside it,
   ready once the worker's recovery ran, draining on ``stop`` (SIGTERM in the command).
 * :class:`ServeMetrics` — OpenTelemetry metrics (runs, tokens, latency, failures, queue age,
-  settlement age, Unknown calls).
+  settlement age, Unknown calls), when the OpenTelemetry API is installed
+  (:func:`metrics_available`).
 
 Needs the ``serve`` extra (``pip install 'effectagent[serve]'``): ``import capabilities`` does
 not import this package.
@@ -27,6 +28,7 @@ from ._auth import Principal as Principal
 from ._auth import Tokens as Tokens
 from ._auth import token_digest as token_digest
 from ._metrics import ServeMetrics as ServeMetrics
+from ._metrics import metrics_available as metrics_available
 from ._openapi import openapi_document as openapi_document
 from ._problems import Problem as Problem
 from ._quota import Quota as Quota
@@ -47,6 +49,7 @@ __all__ = [
     "ServeSettings",
     "Tokens",
     "hypercorn_config",
+    "metrics_available",
     "openapi_document",
     "serve",
     "token_digest",

@@ -26,8 +26,6 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import Final, final
 
 import trio
-from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
 from effectagent.core import RunCompleted, RunFailed, RunInterrupted, RunSuspended
 from effectagent.effect import Layer
@@ -37,7 +35,20 @@ from ..durable import DurableQueue
 from ..storage import SqliteDatabase, StorageError
 from . import _ledger
 
-__all__ = ["ServeMetrics"]
+try:  # the OpenTelemetry API is the telemetry extra's: without it there are no metrics
+    from opentelemetry import metrics
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+except ImportError:  # pragma: no cover - exercised in a subprocess by the tests
+    metrics = None  # type: ignore[assignment]
+
+__all__ = ["ServeMetrics", "metrics_available"]
+
+
+def metrics_available() -> bool:
+    """Whether the OpenTelemetry API is installed (``pip install 'effectagent[telemetry]'``):
+    without it, :class:`ServeMetrics` cannot be made and the service has no metrics."""
+    return metrics is not None
+
 
 _TERMINAL: Final = (RunCompleted, RunFailed, RunInterrupted, RunSuspended)
 _OPEN: Final = ("queued", "active", "suspended", "joining", "dead")
@@ -63,7 +74,8 @@ class _TokenListener:
 @final
 class ServeMetrics:
     """The service's instruments on ``meter`` (None: the global meter provider's
-    ``effectagent.serve`` meter). ``clock``: wall-clock seconds (ages are measured on it)."""
+    ``effectagent.serve`` meter). ``clock``: wall-clock seconds (ages are measured on it).
+    Raises ``ImportError`` without the OpenTelemetry API (:func:`metrics_available`)."""
 
     __slots__ = (
         "_admission",
@@ -82,6 +94,11 @@ class ServeMetrics:
     )
 
     def __init__(self, meter: Meter | None = None, *, clock: Callable[[], float] = time.time):
+        if metrics is None:
+            raise ImportError(
+                "the service's metrics need the OpenTelemetry API: "
+                "pip install 'effectagent[telemetry]' (or opentelemetry-api)"
+            )
         meter = meter or metrics.get_meter("effectagent.serve")
         self._clock = clock
         self._since = clock()

@@ -3,6 +3,9 @@ over HTTP, settlements, failures, latency, tokens, queue and settlement age, Unk
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ from effectagent.testing import FunctionModel, Turn
 from .support import ANN, auth, settings
 
 AGENT = Agent("assistant", "Answer.")
+#: The checkout these tests belong to: the program it starts imports it first.
+ROOT = Path(__file__).absolute().parents[3]
 
 
 def _points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
@@ -110,3 +115,29 @@ def test_ages_are_measured_from_the_oldest_waiting_submission() -> None:
     assert points["effectagent.tool_calls.unknown"][0].value == 3
     assert _value(points["effectagent.submissions.open"], status="queued") == 2
     assert _value(points["effectagent.submissions.open"], status="suspended") == 1
+
+
+def test_without_the_opentelemetry_api_the_service_serves_without_metrics() -> None:
+    """As with the serve extra alone: ``opentelemetry`` cannot be imported (blocked here)."""
+    program = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "import capabilities.serve as serve\n"
+        "from capabilities.cli._serve import serve as command\n"
+        "assert not serve.metrics_available()\n"
+        "try:\n"
+        "    serve.ServeMetrics()\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("the service's metrics need the OpenTelemetry API")
