@@ -247,7 +247,8 @@ class MediaPart:
         is sniffed (a text file's from its suffix). Reads the file: call it off the event loop
         for large files. Raises MediaError (the file missing, too large, or not this kind)."""
         data, declared, shown = _read(path, media_type, max_bytes)
-        return cls(data, media_type=declared, name=shown if name is None else name)
+        named = shown if name is None else name
+        return cls(data, media_type=declared, name=named, max_bytes=max_bytes)
 
     @property
     def text(self) -> str:

@@ -104,6 +104,9 @@ def test_from_path_names_the_part_after_its_file_and_reads_text_suffixes(tmp_pat
     (tmp_path / "notes.md").write_text("# Notes\n")
     (tmp_path / "blob.bin").write_bytes(b"\x00\x01\x02")
     image = ImagePart.from_path(tmp_path / "cat.png")
+    big = tmp_path / "big.png"
+    big.write_bytes(PNG + bytes(21 * 1024 * 1024))
+    assert ImagePart.from_path(big, max_bytes=22 * 1024 * 1024).size == big.stat().st_size
     assert (image.name, image.media_type, image.size) == ("cat.png", "image/png", len(PNG))
     notes = media_from_path(tmp_path / "notes.md")
     assert (type(notes), notes.media_type) == (DocumentPart, "text/markdown")
