@@ -112,3 +112,29 @@ async def test_a_text_document_is_redacted_like_text_before_the_model_and_the_lo
     assert secret not in user.content[0].text
     assert sent.digest != notes.digest
     assert log.media_digests == {sent.digest}
+
+
+async def test_a_resumed_run_sends_its_inputs_media_again_read_back_by_digest() -> None:
+    """A run cut off after its input was recorded (a copy of the log up to there, the bytes with
+    it) is resumed in a fresh runtime: its request carries the same image."""
+    first = ScriptedModel([Turn.text("A cat.")])
+    agent = Agent("looker", "Describe images.")
+    log = InMemoryConversationLog()
+    layer = first.as_layer() + Layer.succeed(ConversationLogService, log)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        done = await runtime.run(agent, ["What is this?", IMAGE])
+    entries = list(await log.entries(done.conversation_id))
+    (cut,) = [i for i, e in enumerate(entries) if type(e.record).__name__ == "UserInputRecorded"]
+    copy = InMemoryConversationLog()
+    await copy.append(done.conversation_id, [e.record for e in entries[: cut + 1]])
+    await copy.put_media(await log.media([IMAGE.digest]))
+    again = ScriptedModel([Turn.text("Still a cat.")])
+    layer = again.as_layer() + Layer.succeed(ConversationLogService, copy)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        resumed = await runtime.resume(
+            agent, conversation_id=done.conversation_id, run_id=done.run_id
+        )
+    assert resumed.status == "completed", resumed.error
+    (request,) = again.requests
+    (user,) = [m for m in request.messages if isinstance(m, UserMessage)]
+    assert user.media == (IMAGE,)
