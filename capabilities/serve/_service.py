@@ -5,7 +5,8 @@ The order, in :func:`serve`: the server listens first (``/healthz`` answers, ``/
 503); the worker starts — its runtime opened, the overdue submissions looked at — and then the
 API is :meth:`~ServeApi.ready`. When ``stop`` is set (the command sets it on SIGTERM or SIGINT)
 the API drains: new submissions are refused (503), ``/readyz`` says 503, and the worker's runs
-get ``grace`` seconds to finish; then the worker is cancelled — it lets the lanes it still holds
+get ``grace`` seconds to finish (it may take up submissions already queued meanwhile; the drain
+ends early once it holds none); then the worker is cancelled — it lets the lanes it still holds
 go first, so their submissions wait, queued, for the next worker, which resumes them from the
 log (nothing is lost) — the event streams end and the server shuts down gracefully.
 """
