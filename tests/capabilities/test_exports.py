@@ -37,6 +37,7 @@ PACKAGES = [
     "capabilities.telemetry",
     "capabilities.cli",
     "capabilities.durable",
+    "capabilities.serve",
 ]
 
 #: Each package's ``__all__``, exactly.
@@ -103,6 +104,10 @@ SURFACE: dict[str, str] = {
         Quarantined Receipt RecoveryDecision RetryBudget SqliteStepStore Submission
         SubmissionNotFound SubmissionStatus UnknownCall WorkerOptions
     """,
+    "capabilities.serve": """
+        DEFAULT_QUOTA Endpoint ENDPOINTS hypercorn_config metrics_available openapi_document
+        Principal Problem Quota serve ServeApi ServeMetrics ServeSettings token_digest Tokens
+    """,
     "capabilities.subagents": """
         delegate Delegation SubagentFailed
     """,
@@ -121,6 +126,7 @@ PUBLIC_SUBMODULES: dict[str, set[str]] = {
         "compaction",
         "durable",
         "mcp",
+        "serve",
         "sessions",
         "skills",
         "state",
