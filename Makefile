@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Debian packages the sandbox needs (bubblewrap). Installed only when missing; needs root or sudo.
+# Debian packages the tests need: bubblewrap (the sandbox), chromium and its driver (the serve
+# console's browser test). Installed only when missing, in one apt run; needs root or sudo.
 sysdeps:
-	@command -v bwrap >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+	@missing=; \
+	  command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
+	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	  command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	  [ -z "$$missing" ] || { \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; }
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
