@@ -195,8 +195,8 @@ print("\\n".join(sorted(set(sys.modules) - before)), file=sys.stderr)
 @pytest.mark.parametrize("given", ['"--help"', '"--version"', '"run", "--help"'])
 def test_help_and_version_load_only_the_standard_library(given: str) -> None:
     """``--help`` and ``--version`` answer from the argument parser alone: of our modules only
-    ``capabilities.cli`` and its ``_args`` (with ``_admin_args``) are loaded for them, and of the rest only the standard
-    library — no engine, provider SDK, sandbox, tools, Trio or attrs."""
+    ``capabilities.cli`` and its ``_args`` (with ``_admin_args`` and ``_serve_args``) are loaded
+    for them, and of the rest only the standard library — no engine, provider SDK, sandbox, tools, Trio or attrs."""
     done = subprocess.run(
         [sys.executable, "-c", _LOADED_BY_HELP.replace("ARGS", given)],
         capture_output=True,
@@ -205,7 +205,12 @@ def test_help_and_version_load_only_the_standard_library(given: str) -> None:
         check=True,
     )
     loaded = done.stderr.split()
-    ours = {"capabilities.cli", "capabilities.cli._args", "capabilities.cli._admin_args"}
+    ours = {
+        "capabilities.cli",
+        "capabilities.cli._args",
+        "capabilities.cli._admin_args",
+        "capabilities.cli._serve_args",
+    }
     others = [
         name
         for name in loaded
