@@ -168,8 +168,11 @@ def test_run_sync_runs_one_agent_to_its_end() -> None:
     ("call", "message"),
     [
         (lambda rt, a: rt.run(forecast_tool(), "hi"), "a run needs an Agent, got Tool"),
-        (lambda rt, a: rt.run(a, b"hi"), "a run's text must be a str or a sequence of str and media parts (ImagePart, "
-            "DocumentPart, AudioPart), got bytes"),
+        (
+            lambda rt, a: rt.run(a, b"hi"),
+            "a run's text must be a str or a sequence of str and media parts (ImagePart, "
+            "DocumentPart, AudioPart), got bytes",
+        ),
         (lambda rt, a: rt.run(a, "hi", conversation_id=7), "conversation_id must be a str"),
         (lambda rt, a: rt.stream(a, "hi", author=None), "author must be a str"),
     ],
