@@ -62,14 +62,30 @@ function sseParser(onEvent) {
 // ---- one log entry as timeline items --------------------------------------------------------------
 
 function item(kind, who, text, nested) {
+  // the space keeps "who" a word of its own in the item's text (copied, or read aloud)
   return el("li", { className: kind + (nested ? " nested" : "") },
-    el("span", { className: "who", text: who }), text);
+    el("span", { className: "who", text: who }), " ", text);
+}
+
+// The default summary of a call already starts with its tool's name: said once, not twice.
+function summaryText(tool, summary) {
+  const text = String(summary === undefined || summary === null ? "" : summary);
+  return text.startsWith(tool + ": ") ? text.slice(tool.length + 2) : text;
+}
+
+// A tool call's arguments are recorded as the JSON text the model sent: shown as JSON, laid out.
+function argumentsText(argumentsValue) {
+  if (typeof argumentsValue !== "string") return json(argumentsValue);
+  try { return json(JSON.parse(argumentsValue)); } catch (ignored) { return argumentsValue; }
 }
 
 function outcomeText(outcome) {
   if (!outcome || typeof outcome !== "object") return "";
   const kind = outcome.kind || "settled";
-  if (kind === "success") return "succeeded: " + json(outcome.value);
+  if (kind === "success") {
+    const result = outcome.result;
+    return "succeeded: " + (typeof result === "string" ? result : json(result));
+  }
   const said = outcome.message || outcome.reason || outcome.error || "";
   return kind + (said ? ": " + (typeof said === "string" ? said : json(said)) : "");
 }
@@ -93,7 +109,7 @@ function renderEntry(data) {
         if (part === "text") items.push(item("assistant", "assistant", value));
         else if (part === "reasoning") items.push(item("meta", "reasoning", value));
         else if (part === "tool-call") {
-          items.push(item("tool", "calls " + value.name, json(value.arguments), true));
+          items.push(item("tool", "calls " + value.name, argumentsText(value.arguments), true));
         }
       }
       break;
@@ -116,8 +132,8 @@ function renderEntry(data) {
     }
     case "ToolApprovalRequested": {
       const request = record.request || {};
-      items.push(item("approval", "approval asked",
-        request.tool_name + ": " + request.summary + "\n" + json(request.input_preview), true));
+      const said = request.tool_name + ": " + summaryText(request.tool_name, request.summary);
+      items.push(item("approval", "approval asked", said + "\n" + json(request.input_preview), true));
       break;
     }
     case "ToolApprovalDecided": {
@@ -242,7 +258,8 @@ function boot() {
         openTimeline(approval.conversation_id);
       });
       return el("li", { className: "approval" },
-        el("div", {}, el("strong", { text: approval.tool_name }), " — ", approval.summary),
+        el("div", {}, el("strong", { text: approval.tool_name }), " — ",
+          summaryText(approval.tool_name, approval.summary)),
         el("div", { className: "meta", text: "risk " + approval.risk + " · conversation " +
           approval.conversation_id + " · call " + approval.tool_call_id + " · expires " +
           when(approval.expires_at) }),

@@ -1,0 +1,350 @@
+"""The operator console in a real headless browser: Debian's ``chromium`` driven by Selenium
+through the system's ``chromedriver`` (nothing is downloaded; a missing browser fails the test
+and says that ``make sysdeps`` installs it).
+
+The service runs on loopback as in the other serve tests — real Hypercorn, a worker beside it,
+a scripted model whose ``delete`` call needs approval, so the run suspends. The model puts a
+secret into the call's arguments: the worker redacts it from everything recorded, so the
+console shows ``[REDACTED]`` and the page never holds the secret. A person types the operator
+token in, sees the pending approval, types a reason and clicks Approve; the timeline then shows
+the decision, the tool call's outcome and the run's completion. The same page is checked at a
+phone's width (375 px): nothing overflows sideways and the approval can be decided there.
+
+Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, and ``failed-<test>.png`` when
+a test fails) are written to the directory ``$EFFECTAGENT_TEST_ARTIFACTS`` if that is set, else
+``<repo>/.test-artifacts/serve/`` (ignored by git), and to each test's ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+import pytest
+import trio
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.wait import WebDriverWait
+
+from capabilities.durable import DurableWorker, RetryBudget, WorkerOptions
+from capabilities.serve import ServeApi, ServeMetrics, serve
+from capabilities.storage import open_database
+from effectagent.ai import ModelRequest, Toolkit, UserMessage
+from effectagent.testing import FunctionModel, Turn
+
+from .support import AGENT, ANN, OPS, Served, SseReader, _delete, auth, delete_file, settings
+
+ROOT = Path(__file__).absolute().parents[3]
+#: A secret the model puts into a tool call's arguments: it must never reach the page.
+SECRET = "browser-secret-canary-9d4b2f7a1c6e3085"
+#: Generous bounds on conditions (the machine may be busy); nothing waits for a fixed time.
+BOUND = 60.0
+DESKTOP = (1280, 900)
+PHONE = (375, 812)
+
+
+def _text(message: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in message.content)
+
+
+def respond(request: ModelRequest) -> Turn | str:
+    """``delete NAME`` asks to delete ``NAME-<SECRET>.tar`` (approval needed); after the
+    tool's result, ``done``."""
+    last = request.messages[-1]
+    if isinstance(last, UserMessage):
+        name = _text(last).removeprefix("delete ")
+        return Turn.tool_calls(("delete_file", {"name": f"{name}-{SECRET}.tar"}))
+    return "done"
+
+
+class _SecretServed(Served):
+    """The shared service, its worker redacting :data:`SECRET` and running :func:`respond`."""
+
+    async def _main(self) -> None:
+        self._stop = trio.Event()
+        self._token = trio.lowlevel.current_trio_token()
+        async with open_database(self.path) as database:
+            metrics = ServeMetrics()
+            api = ServeApi(database, self._config, agents=("assistant",), metrics=metrics)
+            self.api = api
+            layer = Toolkit(delete_file).handlers(delete_file.bind(_delete))
+            layer = layer + FunctionModel.layer(respond)
+            options = WorkerOptions(
+                poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01)
+            )
+            worker = DurableWorker(database, layer, [AGENT], options=options, secrets=(SECRET,))
+            async with trio.open_nursery() as nursery:
+                found = await nursery.start(
+                    lambda task_status: serve(
+                        api,
+                        self._stop,  # type: ignore[arg-type]
+                        bind="127.0.0.1:0",
+                        worker=worker,
+                        task_status=task_status,
+                    )
+                )
+                self.url = found[0]
+                self._ready.set()
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    found = _SecretServed(tmp_path_factory.mktemp("browser") / "serve.db", settings())
+    try:
+        yield found
+    finally:
+        found.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (read from /proc)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+        except OSError:  # it ended while we looked
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(int(name))
+    return found
+
+
+def _ended(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` ended within :data:`BOUND` seconds."""
+    readable, _, _ = select.select([pidfd], [], [], BOUND)
+    return bool(readable)
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """One headless chromium for the module; quit at the end, and its processes checked gone."""
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:
+        pytest.fail(
+            "The browser test needs Debian's chromium and chromium-driver (the commands "
+            "`chromium` and `chromedriver`); `make sysdeps` installs them."
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",  # the tests run as root
+        "--disable-dev-shm-usage",
+        f"--user-data-dir={profile}",
+        f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
+    ):
+        options.add_argument(argument)
+    service = Service(executable_path=driver)
+    chrome = webdriver.Chrome(service=service, options=options)
+    assert service.process is not None
+    pids = [service.process.pid, *_children(service.process.pid)]
+    assert len(pids) >= 2, "chromedriver started no browser"
+    pidfds = [os.pidfd_open(pid) for pid in pids]
+    try:
+        yield chrome
+    finally:
+        try:
+            chrome.quit()
+            still = [pid for pid, fd in zip(pids, pidfds, strict=True) if not _ended(fd)]
+            assert still == [], f"the browser's processes {still} outlived quit()"
+        finally:
+            for fd in pidfds:
+                os.close(fd)
+
+
+def _artifacts() -> Path:
+    given = os.environ.get("EFFECTAGENT_TEST_ARTIFACTS")
+    return Path(given) if given else ROOT / ".test-artifacts" / "serve"
+
+
+def _screenshot(browser: webdriver.Chrome, name: str, tmp_path: Path) -> Path:
+    shared = _artifacts()
+    shared.mkdir(parents=True, exist_ok=True)
+    path = shared / name
+    assert browser.save_screenshot(str(path)), f"no screenshot {name}"
+    shutil.copyfile(path, tmp_path / name)
+    return path
+
+
+@contextmanager
+def _evidence(browser: webdriver.Chrome, name: str, tmp_path: Path) -> Iterator[None]:
+    """A screenshot of the page when the block fails (then the failure as it was)."""
+    try:
+        yield
+    except BaseException:
+        _screenshot(browser, f"failed-{name}.png", tmp_path)
+        raise
+
+
+def _wait(browser: webdriver.Chrome) -> WebDriverWait[webdriver.Chrome]:
+    return WebDriverWait(browser, BOUND, poll_frequency=0.05)
+
+
+def _submit(service: Served, conversation: str, text: str) -> str:
+    with httpx2.Client(base_url=service.url, timeout=BOUND) as client:
+        answer = client.post(
+            f"/v1/conversations/{conversation}/submissions",
+            json={"text": text},
+            headers={**auth(ANN), "Idempotency-Key": conversation},
+        )
+    assert answer.status_code == 202, answer.text
+    submission: str = answer.json()["submission_id"]
+    return submission
+
+
+def _sign_in(browser: webdriver.Chrome, service: Served) -> None:
+    """Open the console and type the operator's token in, as a person would."""
+    browser.get(service.url + "/console")
+    field = browser.find_element(By.ID, "token")
+    field.click()
+    field.send_keys(OPS)
+    browser.find_element(By.CSS_SELECTOR, "#login button[type=submit]").click()
+    _wait(browser).until(
+        lambda b: "Signed in as ops (operator)" in b.find_element(By.ID, "who").text
+    )
+    assert field.get_attribute("value") == ""  # the field does not keep the token
+
+
+def _card(browser: webdriver.Chrome, conversation: str) -> WebElement:
+    """The pending approval of ``conversation`` in the approvals list, once it appears."""
+    path = f"//ul[@id='approvals-list']/li[contains(., '{conversation}')]"
+
+    def found(b: webdriver.Chrome) -> WebElement | Literal[False]:
+        cards = b.find_elements(By.XPATH, path)
+        return cards[0] if cards else False
+
+    card: WebElement = _wait(browser).until(found)
+    return card
+
+
+def _timeline(browser: webdriver.Chrome) -> list[tuple[str, str]]:
+    """The timeline's items as (who, the whole item's text)."""
+    items = browser.find_elements(By.CSS_SELECTOR, "#timeline-list > li")
+    return [(li.find_element(By.CSS_SELECTOR, ".who").text, li.text) for li in items]
+
+
+async def _recorded(url: str, conversation: str) -> list[dict[str, Any]]:
+    """The conversation's events as the API serves them, through the run's completion."""
+    reader = await SseReader.open(url, f"/v1/conversations/{conversation}/events", OPS)
+    events: list[dict[str, Any]] = []
+    try:
+        with trio.fail_after(BOUND):
+            while not events or events[-1]["event"] != "RunCompletedRecord":
+                events.append(await reader.event())
+    finally:
+        await reader.aclose()
+    return events
+
+
+def test_an_operator_approves_a_pending_call_and_follows_the_run_to_its_end(
+    browser: webdriver.Chrome, service: Served, tmp_path: Path
+) -> None:
+    conversation = "conv-" + secrets.token_hex(6)
+    reason = "checked with the owner " + secrets.token_hex(3)
+    browser.set_window_size(*DESKTOP)
+    submission = _submit(service, conversation, "delete backup")
+    with _evidence(browser, "approval", tmp_path):
+        _sign_in(browser, service)
+        card = _card(browser, conversation)
+        heading = card.find_element(By.CSS_SELECTOR, "div").text
+        assert heading == "delete_file — Delete a file."  # the tool's name said once
+        preview = card.find_element(By.TAG_NAME, "pre").text
+        assert "backup-[REDACTED].tar" in preview  # the arguments, redacted as recorded
+        assert SECRET not in browser.page_source
+        _screenshot(browser, "approvals.png", tmp_path)
+
+        field = card.find_element(By.CSS_SELECTOR, "input[aria-label=reason]")
+        field.click()
+        field.send_keys(reason)
+        card.find_element(By.CSS_SELECTOR, "button.approve").click()
+
+        # Deciding opens the conversation's timeline, which follows the run as it goes on.
+        _wait(browser).until(
+            lambda b: (
+                b.find_element(By.ID, "timeline").is_displayed()
+                and any(who == "completed" for who, _ in _timeline(b))
+            )
+        )
+        items = _timeline(browser)
+        whos = [who for who, _ in items]
+        (asked,) = [text for who, text in items if who == "approval asked"]
+        assert asked.startswith("approval asked delete_file: Delete a file.\n")
+        assert '"name": "backup-[REDACTED].tar"' in asked
+        # the call's arguments (recorded as the JSON text the model sent) shown as JSON
+        (call,) = [text for who, text in items if who == "calls delete_file"]
+        assert call.startswith("calls delete_file {")
+        assert '"name": "backup-[REDACTED].tar"' in call
+        assert ("approved", f"approved by ops: {reason}") in items
+        (outcome,) = [text for who, text in items if who == "delete_file"]
+        assert outcome.startswith("delete_file succeeded:")
+        assert "deleted backup-[REDACTED].tar" in outcome
+        assert whos.index("approved") < whos.index("delete_file") < whos.index("completed")
+        assert browser.find_element(By.ID, "conversation").get_attribute("value") == conversation
+        assert browser.find_element(By.ID, "error").text == ""
+        assert SECRET not in browser.page_source
+        _screenshot(browser, "timeline.png", tmp_path)
+        assert not browser.find_elements(
+            By.XPATH, f"//ul[@id='approvals-list']/li[contains(., '{conversation}')]"
+        )
+
+    # The service's side: completed, and exactly one decision — the operator's, with the reason.
+    with httpx2.Client(base_url=service.url, timeout=BOUND) as client:
+        row = client.get(f"/v1/submissions/{submission}", headers=auth(ANN)).json()
+    assert row["submission"]["status"] == "completed"
+    assert row["answer"] == "done"
+    events = trio.run(_recorded, service.url, conversation)
+    decisions = [
+        e["data"]["record"]["decision"] for e in events if e["event"] == "ToolApprovalDecided"
+    ]
+    assert len(decisions) == 1
+    (decision,) = decisions
+    assert decision["approved"] is True
+    assert decision["decided_by"] == "ops"
+    assert decision["reason"] == reason
+
+
+def test_on_a_phone_the_approvals_fit_the_screen_and_can_be_decided(
+    browser: webdriver.Chrome, service: Served, tmp_path: Path
+) -> None:
+    conversation = "conv-" + secrets.token_hex(6)
+    _submit(service, conversation, "delete photos")
+    browser.set_window_size(*PHONE)
+    try:
+        with _evidence(browser, "phone", tmp_path):
+            _sign_in(browser, service)
+            card = _card(browser, conversation)
+            width = browser.execute_script("return window.innerWidth")
+            assert width == PHONE[0]
+            scroll = browser.execute_script("return document.documentElement.scrollWidth")
+            assert scroll <= PHONE[0], f"the page is {scroll} px wide on a {PHONE[0]} px screen"
+            for button in card.find_elements(By.TAG_NAME, "button"):
+                box = button.rect
+                assert box["x"] >= 0, button.text
+                assert box["x"] + box["width"] <= PHONE[0], button.text
+            _screenshot(browser, "phone.png", tmp_path)
+
+            field = card.find_element(By.CSS_SELECTOR, "input[aria-label=reason]")
+            field.click()
+            field.send_keys("not from a phone")
+            card.find_element(By.CSS_SELECTOR, "button.deny").click()
+            _wait(browser).until(
+                lambda b: any(
+                    who == "denied" and "not from a phone" in text for who, text in _timeline(b)
+                )
+            )
+            assert browser.execute_script("return document.documentElement.scrollWidth") <= PHONE[0]
+            assert browser.find_element(By.ID, "error").text == ""
+    finally:
+        browser.set_window_size(*DESKTOP)
