@@ -315,9 +315,11 @@ class SqliteConversationLog:
         except StorageClosed:
             raise LogClosed(conversation_id) from None
 
-    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
-        """Keep the bytes of media parts by SHA-256 digest (``media`` table); a digest already
-        kept is not written again, so bytes attached twice are stored once.
+    async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Keep the bytes of media parts by SHA-256 digest (``media`` table) for a record of
+        ``conversation_id`` about to refer to them; a digest already kept is not written again,
+        so bytes attached twice are stored once (by any conversation). They stay until no record
+        refers to them and a deletion of records (:meth:`delete_conversations`) sweeps them.
 
         Raises :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
         all or nothing (one write transaction)."""

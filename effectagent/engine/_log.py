@@ -2,13 +2,20 @@
 and bounded — a long-lived runtime must not grow with the number of conversations it served.
 
 Retention (:class:`LogRetention`): the log keeps at most ``max_conversations`` conversations and
-about ``max_bytes`` of records. Past either cap it evicts whole conversations, the least recently
+about ``max_bytes`` of records and media bytes. Past either cap it evicts whole conversations, the least recently
 used idle one first (used: appended to, read, or its run ended). A conversation with a run going
 is *held* and never evicted: from the runtime's claim of it until the run is released, and —
 which covers child runs too — from the append of a run's input record (``UserInputRecorded`` of
 kind ``"user"``) to the append of that run's terminal record (every run writes one; a run that
 never did would keep its conversation). So once no conversation is held, the log is within both
 caps; while runs are going it may exceed them by what those runs hold.
+
+Media bytes (images, documents, audio: ``put_media``) are kept once per digest in a
+:class:`~effectagent.engine._media.MediaShelf`, and each conversation that refers to a digest —
+bytes put for it, or a record of it naming them — is charged their size. An evicted
+conversation lets go of its digests, and the bytes no kept conversation refers to any more are
+freed with it; so the media bytes kept are never more than what the kept conversations were
+charged, and a digest a kept conversation refers to stays readable.
 
 An evicted conversation's records are gone; the log remembers the IDs of the last
 ``remember_evicted`` evictions, so continuing one is :class:`~effectagent.engine.ConversationEvicted`
@@ -44,6 +51,8 @@ from effectagent.core import (
     ToolSuccess,
     UserInputRecorded,
 )
+
+from ._media import MediaShelf, media_digests
 
 __all__ = [
     "InMemoryConversationLog",
@@ -387,7 +396,7 @@ class InMemoryConversationLog:
     the records alone and pairs them with their numbers when they are read.
     """
 
-    __slots__ = ("_listeners", "_logs", "_media", "_running", "ledger")
+    __slots__ = ("_listeners", "_logs", "_running", "_shelf", "ledger")
 
     def __init__(self, retention: LogRetention | None = None) -> None:
         if retention is not None and not isinstance(retention, LogRetention):
@@ -397,28 +406,37 @@ class InMemoryConversationLog:
         # The runs whose input is recorded and whose terminal record is not yet: run -> conversation.
         self._running: dict[str, str] = {}
         self._listeners: list[Callable[[str], None]] = []
-        # The bytes of the media parts the records refer to, once per SHA-256 digest (kept for
-        # the log's life: a digest may be shared by conversations, so eviction leaves them).
-        self._media: dict[str, bytes] = {}
+        # The bytes of the media parts the records refer to, once per SHA-256 digest, each while
+        # a kept conversation refers to it (freed with the last one evicted).
+        self._shelf = MediaShelf()
 
-    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
-        """Keep media bytes by digest (each digest once). Cancellation: a cancellation point
-        before anything is kept."""
+    async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Keep media bytes by digest (each digest once) for the conversation about to record
+        them: they count in its size (each conversation referring to a digest is charged its
+        size) and are freed when no kept conversation refers to them. May evict idle
+        conversations, as an append does.
+
+        Cancellation: a cancellation point before anything is kept."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        for digest, data in blobs.items():
-            self._media.setdefault(digest, data)
+        charged = self._shelf.put(conversation_id, blobs)
+        if charged and self.ledger.limits.bounded:
+            self._drop(self.ledger.grew(conversation_id, charged))
 
     async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
         """The kept bytes of ``digests`` (missing ones left out). Cancellation: a cancellation
         point; nothing changes."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        kept = self._media
-        return {digest: kept[digest] for digest in digests if digest in kept}
+        return self._shelf.get(digests)
 
     @property
     def media_digests(self) -> frozenset[str]:
         """The digests whose bytes are kept."""
-        return frozenset(self._media)
+        return self._shelf.digests
+
+    @property
+    def media_bytes(self) -> int:
+        """The size of the media bytes kept (each digest once)."""
+        return self._shelf.held_bytes
 
     @property
     def retention(self) -> LogRetention:
@@ -427,7 +445,7 @@ class InMemoryConversationLog:
 
     @property
     def retained_bytes(self) -> int:
-        """The estimated bytes of the records kept."""
+        """The estimated bytes of the records kept and of the media they refer to."""
         return self.ledger.total_bytes
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
@@ -454,11 +472,18 @@ class InMemoryConversationLog:
         running = self._running
         ended: list[str] = []
         size = 0
+        shelf = self._shelf
         for record in records:
             if type(record) is UserInputRecorded:
                 if record.kind == "user" and record.run_id not in running:
                     running[record.run_id] = conversation_id
                     ledger.hold(conversation_id)
+                if record.parts:
+                    size += shelf.refer(conversation_id, media_digests(record))
+            elif type(record) is ToolCallSettled:
+                outcome = record.outcome
+                if type(outcome) is ToolSuccess and outcome.media:
+                    size += shelf.refer(conversation_id, media_digests(record))
             elif isinstance(record, _ENDINGS):
                 ended.append(record.run_id)
             size += record_bytes(record)
@@ -508,7 +533,10 @@ class InMemoryConversationLog:
         self._listeners.append(listener)
 
     def _drop(self, evicted: list[str]) -> None:
+        shelf = self._shelf
         for conversation_id in evicted:
-            del self._logs[conversation_id]
+            # A conversation may be kept for media put before its first record.
+            self._logs.pop(conversation_id, None)
+            shelf.drop(conversation_id)
             for listener in self._listeners:
                 listener(conversation_id)

@@ -7,14 +7,17 @@ nothing here: :func:`user_content` returns None for a ``str``, and :func:`load_m
 each history record's type and nothing else when none holds media.
 
 The bytes go to the Conversation Log when it is a :class:`MediaStore` (the in-memory log and the
-SQLite storage are): ``put_media`` keeps each digest once, ``media`` returns those it has. A log
-that is not one refuses input with media bytes (a URL part needs no store).
+SQLite storage are): ``put_media`` keeps each digest once, for the conversation that is about to
+record it, and ``media`` returns those it has. A log that is not one refuses input with media
+bytes (a URL part needs no store). The in-memory log keeps the bytes in a :class:`MediaShelf`:
+each digest while a conversation it keeps refers to it, counted within its retention.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, final, runtime_checkable
 
 import attrs
 
@@ -40,11 +43,13 @@ from ._seams import ConversationLogError
 __all__ = [
     "MediaMissing",
     "MediaNotKept",
+    "MediaShelf",
     "MediaStore",
     "UserContent",
     "check_user_input",
     "describe_input",
     "load_media",
+    "media_digests",
     "recorded_parts",
     "reference_of",
     "settled_with_media",
@@ -95,8 +100,10 @@ class MediaNotKept(ConversationLogError):
 class MediaStore(Protocol):
     """Where a Conversation Log keeps the bytes of media parts, once per SHA-256 digest."""
 
-    async def put_media(self, blobs: Mapping[str, bytes]) -> None:
-        """Keep ``blobs`` (digest → bytes); a digest already kept is not written again.
+    async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Keep ``blobs`` (digest → bytes), which a record of ``conversation_id`` is about to
+        refer to; a digest already kept is not written again. A store may let the bytes go once
+        no conversation it keeps refers to them (put for it, or named by its records).
 
         Cancellation: all or nothing per call, as the log's append."""
         ...
@@ -204,7 +211,106 @@ async def store_media(
         return
     if not isinstance(log, MediaStore):
         raise MediaNotKept(conversation_id, None, type(log).__name__)
-    await log.put_media(blobs)
+    await log.put_media(conversation_id, blobs)
+
+
+def media_digests(record: object) -> tuple[str, ...]:
+    """The digests of the media ``record`` refers to (a user input's parts, a tool success's
+    media), in order; none for any other record. Pure."""
+    if type(record) is UserInputRecorded:
+        values: Iterable[Any] = (v for k, v in record.parts if k == "media")
+    elif type(record) is ToolCallSettled and type(record.outcome) is ToolSuccess:
+        values = record.outcome.media
+    else:
+        return ()
+    return tuple(
+        v["digest"] for v in values if isinstance(v, Mapping) and isinstance(v.get("digest"), str)
+    )
+
+
+#: What one conversation's hold on a digest costs besides the bytes: the digest string, its
+#: count, and the entries of the dicts and sets that keep them (errs high).
+SHELF_ENTRY_BYTES: Final = 256
+
+
+@final
+class MediaShelf:
+    """Media bytes by digest, each kept while a conversation refers to it. Pure.
+
+    A conversation refers to a digest once bytes were put for it (:meth:`put`, before its record
+    is appended, so bytes put by a run that failed before recording them still go with its
+    conversation) or once a record of it names the kept digest (:meth:`refer`). Each digest
+    keeps a count of the conversations that refer to it; :meth:`drop` (the conversation was
+    evicted) lowers the counts and frees the bytes whose count reaches zero. Both :meth:`put`
+    and :meth:`refer` return what the conversation is charged: the size of each digest newly
+    referred to and :data:`SHELF_ENTRY_BYTES` — so bytes shared by two conversations are
+    charged to each (the retention's estimate errs high, never low), and the bytes kept are at
+    most the sum of what the kept conversations were charged.
+    """
+
+    __slots__ = ("_bytes", "_counts", "_of", "held_bytes")
+
+    def __init__(self) -> None:
+        self._bytes: dict[str, bytes] = {}
+        self._counts: dict[str, int] = {}
+        self._of: dict[str, set[str]] = {}  # conversation -> the digests it refers to
+        #: The size of the bytes kept (each digest once).
+        self.held_bytes = 0
+
+    def put(self, conversation_id: str, blobs: Mapping[str, bytes]) -> int:
+        """Keep ``blobs`` for the conversation; return what it is charged."""
+        if not blobs:
+            return 0
+        kept = self._bytes
+        for digest, data in blobs.items():
+            if digest not in kept:
+                kept[digest] = data
+                self.held_bytes += len(data)
+        return self.refer(conversation_id, blobs)
+
+    def refer(self, conversation_id: str, digests: Iterable[str]) -> int:
+        """The conversation refers to ``digests`` (those not kept are left out); return what
+        it is charged for those it did not refer to yet."""
+        kept = self._bytes
+        mine = self._of.get(conversation_id)
+        charged = 0
+        for digest in digests:
+            data = kept.get(digest)
+            if data is None:
+                continue
+            if mine is None:
+                mine = self._of[conversation_id] = set()
+            elif digest in mine:
+                continue
+            mine.add(digest)
+            self._counts[digest] = self._counts.get(digest, 0) + 1
+            charged += sys.getsizeof(data) + SHELF_ENTRY_BYTES
+        return charged
+
+    def drop(self, conversation_id: str) -> None:
+        """The conversation is gone: free the bytes no other conversation refers to."""
+        counts, kept = self._counts, self._bytes
+        for digest in self._of.pop(conversation_id, ()):
+            left = counts[digest] - 1
+            if left:
+                counts[digest] = left
+            else:
+                del counts[digest]
+                self.held_bytes -= len(kept.pop(digest))
+
+    def get(self, digests: Iterable[str]) -> dict[str, bytes]:
+        """The kept bytes of ``digests`` (those not kept left out)."""
+        kept = self._bytes
+        return {digest: kept[digest] for digest in digests if digest in kept}
+
+    @property
+    def digests(self) -> frozenset[str]:
+        """The digests whose bytes are kept."""
+        return frozenset(self._bytes)
+
+    def referred_by(self, conversation_id: str) -> frozenset[str]:
+        """The digests the conversation refers to."""
+        return frozenset(self._of.get(conversation_id, ()))
 
 
 def _references(entries: Iterable[LogEntry]) -> dict[str, tuple[LogEntry, MediaRef]]:

@@ -127,7 +127,7 @@ async def test_a_resumed_run_sends_its_inputs_media_again_read_back_by_digest() 
     (cut,) = [i for i, e in enumerate(entries) if type(e.record).__name__ == "UserInputRecorded"]
     copy = InMemoryConversationLog()
     await copy.append(done.conversation_id, [e.record for e in entries[: cut + 1]])
-    await copy.put_media(await log.media([IMAGE.digest]))
+    await copy.put_media(done.conversation_id, await log.media([IMAGE.digest]))
     again = ScriptedModel([Turn.text("Still a cat.")])
     layer = again.as_layer() + Layer.succeed(ConversationLogService, copy)
     async with open_runtime(layer, agents=[agent]) as runtime:

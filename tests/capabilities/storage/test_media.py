@@ -41,8 +41,8 @@ def test_for_every_bytes_the_store_returns_them_and_keeps_each_digest_once(
         async with open_database(":memory:") as database:
             log = SqliteConversationLog(database)
             for data in blobs:  # one call each: a digest put again is not written again
-                await log.put_media({_digest(data): data})
-            await log.put_media({_digest(data): data for data in blobs})
+                await log.put_media("c", {_digest(data): data})
+            await log.put_media("c", {_digest(data): data for data in blobs})
             wanted = {_digest(data) for data in blobs}
             found = await log.media([*wanted, _digest(b"never put")])
             rows = await database.read(
@@ -135,7 +135,7 @@ async def test_a_version_3_file_is_upgraded_to_have_the_media_table(tmp_path: Pa
     assert 3 in UPGRADES
     async with open_database(path) as database:
         log = SqliteConversationLog(database)
-        await log.put_media({_digest(PNG): PNG})
+        await log.put_media("c", {_digest(PNG): PNG})
         assert await log.media([_digest(PNG)]) == {_digest(PNG): PNG}
     conn = sqlite3.connect(path)
     try:
