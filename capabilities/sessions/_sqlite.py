@@ -11,6 +11,7 @@ from typing import Generic, TypeVar, cast, final
 
 from .._versioned import dumps, loads
 from ..storage import SqliteDatabase, StorageError
+from ..storage._forget import forget_conversations
 from ._model import (
     DEFAULT_SCHEMA,
     CorruptSession,
@@ -79,6 +80,19 @@ def _write(conn: sqlite3.Connection, row: StoredSession) -> None:
             row.updated_at,
         ),
     )
+
+
+def _listed_elsewhere(conn: sqlite3.Connection, ids: tuple[str, ...]) -> set[str]:
+    """Those of ``ids`` another session (one still in the table) lists."""
+    wanted, found = set(ids), set()
+    for (stored,) in conn.execute("SELECT conversations FROM sessions"):
+        try:
+            listed = loads(stored) if isinstance(stored, str) else None
+        except (ValueError, RecursionError):
+            return wanted  # a damaged row: keep every conversation it might list
+        if isinstance(listed, list):
+            found.update(c for c in listed if isinstance(c, str) and c in wanted)
+    return found
 
 
 @final
@@ -152,14 +166,30 @@ class SqliteSessionStore(Generic[M]):
 
         return await self._storage(after or "", self.database.read, read)
 
-    async def delete(self, session_id: str, expected_revision: int) -> None:
+    async def delete(
+        self, session_id: str, expected_revision: int, *, conversations: bool = False
+    ) -> None:
         """See :meth:`SessionStore.delete`: the revision is compared inside the transaction that
-        deletes the row. Cancellation: all or nothing."""
+        deletes the row.
+
+        With ``conversations=True`` the session's conversations that no other session lists go
+        in that same transaction: their records, and the images, documents and audio no
+        remaining record refers to (``SqliteConversationLog.delete_conversations``); while one
+        of them has a run going, the deletion is refused (``SessionStoreUnavailable`` saying
+        so) and nothing is deleted. Without it, the conversations stay in the log.
+
+        Cancellation: all or nothing."""
         check_id(session_id)
+        now = time.time()
 
         def work(conn: sqlite3.Connection) -> None:
-            check_delete(_select(conn, session_id), session_id, expected_revision)
+            current = _select(conn, session_id)
+            check_delete(current, session_id, expected_revision)
             conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+            if conversations and current is not None and current.conversations:
+                listed = _listed_elsewhere(conn, current.conversations)
+                alone = [c for c in current.conversations if c not in listed]
+                forget_conversations(conn, alone, now=now)
 
         await self._storage(session_id, self.database.write, work)
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import final
 
@@ -59,6 +60,7 @@ from ._errors import (
     StorageError,
     WriteFailed,
 )
+from ._forget import Forgotten, forget_conversations
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
 from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
@@ -350,6 +352,27 @@ class SqliteConversationLog:
             return found
 
         return await self.database.read(read)
+
+    async def delete_conversations(self, conversation_ids: Sequence[str]) -> Forgotten:
+        """Delete the conversations' records (and what was indexed of them, and their queued
+        steering) and, in the same transaction, the media bytes no remaining record refers to —
+        bytes another conversation still refers to stay (see ``_forget``). A conversation with
+        no records is no error.
+
+        Raises :class:`ConversationInUse` while one of them has a run going (nothing deleted),
+        :class:`WriteFailed` / :class:`StorageClosed` as a write does. Cancellation: all or
+        nothing (one write transaction)."""
+        ids = list(conversation_ids)
+        for conversation_id in ids:
+            if not isinstance(conversation_id, str):
+                raise TypeError(
+                    f"conversation IDs must be str, got {type(conversation_id).__name__}"
+                )
+        codec, now = self._codec, time.time()
+        return await self.database.write(
+            lambda conn: forget_conversations(conn, ids, now=now, codec=codec),
+            weight=max(1, len(ids)),
+        )
 
     async def last_seq(self, conversation_id: str) -> int:
         """The conversation's last sequence number (0 if it has no records).

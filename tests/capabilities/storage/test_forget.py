@@ -1,0 +1,157 @@
+"""Deleting conversations from the SQLite storage takes their media with them (#28 item 4's
+gap): the bytes no remaining record refers to are deleted in the same transaction as the
+records, bytes another conversation still refers to stay, a conversation with a run going is
+refused with nothing deleted, and a session deleted with its conversations does the same."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from capabilities.sessions import SessionCreate, SessionStoreError
+from capabilities.sessions._sqlite import SqliteSessionStore
+from capabilities.storage import ConversationInUse, SqliteConversationLog, open_database
+from capabilities.storage._layers import sqlite_database, sqlite_log
+from effectagent import Agent, RunResult, open_runtime
+from effectagent.ai import ImagePart
+from effectagent.core import RunCompletedRecord, UserInputRecorded
+from effectagent.testing import ScriptedModel, Turn
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
+SHARED = ImagePart(PNG, name="shared.png")
+OWN = ImagePart(PNG + b"own", name="own.png")
+AGENT = Agent("looker", "Describe images.")
+
+
+def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _media(path: Path) -> set[object]:
+    return {digest for (digest,) in _rows(path, "SELECT digest FROM media")}
+
+
+async def _two_conversations(path: Path) -> tuple[RunResult, RunResult]:
+    """Conversation one attaches SHARED and OWN, conversation two SHARED; both searched once
+    (so the index holds what was said)."""
+    model = ScriptedModel([Turn.text("Two cats."), Turn.text("A cat.")])
+    layer = model.as_layer() + sqlite_log().provide_merge(sqlite_database(path))
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        one = await runtime.run(AGENT, ["Both of these?", SHARED, OWN])
+        two = await runtime.run(AGENT, ["And this?", SHARED])
+    assert (one.status, two.status) == ("completed", "completed")
+    async with open_database(path) as database:
+        await SqliteConversationLog(database).search(["cat"], limit=10)
+    return one, two
+
+
+async def test_deleting_one_of_two_conversations_sharing_bytes_keeps_them_and_both_removes_them(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "forget.db"
+    one, two = await _two_conversations(path)
+    assert _media(path) == {SHARED.digest, OWN.digest}
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database)
+        gone = await log.delete_conversations([one.conversation_id])
+        assert (gone.conversations, gone.media) == (1, 1)
+        assert gone.records > 0
+        assert await log.entries(one.conversation_id) == []
+        assert _media(path) == {SHARED.digest}  # two still refers to it
+        found = await log.search(["cat"], limit=10)
+        assert {m.conversation_id for m in found.said} == {two.conversation_id}
+        again = await log.delete_conversations([two.conversation_id])
+        assert again.media == 1
+    assert _media(path) == set()
+    assert _rows(path, "SELECT count(*) FROM records") == [(0,)]
+    assert _rows(path, "SELECT count(*) FROM said") == [(0,)]
+
+
+async def test_a_record_that_only_quotes_a_digest_does_not_keep_its_bytes(tmp_path: Path) -> None:
+    """A later message whose text holds the digest (say, a label pasted back) is not a
+    reference: the bytes go with the conversation that referred to them."""
+    path = tmp_path / "quote.db"
+    model = ScriptedModel([Turn.text("A cat."), Turn.text("Noted.")])
+    layer = model.as_layer() + sqlite_log().provide_merge(sqlite_database(path))
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        seen = await runtime.run(AGENT, ["What is this?", OWN])
+        quoted = await runtime.run(AGENT, f"I sent {OWN.digest} earlier.")
+    assert (seen.status, quoted.status) == ("completed", "completed")
+    async with open_database(path) as database:
+        gone = await SqliteConversationLog(database).delete_conversations([seen.conversation_id])
+    assert gone.media == 1
+    assert _media(path) == set()
+
+
+async def test_a_conversation_with_a_run_going_is_refused_and_nothing_is_deleted(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "busy.db"
+    image = OWN.reference()
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database)
+        await log.put_media("going", {OWN.digest: OWN.data})
+        started = UserInputRecorded(
+            conversation_id="going",
+            run_id="run-1",
+            input_id="in-1",
+            kind="user",
+            text="look",
+            author="ann",
+            at=1.0,
+            parts=(("text", "look"), ("media", image)),
+        )
+        await log.append("going", [started])  # the run holds the lane until it ends
+        with pytest.raises(ConversationInUse):
+            await log.delete_conversations(["going"])
+        assert len(await log.entries("going")) == 1
+        assert _media(path) == {OWN.digest}
+        ended = RunCompletedRecord(
+            conversation_id="going", run_id="run-1", output="ok", finish_reason="stop", at=2.0
+        )
+        await log.append("going", [ended])
+        gone = await log.delete_conversations(["going"])
+    assert (gone.records, gone.media) == (2, 1)
+    assert _media(path) == set()
+
+
+async def test_a_session_deleted_with_its_conversations_takes_their_media(tmp_path: Path) -> None:
+    """A session listing conversation one (and another listing conversation two) is deleted
+    with its conversations: one's records and its own image go in the transaction that deletes
+    the session; the shared image stays (two refers to it); a conversation another session
+    lists stays whole."""
+    path = tmp_path / "sessions.db"
+    one, two = await _two_conversations(path)
+    async with open_database(path) as database:
+        store: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
+        mine = await store.create(
+            SessionCreate("mine", {}, conversations=(one.conversation_id, two.conversation_id))
+        )
+        await store.create(SessionCreate("other", {}, conversations=(two.conversation_id,)))
+        kept = await store.create(SessionCreate("kept", {}, conversations=("never-ran",)))
+        await store.delete(mine.id, mine.revision, conversations=True)
+        log = SqliteConversationLog(database)
+        assert await log.entries(one.conversation_id) == []
+        assert len(await log.entries(two.conversation_id)) > 0
+        assert _media(path) == {SHARED.digest}
+        assert await store.get(mine.id) is None
+        await store.delete(kept.id, kept.revision)  # without: nothing else changes
+        assert len(await log.entries(two.conversation_id)) > 0
+
+
+async def test_a_session_whose_conversation_is_running_is_not_deleted(tmp_path: Path) -> None:
+    path = tmp_path / "running.db"
+    async with open_database(path) as database:
+        log = SqliteConversationLog(database)
+        await log.claim("busy", "run-1")
+        store: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
+        session = await store.create(SessionCreate("s", {}, conversations=("busy",)))
+        with pytest.raises(SessionStoreError, match="busy"):
+            await store.delete(session.id, session.revision, conversations=True)
+        assert await store.get(session.id) is not None  # the same transaction: nothing deleted
