@@ -35,7 +35,8 @@ Tables (one per concern; a session or the agent state never holds conversation h
 * ``agent_state`` — persistent agent state: ``(slot, key)`` → revision, status, versioned value.
 * ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
   their text is cleared then, the log holding the (redacted) canonical copy.
-* ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed).
+* ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed;
+  deleted with the last record referring to it: ``_forget``).
 """
 
 from __future__ import annotations

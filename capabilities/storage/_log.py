@@ -28,6 +28,10 @@ the durable runtime's, ``capabilities.durable``); its lane frees itself when its
 What was said is searched (:meth:`SqliteConversationLog.search`) on a full-text index
 (``_search``) that an append never writes: a search brings it up to date with the log.
 
+Conversations are deleted whole (:meth:`SqliteConversationLog.delete_conversations`, see
+``_forget``): their records, what was indexed of them and their queued steering, and — in the
+same transaction — the media bytes no remaining record refers to.
+
 An append whose records deliver admitted steering (a ``UserInputRecorded`` of kind steering or
 follow-up) marks that input delivered in the same transaction, so an input is never both queued
 and canonical (see ``capabilities.steering``).
