@@ -84,7 +84,7 @@ def _write(conn: sqlite3.Connection, row: StoredSession) -> None:
 
 def _listed_elsewhere(conn: sqlite3.Connection, ids: tuple[str, ...]) -> set[str]:
     """Those of ``ids`` another session (one still in the table) lists."""
-    wanted, found = set(ids), set()
+    wanted, found = set(ids), set[str]()
     for (stored,) in conn.execute("SELECT conversations FROM sessions"):
         try:
             listed = loads(stored) if isinstance(stored, str) else None

@@ -11,7 +11,9 @@ merely quotes the digest does not keep it, and one that cannot be decoded does (
 bytes are kept, never a reference left without its bytes).
 
 A conversation with a run going (its lane held under a live lease, by this process or another)
-is refused with :class:`ConversationInUse`, and nothing is deleted. Its lane row stays: a lane's
+or a durable submission not settled (queued, retrying, suspended: it would write to it) is
+refused with :class:`ConversationInUse`, and nothing is deleted. A settled durable submission's
+row stays (with its idempotency key: ``capabilities.durable``). Its lane row stays: a lane's
 epochs are never reused, so a conversation created again under the same ID starts after them.
 
 Bytes put for a record that was never appended (a run that failed in between) are referred to
@@ -21,6 +23,7 @@ them yet).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -35,6 +38,8 @@ from ._lanes import read_lane, same_process
 
 __all__ = ["Forgotten", "forget_conversations", "record_digests"]
 
+#: The statuses of a durable submission that will write no more (``_layout_durable``).
+_SETTLED: Final = "('completed', 'failed', 'aborted', 'joined')"
 #: The record types that may refer to media.
 _IN_CARRIERS: Final = "('UserInputRecorded', 'ToolCallSettled')"
 
@@ -101,6 +106,13 @@ def forget_conversations(
         if lane is not None and lane.held(now):
             holder = lane.worker_id or ""
             raise ConversationInUse(conversation_id, holder, elsewhere=not same_process(holder))
+        waiting = conn.execute(
+            "SELECT submission_id FROM submissions WHERE conversation_id = ? "
+            f"AND status NOT IN {_SETTLED} LIMIT 1",
+            (conversation_id,),
+        ).fetchone()
+        if waiting is not None:  # a durable run queued or suspended: it would write to it
+            raise ConversationInUse(conversation_id, f"durable submission {waiting[0]}")
     candidates: set[str] = set()
     records = 0
     for conversation_id in ids:
@@ -120,11 +132,13 @@ def forget_conversations(
         conn.execute("DELETE FROM steering_inputs WHERE conversation_id = ?", (conversation_id,))
     media = 0
     for digest in sorted(candidates):
-        rows = conn.execute(
+        holding = conn.execute(
             "SELECT conversation_id, seq, type, version, body FROM records "
             f"WHERE type IN {_IN_CARRIERS} AND instr(body, ?) > 0",
             (digest,),
         )
-        if not _digests_in(codec, rows, digest):
+        with contextlib.closing(holding):  # it may stop at the first row: end the statement
+            referred = _digests_in(codec, holding, digest)
+        if not referred:
             media += conn.execute("DELETE FROM media WHERE digest = ?", (digest,)).rowcount
     return Forgotten(len(ids), records, media)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from capabilities.durable import DurableQueue
 from capabilities.sessions import SessionCreate, SessionStoreError
 from capabilities.sessions._sqlite import SqliteSessionStore
 from capabilities.storage import ConversationInUse, SqliteConversationLog, open_database
@@ -155,3 +156,26 @@ async def test_a_session_whose_conversation_is_running_is_not_deleted(tmp_path: 
         with pytest.raises(SessionStoreError, match="busy"):
             await store.delete(session.id, session.revision, conversations=True)
         assert await store.get(session.id) is not None  # the same transaction: nothing deleted
+
+
+async def test_a_conversation_with_a_durable_submission_waiting_is_not_deleted(
+    tmp_path: Path,
+) -> None:
+    """A submission queued for the conversation would write to it: deleting is refused, and
+    nothing is deleted."""
+    path = tmp_path / "durable.db"
+    one, _ = await _two_conversations(path)
+    async with open_database(path) as database:
+        queue = DurableQueue(database)
+        await queue.submit(
+            "looker",
+            "again",
+            conversation_id=one.conversation_id,
+            idempotency_key="k1",
+            principal="ann",
+        )
+        log = SqliteConversationLog(database)
+        with pytest.raises(ConversationInUse, match="durable submission"):
+            await log.delete_conversations([one.conversation_id])
+        assert len(await log.entries(one.conversation_id)) > 0
+    assert _media(path) == {SHARED.digest, OWN.digest}
