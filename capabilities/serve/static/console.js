@@ -244,34 +244,66 @@ function boot() {
     if (refresh && token) run(refresh);
   }
 
-  // -- approvals
+  // -- approvals: the list refreshes itself while it is on screen (a call that starts waiting
+  // appears without a click). A card already shown is kept as it is, so a refresh never takes a
+  // reason from under a person's fingers; only cards that came or went change the list.
+  const APPROVALS_EVERY_MS = 3000;
+  const cards = new Map();  // "submission/tool call" → its card
+  const noApprovals = el("li", { className: "meta", text: "No call waits for a decision." });
+
   async function refreshApprovals() {
     const found = await getJson("v1/approvals");
-    fill($("approvals-list"), found.approvals, (approval) => {
-      const reason = el("input", { placeholder: "reason (recorded)", "aria-label": "reason" });
-      const decide = (approved) => run(async () => {
-        await api(`v1/submissions/${encodeURIComponent(approval.submission_id)}/decisions`, {
-          method: "POST",
-          body: { tool_call_id: approval.tool_call_id, approved, reason: reason.value },
-        });
-        await refreshApprovals();
-        openTimeline(approval.conversation_id);
+    const list = $("approvals-list");
+    const kept = new Map();
+    const rows = found.approvals.map((approval) => {
+      const key = approval.submission_id + "/" + approval.tool_call_id;
+      const card = cards.get(key) || approvalCard(approval);
+      kept.set(key, card);
+      return card;
+    });
+    cards.clear();
+    for (const [key, card] of kept) cards.set(key, card);
+    const wanted = rows.length ? rows : [noApprovals];
+    const shown = Array.from(list.children);
+    if (wanted.length === shown.length && wanted.every((card, i) => shown[i] === card)) return;
+    list.replaceChildren(...wanted);
+  }
+
+  function approvalCard(approval) {
+    const reason = el("input", { placeholder: "reason (recorded)", "aria-label": "reason" });
+    const decide = (approved) => run(async () => {
+      await api(`v1/submissions/${encodeURIComponent(approval.submission_id)}/decisions`, {
+        method: "POST",
+        body: { tool_call_id: approval.tool_call_id, approved, reason: reason.value },
       });
-      return el("li", { className: "approval" },
-        el("div", {}, el("strong", { text: approval.tool_name }), " — ",
-          summaryText(approval.tool_name, approval.summary)),
-        el("div", { className: "meta", text: "risk " + approval.risk + " · conversation " +
-          approval.conversation_id + " · call " + approval.tool_call_id + " · expires " +
-          when(approval.expires_at) }),
-        el("pre", { text: json(approval.input_preview) }),
-        el("div", { className: "bar" }, reason,
-          el("button", { className: "primary approve", type: "button", text: "Approve",
-            onclick: () => decide(true) }),
-          el("button", { className: "danger deny", type: "button", text: "Deny",
-            onclick: () => decide(false) }),
-          el("button", { type: "button", text: "Timeline",
-            onclick: () => openTimeline(approval.conversation_id) })));
-    }, "No call waits for a decision.");
+      await refreshApprovals();
+      openTimeline(approval.conversation_id);
+    });
+    return el("li", { className: "approval" },
+      el("div", {}, el("strong", { text: approval.tool_name }), " — ",
+        summaryText(approval.tool_name, approval.summary)),
+      el("div", { className: "meta", text: "risk " + approval.risk + " · conversation " +
+        approval.conversation_id + " · call " + approval.tool_call_id + " · expires " +
+        when(approval.expires_at) }),
+      el("pre", { text: json(approval.input_preview) }),
+      el("div", { className: "bar" }, reason,
+        el("button", { className: "primary approve", type: "button", text: "Approve",
+          onclick: () => decide(true) }),
+        el("button", { className: "danger deny", type: "button", text: "Deny",
+          onclick: () => decide(false) }),
+        el("button", { type: "button", text: "Timeline",
+          onclick: () => openTimeline(approval.conversation_id) })));
+  }
+
+  async function watchApprovals() {
+    for (;;) {
+      await new Promise((resolve) => setTimeout(resolve, APPROVALS_EVERY_MS));
+      const onScreen = $("approvals").classList.contains("active") &&
+        document.visibilityState === "visible";
+      if (!token || !onScreen) continue;
+      // an error is shown; a success does not wipe one said before (a decision's, say)
+      try { await refreshApprovals(); } catch (error) { say(String(error.message || error)); }
+    }
   }
   $("approvals-refresh").addEventListener("click", () => run(refreshApprovals));
 
@@ -422,4 +454,5 @@ function boot() {
   });
 
   if (token) run(signIn);
+  watchApprovals();
 }

@@ -8,7 +8,9 @@ secret into the call's arguments: the worker redacts it from everything recorded
 console shows ``[REDACTED]`` and the page never holds the secret. A person types the operator
 token in, sees the pending approval, types a reason and clicks Approve; the timeline then shows
 the decision, the tool call's outcome and the run's completion. The same page is checked at a
-phone's width (375 px): nothing overflows sideways and the approval can be decided there.
+phone's width (375 px): calls that start waiting while it is open appear by themselves (and a
+reason being typed survives the refresh), nothing overflows sideways, and a call is decided
+there.
 
 Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, and ``failed-<test>.png`` when
 a test fails) are written to the directory ``$EFFECTAGENT_TEST_ARTIFACTS`` if that is set, else
@@ -105,9 +107,9 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         found.close()
 
 
-def _children(pid: int) -> list[int]:
-    """The processes whose parent is ``pid`` (read from /proc)."""
-    found = []
+def _parents() -> dict[int, int]:
+    """Each process's parent, read from /proc."""
+    found = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -115,9 +117,29 @@ def _children(pid: int) -> list[int]:
             stat = Path(f"/proc/{name}/stat").read_text()
         except OSError:  # it ended while we looked
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(int(name))
+        found[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
     return found
+
+
+def _tree(root: int) -> dict[int, int]:
+    """Pidfds of ``root`` and all its descendants, by pid (a pid is kept only if, once its
+    pidfd is open, it is still the child it was: the fd then names that very process)."""
+    parents = _parents()
+    pids, edge = [root], [root]
+    while edge:
+        edge = [pid for pid, parent in parents.items() if parent in edge]
+        pids.extend(edge)
+    fds = {}
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        if pid == root or _parents().get(pid) == parents[pid]:
+            fds[pid] = fd
+        else:
+            os.close(fd)
+    return fds
 
 
 def _ended(pidfd: int) -> bool:
@@ -128,7 +150,8 @@ def _ended(pidfd: int) -> bool:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    """One headless chromium for the module; quit at the end, and its processes checked gone."""
+    """One headless chromium for the module; quit at the end, and every process of it (the
+    driver, the browser and the browser's own children) checked gone."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or driver is None:
         pytest.fail(
@@ -148,19 +171,21 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         options.add_argument(argument)
     service = Service(executable_path=driver)
     chrome = webdriver.Chrome(service=service, options=options)
-    assert service.process is not None
-    pids = [service.process.pid, *_children(service.process.pid)]
-    assert len(pids) >= 2, "chromedriver started no browser"
-    pidfds = [os.pidfd_open(pid) for pid in pids]
+    fds: dict[int, int] = {}
     try:
         yield chrome
     finally:
         try:
+            assert service.process is not None
+            fds = _tree(service.process.pid)
+        finally:
             chrome.quit()
-            still = [pid for pid, fd in zip(pids, pidfds, strict=True) if not _ended(fd)]
+        try:
+            assert len(fds) >= 2, "chromedriver had started no browser"
+            still = sorted(pid for pid, fd in fds.items() if not _ended(fd))
             assert still == [], f"the browser's processes {still} outlived quit()"
         finally:
-            for fd in pidfds:
+            for fd in fds.values():
                 os.close(fd)
 
 
@@ -249,7 +274,7 @@ async def _recorded(url: str, conversation: str) -> list[dict[str, Any]]:
 
 
 def test_an_operator_approves_a_pending_call_and_follows_the_run_to_its_end(
-    browser: webdriver.Chrome, service: Served, tmp_path: Path
+    service: Served, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     conversation = "conv-" + secrets.token_hex(6)
     reason = "checked with the owner " + secrets.token_hex(3)
@@ -315,18 +340,28 @@ def test_an_operator_approves_a_pending_call_and_follows_the_run_to_its_end(
     assert decision["reason"] == reason
 
 
-def test_on_a_phone_the_approvals_fit_the_screen_and_can_be_decided(
-    browser: webdriver.Chrome, service: Served, tmp_path: Path
+def test_on_a_phone_approvals_appear_by_themselves_fit_the_screen_and_can_be_decided(
+    service: Served, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
-    conversation = "conv-" + secrets.token_hex(6)
-    _submit(service, conversation, "delete photos")
+    first, second = ("conv-" + secrets.token_hex(6) for _ in range(2))
+    reason = "not from a phone"
     browser.set_window_size(*PHONE)
     try:
         with _evidence(browser, "phone", tmp_path):
             _sign_in(browser, service)
-            card = _card(browser, conversation)
-            width = browser.execute_script("return window.innerWidth")
-            assert width == PHONE[0]
+            # Calls that start waiting once the page is open appear without a click on Refresh.
+            _submit(service, first, "delete photos")
+            card = _card(browser, first)
+            field = card.find_element(By.CSS_SELECTOR, "input[aria-label=reason]")
+            field.click()
+            field.send_keys(reason)
+            _submit(service, second, "delete videos")
+            _card(browser, second)
+            # the list was refreshed under the operator's fingers: the typed reason is still there
+            assert field.get_attribute("value") == reason
+            assert _card(browser, first) == card
+
+            assert browser.execute_script("return window.innerWidth") == PHONE[0]
             scroll = browser.execute_script("return document.documentElement.scrollWidth")
             assert scroll <= PHONE[0], f"the page is {scroll} px wide on a {PHONE[0]} px screen"
             for button in card.find_elements(By.TAG_NAME, "button"):
@@ -335,14 +370,9 @@ def test_on_a_phone_the_approvals_fit_the_screen_and_can_be_decided(
                 assert box["x"] + box["width"] <= PHONE[0], button.text
             _screenshot(browser, "phone.png", tmp_path)
 
-            field = card.find_element(By.CSS_SELECTOR, "input[aria-label=reason]")
-            field.click()
-            field.send_keys("not from a phone")
             card.find_element(By.CSS_SELECTOR, "button.deny").click()
             _wait(browser).until(
-                lambda b: any(
-                    who == "denied" and "not from a phone" in text for who, text in _timeline(b)
-                )
+                lambda b: any(who == "denied" and reason in text for who, text in _timeline(b))
             )
             assert browser.execute_script("return document.documentElement.scrollWidth") <= PHONE[0]
             assert browser.find_element(By.ID, "error").text == ""
