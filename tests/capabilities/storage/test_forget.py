@@ -9,6 +9,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capabilities.durable import DurableQueue
 from capabilities.sessions import SessionCreate, SessionStoreError
@@ -179,3 +182,50 @@ async def test_a_conversation_with_a_durable_submission_waiting_is_not_deleted(
             await log.delete_conversations([one.conversation_id])
         assert len(await log.entries(one.conversation_id)) > 0
     assert _media(path) == {SHARED.digest, OWN.digest}
+
+
+POOL = [ImagePart(PNG + bytes([n]) * n, name=f"p{n}.png") for n in range(5)]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    media=st.lists(st.lists(st.integers(0, len(POOL) - 1), max_size=3), min_size=1, max_size=5),
+    order=st.permutations(range(5)),
+)
+def test_for_every_deletion_order_the_table_keeps_exactly_the_bytes_still_referred_to(
+    media: list[list[int]], order: list[int]
+) -> None:
+    """For every set of conversations drawing images from a shared pool, deleted one at a time
+    in any order: after each deletion the media table holds exactly the digests a remaining
+    conversation refers to."""
+
+    async def main() -> None:
+        async with open_database(":memory:") as database:
+            log = SqliteConversationLog(database)
+            for n, chosen in enumerate(media):
+                parts = [POOL[i] for i in chosen]
+                await log.put_media(f"c{n}", {p.digest: p.data for p in parts})
+                started = UserInputRecorded(
+                    conversation_id=f"c{n}",
+                    run_id=f"r{n}",
+                    input_id=f"i{n}",
+                    kind="user",
+                    text="look",
+                    author="ann",
+                    at=1.0,
+                    parts=(("text", "look"), *(("media", p.reference()) for p in parts)),
+                )
+                ended = RunCompletedRecord(
+                    conversation_id=f"c{n}", run_id=f"r{n}", output="", finish_reason="stop", at=2.0
+                )
+                await log.append(f"c{n}", [started, ended])
+            left = set(range(len(media)))
+            for n in (i for i in order if i < len(media)):
+                await log.delete_conversations([f"c{n}"])
+                left.discard(n)
+                kept = await database.read(
+                    lambda conn: {d for (d,) in conn.execute("SELECT digest FROM media")}
+                )
+                assert kept == {POOL[i].digest for c in left for i in media[c]}
+
+    trio.run(main)
