@@ -148,16 +148,29 @@ def _ended(pidfd: int) -> bool:
     return bool(readable)
 
 
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
-    """One headless chromium for the module; quit at the end, and every process of it (the
-    driver, the browser and the browser's own children) checked gone."""
+def _commands() -> tuple[str, str]:
+    """The system's ``chromium`` and ``chromedriver``; their absence fails the test (never a
+    skip: the console would go untested) with a sentence saying what installs them."""
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     if chromium is None or driver is None:
-        pytest.fail(
-            "The browser test needs Debian's chromium and chromium-driver (the commands "
-            "`chromium` and `chromedriver`); `make sysdeps` installs them."
+        missing = " and ".join(
+            name for name, found in (("chromium", chromium), ("chromedriver", driver)) if not found
         )
+        pytest.fail(
+            f"The browser test needs Debian's chromium and chromium-driver, and {missing} "
+            "cannot be found on PATH: `make sysdeps` installs them."
+        )
+    return chromium, driver
+
+
+@pytest.fixture(scope="module")
+def browser(
+    service: Served, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[webdriver.Chrome]:
+    """One headless chromium for the module; quit at the end, and every process of it (the
+    driver, the browser and the browser's own children) checked gone. It needs ``service`` so
+    that it is quit first: a page following an event stream would hold the service's drain."""
+    chromium, driver = _commands()
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     profile = tmp_path_factory.mktemp("chromium-profile")
@@ -169,15 +182,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chro
         f"--window-size={DESKTOP[0]},{DESKTOP[1]}",
     ):
         options.add_argument(argument)
-    service = Service(executable_path=driver)
-    chrome = webdriver.Chrome(service=service, options=options)
+    chromedriver = Service(executable_path=driver)
+    chrome = webdriver.Chrome(service=chromedriver, options=options)
     fds: dict[int, int] = {}
     try:
         yield chrome
     finally:
         try:
-            assert service.process is not None
-            fds = _tree(service.process.pid)
+            assert chromedriver.process is not None
+            fds = _tree(chromedriver.process.pid)
         finally:
             chrome.quit()
         try:
@@ -378,3 +391,14 @@ def test_on_a_phone_approvals_appear_by_themselves_fit_the_screen_and_can_be_dec
             assert browser.find_element(By.ID, "error").text == ""
     finally:
         browser.set_window_size(*DESKTOP)
+
+
+def test_without_the_browser_the_test_fails_saying_what_installs_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no command is found
+    with pytest.raises(
+        pytest.fail.Exception, match=r"chromium and chromedriver cannot be found"
+    ) as failed:
+        _commands()
+    assert "`make sysdeps` installs them" in str(failed.value)
