@@ -2,8 +2,8 @@
 and bounded — a long-lived runtime must not grow with the number of conversations it served.
 
 Retention (:class:`LogRetention`): the log keeps at most ``max_conversations`` conversations and
-about ``max_bytes`` of records and media bytes. Past either cap it evicts whole conversations, the least recently
-used idle one first (used: appended to, read, or its run ended). A conversation with a run going
+about ``max_bytes`` of records and media bytes. Past either cap it evicts whole conversations,
+the least recently used idle one first (used: appended to, read, or its run ended). A conversation with a run going
 is *held* and never evicted: from the runtime's claim of it until the run is released, and —
 which covers child runs too — from the append of a run's input record (``UserInputRecorded`` of
 kind ``"user"``) to the append of that run's terminal record (every run writes one; a run that
