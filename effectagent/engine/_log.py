@@ -7,8 +7,9 @@ the least recently used idle one first (used: appended to, read, or its run ende
 conversation with a run going is *held* and never evicted: from the runtime's claim of it until
 the run is released, and — which covers child runs too — from the append of a run's input
 record (``UserInputRecorded`` of kind ``"user"``) to the append of that run's terminal record
-(every run writes one; a run that never did would keep its conversation). So once no conversation is held, the log is within both
-caps; while runs are going it may exceed them by what those runs hold.
+(every run writes one; a run that never did would keep its conversation). So once no
+conversation is held, the log is within both caps; while runs are going it may exceed them by
+what those runs hold.
 
 Media bytes (images, documents, audio: ``put_media``) are kept once per digest in a
 :class:`~effectagent.engine._media.MediaShelf`, and each conversation that refers to a digest —
