@@ -86,4 +86,4 @@ mutate: $(MUTATE_STAMP)
 	$(MUTATE_VENV)/bin/python mutation/run.py --jobs $(MUTATE_JOBS) $(MUTATE_ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-mutate .venv-peers .mutate mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-mutate .venv-peers .mutate mutants .mypy_cache .pytest_cache .ruff_cache .hypothesis .test-artifacts
