@@ -257,8 +257,9 @@ def _sessions(commands: Any, common: argparse.ArgumentParser) -> None:
         parents=[],
         help="delete a session (asks first)",
         description="Delete the session NAME (every session of that name), after asking on "
-        "the terminal. Its conversations' records stay in the database: the storage cannot "
-        "delete them yet.",
+        "the terminal, with its conversations (their records, search index and media) unless "
+        "another session lists them. A session whose conversation has a run going is not "
+        "deleted.",
     )
     delete.add_argument("name", metavar="NAME", help="the session")
     delete.add_argument("--yes", "-y", action="store_true", help="delete without asking")

@@ -128,8 +128,10 @@ async def _confirm(console: Console, question: str) -> bool:
 async def _delete(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions delete NAME [--yes]``: every session called NAME, after asking.
 
-    Deletes the session records through the sessions API; the conversations' records stay in
-    the log, which has no way to delete them yet (said when it is done).
+    Deletes the session records through the sessions API, and with each one, in its
+    transaction, the conversations no other session lists: their records, their search index
+    and the media no remaining record refers to. A conversation with a run going (a chat open in
+    another process) refuses the deletion of its session, and nothing of it is deleted.
 
     Cancellation: each session's deletion is all or nothing."""
     path = _database(args, environ)
@@ -154,14 +156,6 @@ async def _delete(args: argparse.Namespace, environ: Mapping[str, str], console:
         for found in named:
             await _delete_one(store, found)
     console.out.line(f"deleted {what}")
-    if conversations:
-        console.err.line(
-            Styled(
-                "dim",
-                "its conversations' records stay in the database (effectagent history still "
-                "finds them): the storage cannot delete a conversation's records yet",
-            )
-        )
     return EXIT_COMPLETED
 
 
@@ -170,7 +164,7 @@ async def _delete_one(store: Any, session: Session[Any]) -> None:
     tries). Cancellation: all or nothing."""
     for _ in range(3):
         try:
-            await store.delete(session.id, session.revision)
+            await store.delete(session.id, session.revision, conversations=True)
             return
         except SessionNotFound:
             return  # deleted meanwhile: what was asked is done
