@@ -540,9 +540,11 @@ class ServeApi:
     ) -> None:
         """Send the conversation's entries after ``after``, then each new one as it is appended,
         until :meth:`close_streams` (or the caller is cancelled: the client went). Nothing is
-        queued for a slow client: ``send`` waits for the connection to take each event, and the
-        log is read again only once what the last read returned was sent — and only when its
-        end moved (:class:`~._tails.Tails`: one read a conversation a poll interval, however
+        queued for a slow client: ``send`` waits for the connection to take each event; the log
+        is read a page at a time (``sse_page`` entries at most, so a client resuming from the
+        start of a long conversation holds one page, never the whole log), and read again only
+        once what the last read returned was sent — at once while pages come full, otherwise
+        only when its end moved (:class:`~._tails.Tails`: one read a conversation a poll interval, however
         many clients follow it).
 
         Cancellation: stops at once; what was sent was whole events."""
@@ -553,7 +555,9 @@ class ServeApi:
         async with self._tails.following(conversation_id):
             while not self._closing.is_set():
                 if ahead:
-                    entries = await self._log.entries(conversation_id, after=last)
+                    entries = await self._log.entries(
+                        conversation_id, after=last, limit=settings.sse_page
+                    )
                     for entry in entries:
                         data = entry_json(entry)
                         await send(event_bytes(entry.seq, data["kind"], data))

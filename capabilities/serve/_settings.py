@@ -38,7 +38,8 @@ class ServeSettings:
     * ``quota`` — every principal's admission quota (None: unlimited), ``quotas`` — by name;
     * ``sse_poll`` — how often an event stream looks for new entries when it has none to send
       (the log of another process cannot wake it); ``sse_heartbeat`` — seconds between
-      keep-alive comments;
+      keep-alive comments; ``sse_page`` — the most log entries an event stream reads at once
+      (a client resuming from the start of a long conversation holds one page at a time);
     * ``grace`` — seconds a drain (SIGTERM) lets runs finish before it lets their lanes go;
     * ``cors_origins`` — origins allowed to call it from a browser page of theirs (none: CORS
       is off, and only pages of its own origin, the console, can);
@@ -52,6 +53,7 @@ class ServeSettings:
     quotas: Mapping[str, Quota | None] = attrs.field(factory=dict)
     sse_poll: float = attrs.field(default=0.1, validator=_positive)
     sse_heartbeat: float = attrs.field(default=15.0, validator=_positive)
+    sse_page: int = attrs.field(default=256, validator=_count)
     grace: float = attrs.field(default=30.0, validator=_positive)
     cors_origins: tuple[str, ...] = ()
     search_limit: int = attrs.field(default=50, validator=_count)

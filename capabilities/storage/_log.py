@@ -282,8 +282,11 @@ class SqliteConversationLog:
         with contextlib.suppress(StorageError, sqlite3.Error):
             await self.database.holds.release(conversation_id, run_id)
 
-    async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
-        """The entries with ``seq > after``, in order.
+    async def entries(
+        self, conversation_id: str, *, after: int = 0, limit: int | None = None
+    ) -> Sequence[LogEntry]:
+        """The entries with ``seq > after``, in order — at most ``limit`` of them when it is given
+        (a page: the next one starts after the last entry of this one), all of them otherwise.
 
         Raises :class:`UnknownRecordVersion` / :class:`CorruptRecord` / :class:`LogGap` naming
         the conversation and sequence number of the first entry that cannot be read whole,
@@ -295,6 +298,11 @@ class SqliteConversationLog:
         if not isinstance(conversation_id, str):
             raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
         start = max(int(after), 0)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        page = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
         decode = self._codec.decode
 
         def read(conn: sqlite3.Connection) -> list[LogEntry]:
@@ -302,8 +310,8 @@ class SqliteConversationLog:
             # statement open (it would hold a read snapshot on the pooled connection).
             rows = conn.execute(
                 "SELECT seq, type, version, body FROM records "
-                "WHERE conversation_id = ? AND seq > ? ORDER BY seq",
-                (conversation_id, start),
+                "WHERE conversation_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (conversation_id, start, page),
             ).fetchall()
             out: list[LogEntry] = []
             expected = start + 1

@@ -11,12 +11,13 @@ import httpx2
 import pytest
 import trio
 
-from .support import ANN, BOB, OPS, Served, SseReader, auth, served
+from .support import ANN, BOB, OPS, Served, SseReader, auth, served, settings
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    with served(tmp_path_factory.mktemp("serve") / "serve.db") as found:
+    # Two entries a page: every stream below reads its log in several pages.
+    with served(tmp_path_factory.mktemp("serve") / "serve.db", settings(sse_page=2)) as found:
         yield found
 
 
