@@ -125,8 +125,12 @@ class _EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, api: ServeApi, conversation_id: str, after: int) -> None:
+        # "Connection: close": a stream's connection is never reused for another request, and
+        # when the service drains and ends the stream the connection goes with it — a client
+        # reconnecting at once then reaches whichever server listens now, and this one's
+        # graceful shutdown does not wait on it.
         super().__init__(
-            headers={**_SECURITY_HEADERS, "X-Accel-Buffering": "no"},
+            headers={**_SECURITY_HEADERS, "X-Accel-Buffering": "no", "Connection": "close"},
             media_type=self.media_type,
         )
         # A stream has no length: its end is the connection's (chunked).

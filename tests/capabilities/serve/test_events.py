@@ -56,6 +56,7 @@ async def test_a_reconnect_with_last_event_id_gets_exactly_the_remaining_events(
     whole = await SseReader.open(service.url, path, ANN)
     assert whole.status == 200
     assert whole.headers["content-type"].startswith("text/event-stream")
+    assert whole.headers["connection"] == "close"  # a drain's end of it closes its connection
     every = await _until_terminal(whole)
     await whole.aclose()
     ids = [int(e["id"]) for e in every]
