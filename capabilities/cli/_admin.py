@@ -38,7 +38,7 @@ from capabilities.durable import (
     WorkerOptions,
 )
 from capabilities.storage import SqliteDatabase, StorageError, open_database
-from effectagent import Agent, Toolkit
+from effectagent import Agent, Layer, Toolkit
 from effectagent.core import LogEntry
 
 from .._ids import new_id
@@ -476,16 +476,10 @@ async def _work(args: argparse.Namespace, environ: Mapping[str, str], console: C
         return await _serve(args, console, database, path, options, config, model, tooling)
 
 
-async def _serve(
-    args: argparse.Namespace,
-    console: Console,
-    database: SqliteDatabase,
-    path: Path,
-    options: WorkerOptions,
-    config: Config,
-    model: ModelChoice,
-    tooling: Tooling,
-) -> int:
+def worker_agent(config: Config, model: ModelChoice, tooling: Tooling) -> tuple[Agent, Layer]:
+    """The agent a worker of the command runs (the config's instructions, policy and tools) and
+    the Layer it runs on (the model, the tools' handlers, the compactor when configured) — for
+    ``admin worker`` and ``serve`` alike."""
     from ._main import _policy  # (no cycle)
 
     agent = Agent(
@@ -500,6 +494,20 @@ async def _serve(
         layer = layer + tooling.layer
     if config.compaction is not None:
         layer = layer + LogCompactor(summary_tokens=config.compaction.summary_tokens).layer()
+    return agent, layer
+
+
+async def _serve(
+    args: argparse.Namespace,
+    console: Console,
+    database: SqliteDatabase,
+    path: Path,
+    options: WorkerOptions,
+    config: Config,
+    model: ModelChoice,
+    tooling: Tooling,
+) -> int:
+    agent, layer = worker_agent(config, model, tooling)
     worker = DurableWorker(database, layer, [agent], options=options, secrets=model.secrets)
     for note in tooling.notes:
         console.err.line(f"note: {note}")

@@ -35,12 +35,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from capabilities import LogCompactor
-from effectagent import Agent, Toolkit
-
-from ._admin import AGENT, _database, _path
+from ._admin import AGENT, _database, _path, worker_agent
 from ._args import EXIT_COMPLETED
-from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
+from ._common import Unavailable, UsageError, describe
 from ._config import ConfigError, _Table, config_path
 from ._console import Console
 
@@ -162,7 +159,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
         ) from None
     from capabilities.durable import DurableWorker
 
-    from ._main import _policy, _settings
+    from ._main import _settings
     from ._tools import open_tools
 
     settings, listen = serve_settings(config_path(args.config, environ), environ)
@@ -184,22 +181,9 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
                 raise
             except Exception as exc:
                 raise Unavailable(describe(exc)) from None
-            agent = Agent(
-                AGENT,
-                config.agent.instructions or DEFAULT_INSTRUCTIONS,
-                _policy(config),
-                Toolkit(*tooling.tools),
-                tool_sources=tooling.sources,
-            )
-            layer = model.settings().layer()
+            agent, layer = worker_agent(config, model, tooling)
             if metrics is not None:
                 layer = layer + metrics.listener()
-            if tooling.layer is not None:
-                layer = layer + tooling.layer
-            if config.compaction is not None:
-                layer = (
-                    layer + LogCompactor(summary_tokens=config.compaction.summary_tokens).layer()
-                )
             worker = DurableWorker(database, layer, [agent], secrets=model.secrets)
             for note in tooling.notes:
                 console.err.line(f"note: {note}")
