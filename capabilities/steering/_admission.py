@@ -134,7 +134,7 @@ class Admissions:
 
     def admit(self, conversation_id: str, input: SteeringInput) -> Entry | Rejection:
         """Decide on ``input``: a reserved :class:`Entry` holding its FIFO place, or why not."""
-        if not input.text.strip():
+        if input.content is None and not input.text.strip():  # media alone is not empty
             return "empty"
         if len(input.text) > self.limits.max_chars:
             return "too-large"

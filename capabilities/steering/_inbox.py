@@ -10,6 +10,12 @@ Text is redacted as it is admitted, with the runtime's redaction (a run of the c
 going, and its ``RunInfo`` carries it): a registered secret never reaches the journal, not even
 while the input waits to be delivered; the log and the model see the same redacted text.
 
+Input may hold images, documents or audio, as a run's input does (``["Use this one:",
+ImagePart.from_path("cat.png")]``): it waits in memory with its parts, and the run that takes it
+keeps their bytes in the log's media store and records them by digest, so a later turn, run or
+resume sends them again. A run going in another process cannot be reached with media yet (its
+bytes would have nowhere to wait in the journal): such input is refused at the call.
+
 **Across processes** (the SQLite journal, which processes share): input for a conversation whose
 run goes in another process — its lane is held there — is admitted into the journal under that
 run's lane (:meth:`~._journal.SqliteJournal.admit_elsewhere`), with the same checks but
@@ -32,6 +38,7 @@ from typing import Final, final
 import attrs
 import trio
 
+from effectagent.ai import MediaPart
 from effectagent.engine import RunEnding, RunInfo, SteeringInput
 
 from .._ids import new_id
@@ -52,12 +59,16 @@ def _unchanged(text: str) -> str:
     return text
 
 
-def _check(conversation_id: object, text: object, author: object) -> None:
-    for name, value in (("conversation_id", conversation_id), ("text", text), ("author", author)):
+def _check(conversation_id: object, author: object) -> None:
+    for name, value in (("conversation_id", conversation_id), ("author", author)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not conversation_id or not author:
         raise ValueError("conversation_id and author must not be empty")
+
+
+def _with_media(item: SteeringInput) -> bool:
+    return item.content is not None and any(isinstance(p, MediaPart) for p in item.content)
 
 
 @final
@@ -89,36 +100,52 @@ class ConversationInbox:
 
     # ---- submitting ---------------------------------------------------------------------------
 
-    async def steer(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
+    async def steer(
+        self, conversation_id: str, text: str | Sequence[str | MediaPart], *, author: str
+    ) -> InputReceipt:
         """Submit steering to the run going in ``conversation_id``: accepted only while it is
         going and has not produced its final answer; it then enters before the run's next model
         request (the response and tool batch in flight finish normally). With a durable journal
         the admission is persisted before the receipt is returned.
 
-        Raises ``TypeError``/``ValueError`` for arguments of the wrong type or empty IDs, and the
-        storage's error if a durable journal could not persist it (then nothing was admitted); a
-        rejection is not an exception but the receipt's ``rejection``.
+        ``text`` is a str, or — as a run's input — a sequence of str and media parts
+        (``ImagePart``, ``DocumentPart``, ``AudioPart``): the run records the parts by digest,
+        their bytes kept once in the log's media store, and a model that cannot take one
+        refuses that turn's request (``MediaNotSupported``). Input with media reaches a run
+        going in this runtime only (see the module notes).
+
+        Raises ``TypeError``/``ValueError`` for arguments of the wrong type, empty IDs or an
+        empty sequence (the errors a run's input meets), ``ValueError`` for input with media
+        for a run going in another process, and the storage's error if a durable journal could
+        not persist it (then nothing was admitted); a rejection is not an exception but the
+        receipt's ``rejection``.
 
         Cancellation: all or nothing — if it raises ``Cancelled``, the input was not admitted;
         if it returns, the receipt is the truth (a persisting admission is waited for).
         """
         return await self._submit("steering", conversation_id, text, author)
 
-    async def follow_up(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
+    async def follow_up(
+        self, conversation_id: str, text: str | Sequence[str | MediaPart], *, author: str
+    ) -> InputReceipt:
         """Submit a follow-up for the run going in ``conversation_id``: it enters only when the
         agent would otherwise stop, through the same admission as steering (same checks, same
         FIFO, same receipt). Raises and cancels as :meth:`steer`."""
         return await self._submit("follow-up", conversation_id, text, author)
 
     async def _submit(
-        self, kind: InputKind, conversation_id: str, text: str, author: str
+        self, kind: InputKind, conversation_id: str, text: object, author: str
     ) -> InputReceipt:
-        _check(conversation_id, text, author)
+        _check(conversation_id, author)
+        # Checked as a run's input, and redacted (a run going here set ``_redact_text``).
+        item = SteeringInput.of(
+            new_id("input"), kind, text, author, time.time(), redact=self._redact_text
+        )
         await trio.lowlevel.checkpoint_if_cancelled()
-        text = self._redact_text(text)  # a run going here set this (see the module notes)
-        item = SteeringInput(new_id("input"), kind, text, author, time.time())
         decided = self._admissions.admit(conversation_id, item)
         if decided == "no-active-run" and isinstance(self.journal, SqliteJournal):
+            if _with_media(item):
+                return await self._media_elsewhere(conversation_id, item)
             return await self._submit_elsewhere(conversation_id, item)
         if isinstance(decided, str):
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -157,6 +184,20 @@ class ConversationInbox:
         if isinstance(decided, str):
             return InputReceipt(*base, "rejected", decided)
         return InputReceipt(*base, "accepted", None, decided, True)
+
+    async def _media_elsewhere(self, conversation_id: str, item: SteeringInput) -> InputReceipt:
+        """Input with media, and no run of the conversation going here: rejected when none
+        goes anywhere; refused (``ValueError``) when one goes in another process, which its
+        bytes cannot reach. Cancellation: nothing was admitted either way."""
+        assert isinstance(self.journal, SqliteJournal)
+        if await self.journal.running_elsewhere(conversation_id):
+            raise ValueError(
+                "input with images, documents or audio reaches only a run going in this "
+                f"runtime, and the run of conversation {conversation_id} goes in another one "
+                "(another process, or another runtime on the database): nothing was admitted"
+            )
+        base = (item.input_id, conversation_id, item.kind, item.author, item.at)
+        return InputReceipt(*base, "rejected", "no-active-run")
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, trio.Event()

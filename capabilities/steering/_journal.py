@@ -252,6 +252,25 @@ class SqliteJournal:
 
         return await self.database.write(work)
 
+    async def running_elsewhere(self, conversation_id: str) -> bool:
+        """Whether a run of the conversation goes elsewhere (its lane is held, under a lease
+        still running) — where :meth:`admit_elsewhere` would take input for it.
+
+        Cancellation: a checkpoint before reading; nothing changes."""
+        now = time.time()
+
+        def read(conn: sqlite3.Connection) -> bool:
+            return (
+                conn.execute(
+                    "SELECT 1 FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL "
+                    "AND lease_until > ?",
+                    (conversation_id, now),
+                ).fetchone()
+                is not None
+            )
+
+        return await self.database.read(read)
+
     async def waiting(
         self, conversation_ids: Sequence[str]
     ) -> Mapping[str, Sequence[tuple[SteeringInput, int]]]:

@@ -18,10 +18,12 @@ interrupted, ran out of budget, or the process ended). Nothing accepted is dropp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final, Literal, Protocol
 
 import attrs
 
+from effectagent.ai import MediaPart
 from effectagent.effect import ServiceKey
 
 __all__ = [
@@ -106,12 +108,17 @@ class InputStatus:
 class Steering(Protocol):
     """Submits steering and follow-ups to conversations and says what became of them."""
 
-    async def steer(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
-        """Steer the run going in ``conversation_id`` (see the module notes). Cancellation: all
-        or nothing — raising means not admitted, returning means the receipt is the truth."""
+    async def steer(
+        self, conversation_id: str, text: str | Sequence[str | MediaPart], *, author: str
+    ) -> InputReceipt:
+        """Steer the run going in ``conversation_id`` (see the module notes): ``text`` is a str
+        or a sequence of str and media parts, as a run's input. Cancellation: all or nothing —
+        raising means not admitted, returning means the receipt is the truth."""
         ...
 
-    async def follow_up(self, conversation_id: str, text: str, *, author: str) -> InputReceipt:
+    async def follow_up(
+        self, conversation_id: str, text: str | Sequence[str | MediaPart], *, author: str
+    ) -> InputReceipt:
         """Queue a follow-up for when that run would stop (see the module notes). Cancellation:
         as :meth:`steer`."""
         ...

@@ -89,6 +89,7 @@ from ._machine import (
     TurnPrepared,
     step,
 )
+from ._media import recorded_parts, store_media
 from ._model_step import ModelStep, stream_model, used_call_ids
 from ._output_modes import tools_offered
 from ._permits import Permit, PermitPool
@@ -391,7 +392,16 @@ class RunDriver(RunEdges):
             state, commands = step(state, answer)
 
     async def _record_inputs(self, command: RecordInputs) -> None:
+        """Record admitted steering or follow-ups; the bytes of their media first, kept in the
+        log's media store (a log that keeps none ends the run ``failed``: ``MediaNotKept``).
+
+        Cancellation: as the store's ``put_media`` and the log's append."""
         io = self.io
+        contents = command.contents or (None,) * len(command.inputs)
+        redact = io.redactor.redact_text
+        for content in contents:
+            if content is not None:
+                await store_media(io.conversation_log, content, io.conversation_id)
         await io.record(
             *[
                 UserInputRecorded(
@@ -402,8 +412,9 @@ class RunDriver(RunEdges):
                     text=text,
                     author=i.author,
                     at=i.at,
+                    parts=() if content is None else recorded_parts(content, redact),
                 )
-                for i, text in zip(command.inputs, command.texts, strict=True)
+                for i, text, content in zip(command.inputs, command.texts, contents, strict=True)
             ]
         )
 

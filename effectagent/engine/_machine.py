@@ -82,6 +82,7 @@ from ._machine_values import (
     TurnDue,
     TurnPrepared,
 )
+from ._media import redacted_content
 from ._model_step import ModelStep
 from ._output_modes import (
     accepted,
@@ -94,6 +95,7 @@ from ._output_modes import (
     retarget_final_calls,
 )
 from ._retry import retry_delay
+from ._seams import SteeringInput
 
 __all__ = [
     "AnnounceRetry",
@@ -174,10 +176,9 @@ def _turn_due(state: RunState, event: TurnDue) -> Transition:
     config = state.config
     commands: list[Command] = []
     if event.steering:
-        texts = tuple(config.redactor.redact_text(i.text) for i in event.steering)
-        commands.append(RecordInputs(event.steering, texts))
-        messages = state.messages + tuple(UserMessage.text(text) for text in texts)
-        state = _set(state, messages=messages)
+        record, added = _admitted(config.redactor.redact_text, event.steering)
+        commands.append(record)
+        state = _set(state, messages=state.messages + added)
     exhausted = state.budget.exhausted(event.now)
     if exhausted is not None:
         return _exhaust(state, exhausted, event.now, commands)
@@ -345,15 +346,32 @@ def _follow_ups(state: RunState, event: FollowUps) -> Transition:
     if not event.inputs:
         return _answer(state, held, event.now, [])
     # Follow-ups: the agent does not stop; its answer becomes an assistant message.
-    texts = tuple(state.config.redactor.redact_text(i.text) for i in event.inputs)
+    record, added = _admitted(state.config.redactor.redact_text, event.inputs)
     messages = state.messages
     assistant = held.assistant_message()
     if assistant is not None:
         messages = (*messages, assistant)
-    messages = messages + tuple(UserMessage.text(text) for text in texts)
-    state = _set(state, phase="turn", messages=messages)
-    commands: list[Command] = [RecordInputs(event.inputs, texts)]
+    state = _set(state, phase="turn", messages=messages + added)
+    commands: list[Command] = [record]
     return _turn_completed(state, held, event.now, commands, _NEXT_TURN)
+
+
+def _admitted(
+    redact: Callable[[str], str], inputs: tuple[SteeringInput, ...]
+) -> tuple[RecordInputs, tuple[UserMessage, ...]]:
+    """The command recording admitted ``inputs`` and their user messages, redacted: text, or
+    (input with media) its text parts and text documents redacted as a run's input is."""
+    texts = tuple(redact(i.text) for i in inputs)
+    contents = tuple(
+        None if i.content is None else redacted_content(i.content, redact) for i in inputs
+    )
+    messages = tuple(
+        UserMessage.text(text) if content is None else UserMessage(content)
+        for text, content in zip(texts, contents, strict=True)
+    )
+    if all(content is None for content in contents):
+        contents = ()  # text alone, the common case
+    return RecordInputs(inputs, texts, contents), messages
 
 
 def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command]) -> Transition:

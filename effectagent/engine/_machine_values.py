@@ -22,6 +22,7 @@ from effectagent.effect import _fast_init
 
 from ._batch_plan import BatchPlan
 from ._budget import Budget, Delegated, Exhaustion
+from ._media import UserContent
 from ._model_step import ModelStep
 from ._output_modes import FinalTools
 from ._seams import SteeringInput
@@ -285,10 +286,14 @@ Input: TypeAlias = (
 @_fast_init
 @attrs.frozen(slots=True)
 class RecordInputs:
-    """Append the admitted steering or follow-ups (their texts already redacted)."""
+    """Append the admitted steering or follow-ups (their texts already redacted). ``contents``:
+    when one of them holds media, one per input — its redacted text and media parts, None for
+    text alone — whose bytes are kept in the log's media store before the records are
+    appended; empty when every input is text alone."""
 
     inputs: tuple[SteeringInput, ...]
     texts: tuple[str, ...]
+    contents: tuple[UserContent | None, ...] = ()
 
 
 @_fast_init

@@ -28,8 +28,10 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from effectagent.ai import (
+    MediaPart,
     Message,
     StepStore,
+    TextContent,
     Tool,
     ToolCallContent,
     ToolCallContext,
@@ -248,24 +250,55 @@ class Compactor(Protocol):
 CompactorService: ServiceKey[Compactor] = ServiceKey("effectagent.Compactor")
 
 
+def _unchanged(text: str) -> str:
+    return text
+
+
 @attrs.frozen(slots=True)
 class SteeringInput:
-    """Input admitted for a conversation: steering (next safe point) or a follow-up."""
+    """Input admitted for a conversation: steering (next safe point) or a follow-up.
+
+    ``text`` is the input's text (its text parts joined by blank lines). ``content``: on input
+    that holds images, documents or audio, the whole input in order (text and media parts), as
+    a run's input holds it; None for text alone. The engine redacts both as it records them,
+    keeps the media bytes in the log's media store and records the parts by digest."""
 
     input_id: str
     kind: Literal["steering", "follow-up"]
     text: str
     author: str
     at: float
+    content: tuple[TextContent | MediaPart, ...] | None = attrs.field(default=None, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        input_id: str,
+        kind: Literal["steering", "follow-up"],
+        text: object,
+        author: str,
+        at: float,
+        *,
+        redact: Callable[[str], str] = _unchanged,
+    ) -> SteeringInput:
+        """The input ``text`` stands for — a str, or a sequence of str and media parts
+        (``ImagePart``, ``DocumentPart``, ``AudioPart``) as a run's input — redacted with
+        ``redact``: its text, and the text parts and text documents of its content.
+
+        Raises what a run's input meets at the call: ``TypeError`` naming what is not a str or
+        a media part, ``ValueError`` for an empty sequence."""
+        from ._media import check_user_input, redacted_content, user_content
+
+        check_user_input(text)
+        joined, content = user_content(text)  # type: ignore[arg-type]  # checked just above
+        if content is not None:
+            content = redacted_content(content, redact)
+        return cls(input_id, kind, redact(joined), author, at, content)
 
 
 #: How a run ended, as its observers are told ("suspended": this execution of it ended waiting
 #: for approval decisions; ``Runtime.resume`` continues it, and its observers hear it start again).
 RunEnding = Literal["completed", "failed", "interrupted", "suspended"]
-
-
-def _unchanged(text: str) -> str:
-    return text
 
 
 @attrs.frozen(slots=True)
