@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -101,10 +101,20 @@ def settings(**changes: Any) -> ServeSettings:
 class Served:
     """The service in a thread (see the module notes)."""
 
-    def __init__(self, path: Path, config: ServeSettings, *, worker: bool = True) -> None:
+    def __init__(
+        self,
+        path: Path,
+        config: ServeSettings,
+        *,
+        worker: bool = True,
+        model: Callable[[ModelRequest], Turn | str] | None = None,
+        secrets: tuple[str, ...] = (),
+    ) -> None:
         self.path = path
         self._config = config
         self._worker = worker
+        self._respond = respond if model is None else model
+        self._secrets = secrets
         self.url = ""
         self.api: ServeApi | None = None
         self._ready = threading.Event()
@@ -133,11 +143,13 @@ class Served:
             worker = None
             if self._worker:
                 layer = Toolkit(delete_file).handlers(delete_file.bind(_delete))
-                layer = layer + FunctionModel.layer(respond)
+                layer = layer + FunctionModel.layer(self._respond)
                 options = WorkerOptions(
                     poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01)
                 )
-                worker = DurableWorker(database, layer, [AGENT], options=options)
+                worker = DurableWorker(
+                    database, layer, [AGENT], options=options, secrets=self._secrets
+                )
             async with trio.open_nursery() as nursery:
                 found = await nursery.start(
                     lambda task_status: serve(

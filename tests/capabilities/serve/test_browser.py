@@ -37,13 +37,10 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
-from capabilities.durable import DurableWorker, RetryBudget, WorkerOptions
-from capabilities.serve import ServeApi, ServeMetrics, serve
-from capabilities.storage import open_database
-from effectagent.ai import ModelRequest, Toolkit, UserMessage
-from effectagent.testing import FunctionModel, Turn
+from effectagent.ai import ModelRequest, UserMessage
+from effectagent.testing import Turn
 
-from .support import AGENT, ANN, OPS, Served, SseReader, _delete, auth, delete_file, settings
+from .support import ANN, OPS, Served, SseReader, auth, settings
 
 ROOT = Path(__file__).absolute().parents[3]
 #: A secret the model puts into a tool call's arguments: it must never reach the page.
@@ -68,39 +65,15 @@ def respond(request: ModelRequest) -> Turn | str:
     return "done"
 
 
-class _SecretServed(Served):
-    """The shared service, its worker redacting :data:`SECRET` and running :func:`respond`."""
-
-    async def _main(self) -> None:
-        self._stop = trio.Event()
-        self._token = trio.lowlevel.current_trio_token()
-        async with open_database(self.path) as database:
-            metrics = ServeMetrics()
-            api = ServeApi(database, self._config, agents=("assistant",), metrics=metrics)
-            self.api = api
-            layer = Toolkit(delete_file).handlers(delete_file.bind(_delete))
-            layer = layer + FunctionModel.layer(respond)
-            options = WorkerOptions(
-                poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01)
-            )
-            worker = DurableWorker(database, layer, [AGENT], options=options, secrets=(SECRET,))
-            async with trio.open_nursery() as nursery:
-                found = await nursery.start(
-                    lambda task_status: serve(
-                        api,
-                        self._stop,  # type: ignore[arg-type]
-                        bind="127.0.0.1:0",
-                        worker=worker,
-                        task_status=task_status,
-                    )
-                )
-                self.url = found[0]
-                self._ready.set()
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    found = _SecretServed(tmp_path_factory.mktemp("browser") / "serve.db", settings())
+    # The shared service, its worker redacting SECRET and running respond.
+    found = Served(
+        tmp_path_factory.mktemp("browser") / "serve.db",
+        settings(),
+        model=respond,
+        secrets=(SECRET,),
+    )
     try:
         yield found
     finally:
