@@ -185,6 +185,11 @@ class Admissions:
         conversation.next_position = max(conversation.next_position, position + 1)
         return entry
 
+    def known(self) -> frozenset[str]:
+        """The IDs of the inputs admitted or adopted for the runs going (adopting one of them
+        again would do nothing)."""
+        return frozenset(i for c in self._conversations.values() for i in c.known)
+
     def active_conversations(self) -> tuple[str, ...]:
         """The conversations with a run going here."""
         return tuple(self._conversations)

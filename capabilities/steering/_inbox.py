@@ -13,8 +13,9 @@ while the input waits to be delivered; the log and the model see the same redact
 Input may hold images, documents or audio, as a run's input does (``["Use this one:",
 ImagePart.from_path("cat.png")]``): it waits in memory with its parts, and the run that takes it
 keeps their bytes in the log's media store and records them by digest, so a later turn, run or
-resume sends them again. A run going in another process cannot be reached with media yet (its
-bytes would have nowhere to wait in the journal): such input is refused at the call.
+resume sends them again. Input with media for a run another process is running waits in the
+journal with its parts by digest, its bytes put in the database's ``media`` table in the same
+transaction as its admission; the process running the run reads them back when it adopts it.
 
 **Across processes** (the SQLite journal, which processes share): input for a conversation whose
 run goes in another process — its lane is held there — is admitted into the journal under that
@@ -67,10 +68,6 @@ def _check(conversation_id: object, author: object) -> None:
         raise ValueError("conversation_id and author must not be empty")
 
 
-def _with_media(item: SteeringInput) -> bool:
-    return item.content is not None and any(isinstance(p, MediaPart) for p in item.content)
-
-
 @final
 class ConversationInbox:
     """Steering and follow-ups for every conversation (see ``capabilities.steering``)."""
@@ -111,14 +108,12 @@ class ConversationInbox:
         ``text`` is a str, or — as a run's input — a sequence of str and media parts
         (``ImagePart``, ``DocumentPart``, ``AudioPart``): the run records the parts by digest,
         their bytes kept once in the log's media store, and a model that cannot take one
-        refuses that turn's request (``MediaNotSupported``). Input with media reaches a run
-        going in this runtime only (see the module notes).
+        refuses that turn's request (``MediaNotSupported``).
 
         Raises ``TypeError``/``ValueError`` for arguments of the wrong type, empty IDs or an
-        empty sequence (the errors a run's input meets), ``ValueError`` for input with media
-        for a run going in another process, and the storage's error if a durable journal could
-        not persist it (then nothing was admitted); a rejection is not an exception but the
-        receipt's ``rejection``.
+        empty sequence (the errors a run's input meets), and the storage's error if a durable
+        journal could not persist it (then nothing was admitted); a rejection is not an
+        exception but the receipt's ``rejection``.
 
         Cancellation: all or nothing — if it raises ``Cancelled``, the input was not admitted;
         if it returns, the receipt is the truth (a persisting admission is waited for).
@@ -144,8 +139,6 @@ class ConversationInbox:
         await trio.lowlevel.checkpoint_if_cancelled()
         decided = self._admissions.admit(conversation_id, item)
         if decided == "no-active-run" and isinstance(self.journal, SqliteJournal):
-            if _with_media(item):
-                return await self._media_elsewhere(conversation_id, item)
             return await self._submit_elsewhere(conversation_id, item)
         if isinstance(decided, str):
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -178,26 +171,14 @@ class ConversationInbox:
         """No run of the conversation goes here: admit ``item`` for the run another process is
         running, if one is (see the module notes). Cancellation: all or nothing."""
         assert isinstance(self.journal, SqliteJournal)
-        decided = await self.journal.admit_elsewhere(conversation_id, item, self.limits)
+        decided = await self.journal.admit_elsewhere(
+            conversation_id, item, self.limits, redact=self._redact_text
+        )
         await trio.lowlevel.cancel_shielded_checkpoint()  # admitted or not: never raise now
         base = (item.input_id, conversation_id, item.kind, item.author, item.at)
         if isinstance(decided, str):
             return InputReceipt(*base, "rejected", decided)
         return InputReceipt(*base, "accepted", None, decided, True)
-
-    async def _media_elsewhere(self, conversation_id: str, item: SteeringInput) -> InputReceipt:
-        """Input with media, and no run of the conversation going here: rejected when none
-        goes anywhere; refused (``ValueError``) when one goes in another process, which its
-        bytes cannot reach. Cancellation: nothing was admitted either way."""
-        assert isinstance(self.journal, SqliteJournal)
-        if await self.journal.running_elsewhere(conversation_id):
-            raise ValueError(
-                "input with images, documents or audio reaches only a run going in this "
-                f"runtime, and the run of conversation {conversation_id} goes in another one "
-                "(another process, or another runtime on the database): nothing was admitted"
-            )
-        base = (item.input_id, conversation_id, item.kind, item.author, item.at)
-        return InputReceipt(*base, "rejected", "no-active-run")
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, trio.Event()
@@ -257,7 +238,7 @@ class ConversationInbox:
         if not isinstance(journal, SqliteJournal) or not conversations:
             await trio.lowlevel.checkpoint()
             return 0
-        found = await journal.waiting(conversations)
+        found = await journal.waiting(conversations, skip=self._admissions.known())
         redact = self._redact_text
         adopted = 0
         for conversation_id, inputs in found.items():

@@ -4,7 +4,9 @@ The SQLite journal persists each admission before its receipt is returned, and t
 marks an input delivered in the very transaction that records it as canonical (see
 ``capabilities.storage``), so an input is never both waiting and recorded. Its text stays in the
 table only until then: delivered or expired, it is cleared (the log keeps the canonical, redacted
-copy).
+copy). Input with media admitted for a run another process is running keeps its parts beside it
+(references by digest, in ``_parts``' form) and its bytes in the ``media`` table, put in the
+transaction that admits it; the bytes stay as the log's media do.
 
 Processes share the SQLite journal. Each input is stored under the epoch of its conversation's
 lane (the run's hold, ``capabilities.storage._lanes``) and a position the database gives it — one
@@ -23,7 +25,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Final, Protocol, final
 
 import attrs
@@ -32,13 +34,19 @@ import trio
 from effectagent.core import UserInputRecorded
 from effectagent.engine import ConversationLog, InMemoryConversationLog, SteeringInput
 
+from .._logging import log_warning
 from ..storage import SqliteDatabase
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
+from ._parts import content_of, digests_of, stored
 
 __all__ = ["AdmissionJournal", "InMemoryJournal", "SqliteJournal"]
 
 _DELIVERY_KINDS: Final = ("steering", "follow-up")
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 class AdmissionJournal(Protocol):
@@ -168,6 +176,26 @@ def _next_position(conn: sqlite3.Connection, conversation_id: str, epoch: int | 
     return int(found[0] or 0) + 1
 
 
+def _with_media(conn: sqlite3.Connection, item: SteeringInput, parts: str) -> SteeringInput | None:
+    """``item`` with the content its row's ``parts`` stand for, the bytes read from the
+    ``media`` table — None (logged) when they cannot be: bytes gone, or parts that do not fit."""
+    try:
+        wanted = digests_of(parts)
+        media: dict[str, bytes] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ", ".join("?" * len(chunk))
+            for digest, data in conn.execute(
+                f"SELECT digest, data FROM media WHERE digest IN ({marks})", chunk
+            ):
+                media[digest] = bytes(data)
+        content = content_of(item.text, parts, media)
+    except (ValueError, TypeError, KeyError) as exc:
+        log_warning("steering input left undelivered", input_id=item.input_id, error=str(exc))
+        return None
+    return attrs.evolve(item, content=content)
+
+
 @final
 class SqliteJournal:
     """Admissions in the ``steering_inputs`` table of an :class:`SqliteDatabase`."""
@@ -207,14 +235,25 @@ class SqliteJournal:
         return await self.database.write(work)
 
     async def admit_elsewhere(
-        self, conversation_id: str, item: SteeringInput, limits: SteeringLimits
+        self,
+        conversation_id: str,
+        item: SteeringInput,
+        limits: SteeringLimits,
+        *,
+        redact: Callable[[str], str] = _unchanged,
     ) -> int | Rejection:
         """Admit ``item`` for the run another process (or another runtime on this database) is
         running in the conversation: accepted — its position returned — only while the
-        conversation's lane is held, and its queue under that lane has room.
+        conversation's lane is held, and its queue under that lane has room. Input with media
+        is kept with its parts (names and URLs redacted with ``redact``) and, in the same
+        transaction, the bytes of its media parts in the ``media`` table (see ``_parts``).
 
         Cancellation: all or nothing (one write)."""
         now = time.time()
+        text, parts, media = item.text, None, []
+        if item.content is not None:
+            text, parts, blobs = stored(item.content, redact)
+            media = [(digest, len(data), data) for digest, data in blobs.items()]
 
         def work(conn: sqlite3.Connection) -> int | Rejection:
             lane = conn.execute(
@@ -233,50 +272,37 @@ class SqliteJournal:
             if waiting >= limits.max_pending:
                 return "queue-full"
             position = _next_position(conn, conversation_id, epoch)
+            if media:  # the bytes first, by digest (kept once), as the log's ``put_media``
+                conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", media)
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
-                "author, at, status, seq, reason, epoch) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, '', ?)",
+                "author, at, status, seq, reason, epoch, parts) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', NULL, '', ?, ?)",
                 (
                     item.input_id,
                     conversation_id,
                     position,
                     item.kind,
-                    item.text,
+                    text,
                     item.author,
                     item.at,
                     epoch,
+                    parts,
                 ),
             )
             return position
 
-        return await self.database.write(work)
-
-    async def running_elsewhere(self, conversation_id: str) -> bool:
-        """Whether a run of the conversation goes elsewhere (its lane is held, under a lease
-        still running) — where :meth:`admit_elsewhere` would take input for it.
-
-        Cancellation: a checkpoint before reading; nothing changes."""
-        now = time.time()
-
-        def read(conn: sqlite3.Connection) -> bool:
-            return (
-                conn.execute(
-                    "SELECT 1 FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL "
-                    "AND lease_until > ?",
-                    (conversation_id, now),
-                ).fetchone()
-                is not None
-            )
-
-        return await self.database.read(read)
+        return await self.database.write(work, weight=1 + len(media))
 
     async def waiting(
-        self, conversation_ids: Sequence[str]
+        self, conversation_ids: Sequence[str], *, skip: Container[str] = ()
     ) -> Mapping[str, Sequence[tuple[SteeringInput, int]]]:
         """Input queued for the runs going in this process in ``conversation_ids`` (under the
         epoch of the lane a holder of this process — ``pid-<pid>-…``: its plain runs' database,
-        or a durable worker — holds for each), with their positions, in FIFO order.
+        or a durable worker — holds for each), with their positions, in FIFO order; those in
+        ``skip`` (known here already) left out. Input with media comes with its content, the
+        bytes read from the ``media`` table; one whose bytes are gone is left out (and logged),
+        to expire with its run's lane.
 
         Cancellation: a checkpoint before reading; nothing changes."""
         holders = f"pid-{os.getpid()}-%"
@@ -286,14 +312,22 @@ class SqliteJournal:
             found: dict[str, list[tuple[SteeringInput, int]]] = {}
             marks = ", ".join("?" * len(ids))
             rows = conn.execute(
-                "SELECT s.conversation_id, s.input_id, s.kind, s.text, s.author, s.at, s.position "
+                "SELECT s.conversation_id, s.input_id, s.kind, s.text, s.author, s.at, "
+                "s.position, s.parts "
                 "FROM steering_inputs s JOIN lanes l ON l.conversation_id = s.conversation_id "
                 f"WHERE s.conversation_id IN ({marks}) AND s.status = 'queued' "
                 "AND l.worker_id LIKE ? AND s.epoch = l.epoch ORDER BY s.position",
                 (*ids, holders),
             ).fetchall()
-            for conversation_id, input_id, kind, text, author, at, position in rows:
+            for conversation_id, input_id, kind, text, author, at, position, parts in rows:
+                if input_id in skip:
+                    continue
                 item = SteeringInput(input_id, kind, text or "", author, at)
+                if parts is not None:
+                    with_media = _with_media(conn, item, parts)
+                    if with_media is None:
+                        continue  # left queued: it expires with its run's lane
+                    item = with_media
                 found.setdefault(conversation_id, []).append((item, int(position)))
             return found
 

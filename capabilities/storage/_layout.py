@@ -26,7 +26,11 @@ Versions:
    deletions and rewrites of ``records``); an append writes none of them — a search brings the
    index up to date — so the upgrade adds them empty, at once however long the log;
 4. ``media``: the bytes of the images, documents and audio the records refer to, once per
-   SHA-256 digest (a record holds the digest, never the bytes); added empty.
+   SHA-256 digest (a record holds the digest, never the bytes); added empty;
+5. ``parts`` in ``steering_inputs`` and ``submissions``: on input with images, documents or
+   audio, the whole input in order as JSON — ``["text", str]`` and ``["media", reference]``
+   entries, the bytes in ``media``, put in the transaction that admits the input — so the
+   process that delivers it builds it again; NULL for text alone (and for every row before).
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -34,7 +38,7 @@ Tables (one per concern; a session or the agent state never holds conversation h
 * ``sessions`` — session records with their revision and schema-versioned metadata.
 * ``agent_state`` — persistent agent state: ``(slot, key)`` → revision, status, versioned value.
 * ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
-  their text is cleared then, the log holding the (redacted) canonical copy.
+  their text (and parts) is cleared then, the log holding the (redacted) canonical copy.
 * ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed;
   deleted with the last record referring to it: ``_forget``).
 """
@@ -56,7 +60,7 @@ __all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
 APPLICATION_ID: Final = 0x45414731
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 4
+LAYOUT_VERSION: Final = 5
 
 _LAYOUT_V1: Final = (
     """CREATE TABLE records (
@@ -136,11 +140,18 @@ def _to_v4(conn: sqlite3.Connection) -> None:
     conn.execute(MEDIA_TABLE)
 
 
+def _to_v5(conn: sqlite3.Connection) -> None:
+    """Layout 4 → 5: the ``parts`` of steering inputs and submissions (NULL: text alone)."""
+    conn.execute("ALTER TABLE steering_inputs ADD COLUMN parts TEXT")
+    conn.execute("ALTER TABLE submissions ADD COLUMN parts TEXT")
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
 UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     1: _to_v2,
     2: _to_v3,
     3: _to_v4,
+    4: _to_v5,
 }
 
 

@@ -4,6 +4,7 @@ log's media store (so a resume sends them again), and refused by a model that ca
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -15,6 +16,10 @@ import trio
 
 from capabilities import in_memory_storage, sqlite_storage
 from capabilities.steering import SteeringService
+from capabilities.steering import _inbox as inbox_module
+from capabilities.steering._inbox import ConversationInbox
+from capabilities.steering._journal import SqliteJournal
+from capabilities.storage._database import open_database
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import (
     DocumentPart,
@@ -24,7 +29,7 @@ from effectagent.ai import (
     ResponsePart,
     UserMessage,
 )
-from effectagent.core import UserInputRecorded
+from effectagent.core import SecretRedactor, UserInputRecorded
 from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.providers import MediaSupport
@@ -255,11 +260,78 @@ async def test_on_sqlite_steered_media_are_kept_in_the_database_and_sent(tmp_pat
         assert await reader.log.media([IMAGE.digest]) == {IMAGE.digest: PNG}  # type: ignore[attr-defined]
 
 
-async def test_media_for_a_run_going_in_another_runtime_are_refused_at_the_call(
-    tmp_path: Path,
+async def test_media_for_a_run_going_in_another_runtime_wait_in_the_database_and_reach_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The journal keeps no media bytes: input with media for a run another runtime (or process)
-    on the database is running is refused, nothing admitted; text still reaches it."""
+    """Input with media for a run another runtime (or process) on the database is running is
+    admitted with its parts by digest and its bytes in the ``media`` table, in one transaction
+    (the name redacted at rest); the runtime running the run adopts it with its bytes, and the
+    model gets the image at the next turn."""
+    monkeypatch.setattr(inbox_module, "POLL_INTERVAL", 1e9)  # adopted when the test says so
+    path = tmp_path / "shared.db"
+    parked, go = trio.Event(), trio.Event()
+    secret_name = ImagePart(PNG, name=f"{SECRET}.png")
+    redactor = SecretRedactor([SECRET])
+
+    async def park(_: Nothing, call: ToolCallContext) -> str:
+        parked.set()
+        await go.wait()
+        return "looked"
+
+    model = ScriptedModel([Turn.tool_calls(("look", {})), Turn.text("A cat.")])
+    running_layer = (TOOLKIT.handlers({look: park}) + model.as_layer()).provide_merge(
+        sqlite_storage(path)
+    )
+    results: list[Any] = []
+    async with (
+        open_runtime(running_layer, agents=[AGENT], secrets=[SECRET]) as running,
+        open_database(path) as database,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def run() -> None:
+            results.append(await running.run(AGENT, "Look.", conversation_id="c", create=True))
+
+        nursery.start_soon(run)
+        await parked.wait()
+        here = running.context[SteeringService]
+        assert isinstance(here, ConversationInbox)
+        # Another process's inbox on the file, with the redaction it knows.
+        there = ConversationInbox(SqliteJournal(database), redact_text=redactor.redact_text)
+        receipt = await there.steer("c", [f"And this? {SECRET}", secret_name], author="bo")
+        conn = sqlite3.connect(path)  # what waits at rest
+        row = conn.execute(
+            "SELECT text, parts FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
+        ).fetchone()
+        kept = conn.execute("SELECT data FROM media WHERE digest = ?", (IMAGE.digest,)).fetchone()
+        conn.close()
+        assert await here.adopt_waiting() == 1
+        assert await here.adopt_waiting() == 0  # adopted once
+        go.set()
+    assert (receipt.accepted, receipt.durable) == (True, True)
+    assert SECRET not in repr(row)
+    assert kept == (PNG,)
+    (result,) = results
+    assert result.status == "completed", result.error
+    (image,) = _users(model.requests[1])[-1].media
+    assert image.data == PNG
+    assert _users(model.requests[1])[-1].content[0].text == "And this? [REDACTED]"
+    async with open_runtime(sqlite_storage(path)) as reader:
+        entries = await reader.log.entries("c")
+    (steered,) = [
+        e.record
+        for e in entries
+        if isinstance(e.record, UserInputRecorded) and e.record.kind == "steering"
+    ]
+    assert [kind for kind, _ in steered.parts] == ["text", "media"]
+    assert steered.parts[1][1]["digest"] == IMAGE.digest
+    assert SECRET not in repr(entries)
+
+
+async def test_input_whose_bytes_are_gone_is_left_to_expire_not_delivered_without_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(inbox_module, "POLL_INTERVAL", 1e9)
     path = tmp_path / "shared.db"
     parked, go = trio.Event(), trio.Event()
 
@@ -279,11 +351,18 @@ async def test_media_for_a_run_going_in_another_runtime_are_refused_at_the_call(
     ):
         nursery.start_soon(partial(running.run, AGENT, "Look.", conversation_id="c", create=True))
         await parked.wait()
-        there = other.context[SteeringService]
-        with pytest.raises(ValueError, match="goes in another one") as refused_at_call:
-            await there.steer("c", ["And this?", IMAGE], author="bo")
-        text = await there.steer("c", "Text still goes.", author="bo")
+        here, there = running.context[SteeringService], other.context[SteeringService]
+        assert isinstance(here, ConversationInbox)
+        receipt = await there.steer("c", ["And this?", IMAGE], author="bo")
+        conn = sqlite3.connect(path)
+        conn.execute("DELETE FROM media")
+        conn.commit()
+        conn.close()
+        assert await here.adopt_waiting() == 0
         go.set()
-    assert "nothing was admitted" in str(refused_at_call.value)
-    assert text.accepted
-    assert text.position == 1  # the refused input took no place
+    async with open_runtime(sqlite_storage(path)) as reader:
+        status = await reader.context[SteeringService].status(receipt.input_id)
+    assert receipt.accepted
+    assert status is not None
+    assert status.state == "expired"
+    assert all(IMAGE not in _users(r)[-1].media for r in model.requests)

@@ -58,14 +58,16 @@ async def test_a_new_file_is_made_at_the_current_version(tmp_path: Path) -> None
     path = tmp_path / "new.db"
     async with open_database(path):
         pass
-    assert LAYOUT_VERSION == 4
-    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (4, APPLICATION_ID)
+    assert LAYOUT_VERSION == 5
+    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (5, APPLICATION_ID)
     tables = set(_schema(path))
     assert {"records", "sessions", "agent_state", "steering_inputs"} <= tables
     assert {"submissions", "lanes", "durable_steps", "aborts", "durable_audit"} <= tables
     assert "epoch INTEGER" in _schema(path)["steering_inputs"]
     assert {"said", "said_index", "said_marks", "records_unsaid", "records_resaid"} <= tables
     assert "media" in tables
+    assert "parts TEXT" in _schema(path)["steering_inputs"]
+    assert "parts TEXT" in _schema(path)["submissions"]
 
 
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(tmp_path: Path) -> None:
@@ -116,3 +118,36 @@ async def test_opening_a_current_file_takes_no_write_lock(tmp_path: Path) -> Non
         finally:
             other.execute("ROLLBACK")
             other.close()
+
+
+async def test_a_version_4_file_is_upgraded_to_keep_the_parts_of_waiting_input(
+    tmp_path: Path,
+) -> None:
+    """Layout 4 → 5 adds ``parts`` to steering inputs and submissions; the rows there keep
+    theirs as NULL (text alone)."""
+    path = tmp_path / "v4.db"
+    async with open_database(path):
+        pass
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("ALTER TABLE steering_inputs DROP COLUMN parts")
+        conn.execute("ALTER TABLE submissions DROP COLUMN parts")
+        conn.execute(
+            "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
+            "author, at, status, seq, reason, epoch) "
+            "VALUES ('in', 'c', 1, 'steering', 'hi', 'ann', 1.0, 'queued', NULL, '', 1)"
+        )
+        conn.execute("PRAGMA user_version = 4")
+    finally:
+        conn.close()
+    assert 4 in UPGRADES
+    async with open_database(path) as database:
+        rows = await database.read(
+            lambda conn: conn.execute("SELECT input_id, parts FROM steering_inputs").fetchall()
+        )
+    assert rows == [("in", None)]
+    assert _pragma(path, "user_version") == LAYOUT_VERSION
+    fresh = tmp_path / "fresh.db"
+    async with open_database(fresh):
+        pass
+    assert _schema(path)["steering_inputs"] == _schema(fresh)["steering_inputs"]

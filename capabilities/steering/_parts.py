@@ -1,0 +1,81 @@
+"""Input with media as a journal row keeps it, and built again from one. Pure.
+
+A row holds the input's text parts in its ``text`` column, joined by blank lines (as a run's
+input joins them), so clearing that column — as delivery and expiry do — clears all the input's
+text. Its ``parts`` column (JSON) holds the input's order: ``["text", n]`` for a text part of
+``n`` characters, ``["media", reference]`` for a media part (``MediaPart.reference()``: kind,
+media type, name, size and SHA-256 digest, or a URL — never the bytes, which go to the ``media``
+table by digest). A reference's name and URL are redacted as text before they are stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from effectagent.ai import MediaPart, MediaRef, TextContent
+
+__all__ = ["Stored", "content_of", "digests_of", "stored"]
+
+#: What a row keeps of input with media: its text column, its parts (JSON) and the bytes of its
+#: media parts by digest.
+Stored = tuple[str, str, dict[str, bytes]]
+
+_SEPARATOR = "\n\n"
+
+
+def stored(content: tuple[TextContent | MediaPart, ...], redact: Callable[[str], str]) -> Stored:
+    """What a row keeps of ``content`` (its text parts already redacted)."""
+    texts: list[str] = []
+    entries: list[list[Any]] = []
+    blobs: dict[str, bytes] = {}
+    for part in content:
+        if isinstance(part, TextContent):
+            texts.append(part.text)
+            entries.append(["text", len(part.text)])
+            continue
+        ref = part.reference()
+        for key in ("name", "url"):
+            if key in ref:
+                ref[key] = redact(ref[key])
+        entries.append(["media", ref])
+        if not part.url:
+            blobs[part.digest] = part.data
+    return _SEPARATOR.join(texts), json.dumps(entries, separators=(",", ":")), blobs
+
+
+def digests_of(parts: str) -> list[str]:
+    """The digests of the media parts a row's ``parts`` refers to."""
+    return [
+        value["digest"]
+        for kind, value in json.loads(parts)
+        if kind == "media" and isinstance(value, dict) and isinstance(value.get("digest"), str)
+    ]
+
+
+def content_of(
+    text: str, parts: str, media: Mapping[str, bytes]
+) -> tuple[TextContent | MediaPart, ...]:
+    """The input a row holds, its media parts' bytes from ``media`` (by digest). Raises
+    ``MediaError`` (a ``ValueError``) for a digest ``media`` lacks, ``ValueError`` for ``parts``
+    that do not fit ``text``."""
+    content: list[TextContent | MediaPart] = []
+    at = 0
+    for kind, value in json.loads(parts):
+        if kind == "text":
+            end = at + int(value)
+            if end > len(text):
+                raise ValueError("the stored parts do not fit the stored text")
+            content.append(TextContent(text[at:end]))
+            at = end + len(_SEPARATOR)
+            continue
+        ref = MediaRef.of(value)
+        if isinstance(ref, MediaPart):  # a URL: no bytes
+            content.append(ref)
+            continue
+        data = media.get(ref.digest)
+        if data is None:
+            raise ref.missing()
+        content.append(ref.with_data(data))
+    return tuple(content)
