@@ -7,7 +7,9 @@ operator console — an ASGI app (Starlette, on anyio) that runs under Hypercorn
   resumable with ``Last-Event-ID``, steering and follow-ups, approvals and decisions, abort,
   retry, conversations and search, Unknown calls, overdue settlements and dead letters; errors
   as RFC 9457 problem documents; the OpenAPI document at ``/openapi.json``, derived from the
-  same types; the console at ``/console``.
+  same types; the console at ``/console``. With its worker in the same process (its layer
+  given :meth:`ServeApi.listener`), the runs' text deltas reach the event streams live
+  (:class:`LiveText`: ephemeral events without ``id``, bounded per client).
 * :class:`ServeSettings`, :class:`Tokens`, :class:`Principal`, :class:`Quota` — who may call it
   (bearer tokens → principals; operators see everything, others their own conversations) and
   its bounds (bodies, event streams, admission quotas per principal).
@@ -27,6 +29,9 @@ from ._app import ServeApi as ServeApi
 from ._auth import Principal as Principal
 from ._auth import Tokens as Tokens
 from ._auth import token_digest as token_digest
+from ._live import LiveFeed as LiveFeed
+from ._live import LiveText as LiveText
+from ._live import RunListeners as RunListeners
 from ._metrics import ServeMetrics as ServeMetrics
 from ._metrics import metrics_available as metrics_available
 from ._openapi import openapi_document as openapi_document
@@ -41,9 +46,12 @@ __all__ = [
     "DEFAULT_QUOTA",
     "ENDPOINTS",
     "Endpoint",
+    "LiveFeed",
+    "LiveText",
     "Principal",
     "Problem",
     "Quota",
+    "RunListeners",
     "ServeApi",
     "ServeMetrics",
     "ServeSettings",

@@ -200,7 +200,7 @@ class UnknownCalls:
 class Endpoint:
     """One operation: its method and path (``{name}`` parameters), its handler's name in
     ``_app``, its body type and answer type (None: none / not JSON), its success status, who may
-    call it, and a sentence for the document."""
+    call it, and a sentence for the document (``description``: more, when there is more)."""
 
     method: str
     path: str
@@ -213,6 +213,7 @@ class Endpoint:
     query: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()
     media: str = "application/json"
+    description: str = ""
 
 
 C = "/v1/conversations/{conversation_id}"
@@ -256,6 +257,16 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         query=("after",),
         headers=("Last-Event-ID",),
         media="text/event-stream",
+        description=(
+            "Each log entry is an event whose id is its sequence number, whose event is the "
+            "record's kind and whose data is {seq, kind, record}. When the run's worker is in "
+            "the service's process, the model's text also arrives as it is streamed: events "
+            "'delta' (data {run_id, text}) and 'discard' (data {run_id}: the text streamed "
+            "since the run's turn began is void, its model call is retried), WITHOUT an id — "
+            "they are not in the log, so Last-Event-ID keeps naming a log entry, and the "
+            "ModelResponseRecorded entry that follows holds the whole text. A client that "
+            "does not keep up loses deltas, never entries; a reconnect gets none again."
+        ),
     ),
     Endpoint(
         "POST",

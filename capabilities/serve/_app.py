@@ -24,8 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from effectagent.core import ApprovalRequest, RunCompletedRecord
-from effectagent.effect import SchemaError, decode_json, encode
+from effectagent.core import ApprovalRequest, ModelResponseRecorded, RunCompletedRecord
+from effectagent.effect import Layer, SchemaError, decode_json, encode
+from effectagent.engine import RunListenerService
 
 from .._ids import new_id
 from .._logging import log_warning
@@ -56,12 +57,13 @@ from ._api import (
 from ._auth import Principal
 from ._console import console_routes
 from ._events import entry_json
-from ._metrics import ServeMetrics
+from ._live import LiveFeed, LiveText, RunListeners
+from ._metrics import ServeMetrics, _TokenListener
 from ._openapi import openapi_document
 from ._problems import MEDIA_TYPE, Problem, problem_of
 from ._quota import QuotaBook, retry_after
 from ._settings import ServeSettings
-from ._sse import COMMENT, event_bytes, resume_after
+from ._sse import COMMENT, event_bytes, live_bytes, resume_after
 from ._tails import Tails
 
 __all__ = ["ServeApi"]
@@ -168,7 +170,8 @@ class ServeApi:
     ``agents``: the names submissions may give (None: any — a worker settles an unknown one
     failed). ``wake``: called after each admission (a worker in this process claims it at once
     rather than at its next poll). ``metrics``: where the service's figures go (None: nowhere).
-    ``clock``: the monotonic clock quotas are measured on.
+    ``clock``: the monotonic clock quotas are measured on. :attr:`live`: the live text of the
+    runs whose worker has :meth:`listener` in its layer.
 
     It answers ``/readyz`` with 503 until :meth:`ready` is called (storage open, the worker's
     recovery run), and again from :meth:`drain` on, which also refuses new submissions (503);
@@ -185,6 +188,7 @@ class ServeApi:
         "app",
         "clock",
         "database",
+        "live",
         "metrics",
         "queue",
         "settings",
@@ -206,6 +210,7 @@ class ServeApi:
         self.queue = DurableQueue(database, agents=agents)
         self._log = SqliteConversationLog(database)
         self._tails = Tails(self._log, settings.sse_poll)
+        self.live = LiveText()
         self._quotas = QuotaBook(settings.quota, settings.quotas)
         self.wake = wake
         self.metrics = metrics
@@ -260,6 +265,17 @@ class ServeApi:
     def close_streams(self) -> None:
         """End every event stream (their clients reconnect with ``Last-Event-ID`` elsewhere)."""
         self._closing.set()
+        self.live.close()
+
+    def listener(self) -> Layer:
+        """A Layer providing the engine's ``RunListenerService`` for a worker in this process
+        (``serve(..., worker=...)``; give it to the worker's layer): the runs' text deltas
+        reach the event streams as they are streamed (:attr:`live`), and, with :attr:`metrics`,
+        the runs' tokens are counted. It replaces any other run listener, such as tracing's."""
+        found = self.live.listener()
+        if self.metrics is not None:
+            found = RunListeners(found, _TokenListener(self.metrics.tokens))
+        return Layer.succeed(RunListenerService, found, name="serve_listener")
 
     # ---- the wrapper -----------------------------------------------------------------------------
 
@@ -543,8 +559,11 @@ class ServeApi:
         self, conversation_id: str, after: int, send: Callable[[bytes], Awaitable[None]]
     ) -> None:
         """Send the conversation's entries after ``after``, then each new one as it is appended,
-        until :meth:`close_streams` (or the caller is cancelled: the client went). Nothing is
-        queued for a slow client: ``send`` waits for the connection to take each event; the log
+        until :meth:`close_streams` (or the caller is cancelled: the client went), and between
+        them the live text of its runs (events without ``id``, before the response recorded
+        with the whole text; what came before a response is dropped once it is sent). Only
+        live text is queued for a slow client, within a bound (:mod:`._live`): ``send`` waits
+        for the connection to take each event; the log
         is read a page at a time (``sse_page`` entries at most, so a client resuming from the
         start of a long conversation holds one page, never the whole log), and read again only
         once what the last read returned was sent — at once while pages come full, otherwise
@@ -557,24 +576,38 @@ class ServeApi:
         quiet_since = trio.current_time()
         ahead = True  # read at once; then only when the log's end moved past what was sent
         async with self._tails.following(conversation_id):
-            while not self._closing.is_set():
-                if ahead:
-                    entries = await self._log.entries(
-                        conversation_id, after=last, limit=settings.sse_page
-                    )
-                    for entry in entries:
-                        data = entry_json(entry)
-                        await send(event_bytes(entry.seq, data["kind"], data))
-                        last = entry.seq
-                    if entries:
+            with self.live.subscribe(conversation_id) as feed:
+                while not self._closing.is_set():
+                    if await self._send_live(feed, send):
                         quiet_since = trio.current_time()
-                        continue
-                if trio.current_time() - quiet_since >= settings.sse_heartbeat:
-                    await send(COMMENT)
-                    quiet_since = trio.current_time()
-                with trio.move_on_after(settings.sse_poll):
-                    await self._closing.wait()
-                ahead = await self._tails.last(conversation_id) > last
+                    if ahead:
+                        entries = await self._log.entries(
+                            conversation_id, after=last, limit=settings.sse_page
+                        )
+                        read = self.live.stamp  # live text published so far came before ...
+                        for entry in entries:
+                            data = entry_json(entry)
+                            await send(event_bytes(entry.seq, data["kind"], data))
+                            last = entry.seq
+                            if isinstance(entry.record, ModelResponseRecorded):
+                                feed.forget(entry.record.run_id, read)  # ... its response
+                        if entries:
+                            quiet_since = trio.current_time()
+                            continue
+                    if trio.current_time() - quiet_since >= settings.sse_heartbeat:
+                        await send(COMMENT)
+                        quiet_since = trio.current_time()
+                    with trio.move_on_after(settings.sse_poll):
+                        await feed.wait()  # live text, or the streams close
+                    ahead = await self._tails.last(conversation_id) > last
+
+    @staticmethod
+    async def _send_live(feed: LiveFeed, send: Callable[[bytes], Awaitable[None]]) -> bool:
+        """Send what ``feed`` holds (whether there was any). Cancellation: stops at once."""
+        pieces = feed.take()
+        for piece in pieces:
+            await send(live_bytes(piece.kind, piece.data()))
+        return bool(pieces)
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(), headers=_SECURITY_HEADERS)

@@ -102,6 +102,8 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
         "parameters": parameters,
         "responses": responses,
     }
+    if endpoint.description:
+        operation["description"] = endpoint.description
     if endpoint.access == "anyone":
         operation["security"] = []
     if endpoint.body is not None:

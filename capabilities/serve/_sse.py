@@ -4,6 +4,10 @@ One event per log entry: ``id:`` its sequence number in the conversation's log, 
 record's kind, ``data:`` the record as JSON on one line (``json.dumps`` escapes every line break,
 so a value cannot end the event or forge a field). A client that reconnects sends the last ``id``
 it saw as ``Last-Event-ID`` and gets the entries after it: exactly the ones it missed, none twice.
+
+Live text (``delta``, ``discard``) is framed without ``id:``: it is not in the log, so it never
+moves where a client resumes — a client keeps the last ``id`` it saw, as the SSE specification
+says — and the recorded response that follows it holds the whole text.
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-__all__ = ["COMMENT", "MAX_EVENT_ID_DIGITS", "event_bytes", "resume_after"]
+__all__ = ["COMMENT", "MAX_EVENT_ID_DIGITS", "event_bytes", "live_bytes", "resume_after"]
 
 #: A heartbeat: a comment line, which clients ignore (it lets a dead connection be noticed).
 COMMENT: Final = b": keep-alive\n\n"
@@ -20,13 +24,22 @@ COMMENT: Final = b": keep-alive\n\n"
 MAX_EVENT_ID_DIGITS: Final = 19
 
 
-def event_bytes(seq: int, kind: str, data: Any) -> bytes:
-    """One event: ``id``, ``event`` and one ``data`` line, ended by a blank line. ``kind`` must
-    be a plain name (letters, digits, ``-``, ``_``). Pure."""
+def _fields(kind: str, data: Any) -> str:
     if not kind or not all(c.isascii() and (c.isalnum() or c in "-_") for c in kind):
         raise ValueError(f"an event kind must be a plain name, got {kind!r}")
     body = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return f"id: {seq}\nevent: {kind}\ndata: {body}\n\n".encode()
+    return f"event: {kind}\ndata: {body}\n\n"
+
+
+def event_bytes(seq: int, kind: str, data: Any) -> bytes:
+    """One event: ``id``, ``event`` and one ``data`` line, ended by a blank line. ``kind`` must
+    be a plain name (letters, digits, ``-``, ``_``). Pure."""
+    return f"id: {seq}\n{_fields(kind, data)}".encode()
+
+
+def live_bytes(kind: str, data: Any) -> bytes:
+    """One event without ``id`` (live text: see the module notes). Pure."""
+    return _fields(kind, data).encode()
 
 
 def resume_after(last_event_id: str | None, after: str | None = None) -> int:

@@ -165,10 +165,55 @@ function renderEntry(data) {
   return items;
 }
 
+// ---- a followed timeline: its entries, and the text of a response while it is streamed -----------
+
+// Live text (events "delta" and "discard", without an id) goes to a "streaming…" line of its run,
+// which the recorded response replaces when it arrives (it holds the whole text); a run's end
+// takes away what a response never recorded. `decorate` is given each entry's lines.
+const ENDS_STREAMING = ["ModelResponseRecorded", "RunCompletedRecord", "RunFailedRecord",
+  "RunSuspendedRecord"];
+
+function timeline(list, decorate) {
+  const streaming = new Map();  // run ID → its "streaming…" line and the text in it
+  function live(runId) {
+    let found = streaming.get(runId);
+    if (!found) {
+      const text = el("span", { className: "live" });
+      found = { line: el("li", { className: "assistant streaming" },
+        el("span", { className: "who", text: "streaming…" }), " ", text), text };
+      streaming.set(runId, found);
+      list.append(found.line);
+    }
+    return found;
+  }
+  return function onEvent(event) {
+    const data = JSON.parse(event.data);
+    const runId = String((event.event === "delta" || event.event === "discard" ?
+      data : data.record || {}).run_id || "");
+    if (event.event === "delta") {
+      const found = live(runId);
+      found.text.textContent = found.text.textContent + String(data.text || "");
+      return;
+    }
+    const found = streaming.get(runId);
+    if (event.event === "discard") {
+      if (found) { streaming.delete(runId); found.line.remove(); }
+      return;
+    }
+    const lines = renderEntry(data).map((line) => decorate(line) || line);
+    if (found && ENDS_STREAMING.includes(data.kind)) {
+      streaming.delete(runId);
+      found.line.replaceWith(...lines);
+    } else {
+      list.append(...lines);
+    }
+  };
+}
+
 // ---- the browser side: only when there is a page --------------------------------------------------
 
 if (typeof module !== "undefined") {
-  module.exports = { el, renderEntry, sseParser };
+  module.exports = { el, renderEntry, sseParser, timeline };
 } else {
   boot();
 }
@@ -322,15 +367,16 @@ function boot() {
     list.replaceChildren();
     let last = null;
     const state = $("timeline-state");
-    const feed = sseParser((event) => {
-      last = event.id;
-      for (const line of renderEntry(JSON.parse(event.data))) {
-        if (line.dataset.conversation) {
-          line.append(" ", el("button", { type: "button", text: "open",
-            onclick: () => openTimeline(line.dataset.conversation) }));
-        }
-        list.append(line);
+    const onEvent = timeline(list, (line) => {
+      if (line.dataset.conversation) {
+        line.append(" ", el("button", { type: "button", text: "open",
+          onclick: () => openTimeline(line.dataset.conversation) }));
       }
+      return line;
+    });
+    const feed = sseParser((event) => {
+      if (event.id !== null) last = event.id;  // live text has none: it is not in the log
+      onEvent(event);
     });
     async function connect() {
       while (!controller.signal.aborted) {

@@ -144,6 +144,7 @@ class Served:
             if self._worker:
                 layer = Toolkit(delete_file).handlers(delete_file.bind(_delete))
                 layer = layer + FunctionModel.layer(self._respond)
+                layer = layer + api.listener()  # live text, and the metrics' token counts
                 options = WorkerOptions(
                     poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01)
                 )

@@ -1,0 +1,224 @@
+"""Live text: the model's text deltas of the runs this process's worker runs, handed to the event
+streams following their conversations as they are streamed, before the response is recorded.
+
+Deltas are ephemeral: they are not in the log and carry no sequence number. Each follower has a
+bounded buffer (at most ``bound`` deltas and ``max_chars`` characters): a follower that does
+not keep up loses deltas — the run never waits for it, and nothing grows — and the recorded
+response that follows holds the whole text anyway.
+
+The listener (:meth:`LiveText.listener`) is the engine's run listener, called synchronously in
+the run's task: it must run in the same Trio run as the streams (``serve(..., worker=...)``).
+What it publishes is the events' text, which the engine has already redacted.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
+from typing import Final, Literal, final
+
+import attrs
+import trio
+
+from effectagent.core import EventBase, ModelRetrying, TextDelta
+from effectagent.engine import RunListener
+
+from .._logging import log_warning
+
+__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners"]
+
+#: A follower's buffer, by default: deltas, and characters of their text.
+BOUND: Final = 256
+MAX_CHARS: Final = 64 * 1024
+
+
+@attrs.frozen(slots=True)
+class Live:
+    """One published piece of live text. ``stamp``: its place among all published (from 1);
+    ``kind``: ``delta`` (``text`` streamed) or ``discard`` (the run's model call is retried and
+    the text streamed since its turn began is void)."""
+
+    stamp: int
+    run_id: str
+    kind: Literal["delta", "discard"]
+    text: str = ""
+
+    def data(self) -> dict[str, str]:
+        """The event's data: ``{"run_id", "text"}`` (a discard: ``{"run_id"}``). Pure."""
+        return (
+            {"run_id": self.run_id, "text": self.text}
+            if self.kind == "delta"
+            else {"run_id": self.run_id}
+        )
+
+
+@final
+class LiveFeed:
+    """What one follower of a conversation has not taken yet: at most ``bound`` pieces and
+    ``max_chars`` characters; what does not fit is dropped (counted in :attr:`dropped`)."""
+
+    __slots__ = ("_bound", "_chars", "_items", "_max_chars", "_wake", "dropped")
+
+    def __init__(self, bound: int = BOUND, max_chars: int = MAX_CHARS) -> None:
+        if bound < 1 or max_chars < 1:
+            raise ValueError("a live feed must hold at least one delta and one character")
+        self._bound = bound
+        self._max_chars = max_chars
+        self._items: deque[Live] = deque()
+        self._chars = 0
+        self._wake = trio.Event()
+        #: How many pieces did not fit.
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def chars(self) -> int:
+        """The characters held."""
+        return self._chars
+
+    def offer(self, piece: Live) -> None:
+        """Keep ``piece`` if it fits, else drop it. Never blocks."""
+        if len(self._items) >= self._bound or self._chars + len(piece.text) > self._max_chars:
+            self.dropped += 1
+        else:
+            self._items.append(piece)
+            self._chars += len(piece.text)
+        self._wake.set()
+
+    def take(self) -> list[Live]:
+        """All the pieces held, oldest first (the feed is empty after)."""
+        taken = list(self._items)
+        self._items.clear()
+        self._chars = 0
+        if self._wake.is_set():
+            self._wake = trio.Event()
+        return taken
+
+    def forget(self, run_id: str, through: int) -> None:
+        """Drop ``run_id``'s pieces stamped ``through`` or before (their response was sent)."""
+        kept = [p for p in self._items if p.run_id != run_id or p.stamp > through]
+        if len(kept) != len(self._items):
+            self._items = deque(kept)
+            self._chars = sum(len(p.text) for p in kept)
+
+    def wake(self) -> None:
+        """End a :meth:`wait` in progress (the streams close)."""
+        self._wake.set()
+
+    async def wait(self) -> None:
+        """Wait until a piece is offered or :meth:`wake` is called (at once if one already was
+        since the last :meth:`take`).
+
+        Cancellation: stops at once; nothing changes."""
+        await self._wake.wait()
+
+
+@final
+class LiveText:
+    """The followers of each conversation and what is published to them."""
+
+    __slots__ = ("_bound", "_feeds", "_max_chars", "_stamp")
+
+    def __init__(self, *, bound: int = BOUND, max_chars: int = MAX_CHARS) -> None:
+        self._bound = bound
+        self._max_chars = max_chars
+        self._feeds: dict[str, set[LiveFeed]] = {}
+        self._stamp = 0
+
+    @property
+    def stamp(self) -> int:
+        """The stamp of the last piece published (0: none yet)."""
+        return self._stamp
+
+    @contextmanager
+    def subscribe(self, conversation_id: str) -> Iterator[LiveFeed]:
+        """A feed of ``conversation_id``'s live text for the block (forgotten after it)."""
+        feed = LiveFeed(self._bound, self._max_chars)
+        self._feeds.setdefault(conversation_id, set()).add(feed)
+        try:
+            yield feed
+        finally:
+            feeds = self._feeds[conversation_id]
+            feeds.discard(feed)
+            if not feeds:
+                del self._feeds[conversation_id]
+
+    def followers(self, conversation_id: str) -> tuple[LiveFeed, ...]:
+        """The feeds of ``conversation_id``'s followers now."""
+        return tuple(self._feeds.get(conversation_id, ()))
+
+    def publish(
+        self,
+        conversation_id: str,
+        run_id: str,
+        text: str = "",
+        kind: Literal["delta", "discard"] = "delta",
+    ) -> None:
+        """Offer a piece to every follower of ``conversation_id`` (none: nothing is kept).
+        Never blocks."""
+        feeds = self._feeds.get(conversation_id)
+        if not feeds:
+            return
+        self._stamp += 1
+        piece = Live(self._stamp, run_id, kind, text)
+        for feed in feeds:
+            feed.offer(piece)
+
+    def close(self) -> None:
+        """Wake every follower (the streams are closing)."""
+        for feeds in self._feeds.values():
+            for feed in feeds:
+                feed.wake()
+
+    def listener(self) -> RunListener:
+        """The engine's run listener publishing each run's ``TextDelta`` (and a ``discard`` for
+        a retried model call whose streamed text is void)."""
+        return _LiveListener(self)
+
+
+@final
+class _LiveListener:
+    __slots__ = ("_live",)
+
+    def __init__(self, live: LiveText) -> None:
+        self._live = live
+
+    def on_event(self, event: EventBase) -> None:
+        if isinstance(event, TextDelta):
+            self._live.publish(event.conversation_id, event.run_id, event.text)
+        elif isinstance(event, ModelRetrying) and event.discard:
+            self._live.publish(event.conversation_id, event.run_id, kind="discard")
+
+    def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
+        return nullcontext()
+
+
+@final
+class RunListeners:
+    """Several run listeners as one: each sees every event, in order; one that raises is logged
+    and not asked again (by any run; the others are)."""
+
+    __slots__ = ("_failed", "_listeners")
+
+    def __init__(self, *listeners: RunListener) -> None:
+        self._listeners = listeners
+        self._failed: set[int] = set()
+
+    def on_event(self, event: EventBase) -> None:
+        for index, listener in enumerate(self._listeners):
+            if index in self._failed:
+                continue
+            try:
+                listener.on_event(event)
+            except Exception as exc:
+                self._failed.add(index)
+                log_warning("run listener failed", error=type(exc).__name__)
+
+    def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
+        stack = ExitStack()
+        for listener in self._listeners:
+            stack.enter_context(listener.call_context(run_id, tool_call_id))
+        return stack
