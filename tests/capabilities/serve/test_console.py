@@ -194,3 +194,93 @@ async def test_the_console_works_where_the_app_is_mounted(tmp_path: Path) -> Non
             assert (await client.get("/agents/v1/me", headers=auth(ANN))).json()[
                 "principal"
             ] == "ann"
+
+
+_TIMELINE = r"""
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this._text = ""; this.dataset = {};
+    this.className = ""; this.parent = null; }
+  set textContent(value) { this.children = []; this._text = String(value); }
+  get textContent() { return this._text + this.children.map((c) => c.textContent).join(""); }
+  append(...nodes) { for (const n of nodes) { n.parent = this; this.children.push(n); } }
+  replaceWith(...nodes) {
+    const at = this.parent.children.indexOf(this);
+    for (const n of nodes) n.parent = this.parent;
+    this.parent.children.splice(at, 1, ...nodes);
+  }
+  remove() { this.parent.children.splice(this.parent.children.indexOf(this), 1); }
+  setAttribute() {}
+  addEventListener() {}
+}
+class Text { constructor(text) { this.text = text; } get textContent() { return this.text; } }
+global.document = { createElement: (tag) => new Node(tag), createTextNode: (t) => new Text(t) };
+const console_ = require(process.argv[2]);
+const list = new Node("ol");
+const show = console_.timeline(list, (line) => line);
+const shown = [];
+const events = JSON.parse(require("fs").readFileSync(0, "utf8"));
+for (const event of events) {
+  show({ id: event.id, event: event.event, data: JSON.stringify(event.data) });
+  shown.push(list.children.map((li) => li.className + "|" + li.textContent));
+}
+process.stdout.write(JSON.stringify(shown));
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_streamed_text_shows_on_a_line_the_recorded_response_replaces(tmp_path: Path) -> None:
+    script = tmp_path / "console.js"
+    script.write_text(SCRIPT)
+    runner = tmp_path / "run.js"
+    runner.write_text(_TIMELINE)
+
+    def delta(text: str, run_id: str = "r1") -> dict[str, object]:
+        return {"id": None, "event": "delta", "data": {"run_id": run_id, "text": text}}
+
+    response = {
+        "seq": 2,
+        "kind": "ModelResponseRecorded",
+        "record": {"run_id": "r1", "content": [["text", "Hello " + HOSTILE]]},
+    }
+    events = [
+        {
+            "id": "1",
+            "event": "UserInputRecorded",
+            "data": {
+                "seq": 1,
+                "kind": "UserInputRecorded",
+                "record": {"kind": "user", "text": "hi"},
+            },
+        },
+        delta("Hel"),
+        delta("lo " + HOSTILE),
+        delta("void", "r2"),
+        {"id": None, "event": "discard", "data": {"run_id": "r2"}},
+        {"id": "2", "event": "ModelResponseRecorded", "data": response},
+        {
+            "id": "3",
+            "event": "RunCompletedRecord",
+            "data": {
+                "seq": 3,
+                "kind": "RunCompletedRecord",
+                "record": {"run_id": "r1", "output": "x"},
+            },
+        },
+    ]
+    done = subprocess.run(
+        ["node", str(runner), str(script)],
+        input=json.dumps(events),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    shown = json.loads(done.stdout)
+    streaming = "assistant streaming|streaming… Hello " + HOSTILE
+    assert shown[1] == [shown[0][0], "assistant streaming|streaming… Hel"]
+    assert shown[2] == [shown[0][0], streaming]  # appended, as text
+    assert shown[3][-1] == "assistant streaming|streaming… void"  # another run's own line
+    assert shown[4] == [shown[0][0], streaming]  # a discard takes its run's line away
+    # the recorded response replaces the streaming line, in its place
+    assert shown[5] == [shown[0][0], "assistant|assistant Hello " + HOSTILE]
+    assert len(shown[6]) == 3

@@ -65,3 +65,10 @@ def test_its_schemas_are_the_types_schemas_and_every_reference_resolves() -> Non
     for reference in _refs(document):
         assert reference.startswith("#/components/schemas/")
         assert reference.removeprefix("#/components/schemas/") in schemas
+
+
+def test_the_events_operation_says_live_text_has_no_id_and_is_not_resumed() -> None:
+    events = openapi_document()["paths"]["/v1/conversations/{conversation_id}/events"]["get"]
+    said = events["description"]
+    for needed in ("'delta'", "{run_id, text}", "WITHOUT an id", "Last-Event-ID", "whole text"):
+        assert needed in said

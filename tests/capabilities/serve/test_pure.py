@@ -13,7 +13,7 @@ from capabilities.durable import IdempotencyConflict, NotDeadLettered, Submissio
 from capabilities.serve import Principal, Problem, Quota, Tokens, token_digest
 from capabilities.serve._problems import PROBLEM_TYPES, problem_of
 from capabilities.serve._quota import Bucket, QuotaBook, retry_after, take
-from capabilities.serve._sse import event_bytes, resume_after
+from capabilities.serve._sse import event_bytes, live_bytes, resume_after
 
 ANN = Principal("ann")
 OPS = Principal("ops", operator=True)
@@ -103,9 +103,21 @@ def test_an_event_is_three_fields_whatever_the_text_holds(seq: int, text: str) -
     assert json.loads(lines[2].removeprefix("data: ")) == {"text": text}
 
 
+@given(st.text())
+def test_live_text_is_two_fields_without_id_whatever_the_text_holds(text: str) -> None:
+    framed = live_bytes("delta", {"run_id": "r", "text": text}).decode()
+    assert framed.endswith("\n\n")
+    lines = framed[:-2].split("\n")
+    assert len(lines) == 2
+    assert lines[0] == "event: delta"
+    assert json.loads(lines[1].removeprefix("data: ")) == {"run_id": "r", "text": text}
+
+
 def test_an_event_kind_must_be_a_plain_name() -> None:
     with pytest.raises(ValueError, match="plain name"):
         event_bytes(1, "x\ndata: forged", {})
+    with pytest.raises(ValueError, match="plain name"):
+        live_bytes("delta\nid: 9", {})
 
 
 def test_problem_documents_have_the_rfc_9457_members() -> None:
