@@ -75,10 +75,12 @@ MAX_TAG_CHARS: Final = 256
 MAX_MESSAGE_BYTES: Final = 16 * 1024
 
 
-def payload_digest(agent: str, text: str, mode: Mode) -> str:
+def payload_digest(agent: str, text: str, mode: Mode, parts: str | None = None) -> str:
     """The digest an idempotency key is bound to: SHA-256 of the agent's name, the input and the
-    mode, as canonical JSON. Pure."""
-    body = json.dumps([agent, text, mode], ensure_ascii=False, separators=(",", ":"))
+    mode, as canonical JSON — and, for input with media, its ``parts`` (the order of its text
+    and media parts, each media part by its SHA-256 digest). Pure."""
+    payload = [agent, text, mode] if parts is None else [agent, text, mode, parts]
+    body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 

@@ -9,10 +9,12 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
+from effectagent.ai import MediaPart
 from effectagent.core import Agent, ApprovalRequest, LogEntry, Record
 
 from .._ids import new_id
 from .._logging import log_warning
+from ..steering._parts import input_content, stored
 from ..storage import SqliteDatabase
 from ..storage._log import SqliteConversationLog, write_records
 from . import _commands, _ops
@@ -40,6 +42,10 @@ def run_id_of(submission_id: str) -> str:
     """The run that carries a submission: its ID follows from the submission's (``sub_<hex>`` is
     carried by ``run_<hex>``), so the log alone says which submission a run is."""
     return "run_" + submission_id.removeprefix("sub_")
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _text(name: str, value: object, *, empty: bool = False) -> str:
@@ -92,7 +98,7 @@ class DurableQueue:
     async def submit(
         self,
         agent: str,
-        text: str,
+        text: str | Sequence[str | MediaPart],
         *,
         conversation_id: str,
         idempotency_key: str,
@@ -109,11 +115,27 @@ class DurableQueue:
         ``mode="join"``: if a run of the conversation is going when this submission would wait
         behind it, that run may take it as input at its next turn (it settles ``joined``).
 
+        ``text`` may be a sequence of str and media parts (``ImagePart``, ``DocumentPart``,
+        ``AudioPart``), as a run's input: the parts' bytes are put in the database's ``media``
+        table (once per digest) in the admitting transaction, the submission keeps them by
+        digest (``parts``; each digest is part of the payload an idempotency key is bound to),
+        and the worker runs it with them. Such a submission does not join a run going: it waits
+        its turn in the FIFO. A bad input raises what a run's input meets (``TypeError``,
+        ``ValueError`` for an empty sequence) before anything is admitted.
+
         Cancellation: all or nothing — raising (``Cancelled`` included) means not admitted,
         returning means admitted (a commit already running is waited for).
         """
         agent = _text("agent", agent)
-        text = _text("text", text, empty=True)
+        parts: str | None = None
+        media: list[tuple[str, int, bytes]] = []
+        if isinstance(text, str):
+            text = _text("text", text, empty=True)
+        else:
+            text, content = input_content(text)
+            if content is not None:  # the input's order and its media by digest
+                text, parts, blobs = stored(content, _unchanged)
+                media = [(digest, len(data), data) for digest, data in blobs.items()]
         conversation_id = _text("conversation_id", conversation_id)
         idempotency_key = _text("idempotency_key", idempotency_key)
         principal = _text("principal", principal)
@@ -122,7 +144,7 @@ class DurableQueue:
         if self._agents is not None and agent not in self._agents:
             raise AgentNotFound(agent, self._agents)
         submission_id = new_id("sub")
-        digest = payload_digest(agent, text, mode)
+        digest = payload_digest(agent, text, mode, parts)
         now = self._clock()
         failpoint("before-admission")
         receipt = await self._write(
@@ -138,6 +160,8 @@ class DurableQueue:
                 text=text,
                 mode=mode,
                 now=now,
+                parts=parts,
+                media=media,
             )
         )
         failpoint("after-admission")

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any, final
 import attrs
 import trio
 
+from effectagent.ai import MediaPart, TextContent
 from effectagent.core import Agent, RunFailedRecord
 
 from .._logging import log_warning
+from ..steering._parts import content_of, digests_of, read_media
 from ..storage._lanes import Lane, check_lane
 from ._classifier import (
     Durability,
@@ -201,6 +203,18 @@ async def _audit(worker: DurableWorker, claimed: Claimed, decision: RecoveryDeci
     await worker.database.write(work)
 
 
+async def _input(worker: DurableWorker, claimed: Claimed) -> str | list[str | MediaPart]:
+    """The submission's input: its text, or (input with media) its text and media parts, the
+    bytes read from the ``media`` table — ``MediaError`` when they are gone (the run cannot
+    start). Cancellation: as the database's read."""
+    parts = claimed.parts
+    if parts is None:
+        return claimed.text
+    media = await worker.database.read(lambda conn: read_media(conn, digests_of(parts)))
+    content = content_of(claimed.text, parts, media)
+    return [part.text if isinstance(part, TextContent) else part for part in content]
+
+
 async def _run(
     worker: DurableWorker,
     runtime: Any,
@@ -217,7 +231,7 @@ async def _run(
             history = await worker.database.read(lambda conn: last_seq(conn, conversation_id))
             result = await runtime.run(
                 agent,
-                claimed.text,
+                await _input(worker, claimed),
                 conversation_id=conversation_id,
                 create=history == 0,
                 run_id=submission.run_id,

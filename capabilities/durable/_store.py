@@ -84,6 +84,8 @@ class Claimed:
     text: str
     fresh: bool
     base_seq: int
+    #: Input with media: its parts (``capabilities.steering._parts``); None for text alone.
+    parts: str | None = None
 
 
 #: The diagnostic of a joining submission aborted before its run took it.
@@ -166,9 +168,13 @@ def admit(
     text: str,
     mode: Mode,
     now: float,
+    parts: str | None = None,
+    media: Sequence[tuple[str, int, bytes]] = (),
 ) -> Receipt:
     """Admit a submission, or return the receipt of the one admitted before under the same key
-    and payload; raise :class:`IdempotencyConflict` for the same key and another payload."""
+    and payload; raise :class:`IdempotencyConflict` for the same key and another payload.
+    ``parts``/``media``: input with media — its parts (``capabilities.steering._parts``) and
+    the bytes of its media parts (digest, size, bytes), put in the ``media`` table first."""
     found = conn.execute(
         "SELECT submission_id, payload_digest, position, admitted_at, mode FROM submissions "
         "WHERE principal = ? AND conversation_id = ? AND idempotency_key = ?",
@@ -183,11 +189,13 @@ def admit(
         "SELECT coalesce(max(position), 0) + 1 FROM submissions WHERE conversation_id = ?",
         (conversation_id,),
     ).fetchone()[0]
+    if media:  # kept once per digest, as the log's ``put_media``
+        conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", media)
     conn.execute(
         "INSERT INTO submissions (submission_id, principal, conversation_id, idempotency_key, "
         "payload_digest, agent, input, mode, position, status, run_id, attempts, "
-        "next_attempt_at, admitted_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, 0, ?, ?)",
+        "next_attempt_at, admitted_at, parts) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?, 0, ?, ?, ?)",
         (
             submission_id,
             principal,
@@ -201,6 +209,7 @@ def admit(
             run_id,
             now,
             now,
+            parts,
         ),
     )
     return Receipt(submission_id, conversation_id, position, now, mode)
@@ -225,7 +234,7 @@ def claim(
     attempt in the ledger. Conversations in quarantine, and those in ``exclude``, are
     skipped."""
     rows = conn.execute(
-        f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq FROM submissions s "
+        f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq, parts FROM submissions s "
         "WHERE s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
         "AND s.position = (SELECT min(t.position) FROM submissions t "
         f"  WHERE t.conversation_id = s.conversation_id AND t.status NOT IN {_TERMINAL_SQL}) "
@@ -239,7 +248,7 @@ def claim(
     claimed: list[Claimed] = []
     ids = iter(attempt_ids)
     for row in rows:
-        *columns, text, fresh, base = row
+        *columns, text, fresh, base, parts = row
         before = submission_of(columns)
         conversation_id = before.conversation_id
         lane = claim_lane(
@@ -264,7 +273,7 @@ def claim(
             attempts=before.attempts + 1,
             started_at=before.started_at if before.started_at is not None else now,
         )
-        claimed.append(Claimed(lane, submission, text or "", bool(fresh), base_seq))
+        claimed.append(Claimed(lane, submission, text or "", bool(fresh), base_seq, parts))
     return claimed
 
 

@@ -37,7 +37,7 @@ import random
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, final
 
@@ -113,7 +113,8 @@ def _fence_of(serving: Serving | None) -> Callable[[sqlite3.Connection, str], in
 @final
 class _FencedLog:
     """The worker's Conversation Log: the SQLite log, each append fenced by the claim of the
-    task that appends (see :data:`_SERVING`); it crosses the failpoints of what it appends."""
+    task that appends (see :data:`_SERVING`); it crosses the failpoints of what it appends. It
+    keeps media bytes as the SQLite log does (a ``MediaStore``)."""
 
     __slots__ = ("_codec", "database")
 
@@ -148,6 +149,15 @@ class _FencedLog:
     ) -> Callable[[sqlite3.Connection], int]:
         """See ``SqliteConversationLog.append_work`` (fenced as :meth:`append`)."""
         return self._log().append_work(conversation_id, records)
+
+    async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
+        """See ``SqliteConversationLog.put_media``: the bytes by digest, not fenced (they are
+        kept once per digest, whoever puts them; only a fenced append refers to them)."""
+        await SqliteConversationLog(self.database, self._codec).put_media(conversation_id, blobs)
+
+    async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
+        """See ``SqliteConversationLog.media``."""
+        return await SqliteConversationLog(self.database, self._codec).media(digests)
 
 
 @final
@@ -567,16 +577,16 @@ def _joinable(
     if head is None:
         return []
     rows = conn.execute(
-        "SELECT submission_id, principal, input, mode, status FROM submissions "
+        "SELECT submission_id, principal, input, mode, status, parts FROM submissions "
         "WHERE conversation_id = ? AND position > ? "
         "AND status NOT IN ('completed', 'failed', 'aborted', 'joined') ORDER BY position",
         (conversation_id, head[0]),
     ).fetchall()
     out: list[tuple[str, str, str]] = []
-    for submission_id, principal, text, mode, status in rows:
+    for submission_id, principal, text, mode, status, parts in rows:
         if status == "joining":
             continue
-        if status != "queued" or mode != "join":
-            break
+        if status != "queued" or mode != "join" or parts is not None:
+            break  # input with media waits its turn (and so does all behind it)
         out.append((submission_id, principal, text or ""))
     return out

@@ -38,7 +38,7 @@ from .._logging import log_warning
 from ..storage import SqliteDatabase
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
-from ._parts import content_of, digests_of, stored
+from ._parts import content_of, digests_of, read_media, stored
 
 __all__ = ["AdmissionJournal", "InMemoryJournal", "SqliteJournal"]
 
@@ -180,16 +180,7 @@ def _with_media(conn: sqlite3.Connection, item: SteeringInput, parts: str) -> St
     """``item`` with the content its row's ``parts`` stand for, the bytes read from the
     ``media`` table — None (logged) when they cannot be: bytes gone, or parts that do not fit."""
     try:
-        wanted = digests_of(parts)
-        media: dict[str, bytes] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            marks = ", ".join("?" * len(chunk))
-            for digest, data in conn.execute(
-                f"SELECT digest, data FROM media WHERE digest IN ({marks})", chunk
-            ):
-                media[digest] = bytes(data)
-        content = content_of(item.text, parts, media)
+        content = content_of(item.text, parts, read_media(conn, digests_of(parts)))
     except (ValueError, TypeError, KeyError) as exc:
         log_warning("steering input left undelivered", input_id=item.input_id, error=str(exc))
         return None

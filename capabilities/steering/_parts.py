@@ -11,12 +11,14 @@ table by digest). A reference's name and URL are redacted as text before they ar
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from effectagent.ai import MediaPart, MediaRef, TextContent
+from effectagent.engine import SteeringInput
 
-__all__ = ["Stored", "content_of", "digests_of", "stored"]
+__all__ = ["Stored", "content_of", "digests_of", "input_content", "read_media", "stored"]
 
 #: What a row keeps of input with media: its text column, its parts (JSON) and the bytes of its
 #: media parts by digest.
@@ -79,3 +81,24 @@ def content_of(
             raise ref.missing()
         content.append(ref.with_data(data))
     return tuple(content)
+
+
+def input_content(value: object) -> tuple[str, tuple[TextContent | MediaPart, ...] | None]:
+    """(the text, the content when it holds media — None for text alone) of ``value``: a str,
+    or a sequence of str and media parts, as a run's input. Raises what a run's input meets at
+    the call (``TypeError``, ``ValueError`` for an empty sequence)."""
+    item = SteeringInput.of("", "steering", value, "", 0.0)
+    return item.text, item.content
+
+
+def read_media(conn: sqlite3.Connection, digests: Sequence[str]) -> dict[str, bytes]:
+    """The bytes the ``media`` table keeps of ``digests`` (one missing is left out)."""
+    found: dict[str, bytes] = {}
+    for start in range(0, len(digests), 500):
+        chunk = digests[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        for digest, data in conn.execute(
+            f"SELECT digest, data FROM media WHERE digest IN ({marks})", chunk
+        ):
+            found[digest] = bytes(data)
+    return found
