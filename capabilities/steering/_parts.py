@@ -1,4 +1,5 @@
-"""Input with media as a journal row keeps it, and built again from one. Pure.
+"""Input with media as a row keeps it (a steering input waiting in the journal, a durable
+submission), and built again from one — pure, but for :func:`read_media`, which reads the bytes.
 
 A row holds the input's text parts in its ``text`` column, joined by blank lines (as a run's
 input joins them), so clearing that column — as delivery and expiry do — clears all the input's

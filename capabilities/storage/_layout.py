@@ -28,9 +28,11 @@ Versions:
 4. ``media``: the bytes of the images, documents and audio the records refer to, once per
    SHA-256 digest (a record holds the digest, never the bytes); added empty;
 5. ``parts`` in ``steering_inputs`` and ``submissions``: on input with images, documents or
-   audio, the whole input in order as JSON — ``["text", str]`` and ``["media", reference]``
-   entries, the bytes in ``media``, put in the transaction that admits the input — so the
-   process that delivers it builds it again; NULL for text alone (and for every row before).
+   audio, the input's order as JSON — ``["text", length]`` for each text part (the text itself
+   stays in the row's text column, joined by blank lines, and is cleared with it) and
+   ``["media", reference]`` by digest, the bytes in ``media``, put in the transaction that
+   admits the input — so the process that runs it builds it again (``capabilities.steering.
+   _parts``); NULL for text alone (and for every row before).
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -38,7 +40,8 @@ Tables (one per concern; a session or the agent state never holds conversation h
 * ``sessions`` — session records with their revision and schema-versioned metadata.
 * ``agent_state`` — persistent agent state: ``(slot, key)`` → revision, status, versioned value.
 * ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
-  their text (and parts) is cleared then, the log holding the (redacted) canonical copy.
+  their text is cleared then, the log holding the (redacted) canonical copy (``parts``, which
+  holds no text, stays).
 * ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed;
   deleted with the last record referring to it: ``_forget``).
 """
