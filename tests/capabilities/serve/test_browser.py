@@ -10,9 +10,10 @@ token in, sees the pending approval, types a reason and clicks Approve; the time
 the decision, the tool call's outcome and the run's completion. The same page is checked at a
 phone's width (375 px): calls that start waiting while it is open appear by themselves (and a
 reason being typed survives the refresh), nothing overflows sideways, and a call is decided
-there.
+there. A followed timeline shows a model's text as it is streamed, on a line the run's end
+replaces.
 
-Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, and ``failed-<test>.png`` when
+Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, ``streaming.png``, and ``failed-<test>.png`` when
 a test fails) are written to the directory ``$EFFECTAGENT_TEST_ARTIFACTS`` if that is set, else
 ``<repo>/.test-artifacts/serve/`` (ignored by git), and to each test's ``tmp_path``.
 """
@@ -37,7 +38,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.wait import WebDriverWait
 
-from effectagent.ai import ModelRequest, UserMessage
+from effectagent.ai import ModelRequest, TextDeltaPart, TextStartPart, UserMessage
 from effectagent.testing import Turn
 
 from .support import ANN, OPS, Served, SseReader, auth, settings
@@ -49,6 +50,8 @@ SECRET = "browser-secret-canary-9d4b2f7a1c6e3085"
 BOUND = 60.0
 DESKTOP = (1280, 900)
 PHONE = (375, 812)
+#: What the model streams for ``stream``, before it hangs (the run is aborted).
+STREAMED = "Streaming <b>as</b> it comes"
 
 
 def _text(message: Any) -> str:
@@ -57,8 +60,11 @@ def _text(message: Any) -> str:
 
 def respond(request: ModelRequest) -> Turn | str:
     """``delete NAME`` asks to delete ``NAME-<SECRET>.tar`` (approval needed); after the
-    tool's result, ``done``."""
+    tool's result, ``done``. ``stream`` streams :data:`STREAMED` and hangs."""
     last = request.messages[-1]
+    if isinstance(last, UserMessage) and _text(last) == "stream":
+        pieces = [STREAMED[i : i + 4] for i in range(0, len(STREAMED), 4)]
+        return Turn.hanging(after=(TextStartPart("t0"), *(TextDeltaPart("t0", p) for p in pieces)))
     if isinstance(last, UserMessage):
         name = _text(last).removeprefix("delete ")
         return Turn.tool_calls(("delete_file", {"name": f"{name}-{SECRET}.tar"}))
@@ -375,3 +381,39 @@ def test_without_the_browser_the_test_fails_saying_what_installs_it(
     ) as failed:
         _commands()
     assert "`make sysdeps` installs them" in str(failed.value)
+
+
+def test_the_timeline_shows_the_text_as_it_is_streamed_until_the_run_ends(
+    service: Served, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    conversation = "live-" + secrets.token_hex(6)
+    browser.set_window_size(*DESKTOP)
+    with _evidence(browser, "streaming", tmp_path):
+        _sign_in(browser, service)
+        browser.find_element(By.CSS_SELECTOR, "#tabs button[data-tab=timeline]").click()
+        field = browser.find_element(By.ID, "conversation")
+        field.clear()
+        field.send_keys(conversation)
+        browser.find_element(By.CSS_SELECTOR, "#follow button[type=submit]").click()
+        _wait(browser).until(
+            lambda b: (
+                f"Following {conversation} live." in b.find_element(By.ID, "timeline-state").text
+            )
+        )
+        submission = _submit(service, conversation, "stream")  # streams, then hangs
+        _wait(browser).until(lambda b: ("streaming…", f"streaming… {STREAMED}") in _timeline(b))
+        assert browser.find_elements(By.TAG_NAME, "b") == []  # the text stayed text
+        _screenshot(browser, "streaming.png", tmp_path)
+        with httpx2.Client(base_url=service.url, timeout=BOUND) as client:
+            aborted = client.post(
+                f"/v1/submissions/{submission}/abort", json={"reason": "enough"}, headers=auth(ANN)
+            )
+        assert aborted.status_code == 200, aborted.text
+        # The run's end replaces the line of the text its response never recorded.
+        _wait(browser).until(
+            lambda b: (
+                any(who == "failed" for who, _ in _timeline(b))
+                and all(who != "streaming…" for who, _ in _timeline(b))
+            )
+        )
+        assert browser.find_element(By.ID, "error").text == ""
