@@ -57,13 +57,13 @@ from ._api import (
 from ._auth import Principal
 from ._console import console_routes
 from ._events import entry_json
-from ._live import LiveFeed, LiveText, RunListeners
+from ._live import LiveText, RunListeners, send_live
 from ._metrics import ServeMetrics, _TokenListener
 from ._openapi import openapi_document
 from ._problems import MEDIA_TYPE, Problem, problem_of
 from ._quota import QuotaBook, retry_after
 from ._settings import ServeSettings
-from ._sse import COMMENT, event_bytes, live_bytes, resume_after
+from ._sse import COMMENT, event_bytes, resume_after
 from ._tails import Tails
 
 __all__ = ["ServeApi"]
@@ -578,7 +578,7 @@ class ServeApi:
         async with self._tails.following(conversation_id):
             with self.live.subscribe(conversation_id) as feed:
                 while not self._closing.is_set():
-                    if await self._send_live(feed, send):
+                    if await send_live(feed, send):
                         quiet_since = trio.current_time()
                     if ahead:
                         entries = await self._log.entries(
@@ -600,14 +600,6 @@ class ServeApi:
                     with trio.move_on_after(settings.sse_poll):
                         await feed.wait()  # live text, or the streams close
                     ahead = await self._tails.last(conversation_id) > last
-
-    @staticmethod
-    async def _send_live(feed: LiveFeed, send: Callable[[bytes], Awaitable[None]]) -> bool:
-        """Send what ``feed`` holds (whether there was any). Cancellation: stops at once."""
-        pieces = feed.take()
-        for piece in pieces:
-            await send(live_bytes(piece.kind, piece.data()))
-        return bool(pieces)
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(), headers=_SECURITY_HEADERS)

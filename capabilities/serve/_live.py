@@ -14,7 +14,7 @@ What it publishes is the events' text, which the engine has already redacted.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from typing import Final, Literal, final
 
@@ -25,8 +25,9 @@ from effectagent.core import EventBase, ModelRetrying, TextDelta
 from effectagent.engine import RunListener
 
 from .._logging import log_warning
+from ._sse import live_bytes
 
-__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners"]
+__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners", "send_live"]
 
 #: A follower's buffer, by default: deltas, and characters of their text.
 BOUND: Final = 256
@@ -114,6 +115,16 @@ class LiveFeed:
 
         Cancellation: stops at once; nothing changes."""
         await self._wake.wait()
+
+
+async def send_live(feed: LiveFeed, send: Callable[[bytes], Awaitable[None]]) -> bool:
+    """Send what ``feed`` holds, as events without ``id`` (whether there was any).
+
+    Cancellation: stops at once; what was sent was whole events (the rest is lost)."""
+    pieces = feed.take()
+    for piece in pieces:
+        await send(live_bytes(piece.kind, piece.data()))
+    return bool(pieces)
 
 
 @final

@@ -13,9 +13,10 @@ reason being typed survives the refresh), nothing overflows sideways, and a call
 there. A followed timeline shows a model's text as it is streamed, on a line the run's end
 replaces.
 
-Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, ``streaming.png``, and ``failed-<test>.png`` when
-a test fails) are written to the directory ``$EFFECTAGENT_TEST_ARTIFACTS`` if that is set, else
-``<repo>/.test-artifacts/serve/`` (ignored by git), and to each test's ``tmp_path``.
+Screenshots (``approvals.png``, ``timeline.png``, ``phone.png``, ``streaming.png``, and
+``failed-<test>.png`` when a test fails) are written to the directory
+``$EFFECTAGENT_TEST_ARTIFACTS`` if that is set, else ``<repo>/.test-artifacts/serve/`` (ignored
+by git), and to each test's ``tmp_path``.
 """
 
 from __future__ import annotations
@@ -247,9 +248,13 @@ def _card(browser: webdriver.Chrome, conversation: str) -> WebElement:
 
 
 def _timeline(browser: webdriver.Chrome) -> list[tuple[str, str]]:
-    """The timeline's items as (who, the whole item's text)."""
-    items = browser.find_elements(By.CSS_SELECTOR, "#timeline-list > li")
-    return [(li.find_element(By.CSS_SELECTOR, ".who").text, li.text) for li in items]
+    """The timeline's items as (who, the whole item's text), read at one moment (a streaming
+    line may be replaced at any time: elements found one by one could go stale)."""
+    items = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#timeline-list > li'), "
+        "(li) => [li.querySelector('.who').innerText, li.innerText]);"
+    )
+    return [(str(who), str(text)) for who, text in items]
 
 
 async def _recorded(url: str, conversation: str) -> list[dict[str, Any]]:
