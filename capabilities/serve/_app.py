@@ -563,12 +563,12 @@ class ServeApi:
         them the live text of its runs (events without ``id``, before the response recorded
         with the whole text; what came before a response is dropped once it is sent). Only
         live text is queued for a slow client, within a bound (:mod:`._live`): ``send`` waits
-        for the connection to take each event; the log
-        is read a page at a time (``sse_page`` entries at most, so a client resuming from the
-        start of a long conversation holds one page, never the whole log), and read again only
-        once what the last read returned was sent — at once while pages come full, otherwise
-        only when its end moved (:class:`~._tails.Tails`: one read a conversation a poll interval, however
-        many clients follow it).
+        for the connection to take each event; the log is read a page at a time (``sse_page``
+        entries at most, so a client resuming from the start of a long conversation holds one
+        page, never the whole log), and read again only once what the last read returned was
+        sent — at once while pages come full, otherwise only when its end moved
+        (:class:`~._tails.Tails`: one read a conversation a poll interval, however many clients
+        follow it).
 
         Cancellation: stops at once; what was sent was whole events."""
         settings = self.settings
