@@ -8,7 +8,9 @@ is found by the records themselves (no reference table to keep in step): the rec
 kinds that carry media (a user input's parts, a tool success's media) whose body holds the
 digest's text are decoded, and the digest is kept when one of them refers to it — a body that
 merely quotes the digest does not keep it, and one that cannot be decoded does (when in doubt,
-bytes are kept, never a reference left without its bytes).
+bytes are kept, never a reference left without its bytes). Bytes that input not yet delivered
+names (steering still queued, a durable submission not settled, of another conversation) stay
+for it too.
 
 A conversation with a run going (its lane held under a live lease, by this process or another)
 or a durable submission not settled (queued, retrying, suspended: it would write to it) is
@@ -88,6 +90,25 @@ def _digests_in(
     return False if wanted is not None else found
 
 
+def _queued_input_needs(conn: sqlite3.Connection, digest: str) -> bool:
+    """Whether input not yet delivered — steering still queued, a durable submission not settled
+    (of another conversation: the deleted ones' were refused or removed above) — names
+    ``digest`` in its parts: its bytes stay for it. A substring match: when in doubt, kept."""
+    steering = conn.execute(
+        "SELECT 1 FROM steering_inputs WHERE status = 'queued' AND parts IS NOT NULL "
+        "AND instr(parts, ?) > 0 LIMIT 1",
+        (digest,),
+    ).fetchone()
+    if steering is not None:
+        return True
+    submission = conn.execute(
+        f"SELECT 1 FROM submissions WHERE status NOT IN {_SETTLED} AND parts IS NOT NULL "
+        "AND instr(parts, ?) > 0 LIMIT 1",
+        (digest,),
+    ).fetchone()
+    return submission is not None
+
+
 def forget_conversations(
     conn: sqlite3.Connection,
     conversation_ids: Sequence[str],
@@ -132,6 +153,8 @@ def forget_conversations(
         conn.execute("DELETE FROM steering_inputs WHERE conversation_id = ?", (conversation_id,))
     media = 0
     for digest in sorted(candidates):
+        if _queued_input_needs(conn, digest):
+            continue
         holding = conn.execute(
             "SELECT conversation_id, seq, type, version, body FROM records "
             f"WHERE type IN {_IN_CARRIERS} AND instr(body, ?) > 0",
