@@ -8,6 +8,7 @@ from __future__ import annotations
 import secrets
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -16,13 +17,21 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.serve import LiveFeed, LiveText, RunListeners
+from capabilities.serve import LiveFeed, LiveText, RunListeners, ServeApi
 from capabilities.serve._live import BOUND, MAX_CHARS, Live
+from capabilities.storage import SqliteConversationLog, open_database
 from effectagent.ai import ModelRequest, TextDeltaPart, TextEndPart, TextStartPart, UserMessage
-from effectagent.core import ModelRetrying, TextDelta
+from effectagent.core import (
+    ConversationCreated,
+    ModelResponseRecorded,
+    ModelRetrying,
+    TextDelta,
+    UsageDelta,
+    UserInputRecorded,
+)
 from effectagent.testing import Turn
 
-from .support import ANN, Served, SseReader, auth, served
+from .support import ANN, Served, SseReader, auth, served, settings
 
 #: A secret the worker knows: it must never reach a client.
 CANARY = "live-secret-canary-4c2e9a7f1b3d5086"
@@ -311,3 +320,83 @@ def test_listeners_together_each_see_every_event_and_one_failing_spares_the_othe
         with both.call_context("r", "call"):
             pass
     assert [p.text for p in feed.take()] == ["one", "two"]
+
+
+# ---- the stream's order, with the log read at a chosen moment -----------------------------------
+
+
+class _ReadLate:
+    """The service's log, but a read taken while ``armed`` first lets the run stream its last
+    deltas and record its response (as a worker beside it may, while the read is in a thread)."""
+
+    def __init__(self, log: Any, live: LiveText, conversation: str) -> None:
+        self._log, self._live, self._conversation = log, live, conversation
+        self.armed = False
+
+    async def entries(self, conversation_id: str, *, after: int, limit: int) -> Any:
+        if self.armed:
+            self.armed = False
+            self._live.publish(self._conversation, "run-1", " world")
+            response = ModelResponseRecorded(
+                conversation_id=self._conversation,
+                run_id="run-1",
+                turn=1,
+                content=(("text", "hello world"),),
+                finish_reason="stop",
+                usage=UsageDelta(),
+                at=0.0,
+            )
+            await self._log.append(self._conversation, [response])
+        return await self._log.entries(conversation_id, after=after, limit=limit)
+
+
+async def test_text_streamed_while_the_log_is_read_never_follows_its_recorded_response(
+    tmp_path: Path,
+) -> None:
+    conversation = "c-read-late"
+    async with open_database(tmp_path / "serve.db") as database:
+        api = ServeApi(database, settings(sse_poll=0.01))
+        log = SqliteConversationLog(database)
+        await log.append(
+            conversation, [ConversationCreated(conversation_id=conversation, agent="a", at=0.0)]
+        )
+        late = _ReadLate(log, api.live, conversation)
+        api._log = late  # type: ignore[assignment]
+        sent: list[bytes] = []
+        done = trio.Event()
+
+        async def send(chunk: bytes) -> None:
+            sent.append(chunk)
+            if b"ModelResponseRecorded" in chunk:
+                done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(api.stream, conversation, 0, send)
+            with trio.fail_after(30):
+                while not sent:  # noqa: ASYNC110 - the first entry sent: the stream follows
+                    await trio.sleep(0.01)
+                api.live.publish(conversation, "run-1", "hello")
+                late.armed = True
+                said = UserInputRecorded(
+                    conversation_id=conversation,
+                    run_id="run-1",
+                    input_id="in-1",
+                    kind="user",
+                    text="hi",
+                    author="ann",
+                    at=0.0,
+                )
+                await log.append(conversation, [said])  # the stream reads the log again
+                await done.wait()
+                api.live.publish(conversation, "run-2", "next")  # another run goes on live
+                while not any(b"run-2" in chunk for chunk in sent):  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            api.close_streams()
+    kinds = [chunk.split(b"\n")[1 if chunk.startswith(b"id:") else 0] for chunk in sent]
+    assert kinds == [
+        b"event: ConversationCreated",
+        b"event: delta",  # "hello": before the read
+        b"event: UserInputRecorded",
+        b"event: ModelResponseRecorded",  # " world" came during the read: not sent after it
+        b"event: delta",  # run-2's
+    ]
