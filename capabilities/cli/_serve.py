@@ -173,6 +173,12 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
     config, model = _settings(args, environ) if not args.no_worker else (None, None)
     async with _database(path, create=True) as database, AsyncExitStack() as stack:
         metrics = ServeMetrics() if metrics_available() else None
+        api = ServeApi(
+            database,
+            settings,
+            agents=None if config is None or model is None else (AGENT,),
+            metrics=metrics,
+        )
         worker = None
         if config is not None and model is not None:
             try:
@@ -182,14 +188,10 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             except Exception as exc:
                 raise Unavailable(describe(exc)) from None
             agent, layer = worker_agent(config, model, tooling)
-            if metrics is not None:
-                layer = layer + metrics.listener()
+            layer = layer + api.listener()  # live text to the event streams, and the metrics
             worker = DurableWorker(database, layer, [agent], secrets=model.secrets)
             for note in tooling.notes:
                 console.err.line(f"note: {note}")
-        api = ServeApi(
-            database, settings, agents=None if worker is None else (AGENT,), metrics=metrics
-        )
         stop = trio.Event()
         refused: list[Exception] = []
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

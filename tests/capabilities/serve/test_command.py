@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -24,7 +25,7 @@ from tests.capabilities.cli.support import serve as replay
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import ANN, Served, auth, served
+from .support import ANN, Served, SseReader, auth, served
 
 #: The checkout these tests belong to: the command imports it first.
 ROOT = Path(__file__).absolute().parents[3]
@@ -249,3 +250,76 @@ async def test_an_approval_decided_over_http_resumes_the_run_in_a_worker_process
         status = (await client.get(f"/v1/submissions/{submission}")).json()
         assert status["submission"]["status"] == "completed"
         assert status["answer"] == "done"
+
+
+def test_the_command_streams_a_runs_text_live_to_a_follower(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """``effectagent serve`` gives its worker the API's run listener: a client following a
+    conversation gets the model's text as ``delta`` events without id, before the recorded
+    response that holds it whole."""
+    server.script(
+        Reply.sse(ChatWire().text("First.")),
+        Reply.sse(ChatWire().text("Live ", "text ", "here.")),
+    )
+    env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
+    command = [
+        EFFECTAGENT,
+        "serve",
+        *MODEL,
+        "--base-url",
+        server.url,
+        "--config",
+        str(_config(tmp_path, grace=1.0)),
+        "--state-dir",
+        str(tmp_path / "state-dir"),
+    ]
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = _Lines(process)
+        url = lines.until("serving on ").split("serving on ", 1)[1].split(" ", 1)[0]
+
+        async def follow() -> list[dict[str, Any]]:
+            async with httpx2.AsyncClient(base_url=url, timeout=30) as client:
+
+                async def submit(text: str, key: str) -> None:
+                    answer = await client.post(
+                        "/v1/conversations/c-live/submissions",
+                        json={"text": text},
+                        headers={**auth(TOKEN), "Idempotency-Key": key},
+                    )
+                    assert answer.status_code == 202, answer.text
+
+                await submit("one", "k-1")  # the conversation exists once it has run
+                reader = await SseReader.open(url, "/v1/conversations/c-live/events", TOKEN)
+                seen: list[dict[str, Any]] = []
+                with trio.fail_after(60):
+                    while not any(e["event"] == "RunCompletedRecord" for e in seen):
+                        seen.append(await reader.event())
+                    await submit("two", "k-2")  # followed from its start
+                    seen = []
+                    while not any(e["event"] == "RunCompletedRecord" for e in seen):
+                        seen.append(await reader.event())
+                await reader.aclose()
+                return seen
+
+        seen = trio.run(follow)
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    kinds = [e["event"] for e in seen]
+    deltas = [e for e in seen if e["event"] == "delta"]
+    assert deltas, kinds
+    assert all("id" not in e for e in deltas)
+    assert "".join(e["data"]["text"] for e in deltas) == "Live text here."
+    assert kinds.index("delta") < kinds.index("ModelResponseRecorded")
