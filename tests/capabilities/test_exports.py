@@ -105,8 +105,9 @@ SURFACE: dict[str, str] = {
         SubmissionNotFound SubmissionStatus UnknownCall WorkerOptions
     """,
     "capabilities.serve": """
-        DEFAULT_QUOTA Endpoint ENDPOINTS hypercorn_config metrics_available openapi_document
-        Principal Problem Quota serve ServeApi ServeMetrics ServeSettings token_digest Tokens
+        DEFAULT_QUOTA Endpoint ENDPOINTS hypercorn_config LiveFeed LiveText metrics_available
+        openapi_document Principal Problem Quota RunListeners serve ServeApi ServeMetrics
+        ServeSettings token_digest Tokens
     """,
     "capabilities.subagents": """
         delegate Delegation SubagentFailed
