@@ -39,15 +39,17 @@ imports: $(STAMP)
 	$(BIN)/lint-imports
 
 # The suite runs on the reproducible "ci" hypothesis profile (derandomized, no example database)
-# unless HYPOTHESIS_PROFILE says otherwise.
+# unless HYPOTHESIS_PROFILE says otherwise, in PYTEST_WORKERS worker processes (pytest-xdist; each
+# test file on one worker, so a module's shared fixtures are made once; 0: in this process alone).
+PYTEST_WORKERS ?= 2
 pytest: $(STAMP) sysdeps
-	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=$${HYPOTHESIS_PROFILE:-ci} $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test: lint typecheck imports pytest
 
 # The same suite with ten times the examples, drawn at random (not reproducible: for hunting).
 test-thorough: $(STAMP) sysdeps
-	HYPOTHESIS_PROFILE=thorough $(BIN)/pytest $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=thorough $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: $(STAMP) sysdeps
 	$(BIN)/python -m examples.demo
