@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -259,3 +260,30 @@ class SseReader:
 
     async def aclose(self) -> None:
         await self._stream.aclose()
+
+
+#: The statuses a submission stays in until someone acts (its worker settles it just after its
+#: run's last record, so a client that saw that record may look a moment too early).
+_RESTING = ("completed", "failed", "aborted", "suspended")
+
+
+async def settled(client: Any, submission_id: str, token: str) -> dict[str, Any]:
+    """The submission once it is settled or suspended (looked at again until then, bounded)."""
+    with trio.fail_after(30):
+        while True:
+            answer = await client.get(f"/v1/submissions/{submission_id}", headers=auth(token))
+            body: dict[str, Any] = answer.json()
+            if body["submission"]["status"] in _RESTING:
+                return body
+            await trio.sleep(0.02)
+
+
+def settled_sync(client: Any, submission_id: str, token: str) -> dict[str, Any]:
+    """:func:`settled` for a blocking client."""
+    deadline = time.monotonic() + 30
+    while True:
+        answer = client.get(f"/v1/submissions/{submission_id}", headers=auth(token))
+        body: dict[str, Any] = answer.json()
+        if body["submission"]["status"] in _RESTING or time.monotonic() > deadline:
+            return body
+        time.sleep(0.02)

@@ -9,9 +9,8 @@ from typing import Any
 
 import httpx2
 import pytest
-import trio
 
-from .support import ANN, BOB, OPS, QUOTA, Served, auth, served
+from .support import ANN, BOB, OPS, QUOTA, Served, auth, served, settled
 
 
 @pytest.fixture(scope="module")
@@ -22,17 +21,6 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 def _conversation() -> str:
     return "conv-" + secrets.token_hex(6)
-
-
-async def _settled(client: httpx2.AsyncClient, submission_id: str, token: str) -> dict[str, Any]:
-    """The submission once it is settled or suspended (the worker is in the served process)."""
-    with trio.fail_after(30):
-        while True:
-            answer = await client.get(f"/v1/submissions/{submission_id}", headers=auth(token))
-            body: dict[str, Any] = answer.json()
-            if body["submission"]["status"] in ("completed", "failed", "aborted", "suspended"):
-                return body
-            await trio.sleep(0.02)
 
 
 async def test_submitting_twice_with_one_key_admits_one_submission(service: Served) -> None:
@@ -51,7 +39,7 @@ async def test_submitting_twice_with_one_key_admits_one_submission(service: Serv
         other = await client.post(path, json={"text": "other"}, headers=headers)
         assert other.status_code == 409
         assert other.headers["content-type"] == "application/problem+json"
-        done = await _settled(client, first.json()["submission_id"], ANN)
+        done = await settled(client, first.json()["submission_id"], ANN)
         assert done["submission"]["status"] == "completed"
         assert done["answer"] == "echo: hello"
 

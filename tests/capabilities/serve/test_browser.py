@@ -42,7 +42,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 from effectagent.ai import ModelRequest, TextDeltaPart, TextStartPart, UserMessage
 from effectagent.testing import Turn
 
-from .support import ANN, OPS, Served, SseReader, auth, settings
+from .support import ANN, OPS, Served, SseReader, auth, settings, settled_sync
 
 ROOT = Path(__file__).absolute().parents[3]
 #: A secret the model puts into a tool call's arguments: it must never reach the page.
@@ -323,7 +323,7 @@ def test_an_operator_approves_a_pending_call_and_follows_the_run_to_its_end(
 
     # The service's side: completed, and exactly one decision — the operator's, with the reason.
     with httpx2.Client(base_url=service.url, timeout=BOUND) as client:
-        row = client.get(f"/v1/submissions/{submission}", headers=auth(ANN)).json()
+        row = settled_sync(client, submission, ANN)  # settled just after the run's record
     assert row["submission"]["status"] == "completed"
     assert row["answer"] == "done"
     events = trio.run(_recorded, service.url, conversation)

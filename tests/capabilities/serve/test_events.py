@@ -11,7 +11,7 @@ import httpx2
 import pytest
 import trio
 
-from .support import ANN, BOB, OPS, Served, SseReader, auth, served, settings
+from .support import ANN, BOB, OPS, Served, SseReader, auth, served, settings, settled
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ async def test_an_approval_decided_over_http_resumes_the_suspended_run(service: 
         reader = await SseReader.open(service.url, f"/v1/conversations/{conversation}/events", ANN)
         suspended = await _until_terminal(reader)
         assert suspended[-1]["event"] == "RunSuspendedRecord"
-        status = (await client.get(f"/v1/submissions/{submission}", headers=auth(ANN))).json()
+        status = await settled(client, submission, ANN)  # settled just after the record
         assert status["submission"]["status"] == "suspended"
         (waiting,) = status["waiting"]
         assert waiting["tool_name"] == "delete_file"
@@ -131,8 +131,8 @@ async def test_an_approval_decided_over_http_resumes_the_suspended_run(service: 
         kinds = [e["event"] for e in resumed]
         assert kinds[0] == "ToolApprovalDecided"
         assert resumed[0]["data"]["record"]["decision"]["decided_by"] == "ops"
-        settled = [e for e in resumed if e["event"] == "ToolCallSettled"]
-        assert settled[0]["data"]["record"]["outcome"]["kind"] == "success"
+        settlements = [e for e in resumed if e["event"] == "ToolCallSettled"]
+        assert settlements[0]["data"]["record"]["outcome"]["kind"] == "success"
         assert kinds[-1] == "RunCompletedRecord"
         again = await client.post(
             f"/v1/submissions/{submission}/decisions",
