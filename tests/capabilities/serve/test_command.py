@@ -51,6 +51,32 @@ def _config(directory: Path, grace: float) -> Path:
     return path
 
 
+def _serve_process(
+    server: ServerThread, directory: Path, state: Path, env: dict[str, str]
+) -> subprocess.Popen[str]:
+    """``effectagent serve`` on the replay server's model, from a config in ``directory`` (a 1 s
+    grace), its state in ``state``; stdout and stderr piped (the test ends the process)."""
+    command = [
+        EFFECTAGENT,
+        "serve",
+        *MODEL,
+        "--base-url",
+        server.url,
+        "--config",
+        str(_config(directory, grace=1.0)),
+        "--state-dir",
+        str(state),
+    ]
+    return subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 class _Lines:
     """A process's stderr read line by line, each read bounded (the process is the test's)."""
 
@@ -81,25 +107,7 @@ def test_sigterm_during_a_run_refuses_new_work_turns_unready_and_loses_nothing(
     server.script(Reply.stall())  # the first run's model call never answers
     env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
     state = tmp_path / "state-dir"
-    command = [
-        EFFECTAGENT,
-        "serve",
-        *MODEL,
-        "--base-url",
-        server.url,
-        "--config",
-        str(_config(tmp_path, grace=1.0)),
-        "--state-dir",
-        str(state),
-    ]
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _serve_process(server, tmp_path, state, env)
     try:
         lines = _Lines(process)
         started = lines.until("serving on ")
@@ -263,25 +271,7 @@ def test_the_command_streams_a_runs_text_live_to_a_follower(
         Reply.sse(ChatWire().text("Live ", "text ", "here.")),
     )
     env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
-    command = [
-        EFFECTAGENT,
-        "serve",
-        *MODEL,
-        "--base-url",
-        server.url,
-        "--config",
-        str(_config(tmp_path, grace=1.0)),
-        "--state-dir",
-        str(tmp_path / "state-dir"),
-    ]
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _serve_process(server, tmp_path, tmp_path / "state-dir", env)
     try:
         lines = _Lines(process)
         url = lines.until("serving on ").split("serving on ", 1)[1].split(" ", 1)[0]
