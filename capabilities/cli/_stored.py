@@ -15,7 +15,13 @@ from typing import Any
 import trio
 
 from capabilities import sqlite_storage
-from capabilities.sessions import Session, SessionConflict, SessionNotFound, SessionStoreService
+from capabilities.sessions import (
+    Session,
+    SessionConflict,
+    SessionNotFound,
+    SessionStoreError,
+    SessionStoreService,
+)
 from effectagent import open_runtime
 from effectagent.engine import Runtime
 from effectagent.testing import CassetteError
@@ -173,9 +179,19 @@ async def _delete_one(store: Any, session: Session[Any]) -> None:
             if latest is None:
                 return
             session = latest
+        except SessionStoreError as exc:  # a conversation with a run going, or the storage
+            raise Unavailable(
+                f"the session {visible(session.name)} was not deleted: {_reason(exc)}"
+            ) from None
     raise Unavailable(
         f"the session {visible(session.name)} kept changing while it was being deleted: try again"
     )
+
+
+def _reason(error: SessionStoreError) -> str:
+    """Why the store refused, as the storage said it (the error's own sentence)."""
+    reason = getattr(error, "reason", "")
+    return str(reason) if reason else str(error)
 
 
 def _count(number: int, what: str) -> str:

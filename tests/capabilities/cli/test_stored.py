@@ -19,6 +19,8 @@ from capabilities.cli import main
 from capabilities.cli._common import DATABASE, UsageError
 from capabilities.cli._history import Found, excerpt, holds, search, tokens, words_of
 from capabilities.sessions import SessionCreate, SessionStoreService
+from capabilities.sessions._sqlite import SqliteSessionStore
+from capabilities.storage import SqliteConversationLog, open_database
 from effectagent import open_runtime
 from effectagent.core import UserInputRecorded
 from tests.providers.replay import Reply
@@ -221,3 +223,31 @@ def test_history_says_how_many_messages_a_held_write_lock_left_unsearched(
         "another process kept the database's write lock: 3 older messages written since the "
         "last search not searched\n"
     )
+
+
+def test_a_session_whose_conversation_has_a_run_going_is_not_deleted(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """The guide's promise: refused with a sentence (exit status 3), nothing of it deleted."""
+    two_sessions(server, tmp_path)
+    [path] = tmp_path.rglob(DATABASE)
+
+    async def delete_while_held() -> subprocess.CompletedProcess[str]:
+        async with open_database(path) as database:  # a run of oslo's conversation going here
+            [session] = [
+                s
+                for s in await SqliteSessionStore[dict[str, object]](database).list()
+                if s.name == "oslo"
+            ]
+            await SqliteConversationLog(database).claim(session.conversations[0], "run-held")
+            return await trio.to_thread.run_sync(
+                lambda: effectagent(tmp_path, "sessions", "delete", "oslo", "--yes")
+            )
+
+    refused = trio.run(delete_while_held)
+    assert refused.returncode == 3, refused.stderr
+    assert refused.stderr.startswith("effectagent: the session oslo was not deleted: ")
+    assert "has a run going" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert "oslo" in effectagent(tmp_path, "sessions").stdout
+    assert "Take a coat to Oslo." in effectagent(tmp_path, "history", "coat").stdout
