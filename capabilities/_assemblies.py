@@ -40,7 +40,7 @@ def sqlite_storage(
 ) -> Layer:
     """One Layer over the SQLite database at ``path``: the engine's ``ConversationLogService``
     and ``SteeringInboxService``, ``SessionStoreService``, ``AgentStateService``,
-    ``SteeringService`` and ``SqliteDatabaseService``.
+    ``SteeringService`` and ``DatabaseService``.
 
     ``synchronous`` — ``"full"`` (default: a commit survives power loss), or ``"normal"`` (it
     survives the process being killed; the last commits before a power loss may be lost).

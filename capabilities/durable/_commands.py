@@ -1,5 +1,5 @@
 """Commands any process may give, each one write transaction: abort, decide, retry, wake, and
-rebuilding the ledger from the log. Functions of a ``sqlite3.Connection`` (see ``_store``).
+rebuilding the ledger from the log. Functions of a ``Connection`` (see ``_store``).
 
 A command that writes to a conversation's log (an abort's terminal record, a decision) first
 *takes* the conversation's lane (``_store.take``: epoch + 1, left free): whichever worker held it
@@ -10,12 +10,12 @@ worker will carry it on).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from effectagent.core import ApprovalDecision, Record, RunFailedRecord, ToolApprovalDecided
 
+from ..storage._port import Connection
 from ._classifier import settled_status
 from ._facts import ABORTED_REASON
 from ._model import (
@@ -30,6 +30,7 @@ from ._store import (
     audit,
     finalize,
     mark,
+    outcome_json,
     read_submission,
     release,
     reserve,
@@ -41,24 +42,24 @@ __all__ = ["AppendWork", "abort", "decide", "rebuild", "retry", "wake"]
 #: Makes the write of an append to run inside the caller's transaction, which holds the
 #: conversation's lane (``_store.take``): (conversation ID, records) -> a function of the
 #: connection that appends them and returns the last sequence number.
-AppendWork = Callable[[str, Sequence[Record]], Callable[[sqlite3.Connection], int]]
+AppendWork = Callable[[str, Sequence[Record]], Callable[[Connection], int]]
 
 
-def _require(conn: sqlite3.Connection, submission_id: str) -> Submission:
+def _require(conn: Connection, submission_id: str) -> Submission:
     found = read_submission(conn, submission_id)
     if found is None:
         raise SubmissionNotFound(submission_id)
     return found
 
 
-def _base_seq(conn: sqlite3.Connection, submission_id: str) -> int | None:
+def _base_seq(conn: Connection, submission_id: str) -> int | None:
     found = conn.execute(
         "SELECT base_seq FROM submissions WHERE submission_id = ?", (submission_id,)
     ).fetchone()
     return None if found is None or found[0] is None else int(found[0])
 
 
-def _joining(conn: sqlite3.Connection, submission_id: str) -> list[str]:
+def _joining(conn: Connection, submission_id: str) -> list[str]:
     return [
         row[0]
         for row in conn.execute(
@@ -69,7 +70,7 @@ def _joining(conn: sqlite3.Connection, submission_id: str) -> list[str]:
 
 
 def abort(
-    conn: sqlite3.Connection,
+    conn: Connection,
     append_work: AppendWork,
     *,
     abort_id: str,
@@ -174,7 +175,7 @@ def abort(
 
 
 def decide(
-    conn: sqlite3.Connection,
+    conn: Connection,
     append_work: AppendWork,
     *,
     submission_id: str,
@@ -240,7 +241,7 @@ def decide(
     return _require(conn, submission_id), left
 
 
-def retry(conn: sqlite3.Connection, submission_id: str, *, now: float) -> Submission:
+def retry(conn: Connection, submission_id: str, *, now: float) -> Submission:
     """Give a dead-lettered submission a new retry budget: it waits for a worker again, at
     once. Raises :class:`NotDeadLettered` for one that is not dead."""
     submission = _require(conn, submission_id)
@@ -263,7 +264,7 @@ def retry(conn: sqlite3.Connection, submission_id: str, *, now: float) -> Submis
     return _require(conn, submission_id)
 
 
-def wake(conn: sqlite3.Connection, conversation_id: str, *, now: float) -> int:
+def wake(conn: Connection, conversation_id: str, *, now: float) -> int:
     """Let the conversation's waiting submissions be claimed now: their backoff is cut short,
     and the conversation is taken out of quarantine (an unreadable record there quarantines it
     again at the next claim). Returns how many submissions were waiting out a backoff."""
@@ -275,7 +276,7 @@ def wake(conn: sqlite3.Connection, conversation_id: str, *, now: float) -> int:
     ).rowcount
 
 
-def rebuild(conn: sqlite3.Connection, conversation_id: str, *, now: float) -> list[dict[str, Any]]:
+def rebuild(conn: Connection, conversation_id: str, *, now: float) -> list[dict[str, Any]]:
     """Make the conversation's ledger agree with its log, the authority: each submission whose
     run has a terminal record is settled as that record says (at its sequence number), and one
     whose input another run recorded is joined. Returns what changed (submission, from, to)."""
@@ -309,8 +310,14 @@ def rebuild(conn: sqlite3.Connection, conversation_id: str, *, now: float) -> li
         conn.execute(
             "UPDATE submissions SET status = ?, settlement = 'final', reserved = ?, "
             "settled_at = coalesce(settled_at, ?), input = NULL, "
-            "outcome = json_set(coalesce(outcome, '{}'), '$.seq', ?) WHERE submission_id = ?",
-            (status, status, now, folder.terminal_seq, submission_id),
+            "outcome = ? WHERE submission_id = ?",
+            (
+                status,
+                status,
+                now,
+                outcome_json(folder.terminal_seq, submission.diagnostic),
+                submission_id,
+            ),
         )
         changes.append({"submission": submission_id, "from": submission.status, "to": status})
     for submission_id in recorded_inputs:

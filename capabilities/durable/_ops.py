@@ -1,11 +1,10 @@
-"""Operations on stored data, as functions of a ``sqlite3.Connection`` run in a read: explain a
+"""Operations on stored data, as functions of a ``Connection`` run in a read: explain a
 submission, verify a conversation's invariants, list the overdue, the Unknown and the quarantined.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections import Counter
 from typing import Any, final
 
@@ -13,6 +12,7 @@ import attrs
 
 from effectagent.core import ApprovalRequest, LogEntry, ToolCallSettled, UserInputRecorded
 
+from ..storage._port import Connection
 from ._classifier import LedgerFacts, LogFacts, RecoveryDecision, Terminal, classify, settled_status
 from ._facts import terminal_of
 from ._model import RetryBudget, Submission
@@ -81,7 +81,7 @@ class Quarantined:
     at: float
 
 
-def of_conversation(conn: sqlite3.Connection, conversation_id: str) -> tuple[Submission, ...]:
+def of_conversation(conn: Connection, conversation_id: str) -> tuple[Submission, ...]:
     """Every submission of the conversation, in FIFO order."""
     rows = conn.execute(
         f"SELECT {COLUMNS} FROM submissions WHERE conversation_id = ? ORDER BY position",
@@ -90,7 +90,7 @@ def of_conversation(conn: sqlite3.Connection, conversation_id: str) -> tuple[Sub
     return tuple(submission_of(row) for row in rows)
 
 
-def _base_seq(conn: sqlite3.Connection, submission_id: str) -> int | None:
+def _base_seq(conn: Connection, submission_id: str) -> int | None:
     found = conn.execute(
         "SELECT base_seq FROM submissions WHERE submission_id = ?", (submission_id,)
     ).fetchone()
@@ -98,7 +98,7 @@ def _base_seq(conn: sqlite3.Connection, submission_id: str) -> int | None:
 
 
 def explain(
-    conn: sqlite3.Connection,
+    conn: Connection,
     submission_id: str,
     *,
     tail: int = 20,
@@ -151,7 +151,7 @@ def explain(
     return Explanation(submission, tuple(records), audit, decision)
 
 
-def waiting(conn: sqlite3.Connection, submission: Submission) -> tuple[ApprovalRequest, ...]:
+def waiting(conn: Connection, submission: Submission) -> tuple[ApprovalRequest, ...]:
     """The recorded requests of the decisions ``submission``'s run waits for."""
     base_seq = _base_seq(conn, submission.submission_id)
     if base_seq is None:
@@ -161,9 +161,7 @@ def waiting(conn: sqlite3.Connection, submission: Submission) -> tuple[ApprovalR
     return tuple(request for request in found if request is not None)
 
 
-def overdue(
-    conn: sqlite3.Connection, admitted_before: float, *, limit: int = -1
-) -> tuple[Submission, ...]:
+def overdue(conn: Connection, admitted_before: float, *, limit: int = -1) -> tuple[Submission, ...]:
     """Submissions admitted before ``admitted_before`` and not settled, oldest first (at most
     ``limit``; -1: all)."""
     rows = conn.execute(
@@ -175,7 +173,7 @@ def overdue(
     return tuple(submission_of(row) for row in rows)
 
 
-def unknown(conn: sqlite3.Connection) -> tuple[UnknownCall, ...]:
+def unknown(conn: Connection) -> tuple[UnknownCall, ...]:
     """Every call settled Unknown, as settlements recorded them (newest first)."""
     rows = conn.execute(
         "SELECT submission_id, conversation_id, at, detail FROM durable_audit "
@@ -192,7 +190,7 @@ def unknown(conn: sqlite3.Connection) -> tuple[UnknownCall, ...]:
     return tuple(out)
 
 
-def quarantined(conn: sqlite3.Connection) -> tuple[Quarantined, ...]:
+def quarantined(conn: Connection) -> tuple[Quarantined, ...]:
     """Every quarantined record."""
     rows = conn.execute(
         "SELECT conversation_id, seq, reason, at FROM quarantine ORDER BY at"
@@ -212,7 +210,7 @@ class _RunTally:
         self.settled: Counter[str] = Counter()
 
 
-def verify(conn: sqlite3.Connection, conversation_id: str) -> tuple[str, ...]:
+def verify(conn: Connection, conversation_id: str) -> tuple[str, ...]:
     """The durable invariants, checked on the conversation's stored data; each violation is a
     sentence. They are:
 

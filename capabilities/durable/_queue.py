@@ -4,7 +4,6 @@ process that has the database open. Workers (``_worker``) run what it admits.
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
@@ -15,8 +14,9 @@ from effectagent.core import Agent, ApprovalRequest, LogEntry, Record
 from .._ids import new_id
 from .._logging import log_warning
 from ..steering._parts import input_content, stored
-from ..storage import SqliteDatabase
+from ..storage import Database
 from ..storage._log import SqliteConversationLog, write_records
+from ..storage._port import Connection
 from . import _commands, _ops
 from ._failpoints import failpoint
 from ._model import (
@@ -71,7 +71,7 @@ class DurableQueue:
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         *,
         agents: Mapping[str, Agent[Any]] | Iterable[str] | None = None,
         retry: RetryBudget | None = None,
@@ -83,12 +83,12 @@ class DurableQueue:
         self._clock = clock
         self._log = SqliteConversationLog(database)
 
-    async def _write(self, work: Callable[[sqlite3.Connection], R]) -> R:
+    async def _write(self, work: Callable[[Connection], R]) -> R:
         return await self.database.write(work)
 
     def _append_work(
         self, conversation_id: str, records: Sequence[Record]
-    ) -> Callable[[sqlite3.Connection], int]:
+    ) -> Callable[[Connection], int]:
         # The command's transaction holds the lane (``_store.take``): no fence or hold to check.
         rows = self._log.encode(conversation_id, records)
         return lambda conn: write_records(conn, conversation_id, rows)

@@ -8,7 +8,6 @@ and is reported by its sequence number (recovery quarantines the conversation).
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterable
 from typing import Final
 
@@ -16,6 +15,7 @@ from effectagent.core import LogEntry
 
 from ..storage._codec import RecordCodec
 from ..storage._errors import CorruptRecord, UnknownRecordVersion
+from ..storage._port import Connection
 from ._facts import FactsFolder
 
 __all__ = ["PAGE", "Undecodable", "fold_run", "read_page"]
@@ -40,7 +40,7 @@ class Undecodable(Exception):
 
 
 def read_page(
-    conn: sqlite3.Connection, conversation_id: str, after: int, limit: int = PAGE
+    conn: Connection, conversation_id: str, after: int, limit: int = PAGE
 ) -> list[LogEntry]:
     """Up to ``limit`` entries of the conversation after sequence number ``after``, in order.
     Raises :class:`Undecodable` for the first that does not decode."""
@@ -60,7 +60,7 @@ def read_page(
 
 
 def fold_run(
-    conn: sqlite3.Connection,
+    conn: Connection,
     conversation_id: str,
     run_id: str,
     base_seq: int,

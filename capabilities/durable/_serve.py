@@ -7,7 +7,6 @@ unsettled — whoever holds the lane now settles it.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import TYPE_CHECKING, Any, final
 
 import attrs
@@ -19,6 +18,7 @@ from effectagent.core import Agent, RunFailedRecord
 from .._logging import log_warning
 from ..steering._parts import content_of, digests_of, read_media
 from ..storage._lanes import Lane, check_lane
+from ..storage._port import Connection
 from ._classifier import (
     Durability,
     LedgerFacts,
@@ -70,7 +70,7 @@ def _durability(agent: Agent[Any] | None) -> dict[str, Durability]:
     return out
 
 
-def _joining(conn: sqlite3.Connection, submission_id: str) -> list[str]:
+def _joining(conn: Connection, submission_id: str) -> list[str]:
     return [
         row[0]
         for row in conn.execute(
@@ -83,7 +83,7 @@ def _joining(conn: sqlite3.Connection, submission_id: str) -> list[str]:
 async def _read_run(worker: DurableWorker, claimed: Claimed) -> tuple[FactsFolder, int | None]:
     submission = claimed.submission
 
-    def read(conn: sqlite3.Connection) -> tuple[FactsFolder, int | None]:
+    def read(conn: Connection) -> tuple[FactsFolder, int | None]:
         return fold_run(
             conn,
             submission.conversation_id,
@@ -167,9 +167,7 @@ async def _write(worker: DurableWorker, claimed: Claimed, work: Any) -> Any:
     return await worker.database.write(lambda conn: work(conn, lane))
 
 
-def _let_go(
-    conn: sqlite3.Connection, lane: Lane, submission_id: str, event: Event, to: str
-) -> None:
+def _let_go(conn: Connection, lane: Lane, submission_id: str, event: Event, to: str) -> None:
     mark(conn, lane, submission_id, event, to)
     release(conn, lane)
 
@@ -188,7 +186,7 @@ async def _audit(worker: DurableWorker, claimed: Claimed, decision: RecoveryDeci
         detail["calls"] = [list(call) for call in decision.calls]
     now = worker.now()
 
-    def work(conn: sqlite3.Connection) -> None:
+    def work(conn: Connection) -> None:
         check_lane(conn, lane)
         audit(
             conn,
@@ -273,7 +271,7 @@ async def _finalize(worker: DurableWorker, claimed: Claimed, folder: FactsFolder
     absorbed = folder.absorbed
     unknown = folder.unknown_calls
 
-    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+    def work(conn: Connection, lane: Lane) -> None:
         finalize(
             conn,
             lane,
@@ -336,7 +334,7 @@ async def _append(
         seq = await worker.log.append(submission.conversation_id, [record])
         failpoint("after-append")
 
-    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+    def work(conn: Connection, lane: Lane) -> None:
         finalize(
             conn,
             lane,
@@ -356,7 +354,7 @@ async def _requeue(worker: DurableWorker, claimed: Claimed, reason: str) -> None
     now = worker.now()
     due = now + worker.backoff(submission.attempts)
 
-    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+    def work(conn: Connection, lane: Lane) -> None:
         mark(conn, lane, claimed.submission.submission_id, "requeue", "queued", next_attempt_at=due)
         audit(
             conn,
@@ -376,7 +374,7 @@ async def _quarantine(worker: DurableWorker, claimed: Claimed, facts: LogFacts) 
     now = worker.now()
     seq = facts.undecodable or 0
 
-    def work(conn: sqlite3.Connection, lane: Lane) -> None:
+    def work(conn: Connection, lane: Lane) -> None:
         conn.execute(
             "INSERT INTO quarantine (conversation_id, seq, reason, at) VALUES (?, ?, ?, ?) "
             "ON CONFLICT DO NOTHING",

@@ -12,7 +12,6 @@ recorded: the stale one's ``put`` raises, and its call fails as a defect its run
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import final
@@ -20,13 +19,14 @@ from typing import final
 from effectagent.ai import StepKey, StepResult
 from effectagent.effect import JSONValue
 
-from ..storage import SqliteDatabase
+from ..storage import Database
+from ..storage._port import Connection
 
 __all__ = ["SqliteStepStore"]
 
 #: Called in the task that records a step, with its conversation's ID: the check to run inside
 #: the write's transaction, which returns the lane's epoch or raises to refuse.
-Fence = Callable[[str], Callable[[sqlite3.Connection], int]]
+Fence = Callable[[str], Callable[[Connection], int]]
 
 
 @final
@@ -38,7 +38,7 @@ class SqliteStepStore:
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         fence: Fence,
         *,
         clock: Callable[[], float] = time.time,
@@ -52,7 +52,7 @@ class SqliteStepStore:
 
         Cancellation: a checkpoint before reading; nothing changes."""
 
-        def read(conn: sqlite3.Connection) -> StepResult | None:
+        def read(conn: Connection) -> StepResult | None:
             found = conn.execute(
                 "SELECT result FROM durable_steps WHERE run_id = ? AND tool_call_id = ? "
                 "AND name = ? AND version = ?",
@@ -72,7 +72,7 @@ class SqliteStepStore:
         now = self._clock()
         fence = self._fence(key.conversation_id)
 
-        def write(conn: sqlite3.Connection) -> StepResult:
+        def write(conn: Connection) -> StepResult:
             epoch = fence(conn)
             conn.execute(
                 "INSERT INTO durable_steps (conversation_id, run_id, tool_call_id, name, "

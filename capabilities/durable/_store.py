@@ -1,5 +1,5 @@
-"""The durable runtime's SQL: functions of a ``sqlite3.Connection`` that run inside one write (or
-read) of :class:`~capabilities.storage.SqliteDatabase` — in its worker thread, in its transaction.
+"""The durable runtime's SQL: functions of a ``Connection`` that run inside one write (or
+read) of :class:`~capabilities.storage.Database` — in its worker thread, in its transaction.
 
 Every change to a submission is guarded twice in its ``UPDATE``: by the ledger's transition table
 (``_ledger.guard``: a settled submission never changes), and — for a worker's change — by its
@@ -17,7 +17,6 @@ decide) hold its lane whoever held it, fencing every earlier holder out.
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Iterable, Sequence
 from typing import Any, Final, final
 
@@ -33,6 +32,7 @@ from ..storage._lanes import (
     release_lane,
     renew_lane,
 )
+from ..storage._port import Connection
 from ._ledger import Event, guard
 from ._model import (
     Diagnostic,
@@ -94,7 +94,8 @@ _ABORTED_UNJOINED: Final = Diagnostic(
 )
 
 
-def _outcome_json(seq: int | None, diagnostic: Diagnostic | None) -> str:
+def outcome_json(seq: int | None, diagnostic: Diagnostic | None) -> str:
+    """The ``outcome`` column of a submission settled at ``seq`` (its terminal record)."""
     body: dict[str, Any] = {"seq": seq}
     if diagnostic is not None:
         body["diagnostic"] = {"tag": diagnostic.tag, "message": diagnostic.message}
@@ -135,7 +136,7 @@ def submission_of(row: Sequence[Any]) -> Submission:
     )
 
 
-def read_submission(conn: sqlite3.Connection, submission_id: str) -> Submission | None:
+def read_submission(conn: Connection, submission_id: str) -> Submission | None:
     """The ledger row of ``submission_id`` (None: no such submission)."""
     row = conn.execute(
         f"SELECT {COLUMNS} FROM submissions WHERE submission_id = ?", (submission_id,)
@@ -143,7 +144,7 @@ def read_submission(conn: sqlite3.Connection, submission_id: str) -> Submission 
     return None if row is None else submission_of(row)
 
 
-def last_seq(conn: sqlite3.Connection, conversation_id: str) -> int:
+def last_seq(conn: Connection, conversation_id: str) -> int:
     """The conversation's last sequence number in the log (0: no records)."""
     found = conn.execute(
         "SELECT seq FROM records WHERE conversation_id = ? ORDER BY seq DESC LIMIT 1",
@@ -156,7 +157,7 @@ def last_seq(conn: sqlite3.Connection, conversation_id: str) -> int:
 
 
 def admit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     submission_id: str,
     run_id: str,
@@ -190,7 +191,7 @@ def admit(
         (conversation_id,),
     ).fetchone()[0]
     if media:  # kept once per digest, as the log's ``put_media``
-        conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", media)
+        conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", media)
     conn.execute(
         "INSERT INTO submissions (submission_id, principal, conversation_id, idempotency_key, "
         "payload_digest, agent, input, mode, position, status, run_id, attempts, "
@@ -219,7 +220,7 @@ def admit(
 
 
 def claim(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     now: float,
     worker_id: str,
@@ -277,9 +278,7 @@ def claim(
     return claimed
 
 
-def renew(
-    conn: sqlite3.Connection, lanes: Iterable[Lane], *, now: float, lease: float
-) -> list[Lane]:
+def renew(conn: Connection, lanes: Iterable[Lane], *, now: float, lease: float) -> list[Lane]:
     """Extend the leases of ``lanes``; return those no longer held (taken over or released)."""
     lost: list[Lane] = []
     for lane in lanes:
@@ -290,14 +289,14 @@ def renew(
     return lost
 
 
-def release(conn: sqlite3.Connection, lane: Lane) -> None:
+def release(conn: Connection, lane: Lane) -> None:
     """Let ``lane`` go (its epoch stays: the next claim takes the one after); raise
     :class:`LaneLost` when it is no longer held as claimed."""
     if not release_lane(conn, lane):
         raise LaneLost(lane.conversation_id, "its lane was taken over or released")
 
 
-def take(conn: sqlite3.Connection, conversation_id: str, attempt_id: str, now: float) -> Lane:
+def take(conn: Connection, conversation_id: str, attempt_id: str, now: float) -> Lane:
     """Hold the conversation's lane for a command, whoever holds it: the next epoch, so every
     earlier holder is fenced out (its writes refused from now on). Queued steering of earlier
     epochs expires, as with any claim. The caller releases it (``release``) before its
@@ -323,7 +322,7 @@ def take(conn: sqlite3.Connection, conversation_id: str, attempt_id: str, now: f
 
 
 def mark(
-    conn: sqlite3.Connection,
+    conn: Connection,
     lane: Lane | None,
     submission_id: str,
     event: Event,
@@ -349,7 +348,7 @@ def mark(
 
 
 def reserve(
-    conn: sqlite3.Connection,
+    conn: Connection,
     lane: Lane | None,
     submission_id: str,
     status: SettledStatus,
@@ -362,7 +361,7 @@ def reserve(
     conn.execute(
         "UPDATE submissions SET settlement = 'reserved', outcome = ?, reserved = ? "
         f"WHERE submission_id = ? AND settlement IS NULL AND {guard('settle')}",
-        (_outcome_json(None, diagnostic), status, submission_id),
+        (outcome_json(None, diagnostic), status, submission_id),
     )
     found = conn.execute(
         "SELECT settlement FROM submissions WHERE submission_id = ?", (submission_id,)
@@ -371,7 +370,7 @@ def reserve(
 
 
 def finalize(
-    conn: sqlite3.Connection,
+    conn: Connection,
     lane: Lane | None,
     submission_id: str,
     status: SettledStatus,
@@ -391,7 +390,7 @@ def finalize(
     changed = conn.execute(
         "UPDATE submissions SET status = ?, settlement = 'final', settled_at = ?, outcome = ?, "
         f"reserved = ?, input = NULL WHERE submission_id = ? AND {guard('settle')}",
-        (status, now, _outcome_json(seq, diagnostic), status, submission_id),
+        (status, now, outcome_json(seq, diagnostic), status, submission_id),
     ).rowcount
     taken = set(absorbed)
     joining = conn.execute(
@@ -404,7 +403,7 @@ def finalize(
                 "UPDATE submissions SET status = 'joined', settlement = 'final', settled_at = ?, "
                 "outcome = ?, reserved = 'joined', input = NULL "
                 "WHERE submission_id = ? AND status = 'joining'",
-                (now, _outcome_json(None, None), joined_id),
+                (now, outcome_json(None, None), joined_id),
             )
         elif conn.execute(
             "SELECT 1 FROM aborts WHERE submission_id = ? LIMIT 1", (joined_id,)
@@ -413,7 +412,7 @@ def finalize(
                 "UPDATE submissions SET status = 'aborted', settlement = 'final', settled_at = ?, "
                 "outcome = ?, reserved = 'aborted', input = NULL, joined_into = NULL "
                 "WHERE submission_id = ? AND status = 'joining'",
-                (now, _outcome_json(None, _ABORTED_UNJOINED), joined_id),
+                (now, outcome_json(None, _ABORTED_UNJOINED), joined_id),
             )
         else:
             conn.execute(
@@ -427,7 +426,7 @@ def finalize(
 
 
 def audit(
-    conn: sqlite3.Connection,
+    conn: Connection,
     *,
     submission_id: str | None,
     conversation_id: str,

@@ -35,7 +35,6 @@ import functools
 import os
 import random
 import socket
-import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -58,11 +57,12 @@ from .._ids import new_id
 from .._logging import log_debug, log_warning
 from ..steering import SteeringService
 from ..steering._layers import sqlite_steering
-from ..storage import SqliteDatabase, SqliteDatabaseService
+from ..storage import Database, DatabaseService
 from ..storage._codec import RecordCodec
 from ..storage._errors import LaneLost
 from ..storage._lanes import Lane, check_lane
 from ..storage._log import SqliteConversationLog
+from ..storage._port import Connection
 from ._approval import DurableApproval
 from ._failpoints import crossed_by, failpoint
 from ._inbox import JoinInbox
@@ -85,7 +85,7 @@ _PROVIDED: Final = (
     SteeringInboxService,
     SteeringService,
     StepStoreService,
-    SqliteDatabaseService,
+    DatabaseService,
 )
 
 #: The claim the current task serves: set around each claim's work, so that a run's every append
@@ -95,11 +95,11 @@ _PROVIDED: Final = (
 _SERVING: ContextVar[Serving | None] = ContextVar("effectagent_durable_serving", default=None)
 
 
-def _fence_of(serving: Serving | None) -> Callable[[sqlite3.Connection, str], int]:
+def _fence_of(serving: Serving | None) -> Callable[[Connection, str], int]:
     """The fence of a claim: refuses unless ``serving`` still holds the conversation's lane as
     claimed (and was not given up); returns the lane's epoch."""
 
-    def fence(conn: sqlite3.Connection, conversation_id: str) -> int:
+    def fence(conn: Connection, conversation_id: str) -> int:
         if serving is None or serving.lane.conversation_id != conversation_id:
             raise LaneLost(conversation_id, "this writer holds no claim on its lane")
         if serving.lost:
@@ -118,14 +118,14 @@ class _FencedLog:
 
     __slots__ = ("_codec", "database")
 
-    def __init__(self, database: SqliteDatabase) -> None:
+    def __init__(self, database: Database) -> None:
         self.database = database
         self._codec = RecordCodec()
 
     def _log(self) -> SqliteConversationLog:
         check = _fence_of(_SERVING.get())  # the appending task's claim, taken now
 
-        def fence(conn: sqlite3.Connection, conversation_id: str) -> None:
+        def fence(conn: Connection, conversation_id: str) -> None:
             check(conn, conversation_id)
 
         return SqliteConversationLog(self.database, self._codec, fence=fence)
@@ -146,7 +146,7 @@ class _FencedLog:
 
     def append_work(
         self, conversation_id: str, records: Sequence[Record]
-    ) -> Callable[[sqlite3.Connection], int]:
+    ) -> Callable[[Connection], int]:
         """See ``SqliteConversationLog.append_work`` (fenced as :meth:`append`)."""
         return self._log().append_work(conversation_id, records)
 
@@ -198,7 +198,7 @@ class DurableWorker:
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         layer: Layer,
         agents: Mapping[str, Agent[Any]] | Iterable[Agent[Any]],
         *,
@@ -242,7 +242,7 @@ class DurableWorker:
         return tuple(s.lane for s in self._serving.values())
 
     @staticmethod
-    def _step_fence(conversation_id: str) -> Callable[[sqlite3.Connection], int]:
+    def _step_fence(conversation_id: str) -> Callable[[Connection], int]:
         fence = _fence_of(_SERVING.get())  # the calling task's claim, taken now
         return lambda conn: fence(conn, conversation_id)
 
@@ -265,7 +265,7 @@ class DurableWorker:
     # ---- the runtime ---------------------------------------------------------------------------
 
     def _runtime_layer(self) -> Layer:
-        database = Layer.succeed(SqliteDatabaseService, self.database, name="durable_database")
+        database = Layer.succeed(DatabaseService, self.database, name="durable_database")
         inbox = self._inbox
 
         async def build_inbox(context: Context, _: Scope) -> Context:
@@ -362,7 +362,7 @@ class DurableWorker:
         # it has (its run's last writes are fenced by that claim, not a new one).
         busy = tuple(self._serving)
 
-        def work(conn: sqlite3.Connection) -> list[Claimed]:
+        def work(conn: Connection) -> list[Claimed]:
             return claim(
                 conn,
                 now=now,
@@ -412,7 +412,7 @@ class DurableWorker:
             self._wake.set()
 
     async def _idle(self) -> bool:
-        def read(conn: sqlite3.Connection) -> bool:
+        def read(conn: Connection) -> bool:
             found = conn.execute(
                 "SELECT 1 FROM submissions s WHERE s.status IN ('queued', 'active', 'joining') "
                 "AND NOT EXISTS (SELECT 1 FROM quarantine q "
@@ -429,7 +429,7 @@ class DurableWorker:
             return
         now = self._clock()
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             for lane, submission_id in held:
                 try:
                     mark(conn, lane, submission_id, "requeue", "queued", next_attempt_at=now)
@@ -506,7 +506,7 @@ class DurableWorker:
         if not lanes:
             return
 
-        def work(conn: sqlite3.Connection) -> list[tuple[Lane, str, str, str]]:
+        def work(conn: Connection) -> list[tuple[Lane, str, str, str]]:
             given: list[tuple[Lane, str, str, str]] = []
             for lane, head in lanes:
                 try:
@@ -561,13 +561,11 @@ class DurableWorker:
         return self.options.retry.delay(attempts, self._random.random())
 
 
-def _renew(conn: sqlite3.Connection, *, lanes: list[Lane], now: float, lease: float) -> list[Lane]:
+def _renew(conn: Connection, *, lanes: list[Lane], now: float, lease: float) -> list[Lane]:
     return renew(conn, lanes, now=now, lease=lease)
 
 
-def _joinable(
-    conn: sqlite3.Connection, conversation_id: str, head_id: str
-) -> list[tuple[str, str, str]]:
+def _joinable(conn: Connection, conversation_id: str, head_id: str) -> list[tuple[str, str, str]]:
     """The queued submissions of mode "join" right behind the conversation's head (the
     submission ``head_id`` running), before any that must wait for its own run (FIFO is kept:
     nothing jumps a queued one)."""

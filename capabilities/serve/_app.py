@@ -31,7 +31,7 @@ from effectagent.engine import RunListenerService
 from .._ids import new_id
 from .._logging import log_warning
 from ..durable import DurableError, DurableQueue, Submission
-from ..storage import SqliteConversationLog, SqliteDatabase, StorageError
+from ..storage import Database, SqliteConversationLog, StorageError
 from . import _ledger
 from ._api import (
     ENDPOINTS,
@@ -197,7 +197,7 @@ class ServeApi:
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         settings: ServeSettings,
         *,
         agents: tuple[str, ...] | None = None,

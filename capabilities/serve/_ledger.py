@@ -6,12 +6,12 @@ rows themselves are read through :class:`~capabilities.durable.DurableQueue`.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
 
 import attrs
 
-from ..storage import SqliteDatabase
+from ..storage import Database
+from ..storage._port import Connection
 
 __all__ = [
     "LedgerFigures",
@@ -26,12 +26,12 @@ __all__ = [
 _TERMINAL: Final = "('completed', 'failed', 'aborted', 'joined')"
 
 
-async def with_status(database: SqliteDatabase, status: str, *, limit: int) -> tuple[str, ...]:
+async def with_status(database: Database, status: str, *, limit: int) -> tuple[str, ...]:
     """The IDs of up to ``limit`` submissions in ``status``, the oldest admitted first.
 
     Cancellation: a checkpoint before reading; nothing changes."""
 
-    def read(conn: sqlite3.Connection) -> tuple[str, ...]:
+    def read(conn: Connection) -> tuple[str, ...]:
         rows = conn.execute(
             "SELECT submission_id FROM submissions WHERE status = ? ORDER BY admitted_at LIMIT ?",
             (status, limit),
@@ -41,12 +41,12 @@ async def with_status(database: SqliteDatabase, status: str, *, limit: int) -> t
     return await database.read(read)
 
 
-async def owner(database: SqliteDatabase, conversation_id: str) -> str | None:
+async def owner(database: Database, conversation_id: str) -> str | None:
     """The principal of the conversation's first submission (None: it has none).
 
     Cancellation: as :func:`with_status`."""
 
-    def read(conn: sqlite3.Connection) -> str | None:
+    def read(conn: Connection) -> str | None:
         row = conn.execute(
             "SELECT principal FROM submissions WHERE conversation_id = ? ORDER BY position LIMIT 1",
             (conversation_id,),
@@ -60,7 +60,7 @@ ConversationRow = tuple[str, str, int, str, float]
 
 
 async def conversations(
-    database: SqliteDatabase, principal: str | None, *, limit: int
+    database: Database, principal: str | None, *, limit: int
 ) -> tuple[ConversationRow, ...]:
     """Up to ``limit`` conversations — of ``principal`` (owned: its first submission is theirs),
     or every one for None — the last submitted to first: (conversation, owner, submissions,
@@ -68,7 +68,7 @@ async def conversations(
 
     Cancellation: as :func:`with_status`."""
 
-    def read(conn: sqlite3.Connection) -> tuple[ConversationRow, ...]:
+    def read(conn: Connection) -> tuple[ConversationRow, ...]:
         where = "" if principal is None else "WHERE first.principal = ?"
         params: tuple[object, ...] = (limit,) if principal is None else (principal, limit)
         rows = conn.execute(
@@ -98,10 +98,10 @@ class LedgerFigures:
     oldest_unsettled: float | None
 
 
-async def figures(database: SqliteDatabase) -> LedgerFigures:
+async def figures(database: Database) -> LedgerFigures:
     """The ledger's figures now. Cancellation: as :func:`with_status`."""
 
-    def read(conn: sqlite3.Connection) -> LedgerFigures:
+    def read(conn: Connection) -> LedgerFigures:
         by_status = {
             str(status): int(n)
             for status, n in conn.execute(
@@ -124,12 +124,12 @@ async def figures(database: SqliteDatabase) -> LedgerFigures:
 
 
 async def unsettled_before(
-    database: SqliteDatabase, admitted_before: float, *, limit: int
+    database: Database, admitted_before: float, *, limit: int
 ) -> tuple[str, ...]:
     """The IDs of up to ``limit`` submissions admitted before ``admitted_before`` and not
     settled, the oldest first. Cancellation: as :func:`with_status`."""
 
-    def read(conn: sqlite3.Connection) -> tuple[str, ...]:
+    def read(conn: Connection) -> tuple[str, ...]:
         rows = conn.execute(
             "SELECT submission_id FROM submissions WHERE admitted_at < ? "
             f"AND status NOT IN {_TERMINAL} ORDER BY admitted_at LIMIT ?",
@@ -141,14 +141,14 @@ async def unsettled_before(
 
 
 async def settled_since(
-    database: SqliteDatabase, since: float, *, limit: int
+    database: Database, since: float, *, limit: int
 ) -> tuple[tuple[str, float, float, float], ...]:
     """Up to ``limit`` settlements made after ``since`` (wall-clock seconds), the first settled
     first: (status, admitted at, started at or admitted at, settled at).
 
     Cancellation: as :func:`with_status`."""
 
-    def read(conn: sqlite3.Connection) -> tuple[tuple[str, float, float, float], ...]:
+    def read(conn: Connection) -> tuple[tuple[str, float, float, float], ...]:
         rows = conn.execute(
             "SELECT status, admitted_at, coalesce(started_at, admitted_at), settled_at "
             "FROM submissions WHERE settled_at > ? AND settlement = 'final' "

@@ -32,7 +32,7 @@ from effectagent.effect import Layer
 from effectagent.engine import RunListenerService
 
 from ..durable import DurableQueue
-from ..storage import SqliteDatabase, StorageError
+from ..storage import Database, StorageError
 from . import _ledger
 
 try:  # the OpenTelemetry API is the telemetry extra's: without it there are no metrics
@@ -187,7 +187,7 @@ class ServeMetrics:
             self._run_duration.record(max(0.0, settled_at - admitted_at), {"status": status})
             self._since = max(self._since, settled_at)
 
-    async def refresh(self, database: SqliteDatabase, queue: DurableQueue) -> None:
+    async def refresh(self, database: Database, queue: DurableQueue) -> None:
         """Read the ledger once and :meth:`observe` it.
 
         Cancellation: reads only; cancelled, nothing is observed."""
@@ -197,7 +197,7 @@ class ServeMetrics:
         self.observe(figures, unknown, settled)
 
     async def watch(
-        self, database: SqliteDatabase, queue: DurableQueue, *, interval: float = 5.0
+        self, database: Database, queue: DurableQueue, *, interval: float = 5.0
     ) -> None:
         """:meth:`refresh` every ``interval`` seconds, until cancelled; a storage error is
         skipped (the next read tries again).

@@ -6,7 +6,7 @@ from typing import Any
 
 from effectagent.effect import Context, Layer, Scope
 
-from ..storage import SqliteDatabaseService
+from ..storage import DatabaseService
 from ._memory import InMemorySessionStore
 from ._model import SessionSchema, SessionStoreService
 from ._sqlite import SqliteSessionStore
@@ -25,15 +25,15 @@ def in_memory_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
 
 
 def sqlite_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
-    """A Layer providing :data:`SessionStoreService` on :data:`SqliteDatabaseService`."""
+    """A Layer providing :data:`SessionStoreService` on :data:`DatabaseService`."""
 
     async def build(context: Context, _: Scope) -> Context:
-        store = SqliteSessionStore(context[SqliteDatabaseService], schema)
+        store = SqliteSessionStore(context[DatabaseService], schema)
         return Context.of(SessionStoreService, store)
 
     return Layer.from_build(
         "sqlite_sessions",
         provides=[SessionStoreService],
-        requires=[SqliteDatabaseService],
+        requires=[DatabaseService],
         build=build,
     )

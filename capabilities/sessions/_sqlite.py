@@ -4,14 +4,14 @@ worth of writers — or a hundred tasks — cannot both win)."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar, cast, final
+from typing import Final, Generic, TypeVar, cast, final
 
 from .._versioned import dumps, loads
-from ..storage import SqliteDatabase, StorageError
+from ..storage import Database, StorageError
 from ..storage._forget import forget_conversations
+from ..storage._port import Connection
 from ._model import (
     DEFAULT_SCHEMA,
     CorruptSession,
@@ -33,6 +33,19 @@ R = TypeVar("R")
 
 _COLUMNS = (
     "session_id, name, revision, conversations, metadata_version, metadata, created_at, updated_at"
+)
+
+#: Writes a row whole, whether it is there or not.
+_UPSERT: Final = (
+    f"INSERT INTO sessions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET "
+    "name = excluded.name, "
+    "revision = excluded.revision, "
+    "conversations = excluded.conversations, "
+    "metadata_version = excluded.metadata_version, "
+    "metadata = excluded.metadata, "
+    "created_at = excluded.created_at, "
+    "updated_at = excluded.updated_at"
 )
 
 
@@ -59,16 +72,16 @@ def _row_of(found: tuple[object, ...]) -> StoredSession:
     )
 
 
-def _select(conn: sqlite3.Connection, session_id: str) -> StoredSession | None:
+def _select(conn: Connection, session_id: str) -> StoredSession | None:
     found = conn.execute(
         f"SELECT {_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
     ).fetchone()
     return None if found is None else _row_of(found)
 
 
-def _write(conn: sqlite3.Connection, row: StoredSession) -> None:
+def _write(conn: Connection, row: StoredSession) -> None:
     conn.execute(
-        f"INSERT OR REPLACE INTO sessions ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        _UPSERT,
         (
             row.id,
             row.name,
@@ -82,7 +95,7 @@ def _write(conn: sqlite3.Connection, row: StoredSession) -> None:
     )
 
 
-def _listed_elsewhere(conn: sqlite3.Connection, ids: tuple[str, ...]) -> set[str]:
+def _listed_elsewhere(conn: Connection, ids: tuple[str, ...]) -> set[str]:
     """Those of ``ids`` another session (one still in the table) lists."""
     wanted, found = set(ids), set[str]()
     for (stored,) in conn.execute("SELECT conversations FROM sessions"):
@@ -97,23 +110,23 @@ def _listed_elsewhere(conn: sqlite3.Connection, ids: tuple[str, ...]) -> set[str
 
 @final
 class SqliteSessionStore(Generic[M]):
-    """A :class:`SessionStore` in an :class:`SqliteDatabase` (table ``sessions``)."""
+    """A :class:`SessionStore` in an :class:`Database` (table ``sessions``)."""
 
     __slots__ = ("database", "schema")
 
-    def __init__(self, database: SqliteDatabase, schema: SessionSchema[M] | None = None) -> None:
+    def __init__(self, database: Database, schema: SessionSchema[M] | None = None) -> None:
         self.database = database
         # Without a schema, metadata is any JSON object (M is then JSONObject).
         self.schema: SessionSchema[M] = schema or cast("SessionSchema[M]", DEFAULT_SCHEMA)
 
     async def create(self, input: SessionCreate[M]) -> Session[M]:
         """See :meth:`SessionStore.create`. Cancellation: all or nothing (see
-        ``SqliteDatabase.write``: it raises ``Cancelled`` only if nothing was stored)."""
+        ``Database.write``: it raises ``Cancelled`` only if nothing was stored)."""
         schema = self.schema
         row = create_row(schema, input, time.time())
         session = row.session(schema)
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             if _select(conn, row.id) is not None:
                 raise SessionExists(row.id)
             _write(conn, row)
@@ -126,7 +139,7 @@ class SqliteSessionStore(Generic[M]):
         check_id(session_id)
         schema = self.schema
 
-        def read(conn: sqlite3.Connection) -> Session[M] | None:
+        def read(conn: Connection) -> Session[M] | None:
             row = _select(conn, session_id)
             return None if row is None else row.session(schema)
 
@@ -141,7 +154,7 @@ class SqliteSessionStore(Generic[M]):
         schema = self.schema
         now = time.time()
 
-        def work(conn: sqlite3.Connection) -> Session[M]:
+        def work(conn: Connection) -> Session[M]:
             current = _select(conn, session_id)
             if current is None:
                 raise SessionNotFound(session_id)
@@ -157,7 +170,7 @@ class SqliteSessionStore(Generic[M]):
         after, limit = check_page(after, limit)
         schema = self.schema
 
-        def read(conn: sqlite3.Connection) -> tuple[Session[M], ...]:
+        def read(conn: Connection) -> tuple[Session[M], ...]:
             found = conn.execute(
                 f"SELECT {_COLUMNS} FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?",
                 (after if after is not None else "", limit),
@@ -182,7 +195,7 @@ class SqliteSessionStore(Generic[M]):
         check_id(session_id)
         now = time.time()
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             current = _select(conn, session_id)
             check_delete(current, session_id, expected_revision)
             conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
@@ -196,8 +209,8 @@ class SqliteSessionStore(Generic[M]):
     @staticmethod
     async def _storage(
         session_id: str,
-        run: Callable[[Callable[[sqlite3.Connection], R]], Awaitable[R]],
-        work: Callable[[sqlite3.Connection], R],
+        run: Callable[[Callable[[Connection], R]], Awaitable[R]],
+        work: Callable[[Connection], R],
     ) -> R:
         try:
             return await run(work)

@@ -4,7 +4,6 @@ together with one canonical record — and nothing else; the rules live in ``_st
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from typing import Final, Protocol, final
 
@@ -13,8 +12,9 @@ import trio
 from effectagent.core import Record
 from effectagent.engine import ConversationLog
 
-from ..storage import SqliteDatabase
+from ..storage import Database
 from ..storage._log import SqliteConversationLog
+from ..storage._port import Connection
 from ._ledger import STORED_STATUSES, Cell, StoredCell, StoredStatus
 from ._model import CorruptState, StateConflict
 
@@ -105,6 +105,19 @@ class InMemoryStateBackend:
 
 _COLUMNS: Final = "slot, key, revision, status, version, value, reason, run_id, updated_at"
 
+#: Writes a row whole, whether it is there or not.
+_UPSERT: Final = (
+    f"INSERT INTO agent_state ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (slot, key) DO UPDATE SET "
+    "revision = excluded.revision, "
+    "status = excluded.status, "
+    "version = excluded.version, "
+    "value = excluded.value, "
+    "reason = excluded.reason, "
+    "run_id = excluded.run_id, "
+    "updated_at = excluded.updated_at"
+)
+
 
 def _cell_of(found: tuple[object, ...]) -> StoredCell:
     slot, key, revision, status, version, value, reason, run_id, updated_at = found
@@ -130,7 +143,7 @@ def _cell_of(found: tuple[object, ...]) -> StoredCell:
     )
 
 
-def _select(conn: sqlite3.Connection, cell: Cell) -> StoredCell | None:
+def _select(conn: Connection, cell: Cell) -> StoredCell | None:
     found = conn.execute(
         f"SELECT {_COLUMNS} FROM agent_state WHERE slot = ? AND key = ?", cell
     ).fetchone()
@@ -144,7 +157,7 @@ class SqliteStateBackend:
 
     __slots__ = ("_log", "database")
 
-    def __init__(self, database: SqliteDatabase) -> None:
+    def __init__(self, database: Database) -> None:
         self.database = database
         self._log = SqliteConversationLog(database)
 
@@ -154,17 +167,17 @@ class SqliteStateBackend:
 
     async def put(self, cell: StoredCell, expected: int, record: Attached | None) -> int | None:
         """See :meth:`StateBackend.put`."""
-        append: Callable[[sqlite3.Connection], int] | None = None
+        append: Callable[[Connection], int] | None = None
         if record is not None:
             append = self._log.append_work(record[0], (record[1],))
 
-        def work(conn: sqlite3.Connection) -> int | None:
+        def work(conn: Connection) -> int | None:
             current = _select(conn, (cell.slot, cell.key))
             actual = current.revision if current is not None else 0
             if actual != expected:
                 raise StateConflict(cell.slot, cell.key, expected, actual)
             conn.execute(
-                f"INSERT OR REPLACE INTO agent_state ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                _UPSERT,
                 (
                     cell.slot,
                     cell.key,
@@ -184,7 +197,7 @@ class SqliteStateBackend:
     async def mark(self, cell: Cell, revision: int, status: StoredStatus, reason: str) -> bool:
         """See :meth:`StateBackend.mark`."""
 
-        def work(conn: sqlite3.Connection) -> bool:
+        def work(conn: Connection) -> bool:
             changed = conn.execute(
                 "UPDATE agent_state SET status = ?, reason = ? "
                 "WHERE slot = ? AND key = ? AND revision = ?",
@@ -197,7 +210,7 @@ class SqliteStateBackend:
     async def unsettled(self) -> list[StoredCell]:
         """See :meth:`StateBackend.unsettled`."""
 
-        def read(conn: sqlite3.Connection) -> list[StoredCell]:
+        def read(conn: Connection) -> list[StoredCell]:
             rows = conn.execute(
                 f"SELECT {_COLUMNS} FROM agent_state WHERE status != 'committed' "
                 "AND status != 'absent' ORDER BY slot, key"

@@ -12,7 +12,7 @@ from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService
 
 from .._logging import log_warning
-from ..storage import SqliteDatabaseService
+from ..storage import DatabaseService
 from ._backends import InMemoryStateBackend, SqliteStateBackend
 from ._model import AgentStateService
 from ._store import AgentStateStore
@@ -38,13 +38,13 @@ def in_memory_state(*, compensation_timeout: float = 30.0) -> Layer:
 
 
 def sqlite_state(*, compensation_timeout: float = 30.0) -> Layer:
-    """A Layer providing :data:`AgentStateService` on :data:`SqliteDatabaseService`: cells in
+    """A Layer providing :data:`AgentStateService` on :data:`DatabaseService`: cells in
     the ``agent_state`` table, writes with a record in one transaction with their append. Cells
     left pending by processes that ended became uncertain when the database was opened by a
     process alone with the file (see ``capabilities.storage._recovery``)."""
 
     async def build(context: Context, _: Scope) -> Context:
-        database = context[SqliteDatabaseService]
+        database = context[DatabaseService]
         backend = SqliteStateBackend(database)
         recovered = database.recovered.get("state", 0)
         if recovered:
@@ -57,6 +57,6 @@ def sqlite_state(*, compensation_timeout: float = 30.0) -> Layer:
     return Layer.from_build(
         "sqlite_state",
         provides=[AgentStateService],
-        requires=[SqliteDatabaseService],
+        requires=[DatabaseService],
         build=build,
     )

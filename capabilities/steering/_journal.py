@@ -23,7 +23,6 @@ answers None, as for an input never accepted here).
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Final, Protocol, final
@@ -35,7 +34,8 @@ from effectagent.core import UserInputRecorded
 from effectagent.engine import ConversationLog, InMemoryConversationLog, SteeringInput
 
 from .._logging import log_warning
-from ..storage import SqliteDatabase
+from ..storage import Database
+from ..storage._port import Connection
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
 from ._parts import content_of, digests_of, read_media, stored
@@ -158,7 +158,7 @@ class InMemoryJournal:
 _COLUMNS: Final = "input_id, conversation_id, kind, author, at, status, seq, reason"
 
 
-def _held_epoch(conn: sqlite3.Connection, conversation_id: str) -> int | None:
+def _held_epoch(conn: Connection, conversation_id: str) -> int | None:
     """The epoch of the conversation's lane while someone holds it (None: nobody does)."""
     found = conn.execute(
         "SELECT epoch FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL",
@@ -167,7 +167,7 @@ def _held_epoch(conn: sqlite3.Connection, conversation_id: str) -> int | None:
     return None if found is None else int(found[0])
 
 
-def _next_position(conn: sqlite3.Connection, conversation_id: str, epoch: int | None) -> int:
+def _next_position(conn: Connection, conversation_id: str, epoch: int | None) -> int:
     """One more than the last position stored under ``epoch`` in the conversation."""
     found = conn.execute(
         "SELECT max(position) FROM steering_inputs WHERE conversation_id = ? AND epoch IS ?",
@@ -176,7 +176,7 @@ def _next_position(conn: sqlite3.Connection, conversation_id: str, epoch: int | 
     return int(found[0] or 0) + 1
 
 
-def _with_media(conn: sqlite3.Connection, item: SteeringInput, parts: str) -> SteeringInput | None:
+def _with_media(conn: Connection, item: SteeringInput, parts: str) -> SteeringInput | None:
     """``item`` with the content its row's ``parts`` stand for, the bytes read from the
     ``media`` table — None (logged) when they cannot be: bytes gone, or parts that do not fit."""
     try:
@@ -189,13 +189,13 @@ def _with_media(conn: sqlite3.Connection, item: SteeringInput, parts: str) -> St
 
 @final
 class SqliteJournal:
-    """Admissions in the ``steering_inputs`` table of an :class:`SqliteDatabase`."""
+    """Admissions in the ``steering_inputs`` table of an :class:`Database`."""
 
     __slots__ = ("database",)
 
     durable = True
 
-    def __init__(self, database: SqliteDatabase) -> None:
+    def __init__(self, database: Database) -> None:
         self.database = database
 
     async def admitted(self, entry: Entry) -> int | None:
@@ -212,7 +212,7 @@ class SqliteJournal:
         )
         own = entry.position
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Connection) -> int:
             epoch = _held_epoch(conn, entry.conversation_id)
             position = max(own, _next_position(conn, entry.conversation_id, epoch))
             conn.execute(
@@ -246,7 +246,7 @@ class SqliteJournal:
             text, parts, blobs = stored(item.content, redact)
             media = [(digest, len(data), data) for digest, data in blobs.items()]
 
-        def work(conn: sqlite3.Connection) -> int | Rejection:
+        def work(conn: Connection) -> int | Rejection:
             lane = conn.execute(
                 "SELECT epoch FROM lanes WHERE conversation_id = ? AND worker_id IS NOT NULL "
                 "AND lease_until > ?",
@@ -264,7 +264,7 @@ class SqliteJournal:
                 return "queue-full"
             position = _next_position(conn, conversation_id, epoch)
             if media:  # the bytes first, by digest (kept once), as the log's ``put_media``
-                conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", media)
+                conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", media)
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
                 "author, at, status, seq, reason, epoch, parts) "
@@ -299,7 +299,7 @@ class SqliteJournal:
         holders = f"pid-{os.getpid()}-%"
         ids = tuple(conversation_ids)
 
-        def read(conn: sqlite3.Connection) -> dict[str, list[tuple[SteeringInput, int]]]:
+        def read(conn: Connection) -> dict[str, list[tuple[SteeringInput, int]]]:
             found: dict[str, list[tuple[SteeringInput, int]]] = {}
             marks = ", ".join("?" * len(ids))
             rows = conn.execute(
@@ -333,7 +333,7 @@ class SqliteJournal:
         delivered (by the append that recorded them); the rest expire."""
         ids = [(reason, entry.input.input_id) for entry in (*taken, *queued)]
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             conn.executemany(
                 "UPDATE steering_inputs SET status = 'expired', text = NULL, reason = ? "
                 "WHERE input_id = ? AND status = 'queued'",
@@ -345,7 +345,7 @@ class SqliteJournal:
     async def status(self, input_id: str) -> InputStatus | None:
         """See :meth:`AdmissionJournal.status`."""
 
-        def read(conn: sqlite3.Connection) -> InputStatus | None:
+        def read(conn: Connection) -> InputStatus | None:
             found = conn.execute(
                 f"SELECT {_COLUMNS} FROM steering_inputs WHERE input_id = ?", (input_id,)
             ).fetchone()

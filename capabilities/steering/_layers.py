@@ -7,7 +7,7 @@ from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService, RedactorService, SteeringInboxService
 
 from .._logging import log_warning
-from ..storage import SqliteDatabaseService
+from ..storage import DatabaseService
 from ._inbox import ConversationInbox
 from ._journal import InMemoryJournal, SqliteJournal
 from ._model import SteeringLimits, SteeringService
@@ -34,14 +34,14 @@ def in_memory_steering(limits: SteeringLimits | None = None) -> Layer:
 
 def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     """A Layer providing :data:`SteeringService` and ``SteeringInboxService`` with admissions
-    persisted in :data:`SqliteDatabaseService` before each receipt is returned, shared with the
+    persisted in :data:`DatabaseService` before each receipt is returned, shared with the
     other processes on the database: input for a run another process is running is admitted
     there, and input admitted elsewhere for a run going here reaches it (see
     ``capabilities.steering``). Inputs left waiting by processes that ended expired when the
     database was opened by a process alone with the file."""
 
     async def build(context: Context, _: Scope) -> Context:
-        database = context[SqliteDatabaseService]
+        database = context[DatabaseService]
         journal = SqliteJournal(database)
         expired = database.recovered.get("steering", 0)
         if expired:
@@ -55,6 +55,6 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     return Layer.from_build(
         "sqlite_steering",
         provides=[SteeringService, SteeringInboxService],
-        requires=[SqliteDatabaseService],
+        requires=[DatabaseService],
         build=build,
     )

@@ -12,12 +12,13 @@ table by digest). A reference's name and URL are redacted as text before they ar
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from effectagent.ai import MediaPart, MediaRef, TextContent
 from effectagent.engine import SteeringInput
+
+from ..storage._port import Connection
 
 __all__ = ["Stored", "content_of", "digests_of", "input_content", "read_media", "stored"]
 
@@ -92,7 +93,7 @@ def input_content(value: object) -> tuple[str, tuple[TextContent | MediaPart, ..
     return item.text, item.content
 
 
-def read_media(conn: sqlite3.Connection, digests: Sequence[str]) -> dict[str, bytes]:
+def read_media(conn: Connection, digests: Sequence[str]) -> dict[str, bytes]:
     """The bytes the ``media`` table keeps of ``digests`` (one missing is left out)."""
     found: dict[str, bytes] = {}
     for start in range(0, len(digests), 500):

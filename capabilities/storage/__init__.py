@@ -32,20 +32,28 @@ from ._errors import DatabaseTooNew as DatabaseTooNew
 from ._errors import LaneLost as LaneLost
 from ._errors import StorageError as StorageError
 from ._errors import UnsafeDatabaseFile as UnsafeDatabaseFile
-from ._layers import SqliteDatabaseService as SqliteDatabaseService
 from ._log import SqliteConversationLog as SqliteConversationLog
+from ._port import Connection as Connection
+from ._port import Cursor as Cursor
+from ._port import Database as Database
+from ._port import DatabaseService as DatabaseService
+from ._port import Dialect as Dialect
 
 __all__ = [
     "BusyPolicy",
     "CannotOpenDatabase",
     "ConversationInUse",
+    "Connection",
+    "Cursor",
+    "Database",
     "DatabaseBusy",
     "DatabaseInUse",
     "DatabaseTooNew",
+    "Dialect",
     "LaneLost",
     "SqliteConversationLog",
     "SqliteDatabase",
-    "SqliteDatabaseService",
+    "DatabaseService",
     "StorageError",
     "Synchronous",
     "UnsafeDatabaseFile",

@@ -68,6 +68,7 @@ from ._files import FileIdentity, check_same, claim_database, open_lock
 from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes
 from ._layout import prepare
+from ._port import Connection, Dialect
 from ._recovery import recover
 from ._writer import Writer
 
@@ -280,13 +281,18 @@ class SqliteDatabase:
         return Lanes(self, lease=self.holds.lease)
 
     @property
+    def dialect(self) -> Dialect:
+        """The SQL dialect: ``"sqlite"``."""
+        return "sqlite"
+
+    @property
     def in_memory(self) -> bool:
         """Whether this is an in-memory database (nothing survives the process)."""
         return self.path == MEMORY
 
     async def write(
         self,
-        work: Callable[[sqlite3.Connection], R],
+        work: Callable[[Connection], R],
         *,
         weight: int = 1,
         single_statement: bool = False,
@@ -300,7 +306,7 @@ class SqliteDatabase:
         """
         return await self.writer.write(work, weight=weight, single_statement=single_statement)
 
-    async def read(self, work: Callable[[sqlite3.Connection], R]) -> R:
+    async def read(self, work: Callable[[Connection], R]) -> R:
         """Run ``work`` on a reader connection (a consistent snapshot) and return its result.
         ``sqlite3`` errors become :class:`ReadFailed`; what ``work`` raises otherwise propagates.
 
@@ -318,7 +324,7 @@ class SqliteDatabase:
             if self._reads == 0 and self._reads_done is not None:
                 self._reads_done.set()
 
-    def _read(self, work: Callable[[sqlite3.Connection], R]) -> R:
+    def _read(self, work: Callable[[Connection], R]) -> R:
         if self._memory_lock is not None:
             with self._memory_lock:
                 return self._guarded(work, self._conn)
@@ -362,7 +368,7 @@ class SqliteDatabase:
         return conn
 
     @staticmethod
-    def _guarded(work: Callable[[sqlite3.Connection], R], conn: sqlite3.Connection) -> R:
+    def _guarded(work: Callable[[Connection], R], conn: sqlite3.Connection) -> R:
         try:
             return work(conn)
         except sqlite3.Error as exc:

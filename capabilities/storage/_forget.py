@@ -26,7 +26,6 @@ them yet).
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -37,6 +36,7 @@ from effectagent.core import ToolCallSettled, ToolSuccess, UserInputRecorded
 from ._codec import RecordCodec
 from ._errors import ConversationInUse, CorruptRecord, UnknownRecordVersion
 from ._lanes import read_lane, same_process
+from ._port import Connection
 
 __all__ = ["Forgotten", "forget_conversations", "record_digests"]
 
@@ -90,7 +90,7 @@ def _digests_in(
     return False if wanted is not None else found
 
 
-def _queued_input_needs(conn: sqlite3.Connection, digest: str) -> bool:
+def _queued_input_needs(conn: Connection, digest: str) -> bool:
     """Whether input not yet delivered — steering still queued, a durable submission not settled
     (of another conversation: the deleted ones' were refused or removed above) — names
     ``digest`` in its parts: its bytes stay for it. A substring match: when in doubt, kept."""
@@ -110,7 +110,7 @@ def _queued_input_needs(conn: sqlite3.Connection, digest: str) -> bool:
 
 
 def forget_conversations(
-    conn: sqlite3.Connection,
+    conn: Connection,
     conversation_ids: Sequence[str],
     *,
     now: float,

@@ -57,9 +57,7 @@ from ._lanes import (
 )
 
 if TYPE_CHECKING:
-    import sqlite3
-
-    from ._database import SqliteDatabase
+    from ._port import Connection, Database
 
 __all__ = ["AppendShape", "Held", "Proceed", "Refuse", "RunHolds", "decide", "shape_of"]
 
@@ -181,14 +179,14 @@ def decide(
 
 @final
 class RunHolds:
-    """The lanes one :class:`SqliteDatabase` holds for its plain runs, and the task renewing
+    """The lanes one :class:`Database` holds for its plain runs, and the task renewing
     them (see the module notes). ``clock`` gives wall-clock seconds."""
 
     __slots__ = ("_closed", "_lost", "_renewing", "_wake", "clock", "database", "held", "lease")
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         *,
         lease: float = DEFAULT_LEASE,
         clock: Callable[[], float] = time.time,
@@ -216,7 +214,7 @@ class RunHolds:
         self,
         conversation_id: str,
         shape: AppendShape,
-        write: Callable[[sqlite3.Connection], R],
+        write: Callable[[Connection], R],
         *,
         weight: int,
         single_statement: bool,
@@ -225,14 +223,14 @@ class RunHolds:
         claiming or releasing the lane with it as decided; raises :class:`ConversationInUse` or
         :class:`LaneLost` (nothing written) when refused, and what the write raises.
 
-        Cancellation: as :meth:`SqliteDatabase.write` — all or nothing; the holds are updated
+        Cancellation: as :meth:`Database.write` — all or nothing; the holds are updated
         once the transaction is known to have committed."""
         me = self.database.holder_id
         now = self.clock()
         lease = self.lease
         known = self.held.get(conversation_id)
 
-        def work(conn: sqlite3.Connection) -> tuple[R, Held | None, bool]:
+        def work(conn: Connection) -> tuple[R, Held | None, bool]:
             decided = decide(
                 conversation_id,
                 read_lane(conn, conversation_id),
@@ -302,7 +300,7 @@ class RunHolds:
             raise ConversationInUse(conversation_id, self.database.holder_id, elsewhere=False)
         me, now, lease = self.database.holder_id, self.clock(), self.lease
 
-        def work(conn: sqlite3.Connection) -> Held:
+        def work(conn: Connection) -> Held:
             lane = claim_lane(  # raises ConversationInUse while another holder's lease is live
                 conn, conversation_id, worker_id=me, attempt_id=run_id, now=now, lease=lease
             )
@@ -359,7 +357,7 @@ class RunHolds:
             return
         me, lease = self.database.holder_id, self.lease
 
-        def work(conn: sqlite3.Connection) -> list[str]:
+        def work(conn: Connection) -> list[str]:
             lost = []
             for conversation_id, held in holds.items():
                 changed = conn.execute(
@@ -385,7 +383,7 @@ class RunHolds:
             return
         lanes = [self._lane(conversation_id, held) for conversation_id, held in holds.items()]
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             for lane in lanes:
                 release_lane(conn, lane, reason="the process closed the database first")
 

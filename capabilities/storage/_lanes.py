@@ -23,14 +23,13 @@ that has ended is never delivered to a later one.
 
 The decisions (:func:`claim_decision`, :func:`fence_refusal`) are pure; the ``*_lane``
 functions run them inside a write transaction for callers with SQL of their own (the durable
-runtime's); :class:`Lanes` is the same as an async API on a :class:`SqliteDatabase`. Times are
+runtime's); :class:`Lanes` is the same as an async API on a :class:`Database`. Times are
 wall-clock seconds (``time.time()``): leases are compared across processes.
 """
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
@@ -39,9 +38,10 @@ import attrs
 
 from .._ids import new_id
 from ._errors import ConversationInUse, LaneLost
+from ._port import Connection
 
 if TYPE_CHECKING:
-    from ._database import SqliteDatabase
+    from ._port import Database
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -64,7 +64,7 @@ __all__ = [
 DEFAULT_LEASE: Final = 30.0
 
 #: A check run inside an append's transaction before anything is written: it raises to refuse.
-Fence = Callable[[sqlite3.Connection, str], None]
+Fence = Callable[[Connection, str], None]
 
 
 @attrs.frozen
@@ -135,7 +135,7 @@ def fence_refusal(current: LaneState | None, epoch: int, attempt_id: str) -> str
 _COLUMNS: Final = "conversation_id, epoch, attempt_id, worker_id, submission_id, lease_until"
 
 
-def read_lane(conn: sqlite3.Connection, conversation_id: str) -> LaneState | None:
+def read_lane(conn: Connection, conversation_id: str) -> LaneState | None:
     """The conversation's lane (None: never claimed)."""
     found = conn.execute(
         f"SELECT {_COLUMNS} FROM lanes WHERE conversation_id = ?", (conversation_id,)
@@ -145,7 +145,7 @@ def read_lane(conn: sqlite3.Connection, conversation_id: str) -> LaneState | Non
     return LaneState(found[0], int(found[1]), found[2], found[3], found[4], float(found[5]))
 
 
-def expire_steering(conn: sqlite3.Connection, conversation_id: str, epoch: int, reason: str) -> int:
+def expire_steering(conn: Connection, conversation_id: str, epoch: int, reason: str) -> int:
     """Expire the conversation's steering still queued under the lane's ``epoch`` (its run
     ended, or stopped, before it took it); return how many."""
     return conn.execute(
@@ -156,7 +156,7 @@ def expire_steering(conn: sqlite3.Connection, conversation_id: str, epoch: int, 
 
 
 def claim_lane(
-    conn: sqlite3.Connection,
+    conn: Connection,
     conversation_id: str,
     *,
     worker_id: str,
@@ -189,7 +189,7 @@ def claim_lane(
     return Lane(conversation_id, decided, attempt_id, worker_id, now + lease, submission_id)
 
 
-def check_lane(conn: sqlite3.Connection, lane: Lane) -> None:
+def check_lane(conn: Connection, lane: Lane) -> None:
     """The fence: raise :class:`LaneLost` unless ``lane`` is still held as claimed."""
     refusal = fence_refusal(read_lane(conn, lane.conversation_id), lane.epoch, lane.attempt_id)
     if refusal is not None:
@@ -201,7 +201,7 @@ def lane_fence(lane: Lane) -> Fence:
     its conversation is refused once the lane is no longer held as claimed (and an append to
     another conversation always)."""
 
-    def fence(conn: sqlite3.Connection, conversation_id: str) -> None:
+    def fence(conn: Connection, conversation_id: str) -> None:
         if conversation_id != lane.conversation_id:
             raise LaneLost(conversation_id, "it is not the conversation this writer's lane is for")
         check_lane(conn, lane)
@@ -209,9 +209,7 @@ def lane_fence(lane: Lane) -> Fence:
     return fence
 
 
-def renew_lane(
-    conn: sqlite3.Connection, lane: Lane, *, now: float, lease: float = DEFAULT_LEASE
-) -> Lane:
+def renew_lane(conn: Connection, lane: Lane, *, now: float, lease: float = DEFAULT_LEASE) -> Lane:
     """Extend ``lane``'s lease to ``now + lease``; raises :class:`LaneLost` when it is no
     longer held as claimed."""
     check_lane(conn, lane)
@@ -223,7 +221,7 @@ def renew_lane(
 
 
 def release_lane(
-    conn: sqlite3.Connection, lane: Lane, *, reason: str = "the run ended before it took it"
+    conn: Connection, lane: Lane, *, reason: str = "the run ended before it took it"
 ) -> bool:
     """Let ``lane`` go (its epoch stays: the next claim takes the one after); steering still
     queued under it expires with ``reason``. False (and nothing changed) when it was no longer
@@ -245,7 +243,7 @@ def release_lane(
 
 @final
 class Lanes:
-    """Claim, renew and release lanes of a :class:`SqliteDatabase` (see the module notes).
+    """Claim, renew and release lanes of a :class:`Database` (see the module notes).
 
     ``worker_id`` names the holder (default: the database's ``holder_id``, which its plain runs'
     appends recognise as their own — a durable run's agent state writes go through them); ``lease``
@@ -256,7 +254,7 @@ class Lanes:
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         *,
         worker_id: str | None = None,
         lease: float = DEFAULT_LEASE,

@@ -40,7 +40,6 @@ and canonical (see ``capabilities.steering``).
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import final
@@ -50,7 +49,6 @@ import trio
 from effectagent.core import LogEntry, Record
 
 from ._codec import EncodedRecord, RecordCodec
-from ._database import SqliteDatabase
 from ._errors import (
     DatabaseBusy,
     LaneLost,
@@ -67,6 +65,7 @@ from ._errors import (
 from ._forget import Forgotten, forget_conversations
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
+from ._port import Connection, Database, driver_error
 from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
 
 __all__ = ["SqliteConversationLog", "write_records"]
@@ -94,7 +93,7 @@ def _insert(rows: int) -> str:
     return sql
 
 
-def write_records(conn: sqlite3.Connection, conversation_id: str, rows: list[EncodedRecord]) -> int:
+def write_records(conn: Connection, conversation_id: str, rows: list[EncodedRecord]) -> int:
     """Insert encoded records after the conversation's last one; return the last sequence
     number. Runs inside a write transaction (in the worker thread).
 
@@ -133,13 +132,13 @@ def single_statement(rows: list[EncodedRecord]) -> bool:
 
 @final
 class SqliteConversationLog:
-    """The canonical, append-only log of every conversation, in an :class:`SqliteDatabase`."""
+    """The canonical, append-only log of every conversation, in an :class:`Database`."""
 
     __slots__ = ("_codec", "database", "fence")
 
     def __init__(
         self,
-        database: SqliteDatabase,
+        database: Database,
         codec: RecordCodec | None = None,
         *,
         fence: Fence | None = None,
@@ -150,15 +149,17 @@ class SqliteConversationLog:
         #: module notes). None: plain runs hold their lanes instead.
         self.fence = fence
 
-    def _fenced(self, conversation_id: str, conn: sqlite3.Connection) -> None:
+    def _fenced(self, conversation_id: str, conn: Connection) -> None:
         fence = self.fence
         if fence is None:
             return
         try:
             fence(conn, conversation_id)
-        except (sqlite3.Error, LaneLost):
+        except LaneLost:
             raise
         except Exception as exc:
+            if driver_error(exc):  # a failed statement: the write fails, not the fence
+                raise
             raise LaneLost(conversation_id, _said(exc)) from None
 
     def encode(self, conversation_id: str, records: Sequence[Record]) -> list[EncodedRecord]:
@@ -192,7 +193,7 @@ class SqliteConversationLog:
 
     def append_work(
         self, conversation_id: str, records: Sequence[Record]
-    ) -> Callable[[sqlite3.Connection], int]:
+    ) -> Callable[[Connection], int]:
         """The write of an append, to run inside another write's transaction (agent state
         committed with its record). Encodes now: raises :class:`RecordNotEncodable` at once.
 
@@ -205,7 +206,7 @@ class SqliteConversationLog:
         known = holds.held.get(conversation_id)
         me, now = self.database.holder_id, holds.clock()
 
-        def work(conn: sqlite3.Connection) -> int:
+        def work(conn: Connection) -> int:
             if self.fence is not None:
                 self._fenced(conversation_id, conn)
             else:
@@ -245,7 +246,7 @@ class SqliteConversationLog:
                     single_statement=single,
                 )
 
-            def fenced(conn: sqlite3.Connection) -> int:
+            def fenced(conn: Connection) -> int:
                 self._fenced(conversation_id, conn)
                 return write_records(conn, conversation_id, rows)
 
@@ -279,8 +280,11 @@ class SqliteConversationLog:
         cannot be released frees itself when its lease runs out.
 
         Cancellation: all or nothing (one write)."""
-        with contextlib.suppress(StorageError, sqlite3.Error):
+        try:
             await self.database.holds.release(conversation_id, run_id)
+        except Exception as exc:
+            if not (isinstance(exc, StorageError) or driver_error(exc)):
+                raise
 
     async def entries(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None
@@ -305,7 +309,7 @@ class SqliteConversationLog:
         page = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
         decode = self._codec.decode
 
-        def read(conn: sqlite3.Connection) -> list[LogEntry]:
+        def read(conn: Connection) -> list[LogEntry]:
             # Fetched whole before decoding: a row that fails to decode must not leave the
             # statement open (it would hold a read snapshot on the pooled connection).
             rows = conn.execute(
@@ -341,8 +345,8 @@ class SqliteConversationLog:
         if not rows:
             return
 
-        def work(conn: sqlite3.Connection) -> None:
-            conn.executemany("INSERT OR IGNORE INTO media VALUES (?, ?, ?)", rows)
+        def work(conn: Connection) -> None:
+            conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", rows)
 
         await self.database.write(work, weight=len(rows))
 
@@ -352,7 +356,7 @@ class SqliteConversationLog:
         Cancellation: as :meth:`entries`."""
         wanted = list(digests)
 
-        def read(conn: sqlite3.Connection) -> dict[str, bytes]:
+        def read(conn: Connection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
@@ -391,7 +395,7 @@ class SqliteConversationLog:
 
         Cancellation: as :meth:`entries`."""
 
-        def read(conn: sqlite3.Connection) -> int:
+        def read(conn: Connection) -> int:
             found = conn.execute(
                 "SELECT max(seq) FROM records WHERE conversation_id = ?", (conversation_id,)
             ).fetchone()
@@ -404,7 +408,7 @@ class SqliteConversationLog:
 
         Cancellation: as :meth:`entries`."""
 
-        def read(conn: sqlite3.Connection) -> tuple[str, ...]:
+        def read(conn: Connection) -> tuple[str, ...]:
             return tuple(
                 row[0] for row in conn.execute("SELECT DISTINCT conversation_id FROM records")
             )

@@ -23,8 +23,9 @@ the durable runtime's own recovery, from its ledger, whoever is alive.
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Final
+
+from ._port import Connection
 
 __all__ = ["STATE_REASON", "STEERING_REASON", "recover"]
 
@@ -34,7 +35,7 @@ STATE_REASON: Final = "its run never settled: the process ended first"
 STEERING_REASON: Final = "the process ended before a run took it"
 
 
-def recover(conn: sqlite3.Connection) -> dict[str, int]:
+def recover(conn: Connection) -> dict[str, int]:
     """Clean up after processes that ended (see the module notes), inside the caller's write
     transaction; return how many agent state cells, steering inputs and lanes it changed (keys
     ``"state"``, ``"steering"``, ``"lanes"``)."""

@@ -45,6 +45,7 @@ person types is matched as words, never read as FTS5 syntax (``OR``, ``NEAR(``, 
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
 import unicodedata
@@ -52,6 +53,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
+
+from ._port import Connection
 
 __all__ = [
     "Said",
@@ -186,7 +189,7 @@ TAIL_BOUND: Final = 10_000
 QUICK_TAIL: Final = 1_000
 
 
-def add_search(conn: sqlite3.Connection) -> None:
+def add_search(conn: Connection) -> None:
     """Add the search tables and their triggers, empty: every conversation's mark is 0, so the
     first search indexes what the log holds. Runs inside the layout upgrade's transaction (layout
     2 → 3, fast however much the log holds; a new database passes through it too)."""
@@ -197,13 +200,13 @@ def add_search(conn: sqlite3.Connection) -> None:
         conn.execute(trigger)
 
 
-def behind(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+def behind(conn: Connection) -> list[tuple[str, int, int]]:
     """``(conversation, mark, last seq)`` of each conversation with records not yet indexed.
     Reads index entries only (two per conversation)."""
     return [(str(c), int(mark), int(last)) for c, mark, last in conn.execute(_BEHIND)]
 
 
-def catch_up(conn: sqlite3.Connection) -> int:
+def catch_up(conn: Connection) -> int:
     """Index every message appended since each conversation's mark — in the order they were said
     (their ``at``), after those indexed before — and move the marks to each conversation's last
     record; return the messages indexed. Runs inside a write transaction (its statements fail or
@@ -295,7 +298,7 @@ def _matching(
 
 
 def unindexed(
-    conn: sqlite3.Connection, bound: int, late: list[tuple[str, int, int]] | None = None
+    conn: Connection, bound: int, late: list[tuple[str, int, int]] | None = None
 ) -> tuple[list[tuple[Any, ...]], int]:
     """The newest ``bound`` messages the log holds and the index does not yet (``said`` rows
     without the ``rowid``, the last said first), and how many older ones there are beyond them;
@@ -307,12 +310,12 @@ def unindexed(
     rows = conn.execute(
         f"{_UNINDEXED} ORDER BY at DESC, conversation_id DESC, seq DESC", (json.dumps(late),)
     )
-    newest = rows.fetchmany(bound) if bound > 0 else []
+    newest = list(itertools.islice(rows, bound)) if bound > 0 else []
     return newest, sum(1 for _ in rows)
 
 
 def _searched(
-    conn: sqlite3.Connection,
+    conn: Connection,
     expression: str | None,
     limit: int,
     tail_bound: int,
@@ -339,7 +342,7 @@ def _searched(
 
 
 def find_said(
-    conn: sqlite3.Connection, words: Sequence[str], limit: int, tail_bound: int = TAIL_BOUND
+    conn: Connection, words: Sequence[str], limit: int, tail_bound: int = TAIL_BOUND
 ) -> SaidFound:
     """The ``limit`` messages written last that hold every one of ``words`` (none when no word is
     searchable), the last first, and the conversations searched — in what the log holds now:
@@ -353,7 +356,7 @@ def find_said(
 
 
 def look_up(
-    conn: sqlite3.Connection, words: Sequence[str], limit: int, *, within: int
+    conn: Connection, words: Sequence[str], limit: int, *, within: int
 ) -> tuple[SaidFound | None, int]:
     """What :func:`find_said` finds, and how many records the log holds past the index's marks
     (at most: 0 when it is up to date) — or None for what it finds when that is more than

@@ -39,6 +39,7 @@ from .._logging import log_debug
 from ._busy import BusyPolicy, begin_immediate
 from ._errors import StorageClosed, WriteFailed
 from ._group_commit import GroupCommit
+from ._port import Connection
 
 __all__ = ["Writer", "run_batch"]
 
@@ -55,7 +56,7 @@ class _Job(Generic[R]):
     __slots__ = ("error", "lead", "result", "savepoint", "wake", "weight", "work")
 
     def __init__(
-        self, work: Callable[[sqlite3.Connection], R], weight: int, savepoint: bool = True
+        self, work: Callable[[Connection], R], weight: int, savepoint: bool = True
     ) -> None:
         self.work = work
         self.weight = weight
@@ -131,7 +132,7 @@ class Writer:
 
     async def write(
         self,
-        work: Callable[[sqlite3.Connection], R],
+        work: Callable[[Connection], R],
         *,
         weight: int = 1,
         single_statement: bool = False,

@@ -16,7 +16,7 @@ from capabilities import (
     sqlite_storage,
 )
 from capabilities.state._layers import in_memory_state, sqlite_state
-from capabilities.storage import SqliteDatabaseService
+from capabilities.storage import DatabaseService
 from effectagent.effect import MissingServicesError
 from effectagent.effect._layer import open_layer
 from effectagent.engine import ConversationLogService, SteeringInboxService
@@ -39,7 +39,7 @@ async def test_an_assembly_provides_every_service_over_one_store(
         SteeringInboxService,
     }
     assert expected <= layer.provides
-    assert (SqliteDatabaseService in layer.provides) is (where != "memory")
+    assert (DatabaseService in layer.provides) is (where != "memory")
     async with open_layer(layer) as context:
         inbox: object = context[SteeringInboxService]
         assert context[SteeringService] is inbox
@@ -55,7 +55,7 @@ def test_a_missing_piece_is_named_at_preflight() -> None:
 
     with pytest.raises(MissingServicesError, match="ConversationLog"):
         preflight(in_memory_state())
-    with pytest.raises(MissingServicesError, match="SqliteDatabase"):
+    with pytest.raises(MissingServicesError, match=r"capabilities\.Database"):
         preflight(sqlite_state())
     with pytest.raises(ValueError, match="synchronous"):
         sqlite_storage("x.db", synchronous="off")  # type: ignore[arg-type]

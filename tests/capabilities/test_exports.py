@@ -94,8 +94,8 @@ SURFACE: dict[str, str] = {
     """,
     "capabilities.storage": """
         BusyPolicy CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew
-        LaneLost open_database SqliteConversationLog SqliteDatabase SqliteDatabaseService
-        StorageError Synchronous UnsafeDatabaseFile
+        LaneLost open_database SqliteConversationLog SqliteDatabase DatabaseService
+        StorageError Synchronous UnsafeDatabaseFile Connection Cursor Database Dialect
     """,
     "capabilities.durable": """
         AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval

@@ -24,7 +24,7 @@ import pytest
 import trio
 
 from capabilities import sqlite_storage
-from capabilities.storage import SqliteDatabaseService
+from capabilities.storage import DatabaseService
 from capabilities.storage._codec import RecordCodec
 from capabilities.storage._layers import sqlite_database, sqlite_log
 from effectagent import Agent, open_runtime
@@ -159,7 +159,7 @@ async def test_an_append_the_disk_refuses_fails_the_run_and_the_failure_is_recor
     path = tmp_path / "full.db"
     layer = ScriptedModel([Turn.text("never asked")]).as_layer() + sqlite_storage(path)
     async with open_runtime(layer, agents=[AGENT]) as runtime:
-        database = runtime.context[SqliteDatabaseService]
+        database = runtime.context[DatabaseService]
         (pages,) = (await database.write(write_pragma("PRAGMA page_count")))[0]
         await database.write(write_pragma(f"PRAGMA max_page_count = {pages}"))
         result = await runtime.run(AGENT, CANARY + " " + "x" * 200_000)
@@ -191,7 +191,7 @@ def test_when_not_even_the_failure_can_be_written_the_run_still_ends_once_failed
 
     async def scenario() -> list[EventBase]:
         async with open_runtime(layer, agents=[AGENT]) as runtime:
-            database = runtime.context[SqliteDatabaseService]
+            database = runtime.context[DatabaseService]
             await database.write(write_pragma("PRAGMA query_only = ON"))
             return await run_events(runtime, AGENT, CANARY)
 

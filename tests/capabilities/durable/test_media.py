@@ -5,7 +5,6 @@ turn); a bad input is refused at the call."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from capabilities.durable._model import (
 )
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._worker import DurableWorker, _joinable
+from capabilities.storage import Connection
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.ai import ImagePart, ModelRequest, TextContent, UserMessage
 from effectagent.core import Agent, UserInputRecorded
@@ -121,7 +121,7 @@ async def test_a_submission_with_media_never_joins_a_run_going_it_waits_its_turn
         await _submit(q, ["And this?", IMAGE], "j2", "join")
         await _submit(q, "Behind it.", "j3", "join")
 
-        def joinable(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+        def joinable(conn: Connection) -> list[tuple[str, str, str]]:
             return _joinable(conn, "c", head.submission_id)
 
         found = await db.read(joinable)

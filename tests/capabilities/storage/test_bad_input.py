@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 
-from capabilities.storage import CannotOpenDatabase, DatabaseTooNew
+from capabilities.storage import CannotOpenDatabase, Connection, DatabaseTooNew
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import (
     CorruptRecord,
@@ -149,7 +149,7 @@ async def test_a_write_sqlite_refuses_is_write_failed_and_writes_nothing(tmp_pat
         log = SqliteConversationLog(database)
         await log.append("c", [user("c", "one")])
 
-        def break_it(conn: sqlite3.Connection) -> None:
+        def break_it(conn: Connection) -> None:
             conn.execute("INSERT INTO no_such_table VALUES (1)")
 
         with pytest.raises(WriteFailed):

@@ -4,7 +4,6 @@ transaction — and nothing of it reaches the log, nor marks steering delivered.
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from capabilities.storage import Connection
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import LaneLost, LogWriteFailed, StorageError
 from capabilities.storage._lanes import Lanes
@@ -35,7 +35,7 @@ def said(who: str, n: int, kind: str = "user") -> UserInputRecorded:
     )
 
 
-def _queue_steering(conn: sqlite3.Connection, input_id: str) -> None:
+def _queue_steering(conn: Connection, input_id: str) -> None:
     conn.execute(
         "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, author, at, "
         "status, seq, reason) VALUES (?, 'c', 1, 'steering', 'hi', 'ann', 1.0, 'queued', NULL, '')",
@@ -144,11 +144,11 @@ async def test_what_a_fence_raises_is_lane_lost_in_its_words_and_an_sqlite_error
 ) -> None:
     seen: list[str] = []
 
-    def refuses(conn: sqlite3.Connection, conversation_id: str) -> None:
+    def refuses(conn: Connection, conversation_id: str) -> None:
         seen.append(conversation_id)
         raise RuntimeError("the worker was told to stop")
 
-    def broken(conn: sqlite3.Connection, conversation_id: str) -> None:
+    def broken(conn: Connection, conversation_id: str) -> None:
         conn.execute("SELECT * FROM no_such_table")
 
     async with open_database(tmp_path / "f.db") as database:

@@ -18,8 +18,8 @@ import pytest
 import trio
 
 from capabilities import sqlite_storage
-from capabilities.storage import SqliteDatabaseService
-from capabilities.storage._database import SqliteDatabase, open_database
+from capabilities.storage import Database, DatabaseService
+from capabilities.storage._database import open_database
 from capabilities.storage._errors import ConversationInUse, LaneLost
 from capabilities.storage._holds import AppendShape, Held, Proceed, Refuse, decide, shape_of
 from capabilities.storage._lanes import DEFAULT_LEASE, LaneState
@@ -147,8 +147,8 @@ def _layer(path: Path, turns: list[Turn], parked: trio.Event, go: trio.Event) ->
     )
 
 
-def _database(runtime: Runtime) -> SqliteDatabase:
-    return runtime.context[SqliteDatabaseService]
+def _database(runtime: Runtime) -> Database:
+    return runtime.context[DatabaseService]
 
 
 def _answer(text: str) -> list[Turn]:

@@ -18,7 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.storage import DatabaseInUse
+from capabilities.storage import Connection, DatabaseInUse
 from capabilities.storage._busy import BusyPolicy, begin_immediate, is_busy, retry_busy
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import DatabaseBusy, LogWriteFailed, WriteFailed
@@ -71,7 +71,7 @@ def test_a_policy_refuses_what_is_not_a_positive_number() -> None:
         BusyPolicy(factor=0.5)  # waits that shrink would never add up to the bound
 
 
-def _lock_held(path: Path) -> sqlite3.Connection:
+def _lock_held(path: Path) -> Connection:
     """Another connection to ``path`` holding its write lock (as another process would)."""
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
@@ -190,7 +190,7 @@ def _held_alone(path: Path) -> Iterator[None]:
 async def _queued_steering(path: Path, input_id: str) -> None:
     async with open_database(path) as database:
 
-        def work(conn: sqlite3.Connection) -> None:
+        def work(conn: Connection) -> None:
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
                 "author, at, status, seq, reason) VALUES (?, 'c', 1, 'steering', 'hi', 'ann', "
@@ -209,7 +209,7 @@ async def _queued_steering(path: Path, input_id: str) -> None:
 async def _statuses(path: Path) -> list[tuple[str, str]]:
     async with open_database(path) as database:
 
-        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+        def read(conn: Connection) -> list[tuple[str, str]]:
             steering = conn.execute("SELECT input_id, status FROM steering_inputs").fetchall()
             state = conn.execute("SELECT slot, status FROM agent_state").fetchall()
             return sorted(steering + state)

@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from capabilities.cli._history import holds, said_in, tokens
-from capabilities.storage import _layout, _log
+from capabilities.storage import Connection, _layout, _log
 from capabilities.storage._busy import BusyPolicy
 from capabilities.storage._codec import RecordCodec
 from capabilities.storage._database import open_database
@@ -86,13 +86,13 @@ def answer(conversation: str, *parts: tuple[str, Any], at: float = 1.0) -> Model
     )
 
 
-def _append(conn: sqlite3.Connection, conversation: str, records: list[Record]) -> None:
+def _append(conn: Connection, conversation: str, records: list[Record]) -> None:
     conn.execute("BEGIN IMMEDIATE")
     write_records(conn, conversation, [CODEC.encode(record) for record in records])
     conn.execute("COMMIT")
 
 
-def _expected(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+def _expected(conn: Connection) -> list[tuple[Any, ...]]:
     """The messages of the log's readable records, as ``said`` rows (no ``rowid``), sorted."""
     expected = []
     stored = conn.execute(
@@ -108,7 +108,7 @@ def _expected(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
     return sorted(expected)
 
 
-def _seen(conn: sqlite3.Connection) -> None:
+def _seen(conn: Connection) -> None:
     """Without writing: the index holds only messages the log holds (each as the log holds it
     now), and the index with the messages appended since it was caught up — what a search
     matches — is every message of the log."""
@@ -120,13 +120,13 @@ def _seen(conn: sqlite3.Connection) -> None:
     assert sorted(indexed + tail) == expected
 
 
-def _caught_up(conn: sqlite3.Connection) -> None:
+def _caught_up(conn: Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     catch_up(conn)
     conn.execute("COMMIT")
 
 
-def _agrees(conn: sqlite3.Connection) -> None:
+def _agrees(conn: Connection) -> None:
     """After a catch-up the index holds exactly what the log says was said: the ``said`` rows
     are the messages of the readable records, every conversation's mark is its last record,
     and the FTS index's every word instance is a word of those rows."""
@@ -320,7 +320,7 @@ async def test_a_write_that_is_refused_indexes_nothing() -> None:
     async with open_database(":memory:") as database:
         log = SqliteConversationLog(database)
 
-        def refused(conn: sqlite3.Connection) -> None:
+        def refused(conn: Connection) -> None:
             write_records(conn, "a", [CODEC.encode(user("a", "never said"))])
             raise RuntimeError("refused after writing")
 
@@ -385,7 +385,7 @@ async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_se
         conn.close()
 
 
-def _index_size(conn: sqlite3.Connection) -> tuple[int, ...]:
+def _index_size(conn: Connection) -> tuple[int, ...]:
     """The rows of the index's every table (its messages, marks, and FTS5 segments)."""
     return tuple(
         conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
