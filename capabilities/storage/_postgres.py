@@ -1,0 +1,694 @@
+"""A PostgreSQL database behind the storage port (``_port``): many processes, on many machines.
+
+Module notes
+------------
+* **Threads, not an async driver.** psycopg 3's blocking connections, from a
+  ``psycopg_pool.ConnectionPool``, are driven from Trio worker threads
+  (``trio.to_thread.run_sync``): one thread holds one connection for the whole of one work
+  function — its transaction, its retries — and gives it back. A work function is plain
+  synchronous code of the port (the same as on SQLite), so it must run somewhere that may block;
+  psycopg's async API speaks asyncio, not Trio; and a thread per transaction keeps a connection
+  in exactly one transaction at a time with nothing to interleave. Threads are bounded by the
+  pool's size (a ``trio.CapacityLimiter``), so a burst of writes queues in Trio, cancellable,
+  rather than in threads.
+* **Every connection** is in ``autocommit=False`` mode with the schema alone on its
+  ``search_path`` and ``application_name`` ``effectagent``. Statements use ``?`` placeholders,
+  turned into psycopg's ``%s`` (once per statement text); a statement whose text holds ``%`` is
+  refused with ``ValueError`` — values are always parameters.
+* **Writes** run each in a transaction of its own at ``SERIALIZABLE`` isolation: whatever runs
+  at once, the outcome is that of some serial order, which is what the code above the port
+  assumes (on SQLite every write transaction is serial). When the server reports a serialization
+  failure (SQLSTATE 40001) or a deadlock (40P01) — at any statement or at ``COMMIT`` — the
+  transaction was rolled back, and the work runs again from the start after a short wait; a
+  connection that dropped before ``COMMIT`` was sent is thrown away and the work runs again on
+  another. Waits grow with jitter (``BusyPolicy``) and add up to ``retry.bound`` seconds at
+  most (10 by default), then :class:`DatabaseBusy`. A connection that fails *during* ``COMMIT``
+  leaves the outcome unknown: :class:`WriteFailed` says so, and it is never retried. Other
+  driver errors are :class:`WriteFailed` with the server's message (never the values: only its
+  primary line, not its detail). ``weight`` and ``single_statement`` are hints for SQLite's group
+  commit: accepted and ignored here (each write is its own transaction).
+* **Reads** run in a ``REPEATABLE READ READ ONLY`` transaction: one snapshot for the whole work
+  function. A read whose connection dropped runs once more on another.
+* **Layout.** See ``_postgres_layout``: the tables live in a schema of their own (``effectagent``
+  by default; two schemas are two independent stores), recognised by their
+  ``effectagent_layout`` table, created and upgraded by whoever opens first.
+* **Alone or not.** As the SQLite lock file does (``_database``), a session-level advisory lock
+  keyed by the schema says who is there: an opener that can take it exclusively is alone — every
+  pending state, queued steering input and plain run's lane was left by processes that ended —
+  and cleans up (``_recovery``) before it shares the lock like every other opener. The lock is
+  held on a connection of its own for the database's lifetime: the server drops it when the
+  connection closes or the process dies. (A connection cut for longer than the server notices
+  loses it too: an opener that comes then counts as alone.)
+* **Passwords** never reach an error or a log: the database is named by its URL without one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Final, Literal, TypeVar, final
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import attrs
+import psycopg
+import psycopg_pool
+import trio
+from psycopg import IsolationLevel, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.rows import TupleRow
+
+from .._logging import log_debug
+from ._busy import BusyPolicy
+from ._errors import (
+    CannotOpenDatabase,
+    DatabaseBusy,
+    DatabaseInUse,
+    ReadFailed,
+    StorageClosed,
+    WriteFailed,
+)
+from ._holds import RunHolds
+from ._lanes import DEFAULT_LEASE, Lanes
+from ._port import Connection, Dialect
+from ._postgres_layout import prepare
+from ._recovery import recover
+
+__all__ = [
+    "PostgresDatabase",
+    "SchemaInUse",
+    "failure_kind",
+    "open_postgres",
+    "redact_url",
+]
+
+R = TypeVar("R")
+
+_Conn = psycopg.Connection[TupleRow]
+
+#: A schema name this store accepts: a plain lower-case identifier (the same quoted or not).
+_SCHEMA: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+#: The ``application_name`` of every connection.
+APPLICATION_NAME: Final = "effectagent"
+
+#: SQLSTATEs of a transaction the server rolled back because of another one: run it again.
+_CONFLICTS: Final = frozenset({"40001", "40P01"})
+
+#: What to do about a driver error (:func:`failure_kind`).
+Failure = Literal["conflict", "reconnect", "unknown", "failed"]
+
+
+def failure_kind(sqlstate: str | None, broken: bool, *, committing: bool) -> Failure:
+    """What a driver error of a write means, from its SQLSTATE (None: the server sent none),
+    whether the connection is broken, and whether ``COMMIT`` had been sent. Pure.
+
+    * ``conflict`` — a serialization failure or deadlock: the server rolled back; run it again;
+    * ``reconnect`` — the connection dropped before ``COMMIT``: nothing committed; run it again
+      on another connection;
+    * ``unknown`` — the connection failed during ``COMMIT``: it may or may not have committed;
+    * ``failed`` — the server refused it: nothing committed; not worth running again.
+    """
+    if sqlstate in _CONFLICTS:
+        return "conflict"
+    if committing and (broken or sqlstate is None):
+        return "unknown"
+    if broken:
+        return "reconnect"
+    return "failed"
+
+
+@attrs.frozen
+class SchemaInUse(DatabaseInUse):
+    """Another process kept the schema's lock for itself (it is cleaning up after processes that
+    ended) longer than opening waits for it."""
+
+    waited: float = 0.0
+
+    def __str__(self) -> str:
+        return (
+            f"the database {self.path} was held by another process cleaning up after processes "
+            f"that ended for {self.waited:.1f} s, as long as opening waits: try again"
+        )
+
+
+# ---- names and secrets ---------------------------------------------------------------------------
+
+
+def _passwords(url: str) -> list[str]:
+    """Every password ``url`` carries (in its user part, or as a parameter)."""
+    found: list[str] = []
+    if "://" in url:
+        userinfo = urlsplit(url).netloc.rpartition("@")[0]
+        if ":" in userinfo:
+            found.append(userinfo.split(":", 1)[1])
+            found.append(unquote(found[-1]))
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        params = {}
+    found += [str(v) for k, v in params.items() if "password" in k and v]
+    return sorted({p for p in found if p}, key=len, reverse=True)
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password: ``postgresql://user@host/db?…`` (or the ``key=value`` form
+    without ``password=``). Pure."""
+    if "://" in url:
+        parts = urlsplit(url)
+        userinfo, at, hosts = parts.netloc.rpartition("@")
+        netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if at else hosts
+        query = "&".join(
+            p for p in parts.query.split("&") if p and "password" not in p.split("=")[0].lower()
+        )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "a PostgreSQL database (its connection string cannot be read)"
+    return make_conninfo("", **{k: v for k, v in params.items() if "password" not in k})
+
+
+@attrs.frozen
+class _Names:
+    """How to name the database in errors, and what must never appear in them."""
+
+    where: str
+    secrets: tuple[str, ...]
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def reason(self, exc: BaseException) -> str:
+        """A driver error as a sentence: the server's primary message and SQLSTATE (its detail,
+        which may quote values, is left out)."""
+        if isinstance(exc, psycopg.Error):
+            lines = str(exc).strip().splitlines()
+            text = exc.diag.message_primary or (lines[0] if lines else "") or type(exc).__name__
+            if exc.sqlstate:
+                text = f"{text} (SQLSTATE {exc.sqlstate})"
+        else:
+            text = type(exc).__name__
+        return self.scrub(text)
+
+
+def _check_schema(schema: str) -> None:
+    if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
+        raise ValueError(
+            "the schema must be a plain lower-case name of at most 63 letters, digits and "
+            f"underscores, not starting with a digit or 'pg_': {schema!r} is not"
+        )
+
+
+def _lock_key(schema: str) -> int:
+    """The advisory lock key of ``schema``'s openers (a signed 64-bit number)."""
+    digest = hashlib.blake2b(f"effectagent openers {schema}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+# ---- statements ----------------------------------------------------------------------------------
+
+_translated: dict[str, bytes] = {}
+
+
+def _statement(text: str) -> bytes:
+    """``text`` with psycopg's placeholders (cached per text)."""
+    found = _translated.get(text)
+    if found is None:
+        if "%" in text:
+            raise ValueError(
+                "a statement's text contains '%': values are passed as parameters, never written "
+                "into the statement"
+            )
+        found = text.replace("?", "%s").encode()
+        if len(_translated) < 4096:
+            _translated[text] = found
+    return found
+
+
+@final
+class _Connection:
+    """What a work function gets: ``execute`` / ``executemany`` with ``?`` placeholders,
+    returning psycopg's cursor (``_port.Connection``)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: _Conn) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[TupleRow]:
+        return self._conn.execute(_statement(sql), parameters)
+
+    def executemany(
+        self, sql: str, parameters: Iterable[Sequence[Any]], /
+    ) -> psycopg.Cursor[TupleRow]:
+        cursor = self._conn.cursor()
+        cursor.executemany(_statement(sql), parameters)
+        return cursor
+
+
+def _driver_cause(exc: BaseException) -> psycopg.Error | None:
+    """The driver error ``exc`` is, or was raised from (a work function may wrap one)."""
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 8:
+        if isinstance(current, psycopg.Error):
+            return current
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return None
+
+
+class _Again(Exception):
+    """An attempt the server rolled back, or whose connection dropped: run the work again."""
+
+    def __init__(self, kind: Failure, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+def _rollback(conn: _Conn) -> None:
+    try:
+        if not conn.closed:
+            conn.rollback()
+    except psycopg.Error:
+        conn.close()  # the pool replaces it
+
+
+# ---- the database --------------------------------------------------------------------------------
+
+
+@final
+class PostgresDatabase:
+    """An open PostgreSQL store (see the module notes): :meth:`write` and :meth:`read` run work
+    functions on pooled connections in worker threads.
+
+    Made by :func:`open_postgres`. Satisfies ``_port.Database`` with :attr:`dialect`
+    ``"postgresql"``."""
+
+    __slots__ = (
+        "_closed",
+        "_closing",
+        "_done",
+        "_in_flight",
+        "_limiter",
+        "_lock_conn",
+        "_names",
+        "_pool",
+        "alone",
+        "holder_id",
+        "holds",
+        "recovered",
+        "retry",
+        "schema",
+    )
+
+    def __init__(
+        self,
+        pool: psycopg_pool.ConnectionPool[_Conn],
+        lock_conn: _Conn | None,
+        *,
+        schema: str,
+        names: _Names,
+        pool_size: int,
+        retry: BusyPolicy,
+        lease: float = DEFAULT_LEASE,
+    ) -> None:
+        self._pool = pool
+        self._lock_conn = lock_conn
+        self._names = names
+        self.schema = schema
+        #: How long a write runs again after conflicts or dropped connections, in all.
+        self.retry = retry
+        #: Who this opening of the database is, in lanes it holds: ``pid-<pid>-<random>``.
+        self.holder_id = f"pid-{os.getpid()}-{secrets.token_hex(6)}"
+        #: Whether no other process had the schema open when this one opened it (it recovered).
+        self.alone = False
+        #: What the open-time recovery changed (see ``_recovery``): counts by kind.
+        self.recovered: Mapping[str, int] = {}
+        #: The lanes this database holds for its plain runs (see ``_holds``).
+        self.holds = RunHolds(self, lease=lease)
+        self._limiter = trio.CapacityLimiter(max(1, pool_size))
+        self._in_flight = 0
+        self._done: trio.Event | None = None
+        self._closing = False
+        self._closed = False
+
+    @property
+    def dialect(self) -> Dialect:
+        """``"postgresql"``."""
+        return "postgresql"
+
+    @property
+    def in_memory(self) -> bool:
+        """False: everything is in the server."""
+        return False
+
+    @property
+    def where(self) -> str:
+        """The database and schema, as errors name them (no password)."""
+        return self._names.where
+
+    @property
+    def lanes(self) -> Lanes:
+        """Claim, renew and release lanes as this database's holder (see ``_lanes``), with the
+        lease its plain runs use."""
+        return Lanes(self, lease=self.holds.lease)
+
+    # ---- writes -----------------------------------------------------------------------------
+
+    async def write(
+        self,
+        work: Callable[[Connection], R],
+        *,
+        weight: int = 1,
+        single_statement: bool = False,
+    ) -> R:
+        """Run ``work`` in a ``SERIALIZABLE`` transaction of its own and return its result (see
+        the module notes: it may run more than once). Driver errors become :class:`WriteFailed`
+        (:class:`DatabaseBusy` when conflicts outlast ``retry.bound``); what ``work`` raises
+        otherwise propagates, nothing of it written. ``weight`` and ``single_statement`` are
+        accepted and ignored.
+
+        Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed — before its
+        thread starts, or between two attempts; an attempt that runs is waited for, and its
+        result returned once committed.
+        """
+        return await self._in_thread(self._write_sync, work)
+
+    def _write_sync(self, work: Callable[[Connection], R]) -> R:
+        return _write(self._pool, work, self.retry, self._names, cancellable=True)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    async def read(self, work: Callable[[Connection], R]) -> R:
+        """Run ``work`` on one snapshot (``REPEATABLE READ READ ONLY``) and return its result;
+        driver errors become :class:`ReadFailed`; what ``work`` raises otherwise propagates. A
+        read whose connection dropped runs once more on another.
+
+        Cancellation: a checkpoint before the read starts; a read that started is waited for.
+        """
+        return await self._in_thread(self._read_sync, work)
+
+    def _read_sync(self, work: Callable[[Connection], R]) -> R:
+        for attempt in (1, 2):
+            conn = _get(self._pool, self.retry.bound, self._names, ReadFailed)
+            try:
+                conn.isolation_level = IsolationLevel.REPEATABLE_READ
+                conn.read_only = True
+                try:
+                    result = work(_Connection(conn))
+                except BaseException as exc:
+                    _rollback(conn)
+                    cause = _driver_cause(exc)
+                    if cause is not None and conn.broken and attempt == 1:
+                        continue
+                    if isinstance(exc, psycopg.Error):
+                        raise ReadFailed(self._names.reason(exc)) from None
+                    raise
+                _rollback(conn)  # a read-only snapshot: nothing to commit
+                return result
+            finally:
+                self._pool.putconn(conn)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _in_thread(
+        self, run: Callable[[Callable[[Connection], R]], R], work: Callable[[Connection], R]
+    ) -> R:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._closed:
+            raise StorageClosed()
+        self._in_flight += 1
+        try:
+            return await trio.to_thread.run_sync(run, work, limiter=self._limiter)
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._done is not None:
+                self._done.set()
+
+    # ---- closing ----------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Let the lanes still held go, wait for the work in flight, close every connection
+        (which lets the schema's lock go). Idempotent.
+
+        Cancellation: shielded (work in flight belongs to tasks that wait for it)."""
+        if self._closing:
+            return
+        self._closing = True
+        with trio.CancelScope(shield=True):
+            await self.holds.aclose()  # writes the releases: before new work is refused
+            self._closed = True
+            lock_conn, self._lock_conn = self._lock_conn, None
+            while self._in_flight:
+                self._done = trio.Event()
+                await self._done.wait()
+            await trio.to_thread.run_sync(self._close_sync, lock_conn)
+
+    def _close_sync(self, lock_conn: _Conn | None) -> None:
+        self._pool.close()
+        if lock_conn is not None:
+            lock_conn.close()
+
+
+# ---- in the worker thread ------------------------------------------------------------------------
+
+
+def _get(
+    pool: psycopg_pool.ConnectionPool[_Conn],
+    timeout: float,
+    names: _Names,
+    error: type[WriteFailed] | type[ReadFailed],
+) -> _Conn:
+    try:
+        return pool.getconn(timeout=timeout)
+    except psycopg_pool.PoolClosed:
+        raise StorageClosed() from None
+    except psycopg_pool.PoolTimeout:
+        raise error(f"no connection to the server could be had within {timeout:.0f} s") from None
+
+
+def _attempt(
+    pool: psycopg_pool.ConnectionPool[_Conn],
+    work: Callable[[Connection], R],
+    names: _Names,
+    timeout: float,
+) -> R:
+    """One attempt of a write; raises :class:`_Again` when it may run again."""
+    conn = _get(pool, timeout, names, WriteFailed)
+    try:
+        conn.isolation_level = IsolationLevel.SERIALIZABLE
+        conn.read_only = False
+        try:
+            result = work(_Connection(conn))
+        except BaseException as exc:
+            _rollback(conn)
+            cause = _driver_cause(exc)
+            if cause is not None:
+                kind = failure_kind(cause.sqlstate, conn.broken, committing=False)
+                if kind in ("conflict", "reconnect"):
+                    raise _Again(kind, names.reason(cause)) from None
+            if isinstance(exc, psycopg.Error):
+                raise WriteFailed(names.reason(exc)) from None
+            raise
+        try:
+            conn.commit()
+        except psycopg.Error as exc:
+            kind = failure_kind(exc.sqlstate, conn.broken, committing=True)
+            _rollback(conn)
+            if kind == "conflict":
+                raise _Again(kind, names.reason(exc)) from None
+            if kind == "unknown":
+                raise WriteFailed(
+                    f"the connection failed while the transaction was committing "
+                    f"({names.reason(exc)}): whether it was written is unknown"
+                ) from None
+            raise WriteFailed(names.reason(exc)) from None
+        return result
+    finally:
+        pool.putconn(conn)
+
+
+def _write(
+    pool: psycopg_pool.ConnectionPool[_Conn],
+    work: Callable[[Connection], R],
+    policy: BusyPolicy,
+    names: _Names,
+    *,
+    cancellable: bool,
+    sleep: Callable[[float], object] = time.sleep,
+) -> R:
+    """Run ``work`` in a ``SERIALIZABLE`` transaction, again while the server rolls it back for
+    a conflict or its connection drops, within ``policy`` (see the module notes)."""
+    delays = policy.delays(random.Random())
+    waited = 0.0
+    while True:
+        if cancellable:
+            trio.from_thread.check_cancelled()  # between attempts nothing is committed
+        try:
+            return _attempt(pool, work, names, max(policy.bound - waited, 0.5))
+        except _Again as again:
+            wait = next(delays, None)
+            if wait is None:
+                if again.kind == "conflict":
+                    raise DatabaseBusy(round(waited, 3)) from None
+                raise WriteFailed(
+                    f"the connection to the server kept dropping for {waited:.1f} s "
+                    f"({again.reason})"
+                ) from None
+            log_debug("write runs again", why=again.kind)
+        sleep(wait)
+        waited += wait
+
+
+# ---- opening -------------------------------------------------------------------------------------
+
+
+def _configure(schema: str) -> Callable[[_Conn], None]:
+    def configure(conn: _Conn) -> None:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        conn.commit()
+
+    return configure
+
+
+def _share(lock: _Conn, key: int, names: _Names, policy: BusyPolicy) -> None:
+    """Hold ``key`` shared, waiting (bounded) while another opener holds it exclusively."""
+    delays = policy.delays(random.Random())
+    waited = 0.0
+    while True:
+        got = lock.execute("SELECT pg_try_advisory_lock_shared(%s)", (key,)).fetchone()
+        if got is not None and got[0]:
+            return
+        wait = next(delays, None)
+        if wait is None:
+            raise SchemaInUse(names.where, round(waited, 1))
+        time.sleep(wait)
+        waited += wait
+
+
+@attrs.frozen
+class _Opened:
+    pool: psycopg_pool.ConnectionPool[_Conn]
+    lock: _Conn
+    alone: bool
+    recovered: Mapping[str, int]
+
+
+def _open_sync(
+    url: str,
+    schema: str,
+    names: _Names,
+    pool_size: int,
+    policy: BusyPolicy,
+    extra: Sequence[str],
+) -> _Opened:
+    try:
+        lock = psycopg.connect(url, autocommit=True, application_name=APPLICATION_NAME)
+    except psycopg.Error as exc:
+        raise CannotOpenDatabase(names.where, names.reason(exc)) from None
+    pool: psycopg_pool.ConnectionPool[_Conn] | None = None
+    try:
+        changed = prepare(lock, schema, names.where, extra=extra)
+        if changed:
+            log_debug("laid out the schema", schema=schema)
+        pool = psycopg_pool.ConnectionPool(
+            url,
+            kwargs={"autocommit": False, "application_name": APPLICATION_NAME},
+            min_size=1,
+            max_size=max(1, pool_size),
+            configure=_configure(schema),
+            open=False,
+            name=f"effectagent-{schema}",
+            timeout=policy.bound,
+            num_workers=2,
+        )
+        pool.open(wait=True, timeout=policy.bound)
+        key = _lock_key(schema)
+        got = lock.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        alone = got is not None and bool(got[0])
+        recovered: Mapping[str, int] = {}
+        if alone:
+            recovered = _write(pool, recover, policy, names, cancellable=False)
+            # Others may come in now: shared first, so the schema is never left unlocked.
+            lock.execute("SELECT pg_advisory_lock_shared(%s)", (key,))
+            lock.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        else:
+            _share(lock, key, names, policy)
+    except BaseException as exc:
+        if pool is not None:
+            pool.close()
+        lock.close()
+        if isinstance(exc, psycopg_pool.PoolTimeout):
+            raise CannotOpenDatabase(
+                names.where, f"no connection could be made within {policy.bound:.0f} s"
+            ) from None
+        if isinstance(exc, psycopg.Error):
+            raise CannotOpenDatabase(names.where, names.reason(exc)) from None
+        raise
+    return _Opened(pool, lock, alone, recovered)
+
+
+@asynccontextmanager
+async def open_postgres(
+    url: str,
+    *,
+    schema: str = "effectagent",
+    lease: float = DEFAULT_LEASE,
+    pool_size: int = 4,
+    retry: BusyPolicy | None = None,
+    extra_layout: Sequence[str] = (),
+) -> AsyncIterator[PostgresDatabase]:
+    """Open the effectagent store in ``schema`` of the PostgreSQL database at ``url`` (creating
+    and laying out the schema if needed) and close it when the block ends. Any number of
+    processes, on any number of machines, may have it open at once (see the module notes).
+
+    ``pool_size`` is how many connections (and threads) its work uses at most; ``retry`` how
+    long a write runs again after conflicts or dropped connections (default :class:`BusyPolicy`:
+    10 s in all) — and how long opening waits for another opener that is cleaning up; ``lease``
+    how long a plain run's hold of its conversation's lane lasts without renewal (``_holds``);
+    ``extra_layout`` statements laid out with the tables in an empty schema (the search tables).
+
+    Raises ``ValueError`` for a schema name that is not a plain identifier;
+    :class:`ForeignSchema` (another application's tables there), :class:`DatabaseTooNew`,
+    :class:`SchemaInUse` or :class:`CannotOpenDatabase`, naming the database without its
+    password, with nothing changed.
+
+    Cancellation: a checkpoint before opening; once the worker thread opens the database it is
+    not abandoned, and the database is closed again when the cancellation reaches the block.
+    Closing is shielded.
+    """
+    _check_schema(schema)
+    if not pool_size >= 1:
+        raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
+    policy = retry or BusyPolicy()
+    names = _Names(f"{redact_url(url)} (schema {schema})", tuple(_passwords(url)))
+    await trio.lowlevel.checkpoint_if_cancelled()
+    opened = await trio.to_thread.run_sync(
+        _open_sync, url, schema, names, pool_size, policy, tuple(extra_layout)
+    )
+    database = PostgresDatabase(
+        opened.pool,
+        opened.lock,
+        schema=schema,
+        names=names,
+        pool_size=pool_size,
+        retry=policy,
+        lease=lease,
+    )
+    database.alone = opened.alone
+    database.recovered = dict(opened.recovered)
+    if any(opened.recovered.values()):
+        log_debug("recovered after processes that ended", **opened.recovered)
+    try:
+        yield database
+    finally:
+        await database.aclose()

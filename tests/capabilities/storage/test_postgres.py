@@ -1,0 +1,542 @@
+"""The PostgreSQL database behind the storage port, on a real throwaway cluster (``tests.postgres``):
+the port's contract (results, all or nothing, driver errors, one snapshot per read), writes that
+run again after a real serialization conflict and after their connection was killed, the layout
+(empty, current, too new, another application's), who is alone, closing, cancellation, and that a
+password never reaches an error."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+from psycopg import sql
+
+from capabilities.storage._busy import BusyPolicy
+from capabilities.storage._database import MEMORY, open_database
+from capabilities.storage._errors import (
+    CannotOpenDatabase,
+    ConversationInUse,
+    DatabaseTooNew,
+    ForeignDatabase,
+    ReadFailed,
+    StorageClosed,
+    WriteFailed,
+)
+from capabilities.storage._port import Connection, Database
+from capabilities.storage._postgres import (
+    _lock_key,
+    failure_kind,
+    open_postgres,
+    redact_url,
+)
+from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
+from capabilities.storage._recovery import STATE_REASON
+from tests.postgres import fresh_schema, postgres_database, postgres_url
+
+CANARY = "canary-Pa55w0rd-7f3e"
+
+
+def _direct(schema: str | None = None) -> psycopg.Connection[Any]:
+    """A connection of the test's own, outside the store (autocommit)."""
+    conn = psycopg.connect(postgres_url(), autocommit=True)
+    if schema is not None:
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    return conn
+
+
+def _insert(conversation: str, seq: int, body: str = "{}") -> Any:
+    def work(conn: Connection) -> int:
+        return conn.execute(
+            "INSERT INTO records (conversation_id, seq, type, version, body) "
+            "VALUES (?, ?, 'T', 1, ?)",
+            (conversation, seq, body),
+        ).rowcount
+
+    return work
+
+
+def _count(conn: Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM records").fetchone()[0])
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = fresh_schema()
+    try:
+        yield name
+    finally:
+        with _direct() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+# ---- the port's contract --------------------------------------------------------------------------
+
+
+async def test_it_is_a_database_of_the_port() -> None:
+    async with postgres_database() as db:
+        port: Database = db
+        assert port.dialect == "postgresql"
+        assert not port.in_memory
+        assert port.holder_id.startswith("pid-")
+
+
+async def test_a_write_returns_its_result_and_a_read_sees_it() -> None:
+    async with postgres_database() as db:
+        assert await db.write(_insert("c", 1, '{"a": 1}')) == 1
+        rows = await db.read(lambda conn: conn.execute("SELECT seq, body FROM records").fetchall())
+        assert rows == [(1, '{"a": 1}')]
+
+
+async def test_executemany_writes_every_row() -> None:
+    async with postgres_database() as db:
+
+        def work(conn: Connection) -> int:
+            return conn.executemany(
+                "INSERT INTO records VALUES (?, ?, 'T', 1, '{}')", [("c", n) for n in range(5)]
+            ).rowcount
+
+        assert await db.write(work) == 5
+        assert await db.read(_count) == 5
+
+
+async def test_work_that_raises_writes_nothing_and_its_error_propagates() -> None:
+    class Refused(Exception):
+        pass
+
+    async with postgres_database() as db:
+
+        def work(conn: Connection) -> None:
+            _insert("c", 1)(conn)
+            raise Refused
+
+        with pytest.raises(Refused):
+            await db.write(work)
+        assert await db.read(_count) == 0
+
+
+async def test_a_driver_error_is_write_failed_without_the_values() -> None:
+    async with postgres_database() as db:
+        await db.write(_insert(CANARY, 1))
+        with pytest.raises(WriteFailed) as caught:
+            await db.write(_insert(CANARY, 1))  # the same key again
+        assert "duplicate key" in str(caught.value)
+        assert "23505" in str(caught.value)
+        assert CANARY not in str(caught.value)  # the server's detail quotes the key: left out
+        assert await db.read(_count) == 1
+
+
+async def test_a_driver_error_in_a_read_is_read_failed() -> None:
+    async with postgres_database() as db:
+        with pytest.raises(ReadFailed, match="no_such_table"):
+            await db.read(lambda conn: conn.execute("SELECT * FROM no_such_table").fetchall())
+        assert await db.read(_count) == 0  # the connection went back to the pool usable
+
+
+async def test_a_statement_with_a_percent_sign_is_refused() -> None:
+    async with postgres_database() as db:
+        with pytest.raises(ValueError, match="parameters"):
+            await db.read(lambda conn: conn.execute("SELECT 1 WHERE 'a' LIKE 'a%'").fetchall())
+
+
+async def test_a_read_is_one_snapshot() -> None:
+    async with postgres_database() as db:
+        await db.write(_insert("c", 1))
+
+        def work(conn: Connection) -> tuple[int, int]:
+            before = _count(conn)
+            with _direct(db.schema) as other:  # commits while the read goes on
+                other.execute("INSERT INTO records VALUES ('c', 2, 'T', 1, '{}')")
+            return before, _count(conn)
+
+        assert await db.read(work) == (1, 1)
+        assert await db.read(_count) == 2
+
+
+async def test_a_read_refuses_to_write() -> None:
+    async with postgres_database() as db:
+        with pytest.raises(ReadFailed, match="read-only"):
+            await db.read(_insert("c", 1))
+
+
+# ---- running again ---------------------------------------------------------------------------------
+
+
+async def test_two_writers_in_conflict_both_commit_with_no_lost_update() -> None:
+    """Two writes read a counter, both wait until both have read it, then both write it plus
+    one: SERIALIZABLE rolls one back (40001); it runs again, reads the other's value, and the
+    counter ends at 2 — with three attempts in all."""
+    async with postgres_database(pool_size=2) as db:
+        await db.write(
+            lambda conn: conn.execute(
+                "INSERT INTO agent_state VALUES ('s', 'k', 0, 'committed', 1, NULL, '', 'r', 0)"
+            )
+        )
+        both_read = threading.Barrier(2, timeout=30)
+        attempts: list[int] = []
+
+        def increment(conn: Connection) -> int:
+            value = int(
+                conn.execute("SELECT revision FROM agent_state WHERE slot = 's'").fetchone()[0]
+            )
+            attempts.append(value)
+            if len(attempts) <= 2:
+                both_read.wait()  # the first attempts of both have read the same value
+            conn.execute("UPDATE agent_state SET revision = ? WHERE slot = 's'", (value + 1,))
+            return value + 1
+
+        results: list[int] = []
+
+        async def one() -> None:
+            results.append(await db.write(increment))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            nursery.start_soon(one)
+        final = await db.read(
+            lambda conn: conn.execute("SELECT revision FROM agent_state").fetchone()[0]
+        )
+        assert final == 2
+        assert sorted(results) == [1, 2]
+        assert len(attempts) == 3
+        assert attempts[:2] == [0, 0]
+        assert attempts[2] == 1
+
+
+async def test_a_write_whose_connection_is_killed_runs_again_and_commits_once() -> None:
+    async with postgres_database() as db:
+        backends: list[int] = []
+
+        def work(conn: Connection) -> int:
+            pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            backends.append(pid)
+            if len(backends) == 1:
+                with _direct() as killer:  # waits until the backend is gone
+                    killed = killer.execute("SELECT pg_terminate_backend(%s, 30000)", (pid,))
+                    assert killed.fetchone() == (True,)
+            return _insert("c", 1)(conn)
+
+        assert await db.write(work) == 1
+        assert len(backends) == 2
+        assert backends[0] != backends[1]
+        assert await db.read(_count) == 1
+
+
+async def test_a_read_whose_connection_is_killed_runs_once_more() -> None:
+    async with postgres_database() as db:
+        backends: list[int] = []
+
+        def work(conn: Connection) -> int:
+            pid = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            backends.append(pid)
+            if len(backends) == 1:
+                with _direct() as killer:
+                    killer.execute("SELECT pg_terminate_backend(%s, 30000)", (pid,))
+            return _count(conn)
+
+        assert await db.read(work) == 0
+        assert len(backends) == 2
+
+
+@given(
+    sqlstate=st.sampled_from([None, "40001", "40P01", "23505", "57P01", "08006", "XX000"]),
+    broken=st.booleans(),
+    committing=st.booleans(),
+)
+def test_what_a_driver_error_means(sqlstate: str | None, broken: bool, committing: bool) -> None:
+    kind = failure_kind(sqlstate, broken, committing=committing)
+    if sqlstate in ("40001", "40P01"):
+        assert kind == "conflict"  # rolled back by the server, even at COMMIT: run again
+    elif committing and (broken or sqlstate is None):
+        assert kind == "unknown"  # never run again: it may have committed
+    elif broken:
+        assert kind == "reconnect"
+    else:
+        assert kind == "failed"
+
+
+# ---- cancellation and closing ----------------------------------------------------------------------
+
+
+async def test_a_write_cancelled_before_it_starts_writes_nothing() -> None:
+    async with postgres_database() as db:
+        ran: list[int] = []
+
+        def work(conn: Connection) -> int:
+            ran.append(1)
+            return int(_insert("c", 1)(conn))
+
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await db.write(work)
+        assert scope.cancelled_caught
+        assert ran == []
+        assert await db.read(_count) == 0
+
+
+async def test_a_write_cancelled_while_it_runs_returns_its_result() -> None:
+    async with postgres_database() as db:
+        started = threading.Event()
+        go = threading.Event()
+        returned: list[int] = []
+
+        def work(conn: Connection) -> int:
+            started.set()
+            assert go.wait(30)
+            return int(_insert("c", 1)(conn))
+
+        async def write() -> None:
+            returned.append(await db.write(work))
+
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write)
+                await trio.to_thread.run_sync(started.wait)
+                scope.cancel()
+                go.set()
+        assert returned == [1]  # committed, so returned
+        assert await db.read(_count) == 1
+
+
+async def test_closing_is_idempotent_and_refuses_later_work() -> None:
+    async with postgres_database() as db:
+        await db.aclose()
+        await db.aclose()
+        with pytest.raises(StorageClosed):
+            await db.write(_insert("c", 1))
+        with pytest.raises(StorageClosed):
+            await db.read(_count)
+
+
+# ---- the layout ----------------------------------------------------------------------------------
+
+
+def _catalog(schema: str) -> list[tuple[Any, ...]]:
+    with _direct() as conn:
+        return conn.execute(
+            "SELECT c.relname, c.oid::bigint FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = %s ORDER BY 1",
+            (schema,),
+        ).fetchall()
+
+
+def _columns_pg(schema: str) -> dict[str, list[str]]:
+    with _direct() as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name FROM information_schema.columns "
+            "WHERE table_schema = %s ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+    found: dict[str, list[str]] = {}
+    for table, column in rows:
+        found.setdefault(table, []).append(column)
+    return found
+
+
+async def _columns_sqlite() -> tuple[dict[str, list[str]], set[str]]:
+    async with open_database(MEMORY) as db:
+
+        def work(conn: Connection) -> tuple[dict[str, list[str]], set[str]]:
+            names = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE "
+                    "'said%' AND name NOT LIKE 'sqlite%'"
+                )
+            ]
+            indexes = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'index' AND sql NOT NULL"
+                )
+            }
+            return {
+                n: [r[1] for r in conn.execute(f"PRAGMA table_info({n})")] for n in names
+            }, indexes
+
+        return await db.read(work)
+
+
+async def test_an_empty_schema_gets_every_table_of_the_sqlite_layout(schema: str) -> None:
+    async with open_postgres(postgres_url(), schema=schema):
+        pass
+    tables, indexes = await _columns_sqlite()
+    found = _columns_pg(schema)
+    assert found.pop("effectagent_layout") == ["application", "version"]
+    assert found == tables  # the same tables, columns, and column order
+    relations = {name for name, _ in _catalog(schema)}
+    assert indexes <= relations  # the same (partial) indexes, by name
+    with _direct(schema) as conn:
+        assert conn.execute("SELECT * FROM effectagent_layout").fetchall() == [
+            (APPLICATION, LAYOUT_VERSION)
+        ]
+
+
+async def test_reopening_a_current_schema_changes_nothing(schema: str) -> None:
+    async with open_postgres(postgres_url(), schema=schema) as db:
+        await db.write(_insert("c", 1))
+    before = _catalog(schema)
+    async with open_postgres(postgres_url(), schema=schema) as db:
+        assert await db.read(_count) == 1
+    assert _catalog(schema) == before
+
+
+async def test_a_schema_of_a_newer_layout_is_refused_untouched(schema: str) -> None:
+    async with open_postgres(postgres_url(), schema=schema):
+        pass
+    with _direct(schema) as conn:
+        conn.execute("UPDATE effectagent_layout SET version = %s", (LAYOUT_VERSION + 1,))
+    before = _catalog(schema)
+    with pytest.raises(DatabaseTooNew) as caught:
+        async with open_postgres(postgres_url(), schema=schema):
+            pass
+    assert caught.value.found == LAYOUT_VERSION + 1
+    assert f"schema {schema}" in str(caught.value)
+    assert _catalog(schema) == before
+
+
+async def test_a_schema_of_another_application_is_refused_untouched(schema: str) -> None:
+    with _direct() as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("CREATE TABLE {}.orders (id int)").format(sql.Identifier(schema)))
+    before = _catalog(schema)
+    with pytest.raises(ForeignSchema) as caught:
+        async with open_postgres(postgres_url(), schema=schema):
+            pass
+    assert isinstance(caught.value, ForeignDatabase)
+    assert "another application's tables" in str(caught.value)
+    assert _catalog(schema) == before
+
+
+async def test_two_schemas_are_two_stores() -> None:
+    async with postgres_database() as one, postgres_database() as two:
+        await one.write(_insert("c", 1))
+        assert await two.read(_count) == 0
+        assert one.alone
+        assert two.alone
+        assert _lock_key(one.schema) != _lock_key(two.schema)
+
+
+@pytest.mark.parametrize("name", ["", "Effect", "1abc", "a-b", "a b", "pg_x", "x" * 64, 'a"b'])
+async def test_a_schema_name_that_is_not_plain_is_refused(name: str) -> None:
+    with pytest.raises(ValueError, match="plain lower-case name"):
+        async with open_postgres(postgres_url(), schema=name):
+            pass
+
+
+# ---- alone or not ----------------------------------------------------------------------------------
+
+
+async def test_the_first_opener_is_alone_and_the_next_is_not_until_both_closed(schema: str) -> None:
+    url = postgres_url()
+    async with (
+        open_postgres(url, schema=schema) as first,
+        open_postgres(url, schema=schema) as second,
+    ):
+        assert first.alone
+        assert not second.alone
+    async with open_postgres(url, schema=schema) as third:
+        assert third.alone
+
+
+async def test_an_opener_alone_recovers_what_ended_processes_left(schema: str) -> None:
+    url = postgres_url()
+    async with open_postgres(url, schema=schema):
+        pass
+    with _direct(schema) as conn:
+        conn.execute("INSERT INTO agent_state VALUES ('s', 'k', 1, 'pending', 1, NULL, '', 'r', 0)")
+        conn.execute(
+            "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
+            "author, at, status, reason, epoch) VALUES ('i', 'c', 1, 'steering', 'hi', 'a', 0, "
+            "'queued', '', 1)"
+        )
+        conn.execute("INSERT INTO lanes VALUES ('c', NULL, 'run', 1, 'pid-1-gone', 1e12)")
+    async with open_postgres(url, schema=schema) as db:
+        assert db.alone
+        assert db.recovered == {"state": 1, "steering": 1, "lanes": 1}
+        state = await db.read(
+            lambda conn: conn.execute("SELECT status, reason FROM agent_state").fetchone()
+        )
+        assert state == ("uncertain", STATE_REASON)
+        lane = await db.lanes.current("c")
+        assert lane is not None
+        assert lane.worker_id is None
+        assert lane.epoch == 1
+
+
+async def test_lanes_and_holds_work_on_postgres() -> None:
+    async with postgres_database() as db, postgres_database(schema=db.schema) as other:
+        lane = await db.lanes.claim("c")
+        with pytest.raises(ConversationInUse):
+            await other.lanes.claim("c")
+        renewed = await db.lanes.renew(lane)
+        assert renewed.lease_until >= lane.lease_until
+        await db.holds.claim("d", "run-1")
+        assert "d" in db.holds.held
+        assert await db.lanes.release(lane)
+        taken = await other.lanes.claim("c")
+        assert taken.epoch == lane.epoch + 1
+    # closing released the plain run's hold
+    async with postgres_database() as fresh:
+        assert fresh.alone
+
+
+# ---- passwords -------------------------------------------------------------------------------------
+
+
+def test_a_url_is_named_without_its_password() -> None:
+    url = f"postgresql://ann:{CANARY}@db.example:5432/app?sslmode=require&password={CANARY}"
+    assert redact_url(url) == "postgresql://ann@db.example:5432/app?sslmode=require"
+    assert CANARY not in redact_url(f"host=db.example password={CANARY} dbname=app")
+
+
+async def test_a_password_never_reaches_an_error() -> None:
+    base = postgres_url()  # trust authentication: any password is accepted
+    host = base.split("?", 1)[1]
+    missing = f"postgresql://postgres:{CANARY}@/no_such_database?{host}"
+    with pytest.raises(CannotOpenDatabase) as cannot:
+        async with open_postgres(missing):
+            pass
+    assert "no_such_database" in str(cannot.value)
+    assert CANARY not in str(cannot.value)
+    assert CANARY not in repr(cannot.value)
+
+    schema = fresh_schema()
+    try:
+        with _direct() as conn:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("CREATE TABLE {}.t (id int)").format(sql.Identifier(schema)))
+        url = f"postgresql://postgres:{CANARY}@/postgres?{host}"
+        with pytest.raises(ForeignSchema) as foreign:
+            async with open_postgres(url, schema=schema):
+                pass
+        assert "postgresql://postgres@/postgres" in str(foreign.value)
+        assert CANARY not in str(foreign.value)
+        assert CANARY not in repr(foreign.value)
+    finally:
+        with _direct() as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+# ---- busy ------------------------------------------------------------------------------------------
+
+
+async def test_conflicts_that_outlast_the_bound_fail_busy_with_nothing_written() -> None:
+    """A write that meets a serialization failure on every attempt ends with DatabaseBusy once
+    the bound is spent, nothing written."""
+    policy = BusyPolicy(bound=0.05, first=0.001, cap=0.01)
+    async with postgres_database(retry=policy) as db:
+
+        def work(conn: Connection) -> None:
+            _insert("c", 1)(conn)
+            raise psycopg.errors.SerializationFailure("made up for the test")
+
+        with pytest.raises(WriteFailed) as caught:
+            await db.write(work)
+        assert type(caught.value).__name__ == "DatabaseBusy"
+        assert await db.read(_count) == 0
