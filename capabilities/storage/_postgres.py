@@ -82,6 +82,7 @@ from ._recovery import recover
 __all__ = [
     "PostgresDatabase",
     "SchemaInUse",
+    "check_schema",
     "failure_kind",
     "open_postgres",
     "redact_url",
@@ -199,7 +200,9 @@ class _Names:
         return self.scrub(text)
 
 
-def _check_schema(schema: str) -> None:
+def check_schema(schema: str) -> None:
+    """Refuse (``ValueError``, a sentence) a schema name that is not a plain lower-case
+    identifier (the same quoted or not) or that PostgreSQL reserves (``pg_…``)."""
     if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
         raise ValueError(
             "the schema must be a plain lower-case name of at most 63 letters, digits and "
@@ -666,7 +669,7 @@ async def open_postgres(
     not abandoned, and the database is closed again when the cancellation reaches the block.
     Closing is shielded.
     """
-    _check_schema(schema)
+    check_schema(schema)
     if not pool_size >= 1:
         raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
     policy = retry or BusyPolicy()

@@ -219,7 +219,7 @@ async def test_a_write_whose_connection_is_killed_runs_again_and_commits_once() 
                 with _direct() as killer:  # waits until the backend is gone
                     killed = killer.execute("SELECT pg_terminate_backend(%s, 30000)", (pid,))
                     assert killed.fetchone() == (True,)
-            return _insert("c", 1)(conn)
+            return int(_insert("c", 1)(conn))
 
         assert await db.write(work) == 1
         assert len(backends) == 2
@@ -250,14 +250,40 @@ async def test_a_read_whose_connection_is_killed_runs_once_more() -> None:
 )
 def test_what_a_driver_error_means(sqlstate: str | None, broken: bool, committing: bool) -> None:
     kind = failure_kind(sqlstate, broken, committing=committing)
-    if sqlstate in ("40001", "40P01"):
-        assert kind == "conflict"  # rolled back by the server, even at COMMIT: run again
-    elif committing and (broken or sqlstate is None):
-        assert kind == "unknown"  # never run again: it may have committed
-    elif broken:
-        assert kind == "reconnect"
+    # the server rolled it back, even when it said so at COMMIT: run again
+    assert (kind == "conflict") == (sqlstate in ("40001", "40P01"))
+    # once COMMIT was sent, a dropped connection is never run again: it may have committed
+    if committing:
+        assert kind != "reconnect"
+        if broken and kind != "conflict":
+            assert kind == "unknown"
     else:
-        assert kind == "failed"
+        assert kind != "unknown"
+        assert (kind == "reconnect") == (broken and kind != "conflict")
+
+
+async def test_a_connection_lost_while_committing_is_not_run_again() -> None:
+    """A deferred trigger kills the write's own backend as its transaction commits: whether it
+    committed cannot be known, so the write fails saying so and its work ran once."""
+    async with postgres_database() as db:
+        with _direct(db.schema) as conn:
+            conn.execute(
+                "CREATE FUNCTION end_me() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$"
+            )
+            conn.execute(
+                "CREATE CONSTRAINT TRIGGER end_at_commit AFTER INSERT ON quarantine "
+                "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION end_me()"
+            )
+        runs: list[int] = []
+
+        def work(conn: Connection) -> None:
+            runs.append(1)
+            conn.execute("INSERT INTO quarantine VALUES ('c', 1, 'r', 0)")
+
+        with pytest.raises(WriteFailed, match="whether it was written is unknown"):
+            await db.write(work)
+        assert runs == [1]
 
 
 # ---- cancellation and closing ----------------------------------------------------------------------
@@ -301,6 +327,32 @@ async def test_a_write_cancelled_while_it_runs_returns_its_result() -> None:
                 go.set()
         assert returned == [1]  # committed, so returned
         assert await db.read(_count) == 1
+
+
+async def test_a_write_cancelled_between_attempts_is_not_run_again() -> None:
+    """The first attempt meets a conflict while its task is cancelled: nothing was committed, so
+    the write raises Cancelled rather than run again."""
+    async with postgres_database() as db:
+        started = threading.Event()
+        go = threading.Event()
+        runs: list[int] = []
+
+        def work(conn: Connection) -> None:
+            runs.append(1)
+            _insert("c", 1)(conn)
+            started.set()
+            assert go.wait(30)
+            raise psycopg.errors.SerializationFailure("a conflict, made up for the test")
+
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(db.write, work)
+                await trio.to_thread.run_sync(started.wait)
+                scope.cancel()
+                go.set()
+        assert scope.cancelled_caught
+        assert runs == [1]
+        assert await db.read(_count) == 0
 
 
 async def test_closing_is_idempotent_and_refuses_later_work() -> None:
