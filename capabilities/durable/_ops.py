@@ -12,7 +12,7 @@ import attrs
 
 from effectagent.core import ApprovalRequest, LogEntry, ToolCallSettled, UserInputRecorded
 
-from ..storage._port import Connection
+from ..storage._port import NO_LIMIT, Connection
 from ._classifier import LedgerFacts, LogFacts, RecoveryDecision, Terminal, classify, settled_status
 from ._facts import terminal_of
 from ._model import RetryBudget, Submission
@@ -161,9 +161,11 @@ def waiting(conn: Connection, submission: Submission) -> tuple[ApprovalRequest, 
     return tuple(request for request in found if request is not None)
 
 
-def overdue(conn: Connection, admitted_before: float, *, limit: int = -1) -> tuple[Submission, ...]:
+def overdue(
+    conn: Connection, admitted_before: float, *, limit: int = NO_LIMIT
+) -> tuple[Submission, ...]:
     """Submissions admitted before ``admitted_before`` and not settled, oldest first (at most
-    ``limit``; -1: all)."""
+    ``limit``)."""
     rows = conn.execute(
         f"SELECT {COLUMNS} FROM submissions WHERE admitted_at < ? "
         "AND status NOT IN ('completed', 'failed', 'aborted', 'joined') ORDER BY admitted_at "

@@ -234,6 +234,8 @@ def claim(
     attempt ID from ``attempt_ids`` and the next epoch (``_lanes.claim_lane``), and counts an
     attempt in the ledger. Conversations in quarantine, and those in ``exclude``, are
     skipped."""
+    # (``NOT IN ()`` is SQLite's; PostgreSQL refuses an empty list.)
+    excluded = f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) " if exclude else ""
     rows = conn.execute(
         f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq, parts FROM submissions s "
         "WHERE s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
@@ -242,8 +244,7 @@ def claim(
         "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
         "  AND l.worker_id IS NOT NULL AND l.lease_until > ?) "
         "AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.conversation_id = s.conversation_id) "
-        f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) "
-        "ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
+        f"{excluded}ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
         (now, now, *exclude, limit),
     ).fetchall()
     claimed: list[Claimed] = []

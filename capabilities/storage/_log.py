@@ -65,7 +65,7 @@ from ._errors import (
 from ._forget import Forgotten, forget_conversations
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
-from ._port import Connection, Database, driver_error
+from ._port import NO_LIMIT, Connection, Database, driver_error
 from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
 
 __all__ = ["SqliteConversationLog", "write_records"]
@@ -306,7 +306,7 @@ class SqliteConversationLog:
             raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        page = -1 if limit is None else limit  # SQLite: a negative LIMIT is no limit
+        page = NO_LIMIT if limit is None else limit
         decode = self._codec.decode
 
         def read(conn: Connection) -> list[LogEntry]:

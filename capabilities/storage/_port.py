@@ -42,12 +42,16 @@ __all__ = [
     "Cursor",
     "Database",
     "DatabaseService",
+    "NO_LIMIT",
     "Dialect",
     "dialect_of",
     "driver_error",
 ]
 
 R = TypeVar("R")
+
+#: A ``LIMIT`` both engines read as "every row" (SQLite's ``-1`` is an error in PostgreSQL).
+NO_LIMIT: Final = 2**63 - 1
 
 #: The SQL dialect of a database.
 Dialect = Literal["sqlite", "postgresql"]
