@@ -22,6 +22,7 @@ from capabilities.storage._database import MEMORY, open_database
 from capabilities.storage._errors import (
     CannotOpenDatabase,
     ConversationInUse,
+    DatabaseInUse,
     DatabaseTooNew,
     ForeignDatabase,
     ReadFailed,
@@ -30,6 +31,8 @@ from capabilities.storage._errors import (
 )
 from capabilities.storage._port import Connection, Database
 from capabilities.storage._postgres import (
+    PostgresDatabase,
+    SchemaInUse,
     _lock_key,
     failure_kind,
     open_postgres,
@@ -494,6 +497,43 @@ async def test_the_first_opener_is_alone_and_the_next_is_not_until_both_closed(s
         assert not second.alone
     async with open_postgres(url, schema=schema) as third:
         assert third.alone
+
+
+async def test_workers_starting_at_once_lay_the_schema_out_once(schema: str) -> None:
+    url = postgres_url()
+    opened: list[PostgresDatabase] = []
+    all_open = trio.Event()
+
+    async def worker() -> None:
+        async with open_postgres(url, schema=schema, pool_size=1) as db:
+            opened.append(db)
+            if len(opened) == 4:
+                all_open.set()
+            await all_open.wait()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(4):
+            nursery.start_soon(worker)
+    assert sum(db.alone for db in opened) == 1  # one cleaned up; the others shared
+    with _direct(schema) as conn:
+        assert conn.execute("SELECT count(*) FROM effectagent_layout").fetchone() == (1,)
+
+
+async def test_an_opener_waits_bounded_for_one_cleaning_up(schema: str) -> None:
+    """Another process holds the schema's lock for itself (as an opener does while it cleans
+    up): opening waits as long as the retry bound, then refuses with a sentence."""
+    url = postgres_url()
+    async with open_postgres(url, schema=schema):
+        pass
+    with _direct() as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (_lock_key(schema),))
+        with pytest.raises(SchemaInUse) as caught:
+            async with open_postgres(url, schema=schema, retry=BusyPolicy(bound=0.05)):
+                pass
+    assert "cleaning up after processes that ended" in str(caught.value)
+    assert isinstance(caught.value, DatabaseInUse)
+    async with open_postgres(url, schema=schema) as db:  # the holder is gone
+        assert db.alone
 
 
 async def test_an_opener_alone_recovers_what_ended_processes_left(schema: str) -> None:
