@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from capabilities.storage import SqliteDatabase
+from capabilities.storage import Database
 from capabilities.storage._database import open_database
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.engine import ConversationLog, InMemoryConversationLog
+from tests.postgres import postgres_database
 
-#: The stores every contract runs against: in memory, SQLite in memory, SQLite in a file.
-KINDS = ["memory", "sqlite-memory", "sqlite-file"]
+#: The stores every contract runs against: in memory, SQLite in memory, SQLite in a file, and
+#: PostgreSQL (a fresh schema of the throwaway cluster ``tests.postgres`` starts).
+KINDS = ["memory", "sqlite-memory", "sqlite-file", "postgresql"]
 
 #: The active hypothesis profile's number of examples (properties over real SQLite files take a
 #: fraction of it, so ``make test`` stays fast and ``make test-thorough`` still scales them up).
@@ -23,11 +25,16 @@ EXAMPLES: int = settings().max_examples
 
 
 @asynccontextmanager
-async def sqlite(kind: str, directory: Path) -> AsyncIterator[SqliteDatabase]:
-    """A database of ``kind`` ("sqlite-memory" or "sqlite-file", the file in ``directory``)."""
+async def database(kind: str, directory: Path) -> AsyncIterator[Database]:
+    """A database of ``kind``: "sqlite-memory", "sqlite-file" (the file in ``directory``) or
+    "postgresql"."""
+    if kind == "postgresql":
+        async with postgres_database() as opened:
+            yield opened
+        return
     path = ":memory:" if kind == "sqlite-memory" else directory / "store.db"
-    async with open_database(path) as database:
-        yield database
+    async with open_database(path) as opened_file:
+        yield opened_file
 
 
 @asynccontextmanager
@@ -36,8 +43,8 @@ async def open_log(kind: str, directory: Path) -> AsyncIterator[ConversationLog]
     if kind == "memory":
         yield InMemoryConversationLog()
         return
-    async with sqlite(kind, directory) as database:
-        yield SqliteConversationLog(database)
+    async with database(kind, directory) as opened:
+        yield SqliteConversationLog(opened)
 
 
 @pytest.fixture(params=KINDS)

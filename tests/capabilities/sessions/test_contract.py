@@ -29,7 +29,7 @@ from capabilities.sessions._memory import InMemorySessionStore
 from capabilities.sessions._model import CorruptSession, SessionInvalid, SessionMetadataTooLarge
 from capabilities.sessions._sqlite import SqliteSessionStore
 
-from ..conftest import sqlite
+from ..conftest import database as open_store
 
 
 @attrs.frozen
@@ -62,7 +62,7 @@ async def stores(kind: str, directory: Path) -> AsyncIterator[Stores]:
         base: InMemorySessionStore[Any] = InMemorySessionStore()
         yield base.with_schema
         return
-    async with sqlite(kind, directory) as database:
+    async with open_store(kind, directory) as database:
         yield lambda schema: SqliteSessionStore(database, schema)
 
 
@@ -227,7 +227,7 @@ async def test_an_update_cancelled_midway_is_all_or_nothing(kind: str, tmp_path:
 
 async def test_a_damaged_row_is_a_typed_error(tmp_path: Path) -> None:
     path = tmp_path / "s.db"
-    async with sqlite("sqlite-file", tmp_path) as database:
+    async with open_store("sqlite-file", tmp_path) as database:
         store = SqliteSessionStore(database, COUNTER)
         damaged = await store.create(SessionCreate("d", Counter(1)))
         healthy = await store.create(SessionCreate("h", Counter(2)))
@@ -235,7 +235,7 @@ async def test_a_damaged_row_is_a_typed_error(tmp_path: Path) -> None:
     conn.execute("UPDATE sessions SET conversations = 'nope' WHERE session_id = ?", (damaged.id,))
     conn.close()
     assert not path.exists()
-    async with sqlite("sqlite-file", tmp_path) as database:
+    async with open_store("sqlite-file", tmp_path) as database:
         store = SqliteSessionStore(database, COUNTER)
         with pytest.raises(CorruptSession) as raised:
             await store.get(damaged.id)

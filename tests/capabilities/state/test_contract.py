@@ -39,7 +39,7 @@ from effectagent.core import AgentStateWritten
 from effectagent.effect._layer import open_layer
 from effectagent.engine import ConversationLog, InMemoryConversationLog, RunInfo
 
-from ..conftest import sqlite
+from ..conftest import database as open_store
 
 
 @attrs.frozen
@@ -67,7 +67,7 @@ async def state(
         log = InMemoryConversationLog()
         yield AgentStateStore(InMemoryStateBackend(log), compensation_timeout=5), log
         return
-    async with sqlite(kind, directory) as database:
+    async with open_store(kind, directory) as database:
         store = AgentStateStore(SqliteStateBackend(database), compensation_timeout=5)
         yield store, SqliteConversationLog(database)
 
