@@ -4,7 +4,8 @@ One cluster per pytest process (each xdist worker has its own): started on first
 private temporary directory, listening on a Unix socket there only (no TCP port, so clusters of
 parallel test processes never meet), with ``fsync`` off (a test database need not survive a power
 loss). It is stopped (``pg_ctl stop -m immediate``) and its directory removed when the process
-exits. The server refuses to run as root: when the tests run as root, ``initdb`` and ``pg_ctl``
+exits — or, should the process be killed, by a small watcher process that waits for it to end.
+The server refuses to run as root: when the tests run as root, ``initdb`` and ``pg_ctl``
 run as the ``postgres`` user (``runuser``), which owns the directory.
 
 Each test gets a schema of its own (``t_<random>``), dropped after it: tests share the cluster
@@ -27,6 +28,7 @@ import pwd
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -162,7 +164,37 @@ def _start() -> _Cluster:
         cluster.stop()
         raise
     atexit.register(cluster.stop)
+    _watch(cluster)
     return cluster
+
+
+#: Run beside the tests: waits for the test process to end (a pidfd), however it ends, then
+#: stops its cluster and removes its directory — a killed test run leaves no server behind.
+_WATCHER: Final = """
+import os, select, shutil, subprocess, sys
+parent, directory, *stop = sys.argv[1:]
+try:
+    select.select([os.pidfd_open(int(parent))], [], [])
+except ProcessLookupError:
+    pass  # it has ended already
+except (AttributeError, OSError):
+    sys.exit(0)  # cannot watch: the test process stops its cluster itself
+if os.path.isdir(directory):
+    subprocess.run(stop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    shutil.rmtree(directory, ignore_errors=True)
+"""
+
+
+def _watch(cluster: _Cluster) -> None:
+    stop = [*cluster.as_user, os.path.join(cluster.bindir, "pg_ctl")]
+    stop += ["-D", cluster.data, "-m", "immediate", "-w", "stop"]
+    subprocess.Popen(
+        [sys.executable, "-c", _WATCHER, str(os.getpid()), cluster.directory, *stop],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # not killed with the test run's process group
+    )
 
 
 def postgres_url() -> str:
