@@ -185,16 +185,21 @@ if os.path.isdir(directory):
 """
 
 
+#: The watchers started (kept: a ``Popen`` collected while its process runs is a warning).
+_watchers: list[subprocess.Popen[bytes]] = []
+
+
 def _watch(cluster: _Cluster) -> None:
     stop = [*cluster.as_user, os.path.join(cluster.bindir, "pg_ctl")]
     stop += ["-D", cluster.data, "-m", "immediate", "-w", "stop"]
-    subprocess.Popen(
+    watcher = subprocess.Popen(
         [sys.executable, "-c", _WATCHER, str(os.getpid()), cluster.directory, *stop],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # not killed with the test run's process group
     )
+    _watchers.append(watcher)
 
 
 def postgres_url() -> str:
