@@ -53,7 +53,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Literal, TypeVar, final
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 import psycopg
@@ -157,22 +157,27 @@ def _passwords(url: str) -> list[str]:
     return sorted({p for p in found if p}, key=len, reverse=True)
 
 
+#: The connection parameters an error may show (anything else might be a secret, or a typo of one).
+_SHOWN: Final = frozenset(
+    {"host", "hostaddr", "port", "dbname", "user", "sslmode", "target_session_attrs"}
+)
+
+
 def redact_url(url: str) -> str:
-    """``url`` without its password: ``postgresql://user@host/db?…`` (or the ``key=value`` form
-    without ``password=``). Pure."""
+    """``url`` as errors show it: ``postgresql://user@host/db?…`` without its password, keeping
+    only the parameters that say where (host, port, database, user, ``sslmode``,
+    ``target_session_attrs``); a ``key=value`` string likewise. Pure."""
     if "://" in url:
         parts = urlsplit(url)
         userinfo, at, hosts = parts.netloc.rpartition("@")
         netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if at else hosts
-        query = "&".join(
-            p for p in parts.query.split("&") if p and "password" not in p.split("=")[0].lower()
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+        query = "&".join(p for p in parts.query.split("&") if p.split("=")[0] in _SHOWN)
+        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
     try:
         params = conninfo_to_dict(url)
     except psycopg.Error:
         return "a PostgreSQL database (its connection string cannot be read)"
-    return make_conninfo("", **{k: v for k, v in params.items() if "password" not in k})
+    return make_conninfo("", **{k: v for k, v in params.items() if k in _SHOWN})
 
 
 @attrs.frozen
@@ -674,6 +679,12 @@ async def open_postgres(
         raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
     policy = retry or BusyPolicy()
     names = _Names(f"{redact_url(url)} (schema {schema})", tuple(_passwords(url)))
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error:  # libpq's message quotes the string, password and all: not repeated
+        raise CannotOpenDatabase(
+            names.where, "it is neither a postgresql:// URL nor a libpq connection string"
+        ) from None
     await trio.lowlevel.checkpoint_if_cancelled()
     opened = await trio.to_thread.run_sync(
         _open_sync, url, schema, names, pool_size, policy, tuple(extra_layout)

@@ -585,6 +585,9 @@ def test_a_url_is_named_without_its_password() -> None:
     url = f"postgresql://ann:{CANARY}@db.example:5432/app?sslmode=require&password={CANARY}"
     assert redact_url(url) == "postgresql://ann@db.example:5432/app?sslmode=require"
     assert CANARY not in redact_url(f"host=db.example password={CANARY} dbname=app")
+    assert redact_url(f"postgresql:///app?host=/run/pg&pasword={CANARY}") == (
+        "postgresql:///app?host=/run/pg"  # a misspelt parameter might be a secret too
+    )
 
 
 async def test_a_password_never_reaches_an_error() -> None:
@@ -597,6 +600,16 @@ async def test_a_password_never_reaches_an_error() -> None:
     assert "no_such_database" in str(cannot.value)
     assert CANARY not in str(cannot.value)
     assert CANARY not in repr(cannot.value)
+
+    for unreadable in (
+        f"host=/nowhere password {CANARY}",
+        f"postgresql://ann:{CANARY}@/db?{CANARY}=1",
+    ):
+        with pytest.raises(CannotOpenDatabase, match="neither a postgresql:// URL") as caught:
+            async with open_postgres(unreadable):
+                pass
+        assert CANARY not in str(caught.value)
+        assert CANARY not in repr(caught.value)
 
     schema = fresh_schema()
     try:
