@@ -561,8 +561,9 @@ async def test_an_opener_alone_recovers_what_ended_processes_left(schema: str) -
         assert lane.epoch == 1
 
 
-async def test_lanes_and_holds_work_on_postgres() -> None:
-    async with postgres_database() as db, postgres_database(schema=db.schema) as other:
+async def test_lanes_and_holds_work_on_postgres(schema: str) -> None:
+    url = postgres_url()
+    async with open_postgres(url, schema=schema) as db, open_postgres(url, schema=schema) as other:
         lane = await db.lanes.claim("c")
         with pytest.raises(ConversationInUse):
             await other.lanes.claim("c")
@@ -573,9 +574,10 @@ async def test_lanes_and_holds_work_on_postgres() -> None:
         assert await db.lanes.release(lane)
         taken = await other.lanes.claim("c")
         assert taken.epoch == lane.epoch + 1
-    # closing released the plain run's hold
-    async with postgres_database() as fresh:
-        assert fresh.alone
+    with _direct(schema) as conn:  # closing let the plain run's hold go, its epoch kept
+        assert conn.execute(
+            "SELECT worker_id, epoch FROM lanes WHERE conversation_id = 'd'"
+        ).fetchone() == (None, 1)
 
 
 # ---- passwords -------------------------------------------------------------------------------------
