@@ -39,28 +39,26 @@ Module notes
   held on a connection of its own for the database's lifetime: the server drops it when the
   connection closes or the process dies. (A connection cut for longer than the server notices
   loses it too: an opener that comes then counts as alone.)
-* **Passwords** never reach an error or a log: the database is named by its URL without one.
+* **Passwords** never reach an error or a log: the database is named by where it is only
+  (host, port, database, user: ``_postgres_names``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import random
-import re
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Literal, TypeVar, final
-from urllib.parse import unquote, urlsplit
+from typing import Any, Final, TypeVar, final
 
 import attrs
 import psycopg
 import psycopg_pool
 import trio
 from psycopg import IsolationLevel, sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
 from .._logging import log_debug
@@ -68,7 +66,6 @@ from ._busy import BusyPolicy
 from ._errors import (
     CannotOpenDatabase,
     DatabaseBusy,
-    DatabaseInUse,
     ReadFailed,
     StorageClosed,
     WriteFailed,
@@ -77,6 +74,16 @@ from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes
 from ._port import Connection, Dialect
 from ._postgres_layout import prepare
+from ._postgres_names import (
+    Failure,
+    Names,
+    SchemaInUse,
+    check_schema,
+    failure_kind,
+    lock_key,
+    redact_url,
+    url_passwords,
+)
 from ._recovery import recover
 
 __all__ = [
@@ -92,134 +99,8 @@ R = TypeVar("R")
 
 _Conn = psycopg.Connection[TupleRow]
 
-#: A schema name this store accepts: a plain lower-case identifier (the same quoted or not).
-_SCHEMA: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
-
 #: The ``application_name`` of every connection.
 APPLICATION_NAME: Final = "effectagent"
-
-#: SQLSTATEs of a transaction the server rolled back because of another one: run it again.
-_CONFLICTS: Final = frozenset({"40001", "40P01"})
-
-#: What to do about a driver error (:func:`failure_kind`).
-Failure = Literal["conflict", "reconnect", "unknown", "failed"]
-
-
-def failure_kind(sqlstate: str | None, broken: bool, *, committing: bool) -> Failure:
-    """What a driver error of a write means, from its SQLSTATE (None: the server sent none),
-    whether the connection is broken, and whether ``COMMIT`` had been sent. Pure.
-
-    * ``conflict`` — a serialization failure or deadlock: the server rolled back; run it again;
-    * ``reconnect`` — the connection dropped before ``COMMIT``: nothing committed; run it again
-      on another connection;
-    * ``unknown`` — the connection failed during ``COMMIT``: it may or may not have committed;
-    * ``failed`` — the server refused it: nothing committed; not worth running again.
-    """
-    if sqlstate in _CONFLICTS:
-        return "conflict"
-    if committing and (broken or sqlstate is None):
-        return "unknown"
-    if broken:
-        return "reconnect"
-    return "failed"
-
-
-@attrs.frozen
-class SchemaInUse(DatabaseInUse):
-    """Another process kept the schema's lock for itself (it is cleaning up after processes that
-    ended) longer than opening waits for it."""
-
-    waited: float = 0.0
-
-    def __str__(self) -> str:
-        return (
-            f"the database {self.path} was held by another process cleaning up after processes "
-            f"that ended for {self.waited:.1f} s, as long as opening waits: try again"
-        )
-
-
-# ---- names and secrets ---------------------------------------------------------------------------
-
-
-def _passwords(url: str) -> list[str]:
-    """Every password ``url`` carries (in its user part, or as a parameter)."""
-    found: list[str] = []
-    if "://" in url:
-        userinfo = urlsplit(url).netloc.rpartition("@")[0]
-        if ":" in userinfo:
-            found.append(userinfo.split(":", 1)[1])
-            found.append(unquote(found[-1]))
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.Error:
-        params = {}
-    found += [str(v) for k, v in params.items() if "password" in k and v]
-    return sorted({p for p in found if p}, key=len, reverse=True)
-
-
-#: The connection parameters an error may show (anything else might be a secret, or a typo of one).
-_SHOWN: Final = frozenset(
-    {"host", "hostaddr", "port", "dbname", "user", "sslmode", "target_session_attrs"}
-)
-
-
-def redact_url(url: str) -> str:
-    """``url`` as errors show it: ``postgresql://user@host/db?…`` without its password, keeping
-    only the parameters that say where (host, port, database, user, ``sslmode``,
-    ``target_session_attrs``); a ``key=value`` string likewise. Pure."""
-    if "://" in url:
-        parts = urlsplit(url)
-        userinfo, at, hosts = parts.netloc.rpartition("@")
-        netloc = f"{userinfo.split(':', 1)[0]}@{hosts}" if at else hosts
-        query = "&".join(p for p in parts.query.split("&") if p.split("=")[0] in _SHOWN)
-        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
-    try:
-        params = conninfo_to_dict(url)
-    except psycopg.Error:
-        return "a PostgreSQL database (its connection string cannot be read)"
-    return make_conninfo("", **{k: v for k, v in params.items() if k in _SHOWN})
-
-
-@attrs.frozen
-class _Names:
-    """How to name the database in errors, and what must never appear in them."""
-
-    where: str
-    secrets: tuple[str, ...]
-
-    def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def reason(self, exc: BaseException) -> str:
-        """A driver error as a sentence: the server's primary message and SQLSTATE (its detail,
-        which may quote values, is left out)."""
-        if isinstance(exc, psycopg.Error):
-            lines = str(exc).strip().splitlines()
-            text = exc.diag.message_primary or (lines[0] if lines else "") or type(exc).__name__
-            if exc.sqlstate:
-                text = f"{text} (SQLSTATE {exc.sqlstate})"
-        else:
-            text = type(exc).__name__
-        return self.scrub(text)
-
-
-def check_schema(schema: str) -> None:
-    """Refuse (``ValueError``, a sentence) a schema name that is not a plain lower-case
-    identifier (the same quoted or not) or that PostgreSQL reserves (``pg_…``)."""
-    if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
-        raise ValueError(
-            "the schema must be a plain lower-case name of at most 63 letters, digits and "
-            f"underscores, not starting with a digit or 'pg_': {schema!r} is not"
-        )
-
-
-def _lock_key(schema: str) -> int:
-    """The advisory lock key of ``schema``'s openers (a signed 64-bit number)."""
-    digest = hashlib.blake2b(f"effectagent openers {schema}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
 
 # ---- statements ----------------------------------------------------------------------------------
 
@@ -325,7 +206,7 @@ class PostgresDatabase:
         lock_conn: _Conn | None,
         *,
         schema: str,
-        names: _Names,
+        names: Names,
         pool_size: int,
         retry: BusyPolicy,
         lease: float = DEFAULT_LEASE,
@@ -473,7 +354,7 @@ class PostgresDatabase:
 def _get(
     pool: psycopg_pool.ConnectionPool[_Conn],
     timeout: float,
-    names: _Names,
+    names: Names,
     error: type[WriteFailed] | type[ReadFailed],
 ) -> _Conn:
     try:
@@ -487,7 +368,7 @@ def _get(
 def _attempt(
     pool: psycopg_pool.ConnectionPool[_Conn],
     work: Callable[[Connection], R],
-    names: _Names,
+    names: Names,
     timeout: float,
 ) -> R:
     """One attempt of a write; raises :class:`_Again` when it may run again."""
@@ -529,7 +410,7 @@ def _write(
     pool: psycopg_pool.ConnectionPool[_Conn],
     work: Callable[[Connection], R],
     policy: BusyPolicy,
-    names: _Names,
+    names: Names,
     *,
     cancellable: bool,
     sleep: Callable[[float], object] = time.sleep,
@@ -568,7 +449,7 @@ def _configure(schema: str) -> Callable[[_Conn], None]:
     return configure
 
 
-def _share(lock: _Conn, key: int, names: _Names, policy: BusyPolicy) -> None:
+def _share(lock: _Conn, key: int, names: Names, policy: BusyPolicy) -> None:
     """Hold ``key`` shared, waiting (bounded) while another opener holds it exclusively."""
     delays = policy.delays(random.Random())
     waited = 0.0
@@ -594,7 +475,7 @@ class _Opened:
 def _open_sync(
     url: str,
     schema: str,
-    names: _Names,
+    names: Names,
     pool_size: int,
     policy: BusyPolicy,
     extra: Sequence[str],
@@ -620,7 +501,7 @@ def _open_sync(
             num_workers=2,
         )
         pool.open(wait=True, timeout=policy.bound)
-        key = _lock_key(schema)
+        key = lock_key(schema)
         got = lock.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
         alone = got is not None and bool(got[0])
         recovered: Mapping[str, int] = {}
@@ -678,7 +559,7 @@ async def open_postgres(
     if not pool_size >= 1:
         raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
     policy = retry or BusyPolicy()
-    names = _Names(f"{redact_url(url)} (schema {schema})", tuple(_passwords(url)))
+    names = Names(f"{redact_url(url)} (schema {schema})", tuple(url_passwords(url)))
     try:
         conninfo_to_dict(url)
     except psycopg.Error:  # libpq's message quotes the string, password and all: not repeated

@@ -30,15 +30,9 @@ from capabilities.storage._errors import (
     WriteFailed,
 )
 from capabilities.storage._port import Connection, Database
-from capabilities.storage._postgres import (
-    PostgresDatabase,
-    SchemaInUse,
-    _lock_key,
-    failure_kind,
-    open_postgres,
-    redact_url,
-)
+from capabilities.storage._postgres import PostgresDatabase, open_postgres
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
+from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
 from tests.postgres import fresh_schema, postgres_database, postgres_url
 
@@ -474,7 +468,7 @@ async def test_two_schemas_are_two_stores() -> None:
         assert await two.read(_count) == 0
         assert one.alone
         assert two.alone
-        assert _lock_key(one.schema) != _lock_key(two.schema)
+        assert lock_key(one.schema) != lock_key(two.schema)
 
 
 @pytest.mark.parametrize("name", ["", "Effect", "1abc", "a-b", "a b", "pg_x", "x" * 64, 'a"b'])
@@ -526,7 +520,7 @@ async def test_an_opener_waits_bounded_for_one_cleaning_up(schema: str) -> None:
     async with open_postgres(url, schema=schema):
         pass
     with _direct() as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (_lock_key(schema),))
+        holder.execute("SELECT pg_advisory_lock(%s)", (lock_key(schema),))
         with pytest.raises(SchemaInUse) as caught:
             async with open_postgres(url, schema=schema, retry=BusyPolicy(bound=0.05)):
                 pass
