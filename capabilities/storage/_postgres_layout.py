@@ -27,7 +27,9 @@ transaction-level advisory lock, so that many workers starting at once lay a sch
 
 Versions (of the PostgreSQL layout, counted apart from SQLite's):
 
-1. every table of SQLite layout 5 but the search tables.
+1. every table of SQLite layout 5 but the search tables, which ``extra`` brings (the same
+   version, whoever lays the schema out: the search code's statements are passed in by every
+   opener — ``open_postgres(extra_layout=…)``).
 """
 
 from __future__ import annotations

@@ -426,6 +426,18 @@ async def test_an_empty_schema_gets_every_table_of_the_sqlite_layout(schema: str
         ]
 
 
+async def test_extra_statements_are_laid_out_with_the_tables(schema: str) -> None:
+    extra = ("CREATE TABLE said_test (conversation_id TEXT NOT NULL, seq BIGINT NOT NULL)",)
+    async with open_postgres(postgres_url(), schema=schema, extra_layout=extra) as db:
+        assert await db.read(lambda c: c.execute("SELECT count(*) FROM said_test").fetchone()) == (
+            0,
+        )
+    before = _catalog(schema)
+    async with open_postgres(postgres_url(), schema=schema, extra_layout=extra):
+        pass  # current: not run again
+    assert _catalog(schema) == before
+
+
 async def test_reopening_a_current_schema_changes_nothing(schema: str) -> None:
     async with open_postgres(postgres_url(), schema=schema) as db:
         await db.write(_insert("c", 1))
