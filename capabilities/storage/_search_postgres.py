@@ -1,63 +1,72 @@
 """Full-text search over what was said in every conversation, on PostgreSQL.
 
-It finds what the SQLite search (``_search``) finds: the same messages are searched — what a
-person said (a ``UserInputRecorded`` of kind user, steering or follow-up) and what the model
-answered in text (the ``text`` parts of a ``ModelResponseRecorded``, joined), never tool calls,
-tool output, reasoning, feedback or summaries — a word is matched as written, never read as
-query syntax, any case, every word must be there, and the messages written last come first.
+It finds what the SQLite search (``_search``) finds: the same messages — what a person said (a
+``UserInputRecorded`` of kind user, steering or follow-up) and what the model answered in text
+(the ``text`` parts of a ``ModelResponseRecorded``, joined), never tool calls, tool output,
+reasoning, feedback or summaries; each word searched for is matched as written, never read as
+query syntax, as whole words, any case; every word must be there; the last said first, bounded.
 
-How it is made here (the ``SEARCH_DDL`` statements, laid out with the tables in the store's
-schema):
+How it is made, natively (the :data:`SEARCH_DDL` statements, laid out with the tables in the
+store's schema):
 
-* ``said_json(body)`` — the record's JSON body as ``jsonb``, or NULL when it does not parse (or
-  holds what ``jsonb`` cannot: a ``\\u0000`` escape): a bad body is left out of the index, never
-  a failed append. (PL/pgSQL, for its exception handler: PostgreSQL 15 has no
-  ``pg_input_is_valid``.)
 * ``said_text(type, body)`` — the text of the message a ``records`` row holds, or NULL: the
-  extraction the SQLite index makes with SQLite's JSON functions, with ``jsonb`` operators.
-* ``said_words(text)`` — its words as a ``tsvector``: each run of word characters (a letter, a
-  digit, a private use character: :func:`~capabilities.storage._search.searchable`'s rule, the
-  SQLite index's ``unicode61`` rule) in lower case, with its place (a word of punctuation inside,
-  such as ``e-mail``, is matched as its parts one after another, by a phrase query).
-  PostgreSQL's own text-search parser is not used: it keeps ``e-mail``, ``name@host.org``,
-  ``example.com`` or ``/usr/bin`` whole, and in a database of the ``C`` locale it neither treats
-  ``É`` as a letter of a word nor lowers it. Lower case is ICU's (the ``und-x-icu`` collation,
-  in every common PostgreSQL build), whatever the database's locale.
-* ``said_query(words)`` — the ``tsquery`` that finds every one of ``words`` (a JSON list):
-  made of the same words as ``said_words``, each quoted as a lexeme, so nothing a person types
-  is read as ``tsquery`` syntax (``&``, ``|``, ``!``, ``<->``, ``:*``, quotes, backslashes).
-  It lives in the schema with the index, so a search always splits words as its index did.
-* ``records_said`` — a partial GIN index on ``said_words(said_text(type, body))`` over the
+  extraction the SQLite index makes with SQLite's JSON functions, made with ``jsonb`` operators.
+  A body that does not parse, or holds what ``jsonb`` cannot (a ``\\u0000`` escape), is no
+  message: it is left out of the index, never a failed append. (PL/pgSQL, for its exception
+  handler — PostgreSQL 15 has no ``pg_input_is_valid`` — and because PL/pgSQL keeps its plans
+  for the session: a SQL function that is not inlined is planned again by every statement.)
+* ``said_clean(text)`` — its words, lower case, one space between them: each run of word
+  characters (a letter, a digit, a private use character — the SQLite index's ``unicode61``
+  rule, :func:`~capabilities.storage._search.searchable`'s) is a word, everything else
+  separates words. Lower case and letters are ICU's (the ``und-x-icu`` collation, in every
+  common PostgreSQL build), whatever the database's locale.
+* ``said_words(text)`` — those words as a ``tsvector``, each with its place:
+  ``to_tsvector('simple', said_clean(text))``. PostgreSQL's text-search parser is given the
+  words alone: given the text, it keeps ``e-mail``, ``name@host.org``, ``example.com`` or
+  ``/usr/bin`` whole, and in a database of the ``C`` locale it lowers no ``É``.
+* ``said_query(word)`` — the ``tsquery`` of one word searched for:
+  ``phraseto_tsquery('simple', said_clean(word))``, its parts one after another (``e-mail``
+  finds ``E mail``, as on SQLite), NULL when it has none. Nothing a person types is read as
+  ``tsquery`` syntax (``&``, ``|``, ``!``, ``<->``, ``:*``, quotes, backslashes are not word
+  characters); a search joins its words' queries with ``&&``, each a parameter. It lives in the
+  schema with the index, so a search always splits words as its index did.
+* ``records_said`` — a partial GIN index on ``said_words(said_text(type, body))`` over the two
   record types that carry said text; ``records_said_by`` — a partial B-tree index on the
-  conversations of the rows that hold a message (it counts the conversations searched without
-  reading a body).
+  conversation of each row that holds a message, which counts the conversations searched
+  without reading a body.
 
-The functions are ``IMMUTABLE`` (their results depend on their arguments alone) and
-``said_text`` / ``said_words`` / ``said_query`` have SQL-standard bodies, whose references are
-bound when they are made: an index never depends on a session's ``search_path``.
+The functions are ``IMMUTABLE`` (their results depend on their arguments alone); the SQL ones
+have SQL-standard bodies, whose references are bound when they are made, and are inlined where
+they are used; nothing they call depends on a session's ``search_path``.
 
-So there is no catch-up and no marks table, unlike on SQLite: PostgreSQL keeps the index with
-the rows, in the appending transaction. A search sees exactly what its snapshot of the log holds;
-a deleted or rewritten record leaves (or changes) its message with it.
+So there is no catch-up and no marks table: PostgreSQL keeps the index with the rows, in the
+appending transaction, and a search sees exactly what its snapshot of the log holds (a deleted
+or rewritten record takes its message out, or changes it, in the same way).
+``SaidFound.unsearched`` is always 0.
 
-What an append pays: for a row of another type (tool results, the bulk of a log), nothing (the
-indexes are partial). For a message: its body parsed as ``jsonb`` twice (once for each index),
-its words split, and two index entries (GIN's go to its pending list, merged in bulk later —
-by vacuum, or by the append that finds the list over ``gin_pending_list_limit``, which pays for
-the merge). Measured on the test cluster (2 shared cores): appending 2,000 records of 1 KB of
-text each, one record a transaction, took about 15 % longer with the index than without.
+What an append pays: for a row of another type (tool calls and results, the bulk of a log),
+nothing (the indexes are partial). For a message: ``said_text`` twice (once for each index: its
+body parsed as ``jsonb``), its words split, two index entries (GIN's go to its pending list,
+merged in bulk by vacuum — or by the append that finds the list past
+``gin_pending_list_limit``, which pays for the merge). Measured on the test cluster (2 busy
+shared cores, so roughly): a message of 1 KB of text costs about 0.3 to 0.6 ms more to insert;
+2,000 such appends through the Conversation Log, one a transaction, took 15 to 55 % longer with
+the index than without. Searches run at ``REPEATABLE READ`` (``Database.read``) and take no
+predicate locks, so they never make a serializable append fail.
 
-What a search costs: the GIN index gives the rows holding every word; those rows' bodies are
-then read to order them (by when they were said) and keep ``limit`` of them — a search for a
-word found in most messages reads most messages. ``SaidFound.unsearched`` is always 0.
+What a search costs: the GIN index gives the rows holding every word; their bodies are then read
+to order them and keep ``limit`` of them — a search for words most messages hold reads most
+messages. Counting the conversations takes an index lookup per conversation.
 
-Differences from the SQLite search (rare text, documented): messages are ordered by when they
-were said (their ``at``, then conversation and ``seq``) — SQLite orders them as its index took
-them in, which is that same order except for a message appended after a search with an older
-``at``; a message's words are indexed up to about 1 MB of them (a ``tsvector``'s bound), a word
-of 2,047 bytes or more is not indexed, places past the 16,383rd word are all that one (a word
-with punctuation inside is not found past it) and only a word's first 256 places are kept; the
-letters and digits are those of PostgreSQL's ICU (its Unicode version), not SQLite's.
+Differences from the SQLite search, for text that is rare: messages are ordered by when they
+were said (their ``at``, then conversation, then ``seq``) — SQLite orders them as its index took
+them in, which is that same order but for a message appended after a search with an older
+``at``; a word of 255 characters or more is not indexed (nor found); only the first 200,000
+characters of a message's words are indexed (a ``tsvector`` holds 1 MB); past its 16,383rd
+word, a message's words are all at that place, so a word with punctuation inside is not found
+there (a plain word is); letters, digits and lower case are those of the server's ICU (its
+Unicode version); and in a database whose ``LC_CTYPE`` is not ``C``, a character the C library
+calls neither a letter nor a digit (², ①, private use characters) separates words instead.
 """
 
 from __future__ import annotations

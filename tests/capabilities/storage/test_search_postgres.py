@@ -24,6 +24,8 @@ from capabilities.storage._log import SqliteConversationLog
 from capabilities.storage._postgres import PostgresDatabase
 from capabilities.storage._search import Said, SaidFound, searchable
 from capabilities.storage._search_postgres import (
+    _CONVERSATIONS,
+    _FIND,
     _MORE_WORD_CHARACTERS,
     SEARCH_DDL,
     find_said_pg,
@@ -181,16 +183,57 @@ async def test_a_body_that_is_not_json_is_left_out_and_its_append_succeeds() -> 
 
 
 async def test_a_long_word_or_message_is_indexed_as_far_as_the_index_holds() -> None:
-    """A word of 255 characters or more is not indexed (on either side), and a message of many
-    words is found by its first 200,000 characters of words — never a failed append."""
+    """A word of 255 characters or more is not indexed (nor found), and a message is found by
+    the first 200,000 characters of its words — past its 16,383rd word, by plain words only;
+    never a failed append."""
     async with searched() as (database, log):
-        long = "x" * 300
-        many = " ".join(f"w{n}" for n in range(60_000))  # past 16,383 places and 200,000 chars
-        await log.append("a", [user("a", f"{long} oslo", at=1.0), user("a", many, at=2.0)])
+        long = "x" * 255
+        words = [f"w{n}" for n in range(60_000)]  # about 400,000 characters
+        words[20_000] = "e mail"
+        await log.append(
+            "a",
+            [user("a", f"{long} oslo {'y' * 254}", at=1.0), user("a", " ".join(words), at=2.0)],
+        )
         assert [s.seq for s in (await search(database, ["oslo"])).said] == [1]
         assert (await search(database, [long])).said == ()
-        assert [s.seq for s in (await search(database, ["w10", "w20000"])).said] == [2]
-        assert (await search(database, ["w59999"])).said == ()
+        assert [s.seq for s in (await search(database, ["y" * 254])).said] == [1]
+        assert [s.seq for s in (await search(database, ["w10", "w25000"])).said] == [2]
+        assert [s.seq for s in (await search(database, ["mail"])).said] == [2]
+        assert (await search(database, ["e-mail"])).said == ()  # past 16,383 words
+        assert (await search(database, ["w40000"])).said == ()  # past 200,000 characters
+
+
+async def test_the_statements_run_through_the_port_and_searches_use_the_indexes() -> None:
+    """``SEARCH_DDL`` holds no ``%`` nor ``?`` (it runs as a work function's statements too);
+    on a log of thousands of messages, a search finds its rows through ``records_said`` and
+    counts conversations on ``records_said_by``."""
+    assert not any("%" in statement or "?" in statement for statement in SEARCH_DDL)
+    async with postgres_database() as database:
+
+        def lay_out(conn: Connection) -> None:
+            for statement in SEARCH_DDL:
+                conn.execute(statement)
+            conn.execute(
+                "INSERT INTO records SELECT 'c' || mod(i, 50), i, 'UserInputRecorded', 1, "
+                "json_build_object('kind', 'user', 'text', 'word' || i || ' common', 'at', i)"
+                "::text FROM generate_series(1, 5000) AS i"
+            )
+            conn.execute("ANALYZE records")
+
+        await database.write(lay_out)
+        found = await search(database, ["WORD42"])
+        assert [(s.conversation_id, s.seq, s.at) for s in found.said] == [("c42", 42, 42.0)]
+        assert found.conversations == 50
+
+        def plans(conn: Connection) -> tuple[str, str]:
+            find = _FIND.format(query="said_query(?)")
+            found = conn.execute(f"EXPLAIN {find}", ("word42", 10)).fetchall()
+            counted = conn.execute(f"EXPLAIN {_CONVERSATIONS}").fetchall()
+            return "\n".join(r[0] for r in found), "\n".join(r[0] for r in counted)
+
+        find_plan, count_plan = await database.read(plans)
+        assert "Bitmap Index Scan on records_said " in find_plan
+        assert "using records_said_by on records" in count_plan
 
 
 # ---- for all: what it finds is what the log says ---------------------------------------------
