@@ -34,7 +34,7 @@ from effectagent.core import ConversationCreated, LogEntry, Record
 from tests.postgres import postgres_database
 
 from ..conftest import EXAMPLES
-from .test_search import TEXTS, WORDS, answer, user
+from .test_search import PIECES, answer, user
 
 CODEC = RecordCodec()
 R = TypeVar("R")
@@ -237,6 +237,15 @@ async def test_the_statements_run_through_the_port_and_searches_use_the_indexes(
 
 
 # ---- for all: what it finds is what the log says ---------------------------------------------
+
+#: The SQLite search tests' pieces of text, and what ``tsquery`` would read as syntax.
+TSQUERY = st.sampled_from(
+    ["&", "|", "!", "!oslo", "oslo|rome", "<->", "oslo<->rome", "<2>", "oslo:*", "rome:AB",
+     "'", "'oslo'", "it's", "\\", "a\\b", "(oslo", "OSLO&ROME", "Ünïcode", "ÜNÏCODE", "x²"]
+)  # fmt: skip
+PG_PIECES = st.one_of(PIECES, TSQUERY)
+TEXTS = st.lists(PG_PIECES, max_size=8).map(" ".join)
+WORDS = st.lists(PG_PIECES.filter(lambda p: p.strip() != ""), min_size=1, max_size=3)
 
 AT = st.sampled_from([1.0, 2.0, 3.0])
 
