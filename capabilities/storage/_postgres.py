@@ -21,8 +21,9 @@ Module notes
   failure (SQLSTATE 40001) or a deadlock (40P01) — at any statement or at ``COMMIT`` — the
   transaction was rolled back, and the work runs again from the start after a short wait; a
   connection that dropped before ``COMMIT`` was sent is thrown away and the work runs again on
-  another. Waits grow with jitter (``BusyPolicy``) and add up to ``retry.bound`` seconds at
-  most (10 by default), then :class:`DatabaseBusy`. A connection that fails *during* ``COMMIT``
+  another. Waits between attempts grow with jitter (``BusyPolicy``); no attempt starts once
+  ``retry.bound`` seconds (10 by default) have passed since the first, and a write still in
+  conflict then fails with :class:`DatabaseBusy`, nothing written. A connection that fails *during* ``COMMIT``
   leaves the outcome unknown: :class:`WriteFailed` says so, and it is never retried. Other
   driver errors are :class:`WriteFailed` with the server's message (never the values: only its
   primary line, not its detail). ``weight`` and ``single_statement`` are hints for SQLite's group
@@ -413,29 +414,29 @@ def _write(
     names: Names,
     *,
     cancellable: bool,
-    sleep: Callable[[float], object] = time.sleep,
 ) -> R:
     """Run ``work`` in a ``SERIALIZABLE`` transaction, again while the server rolls it back for
-    a conflict or its connection drops, within ``policy`` (see the module notes)."""
+    a conflict or its connection drops, within ``policy`` (see the module notes): attempts and
+    waits together last about ``policy.bound`` seconds at most, the last attempt included."""
     delays = policy.delays(random.Random())
-    waited = 0.0
+    started = time.monotonic()
     while True:
         if cancellable:
             trio.from_thread.check_cancelled()  # between attempts nothing is committed
+        left = policy.bound - (time.monotonic() - started)
         try:
-            return _attempt(pool, work, names, max(policy.bound - waited, 0.5))
+            return _attempt(pool, work, names, max(left, 0.5))
         except _Again as again:
+            spent = time.monotonic() - started
             wait = next(delays, None)
-            if wait is None:
+            if wait is None or spent + wait > policy.bound:
                 if again.kind == "conflict":
-                    raise DatabaseBusy(round(waited, 3)) from None
+                    raise DatabaseBusy(round(spent, 3)) from None
                 raise WriteFailed(
-                    f"the connection to the server kept dropping for {waited:.1f} s "
-                    f"({again.reason})"
+                    f"the connection to the server kept dropping for {spent:.1f} s ({again.reason})"
                 ) from None
             log_debug("write runs again", why=again.kind)
-        sleep(wait)
-        waited += wait
+        time.sleep(wait)
 
 
 # ---- opening -------------------------------------------------------------------------------------
