@@ -26,6 +26,10 @@ import pytest
 import trio.testing
 from hypothesis import HealthCheck, settings
 
+# PostgreSQL: a fresh schema of the throwaway cluster per test (see ``tests.postgres``).
+from tests.postgres import postgres_db as postgres_db
+from tests.postgres import postgres_schema as postgres_schema
+
 settings.register_profile(
     "ci",
     max_examples=200,

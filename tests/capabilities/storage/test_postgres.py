@@ -75,12 +75,18 @@ def schema() -> Iterator[str]:
 # ---- the port's contract --------------------------------------------------------------------------
 
 
-async def test_it_is_a_database_of_the_port() -> None:
-    async with postgres_database() as db:
-        port: Database = db
-        assert port.dialect == "postgresql"
-        assert not port.in_memory
-        assert port.holder_id.startswith("pid-")
+async def test_it_is_a_database_of_the_port(postgres_db: PostgresDatabase) -> None:
+    port: Database = postgres_db
+    assert port.dialect == "postgresql"
+    assert not port.in_memory
+    assert port.holder_id.startswith("pid-")
+
+
+def test_the_schema_fixture_gives_a_fresh_schema(postgres_schema: tuple[str, str]) -> None:
+    url, schema = postgres_schema
+    with psycopg.connect(url) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        assert found.fetchone() is None  # nothing there yet: the store lays it out
 
 
 async def test_a_write_returns_its_result_and_a_read_sees_it() -> None:
