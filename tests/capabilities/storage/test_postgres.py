@@ -211,6 +211,35 @@ async def test_two_writers_in_conflict_both_commit_with_no_lost_update() -> None
         assert attempts[2] == 1
 
 
+async def test_concurrent_read_modify_writes_lose_no_update() -> None:
+    """Four tasks each add one to a counter five times, read-modify-write, all at once: every
+    increment counts (conflicts run again), and each write returned a distinct value."""
+    async with postgres_database(pool_size=4) as db:
+        await db.write(
+            lambda conn: conn.execute(
+                "INSERT INTO agent_state VALUES ('s', 'k', 0, 'committed', 1, NULL, '', 'r', 0)"
+            )
+        )
+
+        def increment(conn: Connection) -> int:
+            value = int(conn.execute("SELECT revision FROM agent_state").fetchone()[0]) + 1
+            conn.execute("UPDATE agent_state SET revision = ?", (value,))
+            return value
+
+        returned: list[int] = []
+
+        async def task() -> None:
+            for _ in range(5):
+                returned.append(await db.write(increment))
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(task)
+        assert sorted(returned) == list(range(1, 21))
+        final = await db.read(lambda c: c.execute("SELECT revision FROM agent_state").fetchone())
+        assert final == (20,)
+
+
 async def test_a_write_whose_connection_is_killed_runs_again_and_commits_once() -> None:
     async with postgres_database() as db:
         backends: list[int] = []
