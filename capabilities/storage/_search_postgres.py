@@ -236,5 +236,7 @@ def find_said_pg(conn: Connection, words: Sequence[str], limit: int) -> SaidFoun
     if not wanted or limit <= 0:
         return SaidFound((), int(conversations))
     query = " && ".join(["said_query(?)"] * len(wanted))
+    # NUL separates words, as any character but a word character does (and is no parameter).
+    wanted = [word.replace("\0", " ") for word in wanted]
     rows = conn.execute(_FIND.format(query=query), (*wanted, limit)).fetchall()
     return SaidFound(_said(rows), int(conversations))

@@ -179,6 +179,7 @@ async def test_a_body_that_is_not_json_is_left_out_and_its_append_succeeds() -> 
         found = await search(database, ["oslo"])
         assert [s.text for s in found.said] == ["plain oslo"]
         assert found.conversations == 1
+        assert [s.text for s in (await search(database, ["plain\x00oslo"])).said] == ["plain oslo"]
         assert await log.last_seq("a") == 3
 
 
