@@ -19,13 +19,15 @@ telemetry are imported from theirs:
 * ``capabilities.telemetry`` — OpenTelemetry spans from the runs' events (§12; it needs the
   ``telemetry`` extra, so it is not re-exported here).
 
-``sqlite_storage(path)`` assembles all four on one database; ``in_memory_storage()`` in memory.
+``sqlite_storage(path)`` assembles all four on one SQLite database, ``postgres_storage(url)`` on
+one PostgreSQL database that processes on many machines share; ``in_memory_storage()`` in memory.
 """
 
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
     from capabilities._assemblies import in_memory_storage as in_memory_storage
+    from capabilities._assemblies import postgres_storage as postgres_storage
     from capabilities._assemblies import sqlite_storage as sqlite_storage
     from capabilities.approval import ApprovalPolicy as ApprovalPolicy
     from capabilities.approval import ApprovalRule as ApprovalRule
@@ -58,6 +60,7 @@ if _typing.TYPE_CHECKING:
 #: subpackage (or the effectagent command's --help) does not load them all.
 _HOMES = {
     "in_memory_storage": "capabilities._assemblies",
+    "postgres_storage": "capabilities._assemblies",
     "sqlite_storage": "capabilities._assemblies",
     "ApprovalPolicy": "capabilities.approval",
     "ApprovalRule": "capabilities.approval",
@@ -129,5 +132,6 @@ __all__ = [
     "Uncertain",
     "WithRecord",
     "in_memory_storage",
+    "postgres_storage",
     "sqlite_storage",
 ]

@@ -25,9 +25,9 @@ from .state._layers import in_memory_state, sqlite_state
 from .steering import SteeringLimits
 from .steering._layers import in_memory_steering, sqlite_steering
 from .storage import Synchronous
-from .storage._layers import sqlite_database, sqlite_log
+from .storage._layers import postgres_database, sqlite_database, sqlite_log
 
-__all__ = ["in_memory_storage", "sqlite_storage"]
+__all__ = ["in_memory_storage", "postgres_storage", "sqlite_storage"]
 
 
 def sqlite_storage(
@@ -54,6 +54,31 @@ def sqlite_storage(
     return services.provide_merge(sqlite_database(path, synchronous=synchronous)).named(
         "sqlite_storage"
     )
+
+
+def postgres_storage(
+    url: str,
+    *,
+    schema: str = "effectagent",
+    pool_size: int = 4,
+    session_schema: SessionSchema[Any] | None = None,
+    steering_limits: SteeringLimits | None = None,
+    compensation_timeout: float = 30.0,
+) -> Layer:
+    """The services of :func:`sqlite_storage` on the PostgreSQL database at ``url``, in
+    ``schema`` (default ``effectagent``; laid out on first use): every process that opens the same
+    database and schema — on this machine or another — shares the Conversation Log, sessions,
+    agent state and steering, and a conversation's lane keeps two runs of it from going at once
+    wherever they run. ``pool_size`` bounds its connections. Needs the ``postgres`` extra."""
+    services = (
+        sqlite_log()
+        + sqlite_sessions(session_schema)
+        + sqlite_state(compensation_timeout=compensation_timeout)
+        + sqlite_steering(steering_limits)
+    )
+    return services.provide_merge(
+        postgres_database(url, schema=schema, pool_size=pool_size)
+    ).named("postgres_storage")
 
 
 def in_memory_storage(

@@ -1,17 +1,19 @@
-"""The storage Layers: an SQLite database as a service, and the Conversation Log on it."""
+"""The storage Layers: a database (SQLite or PostgreSQL) as a service, and the Conversation Log
+on it."""
 
 from __future__ import annotations
 
 import os
+from contextlib import AbstractAsyncContextManager
 
 from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService
 
 from ._database import Synchronous, open_database
 from ._log import SqliteConversationLog
-from ._port import DatabaseService
+from ._port import Database, DatabaseService
 
-__all__ = ["sqlite_database", "sqlite_log"]
+__all__ = ["postgres_database", "sqlite_database", "sqlite_log"]
 
 
 def sqlite_database(
@@ -27,6 +29,30 @@ def sqlite_database(
         lambda _: open_database(path, synchronous=synchronous, readers=readers),
         name="sqlite_database",
     )
+
+
+def postgres_database(
+    url: str, *, schema: str = "effectagent", pool_size: int = 4, lease: float = 30.0
+) -> Layer:
+    """A Layer providing :data:`DatabaseService`: the effectagent store in ``schema`` of the
+    PostgreSQL database at ``url`` (a ``postgresql://`` URL or a libpq connection string), opened
+    — laid out or upgraded if needed — when the Layer is built and closed when it is torn down.
+    Any number of processes on any number of machines may open the same one. See
+    ``open_postgres`` for ``pool_size``, ``lease`` and the errors (they name the database without
+    its password). Needs the ``postgres`` extra (psycopg 3 and its pool)."""
+    if not url:
+        raise ValueError("the PostgreSQL URL must not be empty")
+    from ._postgres import check_schema, open_postgres  # psycopg: only for those who use it
+    from ._search_postgres import SEARCH_DDL
+
+    check_schema(schema)
+
+    def opened(_: Context) -> AbstractAsyncContextManager[Database]:
+        return open_postgres(
+            url, schema=schema, pool_size=pool_size, lease=lease, extra_layout=SEARCH_DDL
+        )
+
+    return Layer.scoped(DatabaseService, opened, name="postgres_database")
 
 
 def sqlite_log() -> Layer:

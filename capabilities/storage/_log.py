@@ -429,15 +429,21 @@ class SqliteConversationLog:
         than ``QUICK_TAIL`` records wait (the first search of a long log), it does so before it
         searches. When the write lock stays busy past the policy's bound, the search still
         answers, from the index and the newest messages appended since
-        (``SaidFound.unsearched`` counts older ones it left out: see ``_search``).
+        (``SaidFound.unsearched`` counts older ones it left out: see ``_search``). On
+        PostgreSQL the index is kept by the database as records are written (``_search_postgres``):
+        a search reads it and nothing else, and is never behind the log.
 
-        Raises :class:`ReadFailed` when SQLite cannot read, :class:`WriteFailed` when it cannot
+        Raises :class:`ReadFailed` when the database cannot be read, :class:`WriteFailed` when it cannot
         write the index (busy excepted), :class:`StorageClosed`.
 
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
         read = self.database.read
+        if self.database.dialect == "postgresql":  # indexed by PostgreSQL as records are written
+            from ._search_postgres import find_said_pg
+
+            return await read(lambda conn: find_said_pg(conn, words, limit))
         found, waiting = await read(lambda conn: look_up(conn, words, limit, within=QUICK_TAIL))
         if waiting:  # appended since the last search: indexed now, for the next one
             # Busy: answered from the index as it is and what was appended since.

@@ -13,24 +13,29 @@ from capabilities import (
     SessionStoreService,
     SteeringService,
     in_memory_storage,
+    postgres_storage,
     sqlite_storage,
 )
 from capabilities.state._layers import in_memory_state, sqlite_state
-from capabilities.storage import DatabaseService
+from capabilities.storage import DatabaseService, SqliteConversationLog
+from effectagent.core import Agent
 from effectagent.effect import MissingServicesError
 from effectagent.effect._layer import open_layer
-from effectagent.engine import ConversationLogService, SteeringInboxService
+from effectagent.engine import ConversationLogService, SteeringInboxService, open_runtime
+from effectagent.testing import ScriptedModel, Turn
 
 
-@pytest.mark.parametrize("where", ["memory", "sqlite-memory", "sqlite-file"])
+@pytest.mark.parametrize("where", ["memory", "sqlite-memory", "sqlite-file", "postgresql"])
 async def test_an_assembly_provides_every_service_over_one_store(
-    where: str, tmp_path: Path
+    where: str, tmp_path: Path, postgres_schema: tuple[str, str]
 ) -> None:
-    layer = (
-        in_memory_storage()
-        if where == "memory"
-        else sqlite_storage(":memory:" if where == "sqlite-memory" else tmp_path / "a.db")
-    )
+    if where == "postgresql":
+        url, schema = postgres_schema
+        layer = postgres_storage(url, schema=schema)
+    elif where == "memory":
+        layer = in_memory_storage()
+    else:
+        layer = sqlite_storage(":memory:" if where == "sqlite-memory" else tmp_path / "a.db")
     expected = {
         ConversationLogService,
         SessionStoreService,
@@ -48,6 +53,34 @@ async def test_an_assembly_provides_every_service_over_one_store(
         # A session only points to its conversations: creating one writes no history.
         assert list(await context[ConversationLogService].entries("conv-1")) == []
         assert await sessions.get(session.id) == session
+
+
+async def test_postgres_storage_keeps_conversations_for_the_next_process_and_finds_them(
+    postgres_schema: tuple[str, str],
+) -> None:
+    """What one runtime on postgres_storage wrote, another (a new open of the same schema, as
+    another process or machine would) reads and searches."""
+    url, schema = postgres_schema
+    agent = Agent("pg", instructions="Answer.")
+    model = ScriptedModel([Turn.text("Kept in PostgreSQL.")])
+    async with open_runtime(model.as_layer() + postgres_storage(url, schema=schema)) as runtime:
+        result = await runtime.run(
+            agent, "remember the walrus", conversation_id="conv-pg", create=True
+        )
+        assert result.text == "Kept in PostgreSQL."
+    async with open_layer(postgres_storage(url, schema=schema)) as context:
+        log = context[ConversationLogService]
+        assert isinstance(log, SqliteConversationLog)  # the same log class on either backend
+        kinds = [type(entry.record).__name__ for entry in await log.entries("conv-pg")]
+        assert kinds[0] == "ConversationCreated"
+        assert kinds[-1] == "RunCompletedRecord"
+        found = await log.search(["walrus"], limit=5)
+        assert [hit.conversation_id for hit in found.said] == ["conv-pg"]
+
+
+def test_postgres_storage_refuses_a_bad_schema_name_before_connecting() -> None:
+    with pytest.raises(ValueError, match="schema"):
+        postgres_storage("postgresql://nobody@/nowhere", schema="Robert'); DROP TABLE x;--")
 
 
 def test_a_missing_piece_is_named_at_preflight() -> None:

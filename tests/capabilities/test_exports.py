@@ -46,7 +46,7 @@ SURFACE: dict[str, str] = {
         AccessPolicy AccessRule AgentStateService ApprovalPolicy ApprovalRule Compensatable
         DurableQueue DurableWorker in_memory_storage InteractiveApproval LogCompactor PolicyApproval PolicyAuthorization
         RunLocal ScriptedApproval Session SessionConflict SessionCreate SessionPatch SessionSchema
-        SessionStoreService sqlite_storage StateConflict StateSlot SteeringService
+        SessionStoreService sqlite_storage postgres_storage StateConflict StateSlot SteeringService
         SuspendingApproval Uncertain WithRecord
     """,
     "capabilities.approval": """
