@@ -48,10 +48,11 @@ What an append pays: for a row of another type (tool calls and results, the bulk
 nothing (the indexes are partial). For a message: ``said_text`` twice (once for each index: its
 body parsed as ``jsonb``), its words split, two index entries (GIN's go to its pending list,
 merged in bulk by vacuum — or by the append that finds the list past
-``gin_pending_list_limit``, which pays for the merge). Measured on the test cluster (2 busy
-shared cores, so roughly): a message of 1 KB of text costs about 0.3 to 0.6 ms more to insert;
-2,000 such appends through the Conversation Log, one a transaction, took 15 to 55 % longer with
-the index than without. Searches run at ``REPEATABLE READ`` (``Database.read``) and take no
+``gin_pending_list_limit``, which pays for the merge). Measured on the test cluster (2 shared,
+busy cores; the best of 4 runs): indexing costs about 0.5 ms of the server's time per message
+of 1 KB of text (2,000 of them inserted by one statement: 0.55 ms a row with the indexes,
+0.01 ms without); 2,000 such appends through the Conversation Log, one a transaction, took 15
+to 55 % longer with them. Searches run at ``REPEATABLE READ`` (``Database.read``) and take no
 predicate locks, so they never make a serializable append fail.
 
 What a search costs: the GIN index gives the rows holding every word; their bodies are then read
@@ -77,7 +78,7 @@ from typing import Any, Final
 from ._port import Connection
 from ._search import Said, SaidFound, searchable
 
-__all__ = ["SEARCH_DDL", "WORD_CLASS", "find_said_pg"]
+__all__ = ["SEARCH_DDL", "find_said_pg"]
 
 #: The word characters outside ICU's ``[:alnum:]`` (letters and decimal digits): the other
 #: numbers (``Nl`` and ``No``: ², ½, Ⅻ, ①, …, as of Unicode 14) and the private use areas —
@@ -114,7 +115,7 @@ def _word_class() -> str:
 
 #: The regular expression bracket of a word character (under the ICU collation: a letter, a
 #: digit or another number, a private use character).
-WORD_CLASS: Final = _word_class()
+_WORD_CLASS: Final = _word_class()
 
 #: The ICU collation, for word characters and lower case whatever the database's locale.
 _ICU: Final = 'pg_catalog."und-x-icu"'
@@ -163,7 +164,7 @@ $body$"""
 _SAID_CLEAN: Final = f"""CREATE FUNCTION said_clean(said text) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN regexp_replace(left(regexp_replace(
-    regexp_replace(lower(said COLLATE {_ICU}), '[^{WORD_CLASS[1:-1]}]+', ' ', 'g'),
+    regexp_replace(lower(said COLLATE {_ICU}), '[^{_WORD_CLASS[1:-1]}]+', ' ', 'g'),
     '[^ ]{{{_LONGEST + 1}}}[^ ]*', ' ', 'g') || ' ', {_INDEXED + 1}), '[^ ]+$', '')"""
 
 _SAID_WORDS: Final = """CREATE FUNCTION said_words(said text) RETURNS tsvector
@@ -172,7 +173,8 @@ RETURN to_tsvector('simple', said_clean(said))"""
 
 _SAID_QUERY: Final = """CREATE FUNCTION said_query(word text) RETURNS tsquery
     LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN CASE WHEN btrim(said_clean(word)) != '' THEN phraseto_tsquery('simple', said_clean(word)) END"""
+RETURN CASE WHEN btrim(said_clean(word)) != ''
+            THEN phraseto_tsquery('simple', said_clean(word)) END"""
 
 _SAID: Final = f"type IN {_KINDS}"
 _A_MESSAGE: Final = f"{_SAID} AND said_text(type, body) IS NOT NULL"
