@@ -23,7 +23,11 @@ Module notes
   connection that dropped before ``COMMIT`` was sent is thrown away and the work runs again on
   another. Waits between attempts grow with jitter (``BusyPolicy``); no attempt starts once
   ``retry.bound`` seconds (10 by default) have passed since the first, and a write still in
-  conflict then fails with :class:`DatabaseBusy`, nothing written. A connection that fails *during* ``COMMIT``
+  conflict then fails with :class:`DatabaseBusy`, nothing written. A unique constraint that
+  refuses a row (23505) may mean a concurrent transaction added it after this one's snapshot —
+  the server does not always say so with 40001 — so such a write runs again too, at most
+  ``_DUPLICATE_RETRIES`` times: a newer snapshot sees the other's row, while a true duplicate
+  fails each time and ends as :class:`WriteFailed`. A connection that fails *during* ``COMMIT``
   leaves the outcome unknown: :class:`WriteFailed` says so, and it is never retried. Other
   driver errors are :class:`WriteFailed` with the server's message (never the values: only its
   primary line, not its detail). ``weight`` and ``single_statement`` are hints for SQLite's group
@@ -102,6 +106,10 @@ _Conn = psycopg.Connection[TupleRow]
 
 #: The ``application_name`` of every connection.
 APPLICATION_NAME: Final = "effectagent"
+
+#: How many times a write refused for a duplicate key runs again before the duplicate is taken
+#: for a true one (each time on a newer snapshot: see ``failure_kind``).
+_DUPLICATE_RETRIES: Final = 4
 
 # ---- statements ----------------------------------------------------------------------------------
 
@@ -384,7 +392,7 @@ def _attempt(
             cause = _driver_cause(exc)
             if cause is not None:
                 kind = failure_kind(cause.sqlstate, conn.broken, committing=False)
-                if kind in ("conflict", "reconnect"):
+                if kind in ("conflict", "duplicate", "reconnect"):
                     raise _Again(kind, names.reason(cause)) from None
             if isinstance(exc, psycopg.Error):
                 raise WriteFailed(names.reason(exc)) from None
@@ -394,7 +402,7 @@ def _attempt(
         except psycopg.Error as exc:
             kind = failure_kind(exc.sqlstate, conn.broken, committing=True)
             _rollback(conn)
-            if kind == "conflict":
+            if kind in ("conflict", "duplicate"):
                 raise _Again(kind, names.reason(exc)) from None
             if kind == "unknown":
                 raise WriteFailed(
@@ -420,6 +428,7 @@ def _write(
     waits together last about ``policy.bound`` seconds at most, the last attempt included."""
     delays = policy.delays(random.Random())
     started = time.monotonic()
+    duplicates = 0
     while True:
         if cancellable:
             trio.from_thread.check_cancelled()  # between attempts nothing is committed
@@ -428,8 +437,14 @@ def _write(
             return _attempt(pool, work, names, max(left, 0.5))
         except _Again as again:
             spent = time.monotonic() - started
+            if again.kind == "duplicate":
+                duplicates += 1
+                if duplicates > _DUPLICATE_RETRIES:  # each new snapshot met it: a true one
+                    raise WriteFailed(again.reason) from None
             wait = next(delays, None)
             if wait is None or spent + wait > policy.bound:
+                if again.kind == "duplicate":
+                    raise WriteFailed(again.reason) from None
                 if again.kind == "conflict":
                     raise DatabaseBusy(round(spent, 3)) from None
                 raise WriteFailed(

@@ -32,8 +32,14 @@ _SCHEMA: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 #: SQLSTATEs of a transaction the server rolled back because of another one: run it again.
 _CONFLICTS: Final = frozenset({"40001", "40P01"})
 
+#: SQLSTATEs of a unique (or exclusion) constraint refusing a row: a true duplicate, or one a
+#: concurrent transaction committed after this one's snapshot was taken (the server does not
+#: always report that as a serialization failure). Run again a few times: a new snapshot sees
+#: the other's row, and a true duplicate fails each time.
+_DUPLICATES: Final = frozenset({"23505", "23P01"})
+
 #: What to do about a driver error (:func:`failure_kind`).
-Failure = Literal["conflict", "reconnect", "unknown", "failed"]
+Failure = Literal["conflict", "duplicate", "reconnect", "unknown", "failed"]
 
 
 def failure_kind(sqlstate: str | None, broken: bool, *, committing: bool) -> Failure:
@@ -41,6 +47,9 @@ def failure_kind(sqlstate: str | None, broken: bool, *, committing: bool) -> Fai
     whether the connection is broken, and whether ``COMMIT`` had been sent. Pure.
 
     * ``conflict`` — a serialization failure or deadlock: the server rolled back; run it again;
+    * ``duplicate`` — a unique or exclusion constraint refused a row: nothing committed; run it
+      again a few times (a row a concurrent transaction added after the snapshot), then it is a
+      true duplicate;
     * ``reconnect`` — the connection dropped before ``COMMIT``: nothing committed; run it again
       on another connection;
     * ``unknown`` — the connection failed during ``COMMIT``: it may or may not have committed;
@@ -48,6 +57,8 @@ def failure_kind(sqlstate: str | None, broken: bool, *, committing: bool) -> Fai
     """
     if sqlstate in _CONFLICTS:
         return "conflict"
+    if sqlstate in _DUPLICATES:
+        return "duplicate"
     if committing and (broken or sqlstate is None):
         return "unknown"
     if broken:

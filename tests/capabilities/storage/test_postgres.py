@@ -30,7 +30,7 @@ from capabilities.storage._errors import (
     WriteFailed,
 )
 from capabilities.storage._port import Connection, Database
-from capabilities.storage._postgres import PostgresDatabase, open_postgres
+from capabilities.storage._postgres import _DUPLICATE_RETRIES, PostgresDatabase, open_postgres
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
 from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
@@ -126,11 +126,18 @@ async def test_work_that_raises_writes_nothing_and_its_error_propagates() -> Non
 async def test_a_driver_error_is_write_failed_without_the_values() -> None:
     async with postgres_database() as db:
         await db.write(_insert(CANARY, 1))
+        runs: list[int] = []
+
+        def again(conn: Connection) -> int:
+            runs.append(1)
+            return int(_insert(CANARY, 1)(conn))  # the same key again: a true duplicate
+
         with pytest.raises(WriteFailed) as caught:
-            await db.write(_insert(CANARY, 1))  # the same key again
+            await db.write(again)
         assert "duplicate key" in str(caught.value)
         assert "23505" in str(caught.value)
         assert CANARY not in str(caught.value)  # the server's detail quotes the key: left out
+        assert len(runs) == _DUPLICATE_RETRIES + 1  # each newer snapshot met it: not a race
         assert await db.read(_count) == 1
 
 
@@ -211,6 +218,38 @@ async def test_two_writers_in_conflict_both_commit_with_no_lost_update() -> None
         assert attempts[2] == 1
 
 
+async def test_a_key_added_by_a_write_committed_after_this_ones_snapshot_is_found() -> None:
+    """A write takes its snapshot, then another adds a key and commits, then the first looks
+    for that key — missing from its snapshot — and adds it: the server reports a duplicate key
+    (23505), not a serialization failure. It runs again, finds the row, and ends well."""
+    async with postgres_database(pool_size=2) as db:
+        snapshot_taken = threading.Event()
+        other_committed = threading.Event()
+        runs: list[str] = []
+
+        def add_once(conn: Connection) -> str:
+            conn.execute("SELECT count(*) FROM lanes").fetchone()  # the snapshot is taken
+            if not runs:
+                snapshot_taken.set()
+                assert other_committed.wait(30)
+            found = conn.execute("SELECT 1 FROM records WHERE conversation_id = 'c'").fetchone()
+            runs.append("found" if found else "added")
+            if found is None:
+                _insert("c", 1)(conn)
+            return runs[-1]
+
+        async def late() -> None:
+            assert await db.write(add_once) == "found"
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(late)
+            await trio.to_thread.run_sync(snapshot_taken.wait)
+            assert await db.write(_insert("c", 1)) == 1
+            other_committed.set()
+        assert runs == ["added", "found"]
+        assert await db.read(_count) == 1
+
+
 async def test_concurrent_read_modify_writes_lose_no_update() -> None:
     """Four tasks each add one to a counter five times, read-modify-write, all at once: every
     increment counts (conflicts run again), and each write returned a distinct value."""
@@ -276,7 +315,9 @@ async def test_a_read_whose_connection_is_killed_runs_once_more() -> None:
 
 
 @given(
-    sqlstate=st.sampled_from([None, "40001", "40P01", "23505", "57P01", "08006", "XX000"]),
+    sqlstate=st.sampled_from(
+        [None, "40001", "40P01", "23505", "23P01", "23503", "57P01", "08006", "XX000"]
+    ),
     broken=st.booleans(),
     committing=st.booleans(),
 )
@@ -284,14 +325,16 @@ def test_what_a_driver_error_means(sqlstate: str | None, broken: bool, committin
     kind = failure_kind(sqlstate, broken, committing=committing)
     # the server rolled it back, even when it said so at COMMIT: run again
     assert (kind == "conflict") == (sqlstate in ("40001", "40P01"))
+    # a duplicate key is known by its code: nothing committed, whatever the connection did
+    assert (kind == "duplicate") == (sqlstate in ("23505", "23P01"))
     # once COMMIT was sent, a dropped connection is never run again: it may have committed
     if committing:
         assert kind != "reconnect"
-        if broken and kind != "conflict":
+        if (broken or sqlstate is None) and kind not in ("conflict", "duplicate"):
             assert kind == "unknown"
     else:
         assert kind != "unknown"
-        assert (kind == "reconnect") == (broken and kind != "conflict")
+        assert (kind == "reconnect") == (broken and kind not in ("conflict", "duplicate"))
 
 
 async def test_a_connection_lost_while_committing_is_not_run_again() -> None:
