@@ -4,10 +4,11 @@ never tool output, reasoning or feedback); every word must be there, as whole wo
 matched as written whatever it holds (never ``tsquery`` syntax); the last said first, bounded;
 the index follows deletions and rewrites, and a body that is not JSON is left out without failing
 its append; and, for all conversations and searches, what it finds is what a plain-Python
-reading of the log says it should."""
+reading of the log says it should, and what the SQLite search finds in the same records."""
 
 from __future__ import annotations
 
+import sqlite3
 import unicodedata
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -20,9 +21,10 @@ from hypothesis import strategies as st
 from capabilities.cli._history import holds, said_in
 from capabilities.storage import Connection
 from capabilities.storage._codec import RecordCodec
+from capabilities.storage._layout import prepare
 from capabilities.storage._log import SqliteConversationLog
 from capabilities.storage._postgres import PostgresDatabase
-from capabilities.storage._search import Said, SaidFound, searchable
+from capabilities.storage._search import Said, SaidFound, find_said, searchable
 from capabilities.storage._search_postgres import (
     _CONVERSATIONS,
     _FIND,
@@ -298,6 +300,22 @@ def _messages(conn: Connection) -> list[tuple[str, int, str, float, str]]:
     return messages
 
 
+def _records(conn: Connection) -> list[tuple[Any, ...]]:
+    return conn.execute("SELECT conversation_id, seq, type, version, body FROM records").fetchall()
+
+
+def _sqlite_copy(records: list[tuple[Any, ...]]) -> sqlite3.Connection:
+    """An SQLite database holding the same records, for its own search (not caught up: it
+    matches them in memory, the last said first, as a first search of a log does)."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    prepare(conn, ":memory:")
+    conn.executemany(
+        "INSERT INTO records (conversation_id, seq, type, version, body) VALUES (?, ?, ?, ?, ?)",
+        records,
+    )
+    return conn
+
+
 def _expected(
     messages: list[tuple[str, int, str, float, str]], words: list[str], limit: int
 ) -> SaidFound:
@@ -312,7 +330,8 @@ def test_what_it_finds_is_what_the_log_says_for_all_conversations_and_searches()
     """For all appends, deletions and corrupted bodies, and all searches (every piece the SQLite
     search is tried with: either case, accents, digits, quotes, FTS5 and tsquery look-alikes),
     the messages found, their order, the bound and the conversations counted are those of a
-    plain-Python reading of the records (``said_in``, ``holds``)."""
+    plain-Python reading of the records (``said_in``, ``holds``), and those the SQLite search
+    finds in the same records."""
 
     async def main() -> None:
         async with searched() as (database, log):
@@ -331,9 +350,14 @@ def test_what_it_finds_is_what_the_log_says_for_all_conversations_and_searches()
                 for operation in operations:
                     run(_operate, database, log, operation)
                 messages = run(database.read, _messages)
-                for words, limit in searches:
-                    found = run(search, database, words, limit)
-                    assert found == _expected(messages, words, limit), (words, limit)
+                sqlite = _sqlite_copy(run(database.read, _records))
+                try:
+                    for words, limit in searches:
+                        found = run(search, database, words, limit)
+                        assert found == _expected(messages, words, limit), (words, limit)
+                        assert found == find_said(sqlite, words, limit), (words, limit)
+                finally:
+                    sqlite.close()
 
             await trio.to_thread.run_sync(check)
 
