@@ -165,6 +165,35 @@ async def test_a_deleted_record_leaves_the_results_and_a_rewritten_one_is_search
         assert await search(database, ["bergen"]) == SaidFound((), 0)
 
 
+async def test_a_search_while_appends_commit_sees_one_moment_of_the_log() -> None:
+    """Invariant, whatever commits while it runs: a search finds, of each conversation, its
+    messages up to some point and none past it (the appends of a conversation commit in
+    order), and counts exactly the conversations it found messages of — one snapshot."""
+    async with searched() as (database, log):
+        done = trio.Event()
+        searches: list[SaidFound] = []
+
+        async def append() -> None:
+            for number in range(60):
+                conversation = f"c{number % 4}"
+                await log.append(conversation, [user(conversation, f"oslo {number}")])
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(append)
+            while not done.is_set():
+                searches.append(await search(database, ["oslo"], limit=100))
+        searches.append(await search(database, ["oslo"], limit=100))
+        for found in searches:
+            seqs: dict[str, list[int]] = {}
+            for said in found.said:
+                seqs.setdefault(said.conversation_id, []).append(said.seq)
+            for found_seqs in seqs.values():
+                assert sorted(found_seqs) == list(range(1, len(found_seqs) + 1))
+            assert found.conversations == len(seqs)
+        assert len(searches[-1].said) == 60
+
+
 async def test_a_body_that_is_not_json_is_left_out_and_its_append_succeeds() -> None:
     """Neither a body that does not parse nor one ``jsonb`` cannot hold (a NUL character) fails
     the write: the message is left out of the index; the others are found."""
