@@ -18,8 +18,9 @@ store's schema):
 * ``said_clean(text)`` — its words, lower case, one space between them: each run of word
   characters (a letter, a digit, a private use character — the SQLite index's ``unicode61``
   rule, :func:`~capabilities.storage._search.searchable`'s) is a word, everything else
-  separates words. Lower case and letters are ICU's (the ``und-x-icu`` collation, in every
-  common PostgreSQL build), whatever the database's locale.
+  separates words. Lower case and letters are ICU's (the ``und-x-icu`` collation: the server
+  must be built with ICU, as every common build is, and the database encoded in UTF-8),
+  whatever the database's locale.
 * ``said_words(text)`` — those words as a ``tsvector``, each with its place:
   ``to_tsvector('simple', said_clean(text))``. PostgreSQL's text-search parser is given the
   words alone: given the text, it keeps ``e-mail``, ``name@host.org``, ``example.com`` or
@@ -81,9 +82,9 @@ from ._search import Said, SaidFound, searchable
 __all__ = ["SEARCH_DDL", "find_said_pg"]
 
 #: The word characters outside ICU's ``[:alnum:]`` (letters and decimal digits): the other
-#: numbers (``Nl`` and ``No``: ², ½, Ⅻ, ①, …, as of Unicode 14) and the private use areas —
-#: as code point ranges, ``first-last`` in hex. (Checked against :func:`searchable` by the
-#: tests: ``test_the_word_class_is_the_sqlite_one``.)
+#: numbers (``Nl`` and ``No``: ², ½, Ⅻ, ①, …, as of Unicode 15.1) and the private use areas —
+#: as code point ranges, ``first-last`` in hex. (Checked against :func:`searchable`, for the
+#: characters Python's Unicode knows, by ``test_the_word_class_is_the_sqlite_one``.)
 _MORE_WORD_CHARACTERS: Final = (
     "b2-b3 b9 bc-be 9f4-9f9 b72-b77 bf0-bf2 c78-c7e d58-d5e d70-d78 f2a-f33 1369-137c 16ee-16f0 "
     "17f0-17f9 19da 2070 2074-2079 2080-2089 2150-2182 2185-2189 2460-249b 24ea-24ff 2776-2793 "
@@ -93,7 +94,7 @@ _MORE_WORD_CHARACTERS: Final = (
     "109bc-109bd 109c0-109cf 109d2-109ff 10a40-10a48 10a7d-10a7e 10a9d-10a9f 10aeb-10aef "
     "10b58-10b5f 10b78-10b7f 10ba9-10baf 10cfa-10cff 10e60-10e7e 10f1d-10f26 10f51-10f54 "
     "10fc5-10fcb 11052-11065 111e1-111f4 1173a-1173b 118ea-118f2 11c5a-11c6c 11fc0-11fd4 "
-    "12400-1246e 16b5b-16b61 16e80-16e96 1d2e0-1d2f3 1d360-1d378 1e8c7-1e8cf 1ec71-1ecab "
+    "12400-1246e 16b5b-16b61 16e80-16e96 1d2c0-1d2d3 1d2e0-1d2f3 1d360-1d378 1e8c7-1e8cf 1ec71-1ecab "
     "1ecad-1ecaf 1ecb1-1ecb4 1ed01-1ed2d 1ed2f-1ed3d 1f100-1f10c f0000-ffffd 100000-10fffd"
 )
 
