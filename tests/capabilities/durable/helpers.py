@@ -1,21 +1,23 @@
-"""Test helpers: a database file, a queue on it, and a *hand-driven worker* — the SQL a worker
-runs, with the records a run would append written by hand — so ledger, lane and command rules
-are tested without the engine."""
+"""Test helpers: the stores of a test (SQLite files or PostgreSQL schemas: the same suite runs on
+both backends), a queue on one, and a *hand-driven worker* — the SQL a worker runs, with the
+records a run would append written by hand — so ledger, lane and command rules are tested
+without the engine."""
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._store import Claimed, claim, finalize, read_submission
-from capabilities.storage import SqliteDatabase
+from capabilities.storage import Database
 from capabilities.storage._database import open_database
 from capabilities.storage._lanes import lane_fence
 from capabilities.storage._log import SqliteConversationLog
+from capabilities.storage._port import Connection
+from capabilities.storage._postgres import open_postgres
 from effectagent.core import (
     ConversationCreated,
     ModelResponseRecorded,
@@ -26,6 +28,11 @@ from effectagent.core import (
     UsageDelta,
     UserInputRecorded,
 )
+from tests.postgres import drop_schema, fresh_schema, postgres_url
+
+#: The storage backends the durable suite runs on.
+Backend = Literal["sqlite", "postgresql"]
+BACKENDS: Final[tuple[Backend, ...]] = ("sqlite", "postgresql")
 
 
 class Clock:
@@ -41,26 +48,82 @@ class Clock:
         self.now += seconds
 
 
+class Stores:
+    """The stores of one test on one backend, opened by name: the same name is the same store
+    (SQLite: a file in ``directory``; PostgreSQL: a schema of the test cluster, made on first use
+    and dropped by :meth:`drop`). A *spec* names a store for a worker process
+    (``worker_process.open_store``)."""
+
+    def __init__(self, backend: Backend, directory: Path) -> None:
+        self.backend = backend
+        self.directory = directory
+        self._schemas: dict[str, str] = {}
+
+    def spec(self, name: str = "d") -> str:
+        """How a worker process opens the store ``name``: ``sqlite:<path>`` or
+        ``postgresql:<schema>:<url>``."""
+        if self.backend == "sqlite":
+            return f"sqlite:{self.directory / f'{name}.db'}"
+        schema = self._schemas.setdefault(name, fresh_schema())
+        return f"postgresql:{schema}:{postgres_url()}"
+
+    def open(self, name: str = "d", **options: Any) -> Any:
+        """``async with`` the store ``name`` open (``options`` go to the backend's opener)."""
+        return open_store(self.spec(name), **options)
+
+    def drop(self) -> None:
+        """Drop the PostgreSQL schemas made (nothing for SQLite: the files are the test's)."""
+        for schema in self._schemas.values():
+            drop_schema(schema)
+        self._schemas.clear()
+
+
+@contextmanager
+def stores(backend: Backend, directory: Path) -> Iterator[Stores]:
+    """:class:`Stores` of ``backend`` in ``directory``, dropped after the block."""
+    made = Stores(backend, directory)
+    try:
+        yield made
+    finally:
+        made.drop()
+
+
 @asynccontextmanager
-async def database(path: Path) -> AsyncIterator[SqliteDatabase]:
-    """The test's database file (``synchronous="normal"``: a commit survives a killed process,
-    which is what these tests kill)."""
+async def open_store(spec: str, **options: Any) -> AsyncIterator[Database]:
+    """Open the store ``spec`` names (:meth:`Stores.spec`). SQLite files are opened with
+    ``synchronous="normal"`` (a commit survives a killed process, which is what these tests
+    kill)."""
+    kind, _, rest = spec.partition(":")
+    if kind == "sqlite":
+        async with open_database(Path(rest), synchronous="normal", **options) as db:
+            yield db
+        return
+    if kind != "postgresql":
+        raise ValueError(f"not a store spec: {kind}")
+    schema, _, url = rest.partition(":")
+    async with open_postgres(url, schema=schema, **options) as pg:
+        yield pg
+
+
+@asynccontextmanager
+async def database(path: Path) -> AsyncIterator[Database]:
+    """A SQLite database file (``synchronous="normal"``), for tests about SQLite itself."""
     async with open_database(path, synchronous="normal") as db:
         yield db
 
 
-def count(conn: sqlite3.Connection, sql: str, *params: Any) -> int:
+def count(conn: Connection, sql: str, *params: Any) -> int:
     return int(conn.execute(sql, params).fetchone()[0])
 
 
-async def rows(db: SqliteDatabase, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+async def rows(db: Database, sql: str, *params: Any) -> list[tuple[Any, ...]]:
     return await db.read(lambda conn: [tuple(r) for r in conn.execute(sql, params).fetchall()])
 
 
 class HandWorker:
     """The SQL of a worker, driven by hand: claim, append records fenced by the claim, finalize."""
 
-    def __init__(self, db: SqliteDatabase, clock: Clock, name: str = "hand") -> None:
+    def __init__(self, db: Database, clock: Clock, name: str = "hand") -> None:
         self.db = db
         self.clock = clock
         self.name = name
@@ -205,9 +268,9 @@ class HandWorker:
         return seq
 
 
-async def status(db: SqliteDatabase, submission_id: str) -> Any:
+async def status(db: Database, submission_id: str) -> Any:
     return await db.read(lambda conn: read_submission(conn, submission_id))
 
 
-def queue(db: SqliteDatabase, clock: Clock, **kwargs: Any) -> DurableQueue:
+def queue(db: Database, clock: Clock, **kwargs: Any) -> DurableQueue:
     return DurableQueue(db, clock=clock, **kwargs)

@@ -3,8 +3,6 @@ conversation, FIFO positions, and the claims that take FIFO heads lane by lane."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
@@ -16,18 +14,18 @@ from capabilities.storage._lanes import read_lane
 from effectagent.core import Agent
 
 from ..conftest import EXAMPLES
-from .helpers import Clock, HandWorker, database, queue, rows, status
+from .helpers import Backend, Clock, HandWorker, Stores, queue, rows, status, stores
 
 
-async def test_a_receipt_is_returned_once_the_submission_is_committed(tmp_path: Path) -> None:
+async def test_a_receipt_is_returned_once_the_submission_is_committed(store: Stores) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         receipt = await queue(db, clock).submit(
             "helper", "hi", conversation_id="c1", idempotency_key="k1", principal="ada"
         )
         assert receipt == Receipt(receipt.submission_id, "c1", 1, clock.now, "queue")
     # another opening of the file (as another process would) finds it, queued, with its run
-    async with database(tmp_path / "d.db") as other:
+    async with store.open() as other:
         found = await status(other, receipt.submission_id)
         assert (found.status, found.position, found.attempts) == ("queued", 1, 0)
         assert found.run_id == run_id_of(receipt.submission_id)
@@ -35,10 +33,10 @@ async def test_a_receipt_is_returned_once_the_submission_is_committed(tmp_path: 
 
 
 async def test_the_same_key_and_payload_give_the_same_receipt_and_another_payload_conflicts(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = queue(db, clock)
         first = await q.submit("a", "x", conversation_id="c", idempotency_key="k", principal="p")
         clock.advance(5)
@@ -74,9 +72,9 @@ async def test_the_same_key_and_payload_give_the_same_receipt_and_another_payloa
 
 
 async def test_an_agent_the_registry_does_not_have_is_refused_before_admission(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = queue(db, Clock(), agents={"helper": Agent("helper", "Help.")})
         with pytest.raises(AgentNotFound, match=r"'nope'.*'helper'"):
             await q.submit("nope", "x", conversation_id="c", idempotency_key="k", principal="p")
@@ -94,7 +92,7 @@ async def test_an_agent_the_registry_does_not_have_is_refused_before_admission(
     ],
 )
 async def test_arguments_of_the_wrong_kind_are_refused(
-    tmp_path: Path, field: str, value: object, error: type[Exception]
+    store: Stores, field: str, value: object, error: type[Exception]
 ) -> None:
     arguments: dict[str, object] = {
         "agent": "a",
@@ -105,13 +103,13 @@ async def test_arguments_of_the_wrong_kind_are_refused(
         "mode": "queue",
     }
     arguments[field] = value
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         with pytest.raises(error):
             await queue(db, Clock()).submit(**arguments)  # type: ignore[arg-type]
 
 
-async def test_a_submission_cancelled_before_its_commit_is_not_admitted(tmp_path: Path) -> None:
-    async with database(tmp_path / "d.db") as db:
+async def test_a_submission_cancelled_before_its_commit_is_not_admitted(store: Stores) -> None:
+    async with store.open() as db:
         with trio.CancelScope() as scope:
             scope.cancel()
             await queue(db, Clock()).submit(
@@ -130,12 +128,10 @@ async def test_a_submission_cancelled_before_its_commit_is_not_admitted(tmp_path
     )
 )
 def test_concurrent_submissions_get_gap_free_fifo_positions_per_conversation(
-    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]]
+    tmp_path_factory: pytest.TempPathFactory, backend: Backend, plan: list[tuple[str, int]]
 ) -> None:
-    path = tmp_path_factory.mktemp("fifo") / "d.db"
-
-    async def main() -> dict[str, list[int]]:
-        async with database(path) as db:
+    async def main(made: Stores) -> dict[str, list[int]]:
+        async with made.open() as db:
             q = queue(db, Clock())
 
             async def submit(conversation: str, key: int, index: int) -> None:
@@ -158,15 +154,17 @@ def test_concurrent_submissions_get_gap_free_fifo_positions_per_conversation(
             by.setdefault(conversation, []).append(position)
         return by
 
-    for positions in trio.run(main).values():
+    with stores(backend, tmp_path_factory.mktemp("fifo")) as made:
+        found = trio.run(main, made)
+    for positions in found.values():
         assert positions == list(range(1, len(positions) + 1))
 
 
 async def test_claims_take_each_conversation_s_fifo_head_one_lane_at_a_time(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = queue(db, clock)
         a1 = await q.submit("a", "1", conversation_id="A", idempotency_key="1", principal="p")
         a2 = await q.submit("a", "2", conversation_id="A", idempotency_key="2", principal="p")
@@ -187,10 +185,10 @@ async def test_claims_take_each_conversation_s_fifo_head_one_lane_at_a_time(
 
 
 async def test_an_expired_lease_is_taken_over_under_the_next_epoch_and_the_old_holder_is_fenced(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = queue(db, clock)
         receipt = await q.submit("a", "x", conversation_id="A", idempotency_key="1", principal="p")
         one, two = HandWorker(db, clock, "w1"), HandWorker(db, clock, "w2")
@@ -212,10 +210,10 @@ async def test_an_expired_lease_is_taken_over_under_the_next_epoch_and_the_old_h
 
 
 async def test_a_submission_waits_out_its_backoff_and_a_quarantined_conversation_is_skipped(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = queue(db, clock)
         await q.submit("a", "x", conversation_id="A", idempotency_key="1", principal="p")
         await q.submit("a", "x", conversation_id="B", idempotency_key="1", principal="p")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ from capabilities.storage._errors import LaneLost
 from capabilities.storage._lanes import read_lane
 from effectagent.core import RunSuspendedRecord
 
-from .helpers import Clock, HandWorker, database, rows
+from .helpers import Clock, HandWorker, Stores, rows
 
 
 async def _one(
@@ -32,10 +31,10 @@ async def _one(
 
 
 async def test_an_inactive_submission_is_aborted_at_once_and_an_abort_is_idempotent(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         aborted = await q.abort(submission_id, author="ops", reason="not needed", abort_id="a1")
@@ -52,9 +51,9 @@ async def test_an_inactive_submission_is_aborted_at_once_and_an_abort_is_idempot
         assert await HandWorker(db, clock).claim() == []
 
 
-async def test_an_abort_never_rewrites_a_completed_settlement(tmp_path: Path) -> None:
+async def test_an_abort_never_rewrites_a_completed_settlement(store: Stores) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         worker = HandWorker(db, clock)
@@ -66,10 +65,10 @@ async def test_an_abort_never_rewrites_a_completed_settlement(tmp_path: Path) ->
 
 
 async def test_an_active_run_is_aborted_in_its_log_before_its_worker_learns_and_is_fenced_out(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         worker = HandWorker(db, clock)
@@ -93,10 +92,10 @@ async def test_an_active_run_is_aborted_in_its_log_before_its_worker_learns_and_
 
 
 async def test_aborting_a_run_whose_end_is_recorded_settles_it_as_the_log_says(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         worker = HandWorker(db, clock)
@@ -111,9 +110,9 @@ async def test_aborting_a_run_whose_end_is_recorded_settles_it_as_the_log_says(
         assert await q.verify("c") == ()
 
 
-async def test_the_ledger_is_rebuilt_from_the_log(tmp_path: Path) -> None:
+async def test_the_ledger_is_rebuilt_from_the_log(store: Stores) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         first, second, third = [await _one(q, key=k) for k in ("1", "2", "3")]
         worker = HandWorker(db, clock)
@@ -146,9 +145,9 @@ async def test_the_ledger_is_rebuilt_from_the_log(tmp_path: Path) -> None:
         assert await q.rebuild_ledger("c") == []  # nothing left to change
 
 
-async def test_verify_finds_duplicate_and_late_records(tmp_path: Path) -> None:
+async def test_verify_finds_duplicate_and_late_records(store: Stores) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         await _one(q)
         worker = HandWorker(db, clock)
@@ -164,10 +163,10 @@ async def test_verify_finds_duplicate_and_late_records(tmp_path: Path) -> None:
 
 
 async def test_explain_shows_the_ledger_the_run_s_tail_the_audit_and_what_recovery_would_do(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         worker = HandWorker(db, clock)
@@ -188,10 +187,10 @@ async def test_explain_shows_the_ledger_the_run_s_tail_the_audit_and_what_recove
 
 
 async def test_overdue_settlements_are_listed_and_logged_with_identifiers_only(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Stores, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         old = await _one(q, key="old")
         clock.advance(100)
@@ -204,9 +203,9 @@ async def test_overdue_settlements_are_listed_and_logged_with_identifiers_only(
         assert "text old" not in line  # never the input
 
 
-async def test_the_unknown_list_reads_what_settlements_recorded(tmp_path: Path) -> None:
+async def test_the_unknown_list_reads_what_settlements_recorded(store: Stores) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         submission_id = await _one(q)
         await db.write(
@@ -224,8 +223,8 @@ async def test_the_unknown_list_reads_what_settlements_recorded(tmp_path: Path) 
         )
 
 
-async def test_explain_a_submission_that_never_ran(tmp_path: Path) -> None:
-    async with database(tmp_path / "d.db") as db:
+async def test_explain_a_submission_that_never_ran(store: Stores) -> None:
+    async with store.open() as db:
         q = DurableQueue(db, clock=Clock())
         submission_id = await _one(q)
         explained = await q.explain(submission_id)
@@ -237,10 +236,10 @@ async def test_explain_a_submission_that_never_ran(tmp_path: Path) -> None:
 
 
 async def test_a_suspended_or_dead_submission_is_aborted_in_its_log_and_frees_its_conversation(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         suspended, dead, behind = [await _one(q, key=k) for k in ("1", "2", "3")]
         worker = HandWorker(db, clock)
@@ -287,10 +286,10 @@ async def test_a_suspended_or_dead_submission_is_aborted_in_its_log_and_frees_it
 
 
 async def test_a_joining_submission_s_abort_waits_for_the_run_it_was_handed_to(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         head = await _one(q, key="1")
         joining = await _one(q, key="2", mode="join")
@@ -312,10 +311,10 @@ async def test_a_joining_submission_s_abort_waits_for_the_run_it_was_handed_to(
 
 
 async def test_aborting_a_submission_behind_the_head_leaves_the_run_going_alone(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         await _one(q, key="1")
         behind = await _one(q, key="2")

@@ -5,7 +5,6 @@ turn); a bad input is refused at the call."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from effectagent.ai import ImagePart, ModelRequest, TextContent, UserMessage
 from effectagent.core import Agent, UserInputRecorded
 from effectagent.testing import FunctionModel
 
-from .helpers import database, rows
+from .helpers import Stores, rows
 
 AGENT = Agent("looker", "Describe images.")
 FAST = WorkerOptions(poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01))
@@ -41,7 +40,7 @@ async def _submit(q: DurableQueue, text: Any, key: str, mode: Any = "queue") -> 
 
 
 async def test_a_worker_runs_a_submission_with_its_image_read_back_by_digest(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     seen: list[UserMessage] = []
 
@@ -49,7 +48,7 @@ async def test_a_worker_runs_a_submission_with_its_image_read_back_by_digest(
         seen.append([m for m in request.messages if isinstance(m, UserMessage)][-1])
         return "A cat."
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         receipt = await _submit(q, ["What is\n\nthis?", IMAGE, "Briefly."], "k")
         kept = await rows(db, "SELECT data FROM media WHERE digest = ?", IMAGE.digest)
@@ -73,8 +72,8 @@ async def test_a_worker_runs_a_submission_with_its_image_read_back_by_digest(
     assert recorded.parts[1][1]["digest"] == IMAGE.digest
 
 
-async def test_the_idempotency_key_is_bound_to_the_media_by_digest(tmp_path: Path) -> None:
-    async with database(tmp_path / "d.db") as db:
+async def test_the_idempotency_key_is_bound_to_the_media_by_digest(store: Stores) -> None:
+    async with store.open() as db:
         q = DurableQueue(db)
         first = await _submit(q, ["Look:", IMAGE], "k")
         again = await _submit(q, ["Look:", IMAGE], "k")
@@ -102,9 +101,9 @@ async def test_the_idempotency_key_is_bound_to_the_media_by_digest(tmp_path: Pat
     ],
 )
 async def test_a_bad_input_is_refused_at_the_call_and_nothing_is_admitted(
-    tmp_path: Path, given: Any, error: type[Exception], message: str
+    store: Stores, given: Any, error: type[Exception], message: str
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         with pytest.raises(error, match=message):
             await _submit(q, given, "k")
@@ -112,9 +111,9 @@ async def test_a_bad_input_is_refused_at_the_call_and_nothing_is_admitted(
 
 
 async def test_a_submission_with_media_never_joins_a_run_going_it_waits_its_turn(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         head = await _submit(q, "First.", "h")
         text = await _submit(q, "Join me.", "j1", "join")

@@ -3,7 +3,6 @@ real database file and the real engine."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -27,7 +26,7 @@ from effectagent.ai import (
 from effectagent.core import Agent
 from effectagent.testing import FunctionModel, Turn
 
-from .helpers import Clock, HandWorker, database, rows
+from .helpers import Clock, HandWorker, Stores, rows
 
 FAST = WorkerOptions(poll_interval=0.02, lease=5.0)
 
@@ -60,7 +59,7 @@ async def _until(predicate: Any, what: str) -> None:
 
 
 async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision_resumes_it(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     model_calls: list[str] = []
     transfers: list[int] = []
@@ -78,7 +77,7 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
 
     agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
     layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         receipt = await q.submit(
             "payer", "pay", conversation_id="c", idempotency_key="k", principal="p"
@@ -112,7 +111,7 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
         assert await q.verify("c") == ()
 
 
-async def test_a_denial_settles_the_call_rejected_without_running_it(tmp_path: Path) -> None:
+async def test_a_denial_settles_the_call_rejected_without_running_it(store: Stores) -> None:
     transfers: list[int] = []
 
     def respond(request: ModelRequest) -> Turn | str:
@@ -126,7 +125,7 @@ async def test_a_denial_settles_the_call_rejected_without_running_it(tmp_path: P
 
     agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
     layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         sid = (
             await q.submit("payer", "pay", conversation_id="c", idempotency_key="k", principal="p")
@@ -145,7 +144,7 @@ async def test_a_denial_settles_the_call_rejected_without_running_it(tmp_path: P
 
 
 async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_next_turn(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     go = trio.Event()
     asked: list[str] = []
@@ -158,7 +157,7 @@ async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_nex
         return f"answer to {text}"
 
     agent = Agent("echo", "Answer.")
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         head = (
             await q.submit("echo", "first", conversation_id="c", idempotency_key="1", principal="p")
@@ -201,10 +200,10 @@ async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_nex
 
 
 async def test_a_join_never_jumps_a_submission_that_waits_for_its_own_run(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         modes = ["queue", "join", "join", "queue", "join"]
         ids = [
@@ -237,7 +236,7 @@ async def _status_is(q: DurableQueue, submission_id: str, status: str) -> bool:
     return (await q.status(submission_id)).status == status
 
 
-async def test_a_durable_step_runs_once_across_a_resumed_run(tmp_path: Path) -> None:
+async def test_a_durable_step_runs_once_across_a_resumed_run(store: Stores) -> None:
     charged: list[int] = []
     inside = trio.Event()
     hold = trio.Event()
@@ -259,7 +258,7 @@ async def test_a_durable_step_runs_once_across_a_resumed_run(tmp_path: Path) -> 
 
     agent = Agent("biller", "Bill.", toolkit=Toolkit(charge))
     layer = Toolkit(charge).handlers(charge.bind(handle)) + FunctionModel.layer(respond)
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         sid = (
             await q.submit(
@@ -283,10 +282,10 @@ async def test_a_durable_step_runs_once_across_a_resumed_run(tmp_path: Path) -> 
 
 
 async def test_of_two_racers_on_one_step_only_the_lane_holder_s_result_is_recorded(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         await q.submit("a", "x", conversation_id="c", idempotency_key="k", principal="p")
         stale_worker, winner = HandWorker(db, clock, "w1"), HandWorker(db, clock, "w2")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -25,7 +24,7 @@ from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.testing import FunctionModel, Turn
 
-from .helpers import Clock, HandWorker, database, rows
+from .helpers import Clock, HandWorker, Stores, rows
 
 AGENT = Agent("echo", "Repeat what you are told.")
 FAST = WorkerOptions(poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=3, base=0.01))
@@ -56,10 +55,10 @@ async def _submit(q: DurableQueue, conversation: str, text: str, key: str | None
 
 
 async def test_a_worker_runs_each_submission_in_fifo_order_and_settles_it_once(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     seen: list[str] = []
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         ids = [await _submit(q, f"c{i % 3}", f"m{i}") for i in range(9)]
         worker = DurableWorker(db, echo_model(seen), [AGENT], options=FAST)
@@ -82,9 +81,9 @@ async def test_a_worker_runs_each_submission_in_fifo_order_and_settles_it_once(
 
 
 async def test_an_agent_the_worker_does_not_know_fails_the_submission_with_a_diagnostic(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         receipt = await q.submit(
             "ghost", "x", conversation_id="c", idempotency_key="k", principal="p"
@@ -102,7 +101,7 @@ async def test_an_agent_the_worker_does_not_know_fails_the_submission_with_a_dia
 
 
 async def test_a_worker_that_stops_lets_its_lanes_go_and_another_finishes_the_work(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     entered = trio.Event()
     release = trio.Event()
@@ -115,7 +114,7 @@ async def test_a_worker_that_stops_lets_its_lanes_go_and_another_finishes_the_wo
         await release.wait()
         return "late"
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         first = DurableWorker(db, FunctionModel.layer(slow), [AGENT], options=FAST)
@@ -143,9 +142,9 @@ async def test_a_worker_that_stops_lets_its_lanes_go_and_another_finishes_the_wo
 
 
 async def test_a_submission_that_keeps_failing_to_start_is_dead_lettered_and_retry_revives_it(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         # a run ID already in the conversation's log: every attempt to start it is refused
@@ -188,7 +187,7 @@ async def _plant_foreign_run(db: Any, conversation: str, run_id: str) -> None:
 
 
 async def test_a_worker_whose_lease_ran_out_is_fenced_out_and_its_run_stopped_unsettled(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     entered = trio.Event()
     stuck = trio.Event()  # never set: the first worker's model hangs
@@ -198,7 +197,7 @@ async def test_a_worker_whose_lease_ran_out_is_fenced_out_and_its_run_stopped_un
         await stuck.wait()
         return "never"
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         first = DurableWorker(db, FunctionModel.layer(hang), [AGENT], options=FAST)
@@ -232,9 +231,9 @@ async def test_a_worker_whose_lease_ran_out_is_fenced_out_and_its_run_stopped_un
 
 
 async def test_a_record_that_cannot_be_read_sets_its_conversation_aside_and_others_go_on(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         broken = await _submit(q, "broken", "m1")
         fine = await _submit(q, "fine", "m2")
@@ -275,9 +274,9 @@ async def test_a_record_that_cannot_be_read_sets_its_conversation_aside_and_othe
 
 
 async def test_a_worker_logs_settlements_overdue_past_its_threshold(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Stores, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=lambda: time.time() - 7200)  # admitted two hours ago
         submission_id = await _submit(q, "c", "canary-input-7f3a")
         recent = await DurableQueue(db).submit(
@@ -296,11 +295,11 @@ async def test_a_worker_logs_settlements_overdue_past_its_threshold(
         assert "canary-input-7f3a" not in lines[0]  # identifiers only
 
 
-async def test_a_run_that_fails_settles_failed_with_its_bounded_diagnostic(tmp_path: Path) -> None:
+async def test_a_run_that_fails_settles_failed_with_its_bounded_diagnostic(store: Stores) -> None:
     def refuse(request: ModelRequest) -> Turn:
         return Turn.fail(AuthenticationFailed("the key was refused " + "x" * 40_000))
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         with trio.fail_after(60):
@@ -320,10 +319,10 @@ async def test_a_run_that_fails_settles_failed_with_its_bounded_diagnostic(tmp_p
 
 
 async def test_a_secret_in_a_submission_reaches_no_record_audit_row_or_log_line(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    store: Stores, caplog: pytest.LogCaptureFixture
 ) -> None:
     canary = "sk-canary-5b1e9d"
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         first = await _submit(q, "c", f"my key is {canary}", key="1")
         await _submit(q, "c", f"again {canary}", key="2")
@@ -342,7 +341,7 @@ async def test_a_secret_in_a_submission_reaches_no_record_audit_row_or_log_line(
 
 
 async def test_an_abort_reaches_the_worker_running_it_which_stops_the_run_unsettled(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     entered = trio.Event()
     stuck = trio.Event()  # never set
@@ -352,7 +351,7 @@ async def test_an_abort_reaches_the_worker_running_it_which_stops_the_run_unsett
         await stuck.wait()
         return "never"
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         after = await _submit(q, "c", "next")
@@ -379,10 +378,10 @@ async def test_an_abort_reaches_the_worker_running_it_which_stops_the_run_unsett
 
 
 async def test_each_append_is_fenced_by_the_claim_of_the_run_that_makes_it(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     clock = Clock()
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db, clock=clock)
         await _submit(q, "c", "m")
         hand = HandWorker(db, clock)
@@ -416,10 +415,10 @@ async def test_each_append_is_fenced_by_the_claim_of_the_run_that_makes_it(
 
 
 async def test_the_application_s_layer_builds_on_the_worker_s_services_and_may_not_replace_them(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
 
-    async with database(tmp_path / "d.db") as db:
+    async with store.open() as db:
         q = DurableQueue(db)
         submission_id = await _submit(q, "c", "m")
         # agent state needs the database and the Conversation Log: the worker's are given to it
