@@ -32,7 +32,6 @@ they are fenced out), then cancels the runs. Another worker resumes them.
 from __future__ import annotations
 
 import functools
-import os
 import random
 import socket
 import time
@@ -60,7 +59,7 @@ from ..steering._layers import sqlite_steering
 from ..storage import Database, DatabaseService
 from ..storage._codec import RecordCodec
 from ..storage._errors import LaneLost
-from ..storage._lanes import Lane, check_lane
+from ..storage._lanes import Lane, check_lane, process_prefix
 from ..storage._log import SqliteConversationLog
 from ..storage._port import Connection
 from ._approval import DurableApproval
@@ -76,7 +75,9 @@ __all__ = ["DurableWorker"]
 
 
 def _worker_id() -> str:
-    return f"pid-{os.getpid()}-{socket.gethostname()}-{new_id('w')[2:10]}"
+    # This process's holder prefix (``pid-<pid>-<token>-``), so that input steered to its runs
+    # finds them, and a worker of the same pid on another machine is never taken for it.
+    return f"{process_prefix()}{socket.gethostname()}-{new_id('w')[2:10]}"
 
 
 #: What a worker provides its runtime itself; an application's layer must not.
@@ -173,7 +174,8 @@ class DurableWorker:
     ``agents`` is the registry by name (a mapping, or agents named by their ``name``).
     ``approval_policy`` decides approvals first when given (see :class:`DurableApproval`).
     ``secrets`` are redacted from everything the runs record (as ``open_runtime``'s);
-    ``worker_id`` names the worker in the lanes it holds (default ``pid-<pid>-<host>-<random>``);
+    ``worker_id`` names the worker in the lanes it holds (default
+    ``pid-<pid>-<token>-<host>-<random>``);
     ``clock`` gives the wall-clock time leases are measured in.
     """
 

@@ -22,7 +22,6 @@ answers None, as for an input never accepted here).
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
 from typing import Final, Protocol, final
@@ -35,6 +34,7 @@ from effectagent.engine import ConversationLog, InMemoryConversationLog, Steerin
 
 from .._logging import log_warning
 from ..storage import Database
+from ..storage._lanes import process_prefix
 from ..storage._port import Connection
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
@@ -289,14 +289,14 @@ class SqliteJournal:
         self, conversation_ids: Sequence[str], *, skip: Container[str] = ()
     ) -> Mapping[str, Sequence[tuple[SteeringInput, int]]]:
         """Input queued for the runs going in this process in ``conversation_ids`` (under the
-        epoch of the lane a holder of this process — ``pid-<pid>-…``: its plain runs' database,
+        epoch of the lane a holder of this process — ``pid-<pid>-<token>-…``: its plain runs' database,
         or a durable worker — holds for each), with their positions, in FIFO order; those in
         ``skip`` (known here already) left out. Input with media comes with its content, the
         bytes read from the ``media`` table; one whose bytes are gone is left out (and logged),
         to expire with its run's lane.
 
         Cancellation: a checkpoint before reading; nothing changes."""
-        holders = f"pid-{os.getpid()}-%"
+        holders = f"{process_prefix()}%"  # (its token tells it from a same-pid process elsewhere)
         ids = tuple(conversation_ids)
 
         def read(conn: Connection) -> dict[str, list[tuple[SteeringInput, int]]]:

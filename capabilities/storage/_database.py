@@ -44,7 +44,6 @@ Module notes
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import sys
 import threading
@@ -66,7 +65,7 @@ from ._errors import (
 )
 from ._files import FileIdentity, check_same, claim_database, open_lock
 from ._holds import RunHolds
-from ._lanes import DEFAULT_LEASE, Lanes
+from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._layout import prepare
 from ._port import Connection, Dialect
 from ._recovery import recover
@@ -246,8 +245,9 @@ class SqliteDatabase:
         lease: float = DEFAULT_LEASE,
     ) -> None:
         self.path = path
-        #: Who this opening of the database is, in lanes it holds: ``pid-<pid>-<random>``.
-        self.holder_id = f"pid-{os.getpid()}-{secrets.token_hex(6)}"
+        #: Who this opening of the database is, in lanes it holds: ``pid-<pid>-<token>-<random>``
+        #: (``_lanes.holder_id``).
+        self.holder_id = holder_id()
         #: Whether no other process had the file open when this one opened it (it recovered).
         self.alone = alone
         #: What the open-time recovery changed (see ``_recovery``): counts by kind.

@@ -30,6 +30,7 @@ wall-clock seconds (``time.time()``): leases are compared across processes.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, final
@@ -58,6 +59,9 @@ __all__ = [
     "read_lane",
     "release_lane",
     "renew_lane",
+    "holder_id",
+    "process_prefix",
+    "same_process",
 ]
 
 #: How long a lease lasts unless renewed, in seconds.
@@ -95,9 +99,29 @@ class Lane:
     submission_id: str | None = None
 
 
+#: This process's token, with the process ID it was drawn in (drawn again after a fork).
+_token: tuple[int, str] | None = None
+
+
+def process_prefix() -> str:
+    """``pid-<pid>-<token>-``: how every holder ID of this process begins. The token is random,
+    drawn once per process: two processes with the same process ID — on two machines, or in two
+    containers, sharing one PostgreSQL database — are never taken for one."""
+    global _token
+    pid = os.getpid()
+    if _token is None or _token[0] != pid:
+        _token = (pid, secrets.token_hex(4))
+    return f"pid-{pid}-{_token[1]}-"
+
+
+def holder_id() -> str:
+    """A new holder ID of this process: :func:`process_prefix` and a random part."""
+    return f"{process_prefix()}{secrets.token_hex(6)}"
+
+
 def same_process(holder: str) -> bool:
-    """Whether the holder ID ``holder`` (``pid-<n>-…``) is one of this process."""
-    return holder.startswith(f"pid-{os.getpid()}-")
+    """Whether the holder ID ``holder`` (``pid-<n>-<token>-…``) is one of this process."""
+    return holder.startswith(process_prefix())
 
 
 def claim_decision(

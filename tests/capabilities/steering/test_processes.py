@@ -4,7 +4,6 @@ run goes, and expires when the run ends without taking it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from capabilities.steering import _inbox as inbox_module
 from capabilities.steering._inbox import ConversationInbox
 from capabilities.steering._journal import SqliteJournal
 from capabilities.storage._database import open_database
-from capabilities.storage._lanes import Lanes
+from capabilities.storage._lanes import Lanes, process_prefix
 from capabilities.storage._log import SqliteConversationLog
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import UserMessage
@@ -223,7 +222,7 @@ async def test_input_waits_for_runs_whose_lane_a_holder_of_this_process_holds(
     """A durable worker holds its lanes under a worker ID of its own; input admitted for its run
     is found in this process all the same — and never for a lane another process holds."""
     async with open_database(tmp_path / "w.db") as database:
-        ours = Lanes(database, worker_id=f"pid-{os.getpid()}-host-worker")
+        ours = Lanes(database, worker_id=f"{process_prefix()}host-worker")
         theirs = Lanes(database, worker_id="pid-999999999-host-worker")
         await ours.claim("mine")
         await theirs.claim("yours")

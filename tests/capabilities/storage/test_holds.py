@@ -22,7 +22,7 @@ from capabilities.storage import Database, DatabaseService
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import ConversationInUse, LaneLost
 from capabilities.storage._holds import AppendShape, Held, Proceed, Refuse, decide, shape_of
-from capabilities.storage._lanes import DEFAULT_LEASE, LaneState
+from capabilities.storage._lanes import DEFAULT_LEASE, LaneState, process_prefix
 from capabilities.storage._log import SqliteConversationLog
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.core import (
@@ -68,8 +68,8 @@ def test_the_shape_of_an_append() -> None:
     assert shape_of([cut]).ends == ("r1", "interrupted")
 
 
-ME, OTHER = f"pid-{os.getpid()}-me", "pid-999999999-other"
-WORKER = f"pid-{os.getpid()}-host-worker"  # a durable worker of this process
+ME, OTHER = f"{process_prefix()}me", "pid-999999999-other"
+WORKER = f"{process_prefix()}host-worker"  # a durable worker of this process
 START, GOING, END = (
     AppendShape(frozenset({"r1"}), "r1"),
     AppendShape(frozenset({"r1"})),

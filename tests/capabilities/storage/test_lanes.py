@@ -4,6 +4,7 @@ every holder that was taken over or released."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from capabilities.storage import _lanes
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import ConversationInUse, LaneLost
 from capabilities.storage._lanes import (
@@ -234,3 +236,30 @@ def test_a_release_expires_steering_queued_under_its_epoch_and_a_claim_what_is_o
     status, reason = _steering(conn)["second"]
     assert status == "expired"
     assert "stopped before it took it" in reason
+
+
+def test_a_process_with_the_same_pid_elsewhere_is_not_this_one() -> None:
+    """Holder IDs carry a token drawn per process: a holder of this pid on another machine (or
+    in another container) sharing a PostgreSQL database is someone else."""
+    mine = _lanes.holder_id()
+    assert mine.startswith(f"pid-{os.getpid()}-")
+    assert _lanes.same_process(mine)
+    assert _lanes.same_process(_lanes.holder_id())  # every holder ID of this process
+    other_machine = f"pid-{os.getpid()}-{'0' * 8}-{'1' * 12}"
+    assert other_machine != mine
+    assert not _lanes.same_process(other_machine)
+    assert not _lanes.same_process(f"pid-{os.getpid()}-")  # no token: not this process
+
+
+def test_a_forked_child_draws_a_token_of_its_own() -> None:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its prefix and leave at once
+        os.write(write, _lanes.process_prefix().encode())
+        os._exit(0)
+    os.close(write)
+    child = os.read(read, 200).decode()
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert child.startswith(f"pid-{pid}-")
+    assert child != _lanes.process_prefix()
