@@ -37,13 +37,13 @@ Module notes
 * **Layout.** See ``_postgres_layout``: the tables live in a schema of their own (``effectagent``
   by default; two schemas are two independent stores), recognised by their
   ``effectagent_layout`` table, created and upgraded by whoever opens first.
-* **Alone or not.** As the SQLite lock file does (``_database``), a session-level advisory lock
-  keyed by the schema says who is there: an opener that can take it exclusively is alone — every
-  pending state, queued steering input and plain run's lane was left by processes that ended —
-  and cleans up (``_recovery``) before it shares the lock like every other opener. The lock is
-  held on a connection of its own for the database's lifetime: the server drops it when the
-  connection closes or the process dies. (A connection cut for longer than the server notices
-  loses it too: an opener that comes then counts as alone.)
+* **Alone or not.** See ``_postgres_lock``: as the SQLite lock file does (``_database``), a
+  session-level advisory lock keyed by the schema says who is there. An opener that can take it
+  exclusively is alone — every pending state, queued steering input and plain run's lane was left
+  by processes that ended — and cleans up (``_recovery``) before it shares the lock like every
+  other opener. The lock is held on a connection of its own for the database's lifetime (the
+  server drops it when the connection closes or the process dies), checked every
+  :data:`LOCK_CHECK` seconds and taken again — shared — when its connection was lost.
 * **Passwords** never reach an error or a log: the database is named by where it is only
   (host, port, database, user: ``_postgres_names``).
 """
@@ -79,6 +79,7 @@ from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes
 from ._port import Connection, Dialect
 from ._postgres_layout import prepare
+from ._postgres_lock import OpenersLock
 from ._postgres_names import (
     Failure,
     Names,
@@ -106,6 +107,9 @@ _Conn = psycopg.Connection[TupleRow]
 
 #: The ``application_name`` of every connection.
 APPLICATION_NAME: Final = "effectagent"
+
+#: Seconds between two checks that the openers' lock is still held.
+LOCK_CHECK: Final = 5.0
 
 #: How many times a write refused for a duplicate key runs again before the duplicate is taken
 #: for a true one (each time on a newer snapshot: see ``failure_kind``).
@@ -197,13 +201,16 @@ class PostgresDatabase:
         "_closing",
         "_done",
         "_in_flight",
+        "_keeper_done",
         "_limiter",
-        "_lock_conn",
+        "_lock",
         "_names",
         "_pool",
+        "_stop_keeping",
         "alone",
         "holder_id",
         "holds",
+        "lock_check",
         "recovered",
         "retry",
         "schema",
@@ -212,7 +219,7 @@ class PostgresDatabase:
     def __init__(
         self,
         pool: psycopg_pool.ConnectionPool[_Conn],
-        lock_conn: _Conn | None,
+        lock: OpenersLock,
         *,
         schema: str,
         names: Names,
@@ -221,7 +228,12 @@ class PostgresDatabase:
         lease: float = DEFAULT_LEASE,
     ) -> None:
         self._pool = pool
-        self._lock_conn = lock_conn
+        self._lock = lock
+        #: Seconds between two checks that the openers' lock is still held (see
+        #: ``_postgres_lock``).
+        self.lock_check = LOCK_CHECK
+        self._stop_keeping = trio.Event()
+        self._keeper_done: trio.Event | None = None
         self._names = names
         self.schema = schema
         #: How long a write runs again after conflicts or dropped connections, in all.
@@ -345,16 +357,53 @@ class PostgresDatabase:
         with trio.CancelScope(shield=True):
             await self.holds.aclose()  # writes the releases: before new work is refused
             self._closed = True
-            lock_conn, self._lock_conn = self._lock_conn, None
+            self._stop_keeping.set()
+            if self._keeper_done is not None:
+                await self._keeper_done.wait()
             while self._in_flight:
                 self._done = trio.Event()
                 await self._done.wait()
-            await trio.to_thread.run_sync(self._close_sync, lock_conn)
+            await trio.to_thread.run_sync(self._close_sync)
 
-    def _close_sync(self, lock_conn: _Conn | None) -> None:
+    def _close_sync(self) -> None:
         self._pool.close()
-        if lock_conn is not None:
-            lock_conn.close()
+        self._lock.close()
+
+    # ---- the openers' lock ------------------------------------------------------------------
+
+    def keep_lock(self) -> None:
+        """Start checking, every :attr:`lock_check` seconds until it closes, that this database
+        still holds the openers' lock, taking it again when its connection was lost (a system
+        task; see ``_postgres_lock``)."""
+        if self._keeper_done is None and not self._closing:
+            self._keeper_done = trio.Event()
+            trio.lowlevel.spawn_system_task(self._keep_lock, name="effectagent openers' lock")
+
+    async def _keep_lock(self) -> None:
+        """The keeper's loop (a system task: it never raises but ``Cancelled``)."""
+        try:
+            while not self._stop_keeping.is_set():
+                with trio.move_on_after(self.lock_check):
+                    await self._stop_keeping.wait()
+                if self._stop_keeping.is_set():
+                    break
+                await self.check_lock()
+        finally:
+            if self._keeper_done is not None:
+                self._keeper_done.set()
+
+    async def check_lock(self) -> bool:
+        """Check once that the openers' lock is held; take it again if its connection was lost.
+        Returns whether it had to (never raises: a failure is logged).
+
+        Cancellation: the check runs in a worker thread and is waited for (a few seconds at
+        most: a round trip, or a new connection and a bounded wait for the lock)."""
+        return await trio.to_thread.run_sync(self._lock.check)
+
+    @property
+    def lock_backend_pid(self) -> int:
+        """The server process holding this database's share of the openers' lock."""
+        return self._lock.backend_pid
 
 
 # ---- in the worker thread ------------------------------------------------------------------------
@@ -465,25 +514,10 @@ def _configure(schema: str) -> Callable[[_Conn], None]:
     return configure
 
 
-def _share(lock: _Conn, key: int, names: Names, policy: BusyPolicy) -> None:
-    """Hold ``key`` shared, waiting (bounded) while another opener holds it exclusively."""
-    delays = policy.delays(random.Random())
-    waited = 0.0
-    while True:
-        got = lock.execute("SELECT pg_try_advisory_lock_shared(%s)", (key,)).fetchone()
-        if got is not None and got[0]:
-            return
-        wait = next(delays, None)
-        if wait is None:
-            raise SchemaInUse(names.where, round(waited, 1))
-        time.sleep(wait)
-        waited += wait
-
-
 @attrs.frozen
 class _Opened:
     pool: psycopg_pool.ConnectionPool[_Conn]
-    lock: _Conn
+    lock: OpenersLock
     alone: bool
     recovered: Mapping[str, int]
 
@@ -496,13 +530,11 @@ def _open_sync(
     policy: BusyPolicy,
     extra: Sequence[str],
 ) -> _Opened:
-    try:
-        lock = psycopg.connect(url, autocommit=True, application_name=APPLICATION_NAME)
-    except psycopg.Error as exc:
-        raise CannotOpenDatabase(names.where, names.reason(exc)) from None
+    lock = OpenersLock(url, lock_key(schema), names, policy)
+    conn = lock.connect()
     pool: psycopg_pool.ConnectionPool[_Conn] | None = None
     try:
-        changed = prepare(lock, schema, names.where, extra=extra)
+        changed = prepare(conn, schema, names.where, extra=extra)
         if changed:
             log_debug("laid out the schema", schema=schema)
         pool = psycopg_pool.ConnectionPool(
@@ -517,17 +549,13 @@ def _open_sync(
             num_workers=2,
         )
         pool.open(wait=True, timeout=policy.bound)
-        key = lock_key(schema)
-        got = lock.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-        alone = got is not None and bool(got[0])
+        alone = lock.take_alone()
         recovered: Mapping[str, int] = {}
         if alone:
             recovered = _write(pool, recover, policy, names, cancellable=False)
-            # Others may come in now: shared first, so the schema is never left unlocked.
-            lock.execute("SELECT pg_advisory_lock_shared(%s)", (key,))
-            lock.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            lock.share_after_recovery()  # others may come in now
         else:
-            _share(lock, key, names, policy)
+            lock.share()
     except BaseException as exc:
         if pool is not None:
             pool.close()
@@ -597,6 +625,7 @@ async def open_postgres(
     )
     database.alone = opened.alone
     database.recovered = dict(opened.recovered)
+    database.keep_lock()
     if any(opened.recovered.values()):
         log_debug("recovered after processes that ended", **opened.recovered)
     try:

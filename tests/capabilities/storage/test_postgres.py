@@ -620,6 +620,24 @@ async def test_an_opener_waits_bounded_for_one_cleaning_up(schema: str) -> None:
         assert db.alone
 
 
+async def test_a_lost_lock_connection_is_replaced_and_the_lock_shared_again(schema: str) -> None:
+    """The server ends the connection holding a database's share of the openers' lock (as a
+    restart or a failover would): the next check takes the lock again, shared, so a later
+    opener does not count as alone and clean up what this live process holds."""
+    url = postgres_url()
+    async with open_postgres(url, schema=schema) as db:
+        assert not await db.check_lock()  # held: nothing to do
+        with _direct() as killer:
+            ended = killer.execute(
+                "SELECT pg_terminate_backend(%s, 30000)", (db.lock_backend_pid,)
+            ).fetchone()
+            assert ended == (True,)
+        assert await db.check_lock()
+        async with open_postgres(url, schema=schema) as later:
+            assert not later.alone
+            assert later.recovered == {}
+
+
 async def test_an_opener_alone_recovers_what_ended_processes_left(schema: str) -> None:
     url = postgres_url()
     async with open_postgres(url, schema=schema):
