@@ -1,12 +1,20 @@
-"""Storage: the SQLite database the persistent capabilities share, and the Conversation Log on it
-(deployment class P). See ``_database`` for the threads, the journal, ``synchronous`` and what a
-crash can lose.
+"""Storage: the database the persistent capabilities share, and the Conversation Log on it
+(deployment class P). Every capability speaks to a :class:`Database` (``_port``: work functions
+of a :class:`Connection`, run in a write transaction or on a read snapshot), never to an engine;
+two implement it:
 
-``capabilities.sqlite_storage(path)`` opens the database and puts every persistent capability on
-it; ``async with open_database(path) as db`` opens it alone (for ``capabilities.durable``'s
-queue and worker, or a tool of your own). Processes share a database file: each opens it, their
-writes take turns (see ``_database``), and a conversation's **lane** (``_lanes``) keeps two runs
-of it from going at once.
+* **SQLite** — one machine, any number of processes on one file. ``capabilities.sqlite_storage(
+  path)`` opens it and puts every persistent capability on it; ``async with open_database(path)
+  as db`` opens it alone (for ``capabilities.durable``'s queue and worker, or a tool of your
+  own). See ``_database`` for the threads, the journal, ``synchronous`` and what a crash can lose.
+* **PostgreSQL** — any number of processes on any number of machines.
+  ``capabilities.postgres_storage(url)`` and ``async with open_postgres(url) as db`` (the
+  ``postgres`` extra; imported on first use). See ``_postgres`` for the connections, the
+  isolation and the retries.
+
+Processes share a database: their writes take turns (SQLite's write lock; PostgreSQL's
+serializable transactions), and a conversation's **lane** (``_lanes``) keeps two runs of it from
+going at once, wherever they run.
 
 Every error is a :class:`StorageError`. Those exported here are the ones a person can act on:
 the path cannot be opened (:class:`CannotOpenDatabase`), what is there is unsafe to open
@@ -19,6 +27,8 @@ another (:class:`LaneLost`). A file that is not a database, or is another applic
 record, a gap — is a ``StorageError`` too; in the Conversation Log it is also the engine's
 ``ConversationLogError``, which a run turns into a ``StorageFailed`` ending.
 """
+
+import typing as _typing
 
 from ._busy import BusyPolicy as BusyPolicy
 from ._database import SqliteDatabase as SqliteDatabase
@@ -39,6 +49,32 @@ from ._port import Database as Database
 from ._port import DatabaseService as DatabaseService
 from ._port import Dialect as Dialect
 
+if _typing.TYPE_CHECKING:
+    from ._postgres import PostgresDatabase as PostgresDatabase
+    from ._postgres import open_postgres as open_postgres
+    from ._postgres_layout import ForeignSchema as ForeignSchema
+    from ._postgres_names import SchemaInUse as SchemaInUse
+
+#: The PostgreSQL names, imported on first use (psycopg is the ``postgres`` extra's).
+_POSTGRES = {
+    "ForeignSchema": "._postgres_layout",
+    "PostgresDatabase": "._postgres",
+    "SchemaInUse": "._postgres_names",
+    "open_postgres": "._postgres",
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _POSTGRES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "BusyPolicy",
     "CannotOpenDatabase",
@@ -50,7 +86,10 @@ __all__ = [
     "DatabaseInUse",
     "DatabaseTooNew",
     "Dialect",
+    "ForeignSchema",
     "LaneLost",
+    "PostgresDatabase",
+    "SchemaInUse",
     "SqliteConversationLog",
     "SqliteDatabase",
     "DatabaseService",
@@ -58,4 +97,5 @@ __all__ = [
     "Synchronous",
     "UnsafeDatabaseFile",
     "open_database",
+    "open_postgres",
 ]

@@ -28,6 +28,7 @@ are always parameters).
 from __future__ import annotations
 
 import sqlite3
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
@@ -164,21 +165,11 @@ def dialect_of(conn: Connection) -> Dialect:
     return dialect
 
 
-def _driver_errors() -> tuple[type[BaseException], ...]:
-    errors: list[type[BaseException]] = [sqlite3.Error]
-    try:
-        import psycopg
-    except ImportError:  # pragma: no cover - the postgres extra is not installed
-        pass
-    else:
-        errors.append(psycopg.Error)
-    return tuple(errors)
-
-
-_DRIVER_ERRORS: Final = _driver_errors()
-
-
 def driver_error(exc: BaseException) -> bool:
     """Whether ``exc`` is an error of a database driver (``sqlite3`` or ``psycopg``): a failed
-    statement rather than a decision of the code above it."""
-    return isinstance(exc, _DRIVER_ERRORS)
+    statement rather than a decision of the code above it. (psycopg is not imported here: when
+    nothing imported it, none of its errors can exist.)"""
+    if isinstance(exc, sqlite3.Error):
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.Error)

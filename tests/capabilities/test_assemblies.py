@@ -3,6 +3,8 @@ database, and that a missing piece is found at preflight."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +94,22 @@ def test_a_missing_piece_is_named_at_preflight() -> None:
         preflight(sqlite_state())
     with pytest.raises(ValueError, match="synchronous"):
         sqlite_storage("x.db", synchronous="off")  # type: ignore[arg-type]
+
+
+def test_sqlite_users_never_import_psycopg() -> None:
+    """The postgres extra is optional: importing the storage package, building and opening
+    SQLite storage loads no psycopg (its names are imported on first use)."""
+    program = (
+        "import sys, trio\n"
+        "import capabilities, capabilities.storage\n"
+        "from effectagent.effect._layer import open_layer\n"
+        "async def main():\n"
+        "    async with open_layer(capabilities.sqlite_storage(':memory:')):\n"
+        "        pass\n"
+        "trio.run(main)\n"
+        "print('psycopg' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "False"

@@ -96,6 +96,7 @@ SURFACE: dict[str, str] = {
         BusyPolicy CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew
         LaneLost open_database SqliteConversationLog SqliteDatabase DatabaseService
         StorageError Synchronous UnsafeDatabaseFile Connection Cursor Database Dialect
+        ForeignSchema PostgresDatabase SchemaInUse open_postgres
     """,
     "capabilities.durable": """
         AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval
