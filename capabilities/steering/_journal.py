@@ -169,9 +169,17 @@ def _held_epoch(conn: Connection, conversation_id: str) -> int | None:
 
 def _next_position(conn: Connection, conversation_id: str, epoch: int | None) -> int:
     """One more than the last position stored under ``epoch`` in the conversation."""
-    found = conn.execute(
-        "SELECT max(position) FROM steering_inputs WHERE conversation_id = ? AND epoch IS ?",
-        (conversation_id, epoch),
+    # (``epoch IS ?`` is SQLite's null-safe comparison; PostgreSQL has no such form.)
+    found = (
+        conn.execute(
+            "SELECT max(position) FROM steering_inputs WHERE conversation_id = ? AND epoch IS NULL",
+            (conversation_id,),
+        )
+        if epoch is None
+        else conn.execute(
+            "SELECT max(position) FROM steering_inputs WHERE conversation_id = ? AND epoch = ?",
+            (conversation_id, epoch),
+        )
     ).fetchone()
     return int(found[0] or 0) + 1
 

@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import psycopg
+import psycopg.sql
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from capabilities import in_memory_storage, sqlite_storage
+from capabilities import in_memory_storage, postgres_storage, sqlite_storage
 from capabilities.steering import InputReceipt, SteeringLimits, SteeringService
 from capabilities.steering._admission import Admissions, Entry
 from capabilities.steering._journal import SqliteJournal
@@ -199,26 +201,39 @@ def _assert_safe_points(log: Sequence[LogEntry], model: ScriptedModel) -> None:
             assert UserMessage.text(record.text) in request.messages
 
 
-@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+@pytest.mark.parametrize("storage", ["memory", "sqlite", "postgresql"])
 async def test_steering_during_a_tool_call_enters_before_the_next_request(
-    storage: str, tmp_path: Path
+    storage: str, tmp_path: Path, postgres_schema: tuple[str, str]
 ) -> None:
-    """The batch in flight finishes, then the steering is canonical before the next request. On
-    SQLite the admission is durable: persisted before the receipt, marked delivered (its text
-    cleared) by the append that makes it canonical, in one transaction."""
+    """The batch in flight finishes, then the steering is canonical before the next request. In
+    a database the admission is durable: persisted before the receipt, marked delivered (its
+    text cleared) by the append that makes it canonical, in one transaction."""
     path = tmp_path / "steer.db"
+    url, schema = postgres_schema
     seen: dict[str, Any] = {}
+
+    def committed(sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        """What another connection sees: only what was committed."""
+        if storage == "postgresql":
+            with psycopg.connect(url, autocommit=True) as pg:
+                pg.execute(
+                    psycopg.sql.SQL("SET search_path TO {}").format(psycopg.sql.Identifier(schema))
+                )
+                return [tuple(row) for row in pg.execute(sql.replace("?", "%s"), params)]
+        conn = sqlite3.connect(path)
+        try:
+            return [tuple(row) for row in conn.execute(sql, params)]
+        finally:
+            conn.close()
 
     async def handle(params: Wait, call: ToolCallContext) -> Done:
         steering = seen["steering"]
         receipt = await steering.steer(call.conversation_id, "use Celsius", author="ann")
         seen["receipt"] = receipt
-        if storage == "sqlite":  # another connection: it sees only what was committed
-            conn = sqlite3.connect(path)
-            seen["row"] = conn.execute(
-                "SELECT status, text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
-            ).fetchone()
-            conn.close()
+        if storage != "memory":
+            seen["row"] = committed(
+                "SELECT status, text FROM steering_inputs WHERE input_id = ?", receipt.input_id
+            )[0]
         await trio.sleep(0.01)  # the call goes on after the steering arrived: it finishes
         return Done(True)
 
@@ -226,7 +241,11 @@ async def test_steering_during_a_tool_call_enters_before_the_next_request(
         [Turn.tool_calls(("work", {"seconds": 0}), ("work", {"seconds": 0})), Turn.text("4 °C")]
     )
     layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(
-        in_memory_storage() if storage == "memory" else sqlite_storage(path)
+        in_memory_storage()
+        if storage == "memory"
+        else postgres_storage(url, schema=schema)
+        if storage == "postgresql"
+        else sqlite_storage(path)
     )
     async with open_runtime(layer, agents=[AGENT]) as runtime:
         seen["steering"] = runtime.context[SteeringService]
@@ -235,7 +254,7 @@ async def test_steering_during_a_tool_call_enters_before_the_next_request(
         log = list(await runtime.log.entries(result.conversation_id))
     receipt = seen["receipt"]
     assert (receipt.admission, receipt.position) == ("accepted", 2)
-    assert receipt.durable is (storage == "sqlite")
+    assert receipt.durable is (storage != "memory")
     assert result.status == "completed"
     assert [o.kind for o in result.outcomes] == ["success", "success"]
     assert UserMessage.text("use Celsius") not in model.requests[0].messages
@@ -250,11 +269,9 @@ async def test_steering_during_a_tool_call_enters_before_the_next_request(
     assert kinds[steered[0] - 2 : steered[0]] == ["ToolCallSettled", "ToolCallSettled"]
     assert status is not None
     assert (status.state, status.seq) == ("delivered", log[steered[1]].seq)
-    if storage == "sqlite":
+    if storage != "memory":
         assert seen["row"] == ("queued", "use Celsius")
-        conn = sqlite3.connect(path)
-        rows = conn.execute("SELECT status, text FROM steering_inputs").fetchall()
-        conn.close()
+        rows = committed("SELECT status, text FROM steering_inputs")
         assert rows == [("delivered", None), ("delivered", None)]
 
 
