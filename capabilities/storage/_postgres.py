@@ -50,9 +50,7 @@ Module notes
 
 from __future__ import annotations
 
-import os
 import random
-import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -66,7 +64,7 @@ from psycopg import IsolationLevel, sql
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import TupleRow
 
-from .._logging import log_debug
+from .._logging import log_debug, log_warning
 from ._busy import BusyPolicy
 from ._errors import (
     CannotOpenDatabase,
@@ -76,7 +74,7 @@ from ._errors import (
     WriteFailed,
 )
 from ._holds import RunHolds
-from ._lanes import DEFAULT_LEASE, Lanes
+from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._port import Connection, Dialect
 from ._postgres_layout import prepare
 from ._postgres_lock import OpenersLock
@@ -107,6 +105,9 @@ _Conn = psycopg.Connection[TupleRow]
 
 #: The ``application_name`` of every connection.
 APPLICATION_NAME: Final = "effectagent"
+
+#: A clock this many seconds away from the server's is logged at open (see ``clock_skew``).
+CLOCK_SKEW_WARNING: Final = 1.0
 
 #: Seconds between two checks that the openers' lock is still held.
 LOCK_CHECK: Final = 5.0
@@ -208,6 +209,7 @@ class PostgresDatabase:
         "_pool",
         "_stop_keeping",
         "alone",
+        "clock_skew",
         "holder_id",
         "holds",
         "lock_check",
@@ -239,11 +241,15 @@ class PostgresDatabase:
         #: How long a write runs again after conflicts or dropped connections, in all.
         self.retry = retry
         #: Who this opening of the database is, in lanes it holds: ``pid-<pid>-<random>``.
-        self.holder_id = f"pid-{os.getpid()}-{secrets.token_hex(6)}"
+        self.holder_id = holder_id()
         #: Whether no other process had the schema open when this one opened it (it recovered).
         self.alone = False
         #: What the open-time recovery changed (see ``_recovery``): counts by kind.
         self.recovered: Mapping[str, int] = {}
+        #: How far the server's clock was ahead of this machine's at open, in seconds. Leases
+        #: are wall-clock times compared on each machine: workers on machines whose clocks
+        #: differ by a good part of a lease take over each other's lanes early or late.
+        self.clock_skew = 0.0
         #: The lanes this database holds for its plain runs (see ``_holds``).
         self.holds = RunHolds(self, lease=lease)
         self._limiter = trio.CapacityLimiter(max(1, pool_size))
@@ -520,6 +526,7 @@ class _Opened:
     lock: OpenersLock
     alone: bool
     recovered: Mapping[str, int]
+    skew: float
 
 
 def _open_sync(
@@ -549,6 +556,7 @@ def _open_sync(
             num_workers=2,
         )
         pool.open(wait=True, timeout=policy.bound)
+        skew = clock_skew(pool)
         alone = lock.take_alone()
         recovered: Mapping[str, int] = {}
         if alone:
@@ -567,7 +575,20 @@ def _open_sync(
         if isinstance(exc, psycopg.Error):
             raise CannotOpenDatabase(names.where, names.reason(exc)) from None
         raise
-    return _Opened(pool, lock, alone, recovered)
+    return _Opened(pool, lock, alone, recovered, skew)
+
+
+def clock_skew(
+    pool: psycopg_pool.ConnectionPool[_Conn], clock: Callable[[], float] = time.time
+) -> float:
+    """How far the server's clock is ahead of ``clock``, in seconds (the midpoint of the round
+    trip taken as the moment the server read its clock)."""
+    with pool.connection() as conn:
+        before = clock()
+        found = conn.execute("SELECT extract(epoch FROM clock_timestamp())").fetchone()
+        after = clock()
+    assert found is not None
+    return float(found[0]) - (before + after) / 2
 
 
 @asynccontextmanager
@@ -625,6 +646,14 @@ async def open_postgres(
     )
     database.alone = opened.alone
     database.recovered = dict(opened.recovered)
+    database.clock_skew = opened.skew
+    if abs(opened.skew) > CLOCK_SKEW_WARNING:
+        # Leases are wall-clock times each machine compares with its own clock.
+        log_warning(
+            "this machine's clock differs from the database server's",
+            seconds=round(opened.skew, 1),
+            advice="keep every worker machine's clock synchronised (NTP)",
+        )
     database.keep_lock()
     if any(opened.recovered.values()):
         log_debug("recovered after processes that ended", **opened.recovered)

@@ -7,6 +7,7 @@ password never reaches an error."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +31,12 @@ from capabilities.storage._errors import (
     WriteFailed,
 )
 from capabilities.storage._port import Connection, Database
-from capabilities.storage._postgres import _DUPLICATE_RETRIES, PostgresDatabase, open_postgres
+from capabilities.storage._postgres import (
+    _DUPLICATE_RETRIES,
+    PostgresDatabase,
+    clock_skew,
+    open_postgres,
+)
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
 from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
@@ -749,3 +755,14 @@ async def test_conflicts_that_outlast_the_bound_fail_busy_with_nothing_written()
             await db.write(work)
         assert type(caught.value).__name__ == "DatabaseBusy"
         assert await db.read(_count) == 0
+
+
+async def test_the_clock_difference_with_the_server_is_measured_at_open() -> None:
+    """Leases are wall-clock times each machine compares with its own clock: an open measures
+    how far this machine's clock is from the server's (the test cluster runs here: nearly 0), and
+    the measure follows a clock that is off."""
+    async with postgres_database() as database:
+        assert abs(database.clock_skew) < 1.0
+        pool = database._pool  # the measure itself, with a clock 100 s fast
+        skew = await trio.to_thread.run_sync(lambda: clock_skew(pool, lambda: time.time() + 100))
+        assert -101.0 < skew < -99.0
