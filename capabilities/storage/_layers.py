@@ -43,14 +43,11 @@ def postgres_database(
     if not url:
         raise ValueError("the PostgreSQL URL must not be empty")
     from ._postgres import check_schema, open_postgres  # psycopg: only for those who use it
-    from ._search_postgres import SEARCH_DDL
 
     check_schema(schema)
 
     def opened(_: Context) -> AbstractAsyncContextManager[Database]:
-        return open_postgres(
-            url, schema=schema, pool_size=pool_size, lease=lease, extra_layout=SEARCH_DDL
-        )
+        return open_postgres(url, schema=schema, pool_size=pool_size, lease=lease)
 
     return Layer.scoped(DatabaseService, opened, name="postgres_database")
 

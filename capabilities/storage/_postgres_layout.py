@@ -27,9 +27,9 @@ transaction-level advisory lock, so that many workers starting at once lay a sch
 
 Versions (of the PostgreSQL layout, counted apart from SQLite's):
 
-1. every table of SQLite layout 5 but the search tables, which ``extra`` brings (the same
-   version, whoever lays the schema out: the search code's statements are passed in by every
-   opener — ``open_postgres(extra_layout=…)``).
+1. every table of SQLite layout 5 but its search tables; search is PostgreSQL's own instead
+   (``_search_postgres.SEARCH_DDL``: functions and two indexes on ``records``), laid out with
+   the tables. (``extra`` statements follow them: for tests.)
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import attrs
 from psycopg import sql
 
 from ._errors import DatabaseTooNew, ForeignDatabase
+from ._search_postgres import SEARCH_DDL
 
 if TYPE_CHECKING:
     import psycopg
@@ -277,7 +278,7 @@ def prepare(
             return exists is None
         conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(name))
         if version is None:
-            for statement in (*LAYOUT, *extra):
+            for statement in (*LAYOUT, *SEARCH_DDL, *extra):
                 conn.execute(statement.encode())  # DDL: no parameters
             conn.execute(_LAYOUT_TABLE.encode())
             conn.execute(

@@ -45,7 +45,7 @@ R = TypeVar("R")
 @asynccontextmanager
 async def searched() -> AsyncIterator[tuple[PostgresDatabase, SqliteConversationLog]]:
     """A fresh schema laid out with the search, and a log on it (appends without lanes)."""
-    async with postgres_database(extra_layout=SEARCH_DDL) as database:
+    async with postgres_database() as database:  # the search is part of the layout
         yield database, SqliteConversationLog(database, fence=lambda conn, conversation: None)
 
 
@@ -243,6 +243,9 @@ async def test_the_statements_run_through_the_port_and_searches_use_the_indexes(
     async with postgres_database() as database:
 
         def lay_out(conn: Connection) -> None:
+            # The layout made them; made again here, as work-function statements, by the port.
+            conn.execute("DROP INDEX records_said, records_said_by")
+            conn.execute("DROP FUNCTION said_query, said_words, said_clean, said_text")
             for statement in SEARCH_DDL:
                 conn.execute(statement)
             conn.execute(
