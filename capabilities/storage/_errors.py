@@ -190,18 +190,23 @@ class LogWriteFailed(WriteFailed, ConversationLogError):
 
 @attrs.frozen
 class DatabaseBusy(WriteFailed):
-    """Another process kept the database's write lock for longer than a write waits for it
-    (bounded retries with backoff, ``waited`` seconds in all). Nothing of the write was
-    written."""
+    """Other writers kept a write from committing for longer than it waits (bounded retries
+    with backoff, ``waited`` seconds in all): on SQLite, another connection held the file's
+    write lock (``conflicts`` False); on PostgreSQL, each attempt conflicted with concurrent
+    transactions (``conflicts`` True). Nothing of the write was written."""
 
     waited: float = 0.0
+    conflicts: bool = False
     reason: str = attrs.field(default="", init=False)
 
     def __attrs_post_init__(self) -> None:
         object.__setattr__(
             self,
             "reason",
-            f"another connection, usually another process, kept the write lock for "
+            f"concurrent transactions kept conflicting with it for {self.waited:.1f} s, as "
+            "long as a write runs again"
+            if self.conflicts
+            else f"another connection, usually another process, kept the write lock for "
             f"{self.waited:.1f} s, as long as a write waits for it",
         )
 

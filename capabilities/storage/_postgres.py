@@ -501,7 +501,7 @@ def _write(
                 if again.kind == "duplicate":
                     raise WriteFailed(again.reason) from None
                 if again.kind == "conflict":
-                    raise DatabaseBusy(round(spent, 3)) from None
+                    raise DatabaseBusy(round(spent, 3), conflicts=True) from None
                 raise WriteFailed(
                     f"the connection to the server kept dropping for {spent:.1f} s ({again.reason})"
                 ) from None

@@ -754,6 +754,7 @@ async def test_conflicts_that_outlast_the_bound_fail_busy_with_nothing_written()
         with pytest.raises(WriteFailed) as caught:
             await db.write(work)
         assert type(caught.value).__name__ == "DatabaseBusy"
+        assert "kept conflicting" in str(caught.value)  # not SQLite's "write lock"
         assert await db.read(_count) == 0
 
 
