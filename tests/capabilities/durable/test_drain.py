@@ -1,4 +1,4 @@
-"""Four worker processes on one database file drain 1,000 submissions over 100 conversations:
+"""Four worker processes on one database (a SQLite file, a PostgreSQL schema) drain 1,000 submissions over 100 conversations:
 FIFO per conversation, none lost, none settled twice — and what each run recorded is one
 unbroken block of its conversation's log, in admission order."""
 
@@ -13,7 +13,8 @@ from pathlib import Path
 import trio
 
 from capabilities.durable import FAILPOINT_ENV, DurableQueue
-from capabilities.storage._database import open_database
+
+from .helpers import Stores
 
 ROOT = Path(__file__).resolve().parents[3]
 CONVERSATIONS = 100
@@ -22,12 +23,11 @@ WORKERS = 4
 
 
 def test_four_workers_drain_a_thousand_submissions_fifo_each_settled_once(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "drain.db"
 
     async def admit() -> dict[str, list[str]]:
-        async with open_database(path, synchronous="normal") as database:
+        async with store.open() as database:
             q = DurableQueue(database)
             order: dict[str, list[str]] = {f"c{n}": [] for n in range(CONVERSATIONS)}
 
@@ -54,7 +54,7 @@ def test_four_workers_drain_a_thousand_submissions_fifo_each_settled_once(
         sys.executable,
         "-m",
         "tests.capabilities.durable.worker_process",
-        str(path),
+        store.spec(),
         "--max-active",
         "16",
         "--lease",
@@ -68,7 +68,7 @@ def test_four_workers_drain_a_thousand_submissions_fifo_each_settled_once(
         assert process.returncode == 0, stderr.decode(errors="replace")[-4000:]
 
     async def check() -> None:
-        async with open_database(path, synchronous="normal") as database:
+        async with store.open() as database:
             q = DurableQueue(database)
             for conversation, ids in order.items():
                 submissions = await q.submissions(conversation)

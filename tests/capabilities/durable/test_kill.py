@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capabilities.durable import FAILPOINT_ENV, DurableQueue, Submission
-from capabilities.storage._database import open_database
 
 from ..conftest import EXAMPLES
+from .helpers import Backend, Stores, stores
 
 ROOT = Path(__file__).resolve().parents[3]
 LEASE = "1.0"  # the killed worker's lanes are free again this long after its death
@@ -53,8 +53,13 @@ class Outcome:
     unknown_listed: tuple[str, ...]  # "run/call" of each call DurableQueue.unknown() lists
 
 
+def effects_of(store: Stores) -> Path:
+    """The file the workers' tools write their effects to."""
+    return store.directory / "kill.effects"
+
+
 def worker(
-    path: Path,
+    store: Stores,
     *extra: str,
     failpoint: str | None = None,
     agents: str = "scripted",
@@ -69,9 +74,9 @@ def worker(
             sys.executable,
             "-m",
             "tests.capabilities.durable.worker_process",
-            str(path),
+            store.spec(),
             "--effects",
-            str(path.with_suffix(".effects")),
+            str(effects_of(store)),
             "--lease",
             LEASE if failpoint is not None else CALM_LEASE,
             "--max-active",
@@ -91,9 +96,11 @@ def worker(
     return done.returncode
 
 
-def submit(path: Path, script: list[tuple[str, str]], modes: list[str] | None = None) -> list[str]:
+def submit(
+    store: Stores, script: list[tuple[str, str]], modes: list[str] | None = None
+) -> list[str]:
     async def main() -> list[str]:
-        async with open_database(path, synchronous="normal") as database:
+        async with store.open() as database:
             q = DurableQueue(database)
             ids = []
             for index, (conversation, text) in enumerate(script):
@@ -111,9 +118,9 @@ def submit(path: Path, script: list[tuple[str, str]], modes: list[str] | None = 
     return trio.run(main)
 
 
-def outcome(path: Path) -> Outcome:
+def outcome(store: Stores) -> Outcome:
     async def main() -> Outcome:
-        async with open_database(path, synchronous="normal") as database:
+        async with store.open() as database:
             q = DurableQueue(database)
 
             def read(conn: Any) -> tuple[Any, ...]:
@@ -148,7 +155,7 @@ def outcome(path: Path) -> Outcome:
             kinds[call_id] = data["outcome"]["kind"]
             tools[call_id] = data["tool_name"]
         effects: collections.Counter[str] = collections.Counter()
-        effects_file = path.with_suffix(".effects")
+        effects_file = effects_of(store)
         if effects_file.exists():
             for line in effects_file.read_text().splitlines():
                 _, call_id, run_id = line.split()
@@ -215,13 +222,12 @@ KILLS: dict[str, tuple[str | None, dict[str, tuple[str, int]]]] = {
 
 @pytest.mark.parametrize("point", list(KILLS))
 def test_a_worker_killed_at_a_crash_point_is_recovered_to_one_settlement_each(
-    tmp_path: Path, point: str
+    store: Stores, point: str
 ) -> None:
-    path = tmp_path / "kill.db"
-    admitted = submit(path, SCRIPT)
-    assert worker(path, failpoint=point) == -signal.SIGKILL
-    assert worker(path) == 0
-    result = outcome(path)
+    admitted = submit(store, SCRIPT)
+    assert worker(store, failpoint=point) == -signal.SIGKILL
+    assert worker(store) == 0
+    result = outcome(store)
     assert_the_promise(result, admitted)
     assert all(s.status == "completed" for s in result.submissions)
     found, expected = recoveries(result), KILLS[point][0]
@@ -239,14 +245,13 @@ def test_a_worker_killed_at_a_crash_point_is_recovered_to_one_settlement_each(
 
 @pytest.mark.parametrize("point", ["before-admission", "after-admission"])
 def test_a_submitter_killed_around_its_commit_admits_all_or_nothing(
-    tmp_path: Path, point: str
+    store: Stores, point: str
 ) -> None:
-    path = tmp_path / "kill.db"
-    submit(path, [("other", "hello")])  # the database exists; this one is not in question
-    code = worker(path, "--submit", "c", "key", "hello", failpoint=point)
+    submit(store, [("other", "hello")])  # the database exists; this one is not in question
+    code = worker(store, "--submit", "c", "key", "hello", failpoint=point)
     assert code == -signal.SIGKILL
-    assert worker(path) == 0
-    result = outcome(path)
+    assert worker(store) == 0
+    result = outcome(store)
     in_c = [s for s in result.submissions if s.conversation_id == "c"]
     if point == "before-admission":
         assert in_c == []
@@ -259,7 +264,7 @@ def test_a_submitter_killed_around_its_commit_admits_all_or_nothing(
             sys.executable,
             "-m",
             "tests.capabilities.durable.worker_process",
-            str(path),
+            store.spec(),
             "--submit",
             "c",
             "key",
@@ -273,19 +278,18 @@ def test_a_submitter_killed_around_its_commit_admits_all_or_nothing(
     assert again.stdout.decode().strip() == only.submission_id
 
 
-def test_a_suspension_and_a_decision_survive_kills_around_them(tmp_path: Path) -> None:
-    path = tmp_path / "kill.db"
-    [sid] = submit(path, [("c", "calls:transfer")])
-    assert worker(path, failpoint="after-suspend") == -signal.SIGKILL
-    assert worker(path) == 0  # recovery: it waits for a decision, holding nothing
-    waiting = outcome(path)
+def test_a_suspension_and_a_decision_survive_kills_around_them(store: Stores) -> None:
+    [sid] = submit(store, [("c", "calls:transfer")])
+    assert worker(store, failpoint="after-suspend") == -signal.SIGKILL
+    assert worker(store) == 0  # recovery: it waits for a decision, holding nothing
+    waiting = outcome(store)
     [submission] = waiting.submissions
     assert submission.status == "suspended"
     assert recoveries(waiting) == ["after-suspend"]
     assert waiting.effects == collections.Counter()
-    assert worker(path, "--decide", sid, "call_0", failpoint="after-decision") == -signal.SIGKILL
-    assert worker(path) == 0
-    result = outcome(path)
+    assert worker(store, "--decide", sid, "call_0", failpoint="after-decision") == -signal.SIGKILL
+    assert worker(store) == 0
+    result = outcome(store)
     assert_the_promise(result, [sid])
     call = f"{result.submissions[0].run_id}/call_0"
     assert result.settled == {call: "success"}
@@ -295,16 +299,15 @@ def test_a_suspension_and_a_decision_survive_kills_around_them(tmp_path: Path) -
 
 
 def test_a_settlement_a_worker_writes_itself_survives_kills_between_its_steps(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "kill.db"
-    [sid] = submit(path, [("c", "calls:lookup")])
-    assert worker(path, failpoint="after-run-start") == -signal.SIGKILL
+    [sid] = submit(store, [("c", "calls:lookup")])
+    assert worker(store, failpoint="after-run-start") == -signal.SIGKILL
     # workers that do not know the agent: the run cannot go on, it settles failed
-    assert worker(path, agents="none", failpoint="after-reserve") == -signal.SIGKILL
-    assert worker(path, agents="none", failpoint="after-append") == -signal.SIGKILL
-    assert worker(path, agents="none") == 0
-    result = outcome(path)
+    assert worker(store, agents="none", failpoint="after-reserve") == -signal.SIGKILL
+    assert worker(store, agents="none", failpoint="after-append") == -signal.SIGKILL
+    assert worker(store, agents="none") == 0
+    result = outcome(store)
     assert_the_promise(result, [sid])
     [submission] = result.submissions
     assert submission.status == "failed"
@@ -318,13 +321,12 @@ def test_a_settlement_a_worker_writes_itself_survives_kills_between_its_steps(
     ("point", "joined"), [("joining-not-recorded", False), ("after-join", True)]
 )
 def test_joined_input_survives_a_kill_either_side_of_its_record(
-    tmp_path: Path, point: str, joined: bool
+    store: Stores, point: str, joined: bool
 ) -> None:
-    path = tmp_path / "kill.db"
-    head, join = submit(path, [("c", "calls:slow"), ("c", "and this")], ["queue", "join"])
-    assert worker(path, failpoint=point) == -signal.SIGKILL
-    assert worker(path) == 0
-    result = outcome(path)
+    head, join = submit(store, [("c", "calls:slow"), ("c", "and this")], ["queue", "join"])
+    assert worker(store, failpoint=point) == -signal.SIGKILL
+    assert worker(store) == 0
+    result = outcome(store)
     assert_the_promise(result, [head, join])
     statuses = {s.submission_id: s.status for s in result.submissions}
     assert statuses == {head: "completed", join: "joined" if joined else "completed"}
@@ -361,21 +363,22 @@ RANDOM_KILLS = 100 if EXAMPLES >= 2000 else 4
 )
 def test_random_kills_over_random_scripts_keep_the_promise(
     tmp_path_factory: pytest.TempPathFactory,
+    backend: Backend,
     script: list[tuple[str, str]],
     point: str,
     crossing: int,
     max_active: int,
 ) -> None:
-    path = tmp_path_factory.mktemp("random") / "kill.db"
-    admitted = submit(path, script)
-    killed = worker(path, failpoint=f"{point}@{crossing}", max_active=max_active) != 0
-    assert worker(path, max_active=max_active) == 0
-    result = outcome(path)
-    assert_the_promise(result, admitted)
-    assert all(s.status == "completed" for s in result.submissions)
-    if not killed:  # the point was never crossed that often: nothing to recover
-        assert recoveries(result) == []
-        assert "unknown" not in result.settled.values()
-    for call_id, kind in result.settled.items():
-        if result.tools[call_id] == "lookup":
-            assert kind == "success"  # idempotent: run again, never Unknown
+    with stores(backend, tmp_path_factory.mktemp("random")) as store:
+        admitted = submit(store, script)
+        killed = worker(store, failpoint=f"{point}@{crossing}", max_active=max_active) != 0
+        assert worker(store, max_active=max_active) == 0
+        result = outcome(store)
+        assert_the_promise(result, admitted)
+        assert all(s.status == "completed" for s in result.submissions)
+        if not killed:  # the point was never crossed that often: nothing to recover
+            assert recoveries(result) == []
+            assert "unknown" not in result.settled.values()
+        for call_id, kind in result.settled.items():
+            if result.tools[call_id] == "lookup":
+                assert kind == "success"  # idempotent: run again, never Unknown

@@ -1,5 +1,8 @@
 """A durable worker process for the kill tests: ``python -m
-tests.capabilities.durable.worker_process DATABASE [options]``.
+tests.capabilities.durable.worker_process STORE [options]``.
+
+``STORE`` is a store spec (``helpers.Stores.spec``: ``sqlite:<path>`` or
+``postgresql:<schema>:<url>``) or the path of a SQLite file.
 
 It runs a :class:`DurableWorker` until no submission is left for it (``until_idle``) and exits 0
 — or is killed by the failpoint its environment names (``EFFECTAGENT_FAILPOINT``). Its agent,
@@ -29,11 +32,11 @@ import trio
 
 from capabilities.durable import DurableQueue, DurableWorker, RetryBudget, WorkerOptions
 from capabilities.durable._failpoints import failpoint
-from capabilities.storage._database import open_database
 from effectagent.ai import ModelRequest, Tool, ToolCallContext, Toolkit, UserMessage
 from effectagent.core import Agent
 from effectagent.effect import Layer
 from effectagent.testing import FunctionModel, Turn
+from tests.capabilities.durable.helpers import open_store
 
 
 @attrs.frozen
@@ -96,7 +99,10 @@ def _layer(effects: str) -> Layer:
 
 
 async def main(arguments: Any) -> None:
-    async with open_database(arguments.database, synchronous="normal") as database:
+    spec = arguments.store
+    if not spec.startswith(("sqlite:", "postgresql:")):
+        spec = f"sqlite:{spec}"
+    async with open_store(spec) as database:
         if arguments.submit:
             conversation, key, text = arguments.submit
             receipt = await DurableQueue(database).submit(
@@ -121,7 +127,7 @@ async def main(arguments: Any) -> None:
 
 def parse() -> Any:
     parser = argparse.ArgumentParser()
-    parser.add_argument("database")
+    parser.add_argument("store")
     parser.add_argument("--effects", default=os.devnull)
     parser.add_argument("--agents", default="scripted")
     parser.add_argument("--lease", type=float, default=30.0)
