@@ -1,9 +1,11 @@
 """``effectagent admin``: the durable runtime (``capabilities.durable``) from a shell.
 
-Every action opens the state directory's database, does one thing through
-:class:`~capabilities.durable.DurableQueue` and closes it — but ``worker``, which runs a
+Every action opens the command's storage (``_store``: the state directory's SQLite database, or
+the configured PostgreSQL one), does one thing through :class:`~capabilities.durable.DurableQueue`
+and closes it — but ``worker`` (also ``effectagent worker``), which runs a
 :class:`~capabilities.durable.DurableWorker` on it until SIGTERM or SIGINT. Any number of these
-processes may share the database with each other and with ``chat`` and ``run``.
+processes may share the database with each other and with ``chat`` and ``run`` — on PostgreSQL,
+from any number of machines.
 
 What is printed goes through the console (every hidden character escaped); ``--json`` prints
 JSON objects instead (a listing: one a line), ASCII only. Nothing prints a submission's input or
@@ -22,7 +24,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from pathlib import Path
 from typing import Any, Final
 
 import attrs
@@ -37,22 +38,22 @@ from capabilities.durable import (
     Submission,
     WorkerOptions,
 )
-from capabilities.storage import SqliteDatabase, StorageError, open_database
+from capabilities.storage import Database, StorageError
 from effectagent import Agent, Layer, Toolkit
 from effectagent.core import LogEntry
 
 from .._ids import new_id
 from .._logging import LOGGER_NAME
 from ._args import EXIT_COMPLETED, EXIT_FAILED
-from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import Config, state_dir
+from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
+from ._config import Config, config_path, load_config
 from ._console import Channel, Console, LogLines, Styled, Table
-from ._early import private_directory
 from ._models import ModelChoice
 from ._sanitize import visible
+from ._store import Store, choose_store
 from ._tools import Tooling, open_tools
 
-__all__ = ["admin"]
+__all__ = ["admin", "open_store", "worker", "worker_agent"]
 
 #: The agent ``admin worker`` runs, and ``admin submit`` names by default.
 AGENT: Final = "assistant"
@@ -60,33 +61,25 @@ AGENT: Final = "assistant"
 Action = Callable[[argparse.Namespace, DurableQueue, Console], Awaitable[int]]
 
 
-def _path(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
-    return state_dir(args.state_dir, environ) / DATABASE
-
-
-def _stored(path: Path) -> bool:
-    return path.is_file()
+def _store(args: argparse.Namespace, environ: Mapping[str, str], config: Config | None) -> Store:
+    """The storage of the command (``_store.choose_store``), by ``config`` — read from the file
+    (``--config``, else the default one) when None."""
+    if config is None:
+        config = load_config(config_path(getattr(args, "config", None), environ))
+    return choose_store(config, args.state_dir, environ)
 
 
 @asynccontextmanager
-async def _database(path: Path, *, create: bool) -> AsyncIterator[SqliteDatabase]:
-    """The database at ``path``; without ``create``, one that is not there yet is a refusal
-    (nothing is made by a command that only reads or acts on what exists). What fails in opening
-    it is :class:`Unavailable`. Cancellation: closes it."""
+async def open_store(store: Store, *, create: bool) -> AsyncIterator[Database]:
+    """The database of ``store``; without ``create``, an SQLite file that is not there yet is a
+    refusal (nothing is made by a command that only reads or acts on what exists; a PostgreSQL
+    schema is laid out by whichever process opens it first). What fails in opening it is
+    :class:`Unavailable`, naming it without its password. Cancellation: closes it."""
     if create:
-        try:
-            private_directory(path.parent, tighten=False)
-        except OSError as exc:
-            raise Unavailable(
-                f"the state directory {path.parent} cannot be made: {exc.strerror or exc}"
-            ) from None
-    elif not _stored(path):
-        raise UsageError(f"nothing is stored yet: there is no database at {path}")
-    async with AsyncExitStack() as stack:
-        try:
-            database = await stack.enter_async_context(open_database(path))
-        except Exception as exc:
-            raise Unavailable(describe(exc)) from None
+        store.make_directory(tighten=False)
+    elif store.missing:
+        raise UsageError(f"nothing is stored yet: there is no database at {store.name}")
+    async with store.open() as database:
         yield database
 
 
@@ -465,15 +458,15 @@ async def _work(args: argparse.Namespace, environ: Mapping[str, str], console: C
 
     options = _options(args)
     config, model = _settings(args, environ)
-    path = _path(args, environ)
-    async with _database(path, create=True) as database, AsyncExitStack() as stack:
+    store = _store(args, environ, config)
+    async with open_store(store, create=True) as database, AsyncExitStack() as stack:
         try:
             tooling = await stack.enter_async_context(open_tools(config))
         except (UsageError, Unavailable):
             raise
         except Exception as exc:
             raise Unavailable(describe(exc)) from None
-        return await _serve(args, console, database, path, options, config, model, tooling)
+        return await _serve(args, console, database, store, options, config, model, tooling)
 
 
 def worker_agent(config: Config, model: ModelChoice, tooling: Tooling) -> tuple[Agent, Layer]:
@@ -500,15 +493,16 @@ def worker_agent(config: Config, model: ModelChoice, tooling: Tooling) -> tuple[
 async def _serve(
     args: argparse.Namespace,
     console: Console,
-    database: SqliteDatabase,
-    path: Path,
+    database: Database,
+    store: Store,
     options: WorkerOptions,
     config: Config,
     model: ModelChoice,
     tooling: Tooling,
 ) -> int:
     agent, layer = worker_agent(config, model, tooling)
-    worker = DurableWorker(database, layer, [agent], options=options, secrets=model.secrets)
+    secrets = (*model.secrets, *store.secrets)
+    worker = DurableWorker(database, layer, [agent], options=options, secrets=secrets)
     for note in tooling.notes:
         console.err.line(f"note: {note}")
     stopped: list[int] = []
@@ -534,7 +528,7 @@ async def _serve(
 
             def announce() -> None:
                 console.err.line(
-                    f"worker {worker.worker_id} working on {path} "
+                    f"worker {worker.worker_id} working on {store.name} "
                     f"({'until idle; ' if args.until_idle else ''}SIGTERM or Ctrl-C stops it)"
                 )
 
@@ -570,20 +564,37 @@ _ACTIONS: Final[dict[str, tuple[Action, bool]]] = {
 }
 
 
-async def admin(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
-    """``effectagent admin ACTION``. A refusal of the durable runtime (a
-    :class:`~capabilities.durable.DurableError`) is a :class:`UsageError` (exit status 2).
-
-    Cancellation: as each action says — reads are abandoned, commands are all or nothing."""
+@contextmanager
+def _refusals() -> Iterator[None]:
+    """A refusal of the durable runtime (a :class:`~capabilities.durable.DurableError`, or an
+    argument the queue refused) is a :class:`UsageError` (exit status 2); a storage failure
+    later on (busy past its bound, or failing) is :class:`Unavailable` (3)."""
     try:
-        if args.admin_command == "worker":
-            return await _work(args, environ, console)
-        action, create = _ACTIONS[args.admin_command]
-        async with _database(_path(args, environ), create=create) as database:
-            return await action(args, DurableQueue(database), console)
+        yield
     except DurableError as exc:
         raise UsageError(str(exc)) from None
     except ValueError as exc:  # an argument the queue refused (an empty ID, say)
         raise UsageError(str(exc)) from None
-    except StorageError as exc:  # busy past its bound, or failing
+    except StorageError as exc:
         raise Unavailable(describe(exc)) from None
+
+
+async def admin(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
+    """``effectagent admin ACTION`` (see :func:`_refusals` for the exit statuses).
+
+    Cancellation: as each action says — reads are abandoned, commands are all or nothing."""
+    with _refusals():
+        if args.admin_command == "worker":
+            return await _work(args, environ, console)
+        action, create = _ACTIONS[args.admin_command]
+        async with open_store(_store(args, environ, None), create=create) as database:
+            return await action(args, DurableQueue(database), console)
+
+
+async def worker(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
+    """``effectagent worker``: ``admin worker`` under a name of its own — a worker process for
+    the configured storage, on any machine that reaches it.
+
+    Cancellation: as ``admin worker`` (its lanes let go first, then its runs interrupted)."""
+    with _refusals():
+        return await _work(args, environ, console)

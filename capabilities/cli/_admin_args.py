@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Final
 
-__all__ = ["ACTIONS", "admin"]
+__all__ = ["ACTIONS", "admin", "worker"]
 
 #: The actions, in the order ``effectagent admin --help`` lists them.
 ACTIONS: Final = (
@@ -36,6 +36,14 @@ exit status:
   3    the database (or, for worker, the model or tools) could not be opened
 """
 
+_WORKER_EXIT_CODES = """\
+exit status:
+  0    stopped by SIGTERM or Ctrl-C (its runs wait for the next worker), or, with
+       --until-idle, nothing is left for a worker
+  2    bad arguments or configuration, or no model configured
+  3    the database, the model or the tools could not be opened
+"""
+
 
 def _action(actions: Any, name: str, parents: list[argparse.ArgumentParser], **kwargs: Any) -> Any:
     return actions.add_parser(
@@ -47,13 +55,25 @@ def _action(actions: Any, name: str, parents: list[argparse.ArgumentParser], **k
     )
 
 
-def _shared(*, json: bool = True) -> argparse.ArgumentParser:
-    """The options of every action: the state directory, and ``--json``."""
+#: ``--state-dir``'s help wherever a database is opened.
+STATE_DIR_HELP: Final = (
+    "where the SQLite database is, when no PostgreSQL storage is configured (default: the XDG "
+    "state dir)"
+)
+
+
+def _shared(*, worker: bool = False) -> argparse.ArgumentParser:
+    """The options of every action: the state directory; but for a worker (whose options are
+    its own, :func:`_worker_options`), the config file (which may name a PostgreSQL storage) and
+    ``--json``."""
     shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument(
-        "--state-dir", metavar="DIR", help="where the database is (default: the XDG state dir)"
-    )
-    if json:
+    shared.add_argument("--state-dir", metavar="DIR", help=STATE_DIR_HELP)
+    if not worker:
+        shared.add_argument(
+            "--config",
+            metavar="PATH",
+            help="the TOML config, for its storage (default: the XDG config file)",
+        )
         shared.add_argument(
             "--json", action="store_true", help="print one JSON object (a listing: one a line)"
         )
@@ -201,25 +221,29 @@ def _lists(actions: Any, shared: argparse.ArgumentParser) -> None:
     )
 
 
-def _worker(actions: Any) -> None:
-    worker = _action(
-        actions,
-        "worker",
-        [_shared(json=False)],
-        help="run submissions until SIGTERM or Ctrl-C",
-        description="Run the submissions of the state directory's database with the agent "
-        "`assistant` (the model, instructions and tools of the config, as `effectagent run` "
-        "has them) until SIGTERM or Ctrl-C: then the lanes it holds are let go — their runs "
-        "wait for another worker, which resumes them — and it exits 0. Any number of workers "
-        "may run on one database. A tool call that needs approval suspends its run until "
-        "`effectagent admin decide`.",
-    )
+_WORKER_HELP: Final = "run submissions until SIGTERM or Ctrl-C"
+
+_WORKER_DESCRIPTION: Final = (
+    "Run the submissions of the command's storage — the config's `storage` (or "
+    "$EFFECTAGENT_STORAGE), a PostgreSQL database any machine may reach, else the state "
+    "directory's SQLite database — with the agent `assistant` (the model, instructions and tools "
+    "of the config, as `effectagent run` has them) until SIGTERM or Ctrl-C: then the lanes it "
+    "holds are let go — their runs wait for another worker, which resumes them — and it exits 0. "
+    "Any number of workers may run on one database. A tool call that needs approval suspends its "
+    "run until `effectagent admin decide`."
+)
+
+
+def _worker_options(worker: argparse.ArgumentParser) -> None:
+    """The options of a worker (``admin worker`` and ``worker`` alike)."""
     worker.add_argument(
         "--model", help="PROVIDER:MODEL (default $EFFECTAGENT_MODEL, else [model] name)"
     )
     worker.add_argument("--base-url", help="the provider's API root")
     worker.add_argument("--api-key-env", metavar="VAR", help="the variable holding the API key")
-    worker.add_argument("--config", metavar="PATH", help="the TOML config (tools, agent, model)")
+    worker.add_argument(
+        "--config", metavar="PATH", help="the TOML config (storage, tools, agent, model)"
+    )
     worker.add_argument(
         "--max-active", type=int, default=8, metavar="N", help="runs at once, at most (8)"
     )
@@ -244,6 +268,32 @@ def _worker(actions: Any) -> None:
     )
 
 
+def _worker(actions: Any) -> None:
+    worker = _action(
+        actions,
+        "worker",
+        [_shared(worker=True)],
+        help=_WORKER_HELP,
+        description=_WORKER_DESCRIPTION + " (The same as `effectagent worker`.)",
+    )
+    _worker_options(worker)
+
+
+def worker(commands: Any, common: argparse.ArgumentParser) -> None:
+    """Add the top-level ``worker`` (``admin worker`` under a name of its own) to the
+    subparsers ``commands`` (``common`` is not used: the worker has its own options)."""
+    del common
+    parser = commands.add_parser(
+        "worker",
+        parents=[_shared(worker=True)],
+        help="a durable worker: run admitted submissions until SIGTERM or Ctrl-C",
+        description=_WORKER_DESCRIPTION,
+        epilog=_WORKER_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _worker_options(parser)
+
+
 def admin(commands: Any, common: argparse.ArgumentParser) -> None:
     """Add ``admin`` and its actions to the subparsers ``commands`` (``common``, the options of
     the commands that open a model, is not used: the worker has its own)."""
@@ -251,7 +301,8 @@ def admin(commands: Any, common: argparse.ArgumentParser) -> None:
     parser = commands.add_parser(
         "admin",
         help="durable runs: submit, status, explain, verify, abort, decide, worker …",
-        description="The durable runtime's operations on the state directory's database: admit "
+        description="The durable runtime's operations on the command's storage (the config's "
+        "`storage`, a PostgreSQL database, else the state directory's SQLite database): admit "
         "prompts (submit), look at them (status, explain, verify, overdue, unknown), act on "
         "them (retry, wake, abort, decide) and run them (worker). `effectagent admin ACTION "
         "--help` describes each.",

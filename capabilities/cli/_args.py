@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._admin_args import admin as _admin
+from ._admin_args import worker as _worker
 from ._serve_args import serve as _serve
 
 __all__ = [
@@ -62,6 +63,9 @@ _LONG_EPILOG = (
     _EXIT_CODES
     + """
 config file (TOML; every table optional, unknown keys are errors):
+  storage = "postgresql://USER@HOST/DATABASE"   storage_schema = "effectagent"
+               (top level, before any table: one PostgreSQL database that every machine's
+               effectagent shares; default: SQLite in the state directory)
   [model]      name = "anthropic:claude-sonnet-4-5"   base_url = "…"   api_key_env = "VAR"
   [agent]      instructions = "…"   max_turns = 20   max_tool_calls = 64   max_duration = 600
                approval_timeout = 300
@@ -80,8 +84,10 @@ config file (TOML; every table optional, unknown keys are errors):
 
 environment:
   EFFECTAGENT_MODEL   the model when --model is not given
+  EFFECTAGENT_STORAGE a PostgreSQL URL: sessions, conversations and durable submissions live
+                      there, whatever the config file's storage says
   XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/),
-                      a directory only you may read (0700)
+                      a directory only you may read (0700), unless a PostgreSQL storage is named
   XDG_CONFIG_HOME     the config file is $XDG_CONFIG_HOME/effectagent/config.toml (else ~/.config/…)
   NO_COLOR            no colors (as --color never)
 """
@@ -145,7 +151,10 @@ def _common() -> argparse.ArgumentParser:
     )
     common.add_argument("--config", metavar="PATH", help="the TOML config (tools, agent, model)")
     common.add_argument(
-        "--state-dir", metavar="DIR", help="where sessions are kept (default: the XDG state dir)"
+        "--state-dir",
+        metavar="DIR",
+        help="where sessions are kept (default: the XDG state dir), unless the config names a "
+        "PostgreSQL storage",
     )
     common.add_argument(
         "--session", metavar="NAME", help="continue the session NAME (created when new)"
@@ -156,14 +165,19 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+_STATE_DIR_HELP = "where sessions are kept (unless the config names a PostgreSQL storage)"
+_CONFIG_HELP = (
+    "the TOML config: its storage (export: its [agent] instructions too; default: the XDG "
+    "config file)"
+)
+
+
 def _state_dir(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
-    """``--state-dir``; ``nested`` under an action, where it does not hide the command's own."""
-    if nested:
-        parser.add_argument(
-            "--state-dir", metavar="DIR", default=argparse.SUPPRESS, help="where sessions are kept"
-        )
-    else:
-        parser.add_argument("--state-dir", metavar="DIR", help="where sessions are kept")
+    """``--state-dir`` and ``--config`` (which may name a PostgreSQL storage); ``nested`` under
+    an action, where they do not hide the command's own."""
+    default = argparse.SUPPRESS if nested else None
+    parser.add_argument("--state-dir", metavar="DIR", default=default, help=_STATE_DIR_HELP)
+    parser.add_argument("--config", metavar="PATH", default=default, help=_CONFIG_HELP)
 
 
 def _chat(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -246,11 +260,6 @@ def _sessions(commands: Any, common: argparse.ArgumentParser) -> None:
     export.add_argument("name", metavar="NAME", help="the session")
     export.add_argument("--cassette", metavar="FILE", required=True, help="the cassette to write")
     _state_dir(export, nested=True)
-    export.add_argument(
-        "--config",
-        metavar="PATH",
-        help="the TOML config whose [agent] instructions the conversation had",
-    )
     delete = _subcommand(
         actions,
         "delete",
@@ -295,6 +304,7 @@ SUBCOMMANDS: list[Callable[[Any, argparse.ArgumentParser], None]] = [
     _sessions,
     _history,
     _admin,
+    _worker,
     _serve,
 ]
 
@@ -304,7 +314,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(
         prog="effectagent",
         description="Talk to an LLM agent in the terminal: tools run in a sandbox, writes ask "
-        "first, sessions persist in SQLite.",
+        "first, sessions persist in SQLite (or a PostgreSQL database that many machines share).",
         epilog=_LONG_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

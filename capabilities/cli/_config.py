@@ -6,6 +6,9 @@ from reading the file and the environment.
 
 An example (every table is optional)::
 
+    storage = "postgresql://ann@db.example/agents"  # default: SQLite in the state directory
+    storage_schema = "effectagent"       # the PostgreSQL schema the tables live in
+
     [model]
     name = "openai-compatible:qwen3"     # used when --model and EFFECTAGENT_MODEL are absent
     base_url = "http://127.0.0.1:8000/v1"
@@ -59,6 +62,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -72,6 +76,7 @@ __all__ = [
     "ModelConfig",
     "Price",
     "ShellConfig",
+    "check_storage",
     "config_path",
     "load_config",
     "state_dir",
@@ -80,6 +85,16 @@ __all__ = [
 McpApproval = Literal["always", "never", "unless-readonly"]
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+#: The PostgreSQL schema the command's tables live in, when ``storage_schema`` is not given.
+DEFAULT_SCHEMA: Final = "effectagent"
+
+#: A schema name the storage accepts (``capabilities.storage``'s rule, checked here without
+#: importing the PostgreSQL driver; a test holds the two to the same answers).
+_SCHEMA: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+#: How a storage URL starts: libpq reads these two prefixes (lower case) as a URL.
+_STORAGE_SCHEMES: Final = ("postgresql://", "postgres://")
 
 
 class ConfigError(Exception):
@@ -197,6 +212,10 @@ class Config:
     skills: tuple[Path, ...] = ()
     compaction: CompactionConfig | None = None
     prices: Mapping[str, Price] = attrs.field(factory=dict)
+    #: ``storage``: a PostgreSQL URL (None: the SQLite database in the state directory). It may
+    #: hold a password: never shown (nor in this object's repr).
+    storage: str | None = attrs.field(default=None, repr=False)
+    storage_schema: str = DEFAULT_SCHEMA
 
 
 # ---- paths ----------------------------------------------------------------------------------------
@@ -328,6 +347,42 @@ class _Table:
             )
 
 
+def check_storage(value: str) -> str | None:
+    """What is wrong with ``value`` as a ``storage`` URL, as the end of a sentence that quotes
+    no part of it (any part may be a password: a user's typo puts it anywhere) — or None when
+    nothing is. Pure."""
+    if not value.startswith(_STORAGE_SCHEMES):
+        return (
+            "must be a PostgreSQL URL, postgresql://USER@HOST/DATABASE (or postgres://…), and "
+            "it starts otherwise; leave it out to keep the SQLite database in the state directory"
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return "must not hold control characters or line breaks"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        return "is not a URL that can be read (its host or port, say): check how it is written"
+    return None
+
+
+def _storage(table: _Table) -> tuple[str | None, str]:
+    """The top-level ``storage`` and ``storage_schema``."""
+    url = table.text("storage")
+    if url is not None:
+        problem = check_storage(url)
+        if problem is not None:
+            raise table.error(f"storage {problem}")
+    schema = table.text("storage_schema", DEFAULT_SCHEMA)
+    assert schema is not None
+    if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
+        raise table.error(
+            "storage_schema must be a plain lower-case name of at most 63 letters, digits and "
+            f"underscores, not starting with a digit or 'pg_', got {schema!r}"
+        )
+    return url, schema
+
+
 # [serve] is read by the serve command itself (``_serve.serve_settings``).
 _TOP: Final = (
     "model",
@@ -358,6 +413,7 @@ def load_config(path: Path | None) -> Config:
     top = _Table(path, "", data)
     for key in _TOP:
         top.seen.add(key)
+    storage, storage_schema = _storage(top)
     top.done()
     return Config(
         path=path,
@@ -369,6 +425,8 @@ def load_config(path: Path | None) -> Config:
         skills=_skills(path, data.get("skills", {})),
         compaction=_compaction(path, data["compaction"]) if "compaction" in data else None,
         prices=_prices(path, data.get("prices", {})),
+        storage=storage,
+        storage_schema=storage_schema,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from capabilities import LogCompactor, sqlite_storage
+from capabilities import LogCompactor
 from capabilities.sessions import SessionStore, SessionStoreService
 from capabilities.steering import SteeringService
 from effectagent import Agent, AgentPolicy, Layer, Toolkit, open_runtime
@@ -37,7 +37,7 @@ from ._args import (
 from ._attach import attachments, input_with_media
 from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import Config, ConfigError, config_path, load_config, state_dir
+from ._config import Config, ConfigError, config_path, load_config
 from ._console import Channel, Console, LogLines, Text
 from ._costs import price_table
 from ._early import HISTORY, line_editor, private_directory
@@ -46,6 +46,7 @@ from ._line_editor import LineEditor
 from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, every_key
 from ._session import TerminalSession
 from ._sessions import NamedSession, all_sessions
+from ._store import choose_store
 from ._tools import open_tools
 
 __all__ = [
@@ -203,29 +204,21 @@ async def _open(
     ask: bool,
     switch: ModelSwitch | None = None,
 ) -> AsyncIterator[_Opened]:
-    """The runtime of a chat or run: model, SQLite storage, approval, configured tools (and a
+    """The runtime of a chat or run: model, storage (``_store``), approval, configured tools (and a
     compactor when the config has one). With ``switch`` (open, around this block), the model is
     that :class:`ModelSwitch` (the chat's ``/model``): :meth:`ModelSwitch.ready` waits for it.
 
     Cancellation: opening is cancellable; leaving the block interrupts runs and closes all.
     """
     config, model = settings
+    store = choose_store(config, args.state_dir, environ)
     # A chat may switch to any provider whose key is set: every such key is kept out of
-    # what is shown, from the start.
-    secrets = (
-        tuple(sorted({*every_key(environ, model.options.get("api_key_env")), *model.secrets}))
-        if switch
-        else model.secrets
-    )
-    directory = state_dir(args.state_dir, environ)
-    try:
-        # Sessions hold what was said and done: for the user alone. A directory given with
-        # --state-dir is made so when it is new, the default one always.
-        private_directory(directory, tighten=not args.state_dir)
-    except OSError as exc:
-        raise Unavailable(
-            f"the state directory {directory} cannot be made: {exc.strerror or exc}"
-        ) from None
+    # what is shown, from the start (and the database's password, always).
+    keys = every_key(environ, model.options.get("api_key_env")) if switch else ()
+    secrets = tuple(sorted({*keys, *model.secrets, *store.secrets}))
+    # Sessions hold what was said and done: for the user alone. A directory given with
+    # --state-dir is made so when it is new, the default one always.
+    store.make_directory(tighten=not args.state_dir)
     approval = SessionApproval(ask=ask)
     opened = False
     try:
@@ -242,7 +235,7 @@ async def _open(
             cassette = getattr(args, "record", None)
             if cassette:
                 model_layer = record(model_layer, cassette, secrets=secrets)
-            layer = model_layer + sqlite_storage(directory / DATABASE) + approval.layer()
+            layer = model_layer + store.layer() + approval.layer()
             if tooling.layer is not None:
                 layer = layer + tooling.layer
             if config.compaction is not None:
@@ -396,6 +389,7 @@ COMMANDS: dict[str, Command] = {
     "sessions": _stored.sessions,
     "history": _stored.history,
     "admin": _admin.admin,
+    "worker": _admin.worker,
     "serve": _serve.serve,
 }
 

@@ -1,7 +1,7 @@
 """``effectagent serve``: :mod:`capabilities.serve` from the command line.
 
-It reads the ``[serve]`` table of the config file (:func:`serve_settings`), opens the state
-directory's database, and runs the API with a worker — the agent ``assistant`` with the model,
+It reads the ``[serve]`` table of the config file (:func:`serve_settings`), opens the command's
+storage (``_store``: the state directory's database, or the configured PostgreSQL one), and runs the API with a worker — the agent ``assistant`` with the model,
 instructions and tools of the configuration, as ``effectagent admin worker`` runs it — until
 SIGTERM or SIGINT, then drains (see ``capabilities.serve``). Starlette and Hypercorn are imported
 only here, once the command runs (the ``serve`` extra).
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from ._admin import AGENT, _database, _path, worker_agent
+from ._admin import AGENT, _store, open_store, worker_agent
 from ._args import EXIT_COMPLETED
 from ._common import Unavailable, UsageError, describe
-from ._config import ConfigError, _Table, config_path
+from ._config import ConfigError, _Table, config_path, load_config
 from ._console import Console
 
 if TYPE_CHECKING:
@@ -169,18 +169,22 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             "no principal may call the service: name one in [serve.principals.NAME] of the "
             "config file (or an anonymous principal)"
         )
-    path = _path(args, environ)
-    config, model = _settings(args, environ) if not args.no_worker else (None, None)
-    async with _database(path, create=True) as database, AsyncExitStack() as stack:
+    config, model = (
+        _settings(args, environ)
+        if not args.no_worker
+        else (load_config(config_path(args.config, environ)), None)
+    )
+    store = _store(args, environ, config)
+    async with open_store(store, create=True) as database, AsyncExitStack() as stack:
         metrics = ServeMetrics() if metrics_available() else None
         api = ServeApi(
             database,
             settings,
-            agents=None if config is None or model is None else (AGENT,),
+            agents=None if model is None else (AGENT,),
             metrics=metrics,
         )
         worker = None
-        if config is not None and model is not None:
+        if model is not None:
             try:
                 tooling = await stack.enter_async_context(open_tools(config))
             except (UsageError, Unavailable):
@@ -189,7 +193,8 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
                 raise Unavailable(describe(exc)) from None
             agent, layer = worker_agent(config, model, tooling)
             layer = layer + api.listener()  # live text to the event streams, and the metrics
-            worker = DurableWorker(database, layer, [agent], secrets=model.secrets)
+            secrets = (*model.secrets, *store.secrets)
+            worker = DurableWorker(database, layer, [agent], secrets=secrets)
             for note in tooling.notes:
                 console.err.line(f"note: {note}")
         stop = trio.Event()
@@ -218,7 +223,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
                     nursery.cancel_scope.cancel()
                 else:
                     console.err.line(
-                        f"serving on {urls[0]} (console: {urls[0]}/console; database {path}; "
+                        f"serving on {urls[0]} (console: {urls[0]}/console; database {store.name}; "
                         f"{'a worker' if worker else 'no worker'} here; SIGTERM drains)"
                     )
                     await stop.wait()

@@ -1,6 +1,7 @@
 """The subcommands over what is stored: ``effectagent sessions`` (list, ``show``, ``export``,
-``delete``) and ``effectagent history SEARCH``. Each opens the state directory's database, reads
-(or deletes a session) and closes it; none opens a model."""
+``delete``) and ``effectagent history SEARCH``. Each opens the command's storage (``_store``: the state
+directory's database, or the configured PostgreSQL one), reads (or deletes a session) and closes
+it; none opens a model."""
 
 from __future__ import annotations
 
@@ -9,12 +10,10 @@ import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import trio
 
-from capabilities import sqlite_storage
 from capabilities.sessions import (
     Session,
     SessionConflict,
@@ -28,26 +27,31 @@ from effectagent.testing import CassetteError
 
 from ._args import EXIT_COMPLETED
 from ._chat import sessions_table, show_turns
-from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import config_path, load_config, state_dir
+from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
+from ._config import Config, config_path, load_config
 from ._console import Console, Styled
 from ._history import excerpt, search, words_of
 from ._sanitize import visible
 from ._sessions import all_sessions, export_session, find_session, turns_of
+from ._store import Store, choose_store
 
 __all__ = ["history", "sessions"]
 
 
-def _database(args: argparse.Namespace, environ: Mapping[str, str]) -> Path:
-    return state_dir(args.state_dir, environ) / DATABASE
+def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
+    return load_config(config_path(getattr(args, "config", None), environ))
+
+
+def _store(args: argparse.Namespace, environ: Mapping[str, str], config: Config) -> Store:
+    return choose_store(config, args.state_dir, environ)
 
 
 @asynccontextmanager
-async def _stored(path: Path) -> AsyncIterator[Runtime]:
-    """A runtime over the database at ``path`` alone (no model); what fails in opening or
-    reading it is :class:`Unavailable`, said in a sentence. Cancellation: closes it."""
+async def _stored(store: Store) -> AsyncIterator[Runtime]:
+    """A runtime over ``store`` alone (no model); what fails in opening or reading it is
+    :class:`Unavailable`, said in a sentence. Cancellation: closes it."""
     try:
-        async with open_runtime(sqlite_storage(path)) as runtime:
+        async with open_runtime(store.layer()) as runtime:
             yield runtime
     except (UsageError, Unavailable):
         raise
@@ -65,14 +69,14 @@ async def sessions(args: argparse.Namespace, environ: Mapping[str, str], console
         return await _show(args, environ, console)
     if action == "delete":
         return await _delete(args, environ, console)
-    path = _database(args, environ)
-    if not path.is_file():
-        console.out.line(f"no sessions yet (they are kept in {path})")
+    store = _store(args, environ, _config(args, environ))
+    if store.missing:
+        console.out.line(f"no sessions yet (they are kept in {store.name})")
         return EXIT_COMPLETED
-    async with _stored(path) as runtime:
+    async with _stored(store) as runtime:
         found = await all_sessions(runtime.context[SessionStoreService])
     if not found:
-        console.out.line(f"no sessions yet (they are kept in {path})")
+        console.out.line(f"no sessions yet (they are kept in {store.name})")
         return EXIT_COMPLETED
     console.out.line(sessions_table(found))
     return EXIT_COMPLETED
@@ -80,10 +84,10 @@ async def sessions(args: argparse.Namespace, environ: Mapping[str, str], console
 
 async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions show NAME``. Cancellation: reads only; nothing changes."""
-    path = _database(args, environ)
-    if not path.is_file():
-        raise UsageError(f"there are no sessions yet (they are kept in {path})")
-    async with _stored(path) as runtime:
+    store = _store(args, environ, _config(args, environ))
+    if store.missing:
+        raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
+    async with _stored(store) as runtime:
         found = await find_session(runtime.context[SessionStoreService], args.name)
         conversation = found.conversations[-1] if found and found.conversations else None
         turns = turns_of(await runtime.log.entries(conversation)) if conversation else None
@@ -97,12 +101,12 @@ async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: C
 async def _export(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions export NAME --cassette FILE``. Cancellation: reads the store;
     the cassette is written at once, when everything has been read."""
-    config = load_config(config_path(args.config, environ))
+    config = _config(args, environ)
     instructions = config.agent.instructions or DEFAULT_INSTRUCTIONS
-    path = _database(args, environ)
-    if not path.is_file():
-        raise UsageError(f"there are no sessions yet (they are kept in {path})")
-    async with _stored(path) as runtime:
+    store = _store(args, environ, config)
+    if store.missing:
+        raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
+    async with _stored(store) as runtime:
         exported = await export_session(
             runtime.context[SessionStoreService], runtime.log, args.name, instructions
         )
@@ -140,18 +144,18 @@ async def _delete(args: argparse.Namespace, environ: Mapping[str, str], console:
     another process) refuses the deletion of its session, and nothing of it is deleted.
 
     Cancellation: each session's deletion is all or nothing."""
-    path = _database(args, environ)
+    store = _store(args, environ, _config(args, environ))
     name = visible(args.name)
-    if not path.is_file():
-        raise UsageError(f"there are no sessions yet (they are kept in {path})")
+    if store.missing:
+        raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
     if not args.yes and not (sys.stdin is not None and sys.stdin.isatty()):
         raise UsageError(
             f"sessions delete asks before it deletes, and stdin is not a terminal: pass --yes "
             f"to delete the session {name} without asking"
         )
-    async with _stored(path) as runtime:
-        store = runtime.context[SessionStoreService]
-        named = [found for found in await all_sessions(store) if found.name == args.name]
+    async with _stored(store) as runtime:
+        session_store = runtime.context[SessionStoreService]
+        named = [found for found in await all_sessions(session_store) if found.name == args.name]
         if not named:
             raise UsageError(f"there is no session {name}")
         conversations = {c for found in named for c in found.conversations}
@@ -160,7 +164,7 @@ async def _delete(args: argparse.Namespace, environ: Mapping[str, str], console:
             console.out.line("nothing deleted")
             return EXIT_COMPLETED
         for found in named:
-            await _delete_one(store, found)
+            await _delete_one(session_store, found)
     console.out.line(f"deleted {what}")
     return EXIT_COMPLETED
 
@@ -207,11 +211,11 @@ async def history(args: argparse.Namespace, environ: Mapping[str, str], console:
         raise UsageError("history needs something to search for")
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    path = _database(args, environ)
-    if not path.is_file():
-        console.out.line(f"nothing stored yet (conversations are kept in {path})")
+    store = _store(args, environ, _config(args, environ))
+    if store.missing:
+        console.out.line(f"nothing stored yet (conversations are kept in {store.name})")
         return EXIT_COMPLETED
-    async with _stored(path) as runtime:
+    async with _stored(store) as runtime:
         found = await search(
             runtime.log, runtime.context[SessionStoreService], words, limit=args.limit
         )

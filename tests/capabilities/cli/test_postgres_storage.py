@@ -1,0 +1,320 @@
+"""The ``effectagent`` command on PostgreSQL: ``storage = "postgresql://…"`` in the config file
+(or ``EFFECTAGENT_STORAGE``), as real processes against the throwaway test cluster — each test a
+schema of its own — and the provider replay server.
+
+``run`` keeps its conversation there (read back by the next run, by ``sessions`` and in the
+test itself), never in a file of the state directory; ``admin submit`` and ``effectagent
+worker`` (a worker process as another machine would start it) settle a submission there; a
+database that cannot be reached is a sentence naming it without its password, exit status 3.
+No test sleeps: each command is run to its end, ``--until-idle`` ends the worker.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from capabilities import postgres_storage
+from capabilities.cli._sessions import all_sessions
+from capabilities.sessions import SessionStoreService
+from effectagent import open_runtime
+from tests.postgres import postgres_schema
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import EFFECTAGENT, KEY, ServerThread, cli_env, serve
+
+__all__ = ["postgres_schema"]  # the fixture, used by name
+
+ROOT = Path(__file__).resolve().parents[3]
+MODEL = ["--model", "openai-compatible:test-model", "--api-key-env", "CLI_TEST_KEY"]
+#: A made-up database password: it must never show in what the command says.
+CANARY = "pg-password-canary-8c1d"
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return cli_env(tmp_path, PYTHONPATH=str(ROOT))
+
+
+def write_config(directory: Path, text: str, name: str = "config.toml") -> str:
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def with_password(url: str) -> str:
+    """The test cluster's URL with the canary as its password (the cluster trusts its socket's
+    users: it never asks for it, and the URL still opens it)."""
+    assert url.startswith("postgresql://postgres@")
+    return url.replace("postgres@", f"postgres:{CANARY}@", 1)
+
+
+def storage_config(directory: Path, url: str, schema: str) -> str:
+    url = with_password(url)
+    return write_config(directory, f'storage = "{url}"\nstorage_schema = "{schema}"\n')
+
+
+def effectagent(
+    env: dict[str, str], *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``effectagent ARGS`` to its end, not on a terminal; nothing it prints holds the API key,
+    the database password or an escape sequence."""
+    done = subprocess.run(
+        [EFFECTAGENT, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        input=stdin,
+        stdin=None if stdin is not None else subprocess.DEVNULL,
+        check=False,
+    )
+    shown = done.stdout + done.stderr
+    assert KEY not in shown
+    assert CANARY not in shown
+    assert "\x1b" not in shown
+    return done
+
+
+def no_database_file(home: Path) -> None:
+    """Nothing the SQLite storage would have made is in ``home``."""
+    assert not list(home.rglob("effectagent.db*")), list(home.rglob("*"))
+
+
+async def session_names(url: str, schema: str) -> list[str]:
+    """The sessions stored in ``schema``, read in this process through ``postgres_storage``."""
+    async with open_runtime(postgres_storage(url, schema=schema)) as runtime:
+        return [s.name for s in await all_sessions(runtime.context[SessionStoreService])]
+
+
+def test_run_keeps_its_conversation_in_postgresql_and_the_next_run_continues_it(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    server.script(
+        Reply.sse(ChatWire().text("Take a coat to Oslo.")),
+        # what a run shows is redacted of the database's password too
+        Reply.sse(ChatWire().text(f"Rome is mild in spring, {CANARY}.")),
+    )
+    model = [*MODEL, "--base-url", server.url, "--config", config]
+    first = effectagent(env, "run", *model, "--session", "trip", "Pack for Oslo?")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "Take a coat to Oslo."
+    second = effectagent(env, "run", *model, "--session", "trip", "And for Rome?")
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.strip() == "Rome is mild in spring, [REDACTED]."
+    # the second run's request holds the first exchange: read back from PostgreSQL
+    said = json.dumps(server.requests()[1].json()["messages"])
+    assert "Pack for Oslo?" in said
+    assert "Take a coat to Oslo." in said
+
+    listing = effectagent(env, "sessions", "--config", config)
+    assert listing.returncode == 0, listing.stderr
+    assert "trip" in listing.stdout
+    shown = effectagent(env, "sessions", "show", "trip", "--config", config)
+    assert shown.returncode == 0, shown.stderr
+    for line in ("Pack for Oslo?", "Take a coat to Oslo.", "And for Rome?", "[REDACTED]."):
+        assert line in shown.stdout
+    assert trio.run(session_names, url, schema) == ["trip"]
+    no_database_file(tmp_path)
+
+
+def test_the_environment_variable_names_the_database_over_the_config_file(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    # the file names a database that cannot be reached; the variable the test cluster
+    unreachable = f"postgresql://ann:{CANARY}@/nowhere?host={tmp_path / 'no-socket'}"
+    config = write_config(tmp_path, f'storage = "{unreachable}"\nstorage_schema = "{schema}"\n')
+    server.script(Reply.sse(ChatWire().text("Hello from PostgreSQL.")))
+    done = effectagent(
+        env | {"EFFECTAGENT_STORAGE": url},
+        "run",
+        *MODEL,
+        "--base-url",
+        server.url,
+        "--config",
+        config,
+        "--session",
+        "greeting",
+        "Hello?",
+    )
+    assert done.returncode == 0, done.stderr
+    assert trio.run(session_names, url, schema) == ["greeting"]
+    no_database_file(tmp_path)
+
+
+def test_history_searches_the_conversations_stored_in_postgresql(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    server.script(Reply.sse(ChatWire().text("Take a coat to Oslo: January is cold.")))
+    model = [*MODEL, "--base-url", server.url, "--config", config]
+    ran = effectagent(env, "run", *model, "--session", "trip", "Pack for Oslo?")
+    assert ran.returncode == 0, ran.stderr
+    found = effectagent(env, "history", "coat", "--config", config)
+    assert found.returncode == 0, found.stderr
+    assert "trip" in found.stdout
+    assert "Take a coat to Oslo" in found.stdout
+    nothing = effectagent(env, "history", "umbrella", "--config", config)
+    assert nothing.returncode == 0, nothing.stderr
+    assert "no message holds 'umbrella'" in nothing.stdout
+    no_database_file(tmp_path)
+
+
+def as_json(done: subprocess.CompletedProcess[str]) -> Any:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_submission_admitted_on_postgresql_is_settled_by_an_effectagent_worker(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    # admitted from "another machine": the URL in the environment, the schema in its own file
+    elsewhere = write_config(tmp_path, f'storage_schema = "{schema}"\n', "elsewhere.toml")
+    receipt = as_json(
+        effectagent(
+            env | {"EFFECTAGENT_STORAGE": url},
+            "admin",
+            "submit",
+            "Say hello.",
+            "--config",
+            elsewhere,
+            "--conversation",
+            "c1",
+            "--key",
+            "k1",
+            "--json",
+        )
+    )
+    submission = receipt["submission_id"]
+    queued = as_json(effectagent(env, "admin", "status", submission, "--config", config, "--json"))
+    assert queued["status"] == "queued"
+
+    server.script(
+        Reply.sse(ChatWire().text("Hello, durable world.")),
+        Reply.sse(ChatWire().text("Hello again.")),
+    )
+    worker = [*MODEL, "--base-url", server.url, "--config", config, "--poll-interval", "0.05"]
+    done = effectagent(env, "worker", *worker, "--until-idle")
+    assert done.returncode == 0, done.stderr
+    assert f"working on {url} (schema {schema})" in done.stderr
+    assert "nothing is left for a worker" in done.stderr
+    row = as_json(effectagent(env, "admin", "status", submission, "--config", config, "--json"))
+    assert (row["status"], row["settlement"], row["attempts"]) == ("completed", "final", 1)
+    verified = effectagent(env, "admin", "verify", "c1", "--config", config)
+    assert verified.stdout == "conversation c1: every durable invariant holds\n"
+
+    # `admin worker` is the same worker, on the same storage
+    again = as_json(effectagent(env, "admin", "submit", "Once more.", "--config", config, "--json"))
+    done = effectagent(env, "admin", *["worker", *worker], "--until-idle")
+    assert done.returncode == 0, done.stderr
+    row = as_json(
+        effectagent(env, "admin", "status", again["submission_id"], "--config", config, "--json")
+    )
+    assert row["status"] == "completed"
+    assert len(server.requests()) == 2
+    no_database_file(tmp_path)
+
+
+def test_a_database_that_cannot_be_reached_is_a_sentence_without_its_password(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    socket = tmp_path / "no-socket"
+    unreachable = f"postgresql://ann:{CANARY}@/agents?host={socket}"
+    config = write_config(tmp_path, f'storage = "{unreachable}"\n[model]\nname = "openai:x"\n')
+    named = f"the database postgresql://ann@/agents?host={socket} (schema effectagent)"
+    for args in (
+        ["run", "Hello?", "--api-key-env", "CLI_TEST_KEY"],
+        ["sessions"],
+        ["sessions", "show", "trip"],
+        ["history", "coat"],
+        ["admin", "status", "sub_1"],
+        ["admin", "submit", "Hello?"],
+        ["worker", "--api-key-env", "CLI_TEST_KEY", "--until-idle"],
+    ):
+        done = effectagent(env, *args, "--config", config)
+        assert done.returncode == 3, (args, done.stderr)
+        assert done.stderr.startswith(f"effectagent: cannot start: {named} cannot be opened: ")
+        assert "Traceback" not in done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+    no_database_file(tmp_path)
+
+
+def test_a_storage_that_is_not_a_postgresql_url_is_refused_before_anything_opens(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    config = write_config(tmp_path, f'storage = "mysql://ann:{CANARY}@db/agents"\n')
+    done = effectagent(env, "sessions", "--config", config)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"effectagent: {config}: storage must be a PostgreSQL URL")
+    variable = env | {"EFFECTAGENT_STORAGE": f"ann:{CANARY}@db/agents"}
+    done = effectagent(variable, "admin", "submit", "Hello?")
+    assert done.returncode == 2
+    assert done.stderr.startswith("effectagent: EFFECTAGENT_STORAGE must be a PostgreSQL URL")
+    no_database_file(tmp_path)
+
+
+def test_the_same_session_at_once_is_refused_across_processes_on_postgresql(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    server.script(Reply.stall(), Reply.sse(ChatWire().text("Your turn now.")))
+    model = [*MODEL, "--base-url", server.url, "--config", config]
+    holding = subprocess.Popen(
+        [EFFECTAGENT, "run", *model, "--session", "talk", "One."],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        server.wait_for_requests(1)  # once it reached the server, the run holds its session
+        refused = effectagent(env, "run", *model, "--session", "talk", "Me too.")
+        assert refused.returncode == 3
+        assert refused.stdout == ""
+        assert refused.stderr.startswith("effectagent: session talk has a run going in another ")
+        assert "nothing was sent" in refused.stderr
+        assert len(server.requests()) == 1  # nothing reached the model
+    finally:
+        holding.send_signal(signal.SIGINT)
+        _, err = holding.communicate(timeout=60)
+    assert holding.returncode == 130, err
+    ran = effectagent(env, "run", *model, "--session", "talk", "My turn?")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "Your turn now.\n"
