@@ -12,6 +12,26 @@ under the next epoch — epochs are never reused —, renewals extend the lease,
 go, the fence checks epoch and attempt). On top of them: :func:`claim` claims the FIFO heads
 that are due, and :func:`take` lets a command that writes to a conversation itself (abort,
 decide) hold its lane whoever held it, fencing every earlier holder out.
+
+**Claims on PostgreSQL.** Every write there runs at ``SERIALIZABLE``, where two workers claiming
+at once always conflict — each reads the heads the other claims — and one of them is rolled
+back and runs again. So a worker on PostgreSQL claims in two writes (``_worker``):
+
+* :func:`claim_free` takes the due heads whose lane is *free* (never held, or released) with
+  ``SELECT … FOR UPDATE SKIP LOCKED`` at ``READ COMMITTED`` (set as the transaction's first
+  statement): a head another claim has locked is skipped, so concurrent workers take different
+  conversations and neither runs again. Correctness then rests on row locks, not on the
+  isolation level: the head's row and then its lane's row are locked before anything is
+  decided, both are read again after they are locked (each statement sees what is committed
+  then), and a new lane is inserted only if no one inserted it meanwhile (``ON CONFLICT DO
+  NOTHING``). A serializable writer (a command's :func:`take`, an abort) that meets a row
+  changed by the claim after its snapshot fails with a serialization failure and runs again,
+  seeing the claim. Nobody can still be writing under a free lane's epoch — its holder released
+  it in its last write, or a command that took it fenced the holder out serializably — so
+  the claim needs no serializable ordering against writers of the log.
+* :func:`claim` with ``takeovers_only`` takes over lanes whose lease ran out, at
+  ``SERIALIZABLE`` as before: the holder whose lease ran out may still be writing, and its
+  write must be ordered before the takeover (then the new holder reads it) or refused.
 """
 
 from __future__ import annotations
@@ -25,7 +45,9 @@ import attrs
 from ..storage._errors import LaneLost
 from ..storage._lanes import (
     Lane,
+    LaneState,
     check_lane,
+    claim_decision,
     claim_lane,
     expire_steering,
     read_lane,
@@ -51,6 +73,7 @@ __all__ = [
     "admit",
     "audit",
     "claim",
+    "claim_free",
     "finalize",
     "last_seq",
     "mark",
@@ -219,6 +242,27 @@ def admit(
 # ---- lanes ---------------------------------------------------------------------------------------
 
 
+#: The head condition of a claim: due, and the first of its conversation not settled, in a
+#: conversation not in quarantine.
+_HEAD_SQL: Final = (
+    "s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
+    "AND s.position = (SELECT min(t.position) FROM submissions t "
+    f"  WHERE t.conversation_id = s.conversation_id AND t.status NOT IN {_TERMINAL_SQL}) "
+    "AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.conversation_id = s.conversation_id) "
+)
+
+#: What a claim reads of a head: the ledger row, its input, whether it was ever claimed, where
+#: its run's records start, its parts.
+_CLAIM_COLUMNS: Final = f"{COLUMNS}, input, started_at IS NULL, base_seq, parts"
+
+
+def _excluded(exclude: Sequence[str]) -> str:
+    # (``NOT IN ()`` is SQLite's; PostgreSQL refuses an empty list.)
+    if not exclude:
+        return ""
+    return f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) "
+
+
 def claim(
     conn: Connection,
     *,
@@ -228,31 +272,34 @@ def claim(
     limit: int,
     attempt_ids: Iterable[str],
     exclude: Sequence[str] = (),
+    takeovers_only: bool = False,
 ) -> list[Claimed]:
     """Claim up to ``limit`` lanes whose FIFO head is due and whose lane is free (never held,
     released, or its lease expired), in order of due time then admission; each claim takes a new
     attempt ID from ``attempt_ids`` and the next epoch (``_lanes.claim_lane``), and counts an
     attempt in the ledger. Conversations in quarantine, and those in ``exclude``, are
-    skipped."""
-    # (``NOT IN ()`` is SQLite's; PostgreSQL refuses an empty list.)
-    excluded = f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) " if exclude else ""
+    skipped. ``takeovers_only``: only lanes held by someone whose lease expired (a PostgreSQL
+    worker claims the others with :func:`claim_free`: see the module notes)."""
+    held = "AND l.worker_id IS NOT NULL AND l.lease_until > ?"
+    if takeovers_only:  # a lane exists, held, its lease run out
+        lane_sql = (
+            "AND EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+            "  AND l.worker_id IS NOT NULL AND l.lease_until <= ?) "
+        )
+    else:
+        lane_sql = (
+            "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+            f"  {held}) "
+        )
     rows = conn.execute(
-        f"SELECT {COLUMNS}, input, started_at IS NULL, base_seq, parts FROM submissions s "
-        "WHERE s.status IN ('queued', 'active') AND s.next_attempt_at <= ? "
-        "AND s.position = (SELECT min(t.position) FROM submissions t "
-        f"  WHERE t.conversation_id = s.conversation_id AND t.status NOT IN {_TERMINAL_SQL}) "
-        "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
-        "  AND l.worker_id IS NOT NULL AND l.lease_until > ?) "
-        "AND NOT EXISTS (SELECT 1 FROM quarantine q WHERE q.conversation_id = s.conversation_id) "
-        f"{excluded}ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
+        f"SELECT {_CLAIM_COLUMNS} FROM submissions s WHERE {_HEAD_SQL}{lane_sql}"
+        f"{_excluded(exclude)}ORDER BY s.next_attempt_at, s.admitted_at LIMIT ?",
         (now, now, *exclude, limit),
     ).fetchall()
     claimed: list[Claimed] = []
     ids = iter(attempt_ids)
     for row in rows:
-        *columns, text, fresh, base, parts = row
-        before = submission_of(columns)
-        conversation_id = before.conversation_id
+        conversation_id = row[2]
         lane = claim_lane(
             conn,
             conversation_id,
@@ -260,23 +307,109 @@ def claim(
             attempt_id=next(ids),
             now=now,
             lease=lease,
-            submission_id=before.submission_id,
+            submission_id=row[0],
         )
-        base_seq = last_seq(conn, conversation_id) if base is None else int(base)
-        conn.execute(
-            "UPDATE submissions SET status = 'active', attempts = attempts + 1, "
-            "started_at = coalesce(started_at, ?), base_seq = ? "
-            f"WHERE submission_id = ? AND {guard('claim')}",
-            (now, base_seq, before.submission_id),
-        )
-        submission = attrs.evolve(
-            before,
-            status="active",
-            attempts=before.attempts + 1,
-            started_at=before.started_at if before.started_at is not None else now,
-        )
-        claimed.append(Claimed(lane, submission, text or "", bool(fresh), base_seq, parts))
+        claimed.append(_started(conn, row, lane, now))
     return claimed
+
+
+def claim_free(
+    conn: Connection,
+    *,
+    now: float,
+    worker_id: str,
+    lease: float,
+    limit: int,
+    attempt_ids: Iterable[str],
+    exclude: Sequence[str] = (),
+) -> list[Claimed]:
+    """PostgreSQL: claim up to ``limit`` due FIFO heads whose lane is free (never held, or
+    released), skipping those another transaction has locked (``FOR UPDATE SKIP LOCKED`` at
+    ``READ COMMITTED``: see the module notes) — concurrent claims take different conversations
+    and neither runs again. It must be the whole of its write, which it begins. Lanes held by
+    someone whose lease ran out are left to ``claim(..., takeovers_only=True)``."""
+    conn.execute("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+    candidates = conn.execute(
+        f"SELECT s.submission_id, s.conversation_id FROM submissions s WHERE {_HEAD_SQL}"
+        "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+        f"  AND l.worker_id IS NOT NULL) {_excluded(exclude)}"
+        "ORDER BY s.next_attempt_at, s.admitted_at LIMIT ? FOR UPDATE OF s SKIP LOCKED",
+        (now, *exclude, limit),
+    ).fetchall()
+    claimed: list[Claimed] = []
+    ids = iter(attempt_ids)
+    for submission_id, conversation_id in candidates:
+        # The head's row is locked: now its lane's (another claim or command holds it: skip).
+        found = conn.execute(
+            "SELECT conversation_id, epoch, attempt_id, worker_id, submission_id, lease_until "
+            "FROM lanes WHERE conversation_id = ? FOR UPDATE SKIP LOCKED",
+            (conversation_id,),
+        ).fetchone()
+        current: LaneState | None = None
+        if found is not None:
+            current = LaneState(
+                found[0], int(found[1]), found[2], found[3], found[4], float(found[5])
+            )
+            if current.worker_id is not None:  # claimed meanwhile, or a takeover's to make
+                continue
+        elif conn.execute(
+            "SELECT 1 FROM lanes WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone():
+            continue  # it exists and another transaction has it locked
+        # Both rows locked (or the lane not yet made): read the head again, as committed now.
+        row = conn.execute(
+            f"SELECT {_CLAIM_COLUMNS} FROM submissions s WHERE s.submission_id = ? AND {_HEAD_SQL}",
+            (submission_id, now),
+        ).fetchone()
+        if row is None:
+            continue  # settled, not due or not the head any more
+        attempt_id = next(ids)
+        epoch = claim_decision(current, worker_id=worker_id, attempt_id=attempt_id, now=now)
+        assert isinstance(epoch, int)  # a free lane
+        values = (submission_id, attempt_id, epoch, worker_id, now + lease, conversation_id)
+        if current is None:
+            made = conn.execute(
+                "INSERT INTO lanes (submission_id, attempt_id, epoch, worker_id, lease_until, "
+                "conversation_id) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                values,
+            ).rowcount
+            if not made:
+                continue  # another transaction made it first: it is theirs
+        else:
+            conn.execute(
+                "UPDATE lanes SET submission_id = ?, attempt_id = ?, epoch = ?, worker_id = ?, "
+                "lease_until = ? WHERE conversation_id = ?",
+                values,
+            )
+            conn.execute(  # as ``_lanes.claim_lane`` does
+                "UPDATE steering_inputs SET status = 'expired', text = NULL, reason = ? "
+                "WHERE conversation_id = ? AND status = 'queued' AND epoch < ?",
+                ("the run it was admitted for stopped before it took it", conversation_id, epoch),
+            )
+        lane = Lane(conversation_id, epoch, attempt_id, worker_id, now + lease, submission_id)
+        claimed.append(_started(conn, row, lane, now))
+    return claimed
+
+
+def _started(conn: Connection, row: Sequence[Any], lane: Lane, now: float) -> Claimed:
+    """Count the claim of the head ``row`` (selected with :data:`_CLAIM_COLUMNS`) under
+    ``lane`` in the ledger, and return it."""
+    *columns, text, fresh, base, parts = row
+    before = submission_of(columns)
+    base_seq = last_seq(conn, lane.conversation_id) if base is None else int(base)
+    conn.execute(
+        "UPDATE submissions SET status = 'active', attempts = attempts + 1, "
+        "started_at = coalesce(started_at, ?), base_seq = ? "
+        f"WHERE submission_id = ? AND {guard('claim')}",
+        (now, base_seq, before.submission_id),
+    )
+    submission = attrs.evolve(
+        before,
+        status="active",
+        attempts=before.attempts + 1,
+        started_at=before.started_at if before.started_at is not None else now,
+    )
+    return Claimed(lane, submission, text or "", bool(fresh), base_seq, parts)
 
 
 def renew(conn: Connection, lanes: Iterable[Lane], *, now: float, lease: float) -> list[Lane]:

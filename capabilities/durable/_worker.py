@@ -32,6 +32,7 @@ they are fenced out), then cancels the runs. Another worker resumes them.
 from __future__ import annotations
 
 import functools
+import itertools
 import random
 import socket
 import time
@@ -69,7 +70,7 @@ from ._model import WorkerOptions
 from ._ops import overdue
 from ._serve import Serving, serve
 from ._steps import SqliteStepStore
-from ._store import Claimed, claim, mark, release, renew
+from ._store import Claimed, claim, claim_free, mark, release, renew
 
 __all__ = ["DurableWorker"]
 
@@ -358,14 +359,16 @@ class DurableWorker:
 
     async def _claim(self, limit: int) -> list[Claimed]:
         now = self._clock()
-        ids = (new_id("attempt") for _ in range(limit))
+        ids = (new_id("attempt") for _ in itertools.count())  # a write may run more than once
         options = self.options
         # A conversation whose last claim here is still finishing is not claimed again until
         # it has (its run's last writes are fenced by that claim, not a new one).
         busy = tuple(self._serving)
+        # PostgreSQL: free lanes with SKIP LOCKED, then takeovers serializably (``_store``).
+        postgres = self.database.dialect == "postgresql"
 
         def work(conn: Connection) -> list[Claimed]:
-            return claim(
+            return (claim_free if postgres else claim)(
                 conn,
                 now=now,
                 worker_id=self.worker_id,
@@ -375,11 +378,27 @@ class DurableWorker:
                 exclude=busy,
             )
 
+        def takeovers(conn: Connection) -> list[Claimed]:
+            return claim(
+                conn,
+                now=now,
+                worker_id=self.worker_id,
+                lease=options.lease,
+                limit=limit - len(claimed),
+                attempt_ids=ids,
+                exclude=busy + tuple(c.lane.conversation_id for c in claimed),
+                takeovers_only=True,
+            )
+
+        claimed: list[Claimed] = []
         try:
             claimed = await self.database.write(work)
+            if postgres and len(claimed) < limit:
+                claimed += await self.database.write(takeovers)
         except Exception as exc:  # the store is busy or failing: try again next poll
             log_warning("durable claim failed", error=type(exc).__name__)
-            return []
+            if not claimed:
+                return []
         if claimed:
             failpoint("after-claim")
         return claimed

@@ -1,0 +1,111 @@
+"""Claims on PostgreSQL: workers claiming at once take different conversations (``FOR UPDATE SKIP
+LOCKED``) and none of them runs its transaction again; takeovers of expired leases stay
+serializable."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+
+from capabilities.durable._store import Claimed, claim, claim_free
+from capabilities.storage._port import Connection
+
+from .helpers import Clock, HandWorker, queue, stores
+
+#: A bound on how long one claim waits for the others inside its transaction: reached only when
+#: a claim blocks on another's locks (the failure this file looks for), never on success.
+_BARRIER_BOUND = 20.0
+
+
+@pytest.mark.parametrize("claimers", [2, 3])
+async def test_concurrent_claims_take_different_conversations_and_none_runs_again(
+    tmp_path: Path, claimers: int
+) -> None:
+    clock = Clock()
+    with stores("postgresql", tmp_path) as made:
+        async with made.open() as db:
+            q = queue(db, clock)
+            for n in range(claimers):
+                await q.submit(
+                    "a", "x", conversation_id=f"c{n}", idempotency_key="k", principal="p"
+                )
+        # Every claim's transaction claims, then waits inside it until all have claimed: the
+        # transactions overlap, none commits before every one has read and written.
+        barrier = threading.Barrier(claimers, timeout=_BARRIER_BOUND)
+        calls = [0] * claimers
+        got: list[list[Claimed]] = [[] for _ in range(claimers)]
+
+        def work_of(index: int) -> Callable[[Connection], list[Claimed]]:
+            def work(conn: Connection) -> list[Claimed]:
+                calls[index] += 1
+                claimed = claim_free(
+                    conn,
+                    now=clock(),
+                    worker_id=f"w{index}",
+                    lease=30.0,
+                    limit=1,
+                    attempt_ids=(f"w{index}-{n}" for n in range(1_000)),
+                )
+                if calls[index] == 1:
+                    barrier.wait()
+                return claimed
+
+            return work
+
+        async def claimer(index: int) -> None:
+            # one opening of the schema per claimer: its own pool, as another process has
+            async with made.open() as own:
+                got[index] = await own.write(work_of(index))
+
+        async with trio.open_nursery() as nursery:
+            for index in range(claimers):
+                nursery.start_soon(claimer, index)
+
+    assert calls == [1] * claimers  # no transaction ran again
+    taken = [c.lane.conversation_id for claimed in got for c in claimed]
+    assert sorted(taken) == [f"c{n}" for n in range(claimers)]  # one each, all different
+    assert all(c.lane.epoch == 1 and c.submission.attempts == 1 for g in got for c in g)
+
+
+async def test_a_free_claim_leaves_an_expired_lease_to_the_serializable_takeover(
+    tmp_path: Path,
+) -> None:
+    """``claim_free`` takes free lanes only (never held, or released); a lane held by someone
+    whose lease ran out is taken over by ``claim(..., takeovers_only=True)``, the next epoch."""
+    clock = Clock()
+
+    def free(conn: Connection) -> list[Claimed]:
+        return claim_free(
+            conn, now=clock(), worker_id="w2", lease=10, limit=10, attempt_ids=iter("ab")
+        )
+
+    def takeovers(conn: Connection) -> list[Claimed]:
+        return claim(
+            conn,
+            now=clock(),
+            worker_id="w2",
+            lease=10,
+            limit=10,
+            attempt_ids=iter("cd"),
+            takeovers_only=True,
+        )
+
+    with stores("postgresql", tmp_path) as made:
+        async with made.open() as db:
+            q = queue(db, clock)
+            await q.submit("a", "x", conversation_id="A", idempotency_key="1", principal="p")
+            await q.submit("a", "y", conversation_id="B", idempotency_key="1", principal="p")
+            [first] = await HandWorker(db, clock, "w1").claim(limit=1, lease=10)
+            clock.advance(11)  # its lease ran out
+            [other] = await db.write(free)
+            assert other.lane.conversation_id != first.lane.conversation_id
+            [taken] = await db.write(takeovers)
+            assert taken.lane.conversation_id == first.lane.conversation_id
+            assert taken.lane.epoch == first.lane.epoch + 1
+            assert taken.submission.attempts == 2
+            assert await db.write(free) == []
+            assert await db.write(takeovers) == []
