@@ -46,11 +46,11 @@ from .._ids import new_id
 from .._logging import LOGGER_NAME
 from ._args import EXIT_COMPLETED, EXIT_FAILED
 from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import Config, config_path, load_config
+from ._config import Config
 from ._console import Channel, Console, LogLines, Styled, Table
 from ._models import ModelChoice
 from ._sanitize import visible
-from ._store import Store, choose_store
+from ._store import Store, store_of
 from ._tools import Tooling, open_tools
 
 __all__ = ["admin", "open_store", "worker", "worker_agent"]
@@ -59,14 +59,6 @@ __all__ = ["admin", "open_store", "worker", "worker_agent"]
 AGENT: Final = "assistant"
 
 Action = Callable[[argparse.Namespace, DurableQueue, Console], Awaitable[int]]
-
-
-def _store(args: argparse.Namespace, environ: Mapping[str, str], config: Config | None) -> Store:
-    """The storage of the command (``_store.choose_store``), by ``config`` — read from the file
-    (``--config``, else the default one) when None."""
-    if config is None:
-        config = load_config(config_path(getattr(args, "config", None), environ))
-    return choose_store(config, args.state_dir, environ)
 
 
 @asynccontextmanager
@@ -458,7 +450,7 @@ async def _work(args: argparse.Namespace, environ: Mapping[str, str], console: C
 
     options = _options(args)
     config, model = _settings(args, environ)
-    store = _store(args, environ, config)
+    store = store_of(args, environ, config)
     async with open_store(store, create=True) as database, AsyncExitStack() as stack:
         try:
             tooling = await stack.enter_async_context(open_tools(config))
@@ -587,7 +579,7 @@ async def admin(args: argparse.Namespace, environ: Mapping[str, str], console: C
         if args.admin_command == "worker":
             return await _work(args, environ, console)
         action, create = _ACTIONS[args.admin_command]
-        async with open_store(_store(args, environ, None), create=create) as database:
+        async with open_store(store_of(args, environ, None), create=create) as database:
             return await action(args, DurableQueue(database), console)
 
 

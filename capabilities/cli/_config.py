@@ -353,8 +353,9 @@ def check_storage(value: str) -> str | None:
     nothing is. Pure."""
     if not value.startswith(_STORAGE_SCHEMES):
         return (
-            "must be a PostgreSQL URL, postgresql://USER@HOST/DATABASE (or postgres://…), and "
-            "it starts otherwise; leave it out to keep the SQLite database in the state directory"
+            "must be a PostgreSQL URL, starting with postgresql:// or postgres:// as in "
+            "postgresql://USER@HOST/DATABASE; leave it out to keep the SQLite database in the "
+            "state directory"
         )
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         return "must not hold control characters or line breaks"

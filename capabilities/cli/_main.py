@@ -46,7 +46,7 @@ from ._line_editor import LineEditor
 from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, every_key
 from ._session import TerminalSession
 from ._sessions import NamedSession, all_sessions
-from ._store import choose_store
+from ._store import store_of
 from ._tools import open_tools
 
 __all__ = [
@@ -211,7 +211,7 @@ async def _open(
     Cancellation: opening is cancellable; leaving the block interrupts runs and closes all.
     """
     config, model = settings
-    store = choose_store(config, args.state_dir, environ)
+    store = store_of(args, environ, config)
     # A chat may switch to any provider whose key is set: every such key is kept out of
     # what is shown, from the start (and the database's password, always).
     keys = every_key(environ, model.options.get("api_key_env")) if switch else ()

@@ -35,11 +35,12 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
-from ._admin import AGENT, _store, open_store, worker_agent
+from ._admin import AGENT, open_store, worker_agent
 from ._args import EXIT_COMPLETED
 from ._common import Unavailable, UsageError, describe
 from ._config import ConfigError, _Table, config_path, load_config
 from ._console import Console
+from ._store import store_of
 
 if TYPE_CHECKING:
     from capabilities.serve import Quota, ServeSettings
@@ -174,7 +175,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
         if not args.no_worker
         else (load_config(config_path(args.config, environ)), None)
     )
-    store = _store(args, environ, config)
+    store = store_of(args, environ, config)
     async with open_store(store, create=True) as database, AsyncExitStack() as stack:
         metrics = ServeMetrics() if metrics_available() else None
         api = ServeApi(

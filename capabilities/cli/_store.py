@@ -6,7 +6,7 @@ PostgreSQL URL — ``EFFECTAGENT_STORAGE``, else the config file's ``storage`` �
 of machines share: ``chat`` and ``run`` there, ``sessions`` and ``history`` read it, ``admin``
 acts on its submissions, ``worker`` and ``serve`` run them.
 
-:func:`choose_store` decides (pure); a :class:`Store` names it for messages (a file's path, or
+:func:`choose_store` decides (pure; :func:`store_of` for a command's arguments); a :class:`Store` names it for messages (a file's path, or
 the URL without its password), gives the Layer of every persistent capability on it (``chat``,
 ``run``, ``sessions``, ``history``), and opens its database alone (``admin``, ``worker``,
 ``serve``) — both from the same Layers of ``capabilities``, so the schema is laid out alike
@@ -15,6 +15,7 @@ whichever command opens it first.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -28,10 +29,18 @@ from effectagent import Layer
 from effectagent.effect import build_layer, open_scope
 
 from ._common import DATABASE, Unavailable, UsageError, describe
-from ._config import DEFAULT_SCHEMA, Config, ConfigError, check_storage, state_dir
+from ._config import (
+    DEFAULT_SCHEMA,
+    Config,
+    ConfigError,
+    check_storage,
+    config_path,
+    load_config,
+    state_dir,
+)
 from ._early import private_directory
 
-__all__ = ["STORAGE_VARIABLE", "Store", "choose_store"]
+__all__ = ["STORAGE_VARIABLE", "Store", "choose_store", "store_of"]
 
 #: The environment variable naming the storage: it overrides the config file's ``storage``.
 STORAGE_VARIABLE: Final = "EFFECTAGENT_STORAGE"
@@ -136,3 +145,11 @@ def choose_store(config: Config, given_state_dir: str | None, environ: Mapping[s
     if config.storage is not None:
         return Store(url=config.storage, schema=config.storage_schema)
     return Store(path=state_dir(given_state_dir, environ) / DATABASE)
+
+
+def store_of(args: argparse.Namespace, environ: Mapping[str, str], config: Config | None) -> Store:
+    """:func:`choose_store` for a command's arguments (``--state-dir``) and ``config`` — read
+    from the file (``--config``, else the default one) when None. Raises ``ConfigError``."""
+    if config is None:
+        config = load_config(config_path(getattr(args, "config", None), environ))
+    return choose_store(config, args.state_dir, environ)

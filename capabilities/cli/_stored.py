@@ -28,22 +28,14 @@ from effectagent.testing import CassetteError
 from ._args import EXIT_COMPLETED
 from ._chat import sessions_table, show_turns
 from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import Config, config_path, load_config
+from ._config import config_path, load_config
 from ._console import Console, Styled
 from ._history import excerpt, search, words_of
 from ._sanitize import visible
 from ._sessions import all_sessions, export_session, find_session, turns_of
-from ._store import Store, choose_store
+from ._store import Store, store_of
 
 __all__ = ["history", "sessions"]
-
-
-def _config(args: argparse.Namespace, environ: Mapping[str, str]) -> Config:
-    return load_config(config_path(getattr(args, "config", None), environ))
-
-
-def _store(args: argparse.Namespace, environ: Mapping[str, str], config: Config) -> Store:
-    return choose_store(config, args.state_dir, environ)
 
 
 @asynccontextmanager
@@ -69,7 +61,7 @@ async def sessions(args: argparse.Namespace, environ: Mapping[str, str], console
         return await _show(args, environ, console)
     if action == "delete":
         return await _delete(args, environ, console)
-    store = _store(args, environ, _config(args, environ))
+    store = store_of(args, environ, None)
     if store.missing:
         console.out.line(f"no sessions yet (they are kept in {store.name})")
         return EXIT_COMPLETED
@@ -84,7 +76,7 @@ async def sessions(args: argparse.Namespace, environ: Mapping[str, str], console
 
 async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions show NAME``. Cancellation: reads only; nothing changes."""
-    store = _store(args, environ, _config(args, environ))
+    store = store_of(args, environ, None)
     if store.missing:
         raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
     async with _stored(store) as runtime:
@@ -101,9 +93,9 @@ async def _show(args: argparse.Namespace, environ: Mapping[str, str], console: C
 async def _export(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
     """``effectagent sessions export NAME --cassette FILE``. Cancellation: reads the store;
     the cassette is written at once, when everything has been read."""
-    config = _config(args, environ)
+    config = load_config(config_path(args.config, environ))
     instructions = config.agent.instructions or DEFAULT_INSTRUCTIONS
-    store = _store(args, environ, config)
+    store = store_of(args, environ, config)
     if store.missing:
         raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
     async with _stored(store) as runtime:
@@ -144,7 +136,7 @@ async def _delete(args: argparse.Namespace, environ: Mapping[str, str], console:
     another process) refuses the deletion of its session, and nothing of it is deleted.
 
     Cancellation: each session's deletion is all or nothing."""
-    store = _store(args, environ, _config(args, environ))
+    store = store_of(args, environ, None)
     name = visible(args.name)
     if store.missing:
         raise UsageError(f"there are no sessions yet (they are kept in {store.name})")
@@ -211,7 +203,7 @@ async def history(args: argparse.Namespace, environ: Mapping[str, str], console:
         raise UsageError("history needs something to search for")
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
-    store = _store(args, environ, _config(args, environ))
+    store = store_of(args, environ, None)
     if store.missing:
         console.out.line(f"nothing stored yet (conversations are kept in {store.name})")
         return EXIT_COMPLETED

@@ -201,10 +201,10 @@ def test_a_database_in_use_is_said_in_a_sentence(
 def test_a_crash_shows_its_traceback_escaped(
     isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(config: object, given: str | None, environ: object) -> Path:
+    def broken(args: object, environ: object, config: object) -> Path:
         raise RuntimeError("a bug \x1b]0;pwned\x07")
 
-    monkeypatch.setattr("capabilities.cli._stored.choose_store", broken)
+    monkeypatch.setattr("capabilities.cli._stored.store_of", broken)
     assert main(["sessions"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last):\n")

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import trio
 
@@ -318,3 +319,68 @@ def test_the_same_session_at_once_is_refused_across_processes_on_postgresql(
     ran = effectagent(env, "run", *model, "--session", "talk", "My turn?")
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == "Your turn now.\n"
+
+
+#: The bearer token of the service's one principal (ann): it must never show either.
+TOKEN = "serve-pg-token-canary-3b7e0c"
+
+
+def test_serve_admits_on_postgresql_and_a_worker_process_elsewhere_settles_it(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = write_config(
+        tmp_path,
+        f'storage = "{with_password(url)}"\nstorage_schema = "{schema}"\n'
+        '[serve]\nlisten = "127.0.0.1:0"\ngrace = 1\n[serve.principals.ann]\n'
+        'token_env = "SERVE_TOKEN"\n',
+    )
+    env = env | {"SERVE_TOKEN": TOKEN}
+    service = subprocess.Popen(
+        [EFFECTAGENT, "serve", "--no-worker", "--config", config],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    seen: list[str] = []
+    try:
+        assert service.stderr is not None
+        for line in service.stderr:  # each line ends the wait; the process is the test's
+            seen.append(line)
+            if "serving on " in line:
+                break
+        started = seen[-1]
+        assert f"database {url} (schema {schema}); no worker here" in started, seen
+        base = started.split("serving on ", 1)[1].split(" ", 1)[0]
+        headers = {"Authorization": f"Bearer {TOKEN}", "Idempotency-Key": "k-1"}
+        with httpx2.Client(base_url=base, timeout=30) as client:
+            admitted = client.post(
+                "/v1/conversations/c-1/submissions", json={"text": "hello"}, headers=headers
+            )
+            assert admitted.status_code == 202, admitted.text
+            submission = admitted.json()["submission_id"]
+
+            server.script(Reply.sse(ChatWire().text("Hello from another machine.")))
+            worker = [*MODEL, "--base-url", server.url, "--config", config]
+            done = effectagent(env, "worker", *worker, "--poll-interval", "0.05", "--until-idle")
+            assert done.returncode == 0, done.stderr
+
+            row = client.get(f"/v1/submissions/{submission}", headers=headers)
+            assert row.status_code == 200, row.text
+            assert row.json()["submission"]["status"] == "completed"
+        service.send_signal(signal.SIGTERM)
+        out, err = service.communicate(timeout=60)
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.communicate()
+    said = "".join(seen) + err + out
+    assert service.returncode == 0, said
+    for secret in (CANARY, TOKEN, KEY):
+        assert secret not in said
+    no_database_file(tmp_path)

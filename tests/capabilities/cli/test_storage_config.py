@@ -166,3 +166,24 @@ def test_the_guide_s_storage_example_is_a_config_the_command_reads(tmp_path: Pat
     config = load_config(config_file(tmp_path, examples[0]))
     assert config.storage == "postgresql://agents@db.internal:5432/effectagent"
     assert config.storage_schema == "team_a"
+
+
+def test_worker_is_a_command_of_its_own_with_the_options_of_admin_worker(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from capabilities.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "a durable worker: run admitted submissions" in capsys.readouterr().out
+    helps = []
+    for command in (["worker"], ["admin", "worker"]):
+        with pytest.raises(SystemExit) as exited:
+            main([*command, "--help"])
+        assert exited.value.code == 0
+        helps.append(capsys.readouterr().out)
+    for text in helps:
+        for option in ("--max-active", "--until-idle", "--lease", "--poll-interval", "--config"):
+            assert option in text
+        assert "$EFFECTAGENT_STORAGE" in text
+    assert "stopped by SIGTERM or Ctrl-C (its runs wait for the next worker)" in helps[0]
