@@ -39,6 +39,10 @@ ELSEWHERE: dict[str, str | None] = {
     "docs/guides/telemetry.md": "tests/capabilities/telemetry/test_guide.py",
 }
 
+#: Pages whose examples need a PostgreSQL database: they read it from EFFECTAGENT_POSTGRES_URL and
+#: EFFECTAGENT_POSTGRES_SCHEMA, set here to a fresh schema of the throwaway test cluster.
+POSTGRES_PAGES = {"docs/guides/scale_out.md"}
+
 #: What each example prints: page -> block index -> substrings, in the order they must appear
 #: (a set: all of them, in any order — for output whose order concurrency decides).
 PAGES: dict[str, dict[int, list[str] | set[str]]] = {
@@ -333,6 +337,16 @@ PAGES: dict[str, dict[int, list[str] | set[str]]] = {
             "model calls in the totals: 4",
         ]
     },
+    "docs/guides/scale_out.md": {
+        0: [
+            "exit codes: [0, 0]",
+            "Counter({'completed': 12})",
+            "desk-0: 3 settled in order: True - broken: ()",
+            "desk-1: 3 settled in order: True - broken: ()",
+            "desk-2: 3 settled in order: True - broken: ()",
+            "desk-3: 3 settled in order: True - broken: ()",
+        ],
+    },
     "docs/guides/durable.md": {
         0: [
             "admitted at position 1 - same receipt: True",
@@ -435,8 +449,17 @@ def test_relative_links_reach_files_and_headings_of_the_repo() -> None:
     ("page", "index", "source"), BLOCKS, ids=[f"{page}#{index}" for page, index, _ in BLOCKS]
 )
 def test_the_example_runs_as_written(
-    page: str, index: int, source: str, capsys: pytest.CaptureFixture[str]
+    page: str,
+    index: int,
+    source: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    if page in POSTGRES_PAGES:  # its database: a fresh schema of the test cluster
+        url, schema = request.getfixturevalue("postgres_schema")
+        monkeypatch.setenv("EFFECTAGENT_POSTGRES_URL", url)
+        monkeypatch.setenv("EFFECTAGENT_POSTGRES_SCHEMA", schema)
     logger, root = logging.getLogger("effectagent"), logging.getLogger()
     level, root_level, root_handlers = logger.level, root.level, list(root.handlers)
     namespace: dict[str, object] = {"__name__": f"example_{index}"}

@@ -33,10 +33,11 @@ def _extra(extras: dict[str, list[str]], name: str) -> set[str]:
 def test_the_cli_extra_brings_every_package_the_command_imports_lazily() -> None:
     """The providers' SDKs and httpx2 (imported when a model is opened), the MCP SDK (on the
     first connection), Deno (Code Mode), prompt_toolkit (the chat's line editor), rich (Markdown
-    answers and tables on a terminal), Starlette and Hypercorn (``effectagent serve``)."""
+    answers and tables on a terminal), Starlette and Hypercorn (``effectagent serve``), psycopg
+    and its pool (storage on PostgreSQL)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     needed = {"openai", "anthropic", "httpx2", "mcp", "deno", "prompt_toolkit", "rich"}
-    needed |= {"starlette", "hypercorn"}
+    needed |= {"starlette", "hypercorn", "psycopg", "psycopg-pool"}
     assert needed <= _extra(project["optional-dependencies"], "cli")
     assert project["scripts"]["effectagent"] == "capabilities.cli:main"
 
