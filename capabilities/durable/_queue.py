@@ -84,7 +84,8 @@ class DurableQueue:
         self._log = SqliteConversationLog(database)
 
     async def _write(self, work: Callable[[Connection], R]) -> R:
-        return await self.database.write(work)
+        # Admissions, decisions, aborts, retries, wakes: each may give a waiting worker work.
+        return await self.database.write(work, wake=True)
 
     def _append_work(
         self, conversation_id: str, records: Sequence[Record]

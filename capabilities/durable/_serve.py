@@ -164,7 +164,8 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
 
 async def _write(worker: DurableWorker, claimed: Claimed, work: Any) -> Any:
     lane = claimed.lane
-    return await worker.database.write(lambda conn: work(conn, lane))
+    # (it may let the lane go, or settle the head: other workers may have work now)
+    return await worker.database.write(lambda conn: work(conn, lane), wake=True)
 
 
 def _let_go(conn: Connection, lane: Lane, submission_id: str, event: Event, to: str) -> None:

@@ -63,6 +63,7 @@ from ..storage._errors import LaneLost
 from ..storage._lanes import Lane, check_lane, process_prefix
 from ..storage._log import SqliteConversationLog
 from ..storage._port import Connection
+from ..storage._wakeups import WakeUps
 from ._approval import DurableApproval
 from ._failpoints import crossed_by, failpoint
 from ._inbox import JoinInbox
@@ -187,6 +188,7 @@ class DurableWorker:
         "_inbox",
         "_layer",
         "_log",
+        "_looks",
         "_overdue_seen",
         "_random",
         "_runs",
@@ -230,6 +232,7 @@ class DurableWorker:
         self._random = random.Random()
         self._serving: dict[str, Serving] = {}  # conversation -> what this worker runs there
         self._wake = trio.Event()
+        self._looks = WakeUps()  # counts each look for work, once done
         self._inbox = JoinInbox()
         self._log = _FencedLog(database)
         self._runs: trio.Nursery | None = None
@@ -252,6 +255,18 @@ class DurableWorker:
     def wake(self) -> None:
         """Look for work now rather than at the next poll."""
         self._wake.set()
+
+    @property
+    def looks(self) -> int:
+        """How many times it has looked for work (and claimed what it found) so far."""
+        return self._looks.count
+
+    async def looked(self, after: int) -> int:
+        """Wait until it has looked for work more than ``after`` times; return how many.
+
+        Cancellation: a plain wait."""
+        await self._looks.wait(after)
+        return self._looks.count
 
     def _lose(self, lane: Lane) -> None:
         serving = self._serving.get(lane.conversation_id)
@@ -319,6 +334,8 @@ class DurableWorker:
             ) as runtime,
             trio.open_nursery() as top,
         ):
+            # Before the first look for work: what is admitted after it wakes this worker.
+            top.start_soon(self._hear, await self.database.listen())
             await top.start(self._host_runs)
             await self._log_overdue()
             top.start_soon(self._keep)
@@ -331,6 +348,16 @@ class DurableWorker:
                     if self._runs_scope is not None:
                         self._runs_scope.cancel()
                 top.cancel_scope.cancel()
+
+    async def _hear(self, wake_ups: WakeUps) -> None:
+        """Look for work whenever the database hears that some may have arrived (an admission,
+        a decision, a lane let go: ``_port``'s wake-ups) — besides every poll interval, which
+        finds what a lost wake-up would have announced."""
+        seen = wake_ups.count
+        while True:
+            await wake_ups.wait(seen)
+            seen = wake_ups.count
+            self._wake.set()
 
     async def _host_runs(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         # Shielded: a caller's cancellation reaches the runs only after the lanes are let go.
@@ -358,6 +385,12 @@ class DurableWorker:
             self._wake = trio.Event()
 
     async def _claim(self, limit: int) -> list[Claimed]:
+        try:
+            return await self._claim_once(limit)
+        finally:
+            self._looks.bump()
+
+    async def _claim_once(self, limit: int) -> list[Claimed]:
         now = self._clock()
         ids = (new_id("attempt") for _ in itertools.count())  # a write may run more than once
         options = self.options
@@ -461,7 +494,7 @@ class DurableWorker:
         for serving in self._serving.values():
             serving.lost = True
         try:
-            await self.database.write(work)
+            await self.database.write(work, wake=True)  # other workers may take them now
         except Exception as exc:
             log_warning("durable worker could not let its lanes go", error=type(exc).__name__)
 

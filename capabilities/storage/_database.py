@@ -69,6 +69,7 @@ from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._layout import prepare
 from ._port import Connection, Dialect
 from ._recovery import recover
+from ._wakeups import WakeUps
 from ._writer import Writer
 
 if sys.platform != "win32":
@@ -220,6 +221,7 @@ class SqliteDatabase:
         "_readers_made",
         "_reads",
         "_reads_done",
+        "_wake_ups",
         "alone",
         "busy",
         "holder_id",
@@ -273,6 +275,7 @@ class SqliteDatabase:
         self._reads_done: trio.Event | None = None
         self._closed = False
         self._closing = False
+        self._wake_ups = WakeUps()
 
     @property
     def lanes(self) -> Lanes:
@@ -296,15 +299,29 @@ class SqliteDatabase:
         *,
         weight: int = 1,
         single_statement: bool = False,
+        wake: bool = False,
     ) -> R:
         """Run ``work`` in a write transaction (see :class:`~._writer.Writer`); ``weight`` is
         about how many rows it writes; ``single_statement`` says it changes the database with one
-        statement at most, its last (so it needs no savepoint of its own).
+        statement at most, its last (so it needs no savepoint of its own). ``wake``: once it
+        committed, count a wake-up for the waiters of this opened database (:meth:`listen`;
+        other processes are not told: they poll).
 
         Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed; once its
         transaction runs, it is waited for and its result returned.
         """
-        return await self.writer.write(work, weight=weight, single_statement=single_statement)
+        result = await self.writer.write(work, weight=weight, single_statement=single_statement)
+        if wake:
+            self._wake_ups.bump()
+        return result
+
+    async def listen(self) -> WakeUps:
+        """The wake-ups of this opened database: writes made with ``wake=True`` through it (in
+        this process only; see ``_wakeups``).
+
+        Cancellation: a checkpoint."""
+        await trio.lowlevel.checkpoint()
+        return self._wake_ups
 
     async def read(self, work: Callable[[Connection], R]) -> R:
         """Run ``work`` on a reader connection (a consistent snapshot) and return its result.

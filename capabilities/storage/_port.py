@@ -18,6 +18,11 @@ A *work function* is a plain function of a :class:`Connection`, run in a worker 
   and have no effect outside the database.
 * ``read(work)`` runs it on a consistent snapshot; it must not write.
 
+**Wake-ups** (``_wakeups``): a write that may give a waiting worker something to do is made with
+``wake=True``; :meth:`Database.listen` counts those that committed — on PostgreSQL from any
+process (``NOTIFY`` in the write's own transaction, ``LISTEN`` on a connection of its own), on
+SQLite from this opened database only. A hint, never a promise: waiters poll as well.
+
 SQL is written once, in the subset both engines accept: ``?`` placeholders (the PostgreSQL
 connection turns them into its own), ``INSERT … ON CONFLICT … DO NOTHING / DO UPDATE SET
 … = excluded.…``, ``RETURNING``, integers for booleans, ``REAL`` seconds for times, ``TEXT``
@@ -37,6 +42,7 @@ from effectagent.effect import ServiceKey
 if TYPE_CHECKING:
     from ._holds import RunHolds
     from ._lanes import Lanes
+    from ._wakeups import WakeUps
 
 __all__ = [
     "Connection",
@@ -127,14 +133,25 @@ class Database(Protocol):
         *,
         weight: int = 1,
         single_statement: bool = False,
+        wake: bool = False,
     ) -> Awaitable[R]:
         """Run ``work`` in a write transaction and return its result; ``weight`` is about how
         many rows it writes, ``single_statement`` says it changes the database with one statement
         at most, its last (hints an engine may use). Errors of the driver become
         ``WriteFailed``; what ``work`` raises otherwise propagates, nothing of it written.
+        ``wake``: it may give a waiting worker work — a wake-up is counted by :meth:`listen`
+        once it commits, never if it does not (see the module notes).
 
         Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed; once its
         transaction runs, it is waited for and its result returned."""
+        ...
+
+    async def listen(self) -> WakeUps:
+        """Start counting wake-ups (idempotent) and return their count: every write made with
+        ``wake=True`` that commits after this returns is counted — on PostgreSQL from any
+        process, on SQLite from this opened database only.
+
+        Cancellation: a checkpoint; once listening started, it goes on until :meth:`aclose`."""
         ...
 
     def read(self, work: Callable[[Connection], R]) -> Awaitable[R]:

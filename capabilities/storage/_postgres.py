@@ -77,6 +77,7 @@ from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._port import Connection, Dialect
 from ._postgres_layout import prepare
+from ._postgres_listen import Listener, channel, waking
 from ._postgres_lock import OpenersLock
 from ._postgres_names import (
     Failure,
@@ -89,6 +90,7 @@ from ._postgres_names import (
     url_passwords,
 )
 from ._recovery import recover
+from ._wakeups import WakeUps
 
 __all__ = [
     "PostgresDatabase",
@@ -204,6 +206,7 @@ class PostgresDatabase:
         "_in_flight",
         "_keeper_done",
         "_limiter",
+        "_listener",
         "_lock",
         "_names",
         "_pool",
@@ -257,6 +260,8 @@ class PostgresDatabase:
         self._done: trio.Event | None = None
         self._closing = False
         self._closed = False
+        #: Who counts this schema's wake-ups (``_postgres_listen``); set by ``open_postgres``.
+        self._listener: Listener | None = None
 
     @property
     def dialect(self) -> Dialect:
@@ -287,18 +292,32 @@ class PostgresDatabase:
         *,
         weight: int = 1,
         single_statement: bool = False,
+        wake: bool = False,
     ) -> R:
         """Run ``work`` in a ``SERIALIZABLE`` transaction of its own and return its result (see
         the module notes: it may run more than once). Driver errors become :class:`WriteFailed`
         (:class:`DatabaseBusy` when conflicts outlast ``retry.bound``); what ``work`` raises
         otherwise propagates, nothing of it written. ``weight`` and ``single_statement`` are
-        accepted and ignored.
+        accepted and ignored. ``wake``: the transaction also notifies the schema's listeners
+        (``NOTIFY``, delivered only if it commits: see ``_postgres_listen``).
 
         Cancellation: raises ``Cancelled`` only if nothing of ``work`` was committed — before its
         thread starts, or between two attempts; an attempt that runs is waited for, and its
         result returned once committed.
         """
+        if wake:
+            work = waking(work, channel(self.schema))
         return await self._in_thread(self._write_sync, work)
+
+    async def listen(self) -> WakeUps:
+        """Listen for this schema's wake-ups, from any process (``LISTEN`` on a connection of
+        its own, from the first call until the database closes) and return their count.
+
+        Cancellation: a checkpoint; once connecting started, it finishes."""
+        if self._closed or self._listener is None:
+            raise StorageClosed()
+        await self._listener.start()
+        return self._listener.wake_ups
 
     def _write_sync(self, work: Callable[[Connection], R]) -> R:
         return _write(self._pool, work, self.retry, self._names, cancellable=True)
@@ -363,6 +382,8 @@ class PostgresDatabase:
         with trio.CancelScope(shield=True):
             await self.holds.aclose()  # writes the releases: before new work is refused
             self._closed = True
+            if self._listener is not None:
+                await self._listener.aclose()
             self._stop_keeping.set()
             if self._keeper_done is not None:
                 await self._keeper_done.wait()
@@ -646,6 +667,7 @@ async def open_postgres(
     )
     database.alone = opened.alone
     database.recovered = dict(opened.recovered)
+    database._listener = Listener(url, channel(schema))
     database.clock_skew = opened.skew
     if abs(opened.skew) > CLOCK_SKEW_WARNING:
         # Leases are wall-clock times each machine compares with its own clock.
