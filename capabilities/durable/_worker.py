@@ -65,13 +65,14 @@ from ..storage._log import SqliteConversationLog
 from ..storage._port import Connection
 from ..storage._wakeups import WakeUps
 from ._approval import DurableApproval
+from ._claims import claim_lanes
 from ._failpoints import crossed_by, failpoint
 from ._inbox import JoinInbox
 from ._model import WorkerOptions
 from ._ops import overdue
 from ._serve import Serving, serve
 from ._steps import SqliteStepStore
-from ._store import Claimed, claim, claim_free, mark, release, renew
+from ._store import Claimed, mark, release, renew
 
 __all__ = ["DurableWorker"]
 
@@ -393,45 +394,21 @@ class DurableWorker:
     async def _claim_once(self, limit: int) -> list[Claimed]:
         now = self._clock()
         ids = (new_id("attempt") for _ in itertools.count())  # a write may run more than once
-        options = self.options
-        # A conversation whose last claim here is still finishing is not claimed again until
-        # it has (its run's last writes are fenced by that claim, not a new one).
-        busy = tuple(self._serving)
-        # PostgreSQL: free lanes with SKIP LOCKED, then takeovers serializably (``_store``).
-        postgres = self.database.dialect == "postgresql"
-
-        def work(conn: Connection) -> list[Claimed]:
-            return (claim_free if postgres else claim)(
-                conn,
+        try:
+            claimed = await claim_lanes(
+                self.database,
                 now=now,
                 worker_id=self.worker_id,
-                lease=options.lease,
+                lease=self.options.lease,
                 limit=limit,
                 attempt_ids=ids,
-                exclude=busy,
+                # A conversation whose last claim here is still finishing is not claimed again
+                # until it has (its run's last writes are fenced by that claim, not a new one).
+                exclude=tuple(self._serving),
             )
-
-        def takeovers(conn: Connection) -> list[Claimed]:
-            return claim(
-                conn,
-                now=now,
-                worker_id=self.worker_id,
-                lease=options.lease,
-                limit=limit - len(claimed),
-                attempt_ids=ids,
-                exclude=busy + tuple(c.lane.conversation_id for c in claimed),
-                takeovers_only=True,
-            )
-
-        claimed: list[Claimed] = []
-        try:
-            claimed = await self.database.write(work)
-            if postgres and len(claimed) < limit:
-                claimed += await self.database.write(takeovers)
         except Exception as exc:  # the store is busy or failing: try again next poll
             log_warning("durable claim failed", error=type(exc).__name__)
-            if not claimed:
-                return []
+            return []
         if claimed:
             failpoint("after-claim")
         return claimed

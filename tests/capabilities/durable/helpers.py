@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from capabilities.durable._claims import claim_lanes
 from capabilities.durable._queue import DurableQueue
-from capabilities.durable._store import Claimed, claim, claim_free, finalize, read_submission
+from capabilities.durable._store import Claimed, finalize, read_submission
 from capabilities.storage import Database
 from capabilities.storage._database import open_database
 from capabilities.storage._lanes import lane_fence
@@ -132,8 +133,7 @@ class HandWorker:
     async def claim(
         self, limit: int = 10, lease: float = 30.0, exclude: tuple[str, ...] = ()
     ) -> list[Claimed]:
-        """Claim as a worker does: on PostgreSQL free lanes with ``claim_free``, then takeovers
-        of expired leases with ``claim``; on SQLite ``claim`` alone."""
+        """Claim as a worker does (``_claims.claim_lanes``)."""
         now = self.clock()
 
         def ids() -> Any:
@@ -141,36 +141,15 @@ class HandWorker:
                 self._ids += 1
                 yield f"{self.name}-attempt-{self._ids}"
 
-        attempt_ids = ids()
-        postgres = self.db.dialect == "postgresql"
-        claimed: list[Claimed] = []
-        if postgres:
-            claimed = await self.db.write(
-                lambda conn: claim_free(
-                    conn,
-                    now=now,
-                    worker_id=self.name,
-                    lease=lease,
-                    limit=limit,
-                    attempt_ids=attempt_ids,
-                    exclude=exclude,
-                )
-            )
-        taken = tuple(c.lane.conversation_id for c in claimed)
-        if len(claimed) < limit:
-            claimed += await self.db.write(
-                lambda conn: claim(
-                    conn,
-                    now=now,
-                    worker_id=self.name,
-                    lease=lease,
-                    limit=limit - len(taken),
-                    attempt_ids=attempt_ids,
-                    exclude=exclude + taken,
-                    takeovers_only=postgres,
-                )
-            )
-        return claimed
+        return await claim_lanes(
+            self.db,
+            now=now,
+            worker_id=self.name,
+            lease=lease,
+            limit=limit,
+            attempt_ids=ids(),
+            exclude=exclude,
+        )
 
     def log(self, claimed: Claimed) -> SqliteConversationLog:
         return SqliteConversationLog(self.db, fence=lane_fence(claimed.lane))
