@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from capabilities.durable._store import Claimed, claim, claim_free
+from capabilities.durable._store import Claimed, claim, claim_free, release
 from capabilities.storage._port import Connection
 
-from .helpers import Clock, HandWorker, queue, stores
+from ..conftest import EXAMPLES
+from .helpers import Clock, HandWorker, Stores, queue, stores
 
 #: A bound on how long one claim waits for the others inside its transaction: reached only when
 #: a claim blocks on another's locks (the failure this file looks for), never on success.
@@ -109,3 +112,88 @@ async def test_a_free_claim_leaves_an_expired_lease_to_the_serializable_takeover
             assert taken.submission.attempts == 2
             assert await db.write(free) == []
             assert await db.write(takeovers) == []
+
+
+#: Lane states a conversation may start in: none yet, free (released), held, held but expired.
+_LANES = st.sampled_from(["none", "released", "held", "expired"])
+
+
+@settings(
+    max_examples=max(5, EXAMPLES // 20),  # each example lays out a fresh PostgreSQL schema
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    conversations=st.lists(st.tuples(st.integers(1, 3), _LANES), min_size=1, max_size=5),
+    limits=st.lists(st.integers(1, 3), min_size=2, max_size=3),
+)
+def test_overlapping_free_claims_are_disjoint_heads_of_free_lanes_and_never_run_again(
+    tmp_path_factory: pytest.TempPathFactory,
+    conversations: list[tuple[int, str]],
+    limits: list[int],
+) -> None:
+    """For all conversations (queued submissions, a lane in any state) and claimers claiming at
+    once: what they claim is disjoint, each a conversation's FIFO head whose lane was free (never
+    held, or released), and no claim's transaction runs again or waits for another's."""
+    clock = Clock()
+    claimers = len(limits)
+    barrier = threading.Barrier(claimers, timeout=_BARRIER_BOUND)
+    calls = [0] * claimers
+    got: list[list[Claimed]] = [[] for _ in range(claimers)]
+    heads: dict[str, str] = {}
+
+    async def main(made: Stores) -> None:
+        async with made.open() as db:
+            q = queue(db, clock)
+            for n, (count, lane) in enumerate(conversations):
+                name = f"c{n}"
+                for k in range(count):
+                    receipt = await q.submit(
+                        "a", "x", conversation_id=name, idempotency_key=str(k), principal="p"
+                    )
+                    heads.setdefault(name, receipt.submission_id)
+                if lane != "none":
+                    [held] = await HandWorker(db, clock, f"h{n}").claim(
+                        limit=1,
+                        exclude=tuple(f"c{m}" for m in range(len(conversations)) if m != n),
+                        lease=5.0 if lane == "expired" else 600.0,
+                    )
+                    if lane == "released":
+                        await db.write(lambda conn, lane=held.lane: release(conn, lane))
+            clock.advance(10)  # "expired" leases have run out; "held" ones have not
+
+        def work_of(index: int) -> Callable[[Connection], list[Claimed]]:
+            def work(conn: Connection) -> list[Claimed]:
+                calls[index] += 1
+                claimed = claim_free(
+                    conn,
+                    now=clock(),
+                    worker_id=f"w{index}",
+                    lease=30.0,
+                    limit=limits[index],
+                    attempt_ids=(f"w{index}-{n}" for n in range(1_000)),
+                )
+                if calls[index] == 1:
+                    barrier.wait()
+                return claimed
+
+            return work
+
+        async def claimer(index: int) -> None:
+            async with made.open() as own:
+                got[index] = await own.write(work_of(index))
+
+        async with trio.open_nursery() as nursery:
+            for index in range(claimers):
+                nursery.start_soon(claimer, index)
+
+    with stores("postgresql", tmp_path_factory.mktemp("claims")) as made:
+        trio.run(main, made)
+    assert calls == [1] * claimers
+    taken = [c.lane.conversation_id for claimed in got for c in claimed]
+    assert len(taken) == len(set(taken))  # disjoint
+    free = {f"c{n}" for n, (_, lane) in enumerate(conversations) if lane in ("none", "released")}
+    assert set(taken) <= free
+    for claimed in got:
+        for c in claimed:
+            assert c.submission.submission_id == heads[c.lane.conversation_id]
