@@ -28,8 +28,7 @@ import attrs
 import trio
 
 from capabilities.durable import DurableWorker, RetryBudget, WorkerOptions
-from capabilities.storage import Database, open_database
-from capabilities.storage._postgres import open_postgres
+from capabilities.storage import Database, open_database, open_postgres
 from effectagent import Agent, Tool, ToolCallContext, Toolkit
 from effectagent.ai import ModelRequest, ToolMessage, UserMessage
 from effectagent.effect import Layer
