@@ -3,7 +3,7 @@ tests.scale_out.worker STORE [options]``.
 
 ``STORE`` is a ``postgresql://`` URL (with ``--schema``) or a SQLite file's path. The worker runs
 one agent, ``scale``, whose model is a plain function answering at once: the first turn of a run
-calls the tool ``note`` once, the next answers ``done: <input>``. ``note`` appends a line
+calls the tool ``note`` once, the next answers ``done``. ``note`` appends a line
 ``<run ID> <call ID>`` to the effects file (``--effects``; one file per worker) before it
 returns — its side effect, which a test counts; with ``--tool-delay`` it takes that long first
 (a worker whose runs are mostly in a tool call when it is cut off).
