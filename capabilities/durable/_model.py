@@ -211,9 +211,11 @@ class WorkerOptions:
     * ``max_active`` — runs at once (the permit pool; one per conversation at most);
     * ``lease`` — seconds a claim is good for; renewed every third of it. A worker that stops
       renewing (killed, hung) loses its lanes when it expires, and another takes them over;
-    * ``poll_interval`` — how often it looks for work, expired lanes, aborts and input to join
-      (SQLite has no wake-up across processes: another process's submission or abort reaches
-      it within this interval; its own are seen at once);
+    * ``poll_interval`` — how often it looks for work, expired lanes, aborts and input to join.
+      Besides, it looks at once when its database hears of work (``Database.listen``): on
+      PostgreSQL a submission, decision, abort or lane let go in any process; on SQLite, which
+      has no wake-up across processes, those made through the same opened database (another
+      process's reach it within this interval). The poll finds what a lost wake-up announced;
     * ``retry`` — the :class:`RetryBudget`;
     * ``overdue_after`` — a claimed submission not settled this many seconds after it was
       admitted is logged as overdue (once per worker) when recovery sees it.
