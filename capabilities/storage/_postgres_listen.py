@@ -58,12 +58,23 @@ def waking(work: Callable[[Connection], R], name: str) -> Callable[[Connection],
 class Listener:
     """One connection listening on a channel, counting what arrives in :attr:`wake_ups`."""
 
-    __slots__ = ("_conn", "_done", "_scope", "_starting", "_url", "channel", "wake_ups")
+    __slots__ = (
+        "_conn",
+        "_done",
+        "_scope",
+        "_starting",
+        "_url",
+        "channel",
+        "reconnect",
+        "wake_ups",
+    )
 
     def __init__(self, url: str, name: str) -> None:
         self._url = url
         self.channel = name
         self.wake_ups = WakeUps()
+        #: Seconds between two attempts to connect again after the connection failed.
+        self.reconnect = RECONNECT
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._scope: trio.CancelScope | None = None
         self._done: trio.Event | None = None
@@ -100,7 +111,7 @@ class Listener:
                 while True:
                     conn = self._conn
                     if conn is None:
-                        await trio.sleep(RECONNECT)
+                        await trio.sleep(self.reconnect)
                         try:
                             self._conn = await trio.to_thread.run_sync(self._connect)
                         except psycopg.Error:
@@ -127,6 +138,12 @@ class Listener:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the listening connection (None while there is none)."""
+        conn = self._conn
+        return None if conn is None else conn.info.backend_pid
 
     async def aclose(self) -> None:
         """Stop listening and close the connection (idempotent).

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import psycopg
 import trio
 import trio.testing
 
@@ -15,7 +16,9 @@ from capabilities.durable._queue import DurableQueue
 from capabilities.durable._store import admit
 from capabilities.durable._worker import DurableWorker
 from capabilities.storage import Database
+from capabilities.storage._postgres import open_postgres
 from capabilities.storage._postgres_listen import channel
+from tests.postgres import postgres_database, postgres_url
 
 from .helpers import Stores
 from .test_worker import AGENT, echo_model
@@ -92,3 +95,21 @@ def test_each_schema_has_a_channel_of_its_own_within_the_server_s_limit() -> Non
     names = {channel(schema) for schema in ("effectagent", "t_1", "t_2", "x" * 63)}
     assert len(names) == 4
     assert all(len(name.encode()) <= 63 for name in names)
+
+
+async def test_a_listener_whose_connection_dropped_listens_again_and_says_to_look() -> None:
+    async with postgres_database() as db:
+        wake_ups = await db.listen()
+        listener = db._listener
+        assert listener is not None
+        listener.reconnect = 0.0
+        pid = listener.backend_pid
+        with psycopg.connect(postgres_url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with trio.fail_after(60):  # a bound for a failure
+            await wake_ups.wait(0)  # connected again: what was sent meanwhile is lost, look
+            assert listener.backend_pid not in (None, pid)
+            seen = wake_ups.count
+            async with open_postgres(postgres_url(), schema=db.schema) as other:
+                await other.write(lambda conn: None, wake=True)
+            await wake_ups.wait(seen)  # and it hears again
