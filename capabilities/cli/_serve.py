@@ -1,10 +1,11 @@
 """``effectagent serve``: :mod:`capabilities.serve` from the command line.
 
 It reads the ``[serve]`` table of the config file (:func:`serve_settings`), opens the command's
-storage (``_store``: the state directory's database, or the configured PostgreSQL one), and runs the API with a worker — the agent ``assistant`` with the model,
-instructions and tools of the configuration, as ``effectagent admin worker`` runs it — until
-SIGTERM or SIGINT, then drains (see ``capabilities.serve``). Starlette and Hypercorn are imported
-only here, once the command runs (the ``serve`` extra).
+storage (``_store``: the state directory's database, or the configured PostgreSQL one), and runs
+the API with a worker — the agent ``assistant`` with the model, instructions and tools of the
+configuration, as ``effectagent admin worker`` runs it — until SIGTERM or SIGINT, then drains
+(see ``capabilities.serve``). Starlette and Hypercorn are imported only here, once the command
+runs (the ``serve`` extra).
 
 The ``[serve]`` table::
 

@@ -6,11 +6,13 @@ PostgreSQL URL — ``EFFECTAGENT_STORAGE``, else the config file's ``storage`` �
 of machines share: ``chat`` and ``run`` there, ``sessions`` and ``history`` read it, ``admin``
 acts on its submissions, ``worker`` and ``serve`` run them.
 
-:func:`choose_store` decides (pure; :func:`store_of` for a command's arguments); a :class:`Store` names it for messages (a file's path, or
-the URL without its password), gives the Layer of every persistent capability on it (``chat``,
-``run``, ``sessions``, ``history``), and opens its database alone (``admin``, ``worker``,
-``serve``) — both from the same Layers of ``capabilities``, so the schema is laid out alike
-whichever command opens it first.
+:func:`choose_store` decides (pure; :func:`store_of` from a command's arguments); a
+:class:`Store` names it for messages (a file's path, or the URL without its password), gives the
+Layer of every persistent capability on it (``chat``, ``run``, ``sessions``, ``history``), and
+opens its database alone (``admin``, ``worker``, ``serve``) — both from the same Layers of
+``capabilities``, so the schema is laid out alike whichever command opens it first. The
+PostgreSQL driver is imported only for a PostgreSQL store: without it, opening one says what to
+install.
 """
 
 from __future__ import annotations
@@ -74,8 +76,10 @@ class Store:
         """The passwords its URL carries: kept out of what runs show, like the API keys."""
         if self.url is None:
             return ()
-        from capabilities.storage._postgres_names import url_passwords
-
+        try:
+            from capabilities.storage._postgres_names import url_passwords
+        except ImportError:  # no driver: nothing opens, and opening says what to install
+            return ()
         return tuple(url_passwords(self.url))
 
     @property

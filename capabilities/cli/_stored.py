@@ -1,7 +1,7 @@
 """The subcommands over what is stored: ``effectagent sessions`` (list, ``show``, ``export``,
-``delete``) and ``effectagent history SEARCH``. Each opens the command's storage (``_store``: the state
-directory's database, or the configured PostgreSQL one), reads (or deletes a session) and closes
-it; none opens a model."""
+``delete``) and ``effectagent history SEARCH``. Each opens the command's storage (``_store``:
+the state directory's database, or the configured PostgreSQL one), reads (or deletes a session)
+and closes it; none opens a model."""
 
 from __future__ import annotations
 

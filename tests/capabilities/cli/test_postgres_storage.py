@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -383,4 +384,40 @@ def test_serve_admits_on_postgresql_and_a_worker_process_elsewhere_settles_it(
     assert service.returncode == 0, said
     for secret in (CANARY, TOKEN, KEY):
         assert secret not in said
+    no_database_file(tmp_path)
+
+
+#: The command as a user would run it, in a Python without the PostgreSQL driver.
+WITHOUT_DRIVER = """
+import sys
+sys.modules["psycopg"] = sys.modules["psycopg_pool"] = None  # `import psycopg` fails
+from capabilities.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_without_the_driver_a_postgresql_storage_says_what_to_install(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    url = f"postgresql://ann:{CANARY}@db.example/agents"
+    config = write_config(tmp_path, f'storage = "{url}"\n[model]\nname = "openai:x"\n')
+    for args in (
+        ["run", "Hello?", "--api-key-env", "CLI_TEST_KEY"],
+        ["sessions"],
+        ["admin", "status", "sub_1"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", WITHOUT_DRIVER, *args, "--config", config],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert done.returncode == 3, (args, done.stderr)
+        assert done.stderr.startswith(
+            "effectagent: cannot start: the Python package psycopg is not installed"
+        ), done.stderr
+        assert CANARY not in done.stderr + done.stdout
     no_database_file(tmp_path)
