@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pexpect
 import pytest
 import trio
 
@@ -31,7 +32,7 @@ from tests.postgres import postgres_schema
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, KEY, ServerThread, cli_env, serve
+from .support import EFFECTAGENT, KEY, ServerThread, cli_env, serve, spawn
 
 __all__ = ["postgres_schema"]  # the fixture, used by name
 
@@ -420,4 +421,82 @@ def test_without_the_driver_a_postgresql_storage_says_what_to_install(
             "effectagent: cannot start: the Python package psycopg is not installed"
         ), done.stderr
         assert CANARY not in done.stderr + done.stdout
+    no_database_file(tmp_path)
+
+
+def test_sigterm_lets_an_effectagent_worker_s_run_go_and_another_worker_settles_it(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    server.script(Reply.stall(), Reply.sse(ChatWire().text("Hello after the restart.")))
+    receipt = as_json(
+        effectagent(env, "admin", "submit", "Say hello.", "--config", config, "--json")
+    )
+    worker = [*MODEL, "--base-url", server.url, "--config", config, "--poll-interval", "0.05"]
+    first = subprocess.Popen(
+        [EFFECTAGENT, "worker", *worker],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        server.wait_for_requests(1)  # its run is going: the model's answer never comes
+        first.send_signal(signal.SIGTERM)
+        out, err = first.communicate(timeout=60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+    assert first.returncode == 0, err
+    assert "stopped by SIGTERM: the runs it held wait for another worker" in err
+    for secret in (CANARY, KEY):
+        assert secret not in err + out
+    row = as_json(
+        effectagent(env, "admin", "status", receipt["submission_id"], "--config", config, "--json")
+    )
+    assert (row["status"], row["settlement"], row["attempts"]) == ("queued", None, 1)
+
+    done = effectagent(env, "worker", *worker, "--until-idle")
+    assert done.returncode == 0, done.stderr
+    row = as_json(
+        effectagent(env, "admin", "status", receipt["submission_id"], "--config", config, "--json")
+    )
+    assert (row["status"], row["attempts"]) == ("completed", 2)
+    assert len(server.requests()) == 2
+
+
+def test_a_chat_on_postgresql_is_resumed_from_it(
+    server: ServerThread,
+    env: dict[str, str],
+    tmp_path: Path,
+    postgres_schema: tuple[str, str],
+) -> None:
+    url, schema = postgres_schema
+    config = storage_config(tmp_path, url, schema)
+    server.script(
+        Reply.sse(ChatWire().text("Take a coat to Oslo.")),
+        Reply.sse(ChatWire().text("Rome is mild.")),
+    )
+    args = ["chat", *MODEL, "--base-url", server.url, "--config", config, "--session", "trip"]
+    for prompt, answer in (("Pack for Oslo?", "Take a coat"), ("And for Rome?", "Rome is mild")):
+        chat = spawn(args, env)
+        chat.expect_exact("you> ")
+        chat.sendline(prompt)
+        chat.expect_exact(answer)
+        chat.expect_exact("you> ")
+        chat.sendeof()
+        chat.expect(pexpect.EOF)
+        chat.close()
+        assert chat.exitstatus == 0
+    # the resumed chat's request held the first exchange, read back from PostgreSQL
+    said = json.dumps(server.requests()[1].json()["messages"])
+    assert "Pack for Oslo?" in said
+    assert "Take a coat to Oslo." in said
+    assert trio.run(session_names, url, schema) == ["trip"]
     no_database_file(tmp_path)
