@@ -29,11 +29,14 @@ database.
   ``xact_rollback`` — the reads (a read-only snapshot ends in ``ROLLBACK``: polls for work, the
   idle check, recovery's reads) and the write attempts a conflict undid and that ran again. Each
   transaction is a few round trips (``BEGIN``, each statement, the end); the counts include the
-  workers' opening and their lease renewals.
+  workers' opening, their lease renewals, and their looks for work (a claim is a write, whether
+  or not it finds any: more workers look more often).
 * **Lease takeover**: one submission; worker A (lease L) claims it and hangs in its tool call;
   worker B is started and idle (polling every 0.05 s); A is SIGKILLed. Printed: the time from the
-  kill to B's claim of the lane (the recovery row in the audit) and to the settlement. The lease
-  is renewed every L/3, so it runs out between 2L/3 and L after the kill, then within B's poll.
+  kill to B's claim of the lane (the recovery row in the audit) and to the settlement. A is
+  killed right after its claim, so its lease runs out about L after the kill (a lease is renewed
+  every L/3: a worker killed later loses it between 2L/3 and L after), and B claims the lane at
+  its next poll.
 
 On a 2-core machine, four worker processes and the server compete for the same two cores: the
 figures show the runtime's overhead per submission and how it behaves with more processes, not
@@ -300,7 +303,9 @@ def main() -> None:
             rollbacks = statistics.median(s.rollbacks or 0.0 for s in found)
             line += f" {commits:>11.1f} {rollbacks:>17.1f}"
         print(line)
-    print("lease takeover after a SIGKILL (PostgreSQL, the other worker idle and polling):")
+    print(
+        f"lease takeover after a SIGKILL (PostgreSQL; the other worker idle, polling every {POLL} s):"
+    )
     for lease in leases:
         claimed, settled = takeover(lease)
         print(
