@@ -60,11 +60,12 @@ demo: $(STAMP) sysdeps
 # parked.py runs here with 10,000 runs (--quick), in bench-peers with 100,000; soak.py
 # here with --quick (its full soak, 100,000 runs per storage, takes many minutes: run it by hand);
 # durable.py with --quick (2,000 recoveries instead of 10,000); serve.py with --quick (a fifth of
-# its 2,000 submissions and 200 event-stream clients).
+# its 2,000 submissions and 200 event-stream clients); scale_out.py with --quick (60 submissions,
+# one round, one lease).
 bench: $(STAMP) sysdeps
 	@for b in benchmarks/*.py; do \
 	  case $$b in */_*|*/peers.py) continue;; esac; \
-	  args=; case $$b in */parked.py|*/soak.py|*/durable.py|*/serve.py) args=--quick;; esac; \
+	  args=; case $$b in */parked.py|*/soak.py|*/durable.py|*/serve.py|*/scale_out.py) args=--quick;; esac; \
 	  echo "== $$b"; $(BIN)/python $$b $$args || exit 1; done
 
 # effectagent, pydantic-ai and openai-agents on the same four runs (each peer in its own

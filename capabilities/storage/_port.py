@@ -15,7 +15,9 @@ A *work function* is a plain function of a :class:`Connection`, run in a worker 
   nothing it did is committed. **It may run more than once**: PostgreSQL runs every write at
   ``SERIALIZABLE`` isolation and runs a write again, from the start, when the server reports a
   serialization failure or a deadlock — so work functions compute everything from what they read
-  and have no effect outside the database.
+  and have no effect outside the database. (One work function may lower its own transaction's
+  isolation as its first statement, when row locks make it correct without — the durable
+  claim of free lanes does, with ``SKIP LOCKED``: see ``capabilities.durable._store``.)
 * ``read(work)`` runs it on a consistent snapshot; it must not write.
 
 **Wake-ups** (``_wakeups``): a write that may give a waiting worker something to do is made with

@@ -17,7 +17,8 @@ Module notes
   refused with ``ValueError`` — values are always parameters.
 * **Writes** run each in a transaction of its own at ``SERIALIZABLE`` isolation: whatever runs
   at once, the outcome is that of some serial order, which is what the code above the port
-  assumes (on SQLite every write transaction is serial). When the server reports a serialization
+  assumes (on SQLite every write transaction is serial) — unless a work function lowers its own
+  transaction's level as its first statement (the durable claim of free lanes, under row locks). When the server reports a serialization
   failure (SQLSTATE 40001) or a deadlock (40P01) — at any statement or at ``COMMIT`` — the
   transaction was rolled back, and the work runs again from the start after a short wait; a
   connection that dropped before ``COMMIT`` was sent is thrown away and the work runs again on
@@ -144,6 +145,9 @@ class _Connection:
     returning psycopg's cursor (``_port.Connection``)."""
 
     __slots__ = ("_conn",)
+
+    #: The SQL dialect (``_port.dialect_of``).
+    dialect: Final = "postgresql"
 
     def __init__(self, conn: _Conn) -> None:
         self._conn = conn

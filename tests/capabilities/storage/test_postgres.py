@@ -30,7 +30,7 @@ from capabilities.storage._errors import (
     StorageClosed,
     WriteFailed,
 )
-from capabilities.storage._port import Connection, Database
+from capabilities.storage._port import Connection, Database, dialect_of
 from capabilities.storage._postgres import (
     _DUPLICATE_RETRIES,
     PostgresDatabase,
@@ -767,3 +767,10 @@ async def test_the_clock_difference_with_the_server_is_measured_at_open() -> Non
         pool = database._pool  # the measure itself, with a clock 100 s fast
         skew = await trio.to_thread.run_sync(lambda: clock_skew(pool, lambda: time.time() + 100))
         assert -101.0 < skew < -99.0
+
+
+async def test_a_work_function_knows_the_dialect_of_its_connection() -> None:
+    async with postgres_database() as database:
+        assert await database.read(dialect_of) == "postgresql"
+    async with open_database(MEMORY) as sqlite:
+        assert await sqlite.read(dialect_of) == "sqlite"
