@@ -185,21 +185,25 @@ if os.path.isdir(directory):
 """
 
 
-#: The watchers started (kept: a ``Popen`` collected while its process runs is a warning).
-_watchers: list[subprocess.Popen[bytes]] = []
+#: Starts the watcher and leaves at once: the watcher, orphaned, is not a child of the test
+#: process (tests that check their process left no descendant behind must not see it).
+_LAUNCHER: Final = """
+import subprocess, sys
+subprocess.Popen(
+    sys.argv[1:],
+    stdin=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+    start_new_session=True,  # not killed with the test run's process group
+)
+"""
 
 
 def _watch(cluster: _Cluster) -> None:
     stop = [*cluster.as_user, os.path.join(cluster.bindir, "pg_ctl")]
     stop += ["-D", cluster.data, "-m", "immediate", "-w", "stop"]
-    watcher = subprocess.Popen(
-        [sys.executable, "-c", _WATCHER, str(os.getpid()), cluster.directory, *stop],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # not killed with the test run's process group
-    )
-    _watchers.append(watcher)
+    watcher = [sys.executable, "-c", _WATCHER, str(os.getpid()), cluster.directory, *stop]
+    subprocess.run([sys.executable, "-c", _LAUNCHER, *watcher], check=True, timeout=60)
 
 
 def postgres_url() -> str:
