@@ -571,7 +571,13 @@ def _open_sync(
             log_debug("laid out the schema", schema=schema)
         pool = psycopg_pool.ConnectionPool(
             url,
-            kwargs={"autocommit": False, "application_name": APPLICATION_NAME},
+            # The URL's own application_name, when it gives one, names the workers apart in
+            # pg_stat_activity; else "effectagent".
+            kwargs={
+                "autocommit": False,
+                "application_name": conninfo_to_dict(url).get("application_name")
+                or APPLICATION_NAME,
+            },
             min_size=1,
             max_size=max(1, pool_size),
             configure=_configure(schema),

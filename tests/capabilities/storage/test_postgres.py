@@ -40,7 +40,7 @@ from capabilities.storage._postgres import (
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
 from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
-from tests.postgres import fresh_schema, postgres_database, postgres_url
+from tests.postgres import drop_schema, fresh_schema, postgres_database, postgres_url
 
 CANARY = "canary-Pa55w0rd-7f3e"
 
@@ -774,3 +774,24 @@ async def test_a_work_function_knows_the_dialect_of_its_connection() -> None:
         assert await database.read(dialect_of) == "postgresql"
     async with open_database(MEMORY) as sqlite:
         assert await sqlite.read(dialect_of) == "sqlite"
+
+
+async def test_connections_carry_the_urls_application_name_or_effectagent() -> None:
+    """Operators tell workers apart in pg_stat_activity by the application_name their URL gives;
+    without one, the store's connections say effectagent."""
+
+    def names(conn: Connection) -> set[str]:
+        rows = conn.execute(
+            "SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+        ).fetchall()
+        return {row[0] for row in rows}
+
+    async with postgres_database() as database:
+        assert await database.read(names) == {"effectagent"}
+    named = f"{postgres_url()}&application_name=worker-7"
+    schema = fresh_schema()
+    try:
+        async with open_postgres(named, schema=schema) as database:
+            assert await database.read(names) == {"worker-7"}
+    finally:
+        drop_schema(schema)
