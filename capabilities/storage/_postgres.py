@@ -12,7 +12,8 @@ Module notes
   pool's size (a ``trio.CapacityLimiter``), so a burst of writes queues in Trio, cancellable,
   rather than in threads.
 * **Every connection** is in ``autocommit=False`` mode with the schema alone on its
-  ``search_path`` and ``application_name`` ``effectagent``. Statements use ``?`` placeholders,
+  ``search_path`` and ``application_name`` the URL's, else ``effectagent``. (One transaction
+  and its attempts — the adapter, the retries — are ``_postgres_attempts``.) Statements use ``?`` placeholders,
   turned into psycopg's ``%s`` (once per statement text); a statement whose text holds ``%`` is
   refused with ``ValueError`` — values are always parameters.
 * **Writes** run each in a transaction of its own at ``SERIALIZABLE`` isolation: whatever runs
@@ -51,11 +52,10 @@ Module notes
 
 from __future__ import annotations
 
-import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, final
+from typing import Final, TypeVar, final
 
 import attrs
 import psycopg
@@ -63,25 +63,22 @@ import psycopg_pool
 import trio
 from psycopg import IsolationLevel, sql
 from psycopg.conninfo import conninfo_to_dict
-from psycopg.rows import TupleRow
 
 from .._logging import log_debug, log_warning
 from ._busy import BusyPolicy
 from ._errors import (
     CannotOpenDatabase,
-    DatabaseBusy,
     ReadFailed,
     StorageClosed,
-    WriteFailed,
 )
 from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._port import Connection, Dialect
+from ._postgres_attempts import Adapter, Conn, connection, driver_cause, rollback, write
 from ._postgres_layout import prepare
 from ._postgres_listen import Listener, channel, waking
 from ._postgres_lock import OpenersLock
 from ._postgres_names import (
-    Failure,
     Names,
     SchemaInUse,
     check_schema,
@@ -104,7 +101,6 @@ __all__ = [
 
 R = TypeVar("R")
 
-_Conn = psycopg.Connection[TupleRow]
 
 #: The ``application_name`` of every connection.
 APPLICATION_NAME: Final = "effectagent"
@@ -114,82 +110,6 @@ CLOCK_SKEW_WARNING: Final = 1.0
 
 #: Seconds between two checks that the openers' lock is still held.
 LOCK_CHECK: Final = 5.0
-
-#: How many times a write refused for a duplicate key runs again before the duplicate is taken
-#: for a true one (each time on a newer snapshot: see ``failure_kind``).
-_DUPLICATE_RETRIES: Final = 4
-
-# ---- statements ----------------------------------------------------------------------------------
-
-_translated: dict[str, bytes] = {}
-
-
-def _statement(text: str) -> bytes:
-    """``text`` with psycopg's placeholders (cached per text)."""
-    found = _translated.get(text)
-    if found is None:
-        if "%" in text:
-            raise ValueError(
-                "a statement's text contains '%': values are passed as parameters, never written "
-                "into the statement"
-            )
-        found = text.replace("?", "%s").encode()
-        if len(_translated) < 4096:
-            _translated[text] = found
-    return found
-
-
-@final
-class _Connection:
-    """What a work function gets: ``execute`` / ``executemany`` with ``?`` placeholders,
-    returning psycopg's cursor (``_port.Connection``)."""
-
-    __slots__ = ("_conn",)
-
-    #: The SQL dialect (``_port.dialect_of``).
-    dialect: Final = "postgresql"
-
-    def __init__(self, conn: _Conn) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, parameters: Sequence[Any] = (), /) -> psycopg.Cursor[TupleRow]:
-        return self._conn.execute(_statement(sql), parameters)
-
-    def executemany(
-        self, sql: str, parameters: Iterable[Sequence[Any]], /
-    ) -> psycopg.Cursor[TupleRow]:
-        cursor = self._conn.cursor()
-        cursor.executemany(_statement(sql), parameters)
-        return cursor
-
-
-def _driver_cause(exc: BaseException) -> psycopg.Error | None:
-    """The driver error ``exc`` is, or was raised from (a work function may wrap one)."""
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 8:
-        if isinstance(current, psycopg.Error):
-            return current
-        current = current.__cause__ or current.__context__
-        seen += 1
-    return None
-
-
-class _Again(Exception):
-    """An attempt the server rolled back, or whose connection dropped: run the work again."""
-
-    def __init__(self, kind: Failure, reason: str) -> None:
-        super().__init__(reason)
-        self.kind = kind
-        self.reason = reason
-
-
-def _rollback(conn: _Conn) -> None:
-    try:
-        if not conn.closed:
-            conn.rollback()
-    except psycopg.Error:
-        conn.close()  # the pool replaces it
 
 
 # ---- the database --------------------------------------------------------------------------------
@@ -227,7 +147,7 @@ class PostgresDatabase:
 
     def __init__(
         self,
-        pool: psycopg_pool.ConnectionPool[_Conn],
+        pool: psycopg_pool.ConnectionPool[Conn],
         lock: OpenersLock,
         *,
         schema: str,
@@ -324,7 +244,7 @@ class PostgresDatabase:
         return self._listener.wake_ups
 
     def _write_sync(self, work: Callable[[Connection], R]) -> R:
-        return _write(self._pool, work, self.retry, self._names, cancellable=True)
+        return write(self._pool, work, self.retry, self._names, cancellable=True)
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -339,21 +259,21 @@ class PostgresDatabase:
 
     def _read_sync(self, work: Callable[[Connection], R]) -> R:
         for attempt in (1, 2):
-            conn = _get(self._pool, self.retry.bound, self._names, ReadFailed)
+            conn = connection(self._pool, self.retry.bound, self._names, ReadFailed)
             try:
                 conn.isolation_level = IsolationLevel.REPEATABLE_READ
                 conn.read_only = True
                 try:
-                    result = work(_Connection(conn))
+                    result = work(Adapter(conn))
                 except BaseException as exc:
-                    _rollback(conn)
-                    cause = _driver_cause(exc)
+                    rollback(conn)
+                    cause = driver_cause(exc)
                     if cause is not None and conn.broken and attempt == 1:
                         continue
                     if isinstance(exc, psycopg.Error):
                         raise ReadFailed(self._names.reason(exc)) from None
                     raise
-                _rollback(conn)  # a read-only snapshot: nothing to commit
+                rollback(conn)  # a read-only snapshot: nothing to commit
                 return result
             finally:
                 self._pool.putconn(conn)
@@ -437,108 +357,11 @@ class PostgresDatabase:
         return self._lock.backend_pid
 
 
-# ---- in the worker thread ------------------------------------------------------------------------
-
-
-def _get(
-    pool: psycopg_pool.ConnectionPool[_Conn],
-    timeout: float,
-    names: Names,
-    error: type[WriteFailed] | type[ReadFailed],
-) -> _Conn:
-    try:
-        return pool.getconn(timeout=timeout)
-    except psycopg_pool.PoolClosed:
-        raise StorageClosed() from None
-    except psycopg_pool.PoolTimeout:
-        raise error(f"no connection to the server could be had within {timeout:.0f} s") from None
-
-
-def _attempt(
-    pool: psycopg_pool.ConnectionPool[_Conn],
-    work: Callable[[Connection], R],
-    names: Names,
-    timeout: float,
-) -> R:
-    """One attempt of a write; raises :class:`_Again` when it may run again."""
-    conn = _get(pool, timeout, names, WriteFailed)
-    try:
-        conn.isolation_level = IsolationLevel.SERIALIZABLE
-        conn.read_only = False
-        try:
-            result = work(_Connection(conn))
-        except BaseException as exc:
-            _rollback(conn)
-            cause = _driver_cause(exc)
-            if cause is not None:
-                kind = failure_kind(cause.sqlstate, conn.broken, committing=False)
-                if kind in ("conflict", "duplicate", "reconnect"):
-                    raise _Again(kind, names.reason(cause)) from None
-            if isinstance(exc, psycopg.Error):
-                raise WriteFailed(names.reason(exc)) from None
-            raise
-        try:
-            conn.commit()
-        except psycopg.Error as exc:
-            kind = failure_kind(exc.sqlstate, conn.broken, committing=True)
-            _rollback(conn)
-            if kind in ("conflict", "duplicate"):
-                raise _Again(kind, names.reason(exc)) from None
-            if kind == "unknown":
-                raise WriteFailed(
-                    f"the connection failed while the transaction was committing "
-                    f"({names.reason(exc)}): whether it was written is unknown"
-                ) from None
-            raise WriteFailed(names.reason(exc)) from None
-        return result
-    finally:
-        pool.putconn(conn)
-
-
-def _write(
-    pool: psycopg_pool.ConnectionPool[_Conn],
-    work: Callable[[Connection], R],
-    policy: BusyPolicy,
-    names: Names,
-    *,
-    cancellable: bool,
-) -> R:
-    """Run ``work`` in a ``SERIALIZABLE`` transaction, again while the server rolls it back for
-    a conflict or its connection drops, within ``policy`` (see the module notes): attempts and
-    waits together last about ``policy.bound`` seconds at most, the last attempt included."""
-    delays = policy.delays(random.Random())
-    started = time.monotonic()
-    duplicates = 0
-    while True:
-        if cancellable:
-            trio.from_thread.check_cancelled()  # between attempts nothing is committed
-        left = policy.bound - (time.monotonic() - started)
-        try:
-            return _attempt(pool, work, names, max(left, 0.5))
-        except _Again as again:
-            spent = time.monotonic() - started
-            if again.kind == "duplicate":
-                duplicates += 1
-                if duplicates > _DUPLICATE_RETRIES:  # each new snapshot met it: a true one
-                    raise WriteFailed(again.reason) from None
-            wait = next(delays, None)
-            if wait is None or spent + wait > policy.bound:
-                if again.kind == "duplicate":
-                    raise WriteFailed(again.reason) from None
-                if again.kind == "conflict":
-                    raise DatabaseBusy(round(spent, 3), conflicts=True) from None
-                raise WriteFailed(
-                    f"the connection to the server kept dropping for {spent:.1f} s ({again.reason})"
-                ) from None
-            log_debug("write runs again", why=again.kind)
-        time.sleep(wait)
-
-
 # ---- opening -------------------------------------------------------------------------------------
 
 
-def _configure(schema: str) -> Callable[[_Conn], None]:
-    def configure(conn: _Conn) -> None:
+def _configure(schema: str) -> Callable[[Conn], None]:
+    def configure(conn: Conn) -> None:
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         conn.commit()
 
@@ -547,7 +370,7 @@ def _configure(schema: str) -> Callable[[_Conn], None]:
 
 @attrs.frozen
 class _Opened:
-    pool: psycopg_pool.ConnectionPool[_Conn]
+    pool: psycopg_pool.ConnectionPool[Conn]
     lock: OpenersLock
     alone: bool
     recovered: Mapping[str, int]
@@ -564,7 +387,7 @@ def _open_sync(
 ) -> _Opened:
     lock = OpenersLock(url, lock_key(schema), names, policy)
     conn = lock.connect()
-    pool: psycopg_pool.ConnectionPool[_Conn] | None = None
+    pool: psycopg_pool.ConnectionPool[Conn] | None = None
     try:
         changed = prepare(conn, schema, names.where, extra=extra)
         if changed:
@@ -591,7 +414,7 @@ def _open_sync(
         alone = lock.take_alone()
         recovered: Mapping[str, int] = {}
         if alone:
-            recovered = _write(pool, recover, policy, names, cancellable=False)
+            recovered = write(pool, recover, policy, names, cancellable=False)
             lock.share_after_recovery()  # others may come in now
         else:
             lock.share()
@@ -610,7 +433,7 @@ def _open_sync(
 
 
 def clock_skew(
-    pool: psycopg_pool.ConnectionPool[_Conn], clock: Callable[[], float] = time.time
+    pool: psycopg_pool.ConnectionPool[Conn], clock: Callable[[], float] = time.time
 ) -> float:
     """How far the server's clock is ahead of ``clock``, in seconds (the midpoint of the round
     trip taken as the moment the server read its clock)."""

@@ -31,12 +31,8 @@ from capabilities.storage._errors import (
     WriteFailed,
 )
 from capabilities.storage._port import Connection, Database, dialect_of
-from capabilities.storage._postgres import (
-    _DUPLICATE_RETRIES,
-    PostgresDatabase,
-    clock_skew,
-    open_postgres,
-)
+from capabilities.storage._postgres import PostgresDatabase, clock_skew, open_postgres
+from capabilities.storage._postgres_attempts import DUPLICATE_RETRIES
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
 from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
@@ -143,7 +139,7 @@ async def test_a_driver_error_is_write_failed_without_the_values() -> None:
         assert "duplicate key" in str(caught.value)
         assert "23505" in str(caught.value)
         assert CANARY not in str(caught.value)  # the server's detail quotes the key: left out
-        assert len(runs) == _DUPLICATE_RETRIES + 1  # each newer snapshot met it: not a race
+        assert len(runs) == DUPLICATE_RETRIES + 1  # each newer snapshot met it: not a race
         assert await db.read(_count) == 1
 
 
