@@ -76,9 +76,9 @@ def postgres_storage(
         + sqlite_state(compensation_timeout=compensation_timeout)
         + sqlite_steering(steering_limits)
     )
-    return services.provide_merge(
-        postgres_database(url, schema=schema, pool_size=pool_size)
-    ).named("postgres_storage")
+    return services.provide_merge(postgres_database(url, schema=schema, pool_size=pool_size)).named(
+        "postgres_storage"
+    )
 
 
 def in_memory_storage(
