@@ -36,7 +36,7 @@ from effectagent.core import ToolCallSettled, ToolSuccess, UserInputRecorded
 from ._codec import RecordCodec
 from ._errors import ConversationInUse, CorruptRecord, UnknownRecordVersion
 from ._lanes import read_lane, same_process
-from ._port import Connection
+from ._port import Connection, dialect_of
 
 __all__ = ["Forgotten", "forget_conversations", "record_digests"]
 
@@ -149,7 +149,8 @@ def forget_conversations(
         records += conn.execute(
             "DELETE FROM records WHERE conversation_id = ?", (conversation_id,)
         ).rowcount
-        conn.execute("DELETE FROM said_marks WHERE conversation_id = ?", (conversation_id,))
+        if dialect_of(conn) == "sqlite":  # its search index's marks (PostgreSQL's is kept)
+            conn.execute("DELETE FROM said_marks WHERE conversation_id = ?", (conversation_id,))
         conn.execute("DELETE FROM steering_inputs WHERE conversation_id = ?", (conversation_id,))
     media = 0
     for digest in sorted(candidates):

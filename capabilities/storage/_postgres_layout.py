@@ -195,6 +195,11 @@ LAYOUT: Final[tuple[str, ...]] = (
         size BIGINT NOT NULL,
         data BYTEA NOT NULL
     )""",
+    # SQLite's instr(haystack, needle) — where needle first starts, 0 when it is not there —
+    # so the statements of the port that look for a substring are the same on both engines.
+    """CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS INTEGER
+        LANGUAGE SQL IMMUTABLE STRICT PARALLEL SAFE
+        RETURN strpos(haystack, needle)""",
 )
 
 _LAYOUT_TABLE: Final = (

@@ -19,6 +19,7 @@ from capabilities.storage._lanes import Lanes
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import UserInputRecorded
 from effectagent.engine import ConversationLogError
+from tests.capabilities.durable.helpers import Stores
 
 LEASE = 30.0
 
@@ -44,11 +45,10 @@ def _queue_steering(conn: Connection, input_id: str) -> None:
 
 
 async def test_every_append_of_a_stale_worker_is_refused_and_nothing_of_it_is_written(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "two.db"
     clock = [1_000.0]
-    async with open_database(path) as one, open_database(path) as two:
+    async with store.open("two") as one, store.open("two") as two:  # as two processes would
         first = Lanes(one, worker_id="worker-1", lease=LEASE, clock=lambda: clock[0])
         second = Lanes(two, worker_id="worker-2", lease=LEASE, clock=lambda: clock[0])
         stale_lane = await first.claim("c")

@@ -5,9 +5,6 @@ refused with nothing deleted, and a session deleted with its conversations does 
 
 from __future__ import annotations
 
-import sqlite3
-from pathlib import Path
-
 import pytest
 import trio
 from hypothesis import given, settings
@@ -16,12 +13,20 @@ from hypothesis import strategies as st
 from capabilities.durable import DurableQueue
 from capabilities.sessions import SessionCreate, SessionStoreError
 from capabilities.sessions._sqlite import SqliteSessionStore
-from capabilities.storage import ConversationInUse, SqliteConversationLog, open_database
-from capabilities.storage._layers import sqlite_database, sqlite_log
+from capabilities.storage import (
+    Connection,
+    ConversationInUse,
+    DatabaseService,
+    SqliteConversationLog,
+    open_database,
+)
+from capabilities.storage._layers import sqlite_log
 from effectagent import Agent, RunResult, open_runtime
 from effectagent.ai import ImagePart
 from effectagent.core import RunCompletedRecord, UserInputRecorded
+from effectagent.effect import Layer
 from effectagent.testing import ScriptedModel, Turn
+from tests.capabilities.durable.helpers import Stores
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
 SHARED = ImagePart(PNG, name="shared.png")
@@ -29,76 +34,79 @@ OWN = ImagePart(PNG + b"own", name="own.png")
 AGENT = Agent("looker", "Describe images.")
 
 
-def _rows(path: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
+async def _rows(store: Stores, sql: str) -> list[tuple[object, ...]]:
+    def read(conn: Connection) -> list[tuple[object, ...]]:
+        return [tuple(row) for row in conn.execute(sql)]
+
+    async with store.open() as database:  # another opening, as another process reads
+        found: list[tuple[object, ...]] = await database.read(read)
+        return found
 
 
-def _media(path: Path) -> set[object]:
-    return {digest for (digest,) in _rows(path, "SELECT digest FROM media")}
+async def _media(store: Stores) -> set[object]:
+    return {digest for (digest,) in await _rows(store, "SELECT digest FROM media")}
 
 
-async def _two_conversations(path: Path) -> tuple[RunResult, RunResult]:
+def _database_layer(store: Stores) -> Layer:
+    return Layer.scoped(DatabaseService, lambda _: store.open(), name="test_database")
+
+
+async def _two_conversations(store: Stores) -> tuple[RunResult, RunResult]:
     """Conversation one attaches SHARED and OWN, conversation two SHARED; both searched once
     (so the index holds what was said)."""
     model = ScriptedModel([Turn.text("Two cats."), Turn.text("A cat.")])
-    layer = model.as_layer() + sqlite_log().provide_merge(sqlite_database(path))
+    layer = model.as_layer() + sqlite_log().provide_merge(_database_layer(store))
     async with open_runtime(layer, agents=[AGENT]) as runtime:
         one = await runtime.run(AGENT, ["Both of these?", SHARED, OWN])
         two = await runtime.run(AGENT, ["And this?", SHARED])
     assert (one.status, two.status) == ("completed", "completed")
-    async with open_database(path) as database:
+    async with store.open() as database:
         await SqliteConversationLog(database).search(["cat"], limit=10)
     return one, two
 
 
 async def test_deleting_one_of_two_conversations_sharing_bytes_keeps_them_and_both_removes_them(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "forget.db"
-    one, two = await _two_conversations(path)
-    assert _media(path) == {SHARED.digest, OWN.digest}
-    async with open_database(path) as database:
+    one, two = await _two_conversations(store)
+    assert await _media(store) == {SHARED.digest, OWN.digest}
+    async with store.open() as database:
         log = SqliteConversationLog(database)
         gone = await log.delete_conversations([one.conversation_id])
         assert (gone.conversations, gone.media) == (1, 1)
         assert gone.records > 0
         assert await log.entries(one.conversation_id) == []
-        assert _media(path) == {SHARED.digest}  # two still refers to it
+        assert await _media(store) == {SHARED.digest}  # two still refers to it
         found = await log.search(["cat"], limit=10)
         assert {m.conversation_id for m in found.said} == {two.conversation_id}
         again = await log.delete_conversations([two.conversation_id])
         assert again.media == 1
-    assert _media(path) == set()
-    assert _rows(path, "SELECT count(*) FROM records") == [(0,)]
-    assert _rows(path, "SELECT count(*) FROM said") == [(0,)]
+    assert await _media(store) == set()
+    assert await _rows(store, "SELECT count(*) FROM records") == [(0,)]
+    if store.backend == "sqlite":  # its own index table (PostgreSQL's index is on records)
+        assert await _rows(store, "SELECT count(*) FROM said") == [(0,)]
 
 
-async def test_a_record_that_only_quotes_a_digest_does_not_keep_its_bytes(tmp_path: Path) -> None:
+async def test_a_record_that_only_quotes_a_digest_does_not_keep_its_bytes(store: Stores) -> None:
     """A later message whose text holds the digest (say, a label pasted back) is not a
     reference: the bytes go with the conversation that referred to them."""
-    path = tmp_path / "quote.db"
     model = ScriptedModel([Turn.text("A cat."), Turn.text("Noted.")])
-    layer = model.as_layer() + sqlite_log().provide_merge(sqlite_database(path))
+    layer = model.as_layer() + sqlite_log().provide_merge(_database_layer(store))
     async with open_runtime(layer, agents=[AGENT]) as runtime:
         seen = await runtime.run(AGENT, ["What is this?", OWN])
         quoted = await runtime.run(AGENT, f"I sent {OWN.digest} earlier.")
     assert (seen.status, quoted.status) == ("completed", "completed")
-    async with open_database(path) as database:
+    async with store.open() as database:
         gone = await SqliteConversationLog(database).delete_conversations([seen.conversation_id])
     assert gone.media == 1
-    assert _media(path) == set()
+    assert await _media(store) == set()
 
 
 async def test_a_conversation_with_a_run_going_is_refused_and_nothing_is_deleted(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "busy.db"
     image = OWN.reference()
-    async with open_database(path) as database:
+    async with store.open() as database:
         log = SqliteConversationLog(database)
         await log.put_media("going", {OWN.digest: OWN.data})
         started = UserInputRecorded(
@@ -115,60 +123,57 @@ async def test_a_conversation_with_a_run_going_is_refused_and_nothing_is_deleted
         with pytest.raises(ConversationInUse):
             await log.delete_conversations(["going"])
         assert len(await log.entries("going")) == 1
-        assert _media(path) == {OWN.digest}
+        assert await _media(store) == {OWN.digest}
         ended = RunCompletedRecord(
             conversation_id="going", run_id="run-1", output="ok", finish_reason="stop", at=2.0
         )
         await log.append("going", [ended])
         gone = await log.delete_conversations(["going"])
     assert (gone.records, gone.media) == (2, 1)
-    assert _media(path) == set()
+    assert await _media(store) == set()
 
 
-async def test_a_session_deleted_with_its_conversations_takes_their_media(tmp_path: Path) -> None:
+async def test_a_session_deleted_with_its_conversations_takes_their_media(store: Stores) -> None:
     """A session listing conversation one (and another listing conversation two) is deleted
     with its conversations: one's records and its own image go in the transaction that deletes
     the session; the shared image stays (two refers to it); a conversation another session
     lists stays whole."""
-    path = tmp_path / "sessions.db"
-    one, two = await _two_conversations(path)
-    async with open_database(path) as database:
-        store: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
-        mine = await store.create(
+    one, two = await _two_conversations(store)
+    async with store.open() as database:
+        sessions: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
+        mine = await sessions.create(
             SessionCreate("mine", {}, conversations=(one.conversation_id, two.conversation_id))
         )
-        await store.create(SessionCreate("other", {}, conversations=(two.conversation_id,)))
-        kept = await store.create(SessionCreate("kept", {}, conversations=("never-ran",)))
-        await store.delete(mine.id, mine.revision, conversations=True)
+        await sessions.create(SessionCreate("other", {}, conversations=(two.conversation_id,)))
+        kept = await sessions.create(SessionCreate("kept", {}, conversations=("never-ran",)))
+        await sessions.delete(mine.id, mine.revision, conversations=True)
         log = SqliteConversationLog(database)
         assert await log.entries(one.conversation_id) == []
         assert len(await log.entries(two.conversation_id)) > 0
-        assert _media(path) == {SHARED.digest}
-        assert await store.get(mine.id) is None
-        await store.delete(kept.id, kept.revision)  # without: nothing else changes
+        assert await _media(store) == {SHARED.digest}
+        assert await sessions.get(mine.id) is None
+        await sessions.delete(kept.id, kept.revision)  # without: nothing else changes
         assert len(await log.entries(two.conversation_id)) > 0
 
 
-async def test_a_session_whose_conversation_is_running_is_not_deleted(tmp_path: Path) -> None:
-    path = tmp_path / "running.db"
-    async with open_database(path) as database:
+async def test_a_session_whose_conversation_is_running_is_not_deleted(store: Stores) -> None:
+    async with store.open() as database:
         log = SqliteConversationLog(database)
         await log.claim("busy", "run-1")
-        store: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
-        session = await store.create(SessionCreate("s", {}, conversations=("busy",)))
+        sessions: SqliteSessionStore[dict[str, object]] = SqliteSessionStore(database)
+        session = await sessions.create(SessionCreate("s", {}, conversations=("busy",)))
         with pytest.raises(SessionStoreError, match="busy"):
-            await store.delete(session.id, session.revision, conversations=True)
-        assert await store.get(session.id) is not None  # the same transaction: nothing deleted
+            await sessions.delete(session.id, session.revision, conversations=True)
+        assert await sessions.get(session.id) is not None  # the same transaction: nothing deleted
 
 
 async def test_a_conversation_with_a_durable_submission_waiting_is_not_deleted(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     """A submission queued for the conversation would write to it: deleting is refused, and
     nothing is deleted."""
-    path = tmp_path / "durable.db"
-    one, _ = await _two_conversations(path)
-    async with open_database(path) as database:
+    one, _ = await _two_conversations(store)
+    async with store.open() as database:
         queue = DurableQueue(database)
         await queue.submit(
             "looker",
@@ -181,18 +186,17 @@ async def test_a_conversation_with_a_durable_submission_waiting_is_not_deleted(
         with pytest.raises(ConversationInUse, match="durable submission"):
             await log.delete_conversations([one.conversation_id])
         assert len(await log.entries(one.conversation_id)) > 0
-    assert _media(path) == {SHARED.digest, OWN.digest}
+    assert await _media(store) == {SHARED.digest, OWN.digest}
 
 
 async def test_bytes_a_queued_submission_of_another_conversation_needs_stay(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
     """Deleting the only conversation whose records name OWN keeps OWN's bytes while a
     submission of another conversation, not yet run, carries OWN: it would start without them.
     (Bytes no record and no waiting input names are not swept yet: see ``_forget``.)"""
-    path = tmp_path / "queued.db"
-    one, _ = await _two_conversations(path)
-    async with open_database(path) as database:
+    one, _ = await _two_conversations(store)
+    async with store.open() as database:
         queue = DurableQueue(database)
         receipt = await queue.submit(
             "looker",
@@ -204,7 +208,7 @@ async def test_bytes_a_queued_submission_of_another_conversation_needs_stay(
         log = SqliteConversationLog(database)
         gone = await log.delete_conversations([one.conversation_id])
         assert gone.media == 0
-        assert _media(path) == {SHARED.digest, OWN.digest}
+        assert await _media(store) == {SHARED.digest, OWN.digest}
         settled = await queue.abort(receipt.submission_id, author="ann", reason="not needed")
         assert settled.status == "aborted"
 
