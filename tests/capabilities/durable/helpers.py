@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from capabilities import postgres_storage, sqlite_storage
 from capabilities.durable._claims import claim_lanes
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._store import Claimed, finalize, read_submission
@@ -29,6 +30,7 @@ from effectagent.core import (
     UsageDelta,
     UserInputRecorded,
 )
+from effectagent.effect import Layer
 from tests.postgres import drop_schema, fresh_schema, postgres_url
 
 #: The storage backends the durable suite runs on.
@@ -67,6 +69,14 @@ class Stores:
             return f"sqlite:{self.directory / f'{name}.db'}"
         schema = self._schemas.setdefault(name, fresh_schema())
         return f"postgresql:{schema}:{postgres_url()}"
+
+    def storage(self, name: str = "d") -> Layer:
+        """The persistent capabilities on the store ``name``: ``sqlite_storage`` or
+        ``postgres_storage``."""
+        if self.backend == "sqlite":
+            return sqlite_storage(self.directory / f"{name}.db")
+        schema = self._schemas.setdefault(name, fresh_schema())
+        return postgres_storage(postgres_url(), schema=schema)
 
     def open(self, name: str = "d", **options: Any) -> Any:
         """``async with`` the store ``name`` open (``options`` go to the backend's opener)."""

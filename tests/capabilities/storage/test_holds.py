@@ -17,7 +17,6 @@ import attrs
 import pytest
 import trio
 
-from capabilities import sqlite_storage
 from capabilities.storage import Database, DatabaseService
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import ConversationInUse, LaneLost
@@ -34,6 +33,7 @@ from effectagent.core import (
 from effectagent.effect import Layer
 from effectagent.engine import Runtime
 from effectagent.testing import ScriptedModel, Turn
+from tests.capabilities.durable.helpers import Stores
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -135,16 +135,14 @@ wait = Tool("wait", "Wait.", parameters=Nothing, success=str)
 AGENT = Agent("holder", "Hold on.", toolkit=Toolkit(wait))
 
 
-def _layer(path: Path, turns: list[Turn], parked: trio.Event, go: trio.Event) -> Layer:
+def _layer(storage: Layer, turns: list[Turn], parked: trio.Event, go: trio.Event) -> Layer:
     async def park(_: Nothing, call: ToolCallContext) -> str:
         parked.set()
         await go.wait()
         return "released"
 
     model = ScriptedModel(turns)
-    return (AGENT.toolkit.handlers({wait: park}) + model.as_layer()).provide_merge(
-        sqlite_storage(path)
-    )
+    return (AGENT.toolkit.handlers({wait: park}) + model.as_layer()).provide_merge(storage)
 
 
 def _database(runtime: Runtime) -> Database:
@@ -156,14 +154,15 @@ def _answer(text: str) -> list[Turn]:
 
 
 async def test_a_second_run_of_a_conversation_on_the_same_file_is_refused_and_writes_nothing(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "runs.db"
     parked, go, never = trio.Event(), trio.Event(), trio.Event()
     first_turns = [Turn.tool_calls(("wait", {})), Turn.text("First done.")]
     async with (
-        open_runtime(_layer(path, first_turns, parked, go), agents=[AGENT]) as first,
-        open_runtime(_layer(path, _answer("Second."), never, never), agents=[AGENT]) as second,
+        open_runtime(_layer(store.storage(), first_turns, parked, go), agents=[AGENT]) as first,
+        open_runtime(
+            _layer(store.storage(), _answer("Second."), never, never), agents=[AGENT]
+        ) as second,
         trio.open_nursery() as nursery,
     ):
         results: list[object] = []
@@ -184,20 +183,23 @@ async def test_a_second_run_of_a_conversation_on_the_same_file_is_refused_and_wr
         assert len(await first.log.entries("c")) == before  # nothing of the second run
         go.set()
     assert [getattr(r, "status", None) for r in results] == ["completed"]
-    async with open_runtime(_layer(path, _answer("Third."), never, never), agents=[AGENT]) as third:
+    async with open_runtime(
+        _layer(store.storage(), _answer("Third."), never, never), agents=[AGENT]
+    ) as third:
         again = await third.run(AGENT, "Now?", conversation_id="c")  # the lane was let go
         assert again.status == "completed"
         runs = {getattr(e.record, "run_id", None) for e in await third.log.entries("c")}
     assert refused.run_id not in runs
 
 
-async def test_a_run_whose_hold_was_taken_over_writes_nothing_more(tmp_path: Path) -> None:
-    path = tmp_path / "taken.db"
+async def test_a_run_whose_hold_was_taken_over_writes_nothing_more(store: Stores) -> None:
     parked, go, never = trio.Event(), trio.Event(), trio.Event()
     turns = [Turn.tool_calls(("wait", {})), Turn.text("Too late.")]
     async with (
-        open_runtime(_layer(path, turns, parked, go), agents=[AGENT]) as slow,
-        open_runtime(_layer(path, _answer("Mine now."), never, never), agents=[AGENT]) as late,
+        open_runtime(_layer(store.storage(), turns, parked, go), agents=[AGENT]) as slow,
+        open_runtime(
+            _layer(store.storage(), _answer("Mine now."), never, never), agents=[AGENT]
+        ) as late,
         trio.open_nursery() as nursery,
     ):
         results: list[object] = []
@@ -217,7 +219,7 @@ async def test_a_run_whose_hold_was_taken_over_writes_nothing_more(tmp_path: Pat
     error = getattr(result, "error", None)
     assert isinstance(error, StorageFailed)
     assert "taken over" in error.reason
-    async with open_database(path) as database:
+    async with store.open() as database:
         entries = await SqliteConversationLog(database).entries("c")
     slow_run = getattr(result, "run_id", None)
     kinds = [
@@ -258,8 +260,8 @@ async def test_a_hold_is_renewed_while_it_lasts_and_let_go_when_the_database_clo
         assert lane.worker_id is None  # released at close
 
 
-async def test_an_explicit_release_lets_a_run_without_terminal_record_go(tmp_path: Path) -> None:
-    async with open_database(tmp_path / "x.db") as one, open_database(tmp_path / "x.db") as two:
+async def test_an_explicit_release_lets_a_run_without_terminal_record_go(store: Stores) -> None:
+    async with store.open() as one, store.open() as two:
         first, second = SqliteConversationLog(one), SqliteConversationLog(two)
         await first.append("c", [_said("r1")])
         with pytest.raises(ConversationInUse):
@@ -300,7 +302,8 @@ async def test_another_process_run_is_named_and_its_hold_expires_with_its_lease_
         assert holder.stdout is not None
         line = await trio.to_thread.run_sync(holder.stdout.readline)
         assert line == "parked\n", holder.stderr.read() if holder.stderr else ""
-        layer = _layer(path, _answer("Mine.") * 2, never, never)
+        sqlite = Stores("sqlite", tmp_path)  # the holder process opens the file: SQLite here
+        layer = _layer(sqlite.storage("procs"), _answer("Mine.") * 2, never, never)
         async with open_runtime(layer, agents=[AGENT]) as runtime:
             refused = await runtime.run(AGENT, "Me too.", conversation_id="c")
             assert isinstance(refused.error, StorageFailed)
