@@ -8,11 +8,8 @@ deadline. Nothing here sleeps, so the real clock costs nothing.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import attrs
 
-from capabilities import sqlite_storage
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import SystemMessage, UserMessage
 from effectagent.core import (
@@ -23,6 +20,7 @@ from effectagent.core import (
 )
 from effectagent.engine import ConversationLogService
 from effectagent.testing import ScriptedModel, Turn
+from tests.capabilities.durable.helpers import Stores
 
 from ..records import same
 
@@ -55,12 +53,11 @@ AGENT = Agent(
 )
 
 
-def layer(model: ScriptedModel, path: Path):  # type: ignore[no-untyped-def]
-    return Toolkit(forecast).handlers({forecast: handle}) + model.as_layer() + sqlite_storage(path)
+def layer(model: ScriptedModel, store: Stores):  # type: ignore[no-untyped-def]
+    return Toolkit(forecast).handlers({forecast: handle}) + model.as_layer() + store.storage()
 
 
-async def test_a_reopened_conversation_continues_from_its_whole_log(tmp_path: Path) -> None:
-    path = tmp_path / "conversations.db"
+async def test_a_reopened_conversation_continues_from_its_whole_log(store: Stores) -> None:
     first = ScriptedModel(
         [
             Turn.text("Hi Ann."),
@@ -68,7 +65,7 @@ async def test_a_reopened_conversation_continues_from_its_whole_log(tmp_path: Pa
             Turn.tool_calls(("forecast", {"city": "Rome"})),  # out of turns: the run fails
         ]
     )
-    async with open_runtime(layer(first, path), agents=[AGENT]) as runtime:
+    async with open_runtime(layer(first, store), agents=[AGENT]) as runtime:
         started = await runtime.run(AGENT, "I am Ann.")
         conversation = started.conversation_id
         failed = await runtime.run(AGENT, "Weather in Oslo?", conversation_id=conversation)
@@ -76,7 +73,7 @@ async def test_a_reopened_conversation_continues_from_its_whole_log(tmp_path: Pa
         before = list(await runtime.log.entries(conversation))
 
     second = ScriptedModel([Turn.text("You are Ann; 4 °C in Oslo.")])
-    async with open_runtime(layer(second, path), agents=[AGENT]) as runtime:
+    async with open_runtime(layer(second, store), agents=[AGENT]) as runtime:
         log = runtime.context.require(ConversationLogService)
         assert log is runtime.log
         result = await runtime.run(AGENT, "Who am I, and how warm?", conversation_id=conversation)

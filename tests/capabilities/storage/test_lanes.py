@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.storage import _lanes
-from capabilities.storage._database import open_database
 from capabilities.storage._errors import ConversationInUse, LaneLost
 from capabilities.storage._lanes import (
     Lane,
@@ -28,6 +26,7 @@ from capabilities.storage._lanes import (
     renew_lane,
 )
 from capabilities.storage._layout import prepare
+from tests.capabilities.durable.helpers import Stores
 
 LEASE = 10.0
 
@@ -179,10 +178,9 @@ def _steering(conn: sqlite3.Connection) -> dict[str, tuple[str, str]]:
 
 
 async def test_a_worker_claims_renews_and_releases_and_a_late_one_takes_over(
-    tmp_path: Path,
+    store: Stores,
 ) -> None:
-    path = tmp_path / "lanes.db"
-    async with open_database(path) as one, open_database(path) as two:
+    async with store.open() as one, store.open() as two:
         now = 1_000.0
         first = Lanes(one, worker_id="worker-1", lease=LEASE, clock=lambda: now)
         second = Lanes(two, worker_id="worker-2", lease=LEASE, clock=lambda: now)
@@ -210,8 +208,8 @@ async def test_a_worker_claims_renews_and_releases_and_a_late_one_takes_over(
         assert (await first.claim("c")).epoch == 3  # the epoch survives the release
 
 
-async def test_the_database_lanes_hold_as_its_own_holder(tmp_path: Path) -> None:
-    async with open_database(tmp_path / "x.db") as database:
+async def test_the_database_lanes_hold_as_its_own_holder(store: Stores) -> None:
+    async with store.open() as database:
         lane = await database.lanes.claim("c")
         assert lane.worker_id == database.holder_id
         assert database.holder_id.startswith("pid-")
