@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
+import trio
+
 from .._logging import log_warning
 from ..storage import Database
 from ..storage._port import Connection
@@ -28,7 +30,8 @@ async def claim_lanes(
     once). Raises what the first write raises; a failed takeover write after a successful
     first one is logged, and what the first claimed returned.
 
-    Cancellation: as ``Database.write`` — what a committed write claimed is returned."""
+    Cancellation: the first write as ``Database.write`` (what it committed is returned); the
+    second is shielded, so the claims of the first are never lost to a cancellation."""
     postgres = database.dialect == "postgresql"
 
     def first(conn: Connection) -> list[Claimed]:
@@ -59,8 +62,12 @@ async def claim_lanes(
             takeovers_only=True,
         )
 
+    more: list[Claimed] = []
     try:
-        return claimed + await database.write(takeovers)
+        # Shielded (bounded by the database's retry bound): cancelled here, the lanes the first
+        # write claimed would be held by nobody who knows it until their leases ran out.
+        with trio.CancelScope(shield=True):
+            more = await database.write(takeovers)
     except Exception as exc:  # the next poll tries again
         log_warning("durable takeover claim failed", error=type(exc).__name__)
-        return claimed
+    return claimed + more
