@@ -61,20 +61,19 @@ import attrs
 import psycopg
 import psycopg_pool
 import trio
-from psycopg import IsolationLevel, sql
+from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .._logging import log_debug, log_warning
 from ._busy import BusyPolicy
 from ._errors import (
     CannotOpenDatabase,
-    ReadFailed,
     StorageClosed,
 )
 from ._holds import RunHolds
 from ._lanes import DEFAULT_LEASE, Lanes, holder_id
 from ._port import Connection, Dialect
-from ._postgres_attempts import Adapter, Conn, connection, driver_cause, rollback, write
+from ._postgres_attempts import Conn, read, write
 from ._postgres_layout import prepare
 from ._postgres_listen import Listener, channel, waking
 from ._postgres_lock import OpenersLock
@@ -258,26 +257,7 @@ class PostgresDatabase:
         return await self._in_thread(self._read_sync, work)
 
     def _read_sync(self, work: Callable[[Connection], R]) -> R:
-        for attempt in (1, 2):
-            conn = connection(self._pool, self.retry.bound, self._names, ReadFailed)
-            try:
-                conn.isolation_level = IsolationLevel.REPEATABLE_READ
-                conn.read_only = True
-                try:
-                    result = work(Adapter(conn))
-                except BaseException as exc:
-                    rollback(conn)
-                    cause = driver_cause(exc)
-                    if cause is not None and conn.broken and attempt == 1:
-                        continue
-                    if isinstance(exc, psycopg.Error):
-                        raise ReadFailed(self._names.reason(exc)) from None
-                    raise
-                rollback(conn)  # a read-only snapshot: nothing to commit
-                return result
-            finally:
-                self._pool.putconn(conn)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return read(self._pool, work, self._names, self.retry.bound)
 
     async def _in_thread(
         self, run: Callable[[Callable[[Connection], R]], R], work: Callable[[Connection], R]

@@ -7,6 +7,8 @@
   server rolls it back for a conflict (or a duplicate key a concurrent transaction added after
   its snapshot) or its connection drops before ``COMMIT``, within a :class:`BusyPolicy`; a
   failure while committing is an unknown outcome, never run again (see ``_postgres``).
+* :func:`read` — a work function on one ``REPEATABLE READ READ ONLY`` snapshot, run once more
+  on another connection when its own dropped.
 * :func:`connection` and :func:`rollback` — a pooled connection, and giving one back clean.
 """
 
@@ -35,6 +37,7 @@ __all__ = [
     "Conn",
     "connection",
     "driver_cause",
+    "read",
     "rollback",
     "statement",
     "write",
@@ -216,3 +219,33 @@ def write(
                 ) from None
             log_debug("write runs again", why=again.kind)
         time.sleep(wait)
+
+
+def read(
+    pool: psycopg_pool.ConnectionPool[Conn],
+    work: Callable[[Connection], R],
+    names: Names,
+    timeout: float,
+) -> R:
+    """Run ``work`` on one snapshot; once more on another connection when its own dropped.
+    Driver errors become :class:`ReadFailed`; what ``work`` raises otherwise propagates."""
+    attempt = 1
+    while True:
+        conn = connection(pool, timeout, names, ReadFailed)
+        try:
+            conn.isolation_level = IsolationLevel.REPEATABLE_READ
+            conn.read_only = True
+            try:
+                result = work(Adapter(conn))
+            except BaseException as exc:
+                rollback(conn)
+                if driver_cause(exc) is not None and conn.broken and attempt == 1:
+                    attempt += 1
+                    continue
+                if isinstance(exc, psycopg.Error):
+                    raise ReadFailed(names.reason(exc)) from None
+                raise
+            rollback(conn)  # a read-only snapshot: nothing to commit
+            return result
+        finally:
+            pool.putconn(conn)
