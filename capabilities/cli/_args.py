@@ -86,6 +86,8 @@ environment:
   EFFECTAGENT_MODEL   the model when --model is not given
   EFFECTAGENT_STORAGE a PostgreSQL URL: sessions, conversations and durable submissions live
                       there, whatever the config file's storage says
+  EFFECTAGENT_STORAGE_SCHEMA
+                      the PostgreSQL schema, whatever the config file's storage_schema says
   XDG_STATE_HOME      sessions live in $XDG_STATE_HOME/effectagent/ (else ~/.local/state/effectagent/),
                       a directory only you may read (0700), unless a PostgreSQL storage is named
   XDG_CONFIG_HOME     the config file is $XDG_CONFIG_HOME/effectagent/config.toml (else ~/.config/…)

@@ -376,12 +376,21 @@ def _storage(table: _Table) -> tuple[str | None, str]:
             raise table.error(f"storage {problem}")
     schema = table.text("storage_schema", DEFAULT_SCHEMA)
     assert schema is not None
+    problem = check_storage_schema(schema)
+    if problem is not None:
+        raise table.error(f"storage_schema {problem}")
+    return url, schema
+
+
+def check_storage_schema(schema: str) -> str | None:
+    """What is wrong with ``schema`` as a PostgreSQL schema name for the command's tables
+    (the end of a sentence naming it: "must be a plain lower-case name …"), or None. Pure."""
     if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
-        raise table.error(
-            "storage_schema must be a plain lower-case name of at most 63 letters, digits and "
+        return (
+            "must be a plain lower-case name of at most 63 letters, digits and "
             f"underscores, not starting with a digit or 'pg_', got {schema!r}"
         )
-    return url, schema
+    return None
 
 
 # [serve] is read by the serve command itself (``_serve.serve_settings``).

@@ -2,9 +2,10 @@
 
 By default, the SQLite database ``effectagent.db`` in the state directory: one machine. With a
 PostgreSQL URL — ``EFFECTAGENT_STORAGE``, else the config file's ``storage`` — the tables in
-``storage_schema`` (``effectagent``) of that database instead, which the processes of any number
-of machines share: ``chat`` and ``run`` there, ``sessions`` and ``history`` read it, ``admin``
-acts on its submissions, ``worker`` and ``serve`` run them.
+the schema ``EFFECTAGENT_STORAGE_SCHEMA``, else ``storage_schema`` (``effectagent``) of that
+database instead, which the processes of any number of machines share: ``chat`` and ``run``
+there, ``sessions`` and ``history`` read it, ``admin`` acts on its submissions, ``worker`` and
+``serve`` run them.
 
 :func:`choose_store` decides (pure; :func:`store_of` from a command's arguments); a
 :class:`Store` names it for messages (a file's path, or the URL without its password), gives the
@@ -36,16 +37,19 @@ from ._config import (
     Config,
     ConfigError,
     check_storage,
+    check_storage_schema,
     config_path,
     load_config,
     state_dir,
 )
 from ._early import private_directory
 
-__all__ = ["STORAGE_VARIABLE", "Store", "choose_store", "store_of"]
+__all__ = ["SCHEMA_VARIABLE", "STORAGE_VARIABLE", "Store", "choose_store", "store_of"]
 
 #: The environment variable naming the storage: it overrides the config file's ``storage``.
 STORAGE_VARIABLE: Final = "EFFECTAGENT_STORAGE"
+#: The environment variable naming the PostgreSQL schema: it overrides ``storage_schema``.
+SCHEMA_VARIABLE: Final = "EFFECTAGENT_STORAGE_SCHEMA"
 
 
 @attrs.frozen
@@ -138,16 +142,25 @@ class Store:
 def choose_store(config: Config, given_state_dir: str | None, environ: Mapping[str, str]) -> Store:
     """Where the command keeps what it stores: ``$EFFECTAGENT_STORAGE`` (a PostgreSQL URL),
     else the config's ``storage``, else ``effectagent.db`` in the state directory
-    (``given_state_dir``, else the XDG one). Raises ``ConfigError`` for a variable it cannot use,
-    in a sentence that does not quote it. Pure."""
+    (``given_state_dir``, else the XDG one); a PostgreSQL store's tables in the schema
+    ``$EFFECTAGENT_STORAGE_SCHEMA``, else the config's ``storage_schema`` (an SQLite file has no
+    schema: the variable is checked and then has no effect). Raises ``ConfigError`` for a
+    variable it cannot use, in a sentence that does not quote a URL. Pure."""
+    schema = config.storage_schema
+    given_schema = environ.get(SCHEMA_VARIABLE, "")
+    if given_schema.strip():
+        problem = check_storage_schema(given_schema)
+        if problem is not None:
+            raise ConfigError(f"{SCHEMA_VARIABLE} {problem}")
+        schema = given_schema
     given = environ.get(STORAGE_VARIABLE, "")
     if given.strip():
         problem = check_storage(given)
         if problem is not None:
             raise ConfigError(f"{STORAGE_VARIABLE} {problem}")
-        return Store(url=given, schema=config.storage_schema)
+        return Store(url=given, schema=schema)
     if config.storage is not None:
-        return Store(url=config.storage, schema=config.storage_schema)
+        return Store(url=config.storage, schema=schema)
     return Store(path=state_dir(given_state_dir, environ) / DATABASE)
 
 

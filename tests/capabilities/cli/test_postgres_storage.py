@@ -140,19 +140,20 @@ def test_run_keeps_its_conversation_in_postgresql_and_the_next_run_continues_it(
     no_database_file(tmp_path)
 
 
-def test_the_environment_variable_names_the_database_over_the_config_file(
+def test_the_environment_variables_name_the_database_and_schema_over_the_config_file(
     server: ServerThread,
     env: dict[str, str],
     tmp_path: Path,
     postgres_schema: tuple[str, str],
 ) -> None:
     url, schema = postgres_schema
-    # the file names a database that cannot be reached; the variable the test cluster
+    # the file names a database that cannot be reached and another schema; the variables the
+    # test cluster and this test's schema
     unreachable = f"postgresql://ann:{CANARY}@/nowhere?host={tmp_path / 'no-socket'}"
-    config = write_config(tmp_path, f'storage = "{unreachable}"\nstorage_schema = "{schema}"\n')
+    config = write_config(tmp_path, f'storage = "{unreachable}"\nstorage_schema = "elsewhere"\n')
     server.script(Reply.sse(ChatWire().text("Hello from PostgreSQL.")))
     done = effectagent(
-        env | {"EFFECTAGENT_STORAGE": url},
+        env | {"EFFECTAGENT_STORAGE": url, "EFFECTAGENT_STORAGE_SCHEMA": schema},
         "run",
         *MODEL,
         "--base-url",

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.cli._config import DEFAULT_SCHEMA, Config, ConfigError, load_config
-from capabilities.cli._store import STORAGE_VARIABLE, Store, choose_store
+from capabilities.cli._store import SCHEMA_VARIABLE, STORAGE_VARIABLE, Store, choose_store
 from capabilities.storage._postgres_names import check_schema
 
 #: A made-up password: it must never show in what the command says.
@@ -149,6 +149,29 @@ def test_the_environment_variable_overrides_the_file_and_is_checked_as_strictly(
         choose_store(config, state, {STORAGE_VARIABLE: f"mysql://ann:{CANARY}@db/agents"})
     assert str(caught.value).startswith("EFFECTAGENT_STORAGE must be a PostgreSQL URL")
     assert CANARY not in str(caught.value)
+
+
+def test_the_schema_variable_overrides_the_file_s_schema_and_is_checked_as_strictly(
+    tmp_path: Path,
+) -> None:
+    config = Config(storage="postgresql://file@db/agents", storage_schema="team_a")
+    state = str(tmp_path / "state")
+    chosen = choose_store(config, state, {SCHEMA_VARIABLE: "team_b"})
+    assert (chosen.url, chosen.schema) == ("postgresql://file@db/agents", "team_b")
+    both = choose_store(Config(), state, {STORAGE_VARIABLE: URL, SCHEMA_VARIABLE: "team_c"})
+    assert (both.url, both.schema) == (URL, "team_c")
+    assert CANARY not in both.name
+    assert both.name.endswith("(schema team_c)")
+    blank = choose_store(config, state, {SCHEMA_VARIABLE: "  "})
+    assert blank.schema == "team_a"
+    sqlite = choose_store(Config(), state, {SCHEMA_VARIABLE: "team_b"})
+    assert sqlite.path == tmp_path / "state" / "effectagent.db"  # a file has no schema
+    for bad in ("Team", "pg_catalog", "1st", "a-b", "x" * 64, "a; DROP SCHEMA public"):
+        with pytest.raises(ConfigError) as caught:
+            choose_store(config, state, {SCHEMA_VARIABLE: bad})
+        assert str(caught.value).startswith(
+            "EFFECTAGENT_STORAGE_SCHEMA must be a plain lower-case name"
+        )
 
 
 def test_a_store_is_a_path_or_a_url() -> None:
