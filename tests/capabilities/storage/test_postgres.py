@@ -6,6 +6,7 @@ password never reaches an error."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from psycopg import sql
 
+from capabilities.storage import _postgres as postgres_module
 from capabilities.storage._busy import BusyPolicy
 from capabilities.storage._database import MEMORY, open_database
 from capabilities.storage._errors import (
@@ -34,6 +36,7 @@ from capabilities.storage._port import Connection, Database, dialect_of
 from capabilities.storage._postgres import PostgresDatabase, clock_skew, open_postgres
 from capabilities.storage._postgres_attempts import DUPLICATE_RETRIES
 from capabilities.storage._postgres_layout import APPLICATION, LAYOUT_VERSION, ForeignSchema
+from capabilities.storage._postgres_listen import channel
 from capabilities.storage._postgres_names import SchemaInUse, failure_kind, lock_key, redact_url
 from capabilities.storage._recovery import STATE_REASON
 from tests.postgres import drop_schema, fresh_schema, postgres_database, postgres_url
@@ -763,6 +766,70 @@ async def test_the_clock_difference_with_the_server_is_measured_at_open() -> Non
         pool = database._pool  # the measure itself, with a clock 100 s fast
         skew = await trio.to_thread.run_sync(lambda: clock_skew(pool, lambda: time.time() + 100))
         assert -101.0 < skew < -99.0
+
+
+async def test_a_clock_a_second_or_more_off_is_a_warning_line_at_open(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The measure is said where an operator looks: a warning naming how far off, and what to
+    do; a clock in step says nothing."""
+    caplog.set_level("WARNING", logger="effectagent.capabilities")
+    async with postgres_database():
+        pass
+    assert not [r for r in caplog.records if "clock" in r.getMessage()]
+
+    def fast_clock(pool: Any) -> float:
+        return clock_skew(pool, lambda: time.time() + 100)  # this machine 100 s ahead
+
+    monkeypatch.setattr(postgres_module, "clock_skew", fast_clock)
+    async with postgres_database() as database:
+        assert -101.0 < database.clock_skew < -99.0
+    (line,) = [r for r in caplog.records if "clock" in r.getMessage()]
+    assert line.levelname == "WARNING"
+    said = line.getMessage()
+    assert "this machine's clock differs from the database server's" in said
+    assert re.search(r"seconds=-(99|100|101)\.\d", said), said
+    assert "NTP" in said
+
+
+async def test_a_wake_up_is_sent_by_a_write_that_commits_and_never_by_one_rolled_back() -> None:
+    """A write made with ``wake=True`` notifies inside its own transaction: its notification is
+    delivered when it commits, and one rolled back at COMMIT — after its work and its NOTIFY
+    ran — sends nothing. Judged by a listener of the test's own: the notifications it receives
+    before a marker sent afterwards are every one sent before it."""
+    async with postgres_database() as db:
+        name = channel(db.schema)
+
+        def lay_out(conn: Connection) -> None:
+            conn.execute("CREATE TABLE wake_parent (id INTEGER PRIMARY KEY)")
+            conn.execute(
+                "CREATE TABLE wake_child (parent INTEGER REFERENCES wake_parent"
+                " DEFERRABLE INITIALLY DEFERRED)"
+            )
+
+        await db.write(lay_out)
+        ran: list[str] = []
+
+        def orphan(conn: Connection) -> None:  # its foreign key is checked at COMMIT only
+            conn.execute("INSERT INTO wake_child VALUES (1)")
+            ran.append("work")
+
+        def committed(conn: Connection) -> None:
+            conn.execute("INSERT INTO wake_parent VALUES (1)")
+
+        with psycopg.connect(postgres_url(), autocommit=True) as listener:
+            listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+            with pytest.raises(WriteFailed):
+                await db.write(orphan, wake=True)
+            assert ran  # its work ran, then its NOTIFY; the COMMIT failed
+            await db.write(committed, wake=True)
+            listener.execute("SELECT pg_notify(%s, 'marker')", (name,))
+            received: list[str] = []
+            for notify in listener.notifies(timeout=60):  # a bound for a failure
+                received.append(notify.payload)
+                if notify.payload == "marker":
+                    break
+        assert received == ["", "marker"]  # the committed write's, then the marker
 
 
 async def test_a_work_function_knows_the_dialect_of_its_connection() -> None:
