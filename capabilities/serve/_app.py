@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute, Route
 
 from effectagent.core import ApprovalRequest, ModelResponseRecorded, RunCompletedRecord
 from effectagent.effect import Layer, SchemaError, decode_json, encode
-from effectagent.engine import RunListenerService
+from effectagent.engine import RunListener, RunListenerService
 
 from .._ids import new_id
 from .._logging import log_warning
@@ -57,7 +57,7 @@ from ._api import (
 from ._auth import Principal
 from ._console import console_routes
 from ._events import entry_json
-from ._live import LiveText, RunListeners, send_live
+from ._live import LiveText, RunListeners, check_listeners, send_live
 from ._metrics import ServeMetrics, _TokenListener
 from ._openapi import openapi_document
 from ._problems import MEDIA_TYPE, Problem, problem_of
@@ -267,14 +267,22 @@ class ServeApi:
         self._closing.set()
         self.live.close()
 
-    def listener(self) -> Layer:
+    def listener(self, *also: RunListener) -> Layer:
         """A Layer providing the engine's ``RunListenerService`` for a worker in this process
         (``serve(..., worker=...)``; give it to the worker's layer): the runs' text deltas
         reach the event streams as they are streamed (:attr:`live`), and, with :attr:`metrics`,
-        the runs' tokens are counted. It replaces any other run listener, such as tracing's."""
-        found = self.live.listener()
+        the runs' tokens are counted.
+
+        A runtime has one run listener: a layer merged after this one that provides another
+        (``Telemetry.layer()``, say) replaces it, and this one replaces an earlier one. Give the
+        others here instead — ``api.listener(telemetry)`` — and each sees every event (see
+        :class:`RunListeners`). Raises ``TypeError`` for one that is not a run listener."""
+        check_listeners(also)
+        found: RunListener = self.live.listener()
         if self.metrics is not None:
             found = RunListeners(found, _TokenListener(self.metrics.tokens))
+        if also:
+            found = RunListeners(found, *also)
         return Layer.succeed(RunListenerService, found, name="serve_listener")
 
     # ---- the wrapper -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from effectagent.engine import RunListener
 from .._logging import log_warning
 from ._sse import live_bytes
 
-__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners", "send_live"]
+__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners", "check_listeners", "send_live"]
 
 #: A follower's buffer, by default: deltas, and characters of their text.
 BOUND: Final = 256
@@ -207,6 +207,21 @@ class _LiveListener:
         return nullcontext()
 
 
+def check_listeners(listeners: tuple[object, ...]) -> None:
+    """Raise ``TypeError`` naming the first of ``listeners`` that is not a run listener (an
+    object with ``on_event`` and ``call_context``): it would otherwise fail at a run's first
+    event, far from where it was given."""
+    for index, listener in enumerate(listeners):
+        if not (
+            callable(getattr(listener, "on_event", None))
+            and callable(getattr(listener, "call_context", None))
+        ):
+            raise TypeError(
+                f"run listener {index + 1} must have on_event and call_context methods "
+                f"(a RunListener such as Telemetry), got {type(listener).__name__}"
+            )
+
+
 @final
 class RunListeners:
     """Several run listeners as one: each sees every event, in order; one that raises is logged
@@ -215,6 +230,7 @@ class RunListeners:
     __slots__ = ("_failed", "_listeners")
 
     def __init__(self, *listeners: RunListener) -> None:
+        check_listeners(listeners)
         self._listeners = listeners
         self._failed: set[int] = set()
 

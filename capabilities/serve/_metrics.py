@@ -29,11 +29,12 @@ import trio
 
 from effectagent.core import RunCompleted, RunFailed, RunInterrupted, RunSuspended
 from effectagent.effect import Layer
-from effectagent.engine import RunListenerService
+from effectagent.engine import RunListener, RunListenerService
 
 from ..durable import DurableQueue
 from ..storage import Database, StorageError
 from . import _ledger
+from ._live import RunListeners, check_listeners
 
 try:  # the OpenTelemetry API is the telemetry extra's: without it there are no metrics
     from opentelemetry import metrics
@@ -162,12 +163,17 @@ class ServeMetrics:
         self._tokens.add(input_tokens, {"direction": "input"})
         self._tokens.add(output_tokens, {"direction": "output"})
 
-    def listener(self) -> Layer:
+    def listener(self, *also: RunListener) -> Layer:
         """A Layer providing the engine's ``RunListenerService`` that counts tokens (give it to
-        the worker's layer; it replaces any other run listener, such as tracing's)."""
-        return Layer.succeed(
-            RunListenerService, _TokenListener(self.tokens), name="serve_token_metrics"
-        )
+        the worker's layer). A runtime has one run listener: give the others it should have here
+        — ``metrics.listener(telemetry)`` — and each sees every event (``RunListeners``); a
+        layer merged after this one that provides another replaces it. Raises ``TypeError`` for
+        one that is not a run listener."""
+        check_listeners(also)
+        found: RunListener = _TokenListener(self.tokens)
+        if also:
+            found = RunListeners(found, *also)
+        return Layer.succeed(RunListenerService, found, name="serve_token_metrics")
 
     def observe(
         self,

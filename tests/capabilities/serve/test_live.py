@@ -16,11 +16,25 @@ import pytest
 import trio
 from hypothesis import given
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from capabilities.serve import LiveFeed, LiveText, RunListeners, ServeApi
+from capabilities.serve import LiveFeed, LiveText, RunListeners, ServeApi, ServeMetrics
 from capabilities.serve._live import BOUND, MAX_CHARS, Live
 from capabilities.storage import SqliteConversationLog, open_database
-from effectagent.ai import ModelRequest, TextDeltaPart, TextEndPart, TextStartPart, UserMessage
+from capabilities.telemetry import Telemetry
+from effectagent import Agent, open_runtime
+from effectagent.ai import (
+    ModelRequest,
+    TextDeltaPart,
+    TextEndPart,
+    TextStartPart,
+    Usage,
+    UserMessage,
+)
 from effectagent.core import (
     ConversationCreated,
     ModelResponseRecorded,
@@ -29,7 +43,7 @@ from effectagent.core import (
     UsageDelta,
     UserInputRecorded,
 )
-from effectagent.testing import Turn
+from effectagent.testing import FunctionModel, Turn
 
 from .support import ANN, Served, SseReader, auth, served, settings
 
@@ -320,6 +334,53 @@ def test_listeners_together_each_see_every_event_and_one_failing_spares_the_othe
         with both.call_context("r", "call"):
             pass
     assert [p.text for p in feed.take()] == ["one", "two"]
+
+
+async def test_the_service_listener_keeps_tracing_given_to_it_and_metrics_too(
+    tmp_path: Path,
+) -> None:
+    """A runtime has one run listener: tracing given to ``api.listener`` (and to
+    ``metrics.listener``) sees every run beside the live text and the token counts — one run,
+    its spans exported, its text followed, its tokens counted. Not a listener: ``TypeError``."""
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    metrics = ServeMetrics(MeterProvider(metric_readers=[reader]).get_meter("test"))
+    telemetry = Telemetry(tracer_provider=tracer_provider)
+    agent = Agent("assistant", "Answer.")
+    model = FunctionModel(lambda request: Turn.text("Fine, thanks.", usage=Usage.of(5, 3)))
+    async with open_database(tmp_path / "serve.db") as database:
+        api = ServeApi(database, settings(), metrics=metrics)
+        with api.live.subscribe("c-traced") as feed:
+            layer = model.as_layer() + api.listener(telemetry)
+            async with open_runtime(layer, agents=[agent]) as runtime:
+                result = await runtime.run(
+                    agent, "How are you?", conversation_id="c-traced", create=True
+                )
+            assert result.text == "Fine, thanks."
+            assert "".join(p.text for p in feed.take()) == "Fine, thanks."
+    names = [span.name for span in spans.get_finished_spans()]
+    assert any(name.startswith("invoke_agent") for name in names), names
+    data = reader.get_metrics_data()
+    assert data is not None
+    tokens: dict[Any, Any] = {
+        dict(point.attributes or {})["direction"]: getattr(point, "value", None)
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "effectagent.runs.tokens"
+        for point in metric.data.data_points
+    }
+    assert tokens == {"input": 5, "output": 3}
+    spans.clear()
+    async with open_runtime(model.as_layer() + metrics.listener(telemetry), agents=[agent]) as rt:
+        await rt.run(agent, "Again?")
+    assert [s for s in spans.get_finished_spans() if s.name.startswith("invoke_agent")]
+    for wrong in (api.listener, metrics.listener, RunListeners):
+        with pytest.raises(TypeError, match="run listener 1 must have on_event and call_context"):
+            wrong(object())  # type: ignore[arg-type]
+    tracer_provider.shutdown()
 
 
 # ---- the stream's order, with the log read at a chosen moment -----------------------------------
