@@ -253,9 +253,14 @@ def test_a_chat_draws_the_answer_as_markdown_once_complete_and_no_markup_of_its_
     child.expect(r"answering · \d+ s · ~6 tokens")  # 21 characters, beside the spinner
     child.send(CTRL_C)  # the answer never ends: what came is drawn
     child.expect_exact("interrupted")
+    # The run's lines reach the terminal through the editor's stdout proxy (a thread of its own,
+    # in order), the idle prompt through the prompt's loop: on a busy machine "you>" may show
+    # before the interrupted run's usage line. That line is waited for first, so the next
+    # "usage: " is the second run's, and the Ctrl-D of ``end`` never lands while it goes.
+    child.expect_exact("usage: ")
     child.expect_exact("you>")
     child.send("Again." + ENTER)
-    child.expect_exact("usage: ")
+    child.expect_exact("usage: ")  # the second run's: its answer is complete
     child.expect_exact("you>")
     end(child)
     raw = seen.getvalue()
