@@ -47,6 +47,7 @@ __all__ = [
     "InstructionsRecorded",
     "LogEntry",
     "ModelResponseRecorded",
+    "ModelUsageRecorded",
     "Record",
     "RunCompletedRecord",
     "RunFailedRecord",
@@ -256,6 +257,25 @@ class CompactionCreated:
 
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
+class ModelUsageRecorded:
+    """What one model call a run made besides its turns' requests used: a guardrail's or an
+    output validator's ``ctx.generate`` (``purpose="check"``), or a compaction's summary
+    (``purpose="compaction"``), during turn ``turn`` (0: before the first). Never shown to the
+    model. It is what lets a run resumed from its records count those calls' tokens and cost in
+    its budget, as the live run counted them. ``model`` names the model that answered, as
+    :class:`ModelResponseRecorded` does (None: the runtime's own)."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    purpose: Literal["check", "compaction"]
+    usage: UsageDelta
+    at: float
+    model: str | None = None
+
+
+@_fast_init
+@attrs.frozen(slots=True, kw_only=True)
 class RunCompletedRecord:
     """A run ended with an answer."""
 
@@ -328,6 +348,7 @@ Record: TypeAlias = (
     | RunSuspendedRecord
     | AgentStateWritten
     | InstructionsRecorded
+    | ModelUsageRecorded
 )
 
 

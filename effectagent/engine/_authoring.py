@@ -359,7 +359,7 @@ async def prepare_turn(run: RunEdges, command: PrepareTurn) -> TurnPrepared:
     the hook gave for the turn (``run.prompt``) and the instructions for compaction's
     projections (``run.services``).
 
-    Cancellation: a cancellation point while the functions await and the log appends.
+    Cancellation: a cancellation point while the functions await (nothing is appended here).
     """
     state = run.state
     assert state is not None
@@ -383,7 +383,7 @@ async def prepare_turn(run: RunEdges, command: PrepareTurn) -> TurnPrepared:
     run.prompt = (
         None if prompt is None else PromptOverride(command.turn, len(state.messages), prompt)
     )
-    return await record_preparation(io, prepared, command.turn)
+    return record_preparation(io, prepared, command.turn)
 
 
 def _preparer(run: RunEdges, value: Any) -> TurnPreparer:
@@ -417,13 +417,12 @@ def resume_authoring(run: RunEdges, found: FoundRun) -> None:
         run.services = run.services.with_system(preparer.seed(recorded[-1].text))
 
 
-async def record_preparation(io: RunIO, prepared: Preparation, turn: int) -> TurnPrepared:
-    """Record what a turn's preparation gave — its instructions when they changed
-    (``InstructionsRecorded``), its context items (``ContextAdded``), in one append — and say it
-    to the machine.
-
-    Cancellation: as the log's append (all or nothing).
-    """
+def record_preparation(io: RunIO, prepared: Preparation, turn: int) -> TurnPrepared:
+    """Have what a turn's preparation gave — its instructions when they changed
+    (``InstructionsRecorded``), its context items (``ContextAdded``) — appended with the turn's
+    response, in its append and before it (``RunIO.record_later``), and say it to the machine.
+    A process that dies while the model is asked has recorded neither: its resumed run prepares
+    the turn again, once. Nothing waits here."""
     if prepared.failure is not None:
         return TurnPrepared(failure=prepared.failure)
     now = time.time()
@@ -442,8 +441,8 @@ async def record_preparation(io: RunIO, prepared: Preparation, turn: int) -> Tur
         ContextAdded(conversation_id=io.conversation_id, run_id=io.run_id, item=item, at=now)
         for item in prepared.items
     ]
-    if records:
-        await io.record(*records)
+    for record in records:
+        io.record_later(record)
     return TurnPrepared(prepared.system, context_messages(prepared.items))
 
 

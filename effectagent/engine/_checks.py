@@ -278,9 +278,12 @@ async def first_turns(driver: RunDriver, state: RunState) -> EnterGrace | None:
         ctx = check_context(driver)
         failure = await check_input(ctx, before, ctx.input, driver.io.redact_text)
         budget = state.budget
-        for delta, model in ctx.take_usage():
+        used = ctx.take_usage()
+        for delta, model in used:
             budget = budget.with_usage(delta, model)
         state = driver.state = attrs.evolve(state, budget=budget)
+        if used:  # recorded with the first response (or the run's end)
+            driver.record_usage(state.turn, "check", used)
         if failure is not None:
             driver.io.logs.warning("input guardrail stopped the run", error=failure.tag)
             await driver._fail(failure)

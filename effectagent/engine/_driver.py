@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, final, get_args
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, final, get_args
 
 import trio
 
@@ -33,12 +33,14 @@ from effectagent.core import (
     EventBase,
     LogEntry,
     ModelRetrying,
+    ModelUsageRecorded,
     RunError,
     RunFailed,
     RunSuspended,
     StorageFailed,
     TurnCompleted,
     TurnStarted,
+    UsageDelta,
     UsageTotals,
     UserInputRecorded,
 )
@@ -77,6 +79,7 @@ from ._machine import (
     PrepareTurn,
     RecordFeedback,
     RecordInputs,
+    RecordUsage,
     RequestModel,
     RunBatch,
     RunState,
@@ -438,6 +441,8 @@ class RunDriver(RunEdges):
     async def _compact(self, command: Compact) -> Compacted:
         state = self.state
         assert state is not None
+        # The compactor reads the log for the prompt: a prepared turn's items must be in it.
+        await self.io.flush()
         messages, usage, model = await maybe_compact(
             self.io,
             self.services,
@@ -463,6 +468,35 @@ class RunDriver(RunEdges):
         step = command.step
         if not step.recorded:  # a resumed run's response is in the log already
             self.io.record_later(step.record)
+
+    def _record_usage(self, command: RecordUsage) -> None:
+        self.record_usage(command.turn, command.purpose, command.calls)
+
+    def record_usage(
+        self,
+        turn: int,
+        purpose: Literal["check", "compaction"],
+        calls: Sequence[tuple[UsageDelta, str | None]],
+    ) -> None:
+        """Have a ``ModelUsageRecorded`` of each of ``calls`` (model calls made besides the
+        turn's request, already counted in the budget) appended first by the run's next append.
+        A run always appends again — its next response, its feedback, its end — so they are
+        written with it; a process that dies first loses them, and its resumed run counts only
+        what was written."""
+        io = self.io
+        now = time.time()
+        for usage, model in calls:
+            io.record_later(
+                ModelUsageRecorded(
+                    conversation_id=io.conversation_id,
+                    run_id=io.run_id,
+                    turn=turn,
+                    purpose=purpose,
+                    usage=usage,
+                    at=now,
+                    model=model,
+                )
+            )
 
     def _complete_turn(self, command: CompleteTurn) -> None:
         io = self.io
@@ -646,6 +680,7 @@ _EFFECTS.update(
     {
         StartTurn: RunDriver._start_turn,
         AppendLater: RunDriver._append_later,
+        RecordUsage: RunDriver._record_usage,
         CompleteTurn: RunDriver._complete_turn,
         TakeFollowUps: RunDriver._take_follow_ups,
         AnnounceRetry: RunDriver._announce_retry,

@@ -160,6 +160,7 @@ class RunEdges:
             and last.turn == command.turn
             and last.tool_call_ids == command.tool_call_ids
             and not io.appended
+            and not io.pending
         )
         if not again:
             await io.record(

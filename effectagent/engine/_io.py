@@ -432,10 +432,26 @@ class RunIO:
     def record_later(self, record: Record) -> None:
         """Have ``record`` appended first by the run's next :meth:`record` (no checkpoint here).
 
-        Only for a record followed by another append before the turn ends, with no wait between:
-        the model response, which its turn's tool calls, settlements or ending follow.
+        For records the run's next append may carry: a model response, which its turn's tool
+        calls, settlements or ending follow; a turn's preparation, which goes with the turn's
+        response (so a process that dies while the model is asked has recorded neither, and its
+        resumed run prepares the turn once); the usage of a check's or a summary's model call.
+        Every way a run ends appends, so none is lost but with the process. What reads the log
+        for the run's prompt (a compaction) calls :meth:`flush` first.
         """
         self._pending += (record,)
+
+    @property
+    def pending(self) -> bool:
+        """Whether records wait for the run's next append (:meth:`record_later`)."""
+        return bool(self._pending)
+
+    async def flush(self) -> None:
+        """Append the pending records now, if there are any (see :meth:`record`).
+
+        Cancellation: as :meth:`record`; nothing to do is no checkpoint."""
+        if self._pending:
+            await self.record()
 
     # ---- redaction ---------------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ from ._machine_values import (
     PrepareTurn,
     RecordFeedback,
     RecordInputs,
+    RecordUsage,
     RequestModel,
     RunBatch,
     RunConfig,
@@ -123,6 +124,7 @@ __all__ = [
     "PrepareTurn",
     "RecordFeedback",
     "RecordInputs",
+    "RecordUsage",
     "RequestModel",
     "RunBatch",
     "RunConfig",
@@ -222,6 +224,15 @@ def _turn_prepared(state: RunState, event: TurnPrepared) -> Transition:
 
 
 def _compacted(state: RunState, event: Compacted) -> Transition:
+    if not event.usage:
+        return _compacted_prompt(state, event)
+    turn = state.turn
+    state, commands = _compacted_prompt(state, event)
+    calls = tuple((delta, event.model) for delta in event.usage)
+    return state, (RecordUsage(turn, "compaction", calls), *commands)
+
+
+def _compacted_prompt(state: RunState, event: Compacted) -> Transition:
     budget = state.budget
     for delta in event.usage:
         budget = budget.with_usage(delta, event.model)
@@ -248,6 +259,17 @@ def _compacted(state: RunState, event: Compacted) -> Transition:
 
 
 def _responded(state: RunState, event: ModelResponded) -> Transition:
+    if not event.checked:
+        return _responded_step(state, event)
+    turn = state.turn
+    state, commands = _responded_step(state, event)
+    # The checks' usage is recorded after the response, as the budget counts it after the turn.
+    later, *rest = commands
+    assert isinstance(later, AppendLater)
+    return state, (later, RecordUsage(turn, "check", event.checked), *rest)
+
+
+def _responded_step(state: RunState, event: ModelResponded) -> Transition:
     if state.phase != "model":
         _wrong(state, "model")
     config = state.config
@@ -405,13 +427,18 @@ def _answer_checked(state: RunState, event: AnswerChecked) -> Transition:
     budget = state.budget
     for delta, model in event.usage:  # the checks' model calls count like the turns'
         budget = budget.with_usage(delta, model)
+    commands: list[Command] = []
+    if event.usage:
+        commands.append(RecordUsage(state.turn, "check", event.usage))
     state = _set(state, budget=budget, held=None)
     verdict = event.verdict
     if verdict is None:
-        return _set(state, phase="ended"), (event.complete,)
+        commands.append(event.complete)
+        return _set(state, phase="ended"), tuple(commands)
     if isinstance(verdict, RunError):
-        return _set(state, phase="ended"), (Fail(verdict),)
-    return _reject(state, held, verdict, event.now, [], rejected=True)
+        commands.append(Fail(verdict))
+        return _set(state, phase="ended"), tuple(commands)
+    return _reject(state, held, verdict, event.now, commands, rejected=True)
 
 
 def _reject(

@@ -54,6 +54,7 @@ __all__ = [
     "PrepareTurn",
     "RecordFeedback",
     "RecordInputs",
+    "RecordUsage",
     "RequestModel",
     "RunBatch",
     "RunConfig",
@@ -314,6 +315,18 @@ class AppendLater:
 
 @_fast_init
 @attrs.frozen(slots=True)
+class RecordUsage:
+    """Have the usage of model calls made besides the turn's request — the checks'
+    (``purpose="check"``) or a compaction's summary — recorded by the next append
+    (``ModelUsageRecorded``, one per call), as the budget counted it."""
+
+    turn: int
+    purpose: Literal["check", "compaction"]
+    calls: tuple[tuple[UsageDelta, str | None], ...]
+
+
+@_fast_init
+@attrs.frozen(slots=True)
 class StartTurn:
     """Emit ``TurnStarted``."""
 
@@ -463,6 +476,7 @@ Command: TypeAlias = (
     RecordInputs
     | RecordFeedback
     | AppendLater
+    | RecordUsage
     | StartTurn
     | CompleteTurn
     | AnnounceRetry

@@ -27,8 +27,10 @@ function of the log — no Trio, no I/O, no clock of its own (``now`` comes in):
   (the grace turn's excepted: a response taken when a count was already used up), a tool call
   per prepared call and per inner call its settlement's audit counts, what its subagents used,
   tokens from the responses' usage, failures in a row from the settlements, output retries from
-  the engine's feedback. What the records do not hold is not counted: the usage of compaction's
-  summary calls, and time — the run's deadline (``max_duration``) starts afresh.
+  the engine's feedback, and the usage of the model calls made besides the turns' requests —
+  checks' and compaction summaries' (``ModelUsageRecorded``). What the records do not hold is not
+  counted: time — the run's deadline (``max_duration``) starts afresh — and a call whose record
+  its process died before writing.
 * :func:`dangling_path` decides what becomes of each call of a batch that was not settled.
 
 ``pending_approvals`` lists what a suspended run waits for, for whoever decides.
@@ -57,6 +59,7 @@ from effectagent.core import (
     ApprovalRequest,
     LogEntry,
     ModelResponseRecorded,
+    ModelUsageRecorded,
     ResponseLimits,
     RunCompletedRecord,
     RunFailedRecord,
@@ -503,6 +506,8 @@ def _count(
         elif isinstance(record, ToolCallPrepared):
             prepared += 1
             budget = budget.with_calls(1)
+        elif isinstance(record, ModelUsageRecorded):  # a check's or a summary's model call
+            budget = budget.with_usage(record.usage, record.model)
         elif isinstance(record, UserInputRecorded) and record.kind == "feedback":
             output_retries += 1
     if batch:

@@ -88,7 +88,7 @@ SURFACE: dict[str, str] = {
         ApprovalRequested approval_decided assistant_message_of bounded_json cut_off_note bounded_parsed BudgetExhausted
         CheckContext FinalAnswer Guardrail GuardrailFailed GuardrailResult GuardrailTripped OneOf
         one_of OutputValidatorFailed RejectOutput FINAL_RESULT final_result_names
-        DefaultInput InstructionsContext InstructionsFailed InstructionsRecorded
+        DefaultInput InstructionsContext InstructionsFailed InstructionsRecorded ModelUsageRecorded
         MAX_INSTRUCTIONS_BYTES MAX_PREPARED_BYTES MAX_PREPARED_ITEMS PrepareContextFailed
         PreparedContext TurnContext
         check_model_choice

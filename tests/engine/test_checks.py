@@ -485,6 +485,73 @@ async def test_a_guardrails_model_calls_count_in_the_token_budget(
     assert len(model.requests) == 1  # the guardrail's; no turn was asked
 
 
+async def test_the_checks_model_calls_are_recorded_and_a_resumed_run_counts_them(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A guardrail's and a validator's model calls are recorded (``ModelUsageRecorded``, after
+    the response they follow, as the budget counted them): a run whose process died after its
+    tool call settled resumes with the guardrail's tokens in its usage, and its end counts every
+    call once — what the records show, and what the resumed execution asked again."""
+    from effectagent.ai import Usage
+    from effectagent.core import ModelResponseRecorded, ModelUsageRecorded
+
+    from .crash import copy_until
+
+    async def judge(ctx: CheckContext, text: str) -> GuardrailResult:
+        await ctx.generate(ModelRequest((UserMessage.text(f"Safe? {text}"),)))
+        return GuardrailResult.passed()
+
+    tool = forecast_tool()
+    agent = make_agent(tool, input_guardrails=[judge])
+
+    @agent.output_validator
+    async def checked(text: str, ctx: CheckContext) -> None:
+        await ctx.generate(ModelRequest((UserMessage.text(f"Right? {text}"),)))
+
+    answer = [
+        Turn.text("It is 21 °C.", usage=Usage.of(20, 3)),
+        Turn.text("ok", usage=Usage.of(1000, 50)),
+    ]
+    model = TrackingModel(
+        [
+            Turn.text("yes", usage=Usage.of(100, 7)),  # the input guardrail's call
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), usage=Usage.of(10, 2)),
+            *answer,
+        ]
+    )
+    dying = DyingLog()
+    probe = HandlerProbe()
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + model.layer() + dying.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        whole = await runtime.run(agent, "Oslo?", conversation_id="c", create=True, run_id="r")
+    assert whole.status == "completed"
+    assert (whole.usage.input_tokens, whole.usage.model_calls) == (1130, 4)
+    records = [e.record for e in await dying.log.entries("c")]
+    shown = [
+        (type(r).__name__, getattr(r, "purpose", None), getattr(r, "turn", None))
+        for r in records
+        if isinstance(r, (ModelResponseRecorded, ModelUsageRecorded))
+    ]
+    assert shown == [
+        ("ModelUsageRecorded", "check", 0),  # the guardrail's, before the first turn
+        ("ModelResponseRecorded", None, 1),
+        ("ModelResponseRecorded", None, 2),
+        ("ModelUsageRecorded", "check", 2),  # the validator's, after the answer it checked
+    ]
+    (early, late) = [r for r in records if isinstance(r, ModelUsageRecorded)]
+    assert (early.usage.input_tokens, late.usage.input_tokens) == (100, 1000)
+    # The process died before the answer's append: resumed from everything written before it.
+    cut = dying.boundaries[-2]
+    log = await copy_until(dying.log, "c", cut)
+    again = TrackingModel(list(answer))
+    layer = agent.toolkit.handlers({tool: probe.forecast()}) + again.layer() + log_layer(log)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        resumed = await runtime.resume(agent, conversation_id="c", run_id="r")
+    assert resumed.status == "completed"
+    assert len(again.requests) == 2  # the answer and the validator's call, asked again
+    assert (resumed.usage.input_tokens, resumed.usage.output_tokens) == (1130, 62)
+
+
 def test_the_checks_failures_round_trip_the_storage_codec() -> None:
     """A run that a check ended is read back from SQLite with its typed failure."""
     from capabilities.storage._codec import RecordCodec

@@ -108,6 +108,42 @@ async def test_a_context_the_model_refuses_as_too_long_is_compacted_and_asked_ag
     model.assert_consumed()
 
 
+async def test_a_prepared_turn_whose_context_is_refused_is_compacted_with_its_items(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A turn's preparation is recorded with its response — but a compaction after the model
+    refused the turn's context reads the log: the prepared items are written first, so the
+    summary covers them and nothing the turn was given goes missing from the prompt."""
+    from effectagent.ai import ContextLengthExceeded
+    from effectagent.core import ContextAdded, ContextItem, PreparedContext, RunCompleted
+
+    item = ContextItem(kind="memory", source="notes", text="The user lives in Oslo.")
+
+    async def prepare(context: object) -> PreparedContext:
+        return PreparedContext(items=[item])
+
+    compactor = SummarizeEverything()
+    model = ScriptedModel(
+        [
+            Turn.fail(ContextLengthExceeded("too long for me", limit=100)),
+            Turn.text("THE SUMMARY"),
+            Turn.text("short answer"),
+        ]
+    )
+    agent = make_agent(policy=make_policy(context_token_limit=100_000), prepare_context=prepare)
+    layer = Layer.succeed(CompactorService, compactor) + Layer.succeed(LanguageModelService, model)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "hello")
+        log = list(await runtime.log.entries(events[-1].conversation_id))
+    assert isinstance(events[-1], RunCompleted)
+    assert item.text in repr(model.requests[1].messages)  # the summary request saw the item
+    kinds = [type(e.record).__name__ for e in log]
+    assert kinds.index("ContextAdded") < kinds.index("CompactionCreated")
+    (compaction,) = compactor.requests
+    assert any(isinstance(e.record, ContextAdded) for e in compaction.entries)
+    model.assert_consumed()
+
+
 async def test_the_live_context_the_provider_reported_triggers_compaction(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -51,6 +51,7 @@ from effectagent.engine._machine import (
     ModelResponded,
     NextTurn,
     RecordFeedback,
+    RecordUsage,
     RequestModel,
     RunBatch,
     RunConfig,
@@ -234,7 +235,8 @@ def test_over_the_context_limit_the_turn_compacts_first() -> None:
     shorter: tuple[Message, ...] = (SYSTEM,)
     delta = UsageDelta(5, 1)
     state, commands = step(state, Compacted(shorter, (delta,)))
-    assert commands == (StartTurn(1, False), RequestModel(False))
+    summary = RecordUsage(0, "compaction", ((delta, None),))  # recorded: a resume counts it
+    assert commands == (summary, StartTurn(1, False), RequestModel(False))
     assert state.messages == shorter
     assert state.context_base is None  # a new prompt: nothing reported covers it
     assert state.budget.usage.model_calls == 1  # the summary's call is metered

@@ -26,6 +26,7 @@ from effectagent.engine._machine import (
     Complete,
     Fail,
     RecordFeedback,
+    RecordUsage,
     RunBatch,
     RunState,
     TurnDue,
@@ -48,6 +49,23 @@ def _tool_mode(**fields: Any) -> Any:
     return attrs.evolve(config(Lookup, **fields), final_tools=final_tools(Lookup))
 
 
+def test_the_usage_of_guardrails_beside_a_request_is_recorded_after_its_response() -> None:
+    """Input guardrails beside the first request used the model: their usage counts after the
+    turn's (so the turn is counted first) and is recorded right after the response, so a run
+    resumed from the records counts them in the same order; without them, nothing more."""
+    state, _ = step(begin(config()), TurnDue(0.0))
+    used = ((UsageDelta(7, 1), "judge"),)
+    plain = responded(Turn.text("Hi."))
+    beside = attrs.evolve(plain, checked=used)
+    after, commands = step(state, beside)
+    assert kinds(commands)[:2] == ["AppendLater", "RecordUsage"]
+    assert commands[1] == RecordUsage(1, "check", used)
+    without, alone = step(state, plain)
+    assert kinds(alone) == [kinds(commands)[0], *kinds(commands)[2:]]
+    tokens = after.budget.usage.input_tokens - without.budget.usage.input_tokens
+    assert tokens == 7
+
+
 def _answered(cfg: Any, turn: Turn) -> tuple[RunState, Any]:
     state, _ = step(begin(cfg), TurnDue(0.0))
     return step(state, responded(turn))
@@ -61,7 +79,7 @@ def test_an_answer_with_checks_waits_for_their_verdict_then_completes() -> None:
     assert isinstance(check, CheckAnswer)
     used = ((UsageDelta(5, 1), None),)
     state, commands = step(state, AnswerChecked(check.complete, None, used, 1.0))
-    assert commands == (check.complete,)
+    assert commands == (RecordUsage(1, "check", used), check.complete)  # recorded, then the end
     assert state.phase == "ended"
     assert state.budget.usage.input_tokens >= 5  # the checks' model calls count
 

@@ -41,6 +41,7 @@ from effectagent.engine._machine import (
     NextTurn,
     RecordFeedback,
     RecordInputs,
+    RecordUsage,
     RequestModel,
     RunBatch,
     RunConfig,
@@ -424,7 +425,8 @@ def test_nothing_compacted_before_a_turn_keeps_the_counted_base_and_meters_the_s
     assert commands == (Compact(1, 20),)
     assert state.context_base == (2, 20)
     state, commands = step(state, Compacted(None, (UsageDelta(4, 2),)))
-    assert commands == (StartTurn(1, False), RequestModel(False))
+    summary = RecordUsage(0, "compaction", ((UsageDelta(4, 2), None),))
+    assert commands == (summary, StartTurn(1, False), RequestModel(False))
     assert state.context_base == (2, 20)
     assert state.budget.usage.total_tokens == 6
 
@@ -436,7 +438,7 @@ def test_nothing_compacted_after_a_refused_context_keeps_the_base_and_the_failur
     refused = ModelCallFailed(ContextLengthExceeded("too long"), False, 0.0, 100.0, 0.0)
     state, _ = step(state, refused)
     state, commands = step(state, Compacted(None, (UsageDelta(4, 2),)))
-    assert kinds(commands) == ["Log", "Fail"]
+    assert kinds(commands) == ["RecordUsage", "Log", "Fail"]
     assert (state.context_base, state.held) == ((2, 77), None)
     assert state.budget.usage.total_tokens == 6
     again, _ = step(begin(cfg), TurnDue(0.0))

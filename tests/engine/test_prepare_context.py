@@ -118,6 +118,55 @@ async def test_items_the_hook_adds_are_recorded_and_stay_in_the_prompt() -> None
     assert added == [note(1), note(2)]
 
 
+async def test_a_turn_prepared_by_a_process_that_died_while_the_model_was_asked_is_prepared_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A turn's preparation is recorded with its response: the process dying while the model
+    is asked (the likeliest moment, the longest wait) leaves neither, so the resumed run
+    prepares that turn again and its items are in the log and the prompt once."""
+    from effectagent.testing import FunctionModel
+
+    from .crash import DyingLog, log_layer
+
+    async def prepare(context: TurnContext[Any]) -> PreparedContext:
+        return PreparedContext(items=[note(context.turn)])
+
+    agent = Agent(
+        "weather", "Answer.", make_policy(), Toolkit(forecast_tool()), prepare_context=prepare
+    )
+    tool = agent.toolkit.get("forecast")
+    assert tool is not None
+    dying = DyingLog()
+    requests: list[ModelRequest] = []
+
+    def respond(request: ModelRequest) -> Turn:
+        requests.append(request)
+        if len(requests) == 1:
+            return Turn.tool_calls(("forecast", {"city": "Oslo"}))
+        if len(requests) == 2:  # turn 2 is being asked: the process dies here
+            dying.die()
+            return Turn.hanging()
+        return Turn.text("4 degrees.")
+
+    model = FunctionModel(respond)
+    handlers = agent.toolkit.handlers({tool: forecast})
+    async with open_runtime(handlers + model.as_layer() + dying.layer(), agents=[agent]) as rt:
+        with trio.move_on_after(60):
+            await rt.run(agent, "How warm is Oslo?", conversation_id="c", create=True, run_id="r")
+    written = [e.record for e in await dying.log.entries("c")]
+    assert [r.item for r in written if isinstance(r, ContextAdded)] == [note(1)]
+    async with open_runtime(
+        handlers + model.as_layer() + log_layer(dying.log), agents=[agent]
+    ) as rt:
+        resumed = await rt.resume(agent, conversation_id="c", run_id="r")
+    assert resumed.status == "completed"
+    log = [e.record for e in await dying.log.entries("c")]
+    assert [r.item for r in log if isinstance(r, ContextAdded)] == [note(1), note(2)]
+    last = user_texts(requests[-1])
+    assert last.count(note(2).as_message_text()) == 1
+    assert last.count(note(1).as_message_text()) == 1
+
+
 async def test_a_prompt_the_hook_gives_is_sent_for_its_turn_only_and_never_recorded() -> None:
     async def prepare(context: TurnContext[Any]) -> PreparedContext | None:
         if context.turn == 1:  # the first turn sees a trimmed prompt: system and a note only

@@ -33,6 +33,7 @@ from effectagent.core import (
     CompactionPerformed,
     CompactionPolicy,
     ModelResponseRecorded,
+    ModelUsageRecorded,
     RunCompleted,
     RunFailedRecord,
     ToolCallSettled,
@@ -128,6 +129,18 @@ async def test_a_200_turn_conversation_stays_under_the_limit_on_every_request(
     assert len([e for e in log if isinstance(e.record, ModelResponseRecorded)]) == len(
         [r for r in reader.requests if not _is_summary_request(r)]
     )
+    # ... and every summary call's usage: the records hold every token the run counted (what a
+    # run resumed from them counts again).
+    summaries = [r for e in log if isinstance(r := e.record, ModelUsageRecorded)]
+    assert [r.purpose for r in summaries] == ["compaction"] * len(
+        [r for r in reader.requests if _is_summary_request(r)]
+    )
+    recorded = sum(
+        r.usage.input_tokens
+        for e in log
+        if isinstance(r := e.record, (ModelResponseRecorded, ModelUsageRecorded))
+    )
+    assert recorded == last.usage.input_tokens
 
 
 @contextmanager
