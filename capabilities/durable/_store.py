@@ -55,6 +55,7 @@ from ..storage._lanes import (
     renew_lane,
 )
 from ..storage._port import Connection
+from ..storage._sweep import put_media_rows
 from ._ledger import Event, guard
 from ._model import (
     Diagnostic,
@@ -214,7 +215,7 @@ def admit(
         (conversation_id,),
     ).fetchone()[0]
     if media:  # kept once per digest, as the log's ``put_media``
-        conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", media)
+        put_media_rows(conn, media, now=now)
     conn.execute(
         "INSERT INTO submissions (submission_id, principal, conversation_id, idempotency_key, "
         "payload_digest, agent, input, mode, position, status, run_id, attempts, "

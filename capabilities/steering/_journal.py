@@ -36,6 +36,7 @@ from .._logging import log_warning
 from ..storage import Database
 from ..storage._lanes import process_prefix
 from ..storage._port import Connection
+from ..storage._sweep import put_media_rows
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
 from ._parts import content_of, digests_of, read_media, stored
@@ -272,7 +273,7 @@ class SqliteJournal:
                 return "queue-full"
             position = _next_position(conn, conversation_id, epoch)
             if media:  # the bytes first, by digest (kept once), as the log's ``put_media``
-                conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", media)
+                put_media_rows(conn, media, now=now)
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
                 "author, at, status, seq, reason, epoch, parts) "

@@ -26,6 +26,10 @@ another (:class:`LaneLost`). A file that is not a database, or is another applic
 ``StorageError`` that says so. Whatever fails later — a read, a write, a damaged or too-new
 record, a gap — is a ``StorageError`` too; in the Conversation Log it is also the engine's
 ``ConversationLogError``, which a run turns into a ``StorageFailed`` ending.
+
+Media bytes put for input that was never recorded (a run that failed first, steering that
+expired, a durable submission aborted) are swept when a process opens the database alone;
+where no opener is ever alone, call :func:`sweep_media` now and then (``_sweep``).
 """
 
 import typing as _typing
@@ -48,6 +52,7 @@ from ._port import Cursor as Cursor
 from ._port import Database as Database
 from ._port import DatabaseService as DatabaseService
 from ._port import Dialect as Dialect
+from ._sweep import sweep_media as sweep_media
 
 if _typing.TYPE_CHECKING:
     from ._postgres import PostgresDatabase as PostgresDatabase
@@ -98,4 +103,5 @@ __all__ = [
     "UnsafeDatabaseFile",
     "open_database",
     "open_postgres",
+    "sweep_media",
 ]

@@ -18,15 +18,16 @@ refused with :class:`ConversationInUse`, and nothing is deleted. A settled durab
 row stays (with its idempotency key: ``capabilities.durable``). Its lane row stays: a lane's
 epochs are never reused, so a conversation created again under the same ID starts after them.
 
-Bytes put for a record that was never appended (a run that failed in between) are referred to
-by no record; they stay until the file is compacted by hand (``effectagent`` has no sweep of
-them yet).
+Bytes put for a record that was never appended (a run that failed in between, steering that
+expired, a durable submission aborted before it ran) are referred to by nothing; ``_sweep``
+deletes them, with the same test of what still refers to bytes (:func:`referred_digests`): at
+an open that is alone, and when ``capabilities.storage.sweep_media`` is called.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import attrs
@@ -38,12 +39,23 @@ from ._errors import ConversationInUse, CorruptRecord, UnknownRecordVersion
 from ._lanes import read_lane, same_process
 from ._port import Connection, dialect_of
 
-__all__ = ["Forgotten", "forget_conversations", "record_digests"]
+__all__ = ["FEW_DIGESTS", "Forgotten", "forget_conversations", "record_digests", "referred_digests"]
 
 #: The statuses of a durable submission that will write no more (``_layout_durable``).
 _SETTLED: Final = "('completed', 'failed', 'aborted', 'joined')"
 #: The record types that may refer to media.
 _IN_CARRIERS: Final = "('UserInputRecorded', 'ToolCallSettled')"
+#: The parts of input not yet delivered: steering still queued, durable submissions not settled.
+_UNDELIVERED_PARTS: Final = (
+    "SELECT parts FROM steering_inputs WHERE status = 'queued' AND parts IS NOT NULL",
+    f"SELECT parts FROM submissions WHERE status NOT IN {_SETTLED} AND parts IS NOT NULL",
+)
+#: How every digest effectagent makes starts (``effectagent.ai``'s media parts).
+_DIGEST_MARK: Final = "sha256:"
+#: Up to this many digests are looked for in the records one by one; more, in one pass.
+FEW_DIGESTS: Final = 16
+#: Records read at once by the one pass.
+_PAGE: Final = 500
 
 
 @attrs.frozen
@@ -71,42 +83,95 @@ def record_digests(record: object) -> tuple[str, ...]:
     )
 
 
-def _digests_in(
-    codec: RecordCodec, rows: Iterable[tuple[str, int, str, int, str]], wanted: str | None = None
-) -> set[str] | bool:
-    """The digests the rows' records refer to — or, with ``wanted``, whether one refers to it
-    (a row that does not decode counts as referring to it)."""
+def _digests_in(codec: RecordCodec, rows: Iterable[tuple[str, int, str, int, str]]) -> set[str]:
+    """The digests the rows' records refer to (a row that does not decode is passed over)."""
     found: set[str] = set()
     for conversation_id, seq, tag, version, body in rows:
         try:
-            digests = record_digests(codec.decode(conversation_id, seq, tag, version, body))
+            found.update(record_digests(codec.decode(conversation_id, seq, tag, version, body)))
         except (CorruptRecord, UnknownRecordVersion):
-            if wanted is not None:
-                return True
             continue
-        if wanted is not None and wanted in digests:
-            return True
-        found.update(digests)
-    return False if wanted is not None else found
+    return found
 
 
-def _queued_input_needs(conn: Connection, digest: str) -> bool:
-    """Whether input not yet delivered — steering still queued, a durable submission not settled
-    (of another conversation: the deleted ones' were refused or removed above) — names
-    ``digest`` in its parts: its bytes stay for it. A substring match: when in doubt, kept."""
-    steering = conn.execute(
-        "SELECT 1 FROM steering_inputs WHERE status = 'queued' AND parts IS NOT NULL "
-        "AND instr(parts, ?) > 0 LIMIT 1",
-        (digest,),
-    ).fetchone()
-    if steering is not None:
-        return True
-    submission = conn.execute(
-        f"SELECT 1 FROM submissions WHERE status NOT IN {_SETTLED} AND parts IS NOT NULL "
-        "AND instr(parts, ?) > 0 LIMIT 1",
-        (digest,),
-    ).fetchone()
-    return submission is not None
+def _referred(
+    codec: RecordCodec, rows: Iterable[tuple[str, int, str, int, str]], wanted: Collection[str]
+) -> set[str]:
+    """Which of ``wanted`` the rows' records refer to — a row that does not decode refers to
+    each of them its body holds (when in doubt, kept). Stops reading once all of them are."""
+    found: set[str] = set()
+    for conversation_id, seq, tag, version, body in rows:
+        try:
+            record = codec.decode(conversation_id, seq, tag, version, body)
+        except (CorruptRecord, UnknownRecordVersion):
+            found.update(d for d in wanted if d in body)
+        else:
+            found.update(d for d in record_digests(record) if d in wanted)
+        if len(found) == len(wanted):
+            break
+    return found
+
+
+def _records_refer(conn: Connection, codec: RecordCodec, digests: Collection[str]) -> set[str]:
+    """Which of ``digests`` a record refers to. A few are looked for one by one (a search of the
+    records' text each); more, in one pass over every record of a kind that carries media and
+    holds a digest, page by page."""
+    wanted = set(digests)
+    found: set[str] = set()
+    if len(wanted) <= FEW_DIGESTS:
+        for digest in sorted(wanted):
+            holding = conn.execute(
+                "SELECT conversation_id, seq, type, version, body FROM records "
+                f"WHERE type IN {_IN_CARRIERS} AND instr(body, ?) > 0",
+                (digest,),
+            )
+            with contextlib.closing(holding):  # it may stop at the first row: end the statement
+                found |= _referred(codec, holding, (digest,))
+        return found
+    # Every digest effectagent makes starts with its algorithm: only bodies holding one matter.
+    marker = _DIGEST_MARK if all(d.startswith(_DIGEST_MARK) for d in wanted) else ""
+    after: tuple[str, int] = ("", -1)
+    while len(found) < len(wanted):
+        rows = conn.execute(
+            "SELECT conversation_id, seq, type, version, body FROM records "
+            f"WHERE type IN {_IN_CARRIERS} AND instr(body, ?) > 0 "
+            "AND (conversation_id > ? OR (conversation_id = ? AND seq > ?)) "
+            "ORDER BY conversation_id, seq LIMIT ?",
+            (marker, after[0], after[0], after[1], _PAGE),
+        ).fetchall()
+        if not rows:
+            break
+        found |= _referred(codec, rows, wanted - found)
+        after = (rows[-1][0], rows[-1][1])
+    return found
+
+
+def _undelivered_refer(conn: Connection, digests: Collection[str]) -> set[str]:
+    """Which of ``digests`` input not yet delivered — steering still queued, a durable
+    submission not settled — names in its parts: its bytes stay for it. A substring match: when
+    in doubt, kept. (Such input is short-lived: its parts are read whole.)"""
+    texts = [
+        str(parts)
+        for statement in _UNDELIVERED_PARTS
+        for (parts,) in conn.execute(statement).fetchall()
+    ]
+    return {d for d in digests if any(d in text for text in texts)}
+
+
+def referred_digests(
+    conn: Connection, digests: Collection[str], *, codec: RecordCodec | None = None
+) -> set[str]:
+    """Which of ``digests`` something still refers to: a record (decoded: a body that merely
+    quotes a digest does not refer to it, one that cannot be decoded refers to each digest it
+    holds), steering still queued or a durable submission not settled. Their bytes must stay;
+    the others' may go. Runs inside the caller's transaction; reads only."""
+    wanted = set(digests)
+    if not wanted:
+        return set()
+    found = _undelivered_refer(conn, wanted)
+    if len(found) < len(wanted):
+        found |= _records_refer(conn, codec or RecordCodec(), wanted - found)
+    return found
 
 
 def forget_conversations(
@@ -143,26 +208,15 @@ def forget_conversations(
             "AND instr(body, 'sha256:') > 0",
             (conversation_id,),
         ).fetchall()
-        found = _digests_in(codec, rows)
-        assert isinstance(found, set)
-        candidates |= found
+        candidates |= _digests_in(codec, rows)
         records += conn.execute(
             "DELETE FROM records WHERE conversation_id = ?", (conversation_id,)
         ).rowcount
         if dialect_of(conn) == "sqlite":  # its search index's marks (PostgreSQL's is kept)
             conn.execute("DELETE FROM said_marks WHERE conversation_id = ?", (conversation_id,))
         conn.execute("DELETE FROM steering_inputs WHERE conversation_id = ?", (conversation_id,))
+    needed = referred_digests(conn, candidates, codec=codec)
     media = 0
-    for digest in sorted(candidates):
-        if _queued_input_needs(conn, digest):
-            continue
-        holding = conn.execute(
-            "SELECT conversation_id, seq, type, version, body FROM records "
-            f"WHERE type IN {_IN_CARRIERS} AND instr(body, ?) > 0",
-            (digest,),
-        )
-        with contextlib.closing(holding):  # it may stop at the first row: end the statement
-            referred = _digests_in(codec, holding, digest)
-        if not referred:
-            media += conn.execute("DELETE FROM media WHERE digest = ?", (digest,)).rowcount
+    for digest in sorted(candidates - needed):
+        media += conn.execute("DELETE FROM media WHERE digest = ?", (digest,)).rowcount
     return Forgotten(len(ids), records, media)

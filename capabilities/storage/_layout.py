@@ -32,7 +32,10 @@ Versions:
    stays in the row's text column, joined by blank lines, and is cleared with it) and
    ``["media", reference]`` by digest, the bytes in ``media``, put in the transaction that
    admits the input — so the process that runs it builds it again (``capabilities.steering.
-   _parts``); NULL for text alone (and for every row before).
+   _parts``); NULL for text alone (and for every row before);
+6. ``put_at`` in ``media``: when the bytes were last put (seconds since the epoch; 0 for every
+   row before: long ago), and the index ``media_by_put_at`` — bytes put for something never
+   written are swept by it (``_sweep``).
 
 Tables (one per concern; a session or the agent state never holds conversation history):
 
@@ -42,8 +45,9 @@ Tables (one per concern; a session or the agent state never holds conversation h
 * ``steering_inputs`` — admitted steering and follow-ups until they become canonical (or expire);
   their text is cleared then, the log holding the (redacted) canonical copy (``parts``, which
   holds no text, stays).
-* ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed;
-  deleted with the last record referring to it: ``_forget``).
+* ``media`` — media bytes by digest: ``digest`` → ``size``, ``data`` (written once, never changed),
+  ``put_at`` (stamped again by each put of the digest); deleted with the last record referring
+  to it (``_forget``), or swept when nothing came to refer to it (``_sweep``).
 """
 
 from __future__ import annotations
@@ -57,13 +61,13 @@ from ._errors import DatabaseTooNew, ForeignDatabase, NotADatabase
 from ._layout_durable import DURABLE_TABLES
 from ._search import add_search
 
-__all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "UPGRADES", "prepare"]
+__all__ = ["APPLICATION_ID", "LAYOUT_VERSION", "MEDIA_PUT_AT", "UPGRADES", "prepare"]
 
 #: ``PRAGMA application_id`` of an effectagent database ("EAG1").
 APPLICATION_ID: Final = 0x45414731
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 5
+LAYOUT_VERSION: Final = 6
 
 _LAYOUT_V1: Final = (
     """CREATE TABLE records (
@@ -149,12 +153,26 @@ def _to_v5(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE submissions ADD COLUMN parts TEXT")
 
 
+#: The column and index layout 6 adds to ``media`` (PostgreSQL's layout 2 adds the same).
+MEDIA_PUT_AT: Final = (
+    "ALTER TABLE media ADD COLUMN put_at REAL NOT NULL DEFAULT 0",
+    "CREATE INDEX media_by_put_at ON media (put_at, digest)",
+)
+
+
+def _to_v6(conn: sqlite3.Connection) -> None:
+    """Layout 5 → 6: when media bytes were put (0 for those there: long ago), indexed."""
+    for statement in MEDIA_PUT_AT:
+        conn.execute(statement)
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open transaction).
 UPGRADES: Final[dict[int, Callable[[sqlite3.Connection], None]]] = {
     1: _to_v2,
     2: _to_v3,
     3: _to_v4,
     4: _to_v5,
+    5: _to_v6,
 }
 
 

@@ -67,6 +67,7 @@ from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
 from ._port import NO_LIMIT, Connection, Database, driver_error
 from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
+from ._sweep import put_media_rows
 
 __all__ = ["SqliteConversationLog", "write_records"]
 
@@ -336,8 +337,11 @@ class SqliteConversationLog:
     async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
         """Keep the bytes of media parts by SHA-256 digest (``media`` table) for a record of
         ``conversation_id`` about to refer to them; a digest already kept is not written again,
-        so bytes attached twice are stored once (by any conversation). They stay until no record
-        refers to them and a deletion of records (:meth:`delete_conversations`) sweeps them.
+        so bytes attached twice are stored once (by any conversation), but it is stamped as put
+        now again. They stay while a record refers to them: a deletion of records
+        (:meth:`delete_conversations`) deletes them with the last one, and bytes no record came
+        to refer to are swept (``_sweep``: at an open that is alone, or by ``sweep_media`` once
+        put longer ago than its grace).
 
         Raises :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
         all or nothing (one write transaction)."""
@@ -346,7 +350,7 @@ class SqliteConversationLog:
             return
 
         def work(conn: Connection) -> None:
-            conn.executemany("INSERT INTO media VALUES (?, ?, ?) ON CONFLICT DO NOTHING", rows)
+            put_media_rows(conn, rows, now=time.time())  # in the work: a retry stamps anew
 
         await self.database.write(work, weight=len(rows))
 

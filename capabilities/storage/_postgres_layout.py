@@ -5,8 +5,8 @@ Every table has the columns of its SQLite twin, with the same names, in the same
 the same: ``INTEGER`` becomes ``BIGINT`` (sequence numbers, positions, revisions, epochs and
 sizes can grow past 2^31), ``REAL`` becomes ``DOUBLE PRECISION`` (seconds), ``BLOB`` becomes
 ``BYTEA`` (media bytes), ``TEXT`` stays ``TEXT``; ``WITHOUT ROWID`` has no counterpart (every
-PostgreSQL table is a heap with its primary key as an index); the partial indexes are kept, with
-the same names and conditions; ``durable_audit.id`` is an identity column (SQLite's
+PostgreSQL table is a heap with its primary key as an index); the indexes are kept, partial ones
+too, with the same names and conditions; ``durable_audit.id`` is an identity column (SQLite's
 ``AUTOINCREMENT``: never reused). So the SQL above the storage port reads and writes both alike.
 
 The search tables (``said*``, full-text search) are not here: their DDL differs on PostgreSQL and
@@ -30,6 +30,9 @@ Versions (of the PostgreSQL layout, counted apart from SQLite's):
 1. every table of SQLite layout 5 but its search tables; search is PostgreSQL's own instead
    (``_search_postgres.SEARCH_DDL``: functions and two indexes on ``records``), laid out with
    the tables. (``extra`` statements follow them: for tests.)
+2. ``put_at`` in ``media`` and its index ``media_by_put_at``, as SQLite layout 6: when the bytes
+   were last put (0 for the rows of a schema upgraded from 1: long ago), for the sweep of bytes
+   nothing refers to (``_sweep``).
 """
 
 from __future__ import annotations
@@ -60,13 +63,13 @@ __all__ = [
 APPLICATION: Final = "effectagent"
 
 #: The layout version this code writes.
-LAYOUT_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2
 
 #: The key of the transaction-level advisory lock taken while a schema is checked and laid out
 #: ("EAGL"): the same for every schema, held for milliseconds.
 LAYOUT_LOCK: Final = 0x4541474C
 
-#: The tables of layout version 1, in the order they are made.
+#: The tables of the current layout version, in the order they are made.
 LAYOUT: Final[tuple[str, ...]] = (
     """CREATE TABLE records (
         conversation_id TEXT NOT NULL,
@@ -193,8 +196,10 @@ LAYOUT: Final[tuple[str, ...]] = (
     """CREATE TABLE media (
         digest TEXT NOT NULL PRIMARY KEY,
         size BIGINT NOT NULL,
-        data BYTEA NOT NULL
+        data BYTEA NOT NULL,
+        put_at DOUBLE PRECISION NOT NULL DEFAULT 0
     )""",
+    "CREATE INDEX media_by_put_at ON media (put_at, digest)",
     # SQLite's instr(haystack, needle) — where needle first starts, 0 when it is not there —
     # so the statements of the port that look for a substring are the same on both engines.
     """CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS INTEGER
@@ -206,9 +211,18 @@ _LAYOUT_TABLE: Final = (
     "CREATE TABLE effectagent_layout (application TEXT NOT NULL, version INTEGER NOT NULL)"
 )
 
+
+def _to_v2(conn: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Layout 1 → 2: when media bytes were put (0 for those there: long ago), indexed."""
+    conn.execute(b"ALTER TABLE media ADD COLUMN put_at DOUBLE PRECISION NOT NULL DEFAULT 0")
+    conn.execute(b"CREATE INDEX media_by_put_at ON media (put_at, digest)")
+
+
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open
-#: transaction, the schema first on the ``search_path``). None yet.
-UPGRADES: Final[dict[int, Callable[[psycopg.Connection[tuple[object, ...]]], None]]] = {}
+#: transaction, the schema first on the ``search_path``).
+UPGRADES: Final[dict[int, Callable[[psycopg.Connection[tuple[object, ...]]], None]]] = {
+    1: _to_v2,
+}
 
 
 @attrs.frozen

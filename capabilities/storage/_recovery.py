@@ -12,7 +12,10 @@ exclusive opener does before it shares the lock like everyone else:
 * pending agent state becomes *uncertain*, with the reason (its run never settled: whether its
   external effect was undone is unknown; the next run sees it in ``unsettled()``);
 * queued steering and follow-ups expire (their runs are gone), their text cleared;
-* lanes held by plain runs (no durable submission) are released, keeping their epochs.
+* lanes held by plain runs (no durable submission) are released, keeping their epochs;
+* media bytes nothing refers to are deleted (``_sweep``), however recently they were put: no
+  other process is between a put and the append that refers to it (the steering just expired
+  no longer refers to its bytes either).
 
 What a process that dies while others keep the file open leaves stays as it is until then: its
 pending state stays pending and its queued steering queued (a run of another process never takes
@@ -23,9 +26,11 @@ the durable runtime's own recovery, from its ledger, whoever is alive.
 
 from __future__ import annotations
 
+import time
 from typing import Final
 
 from ._port import Connection
+from ._sweep import sweep_unreferenced
 
 __all__ = ["STATE_REASON", "STEERING_REASON", "recover"]
 
@@ -37,8 +42,9 @@ STEERING_REASON: Final = "the process ended before a run took it"
 
 def recover(conn: Connection) -> dict[str, int]:
     """Clean up after processes that ended (see the module notes), inside the caller's write
-    transaction; return how many agent state cells, steering inputs and lanes it changed (keys
-    ``"state"``, ``"steering"``, ``"lanes"``)."""
+    transaction; return how many agent state cells, steering inputs and lanes it changed and
+    media digests' bytes it deleted (keys ``"state"``, ``"steering"``, ``"lanes"``,
+    ``"media"``)."""
     state = conn.execute(
         "UPDATE agent_state SET status = 'uncertain', reason = ? WHERE status = 'pending'",
         (STATE_REASON,),
@@ -52,4 +58,5 @@ def recover(conn: Connection) -> dict[str, int]:
         "UPDATE lanes SET worker_id = NULL, lease_until = 0 "
         "WHERE submission_id IS NULL AND worker_id IS NOT NULL"
     ).rowcount
-    return {"state": state, "steering": steering, "lanes": lanes}
+    media = sweep_unreferenced(conn, before=time.time())
+    return {"state": state, "steering": steering, "lanes": lanes, "media": media}

@@ -96,7 +96,7 @@ SURFACE: dict[str, str] = {
         BusyPolicy CannotOpenDatabase ConversationInUse DatabaseBusy DatabaseInUse DatabaseTooNew
         LaneLost open_database SqliteConversationLog SqliteDatabase DatabaseService
         StorageError Synchronous UnsafeDatabaseFile Connection Cursor Database Dialect
-        ForeignSchema PostgresDatabase SchemaInUse open_postgres
+        ForeignSchema PostgresDatabase SchemaInUse open_postgres sweep_media
     """,
     "capabilities.durable": """
         AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval

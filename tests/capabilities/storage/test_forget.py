@@ -194,7 +194,7 @@ async def test_bytes_a_queued_submission_of_another_conversation_needs_stay(
 ) -> None:
     """Deleting the only conversation whose records name OWN keeps OWN's bytes while a
     submission of another conversation, not yet run, carries OWN: it would start without them.
-    (Bytes no record and no waiting input names are not swept yet: see ``_forget``.)"""
+    (Once it is settled, nothing refers to them: a sweep takes them, see ``test_media_sweep``.)"""
     one, _ = await _two_conversations(store)
     async with store.open() as database:
         queue = DurableQueue(database)

@@ -58,8 +58,8 @@ async def test_a_new_file_is_made_at_the_current_version(tmp_path: Path) -> None
     path = tmp_path / "new.db"
     async with open_database(path):
         pass
-    assert LAYOUT_VERSION == 5
-    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (5, APPLICATION_ID)
+    assert LAYOUT_VERSION == 6
+    assert (_pragma(path, "user_version"), _pragma(path, "application_id")) == (6, APPLICATION_ID)
     tables = set(_schema(path))
     assert {"records", "sessions", "agent_state", "steering_inputs"} <= tables
     assert {"submissions", "lanes", "durable_steps", "aborts", "durable_audit"} <= tables
@@ -68,6 +68,8 @@ async def test_a_new_file_is_made_at_the_current_version(tmp_path: Path) -> None
     assert "media" in tables
     assert "parts TEXT" in _schema(path)["steering_inputs"]
     assert "parts TEXT" in _schema(path)["submissions"]
+    assert "put_at REAL" in _schema(path)["media"]
+    assert "media_by_put_at" in tables
 
 
 async def test_a_version_1_file_is_upgraded_in_place_keeping_its_data(tmp_path: Path) -> None:
@@ -132,6 +134,8 @@ async def test_a_version_4_file_is_upgraded_to_keep_the_parts_of_waiting_input(
     try:
         conn.execute("ALTER TABLE steering_inputs DROP COLUMN parts")
         conn.execute("ALTER TABLE submissions DROP COLUMN parts")
+        conn.execute("DROP INDEX media_by_put_at")  # layout 6's
+        conn.execute("ALTER TABLE media DROP COLUMN put_at")
         conn.execute(
             "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
             "author, at, status, seq, reason, epoch) "

@@ -657,7 +657,7 @@ async def test_an_opener_alone_recovers_what_ended_processes_left(schema: str) -
         conn.execute("INSERT INTO lanes VALUES ('c', NULL, 'run', 1, 'pid-1-gone', 1e12)")
     async with open_postgres(url, schema=schema) as db:
         assert db.alone
-        assert db.recovered == {"state": 1, "steering": 1, "lanes": 1}
+        assert db.recovered == {"state": 1, "steering": 1, "lanes": 1, "media": 0}
         state = await db.read(
             lambda conn: conn.execute("SELECT status, reason FROM agent_state").fetchone()
         )

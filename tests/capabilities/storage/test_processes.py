@@ -221,7 +221,7 @@ async def test_the_sole_owner_recovery_runs_only_when_the_opener_is_alone(tmp_pa
     path = tmp_path / "r.db"
     await _queued_steering(path, "left")
     async with open_database(path) as running:  # alone: cleans what ended processes left
-        assert running.recovered == {"state": 1, "steering": 1, "lanes": 0}
+        assert running.recovered == {"state": 1, "steering": 1, "lanes": 0, "media": 0}
         await _queued_steering(path, "live")  # another opener (not alone) writes its own
         async with open_database(path) as other:  # not alone: the live one's rows stay
             assert not other.alone

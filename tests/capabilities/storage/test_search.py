@@ -17,7 +17,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from capabilities.cli._history import holds, said_in, tokens
-from capabilities.storage import Connection, _layout, _log
+from capabilities.storage import Connection, _layout, _log, _recovery
 from capabilities.storage._busy import BusyPolicy
 from capabilities.storage._codec import RecordCodec
 from capabilities.storage._database import open_database
@@ -352,6 +352,7 @@ async def test_a_version_2_file_written_by_the_version_2_code_is_upgraded_and_se
     with monkeypatch.context() as patch:  # this code as it was at layout version 2
         patch.setattr(_layout, "LAYOUT_VERSION", 2)
         patch.delitem(_layout.UPGRADES, 2)
+        patch.setattr(_recovery, "sweep_unreferenced", lambda conn, before: 0)  # no media yet
         async with open_database(path) as database:
             log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
             await log.append("old", [user("old", "The first trip to Oslo", at=5.0)])

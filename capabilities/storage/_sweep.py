@@ -1,0 +1,158 @@
+"""Putting media bytes, and sweeping the bytes nothing refers to.
+
+Media bytes (images, documents, audio) are kept once per SHA-256 digest in the ``media`` table,
+and they are put *before* what refers to them is written: the log's ``put_media`` before the
+record that names them is appended (another transaction), steering and durable submissions in
+the transaction that admits the input (:func:`put_media_rows`, the one statement all three use).
+Deleting conversations deletes the bytes no remaining record refers to (``_forget``); bytes put
+for something that was never written — a run that failed between its put and its append,
+steering that expired, a durable submission aborted before it ran — are referred to by nothing
+and would stay forever. This sweeps them.
+
+Every put stamps the row with ``put_at`` (seconds since the epoch; rows of layouts before it
+have 0: long ago), and a put of a digest already kept stamps it again (never back in time): the
+bytes are about to be referred to anew. A sweep deletes the rows put before a moment ``before``
+that nothing refers to — no record (decoded), no steering still queued, no durable submission
+not settled (``_forget.referred_digests``; when in doubt, kept). What makes that safe is the
+choice of ``before``:
+
+* at an open that is alone (``_recovery``), ``before`` is now: no other process has the
+  database open, so nobody is between a put and its append;
+* otherwise (:func:`sweep_media`, for deployments where no opener is ever alone) ``before`` is
+  ``grace`` seconds ago: bytes put more recently may be about to be referred to. A put whose
+  record is appended more than ``grace`` seconds later may find its bytes swept — the grace must
+  exceed the longest time between a put and its append (the engine puts bytes right before it
+  appends the record that refers to them: well under a second, but for a stalled database).
+  Wall clocks: on PostgreSQL, the clocks of the machines that put and of the one that sweeps
+  should agree to well within it.
+
+Cost: a sweep reads, once and page by page, every record of a kind that carries media (a user
+input, a tool call settled) whose body holds a digest, and decodes it (a few candidates are
+searched for one by one instead: ``_forget.FEW_DIGESTS``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Collection, Iterable
+from typing import Final
+
+from ._codec import RecordCodec
+from ._forget import referred_digests
+from ._port import Connection, Database
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "PUT_MEDIA",
+    "put_media_rows",
+    "sweep_media",
+    "sweep_unreferenced",
+    "unreferenced_media",
+]
+
+#: How long ago bytes must have been put for :func:`sweep_media` to delete them, by default.
+DEFAULT_GRACE: Final = 3600.0
+
+#: The statement that puts one digest's bytes (kept once), stamping ``put_at`` — again, forward
+#: only, when the digest is kept already.
+PUT_MEDIA: Final = (
+    "INSERT INTO media (digest, size, data, put_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (digest) DO UPDATE SET put_at = CASE WHEN excluded.put_at > media.put_at "
+    "THEN excluded.put_at ELSE media.put_at END"
+)
+
+#: Digests per ``IN (…)`` list (well under either engine's limit on parameters).
+_CHUNK: Final = 500
+
+
+def put_media_rows(conn: Connection, rows: Iterable[tuple[str, int, bytes]], *, now: float) -> None:
+    """Put media bytes — ``(digest, size, bytes)`` rows — inside the caller's write transaction,
+    stamped ``now``: a digest kept already keeps its bytes and is stamped again."""
+    conn.executemany(PUT_MEDIA, [(digest, size, data, now) for digest, size, data in rows])
+
+
+def _chunks(values: Collection[str]) -> Iterable[list[str]]:
+    ordered = sorted(values)
+    for start in range(0, len(ordered), _CHUNK):
+        yield ordered[start : start + _CHUNK]
+
+
+def unreferenced_media(
+    conn: Connection,
+    *,
+    before: float,
+    among: Collection[str] | None = None,
+    codec: RecordCodec | None = None,
+) -> set[str]:
+    """The digests put before ``before`` (of ``among``, when given) that nothing refers to (see
+    the module notes). Reads only."""
+    if among is None:
+        candidates = {
+            str(digest)
+            for (digest,) in conn.execute(
+                "SELECT digest FROM media WHERE put_at < ?", (before,)
+            ).fetchall()
+        }
+    else:
+        candidates = set()
+        for chunk in _chunks(among):
+            marks = ", ".join("?" * len(chunk))
+            candidates.update(
+                str(digest)
+                for (digest,) in conn.execute(
+                    f"SELECT digest FROM media WHERE put_at < ? AND digest IN ({marks})",
+                    (before, *chunk),
+                ).fetchall()
+            )
+    if not candidates:
+        return set()
+    return candidates - referred_digests(conn, candidates, codec=codec)
+
+
+def sweep_unreferenced(
+    conn: Connection,
+    *,
+    before: float,
+    among: Collection[str] | None = None,
+    codec: RecordCodec | None = None,
+) -> int:
+    """Delete the media rows put before ``before`` (of ``among``, when given) that nothing
+    refers to, inside the caller's write transaction; return how many it deleted."""
+    deleted = 0
+    for chunk in _chunks(unreferenced_media(conn, before=before, among=among, codec=codec)):
+        marks = ", ".join("?" * len(chunk))
+        deleted += conn.execute(f"DELETE FROM media WHERE digest IN ({marks})", chunk).rowcount
+    return deleted
+
+
+async def sweep_media(
+    database: Database,
+    *,
+    grace: float = DEFAULT_GRACE,
+    clock: Callable[[], float] = time.time,
+) -> int:
+    """Delete the media bytes put more than ``grace`` seconds ago that nothing refers to — no
+    record, no steering still queued, no durable submission not settled — and return how many
+    digests' bytes it deleted. For long-running deployments, where no opener is ever alone (an
+    open that is alone sweeps by itself): call it now and then. ``grace`` must exceed the
+    longest time between bytes being put and the record that refers to them being appended (see
+    the module notes).
+
+    The digests to delete are found on a read snapshot, then checked again and deleted in one
+    write transaction (so the write holds no lock while every record is read). Raises
+    ``ValueError`` for a negative or non-finite ``grace``; ``WriteFailed``/``ReadFailed`` as a
+    write or a read does. Cancellation: all or nothing (one write transaction)."""
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+        raise TypeError(f"grace must be a number of seconds, got {type(grace).__name__}")
+    if not math.isfinite(grace) or grace < 0:
+        raise ValueError(f"grace must be a finite number of seconds, at least 0, got {grace!r}")
+    before = clock() - grace
+    codec = RecordCodec()
+    found = await database.read(lambda conn: unreferenced_media(conn, before=before, codec=codec))
+    if not found:
+        return 0
+    return await database.write(
+        lambda conn: sweep_unreferenced(conn, before=before, among=found, codec=codec),
+        weight=len(found),
+    )
