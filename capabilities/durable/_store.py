@@ -75,6 +75,7 @@ __all__ = [
     "audit",
     "claim",
     "claim_free",
+    "claimable",
     "finalize",
     "last_seq",
     "mark",
@@ -262,6 +263,28 @@ def _excluded(exclude: Sequence[str]) -> str:
     if not exclude:
         return ""
     return f"AND s.conversation_id NOT IN ({', '.join('?' * len(exclude))}) "
+
+
+def claimable(conn: Connection, *, now: float, exclude: Sequence[str] = ()) -> tuple[bool, bool]:
+    """Whether a due FIFO head waits on a free lane (never held, or released), and whether one
+    waits on a lane whose holder's lease ran out (a takeover to make) — skipping quarantine and
+    the conversations in ``exclude``, as the claims do. Reads only: a worker that finds nothing
+    writes nothing (on SQLite a write takes the file's one write lock; on PostgreSQL each
+    serializable write can conflict with the work going on). A head that becomes due just after
+    is found by the next look: its admission wakes the worker."""
+    free = conn.execute(
+        f"SELECT 1 FROM submissions s WHERE {_HEAD_SQL}"
+        "AND NOT EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+        f"  AND l.worker_id IS NOT NULL) {_excluded(exclude)}LIMIT 1",
+        (now, *exclude),
+    ).fetchone()
+    expired = conn.execute(
+        f"SELECT 1 FROM submissions s WHERE {_HEAD_SQL}"
+        "AND EXISTS (SELECT 1 FROM lanes l WHERE l.conversation_id = s.conversation_id "
+        f"  AND l.worker_id IS NOT NULL AND l.lease_until <= ?) {_excluded(exclude)}LIMIT 1",
+        (now, now, *exclude),
+    ).fetchone()
+    return free is not None, expired is not None
 
 
 def claim(

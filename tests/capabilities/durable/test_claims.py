@@ -1,18 +1,21 @@
 """Claims on PostgreSQL: workers claiming at once take different conversations (``FOR UPDATE SKIP
 LOCKED``) and none of them runs its transaction again; takeovers of expired leases stay
-serializable."""
+serializable. On both backends: a look that finds nothing to claim writes nothing."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from capabilities.durable._claims import claim_lanes
 from capabilities.durable._store import Claimed, claim, claim_free, release
 from capabilities.storage._port import Connection
 
@@ -22,6 +25,51 @@ from .helpers import Clock, HandWorker, Stores, queue, stores
 #: A bound on how long one claim waits for the others inside its transaction: reached only when
 #: a claim blocks on another's locks (the failure this file looks for), never on success.
 _BARRIER_BOUND = 20.0
+
+
+class _CountingWrites:
+    """A database whose writes are counted (reads and everything else pass through)."""
+
+    def __init__(self, database: Any) -> None:
+        self._database = database
+        self.writes = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._database, name)
+
+    async def write(self, work: Any, **options: Any) -> Any:
+        self.writes += 1
+        return await self._database.write(work, **options)
+
+
+async def test_a_look_that_finds_nothing_to_claim_writes_nothing(store: Stores) -> None:
+    """Idle workers look for work every poll; each look was a write — on SQLite the file's one
+    write lock, on PostgreSQL a serializable transaction (two, with the takeovers). A look reads
+    first and writes only to claim what it found: a free head, then an expired lease."""
+    clock = Clock()
+    ids = (f"attempt-{n}" for n in itertools.count())
+    async with store.open() as db:
+        counting = _CountingWrites(db)
+
+        async def look(worker_id: str) -> list[Claimed]:
+            return await claim_lanes(
+                counting, now=clock(), worker_id=worker_id, lease=30.0, limit=4, attempt_ids=ids
+            )
+
+        assert await look("w1") == []
+        assert counting.writes == 0  # nothing queued: nothing written
+        await queue(db, clock).submit(
+            "a", "x", conversation_id="c", idempotency_key="k", principal="p"
+        )
+        (claimed,) = await look("w1")
+        assert claimed.lane.worker_id == "w1"
+        assert counting.writes == 1  # the claim alone: no takeover to look for
+        assert await look("w2") == []  # its lane is held, under its lease
+        assert counting.writes == 1
+        clock.advance(31.0)  # the lease runs out: a takeover to make
+        (taken,) = await look("w2")
+        assert (taken.lane.worker_id, taken.lane.conversation_id) == ("w2", "c")
+        assert counting.writes == 2
 
 
 @pytest.mark.parametrize("claimers", [2, 3])
