@@ -156,6 +156,13 @@ function renderEntry(data) {
       items.push(item("approval", "suspended", "waiting for decisions on " +
         (record.tool_call_ids || []).join(", ")));
       break;
+    case "ModelUsageRecorded": {
+      const usage = record.usage || {};
+      items.push(item("meta", record.purpose === "compaction" ? "summary call" : "check call",
+        (usage.input_tokens || 0) + " tokens in, " + (usage.output_tokens || 0) + " out" +
+        (record.model ? " (" + record.model + ")" : "")));
+      break;
+    }
     case "AgentStateWritten":
       items.push(item("meta", "state", record.slot + "/" + record.key + " revision " + record.revision));
       break;

@@ -31,7 +31,7 @@ KEY = "sk-cli-test-canary-0123456789abcdef"
 EFFECTAGENT = str(Path(sys.executable).with_name("effectagent"))
 
 #: tmux, the terminal emulator a transcript is shown in (None when it is not installed).
-TMUX = shutil.which("tmux")
+TMUX = shutil.which("tmux")  # ``make sysdeps`` installs it: never None there
 
 
 class ServerThread:
@@ -148,7 +148,7 @@ def terminal_screen(
     (its socket in ``directory``), and the pane's text is read back (``capture-pane``). No
     waiting on time: the pane signals once it has written the transcript. With ``styles``, each
     row keeps its colours and styles as SGR sequences (``capture-pane -e``)."""
-    assert TMUX is not None
+    assert TMUX is not None, "tmux is missing: `make sysdeps` installs it"
     socket = str(directory / "tmux.sock")
     shown = directory / "transcript.bin"
     shown.write_text(transcript, encoding="utf-8")

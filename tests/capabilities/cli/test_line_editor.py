@@ -24,7 +24,7 @@ import pytest
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import TMUX, ServerThread, cli_env, serve, spawn, terminal_screen
+from .support import ServerThread, cli_env, serve, spawn, terminal_screen
 from .test_cli import args, finish, messages, shell_config
 
 PASTE_START, PASTE_END = "\x1b[200~", "\x1b[201~"
@@ -131,7 +131,6 @@ def test_history_recalls_a_message_in_this_session_and_the_next(
     assert [last_user_message(server, index) for index in range(3)] == ["What is 2 + 2?"] * 3
 
 
-@pytest.mark.skipif(TMUX is None, reason="tmux shows the transcript as a terminal would")
 def test_steering_typed_during_a_streamed_answer_stays_out_of_it(
     server: ServerThread, tmp_path: Path
 ) -> None:
@@ -211,7 +210,6 @@ def test_an_approval_is_asked_and_answered_at_the_input_line(
     answered(child, "Wrote note.txt.")
     end(child)
     assert (workspace / "note.txt").read_text() == "approved\n"
-    if TMUX is not None:
-        screen = terminal_screen(seen.getvalue(), tmp_path)
-        assert f'"command": "{command}"' in screen
-        assert "allow shell_write? [y]es / [n]o / [a]lways for this session: y" in screen
+    screen = terminal_screen(seen.getvalue(), tmp_path)
+    assert f'"command": "{command}"' in screen
+    assert "allow shell_write? [y]es / [n]o / [a]lways for this session: y" in screen

@@ -25,7 +25,7 @@ from effectagent.core import (
 )
 from tests.providers.replay import Reply
 
-from .support import TMUX, ServerThread, serve, terminal_screen
+from .support import ServerThread, serve, terminal_screen
 from .test_line_editor import CTRL_C, ENTER, end, open_chat
 
 
@@ -135,13 +135,13 @@ def test_the_spinner_counts_the_seconds_of_a_server_that_answers_nothing(
         second = FRAMES.index(child.after)
         assert second > drawn
         drawn = second
-    if TMUX is not None:  # what the terminal shows now: the count, above the input line
-        screen = terminal_screen(seen.getvalue(), tmp_path).splitlines()
-        (line,) = [line for line in screen if "waiting for the model ·" in line]
-        figure = int(line.removesuffix(" s").rsplit(" ", 1)[1])
-        assert figure >= 3
-        assert line == f"{FRAMES[figure % len(FRAMES)]} waiting for the model · {figure} s"
-        assert screen[screen.index(line) + 1].startswith(">")
+    # what the terminal shows now: the count, above the input line
+    screen = terminal_screen(seen.getvalue(), tmp_path).splitlines()
+    (line,) = [line for line in screen if "waiting for the model ·" in line]
+    figure = int(line.removesuffix(" s").rsplit(" ", 1)[1])
+    assert figure >= 3
+    assert line == f"{FRAMES[figure % len(FRAMES)]} waiting for the model · {figure} s"
+    assert screen[screen.index(line) + 1].startswith(">")
     child.send(CTRL_C)
     child.expect_exact("interrupted")
     child.expect_exact("you>")

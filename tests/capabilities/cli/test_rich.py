@@ -32,7 +32,7 @@ from effectagent.core import (
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import TMUX, ServerThread, cli_env, serve, spawn, terminal_screen
+from .support import ServerThread, cli_env, serve, spawn, terminal_screen
 from .test_cli import args
 from .test_line_editor import CTRL_C, ENTER, end
 
@@ -231,7 +231,6 @@ def server() -> Iterator[ServerThread]:
         yield running
 
 
-@pytest.mark.skipif(TMUX is None, reason="tmux shows the screen as a terminal would")
 def test_a_chat_draws_the_answer_as_markdown_once_complete_and_no_markup_of_its_text(
     server: ServerThread, tmp_path: Path
 ) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from importlib import resources
@@ -113,7 +112,6 @@ process.stdout.write(JSON.stringify({ tags: [...new Set(made.map((n) => n.tag))]
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)>'
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
 def test_conversation_text_holding_markup_is_rendered_as_text(tmp_path: Path) -> None:
     script = tmp_path / "console.js"
     script.write_text(SCRIPT)
@@ -227,7 +225,6 @@ process.stdout.write(JSON.stringify(shown));
 """
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
 def test_streamed_text_shows_on_a_line_the_recorded_response_replaces(tmp_path: Path) -> None:
     script = tmp_path / "console.js"
     script.write_text(SCRIPT)
