@@ -18,9 +18,9 @@ install: $(STAMP)
 
 # Debian packages the tests need: bubblewrap (the sandbox), chromium and its driver (the serve
 # console's browser test), postgresql (the tests start a throwaway cluster of their own; the
-# package's own cluster is not used), nodejs (the console script's tests run it), tmux (the
-# terminal tests read the screen through it). Installed only when missing, in one apt run; needs
-# root or sudo.
+# package's own cluster is not used), nodejs and npm (the console script's tests run it; the MCP
+# tests install the reference server with npm), tmux (the terminal tests read the screen through
+# it). Installed only when missing, in one apt run; needs root or sudo.
 sysdeps:
 	@missing=; \
 	  command -v bwrap >/dev/null 2>&1 || missing="$$missing bubblewrap"; \
@@ -28,6 +28,7 @@ sysdeps:
 	  command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	  command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	  command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
 	  [ -z "$$missing" ] || { \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

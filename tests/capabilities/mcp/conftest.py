@@ -120,11 +120,12 @@ def demo_http(call_log: Path) -> Iterator[HttpServer]:
 @pytest.fixture(scope="session")
 def everything_server(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """The command of the npm reference server ``@modelcontextprotocol/server-everything``,
-    installed with npm into a cache directory once per session (skipped without npm)."""
+    installed with npm into a cache directory once per session (``make sysdeps`` installs node
+    and npm)."""
     npm = shutil.which("npm")
     node = shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("npm/node are not installed: the npm reference server cannot run")
+    assert npm is not None, "npm is missing: `make sysdeps` installs it"
+    assert node is not None, "node is missing: `make sysdeps` installs it"
     root = Path(os.environ.get("EFFECTAGENT_NPM_CACHE", Path.home() / ".cache" / "effectagent-npm"))
     package = root / "node_modules" / "@modelcontextprotocol" / "server-everything"
     if not (package / "package.json").exists():
