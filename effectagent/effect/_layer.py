@@ -160,7 +160,9 @@ class Layer:
     # ---- combinators ---------------------------------------------------------------------------
 
     def __add__(self, other: Layer) -> Layer:
-        """Merge: both layers, built from the same inputs; provides and requires are unions."""
+        """Merge: both layers, built from the same inputs; provides and requires are unions. A
+        key both provide is built by each, and the merged context holds ``other``'s — the later
+        layer wins, so ``defaults + overrides`` replaces what ``overrides`` provides."""
         return merge(self, other)
 
     def provide(self, dependencies: Layer) -> Layer:

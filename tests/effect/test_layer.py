@@ -315,6 +315,20 @@ async def test_provide_hides_dependencies_and_provide_merge_keeps_them() -> None
         assert dict(ctx) == {A: "a", B: "Ba"}
 
 
+async def test_a_key_two_merged_layers_provide_is_the_later_ones_and_both_are_built() -> None:
+    """``defaults + overrides``: the later layer's service is the one provided (a runtime has
+    one service per key — listeners are combined with ``RunListeners``, not by merging), and
+    each layer is built, in order, and torn down in reverse with the scope."""
+    counts: dict[str, int] = {}
+    merged = _counting(A, counts) + Layer.succeed(A, "later")
+    assert merged.provides == {A}
+    async with open_layer(merged) as ctx:
+        assert ctx[A] == "later"
+    assert counts == {"A": 1}  # the earlier one was built too
+    async with open_layer(Layer.succeed(A, "later") + _counting(A, counts)) as ctx:
+        assert ctx[A] == "A"
+
+
 async def test_merged_layers_do_not_feed_each_other() -> None:
     layer = Layer.succeed(A, "a") + _counting(B, {}, A)
     assert layer.requires == {A}
