@@ -22,12 +22,17 @@ so the prompt is up and takes what is typed while the rest starts. What is typed
 until the session takes it (:meth:`LineEditor.lines`, on the Trio side, without blocking). The
 proxy hands what the console writes to prompt_toolkit's loop. Ctrl-C is a key in raw mode, not
 a signal: a prompt returns :data:`INTERRUPTED` for it, and the session treats it as SIGINT.
+
+The terminal stays in raw mode from the first prompt to the end of the last, and while the proxy
+writes (:mod:`._keep_raw`): a key typed while the chat writes waits for the input line, neither
+echoed by the terminal into what is written nor lost (Ctrl-D as a NUL byte), nor a signal.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -69,7 +74,8 @@ class LineEditor:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory
         from prompt_toolkit.key_binding import KeyBindings
-        from prompt_toolkit.patch_stdout import StdoutProxy
+
+        from ._keep_raw import KeepRawInput, Proxy
 
         bindings = KeyBindings()
 
@@ -83,15 +89,17 @@ class LineEditor:
         self.busy = False  # a run is going: the prompt says so
         self.status: str | None = None  # the spinner's line, shown above the input line
         self.model: str | None = None  # the next run's model, when /model changed it
+        self._input = KeepRawInput(sys.stdin)
         self._session: Any = PromptSession(
+            input=self._input,
             history=FileHistory(str(history)),
             key_bindings=bindings,
             erase_when_done=True,
             prompt_continuation="... ",
         )
-        self._proxy: Any = StdoutProxy(raw=True, sleep_between_writes=0.01)
+        self._proxy = Proxy(raw=True, sleep_between_writes=0.01)
         self.output = _Lines(self)
-        self._done = threading.Event()  # no prompt is running
+        self._done = threading.Event()  # no prompt is running: the terminal is given back
         self._done.set()
         self._typed: queue.SimpleQueue[Typed] = queue.SimpleQueue()  # read, not yet taken
         self._reader: threading.Thread | None = None
@@ -138,15 +146,12 @@ class LineEditor:
 
     def read(self) -> Typed:
         """One input from the person (blocks: run it in a worker thread)."""
-        self._done.clear()
         try:
             return str(self._session.prompt(self._message))
         except KeyboardInterrupt:
             return INTERRUPTED
         except EOFError:
             return None
-        finally:
-            self._done.set()
 
     def stop(self) -> None:
         """End the prompt that runs, as if the input had ended, and read no more (thread-safe)."""
@@ -159,16 +164,23 @@ class LineEditor:
         """Show the prompt and read, from now on, in a thread of its own: each input waits, in
         order, until :meth:`lines` takes it (idempotent)."""
         if self._reader is None:
+            self._done.clear()
             self._reader = threading.Thread(target=self._read_all, name="effectagent-input")
             self._reader.daemon = True  # a prompt left running never keeps the process alive
             self._reader.start()
 
     def _read_all(self) -> None:
-        while True:
-            typed = None if self._stopping else self.read()
-            self._typed.put(typed)
-            if typed is None:
-                return
+        # Raw between two prompts too (each gives back the mode it found): a key typed as one
+        # prompt ends and the next begins waits for the next, unechoed.
+        try:
+            with self._input.raw_mode():
+                while True:
+                    typed = None if self._stopping else self.read()
+                    self._typed.put(typed)
+                    if typed is None:
+                        return
+        finally:
+            self._done.set()
 
     async def lines(self, send: trio.MemorySendChannel[Typed]) -> None:
         """Send each input (those typed since :meth:`start` first), then None at the end of
