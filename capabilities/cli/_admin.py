@@ -24,7 +24,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -41,6 +41,7 @@ from capabilities.durable import (
 from capabilities.storage import Database, StorageError
 from effectagent import Agent, Layer, Toolkit
 from effectagent.core import LogEntry
+from effectagent.engine import RunListenerService
 
 from .._ids import new_id
 from .._logging import LOGGER_NAME
@@ -52,6 +53,9 @@ from ._models import ModelChoice
 from ._sanitize import visible
 from ._store import Store, store_of
 from ._tools import Tooling, open_tools
+
+if TYPE_CHECKING:
+    from capabilities.storage._postgres_live import PostgresLive
 
 __all__ = ["admin", "open_store", "worker", "worker_agent"]
 
@@ -458,7 +462,13 @@ async def _work(args: argparse.Namespace, environ: Mapping[str, str], console: C
             raise
         except Exception as exc:
             raise Unavailable(describe(exc)) from None
-        return await _serve(args, console, database, store, options, config, model, tooling)
+        live = None
+        if database.dialect == "postgresql":
+            # The runs' text deltas, through the database, to the services streaming them.
+            from capabilities.storage._postgres_live import running_live
+
+            live = await stack.enter_async_context(running_live(database))
+        return await _serve(args, console, database, store, options, config, model, tooling, live)
 
 
 def worker_agent(config: Config, model: ModelChoice, tooling: Tooling) -> tuple[Agent, Layer]:
@@ -491,8 +501,11 @@ async def _serve(
     config: Config,
     model: ModelChoice,
     tooling: Tooling,
+    live: PostgresLive | None = None,
 ) -> int:
     agent, layer = worker_agent(config, model, tooling)
+    if live is not None:
+        layer = layer + Layer.succeed(RunListenerService, live.listener(), name="live_text")
     secrets = (*model.secrets, *store.secrets)
     worker = DurableWorker(database, layer, [agent], options=options, secrets=secrets)
     for note in tooling.notes:

@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
+from capabilities.storage import StorageError
+
 from ._admin import AGENT, open_store, worker_agent
 from ._args import EXIT_COMPLETED
 from ._common import Unavailable, UsageError, describe
@@ -185,6 +187,17 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             agents=None if model is None else (AGENT,),
             metrics=metrics,
         )
+        relay = None
+        if database.dialect == "postgresql":
+            # The live text of workers in other processes (`effectagent worker`, another
+            # `serve`), through the database; this process's own comes from its worker.
+            from capabilities.serve import live_relay
+
+            try:
+                relay = await stack.enter_async_context(live_relay(database))
+                await relay.follow(api.live)
+            except StorageError as exc:
+                raise Unavailable(describe(exc)) from None
         worker = None
         if model is not None:
             try:
@@ -194,7 +207,9 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             except Exception as exc:
                 raise Unavailable(describe(exc)) from None
             agent, layer = worker_agent(config, model, tooling)
-            layer = layer + api.listener()  # live text to the event streams, and the metrics
+            # live text to the event streams (and, through the relay, to other services'), and
+            # the metrics
+            layer = layer + api.listener(*(() if relay is None else (relay.listener(),)))
             secrets = (*model.secrets, *store.secrets)
             worker = DurableWorker(database, layer, [agent], secrets=secrets)
             for note in tooling.notes:

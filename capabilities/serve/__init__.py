@@ -9,7 +9,9 @@ operator console — an ASGI app (Starlette, on anyio) that runs under Hypercorn
   as RFC 9457 problem documents; the OpenAPI document at ``/openapi.json``, derived from the
   same types; the console at ``/console``. With its worker in the same process (its layer
   given :meth:`ServeApi.listener`), the runs' text deltas reach the event streams live
-  (:class:`LiveText`: ephemeral events without ``id``, bounded per client).
+  (:class:`LiveText`: ephemeral events without ``id``, bounded per client); on PostgreSQL, a
+  worker in another process reaches them too through :class:`LiveRelay` (:func:`live_relay`:
+  its listener in the worker's layer, ``relay.follow(api.live)`` in the serving process).
 * :class:`ServeSettings`, :class:`Tokens`, :class:`Principal`, :class:`Quota` — who may call it
   (bearer tokens → principals; operators see everything, others their own conversations) and
   its bounds (bodies, event streams, admission quotas per principal).
@@ -30,8 +32,10 @@ from ._auth import Principal as Principal
 from ._auth import Tokens as Tokens
 from ._auth import token_digest as token_digest
 from ._live import LiveFeed as LiveFeed
+from ._live import LiveRelay as LiveRelay
 from ._live import LiveText as LiveText
 from ._live import RunListeners as RunListeners
+from ._live import live_relay as live_relay
 from ._metrics import ServeMetrics as ServeMetrics
 from ._metrics import metrics_available as metrics_available
 from ._openapi import openapi_document as openapi_document
@@ -47,6 +51,7 @@ __all__ = [
     "ENDPOINTS",
     "Endpoint",
     "LiveFeed",
+    "LiveRelay",
     "LiveText",
     "Principal",
     "Problem",
@@ -57,6 +62,7 @@ __all__ = [
     "ServeSettings",
     "Tokens",
     "hypercorn_config",
+    "live_relay",
     "metrics_available",
     "openapi_document",
     "serve",

@@ -171,7 +171,8 @@ class ServeApi:
     failed). ``wake``: called after each admission (a worker in this process claims it at once
     rather than at its next poll). ``metrics``: where the service's figures go (None: nowhere).
     ``clock``: the monotonic clock quotas are measured on. :attr:`live`: the live text of the
-    runs whose worker has :meth:`listener` in its layer.
+    runs whose worker has :meth:`listener` in its layer — and, on PostgreSQL, of workers in
+    other processes once a :class:`~._live.LiveRelay` follows it (``relay.follow(api.live)``).
 
     It answers ``/readyz`` with 503 until :meth:`ready` is called (storage open, the worker's
     recovery run), and again from :meth:`drain` on, which also refuses new submissions (503);
@@ -598,7 +599,10 @@ class ServeApi:
                             await send(event_bytes(entry.seq, data["kind"], data))
                             last = entry.seq
                             if isinstance(entry.record, ModelResponseRecorded):
-                                feed.forget(entry.record.run_id, read)  # ... its response
+                                # ... its response; text of its turn coming later (from
+                                # another process, through a LiveRelay) is left out too
+                                record = entry.record
+                                feed.forget(record.run_id, read, record.turn)
                         if entries:
                             quiet_since = trio.current_time()
                             continue

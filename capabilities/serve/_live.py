@@ -9,14 +9,27 @@ response that follows holds the whole text anyway.
 The listener (:meth:`LiveText.listener`) is the engine's run listener, called synchronously in
 the run's task: it must run in the same Trio run as the streams (``serve(..., worker=...)``).
 What it publishes is the events' text, which the engine has already redacted.
+
+A worker in another process reaches the streams through a PostgreSQL database
+(:class:`LiveRelay`, :func:`live_relay`): its relay's listener sends the deltas (``NOTIFY``,
+``capabilities.storage._postgres_live``), and the serving process's relay hears them and
+publishes them here — but those of its own sender, which its in-process worker published
+already. Such text may come a moment after its response was recorded: a feed drops what comes
+for a turn whose response it has passed (:meth:`LiveFeed.forget`).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from typing import Final, Literal, final
+from collections import OrderedDict, deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import (
+    AbstractContextManager,
+    ExitStack,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
+from typing import TYPE_CHECKING, Final, Literal, final
 
 import attrs
 import trio
@@ -25,25 +38,42 @@ from effectagent.core import EventBase, ModelRetrying, TextDelta
 from effectagent.engine import RunListener
 
 from .._logging import log_warning
+from ..storage import Database
 from ._sse import live_bytes
 
-__all__ = ["Live", "LiveFeed", "LiveText", "RunListeners", "check_listeners", "send_live"]
+if TYPE_CHECKING:
+    from ..storage._postgres_live import LivePiece, PostgresLive
+
+__all__ = [
+    "Live",
+    "LiveFeed",
+    "LiveRelay",
+    "LiveText",
+    "RunListeners",
+    "check_listeners",
+    "live_relay",
+    "send_live",
+]
 
 #: A follower's buffer, by default: deltas, and characters of their text.
 BOUND: Final = 256
 MAX_CHARS: Final = 64 * 1024
+#: The runs whose recorded turn a feed remembers (to drop their late text), at most.
+RECORDED: Final = 64
 
 
 @attrs.frozen(slots=True)
 class Live:
     """One published piece of live text. ``stamp``: its place among all published (from 1);
     ``kind``: ``delta`` (``text`` streamed) or ``discard`` (the run's model call is retried and
-    the text streamed since its turn began is void)."""
+    the text streamed since its turn began is void); ``turn``: the run's turn it belongs to (None:
+    not said)."""
 
     stamp: int
     run_id: str
     kind: Literal["delta", "discard"]
     text: str = ""
+    turn: int | None = None
 
     def data(self) -> dict[str, str]:
         """The event's data: ``{"run_id", "text"}`` (a discard: ``{"run_id"}``). Pure."""
@@ -59,7 +89,16 @@ class LiveFeed:
     """What one follower of a conversation has not taken yet: at most ``bound`` pieces and
     ``max_chars`` characters; what does not fit is dropped (counted in :attr:`dropped`)."""
 
-    __slots__ = ("_bound", "_chars", "_items", "_max_chars", "_wake", "dropped")
+    __slots__ = (
+        "_bound",
+        "_chars",
+        "_items",
+        "_max_chars",
+        "_recorded",
+        "_wake",
+        "dropped",
+        "late",
+    )
 
     def __init__(self, bound: int = BOUND, max_chars: int = MAX_CHARS) -> None:
         if bound < 1 or max_chars < 1:
@@ -69,8 +108,12 @@ class LiveFeed:
         self._items: deque[Live] = deque()
         self._chars = 0
         self._wake = trio.Event()
+        #: The last turn of each run whose response was sent (the latest runs only).
+        self._recorded: OrderedDict[str, int] = OrderedDict()
         #: How many pieces did not fit.
         self.dropped = 0
+        #: How many pieces came after their turn's response was sent (left out).
+        self.late = 0
 
     def __len__(self) -> int:
         return len(self._items)
@@ -81,7 +124,13 @@ class LiveFeed:
         return self._chars
 
     def offer(self, piece: Live) -> None:
-        """Keep ``piece`` if it fits, else drop it. Never blocks."""
+        """Keep ``piece`` if it fits, else drop it; leave it out if its turn's response was sent
+        (:meth:`forget`). Never blocks."""
+        if piece.turn is not None:
+            recorded = self._recorded.get(piece.run_id)
+            if recorded is not None and piece.turn <= recorded:
+                self.late += 1
+                return
         if len(self._items) >= self._bound or self._chars + len(piece.text) > self._max_chars:
             self.dropped += 1
         else:
@@ -98,9 +147,23 @@ class LiveFeed:
             self._wake = trio.Event()
         return taken
 
-    def forget(self, run_id: str, through: int) -> None:
-        """Drop ``run_id``'s pieces stamped ``through`` or before (their response was sent)."""
-        kept = [p for p in self._items if p.run_id != run_id or p.stamp > through]
+    def forget(self, run_id: str, through: int, turn: int | None = None) -> None:
+        """Drop ``run_id``'s pieces stamped ``through`` or before (their response was sent) —
+        with ``turn`` (the response's), also those of that turn or an earlier one, and leave out
+        any such piece offered later (text from another process may come after its response)."""
+        if turn is not None:
+            self._recorded[run_id] = max(turn, self._recorded.pop(run_id, turn))
+            while len(self._recorded) > RECORDED:
+                self._recorded.popitem(last=False)
+
+        def gone(piece: Live) -> bool:
+            if piece.run_id != run_id:
+                return False
+            return piece.stamp <= through or (
+                turn is not None and piece.turn is not None and piece.turn <= turn
+            )
+
+        kept = [p for p in self._items if not gone(p)]
         if len(kept) != len(self._items):
             self._items = deque(kept)
             self._chars = sum(len(p.text) for p in kept)
@@ -167,14 +230,15 @@ class LiveText:
         run_id: str,
         text: str = "",
         kind: Literal["delta", "discard"] = "delta",
+        turn: int | None = None,
     ) -> None:
-        """Offer a piece to every follower of ``conversation_id`` (none: nothing is kept).
-        Never blocks."""
+        """Offer a piece to every follower of ``conversation_id`` (none: nothing is kept);
+        ``turn``: the run's turn it belongs to. Never blocks."""
         feeds = self._feeds.get(conversation_id)
         if not feeds:
             return
         self._stamp += 1
-        piece = Live(self._stamp, run_id, kind, text)
+        piece = Live(self._stamp, run_id, kind, text, turn)
         for feed in feeds:
             feed.offer(piece)
 
@@ -199,9 +263,9 @@ class _LiveListener:
 
     def on_event(self, event: EventBase) -> None:
         if isinstance(event, TextDelta):
-            self._live.publish(event.conversation_id, event.run_id, event.text)
+            self._live.publish(event.conversation_id, event.run_id, event.text, turn=event.turn)
         elif isinstance(event, ModelRetrying) and event.discard:
-            self._live.publish(event.conversation_id, event.run_id, kind="discard")
+            self._live.publish(event.conversation_id, event.run_id, kind="discard", turn=event.turn)
 
     def call_context(self, run_id: str, tool_call_id: str) -> AbstractContextManager[object]:
         return nullcontext()
@@ -249,3 +313,104 @@ class RunListeners:
         for listener in self._listeners:
             stack.enter_context(listener.call_context(run_id, tool_call_id))
         return stack
+
+
+# ---- across processes ------------------------------------------------------------------------
+
+
+@final
+class LiveRelay:
+    """Live text between processes through a PostgreSQL database (see the module notes): a
+    worker in another process than the event streams gives :meth:`listener` to its layer, and
+    the serving process :meth:`follow` s its :attr:`ServeApi.live <.ServeApi.live>` — a process
+    doing both (``serve`` with its worker) has its own deltas once, from its worker directly.
+    Best-effort: what does not fit its queue (``bound`` pieces, ``max_chars`` characters), or
+    comes while the connection is down, is dropped and counted (:attr:`dropped`); a run never
+    waits for it.
+
+    Made by :func:`live_relay`, which runs its sender; ``TypeError`` for a database that is not
+    PostgreSQL (on SQLite, run the worker in the serving process). Needs the ``postgres``
+    extra."""
+
+    __slots__ = ("_following", "_live")
+
+    def __init__(self, database: Database, *, bound: int = 1024, max_chars: int = 1024 * 1024):
+        if database.dialect != "postgresql":
+            raise TypeError(
+                "live text crosses processes only through PostgreSQL: on SQLite, give the worker "
+                "in the serving process ServeApi.listener()"
+            )
+        from ..storage._postgres_live import PostgresLive  # psycopg: for its users only
+
+        self._live: PostgresLive = PostgresLive(database, bound=bound, max_chars=max_chars)
+        self._following: LiveText | None = None
+
+    @property
+    def transport(self) -> PostgresLive:
+        """The sender and receiver underneath (``capabilities.storage._postgres_live``)."""
+        return self._live
+
+    @property
+    def sent(self) -> int:
+        """The deltas and discards sent so far."""
+        return self._live.sent
+
+    @property
+    def dropped(self) -> int:
+        """The deltas and discards dropped so far (a full queue, the connection down)."""
+        return self._live.dropped
+
+    @property
+    def heard(self) -> int:
+        """The pieces heard from other processes so far (:meth:`follow`)."""
+        return self._live.heard
+
+    def listener(self) -> RunListener:
+        """The engine's run listener sending each run's ``TextDelta`` (and a ``discard`` for a
+        retried model call whose streamed text is void) to the processes that follow the
+        database's live text. Give it to a worker's layer: ``Layer.succeed(RunListenerService,
+        relay.listener())``, or ``api.listener(relay.listener())`` beside a service's own."""
+        return self._live.listener()
+
+    async def follow(self, live: LiveText) -> None:
+        """Publish to ``live`` the text that workers of other processes send through the
+        database, from now until the relay closes (its own sender's is left out). Raises
+        ``RuntimeError`` if it follows already; the storage's error when it cannot listen.
+
+        Cancellation: a checkpoint; once connecting started, it finishes and is listened on."""
+        if self._following is not None:
+            raise RuntimeError("this relay follows a LiveText already")
+        self._following = live
+
+        def publish(pieces: list[LivePiece]) -> None:
+            for piece in pieces:
+                live.publish(
+                    piece.conversation_id, piece.run_id, piece.text, piece.kind, piece.turn
+                )
+
+        try:
+            await self._live.hear(publish)
+        except BaseException:
+            self._following = None
+            raise
+
+
+@asynccontextmanager
+async def live_relay(
+    database: Database, *, bound: int = 1024, max_chars: int = 1024 * 1024
+) -> AsyncIterator[LiveRelay]:
+    """A :class:`LiveRelay` on ``database`` (PostgreSQL) for the block, its sender running in a
+    task of its own; closed after it (what is still queued is dropped: the recorded responses
+    hold it). ``TypeError`` for another database.
+
+    Cancellation: closing is shielded (a few milliseconds)."""
+    relay = LiveRelay(database, bound=bound, max_chars=max_chars)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(relay.transport.run)
+            try:
+                yield relay
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await relay.transport.aclose()

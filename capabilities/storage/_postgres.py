@@ -202,6 +202,19 @@ class PostgresDatabase:
         return self._names.where
 
     @property
+    def names(self) -> Names:
+        """How errors name this database (:attr:`where`) and the passwords they never show."""
+        return self._names
+
+    def wake_listener(self) -> Listener:
+        """The listener of this schema's wake-ups (``_postgres_listen``): others listen to other
+        channels of the same server as it does (``Listener.sibling``). Raises
+        :class:`StorageClosed` once the database closes."""
+        if self._listener is None or self._closing:
+            raise StorageClosed()
+        return self._listener
+
+    @property
     def lanes(self) -> Lanes:
         """Claim, renew and release lanes as this database's holder (see ``_lanes``), with the
         lease its plain runs use."""

@@ -12,19 +12,22 @@
   no thread is held while nothing happens. Each batch read counts one wake-up. A connection that
   fails is replaced after a short wait (the wake-ups in between are lost: the waiter's poll picks
   that work up), and counts one wake-up once it listens again.
+* **Other channels**: a :class:`Listener` made with ``on_payloads`` (see :meth:`Listener.sibling`)
+  also hands each batch's payloads, in the order they arrived, to that function — the live text
+  relay (``_postgres_live``) listens so, on a connection of its own, reconnecting alike.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Final, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 import psycopg
 import trio
 from psycopg import sql
 
-from .._logging import log_debug
+from .._logging import log_debug, log_warning
 from ._port import Connection
 from ._wakeups import WakeUps
 
@@ -56,11 +59,15 @@ def waking(work: Callable[[Connection], R], name: str) -> Callable[[Connection],
 
 @final
 class Listener:
-    """One connection listening on a channel, counting what arrives in :attr:`wake_ups`."""
+    """One connection listening on a channel, counting what arrives in :attr:`wake_ups` (and,
+    with ``on_payloads``, handing the payloads of each batch to it, in the Trio thread: it must
+    not block; what it raises is logged once and it is not called again)."""
 
     __slots__ = (
+        "_application_name",
         "_conn",
         "_done",
+        "_on_payloads",
         "_scope",
         "_starting",
         "_url",
@@ -69,19 +76,46 @@ class Listener:
         "wake_ups",
     )
 
-    def __init__(self, url: str, name: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        on_payloads: Callable[[list[str]], None] | None = None,
+        *,
+        application_name: str = "effectagent-listen",
+    ) -> None:
         self._url = url
         self.channel = name
         self.wake_ups = WakeUps()
         #: Seconds between two attempts to connect again after the connection failed.
         self.reconnect = RECONNECT
+        self._on_payloads = on_payloads
+        self._application_name = application_name
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._scope: trio.CancelScope | None = None
         self._done: trio.Event | None = None
         self._starting = trio.Lock()
 
+    def sibling(
+        self,
+        name: str,
+        on_payloads: Callable[[list[str]], None],
+        *,
+        application_name: str,
+    ) -> Listener:
+        """A new listener (not started) on channel ``name`` of the same server, handing the
+        payloads it hears to ``on_payloads``."""
+        return Listener(self._url, name, on_payloads, application_name=application_name)
+
+    def connect(self, application_name: str, **options: Any) -> psycopg.Connection[Any]:
+        """A new connection to the same server in autocommit mode (blocking: call it from a
+        worker thread; the caller closes it). ``options``: more libpq parameters."""
+        return psycopg.connect(
+            self._url, autocommit=True, application_name=application_name, **options
+        )
+
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn = psycopg.connect(self._url, autocommit=True, application_name="effectagent-listen")
+        conn = psycopg.connect(self._url, autocommit=True, application_name=self._application_name)
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:
@@ -101,7 +135,9 @@ class Listener:
             self._conn = await trio.to_thread.run_sync(self._connect)
             self._done = trio.Event()
             self._scope = trio.CancelScope()
-            trio.lowlevel.spawn_system_task(self._run, name="effectagent wake-up listener")
+            trio.lowlevel.spawn_system_task(
+                self._run, name=f"effectagent listener ({self._application_name})"
+            )
 
     async def _run(self) -> None:
         assert self._scope is not None
@@ -122,17 +158,38 @@ class Listener:
                         await trio.lowlevel.wait_readable(conn.pgconn.socket)
                         conn.pgconn.consume_input()
                         arrived = 0
-                        while conn.pgconn.notifies() is not None:
+                        payloads: list[str] = []
+                        while (notify := conn.pgconn.notifies()) is not None:
                             arrived += 1
+                            if self._on_payloads is not None:
+                                payloads.append(notify.extra.decode("utf-8", "replace"))
                     except (psycopg.Error, OSError) as exc:
-                        log_debug("wake-up listener lost its connection", error=type(exc).__name__)
+                        log_debug(
+                            "listener lost its connection",
+                            channel=self.channel,
+                            error=type(exc).__name__,
+                        )
                         self._close_conn()
                         continue
+                    if payloads:
+                        self._deliver(payloads)
                     if arrived:
                         self.wake_ups.bump()
         finally:
             self._close_conn()
             self._done.set()
+
+    def _deliver(self, payloads: list[str]) -> None:
+        on_payloads = self._on_payloads
+        if on_payloads is None:
+            return
+        try:
+            on_payloads(payloads)
+        except Exception as exc:  # a defect of the receiver: said once, never again called
+            self._on_payloads = None
+            log_warning(
+                "a listener's receiver failed", channel=self.channel, error=type(exc).__name__
+            )
 
     def _close_conn(self) -> None:
         conn, self._conn = self._conn, None

@@ -106,8 +106,8 @@ SURFACE: dict[str, str] = {
         SubmissionNotFound SubmissionStatus UnknownCall WorkerOptions
     """,
     "capabilities.serve": """
-        DEFAULT_QUOTA Endpoint ENDPOINTS hypercorn_config LiveFeed LiveText metrics_available
-        openapi_document Principal Problem Quota RunListeners serve ServeApi ServeMetrics
+        DEFAULT_QUOTA Endpoint ENDPOINTS hypercorn_config LiveFeed LiveRelay LiveText live_relay
+        metrics_available openapi_document Principal Problem Quota RunListeners serve ServeApi ServeMetrics
         ServeSettings token_digest Tokens
     """,
     "capabilities.subagents": """
