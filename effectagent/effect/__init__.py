@@ -10,6 +10,7 @@ which they may only import from here.
 
 from . import _attrs_init
 from ._attempt import attempt as attempt
+from ._attempt import propagates as propagates
 from ._cause import Cause as Cause
 from ._cause import Die as Die
 from ._cause import Exit as Exit
@@ -85,6 +86,7 @@ __all__ = [
     "Success",
     "TaggedError",
     "attempt",
+    "propagates",
     "build_layer",
     "checked_encoder",
     "decode",

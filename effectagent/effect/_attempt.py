@@ -16,7 +16,7 @@ import trio
 
 from ._cause import Cause, Exit, Failure, Success, is_passthrough
 
-__all__ = ["attempt", "attempt_sync"]
+__all__ = ["attempt", "attempt_sync", "propagates"]
 
 A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
@@ -29,6 +29,14 @@ def _contains_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(_contains_cancelled(e) for e in exc.exceptions)
     return False
+
+
+def propagates(exc: BaseException) -> bool:
+    """Whether :func:`attempt` lets ``exc`` propagate as it is rather than return it as a
+    ``Failure``: a cancellation, ``KeyboardInterrupt``, ``SystemExit`` or ``GeneratorExit`` —
+    alone or as any leaf of a group. (For code that awaits a function itself, where a frame
+    less matters, and must keep ``attempt``'s rule.)"""
+    return is_passthrough(exc) or _contains_cancelled(exc)
 
 
 # The overloads type ``attempt(fn)`` (nothing declared) as ``Exit[A, Never]``; with a single
@@ -58,7 +66,7 @@ async def attempt(
     except trio.Cancelled:
         raise
     except BaseException as exc:
-        if is_passthrough(exc) or _contains_cancelled(exc):
+        if propagates(exc):
             raise
         return Failure(Cause.from_exception(exc, errors))
 

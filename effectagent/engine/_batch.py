@@ -98,7 +98,6 @@ class Batch:
     """One tool batch of a turn. :meth:`run` it once; its commit is in :attr:`committed`."""
 
     __slots__ = (
-        "_audits",
         "_debug",
         "_ledger",
         "_may_suspend",
@@ -133,11 +132,7 @@ class Batch:
         self.admitted = admitted
         self.assistant = assistant  # the response's message, added to the prompt with the batch
         self._ledger = BatchLedger([declared.id for declared in plan.declared])
-        # The calls' audit metadata (inner calls, child runs), by declaration index: the batch's.
-        self._audits: list[dict[str, Any] | None] = [None] * len(plan.declared)
-        self._runner = CallRunner(
-            scope=scope, policy=policy, lender=lender, audits=self._audits, replay=replay
-        )
+        self._runner = CallRunner(scope=scope, policy=policy, lender=lender, replay=replay)
         # A resumed batch: what the log says of it. And whether an approval may be suspended
         # (then every approval is asked before any call runs).
         self._replay = replay
@@ -160,14 +155,71 @@ class Batch:
         shielded, and the cancellation propagates; :attr:`committed` then holds the messages. If
         it is interrupted while the calls are being prepared, nothing of the batch is written.
         """
-        io, turn, plan, ledger = self.io, self.turn, self._plan, self._ledger
-        for call in plan.declared:
+        # What runs in this frame is what stays while a call waits (possibly many runs parked at
+        # once): the rare paths — a resumed batch, approvals that may suspend, sequential tools,
+        # an interruption — are helpers of their own, and a batch of one call runs right here.
+        early, runnable, to_prepare, gating = self._start()
+        if to_prepare and not gating:
+            await self._prepare(to_prepare)
+        ledger = self._ledger
+        for settled in early:
+            ledger.settle(settled.index, settled.outcome)
+        yielded = False
+        try:
+            if gating:
+                suspended = await self._gate(runnable, to_prepare)
+                if suspended is not None:
+                    return suspended
+            # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
+            # checkpoint must still commit the batch (every prepared call gets its settlement).
+            for settled in early:
+                self._announce(settled.outcome)
+            if len(runnable) == 1:
+                # One call (sequential or not): nothing could run beside it, so it needs no task
+                # and no nursery; it runs in this task, in a copy of its context.
+                call = runnable[0]
+                self._settled(call, await in_context(self._runner.run(call), copy_context()))
+            elif any(c.tool.sequential for c in runnable):
+                yielded = await self._run_groups(runnable)
+            elif runnable:
+                yielded = await self._run_group(runnable)
+            if not ledger.complete:
+                # Each call absorbs its own Cancelled, so an interrupted batch can get here
+                # without raising: surface the cancellation now, so the rest settle as interrupted.
+                await trio.lowlevel.checkpoint()
+            # Unshielded: the log's append is all-or-nothing, so if it is cancelled nothing was
+            # written, and the handler below commits the (complete) batch shielded instead.
+            outcomes = await self._commit()
+        except BaseException:
+            if self.committed is None:
+                with trio.CancelScope(shield=True):
+                    await self._commit_interrupted()
+            raise
+        assert self.committed is not None
+        return BatchResult(
+            outcomes=tuple(outcomes),
+            messages=self.committed,
+            failure=run_error(outcomes, toolkit),
+            delegated=self.allowance.totals(),
+            yielded=yielded,
+        )
+
+    def _start(self) -> tuple[list[EarlyOutcome], list[PlannedCall], list[PlannedCall], bool]:
+        """Announce the declared calls; return the calls settled early (in declaration order),
+        the calls that run, those of them to prepare, and whether approvals are asked first.
+
+        Past the tool-call budget none of the calls runs (each is rejected early); a resumed
+        batch plans its calls from the log (see ``_replay``) and prepares only those the log
+        does not hold prepared.
+        """
+        io, turn, plan = self.io, self.turn, self._plan
+        for declared in plan.declared:
             io.emit(
                 ToolCallDeclared,
                 turn=turn,
-                tool_call_id=call.id,
-                tool_name=call.name,
-                arguments=call.preview,
+                tool_call_id=declared.id,
+                tool_name=declared.name,
+                arguments=declared.preview,
             )
         early = plan.early
         if self.admitted:
@@ -190,69 +242,62 @@ class Batch:
         if replay is not None:
             early = unknown_for_prepared(replay, early)
             runner.plans = plan_resumed(runner, replay, runnable)
-            to_prepare = [c for c in runnable if c.id not in replay.prepared]
+            prepared = replay.prepared
+            to_prepare = [c for c in runnable if c.id not in prepared]
         # With an approver that may suspend, the calls are prepared once their approvals are in:
         # a suspended batch prepares nothing, so a call prepared is one about to run.
         gating = self._may_suspend and _may_need_approval(runnable, runner.plans)
-        if to_prepare and not gating:
+        return early, runnable, to_prepare, gating
+
+    async def _gate(
+        self, runnable: list[PlannedCall], to_prepare: list[PlannedCall]
+    ) -> BatchResult | None:
+        """Ask every approval first (an approver that may suspend): the result of a batch
+        suspended (no call runs, nothing settles), or None once ``to_prepare`` is prepared and
+        the calls may run as decided.
+
+        Cancellation: as the authorizer's, the approver's and the log's append.
+        """
+        suspended, reason = await self._runner.gate(runnable)
+        if suspended:
+            return BatchResult(
+                outcomes=(),
+                messages=(),
+                failure=None,
+                delegated=self.allowance.totals(),
+                yielded=False,
+                suspended=(suspended, reason),
+            )
+        if to_prepare:
             await self._prepare(to_prepare)
-        for settled in early:
-            ledger.settle(settled.index, settled.outcome)
+        return None
+
+    async def _run_groups(self, runnable: list[PlannedCall]) -> bool:
+        """Run a batch that holds a sequential call: group after group (see ``run_groups``), a
+        sequential call alone, and no group after one an interruption cut short; True when a
+        group left a nursery.
+
+        Cancellation: as :meth:`_run_group`.
+        """
+        ledger = self._ledger
         yielded = False
-        try:
-            if gating:
-                suspended, reason = await runner.gate(runnable)
-                if suspended:
-                    return BatchResult(
-                        outcomes=(),
-                        messages=(),
-                        failure=None,
-                        delegated=self.allowance.totals(),
-                        yielded=False,
-                        suspended=(suspended, reason),
-                    )
-                if to_prepare:
-                    await self._prepare(to_prepare)
-            # Announced inside the try: once ToolCallPrepared is appended, an interruption at any
-            # checkpoint must still commit the batch (every prepared call gets its settlement).
-            for settled in early:
-                self._announce(settled.outcome)
-            if any(c.tool.sequential for c in runnable):
-                # A sequential call runs alone: the batch runs group after group (see
-                # ``run_groups``), and starts no group after one an interruption cut short.
-                for group in run_groups([c.tool.sequential for c in runnable]):
-                    calls = runnable[group.start : group.stop]
-                    yielded |= await self._run_group(calls)
-                    if not all(ledger.is_settled(c.index) for c in calls):
-                        break
-            elif runnable:
-                yielded = await self._run_group(runnable)
-            if not ledger.complete:
-                # Each call absorbs its own Cancelled, so an interrupted batch can get here
-                # without raising: surface the cancellation now, so the rest settle as interrupted.
-                await trio.lowlevel.checkpoint()
-            # Unshielded: the log's append is all-or-nothing, so if it is cancelled nothing was
-            # written, and the handler below commits the (complete) batch shielded instead.
-            outcomes = await self._commit()
-        except BaseException:
-            if self.committed is None:
-                with trio.CancelScope(shield=True):
-                    declared = plan.declared
-                    rest = ledger.settle_rest(
-                        lambda i: ToolDefect(declared[i].id, declared[i].name, _INTERRUPTED)
-                    )
-                    outcomes = await self._commit()
-                    for i in rest:
-                        self._announce(outcomes[i])
-            raise
-        assert self.committed is not None
-        return BatchResult(
-            outcomes=tuple(outcomes),
-            messages=self.committed,
-            failure=run_error(outcomes, toolkit),
-            delegated=self.allowance.totals(),
-            yielded=yielded,
+        for group in run_groups([c.tool.sequential for c in runnable]):
+            calls = runnable[group.start : group.stop]
+            yielded |= await self._run_group(calls)
+            if not all(ledger.is_settled(c.index) for c in calls):
+                break
+        return yielded
+
+    async def _commit_interrupted(self) -> None:
+        """The batch was interrupted before its commit: settle every call not settled yet as
+        interrupted, commit, and announce those settlements. The caller shields it."""
+        declared = self._plan.declared
+        rest = self._ledger.settle_rest(
+            lambda i: ToolDefect(declared[i].id, declared[i].name, _INTERRUPTED)
         )
+        outcomes = await self._commit()
+        for i in rest:
+            self._announce(outcomes[i])
 
     async def _run_group(self, calls: list[PlannedCall]) -> bool:
         """Run ``calls`` concurrently (eagerly, see the module notes) and settle each; True when
@@ -318,7 +363,7 @@ class Batch:
             )
         now = time.time()
         conversation_id, run_id = io.conversation_id, io.run_id
-        audits = self._audits
+        audits = self._runner.audits  # the calls' audit metadata, by declaration index
         await io.record(
             *[
                 ToolCallSettled(
@@ -329,7 +374,7 @@ class Batch:
                     tool_name=o.tool_name,
                     outcome=o,
                     at=now,
-                    audit=audits[i],
+                    audit=None if audits is None else audits.get(i),
                 )
                 for i, o in enumerate(outcomes)
             ]

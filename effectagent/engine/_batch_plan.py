@@ -167,7 +167,15 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
         else:
             why = cut_off
         early.append(EarlyOutcome(index, ToolInvalidInput(truncated.id, truncated.name, why)))
-    return BatchPlan(declared=declared, early=early, runnable=runnable)
+    # Kept while the batch runs (many runs may be parked at once): lists of their exact size (a
+    # list grown by appends keeps room for more), and no empty list of early outcomes of its own.
+    return BatchPlan(
+        declared=declared[:], early=early[:] if early else _NO_EARLY, runnable=runnable[:]
+    )
+
+
+#: The early outcomes of a plan without any (shared: never appended to — a plan's lists are read).
+_NO_EARLY: list[EarlyOutcome] = []
 
 
 def _argument_limits(max_bytes: int) -> SchemaLimits:

@@ -1,13 +1,16 @@
 """Phase 2 of a tool batch for one call — spec §2 steps 4 to 8: authorize, approve, take a permit,
 run the handler in a scope of its own, encode, redact and bound. (Approval is ``_approve``'s.)
 
-The handler runs through :func:`~effectagent.effect.attempt` with the tool's declared failures, so
-its outcome follows the effect core's one rule: every leaf of what it raised declared — also when
-the handler's own nursery raised a group — is a ``ToolFailure``; anything else undeclared is a
-``ToolDefect`` that names what was raised; a cancellation propagates untouched. A tool's
-``timeout`` is the deadline of the scope the handler runs in (a tool without one runs in no scope:
-entering and leaving a Trio cancel scope costs more than a whole call of a handler that never
-waits).
+The handler's outcome follows the effect core's one rule (:func:`~effectagent.effect.attempt`'s,
+with the tool's declared failures): every leaf of what it raised declared — also when the handler's
+own nursery raised a group — is a ``ToolFailure``; anything else undeclared is a ``ToolDefect``
+that names what was raised; a cancellation (and ``KeyboardInterrupt``, ``SystemExit``,
+``GeneratorExit``) propagates untouched. In the common case the handler is awaited by
+:meth:`CallRunner.run` itself, which applies that rule (``effect.propagates``) — no ``attempt``
+coroutine between them: a call parked in its handler keeps one frame less (many runs may be parked
+at once). A tool's ``timeout`` is the deadline of the scope the handler runs in (a tool without one
+runs in no scope: entering and leaving a Trio cancel scope costs more than a whole call of a
+handler that never waits).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from effectagent.core import (
     ToolUnknownOutcome,
     bounded_json,
 )
-from effectagent.effect import Cause, Exit, Failure, Success, TaggedError, attempt
+from effectagent.effect import Cause, Exit, Failure, Success, TaggedError, attempt, propagates
 
 from ._approve import Approvals, log_crash, propagated
 from ._batch_plan import PlannedCall
@@ -63,7 +66,7 @@ class CallRunner:
     the batch's calls borrow first)."""
 
     __slots__ = (
-        "approvals",
+        "_approvals",
         "audits",
         "io",
         "lender",
@@ -81,13 +84,13 @@ class CallRunner:
         scope: BatchScope,
         policy: AgentPolicy,
         lender: Permit | None,
-        audits: list[dict[str, Any] | None],
         replay: BatchReplay | None = None,
     ) -> None:
         self.scope = scope
-        # The batch's audit metadata, by declaration index: each call writes its own slot, also
-        # when it is interrupted (what its inner calls and child runs did is still true).
-        self.audits = audits
+        # The batch's audit metadata, by declaration index: each call writes its own entry, also
+        # when it is interrupted (what its inner calls and child runs did is still true). Made
+        # by the first call that has any (most batches have none).
+        self.audits: dict[int, dict[str, Any]] | None = None
         self.io = scope.io
         self.services = scope.services
         self.turn = scope.turn
@@ -98,9 +101,23 @@ class CallRunner:
         # decided for some calls before any ran (a resumed batch's, a suspending approver's).
         self.replay = replay
         self.plans: dict[int, CallPlan] | None = None
-        self.approvals = Approvals(
-            io=scope.io, services=scope.services, policy=policy, turn=scope.turn, replay=replay
-        )
+        self._approvals: Approvals | None = None  # made by the first call that asks
+
+    @property
+    def approvals(self) -> Approvals:
+        """How the batch's calls are approved (made when a call first needs it: most batches
+        never do)."""
+        approvals = self._approvals
+        if approvals is None:
+            scope = self.scope
+            approvals = self._approvals = Approvals(
+                io=scope.io,
+                services=scope.services,
+                policy=self.policy,
+                turn=scope.turn,
+                replay=self.replay,
+            )
+        return approvals
 
     def _context(self, call: PlannedCall, host: CallHost) -> ToolCallContext:
         io = self.io
@@ -110,7 +127,7 @@ class CallRunner:
             io.run_id,
             io.conversation_id,
             io.agent_name,
-            host.report,
+            host,  # the call's progress reporter (a CallHost is one)
             io.author,
             None,
             host,
@@ -149,7 +166,7 @@ class CallRunner:
 
     async def run(self, call: PlannedCall) -> ToolOutcome | None:
         """The call's outcome, or None if the batch is interrupted meanwhile; its audit metadata
-        (what its inner calls and child runs noted) goes to its slot of the batch's audits, on
+        (what its inner calls and child runs noted) goes to its entry of the batch's audits, on
         every exit. An engine-side error while serving the call is the call's ``ToolDefect``.
         Raises only ``KeyboardInterrupt``/``SystemExit``.
 
@@ -159,69 +176,102 @@ class CallRunner:
         surfaces it and settles the call as interrupted. The permit is given back on every exit.
         """
         try:
-            io = self.io
             tool = call.tool
             host = CallHost(self.scope, call.id, call.name)
             context = self._context(call, host)
             broker = None
-            if tool.inner_tools:
-                broker = CallBroker(io, self.services, context, tool.inner_tools, host)
-                context = attrs.evolve(context, broker=broker)
             services = self.services
-            plans = self.plans
-            plan = None if plans is None else plans.get(call.index)
-            if plan is None:
-                if services.authorization is not None:
-                    rejected = await self._authorize(call, context)
-                    if rejected is not None:
-                        return rejected
-                if tool.may_need_approval:
-                    answer = await self.approvals.approval(call, context, may_suspend=False)
-                    if answer is not None:
-                        assert isinstance(answer, ToolRejected)  # only a gate may suspend
-                        return answer
-            else:
-                settled = await self._planned(plan, call, context)
+            if tool.inner_tools:
+                broker = CallBroker(self.io, services, context, tool.inner_tools, host)
+                context = attrs.evolve(context, broker=broker)
+            if (
+                self.plans is not None
+                or services.authorization is not None
+                or tool.may_need_approval
+            ):
+                settled = await self._admit(call, context)
                 if settled is not None:
                     return settled
 
             handler = services.handlers[tool]
             pool = self.scope.pool
-            lender = self.lender
             # Only the cancellation point when a permit is free, not a scheduler pass: a call that
             # never waits runs to its end in the batch's task — that is what makes such a call cheap
             # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
             # a call that has to wait for a permit yields in ``take``.
             await trio.lowlevel.checkpoint_if_cancelled()
-            permit = pool.book.try_take(lender) or await pool.take(lender)
+            permit = pool.book.try_take(self.lender) or await pool.take(self.lender)
             host.permit = permit
             try:
-                io.emit(ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name)
+                self.io.emit(
+                    ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name
+                )
                 exit_: Exit[Any, TaggedError] | None
                 if tool.timeout is None and services.listener is None:
-                    # The common case, without a scope of any kind around the handler.
-                    exit_ = await attempt(handler, call.params, context, errors=tool.failure)
+                    # The common case, without a scope of any kind around the handler, awaited
+                    # here: ``attempt``'s rule, without its coroutine (see the module notes).
+                    try:
+                        exit_ = Success(await handler(call.params, context))
+                    except BaseException as exc:
+                        if propagates(exc):
+                            raise
+                        exit_ = Failure(Cause.from_exception(exc, tool.failure))
                 else:
                     exit_ = await self._attempt_in_scopes(tool, handler, call, context)
             finally:
                 host.permit = None
                 pool.give_back(permit)
-                audit = host.notes
-                if broker is not None and (inner := broker.audit()) is not None:
-                    audit = {**inner, **audit} if audit else inner
-                if audit is not None:
-                    self.audits[call.index] = audit
+                self._keep_audit(call, host, broker)
             if exit_ is None:
                 return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
-            return self.settle(tool, call, exit_)
+            settled = self.settle(tool, call, exit_)
+            # A failure's traceback holds this frame: without the exit in it, no reference cycle
+            # keeps the failure (and what it holds) alive until the garbage collector runs.
+            exit_ = None
+            return settled
         except Exception as exc:  # an engine-side defect while serving this call
-            return ToolDefect(
-                call.id, call.name, self.io.redact_text(f"{type(exc).__name__}: {exc}")
-            )
+            return self._defect(call, exc)
         except BaseException as exc:
             if isinstance(exc, trio.Cancelled) or _holds_cancelled(exc):
                 return None
             raise
+
+    def _keep_audit(self, call: PlannedCall, host: CallHost, broker: CallBroker | None) -> None:
+        """Keep what the call noted (and its inner calls did) as its audit metadata, if any."""
+        audit = host.notes
+        if broker is not None and (inner := broker.audit()) is not None:
+            audit = {**inner, **audit} if audit else inner
+        if audit is not None:
+            audits = self.audits
+            if audits is None:
+                audits = self.audits = {}
+            audits[call.index] = audit
+
+    def _defect(self, call: PlannedCall, exc: Exception) -> ToolDefect:
+        """The call's outcome when serving it failed on the engine's side."""
+        return ToolDefect(call.id, call.name, self.io.redact_text(f"{type(exc).__name__}: {exc}"))
+
+    async def _admit(self, call: PlannedCall, context: ToolCallContext) -> ToolOutcome | None:
+        """Before the handler runs: what the call's plan (a resumed batch's, a suspending
+        approver's), the authorizer or the approval settles it with; None to run the handler.
+        (Its own coroutine, so none of this stays in ``run``'s frame while the handler waits.)
+
+        Cancellation: as the authorizer's, the approver's and the reconcile function's.
+        """
+        plans = self.plans
+        plan = None if plans is None else plans.get(call.index)
+        if plan is not None:
+            return await self._planned(plan, call, context)
+        if self.services.authorization is not None:
+            rejected = await self._authorize(call, context)
+            if rejected is not None:
+                return rejected
+        if call.tool.may_need_approval:
+            answer = await self.approvals.approval(call, context, may_suspend=False)
+            if answer is not None:
+                assert isinstance(answer, ToolRejected)  # only a gate may suspend
+                return answer
+        return None
 
     async def _planned(
         self, plan: CallPlan, call: PlannedCall, context: ToolCallContext

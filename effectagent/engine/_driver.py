@@ -305,11 +305,13 @@ class RunDriver(RunEdges):
             grace: EnterGrace | None = None
             with scope:
                 if self._resuming is None:
-                    state = await self._begin(started, end_at)
+                    # No local keeps the first state: from here it is the driver's alone (a run
+                    # parked in a tool call holds no stale copy of it, its budget and its usage).
+                    await self._begin(started, end_at)
                     if self.agent.input_guardrails:  # before or beside the first turn
-                        grace = await first_turns(self, state)
+                        grace = await first_turns(self, self._current())
                     else:
-                        grace = await self._drive((state, (_NEXT_TURN,)))
+                        grace = await self._drive((self._current(), (_NEXT_TURN,)))
                 else:
                     resumed = await self._begin_resumed(started, end_at)
                     if self.agent.input_guardrails and resumed[0].turn == 0:
@@ -364,10 +366,13 @@ class RunDriver(RunEdges):
             if self._done is not None:
                 self._done.set()
 
-    def _step(self, event: Input) -> Transition:
+    def _current(self) -> RunState:
         state = self.state
         assert state is not None
-        return step(state, event)
+        return state
+
+    def _step(self, event: Input) -> Transition:
+        return step(self._current(), event)
 
     async def _drive(self, transition: Transition) -> EnterGrace | None:
         """Perform transitions until the run ends (None) or enters its grace turn.
@@ -378,6 +383,7 @@ class RunDriver(RunEdges):
         """
         effects, waits = _EFFECTS, _WAITS
         state, commands = transition
+        del transition  # the first state is not kept for the whole run (see ``execute``)
         while True:
             self.state = state
             answer: Input | EnterGrace | None = None

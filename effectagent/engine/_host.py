@@ -74,7 +74,7 @@ class BatchScope:
 @final
 class CallHost:
     """One call's handle on its batch (see the module notes). ``permit`` is the call's while its
-    handler runs — what the calls it makes borrow first."""
+    handler runs — what the calls it makes borrow first. Calling it reports progress."""
 
     __slots__ = ("_notes", "permit", "scope", "tool_call_id", "tool_name")
 
@@ -96,9 +96,10 @@ class CallHost:
         """The audit metadata noted so far (None: nothing)."""
         return self._notes
 
-    async def report(self, data: Any) -> None:
-        """The handler's progress report (its context's ``progress``): redacted, bounded,
-        emitted as ``ToolProgress``.
+    async def __call__(self, data: Any) -> None:
+        """The handler's progress report (its context's ``progress``; the host is the context's
+        ``report``, so a call needs no bound method for it): redacted, bounded, emitted as
+        ``ToolProgress``.
 
         Cancellation: a checkpoint (as ``ToolCallContext.progress`` promises) before anything is
         emitted; then, for a streamed run, it waits while the consumer lags (backpressure).

@@ -9,7 +9,7 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.effect import Cause, Failure, Success, TaggedError, attempt
+from effectagent.effect import Cause, Failure, Success, TaggedError, attempt, propagates
 from effectagent.effect._attempt import attempt_sync
 
 
@@ -170,3 +170,50 @@ def test_attempt_sync_lets_keyboard_interrupt_through() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         attempt_sync(interrupt)
+
+
+def _cancelled() -> trio.Cancelled:
+    return trio.Cancelled._create(source="explicit")  # how Trio makes one
+
+
+_LEAVES = st.sampled_from(
+    [ValueError, KeyError, RuntimeError, KeyboardInterrupt, SystemExit, GeneratorExit, "cancelled"]
+)
+
+
+def _leaf(kind: object) -> BaseException:
+    if kind == "cancelled":
+        return _cancelled()
+    assert isinstance(kind, type)
+    made = kind("x")
+    assert isinstance(made, BaseException)
+    return made
+
+
+_RAISED = st.recursive(
+    _LEAVES.map(_leaf),
+    lambda inner: st.lists(inner, min_size=1, max_size=3).map(
+        lambda leaves: BaseExceptionGroup("group", leaves)
+    ),
+    max_leaves=6,
+)
+
+
+@given(_RAISED)
+def test_propagates_is_exactly_what_attempt_lets_through(raised: BaseException) -> None:
+    """Code that awaits a function itself (a frame less) keeps attempt's rule with
+    ``propagates``: for every exception and group, attempt raises it exactly when it says so."""
+
+    async def fails() -> None:
+        raise raised
+
+    async def main() -> BaseException | None:
+        try:
+            await attempt(fails)
+        except BaseException as exc:
+            return exc
+        return None
+
+    let_through = trio.run(main)
+    assert let_through in (None, raised)  # untouched when it propagates
+    assert (let_through is not None) == propagates(raised)

@@ -42,6 +42,7 @@ SURFACE: dict[str, str] = {
         attempt AttributeValue build_layer Cause checked_encoder Context decode decode_json Die
         encode encode_as Exit Fail Failure Fiber field_meta Interrupt json_schema JSONValue Layer
         make_json_converter merge MissingRequirement MissingServicesError open_scope parse_json_text
+        propagates
         preflight SchemaDerivationError SchemaError SchemaIssue SchemaLimits Scope ScopeClosedError
         Semaphore ServiceKey SpanHandle SpanKind Success TaggedError trace_span use_span_starter
     """,
