@@ -39,7 +39,14 @@ from ._errors import ConversationInUse, CorruptRecord, UnknownRecordVersion
 from ._lanes import read_lane, same_process
 from ._port import Connection, dialect_of
 
-__all__ = ["FEW_DIGESTS", "Forgotten", "forget_conversations", "record_digests", "referred_digests"]
+__all__ = [
+    "FEW_DIGESTS",
+    "Forgotten",
+    "forget_conversations",
+    "record_digests",
+    "referred_digests",
+    "referrers",
+]
 
 #: The statuses of a durable submission that will write no more (``_layout_durable``).
 _SETTLED: Final = "('completed', 'failed', 'aborted', 'joined')"
@@ -165,13 +172,22 @@ def referred_digests(
     quotes a digest does not refer to it, one that cannot be decoded refers to each digest it
     holds), steering still queued or a durable submission not settled. Their bytes must stay;
     the others' may go. Runs inside the caller's transaction; reads only."""
+    undelivered, by_records = referrers(conn, digests, codec=codec)
+    return undelivered | by_records
+
+
+def referrers(
+    conn: Connection, digests: Collection[str], *, codec: RecordCodec | None = None
+) -> tuple[set[str], set[str]]:
+    """:func:`referred_digests`, told apart: those input not yet delivered refers to (for a
+    while), and the others of them a record refers to (until its conversation is deleted)."""
     wanted = set(digests)
     if not wanted:
-        return set()
-    found = _undelivered_refer(conn, wanted)
-    if len(found) < len(wanted):
-        found |= _records_refer(conn, codec or RecordCodec(), wanted - found)
-    return found
+        return set(), set()
+    undelivered = _undelivered_refer(conn, wanted)
+    rest = wanted - undelivered
+    by_records = _records_refer(conn, codec or RecordCodec(), rest) if rest else set()
+    return undelivered, by_records
 
 
 def forget_conversations(

@@ -28,7 +28,11 @@ choice of ``before``:
 
 Cost: a sweep reads, once and page by page, every record of a kind that carries media (a user
 input, a tool call settled) whose body holds a digest, and decodes it (a few candidates are
-searched for one by one instead: ``_forget.FEW_DIGESTS``).
+searched for one by one instead: ``_forget.FEW_DIGESTS``) — for its candidates only: bytes a
+sweep found a record referring to are marked (``put_at`` :data:`KEPT_FOR_RECORDS`) and are no
+candidates again until they are put again, since a record refers to its bytes until its
+conversation is deleted (``_forget`` decides about the bytes then). So an open that is alone
+examines the bytes put since the last sweep, and those queued input held, not the whole history.
 """
 
 from __future__ import annotations
@@ -39,11 +43,13 @@ from collections.abc import Callable, Collection, Iterable
 from typing import Final
 
 from ._codec import RecordCodec
-from ._forget import referred_digests
+from ._forget import referrers
 from ._port import Connection, Database
 
 __all__ = [
     "DEFAULT_GRACE",
+    "KEPT_FOR_RECORDS",
+    "examine_media",
     "PUT_MEDIA",
     "put_media_rows",
     "sweep_media",
@@ -78,20 +84,27 @@ def _chunks(values: Collection[str]) -> Iterable[list[str]]:
         yield ordered[start : start + _CHUNK]
 
 
-def unreferenced_media(
+#: ``put_at`` of bytes a sweep found a record referring to: never a candidate again until put
+#: again (a record refers to its bytes until its conversation is deleted, and ``_forget`` deals
+#: with the bytes then).
+KEPT_FOR_RECORDS: Final = -1.0
+
+
+def examine_media(
     conn: Connection,
     *,
     before: float,
     among: Collection[str] | None = None,
     codec: RecordCodec | None = None,
-) -> set[str]:
-    """The digests put before ``before`` (of ``among``, when given) that nothing refers to (see
+) -> tuple[set[str], set[str]]:
+    """Of the digests put before ``before`` (of ``among``, when given) and not found referred to
+    by a record at an earlier sweep: those nothing refers to, and those a record refers to (see
     the module notes). Reads only."""
     if among is None:
         candidates = {
             str(digest)
             for (digest,) in conn.execute(
-                "SELECT digest FROM media WHERE put_at < ?", (before,)
+                "SELECT digest FROM media WHERE put_at >= 0 AND put_at < ?", (before,)
             ).fetchall()
         }
     else:
@@ -101,13 +114,27 @@ def unreferenced_media(
             candidates.update(
                 str(digest)
                 for (digest,) in conn.execute(
-                    f"SELECT digest FROM media WHERE put_at < ? AND digest IN ({marks})",
+                    "SELECT digest FROM media WHERE put_at >= 0 AND put_at < ? "
+                    f"AND digest IN ({marks})",
                     (before, *chunk),
                 ).fetchall()
             )
     if not candidates:
-        return set()
-    return candidates - referred_digests(conn, candidates, codec=codec)
+        return set(), set()
+    undelivered, by_records = referrers(conn, candidates, codec=codec)
+    return candidates - undelivered - by_records, by_records
+
+
+def unreferenced_media(
+    conn: Connection,
+    *,
+    before: float,
+    among: Collection[str] | None = None,
+    codec: RecordCodec | None = None,
+) -> set[str]:
+    """The digests put before ``before`` (of ``among``, when given) that nothing refers to (see
+    the module notes). Reads only."""
+    return examine_media(conn, before=before, among=among, codec=codec)[0]
 
 
 def sweep_unreferenced(
@@ -118,11 +145,32 @@ def sweep_unreferenced(
     codec: RecordCodec | None = None,
 ) -> int:
     """Delete the media rows put before ``before`` (of ``among``, when given) that nothing
-    refers to, inside the caller's write transaction; return how many it deleted."""
-    deleted = 0
-    for chunk in _chunks(unreferenced_media(conn, before=before, among=among, codec=codec)):
+    refers to, and mark those a record refers to (:data:`KEPT_FOR_RECORDS`: the next sweep
+    reads no record for them), inside the caller's write transaction; return how many it
+    deleted."""
+    gone, kept = examine_media(conn, before=before, among=among, codec=codec)
+    _mark_kept(conn, kept, before)
+    return _delete(conn, gone, before)
+
+
+def _mark_kept(conn: Connection, digests: Collection[str], before: float) -> None:
+    for chunk in _chunks(digests):
         marks = ", ".join("?" * len(chunk))
-        deleted += conn.execute(f"DELETE FROM media WHERE digest IN ({marks})", chunk).rowcount
+        conn.execute(
+            f"UPDATE media SET put_at = ? WHERE put_at >= 0 AND put_at < ? AND digest IN ({marks})",
+            (KEPT_FOR_RECORDS, before, *chunk),
+        )
+
+
+def _delete(conn: Connection, digests: Collection[str], before: float) -> int:
+    deleted = 0
+    for chunk in _chunks(digests):
+        marks = ", ".join("?" * len(chunk))
+        # put_at checked again: bytes put anew since they were examined stay
+        deleted += conn.execute(
+            f"DELETE FROM media WHERE put_at >= 0 AND put_at < ? AND digest IN ({marks})",
+            (before, *chunk),
+        ).rowcount
     return deleted
 
 
@@ -149,10 +197,12 @@ async def sweep_media(
         raise ValueError(f"grace must be a finite number of seconds, at least 0, got {grace!r}")
     before = clock() - grace
     codec = RecordCodec()
-    found = await database.read(lambda conn: unreferenced_media(conn, before=before, codec=codec))
-    if not found:
+    found, kept = await database.read(lambda conn: examine_media(conn, before=before, codec=codec))
+    if not found and not kept:
         return 0
-    return await database.write(
-        lambda conn: sweep_unreferenced(conn, before=before, among=found, codec=codec),
-        weight=len(found),
-    )
+
+    def sweep(conn: Connection) -> int:
+        _mark_kept(conn, kept, before)  # a record refers to these: no one reads them again
+        return sweep_unreferenced(conn, before=before, among=found, codec=codec)
+
+    return await database.write(sweep, weight=len(found) + len(kept))

@@ -29,7 +29,12 @@ from capabilities.storage._database import open_database
 from capabilities.storage._layout import LAYOUT_VERSION
 from capabilities.storage._postgres import open_postgres
 from capabilities.storage._postgres_layout import LAYOUT_VERSION as PG_LAYOUT_VERSION
-from capabilities.storage._sweep import DEFAULT_GRACE, put_media_rows
+from capabilities.storage._sweep import (
+    DEFAULT_GRACE,
+    KEPT_FOR_RECORDS,
+    examine_media,
+    put_media_rows,
+)
 from effectagent.ai import ImagePart, TextContent
 from effectagent.core import RunCompletedRecord, UserInputRecorded
 from tests.capabilities.durable.helpers import Stores, stores
@@ -132,6 +137,24 @@ async def test_bytes_nothing_refers_to_go_once_put_longer_ago_than_the_grace(sto
         assert await _digests(db) == {A.digest}
         assert await log.media([A.digest]) == {A.digest: A.data}
         assert await sweep_media(db, grace=0.0, clock=later(DEFAULT_GRACE * 10)) == 0
+
+
+async def test_bytes_a_record_refers_to_are_examined_once_until_put_again(store: Stores) -> None:
+    """A sweep reads the records for its candidates only: bytes found referred to by a record
+    are marked and are no candidates again (an open that is alone examines what was put since,
+    not the whole history) — until they are put again."""
+    async with store.open() as db:
+        log = SqliteConversationLog(db)
+        await log.put_media("c", {A.digest: A.data})
+        await _record(log, "c", [A])
+        assert await sweep_media(db, grace=0.0, clock=later(1.0)) == 0
+        assert await _put_at(db, A.digest) == KEPT_FOR_RECORDS
+        soon = later(2.0)()
+        nothing: tuple[set[str], set[str]] = (set(), set())
+        assert await db.read(lambda conn: examine_media(conn, before=soon)) == nothing
+        await log.put_media("d", {A.digest: A.data})  # put again (another input refers to it)
+        found = await db.read(lambda conn: examine_media(conn, before=later(3.0)()))
+        assert found == (set(), {A.digest})
 
 
 async def test_bytes_queued_steering_or_a_submission_not_settled_names_stay_until_it_ends(
@@ -349,7 +372,7 @@ async def test_a_layout_5_file_is_upgraded_its_bytes_put_long_ago(tmp_path: Path
     async with open_database(path) as db:
         assert db.recovered["media"] == 1  # B: nothing refers to it
         assert await _digests(db) == {A.digest}
-        assert await _put_at(db, A.digest) == 0.0  # long ago
+        assert await _put_at(db, A.digest) == KEPT_FOR_RECORDS  # put long ago; a record's
         assert await sweep_media(db) == 0  # A: a record refers to it
     async with open_database(fresh):
         pass
@@ -409,13 +432,16 @@ async def test_a_layout_1_schema_is_upgraded_in_place_its_bytes_put_long_ago(
     with _pg(schema) as conn:  # as layout 1 left it
         conn.execute("DROP INDEX media_by_put_at")
         conn.execute("ALTER TABLE media DROP COLUMN put_at")
+        conn.execute("DROP TABLE live_key")
         conn.execute("UPDATE effectagent_layout SET version = 1")
     assert PG_LAYOUT_VERSION == 2
     async with open_postgres(url, schema=schema) as db:
         assert db.recovered["media"] == 1  # B: nothing refers to it
         assert await _digests(db) == {A.digest}
-        assert await _put_at(db, A.digest) == 0.0  # long ago
+        assert await _put_at(db, A.digest) == KEPT_FOR_RECORDS  # put long ago; a record's
         assert await sweep_media(db) == 0
+        (key,) = await db.read(lambda conn: conn.execute("SELECT key FROM live_key").fetchall())
+        assert len(bytes(key[0])) == 32  # live text's key, made by the upgrade
     async with open_postgres(url, schema=fresh):
         pass
     with _pg(schema) as conn:
