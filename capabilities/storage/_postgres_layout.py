@@ -32,7 +32,8 @@ Versions (of the PostgreSQL layout, counted apart from SQLite's):
    the tables. (``extra`` statements follow them: for tests.)
 2. ``put_at`` in ``media`` and its index ``media_by_put_at``, as SQLite layout 6: when the bytes
    were last put (0 for the rows of a schema upgraded from 1: long ago), for the sweep of bytes
-   nothing refers to (``_sweep``).
+   nothing refers to (``_sweep``); and ``live_key``, PostgreSQL's own: one random key that live
+   text is sealed with (``_postgres_live``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,13 @@ LAYOUT_VERSION: Final = 2
 #: The key of the transaction-level advisory lock taken while a schema is checked and laid out
 #: ("EAGL"): the same for every schema, held for milliseconds.
 LAYOUT_LOCK: Final = 0x4541474C
+
+#: PostgreSQL's own table (no SQLite twin: live text crosses processes only here).
+LIVE_KEY_TABLE: Final = "CREATE TABLE live_key (key BYTEA NOT NULL)"
+LIVE_KEY_ROW: Final = (
+    "INSERT INTO live_key SELECT sha256(convert_to("
+    "gen_random_uuid()::text || gen_random_uuid()::text || gen_random_uuid()::text, 'UTF8'))"
+)
 
 #: The tables of the current layout version, in the order they are made.
 LAYOUT: Final[tuple[str, ...]] = (
@@ -200,6 +208,11 @@ LAYOUT: Final[tuple[str, ...]] = (
         put_at DOUBLE PRECISION NOT NULL DEFAULT 0
     )""",
     "CREATE INDEX media_by_put_at ON media (put_at, digest)",
+    # The key live text is sealed with on its NOTIFY channel (``_postgres_live``): a role that
+    # may connect but not read this schema's tables can neither read nor make up live text.
+    # 32 bytes from the server's strong random source (gen_random_uuid), hashed.
+    LIVE_KEY_TABLE,
+    LIVE_KEY_ROW,
     # SQLite's instr(haystack, needle) — where needle first starts, 0 when it is not there —
     # so the statements of the port that look for a substring are the same on both engines.
     """CREATE FUNCTION instr(haystack TEXT, needle TEXT) RETURNS INTEGER
@@ -213,9 +226,12 @@ _LAYOUT_TABLE: Final = (
 
 
 def _to_v2(conn: psycopg.Connection[tuple[object, ...]]) -> None:
-    """Layout 1 → 2: when media bytes were put (0 for those there: long ago), indexed."""
+    """Layout 1 → 2: when media bytes were put (0 for those there: long ago), indexed; the live
+    text key."""
     conn.execute(b"ALTER TABLE media ADD COLUMN put_at DOUBLE PRECISION NOT NULL DEFAULT 0")
     conn.execute(b"CREATE INDEX media_by_put_at ON media (put_at, digest)")
+    conn.execute(LIVE_KEY_TABLE.encode())
+    conn.execute(LIVE_KEY_ROW.encode())
 
 
 #: Upgrade steps: ``UPGRADES[n]`` turns layout ``n`` into ``n + 1`` (inside the open

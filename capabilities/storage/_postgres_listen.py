@@ -29,6 +29,7 @@ from psycopg import sql
 
 from .._logging import log_debug, log_warning
 from ._port import Connection
+from ._postgres_lock import keepalive_options
 from ._wakeups import WakeUps
 
 __all__ = ["Listener", "channel", "waking"]
@@ -110,12 +111,20 @@ class Listener:
     def connect(self, application_name: str, **options: Any) -> psycopg.Connection[Any]:
         """A new connection to the same server in autocommit mode (blocking: call it from a
         worker thread; the caller closes it). ``options``: more libpq parameters."""
+        settings = {**keepalive_options(self._url), **options}
         return psycopg.connect(
-            self._url, autocommit=True, application_name=application_name, **options
+            self._url, autocommit=True, application_name=application_name, **settings
         )
 
     def _connect(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn = psycopg.connect(self._url, autocommit=True, application_name=self._application_name)
+        # Keepalives: a connection that went silent (a partition, a host gone) is noticed and
+        # made again, rather than listened on for ever.
+        conn = psycopg.connect(
+            self._url,
+            autocommit=True,
+            application_name=self._application_name,
+            **keepalive_options(self._url),
+        )
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
         except BaseException:

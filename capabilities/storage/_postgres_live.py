@@ -26,16 +26,24 @@ service processes that stream them, as ``NOTIFY`` payloads on a channel of the s
   on a connection of its own (reconnecting as the wake-up listener does; what is sent while it
   is away is lost), hands the pieces of each payload — but those of its own sender, which its
   process showed already — to the receiver, in the order they were sent.
-* **Trust**: the payloads are the runs' text as the engine streamed it — already redacted — and
-  go to the database only, as the log does. Whoever may ``NOTIFY`` on the database may make up
-  live text (never a log entry): the same trust as writing to it. Errors name the database
-  without its password.
+* **Sealed**: PostgreSQL checks no privilege for ``LISTEN`` or ``NOTIFY`` — any role that may
+  connect to the database could hear the channel or send on it. So every payload is sealed with
+  AES-GCM (the channel as associated data) under the schema's own random key (``live_key``,
+  laid out with the tables: read only by roles that may read the schema): on the channel a
+  payload is ``base64(nonce ‖ ciphertext ‖ tag)``, which tells nothing but its size, and one
+  that does not open under the key is dropped (counted as malformed) — nobody without the key
+  reads live text or makes it up. The text is the runs' text as the engine streamed it, already
+  redacted; it waits (sealed) in the server's notification queue until every listener has read
+  it, and is never stored in a table. Errors name the database without its password.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
+import os
 import secrets
 import threading
 from collections import deque
@@ -46,6 +54,8 @@ from typing import Any, Final, Literal, final
 import attrs
 import psycopg
 import trio
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from effectagent.core import EventBase, ModelRetrying, TextDelta
 
@@ -57,6 +67,9 @@ from ._wakeups import WakeUps
 
 __all__ = [
     "LIMIT",
+    "plain_limit",
+    "seal",
+    "unseal",
     "LivePiece",
     "PostgresLive",
     "decode",
@@ -74,9 +87,51 @@ MAX_CHARS: Final = 1024 * 1024
 #: Seconds nothing is sent after a batch failed.
 RECONNECT: Final = 1.0
 
-#: Every payload of a batch, in order, in one statement (so one transaction).
+#: A sealed payload's bytes besides its text: the nonce and the tag.
+_SEAL_BYTES: Final = 12 + 16
+#: The live text key of the schema (``_postgres_layout.LIVE_KEY_TABLE``).
+_KEY_SQL: Final = "SELECT key FROM live_key"
+
+
+def plain_limit(limit: int) -> int:
+    """The bytes a payload's JSON may take so that, sealed and in base64, it takes at most
+    ``limit``."""
+    return (limit // 4) * 3 - _SEAL_BYTES
+
+
+def seal(key: AESGCM, channel: str, payload: str) -> str:
+    """``payload`` sealed for ``channel`` (see the module notes). Pure but for the nonce."""
+    nonce = os.urandom(12)
+    sealed = key.encrypt(nonce, payload.encode("utf-8"), channel.encode("utf-8"))
+    return base64.b64encode(nonce + sealed).decode("ascii")
+
+
+def unseal(key: AESGCM, channel: str, sealed: str) -> str:
+    """The payload :func:`seal` sealed for ``channel``; ``ValueError`` for anything else."""
+    refused = ValueError("a live payload must be sealed with the schema's key")
+    try:
+        raw = base64.b64decode(sealed.encode("ascii"), validate=True)
+    except (ValueError, UnicodeError, binascii.Error):
+        raise refused from None
+    if len(raw) < _SEAL_BYTES:
+        raise refused
+    try:
+        return key.decrypt(raw[:12], raw[12:], channel.encode("utf-8")).decode("utf-8")
+    except (InvalidTag, UnicodeError):
+        raise refused from None
+
+
+#: How full the server's notification queue may be for live text to be sent. The queue is
+#: the server's, shared with the durable writes' wake-ups (which go with their transactions: a
+#: full queue fails them at COMMIT) — a listener that stopped reading anywhere keeps it from
+#: emptying, so live text gives way long before it could fill it.
+QUEUE_LIMIT: Final = 0.25
+
+#: Every payload of a batch, in order, in one statement (so one transaction) — none while the
+#: notification queue is fuller than :data:`QUEUE_LIMIT`.
 _SEND: Final = (
-    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS t(p, i) ORDER BY i"
+    "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS t(p, i) "
+    f"WHERE pg_notification_queue_usage() < {QUEUE_LIMIT} ORDER BY i"
 )
 #: The room a text needs for its first character, whatever it is (``\\u0000`` is 6 bytes).
 _MIN_ROOM: Final = 16
@@ -248,9 +303,11 @@ class PostgresLive:
     __slots__ = (
         "_chars",
         "_conn",
+        "_database",
         "_down_until",
         "_heard_seq",
         "_hearing",
+        "_key",
         "_lock",
         "_names",
         "_on_pieces",
@@ -260,6 +317,7 @@ class PostgresLive:
         "_stopped",
         "_wake",
         "_wake_listener",
+        "arrivals",
         "batches",
         "bound",
         "channel",
@@ -287,9 +345,11 @@ class PostgresLive:
     ) -> None:
         if bound < 1 or max_chars < 1:
             raise ValueError("a live queue must hold at least one piece and one character")
-        if not 256 <= limit < 8000:
-            raise ValueError(f"a payload's limit must be 256 to 7999 bytes, got {limit!r}")
+        if not 512 <= limit < 8000:
+            raise ValueError(f"a payload's limit must be 512 to 7999 bytes, got {limit!r}")
         self._wake_listener, schema, self._names = _wake_listener(database)
+        self._database: Any = database
+        self._key: AESGCM | None = None  # the schema's live text key, read when first needed
         self.channel = live_channel(schema)
         #: Who sends this object's payloads: its process's prefix and a random part.
         self.sender = f"{process_prefix()}{secrets.token_hex(4)}"
@@ -312,6 +372,8 @@ class PostgresLive:
         self._sending = 0
         #: A count of the batches done (sent, or dropped), to wait for.
         self.batches = WakeUps()
+        #: A count of the payloads heard (handed on, ignored or dropped), to wait for.
+        self.arrivals = WakeUps()
         self.offered = 0
         self.sent = 0
         self.payloads = 0
@@ -320,6 +382,16 @@ class PostgresLive:
         self.ignored = 0
         self.lost = 0
         self.malformed = 0
+
+    async def _sealing_key(self) -> AESGCM:
+        """The schema's live text key (read once). Cancellation: as the database's read."""
+        key = self._key
+        if key is None:
+            row = await self._database.read(lambda conn: conn.execute(_KEY_SQL).fetchone())
+            if row is None:
+                raise StorageClosed()  # a schema always has its key: it is being dropped
+            key = self._key = AESGCM(bytes(row[0]))
+        return key
 
     # ---- sending -------------------------------------------------------------------------------
 
@@ -360,6 +432,7 @@ class PostgresLive:
 
         Cancellation: stops at once; a batch being sent is abandoned to its thread, which sends
         it and — once :meth:`aclose` was called — closes the connection."""
+        key: AESGCM | None = None
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
@@ -372,8 +445,19 @@ class PostgresLive:
                 self.dropped += len(batch)
                 self.batches.bump()
                 continue
+            if key is None:
+                try:
+                    key = await self._sealing_key()
+                except Exception as exc:  # the database is failing: as a failed batch
+                    log_debug("live text key could not be read", error=type(exc).__name__)
+                    self.dropped += len(batch)
+                    self._down_until = trio.current_time() + self.reconnect
+                    self.batches.bump()
+                    continue
             self._sending = len(batch)
-            outcome = await trio.to_thread.run_sync(self._send_sync, batch, abandon_on_cancel=True)
+            outcome = await trio.to_thread.run_sync(
+                self._send_sync, batch, key, abandon_on_cancel=True
+            )
             self._sending = 0
             if outcome is None:
                 self.dropped += len(batch)
@@ -386,28 +470,28 @@ class PostgresLive:
             self.batches.bump()
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return self._wake_listener.connect(
-            "effectagent-live",
-            connect_timeout=10,
-            keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
-        )
+        return self._wake_listener.connect("effectagent-live")  # with the shared keepalives
 
-    def _send_sync(self, batch: list[LivePiece]) -> tuple[int, int] | None:
-        """Send ``batch`` (a worker thread): the payloads sent and the pieces that could not be,
-        or None when it failed (the connection is closed; the next batch makes another)."""
+    def _send_sync(self, batch: list[LivePiece], key: AESGCM) -> tuple[int, int] | None:
+        """Send ``batch`` sealed with ``key`` (a worker thread): the payloads sent and the pieces
+        that could not be, or None when it failed (the connection is closed; the next batch
+        makes another)."""
         with self._lock:
             try:
                 if self._stopped:
                     return None
-                payloads, seq, unsendable = encode(self.sender, self._seq, batch, self.limit)
+                payloads, seq, unsendable = encode(
+                    self.sender, self._seq, batch, plain_limit(self.limit)
+                )
                 if not payloads:
                     return 0, unsendable
+                sealed = [seal(key, self.channel, payload) for payload in payloads]
                 if self._conn is None:
                     self._conn = self._connect()
-                self._conn.execute(_SEND, (self.channel, payloads))
+                sent = self._conn.execute(_SEND, (self.channel, sealed)).rowcount
+                if sent < len(sealed):  # the server's notification queue is filling: give way
+                    log_debug("live text dropped: the notification queue is filling")
+                    return 0, len(batch)
                 self._seq = seq
                 return len(payloads), unsendable
             except (psycopg.Error, OSError) as exc:
@@ -446,6 +530,7 @@ class PostgresLive:
             raise RuntimeError("this relay hears its channel already")
         if self._stopped:
             raise StorageClosed()
+        await self._sealing_key()
         self._on_pieces = on_pieces
         listener = self._wake_listener.sibling(
             self.channel, self._heard, application_name="effectagent-live-listen"
@@ -464,9 +549,13 @@ class PostgresLive:
 
     def _heard(self, payloads: list[str]) -> None:
         on_pieces = self._on_pieces
+        key = self._key
         for payload in payloads:
             try:
-                sender, seq, pieces = decode(payload)
+                if key is None:  # not heard before the key is read (see ``hear``)
+                    self.malformed += 1
+                    continue
+                sender, seq, pieces = decode(unseal(key, self.channel, payload))
             except ValueError:
                 self.malformed += 1
                 continue
@@ -482,6 +571,7 @@ class PostgresLive:
             self.heard += len(pieces)
             if on_pieces is not None and pieces:
                 on_pieces(pieces)
+        self.arrivals.bump()
 
     # ---- closing -------------------------------------------------------------------------------
 

@@ -43,9 +43,9 @@ _Conn = psycopg.Connection[TupleRow]
 #: The ``application_name`` of the lock's connection.
 LOCK_APPLICATION_NAME: Final = "effectagent-lock"
 
-#: How the lock's connection notices a network that went silent (TCP only; the URL's own
-#: settings win): keepalives after 10 s idle, every 5 s, 3 unanswered; unacknowledged data
-#: abandoned after 30 s.
+#: How a long-lived connection (the lock's, the listeners', live text's sender) notices a network
+#: that went silent (TCP only; the URL's own settings win): keepalives after 10 s idle, every
+#: 5 s, 3 unanswered; unacknowledged data abandoned after 30 s; a connect given up after 10 s.
 _KEEPALIVE: Final[dict[str, Any]] = {
     "keepalives": 1,
     "keepalives_idle": 10,
@@ -54,6 +54,13 @@ _KEEPALIVE: Final[dict[str, Any]] = {
     "tcp_user_timeout": 30_000,
     "connect_timeout": 10,
 }
+
+
+def keepalive_options(url: str) -> dict[str, Any]:
+    """The libpq parameters a long-lived connection to ``url`` adds (:data:`_KEEPALIVE`, less
+    what the URL sets itself)."""
+    given = conninfo_to_dict(url)
+    return {k: v for k, v in _KEEPALIVE.items() if k not in given}
 
 
 @final
@@ -76,8 +83,7 @@ class OpenersLock:
 
     def connect(self) -> _Conn:
         """Open the lock's connection (autocommit); raises :class:`CannotOpenDatabase`."""
-        given = conninfo_to_dict(self._url)
-        extra = {k: v for k, v in _KEEPALIVE.items() if k not in given}
+        extra = keepalive_options(self._url)
         try:
             conn = psycopg.connect(
                 self._url, autocommit=True, application_name=LOCK_APPLICATION_NAME, **extra

@@ -6,6 +6,7 @@ without holding the run up, and a listener whose connection was killed listens a
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 import trio
+from psycopg import sql
 
 from capabilities.durable import DurableQueue, DurableWorker, WorkerOptions
 from capabilities.serve import LiveRelay, LiveText, ServeApi, live_relay
@@ -27,6 +29,7 @@ from capabilities.storage._postgres_live import (
     encode,
     live_channel,
     merged,
+    running_live,
 )
 from effectagent import Agent, Layer
 from effectagent.ai import (
@@ -380,3 +383,30 @@ async def test_a_listener_whose_connection_was_killed_listens_again() -> None:
             with live.subscribe("c") as feed:
                 sending.listener().on_event(_delta("heard again"))
                 assert await _text_of(feed, "heard again") == "heard again"
+
+
+async def test_live_text_is_sealed_on_the_channel_and_a_forged_payload_is_dropped() -> None:
+    """PostgreSQL checks no privilege for LISTEN or NOTIFY: whoever may connect hears the
+    channel and may send on it. What the channel carries tells nothing of the text, and a
+    payload not sealed with the schema's key — a plain one made as the relay would — is dropped
+    (counted), never shown."""
+    canary = "live-canary-2f9d7c41"
+    async with postgres_database() as db, other_opening(db) as elsewhere:
+        name = live_channel(db.schema)
+        heard: list[LivePiece] = []
+        async with running_live(db) as hearing, running_live(elsewhere) as sending:
+            await hearing.hear(heard.extend)
+            with psycopg.connect(postgres_url(), autocommit=True) as snoop:
+                snoop.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+                forged, _, _ = encode("someone", 0, [_piece("Click http://evil.example")])
+                snoop.execute("SELECT pg_notify(%s, %s)", (name, forged[0]))
+                sending.offer(_piece(canary))
+                with trio.fail_after(60):  # a bound for a failure
+                    while not heard:
+                        await hearing.arrivals.wait(hearing.arrivals.count)
+                seen = [n.payload for n in snoop.notifies(timeout=60, stop_after=2)]
+        assert [p.text for p in heard] == [canary]  # the sealed one alone
+        assert hearing.malformed == 1  # the forged one
+        assert seen[0] == forged[0]
+        assert canary not in seen[1]
+        assert base64.b64decode(seen[1], validate=True)  # base64 of nonce, ciphertext and tag

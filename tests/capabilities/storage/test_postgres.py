@@ -500,6 +500,7 @@ async def test_an_empty_schema_gets_every_table_of_the_sqlite_layout(schema: str
     tables, indexes = await _columns_sqlite()
     found = _columns_pg(schema)
     assert found.pop("effectagent_layout") == ["application", "version"]
+    assert found.pop("live_key") == ["key"]  # PostgreSQL's own: live text's key
     assert found == tables  # the same tables, columns, and column order
     relations = {name for name, _ in _catalog(schema)}
     assert indexes <= relations  # the same (partial) indexes, by name
