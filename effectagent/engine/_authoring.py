@@ -422,7 +422,9 @@ def record_preparation(io: RunIO, prepared: Preparation, turn: int) -> TurnPrepa
     (``InstructionsRecorded``), its context items (``ContextAdded``) — appended with the turn's
     response, in its append and before it (``RunIO.record_later``), and say it to the machine.
     A process that dies while the model is asked has recorded neither: its resumed run prepares
-    the turn again, once. Nothing waits here."""
+    the turn again, once. (After the model refused the turn's context, a compaction writes them
+    first, since it reads the log: a process that dies during the request after it leaves them,
+    and the resumed run prepares the turn again beside them.) Nothing waits here."""
     if prepared.failure is not None:
         return TurnPrepared(failure=prepared.failure)
     now = time.time()
