@@ -96,15 +96,19 @@ def examine_media(
     before: float,
     among: Collection[str] | None = None,
     codec: RecordCodec | None = None,
+    stamped_only: bool = False,
 ) -> tuple[set[str], set[str]]:
     """Of the digests put before ``before`` (of ``among``, when given) and not found referred to
     by a record at an earlier sweep: those nothing refers to, and those a record refers to (see
-    the module notes). Reads only."""
+    the module notes). ``stamped_only``: leave out bytes whose put is not stamped (``put_at``
+    0: put before the column, or by a process of an older version still running — its record
+    may be about to follow); only an open that is alone takes those. Reads only."""
+    low = "put_at > 0" if stamped_only else "put_at >= 0"
     if among is None:
         candidates = {
             str(digest)
             for (digest,) in conn.execute(
-                "SELECT digest FROM media WHERE put_at >= 0 AND put_at < ?", (before,)
+                f"SELECT digest FROM media WHERE {low} AND put_at < ?", (before,)
             ).fetchall()
         }
     else:
@@ -114,8 +118,7 @@ def examine_media(
             candidates.update(
                 str(digest)
                 for (digest,) in conn.execute(
-                    "SELECT digest FROM media WHERE put_at >= 0 AND put_at < ? "
-                    f"AND digest IN ({marks})",
+                    f"SELECT digest FROM media WHERE {low} AND put_at < ? AND digest IN ({marks})",
                     (before, *chunk),
                 ).fetchall()
             )
@@ -143,12 +146,15 @@ def sweep_unreferenced(
     before: float,
     among: Collection[str] | None = None,
     codec: RecordCodec | None = None,
+    stamped_only: bool = False,
 ) -> int:
     """Delete the media rows put before ``before`` (of ``among``, when given) that nothing
     refers to, and mark those a record refers to (:data:`KEPT_FOR_RECORDS`: the next sweep
     reads no record for them), inside the caller's write transaction; return how many it
     deleted."""
-    gone, kept = examine_media(conn, before=before, among=among, codec=codec)
+    gone, kept = examine_media(
+        conn, before=before, among=among, codec=codec, stamped_only=stamped_only
+    )
     _mark_kept(conn, kept, before)
     return _delete(conn, gone, before)
 
@@ -185,7 +191,9 @@ async def sweep_media(
     digests' bytes it deleted. For long-running deployments, where no opener is ever alone (an
     open that is alone sweeps by itself): call it now and then. ``grace`` must exceed the
     longest time between bytes being put and the record that refers to them being appended (see
-    the module notes).
+    the module notes). Bytes whose put was never stamped (put before layout 6 / PostgreSQL
+    layout 2, or by a process of an older version still running) are left to an open that is
+    alone.
 
     The digests to delete are found on a read snapshot, then checked again and deleted in one
     write transaction (so the write holds no lock while every record is read). Raises
@@ -197,12 +205,14 @@ async def sweep_media(
         raise ValueError(f"grace must be a finite number of seconds, at least 0, got {grace!r}")
     before = clock() - grace
     codec = RecordCodec()
-    found, kept = await database.read(lambda conn: examine_media(conn, before=before, codec=codec))
+    found, kept = await database.read(
+        lambda conn: examine_media(conn, before=before, codec=codec, stamped_only=True)
+    )
     if not found and not kept:
         return 0
 
     def sweep(conn: Connection) -> int:
         _mark_kept(conn, kept, before)  # a record refers to these: no one reads them again
-        return sweep_unreferenced(conn, before=before, among=found, codec=codec)
+        return sweep_unreferenced(conn, before=before, among=found, codec=codec, stamped_only=True)
 
     return await database.write(sweep, weight=len(found) + len(kept))

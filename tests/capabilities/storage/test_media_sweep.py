@@ -157,6 +157,20 @@ async def test_bytes_a_record_refers_to_are_examined_once_until_put_again(store:
         assert found == (set(), {A.digest})
 
 
+async def test_bytes_put_unstamped_are_left_to_an_open_that_is_alone(store: Stores) -> None:
+    """A process of an older version still running puts bytes without a time (``put_at`` 0):
+    its record may be about to follow, so only an open that is alone — no such process left —
+    sweeps them, never ``sweep_media``'s grace."""
+    async with store.open() as db:
+        await db.write(lambda conn: put_media_rows(conn, [(B.digest, len(B.data), B.data)], now=0))
+        assert await sweep_media(db, grace=0.0, clock=later(DEFAULT_GRACE * 10)) == 0
+        assert await _digests(db) == {B.digest}
+    async with store.open() as db:
+        assert db.alone
+        assert db.recovered["media"] == 1
+        assert await _digests(db) == set()
+
+
 async def test_bytes_queued_steering_or_a_submission_not_settled_names_stay_until_it_ends(
     store: Stores,
 ) -> None:
