@@ -58,6 +58,11 @@ __all__ = [
 #: A follower's buffer, by default: deltas, and characters of their text.
 BOUND: Final = 256
 MAX_CHARS: Final = 64 * 1024
+#: What a :class:`LiveRelay`'s sender queues at most by default: pieces, and characters of their
+#: text (``capabilities.storage._postgres_live``'s own defaults, named here without importing
+#: the driver).
+RELAY_BOUND: Final = 1024
+RELAY_MAX_CHARS: Final = 1024 * 1024
 #: The runs whose recorded turn a feed remembers (to drop their late text), at most.
 RECORDED: Final = 64
 
@@ -334,7 +339,9 @@ class LiveRelay:
 
     __slots__ = ("_following", "_live")
 
-    def __init__(self, database: Database, *, bound: int = 1024, max_chars: int = 1024 * 1024):
+    def __init__(
+        self, database: Database, *, bound: int = RELAY_BOUND, max_chars: int = RELAY_MAX_CHARS
+    ):
         if database.dialect != "postgresql":
             raise TypeError(
                 "live text crosses processes only through PostgreSQL: on SQLite, give the worker "
@@ -397,7 +404,7 @@ class LiveRelay:
 
 @asynccontextmanager
 async def live_relay(
-    database: Database, *, bound: int = 1024, max_chars: int = 1024 * 1024
+    database: Database, *, bound: int = RELAY_BOUND, max_chars: int = RELAY_MAX_CHARS
 ) -> AsyncIterator[LiveRelay]:
     """A :class:`LiveRelay` on ``database`` (PostgreSQL) for the block, its sender running in a
     task of its own; closed after it (what is still queued is dropped: the recorded responses

@@ -410,3 +410,10 @@ async def test_live_text_is_sealed_on_the_channel_and_a_forged_payload_is_droppe
         assert seen[0] == forged[0]
         assert canary not in seen[1]
         assert base64.b64decode(seen[1], validate=True)  # base64 of nonce, ciphertext and tag
+
+
+def test_the_relay_s_default_bounds_are_its_sender_s() -> None:
+    from capabilities.serve._live import RELAY_BOUND, RELAY_MAX_CHARS
+    from capabilities.storage import _postgres_live
+
+    assert (RELAY_BOUND, RELAY_MAX_CHARS) == (_postgres_live.BOUND, _postgres_live.MAX_CHARS)
