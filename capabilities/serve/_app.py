@@ -57,7 +57,7 @@ from ._api import (
 from ._auth import Principal
 from ._console import console_routes
 from ._events import entry_json
-from ._live import LiveText, RunListeners, check_listeners, send_live
+from ._live import LiveFeed, LiveText, RunListeners, check_listeners, send_live
 from ._metrics import ServeMetrics, _TokenListener
 from ._openapi import openapi_document
 from ._problems import MEDIA_TYPE, Problem, problem_of
@@ -586,6 +586,8 @@ class ServeApi:
         ahead = True  # read at once; then only when the log's end moved past what was sent
         async with self._tails.following(conversation_id):
             with self.live.subscribe(conversation_id) as feed:
+                if after > 0:
+                    await self._recorded_before(feed, conversation_id, after)
                 while not self._closing.is_set():
                     if await send_live(feed, send):
                         quiet_since = trio.current_time()
@@ -612,6 +614,18 @@ class ServeApi:
                     with trio.move_on_after(settings.sse_poll):
                         await feed.wait()  # live text, or the streams close
                     ahead = await self._tails.last(conversation_id) > last
+
+    async def _recorded_before(self, feed: LiveFeed, conversation_id: str, after: int) -> None:
+        """A stream resumed after ``after``: the responses the client has (those of the last
+        page up to it) are told to ``feed``, so text of their turns that arrives late (from
+        another process, through a LiveRelay) is left out as it is for a stream that sent them.
+
+        Cancellation: as the log's read."""
+        start = max(0, after - self.settings.sse_page)
+        for entry in await self._log.entries(conversation_id, after=start, limit=after - start):
+            record = entry.record
+            if entry.seq <= after and isinstance(record, ModelResponseRecorded):
+                feed.forget(record.run_id, 0, record.turn)
 
     async def _openapi(self, request: Request) -> Response:
         return JSONResponse(openapi_document(), headers=_SECURITY_HEADERS)

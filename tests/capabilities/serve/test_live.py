@@ -461,3 +461,35 @@ async def test_text_streamed_while_the_log_is_read_never_follows_its_recorded_re
         b"event: ModelResponseRecorded",  # " world" came during the read: not sent after it
         b"event: delta",  # run-2's
     ]
+
+
+async def test_a_stream_resumed_past_a_response_leaves_out_late_text_of_its_turn(
+    tmp_path: Path,
+) -> None:
+    """A client that resumes after a response has it: text of that turn arriving late (from a
+    worker in another process, through a relay) is left out, as for the stream that sent the
+    response; text of a later turn still comes."""
+    conversation = "c-resumed"
+    async with open_database(tmp_path / "serve.db") as database:
+        api = ServeApi(database, settings())
+        response = ModelResponseRecorded(
+            conversation_id=conversation,
+            run_id="run-1",
+            turn=1,
+            content=(("text", "hello"),),
+            finish_reason="stop",
+            usage=UsageDelta(),
+            at=0.0,
+        )
+        created = ConversationCreated(conversation_id=conversation, agent="a", at=0.0)
+        last = await SqliteConversationLog(database).append(conversation, [created, response])
+        feed = LiveFeed()
+        await api._recorded_before(feed, conversation, last)
+        feed.offer(Live(1, "run-1", "delta", "late hello", turn=1))
+        feed.offer(Live(2, "run-1", "delta", "next turn", turn=2))
+        assert [p.text for p in feed.take()] == ["next turn"]
+        assert feed.late == 1
+        before = LiveFeed()  # resumed before the response: its turn's text still comes
+        await api._recorded_before(before, conversation, last - 1)
+        before.offer(Live(3, "run-1", "delta", "hello", turn=1))
+        assert [p.text for p in before.take()] == ["hello"]
