@@ -38,7 +38,7 @@ from capabilities.durable import (
     Submission,
     WorkerOptions,
 )
-from capabilities.storage import Database, StorageError
+from capabilities.storage import Database, StorageError, sweep_media
 from effectagent import Agent, Layer, Toolkit
 from effectagent.core import LogEntry
 from effectagent.engine import RunListenerService
@@ -270,6 +270,19 @@ async def _verify(args: argparse.Namespace, queue: DurableQueue, console: Consol
 
 
 # ---- commands -------------------------------------------------------------------------------------
+
+
+async def _sweep_media(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
+    """``admin sweep-media [--grace SECONDS]``. Cancellation: all or nothing (one write)."""
+    deleted = await sweep_media(queue.database, grace=args.grace)
+    if args.json:
+        _json(console.out, {"deleted": deleted, "grace": args.grace})
+    else:
+        console.out.line(
+            f"deleted the bytes of {_count(deleted, 'media digest')} nothing refers to "
+            f"(put more than {args.grace:g} s ago)"
+        )
+    return EXIT_COMPLETED
 
 
 def _settled_line(console: Console, submission: Submission, what: str) -> None:
@@ -566,6 +579,7 @@ _ACTIONS: Final[dict[str, tuple[Action, bool]]] = {
     "decide": (_decide, False),
     "overdue": (_overdue, False),
     "unknown": (_unknown, False),
+    "sweep-media": (_sweep_media, False),
 }
 
 

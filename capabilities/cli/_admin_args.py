@@ -7,6 +7,7 @@ commands themselves are in ``_admin``.
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any, Final
 
 __all__ = ["ACTIONS", "admin", "worker"]
@@ -23,6 +24,7 @@ ACTIONS: Final = (
     "decide",
     "overdue",
     "unknown",
+    "sweep-media",
     "worker",
 )
 
@@ -145,7 +147,38 @@ def _submissions(actions: Any, shared: argparse.ArgumentParser) -> None:
     verify.add_argument("conversation", metavar="CONVERSATION")
 
 
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(
+            f"must be a finite number of seconds, at least 0: {text!r}"
+        )
+    return value
+
+
 def _commands(actions: Any, shared: argparse.ArgumentParser) -> None:
+    sweep = _action(
+        actions,
+        "sweep-media",
+        [shared],
+        help="delete stored images, documents and audio nothing refers to",
+        description="Delete the media bytes nothing refers to — no record, no queued steering, "
+        "no durable submission not settled — that were put more than --grace seconds ago: "
+        "bytes of a run that failed before recording its input, steering that expired, an "
+        "aborted submission. An open with no other process on the database does this by itself; "
+        "run this (from cron, say) where workers or a service always have it open.",
+    )
+    sweep.add_argument(
+        "--grace",
+        type=_grace,
+        default=3600.0,
+        metavar="SECONDS",
+        help="only bytes put longer ago than this (3600): longer than any delay between "
+        "storing bytes and recording what refers to them",
+    )
     retry = _action(
         actions,
         "retry",

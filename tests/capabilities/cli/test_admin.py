@@ -316,3 +316,36 @@ def test_a_call_needing_approval_suspends_and_admin_decide_resumes_it_without_th
     # The model was asked twice: for the call, then with its result — not again on resuming.
     assert len(server.requests()) == 2
     assert ok(env, "verify", "c1").endswith("every durable invariant holds\n")
+
+
+def test_sweep_media_deletes_old_bytes_nothing_refers_to_while_others_have_the_database(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Where a worker or a service always has the database open (no open is alone), an operator
+    sweeps from cron: bytes nothing refers to, put longer ago than the grace, go; newer stay."""
+    import time
+    from functools import partial
+
+    from capabilities.storage import open_database
+    from capabilities.storage._sweep import put_media_rows
+
+    path = tmp_path / "state" / "effectagent" / "effectagent.db"
+    path.parent.mkdir(parents=True)
+    old, new = ("sha256-" + "a" * 64, b"old bytes"), ("sha256-" + "b" * 64, b"new bytes")
+
+    async def main() -> list[Any]:
+        async with open_database(path) as db:  # held open: the command's open is not alone
+            for (digest, data), at in ((old, time.time() - 7200), (new, time.time())):
+                await db.write(partial(put_media_rows, rows=[(digest, len(data), data)], now=at))
+            first = await trio.to_thread.run_sync(as_json, env, "sweep-media")
+            again = await trio.to_thread.run_sync(as_json, env, "sweep-media", "--grace", "0")
+            kept = await db.read(lambda conn: conn.execute("SELECT digest FROM media").fetchall())
+            return [first, again, kept]
+
+    first, again, kept = trio.run(main)
+    assert first == {"deleted": 1, "grace": 3600.0}  # the old one
+    assert again == {"deleted": 1, "grace": 0.0}  # the new one, with no grace
+    assert kept == []
+    refused = admin(env, "sweep-media", "--grace", "soon")
+    assert refused.returncode == 2
+    assert "not a number of seconds" in refused.stderr
