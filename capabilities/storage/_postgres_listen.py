@@ -42,9 +42,11 @@ RECONNECT: Final = 1.0
 _NOTIFY: Final = "SELECT pg_notify(?, '')"
 
 
-def channel(schema: str) -> str:
-    """The notification channel of ``schema``'s wake-ups."""
-    return "effectagent_wake_" + hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
+def channel(schema: str, purpose: str = "wake") -> str:
+    """The notification channel of ``schema``'s wake-ups (or of another ``purpose``: its live
+    text's is ``"live"``), within the server's 63 bytes whatever the schema's name."""
+    digest = hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
+    return f"effectagent_{purpose}_{digest}"
 
 
 def waking(work: Callable[[Connection], R], name: str) -> Callable[[Connection], R]:

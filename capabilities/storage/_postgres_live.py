@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import os
 import secrets
@@ -62,7 +61,7 @@ from effectagent.core import EventBase, ModelRetrying, TextDelta
 from .._logging import log_debug
 from ._errors import CannotOpenDatabase, StorageClosed
 from ._lanes import process_prefix
-from ._postgres_listen import Listener
+from ._postgres_listen import Listener, channel
 from ._wakeups import WakeUps
 
 __all__ = [
@@ -128,10 +127,10 @@ def unseal(key: AESGCM, channel: str, sealed: str) -> str:
 QUEUE_LIMIT: Final = 0.25
 
 #: Every payload of a batch, in order, in one statement (so one transaction) — none while the
-#: notification queue is fuller than :data:`QUEUE_LIMIT`.
+#: notification queue is fuller than the sender's ``queue_limit`` (:data:`QUEUE_LIMIT`).
 _SEND: Final = (
     "SELECT pg_notify(%s, p) FROM unnest(%s::text[]) WITH ORDINALITY AS t(p, i) "
-    f"WHERE pg_notification_queue_usage() < {QUEUE_LIMIT} ORDER BY i"
+    "WHERE pg_notification_queue_usage() < %s ORDER BY i"
 )
 #: The room a text needs for its first character, whatever it is (``\\u0000`` is 6 bytes).
 _MIN_ROOM: Final = 16
@@ -142,8 +141,9 @@ _NAMES: Final = {"d": "delta", "x": "discard"}
 
 
 def live_channel(schema: str) -> str:
-    """The notification channel of ``schema``'s live text."""
-    return "effectagent_live_" + hashlib.md5(schema.encode(), usedforsecurity=False).hexdigest()
+    """The notification channel of ``schema``'s live text (``_postgres_listen.channel``'s
+    naming)."""
+    return channel(schema, "live")
 
 
 @attrs.frozen(slots=True)
@@ -330,6 +330,7 @@ class PostgresLive:
         "max_chars",
         "offered",
         "payloads",
+        "queue_limit",
         "reconnect",
         "sender",
         "sent",
@@ -358,6 +359,8 @@ class PostgresLive:
         self.limit = limit
         #: Seconds nothing is sent after a batch failed.
         self.reconnect = RECONNECT
+        #: How full the server's notification queue may be for a batch to be sent.
+        self.queue_limit = QUEUE_LIMIT
         self._queue: deque[LivePiece] = deque()
         self._chars = 0
         self._wake = trio.Event()
@@ -488,7 +491,7 @@ class PostgresLive:
                 sealed = [seal(key, self.channel, payload) for payload in payloads]
                 if self._conn is None:
                     self._conn = self._connect()
-                sent = self._conn.execute(_SEND, (self.channel, sealed)).rowcount
+                sent = self._conn.execute(_SEND, (self.channel, sealed, self.queue_limit)).rowcount
                 if sent < len(sealed):  # the server's notification queue is filling: give way
                     log_debug("live text dropped: the notification queue is filling")
                     return 0, len(batch)

@@ -417,3 +417,33 @@ def test_the_relay_s_default_bounds_are_its_sender_s() -> None:
     from capabilities.storage import _postgres_live
 
     assert (RELAY_BOUND, RELAY_MAX_CHARS) == (_postgres_live.BOUND, _postgres_live.MAX_CHARS)
+
+
+async def test_live_text_gives_way_while_the_notification_queue_is_filling() -> None:
+    """The server's notification queue is shared with the wake-ups durable writes send in their
+    transactions: past ``queue_limit`` a batch is dropped (counted), never sent; below, sent."""
+    async with postgres_database() as db, running_live(db) as sending:
+        sending.queue_limit = 0.0  # the queue is "fuller" than nothing: give way
+        done = sending.batches.count
+        sending.offer(_piece("dropped"))
+        with trio.fail_after(60):  # a bound for a failure
+            await sending.batches.wait(done)
+        assert (sending.sent, sending.payloads, sending.dropped) == (0, 0, 1)
+        sending.queue_limit = 0.25
+        done = sending.batches.count
+        sending.offer(_piece("sent"))
+        with trio.fail_after(60):
+            await sending.batches.wait(done)
+        assert (sending.sent, sending.payloads, sending.dropped) == (1, 1, 1)
+
+
+def test_long_lived_connections_notice_a_silent_network_unless_the_url_says_otherwise() -> None:
+    from capabilities.storage._postgres_lock import keepalive_options
+
+    given = keepalive_options("postgresql://ann@db/agents")
+    assert given["keepalives"] == 1
+    assert given["tcp_user_timeout"] > 0
+    assert given["connect_timeout"] > 0
+    own = keepalive_options("postgresql://ann@db/agents?keepalives_idle=60&connect_timeout=3")
+    assert "keepalives_idle" not in own
+    assert "connect_timeout" not in own
