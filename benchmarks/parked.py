@@ -16,18 +16,20 @@ call and, once the request holds its result, answers; it keeps nothing of the re
    exist before the baseline.
 2. **Baseline**: ``gc.collect()``, then the process's resident set size (``VmRSS`` of
    ``/proc/self/status``).
-3. **Start-up**: N tasks of a nursery each call ``runtime.run``; the clock runs from the first
-   ``start_soon`` to the moment the N-th handler has parked. Every run is then in flight: its
-   task, its driver and reducer, its model request and the records it has appended so far, and
-   the parked call.
+3. **Start-up**: N tasks of a nursery are each ``runtime.run`` itself (no wrapper of the
+   script's own: what a task holds is the run's); the clock runs from the first ``start_soon``
+   to the moment the N-th handler has parked. Every run is then in flight: its task, its driver
+   and reducer, its model request and the records it has appended so far, and the parked call
+   (its handler waiting on a ``trio.Event``).
 4. **Parked**: ``gc.collect()``, then VmRSS again; (parked - baseline) / N is the RSS per parked
    run, the figure the target is about: **≤ 10 KB per parked run** (10,000 bytes).
 5. **Completion**: the event is set, every run answers and ends; the time until the nursery is
    done, and the RSS the completed runs leave (the log keeps every run's records; freed memory
    is not always handed back to the system, so this is an upper bound).
 
-Every run must complete with the answer, and exactly N calls must have parked, or the script
-fails: figures of runs that did not do the work would mean nothing.
+Every run must complete with the answer — its conversation's log ends with the completion record
+holding it — and exactly N calls must have parked, or the script fails: figures of runs that did
+not do the work would mean nothing.
 """
 
 from __future__ import annotations
@@ -55,7 +57,6 @@ from effectagent import (  # noqa: E402
     AgentPolicy,
     LanguageModelService,
     Layer,
-    Runtime,
     Toolkit,
     open_runtime,
     tool,
@@ -68,6 +69,12 @@ from effectagent.ai import (  # noqa: E402
     Usage,
     generate,
 )
+from effectagent.core import RunCompletedRecord  # noqa: E402
+from effectagent.engine import (  # noqa: E402
+    ConversationLogService,
+    InMemoryConversationLog,
+    LogRetention,
+)
 from effectagent.testing import Turn  # noqa: E402
 
 RUNS: Final = 100_000
@@ -75,6 +82,7 @@ QUICK_RUNS: Final = 10_000
 WARM_UP_RUNS: Final = 100
 TARGET_BYTES: Final = 10_000
 ANSWER: Final = "Oslo: 4 °C, light wind, clear skies tonight."
+PROMPT: Final = "How warm is Oslo tonight?"
 USAGE: Final = Usage.of(20, 10)
 #: The model's two responses, built once (its parts are immutable values).
 CALL_PARTS: Final = Turn.tool_calls(("park", {"n": 1}), usage=USAGE).parts
@@ -107,8 +115,8 @@ async def _play(parts: Sequence[ResponsePart]) -> AsyncIterator[ResponsePart]:
 
 
 class Gate:
-    """Where the handlers park: counts arrivals, tells when ``expected`` have parked, and holds
-    them until opened."""
+    """Where the handlers park: counts arrivals (``arrive``), tells when ``expected`` have
+    parked, and holds them until ``open`` is set."""
 
     def __init__(self, expected: int) -> None:
         self.expected = expected
@@ -116,15 +124,23 @@ class Gate:
         self.all_parked = trio.Event()
         self.open = trio.Event()
 
-    async def park(self) -> None:
-        """Wait until the gate opens.
-
-        Cancellation: cancellable while parked.
-        """
+    def arrive(self) -> None:
+        """One more handler is about to park."""
         self.parked += 1
         if self.parked == self.expected:
             self.all_parked.set()
-        await self.open.wait()
+
+
+async def _answered(log: InMemoryConversationLog) -> int:
+    """How many conversations of ``log`` end with the run completed with the answer (each run
+    here has a conversation of its own)."""
+    answered = 0
+    for conversation_id in log.conversations():
+        entries = await log.entries(conversation_id)
+        last = entries[-1].record if entries else None
+        if isinstance(last, RunCompletedRecord) and last.output == ANSWER:
+            answered += 1
+    return answered
 
 
 def rss_bytes() -> int:
@@ -176,7 +192,8 @@ async def measure(runs: int) -> Figures:
         Args:
             n: Any number.
         """
-        await gate.park()
+        gate.arrive()
+        await gate.open.wait()
         return n
 
     agent = Agent(
@@ -185,23 +202,23 @@ async def measure(runs: int) -> Figures:
         toolkit=Toolkit(park),
         policy=AgentPolicy(max_turns=4, max_tool_calls=4, max_duration=3_600),
     )
-    layer = agent.toolkit.handlers() + Layer.succeed(LanguageModelService, OfflineModel())
-    answered = 0
+    # Every conversation kept, so each run's end can be checked after (while parked, a run's
+    # conversation is held by the log whatever its retention).
+    log = InMemoryConversationLog(LogRetention.keep_everything())
+    layer = (
+        agent.toolkit.handlers()
+        + Layer.succeed(LanguageModelService, OfflineModel())
+        + Layer.succeed(ConversationLogService, log)
+    )
 
-    async def one(runtime: Runtime) -> None:
-        nonlocal answered
-        result = await runtime.run(agent, "How warm is Oslo tonight?")
-        if result.status == "completed" and result.text == ANSWER:
-            answered += 1
-
-    async def wave(runtime: Runtime, count: int) -> tuple[Timing, Timing, int]:
+    async def wave(count: int) -> tuple[Timing, Timing, int]:
         """``count`` runs parked at once: start-up, completion, and the RSS while all parked."""
         nonlocal gate
         gate = Gate(count)
         async with trio.open_nursery() as nursery:
             started = Timing.now()
             for _ in range(count):
-                nursery.start_soon(one, runtime)
+                nursery.start_soon(runtime.run, agent, PROMPT)
             await gate.all_parked.wait()
             start_up = Timing.now() - started
             gc.collect()
@@ -211,17 +228,19 @@ async def measure(runs: int) -> Figures:
         return start_up, Timing.now() - opened, parked_rss
 
     async with open_runtime(layer, agents=[agent]) as runtime:
-        await wave(runtime, WARM_UP_RUNS)
-        answered = 0
+        await wave(WARM_UP_RUNS)
         gc.collect()
         baseline = rss_bytes()
-        start_up, completion, parked_rss = await wave(runtime, runs)
+        start_up, completion, parked_rss = await wave(runs)
         gc.collect()
         completed_rss = rss_bytes()
-    if gate.parked != runs or answered != runs:
+    answered = await _answered(log)
+    expected = WARM_UP_RUNS + runs
+    if gate.parked != runs or answered != expected:
         raise AssertionError(
-            f"of {runs:,} runs, {gate.parked:,} parked in the handler and {answered:,} answered; "
-            "every run must do both"
+            f"of {runs:,} runs, {gate.parked:,} parked in the handler, and of the "
+            f"{expected:,} runs with the warm-up {answered:,} completed with the answer; every "
+            "run must do both"
         )
     return Figures(
         runs,

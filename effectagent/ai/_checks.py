@@ -47,10 +47,12 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 def is_async_callable(fn: object) -> bool:
     """Whether calling ``fn`` starts a coroutine: an ``async def`` function or method, a
-    ``functools.partial`` of one, or an object whose ``__call__`` is ``async def``."""
+    ``functools.partial`` of one, an object whose ``__call__`` is ``async def``, or one whose
+    class says so (``starts_coroutine = True``: a handler ``@tool`` made, which returns the
+    function's coroutine without a frame of its own)."""
     while isinstance(fn, functools.partial):
         fn = fn.func
-    if inspect.iscoroutinefunction(fn):
+    if inspect.iscoroutinefunction(fn) or getattr(type(fn), "starts_coroutine", False) is True:
         return True
     # The class's own ``__call__`` (a callable instance), looked up without binding it.
     call = inspect.getattr_static(type(fn), "__call__", None) if callable(fn) else None

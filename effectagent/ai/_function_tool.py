@@ -40,7 +40,17 @@ import inspect
 import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Annotated, Any, Protocol, TypeVar, cast, get_args, get_origin, overload
+from typing import (
+    Annotated,
+    Any,
+    Final,
+    Protocol,
+    TypeVar,
+    cast,
+    get_args,
+    get_origin,
+    overload,
+)
 
 import attrs
 import docstring_parser
@@ -377,26 +387,62 @@ class _Plan:
     def handler(self, fn: Callable[..., Awaitable[Any]]) -> Handler[Any, Any]:
         positional = tuple(self.positional)
         keyword = tuple(self.keyword)
-        context_keyword = self.context_keyword
-        if not keyword and context_keyword is None:
+        if not keyword and self.context_keyword is None:
+            return _CallPositionally(fn, positional)
+        return _CallWithKeywords(fn, positional, keyword, self.context_keyword)
 
-            async def call_positionally(params: Any, context: ToolCallContext) -> Any:
-                return await fn(
-                    *[context if name is None else getattr(params, name) for name in positional]
-                )
 
-            return call_positionally
+class _CallPositionally:
+    """The handler ``@tool`` makes of a function whose parameters are all positional: calling it
+    calls the function with the call's arguments (and its context, where the function takes it)
+    and returns the function's coroutine.
 
-        async def call(params: Any, context: ToolCallContext) -> Any:
-            kwargs = {name: getattr(params, name) for name in keyword}
-            if context_keyword is not None:
-                kwargs[context_keyword] = context
-            return await fn(
-                *[context if name is None else getattr(params, name) for name in positional],
-                **kwargs,
-            )
+    Not a coroutine itself: a call parked in its handler (possibly one of very many runs parked at
+    once) keeps the function's frame only, not a wrapper's frame and cells beside it.
+    """
 
-        return call
+    __slots__ = ("_fn", "_positional")
+    #: Calling it starts a coroutine (what ``is_async_callable`` asks of a handler).
+    starts_coroutine: Final = True
+
+    def __init__(self, fn: Callable[..., Awaitable[Any]], positional: tuple[str | None, ...]):
+        self._fn = fn
+        self._positional = positional
+
+    def __call__(self, params: Any, context: ToolCallContext) -> Awaitable[Any]:
+        return self._fn(
+            *[context if name is None else getattr(params, name) for name in self._positional]
+        )
+
+
+class _CallWithKeywords:
+    """As :class:`_CallPositionally`, for a function with keyword-only parameters (its context
+    among them, perhaps)."""
+
+    __slots__ = ("_context_keyword", "_fn", "_keyword", "_positional")
+    #: Calling it starts a coroutine (what ``is_async_callable`` asks of a handler).
+    starts_coroutine: Final = True
+
+    def __init__(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        positional: tuple[str | None, ...],
+        keyword: tuple[str, ...],
+        context_keyword: str | None,
+    ):
+        self._fn = fn
+        self._positional = positional
+        self._keyword = keyword
+        self._context_keyword = context_keyword
+
+    def __call__(self, params: Any, context: ToolCallContext) -> Awaitable[Any]:
+        kwargs = {name: getattr(params, name) for name in self._keyword}
+        if self._context_keyword is not None:
+            kwargs[self._context_keyword] = context
+        return self._fn(
+            *[context if name is None else getattr(params, name) for name in self._positional],
+            **kwargs,
+        )
 
 
 def _split_annotated(where: str, annotation: Any) -> tuple[Any, dict[str, Any] | None]:

@@ -37,7 +37,6 @@ import trio
 from effectagent.ai import AssistantMessage, Message, Toolkit, ToolMessage, ToolResultContent
 from effectagent.core import (
     AgentPolicy,
-    RunError,
     ToolCallDeclared,
     ToolCallFailed,
     ToolCallPrepared,
@@ -50,47 +49,19 @@ from effectagent.core import (
 )
 
 from ._batch_plan import BUDGET_SPENT, BatchPlan, EarlyOutcome, PlannedCall, run_error
-from ._budget import Delegated
 from ._call import CallRunner
 from ._eager import in_context
 from ._host import BatchScope
+from ._machine_values import BatchSettled, BatchSuspended
 from ._media import settled_with_media
 from ._permits import Permit
 from ._replay import plan_resumed, unknown_for_prepared
 from ._resume import BatchReplay
 from ._scheduler import BatchLedger, WorkerPool, run_groups
 
-__all__ = ["Batch", "BatchResult"]
+__all__ = ["Batch"]
 
 _INTERRUPTED = "interrupted before it settled"
-
-
-@final
-class BatchResult:
-    """What a committed batch changed: its outcomes in declaration order, the messages the prompt
-    gets, the error that ends the run (if any), what its calls took beyond themselves (inner
-    calls, child runs), and whether the batch yielded to the scheduler — or, for a batch that
-    ran none of its calls because approvals were suspended, those calls and why (``suspended``;
-    nothing was committed then)."""
-
-    __slots__ = ("delegated", "failure", "messages", "outcomes", "suspended", "yielded")
-
-    def __init__(
-        self,
-        *,
-        outcomes: tuple[ToolOutcome, ...],
-        messages: tuple[Message, ...],
-        failure: RunError | None,
-        delegated: Delegated,
-        yielded: bool,
-        suspended: tuple[tuple[str, ...], str] | None = None,
-    ) -> None:
-        self.outcomes = outcomes
-        self.messages = messages
-        self.failure = failure
-        self.delegated = delegated
-        self.yielded = yielded
-        self.suspended = suspended
 
 
 @final
@@ -110,6 +81,7 @@ class Batch:
         "committed",
         "io",
         "turn",
+        "yielded",
     )
 
     def __init__(
@@ -141,14 +113,18 @@ class Batch:
         #: The prompt messages of the committed batch, once its settlements are appended — also
         #: when :meth:`run` then raises (an interrupted batch is still committed).
         self.committed: tuple[Message, ...] | None = None
+        #: Whether the batch yielded to the scheduler (a group of calls left a nursery).
+        self.yielded = False
 
-    async def run(self, toolkit: Toolkit) -> BatchResult:
-        """Run and commit the batch; return what it changed.
+    async def run(self, toolkit: Toolkit) -> BatchSettled | BatchSuspended:
+        """Run and commit the batch; return what it changed, as the run's state machine takes
+        it: its outcomes in declaration order, the messages the prompt gets, the error that ends
+        the run (if any) and what its calls took beyond themselves (inner calls, child runs).
 
         A resumed batch (``replay``) prepares only the calls the log does not hold prepared, and
         plans each of those it does (see ``_replay``). With an approver that may suspend, every
         call that may need approval is authorized and asked first; if one is suspended, no call
-        runs, nothing settles, and the result says which (``suspended``).
+        runs, nothing settles, and the result is :class:`BatchSuspended` (which calls, and why).
 
         Cancellation: if the run is interrupted (or its deadline passes) after the calls were
         prepared, the batch is still committed — every call not settled yet as interrupted —
@@ -196,12 +172,13 @@ class Batch:
                     await self._commit_interrupted()
             raise
         assert self.committed is not None
-        return BatchResult(
-            outcomes=tuple(outcomes),
-            messages=self.committed,
-            failure=run_error(outcomes, toolkit),
-            delegated=self.allowance.totals(),
-            yielded=yielded,
+        self.yielded = yielded
+        return BatchSettled(
+            tuple(outcomes),
+            self.committed,
+            run_error(outcomes, toolkit),
+            self.allowance.totals(),
+            trio.current_time(),
         )
 
     def _start(self) -> tuple[list[EarlyOutcome], list[PlannedCall], list[PlannedCall], bool]:
@@ -251,23 +228,16 @@ class Batch:
 
     async def _gate(
         self, runnable: list[PlannedCall], to_prepare: list[PlannedCall]
-    ) -> BatchResult | None:
-        """Ask every approval first (an approver that may suspend): the result of a batch
-        suspended (no call runs, nothing settles), or None once ``to_prepare`` is prepared and
-        the calls may run as decided.
+    ) -> BatchSuspended | None:
+        """Ask every approval first (an approver that may suspend): the batch suspended (no call
+        runs, nothing settles), or None once ``to_prepare`` is prepared and the calls may run as
+        decided.
 
         Cancellation: as the authorizer's, the approver's and the log's append.
         """
         suspended, reason = await self._runner.gate(runnable)
         if suspended:
-            return BatchResult(
-                outcomes=(),
-                messages=(),
-                failure=None,
-                delegated=self.allowance.totals(),
-                yielded=False,
-                suspended=(suspended, reason),
-            )
+            return BatchSuspended(suspended, reason)
         if to_prepare:
             await self._prepare(to_prepare)
         return None

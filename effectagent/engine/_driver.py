@@ -119,7 +119,7 @@ class RunDriver(RunEdges):
         "_call_ids",
         "_done",
         "_interrupted",
-        "_yielded",
+        "_running_batch",
         "beside",
         "cancel_scope",
         "chosen_run_id",
@@ -196,8 +196,9 @@ class RunDriver(RunEdges):
         self._done: trio.Event | None = None  # made only if someone waits for the end
         # Set once the run observers were told the run started (they are then told it ended).
         self._observed: RunInfo | None = None
-        # Whether the last batch left a nursery (a schedule point): see ``_next_turn``.
-        self._yielded = False
+        # The batch running, or the last one (whether it left a nursery — a schedule point — is
+        # for ``_next_turn``; an interrupted one is committed to the state by ``_drive``).
+        self._running_batch: Batch | None = None
         # The tool-call IDs the conversation has used (its history, then each response of the
         # run): a call that reuses one gets a fresh ID (``_model_step``). Made at the first step.
         self._call_ids: set[str] | None = None
@@ -392,8 +393,13 @@ class RunDriver(RunEdges):
                 effect = effects.get(kind)
                 if effect is not None:
                     answer = effect(self, command)
-                else:
+                    continue
+                try:
                     answer = await waits[kind](self, command)
+                except BaseException:
+                    if kind is RunBatch:
+                        self._batch_interrupted()
+                    raise
             if answer is None:
                 return None
             if isinstance(answer, EnterGrace):
@@ -471,9 +477,9 @@ class RunDriver(RunEdges):
         self.io.emit(TurnStarted, turn=command.turn, grace=command.grace)
 
     def _append_later(self, command: AppendLater) -> None:
-        step = command.step
-        if not step.recorded:  # a resumed run's response is in the log already
-            self.io.record_later(step.record)
+        record = command.record
+        if record is not None:  # None: a resumed run's response is in the log already
+            self.io.record_later(record)
 
     def _record_usage(self, command: RecordUsage) -> None:
         self.record_usage(command.turn, command.purpose, command.calls)
@@ -571,8 +577,8 @@ class RunDriver(RunEdges):
         # One scheduler yield per turn keeps runs fair to every other task even when the model,
         # the log and the event hand-over need no I/O (they only check cancellation). A batch
         # that ran in a nursery has just yielded on leaving it: then only check.
-        if self._yielded:
-            self._yielded = False
+        batch, self._running_batch = self._running_batch, None
+        if batch is not None and batch.yielded:
             await trio.lowlevel.checkpoint_if_cancelled()
         else:
             await trio.lowlevel.checkpoint()
@@ -631,19 +637,20 @@ class RunDriver(RunEdges):
         deadline = trio.current_effective_deadline()
         return ModelCallFailed(outcome.error, outcome.streamed, now, deadline, _jitter.random())
 
-    async def _batch(self, command: RunBatch) -> BatchSettled | BatchSuspended:
-        """Run and commit the batch; what it changed is the machine's to apply.
+    def _batch(self, command: RunBatch) -> Awaitable[BatchSettled | BatchSuspended]:
+        """Run and commit the batch; what it changed is the machine's to apply. Returns the
+        batch's run to await (``_drive`` awaits it): no frame of this method stays while a call
+        waits.
 
         Cancellation: an interrupted batch is still committed (see ``Batch.run``): its messages
-        and what its calls used reach the state before the cancellation propagates — the grace
-        turn's prompt holds the whole batch.
+        and what its calls used reach the state (``_batch_interrupted``) before the cancellation
+        propagates — the grace turn's prompt holds the whole batch.
         """
-        state = self.state
-        assert state is not None
+        self._running_batch = None  # until this one is made (see ``_batch_interrupted``)
+        state = self._current()
         pool = self.pool
         if pool is None:
             pool = self.pool = PermitPool(self.agent.policy.tool_concurrency)
-        allowance = Allowance(state.budget)
         scope = BatchScope(
             io=self.io,
             agent=self.agent,
@@ -652,11 +659,11 @@ class RunDriver(RunEdges):
             turn=state.turn,
             depth=self.depth,
             may_delegate=self.may_delegate,
-            allowance=allowance,
+            allowance=Allowance(state.budget),
             pool=pool,
         )
         replay, self._replay = self._replay, None  # a resumed batch is the first one only
-        batch = Batch(
+        batch = self._running_batch = Batch(
             scope=scope,
             policy=self.agent.policy,
             plan=command.plan,
@@ -666,20 +673,17 @@ class RunDriver(RunEdges):
             replay=replay,
             may_suspend=self.depth == 0 and self.turn_services.approval_suspends,
         )
-        try:
-            result = await batch.run(self.toolkit)
-        except BaseException:
-            committed = batch.committed
-            if committed is not None:
-                self.state, _ = step(state, BatchInterrupted(committed, allowance.totals()))
-            raise
-        if result.suspended is not None:
-            ids, reason = result.suspended
-            return BatchSuspended(ids, reason)
-        self._yielded = result.yielded
-        return BatchSettled(
-            result.outcomes, result.messages, result.failure, result.delegated, trio.current_time()
-        )
+        return batch.run(self.toolkit)
+
+    def _batch_interrupted(self) -> None:
+        """The running batch raised (interrupted, or its deadline passed): what it committed
+        reaches the state."""
+        batch = self._running_batch
+        self._running_batch = None
+        if batch is not None and batch.committed is not None:
+            self.state, _ = step(
+                self._current(), BatchInterrupted(batch.committed, batch.allowance.totals())
+            )
 
 
 _EFFECTS.update(

@@ -46,6 +46,7 @@ from ._budget import Budget, Exhaustion
 from ._machine_values import (
     AnnounceRetry,
     AnswerChecked,
+    Answered,
     AppendLater,
     Awaiting,
     BatchInterrupted,
@@ -282,7 +283,7 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
     # (a provider that reports none leaves the engine's own count as the base).
     base = (event.request_size, usage.input_tokens) if usage.input_tokens else state.context_base
     response = held.response
-    later = AppendLater(held)
+    later = AppendLater(None if held.recorded else held.record)
     declared = response.tool_calls or response.truncated_calls
     final = config.final_tools
     alone = only_final_calls(response, final.names) if declared and final is not None else None
@@ -337,7 +338,7 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
             state.refused_compacted,
             base,
             None,
-            held,
+            Answered(response.finish_reason, held.record.model),  # not the response itself
         )
         return state, (later, RunBatch(plan, admitted, held.assistant_message()))
     state = RunState(
@@ -490,7 +491,7 @@ def _reject(
 def _batch_settled(state: RunState, event: BatchSettled) -> Transition:
     if state.phase != "batch":
         _wrong(state, "batch")
-    held: ModelStep = state.held  # type: ignore[assignment]  # the batch phase holds its step
+    held: Answered = state.held  # type: ignore[assignment]  # what the batch phase holds
     outcomes = event.outcomes
     final = state.config.final_tools
     if final is not None:  # final_result refusals count in output_retries, not failure streaks
@@ -621,15 +622,16 @@ def _grace_request(state: RunState) -> Transition:
 
 
 def _turn_completed(
-    state: RunState, held: ModelStep, now: float, commands: list[Command], then: Command
+    state: RunState, held: ModelStep | Answered, now: float, commands: list[Command], then: Command
 ) -> Transition:
     """``TurnCompleted`` for the turn ``held`` answered (with the warnings now due), then
     ``then``."""
     budget, warnings = state.budget.with_due_warnings(now)
     if budget is not state.budget:
         state = _set(state, budget=budget)
-    finish = held.response.finish_reason
-    commands.append(CompleteTurn(state.turn, finish, budget.usage, warnings, held.record.model))
+    commands.append(
+        CompleteTurn(state.turn, held.finish_reason, budget.usage, warnings, held.model)
+    )
     commands.append(then)
     return state, tuple(commands)
 

@@ -12,12 +12,21 @@ import attrs
 from effectagent.ai import (
     AiError,
     AssistantMessage,
+    FinishReason,
     Message,
     ModelResponse,
     SystemMessage,
     Toolkit,
 )
-from effectagent.core import AgentPolicy, Redactor, RunError, ToolOutcome, UsageDelta, UsageTotals
+from effectagent.core import (
+    AgentPolicy,
+    ModelResponseRecorded,
+    Redactor,
+    RunError,
+    ToolOutcome,
+    UsageDelta,
+    UsageTotals,
+)
 from effectagent.effect import _fast_init
 
 from ._batch_plan import BatchPlan
@@ -30,6 +39,7 @@ from ._seams import SteeringInput
 __all__ = [
     "AnnounceRetry",
     "AnswerChecked",
+    "Answered",
     "AppendLater",
     "Awaiting",
     "BatchInterrupted",
@@ -130,8 +140,20 @@ class RunState:
     #: Why the grace turn is taken (the dimension that ran out).
     exhaustion: Exhaustion | None = None
     #: The response waiting for the follow-ups' answer, or for a compaction after the model
-    #: refused the context (then with the failure to fall back to).
-    held: ModelStep | ModelCallFailed | None = None
+    #: refused the context (then with the failure to fall back to); in the batch phase, what
+    #: the turn's end needs of the response whose calls run.
+    held: ModelStep | ModelCallFailed | Answered | None = None
+
+
+@_fast_init
+@attrs.frozen(slots=True)
+class Answered:
+    """What the end of a turn needs of its response while the response's calls run: why the
+    model finished and which model answered. The response itself (and its decoded arguments) is
+    not kept meanwhile: a run parked in a tool call holds what the batch needs, no more."""
+
+    finish_reason: FinishReason
+    model: str | None
 
 
 # ---- inputs -------------------------------------------------------------------------------------------
@@ -308,9 +330,10 @@ class RecordFeedback:
 @_fast_init
 @attrs.frozen(slots=True)
 class AppendLater:
-    """Have the model response's record appended first by the next append."""
+    """Have the model response's record appended first by the next append (None: a resumed
+    run's response, in the log already)."""
 
-    step: ModelStep
+    record: ModelResponseRecorded | None
 
 
 @_fast_init

@@ -37,6 +37,7 @@ import attrs
 from effectagent.ai import (
     AiError,
     AssistantMessage,
+    FinishReason,
     LanguageModel,
     Message,
     ModelRequest,
@@ -124,6 +125,16 @@ class ModelStep:
     def usage(self) -> UsageDelta:
         """The step's token usage."""
         return self.record.usage
+
+    @property
+    def finish_reason(self) -> FinishReason:
+        """Why the model finished the response."""
+        return self.response.finish_reason
+
+    @property
+    def model(self) -> str | None:
+        """The model that answered, as the record names it."""
+        return self.record.model
 
     def assistant_message(self) -> AssistantMessage | None:
         """The assistant message the log projection gives for this response once its batch is

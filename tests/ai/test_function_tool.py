@@ -181,6 +181,29 @@ async def test_the_function_stays_callable_as_wrapped() -> None:
     assert hits == [Hit("https://example.org/direct/0", 1.0)]
 
 
+def test_the_handler_starts_the_functions_own_coroutine() -> None:
+    # A call parked in its handler keeps the function's frame, and no wrapper's beside it (a
+    # handler of its own would be one more frame per parked call, with many runs parked at once).
+    async def by_position(city: str, ctx: ToolCallContext) -> str:
+        """Positional, with the context."""
+        return city
+
+    async def by_keyword(city: str, *, ctx: ToolCallContext) -> str:
+        """A keyword-only context."""
+        return city
+
+    for function in (by_position, by_keyword):
+        made = tool(function)
+        assert made.handler is not None and made.parameters is not None
+        params = made.parameters(city="Oslo")
+        started = made.handler(params, _context())
+        assert inspect.iscoroutine(started)
+        assert started.cr_code is function.__code__
+        started.close()
+        # Still an async callable of (params, context), as a handler must be.
+        Tool("again", "d", parameters=made.parameters, handler=made.handler)
+
+
 # ---- docstring styles -------------------------------------------------------------------------
 
 

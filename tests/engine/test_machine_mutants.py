@@ -96,7 +96,7 @@ def test_with_follow_ups_an_answer_waits_for_them_and_none_ends_the_run() -> Non
     state, _ = step(begin(_follow_up_config()), TurnDue(0.0))
     held = responded(Turn.text("Done."))
     state, commands = step(state, held)
-    assert commands == (AppendLater(held.step), TakeFollowUps())
+    assert commands == (AppendLater(held.step.record), TakeFollowUps())
     assert (state.phase, state.held) == ("follow-ups", held.step)
     state, commands = step(state, FollowUps((), 1.0))
     assert kinds(commands) == ["Complete"]
@@ -693,7 +693,7 @@ def test_the_grace_answer_is_metered_completed_and_ends_the_run() -> None:
     assert (after.phase, after.context_base) == ("ended", (3, 300))
     assert after.budget.usage.total_tokens == state.budget.usage.total_tokens + 305
     assert commands == (
-        AppendLater(final.step),
+        AppendLater(final.step.record),
         CompleteTurn(2, "stop", after.budget.usage),
         Complete(final.step.response, Lookup("Oslo"), "budget-exhausted", "turns"),
     )

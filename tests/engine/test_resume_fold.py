@@ -337,7 +337,7 @@ def test_an_answer_recorded_without_the_runs_end_completes_from_it() -> None:
     assert complete.finish == "stop"
     later = resumed.transition[1][1]  # after StartTurn: the response's record, not appended again
     assert isinstance(later, AppendLater)
-    assert later.step.recorded
+    assert later.record is None
 
 
 def test_a_settled_batch_that_ends_the_run_fails_it_on_resume() -> None:
