@@ -261,7 +261,6 @@ class RunEdges:
             compactor=services.compactor is not None,
             follow_ups=services.inbox is not None,
             redactor=services.redactor,
-            describe=self.io.redact_text,
             count_tokens=services.count_tokens,
             end_at=end_at,
             final_tools=run_final_tools(self.agent),

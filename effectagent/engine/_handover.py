@@ -116,8 +116,10 @@ class RunReducer:
     __slots__ = ("_declared", "_settled", "count", "last")
 
     def __init__(self) -> None:
-        self._declared: dict[tuple[int, str], int] = {}
-        self._settled: list[tuple[int, ToolOutcome]] = []
+        # The calls in declaration order, and the settlements in completion order: ordered by
+        # declaration only in ``result`` (a list now is less to keep while calls run).
+        self._declared: list[tuple[int, str]] = []
+        self._settled: list[tuple[tuple[int, str], ToolOutcome]] = []
         self.count = 0
         self.last: EventBase | None = None
 
@@ -128,10 +130,22 @@ class RunReducer:
         if type(event) in _COUNTED_ONLY:  # most events: nothing more to note
             return
         if isinstance(event, ToolCallDeclared):
-            self._declared.setdefault((event.turn, event.tool_call_id), len(self._declared))
+            self._declared.append((event.turn, event.tool_call_id))
         elif isinstance(event, _SETTLED_EVENTS):
-            key = (event.turn, event.tool_call_id)
-            self._settled.append((self._declared.get(key, len(self._declared)), event.outcome))
+            self._settled.append(((event.turn, event.tool_call_id), event.outcome))
+
+    def _outcomes(self) -> tuple[ToolOutcome, ...]:
+        """The settled calls' outcomes in declaration order (a call settled but never declared
+        after every declared one, in completion order)."""
+        settled = self._settled
+        if not settled:
+            return ()
+        order: dict[tuple[int, str], int] = {}
+        for index, key in enumerate(self._declared):
+            order.setdefault(key, index)
+        last = len(self._declared)
+        ranked = sorted([(order.get(key, last), outcome) for key, outcome in settled], key=_first)
+        return tuple([outcome for _, outcome in ranked])
 
     def result(self) -> RunResult[Any]:
         """The result; outcomes in declaration (commit) order, not completion order. (The
@@ -142,8 +156,7 @@ class RunReducer:
         last = self.last
         if last is None:
             raise RuntimeError("the run produced no events")
-        settled = self._settled
-        outcomes = tuple([outcome for _, outcome in sorted(settled, key=_first)]) if settled else ()
+        outcomes = self._outcomes()
         status: Literal["completed", "failed", "interrupted", "suspended"]
         text, output, finish_reason, exhausted, error = "", None, None, None, None
         if isinstance(last, RunCompleted):

@@ -31,6 +31,7 @@ from effectagent.effect import _fast_init
 
 from ._batch_plan import BatchPlan
 from ._budget import Budget, Delegated, Exhaustion
+from ._io import bounded
 from ._media import UserContent
 from ._model_step import ModelStep
 from ._output_modes import FinalTools
@@ -98,8 +99,6 @@ class RunConfig:
     #: Whether follow-ups may be waiting (the runtime has a steering inbox).
     follow_ups: bool
     redactor: Redactor
-    #: Redaction and the length bound of the text events, records and errors carry.
-    describe: Callable[[str], str]
     count_tokens: Callable[[Sequence[Message]], int]
     #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
     end_at: float
@@ -110,6 +109,10 @@ class RunConfig:
     #: Whether each turn is prepared before its request (:class:`PrepareTurn`): the agent has
     #: computed instructions or a ``prepare_context`` hook.
     prepares: bool = False
+
+    def describe(self, text: str) -> str:
+        """``text`` redacted and cut to the length events, records and errors carry."""
+        return bounded(self.redactor.redact_text(text))
 
 
 # ---- the state --------------------------------------------------------------------------------------

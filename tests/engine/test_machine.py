@@ -94,7 +94,6 @@ def config(
         compactor=compactor,
         follow_ups=False,
         redactor=SecretRedactor(()),
-        describe=str,
         count_tokens=lambda messages: 10 * len(messages),
         end_at=end_at,
     )

@@ -318,7 +318,6 @@ def machine_config(prepares: bool) -> RunConfig:
         compactor=False,
         follow_ups=False,
         redactor=SecretRedactor(()),
-        describe=str,
         count_tokens=len,
         end_at=100.0,
         prepares=prepares,

@@ -89,7 +89,6 @@ def config(**policy: Any) -> RunConfig:
         compactor=False,
         follow_ups=False,
         redactor=SecretRedactor(()),
-        describe=str,
         count_tokens=lambda messages: 10 * len(messages),
         end_at=100.0,
     )
