@@ -194,7 +194,8 @@ def test_the_handler_starts_the_functions_own_coroutine() -> None:
 
     for function in (by_position, by_keyword):
         made = tool(function)
-        assert made.handler is not None and made.parameters is not None
+        assert made.handler is not None
+        assert made.parameters is not None
         params = made.parameters(city="Oslo")
         started = made.handler(params, _context())
         assert inspect.iscoroutine(started)
