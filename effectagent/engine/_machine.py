@@ -102,6 +102,7 @@ from ._seams import SteeringInput
 __all__ = [
     "AnnounceRetry",
     "AnswerChecked",
+    "Answered",
     "AppendLater",
     "Awaiting",
     "BatchInterrupted",
@@ -338,7 +339,7 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
             state.refused_compacted,
             base,
             None,
-            Answered(response.finish_reason, held.record.model),  # not the response itself
+            Answered(held.finish_reason, held.model),  # not the response itself
         )
         return state, (later, RunBatch(plan, admitted, held.assistant_message()))
     state = RunState(
@@ -463,7 +464,8 @@ def _reject(
         # A final_result answer: refused as the tool's failure, committed like a batch (nothing
         # runs), so the model reads it as the call's result and the record holds it.
         message = refusal(problem, rejected=rejected)
-        state = _set(state, phase="batch", output_retries=retries + 1, held=held)
+        answered = Answered(held.finish_reason, held.model)
+        state = _set(state, phase="batch", output_retries=retries + 1, held=answered)
         commands.append(RunBatch(final_plan(held, message), True, held.assistant_message()))
         return state, tuple(commands)
     # The answer goes back with the message, recorded (kind "feedback", author "engine"), so a

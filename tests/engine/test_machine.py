@@ -38,6 +38,7 @@ from effectagent.core import (
 from effectagent.engine._budget import Delegated
 from effectagent.engine._machine import (
     AnnounceRetry,
+    Answered,
     BatchSettled,
     Command,
     Compact,
@@ -167,6 +168,8 @@ def test_a_count_used_up_means_the_grace_turn_with_tools_off_or_a_failure() -> N
     batch = commands[1]
     assert isinstance(batch, RunBatch)
     assert batch.admitted
+    # While the calls run, the state keeps what the turn's end needs, not the response.
+    assert state.held == Answered("tool-calls", None)
     state, commands = step(state, BatchSettled((), (), None, Delegated(), 1.0))
     assert kinds(commands)[-1] == "NextTurn"
     state, commands = step(state, TurnDue(2.0))
