@@ -687,7 +687,7 @@ def _set(
     refused_compacted: bool = _KEEP,
     context_base: tuple[int, int] | None = _KEEP,
     exhaustion: Exhaustion | None = _KEEP,
-    held: ModelStep | ModelCallFailed | None = _KEEP,
+    held: ModelStep | ModelCallFailed | Answered | None = _KEEP,
 ) -> RunState:
     """``state`` with the given fields replaced (``attrs.evolve``, without its introspection:
     the turn loop makes a few states a turn)."""
