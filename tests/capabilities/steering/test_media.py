@@ -24,12 +24,11 @@ from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open
 from effectagent.ai import (
     DocumentPart,
     ImagePart,
-    MediaNotSupported,
     ModelRequest,
     ResponsePart,
     UserMessage,
 )
-from effectagent.core import SecretRedactor, UserInputRecorded
+from effectagent.core import ModelFailed, SecretRedactor, UserInputRecorded
 from effectagent.effect import Layer
 from effectagent.engine import ConversationLogService, InMemoryConversationLog
 from effectagent.providers import MediaSupport
@@ -199,7 +198,8 @@ async def test_a_model_that_takes_text_only_refuses_the_turn_the_steered_image_r
         result = await runtime.run(AGENT, "Look.")
     assert seen["receipt"].accepted
     assert result.status == "failed"
-    assert isinstance(result.error, MediaNotSupported) or "MediaNotSupported" in repr(result.error)
+    assert isinstance(result.error, ModelFailed)
+    assert result.error.error_tag == "MediaNotSupported"
     assert "does not take image input (it takes text only)" in str(result.error)
     assert inner.consumed == 1  # the turn with the image was never sent
 
