@@ -32,8 +32,11 @@ service processes that stream them, as ``NOTIFY`` payloads on a channel of the s
   laid out with the tables: read only by roles that may read the schema): on the channel a
   payload is ``base64(nonce ‖ ciphertext ‖ tag)``, which tells nothing but its size, and one
   that does not open under the key is dropped (counted as malformed) — nobody without the key
-  reads live text or makes it up. The text is the runs' text as the engine streamed it, already
-  redacted; it waits (sealed) in the server's notification queue until every listener has read
+  reads live text or makes it up. Nor sends it again: a payload whose number is not past the last
+  one heard from its sender — one heard already, sent again by anyone who may ``NOTIFY`` — is
+  dropped (counted as replayed); only a sender not heard since this listener started (or since
+  it forgot its senders, past 4096 of them) could have its payloads heard twice. The text is the
+  runs' text as the engine streamed it, already redacted; it waits (sealed) in the server's notification queue until every listener has read
   it, and is never stored in a table. Errors name the database without its password.
 """
 
@@ -298,7 +301,8 @@ class PostgresLive:
     Counts: :attr:`offered`, :attr:`sent` (pieces in payloads the server took), :attr:`payloads`,
     :attr:`dropped` (a full queue, a failed batch, the connection down); :attr:`heard` (pieces
     handed to the receiver), :attr:`ignored` (this sender's own payloads heard back),
-    :attr:`lost` (others' payloads missing between two heard), :attr:`malformed`."""
+    :attr:`lost` (others' payloads missing between two heard), :attr:`malformed`,
+    :attr:`replayed` (a sender's payload heard already, sent again)."""
 
     __slots__ = (
         "_chars",
@@ -332,6 +336,7 @@ class PostgresLive:
         "payloads",
         "queue_limit",
         "reconnect",
+        "replayed",
         "sender",
         "sent",
     )
@@ -385,6 +390,7 @@ class PostgresLive:
         self.ignored = 0
         self.lost = 0
         self.malformed = 0
+        self.replayed = 0
 
     async def _sealing_key(self) -> AESGCM:
         """The schema's live text key (read once). Cancellation: as the database's read."""
@@ -566,8 +572,12 @@ class PostgresLive:
                 self.ignored += 1
                 continue
             last = self._heard_seq.get(sender)
-            if last is not None and seq > last + 1:
-                self.lost += seq - last - 1
+            if last is not None:
+                if seq <= last:  # heard already: sent again, by anyone who may NOTIFY
+                    self.replayed += 1
+                    continue
+                if seq > last + 1:
+                    self.lost += seq - last - 1
             if len(self._heard_seq) >= 4096 and sender not in self._heard_seq:
                 self._heard_seq.clear()  # senders come and go: forget the old ones
             self._heard_seq[sender] = seq

@@ -412,6 +412,34 @@ async def test_live_text_is_sealed_on_the_channel_and_a_forged_payload_is_droppe
         assert base64.b64decode(seen[1], validate=True)  # base64 of nonce, ciphertext and tag
 
 
+async def test_a_sealed_payload_sent_again_is_dropped() -> None:
+    """Whoever may connect can hear a sealed payload and NOTIFY it again: it still opens under
+    the key, but its sender's number is not past the last heard, so it is dropped (counted),
+    never shown twice."""
+    async with postgres_database() as db, other_opening(db) as elsewhere:
+        name = live_channel(db.schema)
+        heard: list[LivePiece] = []
+        async with running_live(db) as hearing, running_live(elsewhere) as sending:
+            await hearing.hear(heard.extend)
+            with psycopg.connect(postgres_url(), autocommit=True) as snoop:
+                snoop.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+                sending.offer(_piece("once"))
+                with trio.fail_after(60):  # a bound for a failure
+                    while not heard:
+                        await hearing.arrivals.wait(hearing.arrivals.count)
+                (captured,) = [n.payload for n in snoop.notifies(timeout=60, stop_after=1)]
+                arrived = hearing.arrivals.count
+                snoop.execute("SELECT pg_notify(%s, %s)", (name, captured))
+                with trio.fail_after(60):  # a bound for a failure
+                    await hearing.arrivals.wait(arrived)
+                sending.offer(_piece("next"))  # the sender's next payload is heard as ever
+                with trio.fail_after(60):  # a bound for a failure
+                    while len(heard) < 2:
+                        await hearing.arrivals.wait(hearing.arrivals.count)
+        assert [p.text for p in heard] == ["once", "next"]
+        assert (hearing.replayed, hearing.malformed, hearing.lost) == (1, 0, 0)
+
+
 def test_the_relay_s_default_bounds_are_its_sender_s() -> None:
     from capabilities.serve._live import RELAY_BOUND, RELAY_MAX_CHARS
     from capabilities.storage import _postgres_live
