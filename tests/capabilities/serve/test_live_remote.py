@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import psycopg
 import pytest
 import trio
@@ -25,6 +26,7 @@ from capabilities.storage._postgres_listen import channel
 from capabilities.storage._postgres_live import (
     LIMIT,
     LivePiece,
+    PostgresLive,
     decode,
     encode,
     live_channel,
@@ -385,59 +387,72 @@ async def test_a_listener_whose_connection_was_killed_listens_again() -> None:
                 assert await _text_of(feed, "heard again") == "heard again"
 
 
+@attrs.frozen
+class _Snooped:
+    """Two live relays of one schema (``sending`` to ``hearing``, which keeps what it hands on in
+    ``heard``) and ``snoop``, a plain connection listening on their channel ``name``."""
+
+    name: str
+    hearing: PostgresLive
+    sending: PostgresLive
+    heard: list[LivePiece]
+    snoop: psycopg.Connection[Any]
+
+    async def until_heard(self, count: int) -> None:
+        """Wait until ``count`` pieces were handed on."""
+        with trio.fail_after(60):  # a bound for a failure
+            while len(self.heard) < count:
+                await self.hearing.arrivals.wait(self.hearing.arrivals.count)
+
+
+@asynccontextmanager
+async def _snooped() -> AsyncIterator[_Snooped]:
+    async with postgres_database() as db, other_opening(db) as elsewhere:
+        name = live_channel(db.schema)
+        heard: list[LivePiece] = []
+        async with running_live(db) as hearing, running_live(elsewhere) as sending:
+            await hearing.hear(heard.extend)
+            with psycopg.connect(postgres_url(), autocommit=True) as snoop:
+                snoop.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
+                yield _Snooped(name, hearing, sending, heard, snoop)
+
+
 async def test_live_text_is_sealed_on_the_channel_and_a_forged_payload_is_dropped() -> None:
     """PostgreSQL checks no privilege for LISTEN or NOTIFY: whoever may connect hears the
     channel and may send on it. What the channel carries tells nothing of the text, and a
     payload not sealed with the schema's key — a plain one made as the relay would — is dropped
     (counted), never shown."""
     canary = "live-canary-2f9d7c41"
-    async with postgres_database() as db, other_opening(db) as elsewhere:
-        name = live_channel(db.schema)
-        heard: list[LivePiece] = []
-        async with running_live(db) as hearing, running_live(elsewhere) as sending:
-            await hearing.hear(heard.extend)
-            with psycopg.connect(postgres_url(), autocommit=True) as snoop:
-                snoop.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
-                forged, _, _ = encode("someone", 0, [_piece("Click http://evil.example")])
-                snoop.execute("SELECT pg_notify(%s, %s)", (name, forged[0]))
-                sending.offer(_piece(canary))
-                with trio.fail_after(60):  # a bound for a failure
-                    while not heard:
-                        await hearing.arrivals.wait(hearing.arrivals.count)
-                seen = [n.payload for n in snoop.notifies(timeout=60, stop_after=2)]
-        assert [p.text for p in heard] == [canary]  # the sealed one alone
-        assert hearing.malformed == 1  # the forged one
-        assert seen[0] == forged[0]
-        assert canary not in seen[1]
-        assert base64.b64decode(seen[1], validate=True)  # base64 of nonce, ciphertext and tag
+    async with _snooped() as snooped:
+        forged, _, _ = encode("someone", 0, [_piece("Click http://evil.example")])
+        snooped.snoop.execute("SELECT pg_notify(%s, %s)", (snooped.name, forged[0]))
+        snooped.sending.offer(_piece(canary))
+        await snooped.until_heard(1)
+        seen = [n.payload for n in snooped.snoop.notifies(timeout=60, stop_after=2)]
+    assert [p.text for p in snooped.heard] == [canary]  # the sealed one alone
+    assert snooped.hearing.malformed == 1  # the forged one
+    assert seen[0] == forged[0]
+    assert canary not in seen[1]
+    assert base64.b64decode(seen[1], validate=True)  # base64 of nonce, ciphertext and tag
 
 
 async def test_a_sealed_payload_sent_again_is_dropped() -> None:
     """Whoever may connect can hear a sealed payload and NOTIFY it again: it still opens under
     the key, but its sender's number is not past the last heard, so it is dropped (counted),
     never shown twice."""
-    async with postgres_database() as db, other_opening(db) as elsewhere:
-        name = live_channel(db.schema)
-        heard: list[LivePiece] = []
-        async with running_live(db) as hearing, running_live(elsewhere) as sending:
-            await hearing.hear(heard.extend)
-            with psycopg.connect(postgres_url(), autocommit=True) as snoop:
-                snoop.execute(sql.SQL("LISTEN {}").format(sql.Identifier(name)))
-                sending.offer(_piece("once"))
-                with trio.fail_after(60):  # a bound for a failure
-                    while not heard:
-                        await hearing.arrivals.wait(hearing.arrivals.count)
-                (captured,) = [n.payload for n in snoop.notifies(timeout=60, stop_after=1)]
-                arrived = hearing.arrivals.count
-                snoop.execute("SELECT pg_notify(%s, %s)", (name, captured))
-                with trio.fail_after(60):  # a bound for a failure
-                    await hearing.arrivals.wait(arrived)
-                sending.offer(_piece("next"))  # the sender's next payload is heard as ever
-                with trio.fail_after(60):  # a bound for a failure
-                    while len(heard) < 2:
-                        await hearing.arrivals.wait(hearing.arrivals.count)
-        assert [p.text for p in heard] == ["once", "next"]
-        assert (hearing.replayed, hearing.malformed, hearing.lost) == (1, 0, 0)
+    async with _snooped() as snooped:
+        hearing = snooped.hearing
+        snooped.sending.offer(_piece("once"))
+        await snooped.until_heard(1)
+        (captured,) = [n.payload for n in snooped.snoop.notifies(timeout=60, stop_after=1)]
+        arrived = hearing.arrivals.count
+        snooped.snoop.execute("SELECT pg_notify(%s, %s)", (snooped.name, captured))
+        with trio.fail_after(60):  # a bound for a failure
+            await hearing.arrivals.wait(arrived)
+        snooped.sending.offer(_piece("next"))  # the sender's next payload is heard as ever
+        await snooped.until_heard(2)
+    assert [p.text for p in snooped.heard] == ["once", "next"]
+    assert (hearing.replayed, hearing.malformed, hearing.lost) == (1, 0, 0)
 
 
 def test_the_relay_s_default_bounds_are_its_sender_s() -> None:
