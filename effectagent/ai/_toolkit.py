@@ -162,6 +162,8 @@ class Toolkit:
             if tool is None or tool not in self:
                 raise ValueError(f"{key!r} is not a tool of this toolkit")
             check_handler(f"tool {tool.name!r}", given)
+            if tool.handler_key in bound:  # one mapping naming it twice: by the tool and its name
+                raise ValueError(f"{who}: tool {tool.name!r} is given two handlers")
             bound[tool.handler_key] = given
         return bound
 

@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from effectagent import Agent, AgentPolicy, Context, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import Binding
+from effectagent.ai import Binding, Handler
 from effectagent.effect._layer import open_layer
 from effectagent.engine import RunFailedError
 from effectagent.testing import ScriptedModel, Turn
@@ -90,6 +90,20 @@ async def test_bindings_and_mappings_mix_but_never_give_a_tool_two_handlers() ->
         toolkit.handlers(forecast.bind(handle_forecast), {"forecast": handle_chilly})
     with pytest.raises(ValueError, match="tool 'forecast' is given two handlers"):
         toolkit.handlers(forecast.bind(handle_forecast), forecast.bind(handle_forecast))
+    # One mapping that names a tool twice, by the tool and by its name, in either order.
+    by_tool_first: dict[Tool[Any, Any] | str, Handler[Any, Any]] = {
+        forecast: handle_forecast,
+        "forecast": handle_chilly,
+    }
+    by_name_first: dict[Tool[Any, Any] | str, Handler[Any, Any]] = {
+        "forecast": handle_chilly,
+        forecast: handle_forecast,
+    }
+    for twice in (by_tool_first, by_name_first):
+        with pytest.raises(
+            ValueError, match=r"^Toolkit.handlers: tool 'forecast' is given two handlers$"
+        ):
+            toolkit.handlers(twice)
 
 
 def test_a_binding_is_checked_as_a_mapping_entry_is() -> None:
