@@ -351,9 +351,13 @@ class _Plan:
             try:
                 encode_as(tp, default)
             except (SchemaError, SchemaDerivationError) as exc:
+                hint = (
+                    f"; annotate it {_type_name(tp)} | None if None is meant"
+                    if default is None
+                    else ""
+                )
                 raise TypeError(
-                    f"{where}: the default {default!r} does not fit {_type_name(tp)} ({exc}); "
-                    f"annotate it {_type_name(tp)} | None if None is meant"
+                    f"{where}: the default {default!r} does not fit {_type_name(tp)} ({exc}){hint}"
                 ) from None
         self.fields[name] = attrs.field(
             type=tp,

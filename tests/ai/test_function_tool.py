@@ -528,6 +528,19 @@ def test_what_the_signature_cannot_express_fails_at_decoration(function: Any, me
     assert message in str(caught.value)
 
 
+def test_a_default_that_does_not_fit_suggests_none_only_for_none() -> None:
+    async def fits_nothing(limit: int | None = "ten") -> None:  # type: ignore[assignment]
+        """A text default for a number."""
+
+    with pytest.raises(TypeError) as caught:
+        tool(fits_nothing)
+    message = str(caught.value)
+    assert "parameter 'limit': the default 'ten' does not fit" in message
+    assert "if None is meant" not in message  # a None default is the only one that hint fits
+    with pytest.raises(TypeError, match=r"annotate it int \| None if None is meant"):
+        tool(_bad_default)
+
+
 def test_decorator_options_are_checked_too() -> None:
     async def ping() -> None:
         """Ping."""
