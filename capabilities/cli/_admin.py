@@ -414,6 +414,21 @@ async def _unknown(args: argparse.Namespace, queue: DurableQueue, console: Conso
     return EXIT_COMPLETED
 
 
+async def _quarantined(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
+    """``admin quarantined``. Cancellation: reads only."""
+    found = await queue.quarantined()
+    if args.json:
+        for record in found:
+            _json(console.out, attrs.asdict(record))
+        return EXIT_COMPLETED
+    if not found:
+        console.out.line("no conversation is quarantined")
+        return EXIT_COMPLETED
+    rows = tuple((_when(q.at), q.conversation_id, str(q.seq), q.reason) for q in found)
+    console.out.line(Table(("SINCE", "CONVERSATION", "RECORD", "WHY"), rows))
+    return EXIT_COMPLETED
+
+
 # ---- the worker -----------------------------------------------------------------------------------
 
 
@@ -579,6 +594,7 @@ _ACTIONS: Final[dict[str, tuple[Action, bool]]] = {
     "decide": (_decide, False),
     "overdue": (_overdue, False),
     "unknown": (_unknown, False),
+    "quarantined": (_quarantined, False),
     "sweep-media": (_sweep_media, False),
 }
 

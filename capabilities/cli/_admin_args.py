@@ -24,6 +24,7 @@ ACTIONS: Final = (
     "decide",
     "overdue",
     "unknown",
+    "quarantined",
     "sweep-media",
     "worker",
 )
@@ -252,6 +253,15 @@ def _lists(actions: Any, shared: argparse.ArgumentParser) -> None:
         description="Every tool call a resumed run settled Unknown — it was under way when its "
         "worker died, and may or may not have happened — newest first.",
     )
+    _action(
+        actions,
+        "quarantined",
+        [shared],
+        help="the conversations set aside for a record recovery cannot read",
+        description="Every conversation recovery set aside because a record of the run it "
+        "recovered cannot be read, oldest first: which record and since when. Repair the record, "
+        "then `admin wake CONVERSATION` lifts it.",
+    )
 
 
 _WORKER_HELP: Final = "run submissions until SIGTERM or Ctrl-C"
@@ -336,9 +346,9 @@ def admin(commands: Any, common: argparse.ArgumentParser) -> None:
         help="durable runs: submit, status, explain, verify, abort, decide, worker …",
         description="The durable runtime's operations on the command's storage (the config's "
         "`storage`, a PostgreSQL database, else the state directory's SQLite database): admit "
-        "prompts (submit), look at them (status, explain, verify, overdue, unknown), act on "
-        "them (retry, wake, abort, decide) and run them (worker). `effectagent admin ACTION "
-        "--help` describes each.",
+        "prompts (submit), look at them (status, explain, verify, overdue, unknown, "
+        "quarantined), act on them (retry, wake, abort, decide) and run them (worker). "
+        "`effectagent admin ACTION --help` describes each.",
         epilog=_EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -104,8 +104,8 @@ class Diagnostic:
 
 
 def bounded_diagnostic(tag: str, message: str) -> Diagnostic:
-    """A :class:`Diagnostic` within its bounds: a longer tag or message is cut, marked
-    ``…[truncated]``. Pure."""
+    """A :class:`Diagnostic` within its bounds: a longer tag is cut and marked ``…``, a longer
+    message cut and marked ``…[truncated]``. Pure."""
     if len(tag) > MAX_TAG_CHARS:
         tag = tag[: MAX_TAG_CHARS - 1] + "…"
     return Diagnostic(tag, _truncate_utf8(message, MAX_MESSAGE_BYTES))

@@ -12,8 +12,10 @@ lease (one second here) runs out — the second worker waits for that itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -205,9 +207,34 @@ def test_abort_settles_a_queued_submission_once_and_unknown_is_empty(env: dict[s
     )
     assert ok(env, "unknown") == "no tool call's outcome is unknown\n"
     assert ok(env, "unknown", "--json") == ""
+    assert ok(env, "quarantined") == "no conversation is quarantined\n"
+    assert ok(env, "quarantined", "--json") == ""
     assert ok(env, "verify", "c1").endswith("every durable invariant holds\n")
     woken = as_json(env, "wake", "c1")
     assert woken == {"conversation_id": "c1", "woken": 0}
+
+
+def test_quarantined_lists_the_records_recovery_could_not_read(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    submit(env)  # lays the database out
+    # What recovery writes when a record of the run it recovers cannot be decoded.
+    database = tmp_path / "state" / "effectagent" / "effectagent.db"
+    with contextlib.closing(sqlite3.connect(database)) as conn, conn:
+        conn.execute(
+            "INSERT INTO quarantine (conversation_id, seq, reason, at) VALUES (?, ?, ?, ?)",
+            ("c1", 3, "the record cannot be decoded", 1_800_000_000.0),
+        )
+    listed = ok(env, "quarantined")
+    assert listed.splitlines()[0].split() == ["SINCE", "CONVERSATION", "RECORD", "WHY"]
+    assert "c1" in listed
+    assert "the record cannot be decoded" in listed
+    assert as_json(env, "quarantined") == {
+        "conversation_id": "c1",
+        "seq": 3,
+        "reason": "the record cannot be decoded",
+        "at": 1_800_000_000.0,
+    }
 
 
 def test_what_a_terminal_would_obey_is_escaped(env: dict[str, str]) -> None:
