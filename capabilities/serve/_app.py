@@ -13,16 +13,19 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
+from contextvars import ContextVar
 from typing import Any, Final, final
 
 import trio
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from effectagent.core import ApprovalRequest, ModelResponseRecorded, RunCompletedRecord
 from effectagent.effect import Layer, SchemaError, decode_json, encode
@@ -118,6 +121,41 @@ def _view(submission_id: str, request: ApprovalRequest) -> ApprovalView:
         input_preview=request.input_preview,
         expires_at=request.expires_at,
     )
+
+
+#: The path of the request a CORS preflight answers (for its problem document's ``instance``).
+_PREFLIGHT_PATH: ContextVar[str] = ContextVar("preflight_path", default="")
+
+
+class _ProblemCORS(CORSMiddleware):
+    """Starlette's CORS middleware, whose refusal of a preflight (an origin, method or header
+    not allowed) is a problem document like every other refusal of the API, not plain text."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = _PREFLIGHT_PATH.set(str(scope.get("path", "")))
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            _PREFLIGHT_PATH.reset(token)
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        answer = super().preflight_response(request_headers)
+        if answer.status_code != 400:
+            return answer
+        refused = bytes(answer.body).decode("utf-8", "replace").removeprefix("Disallowed CORS ")
+        problem = Problem("bad-request", f"this cross-origin request is not allowed ({refused})")
+        headers = dict(_SECURITY_HEADERS)
+        headers.update(
+            (name, value)
+            for name, value in answer.headers.items()
+            if name not in ("content-type", "content-length")
+        )
+        return JSONResponse(
+            problem.document(_PREFLIGHT_PATH.get()),
+            status_code=problem.status,
+            headers=headers,
+            media_type=MEDIA_TYPE,
+        )
 
 
 class _EventStream(Response):
@@ -232,7 +270,7 @@ class ServeApi:
         middleware = (
             [
                 Middleware(
-                    CORSMiddleware,
+                    _ProblemCORS,
                     allow_origins=list(settings.cors_origins),
                     allow_methods=["GET", "POST"],
                     allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],

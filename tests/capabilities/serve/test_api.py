@@ -10,7 +10,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from .support import ANN, BOB, OPS, QUOTA, Served, auth, served, settled
+from .support import ANN, BOB, OPS, QUOTA, Served, auth, served, settings, settled
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +162,42 @@ async def test_liveness_readiness_and_unknown_paths(service: Served) -> None:
                 await client.get("/healthz", headers={"Origin": "https://elsewhere.example"})
             ).headers
         )
+
+
+ALLOWED_ORIGIN = "https://app.example"
+
+
+@pytest.fixture
+def cors_service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    config = settings(cors_origins=(ALLOWED_ORIGIN,))
+    with served(tmp_path_factory.mktemp("cors") / "serve.db", config) as found:
+        yield found
+
+
+async def test_cors_allows_the_named_origins_and_refuses_others_with_a_problem_document(
+    cors_service: Served,
+) -> None:
+    path = "/v1/conversations/c1/submissions"
+    async with httpx2.AsyncClient(base_url=cors_service.url) as client:
+        ok = await client.options(
+            path, headers={"Origin": ALLOWED_ORIGIN, "Access-Control-Request-Method": "POST"}
+        )
+        assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == ALLOWED_ORIGIN
+        assert "access-control-allow-credentials" not in ok.headers
+        for origin, method, refused in (
+            ("https://elsewhere.example", "POST", "origin"),
+            (ALLOWED_ORIGIN, "DELETE", "method"),
+        ):
+            answer = await client.options(
+                path, headers={"Origin": origin, "Access-Control-Request-Method": method}
+            )
+            assert answer.status_code == 400
+            assert answer.headers["content-type"] == "application/problem+json"
+            document = answer.json()
+            assert document["type"] == "urn:effectagent:problem:bad-request"
+            assert document["instance"] == path
+            assert refused in document["detail"]
 
 
 async def test_a_token_never_appears_in_a_response_or_a_log_line(
