@@ -404,7 +404,9 @@ class TerminalSession:
 
     async def _input_during_run(self, events: RunStream) -> None:
         """Lines typed while the run goes: an approval's answer, or steering. End of input
-        interrupts the run (and ends the session).
+        interrupts the run (and ends the session), and so does ``/exit``; a command is never
+        steering: ``/help`` and ``/usage`` answer at once, the others wait for the prompt
+        (``//`` steers with a message that starts with ``/``).
 
         Cancellation: safe at any point — a line not yet received stays in the channel for the
         next prompt; a steering submission is all or nothing (see ``Steering.steer``)."""
@@ -424,7 +426,20 @@ class TerminalSession:
             elif line.strip():
                 if self._editor is not None:
                     self._note(f"> {line}")
-                await self._steer(events.conversation_id, line)
+                command = command_of(line)
+                if command is None:
+                    await self._steer(events.conversation_id, message_of(line))
+                elif command.name == "exit":  # as Ctrl-D: the run is interrupted, the session ends
+                    self._eof = True
+                    events.interrupt()
+                    return
+                elif command.name in ("help", "usage") or not command.known:
+                    self._command(command)
+                else:
+                    self._note(
+                        f"  /{command.name} waits for the prompt: type it again once the run "
+                        "has ended (// steers with a message that starts with /)"
+                    )
 
     async def _steer(self, conversation_id: str, text: str) -> None:
         """Submit ``text`` as steering and say whether it was taken. Cancellation: as

@@ -485,6 +485,40 @@ def test_text_typed_while_a_run_goes_steers_it(
     assert sent[-1] == ("user", "Answer in French.")
 
 
+def test_a_command_typed_while_a_run_goes_is_never_steering(
+    server: ServerThread, home: Path, workspace: Path
+) -> None:
+    shell_config(home, workspace)
+    wire = ChatWire()
+    # The call waits for a file this test makes once it has typed its lines: the run goes on
+    # until then, however slow the machine.
+    waiting = json.dumps({"command": "until [ -e go ]; do sleep 0.05; done; ls"})
+    server.script(
+        Reply.sse(wire.calls(("call_1", "shell", waiting))),
+        Reply.sse(wire.text("Done.")),
+    )
+    child = open_chat(server, home)
+    child.sendline("List the files.")
+    child.expect("▸ shell")
+    child.sendline("/model openai-compatible:other")
+    child.expect("/model waits for the prompt")
+    child.sendline("/usage")
+    child.expect("usage of this chat")
+    child.sendline("/bogus")
+    child.expect("there is no command /bogus")
+    child.sendline("//etc is where it lives")
+    child.expect("steering: taken at the next turn")
+    (workspace / "go").touch()
+    child.expect("Done.")
+    child.expect(PROMPT)
+    child.sendeof()
+    finish(child)
+    sent = messages(server.requests()[1].json())
+    assert sent[-1] == ("user", "/etc is where it lives")
+    assert not any(text.startswith(("/model", "/usage", "/bogus")) for _, text in sent)
+    assert server.requests()[1].json()["model"] == server.requests()[0].json()["model"]
+
+
 # ---- sessions -------------------------------------------------------------------------------------
 
 
