@@ -73,6 +73,7 @@ def claim_database(path: str) -> FileIdentity:
         pass
     except OSError as exc:
         raise CannotOpenDatabase(path, exc.strerror or type(exc).__name__) from None
+    _check_lock_file(path)  # a lock file that will be refused: the database is not made either
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC
     try:
         descriptor = os.open(path, flags, PRIVATE)
@@ -86,6 +87,20 @@ def claim_database(path: str) -> FileIdentity:
     finally:
         os.close(descriptor)
     return status.st_dev, status.st_ino
+
+
+def _check_lock_file(path: str) -> None:
+    """Raise :class:`UnsafeDatabaseFile` as :func:`open_lock` would for the lock file
+    ``<path>.lock`` that is there now (a missing one is made by ``open_lock``)."""
+    try:
+        status = os.lstat(f"{path}.lock")
+    except OSError:  # missing (made later), or unreadable: ``open_lock`` says why
+        return
+    if stat.S_ISLNK(status.st_mode):
+        raise UnsafeDatabaseFile(path, "its lock file is a symbolic link")
+    reason = refusal(status.st_mode, status.st_uid, os.geteuid())
+    if reason is not None:
+        raise UnsafeDatabaseFile(path, f"its lock file is refused: {reason}")
 
 
 def check_same(path: str, identity: FileIdentity) -> None:

@@ -149,11 +149,13 @@ async def test_a_planted_lock_file_is_refused_too(tmp_path: Path, planted: str) 
     else:
         lock.write_bytes(b"")
         os.chown(lock, OTHER_UID, OTHER_UID)
+    before = snapshot(tmp_path)
     with pytest.raises(UnsafeDatabaseFile) as raised:
         async with open_database(path):
             pass
     assert "lock file" in raised.value.reason
     assert not (tmp_path / "somewhere").exists()
+    assert snapshot(tmp_path) == before  # nothing made: no database beside the lock file
 
 
 async def test_what_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
