@@ -7,15 +7,17 @@ and prompts through a small API of their own.
 
 A server that cannot be reached is :class:`McpConnectError`; a resource or prompt request that
 fails is :class:`McpRequestError`. What a tool call of the server's ends with is a tool outcome
-the model reads: :class:`McpToolError` when the server reports an error, and tagged failures for
-an oversized result and a lost server (their tags say which).
+the model reads: :class:`McpToolError` when the server reports an error, :class:`McpResultTooLarge`
+for an oversized result and :class:`McpUnavailable` for a call to a server the connection lost.
 """
 
 from ._connection import McpConnection as McpConnection
 from ._connection import connect as connect
 from ._errors import McpConnectError as McpConnectError
 from ._errors import McpRequestError as McpRequestError
+from ._errors import McpResultTooLarge as McpResultTooLarge
 from ._errors import McpToolError as McpToolError
+from ._errors import McpUnavailable as McpUnavailable
 from ._mapping import ServerIdentity as ServerIdentity
 from ._results import McpPrompt as McpPrompt
 from ._results import McpPromptResult as McpPromptResult
@@ -43,4 +45,6 @@ __all__ = [
     "McpConnectError",
     "McpRequestError",
     "McpToolError",
+    "McpResultTooLarge",
+    "McpUnavailable",
 ]

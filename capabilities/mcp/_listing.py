@@ -119,10 +119,11 @@ def build_listing(
     """The listing of the valid tools ``listed`` (``skipped`` already left out), and the tools
     made, by (local name, definition), for the next listing: a tool whose definition did not
     change is taken from ``made``, so it keeps its identity (and its handler key)."""
+    unusable = list(skipped)
+    listed = _first_of_each_name(listed, unusable)
     names = local_names(prefix, [str(raw.get("name", "")) for raw in listed])
     tools: list[Tool[Any, Any]] = []
     handlers: dict[str, Handler] = {}
-    unusable = list(skipped)
     remote_names: dict[str, str] = {}
     kept: dict[tuple[str, str], Tool[Any, Any]] = {}
     for raw in listed:
@@ -144,6 +145,24 @@ def build_listing(
     snapshot = ToolSnapshot(tuple(tools), dict(handlers))
     listing = Listing(tuple(tools), handlers, tuple(unusable), remote_names, snapshot)
     return listing, kept
+
+
+def _first_of_each_name(
+    listed: list[dict[str, Any]], skipped: list[SkippedTool]
+) -> list[dict[str, Any]]:
+    """``listed`` without the tools whose name an earlier one has (each added to ``skipped``):
+    a name is how a call reaches a tool, so a listing that names two tools alike offers the
+    first. Pure but for ``skipped``."""
+    seen: set[str] = set()
+    first: list[dict[str, Any]] = []
+    for raw in listed:
+        name = str(raw.get("name", ""))
+        if name in seen:
+            skipped.append(SkippedTool(name, "the server lists another tool of this name first"))
+            continue
+        seen.add(name)
+        first.append(raw)
+    return first
 
 
 @final

@@ -24,9 +24,11 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Generic, Literal, TypeAlias, cast, final
+from urllib.parse import unquote
 
 import attrs
 import jsonschema
+import referencing.exceptions
 from returns.result import Result
 from typing_extensions import TypeVar
 
@@ -163,7 +165,60 @@ def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str,
     need(owner, argument, schema, Mapping, "a JSON Schema (a Mapping)")
     checked = dict(cast(Mapping[str, Any], schema))
     jsonschema.Draft202012Validator.check_schema(checked)
+    unresolved = _unresolved_reference(checked)
+    if unresolved is not None:
+        raise ValueError(
+            f"{owner}: {argument} refers to {unresolved!r}, which it does not hold (only "
+            "references within the schema are followed: '#/$defs/...' or an '$anchor')"
+        )
     return checked
+
+
+def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` or ``$dynamicRef`` of ``schema`` that does not resolve within it (a
+    JSON Pointer from its root, ``#/...``, or the name of an ``$anchor``/``$dynamicAnchor``
+    it holds), or None. A reference to another document is never fetched: it does not resolve.
+    Pure."""
+    anchors: set[str] = set()
+    references: list[str] = []
+    stack: list[object] = [schema]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, value in item.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    references.append(value)
+                elif key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
+                    anchors.add(value)
+                else:
+                    stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+    for reference in references:
+        if not reference.startswith("#"):
+            return reference
+        fragment = reference[1:]
+        if fragment.startswith("/") or not fragment:
+            if not _points_at_something(schema, fragment):
+                return reference
+        elif fragment not in anchors:
+            return reference
+    return None
+
+
+def _points_at_something(schema: Mapping[str, Any], pointer: str) -> bool:
+    """Whether the JSON Pointer ``pointer`` (RFC 6901, percent-encoded as in a URI fragment)
+    names a value of ``schema``. Pure."""
+    node: object = schema
+    for token in pointer.split("/")[1:]:
+        token = unquote(token).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and token in node:
+            node = node[token]
+        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
+            node = node[int(token)]
+        else:
+            return False
+    return True
 
 
 @final
@@ -547,7 +602,10 @@ def _json_path(path: Any) -> str:
 
 
 def _validate(validator: jsonschema.protocols.Validator, value: Any) -> None:
-    errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
+    except referencing.exceptions.Unresolvable as exc:  # what the schema check could not see
+        raise SchemaError((SchemaIssue("$", f"the schema cannot be followed: {exc}"),)) from None
     if errors:
         raise SchemaError(
             tuple(SchemaIssue(_json_path(e.absolute_path), e.message) for e in errors[:20])

@@ -5,6 +5,7 @@ crosses a schema boundary (static attrs types or dynamic JSON Schemas), handlers
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -254,6 +255,30 @@ def test_dynamic_tool_with_an_invalid_schema_is_rejected_at_construction(
         Tool.dynamic("dyn", "A dynamic tool.", schema)
     with pytest.raises(jsonschema.SchemaError):
         Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA, success_schema=schema)
+
+
+@pytest.mark.parametrize(
+    "reference", ["#/$defs/missing", "#/properties/n/items", "#nowhere", "https://e.example/s"]
+)
+def test_a_schema_that_refers_outside_itself_is_rejected_at_construction(reference: str) -> None:
+    # It would only fail as a call is checked (or fetch another document): refused when made.
+    schema = {"type": "object", "properties": {"n": {"$ref": reference}}}
+    with pytest.raises(ValueError, match=f"refers to {re.escape(repr(reference))}"):
+        Tool.dynamic("dyn", "A dynamic tool.", schema)
+    with pytest.raises(ValueError, match="success_schema refers to"):
+        Tool.dynamic("dyn", "A dynamic tool.", _DYNAMIC_SCHEMA, success_schema=schema)
+
+
+def test_references_within_the_schema_are_followed() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"city/name": {"type": "string"}, "n": {"$anchor": "count", "type": "integer"}},
+        "properties": {"city": {"$ref": "#/$defs/city~1name"}, "n": {"$ref": "#count"}},
+    }
+    tool = Tool.dynamic("dyn", "A dynamic tool.", schema)
+    assert tool.decode_arguments('{"city": "Oslo", "n": 2}') == {"city": "Oslo", "n": 2}
+    with pytest.raises(SchemaError):
+        tool.decode_arguments('{"city": 5, "n": 2}')
 
 
 def test_dynamic_success_schema_is_enforced_on_output() -> None:

@@ -72,8 +72,8 @@ SURFACE: dict[str, str] = {
     """,
     "capabilities.mcp": """
         connect HttpServer McpConnectError McpConnection McpLimits McpPrompt McpPromptResult
-        McpRequestError McpResource McpResourceContents McpServer McpToolError ServerIdentity
-        SkippedTool StdioServer
+        McpRequestError McpResource McpResourceContents McpResultTooLarge McpServer McpToolError
+        McpUnavailable ServerIdentity SkippedTool StdioServer
     """,
     "capabilities.sessions": """
         Session SessionConflict SessionCreate SessionExists SessionNotFound SessionPatch

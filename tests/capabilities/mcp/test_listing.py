@@ -12,7 +12,15 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.mcp._listing import NotAListing, Relistings, checked_tools, tool_page
+from capabilities.mcp._listing import (
+    NotAListing,
+    Relistings,
+    build_listing,
+    checked_tools,
+    tool_page,
+)
+from capabilities.mcp._mapping import ToolShape
+from effectagent.ai import Tool
 
 _OBJECT = {"type": "object", "properties": {}}
 
@@ -118,3 +126,50 @@ async def test_a_waiter_returns_once_its_notifications_are_covered_or_the_connec
         relistings.wake()  # the connection was lost: nothing more will be listed
     assert returned == ["two", "three"]
     await relistings.wait(2, lambda: False)  # already covered: returns at once
+
+
+async def _handle(params: Any, call: Any) -> None:
+    return None
+
+
+def _made(remote: str, local: str, shape: ToolShape) -> Tool[Any, Any]:
+    """A tool as the connection makes one (its schema as the server gave it)."""
+    return Tool.dynamic(
+        local,
+        shape.description or remote,
+        parameters_schema=shape.parameters_schema,
+        handler=_handle,
+    )
+
+
+def test_a_second_tool_of_a_name_is_skipped_and_the_first_offered() -> None:
+    listed = [
+        {"name": "echo", "description": "first", "inputSchema": _OBJECT},
+        {"name": "echo", "description": "second", "inputSchema": _OBJECT},
+        {"name": "other", "inputSchema": _OBJECT},
+    ]
+    listing, _ = build_listing("srv", "s", listed, [], {}, _made)
+    assert [tool.name for tool in listing.tools] == ["s_echo", "s_other"]
+    assert listing.tools[0].description.startswith("first")
+    assert [(t.name, t.reason) for t in listing.skipped] == [
+        ("echo", "the server lists another tool of this name first")
+    ]
+
+
+def test_a_tool_whose_schema_refers_outside_itself_is_skipped() -> None:
+    listed = [
+        {
+            "name": "dangling",
+            "inputSchema": {**_OBJECT, "properties": {"a": {"$ref": "#/$defs/x"}}},
+        },
+        {
+            "name": "remote",
+            "inputSchema": {**_OBJECT, "properties": {"a": {"$ref": "https://e.x/s"}}},
+        },
+        {"name": "fine", "inputSchema": _OBJECT},
+    ]
+    listing, _ = build_listing("srv", None, listed, [], {}, _made)
+    assert [tool.name for tool in listing.tools] == ["fine"]
+    reasons = {t.name: t.reason for t in listing.skipped}
+    assert set(reasons) == {"dangling", "remote"}
+    assert "refers to '#/$defs/x', which it does not hold" in reasons["dangling"]
