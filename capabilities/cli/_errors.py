@@ -9,7 +9,10 @@ gives one sentence: the error's own wording when it has one (a ``__str__`` of it
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -128,9 +131,26 @@ def steering_rejection(rejection: str | None) -> str:
     return _REJECTIONS.get(rejection, rejection.replace("-", " "))
 
 
+def install_target() -> str:
+    """What installs the command with everything it needs: the checkout (or directory) this
+    ``effectagent`` was installed from, with the ``cli`` extra — the package is not on PyPI yet
+    — else ``effectagent[cli]``. Read from the installed distribution's ``direct_url.json``."""
+    try:
+        recorded = importlib.metadata.distribution("effectagent").read_text("direct_url.json")
+        url = str(json.loads(recorded or "{}").get("url", ""))
+    except (importlib.metadata.PackageNotFoundError, ValueError, AttributeError):
+        url = ""
+    if url.startswith("file://"):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+        if path:
+            return f"{path}[cli]"
+    return "effectagent[cli]"
+
+
 #: The one command that installs everything ``effectagent`` needs (the providers' SDKs, the MCP
-#: SDK, Deno for Code Mode).
-INSTALL: Final = "pip install 'effectagent[cli]'"
+#: SDK, Deno for Code Mode), from where this one was installed.
+TARGET: Final = install_target()
+INSTALL: Final = f"pip install '{TARGET}'"
 
 
 #: The distribution that installs a top-level module, where their names differ.
@@ -150,8 +170,8 @@ def missing_package(error: BaseException) -> str | None:
             return (
                 f"the Python package {package} is not installed, and the command needs it: "
                 f"install the command with everything it needs, `{INSTALL}` "
-                "(or `pipx install --force 'effectagent[cli]'`, "
-                "`uv tool install --force 'effectagent[cli]'`)"
+                f"(or `pipx install --force '{TARGET}'`, "
+                f"`uv tool install --force '{TARGET}'`)"
             )
         if isinstance(at, BaseExceptionGroup) and len(at.exceptions) == 1:
             at = at.exceptions[0]

@@ -3,13 +3,17 @@ and a package that is missing anyway is named with the command that installs it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
-from capabilities.cli._errors import INSTALL, missing_package
+import pytest
+
+from capabilities.cli._errors import INSTALL, install_target, missing_package
 
 from .support import cli_env
 
@@ -87,3 +91,29 @@ def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
         f"needs it: install the command with everything it needs, `{INSTALL}`"
     ), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_install_line_names_where_this_effectagent_came_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Installed from this checkout (the package is not on PyPI yet): the line installs it again.
+    assert install_target() == f"{ROOT}[cli]"
+    assert f"pip install '{ROOT}[cli]'" == INSTALL
+
+    class Installed:
+        def __init__(self, recorded: str | None) -> None:
+            self.recorded = recorded
+
+        def read_text(self, name: str) -> str | None:
+            assert name == "direct_url.json"
+            return self.recorded
+
+    for recorded, target in [
+        ('{"url": "file:///src/effect%20agent", "dir_info": {}}', "/src/effect agent[cli]"),
+        ('{"url": "https://example.org/effectagent-1.0.tar.gz"}', "effectagent[cli]"),
+        (None, "effectagent[cli]"),  # from an index: no direct URL recorded
+        ("not json", "effectagent[cli]"),
+    ]:
+        installed: Any = Installed(recorded)
+        monkeypatch.setattr(importlib.metadata, "distribution", lambda _, found=installed: found)
+        assert install_target() == target
