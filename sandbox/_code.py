@@ -330,8 +330,9 @@ class CodeExecutor(Protocol):
 
         Raises a :class:`CodeExecutionError` for every expected failure, with the console lines
         the program printed before it (``logs``) once it has started. Cancellation: the pass
-        is abandoned at once — its workload is killed and reaped and every resource it owns is
-        released before ``trio.Cancelled`` propagates.
+        is abandoned at once — its workload is killed before ``trio.Cancelled`` propagates, and
+        every resource it owns is released by then — or, for an executor that belongs to a scope
+        (a warm pool's), handed to that scope, which releases it before the scope closes.
         """
         ...
 
