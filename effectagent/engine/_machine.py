@@ -562,7 +562,10 @@ def _time_ran_out(state: RunState, event: TimeRanOut) -> Transition:
     if state.grace:  # the grace turn's own deadline: the run fails with what ran out
         exhaustion = state.exhaustion
         assert exhaustion is not None
-        error = BudgetExhausted(exhaustion.dimension, exhaustion.used, exhaustion.limit)
+        used = exhaustion.used
+        if exhaustion.dimension == "duration":  # the grace turn's time counts too
+            used = max(used, event.now - state.budget.started_at)
+        error = BudgetExhausted(exhaustion.dimension, used, exhaustion.limit)
         return _set(state, phase="ended"), (Fail(error),)
     budget = state.budget
     exhausted = budget.exhausted(event.now)
