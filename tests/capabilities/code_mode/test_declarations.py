@@ -289,8 +289,6 @@ const program = async () => {
             "$.properties.x",
             "'patternProperties' cannot be rendered",
         ),
-        ({"$ref": "https://example.com/s.json"}, "$.properties.x", "is not a local definition"),
-        ({"$ref": "#/$defs/Missing"}, "$.properties.x", "names no definition of the schema"),
         ({"enum": [{"a": 1}]}, "$.properties.x", "'enum' holds an object or array"),
         ({"properties": {"a": {}}}, "$.properties.x", "'properties' without 'type' 'object'"),
         ({"minimum": 1}, "$.properties.x", "'minimum' applies to integer/number"),
@@ -319,6 +317,16 @@ def test_a_construct_without_a_faithful_rendering_is_refused_with_its_path(
         path,
     )
     assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize("reference", ["https://example.com/s.json", "#/$defs/Missing"])
+def test_a_reference_outside_the_schema_is_refused_before_a_declaration_is_made(
+    reference: str,
+) -> None:
+    # Such a tool is never made (Tool.dynamic refuses it), so no declaration has to render it.
+    parameters = {"type": "object", "properties": {"x": {"$ref": reference}}, "$defs": {}}
+    with pytest.raises(ValueError, match="refers to"):
+        Tool.dynamic("search", "Search.", parameters, readonly=True)
 
 
 def test_a_schema_nested_deeper_than_the_renderer_goes_is_refused() -> None:
