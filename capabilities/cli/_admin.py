@@ -22,7 +22,7 @@ import json
 import logging
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -364,27 +364,41 @@ async def _overdue(args: argparse.Namespace, queue: DurableQueue, console: Conso
         raise UsageError(f"--older-than must be 0 or more seconds, got {args.older_than}")
     with _warnings(None):  # the list is the answer: the queue's warning lines are not
         found = await queue.overdue(args.older_than)
-    if args.json:
-        for submission in found:
-            _json(console.out, attrs.asdict(submission))
-        return EXIT_COMPLETED
-    if not found:
-        console.out.line(
-            f"no submission is waiting for its settlement since over {_waited(args.older_than)}"
-        )
-        return EXIT_COMPLETED
     now = time.time()
-    rows = tuple(
-        (
+    return _listed(
+        args,
+        console,
+        found,
+        none=f"no submission is waiting for its settlement since over {_waited(args.older_than)}",
+        header=("SUBMISSION", "CONVERSATION", "STATUS", "ATTEMPTS>", "WAITED>"),
+        row=lambda s: (
             s.submission_id,
             s.conversation_id,
             s.status,
             str(s.attempts),
             _waited(now - s.admitted_at),
-        )
-        for s in found
+        ),
     )
-    console.out.line(Table(("SUBMISSION", "CONVERSATION", "STATUS", "ATTEMPTS>", "WAITED>"), rows))
+
+
+def _listed(
+    args: argparse.Namespace,
+    console: Console,
+    found: Sequence[Any],
+    *,
+    none: str,
+    header: tuple[str, ...],
+    row: Callable[[Any], tuple[str, ...]],
+) -> int:
+    """A listing's answer: with ``--json`` one object a line (nothing for none), else a table
+    of a ``row`` each under ``header``, or the sentence ``none``."""
+    if args.json:
+        for item in found:
+            _json(console.out, attrs.asdict(item))
+    elif not found:
+        console.out.line(none)
+    else:
+        console.out.line(Table(header, tuple(row(item) for item in found)))
     return EXIT_COMPLETED
 
 
@@ -398,35 +412,32 @@ def _waited(seconds: float) -> str:
 
 async def _unknown(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
     """``admin unknown``. Cancellation: reads only."""
-    found = await queue.unknown()
-    if args.json:
-        for call in found:
-            _json(console.out, attrs.asdict(call))
-        return EXIT_COMPLETED
-    if not found:
-        console.out.line("no tool call's outcome is unknown")
-        return EXIT_COMPLETED
-    rows = tuple(
-        (_when(c.at), c.tool_name, c.tool_call_id, c.submission_id, c.conversation_id)
-        for c in found
+    return _listed(
+        args,
+        console,
+        await queue.unknown(),
+        none="no tool call's outcome is unknown",
+        header=("SETTLED", "TOOL", "CALL", "SUBMISSION", "CONVERSATION"),
+        row=lambda c: (
+            _when(c.at),
+            c.tool_name,
+            c.tool_call_id,
+            c.submission_id,
+            c.conversation_id,
+        ),
     )
-    console.out.line(Table(("SETTLED", "TOOL", "CALL", "SUBMISSION", "CONVERSATION"), rows))
-    return EXIT_COMPLETED
 
 
 async def _quarantined(args: argparse.Namespace, queue: DurableQueue, console: Console) -> int:
     """``admin quarantined``. Cancellation: reads only."""
-    found = await queue.quarantined()
-    if args.json:
-        for record in found:
-            _json(console.out, attrs.asdict(record))
-        return EXIT_COMPLETED
-    if not found:
-        console.out.line("no conversation is quarantined")
-        return EXIT_COMPLETED
-    rows = tuple((_when(q.at), q.conversation_id, str(q.seq), q.reason) for q in found)
-    console.out.line(Table(("SINCE", "CONVERSATION", "RECORD", "WHY"), rows))
-    return EXIT_COMPLETED
+    return _listed(
+        args,
+        console,
+        await queue.quarantined(),
+        none="no conversation is quarantined",
+        header=("SINCE", "CONVERSATION", "RECORD", "WHY"),
+        row=lambda q: (_when(q.at), q.conversation_id, str(q.seq), q.reason),
+    )
 
 
 # ---- the worker -----------------------------------------------------------------------------------

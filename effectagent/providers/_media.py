@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import AsyncIterator, Iterable
-from typing import Literal, NoReturn, TypeAlias
+from typing import Final, Literal, NoReturn, TypeAlias, get_args
 
 import attrs
 
@@ -39,8 +39,11 @@ __all__ = [
 
 #: The provider families the table knows.
 Family: TypeAlias = Literal[
-    "openai-chat", "openai-responses", "openai-compatible", "anthropic", "gemini"
+    "openai-chat", "openai-responses", "openai-compatible", "anthropic", "gemini", "google"
 ]
+#: Every family ``media_support`` knows (``google``, the provider's name in a model string, is
+#: ``gemini``).
+_FAMILIES: Final = frozenset(get_args(Family))
 
 #: The most media bytes one request carries unless a model's support says otherwise: 32 MiB, the
 #: size of Anthropic's largest request.
@@ -86,11 +89,14 @@ _MB = 1024 * 1024
 
 
 def media_support(family: Family, model: str) -> MediaSupport:
-    """What ``model`` of ``family`` takes, as far as the table knows — a text-only model when
-    it does not know the model (an OpenAI-compatible server's, above all: say what it takes with
+    """What ``model`` of ``family`` takes, as far as the table knows (``ValueError`` for a family
+    it does not know) — a text-only model when it does not know the model (an OpenAI-compatible server's, above all: say what it takes with
     the ``media=`` setting)."""
+    if family not in _FAMILIES:  # a table that guessed would say "text only" for any typo
+        known = ", ".join(repr(f) for f in sorted(_FAMILIES))
+        raise ValueError(f"media_support: unknown model family {family!r}; one of {known}")
     name = model.lower().rsplit("/", 1)[-1]
-    if family == "gemini":
+    if family in ("gemini", "google"):
         return (
             MediaSupport.of("image", "document", "audio")
             if name.startswith("gemini")

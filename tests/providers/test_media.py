@@ -196,12 +196,19 @@ def test_gemini_puts_a_tools_media_in_its_function_response_parts() -> None:
         ("anthropic", "claude-3-5-haiku-latest", {"image", "document"}),
         ("anthropic", "claude-2.1", set()),
         ("gemini", "gemini-2.5-flash", {"image", "document", "audio"}),
+        ("google", "gemini-2.5-flash", {"image", "document", "audio"}),  # the provider's name
     ],
 )
 def test_the_table_knows_what_each_model_family_takes(
     family: Any, model: str, kinds: set[str]
 ) -> None:
     assert media_support(family, model).kinds == kinds
+
+
+@pytest.mark.parametrize("family", ["bogus", "Anthropic", "openai"])
+def test_a_family_the_table_does_not_know_is_refused_not_taken_for_text_only(family: Any) -> None:
+    with pytest.raises(ValueError, match=f"unknown model family {family!r}; one of 'anthropic'"):
+        media_support(family, "claude-sonnet-4-5")
 
 
 def test_a_part_over_the_models_bounds_is_refused_by_size() -> None:
