@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Generic, Literal, TypeAlias, cast, final
+from typing import Any, Final, Generic, Literal, TypeAlias, cast, final
 from urllib.parse import unquote
 
 import attrs
@@ -174,6 +174,10 @@ def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str,
     return checked
 
 
+#: The keywords whose values are instances (data), never schemas.
+_DATA_KEYWORDS: Final = frozenset({"const", "enum", "default", "examples"})
+
+
 def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
     """The first ``$ref`` or ``$dynamicRef`` of ``schema`` that does not resolve within it (a
     JSON Pointer from its root, ``#/...``, or the name of an ``$anchor``/``$dynamicAnchor``
@@ -190,7 +194,7 @@ def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
                     references.append(value)
                 elif key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
                     anchors.add(value)
-                else:
+                elif key not in _DATA_KEYWORDS:  # values, not schemas: a "$ref" there is data
                     stack.append(value)
         elif isinstance(item, list):
             stack.extend(item)

@@ -277,6 +277,9 @@ def test_references_within_the_schema_are_followed() -> None:
     }
     tool = Tool.dynamic("dyn", "A dynamic tool.", schema)
     assert tool.decode_arguments('{"city": "Oslo", "n": 2}') == {"city": "Oslo", "n": 2}
+    # A "$ref" in a value (a default, a constant) is data, not a reference.
+    data = {"type": "object", "properties": {"x": {"const": {"$ref": "#/nowhere"}}}}
+    Tool.dynamic("dyn", "A dynamic tool.", data)
     with pytest.raises(SchemaError):
         tool.decode_arguments('{"city": 5, "n": 2}')
 
