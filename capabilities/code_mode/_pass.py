@@ -25,6 +25,7 @@ program's raw output.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
@@ -85,6 +86,12 @@ class CodeModeInput:
     )
 
 
+#: How the engine's defect for a result its tool's type refuses begins; each of its issues ends
+#: with the offending value (``…, got 'text'``).
+_RESULT_VIOLATION: Final = "result violates its schema"
+_QUOTED_VALUE: Final = re.compile(r", got [^\n]*")
+
+
 def framework_envelope(envelope: JSONValue) -> dict[str, JSONValue]:
     """The envelope a failed call rejects with inside the program: the engine's own when it
     carries a framework tag; a tool's declared error (tagged with its own name) becomes a
@@ -92,6 +99,10 @@ def framework_envelope(envelope: JSONValue) -> dict[str, JSONValue]:
     if isinstance(envelope, dict) and isinstance(tag := envelope.get("_tag"), str):
         message = envelope.get("message")
         if tag in FRAMEWORK_TAGS and isinstance(message, str):
+            if tag == "ToolDefect" and message.startswith(_RESULT_VIOLATION):
+                # What the tool returned stays in the pass: where and what was expected, not the
+                # value the check quotes.
+                return {**envelope, "message": _QUOTED_VALUE.sub("", message)}
             return envelope
         text = message if isinstance(message, str) else tag
         return {"_tag": "ToolFailure", "message": text, "error": envelope}

@@ -115,6 +115,27 @@ def test_the_engines_envelopes_reach_the_program_unchanged(tag: str) -> None:
     assert framework_envelope(envelope) is envelope
 
 
+def test_a_result_its_type_refuses_reaches_the_program_without_its_value() -> None:
+    # The engine's defect quotes the offending value; what a tool returned stays in the pass.
+    envelope: dict[str, JSONValue] = {
+        "_tag": "ToolDefect",
+        "message": "result violates its schema:\n- $.n: expected an integer, got 'tool-private'\n"
+        "- $.tags[0]: expected a string, got 7",
+    }
+    assert framework_envelope(envelope) == {
+        "_tag": "ToolDefect",
+        "message": "result violates its schema:\n- $.n: expected an integer\n"
+        "- $.tags[0]: expected a string",
+    }
+    single: dict[str, JSONValue] = {
+        "_tag": "ToolDefect",
+        "message": "result violates its schema: $: expected an integer, got 'secret'",
+    }
+    assert framework_envelope(single)["message"] == (
+        "result violates its schema: $: expected an integer"
+    )
+
+
 def test_a_declared_error_becomes_a_tool_failure_holding_it() -> None:
     declared: dict[str, JSONValue] = {
         "_tag": "UnknownCity",
