@@ -36,8 +36,9 @@ service processes that stream them, as ``NOTIFY`` payloads on a channel of the s
   one heard from its sender — one heard already, sent again by anyone who may ``NOTIFY`` — is
   dropped (counted as replayed); only a sender not heard since this listener started (or since
   it forgot its senders, past 4096 of them) could have its payloads heard twice. The text is the
-  runs' text as the engine streamed it, already redacted; it waits (sealed) in the server's notification queue until every listener has read
-  it, and is never stored in a table. Errors name the database without its password.
+  runs' text as the engine streamed it, already redacted; it waits (sealed) in the server's
+  notification queue until every listener has read it, and is never stored in a table. Errors
+  name the database without its password.
 """
 
 from __future__ import annotations

@@ -90,8 +90,8 @@ _MB = 1024 * 1024
 
 def media_support(family: Family, model: str) -> MediaSupport:
     """What ``model`` of ``family`` takes, as far as the table knows (``ValueError`` for a family
-    it does not know) — a text-only model when it does not know the model (an OpenAI-compatible server's, above all: say what it takes with
-    the ``media=`` setting)."""
+    it does not know) — a text-only model when it does not know the model (an
+    OpenAI-compatible server's, above all: say what it takes with the ``media=`` setting)."""
     if family not in _FAMILIES:  # a table that guessed would say "text only" for any typo
         known = ", ".join(repr(f) for f in sorted(_FAMILIES))
         raise ValueError(f"media_support: unknown model family {family!r}; one of {known}")
