@@ -41,8 +41,8 @@ status unless the run completed (or was suspended).
 retry count, failure category. Every span carries ``gen_ai.operation.name`` (``invoke_agent``,
 ``turn``, ``chat``, ``execute_tool``, ``approval``, ``compaction``), ``gen_ai.conversation.id`` and
 ``effectagent.run.id``; the run span also the agent, the version and the run's totals. Usage on a ``chat`` span is what the run recorded since the
-previous turn completed: the turn's model call, plus the summary call of a compaction before it,
-if any. Strings are cut to ``max_attribute_length``; events per span are capped. Model text
+previous turn completed, less a compaction's summary calls: each of those is a ``chat`` span of
+its own under its ``compaction`` span (``CompactionPerformed.usage``), spanning the compaction. Strings are cut to ``max_attribute_length``; events per span are capped. Model text
 (``gen_ai.input.messages`` / ``gen_ai.output.messages``), tool arguments and results
 (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``) and a tool's declared error are
 added only with ``include_content=True``, cut to ``max_content_length``. Everything comes from the
@@ -721,7 +721,22 @@ class Telemetry:
         attributes["effectagent.compaction.tokens_before"] = event.tokens_before
         attributes["effectagent.compaction.tokens_after"] = event.tokens_after
         started = event.started_at if 0 < event.started_at <= event.at else event.at
-        self._start(f"compaction {kind}", parent, started, attributes).end(_ns(event.at))
+        span = self._start(f"compaction {kind}", parent, started, attributes)
+        for delta in event.usage:  # each summary call: a chat span of its own, in the compaction
+            chat = self._base("chat", run)
+            chat["effectagent.turn"] = event.turn
+            name = "chat"
+            if event.model is not None:
+                model = _cut(event.model, self.max_attribute_length)
+                chat["gen_ai.request.model"] = model
+                name = f"chat {model}"
+            summary = self._start(name, span, started, chat)
+            own = _NO_USAGE.add(delta)
+            self._usage(summary, own)
+            summary.end(_ns(event.at))
+            # Counted by the run before its next turn completes: not that turn's chat span's.
+            run.usage = run.usage.add(delta)
+        span.end(_ns(event.at))
 
     def _subagent_started(self, event: SubagentStarted) -> None:
         run = self._runs.get(event.run_id)

@@ -22,7 +22,7 @@ from ._approval import ApprovalRequest
 from ._errors import RunError
 from ._outcomes import ToolOutcome
 from ._policy import ChildBudget
-from ._usage import UsageTotals
+from ._usage import UsageDelta, UsageTotals
 
 __all__ = [
     "ApprovalRequested",
@@ -223,7 +223,8 @@ class CompactionPerformed(EventBase):
     """Context was compacted before ``turn``: the last record's ``kind`` and how far it covers,
     the live-context estimate before and the count after. ``started_at`` is the wall-clock time
     the compaction began (reading the log, planning, a summary's model call): with ``at``, its
-    duration. ``model`` names the model of the summary's calls, if it made any."""
+    duration. ``model`` names the model of the summary's calls, if it made any, and ``usage``
+    holds what each of those calls used, in order (none: nothing was summarized by a model)."""
 
     turn: int
     kind: str
@@ -232,6 +233,7 @@ class CompactionPerformed(EventBase):
     tokens_after: int
     started_at: float = 0.0
     model: str | None = None
+    usage: tuple[UsageDelta, ...] = ()
 
 
 @_fast_init

@@ -127,6 +127,7 @@ async def maybe_compact(
         tokens_after=count(compacted),
         started_at=started,
         model=answered[0],
+        usage=usage,
     )
     io.logs.info(
         "context compacted",

@@ -42,6 +42,7 @@ from effectagent.core import (
     ToolProgress,
     TurnCompleted,
     TurnStarted,
+    UsageDelta,
     UsageTotals,
 )
 
@@ -282,6 +283,7 @@ class RunIO:
         tokens_after: int,
         started_at: float = ...,
         model: str | None = ...,
+        usage: tuple[UsageDelta, ...] = ...,
     ) -> CompactionPerformed: ...
 
     @overload

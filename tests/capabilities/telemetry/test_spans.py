@@ -37,6 +37,7 @@ from effectagent.core import (
     ToolRejected,
     TurnCompleted,
     TurnStarted,
+    UsageDelta,
     UsageTotals,
 )
 from effectagent.engine import LOGGER_NAME, open_runtime
@@ -405,6 +406,55 @@ class _Events:
             at=1_000.0 + self.seq,
             **fields,
         )
+
+
+def test_a_summary_call_has_a_chat_span_and_the_next_turns_chat_only_its_own_usage(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    telemetry = Telemetry(tracer_provider=provider)
+    event = _Events()
+    summaries = (UsageDelta(1_500, 40), UsageDelta(900, 25))
+    turn_call = UsageDelta(700, 30)
+    total = UsageTotals()
+    for delta in (*summaries, turn_call):
+        total = total.add(delta)
+    for emitted in [
+        event(RunStarted, input="Weather?"),
+        event(
+            CompactionPerformed,
+            turn=1,
+            kind="summarize",
+            covers_through=40,
+            tokens_before=9_000,
+            tokens_after=1_200,
+            started_at=1_001.5,
+            model="anthropic:claude-haiku-4-5",
+            usage=summaries,
+        ),
+        event(TurnStarted, turn=1, grace=False),
+        event(ModelStarted, turn=1),
+        event(TurnCompleted, turn=1, finish_reason="stop", usage=total),
+        event(RunInterrupted, reason="done here", usage=total),
+    ]:
+        telemetry.on_event(emitted)
+    finished = exporter.get_finished_spans()
+    (compaction,) = [s for s in finished if s.name == "compaction summarize"]
+    inside = [
+        s
+        for s in finished
+        if s.parent is not None
+        and s.parent.span_id == (compaction.context.span_id if compaction.context else None)
+    ]
+    assert [s.name for s in inside] == ["chat anthropic:claude-haiku-4-5"] * 2
+    assert [dict(s.attributes or {})["gen_ai.usage.input_tokens"] for s in inside] == [1_500, 900]
+    assert [dict(s.attributes or {})["gen_ai.usage.output_tokens"] for s in inside] == [40, 25]
+    (turn_chat,) = [s for s in finished if s.name == "chat"]
+    attributes = dict(turn_chat.attributes or {})
+    assert (attributes["gen_ai.usage.input_tokens"], attributes["gen_ai.usage.output_tokens"]) == (
+        700,
+        30,
+    )
 
 
 def test_compactions_budget_warnings_denials_and_suspension(
