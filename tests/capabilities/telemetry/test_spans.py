@@ -408,6 +408,20 @@ class _Events:
         )
 
 
+def _summarized(event: _Events, **fields: Any) -> Any:
+    """A summarizing compaction before turn 1 (``fields``: its model and usage, say)."""
+    return event(
+        CompactionPerformed,
+        turn=1,
+        kind="summarize",
+        covers_through=40,
+        tokens_before=9_000,
+        tokens_after=1_200,
+        started_at=1_001.5,
+        **fields,
+    )
+
+
 def test_a_summary_call_has_a_chat_span_and_the_next_turns_chat_only_its_own_usage(
     exported: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
@@ -421,17 +435,7 @@ def test_a_summary_call_has_a_chat_span_and_the_next_turns_chat_only_its_own_usa
         total = total.add(delta)
     for emitted in [
         event(RunStarted, input="Weather?"),
-        event(
-            CompactionPerformed,
-            turn=1,
-            kind="summarize",
-            covers_through=40,
-            tokens_before=9_000,
-            tokens_after=1_200,
-            started_at=1_001.5,
-            model="anthropic:claude-haiku-4-5",
-            usage=summaries,
-        ),
+        _summarized(event, model="anthropic:claude-haiku-4-5", usage=summaries),
         event(TurnStarted, turn=1, grace=False),
         event(ModelStarted, turn=1),
         event(TurnCompleted, turn=1, finish_reason="stop", usage=total),
@@ -470,15 +474,7 @@ def test_compactions_budget_warnings_denials_and_suspension(
     denied = ToolRejected("call_0", "gated", "denied by the operator")
     for emitted in [
         event(RunStarted, input="Weather?"),
-        event(
-            CompactionPerformed,
-            turn=1,
-            kind="summarize",
-            covers_through=40,
-            tokens_before=9_000,
-            tokens_after=1_200,
-            started_at=1_001.5,
-        ),  # before its turn
+        _summarized(event),  # before its turn
         event(TurnStarted, turn=1, grace=False),
         event(
             CompactionPerformed,
