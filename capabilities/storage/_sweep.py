@@ -54,7 +54,6 @@ __all__ = [
     "put_media_rows",
     "sweep_media",
     "sweep_unreferenced",
-    "unreferenced_media",
 ]
 
 #: How long ago bytes must have been put for :func:`sweep_media` to delete them, by default.
@@ -126,18 +125,6 @@ def examine_media(
         return set(), set()
     undelivered, by_records = referrers(conn, candidates, codec=codec)
     return candidates - undelivered - by_records, by_records
-
-
-def unreferenced_media(
-    conn: Connection,
-    *,
-    before: float,
-    among: Collection[str] | None = None,
-    codec: RecordCodec | None = None,
-) -> set[str]:
-    """The digests put before ``before`` (of ``among``, when given) that nothing refers to (see
-    the module notes). Reads only."""
-    return examine_media(conn, before=before, among=among, codec=codec)[0]
 
 
 def sweep_unreferenced(

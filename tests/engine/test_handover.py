@@ -12,8 +12,15 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.core import RunInterrupted, TextDelta
-from effectagent.engine._handover import EventQueue
+from effectagent.core import (
+    RunInterrupted,
+    TextDelta,
+    ToolCallDeclared,
+    ToolCallSucceeded,
+    ToolSuccess,
+    UsageTotals,
+)
+from effectagent.engine._handover import EventQueue, RunReducer
 from effectagent.engine._ids import new_id
 from effectagent.engine._runtime import EVENT_BUFFER
 from effectagent.testing import Turn
@@ -307,3 +314,49 @@ async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_firs
     assert [entry.record for entry in await log.entries("conv_1")] == [response, ending]
     await driver.record(ending)  # written once: nothing is pending any more
     assert [entry.seq for entry in await log.entries("conv_1")] == [1, 2, 3]
+
+
+# ---- the reducer: outcomes in declaration order --------------------------------------------------
+
+
+def _run_event(cls: Any, seq: int, **fields: Any) -> Any:
+    header = {"run_id": "r", "conversation_id": "c", "agent": "a", "seq": seq, "at": 0.0}
+    return cls(**header, **fields)
+
+
+@given(turns=st.lists(st.integers(1, 4), min_size=1, max_size=3), data=st.data())
+def test_the_result_lists_outcomes_in_declaration_order_whatever_order_they_settle(
+    turns: list[int], data: st.DataObject
+) -> None:
+    """Calls declared over several turns (IDs reused across turns, as a conversation may) and
+    settled in any order: the result lists them turn by turn, in declaration order; a settlement
+    nothing declared comes after them all."""
+    declared = [(turn, f"call_{i}") for turn, count in enumerate(turns, 1) for i in range(count)]
+    settle_order = data.draw(st.permutations(declared))
+    reducer = RunReducer()
+    seq = 0
+    for turn, call_id in declared:
+        seq += 1
+        reducer.feed(
+            _run_event(
+                ToolCallDeclared, seq, turn=turn, tool_call_id=call_id, tool_name="t", arguments={}
+            )
+        )
+    stray = (9, "call_stray")
+    for turn, call_id in [*settle_order[:1], stray, *settle_order[1:]]:
+        seq += 1
+        outcome = ToolSuccess(call_id, "t", f"{turn}/{call_id}")
+        reducer.feed(
+            _run_event(
+                ToolCallSucceeded,
+                seq,
+                turn=turn,
+                tool_call_id=call_id,
+                tool_name="t",
+                outcome=outcome,
+            )
+        )
+    seq += 1
+    reducer.feed(_run_event(RunInterrupted, seq, reason="test", usage=UsageTotals()))
+    expected = [ToolSuccess(c, "t", f"{turn}/{c}") for turn, c in [*declared, stray]]
+    assert reducer.result().outcomes == tuple(expected)

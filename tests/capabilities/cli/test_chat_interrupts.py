@@ -12,7 +12,6 @@ import io
 import math
 import signal
 from collections.abc import Callable
-from functools import partial
 
 import trio
 import trio.testing
@@ -145,13 +144,11 @@ async def test_ctrl_c_stops_the_run_going_and_the_next_run_completes(
     assert chat.model.consumed == 2
 
 
-async def test_a_ctrl_c_between_two_runs_is_the_prompt_s_not_the_next_run_s(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """Pressed as the first run ends on its own, before the next line: the prompt takes it
-    (it says how to leave), and the run of that line completes."""
+async def _two_runs_pressed_between(press: Callable[[Chat], None]) -> str:
+    """A chat of two runs, ``press`` done as the first ends on its own and the next line typed
+    then; what the screen shows once the chat has ended (both runs completed)."""
     chat = Chat(ScriptedModel([Turn.text("First."), Turn.text("Second.")]))
-    chat.line.when_idle(lambda: chat.line.type(INTERRUPTED), lambda: chat.line.type("Again."))
+    chat.line.when_idle(lambda: press(chat), lambda: chat.line.type("Again."))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(chat.go)
         await trio.testing.wait_all_tasks_blocked()
@@ -159,28 +156,28 @@ async def test_a_ctrl_c_between_two_runs_is_the_prompt_s_not_the_next_run_s(
         await chat.typed(None)
     assert chat.status == 0
     assert "interrupt" not in shown
+    assert shown.count("usage: ") == 2
+    return shown
+
+
+async def test_a_ctrl_c_between_two_runs_is_the_prompt_s_not_the_next_run_s(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Pressed as the first run ends on its own, before the next line: the prompt takes it
+    (it says how to leave), and the run of that line completes."""
+    shown = await _two_runs_pressed_between(lambda chat: chat.line.type(INTERRUPTED))
     first, ctrl_c, second = (shown.index(text) for text in ("First.", "Ctrl-D ends", "Second."))
     assert first < ctrl_c < second
-    assert shown.count("usage: ") == 2
 
 
 async def test_a_sigint_between_two_runs_is_the_prompt_s_not_the_next_run_s(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The same with Ctrl-C as a signal, the next line typed with it."""
-    chat = Chat(ScriptedModel([Turn.text("First."), Turn.text("Second.")]))
-    raise_sigint = partial(signal.raise_signal, signal.SIGINT)  # the chat's receiver takes it
-    chat.line.when_idle(raise_sigint, lambda: chat.line.type("Again."))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(chat.go)
-        await trio.testing.wait_all_tasks_blocked()
-        shown = await chat.typed("Go on.")
-        await chat.typed(None)
-    assert chat.status == 0
-    assert "interrupt" not in shown
+    # The chat's receiver takes the signal.
+    shown = await _two_runs_pressed_between(lambda _: signal.raise_signal(signal.SIGINT))
     assert "Ctrl-D ends" in shown
     assert "Second." in shown
-    assert shown.count("usage: ") == 2
 
 
 async def test_sigint_stops_the_run_going_and_the_next_run_completes(
@@ -219,3 +216,23 @@ async def test_the_end_of_input_during_a_run_interrupts_that_run(
     assert chat.status == 0
     assert shown.count("■ interrupted") == 1
     assert "^C" not in shown  # no Ctrl-C came
+
+
+async def test_exit_and_help_typed_during_a_run_are_commands_not_steering(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``/help`` answers at once while the run goes on; ``/exit`` then does what Ctrl-D does:
+    the run is interrupted and the chat ends. Neither reaches the model."""
+    chat = Chat(ScriptedModel([HANGING]))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(chat.go)
+        await trio.testing.wait_all_tasks_blocked()
+        await chat.typed("Go on.")
+        shown = await chat.typed("/help")
+        assert "/exit" in shown  # the list of commands
+        assert "interrupted" not in shown
+        shown = await chat.typed("/exit")
+    assert chat.status == 0
+    assert shown.count("■ interrupted") == 1
+    assert "steering" not in shown
+    assert len(chat.model.requests) == 1  # the run's one request, nothing steered into it
