@@ -76,10 +76,10 @@ class Batch:
         "_replay",
         "_runner",
         "admitted",
-        "allowance",
         "assistant",
         "committed",
         "io",
+        "scope",
         "turn",
         "yielded",
     )
@@ -98,7 +98,7 @@ class Batch:
     ) -> None:
         io = self.io = scope.io
         self.turn = scope.turn
-        self.allowance = scope.allowance
+        self.scope = scope
         self._plan = plan
         # Whether the runnable calls run: all of them, or — over the tool-call budget — none.
         self.admitted = admitted
@@ -177,7 +177,7 @@ class Batch:
             tuple(outcomes),
             self.committed,
             run_error(outcomes, toolkit),
-            self.allowance.totals(),
+            self.scope.delegated(),
             trio.current_time(),
         )
 

@@ -331,9 +331,8 @@ class BesideGuard:
         ctx = check_context(driver)
         verdict: list[RunError | None] = []
         outcome: Any = None
-        held: list[Any] = []
-        sink, seq = io._sink, io._seq
-        io._sink = held.append  # returns None: never "consumer lost"
+        held = io.hold_events()
+        handed_over = False
         try:
             async with trio.open_nursery() as nursery:
 
@@ -345,13 +344,11 @@ class BesideGuard:
 
                 nursery.start_soon(guard)
                 outcome = await stream_model(io, *args, **kwargs)
+            # A trip drops what the model call showed (and gives its numbers back).
+            handed_over = not verdict or verdict[0] is None
         finally:
-            io._sink = sink
+            io.end_hold(held, hand_over=handed_over)
         self.usage = ctx.take_usage()
         if verdict and verdict[0] is not None:
-            io._seq = seq  # the dropped events' numbers are given back
             raise GuardrailStop(verdict[0])
-        for event in held:
-            if sink(event) is False:
-                io._lost()
         return outcome

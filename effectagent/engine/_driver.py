@@ -47,7 +47,6 @@ from effectagent.core import (
 
 from ._authoring import PromptOverride, TurnPreparer, prepare_turn, status_note_of
 from ._batch import Batch
-from ._budget import Allowance
 from ._checks import BesideGuard, answer_checked, first_turns
 from ._compaction import maybe_compact
 from ._edges import RunEdges
@@ -93,7 +92,13 @@ from ._machine import (
     step,
 )
 from ._media import recorded_parts, store_media
-from ._model_step import ModelStep, stream_model, used_call_ids
+from ._model_step import (
+    ModelStep,
+    UsedCallIds,
+    hidden_call_ids,
+    prompt_call_ids,
+    stream_model,
+)
 from ._output_modes import tools_offered
 from ._permits import Permit, PermitPool
 from ._resume import BatchReplay, FoundRun
@@ -116,8 +121,8 @@ class RunDriver(RunEdges):
     machine. Created by the runtime (or by ``run_child`` for a child run)."""
 
     __slots__ = (
-        "_call_ids",
         "_done",
+        "_hidden_ids",
         "_interrupted",
         "_running_batch",
         "beside",
@@ -138,7 +143,7 @@ class RunDriver(RunEdges):
         *,
         run_id: str,
         conversation_id: str,
-        events: EventQueue | EventSink,
+        events: EventSink,
         author: str = "user",
         new_conversation: bool = False,
         context: tuple[ContextItem, ...] = (),
@@ -166,7 +171,7 @@ class RunDriver(RunEdges):
             conversation_log=services.log,
             redactor=services.redactor,
             events=events,
-            on_consumer_lost=self.interrupt,
+            owner=self,
             author=author,
             listener=services.listener,
             backpressure=backpressure,
@@ -199,9 +204,11 @@ class RunDriver(RunEdges):
         # The batch running, or the last one (whether it left a nursery — a schedule point — is
         # for ``_next_turn``; an interrupted one is committed to the state by ``_drive``).
         self._running_batch: Batch | None = None
-        # The tool-call IDs the conversation has used (its history, then each response of the
-        # run): a call that reuses one gets a fresh ID (``_model_step``). Made at the first step.
-        self._call_ids: set[str] | None = None
+        # The tool-call IDs the conversation has used that the prompt does not hold (its
+        # history's compacted calls, and the run's own that a compaction took out): with the
+        # prompt's, a response's call that reuses one gets a fresh ID (``_model_step``). Found at
+        # the first request or compaction; none, most often (then no set is kept).
+        self._hidden_ids: frozenset[str] | None = None
         # A run continued from its records (``Runtime.resume``): what they are, and the batch it
         # resumes (for its first batch only).
         self._resuming = resuming
@@ -362,7 +369,6 @@ class RunDriver(RunEdges):
             if forget is not None and not isinstance(self.terminal, RunSuspended):
                 forget(io.run_id)  # the run is over: its steps' results go
             self.finished = True
-            self._call_ids = None
             io.close()
             if self._done is not None:
                 self._done.set()
@@ -455,15 +461,22 @@ class RunDriver(RunEdges):
         assert state is not None
         # The compactor reads the log for the prompt: a prepared turn's items must be in it.
         await self.io.flush()
+        before = state.messages
         messages, usage, model = await maybe_compact(
             self.io,
             self.services,
             self.agent.policy,
-            state.messages,
+            before,
             command.turn,
             estimate=command.estimate,
             force=command.force,
         )
+        if messages is not None:  # the calls it took out of the prompt stay used
+            hidden = self._hidden_ids
+            if hidden is None:
+                hidden = hidden_call_ids(self._history, before)
+            gone = prompt_call_ids(before).difference(prompt_call_ids(messages))
+            self._hidden_ids = hidden.union(gone) if gone else hidden
         return Compacted(messages, usage, model)
 
     async def _end_failed(self, command: Fail) -> None:
@@ -611,9 +624,9 @@ class RunDriver(RunEdges):
             output=services.output,
             cache=policy.prompt_caching,
         )
-        used_ids = self._call_ids
-        if used_ids is None:
-            used_ids = self._call_ids = used_call_ids(self._history, messages)
+        hidden = self._hidden_ids
+        if hidden is None:
+            hidden = self._hidden_ids = hidden_call_ids(self._history, messages)
         if grace:  # the grace turn may have a model of its own (``Agent.grace_model``)
             model, name = services.grace_model, services.grace_model_name
         else:
@@ -626,7 +639,7 @@ class RunDriver(RunEdges):
             request,
             state.turn,
             limits=policy.response_limits,
-            used_ids=used_ids,
+            used_ids=UsedCallIds(messages, hidden),
             name=name,
             prices=services.prices,
         )
@@ -659,7 +672,7 @@ class RunDriver(RunEdges):
             turn=state.turn,
             depth=self.depth,
             may_delegate=self.may_delegate,
-            allowance=Allowance(state.budget),
+            budget=state.budget,
             pool=pool,
         )
         replay, self._replay = self._replay, None  # a resumed batch is the first one only
@@ -682,7 +695,7 @@ class RunDriver(RunEdges):
         self._running_batch = None
         if batch is not None and batch.committed is not None:
             self.state, _ = step(
-                self._current(), BatchInterrupted(batch.committed, batch.allowance.totals())
+                self._current(), BatchInterrupted(batch.committed, batch.scope.delegated())
             )
 
 

@@ -50,6 +50,7 @@ _first = itemgetter(0)
 # The event classes the reducer only counts: every kind of event but the three it reads (exact
 # classes; an event of a subclass takes the full path). A tuple, not a set display: mypy joins
 # keyword-only event classes in a set into a constructor type they do not all fit.
+_TERMINAL = frozenset((RunCompleted, RunFailed, RunInterrupted, RunSuspended))
 _COUNTED_ONLY = frozenset(get_args(Event)).difference((ToolCallDeclared, *_SETTLED_EVENTS))
 
 #: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
@@ -113,26 +114,35 @@ class RunResult(Generic[OutputT]):
 class RunReducer:
     """Reduces a run's events, one at a time, to its :class:`RunResult`. Pure; no Trio."""
 
-    __slots__ = ("_declared", "_settled", "count", "last")
+    __slots__ = ("_declared", "_settled", "count", "terminal")
 
     def __init__(self) -> None:
         # The calls in declaration order, and the settlements in completion order: ordered by
-        # declaration only in ``result`` (a list now is less to keep while calls run).
+        # declaration only in ``result`` (a list now is less to keep while calls run; the
+        # settlements' list is made with the first).
         self._declared: list[tuple[int, str]] = []
-        self._settled: list[tuple[tuple[int, str], ToolOutcome]] = []
+        self._settled: list[tuple[tuple[int, str], ToolOutcome]] | None = None
         self.count = 0
-        self.last: EventBase | None = None
+        #: The run's terminal event, once fed (no other event is kept).
+        self.terminal: RunCompleted | RunFailed | RunInterrupted | RunSuspended | None = None
 
     def feed(self, event: EventBase) -> None:
         """Take the run's next event."""
         self.count += 1
-        self.last = event
-        if type(event) in _COUNTED_ONLY:  # most events: nothing more to note
+        kind = type(event)
+        if kind in _COUNTED_ONLY:  # most events: nothing more to note
+            if kind in _TERMINAL:
+                self.terminal = cast(
+                    "RunCompleted | RunFailed | RunInterrupted | RunSuspended", event
+                )
             return
         if isinstance(event, ToolCallDeclared):
             self._declared.append((event.turn, event.tool_call_id))
         elif isinstance(event, _SETTLED_EVENTS):
-            self._settled.append(((event.turn, event.tool_call_id), event.outcome))
+            settled = self._settled
+            if settled is None:
+                settled = self._settled = []
+            settled.append(((event.turn, event.tool_call_id), event.outcome))
 
     def _outcomes(self) -> tuple[ToolOutcome, ...]:
         """The settled calls' outcomes in declaration order (a call settled but never declared
@@ -151,11 +161,16 @@ class RunReducer:
         """The result; outcomes in declaration (commit) order, not completion order. (The
         reducer does not know the agent's output type: ``runtime.run`` says it.)
 
-        Raises RuntimeError if the events fed so far do not end with a terminal event.
+        Raises RuntimeError if no terminal event was fed.
         """
-        last = self.last
+        last = self.terminal
         if last is None:
-            raise RuntimeError("the run produced no events")
+            # Not a wrong type of argument: the stream is incomplete.
+            raise RuntimeError(
+                "the run produced no events"
+                if not self.count
+                else f"the run's stream ended without a terminal event (after {self.count} events)"
+            )
         outcomes = self._outcomes()
         status: Literal["completed", "failed", "interrupted", "suspended"]
         text, output, finish_reason, exhausted, error = "", None, None, None, None
@@ -171,12 +186,8 @@ class RunReducer:
             status, usage, error = "failed", last.usage, last.error
         elif isinstance(last, RunInterrupted):
             status, usage = "interrupted", last.usage
-        elif isinstance(last, RunSuspended):
+        else:
             status, usage = "suspended", last.usage
-        else:  # not a wrong type of argument: the stream is incomplete
-            raise RuntimeError(  # noqa: TRY004
-                f"the run's stream ended without a terminal event (last: {last!r})"
-            )
         return RunResult(
             last.run_id,
             last.conversation_id,
@@ -235,8 +246,9 @@ class EventQueue:
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, event: EventBase) -> bool:
-        """Queue ``event`` for the consumer; False if the consumer has gone (nothing queued)."""
+    def feed(self, event: EventBase) -> bool:
+        """Queue ``event`` for the consumer; False if the consumer has gone (nothing queued).
+        (The queue is the run's event sink: ``engine._io.EventSink``.)"""
         if self.detached:
             return False
         self._items.append(event)

@@ -18,7 +18,7 @@ import trio
 from effectagent.ai import Toolkit
 from effectagent.core import Agent, ToolProgress, ToolResultBounds, bounded_json
 
-from ._budget import Allowance
+from ._budget import NOTHING_DELEGATED, Allowance, Budget, Delegated
 from ._io import RunIO
 from ._permits import Permit, PermitPool
 
@@ -33,11 +33,13 @@ _PROGRESS_BOUNDS = ToolResultBounds(max_bytes=4096)
 @final
 class BatchScope:
     """What every call of one batch shares of its run: read-only facts, and the batch's own
-    allowance and the run's permit pool (each with its own owner and rules)."""
+    allowance and the run's permit pool (each with its own owner and rules). The allowance is
+    made when a call first needs it (an inner call or a child run): most batches never do."""
 
     __slots__ = (
+        "_allowance",
         "agent",
-        "allowance",
+        "budget",
         "depth",
         "io",
         "may_delegate",
@@ -57,7 +59,7 @@ class BatchScope:
         turn: int,
         depth: int,
         may_delegate: bool,
-        allowance: Allowance,
+        budget: Budget,
         pool: PermitPool,
     ) -> None:
         self.io = io
@@ -67,8 +69,23 @@ class BatchScope:
         self.turn = turn
         self.depth = depth  # 0: a run the runtime started; n: a child n levels down
         self.may_delegate = may_delegate
-        self.allowance = allowance
+        self.budget = budget  # the run's, as the batch began
+        self._allowance: Allowance | None = None
         self.pool = pool
+
+    @property
+    def allowance(self) -> Allowance:
+        """What the batch's calls may take beyond the batch's own calls (made at first use)."""
+        allowance = self._allowance
+        if allowance is None:
+            allowance = self._allowance = Allowance(self.budget)
+        return allowance
+
+    def delegated(self) -> Delegated:
+        """What the batch's inner calls and settled child runs used (nothing, if no call asked
+        for the allowance)."""
+        allowance = self._allowance
+        return NOTHING_DELEGATED if allowance is None else allowance.totals()
 
 
 @final

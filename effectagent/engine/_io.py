@@ -9,8 +9,7 @@ stays with the driver; the parts that write here return what changed instead of 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any, Literal, Protocol, TypeVar, final, overload
+from typing import Any, Final, Literal, Protocol, TypeVar, final, overload
 
 from effectagent.core import (
     ApprovalRequest,
@@ -62,37 +61,73 @@ def bounded(text: str) -> str:
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "…"
 
 
-def _ignore() -> None:
-    return None
-
-
 class EventSink(Protocol):
-    """Where a run's events go when no stream consumer reads them: ``runtime.run``'s reducer, or
-    a child run's forwarding to its parent's events."""
+    """Where a run's events go: ``runtime.run``'s reducer, a child run's forwarding to its
+    parent's events, or a streamed run's :class:`~effectagent.engine._handover.EventQueue`."""
 
     def feed(self, event: EventBase) -> object:
         """Take the run's next event (False: its consumer is gone)."""
         ...
 
 
-def _listened(
-    sink: Callable[[EventBase], object], listener: RunListener, logs: RunLog
-) -> Callable[[EventBase], object]:
-    """``sink``, showing each event to ``listener`` first. A listener that raises is logged and
-    not asked again for this run: observing never changes what the run does."""
-    failed = False
+class Interruptible(Protocol):
+    """The run whose events a :class:`RunIO` carries: interrupted when their consumer is gone."""
 
-    def both(event: EventBase) -> object:
-        nonlocal failed
-        if not failed:
+    def interrupt(self) -> None:
+        """Ask the run to stop (does not wait)."""
+        ...
+
+
+@final
+class _NobodyToInterrupt:
+    """What a closed :class:`RunIO` holds instead of its run."""
+
+    __slots__ = ()
+
+    def interrupt(self) -> None:
+        return None
+
+
+_NOBODY: Final = _NobodyToInterrupt()
+
+
+@final
+class HeldEvents:
+    """Events a run emitted while they were held back (:meth:`RunIO.hold_events`)."""
+
+    __slots__ = ("events", "seq", "sink")
+
+    def __init__(self, sink: EventSink, seq: int) -> None:
+        self.sink = sink  # where events went before, and go again when the hold ends
+        self.seq = seq  # the run's last event number when the hold began
+        self.events: list[EventBase] = []
+
+    def feed(self, event: EventBase) -> None:
+        """Keep ``event`` (never "consumer lost")."""
+        self.events.append(event)
+
+
+@final
+class _Listened:
+    """A sink that shows each event to a run listener first. A listener that raises is logged
+    and not asked again for this run: observing never changes what the run does."""
+
+    __slots__ = ("failed", "listener", "logs", "sink")
+
+    def __init__(self, sink: EventSink, listener: RunListener, logs: RunLog) -> None:
+        self.sink = sink
+        self.listener = listener
+        self.logs = logs
+        self.failed = False
+
+    def feed(self, event: EventBase) -> object:
+        if not self.failed:
             try:
-                listener.on_event(event)
+                self.listener.on_event(event)
             except Exception as exc:
-                failed = True
-                logs.warning("run listener failed", error=type(exc).__name__)
-        return sink(event)
-
-    return both
+                self.failed = True
+                self.logs.warning("run listener failed", error=type(exc).__name__)
+        return self.sink.feed(event)
 
 
 @final
@@ -100,7 +135,7 @@ class RunIO:
     """Where one run's events, records and log lines go; how its text is redacted."""
 
     __slots__ = (
-        "_lost",
+        "_owner",
         "_owns_queue",
         "_pending",
         "_queue",
@@ -125,8 +160,8 @@ class RunIO:
         agent_name: str,
         conversation_log: ConversationLog,
         redactor: Redactor,
-        events: EventQueue | EventSink,
-        on_consumer_lost: Callable[[], None],
+        events: EventSink,
+        owner: Interruptible,
         author: str = "user",
         listener: RunListener | None = None,
         backpressure: EventQueue | None = None,
@@ -144,13 +179,10 @@ class RunIO:
         # consumer: ``backpressure``.
         self._owns_queue = isinstance(events, EventQueue)
         self._queue = events if isinstance(events, EventQueue) else backpressure
-        sink: Callable[[EventBase], object] = (
-            events.put if isinstance(events, EventQueue) else events.feed
-        )
-        if listener is not None:  # a run without a listener pays nothing for the seam
-            sink = _listened(sink, listener, self.logs)
-        self._sink = sink
-        self._lost = on_consumer_lost
+        # Objects, not bound methods: a run keeps no method object per seam while it waits.
+        # A run without a listener pays nothing for that seam.
+        self._sink = events if listener is None else _Listened(events, listener, self.logs)
+        self._owner: Interruptible = owner
         self._seq = 0
         # Records that are true but wait for the run's next append, which writes them first (a
         # model response, with what its turn does next: one append per turn instead of two).
@@ -375,8 +407,7 @@ class RunIO:
 
         Synchronous: handing over never waits, so events are numbered and handed over in one
         atomic step even when tool calls emit concurrently (the sequence is gap-free and in
-        order). If the consumer is gone, ``on_consumer_lost`` is called (the run interrupts
-        itself). Backpressure is separate (see :meth:`wait_for_consumer`).
+        order). If the consumer is gone, the ``owner`` run is interrupted. Backpressure is separate (see :meth:`wait_for_consumer`).
         """
         seq = self._seq = self._seq + 1
         event = cls(
@@ -387,8 +418,8 @@ class RunIO:
             at=time.time(),
             **fields,
         )
-        if self._sink(event) is False:
-            self._lost()
+        if self._sink.feed(event) is False:
+            self._owner.interrupt()
         return event
 
     @property
@@ -406,13 +437,33 @@ class RunIO:
         if queue is not None and queue.full:
             await queue.wait_for_room()
 
+    def hold_events(self) -> HeldEvents:
+        """Hold back the events emitted from now on — numbered, not handed over — until
+        :meth:`end_hold`. No other hold may be going."""
+        held = HeldEvents(self._sink, self._seq)
+        self._sink = held
+        return held
+
+    def end_hold(self, held: HeldEvents, *, hand_over: bool) -> None:
+        """End ``held``: events go where they went before. With ``hand_over`` the held events are
+        handed over now, in order; without, they are dropped and their numbers given back (the
+        next event takes the first of them)."""
+        self._sink = held.sink
+        if not hand_over:
+            self._seq = held.seq
+            return
+        for event in held.events:
+            if held.sink.feed(event) is False:
+                self._owner.interrupt()
+        held.events.clear()
+
     def close(self) -> None:
         """No more events: a streamed run's consumer drains what is queued, then stops.
 
-        Also lets go of ``on_consumer_lost``: the driver that passed its own method in and this
-        object would otherwise keep each other alive after the run, for the garbage collector.
+        Also lets go of its ``owner``: the driver and this object would otherwise keep each
+        other alive after the run, for the garbage collector.
         """
-        self._lost = _ignore
+        self._owner = _NOBODY
         if self._queue is not None and self._owns_queue:
             self._queue.close()
 

@@ -28,9 +28,9 @@ the redactor; what it can read, it checks.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from functools import partial
-from typing import Any, assert_never, final
+from typing import Any, Final, assert_never, final
 
 import attrs
 
@@ -83,7 +83,9 @@ __all__ = [
     "answered_by",
     "oversized_message",
     "stream_model",
-    "used_call_ids",
+    "UsedCallIds",
+    "hidden_call_ids",
+    "prompt_call_ids",
 ]
 
 _DEFAULT_LIMITS = ResponseLimits()
@@ -161,7 +163,7 @@ async def stream_model(
     turn: int,
     *,
     limits: ResponseLimits = _DEFAULT_LIMITS,
-    used_ids: set[str] | None = None,
+    used_ids: UsedCallIds | None = None,
     name: str | None = None,
     prices: PriceTable | None = None,
 ) -> ModelStep | ModelAttemptFailed:
@@ -169,8 +171,8 @@ async def stream_model(
     arrive (redacted; a secret split across deltas never shows), then the reduced response,
     bounded by ``limits`` (see the module notes).
 
-    ``used_ids`` are the tool-call IDs the conversation has used so far: a call of this response
-    whose ID is among them gets a fresh one, and the response's final IDs are added to them.
+    ``used_ids`` tells the tool-call IDs the conversation has used so far (read only when the
+    response has calls): a call of this response whose ID is among them gets a fresh one.
     ``name`` is what the record calls ``model`` (``ModelResponseRecorded.model``); a model that
     routes to others (a ``RoutingModel``, such as a ``FallbackModel``) names the one that
     answered instead.
@@ -239,7 +241,7 @@ async def stream_model(
         await close_stream(stream)
     if response.tool_calls or response.truncated_calls:
         response = _with_fresh_identities(
-            response, redactor if redacting else None, set() if used_ids is None else used_ids
+            response, redactor if redacting else None, set() if used_ids is None else used_ids.ids()
         )
     content, arguments = _record_content(
         response, redactor if redacting else None, limits.max_tool_argument_bytes
@@ -264,21 +266,51 @@ def answered_by(cell: list[str | None], name: str) -> None:
     cell[0] = name
 
 
-def used_call_ids(history: Iterable[LogEntry] | None, messages: Iterable[Message]) -> set[str]:
-    """The tool-call IDs a conversation has used: every call its log records (``history``, when
-    the run read it) and every call its prompt holds."""
-    used = {
+def prompt_call_ids(messages: Iterable[Message]) -> set[str]:
+    """The IDs of the tool calls ``messages`` hold."""
+    return {
         part.id
         for message in messages
         if type(message) is AssistantMessage
         for part in message.content
         if type(part) is ToolCallContent
     }
+
+
+def hidden_call_ids(
+    history: Iterable[LogEntry] | None, messages: Iterable[Message]
+) -> frozenset[str]:
+    """The tool-call IDs a conversation's log records (``history``, when the run read it) that
+    its prompt (``messages``) does not hold: its compacted calls. Usually none."""
+    recorded: set[str] = set()
     for entry in history or ():
         record = entry.record
         if type(record) is ModelResponseRecorded:
-            used.update(value["id"] for kind, value in record.content if kind == "tool-call")
-    return used
+            recorded.update(value["id"] for kind, value in record.content if kind == "tool-call")
+    if not recorded:
+        return _NO_IDS
+    return frozenset(recorded.difference(prompt_call_ids(messages))) or _NO_IDS
+
+
+_NO_IDS: Final[frozenset[str]] = frozenset()
+
+
+@final
+@attrs.frozen(slots=True)
+class UsedCallIds:
+    """The tool-call IDs a conversation has used: those its prompt holds and ``hidden``, those
+    it used and the prompt no longer shows (compacted, before the run or during it). Kept this
+    way, a run holds no set of IDs while it waits: the set is made when a response has calls."""
+
+    prompt: Sequence[Message]
+    hidden: frozenset[str] = _NO_IDS
+
+    def ids(self) -> set[str]:
+        """Every ID used, as a new set."""
+        used = prompt_call_ids(self.prompt)
+        if self.hidden:
+            used.update(self.hidden)
+        return used
 
 
 def oversized_message(size: int, limit: int) -> str:

@@ -13,7 +13,7 @@ its ``async with`` block, and leaving the block interrupts the run: no run outli
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final, overload
 
@@ -338,14 +338,14 @@ class Runtime:
         return OutputStream(self.stream(agent, given, **options))
 
     @overload
-    async def run(
+    def run(
         self, agent: Agent[T, DefaultInput], text: DefaultInput, **options: Unpack[RunOptions]
-    ) -> RunResult[T]: ...
+    ) -> Coroutine[Any, Any, RunResult[T]]: ...
     @overload
-    async def run(
+    def run(
         self, agent: Agent[T, I], text: I, **options: Unpack[RunOptions]
-    ) -> RunResult[T]: ...
-    async def run(
+    ) -> Coroutine[Any, Any, RunResult[T]]: ...
+    def run(
         self,
         agent: Agent[T, Any],
         text: object,
@@ -357,13 +357,19 @@ class Runtime:
         run_id: str | None = None,
         model: ModelChoice | None = None,
         allowance: RunAllowance | None = None,
-    ) -> RunResult[T]:
-        """Run to the end and return the reduction of the run's event stream (RUN-001).
-        ``conversation_id``, ``create``, ``author``, ``context``, ``run_id``, ``model`` and
-        ``allowance`` as for :meth:`stream` (raising what it raises there);
+    ) -> Coroutine[Any, Any, RunResult[T]]:
+        """Run to the end and return the reduction of the run's event stream (RUN-001):
+        ``await runtime.run(agent, text)``. ``conversation_id``, ``create``, ``author``,
+        ``context``, ``run_id``, ``model`` and ``allowance`` as for :meth:`stream`; what
+        :meth:`stream` raises for a wrong argument (or a closed runtime, or a service the agent
+        needs and the runtime lacks) is raised by this call itself. The coroutine it returns
         raises :class:`ConversationBusy`, :class:`UnknownConversation`,
         :class:`ConversationExists` or :class:`RunExists` before starting (nothing is written
-        then).
+        then). Not awaited, it does nothing.
+
+        ``run`` is a plain method that returns the run's coroutine (as :meth:`stream` returns
+        its stream): a run waiting in a tool call keeps no frame of it — what lets a process
+        hold many runs at once.
 
         The run executes in the caller's own task (and context: context variables such as a
         tracing span reach the model call and, copied, each tool call): its events go straight to
@@ -386,6 +392,14 @@ class Runtime:
         driver = self._driver(
             agent, run_input, conversation_id, author, reducer, items, run_id, model, allowance
         )
+        return self._run_to_end(driver, intent, reducer)
+
+    async def _run_to_end(
+        self, driver: RunDriver, intent: _Intent, reducer: RunReducer
+    ) -> RunResult[Any]:
+        """``run``'s coroutine: claim the conversation, open it, execute, release it.
+
+        Cancellation: as :meth:`run`."""
         self._claim(driver)
         try:
             await self._open(driver, intent)

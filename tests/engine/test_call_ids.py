@@ -6,6 +6,7 @@ carry the fresh ID alike: on the assistant's call and on its result."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from effectagent.core import (
     REDACTED,
     ApprovalDecision,
     ApprovalRequest,
+    CompactionCreated,
     LogEntry,
     ModelResponseRecorded,
     RunCompleted,
@@ -37,7 +39,8 @@ from effectagent.core import (
     ToolRejected,
     ToolSuccess,
 )
-from effectagent.engine import open_runtime
+from effectagent.effect import Layer
+from effectagent.engine import CompactionRequest, CompactorService, open_runtime
 from effectagent.engine._model_step import _with_fresh_identities
 from effectagent.testing import ScriptedModel, Turn
 
@@ -48,6 +51,7 @@ from .helpers import (
     TrackingModel,
     forecast_tool,
     make_agent,
+    make_policy,
     records_of,
     run_events,
     run_script,
@@ -278,3 +282,59 @@ def test_without_a_redactor_the_ids_are_those_a_redactor_that_changes_nothing_gi
     assert shortcut_used == general_used
     assert [c.id for c in shortcut.tool_calls] == [c.id for c in general.tool_calls]
     assert [t.id for t in shortcut.truncated_calls] == [t.id for t in general.truncated_calls]
+
+
+class _SummarizeOnceCallsAreRecorded:
+    """A compactor that summarizes the whole log once it records a tool call (not before)."""
+
+    def __init__(self) -> None:
+        self.compacted = 0
+
+    async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
+        if self.compacted or not _recorded_ids(list(request.entries)):
+            return []
+        self.compacted += 1
+        summary = await request.summarize(request.messages[1:])
+        return [
+            CompactionCreated(
+                conversation_id=request.conversation_id,
+                run_id=request.run_id,
+                turn=request.turn,
+                kind="summarize",
+                covers_through=request.entries[-1].seq,
+                summary=summary,
+                at=0.0,
+            )
+        ]
+
+
+async def test_a_call_id_a_compaction_took_out_of_the_prompt_during_the_run_gets_a_fresh_one(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The run's own earlier call is no longer in the prompt once a compaction summarized it; its
+    ID is still the conversation's, so the model's reuse of it is renamed."""
+    probe, tool = HandlerProbe(), forecast_tool()
+    agent = make_agent(tool, policy=make_policy(context_token_limit=20))
+    compactor = _SummarizeOnceCallsAreRecorded()
+    model = TrackingModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}, "call_0")),
+            Turn.text("Oslo was asked about."),  # the summary
+            Turn.tool_calls(("forecast", {"city": "Rome"}, "call_0")),
+            Turn.text("Done."),
+        ]
+    )
+    layer = (
+        agent.toolkit.handlers({tool: probe.forecast()})
+        + model.layer()
+        + Layer.succeed(CompactorService, compactor)
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "Oslo, then Rome, please, with all details.")
+        log = list(await runtime.log.entries(events[0].conversation_id))
+    assert isinstance(events[-1], RunCompleted)
+    assert compactor.compacted == 1
+    # The request after the compaction held no call: the model's "call_0" was free by the prompt.
+    assert _calls_and_results(model.requests[2]) == ([], [])
+    assert _recorded_ids(log) == ["call_0", "call_0-2"]
+    assert [s.tool_call_id for s in records_of(log, ToolCallSettled)] == ["call_0", "call_0-2"]

@@ -31,6 +31,14 @@ from effectagent.core import (
 from effectagent.engine import InMemoryConversationLog
 from effectagent.engine._io import RunIO
 
+
+class _NoRun:
+    """A RunIO's owner that nothing interrupts here."""
+
+    def interrupt(self) -> None:
+        return None
+
+
 HEADER = ("run_id", "conversation_id", "agent", "seq", "at")
 EVENTS: list[type[EventBase]] = list(get_args(Event))
 RECORDS: list[type[Any]] = list(get_args(Record))
@@ -55,7 +63,7 @@ def _io(sink: _Collected) -> RunIO:
         conversation_log=InMemoryConversationLog(),
         redactor=SecretRedactor(),
         events=sink,
-        on_consumer_lost=lambda: None,
+        owner=_NoRun(),
     )
 
 

@@ -28,6 +28,13 @@ from effectagent.testing import Turn
 from .helpers import TrackingModel, assert_well_formed, make_agent
 
 
+class _NoRun:
+    """A RunIO's owner that nothing interrupts here."""
+
+    def interrupt(self) -> None:
+        return None
+
+
 def _event(n: int) -> Any:
     return ("event", n)  # the queue never looks inside an event
 
@@ -43,7 +50,7 @@ def test_the_limit_must_be_positive() -> None:
 async def test_events_come_out_in_order_then_none_once_closed() -> None:
     queue = EventQueue(4)
     for n in range(10):  # ``put`` never blocks, even beyond the limit
-        assert queue.put(_event(n))
+        assert queue.feed(_event(n))
     assert queue.full
     queue.close()
     got = []
@@ -64,7 +71,7 @@ async def test_a_consumer_waiting_for_an_event_is_woken_by_put_and_by_close() ->
     async with trio.open_nursery() as nursery:
         nursery.start_soon(consume)
         await trio.testing.wait_all_tasks_blocked()
-        queue.put(_event(1))
+        queue.feed(_event(1))
         await trio.testing.wait_all_tasks_blocked()
         assert got == [_event(1)]
         queue.close()
@@ -74,7 +81,7 @@ async def test_a_consumer_waiting_for_an_event_is_woken_by_put_and_by_close() ->
 async def test_a_producer_waits_for_room_until_the_consumer_drains_to_the_limit() -> None:
     queue = EventQueue(2)
     for n in range(5):
-        queue.put(_event(n))
+        queue.feed(_event(n))
     resumed = trio.Event()
 
     async def produce() -> None:
@@ -96,8 +103,8 @@ async def test_a_producer_waits_for_room_until_the_consumer_drains_to_the_limit(
 
 async def test_detaching_refuses_events_and_releases_a_waiting_producer() -> None:
     queue = EventQueue(1)
-    queue.put(_event(1))
-    queue.put(_event(2))
+    queue.feed(_event(1))
+    queue.feed(_event(2))
 
     async def produce() -> None:
         await queue.wait_for_room()
@@ -106,15 +113,15 @@ async def test_detaching_refuses_events_and_releases_a_waiting_producer() -> Non
         nursery.start_soon(produce)
         await trio.testing.wait_all_tasks_blocked()
         queue.detach()
-    assert not queue.put(_event(3))
+    assert not queue.feed(_event(3))
     assert len(queue) == 0
     assert await queue.get() is None
 
 
 async def test_waiting_for_room_is_cancellable() -> None:
     queue = EventQueue(1)
-    queue.put(_event(1))
-    queue.put(_event(2))
+    queue.feed(_event(1))
+    queue.feed(_event(2))
     with trio.move_on_after(1) as waited:
         await queue.wait_for_room()
     assert waited.cancelled_caught
@@ -136,7 +143,7 @@ def test_a_streamed_run_never_queues_more_than_its_limit_plus_a_turn(
         async def produce() -> None:
             nonlocal most
             for n in range(60):
-                queue.put(_event(n))
+                queue.feed(_event(n))
                 most = max(most, len(queue))
                 if queue.full:
                     await queue.wait_for_room()
@@ -293,7 +300,7 @@ async def test_a_record_left_for_later_survives_a_cancelled_append_and_goes_firs
         conversation_log=log,
         redactor=SecretRedactor(),
         events=RunReducer(),
-        on_consumer_lost=lambda: None,
+        owner=_NoRun(),
     )
     # Any record stands in for the model response.
     response = ConversationCreated(conversation_id="conv_1", agent=agent.name, at=1.0)
