@@ -137,9 +137,8 @@ class Batch:
         early, runnable, to_prepare, gating = self._start()
         if to_prepare and not gating:
             await self._prepare(to_prepare)
-        ledger = self._ledger
         for settled in early:
-            ledger.settle(settled.index, settled.outcome)
+            self._ledger.settle(settled.index, settled.outcome)
         yielded = False
         try:
             if gating:
@@ -153,26 +152,30 @@ class Batch:
             if len(runnable) == 1:
                 # One call (sequential or not): nothing could run beside it, so it needs no task
                 # and no nursery; it runs in this task, in a copy of its context.
-                call = runnable[0]
-                self._settled(call, await in_context(self._runner.run(call), copy_context()))
+                self._settled(
+                    runnable[0], await in_context(self._runner.run(runnable[0]), copy_context())
+                )
             elif any(c.tool.sequential for c in runnable):
                 yielded = await self._run_groups(runnable)
             elif runnable:
                 yielded = await self._run_group(runnable)
-            if not ledger.complete:
+            if not self._ledger.complete:
                 # Each call absorbs its own Cancelled, so an interrupted batch can get here
                 # without raising: surface the cancellation now, so the rest settle as interrupted.
                 await trio.lowlevel.checkpoint()
+            self.yielded = yielded
             # Unshielded: the log's append is all-or-nothing, so if it is cancelled nothing was
             # written, and the handler below commits the (complete) batch shielded instead.
-            outcomes = await self._commit()
+            return self._settled_batch(await self._commit(), toolkit)
         except BaseException:
             if self.committed is None:
                 with trio.CancelScope(shield=True):
                     await self._commit_interrupted()
             raise
+
+    def _settled_batch(self, outcomes: list[ToolOutcome], toolkit: Toolkit) -> BatchSettled:
+        """What the committed batch changed, for the run's state machine."""
         assert self.committed is not None
-        self.yielded = yielded
         return BatchSettled(
             tuple(outcomes),
             self.committed,

@@ -104,6 +104,11 @@ class Budget:
     repeated_failure: RepeatedFailure | None = None
     refused_batch: Exhaustion | None = None  # a batch that would have gone past max_tool_calls
 
+    @property
+    def ends_at(self) -> float:
+        """When the run must have ended, on Trio's clock: its start plus ``max_duration``."""
+        return self.started_at + self.policy.max_duration
+
     def _with(
         self,
         *,

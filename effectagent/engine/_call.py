@@ -26,6 +26,7 @@ from effectagent.ai import (
     OutcomeUnknown,
     OutputSchemaViolation,
     Tool,
+    ToolBroker,
     ToolCallContext,
     encode_failure,
     handler_result,
@@ -120,8 +121,10 @@ class CallRunner:
         return approvals
 
     def _context(self, call: PlannedCall, host: CallHost) -> ToolCallContext:
+        """The call's context; for a tool that declares inner tools, with the broker that calls
+        them."""
         io = self.io
-        return ToolCallContext(
+        context = ToolCallContext(
             call.id,
             call.name,
             io.run_id,
@@ -133,6 +136,11 @@ class CallRunner:
             host,
             self.services.steps,
         )
+        inner = call.tool.inner_tools
+        if inner:
+            broker = CallBroker(io, self.services, context, inner, host)
+            context = attrs.evolve(context, broker=broker)
+        return context
 
     async def gate(self, calls: list[PlannedCall]) -> tuple[tuple[str, ...], str]:
         """Before any call of the batch runs, authorize the calls that may need approval and
@@ -175,39 +183,37 @@ class CallRunner:
         a group) is absorbed and None returned; the batch's scope stays cancelled, and the batch
         surfaces it and settles the call as interrupted. The permit is given back on every exit.
         """
+        # What runs in this frame is what stays while the handler waits (possibly many runs
+        # parked at once): its locals are few.
         try:
             tool = call.tool
             host = CallHost(self.scope, call.id, call.name)
             context = self._context(call, host)
-            broker = None
-            services = self.services
-            if tool.inner_tools:
-                broker = CallBroker(self.io, services, context, tool.inner_tools, host)
-                context = attrs.evolve(context, broker=broker)
             if (
                 self.plans is not None
-                or services.authorization is not None
+                or self.services.authorization is not None
                 or tool.may_need_approval
             ):
                 settled = await self._admit(call, context)
                 if settled is not None:
                     return settled
 
-            handler = services.handlers[tool]
-            pool = self.scope.pool
+            handler = self.services.handlers[tool]
             # Only the cancellation point when a permit is free, not a scheduler pass: a call that
             # never waits runs to its end in the batch's task — that is what makes such a call cheap
             # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
             # a call that has to wait for a permit yields in ``take``.
             await trio.lowlevel.checkpoint_if_cancelled()
-            permit = pool.book.try_take(self.lender) or await pool.take(self.lender)
+            permit = self.scope.pool.book.try_take(self.lender) or await self.scope.pool.take(
+                self.lender
+            )
             host.permit = permit
             try:
                 self.io.emit(
                     ToolCallStarted, turn=self.turn, tool_call_id=call.id, tool_name=call.name
                 )
                 exit_: Exit[Any, TaggedError] | None
-                if tool.timeout is None and services.listener is None:
+                if tool.timeout is None and self.services.listener is None:
                     # The common case, without a scope of any kind around the handler, awaited
                     # here: ``attempt``'s rule, without its coroutine (see the module notes).
                     try:
@@ -220,8 +226,8 @@ class CallRunner:
                     exit_ = await self._attempt_in_scopes(tool, handler, call, context)
             finally:
                 host.permit = None
-                pool.give_back(permit)
-                self._keep_audit(call, host, broker)
+                self.scope.pool.give_back(permit)
+                self._keep_audit(call, host, context.broker)
             if exit_ is None:
                 return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
             settled = self.settle(tool, call, exit_)
@@ -236,10 +242,11 @@ class CallRunner:
                 return None
             raise
 
-    def _keep_audit(self, call: PlannedCall, host: CallHost, broker: CallBroker | None) -> None:
-        """Keep what the call noted (and its inner calls did) as its audit metadata, if any."""
+    def _keep_audit(self, call: PlannedCall, host: CallHost, broker: ToolBroker | None) -> None:
+        """Keep what the call noted (and its inner calls did, through ``broker``) as its audit
+        metadata, if any."""
         audit = host.notes
-        if broker is not None and (inner := broker.audit()) is not None:
+        if isinstance(broker, CallBroker) and (inner := broker.audit()) is not None:
             audit = {**inner, **audit} if audit else inner
         if audit is not None:
             audits = self.audits
@@ -341,7 +348,7 @@ class CallRunner:
                     return ToolSuccess(call.id, call.name, bounded)
                 redacted = redacted_content(media, io.redactor.redact_text)  # text documents
                 media = tuple(p for p in redacted if isinstance(p, MediaPart))
-                io.media.update({p.digest: p.data for p in media if not p.url})
+                io.keep_media({p.digest: p.data for p in media if not p.url})
                 refs = tuple(reference_of(p, io.redact_text) for p in media)
                 return ToolSuccess(call.id, call.name, bounded, media=refs)
         cause = exit_.cause

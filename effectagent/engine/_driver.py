@@ -300,78 +300,106 @@ class RunDriver(RunEdges):
         passes ``max_duration``. :meth:`interrupt` cancels whichever scope is current, and an
         interrupted run never enters the exhaustion phase.
         """
+        # What runs in this frame is what stays while a call waits (possibly many runs parked at
+        # once): the rest — a resumed run, the exhaustion phase, a failure, the end — are
+        # helpers of their own.
         started = trio.current_time()
         policy = self.agent.policy
-        end_at = started + policy.max_duration
         # The deadline is set as the scope is made (cheaper than setting it on an entered
         # scope); a run interrupted before it started begins cancelled.
-        scope = self.cancel_scope = trio.CancelScope(deadline=end_at - policy.grace_reserve)
+        scope = self.cancel_scope = trio.CancelScope(
+            deadline=started + policy.max_duration - policy.grace_reserve
+        )
         if self._interrupted:
             scope.cancel()
-        io = self.io
         try:
             grace: EnterGrace | None = None
             with scope:
-                if self._resuming is None:
+                if self._resuming is not None:
+                    grace = await self._resumed_turns(started)
+                else:
                     # No local keeps the first state: from here it is the driver's alone (a run
                     # parked in a tool call holds no stale copy of it, its budget and its usage).
-                    await self._begin(started, end_at)
+                    await self._begin(started)
                     if self.agent.input_guardrails:  # before or beside the first turn
                         grace = await first_turns(self, self._current())
                     else:
                         grace = await self._drive((self._current(), (_NEXT_TURN,)))
-                else:
-                    resumed = await self._begin_resumed(started, end_at)
-                    if self.agent.input_guardrails and resumed[0].turn == 0:
-                        # No turn was recorded: its input never got past the guardrails.
-                        grace = await first_turns(self, resumed[0])
-                    else:
-                        grace = await self._drive(resumed)
             if self.terminal is None and not self._interrupted:
-                scope = self.cancel_scope = trio.CancelScope()
-                with scope:
-                    if grace is None:  # the turns' deadline passed
-                        grace = await self._drive(self._step(TimeRanOut(trio.current_time())))
-                    if grace is not None:
-                        with trio.move_on_at(grace.deadline) as grace_scope:
-                            await self._drive(self._step(GraceBegun()))
-                        if grace_scope.cancelled_caught and self.terminal is None:
-                            await self._drive(self._step(TimeRanOut(trio.current_time())))
+                await self._exhausted(grace)
         except Exception as exc:  # storage failed, or a defect: fail the run, not the runtime
             if self.terminal is None:
-                error: RunError
-                if isinstance(exc, ConversationLogError):
-                    reason = io.redact_text(str(exc))
-                    error = StorageFailed(exc.conversation_id, exc.seq, reason)
-                else:
-                    error = EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}"))
                 with trio.CancelScope(shield=True):
-                    try:
-                        await self._fail(error)
-                    except Exception as unwritten:
-                        # Not even the failure record could be written: the run still ends
-                        # with its one RunFailed event; the log lacks the end (said here).
-                        if self.terminal is None:
-                            self.terminal = io.emit(RunFailed, error=error, usage=self.usage)
-                        io.logs.warning(
-                            "run failed, and its failure record was not written",
-                            error=error.tag,
-                            unwritten=io.redact_text(str(unwritten)),
-                        )
+                    await self._failed_by(exc)
         finally:
+            with trio.CancelScope(shield=True):
+                await self._finish()
+
+    async def _resumed_turns(self, started: float) -> EnterGrace | None:
+        """The turns of a run continued from its records (``Runtime.resume``), as ``execute``'s.
+
+        Cancellation: as :meth:`_drive`."""
+        resumed = await self._begin_resumed(started)
+        if self.agent.input_guardrails and resumed[0].turn == 0:
+            # No turn was recorded: its input never got past the guardrails.
+            return await first_turns(self, resumed[0])
+        return await self._drive(resumed)
+
+    async def _exhausted(self, grace: EnterGrace | None) -> None:
+        """The exhaustion phase, in a fresh scope of its own: the grace turn (``grace``, or the
+        machine's answer to the turns' deadline when None) under its own deadline, or the
+        failure the machine decides.
+
+        Cancellation: :meth:`interrupt` cancels this phase's scope."""
+        scope = self.cancel_scope = trio.CancelScope()
+        with scope:
+            if grace is None:  # the turns' deadline passed
+                grace = await self._drive(self._step(TimeRanOut(trio.current_time())))
+            if grace is not None:
+                with trio.move_on_at(grace.deadline) as grace_scope:
+                    await self._drive(self._step(GraceBegun()))
+                if grace_scope.cancelled_caught and self.terminal is None:
+                    await self._drive(self._step(TimeRanOut(trio.current_time())))
+
+    async def _failed_by(self, exc: Exception) -> None:
+        """The run raised ``exc`` (its storage failed, or a defect): end it failed with
+        ``StorageFailed`` or ``EngineDefect``. The caller shields it."""
+        io = self.io
+        error: RunError
+        if isinstance(exc, ConversationLogError):
+            reason = io.redact_text(str(exc))
+            error = StorageFailed(exc.conversation_id, exc.seq, reason)
+        else:
+            error = EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}"))
+        try:
+            await self._fail(error)
+        except Exception as unwritten:
+            # Not even the failure record could be written: the run still ends with its one
+            # RunFailed event; the log lacks the end (said here).
             if self.terminal is None:
-                with trio.CancelScope(shield=True):
-                    await self._record_interrupted()
-            if self._observed is not None:
-                with trio.CancelScope(shield=True):
-                    await self._tell_ended(self._observed)
-            forget = self.services.forget_steps
-            if forget is not None and not isinstance(self.terminal, RunSuspended):
-                forget(io.run_id)  # the run is over: its steps' results go
-            self.finished = True
-            io.close()
-            if self._done is not None:
-                self._done.set()
+                self.terminal = io.emit(RunFailed, error=error, usage=self.usage)
+            io.logs.warning(
+                "run failed, and its failure record was not written",
+                error=error.tag,
+                unwritten=io.redact_text(str(unwritten)),
+            )
+
+    async def _finish(self) -> None:
+        """The run is over, whatever ended it: an interruption not written yet is; the run
+        observers are told; the run's steps' results and its event sink's owner go; whoever
+        waits for the end is woken. The caller shields it."""
+        io = self.io
+        if self.terminal is None:
+            await self._record_interrupted()
+        if self._observed is not None:
+            await self._tell_ended(self._observed)
+        forget = self.services.forget_steps
+        if forget is not None and not isinstance(self.terminal, RunSuspended):
+            forget(io.run_id)  # the run is over: its steps' results go
+        self.finished = True
+        io.close()
+        if self._done is not None:
+            self._done.set()
 
     def _current(self) -> RunState:
         state = self.state
@@ -385,23 +413,29 @@ class RunDriver(RunEdges):
         """Perform transitions until the run ends (None) or enters its grace turn.
 
         Effects that do not wait (events, log lines, a pending record) are done through a table
-        by command class; the commands that wait are awaited. Cancellation: as the commands
-        performed (see each).
+        by command class; the commands that wait are awaited. While the transition's last command
+        waits (a batch whose call may wait for long), nothing of the transition is referenced
+        here: its commands are let go once the last one has started. Cancellation: as the
+        commands performed (see each).
         """
-        effects, waits = _EFFECTS, _WAITS
         state, commands = transition
         del transition  # the first state is not kept for the whole run (see ``execute``)
         while True:
             self.state = state
             answer: Input | EnterGrace | None = None
-            for command in commands:
+            last = len(commands) - 1
+            for index in range(last + 1):  # by index: no iterator keeps the commands
+                command = commands[index]
                 kind = type(command)
-                effect = effects.get(kind)
+                effect = _EFFECTS.get(kind)
                 if effect is not None:
                     answer = effect(self, command)
                     continue
+                started = _WAITS[kind](self, command)
+                if index == last:
+                    del command, commands
                 try:
-                    answer = await waits[kind](self, command)
+                    answer = await started
                 except BaseException:
                     if kind is RunBatch:
                         self._batch_interrupted()

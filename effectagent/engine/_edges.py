@@ -183,7 +183,7 @@ class RunEdges:
 
     # ---- the run's beginning -------------------------------------------------------------------
 
-    async def _begin(self, started: float, end_at: float) -> RunState:
+    async def _begin(self, started: float) -> RunState:
         """Record the run's input (and the conversation, if new), build its prompt and its state,
         and tell the run observers.
 
@@ -248,27 +248,33 @@ class RunEdges:
         await io.record(*records)
         messages += [UserMessage.text(record.item.as_message_text()) for record in added]
         messages.append(UserMessage.text(text) if content is None else UserMessage(content))
-        state = self.state = start(self._config(end_at), tuple(messages), started)
+        state = self.state = start(self._config(), tuple(messages), started)
         if services.observers:
             await self._tell_started()
         return state
 
-    def _config(self, end_at: float) -> RunConfig:
+    def _config(self) -> RunConfig:
+        """The run's config: made once for the agent on these services, and kept with them."""
         services = self.services
-        return RunConfig(
-            policy=self.agent.policy,
-            output=self.agent.output,
+        agent = self.agent
+        made = services.run_config
+        if made is not None and made[0] is agent:
+            return made[1]
+        config = RunConfig(
+            policy=agent.policy,
+            output=agent.output,
             compactor=services.compactor is not None,
             follow_ups=services.inbox is not None,
             redactor=services.redactor,
             count_tokens=services.count_tokens,
-            end_at=end_at,
-            final_tools=run_final_tools(self.agent),
-            checks=bool(self.agent.output_validators or self.agent.output_guardrails),
-            prepares=TurnPreparer.wanted(self.agent),
+            final_tools=run_final_tools(agent),
+            checks=bool(agent.output_validators or agent.output_guardrails),
+            prepares=TurnPreparer.wanted(agent),
         )
+        services.run_config = (agent, config)
+        return config
 
-    async def _begin_resumed(self, started: float, end_at: float) -> Transition:
+    async def _begin_resumed(self, started: float) -> Transition:
         """Continue the run from its records (``Runtime.resume``): fold them into its state
         and first transition, and tell the run observers. Nothing is recorded here.
 
@@ -283,7 +289,7 @@ class RunEdges:
             self._take_tool_snapshots()  # the resumed turn's tools: what the sources offer now
         resumed = resume_point(
             found,
-            config=self._config(end_at),
+            config=self._config(),
             toolkit=self.toolkit,
             system=services.system,
             limits=self.agent.policy.response_limits,

@@ -9,6 +9,7 @@ stays with the driver; the parts that write here return what changed instead of 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Final, Literal, Protocol, TypeVar, final, overload
 
 from effectagent.core import (
@@ -131,10 +132,12 @@ class _Listened:
 
 
 @final
-class RunIO:
-    """Where one run's events, records and log lines go; how its text is redacted."""
+class RunIO(RunLog):
+    """Where one run's events, records and log lines go (``logs``: the run's :class:`RunLog`,
+    which is this object); how its text is redacted."""
 
     __slots__ = (
+        "_media",
         "_owner",
         "_owns_queue",
         "_pending",
@@ -146,8 +149,6 @@ class RunIO:
         "author",
         "conversation_id",
         "conversation_log",
-        "logs",
-        "media",
         "redactor",
         "run_id",
     )
@@ -172,7 +173,7 @@ class RunIO:
         self.agent_name = agent_name
         self.conversation_log = conversation_log  # the canonical records (``logs`` is structlog)
         self.redactor = redactor
-        self.logs = RunLog(run_id, conversation_id, agent_name)
+        RunLog.__init__(self)
         # Where events go: a streamed run's queue, or ``run``'s reducer in the caller's task (or
         # a child run's parent). A sink that returns False has lost its consumer. A run whose
         # events reach a stream through another run's (a child's) waits for that stream's
@@ -189,9 +190,14 @@ class RunIO:
         self._pending: tuple[Record, ...] = ()
         #: Whether this run has appended anything so far.
         self.appended = False
-        #: The bytes of the media parts this run's tools returned, by digest, until their
-        #: settlements are committed (and kept beside the log).
-        self.media: dict[str, bytes] = {}
+        # The bytes of the media parts this run's tools returned, by digest, until their
+        # settlements are committed (and kept beside the log): ``keep_media``/``take_media``.
+        self._media: dict[str, bytes] | None = None
+
+    @property
+    def logs(self) -> RunLog:
+        """The run's log lines (structlog; the records are ``conversation_log``'s)."""
+        return self
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -436,6 +442,19 @@ class RunIO:
         queue = self._queue
         if queue is not None and queue.full:
             await queue.wait_for_room()
+
+    def keep_media(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep the bytes of media parts a tool returned, by digest, until :meth:`take_media`."""
+        if blobs:
+            media = self._media
+            if media is None:
+                media = self._media = {}
+            media.update(blobs)
+
+    def take_media(self) -> dict[str, bytes]:
+        """The media bytes kept since the last call (by digest); the run keeps them no more."""
+        media, self._media = self._media, None
+        return {} if media is None else media
 
     def hold_events(self) -> HeldEvents:
         """Hold back the events emitted from now on — numbered, not handed over — until

@@ -20,7 +20,7 @@ tool arguments or results.
 from __future__ import annotations
 
 import logging
-from typing import Any, final
+from typing import Any
 
 import structlog
 
@@ -43,22 +43,26 @@ def _structlog_logger() -> Any:
     )
 
 
-@final
 class RunLog:
-    """The log lines of one run, bound to its identity on first use (a quiet run binds nothing)."""
+    """The log lines of one run, bound to its identity on first use (a quiet run binds nothing).
 
-    __slots__ = ("_bound", "_identity")
+    The base of the run's ``RunIO``, which holds the identity: a run keeps no object of its own
+    for its log lines."""
 
-    def __init__(self, run_id: str, conversation_id: str, agent: str) -> None:
-        self._identity = (run_id, conversation_id, agent)
+    __slots__ = ("_bound",)
+
+    run_id: str
+    conversation_id: str
+    agent_name: str
+
+    def __init__(self) -> None:
         self._bound: Any = None
 
     def _logger(self) -> Any:
         bound = self._bound
         if bound is None:
-            run_id, conversation_id, agent = self._identity
             bound = self._bound = _structlog_logger().bind(
-                run_id=run_id, conversation_id=conversation_id, agent=agent
+                run_id=self.run_id, conversation_id=self.conversation_id, agent=self.agent_name
             )
         return bound
 

@@ -598,7 +598,7 @@ def _exhaust(
         commands.append(Fail(error))
         return _set(state, phase="ended", held=None), tuple(commands)
     # The grace turn lasts ``grace_turn_duration`` at most, and never past the run's end.
-    commands.append(EnterGrace(min(now + policy.grace_turn_duration, config.end_at)))
+    commands.append(EnterGrace(min(now + policy.grace_turn_duration, state.budget.ends_at)))
     state = _set(state, phase="grace", grace=True, exhaustion=exhausted, held=None)
     return state, tuple(commands)
 

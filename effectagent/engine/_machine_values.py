@@ -89,7 +89,9 @@ Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "checking"
 @_fast_init
 @attrs.frozen(slots=True)
 class RunConfig:
-    """What a run's decisions depend on and that never changes while it runs."""
+    """What a run's decisions depend on and that never changes while it runs: the same for every
+    run of an agent on the same services (one value serves them all). When the run must have
+    ended is its budget's (:attr:`Budget.ends_at`)."""
 
     policy: AgentPolicy
     #: ``Agent.output``: the type the final answer decodes into (None: plain text).
@@ -100,8 +102,6 @@ class RunConfig:
     follow_ups: bool
     redactor: Redactor
     count_tokens: Callable[[Sequence[Message]], int]
-    #: When the run must have ended, on Trio's clock (its start plus ``max_duration``).
-    end_at: float
     #: The tool output mode's final_result tools (None: the answer is text).
     final_tools: FinalTools | None = None
     #: Whether an answer is checked (output validators or guardrails) before the run completes.

@@ -351,11 +351,11 @@ async def load_media(log: object, entries: Iterable[LogEntry]) -> Mapping[str, b
 
 
 async def settled_with_media(io: Any, outcomes: Sequence[ToolOutcome]) -> ToolMessage:
-    """The tool message of a batch whose tools returned media: their bytes (``io.media``) kept
-    in the log's media store first, then each result with its parts.
+    """The tool message of a batch whose tools returned media: their bytes (``io.take_media``)
+    kept in the log's media store first, then each result with its parts.
 
     Cancellation: as the store's ``put_media``."""
-    kept: dict[str, bytes] = io.media
+    kept: dict[str, bytes] = io.take_media()
     results: list[ToolResultContent] = []
     for o in outcomes:
         media = media_parts_of(o.media, kept) if isinstance(o, ToolSuccess) and o.media else ()
@@ -364,5 +364,4 @@ async def settled_with_media(io: Any, outcomes: Sequence[ToolOutcome]) -> ToolMe
         )
     parts = [p for r in results for p in r.media]
     await store_media(io.conversation_log, parts, io.conversation_id)
-    io.media = {}
     return ToolMessage(tuple(results))

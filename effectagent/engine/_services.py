@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 from effectagent.ai import (
     DEFAULT_PRICES,
@@ -31,6 +31,11 @@ from ._seams import (
     ToolAuthorization,
     estimate_tokens,
 )
+
+if TYPE_CHECKING:
+    from effectagent.core import Agent
+
+    from ._machine_values import RunConfig
 
 __all__ = ["RunServices", "split_handlers"]
 
@@ -78,6 +83,7 @@ class RunServices:
         "prices",
         "reconcilers",
         "redactor",
+        "run_config",
         "services_for",
         "steps",
         "summary_model",
@@ -155,6 +161,9 @@ class RunServices:
         # The services the agent declares (``Agent.services``) for its computed instructions and
         # context hook, by key (resolved at preflight).
         self.declared: Mapping[Any, Any] = {}
+        # The config of the runs of an agent on these services, made by the first of them (a
+        # memo: every run would make the same value; see ``RunEdges._config``).
+        self.run_config: tuple[Agent, RunConfig] | None = None
 
     def with_models(
         self,

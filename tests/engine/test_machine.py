@@ -85,7 +85,7 @@ def same(error: Any, expected: Any) -> bool:
 
 
 def config(
-    output: Any = None, *, compactor: bool = False, end_at: float = 100.0, **policy: Any
+    output: Any = None, *, compactor: bool = False, **policy: Any
 ) -> RunConfig:
     fields: dict[str, Any] = {"max_turns": 4, "max_tool_calls": 8, "max_duration": 100}
     fields.update(policy)
@@ -96,7 +96,6 @@ def config(
         follow_ups=False,
         redactor=SecretRedactor(()),
         count_tokens=lambda messages: 10 * len(messages),
-        end_at=end_at,
     )
 
 
@@ -174,7 +173,8 @@ def test_a_count_used_up_means_the_grace_turn_with_tools_off_or_a_failure() -> N
     assert kinds(commands)[-1] == "NextTurn"
     state, commands = step(state, TurnDue(2.0))
     assert kinds(commands) == ["Log", "EnterGrace"]
-    assert commands[-1] == EnterGrace(min(2.0 + cfg.policy.grace_turn_duration, cfg.end_at))
+    # The run started at 0.0: it must have ended by max_duration.
+    assert commands[-1] == EnterGrace(min(2.0 + cfg.policy.grace_turn_duration, 100.0))
     state, commands = step(state, GraceBegun())
     assert commands == (StartTurn(2, True), RequestModel(True))
     state, commands = step(state, responded(Turn.text("Enough.")))
@@ -208,7 +208,7 @@ def test_a_grace_turn_that_asks_for_tools_fails_closed_and_one_out_of_time_fails
 
 
 def test_the_turns_deadline_is_a_duration_exhaustion() -> None:
-    state, _ = step(begin(config(max_duration=10, end_at=10.0)), TurnDue(0.0))
+    state, _ = step(begin(config(max_duration=10)), TurnDue(0.0))  # started at 0.0
     _, commands = step(state, TimeRanOut(9.0))  # the grace reserve: 1 s of 10
     assert kinds(commands) == ["Log", "EnterGrace"]
     assert commands[-1] == EnterGrace(10.0)  # never past the run's end

@@ -186,7 +186,7 @@ def test_exhaustion_is_logged_with_its_figures() -> None:
     state, commands = step(state, TurnDue(2.0))
     assert commands == (
         Log("warning", "budget exhausted", (("dimension", "turns"), ("used", 1), ("limit", 1))),
-        EnterGrace(min(2.0 + cfg.policy.grace_turn_duration, cfg.end_at)),
+        EnterGrace(min(2.0 + cfg.policy.grace_turn_duration, cfg.policy.max_duration)),
     )
     assert (state.phase, state.grace, state.exhaustion) == (
         "grace",

@@ -319,7 +319,6 @@ def machine_config(prepares: bool) -> RunConfig:
         follow_ups=False,
         redactor=SecretRedactor(()),
         count_tokens=len,
-        end_at=100.0,
         prepares=prepares,
     )
 

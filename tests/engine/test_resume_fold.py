@@ -90,7 +90,6 @@ def config(**policy: Any) -> RunConfig:
         follow_ups=False,
         redactor=SecretRedactor(()),
         count_tokens=lambda messages: 10 * len(messages),
-        end_at=100.0,
     )
 
 
