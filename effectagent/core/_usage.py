@@ -84,6 +84,25 @@ class UsageTotals:
         object.__setattr__(totals, "by_model", merged)  # the new value has not escaped yet
         return totals
 
+    def attributed_to(self, model: str | None) -> UsageTotals:
+        """These totals, every call of them made by ``model``: the same figures, broken down as
+        that one model's. For totals without a breakdown of their own (raises ValueError)."""
+        if self.by_model:
+            raise ValueError("these totals already have a breakdown by model")
+        return UsageTotals(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_input_tokens,
+            self.cache_write_input_tokens,
+            self.reasoning_tokens,
+            self.model_calls,
+            self.last_input_tokens,
+            self.last_output_tokens,
+            self.cost_micros,
+            self.unpriced_calls,
+            ((model, self),),
+        )
+
     def add(self, delta: UsageDelta) -> UsageTotals:
         """Totals after one more call."""
         # Positional, in field order: input, output, cache read, cache write, reasoning, model

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -38,6 +38,7 @@ from effectagent.effect import _fast_init
 
 __all__ = [
     "NOTHING_DELEGATED",
+    "BROKEN_DOWN",
     "Allowance",
     "Budget",
     "BudgetLease",
@@ -49,6 +50,19 @@ __all__ = [
 ]
 
 _NO_USAGE = UsageTotals()  # immutable: every run starts from the same value
+
+
+@final
+class _BrokenDown:
+    """``Budget.model`` when the budget's ``usage`` holds its own breakdown by model."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "BROKEN_DOWN"
+
+
+BROKEN_DOWN: Final = _BrokenDown()
 _FAILING_KINDS = frozenset({"invalid-input", "failure", "defect"})
 
 
@@ -103,6 +117,19 @@ class Budget:
     streaks: tuple[tuple[str, int], ...] = ()  # failures in a row, by tool
     repeated_failure: RepeatedFailure | None = None
     refused_batch: Exhaustion | None = None  # a batch that would have gone past max_tool_calls
+    #: Whose calls ``usage`` counts: while every call it counts was made by one model, that
+    #: model's name (None: the runtime's own) — ``usage`` then has no breakdown of its own, and a
+    #: run keeps no copy of its figures for it while it waits; :data:`BROKEN_DOWN` once
+    #: ``usage.by_model`` holds the breakdown. :attr:`totals` has it either way.
+    model: str | _BrokenDown | None = BROKEN_DOWN
+
+    @property
+    def totals(self) -> UsageTotals:
+        """``usage`` with its breakdown by model: what events and results report."""
+        model = self.model
+        if isinstance(model, _BrokenDown):
+            return self.usage
+        return self.usage.attributed_to(model)
 
     @property
     def ends_at(self) -> float:
@@ -133,6 +160,7 @@ class Budget:
             self.streaks if streaks is None else streaks,
             self.repeated_failure if repeated_failure is None else repeated_failure,
             self.refused_batch if refused_batch is None else refused_batch,
+            self.model,
         )
 
     # ---- decisions --------------------------------------------------------------------------
@@ -241,22 +269,34 @@ class Budget:
             self.streaks,
             self.repeated_failure,
             self.refused_batch,
+            self.model,
         )
 
     def with_usage(self, delta: UsageDelta, model: str | None = None) -> Budget:
         """One model call's usage added (by ``model``, the name its record gives it)."""
+        usage, sole = self.usage, self.model
+        if isinstance(sole, _BrokenDown):
+            if usage is _NO_USAGE:  # the first call: its model is, so far, every call's
+                usage, sole = usage.add(delta), model
+            else:
+                usage = usage.add_from(model, delta)
+        elif sole == model:
+            usage = usage.add(delta)
+        else:  # a second model: the breakdown is kept in the figures from now on
+            usage, sole = self.totals.add_from(model, delta), BROKEN_DOWN
         return Budget(
             self.policy,
             self.started_at,
             self.turns,
             self.tool_calls,
-            self.usage.add_from(model, delta),
+            usage,
             self.delegated_turns,
             self.delegated_tool_calls,
             self.warned,
             self.streaks,
             self.repeated_failure,
             self.refused_batch,
+            sole,
         )
 
     def with_calls(self, count: int) -> Budget:
@@ -273,6 +313,7 @@ class Budget:
             self.streaks,
             self.repeated_failure,
             self.refused_batch,
+            self.model,
         )
 
     def with_refused_batch(self, requested: int) -> Budget:
@@ -286,12 +327,16 @@ class Budget:
         """What a batch's inner calls and child runs used, charged."""
         if delegated is _NOTHING_DELEGATED:
             return self
-        return self._with(
+        used = delegated.usage
+        budget = self._with(
             tool_calls=self.tool_calls + delegated.inner_calls,
-            usage=self.usage.including(delegated.usage),
             delegated_turns=self.delegated_turns + delegated.turns,
             delegated_tool_calls=self.delegated_tool_calls + delegated.tool_calls,
         )
+        if used == _NO_USAGE and not used.by_model:  # the children used no model
+            return budget
+        # Their usage joins the breakdown, which the figures hold from now on.
+        return attrs.evolve(budget, usage=self.totals.including(used), model=BROKEN_DOWN)
 
     def with_outcomes(self, outcomes: Sequence[ToolOutcome]) -> Budget:
         """Per-tool failure streaks updated (invalid input, failure and defect count; success

@@ -24,7 +24,7 @@ from typing import Any, Literal, final, get_args
 
 import trio
 
-from effectagent.ai import ModelRequest, ToolSnapshot, UserMessage
+from effectagent.ai import Message, ModelRequest, ToolSnapshot, UserMessage
 from effectagent.core import (
     Agent,
     BudgetWarning,
@@ -96,7 +96,9 @@ from ._model_step import (
     ModelStep,
     UsedCallIds,
     hidden_call_ids,
+    id_bits,
     prompt_call_ids,
+    response_id_bits,
     stream_model,
 )
 from ._output_modes import tools_offered
@@ -123,6 +125,7 @@ class RunDriver(RunEdges):
     __slots__ = (
         "_done",
         "_hidden_ids",
+        "_id_bits",
         "_interrupted",
         "_running_batch",
         "beside",
@@ -209,6 +212,8 @@ class RunDriver(RunEdges):
         # prompt's, a response's call that reuses one gets a fresh ID (``_model_step``). Found at
         # the first request or compaction; none, most often (then no set is kept).
         self._hidden_ids: frozenset[str] | None = None
+        # Every ID the conversation has used, as a Bloom filter (``_model_step.UsedCallIds``).
+        self._id_bits = 0
         # A run continued from its records (``Runtime.resume``): what they are, and the batch it
         # resumes (for its first batch only).
         self._resuming = resuming
@@ -332,8 +337,10 @@ class RunDriver(RunEdges):
                 with trio.CancelScope(shield=True):
                     await self._failed_by(exc)
         finally:
-            with trio.CancelScope(shield=True):
-                await self._finish()
+            if self.terminal is None or self._observed is not None:
+                with trio.CancelScope(shield=True):
+                    await self._end_told()
+            self._finish()
 
     async def _resumed_turns(self, started: float) -> EnterGrace | None:
         """The turns of a run continued from its records (``Runtime.resume``), as ``execute``'s.
@@ -384,15 +391,18 @@ class RunDriver(RunEdges):
                 unwritten=io.redact_text(str(unwritten)),
             )
 
-    async def _finish(self) -> None:
-        """The run is over, whatever ended it: an interruption not written yet is; the run
-        observers are told; the run's steps' results and its event sink's owner go; whoever
-        waits for the end is woken. The caller shields it."""
-        io = self.io
+    async def _end_told(self) -> None:
+        """The run is over, whatever ended it: an interruption not written yet is, and the run
+        observers are told. The caller shields it."""
         if self.terminal is None:
             await self._record_interrupted()
         if self._observed is not None:
             await self._tell_ended(self._observed)
+
+    def _finish(self) -> None:
+        """The run is over and told: its steps' results and its event sink's owner go, and
+        whoever waits for the end is woken."""
+        io = self.io
         forget = self.services.forget_steps
         if forget is not None and not isinstance(self.terminal, RunSuspended):
             forget(io.run_id)  # the run is over: its steps' results go
@@ -423,22 +433,27 @@ class RunDriver(RunEdges):
         while True:
             self.state = state
             answer: Input | EnterGrace | None = None
-            last = len(commands) - 1
-            for index in range(last + 1):  # by index: no iterator keeps the commands
-                command = commands[index]
+            batch: RunBatch | None = None
+            for command in commands:
                 kind = type(command)
                 effect = _EFFECTS.get(kind)
                 if effect is not None:
                     answer = effect(self, command)
-                    continue
-                started = _WAITS[kind](self, command)
-                if index == last:
-                    del command, commands
+                elif isinstance(command, RunBatch):
+                    batch = command  # the transition's last command: run once the loop is left
+                else:
+                    answer = await _WAITS[kind](self, command)
+            if batch is not None:
+                if commands[-1] is not batch:
+                    raise AssertionError("a batch must be its transition's last command")
+                # Its calls may wait for long (many runs parked at once): nothing of the
+                # transition is kept meanwhile.
+                running = self._batch(batch)
+                del batch, command, commands
                 try:
-                    answer = await started
+                    answer = await running
                 except BaseException:
-                    if kind is RunBatch:
-                        self._batch_interrupted()
+                    self._batch_interrupted()
                     raise
             if answer is None:
                 return None
@@ -508,10 +523,18 @@ class RunDriver(RunEdges):
         if messages is not None:  # the calls it took out of the prompt stay used
             hidden = self._hidden_ids
             if hidden is None:
-                hidden = hidden_call_ids(self._history, before)
+                hidden = self._note_used_ids(before)
             gone = prompt_call_ids(before).difference(prompt_call_ids(messages))
             self._hidden_ids = hidden.union(gone) if gone else hidden
         return Compacted(messages, usage, model)
+
+    def _note_used_ids(self, messages: Sequence[Message]) -> frozenset[str]:
+        """Before the run's first request or compaction: note the tool-call IDs the
+        conversation has used (its history's and its prompt's, ``messages``); return those the
+        prompt does not hold."""
+        hidden = self._hidden_ids = hidden_call_ids(self._history, messages)
+        self._id_bits = id_bits(prompt_call_ids(messages)) | id_bits(hidden)
+        return hidden
 
     async def _end_failed(self, command: Fail) -> None:
         await self._fail(command.error)
@@ -660,7 +683,7 @@ class RunDriver(RunEdges):
         )
         hidden = self._hidden_ids
         if hidden is None:
-            hidden = self._hidden_ids = hidden_call_ids(self._history, messages)
+            hidden = self._note_used_ids(messages)
         if grace:  # the grace turn may have a model of its own (``Agent.grace_model``)
             model, name = services.grace_model, services.grace_model_name
         else:
@@ -673,12 +696,13 @@ class RunDriver(RunEdges):
             request,
             state.turn,
             limits=policy.response_limits,
-            used_ids=UsedCallIds(messages, hidden),
+            used_ids=UsedCallIds(messages, hidden, self._id_bits),
             name=name,
             prices=services.prices,
         )
         now = trio.current_time()
         if isinstance(outcome, ModelStep):
+            self._id_bits |= response_id_bits(outcome.response)  # its calls' final IDs
             checked = () if beside is None else beside.take_usage()
             return ModelResponded(outcome, len(messages), toolkit, now, checked)
         deadline = trio.current_effective_deadline()
@@ -750,7 +774,7 @@ _EFFECTS.update(
 _WAITS: dict[type[Any], Callable[[Any, Any], Awaitable[Any]]] = {
     RequestModel: RunDriver._request,
     NextTurn: RunDriver._next_turn,
-    RunBatch: RunDriver._batch,
+    RunBatch: RunDriver._batch,  # performed by ``_drive`` itself, last (see there)
     Complete: RunDriver._complete,
     Fail: RunDriver._end_failed,
     Suspend: RunDriver._suspend,

@@ -125,8 +125,8 @@ class RunEdges:
 
     @property
     def usage(self) -> UsageTotals:
-        """What the run (and its children) used so far."""
-        return _NO_USAGE if self.state is None else self.state.budget.usage
+        """What the run (and its children) used so far, broken down by model."""
+        return _NO_USAGE if self.state is None else self.state.budget.totals
 
     @property
     def tool_calls_used(self) -> int:
@@ -411,7 +411,7 @@ class RunEdges:
             output=output,
             finish_reason=finish,
             exhausted=command.exhausted,
-            usage=budget.usage,
+            usage=budget.totals,
             turns=state.turn,
             tool_calls=budget.tool_calls,
             model=command.model,

@@ -296,7 +296,7 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
             )
             return state, (later, Fail(FinalTurnDeclaredTools(names)))
         completed = CompleteTurn(
-            state.turn, response.finish_reason, budget.usage, (), held.record.model
+            state.turn, response.finish_reason, budget.totals, (), held.record.model
         )
         output, problem = _final_output(config, held) if alone else _output(config, response)
         if problem is not None:
@@ -635,7 +635,7 @@ def _turn_completed(
     if budget is not state.budget:
         state = _set(state, budget=budget)
     commands.append(
-        CompleteTurn(state.turn, held.finish_reason, budget.usage, warnings, held.model)
+        CompleteTurn(state.turn, held.finish_reason, budget.totals, warnings, held.model)
     )
     commands.append(then)
     return state, tuple(commands)

@@ -74,6 +74,7 @@ from effectagent.core import (
     redact_arguments,
     redact_json_text,
 )
+from effectagent.effect import _fast_init
 
 from ._io import RunIO
 
@@ -83,8 +84,11 @@ __all__ = [
     "answered_by",
     "oversized_message",
     "stream_model",
+    "EVERY_BIT",
     "UsedCallIds",
     "hidden_call_ids",
+    "id_bits",
+    "response_id_bits",
     "prompt_call_ids",
 ]
 
@@ -241,7 +245,7 @@ async def stream_model(
         await close_stream(stream)
     if response.tool_calls or response.truncated_calls:
         response = _with_fresh_identities(
-            response, redactor if redacting else None, set() if used_ids is None else used_ids.ids()
+            response, redactor if redacting else None, _used_set(response, used_ids, redacting)
         )
     content, arguments = _record_content(
         response, redactor if redacting else None, limits.max_tool_argument_bytes
@@ -295,15 +299,47 @@ def hidden_call_ids(
 _NO_IDS: Final[frozenset[str]] = frozenset()
 
 
+def id_bits(ids: Iterable[str]) -> int:
+    """The bits ``ids`` set in a one-hash, 64-bit Bloom filter (see :class:`UsedCallIds`)."""
+    bits = 0
+    for call_id in ids:
+        bits |= 1 << (hash(call_id) & 63)
+    return bits
+
+
+def response_id_bits(response: ModelResponse) -> int:
+    """:func:`id_bits` of the IDs of ``response``'s calls (the truncated ones' too)."""
+    bits = 0
+    for call in response.tool_calls:
+        bits |= 1 << (hash(call.id) & 63)
+    for truncated in response.truncated_calls:
+        bits |= 1 << (hash(truncated.id) & 63)
+    return bits
+
+
+#: A Bloom filter with every bit set: every ID may have been used (check each exactly).
+EVERY_BIT: Final = (1 << 64) - 1
+
+
 @final
+@_fast_init
 @attrs.frozen(slots=True)
 class UsedCallIds:
     """The tool-call IDs a conversation has used: those its prompt holds and ``hidden``, those
-    it used and the prompt no longer shows (compacted, before the run or during it). Kept this
-    way, a run holds no set of IDs while it waits: the set is made when a response has calls."""
+    it used and the prompt no longer shows (compacted, before the run or during it).
+
+    ``bits`` is a one-hash, 64-bit Bloom filter of every ID used (:func:`id_bits`): an ID whose
+    bit is clear was never used, for sure — the common case, settled without a set; the set is
+    made only when a response's ID may have been. Kept this way, a run holds no set of IDs while
+    it waits, and its turns do not walk the prompt for them."""
 
     prompt: Sequence[Message]
     hidden: frozenset[str] = _NO_IDS
+    bits: int = EVERY_BIT
+
+    def may_hold(self, ids: Iterable[str]) -> bool:
+        """Whether one of ``ids`` may have been used (False: none was, for sure)."""
+        return bool(self.bits & id_bits(ids))
 
     def ids(self) -> set[str]:
         """Every ID used, as a new set."""
@@ -311,6 +347,17 @@ class UsedCallIds:
         if self.hidden:
             used.update(self.hidden)
         return used
+
+
+def _used_set(response: ModelResponse, used_ids: UsedCallIds | None, exact: bool) -> set[str]:
+    """The IDs a response's calls must not reuse: every ID used, when one of the response's may
+    have been or ``exact`` (a redactor may rename an ID, and the new one must be new too); else
+    none (the filter says none of them was used)."""
+    if used_ids is None:
+        return set()
+    if exact or used_ids.bits & response_id_bits(response):
+        return used_ids.ids()
+    return set()
 
 
 def oversized_message(size: int, limit: int) -> str:

@@ -430,3 +430,79 @@ def test_due_warnings_are_each_dimension_once_when_it_crosses_its_line(
         warned.update(dim.dimension for dim in expected)
         budget, due = budget.with_due_warnings(now)
         assert due == expected
+
+
+# ---- usage by model: the budget keeps one model's breakdown implicit ---------------------------
+
+_MODELS = st.sampled_from([None, "a", "b"])
+_DELTAS = st.builds(
+    UsageDelta,
+    st.integers(0, 50),
+    st.integers(0, 50),
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.integers(0, 5),
+    st.none() | st.integers(0, 1000),
+)
+
+
+def _children(draw: st.DrawFn) -> UsageTotals:
+    """What a batch's children used: model calls of their own models, or figures alone, or
+    nothing."""
+    kind = draw(st.sampled_from(["calls", "figures", "nothing"]))
+    if kind == "nothing":
+        return UsageTotals()
+    if kind == "figures":
+        return UsageTotals(input_tokens=draw(st.integers(1, 9)), cost_micros=draw(st.integers()))
+    used = UsageTotals()
+    for model, delta in draw(st.lists(st.tuples(_MODELS, _DELTAS), min_size=1, max_size=3)):
+        used = used.add_from(model, delta)
+    return used
+
+
+_STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("call"), _MODELS, _DELTAS),
+        st.tuples(st.just("children"), st.composite(_children)(), st.integers(0, 2)),
+    ),
+    max_size=8,
+)
+
+
+def _breakdown(usage: UsageTotals) -> dict[str | None, tuple[Any, ...]]:
+    return {name: (attrs.astuple(each, recurse=False)[:-1]) for name, each in usage.by_model}
+
+
+@given(steps=_STEPS)
+def test_the_budgets_usage_by_model_is_what_adding_each_call_to_its_model_gives(
+    steps: list[tuple[Any, ...]],
+) -> None:
+    """For any order of model calls (of one model or several) and children's usage, the
+    budget's totals — figures and breakdown by model — are those of adding each call to its
+    model's totals and including each child's, whether or not the budget keeps them compact."""
+    from effectagent.engine._budget import Delegated
+
+    budget = Budget(AgentPolicy(), 0.0)
+    expected = UsageTotals()
+    for step in steps:
+        if step[0] == "call":
+            _, model, delta = step
+            budget = budget.with_usage(delta, model)
+            expected = expected.add_from(model, delta)
+        else:
+            _, used, inner = step
+            budget = budget.with_delegated(Delegated(inner, 0, 0, used))
+            expected = expected.including(used)
+    totals = budget.totals
+    assert totals == expected
+    assert _breakdown(totals) == _breakdown(expected)
+    assert budget.usage == expected  # the figures, whatever the breakdown's form
+
+
+def test_a_run_of_one_model_keeps_no_breakdown_of_its_own_until_a_second_model() -> None:
+    budget = Budget(AgentPolicy(), 0.0).with_usage(UsageDelta(3, 4), "a")
+    budget = budget.with_usage(UsageDelta(1, 1), "a")
+    assert budget.usage.by_model == ()  # what a waiting run keeps
+    assert [name for name, _ in budget.totals.by_model] == ["a"]
+    budget = budget.with_usage(UsageDelta(2, 2), "b")
+    assert [(name, t.input_tokens) for name, t in budget.usage.by_model] == [("a", 4), ("b", 2)]

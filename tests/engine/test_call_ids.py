@@ -338,3 +338,18 @@ async def test_a_call_id_a_compaction_took_out_of_the_prompt_during_the_run_gets
     assert _calls_and_results(model.requests[2]) == ([], [])
     assert _recorded_ids(log) == ["call_0", "call_0-2"]
     assert [s.tool_call_id for s in records_of(log, ToolCallSettled)] == ["call_0", "call_0-2"]
+
+
+@given(used=st.sets(st.text(max_size=8), max_size=80), asked=st.lists(st.text(max_size=8)))
+def test_the_filter_of_used_ids_never_says_a_used_id_is_new(
+    used: set[str], asked: list[str]
+) -> None:
+    """The Bloom filter may say an ID was used when it was not (the exact set is then made);
+    never the other way round."""
+    from effectagent.engine._model_step import UsedCallIds, id_bits
+
+    filtered = UsedCallIds((), frozenset(used), id_bits(used))
+    for call_id in [*used, *asked]:
+        if call_id in used:
+            assert filtered.may_hold([call_id])
+    assert filtered.ids() == used

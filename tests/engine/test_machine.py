@@ -84,9 +84,7 @@ def same(error: Any, expected: Any) -> bool:
     return type(error) is type(expected) and attrs.astuple(error) == attrs.astuple(expected)
 
 
-def config(
-    output: Any = None, *, compactor: bool = False, **policy: Any
-) -> RunConfig:
+def config(output: Any = None, *, compactor: bool = False, **policy: Any) -> RunConfig:
     fields: dict[str, Any] = {"max_turns": 4, "max_tool_calls": 8, "max_duration": 100}
     fields.update(policy)
     return RunConfig(

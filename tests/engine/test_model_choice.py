@@ -394,6 +394,6 @@ def test_a_resumed_run_counts_each_models_usage_again_from_its_records() -> None
         settled(1, "c1"),
         attrs.evolve(response(2, "c2", tokens=7), model="b"),
     ]
-    usage = resume(records).state.budget.usage
+    usage = resume(records).state.budget.totals
     by_model = {name: (t.input_tokens, t.model_calls) for name, t in usage.by_model}
     assert by_model == {"a": (5, 1), "b": (7, 1)}
