@@ -11,12 +11,15 @@ order, whose use reached its limit.
 
 While a batch runs, what its calls take beyond the batch's own calls — the inner calls a tool makes
 (Code Mode) and the budgets of the child runs a tool starts (subagents) — goes through the batch's
-:class:`Allowance`, made from the run's budget as the batch starts and owned by the batch. A child
-gets a :class:`BudgetLease`: its turns, tool calls and tokens are carved out of what is left (so no
-other child or inner call can take them while it runs), and it is settled exactly once when the
-child ends — what the child used is charged, the rest is freed. When the batch settles, the
-allowance's totals (:class:`Delegated`) are folded into the run's budget by the state machine: no
-code outside the run's owner changes its budget.
+:class:`Allowance`, made from the run's budget (as the batch started) when a call first needs it,
+and owned by the batch. A child gets a :class:`BudgetLease`: its turns, tool calls and tokens are
+carved out of what is left (so no other child or inner call can take them while it runs), and it is
+settled exactly once when the child ends — what the child used is charged, the rest is freed. When
+the batch settles, the allowance's totals (:class:`Delegated`) are folded into the run's budget by
+the state machine: no code outside the run's owner changes its budget.
+
+While every model call of a run is one model's, its budget keeps the usage without a breakdown by
+model (``Budget.model`` names that model): :attr:`Budget.totals` adds it for events and results.
 
 The tree of a run's children stays inside the run's limits: a child's grace turn is part of its
 grant (a child granted ``n`` turns under "final-answer" runs ``n - 1`` turns and its grace turn;

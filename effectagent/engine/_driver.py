@@ -423,10 +423,10 @@ class RunDriver(RunEdges):
         """Perform transitions until the run ends (None) or enters its grace turn.
 
         Effects that do not wait (events, log lines, a pending record) are done through a table
-        by command class; the commands that wait are awaited. While the transition's last command
-        waits (a batch whose call may wait for long), nothing of the transition is referenced
-        here: its commands are let go once the last one has started. Cancellation: as the
-        commands performed (see each).
+        by command class; the commands that wait are awaited. A batch — always its transition's
+        last command — runs once the loop over the commands is left: while its calls wait (for
+        long, perhaps, and many runs at once), nothing of the transition is referenced here.
+        Cancellation: as the commands performed (see each).
         """
         state, commands = transition
         del transition  # the first state is not kept for the whole run (see ``execute``)

@@ -435,7 +435,8 @@ class TakeFollowUps:
 @attrs.frozen(slots=True)
 class RunBatch:
     """Run and commit the tool batch of a response: its calls admitted (``admitted``) or, when
-    they would go past the tool-call budget, every runnable one settled as rejected."""
+    they would go past the tool-call budget, every runnable one settled as rejected. Always the
+    last command of its transition (the interpreter relies on it)."""
 
     plan: BatchPlan
     admitted: bool

@@ -134,6 +134,25 @@ async def test_a_closed_runtime_refuses_new_runs(autojump_clock: trio.testing.Mo
         runtime.stream(agent, "Hi")
 
 
+async def test_run_checks_its_arguments_as_it_is_called_and_does_nothing_until_awaited(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``runtime.run`` returns the run's coroutine: a wrong argument is raised by the call
+    itself; a coroutine never awaited claims nothing (the conversation is free for the next)."""
+    agent = make_agent()
+    async with open_runtime(
+        TrackingModel([Turn.text("Hello.")]).layer(), agents=[agent]
+    ) as runtime:
+        with pytest.raises(TypeError):
+            runtime.run(agent, 42)  # type: ignore[unused-coroutine]  # the call raises
+        unawaited = runtime.run(agent, "Hi", conversation_id="c", create=True)
+        unawaited.close()
+        result = await runtime.run(agent, "Hi", conversation_id="c", create=True)
+    assert result.status == "completed"
+    assert result.conversation_id == "c"
+    assert result.text == "Hello."
+
+
 # ---- closing the runtime -----------------------------------------------------------------------
 
 Database: ServiceKey[list[str]] = ServiceKey("test.Database")
