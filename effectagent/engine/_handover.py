@@ -47,10 +47,12 @@ __all__ = ["EventQueue", "RunFailedError", "RunReducer", "RunResult", "reduce_ev
 # Built once (a ``X | Y`` union in ``isinstance`` would be built for every event).
 _SETTLED_EVENTS = (ToolCallSucceeded, ToolCallFailed)
 _first = itemgetter(0)
+# The terminal event classes, which the reducer keeps (the only events it keeps).
+_TERMINAL_EVENTS = (RunCompleted, RunFailed, RunInterrupted, RunSuspended)
+_TERMINAL = frozenset(_TERMINAL_EVENTS)
 # The event classes the reducer only counts: every kind of event but the three it reads (exact
 # classes; an event of a subclass takes the full path). A tuple, not a set display: mypy joins
 # keyword-only event classes in a set into a constructor type they do not all fit.
-_TERMINAL = frozenset((RunCompleted, RunFailed, RunInterrupted, RunSuspended))
 _COUNTED_ONLY = frozenset(get_args(Event)).difference((ToolCallDeclared, *_SETTLED_EVENTS))
 
 #: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
@@ -143,6 +145,8 @@ class RunReducer:
             if settled is None:
                 settled = self._settled = []
             settled.append(((event.turn, event.tool_call_id), event.outcome))
+        elif isinstance(event, _TERMINAL_EVENTS):  # of a subclass
+            self.terminal = event
 
     def _outcomes(self) -> tuple[ToolOutcome, ...]:
         """The settled calls' outcomes in declaration order (a call settled but never declared

@@ -79,17 +79,17 @@ from effectagent.effect import _fast_init
 from ._io import RunIO
 
 __all__ = [
+    "EVERY_BIT",
     "ModelAttemptFailed",
     "ModelStep",
-    "answered_by",
-    "oversized_message",
-    "stream_model",
-    "EVERY_BIT",
     "UsedCallIds",
+    "answered_by",
     "hidden_call_ids",
     "id_bits",
-    "response_id_bits",
+    "oversized_message",
     "prompt_call_ids",
+    "response_id_bits",
+    "stream_model",
 ]
 
 _DEFAULT_LIMITS = ResponseLimits()

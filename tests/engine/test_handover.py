@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -18,6 +19,7 @@ from effectagent.core import (
     ToolCallDeclared,
     ToolCallSucceeded,
     ToolSuccess,
+    TurnStarted,
     UsageTotals,
 )
 from effectagent.engine._handover import EventQueue, RunReducer
@@ -367,3 +369,25 @@ def test_the_result_lists_outcomes_in_declaration_order_whatever_order_they_sett
     reducer.feed(_run_event(RunInterrupted, seq, reason="test", usage=UsageTotals()))
     expected = [ToolSuccess(c, "t", f"{turn}/{c}") for turn, c in [*declared, stray]]
     assert reducer.result().outcomes == tuple(expected)
+
+
+def test_the_reducer_keeps_the_terminal_event_alone_and_knows_one_of_a_subclass() -> None:
+    """A run's reducer keeps only its terminal event (not the last one fed); a terminal event of
+    a subclass is one too; without one the result is refused, saying how many events came."""
+
+    @attrs.frozen
+    class Stopped(RunInterrupted):
+        pass
+
+    reducer = RunReducer()
+    with pytest.raises(RuntimeError, match="no events"):
+        reducer.result()
+    reducer.feed(_run_event(TurnStarted, 1, turn=1))
+    with pytest.raises(RuntimeError, match="after 1 events"):
+        reducer.result()
+    reducer.feed(_run_event(Stopped, 2, reason="test", usage=UsageTotals()))
+    assert reducer.result().status == "interrupted"
+    assert (reducer.count, reducer.terminal) == (
+        2,
+        _run_event(Stopped, 2, reason="test", usage=UsageTotals()),
+    )
