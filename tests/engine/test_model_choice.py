@@ -19,6 +19,7 @@ from effectagent.core import (
     CompactionPerformed,
     EventBase,
     ModelResponseRecorded,
+    RunCompleted,
     TurnCompleted,
     UsageDelta,
 )
@@ -42,6 +43,7 @@ from .helpers import (
     entries,
     events_of,
     forecast_tool,
+    make_agent,
     make_policy,
     records_of,
     run_events,
@@ -114,6 +116,34 @@ async def test_without_a_named_model_nothing_changes() -> None:
     (response,) = [r for r in records if isinstance(r, ModelResponseRecorded)]
     assert response.model is None
     assert list(result.usage_by_model) == [None]
+
+
+async def test_every_turn_and_the_end_report_one_models_usage_broken_down_by_that_model() -> None:
+    """A run of one model: each TurnCompleted and the terminal event carry the running usage
+    and its breakdown, that model's totals (the run keeps no breakdown while it runs)."""
+    usage = Usage.of(10, 3)
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"}), usage=usage),
+            Turn.text("Mild.", usage=usage),
+        ]
+    )
+    tool = forecast_tool()
+    agent = make_agent(tool)
+    layer = agent.toolkit.handlers({tool: HandlerProbe().forecast()}) + model.as_layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        events = await run_events(runtime, agent, "Oslo?")
+    end = events[-1]
+    assert isinstance(end, RunCompleted)
+    reports = [e.usage for e in events if isinstance(e, TurnCompleted)] + [end.usage]
+    assert [(u.input_tokens, u.model_calls) for u in reports] == [(10, 1), (20, 2)]
+    for reported in reports:
+        ((name, totals),) = reported.by_model
+        assert name is None  # the runtime's own model
+        assert (totals.input_tokens, totals.model_calls) == (
+            reported.input_tokens,
+            reported.model_calls,
+        )
 
 
 async def test_an_agent_that_names_every_model_needs_no_runtime_model() -> None:
