@@ -39,13 +39,20 @@ from effectagent.core import (
     AgentPolicy,
     ApprovalDecision,
     ApprovalRequest,
+    CompactionCreated,
     EventBase,
     LogEntry,
     ToolCallSettled,
     ToolOutcome,
 )
 from effectagent.effect import Layer, TaggedError
-from effectagent.engine import LOGGER_NAME, ApprovalService, Runtime, open_runtime
+from effectagent.engine import (
+    LOGGER_NAME,
+    ApprovalService,
+    CompactionRequest,
+    Runtime,
+    open_runtime,
+)
 from effectagent.testing import ScriptedModel, Turn
 
 E = TypeVar("E")
@@ -345,3 +352,20 @@ def engine_logs(level: int) -> Iterator[list[MutableMapping[str, Any]]]:
     finally:
         logger.setLevel(before)
         structlog.reset_defaults()
+
+
+async def summarize_everything(request: CompactionRequest) -> list[CompactionCreated]:
+    """A compaction that summarizes the whole log so far with the engine's summary call (the
+    summary covers every entry of the request)."""
+    summary = await request.summarize(request.messages[1:])
+    return [
+        CompactionCreated(
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            turn=request.turn,
+            kind="summarize",
+            covers_through=request.entries[-1].seq,
+            summary=summary,
+            at=0.0,
+        )
+    ]

@@ -55,6 +55,7 @@ from .helpers import (
     records_of,
     run_events,
     run_script,
+    summarize_everything,
 )
 
 
@@ -294,18 +295,7 @@ class _SummarizeOnceCallsAreRecorded:
         if self.compacted or not _recorded_ids(list(request.entries)):
             return []
         self.compacted += 1
-        summary = await request.summarize(request.messages[1:])
-        return [
-            CompactionCreated(
-                conversation_id=request.conversation_id,
-                run_id=request.run_id,
-                turn=request.turn,
-                kind="summarize",
-                covers_through=request.entries[-1].seq,
-                summary=summary,
-                at=0.0,
-            )
-        ]
+        return await summarize_everything(request)
 
 
 async def test_a_call_id_a_compaction_took_out_of_the_prompt_during_the_run_gets_a_fresh_one(

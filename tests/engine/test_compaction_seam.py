@@ -19,7 +19,14 @@ from effectagent.effect import Layer
 from effectagent.engine import CompactionRequest, CompactorService, open_runtime
 from effectagent.testing import ScriptedModel, Turn
 
-from .helpers import events_of, make_agent, make_policy, records_of, run_events
+from .helpers import (
+    events_of,
+    make_agent,
+    make_policy,
+    records_of,
+    run_events,
+    summarize_everything,
+)
 
 
 class SummarizeEverything:
@@ -30,19 +37,7 @@ class SummarizeEverything:
 
     async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
         self.requests.append(request)
-        summary = await request.summarize(request.messages[1:])
-        last = request.entries[-1].seq
-        return [
-            CompactionCreated(
-                conversation_id=request.conversation_id,
-                run_id=request.run_id,
-                turn=request.turn,
-                kind="summarize",
-                covers_through=last,
-                summary=summary,
-                at=0.0,
-            )
-        ]
+        return await summarize_everything(request)
 
 
 async def test_over_the_limit_the_compactor_runs_and_the_next_request_sees_the_summary(

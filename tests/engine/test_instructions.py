@@ -38,7 +38,7 @@ from effectagent.engine import (
 )
 from effectagent.testing import ScriptedModel, Turn
 
-from .helpers import Forecast, Lookup, forecast_tool, make_policy
+from .helpers import Forecast, Lookup, forecast_tool, make_policy, summarize_everything
 
 CLOCK = ServiceKey[list[str]]("test clock")
 CANARY = "sk-canary-7f3a9"
@@ -302,18 +302,7 @@ async def test_a_prompt_compacted_mid_run_keeps_the_computed_instructions(
     class SummarizeEverything:
         async def compact(self, request: CompactionRequest) -> list[CompactionCreated]:
             seen.append(system_text_of(request.messages))
-            summary = await request.summarize(request.messages[1:])
-            return [
-                CompactionCreated(
-                    conversation_id=request.conversation_id,
-                    run_id=request.run_id,
-                    turn=request.turn,
-                    kind="summarize",
-                    covers_through=request.entries[-1].seq,
-                    summary=summary,
-                    at=0.0,
-                )
-            ]
+            return await summarize_everything(request)
 
     async def instructions(context: InstructionsContext[str]) -> str:
         return "Computed for this run."

@@ -47,6 +47,7 @@ from .helpers import (
     make_policy,
     records_of,
     run_events,
+    summarize_everything,
 )
 from .test_resume_fold import prepared, response, resume, settled, started
 
@@ -184,18 +185,7 @@ class SummarizeEverything:
     """A compactor that summarizes the whole log so far with the engine's summary call."""
 
     async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
-        summary = await request.summarize(request.messages[1:])
-        return [
-            CompactionCreated(
-                conversation_id=request.conversation_id,
-                run_id=request.run_id,
-                turn=request.turn,
-                kind="summarize",
-                covers_through=request.entries[-1].seq,
-                summary=summary,
-                at=0.0,
-            )
-        ]
+        return await summarize_everything(request)
 
 
 async def test_the_summary_call_asks_the_summary_model_and_its_usage_is_its_own(

@@ -47,7 +47,7 @@ from effectagent.engine import (
 )
 from effectagent.testing import ScriptedModel, Turn
 
-from .helpers import engine_logs, make_policy, run_events
+from .helpers import engine_logs, make_policy, run_events, summarize_everything
 
 PLACES = (
     "user",
@@ -106,19 +106,7 @@ class _SummarizeAll:
     async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
         if request.turn != 2:
             return []
-        summary = await request.summarize(request.messages[1:])
-        last = request.entries[-1].seq
-        return [
-            CompactionCreated(
-                conversation_id=request.conversation_id,
-                run_id=request.run_id,
-                turn=request.turn,
-                kind="summarize",
-                covers_through=last,
-                summary=summary,
-                at=0.0,
-            )
-        ]
+        return await summarize_everything(request)
 
 
 async def _run_with_secret(secret: str, places: frozenset[str]) -> list[str]:
