@@ -64,6 +64,8 @@ __all__ = [
 ]
 
 _MIB: Final = 1024 * 1024
+#: What a ledger call that evicts nothing returns (shared: callers only read it).
+_NONE_EVICTED: Final[list[str]] = []
 
 
 def _check_remembered(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -197,6 +199,8 @@ class RetentionLedger:
         ) or (limits.max_bytes is not None and self.total_bytes > limits.max_bytes)
 
     def _evict(self) -> list[str]:
+        if not self.over():  # most calls: nothing to evict, and no list made for it
+            return _NONE_EVICTED
         evicted: list[str] = []
         idle = self._idle
         while idle and self.over():
@@ -372,7 +376,7 @@ def record_bytes(record: Record) -> int:
             + (0 if audit is None else estimate_bytes(audit))
         )
     if cls is RunCompletedRecord:
-        return RECORD_BYTES + estimate_bytes(cast(RunCompletedRecord, record).output)
+        return RECORD_BYTES + _value_bytes(cast(RunCompletedRecord, record).output)
     if cls is CompactionCreated:
         return RECORD_BYTES + _text_bytes(cast(CompactionCreated, record).summary)
     if cls is ContextAdded:
@@ -488,11 +492,13 @@ class InMemoryConversationLog:
             elif isinstance(record, _ENDINGS):
                 ended.append(record.run_id)
             size += record_bytes(record)
-        self._drop(ledger.grew(conversation_id, size))
+        evicted = ledger.grew(conversation_id, size)
+        if evicted:
+            self._drop(evicted)
         for run_id in ended:
             held = running.pop(run_id, None)
-            if held is not None:
-                self._drop(ledger.release(held))
+            if held is not None and (evicted := ledger.release(held)):
+                self._drop(evicted)
         return count
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
