@@ -506,3 +506,14 @@ def test_a_run_of_one_model_keeps_no_breakdown_of_its_own_until_a_second_model()
     assert [name for name, _ in budget.totals.by_model] == ["a"]
     budget = budget.with_usage(UsageDelta(2, 2), "b")
     assert [(name, t.input_tokens) for name, t in budget.usage.by_model] == [("a", 4), ("b", 2)]
+
+
+def test_totals_attributed_to_one_model_are_that_models_and_a_breakdown_is_not_replaced() -> None:
+    totals = UsageTotals().add(UsageDelta(3, 4)).add(UsageDelta(1, 1))
+    one = totals.attributed_to("a")
+    assert one == totals
+    assert [(name, each.input_tokens, each.model_calls) for name, each in one.by_model] == [
+        ("a", 4, 2)
+    ]
+    with pytest.raises(ValueError, match="already"):
+        one.attributed_to("b")
