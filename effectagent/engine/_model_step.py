@@ -337,10 +337,6 @@ class UsedCallIds:
     hidden: frozenset[str] = _NO_IDS
     bits: int = EVERY_BIT
 
-    def may_hold(self, ids: Iterable[str]) -> bool:
-        """Whether one of ``ids`` may have been used (False: none was, for sure)."""
-        return bool(self.bits & id_bits(ids))
-
     def ids(self) -> set[str]:
         """Every ID used, as a new set."""
         used = prompt_call_ids(self.prompt)
