@@ -591,15 +591,18 @@ assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 
 
 
 def children():
+    # This process's children: pid -> (state, command name), the name saying which one it is if
+    # one is left.
     found = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
-            except OSError:
+                name, rest = open(f"/proc/{entry}/stat").read().split("(", 1)[1].rsplit(")", 1)
+            except (OSError, ValueError):
                 continue
+            fields = rest.split()
             if int(fields[1]) == os.getpid():
-                found[int(entry)] = fields[0]
+                found[int(entry)] = (fields[0], name)
     return found
 
 
