@@ -78,7 +78,7 @@ from ._posture import (
     is_limited,
 )
 from ._process_control import can_limit_other_users, prlimit_argv
-from ._reaping import reap_if_adopted, watch_child_of
+from ._reaping import adopted_init, reap_if_adopted, watch_child_of
 from ._seccomp import setuid_filter_fd
 from ._workload_files import remove_tree
 
@@ -475,8 +475,12 @@ class BwrapExecution(CommandExecution):
         )
 
     async def reap_adopted(self) -> None:
-        """Reap bubblewrap's sandbox init if it has become this process's child (``_reaping``)."""
+        """Reap bubblewrap's sandbox init if it has become this process's child (``_reaping``),
+        also when bwrap was stopped before its ``child-pid`` was read (bwrap is reaped by now)."""
         pidfd, self._init_pidfd = self._init_pidfd, None
+        if pidfd is None and self._init_pid is None:
+            self._drain_status()
+            pidfd = adopted_init(self._status)
         if pidfd is not None:
             await reap_if_adopted(pidfd)
 

@@ -43,7 +43,7 @@ from ._deno_runtime import SpawnConfig, SpawnDescriptors
 from ._identity import drop_in_child
 from ._isolation import MemoryCgroup, PidsCgroup, ProcessLimits, kill_process_group, rlimit_preexec
 from ._ownership import OwnedResources
-from ._reaping import reap_if_adopted, watch_child_of
+from ._reaping import adopted_init, reap_if_adopted, watch_child_of
 
 __all__ = ["Workload", "spawn_workload"]
 
@@ -256,6 +256,9 @@ class Workload:
                 for group in groups:
                     await _remove_cgroup(group)
                 pidfd, self._init_pidfd = self._init_pidfd, None
+                if pidfd is None and self._init_pid is None and self._status is not None:
+                    # Stopped before bwrap's ``child-pid`` was read: what it wrote says.
+                    pidfd = adopted_init(_drained(self._status))
                 if pidfd is not None:
                     await reap_if_adopted(pidfd)
                 status, self._status = self._status, None
@@ -303,6 +306,15 @@ async def _remove_cgroup(group: _Cgroup) -> None:
         await trio.sleep(interval)
         interval = min(interval * 2, 0.002)
     group.close()
+
+
+def _drained(fd: int) -> bytes:
+    """What can be read from ``fd`` now (non-blocking), up to its end."""
+    data = b""
+    with contextlib.suppress(BlockingIOError, OSError):
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    return data
 
 
 async def _sandbox_child(status: int) -> int | None:

@@ -18,7 +18,10 @@ leave one zombie forever. The helpers here reap exactly those, never a child som
 
 Where the host ends a workload itself, the runners avoid the orphan altogether by killing
 bubblewrap's init first (``_bwrap_execution``, ``_deno_workload``): bwrap then reaps it. What is
-left for these helpers is a command that exits by itself, and whatever a workload orphaned.
+left for these helpers is a command that exits by itself, and whatever a workload orphaned — and a
+bwrap stopped before it reported its init (a start cancelled, or a bwrap too slow to report it
+within the wall clock): the init's pid is then read from what bwrap wrote, once bwrap is reaped
+(:func:`adopted_init`).
 """
 
 from __future__ import annotations
@@ -26,12 +29,19 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import json
 import os
 import signal
 
 import trio
 
-__all__ = ["adopts_orphans", "reap_adopted_in_session", "reap_if_adopted", "watch_child_of"]
+__all__ = [
+    "adopted_init",
+    "adopts_orphans",
+    "reap_adopted_in_session",
+    "reap_if_adopted",
+    "watch_child_of",
+]
 
 _PR_GET_CHILD_SUBREAPER = 37
 _REAP_WAIT = 2.0
@@ -79,6 +89,45 @@ def watch_child_of(pid: int, parent: int) -> int | None:
         os.close(pidfd)
         return None
     return pidfd
+
+
+def _is_namespace_init(pid: int) -> bool:
+    """Whether ``pid`` is the init (pid 1) of a pid namespace below this one."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == b"1"
+    except OSError:
+        return False
+    return False
+
+
+def adopted_init(status: bytes) -> int | None:
+    """A pidfd for bubblewrap's sandbox init if this process adopted it; else ``None``.
+
+    For a bwrap stopped before its ``child-pid`` was read (the start was cancelled, or bwrap was
+    too slow to report it within the wall clock): ``status`` is all bwrap wrote on its status
+    pipe, read after bwrap was reaped. Its init, if bwrap got as far as forking it, was then
+    reparented — to this process when it :func:`adopts_orphans`, and then nobody else reaps it,
+    so its pid cannot have been recycled unless this process reaped it. It is taken only if it is
+    this process's child and the init of a pid namespace.
+    """
+    if not adopts_orphans():
+        return None
+    for line in status.splitlines():
+        try:
+            pid = json.loads(line).get("child-pid")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(pid, int) and pid > 0:
+            pidfd = watch_child_of(pid, os.getpid())
+            if pidfd is not None and not _is_namespace_init(pid):
+                os.close(pidfd)
+                return None
+            return pidfd
+    return None
 
 
 async def reap_if_adopted(pidfd: int) -> None:

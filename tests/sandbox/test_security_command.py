@@ -635,6 +635,85 @@ trio.run(main)
 """
 
 
+STALLED_SCRIPT = """
+import ctypes, os, sys, trio
+import sandbox._bwrap_execution as bwrap_execution
+import sandbox._deno_workload as deno_workload
+from sandbox import BubblewrapSandbox, SandboxLimits, SandboxRequest, open_deno_executor, run
+
+PR_SET_CHILD_SUBREAPER = 36
+assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+reported = trio.Event()
+
+
+def children():
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                name, rest = open(f"/proc/{entry}/stat").read().split("(", 1)[1].rsplit(")", 1)
+            except (OSError, ValueError):
+                continue
+            fields = rest.split()
+            if int(fields[1]) == os.getpid():
+                found[int(entry)] = (fields[0], name)
+    return found
+
+
+# bwrap reports its sandbox init (it has forked it), and this process is stopped before it reads
+# the report: by the run's wall clock, or by a cancelled start.
+async def stalled_execution(self):
+    await trio.lowlevel.wait_readable(self._status_read)
+    await trio.sleep_forever()
+
+
+async def stalled_workload(status):
+    await trio.lowlevel.wait_readable(status)
+    reported.set()
+    await trio.sleep_forever()
+
+
+bwrap_execution.BwrapExecution._child_pid = stalled_execution
+deno_workload._sandbox_child = stalled_workload
+
+
+async def main():
+    slow = SandboxRequest("sleep", ("30",), limits=SandboxLimits(wall_clock_seconds=0.2))
+    for index in range(3):
+        assert (await run(BubblewrapSandbox(), slow)).timed_out
+    with trio.CancelScope() as start:
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_once_reported():
+                await reported.wait()
+                start.cancel()
+
+            nursery.start_soon(cancel_once_reported)
+            async with open_deno_executor(warm=1):
+                await trio.sleep_forever()
+    assert reported.is_set()
+    print(sorted(children().items()))
+
+
+trio.run(main)
+"""
+
+
+async def test_a_sandbox_init_is_reaped_when_bwrap_is_stopped_before_it_is_read() -> None:
+    """bwrap forks its sandbox init and reports its pid; a run whose wall clock passes, or a
+    Deno workload whose start is cancelled, before that report is read still has the init reaped
+    by a process that adopts orphans: none is left as a zombie."""
+    done = await trio.run_process(
+        [sys.executable, "-c", STALLED_SCRIPT],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout == b"[]\n"
+
+
 async def test_no_zombie_is_left_to_a_process_that_is_its_own_subreaper() -> None:
     """An application that is PID 1 or a child subreaper adopts every orphan below it: bwrap's
     sandbox init after each command, whatever a local workload left running. 100 bubblewrap
