@@ -478,11 +478,16 @@ class BwrapExecution(CommandExecution):
         """Reap bubblewrap's sandbox init if it has become this process's child (``_reaping``),
         also when bwrap was stopped before its ``child-pid`` was read (bwrap is reaped by now)."""
         pidfd, self._init_pidfd = self._init_pidfd, None
-        if pidfd is None and self._init_pid is None:
-            self._drain_status()
-            pidfd = adopted_init(self._status)
         if pidfd is not None:
             await reap_if_adopted(pidfd)
+            return
+        # Stopped before its init was held: the init's pid, if bwrap reported it, and then its
+        # session (an init forked but not reported yet is still in bwrap's).
+        self._drain_status()
+        pidfd = adopted_init(self._status)
+        if pidfd is not None:
+            await reap_if_adopted(pidfd)
+        await super().reap_adopted()
 
     def cleanup(self) -> None:
         descriptors = [

@@ -19,9 +19,10 @@ leave one zombie forever. The helpers here reap exactly those, never a child som
 Where the host ends a workload itself, the runners avoid the orphan altogether by killing
 bubblewrap's init first (``_bwrap_execution``, ``_deno_workload``): bwrap then reaps it. What is
 left for these helpers is a command that exits by itself, and whatever a workload orphaned — and a
-bwrap stopped before it reported its init (a start cancelled, or a bwrap too slow to report it
-within the wall clock): the init's pid is then read from what bwrap wrote, once bwrap is reaped
-(:func:`adopted_init`).
+bwrap stopped before this process held its init (a start cancelled, or a bwrap too slow to report
+the init within the wall clock). Once bwrap is reaped, the init's pid is read from what bwrap
+wrote (:func:`adopted_init`); a command runner's init that bwrap forked but did not report yet
+is still in bwrap's session, and reaped by session (:func:`reap_adopted_in_session`).
 """
 
 from __future__ import annotations
@@ -92,11 +93,15 @@ def watch_child_of(pid: int, parent: int) -> int | None:
 
 
 def _is_namespace_init(pid: int) -> bool:
-    """Whether ``pid`` is the init (pid 1) of a pid namespace below this one."""
+    """Whether ``pid`` is the init (pid 1) of a pid namespace below this one — or was: a dead
+    init's namespace is gone, and its zombie shows only its pid here."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             for line in f:
-                if line.startswith(b"NSpid:"):
+                if line.startswith(b"State:"):
+                    if line.split()[1:2] == [b"Z"]:
+                        return True
+                elif line.startswith(b"NSpid:"):
                     ids = line.split()[1:]
                     return len(ids) > 1 and ids[-1] == b"1"
     except OSError:
@@ -112,7 +117,8 @@ def adopted_init(status: bytes) -> int | None:
     pipe, read after bwrap was reaped. Its init, if bwrap got as far as forking it, was then
     reparented — to this process when it :func:`adopts_orphans`, and then nobody else reaps it,
     so its pid cannot have been recycled unless this process reaped it. It is taken only if it is
-    this process's child and the init of a pid namespace.
+    this process's child and the init of a pid namespace (or a zombie: a dead init's namespace is
+    gone).
     """
     if not adopts_orphans():
         return None
