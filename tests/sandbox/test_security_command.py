@@ -579,12 +579,9 @@ async def test_a_link_planted_by_one_run_never_redirects_a_later_mount(
 
 # ---- nothing is left for another reaper ---------------------------------------------------------
 
-REAPER_SCRIPT = """
+#: The start of a script run as its own child subreaper: ``children()`` lists what it has left.
+SUBREAPER_PRELUDE = """
 import ctypes, os, sys, trio
-from sandbox import (
-    UNLIMITED, BubblewrapSandbox, CodeExecutionRequest, HostCallSucceeded, LocalProcessSandbox,
-    SandboxLimits, SandboxRequest, open_deno_executor, run,
-)
 
 PR_SET_CHILD_SUBREAPER = 36
 assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
@@ -604,6 +601,15 @@ def children():
             if int(fields[1]) == os.getpid():
                 found[int(entry)] = (fields[0], name)
     return found
+"""
+
+REAPER_SCRIPT = (
+    SUBREAPER_PRELUDE
+    + """
+from sandbox import (
+    UNLIMITED, BubblewrapSandbox, CodeExecutionRequest, HostCallSucceeded, LocalProcessSandbox,
+    SandboxLimits, SandboxRequest, open_deno_executor, run,
+)
 
 
 class Echo:
@@ -633,31 +639,17 @@ async def main():
 
 trio.run(main)
 """
+)
 
 
-STALLED_SCRIPT = """
-import ctypes, os, sys, trio
+STALLED_SCRIPT = (
+    SUBREAPER_PRELUDE
+    + """
 import sandbox._bwrap_execution as bwrap_execution
 import sandbox._deno_workload as deno_workload
 from sandbox import BubblewrapSandbox, SandboxLimits, SandboxRequest, open_deno_executor, run
 
-PR_SET_CHILD_SUBREAPER = 36
-assert ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 reported = trio.Event()
-
-
-def children():
-    found = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                name, rest = open(f"/proc/{entry}/stat").read().split("(", 1)[1].rsplit(")", 1)
-            except (OSError, ValueError):
-                continue
-            fields = rest.split()
-            if int(fields[1]) == os.getpid():
-                found[int(entry)] = (fields[0], name)
-    return found
 
 
 # bwrap reports its sandbox init (it has forked it), and this process is stopped before it reads
@@ -697,33 +689,32 @@ async def main():
 
 trio.run(main)
 """
+)
+
+
+async def _children_left_by(script: str) -> bytes:
+    """Run ``script`` (a subreaper prelude's) in a process of its own; what it printed: the
+    children it has left."""
+    done = await trio.run_process(
+        [sys.executable, "-c", script],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return done.stdout
 
 
 async def test_a_sandbox_init_is_reaped_when_bwrap_is_stopped_before_it_is_read() -> None:
     """bwrap forks its sandbox init and reports its pid; a run whose wall clock passes, or a
     Deno workload whose start is cancelled, before that report is read still has the init reaped
     by a process that adopts orphans: none is left as a zombie."""
-    done = await trio.run_process(
-        [sys.executable, "-c", STALLED_SCRIPT],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert done.stdout == b"[]\n"
+    assert await _children_left_by(STALLED_SCRIPT) == b"[]\n"
 
 
 async def test_no_zombie_is_left_to_a_process_that_is_its_own_subreaper() -> None:
     """An application that is PID 1 or a child subreaper adopts every orphan below it: bwrap's
     sandbox init after each command, whatever a local workload left running. 100 bubblewrap
     executions (and more) later, it has no child left, alive or zombie."""
-    done = await trio.run_process(
-        [sys.executable, "-c", REAPER_SCRIPT],
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    assert done.stdout == b"[]\n"
+    assert await _children_left_by(REAPER_SCRIPT) == b"[]\n"
