@@ -532,8 +532,9 @@ class RunDriver(RunEdges):
         """Before the run's first request or compaction: note the tool-call IDs the
         conversation has used (its history's and its prompt's, ``messages``); return those the
         prompt does not hold."""
-        hidden = self._hidden_ids = hidden_call_ids(self._history, messages)
-        self._id_bits = id_bits(prompt_call_ids(messages)) | id_bits(hidden)
+        in_prompt = prompt_call_ids(messages)
+        hidden = self._hidden_ids = hidden_call_ids(self._history, in_prompt)
+        self._id_bits = id_bits(in_prompt) | id_bits(hidden)
         return hidden
 
     async def _end_failed(self, command: Fail) -> None:

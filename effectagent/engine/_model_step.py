@@ -281,11 +281,10 @@ def prompt_call_ids(messages: Iterable[Message]) -> set[str]:
     }
 
 
-def hidden_call_ids(
-    history: Iterable[LogEntry] | None, messages: Iterable[Message]
-) -> frozenset[str]:
+def hidden_call_ids(history: Iterable[LogEntry] | None, in_prompt: set[str]) -> frozenset[str]:
     """The tool-call IDs a conversation's log records (``history``, when the run read it) that
-    its prompt (``messages``) does not hold: its compacted calls. Usually none."""
+    its prompt does not hold (``in_prompt``: :func:`prompt_call_ids`): its compacted calls.
+    Usually none."""
     recorded: set[str] = set()
     for entry in history or ():
         record = entry.record
@@ -293,7 +292,7 @@ def hidden_call_ids(
             recorded.update(value["id"] for kind, value in record.content if kind == "tool-call")
     if not recorded:
         return _NO_IDS
-    return frozenset(recorded.difference(prompt_call_ids(messages))) or _NO_IDS
+    return frozenset(recorded.difference(in_prompt)) or _NO_IDS
 
 
 _NO_IDS: Final[frozenset[str]] = frozenset()
