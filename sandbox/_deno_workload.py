@@ -308,6 +308,10 @@ async def _remove_cgroup(group: _Cgroup) -> None:
     group.close()
 
 
+#: Seconds a cancelled start still waits for bwrap's report of its init (it comes in milliseconds).
+_REPORT_WAIT = 5.0
+
+
 def _drained(fd: int) -> bytes:
     """What can be read from ``fd`` now (non-blocking), up to its end."""
     data = b""
@@ -361,7 +365,12 @@ async def _release_blocked(workload: Workload, status: int, block: int) -> None:
     """
     workload.hold_status(status)
     try:
-        child = await _sandbox_child(status)
+        # Shielded, bounded: bwrap reports its init as soon as it has forked it, and a start
+        # cancelled meanwhile must still hold the init — its own session names it to nobody else,
+        # so unheld it would be left as a zombie to a process that adopts orphans.
+        child = None
+        with trio.CancelScope(shield=True), trio.move_on_after(_REPORT_WAIT):
+            child = await _sandbox_child(status)
         if child is not None:
             workload.watch_init(watch_child_of(child, workload.process.pid), child)
         with contextlib.suppress(OSError):
