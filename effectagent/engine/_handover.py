@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Generic, Literal, cast, final, get_args, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, cast, final, get_args, overload
 
 import attrs
 import trio
@@ -54,6 +54,9 @@ _TERMINAL = frozenset(_TERMINAL_EVENTS)
 # classes; an event of a subclass takes the full path). A tuple, not a set display: mypy joins
 # keyword-only event classes in a set into a constructor type they do not all fit.
 _COUNTED_ONLY = frozenset(get_args(Event)).difference((ToolCallDeclared, *_SETTLED_EVENTS))
+#: The event classes a :class:`RunReducer` neither reads nor keeps: a run whose events reach only
+#: a reducer (``runtime.run`` without a listener) counts them without building them.
+UNREAD_EVENTS: Final = _COUNTED_ONLY.difference(_TERMINAL)
 
 #: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)

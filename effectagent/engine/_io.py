@@ -46,7 +46,7 @@ from effectagent.core import (
     UsageTotals,
 )
 
-from ._handover import EventQueue
+from ._handover import UNREAD_EVENTS, EventQueue, RunReducer
 from ._logging import RunLog
 from ._seams import ConversationLog, RunListener
 
@@ -205,13 +205,13 @@ class RunIO(RunLog):
     # header is emit's to set). ``tests/engine/test_emit.py`` holds them to the classes.
 
     @overload
-    def emit(self, cls: type[RunStarted], /, *, input: str, resumed: bool = ...) -> RunStarted: ...
+    def emit(self, cls: type[RunStarted], /, *, input: str, resumed: bool = ...) -> None: ...
 
     @overload
-    def emit(self, cls: type[TurnStarted], /, *, turn: int, grace: bool = ...) -> TurnStarted: ...
+    def emit(self, cls: type[TurnStarted], /, *, turn: int, grace: bool = ...) -> None: ...
 
     @overload
-    def emit(self, cls: type[ModelStarted], /, *, turn: int) -> ModelStarted: ...
+    def emit(self, cls: type[ModelStarted], /, *, turn: int) -> None: ...
 
     @overload
     def emit(
@@ -225,13 +225,13 @@ class RunIO(RunLog):
         message: str,
         delay: float,
         discard: bool,
-    ) -> ModelRetrying: ...
+    ) -> None: ...
 
     @overload
-    def emit(self, cls: type[TextDelta], /, *, turn: int, text: str) -> TextDelta: ...
+    def emit(self, cls: type[TextDelta], /, *, turn: int, text: str) -> None: ...
 
     @overload
-    def emit(self, cls: type[ReasoningDelta], /, *, turn: int, text: str) -> ReasoningDelta: ...
+    def emit(self, cls: type[ReasoningDelta], /, *, turn: int, text: str) -> None: ...
 
     @overload
     def emit(
@@ -243,17 +243,17 @@ class RunIO(RunLog):
         tool_call_id: str,
         tool_name: str,
         arguments: Any,
-    ) -> ToolCallDeclared: ...
+    ) -> None: ...
 
     @overload
     def emit(
         self, cls: type[ToolCallStarted], /, *, turn: int, tool_call_id: str, tool_name: str
-    ) -> ToolCallStarted: ...
+    ) -> None: ...
 
     @overload
     def emit(
         self, cls: type[ToolProgress], /, *, turn: int, tool_call_id: str, tool_name: str, data: Any
-    ) -> ToolProgress: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -265,7 +265,7 @@ class RunIO(RunLog):
         tool_call_id: str,
         tool_name: str,
         outcome: ToolOutcome,
-    ) -> ToolCallSucceeded: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -277,7 +277,7 @@ class RunIO(RunLog):
         tool_call_id: str,
         tool_name: str,
         outcome: ToolOutcome,
-    ) -> ToolCallFailed: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -289,7 +289,7 @@ class RunIO(RunLog):
         tool_call_id: str,
         tool_name: str,
         request: ApprovalRequest,
-    ) -> ApprovalRequested: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -301,12 +301,12 @@ class RunIO(RunLog):
         finish_reason: str,
         usage: UsageTotals,
         model: str | None = ...,
-    ) -> TurnCompleted: ...
+    ) -> None: ...
 
     @overload
     def emit(
         self, cls: type[BudgetWarning], /, *, dimension: str, used: float, limit: float
-    ) -> BudgetWarning: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -322,7 +322,7 @@ class RunIO(RunLog):
         started_at: float = ...,
         model: str | None = ...,
         usage: tuple[UsageDelta, ...] = ...,
-    ) -> CompactionPerformed: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -337,7 +337,7 @@ class RunIO(RunLog):
         child_conversation_id: str,
         child_agent: str,
         budget: ChildBudget,
-    ) -> SubagentStarted: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -349,7 +349,7 @@ class RunIO(RunLog):
         tool_call_id: str,
         child_run_id: str,
         event: EventBase,
-    ) -> SubagentEvent: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -364,7 +364,7 @@ class RunIO(RunLog):
         usage: UsageTotals,
         turns: int,
         tool_calls: int,
-    ) -> SubagentCompleted: ...
+    ) -> None: ...
 
     @overload
     def emit(
@@ -403,19 +403,31 @@ class RunIO(RunLog):
         usage: UsageTotals = ...,
     ) -> RunSuspended: ...
 
-    def emit(self, cls: type[E], /, **fields: Any) -> E:
-        """Number, stamp and hand over the run's next event of class ``cls``; return it.
+    def emit(self, cls: type[E], /, **fields: Any) -> E | None:
+        """Number, stamp and hand over the run's next event of class ``cls``; return it if it
+        is a terminal event (the caller keeps those), else None.
 
         ``fields`` are the event's own fields, by keyword (``io.emit(TurnStarted, turn=3)``);
         emit sets the header — ``run_id``, ``conversation_id``, ``agent``, ``seq``, ``at``. The
         overloads above type-check them against the class: a wrong, missing or positional field
-        is a type error at the call, as it is a ``TypeError`` at run time.
+        is a type error at the call, as it is a ``TypeError`` at run time whenever the event is
+        built.
+
+        An event that nobody would read is numbered but not built: when the events reach only a
+        :class:`~effectagent.engine._handover.RunReducer` (``runtime.run`` without a run
+        listener, and no hold going), the classes it only counts (``UNREAD_EVENTS``) are counted
+        there. The numbers of the events built stay what they would be with every event built.
 
         Synchronous: handing over never waits, so events are numbered and handed over in one
         atomic step even when tool calls emit concurrently (the sequence is gap-free and in
-        order). If the consumer is gone, the ``owner`` run is interrupted. Backpressure is separate (see :meth:`wait_for_consumer`).
+        order). If the consumer is gone, the ``owner`` run is interrupted. Backpressure is
+        separate (see :meth:`wait_for_consumer`).
         """
         seq = self._seq = self._seq + 1
+        sink = self._sink
+        if type(sink) is RunReducer and cls in UNREAD_EVENTS:
+            sink.count += 1  # counted, as the reducer would, but not built: nobody reads it
+            return None
         event = cls(
             run_id=self.run_id,
             conversation_id=self.conversation_id,
@@ -424,7 +436,7 @@ class RunIO(RunLog):
             at=time.time(),
             **fields,
         )
-        if self._sink.feed(event) is False:
+        if sink.feed(event) is False:
             self._owner.interrupt()
         return event
 

@@ -24,11 +24,17 @@ from effectagent.core import (
     EventBase,
     ModelStarted,
     Record,
+    RunCompleted,
+    RunFailed,
+    RunInterrupted,
+    RunSuspended,
     SecretRedactor,
     TextDelta,
     TurnStarted,
+    UsageTotals,
 )
 from effectagent.engine import InMemoryConversationLog
+from effectagent.engine._handover import RunReducer
 from effectagent.engine._io import RunIO
 
 
@@ -55,7 +61,7 @@ class _Collected:
         return True
 
 
-def _io(sink: _Collected) -> RunIO:
+def _io(sink: _Collected | RunReducer) -> RunIO:
     return RunIO(
         run_id="run_1",
         conversation_id="conv_1",
@@ -87,9 +93,11 @@ def test_the_header_comes_first_in_every_event() -> None:
 def test_emit_sets_the_header_and_takes_the_events_own_fields_by_keyword() -> None:
     sink = _Collected()
     io = _io(sink)
-    started = io.emit(TurnStarted, turn=3)
-    delta = io.emit(TextDelta, turn=3, text="Oslo")
-    assert sink.events == [started, delta]
+    io.emit(TurnStarted, turn=3)
+    io.emit(TextDelta, turn=3, text="Oslo")
+    started, delta = sink.events
+    assert isinstance(started, TurnStarted)
+    assert isinstance(delta, TextDelta)
     assert (started.run_id, started.conversation_id, started.agent) == ("run_1", "conv_1", "helper")
     assert (started.seq, started.turn, started.grace) == (1, 3, False)  # grace: its default
     assert (delta.seq, delta.turn, delta.text) == (2, 3, "Oslo")
@@ -130,9 +138,35 @@ def test_each_overload_says_what_its_class_declares(cls: type[EventBase]) -> Non
     signature = _overloads()[cls.__name__]
     _self, cls_, *own = signature.parameters.values()
     assert cls_.kind is inspect.Parameter.POSITIONAL_ONLY
-    assert signature.return_annotation == cls.__name__
+    # The terminal events are returned (their callers keep them); no other event is.
+    terminal = cls in (RunCompleted, RunFailed, RunInterrupted, RunSuspended)
+    assert signature.return_annotation == (cls.__name__ if terminal else "None")
     declared = [f for f in attrs.fields(cls) if f.name not in HEADER]
     assert {p.kind for p in own} <= {inspect.Parameter.KEYWORD_ONLY}
     assert [(p.name, p.annotation, p.default is not p.empty) for p in own] == [
         (f.name, f.type, f.default is not attrs.NOTHING) for f in declared
     ]
+
+
+def test_events_that_reach_only_a_reducer_are_numbered_and_counted_as_if_built() -> None:
+    """``runtime.run``'s reducer reads the declared and settled calls and the terminal event: the
+    rest are numbered and counted, not built — and the terminal event's number is the one it has
+    when every event is built (a collecting sink sees the same numbers)."""
+    reducer, collected = RunReducer(), _Collected()
+    terminals = []
+    for io in (_io(reducer), _io(collected)):
+        io.emit(TurnStarted, turn=1)
+        io.emit(TextDelta, turn=1, text="Oslo")
+        held = io.hold_events()  # a hold's events are built: they may be dropped or handed over
+        io.emit(TextDelta, turn=1, text=" is")
+        io.end_hold(held, hand_over=True)
+        terminals.append(io.emit(RunInterrupted, reason="stop", usage=UsageTotals()))
+    assert [type(e) for e in collected.events] == [
+        TurnStarted,
+        TextDelta,
+        TextDelta,
+        RunInterrupted,
+    ]
+    assert [t.seq for t in terminals if t is not None] == [4, 4]
+    assert (reducer.count, reducer.terminal) == (4, terminals[0])
+    assert reducer.result().status == "interrupted"

@@ -1,6 +1,7 @@
 """Events and records are made by keyword only, and ``RunIO.emit`` takes an event's own fields by
-keyword: mypy follows the class from ``emit`` to the event it returns, and rejects a misspelt,
-mistyped, missing or positional field at the call — as a direct construction does."""
+keyword: it returns the event of a terminal class (mypy follows the class to it) and None for any
+other (an event nobody reads is not built), and mypy rejects a misspelt, mistyped, missing or
+positional field at the call — as a direct construction does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from typing import assert_type
 from effectagent.core import (
     ModelStarted,
     ReasoningDelta,
+    RunFailed,
     RunFailedRecord,
+    RunInterrupted,
     TextDelta,
     ToolCallPrepared,
     TurnStarted,
@@ -30,10 +33,11 @@ RunFailedRecord(conversation_id="conv_1", run_id="run_1", error=None, at=0.0)
 
 
 def emitting(io: RunIO, usage: UsageTotals, streamed: type[TextDelta | ReasoningDelta]) -> None:
-    assert_type(io.emit(TurnStarted, turn=3), TurnStarted)
-    assert_type(io.emit(TurnStarted, turn=3, grace=True), TurnStarted)
-    assert_type(io.emit(ModelStarted, turn=3), ModelStarted)
-    assert_type(io.emit(streamed, turn=3, text="Oslo"), TextDelta | ReasoningDelta)
+    assert_type(io.emit(TurnStarted, turn=3), None)
+    assert_type(io.emit(TurnStarted, turn=3, grace=True), None)
+    assert_type(io.emit(ModelStarted, turn=3), None)
+    assert_type(io.emit(streamed, turn=3, text="Oslo"), None)
+    assert_type(io.emit(RunInterrupted, reason="stop", usage=usage), RunInterrupted)
     # E: No overload variant of "emit" of "RunIO" matches argument types "type[TurnStarted]", "str"
     io.emit(TurnStarted, turn="3")
     # E: Unexpected keyword argument "trun" for overloaded function "emit" of "RunIO"
@@ -48,6 +52,11 @@ def emitting(io: RunIO, usage: UsageTotals, streamed: type[TextDelta | Reasoning
     io.emit(TurnStarted, turn=3, seq=1)
 
 
-def the_event_of_its_class(io: RunIO) -> ModelStarted:
-    # E: Incompatible return value type (got "TurnStarted", expected "ModelStarted")
+def the_event_of_its_class(io: RunIO, usage: UsageTotals) -> RunFailed:
+    # E: Incompatible return value type (got "RunInterrupted", expected "RunFailed")
+    return io.emit(RunInterrupted, reason="stop", usage=usage)
+
+
+def no_event_of_an_ordinary_class(io: RunIO) -> TurnStarted:
+    # E: Incompatible return value type (got "None", expected "TurnStarted")
     return io.emit(TurnStarted, turn=3)
