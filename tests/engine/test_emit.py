@@ -167,6 +167,6 @@ def test_events_that_reach_only_a_reducer_are_numbered_and_counted_as_if_built()
         TextDelta,
         RunInterrupted,
     ]
-    assert [t.seq for t in terminals if t is not None] == [4, 4]
+    assert [t.seq for t in terminals] == [4, 4]
     assert (reducer.count, reducer.terminal) == (4, terminals[0])
     assert reducer.result().status == "interrupted"
