@@ -314,7 +314,7 @@ def _value_bytes(value: object, depth: int = _SHALLOW) -> int:
     counted in place, dicts and lists of them followed a few levels down. Pure."""
     cls = type(value)
     if cls is str:
-        return _text_bytes(cast("str", value))
+        return _text_bytes(value)  # type: ignore[arg-type]  # its class is str
     known = _FIXED.get(cls)
     if known is not None:
         return known
@@ -323,16 +323,21 @@ def _value_bytes(value: object, depth: int = _SHALLOW) -> int:
     getsizeof = sys.getsizeof
     fixed = _FIXED
     size = getsizeof(value)
+    items: Iterable[object]
     if cls is dict:
-        mapping = cast("dict[object, object]", value)
-        size += sum(map(_key_bytes, mapping))
-        items: Iterable[object] = mapping.values()
+        mapping: dict[object, object] = value  # type: ignore[assignment]  # its class is dict
+        for key in mapping:  # keys in place: most are short ASCII names
+            if type(key) is str and key.isascii():
+                size += _STR_HEADER + len(key)
+            else:
+                size += _key_bytes(key)
+        items = mapping.values()
     else:
-        items = cast("list[object]", value)
+        items = value  # type: ignore[assignment]  # its class is list
     for item in items:
         kind = type(item)
         if kind is str:
-            text = cast("str", item)
+            text: str = item  # type: ignore[assignment]  # its class is str
             size += _STR_HEADER + len(text) if text.isascii() else getsizeof(text)
         else:
             known = fixed.get(kind)
@@ -351,39 +356,68 @@ def record_bytes(record: Record) -> int:
     takes (text, content, arguments, result, output, summary — walked by :func:`estimate_bytes`).
     It walks only the parts that vary, so it costs a few attribute reads for a small record;
     a record type it does not know is walked whole. Pure."""
-    cls = type(record)
-    if cls is ModelResponseRecorded:
-        size = RECORD_BYTES
-        for part in cast(ModelResponseRecorded, record).content:
-            payload = part[1]
-            size += _PART_BYTES + _value_bytes(payload)
-        return size
-    if cls is UserInputRecorded:
-        return RECORD_BYTES + _text_bytes(cast(UserInputRecorded, record).text)
-    if cls is ToolCallPrepared:
-        return RECORD_BYTES + _value_bytes(cast(ToolCallPrepared, record).arguments)
-    if cls is ToolCallSettled:
-        settled = cast(ToolCallSettled, record)
-        audit = settled.audit
-        outcome = settled.outcome
-        return (
-            RECORD_BYTES
-            + (
-                _SUCCESS_BYTES + _value_bytes(outcome.result)
-                if type(outcome) is ToolSuccess
-                else estimate_bytes(outcome)
-            )
-            + (0 if audit is None else estimate_bytes(audit))
+    sizer = _SIZERS.get(type(record))
+    return estimate_bytes(record) if sizer is None else sizer(record)
+
+
+def _response_bytes(record: ModelResponseRecorded) -> int:
+    size = RECORD_BYTES
+    for part in record.content:
+        size += _PART_BYTES + _value_bytes(part[1])
+    return size
+
+
+def _input_bytes(record: UserInputRecorded) -> int:
+    return RECORD_BYTES + _text_bytes(record.text)
+
+
+def _prepared_bytes(record: ToolCallPrepared) -> int:
+    return RECORD_BYTES + _value_bytes(record.arguments)
+
+
+def _settled_bytes(record: ToolCallSettled) -> int:
+    audit = record.audit
+    outcome = record.outcome
+    return (
+        RECORD_BYTES
+        + (
+            _SUCCESS_BYTES + _value_bytes(outcome.result)
+            if type(outcome) is ToolSuccess
+            else estimate_bytes(outcome)
         )
-    if cls is RunCompletedRecord:
-        return RECORD_BYTES + _value_bytes(cast(RunCompletedRecord, record).output)
-    if cls is CompactionCreated:
-        return RECORD_BYTES + _text_bytes(cast(CompactionCreated, record).summary)
-    if cls is ContextAdded:
-        return RECORD_BYTES + estimate_bytes(cast(ContextAdded, record).item)
-    if cls is ConversationCreated or cls is AgentStateWritten:
-        return RECORD_BYTES  # IDs, names, numbers
-    return estimate_bytes(record)  # the rest are rare: approvals, failures
+        + (0 if audit is None else estimate_bytes(audit))
+    )
+
+
+def _completed_bytes(record: RunCompletedRecord) -> int:
+    return RECORD_BYTES + _value_bytes(record.output)
+
+
+def _compaction_bytes(record: CompactionCreated) -> int:
+    return RECORD_BYTES + _text_bytes(record.summary)
+
+
+def _context_bytes(record: ContextAdded) -> int:
+    return RECORD_BYTES + estimate_bytes(record.item)
+
+
+def _fixed_bytes(record: object) -> int:
+    return RECORD_BYTES  # IDs, names, numbers
+
+
+#: How :func:`record_bytes` sizes each kind of record it knows (the rest are rare — approvals,
+#: failures — and walked whole): one lookup instead of a test per kind.
+_SIZERS: Final[dict[type, Callable[[Any], int]]] = {
+    ModelResponseRecorded: _response_bytes,
+    UserInputRecorded: _input_bytes,
+    ToolCallPrepared: _prepared_bytes,
+    ToolCallSettled: _settled_bytes,
+    RunCompletedRecord: _completed_bytes,
+    CompactionCreated: _compaction_bytes,
+    ContextAdded: _context_bytes,
+    ConversationCreated: _fixed_bytes,
+    AgentStateWritten: _fixed_bytes,
+}
 
 
 _PART_BYTES: Final = sys.getsizeof((None, None))
