@@ -54,9 +54,9 @@ _TERMINAL = frozenset(_TERMINAL_EVENTS)
 # classes; an event of a subclass takes the full path). A tuple, not a set display: mypy joins
 # keyword-only event classes in a set into a constructor type they do not all fit.
 _COUNTED_ONLY = frozenset(get_args(Event)).difference((ToolCallDeclared, *_SETTLED_EVENTS))
-#: The event classes a :class:`RunReducer` neither reads nor keeps: a run whose events reach only
-#: a reducer (``runtime.run`` without a listener) counts them without building them.
-UNREAD_EVENTS: Final = _COUNTED_ONLY.difference(_TERMINAL)
+#: The event classes whose fields a :class:`RunReducer` takes without the event
+#: (:meth:`RunReducer.take`): every kind of event but the terminal ones, which it keeps.
+TAKEN_EVENTS: Final = frozenset(get_args(Event)).difference(_TERMINAL)
 
 #: The output type of the run's agent (``Agent[O]``): a bare ``RunResult`` is ``RunResult[Any]``.
 OutputT = TypeVar("OutputT", covariant=True, default=Any)
@@ -130,6 +130,19 @@ class RunReducer:
         self.count = 0
         #: The run's terminal event, once fed (no other event is kept).
         self.terminal: RunCompleted | RunFailed | RunInterrupted | RunSuspended | None = None
+
+    def take(self, kind: type[EventBase], fields: Mapping[str, Any]) -> None:
+        """Take the run's next event, of class ``kind`` (one of :data:`TAKEN_EVENTS`, exactly),
+        by its own fields — what :meth:`feed` would note of the event, without the event: a run
+        whose events reach only this reducer does not build the ones it would not keep."""
+        self.count += 1
+        if kind is ToolCallDeclared:
+            self._declared.append((fields["turn"], fields["tool_call_id"]))
+        elif kind is ToolCallSucceeded or kind is ToolCallFailed:
+            settled = self._settled
+            if settled is None:
+                settled = self._settled = []
+            settled.append(((fields["turn"], fields["tool_call_id"]), fields["outcome"]))
 
     def feed(self, event: EventBase) -> None:
         """Take the run's next event."""

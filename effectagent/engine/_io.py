@@ -46,7 +46,7 @@ from effectagent.core import (
     UsageTotals,
 )
 
-from ._handover import UNREAD_EVENTS, EventQueue, RunReducer
+from ._handover import TAKEN_EVENTS, EventQueue, RunReducer
 from ._logging import RunLog
 from ._seams import ConversationLog, RunListener
 
@@ -413,10 +413,11 @@ class RunIO(RunLog):
         is a type error at the call, as it is a ``TypeError`` at run time whenever the event is
         built.
 
-        An event that nobody would read is numbered but not built: when the events reach only a
+        An event that nobody would keep is numbered but not built: when the events reach only a
         :class:`~effectagent.engine._handover.RunReducer` (``runtime.run`` without a run
-        listener, and no hold going), the classes it only counts (``UNREAD_EVENTS``) are counted
-        there. The numbers of the events built stay what they would be with every event built.
+        listener, and no hold going), it takes a non-terminal event's fields instead
+        (:meth:`~effectagent.engine._handover.RunReducer.take`). The numbers of the events built
+        stay what they would be with every event built.
 
         Synchronous: handing over never waits, so events are numbered and handed over in one
         atomic step even when tool calls emit concurrently (the sequence is gap-free and in
@@ -425,8 +426,8 @@ class RunIO(RunLog):
         """
         seq = self._seq = self._seq + 1
         sink = self._sink
-        if type(sink) is RunReducer and cls in UNREAD_EVENTS:
-            sink.count += 1  # counted, as the reducer would, but not built: nobody reads it
+        if type(sink) is RunReducer and cls in TAKEN_EVENTS:
+            sink.take(cls, fields)  # what the reducer notes of it, without the event
             return None
         event = cls(
             run_id=self.run_id,

@@ -30,6 +30,11 @@ from effectagent.core import (
     RunSuspended,
     SecretRedactor,
     TextDelta,
+    ToolCallDeclared,
+    ToolCallFailed,
+    ToolCallSucceeded,
+    ToolRejected,
+    ToolSuccess,
     TurnStarted,
     UsageTotals,
 )
@@ -148,25 +153,32 @@ def test_each_overload_says_what_its_class_declares(cls: type[EventBase]) -> Non
     ]
 
 
-def test_events_that_reach_only_a_reducer_are_numbered_and_counted_as_if_built() -> None:
-    """``runtime.run``'s reducer reads the declared and settled calls and the terminal event: the
-    rest are numbered and counted, not built — and the terminal event's number is the one it has
-    when every event is built (a collecting sink sees the same numbers)."""
+def test_a_reducer_takes_the_fields_of_the_events_it_does_not_keep_as_it_would_the_events() -> None:
+    """``runtime.run``'s reducer keeps only the terminal event: the others' fields are taken
+    without building them. It reduces to the result that reducing every built event gives —
+    outcomes in declaration order, the count of events — and the terminal event has the number
+    it has when every event is built (a collecting sink sees the same numbers)."""
     reducer, collected = RunReducer(), _Collected()
+    outcome = ToolSuccess(tool_call_id="call_1", tool_name="ping", result=1)
+    failed = ToolRejected(tool_call_id="call_2", tool_name="ping", reason="no")
     terminals = []
     for io in (_io(reducer), _io(collected)):
         io.emit(TurnStarted, turn=1)
-        io.emit(TextDelta, turn=1, text="Oslo")
+        for call in ("call_1", "call_2"):
+            io.emit(ToolCallDeclared, turn=1, tool_call_id=call, tool_name="ping", arguments={})
+        io.emit(ToolCallFailed, turn=1, tool_call_id="call_2", tool_name="ping", outcome=failed)
         held = io.hold_events()  # a hold's events are built: they may be dropped or handed over
-        io.emit(TextDelta, turn=1, text=" is")
+        io.emit(TextDelta, turn=1, text="Oslo")
         io.end_hold(held, hand_over=True)
+        io.emit(ToolCallSucceeded, turn=1, tool_call_id="call_1", tool_name="ping", outcome=outcome)
         terminals.append(io.emit(RunInterrupted, reason="stop", usage=UsageTotals()))
-    assert [type(e) for e in collected.events] == [
-        TurnStarted,
-        TextDelta,
-        TextDelta,
-        RunInterrupted,
-    ]
-    assert [t.seq for t in terminals] == [4, 4]
-    assert (reducer.count, reducer.terminal) == (4, terminals[0])
-    assert reducer.result().status == "interrupted"
+    assert [t.seq for t in terminals] == [7, 7]
+    assert len(collected.events) == 7
+    assert reducer.terminal is terminals[0]
+    fed = RunReducer()
+    for event in collected.events:
+        fed.feed(event)
+    built = fed.result()
+    taken = reducer.result()
+    assert (taken.outcomes, taken.events) == ((outcome, failed), 7)
+    assert attrs.evolve(taken, run_id="") == attrs.evolve(built, run_id="")
