@@ -468,15 +468,19 @@ def test_text_typed_while_a_run_goes_steers_it(
 ) -> None:
     shell_config(home, workspace)
     wire = ChatWire()
+    # The call waits for a file this test makes once the steering is taken: the run is still
+    # going when the line is typed, however slow the machine.
+    waiting = "until [ -e go ]; do sleep 0.05; done; ls"
     server.script(
-        Reply.sse(wire.calls(("call_1", "shell", json.dumps({"command": "sleep 2; ls"})))),
+        Reply.sse(wire.calls(("call_1", "shell", json.dumps({"command": waiting})))),
         Reply.sse(wire.text("Voilà.")),
     )
     child = open_chat(server, home)
     child.sendline("List the files.")
-    child.expect('▸ shell {"command":"sleep 2; ls"}')
+    child.expect("▸ shell")
     child.sendline("Answer in French.")
     child.expect("steering: taken at the next turn")
+    (workspace / "go").touch()
     child.expect("Voilà.")
     child.expect(PROMPT)
     child.sendeof()
