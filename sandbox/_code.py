@@ -193,6 +193,11 @@ class CodeExecutionLimits:
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str | bytes):  # ``tuple`` would take it letter by letter
+        raise TypeError(
+            "CodeExecutionRequest.allowed_host_calls must be a sequence of str, not a "
+            f"{type(value).__name__} (a one-item tuple for one)"
+        )
     return tuple(value)
 
 

@@ -173,8 +173,23 @@ class ArtifactRule:
     max_count: int = 16
 
 
-def _strs(values: Iterable[str]) -> tuple[str, ...]:
+def _strings(field: str, values: Iterable[str]) -> tuple[str, ...]:
+    """A field of strings as a tuple; a lone ``str`` (or ``bytes``) is refused, where ``tuple``
+    would take it letter by letter — ``args="hello"`` would run the command with ``h e l l o``."""
+    if isinstance(values, str | bytes):
+        raise TypeError(
+            f"SandboxRequest.{field} must be a sequence of str, not a {type(values).__name__}"
+            " (a one-item tuple for one)"
+        )
     return tuple(values)
+
+
+def _args(values: Iterable[str]) -> tuple[str, ...]:
+    return _strings("args", values)
+
+
+def _env_names(values: Iterable[str]) -> tuple[str, ...]:
+    return _strings("env_allowlist", values)
 
 
 def _mounts(values: Iterable[Mount]) -> tuple[Mount, ...]:
@@ -206,10 +221,10 @@ class SandboxRequest:
     """
 
     command: str
-    args: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    args: tuple[str, ...] = attrs.field(default=(), converter=_args)
     image: str = DEFAULT_IMAGE
     cwd: str | None = None
-    env_allowlist: tuple[str, ...] = attrs.field(default=(), converter=_strs)
+    env_allowlist: tuple[str, ...] = attrs.field(default=(), converter=_env_names)
     env: Mapping[str, str] = attrs.field(factory=dict, hash=False)
     mounts: tuple[Mount, ...] = attrs.field(default=(), converter=_mounts)
     network: NetworkPolicy = "none"

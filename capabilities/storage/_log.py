@@ -438,11 +438,19 @@ class SqliteConversationLog:
         a search reads it and nothing else, and is never behind the log.
 
         Raises :class:`ReadFailed` when the database cannot be read, :class:`WriteFailed` when it cannot
-        write the index (busy excepted), :class:`StorageClosed`.
+        write the index (busy excepted), :class:`StorageClosed`; ``TypeError`` when ``words`` is
+        not a sequence of strings (a lone string included: it would be searched letter by letter)
+        or ``limit`` not an int, ``ValueError`` when ``limit`` is below 1 — before anything is
+        read.
 
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
+        words = _search_words(words)
+        if type(limit) is not int:
+            raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
         read = self.database.read
         if self.database.dialect == "postgresql":  # indexed by PostgreSQL as records are written
             from ._search_postgres import find_said_pg
@@ -456,3 +464,15 @@ class SqliteConversationLog:
         if found is None:  # too much was waiting to match in memory: searched once caught up
             found = await read(lambda conn: find_said(conn, words, limit))
         return found
+
+
+def _search_words(words: object) -> tuple[str, ...]:
+    """``search``'s words, checked: a sequence of strings, not a lone string."""
+    if isinstance(words, str | bytes) or not isinstance(words, Sequence):
+        raise TypeError(
+            f"words must be a sequence of str (a one-item list for one), got {type(words).__name__}"
+        )
+    for word in words:
+        if not isinstance(word, str):
+            raise TypeError(f"each of words must be a str, got {type(word).__name__}")
+    return tuple(words)

@@ -208,6 +208,12 @@ def test_a_request_checks_its_field_types() -> None:
         CodeExecutionRequest(b"async () => 1")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("names", ["forecast", b"forecast"])
+def test_one_host_call_name_as_a_string_is_refused_not_split_into_letters(names: object) -> None:
+    with pytest.raises(TypeError, match="allowed_host_calls must be a sequence of str, not a"):
+        CodeExecutionRequest("async () => 1", allowed_host_calls=names)  # type: ignore[arg-type]
+
+
 def test_host_call_names_accept_any_iterable() -> None:
     assert CodeExecutionRequest("s", allowed_host_calls=["a", "b"]).allowed_host_calls == (
         "a",

@@ -104,6 +104,16 @@ def test_a_plain_request_is_valid() -> None:
     validate_request(SandboxRequest("echo", ("hi",)))
 
 
+@pytest.mark.parametrize("field", ["args", "env_allowlist"])
+@pytest.mark.parametrize("value", ["hello", b"hello"])
+def test_a_string_where_a_sequence_of_strings_goes_is_refused_not_split_into_letters(
+    field: str, value: object
+) -> None:
+    """``args="hello"`` would otherwise run ``echo h e l l o``."""
+    with pytest.raises(TypeError, match=f"SandboxRequest.{field} must be a sequence of str"):
+        SandboxRequest("echo", **{field: value})  # type: ignore[arg-type]
+
+
 def test_every_problem_is_listed_at_once() -> None:
     request = SandboxRequest(
         "",

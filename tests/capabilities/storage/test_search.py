@@ -316,6 +316,30 @@ async def test_the_log_searches_what_was_said_not_tool_output_nor_reasoning() ->
         assert (await log.search(["...", "?"], limit=10)).said == ()
 
 
+@pytest.mark.parametrize(
+    ("words", "limit", "error", "message"),
+    [
+        ("oslo", 10, TypeError, "words must be a sequence of str"),  # not letter by letter
+        (b"oslo", 10, TypeError, "words must be a sequence of str"),
+        ([3], 10, TypeError, "each of words must be a str, got int"),
+        (["oslo"], 0, ValueError, "limit must be at least 1, got 0"),
+        (["oslo"], -1, ValueError, "limit must be at least 1, got -1"),
+        (["oslo"], 2.0, TypeError, "limit must be an int, got float"),
+    ],
+)
+async def test_a_search_refuses_words_or_a_limit_it_cannot_honour(
+    words: Any, limit: Any, error: type[Exception], message: str
+) -> None:
+    """A lone string would be searched letter by letter, and a limit below 1 would find nothing:
+    both are refused, as the session store's listing refuses its limit, before anything is read."""
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", "Trip to Oslo?", at=2.0)])
+        with pytest.raises(error, match=message):
+            await log.search(words, limit=limit)
+        assert len((await log.search(("oslo",), limit=1)).said) == 1
+
+
 async def test_a_write_that_is_refused_indexes_nothing() -> None:
     async with open_database(":memory:") as database:
         log = SqliteConversationLog(database)
