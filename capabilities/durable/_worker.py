@@ -443,11 +443,19 @@ class DurableWorker:
             self._wake.set()
 
     async def _idle(self) -> bool:
+        """Whether no submission is left that a worker could take without someone acting: none
+        queued, active or joining — but for those in a quarantined conversation and those that
+        wait behind a suspended or dead-lettered submission of their conversation (its lane
+        stays blocked until that one is decided, aborted or requeued)."""
+
         def read(conn: Connection) -> bool:
             found = conn.execute(
                 "SELECT 1 FROM submissions s WHERE s.status IN ('queued', 'active', 'joining') "
                 "AND NOT EXISTS (SELECT 1 FROM quarantine q "
-                "  WHERE q.conversation_id = s.conversation_id) LIMIT 1"
+                "  WHERE q.conversation_id = s.conversation_id) "
+                "AND NOT EXISTS (SELECT 1 FROM submissions b "
+                "  WHERE b.conversation_id = s.conversation_id AND b.position < s.position "
+                "  AND b.status IN ('suspended', 'dead')) LIMIT 1"
             ).fetchone()
             return found is None
 

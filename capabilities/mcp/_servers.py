@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -76,8 +77,15 @@ def _check_command(instance: object, attribute: attrs.Attribute[Any], value: obj
 
 
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The URL is not echoed: it may hold what must not show in a message.
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
-        raise ValueError(f"url must be an http:// or https:// URL, got {value!r}")
+        raise ValueError("url must be an http:// or https:// URL")
+    if "@" in urlsplit(value).netloc:
+        # The URL names the server in messages, logs and spans (its host is the default name).
+        raise ValueError(
+            "url must not hold credentials (user:password@host): send them in headers, "
+            "e.g. an Authorization header"
+        )
 
 
 def _key(self: Any) -> ServiceKey[Any]:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 import attrs
@@ -20,6 +21,32 @@ DEFAULT_QUOTA: Final = Quota(per_minute=60.0, burst=20)
 def _positive(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
     if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{attribute.name} must be a positive number")
+
+
+def _origins(value: Iterable[str]) -> tuple[str, ...]:
+    """``cors_origins`` as a tuple; a lone string is refused (taken letter by letter, it would
+    allow the origins ``h``, ``t``, ``p``... and not the one meant)."""
+    if isinstance(value, str | bytes):
+        raise TypeError(
+            "cors_origins must be a sequence of origins (a one-item tuple for one), "
+            f"not a {type(value).__name__}"
+        )
+    return tuple(value)
+
+
+def _origin_list(
+    instance: object, attribute: attrs.Attribute[tuple[str, ...]], value: tuple[object, ...]
+) -> None:
+    for origin in value:
+        if not isinstance(origin, str) or _ORIGIN.fullmatch(origin) is None:
+            raise ValueError(
+                f"cors_origins: {origin!r} is not an origin (scheme://host or "
+                "scheme://host:port, no path)"
+            )
+
+
+#: An origin as a browser sends it: a scheme, a host, an optional port; no path, no slash.
+_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#@]+(:[0-9]{1,5})?", re.ASCII)
 
 
 def _count(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
@@ -55,5 +82,7 @@ class ServeSettings:
     sse_heartbeat: float = attrs.field(default=15.0, validator=_positive)
     sse_page: int = attrs.field(default=256, validator=_count)
     grace: float = attrs.field(default=30.0, validator=_positive)
-    cors_origins: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = attrs.field(
+        default=(), converter=_origins, validator=_origin_list
+    )
     search_limit: int = attrs.field(default=50, validator=_count)

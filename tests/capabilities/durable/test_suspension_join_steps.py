@@ -111,6 +111,46 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
         assert await q.verify("c") == ()
 
 
+async def test_until_idle_returns_when_what_is_left_waits_behind_a_suspended_submission(
+    store: Stores,
+) -> None:
+    """A submission queued behind a suspended one of its conversation cannot be taken until that
+    one is decided: a worker run until idle returns (it used to look for it forever), and once
+    the decision is made the next run takes both, in order."""
+    transfers: list[int] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        last = _last(request)
+        if isinstance(last, UserMessage) and _text(last) == "pay":
+            return Turn.tool_calls(("transfer", {"cents": 5}, "call-1"))
+        return "done"
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        transfers.append(params.cents)
+        return "ok"
+
+    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
+    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    async with store.open() as db:
+        q = DurableQueue(db)
+        first = await q.submit(
+            "payer", "pay", conversation_id="c", idempotency_key="1", principal="p"
+        )
+        later = await q.submit(
+            "payer", "later", conversation_id="c", idempotency_key="2", principal="p"
+        )
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        statuses = [(await q.status(r.submission_id)).status for r in (first, later)]
+        assert statuses == ["suspended", "queued"]
+        await q.decide(first.submission_id, "call-1", True, author="boss")
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        statuses = [(await q.status(r.submission_id)).status for r in (first, later)]
+        assert statuses == ["completed", "completed"]
+        assert transfers == [5]
+
+
 async def test_a_denial_settles_the_call_rejected_without_running_it(store: Stores) -> None:
     transfers: list[int] = []
 

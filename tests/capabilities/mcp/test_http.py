@@ -118,6 +118,20 @@ async def test_nothing_listening_is_a_connect_error(demo_http: HttpServer) -> No
     assert attrs.evolve(nowhere, prefix="x").key is not nowhere.key
 
 
+def test_a_url_with_credentials_is_refused_without_echoing_them() -> None:
+    """The URL names the server in messages, logs and spans (its host is the default name):
+    credentials go in headers, never in it."""
+    canary = "s3cret-canary"
+    for url in (f"https://ann:{canary}@mcp.example/mcp", f"http://{canary}@127.0.0.1:9/mcp"):
+        with pytest.raises(ValueError, match="must not hold credentials") as caught:
+            HttpServer(url)
+        assert canary not in str(caught.value)
+    with pytest.raises(ValueError, match="http:// or https://") as caught:
+        HttpServer(f"ftp://ann:{canary}@mcp.example")
+    assert canary not in str(caught.value)
+    assert HttpServer("https://mcp.example:8443/mcp?x=@").name == "mcp.example:8443"
+
+
 async def test_headers_are_sent_with_every_request(demo_http: HttpServer, call_log: Path) -> None:
     with_headers = attrs.evolve(demo_http, headers={"Authorization": "Bearer not-a-secret"})
     assert "not-a-secret" not in repr(with_headers)

@@ -10,13 +10,26 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.durable import IdempotencyConflict, NotDeadLettered, SubmissionNotFound
-from capabilities.serve import Principal, Problem, Quota, Tokens, token_digest
+from capabilities.serve import Principal, Problem, Quota, ServeSettings, Tokens, token_digest
 from capabilities.serve._problems import PROBLEM_TYPES, problem_of
 from capabilities.serve._quota import Bucket, QuotaBook, retry_after, take
 from capabilities.serve._sse import event_bytes, live_bytes, resume_after
 
 ANN = Principal("ann")
 OPS = Principal("ops", operator=True)
+
+
+def test_cors_origins_are_origins_and_a_lone_string_is_refused() -> None:
+    """A lone string was taken letter by letter: the origin meant got no CORS header, and a page
+    of the origin ``a`` did."""
+    tokens = Tokens.of([("t-ann", ANN)])
+    allowed = ("https://app.example", "http://localhost:8080")
+    assert ServeSettings(tokens=tokens, cors_origins=list(allowed)).cors_origins == allowed
+    with pytest.raises(TypeError, match="cors_origins must be a sequence of origins"):
+        ServeSettings(tokens=tokens, cors_origins="https://app.example")
+    for bad in ("https://app.example/", "app.example", "a", "https://app.example/path", ""):
+        with pytest.raises(ValueError, match="is not an origin"):
+            ServeSettings(tokens=tokens, cors_origins=(bad,))
 
 
 def test_a_bearer_token_resolves_to_its_principal_and_nothing_else_does() -> None:
