@@ -9,10 +9,11 @@ handler of the wrong shape fails where it is given, not in the middle of a run.
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable
 from typing import Any
+
+from effectagent.effect import is_async_callable
 
 __all__ = [
     "accepts_positional",
@@ -43,20 +44,6 @@ def need(
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
-
-
-def is_async_callable(fn: object) -> bool:
-    """Whether calling ``fn`` starts a coroutine: an ``async def`` function or method, a
-    ``functools.partial`` of one, an object whose ``__call__`` is ``async def``, or one whose
-    class says so (``starts_coroutine = True``: a handler ``@tool`` made, which returns the
-    function's coroutine without a frame of its own)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    if inspect.iscoroutinefunction(fn) or getattr(type(fn), "starts_coroutine", False) is True:
-        return True
-    # The class's own ``__call__`` (a callable instance), looked up without binding it.
-    call = inspect.getattr_static(type(fn), "__call__", None) if callable(fn) else None
-    return inspect.iscoroutinefunction(call)
 
 
 def accepts_positional(fn: Callable[..., Any], count: int) -> bool:

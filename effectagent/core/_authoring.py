@@ -16,7 +16,7 @@ import attrs
 from typing_extensions import TypeVar
 
 from effectagent.ai import MediaPart, Message
-from effectagent.effect import SchemaDerivationError, ServiceKey, json_schema
+from effectagent.effect import SchemaDerivationError, ServiceKey, is_async_callable, json_schema
 
 from ._errors import RunError
 from ._records import ContextItem
@@ -173,12 +173,25 @@ def _name_of(value: object) -> str:
     return type(value).__name__
 
 
+def _label(value: object) -> str:
+    name = getattr(value, "__qualname__", None)
+    return name if isinstance(name, str) else _name_of(value)
+
+
 def check_instructions(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """``Agent.instructions``: a str, or a function (async) computing them."""
-    if not isinstance(value, str) and not callable(value):
+    """``Agent.instructions``: a str, or an async function computing them (a plain function
+    would fail every run when its result is awaited: refused here instead)."""
+    if isinstance(value, str):
+        return
+    if not callable(value):
         raise TypeError(
             "Agent.instructions must be a str or an async function of an InstructionsContext, "
             f"got {_name_of(value)}"
+        )
+    if not is_async_callable(value):
+        raise TypeError(
+            "Agent.instructions must be a str or an async function (async def) of an "
+            f"InstructionsContext; {_label(value)} is not async"
         )
 
 
@@ -199,9 +212,15 @@ def check_input(instance: object, attribute: attrs.Attribute[Any], value: object
 
 
 def check_function(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An optional function field (``input_renderer``, ``prepare_context``)."""
+    """An optional function field: ``input_renderer`` (a plain function), ``prepare_context``
+    (an async one)."""
     if value is not None and not callable(value):
         raise TypeError(f"Agent.{attribute.name} must be a function or None, got {_name_of(value)}")
+    if attribute.name == "prepare_context" and value is not None and not is_async_callable(value):
+        raise TypeError(
+            f"Agent.prepare_context must be an async function (async def) or None; "
+            f"{_label(value)} is not async"
+        )
     named = attribute.name == "input_renderer"
     if named and value is not None and getattr(instance, "input", None) is None:
         raise ValueError("Agent.input_renderer needs Agent.input, the type it renders")

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias
 import attrs
 from typing_extensions import TypeVar
 
+from effectagent.effect import is_async_callable
+
 from ._errors import RunError
 
 if TYPE_CHECKING:
@@ -134,6 +136,17 @@ def _named(check: object) -> str:
 def _callable(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not callable(value):
         raise TypeError(f"Guardrail.check must be an async function, got {type(value).__name__}")
+    if not is_async_callable(value):  # it would fail every run it guards, when first awaited
+        raise TypeError(
+            f"Guardrail.check must be an async function (async def); {_named(value)} is not async"
+        )
+
+
+def _guardrail_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"Guardrail.name must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError("Guardrail.name must not be empty: a trip names its guardrail")
 
 
 @attrs.frozen
@@ -144,7 +157,10 @@ class Guardrail:
     recorded or shown (its deltas are held until every guardrail beside it passed)."""
 
     check: Callable[..., Awaitable[GuardrailResult]] = attrs.field(validator=_callable)
-    name: str = attrs.field(default=attrs.Factory(lambda self: _named(self.check), takes_self=True))
+    name: str = attrs.field(
+        default=attrs.Factory(lambda self: _named(self.check), takes_self=True),
+        validator=_guardrail_name,
+    )
     beside: bool = attrs.field(default=False, kw_only=True)
 
 
@@ -165,6 +181,13 @@ def guardrails(value: object, where: str) -> tuple[Guardrail, ...]:
             raise TypeError(
                 f"{where} must hold async functions or Guardrail values, got {type(item).__name__}"
             )
+    names = [g.name for g in result]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # a trip names its guardrail: two of one name could not be told apart
+        raise ValueError(
+            f"{where} holds two guardrails named {twice[0]!r}: give one another name "
+            "(Guardrail(fn, name=...))"
+        )
     return tuple(result)
 
 

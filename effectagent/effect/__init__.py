@@ -10,6 +10,7 @@ which they may only import from here.
 
 from . import _attrs_init
 from ._attempt import attempt as attempt
+from ._attempt import is_async_callable as is_async_callable
 from ._attempt import propagates as propagates
 from ._cause import Cause as Cause
 from ._cause import Die as Die
@@ -86,6 +87,7 @@ __all__ = [
     "Success",
     "TaggedError",
     "attempt",
+    "is_async_callable",
     "propagates",
     "build_layer",
     "checked_encoder",

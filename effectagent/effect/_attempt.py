@@ -9,6 +9,8 @@ observed as a value where we own the cancel scope — :meth:`Fiber.join` and Sco
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Never, TypeVar, TypeVarTuple, Unpack, overload
 
@@ -16,7 +18,7 @@ import trio
 
 from ._cause import Cause, Exit, Failure, Success, is_passthrough
 
-__all__ = ["attempt", "attempt_sync", "propagates"]
+__all__ = ["attempt", "attempt_sync", "is_async_callable", "propagates"]
 
 A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
@@ -29,6 +31,21 @@ def _contains_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return any(_contains_cancelled(e) for e in exc.exceptions)
     return False
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether calling ``fn`` starts a coroutine: an ``async def`` function or method, a
+    ``functools.partial`` of one, an object whose ``__call__`` is ``async def``, or one whose
+    class says so (``starts_coroutine = True``: a handler ``@tool`` made, which returns the
+    function's coroutine without a frame of its own). What a field that takes an async function
+    checks, so a plain function fails where it is given, not when first awaited."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn) or getattr(type(fn), "starts_coroutine", False) is True:
+        return True
+    # The class's own ``__call__`` (a callable instance), looked up without binding it.
+    call = inspect.getattr_static(type(fn), "__call__", None) if callable(fn) else None
+    return inspect.iscoroutinefunction(call)
 
 
 def propagates(exc: BaseException) -> bool:

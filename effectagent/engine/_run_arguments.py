@@ -43,8 +43,7 @@ def check_run_arguments(
         raise ValueError("conversation_id must not be empty")
     if create and conversation_id is None:
         raise ValueError("create=True needs the conversation_id to create")
-    if not isinstance(author, str):
-        raise TypeError(f"author must be a str, got {type(author).__name__}")
+    check_id("author", author)  # the run's principal: approvals and records name it
     if run_id is not None:
         check_id("run_id", run_id)
     if isinstance(context, str | bytes) or not isinstance(context, Sequence):

@@ -29,8 +29,9 @@ does not exist yet: there are none here.
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from typing import Any, Literal, final
 
@@ -93,15 +94,48 @@ MODEL_FAULT_KINDS: tuple[ModelFaultKind, ...] = ("rate-limit", "unavailable", "c
 TOOL_FAULT_KINDS: tuple[ToolFaultKind, ...] = ("slow", "hang", "defect")
 
 
+def _kind_of(kinds: tuple[str, ...]) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value not in kinds:
+            raise ValueError(
+                f"{type(instance).__name__}.kind must be one of "
+                f"{', '.join(map(repr, kinds))}, got {value!r}"
+            )
+
+    return check
+
+
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ValueError(
+            f"{type(instance).__name__}.{attribute.name} must be a finite number of seconds "
+            f"≥ 0, got {value!r}"
+        )
+
+
+def _parts(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) is not int or value < 0:
+        raise ValueError(
+            f"{type(instance).__name__}.{attribute.name} must be a whole number ≥ 0, got {value!r}"
+        )
+
+
 @final
 @attrs.frozen
 class ModelFault:
     """One model call goes wrong: ``kind``, the ``retry_after`` a rate limit states, or how many
-    parts of the real response go first (``after_parts``) before a cut or a malformed event."""
+    parts of the real response go first (``after_parts``) before a cut or a malformed event.
+    A kind not in :data:`MODEL_FAULT_KINDS`, or a negative or non-finite figure, is a
+    ``ValueError`` (a misspelt kind would otherwise play some other fault)."""
 
-    kind: ModelFaultKind
-    retry_after: float = 0.0
-    after_parts: int = 0
+    kind: ModelFaultKind = attrs.field(validator=_kind_of(MODEL_FAULT_KINDS))
+    retry_after: float = attrs.field(default=0.0, validator=_seconds)
+    after_parts: int = attrs.field(default=0, validator=_parts)
 
     def __str__(self) -> str:
         if self.kind == "rate-limit":
@@ -117,10 +151,11 @@ class ModelFault:
 class ToolFault:
     """One tool call goes wrong: ``slow`` (``seconds`` on the Trio clock before the handler
     runs), ``hang`` (never returns: its timeout or the run's deadline ends it), ``defect``
-    (raises :class:`~effectagent.testing.SimulatedDefect`)."""
+    (raises :class:`~effectagent.testing.SimulatedDefect`). A kind not in
+    :data:`TOOL_FAULT_KINDS`, or negative or non-finite ``seconds``, is a ``ValueError``."""
 
-    kind: ToolFaultKind
-    seconds: float = 0.0
+    kind: ToolFaultKind = attrs.field(validator=_kind_of(TOOL_FAULT_KINDS))
+    seconds: float = attrs.field(default=0.0, validator=_seconds)
 
     def __str__(self) -> str:
         return f"slow tool ({self.seconds:g} s)" if self.kind == "slow" else f"tool {self.kind}"

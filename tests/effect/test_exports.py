@@ -40,7 +40,8 @@ SURFACE: dict[str, str] = {
     """,
     "effectagent.effect": """
         attempt AttributeValue build_layer Cause checked_encoder Context decode decode_json Die
-        encode encode_as Exit Fail Failure Fiber field_meta Interrupt json_schema JSONValue Layer
+        encode encode_as Exit Fail Failure Fiber field_meta Interrupt is_async_callable json_schema
+        JSONValue Layer
         make_json_converter merge MissingRequirement MissingServicesError open_scope parse_json_text
         propagates
         preflight SchemaDerivationError SchemaError SchemaIssue SchemaLimits Scope ScopeClosedError

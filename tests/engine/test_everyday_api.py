@@ -192,6 +192,19 @@ async def test_wrong_run_arguments_are_type_errors_naming_them(
             await attempt(runtime)
 
 
+@pytest.mark.parametrize("empty", ["", "  "])
+async def test_an_empty_author_is_refused_as_an_empty_id_is(
+    empty: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The author is the run's principal — what approvals, records and a session's owner name."""
+    agent = make_agent()
+    async with open_runtime(ScriptedModel.layer([]), agents=[agent]) as runtime:
+        with pytest.raises(ValueError, match="author must not be empty"):
+            await runtime.run(agent, "hi", author=empty)
+        with pytest.raises(ValueError, match="author must not be empty"):
+            runtime.stream(agent, "hi", author=empty)
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [

@@ -6,6 +6,7 @@ has a finite default, so an agent needs no policy to be safe."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, TypedDict
@@ -20,6 +21,7 @@ from effectagent.core import (
     Agent,
     AgentPolicy,
     CompactionPolicy,
+    Guardrail,
     RetryPolicy,
     ToolResultBounds,
 )
@@ -201,6 +203,49 @@ def test_an_agent_refuses_arguments_of_the_wrong_type_by_name(
 ) -> None:
     with pytest.raises(TypeError, match=message):
         Agent(**{"name": "a", "instructions": "Be helpful.", **arguments})
+
+
+def _plain_instructions(context: Any) -> str:
+    return "Be helpful."
+
+
+def _plain_check(context: Any, value: Any) -> Any:
+    return None
+
+
+async def _async_check(context: Any, value: Any) -> Any:
+    return None
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"instructions": _plain_instructions}, r"Agent\.instructions must be a str or an async"),
+        ({"prepare_context": lambda context: None}, r"Agent\.prepare_context must be an async"),
+        ({"input_guardrails": [_plain_check]}, r"Guardrail\.check must be an async function"),
+        ({"output_guardrails": [_plain_check]}, r"Guardrail\.check must be an async function"),
+    ],
+)
+def test_a_plain_function_where_an_async_one_goes_is_refused_when_given(
+    arguments: dict[str, Any], message: str
+) -> None:
+    """It used to be taken, and every run then failed when its result was awaited."""
+    with pytest.raises(TypeError, match=message + r".* is not async"):
+        Agent(**{"name": "a", "instructions": "Be helpful.", **arguments})
+    with pytest.raises(TypeError, match=r"Guardrail\.check must be an async function"):
+        Guardrail(_plain_check)
+    assert Guardrail(functools.partial(_async_check)).check is not None  # a partial of one is
+
+
+def test_a_guardrail_needs_a_name_of_its_own_within_its_list() -> None:
+    """A trip names its guardrail: an empty name, or two of one name, could not be told apart."""
+    with pytest.raises(ValueError, match=r"Guardrail\.name must not be empty"):
+        Guardrail(_async_check, name=" ")
+    with pytest.raises(ValueError, match="holds two guardrails named '_async_check'"):
+        Agent("a", "Be helpful.", input_guardrails=[_async_check, Guardrail(_async_check)])
+    named = Guardrail(_async_check, name="second")
+    agent = Agent("a", "Be helpful.", input_guardrails=[_async_check, named])
+    assert [g.name for g in agent.input_guardrails] == ["_async_check", "second"]
 
 
 @attrs.frozen

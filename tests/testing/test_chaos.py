@@ -55,6 +55,36 @@ def chaos(cassette: Path, plan: FaultPlan, agent: Any = weather) -> ChaosReport:
 # ---- each fault -----------------------------------------------------------------------------------
 
 
+#: What the type checker would refuse, as a user without one might write it.
+_MISSPELT: Any = "rate_limit"
+_UNKNOWN: Any = "explode"
+_FRACTION: Any = 1.5
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: ModelFault(_MISSPELT), "ModelFault.kind must be one of 'rate-limit'"),
+        (lambda: ToolFault(_UNKNOWN), "ToolFault.kind must be one of 'slow'"),
+        (lambda: ToolFault("slow", seconds=-1), "ToolFault.seconds must be a finite number"),
+        (
+            lambda: ModelFault("rate-limit", retry_after=float("nan")),
+            "ModelFault.retry_after must be a finite number",
+        ),
+        (lambda: ModelFault("cut", after_parts=-1), "ModelFault.after_parts must be a whole"),
+        (
+            lambda: ModelFault("cut", after_parts=_FRACTION),
+            "ModelFault.after_parts must be a whole",
+        ),
+    ],
+)
+def test_a_fault_that_is_not_one_of_the_listed_ones_is_refused(make: Any, message: str) -> None:
+    """A misspelt kind used to play another fault (``rate_limit`` a malformed event) or none
+    (``explode``), and a negative wait made the harness itself fail."""
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
 def test_no_faults_is_the_recorded_run(cassette: Path) -> None:
     report = chaos(cassette, FaultPlan())
     assert report.completed
