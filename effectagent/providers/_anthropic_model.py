@@ -26,7 +26,15 @@ from effectagent.ai import (
 )
 
 from ._anthropic_messages import MessagesDecoder, anthropic_request_body
-from ._common import CallIds, default_max_tokens, positive_tokens
+from ._common import (
+    CallIds,
+    default_max_tokens,
+    http_url,
+    positive_seconds,
+    positive_tokens,
+    thinking_tokens,
+    valid_temperature,
+)
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
 from ._media import MediaSupport, media_problem, media_support, refused
@@ -67,12 +75,14 @@ class Anthropic(ModelLayer):
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
-    thinking_budget: int | None = attrs.field(default=None, kw_only=True)
-    temperature: float | None = attrs.field(default=None, kw_only=True)
+    thinking_budget: int | None = attrs.field(
+        default=None, kw_only=True, validator=thinking_tokens(0)
+    )
+    temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
     media: MediaSupport | None = attrs.field(default=None, kw_only=True)
 

@@ -5,7 +5,8 @@ and the output cap each model gets by default. Pure."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, final
 
 import attrs
@@ -218,6 +219,65 @@ class CallIds:
             call_id = f"{call_id}-{n + 1}"
         taken.add(call_id)
         return call_id
+
+
+def _where(instance: object, attribute: attrs.Attribute[Any]) -> str:
+    return f"{type(instance).__name__}.{attribute.name}"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a finite, positive number of seconds."""
+    if not _is_number(value):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a number of seconds, got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value <= 0:  # type: ignore[arg-type, operator]
+        raise ValueError(
+            f"{_where(instance, attribute)} must be a positive number of seconds, got {value}"
+        )
+
+
+def valid_temperature(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a finite number ≥ 0, or None (the provider refuses what is past its
+    own top)."""
+    if value is None:
+        return
+    if not _is_number(value):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a number or None, got {type(value).__name__}"
+        )
+    if not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
+        raise ValueError(f"{_where(instance, attribute)} must be a number ≥ 0, got {value}")
+
+
+def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: an ``http://`` or ``https://`` URL, or None. (Not echoed: a URL may
+    hold credentials.)"""
+    if value is None:
+        return
+    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+        raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
+
+
+def thinking_tokens(least: int) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    """An attrs validator: a whole number of tokens ≥ ``least`` (the provider's own floor for
+    what it means: -1 is Gemini's "let the model decide"), or None."""
+
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(
+                f"{_where(instance, attribute)} must be an int or None, got {type(value).__name__}"
+            )
+        if value < least:
+            raise ValueError(f"{_where(instance, attribute)} must be at least {least}, got {value}")
+
+    return check
 
 
 def positive_tokens(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

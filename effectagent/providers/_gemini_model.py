@@ -41,7 +41,15 @@ from effectagent.ai import (
     generate,
 )
 
-from ._common import CallIds, default_max_tokens, positive_tokens
+from ._common import (
+    CallIds,
+    default_max_tokens,
+    http_url,
+    positive_seconds,
+    positive_tokens,
+    thinking_tokens,
+    valid_temperature,
+)
 from ._credentials import require_api_key, secret_values
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
 from ._layer import ModelLayer
@@ -158,13 +166,15 @@ class Gemini(ModelLayer):
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
-    base_url: str | None = attrs.field(default=None, kw_only=True)
+    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
     api_version: str = attrs.field(default=DEFAULT_API_VERSION, kw_only=True)
-    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
-    temperature: float | None = attrs.field(default=None, kw_only=True)
-    thinking_budget: int | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
+    thinking_budget: int | None = attrs.field(
+        default=None, kw_only=True, validator=thinking_tokens(-1)
+    )
     thinking_level: str | None = attrs.field(default=None, kw_only=True)
     include_thoughts: bool | None = attrs.field(default=None, kw_only=True)
     output_with_tools: bool | None = attrs.field(default=None, kw_only=True)

@@ -33,7 +33,14 @@ from effectagent.ai import (
     generate,
 )
 
-from ._common import CallIds, default_max_tokens, positive_tokens
+from ._common import (
+    CallIds,
+    default_max_tokens,
+    http_url,
+    positive_seconds,
+    positive_tokens,
+    valid_temperature,
+)
 from ._credentials import require_api_key, secret_values
 from ._layer import ModelLayer, sdk_client
 from ._media import Family, MediaSupport, media_problem, media_support, refused
@@ -90,14 +97,14 @@ class OpenAIResponses(ModelLayer):
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
     reasoning_summary: str | None = attrs.field(default=None, kw_only=True)
     store: bool = attrs.field(default=False, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
-    temperature: float | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
     media: MediaSupport | None = attrs.field(default=None, kw_only=True)
@@ -230,12 +237,12 @@ class OpenAIChat(ModelLayer):
 
     model: str
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
-    base_url: str | None = attrs.field(default=None, kw_only=True)
-    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
     parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
-    temperature: float | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
     media: MediaSupport | None = attrs.field(default=None, kw_only=True)
@@ -287,15 +294,15 @@ class OpenAICompatible(ModelLayer):
     prompt and cap together exceed the model's context), raise it for long answers."""
 
     model: str
-    base_url: str = attrs.field(kw_only=True)
+    base_url: str = attrs.field(kw_only=True, validator=http_url)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
     api_key_env: str | None = attrs.field(default=None, kw_only=True)
-    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True)
+    timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
     native_output: bool = attrs.field(default=True, kw_only=True)
     output_with_tools: bool = attrs.field(default=True, kw_only=True)
     stream_usage: bool = attrs.field(default=True, kw_only=True)
-    temperature: float | None = attrs.field(default=None, kw_only=True)
+    temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
     media: MediaSupport | None = attrs.field(default=None, kw_only=True)

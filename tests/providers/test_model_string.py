@@ -83,6 +83,44 @@ def test_an_option_the_provider_lacks_names_the_ones_it_has() -> None:
         model_settings(42)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("string", "options", "error", "message"),
+    [
+        ("openai:gpt-4.1", {"timeout": -1}, ValueError, r"timeout must be a positive number"),
+        ("openai-chat:gpt-4.1", {"timeout": float("inf")}, ValueError, r"positive number"),
+        ("anthropic:claude", {"timeout": "60"}, TypeError, r"timeout must be a number of sec"),
+        ("openai:gpt-4.1", {"temperature": -1}, ValueError, r"temperature must be a number ≥ 0"),
+        ("gemini:g", {"temperature": float("nan")}, ValueError, r"temperature must be a number"),
+        ("anthropic:claude", {"temperature": True}, TypeError, r"temperature must be a number"),
+        ("openai:gpt-4.1", {"base_url": "ftp://x"}, ValueError, r"base_url must be an http://"),
+        (
+            "openai-compatible:m",
+            {"base_url": "localhost:8000"},
+            ValueError,
+            r"OpenAICompatible\.base_url must be an http://",
+        ),
+        ("anthropic:claude", {"thinking_budget": -3}, ValueError, r"at least 0, got -3"),
+        ("gemini:g", {"thinking_budget": -2}, ValueError, r"at least -1, got -2"),
+        ("gemini:g", {"thinking_budget": 1.5}, TypeError, r"thinking_budget must be an int"),
+    ],
+)
+def test_an_option_value_the_provider_cannot_mean_is_refused_naming_it(
+    string: str, options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """A negative timeout or temperature, a URL that is not HTTP, a thinking budget below what
+    the provider means by one: refused when the settings are made, not by the first request."""
+    with pytest.raises(error, match=message):
+        model_settings(string, **options)
+
+
+def test_option_values_the_providers_mean_are_taken() -> None:
+    dynamic = model_settings("gemini:g", thinking_budget=-1)  # the model decides
+    assert attrs.asdict(dynamic)["thinking_budget"] == -1
+    assert model_settings("anthropic:claude", thinking_budget=0, temperature=0).temperature == 0
+    compatible = model_settings("openai-compatible:m", base_url="http://127.0.0.1:8000/v1")
+    assert compatible.timeout > 0
+
+
 def test_every_prefix_is_documented_in_the_public_table() -> None:
     assert set(PROVIDERS) == {
         "openai",
