@@ -99,7 +99,13 @@ def _instance_of(value: object, tp: Any) -> bool:
         return False
 
 
-def prepare_input(agent: Agent, given: object) -> RunInput:
+def _unchanged(text: str) -> str:
+    return text
+
+
+def prepare_input(
+    agent: Agent, given: object, redact: Callable[[str], str] = _unchanged
+) -> RunInput:
     """``given`` checked against ``agent.input`` and rendered. Pure (but for the renderer).
 
     Without ``Agent.input`` the input is its text, as it was given. With it, ``given`` may be a
@@ -107,7 +113,8 @@ def prepare_input(agent: Agent, given: object) -> RunInput:
     the type declares hold), a JSON value (a dict) or JSON text (a str: what a queue or a
     subagent's caller hands over), decoded into it. A value that does not fit is a
     ``ValueError`` (or ``TypeError`` for a value of no JSON shape) naming the type and the field;
-    the model then reads ``Agent.input_renderer(value)``, or the value as JSON.
+    the model then reads ``Agent.input_renderer(value)``, or the value as JSON. An error's
+    message goes through ``redact`` (the runtime's redactor): it may quote what was given.
     """
     tp = agent.input
     if tp is None:  # checked with the run's other arguments
@@ -120,9 +127,9 @@ def prepare_input(agent: Agent, given: object) -> RunInput:
             value = decode(tp, encode_as(tp, given) if _instance_of(given, tp) else given)
         data = encode_as(tp, value)
     except SchemaError as exc:
-        raise ValueError(exc.explain(f"the run's input does not match {name}")) from None
+        raise ValueError(redact(exc.explain(f"the run's input does not match {name}"))) from None
     except (TypeError, ValueError) as exc:  # a value JSON cannot hold
-        raise TypeError(f"the run's input cannot be read as {name}: {exc}") from None
+        raise TypeError(redact(f"the run's input cannot be read as {name}: {exc}")) from None
     renderer = agent.input_renderer
     if renderer is None:
         text = json.dumps(data, ensure_ascii=False)

@@ -134,7 +134,8 @@ async def run_child(
         raise TypeError(f"run_child needs an Agent, got {type(agent).__name__}")
     if agent.input is None and not isinstance(text, str):
         raise TypeError(f"run_child's text must be a str, got {type(text).__name__}")
-    run_input = prepare_input(agent, text)  # a typed input: decoded, checked and rendered
+    # A typed input: decoded, checked and rendered (an error redacted as the parent redacts).
+    run_input = prepare_input(agent, text, host.scope.io.redact_text)
     if not isinstance(budget, ChildBudget):
         raise TypeError(f"run_child's budget must be a ChildBudget, got {type(budget).__name__}")
     items = tuple(context)

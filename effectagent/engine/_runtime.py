@@ -308,7 +308,7 @@ class Runtime:
         )
         check_model_choice(model, "model")
         check_allowance(allowance)
-        run_input = prepare_input(agent, text)
+        run_input = prepare_input(agent, text, self._redactor.redact_text)
         queue = EventQueue(EVENT_BUFFER)
         driver = self._driver(
             agent, run_input, conversation_id, author, queue, items, run_id, model, allowance
@@ -387,7 +387,7 @@ class Runtime:
         )
         check_model_choice(model, "model")
         check_allowance(allowance)
-        run_input = prepare_input(agent, text)
+        run_input = prepare_input(agent, text, self._redactor.redact_text)
         reducer = RunReducer()
         driver = self._driver(
             agent, run_input, conversation_id, author, reducer, items, run_id, model, allowance

@@ -328,3 +328,28 @@ async def test_a_recorded_input_that_no_longer_fits_refuses_the_resume_before_it
         entries = list(await log.entries(first.conversation_id))
     assert len(entries) == count
     assert isinstance(entries[-1].record, RunSuspendedRecord)
+
+
+@attrs.frozen
+class Count:
+    n: int
+
+
+CANARY = "canary-7Zq91xK"
+
+
+@pytest.mark.parametrize("given", [{"n": CANARY}, json.dumps({"n": CANARY})])
+async def test_a_refused_input_never_shows_a_secret_in_its_error(
+    given: object, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The error quotes what was given: the runtime's redactor goes over it, as over a tool
+    call's refused arguments."""
+    agent: Any = Agent("typed", "Count.", input=Count)  # the given value is wrong on purpose
+    layer = ScriptedModel.layer([Turn.text("ok")])
+    async with open_runtime(layer, agents=[agent], secrets=[CANARY]) as runtime:
+        with pytest.raises(ValueError, match="does not match Count") as caught:
+            await runtime.run(agent, given)
+        assert CANARY not in str(caught.value)
+        with pytest.raises(ValueError, match="does not match Count") as caught:
+            runtime.stream(agent, given)
+        assert CANARY not in str(caught.value)
