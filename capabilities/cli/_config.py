@@ -56,6 +56,7 @@ An example (every table is optional)::
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -306,14 +307,14 @@ class _Table:
 
     def positive(self, key: str, kind: type, default: float) -> Any:
         value = self.get(key, kind, default)
-        if value <= 0:
-            raise self.error(f"{self.name(key)} must be positive, got {value}")
+        if not math.isfinite(value) or value <= 0:  # nan and inf are TOML floats too
+            raise self.error(f"{self.name(key)} must be a finite positive number, got {value}")
         return value
 
     def at_least_zero(self, key: str, kind: type, default: float | None) -> Any:
         value = self.get(key, kind, default)
-        if value is not None and value < 0:
-            raise self.error(f"{self.name(key)} must not be negative, got {value}")
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise self.error(f"{self.name(key)} must be a finite number ≥ 0, got {value}")
         return value
 
     def strings(self, key: str) -> tuple[str, ...]:

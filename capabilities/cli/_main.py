@@ -431,6 +431,12 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
         try:
             try:
                 return trio.run(command, args, environ, console)
+            except BaseExceptionGroup as group:
+                # What a nursery wrapped (``chat`` starts its model in one): said as itself.
+                leaf = _alone_in(group)
+                if isinstance(leaf, UsageError | ConfigError | Unavailable | KeyboardInterrupt):
+                    raise leaf from None
+                raise
             finally:
                 if editor is not None:  # the terminal is given back before anything is said
                     editor.close()
@@ -446,3 +452,12 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
         except Exception as exc:  # a bug: its traceback, escaped like everything else
             console.err.write(Text("".join(traceback.format_exception(exc))))
             return EXIT_FAILED
+
+
+def _alone_in(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The one exception a group holds, however deeply nested (the group itself when it holds
+    more than one)."""
+    found: BaseException = group
+    while isinstance(found, BaseExceptionGroup) and len(found.exceptions) == 1:
+        found = found.exceptions[0]
+    return found

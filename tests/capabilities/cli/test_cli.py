@@ -623,12 +623,32 @@ def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path
     assert "unknown key 'writable' in [shell]" in output
 
 
+def test_a_chat_that_cannot_start_says_why_in_one_sentence_and_exits_3(tmp_path: Path) -> None:
+    """``chat`` starts its model inside a nursery: the refusal used to come out of it wrapped in
+    an exception group, shown as a traceback with exit status 1."""
+    env = {k: v for k, v in cli_env(tmp_path).items() if not k.endswith("_API_KEY")}
+    done = subprocess.run(
+        [EFFECTAGENT, "chat", "--model", "openai:gpt-4o"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    assert "Traceback" not in done.stderr
+    assert "effectagent: cannot start: no API key for OpenAI" in done.stderr
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("[shell]\ntimeout = 'long'\n", "[shell] timeout must be a number, got a string"),
         ("[shell]\nwrite = 1\n", "[shell] write must be true or false, got an integer"),
-        ("[agent]\nmax_turns = 0\n", "[agent] max_turns must be positive, got 0"),
+        ("[agent]\nmax_turns = 0\n", "[agent] max_turns must be a finite positive number, got 0"),
+        ("[agent]\nmax_duration = nan\n", "[agent] max_duration must be a finite positive"),
+        ("[shell]\ntimeout = inf\n", "[shell] timeout must be a finite positive number, got inf"),
         ("[agent]\nmax_turns = 2.5\n", "[agent] max_turns must be an integer, got a number"),
         ("[tools]\n", "unknown key 'tools' in the top level"),
         ("[[mcp]]\nname = 'a'\n", "[[mcp]] #1 (a) needs exactly one of command and url"),
@@ -654,7 +674,10 @@ def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path
             "two [[mcp]] servers prefix their tools with 'a_b'",
         ),
         ("[compaction]\nkeep_recent_tokens = 10\n", "[compaction] needs context_tokens"),
-        ("[compaction]\ncontext_tokens = 0\n", "[compaction] context_tokens must be positive"),
+        (
+            "[compaction]\ncontext_tokens = 0\n",
+            "[compaction] context_tokens must be a finite positive number",
+        ),
         (
             "[compaction]\ncontext_tokens = 9\nstrategy = 'drop'\n",
             "[compaction] strategy must be one of 'prune-then-summarize', 'prune-only'",
@@ -663,7 +686,11 @@ def test_an_unknown_config_key_is_refused_naming_the_key_and_the_file(home: Path
         ("[prices.'m:x']\ninput = 1\n", "[prices.'m:x'] needs output"),
         (
             "[prices.'m:x']\ninput = -1\noutput = 2\n",
-            "[prices.'m:x'] input must not be negative, got -1.0",
+            "[prices.'m:x'] input must be a finite number ≥ 0, got -1.0",
+        ),
+        (
+            "[prices.'m:x']\ninput = nan\noutput = 2\n",
+            "[prices.'m:x'] input must be a finite number ≥ 0, got nan",
         ),
         (
             "[prices.'m:x']\ninput = 1\noutput = 2\ncache = 1\n",
