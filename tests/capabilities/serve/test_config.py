@@ -52,8 +52,9 @@ def test_principals_tokens_quotas_and_bounds_are_read(tmp_path: Path) -> None:
         ("[serve.principals.ann]\noperator = true\n", "needs one of token_env or token_sha256"),
         ('[serve.principals.ann]\ntoken_env = "NOPE"\n', "the variable NOPE is not set"),
         ('[serve.principals.ann]\ntoken_sha256 = "abc"\n', "64 hexadecimal characters"),
-        ("[serve]\nquota = { per_minute = 0, burst = 1 }\n", "must be positive"),
-        ("[serve]\ngrace = -1\n", "[serve] grace must be positive"),
+        ("[serve]\nquota = { per_minute = 0, burst = 1 }\n", "must be a finite positive number"),
+        ("[serve]\ngrace = -1\n", "[serve] grace must be a finite positive number"),
+        ("[serve]\ngrace = nan\n", "[serve] grace must be a finite positive number, got nan"),
     ],
 )
 def test_what_it_cannot_use_is_a_sentence_naming_the_key(
