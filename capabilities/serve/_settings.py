@@ -45,8 +45,9 @@ def _origin_list(
             )
 
 
-#: An origin as a browser sends it: a scheme, a host, an optional port; no path, no slash.
-_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#@]+(:[0-9]{1,5})?", re.ASCII)
+#: An origin as a browser sends it: a scheme, then a host and an optional ``:port`` (no path,
+#: no slash, no user).
+_ORIGIN: Final = re.compile(r"[a-z][a-z0-9+.-]*://[^/\s?#@]+", re.ASCII)
 
 
 def _count(instance: object, attribute: attrs.Attribute[int], value: object) -> None:

@@ -181,13 +181,14 @@ def guardrails(value: object, where: str) -> tuple[Guardrail, ...]:
             raise TypeError(
                 f"{where} must hold async functions or Guardrail values, got {type(item).__name__}"
             )
-    names = [g.name for g in result]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:  # a trip names its guardrail: two of one name could not be told apart
-        raise ValueError(
-            f"{where} holds two guardrails named {twice[0]!r}: give one another name "
-            "(Guardrail(fn, name=...))"
-        )
+    seen: set[str] = set()
+    for guardrail in result:  # a trip names its guardrail: two of one name could not be told apart
+        if guardrail.name in seen:
+            raise ValueError(
+                f"{where} holds two guardrails named {guardrail.name!r}: give one another name "
+                "(Guardrail(fn, name=...))"
+            )
+        seen.add(guardrail.name)
     return tuple(result)
 
 

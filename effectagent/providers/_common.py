@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, final
+from typing import Any, TypeGuard, final
 
 import attrs
 
@@ -225,7 +225,7 @@ def _where(instance: object, attribute: attrs.Attribute[Any]) -> str:
     return f"{type(instance).__name__}.{attribute.name}"
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -235,7 +235,7 @@ def positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: o
         raise TypeError(
             f"{_where(instance, attribute)} must be a number of seconds, got {type(value).__name__}"
         )
-    if not math.isfinite(value) or value <= 0:  # type: ignore[arg-type, operator]
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(
             f"{_where(instance, attribute)} must be a positive number of seconds, got {value}"
         )
@@ -250,7 +250,7 @@ def valid_temperature(instance: object, attribute: attrs.Attribute[Any], value: 
         raise TypeError(
             f"{_where(instance, attribute)} must be a number or None, got {type(value).__name__}"
         )
-    if not math.isfinite(value) or value < 0:  # type: ignore[arg-type, operator]
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{_where(instance, attribute)} must be a number ≥ 0, got {value}")
 
 
@@ -284,7 +284,7 @@ def positive_tokens(instance: object, attribute: attrs.Attribute[Any], value: ob
     """An attrs validator: a positive number of tokens (an int, not a bool), or None."""
     if value is None:
         return
-    where = f"{type(instance).__name__}.{attribute.name}"
+    where = _where(instance, attribute)
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{where} must be a positive int or None, got {type(value).__name__}")
     if value < 1:

@@ -24,6 +24,7 @@ from effectagent.ai import (
     UserMessage,
 )
 from effectagent.core import Agent
+from effectagent.effect import Layer
 from effectagent.testing import FunctionModel, Turn
 
 from .helpers import Clock, HandWorker, Stores, rows
@@ -46,6 +47,18 @@ def _last(request: ModelRequest) -> Any:
 
 def _text(message: Any) -> str:
     return "".join(getattr(part, "text", "") for part in message.content)
+
+
+def _payer(respond: Any, transfers: list[int]) -> tuple[Agent, Layer]:
+    """The payer agent and its layer: ``respond`` plays the model; each transfer that runs is
+    noted in ``transfers``."""
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        transfers.append(params.cents)
+        return "ok"
+
+    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
+    return agent, Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
 
 
 async def _until(predicate: Any, what: str) -> None:
@@ -71,12 +84,7 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
             return Turn.tool_calls(("transfer", {"cents": 500}, "call-1"))
         return "transferred"
 
-    async def handle(params: Amount, call: ToolCallContext) -> str:
-        transfers.append(params.cents)
-        return "ok"
-
-    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
-    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    agent, layer = _payer(respond, transfers)
     async with store.open() as db:
         q = DurableQueue(db)
         receipt = await q.submit(
@@ -125,12 +133,7 @@ async def test_until_idle_returns_when_what_is_left_waits_behind_a_suspended_sub
             return Turn.tool_calls(("transfer", {"cents": 5}, "call-1"))
         return "done"
 
-    async def handle(params: Amount, call: ToolCallContext) -> str:
-        transfers.append(params.cents)
-        return "ok"
-
-    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
-    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    agent, layer = _payer(respond, transfers)
     async with store.open() as db:
         q = DurableQueue(db)
         first = await q.submit(
@@ -159,12 +162,7 @@ async def test_a_denial_settles_the_call_rejected_without_running_it(store: Stor
             return Turn.tool_calls(("transfer", {"cents": 1}, "call-1"))
         return "not allowed, then"
 
-    async def handle(params: Amount, call: ToolCallContext) -> str:
-        transfers.append(params.cents)
-        return "ok"
-
-    agent = Agent("payer", "Pay.", toolkit=Toolkit(transfer))
-    layer = Toolkit(transfer).handlers(transfer.bind(handle)) + FunctionModel.layer(respond)
+    agent, layer = _payer(respond, transfers)
     async with store.open() as db:
         q = DurableQueue(db)
         sid = (
