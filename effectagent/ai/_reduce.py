@@ -3,8 +3,10 @@
 The reducer enforces the part protocol (a block is started before its deltas, ended once, nothing
 follows the finish part, tool-call IDs are unique) and raises :class:`MalformedResponse` on any
 violation. A tool call whose arguments were still streaming when the model stopped for length is
-*truncated*: it is reported separately and never becomes a :class:`ToolCallPart` to execute
-(RUN-004).
+*truncated*: it never becomes a :class:`ToolCallPart` to execute (RUN-004). It stays where it
+was declared among the response's content (one cut off before its declaration, after everything
+else, in the order such calls started), and :attr:`ModelResponse.truncated_calls` lists them
+alone.
 
 It also bounds what a response may cost (:class:`ResponseReducer`'s ``max_bytes`` and
 ``max_argument_bytes``): every part adds its UTF-8 bytes to the response's size — text,
@@ -72,9 +74,6 @@ __all__ = [
     "TruncatedToolCall",
 ]
 
-#: One entry of a response's content, in the order the model produced it.
-ResponseContent = TextContent | ReasoningContent | ToolCallPart | NativeReasoningContent
-
 #: The most a response may be, in bytes, unless the reducer is told otherwise.
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 1024 * 1024
 #: The most a tool call's argument text may be, in bytes, unless the reducer is told otherwise
@@ -111,6 +110,13 @@ class TruncatedToolCall:
     partial_arguments: str
     reason: Literal["length", "too-large"] = "length"
     size: int = 0
+    type: Literal["truncated-tool-call"] = "truncated-tool-call"
+
+
+#: One entry of a response's content, in the order the model produced it.
+ResponseContent = (
+    TextContent | ReasoningContent | ToolCallPart | TruncatedToolCall | NativeReasoningContent
+)
 
 
 @_fast_init
@@ -119,8 +125,12 @@ class ModelResponse:
     """One complete model response.
 
     ``content`` keeps text blocks, reasoning blocks and tool calls in the order the model produced
-    them, and the provider-native reasoning blocks where they came (kept, or a marker of one
-    dropped); ``tool_calls`` are the calls again, alone, in declaration order.
+    them — a call that never runs (:class:`TruncatedToolCall`) where it was declared, or after
+    everything else if the length limit cut it off before its declaration — and the
+    provider-native reasoning blocks where they came (kept, or a marker of one dropped).
+    ``tool_calls`` are the calls to execute again, alone, and ``truncated_calls`` those that never
+    run, alone, each in declaration order; a response's calls in declaration order, both kinds,
+    are its content's calls.
     """
 
     content: tuple[ResponseContent, ...]
@@ -253,7 +263,7 @@ class ResponseReducer:
         self._text: dict[str, _Block] = {}
         self._reasoning: dict[str, _Block] = {}
         self._open = 0  # blocks started and not yet ended
-        self._order: list[_Block | ToolCallPart | NativeReasoningContent] = []
+        self._order: list[_Block | ToolCallPart | TruncatedToolCall | NativeReasoningContent] = []
         self._params: dict[str, _Params] = {}
         self._calls: list[ToolCallPart] = []
         self._call_ids: set[str] = set()
@@ -369,7 +379,7 @@ class ResponseReducer:
             )
         self._call_ids.add(call_id)
         if streamed is not None and streamed.over:
-            self._oversized.append(streamed.truncated(call_id))
+            self._never_runs(streamed.truncated(call_id))
             return
         # The declared text counts as far as it is more than what streamed (a provider may
         # restate the arguments whole, or declare them without streaming them).
@@ -380,10 +390,15 @@ class ResponseReducer:
             self._add(size - streamed_size)
         if size > self._max_argument_bytes:
             head = arguments[:ARGUMENT_HEAD_CHARS]
-            self._oversized.append(TruncatedToolCall(call_id, name, head, "too-large", size))
+            self._never_runs(TruncatedToolCall(call_id, name, head, "too-large", size))
             return
         self._calls.append(part)
         self._order.append(part)
+
+    def _never_runs(self, call: TruncatedToolCall) -> None:
+        """A declared call too large to run: kept in its place, and apart."""
+        self._oversized.append(call)
+        self._order.append(call)
 
     def _start_block(self, blocks: dict[str, _Block], reasoning: bool, block_id: str) -> None:
         if block_id in blocks:
@@ -419,6 +434,7 @@ class ResponseReducer:
         if finish is None:
             raise MalformedResponse("the stream ended without a finish part")
         truncated = list(self._oversized)
+        order = self._order
         if self._params:
             if finish.reason != "length":
                 raise MalformedResponse(
@@ -426,7 +442,9 @@ class ResponseReducer:
                     + ", ".join(repr(i) for i in self._params)
                     + f" never completed, and the finish reason is {finish.reason!r}"
                 )
-            truncated += [params.truncated(call_id) for call_id, params in self._params.items()]
+            cut_off = [params.truncated(call_id) for call_id, params in self._params.items()]
+            truncated += cut_off
+            order = [*order, *cut_off]
         if self._open and finish.reason not in ("length", "content-filter", "error"):
             open_blocks = [
                 f"{kind} {block_id!r}"
@@ -435,9 +453,7 @@ class ResponseReducer:
                 if not block.ended
             ]
             raise MalformedResponse(f"block(s) {', '.join(open_blocks)} never ended")
-        content = tuple(
-            [item.content() if isinstance(item, _Block) else item for item in self._order]
-        )
+        content = tuple([item.content() if isinstance(item, _Block) else item for item in order])
         return ModelResponse(
             content,
             tuple(self._calls),

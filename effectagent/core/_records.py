@@ -165,7 +165,9 @@ class ContextAdded:
 @attrs.frozen(slots=True, kw_only=True)
 class ModelResponseRecorded:
     """A model response. ``content`` entries: ("text", str), ("reasoning", str),
-    ("tool-call", {"id", "name", "arguments"}); only executable calls are kept — and
+    ("tool-call", {"id", "name", "arguments"}) — a call that never runs (cut off by the length
+    limit, or too large) has ``"truncated": True`` too, and ``"reason": "too-large"`` when it was
+    too large, its arguments then a marker of what was omitted; every call in its place — and
     ("native-reasoning", {"provider", "model", "data"}), a provider-native reasoning block
     (redacted and bounded: one whose text redaction changed, or over the bound, is kept as a
     marker {"provider", "model", "dropped", "size"} without its data). ``model`` names

@@ -12,11 +12,11 @@ runnable calls against the tool-call budget and hands the plan to the batch.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, final
+from typing import Any, Final, final
 
 import attrs
 
-from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, Tool, Toolkit
+from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, Tool, Toolkit, TruncatedToolCall
 from effectagent.core import (
     ApprovalDenied,
     Redactor,
@@ -32,7 +32,7 @@ from effectagent.core import (
 )
 from effectagent.effect import SchemaError, SchemaIssue, SchemaLimits, _fast_init
 
-from ._model_step import ModelStep, oversized_message
+from ._model_step import ModelStep, declared_calls, oversized_message
 
 __all__ = [
     "BUDGET_SPENT",
@@ -123,8 +123,17 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
     declared: list[DeclaredCall] = []
     early: list[EarlyOutcome] = []
     runnable: list[PlannedCall] = []
-    limits = _argument_limits(step.limits.max_tool_argument_bytes)
-    for index, call in enumerate(response.tool_calls):
+    argument_limit = step.limits.max_tool_argument_bytes
+    limits = _argument_limits(argument_limit)
+    for index, call in enumerate(declared_calls(response)):
+        if isinstance(call, TruncatedToolCall):  # it never runs, and keeps its place
+            declared.append(DeclaredCall(call.id, call.name, ""))
+            if call.reason == "too-large":
+                why = oversized_message(call.size, argument_limit)
+            else:
+                why = _CUT_OFF
+            early.append(EarlyOutcome(index, ToolInvalidInput(call.id, call.name, why)))
+            continue
         call_id, name, raw = call.id, call.name, call.arguments
         shown = shown_arguments[call_id]
         if redacting:
@@ -158,21 +167,15 @@ def plan_batch(step: ModelStep, toolkit: Toolkit, redactor: Redactor) -> BatchPl
                     arguments=shown,
                 )
             )
-    cut_off = "the arguments were cut off by the output length limit; the call was not executed"
-    argument_limit = step.limits.max_tool_argument_bytes
-    for index, truncated in enumerate(response.truncated_calls, len(response.tool_calls)):
-        declared.append(DeclaredCall(truncated.id, truncated.name, ""))
-        if truncated.reason == "too-large":
-            why = oversized_message(truncated.size, argument_limit)
-        else:
-            why = cut_off
-        early.append(EarlyOutcome(index, ToolInvalidInput(truncated.id, truncated.name, why)))
     # Kept while the batch runs (many runs may be parked at once): lists of their exact size (a
     # list grown by appends keeps room for more), and no empty list of early outcomes of its own.
     return BatchPlan(
         declared=declared[:], early=early[:] if early else _NO_EARLY, runnable=runnable[:]
     )
 
+
+#: What the model is told of a call the output length limit cut off.
+_CUT_OFF: Final = "the arguments were cut off by the output length limit; the call was not executed"
 
 #: The early outcomes of a plan without any (shared: never appended to — a plan's lists are read).
 _NO_EARLY: list[EarlyOutcome] = []

@@ -355,6 +355,14 @@ def _used_set(response: ModelResponse, used_ids: UsedCallIds | None, exact: bool
     return set()
 
 
+def declared_calls(response: ModelResponse) -> Sequence[ToolCallPart | TruncatedToolCall]:
+    """``response``'s calls in declaration order: those to execute and, in their places, those
+    that never run (truncated or too large)."""
+    if not response.truncated_calls:
+        return response.tool_calls
+    return [c for c in response.content if isinstance(c, (ToolCallPart, TruncatedToolCall))]
+
+
 def oversized_message(size: int, limit: int) -> str:
     """Why a call with too large arguments was not executed (what the model is told)."""
     return (
@@ -390,19 +398,19 @@ def _record_content(
                     shown, text = redact_arguments(raw, redactor)
                 arguments[call_id] = shown
                 content.append(("tool-call", {"id": call_id, "name": name, "arguments": text}))
+            case TruncatedToolCall():
+                entry: dict[str, Any] = {"id": item.id, "name": item.name}
+                if item.reason == "too-large":
+                    shown = _omitted(item, argument_limit, redactor)
+                    text = compact_json(shown)
+                    entry.update(arguments=text, truncated=True, reason="too-large")
+                else:
+                    shown, text = _shown(item.partial_arguments, redactor)
+                    entry.update(arguments=text, truncated=True)
+                arguments[item.id] = shown
+                content.append(("tool-call", entry))
             case _:
                 assert_never(item)
-    for truncated in response.truncated_calls:
-        entry: dict[str, Any] = {"id": truncated.id, "name": truncated.name}
-        if truncated.reason == "too-large":
-            shown = _omitted(truncated, argument_limit, redactor)
-            text = compact_json(shown)
-            entry.update(arguments=text, truncated=True, reason="too-large")
-        else:
-            shown, text = _shown(truncated.partial_arguments, redactor)
-            entry.update(arguments=text, truncated=True)
-        arguments[truncated.id] = shown
-        content.append(("tool-call", entry))
     return tuple(content), arguments
 
 
@@ -443,8 +451,8 @@ def _with_fresh_identities(
     """``response`` with its tool calls' names redacted and every ID that redaction changed, or
     that ``used`` already holds, replaced by a fresh one (module notes); ``used`` gets the
     response's final IDs."""
-    calls, truncated = response.tool_calls, response.truncated_calls
-    if redactor is None and not truncated:
+    calls = response.tool_calls
+    if redactor is None and not response.truncated_calls:
         # The common case — nothing to redact, nothing truncated, no ID used before: as it is.
         for call in calls:
             if call.id in used:
@@ -452,8 +460,9 @@ def _with_fresh_identities(
         else:
             used.update([call.id for call in calls])
             return response
-    ids = [c.id for c in calls] + [t.id for t in truncated]
-    names = [c.name for c in calls] + [t.name for t in truncated]
+    declared = declared_calls(response)
+    ids = [c.id for c in declared]
+    names = [c.name for c in declared]
     if redactor is not None:
         redact = redactor.redact_text
         new_ids, new_names = [redact(i) for i in ids], [redact(n) for n in names]
@@ -483,21 +492,17 @@ def _with_fresh_identities(
         new_ids[index] = candidate
         used.add(candidate)
     used.update(stay)
-    replaced: dict[int, ToolCallPart] = {}
-    for index, call in enumerate(calls):
-        replaced[id(call)] = ToolCallPart(new_ids[index], new_names[index], call.arguments)
-    offset = len(calls)
-    new_truncated = tuple(
-        attrs.evolve(t, id=new_ids[offset + i], name=new_names[offset + i])
-        for i, t in enumerate(truncated)
-    )
-    content = tuple(
-        replaced[id(item)] if isinstance(item, ToolCallPart) else item for item in response.content
-    )
+    replaced: dict[int, ToolCallPart | TruncatedToolCall] = {}
+    for index, item in enumerate(declared):
+        if type(item) is ToolCallPart:
+            replaced[id(item)] = ToolCallPart(new_ids[index], new_names[index], item.arguments)
+        else:
+            replaced[id(item)] = attrs.evolve(item, id=new_ids[index], name=new_names[index])
+    content = tuple(replaced.get(id(item), item) for item in response.content)
     return ModelResponse(
         content,
-        tuple(replaced[id(c)] for c in calls),
-        new_truncated,
+        tuple([c for c in content if type(c) is ToolCallPart]),
+        tuple([c for c in content if type(c) is TruncatedToolCall]),
         response.finish_reason,
         response.usage,
         response.metadata,

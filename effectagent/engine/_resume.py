@@ -372,7 +372,9 @@ def step_of(record: ModelResponseRecorded, limits: ResponseLimits) -> ModelStep:
     """The model step a recorded response stands for, marked recorded (its record is not
     appended again). Its tool calls are the recorded ones — IDs, names and argument text as
     recorded (redacted, when redaction was on) — and its usage the record's. Pure."""
-    content: list[TextContent | ReasoningContent | ToolCallPart | NativeReasoningContent] = []
+    content: list[
+        TextContent | ReasoningContent | ToolCallPart | TruncatedToolCall | NativeReasoningContent
+    ] = []
     calls: list[ToolCallPart] = []
     truncated: list[TruncatedToolCall] = []
     arguments: dict[str, Any] = {}
@@ -393,11 +395,13 @@ def step_of(record: ModelResponseRecorded, limits: ResponseLimits) -> ModelStep:
             if value.get("truncated"):
                 size = len(raw.encode("utf-8", "surrogatepass"))
                 if value.get("reason") != "too-large":
-                    truncated.append(TruncatedToolCall(call_id, name, raw, "length", size))
-                    continue
-                original = shown.get("original_bytes") if isinstance(shown, dict) else None
-                size = original if isinstance(original, int) else size
-                truncated.append(TruncatedToolCall(call_id, name, raw, "too-large", size))
+                    cut = TruncatedToolCall(call_id, name, raw, "length", size)
+                else:
+                    original = shown.get("original_bytes") if isinstance(shown, dict) else None
+                    size = original if isinstance(original, int) else size
+                    cut = TruncatedToolCall(call_id, name, raw, "too-large", size)
+                truncated.append(cut)
+                content.append(cut)
             else:
                 call = ToolCallPart(call_id, name, raw)
                 calls.append(call)

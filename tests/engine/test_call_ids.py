@@ -41,7 +41,7 @@ from effectagent.core import (
 )
 from effectagent.effect import Layer
 from effectagent.engine import CompactionRequest, CompactorService, open_runtime
-from effectagent.engine._model_step import _with_fresh_identities
+from effectagent.engine._model_step import _with_fresh_identities, declared_calls
 from effectagent.testing import ScriptedModel, Turn
 
 from .helpers import (
@@ -173,29 +173,43 @@ async def test_a_call_id_from_an_earlier_run_of_the_conversation_gets_a_fresh_on
 _IDS = st.sampled_from(["a", "b", "a-2", "a-3", "b-2", "secret", "secret-1", REDACTED, "x"])
 
 
-def _response(ids: list[str], truncated: int) -> ModelResponse:
-    calls = tuple(ToolCallPart(i, "f", "{}") for i in ids[: len(ids) - truncated])
-    cut = tuple(TruncatedToolCall(i, "f", "{", "length", 1) for i in ids[len(ids) - truncated :])
-    return ModelResponse(calls, calls, cut, "tool-calls", Usage())
+def _response(ids: list[str], cut_at: set[int]) -> ModelResponse:
+    """A response declaring calls of ``ids`` in order, those at ``cut_at`` too large to run (in
+    their places, as the reducer keeps them)."""
+    content = tuple(
+        TruncatedToolCall(i, "f", "{", "too-large", 1)
+        if n in cut_at
+        else ToolCallPart(i, "f", "{}")
+        for n, i in enumerate(ids)
+    )
+    calls = tuple(c for c in content if isinstance(c, ToolCallPart))
+    cut = tuple(c for c in content if isinstance(c, TruncatedToolCall))
+    return ModelResponse(content, calls, cut, "tool-calls", Usage())
 
 
 @given(
     ids=st.lists(_IDS, unique=True, max_size=6),
     used=st.sets(_IDS),
-    truncated=st.integers(0, 2),
+    cut_at=st.sets(st.integers(0, 5), max_size=2),
     redacting=st.booleans(),
 )
 def test_fresh_identities_are_unique_new_and_keep_every_id_that_can_stay(
-    ids: list[str], used: set[str], truncated: int, redacting: bool
+    ids: list[str], used: set[str], cut_at: set[int], redacting: bool
 ) -> None:
-    """For every response (IDs unique within it) and every set of used IDs: the final IDs are
-    unique and none was used before; an ID that was not used (and not redacted) stays; a fresh
-    one is its ID with a suffix; and the used set grows by exactly the final IDs."""
-    truncated = min(truncated, len(ids))
+    """For every response (IDs unique within it, calls too large to run anywhere among them) and
+    every set of used IDs: the final IDs are unique and none was used before; an ID that was not
+    used (and not redacted) stays; a fresh one is its ID with a suffix; every call keeps its
+    place; and the used set grows by exactly the final IDs."""
     before = set(used)
     redactor = SecretRedactor(["secret"]) if redacting else None
-    response = _with_fresh_identities(_response(ids, truncated), redactor, used)
-    final = [c.id for c in response.tool_calls] + [t.id for t in response.truncated_calls]
+    response = _with_fresh_identities(_response(ids, cut_at), redactor, used)
+    final = [c.id for c in declared_calls(response)]
+    assert [type(c) for c in declared_calls(response)] == [
+        TruncatedToolCall if n in cut_at else ToolCallPart for n in range(len(ids))
+    ]
+    assert [c.id for c in response.tool_calls] == [
+        i for n, i in enumerate(final) if n not in cut_at
+    ]
     assert len(final) == len(ids)
     assert len(set(final)) == len(final)
     assert not set(final) & before
@@ -251,7 +265,7 @@ def test_for_any_reuse_of_ids_the_log_and_every_request_stay_consistent(
 
 def test_a_response_without_calls_is_left_as_it_is() -> None:
     used: set[str] = {"a"}
-    response = _response([], 0)
+    response = _response([], set())
     assert _with_fresh_identities(response, None, used) is response
     assert used == {"a"}
 
@@ -260,7 +274,7 @@ def test_a_response_without_calls_is_left_as_it_is() -> None:
 def test_an_id_used_nowhere_before_is_not_renamed(redacting: bool) -> None:
     used: set[str] = {"b"}
     redactor: Any = SecretRedactor(["secret"]) if redacting else None
-    response = _response(["a"], 0)
+    response = _response(["a"], set())
     assert _with_fresh_identities(response, redactor, used) is response
     assert used == {"a", "b"}
 
@@ -268,15 +282,14 @@ def test_an_id_used_nowhere_before_is_not_renamed(redacting: bool) -> None:
 @given(
     ids=st.lists(_IDS, unique=True, max_size=6),
     used=st.sets(_IDS),
-    truncated=st.integers(0, 2),
+    cut_at=st.sets(st.integers(0, 5), max_size=2),
 )
 def test_without_a_redactor_the_ids_are_those_a_redactor_that_changes_nothing_gives(
-    ids: list[str], used: set[str], truncated: int
+    ids: list[str], used: set[str], cut_at: set[int]
 ) -> None:
     """The shortcut taken when nothing is redacted (no redactor, no truncated call, no ID used
     before) gives what the general path gives with a redactor that changes none of these IDs."""
-    truncated = min(truncated, len(ids))
-    response = _response(ids, truncated)
+    response = _response(ids, cut_at)
     shortcut_used, general_used = set(used), set(used)
     shortcut = _with_fresh_identities(response, None, shortcut_used)
     general = _with_fresh_identities(response, SecretRedactor(["never-in-an-id"]), general_used)

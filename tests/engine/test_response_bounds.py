@@ -23,13 +23,18 @@ from effectagent.ai import (
     ModelRequest,
     ModelResponse,
     ResponsePart,
+    ResponseReducer,
     TextDeltaPart,
     TextEndPart,
     TextStartPart,
     Tool,
     ToolCallContent,
     ToolCallContext,
+    ToolCallPart,
     ToolMessage,
+    ToolParamsDeltaPart,
+    ToolParamsStartPart,
+    Usage,
     generate,
 )
 from effectagent.core import (
@@ -40,7 +45,9 @@ from effectagent.core import (
     ResponseLimits,
     RunCompleted,
     RunFailed,
+    ToolCallDeclared,
     ToolCallPrepared,
+    ToolCallSettled,
     ToolInvalidInput,
     ToolSuccess,
 )
@@ -48,7 +55,15 @@ from effectagent.effect import Layer
 from effectagent.engine import open_runtime
 from effectagent.testing import Turn
 
-from .helpers import make_agent, make_policy, records_of, run_events, run_script
+from .helpers import (
+    TrackingModel,
+    events_of,
+    make_agent,
+    make_policy,
+    records_of,
+    run_events,
+    run_script,
+)
 
 CANARY = "CANARY-5e1d-bounds-do-not-leak"
 
@@ -233,6 +248,93 @@ async def test_a_call_with_too_large_arguments_never_runs_and_leaves_only_a_mark
         ("call_0", {"_tag": "ToolInvalidInput", "message": outcome.message}, True)
     ]
     assert len(repr(second)) < 10_000
+
+
+@pytest.mark.parametrize("secrets", [(), (CANARY,)])
+async def test_a_call_too_large_to_run_keeps_its_place_in_the_batch(
+    autojump_clock: trio.testing.MockClock, secrets: tuple[str, ...]
+) -> None:
+    """Declaration order holds for a call that never runs: it is declared, recorded, settled,
+    replayed to the model and answered in its place, not after its batch's other calls (with a
+    redactor, the path that may rename IDs, too)."""
+    probe, tool = Probe(), write_tool()
+    limits = ResponseLimits(max_tool_argument_bytes=200)
+    ran = await run_script(
+        make_agent(tool, policy=make_policy(response_limits=limits)),
+        {tool: probe.write},
+        [
+            Turn.tool_calls(
+                ("write", {"text": "x" * 300}), ("write", {"text": "b"}), ("write", {"text": "c"})
+            ),
+            Turn.text("Done."),
+        ],
+        secrets=secrets,
+    )
+    assert isinstance(ran.terminal, RunCompleted)
+    assert probe.calls == 2
+    order = ["call_0", "call_1", "call_2"]
+    assert [e.tool_call_id for e in events_of(ran.events, ToolCallDeclared)] == order
+    settled = records_of(ran.log, ToolCallSettled)
+    assert [r.tool_call_id for r in settled] == order
+    assert isinstance(settled[0].outcome, ToolInvalidInput)
+    (recorded,) = [r for r in records_of(ran.log, ModelResponseRecorded) if r.turn == 1]
+    assert [v["id"] for kind, v in recorded.content if kind == "tool-call"] == order
+    second = ran.model.requests[1]
+    calls = [
+        part.id
+        for message in second.messages
+        if isinstance(message, AssistantMessage)
+        for part in message.content
+        if isinstance(part, ToolCallContent)
+    ]
+    assert calls == order
+    (results,) = [m for m in second.messages if isinstance(m, ToolMessage)]
+    assert [r.id for r in results.content] == order
+    # runtime.run (a reducer that takes events unbuilt) commits the same order.
+    model = TrackingModel(
+        [
+            Turn.tool_calls(
+                ("write", {"text": "x" * 300}), ("write", {"text": "b"}), ("write", {"text": "c"})
+            ),
+            Turn.text("Done."),
+        ]
+    )
+    agent = make_agent(tool, policy=make_policy(response_limits=limits))
+    layer = agent.toolkit.handlers({tool: probe.write}) + model.layer()
+    async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
+        result = await runtime.run(agent, "Write three notes.")
+    assert [o.tool_call_id for o in result.outcomes] == order
+
+
+def test_the_reducer_keeps_a_call_too_large_to_run_in_its_place() -> None:
+    """A response's content holds a call too large to run where it was declared, and one cut
+    off by the length limit after everything else; its two call lists hold each kind alone."""
+    reducer = ResponseReducer(max_argument_bytes=16)
+    parts: list[ResponsePart] = [
+        ToolCallPart("a", "write", '{"text": "' + "x" * 20 + '"}'),
+        TextStartPart("t"),
+        TextDeltaPart("t", "between"),
+        TextEndPart("t"),
+        ToolCallPart("b", "write", "{}"),
+        ToolParamsStartPart("c", "write"),
+        ToolParamsDeltaPart("c", '{"te'),
+        FinishPart("length", Usage()),
+    ]
+    for part in parts:
+        reducer.feed(part)
+    response = reducer.finish()
+    kinds = [(item.type, getattr(item, "id", None)) for item in response.content]
+    assert kinds == [
+        ("truncated-tool-call", "a"),
+        ("text", None),
+        ("tool-call", "b"),
+        ("truncated-tool-call", "c"),
+    ]
+    assert [c.id for c in response.tool_calls] == ["b"]
+    assert [(t.id, t.reason) for t in response.truncated_calls] == [
+        ("a", "too-large"),
+        ("c", "length"),
+    ]
 
 
 @pytest.mark.parametrize("at", [20, 190, 198])
