@@ -111,9 +111,20 @@ class ResponseTooLarge(AiError):
     limit: int = 0
 
 
-def format_bytes(size: int) -> str:
+def format_bytes(size: int, *, apart_from: int | None = None) -> str:
     """A byte count as a person reads it, rounded: ``"512 bytes"``, ``"256 KiB"``,
-    ``"1.5 MiB"``, ``"3.2 GiB"``."""
+    ``"1.5 MiB"``, ``"3.2 GiB"``.
+
+    ``apart_from`` is another count the same sentence names (a limit, say): when the two differ
+    but would read the same rounded, ``size`` is given exactly instead (``"20,971,521 bytes"``),
+    so that "over the limit" never reads as "20 MiB, over the limit of 20 MiB"."""
+    if apart_from is not None and apart_from != size:
+        if _rounded(size) == _rounded(apart_from):
+            return f"{size:,} bytes"
+    return _rounded(size)
+
+
+def _rounded(size: int) -> str:
     if size < 1024:
         return f"{size} byte" if size == 1 else f"{size} bytes"
     value = float(size)

@@ -172,7 +172,8 @@ def _check_size(size: int, max_bytes: int, shown: str) -> None:
         raise MediaError(f"{shown} is empty")
     if size > max_bytes:
         raise MediaError(
-            f"{shown} is {format_bytes(size)}, over the limit of {format_bytes(max_bytes)}"
+            f"{shown} is {format_bytes(size, apart_from=max_bytes)}, over the limit of "
+            f"{format_bytes(max_bytes, apart_from=size)}"
         )
 
 

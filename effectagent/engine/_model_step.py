@@ -366,7 +366,8 @@ def declared_calls(response: ModelResponse) -> Sequence[ToolCallPart | Truncated
 def oversized_message(size: int, limit: int) -> str:
     """Why a call with too large arguments was not executed (what the model is told)."""
     return (
-        f"arguments of {format_bytes(size)} exceed the limit of {format_bytes(limit)}; not executed"
+        f"arguments of {format_bytes(size, apart_from=limit)} exceed the limit of "
+        f"{format_bytes(limit, apart_from=size)}; not executed"
     )
 
 

@@ -148,16 +148,18 @@ def media_problem(
                     f"{part.describe()} was not sent. Choose a model that takes it, or say what "
                     "this one takes with its media= setting"
                 )
-            if part.size > support.max_part_bytes:
+            if part.size > (most := support.max_part_bytes):
+                exact = format_bytes(part.size, apart_from=most)
+                size = f" ({exact})" if exact != format_bytes(part.size) else ""
                 return MediaNotSupported(
-                    f"{part.describe()} is over the {format_bytes(support.max_part_bytes)} "
+                    f"{part.describe()}{size} is over the {format_bytes(most, apart_from=part.size)} "
                     f"{provider} model {model!r} takes in one part; it was not sent"
                 )
             total += part.size
-    if total > support.max_request_bytes:
+    if total > (limit := support.max_request_bytes):
         return MediaNotSupported(
-            f"the request's media come to {format_bytes(total)}, over the "
-            f"{format_bytes(support.max_request_bytes)} {provider} model {model!r} takes in one "
+            f"the request's media come to {format_bytes(total, apart_from=limit)}, over the "
+            f"{format_bytes(limit, apart_from=total)} {provider} model {model!r} takes in one "
             "request; nothing was sent"
         )
     return None

@@ -87,6 +87,10 @@ def test_media_from_bytes_picks_the_kind() -> None:
             lambda: ImagePart(PNG * 100, max_bytes=1000),
             "the image is 3.1 KiB, over the limit of 1000 bytes",
         ),
+        (
+            lambda: ImagePart(PNG * 100, max_bytes=len(PNG * 100) - 1),
+            f"the image is {len(PNG * 100):,} bytes, over the limit of {len(PNG * 100) - 1:,} bytes",
+        ),
     ],
 )
 def test_bad_parts_are_refused_at_construction_with_a_sentence(make: object, message: str) -> None:

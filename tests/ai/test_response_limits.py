@@ -186,3 +186,14 @@ def test_the_defaults() -> None:
 )
 def test_format_bytes_rounds_for_a_person(size: int, text: str) -> None:
     assert format_bytes(size) == text
+
+
+def test_a_size_that_would_read_as_its_limit_is_given_exactly() -> None:
+    """ "20 MiB, over the limit of 20 MiB" never: beside a count that rounds the same, both are
+    exact; beside one that rounds differently (or an equal one), the rounded figure stays."""
+    mib = 1024 * 1024
+    assert format_bytes(20 * mib + 1, apart_from=20 * mib) == "20,971,521 bytes"
+    assert format_bytes(20 * mib, apart_from=20 * mib + 1) == "20,971,520 bytes"
+    assert format_bytes(30 * mib, apart_from=20 * mib) == "30 MiB"
+    assert format_bytes(20 * mib, apart_from=20 * mib) == "20 MiB"
+    assert format_bytes(1023, apart_from=1000) == "1023 bytes"

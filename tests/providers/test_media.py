@@ -223,6 +223,14 @@ def test_a_part_over_the_models_bounds_is_refused_by_size() -> None:
     problem = media_problem(ask(IMAGE, IMAGE).messages, whole, "OpenAI", "gpt-4.1")
     assert problem is not None
     assert "the request's media come to 160 bytes" in str(problem)
+    # One byte over a limit that reads the same rounded: both counts exact.
+    big = ImagePart(PNG + bytes(2048), name="big.png")
+    near = MediaSupport.of("image", max_part_bytes=big.size - 1)
+    problem = media_problem(ask(big).messages, near, "OpenAI", "gpt-4.1")
+    assert problem is not None
+    assert str(problem).startswith(
+        "[image: big.png, 2.1 KiB] (2,128 bytes) is over the 2,127 bytes"
+    )
     assert media_problem(ask("text alone").messages, MediaSupport(), "OpenAI", "x") is None
 
 
