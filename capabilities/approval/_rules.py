@@ -19,11 +19,19 @@ conditions' in ``tests/capabilities/approval/test_rules.py``):
   a reason that says why; it never falls through to a more permissive rule below it;
 * ``targets`` matches when the request has at least one target and *every* target matches one of
   the patterns (an approval for ``file:/tmp/*`` never covers a call that also touches
-  ``file:/etc/passwd``); ``any_target`` when *some* target does.
+  ``file:/etc/passwd``); ``any_target`` when *some* target does;
+* targets are compared as text, so a rule that looks at them cannot judge a target whose path
+  could name another place than it spells: one with a ``.`` or ``..`` segment, or an empty one
+  (``file:/tmp/../etc/passwd``, ``file:/tmp//keep/a``). Such a target decides ``"deny"`` (fail
+  closed). A tool's ``targets=`` should give them normalised (``posixpath.normpath``);
+* ``when`` returns a bool: a predicate that returns anything else (an ``async def`` predicate's
+  coroutine, ``None``) cannot be evaluated and decides ``"deny"``; an ``async def`` predicate is
+  refused when the rule is made.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeAlias
 
@@ -31,6 +39,7 @@ import attrs
 
 from effectagent.ai import ToolAnnotations
 from effectagent.core import ApprovalRequest, Risk
+from effectagent.effect import is_async_callable
 
 from .._patterns import Patterns, matches_any, patterns
 from .._rules import RulePolicy, one_of, rules_of, text
@@ -115,6 +124,29 @@ def _flag(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 def _predicate(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise TypeError(f"{attribute.name} must be a function of the parameters or None")
+    if value is not None and is_async_callable(value):
+        raise TypeError(
+            f"{attribute.name} must be a plain function returning a bool, not an async one "
+            "(rules are decided without waiting)"
+        )
+
+
+def ambiguous(target: str) -> bool:
+    """Whether ``target``'s path has a ``.``, ``..`` or empty segment — text that may name
+    another place than it spells, which a pattern cannot judge. The ``//`` of a URL's
+    ``scheme://`` (after an optional ``kind:`` prefix) is not an empty segment."""
+    rest = target
+    for _ in range(2):  # "file:/a", "url:https://host/a", "https://host/a"
+        scheme, colon, after = rest.partition(":")
+        if not colon or not scheme or not scheme.replace("-", "").replace("+", "").isalnum():
+            break
+        if after.startswith("//"):
+            rest = after[2:]
+            break
+        rest = after
+    segments = rest.split("/")
+    inner = segments[1:-1] if len(segments) > 2 else []
+    return any(s in (".", "..") for s in segments) or any(not s for s in inner)
 
 
 @attrs.frozen
@@ -122,8 +154,8 @@ class ApprovalRule:
     """One rule: ``decision`` for calls matching every condition given (see the module notes).
 
     ``tools``, ``agents``, ``targets`` and ``any_target`` take a shell-style pattern or several;
-    ``risks`` a risk or several; the annotation flags ``True`` or ``False``; ``when`` a function
-    of the decoded parameters returning whether the rule applies. ``reason`` is recorded with the
+    ``risks`` a risk or several; the annotation flags ``True`` or ``False``; ``when`` a plain function
+    of the decoded parameters returning whether the rule applies, as a bool. ``reason`` is recorded with the
     decision (and shown to the model on a denial); ``name`` labels the rule in reasons.
     Build with :meth:`approve`, :meth:`deny` and :meth:`ask`.
     """
@@ -180,6 +212,13 @@ class ApprovalRule:
         if self.risks is not None and request.risk not in self.risks:
             return False
         targets = request.targets
+        if self.targets is not None or self.any_target is not None:
+            for target in targets:
+                if ambiguous(target):
+                    return (
+                        f"target {target!r} has a '.', '..' or empty path segment, so a "
+                        "pattern cannot judge it"
+                    )
         if self.targets is not None and not (
             targets and all(matches_any(target, self.targets) for target in targets)
         ):
@@ -207,9 +246,14 @@ class ApprovalRule:
         if isinstance(parameters, Unknown):
             return parameters.why
         try:
-            return bool(self.when(parameters.value))
+            applies: object = self.when(parameters.value)
         except Exception as exc:  # a broken predicate denies: fail closed
             return f"its condition raised {type(exc).__name__}"
+        if type(applies) is bool:
+            return applies
+        if inspect.iscoroutine(applies):
+            applies.close()  # never awaited: a coroutine is not an answer
+        return f"its condition returned {type(applies).__name__}, not a bool"
 
 
 @attrs.frozen

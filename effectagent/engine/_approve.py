@@ -6,6 +6,7 @@ its answer that the decision comes later."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any, final
 
 import attrs
@@ -107,7 +108,7 @@ class Approvals:
             summary = tool.summarize(call.params)
         else:
             summary = f"{tool.annotations.title or call.name}: {tool.description}"
-        targets = () if tool.targets is None else tuple(tool.targets(call.params))
+        targets = () if tool.targets is None else _targets(tool.targets(call.params), call.name)
         return ApprovalRequest(
             run_id=io.run_id,
             conversation_id=io.conversation_id,
@@ -294,3 +295,14 @@ def _risk(tool: Tool[Any, Any]) -> Risk:
     if annotations.readonly:
         return "low"
     return "high" if annotations.destructive else "medium"
+
+
+def _targets(given: Iterable[object], tool: str) -> tuple[object, ...]:
+    """What a tool's ``targets(params)`` gave, as a tuple — a lone string is refused (taken as
+    a sequence, it would be its letters, which no rule about the real target matches)."""
+    if isinstance(given, (str, bytes)):
+        raise TypeError(
+            f"targets(params) of tool {tool!r} returned one {type(given).__name__}; it must "
+            'return the targets as a list, e.g. ["file:/tmp/a"]'
+        )
+    return tuple(given)

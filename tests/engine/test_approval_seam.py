@@ -316,6 +316,23 @@ async def test_a_crashing_target_rule_fails_closed(autojump_clock: trio.testing.
     assert probe.calls == []
 
 
+async def test_a_target_rule_giving_one_string_fails_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``targets=lambda p: f"city:{p.city}"`` (a str, not a list) would be its letters, which
+    no rule about the real target matches: the call is rejected, never asked about or run."""
+    approval, probe = ScriptedApproval.answering(True), HandlerProbe()
+    tool = forecast_tool(needs_approval=True, targets=lambda params: f"city:{params.city}")
+    ran = await run_script(
+        make_agent(tool), {tool: probe.forecast()}, _gated_run_turns(), extra=approval.layer()
+    )
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert "targets(params) of tool 'forecast' returned one str" in rejected.reason
+    assert approval.requests == []
+    assert probe.calls == []
+
+
 async def test_a_terminal_denial_commits_the_batch_then_fails_the_run(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -27,7 +27,14 @@ from effectagent.ai import ToolAnnotations
 from effectagent.core import REDACTED, ApprovalRequest
 
 TOOLS = ["read_file", "write_file", "delete_file"]
-TARGETS = ["file:/tmp/a", "file:/tmp/b", "file:/etc/passwd", "net:example.org"]
+TARGETS = [
+    "file:/tmp/a",
+    "file:/tmp/b",
+    "file:/etc/passwd",
+    "net:example.org",
+    "url:https://example.org/a",
+    "file:/tmp/../etc/passwd",  # spelled under /tmp, names /etc/passwd: no pattern may judge it
+]
 TARGET_PATTERNS = ["file:/tmp/*", "file:*", "net:*", "file:/etc/*"]
 
 
@@ -126,11 +133,19 @@ def _oracle(rule: ApprovalRule, subject: ApprovalSubject) -> bool | None:
         rule.tools is None or any_match(request.tool_name, rule.tools),
         rule.agents is None or any_match(request.agent, rule.agents),
         rule.risks is None or request.risk in rule.risks,
+    ]
+    if not all(on_request):
+        return False
+    # A rule that looks at targets cannot judge one that may name another place than it spells.
+    looks_at_targets = rule.targets is not None or rule.any_target is not None
+    if looks_at_targets and any(".." in t.split("/") for t in request.targets):
+        return None
+    on_targets = [
         rule.targets is None
         or (bool(request.targets) and all(any_match(t, rule.targets) for t in request.targets)),
         rule.any_target is None or any(any_match(t, rule.any_target) for t in request.targets),
     ]
-    if not all(on_request):
+    if not all(on_targets):
         return False
     flags = {
         name: getattr(rule, name)
@@ -189,6 +204,76 @@ def test_targets_must_all_match_and_any_target_one() -> None:
     assert etc.decide(subject).decision == "deny"
     untargeted = ApprovalSubject(_request("delete_file", "ops", "high", ()))
     assert only_tmp.decide(untargeted).decision == "deny"  # no target: "all targets" is not met
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "file:/tmp/../etc/passwd",
+        "file:/tmp//keep/b",
+        "file:/tmp/./keep/b",
+        "file:/tmp/a/..",
+        "url:https://example.org/a/../admin",
+    ],
+)
+def test_a_target_that_may_name_another_place_than_it_spells_is_denied(target: str) -> None:
+    """Patterns match text: ``file:/tmp/*`` matches ``file:/tmp/../etc/passwd``. A rule that
+    looks at targets cannot judge a target with a '.', '..' or empty segment: it denies (fail
+    closed), and never lets a later, wider rule approve it."""
+    subject = ApprovalSubject(_request("delete_file", "ops", "high", (target,)))
+    policy = ApprovalPolicy(
+        [
+            ApprovalRule.deny(targets=["file:/tmp/keep/*", "url:*/admin"], reason="kept"),
+            ApprovalRule.approve(targets=["file:/tmp/*", "url:*"], name="scratch"),
+            ApprovalRule.approve(),
+        ]
+    )
+    verdict = policy.decide(subject)
+    assert (verdict.decision, verdict.rule) == ("deny", 0)
+    assert "'.', '..' or empty path segment" in verdict.reason
+    # A rule that does not look at targets still judges the call.
+    assert ApprovalPolicy([ApprovalRule.approve(tools="delete_file")]).decide(subject).decision == (
+        "approve"
+    )
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["file:/tmp/a", "file:/tmp/", "url:https://example.org/a", "https://example.org/a", "db:t"],
+)
+def test_plain_targets_and_a_urls_scheme_are_judged_by_their_patterns(target: str) -> None:
+    subject = ApprovalSubject(_request("delete_file", "ops", "high", (target,)))
+    policy = ApprovalPolicy([ApprovalRule.approve(any_target=target)])
+    assert policy.decide(subject).decision == "approve"
+
+
+def test_a_predicate_that_does_not_return_a_bool_denies_and_an_async_one_is_refused() -> None:
+    """A coroutine is truthy: an ``async def`` predicate would approve every call. It is refused
+    when the rule is made; a plain function that returns one (or None, or a str) cannot be
+    evaluated, and denies — its coroutine closed, never left unawaited."""
+
+    async def only_tmp(params: Params) -> bool:
+        return params.path.startswith("/tmp/")
+
+    with pytest.raises(TypeError, match="when must be a plain function returning a bool"):
+        ApprovalRule.approve(when=only_tmp)
+    subject = ApprovalSubject(
+        _request("write_file", "ops", "medium", ()), ToolAnnotations(), Known(Params("/etc/x", 1))
+    )
+    made: list[Any] = []
+
+    def hands_back_a_coroutine(params: Params) -> Any:
+        made.append(only_tmp(params))
+        return made[-1]
+
+    for when, shown in [(hands_back_a_coroutine, "coroutine"), (lambda p: None, "NoneType")]:
+        policy = ApprovalPolicy([ApprovalRule.approve(when=when, name="tmp only")], "approve")
+        verdict = policy.decide(subject)
+        assert (verdict.decision, verdict.rule) == ("deny", 0)
+        assert verdict.reason == (
+            f"tmp only cannot be evaluated: its condition returned {shown}, not a bool"
+        )
+    assert made[0].cr_frame is None  # closed
 
 
 def test_a_rule_that_cannot_be_evaluated_denies_with_the_reason() -> None:
