@@ -9,8 +9,9 @@ for another call, to check that it is refused (``Answer.replay``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal, TypeAlias, final
+from typing import Any, Literal, TypeAlias, final
 
 import attrs
 import trio
@@ -22,14 +23,40 @@ from effectagent.engine import ApprovalError, ApprovalService
 __all__ = ["Answer", "ApprovalScript", "ScriptedApproval"]
 
 
+_KINDS = ("approve", "deny", "error", "hang", "replay")
+
+
+def _kind(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in _KINDS:
+        raise ValueError(
+            f"Answer.kind must be one of {', '.join(map(repr, _KINDS))}, got {value!r}"
+        )
+
+
+def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"Answer.reason must be a str, got {type(value).__name__}")
+
+
+def _delay(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) not in (int, float) or not 0 <= value < math.inf:  # type: ignore[operator]
+        raise ValueError(f"Answer.delay must be a finite number of seconds >= 0, got {value!r}")
+
+
+def _decision(answer: Answer, attribute: attrs.Attribute[Any], value: object) -> None:
+    if (answer.kind == "replay") != isinstance(value, ApprovalDecision):
+        raise TypeError("Answer.decision is an ApprovalDecision for a replay answer, else None")
+
+
 @attrs.frozen
 class Answer:
-    """One scripted answer. Build with the static constructors."""
+    """One scripted answer. Build with the static constructors. A kind, reason, delay or
+    decision that could not be played is refused here, not when a request arrives."""
 
-    kind: Literal["approve", "deny", "error", "hang", "replay"]
-    reason: str = ""
-    delay: float = 0.0
-    decision: ApprovalDecision | None = None
+    kind: Literal["approve", "deny", "error", "hang", "replay"] = attrs.field(validator=_kind)
+    reason: str = attrs.field(default="", validator=_reason)
+    delay: float = attrs.field(default=0.0, validator=_delay)
+    decision: ApprovalDecision | None = attrs.field(default=None, validator=_decision)
 
     @staticmethod
     def approve(reason: str = "", *, delay: float = 0.0) -> Answer:
@@ -106,7 +133,12 @@ class ScriptedApproval:
 
     def _next(self, request: ApprovalRequest) -> Answer | None:
         if self._decide is not None:
-            return self._decide(request)
+            answer = self._decide(request)
+            if not isinstance(answer, Answer):
+                raise ApprovalError(
+                    f"the script function answered {type(answer).__name__}, not an Answer"
+                )
+            return answer
         if self._by_id is not None:
             return self._by_id.pop(request.tool_call_id, None)
         assert self._by_order is not None

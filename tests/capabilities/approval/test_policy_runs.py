@@ -258,6 +258,40 @@ def test_a_policy_that_could_not_work_is_refused_at_construction(
         PolicyApproval(**options)
 
 
+AnyAnswer: Any = Answer
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: Answer.approve(delay=-1), ValueError, "Answer.delay must be a finite number"),
+        (lambda: Answer.deny(delay=float("nan")), ValueError, "Answer.delay must be a finite"),
+        (lambda: Answer.approve(delay=True), ValueError, "Answer.delay must be a finite"),
+        (lambda: AnyAnswer("yes"), ValueError, "Answer.kind must be one of 'approve'"),
+        (lambda: AnyAnswer("deny", reason=3), TypeError, "Answer.reason must be a str, got int"),
+        (lambda: Answer("replay"), TypeError, "Answer.decision is an ApprovalDecision"),
+    ],
+)
+def test_a_scripted_answer_that_could_not_be_played_is_refused_when_made(
+    build: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        build()
+
+
+async def test_a_script_function_that_answers_no_answer_denies_saying_so(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    ran = await run_turns(
+        [calls_turn(("write_file", "/tmp/a", 1, "c1"))],
+        ScriptedApproval(lambda request: "approve").layer(),  # type: ignore[arg-type, return-value]
+    )
+    (outcome,) = ran.result.outcomes
+    assert isinstance(outcome, ToolRejected)
+    assert "the script function answered str, not an Answer" in outcome.reason
+    assert ran.handled == []
+
+
 async def test_rules_on_annotations_and_parameters_need_no_table_of_agents(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
