@@ -10,6 +10,7 @@ with the model's error rather than sleeping into its deadline.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
@@ -33,7 +34,7 @@ def retry_delay(
     ``error``, or None: do not try again. ``draw`` gives the jitter's random number in [0, 1)."""
     if not error.is_retryable or attempt >= policy.attempts:
         return None
-    base = min(policy.max_delay, policy.initial_delay * policy.multiplier ** (attempt - 1))
+    base = _backoff(policy, attempt)
     delay = base * (1.0 - policy.jitter * draw())
     retry_after = getattr(error, "retry_after", None)
     if isinstance(retry_after, int | float) and retry_after > delay:
@@ -41,3 +42,15 @@ def retry_delay(
     if now + delay >= deadline:
         return None
     return delay
+
+
+def _backoff(policy: RetryPolicy, attempt: int) -> float:
+    """``min(max_delay, initial_delay * multiplier ** (attempt - 1))`` — without computing a power
+    that would overflow a float (after about a thousand retries at the default multiplier): past
+    the power that reaches ``max_delay``, the wait is ``max_delay``."""
+    initial, most, multiplier = policy.initial_delay, policy.max_delay, policy.multiplier
+    if initial >= most:
+        return most
+    if multiplier > 1 and attempt - 1 > math.log(most / initial) / math.log(multiplier):
+        return most
+    return min(most, initial * multiplier ** (attempt - 1))

@@ -112,6 +112,26 @@ async def test_retries_stop_after_the_policys_attempts(
     assert [e.attempt for e in events_of(events, ModelRetrying)] == [1, 2]
 
 
+async def test_a_thousand_retries_wait_max_delay_and_end_in_the_models_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``initial_delay * multiplier ** (n - 1)`` overflows a float past n ≈ 1,025 at the
+    default multiplier; the wait stays ``max_delay`` and the run ends in the model's error, not
+    an engine defect."""
+    failing = [Turn.fail(ModelNetworkError("reset")) for _ in range(1100)]
+    events, _ = await _run(
+        failing, model_retry=RetryPolicy(attempts=1100, max_delay=1.0), max_duration=100_000.0
+    )
+    terminal = assert_well_formed(events)
+    assert isinstance(terminal, RunFailed)
+    assert isinstance(terminal.error, ModelFailed)
+    assert len(events_of(events, ModelRetrying)) == 1099
+    policy = RetryPolicy(attempts=10**6, initial_delay=0.5, max_delay=30.0, jitter=0.0)
+    for attempt in (1, 2, 6, 7, 1025, 1100, 10**5):
+        delay = retry_delay(policy, ModelNetworkError("x"), attempt, 0.0, math.inf)
+        assert delay == min(30.0, 0.5 * 2.0 ** min(attempt - 1, 100))
+
+
 async def test_no_retry_is_attempted_that_would_end_past_the_deadline(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
