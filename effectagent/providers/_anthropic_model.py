@@ -28,10 +28,15 @@ from effectagent.ai import (
 from ._anthropic_messages import MessagesDecoder, anthropic_request_body
 from ._common import (
     CallIds,
+    body_map,
     default_max_tokens,
+    header_map,
     http_url,
+    media_setting,
+    model_name,
     positive_seconds,
     positive_tokens,
+    secret_text,
     thinking_tokens,
     valid_temperature,
 )
@@ -73,18 +78,20 @@ class Anthropic(ModelLayer):
     request (e.g. an ``anthropic-beta`` header); ``media`` says which images and documents the
     model takes, None for what the providers guide's table says of it."""
 
-    model: str
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    model: str = attrs.field(validator=model_name)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
     base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
-    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, kw_only=True, repr=False, validator=header_map
+    )
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     thinking_budget: int | None = attrs.field(
         default=None, kw_only=True, validator=thinking_tokens(0)
     )
     temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
-    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=body_map)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True, validator=media_setting)
 
     LAYER_PREFIX: ClassVar[str] = "anthropic"
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeGuard, final
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -30,6 +32,7 @@ from effectagent.ai import (
     format_bytes,
 )
 
+from ._media import MediaSupport
 from ._sse import DEFAULT_MAX_EVENT_BYTES
 
 __all__ = [
@@ -255,12 +258,109 @@ def valid_temperature(instance: object, attribute: attrs.Attribute[Any], value: 
 
 
 def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: an ``http://`` or ``https://`` URL, or None. (Not echoed: a URL may
-    hold credentials.)"""
+    """An attrs validator: an ``http://`` or ``https://`` URL with a host, or None. (Not echoed:
+    a URL may hold credentials.)"""
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
+    try:
+        host = urlsplit(value).hostname
+    except ValueError:
+        host = None
+    if not host or any(c.isspace() for c in value):
+        raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
+
+
+def model_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a model's name — a non-empty str without surrounding spaces."""
+    if not isinstance(value, str):
+        raise TypeError(f"{_where(instance, attribute)} must be a str, got {type(value).__name__}")
+    if not value or value != value.strip():
+        raise ValueError(
+            f"{_where(instance, attribute)} must be a model's name, without surrounding "
+            f"spaces, got {value!r}"
+        )
+
+
+def optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a non-empty str, or None."""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a str or None, got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise ValueError(f"{_where(instance, attribute)} must not be empty (None leaves it out)")
+
+
+def secret_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: an API key — a non-empty str, or None. (Never echoed.)"""
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a str or None, got {type(value).__name__}"
+        )
+    if not value.strip():
+        raise ValueError(f"{_where(instance, attribute)} must not be empty (None: the environment)")
+
+
+def env_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: an environment variable's name, or None."""
+    if value is None:
+        return
+    if not isinstance(value, str) or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value) is None:
+        raise ValueError(
+            f"{_where(instance, attribute)} must name an environment variable, got {value!r}"
+        )
+
+
+def flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: True or False."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be True or False, got {type(value).__name__}"
+        )
+
+
+def optional_flag(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: True, False or None."""
+    if value is not None:
+        flag(instance, attribute, value)
+
+
+def header_map(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: HTTP headers — a mapping of str to str. (A value is never echoed:
+    headers carry tokens.)"""
+    where = _where(instance, attribute)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where} must be a mapping of header names to str values")
+    for name, text in value.items():
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{where} must have non-empty str names, got {type(name).__name__}")
+        if not isinstance(text, str):
+            raise TypeError(f"{where}[{name!r}] must be a str, got {type(text).__name__}")
+
+
+def body_map(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: request-body fields — a mapping with str keys."""
+    where = _where(instance, attribute)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{where} must be a mapping of body fields, got {type(value).__name__}")
+    for key in value:
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"{where} must have non-empty str keys, got {key!r}")
+
+
+def media_setting(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a :class:`MediaSupport`, or None (the providers' table)."""
+    if value is not None and not isinstance(value, MediaSupport):
+        raise TypeError(
+            f"{_where(instance, attribute)} must be a MediaSupport or None, got "
+            f"{type(value).__name__}"
+        )
 
 
 def thinking_tokens(least: int) -> Callable[[object, attrs.Attribute[Any], object], None]:

@@ -43,10 +43,17 @@ from effectagent.ai import (
 
 from ._common import (
     CallIds,
+    body_map,
     default_max_tokens,
+    header_map,
     http_url,
+    media_setting,
+    model_name,
+    optional_flag,
+    optional_text,
     positive_seconds,
     positive_tokens,
+    secret_text,
     thinking_tokens,
     valid_temperature,
 )
@@ -164,22 +171,28 @@ class Gemini(ModelLayer):
     says which images, documents and audio the model takes, None for what the providers guide's
     table says of it."""
 
-    model: str
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    model: str = attrs.field(validator=model_name)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
     base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
-    api_version: str = attrs.field(default=DEFAULT_API_VERSION, kw_only=True)
+    api_version: str = attrs.field(
+        default=DEFAULT_API_VERSION, kw_only=True, validator=optional_text
+    )
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
-    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, kw_only=True, repr=False, validator=header_map
+    )
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
     temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     thinking_budget: int | None = attrs.field(
         default=None, kw_only=True, validator=thinking_tokens(-1)
     )
-    thinking_level: str | None = attrs.field(default=None, kw_only=True)
-    include_thoughts: bool | None = attrs.field(default=None, kw_only=True)
-    output_with_tools: bool | None = attrs.field(default=None, kw_only=True)
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
-    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
+    thinking_level: str | None = attrs.field(default=None, kw_only=True, validator=optional_text)
+    include_thoughts: bool | None = attrs.field(default=None, kw_only=True, validator=optional_flag)
+    output_with_tools: bool | None = attrs.field(
+        default=None, kw_only=True, validator=optional_flag
+    )
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=body_map)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True, validator=media_setting)
 
     LAYER_PREFIX: ClassVar[str] = "google"
 

@@ -35,10 +35,19 @@ from effectagent.ai import (
 
 from ._common import (
     CallIds,
+    body_map,
     default_max_tokens,
+    env_name,
+    flag,
+    header_map,
     http_url,
+    media_setting,
+    model_name,
+    optional_flag,
+    optional_text,
     positive_seconds,
     positive_tokens,
+    secret_text,
     valid_temperature,
 )
 from ._credentials import require_api_key, secret_values
@@ -95,19 +104,23 @@ class OpenAIResponses(ModelLayer):
     ``headers`` are sent with every request.
     """
 
-    model: str
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    model: str = attrs.field(validator=model_name)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
     base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
-    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
-    reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
-    reasoning_summary: str | None = attrs.field(default=None, kw_only=True)
-    store: bool = attrs.field(default=False, kw_only=True)
-    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, kw_only=True, repr=False, validator=header_map
+    )
+    reasoning_effort: str | None = attrs.field(default=None, kw_only=True, validator=optional_text)
+    reasoning_summary: str | None = attrs.field(default=None, kw_only=True, validator=optional_text)
+    store: bool = attrs.field(default=False, kw_only=True, validator=flag)
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, kw_only=True, validator=optional_flag
+    )
     temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
-    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=body_map)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True, validator=media_setting)
 
     LAYER_PREFIX: ClassVar[str] = "openai-responses"
 
@@ -235,17 +248,21 @@ class OpenAIChat(ModelLayer):
     ``headers`` are sent with every request; ``media`` says which images, documents and audio
     the model takes, None for what the providers guide's table says of it."""
 
-    model: str
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
+    model: str = attrs.field(validator=model_name)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
     base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
-    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
-    reasoning_effort: str | None = attrs.field(default=None, kw_only=True)
-    parallel_tool_calls: bool | None = attrs.field(default=None, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, kw_only=True, repr=False, validator=header_map
+    )
+    reasoning_effort: str | None = attrs.field(default=None, kw_only=True, validator=optional_text)
+    parallel_tool_calls: bool | None = attrs.field(
+        default=None, kw_only=True, validator=optional_flag
+    )
     temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
-    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=body_map)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True, validator=media_setting)
 
     LAYER_PREFIX: ClassVar[str] = "openai-chat"
 
@@ -293,19 +310,21 @@ class OpenAICompatible(ModelLayer):
     4096 when None — lower it for a server whose context is small (vLLM refuses a request whose
     prompt and cap together exceed the model's context), raise it for long answers."""
 
-    model: str
+    model: str = attrs.field(validator=model_name)
     base_url: str = attrs.field(kw_only=True, validator=http_url)
-    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False)
-    api_key_env: str | None = attrs.field(default=None, kw_only=True)
+    api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
+    api_key_env: str | None = attrs.field(default=None, kw_only=True, validator=env_name)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
-    headers: Mapping[str, str] = attrs.field(factory=dict, kw_only=True, repr=False)
-    native_output: bool = attrs.field(default=True, kw_only=True)
-    output_with_tools: bool = attrs.field(default=True, kw_only=True)
-    stream_usage: bool = attrs.field(default=True, kw_only=True)
+    headers: Mapping[str, str] = attrs.field(
+        factory=dict, kw_only=True, repr=False, validator=header_map
+    )
+    native_output: bool = attrs.field(default=True, kw_only=True, validator=flag)
+    output_with_tools: bool = attrs.field(default=True, kw_only=True, validator=flag)
+    stream_usage: bool = attrs.field(default=True, kw_only=True, validator=flag)
     temperature: float | None = attrs.field(default=None, kw_only=True, validator=valid_temperature)
     max_tokens: int | None = attrs.field(default=None, kw_only=True, validator=positive_tokens)
-    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True)
-    media: MediaSupport | None = attrs.field(default=None, kw_only=True)
+    extra_body: Mapping[str, Any] = attrs.field(factory=dict, kw_only=True, validator=body_map)
+    media: MediaSupport | None = attrs.field(default=None, kw_only=True, validator=media_setting)
 
     LAYER_PREFIX: ClassVar[str] = "openai-compatible"
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import attrs
 import pytest
@@ -102,6 +103,26 @@ def test_an_option_the_provider_lacks_names_the_ones_it_has() -> None:
         ("anthropic:claude", {"thinking_budget": -3}, ValueError, r"at least 0, got -3"),
         ("gemini:g", {"thinking_budget": -2}, ValueError, r"at least -1, got -2"),
         ("gemini:g", {"thinking_budget": 1.5}, TypeError, r"thinking_budget must be an int"),
+        ("openai-compatible:m", {"base_url": "http://"}, ValueError, r"base_url must be an http"),
+        ("openai:gpt-4.1", {"headers": "x"}, TypeError, r"headers must be a mapping of header"),
+        ("anthropic:claude", {"headers": {"x-n": 1}}, TypeError, r"headers\['x-n'\] must be a str"),
+        ("openai-chat:g", {"extra_body": [1]}, TypeError, r"extra_body must be a mapping"),
+        ("gemini:g", {"extra_body": {1: 2}}, TypeError, r"extra_body must have non-empty str"),
+        ("openai:gpt-4.1", {"store": "yes"}, TypeError, r"store must be True or False, got str"),
+        ("openai:gpt-4.1", {"parallel_tool_calls": "no"}, TypeError, r"must be True or False"),
+        ("gemini:g", {"include_thoughts": 1}, TypeError, r"include_thoughts must be True or"),
+        ("openai:gpt-4.1", {"reasoning_effort": 5}, TypeError, r"reasoning_effort must be a str"),
+        ("openai:gpt-4.1", {"reasoning_effort": ""}, ValueError, r"must not be empty"),
+        ("gemini:g", {"api_version": ""}, ValueError, r"api_version must not be empty"),
+        ("anthropic:claude", {"api_key": 5}, TypeError, r"api_key must be a str or None, got int"),
+        ("anthropic:claude", {"api_key": ""}, ValueError, r"api_key must not be empty"),
+        ("openai-chat:g", {"media": "x"}, TypeError, r"media must be a MediaSupport or None"),
+        (
+            "openai-compatible:m",
+            {"base_url": "http://x", "api_key_env": "MY KEY"},
+            ValueError,
+            r"api_key_env must name an environment variable",
+        ),
     ],
 )
 def test_an_option_value_the_provider_cannot_mean_is_refused_naming_it(
@@ -111,6 +132,22 @@ def test_an_option_value_the_provider_cannot_mean_is_refused_naming_it(
     the provider means by one: refused when the settings are made, not by the first request."""
     with pytest.raises(error, match=message):
         model_settings(string, **options)
+
+
+@pytest.mark.parametrize("cls", [OpenAIResponses, OpenAIChat, Anthropic, Gemini])
+@pytest.mark.parametrize("model", ["", "   ", " gpt", 5])
+def test_a_model_name_that_names_no_model_is_refused(cls: Any, model: object) -> None:
+    with pytest.raises((TypeError, ValueError), match=rf"{cls.__name__}\.model must be a"):
+        cls(model)
+
+
+def test_a_header_value_is_never_echoed_when_refused() -> None:
+    canary = "CANARY-header-token-9f1"
+    headers: Any = {"Authorization": canary, "X-Timeout": 30}
+    with pytest.raises(TypeError) as caught:
+        OpenAIResponses("m", headers=headers)
+    assert canary not in str(caught.value)
+    assert "X-Timeout" in str(caught.value)
 
 
 def test_option_values_the_providers_mean_are_taken() -> None:
