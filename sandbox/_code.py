@@ -193,10 +193,12 @@ class CodeExecutionLimits:
 
 
 def _names(value: Iterable[str]) -> tuple[str, ...]:
-    if isinstance(value, str | bytes):  # ``tuple`` would take it letter by letter
+    given: object = value  # callers need not be type-checked
+    lone = isinstance(given, str | bytes)  # ``tuple`` would take it letter by letter
+    if lone or not isinstance(given, Iterable):
         raise TypeError(
             "CodeExecutionRequest.allowed_host_calls must be a sequence of str, not a "
-            f"{type(value).__name__} (a one-item tuple for one)"
+            f"{type(given).__name__}" + (" (a one-item tuple for one)" if lone else "")
         )
     return tuple(value)
 

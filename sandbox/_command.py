@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
@@ -162,7 +162,8 @@ class ArtifactRule:
     """Collect files matching ``glob`` (relative) under ``root`` after the workload exits.
 
     ``root`` is the sandbox path of a read-write mount, or ``None`` for the per-execution workdir.
-    At most ``max_count`` files, each read up to ``max_bytes`` (the sha256 covers the whole file).
+    At most ``max_count`` files (an int >= 1), each read up to ``max_bytes`` (an int >= 0; the
+    sha256 covers the whole file).
     Symbolic links are never followed (a matching link is skipped) and only regular files are
     collected; the ``artifact_*`` limits of the request bound the whole collection.
     """
@@ -173,35 +174,40 @@ class ArtifactRule:
     max_count: int = 16
 
 
-def _strings(field: str, values: Iterable[str]) -> tuple[str, ...]:
-    """A field of strings as a tuple; a lone ``str`` (or ``bytes``) is refused, where ``tuple``
-    would take it letter by letter — ``args="hello"`` would run the command with ``h e l l o``."""
-    if isinstance(values, str | bytes):
+def _sequence(field: str, kind: type, values: object) -> tuple[Any, ...]:
+    """A sequence field as a tuple. What is not a sequence is refused naming the field: a lone
+    ``str`` (or ``bytes``), which ``tuple`` would take letter by letter — ``args="hello"`` would
+    run the command with ``h e l l o`` — and one item of the field's own kind (a lone
+    :class:`Mount`). The items themselves are checked by validation (:class:`InvalidRequest`)."""
+    if isinstance(values, str | bytes | kind) or not isinstance(values, Iterable):
+        one = " (a one-item tuple for one)" if isinstance(values, str | bytes | kind) else ""
+        got = type(values).__name__
+        article = "an" if got[:1] in tuple("AEIOUaeiou") else "a"
         raise TypeError(
-            f"SandboxRequest.{field} must be a sequence of str, not a {type(values).__name__}"
-            " (a one-item tuple for one)"
+            f"SandboxRequest.{field} must be a sequence of {kind.__name__}, "
+            f"not {article} {got}{one}"
         )
     return tuple(values)
 
 
 def _args(values: Iterable[str]) -> tuple[str, ...]:
-    return _strings("args", values)
+    return _sequence("args", str, values)
 
 
 def _env_names(values: Iterable[str]) -> tuple[str, ...]:
-    return _strings("env_allowlist", values)
+    return _sequence("env_allowlist", str, values)
 
 
 def _mounts(values: Iterable[Mount]) -> tuple[Mount, ...]:
-    return tuple(values)
+    return _sequence("mounts", Mount, values)
 
 
 def _handles(values: Iterable[SecretHandle]) -> tuple[SecretHandle, ...]:
-    return tuple(values)
+    return _sequence("secrets", SecretHandle, values)
 
 
 def _rules(values: Iterable[ArtifactRule]) -> tuple[ArtifactRule, ...]:
-    return tuple(values)
+    return _sequence("artifacts", ArtifactRule, values)
 
 
 def _stdin_repr(value: bytes | None) -> str:
@@ -218,6 +224,11 @@ class SandboxRequest:
     else from the host environment if set there. ``PATH`` defaults to
     ``/usr/local/bin:/usr/bin:/bin`` unless allowlisted. ``secrets`` add env vars whose values are
     resolved inside the runner. ``image`` names the runtime (only ``"host"`` exists so far).
+
+    A sequence field given something that is not a sequence (a lone ``str``, a lone
+    :class:`Mount`) is a ``TypeError`` naming it when the request is made; every other problem —
+    an item or a value of the wrong type, a bound out of range — is an :class:`InvalidRequest`
+    naming the field, raised by the runner before anything runs.
     """
 
     command: str

@@ -6,9 +6,16 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from ._command import InvalidRequest, SandboxLimits, SandboxRequest
+from ._command import (
+    ArtifactRule,
+    InvalidRequest,
+    Mount,
+    SandboxLimits,
+    SandboxRequest,
+    SecretHandle,
+)
 from ._posture import (
     LIMIT_CPU,
     LIMIT_FILE_SIZE,
@@ -26,7 +33,8 @@ from ._posture import (
 __all__ = ["check_enforceable", "required_limits", "validate_request"]
 
 _MIB = 1 << 20
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Matched with ``fullmatch``: a pattern ending in ``$`` would also match before a final newline.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc")
 _RESERVED_TREES = ("/proc", "/dev", "/usr", "/etc")
 
@@ -37,6 +45,17 @@ def _is_clean_abs(path: str) -> bool:
 
 def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _type(value: object) -> str:
+    return type(value).__name__
+
+
+def _shown(value: object) -> str:
+    """A bound as an error message shows it: a number itself, anything else by its type only."""
+    return (
+        repr(value) if value is None or type(value) in (bool, int, float) else f"a {_type(value)}"
+    )
 
 
 def _seconds(value: object) -> bool:
@@ -65,7 +84,10 @@ _LIMIT_RULES: tuple[tuple[str, Callable[[object], bool], str, bool], ...] = (
 )
 
 
-def _check_limits(limits: SandboxLimits, problems: list[str]) -> None:
+def _check_limits(limits: object, problems: list[str]) -> None:
+    if not isinstance(limits, SandboxLimits):
+        problems.append(f"limits must be a SandboxLimits, got {_type(limits)}")
+        return
     for name, fits, rule, liftable in _LIMIT_RULES:
         value = getattr(limits, name)
         if liftable and value == UNLIMITED:
@@ -77,34 +99,72 @@ def _check_limits(limits: SandboxLimits, problems: list[str]) -> None:
             problems.append(f"limits.{name} must be {rule}, got {value!r}")
 
 
+# The checks below take every field as ``object``: a request is plain data, built by callers that
+# may not be type-checked, and a field of the wrong type must become a problem naming it rather
+# than a crash. Values (of ``env``, ``args``, ``stdin``) may be secrets: a problem names the field
+# and the type, never the value.
 def _check_env(request: SandboxRequest, problems: list[str]) -> None:
-    allowed = set(request.env_allowlist)
-    for name in request.env_allowlist:
-        if not _ENV_NAME.match(name):
+    allowed: set[str] = set()
+    names: tuple[object, ...] = request.env_allowlist
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            problems.append(f"env_allowlist[{i}] must be a str, got {_type(name)}")
+            continue
+        allowed.add(name)
+        if not _ENV_NAME.fullmatch(name):
             problems.append(f"env_allowlist: invalid variable name {name!r}")
-    for name, value in request.env.items():
-        if name not in allowed:
-            problems.append(f"env: {name!r} is not in env_allowlist")
-        if "\0" in value:
-            problems.append(f"env: value of {name!r} contains NUL")
+    env: object = request.env
+    if not isinstance(env, Mapping):
+        problems.append(f"env must be a mapping of names to str values, got {_type(env)}")
+    else:
+        for key, value in env.items():
+            if not isinstance(key, str):
+                problems.append(f"env: a variable name must be a str, got {_type(key)}")
+                continue
+            if key not in allowed:
+                problems.append(f"env: {key!r} is not in env_allowlist")
+            if not isinstance(value, str):
+                problems.append(f"env: the value of {key!r} must be a str, got {_type(value)}")
+            elif "\0" in value:
+                problems.append(f"env: value of {key!r} contains NUL")
     seen: set[str] = set()
-    for handle in request.secrets:
-        name = handle.env_name
-        if not _ENV_NAME.match(name):
-            problems.append(f"secrets: invalid variable name {name!r}")
-        if name in allowed or name in seen:
-            problems.append(f"secrets: {name!r} is set twice")
-        seen.add(name)
+    handles: tuple[object, ...] = request.secrets
+    for i, handle in enumerate(handles):
+        if not isinstance(handle, SecretHandle):
+            problems.append(f"secrets[{i}] must be a SecretHandle, got {_type(handle)}")
+            continue
+        secret_id: object = handle.secret_id
+        if not isinstance(secret_id, str):
+            problems.append(f"secrets[{i}].secret_id must be a str, got {_type(secret_id)}")
+        env_name: object = handle.env_name
+        if not isinstance(env_name, str):
+            problems.append(f"secrets[{i}].env_name must be a str, got {_type(env_name)}")
+            continue
+        if not _ENV_NAME.fullmatch(env_name):
+            problems.append(f"secrets: invalid variable name {env_name!r}")
+        if env_name in allowed or env_name in seen:
+            problems.append(f"secrets: {env_name!r} is set twice")
+        seen.add(env_name)
 
 
 def _check_mounts(request: SandboxRequest, problems: list[str]) -> None:
     seen: set[str] = set()
-    for mount in request.mounts:
+    mounts: tuple[object, ...] = request.mounts
+    for i, mount in enumerate(mounts):
+        if not isinstance(mount, Mount):
+            problems.append(f"mounts[{i}] must be a Mount, got {_type(mount)}")
+            continue
         if mount.mode not in ("ro", "rw"):
             problems.append(f"mounts: mode must be 'ro' or 'rw', got {mount.mode!r}")
-        if not _is_clean_abs(mount.host_path):
-            problems.append(f"mounts: host_path {mount.host_path!r} is not a clean absolute path")
-        sp = mount.sandbox_path
+        host: object = mount.host_path
+        if not isinstance(host, str):
+            problems.append(f"mounts[{i}].host_path must be a str, got {_type(host)}")
+        elif not _is_clean_abs(host):
+            problems.append(f"mounts: host_path {host!r} is not a clean absolute path")
+        sp: object = mount.sandbox_path
+        if not isinstance(sp, str):
+            problems.append(f"mounts[{i}].sandbox_path must be a str, got {_type(sp)}")
+            continue
         if not _is_clean_abs(sp):
             problems.append(f"mounts: sandbox_path {sp!r} is not a clean absolute path")
         elif sp in _RESERVED or any(_under(sp, t) for t in _RESERVED_TREES):
@@ -114,29 +174,72 @@ def _check_mounts(request: SandboxRequest, problems: list[str]) -> None:
         seen.add(sp)
 
 
+def _rw_roots(request: SandboxRequest) -> set[str]:
+    roots: set[str] = set()
+    mounts: tuple[object, ...] = request.mounts
+    for mount in mounts:
+        if isinstance(mount, Mount) and mount.mode == "rw":
+            path: object = mount.sandbox_path
+            if isinstance(path, str):
+                roots.add(path)
+    return roots
+
+
 def _check_artifacts(request: SandboxRequest, problems: list[str]) -> None:
-    rw_roots = {m.sandbox_path for m in request.mounts if m.mode == "rw"}
-    for rule in request.artifacts:
-        parts = rule.glob.split("/")
-        if not rule.glob or rule.glob.startswith("/") or ".." in parts or "\0" in rule.glob:
-            problems.append(f"artifacts: glob {rule.glob!r} must be relative without '..'")
-        if rule.root is not None and rule.root not in rw_roots:
-            problems.append(f"artifacts: root {rule.root!r} is not a read-write mount")
-        if rule.max_bytes < 0 or rule.max_count < 1:
-            problems.append("artifacts: max_bytes must be >= 0 and max_count >= 1")
+    rw_roots = _rw_roots(request)
+    rules: tuple[object, ...] = request.artifacts
+    for i, rule in enumerate(rules):
+        if not isinstance(rule, ArtifactRule):
+            problems.append(f"artifacts[{i}] must be an ArtifactRule, got {_type(rule)}")
+            continue
+        glob: object = rule.glob
+        if not isinstance(glob, str):
+            problems.append(f"artifacts[{i}].glob must be a str, got {_type(glob)}")
+        elif not glob or glob.startswith("/") or ".." in glob.split("/") or "\0" in glob:
+            problems.append(f"artifacts: glob {glob!r} must be relative without '..'")
+        root: object = rule.root
+        if root is not None and not isinstance(root, str):
+            problems.append(f"artifacts[{i}].root must be a str or None, got {_type(root)}")
+        elif root is not None and root not in rw_roots:
+            problems.append(f"artifacts: root {root!r} is not a read-write mount")
+        # Ints (not bools) only: nan compared false with everything and read no byte of any file,
+        # 1.5 files let a second one through.
+        if not _int_at_least(0)(rule.max_bytes):
+            problems.append(
+                f"artifacts[{i}].max_bytes must be an int >= 0, got {_shown(rule.max_bytes)}"
+            )
+        if not _int_at_least(1)(rule.max_count):
+            problems.append(
+                f"artifacts[{i}].max_count must be an int >= 1, got {_shown(rule.max_count)}"
+            )
 
 
 def validate_request(request: SandboxRequest) -> None:
-    """Raise :class:`InvalidRequest` listing every structural problem of ``request``. Pure."""
+    """Raise :class:`InvalidRequest` listing every structural problem of ``request``, each naming
+    its field: a value of the wrong type, out of range or malformed. Pure; a problem never shows a
+    value that could be a secret (of ``args``, ``env``, ``stdin``)."""
     problems: list[str] = []
-    if not request.command or "\0" in request.command:
+    command: object = request.command
+    if not isinstance(command, str):
+        problems.append(f"command must be a non-empty str without NUL, got {_type(command)}")
+    elif not command or "\0" in command:
         problems.append("command must be a non-empty string without NUL")
-    if any("\0" in arg for arg in request.args):
+    args: tuple[object, ...] = request.args
+    for i, arg in enumerate(args):
+        if not isinstance(arg, str):
+            problems.append(f"args[{i}] must be a str, got {_type(arg)}")
+    if any(isinstance(arg, str) and "\0" in arg for arg in args):
         problems.append("args must not contain NUL")
     if request.network not in ("none", "host"):
         problems.append(f"network must be 'none' or 'host', got {request.network!r}")
-    if request.cwd is not None and not _is_clean_abs(request.cwd):
-        problems.append(f"cwd {request.cwd!r} is not a clean absolute path")
+    cwd: object = request.cwd
+    if cwd is not None and not isinstance(cwd, str):
+        problems.append(f"cwd must be a clean absolute path or None, got {_type(cwd)}")
+    elif isinstance(cwd, str) and not _is_clean_abs(cwd):
+        problems.append(f"cwd {cwd!r} is not a clean absolute path")
+    stdin: object = request.stdin
+    if stdin is not None and not isinstance(stdin, bytes):
+        problems.append(f"stdin must be bytes or None, got {_type(stdin)}")
     _check_limits(request.limits, problems)
     _check_env(request, problems)
     _check_mounts(request, problems)

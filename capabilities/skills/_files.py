@@ -177,15 +177,26 @@ def compute_integrity(directory: str | os.PathLike[str], files: Iterable[str]) -
     assets) of the skill in ``directory``, for an author writing its manifest. Reads every file
     (blocking); the same containment rules as discovery apply.
 
-    Raises :class:`SkillManifestError` (``SkillPathEscapes``) for a path that is not canonical or
-    leaves the directory, and :class:`SkillUnreadable` for a file that cannot be read.
+    Raises ``TypeError`` when ``files`` is one path (a ``str``) rather than a collection of them,
+    :class:`SkillManifestError` (``SkillPathEscapes``) for a path that is not canonical, leaves the
+    directory or is listed twice, and :class:`SkillUnreadable` for a file that cannot be read.
     """
+    if isinstance(files, str | bytes) or not isinstance(files, Iterable):
+        # A lone path would be taken letter by letter ("files[0]: 'S' does not exist").
+        raise TypeError(
+            "compute_integrity: files must be a collection of relative paths, not a "
+            f"{type(files).__name__} (a one-item list for one)"
+        )
     root = os.path.realpath(os.fspath(directory))
     manifest = Path(root) / MANIFEST_NAME
     digests: dict[str, str] = {}
     for i, relative in enumerate(files):
         field = f"files[{i}]"
         check_relative_path(manifest, field, relative)
+        if relative in digests:
+            raise SkillManifestError(
+                manifest, field, f"{relative!r} is listed twice (list each file once)"
+            )
         resolve_inside(root, manifest, field, relative, None)
         digests[relative], _ = _hash_file(root, relative, None, None)
     return Integrity(digest_of_listing(digests), digests)

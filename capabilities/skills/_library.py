@@ -159,6 +159,13 @@ class ActivatedSkill:
 
 
 def _service_names(services: Services) -> frozenset[str]:
+    # A lone name would be taken letter by letter, and the skill refused for missing the very
+    # service the host named; a lone key is not iterable at all.
+    if isinstance(services, str | bytes | ServiceKey) or not isinstance(services, Iterable):
+        raise TypeError(
+            "services must be a collection of ServiceKeys or names, not a "
+            f"{type(services).__name__} (a one-item list for one)"
+        )
     names = set()
     for item in services:
         if isinstance(item, ServiceKey):

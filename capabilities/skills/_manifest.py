@@ -62,9 +62,10 @@ MANIFEST_NAME: Final = "skill.toml"
 Trust: TypeAlias = Literal["trusted", "reviewed", "untrusted"]
 
 _TRUST: Final = ("trusted", "reviewed", "untrusted")
-_ID: Final = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-_NAME: Final = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-_SHA256: Final = re.compile(r"^sha256:[0-9a-f]{64}$")
+# Matched with ``fullmatch``: a pattern ending in ``$`` would also match before a final newline.
+_ID: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
+_NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_SHA256: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _MAX_DESCRIPTION: Final = 1024
 _MAX_FILES: Final = 1000
 _TOP: Final = frozenset(
@@ -124,7 +125,7 @@ def check_relative_path(path: Path, field: str, value: object) -> str:
         )
     if not value:
         raise SkillManifestError(path, field, "must be a relative path, got an empty string")
-    if value.startswith("/") or re.match(r"^[A-Za-z]:", value):
+    if value.startswith("/") or re.match(r"[A-Za-z]:", value):
         raise SkillPathEscapes(
             path, field, f"{value!r} is absolute; paths are relative to the skill directory"
         )
@@ -164,7 +165,7 @@ def parse_manifest(path: Path, text: str) -> SkillManifest:
             path, unknown[0], f"is not a manifest field (fields: {', '.join(sorted(_TOP))})"
         )
     skill_id = _string(path, data, "id", None)
-    if not _ID.match(skill_id):
+    if not _ID.fullmatch(skill_id):
         raise SkillManifestError(
             path,
             "id",
@@ -268,7 +269,7 @@ def _names(path: Path, data: Mapping[str, Any], field: str, skill: str) -> tuple
         where = f"requires.{field}[{i}]"
         if not isinstance(item, str):
             raise SkillManifestError(path, where, f"must be a string, got {_kind(item)}", skill)
-        if not _NAME.match(item):
+        if not _NAME.fullmatch(item):
             raise SkillManifestError(
                 path,
                 where,
@@ -310,7 +311,7 @@ def _integrity(
             path, f"integrity.{unknown[0]}", "is not a field of integrity (digest, files)", skill
         )
     digest = _string(path, value, "digest", skill, prefix="integrity.")
-    if not _SHA256.match(digest):
+    if not _SHA256.fullmatch(digest):
         raise SkillManifestError(
             path,
             "integrity.digest",
@@ -335,7 +336,7 @@ def _integrity(
             skill,
         )
     for name, file_digest in files.items():
-        if not isinstance(file_digest, str) or not _SHA256.match(file_digest):
+        if not isinstance(file_digest, str) or not _SHA256.fullmatch(file_digest):
             raise SkillManifestError(
                 path,
                 f"integrity.files.{name!r}",

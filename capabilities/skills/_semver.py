@@ -38,12 +38,13 @@ __all__ = ["Version", "VersionError", "VersionRange"]
 _NUMBER = r"0|[1-9][0-9]*"
 _PRE_ID = r"0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*"
 _BUILD_ID = r"[0-9A-Za-z-]+"
+# Matched with ``fullmatch``: a pattern ending in ``$`` would also match before a final newline.
 _VERSION: Final = re.compile(
-    rf"^({_NUMBER})\.({_NUMBER})\.({_NUMBER})"
+    rf"({_NUMBER})\.({_NUMBER})\.({_NUMBER})"
     rf"(?:-((?:{_PRE_ID})(?:\.(?:{_PRE_ID}))*))?"
-    rf"(?:\+({_BUILD_ID}(?:\.{_BUILD_ID})*))?$"
+    rf"(?:\+({_BUILD_ID}(?:\.{_BUILD_ID})*))?"
 )
-_COMPARATOR: Final = re.compile(r"^(>=|<=|==|!=|>|<|=|\^|~)?(.*)$")
+_COMPARATOR: Final = re.compile(r"(>=|<=|==|!=|>|<|=|\^|~)?(.*)", re.DOTALL)
 
 
 class VersionError(ValueError):
@@ -73,7 +74,7 @@ class Version:
         """The version ``text`` spells; raises :class:`VersionError` when it is not semver."""
         if not isinstance(text, str):
             raise TypeError(f"a version must be a str, got {type(text).__name__}")
-        match = _VERSION.match(text)
+        match = _VERSION.fullmatch(text)
         if match is None:
             raise VersionError(
                 f"{text!r} is not a semantic version (MAJOR.MINOR.PATCH, optionally "
@@ -144,7 +145,7 @@ _Test = Callable[[Version], bool]
 
 
 def _comparator(text: str, where: str) -> tuple[_Test, ...]:
-    match = _COMPARATOR.match(text)
+    match = _COMPARATOR.fullmatch(text)
     assert match is not None  # the pattern matches any string
     operator, rest = match.groups()
     try:

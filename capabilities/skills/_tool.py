@@ -175,6 +175,12 @@ def activation_tool(
         raise TypeError("activation_tool: authorization must be a SkillAuthorization")
     if description is not None and not isinstance(description, str):
         raise TypeError("activation_tool: description must be a str or None")
+    offered: object = services  # callers need not be type-checked
+    if isinstance(offered, str | bytes | ServiceKey) or not isinstance(offered, Iterable):
+        raise TypeError(
+            "activation_tool: services must be a collection of ServiceKeys, not a "
+            f"{type(offered).__name__} (a one-item list for one)"
+        )
     keys = tuple(services)
     for key in keys:
         if not isinstance(key, ServiceKey):

@@ -214,6 +214,15 @@ def test_one_host_call_name_as_a_string_is_refused_not_split_into_letters(names:
         CodeExecutionRequest("async () => 1", allowed_host_calls=names)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("names", [None, 5])
+def test_host_call_names_that_are_not_a_sequence_are_refused_naming_the_field(
+    names: object,
+) -> None:
+    """``allowed_host_calls=None`` failed with "'NoneType' object is not iterable"."""
+    with pytest.raises(TypeError, match="allowed_host_calls must be a sequence of str, not a"):
+        CodeExecutionRequest("async () => 1", allowed_host_calls=names)  # type: ignore[arg-type]
+
+
 def test_host_call_names_accept_any_iterable() -> None:
     assert CodeExecutionRequest("s", allowed_host_calls=["a", "b"]).allowed_host_calls == (
         "a",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import attrs
 import pytest
 from hypothesis import given
@@ -12,6 +14,7 @@ from sandbox import (
     ArtifactRule,
     Isolation,
     LimitNotEnforceable,
+    LocalProcessSandbox,
     Mount,
     SandboxError,
     SandboxImplementation,
@@ -187,6 +190,130 @@ def test_env_outside_the_allowlist_is_always_rejected(
 
 def test_request_repr_hides_stdin_bytes() -> None:
     assert "payload" not in repr(SandboxRequest("cat", stdin=b"payload"))
+
+
+SECRET = "canary-7f3e9a1b2c"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "kind"),
+    [
+        ("mounts", Mount("/tmp", "/data"), "Mount"),
+        ("secrets", SecretHandle("TOKEN", "s1"), "SecretHandle"),
+        ("artifacts", ArtifactRule("*"), "ArtifactRule"),
+        ("mounts", None, "Mount"),
+        ("args", 5, "str"),
+        ("env_allowlist", None, "str"),
+    ],
+)
+def test_one_item_where_a_sequence_goes_is_refused_naming_the_field(
+    field: str, value: object, kind: str
+) -> None:
+    """A lone Mount was refused with "'Mount' object is not iterable", naming no field."""
+    with pytest.raises(
+        TypeError, match=rf"SandboxRequest\.{field} must be a sequence of {kind}, not a"
+    ):
+        SandboxRequest("true", **{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"command": 5}, "command must be a non-empty str without NUL, got int"),
+        ({"args": ("a", 5)}, "args[1] must be a str, got int"),
+        ({"args": (SECRET.encode(),)}, "args[0] must be a str, got bytes"),
+        ({"cwd": 5}, "cwd must be a clean absolute path or None, got int"),
+        ({"env_allowlist": ("A", 5)}, "env_allowlist[1] must be a str, got int"),
+        (
+            {"env_allowlist": ("A",), "env": {"A": 5}},
+            "env: the value of 'A' must be a str, got int",
+        ),
+        (
+            {"env_allowlist": ("A",), "env": {"A": SECRET.encode()}},
+            "env: the value of 'A' must be a str, got bytes",
+        ),
+        ({"env": {5: "x"}}, "env: a variable name must be a str, got int"),
+        ({"env": [("A", "x")]}, "env must be a mapping of names to str values, got list"),
+        ({"env": None}, "env must be a mapping of names to str values, got NoneType"),
+        ({"stdin": SECRET}, "stdin must be bytes or None, got str"),
+        ({"stdin": bytearray(b"x")}, "stdin must be bytes or None, got bytearray"),
+        ({"limits": None}, "limits must be a SandboxLimits, got NoneType"),
+        ({"limits": {"wall_clock_seconds": 5}}, "limits must be a SandboxLimits, got dict"),
+        ({"mounts": [("/tmp", "/data")]}, "mounts[0] must be a Mount, got tuple"),
+        ({"mounts": [Mount(5, "/data")]}, "mounts[0].host_path must be a str, got int"),  # type: ignore[arg-type]
+        ({"mounts": [Mount("/tmp", ["/d"])]}, "mounts[0].sandbox_path must be a str, got list"),  # type: ignore[arg-type]
+        ({"secrets": ["TOKEN"]}, "secrets[0] must be a SecretHandle, got str"),
+        ({"secrets": [SecretHandle(5, "s1")]}, "secrets[0].env_name must be a str, got int"),  # type: ignore[arg-type]
+        ({"secrets": [SecretHandle("T", 5)]}, "secrets[0].secret_id must be a str, got int"),  # type: ignore[arg-type]
+        ({"artifacts": ["*.txt"]}, "artifacts[0] must be an ArtifactRule, got str"),
+        ({"artifacts": [ArtifactRule(5)]}, "artifacts[0].glob must be a str, got int"),  # type: ignore[arg-type]
+        (
+            {"artifacts": [ArtifactRule("*", root=["/d"])]},  # type: ignore[arg-type]
+            "artifacts[0].root must be a str or None, got list",
+        ),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_an_invalid_request_naming_it(
+    fields: dict[str, object], problem: str
+) -> None:
+    """Each of these crashed validation (or the workload) with a bare TypeError or
+    AttributeError naming no field; none may echo a value, which could be a secret."""
+    request = SandboxRequest(**{"command": "true", **fields})  # type: ignore[arg-type]
+    problems = problems_of(request)
+    assert problems == (problem,)
+    assert SECRET not in repr(problems)
+
+
+def test_a_request_of_the_wrong_type_is_refused_before_anything_runs() -> None:
+    sandbox = LocalProcessSandbox()
+    request = SandboxRequest("cat", stdin="hello", network="host", limits=LIFTED)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequest, match="stdin must be bytes or None, got str"):
+        sandbox.execute(request)
+    assert sandbox.owned().empty
+
+
+@pytest.mark.parametrize("name", ["A\n", "A\nB", "\nA"])
+def test_a_variable_name_with_a_newline_is_refused(name: str) -> None:
+    """A pattern ending in ``$`` matched before a final newline: "A\n" passed as a name."""
+    assert problems_of(SandboxRequest("true", env_allowlist=(name,))) == (
+        f"env_allowlist: invalid variable name {name!r}",
+    )
+    assert problems_of(SandboxRequest("true", secrets=(SecretHandle(name, "s1"),))) == (
+        f"secrets: invalid variable name {name!r}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("bounds", "problem"),
+    [
+        ({"max_bytes": math.nan}, "artifacts[0].max_bytes must be an int >= 0, got nan"),
+        ({"max_bytes": math.inf}, "artifacts[0].max_bytes must be an int >= 0, got inf"),
+        ({"max_bytes": -0.5}, "artifacts[0].max_bytes must be an int >= 0, got -0.5"),
+        ({"max_bytes": 10.0}, "artifacts[0].max_bytes must be an int >= 0, got 10.0"),
+        ({"max_bytes": -1}, "artifacts[0].max_bytes must be an int >= 0, got -1"),
+        ({"max_bytes": "10"}, "artifacts[0].max_bytes must be an int >= 0, got a str"),
+        ({"max_bytes": None}, "artifacts[0].max_bytes must be an int >= 0, got None"),
+        ({"max_bytes": True}, "artifacts[0].max_bytes must be an int >= 0, got True"),
+        ({"max_count": 1.5}, "artifacts[0].max_count must be an int >= 1, got 1.5"),
+        ({"max_count": 0}, "artifacts[0].max_count must be an int >= 1, got 0"),
+        ({"max_count": True}, "artifacts[0].max_count must be an int >= 1, got True"),
+        ({"max_count": math.nan}, "artifacts[0].max_count must be an int >= 1, got nan"),
+        ({"max_count": "2"}, "artifacts[0].max_count must be an int >= 1, got a str"),
+    ],
+)
+def test_artifact_rule_bounds_must_be_ints_in_range(
+    bounds: dict[str, object], problem: str
+) -> None:
+    """max_bytes=nan came back as b'' marked truncated for every file; max_count=1.5 collected
+    two; max_bytes="10" failed with a bare TypeError."""
+    request = SandboxRequest("true", artifacts=(ArtifactRule("*.txt", **bounds),))  # type: ignore[arg-type]
+    assert problems_of(request) == (problem,)
+
+
+def test_artifact_rule_bounds_at_their_minimum_are_valid() -> None:
+    validate_request(
+        SandboxRequest("true", artifacts=(ArtifactRule("*", max_bytes=0, max_count=1),))
+    )
 
 
 # ---- enforceability -----------------------------------------------------------------------

@@ -218,3 +218,28 @@ async def test_cancelling_during_the_read_waits_for_it_then_activates_nothing(
     assert waiting
     assert scope.cancelled_caught
     assert activated == []
+
+
+@pytest.mark.parametrize(
+    "services", ["effectagent.Approval", b"effectagent.Approval", ApprovalService]
+)
+async def test_services_that_are_one_item_are_refused_not_split_into_letters(
+    tmp_path: Path, services: Any
+) -> None:
+    """``services="effectagent.Approval"`` was taken letter by letter: the skill was then refused
+    as missing the very service the host had named."""
+    write_skill(tmp_path, "approving", services=["effectagent.Approval"])
+    library = await discover_skills(tmp_path)
+    with pytest.raises(TypeError, match=r"services must be a collection of .*, not a") as caught:
+        await library.activate("approving", agent=AGENT, services=services)
+    assert not isinstance(caught.value, SkillRequirementsMissing)
+
+
+@pytest.mark.parametrize("services", ["effectagent.Approval", ApprovalService])
+async def test_the_activation_tool_refuses_services_that_are_one_item(
+    tmp_path: Path, services: Any
+) -> None:
+    write_skill(tmp_path, "approving", services=["effectagent.Approval"])
+    library = await discover_skills(tmp_path)
+    with pytest.raises(TypeError, match=r"services must be a collection of .*, not a"):
+        library.activation_tool(services=services)

@@ -185,3 +185,51 @@ def test_toml_that_does_not_parse_names_the_file() -> None:
     with pytest.raises(SkillManifestError, match=r"skill\.toml: is not valid TOML") as caught:
         parse_manifest(PATH, "id = ")
     assert caught.value.field is None
+
+
+@pytest.mark.parametrize("files", ["SKILL.md", b"SKILL.md"])
+def test_compute_integrity_refuses_one_path_as_a_string(tmp_path: Path, files: Any) -> None:
+    """A lone path was taken letter by letter: "files[0]: 'S' does not exist"."""
+    (tmp_path / "SKILL.md").write_bytes(b"Fill forms.")
+    with pytest.raises(TypeError, match="files must be a collection of relative paths, not a"):
+        compute_integrity(tmp_path, files)
+
+
+def test_compute_integrity_refuses_a_file_listed_twice(tmp_path: Path) -> None:
+    """A second listing was merged into the first without a word."""
+    (tmp_path / "SKILL.md").write_bytes(b"Fill forms.")
+    with pytest.raises(SkillManifestError, match=r"'SKILL\.md' is listed twice") as caught:
+        compute_integrity(tmp_path, ["SKILL.md", "SKILL.md"])
+    assert caught.value.field == "files[1]"
+
+
+# A regex ending in ``$`` also matches before a final newline: each of these was accepted.
+NEWLINE_CASES = [
+    ("id", "nl\n", "id", "is not a skill ID"),
+    ("version", "1.0.0\n", "version", "is not a semantic version"),
+    ("version", "1.0.0-rc.1+b\n", "version", "is not a semantic version"),
+    ("requires.tools", ["read\n"], "requires.tools[0]", "is not a name"),
+    ("requires.services", ["effectagent.Approval\n"], "requires.services[0]", "is not a name"),
+    (
+        "integrity.digest",
+        base()["integrity"]["digest"] + "\n",
+        "integrity.digest",
+        "must be 'sha256:'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "named", "message"), NEWLINE_CASES)
+def test_a_trailing_newline_is_refused(field: str, value: Any, named: str, message: str) -> None:
+    with pytest.raises(SkillManifestError) as caught:
+        parse_manifest(PATH, render(_set(field, value)))
+    assert caught.value.field == named
+    assert message in str(caught.value)
+
+
+def test_a_file_digest_with_a_trailing_newline_is_refused() -> None:
+    data = base()
+    data["integrity"]["files"]["SKILL.md"] = SKILL_MD + "\n"
+    with pytest.raises(SkillManifestError, match="must be 'sha256:'") as caught:
+        parse_manifest(PATH, render(data))
+    assert caught.value.field == "integrity.files.'SKILL.md'"

@@ -60,6 +60,9 @@ def test_build_metadata_is_kept_but_ignored_by_precedence() -> None:
         "1.2.3-a..b",
         " 1.2.3",
         "",
+        "1.2.3\n",
+        "1.2.3-rc.1\n",
+        "1.2.3+build\n",
     ],
 )
 def test_what_is_not_semver_is_refused_saying_so(text: str) -> None:
