@@ -117,7 +117,8 @@ async def run_child(
     tool call (a handler called directly, or an inner call of a tool that calls tools), when the
     run serving it is itself a child that was not allowed to delegate, when ``agent`` has a tool
     or tool source the parent does not have this turn, when the runtime lacks a service
-    ``agent`` needs, or when the parent has no turns, tool calls, tokens or time left to give.
+    ``agent`` needs, or when the parent has no turns, tool calls, tokens or time left to give;
+    ``TypeError`` / ``ValueError`` for a text that is not a str, or is empty or only spaces.
 
     Cancellation: the child runs in the caller's task; cancelling it (the parent interrupted, the
     call's timeout) interrupts the child, which writes its interruption (shielded), and then the
@@ -134,6 +135,8 @@ async def run_child(
         raise TypeError(f"run_child needs an Agent, got {type(agent).__name__}")
     if agent.input is None and not isinstance(text, str):
         raise TypeError(f"run_child's text must be a str, got {type(text).__name__}")
+    if agent.input is None and isinstance(text, str) and not text.strip():
+        raise ValueError("run_child's text must not be empty or only spaces")
     # A typed input: decoded, checked and rendered (an error redacted as the parent redacts).
     run_input = prepare_input(agent, text, host.scope.io.redact_text)
     if not isinstance(budget, ChildBudget):

@@ -46,6 +46,7 @@ __all__ = [
     "MediaShelf",
     "MediaStore",
     "UserContent",
+    "check_run_input",
     "check_user_input",
     "describe_input",
     "load_media",
@@ -133,6 +134,20 @@ def check_user_input(value: object) -> None:
                 f"a run's input holds str and media parts only; item {index} is "
                 f"{type(part).__name__}"
             )
+
+
+def check_run_input(value: object) -> None:
+    """:func:`check_user_input`, and refuse text that is empty or only spaces (``ValueError``):
+    a model reads nothing there, and some providers refuse an empty text block."""
+    check_user_input(value)
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("a run's text must not be empty or only spaces")
+        return
+    parts: Sequence[object] = value  # type: ignore[assignment]  # a sequence: checked above
+    for index, part in enumerate(parts):
+        if isinstance(part, str) and not part.strip():
+            raise ValueError(f"a run's input: item {index} is text that is empty or only spaces")
 
 
 def user_content(value: str | Sequence[str | MediaPart]) -> tuple[str, UserContent | None]:

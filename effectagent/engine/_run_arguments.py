@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from effectagent.core import Agent, ContextItem, RunAllowance
 
-from ._media import check_user_input
+from ._media import check_run_input
 from ._stream import Intent
 
 __all__ = [
@@ -34,7 +34,7 @@ def check_run_arguments(
     if not isinstance(agent, Agent):
         raise TypeError(f"a run needs an Agent, got {type(agent).__name__}")
     if agent.input is None:  # a typed input is checked by ``_authoring.prepare_input``
-        check_user_input(text)  # a str, or a sequence of str and media parts
+        check_run_input(text)  # a str, or a sequence of str and media parts; not blank
     if conversation_id is not None and not isinstance(conversation_id, str):
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
     if not isinstance(create, bool):

@@ -57,6 +57,10 @@ async def test_the_model_gets_the_parts_and_events_show_only_descriptions() -> N
         ([], ValueError, "a run's input must not be an empty sequence"),
         (["hi", 3], TypeError, "a run's input holds str and media parts only; item 1 is int"),
         (b"hi", TypeError, "a run's text must be a str or a sequence of str and media parts"),
+        ("", ValueError, "a run's text must not be empty or only spaces"),
+        (" \n\t", ValueError, "a run's text must not be empty or only spaces"),
+        ([""], ValueError, "a run's input: item 0 is text that is empty or only spaces"),
+        ([IMAGE, "  "], ValueError, "a run's input: item 1 is text that is empty or only spaces"),
     ],
 )
 async def test_a_bad_input_is_refused_at_the_call(

@@ -196,6 +196,26 @@ async def test_a_subagent_with_a_typed_input_is_handed_its_json() -> None:
     assert decode_json(Query, last_user_text(model.requests[1])) == Query("Oslo", 2)
 
 
+async def test_a_subagent_given_blank_text_is_refused_before_it_starts() -> None:
+    tool = forecast_tool()
+    child = Agent("child", "Forecast.")
+    refused: list[str] = []
+
+    async def delegate(params: Any, call: Any) -> Any:
+        for text in ("", "  \n"):
+            with pytest.raises(ValueError, match="run_child's text must not be empty") as caught:
+                await run_child(call, child, text, budget=ChildBudget())
+            refused.append(str(caught.value))
+        return {"city": params.city, "high_c": 1.0}
+
+    parent = Agent("parent", "Delegate.", AgentPolicy(), Toolkit(tool))
+    model = ScriptedModel([Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("Done.")])
+    layer = parent.toolkit.handlers({tool: delegate}) + model.as_layer()
+    async with open_runtime(layer, agents=[parent]) as runtime:
+        result = await runtime.run(parent, "Go.")
+    assert (result.status, len(refused), len(model.requests)) == ("completed", 2, 2)
+
+
 # ---- properties ------------------------------------------------------------------------------------
 
 WINDOWS = st.builds(Window, st.integers(-5, 5), st.integers(-5, 5))
