@@ -248,6 +248,10 @@ def check_instructions_per(
     instance: object, attribute: attrs.Attribute[Any], value: object
 ) -> None:
     """``Agent.instructions_per``: "run" or "turn" — and "turn" only for computed instructions."""
+    if not isinstance(value, str):
+        raise TypeError(
+            f"Agent.instructions_per must be 'run' or 'turn', got {type(value).__name__}"
+        )
     if value not in ("run", "turn"):
         raise ValueError(f"Agent.instructions_per must be 'run' or 'turn', got {value!r}")
     if value == "turn" and isinstance(getattr(instance, "instructions", None), str):

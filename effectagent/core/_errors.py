@@ -41,7 +41,8 @@ def figure(dimension: str, value: float) -> str:
 
 @attrs.frozen
 class BudgetExhausted(RunError):
-    """A budget dimension ran out under ``on_exhaustion="fail"``."""
+    """A budget dimension ran out under ``on_exhaustion="fail"`` — or, under ``"final-answer"``,
+    the grace turn itself ran out of time (``dimension="duration"``)."""
 
     dimension: str
     used: float

@@ -236,6 +236,11 @@ def test_instructions_per_turn_needs_a_function() -> None:
         Agent("weather", "Fixed.", instructions_per="turn")
     with pytest.raises(TypeError, match=r"Agent\.services must hold ServiceKeys"):
         Agent("weather", "Fixed.", services=["clock"])  # type: ignore[list-item]
+    for wrong in (1, None, ["run"]):  # the wrong type: a TypeError, as the Agent says
+        with pytest.raises(TypeError, match="Agent.instructions_per must be 'run' or 'turn', got"):
+            Agent("weather", "Fixed.", instructions_per=wrong)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="Agent.instructions_per must be 'run' or 'turn', got 'x'"):
+        Agent("weather", "Fixed.", instructions_per="x")  # type: ignore[arg-type]
 
 
 async def test_a_resumed_run_sends_its_recorded_instructions_without_computing_them_again() -> None:
