@@ -25,9 +25,9 @@ process running runs looks for such input every :data:`POLL_INTERVAL` seconds wh
 going, and adopts what it finds into the run's FIFO: it reaches the run at the first turn that
 starts after that — within a poll interval and a turn of its admission. Input that arrives once the
 run is ending, or that the run never reaches, expires when the run lets its lane go. Such input is
-redacted by the process that admits it with the redaction it knows — its runtime's, once a run
-went there, or the context's ``RedactorService`` — and again, with the run's, by the process that
-delivers it; until then it waits in the journal as the admitting process left it.
+redacted by the process that admits it with its runtime's redaction (the ``RedactorService``
+``open_runtime`` provides its layers: the secrets it was given, or the layer's own Redactor) —
+and again, with the run's, by the process that delivers it.
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     """A Layer providing :data:`SteeringService` and ``SteeringInboxService`` with admissions
     persisted in :data:`DatabaseService` before each receipt is returned, shared with the
     other processes on the database: input for a run another process is running is admitted
-    there, and input admitted elsewhere for a run going here reaches it (see
+    there, redacted with the runtime's redaction (``RedactorService``, which ``open_runtime``
+    provides), and input admitted elsewhere for a run going here reaches it (see
     ``capabilities.steering``). Inputs left waiting by processes that ended expired when the
     database was opened by a process alone with the file."""
 
@@ -46,15 +47,12 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
         expired = database.recovered.get("steering", 0)
         if expired:
             log_warning("steering left waiting by an ended process expired", inputs=expired)
-        redactor = context.get(RedactorService)
-        inbox = ConversationInbox(
-            journal, limits, redact_text=redactor.redact_text if redactor is not None else None
-        )
+        inbox = ConversationInbox(journal, limits, redact_text=context[RedactorService].redact_text)
         return Context({SteeringService: inbox, SteeringInboxService: inbox})
 
     return Layer.from_build(
         "sqlite_steering",
         provides=[SteeringService, SteeringInboxService],
-        requires=[DatabaseService],
+        requires=[DatabaseService, RedactorService],
         build=build,
     )

@@ -678,6 +678,12 @@ async def open_runtime(
             "would not be redacted; register them with that Redactor instead"
         )
     required: dict[Any, str] = {}
+    given_agents: object = agents  # checked at run time too: not every caller runs mypy
+    if isinstance(given_agents, Agent) or not isinstance(given_agents, Iterable):
+        raise TypeError(
+            "open_runtime(agents=...) takes an iterable of Agents, not one "
+            f"{type(given_agents).__name__} (agents=[agent])"
+        )
     agent_list = list(agents)
     for agent in agent_list:
         if not isinstance(agent, Agent):
@@ -688,14 +694,16 @@ async def open_runtime(
     for agent in agent_list:
         for key, who in requirements_of(agent).items():
             required.setdefault(key, who)
-    preflight(layer, required=required)
+    # The runtime's redaction is there for the layers too (a steering journal redacts input it
+    # admits for another process's run with it), unless a layer brings its own.
+    own = RedactorService not in layer.provides
+    preflight(layer, context=[RedactorService] if own else (), required=required)
+    given = Context({RedactorService: SecretRedactor(secrets)}) if own else Context.empty()
     async with open_scope() as scope:
-        context = await build_layer(layer, scope)
+        context = given.merge(await build_layer(layer, scope, given))
         log = context.get(ConversationLogService) or InMemoryConversationLog()
-        redactor = context.get(RedactorService)
-        if redactor is None:
-            redactor = SecretRedactor(secrets)
-        else:
+        redactor = context[RedactorService]
+        if not own:
             check_redactor(redactor)
         runtime = Runtime(context, scope, log=log, redactor=redactor)
         for agent in agent_list:

@@ -4,10 +4,12 @@ run goes, and expires when the run ends without taking it."""
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 import attrs
@@ -125,6 +127,36 @@ async def test_input_admitted_by_another_runtime_reaches_the_run_in_fifo_order(
     steered = [e for e in entries if _kind(e) == "steering"]
     assert [e.seq for e in steered] == [settled + 1, settled + 2]  # right after the batch
     assert all(SECRET not in getattr(e.record, "text", "") for e in entries)
+
+
+async def test_input_another_runtime_admits_waits_in_the_journal_redacted_by_its_runtime(
+    tmp_path: Path, no_poll: None
+) -> None:
+    """A runtime that has run nothing yet admits steering for another's run with its own
+    redaction (the secrets it was opened with): the text at rest never holds the secret."""
+    path = tmp_path / "shared.db"
+    parked, go, never = trio.Event(), trio.Event(), trio.Event()
+    model = ScriptedModel([Turn.tool_calls(("wait", {})), Turn.text("Done.")])
+    async with (
+        open_runtime(_layer(path, model, parked, go), agents=[AGENT], secrets=[SECRET]) as running,
+        open_runtime(
+            _layer(path, ScriptedModel([]), never, never), agents=[AGENT], secrets=[SECRET]
+        ) as other,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(partial(running.run, AGENT, "Go.", conversation_id="c", create=True))
+        await parked.wait()
+        receipt = await _inbox(other).steer("c", f"Use {SECRET}.", author="bo")
+        connection = sqlite3.connect(path)
+        try:
+            waiting = connection.execute(
+                "SELECT text FROM steering_inputs WHERE input_id = ?", (receipt.input_id,)
+            ).fetchall()
+        finally:
+            connection.close()
+        go.set()
+    assert receipt.accepted
+    assert waiting == [("Use [REDACTED].",)]
 
 
 def _kind(entry: LogEntry) -> str | None:
