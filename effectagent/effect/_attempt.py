@@ -16,7 +16,7 @@ from typing import Any, Never, TypeVar, TypeVarTuple, Unpack, overload
 
 import trio
 
-from ._cause import Cause, Exit, Failure, Success, is_passthrough
+from ._cause import Cause, Exit, Failure, Success, error_classes, is_passthrough, reify
 
 __all__ = ["attempt", "attempt_sync", "is_async_callable", "propagates"]
 
@@ -74,10 +74,19 @@ async def attempt(
     Instances of ``errors`` become declared failures (``Fail``); any other exception is a defect
     (``Die``). ``KeyboardInterrupt``/``SystemExit`` propagate.
 
+    ``errors`` is a tuple of exception classes; one class or another collection of them is
+    converted, and anything else (a str) refused with a ``TypeError`` naming ``errors``, before
+    ``fn`` runs. What a tuple holds is checked where it is used — per failure, not per call (a
+    Tool's ``failure`` was checked when the Tool was made): a member that is not an exception
+    class is a ``TypeError`` naming ``errors``, raised from ``fn``'s own exception.
+
     Cancellation: ``attempt`` checkpoints exactly as ``fn`` does. If a ``trio.Cancelled`` escapes
     ``fn`` (alone or inside a group) the original exception is re-raised unchanged, so the enclosing
     cancel scope handles it as usual.
     """
+    given: object = errors  # checked at run time too: not every caller runs mypy
+    if given.__class__ is not tuple:
+        errors = error_classes(given)  # type: ignore[assignment]
     try:
         return Success(await fn(*args))
     except trio.Cancelled:
@@ -85,7 +94,18 @@ async def attempt(
     except BaseException as exc:
         if propagates(exc):
             raise
-        return Failure(Cause.from_exception(exc, errors))
+        return Failure(_reified(exc, errors))
+
+
+def _reified(exc: BaseException, errors: tuple[type[E], ...]) -> Cause[E]:
+    """``exc`` as a Cause, once the members of ``errors`` are checked (a failure's cost, not a
+    call's); a ``TypeError`` for one that is not an exception class, from ``exc``."""
+    if errors:
+        try:
+            error_classes(errors)
+        except TypeError as problem:
+            raise problem from exc
+    return reify(exc, errors)
 
 
 @overload
@@ -93,10 +113,14 @@ def attempt_sync(fn: Callable[..., A], *args: Any) -> Exit[A, Never]: ...
 @overload
 def attempt_sync(fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...]) -> Exit[A, E]: ...
 def attempt_sync(fn: Callable[..., A], *args: Any, errors: tuple[type[E], ...] = ()) -> Exit[A, E]:
-    """Call a synchronous ``fn(*args)`` and return its Exit instead of raising."""
+    """Call a synchronous ``fn(*args)`` and return its Exit instead of raising (``errors`` as
+    :func:`attempt` takes them, checked before ``fn`` runs)."""
+    given: object = errors  # checked at run time too: not every caller runs mypy
+    if given.__class__ is not tuple:
+        errors = error_classes(given)  # type: ignore[assignment]
     try:
         return Success(fn(*args))
     except BaseException as exc:
         if is_passthrough(exc):
             raise
-        return Failure(Cause.from_exception(exc, errors))
+        return Failure(_reified(exc, errors))

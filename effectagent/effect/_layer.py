@@ -14,6 +14,11 @@ is registered as a finalizer of the build scope, so teardown runs in exactly the
 construction — also when construction fails halfway. Within one build each layer node is built once
 however many dependents it has (memoized by identity); :meth:`Layer.fresh` opts out. A leaf constructor
 sees only the services it declared, so declarations cannot silently drift from use.
+
+A description is checked when it is made, never first when it is built: keys are ServiceKeys,
+``provides``/``requires`` iterables of them (one str or one key is refused, not read letter by
+letter or iterated), names are str, a constructor an async function (``Layer.effect``,
+``Layer.from_build``) and what is composed a Layer — each a ``TypeError`` naming the argument.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any, TypeVar, final
 
 import attrs
 
+from ._attempt import is_async_callable
 from ._cause import Exit, Failure
 from ._context import Context, ServiceKey
 from ._scope import Scope, open_scope
@@ -84,15 +90,23 @@ class Layer:
     @staticmethod
     def succeed(key: ServiceKey[T], service: T, *, name: str | None = None) -> Layer:
         """A layer that provides an already-built ``service``."""
+        _check_key("Layer.succeed", key)
+        name = _name_or("Layer.succeed", name, key)
+        built = Context.of(key, service)
 
         async def construct(_: Context, __: Scope) -> Context:
-            return Context.of(key, service)
+            return built
 
-        return _Leaf(name or key.name, frozenset((key,)), frozenset(), construct)
+        return _Leaf(name, frozenset((key,)), frozenset(), construct)
 
     @staticmethod
     def context(context: Context, *, name: str = "context") -> Layer:
         """A layer that provides every service of an existing ``context``."""
+        if not isinstance(context, Context):
+            raise TypeError(
+                f"Layer.context: context must be a Context, got {type(context).__name__}"
+            )
+        _check_name("Layer.context", name)
 
         async def construct(_: Context, __: Scope) -> Context:
             return context
@@ -107,12 +121,23 @@ class Layer:
         requires: Iterable[Key] = (),
         name: str | None = None,
     ) -> Layer:
-        """A layer whose service is made by ``await constructor(context)``; nothing to release."""
+        """A layer whose service is made by ``await constructor(context)``; nothing to release.
+
+        ``constructor`` is an async function (``TypeError`` otherwise, here rather than when the
+        layer is built)."""
+        _check_key("Layer.effect", key)
+        if not is_async_callable(constructor):
+            raise TypeError(
+                "Layer.effect: constructor must be an async function of the Context, got "
+                f"{_shown(constructor)}"
+            )
+        required = _keys("Layer.effect", "requires", requires)
+        name = _name_or("Layer.effect", name, key)
 
         async def construct(ctx: Context, _: Scope) -> Context:
             return Context.of(key, await constructor(ctx))
 
-        return _Leaf(name or key.name, frozenset((key,)), frozenset(requires), construct)
+        return _Leaf(name, frozenset((key,)), required, construct)
 
     @staticmethod
     def scoped(
@@ -126,6 +151,14 @@ class Layer:
 
         The manager's ``__aexit__`` receives the exception that closed the build scope, if any.
         """
+        _check_key("Layer.scoped", key)
+        if not callable(factory):
+            raise TypeError(
+                "Layer.scoped: factory must be a callable of the Context returning an async "
+                f"context manager, got {_shown(factory)}"
+            )
+        required = _keys("Layer.scoped", "requires", requires)
+        name = _name_or("Layer.scoped", name, key)
 
         async def construct(ctx: Context, scope: Scope) -> Context:
             manager = factory(ctx)
@@ -141,7 +174,7 @@ class Layer:
             scope.add_finalizer(release)
             return Context.of(key, service)
 
-        return _Leaf(name or key.name, frozenset((key,)), frozenset(requires), construct)
+        return _Leaf(name, frozenset((key,)), required, construct)
 
     @staticmethod
     def from_build(
@@ -153,9 +186,18 @@ class Layer:
     ) -> Layer:
         """The general form: ``build(context, scope)`` returns a Context holding exactly ``provides``.
 
-        Resources are tied to ``scope`` (``scope.add_finalizer``).
+        Resources are tied to ``scope`` (``scope.add_finalizer``). ``build`` is an async
+        function (``TypeError`` otherwise).
         """
-        return _Leaf(name, frozenset(provides), frozenset(requires), build)
+        _check_name("Layer.from_build", name)
+        provided = _keys("Layer.from_build", "provides", provides)
+        required = _keys("Layer.from_build", "requires", requires)
+        if not is_async_callable(build):
+            raise TypeError(
+                "Layer.from_build: build must be an async function of the Context and Scope, "
+                f"got {_shown(build)}"
+            )
+        return _Leaf(name, provided, required, build)
 
     # ---- combinators ---------------------------------------------------------------------------
 
@@ -163,14 +205,18 @@ class Layer:
         """Merge: both layers, built from the same inputs; provides and requires are unions. A
         key both provide is built by each, and the merged context holds ``other``'s — the later
         layer wins, so ``defaults + overrides`` replaces what ``overrides`` provides."""
+        if not isinstance(other, Layer):
+            raise TypeError(f"Layer +: can only merge a Layer, got {type(other).__name__}")
         return merge(self, other)
 
     def provide(self, dependencies: Layer) -> Layer:
         """Feed ``dependencies``' outputs into this layer's requirements; only this layer's outputs remain."""
+        _check_layer("Layer.provide", dependencies)
         return _Provide(self, dependencies, keep_dependencies=False)
 
     def provide_merge(self, dependencies: Layer) -> Layer:
         """Like :meth:`provide`, but the result provides the dependencies' outputs too."""
+        _check_layer("Layer.provide_merge", dependencies)
         return _Provide(self, dependencies, keep_dependencies=True)
 
     def fresh(self) -> Layer:
@@ -179,6 +225,7 @@ class Layer:
 
     def named(self, name: str) -> Layer:
         """The same layer under another name (names appear in preflight and build errors)."""
+        _check_name("Layer.named", name)
         return _Named(self, name)
 
     # ---- internals -----------------------------------------------------------------------------
@@ -210,8 +257,59 @@ def merge(*layers: Layer) -> Layer:
     """Merge several layers (see :meth:`Layer.__add__`)."""
     flat: list[Layer] = []
     for layer in layers:
-        flat.extend(layer.layers if isinstance(layer, _Merge) else (layer,))
+        if isinstance(layer, _Merge):
+            flat.extend(layer.layers)
+        elif isinstance(layer, Layer):
+            flat.append(layer)
+        else:
+            raise TypeError(f"merge: can only merge Layers, got {type(layer).__name__}")
     return _Merge(tuple(flat))
+
+
+# ---- checks of what a description is given (see the module notes) --------------------------------
+
+
+def _shown(value: object) -> str:
+    kind = type(value).__name__
+    name = getattr(value, "__qualname__", None)
+    return f"{kind} {name}" if isinstance(name, str) else kind
+
+
+def _check_key(owner: str, key: object) -> None:
+    if not isinstance(key, ServiceKey):
+        raise TypeError(f"{owner}: key must be a ServiceKey, got {type(key).__name__}")
+
+
+def _check_name(owner: str, name: object) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"{owner}: name must be a str, got {type(name).__name__}")
+
+
+def _name_or(owner: str, name: str | None, key: Key) -> str:
+    if name is None:
+        return key.name
+    _check_name(owner, name)
+    return name or key.name
+
+
+def _check_layer(owner: str, layer: object) -> None:
+    if not isinstance(layer, Layer):
+        raise TypeError(f"{owner}: dependencies must be a Layer, got {type(layer).__name__}")
+
+
+def _keys(owner: str, argument: str, keys: object) -> frozenset[Key]:
+    """``keys`` — an iterable of ServiceKeys — as a frozenset."""
+    if isinstance(keys, str | bytes | ServiceKey) or not isinstance(keys, Iterable):
+        raise TypeError(
+            f"{owner}: {argument} must be an iterable of ServiceKeys, not one "
+            f"{type(keys).__name__}"
+            + (" (put it in a list)" if isinstance(keys, ServiceKey) else "")
+        )
+    found = frozenset(keys)
+    for key in found:
+        if not isinstance(key, ServiceKey):
+            raise TypeError(f"{owner}: {argument} holds a {type(key).__name__}, not a ServiceKey")
+    return found
 
 
 @final

@@ -32,7 +32,7 @@ from typing import Any, Generic, Never, TypeVar, TypeVarTuple, Unpack, final, ov
 
 import trio
 
-from ._cause import Cause, Die, Exit, Failure, Success, is_passthrough
+from ._cause import Cause, Die, Exit, Failure, Success, error_classes, is_passthrough, reify
 
 __all__ = ["Fiber", "Finalizer", "Scope", "ScopeClosedError", "open_scope"]
 
@@ -173,11 +173,13 @@ class Scope:
     ) -> Fiber[A, E]:
         """Start ``fn(*args)`` as a child fiber of this scope and return it at once.
 
-        ``errors`` are the declared error classes (they become ``Fail``; anything else ``Die``).
+        ``errors`` are the declared error classes (they become ``Fail``; anything else ``Die``),
+        checked here (``TypeError``), before anything starts.
         """
         nursery = self._open_nursery()
         if self._closing:
             raise ScopeClosedError("cannot fork into a closing scope")
+        errors = error_classes(errors)  # type: ignore[assignment]
         fiber: Fiber[A, E] = Fiber(name or str(getattr(fn, "__qualname__", fn)))
         nursery.start_soon(self._run_fiber, fiber, fn, args, errors, name=fiber.name)
         return fiber
@@ -210,7 +212,7 @@ class Scope:
                 raise
             # Swallowing a Cancelled is harmless here: the task ends, and the cancelled scope
             # stays cancelled for every other task in it.
-            cause = Cause.from_exception(exc)
+            cause: Cause[Never] = reify(exc, ())
             self._lost_defects.extend(cause.defects)
             if cause.is_interrupted:
                 self._fiber_interrupted = True
@@ -234,7 +236,7 @@ class Scope:
                 raise
             # The task ends here, so swallowing a Cancelled from an outer scope is harmless: that
             # scope stays cancelled for every other task in it.
-            exit_ = Failure(Cause.from_exception(exc, errors))
+            exit_ = Failure(reify(exc, errors))
             if exit_.cause.defects:
                 self._failed_fibers.append(fiber)
             if exit_.cause.is_interrupted:
@@ -282,7 +284,9 @@ class Scope:
             if not f._observed and isinstance(f._exit, Failure)
         ]
         if raised is not None:
-            closing_exit: Exit[Any, Any] = Failure(Cause.from_exception(raised))
+            # Not ``Cause.from_exception``, which refuses an interpreter exit: a scope closing on
+            # one (a KeyboardInterrupt) still runs its finalizers, telling them it as a Die.
+            closing_exit: Exit[Any, Any] = Failure(reify(raised, ()))
         elif nursery.cancel_scope.cancel_called or self._fiber_interrupted:
             # cancel_called, not cancelled_caught: after ``scope.cancel()`` the body may end without
             # another checkpoint, or fibers may swallow the Cancelled while the body waits here.

@@ -3,6 +3,9 @@
 The bookkeeping (:class:`PermitLedger`) is a plain object: who holds what, who waits in which order,
 whom a release wakes. The Trio part only parks and unparks tasks. Fairness is strict FIFO (head-of-line
 blocking), so a large request is never starved by a stream of small ones.
+
+Capacities and weights are ints (not bools): anything else is a ``TypeError`` where it is given —
+a float weight would be granted and leave fractional permits behind.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from typing import final
 import trio
 
 __all__ = ["PermitLedger", "Semaphore"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @final
@@ -35,6 +42,8 @@ class PermitLedger:
     __slots__ = ("available", "capacity", "queue")
 
     def __init__(self, capacity: int) -> None:
+        if not _is_int(capacity):
+            raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
         if capacity < 1:
             raise ValueError(f"capacity must be at least 1, got {capacity}")
         self.capacity = capacity
@@ -42,7 +51,10 @@ class PermitLedger:
         self.queue: deque[_Waiter] = deque()
 
     def check_weight(self, weight: int) -> None:
-        """Reject weights that could never be granted."""
+        """Reject weights that could never be granted: not an int (``TypeError``), or outside
+        1 to the capacity (``ValueError``)."""
+        if not _is_int(weight):
+            raise TypeError(f"permit weight must be an int, got {type(weight).__name__}")
         if weight < 1 or weight > self.capacity:
             raise ValueError(f"permit weight must be between 1 and {self.capacity}, got {weight}")
 
@@ -55,6 +67,10 @@ class PermitLedger:
 
     def give_back(self, weight: int) -> Sequence[_Waiter]:
         """Return ``weight`` permits; grant queued waiters in FIFO order; return those granted."""
+        if weight.__class__ is not int and not _is_int(weight):
+            raise TypeError(f"permit weight must be an int, got {type(weight).__name__}")
+        if weight < 1:  # a release of 0 or less would take permits nobody acquired
+            raise ValueError(f"permit weight must be at least 1, got {weight}")
         self.available += weight
         if self.available > self.capacity:
             self.available -= weight
@@ -84,6 +100,7 @@ class Semaphore:
     __slots__ = ("_ledger",)
 
     def __init__(self, capacity: int) -> None:
+        """``capacity``: the total permits, an int of at least 1 (``TypeError``/``ValueError``)."""
         self._ledger = PermitLedger(capacity)
 
     @property
@@ -129,7 +146,7 @@ class Semaphore:
     def acquire_nowait(self, weight: int = 1) -> bool:
         """Take ``weight`` permits if free right now (and nobody waits); return whether taken."""
         ledger = self._ledger
-        if weight != 1:  # one permit is always a valid weight (capacity is at least 1)
+        if weight.__class__ is not int or weight != 1:  # one permit is always a valid weight
             ledger.check_weight(weight)
         return ledger.try_take(weight)
 

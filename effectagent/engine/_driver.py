@@ -204,6 +204,7 @@ class RunDriver(RunEdges):
         self._done: trio.Event | None = None  # made only if someone waits for the end
         # Set once the run observers were told the run started (they are then told it ended).
         self._observed: RunInfo | None = None
+        self._told = 0
         # The batch running, or the last one (whether it left a nursery — a schedule point — is
         # for ``_next_turn``; an interrupted one is committed to the state by ``_drive``).
         self._running_batch: Batch | None = None

@@ -80,6 +80,7 @@ class RunEdges:
         "_replay",
         "_resuming",
         "_snapshots",
+        "_told",
         "agent",
         "author",
         "context",
@@ -113,6 +114,7 @@ class RunEdges:
     _replay: BatchReplay | None
     _resuming: FoundRun | None
     _snapshots: tuple[ToolSnapshot, ...]
+    _told: int  # how many run observers were told the run started (in order)
     # Authoring (``_authoring``): the checked typed input, the turn preparer, the turn's prompt.
     run_input: RunInput | None
     preparer: TurnPreparer | None
@@ -319,14 +321,17 @@ class RunEdges:
             self.services.redactor.redact_text,
         )
         for observer in self.services.observers:
-            if self._observed is None:
-                self._observed = run  # from the first call on, every observer hears the end
+            # Told from the call on (also if it raises or the run is cancelled in it): it hears
+            # the end; one after an observer that raised was never told, and hears nothing.
+            self._observed = run
+            self._told += 1
             await observer.run_started(run)
 
     async def _tell_ended(self, run: RunInfo) -> None:
-        """Tell every run observer how the run ended; what one raises is logged, not raised."""
+        """Tell each run observer that was told the run started how it ended, in order; what
+        one raises is logged, not raised."""
         ending = self.ending
-        for observer in self.services.observers:
+        for observer in self.services.observers[: self._told]:
             try:
                 await observer.run_ended(run, ending)
             except Exception as exc:

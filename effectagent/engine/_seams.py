@@ -346,14 +346,17 @@ class RunObserver(Protocol):
     """Told when each run starts and how it ended."""
 
     async def run_started(self, run: RunInfo) -> None:
-        """The run is about to take its first turn (its input is recorded). Raising fails the run
-        (``EngineDefect``) before the model is asked anything. Cancellation: the run's own (it
-        is interrupted)."""
+        """The run is about to take its first turn (its input is recorded). Observers are told in
+        order; raising fails the run (``EngineDefect``) before the model is asked anything, and
+        the observers after this one are not told it started. Cancellation: the run's own (it
+        is interrupted, and this observer, having been told, hears the end)."""
         ...
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
-        """The run has written its terminal record. Called shielded, every run that started,
-        once; what it raises is logged, never changes the run's outcome."""
+        """The run has written its terminal record. Told once, in order, to each observer whose
+        ``run_started`` was called for this run — also when that call raised or was cancelled —
+        and to no other. Called shielded (a cancelled run's observers still hear it end); what
+        it raises is logged, never changes the run's outcome."""
         ...
 
 
@@ -366,7 +369,16 @@ RunObserversService: ServiceKey[Sequence[RunObserver]] = ServiceKey(
 def observe_runs(*keys: ServiceKey[Any]) -> Layer:
     """A Layer providing :data:`RunObserversService`: the services of ``keys``, in that order
     (each must implement :class:`RunObserver`; the Layer requires them, so preflight names any
-    that is missing)."""
+    that is missing).
+
+    The keys are distinct ServiceKeys — each observer is told once per run: a key given twice is
+    a ``ValueError``, anything but a ServiceKey (a str, a list of keys) a ``TypeError``."""
+    for key in keys:
+        if not isinstance(key, ServiceKey):
+            raise TypeError(f"observe_runs takes ServiceKeys, got {type(key).__name__}")
+    if len(set(keys)) != len(keys):
+        twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+        raise ValueError(f"observe_runs: {twice!r} is given twice (each observer is told once)")
 
     async def build(context: Context, _: Scope) -> Context:
         observers = tuple(context.require(key) for key in keys)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 import trio
@@ -217,3 +219,53 @@ def test_propagates_is_exactly_what_attempt_lets_through(raised: BaseException) 
     let_through = trio.run(main)
     assert let_through in (None, raised)  # untouched when it propagates
     assert (let_through is not None) == propagates(raised)
+
+
+# ``errors`` as code that does not run mypy may give them.
+_attempt: Any = attempt
+_attempt_sync: Any = attempt_sync
+
+
+async def test_declared_errors_may_be_a_list_or_one_class() -> None:
+    err = NotFound("k")
+    assert await _attempt(_raise, err, errors=[NotFound]) == Failure(Cause.fail(err))
+    assert await _attempt(_raise, err, errors=NotFound) == Failure(Cause.fail(err))
+    assert _attempt_sync(_raise_now, err, errors=[NotFound]) == Failure(Cause.fail(err))
+
+
+def _raise_now(exc: BaseException) -> None:
+    raise exc
+
+
+@pytest.mark.parametrize("errors", ["NotFound", [NotFound, "x"], [int], NotFound("k")])
+async def test_declared_errors_that_are_not_exception_classes_are_refused_before_running(
+    errors: object,
+) -> None:
+    """Refused up front, naming ``errors`` — never a TypeError out of ``isinstance`` after the
+    function ran, with its own error lost."""
+    ran: list[bool] = []
+
+    async def fn() -> None:
+        ran.append(True)
+        raise ValueError("the function's own error")
+
+    with pytest.raises(TypeError, match="errors must be exception classes"):
+        await _attempt(fn, errors=errors)
+    with pytest.raises(TypeError, match="errors must be exception classes"):
+        _attempt_sync(lambda: ran.append(True), errors=errors)
+    assert ran == []
+
+
+@pytest.mark.parametrize("errors", [(NotFound, "x"), (int,)])
+async def test_a_tuple_holding_what_is_not_an_exception_class_is_refused_from_the_failure(
+    errors: tuple[object, ...],
+) -> None:
+    """A tuple's members are checked per failure, not per call (the engine's are checked when
+    its Tool is made): the refusal names ``errors`` and is raised from the function's error."""
+    own = ValueError("the function's own error")
+    with pytest.raises(TypeError, match="errors must be exception classes") as info:
+        await _attempt(_raise, own, errors=errors)
+    assert info.value.__cause__ is own
+    with pytest.raises(TypeError, match="errors must be exception classes") as info:
+        _attempt_sync(_raise_now, own, errors=errors)
+    assert info.value.__cause__ is own

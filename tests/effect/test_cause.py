@@ -319,3 +319,78 @@ def test_tagged_errors_are_frozen_values_with_readable_text() -> None:
         err.n = 5  # type: ignore[misc]
     err.add_note("notes still work on a frozen error")
     assert err.__notes__ == ["notes still work on a frozen error"]
+
+
+# ---- what the values hold is checked when they are made ------------------------------------------
+
+# The classes as code that does not run mypy may call them.
+_Cause: Any = Cause
+_Fail: Any = Fail
+_Die: Any = Die
+_Interrupt: Any = Interrupt
+_Failure: Any = Failure
+
+
+def test_a_failure_holds_a_cause_that_is_not_empty() -> None:
+    """ "Never empty for a Failure": an empty Cause has no exception to raise."""
+    with pytest.raises(ValueError, match="Failure needs a Cause with at least one reason"):
+        Failure(Cause(()))
+    with pytest.raises(TypeError, match="Failure takes a Cause, got str"):
+        _Failure("x")
+    with pytest.raises(ValueError, match="an empty Cause has no exception"):
+        Cause(()).to_exception()
+    assert Cause(()).reasons == ()  # an empty Cause itself is a value (what ``+`` starts from)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _Cause.fail("text"), "Fail takes an exception, got str"),
+        (lambda: _Fail("text"), "Fail takes an exception, got str"),
+        (lambda: _Cause.die(5), "Die takes an exception, got int"),
+        (lambda: _Die(5), "Die takes an exception, got int"),
+        (lambda: _Interrupt("x"), "Interrupt takes an exception or None, got str"),
+        (lambda: _Cause(["x"]), "Cause takes a tuple of reasons, got list"),
+        (lambda: _Cause(("x",)), "a Cause's reasons are Fail, Die or Interrupt, got str"),
+        (lambda: _Cause((ValueError("v"),)), "reasons are Fail, Die or Interrupt, got ValueError"),
+        (lambda: _Cause.fail(ValueError()) + 5, "a Cause adds only a Cause, got int"),
+    ],
+)
+def test_reasons_hold_exceptions_and_causes_hold_reasons(make: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
+@pytest.mark.parametrize("exc", [KeyboardInterrupt(), SystemExit(1), GeneratorExit()])
+def test_from_exception_never_reifies_an_interpreter_exit_it_propagates(
+    exc: BaseException,
+) -> None:
+    with pytest.raises(type(exc)) as info:
+        Cause.from_exception(exc)
+    assert info.value is exc
+    group = BaseExceptionGroup("g", [ValueError("v"), exc])
+    with pytest.raises(BaseExceptionGroup) as grouped:
+        Cause.from_exception(group, ValueError)
+    assert grouped.value is group  # the whole group, as attempt lets it through
+
+
+@pytest.mark.parametrize("errors", [[NotFound], {NotFound}, (NotFound,), NotFound])
+def test_declared_errors_may_be_any_collection_of_exception_classes(errors: Any) -> None:
+    err = NotFound(1)
+    assert Cause.from_exception(err, errors) == Cause.fail(err)
+
+
+@pytest.mark.parametrize(
+    ("errors", "message"),
+    [
+        ("NotFound", "errors must be exception classes, got a str"),
+        ([NotFound, "x"], "errors must be exception classes, got a str in them"),
+        ((int,), "errors must be exception classes, got int in them"),
+        (NotFound(1), "errors must be exception classes, got a NotFound"),
+    ],
+)
+def test_declared_errors_that_are_not_exception_classes_are_refused(
+    errors: Any, message: str
+) -> None:
+    with pytest.raises(TypeError, match=message):
+        Cause.from_exception(ValueError("v"), errors)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -474,3 +475,141 @@ def test_a_deep_shared_dag_is_walked_once_per_node_not_once_per_path() -> None:
     thread.join(timeout=30)
     assert not thread.is_alive(), "preflight/build of a shared DAG walked every path"
     assert outcome == [23416728348467685]  # the 80th Fibonacci number
+
+
+# ---- what keys, contexts and layers are given is checked where it is given -----------------------
+
+
+async def _make_a(_: Context) -> str:
+    return "a"
+
+
+async def _build_a(_: Context, __: Any) -> Context:
+    return Context.of(A, "a")
+
+
+def _sync_make(_: Context) -> str:
+    return "a"
+
+
+# What a description is given, as code that does not run mypy may give it.
+_ServiceKey: Any = ServiceKey
+_Context: Any = Context
+_Layer: Any = Layer
+_merge: Any = merge
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: _ServiceKey(5), TypeError, "ServiceKey: name must be a str, got int"),
+        (lambda: _ServiceKey(""), ValueError, "ServiceKey: name must not be empty"),
+        (lambda: _ServiceKey("k", 5), TypeError, "ServiceKey: description must be a str, got int"),
+    ],
+)
+def test_a_service_key_is_named_by_a_non_empty_str(
+    make: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _Context.of("k", 1), "Context.of: key must be a ServiceKey, got str"),
+        (lambda: _Context({"k": 1}), "Context: key must be a ServiceKey, got str"),
+        (lambda: _Context.empty().add("k", 1), "Context.add: key must be a ServiceKey, got str"),
+        (lambda: _Context.of(A, 1).merge({"k": 1}), "Context: key must be a ServiceKey, got str"),
+    ],
+)
+def test_a_context_maps_service_keys_only(make: Callable[[], object], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: _Layer.succeed("k", 1), "Layer.succeed: key must be a ServiceKey, got str"),
+        (lambda: _Layer.effect("k", _make_a), "Layer.effect: key must be a ServiceKey, got str"),
+        (
+            lambda: _Layer.scoped("k", lambda _: None),
+            "Layer.scoped: key must be a ServiceKey, got str",
+        ),
+        (lambda: _Layer.context({A: 1}), "Layer.context: context must be a Context, got dict"),
+        (lambda: _Layer.succeed(A, 1) + 5, "Layer \\+: can only merge a Layer, got int"),
+        (lambda: _merge(_Layer.succeed(A, 1), "x"), "merge: can only merge Layers, got str"),
+        (
+            lambda: _Layer.succeed(A, 1).provide(5),
+            "Layer.provide: dependencies must be a Layer, got int",
+        ),
+        (
+            lambda: _Layer.succeed(A, 1).provide_merge(5),
+            "Layer.provide_merge: dependencies must be a Layer, got int",
+        ),
+        (lambda: _Layer.succeed(A, 1).named(5), "Layer.named: name must be a str, got int"),
+        (lambda: _Layer.succeed(A, 1, name=5), "Layer.succeed: name must be a str, got int"),
+        (
+            lambda: _Layer.effect(A, _make_a, requires="abc"),
+            "Layer.effect: requires must be an iterable of ServiceKeys, not one str",
+        ),
+        (
+            lambda: _Layer.effect(A, _make_a, requires=B),
+            "Layer.effect: requires must be an iterable of ServiceKeys, not one ServiceKey",
+        ),
+        (
+            lambda: _Layer.effect(A, _make_a, requires=[B, "C"]),
+            "Layer.effect: requires holds a str, not a ServiceKey",
+        ),
+        (
+            lambda: _Layer.scoped(A, lambda _: None, requires="abc"),
+            "Layer.scoped: requires must be an iterable of ServiceKeys, not one str",
+        ),
+        (
+            lambda: _Layer.from_build("x", provides="abc", build=_build_a),
+            "Layer.from_build: provides must be an iterable of ServiceKeys, not one str",
+        ),
+        (
+            lambda: _Layer.from_build("x", provides=[A], requires="abc", build=_build_a),
+            "Layer.from_build: requires must be an iterable of ServiceKeys, not one str",
+        ),
+        (
+            lambda: _Layer.from_build(5, provides=[A], build=_build_a),
+            "Layer.from_build: name must be a str, got int",
+        ),
+        (
+            lambda: _Layer.effect(A, _sync_make),
+            "Layer.effect: constructor must be an async function of the Context",
+        ),
+        (
+            lambda: _Layer.effect(A, lambda _: _make_a(_)),
+            "Layer.effect: constructor must be an async function of the Context",
+        ),
+        (
+            lambda: _Layer.scoped(A, 5),
+            "Layer.scoped: factory must be a callable of the Context",
+        ),
+        (
+            lambda: _Layer.from_build("x", provides=[A], build=lambda c, s: _build_a(c, s)),
+            "Layer.from_build: build must be an async function of the Context and Scope",
+        ),
+    ],
+)
+def test_layers_refuse_what_they_could_not_build_when_they_are_made(
+    make: Callable[[], object], message: str
+) -> None:
+    """Refused where the layer is described, naming the argument — never an AttributeError
+    from deep inside, or a failure only when the layer is built."""
+    with pytest.raises(TypeError, match=message):
+        make()
+
+
+async def test_constructors_that_are_async_in_any_form_are_accepted() -> None:
+    class Maker:
+        async def __call__(self, _: Context) -> str:
+            return "m"
+
+    layer = Layer.effect(A, functools.partial(_make_a)) + Layer.effect(B, Maker())
+    async with open_layer(layer) as ctx:
+        assert (ctx[A], ctx[B]) == ("a", "m")

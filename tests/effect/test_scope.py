@@ -449,6 +449,31 @@ async def test_keyboard_interrupt_in_a_fiber_propagates() -> None:
         await body()
 
 
+@pytest.mark.parametrize("where", ["body", "fiber"])
+async def test_a_scope_closing_on_keyboard_interrupt_still_runs_its_finalizers(where: str) -> None:
+    """``Cause.from_exception`` refuses to reify an interpreter exit (it re-raises it); a scope
+    closing on one still hands its finalizers an Exit naming it — as a ``Die`` — and lets it
+    propagate."""
+    seen: list[Exit[Any, Any]] = []
+    interrupt = KeyboardInterrupt()
+
+    async def record(exit_: Exit[Any, Any]) -> None:
+        seen.append(exit_)
+
+    async def close_on_it() -> None:
+        async with open_scope() as scope:
+            scope.add_finalizer(record)
+            if where == "body":
+                raise interrupt
+            scope.fork(_fail_after, 0, interrupt)
+            await trio.sleep_forever()
+
+    with pytest.raises(KeyboardInterrupt) as info:
+        await close_on_it()
+    assert info.value is interrupt
+    assert seen == [Failure(Cause.die(interrupt))]
+
+
 async def test_fiber_names_default_to_the_function() -> None:
     async with open_scope() as scope:
         fiber = scope.fork(_after, 0, None)
@@ -554,3 +579,18 @@ async def test_spawn_is_refused_outside_the_open_scope() -> None:
         pass
     with pytest.raises(ScopeClosedError):
         scope.spawn(_after, 0, None)
+
+
+async def test_fork_checks_the_declared_errors_before_starting_anything() -> None:
+    started: list[bool] = []
+
+    async def work() -> None:
+        started.append(True)
+
+    async with open_scope() as scope:
+        fork: Any = scope.fork  # errors as code that does not run mypy may give them
+        with pytest.raises(TypeError, match="errors must be exception classes, got a str"):
+            fork(work, errors="NotFound")
+        fiber = fork(work, errors=[NotFound])
+    assert started == [True]
+    assert fiber.poll() == Success(None)

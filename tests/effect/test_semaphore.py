@@ -88,6 +88,10 @@ def test_ledger_rejects_impossible_weights_and_overreleases() -> None:
     with pytest.raises(RuntimeError, match="released more"):
         ledger.give_back(3)
     assert ledger.available == 1  # the failed release changed nothing
+    for weight in (0, -1):  # would take permits nobody acquired
+        with pytest.raises(ValueError, match="at least 1"):
+            ledger.give_back(weight)
+    assert ledger.available == 1
 
 
 # ---- the Trio semaphore: a generated mix of tasks ------------------------------------------------
@@ -385,3 +389,25 @@ async def test_releasing_more_than_acquired_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         sem.release()
     assert sem.available == 1
+
+
+@pytest.mark.parametrize("bad", [1.5, 2.0, math.inf, True, "3", None])
+async def test_capacities_and_weights_are_whole_numbers(bad: object) -> None:
+    """Permits are counted in ints: a float (or a bool, or anything else) would be taken and
+    leave fractional permits behind."""
+    with pytest.raises(TypeError, match="capacity must be an int"):
+        Semaphore(bad)  # type: ignore[arg-type]
+    sem = Semaphore(3)
+    with pytest.raises(TypeError, match="permit weight must be an int"):
+        await sem.acquire(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="permit weight must be an int"):
+        sem.acquire_nowait(bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="permit weight must be an int"):
+        async with sem.permits(bad):  # type: ignore[arg-type]
+            pass
+    await sem.acquire(2)
+    with pytest.raises(TypeError, match="permit weight must be an int"):
+        sem.release(bad)  # type: ignore[arg-type]
+    assert (sem.available, sem.waiting) == (1, 0)
+    sem.release(2)
+    assert sem.available == 3

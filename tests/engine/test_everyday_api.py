@@ -212,6 +212,11 @@ async def test_an_empty_author_is_refused_as_an_empty_id_is(
         ((ScriptedModel.layer([]),), {"secrets": "sk-1234"}, "not one string"),
         ((ScriptedModel.layer([]),), {"secrets": [1234]}, "holds a int, not a str"),
         ((ScriptedModel.layer([]),), {"agents": ["weather"]}, "holds a str, not an Agent"),
+        (
+            (ScriptedModel.layer([]),),
+            {"agents": Agent("lone", "Help.")},
+            "open_runtime(agents=...) takes an iterable of Agents, not one Agent",
+        ),
     ],
 )
 async def test_wrong_open_runtime_arguments_are_type_errors_naming_them(

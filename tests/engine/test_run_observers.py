@@ -82,11 +82,34 @@ async def test_an_observer_refusing_the_start_fails_the_run_before_the_model_is_
     assert isinstance(terminal.error, EngineDefect)
     assert "no room" in terminal.error.message
     assert model.requests == []
+    # The audit was never told the run started (the ledger's refusal came first): it hears no end.
     assert journal == [
         "ledger started weather by user",
         "ledger ended failed",
-        "audit ended failed",
     ]
+
+
+async def test_an_observer_cancelled_in_its_start_hears_the_end_and_later_ones_hear_nothing(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    journal: list[str] = []
+
+    class Slow(Recorder):
+        async def run_started(self, run: RunInfo) -> None:
+            await super().run_started(run)
+            await trio.sleep_forever()
+
+    agent = make_agent()
+    observers = Layer.succeed(Ledger, Slow(journal, "ledger")) + Layer.succeed(
+        Audit, Recorder(journal, "audit")
+    )
+    layer = TrackingModel([Turn.text("never")]).layer() + observe_runs(Ledger, Audit).provide_merge(
+        observers
+    )
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        with trio.move_on_after(10):
+            await runtime.run(agent, "Hi")
+    assert journal == ["ledger started weather by user", "ledger ended interrupted"]
 
 
 async def test_observe_runs_names_a_missing_observer_at_preflight() -> None:
@@ -100,3 +123,24 @@ async def test_observe_runs_refuses_a_service_that_is_not_an_observer() -> None:
     with pytest.raises(TypeError, match="not a RunObserver"):
         async with open_runtime(layer):
             pass
+
+
+def test_observe_runs_refuses_a_key_given_twice() -> None:
+    """Each observer is told once per run: a key given twice would tell it twice."""
+    with pytest.raises(
+        ValueError, match=r"observe_runs: ServiceKey\('test\.Audit'\) is given twice"
+    ):
+        observe_runs(Ledger, Audit, Audit)
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (("test.Audit",), "observe_runs takes ServiceKeys, got str"),
+        ((Ledger, 5), "observe_runs takes ServiceKeys, got int"),
+        (([Ledger, Audit],), "observe_runs takes ServiceKeys, got list"),
+    ],
+)
+def test_observe_runs_takes_service_keys(keys: tuple[Any, ...], message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        observe_runs(*keys)
