@@ -51,6 +51,7 @@ __all__ = [
     "ArtifactRefused",
     "CompactionResult",
     "RetainedFact",
+    "accepted_versions",
     "compaction_artifacts",
     "rebuild_compactions",
     "source_digest",
@@ -178,6 +179,24 @@ def straddled(entries: Sequence[LogEntry], through: int) -> bool:
     return False
 
 
+def accepted_versions(versions: Iterable[str] | None) -> frozenset[str] | None:
+    """The compactor versions to accept, checked: None (any), or a frozenset of the str given
+    (any iterable of str). A lone str (or bytes) is refused with ``TypeError``: taken as a
+    collection, ``"effectagent-log"`` would accept the versions ``"log"`` and ``"e"``."""
+    if versions is None:
+        return None
+    if isinstance(versions, str | bytes) or not isinstance(versions, Iterable):
+        raise TypeError(
+            "versions must be a collection of str (a one-item set for one) or None, "
+            f"got {type(versions).__name__}"
+        )
+    found = frozenset(versions)
+    for version in found:
+        if not isinstance(version, str):
+            raise TypeError(f"each of versions must be a str, got {type(version).__name__}")
+    return found
+
+
 def verify_artifact(
     entries: Sequence[LogEntry],
     artifact: CompactionResult,
@@ -185,7 +204,10 @@ def verify_artifact(
     versions: Collection[str] | None = None,
 ) -> None:
     """Check ``artifact`` against the log ``entries`` (the whole conversation, in order); raise
-    :class:`ArtifactRefused` saying why it does not fit. Pure."""
+    :class:`ArtifactRefused` saying why it does not fit. ``versions``: the compactor versions
+    accepted (None: any); a lone str is refused with ``TypeError`` (see
+    :func:`accepted_versions`). Pure."""
+    accepted = accepted_versions(versions)
     if not isinstance(artifact, CompactionResult):
         raise TypeError(f"an artifact is a CompactionResult, got {type(artifact).__name__}")
     last_seq = entries[-1].seq if entries else 0
@@ -216,7 +238,7 @@ def verify_artifact(
     if artifact.token_estimate < 0:
         raise ArtifactRefused("estimate", f"token estimate {artifact.token_estimate}")
     version = artifact.compactor_version
-    if not version or (versions is not None and version not in versions):
+    if not version or (accepted is not None and version not in accepted):
         raise ArtifactRefused("version", f"compactor version {version!r} is not accepted")
 
 
@@ -251,14 +273,16 @@ def rebuild_compactions(
 ) -> tuple[CompactionCreated, ...]:
     """The records to append to the log ``entries`` for ``artifacts``, in order — each verified
     against the log with the records before it appended. Raises :class:`ArtifactRefused` for the
-    first that does not fit (then nothing is to be appended)."""
+    first that does not fit (then nothing is to be appended); ``TypeError`` for ``versions`` as
+    :func:`verify_artifact` does."""
+    accepted = accepted_versions(versions)
     records: list[CompactionCreated] = []
     log = list(entries)
     conversation = next(
         (c for e in log if isinstance(c := getattr(e.record, "conversation_id", None), str)), ""
     )
     for artifact in artifacts:
-        verify_artifact(log, artifact, versions=versions)
+        verify_artifact(log, artifact, versions=accepted)
         record = CompactionCreated(
             conversation_id=conversation,
             run_id=run_id,

@@ -49,7 +49,13 @@ from effectagent.effect import Layer
 from effectagent.engine import CompactionRequest, CompactorService
 
 from .._logging import log_warning
-from ._artifacts import ArtifactRefused, CompactionResult, summary_text, verify_artifact
+from ._artifacts import (
+    ArtifactRefused,
+    CompactionResult,
+    accepted_versions,
+    summary_text,
+    verify_artifact,
+)
 from ._planner import ELIDED, Budget, Plan, fit_summary, plan_compaction
 from ._transcript import SUMMARY_INSTRUCTIONS, transcript
 from ._view import LogView
@@ -108,8 +114,9 @@ class LogCompactor:
 
     ``summary_tokens`` bounds a summary (as does a quarter of the limit): it is the model's output
     cap, and a longer summary, from the model or the host, is cut to it. ``host`` supplies summaries made elsewhere; ``versions`` the
-    compactor versions of host artifacts accepted (None: any). ``refusals`` keeps the last host
-    artifacts refused, for operators.
+    compactor versions of host artifacts accepted (None: any; a lone str is refused with
+    ``TypeError``), kept as :attr:`versions`. ``refusals`` keeps the last host artifacts refused,
+    for operators.
     """
 
     __slots__ = ("_host", "_versions", "refusals", "summary_tokens")
@@ -129,8 +136,13 @@ class LogCompactor:
             raise TypeError(f"host must be a CompactionHost, got {type(host).__name__}")
         self.summary_tokens = summary_tokens
         self._host = host
-        self._versions = None if versions is None else frozenset(versions)
+        self._versions = accepted_versions(versions)
         self.refusals: list[ArtifactRefused] = []
+
+    @property
+    def versions(self) -> frozenset[str] | None:
+        """The compactor versions of host artifacts accepted (None: any)."""
+        return self._versions
 
     async def compact(self, request: CompactionRequest) -> Sequence[CompactionCreated]:
         """At most one record that brings the prompt within the limit (see the module notes).

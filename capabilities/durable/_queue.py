@@ -56,13 +56,40 @@ def _text(name: str, value: object, *, empty: bool = False) -> str:
     return value
 
 
+def _agent_names(agents: object) -> tuple[str, ...] | None:
+    """``DurableQueue``'s ``agents``, checked: None, or the names of a registry or an iterable
+    of names. A lone str is refused: taken letter by letter, ``"billing"`` would admit the agent
+    ``b`` and refuse ``billing``."""
+    if agents is None:
+        return None
+    if isinstance(agents, str | bytes):
+        raise TypeError(
+            "agents must be a registry {name: Agent} or names, "
+            f"not a lone {type(agents).__name__} (a one-item tuple for one name)"
+        )
+    if not isinstance(agents, Iterable):
+        raise TypeError(
+            f"agents must be a registry {{name: Agent}} or names, got {type(agents).__name__}"
+        )
+    names = tuple(agents)
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"each of agents must be an agent's name, a str, got {type(name).__name__}"
+            )
+        if not name.strip():
+            raise ValueError("agents: an agent's name must not be empty")
+    return names
+
+
 @final
 class DurableQueue:
     """Admission, the ledger, commands and operations over one database (see
     ``capabilities.durable``). Any number of processes may each have one on the same file.
 
-    ``agents``: the names of the agents workers run (a registry ``{name: Agent}``, or names);
-    given, :meth:`submit` refuses a name not in it before admitting anything. ``retry``: the
+    ``agents``: the names of the agents workers run (a registry ``{name: Agent}``, or names —
+    a lone str is refused with ``TypeError``); given, :meth:`submit` refuses a name not in it
+    before admitting anything. ``retry``: the
     workers' retry policy (what :meth:`explain` says recovery would decide depends on it).
     ``clock`` gives the wall-clock time (``time.time``; tests may pass their own).
     """
@@ -78,7 +105,7 @@ class DurableQueue:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.database = database
-        self._agents = None if agents is None else tuple(agents)
+        self._agents = _agent_names(agents)
         self._retry = retry or RetryBudget()
         self._clock = clock
         self._log = SqliteConversationLog(database)

@@ -164,6 +164,24 @@ class _FencedLog:
         return await SqliteConversationLog(self.database, self._codec).media(digests)
 
 
+def _secret_list(secrets: object) -> tuple[str, ...]:
+    """``DurableWorker``'s ``secrets``, checked when it is made (not at its first run), never
+    repeated in a refusal. A lone str is refused: taken letter by letter, it would redact every
+    one of its letters everywhere."""
+    if isinstance(secrets, str | bytes):
+        raise TypeError(
+            f"secrets must be a sequence of str, not a lone {type(secrets).__name__} "
+            "(a one-item list for one secret)"
+        )
+    if not isinstance(secrets, Iterable):
+        raise TypeError(f"secrets must be a sequence of str, got {type(secrets).__name__}")
+    found = tuple(secrets)
+    for secret in found:
+        if not isinstance(secret, str):
+            raise TypeError(f"each of secrets must be a str, got {type(secret).__name__}")
+    return found
+
+
 @final
 class DurableWorker:
     """Runs admitted submissions (see the module notes).
@@ -227,7 +245,7 @@ class DurableWorker:
         )
         self.options = options or WorkerOptions()
         self._approval_policy = approval_policy
-        self._secrets = tuple(secrets)
+        self._secrets = _secret_list(secrets)
         self.worker_id = worker_id or _worker_id()
         self._clock = clock
         self._random = random.Random()

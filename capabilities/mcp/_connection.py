@@ -561,7 +561,9 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
     and bounded, before the cancellation goes on.
     """
     if not isinstance(server, StdioServer | HttpServer):
-        raise TypeError(f"connect: server must be a StdioServer or HttpServer, got {server!r}")
+        raise TypeError(  # not its repr: a configuration passed here may hold tokens
+            f"connect: server must be a StdioServer or HttpServer, got {type(server).__name__}"
+        )
     connection = McpConnection(server)
     timeout = server.limits.connect_timeout
     stack = AsyncExitStack()

@@ -4,7 +4,7 @@ construction, that say nothing about whether a connection is open."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeAlias
 from urllib.parse import urlsplit
@@ -95,19 +95,40 @@ def _key(self: Any) -> ServiceKey[Any]:
 
 
 def _str_tuple(value: object) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(item, str) for item in value):  # type: ignore[attr-defined]
-        raise TypeError(f"args must be a sequence of str, got {value!r}")
-    return tuple(value)  # type: ignore[arg-type]
+    # The arguments are not echoed: one may be a token (``--token ...``).
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"args must be a sequence of str (a one-item tuple for one), got {type(value).__name__}"
+        )
+    found = tuple(value)
+    for index, item in enumerate(found):
+        if not isinstance(item, str):
+            raise TypeError(f"args[{index}] must be a str, got {type(item).__name__}")
+    return found
 
 
-def _str_map(value: object) -> Mapping[str, str] | None:
+def _str_map(field: str, value: object) -> Mapping[str, str] | None:
+    """``field`` (``env``, ``headers``), converted: None, or a copy as a dict of str to str. A
+    refusal names the field and the key, and the value's type — never a value, nor the
+    mapping: they hold tokens."""
     if value is None:
         return None
-    if not isinstance(value, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise TypeError(f"expected a mapping of str to str, got {value!r}")
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{field} must be a mapping of str to str, got {type(value).__name__}")
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise TypeError(f"{field}: each key must be a str, got {type(key).__name__}")
+        if not isinstance(item, str):
+            raise TypeError(f"{field}[{key!r}] must be a str, got {type(item).__name__}")
     return dict(value)
+
+
+def _env_map(value: object) -> Mapping[str, str] | None:
+    return _str_map("env", value)
+
+
+def _headers_map(value: object) -> Mapping[str, str] | None:
+    return _str_map("headers", value)
 
 
 @attrs.frozen(eq=False)  # identity, like a Tool: each server has its own service key
@@ -125,7 +146,7 @@ class StdioServer:
 
     command: str = attrs.field(validator=_check_command)
     args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
-    env: Mapping[str, str] | None = attrs.field(default=None, converter=_str_map)
+    env: Mapping[str, str] | None = attrs.field(default=None, converter=_env_map, repr=False)
     cwd: str | Path | None = None
     name: str = attrs.field(validator=_check_name)
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
@@ -148,7 +169,9 @@ class HttpServer:
     """
 
     url: str = attrs.field(validator=_check_url)
-    headers: Mapping[str, str] | None = attrs.field(default=None, converter=_str_map, repr=False)
+    headers: Mapping[str, str] | None = attrs.field(
+        default=None, converter=_headers_map, repr=False
+    )
     name: str = attrs.field(validator=_check_name)
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
     limits: McpLimits = attrs.field(factory=McpLimits)

@@ -24,6 +24,20 @@ def token_digest(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def _checked_token(token: object) -> str:
+    """A configured token, checked; the message never holds it."""
+    if not isinstance(token, str):
+        raise TypeError(f"a token must be a str, got {type(token).__name__}")
+    if not token:
+        raise ValueError("a token must not be empty")
+    if token != token.strip():
+        raise ValueError(
+            "a token must not begin or end with whitespace (a request's token is read "
+            "without it: such a token could never match)"
+        )
+    return token
+
+
 @attrs.frozen
 class Principal:
     """Who a request acts for: ``name`` — the principal the durable queue records as a
@@ -31,12 +45,21 @@ class Principal:
     sees every conversation, the approvals, Unknown calls, overdue settlements and dead
     letters; any other principal sees its own conversations only)."""
 
-    name: str
-    operator: bool = False
+    name: str = attrs.field()
+    operator: bool = attrs.field(default=False)
 
-    def __attrs_post_init__(self) -> None:
-        if not self.name.strip():
-            raise ValueError("a principal's name must be a non-empty string")
+    @name.validator
+    def _check_name(self, attribute: attrs.Attribute[str], value: object) -> None:
+        if not isinstance(value, str):
+            raise TypeError(f"Principal.name must be a str, got {type(value).__name__}")
+        if not value.strip():
+            raise ValueError("Principal.name must not be empty")
+
+    @operator.validator
+    def _check_operator(self, attribute: attrs.Attribute[bool], value: object) -> None:
+        # A real bool: "false" (configuration text) or 0 would read as a role by truthiness.
+        if not isinstance(value, bool):
+            raise TypeError(f"Principal.operator must be a bool, got {type(value).__name__}")
 
 
 @final
@@ -51,9 +74,13 @@ class Tokens:
     def __init__(
         self, entries: Iterable[tuple[str, Principal]], *, anonymous: Principal | None = None
     ) -> None:
+        if anonymous is not None and not isinstance(anonymous, Principal):
+            raise TypeError(
+                f"anonymous must be a Principal or None, got {type(anonymous).__name__}"
+            )
         found: list[tuple[bytes, Principal]] = []
         for digest, principal in entries:
-            if len(digest) != 64:
+            if not isinstance(digest, str) or len(digest) != 64:  # type: ignore[redundant-expr]
                 raise ValueError("a token digest must be 64 hexadecimal characters (SHA-256)")
             try:
                 raw = bytes.fromhex(digest)
@@ -73,8 +100,10 @@ class Tokens:
     def of(
         cls, tokens: Iterable[tuple[str, Principal]], *, anonymous: Principal | None = None
     ) -> Tokens:
-        """From the tokens themselves (kept only as digests)."""
-        return cls(((token_digest(t), p) for t, p in tokens), anonymous=anonymous)
+        """From the tokens themselves (kept only as digests). A token must be a non-empty str
+        without whitespace at either end (a request's token is read without it, so such a
+        token could never match); a bad one is refused without being repeated."""
+        return cls(((token_digest(_checked_token(t)), p) for t, p in tokens), anonymous=anonymous)
 
     def __repr__(self) -> str:
         names = ", ".join(p.name for _, p in self._entries)

@@ -25,7 +25,12 @@ class Quota:
     burst: int
 
     def __attrs_post_init__(self) -> None:
-        if not (math.isfinite(self.per_minute) and self.per_minute > 0):
+        per_minute: object = self.per_minute
+        if (
+            isinstance(per_minute, bool)
+            or not isinstance(per_minute, int | float)
+            or not (math.isfinite(per_minute) and per_minute > 0)
+        ):
             raise ValueError("a quota's per_minute must be a positive number")
         if type(self.burst) is not int or self.burst < 1:
             raise ValueError("a quota's burst must be a positive whole number")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import attrs
 
@@ -19,8 +19,49 @@ DEFAULT_QUOTA: Final = Quota(per_minute=60.0, burst=20)
 
 
 def _positive(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
-    if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+    # Not a bool: True would be a second, False a refusal that does not say why.
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"{attribute.name} must be a positive number")
+
+
+def _tokens(instance: object, attribute: attrs.Attribute[Tokens], value: object) -> None:
+    if not isinstance(value, Tokens):
+        raise TypeError(
+            f"tokens must be a Tokens (Tokens.of(...) from the tokens), got {type(value).__name__}"
+        )
+
+
+def _agent(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("agent must be a non-empty str (the name of an agent)")
+
+
+def _quota(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Quota):
+        raise TypeError(f"quota must be a Quota or None, got {type(value).__name__}")
+
+
+def _quotas(
+    instance: object, attribute: attrs.Attribute[Mapping[str, Quota | None]], value: object
+) -> None:
+    # Checked here: a quota of another kind failed every submission of its principal (500).
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            f"quotas must be a mapping of principal names to Quota or None, "
+            f"got {type(value).__name__}"
+        )
+    for name, quota in value.items():
+        if not isinstance(name, str):
+            raise TypeError(
+                f"quotas: a key must be a principal's name (a str), got {type(name).__name__}"
+            )
+        if quota is not None and not isinstance(quota, Quota):
+            raise TypeError(f"quotas[{name!r}] must be a Quota or None, got {type(quota).__name__}")
 
 
 def _origins(value: Iterable[str]) -> tuple[str, ...]:
@@ -74,11 +115,11 @@ class ServeSettings:
     * ``search_limit`` — the most messages a search returns.
     """
 
-    tokens: Tokens
-    agent: str = "assistant"
+    tokens: Tokens = attrs.field(validator=_tokens)
+    agent: str = attrs.field(default="assistant", validator=_agent)
     max_body: int = attrs.field(default=64 * 1024, validator=_count)
-    quota: Quota | None = DEFAULT_QUOTA
-    quotas: Mapping[str, Quota | None] = attrs.field(factory=dict)
+    quota: Quota | None = attrs.field(default=DEFAULT_QUOTA, validator=_quota)
+    quotas: Mapping[str, Quota | None] = attrs.field(factory=dict, validator=_quotas)
     sse_poll: float = attrs.field(default=0.1, validator=_positive)
     sse_heartbeat: float = attrs.field(default=15.0, validator=_positive)
     sse_page: int = attrs.field(default=256, validator=_count)

@@ -15,6 +15,7 @@ began. It never waits without a bound, and never leaves half a transaction behin
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 import time
@@ -25,7 +26,7 @@ import attrs
 
 from ._errors import DatabaseBusy
 
-__all__ = ["BusyPolicy", "begin_immediate", "is_busy", "retry_busy"]
+__all__ = ["BusyPolicy", "begin_immediate", "finite_seconds", "is_busy", "retry_busy"]
 
 R = TypeVar("R")
 
@@ -34,9 +35,22 @@ _SQLITE_BUSY: Final = 5
 _SQLITE_LOCKED: Final = 6
 
 
-def _positive(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if isinstance(value, bool) or not value > 0:
-        raise ValueError(f"BusyPolicy.{attribute.name} must be a positive number, got {value!r}")
+def finite_seconds(name: str, value: object) -> float:
+    """``value`` (an argument named ``name``), checked: a finite, positive number — not a bool,
+    not infinity (a bound that is none: a wait, or a lease, without end). Raises ``ValueError``
+    naming ``name``."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(f"{name} must be a finite, positive number, got {value!r}")
+    return value
+
+
+def _positive(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    finite_seconds(f"BusyPolicy.{attribute.name}", value)
 
 
 @attrs.frozen
@@ -45,7 +59,8 @@ class BusyPolicy:
 
     Waits grow from ``first`` by ``factor`` up to ``cap`` seconds each, every one drawn between
     half of that and all of it (jitter: processes that met the lock together do not retry
-    together), and stop once they add up to ``bound`` seconds.
+    together), and stop once they add up to ``bound`` seconds. Each is a finite, positive
+    number (``ValueError`` otherwise: an infinite ``bound`` would wait for ever).
     """
 
     bound: float = attrs.field(default=10.0, validator=_positive)

@@ -55,7 +55,7 @@ import attrs
 import trio
 
 from .._logging import log_debug
-from ._busy import BusyPolicy, begin_immediate, retry_busy
+from ._busy import BusyPolicy, begin_immediate, finite_seconds, retry_busy
 from ._errors import (
     CannotOpenDatabase,
     DatabaseInUse,
@@ -437,6 +437,15 @@ class SqliteDatabase:
         return True
 
 
+def _check_readers(readers: object) -> int:
+    """``readers``, checked: an int (not a bool), at least 1."""
+    if type(readers) is not int:
+        raise TypeError(f"readers must be an int, got {type(readers).__name__}")
+    if readers < 1:
+        raise ValueError(f"readers must be at least 1, got {readers}")
+    return readers
+
+
 @asynccontextmanager
 async def open_database(
     path: str | os.PathLike[str],
@@ -451,7 +460,9 @@ async def open_database(
     (see the module notes); ``busy`` says how long a write waits for their write lock (default
     :class:`BusyPolicy`: 10 s in all), and opening waits as long at most for one that is
     cleaning up after processes that ended. ``lease`` is how long a plain run's hold of its
-    conversation's lane lasts without renewal (see ``_holds``).
+    conversation's lane lasts without renewal (see ``_holds``): a finite, positive number of
+    seconds. ``readers`` is how many reads run at once: an int, at least 1. A bad one of these
+    raises ``ValueError`` / ``TypeError`` before the file is touched.
 
     A file it makes is 0600, and so are the files SQLite makes beside it (see ``_files``).
     Raises :class:`UnsafeDatabaseFile` (a symbolic link, not a regular file, another user's),
@@ -465,6 +476,10 @@ async def open_database(
     """
     if synchronous not in ("normal", "full", "extra"):
         raise ValueError(f"synchronous must be 'normal', 'full' or 'extra', got {synchronous!r}")
+    _check_readers(readers)
+    finite_seconds("lease", lease)
+    if busy is not None and not isinstance(busy, BusyPolicy):
+        raise TypeError(f"busy must be a BusyPolicy or None, got {type(busy).__name__}")
     name = os.fspath(path)
     if not name:
         raise ValueError("the database path must not be empty")

@@ -45,6 +45,7 @@ import trio
 from effectagent.core import Record, RunCompletedRecord, RunFailedRecord, UserInputRecorded
 
 from .._logging import log_warning
+from ._busy import finite_seconds
 from ._errors import ConversationInUse, LaneLost, StorageClosed
 from ._lanes import (
     DEFAULT_LEASE,
@@ -191,8 +192,7 @@ class RunHolds:
         lease: float = DEFAULT_LEASE,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not lease > 0:
-            raise ValueError(f"lease must be a positive number of seconds, got {lease!r}")
+        finite_seconds("lease", lease)  # an infinite lease would hold a dead process's lanes
         self.database = database
         self.lease = lease
         self.clock = clock

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Final, final
 import attrs
 
 from .._ids import new_id
+from ._busy import finite_seconds
 from ._errors import ConversationInUse, LaneLost
 from ._port import Connection
 
@@ -284,8 +285,7 @@ class Lanes:
         lease: float = DEFAULT_LEASE,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not lease > 0:
-            raise ValueError(f"lease must be a positive number of seconds, got {lease!r}")
+        finite_seconds("lease", lease)
         self.database = database
         self.worker_id = worker_id or database.holder_id
         self.lease = lease

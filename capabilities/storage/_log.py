@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import final
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Final, final
 
 import trio
 
@@ -69,7 +69,11 @@ from ._port import NO_LIMIT, Connection, Database, driver_error
 from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
 from ._sweep import put_media_rows
 
-__all__ = ["SqliteConversationLog", "write_records"]
+__all__ = ["SEARCH_LIMIT_MOST", "SqliteConversationLog", "write_records"]
+
+#: The largest ``limit`` a search passes on (SQLite's and PostgreSQL's largest integer): a larger
+#: one is clamped to it — no log holds as many messages, so what is found is the same.
+SEARCH_LIMIT_MOST: Final = 2**63 - 1
 
 
 def _said(exc: Exception) -> str:
@@ -355,10 +359,11 @@ class SqliteConversationLog:
         await self.database.write(work, weight=len(rows))
 
     async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
-        """The kept bytes of ``digests`` (a digest not kept is left out).
+        """The kept bytes of ``digests`` (a digest not kept is left out). ``TypeError`` when
+        ``digests`` is not a collection of str (a lone str included).
 
         Cancellation: as :meth:`entries`."""
-        wanted = list(digests)
+        wanted = list(_strings("digests", digests, kind="collection"))
 
         def read(conn: Connection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
@@ -380,14 +385,11 @@ class SqliteConversationLog:
         no records is no error.
 
         Raises :class:`ConversationInUse` while one of them has a run going (nothing deleted),
-        :class:`WriteFailed` / :class:`StorageClosed` as a write does. Cancellation: all or
-        nothing (one write transaction)."""
-        ids = list(conversation_ids)
-        for conversation_id in ids:
-            if not isinstance(conversation_id, str):
-                raise TypeError(
-                    f"conversation IDs must be str, got {type(conversation_id).__name__}"
-                )
+        :class:`WriteFailed` / :class:`StorageClosed` as a write does; ``TypeError`` when
+        ``conversation_ids`` is not a sequence of str — a lone str included (taken letter by
+        letter, ``"abc"`` would delete ``"a"``, ``"b"`` and ``"c"``) — before anything is
+        deleted. Cancellation: all or nothing (one write transaction)."""
+        ids = list(_strings("conversation_ids", conversation_ids))
         codec, now = self._codec, time.time()
         return await self.database.write(
             lambda conn: forget_conversations(conn, ids, now=now, codec=codec),
@@ -441,16 +443,18 @@ class SqliteConversationLog:
         write the index (busy excepted), :class:`StorageClosed`; ``TypeError`` when ``words`` is
         not a sequence of strings (a lone string included: it would be searched letter by letter)
         or ``limit`` not an int, ``ValueError`` when ``limit`` is below 1 — before anything is
-        read.
+        read. A ``limit`` above :data:`SEARCH_LIMIT_MOST` (2**63 - 1, the largest integer either
+        database takes) is clamped to it, not refused: no log holds as many messages.
 
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
-        words = _search_words(words)
+        words = _strings("words", words)
         if type(limit) is not int:
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
+        limit = min(limit, SEARCH_LIMIT_MOST)  # beyond it: an OverflowError, a bigint error
         read = self.database.read
         if self.database.dialect == "postgresql":  # indexed by PostgreSQL as records are written
             from ._search_postgres import find_said_pg
@@ -466,13 +470,16 @@ class SqliteConversationLog:
         return found
 
 
-def _search_words(words: object) -> tuple[str, ...]:
-    """``search``'s words, checked: a sequence of strings, not a lone string."""
-    if isinstance(words, str | bytes) or not isinstance(words, Sequence):
+def _strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, ...]:
+    """``value``, an argument named ``name`` that takes several strings (words, conversation IDs,
+    digests), checked: an iterable of str, and not a lone str or bytes — taken letter by letter,
+    ``"abc"`` would stand for ``"a"``, ``"b"`` and ``"c"``. No value is repeated in a refusal."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
         raise TypeError(
-            f"words must be a sequence of str (a one-item list for one), got {type(words).__name__}"
+            f"{name} must be a {kind} of str (a one-item list for one), got {type(value).__name__}"
         )
-    for word in words:
-        if not isinstance(word, str):
-            raise TypeError(f"each of words must be a str, got {type(word).__name__}")
-    return tuple(words)
+    found = tuple(value)
+    for item in found:
+        if not isinstance(item, str):
+            raise TypeError(f"each of {name} must be a str, got {type(item).__name__}")
+    return found

@@ -65,7 +65,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from .._logging import log_debug, log_warning
-from ._busy import BusyPolicy
+from ._busy import BusyPolicy, finite_seconds
 from ._errors import (
     CannotOpenDatabase,
     StorageClosed,
@@ -458,8 +458,9 @@ async def open_postgres(
     how long a plain run's hold of its conversation's lane lasts without renewal (``_holds``);
     ``extra_layout`` statements laid out with the tables in an empty schema (the search tables).
 
-    Raises ``ValueError`` for a schema name that is not a plain identifier;
-    :class:`ForeignSchema` (another application's tables there), :class:`DatabaseTooNew`,
+    Raises ``ValueError`` for a schema name that is not a plain identifier, a ``lease`` that is
+    not a finite, positive number of seconds or a ``pool_size`` below 1 (``TypeError``: not an
+    int), before connecting; :class:`ForeignSchema` (another application's tables there), :class:`DatabaseTooNew`,
     :class:`SchemaInUse` or :class:`CannotOpenDatabase`, naming the database without its
     password, with nothing changed.
 
@@ -468,8 +469,13 @@ async def open_postgres(
     Closing is shielded.
     """
     check_schema(schema)
-    if not pool_size >= 1:
+    if type(pool_size) is not int:
+        raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__}")
+    if pool_size < 1:
         raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
+    finite_seconds("lease", lease)  # an infinite lease would hold a dead process's lanes
+    if retry is not None and not isinstance(retry, BusyPolicy):
+        raise TypeError(f"retry must be a BusyPolicy or None, got {type(retry).__name__}")
     policy = retry or BusyPolicy()
     names = Names(f"{redact_url(url)} (schema {schema})", tuple(url_passwords(url)))
     try:

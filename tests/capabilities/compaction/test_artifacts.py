@@ -12,9 +12,11 @@ import pytest
 from capabilities.compaction import (
     ArtifactRefused,
     CompactionResult,
+    LogCompactor,
     RetainedFact,
     TokenizerCounter,
     compaction_artifacts,
+    rebuild_compactions,
     source_digest,
     verify_artifact,
 )
@@ -157,6 +159,34 @@ def test_only_accepted_versions_verify() -> None:
     verify_artifact(LOG, _artifact(), versions={"host/1"})
     with pytest.raises(ArtifactRefused, match="version"):
         verify_artifact(LOG, _artifact(), versions={"host/2"})
+
+
+@pytest.mark.parametrize("versions", ["host/1", b"host/1", "host/12"])
+def test_a_lone_string_of_versions_is_refused_not_matched_letter_by_letter(
+    versions: Any,
+) -> None:
+    """``versions="effectagent-log"`` accepted the versions "log" and "e" (substrings): a lone
+    string is refused, here, by the rebuild and by the compactor, before anything is checked."""
+    message = f"^versions must be a collection of str .*, got {type(versions).__name__}$"
+    with pytest.raises(TypeError, match=message):
+        verify_artifact(LOG, _artifact(compactor_version="host"), versions=versions)
+    with pytest.raises(TypeError, match=message):
+        rebuild_compactions(LOG, [], versions=versions)
+    with pytest.raises(TypeError, match=message):
+        LogCompactor(versions=versions)
+
+
+def test_the_versions_are_strings_and_a_compactor_keeps_them_as_a_frozenset() -> None:
+    with pytest.raises(TypeError, match=r"^each of versions must be a str, got int$"):
+        verify_artifact(LOG, _artifact(), versions=["host/1", 1])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"^versions must be a collection of str .*, got int$"):
+        LogCompactor(versions=1)  # type: ignore[arg-type]
+    accepted = ["host/1", "host/2"]
+    compactor = LogCompactor(versions=accepted)
+    accepted.append("host/3")  # the compactor's own copy
+    assert compactor.versions == frozenset({"host/1", "host/2"})
+    assert LogCompactor().versions is None
+    verify_artifact(LOG, _artifact(), versions={"host/1": 1}.keys())  # any collection
 
 
 def test_the_digest_ignores_compaction_records_and_nothing_else() -> None:

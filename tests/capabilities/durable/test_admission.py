@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from capabilities.durable._model import AgentNotFound, IdempotencyConflict, Receipt
 from capabilities.durable._queue import run_id_of
+from capabilities.storage import open_database
 from capabilities.storage._lanes import read_lane
 from effectagent.core import Agent
 
@@ -79,6 +80,31 @@ async def test_an_agent_the_registry_does_not_have_is_refused_before_admission(
         with pytest.raises(AgentNotFound, match=r"'nope'.*'helper'"):
             await q.submit("nope", "x", conversation_id="c", idempotency_key="k", principal="p")
         assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("agents", "error", "message"),
+    [
+        ("billing", TypeError, "^agents must be a registry .* or names, not a lone str"),
+        (b"billing", TypeError, "^agents must be a registry .* or names, not a lone bytes"),
+        (["billing", 3], TypeError, "^each of agents must be an agent's name, a str, got int$"),
+        ({3: Agent("helper", "Help.")}, TypeError, "^each of agents must be an agent's name"),
+        (["billing", ""], ValueError, "^agents: an agent's name must not be empty$"),
+        (7, TypeError, "^agents must be a registry .* or names, got int$"),
+    ],
+)
+async def test_a_lone_string_of_agents_is_refused_not_taken_letter_by_letter(
+    agents: object, error: type[Exception], message: str
+) -> None:
+    """``agents="billing"`` admitted a submission for the agent ``b`` (and refused
+    ``billing``)."""
+    async with open_database(":memory:") as db:
+        with pytest.raises(error, match=message):
+            queue(db, Clock(), agents=agents)
+        named = queue(db, Clock(), agents=("billing",))  # one name: a one-item tuple
+        with pytest.raises(AgentNotFound):
+            await named.submit("b", "x", conversation_id="c", idempotency_key="k", principal="p")
+        await named.submit("billing", "x", conversation_id="c", idempotency_key="k", principal="p")
 
 
 @pytest.mark.parametrize(

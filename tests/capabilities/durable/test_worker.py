@@ -17,6 +17,7 @@ from capabilities.durable._serve import Serving
 from capabilities.durable._worker import _SERVING, DurableWorker, _FencedLog
 from capabilities.state import AgentStateService
 from capabilities.state._layers import sqlite_state
+from capabilities.storage import open_database
 from capabilities.storage._errors import LaneLost
 from effectagent.ai import AuthenticationFailed, ModelRequest, UserMessage
 from effectagent.core import Agent, RunCompletedRecord, RunFailedRecord
@@ -338,6 +339,25 @@ async def test_a_secret_in_a_submission_reaches_no_record_audit_row_or_log_line(
         assert "my key is" in dump  # the records are there …
         assert canary not in dump  # … redacted; the settled input cleared
         assert canary not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("secrets", "message"),
+    [
+        ("sk-canary-5b1e9d", "^secrets must be a sequence of str, not a lone str"),
+        (b"sk-canary-5b1e9d", "^secrets must be a sequence of str, not a lone bytes"),
+        (["sk-canary-5b1e9d", 5], "^each of secrets must be a str, got int$"),
+    ],
+)
+async def test_a_lone_secret_is_refused_when_the_worker_is_made_without_echoing_it(
+    secrets: Any, message: str
+) -> None:
+    """Taken letter by letter, one secret would redact every ``s``, ``k``, ``-``... of every
+    run, and the worker only found out when it ran the first."""
+    async with open_database(":memory:") as db:
+        with pytest.raises(TypeError, match=message) as caught:
+            DurableWorker(db, echo_model(), [AGENT], options=FAST, secrets=secrets)
+    assert "canary" not in str(caught.value)
 
 
 async def test_an_abort_reaches_the_worker_running_it_which_stops_the_run_unsettled(

@@ -149,3 +149,113 @@ def test_problem_documents_have_the_rfc_9457_members() -> None:
     assert problem_of(NotDeadLettered("sub_1", "queued")).status == 409
     with pytest.raises(ValueError):
         Problem("teapot", "no")
+
+
+# ---- values of the wrong kind are refused where they are made, naming the field ----------------
+
+
+@pytest.mark.parametrize(
+    ("name", "operator", "error", "message"),
+    [
+        ("bob", "false", TypeError, "Principal.operator must be a bool, got str"),  # truthy
+        ("bob", 1, TypeError, "Principal.operator must be a bool, got int"),
+        ("bob", None, TypeError, "Principal.operator must be a bool, got NoneType"),
+        (5, False, TypeError, "Principal.name must be a str, got int"),
+        (None, False, TypeError, "Principal.name must be a str, got NoneType"),
+        ("", False, ValueError, "Principal.name must not be empty"),
+        ("  ", False, ValueError, "Principal.name must not be empty"),
+    ],
+)
+def test_a_principal_is_a_non_empty_name_and_a_real_bool(
+    name: object, operator: object, error: type[Exception], message: str
+) -> None:
+    """``operator="false"`` (configuration text) was truthy and granted the operator role;
+    ``Principal(5)`` was an AttributeError."""
+    with pytest.raises(error, match=f"^{message}"):
+        Principal(name, operator=operator)  # type: ignore[arg-type]
+    assert Principal("bob", operator=True).operator is True
+
+
+CANARY_TOKEN = "canary-7f3e9a1b2c"
+
+
+@pytest.mark.parametrize(
+    ("token", "error", "message"),
+    [
+        ("", ValueError, "a token must not be empty"),
+        (f" {CANARY_TOKEN}", ValueError, "a token must not begin or end with whitespace"),
+        (f"{CANARY_TOKEN}\t", ValueError, "a token must not begin or end with whitespace"),
+        (b"bytes-token", TypeError, "a token must be a str, got bytes"),
+    ],
+)
+def test_a_token_that_could_never_match_is_refused_without_echoing_it(
+    token: object, error: type[Exception], message: str
+) -> None:
+    """A request's token is read without its surrounding whitespace, so a configured token with
+    some could never match (and an empty one would stand for no token at all)."""
+    with pytest.raises(error, match=f"^{message}") as caught:
+        Tokens.of([(token, ANN)])  # type: ignore[list-item]
+    assert CANARY_TOKEN not in str(caught.value)
+    assert "bytes-token" not in str(caught.value)
+
+
+def test_the_anonymous_principal_must_be_a_principal() -> None:
+    with pytest.raises(TypeError, match=r"^anonymous must be a Principal or None, got str"):
+        Tokens.of([("t-ann", ANN)], anonymous="guest")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error", "message"),
+    [
+        ("tokens", None, TypeError, "tokens must be a Tokens"),
+        ("tokens", {"t-ann": ANN}, TypeError, "tokens must be a Tokens"),
+        ("agent", "", ValueError, "agent must be a non-empty str"),
+        ("agent", "  ", ValueError, "agent must be a non-empty str"),
+        ("agent", 5, ValueError, "agent must be a non-empty str"),
+        ("quota", "fast", TypeError, "quota must be a Quota or None"),
+        ("quota", 60, TypeError, "quota must be a Quota or None"),
+        ("quotas", {"bob": 5}, TypeError, "quotas\\['bob'\\] must be a Quota or None, got int"),
+        ("quotas", {3: Quota(6.0, 1)}, TypeError, "quotas: a key must be a principal's name"),
+        ("quotas", [("bob", None)], TypeError, "quotas must be a mapping"),
+        ("sse_poll", True, ValueError, "sse_poll must be a positive number"),
+        ("sse_heartbeat", False, ValueError, "sse_heartbeat must be a positive number"),
+        ("grace", "30", ValueError, "grace must be a positive number"),
+        ("grace", float("inf"), ValueError, "grace must be a positive number"),
+        ("max_body", True, ValueError, "max_body must be a positive whole number"),
+    ],
+)
+def test_settings_of_the_wrong_kind_are_refused_naming_the_field(
+    field: str, value: object, error: type[Exception], message: str
+) -> None:
+    """``quotas={'bob': 5}`` was accepted and then every submission of bob's answered 500;
+    ``tokens=None``, ``quota='fast'``, ``sse_poll=True`` and ``agent=''`` were accepted."""
+    tokens = Tokens.of([("t-ann", ANN)])
+    arguments: dict[str, object] = {"tokens": tokens, field: value}
+    with pytest.raises(error, match=f"^{message}"):
+        ServeSettings(**arguments)  # type: ignore[arg-type]
+
+
+def test_settings_of_the_right_kind_are_kept() -> None:
+    tokens = Tokens.of([("t-ann", ANN)])
+    quota = Quota(per_minute=6.0, burst=2)
+    settings = ServeSettings(
+        tokens, agent="billing", quota=None, quotas={"ann": quota, "ops": None}, sse_poll=1
+    )
+    assert (settings.agent, settings.quota, settings.sse_poll) == ("billing", None, 1)
+    assert settings.quotas == {"ann": quota, "ops": None}
+
+
+@pytest.mark.parametrize(
+    ("per_minute", "burst", "message"),
+    [
+        (True, 1, "a quota's per_minute must be a positive number"),
+        ("60", 1, "a quota's per_minute must be a positive number"),
+        (float("nan"), 1, "a quota's per_minute must be a positive number"),
+        (60.0, True, "a quota's burst must be a positive whole number"),
+    ],
+)
+def test_a_quota_refuses_a_bool_or_what_is_not_a_number(
+    per_minute: object, burst: object, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{message}"):
+        Quota(per_minute, burst)  # type: ignore[arg-type]

@@ -258,3 +258,57 @@ def test_for_every_deletion_order_the_table_keeps_exactly_the_bytes_still_referr
                 assert kept == {POOL[i].digest for c in left for i in media[c]}
 
     trio.run(main)
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (
+            "abc",
+            "^conversation_ids must be a sequence of str \\(a one-item list for one\\), got str$",
+        ),
+        (b"abc", "^conversation_ids must be a sequence of str .*, got bytes$"),
+        (["abc", 3], "^each of conversation_ids must be a str, got int$"),
+        (None, "^conversation_ids must be a sequence of str .*, got NoneType$"),
+    ],
+)
+async def test_a_lone_conversation_id_is_refused_and_nothing_is_deleted(
+    ids: object, message: str
+) -> None:
+    """``delete_conversations("abc")`` deleted the conversations 'a', 'b' and 'c' — and kept
+    'abc'."""
+    async with open_database(":memory:") as database:
+        # Fenced (as a durable worker's log is): its appends hold no lane, so deleting may go on.
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        for conversation in ("a", "b", "c", "abc"):
+            await log.append(conversation, [_said(conversation)])
+        with pytest.raises(TypeError, match=message):
+            await log.delete_conversations(ids)  # type: ignore[arg-type]
+        assert sorted(await log.conversations()) == ["a", "abc", "b", "c"]
+        gone = await log.delete_conversations(("abc",))
+        assert gone.conversations == 1
+        assert sorted(await log.conversations()) == ["a", "b", "c"]
+
+
+async def test_a_lone_digest_is_refused_where_digests_go() -> None:
+    """As for conversation IDs: a lone digest would be looked up character by character."""
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database)
+        await log.put_media("c", {OWN.digest: OWN.data})
+        with pytest.raises(TypeError, match=r"^digests must be a collection of str .*, got str$"):
+            await log.media(OWN.digest)  # a str is a Collection[str], to a type checker
+        with pytest.raises(TypeError, match=r"^each of digests must be a str, got bytes$"):
+            await log.media([OWN.digest.encode()])  # type: ignore[list-item]
+        assert await log.media({OWN.digest}) == {OWN.digest: OWN.data}
+
+
+def _said(conversation: str) -> UserInputRecorded:
+    return UserInputRecorded(
+        conversation_id=conversation,
+        run_id="r",
+        input_id="i",
+        kind="user",
+        text="hello",
+        author="ann",
+        at=1.0,
+    )

@@ -574,6 +574,26 @@ async def test_a_schema_name_that_is_not_plain_is_refused(name: str) -> None:
             pass
 
 
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"lease": float("inf")}, ValueError, "^lease must be a finite, positive number"),
+        ({"lease": 0}, ValueError, "^lease must be a finite, positive number"),
+        ({"pool_size": 0}, ValueError, "^pool_size must be at least 1, got 0$"),
+        ({"pool_size": 1.5}, TypeError, "^pool_size must be an int, got float$"),
+        ({"pool_size": True}, TypeError, "^pool_size must be an int, got bool$"),
+        ({"retry": 10}, TypeError, "^retry must be a BusyPolicy or None, got int$"),
+    ],
+)
+async def test_bounds_that_are_no_bounds_are_refused_before_connecting(
+    arguments: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """As ``open_database``'s: an infinite lease holds a dead process's lanes for ever."""
+    with pytest.raises(error, match=message):
+        async with open_postgres("postgresql://nowhere.invalid/none", **arguments):
+            pass  # pragma: no cover - refused before
+
+
 # ---- alone or not ----------------------------------------------------------------------------------
 
 

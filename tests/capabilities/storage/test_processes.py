@@ -71,6 +71,42 @@ def test_a_policy_refuses_what_is_not_a_positive_number() -> None:
         BusyPolicy(factor=0.5)  # waits that shrink would never add up to the bound
 
 
+@pytest.mark.parametrize("field", ["bound", "first", "factor", "cap"])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), "10", None, False])
+def test_a_policy_refuses_what_is_not_a_finite_positive_number(field: str, bad: object) -> None:
+    """``bound=inf`` was accepted, and then a write waited for ever: "it never waits without a
+    bound" held only for finite numbers."""
+    with pytest.raises(ValueError, match=f"^BusyPolicy.{field} must be a finite, positive number"):
+        BusyPolicy(**{field: bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"readers": 0}, ValueError, "^readers must be at least 1, got 0$"),
+        ({"readers": -3}, ValueError, "^readers must be at least 1, got -3$"),
+        ({"readers": 1.5}, TypeError, "^readers must be an int, got float$"),
+        ({"readers": True}, TypeError, "^readers must be an int, got bool$"),
+        ({"lease": float("inf")}, ValueError, "^lease must be a finite, positive number"),
+        ({"lease": float("nan")}, ValueError, "^lease must be a finite, positive number"),
+        ({"lease": -1}, ValueError, "^lease must be a finite, positive number"),
+        ({"lease": True}, ValueError, "^lease must be a finite, positive number"),
+        ({"lease": "30"}, ValueError, "^lease must be a finite, positive number"),
+        ({"busy": 10.0}, TypeError, "^busy must be a BusyPolicy or None, got float$"),
+    ],
+)
+async def test_opening_refuses_bounds_that_are_no_bounds_before_touching_the_file(
+    tmp_path: Path, arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    """``readers=0`` and ``lease=inf`` were accepted (a lease that never runs out holds a
+    conversation for ever once its process dies)."""
+    path = tmp_path / "refused.db"
+    with pytest.raises(error, match=message):
+        async with open_database(path, **arguments):  # type: ignore[arg-type]
+            pass  # pragma: no cover - refused before
+    assert not path.exists()
+
+
 def _lock_held(path: Path) -> Connection:
     """Another connection to ``path`` holding its write lock (as another process would)."""
     other = sqlite3.connect(path, isolation_level=None)

@@ -40,6 +40,7 @@ from effectagent.core import (
     UsageDelta,
     UserInputRecorded,
 )
+from tests.capabilities.durable.helpers import Stores
 
 from .test_kill import _run_until
 
@@ -338,6 +339,20 @@ async def test_a_search_refuses_words_or_a_limit_it_cannot_honour(
         with pytest.raises(error, match=message):
             await log.search(words, limit=limit)
         assert len((await log.search(("oslo",), limit=1)).said) == 1
+
+
+@pytest.mark.parametrize("limit", [2**63 - 1, 2**63, 10**30])
+async def test_a_limit_beyond_what_a_database_counts_is_taken_as_no_limit(
+    store: Stores, limit: int
+) -> None:
+    """``limit=10**30`` was a bare ``OverflowError`` (SQLite's integers end at 2**63 - 1): a
+    limit above that is clamped to it, which no log holds as many messages as."""
+    async with store.open() as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", "Trip to Oslo?", at=2.0), user("a", "Oslo!", at=3.0)])
+        found = await log.search(["oslo"], limit=limit)
+        assert [said.text for said in found.said] == ["Oslo!", "Trip to Oslo?"]
+        assert _log.SEARCH_LIMIT_MOST == 2**63 - 1
 
 
 async def test_a_write_that_is_refused_indexes_nothing() -> None:

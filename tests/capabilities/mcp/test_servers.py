@@ -1,0 +1,78 @@
+"""A server's description is checked where it is made, and what it holds for authentication
+(``env`` of a subprocess, ``headers`` of HTTP requests) shows neither in a refusal nor in a
+repr."""
+
+from __future__ import annotations
+
+import pytest
+
+from capabilities.mcp import HttpServer, StdioServer
+
+CANARY = "canary-7f3e9a1b2c"
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: StdioServer("github-mcp", env={"GITHUB_TOKEN": CANARY, "DEBUG": 1}),
+            "env\\['DEBUG'\\] must be a str, got int",
+        ),
+        (
+            lambda: HttpServer(
+                "https://mcp.example.com/mcp",
+                headers={"Authorization": f"Bearer {CANARY}", "X-Timeout": 30},
+            ),
+            "headers\\['X-Timeout'\\] must be a str, got int",
+        ),
+        (
+            lambda: StdioServer("github-mcp", env={CANARY.encode(): CANARY}),
+            "env: each key must be a str, got bytes",
+        ),
+        (
+            lambda: StdioServer("github-mcp", env=[("GITHUB_TOKEN", CANARY)]),
+            "env must be a mapping of str to str, got list",
+        ),
+        (
+            lambda: HttpServer("https://mcp.example.com/mcp", headers=f"Bearer {CANARY}"),
+            "headers must be a mapping of str to str, got str",
+        ),
+        (
+            lambda: StdioServer("github-mcp", ["--token", CANARY, 5]),
+            "args\\[2\\] must be a str, got int",
+        ),
+        (
+            lambda: StdioServer("github-mcp", f"--token={CANARY}"),
+            "args must be a sequence of str \\(a one-item tuple for one\\), got str",
+        ),
+    ],
+)
+def test_a_bad_env_header_or_argument_is_refused_naming_it_without_its_value(
+    make: object, message: str
+) -> None:
+    """The refusal named the whole mapping with its repr: every token in it with it."""
+    with pytest.raises(TypeError, match=f"^{message}$") as caught:
+        make()  # type: ignore[operator]
+    assert CANARY not in str(caught.value)
+
+
+def test_neither_env_nor_headers_show_in_a_repr() -> None:
+    stdio = StdioServer("github-mcp", env={"GITHUB_TOKEN": CANARY})
+    http = HttpServer("https://mcp.example.com/mcp", headers={"Authorization": f"Bearer {CANARY}"})
+    assert CANARY not in repr(stdio)
+    assert CANARY not in repr(http)
+    assert stdio.env == {"GITHUB_TOKEN": CANARY}  # kept, only not shown
+    assert "github-mcp" in repr(stdio)
+
+
+async def test_connecting_to_what_is_not_a_server_does_not_echo_it() -> None:
+    """A configuration dict passed where a server goes was echoed whole, its env with it."""
+    from capabilities.mcp import connect
+
+    config = {"command": "github-mcp", "env": {"GITHUB_TOKEN": CANARY}}
+    with pytest.raises(
+        TypeError, match=r"^connect: server must be a StdioServer or HttpServer, got dict$"
+    ) as caught:
+        async with connect(config):  # type: ignore[arg-type]
+            pass  # pragma: no cover - refused before
+    assert CANARY not in str(caught.value)
