@@ -149,7 +149,8 @@ class DurableQueue:
         digest (``parts``; each digest is part of the payload an idempotency key is bound to),
         and the worker runs it with them. Such a submission does not join a run going: it waits
         its turn in the FIFO. A bad input raises what a run's input meets (``TypeError``,
-        ``ValueError`` for an empty sequence) before anything is admitted.
+        ``ValueError`` for an empty sequence or text that is empty or only spaces) before anything
+        is admitted.
 
         Cancellation: all or nothing — raising (``Cancelled`` included) means not admitted,
         returning means admitted (a commit already running is waited for).
@@ -158,9 +159,13 @@ class DurableQueue:
         parts: str | None = None
         media: list[tuple[str, int, bytes]] = []
         if isinstance(text, str):
-            text = _text("text", text, empty=True)
+            text = _text("text", text)  # a run refuses text that is empty or only spaces
         else:
-            text, content = input_content(text)
+            given = text
+            text, content = input_content(given)  # checked as a run's input
+            for index, part in enumerate(given):
+                if isinstance(part, str) and not part.strip():
+                    raise ValueError(f"text: item {index} is text that is empty or only spaces")
             if content is not None:  # the input's order and its media by digest
                 text, parts, blobs = stored(content, _unchanged)
                 media = [(digest, len(data), data) for digest, data in blobs.items()]

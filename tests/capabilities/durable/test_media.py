@@ -98,6 +98,9 @@ async def test_the_idempotency_key_is_bound_to_the_media_by_digest(store: Stores
         ([], ValueError, "a run's input must not be an empty sequence"),
         (["hi", 3], TypeError, "a run's input holds str and media parts only; item 1 is int"),
         (b"hi", TypeError, "a run's text must be a str or a sequence of str and media parts"),
+        ("", ValueError, "text must not be empty"),
+        ("  \n", ValueError, "text must not be empty"),
+        (["Look:", IMAGE, " "], ValueError, "text: item 2 is text that is empty or only spaces"),
     ],
 )
 async def test_a_bad_input_is_refused_at_the_call_and_nothing_is_admitted(
