@@ -29,9 +29,10 @@ Fail at decoration
 What the signature cannot express is a ``TypeError`` raised by ``@tool`` itself, naming the
 function and the parameter: a function that is not ``async def``, ``*args``/``**kwargs``, a
 parameter or return without an annotation, an annotation that does not resolve, a type with no
-JSON Schema, a default that does not fit its annotation (``limit: int = None``), two context
-parameters. A tool that decorates fine never fails on a model's arguments for a reason the schema
-did not show.
+JSON Schema, a default that does not fit its annotation (``limit: int = None``) or its
+``field_meta`` bounds (``Annotated[int, field_meta(ge=1)] = 0``), bounds no value of the type
+meets, two context parameters. A tool that decorates fine never fails on a model's arguments for a
+reason the schema did not show.
 """
 
 from __future__ import annotations
@@ -349,7 +350,7 @@ class _Plan:
         default = parameter.default
         if default is not inspect.Parameter.empty:
             try:
-                encode_as(tp, default)
+                encoded = encode_as(tp, default)
             except (SchemaError, SchemaDerivationError) as exc:
                 hint = (
                     f"; annotate it {_type_name(tp)} | None if None is meant"
@@ -359,6 +360,11 @@ class _Plan:
                 raise TypeError(
                     f"{where}: the default {default!r} does not fit {_type_name(tp)} ({exc}){hint}"
                 ) from None
+            broken = meta[_META_KEY].violations(encoded) if meta is not None else []
+            if broken:  # filled in when the model leaves it out, though the model may not send it
+                raise TypeError(
+                    f"{where}: the default {default!r} does not fit its bounds ({'; '.join(broken)})"
+                )
         self.fields[name] = attrs.field(
             type=tp,
             default=attrs.NOTHING if default is inspect.Parameter.empty else default,

@@ -4,8 +4,8 @@ A part holds its bytes (or, for an image or a document, an ``http(s)`` URL the p
 its media type, and an optional name. The media type of bytes is sniffed from their first bytes;
 a part is refused at construction, with a sentence, when its data is empty, its type unknown or
 not one its kind takes, a declared type disagrees with the bytes, a URL is not ``http(s)``, or the
-data is larger than the bound (:data:`DEFAULT_MAX_MEDIA_BYTES` unless ``max_bytes`` says
-otherwise).
+data is larger than the bound (:data:`DEFAULT_MAX_MEDIA_BYTES` unless ``max_bytes``, a positive
+int, says otherwise).
 
 Each part with bytes is addressed by its SHA-256 ``digest``: the canonical records hold
 :meth:`MediaPart.reference` (kind, media type, name, size, digest — never the bytes), the bytes are
@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origi
 
 import attrs
 
+from ._checks import shown as _value_shown
 from ._errors import InvalidModelRequest, format_bytes
 
 __all__ = [
@@ -167,6 +168,21 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _check_options(media_type: object, max_bytes: object) -> None:
+    """``TypeError`` (or, for a number no size fits under, ``MediaError``) naming the option
+    given wrong: ``max_bytes`` a positive int (not a bool), ``media_type`` a str or None."""
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+        raise TypeError(
+            f"a media part's max_bytes must be a positive int, got {_value_shown(max_bytes)}"
+        )
+    if max_bytes < 1:
+        raise MediaError(f"a media part's max_bytes must be a positive int, got {max_bytes}")
+    if media_type is not None and not isinstance(media_type, str):
+        raise TypeError(
+            f"a media part's media_type must be a str or None, got {_value_shown(media_type)}"
+        )
+
+
 def _check_size(size: int, max_bytes: int, shown: str) -> None:
     if size == 0:
         raise MediaError(f"{shown} is empty")
@@ -207,6 +223,7 @@ class MediaPart:
             raise TypeError(
                 "make an ImagePart, DocumentPart or AudioPart (or use media_from_bytes)"
             )
+        _check_options(media_type, max_bytes)
         kind = self.kind
         shown = f"the {kind} {name!r}" if name else f"the {kind}"
         if not isinstance(name, str):
@@ -330,6 +347,7 @@ def _guess_from_url(url: str) -> str | None:
 def _read(
     path: str | Path, media_type: str | None, max_bytes: int
 ) -> tuple[bytes, str | None, str]:
+    _check_options(media_type, max_bytes)
     file = Path(path)
     shown = file.name
     try:
@@ -387,6 +405,7 @@ def media_from_bytes(
     max_bytes: int = DEFAULT_MAX_MEDIA_BYTES,
 ) -> MediaPart:
     """The image, document or audio part ``data`` is (its kind from its media type)."""
+    _check_options(media_type, max_bytes)
     shown = f"the attachment {name!r}" if name else "the attachment"
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"{shown}'s data must be bytes, got {type(data).__name__}")

@@ -46,7 +46,7 @@ from effectagent.effect import (
     json_schema,
 )
 
-from ._checks import check_function, check_handler, check_reconcile, need
+from ._checks import check_function, check_handler, check_reconcile, need, shown
 from ._context import ProgressReporter, ToolCallContext
 from ._durable import Reconciled
 from ._media import media_as_text
@@ -153,6 +153,16 @@ def _object_schema(owner: str, parameters: object) -> Mapping[str, Any]:
             f"always one — got {_type_name(parameters)}"
         )
     return schema
+
+
+def _inner_tools(owner: str, value: object) -> tuple[Any, ...]:
+    """``inner_tools`` as a tuple; ``TypeError`` naming it when it is no iterable (a lone Tool)."""
+    problem = f"{owner}: inner_tools must be an iterable of Tools, got {shown(value)}"
+    if isinstance(value, Tool):
+        raise TypeError(f"{problem}; give a lone tool as (tool,)")
+    if not isinstance(value, Iterable):
+        raise TypeError(problem)
+    return tuple(value)
 
 
 def _type_name(tp: object) -> str:
@@ -371,7 +381,7 @@ class Tool(Generic[P, S]):
                     f"{owner}: reconcile goes with the handler it reconciles: give both"
                 )
             check_reconcile(owner, reconcile)
-        inner = tuple(inner_tools)
+        inner = _inner_tools(owner, inner_tools)
         for item in inner:
             if not isinstance(item, Tool):
                 raise TypeError(f"{owner}: inner_tools holds a {type(item).__name__}, not a Tool")
@@ -520,8 +530,9 @@ class Tool(Generic[P, S]):
         of the declared class is encoded by the declared fields, a tuple stands for a list, ...).
         A dynamic tool's ``success_schema`` is checked with ``jsonschema`` after the value is
         encoded as ``Any``; with neither, any JSON value is accepted. NaN and infinities are never
-        accepted. Raises :class:`OutputSchemaViolation` ("result violates its schema ...", with
-        the path of every problem).
+        accepted, nor an int longer than Python writes (``sys.get_int_max_str_digits()``).
+        Raises :class:`OutputSchemaViolation` ("result violates its schema ...", with the path of
+        every problem).
         """
         try:
             encoded = self._success_encoder(value)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from ._checks import check_handler
 from ._tool import Handler, Tool
 
 __all__ = ["ToolSnapshot", "ToolSource"]
@@ -34,17 +35,22 @@ def _handlers(instance: object, attribute: attrs.Attribute[Any], value: object) 
     missing = sorted(tools - set(value))
     if missing:
         raise ValueError(f"ToolSnapshot.handlers has no handler for: {', '.join(missing)}")
+    unknown = sorted(
+        repr(name) if type(name) is not str else name for name in value if name not in tools
+    )
+    if unknown:  # a typo, or a tool left out: either way no call could reach it
+        raise ValueError(f"ToolSnapshot.handlers names no tool of it: {', '.join(unknown)}")
     for name, handler in value.items():
-        if not callable(handler):
-            raise TypeError(f"ToolSnapshot.handlers[{name!r}] is not callable")
+        check_handler(f"ToolSnapshot.handlers[{name!r}]", handler)
 
 
 @attrs.frozen
 class ToolSnapshot:
     """The tools a :class:`ToolSource` offers right now, each with its handler (by tool name).
 
-    Checked when built: ``tools`` is a tuple of distinct names; every tool has a handler. A tool
-    that calls tools itself (``inner_tools``) cannot come from a source.
+    Checked when built: ``tools`` is a tuple of distinct names; every tool has a handler, an
+    async function of ``(params, context)``, and every handler a tool. A tool that calls tools
+    itself (``inner_tools``) cannot come from a source.
     """
 
     tools: tuple[Tool[Any, Any], ...] = attrs.field(default=(), validator=_tools)

@@ -74,13 +74,18 @@ class Toolkit:
         return Toolkit()
 
     def merge(self, *others: Toolkit) -> Toolkit:
-        """A toolkit with the tools of all; the same name on two different tools is an error."""
+        """A toolkit with the tools of all; the same name on two different tools is an error.
+        Raises ``TypeError`` for an argument that is not a Toolkit (tools: ``Toolkit(*tools)``)."""
         tools = list(self._tools.values())
-        for other in others:
+        for position, other in enumerate(others, 1):
+            if not isinstance(other, Toolkit):
+                raise TypeError(_not_a_toolkit(f"Toolkit.merge: argument {position}", other))
             tools.extend(other._tools.values())
         return Toolkit(*tools)
 
     def __add__(self, other: Toolkit) -> Toolkit:
+        if not isinstance(other, Toolkit):
+            raise TypeError(_not_a_toolkit("Toolkit +: the other side", other))
         return self.merge(other)
 
     def get(self, name: str) -> Tool[Any, Any] | None:
@@ -231,6 +236,14 @@ def _bindings_of(made: object) -> tuple[object, ...]:
                 "them"
             )
     return items
+
+
+def _not_a_toolkit(where: str, value: object) -> str:
+    """Why a toolkit to merge is refused, with the likely fix."""
+    message = f"{where} must be a Toolkit, got {shown(value)}"
+    if isinstance(value, Tool | list | tuple | set | frozenset):
+        return f"{message}; make the tools a Toolkit first: Toolkit(*tools)"
+    return message
 
 
 def _not_a_tool(position: int, value: object) -> str:

@@ -2,7 +2,9 @@
 
 A result whose compact JSON is larger than the bound is replaced by a marker that keeps the original
 size, a head and a tail, so the model knows what it is missing. The marker itself fits the bound.
-Bounding never raises on a JSON value, lone surrogates included.
+Bounding never raises on a JSON value, lone surrogates included. An integer is measured by its
+decimal digits like any value, one longer than Python's ``str`` writes
+(``sys.get_int_max_str_digits()``) included: its digits are written in pieces, for the marker.
 
 Strict JSON: NaN and ±Infinity are not JSON values. Whatever the engine shows (previews, progress,
 results, records) passes through here, so this is the last line that refuses them: ``compact_json``
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from typing import Any
 
 from ._policy import ToolResultBounds
@@ -41,6 +44,53 @@ def compact_json(value: Any) -> str:
     """Compact JSON text of a JSON-safe value (non-ASCII kept). Raises ValueError for NaN and
     ±Infinity (not JSON: ``json``'s default would write the non-JSON tokens ``NaN``/``Infinity``)."""
     return _COMPACT.encode(value)
+
+
+#: Every int strictly between ``_SHORT_LOW`` and ``_SHORT_HIGH`` fits the smallest bound
+#: (``MIN_RESULT_BYTES``) as it stands; only a longer one is measured.
+_SHORT_HIGH = 10**20
+_SHORT_LOW = -_SHORT_HIGH
+
+
+def _int_text(value: int) -> str:
+    """The decimal digits of ``value`` as JSON writes them, however many: ``str`` refuses more
+    than ``sys.get_int_max_str_digits()``, so a longer int is written in two halves, each
+    again within the limit or halved."""
+    try:
+        return int.__repr__(value)
+    except ValueError:
+        pass
+    if value < 0:
+        return "-" + _int_text(-value)
+    half = int(value.bit_length() * 0.30103) // 2  # about half its digits (log10(2) a bit)
+    high, low = divmod(value, 10**half)
+    return _int_text(high) + _int_text(low).zfill(half)
+
+
+def _long_int_json(value: Any, path: set[int]) -> Iterator[str]:
+    """The pieces of ``compact_json(value)`` for a value holding an int longer than ``str``
+    writes (see :func:`_int_text`); any other value, as ``compact_json`` writes it (so NaN and
+    infinities raise the same ValueError). Only called when ``compact_json`` raised."""
+    if isinstance(value, int) and type(value) is not bool:
+        yield _int_text(value)
+        return
+    is_dict = isinstance(value, dict)
+    if not is_dict and not isinstance(value, (list, tuple)):
+        yield compact_json(value)
+        return
+    if id(value) in path:
+        raise ValueError("Circular reference detected")
+    path.add(id(value))
+    yield "{" if is_dict else "["
+    for i, item in enumerate(value.items() if is_dict else value):
+        if i:
+            yield ","
+        if is_dict:
+            key, item = item
+            yield compact_json({key: 0})[1:-2]  # the key as JSON writes it, and the colon
+        yield from _long_int_json(item, path)
+    yield "}" if is_dict else "]"
+    path.discard(id(value))
 
 
 def _cut_head(data: bytes, n: int) -> str:
@@ -156,12 +206,18 @@ def bounded_json_and_size(value: Any, bounds: ToolResultBounds) -> tuple[Any, bo
     if value is None or isinstance(value, _NUMBERS):
         if type(value) is float and not _isfinite(value):
             raise ValueError(f"not JSON: {value!r} (NaN and infinities have no JSON form)")
-        return value, False, 0
+        if not isinstance(value, int) or type(value) is bool or _SHORT_LOW < value < _SHORT_HIGH:
+            return value, False, 0
+        text = _int_text(value)
     # Fast path only when even the worst case fits: a control character escapes to 6 bytes
     # ("\u0000"), more than its 4-byte UTF-8 maximum; plus the two quotes.
-    if isinstance(value, str) and len(value) * 6 + 2 <= bounds.max_bytes:
+    elif isinstance(value, str) and len(value) * 6 + 2 <= bounds.max_bytes:
         return value, False, len(value)
-    text = compact_json(value)
+    else:
+        try:
+            text = compact_json(value)
+        except ValueError:  # NaN, or an int too long for ``str``: written here, or NaN again
+            text = "".join(_long_int_json(value, set()))
     # A lone surrogate (JSON can carry one as a ``\\ud800`` escape) has no UTF-8 form: measure
     # it as the three bytes it would be written as, and let the marker's cut drop it.
     data = text.encode("utf-8", "surrogatepass")

@@ -7,6 +7,11 @@ discriminator: ``{"kind": "Refund", "value": {...}}`` — ``kind`` one of the me
 ``value`` decoded strictly into the member ``kind`` names (never tried against the others). In the
 tool-call output mode each member is a tool of its own instead (``final_result_Refund``, ...),
 whose arguments are the member.
+
+The wrapper's schema is one document: the classes the members hold (their ``$defs``) are hoisted to
+its root, renamed where two members' classes share a name, with the members' references rewritten
+to match — so every ``$ref`` resolves from the root, as validators and providers read it; and
+``$schema`` is said once, at the root.
 """
 
 from __future__ import annotations
@@ -64,15 +69,7 @@ class OneOf(Generic[U]):
             by_name[name] = member
         self.members = members
         self._by_name = by_name
-        self._schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {
-                "kind": {"type": "string", "enum": list(by_name)},
-                "value": {"anyOf": [json_schema(member) for member in members]},
-            },
-            "required": ["kind", "value"],
-            "additionalProperties": False,
-        }
+        self._schema = _wrapper_schema(by_name)
 
     @property
     def __name__(self) -> str:
@@ -121,6 +118,116 @@ class OneOf(Generic[U]):
 
     def __repr__(self) -> str:
         return f"one_of({', '.join(self._by_name)})"
+
+
+def _wrapper_schema(by_name: dict[str, type[Any]]) -> dict[str, Any]:
+    """The wrapper's schema, with every member's ``$defs`` hoisted to its root (see the module
+    docstring). A member that refers to itself (``"#"``) is put in ``$defs`` too, under its name,
+    and its alternative in ``value`` becomes a reference to that definition."""
+    dialect: object = None  # the members' ``$schema``: said once, at the root
+    defs: dict[str, Any] = {}
+    alternatives: list[dict[str, Any]] = []
+    for name, member in by_name.items():
+        schema: dict[str, Any] = json_schema(member)
+        dialect = schema.pop("$schema", dialect)
+        own: dict[str, Any] = schema.pop("$defs", {})
+        recursive = "#" in _references(schema) or any("#" in _references(d) for d in own.values())
+        if recursive:
+            own = {**own, "#": schema}
+        renames = _hoist(own, defs, root_name=name)
+        if recursive:
+            alternatives.append({"$ref": f"#/$defs/{renames['#']}"})
+        else:
+            alternatives.append(_rewrite(schema, renames))
+    out: dict[str, Any] = {} if dialect is None else {"$schema": dialect}
+    out |= {
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": list(by_name)},
+            "value": {"anyOf": alternatives},
+        },
+        "required": ["kind", "value"],
+        "additionalProperties": False,
+    }
+    if defs:
+        out["$defs"] = defs
+    return out
+
+
+def _hoist(own: dict[str, Any], defs: dict[str, Any], *, root_name: str) -> dict[str, str]:
+    """Add one member's definitions ``own`` (``"#"``: the member itself) to ``defs``; returns
+    their names in ``defs``. A definition equal to one already there under its name is shared
+    (checked after rewriting, and undone for any whose references then differ); one that
+    clashes is renamed ``Name_2``, ``Name_3``, ..."""
+    renames = {key: root_name if key == "#" else key for key in own}
+    shared = {key for key, target in renames.items() if target in defs}
+    while True:
+        taken = set(defs)
+        for key in own:
+            if key not in shared and renames[key] in taken:
+                renames[key] = _fresh(renames[key], taken)
+            taken.add(renames[key])
+        rewritten = {key: _rewrite(body, renames) for key, body in own.items()}
+        differing = {key for key in shared if defs[renames[key]] != rewritten[key]}
+        if not differing:
+            break
+        shared -= differing  # fewer shared each round: this ends
+    for key, body in rewritten.items():
+        if key not in shared:
+            defs[renames[key]] = body
+    return renames
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    n = 2
+    while f"{name}_{n}" in taken:
+        n += 1
+    return f"{name}_{n}"
+
+
+#: The keywords whose values are instances (data), never schemas: a "$ref" there is data.
+_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+#: The keywords whose values map names (of properties, of definitions) to schemas.
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
+
+
+def _references(node: object) -> set[str]:
+    """The definitions the ``$ref`` references in ``node`` name (``"#"``: the document's root)."""
+    found: set[str] = set()
+    _rewrite(node, _Recorder(found))
+    return found
+
+
+class _Recorder(dict[str, str]):
+    """A rename table that renames nothing and records what was looked up."""
+
+    def __init__(self, found: set[str]) -> None:
+        super().__init__()
+        self._found = found
+
+    def __missing__(self, key: str) -> str:
+        self._found.add(key)
+        return key
+
+
+def _rewrite(node: Any, renames: dict[str, str]) -> Any:
+    """A copy of the schema ``node`` whose ``$ref`` references point at the renamed
+    definitions (a reference is ``"#"``, the root, or ``"#/$defs/<name>"``, as derived)."""
+    if isinstance(node, list):
+        return [_rewrite(item, renames) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str):
+            out[key] = f"#/$defs/{renames[value.removeprefix('#/$defs/')]}"
+        elif key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key in _NAMED_SCHEMAS and isinstance(value, dict):
+            out[key] = {name: _rewrite(schema, renames) for name, schema in value.items()}
+        else:
+            out[key] = _rewrite(value, renames)
+    return out
 
 
 @overload

@@ -74,6 +74,8 @@ def _structure_int(value: Any, tp: Any) -> Any:
     if tp is int:
         if type(value) is int:
             return value
+        if type(value) is float and value.is_integer():  # JSON Schema: 1.0 is an integer
+            return int(value)
         raise _mismatch("an integer", value)
     return _scalar_subclass(value, tp)
 
@@ -126,6 +128,10 @@ def _choice_hook(tp: Any) -> _Hook:
         kind = type(value)
         if kind in _SCALARS:
             found = table.get((kind, value), table)
+            if found is table and (kind is float or kind is int):
+                # The same number in the other form (1.0 for 1, 2 for 2.0), equal as JSON
+                # Schema's enum compares numbers; a non-integral float never equals an int.
+                found = table.get((int if kind is float else float, value), table)
             if found is not table:
                 return found
         raise _mismatch(expected, value)
@@ -237,9 +243,14 @@ def _union_factory(tp: Any, converter: cattrs.Converter) -> _Hook:
         for kind in ALL_KINDS
     }
 
+    # An integral float (1.0) is an integer to JSON Schema: the number members, float first.
+    integral = sorted(
+        (c for c in members if "float" in c[2] or "int" in c[2]), key=lambda c: "float" not in c[2]
+    )
+
     def structure_union(value: Any, _: Any) -> Any:
         kind = kind_of(value)
-        candidates = by_kind.get(kind)
+        candidates = integral if kind == "float" and value.is_integer() else by_kind.get(kind)
         if not candidates:
             raise _mismatch(expected, value)
         if len(candidates) > 1 and kind == "object":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 import re
 import types
 from collections.abc import Callable, Mapping, MutableMapping, MutableSequence, MutableSet, Sequence
@@ -396,3 +397,29 @@ class _Deriver:
                 raise self._fail(
                     path, f"field_meta {names} applies to {what}, not to {type_repr(tp)}"
                 )
+        if kinds & {"int", "float"} == {"int"} and not _some_integer_fits(meta):
+            shown = ", ".join(
+                f"{name}={value!r}"
+                for name, value in (
+                    ("ge", meta.ge),
+                    ("gt", meta.gt),
+                    ("le", meta.le),
+                    ("lt", meta.lt),
+                )
+                if value is not None
+            )
+            raise self._fail(
+                path,
+                f"field_meta({shown}) leaves no integer, the only numbers {type_repr(tp)} takes",
+            )
+
+
+def _some_integer_fits(meta: FieldMeta) -> bool:
+    """Whether an integer lies within ``meta``'s number bounds (``gt=1, lt=2``: none does)."""
+    lows = [math.ceil(meta.ge)] if meta.ge is not None else []
+    if meta.gt is not None:
+        lows.append(math.floor(meta.gt) + 1)
+    highs = [math.floor(meta.le)] if meta.le is not None else []
+    if meta.lt is not None:
+        highs.append(math.ceil(meta.lt) - 1)
+    return not lows or not highs or max(lows) <= min(highs)

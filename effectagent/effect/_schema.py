@@ -14,7 +14,9 @@ Design
   cattrs (plus our per-type caches below).  Another wire format would get its own converter, not
   flags on this one.
 * **Strict.**  No silent coercion: ``"3"`` is not an int, ``true`` is not a number, ``1`` *is* a
-  float; Enums decode by value and Literals by value *and* type; objects reject unknown keys.
+  float, and ``1.0`` an int (JSON Schema counts an integral number as an integer; it decodes as
+  ``1``, never as ``True``); Enums decode by value and Literals by value *and* type (a number in
+  either form: ``1.0`` is the member ``1``); objects reject unknown keys.
   Errors are collected for every bad field and reported as :class:`SchemaError` with JSONPath-like
   paths (``$.items[2].qty``, ``$.mapping["key"]``) and messages a language model can act on.
 * **Limits before cattrs.**  Decoding is recursive (cattrs and our hooks call each other per nesting

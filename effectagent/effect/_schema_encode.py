@@ -74,6 +74,8 @@ from effectagent.effect._json_schema import (
 from effectagent.effect._schema_encode_forms import (
     _PLAIN_SCALAR,
     _SCALAR_ENCODERS,
+    _SHORT_HIGH,
+    _SHORT_LOW,
     _constrained,
     _describe,
     _describe_class,
@@ -96,6 +98,7 @@ from effectagent.effect._schema_encode_forms import (
     _set_items,
     _TooDeep,
     _typeddict_encoder,
+    _written_int,
 )
 from effectagent.effect._schema_errors import (
     _NONE_TYPE,
@@ -132,8 +135,10 @@ _state = threading.local()  # ``budget``: failed union attempts left in the curr
 
 def _encode_any(value: Any, room: int) -> Any:
     kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
+    if kind is str or kind is bool or value is None:
         return value
+    if kind is int:
+        return value if _SHORT_LOW < value < _SHORT_HIGH else _written_int(value)
     if kind is float:
         if _isfinite(value):
             return value
@@ -168,8 +173,10 @@ def _encode_any_other(value: Any, room: int) -> Any:
         return _runtime_encoder(kind)(value, room)
     if isinstance(value, enum.Enum):
         inner = value.value
-        if type(inner) in (str, int, bool) or inner is None:
+        if type(inner) in (str, bool) or inner is None:
             return inner
+        if type(inner) is int:
+            return _written_int(inner)
         if type(inner) is float and _isfinite(inner):
             return inner
         raise _issue(f"not a JSON value: {_describe(value)} has the value {inner!r}")
@@ -475,7 +482,8 @@ def encode_as(tp: object, value: object, *, max_depth: int = _DEFAULT_DEPTH) -> 
     instance of it; ``list``/``Sequence``/``tuple[X, ...]`` a list or tuple (either: both are JSON
     arrays), a fixed ``tuple[A, B]`` one of its length; ``set``/``frozenset`` a set or frozenset
     (items unique once encoded); ``dict[str, X]`` a dict with string keys; ``field_meta`` bounds
-    hold on the encoded value; no NaN or infinity anywhere.
+    hold on the encoded value; no NaN or infinity anywhere, and no int of more digits than
+    Python writes as text (``sys.get_int_max_str_digits()``: no JSON text could hold it).
 
     Rules where the type alone does not decide:
 

@@ -11,7 +11,9 @@ failure walks the items again, one by one, to name every problem.
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import sys
 from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any, Final, TypeAlias, get_args
@@ -145,10 +147,34 @@ def _encode_str(value: Any, room: int) -> Any:
     return _scalar_subclass(value, str, "a string")
 
 
+#: Python writes every int strictly between ``_SHORT_LOW`` and ``_SHORT_HIGH`` whatever
+#: ``sys.set_int_max_str_digits`` says (it takes no limit under 640 digits): only a longer int is
+#: measured against the limit, so an ordinary one costs a comparison (the bounds made once).
+_SHORT_HIGH: Final = 10**600
+_SHORT_LOW: Final = -_SHORT_HIGH
+
+
+def _written_int(value: int) -> int:
+    """``value`` when Python can write it as text (JSON), else the issue: an int of more digits
+    than ``sys.get_int_max_str_digits()`` has no JSON text, so no model or record could hold it."""
+    if _SHORT_LOW < value < _SHORT_HIGH:
+        return value
+    limit = sys.get_int_max_str_digits()
+    if limit and not -_ten_to(limit) < value < _ten_to(limit):
+        raise _issue(f"an integer of more than {limit} digits has no JSON text")
+    return value
+
+
+@functools.lru_cache(maxsize=4)
+def _ten_to(digits: int) -> int:
+    power: int = 10**digits
+    return power
+
+
 def _encode_int(value: Any, room: int) -> Any:
     if type(value) is int:
-        return value
-    return _scalar_subclass(value, int, "an integer")
+        return value if _SHORT_LOW < value < _SHORT_HIGH else _written_int(value)
+    return _written_int(_scalar_subclass(value, int, "an integer"))
 
 
 def _encode_float(value: Any, room: int) -> Any:

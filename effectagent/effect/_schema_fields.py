@@ -32,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+import operator
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final, NotRequired, Required, get_args, get_origin
 
 import attrs
@@ -158,6 +159,11 @@ def field_meta(
     (strings; the pattern is searched, not anchored, as in JSON Schema) and ``minItems`` /
     ``maxItems`` (arrays).  :func:`~effectagent.effect.decode` enforces the same bounds with
     path-bearing errors.  Merge with other metadata via ``{**field_meta(...), "k": v}``.
+
+    Raises ``TypeError`` for an argument of the wrong type, ``ValueError`` for an invalid pattern
+    or bounds no value meets (``ge=5, le=1``, ``gt=1, lt=1``, ``min_length=3, max_length=2``);
+    bounds no *integer* meets (``gt=1, lt=2``) fail where they are put on an ``int`` field, when
+    its schema is derived.
     """
     if description is not None and type(description) is not str:
         raise TypeError(f"field_meta(description=...) must be a str, got {description!r}")
@@ -175,10 +181,31 @@ def field_meta(
             re.compile(pattern)
         except re.error as exc:
             raise ValueError(f"field_meta(pattern=...) is not a valid regex: {exc}") from None
+    _check_some_value_meets(
+        ("ge", ge, "le", le, operator.gt),
+        ("ge", ge, "lt", lt, operator.ge),
+        ("gt", gt, "le", le, operator.ge),
+        ("gt", gt, "lt", lt, operator.ge),
+        ("min_length", min_length, "max_length", max_length, operator.gt),
+        ("min_items", min_items, "max_items", max_items, operator.gt),
+    )
     meta = FieldMeta(
         description, ge, gt, le, lt, min_length, max_length, pattern, min_items, max_items
     )
     return {_META_KEY: meta}
+
+
+def _check_some_value_meets(
+    *pairs: tuple[str, float | None, str, float | None, Callable[[float, float], bool]],
+) -> None:
+    """Refuse a lower and an upper bound that leave no value between them (``ge=5, le=1``):
+    a field no value fits could never be given. Each pair: the names, the bounds and when the
+    lower one shuts out every value the upper one lets in."""
+    for low_name, low, high_name, high, empty in pairs:
+        if low is not None and high is not None and empty(low, high):
+            raise ValueError(
+                f"field_meta: {low_name}={low!r} and {high_name}={high!r} leave no value"
+            )
 
 
 def field_meta_of(field: attrs.Attribute[Any] | dataclasses.Field[Any]) -> FieldMeta | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -171,3 +172,51 @@ def test_a_success_type_with_parts_is_described_as_text() -> None:
 def test_a_fallback_chain_moves_on_when_a_model_cannot_take_the_media() -> None:
     chain = FallbackChain(2)
     assert chain.after(0, MediaNotSupported("no images"), answered=False) == 1
+
+
+_ALL_WAYS = [
+    pytest.param(lambda **kw: ImagePart(PNG, **kw), id="ImagePart"),
+    pytest.param(lambda **kw: DocumentPart(url="https://example.com/a.pdf", **kw), id="a URL"),
+    pytest.param(lambda **kw: media_from_bytes(PNG, **kw), id="media_from_bytes"),
+]
+
+
+@pytest.mark.parametrize("make", _ALL_WAYS)
+@pytest.mark.parametrize(
+    ("max_bytes", "error", "message"),
+    [
+        (float("nan"), TypeError, "max_bytes must be a positive int, got float nan"),
+        ("10", TypeError, "max_bytes must be a positive int, got str '10'"),
+        (True, TypeError, "max_bytes must be a positive int, got bool True"),
+        (10.0, TypeError, "max_bytes must be a positive int, got float 10.0"),
+        (0, MediaError, "max_bytes must be a positive int, got 0"),
+        (-1, MediaError, "max_bytes must be a positive int, got -1"),
+    ],
+)
+def test_max_bytes_must_be_a_positive_int(
+    make: Any, max_bytes: object, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error) as caught:
+        make(max_bytes=max_bytes)
+    assert type(caught.value) is error
+    assert f"a media part's {message}" == str(caught.value)
+
+
+@pytest.mark.parametrize("make", _ALL_WAYS)
+def test_media_type_must_be_a_str(make: Any) -> None:
+    with pytest.raises(
+        TypeError, match=r"^a media part's media_type must be a str or None, got int 5$"
+    ):
+        make(media_type=5)
+
+
+def test_the_file_readers_check_their_options_too(tmp_path: Path) -> None:
+    path = tmp_path / "a.png"
+    path.write_bytes(PNG)
+    with pytest.raises(TypeError, match="max_bytes must be a positive int"):
+        ImagePart.from_path(path, max_bytes="10")  # type: ignore[arg-type]
+    with pytest.raises(MediaError, match="max_bytes must be a positive int, got -1"):
+        media_from_path(path, max_bytes=-1)
+    with pytest.raises(TypeError, match="media_type must be a str or None"):
+        media_from_path(path, media_type=b"image/png")  # type: ignore[arg-type]
+    assert ImagePart.from_path(path, max_bytes=len(PNG)).size == len(PNG)

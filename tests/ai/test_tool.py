@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -559,3 +560,35 @@ async def test_a_tool_call_context_is_a_read_only_value_that_reports_progress() 
     await context.progress({"done": 1})
     assert reports == [{"done": 1}]
     await ToolCallContext("call_1", "search").progress("nobody listens")  # the default: a no-op
+
+
+def test_a_result_int_too_long_to_write_violates_the_schema_static_or_dynamic() -> None:
+    """Python writes at most ``sys.get_int_max_str_digits()`` digits of an int: a result holding
+    a longer one has no JSON text, so it is the tool's schema violation, not a crash later."""
+    huge = 10 ** sys.get_int_max_str_digits()
+    static: Tool[Any, Any] = Tool("n", "Number.", parameters=Lookup, success=int)
+    dynamic = Tool.dynamic("d", "Dynamic.", _DYNAMIC_SCHEMA)
+    for made in (static, dynamic):
+        with pytest.raises(OutputSchemaViolation, match=r"^result violates its schema: \$: an int"):
+            made.encode_success(huge)
+    assert static.encode_success(huge - 1 - huge // 10) == huge - 1 - huge // 10
+
+
+@pytest.mark.parametrize(
+    ("inner", "message"),
+    [
+        (
+            Tool("u", "Inner."),
+            "tool 't': inner_tools must be an iterable of Tools, got Tool Tool('u')",
+        ),
+        (5, "tool 't': inner_tools must be an iterable of Tools, got int 5"),
+        ("abc", "tool 't': inner_tools holds a str, not a Tool"),
+    ],
+    ids=["one tool", "an int", "a str"],
+)
+def test_inner_tools_that_are_not_tools_are_refused_naming_the_argument(
+    inner: Any, message: str
+) -> None:
+    with pytest.raises(TypeError) as caught:
+        Tool("t", "Outer.", inner_tools=inner)
+    assert message in str(caught.value)

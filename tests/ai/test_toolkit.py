@@ -61,6 +61,29 @@ def test_a_toolkit_holds_only_tools() -> None:
         Toolkit(greet, "wave")  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("merge", "message"),
+    [
+        (
+            lambda tk: tk + wave,
+            "Toolkit +: the other side must be a Toolkit, got Tool Tool('wave')",
+        ),
+        (lambda tk: tk.merge([wave]), "Toolkit.merge: argument 1 must be a Toolkit, got list"),
+        (lambda tk: tk.merge(Toolkit(shout), wave), "argument 2 must be a Toolkit, got Tool"),
+        (lambda tk: tk + 5, "Toolkit +: the other side must be a Toolkit, got int 5"),
+    ],
+    ids=["plus a tool", "merge a list", "merge a tool", "plus an int"],
+)
+def test_merging_something_else_than_a_toolkit_says_how_to_make_one(
+    merge: Any, message: str
+) -> None:
+    with pytest.raises(TypeError) as caught:
+        merge(Toolkit(greet))
+    assert message in str(caught.value)
+    if "int" not in message:
+        assert "Toolkit(*tools)" in str(caught.value)
+
+
 def test_membership_is_by_identity() -> None:
     toolkit = Toolkit(greet)
     assert greet in toolkit

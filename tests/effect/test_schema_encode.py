@@ -15,6 +15,7 @@ import dataclasses
 import enum
 import json
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import (
@@ -517,3 +518,32 @@ def test_a_scalar_of_the_wrong_kind_is_not_also_measured_against_its_bounds() ->
     assert _issues(LineItem, LineItem("a", 1, price=math.nan)) == _one(
         "$.price", "expected a finite number, got nan"
     )
+
+
+_LIMIT = sys.get_int_max_str_digits()  # what Python writes of an int: 4300 digits by default
+_TOO_LONG = f"an integer of more than {_LIMIT} digits has no JSON text"
+
+
+@pytest.mark.parametrize(
+    ("tp", "value", "path"),
+    [
+        (int, 10**_LIMIT, "$"),
+        (int, -(10**_LIMIT), "$"),
+        (int, Count(10**_LIMIT), "$"),
+        (Any, [1, 10**_LIMIT], "$[1]"),
+        (dict[str, int], {"n": 10**_LIMIT}, '$["n"]'),
+        (Any, {"n": Count(10**_LIMIT)}, '$["n"]'),
+        (int | str, 10**_LIMIT, "$"),
+    ],
+    ids=["int", "negative", "int subclass", "in Any", "in a map", "subclass in Any", "in a union"],
+)
+def test_an_int_too_long_to_write_is_refused_where_it_is(tp: Any, value: Any, path: str) -> None:
+    """Python will not write an int of more digits than ``sys.get_int_max_str_digits()``: a
+    result holding one could never be shown to a model or recorded, so it is refused here."""
+    assert _issues(tp, value) == _one(path, _TOO_LONG)
+
+
+def test_an_int_as_long_as_python_writes_is_encoded() -> None:
+    longest = 10**_LIMIT - 1  # _LIMIT digits
+    assert encode_as(int, longest) == longest
+    assert encode_as(Any, [-longest]) == [-longest]
