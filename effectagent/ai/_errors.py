@@ -118,10 +118,10 @@ def format_bytes(size: int, *, apart_from: int | None = None) -> str:
     ``apart_from`` is another count the same sentence names (a limit, say): when the two differ
     but would read the same rounded, ``size`` is given exactly instead (``"20,971,521 bytes"``),
     so that "over the limit" never reads as "20 MiB, over the limit of 20 MiB"."""
-    if apart_from is not None and apart_from != size:
-        if _rounded(size) == _rounded(apart_from):
-            return f"{size:,} bytes"
-    return _rounded(size)
+    shown = _rounded(size)
+    if apart_from is not None and apart_from != size and shown == _rounded(apart_from):
+        return f"{size:,} bytes"
+    return shown
 
 
 def _rounded(size: int) -> str:

@@ -91,8 +91,9 @@ class FallbackModel:
     """A :class:`~effectagent.ai.LanguageModel` that asks ``models`` in order (see the module
     notes): on a failure to fall back on, before the member answered anything, the next is asked.
 
-    ``names`` name the members in the run's records and events (default: each member's ``name``
-    attribute, else ``"model 1"``, ``"model 2"``, …). ``fall_back_on`` decides which failures lead
+    ``names`` name the members in the run's records and events: distinct, non-empty str (default:
+    each member's ``name`` attribute, else ``"model 1"``, ``"model 2"``, …; with its place added,
+    ``"gpt-4.1 (2)"``, when two members have one name). ``fall_back_on`` decides which failures lead
     to the next member (default :func:`falls_back`; e.g. ``lambda error: falls_back(error) or
     isinstance(error, ContentFiltered)`` adds one). When every member failed, the last one's
     error is raised.
@@ -116,10 +117,22 @@ class FallbackModel:
                 raise TypeError(f"a FallbackModel takes LanguageModels, got {type(model).__name__}")
         if names is None:
             names = [model_name(m) or f"model {i}" for i, m in enumerate(models, 1)]
+            if len(set(names)) != len(names):  # two of one name: each told by its place too
+                names = [f"{name} ({i})" for i, name in enumerate(names, 1)]
         elif isinstance(names, str) or len(names) != len(models):
             raise ValueError(
                 f"a FallbackModel of {len(models)} models takes as many names, got {names!r}"
             )
+        else:
+            for name in names:
+                if not isinstance(name, str):
+                    raise TypeError(f"a FallbackModel's names are str, got {type(name).__name__}")
+                if not name.strip():
+                    raise ValueError("a FallbackModel's names must not be empty")
+            if len(set(names)) != len(names):
+                raise ValueError(
+                    f"a FallbackModel's names tell its members apart; {list(names)!r} repeats one"
+                )
         if not callable(fall_back_on):
             raise TypeError("fall_back_on must be a function of an AiError")
         self.models: tuple[LanguageModel, ...] = models

@@ -77,7 +77,7 @@ _S = TypeVar("_S", default=Any)
 #: What a declared tool failure does: "return" shows it to the model, "error" ends the run.
 FailureMode = Literal["error", "return"]
 
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 #: Arguments are untrusted model output: bounded before parsing (as large as a response's
 #: tool-call arguments may be by default).
@@ -334,7 +334,7 @@ class Tool(Generic[P, S]):
         sequential: bool = False,
     ) -> None:
         need("Tool", "name", name, str, "a str")
-        if not _NAME.match(name):
+        if not _NAME.fullmatch(name):
             raise ValueError(
                 f"tool name {name!r} must be 1-64 characters of letters, digits, '_' or '-'"
             )

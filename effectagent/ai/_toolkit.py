@@ -18,7 +18,7 @@ from typing import Any, TypeAlias, final
 
 import attrs
 
-from effectagent.effect import Context, Layer, Scope, ServiceKey
+from effectagent.effect import Context, Layer, Scope, ServiceKey, is_async_callable
 
 from ._checks import check_handler, shown
 from ._tool import Binding, Handler, ReconcilingHandler, Tool
@@ -199,10 +199,16 @@ class Toolkit:
         as :meth:`handlers` checks them, and a tool it leaves out gets the handler bound with the
         tool, if any.
         """
-        if not callable(factory):
+        if not is_async_callable(factory):
             raise TypeError(
                 "Toolkit.handlers_from: factory must be an async function of the Context, "
                 f"got {shown(factory)}"
+            )
+        given: object = requires  # checked: not every caller runs mypy
+        if isinstance(given, str | bytes | ServiceKey) or not isinstance(given, Iterable):
+            raise TypeError(
+                "Toolkit.handlers_from: requires must be an iterable of ServiceKeys, not one "
+                f"{type(given).__name__} (requires=[key])"
             )
 
         async def build(ctx: Context, _: Scope) -> Context:

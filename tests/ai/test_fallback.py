@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import pytest
@@ -303,6 +303,23 @@ def test_bad_arguments_are_refused_with_a_sentence() -> None:
         FallbackModel(3)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="of 2 models takes as many names"):
         FallbackModel(Member("a", Outcome("answers")), Member("b", Outcome("answers")), names=["a"])
+    pair = (Member("a", Outcome("answers")), Member("b", Outcome("answers")))
+    names: Any
+    for names, error, message in [
+        ([1, 2], TypeError, "names are str, got int"),
+        (["primary", " "], ValueError, "names must not be empty"),
+        (["primary", "primary"], ValueError, "tell its members apart; .* repeats one"),
+    ]:
+        with pytest.raises(error, match=message):
+            FallbackModel(*pair, names=names)
+
+
+def test_members_of_one_name_are_told_apart_by_their_place() -> None:
+    """Records and usage name the member that answered: two members of one name (one model
+    behind two gateways, say) get their places added, and the chain's own names stay."""
+    twins = (Member("gpt", Outcome("answers")), Member("gpt", Outcome("answers")))
+    assert FallbackModel(*twins).names == ("gpt (1)", "gpt (2)")
+    assert FallbackModel(*twins, names=["near", "far"]).names == ("near", "far")
 
 
 def test_native_output_only_when_every_member_has_it() -> None:

@@ -637,6 +637,8 @@ def test_decorator_options_are_checked_too() -> None:
         tool(readonly="yes")(ping)  # type: ignore[call-overload]
     with pytest.raises(ValueError, match="tool name 'has space'"):
         tool(name="has space")(ping)
+    with pytest.raises(ValueError, match=r"tool name 'ping\\n'"):  # "$" matched before a "\n"
+        tool(name="ping\n")(ping)
     with pytest.raises(TypeError, match="@tool: failure, parameters come from the function"):
         tool(parameters=dict, failure=NotFound)  # type: ignore[call-overload]
     with pytest.raises(TypeError, match="is already a Tool"):

@@ -138,6 +138,25 @@ def test_a_handler_must_be_callable() -> None:
         Toolkit(greet).handlers({greet: "not callable"})  # type: ignore[dict-item]
 
 
+def test_handlers_from_refuses_one_key_or_a_sync_factory_naming_itself() -> None:
+    async def factory(ctx: Context) -> Mapping[Tool[Any, Any] | str, Handler]:
+        return {}
+
+    def plain(ctx: Context) -> Mapping[Tool[Any, Any] | str, Handler]:
+        return {}
+
+    given: Any
+    for given in ("effectagent.Greeting", Greeting, 3):
+        with pytest.raises(
+            TypeError, match=r"Toolkit\.handlers_from: requires must be an iterable"
+        ):
+            Toolkit(greet).handlers_from(factory, requires=given)
+    with pytest.raises(
+        TypeError, match=r"Toolkit\.handlers_from: factory must be an async function"
+    ):
+        Toolkit(greet).handlers_from(plain)  # type: ignore[arg-type]
+
+
 async def test_handlers_from_services_declare_their_requirements() -> None:
     toolkit = Toolkit(greet)
     built: list[str] = []

@@ -237,9 +237,13 @@ def test_instructions_per_turn_needs_a_function() -> None:
     with pytest.raises(TypeError, match=r"Agent\.services must hold ServiceKeys"):
         Agent("weather", "Fixed.", services=["clock"])  # type: ignore[list-item]
     for wrong in (1, None, ["run"]):  # the wrong type: a TypeError, as the Agent says
-        with pytest.raises(TypeError, match="Agent.instructions_per must be 'run' or 'turn', got"):
+        with pytest.raises(
+            TypeError, match=r"Agent\.instructions_per must be 'run' or 'turn', got"
+        ):
             Agent("weather", "Fixed.", instructions_per=wrong)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="Agent.instructions_per must be 'run' or 'turn', got 'x'"):
+    with pytest.raises(
+        ValueError, match=r"Agent\.instructions_per must be 'run' or 'turn', got 'x'"
+    ):
         Agent("weather", "Fixed.", instructions_per="x")  # type: ignore[arg-type]
 
 
