@@ -47,12 +47,16 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
         expired = database.recovered.get("steering", 0)
         if expired:
             log_warning("steering left waiting by an ended process expired", inputs=expired)
-        inbox = ConversationInbox(journal, limits, redact_text=context[RedactorService].redact_text)
+        redactor = context.get(RedactorService)  # the runtime's, when open_runtime builds it
+        inbox = ConversationInbox(
+            journal, limits, redact_text=redactor.redact_text if redactor is not None else None
+        )
         return Context({SteeringService: inbox, SteeringInboxService: inbox})
 
     return Layer.from_build(
         "sqlite_steering",
         provides=[SteeringService, SteeringInboxService],
-        requires=[DatabaseService, RedactorService],
+        requires=[DatabaseService],
+        uses=[RedactorService],
         build=build,
     )

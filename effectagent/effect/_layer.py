@@ -182,22 +182,26 @@ class Layer:
         *,
         provides: Iterable[Key],
         requires: Iterable[Key] = (),
+        uses: Iterable[Key] = (),
         build: Callable[[Context, Scope], Awaitable[Context]],
     ) -> Layer:
         """The general form: ``build(context, scope)`` returns a Context holding exactly ``provides``.
 
         Resources are tied to ``scope`` (``scope.add_finalizer``). ``build`` is an async
-        function (``TypeError`` otherwise).
+        function (``TypeError`` otherwise). ``uses`` are services ``build`` takes when its
+        inputs have them and does without otherwise: it is shown them if they are there, and
+        preflight never asks for them.
         """
         _check_name("Layer.from_build", name)
         provided = _keys("Layer.from_build", "provides", provides)
         required = _keys("Layer.from_build", "requires", requires)
+        optional = _keys("Layer.from_build", "uses", uses)
         if not is_async_callable(build):
             raise TypeError(
                 "Layer.from_build: build must be an async function of the Context and Scope, "
                 f"got {_shown(build)}"
             )
-        return _Leaf(name, provided, required, build)
+        return _Leaf(name, provided, required, build, optional)
 
     # ---- combinators ---------------------------------------------------------------------------
 
@@ -314,7 +318,7 @@ def _keys(owner: str, argument: str, keys: object) -> frozenset[Key]:
 
 @final
 class _Leaf(Layer):
-    __slots__ = ("construct",)
+    __slots__ = ("construct", "sees")
 
     def __init__(
         self,
@@ -322,11 +326,13 @@ class _Leaf(Layer):
         provides: frozenset[Key],
         requires: frozenset[Key],
         construct: Callable[[Context, Scope], Awaitable[Context]],
+        uses: frozenset[Key] = frozenset(),
     ) -> None:
         self.name = name
         self.provides = provides
         self.requires = requires
         self.construct = construct
+        self.sees = requires | uses  # what its constructor is shown of the context
 
     def _missing(
         self, available: frozenset[Key], out: list[MissingRequirement], seen: _Seen
@@ -341,7 +347,7 @@ class _Leaf(Layer):
         if hit is not None:
             return hit[1]
         try:
-            built = await self.construct(ctx.only(self.requires), scope)
+            built = await self.construct(ctx.only(self.sees), scope)
         except BaseException as exc:
             exc.add_note(f"while building layer {self.name!r}")
             raise

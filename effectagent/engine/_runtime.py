@@ -697,7 +697,7 @@ async def open_runtime(
     # The runtime's redaction is there for the layers too (a steering journal redacts input it
     # admits for another process's run with it), unless a layer brings its own.
     own = RedactorService not in layer.provides
-    preflight(layer, context=[RedactorService] if own else (), required=required)
+    preflight(layer, required=required)
     given = Context({RedactorService: SecretRedactor(secrets)}) if own else Context.empty()
     async with open_scope() as scope:
         context = given.merge(await build_layer(layer, scope, given))

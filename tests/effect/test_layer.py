@@ -21,6 +21,7 @@ from effectagent.effect import (
     Layer,
     MissingRequirement,
     MissingServicesError,
+    Scope,
     ServiceKey,
     Success,
     build_layer,
@@ -613,3 +614,24 @@ async def test_constructors_that_are_async_in_any_form_are_accepted() -> None:
     layer = Layer.effect(A, functools.partial(_make_a)) + Layer.effect(B, Maker())
     async with open_layer(layer) as ctx:
         assert (ctx[A], ctx[B]) == ("a", "m")
+
+
+async def test_a_service_a_layer_uses_is_shown_when_there_and_never_asked_for() -> None:
+    """``uses``: the build takes the service when its inputs have it (a runtime's redactor, say)
+    and does without otherwise; preflight never counts it missing."""
+    seen: list[str | None] = []
+
+    async def build(ctx: Context, _: Scope) -> Context:
+        seen.append(ctx.get(A))
+        assert ctx.get(B) is None  # neither required nor used: never shown
+        return Context.of(C, "built")
+
+    layer = Layer.from_build("user", provides=[C], uses=[A], build=build)
+    assert find_missing(layer) == ()
+    async with open_layer(layer):
+        pass
+    async with open_layer(layer, Context({A: "there", B: "hidden"})):
+        pass
+    assert seen == [None, "there"]
+    with pytest.raises(TypeError, match=r"Layer\.from_build: uses must be an iterable"):
+        Layer.from_build("user", provides=[C], uses=A, build=build)  # type: ignore[arg-type]
