@@ -6,9 +6,16 @@ cassette or a scripted model (``fault_plans``, ``run_chaos_sync``) with a checke
 invariants a run must keep.
 
 ``batches`` and ``fault_plans`` need ``hypothesis`` (in the ``dev`` extra); it is imported when a
-strategy is built, so the models, cassettes and harnesses work without it. A script that runs
-out, or is left with turns unused, fails the test with an ``AssertionError`` saying so; so does a
-replay whose run asks what the cassette does not hold (``CassetteDivergence``).
+strategy is built, so the models, cassettes and harnesses work without it.
+
+A script that runs out fails the run: the model raises ``ScriptExhausted`` (an ``AssertionError``)
+from its stream, and the run ends failed, its ``EngineDefect`` quoting it. Turns left unused are
+reported only when asked: ``ScriptedModel.assert_consumed()`` raises ``UnconsumedScript`` (an
+``AssertionError``), ``ScriptedModel.check()`` raises either, and a model given as
+``ScriptedModel.layer(turns, check=True)`` (or ``model.as_layer(check=True)``) runs that check
+when the runtime's block is left. A replay whose run asks what the cassette does not hold fails
+the run the same way, and raises its ``CassetteDivergence`` (an ``AssertionError``) again when
+the runtime's block is left.
 """
 
 from ._cassette import CASSETTE_VERSION as CASSETTE_VERSION
@@ -37,7 +44,9 @@ from ._same_records import RecordsDiffer as RecordsDiffer
 from ._same_records import assert_same_records as assert_same_records
 from ._same_records import canonical_records as canonical_records
 from ._scripted import ScriptedModel as ScriptedModel
+from ._scripted import ScriptExhausted as ScriptExhausted
 from ._scripted import Turn as Turn
+from ._scripted import UnconsumedScript as UnconsumedScript
 from ._strategies import PROBE_TOOLKIT as PROBE_TOOLKIT
 from ._strategies import BatchSpec as BatchSpec
 from ._strategies import CallSpec as CallSpec
@@ -45,8 +54,10 @@ from ._strategies import batches as batches
 
 __all__ = [
     "FunctionModel",
+    "ScriptExhausted",
     "ScriptedModel",
     "Turn",
+    "UnconsumedScript",
     "PROBE_TOOLKIT",
     "BatchReport",
     "BatchSpec",

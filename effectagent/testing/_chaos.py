@@ -73,6 +73,7 @@ from effectagent.core import (
 from effectagent.effect import Context, Layer, ServiceKey
 from effectagent.engine import RunResult, open_runtime, reduce_events
 
+from ._checks import is_count, is_seconds
 from ._harness import SimulatedDefect
 
 __all__ = [
@@ -161,14 +162,43 @@ class ToolFault:
         return f"slow tool ({self.seconds:g} s)" if self.kind == "slow" else f"tool {self.kind}"
 
 
+def _faults(field: str, value: object, kind: type[Any], other: type[Any], goes: str) -> None:
+    """Raise a TypeError naming the :class:`FaultPlan` ``field`` unless ``value`` is a tuple
+    (or list) of ``kind`` or None (a fault of the ``other`` kind ``goes`` elsewhere)."""
+    if not isinstance(value, tuple | list):
+        raise TypeError(
+            f"FaultPlan.{field} must be a tuple (or list) of {kind.__name__} or None, got {value!r}"
+        )
+    for index, fault in enumerate(value):
+        if fault is not None and not isinstance(fault, kind):
+            hint = f" ({goes})" if isinstance(fault, other) else ""
+            raise TypeError(
+                f"FaultPlan.{field}[{index}] must be a {kind.__name__} or None, got {fault!r}{hint}"
+            )
+
+
+def _model_faults(value: Sequence[ModelFault | None]) -> tuple[ModelFault | None, ...]:
+    _faults("model", value, ModelFault, ToolFault, "a tool fault goes in tools=")
+    return tuple(value)
+
+
+def _tool_faults(value: Sequence[ToolFault | None]) -> tuple[ToolFault | None, ...]:
+    _faults("tools", value, ToolFault, ModelFault, "a model fault goes in model=")
+    return tuple(value)
+
+
 @final
 @attrs.frozen
 class FaultPlan:
     """What goes wrong in one run: ``model[i]`` for the i-th model call (retries count),
-    ``tools[i]`` for the i-th handler to start; None (or past the end) is no fault."""
+    ``tools[i]`` for the i-th handler to start; None (or past the end) is no fault.
 
-    model: tuple[ModelFault | None, ...] = ()
-    tools: tuple[ToolFault | None, ...] = ()
+    Each is a tuple (a list is taken as one) of that field's own fault type or None; anything
+    else — a :class:`ToolFault` among the model faults, a kind's name instead of a fault — is a
+    ``TypeError`` naming the field."""
+
+    model: tuple[ModelFault | None, ...] = attrs.field(default=(), converter=_model_faults)
+    tools: tuple[ToolFault | None, ...] = attrs.field(default=(), converter=_tool_faults)
 
     def __str__(self) -> str:
         items = [f"model call {i + 1}: {f}" for i, f in enumerate(self.model) if f is not None]
@@ -189,8 +219,37 @@ def fault_plans(
     """A hypothesis strategy of :class:`FaultPlan`: per model call and per tool call, nothing or
     a fault of the given kinds (empty kinds: no faults there). Plans shrink towards fewer
     faults, earlier calls, the first kind listed, zero seconds and zero parts — so a failing
-    property is reported with a minimal fault sequence."""
+    property is reported with a minimal fault sequence.
+
+    The kinds are sequences of kind names (a lone string is refused), the seconds finite
+    numbers ≥ 0 (drawn in whole seconds up to them), the counts whole numbers ≥ 0: anything
+    else is hypothesis' ``InvalidArgument`` when the strategy is made."""
     from hypothesis import strategies as st
+    from hypothesis.errors import InvalidArgument
+
+    for name, kinds, known in (
+        ("model_kinds", model_kinds, MODEL_FAULT_KINDS),
+        ("tool_kinds", tool_kinds, TOOL_FAULT_KINDS),
+    ):
+        if isinstance(kinds, str) or not isinstance(kinds, Sequence):
+            raise InvalidArgument(
+                f"{name} must be a sequence of kinds, not a {type(kinds).__name__}"
+            )
+        for kind in kinds:
+            if kind not in known:
+                raise InvalidArgument(
+                    f"{name}: unknown kind {kind!r}; use {', '.join(map(repr, known))}"
+                )
+    for name, bound in (("max_retry_after", max_retry_after), ("max_tool_delay", max_tool_delay)):
+        if not is_seconds(bound):
+            raise InvalidArgument(f"{name} must be a finite number ≥ 0, got {bound!r}")
+    for name, count in (
+        ("max_model_calls", max_model_calls),
+        ("max_tool_calls", max_tool_calls),
+        ("max_parts", max_parts),
+    ):
+        if not is_count(count) or count < 0:
+            raise InvalidArgument(f"{name} must be a whole number ≥ 0, got {count!r}")
 
     seconds = st.integers(0, int(max_retry_after)).map(float)
     model_fault = st.builds(

@@ -23,6 +23,7 @@ from effectagent.ai import (
 )
 from effectagent.effect import Layer
 
+from ._checks import seconds
 from ._scripted import Turn, play
 
 __all__ = ["FunctionModel", "Respond"]
@@ -39,14 +40,15 @@ class FunctionModel:
 
     ``fn`` returns a :class:`Turn` (anything a scripted turn can do: tool calls, reasoning,
     errors, delays, hangs), a sequence of response parts, or a string (a text answer). ``requests``
-    holds every request received, in arrival order.
+    holds every request received, in arrival order. ``part_delay`` (the Trio-clock wait before
+    each part) must be a finite number of seconds ≥ 0.
     """
 
     def __init__(self, fn: Respond, *, part_delay: float = 0.0) -> None:
         if not callable(fn):
             raise TypeError(f"FunctionModel needs a callable, got {type(fn).__name__}")
         self._fn = fn
-        self._part_delay = part_delay
+        self._part_delay = seconds("part_delay", part_delay)
         self.requests: list[ModelRequest] = []
 
     @staticmethod

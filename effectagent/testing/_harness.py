@@ -4,12 +4,13 @@ a toolkit's scheduling.
 Design notes
 ------------
 :func:`run_batch` builds a fresh runtime whose :class:`ScriptedModel` declares exactly the batch in
-its first turn and answers in its second, then runs it with ``open_runtime`` + ``runtime.stream``
-(or ``runtime.run``) — the same code path production uses, nothing mocked below the model. Every
-handler is wrapped: the wrapper notes when it starts and ends on the Trio clock, whether the input
-it got was decoded (an instance of the tool's attrs parameters type, or schema-valid JSON for a
-dynamic tool), how many handlers run at once, and then plays the call's generated ``latency`` and
-``behaviour``; a ``"success"`` call runs the real handler.
+its first turn and answers in its second (an empty batch declares nothing: its one turn answers),
+then runs it with ``open_runtime`` + ``runtime.stream`` (or ``runtime.run``) — the same code path
+production uses, nothing mocked below the model. Every handler is wrapped: the wrapper notes when
+it starts and ends on the Trio clock, whether the input it got was decoded (an instance of the
+tool's attrs parameters type, or schema-valid JSON for a dynamic tool), how many handlers run at
+once, and then plays the call's generated ``latency`` and ``behaviour``; a ``"success"`` call runs
+the real handler.
 
 What the report calls *outcomes* comes from the canonical log (``ToolCallSettled`` records, in the
 order they were committed), not from events: that order is the one the spec promises (CAP-005).
@@ -55,6 +56,7 @@ from effectagent.core import (
 from effectagent.effect import Layer
 from effectagent.engine import RunResult, open_runtime, reduce_events
 
+from ._checks import seconds, whole
 from ._scripted import ScriptedModel, Turn
 from ._strategies import PROBE_HANDLERS, PROBE_TOOLKIT, BatchSpec, CallSpec, ProbeFailed
 
@@ -209,7 +211,10 @@ class BatchReport:
     @property
     def results_seen_by_model(self) -> tuple[str, ...] | None:
         """Tool-call IDs of the tool results in the model request after the batch, in prompt
-        order; None when the engine never asked the model again."""
+        order; None when the engine never asked the model again. An empty batch owes the model
+        no results and its response is the answer: () once the model was asked at all."""
+        if not self.batch.calls:
+            return () if self.requests else None
         if len(self.requests) < 2:
             return None
         messages = self.requests[1].messages
@@ -381,7 +386,9 @@ async def run_batch(
     answer: str = "done",
 ) -> BatchReport:
     """Run ``batch`` through a fresh runtime — one turn declaring it, one turn answering
-    ``answer`` — with ``tool_concurrency`` permits, and report what settled.
+    ``answer`` — with ``tool_concurrency`` permits, and report what settled. An empty batch is
+    a response that declares no tool calls, which is the answer: its one turn answers
+    ``answer`` (and the report's ``results_seen_by_model`` is ``()``).
 
     ``toolkit`` defaults to ``batch.toolkit``. ``handlers`` (by tool or name) are the real handlers
     a ``"success"`` call runs; the probe tools bring their own. ``services`` is merged into the
@@ -396,16 +403,29 @@ async def run_batch(
     consumer then keeps draining the stream, so ``events`` ends with the run's terminal event.
 
     A hang needs the tool's ``timeout`` unless you cancel; the policy is generous otherwise (the run
-    is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run.
+    is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run, and a
+    TypeError or ValueError, before anything runs, for a ``batch`` that is not a
+    :class:`BatchSpec`, a ``cancel_after_steps`` that is not a whole number ≥ 1, a
+    ``cancel_at`` or ``model_part_delay`` that is not a finite number of seconds ≥ 0, or an
+    ``answer`` that is not a string.
 
     Cancellation: cancelling the caller interrupts the run (it ends with RunInterrupted, no task
     left running) and ``trio.Cancelled`` propagates; no report is returned.
     """
+    if not isinstance(batch, BatchSpec):
+        raise TypeError(
+            f"run_batch needs a BatchSpec, got {type(batch).__name__} (make one: BatchSpec([...]))"
+        )
     kit = batch.toolkit if toolkit is None else toolkit
     if mode not in ("stream", "run"):
         raise ValueError(f"mode must be 'stream' or 'run', got {mode!r}")
-    if cancel_after_steps is not None and cancel_after_steps < 1:
-        raise ValueError(f"cancel_after_steps must be at least 1, got {cancel_after_steps}")
+    if cancel_after_steps is not None:
+        whole("cancel_after_steps", cancel_after_steps, minimum=1)
+    if cancel_at is not None:
+        seconds("cancel_at", cancel_at)
+    seconds("model_part_delay", model_part_delay)
+    if not isinstance(answer, str):
+        raise TypeError(f"answer must be a str, got {answer!r}")
     bases = _base_handlers(kit, handlers)
     cancels = cancel_at is not None or cancel_after_steps is not None
     _check_batch(kit, batch, bases, cancels=cancels)
@@ -414,13 +434,10 @@ async def run_batch(
     bound: dict[Tool[Any, Any] | str, Handler] = {
         tool: _instrument(tool, bases.get(tool.name), calls, tracker) for tool in kit
     }
-    model = ScriptedModel(
-        [
-            Turn.tool_calls(*((c.tool_name, c.arguments, c.tool_call_id) for c in batch.calls)),
-            Turn.text(answer),
-        ],
-        part_delay=model_part_delay,
-    )
+    declaring = Turn.tool_calls(*((c.tool_name, c.arguments, c.tool_call_id) for c in batch.calls))
+    # A response declaring no tool calls is the answer: an empty batch's one turn answers.
+    script = [declaring, Turn.text(answer)] if batch.calls else [Turn.text(answer)]
+    model = ScriptedModel(script, part_delay=model_part_delay)
     layer = kit.handlers(bound) + Layer.succeed(LanguageModelService, model, name="ScriptedModel")
     if services is not None:
         layer = layer + services

@@ -36,6 +36,7 @@ from effectagent.core import Redactor
 from effectagent.effect import Context, Layer
 
 from ._cassette import Cassette, Exchange, decode_error, encode_request
+from ._checks import seconds
 from ._diff import MISSING, Difference, Ignore, first_difference, render_path, show_value
 from ._record import redactor_of
 
@@ -159,7 +160,8 @@ class ReplayModel:
     ``divergence`` the first divergence, if any. ``check=False`` serves the responses in order
     without comparing requests (chaos runs change what a run sends); ``secrets``/``redactor``
     redact each received request as the recording was redacted before it is compared;
-    ``part_delay`` waits that long on the Trio clock before each part.
+    ``part_delay`` waits that long on the Trio clock before each part (a finite number of
+    seconds ≥ 0; anything else is refused when the model or its layer is made).
     """
 
     def __init__(
@@ -172,6 +174,7 @@ class ReplayModel:
         redactor: Redactor | None = None,
         part_delay: float = 0.0,
     ) -> None:
+        part_delay = seconds("part_delay", part_delay)  # before the cassette is read
         self.where = "the cassette" if isinstance(cassette, Cassette) else str(cassette)
         self.cassette = cassette if isinstance(cassette, Cassette) else Cassette.read(cassette)
         self._ignore = Ignore.of(ignore)

@@ -1,12 +1,18 @@
 """ScriptedModel: a LanguageModel that plays per-turn scripts — the deterministic model for tests,
 benchmarks and the demo. It streams real deltas, can fail, hang or wait on the Trio clock (so it works
-under ``MockClock``), records every request it received, and reports any script left unconsumed.
+under ``MockClock``), records every request it received, and reports a script that ran out or was
+left unconsumed.
+
+Everything it will wait on or play is checked when it is made — a delay that is negative, NaN or
+infinite, a turn that is not a :class:`Turn`, a part that is not a response part — so a mistake in
+a script fails where it is written, not as an ``EngineDefect`` of the run that plays it.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, final
 
 import attrs
@@ -34,18 +40,24 @@ from effectagent.ai import (
     Usage,
     generate,
 )
-from effectagent.effect import Layer
+from effectagent.effect import Context, Layer
 from effectagent.engine import estimate_tokens
+
+from ._checks import seconds
 
 __all__ = ["ScriptExhausted", "ScriptedModel", "Turn", "UnconsumedScript"]
 
 
 class ScriptExhausted(AssertionError):
-    """The engine asked for more turns than were scripted."""
+    """The engine asked for more turns than were scripted. Raised from the model's stream, so
+    the run fails with an ``EngineDefect`` quoting it; :meth:`ScriptedModel.check` (and a layer
+    made with ``check=True``, when the runtime's block is left) raises it again."""
 
 
 class UnconsumedScript(AssertionError):
-    """Scripted turns were left over when the test asserted consumption."""
+    """Scripted turns were left over when the test asserted consumption
+    (:meth:`ScriptedModel.assert_consumed`, :meth:`ScriptedModel.check`, or a layer made with
+    ``check=True`` when the runtime's block is left)."""
 
 
 def _chunks(text: str, size: int) -> list[str]:
@@ -54,12 +66,32 @@ def _chunks(text: str, size: int) -> list[str]:
     return [text[i : i + size] for i in range(0, len(text), size)]
 
 
+def _check_delay(instance: object, attribute: attrs.Attribute[float], value: object) -> None:
+    seconds(f"Turn.{attribute.name}", value)
+
+
+def _check_parts(
+    instance: object, attribute: attrs.Attribute[tuple[ResponsePart, ...]], value: object
+) -> None:
+    if not isinstance(value, tuple):
+        raise TypeError(f"Turn.parts must be a tuple of response parts, got {value!r}")
+    for index, part in enumerate(value):
+        if not isinstance(part, ResponsePart):
+            raise TypeError(
+                f"Turn.parts[{index}] must be a response part (TextDeltaPart, FinishPart, …), "
+                f"got {part!r}"
+            )
+
+
 @attrs.frozen
 class Turn:
-    """One scripted model response. Build with the static constructors."""
+    """One scripted model response. Build with the static constructors.
 
-    parts: tuple[ResponsePart, ...] = ()
-    delay: float = 0.0
+    A ``delay`` that is not a finite number of seconds ≥ 0 (or is a bool) is refused — a
+    ``TypeError`` or ``ValueError`` — and so is a part that is not a response part."""
+
+    parts: tuple[ResponsePart, ...] = attrs.field(default=(), validator=_check_parts)
+    delay: float = attrs.field(default=0.0, validator=_check_delay)
     hang: bool = False
     error: AiError | None = None
     error_after_parts: bool = False
@@ -143,28 +175,54 @@ class Turn:
         return attrs.evolve(self, inspect=inspect)
 
 
+def _script(turns: object) -> list[Turn]:
+    """``turns`` as a list, each a :class:`Turn`; else a TypeError saying what was given."""
+    wanted = "turns must be an iterable of Turn values"
+    if isinstance(turns, str | bytes):
+        kind = type(turns).__name__
+        raise TypeError(f"{wanted}, not a lone {kind} (Turn.text(...) makes a text answer)")
+    if isinstance(turns, Turn):
+        raise TypeError(f"{wanted}, got a lone Turn: pass [turn]")
+    if not isinstance(turns, Iterable):
+        raise TypeError(f"{wanted}, got {type(turns).__name__}")
+    script = list(turns)
+    for index, turn in enumerate(script):
+        if not isinstance(turn, Turn):
+            hint = " (Turn.text(...) makes a text answer)" if isinstance(turn, str) else ""
+            raise TypeError(f"turns[{index}] must be a Turn, got {turn!r}{hint}")
+    return script
+
+
 @final
 class ScriptedModel:
-    """A LanguageModel playing ``turns`` in order; ``repeat`` plays the last turn forever."""
+    """A LanguageModel playing ``turns`` in order; ``repeat`` plays the last turn forever.
+
+    ``turns`` must be :class:`Turn` values (a lone string or a lone Turn is a ``TypeError``) and
+    ``part_delay`` — the Trio-clock wait before each part — a finite number of seconds ≥ 0.
+    """
 
     def __init__(
         self, turns: Iterable[Turn] = (), *, repeat: bool = False, part_delay: float = 0.0
     ) -> None:
-        self._turns = list(turns)
+        if not isinstance(repeat, bool):
+            raise TypeError(f"repeat must be a bool, got {repeat!r}")
+        self._turns = _script(turns)
         self._next = 0
         self._repeat = repeat
-        self._part_delay = part_delay
+        self._part_delay = seconds("part_delay", part_delay)
+        self._exhausted: ScriptExhausted | None = None
         self.requests: list[ModelRequest] = []
 
     @staticmethod
-    def layer(turns: Iterable[Turn] = (), **options: Any) -> Layer:
-        """A fresh ScriptedModel as the LanguageModel service. To read the requests it
-        receives, make the model yourself and use :meth:`as_layer`."""
-        return ScriptedModel(turns, **options).as_layer()
+    def layer(turns: Iterable[Turn] = (), *, check: bool = False, **options: Any) -> Layer:
+        """A fresh ScriptedModel as the LanguageModel service (``check`` as for
+        :meth:`as_layer`). To read the requests it receives, make the model yourself and use
+        :meth:`as_layer`."""
+        return ScriptedModel(turns, **options).as_layer(check=check)
 
     def extend(self, turns: Iterable[Turn]) -> None:
         """Append more turns to the script."""
-        self._turns.extend(turns)
+        self._turns.extend(_script(turns))
 
     @property
     def consumed(self) -> int:
@@ -182,6 +240,14 @@ class ScriptedModel:
             left = len(self._turns) - self._next
             raise UnconsumedScript(f"{left} scripted turn(s) were never requested by the engine")
 
+    def check(self) -> None:
+        """Raise the :class:`ScriptExhausted` if the engine ever asked for more turns than were
+        scripted (even if turns were added since), else :class:`UnconsumedScript` if scripted
+        turns were never played (never with ``repeat``)."""
+        if self._exhausted is not None:
+            raise self._exhausted
+        self.assert_consumed()
+
     def _take(self) -> Turn:
         if self._next < len(self._turns):
             turn = self._turns[self._next]
@@ -189,9 +255,12 @@ class ScriptedModel:
             return turn
         if self._repeat and self._turns:
             return self._turns[-1]
-        raise ScriptExhausted(
+        exhausted = ScriptExhausted(
             f"the engine requested turn {self._next + 1} but only {len(self._turns)} were scripted"
         )
+        if self._exhausted is None:
+            self._exhausted = exhausted
+        raise exhausted
 
     def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
         """Play the next turn (raises :class:`ScriptExhausted` at once if there is none).
@@ -203,9 +272,21 @@ class ScriptedModel:
         # The turn's own generator is the stream: nothing wraps it, so nothing else needs closing.
         return play(self._take(), request, self._part_delay)
 
-    def as_layer(self) -> Layer:
-        """This model as the LanguageModel service (keep the model to read its ``requests``)."""
-        return Layer.succeed(LanguageModelService, self, name="ScriptedModel")
+    def as_layer(self, *, check: bool = False) -> Layer:
+        """This model as the LanguageModel service (keep the model to read its ``requests``).
+
+        With ``check``, leaving the runtime's block without an error runs :meth:`check`: a
+        script that ran out, or was left with turns unplayed, fails there — inside the
+        ``ExceptionGroup`` a scope's teardown raises."""
+        if not check:
+            return Layer.succeed(LanguageModelService, self, name="ScriptedModel")
+
+        @asynccontextmanager
+        async def serving(_: Context) -> AsyncIterator[ScriptedModel]:
+            yield self
+            self.check()
+
+        return Layer.scoped(LanguageModelService, serving, name="ScriptedModel")
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """The next turn as one response."""

@@ -37,6 +37,8 @@ import attrs
 from effectagent.ai import Tool, ToolCallContext, Toolkit
 from effectagent.effect import SchemaError, TaggedError, encode
 
+from ._checks import is_count, is_seconds, seconds
+
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
 
@@ -81,8 +83,18 @@ _EXPECTED: dict[Behaviour, OutcomeKind] = {
 
 
 def _check_latency(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise ValueError(f"latency must be a finite number of seconds >= 0, got {value!r}")
+    seconds("CallSpec.latency", value)
+
+
+def _check_text(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        what = " (the raw argument text)" if attribute.name == "arguments" else ""
+        raise TypeError(f"CallSpec.{attribute.name} must be a str{what}, got {value!r}")
+
+
+def _check_flag(instance: object, attribute: attrs.Attribute[bool], value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"CallSpec.{attribute.name} must be a bool, got {value!r}")
 
 
 def _check_behaviour(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
@@ -99,13 +111,15 @@ class CallSpec:
     call never reaches a handler, so its ``latency`` and ``behaviour`` do not matter. ``latency`` is
     seconds on the Trio clock before the handler ends as ``behaviour`` says. ``failure`` is the
     declared error a ``"declared-failure"`` call raises (the harness makes a :class:`ProbeFailed`
-    when it is None on the probe toolkit).
+    when it is None on the probe toolkit). The names and ``arguments`` must be strings,
+    ``valid`` a bool and ``latency`` a finite number ≥ 0 (not a bool): a ``TypeError`` or
+    ``ValueError`` otherwise.
     """
 
-    tool_call_id: str
-    tool_name: str
-    arguments: str
-    valid: bool = True
+    tool_call_id: str = attrs.field(validator=_check_text)
+    tool_name: str = attrs.field(validator=_check_text)
+    arguments: str = attrs.field(validator=_check_text)
+    valid: bool = attrs.field(default=True, validator=_check_flag)
     latency: float = attrs.field(default=0.0, validator=_check_latency)
     behaviour: Behaviour = attrs.field(default="success", validator=_check_behaviour)
     failure: TaggedError | None = attrs.field(default=None, eq=False)
@@ -125,7 +139,11 @@ def _unique_ids(instance: BatchSpec, attribute: attrs.Attribute[Any], value: Any
 
 
 def _as_calls(calls: Iterable[CallSpec]) -> tuple[CallSpec, ...]:
-    return tuple(calls)
+    held = tuple(calls)
+    for index, call in enumerate(held):
+        if not isinstance(call, CallSpec):
+            raise TypeError(f"BatchSpec.calls[{index}] must be a CallSpec, got {call!r}")
+    return held
 
 
 @attrs.frozen
@@ -385,14 +403,18 @@ def _plan(
     from hypothesis.errors import InvalidArgument
 
     kit = PROBE_TOOLKIT if toolkit is None else toolkit
+    if isinstance(behaviours, str):
+        raise InvalidArgument("behaviours must be a sequence of behaviours, not a str")
     allowed = tuple(dict.fromkeys(behaviours))
     for behaviour in allowed:
         if behaviour not in BEHAVIOURS:
             raise InvalidArgument(f"unknown behaviour {behaviour!r}; use {', '.join(BEHAVIOURS)}")
-    if not 0 <= invalid_ratio <= 1:
+    if isinstance(invalid_ratio, bool) or not 0 <= invalid_ratio <= 1:
         raise InvalidArgument(f"invalid_ratio must be between 0 and 1, got {invalid_ratio!r}")
-    if not (latency_step > 0 and max_latency >= 0):
-        raise InvalidArgument("latency_step must be > 0 and max_latency >= 0")
+    if not is_seconds(latency_step, positive=True):
+        raise InvalidArgument(f"latency_step must be a finite number > 0, got {latency_step!r}")
+    if not is_seconds(max_latency):
+        raise InvalidArgument(f"max_latency must be a finite number ≥ 0, got {max_latency!r}")
     if len(kit) == 0:
         raise InvalidArgument("the toolkit has no tools to call")
     given = dict(_probe_arguments() if toolkit is None else {})
@@ -549,11 +571,20 @@ def batches(
     0.2, 0.7 at 0.9); 0 draws no invalid call and 1 nothing else. Latencies are
     multiples of ``latency_step`` up to ``max_latency`` (and below half the tool's timeout), so
     completion order varies and ties happen. IDs are unique (``call_<n>``), numbered in random
-    order.
+    order. With ``min_size=0`` a batch may be empty: a response declaring no tool calls, which
+    :func:`~effectagent.testing.run_batch` plays as the answer itself.
+
+    Bounds it cannot draw from are hypothesis' ``InvalidArgument`` when the strategy is made:
+    sizes that are not whole numbers with ``0 <= min_size <= max_size``, a ``latency_step``
+    that is not a finite number > 0, a ``max_latency`` that is not a finite number ≥ 0, an
+    ``invalid_ratio`` outside [0, 1], ``behaviours`` given as one string.
     """
     from hypothesis import strategies as st
     from hypothesis.errors import InvalidArgument
 
+    for name, size in (("min_size", min_size), ("max_size", max_size)):
+        if not is_count(size):
+            raise InvalidArgument(f"{name} must be a whole number, got {size!r}")
     if not 0 <= min_size <= max_size:
         raise InvalidArgument(f"need 0 <= min_size <= max_size, got {min_size}, {max_size}")
     plan = _plan(toolkit, arguments, failures, invalid_ratio, behaviours, latency_step, max_latency)

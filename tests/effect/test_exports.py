@@ -113,7 +113,7 @@ SURFACE: dict[str, str] = {
         CASSETTE_VERSION CassetteDivergence CassetteError cassette_of_log ChaosReport Exchange
         fault_plans FaultPlan FunctionModel invariant_violations ModelFault PROBE_TOOLKIT record
         RecordsDiffer ReplayModel run_batch run_batch_sync run_chaos run_chaos_sync ScriptedModel
-        SimulatedDefect ToolFault Turn with_faults
+        ScriptExhausted SimulatedDefect ToolFault Turn UnconsumedScript with_faults
     """,
     "effectagent.providers": """
         Anthropic Gemini model_layer model_settings ModelSettings open_model OpenAIChat

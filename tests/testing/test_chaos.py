@@ -4,12 +4,14 @@ broken agent the strategies shrink to the minimal fault sequence that breaks it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 from hypothesis import find, given, settings
+from hypothesis.errors import InvalidArgument
 
 from effectagent import AgentPolicy
 from effectagent.core import (
@@ -83,6 +85,103 @@ def test_a_fault_that_is_not_one_of_the_listed_ones_is_refused(make: Any, messag
     (``explode``), and a negative wait made the harness itself fail."""
     with pytest.raises(ValueError, match=message):
         make()
+
+
+_WORDS: Any = ("rate-limit",)
+_A_WORD: Any = "x"
+_MODEL_FAULTS_AS_TOOLS: Any = (ModelFault("cut"),)
+_TOOL_FAULTS_AS_MODEL: Any = (None, ToolFault("defect"))
+_A_DICT: Any = {0: ModelFault("cut")}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: FaultPlan(tools=_MODEL_FAULTS_AS_TOOLS),
+            "FaultPlan.tools[0] must be a ToolFault or None, got ModelFault(kind='cut', "
+            "retry_after=0.0, after_parts=0) (a model fault goes in model=)",
+        ),
+        (
+            lambda: FaultPlan(model=_TOOL_FAULTS_AS_MODEL),
+            "FaultPlan.model[1] must be a ModelFault or None, got ToolFault(kind='defect', "
+            "seconds=0.0) (a tool fault goes in tools=)",
+        ),
+        (
+            lambda: FaultPlan(model=_WORDS),
+            "FaultPlan.model[0] must be a ModelFault or None, got 'rate-limit'",
+        ),
+        (
+            lambda: FaultPlan(model=_A_WORD),
+            "FaultPlan.model must be a tuple (or list) of ModelFault or None, got 'x'",
+        ),
+        (
+            lambda: FaultPlan(tools=_A_DICT),
+            "FaultPlan.tools must be a tuple (or list) of ToolFault or None, got {0: ",
+        ),
+        (
+            lambda: FaultPlan(tools=ToolFault("hang")),  # type: ignore[arg-type]
+            "FaultPlan.tools must be a tuple (or list) of ToolFault or None, got ToolFault(",
+        ),
+    ],
+    ids=["model-fault-in-tools", "tool-fault-in-model", "strs", "str", "dict", "lone-fault"],
+)
+def test_a_plan_holds_faults_of_its_own_kind_only(make: Any, message: str) -> None:
+    """A ModelFault in ``tools=`` used to be played as a tool defect (and the report found
+    nothing wrong); a kind's name in ``model=`` failed the run with an AttributeError."""
+    with pytest.raises(TypeError, match=re.escape(message)):
+        make()
+
+
+def test_a_plan_given_lists_holds_tuples() -> None:
+    plan = FaultPlan(model=[None, ModelFault("unavailable")], tools=[ToolFault("defect")])
+    assert plan == FaultPlan(model=(None, ModelFault("unavailable")), tools=(ToolFault("defect"),))
+    assert hash(plan) == hash(FaultPlan((None, ModelFault("unavailable")), (ToolFault("defect"),)))
+
+
+_INF = float("inf")
+_HALF: Any = 1.5
+_YES: Any = True
+_A_KIND: Any = "cut"
+_BOGUS: Any = ["bogus"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_retry_after": _INF}, "max_retry_after must be a finite number ≥ 0, got inf"),
+        ({"max_retry_after": -5}, "max_retry_after must be a finite number ≥ 0, got -5"),
+        ({"max_tool_delay": float("nan")}, "max_tool_delay must be a finite number ≥ 0, got nan"),
+        ({"max_tool_delay": _YES}, "max_tool_delay must be a finite number ≥ 0, got True"),
+        ({"max_model_calls": -1}, "max_model_calls must be a whole number ≥ 0, got -1"),
+        ({"max_tool_calls": _HALF}, "max_tool_calls must be a whole number ≥ 0, got 1.5"),
+        ({"max_parts": _YES}, "max_parts must be a whole number ≥ 0, got True"),
+        ({"model_kinds": _A_KIND}, "model_kinds must be a sequence of kinds, not a str"),
+        ({"tool_kinds": "hang"}, "tool_kinds must be a sequence of kinds, not a str"),
+        ({"model_kinds": _BOGUS}, "model_kinds: unknown kind 'bogus'; use 'rate-limit', "),
+        ({"tool_kinds": ["slow", "cut"]}, "tool_kinds: unknown kind 'cut'; use 'slow', "),
+    ],
+    ids=[
+        "inf-retry-after",
+        "negative-retry-after",
+        "nan-tool-delay",
+        "bool-tool-delay",
+        "negative-model-calls",
+        "fractional-tool-calls",
+        "bool-parts",
+        "str-model-kinds",
+        "str-tool-kinds",
+        "unknown-model-kind",
+        "unknown-tool-kind",
+    ],
+)
+def test_fault_plans_refuses_bounds_it_cannot_draw_from(
+    options: dict[str, Any], message: str
+) -> None:
+    """Each is hypothesis' InvalidArgument when the strategy is made: an infinite bound used to
+    be an OverflowError, a kind's name a ValueError about its first letter at draw time."""
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        fault_plans(**options)
 
 
 def test_no_faults_is_the_recorded_run(cassette: Path) -> None:

@@ -300,6 +300,28 @@ def test_ignore_rules_are_checked_when_the_layer_is_made(cassette: Path) -> None
         ReplayModel.layer(cassette, ignore=[3])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize(
+    ("part_delay", "error", "message"),
+    [
+        (-1, ValueError, "part_delay must be a finite number of seconds ≥ 0, got -1"),
+        (float("nan"), ValueError, "part_delay must be a finite number of seconds ≥ 0, got nan"),
+        (float("inf"), ValueError, "part_delay must be a finite number of seconds ≥ 0, got inf"),
+        (True, TypeError, "part_delay must be a number of seconds, got True"),
+        ("1", TypeError, "part_delay must be a number of seconds, got '1'"),
+    ],
+    ids=["negative", "nan", "inf", "bool", "str"],
+)
+def test_a_part_delay_that_cannot_be_waited_is_refused_when_the_layer_is_made(
+    cassette: Path, part_delay: Any, error: type[Exception], message: str
+) -> None:
+    """It used to be accepted, and the replayed run failed with an EngineDefect (trio refusing
+    the sleep)."""
+    with pytest.raises(error, match=re.escape(message)):
+        ReplayModel.layer(cassette, part_delay=part_delay)
+    with pytest.raises(error, match=re.escape(message)):
+        ReplayModel(cassette, part_delay=part_delay)
+
+
 def test_a_cassette_that_cannot_be_read_fails_when_the_layer_is_made(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"cassette": "effectagent", "version": 1}\n{oops\n')

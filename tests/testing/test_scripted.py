@@ -3,6 +3,10 @@ hangs on request, and says when a script was left unconsumed or ran out."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -16,8 +20,14 @@ from effectagent.ai import (
     UserMessage,
     generate,
 )
-from effectagent.testing import ScriptedModel, Turn
-from effectagent.testing._scripted import ScriptExhausted, UnconsumedScript
+from effectagent.effect import Layer
+from effectagent.testing import (
+    FunctionModel,
+    ScriptedModel,
+    ScriptExhausted,
+    Turn,
+    UnconsumedScript,
+)
 
 REQUEST = ModelRequest((UserMessage.text("hi"),))
 
@@ -125,3 +135,173 @@ async def test_a_turn_reports_its_requests_size_as_input_unless_given_a_usage() 
     assert second.usage.input.total == estimate_tokens(large.messages) > 1_000
     assert second.usage.input.uncached == second.usage.input.total
     assert (third.usage.input.total, third.usage.output.total) == (7, 3)  # as given
+
+
+# ---- what a script promises, and what it refuses ------------------------------------------------
+
+
+def _agent() -> Any:
+    from effectagent import Agent
+
+    return Agent("scripted", "Be brief.")
+
+
+def _leaving_fails_with(layer: Layer, error: type[AssertionError]) -> AssertionError:
+    """Run the agent once on ``layer``; leaving the runtime's block must raise ``error``
+    (inside the scope's group)."""
+    from effectagent import open_runtime
+
+    async def main() -> None:
+        async with open_runtime(layer, agents=[_agent()]) as runtime:
+            await runtime.run(_agent(), "hi")
+
+    with pytest.raises(BaseException) as caught:
+        trio.run(main)
+    raised: BaseException = caught.value
+    while isinstance(raised, BaseExceptionGroup):
+        (raised,) = raised.exceptions
+    assert isinstance(raised, error), raised
+    return raised
+
+
+def test_the_scripts_assertion_errors_are_public() -> None:
+    import effectagent.testing as testing
+
+    assert testing.ScriptExhausted is ScriptExhausted
+    assert testing.UnconsumedScript is UnconsumedScript
+    assert {"ScriptExhausted", "UnconsumedScript"} <= set(testing.__all__)
+    assert issubclass(ScriptExhausted, AssertionError)
+    assert issubclass(UnconsumedScript, AssertionError)
+
+
+def test_a_script_that_runs_out_fails_the_run_naming_it() -> None:
+    """What the package docstring promises: the run fails, its EngineDefect quoting the
+    ScriptExhausted; without ``check=True`` leaving the runtime's block raises nothing."""
+    from effectagent import open_runtime
+    from effectagent.core import EngineDefect
+
+    async def main() -> Any:
+        async with open_runtime(ScriptedModel.layer([]), agents=[_agent()]) as runtime:
+            return await runtime.run(_agent(), "hi")
+
+    result = trio.run(main)
+    assert result.status == "failed"
+    assert isinstance(result.error, EngineDefect)
+    assert "ScriptExhausted: the engine requested turn 1 but only 0 were scripted" in str(
+        result.error
+    )
+
+
+def test_a_checked_layer_fails_the_test_when_the_script_ran_out() -> None:
+    error = _leaving_fails_with(ScriptedModel.layer([], check=True), ScriptExhausted)
+    assert str(error) == "the engine requested turn 1 but only 0 were scripted"
+
+
+def test_a_checked_layer_fails_the_test_when_turns_were_left_unused() -> None:
+    layer = ScriptedModel.layer([Turn.text("a"), Turn.text("b")], check=True)
+    error = _leaving_fails_with(layer, UnconsumedScript)
+    assert str(error) == "1 scripted turn(s) were never requested by the engine"
+
+
+def test_a_checked_layer_whose_script_was_played_whole_passes() -> None:
+    from effectagent import open_runtime
+
+    model = ScriptedModel([Turn.text("a")])
+
+    async def main() -> str:
+        async with open_runtime(model.as_layer(check=True), agents=[_agent()]) as runtime:
+            return (await runtime.run(_agent(), "hi")).text
+
+    assert trio.run(main) == "a"
+    model.check()
+    repeated = ScriptedModel([Turn.text("again")], repeat=True)
+    repeated.check()  # a repeating script is never left over
+
+
+def test_check_reports_a_script_that_ran_out_before_turns_left_over() -> None:
+    model = ScriptedModel([Turn.text("only")])
+    with pytest.raises(UnconsumedScript):
+        model.check()
+    trio.run(generate, model, REQUEST)
+    model.check()
+    with pytest.raises(ScriptExhausted, match="turn 2"):
+        trio.run(generate, model, REQUEST)
+    with pytest.raises(ScriptExhausted, match="turn 2"):
+        model.check()
+    model.extend([Turn.text("more")])
+    with pytest.raises(ScriptExhausted, match="turn 2"):  # it ran out once: that stays a failure
+        model.check()
+
+
+#: What the type checker would refuse, as a user without one might write it.
+_A_STR: Any = "hello"
+_TEXTS: Any = ["hello", "world"]
+_ONE_TURN: Any = Turn.text("hello")
+_YES: Any = True
+_WORD: Any = "1"
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: ScriptedModel(_A_STR), TypeError, "a lone str"),
+        (lambda: ScriptedModel.layer(_A_STR), TypeError, "a lone str"),
+        (lambda: ScriptedModel(_TEXTS), TypeError, r"turns\[0\] must be a Turn, got 'hello'"),
+        (lambda: ScriptedModel(_ONE_TURN), TypeError, r"pass \[turn\]"),
+        (lambda: ScriptedModel([]).extend(_A_STR), TypeError, "a lone str"),
+        (lambda: ScriptedModel([], part_delay=-1.0), ValueError, "part_delay must be a finite"),
+        (lambda: ScriptedModel([], part_delay=math.nan), ValueError, "part_delay must be a fin"),
+        (lambda: ScriptedModel([], part_delay=math.inf), ValueError, "part_delay must be a fin"),
+        (lambda: ScriptedModel([], part_delay=_YES), TypeError, "part_delay must be a number"),
+        (lambda: ScriptedModel.layer([], part_delay=-1), ValueError, "part_delay must be a fin"),
+        (lambda: ScriptedModel([], repeat=_WORD), TypeError, "repeat must be a bool"),
+        (lambda: Turn.text("x", delay=-5), ValueError, "Turn.delay must be a finite"),
+        (lambda: Turn.text("x", delay=math.nan), ValueError, "Turn.delay must be a finite"),
+        (lambda: Turn.tool_calls(("t", {}), delay=math.inf), ValueError, "Turn.delay must be"),
+        (lambda: Turn.raw(delay=_WORD), TypeError, "Turn.delay must be a number"),
+        (lambda: Turn.fail(RateLimited("x"), delay=_YES), TypeError, "Turn.delay must be a num"),
+        (lambda: Turn.raw(_A_STR), TypeError, r"Turn.parts\[0\] must be a response part"),
+        (lambda: FunctionModel(str, part_delay=-1), ValueError, "part_delay must be a finite"),
+        (lambda: FunctionModel.layer(str, part_delay=math.nan), ValueError, "part_delay must"),
+        (lambda: FunctionModel(str, part_delay=_YES), TypeError, "part_delay must be a number"),
+    ],
+    ids=[
+        "lone-str",
+        "layer-of-lone-str",
+        "strs",
+        "lone-turn",
+        "extend-lone-str",
+        "negative-part-delay",
+        "nan-part-delay",
+        "inf-part-delay",
+        "bool-part-delay",
+        "layer-negative-part-delay",
+        "str-repeat",
+        "negative-turn-delay",
+        "nan-turn-delay",
+        "inf-tool-calls-delay",
+        "str-raw-delay",
+        "bool-fail-delay",
+        "str-part",
+        "function-model-negative-part-delay",
+        "function-model-layer-nan-part-delay",
+        "function-model-bool-part-delay",
+    ],
+)
+def test_what_a_script_cannot_play_is_refused_when_it_is_made(
+    make: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    """Each of these used to be accepted and fail the run later with an EngineDefect (an
+    AttributeError, or trio refusing a negative or NaN sleep)."""
+    with pytest.raises(error, match=message):
+        make()
+
+
+async def test_delays_of_zero_and_any_real_number_are_played(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    start = trio.current_time()
+    model = ScriptedModel([Turn.text("ab", chunk=1, delay=1)], part_delay=0.5)
+    await generate(model, REQUEST)
+    assert trio.current_time() - start == pytest.approx(1 + 0.5 * 5)  # start, a, b, end, finish
+    await generate(FunctionModel(lambda request: "x", part_delay=0), REQUEST)

@@ -1,0 +1,41 @@
+"""The argument checks the testing tools share: a duration they will wait on the Trio clock, and a
+whole number. A bool is neither (``True`` is an ``int`` to Python, never a number of seconds or
+steps a user meant)."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["is_count", "is_seconds", "seconds", "whole"]
+
+
+def is_seconds(value: object, *, positive: bool = False) -> bool:
+    """Whether ``value`` is a finite int or float ≥ 0 (> 0 when ``positive``), not a bool."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) and (value > 0 if positive else value >= 0)
+
+
+def is_count(value: object) -> bool:
+    """Whether ``value`` is an ``int`` that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def seconds(what: str, value: object) -> float:
+    """``value`` as a float if it is a finite number of seconds ≥ 0; else a TypeError (not an int
+    or float, or a bool) or a ValueError (negative, NaN or infinite) naming ``what``."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise TypeError(f"{what} must be a number of seconds, got {value!r}")
+    if not is_seconds(value):
+        raise ValueError(f"{what} must be a finite number of seconds ≥ 0, got {value!r}")
+    return float(value)
+
+
+def whole(what: str, value: object, *, minimum: int) -> int:
+    """``value`` if it is an int (not a bool) ≥ ``minimum``; else a TypeError or a ValueError
+    naming ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be a whole number, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{what} must be at least {minimum}, got {value}")
+    return value

@@ -1,0 +1,230 @@
+"""The batch harness and its strategy at their edges: an empty batch keeps the README's property,
+and what cannot be drawn or run is refused when it is given, with an error naming it."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.errors import InvalidArgument
+
+from effectagent.testing import BatchSpec, CallSpec, batches, run_batch_sync
+
+ECHO = CallSpec("call_1", "probe_echo", '{"text": "hi"}')
+
+
+def assert_the_readme_property(batch: BatchSpec, permits: int) -> None:
+    """The property the README and the testing guide state for every generated batch."""
+    report = run_batch_sync(batch, tool_concurrency=permits)
+    assert report.settled_ids == batch.ids
+    assert report.results_seen_by_model == batch.ids
+    assert report.max_concurrency <= permits
+    assert report.unexpected() == ()
+    assert report.undecoded == ()
+    assert report.live_handlers == 0
+
+
+# ---- an empty batch -----------------------------------------------------------------------------
+
+
+def test_an_empty_batch_is_answered_and_the_model_saw_no_results() -> None:
+    """A response declaring no tool calls is the answer: the harness scripts the answering turn
+    alone, so the run ends with ``answer``, every scripted turn played. It used to script an
+    empty tool-call turn the engine took as an empty answer, leaving ``answer`` unplayed and
+    ``results_seen_by_model`` None, which broke the README's property."""
+    empty = BatchSpec(())
+    report = run_batch_sync(empty, tool_concurrency=2, answer="nothing to do")
+    assert report.status == "completed"
+    assert report.result is not None
+    assert report.result.text == "nothing to do"
+    assert len(report.requests) == 1
+    assert report.results_seen_by_model == () == empty.ids
+    assert report.settled_ids == report.prepared_ids == ()
+    assert report.traces == ()
+    assert_the_readme_property(empty, 1)
+
+
+def test_an_empty_batch_whose_model_was_never_asked_saw_nothing() -> None:
+    """As a run cancelled before its first request reports it (when that happens depends on
+    Trio's scheduling order, so the report is made directly)."""
+    report = run_batch_sync(BatchSpec(()), tool_concurrency=1)
+    assert attrs.evolve(report, requests=()).results_seen_by_model is None
+
+
+@given(batch=batches(min_size=0, max_size=2), permits=st.integers(1, 3))
+def test_the_readme_property_holds_for_batches_that_may_be_empty(
+    batch: BatchSpec, permits: int
+) -> None:
+    assert_the_readme_property(batch, permits)
+
+
+# ---- the strategy's bounds ----------------------------------------------------------------------
+
+#: What the type checker would refuse, as a user without one might write it.
+_YES: Any = True
+_HALF: Any = 1.5
+_A_BEHAVIOUR: Any = "hang"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_latency": math.inf}, "max_latency must be a finite number ≥ 0, got inf"),
+        ({"max_latency": math.nan}, "max_latency must be a finite number ≥ 0, got nan"),
+        ({"max_latency": -1}, "max_latency must be a finite number ≥ 0, got -1"),
+        ({"latency_step": math.inf}, "latency_step must be a finite number > 0, got inf"),
+        ({"latency_step": 0}, "latency_step must be a finite number > 0, got 0"),
+        ({"latency_step": _YES}, "latency_step must be a finite number > 0, got True"),
+        ({"invalid_ratio": math.nan}, "invalid_ratio must be between 0 and 1, got nan"),
+        ({"invalid_ratio": _YES}, "invalid_ratio must be between 0 and 1, got True"),
+        ({"min_size": _YES}, "min_size must be a whole number, got True"),
+        ({"max_size": _HALF}, "max_size must be a whole number, got 1.5"),
+        ({"min_size": -1}, "need 0 <= min_size <= max_size, got -1, 10"),
+        ({"behaviours": _A_BEHAVIOUR}, "behaviours must be a sequence of behaviours, not a str"),
+    ],
+    ids=[
+        "inf-max-latency",
+        "nan-max-latency",
+        "negative-max-latency",
+        "inf-latency-step",
+        "zero-latency-step",
+        "bool-latency-step",
+        "nan-invalid-ratio",
+        "bool-invalid-ratio",
+        "bool-min-size",
+        "fractional-max-size",
+        "negative-min-size",
+        "str-behaviours",
+    ],
+)
+def test_batches_refuses_bounds_it_cannot_draw_from(options: dict[str, Any], message: str) -> None:
+    """Each is hypothesis' InvalidArgument when the strategy is made: an infinite maximum latency
+    used to be an OverflowError, an infinite step drew NaN latencies."""
+    with pytest.raises(InvalidArgument, match=re.escape(message)):
+        batches(**options)
+
+
+# ---- a call's and a run's figures ---------------------------------------------------------------
+
+_A_WORD: Any = "no"
+_AN_OBJECT: Any = {"text": "x"}
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (
+            lambda: CallSpec("c", "probe_echo", "{}", latency=_YES),
+            TypeError,
+            "latency must be a number of seconds, got True",
+        ),
+        (
+            lambda: CallSpec("c", "probe_echo", "{}", latency=-0.5),
+            ValueError,
+            "latency must be a finite number of seconds ≥ 0, got -0.5",
+        ),
+        (
+            lambda: CallSpec("c", "probe_echo", "{}", valid=_A_WORD),
+            TypeError,
+            "CallSpec.valid must be a bool, got 'no'",
+        ),
+        (
+            lambda: CallSpec("c", "probe_echo", _AN_OBJECT),
+            TypeError,
+            "CallSpec.arguments must be a str (the raw argument text), got {'text': 'x'}",
+        ),
+        (
+            lambda: BatchSpec([_AN_OBJECT]),
+            TypeError,
+            "BatchSpec.calls[0] must be a CallSpec, got {'text': 'x'}",
+        ),
+    ],
+    ids=["bool-latency", "negative-latency", "str-valid", "dict-arguments", "dict-call"],
+)
+def test_a_call_spec_refuses_figures_it_cannot_mean(
+    make: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        make()
+
+
+_CALLS: Any = [ECHO]
+
+
+@pytest.mark.parametrize(
+    ("batch", "options", "error", "message"),
+    [
+        (_CALLS, {}, TypeError, "run_batch needs a BatchSpec, got list (make one: BatchSpec(["),
+        (
+            BatchSpec([ECHO]),
+            {"cancel_after_steps": _HALF},
+            TypeError,
+            "cancel_after_steps must be a whole number, got 1.5",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"cancel_after_steps": _YES},
+            TypeError,
+            "cancel_after_steps must be a whole number, got True",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"cancel_after_steps": 0},
+            ValueError,
+            "cancel_after_steps must be at least 1, got 0",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"model_part_delay": -1},
+            ValueError,
+            "model_part_delay must be a finite number of seconds ≥ 0, got -1",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"model_part_delay": math.nan},
+            ValueError,
+            "model_part_delay must be a finite number of seconds ≥ 0, got nan",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"cancel_at": -1},
+            ValueError,
+            "cancel_at must be a finite number of seconds ≥ 0, got -1",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"cancel_at": math.nan},
+            ValueError,
+            "cancel_at must be a finite number of seconds ≥ 0, got nan",
+        ),
+        (
+            BatchSpec([ECHO]),
+            {"answer": 5},
+            TypeError,
+            "answer must be a str, got 5",
+        ),
+    ],
+    ids=[
+        "list",
+        "fractional-steps",
+        "bool-steps",
+        "zero-steps",
+        "negative-part-delay",
+        "nan-part-delay",
+        "negative-cancel-at",
+        "nan-cancel-at",
+        "int-answer",
+    ],
+)
+def test_run_batch_refuses_what_it_cannot_run(
+    batch: Any, options: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """Each used to run (a fractional or True step count, a negative cancel time, a negative
+    part delay failing the run with an EngineDefect) or fail deep inside (an AttributeError)."""
+    with pytest.raises(error, match=re.escape(message)):
+        run_batch_sync(batch, tool_concurrency=1, **options)
