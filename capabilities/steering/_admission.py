@@ -12,7 +12,9 @@ Invariants (tested in ``tests/capabilities/steering/test_admission.py`` without 
 * every accepted entry is handed to a run at most once, and — once its conversation has no run
   left — is either taken (for the store to confirm) or expired; none disappears;
 * steering is handed out in admission order, follow-ups too, and a run that would stop takes
-  every queued input (steering first came first) in admission order;
+  every queued input (steering first came first) in admission order — the order of the
+  positions their receipts give: a store that persisted an admission at another position than
+  the one reserved (a database transaction run again) moves it there;
 * ``drain_steering`` never hands out a follow-up; ``take_follow_ups`` returning nothing means the
   run is ending: later submissions are rejected with ``"run-ending"``.
 
@@ -49,6 +51,10 @@ class Entry:
     state: EntryState = "reserved"
     # Set once its conversation had no run left: it belongs to the runs that ended.
     orphaned: bool = False
+
+
+def _position(entry: Entry) -> int:
+    return entry.position
 
 
 @final
@@ -157,11 +163,14 @@ class Admissions:
         queued (deliverable, unless orphaned)."""
         entry = self._reserved.pop(input_id)
         entry.state = "queued"
-        if position is not None:
+        if position is not None and position != entry.position:
             entry.position = position
             conversation = self._conversations.get(entry.conversation_id)
             if conversation is not None and not entry.orphaned:
                 conversation.next_position = max(conversation.next_position, position + 1)
+                # The store's order is the FIFO's: an admission persisted again (a database
+                # that retried it) comes after those persisted before it, as its position says.
+                conversation.queue.sort(key=_position)
         return entry
 
     def adopt(self, conversation_id: str, input: SteeringInput, position: int) -> Entry | None:

@@ -156,6 +156,27 @@ def test_a_run_that_would_stop_and_finds_nothing_ends_admission() -> None:
     assert admissions.admit("c", SteeringInput("c", "steering", "x", "ann", 0.0)) == "no-active-run"
 
 
+@given(order=st.permutations([0, 1, 2, 3]))
+def test_steering_is_handed_out_in_the_order_of_the_positions_its_receipts_give(
+    order: list[int],
+) -> None:
+    """A database may persist admissions at other positions than were reserved (a transaction
+    run again takes the next free one): whatever positions the store gives, steering is handed
+    out in the order of those positions — the order its receipts and statuses say."""
+    admissions = Admissions(LIMITS)
+    admissions.run_started("c", "r1")
+    ids = ["a", "b", "c", "d"]
+    for input_id in ids:
+        assert isinstance(
+            admissions.admit("c", SteeringInput(input_id, "steering", "x", "ann", 0.0)), Entry
+        )
+    stored = {input_id: 10 + order[i] for i, input_id in enumerate(ids)}
+    for input_id in sorted(ids, key=stored.__getitem__):  # committed in the store's order
+        admissions.commit(input_id, stored[input_id])
+    handed = [i.input_id for i in admissions.drain_steering("c")]
+    assert handed == sorted(ids, key=stored.__getitem__)
+
+
 # ---- input admitted by other processes ----------------------------------------------------------
 
 MIXED = st.lists(
