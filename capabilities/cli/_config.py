@@ -25,7 +25,7 @@ An example (every table is optional)::
     workspace = "."                      # mounted read-only at /workspace (relative: to the file)
     write = true                         # also offer shell_write: asks first, mounts read-write
     network = false
-    timeout = 30                         # seconds per command
+    timeout = 30                         # seconds per command (at most 86400: a day)
 
     [code_mode]                          # one run_program tool over the readonly tools
     executor = "deno"                    # or "deno-unisolated"
@@ -63,7 +63,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 import attrs
 
@@ -93,6 +93,10 @@ DEFAULT_SCHEMA: Final = "effectagent"
 #: A schema name the storage accepts (``capabilities.storage``'s rule, checked here without
 #: importing the PostgreSQL driver; a test holds the two to the same answers).
 _SCHEMA: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+#: The longest ``[shell] timeout``: the sandbox runs a command for at most a day
+#: (``sandbox``'s rule for ``wall_clock_seconds``; a test holds the two to the same answers).
+MAX_SHELL_SECONDS: Final = 86_400
 
 #: How a storage URL starts: libpq reads these two prefixes (lower case) as a URL.
 _STORAGE_SCHEMES: Final = ("postgresql://", "postgres://")
@@ -311,6 +315,11 @@ class _Table:
             raise self.error(f"{self.name(key)} must be a finite positive number, got {value}")
         return value
 
+    def at_most(self, key: str, value: float, limit: float, why: str) -> None:
+        """Refuse ``value`` of ``key`` above ``limit`` (``why``: what sets the limit)."""
+        if value > limit:
+            raise self.error(f"{self.name(key)} must be at most {limit:g} {why}, got {value:g}")
+
     def at_least_zero(self, key: str, kind: type, default: float | None) -> Any:
         value = self.get(key, kind, default)
         if value is not None and (not math.isfinite(value) or value < 0):
@@ -350,8 +359,9 @@ class _Table:
 
 def check_storage(value: str) -> str | None:
     """What is wrong with ``value`` as a ``storage`` URL, as the end of a sentence that quotes
-    no part of it (any part may be a password: a user's typo puts it anywhere) — or None when
-    nothing is. Pure."""
+    no part of it (any part may be a password: a user's typo puts it anywhere) — but the name of
+    a query parameter PostgreSQL does not take, when it reads as one — or None when nothing is.
+    Pure (the query is read as libpq reads it, when the driver is installed)."""
     if not value.startswith(_STORAGE_SCHEMES):
         return (
             "must be a PostgreSQL URL, starting with postgresql:// or postgres:// as in "
@@ -365,7 +375,52 @@ def check_storage(value: str) -> str | None:
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
         return "is not a URL that can be read (its host or port, say): check how it is written"
-    return None
+    return _query_problem(value, parts)
+
+
+#: A query parameter's name as the command shows it: a plain word (anything else might be a
+#: password typed in the wrong place).
+_PARAMETER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def _query_problem(value: str, parts: SplitResult) -> str | None:
+    """What libpq refuses in the PostgreSQL URL ``value`` (split: ``parts``) — a query
+    parameter it does not take, named if its name reads as one and is not the URL's password;
+    a query it cannot read — or None. Without the driver, None: opening says what to install."""
+    try:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+        from psycopg.pq import Conninfo
+    except ImportError:
+        return None
+    try:
+        conninfo_to_dict(value)  # libpq's message quotes the string: it is not repeated
+        return None
+    except psycopg.Error:
+        pass
+    known = {option.keyword.decode() for option in Conninfo.get_defaults()}
+    userinfo = parts.netloc.rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    pairs = [piece.partition("=") for piece in parts.query.split("&")]
+    hidden = {password, unquote(password), *(unquote(setting) for _, _, setting in pairs)}
+    for raw, equals, setting in pairs:
+        name = unquote(raw)
+        # (libpq reads ssl=true as sslmode=require, and no other value of ssl.)
+        if not equals or not name or name in known or (name == "ssl" and setting == "true"):
+            continue
+        if _PARAMETER.fullmatch(name) and name not in hidden:
+            return (
+                f"has the query parameter {name!r}, which PostgreSQL does not take: see libpq's "
+                "connection parameters (sslmode, connect_timeout, application_name, …)"
+            )
+        return (
+            "has a query parameter PostgreSQL does not take (its name not shown: it might be a "
+            "secret): see libpq's connection parameters (sslmode, connect_timeout, …)"
+        )
+    return (
+        "is not a URL PostgreSQL can read (a query parameter without '=', or a bad %-escape, "
+        "say): check how it is written"
+    )
 
 
 def _storage(table: _Table) -> tuple[str | None, str]:
@@ -470,6 +525,9 @@ def _shell(path: Path, data: object) -> ShellConfig:
         write=table.get("write", bool, False),
         network=table.get("network", bool, False),
         timeout=table.positive("timeout", float, 30.0),
+    )
+    table.at_most(
+        "timeout", config.timeout, MAX_SHELL_SECONDS, "seconds (a day: the sandbox's longest)"
     )
     table.done()
     if not workspace.is_dir():

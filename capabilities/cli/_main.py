@@ -45,7 +45,7 @@ from ._errors import INSTALL
 from ._line_editor import LineEditor
 from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, every_key
 from ._session import TerminalSession
-from ._sessions import NamedSession, all_sessions
+from ._sessions import NamedSession, new_session
 from ._store import store_of
 from ._tools import open_tools
 
@@ -261,15 +261,24 @@ def _session_name(args: argparse.Namespace) -> str | None:
     return name
 
 
-async def _new_name(store: SessionStore[Any], base: str) -> str:
-    """``base``, or ``base-2``, ``base-3``… — the first no session has. Cancellation: reads
-    only."""
-    taken = {session.name for session in await all_sessions(store)}
-    name, number = base, 1
-    while name in taken:
-        number += 1
-        name = f"{base}-{number}"
-    return name
+@asynccontextmanager
+async def _named(
+    store: SessionStore[Any], given: str | None, base: str
+) -> AsyncIterator[NamedSession]:
+    """The session called ``given``, else a new one named after ``base`` (a time, to the second)
+    — claimed at once, so that two commands started in the same second never share it
+    (:func:`new_session`); a new one that had no run is deleted again when the block ends.
+
+    Cancellation: the release is shielded (all or nothing)."""
+    if given is not None:
+        yield await NamedSession.open(store, given)
+        return
+    named = await new_session(store, base)
+    try:
+        yield named
+    finally:
+        with trio.CancelScope(shield=True):
+            await named.release()
 
 
 async def _chat(
@@ -289,31 +298,31 @@ async def _chat(
         _open(args, environ, settings, ask=True, switch=switch) as opened,
     ):
         store = opened.runtime.context[SessionStoreService]
-        name = given or await _new_name(store, time.strftime("chat-%Y%m%d-%H%M%S"))
-        named = await NamedSession.open(store, name)
-        if named.resumed:
-            runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
-            intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
-        else:
-            intro = f"session {name} (resume it with --session {name})"
-        console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
-        await where_it_stands(console.out, opened.runtime.log, named)
-        if missing is not None:
-            console.out.line(
-                f"note: line editing, history and pasting several lines need {missing}, which "
-                f"is not installed: `{INSTALL}`"
-            )
-        elif editor is not None and not console.rich:
-            console.out.line(
-                "note: answers are shown as they come, not drawn as Markdown: that needs rich, "
-                f"which is not installed: `{INSTALL}`"
-            )
-        session = opened.chat(console, named, args, environ, editor)
-        try:
-            await switch.ready()  # a model that cannot open ends the chat, as it starts
-        except Exception as exc:
-            raise Unavailable(describe(exc)) from None
-        return await session.chat(sys.stdin)
+        async with _named(store, given, time.strftime("chat-%Y%m%d-%H%M%S")) as named:
+            name = named.name
+            if named.resumed:
+                runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
+                intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
+            else:
+                intro = f"session {name} (resume it with --session {name})"
+            console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
+            await where_it_stands(console.out, opened.runtime.log, named)
+            if missing is not None:
+                console.out.line(
+                    f"note: line editing, history and pasting several lines need {missing}, which "
+                    f"is not installed: `{INSTALL}`"
+                )
+            elif editor is not None and not console.rich:
+                console.out.line(
+                    "note: answers are shown as they come, not drawn as Markdown: that needs rich, "
+                    f"which is not installed: `{INSTALL}`"
+                )
+            session = opened.chat(console, named, args, environ, editor)
+            try:
+                await switch.ready()  # a model that cannot open ends the chat, as it starts
+            except Exception as exc:
+                raise Unavailable(describe(exc)) from None
+            return await session.chat(sys.stdin)
 
 
 async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
@@ -331,13 +340,17 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
         if not text.strip():
             raise UsageError("the prompt is empty: nothing came on stdin")
         store = opened.runtime.context[SessionStoreService]
-        name = given or await _new_name(store, time.strftime("run-%Y%m%d-%H%M%S"))
-        named = await NamedSession.open(store, name)
-        session = opened.session(console, named, json_events=args.json, answer_only=not args.json)
-        status = await session.run(input_with_media(text, attached), None if piped else sys.stdin)
-        if given is None and named.conversation_id is not None:
-            console.err.line(f"session {name} saved (continue it with --session {name})")
-        return status
+        async with _named(store, given, time.strftime("run-%Y%m%d-%H%M%S")) as named:
+            name = named.name
+            session = opened.session(
+                console, named, json_events=args.json, answer_only=not args.json
+            )
+            status = await session.run(
+                input_with_media(text, attached), None if piped else sys.stdin
+            )
+            if given is None and named.conversation_id is not None:
+                console.err.line(f"session {name} saved (continue it with --session {name})")
+            return status
 
 
 def _is_terminal(stream: TextIO | None) -> bool:

@@ -4,7 +4,9 @@ the chat's :class:`ModelSwitch`, through which ``/model NAME`` changes the model
 :func:`choose_model` turns a model string and its options (a base URL, the variable holding the
 key) into a :class:`ModelChoice`, or refuses it with a :class:`ModelRefused` that says why in a
 sentence — an unknown provider, an ``openai-compatible`` model without a base URL, a key
-variable that is not set. It imports no provider SDK.
+variable that is not set, or set to a value too short to be a key. Only the key of the model's
+own provider is checked: another provider's variable is none of its business. It imports no
+provider SDK.
 
 :class:`ModelSwitch` is the ``LanguageModelService`` of a chat: each model call goes to the model
 chosen last, opened in the background when it is chosen (its SDK imported, its client made) —
@@ -36,7 +38,14 @@ from effectagent.providers import MediaSupport, model_settings
 
 from ._errors import missing_package, sentence
 
-__all__ = ["KEY_VARIABLES", "ModelChoice", "ModelRefused", "ModelSwitch", "choose_model"]
+__all__ = [
+    "KEY_VARIABLES",
+    "MIN_KEY_CHARS",
+    "ModelChoice",
+    "ModelRefused",
+    "ModelSwitch",
+    "choose_model",
+]
 
 #: The variables each provider reads its key from when none is named, in the order it reads them.
 KEY_VARIABLES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -49,6 +58,11 @@ KEY_VARIABLES: Final[Mapping[str, tuple[str, ...]]] = {
 }
 
 
+#: The shortest value taken as an API key: what is shorter is a placeholder typed by mistake —
+#: and could not be kept out of what is shown (``SecretRedactor`` refuses shorter secrets).
+MIN_KEY_CHARS: Final = 4
+
+
 class ModelRefused(Exception):
     """A model string that cannot be used, said in a sentence; ``unavailable`` when it is well
     formed but what it needs is missing (exit status 3 rather than 2); ``malformed`` when the
@@ -58,6 +72,14 @@ class ModelRefused(Exception):
         super().__init__(message)
         self.unavailable = unavailable
         self.malformed = malformed
+
+
+def _too_short(variable: str) -> ModelRefused:
+    """The refusal of a key variable set to a value too short to be a key (never quoted)."""
+    return ModelRefused(
+        f"the environment variable {variable} is set to something too short to be an API key "
+        f"(under {MIN_KEY_CHARS} characters): set it to the provider's key"
+    )
 
 
 @attrs.frozen
@@ -127,6 +149,8 @@ def choose_model(
             raise ModelRefused(
                 f"no API key: the environment variable {key_variable} is not set", unavailable=True
             )
+        if len(key) < MIN_KEY_CHARS:
+            raise _too_short(key_variable)
         options["api_key"] = key
     else:
         default_variables = KEY_VARIABLES.get(provider, ())
@@ -140,15 +164,24 @@ def choose_model(
     except (ValueError, TypeError) as exc:
         raise ModelRefused(str(exc), malformed=True) from None
     variables = (key_variable,) if key_variable else default_variables
-    secrets = tuple(dict.fromkeys(environ[name] for name in variables if environ.get(name)))
+    present = [name for name in variables if environ.get(name)]
+    if present and len(environ[present[0]]) < MIN_KEY_CHARS:
+        raise _too_short(present[0])  # the variable the provider reads: its key
+    # Any other variable set is kept out of what is shown too — if it can be (is long enough).
+    secrets = tuple(
+        dict.fromkeys(environ[name] for name in present if len(environ[name]) >= MIN_KEY_CHARS)
+    )
     return ModelChoice(spec, options, secrets)
 
 
 def every_key(environ: Mapping[str, str], *named: str | None) -> tuple[str, ...]:
     """The values of every provider's key variable set in ``environ`` (and of the variables
-    ``named``): the secrets a chat that may switch models keeps out of what it shows."""
+    ``named``): the secrets a chat that may switch models keeps out of what it shows. A value
+    too short to be a key is left out (it could not be kept out: a chat whose ``/model`` turns
+    to its provider is refused by :func:`choose_model`, naming the variable)."""
     variables = {*(v for names in KEY_VARIABLES.values() for v in names), *filter(None, named)}
-    return tuple(sorted({environ[name] for name in variables if environ.get(name)}))
+    values = (environ.get(name, "") for name in variables)
+    return tuple(sorted({value for value in values if len(value) >= MIN_KEY_CHARS}))
 
 
 class _Opening:

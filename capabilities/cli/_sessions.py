@@ -1,5 +1,12 @@
 """Named sessions of the ``effectagent`` command, kept in the session store: a name points to the
-conversation it continues, and the metadata counts the runs (``{"runs": n}``)."""
+conversation it continues, and the metadata counts the runs (``{"runs": n}``).
+
+A name the command makes up (``run-YYYYmmdd-HHMMSS``) is claimed when it is chosen
+(:func:`new_session`): the session is created at once, empty, under the ID its name gives
+(:func:`claim_id`). The store creates a session all or nothing and refuses an ID that is taken
+(``SessionExists``), so of two processes choosing a name in the same second only one gets it;
+the other takes the next (``-2``). A claimed session that never had a run is deleted again when
+the command ends (:meth:`NamedSession.release`)."""
 
 from __future__ import annotations
 
@@ -10,8 +17,10 @@ from capabilities.sessions import (
     Session,
     SessionConflict,
     SessionCreate,
+    SessionExists,
     SessionPatch,
     SessionStore,
+    SessionStoreError,
 )
 from effectagent.core import LogEntry, ModelResponseRecorded, UserInputRecorded
 from effectagent.engine import ConversationLog
@@ -22,8 +31,10 @@ from ._attach import said
 __all__ = [
     "NamedSession",
     "all_sessions",
+    "claim_id",
     "export_session",
     "find_session",
+    "new_session",
     "runs_of",
     "turns_of",
 ]
@@ -50,6 +61,34 @@ async def find_session(store: SessionStore[Any], name: str) -> Session[Any] | No
     return max(named, key=lambda session: session.updated_at, default=None)
 
 
+def claim_id(name: str) -> str:
+    """The ID of the session :func:`new_session` claims for ``name``: the same for every process,
+    so that the store's create, which refuses an ID that is taken, lets one of them have it."""
+    return f"session_{name}"
+
+
+async def new_session(store: SessionStore[Any], base: str) -> NamedSession:
+    """A new session called ``base``, or ``base-2``, ``base-3``… — the first name no session has
+    — claimed at once: created now, empty, under :func:`claim_id` of its name. A name another
+    process claimed in the meantime (its create came first) is passed over for the next. Call
+    :meth:`NamedSession.release` when the command ends. Cancellation: all or nothing (a name is
+    claimed, or none)."""
+    taken = {session.name for session in await all_sessions(store)}
+    number = 1
+    while True:
+        name = base if number == 1 else f"{base}-{number}"
+        if name not in taken:
+            try:
+                session = await store.create(
+                    SessionCreate(name, {"runs": 0}, (), session_id=claim_id(name))
+                )
+            except SessionExists:  # claimed since we read the store: the next one
+                pass
+            else:
+                return NamedSession(store, name, session, claimed=True)
+        number += 1
+
+
 def runs_of(session: Session[Any]) -> int | None:
     """The run count kept in the session's metadata (None when it keeps none)."""
     metadata = session.metadata
@@ -60,19 +99,32 @@ def runs_of(session: Session[Any]) -> int | None:
 class NamedSession:
     """One name's session: which conversation it continues, and how runs are recorded.
 
-    ``conversation_id`` is None until the first run of a new session has started.
+    ``conversation_id`` is None until the first run of a new session has started. ``claimed``:
+    the session was created empty by :func:`new_session` (:meth:`release` deletes it unused).
     """
 
-    def __init__(self, store: SessionStore[Any], name: str, session: Session[Any] | None) -> None:
+    def __init__(
+        self,
+        store: SessionStore[Any],
+        name: str,
+        session: Session[Any] | None,
+        *,
+        claimed: bool = False,
+    ) -> None:
         self._store = store
         self.name = name
         self._session = session
+        self._claimed = claimed
 
     @staticmethod
     async def open(store: SessionStore[Any], name: str) -> NamedSession:
-        """The session called ``name`` (a new one when there is none yet). Cancellation:
+        """The session called ``name`` with a conversation, the most recently updated (a new one
+        when there is none yet). An empty one is not taken over: it is claimed by a command that
+        has not run yet (:func:`new_session`), which may delete it when it ends. Cancellation:
         nothing changes."""
-        return NamedSession(store, name, await find_session(store, name))
+        named = [s for s in await all_sessions(store) if s.name == name and s.conversations]
+        found = max(named, key=lambda session: session.updated_at, default=None)
+        return NamedSession(store, name, found)
 
     @property
     def resumed(self) -> bool:
@@ -105,6 +157,20 @@ class NamedSession:
         """A run ended: count it. Cancellation: all or nothing."""
         if self._session is not None:
             await self._patch(lambda now: SessionPatch(metadata={"runs": (runs_of(now) or 0) + 1}))
+
+    async def release(self) -> None:
+        """The command ends: a session :func:`new_session` claimed that never had a run (a chat
+        ended before its first message, a run that did not start) is deleted again — unless it
+        changed since it was read (another process's run started in it). Nothing for another
+        session; a store that fails leaves the empty session. Cancellation: all or nothing."""
+        if not self._claimed or self._session is None:
+            return
+        try:
+            latest = await self._store.get(self._session.id)
+            if latest is not None and not latest.conversations:
+                await self._store.delete(latest.id, latest.revision)
+        except SessionStoreError:  # changed, gone, or unavailable: kept as it is
+            return
 
     async def _patch(self, make: Callable[[Session[Any]], SessionPatch[Any]]) -> None:
         """Apply ``make(current session)``, reading again after a conflict (three tries).

@@ -13,6 +13,7 @@ import pytest
 
 from capabilities.cli import main
 from capabilities.cli._attach import said
+from effectagent.ai import DEFAULT_MAX_MEDIA_BYTES, MediaError, media_from_path
 from effectagent.core import UserInputRecorded
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
@@ -114,6 +115,26 @@ def test_a_file_that_cannot_be_sent_is_a_usage_error(
     assert main(command) == 2
     assert said_.format(path=path) in capsys.readouterr().err
     assert not (tmp_path / "state").exists()  # refused before anything opened
+
+
+def test_an_attachment_one_byte_over_the_limit_says_its_exact_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command says the library's sentence as it is, adding no rounding of its own: one byte
+    over 20 MiB read "is 20 MiB, over the limit of 20 MiB"."""
+    for key, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    path = tmp_path / "big.png"
+    with path.open("wb") as file:  # sparse: its size is read before any byte is
+        file.truncate(DEFAULT_MAX_MEDIA_BYTES + 1)
+    with pytest.raises(MediaError) as refused:
+        media_from_path(path)
+    command = ["run", "Hi", "--model", "openai:gpt-4.1", "--attach", str(path)]
+    assert main(command) == 2
+    err = capsys.readouterr().err
+    assert f"effectagent: --attach {path}: {refused.value}\n" == err
+    assert "20,971,521 bytes" in err
+    assert "is 20 MiB, over the limit of 20 MiB" not in err
 
 
 def test_a_bad_media_kind_is_a_usage_error(

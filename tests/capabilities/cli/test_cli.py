@@ -27,6 +27,9 @@ import pytest
 from capabilities.cli import ConfigError, load_config, main
 from capabilities.cli._config import CompactionConfig, Price
 from capabilities.cli._main import DATABASE, private_directory
+from sandbox import SandboxLimits, SandboxRequest
+from sandbox._command import InvalidRequest
+from sandbox._command_checks import validate_request
 from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
@@ -641,6 +644,39 @@ def test_a_chat_that_cannot_start_says_why_in_one_sentence_and_exits_3(tmp_path:
     assert "effectagent: cannot start: no API key for OpenAI" in done.stderr
 
 
+def test_a_short_key_of_another_provider_does_not_stop_a_chat(tmp_path: Path) -> None:
+    """A chat keeps every provider's key out of what it shows: a value too short to be a key
+    (which could not be kept out) in another provider's variable stopped it with exit 3."""
+    env = cli_env(tmp_path, OPENAI_API_KEY="q7Z", GEMINI_API_KEY="x")
+    done = subprocess.run(
+        [EFFECTAGENT, "chat", *MODEL, "--base-url", "http://127.0.0.1:9/v1"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "session chat-" in done.stdout
+    listed = subprocess.run(
+        [EFFECTAGENT, "sessions"], env=env, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "no sessions yet" in listed.stdout  # a chat that said nothing keeps no session
+
+
+def test_a_short_key_of_the_model_in_use_is_refused_naming_its_variable(
+    isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "q7Z")
+    assert main(["run", "Hi", "--model", "anthropic:claude-sonnet-4-5"]) == 2
+    err = capsys.readouterr().err
+    assert "ANTHROPIC_API_KEY" in err
+    assert "too short" in err
+    assert "q7Z" not in err
+    assert not (isolated / "state").exists()  # refused before anything opened
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -649,6 +685,11 @@ def test_a_chat_that_cannot_start_says_why_in_one_sentence_and_exits_3(tmp_path:
         ("[agent]\nmax_turns = 0\n", "[agent] max_turns must be a finite positive number, got 0"),
         ("[agent]\nmax_duration = nan\n", "[agent] max_duration must be a finite positive"),
         ("[shell]\ntimeout = inf\n", "[shell] timeout must be a finite positive number, got inf"),
+        (
+            "[shell]\ntimeout = 86401\n",
+            "[shell] timeout must be at most 86400 seconds (a day: the sandbox's longest), "
+            "got 86401",
+        ),
         ("[agent]\nmax_turns = 2.5\n", "[agent] max_turns must be an integer, got a number"),
         ("[tools]\n", "unknown key 'tools' in the top level"),
         ("[[mcp]]\nname = 'a'\n", "[[mcp]] #1 (a) needs exactly one of command and url"),
@@ -706,6 +747,27 @@ def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> 
         load_config(path)
     assert str(caught.value).startswith(f"{path}: ")
     assert message in str(caught.value)
+
+
+@pytest.mark.parametrize(("timeout", "accepted"), [(86400, True), (86400.5, False)])
+def test_the_shell_timeout_is_accepted_exactly_when_the_sandbox_accepts_it(
+    tmp_path: Path, timeout: float, accepted: bool
+) -> None:
+    """The config's bound is the sandbox's own: a timeout it let through made every shell call
+    fail later, the request refused by the sandbox."""
+    path = tmp_path / "config.toml"
+    path.write_text(f"[shell]\ntimeout = {timeout}\n")
+    limits = SandboxLimits(wall_clock_seconds=timeout)
+    if accepted:
+        config = load_config(path)
+        assert config.shell is not None
+        assert config.shell.timeout == timeout
+        validate_request(SandboxRequest("/bin/sh", limits=limits))
+    else:
+        with pytest.raises(ConfigError, match=r"\[shell\] timeout must be at most 86400 seconds"):
+            load_config(path)
+        with pytest.raises(InvalidRequest, match="wall_clock_seconds"):
+            validate_request(SandboxRequest("/bin/sh", limits=limits))
 
 
 def test_code_mode_without_a_readonly_tool_is_a_config_error(

@@ -53,10 +53,64 @@ def test_gemini_reads_either_of_its_key_variables_and_both_are_secrets() -> None
         assert choice.options == {}
         assert choice.secrets == ("g" * 12, "m" * 12)
     only = choose_model(
-        "google:gemini-2.5-flash", base_url=None, api_key_env=None, environ={"GEMINI_API_KEY": "m"}
+        "google:gemini-2.5-flash",
+        base_url=None,
+        api_key_env=None,
+        environ={"GEMINI_API_KEY": "m" * 12},
     )
-    assert only.secrets == ("m",)
+    assert only.secrets == ("m" * 12,)
     assert set(every_key(environ)) == {"g" * 12, "m" * 12, "o" * 12}
+
+
+#: A value too short to be a key (a placeholder typed by mistake): it must never be shown.
+SHORT = "q7Z"
+
+
+@pytest.mark.parametrize(
+    ("spec", "api_key_env", "environ", "variable"),
+    [
+        ("openai:gpt-4.1", None, {"OPENAI_API_KEY": SHORT}, "OPENAI_API_KEY"),
+        ("anthropic:claude-sonnet-4-5", "MINE", {"MINE": SHORT}, "MINE"),
+        ("openai-compatible:q", "MINE", {"MINE": SHORT}, "MINE"),
+        ("google:gemini-2.5-flash", None, {"GEMINI_API_KEY": SHORT}, "GEMINI_API_KEY"),
+        (
+            "google:gemini-2.5-flash",
+            None,
+            {"GOOGLE_API_KEY": SHORT, "GEMINI_API_KEY": "m" * 12},  # GOOGLE_API_KEY is read first
+            "GOOGLE_API_KEY",
+        ),
+    ],
+)
+def test_a_key_too_short_for_the_model_in_use_is_refused_naming_its_variable(
+    spec: str, api_key_env: str | None, environ: dict[str, str], variable: str
+) -> None:
+    with pytest.raises(ModelRefused) as refused:
+        choose_model(spec, base_url=LOCAL, api_key_env=api_key_env, environ=environ)
+    message = str(refused.value)
+    assert variable in message
+    assert "too short" in message
+    assert SHORT not in message
+    assert not refused.value.unavailable  # a setting to correct: exit status 2
+    assert not refused.value.malformed  # not the model string's fault
+
+
+def test_a_short_key_of_another_provider_is_not_the_model_s_business() -> None:
+    environ = {"OPENAI_API_KEY": SHORT, "GEMINI_API_KEY": "x", "ANTHROPIC_API_KEY": "a" * 12}
+    anthropic = choose_model(
+        "anthropic:claude-sonnet-4-5", base_url=None, api_key_env=None, environ=environ
+    )
+    assert anthropic.secrets == ("a" * 12,)
+    local = choose_model("openai-compatible:q", base_url=LOCAL, api_key_env=None, environ=environ)
+    assert local.secrets == ()
+    google = choose_model(  # GOOGLE_API_KEY is read: GEMINI_API_KEY is not used
+        "google:gemini-2.5-flash",
+        base_url=None,
+        api_key_env=None,
+        environ={"GOOGLE_API_KEY": "g" * 12, "GEMINI_API_KEY": SHORT},
+    )
+    assert google.secrets == ("g" * 12,)
+    # A chat keeps every usable key out of what it shows; a value too short to be one is left.
+    assert every_key(environ) == ("a" * 12,)
 
 
 async def test_a_model_that_cannot_be_opened_leaves_the_one_before() -> None:

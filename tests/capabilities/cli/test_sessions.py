@@ -1,14 +1,32 @@
 """Named sessions of the command over a real session store: a name maps to its conversation,
-runs are counted, a new chat never takes an existing name."""
+runs are counted, a new chat never takes an existing name — not even one another process is
+choosing in the same second."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from capabilities.cli._main import _new_name
-from capabilities.cli._sessions import NamedSession, find_session, runs_of
-from capabilities.sessions import SessionCreate
+import trio
+
+from capabilities import sqlite_storage
+from capabilities.cli._sessions import (
+    NamedSession,
+    all_sessions,
+    claim_id,
+    find_session,
+    new_session,
+    runs_of,
+)
+from capabilities.sessions import (
+    Session,
+    SessionCreate,
+    SessionPatch,
+    SessionStore,
+    SessionStoreService,
+)
 from capabilities.sessions._memory import InMemorySessionStore
+from effectagent import open_runtime
 
 
 async def test_a_named_session_points_to_its_conversation_and_counts_runs() -> None:
@@ -43,7 +61,123 @@ async def test_runs_are_counted_from_the_stored_session_after_a_conflict() -> No
 
 async def test_a_new_chat_never_takes_a_name_in_use() -> None:
     store: InMemorySessionStore[Any] = InMemorySessionStore()
-    assert await _new_name(store, "chat-1") == "chat-1"
     await store.create(SessionCreate("chat-1", {}))
     await store.create(SessionCreate("chat-1-2", {}))
-    assert await _new_name(store, "chat-1") == "chat-1-3"
+    named = await new_session(store, "chat-1")
+    assert named.name == "chat-1-3"
+    assert (named.resumed, named.conversation_id, named.runs) == (False, None, 0)
+
+
+async def _side_by_side(store: SessionStore[Any], base: str) -> list[str]:
+    """Two commands that each name a new session after the same ``base`` (started in the same
+    second), and only then — once both are named, as the model opens — start their runs; the
+    names of the sessions in the store afterwards."""
+    named_both = trio.Event()
+    named: list[NamedSession] = []
+
+    async def command(conversation_id: str) -> None:
+        session = await new_session(store, base)
+        named.append(session)
+        if len(named) == 2:
+            named_both.set()
+        await named_both.wait()
+        await session.started(conversation_id)
+        await session.ended()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(command, "conv_1")
+        nursery.start_soon(command, "conv_2")
+    return sorted(session.name for session in await all_sessions(store))
+
+
+async def test_two_new_sessions_named_in_the_same_second_get_distinct_names() -> None:
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    base = "run-20260101-120000"
+    assert await _side_by_side(store, base) == [base, f"{base}-2"]
+    for name in (base, f"{base}-2"):  # each its own conversation, its run counted
+        found = await find_session(store, name)
+        assert found is not None
+        assert (len(found.conversations), runs_of(found)) == (1, 1)
+
+
+class _ReadTogether:
+    """A session store whose first page is read by ``readers`` callers before any of them goes
+    on: each decides on a name before any other has claimed one (the claim alone must hold)."""
+
+    def __init__(self, store: SessionStore[Any], readers: int) -> None:
+        self._store = store
+        self._waiting = readers
+        self._all_read = trio.Event()
+
+    async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[Any], ...]:
+        page = await self._store.list(after=after, limit=limit)
+        if after is None:
+            self._waiting -= 1
+            if self._waiting == 0:
+                self._all_read.set()
+            await self._all_read.wait()
+        return page
+
+    async def create(self, input: SessionCreate[Any]) -> Session[Any]:
+        return await self._store.create(input)
+
+    async def get(self, session_id: str) -> Session[Any] | None:
+        return await self._store.get(session_id)
+
+    async def update(
+        self, session_id: str, patch: SessionPatch[Any], expected_revision: int
+    ) -> Session[Any]:
+        return await self._store.update(session_id, patch, expected_revision)
+
+    async def delete(self, session_id: str, expected_revision: int) -> None:
+        await self._store.delete(session_id, expected_revision)
+
+
+async def test_a_name_both_read_as_free_goes_to_one_of_them_in_the_database(
+    tmp_path: Path,
+) -> None:
+    """The SQLite store, as the command opens it: two claims that both found the name free."""
+    base = "chat-20260101-120000"
+    async with open_runtime(sqlite_storage(tmp_path / "effectagent.db")) as runtime:
+        store = _ReadTogether(runtime.context[SessionStoreService], readers=2)
+        assert await _side_by_side(store, base) == [base, f"{base}-2"]
+
+
+async def test_a_claimed_session_that_never_ran_is_deleted_when_the_command_ends() -> None:
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    unused = await new_session(store, "chat-1")
+    assert await store.get(claim_id("chat-1")) is not None  # claimed: nobody else takes it
+    used = await new_session(store, "chat-1")
+    assert used.name == "chat-1-2"
+    await used.started("conv_1")
+    await unused.release()
+    await used.release()
+    assert [s.name for s in await all_sessions(store)] == ["chat-1-2"]
+    assert (await new_session(store, "chat-1")).name == "chat-1"  # free again
+
+
+async def test_a_run_named_after_a_claimed_session_keeps_its_own() -> None:
+    """`--session chat-1` in another process while chat-1 is claimed but has had no run: its
+    run is kept whether the claim is given back before it starts or after."""
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    for released_first in (True, False):
+        claimed = await new_session(store, "chat-1")
+        other = await NamedSession.open(store, "chat-1")
+        assert (other.resumed, other.conversation_id) == (False, None)
+        if released_first:
+            await claimed.release()
+        await other.started(f"conv_{released_first}")
+        await claimed.release()
+        found = await find_session(store, "chat-1")
+        assert found is not None
+        assert found.conversations == (f"conv_{released_first}",)
+        assert await store.get(claim_id("chat-1")) is None  # the claim is given back
+        await store.delete(found.id, found.revision)
+
+
+async def test_releasing_a_named_session_that_was_not_claimed_leaves_it() -> None:
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    await store.create(SessionCreate("work", {"runs": 0}))
+    named = await NamedSession.open(store, "work")
+    await named.release()
+    assert [s.name for s in await all_sessions(store)] == ["work"]

@@ -19,6 +19,8 @@ from capabilities.cli._config import DEFAULT_SCHEMA, Config, ConfigError, load_c
 from capabilities.cli._store import SCHEMA_VARIABLE, STORAGE_VARIABLE, Store, choose_store
 from capabilities.storage._postgres_names import check_schema
 
+from .support import cli_env
+
 #: A made-up password: it must never show in what the command says.
 CANARY = "pw-canary-5f3e9a"
 URL = f"postgresql://ann:{CANARY}@db.example:5433/agents?sslmode=require"
@@ -210,3 +212,62 @@ def test_worker_is_a_command_of_its_own_with_the_options_of_admin_worker(
             assert option in text
         assert "$EFFECTAGENT_STORAGE" in text
     assert "stopped by SIGTERM or Ctrl-C (its runs wait for the next worker)" in helps[0]
+
+
+#: A password that reads like a parameter's name: where it lands by a typo, it is not shown.
+NAMELIKE = "hunter2canary"
+
+
+@pytest.mark.parametrize(
+    ("query", "says"),
+    [
+        ("bogus_param=1", "has the query parameter 'bogus_param', which PostgreSQL does not take"),
+        ("sslmode=require&sslmod=require", "has the query parameter 'sslmod', which PostgreSQL"),
+        ("ssl=false", "has the query parameter 'ssl', which PostgreSQL does not take"),
+        (f"{NAMELIKE}=1", "has a query parameter PostgreSQL does not take (its name not shown"),
+        (f"{CANARY}=1", "has a query parameter PostgreSQL does not take (its name not shown"),
+        (CANARY, "is not a URL PostgreSQL can read"),
+        ("sslmode=%zz", "is not a URL PostgreSQL can read"),
+    ],
+)
+def test_a_query_parameter_postgresql_does_not_take_is_a_config_error(
+    tmp_path: Path, query: str, says: str
+) -> None:
+    """libpq refuses the whole URL for one unknown parameter: that was said, of a postgresql://
+    URL, as a database that "cannot be opened: it is neither a postgresql:// URL nor …" (exit
+    3)."""
+    url = f"postgresql://ann:{NAMELIKE}@db.example/agents?{query}"
+    message = refusal(tmp_path, f'storage = "{url}"\n')
+    assert message.startswith(f"{tmp_path / 'config.toml'}: storage ")
+    assert says in message
+    assert NAMELIKE not in message
+    state = str(tmp_path / "state")
+    with pytest.raises(ConfigError) as caught:
+        choose_store(Config(), state, {STORAGE_VARIABLE: url})
+    assert str(caught.value).startswith(f"EFFECTAGENT_STORAGE {says}")
+    assert CANARY not in str(caught.value)
+    assert NAMELIKE not in str(caught.value)
+
+
+def test_the_query_parameters_postgresql_takes_are_accepted(tmp_path: Path) -> None:
+    query = "&".join(
+        ("sslmode=require", "connect_timeout=5", "application_name=a", "ssl=true", "port=5433")
+    )
+    url = f"postgresql://ann:{CANARY}@db.example/agents?{query}"
+    assert load_config(config_file(tmp_path, f'storage = "{url}"\n')).storage == url
+
+
+def test_an_unknown_query_parameter_stops_a_command_with_exit_status_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from capabilities.cli import main
+
+    for name, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    url = f"postgresql://ann:{CANARY}@127.0.0.1:1/agents?sslmode=disable&bogus_param=1"
+    monkeypatch.setenv(STORAGE_VARIABLE, url)
+    assert main(["sessions"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("effectagent: EFFECTAGENT_STORAGE has the query parameter 'bogus_param'")
+    assert "cannot be opened" not in err
+    assert CANARY not in err
