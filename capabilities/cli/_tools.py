@@ -61,7 +61,12 @@ def shell_tools(config: ShellConfig, sandbox: Sandbox) -> tuple[Tool[Any, Any], 
     """``shell`` (readonly: the workspace is mounted read-only), and with ``write`` also
     ``shell_write`` (asks for approval; the workspace is mounted read-write)."""
     workspace = str(config.workspace)
-    limits = SandboxLimits(wall_clock_seconds=config.timeout)
+    # A command may use its whole time on the CPU: the sandbox's per-process CPU limit (30 s by
+    # default) must not end it before its timeout does.
+    limits = SandboxLimits(
+        wall_clock_seconds=config.timeout,
+        cpu_seconds=max(30.0, config.timeout),
+    )
     network: NetworkPolicy = "host" if config.network else "none"
 
     async def execute(command: str, mode: MountMode) -> ShellResult:

@@ -36,8 +36,10 @@ def workspace() -> Iterator[Path]:
         shutil.rmtree(directory)
 
 
-async def _run(workspace: Path, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
-    tools = shell_tools(ShellConfig(workspace, write=True, timeout=20), BubblewrapSandbox())
+async def _run(
+    workspace: Path, calls: list[tuple[str, dict[str, Any]]], timeout: float = 20
+) -> list[Any]:
+    tools = shell_tools(ShellConfig(workspace, write=True, timeout=timeout), BubblewrapSandbox())
     agent = Agent(
         "a",
         "Work.",
@@ -75,6 +77,16 @@ async def test_shell_write_asks_first_and_may_write(workspace: Path) -> None:
     assert isinstance(written, ToolSuccess)
     assert written.result["exit_code"] == 0
     assert (workspace / "b.txt").read_text() == "x\n"
+
+
+async def test_a_command_may_spend_its_whole_timeout_on_the_cpu(workspace: Path) -> None:
+    """The sandbox's per-process CPU limit (30 s by default) is raised to the shell timeout, so a
+    busy command is ended by its timeout, not by the CPU limit before it."""
+    (long,) = await _run(workspace, [("shell", {"command": "ulimit -t"})], timeout=120)
+    (short,) = await _run(workspace, [("shell", {"command": "ulimit -t"})], timeout=5)
+    assert isinstance(long, ToolSuccess)
+    assert isinstance(short, ToolSuccess)
+    assert (long.result["stdout"], short.result["stdout"]) == ("120\n", "30\n")
 
 
 def test_only_shell_is_readonly_and_only_shell_write_needs_approval(tmp_path: Path) -> None:
