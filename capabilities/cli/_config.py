@@ -63,7 +63,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -375,52 +375,17 @@ def check_storage(value: str) -> str | None:
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
         return "is not a URL that can be read (its host or port, say): check how it is written"
-    return _query_problem(value, parts)
+    return _query_problem(value)
 
 
-#: A query parameter's name as the command shows it: a plain word (anything else might be a
-#: password typed in the wrong place).
-_PARAMETER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-
-
-def _query_problem(value: str, parts: SplitResult) -> str | None:
-    """What libpq refuses in the PostgreSQL URL ``value`` (split: ``parts``) — a query
-    parameter it does not take, named if its name reads as one and is not the URL's password;
-    a query it cannot read — or None. Without the driver, None: opening says what to install."""
+def _query_problem(value: str) -> str | None:
+    """What libpq refuses in the PostgreSQL URL ``value`` (the storage package's sentence), or
+    None. Without the driver, None: opening says what to install."""
     try:
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-        from psycopg.pq import Conninfo
+        from capabilities.storage._postgres import url_problem
     except ImportError:
         return None
-    try:
-        conninfo_to_dict(value)  # libpq's message quotes the string: it is not repeated
-        return None
-    except psycopg.Error:
-        pass
-    known = {option.keyword.decode() for option in Conninfo.get_defaults()}
-    userinfo = parts.netloc.rpartition("@")[0]
-    password = userinfo.partition(":")[2]
-    pairs = [piece.partition("=") for piece in parts.query.split("&")]
-    hidden = {password, unquote(password), *(unquote(setting) for _, _, setting in pairs)}
-    for raw, equals, setting in pairs:
-        name = unquote(raw)
-        # (libpq reads ssl=true as sslmode=require, and no other value of ssl.)
-        if not equals or not name or name in known or (name == "ssl" and setting == "true"):
-            continue
-        if _PARAMETER.fullmatch(name) and name not in hidden:
-            return (
-                f"has the query parameter {name!r}, which PostgreSQL does not take: see libpq's "
-                "connection parameters (sslmode, connect_timeout, application_name, …)"
-            )
-        return (
-            "has a query parameter PostgreSQL does not take (its name not shown: it might be a "
-            "secret): see libpq's connection parameters (sslmode, connect_timeout, …)"
-        )
-    return (
-        "is not a URL PostgreSQL can read (a query parameter without '=', or a bad %-escape, "
-        "say): check how it is written"
-    )
+    return url_problem(value)
 
 
 def _storage(table: _Table) -> tuple[str | None, str]:

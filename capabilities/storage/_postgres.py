@@ -52,10 +52,12 @@ Module notes
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Final, TypeVar, final
+from urllib.parse import unquote, urlsplit
 
 import attrs
 import psycopg
@@ -63,6 +65,7 @@ import psycopg_pool
 import trio
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq import Conninfo
 
 from .._logging import log_debug, log_warning
 from ._busy import BusyPolicy, finite_seconds
@@ -438,6 +441,51 @@ def clock_skew(
     return float(found[0]) - (before + after) / 2
 
 
+#: A query parameter's name as a message shows it: a plain word (anything else might be a
+#: password typed in the wrong place).
+_PARAMETER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+def url_problem(url: str) -> str | None:
+    """What libpq refuses in the PostgreSQL URL ``url``, as the end of a sentence that quotes
+    none of its values — a query parameter it does not take, named if its name reads as one and
+    is not the URL's password or a value in it; a query it cannot read — or None. (libpq's own
+    message quotes the string, password and all.)"""
+    try:
+        conninfo_to_dict(url)
+        return None
+    except psycopg.Error:
+        pass
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("postgresql", "postgres"):
+        return "is neither a postgresql:// URL nor a libpq connection string"
+    known = {option.keyword.decode() for option in Conninfo.get_defaults()}
+    password = parts.netloc.rpartition("@")[0].partition(":")[2]
+    pairs = [piece.partition("=") for piece in parts.query.split("&")]
+    hidden = {password, unquote(password), *(unquote(setting) for _, _, setting in pairs)}
+    for raw, equals, setting in pairs:
+        name = unquote(raw)
+        # (libpq reads ssl=true as sslmode=require, and no other value of ssl.)
+        if not equals or not name or name in known or (name == "ssl" and setting == "true"):
+            continue
+        if _PARAMETER.fullmatch(name) and name not in hidden:
+            return (
+                f"has the query parameter {name!r}, which PostgreSQL does not take: see libpq's "
+                "connection parameters (sslmode, connect_timeout, application_name, …)"
+            )
+        return (
+            "has a query parameter PostgreSQL does not take (its name not shown: it might be a "
+            "secret): see libpq's connection parameters (sslmode, connect_timeout, …)"
+        )
+    return (
+        "is not a URL PostgreSQL can read (a query parameter without '=', or a bad %-escape, "
+        "say): check how it is written"
+    )
+
+
 @asynccontextmanager
 async def open_postgres(
     url: str,
@@ -478,12 +526,9 @@ async def open_postgres(
         raise TypeError(f"retry must be a BusyPolicy or None, got {type(retry).__name__}")
     policy = retry or BusyPolicy()
     names = Names(f"{redact_url(url)} (schema {schema})", tuple(url_passwords(url)))
-    try:
-        conninfo_to_dict(url)
-    except psycopg.Error:  # libpq's message quotes the string, password and all: not repeated
-        raise CannotOpenDatabase(
-            names.where, "it is neither a postgresql:// URL nor a libpq connection string"
-        ) from None
+    problem = url_problem(url)
+    if problem is not None:
+        raise CannotOpenDatabase(names.where, f"it {problem}")
     await trio.lowlevel.checkpoint_if_cancelled()
     opened = await trio.to_thread.run_sync(
         _open_sync, url, schema, names, pool_size, policy, tuple(extra_layout)

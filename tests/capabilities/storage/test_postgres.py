@@ -731,15 +731,17 @@ async def test_a_password_never_reaches_an_error() -> None:
     assert CANARY not in str(cannot.value)
     assert CANARY not in repr(cannot.value)
 
-    for unreadable in (
-        f"host=/nowhere password {CANARY}",
-        f"postgresql://ann:{CANARY}@/db?{CANARY}=1",
+    for unreadable, why in (
+        (f"host=/nowhere password {CANARY}", "neither a postgresql:// URL"),
+        (f"postgresql://ann:{CANARY}@/db?{CANARY}=1", "query parameter PostgreSQL does not take"),
+        (f"postgresql://ann:{CANARY}@/db?colour=red", "the query parameter 'colour', which"),
     ):
-        with pytest.raises(CannotOpenDatabase, match="neither a postgresql:// URL") as caught:
+        with pytest.raises(CannotOpenDatabase, match=why) as caught:
             async with open_postgres(unreadable):
                 pass
         assert CANARY not in str(caught.value)
         assert CANARY not in repr(caught.value)
+        assert "neither" not in str(caught.value) or "password" in unreadable
 
     schema = fresh_schema()
     try:
