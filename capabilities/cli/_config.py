@@ -63,7 +63,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 
@@ -375,6 +375,13 @@ def check_storage(value: str) -> str | None:
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
         return "is not a URL that can be read (its host or port, say): check how it is written"
+    query = [piece.partition("=") for piece in parts.query.split("&")]
+    passwords = [parts.netloc.rpartition("@")[0].partition(":")[2]]
+    passwords += [setting for name, _, setting in query if unquote(name) == "password"]
+    if any(0 < len(unquote(password)) < 4 for password in passwords):
+        # Every password is kept out of what runs show, and one that short cannot be: it would
+        # be found in ordinary text.
+        return "has a password under 4 characters, too short to keep out of what runs show"
     return _query_problem(value)
 
 

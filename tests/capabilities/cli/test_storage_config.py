@@ -249,6 +249,28 @@ def test_a_query_parameter_postgresql_does_not_take_is_a_config_error(
     assert NAMELIKE not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://ann:pw@db.example/agents",
+        "postgresql://ann:p%2A@db.example/agents",
+        "postgresql://ann@db.example/agents?password=abc",
+    ],
+)
+def test_a_password_too_short_to_redact_is_a_config_error_that_shows_no_part_of_it(
+    tmp_path: Path, url: str
+) -> None:
+    """Every password is kept out of what runs show; one under 4 characters cannot be (it stopped
+    every command with exit 3 and a sentence naming neither the storage nor the password)."""
+    message = refusal(tmp_path, f'storage = "{url}"\n')
+    assert message == (
+        f"{tmp_path / 'config.toml'}: storage has a password under 4 characters, too short to keep "
+        "out of what runs show"
+    )
+    fine = "postgresql://ann:pw%2Aok@db.example/agents"
+    assert load_config(config_file(tmp_path, f'storage = "{fine}"\n')).storage == fine
+
+
 def test_the_query_parameters_postgresql_takes_are_accepted(tmp_path: Path) -> None:
     query = "&".join(
         ("sslmode=require", "connect_timeout=5", "application_name=a", "ssl=true", "port=5433")
