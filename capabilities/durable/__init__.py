@@ -42,6 +42,7 @@ from ._failpoints import failpoint as failpoint
 from ._model import AgentNotFound as AgentNotFound
 from ._model import Diagnostic as Diagnostic
 from ._model import DurableError as DurableError
+from ._model import ConversationOwned as ConversationOwned
 from ._model import IdempotencyConflict as IdempotencyConflict
 from ._model import Mode as Mode
 from ._model import NoPendingApproval as NoPendingApproval
@@ -73,6 +74,7 @@ __all__ = [
     "DurableQueue",
     "DurableWorker",
     "Explanation",
+    "ConversationOwned",
     "IdempotencyConflict",
     "LedgerFacts",
     "LogFacts",

@@ -263,6 +263,20 @@ class IdempotencyConflict(DurableError):
 
 
 @attrs.frozen
+class ConversationOwned(DurableError):
+    """The conversation is another principal's (its first submission's), and the submission said
+    whose it must be (``DurableQueue.submit(owned_by=...)``). Nothing was admitted. The message
+    names neither principal."""
+
+    conversation_id: str
+
+    def __str__(self) -> str:
+        return (
+            f"conversation {self.conversation_id!r} is not the submitter's; nothing was admitted"
+        )
+
+
+@attrs.frozen
 class AgentNotFound(DurableError):
     """The submission names an agent this durable runtime's registry does not have. Nothing was
     admitted (at run time, the submission settles failed with this diagnostic)."""

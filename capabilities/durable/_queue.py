@@ -132,6 +132,7 @@ class DurableQueue:
         idempotency_key: str,
         principal: str,
         mode: Mode = "queue",
+        owned_by: str | None = None,
     ) -> Receipt:
         """Admit ``text`` for the agent named ``agent`` in ``conversation_id`` and return its
         :class:`Receipt` — only once the submission, its FIFO position and its conversation are
@@ -139,6 +140,9 @@ class DurableQueue:
         the same payload (agent, text, mode) returns the receipt of the first admission; with
         another payload it raises :class:`IdempotencyConflict` and admits nothing. An agent
         name the registry (if given) does not have raises :class:`AgentNotFound` first.
+        ``owned_by``, when given, admits only into a conversation with no submission yet or whose
+        first submission is ``owned_by``'s, checked in the admitting transaction (two principals
+        starting one conversation at once: one of them gets :class:`ConversationOwned`).
 
         ``mode="join"``: if a run of the conversation is going when this submission would wait
         behind it, that run may take it as input at its next turn (it settles ``joined``).
@@ -172,6 +176,8 @@ class DurableQueue:
         conversation_id = _text("conversation_id", conversation_id)
         idempotency_key = _text("idempotency_key", idempotency_key)
         principal = _text("principal", principal)
+        if owned_by is not None:
+            owned_by = _text("owned_by", owned_by)
         if mode not in _MODES:
             raise ValueError(f"mode must be 'queue' or 'join', got {mode!r}")
         if self._agents is not None and agent not in self._agents:
@@ -195,6 +201,7 @@ class DurableQueue:
                 now=now,
                 parts=parts,
                 media=media,
+                owned_by=owned_by,
             )
         )
         failpoint("after-admission")

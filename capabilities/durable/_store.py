@@ -58,6 +58,7 @@ from ..storage._port import Connection
 from ..storage._sweep import put_media_rows
 from ._ledger import Event, guard
 from ._model import (
+    ConversationOwned,
     Diagnostic,
     IdempotencyConflict,
     Mode,
@@ -196,11 +197,15 @@ def admit(
     now: float,
     parts: str | None = None,
     media: Sequence[tuple[str, int, bytes]] = (),
+    owned_by: str | None = None,
 ) -> Receipt:
     """Admit a submission, or return the receipt of the one admitted before under the same key
     and payload; raise :class:`IdempotencyConflict` for the same key and another payload.
     ``parts``/``media``: input with media — its parts (``capabilities.steering._parts``) and
-    the bytes of its media parts (digest, size, bytes), put in the ``media`` table first."""
+    the bytes of its media parts (digest, size, bytes), put in the ``media`` table first.
+    ``owned_by``: raise :class:`ConversationOwned` unless the conversation has no submission
+    or its first is ``owned_by``'s — read in the admitting transaction, so two principals
+    starting one conversation at once cannot both be admitted."""
     found = conn.execute(
         "SELECT submission_id, payload_digest, position, admitted_at, mode FROM submissions "
         "WHERE principal = ? AND conversation_id = ? AND idempotency_key = ?",
@@ -211,6 +216,13 @@ def admit(
         if earlier_digest != digest:
             raise IdempotencyConflict(principal, conversation_id, idempotency_key, earlier)
         return Receipt(earlier, conversation_id, position, admitted_at, earlier_mode)
+    if owned_by is not None:
+        first = conn.execute(
+            "SELECT principal FROM submissions WHERE conversation_id = ? ORDER BY position LIMIT 1",
+            (conversation_id,),
+        ).fetchone()
+        if first is not None and first[0] != owned_by:
+            raise ConversationOwned(conversation_id)
     position = conn.execute(
         "SELECT coalesce(max(position), 0) + 1 FROM submissions WHERE conversation_id = ?",
         (conversation_id,),

@@ -99,7 +99,8 @@ SURFACE: dict[str, str] = {
         ForeignSchema PostgresDatabase SchemaInUse open_postgres sweep_media
     """,
     "capabilities.durable": """
-        AgentNotFound AuditRow classify CRASH_POINTS CrashPoint Diagnostic DurableApproval
+        AgentNotFound AuditRow classify ConversationOwned CRASH_POINTS CrashPoint Diagnostic
+        DurableApproval
         DurableError DurableQueue DurableWorker Explanation FAILPOINT_ENV failpoint
         IdempotencyConflict LedgerFacts LogFacts Mode NoPendingApproval NotDeadLettered
         Quarantined Receipt RecoveryDecision RetryBudget SqliteStepStore Submission

@@ -8,6 +8,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from capabilities.durable import ConversationOwned
 from capabilities.durable._model import AgentNotFound, IdempotencyConflict, Receipt
 from capabilities.durable._queue import run_id_of
 from capabilities.storage import open_database
@@ -80,6 +81,52 @@ async def test_an_agent_the_registry_does_not_have_is_refused_before_admission(
         with pytest.raises(AgentNotFound, match=r"'nope'.*'helper'"):
             await q.submit("nope", "x", conversation_id="c", idempotency_key="k", principal="p")
         assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
+
+
+async def test_a_conversation_owned_by_one_principal_admits_no_other(store: Stores) -> None:
+    """``owned_by`` is checked in the admitting transaction: of two principals starting one
+    conversation at once, exactly one is admitted; later, only the owner (or a submission that
+    names no owner, as an operator's) is."""
+    async with store.open() as db:
+        q = queue(db, Clock())
+        outcomes: dict[str, str] = {}
+
+        async def submit(who: str) -> None:
+            try:
+                await q.submit(
+                    "a",
+                    f"from {who}",
+                    conversation_id="c",
+                    idempotency_key=who,
+                    principal=who,
+                    owned_by=who,
+                )
+            except ConversationOwned as refused:
+                outcomes[who] = "refused" if who not in str(refused) else "refused, named"
+            else:
+                outcomes[who] = "admitted"
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit, "ann")
+            nursery.start_soon(submit, "bob")
+        assert sorted(outcomes.values()) == ["admitted", "refused"]
+        (owner,) = [who for who, outcome in outcomes.items() if outcome == "admitted"]
+        other = "bob" if owner == "ann" else "ann"
+        assert await rows(db, "SELECT DISTINCT principal FROM submissions") == [(owner,)]
+        await q.submit(
+            "a", "again", conversation_id="c", idempotency_key="k2", principal=owner, owned_by=owner
+        )
+        with pytest.raises(ConversationOwned):
+            await q.submit(
+                "a",
+                "late",
+                conversation_id="c",
+                idempotency_key="k3",
+                principal=other,
+                owned_by=other,
+            )
+        await q.submit("a", "ops", conversation_id="c", idempotency_key="k4", principal="ops")
+        assert len(await rows(db, "SELECT 1 FROM submissions")) == 3
 
 
 @pytest.mark.parametrize(
