@@ -139,6 +139,12 @@ def _unique_ids(instance: BatchSpec, attribute: attrs.Attribute[Any], value: Any
 
 
 def _as_calls(calls: Iterable[CallSpec]) -> tuple[CallSpec, ...]:
+    given: object = calls  # checked: not every caller runs mypy
+    if isinstance(given, CallSpec | str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(
+            f"BatchSpec.calls must be a sequence of CallSpec, not one {type(given).__name__}"
+            " (a one-item tuple for one)"
+        )
     held = tuple(calls)
     for index, call in enumerate(held):
         if not isinstance(call, CallSpec):

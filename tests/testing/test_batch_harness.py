@@ -115,6 +115,9 @@ _A_WORD: Any = "no"
 _AN_OBJECT: Any = {"text": "x"}
 
 
+_LONE_CALL: Any = CallSpec("c", "probe_echo", "{}")
+
+
 @pytest.mark.parametrize(
     ("make", "error", "message"),
     [
@@ -143,8 +146,13 @@ _AN_OBJECT: Any = {"text": "x"}
             TypeError,
             "BatchSpec.calls[0] must be a CallSpec, got {'text': 'x'}",
         ),
+        (
+            lambda: BatchSpec(_LONE_CALL),
+            TypeError,
+            "BatchSpec.calls must be a sequence of CallSpec, not one CallSpec",
+        ),
     ],
-    ids=["bool-latency", "negative-latency", "str-valid", "dict-arguments", "dict-call"],
+    ids=["bool-latency", "negative-latency", "str-valid", "dict-arguments", "dict-call", "lone"],
 )
 def test_a_call_spec_refuses_figures_it_cannot_mean(
     make: Any, error: type[Exception], message: str
