@@ -283,8 +283,9 @@ def model_name(instance: object, attribute: attrs.Attribute[Any], value: object)
         )
 
 
-def optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: a non-empty str, or None."""
+def _optional_str(
+    instance: object, attribute: attrs.Attribute[Any], value: object, none: str
+) -> None:
     if value is None:
         return
     if not isinstance(value, str):
@@ -292,19 +293,17 @@ def optional_text(instance: object, attribute: attrs.Attribute[Any], value: obje
             f"{_where(instance, attribute)} must be a str or None, got {type(value).__name__}"
         )
     if not value.strip():
-        raise ValueError(f"{_where(instance, attribute)} must not be empty (None leaves it out)")
+        raise ValueError(f"{_where(instance, attribute)} must not be empty (None: {none})")
+
+
+def optional_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An attrs validator: a non-empty str, or None."""
+    _optional_str(instance, attribute, value, "left out")
 
 
 def secret_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An attrs validator: an API key — a non-empty str, or None. (Never echoed.)"""
-    if value is None:
-        return
-    if not isinstance(value, str):
-        raise TypeError(
-            f"{_where(instance, attribute)} must be a str or None, got {type(value).__name__}"
-        )
-    if not value.strip():
-        raise ValueError(f"{_where(instance, attribute)} must not be empty (None: the environment)")
+    _optional_str(instance, attribute, value, "the environment's")
 
 
 def env_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
