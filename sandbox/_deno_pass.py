@@ -265,7 +265,7 @@ async def _send(state: PassState, data: bytes) -> None:
     stdin = state.workload.process.stdin
     assert stdin is not None
     # A gone process is not an error here: the frame reader reports why it went.
-    if isinstance(stdin, trio.lowlevel.FdStream) and not state.send_lock.locked():
+    if not state.send_lock.locked():
         # Fast path, no scheduler pass: nobody else is writing, so one non-blocking write of the
         # whole message keeps messages whole and in order; whatever it leaves goes the slow way.
         try:

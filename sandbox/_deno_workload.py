@@ -43,6 +43,7 @@ from ._deno_runtime import SpawnConfig, SpawnDescriptors
 from ._identity import drop_in_child
 from ._isolation import MemoryCgroup, PidsCgroup, ProcessLimits, kill_process_group, rlimit_preexec
 from ._ownership import OwnedResources
+from ._process_control import ChildProcess, spawn_child_forked
 from ._reaping import adopted_init, reap_if_adopted, watch_child_of
 
 __all__ = ["Workload", "spawn_workload"]
@@ -99,7 +100,7 @@ class Workload:
 
     def __init__(
         self,
-        process: trio.Process,
+        process: ChildProcess,
         config: SpawnConfig,
         memory: MemoryCgroup | None,
         pids: PidsCgroup | None,
@@ -123,7 +124,7 @@ class Workload:
     @property
     def alive(self) -> bool:
         """True while the process has not exited (as far as a non-blocking poll can tell)."""
-        return self.process.poll() is None
+        return self.process.returncode is None
 
     def owned(self) -> OwnedResources:
         """What this workload holds on the host now (empty once :meth:`aclose` has finished)."""
@@ -170,8 +171,6 @@ class Workload:
 
     async def _stderr_excerpt(self) -> str:
         stderr = self.process.stderr
-        if stderr is None:
-            return ""
         data = b""
         with trio.move_on_after(0.2):
             while len(data) < 2048:
@@ -403,15 +402,14 @@ async def spawn_workload(config: SpawnConfig) -> Workload:
         else:
             fds, host_ends = _open_descriptors()
             argv, env, cwd = config.isolated_command(fds)
-        process = await trio.lowlevel.open_process(
+        # Forked on the spawning thread, which lives as long as this process: bwrap's
+        # --die-with-parent follows the forking thread, and a Trio worker thread retires.
+        process = await spawn_child_forked(
             argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdin_pipe=True,
             env=env,
             cwd=cwd,
-            start_new_session=True,
-            preexec_fn=_preexec(config, tuple(g for g in (memory, pids) if g is not None)),
+            preexec=_preexec(config, tuple(g for g in (memory, pids) if g is not None)),
             pass_fds=fds.all() if fds is not None else (),
         )
     except BaseException as exc:

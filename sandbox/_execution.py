@@ -56,7 +56,7 @@ from ._command import (
 )
 from ._ownership import OwnedResources
 from ._posture import LIMIT_OUTPUT, LIMIT_WALL_CLOCK, SandboxError, SandboxImplementation
-from ._process_control import ChildProcess, kill_process_group, spawn_child
+from ._process_control import ChildProcess, kill_process_group, spawn_child, spawn_child_forked
 from ._process_control import zombie_cpu_seconds as _zombie_cpu_seconds
 from ._reaping import reap_adopted_in_session
 from ._tracing import command_result, command_span_name, command_started
@@ -137,7 +137,7 @@ class CommandExecution:
         self.execution_id = uuid.uuid4().hex
         self._resolver = resolver
         self._live = live
-        self._process: trio.Process | ChildProcess | None = None
+        self._process: ChildProcess | None = None
         self._pidfd: int | None = None
         self._epoll: select.epoll | None = None
         self._streams: dict[StreamName, trio.abc.ReceiveStream] = {}
@@ -253,18 +253,13 @@ class CommandExecution:
                         cwd=spawn.cwd,
                         pass_fds=spawn.pass_fds,
                     )
-                else:  # a preexec_fn means fork: too slow to block the event loop for
-                    self._process = await trio.lowlevel.open_process(
-                        list(spawn.argv),
-                        stdin=subprocess.PIPE
-                        if self.request.stdin is not None
-                        else subprocess.DEVNULL,
-                        stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE,
-                        env=dict(spawn.env),
+                else:  # a preexec_fn means fork: on the spawning thread, off the event loop
+                    self._process = await spawn_child_forked(
+                        spawn.argv,
+                        stdin_pipe=self.request.stdin is not None,
+                        env=spawn.env,
                         cwd=spawn.cwd,
-                        preexec_fn=spawn.preexec,
-                        start_new_session=True,
+                        preexec=spawn.preexec,
                         pass_fds=spawn.pass_fds,
                     )
             except OSError as exc:

@@ -6,8 +6,10 @@ on one process and what it forks: rlimits are inherited per process, the kill re
 group (a ``setsid`` escapes it — one reason the local runner is no security boundary), and CPU is
 read from the zombie before it is reaped, the last moment its counters are both final and
 readable.  :func:`spawn_child` starts a child on the event loop's own thread (``vfork``: cheaper
-than the worker-thread hop of ``trio.lowlevel.open_process``); it, :class:`ChildProcess` and
-:func:`kill_process_group` are the parts that need Trio.
+than the worker-thread hop of ``trio.lowlevel.open_process``), and :func:`spawn_child_forked` one
+that needs a ``preexec_fn`` on a spawning thread that lives as long as the process (a sandbox
+that dies with its parent dies with the *thread* that forked it); they, :class:`ChildProcess`
+and :func:`kill_process_group` are the parts that need Trio.
 """
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ import contextlib
 import functools
 import math
 import os
+import queue
 import resource
 import shutil
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Final, Protocol, TypeVar, final
 
 import attrs
+import outcome
 import trio
+
+T = TypeVar("T")
 
 __all__ = [
     "ChildProcess",
@@ -37,6 +44,7 @@ __all__ = [
     "prlimit_argv",
     "rlimit_preexec",
     "spawn_child",
+    "spawn_child_forked",
     "zombie_cpu_seconds",
 ]
 
@@ -263,6 +271,39 @@ def spawn_child(
     handing the call to a worker thread as ``trio.lowlevel.open_process`` does. Raises what
     ``Popen`` raises (``OSError``, ``SubprocessError``); nothing is left open then.
     """
+    return _child(_popen(argv, stdin_pipe, env, cwd, pass_fds, None))
+
+
+async def spawn_child_forked(
+    argv: Sequence[str],
+    *,
+    stdin_pipe: bool,
+    env: Mapping[str, str],
+    cwd: str | None,
+    preexec: Callable[[], None],
+    pass_fds: Sequence[int] = (),
+) -> ChildProcess:
+    """:func:`spawn_child` with a ``preexec_fn`` — which means a ``fork``, too slow to block the
+    event loop for — on the one long-lived spawning thread of this process (never a Trio worker
+    thread: see :class:`_Spawner`).
+
+    Cancellation: not a cancellation point — once asked for, the child is started and returned,
+    for the caller to own (its next checkpoint raises the cancellation). Raises what ``Popen``
+    raises; nothing is left open then.
+    """
+    job = functools.partial(_popen, argv, stdin_pipe, env, cwd, pass_fds, preexec)
+    return _child(await _SPAWNER.run(job))
+
+
+def _popen(
+    argv: Sequence[str],
+    stdin_pipe: bool,
+    env: Mapping[str, str],
+    cwd: str | None,
+    pass_fds: Sequence[int],
+    preexec: Callable[[], None] | None,
+) -> tuple[subprocess.Popen[bytes], int | None, int, int]:
+    """The child, and the parent's ends of its pipes (stdin's, when piped; stdout's; stderr's)."""
     parent_fds: list[int] = []
     child_fds: list[int] = []
     try:
@@ -286,6 +327,7 @@ def spawn_child(
             cwd=cwd,
             start_new_session=True,
             pass_fds=tuple(pass_fds),
+            preexec_fn=preexec,
         )
     except BaseException:
         for fd in parent_fds:
@@ -294,12 +336,64 @@ def spawn_child(
     finally:
         for fd in child_fds:
             os.close(fd)
+    return popen, stdin_w, out_r, err_r
+
+
+def _child(made: tuple[subprocess.Popen[bytes], int | None, int, int]) -> ChildProcess:
+    popen, stdin_w, out_r, err_r = made
     return ChildProcess(
         popen,
         trio.lowlevel.FdStream(stdin_w) if stdin_w is not None else None,
         trio.lowlevel.FdStream(out_r),
         trio.lowlevel.FdStream(err_r),
     )
+
+
+@final
+class _Spawner:
+    """The thread that forks children which need a ``preexec_fn``, for the life of the process.
+
+    bubblewrap's ``--die-with-parent`` (``PR_SET_PDEATHSIG``) kills the sandbox when the *thread*
+    that forked it exits, not the process: a child forked on a Trio worker thread — as
+    ``trio.lowlevel.open_process`` forks — was killed when that thread retired after 10 s idle, in
+    the middle of its work. This thread never retires (a daemon: it dies with the process, which
+    is when the sandboxes should die too)."""
+
+    __slots__ = ("_jobs", "_lock", "_thread")
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    async def run(self, job: Callable[[], T]) -> T:
+        """``job()`` on the spawning thread; its result or what it raised. Not a cancellation
+        point: it waits for ``job`` however it is cancelled (a fork is quick)."""
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        result: list[outcome.Outcome[T]] = []
+
+        def run_job() -> None:
+            result.append(outcome.capture(job))
+            token.run_sync_soon(done.set)
+
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="effectagent-spawner", daemon=True
+                )
+                self._thread.start()
+        self._jobs.put(run_job)
+        with trio.CancelScope(shield=True):
+            await done.wait()
+        return result[0].unwrap()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+
+_SPAWNER: Final = _Spawner()
 
 
 async def kill_process_group(process: Reapable, *, grace: float = 0.0) -> None:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 import trio
 import trio.testing
 
-from sandbox._process_control import ChildProcess, kill_process_group, spawn_child
+from sandbox._process_control import (
+    ChildProcess,
+    kill_process_group,
+    spawn_child,
+    spawn_child_forked,
+)
 
 
 def _open_fds() -> set[str]:
@@ -71,4 +77,41 @@ def test_a_failed_spawn_leaves_no_descriptor_open() -> None:
     before = _open_fds()
     with pytest.raises(FileNotFoundError):
         spawn_child(["/nonexistent/program"], stdin_pipe=True, env={}, cwd=None)
+    assert _open_fds() == before
+
+
+async def test_a_child_needing_a_preexec_is_forked_on_a_thread_that_never_retires() -> None:
+    """bubblewrap's --die-with-parent follows the thread that forked it: a sandbox forked on a
+    Trio worker thread was killed when that thread retired, 10 s idle (a Code Mode pass waiting
+    on slow tools crashed after 10 s, and warm workloads died in the pool). A child that needs a
+    preexec_fn is forked on one daemon thread of this process instead, the same every time."""
+    forked_on: list[str] = []
+    for _ in range(2):
+        read, write = os.pipe()
+
+        def preexec(fd: int = write) -> None:  # runs in the child: the forking thread's copy
+            os.write(fd, threading.current_thread().name.encode())
+
+        try:
+            child = await spawn_child_forked(
+                ["/bin/true"], stdin_pipe=False, env={}, cwd="/", preexec=preexec
+            )
+        finally:
+            os.close(write)
+        forked_on.append(os.read(read, 100).decode())
+        os.close(read)
+        assert await child.wait() == 0
+        await child.stdout.aclose()
+        await child.stderr.aclose()
+    assert forked_on == ["effectagent-spawner", "effectagent-spawner"]
+    (spawner,) = [t for t in threading.enumerate() if t.name == "effectagent-spawner"]
+    assert spawner.daemon
+
+
+async def test_a_failed_forked_spawn_raises_and_leaves_no_descriptor_open() -> None:
+    before = _open_fds()
+    with pytest.raises(FileNotFoundError):
+        await spawn_child_forked(
+            ["/no/such/program"], stdin_pipe=True, env={}, cwd="/", preexec=lambda: None
+        )
     assert _open_fds() == before
