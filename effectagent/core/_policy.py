@@ -662,6 +662,11 @@ class ChildBudget:
     child agent's own policy. The child gets the least of this, its own policy and what the parent
     has left; a parent with nothing left of a dimension refuses the child. Bad values fail here
     with a message naming the field.
+
+    Turns, tool calls and time are hard limits for the child. Tokens are counted once a model
+    call has answered, so, like any run, a child may pass its ``tokens`` by the answer that
+    crossed it, and then (under ``"final-answer"``) by its grace turn's answer: the parent is
+    charged what the child used, all of it.
     """
 
     turns: int = attrs.field(default=5, validator=_integer(1, "a positive integer"))
