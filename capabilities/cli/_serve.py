@@ -179,6 +179,9 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
         else (load_config(config_path(args.config, environ)), None)
     )
     store = store_of(args, environ, config)
+    # The runtime's secrets: its worker's redaction, and the API's of the reasons people give
+    # (aborts, approval decisions) — redacted before they are written.
+    secrets = (*(() if model is None else model.secrets), *store.secrets)
     async with open_store(store, create=True) as database, AsyncExitStack() as stack:
         metrics = ServeMetrics() if metrics_available() else None
         api = ServeApi(
@@ -186,6 +189,7 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             settings,
             agents=None if model is None else (AGENT,),
             metrics=metrics,
+            secrets=secrets,
         )
         relay = None
         if database.dialect == "postgresql":
@@ -210,7 +214,6 @@ async def serve(args: argparse.Namespace, environ: Mapping[str, str], console: C
             # live text to the event streams (and, through the relay, to other services'), and
             # the metrics
             layer = layer + api.listener(*(() if relay is None else (relay.listener(),)))
-            secrets = (*model.secrets, *store.secrets)
             worker = DurableWorker(database, layer, [agent], secrets=secrets)
             for note in tooling.notes:
                 console.err.line(f"note: {note}")

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
 from effectagent.ai import MediaPart
-from effectagent.core import Agent, ApprovalRequest, LogEntry, Record
+from effectagent.core import Agent, ApprovalRequest, LogEntry, Record, SecretRedactor
 
 from .._ids import new_id
 from .._logging import log_warning
@@ -30,6 +30,7 @@ from ._model import (
 )
 from ._reading import read_page
 from ._store import admit, read_submission
+from ._worker import _secret_list
 
 __all__ = ["DurableQueue", "run_id_of"]
 
@@ -92,9 +93,13 @@ class DurableQueue:
     before admitting anything. ``retry``: the
     workers' retry policy (what :meth:`explain` says recovery would decide depends on it).
     ``clock`` gives the wall-clock time (``time.time``; tests may pass their own).
+    ``secrets``: the runtime's secrets — give it those its workers are given
+    (``DurableWorker(secrets=...)``): the reasons a person gives :meth:`abort` and :meth:`decide`
+    are redacted with them before they are written, as the workers redact what the runs record
+    (checked here: a lone str is a ``TypeError``, a secret under 4 characters a ``ValueError``).
     """
 
-    __slots__ = ("_agents", "_clock", "_log", "_retry", "database")
+    __slots__ = ("_agents", "_clock", "_log", "_redactor", "_retry", "database")
 
     def __init__(
         self,
@@ -103,9 +108,11 @@ class DurableQueue:
         agents: Mapping[str, Agent[Any]] | Iterable[str] | None = None,
         retry: RetryBudget | None = None,
         clock: Callable[[], float] = time.time,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.database = database
         self._agents = _agent_names(agents)
+        self._redactor = SecretRedactor(_secret_list(secrets))
         self._retry = retry or RetryBudget()
         self._clock = clock
         self._log = SqliteConversationLog(database)
@@ -270,11 +277,13 @@ class DurableQueue:
         recorded before the worker running it learns of it (within its ``poll_interval``) and
         interrupts it — and settles ``aborted``. A joining one is aborted when the run it was
         handed to settles, unless that run recorded its input first. Returns the ledger row.
+        ``reason`` is redacted with the queue's ``secrets`` before it is written (the abort's row
+        and the submission's diagnostic, ``aborted by <author>: <reason>``, hold it).
 
         Cancellation: all or nothing, as :meth:`submit`.
         """
         author = _text("author", author)
-        reason = _text("reason", reason, empty=True)
+        reason = self._redactor.redact_text(_text("reason", reason, empty=True))
         command = abort_id if abort_id is not None else new_id("abort")
         now = self._clock()
         return await self._write(
@@ -302,15 +311,16 @@ class DurableQueue:
         its run's log, bound to the call's recorded request. Once every call of the batch has
         one, the submission waits for a worker again, which resumes its run from the log without
         calling the model. Returns the ledger row and the calls still waiting for a decision.
-        Raises :class:`NoPendingApproval` for a call that waits for none. ``author`` and
-        ``reason`` are recorded as given (the queue knows no secrets: keep them out).
+        Raises :class:`NoPendingApproval` for a call that waits for none. ``reason`` is recorded
+        redacted with the queue's ``secrets`` (the run — its model included — reads it from the
+        log), ``author`` as given.
 
         Cancellation: all or nothing, as :meth:`submit`.
         """
         if not isinstance(approved, bool):
             raise TypeError(f"approved must be a bool, got {type(approved).__name__}")
         author = _text("author", author)
-        reason = _text("reason", reason, empty=True)
+        reason = self._redactor.redact_text(_text("reason", reason, empty=True))
         now = self._clock()
         attempt_id = new_id("decide")
         decided = await self._write(

@@ -71,7 +71,7 @@ class DecisionBody:
 
 @attrs.frozen
 class AbortBody:
-    """Why a submission is aborted (recorded as given: keep secrets out)."""
+    """Why a submission is aborted (recorded redacted of the runtime's secrets)."""
 
     reason: str = ""
 
@@ -200,7 +200,10 @@ class UnknownCalls:
 class Endpoint:
     """One operation: its method and path (``{name}`` parameters), its handler's name in
     ``_app``, its body type and answer type (None: none / not JSON), its success status, who may
-    call it, and a sentence for the document (``description``: more, when there is more)."""
+    call it, and a sentence for the document (``description``: more, when there is more).
+    ``also``: other statuses it answers with its answer type (readiness: 503 while not ready);
+    ``refusals``: the statuses of problems it may answer besides those every operation of its
+    access and body may (429 for an admission, 409 for a retry)."""
 
     method: str
     path: str
@@ -214,6 +217,8 @@ class Endpoint:
     headers: tuple[str, ...] = ()
     media: str = "application/json"
     description: str = ""
+    also: tuple[int, ...] = ()
+    refusals: tuple[int, ...] = ()
 
 
 C = "/v1/conversations/{conversation_id}"
@@ -229,6 +234,7 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         "Readiness (503 until ready, and while draining).",
         answer=Readiness,
         access="anyone",
+        also=(503,),
     ),
     Endpoint("GET", "/v1/me", "me", "The principal of the token.", answer=Me),
     Endpoint(
@@ -240,6 +246,7 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         answer=Receipt,
         status=202,
         headers=("Idempotency-Key",),
+        refusals=(429,),
     ),
     Endpoint(
         "GET",
@@ -277,6 +284,7 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         answer=Receipt,
         status=202,
         headers=("Idempotency-Key",),
+        refusals=(429,),
     ),
     Endpoint(
         "GET", S, "status", "A submission's status, settlement and answer.", answer=SubmissionView
@@ -296,9 +304,10 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         "POST",
         S + "/retry",
         "retry",
-        "Give a dead-lettered submission a fresh retry budget.",
+        "Give a dead-lettered submission a fresh retry budget (409: it is not dead-lettered).",
         answer=Submission,
         access="operator",
+        refusals=(409,),
     ),
     Endpoint(
         "GET", "/v1/approvals", "approvals", "Tool calls waiting for decisions.", answer=Approvals
@@ -314,7 +323,8 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         "GET",
         "/v1/search",
         "search",
-        "Search what was said in the conversations the principal sees (?q=words&limit=).",
+        "Search what was said in the conversations the principal sees (?q=words&limit=; q "
+        "holds 1 to 16 printable words).",
         answer=SearchResult,
         query=("q", "limit"),
     ),
@@ -330,7 +340,7 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         "GET",
         "/v1/overdue",
         "overdue",
-        "Submissions not settled ?older_than= seconds after admission (default 3600).",
+        "Submissions not settled ?older_than= seconds after admission (1 to 86,400; default 3600).",
         answer=Submissions,
         query=("older_than",),
         access="operator",

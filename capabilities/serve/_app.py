@@ -2,16 +2,22 @@
 
 Every handler is wrapped by :meth:`ServeApi._wrap`: the principal is resolved from the bearer
 token (401 without a valid one, unless the settings name an anonymous principal), the body is
-read within ``max_body`` bytes (413) as JSON (415 otherwise), and whatever is refused becomes an
-RFC 9457 problem document. A conversation is its first submitter's: another principal — not an
-operator — gets 404 for it, exactly as for one that does not exist. No cookie is ever set; CORS
-is off unless ``cors_origins`` names origins.
+read within ``max_body`` bytes (413) as JSON (415 otherwise; 400 for a member named twice or
+text that is not Unicode), and whatever is refused becomes an RFC 9457 problem document. A
+conversation is its first submitter's: another principal — not an operator — reading it gets
+404, exactly as for one that does not exist; submitting to it gets that same 404 (the queue
+checks the owner in the admitting transaction), where one that does not exist yet is admitted
+and becomes the submitter's (conversation IDs are global). Each path answers exactly its
+methods (405 with ``Allow`` otherwise, HEAD included) and no other path (a trailing slash is a
+404, never a redirect). No cookie is ever set; CORS is off unless ``cors_origins`` names
+origins.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import aclosing
 from contextvars import ContextVar
 from typing import Any, Final, final
@@ -24,7 +30,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import Receive, Scope, Send
 
 from effectagent.core import ApprovalRequest, ModelResponseRecorded, RunCompletedRecord
@@ -63,7 +69,7 @@ from ._events import entry_json
 from ._live import LiveFeed, LiveText, RunListeners, check_listeners, send_live
 from ._metrics import ServeMetrics, _TokenListener
 from ._openapi import openapi_document
-from ._problems import MEDIA_TYPE, Problem, problem_of
+from ._problems import MEDIA_TYPE, Problem, no_conversation, problem_of
 from ._quota import QuotaBook, retry_after
 from ._settings import ServeSettings
 from ._sse import COMMENT, event_bytes, resume_after
@@ -77,6 +83,7 @@ _MAX_ID: Final = 200
 _MAX_KEY: Final = 255
 _LISTED: Final = 500
 _DRAINED: Final = 1024 * 1024
+_MOST_OVERDUE: Final = 86_400  # ?older_than=: seconds, a day at most
 _SECURITY_HEADERS: Final = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -93,8 +100,21 @@ def _identifier(name: str, value: str, limit: int = _MAX_ID) -> str:
     return value
 
 
+class _JSONResponse(JSONResponse):
+    """Starlette's JSON answer, always UTF-8: text that is not Unicode (a lone UTF-16 surrogate,
+    which a JSON escape can put in a record — a run's answer, say) is sent as a JSON escape
+    instead of failing the answer."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            text = json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+            return text.encode()
+
+
 def _json(value: object, status: int = 200) -> Response:
-    return JSONResponse(encode(value), status_code=status, headers=_SECURITY_HEADERS)
+    return _JSONResponse(encode(value), status_code=status, headers=_SECURITY_HEADERS)
 
 
 def _problem(problem: Problem, instance: str) -> Response:
@@ -102,12 +122,66 @@ def _problem(problem: Problem, instance: str) -> Response:
     headers.update(problem.headers)
     if problem.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="effectagent"'
-    return JSONResponse(
+    return _JSONResponse(
         problem.document(instance),
         status_code=problem.status,
         headers=headers,
         media_type=MEDIA_TYPE,
     )
+
+
+class _OnceOnly(Exception):
+    """A member of a JSON object named twice (raised while the body is read again)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name, value in pairs:
+        if name in found:
+            raise _OnceOnly(name)
+        found[name] = value
+    return found
+
+
+def _unicode(value: object) -> bool:
+    """Whether every text in a parsed JSON value (its members' names too) is Unicode — a lone
+    UTF-16 surrogate, which a ``\\ud800`` escape makes, is not, and cannot be written as UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
+def _strict(body: bytes) -> None:
+    """Refuse (400) what the schema's decoder lets through — a member named twice (the last one
+    would win: a proxy reading the first sees another request than the one served) and text that
+    is not Unicode. ``body`` is JSON the decoder read already (valid, within its bounds)."""
+    try:
+        value = json.loads(body, object_pairs_hook=_members)
+    except _OnceOnly as twice:
+        raise Problem(
+            "bad-request", f"the body names {twice.name!r} twice: each member may appear once"
+        ) from None
+    if not _unicode(value):
+        raise Problem(
+            "bad-request",
+            "the body holds text that is not Unicode (an escape of a lone UTF-16 surrogate, "
+            "\\ud800 to \\udfff without its pair): send text as UTF-8",
+        )
 
 
 def _view(submission_id: str, request: ApprovalRequest) -> ApprovalView:
@@ -208,6 +282,9 @@ class ServeApi:
     ``agents``: the names submissions may give (None: any — a worker settles an unknown one
     failed). ``wake``: called after each admission (a worker in this process claims it at once
     rather than at its next poll). ``metrics``: where the service's figures go (None: nowhere).
+    ``secrets``: the runtime's secrets — those its workers are given
+    (``DurableWorker(secrets=...)``): the reasons of aborts and approval decisions are redacted
+    with them before they are written (its :attr:`queue`'s ``secrets``).
     ``clock``: the monotonic clock quotas are measured on. :attr:`live`: the live text of the
     runs whose worker has :meth:`listener` in its layer — and, on PostgreSQL, of workers in
     other processes once a :class:`~._live.LiveRelay` follows it (``relay.follow(api.live)``).
@@ -243,10 +320,11 @@ class ServeApi:
         wake: Callable[[], None] | None = None,
         metrics: ServeMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        secrets: Sequence[str] = (),
     ) -> None:
         self.database = database
         self.settings = settings
-        self.queue = DurableQueue(database, agents=agents)
+        self.queue = DurableQueue(database, agents=agents, secrets=secrets)
         self._log = SqliteConversationLog(database)
         self._tails = Tails(self._log, settings.sse_poll)
         self.live = LiveText()
@@ -267,6 +345,11 @@ class ServeApi:
         ]
         routes.append(Route("/openapi.json", self._openapi, methods=["GET"]))
         routes.extend(console_routes())
+        for route in routes:
+            # Exactly the methods the document lists: Starlette adds HEAD to a GET route, which
+            # on an event stream would start a stream for nobody to read.
+            if isinstance(route, Route) and route.methods is not None:
+                route.methods.discard("HEAD")
         middleware = (
             [
                 Middleware(
@@ -285,6 +368,9 @@ class ServeApi:
             middleware=middleware,
             exception_handlers={HTTPException: self._http_error},
         )
+        # A path with a trailing slash added is a 404: Starlette's redirect to the path without
+        # it builds its Location from the request's Host header.
+        self.app.router.redirect_slashes = False
 
     # ---- the service's state -------------------------------------------------------------------
 
@@ -340,6 +426,9 @@ class ServeApi:
                 return _problem(problem_of(error), path)
             except SchemaError as error:
                 return _problem(Problem("bad-request", error.explain("the body")[:2000]), path)
+            except UnicodeError:  # text that is not Unicode met on its way to storage
+                refused = Problem("bad-request", "the request holds text that is not Unicode")
+                return _problem(refused, path)
             except StorageError:
                 busy = Problem(
                     "unavailable",
@@ -372,7 +461,15 @@ class ServeApi:
     async def _http_error(self, request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         name = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "bad-request")
-        problem = Problem(name, f"nothing answers {request.method} here")
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names the methods of the first route of the path; a path may have two.
+            allowed: set[str] = set()
+            for route in self.app.routes:
+                if isinstance(route, Route) and route.matches(request.scope)[0] != Match.NONE:
+                    allowed |= route.methods or set()
+            headers["Allow"] = ", ".join(sorted(allowed))
+        problem = Problem(name, f"nothing answers {request.method} here", tuple(headers.items()))
         return _problem(problem, request.url.path)
 
     async def _body(self, request: Request, kind: type[Any]) -> Any:
@@ -397,7 +494,10 @@ class ServeApi:
         # reset, and the answer may be lost with it.
         if size > limit:
             raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
-        return decode_json(kind, b"".join(chunks))
+        body = b"".join(chunks)
+        decoded = decode_json(kind, body)
+        _strict(body)
+        return decoded
 
     # ---- who sees what -------------------------------------------------------------------------
 
@@ -408,7 +508,7 @@ class ServeApi:
         if owner is None and (new or principal.operator):
             return  # an operator reads a subagent's conversation (no submission of its own)
         if owner is None or (owner != principal.name and not principal.operator):
-            raise Problem("not-found", f"there is no conversation {conversation_id!r}")
+            raise no_conversation(conversation_id)
 
     async def _submission(self, submission_id: str, principal: Principal) -> Submission:
         _identifier("submission ID", submission_id)
@@ -433,7 +533,6 @@ class ServeApi:
             )
         given = request.headers.get("idempotency-key")
         key = new_id("key") if given is None else _identifier("Idempotency-Key", given, _MAX_KEY)
-        await self._owner(conversation_id, principal, new=True)
         wait = self._quotas.take(principal.name, self.clock())
         if wait > 0:
             seconds = retry_after(wait)
@@ -445,14 +544,23 @@ class ServeApi:
                 headers=(("Retry-After", str(seconds)),),
             )
         started = time.monotonic()
-        receipt = await self.queue.submit(
-            agent or self.settings.agent,
-            text,
-            conversation_id=conversation_id,
-            idempotency_key=key,
-            principal=principal.name,
-            mode=mode,
-        )
+        try:
+            # Another's conversation is refused in the admitting transaction (ConversationOwned:
+            # the 404 of a missing one), so two principals starting one cannot both be admitted.
+            receipt = await self.queue.submit(
+                agent or self.settings.agent,
+                text,
+                conversation_id=conversation_id,
+                idempotency_key=key,
+                principal=principal.name,
+                mode=mode,
+                owned_by=None if principal.operator else principal.name,
+            )
+        except BaseException:
+            # Not admitted (the queue's refusals — 400, 404, 409, 422 — a storage failure, a
+            # client gone): only admissions and repeats use up the quota.
+            self._quotas.give_back(principal.name, self.clock())
+            raise
         if self.metrics is not None:
             self.metrics.admitted(principal.name, time.monotonic() - started)
         if self.wake is not None:
@@ -500,13 +608,15 @@ class ServeApi:
 
     async def _approvals(self, request: Request, principal: Principal) -> Response:
         views: list[ApprovalView] = []
-        for submission_id in await _ledger.with_status(self.database, "suspended", limit=_LISTED):
+        owner = None if principal.operator else principal.name
+        for submission_id in await _ledger.with_status(
+            self.database, "suspended", limit=_LISTED, owner=owner
+        ):
             try:
-                submission = await self._submission(submission_id, principal)
-            except (Problem, DurableError):
-                continue  # another's, or settled meanwhile
-            found = await self.queue.waiting(submission.submission_id)
-            views.extend(_view(submission.submission_id, r) for r in found)
+                found = await self.queue.waiting(submission_id)
+            except DurableError:
+                continue  # gone meanwhile
+            views.extend(_view(submission_id, r) for r in found)
         return _json(Approvals(tuple(views)))
 
     async def _conversations(self, request: Request, principal: Principal) -> Response:
@@ -517,8 +627,8 @@ class ServeApi:
 
     async def _search(self, request: Request, principal: Principal) -> Response:
         words = request.query_params.get("q", "").split()
-        if not words or len(words) > 16:
-            raise Problem("bad-request", "q must hold 1 to 16 words to search for")
+        if not words or len(words) > 16 or not all(word.isprintable() for word in words):
+            raise Problem("bad-request", "q must hold 1 to 16 printable words to search for")
         limit = self._count(request, "limit", self.settings.search_limit)
         limit = min(limit, self.settings.search_limit)
         found = await self._log.search(words, limit=limit if principal.operator else limit * 4)
@@ -536,19 +646,23 @@ class ServeApi:
         return _json(SearchResult(tuple(hits[:limit])))
 
     @staticmethod
-    def _count(request: Request, name: str, default: int) -> int:
+    def _count(request: Request, name: str, default: int, most: int = 10_000) -> int:
         given = request.query_params.get(name)
         if given is None:
             return default
-        if not (given.isascii() and given.isdigit()) or not 0 < int(given) <= 10_000:
-            raise Problem("bad-request", f"{name} must be a whole number from 1 to 10,000")
+        if (
+            not (given.isascii() and given.isdigit())
+            or len(given.lstrip("0")) > len(str(most))  # no int() of a huge string
+            or not 0 < int(given) <= most
+        ):
+            raise Problem("bad-request", f"{name} must be a whole number from 1 to {most:,}")
         return int(given)
 
     async def _unknown(self, request: Request, principal: Principal) -> Response:
         return _json(UnknownCalls((await self.queue.unknown())[:_LISTED]))
 
     async def _overdue(self, request: Request, principal: Principal) -> Response:
-        older_than = self._count(request, "older_than", 3600)
+        older_than = self._count(request, "older_than", 3600, _MOST_OVERDUE)
         before = time.time() - older_than
         rows = await _ledger.unsettled_before(self.database, before, limit=_LISTED)
         return _json(Submissions(tuple([await self.queue.status(s) for s in rows])))

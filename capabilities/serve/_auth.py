@@ -66,7 +66,9 @@ class Principal:
 class Tokens:
     """Bearer tokens → principals. ``entries``: (SHA-256 hex digest of a token, principal) pairs
     (:func:`token_digest`; :meth:`of` takes the tokens themselves). ``anonymous``: the principal
-    of a request without an ``Authorization`` header — None (the default) refuses such requests.
+    of a request without an ``Authorization`` header — None (the default) refuses such requests;
+    its name must be none of the token principals' (``ValueError``): a name is whose the
+    conversations are, so requests without a token would act on that principal's.
     """
 
     __slots__ = ("_anonymous", "_entries")
@@ -93,6 +95,12 @@ class Tokens:
             found.append((raw, principal))
         if len({raw for raw, _ in found}) != len(found):
             raise ValueError("two principals have the same token")
+        if anonymous is not None and anonymous.name in {p.name for _, p in found}:
+            raise ValueError(
+                f"the anonymous principal's name {anonymous.name!r} is the name of a token's "
+                "principal: requests without a token would own that principal's conversations; "
+                "give the anonymous principal a name of its own"
+            )
         self._entries = tuple(found)
         self._anonymous = anonymous
 

@@ -26,16 +26,31 @@ __all__ = [
 _TERMINAL: Final = "('completed', 'failed', 'aborted', 'joined')"
 
 
-async def with_status(database: Database, status: str, *, limit: int) -> tuple[str, ...]:
-    """The IDs of up to ``limit`` submissions in ``status``, the oldest admitted first.
+async def with_status(
+    database: Database, status: str, *, limit: int, owner: str | None = None
+) -> tuple[str, ...]:
+    """The IDs of up to ``limit`` submissions in ``status``, the oldest admitted first — of the
+    conversations ``owner`` owns (their first submission is its) when given, chosen in the query
+    (so others' never crowd its own out of the ``limit``).
 
     Cancellation: a checkpoint before reading; nothing changes."""
 
     def read(conn: Connection) -> tuple[str, ...]:
-        rows = conn.execute(
-            "SELECT submission_id FROM submissions WHERE status = ? ORDER BY admitted_at LIMIT ?",
-            (status, limit),
-        ).fetchall()
+        if owner is None:
+            rows = conn.execute(
+                "SELECT submission_id FROM submissions WHERE status = ? "
+                "ORDER BY admitted_at LIMIT ?",
+                (status, limit),
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                "SELECT s.submission_id FROM submissions AS s WHERE s.status = ? "
+                "AND (SELECT first.principal FROM submissions AS first "
+                "     WHERE first.conversation_id = s.conversation_id "
+                "     ORDER BY first.position LIMIT 1) = ? "
+                "ORDER BY s.admitted_at LIMIT ?",
+                (status, owner, limit),
+            ).fetchall()
         return tuple(str(row[0]) for row in rows)
 
     return await database.read(read)

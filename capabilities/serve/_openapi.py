@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document, derived from the endpoint table and the very types the handlers
 decode and encode (``_api``) — JSON Schema from ``effectagent.effect.json_schema`` — so it says
-what is served. Pure; computed once."""
+what is served; the paths served apart from the table (the document itself, the console's files)
+are listed too. Pure; computed once."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Final
 from effectagent.effect import json_schema
 
 from ._api import ENDPOINTS, Endpoint
+from ._console import CONSOLE_FILES
 from ._problems import MEDIA_TYPE, PROBLEM_TYPES
 
 __all__ = ["openapi_document"]
@@ -85,17 +87,19 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
     responses: dict[str, Any] = {
         str(endpoint.status): {"description": endpoint.summary, "content": content}
     }
-    statuses = {400, 500, 503}
+    statuses = {400, 500, 503, *endpoint.refusals}
     if endpoint.access != "anyone":
         statuses |= {401, 404}
     if endpoint.access == "operator":
         statuses.add(403)
     if endpoint.body is not None:
         statuses |= {409, 413, 415, 422}
-    if endpoint.name in ("submit", "steer"):
-        statuses.add(429)
-    for status in sorted(statuses):
-        responses[str(status)] = _problem(status)
+    for status in sorted(statuses | set(endpoint.also)):
+        responses[str(status)] = (
+            {"description": endpoint.summary, "content": content}
+            if status in endpoint.also
+            else _problem(status)
+        )
     operation: dict[str, Any] = {
         "operationId": endpoint.name,
         "summary": endpoint.summary,
@@ -114,6 +118,17 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
     return operation
 
 
+def _served_apart(name: str, summary: str, media: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """A GET of a path served apart from the endpoint table: anyone's, never refused."""
+    return {
+        "operationId": name,
+        "summary": summary,
+        "parameters": [],
+        "security": [],
+        "responses": {"200": {"description": summary, "content": {media: {"schema": schema}}}},
+    }
+
+
 @functools.cache
 def _document() -> dict[str, Any]:
     components: dict[str, Any] = {"Problem": _PROBLEM_SCHEMA}
@@ -122,6 +137,21 @@ def _document() -> dict[str, Any]:
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(
             endpoint, components
         )
+    paths["/openapi.json"] = {
+        "get": _served_apart(
+            "openapi", "This document (OpenAPI 3.1).", "application/json", {"type": "object"}
+        )
+    }
+    for path, (file, media) in CONSOLE_FILES.items():
+        name = "console" + ("" if path == "/console" else "_" + file.rpartition(".")[2])
+        paths[path] = {
+            "get": _served_apart(
+                name,
+                f"The operator console's {file}.",
+                media.split(";")[0],
+                {"type": "string"},
+            )
+        }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -129,7 +159,10 @@ def _document() -> dict[str, Any]:
             "version": "1",
             "description": "The durable runtime over HTTP: submissions, their status and "
             "settlement, conversations' events (SSE), approvals, steering, abort, sessions "
-            "and search. Errors are RFC 9457 problem documents.",
+            "and search. Errors are RFC 9457 problem documents. Each path answers exactly the "
+            "methods listed for it: another method — HEAD included, and OPTIONS unless it is a "
+            "CORS preflight of an allowed origin — is answered 405 with an Allow header; a path "
+            "not listed (one with a trailing slash added included) 404.",
         },
         "paths": paths,
         "components": {

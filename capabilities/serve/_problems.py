@@ -14,6 +14,7 @@ import attrs
 
 from ..durable import (
     AgentNotFound,
+    ConversationOwned,
     DurableError,
     IdempotencyConflict,
     NoPendingApproval,
@@ -21,7 +22,7 @@ from ..durable import (
     SubmissionNotFound,
 )
 
-__all__ = ["MEDIA_TYPE", "PROBLEM_TYPES", "Problem", "problem_of"]
+__all__ = ["MEDIA_TYPE", "PROBLEM_TYPES", "Problem", "no_conversation", "problem_of"]
 
 #: The media type of a problem document.
 MEDIA_TYPE: Final = "application/problem+json"
@@ -79,11 +80,20 @@ class Problem(Exception):
         }
 
 
+def no_conversation(conversation_id: str) -> Problem:
+    """The 404 of a conversation the principal may not see: one that does not exist and one of
+    another principal's get this very document (a submission to another's too — though one to
+    a conversation that does not exist yet is admitted). Pure."""
+    return Problem("not-found", f"there is no conversation {conversation_id!r}")
+
+
 def problem_of(error: DurableError) -> Problem:
     """The problem a refusal of the durable queue is (each one's message is a sentence naming
     identifiers only). Pure."""
     if isinstance(error, SubmissionNotFound):
         return Problem("not-found", str(error))
+    if isinstance(error, ConversationOwned):  # another's: answered as one that does not exist
+        return no_conversation(error.conversation_id)
     if isinstance(error, IdempotencyConflict):
         return Problem(
             "idempotency-conflict",

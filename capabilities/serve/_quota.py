@@ -3,7 +3,8 @@
 A principal may submit ``burst`` times at once, and then ``per_minute`` times a minute: its
 bucket holds at most ``burst`` tokens, refills at ``per_minute / 60`` a second, and each
 submission takes one. A submission that finds less than one token is refused, with the seconds
-until one is there (the ``Retry-After`` of the 429 answer) — never queued.
+until one is there (the ``Retry-After`` of the 429 answer) — never queued. A submission the
+queue then refuses (nothing admitted) gives its token back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import final
 
 import attrs
 
-__all__ = ["Bucket", "Quota", "QuotaBook", "retry_after", "take"]
+__all__ = ["Bucket", "Quota", "QuotaBook", "give_back", "retry_after", "take"]
 
 
 @attrs.frozen
@@ -63,6 +64,15 @@ def take(bucket: Bucket | None, quota: Quota, now: float) -> tuple[Bucket, float
     return Bucket(tokens, at), (1.0 - tokens) / quota.rate
 
 
+def give_back(bucket: Bucket, quota: Quota, now: float) -> Bucket:
+    """The bucket after a token taken from it at or before ``now`` is given back (the
+    submission was not admitted): refilled to ``now``, one token more, never above ``burst`` —
+    so never more than if it had not been taken. Pure."""
+    elapsed = max(0.0, now - bucket.at)
+    tokens = min(float(quota.burst), bucket.tokens + elapsed * quota.rate + 1.0)
+    return Bucket(tokens, max(now, bucket.at))
+
+
 def retry_after(wait: float) -> int:
     """A ``Retry-After`` header's whole seconds for a wait: rounded up, at least 1. Pure."""
     return max(1, math.ceil(wait - 1e-9))
@@ -95,3 +105,13 @@ class QuotaBook:
         bucket, wait = take(self._buckets.get(principal), quota, now)
         self._buckets[principal] = bucket
         return wait
+
+    def give_back(self, principal: str, now: float) -> None:
+        """Give back the token a submission of ``principal`` took (:meth:`take` answered 0.0)
+        when it was not admitted after all. Each call is one step (no await): with
+        :meth:`take`, the principal is never admitted more than its quota allows, however
+        its requests interleave."""
+        quota = self.quota_of(principal)
+        bucket = self._buckets.get(principal)
+        if quota is not None and bucket is not None:
+            self._buckets[principal] = give_back(bucket, quota, now)

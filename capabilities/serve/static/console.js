@@ -444,7 +444,7 @@ function boot() {
         call.submission_id + " · " + when(call.at) }),
       el("button", { type: "button", text: "Timeline", onclick: () => openTimeline(call.conversation_id) })),
     "No call's outcome is unknown.");
-    const seconds = Math.max(1, Number($("older-than").value) || 3600);
+    const seconds = Math.min(86400, Math.max(1, Math.floor(Number($("older-than").value)) || 3600));
     const overdue = await getJson(`v1/overdue?older_than=${seconds}`);
     fill($("overdue-list"), overdue.submissions, submissionCard,
       "No settlement is overdue.");

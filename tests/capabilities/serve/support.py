@@ -139,7 +139,13 @@ class Served:
         self._token = trio.lowlevel.current_trio_token()
         async with open_database(self.path) as database:
             metrics = ServeMetrics()
-            api = ServeApi(database, self._config, agents=("assistant",), metrics=metrics)
+            api = ServeApi(
+                database,
+                self._config,
+                agents=("assistant",),
+                metrics=metrics,
+                secrets=self._secrets,  # the runtime's: its worker's, below
+            )
             self.api = api
             worker = None
             if self._worker:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
+import trio
 
-from .support import ANN, BOB, OPS, QUOTA, Served, auth, served, settings, settled
+from capabilities.serve import Quota
+from capabilities.serve import _app as app_module
+
+from .support import ANN, BOB, OPS, QUOTA, Served, SseReader, auth, served, settings, settled
 
 
 @pytest.fixture(scope="module")
@@ -229,3 +234,232 @@ async def test_a_token_never_appears_in_a_response_or_a_log_line(
     seen.append(repr(service.api.settings.tokens) if service.api else "")
     for canary in (ANN, wrong, OPS, BOB):
         assert not [line for line in seen if canary in line]
+
+
+# ---- found by an audit: each failed before its fix ------------------------------------------------
+
+
+async def test_two_principals_starting_one_conversation_at_once_are_not_both_admitted(
+    service: Served,
+) -> None:
+    """The owner was read before admitting: ann and bob submitting to one new conversation at
+    once were both admitted — bob's input ran in ann's conversation, and bob could not see its
+    own receipt. Exactly one is admitted; the other gets the 404 a missing conversation gets."""
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        missing = _conversation()
+        nowhere = await client.get(f"/v1/conversations/{missing}/submissions", headers=auth(BOB))
+        assert nowhere.status_code == 404
+        for _ in range(10):
+            conversation = _conversation()
+            path = f"/v1/conversations/{conversation}/submissions"
+            answers: dict[str, httpx2.Response] = {}
+
+            async def submit(
+                token: str, who: str, path: str = path, answers: dict[str, Any] = answers
+            ) -> None:
+                answers[who] = await client.post(
+                    path, json={"text": f"a note of {who}"}, headers=auth(token)
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(submit, ANN, "ann")
+                nursery.start_soon(submit, BOB, "bob")
+            assert sorted(a.status_code for a in answers.values()) == [202, 404]
+            (refused,) = (a for a in answers.values() if a.status_code == 404)
+            assert refused.headers["content-type"] == "application/problem+json"
+            assert refused.json() == {
+                **nowhere.json(),
+                "detail": nowhere.json()["detail"].replace(missing, conversation),
+                "instance": path,
+            }
+            listed = (await client.get(path, headers=auth(OPS))).json()["submissions"]
+            assert len({row["principal"] for row in listed}) == 1
+
+
+@pytest.fixture
+def quota_service(tmp_path: Path) -> Iterator[Served]:
+    config = settings(quotas={"ann": Quota(per_minute=1.0, burst=2)})
+    with served(tmp_path / "serve.db", config, worker=False) as found:
+        yield found
+
+
+async def test_a_submission_the_queue_refuses_does_not_use_up_the_quota(
+    quota_service: Served,
+) -> None:
+    """The quota was taken before the queue could refuse: an unknown agent, an idempotency
+    conflict or empty text used up a token (the guide says admissions and repeats count)."""
+    async with httpx2.AsyncClient(base_url=quota_service.url) as client:
+        bobs = f"/v1/conversations/{_conversation()}/submissions"
+        assert (await client.post(bobs, json={"text": "b"}, headers=auth(BOB))).status_code == 202
+        path = f"/v1/conversations/{_conversation()}/submissions"
+        keyed = {**auth(ANN), "Idempotency-Key": "k-1"}
+        assert (await client.post(path, json={"text": "a"}, headers=keyed)).status_code == 202
+        refused = [  # one token left: none of these takes it
+            await client.post(path, json={"text": "x", "agent": "nobody"}, headers=auth(ANN)),
+            await client.post(path, json={"text": "other"}, headers=keyed),
+            await client.post(path, json={"text": "  "}, headers=auth(ANN)),
+            await client.post(bobs, json={"text": "x"}, headers=auth(ANN)),
+        ]
+        assert [a.status_code for a in refused] == [422, 409, 400, 404]
+        assert (await client.post(path, json={"text": "b"}, headers=auth(ANN))).status_code == 202
+        over = await client.post(path, json={"text": "c"}, headers=auth(ANN))
+        assert over.status_code == 429  # the quota still holds
+
+
+async def test_a_body_naming_a_member_twice_is_400(service: Served) -> None:
+    """``{"text": "delete harmless.txt", "text": "delete important.db"}`` was admitted, the last
+    one winning (a proxy reading the first sees another request than the service runs)."""
+    conversation = _conversation()
+    path = f"/v1/conversations/{conversation}/submissions"
+    headers = {**auth(ANN), "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for where, body in (
+            (path, b'{"text": "delete a.txt", "text": "delete b.db"}'),
+            (path, b'{"text": "a", "mode": "queue", "mode": "join"}'),
+            (
+                f"/v1/conversations/{conversation}/steering",
+                b'{"text": "a", "kind": "steering", "kind": "follow-up"}',
+            ),
+        ):
+            answer = await client.post(where, content=body, headers=headers)
+            assert answer.status_code == 400, answer.text
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert "twice" in answer.json()["detail"]
+        assert (await client.get(path, headers=auth(ANN))).status_code == 404  # none admitted
+
+
+async def test_text_that_is_not_unicode_is_400_with_a_sentence_and_never_written(
+    service: Served,
+) -> None:
+    """A lone UTF-16 surrogate escape in a decision's reason was accepted (200), and from then
+    on every event stream of the conversation broke; in a submission it was a 400 whose detail
+    was Python's codec message."""
+    conversation = _conversation()
+    path = f"/v1/conversations/{conversation}/submissions"
+    headers = {**auth(ANN), "Content-Type": "application/json"}
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        lone = await client.post(path, content=b'{"text": "a\\ud800b"}', headers=headers)
+        assert lone.status_code == 400
+        detail = lone.json()["detail"]
+        assert "surrogate" in detail
+        assert "codec" not in detail
+        assert "position" not in detail
+        paired = await client.post(
+            path, content=b'{"text": "smile \\ud83d\\ude00"}', headers=headers
+        )
+        assert paired.status_code == 202  # a pair escaped is a character: fine
+        made = await client.post(path, json={"text": "delete q.txt"}, headers=auth(ANN))
+        submission = made.json()["submission_id"]
+        (waiting,) = (await settled(client, submission, ANN))["waiting"]
+        call = waiting["tool_call_id"]
+        decision = await client.post(
+            f"/v1/submissions/{submission}/decisions",
+            content=b'{"tool_call_id": "%s", "approved": true, "reason": "ok \\udfff"}'
+            % call.encode(),
+            headers=headers,
+        )
+        assert decision.status_code == 400
+        abort = await client.post(
+            f"/v1/submissions/{submission}/abort",
+            content=b'{"reason": "\\udfff"}',
+            headers=headers,
+        )
+        assert abort.status_code == 400
+        assert "codec" not in abort.json()["detail"]
+        status = (await client.get(f"/v1/submissions/{submission}", headers=auth(ANN))).json()
+        assert status["submission"]["status"] == "suspended"  # nothing was decided
+    reader = await SseReader.open(service.url, f"/v1/conversations/{conversation}/events", ANN)
+    kinds: list[str] = []
+    with trio.fail_after(30):
+        while "RunSuspendedRecord" not in kinds:
+            kinds.append((await reader.event())["event"])
+    await reader.aclose()
+
+
+async def test_search_words_that_are_not_printable_are_400(service: Served) -> None:
+    """A NUL in the words to search for was answered 503 'storage busy' with Retry-After."""
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for words in ("a\x00b", "bell\x07", "ok \x1b[31m"):
+            answer = await client.get("/v1/search", params={"q": words}, headers=auth(ANN))
+            assert answer.status_code == 400, answer.text
+            assert "retry-after" not in answer.headers
+            assert "printable" in answer.json()["detail"]
+
+
+async def test_a_trailing_slash_is_404_never_a_redirect(service: Served) -> None:
+    """``/v1/me/`` was redirected (307) to a Location built from the request's Host header."""
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for path in ("/v1/me/", "/v1/approvals/", "/healthz/", "/console/"):
+            answer = await client.get(path, headers={**auth(ANN), "Host": "evil.example"})
+            assert answer.status_code == 404, path
+            assert "location" not in answer.headers
+            assert answer.headers["content-type"] == "application/problem+json"
+
+
+async def test_a_method_not_allowed_is_405_with_an_allow_header(service: Served) -> None:
+    """405 answers had no ``Allow`` (RFC 9110 requires it), and HEAD was routed on every GET —
+    on an event stream it kept a stream running for nobody until the client left."""
+    conversation = _conversation()
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for method, path, allowed in (
+            ("DELETE", "/v1/me", {"GET"}),
+            ("PUT", f"/v1/conversations/{conversation}/submissions", {"GET", "POST"}),
+            ("GET", "/v1/submissions/sub_x/abort", {"POST"}),
+            ("HEAD", f"/v1/conversations/{conversation}/events", {"GET"}),
+            ("HEAD", "/healthz", {"GET"}),
+            ("POST", "/openapi.json", {"GET"}),
+            ("HEAD", "/console", {"GET"}),
+        ):
+            answer = await client.request(method, path, headers=auth(ANN))
+            assert answer.status_code == 405, (method, path)
+            assert set(answer.headers["allow"].split(", ")) == allowed, (method, path)
+            if method != "HEAD":
+                assert answer.headers["content-type"] == "application/problem+json"
+
+
+async def test_overdue_looks_back_up_to_a_day(service: Served) -> None:
+    """``older_than`` stopped at an undocumented 10,000 s: a day was a 400."""
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        day = await client.get("/v1/overdue", params={"older_than": "86400"}, headers=auth(OPS))
+        assert day.status_code == 200
+        more = await client.get("/v1/overdue", params={"older_than": "86401"}, headers=auth(OPS))
+        assert more.status_code == 400
+        assert "86,400" in more.json()["detail"]
+
+
+@pytest.fixture
+def own_service(tmp_path: Path) -> Iterator[Served]:
+    with served(tmp_path / "serve.db") as found:
+        yield found
+
+
+async def test_a_principals_approvals_are_listed_however_many_of_others_wait_first(
+    own_service: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The list read the oldest suspended submissions of every principal and kept the caller's:
+    with as many of bob's waiting before, ann's own approval was not listed."""
+    monkeypatch.setattr(app_module, "_LISTED", 2)  # the list's bound, made small
+    async with httpx2.AsyncClient(base_url=own_service.url) as client:
+
+        async def suspended(token: str) -> str:
+            made = await client.post(
+                f"/v1/conversations/{_conversation()}/submissions",
+                json={"text": "delete x.txt"},
+                headers=auth(token),
+            )
+            submission: str = made.json()["submission_id"]
+            assert (await settled(client, submission, token))["submission"]["status"] == (
+                "suspended"
+            )
+            return submission
+
+        bobs = [await suspended(BOB), await suspended(BOB)]
+        anns = await suspended(ANN)
+
+        async def listed(token: str) -> list[str]:
+            answer = await client.get("/v1/approvals", headers=auth(token))
+            return [a["submission_id"] for a in answer.json()["approvals"]]
+
+        assert await listed(ANN) == [anns]
+        assert await listed(BOB) == bobs
+        assert await listed(OPS) == bobs  # the oldest two of everyone's

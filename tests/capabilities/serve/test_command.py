@@ -313,3 +313,36 @@ def test_the_command_streams_a_runs_text_live_to_a_follower(
     assert all("id" not in e for e in deltas)
     assert "".join(e["data"]["text"] for e in deltas) == "Live text here."
     assert kinds.index("delta") < kinds.index("ModelResponseRecorded")
+
+
+def test_the_command_redacts_its_provider_key_from_an_abort_reason(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """The provider's API key is one of the secrets the command's runtime redacts; an abort's
+    reason holding it was written as given and came back in the abort's answer and the
+    submission's status."""
+    server.script(Reply.stall())  # the run's model call never answers: it stays active
+    env = cli_env(tmp_path, PYTHONPATH=str(ROOT), SERVE_TOKEN=TOKEN)
+    process = _serve_process(server, tmp_path, tmp_path / "state-dir", env)
+    try:
+        lines = _Lines(process)
+        url = lines.until("serving on ").split("serving on ", 1)[1].split(" ", 1)[0]
+        with httpx2.Client(base_url=url, timeout=30, headers=auth(TOKEN)) as client:
+            admitted = client.post("/v1/conversations/c-1/submissions", json={"text": "hello"})
+            submission = admitted.json()["submission_id"]
+            server.wait_for_requests(1)  # its run is under way
+            aborted = client.post(
+                f"/v1/submissions/{submission}/abort", json={"reason": f"key {KEY} leaked"}
+            )
+            assert aborted.status_code == 200, aborted.text
+            status = client.get(f"/v1/submissions/{submission}")
+            listed = client.get("/v1/conversations/c-1/submissions")
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert "key [REDACTED] leaked" in aborted.text
+    for said in (aborted.text, status.text, listed.text, stdout, stderr, "".join(lines.seen)):
+        assert KEY not in said

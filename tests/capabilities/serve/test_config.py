@@ -64,3 +64,18 @@ def test_what_it_cannot_use_is_a_sentence_naming_the_key(
         serve_settings(_file(tmp_path, text), {"ANN": CANARY})
     assert said in str(raised.value)
     assert CANARY not in str(raised.value)
+
+
+def test_an_anonymous_principal_named_as_a_token_principal_is_refused(tmp_path: Path) -> None:
+    """``anonymous = "ops"`` beside an operator ``ops`` was accepted: requests without a token
+    acted as ops (owner of ops's conversations) — a config error naming the key instead."""
+    path = _file(
+        tmp_path,
+        '[serve]\nanonymous = "ops"\n[serve.principals.ops]\ntoken_env = "OPS"\noperator = true\n',
+    )
+    with pytest.raises(ConfigError) as raised:
+        serve_settings(path, {"OPS": CANARY})
+    said = str(raised.value)
+    assert "anonymous" in said
+    assert "'ops'" in said
+    assert CANARY not in said

@@ -3,15 +3,20 @@ abort and steering — through a real client against the served app on loopback.
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 import trio
 
-from .support import ANN, BOB, OPS, Served, SseReader, auth, served, settings, settled
+from effectagent.ai import ModelRequest
+from effectagent.testing import Turn
+
+from .support import ANN, BOB, OPS, Served, SseReader, auth, respond, served, settings, settled
 
 
 @pytest.fixture(scope="module")
@@ -170,3 +175,99 @@ async def test_abort_and_steering(service: Served) -> None:
                     break
                 await trio.sleep(0.02)
         assert row["answer"] == "echo: later"
+
+
+# ---- found by an audit: each failed before its fix ------------------------------------------------
+
+
+async def test_a_last_event_id_beyond_64_bits_is_400_not_a_dropped_stream(service: Served) -> None:
+    """19 digits above 2**63 - 1 were answered 200, then the connection dropped with an
+    OverflowError traceback in the log."""
+    conversation = _conversation()
+    path = f"/v1/conversations/{conversation}/events"
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        await _submit(client, conversation, "hello")
+        for header, after in ((str(2**63), None), ("9" * 19, None), (None, "9" * 19)):
+            answer = await client.get(
+                path,
+                headers={**auth(ANN), **({} if header is None else {"Last-Event-ID": header})},
+                params={} if after is None else {"after": after},
+            )
+            assert answer.status_code == 400
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert "sequence number" in answer.json()["detail"]
+    reader = await SseReader.open(service.url, path, ANN, last_event_id=str(2**63 - 1))
+    assert reader.status == 200  # the largest is one (nothing after it, yet)
+    await reader.aclose()
+
+
+CANARY = "sk-canary-serve-3e8d1a7c5b9f2460"
+
+
+@pytest.fixture
+def secret_service(tmp_path: Path) -> Iterator[Served]:
+    """A service whose runtime has a secret (given to the API and to its worker alike)."""
+    asked.clear()
+    with served(tmp_path / "serve.db", secrets=(CANARY,), model=_noting) as found:
+        yield found
+
+
+asked: list[str] = []
+
+
+def _noting(request: ModelRequest) -> Turn | str:
+    asked.append(repr(request.messages))
+    return respond(request)
+
+
+async def test_decision_and_abort_reasons_are_redacted_before_they_are_written(
+    secret_service: Served,
+) -> None:
+    """A decision's and an abort's reason were written as given: a secret of the runtime in one
+    came back in the event stream, the abort's answer, the submission's status and the lists,
+    and reached the model — the guide says the log is redacted when written."""
+    service = secret_service
+    conversation = _conversation()
+    seen: list[str] = []
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        denied = await _submit(client, conversation, "delete a.txt")
+        reader = await SseReader.open(service.url, f"/v1/conversations/{conversation}/events", ANN)
+        events = await _until_terminal(reader)
+        (waiting,) = (await settled(client, denied, ANN))["waiting"]
+        decided = await client.post(
+            f"/v1/submissions/{denied}/decisions",
+            json={"tool_call_id": waiting["tool_call_id"], "approved": False, "reason": CANARY},
+            headers=auth(ANN),
+        )
+        assert decided.status_code == 200, decided.text
+        seen.append(decided.text)
+        resumed = await _until_terminal(reader)
+        assert resumed[0]["event"] == "ToolApprovalDecided"
+        assert resumed[0]["data"]["record"]["decision"]["reason"] == "[REDACTED]"
+        events += resumed
+        aborted = await _submit(client, conversation, "delete b.txt")
+        events += await _until_terminal(reader)  # suspended, waiting for a decision
+        await settled(client, aborted, ANN)
+        answer = await client.post(
+            f"/v1/submissions/{aborted}/abort",
+            json={"reason": f"stop: {CANARY}"},
+            headers=auth(ANN),
+        )
+        assert answer.status_code == 200, answer.text
+        assert "stop: [REDACTED]" in answer.text
+        seen.append(answer.text)
+        events += await _until_terminal(reader)  # its aborted terminal record
+        await reader.aclose()
+        seen.extend(json.dumps(event) for event in events)
+        for path in (
+            f"/v1/submissions/{denied}",
+            f"/v1/submissions/{aborted}",
+            f"/v1/conversations/{conversation}/submissions",
+            "/v1/conversations",
+            "/v1/approvals",
+            "/v1/dead",
+            "/v1/search?q=stop",
+        ):
+            seen.append((await client.get(path, headers=auth(OPS))).text)
+    assert asked
+    assert not [text for text in seen + asked if CANARY in text]

@@ -30,6 +30,8 @@ def _refs(value: Any) -> set[str]:
 
 
 async def test_the_document_lists_exactly_the_routed_operations(tmp_path: Path) -> None:
+    """Every route, with exactly its methods: the document itself and the console's files were
+    routed but not listed, and so was the HEAD Starlette adds to every GET route."""
     document = openapi_document()
     assert document["openapi"] == "3.1.0"
     listed = {
@@ -37,17 +39,17 @@ async def test_the_document_lists_exactly_the_routed_operations(tmp_path: Path) 
         for path, operations in document["paths"].items()
         for method in operations
     }
-    assert listed == {(e.method, e.path) for e in ENDPOINTS}
+    served_apart = {("GET", "/openapi.json")} | {("GET", path) for path in CONSOLE_FILES}
+    assert listed == {(e.method, e.path) for e in ENDPOINTS} | served_apart
     async with open_database(tmp_path / "serve.db") as database:
         app = ServeApi(database, settings()).app
         routed = {
             (method, route.path)
             for route in app.routes
             if isinstance(route, Route)
-            for method in (route.methods or set()) - {"HEAD"}
+            for method in route.methods or set()
         }
-    served_apart = {("GET", "/openapi.json")} | {("GET", path) for path in CONSOLE_FILES}
-    assert routed == listed | served_apart
+    assert routed == listed
 
 
 def test_its_schemas_are_the_types_schemas_and_every_reference_resolves() -> None:
@@ -72,3 +74,21 @@ def test_the_events_operation_says_live_text_has_no_id_and_is_not_resumed() -> N
     said = events["description"]
     for needed in ("'delta'", "{run_id, text}", "WITHOUT an id", "Last-Event-ID", "whole text"):
         assert needed in said
+
+
+def test_what_readiness_retry_and_the_served_apart_paths_answer_is_documented() -> None:
+    """``/readyz`` answered 503 with its JSON Readiness, documented as a problem document; a
+    retry of a submission that is not dead-lettered answered an undocumented 409."""
+    paths = openapi_document()["paths"]
+    unready = paths["/readyz"]["get"]["responses"]["503"]
+    assert unready["content"] == {
+        "application/json": {"schema": {"$ref": "#/components/schemas/Readiness"}}
+    }
+    assert "409" in paths["/v1/submissions/{submission_id}/retry"]["post"]["responses"]
+    assert "429" not in paths["/v1/submissions/{submission_id}/retry"]["post"]["responses"]
+    assert "application/json" in paths["/openapi.json"]["get"]["responses"]["200"]["content"]
+    assert "text/html" in paths["/console"]["get"]["responses"]["200"]["content"]
+    for path in ("/openapi.json", "/console"):
+        assert paths[path]["get"]["security"] == []
+    overdue = paths["/v1/overdue"]["get"]
+    assert "86,400" in overdue["summary"]

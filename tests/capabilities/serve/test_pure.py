@@ -9,10 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.durable import IdempotencyConflict, NotDeadLettered, SubmissionNotFound
+from capabilities.durable import (
+    ConversationOwned,
+    IdempotencyConflict,
+    NotDeadLettered,
+    SubmissionNotFound,
+)
 from capabilities.serve import Principal, Problem, Quota, ServeSettings, Tokens, token_digest
-from capabilities.serve._problems import PROBLEM_TYPES, problem_of
-from capabilities.serve._quota import Bucket, QuotaBook, retry_after, take
+from capabilities.serve._app import _json
+from capabilities.serve._problems import PROBLEM_TYPES, no_conversation, problem_of
+from capabilities.serve._quota import Bucket, QuotaBook, give_back, retry_after, take
 from capabilities.serve._sse import event_bytes, live_bytes, resume_after
 
 ANN = Principal("ann")
@@ -259,3 +265,93 @@ def test_a_quota_refuses_a_bool_or_what_is_not_a_number(
 ) -> None:
     with pytest.raises(ValueError, match=f"^{message}"):
         Quota(per_minute, burst)  # type: ignore[arg-type]
+
+
+# ---- found by an audit: each failed before its fix ------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ann", "ops"])
+def test_the_anonymous_principal_may_not_have_a_token_principals_name(name: str) -> None:
+    """``anonymous=Principal("ops")`` beside an operator ``ops`` was accepted: requests without
+    any token then acted on ops's conversations (the name is who owns them)."""
+    with pytest.raises(ValueError, match=f"^the anonymous principal's name {name!r} is the name"):
+        Tokens.of([("t-ann", ANN), ("t-ops", OPS)], anonymous=Principal(name))
+    guest = Tokens.of([("t-ann", ANN)], anonymous=Principal("guest"))
+    assert guest.resolve(None) == Principal("guest")
+
+
+def test_a_last_event_id_beyond_a_64_bit_sequence_number_is_refused() -> None:
+    """19 digits above 2**63 - 1 passed as a sequence number: the stream answered 200, then the
+    database refused the number and the connection dropped with a traceback."""
+    assert resume_after(str(2**63 - 1)) == 2**63 - 1
+    for bad in (str(2**63), "9" * 19):
+        with pytest.raises(ValueError, match="sequence number"):
+            resume_after(bad)
+        with pytest.raises(ValueError, match="sequence number"):
+            resume_after(None, bad)
+
+
+def test_an_event_holding_a_lone_surrogate_is_still_one_utf8_event() -> None:
+    """A record holding a lone UTF-16 surrogate (text that is not Unicode) broke every stream of
+    its conversation with UnicodeEncodeError; it is sent escaped instead."""
+    for framed in (
+        event_bytes(7, "ToolApprovalDecided", {"reason": "ok \udfff"}),
+        live_bytes("delta", {"run_id": "r", "text": "a\ud800b"}),
+    ):
+        text = framed.decode("utf-8")  # valid UTF-8
+        assert text.endswith("\n\n")
+        data = text[:-2].split("\n")[-1].removeprefix("data: ")
+        assert set(json.loads(data).values()) & {"ok \udfff", "a\ud800b"}
+    # and a JSON answer holding one (a run's answer, say) is sent escaped, not a failure
+    body = bytes(_json({"answer": "echo: \udfff"}).body)
+    assert json.loads(body.decode("utf-8")) == {"answer": "echo: \udfff"}
+
+
+def test_a_token_given_back_leaves_the_bucket_as_if_never_taken() -> None:
+    """A submission the queue refused (422, 409, 400, 404) used up a token of its principal."""
+    book = QuotaBook(None, {"ann": Quota(per_minute=6.0, burst=1)})
+    assert book.take("ann", 0.0) == 0.0
+    book.give_back("ann", 0.0)
+    assert book.take("ann", 0.0) == 0.0
+    assert book.take("ann", 0.0) == pytest.approx(10.0)
+    book.give_back("bob", 0.0)  # no quota, no bucket: nothing to give back
+    assert book.take("bob", 0.0) == 0.0
+
+
+@given(
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=1000, allow_nan=False), st.booleans()),
+        min_size=1,
+        max_size=60,
+    ),
+    st.floats(min_value=0.5, max_value=120),
+    st.integers(min_value=1, max_value=10),
+)
+def test_giving_tokens_back_never_admits_more_than_the_burst_plus_the_rate(
+    requests: list[tuple[float, bool]], per_minute: float, burst: int
+) -> None:
+    """Whatever the queue refuses (its token given back): admitted ≤ burst + rate * elapsed."""
+    quota = Quota(per_minute=per_minute, burst=burst)
+    bucket: Bucket | None = None
+    now = 0.0
+    admitted = 0
+    for gap, refused in requests:
+        now += gap
+        bucket, wait = take(bucket, quota, now)
+        if wait == 0.0:
+            if refused:
+                bucket = give_back(bucket, quota, now)
+            else:
+                admitted += 1
+        assert bucket.tokens <= burst
+        assert admitted <= burst + quota.rate * now + 1e-6
+
+
+def test_another_principals_conversation_refused_by_the_queue_is_a_missing_ones_404() -> None:
+    """The queue's refusal of a submission to another's conversation is answered with the very
+    document a conversation that does not exist gets (its message names no principal)."""
+    refused = problem_of(ConversationOwned("c-1"))
+    assert refused.document("/x") == no_conversation("c-1").document("/x")
+    assert refused.document("/x") == Problem(
+        "not-found", "there is no conversation 'c-1'"
+    ).document("/x")
