@@ -49,7 +49,7 @@ from ._args import EXIT_COMPLETED, EXIT_FAILED
 from ._common import DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
 from ._config import Config
 from ._console import Channel, Console, LogLines, Styled, Table
-from ._models import ModelChoice
+from ._models import ModelChoice, every_key
 from ._sanitize import visible
 from ._store import Store, store_of
 from ._tools import Tooling, open_tools
@@ -633,8 +633,12 @@ async def admin(args: argparse.Namespace, environ: Mapping[str, str], console: C
         if args.admin_command == "worker":
             return await _work(args, environ, console)
         action, create = _ACTIONS[args.admin_command]
-        async with open_store(store_of(args, environ, None), create=create) as database:
-            return await action(args, DurableQueue(database), console)
+        store = store_of(args, environ, None)
+        # A reason written with abort or decide is redacted as the runs' text is: the provider
+        # keys set here and the storage password never reach the log.
+        secrets = (*every_key(environ), *store.secrets)
+        async with open_store(store, create=create) as database:
+            return await action(args, DurableQueue(database, secrets=secrets), console)
 
 
 async def worker(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:

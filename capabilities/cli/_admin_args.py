@@ -48,6 +48,10 @@ exit status:
 """
 
 
+#: What ``--reason`` says of itself.
+_REASON_HELP = "why (recorded, the provider keys set here and the storage password redacted)"
+
+
 def _action(actions: Any, name: str, parents: list[argparse.ArgumentParser], **kwargs: Any) -> Any:
     return actions.add_parser(
         name,
@@ -210,7 +214,11 @@ def _commands(actions: Any, shared: argparse.ArgumentParser) -> None:
         "--id twice aborts once.",
     )
     abort.add_argument("submission", metavar="SUBMISSION")
-    abort.add_argument("--reason", required=True, help="why (recorded as given)")
+    abort.add_argument(
+        "--reason",
+        required=True,
+        help="why (recorded, with the provider keys set here and the storage password redacted)",
+    )
     abort.add_argument("--author", help="who aborts (default: the user's login name)")
     abort.add_argument("--id", dest="abort_id", metavar="ID", help="the abort's own ID")
     decide = _action(
@@ -225,7 +233,11 @@ def _commands(actions: Any, shared: argparse.ArgumentParser) -> None:
     decide.add_argument("submission", metavar="SUBMISSION")
     decide.add_argument("call", metavar="CALL", help="the tool call's ID")
     decide.add_argument("decision", choices=("allow", "deny"))
-    decide.add_argument("--reason", default="", help="why (recorded as given)")
+    decide.add_argument(
+        "--reason",
+        default="",
+        help="why (recorded, with the provider keys set here and the storage password redacted)",
+    )
     decide.add_argument("--author", help="who decides (default: the user's login name)")
 
 

@@ -214,6 +214,19 @@ def test_abort_settles_a_queued_submission_once_and_unknown_is_empty(env: dict[s
     assert woken == {"conversation_id": "c1", "woken": 0}
 
 
+def test_an_abort_reason_holding_a_provider_key_is_recorded_redacted(env: dict[str, str]) -> None:
+    """The reason an operator types is recorded as the runs' text is: the provider keys set in
+    the command's environment never reach the ledger (it was 'recorded as given')."""
+    key = "sk-admin-canary-5c0ffee"
+    submission = submit(env)
+    aborted = as_json(
+        {**env, "OPENAI_API_KEY": key}, "abort", submission, "--reason", f"leak {key}"
+    )
+    assert aborted["status"] == "aborted"
+    assert key not in json.dumps(aborted)
+    assert key not in ok(env, "status", submission, "--json")
+
+
 def test_quarantined_lists_the_records_recovery_could_not_read(
     env: dict[str, str], tmp_path: Path
 ) -> None:
