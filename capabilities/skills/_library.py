@@ -15,6 +15,11 @@ skill that may not or cannot be used is never read; then every file's digest is 
 the manifest while the instruction file is read, in a worker thread. The result, an
 :class:`ActivatedSkill`, is an immutable value: ID, version, digest, instructions and the asset
 paths. What a run records of it is its ID, version and digest (CAP-008).
+
+The files' sizes are bounded (``_files``: an instruction file, an asset, a skill's files
+together) and checked before any is read. A cancellation while the files are read stops the
+worker thread after the chunk (a MiB) it is reading; activation waits for it to end — so no
+thread outlives it — and then raises the cancellation.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ import functools
 import importlib.metadata
 import itertools
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
+import outcome
 import trio
 
 from effectagent.ai import Tool, Toolkit
@@ -207,10 +214,46 @@ def check_activation(
         raise SkillRequirementsMissing(manifest.id, agent, missing_tools, missing_services)
 
 
-def _read(root: str, manifest: SkillManifest) -> tuple[str, tuple[Path, ...]]:
-    text = read_verified(root, manifest.id, manifest.files, manifest.instructions)
+def _read(
+    root: str, manifest: SkillManifest, stop: threading.Event
+) -> tuple[str, tuple[Path, ...]]:
+    text = read_verified(root, manifest.id, manifest.files, manifest.instructions, stop)
     assets = tuple(Path(os.path.realpath(os.path.join(root, asset))) for asset in manifest.assets)
     return text, assets
+
+
+_T = TypeVar("_T")
+
+
+async def run_stoppable(work: Callable[[threading.Event], _T]) -> _T:
+    """``work(stop)`` in a worker thread (under Trio's default thread limiter), where it checks
+    ``stop`` often.
+
+    Cancellation: sets ``stop``, waits (shielded) for the thread to end — ``work`` returns or
+    raises soon after — and raises the cancellation; what ``work`` returned is dropped. A
+    cancellation before the thread started raises at once.
+    """
+    stop = threading.Event()
+    ended = trio.Event()
+    results: list[outcome.Outcome[_T]] = []
+    token = trio.lowlevel.current_trio_token()
+
+    def deliver(result: outcome.Outcome[_T]) -> None:  # in the thread, as it ends
+        results.append(result)
+        token.run_sync_soon(ended.set)
+
+    async with trio.to_thread.current_default_thread_limiter():
+        # Not ``trio.to_thread.run_sync``: it either waits for the thread without letting the
+        # cancellation through, or abandons the thread without saying whether it started.
+        trio.lowlevel.start_thread_soon(functools.partial(work, stop), deliver)
+        try:
+            await ended.wait()
+        except trio.Cancelled:
+            stop.set()
+            with trio.CancelScope(shield=True):
+                await ended.wait()
+            raise
+    return results[0].unwrap()
 
 
 async def activate_info(
@@ -225,8 +268,9 @@ async def activate_info(
 ) -> ActivatedSkill:
     """:func:`check_activation`, then read and verify the files (in a worker thread).
 
-    Cancellation: the checks do not wait; once reading has started, a cancellation takes effect
-    when the read finishes (the thread is not abandoned), and then nothing is activated.
+    Cancellation: the checks do not wait; once reading has started, a cancellation stops it
+    after the chunk being read and takes effect when the thread has ended (it is not
+    abandoned); nothing is activated then.
     """
     check_activation(
         skill,
@@ -239,10 +283,7 @@ async def activate_info(
     )
     manifest = skill.manifest
     root = str(skill.directory)
-    text, assets = await trio.to_thread.run_sync(_read, root, manifest)
-    # The thread is not abandoned, and a cancellation that came while it ran is not raised by
-    # run_sync: raise it here, so a cancelled activation returns nothing.
-    await trio.lowlevel.checkpoint_if_cancelled()
+    text, assets = await run_stoppable(functools.partial(_read, root, manifest))
     return ActivatedSkill(
         manifest.id,
         manifest.version,
@@ -326,8 +367,9 @@ class SkillLibrary:
         content — then :class:`SkillTampered` naming the file whose digest differs or
         :class:`SkillUnreadable`.
 
-        Cancellation: a cancellation while the files are read takes effect once the read
-        finishes (the worker thread is not abandoned); nothing is activated then.
+        Cancellation: a cancellation while the files are read stops the read after the chunk
+        (a MiB) being read, and takes effect once its worker thread has ended; nothing is
+        activated then.
         """
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be an Agent, got {type(agent).__name__}")

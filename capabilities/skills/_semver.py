@@ -9,7 +9,8 @@ is lower when all its identifiers equal the other's first ones. Build metadata i
 and ignored by comparison and equality (``1.0.0+a == 1.0.0+b``).
 
 A :class:`VersionRange` is one or more alternatives separated by ``||``; an alternative is one or
-more comparators separated by commas or spaces, all of which must hold. A comparator is an
+more comparators separated by commas or spaces, all of which must hold (a comma with no comparator
+on one side of it, as in ``>=0.1.0,``, is refused). A comparator is an
 operator and a full version:
 
 * ``>=V``, ``>V``, ``<=V``, ``<V``, ``==V`` (also ``=V`` or a bare ``V``), ``!=V``;
@@ -194,7 +195,12 @@ class VersionRange:
         alternatives: list[tuple[_Test, ...]] = []
         for number, alternative in enumerate(text.split("||"), 1):
             where = f"range {text!r}, alternative {number}"
-            parts = alternative.replace(",", " ").split()
+            pieces = alternative.split(",")
+            if len(pieces) > 1 and not all(piece.strip() for piece in pieces):
+                raise VersionError(
+                    f"{where} has an empty comparator: a comma stands between two comparators"
+                )
+            parts = " ".join(pieces).split()
             if not parts:
                 raise VersionError(f"{where} is empty")
             tests: list[_Test] = []

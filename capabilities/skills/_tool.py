@@ -210,8 +210,8 @@ def activation_tool(
         async def activate(params: ActivateSkill, call: ToolCallContext) -> SkillInstructions:
             """Activate the skill the model named for this call's agent and principal.
 
-            Cancellation: as host activation — a cancellation while the files are read takes
-            effect once the read finishes; nothing is returned then.
+            Cancellation: as host activation — a cancellation while the files are read stops
+            the read after the chunk being read; nothing is returned then.
             """
             skill = library.get(params.skill_id)
             if skill is None:

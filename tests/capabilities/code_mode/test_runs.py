@@ -400,3 +400,68 @@ async def test_each_limit_of_a_pass_is_a_failure_that_names_it(
         "timeout",
         "the program ran for more than 1 s",
     )
+
+
+@tool(readonly=True)
+async def blob(size: int) -> str:
+    """A text of ``size`` letters.
+
+    Args:
+        size: How many letters.
+    """
+    return "x" * size
+
+
+@tool(readonly=True)
+async def numbers(count: int) -> list[int]:
+    """The numbers from 0 up to ``count``.
+
+    Args:
+        count: How many numbers.
+    """
+    return list(range(count))
+
+
+CAUGHT = """async () => {
+  try { await %s; return "returned" } catch (error) { return [error._tag, error.message] }
+}"""
+
+
+async def test_a_call_result_beyond_the_engines_bounds_rejects_as_too_large(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    """A result over 1,000,000 bytes (or 100,000 items) — bounds the engine's broker decodes
+    it back under — rejected the call with ``ToolDefect: invalid input: ...``; the limits
+    promise ``ToolRejected`` for a result over ``call_result_bytes``, saying it is the result."""
+    code = code_mode({"data": [blob, numbers]}, executor="service")
+
+    ran = await run_program(code, CAUGHT % "data.blob({ size: 1200000 })", executor=executor)
+    assert result_of(ran)["result"] == [
+        "ToolRejected",
+        "the result of data.blob is larger than 1000000 bytes, over the limit of 262144 bytes "
+        "for one call",
+    ]
+
+    ran = await run_program(code, CAUGHT % "data.numbers({ count: 100001 })", executor=executor)
+    assert result_of(ran)["result"] == [
+        "ToolRejected",
+        "the result of data.numbers has more than 100000 items, the most one call can return",
+    ]
+
+    # The engine's bound holds whatever the pass's limit is (effectagent/engine/_broker.py
+    # decodes the result back under it): said as such, not as the pass's limit.
+    roomy = code_mode(
+        {"data": [blob]}, executor="service", limits=CodeModeLimits(call_result_bytes=4_000_000)
+    )
+    ran = await run_program(roomy, CAUGHT % "data.blob({ size: 1200000 })", executor=executor)
+    assert result_of(ran)["result"] == [
+        "ToolRejected",
+        "the result of data.blob is larger than 1000000 bytes, the most one call can return",
+    ]
+
+    # Under the engine's bound, the pass's own limit decides (as before).
+    ran = await run_program(code, CAUGHT % "data.blob({ size: 300000 })", executor=executor)
+    assert result_of(ran)["result"] == [
+        "ToolRejected",
+        "the result of data.blob is 300002 bytes, over the limit of 262144 bytes for one call",
+    ]

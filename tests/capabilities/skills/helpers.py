@@ -48,10 +48,12 @@ def write_skill(
     text: str = "Follow these steps.",
     files: Mapping[str, bytes] | None = None,
     directory: str | None = None,
+    sparse: Mapping[str, int] | None = None,
     **fields: object,
 ) -> Path:
     """A skill directory under ``root`` (named ``directory``, default the ID) with a SKILL.md of
-    ``text``, the asset ``files`` (relative path → bytes) and a valid integrity section."""
+    ``text``, the asset ``files`` (relative path → bytes) and a valid integrity section.
+    ``sparse`` (relative path → size) makes asset files sparse files of those sizes first."""
     skill = root / (directory or skill_id)
     skill.mkdir(parents=True)
     instructions = str(fields.get("instructions", "SKILL.md"))
@@ -61,6 +63,8 @@ def write_skill(
     for relative, content in assets.items():
         (skill / relative).parent.mkdir(parents=True, exist_ok=True)
         (skill / relative).write_bytes(content)
+        if sparse is not None and relative in sparse:
+            make_sparse(skill / relative, sparse[relative])
     integrity = compute_integrity(skill, [instructions, *assets])
     body = manifest_text(skill_id, assets=list(assets), **fields)  # type: ignore[arg-type]
     (skill / MANIFEST_NAME).write_text(body + integrity.toml(), encoding="utf-8")
@@ -81,3 +85,39 @@ def hold_worker_reads(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event,
 
     monkeypatch.setattr(os, "read", held_read)
     return reading, release
+
+
+def make_sparse(path: Path, size: int) -> None:
+    """Make the file ``path`` ``size`` bytes of zeros without writing them: a sparse file, which
+    takes no disk space however large it says it is."""
+    with path.open("r+b") as file:
+        file.truncate(size)
+
+
+class WorkerReads:
+    """Counts the ``os.read`` calls of worker threads, and holds the first one: ``reading`` is
+    set when it starts, and it waits until the test sets ``release`` (never a sleep)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reading, self.release = threading.Event(), threading.Event()
+        self._lock = threading.Lock()
+        self._count = 0
+        real_read = os.read
+
+        def counted_read(fd: int, size: int) -> bytes:
+            if threading.current_thread() is not threading.main_thread():
+                with self._lock:
+                    self._count += 1
+                    first = self._count == 1
+                if first:
+                    self.reading.set()
+                    self.release.wait(timeout=30)  # held until the test lets it go
+            return real_read(fd, size)
+
+        monkeypatch.setattr(os, "read", counted_read)
+
+    @property
+    def count(self) -> int:
+        """How many reads worker threads made so far."""
+        with self._lock:
+            return self._count

@@ -17,6 +17,7 @@ from capabilities.skills import (
     SkillNotFound,
     SkillRule,
     SkillTampered,
+    _files,
     compute_integrity,
     discover_skills,
 )
@@ -32,7 +33,7 @@ from capabilities.skills._semver import Version
 from effectagent import Agent, Toolkit, tool
 from effectagent.engine import ApprovalService
 
-from .helpers import hold_worker_reads, write_skill
+from .helpers import WorkerReads, hold_worker_reads, make_sparse, write_skill
 
 
 @tool(readonly=True)
@@ -243,3 +244,140 @@ async def test_the_activation_tool_refuses_services_that_are_one_item(
     library = await discover_skills(tmp_path)
     with pytest.raises(TypeError, match=r"services must be a collection of .*, not a"):
         library.activation_tool(services=services)
+
+
+# ---- sizes: each file and the whole skill are bounded before anything is hashed --------------
+
+
+def _sparse_skill(root: Path, sizes: dict[str, int]) -> Path:
+    """A skill whose files (``SKILL.md`` among them or not) are sparse files of ``sizes``; their
+    digests are of what they held before (activation refuses before comparing any)."""
+    files = {relative: b"" for relative in sizes if relative != "SKILL.md"}
+    skill = write_skill(root, "big", files=files)
+    for relative, size in sizes.items():
+        make_sparse(skill / relative, size)
+    return skill
+
+
+@pytest.mark.parametrize(
+    ("sizes", "path", "reason"),
+    [
+        (
+            {"data/huge.bin": 8 * 2**30},
+            "data/huge.bin",
+            f"it is {8 * 2**30} bytes, over the limit of {_files.MAX_ASSET_BYTES} bytes for an asset",
+        ),
+        (
+            {"a.bin": _files.MAX_ASSET_BYTES + 1},
+            "a.bin",
+            f"it is {_files.MAX_ASSET_BYTES + 1} bytes, over the limit of "
+            f"{_files.MAX_ASSET_BYTES} bytes for an asset",
+        ),
+        (
+            {"SKILL.md": _files.MAX_INSTRUCTIONS_BYTES + 1},
+            "SKILL.md",
+            f"it is {_files.MAX_INSTRUCTIONS_BYTES + 1} bytes, over the limit of "
+            f"{_files.MAX_INSTRUCTIONS_BYTES} bytes for the instruction file",
+        ),
+        (  # SKILL.md holds 19 bytes: the fourth quarter takes the total over
+            {f"part{i}.bin": _files.MAX_SKILL_BYTES // 4 for i in range(4)},
+            "part3.bin",
+            f"with it the skill's files come to {_files.MAX_SKILL_BYTES + 19} bytes, over "
+            f"the limit of {_files.MAX_SKILL_BYTES} bytes for a skill",
+        ),
+    ],
+    ids=["8-GiB-asset", "asset-one-over", "instructions-one-over", "skill-total"],
+)
+async def test_a_file_over_its_size_limit_is_refused_naming_it_before_any_is_read(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    sizes: dict[str, int],
+    path: str,
+    reason: str,
+) -> None:
+    """Only the instruction file was bounded, and only as it was read: an 8 GiB (sparse) asset
+    was hashed whole, for tens of seconds, before its digest was even compared."""
+    skill_bytes, asset_bytes = _files.MAX_SKILL_BYTES, _files.MAX_ASSET_BYTES
+    assert skill_bytes % 4 == 0  # the total case needs both
+    assert skill_bytes // 4 <= asset_bytes
+    _sparse_skill(tmp_path, sizes)
+    library = await discover_skills(tmp_path)
+    reads = WorkerReads(monkeypatch)
+    reads.release.set()
+    with pytest.raises(SkillUnreadable) as caught:
+        await library.activate("big", agent=AGENT)
+    assert (caught.value.skill, caught.value.path) == ("big", path)
+    assert str(caught.value) == f"skill 'big': {path} cannot be read: {reason}"
+    assert reads.count == 0  # refused from the sizes alone
+
+
+async def test_files_at_their_size_limits_are_activated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_files, "MAX_INSTRUCTIONS_BYTES", 4)
+    monkeypatch.setattr(_files, "MAX_ASSET_BYTES", 6)
+    monkeypatch.setattr(_files, "MAX_SKILL_BYTES", 16)
+    write_skill(tmp_path, "fits", text="Obey", files={"a.bin": b"123456", "b.bin": b"abcdef"})
+    library = await discover_skills(tmp_path)
+    skill = await library.activate("fits", agent=AGENT)
+    assert skill.instructions == "Obey"
+
+
+async def test_a_file_that_grows_past_its_limit_after_the_check_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sizes are checked first; a file that grows between that check and its read is cut
+    off at its limit as it is read, never hashed further."""
+    skill = write_skill(tmp_path, "grows", files={"a.bin": b"12345"})
+    library = await discover_skills(tmp_path)
+    monkeypatch.setattr(_files, "MAX_ASSET_BYTES", 5)
+    real_open = os.open
+
+    def growing_open(path: Any, flags: int, *args: Any) -> int:
+        if str(path).endswith("a.bin"):
+            make_sparse(skill / "a.bin", 64 * 2**20)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", growing_open)
+    with pytest.raises(SkillUnreadable, match=r"a\.bin cannot be read: it is larger than 5 bytes"):
+        await library.activate("grows", agent=AGENT)
+
+
+def test_the_author_cannot_write_the_integrity_of_a_file_over_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "SKILL.md").write_text("Hi.")
+    (tmp_path / "huge.bin").write_bytes(b"")
+    make_sparse(tmp_path / "huge.bin", 8 * 2**30)
+    reads = WorkerReads(monkeypatch)
+    with pytest.raises(SkillUnreadable, match=r"huge\.bin cannot be read: it is 8589934592 bytes"):
+        compute_integrity(tmp_path, ["SKILL.md", "huge.bin"])
+    assert reads.count == 0
+
+
+async def test_a_cancelled_activation_stops_hashing_at_the_next_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hashing went on to the end of every file once started; a cancellation now stops it
+    after the chunk being read (the activation still waits for its thread, which ends then)."""
+    write_skill(tmp_path, "slow", files={"data.bin": b""}, sparse={"data.bin": 32 * 2**20})
+    library = await discover_skills(tmp_path)
+    reads = WorkerReads(monkeypatch)
+    activated: list[ActivatedSkill] = []
+    scope = trio.CancelScope()
+
+    async def activate() -> None:
+        with scope:
+            activated.append(await library.activate("slow", agent=AGENT))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(activate)
+        await trio.to_thread.run_sync(reads.reading.wait, 30)
+        scope.cancel()
+        await trio.testing.wait_all_tasks_blocked()
+        waiting = not scope.cancelled_caught  # the thread is waited for
+        reads.release.set()
+    assert waiting
+    assert scope.cancelled_caught
+    assert activated == []
+    assert reads.count == 1  # the held read, and not one more

@@ -168,6 +168,28 @@ async def test_a_symlink_that_stays_inside_is_fine(tmp_path: Path) -> None:
     assert activated.assets == ((skill / "docs" / "guide.md").resolve(),)
 
 
+async def test_a_skill_directory_linked_into_a_root_is_the_directory_it_leads_to(
+    tmp_path: Path,
+) -> None:
+    """As the skills guide says: a root may link a skill kept elsewhere; the skill is where the
+    link leads, and its own paths must stay inside that directory (not the root's)."""
+    kept = write_skill(tmp_path / "elsewhere", "kept", text="Kept elsewhere.")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "kept").symlink_to(kept, target_is_directory=True)
+    library = await discover_skills(tmp_path / "root")
+    assert library.require("kept").directory == kept.resolve()
+    activated = await library.activate("kept", agent=Agent("a", "Help."))
+    assert (activated.instructions, activated.directory) == ("Kept elsewhere.", kept.resolve())
+
+    # A link in it back into the root leads outside the skill's (resolved) directory.
+    write_skill(tmp_path / "root", "neighbour", files={"notes.md": b"# Notes"})
+    (kept / "SKILL.md").unlink()
+    (kept / "SKILL.md").symlink_to(Path("..") / ".." / "root" / "neighbour" / "notes.md")
+    assert (tmp_path / "root" / "kept" / "SKILL.md").read_text() == "# Notes"
+    with pytest.raises(SkillPathEscapes, match=r"instructions: 'SKILL\.md' resolves to .*outside"):
+        await discover_skills(tmp_path / "root")
+
+
 async def test_a_cancelled_discovery_returns_nothing(tmp_path: Path) -> None:
     write_skill(tmp_path, "one")
     found = None

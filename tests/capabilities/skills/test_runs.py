@@ -1,14 +1,16 @@
 """Skills through the real engine: what a run used is in its canonical log (CAP-008).
 
 These run on the real clock, not an autojump clock: activation reads files in a worker thread,
-which a virtual clock does not wait for (it would jump past the run's deadline meanwhile). No test
-sleeps; the scripted model answers at once."""
+which a virtual clock does not wait for (it would jump past the run's deadline meanwhile) — save
+the one test that wants just that. No test sleeps; the scripted model answers at once."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import trio
+import trio.testing
 
 from capabilities.skills import (
     SkillAuthorization,
@@ -30,7 +32,7 @@ from effectagent.effect import Layer, MissingServicesError, ServiceKey
 from effectagent.engine import ConversationLog
 from effectagent.testing import ScriptedModel, Turn
 
-from .helpers import write_skill
+from .helpers import WorkerReads, write_skill
 
 POLICY = AgentPolicy(max_turns=4, max_tool_calls=4, max_duration=60, tool_concurrency=1)
 LEDGER: ServiceKey[dict[str, int]] = ServiceKey("billing.Ledger")
@@ -222,3 +224,34 @@ async def test_the_description_lists_no_skill_the_model_could_never_activate(
     allowed = SkillAuthorization(allow_untrusted=True)
     shown = activation_tool(library, authorization=allowed).tool.description
     assert "- stranger: Unknown origin." in shown
+
+
+async def test_the_runs_deadline_stops_a_model_activation_while_it_hashes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The run's deadline could not interrupt ``activate_skill`` while it hashed a large asset:
+    the handler waited for the worker thread, which read every file to its end. Now the thread
+    stops after the chunk it is reading. The virtual clock jumps to the deadline while that read
+    is held (on purpose, unlike the tests above) — or before the thread reached it — and the
+    read is let go only after it."""
+    write_skill(tmp_path, "atlas", files={"maps.bin": b""}, sparse={"maps.bin": 32 * 2**20})
+    library = await discover_skills(tmp_path)
+    activation = activation_tool(library)
+    policy = AgentPolicy(max_turns=4, max_duration=10, on_exhaustion="fail")
+    agent = Agent("clerk", "Help.", policy, activation.toolkit)
+    model = ScriptedModel([Turn.tool_calls(("activate_skill", {"skill_id": "atlas"}))])
+    reads = WorkerReads(monkeypatch)
+    async with open_runtime(activation.layer + model.as_layer(), agents=[agent]) as runtime:
+        async with trio.open_nursery() as nursery:
+
+            async def let_go_after_the_deadline() -> None:
+                await trio.sleep(11)  # virtual: the clock jumps while the read is held
+                reads.release.set()
+
+            nursery.start_soon(let_go_after_the_deadline)
+            result = await runtime.run(agent, "Use the atlas.")
+        settled = await _settlements(runtime.log, result.conversation_id)
+    assert result.status != "completed"
+    assert not any(isinstance(s.outcome, ToolSuccess) for s in settled)
+    # The held read, and not one more (none, when the clock jumped before the thread read).
+    assert reads.count <= 1

@@ -82,6 +82,7 @@ def test_what_is_not_semver_is_refused_saying_so(text: str) -> None:
         ("==1.2.3 || >=2.0.0", ["1.2.3", "2.5.0"], ["1.2.4", "1.9.9"]),
         (">1.0.0 <=1.1.0 !=1.0.5", ["1.0.1", "1.1.0"], ["1.0.0", "1.0.5", "1.1.1"]),
         ("*", ["0.0.0", "9.9.9-x"], []),
+        (" >=0.1.0 ,<0.2.0 ", ["0.1.0"], ["0.2.0"]),
     ],
 )
 def test_ranges_admit_exactly_their_versions(
@@ -99,6 +100,13 @@ def test_ranges_admit_exactly_their_versions(
         (">=0.1", r"'>=0.1' is not a comparator"),
         ("=>1.0.0", r"'=>1.0.0' is not a comparator"),
         (">=1.0.0 ||", "alternative 2 is empty"),
+        # A comma stands between two comparators: one with nothing on a side of it is a typo.
+        (">=0.1.0,", "alternative 1 has an empty comparator"),
+        (",>=0.1.0", "alternative 1 has an empty comparator"),
+        (">=0.1.0,, <1.0.0", "alternative 1 has an empty comparator"),
+        (">=0.1.0 , , <1.0.0", "alternative 1 has an empty comparator"),
+        ("1.0.0 || >=2.0.0,", "alternative 2 has an empty comparator"),
+        (",", "alternative 1 has an empty comparator"),
     ],
 )
 def test_a_bad_range_is_refused_naming_the_part(spec: str, message: str) -> None:
