@@ -46,9 +46,7 @@ class CodeModeLimits:
     * ``max_concurrent_calls`` — calls one pass runs at once when the program awaits several
       together (the agent's ``tool_concurrency`` bounds them too);
     * ``call_argument_bytes`` / ``call_result_bytes`` — the JSON of one call's input and of its
-      result (a larger result rejects that call with ``ToolRejected``; so does a result beyond
-      the bounds under which the engine passes an inner call's result back — 1,000,000 bytes and
-      100,000 items — which a larger ``call_result_bytes`` does not lift);
+      result (a larger result rejects that call with ``ToolRejected``, whatever its size);
     * ``wall_clock_seconds``, ``cpu_seconds``, ``memory_bytes``, ``max_processes`` — the
       executor's, enforced on the workload (memory and processes need cgroups: an executor that
       cannot enforce them refuses to open rather than run without).

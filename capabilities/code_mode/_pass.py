@@ -92,37 +92,6 @@ _RESULT_VIOLATION: Final = "result violates its schema"
 _QUOTED_VALUE: Final = re.compile(r", got [^\n]*")
 
 
-#: How the engine's defect reads for a result beyond the bounds under which it decodes an inner
-#: call's result again on the way back (``effectagent.effect.SchemaLimits``' defaults: 1,000,000
-#: bytes, 100,000 items). Such a result is one too large for a call, whatever
-#: ``call_result_bytes`` says. (Its nesting is bounded before, as the result is encoded: a deeper
-#: one is a defect of the tool, as in an ordinary call.)
-_ENGINE_BOUND: Final = re.compile(
-    r"invalid input: \$: input "
-    r"(?:is larger than (?P<bytes>[0-9]+) bytes|has more than (?P<items>[0-9]+) items)"
-)
-
-
-def _beyond_engine_bound(envelope: JSONValue, method: str, limit: int) -> str | None:
-    """Why a call whose result was beyond the engine's bounds is rejected (None for any other
-    failure)."""
-    if not isinstance(envelope, dict) or envelope.get("_tag") != "ToolDefect":
-        return None
-    message = envelope.get("message")
-    found = _ENGINE_BOUND.fullmatch(message) if isinstance(message, str) else None
-    if found is None:
-        return None
-    if (size := found["bytes"]) is not None:
-        if int(size) >= limit:
-            return (
-                f"the result of {method} is larger than {size} bytes, over the limit of "
-                f"{limit} bytes for one call"
-            )
-        return f"the result of {method} is larger than {size} bytes, the most one call can return"
-    items = found["items"]
-    return f"the result of {method} has more than {items} items, the most one call can return"
-
-
 def framework_envelope(envelope: JSONValue) -> dict[str, JSONValue]:
     """The envelope a failed call rejects with inside the program: the engine's own when it
     carries a framework tag; a tool's declared error (tagged with its own name) becomes a
@@ -149,9 +118,7 @@ class BrokerHost:
 
     ``methods`` maps each allowed tool name to how the program calls it (``weather.forecast``),
     for messages. At most ``limits.max_concurrent_calls`` calls run at once; a successful result
-    larger than ``limits.call_result_bytes`` rejects its call with ``ToolRejected``, as does one
-    beyond the bounds the engine passes an inner call's result back under (it reports those as
-    a ``ToolDefect``).
+    larger than ``limits.call_result_bytes`` rejects its call with ``ToolRejected``.
     """
 
     __slots__ = ("_broker", "_limiter", "_methods", "_result_bytes", "calls")
@@ -181,14 +148,11 @@ class BrokerHost:
     async def _call(self, name: str, argument: JSONValue) -> HostCallOutcome:
         async with self._limiter:
             result = await self._broker.call(name, argument)
-        method = self._methods.get(name, name)
         if not result.ok:
-            too_large = _beyond_engine_bound(result.value, method, self._result_bytes)
-            if too_large is not None:
-                return HostCallFailed({"_tag": "ToolRejected", "message": too_large})
             return HostCallFailed(framework_envelope(result.value))
         size = json_size(result.value)
         if size > self._result_bytes:
+            method = self._methods.get(name, name)
             message = (
                 f"the result of {method} is {size} bytes, over the limit of "
                 f"{self._result_bytes} bytes for one call"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections import Counter
 from typing import Any, final
 
@@ -38,6 +39,7 @@ from effectagent.effect import (
     Failure,
     JSONValue,
     SchemaError,
+    SchemaLimits,
     Success,
     TaggedError,
     attempt,
@@ -206,7 +208,10 @@ class CallBroker:
                 value = handler_result(exit_.value)
                 encoded = tool.encode_success(value)
                 if tool.success is not None:
-                    decode(tool.success, encoded)  # what crosses back must decode, too
+                    # What crosses back must decode, too. It is the handler's own value, already
+                    # encoded (its nesting bounded there): its size is for the caller to bound
+                    # (Code Mode's call_result_bytes), as a model's call bounds no result either.
+                    decode(tool.success, encoded, limits=_RESULT_LIMITS)
             except (OutputSchemaViolation, SchemaError) as exc:
                 return self._settled(name, "defect", self.io.redact_text(str(exc)))
             except Exception as exc:
@@ -233,6 +238,8 @@ class CallBroker:
         tag = _TAGS[kind]
         return InnerResult(False, {"_tag": tag, "message": message})
 
+
+_RESULT_LIMITS = SchemaLimits(max_bytes=sys.maxsize, max_items=sys.maxsize)
 
 _AUTHORIZATION_FAILED = "not authorized: the authorization service failed; the call was not run"
 

@@ -427,41 +427,35 @@ CAUGHT = """async () => {
 }"""
 
 
-async def test_a_call_result_beyond_the_engines_bounds_rejects_as_too_large(
+async def test_a_call_result_over_a_million_bytes_is_bounded_by_call_result_bytes_alone(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
-    """A result over 1,000,000 bytes (or 100,000 items) — bounds the engine's broker decodes
-    it back under — rejected the call with ``ToolDefect: invalid input: ...``; the limits
-    promise ``ToolRejected`` for a result over ``call_result_bytes``, saying it is the result."""
+    """The engine's broker decoded an inner call's result back under the schema decoder's
+    default bounds (1,000,000 bytes, 100,000 items): a larger result was a ``ToolDefect:
+    invalid input`` whatever ``call_result_bytes`` said. Now ``call_result_bytes`` decides:
+    over it, ``ToolRejected`` naming the result's size; under it, the result."""
     code = code_mode({"data": [blob, numbers]}, executor="service")
 
     ran = await run_program(code, CAUGHT % "data.blob({ size: 1200000 })", executor=executor)
     assert result_of(ran)["result"] == [
         "ToolRejected",
-        "the result of data.blob is larger than 1000000 bytes, over the limit of 262144 bytes "
-        "for one call",
+        "the result of data.blob is 1200002 bytes, over the limit of 262144 bytes for one call",
     ]
 
-    ran = await run_program(code, CAUGHT % "data.numbers({ count: 100001 })", executor=executor)
-    assert result_of(ran)["result"] == [
-        "ToolRejected",
-        "the result of data.numbers has more than 100000 items, the most one call can return",
-    ]
-
-    # The engine's bound holds whatever the pass's limit is (effectagent/engine/_broker.py
-    # decodes the result back under it): said as such, not as the pass's limit.
     roomy = code_mode(
-        {"data": [blob]}, executor="service", limits=CodeModeLimits(call_result_bytes=4_000_000)
+        {"data": [blob, numbers]},
+        executor="service",
+        limits=CodeModeLimits(call_result_bytes=4_000_000),
     )
-    ran = await run_program(roomy, CAUGHT % "data.blob({ size: 1200000 })", executor=executor)
-    assert result_of(ran)["result"] == [
-        "ToolRejected",
-        "the result of data.blob is larger than 1000000 bytes, the most one call can return",
-    ]
-
-    # Under the engine's bound, the pass's own limit decides (as before).
-    ran = await run_program(code, CAUGHT % "data.blob({ size: 300000 })", executor=executor)
-    assert result_of(ran)["result"] == [
-        "ToolRejected",
-        "the result of data.blob is 300002 bytes, over the limit of 262144 bytes for one call",
-    ]
+    ran = await run_program(
+        roomy,
+        "async () => (await data.blob({ size: 1200000 })).length",
+        executor=executor,
+    )
+    assert result_of(ran)["result"] == 1200000
+    ran = await run_program(
+        roomy,
+        "async () => (await data.numbers({ count: 100001 })).length",
+        executor=executor,
+    )
+    assert result_of(ran)["result"] == 100001
