@@ -40,9 +40,9 @@ from ._classifier import classify as classify
 from ._failpoints import FAILPOINT_ENV as FAILPOINT_ENV
 from ._failpoints import failpoint as failpoint
 from ._model import AgentNotFound as AgentNotFound
+from ._model import ConversationOwned as ConversationOwned
 from ._model import Diagnostic as Diagnostic
 from ._model import DurableError as DurableError
-from ._model import ConversationOwned as ConversationOwned
 from ._model import IdempotencyConflict as IdempotencyConflict
 from ._model import Mode as Mode
 from ._model import NoPendingApproval as NoPendingApproval
