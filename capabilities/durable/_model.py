@@ -271,9 +271,7 @@ class ConversationOwned(DurableError):
     conversation_id: str
 
     def __str__(self) -> str:
-        return (
-            f"conversation {self.conversation_id!r} is not the submitter's; nothing was admitted"
-        )
+        return f"conversation {self.conversation_id!r} is not the submitter's; nothing was admitted"
 
 
 @attrs.frozen
