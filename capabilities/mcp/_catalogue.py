@@ -53,7 +53,8 @@ class ResourcesAndPrompts:
     async def list_resources(self) -> tuple[McpResource, ...]:
         """Every resource the server lists (all pages).
 
-        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
+        Raises :class:`McpRequestError`, also when the listing goes on past ``max_list_items``
+        resources or ``MAX_PAGES`` pages. Cancellation: the request is abandoned; nothing changes.
         """
         pages = await self._pages("resources/list", _list_resources, "resources")
         return tuple(McpResource.from_json(item) for item in pages)
@@ -74,28 +75,42 @@ class ResourcesAndPrompts:
     async def list_prompts(self) -> tuple[McpPrompt, ...]:
         """Every prompt the server lists (all pages).
 
-        Raises :class:`McpRequestError`. Cancellation: the request is abandoned; nothing changes.
+        Raises :class:`McpRequestError`, also when the listing goes on past ``max_list_items``
+        prompts or ``MAX_PAGES`` pages. Cancellation: the request is abandoned; nothing changes.
         """
         pages = await self._pages("prompts/list", _list_prompts, "prompts")
         return tuple(McpPrompt.from_json(item) for item in pages)
 
     async def _pages(self, method: str, fetch: Any, field: str) -> list[dict[str, Any]]:
-        """Every item of a paginated listing (at most ``MAX_PAGES`` pages), as plain JSON.
+        """Every item of a paginated listing, as plain JSON; :class:`McpRequestError` when it
+        goes on past ``max_list_items`` items or ``MAX_PAGES`` pages.
 
         Cancellation: the request in flight is abandoned.
         """
         import mcp_types as types
 
+        limit = self.server.limits.max_list_items
         found: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await self._request(method, partial(fetch, params=params))
-            found.extend(dump_model(item) for item in getattr(page, field))
+            items = getattr(page, field)
+            if len(found) + len(items) > limit:
+                raise McpRequestError(
+                    self.server.name,
+                    method,
+                    f"the server lists more than {limit} items (max_list_items)",
+                )
+            found.extend(dump_model(item) for item in items)
             cursor = page.next_cursor
             if not cursor:
-                break
-        return found
+                return found
+        raise McpRequestError(
+            self.server.name,
+            method,
+            f"the server lists more than {MAX_PAGES} pages: the listing was not read to its end",
+        )
 
     async def get_prompt(
         self, name: str, arguments: Mapping[str, str] | None = None

@@ -25,24 +25,29 @@ retried — not even a call to a tool that says it is idempotent — and nothing
 exactly-once; a lost connection stays lost until a new one is opened.
 
 Listings: the tools are listed when the connection opens and again whenever the server sends
-``notifications/tools/list_changed`` (by the host task, one listing at a time; the answer is read
-tool by tool, see ``_listing``). A call during which such a notification arrived — before its
+``notifications/tools/list_changed`` (by the host task, one listing at a time, their starts at
+least ``relist_interval`` apart; the answer is read tool by tool and bounded by the listing limits
+of ``McpLimits``, see ``_listing``). A call during which such a notification arrived — before its
 answer, as when the tool itself changed the list — waits for the re-listing that covers it to
 finish (at most ``call_timeout``) before it returns, so the engine's next turn, which takes the
 connection's snapshot, sees the new list. "Before its answer" is the order the client reads: over
 stdio the order the server wrote; over streamable HTTP only a notification related to the call
-shares the call's stream — an unrelated one comes on the standalone stream, in no order with it. The engine needs no hook for this: the batch that made
-the call settles only when the call has returned.
+shares the call's stream — an unrelated one comes on the standalone stream, in no order with it.
+The engine needs no hook for this: the batch that made the call settles only when the call has
+returned.
+
+A ``tools/list`` request carries an id of ours, so an answer the transport could not parse —
+which the SDK drops, handing ``_handle_message`` the parser's error instead — fails the request
+at once with the parser's reason, instead of leaving it to wait out its timeout.
 """
 
 from __future__ import annotations
 
-import sys
-import tempfile
+import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from functools import partial
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar, final
+from typing import TYPE_CHECKING, Any, TypeVar, final
 
 import trio
 
@@ -55,6 +60,7 @@ from effectagent.ai import (
     Toolkit,
     ToolSnapshot,
 )
+from effectagent.core import Agent
 from effectagent.effect import Layer, trace_span
 
 from ._catalogue import MAX_PAGES, ResourcesAndPrompts, dump_model
@@ -66,21 +72,32 @@ from ._errors import (
     McpToolError,
     McpUnavailable,
 )
-from ._listing import EMPTY, NotAListing, Relistings, build_listing, checked_tools, tool_page
+from ._listing import (
+    EMPTY,
+    NotAListing,
+    Relistings,
+    build_listing,
+    checked_tools,
+    past_max_tools,
+    tool_page,
+    unreadable_answer,
+    without_reserved,
+)
 from ._mapping import (
     ServerIdentity,
     ToolShape,
     bounded_text,
-    check_structured,
     envelope,
     error_message,
+    structured_check,
 )
+from ._redact import redacting_logs, redactor, secrets_of
 from ._results import (
     SkippedTool,
 )
 from ._servers import HttpServer, McpServer, StdioServer
 from ._tracing import request_started, span_name
-from ._transport import open_transport, stderr_tail
+from ._transport import StderrTail, open_transport
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -91,6 +108,7 @@ __all__ = ["McpConnection", "connect"]
 T = TypeVar("T")
 
 _FAILURES = (McpToolError, McpResultTooLarge, McpUnavailable)
+_Check = Callable[[Mapping[str, Any]], None]
 _CONNECTION_CLOSED = -32000  # the SDK's code for "the connection closed before an answer"
 
 
@@ -104,7 +122,9 @@ class McpConnection(ResourcesAndPrompts):
 
     ``tools`` are the server's tools as dynamic ``Tool``s, each with its handler bound (so
     ``Toolkit(*connection.tools).handlers()`` needs no mapping); ``skipped`` the ones that could
-    not be offered, with the reason; ``remote_names`` maps each tool's name to the server's.
+    not be offered, with the reason (an unusable definition, a listing bound of ``McpLimits``, a
+    name :meth:`reserve` keeps for a tool of the caller's own); ``remote_names`` maps each tool's
+    name to the server's.
     When the server says its list changed, the connection lists its tools again and adopts the
     new list as a whole (``version`` counts adopted listings); the engine, through
     :meth:`snapshot`, takes one listing per turn, so a batch never sees a change, and a call
@@ -117,16 +137,23 @@ class McpConnection(ResourcesAndPrompts):
     __slots__ = (
         "_changed",
         "_dispatcher",
+        "_dropped",
         "_identity",
+        "_ids",
         "_listing",
         "_lost",
+        "_redact",
         "_relist",
         "_relistings",
+        "_reserved",
+        "_secrets",
         "_session",
         "_shapes",
         "_stderr",
         "_stop",
+        "_unreadable",
         "_version",
+        "_waiting",
         "capabilities",
         "instructions",
         "server",
@@ -134,6 +161,12 @@ class McpConnection(ResourcesAndPrompts):
 
     def __init__(self, server: McpServer) -> None:
         self.server = server
+        # What no message may show (an HTTP server's header and query values), and the function
+        # every message made from an error passes through (``_redact``).
+        self._secrets = (
+            secrets_of(server.url, server.headers) if isinstance(server, HttpServer) else ()
+        )
+        self._redact = redactor(self._secrets)
         self.capabilities: Mapping[str, Any] = {}
         self.instructions: str | None = None
         self._identity: ServerIdentity | None = None
@@ -149,7 +182,16 @@ class McpConnection(ResourcesAndPrompts):
         self._relist: trio.MemorySendChannel[None] | None = None
         self._relistings = Relistings()
         self._dispatcher: JSONRPCDispatcher[Any] | None = None
-        self._stderr: TextIO | None = None
+        # The end of a stdio server's stderr, and why the transport dropped the connection.
+        self._stderr: StderrTail | None = None
+        self._dropped: str | None = None
+        # The raw requests in flight, by the id we gave them, and why an answer to one could not
+        # be read (see ``_raw_tools_page``).
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, trio.CancelScope] = {}
+        self._unreadable: dict[str, str] = {}
+        # Our tool names kept for tools of the caller's own (``reserve``) -> the reason.
+        self._reserved: dict[str, str] = {}
 
     # ---- what the server offers ----------------------------------------------------------------
 
@@ -213,6 +255,35 @@ class McpConnection(ResourcesAndPrompts):
         """
         return Layer.succeed(self.server.key, self, name=self.server.key.name)
 
+    def reserve(self, *owners: Agent | Toolkit | str) -> None:
+        """Keep the names of ``owners``' tools for them: a tool of the server named so (the name
+        the model sees, prefix and all) is not offered, now or in a later listing, and is in
+        :attr:`skipped` with the reason.
+
+        ``owners`` are agents (the tools of their own toolkit), toolkits, or names. An agent's own
+        tools come before its tool sources (``Agent.tool_sources``): the engine leaves a source's
+        tool of a name the agent has out of every turn anyway, with only a warning in its logs.
+        Reserving the agent's names makes that visible here. Never waits.
+        """
+        for owner in owners:
+            if isinstance(owner, str):
+                self._reserved[owner] = "the name is reserved (McpConnection.reserve)"
+            elif isinstance(owner, Agent):
+                why = (
+                    f"a tool of the agent {owner.name!r} has this name, and an agent's own tools "
+                    "come first"
+                )
+                self._reserved.update(dict.fromkeys(owner.toolkit.names, why))
+            elif isinstance(owner, Toolkit):
+                why = "a tool of a toolkit given to McpConnection.reserve has this name"
+                self._reserved.update(dict.fromkeys(owner.names, why))
+            else:
+                raise TypeError(
+                    "reserve: each owner must be an Agent, a Toolkit or a tool name, got "
+                    f"{type(owner).__name__}"
+                )
+        self._listing = without_reserved(self._listing, self._reserved)
+
     async def wait_version(self, version: int) -> None:
         """Return once ``version`` listings have been adopted (at once if they have).
 
@@ -269,14 +340,24 @@ class McpConnection(ResourcesAndPrompts):
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED:
                     self._mark_lost("the connection closed")
-                    raise McpRequestError(
-                        self.server.name, method, "the connection closed"
-                    ) from None
-                raise McpRequestError(self.server.name, method, exc.message, exc.code) from None
+                    raise McpRequestError(self.server.name, method, self._why_lost()) from None
+                reason = self._redact(exc.message)
+                raise McpRequestError(self.server.name, method, reason, exc.code) from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
                 self._mark_lost("the connection closed")
-                raise McpRequestError(self.server.name, method, "the connection closed") from None
+                raise McpRequestError(self.server.name, method, self._why_lost()) from None
         raise McpRequestError(self.server.name, method, f"no answer within {timeout} s")
+
+    def _why_lost(self) -> str:
+        """Why the connection is lost, for a message: "the connection closed" unless the
+        transport dropped it for a reason of its own."""
+        return self._dropped or "the connection closed"
+
+    def _transport_dropped(self, reason: str) -> None:
+        """The transport dropped the connection (``open_transport``'s ``dropped``)."""
+        if self._dropped is None:
+            self._dropped = reason
+        self._mark_lost(reason)
 
     def _mark_lost(self, reason: str) -> None:
         if self._lost is None:
@@ -295,17 +376,29 @@ class McpConnection(ResourcesAndPrompts):
         found: list[dict[str, Any]] = []
         skipped: list[SkippedTool] = []
         cursor: str | None = None
+        max_tools = self.server.limits.max_tools
+        listed = 0
         for _ in range(MAX_PAGES):
             raw = await self._request("tools/list", partial(self._raw_tools_page, cursor))
             try:
                 tools, cursor = tool_page(raw)
             except NotAListing as exc:
                 raise McpRequestError(self.server.name, "tools/list", str(exc)) from None
-            valid, invalid = checked_tools(tools)
+            tools, over = past_max_tools(tools, listed, max_tools)
+            listed += len(tools)
+            valid, invalid = await checked_tools(tools)
             found.extend(valid)
-            skipped.extend(invalid)
+            skipped.extend(invalid + over)
             if not cursor:
-                break
+                return found, skipped
+            if listed >= max_tools:
+                why = (
+                    f"the listing reached max_tools ({max_tools}): its further pages were not read"
+                )
+                skipped.append(SkippedTool("(more pages)", why))
+                return found, skipped
+        why = f"the server lists more than {MAX_PAGES} pages of tools: the rest was not read"
+        skipped.append(SkippedTool("(more pages)", why))
         return found, skipped
 
     async def _raw_tools_page(self, cursor: str | None, _: ClientSession) -> dict[str, Any]:
@@ -320,16 +413,39 @@ class McpConnection(ResourcesAndPrompts):
         assert dispatcher is not None  # set with the session
         params = {"cursor": cursor} if cursor else None
         version = self.identity.protocol_version
-        return await dispatcher.send_raw_request(
-            "tools/list", params, {"headers": {MCP_PROTOCOL_VERSION_HEADER: version}}
+        # An id of our own, so that an answer the transport could not read (the SDK then drops
+        # it and hands ``_handle_message`` the parser's error) fails this request at once.
+        request_id = f"effectagent-tools-list-{next(self._ids)}"
+        with trio.CancelScope() as scope:
+            self._waiting[request_id] = scope
+            try:
+                return await dispatcher.send_raw_request(
+                    "tools/list",
+                    params,
+                    {"headers": {MCP_PROTOCOL_VERSION_HEADER: version}, "request_id": request_id},
+                )
+            finally:
+                del self._waiting[request_id]
+        why = self._unreadable.pop(request_id, "it was dropped")
+        raise McpRequestError(
+            self.server.name, "tools/list", f"the answer to tools/list could not be read: {why}"
         )
 
     async def _adopt_listing(self) -> None:
         listed, skipped = await self._list_tools()
         server = self.server
-        self._listing, self._shapes = build_listing(
-            server.name, server.prefix, listed, skipped, self._shapes, self._make_tool
+        listing, self._shapes = await build_listing(
+            server.name,
+            server.prefix,
+            listed,
+            skipped,
+            self._shapes,
+            self._make_tool,
+            limits=server.limits,
+            reserved=self._reserved,
         )
+        # A name reserved while the listing was being built is left out too.
+        self._listing = without_reserved(listing, self._reserved)
         self._version += 1
         changed, self._changed = self._changed, trio.Event()
         changed.set()
@@ -362,7 +478,7 @@ class McpConnection(ResourcesAndPrompts):
         )
 
     def _handler(self, remote: str, local: str, shape: ToolShape) -> Handler:
-        validator = shape.output_validator
+        check = structured_check(shape)
 
         async def call_remote(params: dict[str, Any], call: ToolCallContext) -> dict[str, Any]:
             """Call the remote tool with the arguments the engine decoded and checked.
@@ -375,12 +491,12 @@ class McpConnection(ResourcesAndPrompts):
                     span, self.server, self._identity, "tools/call", tool=(remote, local)
                 )
                 span.set_content("gen_ai.tool.call.arguments", params)
-                return await self._call(remote, local, params, validator)
+                return await self._call(remote, local, params, check)
 
         return call_remote
 
     async def _call(
-        self, remote: str, local: str, arguments: dict[str, Any], validator: Any
+        self, remote: str, local: str, arguments: dict[str, Any], check: _Check | None
     ) -> dict[str, Any]:
         """Call the remote tool; before the result (or the failure) is handed back, settle the
         re-listing a list-changed notification that came during the call started (module
@@ -391,7 +507,7 @@ class McpConnection(ResourcesAndPrompts):
         relistings = self._relistings
         announced = relistings.announced
         try:
-            body = await self._exchange(remote, local, arguments, validator)
+            body = await self._exchange(remote, local, arguments, check)
         except Exception:
             await self._settle_relisting(announced)
             raise
@@ -418,7 +534,7 @@ class McpConnection(ResourcesAndPrompts):
             await relistings.wait(target, lambda: self._lost is not None)
 
     async def _exchange(
-        self, remote: str, local: str, arguments: dict[str, Any], validator: Any
+        self, remote: str, local: str, arguments: dict[str, Any], check: _Check | None
     ) -> dict[str, Any]:
         import mcp_types as types
         from mcp import MCPError
@@ -442,19 +558,13 @@ class McpConnection(ResourcesAndPrompts):
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED:
                     self._mark_lost("the connection closed during a call")
-                    raise OutcomeUnknown(
-                        f"the connection to the MCP server {server.name!r} closed while "
-                        f"{local!r} was in flight; it may or may not have run"
-                    ) from None
+                    raise OutcomeUnknown(self._closed_in_flight(local)) from None
                 # The server refused the call with a protocol error: answered, so not unknown.
-                message = bounded_text(exc.message, limits.max_result_bytes)
+                message = bounded_text(self._redact(exc.message), limits.max_result_bytes)
                 raise McpToolError(local, message, exc.code) from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
                 self._mark_lost("the connection closed during a call")
-                raise OutcomeUnknown(
-                    f"the connection to the MCP server {server.name!r} closed while "
-                    f"{local!r} was in flight; it may or may not have run"
-                ) from None
+                raise OutcomeUnknown(self._closed_in_flight(local)) from None
             except ValidationError as exc:
                 raise McpMalformedResult(
                     f"the MCP server {server.name!r} answered {local!r} with something that is "
@@ -464,12 +574,19 @@ class McpConnection(ResourcesAndPrompts):
             if raw.get("isError") is True:
                 raise error_message(local, raw, limits.max_result_bytes)
             body = envelope(self.identity, remote, local, raw, limits.max_result_bytes)
-            if validator is not None:
-                check_structured(body, validator)
+            if check is not None:
+                check(body)
             return body
         raise OutcomeUnknown(
             f"the MCP server {server.name!r} did not answer {local!r} within "
             f"{limits.call_timeout} s (call_timeout); it may or may not have run"
+        )
+
+    def _closed_in_flight(self, local: str) -> str:
+        why = f" ({self._dropped})" if self._dropped is not None else ""
+        return (
+            f"the connection to the MCP server {self.server.name!r} closed while {local!r} was "
+            f"in flight{why}; it may or may not have run"
         )
 
     # ---- internals: the host task --------------------------------------------------------------
@@ -479,7 +596,16 @@ class McpConnection(ResourcesAndPrompts):
 
         # A transport error delivered here (e.g. a line on a stdio server's stdout that is not
         # JSON-RPC) does not lose the connection by itself: a broken transport closes it, and
-        # the calls in flight then fail on their own.
+        # the calls in flight then fail on their own. But the answer to a raw request of ours
+        # that could not be read fails that request now, with the parser's reason, rather than
+        # leave it to wait out its timeout.
+        if isinstance(message, Exception):
+            if self._waiting:
+                found = unreadable_answer(message)
+                if found is not None and isinstance(found[0], str) and found[0] in self._waiting:
+                    self._unreadable[found[0]] = self._redact(found[1])
+                    self._waiting[found[0]].cancel()
+            return
         if isinstance(message, types.ToolListChangedNotification) and self._relist is not None:
             self._relistings.announce()
             # When a re-listing is already due, it has not started: it will see this change too.
@@ -495,8 +621,10 @@ class McpConnection(ResourcesAndPrompts):
         send, receive = trio.open_memory_channel[None](1)
         try:
             async with AsyncExitStack() as stack:
-                errlog = self._stderr if self._stderr is not None else sys.stderr
-                read, write = await open_transport(self.server, stack, errlog)
+                stderr = self._stderr if self._stderr is not None else StderrTail()
+                read, write = await open_transport(
+                    self.server, stack, stderr, self._transport_dropped
+                )
                 # Our own dispatcher, for the raw tools/list answers (``_raw_tools_page``).
                 dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
                 session = await stack.enter_async_context(
@@ -525,7 +653,7 @@ class McpConnection(ResourcesAndPrompts):
             if not started:
                 raise
             # After the start, a failing transport is a lost connection, not the caller's error.
-            self._mark_lost(f"the connection failed: {type(exc).__name__}: {exc}")
+            self._mark_lost(self._redact(f"the connection failed: {type(exc).__name__}: {exc}"))
         finally:
             self._session = None
             self._dispatcher = None
@@ -533,14 +661,23 @@ class McpConnection(ResourcesAndPrompts):
             send.close()
             receive.close()
 
+    def _stderr_clause(self) -> str:
+        return self._stderr.clause() if self._stderr is not None else ""
+
     async def _relist_on_change(self, receive: trio.MemoryReceiveChannel[None]) -> None:
+        """List the tools again each time the server announced a change since the last
+        listing started, the starts at least ``relist_interval`` apart: the announcements that
+        come meanwhile wait in the channel as one (see ``_handle_message``)."""
         relistings = self._relistings
+        interval = self.server.limits.relist_interval
         async for _ in receive:
+            started = trio.current_time()
             covers = relistings.announced
             # On failure the previous listing stays; `lost` says why if the connection is gone.
             with suppress(McpRequestError):
                 await self._adopt_listing()
             relistings.finished(covers)
+            await trio.sleep_until(started + interval)
 
 
 @asynccontextmanager
@@ -553,8 +690,8 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
     fails or takes longer.
 
     Leaving the block closes the session and the transport before returning: a stdio server gets
-    its stdin closed, then SIGTERM, then SIGKILL (each after a bounded wait), so no process
-    outlives the block. A connection that fails while the block runs does not interrupt it:
+    its stdin closed, then SIGTERM, then SIGKILL, sent to its whole process group (each after a
+    bounded wait), so no process outlives the block. A connection that fails while the block runs does not interrupt it:
     calls then fail as described on :class:`McpConnection`.
 
     Cancellation: cancelling the connect (or the block) closes everything opened so far, shielded
@@ -566,33 +703,33 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
         )
     connection = McpConnection(server)
     timeout = server.limits.connect_timeout
-    stack = AsyncExitStack()
     if isinstance(server, StdioServer):
-        # The process's stderr goes to a file of ours, so a failure can quote its end.
-        connection._stderr = stack.enter_context(
-            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
-        )
+        # The end of the process's stderr is kept, so a failure can quote it.
+        connection._stderr = StderrTail()
     try:
-        async with stack, trio.open_nursery() as nursery:
-            try:
-                with trio.fail_after(timeout):
-                    await nursery.start(connection._host)
-            except trio.TooSlowError:
-                raise McpConnectError(
-                    server.name,
-                    f"no handshake and tool listing within {timeout} s (connect_timeout)"
-                    + stderr_tail(connection._stderr),
-                ) from None
-            except McpConnectError:
-                raise
-            except Exception as exc:
-                raise McpConnectError(
-                    server.name, _reason(exc) + stderr_tail(connection._stderr)
-                ) from exc
-            try:
-                yield connection
-            finally:
-                connection._stop.set()
+        with redacting_logs(connection._secrets):
+            async with trio.open_nursery() as nursery:
+                try:
+                    with trio.fail_after(timeout):
+                        await nursery.start(connection._host)
+                except trio.TooSlowError:
+                    raise McpConnectError(
+                        server.name,
+                        f"no handshake and tool listing within {timeout} s (connect_timeout)"
+                        + connection._stderr_clause(),
+                    ) from None
+                except McpConnectError:
+                    raise
+                except Exception as exc:
+                    why = connection._dropped or connection._redact(_reason(exc))
+                    reason = why + connection._stderr_clause()
+                    if connection._secrets:  # the cause's message may quote a secret
+                        raise McpConnectError(server.name, reason) from None
+                    raise McpConnectError(server.name, reason) from exc
+                try:
+                    yield connection
+                finally:
+                    connection._stop.set()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None

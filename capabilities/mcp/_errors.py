@@ -21,7 +21,8 @@ class McpConnectError(ConnectionError):
     """The server could not be started, reached or initialized within the connect timeout.
 
     ``server`` names it (its configured name), ``reason`` says what happened; for a stdio server
-    whose process wrote to stderr, the message ends with the last lines it wrote.
+    whose process wrote to stderr, the message ends with the last 4 KiB it wrote. An HTTP
+    server's header values and query values are masked in it (``***``).
     """
 
     def __init__(self, server: str, reason: str) -> None:

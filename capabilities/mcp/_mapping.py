@@ -21,21 +21,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
 import jsonschema
 
-from effectagent.ai import OutputSchemaViolation
+from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, OutputSchemaViolation
 from effectagent.effect import SchemaIssue
 
 from ._errors import McpResultTooLarge, McpToolError
+from ._schemas import schema_trouble
 
 __all__ = [
     "ServerIdentity",
     "bounded_text",
     "check_structured",
+    "structured_check",
     "ToolShape",
     "encoded_size",
     "envelope",
@@ -139,20 +141,21 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
     """Map one tool of a ``tools/list`` answer (its JSON form) to the shape of a dynamic tool.
 
     The input schema must be a valid JSON Schema describing an object; an output schema must be
-    valid too. An object-shaped output schema is bound as the success schema (the envelope's
-    ``structured``, required, with the schema's definitions moved to the root), so the engine
-    checks structured content against it at the tool boundary; any other output schema is compiled into
-    ``output_validator`` for the handler to check. Raises :class:`UnusableTool` otherwise.
+    valid too, and no check against either may recurse without end or past the stack (see
+    ``_schemas``: a ``$ref`` loop, a schema too deep). An object-shaped output schema is bound as
+    the success schema (the envelope's ``structured``, required, with the schema's definitions
+    moved to the root), so the engine checks structured content against it at the tool boundary;
+    any other output schema is compiled into ``output_validator`` for the handler to check.
+    Raises :class:`UnusableTool` otherwise.
     """
     name = str(remote.get("name", ""))
     description = remote.get("description") or f"The tool {name!r} of the MCP server {server!r}."
     parameters = remote.get("inputSchema")
     if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
-        raise UnusableTool(f"its input schema does not describe an object: {parameters!r}")
-    try:
-        jsonschema.Draft202012Validator.check_schema(parameters)
-    except jsonschema.SchemaError as exc:
-        raise UnusableTool(f"its input schema is not a valid JSON Schema: {exc.message}") from None
+        raise UnusableTool(f"its input schema does not describe an object: {_shown(parameters)}")
+    problem = _schema_problem(parameters, ARGUMENT_LEVELS)
+    if problem is not None:
+        raise UnusableTool(f"its input schema {problem}")
     # The envelope's frame is built by ``envelope``, so only the structured content needs a
     # check on every call (the engine runs the success schema over each result): without an
     # output schema there is no success schema at all.
@@ -161,13 +164,10 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
     output = remote.get("outputSchema")
     if output is not None:
         if not isinstance(output, Mapping):
-            raise UnusableTool(f"its output schema is not a JSON object: {output!r}")
-        try:
-            jsonschema.Draft202012Validator.check_schema(output)
-        except jsonschema.SchemaError as exc:
-            raise UnusableTool(
-                f"its output schema is not a valid JSON Schema: {exc.message}"
-            ) from None
+            raise UnusableTool(f"its output schema is not a JSON object: {_shown(output)}")
+        problem = _schema_problem(output, STRUCTURED_LEVELS + 1)
+        if problem is not None:
+            raise UnusableTool(f"its output schema {problem}")
         if _bindable(output):
             nested = {
                 k: v for k, v in output.items() if k not in ("$defs", "definitions", "$schema")
@@ -195,6 +195,87 @@ def tool_shape(server: str, remote: Mapping[str, Any]) -> ToolShape:
     return ToolShape(str(description), dict(parameters), success, options, validator)
 
 
+#: The deepest value a check of a tool's arguments sees, plus one: the engine decodes arguments
+#: at most ``DEFAULT_ARGUMENT_LIMITS.max_depth`` levels deep before it checks them.
+ARGUMENT_LEVELS = DEFAULT_ARGUMENT_LIMITS.max_depth + 1
+
+# A schema's JSON text -> what is wrong with it (None: nothing), for the schemas seen lately: a
+# listing with many tools of one schema checks it once, and a re-listing not at all.
+_VERDICTS: dict[tuple[str, int | None], str | None] = {}
+_MAX_VERDICTS = 1024
+
+
+def _schema_problem(schema: Mapping[str, Any], value_levels: int | None) -> str | None:
+    """Why ``schema`` cannot check a tool's values, as a clause ("is not a valid JSON Schema:
+    ...", "refers to itself without end ..."), or None. The recursion it could cause is judged
+    first (``_schemas``), by a walk of its own, so a hostile schema cannot exhaust the stack of
+    ``check_schema`` either."""
+    trouble = schema_trouble(schema, value_levels)
+    if trouble is not None:
+        return trouble
+    key = (json.dumps(schema, sort_keys=True), value_levels)
+    if key in _VERDICTS:
+        return _VERDICTS[key]
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        verdict: str | None = f"is not a valid JSON Schema: {exc.message}"
+    else:
+        verdict = None
+    if len(_VERDICTS) >= _MAX_VERDICTS:
+        _VERDICTS.clear()
+    _VERDICTS[key] = verdict
+    return verdict
+
+
+def _shown(value: object) -> str:
+    """``value``'s repr, cut to a few hundred characters: a refusal quotes what it refused."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
+#: How deep the structured content of a tool with an output schema may nest: as deep as the
+#: arguments the engine checks, so that the output schema is judged like the input schema.
+STRUCTURED_LEVELS = ARGUMENT_LEVELS - 1
+
+
+def structured_check(shape: ToolShape) -> Callable[[Mapping[str, Any]], None] | None:
+    """What the handler checks of each envelope of a tool of ``shape`` before handing it over
+    (None: nothing) — for a tool with an output schema, that its structured content is at most
+    :data:`STRUCTURED_LEVELS` deep (its output schema was judged for that depth, ``_schemas``),
+    then the output schema that could not be bound (:func:`check_structured`). Raises
+    ``OutputSchemaViolation``."""
+    validator = shape.output_validator
+    if validator is None and shape.success_schema is None:
+        return None
+
+    def check(body: Mapping[str, Any]) -> None:
+        if "structured" in body and _deeper_than(body["structured"], STRUCTURED_LEVELS):
+            raise OutputSchemaViolation(
+                "result violates its schema: its structured content is nested deeper than "
+                f"{STRUCTURED_LEVELS} levels, too deep to check"
+            )
+        if validator is not None:
+            check_structured(body, validator)
+
+    return check
+
+
+def _deeper_than(value: Any, levels: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth > levels:
+                return True
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            if depth > levels:
+                return True
+            stack.extend((child, depth + 1) for child in item)
+    return False
+
+
 def check_structured(body: Mapping[str, Any], validator: jsonschema.protocols.Validator) -> None:
     """Check an envelope's structured content against an output schema that could not be bound
     as the success schema; raises ``OutputSchemaViolation`` naming each problem (at most 20)."""
@@ -203,7 +284,12 @@ def check_structured(body: Mapping[str, Any], validator: jsonschema.protocols.Va
             "result violates its schema: the tool declares an output schema but sent no "
             "structured content"
         )
-    errors = sorted(validator.iter_errors(body["structured"]), key=str)
+    try:
+        errors = sorted(validator.iter_errors(body["structured"]), key=str)
+    except RecursionError:
+        raise OutputSchemaViolation(
+            "result violates its schema: its structured content is nested too deep to check"
+        ) from None
     if errors:
         issues = tuple(_issue(error) for error in errors[:20])
         raise OutputSchemaViolation(

@@ -14,6 +14,8 @@ import attrs
 from effectagent.ai import ToolAnnotations
 from effectagent.effect import ServiceKey
 
+from ._redact import masked_url
+
 __all__ = ["HttpServer", "McpLimits", "McpServer", "NeedsApproval", "StdioServer"]
 
 #: Whether a remote tool needs approval: a bool for every tool, or a function of its annotations.
@@ -32,6 +34,11 @@ def _positive_int(instance: object, attribute: attrs.Attribute[Any], value: obje
         raise ValueError(f"{attribute.name} must be a positive int, got {value!r}")
 
 
+def _seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if type(value) not in (int, float) or not 0 <= value < float("inf"):  # type: ignore[operator]
+        raise ValueError(f"{attribute.name} must be a finite number >= 0, got {value!r}")
+
+
 @attrs.frozen
 class McpLimits:
     """The bounds of one connection; every one is finite.
@@ -42,12 +49,38 @@ class McpLimits:
       for its answer; a tool call that runs out is settled as an unknown outcome;
     * ``max_result_bytes`` — the size of a tool result (or a resource read, a prompt) once
       mapped to compact JSON; a larger one is refused with :class:`McpResultTooLarge`. The
-      transport still reads the whole message before it is measured.
+      transport still reads the whole message before it is measured;
+    * ``max_message_bytes`` — the size of one message the server sends, as it comes: a stdio
+      server's line longer than that drops the connection, saying why (``lost``; a call in
+      flight is settled as an unknown outcome, a connect fails). Over streamable HTTP it bounds
+      one server-sent event; a plain JSON answer is read by the SDK whole. A message is parsed in
+      one go, holding the event loop for about a tenth of a second per MiB.
+
+    What a tool listing may hold (each tool over a bound is left out and named in
+    ``connection.skipped`` with the reason; the others are offered):
+
+    * ``max_tools`` — the tools read from the server's listing, in its order, over all its pages;
+      the rest of the page that reaches it is skipped and its further pages are not asked for;
+    * ``max_description_chars`` — the length of one tool's description;
+    * ``max_listing_bytes`` — the size of the offered tools' definitions together (as JSON): a
+      tool that would take the listing past it is skipped;
+    * ``relist_interval`` — seconds between the starts of two re-listings the server's
+      ``list_changed`` notifications cause: the notifications that come meanwhile are covered by
+      the next one, so a server that keeps announcing changes cannot keep the client listing.
+
+    ``max_list_items`` bounds a listing of resources or prompts (all its pages together): one
+    that goes past it, or past 100 pages, is refused with :class:`McpRequestError`.
     """
 
     connect_timeout: float = attrs.field(default=20.0, validator=_positive_seconds)
     call_timeout: float = attrs.field(default=60.0, validator=_positive_seconds)
     max_result_bytes: int = attrs.field(default=256 * 1024, validator=_positive_int)
+    max_message_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=_positive_int)
+    max_tools: int = attrs.field(default=1_000, validator=_positive_int)
+    max_description_chars: int = attrs.field(default=10_000, validator=_positive_int)
+    max_listing_bytes: int = attrs.field(default=2 * 1024 * 1024, validator=_positive_int)
+    relist_interval: float = attrs.field(default=0.5, validator=_seconds)
+    max_list_items: int = attrs.field(default=10_000, validator=_positive_int)
 
 
 def _check_prefix(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -127,8 +160,29 @@ def _env_map(value: object) -> Mapping[str, str] | None:
     return _str_map("env", value)
 
 
+# A header's name (an HTTP token) and value (visible ASCII, spaces and tabs only inside it).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"([\x21-\x7e]([\x20-\x7e\t]*[\x21-\x7e])?)?")
+
+
 def _headers_map(value: object) -> Mapping[str, str] | None:
-    return _str_map("headers", value)
+    """``headers``, converted and checked: each name an HTTP header name, each value one HTTP
+    carries as it is. A refusal names the key, never the value (the HTTP library's refusal,
+    later, quoted it)."""
+    headers = _str_map("headers", value)
+    for key, item in (headers or {}).items():
+        if not _HEADER_NAME.fullmatch(key):
+            raise ValueError(
+                f"headers: the name {key!r} is not an HTTP header name (letters, digits and "
+                "!#$%&'*+-.^_`|~)"
+            )
+        if not _HEADER_VALUE.fullmatch(item):
+            raise ValueError(
+                f"headers[{key!r}]: the value is not one HTTP carries: printable ASCII only, no "
+                "line break or other control character, no space at either end (a token read "
+                "from a file often ends with a newline: strip it)"
+            )
+    return headers
 
 
 @attrs.frozen(eq=False)  # identity, like a Tool: each server has its own service key
@@ -163,12 +217,16 @@ class StdioServer:
 class HttpServer:
     """An MCP server reached over streamable HTTP at ``url`` (``http://`` or ``https://``).
 
-    ``headers`` are sent with every request (e.g. an authorization header). ``name`` (default:
-    the URL's host and port), ``prefix``, ``limits``, ``needs_approval`` and ``key`` are as for
-    :class:`StdioServer`.
+    ``headers`` are sent with every request (e.g. an authorization header): each name must be an
+    HTTP header name and each value printable ASCII without line breaks (a refusal names the key,
+    never the value). Credentials belong there: the URL must not hold a user or password, and
+    though a query string (``?api_key=...``) is sent as given, it is shown masked (``?api_key=***``)
+    in the repr and in every message, and masked in what the SDK and httpx2 log. A header value
+    or query value an error quotes is masked too. ``name`` (default: the URL's host and port),
+    ``prefix``, ``limits``, ``needs_approval`` and ``key`` are as for :class:`StdioServer`.
     """
 
-    url: str = attrs.field(validator=_check_url)
+    url: str = attrs.field(validator=_check_url, repr=masked_url)
     headers: Mapping[str, str] | None = attrs.field(
         default=None, converter=_headers_map, repr=False
     )
@@ -180,8 +238,9 @@ class HttpServer:
 
     @name.default
     def _default_name(self) -> str:
+        # The host and port: never the path, the query or the fragment.
         rest = self.url.split("://", 1)[-1]
-        return rest.split("/", 1)[0] or self.url
+        return re.split(r"[/?#]", rest, maxsplit=1)[0] or masked_url(self.url)
 
 
 #: Either kind of server.

@@ -10,7 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ import pytest
 from capabilities.mcp import HttpServer, McpLimits, StdioServer
 
 DEMO = Path(__file__).parent / "servers" / "demo.py"
+HOSTILE = Path(__file__).parent / "servers" / "hostile.py"
 
 #: Generous for a real process on a loaded machine; a hung call is cut by CALL_TIMEOUT.
 LIMITS = McpLimits(connect_timeout=30.0, call_timeout=20.0)
@@ -84,6 +85,26 @@ def demo(call_log: Path, no_leaked_children: None) -> StdioServer:
         prefix="demo",
         limits=LIMITS,
     )
+
+
+#: Makes a server of ``servers/hostile.py`` from its configuration (see there), named ``hostile``.
+MakeHostile = Callable[..., StdioServer]
+
+
+@pytest.fixture
+def hostile(tmp_path: Path, no_leaked_children: None) -> MakeHostile:
+    """A factory of hostile servers: ``hostile(config, prefix=..., limits=...)``."""
+    made = 0
+
+    def make(config: dict[str, Any], **options: Any) -> StdioServer:
+        nonlocal made
+        made += 1
+        path = tmp_path / f"hostile-{made}.json"
+        path.write_text(json.dumps(config))
+        options.setdefault("limits", LIMITS)
+        return StdioServer(sys.executable, [str(HOSTILE), str(path)], name="hostile", **options)
+
+    return make
 
 
 @pytest.fixture

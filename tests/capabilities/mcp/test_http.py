@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import gc
+import json
+import logging
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +142,77 @@ async def test_headers_are_sent_with_every_request(demo_http: HttpServer, call_l
         echoed = await invoke(connection, "demo_echo", {"text": "with headers"})
     assert echoed["content"][0]["text"] == "with headers"
     assert calls(call_log)[-1]["authorization"] == "Bearer not-a-secret"
+
+
+CANARY = "canary-5e1d0c9b7a"
+
+
+async def _echoing_server(stream: trio.SocketStream) -> None:
+    """Answers every JSON-RPC request with an error that quotes the request's Authorization
+    header and target: a server (or a proxy) that says back what it was sent."""
+    buffer = b""
+    while True:
+        while b"\r\n\r\n" not in buffer:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buffer += data
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        request_line, *lines = head.decode("latin-1").split("\r\n")
+        target = request_line.split(" ")[1]
+        fields = dict(line.split(":", 1) for line in lines)
+        headers = {name.lower(): value.strip() for name, value in fields.items()}
+        length = int(headers.get("content-length", "0"))
+        while len(buffer) < length:
+            buffer += await stream.receive_some(65536)
+        body, buffer = buffer[:length], buffer[length:]
+        request = json.loads(body) if body else {}
+        if "id" not in request:
+            await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+            continue
+        said = f"refused {headers.get('authorization')} at {target}"
+        answer = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32600, "message": said}}
+        data = json.dumps(answer).encode()
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+
+
+async def test_an_error_that_echoes_a_header_or_the_query_does_not_carry_them() -> None:
+    """The connection wraps what the transport and the server said into McpConnectError: a
+    header value or a query parameter in it reached messages, logs and the model."""
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, _echoing_server, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        server = HttpServer(
+            f"http://127.0.0.1:{port}/mcp?api_key={CANARY}q",
+            headers={"Authorization": f"Bearer {CANARY}h"},
+            name="echoing",
+            limits=McpLimits(connect_timeout=20),
+        )
+        with trio.fail_after(30), pytest.raises(McpConnectError, match="refused") as caught:
+            async with connect(server):
+                pass  # pragma: no cover - refused before
+        nursery.cancel_scope.cancel()
+    assert CANARY not in str(caught.value)
+    assert CANARY not in caught.value.reason
+    assert caught.value.__cause__ is None  # the SDK's error, quoting both, is not chained
+    assert "api_key=***" in str(caught.value)
+
+
+async def test_the_sdk_and_http_logs_do_not_show_the_query(
+    demo_http: HttpServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The SDK logs the URL it connects to (DEBUG) and httpx2 each request's URL (INFO)."""
+    keyed = attrs.evolve(demo_http, url=f"{demo_http.url}?api_key={CANARY}")
+    with caplog.at_level(logging.DEBUG):
+        async with connect(keyed) as connection:
+            echoed = await invoke(connection, "demo_echo", {"text": "keyed"})
+    assert echoed["content"][0]["text"] == "keyed"
+    logged = [record.getMessage() for record in caplog.records]
+    assert any("api_key=***" in message for message in logged)
+    assert not [message for message in logged if CANARY in message]

@@ -12,12 +12,14 @@ import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+from capabilities.mcp import McpLimits
 from capabilities.mcp._listing import (
     NotAListing,
     Relistings,
     build_listing,
     checked_tools,
     tool_page,
+    unreadable_answer,
 )
 from capabilities.mcp._mapping import ToolShape
 from effectagent.ai import Tool
@@ -25,8 +27,8 @@ from effectagent.ai import Tool
 _OBJECT = {"type": "object", "properties": {}}
 
 
-def test_each_tool_is_checked_on_its_own() -> None:
-    valid, skipped = checked_tools(
+async def test_each_tool_is_checked_on_its_own() -> None:
+    valid, skipped = await checked_tools(
         [
             {"name": "echo", "inputSchema": _OBJECT, "annotations": {"readOnlyHint": True}},
             {"name": 5, "inputSchema": _OBJECT},
@@ -142,13 +144,13 @@ def _made(remote: str, local: str, shape: ToolShape) -> Tool[Any, Any]:
     )
 
 
-def test_a_second_tool_of_a_name_is_skipped_and_the_first_offered() -> None:
+async def test_a_second_tool_of_a_name_is_skipped_and_the_first_offered() -> None:
     listed = [
         {"name": "echo", "description": "first", "inputSchema": _OBJECT},
         {"name": "echo", "description": "second", "inputSchema": _OBJECT},
         {"name": "other", "inputSchema": _OBJECT},
     ]
-    listing, _ = build_listing("srv", "s", listed, [], {}, _made)
+    listing, _ = await build_listing("srv", "s", listed, [], {}, _made)
     assert [tool.name for tool in listing.tools] == ["s_echo", "s_other"]
     assert listing.tools[0].description.startswith("first")
     assert [(t.name, t.reason) for t in listing.skipped] == [
@@ -156,7 +158,7 @@ def test_a_second_tool_of_a_name_is_skipped_and_the_first_offered() -> None:
     ]
 
 
-def test_a_tool_whose_schema_refers_outside_itself_is_skipped() -> None:
+async def test_a_tool_whose_schema_refers_outside_itself_is_skipped() -> None:
     listed = [
         {
             "name": "dangling",
@@ -168,8 +170,103 @@ def test_a_tool_whose_schema_refers_outside_itself_is_skipped() -> None:
         },
         {"name": "fine", "inputSchema": _OBJECT},
     ]
-    listing, _ = build_listing("srv", None, listed, [], {}, _made)
+    listing, _ = await build_listing("srv", None, listed, [], {}, _made)
     assert [tool.name for tool in listing.tools] == ["fine"]
     reasons = {t.name: t.reason for t in listing.skipped}
     assert set(reasons) == {"dangling", "remote"}
     assert "refers to '#/$defs/x', which it does not hold" in reasons["dangling"]
+
+
+def _tools(count: int, description: str = "d") -> list[dict[str, Any]]:
+    return [
+        {"name": f"t{i}", "description": description, "inputSchema": _OBJECT} for i in range(count)
+    ]
+
+
+async def test_building_a_listing_lets_the_other_tasks_run() -> None:
+    """Checking a tool's schemas takes a while: a listing of thousands of tools held the event
+    loop for seconds (and ran past connect_timeout, which could not interrupt it)."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await trio.lowlevel.checkpoint()
+            ticks += 1
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        await trio.lowlevel.checkpoint()  # the ticker runs: it never blocks, only yields
+        before = ticks
+        valid, skipped = await checked_tools(_tools(40))
+        listing, _ = await build_listing("srv", None, valid, skipped, {}, _made)
+        during = ticks - before
+        nursery.cancel_scope.cancel()
+    assert len(listing.tools) == 40
+    assert during >= 40  # the others ran between each two tools, at least
+
+
+async def test_a_description_over_the_limit_and_tools_past_the_listing_size_are_skipped() -> None:
+    limits = McpLimits(max_description_chars=100, max_listing_bytes=2_000)
+    listed = [
+        {"name": "wordy", "description": "D" * 101, "inputSchema": _OBJECT},
+        *_tools(30, "x" * 90),
+    ]
+    listing, _ = await build_listing("srv", None, listed, [], {}, _made, limits=limits)
+    reasons = {t.name: t.reason for t in listing.skipped}
+    assert reasons["wordy"] == (
+        "its description is 101 characters, over the limit of 100 (max_description_chars)"
+    )
+    kept = [tool.name for tool in listing.tools]
+    assert kept == [f"t{i}" for i in range(len(kept))]  # the first ones, in the server's order
+    assert 5 < len(kept) < 30
+    assert set(reasons) == {"wordy"} | {f"t{i}" for i in range(len(kept), 30)}
+    assert reasons["t29"] == (
+        "the tools before it fill the listing's limit of 2000 bytes (max_listing_bytes)"
+    )
+
+
+def test_the_listing_limits_have_finite_defaults() -> None:
+    limits = McpLimits()
+    assert limits.max_tools == 1_000
+    assert limits.max_description_chars == 10_000
+    assert limits.max_listing_bytes == 2 * 1024 * 1024
+    assert limits.relist_interval == 0.5
+    for field in ("max_tools", "max_description_chars", "max_listing_bytes"):
+        with pytest.raises(ValueError, match=field):
+            McpLimits(**{field: 0})
+    with pytest.raises(ValueError, match="relist_interval"):
+        McpLimits(relist_interval=float("inf"))
+
+
+def _parse_error(line: str | bytes) -> Exception:
+    import mcp_types as types
+
+    try:
+        types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as exc:
+        return exc
+    raise AssertionError("parsed")  # pragma: no cover
+
+
+_DEEP = '{"a": ' * 300 + "1" + "}" * 300
+
+
+@pytest.mark.parametrize(
+    ("line", "found"),
+    [
+        ('{"jsonrpc": "2.0", "id": "ours-1", "result": ' + _DEEP + "}", "ours-1"),
+        ('{"jsonrpc": "2.0", "result": ' + _DEEP + ', "id": 7}', 7),
+        ('{"result": {"id": "inner"}, "jsonrpc": "2.0", "x": ' + _DEEP + "}", None),
+        ('{"jsonrpc": "2.0", "id": "shape", "result": 5}', "shape"),
+    ],
+)
+def test_an_answer_that_cannot_be_parsed_still_says_which_request_it_answers(
+    line: str, found: object
+) -> None:
+    for text in (line, line.encode()):  # the SDK's transports parse text, ours bytes
+        answered = unreadable_answer(_parse_error(text))
+        assert answered is not None
+        assert answered[0] == found
+        assert answered[1]  # the parser's reason
+    assert unreadable_answer(ValueError("not a parser's")) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,13 +12,14 @@ from capabilities.mcp._errors import McpResultTooLarge
 from capabilities.mcp._mapping import (
     UnusableTool,
     bounded_text,
+    check_structured,
     encoded_size,
     envelope,
     error_message,
     local_names,
     tool_shape,
 )
-from effectagent.ai import Tool
+from effectagent.ai import OutputSchemaViolation, Tool
 from effectagent.effect import SchemaError
 
 ID = ServerIdentity("demo", "1.0", "2025-11-25")
@@ -166,3 +168,115 @@ def test_bounded_text_keeps_a_short_text_and_cuts_a_long_one_within_the_limit() 
     cut = bounded_text("ü" * 200, 64)
     assert len(cut.encode()) <= 64
     assert cut.endswith("[cut at 64 bytes]")
+
+
+# ---- schemas that no validation could finish, or that are too deep -------------------------------
+
+_LOOP = {"q": {"$ref": "#/$defs/x"}}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        # A definition that is only itself: checking anything against it never ends.
+        {"type": "object", "properties": _LOOP, "$defs": {"x": {"$ref": "#/$defs/x"}}},
+        # Two that are each other.
+        {
+            "type": "object",
+            "properties": {"q": {"$ref": "#/$defs/a"}},
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"allOf": [{"$ref": "#/$defs/a"}]}},
+        },
+        # The root, again, at the same place of the instance.
+        {"type": "object", "anyOf": [{"$ref": "#"}]},
+        # An anchor that names the schema it is in.
+        {"type": "object", "properties": {"q": {"$anchor": "me", "not": {"$ref": "#me"}}}},
+        # A pointer in the JSON Pointer's escaped form.
+        {"type": "object", "properties": {"a/b": {"$ref": "#/properties/a~1b"}}},
+    ],
+)
+def test_a_schema_that_refers_to_itself_without_end_is_unusable(schema: dict[str, Any]) -> None:
+    """The engine's argument check recursed until Python's limit: a RecursionError that failed
+    the whole run, not the one call."""
+    with pytest.raises(UnusableTool, match="refers to itself without end"):
+        tool_shape("s", {"name": "t", "inputSchema": schema})
+    loop_out = {"name": "t", "inputSchema": OBJECT, "outputSchema": schema}
+    with pytest.raises(UnusableTool, match="its output schema refers to itself without end"):
+        tool_shape("s", loop_out)
+
+
+def test_a_schema_resource_of_its_own_inside_the_schema_is_unusable() -> None:
+    """A nested ``$id`` moves where ``#`` points, so the loop check could not follow it."""
+    schema = {"type": "object", "properties": {"q": {"$id": "https://e.x/q", "$ref": "#"}}}
+    with pytest.raises(UnusableTool, match=r"\$id"):
+        tool_shape("s", {"name": "t", "inputSchema": schema})
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
+def _chain(length: int) -> dict[str, Any]:
+    defs: dict[str, Any] = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(length)}
+    defs[f"d{length}"] = {"type": "string"}
+    return {"type": "object", "properties": {"q": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+def test_a_schema_nested_too_deep_is_unusable() -> None:
+    tool_shape("s", {"name": "t", "inputSchema": _nested(20)})  # 40 levels of JSON: fine
+    with pytest.raises(UnusableTool, match="nested deeper than 64 levels"):
+        tool_shape("s", {"name": "t", "inputSchema": _nested(40)})
+    with pytest.raises(UnusableTool, match="its output schema is nested deeper"):
+        tool_shape("s", {"name": "t", "inputSchema": OBJECT, "outputSchema": _nested(40)})
+
+
+def test_references_that_lead_too_deep_make_a_schema_unusable() -> None:
+    tool_shape("s", {"name": "t", "inputSchema": _chain(50)})
+    with pytest.raises(UnusableTool, match="too deep to check"):
+        tool_shape("s", {"name": "t", "inputSchema": _chain(400)})
+
+
+TREE: dict[str, Any] = {
+    "type": "object",
+    "properties": {"root": {"$ref": "#/$defs/node"}},
+    "$defs": {
+        "node": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "children": {"type": "array", "items": {"$ref": "#/$defs/node"}},
+            },
+        }
+    },
+}
+
+
+def test_a_recursive_schema_that_descends_into_the_value_is_usable() -> None:
+    """A tree refers to itself too, but each turn goes one level into the value, which the
+    engine bounds: it is offered, and arguments as deep as the engine takes are checked."""
+    shape = tool_shape("s", {"name": "t", "inputSchema": TREE})
+    tool = Tool.dynamic("t", "d", shape.parameters_schema)
+    node: dict[str, Any] = {"name": "leaf"}
+    for _ in range(15):  # 31 levels of JSON: the deepest the engine decodes is 32
+        node = {"name": "n", "children": [node]}
+    assert tool.decode_arguments(json.dumps({"root": node}))["root"]["name"] == "n"
+    with pytest.raises(SchemaError, match="children"):
+        tool.decode_arguments(json.dumps({"root": {"children": [{"name": 5}]}}))
+
+
+def test_structured_content_too_deep_to_check_is_a_violation_not_a_crash() -> None:
+    """An output schema that cannot be bound is checked by the handler; a result nested deeper
+    than Python's recursion allows broke the check with a RecursionError."""
+    nested_list = {
+        "$ref": "#/$defs/n",
+        "$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}},
+    }
+    shape = tool_shape("s", {"name": "t", "inputSchema": OBJECT, "outputSchema": nested_list})
+    assert shape.output_validator is not None
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(OutputSchemaViolation, match="too deep to check"):
+        check_structured({"structured": deep}, shape.output_validator)

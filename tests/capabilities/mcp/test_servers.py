@@ -76,3 +76,39 @@ async def test_connecting_to_what_is_not_a_server_does_not_echo_it() -> None:
         async with connect(config):  # type: ignore[arg-type]
             pass  # pragma: no cover - refused before
     assert CANARY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("headers", "message"),
+    [
+        # A token read from a file ends with its newline: h11 refused it later, quoting it.
+        ({"Authorization": f"Bearer {CANARY}\n"}, r"headers\['Authorization'\]: the value"),
+        ({"Authorization": f"Bearer {CANARY}\r\nX-Injected: 1"}, r"headers\['Authorization'\]"),
+        ({"X-Key": f"{CANARY}\x00"}, r"headers\['X-Key'\]: the value"),
+        ({"X-Key": f"\x1b[2J{CANARY}"}, r"headers\['X-Key'\]: the value"),
+        ({"X-Key": f"{CANARY}é"}, r"headers\['X-Key'\]: the value"),
+        ({"X-Key": f" {CANARY}"}, r"headers\['X-Key'\]: the value"),
+        ({"X-Bad\n": CANARY}, r"headers: the name 'X-Bad\\n' is not"),
+        ({"X Bad": CANARY}, r"headers: the name 'X Bad' is not"),
+        ({"": CANARY}, r"headers: the name '' is not"),
+    ],
+)
+def test_a_header_that_http_cannot_carry_is_refused_naming_only_its_key(
+    headers: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message) as caught:
+        HttpServer("https://mcp.example.com/mcp", headers=headers)
+    assert CANARY not in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_query_of_a_url_shows_in_no_repr() -> None:
+    """An API key in the query string (``?api_key=...``) was shown by the repr."""
+    server = HttpServer(f"https://mcp.example.com/mcp?api_key={CANARY}&v=2")
+    assert CANARY not in repr(server)
+    assert "mcp.example.com/mcp?api_key=***&v=***" in repr(server)
+    assert server.url.endswith(CANARY + "&v=2")  # kept, only not shown
+    assert server.name == "mcp.example.com"
+    bare = HttpServer(f"https://mcp.example.com?api_key={CANARY}")
+    assert bare.name == "mcp.example.com"  # was the host and the query: in every message
+    assert CANARY not in repr(bare)
