@@ -621,6 +621,10 @@ def _validate(validator: jsonschema.protocols.Validator, value: Any) -> None:
         errors = sorted(validator.iter_errors(value), key=lambda e: list(e.absolute_path))
     except referencing.exceptions.Unresolvable as exc:  # what the schema check could not see
         raise SchemaError((SchemaIssue("$", f"the schema cannot be followed: {exc}"),)) from None
+    except RecursionError:  # a $ref that leads back to itself at the same place of the value
+        raise SchemaError(
+            (SchemaIssue("$", "the schema refers back to itself without end here"),)
+        ) from None
     if errors:
         raise SchemaError(
             tuple(SchemaIssue(_json_path(e.absolute_path), e.message) for e in errors[:20])

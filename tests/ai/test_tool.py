@@ -592,3 +592,19 @@ def test_inner_tools_that_are_not_tools_are_refused_naming_the_argument(
     with pytest.raises(TypeError) as caught:
         Tool("t", "Outer.", inner_tools=inner)
     assert message in str(caught.value)
+
+
+def test_a_schema_that_refers_back_to_itself_is_invalid_input_or_a_violation_not_a_crash() -> None:
+    """A dynamic tool's schema with a ``$ref`` leading back to the same place of the value made
+    jsonschema recurse until Python stopped it: the RecursionError failed the whole run. The
+    call's arguments are invalid input, a result violates the schema, and the run goes on."""
+    looping = {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}}
+
+    async def handle(params: Any, call: Any) -> Any:
+        return params
+
+    tool: Any = Tool.dynamic("loop", "Loop.", looping, handler=handle, success_schema=looping)
+    with pytest.raises(SchemaError, match="refers back to itself without end"):
+        tool.decode_arguments('{"a": 1}')
+    with pytest.raises(OutputSchemaViolation, match="refers back to itself without end"):
+        tool.encode_success({"a": 1})
