@@ -87,6 +87,22 @@ class Ruling(Generic[E]):
     why: str | None = None
 
 
+def strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, ...]:
+    """``value``, an argument named ``name`` that takes several strings (IDs, words, versions),
+    checked: an iterable of str, and not a lone str or bytes — taken letter by letter, ``"abc"``
+    would stand for ``"a"``, ``"b"`` and ``"c"``. No value is repeated in a refusal
+    (``TypeError``)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(
+            f"{name} must be a {kind} of str (a one-item list for one), got {type(value).__name__}"
+        )
+    found = tuple(value)
+    for item in found:
+        if not isinstance(item, str):
+            raise TypeError(f"each of {name} must be a str, got {type(item).__name__}")
+    return found
+
+
 def shown(value: object) -> str:
     """``value`` as an error message names it: a short string quoted, anything else by type."""
     if isinstance(value, str) and len(value) <= 40:

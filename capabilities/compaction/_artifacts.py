@@ -43,6 +43,7 @@ from effectagent.core import (
 )
 from effectagent.effect import TaggedError
 
+from .._rules import strings
 from ..storage._codec import RecordCodec
 from ._view import _covered, applied
 
@@ -185,16 +186,7 @@ def accepted_versions(versions: Iterable[str] | None) -> frozenset[str] | None:
     collection, ``"effectagent-log"`` would accept the versions ``"log"`` and ``"e"``."""
     if versions is None:
         return None
-    if isinstance(versions, str | bytes) or not isinstance(versions, Iterable):
-        raise TypeError(
-            "versions must be a collection of str (a one-item set for one) or None, "
-            f"got {type(versions).__name__}"
-        )
-    found = frozenset(versions)
-    for version in found:
-        if not isinstance(version, str):
-            raise TypeError(f"each of versions must be a str, got {type(version).__name__}")
-    return found
+    return frozenset(strings("versions", versions, kind="collection"))
 
 
 def verify_artifact(

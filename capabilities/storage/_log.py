@@ -41,13 +41,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, final
 
 import trio
 
 from effectagent.core import LogEntry, Record
 
+from .._rules import strings
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
     DatabaseBusy,
@@ -363,7 +364,7 @@ class SqliteConversationLog:
         ``digests`` is not a collection of str (a lone str included).
 
         Cancellation: as :meth:`entries`."""
-        wanted = list(_strings("digests", digests, kind="collection"))
+        wanted = list(strings("digests", digests, kind="collection"))
 
         def read(conn: Connection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
@@ -389,7 +390,7 @@ class SqliteConversationLog:
         ``conversation_ids`` is not a sequence of str — a lone str included (taken letter by
         letter, ``"abc"`` would delete ``"a"``, ``"b"`` and ``"c"``) — before anything is
         deleted. Cancellation: all or nothing (one write transaction)."""
-        ids = list(_strings("conversation_ids", conversation_ids))
+        ids = list(strings("conversation_ids", conversation_ids))
         codec, now = self._codec, time.time()
         return await self.database.write(
             lambda conn: forget_conversations(conn, ids, now=now, codec=codec),
@@ -449,7 +450,7 @@ class SqliteConversationLog:
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
-        words = _strings("words", words)
+        words = strings("words", words)
         if type(limit) is not int:
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
@@ -468,18 +469,3 @@ class SqliteConversationLog:
         if found is None:  # too much was waiting to match in memory: searched once caught up
             found = await read(lambda conn: find_said(conn, words, limit))
         return found
-
-
-def _strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, ...]:
-    """``value``, an argument named ``name`` that takes several strings (words, conversation IDs,
-    digests), checked: an iterable of str, and not a lone str or bytes — taken letter by letter,
-    ``"abc"`` would stand for ``"a"``, ``"b"`` and ``"c"``. No value is repeated in a refusal."""
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise TypeError(
-            f"{name} must be a {kind} of str (a one-item list for one), got {type(value).__name__}"
-        )
-    found = tuple(value)
-    for item in found:
-        if not isinstance(item, str):
-            raise TypeError(f"each of {name} must be a str, got {type(item).__name__}")
-    return found
