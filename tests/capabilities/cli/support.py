@@ -121,6 +121,22 @@ def cli_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_cli(
+    args: list[str], env: dict[str, str], *, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``ARGS`` (``[EFFECTAGENT, ...]`` or another program) to its end, stdin empty, its output
+    captured as text; the exit status is the test's to judge."""
+    return subprocess.run(
+        args,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def spawn(args: list[str], env: dict[str, str], *, timeout: float = 20) -> pexpect.spawn[str]:
     """``effectagent ARGS`` in a pseudo-terminal (no echo of what the test types)."""
     child = pexpect.spawn(

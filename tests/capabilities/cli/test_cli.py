@@ -34,7 +34,7 @@ from tests.capabilities.skills.helpers import write_skill
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, KEY, ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, KEY, ServerThread, cli_env, run_cli, serve, spawn
 
 MODEL = ["--model", "openai-compatible:test-model", "--api-key-env", "CLI_TEST_KEY"]
 PROMPT = "you> "
@@ -283,15 +283,7 @@ def test_run_without_a_terminal_denies_what_needs_approval(
         Reply.sse(wire.calls(("call_1", "shell_write", '{"command": "touch x"}'))),
         Reply.sse(wire.text("Could not write.")),
     )
-    done = subprocess.run(
-        [EFFECTAGENT, *args(server, "run", "Write x.")],
-        env=cli_env(home),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = run_cli([EFFECTAGENT, *args(server, "run", "Write x.")], cli_env(home), timeout=30)
     assert done.returncode == 0
     assert done.stdout == "Could not write.\n"
     assert "rejected: approval denied: nobody to ask: the input is not a terminal" in done.stderr
@@ -630,15 +622,7 @@ def test_a_chat_that_cannot_start_says_why_in_one_sentence_and_exits_3(tmp_path:
     """``chat`` starts its model inside a nursery: the refusal used to come out of it wrapped in
     an exception group, shown as a traceback with exit status 1."""
     env = {k: v for k, v in cli_env(tmp_path).items() if not k.endswith("_API_KEY")}
-    done = subprocess.run(
-        [EFFECTAGENT, "chat", "--model", "openai:gpt-4o"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli([EFFECTAGENT, "chat", "--model", "openai:gpt-4o"], env)
     assert done.returncode == 3, done.stderr
     assert "Traceback" not in done.stderr
     assert "effectagent: cannot start: no API key for OpenAI" in done.stderr
@@ -648,15 +632,7 @@ def test_a_short_key_of_another_provider_does_not_stop_a_chat(tmp_path: Path) ->
     """A chat keeps every provider's key out of what it shows: a value too short to be a key
     (which could not be kept out) in another provider's variable stopped it with exit 3."""
     env = cli_env(tmp_path, OPENAI_API_KEY="q7Z", GEMINI_API_KEY="x")
-    done = subprocess.run(
-        [EFFECTAGENT, "chat", *MODEL, "--base-url", "http://127.0.0.1:9/v1"],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli([EFFECTAGENT, "chat", *MODEL, "--base-url", "http://127.0.0.1:9/v1"], env)
     assert done.returncode == 0, done.stderr
     assert "session chat-" in done.stdout
     listed = subprocess.run(
@@ -944,14 +920,8 @@ paths = ["{skills}"]
 
 
 def test_python_dash_m_runs_the_same_command(home: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "capabilities.cli", "run", "Hi"],
-        env=cli_env(home),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    done = run_cli(
+        [sys.executable, "-m", "capabilities.cli", "run", "Hi"], cli_env(home), timeout=30
     )
     assert done.returncode == 2
     assert "effectagent: no model configured" in done.stderr

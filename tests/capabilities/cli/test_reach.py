@@ -19,7 +19,7 @@ from capabilities.cli._reach import SandboxUser, workspace_reach
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, ServerThread, cli_env, serve
+from .support import EFFECTAGENT, ServerThread, cli_env, run_cli, serve
 from .test_cli import args, shell_config, write_config
 
 NOBODY = SandboxUser(65534, 65534, frozenset({65534}), "nobody (65534)")
@@ -140,15 +140,7 @@ def test_as_root_a_workspace_nobody_cannot_reach_offers_no_shell(
 ) -> None:
     shell_config(tmp_path, private_workspace)
     server.script(Reply.sse(ChatWire().text("No shell here.")))
-    done = subprocess.run(
-        [EFFECTAGENT, *args(server, "run", "List the files.")],
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli([EFFECTAGENT, *args(server, "run", "List the files.")], cli_env(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout == "No shell here.\n"
     assert (
