@@ -43,6 +43,9 @@ from effectagent.effect import Context, JSONValue, Layer, ServiceKey, TaggedErro
 
 from ._ownership import OwnedResources
 from ._posture import (
+    MAX_LIMIT_SECONDS,
+    MAX_MEMORY_BYTES,
+    MAX_PROCESSES,
     UNLIMITED,
     LimitNotEnforceable,
     SandboxError,
@@ -138,11 +141,14 @@ def _lifted(attribute: attrs.Attribute[Any], value: object) -> bool:
     return value == UNLIMITED
 
 
-def _positive_int_or_unlimited(
-    instance: object, attribute: attrs.Attribute[Any], value: object
-) -> None:
-    if not _lifted(attribute, value) and (type(value) is not int or value < 1):
-        raise ValueError(f"{attribute.name} must be a positive int or UNLIMITED, got {value!r}")
+def _int_or_unlimited_up_to(maximum: int) -> Any:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not _lifted(attribute, value) and (type(value) is not int or not 1 <= value <= maximum):
+            raise ValueError(
+                f"{attribute.name} must be an int in [1, {maximum}] or UNLIMITED, got {value!r}"
+            )
+
+    return check
 
 
 def _json_depth(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -151,16 +157,22 @@ def _json_depth(instance: object, attribute: attrs.Attribute[int], value: int) -
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if type(value) not in (int, float) or not value > 0 or value == float("inf"):
-        raise ValueError(f"{attribute.name} must be a positive, finite number, got {value!r}")
+    if type(value) not in (int, float) or not 0 < value <= MAX_LIMIT_SECONDS:
+        raise ValueError(
+            f"{attribute.name} must be a number of seconds in (0, {MAX_LIMIT_SECONDS}], got {value!r}"
+        )
 
 
 _MIN_MEMORY_BYTES = 64 * 1024 * 1024
 
 
 def _memory(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not _lifted(attribute, value) and (type(value) is not int or value < _MIN_MEMORY_BYTES):
-        raise ValueError(f"memory_bytes must be at least 64 MiB or UNLIMITED, got {value!r}")
+    if not _lifted(attribute, value) and (
+        type(value) is not int or not _MIN_MEMORY_BYTES <= value <= MAX_MEMORY_BYTES
+    ):
+        raise ValueError(
+            f"memory_bytes must be an int in [64 MiB, 2**60] or UNLIMITED, got {value!r}"
+        )
 
 
 @attrs.frozen
@@ -172,7 +184,9 @@ class CodeExecutionLimits:
     is charged for, not only the JavaScript heap; 512 MiB by default) and ``max_processes``
     (processes and threads alive at once; each Worker adds threads) may be
     :data:`~sandbox.UNLIMITED`; an executor that cannot enforce a finite one rejects the request
-    with :class:`CodeLimitNotEnforceable`. The wall clock always applies. ``output_bytes`` bounds
+    with :class:`CodeLimitNotEnforceable`. The wall clock always applies. Past what the kernel
+    can set, a limit is refused when made: at most a day (86,400 s) of CPU or wall clock, 2**60
+    bytes of memory, 4,194,304 processes. ``output_bytes`` bounds
     captured console output: lines past it are dropped and the result says so
     (``logs_truncated``); bytes the program writes outside the console (raw stderr) beyond it end
     the pass with :class:`OutputLimitExceeded`. ``json_depth`` bounds the nesting of every JSON
@@ -180,7 +194,9 @@ class CodeExecutionLimits:
     """
 
     source_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
-    cpu_seconds: int | Unlimited = attrs.field(default=5, validator=_positive_int_or_unlimited)
+    cpu_seconds: int | Unlimited = attrs.field(
+        default=5, validator=_int_or_unlimited_up_to(MAX_LIMIT_SECONDS)
+    )
     wall_clock_seconds: float = attrs.field(default=10.0, validator=_positive_seconds)
     output_bytes: int = attrs.field(default=16 * 1024, validator=_non_negative_int)
     result_bytes: int = attrs.field(default=64 * 1024, validator=_positive_int)
@@ -188,7 +204,9 @@ class CodeExecutionLimits:
     host_call_argument_bytes: int = attrs.field(default=16 * 1024, validator=_positive_int)
     host_call_result_bytes: int = attrs.field(default=256 * 1024, validator=_positive_int)
     memory_bytes: int | Unlimited = attrs.field(default=512 * 1024 * 1024, validator=_memory)
-    max_processes: int | Unlimited = attrs.field(default=32, validator=_positive_int_or_unlimited)
+    max_processes: int | Unlimited = attrs.field(
+        default=32, validator=_int_or_unlimited_up_to(MAX_PROCESSES)
+    )
     json_depth: int = attrs.field(default=64, validator=_json_depth)
 
 

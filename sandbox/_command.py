@@ -135,6 +135,9 @@ class SandboxLimits:
     enforce a finite one refuses the request (:class:`~sandbox.LimitNotEnforceable`). The
     ``artifact_*`` fields bound artifact collection (directory entries examined, directory depth,
     bytes read, seconds) and are always finite: they protect the host, not the workload.
+    Seconds go up to a day (86,400); past what the kernel can set (2**60 bytes of memory,
+    4,194,304 processes, 2**62 bytes a file) a runner refuses the request as
+    :class:`~sandbox.InvalidRequest` instead of failing to start the command.
     """
 
     wall_clock_seconds: float = 30.0

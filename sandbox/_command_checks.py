@@ -24,6 +24,10 @@ from ._posture import (
     LIMIT_OUTPUT,
     LIMIT_PROCESSES,
     LIMIT_WALL_CLOCK,
+    MAX_FILE_SIZE_BYTES,
+    MAX_LIMIT_SECONDS,
+    MAX_MEMORY_BYTES,
+    MAX_PROCESSES,
     UNLIMITED,
     LimitNotEnforceable,
     SandboxImplementation,
@@ -59,12 +63,12 @@ def _shown(value: object) -> str:
 
 
 def _seconds(value: object) -> bool:
-    return type(value) in (int, float) and 0 < value <= 86400  # type: ignore[operator]
+    return type(value) in (int, float) and 0 < value <= MAX_LIMIT_SECONDS  # type: ignore[operator]
 
 
-def _int_at_least(minimum: int) -> Callable[[object], bool]:
+def _int_at_least(minimum: int, maximum: int | None = None) -> Callable[[object], bool]:
     def fits(value: object) -> bool:
-        return type(value) is int and value >= minimum
+        return type(value) is int and value >= minimum and (maximum is None or value <= maximum)
 
     return fits
 
@@ -74,9 +78,9 @@ _LIMIT_RULES: tuple[tuple[str, Callable[[object], bool], str, bool], ...] = (
     ("wall_clock_seconds", _seconds, "a number of seconds in (0, 86400]", False),
     ("output_bytes", _int_at_least(0), "an int >= 0", False),
     ("cpu_seconds", _seconds, "a number of seconds in (0, 86400]", True),
-    ("memory_bytes", _int_at_least(_MIB), "an int >= 1 MiB", True),
-    ("max_processes", _int_at_least(1), "an int >= 1", True),
-    ("file_size_bytes", _int_at_least(0), "an int >= 0", True),
+    ("memory_bytes", _int_at_least(_MIB, MAX_MEMORY_BYTES), "an int in [1 MiB, 2**60]", True),
+    ("max_processes", _int_at_least(1, MAX_PROCESSES), "an int in [1, 4194304]", True),
+    ("file_size_bytes", _int_at_least(0, MAX_FILE_SIZE_BYTES), "an int in [0, 2**62]", True),
     ("artifact_entries", _int_at_least(1), "an int >= 1", False),
     ("artifact_depth", _int_at_least(1), "an int >= 1", False),
     ("artifact_bytes", _int_at_least(0), "an int >= 0", False),

@@ -33,6 +33,10 @@ __all__ = [
     "LIMIT_OUTPUT",
     "LIMIT_PROCESSES",
     "LIMIT_WALL_CLOCK",
+    "MAX_FILE_SIZE_BYTES",
+    "MAX_LIMIT_SECONDS",
+    "MAX_MEMORY_BYTES",
+    "MAX_PROCESSES",
     "Isolation",
     "LimitNotEnforceable",
     "SandboxError",
@@ -52,6 +56,14 @@ def is_limited(value: object) -> bool:
     """Whether ``value`` is an actual bound rather than :data:`UNLIMITED`."""
     return value != UNLIMITED
 
+
+#: The largest bounds a request may set (beyond them the kernel cannot set the limit, and the
+#: workload would fail to start instead of being refused): a day of wall clock or CPU, 2**60
+#: bytes of memory, the kernel's most processes, 2**62 bytes a file.
+MAX_LIMIT_SECONDS: Final = 86_400
+MAX_MEMORY_BYTES: Final = 2**60
+MAX_PROCESSES: Final = 4_194_304
+MAX_FILE_SIZE_BYTES: Final = 2**62
 
 LIMIT_WALL_CLOCK = "wall_clock"
 """Wall-clock time of the whole workload, enforced by the host killing it."""

@@ -49,7 +49,9 @@ class CodeModeLimits:
       result (a larger result rejects that call with ``ToolRejected``, whatever its size);
     * ``wall_clock_seconds``, ``cpu_seconds``, ``memory_bytes``, ``max_processes`` — the
       executor's, enforced on the workload (memory and processes need cgroups: an executor that
-      cannot enforce them refuses to open rather than run without).
+      cannot enforce them refuses to open rather than run without), within the executor's
+      bounds (see :class:`~sandbox.CodeExecutionLimits`: a day of CPU or wall clock, 64 MiB to
+      2**60 bytes of memory), refused with a ``ValueError`` when made.
     """
 
     source_bytes: int = attrs.field(default=16 * 1024, validator=_at_least(1))
@@ -64,6 +66,11 @@ class CodeModeLimits:
         default=512 * 1024 * 1024, validator=_int_or_unlimited
     )
     max_processes: int | Unlimited = attrs.field(default=32, validator=_int_or_unlimited)
+
+    def __attrs_post_init__(self) -> None:
+        # The executor's bounds (a day of CPU or wall clock, 64 MiB to 2**60 bytes of memory,
+        # the kernel's most processes) are refused here, when made, not in the run's first pass.
+        self.executor_limits(0)
 
     def executor_limits(self, wrapper_bytes: int) -> CodeExecutionLimits:
         """The executor's limits for a pass whose wrapper adds ``wrapper_bytes`` to the source.

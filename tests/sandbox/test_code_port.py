@@ -179,11 +179,24 @@ def test_host_call_outcomes_round_trip_through_the_schema(value: JSONValue) -> N
         {"max_processes": "none"},
         {"json_depth": 0},
         {"json_depth": MAX_JSON_DEPTH + 1},
+        # Past what the kernel can set: refused when made, not a workload that fails to start.
+        {"cpu_seconds": 86_401},
+        {"cpu_seconds": 2**70},
+        {"wall_clock_seconds": 1e300},
+        {"memory_bytes": 2**60 + 1},
+        {"max_processes": 4_194_305},
     ],
 )
 def test_limits_reject_nonsense(changes: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(changes))):
         CodeExecutionLimits(**changes)  # type: ignore[arg-type]
+
+
+def test_the_largest_limits_are_accepted() -> None:
+    limits = CodeExecutionLimits(
+        cpu_seconds=86_400, wall_clock_seconds=86_400, memory_bytes=2**60, max_processes=4_194_304
+    )
+    assert (limits.cpu_seconds, limits.memory_bytes) == (86_400, 2**60)
 
 
 @pytest.mark.parametrize(

@@ -436,10 +436,21 @@ def test_none_is_not_a_limit_unlimited_is_written(name: str) -> None:
 def _rule(name: str) -> str:
     return {
         "cpu_seconds": "a number of seconds in (0, 86400]",
-        "memory_bytes": "an int >= 1 MiB",
-        "max_processes": "an int >= 1",
-        "file_size_bytes": "an int >= 0",
+        "memory_bytes": "an int in [1 MiB, 2**60]",
+        "max_processes": "an int in [1, 4194304]",
+        "file_size_bytes": "an int in [0, 2**62]",
     }[name]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("memory_bytes", 2**60 + 1), ("max_processes", 4_194_305), ("file_size_bytes", 2**62 + 1)],
+)
+def test_a_bound_past_what_the_kernel_sets_is_an_invalid_request(name: str, value: int) -> None:
+    """bubblewrap used to crash on these (SandboxCrashed) instead of refusing the request."""
+    problems = problems_of(SandboxRequest("true", limits=SandboxLimits(**{name: value})))
+    assert problems == (f"limits.{name} must be {_rule(name)}, got {value!r}",)
+    validate_request(SandboxRequest("true", limits=SandboxLimits(**{name: value - 1})))
 
 
 @pytest.mark.parametrize(

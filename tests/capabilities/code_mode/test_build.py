@@ -219,6 +219,11 @@ def test_arguments_of_the_wrong_type_or_value_are_refused(
         ("wall_clock_seconds", float("inf"), "positive, finite"),
         ("memory_bytes", None, "write UNLIMITED for no limit"),
         ("cpu_seconds", 0, "a positive int or UNLIMITED"),
+        # The executor's bounds, refused when made (they failed the run's first pass).
+        ("memory_bytes", 1000, r"memory_bytes must be an int in \[64 MiB, 2\*\*60\]"),
+        ("cpu_seconds", 86_401, r"cpu_seconds must be an int in \[1, 86400\]"),
+        ("wall_clock_seconds", 1e300, r"wall_clock_seconds must be a number of seconds in"),
+        ("max_processes", 2**70, r"max_processes must be an int in \[1, 4194304\]"),
     ],
 )
 def test_limits_are_finite_unless_lifted_explicitly(field: str, value: Any, message: str) -> None:
