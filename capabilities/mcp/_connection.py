@@ -36,16 +36,20 @@ shares the call's stream — an unrelated one comes on the standalone stream, in
 The engine needs no hook for this: the batch that made the call settles only when the call has
 returned.
 
-A ``tools/list`` request carries an id of ours, so an answer the transport could not parse —
-which the SDK drops, handing ``_handle_message`` the parser's error instead — fails the request
-at once with the parser's reason, instead of leaving it to wait out its timeout.
+Every request carries an id of ours (``tools/list`` its own; a call and the resource and prompt
+requests through the tagging dispatcher, ``_dispatcher``), so an answer the transport could not
+parse — which the SDK drops, handing ``_handle_message`` the parser's error instead — fails the
+request at once with the parser's reason, instead of leaving it to wait out its timeout (and a
+call then reads as one whose effect nobody knows, when the server did answer). Such a call is a
+malformed result: the engine settles it as a defect of the remote tool.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager, suppress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager, suppress
+from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, final
 
@@ -110,6 +114,60 @@ T = TypeVar("T")
 _FAILURES = (McpToolError, McpResultTooLarge, McpUnavailable)
 _Check = Callable[[Mapping[str, Any]], None]
 _CONNECTION_CLOSED = -32000  # the SDK's code for "the connection closed before an answer"
+
+
+@final
+class _Tag:
+    """A request of the SDK's sent under an id of ours (``_tagged``), so that an answer to it the
+    transport could not read fails it at once (``_handle_message`` cancels ``scope``)."""
+
+    __slots__ = ("request_id", "scope")
+
+    def __init__(self) -> None:
+        self.scope = trio.CancelScope()
+        self.request_id: str | None = None
+
+
+#: The tag the next request the SDK sends from this task takes (see ``_tagged``).
+_TAG: ContextVar[_Tag | None] = ContextVar("effectagent_mcp_tag", default=None)
+
+
+@contextmanager
+def _tagged(tag: _Tag) -> Iterator[None]:
+    reset = _TAG.set(tag)
+    try:
+        yield
+    finally:
+        _TAG.reset(reset)
+
+
+def _dispatcher(
+    read: Any, write: Any, ids: Iterator[int], waiting: dict[str, trio.CancelScope]
+) -> JSONRPCDispatcher[Any]:
+    """The SDK's JSON-RPC dispatcher, except that the first request sent while a :class:`_Tag` is
+    set goes under an id of ours, registered in ``waiting`` with the tag's scope (the SDK's
+    ``ClientSession`` mints ids of its own and does not say which)."""
+    from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+
+    class _Tagging(JSONRPCDispatcher[Any]):
+        async def send_raw_request(
+            self,
+            method: str,
+            params: Mapping[str, Any] | None,
+            opts: Any = None,
+            *,
+            _related_request_id: Any = None,
+        ) -> dict[str, Any]:
+            tag = _TAG.get()
+            if tag is not None and tag.request_id is None and "request_id" not in (opts or {}):
+                tag.request_id = f"effectagent-{method.replace('/', '-')}-{next(ids)}"
+                waiting[tag.request_id] = tag.scope
+                opts = {**(opts or {}), "request_id": tag.request_id}
+            return await super().send_raw_request(
+                method, params, opts, _related_request_id=_related_request_id
+            )
+
+    return _Tagging(read, write)
 
 
 @final
@@ -334,9 +392,15 @@ class McpConnection(ResourcesAndPrompts):
         if self._lost is not None:
             raise McpRequestError(self.server.name, method, self._lost)
         timeout = self.server.limits.call_timeout
+        tag = _Tag()
         with trio.move_on_after(timeout):
             try:
-                return await send(session)
+                with tag.scope, _tagged(tag):
+                    return await send(session)
+                why = self._unreadable.pop(str(tag.request_id), "it was dropped")
+                raise McpRequestError(
+                    self.server.name, method, f"the answer to {method} could not be read: {why}"
+                )
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED:
                     self._mark_lost("the connection closed")
@@ -346,6 +410,10 @@ class McpConnection(ResourcesAndPrompts):
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
                 self._mark_lost("the connection closed")
                 raise McpRequestError(self.server.name, method, self._why_lost()) from None
+            finally:
+                if tag.request_id is not None:
+                    self._waiting.pop(tag.request_id, None)
+                    self._unreadable.pop(tag.request_id, None)
         raise McpRequestError(self.server.name, method, f"no answer within {timeout} s")
 
     def _why_lost(self) -> str:
@@ -552,9 +620,17 @@ class McpConnection(ResourcesAndPrompts):
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=remote, arguments=arguments)
         )
+        tag = _Tag()
         with trio.move_on_after(limits.call_timeout):
             try:
-                result = await session.send_request(request, types.CallToolResult)
+                with tag.scope, _tagged(tag):
+                    result = await session.send_request(request, types.CallToolResult)
+                if tag.scope.cancelled_caught:  # an answer came that could not be read
+                    why = self._unreadable.pop(str(tag.request_id), "it was dropped")
+                    raise McpMalformedResult(
+                        f"the MCP server {server.name!r} answered {local!r} with something "
+                        f"that could not be read: {why}"
+                    )
             except MCPError as exc:
                 if exc.code == _CONNECTION_CLOSED:
                     self._mark_lost("the connection closed during a call")
@@ -570,6 +646,10 @@ class McpConnection(ResourcesAndPrompts):
                     f"the MCP server {server.name!r} answered {local!r} with something that is "
                     f"not a tool result: {exc.error_count()} problem(s)"
                 ) from None
+            finally:
+                if tag.request_id is not None:
+                    self._waiting.pop(tag.request_id, None)
+                    self._unreadable.pop(tag.request_id, None)
             raw = dump_model(result)
             if raw.get("isError") is True:
                 raise error_message(local, raw, limits.max_result_bytes)
@@ -614,7 +694,6 @@ class McpConnection(ResourcesAndPrompts):
 
     async def _host(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from mcp import ClientSession
-        from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
         from mcp_types import Implementation
 
         started = False
@@ -626,7 +705,7 @@ class McpConnection(ResourcesAndPrompts):
                     self.server, stack, stderr, self._transport_dropped
                 )
                 # Our own dispatcher, for the raw tools/list answers (``_raw_tools_page``).
-                dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(read, write)
+                dispatcher = _dispatcher(read, write, self._ids, self._waiting)
                 session = await stack.enter_async_context(
                     ClientSession(
                         message_handler=self._handle_message,

@@ -20,6 +20,7 @@ from capabilities.mcp import (
     McpUnavailable,
     connect,
 )
+from capabilities.mcp._errors import McpMalformedResult
 from effectagent import Agent, AgentPolicy, Toolkit, open_runtime
 from effectagent import tool as tool_decorator
 from effectagent.ai import OutcomeUnknown, ToolCallContext
@@ -313,3 +314,34 @@ async def test_structured_content_too_deep_to_check_is_a_defect_of_the_call(
     assert too_deep.kind == "defect"
     assert "nested deeper than 32 levels" in too_deep.message
     assert isinstance(echo, ToolSuccess)
+
+
+_DEEP = '{"a": ' * 200 + "1" + "}" * 200  # 200 levels: past the SDK's JSON parser
+
+
+@pytest.mark.parametrize(
+    ("frame", "why"),
+    [
+        ('"result": "a string"', "Input should be an object"),
+        ('"result": ' + _DEEP, "recursion limit exceeded"),
+        ('"result": {"content": []}, "trailing": ', "Invalid JSON"),
+        ('"error": "not an error object"', "Field required"),
+    ],
+)
+async def test_an_answer_to_a_call_that_cannot_be_read_fails_the_call_at_once(
+    hostile: MakeHostile, frame: str, why: str
+) -> None:
+    """The SDK drops an answer its parser refuses and the call waited out call_timeout, then
+    read as an outcome nobody knows; the server did answer, and the call now fails at once with
+    the parser's reason. The connection stays usable."""
+    raw = tool("raw", {"type": "object"})
+    server = hostile({"tools": [ECHO, raw]}, limits=attrs.evolve(LIMITS, call_timeout=30.0))
+    async with connect(server) as connection:
+        with pytest.raises(McpMalformedResult) as caught:
+            await invoke(connection, "raw", {"frame": frame})
+        message = str(caught.value)
+        assert "answered 'raw' with something that could not be read: " in message
+        assert why in message
+        assert (await invoke(connection, "echo", {"q": "still here"}))["content"] == [
+            {"type": "text", "text": "still here"}
+        ]

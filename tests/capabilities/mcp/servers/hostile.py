@@ -18,7 +18,8 @@ Run as ``python hostile.py CONFIG`` where CONFIG is a JSON file the test wrote:
 
 Its tools, by name: ``echo`` (returns ``q``), ``storm`` (sends ``n`` list-changed notifications,
 then answers), ``deep`` (answers with structured content ``{"v": [[...]]}``: ``n + 1`` lists),
-``huge`` (answers with a text of ``n`` bytes), ``stderr`` (writes ``n`` bytes to
+``huge`` (answers with a text of ``n`` bytes), ``raw`` (answers with the rest of the
+frame after its id, ``frame``, verbatim), ``stderr`` (writes ``n`` bytes to
 stderr, then answers with what its stderr is: ``readlink /proc/self/fd/2``).
 """
 
@@ -85,6 +86,10 @@ def call(request_id: Any, name: str, arguments: dict[str, Any]) -> None:
         for _ in range(int(arguments["n"])):
             value = [value]
         answer(request_id, {"content": [], "structuredContent": {"v": value}})
+    elif name == "raw":  # the answer's frame, after the id, verbatim: what no parser reads
+        frame = f'{{"jsonrpc": "2.0", "id": {json.dumps(request_id)}, {arguments["frame"]}}}\n'
+        OUT.write(frame.encode())
+        OUT.flush()
     elif name == "huge":
         text(request_id, "H" * int(arguments["n"]))
     elif name == "stderr":
