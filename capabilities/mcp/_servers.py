@@ -53,8 +53,9 @@ class McpLimits:
     * ``max_message_bytes`` — the size of one message the server sends, as it comes: a stdio
       server's line longer than that drops the connection, saying why (``lost``; a call in
       flight is settled as an unknown outcome, a connect fails). Over streamable HTTP it bounds
-      one server-sent event; a plain JSON answer is read by the SDK whole. A message is parsed in
-      one go, holding the event loop for about a tenth of a second per MiB.
+      one server-sent event, and a plain JSON answer (read no further: the request it answers
+      fails, the connection stays). A message is parsed in one go, holding the event loop for
+      about a tenth of a second per MiB.
 
     What a tool listing may hold (each tool over a bound is left out and named in
     ``connection.skipped`` with the reason; the others are offered):

@@ -23,7 +23,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Any
 
@@ -93,20 +93,64 @@ async def open_transport(
     assert isinstance(server, HttpServer)
     from mcp.client.streamable_http import streamable_http_client
 
-    client = None
-    if server.headers:
-        import httpx2
-
-        client = await stack.enter_async_context(
-            httpx2.AsyncClient(
-                headers=dict(server.headers),
-                timeout=httpx2.Timeout(30.0, read=300.0),
-            )
-        )
+    client = await stack.enter_async_context(_http_client(server.headers, limit))
     streams = await stack.enter_async_context(
         streamable_http_client(server.url, http_client=client, max_sse_event_size=limit)
     )
     return streams[0], streams[1]
+
+
+def _http_client(headers: Mapping[str, str] | None, limit: int) -> Any:
+    """The HTTP client of a streamable HTTP connection: the SDK's timeouts (30 s, a read 300 s),
+    the server's headers, and a transport that ends a plain (not event-stream) response at more
+    than ``limit`` bytes — the SDK reads a JSON answer whole, without a bound of its own, and
+    then fails the request it answers with the reason."""
+    import httpx2
+
+    class _Bounded(httpx2.AsyncByteStream):
+        def __init__(self, body: httpx2.AsyncByteStream) -> None:
+            self._body = body
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            seen = 0
+            chunks = aiter(self._body)
+            try:
+                async for chunk in chunks:
+                    seen += len(chunk)
+                    if seen > limit:
+                        raise httpx2.StreamError(
+                            f"the server sent a message of more than {limit} bytes "
+                            "(max_message_bytes): it was not read further"
+                        )
+                    yield chunk
+            finally:  # the body's own generator, left early, is closed now, not collected
+                close = getattr(chunks, "aclose", None)
+                if close is not None:
+                    await close()
+
+        async def aclose(self) -> None:
+            await self._body.aclose()
+
+    class _Transport(httpx2.AsyncBaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx2.AsyncHTTPTransport()
+
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            response = await self._inner.handle_async_request(request)
+            kind = response.headers.get("content-type", "").lower()
+            if not kind.startswith("text/event-stream"):  # events are bounded one by one
+                assert isinstance(response.stream, httpx2.AsyncByteStream)
+                response.stream = _Bounded(response.stream)
+            return response
+
+        async def aclose(self) -> None:
+            await self._inner.aclose()
+
+    return httpx2.AsyncClient(
+        headers=dict(headers) if headers else None,
+        timeout=httpx2.Timeout(30.0, read=300.0),
+        transport=_Transport(),
+    )
 
 
 @asynccontextmanager

@@ -216,3 +216,70 @@ async def test_the_sdk_and_http_logs_do_not_show_the_query(
     logged = [record.getMessage() for record in caplog.records]
     assert any("api_key=***" in message for message in logged)
     assert not [message for message in logged if CANARY in message]
+
+
+async def _json_server(stream: trio.SocketStream) -> None:
+    """A streamable HTTP server that answers every request with plain JSON (no events): the
+    handshake, a listing of ``echo`` and ``big``, and their calls (``big`` answers with ``n``
+    bytes of text)."""
+    buffer = b""
+    while True:
+        while b"\r\n\r\n" not in buffer:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buffer += data
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        fields = dict(line.split(":", 1) for line in head.decode("latin-1").split("\r\n")[1:])
+        length = int({k.lower(): v.strip() for k, v in fields.items()}.get("content-length", "0"))
+        while len(buffer) < length:
+            buffer += await stream.receive_some(65536)
+        body, buffer = buffer[:length], buffer[length:]
+        request = json.loads(body) if body else {}
+        if "id" not in request:
+            await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+            continue
+        method, params = request["method"], request.get("params") or {}
+        result: dict[str, Any]
+        if method == "initialize":
+            result = {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "json", "version": "1"},
+            }
+        elif method == "tools/list":
+            schema = {"type": "object"}
+            result = {"tools": [{"name": n, "inputSchema": schema} for n in ("echo", "big")]}
+        else:
+            arguments = params.get("arguments") or {}
+            text = "B" * arguments["n"] if params["name"] == "big" else str(arguments.get("q"))
+            result = {"content": [{"type": "text", "text": text}]}
+        data = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
+        try:
+            await stream.send_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(data)}\r\n\r\n".encode()
+                + data
+            )
+        except trio.BrokenResourceError:  # the client stopped reading (the answer too large)
+            return
+
+
+async def test_a_json_answer_over_max_message_bytes_fails_its_request_not_the_connection() -> None:
+    """A plain JSON answer was read whole, whatever its size (max_message_bytes bounded only
+    server-sent events): a server could make the client hold gigabytes. It is now read up to
+    the bound; the request it answers fails saying why, and the connection stays usable."""
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, _json_server, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        limits = McpLimits(connect_timeout=20, call_timeout=20, max_message_bytes=64 * 1024)
+        server = HttpServer(f"http://127.0.0.1:{port}/mcp", name="json", limits=limits)
+        async with connect(server) as connection:
+            fits = await invoke(connection, "big", {"n": 60_000})
+            assert len(fits["content"][0]["text"]) == 60_000
+            with pytest.raises(McpToolError) as caught:
+                await invoke(connection, "big", {"n": 2_000_000})
+            assert "more than 65536 bytes (max_message_bytes)" in caught.value.message
+            echoed = await invoke(connection, "echo", {"q": "still here"})
+            assert echoed["content"][0]["text"] == "still here"
+        nursery.cancel_scope.cancel()
