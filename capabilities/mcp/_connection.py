@@ -219,10 +219,13 @@ class McpConnection(ResourcesAndPrompts):
 
     def __init__(self, server: McpServer) -> None:
         self.server = server
-        # What no message may show (an HTTP server's header and query values), and the function
-        # every message made from an error passes through (``_redact``).
+        # What no message may show (an HTTP server's header and query values, a stdio server's
+        # env values), and the function every message made from an error passes through
+        # (``_redact``), the end of a stdio server's stderr included.
         self._secrets = (
-            secrets_of(server.url, server.headers) if isinstance(server, HttpServer) else ()
+            secrets_of(server.url, server.headers)
+            if isinstance(server, HttpServer)
+            else secrets_of(None, server.env)
         )
         self._redact = redactor(self._secrets)
         self.capabilities: Mapping[str, Any] = {}
@@ -741,7 +744,7 @@ class McpConnection(ResourcesAndPrompts):
             receive.close()
 
     def _stderr_clause(self) -> str:
-        return self._stderr.clause() if self._stderr is not None else ""
+        return self._redact(self._stderr.clause()) if self._stderr is not None else ""
 
     async def _relist_on_change(self, receive: trio.MemoryReceiveChannel[None]) -> None:
         """List the tools again each time the server announced a change since the last

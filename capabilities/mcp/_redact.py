@@ -51,8 +51,9 @@ def masked_url(url: str) -> str:
 
 
 def secrets_of(url: str | None, headers: Mapping[str, str] | None) -> tuple[str, ...]:
-    """The texts of an HTTP server's configuration no message may show, longest first: each
-    header value and each value of the URL's query, in the forms a message may quote them in."""
+    """The texts of a server's configuration no message may show, longest first: each value of
+    ``headers`` (an HTTP server's headers, a stdio server's env) and each value of the URL's
+    query, in the forms a message may quote them in."""
     found: set[str] = set()
     for value in (headers or {}).values():
         found.update((value, value.strip(), repr(value)[1:-1]))

@@ -191,8 +191,9 @@ class StdioServer:
     """An MCP server run as a subprocess, spoken to over its stdin and stdout.
 
     ``command`` and ``args`` start it; ``env`` is added to a small inherited environment
-    (``HOME``, ``PATH``, ``USER``, ...) — the rest of ours is not passed on; ``cwd`` is its
-    working directory. ``name`` identifies it in messages and its service key (default: the
+    (``HOME``, ``PATH``, ``USER``, ...) — the rest of ours is not passed on; its values are
+    masked in every message the connection makes, the end of the server's stderr a failed
+    connect quotes included; ``cwd`` is its working directory. ``name`` identifies it in messages and its service key (default: the
     command's file name). ``prefix``, when given, starts every tool name the model sees
     (``prefix_toolname``), so two servers' tools cannot collide. ``needs_approval`` applies to
     each of its tools. ``key`` is the service key a connection's :meth:`~McpConnection.layer`

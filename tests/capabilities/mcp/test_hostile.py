@@ -229,6 +229,25 @@ async def test_what_a_server_writes_to_stderr_is_drained_and_only_its_end_kept(
     assert len(quoted) <= 4200
 
 
+async def test_the_stderr_a_failed_connect_quotes_masks_the_servers_env_values(
+    hostile: MakeHostile,
+) -> None:
+    """``env`` is how a stdio server gets its token; a server that logs its settings to stderr
+    and exits had the token quoted in the connect error."""
+    canary = "CANARY-s3cr3t-9f2"
+    server = attrs.evolve(
+        hostile({"stderr_then_exit": 0, "echo_env": ["API_TOKEN", "MODE"]}),
+        env={"API_TOKEN": canary, "MODE": "on"},
+    )
+    with pytest.raises(McpConnectError) as caught:
+        async with connect(server):
+            pass  # pragma: no cover - refused before
+    assert canary not in str(caught.value)
+    assert "API_TOKEN=***" in caught.value.reason
+    assert "MODE=on" in caught.value.reason  # too short to be a secret: quoted as it is
+    assert caught.value.reason.endswith("LAST-LINE")
+
+
 async def test_a_message_over_max_message_bytes_drops_the_connection_saying_why(
     hostile: MakeHostile,
 ) -> None:

@@ -11,8 +11,9 @@ Run as ``python hostile.py CONFIG`` where CONFIG is a JSON file the test wrote:
 * ``resources_per_page`` — ``resources/list`` answers with that many resources and, always, a
   further page;
 * ``list_log`` — a file that gets one line per ``tools/list`` received;
-* ``stderr_then_exit`` — that many bytes go to stderr, then a last line ``LAST-LINE``, then the
-  process exits before answering ``initialize``;
+* ``stderr_then_exit`` — that many bytes go to stderr, then ``NAME=value`` for each name in
+  ``echo_env`` (the server's environment), then a last line ``LAST-LINE``, then the process
+  exits before answering ``initialize``;
 * ``stubborn`` — it ignores SIGTERM, does not exit when its stdin closes, and starts a child
   that holds its pipes open; both pids go to the file ``pids_file`` names.
 
@@ -106,7 +107,10 @@ def handle(message: dict[str, Any]) -> None:
     if method == "initialize":
         flood = CONFIG.get("stderr_then_exit")
         if flood is not None:
-            sys.stderr.write(("E" * 1023 + "\n") * (int(flood) // 1024) + "LAST-LINE\n")
+            sys.stderr.write(("E" * 1023 + "\n") * (int(flood) // 1024))
+            for name in CONFIG.get("echo_env", []):  # as a server logging its settings would
+                sys.stderr.write(f"{name}={os.environ.get(name)}\n")
+            sys.stderr.write("LAST-LINE\n")
             sys.stderr.flush()
             os._exit(3)
         capabilities = {"tools": {"listChanged": True}, "resources": {}}
