@@ -84,9 +84,15 @@ def _integer(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
         raise TypeError(f"{attribute.name} must be an int, got {type(value).__name__}")
 
 
+def _sequence(name: str, value: object) -> tuple[object, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a sequence, got {type(value).__name__}")
+    return tuple(value)
+
+
 def _seqs(value: Iterable[object]) -> tuple[int, ...]:
     found: list[int] = []
-    for seq in value:
+    for seq in _sequence("seqs", value):
         if not isinstance(seq, int) or isinstance(seq, bool):
             raise TypeError(f"seqs must be ints, got {type(seq).__name__}")
         found.append(seq)
@@ -94,10 +100,11 @@ def _seqs(value: Iterable[object]) -> tuple[int, ...]:
 
 
 def _facts(value: Iterable[RetainedFact]) -> tuple[RetainedFact, ...]:
-    found = tuple(value)
-    if any(not isinstance(fact, RetainedFact) for fact in found):
+    found = _sequence("retained_facts", value)
+    facts = tuple(fact for fact in found if isinstance(fact, RetainedFact))
+    if len(facts) != len(found):
         raise TypeError("retained_facts must be RetainedFact values")
-    return found
+    return facts
 
 
 def _kind(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -183,10 +190,14 @@ def straddled(entries: Sequence[LogEntry], through: int) -> bool:
 def accepted_versions(versions: Iterable[str] | None) -> frozenset[str] | None:
     """The compactor versions to accept, checked: None (any), or a frozenset of the str given
     (any iterable of str). A lone str (or bytes) is refused with ``TypeError``: taken as a
-    collection, ``"effectagent-log"`` would accept the versions ``"log"`` and ``"e"``."""
+    collection, ``"effectagent-log"`` would accept the versions ``"log"`` and ``"e"``. An empty
+    or blank version names no compactor: ``ValueError``."""
     if versions is None:
         return None
-    return frozenset(strings("versions", versions, kind="collection"))
+    found = strings("versions", versions, kind="collection")
+    if any(not version.strip() for version in found):
+        raise ValueError("each of versions must name a compactor version: got an empty one")
+    return frozenset(found)
 
 
 def verify_artifact(

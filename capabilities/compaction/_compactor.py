@@ -91,6 +91,10 @@ class CompactionHost(Protocol):
     async def compaction_for(self, request: HostRequest) -> CompactionResult | None:
         """An artifact for exactly the requested range, or None to let the model summarize.
 
+        An exception raised here (an ``Exception``: a summary service that is down) or an answer
+        that is not a :class:`CompactionResult` is logged, by type, as ``compaction host failed``
+        and the model summarizes instead, as for a refused artifact: a host never fails the run.
+
         Cancellation: the compaction is abandoned and nothing is appended.
         """
         ...
@@ -219,20 +223,28 @@ class LogCompactor:
         assert self._host is not None
         first = view.summary_through + 1
         covered = tuple(e for e in view.entries if first <= e.seq <= plan.covers_through)
-        artifact = await self._host.compaction_for(
-            HostRequest(
-                request.conversation_id,
-                request.run_id,
-                request.turn,
-                first,
-                plan.covers_through,
-                covered,
-                plan.covered,
-                plan.summary_room,
-            )
+        asked = HostRequest(
+            request.conversation_id,
+            request.run_id,
+            request.turn,
+            first,
+            plan.covers_through,
+            covered,
+            plan.covered,
+            plan.summary_room,
         )
-        if artifact is None:
+        try:
+            artifact = await self._host.compaction_for(asked)
+        except Exception as exc:  # a host that fails costs its summary, never the run
+            self._host_failed(request, type(exc).__name__)
             return None
+        answer: object = artifact  # what a host answers is checked, not trusted
+        if answer is None:
+            return None
+        if not isinstance(answer, CompactionResult):
+            self._host_failed(request, f"answered {type(answer).__name__}")
+            return None
+        artifact = answer
         try:
             _check_answer(artifact, first, plan.covers_through)
             verify_artifact(view.entries, artifact, versions=self._versions)
@@ -247,6 +259,17 @@ class LogCompactor:
             )
             return None
         return summary_text(artifact)
+
+    @staticmethod
+    def _host_failed(request: CompactionRequest, error: str) -> None:
+        """The host raised (``error``: the exception's type, never its message, which may quote
+        the conversation) or answered something other than an artifact: the model summarizes."""
+        log_warning(
+            "compaction host failed",
+            conversation_id=request.conversation_id,
+            run_id=request.run_id,
+            error=error,
+        )
 
     def _record(
         self, view: LogView, request: CompactionRequest, plan: Plan, summary: str | None

@@ -11,8 +11,8 @@ transcript separates a call from its result. It is bounded so that the summary r
 the context, in three steps, each taken only when the one before is not enough:
 
 1. each text, tool argument and result is cut to its head and tail (``max_item_chars``);
-2. the oldest parts are left out, with a line saying how many — the earlier summary, which stands
-   for everything before, and the newest part are kept;
+2. the oldest parts are left out, as few as fit, with a line saying how many — the earlier
+   summary, which stands for everything before, and the newest part are kept;
 3. every part still there is cut shorter, the same number of characters for all (found by
    bisection on the exact count) — an earlier summary too long to fit is cut like the others: its
    head and tail stay, and the middle is replaced by a marker saying how much was left out; if even
@@ -168,8 +168,9 @@ def transcript(
     def fits(text: str) -> bool:
         return count([UserMessage.text(head + text)]) <= budget
 
-    # 2. Leave out the oldest parts: by the sum of their counts first, then by the exact count
-    # (a counter need not be additive).
+    # 2. Leave out the oldest parts: a first guess by the sum of their counts, then the exact
+    # count decides (a counter need not be additive: a sum of parts counted one by one may be
+    # more than the whole, or less) — forward until one fits, then back to the fewest left out.
     sizes = [count([UserMessage.text(part.render(max_item_chars))]) for part in parts]
     total, start = sum(sizes), first
     while start < last and total > budget:
@@ -180,6 +181,19 @@ def transcript(
         start += 1
         text = compose(start, max_item_chars)
     if fits(text):
+        # The fewest parts left out. Whole, if it fits; else the earliest start that fits, by
+        # bisection (``start`` fits) — leaving parts out adds the line saying so, and past it
+        # each part left out makes the transcript shorter.
+        if start > first and fits(whole := compose(first, max_item_chars)):
+            return whole
+        low = first  # stands for a start that does not fit
+        while start - low > 1:
+            middle = (low + start) // 2
+            candidate = compose(middle, max_item_chars)
+            if fits(candidate):
+                start, text = middle, candidate
+            else:
+                low = middle
         return text
     # 3. Cut every part still there shorter, the same for all; then without the earlier summary.
     for earlier in (True, False) if first else (False,):

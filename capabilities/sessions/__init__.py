@@ -7,7 +7,11 @@ Every error is a :class:`SessionStoreError`; exported are those a caller handles
 (:class:`SessionConflict`), an ID that is missing or taken (:class:`SessionNotFound`,
 :class:`SessionExists`), and metadata of a version no migration reaches
 (:class:`UnknownSessionVersion`). Invalid input, oversized metadata, a damaged row and an
-unavailable store (``is_retryable``) are ``SessionStoreError``\\ s whose message says which."""
+unavailable store (``is_retryable``) are ``SessionStoreError``\\ s whose message says which.
+Input is checked where it is given: a :class:`SessionCreate` or :class:`SessionPatch` of the wrong
+shape is refused as it is built, a session ID or name no store could keep (empty, blank, too long,
+holding NUL or a lone surrogate) before any store is asked — with a ``SessionStoreError`` that is
+also a ``TypeError`` (a value of the wrong type) or a ``ValueError`` (an invalid one)."""
 
 from ._model import Session as Session
 from ._model import SessionConflict as SessionConflict

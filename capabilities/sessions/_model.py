@@ -10,12 +10,13 @@ Metadata is never the only record of accepted work: that is what the log is for.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import builtins
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar, final
 
 import attrs
 
-from effectagent.effect import ServiceKey, TaggedError
+from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
 
 from .._versioned import (
     Migration,
@@ -37,6 +38,8 @@ __all__ = [
     "SessionCreate",
     "SessionExists",
     "SessionInvalid",
+    "SessionInvalidType",
+    "SessionInvalidValue",
     "SessionMetadataTooLarge",
     "SessionNotFound",
     "SessionPatch",
@@ -102,6 +105,23 @@ class SessionInvalid(SessionStoreError):
 
 
 @attrs.frozen
+class SessionInvalidType(SessionInvalid, TypeError):
+    """A :class:`SessionInvalid` for a value of the wrong type (also a ``TypeError``): raised
+    where the value is given — building a :class:`SessionCreate` or :class:`SessionPatch`, or
+    calling the store with an ID that is not a str."""
+
+    tag = "SessionInvalid"
+
+
+@attrs.frozen
+class SessionInvalidValue(SessionInvalid, ValueError):
+    """A :class:`SessionInvalid` for a value of the right type that is not valid (also a
+    ``ValueError``): a blank name, an empty or too long ID."""
+
+    tag = "SessionInvalid"
+
+
+@attrs.frozen
 class SessionMetadataTooLarge(SessionStoreError):
     """The metadata's JSON is larger than the schema's ``max_bytes``."""
 
@@ -147,8 +167,10 @@ class SessionSchema(Generic[M]):
 
     ``type`` is the metadata's type (an attrs class, or :data:`JSONObject`); ``version`` the schema
     version written now; ``migrations[n]`` lifts stored JSON of version ``n`` to ``n + 1``;
-    ``max_bytes`` bounds the metadata's stored JSON. Raises ``ValueError`` for a version below 1
-    or a migration key that is not a version below ``version``.
+    ``max_bytes`` bounds the metadata's stored JSON. Raises ``ValueError`` for a version below 1,
+    a migration key that is not a version below ``version`` or a ``max_bytes`` below 2, and
+    ``TypeError`` for a type no JSON schema can be derived for or ``migrations`` that is not a
+    mapping (or holds a step that is not callable).
     """
 
     __slots__ = ("codec",)
@@ -161,6 +183,15 @@ class SessionSchema(Generic[M]):
         migrations: Mapping[int, Migration] | None = None,
         max_bytes: int = 64 * 1024,
     ) -> None:
+        try:
+            json_schema(type)
+        except SchemaDerivationError as exc:
+            raise TypeError(f"SessionSchema's type cannot be session metadata: {exc}") from None
+        if migrations is not None and not isinstance(migrations, Mapping):
+            raise TypeError(
+                "migrations must be a mapping from the version each lifts from to its function, "
+                f"got {builtins.type(migrations).__name__}"
+            )
         #: The pure codec that dumps and loads metadata.
         self.codec: VersionedCodec[M] = VersionedCodec(type, version, migrations or {}, max_bytes)
 
@@ -190,21 +221,58 @@ class Session(Generic[M]):
     updated_at: float
 
 
-def _tuple_of_str(value: Sequence[str]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        raise TypeError("conversations must be a sequence of IDs, not one string")
-    return tuple(value)
+def _shown(session_id: object) -> str:
+    """``session_id`` as an error names it: itself when it is a short str, else ``"?"``."""
+    return session_id if isinstance(session_id, str) and len(session_id) <= 64 else "?"
+
+
+def _conversation_ids(value: Iterable[str]) -> tuple[str, ...]:
+    """``value`` as a tuple of conversation IDs, each checked (a lone str or bytes is refused:
+    it would be taken letter by letter)."""
+    if isinstance(value, str | bytes | bytearray) or not isinstance(value, Iterable):
+        raise SessionInvalidType(
+            "?",
+            "conversations must be a sequence of conversation IDs (str), "
+            f"got {type(value).__name__}",
+        )
+    return tuple(check_conversation_id(c) for c in value)
+
+
+def _optional_id(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_id(value)
+
+
+def _create_name(instance: SessionCreate[Any], _: attrs.Attribute[Any], value: object) -> None:
+    check_name(_shown(instance.session_id), value)
+
+
+def _patch_name(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        check_name("?", value)
+
+
+def _required(instance: SessionCreate[Any], _: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        raise SessionInvalidValue(
+            _shown(instance.session_id), "metadata is required (None means 'unchanged' in a patch)"
+        )
 
 
 @attrs.frozen
 class SessionCreate(Generic[M]):
     """What ``create`` needs: a name, metadata, the conversations it starts with, and optionally
-    the ID to use (one is made up otherwise)."""
+    the ID to use (one is made up otherwise).
 
-    name: str
-    metadata: M
-    conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
-    session_id: str | None = None
+    Checked as it is made: a value of the wrong type raises :class:`SessionInvalidType` (a
+    ``TypeError``) — a lone str for ``conversations`` included — and a blank or too long name,
+    an empty or too long ID, or no metadata :class:`SessionInvalidValue` (a ``ValueError``); both
+    are :class:`SessionInvalid`. Metadata is checked against the store's schema by ``create``."""
+
+    name: str = attrs.field(validator=_create_name)
+    metadata: M = attrs.field(validator=_required)
+    conversations: tuple[str, ...] = attrs.field(default=(), converter=_conversation_ids)
+    session_id: str | None = attrs.field(default=None, validator=_optional_id)
 
 
 _KEEP: Final[Any] = None
@@ -214,12 +282,12 @@ _KEEP: Final[Any] = None
 class SessionPatch(Generic[M]):
     """A change to a session: a new name and/or new metadata (``None``: unchanged — metadata is
     replaced whole, never merged), conversations to add (appended in order, once) and to
-    remove."""
+    remove. Checked as it is made, as :class:`SessionCreate` is."""
 
-    name: str | None = None
+    name: str | None = attrs.field(default=None, validator=_patch_name)
     metadata: M | None = _KEEP
-    add_conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
-    remove_conversations: tuple[str, ...] = attrs.field(default=(), converter=_tuple_of_str)
+    add_conversations: tuple[str, ...] = attrs.field(default=(), converter=_conversation_ids)
+    remove_conversations: tuple[str, ...] = attrs.field(default=(), converter=_conversation_ids)
 
 
 # ---- the service ----------------------------------------------------------------------------------
@@ -270,22 +338,56 @@ SessionStoreService: ServiceKey[SessionStore[Any]] = ServiceKey(
 # ---- the rules both stores apply (pure) ---------------------------------------------------------
 
 
-def check_id(session_id: object, what: str = "session ID") -> str:
-    """``session_id`` if it is a usable ID; raises :class:`SessionInvalid` otherwise."""
-    if not isinstance(session_id, str) or not session_id or len(session_id) > _MAX_ID_CHARS:
-        shown = session_id if isinstance(session_id, str) and len(session_id) <= 64 else "?"
-        raise SessionInvalid(
-            shown, f"a {what} is a non-empty string of at most {_MAX_ID_CHARS} characters"
-        )
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text`` as it is: no NUL (PostgreSQL text cannot hold it)
+    and no lone surrogate (it has no UTF-8 form)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_id(session_id: object) -> str:
+    """``session_id`` if it is a usable session ID; raises :class:`SessionInvalidType` (not a
+    str) or :class:`SessionInvalidValue` (empty, too long, holding NUL or a lone surrogate —
+    a store keeps it in a text column) otherwise."""
+    problem = (
+        f"a session ID is a non-empty string of at most {_MAX_ID_CHARS} characters, "
+        "without NUL or lone surrogates"
+    )
+    if not isinstance(session_id, str):
+        raise SessionInvalidType("?", f"{problem}, got {type(session_id).__name__}")
+    if not session_id or len(session_id) > _MAX_ID_CHARS or not storable(session_id):
+        raise SessionInvalidValue(_shown(session_id) if storable(session_id) else "?", problem)
     return session_id
 
 
+def check_conversation_id(conversation_id: object) -> str:
+    """``conversation_id`` if a session may list it (any ID a run takes, up to the length
+    bound: the list is stored as JSON); raises :class:`SessionInvalidType` or
+    :class:`SessionInvalidValue` otherwise."""
+    problem = f"a conversation ID is a non-empty string of at most {_MAX_ID_CHARS} characters"
+    if not isinstance(conversation_id, str):
+        raise SessionInvalidType("?", f"{problem}, got {type(conversation_id).__name__}")
+    if not conversation_id.strip() or len(conversation_id) > _MAX_ID_CHARS:
+        raise SessionInvalidValue("?", problem)
+    return conversation_id
+
+
 def check_name(session_id: str, name: object) -> str:
-    """``name`` if it is a valid session name; raises :class:`SessionInvalid` otherwise."""
-    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
-        raise SessionInvalid(
-            session_id, f"the name must be a non-blank string of at most {MAX_NAME_CHARS} chars"
-        )
+    """``name`` if it is a valid session name; raises :class:`SessionInvalidType` (not a str) or
+    :class:`SessionInvalidValue` (blank, too long, holding NUL or a lone surrogate) otherwise."""
+    problem = (
+        f"the name must be a non-blank string of at most {MAX_NAME_CHARS} chars, "
+        "without NUL or lone surrogates"
+    )
+    if not isinstance(name, str):
+        raise SessionInvalidType(session_id, f"{problem}, got {type(name).__name__}")
+    if not name.strip() or len(name) > MAX_NAME_CHARS or not storable(name):
+        raise SessionInvalidValue(session_id, problem)
     return name
 
 
@@ -298,7 +400,7 @@ def merge_conversations(
     """``current`` without ``remove``, then each of ``add`` not in what is left, in order; raises
     :class:`SessionInvalid` for a bad ID or too many conversations."""
     for conversation_id in (*add, *remove):
-        check_id(conversation_id, "conversation ID")
+        check_conversation_id(conversation_id)
     removed = set(remove)
     merged = [c for c in current if c not in removed]
     seen = set(merged)

@@ -12,6 +12,7 @@ from ._model import (
     Session,
     SessionConflict,
     SessionCreate,
+    SessionInvalidValue,
     SessionNotFound,
     SessionPatch,
     SessionSchema,
@@ -20,6 +21,7 @@ from ._model import (
     dump_metadata,
     load_metadata,
     merge_conversations,
+    storable,
 )
 
 __all__ = ["MAX_PAGE", "StoredSession", "check_delete", "check_page", "create_row", "patch_row"]
@@ -114,9 +116,13 @@ MAX_PAGE = 1_000
 
 
 def check_page(after: object, limit: object) -> tuple[str | None, int]:
-    """``list``'s arguments, checked: a session ID or None, and a limit from 1 to ``MAX_PAGE``."""
+    """``list``'s arguments, checked: a session ID or None (one no store could keep — holding NUL
+    or a lone surrogate — is refused with :class:`SessionInvalidValue`), and a limit from 1 to
+    ``MAX_PAGE``."""
     if after is not None and not isinstance(after, str):
         raise TypeError(f"after must be a session ID (str) or None, got {type(after).__name__}")
+    if after is not None and not storable(after):  # no session has such an ID
+        raise SessionInvalidValue("?", "after must be a session ID: without NUL or lone surrogates")
     if type(limit) is not int:
         raise TypeError(f"limit must be an int, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_PAGE:

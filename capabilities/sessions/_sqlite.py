@@ -191,7 +191,10 @@ class SqliteSessionStore(Generic[M]):
         of them has a run going, the deletion is refused (``SessionStoreUnavailable`` saying
         so) and nothing is deleted. Without it, the conversations stay in the log.
 
-        Cancellation: all or nothing."""
+        Raises ``TypeError`` for a ``conversations`` that is not a bool (a truthy value would
+        delete history). Cancellation: all or nothing."""
+        if type(conversations) is not bool:
+            raise TypeError(f"conversations must be a bool, got {type(conversations).__name__}")
         check_id(session_id)
         now = time.time()
 

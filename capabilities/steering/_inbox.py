@@ -8,7 +8,8 @@ are :class:`Admissions` (pure); this module adds the journal (persistence) and t
 
 Text is redacted as it is admitted, with the runtime's redaction (a run of the conversation is
 going, and its ``RunInfo`` carries it): a registered secret never reaches the journal, not even
-while the input waits to be delivered; the log and the model see the same redacted text.
+while the input waits to be delivered; the log and the model see the same redacted text. The
+author is redacted the same way (the receipt, the status and the record give the redacted one).
 
 Input may hold images, documents or audio, as a run's input does (``["Use this one:",
 ImagePart.from_path("cat.png")]``): it waits in memory with its parts, and the run that takes it
@@ -64,8 +65,8 @@ def _check(conversation_id: object, author: object) -> None:
     for name, value in (("conversation_id", conversation_id), ("author", author)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
-    if not conversation_id or not author:
-        raise ValueError("conversation_id and author must not be empty")
+        if not value.strip():
+            raise ValueError(f"{name} must not be empty or blank")
 
 
 @final
@@ -110,10 +111,10 @@ class ConversationInbox:
         their bytes kept once in the log's media store, and a model that cannot take one
         refuses that turn's request (``MediaNotSupported``).
 
-        Raises ``TypeError``/``ValueError`` for arguments of the wrong type, empty IDs or an
-        empty sequence (the errors a run's input meets), and the storage's error if a durable
-        journal could not persist it (then nothing was admitted); a rejection is not an
-        exception but the receipt's ``rejection``.
+        Raises ``TypeError``/``ValueError`` for arguments of the wrong type, an empty or blank
+        conversation ID or author, or an empty sequence (the errors a run's input meets), and
+        the storage's error if a durable journal could not persist it (then nothing was
+        admitted); a rejection is not an exception but the receipt's ``rejection``.
 
         Cancellation: all or nothing — if it raises ``Cancelled``, the input was not admitted;
         if it returns, the receipt is the truth (a persisting admission is waited for).
@@ -132,9 +133,11 @@ class ConversationInbox:
         self, kind: InputKind, conversation_id: str, text: object, author: str
     ) -> InputReceipt:
         _check(conversation_id, author)
-        # Checked as a run's input, and redacted (a run going here set ``_redact_text``).
+        # Checked as a run's input, and redacted (a run going here set ``_redact_text``) — its
+        # author too: it is stored with the input, in the journal and in the log.
+        redact = self._redact_text
         item = SteeringInput.of(
-            new_id("input"), kind, text, author, time.time(), redact=self._redact_text
+            new_id("input"), kind, text, redact(author), time.time(), redact=redact
         )
         await trio.lowlevel.checkpoint_if_cancelled()
         decided = self._admissions.admit(conversation_id, item)
@@ -143,7 +146,7 @@ class ConversationInbox:
         if isinstance(decided, str):
             await trio.lowlevel.cancel_shielded_checkpoint()
             return InputReceipt(
-                item.input_id, conversation_id, kind, author, item.at, "rejected", decided
+                item.input_id, conversation_id, kind, item.author, item.at, "rejected", decided
             )
         try:
             position = await self.journal.admitted(decided)
@@ -159,7 +162,7 @@ class ConversationInbox:
             item.input_id,
             conversation_id,
             kind,
-            author,
+            item.author,
             item.at,
             "accepted",
             None,

@@ -24,7 +24,8 @@ passes, Code Mode passes and their inner calls, MCP requests get spans of their 
 call's (see ``_hooks``).
 
 **When each span ends.** A run span with the run's terminal event. A turn span at its
-``TurnCompleted`` (the final turn, which the answer ends, with the terminal event). A ``chat``
+``TurnCompleted`` (the final turn, which the answer ends, with the terminal event — a completed
+run's final turn takes the run's finish reason as its ``gen_ai.response.finish_reasons``). A ``chat``
 span when the response is complete — the turn's first ``ToolCallDeclared``, its
 ``TurnCompleted`` or the terminal event, whichever comes first; its token usage is only known at
 ``TurnCompleted`` (or the terminal event), so it is ended then, with the earlier end time. A tool
@@ -212,7 +213,8 @@ class Telemetry:
     content is kept only with ``include_content`` *and* a redactor. ``max_attribute_length`` bounds every other string
     attribute, ``max_content_length`` each content attribute, ``max_span_events`` the events a
     span takes (progress reports, compactions, budget warnings). ``request_model``, when given, is
-    reported as ``gen_ai.request.model`` on model spans (the events do not name the model).
+    reported as ``gen_ai.request.model`` on model spans (the events do not name the model); a blank
+    one is refused (``ValueError``), as is one that is not a str (``TypeError``).
 
     ``on_event`` runs in the task that emits each event, without waiting; it keeps the open spans
     of each run until the run's terminal event. The spans are ended with the events' own
@@ -258,6 +260,13 @@ class Telemetry:
             raise TypeError(
                 f"tracer_provider must be an OpenTelemetry TracerProvider, "
                 f"got {type(tracer_provider).__name__}"
+            )
+        model: object = request_model
+        if model is not None and not isinstance(model, str):
+            raise TypeError(f"request_model must be a model's name (a str) or None, got {model!r}")
+        if isinstance(model, str) and not model.strip():
+            raise ValueError(
+                f"request_model must be a model's name (a non-blank str), got {model!r}"
             )
         self.include_content = include_content
         self.max_attribute_length = max_attribute_length
@@ -809,6 +818,9 @@ class Telemetry:
         if run.turn_span is not None:
             if category:
                 self._fail(run.turn_span, category, _ENDED_BY_RUN, fixed=True)
+            elif isinstance(event, RunCompleted):  # the final turn: the answer ended it
+                finish = _cut(event.finish_reason, limit)
+                run.turn_span.set_attribute("gen_ai.response.finish_reasons", (finish,))
             run.turn_span.end(_ns(at))
             run.turn_span = None
         if usage is not None:

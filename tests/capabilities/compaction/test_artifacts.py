@@ -238,6 +238,30 @@ def test_an_artifact_of_the_wrong_shape_is_refused_when_built(build: Any, error:
         build()
 
 
+@pytest.mark.parametrize(
+    ("build", "name"),
+    [
+        (lambda: Fact("f", None), "seqs"),
+        (lambda: Fact("f", 3), "seqs"),
+        (lambda: Fact("f", "12"), "seqs"),  # a lone str: not the entries 1 and 2
+        (lambda: Result(1, 2, "s", "d", "v", None), "retained_facts"),
+        (lambda: Result(1, 2, "s", "d", "v", Fact("f")), "retained_facts"),
+    ],
+)
+def test_a_lone_value_where_a_sequence_goes_is_refused_by_name(build: Any, name: str) -> None:
+    with pytest.raises(TypeError, match=f"^{name} must be a sequence, got "):
+        build()
+
+
+def test_a_tokenizer_may_give_its_tokens_as_an_iterator_never_as_a_count() -> None:
+    messages: list[Message] = [SystemMessage("be brief"), UserMessage((TextContent("a b c"),))]
+    lazy = TokenizerCounter(lambda text: iter(text.split()), per_message=0)
+    assert lazy.count(messages) == 5  # a generator's tokens are counted, not refused
+    for wrong in (lambda text: len(text.split()), lambda text: text):  # a count; characters
+        with pytest.raises(TypeError, match="encode must return the tokens of the text"):
+            TokenizerCounter(wrong).count(messages)  # type: ignore[arg-type]
+
+
 def test_a_tokenizer_counts_every_text_argument_and_result() -> None:
     counter = TokenizerCounter(str.split, per_message=2)
     messages: list[Message] = [

@@ -20,10 +20,12 @@ from capabilities.compaction._transcript import transcript
 from capabilities.compaction._view import LogView
 from effectagent import Agent, AgentPolicy, open_runtime
 from effectagent.ai import (
+    AssistantMessage,
     ContextLengthExceeded,
     Message,
     ModelRequest,
     SystemMessage,
+    TextContent,
     UserMessage,
 )
 from effectagent.core import (
@@ -323,3 +325,28 @@ def test_a_verbose_summary_from_the_model_or_a_host_is_cut_to_summary_tokens() -
 def test_summary_tokens_counts_the_text_alone() -> None:
     assert summary_tokens("", estimate_tokens) == 0
     assert summary_tokens("x" * 400, estimate_tokens) == 100
+
+
+def test_a_transcript_that_fits_whole_leaves_nothing_out_though_its_parts_sum_to_more() -> None:
+    # Counted one by one, each part pays a message's framing: twenty short exchanges sum to
+    # more than the one message they make together. The sum is a guess; the exact count decides.
+    messages: list[Message] = []
+    for n in range(20):
+        messages.append(UserMessage.text(f"question {n}"))
+        messages.append(AssistantMessage((TextContent(f"answer {n}"),)))
+    whole = transcript(messages, estimate_tokens, 10**9, head=HEAD)
+    budget = estimate_tokens([UserMessage.text(HEAD + whole)])
+    parts = sum(estimate_tokens([UserMessage.text(line)]) for line in whole.split("\n\n"))
+    assert parts > budget  # what made the oldest parts be left out
+    assert transcript(messages, estimate_tokens, budget, head=HEAD) == whole
+    # Less room: as few parts as that needs are left out, the newest kept.
+    fewer = budget - 40
+    cut = transcript(messages, estimate_tokens, fewer, head=HEAD)
+    assert estimate_tokens([UserMessage.text(HEAD + cut)]) <= fewer
+    assert cut.startswith("[")
+    assert cut.endswith("Assistant: answer 19")
+    left_out = int(cut[1 : cut.index(" ")])
+    one_fewer = f"[{left_out - 1} earlier parts of the conversation left out]\n\n" + "\n\n".join(
+        whole.split("\n\n")[left_out - 1 :]
+    )
+    assert estimate_tokens([UserMessage.text(HEAD + one_fewer)]) > fewer

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import structlog
 import trio
 import trio.testing
@@ -285,6 +286,60 @@ async def test_a_host_artifact_is_used_when_it_verifies_and_refused_when_its_dig
             assert "Facts to keep:\n- page 0 was first" in summaries[0]
             assert compactor.refusals == []
             assert not any(_is_summary_request(r) for r in reader.requests)
+
+
+class BrokenHost:
+    """A host that fails: raises (a summary service that is down), or answers what is not an
+    artifact."""
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.asked = 0
+
+    async def compaction_for(self, request: HostRequest) -> Any:
+        self.asked += 1
+        await trio.lowlevel.checkpoint()
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [ConnectionError("summary service down: hunter2"), "a summary as a bare str", {"summary": 1}],
+    ids=["raises", "answers-a-str", "answers-a-dict"],
+)
+async def test_a_host_that_fails_costs_its_summary_never_the_run(
+    autojump_clock: trio.testing.MockClock, answer: Any
+) -> None:
+    reader = Reader(pages=60, summary="MODEL SUMMARY")
+    agent = _agent(2_500, keep=600)
+    host = BrokenHost(answer)
+    compactor = LogCompactor(host=host)
+    layer = agent.toolkit.handlers({fetch: _page}) + FunctionModel(reader).as_layer()
+    with _logs() as lines:
+        async with open_runtime(layer + compactor.layer(), agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Read.")
+            log = list(await runtime.log.entries(result.conversation_id))
+    assert result.status == "completed"
+    assert host.asked >= 1
+    summaries = [
+        r.summary
+        for e in log
+        if isinstance(r := e.record, CompactionCreated) and r.kind == "summarize"
+    ]
+    assert summaries
+    assert all(s == "MODEL SUMMARY" for s in summaries)  # the model summarized
+    failed = [line for line in lines if line["event"] == "compaction host failed"]
+    assert len(failed) == host.asked
+    assert failed[0]["error"] in ("ConnectionError", f"answered {type(answer).__name__}")
+    assert "hunter2" not in repr(lines)  # the error's type, never its message
+
+
+def test_an_empty_accepted_version_is_refused() -> None:
+    for versions in ([""], ("host/2", "  ")):
+        with pytest.raises(ValueError, match="each of versions must name a compactor version"):
+            LogCompactor(versions=versions)
 
 
 async def test_a_failed_summary_leaves_no_trace_and_the_run_goes_on(

@@ -408,3 +408,54 @@ async def test_a_secret_in_steering_never_reaches_the_journal_even_while_it_wait
     assert UserMessage.text(f"the password is {REDACTED}") in model.requests[1].messages
     assert b"hunter2" not in _bytes_on_disk(tmp_path)
     assert "hunter2" not in repr(log) + repr(model.requests)
+
+
+async def test_a_secret_in_the_author_is_redacted_like_the_text(tmp_path: Path) -> None:
+    """The author is kept with the input — in the journal, the receipt, its status and the
+    record in the log — so a registered secret there is redacted as the text is."""
+    from effectagent.core import REDACTED
+
+    path = tmp_path / "author.db"
+    seen: dict[str, Any] = {}
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        steering = seen["steering"]
+        seen["receipts"] = [
+            await steering.steer(call.conversation_id, "Go on.", author="ann hunter2"),
+            await steering.follow_up(call.conversation_id, "Then stop.", author="hunter2"),
+        ]
+        return Done(True)
+
+    model = ScriptedModel(
+        [Turn.tool_calls(("work", {"seconds": 0})), Turn.text("going"), Turn.text("stopped")]
+    )
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(
+        sqlite_storage(path)
+    )
+    async with open_runtime(layer, agents=[AGENT], secrets=["hunter2"]) as runtime:
+        steering = seen["steering"] = runtime.context[SteeringService]
+        result = await runtime.run(AGENT, "Weather?")
+        log = list(await runtime.log.entries(result.conversation_id))
+        statuses = [await steering.status(r.input_id) for r in seen["receipts"]]
+    receipts: list[InputReceipt] = seen["receipts"]
+    assert [r.author for r in receipts] == [f"ann {REDACTED}", REDACTED]
+    assert [s.author for s in statuses if s is not None] == [f"ann {REDACTED}", REDACTED]
+    assert [s.state for s in statuses if s is not None] == ["delivered", "delivered"]
+    steered = [e.record for e in log if isinstance(e.record, UserInputRecorded)][1:]
+    assert [r.author for r in steered] == [f"ann {REDACTED}", REDACTED]
+    assert "hunter2" not in repr(log) + repr(receipts) + repr(statuses)
+    assert b"hunter2" not in _bytes_on_disk(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("conversation_id", "author"), [("conv", ""), ("conv", " \t"), ("", "ann"), ("  ", "ann")]
+)
+async def test_an_empty_or_blank_conversation_or_author_is_refused_at_the_call(
+    conversation_id: str, author: str
+) -> None:
+    quiet = Agent("quiet", "Answer.")
+    async with open_runtime(ScriptedModel.layer([]) + in_memory_storage(), agents=[quiet]) as rt:
+        steering = rt.context[SteeringService]
+        for submit in (steering.steer, steering.follow_up):
+            with pytest.raises(ValueError, match="must not be empty or blank"):
+                await submit(conversation_id, "Go on.", author=author)

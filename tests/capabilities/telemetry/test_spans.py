@@ -43,7 +43,7 @@ from effectagent.core import (
 from effectagent.engine import LOGGER_NAME, open_runtime
 from effectagent.testing import ScriptedModel, Turn
 from tests.capabilities.telemetry.spans import CANARY, by_name, parent_id, span_id, texts
-from tests.engine.helpers import Forecast, Lookup, forecast_tool, make_agent
+from tests.engine.helpers import Forecast, Lookup, forecast_tool, make_agent, make_policy
 
 
 async def test_the_span_tree_of_a_run_with_parallel_tools_and_an_approval(
@@ -366,6 +366,44 @@ async def test_attributes_and_events_are_bounded(
     assert len(tool.events) == 5  # fifty progress reports, five events
 
 
+async def _forecast(params: Lookup, call: ToolCallContext) -> Forecast:
+    return Forecast(params.city, 4.0)
+
+
+@pytest.mark.parametrize("exhausted", [False, True])
+async def test_every_turn_of_a_completed_run_has_its_finish_reasons(
+    autojump_clock: trio.testing.MockClock,
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+    exhausted: bool,
+) -> None:
+    # The final turn has no TurnCompleted of its own: the run's end ends it, and says why.
+    provider, exporter = exported
+    forecast = forecast_tool()
+    agent = make_agent(forecast, policy=make_policy(max_turns=2 if exhausted else 8))
+    model = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": "Oslo"})),
+            Turn.tool_calls(("forecast", {"city": "Rome"})),
+            Turn.text("done"),
+        ]
+        if exhausted
+        else [Turn.tool_calls(("forecast", {"city": "Oslo"})), Turn.text("done")]
+    )
+    layer = agent.toolkit.handlers({forecast: _forecast}) + model.as_layer()
+    telemetry = Telemetry(tracer_provider=provider)
+    async with open_runtime(layer + telemetry.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Weather?")
+    assert result.status == "completed"
+    turns: dict[int, Any] = {
+        int(str((span.attributes or {})["effectagent.turn"])): span.attributes or {}
+        for span in by_name(exporter.get_finished_spans(), "turn")
+    }
+    reasons = [turns[n].get("gen_ai.response.finish_reasons") for n in sorted(turns)]
+    assert len(reasons) == (3 if exhausted else 2)
+    # The answer's turn stopped (the grace turn too, whose own TurnCompleted says so).
+    assert reasons == [("tool-calls",)] * (len(reasons) - 1) + [("stop",)]
+
+
 def test_bad_options_are_refused_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match="max_attribute_length must be a positive int"):
         Telemetry(max_attribute_length=0)
@@ -373,6 +411,19 @@ def test_bad_options_are_refused_with_a_clear_message() -> None:
         Telemetry(include_content="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="tracer_provider must be an OpenTelemetry TracerProvider"):
         Telemetry(tracer_provider=object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("request_model", "error"), [("", ValueError), ("  ", ValueError), (5, TypeError)]
+)
+def test_a_request_model_that_names_no_model_is_refused(
+    request_model: object, error: type[Exception]
+) -> None:
+    # Else every chat span would be named "chat " and carry gen_ai.request.model = "" (or fail
+    # at the first chat span, inside the run, with a TypeError).
+    with pytest.raises(error, match="request_model must be a model's name"):
+        Telemetry(request_model=request_model)  # type: ignore[arg-type]
+    assert Telemetry(request_model="gpt-4.1").request_model == "gpt-4.1"
 
 
 def test_add_trace_ids_takes_the_current_span(

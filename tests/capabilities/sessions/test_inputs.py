@@ -1,0 +1,123 @@
+"""Bad input to the session API is refused where it is given, the same way by every store: a
+``SessionCreate`` or ``SessionPatch`` of the wrong shape when it is built (a ``SessionInvalid``
+that is also a ``TypeError`` or ``ValueError``), a ``SessionSchema`` no metadata can have when it
+is made, and an ID or name no store could keep (NUL, a lone surrogate) before any store is asked
+— never a raw encoding error from one store and a stored session in another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities.sessions import (
+    SessionCreate,
+    SessionPatch,
+    SessionSchema,
+    SessionStoreError,
+)
+from capabilities.sessions._model import SessionInvalid
+from capabilities.sessions._sqlite import SqliteSessionStore
+
+from ..conftest import database as open_store
+from .test_contract import stores
+
+#: Types erased: these tests hand the classes what their annotations forbid.
+Create: Any = SessionCreate
+Patch: Any = SessionPatch
+Schema: Any = SessionSchema
+
+WRONG_TYPES: list[tuple[str, Any]] = [
+    ("a name that is not a str", lambda: Create(5, {})),
+    ("a session ID that is not a str", lambda: Create("n", {}, session_id=5)),
+    ("conversations of None", lambda: Create("n", {}, None)),
+    ("conversations of bytes", lambda: Create("n", {}, b"conv")),
+    ("a conversation ID that is not a str", lambda: Create("n", {}, [5])),
+    ("a patch's name that is not a str", lambda: Patch(name=5)),
+    ("a patch's conversations of bytes", lambda: Patch(add_conversations=b"ab")),
+    ("a patch's lone str to remove", lambda: Patch(remove_conversations="conv")),
+]
+
+BAD_VALUES: list[tuple[str, Any]] = [
+    ("an empty name", lambda: Create("", {})),
+    ("a blank name", lambda: Create(" \t", {})),
+    ("a name too long", lambda: Create("n" * 257, {})),
+    ("a name with NUL", lambda: Create("a\x00b", {})),
+    ("a name with a lone surrogate", lambda: Create("a\ud800", {})),
+    ("no metadata", lambda: Create("n", None)),
+    ("an empty session ID", lambda: Create("n", {}, session_id="")),
+    ("a session ID with NUL", lambda: Create("n", {}, session_id="a\x00b")),
+    ("a session ID with a lone surrogate", lambda: Create("n", {}, session_id="\udfff")),
+    ("an empty conversation ID", lambda: Create("n", {}, [""])),
+    ("a blank conversation ID", lambda: Create("n", {}, ["  "])),
+    ("a patch's blank name", lambda: Patch(name="  ")),
+    ("a patch's empty conversation ID", lambda: Patch(add_conversations=[""])),
+]
+
+
+@pytest.mark.parametrize(("what", "build"), WRONG_TYPES, ids=[w for w, _ in WRONG_TYPES])
+def test_a_value_of_the_wrong_type_is_refused_when_built(what: str, build: Any) -> None:
+    with pytest.raises(TypeError) as raised:
+        build()
+    assert isinstance(raised.value, SessionInvalid)  # a SessionStoreError, as the store's are
+
+
+@pytest.mark.parametrize(("what", "build"), BAD_VALUES, ids=[w for w, _ in BAD_VALUES])
+def test_an_invalid_value_is_refused_when_built(what: str, build: Any) -> None:
+    with pytest.raises(ValueError) as raised:
+        build()
+    assert isinstance(raised.value, SessionInvalid)
+    assert "\x00" not in str(raised.value)
+    assert "\ud800" not in str(raised.value)
+
+
+def test_a_schema_no_metadata_can_have_is_refused_when_made() -> None:
+    with pytest.raises(TypeError, match="cannot be session metadata"):
+        Schema(5)
+    with pytest.raises(TypeError, match="cannot be session metadata"):
+        Schema(object)
+    with pytest.raises(TypeError, match="migrations must be a mapping"):
+        Schema(dict, version=2, migrations=[lambda old: old])
+
+
+async def test_ids_and_names_no_store_could_keep_are_refused_alike_by_every_store(
+    kind: str, tmp_path: Path
+) -> None:
+    async with stores(kind, tmp_path) as make:
+        store = make(Schema(dict))
+        for session_id in ("a\x00b", "\ud800"):
+            with pytest.raises(SessionInvalid):  # not a UnicodeEncodeError, nor "unavailable"
+                await store.get(session_id)
+            with pytest.raises(SessionInvalid):
+                await store.update(session_id, Patch(name="m"), 1)
+            with pytest.raises(SessionInvalid):
+                await store.delete(session_id, 1)
+            with pytest.raises(ValueError, match="after must be a session ID"):
+                await store.list(after=session_id)
+        session = await store.create(Create("n", {}, ["conv-1"]))
+        assert await store.list() == (session,)
+        # A conversation ID is kept in the session's JSON: any ID a run takes fits.
+        listed = await store.update(session.id, Patch(add_conversations=["c\x00d"]), 1)
+        assert (await store.get(session.id)) == listed
+        assert listed.conversations == ("conv-1", "c\x00d")
+
+
+@pytest.mark.parametrize("database", ["sqlite-memory", "sqlite-file", "postgresql"])
+async def test_deleting_with_conversations_takes_a_bool_only(database: str, tmp_path: Path) -> None:
+    # A truthy value that is not True ("no") would otherwise delete the conversations' history.
+    async with open_store(database, tmp_path) as opened:
+        store: SqliteSessionStore[Any] = SqliteSessionStore(opened)
+        session = await store.create(Create("n", {}, ["conv-1"]))
+        for truthy in ("no", 1, None):
+            with pytest.raises(TypeError, match="conversations must be a bool"):
+                await store.delete(session.id, 1, conversations=truthy)  # type: ignore[arg-type]
+        assert await store.get(session.id) == session
+        await store.delete(session.id, 1, conversations=False)
+        assert await store.get(session.id) is None
+
+
+def test_every_refusal_is_a_session_store_error() -> None:
+    for _, build in WRONG_TYPES + BAD_VALUES:
+        with pytest.raises(SessionStoreError):
+            build()
