@@ -30,6 +30,19 @@ from .storage._layers import postgres_database, sqlite_database, sqlite_log
 __all__ = ["in_memory_storage", "postgres_storage", "sqlite_storage"]
 
 
+def _check_options(session_schema: object, steering_limits: object) -> None:
+    """The options every storage assembly takes, by the names it takes them under."""
+    if session_schema is not None and not isinstance(session_schema, SessionSchema):
+        raise TypeError(
+            f"session_schema must be a SessionSchema or None, got {type(session_schema).__name__}"
+        )
+    if steering_limits is not None and not isinstance(steering_limits, SteeringLimits):
+        raise TypeError(
+            "steering_limits must be a SteeringLimits or None, "
+            f"got {type(steering_limits).__name__}"
+        )
+
+
 def sqlite_storage(
     path: str | os.PathLike[str],
     *,
@@ -45,6 +58,7 @@ def sqlite_storage(
     ``synchronous`` — ``"full"`` (default: a commit survives power loss), or ``"normal"`` (it
     survives the process being killed; the last commits before a power loss may be lost).
     """
+    _check_options(session_schema, steering_limits)
     services = (
         sqlite_log()
         + sqlite_sessions(session_schema)
@@ -70,6 +84,7 @@ def postgres_storage(
     database and schema — on this machine or another — shares the Conversation Log, sessions,
     agent state and steering, and a conversation's lane keeps two runs of it from going at once
     wherever they run. ``pool_size`` bounds its connections. Needs the ``postgres`` extra."""
+    _check_options(session_schema, steering_limits)
     services = (
         sqlite_log()
         + sqlite_sessions(session_schema)
@@ -96,6 +111,7 @@ def in_memory_storage(
     bytes, idle conversations evicted least recently used first; ``LogRetention.keep_everything()``
     for none); steering statuses go with their conversation. Sessions and agent state are what
     the application stores: they stay until it deletes them."""
+    _check_options(session_schema, steering_limits)
     if log_retention is not None and not isinstance(log_retention, LogRetention):
         raise TypeError(f"log_retention must be a LogRetention, got {type(log_retention).__name__}")
 

@@ -14,9 +14,15 @@ from ._sqlite import SqliteSessionStore
 __all__ = ["in_memory_sessions", "sqlite_sessions"]
 
 
+def _check_schema(schema: object) -> None:
+    if schema is not None and not isinstance(schema, SessionSchema):
+        raise TypeError(f"schema must be a SessionSchema or None, got {type(schema).__name__}")
+
+
 def in_memory_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
     """A Layer providing :data:`SessionStoreService` in process memory, with ``schema``'s
     metadata (default: any JSON object)."""
+    _check_schema(schema)
 
     async def build(_: Context, __: Scope) -> Context:
         return Context.of(SessionStoreService, InMemorySessionStore(schema))
@@ -26,6 +32,7 @@ def in_memory_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
 
 def sqlite_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
     """A Layer providing :data:`SessionStoreService` on :data:`DatabaseService`."""
+    _check_schema(schema)
 
     async def build(context: Context, _: Scope) -> Context:
         store = SqliteSessionStore(context[DatabaseService], schema)

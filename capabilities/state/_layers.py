@@ -15,7 +15,7 @@ from .._logging import log_warning
 from ..storage import DatabaseService
 from ._backends import InMemoryStateBackend, SqliteStateBackend
 from ._model import AgentStateService
-from ._store import AgentStateStore
+from ._store import AgentStateStore, check_compensation_timeout
 
 __all__ = ["in_memory_state", "sqlite_state"]
 
@@ -23,6 +23,7 @@ __all__ = ["in_memory_state", "sqlite_state"]
 def in_memory_state(*, compensation_timeout: float = 30.0) -> Layer:
     """A Layer providing :data:`AgentStateService` in process memory; writes committed with a
     record append it to the runtime's ``ConversationLogService`` (required)."""
+    check_compensation_timeout(compensation_timeout)
 
     async def build(context: Context, _: Scope) -> Context:
         backend = InMemoryStateBackend(context[ConversationLogService])
@@ -42,6 +43,7 @@ def sqlite_state(*, compensation_timeout: float = 30.0) -> Layer:
     the ``agent_state`` table, writes with a record in one transaction with their append. Cells
     left pending by processes that ended became uncertain when the database was opened by a
     process alone with the file (see ``capabilities.storage._recovery``)."""
+    check_compensation_timeout(compensation_timeout)
 
     async def build(context: Context, _: Scope) -> Context:
         database = context[DatabaseService]

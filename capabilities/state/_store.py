@@ -100,6 +100,16 @@ def _dump(slot: StateSlot[T], key: str, value: T) -> str:
         raise StateValueTooLarge(slot.name, key, exc.size, exc.limit) from None
 
 
+def check_compensation_timeout(value: object) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``value`` is a positive, finite number of
+    seconds: settling is shielded, so a compensation without a bound could hold a run's end
+    for ever."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"compensation_timeout must be a number of seconds, got {value!r}")
+    if not 0 < value < float("inf"):
+        raise ValueError(f"compensation_timeout must be positive and finite, got {value!r}")
+
+
 @final
 class AgentStateStore:
     """Typed, revisioned agent state with four write classes (see ``capabilities.state``).
@@ -111,8 +121,7 @@ class AgentStateStore:
     __slots__ = ("_backend", "_ledger", "compensation_timeout")
 
     def __init__(self, backend: StateBackend, *, compensation_timeout: float = 30.0) -> None:
-        if not compensation_timeout > 0:
-            raise ValueError("compensation_timeout must be positive")
+        check_compensation_timeout(compensation_timeout)
         self._backend = backend
         self._ledger = RunLedger()
         self.compensation_timeout = compensation_timeout

@@ -15,10 +15,16 @@ from ._model import SteeringLimits, SteeringService
 __all__ = ["in_memory_steering", "sqlite_steering"]
 
 
+def _check_limits(limits: object) -> None:
+    if limits is not None and not isinstance(limits, SteeringLimits):
+        raise TypeError(f"limits must be a SteeringLimits or None, got {type(limits).__name__}")
+
+
 def in_memory_steering(limits: SteeringLimits | None = None) -> Layer:
     """A Layer providing :data:`SteeringService` and the engine's ``SteeringInboxService``, with
     admissions kept in memory (it reads the required ``ConversationLogService`` to tell which
     inputs runs recorded)."""
+    _check_limits(limits)
 
     async def build(context: Context, _: Scope) -> Context:
         inbox = ConversationInbox(InMemoryJournal(context[ConversationLogService]), limits)
@@ -40,6 +46,7 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     provides), and input admitted elsewhere for a run going here reaches it (see
     ``capabilities.steering``). Inputs left waiting by processes that ended expired when the
     database was opened by a process alone with the file."""
+    _check_limits(limits)
 
     async def build(context: Context, _: Scope) -> Context:
         database = context[DatabaseService]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,36 @@ def test_sqlite_users_never_import_psycopg() -> None:
         [sys.executable, "-c", program], capture_output=True, text=True, check=True, timeout=60
     )
     assert done.stdout.strip() == "False"
+
+
+_ASSEMBLIES: dict[str, Any] = {
+    "memory": in_memory_storage,
+    "sqlite": lambda **options: sqlite_storage(":memory:", **options),
+    "postgresql": lambda **options: postgres_storage("postgresql://h/db", **options),
+}
+
+
+@pytest.mark.parametrize("assembly", sorted(_ASSEMBLIES))
+@pytest.mark.parametrize(
+    ("option", "value", "error", "message"),
+    [
+        ("session_schema", 5, TypeError, "session_schema must be a SessionSchema or None"),
+        ("steering_limits", {"max": 1}, TypeError, "steering_limits must be a SteeringLimits"),
+        ("compensation_timeout", float("nan"), ValueError, "positive and finite"),
+        ("compensation_timeout", float("inf"), ValueError, "positive and finite"),
+        ("compensation_timeout", "30", TypeError, "a number of seconds"),
+    ],
+)
+def test_an_option_of_the_wrong_kind_is_refused_when_the_layer_is_made(
+    assembly: str, option: str, value: object, error: type[Exception], message: str
+) -> None:
+    """They were accepted, and failed (or, for an endless compensation bound, held a run's end
+    without bound) only when the runtime opened."""
+    with pytest.raises(error, match=message):
+        _ASSEMBLIES[assembly](**{option: value})
+
+
+@pytest.mark.parametrize("layer", [in_memory_state, sqlite_state])
+def test_the_state_layers_refuse_a_compensation_bound_that_is_not_one(layer: Any) -> None:
+    with pytest.raises(ValueError, match="positive and finite"):
+        layer(compensation_timeout=0)
