@@ -18,10 +18,11 @@ order, with any number pending at once (up to ``max_pending``). An answer for an
 not pending raises :class:`ApprovalNotPending` saying what became of it.
 
 **Withdrawal.** A waiting request is cancelled when the engine's approval timeout runs out or its
-run is interrupted. The approval is then withdrawn before the cancellation goes on: it leaves
-:meth:`pending`, every subscriber and the callback get an :class:`ApprovalClosed` with state
-``"withdrawn"``, and a later answer is refused — nothing is left on a screen for a request nobody
-waits for. (Withdrawal never waits, so it happens even in a cancelled task.)
+run is interrupted. The approval is then withdrawn the moment the cancellation reaches the wait,
+before any other task runs: it leaves :meth:`pending`, every subscriber and the callback get an
+:class:`ApprovalClosed` with state ``"withdrawn"``, and an answer given from then on — even one
+given at the very moment the engine stopped waiting — is refused, never reported as taken for a
+request nobody waits for. (Withdrawal never waits, so it happens even in a cancelled task.)
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class InteractiveApproval:
         self._buffer = buffer
         self._on_update = on_update
         self._subscribers: list[trio.MemorySendChannel[ApprovalUpdate]] = []
-        self._waiters: dict[str, trio.Event] = {}
+        self._waiters: dict[str, trio.lowlevel.Task] = {}
 
     # ---- the engine's side ---------------------------------------------------------------------
 
@@ -86,28 +87,44 @@ class InteractiveApproval:
         """Show ``request`` to the UIs and wait for a person's answer (bound to the request).
 
         Cancellation: waits until answered; if cancelled — the engine's approval timeout, the
-        run's interruption — the approval is withdrawn before the cancellation propagates (see
-        the module notes). Raises :class:`ApprovalError` when ``max_pending`` are waiting or the
-        callback refused the opening.
+        run's interruption — the approval is withdrawn at the moment the cancellation reaches
+        the wait, before any other task runs (see the module notes): an answer given from then
+        on is refused, never taken for a request nobody waits for. Raises
+        :class:`ApprovalError` when ``max_pending`` are waiting or the callback refused the
+        opening.
         """
         approval_id = new_id("approval")
         try:
             approval = self._table.open(approval_id, request, trio.current_time())
         except TooManyPending as exc:
             raise ApprovalError(str(exc)) from None
-        answered = trio.Event()
-        self._waiters[approval_id] = answered
         try:
             self._publish(ApprovalOpened(approval), opening=True)
-            await answered.wait()
-        finally:
-            del self._waiters[approval_id]
-            closed = self._table.withdraw(approval_id, "the request was cancelled")
-            if closed is not None:
-                self._publish(closed)
-            decision = self._table.collect(approval_id)
+        except BaseException:
+            self._withdraw(approval_id)
+            self._table.collect(approval_id)
+            raise
+        if self._table.state(approval_id) == "pending":
+            self._waiters[approval_id] = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                # Called synchronously as the cancellation is delivered: nobody waits any more.
+                del self._waiters[approval_id]
+                self._withdraw(approval_id)
+                self._table.collect(approval_id)
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:  # the callback answered while being told of the opening: nothing to wait for
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        decision = self._table.collect(approval_id)
         assert decision is not None  # woken only once answered (or expired)
         return decision
+
+    def _withdraw(self, approval_id: str) -> None:
+        closed = self._table.withdraw(approval_id, "the request was cancelled")
+        if closed is not None:
+            self._publish(closed)
 
     # ---- the UI's side -------------------------------------------------------------------------
 
@@ -132,13 +149,15 @@ class InteractiveApproval:
         :class:`ApprovalNotPending` if it is not pending — also when the answer came after the
         request's ``deadline`` (the request is then denied). Call it within the Trio run: the
         Trio clock says whether the answer is late."""
-        _check_answer(approved, reason, by)
+        _check_answer(approval_id, approved, reason, by)
         state = self._table.state(approval_id)
         if state != "pending":  # refused without asking the clock (nothing waits for it)
             raise ApprovalNotPending(approval_id, state)
         closing = self._table.answer(approval_id, approved, reason, by, trio.current_time())
         if closing.closed is not None:
-            self._waiters[approval_id].set()
+            waiter = self._waiters.pop(approval_id, None)
+            if waiter is not None:  # None: answered from the callback, before the wait began
+                trio.lowlevel.reschedule(waiter)
             self._publish(closing.closed)
         if closing.refused is not None:
             raise closing.refused
@@ -198,7 +217,9 @@ class InteractiveApproval:
             log_warning("approval update callback failed", error=type(exc).__name__)
 
 
-def _check_answer(approved: object, reason: object, by: object) -> None:
+def _check_answer(approval_id: object, approved: object, reason: object, by: object) -> None:
+    if not isinstance(approval_id, str):
+        raise TypeError(f"approval_id must be a str, got {type(approval_id).__name__}")
     if not isinstance(approved, bool):
         raise TypeError(f"approved must be a bool, got {type(approved).__name__}")
     if not isinstance(reason, str) or not isinstance(by, str):

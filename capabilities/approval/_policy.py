@@ -67,8 +67,10 @@ class PolicyApproval:
             raise ValueError("the policy can say 'ask': give it the provider to ask (ask=...)")
         if ask_timeout is not None and not _positive_seconds(ask_timeout):
             raise ValueError(
-                f"ask_timeout must be a positive number of seconds, got {ask_timeout!r}"
+                f"ask_timeout must be a positive number of seconds (finite), got {ask_timeout!r}"
             )
+        if ask_timeout is not None and ask is None:
+            raise ValueError("ask_timeout bounds the wait on the provider asked: give it (ask=...)")
         if on_ask_timeout not in ("deny", "approve"):
             raise ValueError(f"on_ask_timeout must be 'deny' or 'approve', got {on_ask_timeout!r}")
         if on_ask_timeout == "approve" and ask_timeout is None:
@@ -116,4 +118,8 @@ class PolicyApproval:
 
 
 def _positive_seconds(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and 0 < value < float("inf")  # NaN compares false
+    )

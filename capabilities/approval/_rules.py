@@ -17,13 +17,17 @@ conditions' in ``tests/capabilities/approval/test_rules.py``):
 * **fail closed**: a rule that would apply but cannot be evaluated — the tool's annotations or the
   call's parameters are unknown to the policy, or its predicate raises — decides ``"deny"``, with
   a reason that says why; it never falls through to a more permissive rule below it;
-* ``targets`` matches when the request has at least one target and *every* target matches one of
-  the patterns (an approval for ``file:/tmp/*`` never covers a call that also touches
-  ``file:/etc/passwd``); ``any_target`` when *some* target does;
+* ``targets`` on an ``"approve"`` rule matches when the request has at least one target and
+  *every* target matches one of the patterns (an approval for ``file:/tmp/*`` never covers a call
+  that also touches ``file:/etc/passwd``); on a ``"deny"`` or ``"ask"`` rule, when *some* target
+  does (a refusal of ``file:/tmp/keep/*`` covers a call that touches ``/tmp/keep/b`` and
+  ``/tmp/a``) — either way the stricter reading; ``any_target`` matches when *some* target does;
 * targets are compared as text, so a rule that looks at them cannot judge a target whose path
   could name another place than it spells: one with a ``.`` or ``..`` segment, or an empty one
-  (``file:/tmp/../etc/passwd``, ``file:/tmp//keep/a``). Such a target decides ``"deny"`` (fail
-  closed). A tool's ``targets=`` should give them normalised (``posixpath.normpath``);
+  (``file:/tmp/../etc/passwd``, ``file:/tmp//keep/a``) — also once percent-decoded
+  (``%2e%2e``), NFKC-normalised (fullwidth ``U+FF0E`` dots) or split at ``\\`` as well as ``/`` — or one holding
+  a NUL. Such a target decides ``"deny"`` (fail closed). A tool's ``targets=`` should give them
+  normalised (``posixpath.normpath``);
 * ``when`` returns a bool: a predicate that returns anything else (an ``async def`` predicate's
   coroutine, ``None``) cannot be evaluated and decides ``"deny"``; an ``async def`` predicate is
   refused when the rule is made.
@@ -32,8 +36,11 @@ conditions' in ``tests/capabilities/approval/test_rules.py``):
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
+from unicodedata import normalize
+from urllib.parse import unquote
 
 import attrs
 
@@ -80,14 +87,37 @@ class Unknown:
 Parameters: TypeAlias = Known | Unknown
 
 
+def _approval_request(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, ApprovalRequest):
+        raise TypeError(f"{attribute.name} must be an ApprovalRequest, got {type(value).__name__}")
+
+
+def _annotations(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, ToolAnnotations):
+        raise TypeError(
+            f"{attribute.name} must be the tool's ToolAnnotations or None, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _parameters_value(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Known | Unknown):
+        raise TypeError(
+            f"{attribute.name} must be Known(decoded parameters) or Unknown(why), "
+            f"got {type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class ApprovalSubject:
     """What rules are evaluated on: the engine's request, and — when the policy knows the tool —
     its annotations and the call's decoded parameters."""
 
-    request: ApprovalRequest
-    annotations: ToolAnnotations | None = None
-    parameters: Parameters = Unknown("the policy does not know the tool")
+    request: ApprovalRequest = attrs.field(validator=_approval_request)
+    annotations: ToolAnnotations | None = attrs.field(default=None, validator=_annotations)
+    parameters: Parameters = attrs.field(
+        default=Unknown("the policy does not know the tool"), validator=_parameters_value
+    )
 
 
 def _tools(value: str | Iterable[str] | None) -> Patterns | None:
@@ -109,6 +139,9 @@ def _any_target(value: str | Iterable[str] | None) -> Patterns | None:
 def _risks(value: Risk | Iterable[Risk] | None) -> frozenset[Risk] | None:
     if value is None:
         return None
+    given: object = value  # checked: not every caller runs mypy
+    if not isinstance(given, str | Iterable) or isinstance(given, bytes):
+        raise TypeError(f"risks must be a risk or risks (str), got {type(given).__name__}")
     found = frozenset((value,) if isinstance(value, str) else value)
     unknown = sorted(str(risk) for risk in found if risk not in _RISKS)
     if unknown or not found:
@@ -132,9 +165,14 @@ def _predicate(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 
 def ambiguous(target: str) -> bool:
-    """Whether ``target``'s path has a ``.``, ``..`` or empty segment — text that may name
-    another place than it spells, which a pattern cannot judge. The ``//`` of a URL's
-    ``scheme://`` (after an optional ``kind:`` prefix) is not an empty segment."""
+    """Whether ``target`` is text that may name another place than it spells, which a pattern
+    cannot judge: its path has a ``.``, ``..`` or empty segment — as written, or once
+    percent-decoded (``%2e%2e``, ``%252e``: a URL's server decodes them) or NFKC-normalised
+    (fullwidth ``U+FF0E`` dots), with ``\\`` counted as a separator as well as ``/`` (a URL's parser does) — or it
+    holds a NUL (where C code ends the name). The ``//`` of a URL's ``scheme://`` (after an
+    optional ``kind:`` prefix) is not an empty segment."""
+    if "\x00" in target:
+        return True
     rest = target
     for _ in range(2):  # "file:/a", "url:https://host/a", "https://host/a"
         scheme, colon, after = rest.partition(":")
@@ -144,20 +182,49 @@ def ambiguous(target: str) -> bool:
             rest = after[2:]
             break
         rest = after
-    segments = rest.split("/")
+    forms = _spellings(rest)
+    return forms is None or any(_odd_segments(form) for form in forms)
+
+
+#: How many rounds of percent-decoding a target's path is looked through (``%25`` is ``%``).
+_DECODINGS: Final = 4
+
+
+def _spellings(path: str) -> list[str] | None:
+    """``path`` as written, percent-decoded round by round, and each NFKC-normalised; None when
+    it still decodes to something new after :data:`_DECODINGS` rounds."""
+    found = [path]
+    for _ in range(_DECODINGS):
+        decoded = unquote(found[-1])
+        if decoded == found[-1]:
+            break
+        found.append(decoded)
+    else:
+        if unquote(found[-1]) != found[-1]:
+            return None
+    return found + [normalize("NFKC", form) for form in found]
+
+
+def _odd_segments(path: str) -> bool:
+    segments = _SEPARATORS.split(path)
     inner = segments[1:-1] if len(segments) > 2 else []
     return any(s in (".", "..") for s in segments) or any(not s for s in inner)
+
+
+_SEPARATORS: Final = re.compile(r"[/\\]")
 
 
 @attrs.frozen
 class ApprovalRule:
     """One rule: ``decision`` for calls matching every condition given (see the module notes).
 
-    ``tools``, ``agents``, ``targets`` and ``any_target`` take a shell-style pattern or several;
-    ``risks`` a risk or several; the annotation flags ``True`` or ``False``; ``when`` a plain function
-    of the decoded parameters returning whether the rule applies, as a bool. ``reason`` is recorded with the
-    decision (and shown to the model on a denial); ``name`` labels the rule in reasons.
-    Build with :meth:`approve`, :meth:`deny` and :meth:`ask`.
+    ``tools``, ``agents``, ``targets`` and ``any_target`` take a shell-style pattern or several
+    (``targets`` must cover every target of a call an approving rule approves, and any target of
+    one a denying or asking rule applies to); ``risks`` a risk or several; the annotation flags
+    ``True`` or ``False``; ``when`` a plain function of the decoded parameters returning whether
+    the rule applies, as a bool. ``reason`` is recorded with the decision (and shown to the model
+    on a denial); ``name`` labels the rule in reasons. Build with :meth:`approve`, :meth:`deny`
+    and :meth:`ask`.
     """
 
     decision: Decision = attrs.field(validator=one_of(*_DECISIONS))
@@ -216,13 +283,15 @@ class ApprovalRule:
             for target in targets:
                 if ambiguous(target):
                     return (
-                        f"target {target!r} has a '.', '..' or empty path segment, so a "
-                        "pattern cannot judge it"
+                        f"target {target!r} has a '.', '..' or empty path segment (as "
+                        "written, decoded or normalised), so a pattern cannot judge it"
                     )
-        if self.targets is not None and not (
-            targets and all(matches_any(target, self.targets) for target in targets)
-        ):
-            return False
+        if self.targets is not None:
+            matched = [matches_any(target, self.targets) for target in targets]
+            # An approval covers a call only if it covers everything the call touches; a rule
+            # that refuses or asks is about a call that touches any of what it names.
+            if not (all(matched) if self.decision == "approve" else any(matched)) or not targets:
+                return False
         if self.any_target is not None and not any(
             matches_any(target, self.any_target) for target in targets
         ):

@@ -81,6 +81,9 @@ class Answer:
     @staticmethod
     def replay(decision: ApprovalDecision, *, delay: float = 0.0) -> Answer:
         """Return ``decision`` as it is — bound to whatever call it was made for."""
+        given: object = decision  # checked: not every caller runs mypy
+        if not isinstance(given, ApprovalDecision):
+            raise TypeError(f"Answer.replay takes an ApprovalDecision, got {type(given).__name__}")
         return Answer("replay", decision.reason, delay, decision)
 
 
@@ -126,6 +129,17 @@ class ScriptedApproval:
         for answer in answers:
             if not isinstance(answer, Answer):
                 raise TypeError(f"a script holds Answer values, got {type(answer).__name__}")
+        keys: tuple[object, ...] = tuple(self._by_id or ())  # checked: not every caller runs mypy
+        for call_id in keys:
+            if not isinstance(call_id, str) or not call_id:
+                raise TypeError(
+                    f"a script by tool-call ID is keyed by non-empty str IDs, got {call_id!r}"
+                )
+        given: object = decided_by  # checked: not every caller runs mypy
+        if not isinstance(given, str):
+            raise TypeError(f"decided_by must be a str, got {type(given).__name__}")
+        if not given.strip():
+            raise ValueError("decided_by must name who decides, got an empty str")
         self.decided_by = decided_by
         self.requests: list[ApprovalRequest] = []
         self.decisions: list[ApprovalDecision] = []

@@ -57,6 +57,12 @@ class ToolRegistry:
     __slots__ = ("_tools",)
 
     def __init__(self, agents: Iterable[Agent]) -> None:
+        given: object = agents  # checked: not every caller runs mypy
+        if isinstance(given, Agent | str | bytes) or not isinstance(given, Iterable):
+            raise TypeError(
+                f"agents must be an iterable of Agents, not one {type(given).__name__} "
+                "(agents=[agent])"
+            )
         tools: dict[tuple[str, str], Tool[Any, Any]] = {}
         seen: dict[str, Agent] = {}
         for agent in agents:

@@ -35,7 +35,9 @@ class SuspendingApproval:
 
     def __init__(self, reason: str = "waiting for an approval decision") -> None:
         given: object = reason  # checked: not every caller runs mypy
-        if not isinstance(given, str) or not given.strip():
+        if not isinstance(given, str):
+            raise TypeError(f"reason must be a sentence (a str), got {type(given).__name__}")
+        if not given.strip():
             raise ValueError(f"reason must be a sentence, got {reason!r}")
         self.reason = reason
 

@@ -15,6 +15,7 @@ from effectagent.ai import Tool, ToolCallContext
 from effectagent.effect import Layer
 from effectagent.engine import AuthorizationDecision, ToolAuthorizationService
 
+from .._rules import rules_of
 from ._access import AccessPolicy, AccessRule, Effect
 
 __all__ = ["PolicyAuthorization"]
@@ -22,8 +23,9 @@ __all__ = ["PolicyAuthorization"]
 
 @final
 class PolicyAuthorization:
-    """Authorizes tool calls by an :class:`AccessPolicy` (``rules`` and ``default``, or a policy
-    given whole as ``policy``)."""
+    """Authorizes tool calls by an :class:`AccessPolicy` (``rules`` and ``default`` — ``"deny"``
+    when not given — or a policy given whole as ``policy``, which brings its own). Raises
+    ``TypeError``/``ValueError`` for a policy that could not work, or one given twice."""
 
     __slots__ = ("policy",)
 
@@ -31,15 +33,19 @@ class PolicyAuthorization:
         self,
         rules: Iterable[AccessRule] = (),
         *,
-        default: Effect = "deny",
+        default: Effect | None = None,
         policy: AccessPolicy | None = None,
     ) -> None:
-        if policy is not None:
-            if not isinstance(policy, AccessPolicy):
-                raise TypeError(f"policy must be an AccessPolicy, got {type(policy).__name__}")
-            if tuple(rules):
-                raise ValueError("give rules or a policy, not both")
-        self.policy = policy if policy is not None else AccessPolicy(rules, default)
+        if policy is None:
+            self.policy = AccessPolicy(rules, "deny" if default is None else default)
+            return
+        if not isinstance(policy, AccessPolicy):
+            raise TypeError(f"policy must be an AccessPolicy, got {type(policy).__name__}")
+        if rules != () and rules_of(rules, AccessRule):
+            raise ValueError("give rules or a policy, not both")
+        if default is not None:
+            raise ValueError("give default or a policy (it has its own default), not both")
+        self.policy = policy
 
     async def authorize(
         self, tool: Tool[Any, Any], params: Any, call: ToolCallContext

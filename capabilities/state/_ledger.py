@@ -7,7 +7,12 @@ Invariants (tested in ``tests/capabilities/state/test_ledger.py`` without Trio):
 * a run-local write succeeds only at the revision its run currently sees, and then raises it by 1;
 * settling a run that completed commits, per cell, the last revision it wrote compensatably;
   settling one that did not lists every compensation once, newest first, and per cell the
-  revision to restore from and the value to restore (the one before the run's first write).
+  revision to restore from and the value to restore: the one before the run's first write — or,
+  when another writer stored a value between two of the run's writes, that writer's value, which
+  a restore never wipes out;
+* a value another run wrote over and that settles meanwhile is restored as it settled
+  (:meth:`RunLedger.resolved`), and one restored to a new revision is settled there by its own
+  run (:meth:`RunLedger.moved`): no cell is left pending on a run that has settled.
 """
 
 from __future__ import annotations
@@ -99,8 +104,9 @@ class Settlement:
 
     ``commit``: (cell, revision) whose pending status becomes committed (the run completed).
     ``compensations``: every compensation to run, newest first (the run did not complete).
-    ``restore``: per cell, (the last revision the run wrote, the cell as it was before) — applied
-    once every compensation of that cell succeeded; otherwise the cell is marked uncertain.
+    ``restore``: per cell, (the last revision the run wrote, the cell as it was before the run's
+    last unbroken series of writes to it) — applied once every compensation of that cell
+    succeeded; otherwise the cell is marked uncertain.
     """
 
     commit: tuple[tuple[Cell, int], ...] = ()
@@ -113,8 +119,13 @@ def settle(compensations: Sequence[Compensation], completed: bool) -> Settlement
     latest: dict[Cell, int] = {}
     original: dict[Cell, StoredCell | None] = {}
     for compensation in compensations:
-        latest[compensation.cell] = compensation.revision
-        original.setdefault(compensation.cell, compensation.previous)
+        cell, previous = compensation.cell, compensation.previous
+        before = latest.get(cell)
+        if before is None or previous is None or previous.revision != before:
+            # The run's first write to the cell, or one over what another writer stored after
+            # the run's last: restoring goes back to that writer's value, never past it.
+            original[cell] = previous
+        latest[cell] = compensation.revision
     if completed:
         return Settlement(commit=tuple(latest.items()))
     return Settlement(
@@ -189,3 +200,44 @@ class RunLedger:
     def add_compensation(self, run_id: str, compensation: Compensation) -> None:
         """Register a compensatable write of the run (``KeyError`` if it is not going)."""
         self._runs[run_id].compensations.append(compensation)
+
+    def moved(self, owner: str, cell: Cell, revision: int, now: int) -> bool:
+        """Run ``owner``'s pending value of ``cell`` at ``revision`` now stands at revision
+        ``now`` (another run's settlement restored it there): ``owner``'s own settlement
+        commits or restores it there. False if ``owner`` is not going."""
+        run = self._runs.get(owner)
+        if run is None:
+            return False
+        run.compensations = [
+            attrs.evolve(c, revision=now) if c.cell == cell and c.revision == revision else c
+            for c in run.compensations
+        ]
+        return True
+
+    def resolved(
+        self,
+        owner: str,
+        cell: Cell,
+        revision: int,
+        settle_as: Callable[[StoredCell | None], StoredCell | None],
+    ) -> None:
+        """Run ``owner`` settled its pending value of ``cell`` at ``revision``, which other runs
+        going now wrote over: what each of them would restore becomes ``settle_as`` of it
+        (committed, the value before it, or uncertain) rather than a value pending on a run
+        that has settled."""
+        for run in self._runs.values():
+            run.compensations = [
+                attrs.evolve(c, previous=settle_as(c.previous))
+                if c.cell == cell and _pending_on(c.previous, owner, revision)
+                else c
+                for c in run.compensations
+            ]
+
+
+def _pending_on(cell: StoredCell | None, owner: str, revision: int) -> bool:
+    return (
+        cell is not None
+        and cell.status == "pending"
+        and cell.run_id == owner
+        and cell.revision == revision
+    )

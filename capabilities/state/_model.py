@@ -26,12 +26,12 @@ A write must say which of the four classes it is — the parameter has no defaul
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Final, Generic, Literal, Protocol, TypeAlias, TypeVar, final
+from typing import Any, Final, Generic, Literal, Protocol, TypeAlias, TypeVar, final
 
 import attrs
 
 from effectagent.ai import ToolCallContext
-from effectagent.effect import ServiceKey, TaggedError
+from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
 from effectagent.engine import RunEnding, RunInfo
 
 from .._versioned import Migration, VersionedCodec
@@ -68,6 +68,42 @@ MAX_KEY_CHARS: Final = 256
 #: How a cell stands: never written (or restored to nothing), committed, written by a run that has
 #: not settled yet (compensatable), uncertain, or a run-local value seen by its run only.
 StateStatus = Literal["absent", "committed", "pending", "uncertain", "run-local"]
+
+
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text`` as a name: it has a UTF-8 form (no lone surrogate)
+    and no NUL (PostgreSQL's text cannot hold one)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _identifier(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+    if not value or not storable(value):
+        raise ValueError(
+            f"{attribute.name} must be a non-empty str without a NUL or a lone surrogate"
+        )
+
+
+def _compensation(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(value):
+        raise TypeError(
+            f"{attribute.name} must be an async function of no arguments, "
+            f"got {type(value).__name__}"
+        )
+
+
+def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValueError(f"{attribute.name} must say why the outcome is unknown, got an empty str")
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -160,7 +196,9 @@ class StateSlot(Generic[T]):
     attrs class, usually: checked all the way down on write, decoded strictly on read);
     ``version`` is the schema version written now and ``migrations[n]`` lifts stored JSON of
     version ``n`` to ``n + 1``; ``max_bytes`` bounds a value's stored JSON. ``None`` is never a
-    value: it is how an absent cell reads.
+    value: it is how an absent cell reads. Raises ``ValueError`` for a name no store can keep
+    (empty, too long, holding a NUL or a lone surrogate) and ``TypeError`` for a type whose values
+    have no JSON form.
     """
 
     __slots__ = ("codec", "name")
@@ -177,6 +215,16 @@ class StateSlot(Generic[T]):
         given: object = name  # checked at run time too: not every caller runs mypy
         if not isinstance(given, str) or not given or len(given) > MAX_KEY_CHARS:
             raise ValueError(f"a slot name is a non-empty str of at most {MAX_KEY_CHARS} chars")
+        if not storable(given):
+            raise ValueError(
+                "a slot name cannot hold a NUL or a lone surrogate (no store keeps it)"
+            )
+        try:
+            json_schema(type)
+        except SchemaDerivationError as exc:
+            raise TypeError(
+                f"the values of slot {name!r} cannot be stored as JSON: {exc}"
+            ) from None
         self.name = name
         #: The pure codec that dumps and loads this slot's values.
         self.codec: VersionedCodec[T] = VersionedCodec(type, version, migrations or {}, max_bytes)
@@ -237,7 +285,7 @@ class UnsettledState:
 class RunLocal:
     """Scratch state of run ``run_id``: only its reads see it; discarded when it settles."""
 
-    run_id: str
+    run_id: str = attrs.field(validator=_identifier)
 
     @staticmethod
     def of(call: ToolCallContext) -> RunLocal:
@@ -249,8 +297,8 @@ class RunLocal:
 class WithRecord:
     """Committed together with an ``AgentStateWritten`` record in ``conversation_id``'s log."""
 
-    conversation_id: str
-    run_id: str
+    conversation_id: str = attrs.field(validator=_identifier)
+    run_id: str = attrs.field(validator=_identifier)
 
     @staticmethod
     def of(call: ToolCallContext) -> WithRecord:
@@ -263,8 +311,8 @@ class Compensatable:
     """An external effect of run ``run_id``, undone by ``compensate`` if the run does not
     complete (then the cell returns to what it was before the run wrote it)."""
 
-    run_id: str
-    compensate: Callable[[], Awaitable[None]]
+    run_id: str = attrs.field(validator=_identifier)
+    compensate: Callable[[], Awaitable[None]] = attrs.field(validator=_compensation)
 
     @staticmethod
     def of(call: ToolCallContext, compensate: Callable[[], Awaitable[None]]) -> Compensatable:
@@ -277,8 +325,8 @@ class Uncertain:
     """An external effect of run ``run_id`` whose outcome is unknown: stored as uncertain with
     ``reason``, for the next run to see and reconcile."""
 
-    run_id: str
-    reason: str
+    run_id: str = attrs.field(validator=_identifier)
+    reason: str = attrs.field(validator=_reason)
 
     @staticmethod
     def of(call: ToolCallContext, reason: str) -> Uncertain:

@@ -27,8 +27,10 @@ pending until recovery marks them uncertain, as after a crash.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, Final, TypeVar, final
 
+import attrs
 import trio
 
 from effectagent.core import AgentStateWritten
@@ -58,6 +60,7 @@ from ._model import (
     UnsettledState,
     WithRecord,
     WriteClass,
+    storable,
 )
 
 __all__ = ["AgentStateStore"]
@@ -70,9 +73,12 @@ _MAX_REASON_CHARS: Final = 1_000
 def _check_cell(slot: object, key: object) -> Cell:
     if not isinstance(slot, StateSlot):
         raise TypeError(f"state lives in a StateSlot, got {type(slot).__name__}")
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS or not storable(key):
         raise StateValueInvalid(
-            slot.name, "?", f"a key is a non-empty str of at most {MAX_KEY_CHARS} characters"
+            slot.name,
+            "?",
+            f"a key is a non-empty str of at most {MAX_KEY_CHARS} characters, "
+            "without a NUL or a lone surrogate",
         )
     return slot.name, key
 
@@ -144,6 +150,8 @@ class AgentStateStore:
         Cancellation: a checkpoint; nothing changes.
         """
         cell = _check_cell(slot, key)
+        if run_id is not None and not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
         local = self._ledger.local(run_id, cell)
         if local is not None:
             await trio.lowlevel.checkpoint()
@@ -358,7 +366,10 @@ class AgentStateStore:
 
     async def _settle(self, run_id: str, ending: str, settlement: Settlement) -> None:
         backend = self._backend
+        ledger = self._ledger
         for cell, revision in settlement.commit:
+            # Another run going now may have written over the value: it restores it committed.
+            ledger.resolved(run_id, cell, revision, _committed)
             try:
                 await backend.mark(cell, revision, "committed", "")
             except StorageError as exc:
@@ -370,24 +381,18 @@ class AgentStateStore:
             if not await self._compensate(run_id, compensation):
                 failed.add(compensation.cell)
         for cell, latest, original in settlement.restore:
+            reason = f"the run {ending} and its compensation failed"
+            if cell in failed:
+                ledger.resolved(run_id, cell, latest, partial(_uncertain, reason))
+            else:
+                ledger.resolved(run_id, cell, latest, partial(_as_before, original))
             try:
                 if cell in failed:
-                    reason = f"the run {ending} and its compensation failed"
                     await backend.mark(cell, latest, "uncertain", reason)
                     continue
                 now = time.time()
                 restored = (
-                    StoredCell(
-                        cell[0],
-                        cell[1],
-                        latest + 1,
-                        original.status,
-                        original.version,
-                        original.value,
-                        original.reason,
-                        original.run_id,
-                        now,
-                    )
+                    self._restored(cell, latest + 1, original, now)
                     if original is not None
                     else StoredCell(
                         cell[0],
@@ -402,6 +407,8 @@ class AgentStateStore:
                     )
                 )
                 await backend.put(restored, latest, None)
+                if original is not None and restored.status == "pending":
+                    ledger.moved(original.run_id, cell, original.revision, latest + 1)
             except StateConflict:
                 log_warning(
                     "state changed before its run was compensated",
@@ -417,6 +424,25 @@ class AgentStateStore:
                     key=cell[1],
                     error=exc.tag,
                 )
+
+    def _restored(self, cell: Cell, revision: int, original: StoredCell, now: float) -> StoredCell:
+        """``original`` stored again at ``revision``. A value pending on a run that is not going
+        here has nobody to settle it: it comes back uncertain."""
+        status, reason = original.status, original.reason
+        if status == "pending" and not self._ledger.active(original.run_id):
+            status = "uncertain"
+            reason = f"restored a value pending on run {original.run_id}, which is not going here"
+        return StoredCell(
+            cell[0],
+            cell[1],
+            revision,
+            status,
+            original.version,
+            original.value,
+            reason,
+            original.run_id,
+            now,
+        )
 
     async def _compensate(self, run_id: str, compensation: Compensation) -> bool:
         with trio.move_on_after(self.compensation_timeout):
@@ -439,3 +465,15 @@ class AgentStateStore:
             key=compensation.cell[1],
         )
         return False
+
+
+def _committed(cell: StoredCell | None) -> StoredCell | None:
+    return None if cell is None else attrs.evolve(cell, status="committed", reason="")
+
+
+def _uncertain(reason: str, cell: StoredCell | None) -> StoredCell | None:
+    return None if cell is None else attrs.evolve(cell, status="uncertain", reason=reason)
+
+
+def _as_before(before: StoredCell | None, _: StoredCell | None) -> StoredCell | None:
+    return before

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capabilities.approval import (
     ApprovalClosed,
@@ -33,6 +35,7 @@ from effectagent.core import (
 from effectagent.engine import ApprovalError
 from effectagent.testing import ScriptedModel, Turn
 
+from ..conftest import EXAMPLES
 from .support import AGENT, TOOLS, calls_turn, run_turns
 
 THREE = calls_turn(
@@ -298,3 +301,132 @@ def test_bad_answers_and_options_are_refused() -> None:
         InteractiveApproval(buffer="8")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="max_pending must be an int, got float"):
         InteractiveApproval(max_pending=2.0)  # type: ignore[arg-type]
+
+
+async def test_an_answer_at_the_moment_the_wait_is_cancelled_is_refused() -> None:
+    """The run is interrupted and, before the waiting task runs again, a person answers: the
+    answer is refused (withdrawn), never reported as taken for a request nobody waits for."""
+    told: list[ApprovalUpdate] = []
+    approver = InteractiveApproval(on_update=told.append)
+    decisions: list[ApprovalDecision] = []
+    scope = trio.CancelScope()
+
+    async def ask() -> None:
+        with scope:
+            decisions.append(await approver.request(_request("call_a")))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask)
+        await trio.testing.wait_all_tasks_blocked()
+        (pending,) = approver.pending()
+        scope.cancel()  # the run is interrupted...
+        with pytest.raises(ApprovalNotPending) as refused:  # ...as the person answers
+            approver.approve(pending.approval_id, by="ann")
+        assert refused.value.state == "withdrawn"
+        assert approver.pending() == ()
+    assert decisions == []
+    assert [u.state for u in told if isinstance(u, ApprovalClosed)] == ["withdrawn"]
+
+
+async def test_an_answer_at_the_engines_deadline_agrees_with_the_recorded_decision(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The engine stops waiting at the deadline: a person answering at that very moment is
+    told the answer was refused, as the engine records a timeout."""
+    told: list[ApprovalUpdate] = []
+    approver = InteractiveApproval(on_update=told.append)
+    answers: list[object] = []
+
+    async def person() -> None:
+        with approver.subscribe() as updates:
+            (opened,) = await _opened(updates, 1)
+        assert opened.request.deadline is not None
+        await trio.sleep_until(opened.request.deadline)
+        try:
+            answers.append(approver.answer(opened.approval_id, True, by="ann"))
+        except ApprovalNotPending as exc:
+            answers.append(exc.state)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(person)
+        ran = await run_turns(
+            [calls_turn(("delete_file", "/tmp/a", 0, "call_a"))], approver.layer()
+        )
+    (decided,) = ran.records(ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "timeout")
+    assert answers == ["withdrawn"]
+    assert [u.state for u in told if isinstance(u, ApprovalClosed)] == ["withdrawn"]
+
+
+async def test_a_callback_may_answer_as_it_is_told_of_the_opening() -> None:
+    approver: InteractiveApproval
+
+    def auto(update: ApprovalUpdate) -> None:
+        if isinstance(update, ApprovalOpened):
+            approver.approve(update.approval.approval_id, "auto", by="bot")
+
+    approver = InteractiveApproval(on_update=auto)
+    request = _request("call_a")
+    decision = await approver.request(request)
+    assert decision == ApprovalDecision.for_request(request, True, "auto", "bot")
+    assert approver.pending() == ()
+
+
+def test_an_answer_names_its_approval_by_a_str() -> None:
+    approver = InteractiveApproval()
+    with pytest.raises(TypeError, match="approval_id must be a str, got NoneType"):
+        approver.approve(None)  # type: ignore[arg-type]
+
+
+@settings(max_examples=EXAMPLES, deadline=None)
+@given(data=st.data())
+def test_each_call_of_a_batch_gets_exactly_the_answer_given_for_it_in_any_order(
+    data: st.DataObject,
+) -> None:
+    """A person answers a parallel batch's approvals in any order, after any delays — some at or
+    past the engine's deadline (30 s): each call is decided once, by the answer given for it
+    when that answer was taken, and denied (timed out) when it was refused."""
+    n = data.draw(st.integers(1, 4), label="calls")
+    order = data.draw(st.permutations(range(n)), label="order")
+    approve = data.draw(st.lists(st.booleans(), min_size=n, max_size=n), label="approve")
+    delays = data.draw(
+        st.lists(st.sampled_from([0.0, 1.0, 29.5, 30.0, 31.0]), min_size=n, max_size=n),
+        label="delays",
+    )
+    taken: dict[str, bool | str] = {}
+    outcome: list[Any] = []
+
+    async def main() -> None:
+        person = InteractiveApproval()
+
+        async def ui() -> None:
+            with person.subscribe() as updates:
+                opened = {p.request.tool_call_id: p for p in await _opened(updates, n)}
+            for i in order:
+                await trio.sleep(delays[i])
+                call_id = f"call_{i}"
+                try:
+                    person.answer(opened[call_id].approval_id, approve[i], by="ann")
+                    taken[call_id] = approve[i]
+                except ApprovalNotPending as exc:
+                    taken[call_id] = exc.state
+
+        calls = [("delete_file", f"/tmp/{i}", 0, f"call_{i}") for i in range(n)]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ui)
+            outcome.append(await run_turns([calls_turn(*calls)], person.layer()))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    (ran,) = outcome
+    decided = {r.tool_call_id: r.decision for r in ran.records(ToolApprovalDecided)}
+    assert sorted(decided) == sorted(taken) == [f"call_{i}" for i in range(n)]
+    handled = [call_id for call_id, _ in ran.handled]
+    assert len(handled) == len(set(handled))  # no call ran twice
+    for call_id, answer in taken.items():
+        decision = decided[call_id]
+        if isinstance(answer, bool):
+            assert (decision.approved, decision.decided_by) == (answer, "ann")
+        else:  # refused: the engine had stopped waiting
+            assert answer == "withdrawn"
+            assert (decision.approved, decision.decided_by) == (False, "timeout")
+        assert (call_id in handled) == decision.approved

@@ -5,6 +5,7 @@ another run, call, tool or arguments are refused and recorded."""
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,15 @@ def _assert_refused(ran: Any, call_id: str, why: str) -> None:
         ({"rules": [], "ask_timeout": 0}, "ask_timeout must be a positive number"),
         ({"rules": [], "on_ask_timeout": "approve"}, "needs ask_timeout"),
         ({"rules": [], "on_ask_timeout": "shrug"}, "on_ask_timeout must be"),
+        (
+            {"rules": [ApprovalRule.ask()], "ask": ScriptedApproval([]), "ask_timeout": math.inf},
+            "ask_timeout must be a positive number of seconds \\(finite\\), got inf",
+        ),
+        (
+            {"rules": [ApprovalRule.ask()], "ask": ScriptedApproval([]), "ask_timeout": math.nan},
+            "ask_timeout must be a positive number",
+        ),
+        ({"rules": [], "ask_timeout": 5}, "ask_timeout bounds the wait on the provider asked"),
     ],
 )
 def test_a_policy_that_could_not_work_is_refused_at_construction(
@@ -270,6 +280,15 @@ AnyAnswer: Any = Answer
         (lambda: AnyAnswer("yes"), ValueError, "Answer.kind must be one of 'approve'"),
         (lambda: AnyAnswer("deny", reason=3), TypeError, "Answer.reason must be a str, got int"),
         (lambda: Answer("replay"), TypeError, "Answer.decision is an ApprovalDecision"),
+        (lambda: AnyAnswer.replay("yes"), TypeError, "takes an ApprovalDecision, got str"),
+        (lambda: ScriptedApproval([], decided_by=None), TypeError, "decided_by must be a str"),  # type: ignore[arg-type]
+        (lambda: ScriptedApproval([], decided_by=" "), ValueError, "decided_by must name who"),
+        (
+            lambda: ScriptedApproval({1: Answer.approve()}),  # type: ignore[dict-item]
+            TypeError,
+            "keyed by non-empty str IDs, got 1",
+        ),
+        (lambda: ApprovalRule.approve(risks=3), TypeError, "risks must be a risk or risks"),
     ],
 )
 def test_a_scripted_answer_that_could_not_be_played_is_refused_when_made(
@@ -348,3 +367,11 @@ async def test_a_stored_request_is_the_record_without_what_only_the_runtime_knew
 def test_an_ask_provider_must_be_an_approval() -> None:
     with pytest.raises(TypeError, match="ask must be an Approval provider"):
         PolicyApproval([ApprovalRule.ask()], ask=attrs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("agents", [AGENT, "ops", None])
+def test_the_agents_of_a_policy_are_a_collection_not_one(agents: Any) -> None:
+    with pytest.raises(TypeError, match="agents must be an iterable of Agents, not one"):
+        PolicyApproval([], agents=agents)
+    with pytest.raises(TypeError, match="agents must be an iterable of Agents, not one"):
+        ToolRegistry(agents)

@@ -6,8 +6,11 @@ policies in ``tests/capabilities/test_rules.py``."""
 
 from __future__ import annotations
 
+import posixpath
 from fnmatch import fnmatchcase
 from typing import Any
+from unicodedata import normalize
+from urllib.parse import unquote
 
 import attrs
 import pytest
@@ -140,9 +143,14 @@ def _oracle(rule: ApprovalRule, subject: ApprovalSubject) -> bool | None:
     looks_at_targets = rule.targets is not None or rule.any_target is not None
     if looks_at_targets and any(".." in t.split("/") for t in request.targets):
         return None
+    # An approval must cover every target; a refusal or a question any one of them.
+    quantifier = all if rule.decision == "approve" else any
     on_targets = [
         rule.targets is None
-        or (bool(request.targets) and all(any_match(t, rule.targets) for t in request.targets)),
+        or (
+            bool(request.targets)
+            and quantifier(any_match(t, rule.targets) for t in request.targets)
+        ),
         rule.any_target is None or any(any_match(t, rule.any_target) for t in request.targets),
     ]
     if not all(on_targets):
@@ -235,6 +243,69 @@ def test_a_target_that_may_name_another_place_than_it_spells_is_denied(target: s
     assert ApprovalPolicy([ApprovalRule.approve(tools="delete_file")]).decide(subject).decision == (
         "approve"
     )
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "url:https://example.org/public/%2e%2e/admin",  # a URL's server decodes %2e to '.'
+        "url:https://example.org/public/%2E%2E/admin",
+        "url:https://example.org/public/.%2e/admin",
+        "url:https://example.org/public/%252e%252e/admin",  # encoded twice
+        "url:https://example.org/public/%2e%2e%2fadmin",  # the separator encoded too
+        "url:https://example.org/public/..\\admin",  # a URL's parser takes '\\' for '/'
+        "url:https://example.org/public/\uff0e\uff0e/admin",  # fullwidth dots: NFKC '..'
+        "file:/tmp/a\x00/../etc/passwd",
+        "file:/tmp/passwd\x00",  # C code ends the name at the NUL
+        "url:https://example.org/public/%" + "25" * 6 + "2e",  # decodes on and on: cannot tell
+    ],
+)
+def test_a_target_spelled_to_hide_a_dot_segment_is_denied(target: str) -> None:
+    subject = ApprovalSubject(_request("fetch", "ops", "high", (target,)))
+    policy = ApprovalPolicy(
+        [ApprovalRule.approve(targets=["url:https://example.org/public/*", "file:/tmp/*"])]
+    )
+    verdict = policy.decide(subject)
+    assert (verdict.decision, verdict.rule) == ("deny", 0)
+    assert "cannot judge it" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["file:/tmp/100%", "file:/tmp/a%2Fb", "url:https://example.org/public/a%20b", "file:/tmp/a/"],
+)
+def test_a_target_whose_decoded_forms_are_plain_is_judged_by_its_patterns(target: str) -> None:
+    subject = ApprovalSubject(_request("fetch", "ops", "high", (target,)))
+    policy = ApprovalPolicy(
+        [ApprovalRule.approve(targets=["url:https://example.org/public/*", "file:/tmp/*"])]
+    )
+    assert policy.decide(subject).decision == "approve"
+
+
+@pytest.mark.parametrize("effect", ["deny", "ask"])
+def test_a_rule_that_refuses_or_asks_covers_a_call_touching_any_of_its_targets(
+    effect: Any,
+) -> None:
+    """The guide's policy — refuse ``file:/tmp/keep/*``, approve ``file:/tmp/*`` — must refuse a
+    call that touches ``/tmp/keep/b`` and ``/tmp/a`` (a move, a copy): otherwise the wider
+    approval below it would let it run."""
+    policy = ApprovalPolicy(
+        [
+            ApprovalRule(effect, targets="file:/tmp/keep/*", reason="kept"),
+            ApprovalRule.approve(targets="file:/tmp/*"),
+        ]
+    )
+    for targets in [
+        ("file:/tmp/a", "file:/tmp/keep/b"),
+        ("file:/tmp/keep/b", "file:/tmp/a"),
+        ("file:/tmp/keep/b",),
+    ]:
+        verdict = policy.decide(ApprovalSubject(_request("move_file", "ops", "high", targets)))
+        assert (verdict.decision, verdict.rule) == ("deny" if effect == "deny" else "ask", 0)
+    untouched = ApprovalSubject(_request("move_file", "ops", "high", ("file:/tmp/a",)))
+    assert policy.decide(untouched).decision == "approve"
+    untargeted = ApprovalSubject(_request("move_file", "ops", "high", ()))
+    assert policy.decide(untargeted).decision == "deny"  # no rule matches: the default
 
 
 @pytest.mark.parametrize(
@@ -372,3 +443,63 @@ Policy: Any = ApprovalPolicy
 def test_bad_rules_are_refused_naming_the_field(build: Any, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
         build()
+
+
+AnySubject: Any = ApprovalSubject
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: AnySubject({}), "request must be an ApprovalRequest, got dict"),
+        (
+            lambda: AnySubject(_request("t", "ops", "high", ()), {"readonly": True}),
+            "annotations must be the tool's ToolAnnotations or None, got dict",
+        ),
+        (
+            lambda: AnySubject(_request("t", "ops", "high", ()), None, Params("/tmp/a", 1)),
+            "parameters must be Known\\(decoded parameters\\) or Unknown\\(why\\), got Params",
+        ),
+    ],
+)
+def test_a_subject_that_rules_could_not_read_is_refused_when_made(build: Any, message: str) -> None:
+    """Rules are tested without a run (the guide's ``ApprovalRule.check(ApprovalSubject(...))``):
+    parameters given bare, not as ``Known(...)``, are refused, not met by an AttributeError
+    inside a rule's check."""
+    with pytest.raises(TypeError, match=message):
+        build()
+
+
+_PIECES = [
+    *["tmp", "etc", "a", "..", ".", "", "%2e", "%2E", "%2e%2e", "%252e", "%25", "%2f", "%5c"],
+    *["\\", "\uff0e", "\u2024", "\x00", "%00", "/"],
+]
+
+
+def _readings(path: str) -> set[str]:
+    """Every place ``path`` may name: percent-decoded round by round, NFKC-normalised or not,
+    with '\\' read as '/', cut at a NUL, then normalised."""
+    found: set[str] = set()
+    current = path
+    for _ in range(8):
+        for form in (current, normalize("NFKC", current)):
+            cut = form.replace("\\", "/").split("\x00")[0]
+            found.add(posixpath.normpath(cut) if cut else cut)
+        decoded = unquote(current)
+        if decoded == current:
+            break
+        current = decoded
+    return found
+
+
+@given(pieces=st.lists(st.sampled_from(_PIECES), max_size=8))
+def test_an_approval_of_a_directory_never_covers_a_target_that_may_name_a_place_outside_it(
+    pieces: list[str],
+) -> None:
+    path = "/tmp/" + "".join(p if p in ("/", "\\") else p + "/" for p in pieces)
+    target = "file:" + (path.rstrip("/") or path)
+    policy = ApprovalPolicy([ApprovalRule.approve(targets="file:/tmp/*")])
+    verdict = policy.decide(ApprovalSubject(_request("delete_file", "ops", "high", (target,))))
+    if verdict.decision == "approve":
+        for place in _readings(target.removeprefix("file:")):
+            assert place == "/tmp" or place.startswith("/tmp/"), (target, place)

@@ -44,6 +44,8 @@ async def test_it_answers_that_the_decision_comes_later() -> None:
     )
     with pytest.raises(ValueError, match="reason must be a sentence"):
         SuspendingApproval("  ")
+    with pytest.raises(TypeError, match="reason must be a sentence \\(a str\\), got int"):
+        SuspendingApproval(5)  # type: ignore[arg-type]
 
 
 def test_a_policy_suspends_when_what_it_asks_does() -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from capabilities.authorization import AccessPolicy, AccessRule, AccessSubject
+from capabilities.authorization import AccessPolicy, AccessRule, AccessSubject, PolicyAuthorization
 
 NAMES = st.sampled_from(["read_file", "write_file", "delete_file", "search"])
 AGENTS = st.sampled_from(["ops", "helper"])
@@ -108,6 +108,21 @@ Policy: Any = AccessPolicy
         (lambda: Policy([Rule.allow()], "sometimes"), ValueError, "default must be 'allow' or"),
         (lambda: Policy(["read_*"]), TypeError, "rules must be AccessRule values, got str"),
         (lambda: Policy(3), TypeError, "rules must be AccessRule values, got int"),
+        (
+            lambda: PolicyAuthorization(policy=Policy([]), default="allow"),
+            ValueError,
+            "give default or a policy",
+        ),
+        (
+            lambda: PolicyAuthorization(Rule.allow(), policy=Policy([])),
+            TypeError,
+            "rules must be AccessRule values, got AccessRule",
+        ),
+        (
+            lambda: PolicyAuthorization([Rule.allow()], policy=Policy([])),
+            ValueError,
+            "give rules or a policy, not both",
+        ),
     ],
 )
 def test_bad_rules_are_refused_naming_the_field(build: Any, error: type, message: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -114,3 +115,36 @@ def test_a_run_that_never_started_settles_to_nothing() -> None:
     assert ledger.end("ghost", completed=False) == settle([], False)
     with pytest.raises(KeyError):
         ledger.add_compensation("ghost", Compensation(("s", "a"), 1, None, _noop))
+
+
+def test_a_value_another_writer_stored_between_two_writes_of_the_run_is_what_is_restored() -> None:
+    """Run r1 writes revision 1, another writer stores revision 2, r1 writes revision 3 over it:
+    if r1 does not complete, the cell goes back to the other writer's value, not past it."""
+    theirs = _cell("a", 2)
+    compensations = [
+        Compensation(("s", "a"), 1, None, _noop),
+        Compensation(("s", "a"), 3, theirs, _noop),
+    ]
+    settlement = settle(compensations, completed=False)
+    assert settlement.restore == ((("s", "a"), 3, theirs),)
+    assert list(settlement.compensations) == compensations[::-1]  # both undone all the same
+
+
+def test_a_value_pending_on_a_run_that_settles_is_restored_as_it_settled() -> None:
+    """Run r2 wrote over r1's pending value; r1 settles first: what r2 would restore becomes r1's
+    value as it settled (committed) — and a value of r1 that r2's settlement put back at a new
+    revision is settled there by r1."""
+    ledger = RunLedger()
+    ledger.start("r1")
+    ledger.start("r2")
+    pending = StoredCell("s", "a", 1, "pending", 1, '"x"', "", "r1", 0.0)
+    ledger.add_compensation("r1", Compensation(("s", "a"), 1, None, _noop))
+    ledger.add_compensation("r2", Compensation(("s", "a"), 2, pending, _noop))
+    ledger.resolved(
+        "r1", ("s", "a"), 1, lambda c: None if c is None else attrs.evolve(c, status="committed")
+    )
+    (restore,) = ledger.end("r2", completed=False).restore
+    assert restore == (("s", "a"), 2, attrs.evolve(pending, status="committed"))
+    assert ledger.moved("r1", ("s", "a"), 1, 3)
+    assert ledger.end("r1", completed=True).commit == ((("s", "a"), 3),)
+    assert not ledger.moved("r1", ("s", "a"), 3, 4)  # r1 has settled

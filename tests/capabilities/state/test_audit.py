@@ -1,0 +1,169 @@
+"""Boundaries of the agent state contract, on every implementation: two runs writing one cell
+compensatably and settling in either order, names no store could keep, and write classes that
+could not work, refused when they are made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from capabilities.state import (
+    Compensatable,
+    RunLocal,
+    StateSlot,
+    Uncertain,
+    WithRecord,
+    WriteClass,
+)
+from capabilities.state._model import StateValueInvalid
+from effectagent.engine import RunInfo
+
+from .test_contract import BOOKING, Booking, state
+
+RUN_A = RunInfo("run-a", "conv-1", "agent", "ann")
+RUN_B = RunInfo("run-b", "conv-1", "agent", "ann")
+ENDINGS = ["completed", "failed"]
+
+
+@pytest.mark.parametrize("first", ["b", "a"])
+@pytest.mark.parametrize("b_ending", ENDINGS)
+@pytest.mark.parametrize("a_ending", ENDINGS)
+async def test_two_runs_writing_one_cell_leave_it_as_their_endings_say(
+    kind: str, tmp_path: Path, first: str, b_ending: Any, a_ending: Any
+) -> None:
+    """Run B books evt-b, then run A books evt-a over it; each ends completed or failed, in
+    either order. The cell then holds the last booking that stands in the world — never one a
+    compensation cancelled, never one pending on a run that has settled."""
+    world: set[str] = set()
+
+    def cancel(event: str) -> Any:
+        async def compensate() -> None:
+            world.discard(event)
+
+        return compensate
+
+    async with state(kind, tmp_path) as (store, _):
+        await store.run_started(RUN_A)
+        await store.run_started(RUN_B)
+        world.add("evt-b")
+        await store.write(
+            BOOKING,
+            "ann",
+            Booking("evt-b"),
+            expected_revision=0,
+            write=Compensatable(RUN_B.run_id, cancel("evt-b")),
+        )
+        world.add("evt-a")
+        await store.write(
+            BOOKING,
+            "ann",
+            Booking("evt-a"),
+            expected_revision=1,
+            write=Compensatable(RUN_A.run_id, cancel("evt-a")),
+        )
+        endings = [(RUN_B, b_ending), (RUN_A, a_ending)]
+        for run, ending in endings if first == "b" else endings[::-1]:
+            await store.run_ended(run, ending)
+        read = await store.read(BOOKING, "ann")
+        if a_ending == "completed":
+            expected = Booking("evt-a")
+        elif b_ending == "completed":
+            expected = Booking("evt-b")
+        else:
+            expected = None
+        assert read.value == expected
+        assert read.status == ("absent" if expected is None else "committed")
+        assert expected is None or expected.event_id in world
+        assert await store.unsettled() == ()
+
+
+@pytest.mark.parametrize("key", ["a\x00b", "\ud800", ""])
+async def test_a_key_no_store_can_keep_is_refused_by_every_store(
+    kind: str, tmp_path: Path, key: str
+) -> None:
+    """The same key is refused the same way everywhere — not kept in memory and refused by
+    PostgreSQL as an outage worth retrying."""
+    async with state(kind, tmp_path) as (store, _):
+        with pytest.raises(StateValueInvalid, match="without a NUL or a lone surrogate"):
+            await store.write(
+                BOOKING, key, Booking("e"), expected_revision=0, write=WithRecord("c", "r")
+            )
+        with pytest.raises(StateValueInvalid):
+            await store.read(BOOKING, key)
+
+
+async def test_a_read_as_a_run_names_it_by_a_str(kind: str, tmp_path: Path) -> None:
+    async with state(kind, tmp_path) as (store, _):
+        with pytest.raises(TypeError, match="run_id must be a str or None, got list"):
+            await store.read(BOOKING, "ann", run_id=[])  # type: ignore[arg-type]
+
+
+async def _nothing() -> None:
+    return None
+
+
+#: The classes with their types erased: these tests hand them what their annotations forbid.
+Slot: Any = StateSlot
+AnyRunLocal: Any = RunLocal
+AnyWithRecord: Any = WithRecord
+AnyCompensatable: Any = Compensatable
+AnyUncertain: Any = Uncertain
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: Slot("a\x00b", int), ValueError, "cannot hold a NUL or a lone surrogate"),
+        (lambda: Slot("\udfff", int), ValueError, "cannot hold a NUL or a lone surrogate"),
+        (lambda: Slot("prefs", 5), TypeError, "the values of slot 'prefs' cannot be stored"),
+        (lambda: Slot("prefs", "int"), TypeError, "cannot be stored as JSON"),
+        (lambda: Slot("prefs", object), TypeError, "cannot be stored as JSON"),
+        (lambda: AnyRunLocal(None), TypeError, "run_id must be a str, got NoneType"),
+        (lambda: AnyRunLocal(""), ValueError, "run_id must be a non-empty str"),
+        (lambda: AnyWithRecord("", "run-1"), ValueError, "conversation_id must be a non-empty"),
+        (lambda: AnyWithRecord("conv-1", 5), TypeError, "run_id must be a str, got int"),
+        (lambda: AnyCompensatable("run-1", None), TypeError, "compensate must be an async"),
+        (lambda: AnyCompensatable("", _nothing), ValueError, "run_id must be a non-empty"),
+        (lambda: AnyUncertain("run-1", None), TypeError, "reason must be a str, got NoneType"),
+        (lambda: AnyUncertain("run-1", " "), ValueError, "reason must say why"),
+    ],
+)
+def test_what_could_not_be_stored_is_refused_when_made(
+    build: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        build()
+
+
+async def test_a_value_another_writer_committed_between_two_writes_of_a_failed_run_stays(
+    kind: str, tmp_path: Path
+) -> None:
+    """Run A books evt-1, another writer commits evt-fixed over it, A books evt-2 over that, then
+    A fails: both of A's bookings are cancelled and the cell holds evt-fixed again — the restore
+    never wipes out a value another writer committed."""
+    cancelled: list[str] = []
+
+    def cancel(event: str) -> Any:
+        async def compensate() -> None:
+            cancelled.append(event)
+
+        return compensate
+
+    async with state(kind, tmp_path) as (store, _):
+        await store.run_started(RUN_A)
+        writes: list[tuple[str, WriteClass]] = [
+            ("evt-1", Compensatable(RUN_A.run_id, cancel("evt-1"))),
+            ("evt-fixed", WithRecord("conv-9", "run-9")),
+            ("evt-2", Compensatable(RUN_A.run_id, cancel("evt-2"))),
+        ]
+        for revision, (event, write) in enumerate(writes):
+            await store.write(
+                BOOKING, "ann", Booking(event), expected_revision=revision, write=write
+            )
+        await store.run_ended(RUN_A, "failed")
+        read = await store.read(BOOKING, "ann")
+        assert (read.value, read.status, read.revision) == (Booking("evt-fixed"), "committed", 4)
+        assert cancelled == ["evt-2", "evt-1"]
+        assert await store.unsettled() == ()
