@@ -25,7 +25,9 @@ __all__ = ["DurableApproval"]
 
 @final
 class DurableApproval:
-    """Approval that suspends when no decision is made at once (see the module notes)."""
+    """Approval that suspends when no decision is made at once (see the module notes).
+    A ``policy`` that is not an ``Approval``, or a ``reason`` that is not a str, is a
+    ``TypeError`` here."""
 
     __slots__ = ("_policy", "_reason")
 
@@ -38,6 +40,13 @@ class DurableApproval:
         *,
         reason: str = "waiting for an approval decision (DurableQueue.decide)",
     ) -> None:
+        if policy is not None and not callable(getattr(policy, "request", None)):
+            raise TypeError(
+                "policy must be an Approval (an object with an async request method), "
+                f"got {type(policy).__name__}"
+            )
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
         self._policy = policy
         self._reason = reason
 

@@ -79,7 +79,8 @@ def abort(
     reason: str,
     now: float,
 ) -> Submission:
-    """Abort ``submission_id`` (idempotent by ``abort_id``). A settled submission is left as it
+    """Abort ``submission_id`` (idempotent by ``abort_id``; an ``abort_id`` used for another
+    submission raises ``ValueError``, nothing written). A settled submission is left as it
     is. One whose run is going (or went) has its lane taken and an aborted ``RunFailedRecord``
     appended for its run — unless the log already holds its run's terminal record, which then
     decides its settlement — and settles aborted; one that never ran settles aborted at once. A
@@ -91,6 +92,16 @@ def abort(
         "ON CONFLICT (abort_id) DO NOTHING",
         (abort_id, submission_id, author, reason, now),
     )
+    target = conn.execute(
+        "SELECT submission_id FROM aborts WHERE abort_id = ?", (abort_id,)
+    ).fetchone()
+    if target is not None and target[0] != submission_id:
+        # an abort ID names one command: given again for another submission, it is a mistake
+        # (a retried command would name the same one), and nothing is aborted
+        raise ValueError(
+            f"the abort ID {abort_id!r} was used to abort submission {target[0]}, not "
+            f"{submission_id}; nothing was aborted — use a new abort ID"
+        )
     if submission.settlement == "final" or submission.status == "joining":
         return submission
     conversation_id = submission.conversation_id

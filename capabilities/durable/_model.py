@@ -17,6 +17,7 @@ import attrs
 from effectagent.effect import TaggedError
 
 __all__ = [
+    "MAX_ACTIVE",
     "MAX_MESSAGE_BYTES",
     "MAX_TAG_CHARS",
     "TERMINAL_STATUSES",
@@ -68,6 +69,10 @@ SettledStatus = Literal["completed", "failed", "aborted", "joined"]
 
 #: Settled for good: nothing changes a submission in one of these any more.
 TERMINAL_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "aborted", "joined"})
+
+#: The most runs a worker may have at once (``WorkerOptions.max_active``): what a claim's limit
+#: is in SQL, on either backend, must fit a 32-bit integer.
+MAX_ACTIVE: Final = 2**31 - 1
 
 #: A failed settlement's diagnostic: its tag at most this many characters …
 MAX_TAG_CHARS: Final = 256
@@ -164,6 +169,14 @@ class Submission:
         return self.settlement == "final"
 
 
+def _real(value: object) -> float:
+    """``value`` as a float if it is a real number (an int or a float — not a bool, which is
+    no count of seconds); NaN otherwise, which every range check refuses."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    return float(value)
+
+
 @attrs.frozen
 class RetryBudget:
     """How often a submission is tried, and how long it waits between tries.
@@ -184,15 +197,20 @@ class RetryBudget:
         if type(self.max_attempts) is not int or self.max_attempts < 1:
             raise ValueError("max_attempts must be a positive int")
         for name in ("base", "cap"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            value = _real(getattr(self, name))
+            if not math.isfinite(value) or value < 0:
                 raise ValueError(f"{name} must be a finite number of seconds, at least 0")
-        if not 0 <= self.jitter <= 1:
-            raise ValueError("jitter must be between 0 and 1")
+        if not 0 <= _real(self.jitter) <= 1:
+            raise ValueError("jitter must be a number between 0 and 1")
 
     def delay(self, attempts: int, draw: float) -> float:
         """Seconds to wait before the next claim after ``attempts`` claims, for a uniform
-        ``draw`` in [0, 1). Pure: the caller supplies the randomness."""
+        ``draw`` in [0, 1). Pure: the caller supplies the randomness. ``attempts`` that is not
+        an int is a ``TypeError``, a ``draw`` out of [0, 1] a ``ValueError``."""
+        if isinstance(attempts, bool) or not isinstance(attempts, int):
+            raise TypeError(f"attempts must be an int, got {type(attempts).__name__}")
+        if not 0 <= _real(draw) <= 1:
+            raise ValueError("draw must be a number between 0 and 1")
         if attempts <= 0:
             return 0.0
         exponent = min(attempts - 1, 62)
@@ -208,7 +226,8 @@ class RetryBudget:
 class WorkerOptions:
     """How a worker works.
 
-    * ``max_active`` — runs at once (the permit pool; one per conversation at most);
+    * ``max_active`` — runs at once (the permit pool; one per conversation at most), at most
+      :data:`MAX_ACTIVE`;
     * ``lease`` — seconds a claim is good for; renewed every third of it. A worker that stops
       renewing (killed, hung) loses its lanes when it expires, and another takes them over;
     * ``poll_interval`` — how often it looks for work, expired lanes, aborts and input to join.
@@ -228,12 +247,14 @@ class WorkerOptions:
     overdue_after: float = 3600.0
 
     def __attrs_post_init__(self) -> None:
-        if type(self.max_active) is not int or self.max_active < 1:
-            raise ValueError("max_active must be a positive int")
+        if type(self.max_active) is not int or not 1 <= self.max_active <= MAX_ACTIVE:
+            raise ValueError(f"max_active must be a positive int, at most {MAX_ACTIVE}")
         for name in ("lease", "poll_interval", "overdue_after"):
-            value = getattr(self, name)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+            value = _real(getattr(self, name))
+            if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds")
+        if not isinstance(self.retry, RetryBudget):
+            raise TypeError(f"retry must be a RetryBudget, got {type(self.retry).__name__}")
 
 
 # ---- errors ---------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, final
 
-from effectagent.ai import MediaPart
+from effectagent.ai import DocumentPart, MediaPart, TextContent
 from effectagent.core import Agent, ApprovalRequest, LogEntry, Record, SecretRedactor
 
 from .._ids import new_id
@@ -18,6 +18,7 @@ from ..storage import Database
 from ..storage._log import SqliteConversationLog, write_records
 from ..storage._port import Connection
 from . import _commands, _ops
+from ._checks import check_callable, check_database, check_seconds
 from ._failpoints import failpoint
 from ._model import (
     AgentNotFound,
@@ -49,6 +50,32 @@ def _unchanged(text: str) -> str:
     return text
 
 
+def _redacted(
+    content: tuple[TextContent | MediaPart, ...], redact: Callable[[str], str]
+) -> tuple[TextContent | MediaPart, ...]:
+    """``content`` as a run reads it and its records keep it: its text parts redacted, and the
+    text of a text document too (a new part, of a new digest, when redaction changed it) —
+    images, PDFs, audio and URLs as they are. What a submission keeps of its input, so that a
+    secret the queue was given never reaches the ledger or the ``media`` table."""
+    out: list[TextContent | MediaPart] = []
+    for part in content:
+        if isinstance(part, TextContent):
+            out.append(TextContent(redact(part.text)))
+            continue
+        if part.kind == "document" and not part.url and part.media_type.startswith("text/"):
+            shown = redact(part.data.decode("utf-8", "replace"))
+            if shown != part.data.decode("utf-8", "replace"):
+                data = shown.encode("utf-8")
+                out.append(
+                    DocumentPart(
+                        data, media_type=part.media_type, name=part.name, max_bytes=len(data) + 1
+                    )
+                )
+                continue
+        out.append(part)
+    return tuple(out)
+
+
 def _text(name: str, value: object, *, empty: bool = False) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -72,6 +99,12 @@ def _agent_names(agents: object) -> tuple[str, ...] | None:
         raise TypeError(
             f"agents must be a registry {{name: Agent}} or names, got {type(agents).__name__}"
         )
+    if isinstance(agents, Mapping):
+        for value in agents.values():
+            if not isinstance(value, Agent):
+                raise TypeError(
+                    f"agents: a registry maps names to Agents, not to {type(value).__name__}"
+                )
     names = tuple(agents)
     for name in names:
         if not isinstance(name, str):
@@ -96,7 +129,14 @@ class DurableQueue:
     ``secrets``: the runtime's secrets — give it those its workers are given
     (``DurableWorker(secrets=...)``): the reasons a person gives :meth:`abort` and :meth:`decide`
     are redacted with them before they are written, as the workers redact what the runs record
-    (checked here: a lone str is a ``TypeError``, a secret under 4 characters a ``ValueError``).
+    (checked here: a lone str is a ``TypeError``, a secret under 4 characters a ``ValueError``);
+    so is what :meth:`submit` keeps of a submission's input until it is settled (its text, the
+    text of its text documents, its media's names and URLs) — the run reads it redacted anyway.
+
+    Arguments are checked where they are given, the same on every backend: ``database`` must be
+    an opened database, ``retry`` a :class:`RetryBudget`, ``clock`` callable (``TypeError``);
+    every method's identifiers (``submission_id``, ``conversation_id``, ``tool_call_id``,
+    ``abort_id``) must be str (``TypeError``) and not empty (``ValueError``).
     """
 
     __slots__ = ("_agents", "_clock", "_log", "_redactor", "_retry", "database")
@@ -110,6 +150,10 @@ class DurableQueue:
         clock: Callable[[], float] = time.time,
         secrets: Sequence[str] = (),
     ) -> None:
+        check_database(database)
+        if retry is not None and not isinstance(retry, RetryBudget):
+            raise TypeError(f"retry must be a RetryBudget, got {type(retry).__name__}")
+        check_callable("clock", clock)
         self.database = database
         self._agents = _agent_names(agents)
         self._redactor = SecretRedactor(_secret_list(secrets))
@@ -167,18 +211,23 @@ class DurableQueue:
         returning means admitted (a commit already running is waited for).
         """
         agent = _text("agent", agent)
-        parts: str | None = None
+        redact = self._redactor.redact_text
+        parts: str | None = None  # (as given: what the idempotency key is bound to)
+        kept_parts: str | None = None  # (as kept: redacted)
         media: list[tuple[str, int, bytes]] = []
         if isinstance(text, str):
             text = _text("text", text)  # a run refuses text that is empty or only spaces
+            kept = redact(text)
         else:
             given = text
             text, content = input_content(given)  # checked as a run's input
             for index, part in enumerate(given):
                 if isinstance(part, str) and not part.strip():
                     raise ValueError(f"text: item {index} is text that is empty or only spaces")
+            kept = redact(text)
             if content is not None:  # the input's order and its media by digest
-                text, parts, blobs = stored(content, _unchanged)
+                text, parts, _ = stored(content, _unchanged)
+                kept, kept_parts, blobs = stored(_redacted(content, redact), redact)
                 media = [(digest, len(data), data) for digest, data in blobs.items()]
         conversation_id = _text("conversation_id", conversation_id)
         idempotency_key = _text("idempotency_key", idempotency_key)
@@ -203,10 +252,10 @@ class DurableQueue:
                 idempotency_key=idempotency_key,
                 digest=digest,
                 agent=agent,
-                text=text,
+                text=kept,
                 mode=mode,
                 now=now,
-                parts=parts,
+                parts=kept_parts,
                 media=media,
                 owned_by=owned_by,
             )
@@ -221,6 +270,7 @@ class DurableQueue:
 
         Cancellation: a checkpoint before reading; nothing changes.
         """
+        submission_id = _text("submission_id", submission_id)
         found = await self.database.read(lambda conn: read_submission(conn, submission_id))
         if found is None:
             raise SubmissionNotFound(submission_id)
@@ -230,6 +280,7 @@ class DurableQueue:
         """Every submission of the conversation, in FIFO order.
 
         Cancellation: as :meth:`status`."""
+        conversation_id = _text("conversation_id", conversation_id)
         return await self.database.read(lambda conn: _ops.of_conversation(conn, conversation_id))
 
     async def answer(self, submission_id: str) -> LogEntry | None:
@@ -277,14 +328,18 @@ class DurableQueue:
         recorded before the worker running it learns of it (within its ``poll_interval``) and
         interrupts it — and settles ``aborted``. A joining one is aborted when the run it was
         handed to settles, unless that run recorded its input first. Returns the ledger row.
-        ``reason`` is redacted with the queue's ``secrets`` before it is written (the abort's row
-        and the submission's diagnostic, ``aborted by <author>: <reason>``, hold it).
+        ``reason`` and ``author`` are redacted with the queue's ``secrets`` before they are
+        written (the abort's row and the submission's diagnostic, ``aborted by <author>:
+        <reason>``, hold them). An
+        ``abort_id`` given before for another submission raises ``ValueError`` (nothing is
+        aborted).
 
         Cancellation: all or nothing, as :meth:`submit`.
         """
-        author = _text("author", author)
+        submission_id = _text("submission_id", submission_id)
+        author = self._redactor.redact_text(_text("author", author))
         reason = self._redactor.redact_text(_text("reason", reason, empty=True))
-        command = abort_id if abort_id is not None else new_id("abort")
+        command = _text("abort_id", abort_id) if abort_id is not None else new_id("abort")
         now = self._clock()
         return await self._write(
             lambda conn: _commands.abort(
@@ -313,13 +368,15 @@ class DurableQueue:
         calling the model. Returns the ledger row and the calls still waiting for a decision.
         Raises :class:`NoPendingApproval` for a call that waits for none. ``reason`` is recorded
         redacted with the queue's ``secrets`` (the run — its model included — reads it from the
-        log), ``author`` as given.
+        log), and so is ``author`` (as steering's author is).
 
         Cancellation: all or nothing, as :meth:`submit`.
         """
+        submission_id = _text("submission_id", submission_id)
+        tool_call_id = _text("tool_call_id", tool_call_id)
         if not isinstance(approved, bool):
             raise TypeError(f"approved must be a bool, got {type(approved).__name__}")
-        author = _text("author", author)
+        author = self._redactor.redact_text(_text("author", author))
         reason = self._redactor.redact_text(_text("reason", reason, empty=True))
         now = self._clock()
         attempt_id = new_id("decide")
@@ -346,6 +403,7 @@ class DurableQueue:
         Raises :class:`NotDeadLettered` for one that is not dead.
 
         Cancellation: all or nothing, as :meth:`submit`."""
+        submission_id = _text("submission_id", submission_id)
         now = self._clock()
         return await self._write(lambda conn: _commands.retry(conn, submission_id, now=now))
 
@@ -355,6 +413,7 @@ class DurableQueue:
         still unreadable quarantines it again); returns how many were waiting out a backoff.
 
         Cancellation: all or nothing, as :meth:`submit`."""
+        conversation_id = _text("conversation_id", conversation_id)
         now = self._clock()
         return await self._write(lambda conn: _commands.wake(conn, conversation_id, now=now))
 
@@ -364,15 +423,21 @@ class DurableQueue:
         recorded is joined. Returns the changes (``{"submission", "from", "to"}``).
 
         Cancellation: all or nothing, as :meth:`submit`."""
+        conversation_id = _text("conversation_id", conversation_id)
         now = self._clock()
         return await self._write(lambda conn: _commands.rebuild(conn, conversation_id, now=now))
 
     async def explain(self, submission_id: str, *, tail: int = 20) -> _ops.Explanation:
         """The ledger row of ``submission_id``, the last ``tail`` records of its run, the audit
         rows about it, and what recovery would decide for it now (the classifier's
-        :class:`~._classifier.RecoveryDecision`).
+        :class:`~._classifier.RecoveryDecision`). ``tail`` is an int, at least 0.
 
         Cancellation: as :meth:`status`."""
+        submission_id = _text("submission_id", submission_id)
+        if isinstance(tail, bool) or not isinstance(tail, int):
+            raise TypeError(f"tail must be an int, got {type(tail).__name__}")
+        if tail < 0:
+            raise ValueError("tail must be at least 0")
         found = await self.database.read(lambda conn: _ops.explain(conn, submission_id, tail=tail))
         if found is None:
             raise SubmissionNotFound(submission_id)
@@ -383,14 +448,17 @@ class DurableQueue:
         as a sentence (none: all hold). See ``_ops.verify`` for the list.
 
         Cancellation: as :meth:`status`."""
+        conversation_id = _text("conversation_id", conversation_id)
         return await self.database.read(lambda conn: _ops.verify(conn, conversation_id))
 
     async def overdue(self, older_than: float) -> tuple[Submission, ...]:
         """Submissions admitted more than ``older_than`` seconds ago and not settled, oldest
         first; each is also logged as a structured warning line (``durable settlement
-        overdue``, identifiers only).
+        overdue``, identifiers only). ``older_than`` must be a finite number of seconds, at
+        least 0 (``TypeError``/``ValueError`` otherwise).
 
         Cancellation: as :meth:`status`."""
+        older_than = check_seconds("older_than", older_than)
         now = self._clock()
         found = await self.database.read(lambda conn: _ops.overdue(conn, now - older_than))
         for submission in found:

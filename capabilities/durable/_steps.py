@@ -7,6 +7,9 @@ first is the canonical one, returned to every later ``put``. So of two workers r
 — one whose lane was taken over without it knowing yet — only the fenced winner's result is ever
 recorded: the stale one's ``put`` raises, and its call fails as a defect its run cannot settle
 (the lane is gone).
+
+A result is kept as the step returned it, secrets included: it is what a replay gives back, so it
+cannot be redacted (the durable guide says not to return a secret from a step).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from effectagent.effect import JSONValue
 
 from ..storage import Database
 from ..storage._port import Connection
+from ._checks import check_callable, check_database
 
 __all__ = ["SqliteStepStore"]
 
@@ -32,7 +36,9 @@ Fence = Callable[[str], Callable[[Connection], int]]
 @final
 class SqliteStepStore:
     """A ``StepStore`` on the ``durable_steps`` table (see the module notes). Results are kept
-    as long as the database (they are few and small; a settled run's are never read again)."""
+    as long as the database (they are few and small; a settled run's are never read again).
+    What is not an opened database, or a ``fence`` or ``clock`` that cannot be called, is a
+    ``TypeError`` here."""
 
     __slots__ = ("_clock", "_fence", "database")
 
@@ -43,6 +49,9 @@ class SqliteStepStore:
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        check_database(database)
+        check_callable("fence", fence)
+        check_callable("clock", clock)
         self.database = database
         self._fence = fence
         self._clock = clock

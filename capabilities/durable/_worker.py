@@ -48,6 +48,7 @@ from effectagent.engine import (
     Approval,
     ApprovalService,
     ConversationLogService,
+    RedactorService,
     SteeringInboxService,
     StepStoreService,
     open_runtime,
@@ -65,6 +66,7 @@ from ..storage._log import SqliteConversationLog
 from ..storage._port import Connection
 from ..storage._wakeups import WakeUps
 from ._approval import DurableApproval
+from ._checks import check_callable, check_database, check_identifier, check_secrets
 from ._claims import claim_lanes
 from ._failpoints import crossed_by, failpoint
 from ._inbox import JoinInbox
@@ -81,6 +83,15 @@ def _worker_id() -> str:
     # This process's holder prefix (``pid-<pid>-<token>-``), so that input steered to its runs
     # finds them, and a worker of the same pid on another machine is never taken for it.
     return f"{process_prefix()}{socket.gethostname()}-{new_id('w')[2:10]}"
+
+
+def _holder(name: str) -> str:
+    """The holder ID of a worker named ``name``: this process's holder prefix, then the name
+    (unless it begins with it already). Steering admitted for a run held by a worker of this
+    process is found by that prefix (``SteeringJournal.waiting``): a bare name would leave such
+    input accepted and never delivered."""
+    prefix = process_prefix()
+    return name if name.startswith(prefix) else f"{prefix}{name}"
 
 
 #: What a worker provides its runtime itself; an application's layer must not.
@@ -165,21 +176,38 @@ class _FencedLog:
 
 
 def _secret_list(secrets: object) -> tuple[str, ...]:
-    """``DurableWorker``'s ``secrets``, checked when it is made (not at its first run), never
-    repeated in a refusal. A lone str is refused: taken letter by letter, it would redact every
-    one of its letters everywhere."""
-    if isinstance(secrets, str | bytes):
+    """``DurableWorker``'s (and ``DurableQueue``'s) ``secrets``, checked when it is made (not at
+    its first run), never repeated in a refusal (see ``_checks.check_secrets``)."""
+    return check_secrets(secrets)
+
+
+def _registry(agents: object) -> dict[str, Agent[Any]]:
+    """``DurableWorker``'s ``agents``, checked: a mapping of names to agents, or agents (named
+    by their ``name``). A lone agent or str, an item that is not an ``Agent``, an empty name or
+    two agents of one name is refused — the worker would otherwise fail at its first run, or
+    run one of the two for submissions meant for the other."""
+    if isinstance(agents, Agent | str | bytes):
         raise TypeError(
-            f"secrets must be a sequence of str, not a lone {type(secrets).__name__} "
-            "(a one-item list for one secret)"
+            "agents must be a registry {name: Agent} or a sequence of Agents, not one "
+            f"{type(agents).__name__} (a one-item list for one agent)"
         )
-    if not isinstance(secrets, Iterable):
-        raise TypeError(f"secrets must be a sequence of str, got {type(secrets).__name__}")
-    found = tuple(secrets)
-    for secret in found:
-        if not isinstance(secret, str):
-            raise TypeError(f"each of secrets must be a str, got {type(secret).__name__}")
-    return found
+    if isinstance(agents, Mapping):
+        pairs = list(agents.items())
+    elif isinstance(agents, Iterable):
+        pairs = [(getattr(agent, "name", None), agent) for agent in agents]
+    else:
+        raise TypeError(
+            f"agents must be a registry {{name: Agent}} or Agents, got {type(agents).__name__}"
+        )
+    registry: dict[str, Agent[Any]] = {}
+    for name, agent in pairs:
+        if not isinstance(agent, Agent):
+            raise TypeError(f"each of agents must be an Agent, got {type(agent).__name__}")
+        check_identifier("an agent's name in agents", name)
+        if name in registry:
+            raise ValueError(f"agents: two agents are named {name!r}")
+        registry[name] = agent
+    return registry
 
 
 @final
@@ -195,9 +223,18 @@ class DurableWorker:
     ``agents`` is the registry by name (a mapping, or agents named by their ``name``).
     ``approval_policy`` decides approvals first when given (see :class:`DurableApproval`).
     ``secrets`` are redacted from everything the runs record (as ``open_runtime``'s);
-    ``worker_id`` names the worker in the lanes it holds (default
-    ``pid-<pid>-<token>-<host>-<random>``);
+    ``worker_id`` names the worker in the lanes it holds: they are held by
+    ``pid-<pid>-<token>-<worker_id>`` — this process's holder prefix, by which steering admitted
+    for its runs finds them, then the name given — and :attr:`worker_id` is that holder ID
+    (default ``pid-<pid>-<token>-<host>-<random>``);
     ``clock`` gives the wall-clock time leases are measured in.
+
+    Every argument is checked here, not at the first run: what is not a database, a ``Layer``,
+    ``WorkerOptions``, an ``Approval`` or callable is a ``TypeError``; ``agents`` that is a lone
+    ``Agent`` or str, holds something else than agents, or names two agents alike is refused
+    (``TypeError``/``ValueError``); so is an empty ``worker_id``, and ``secrets`` as
+    ``open_runtime`` would refuse them — a lone str, a secret under 4 characters, secrets with a
+    layer that provides its own Redactor — without repeating one.
     """
 
     __slots__ = (
@@ -210,6 +247,7 @@ class DurableWorker:
         "_looks",
         "_overdue_seen",
         "_random",
+        "_running",
         "_runs",
         "_runs_scope",
         "_secrets",
@@ -232,6 +270,20 @@ class DurableWorker:
         worker_id: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        check_database(database)
+        given: object = layer  # checked at run time too: not every caller runs mypy
+        if not isinstance(given, Layer):
+            raise TypeError(f"layer must be a Layer, got {type(given).__name__}")
+        if options is not None and not isinstance(options, WorkerOptions):
+            raise TypeError(f"options must be WorkerOptions, got {type(options).__name__}")
+        if approval_policy is not None and not callable(getattr(approval_policy, "request", None)):
+            raise TypeError(
+                "approval_policy must be an Approval (an object with an async request method), "
+                f"got {type(approval_policy).__name__}"
+            )
+        if worker_id is not None:
+            worker_id = check_identifier("worker_id", worker_id)
+        check_callable("clock", clock)
         self.database = database
         taken = sorted(key.name for key in _PROVIDED if key in layer.provides)
         if taken:
@@ -240,13 +292,16 @@ class DurableWorker:
                 "itself (its fenced log, its steering and steps on its database): leave them out"
             )
         self._layer = layer
-        self._agents: dict[str, Agent[Any]] = (
-            dict(agents) if isinstance(agents, Mapping) else {a.name: a for a in agents}
-        )
+        self._agents = _registry(agents)
         self.options = options or WorkerOptions()
         self._approval_policy = approval_policy
         self._secrets = _secret_list(secrets)
-        self.worker_id = worker_id or _worker_id()
+        if self._secrets and RedactorService in layer.provides:
+            raise ValueError(
+                "secrets were given with a layer that provides its own Redactor: they would not "
+                "be redacted; register them with that Redactor instead"
+            )
+        self.worker_id = _holder(worker_id) if worker_id is not None else _worker_id()
         self._clock = clock
         self._random = random.Random()
         self._serving: dict[str, Serving] = {}  # conversation -> what this worker runs there
@@ -257,6 +312,7 @@ class DurableWorker:
         self._runs: trio.Nursery | None = None
         self._runs_scope: trio.CancelScope | None = None
         self._overdue_seen: set[str] = set()
+        self._running = False
 
     # ---- the lanes held ----------------------------------------------------------------------
 
@@ -343,10 +399,26 @@ class DurableWorker:
         worker could take without someone acting (every one settled, suspended, dead-lettered or
         in a quarantined conversation). ``task_status.started()`` once the runtime is open.
 
+        One call at a time: entering it while it runs raises ``RuntimeError`` (the two would
+        share this worker's lanes and runs, and the first could never stop); once it returned,
+        it may be called again.
+
         Cancellation: lets every lane go first (the submissions wait for a worker again, their
         runs' last writes fenced out), then interrupts the runs and waits for them; the
         runtime is closed before this returns.
         """
+        if self._running:
+            raise RuntimeError(
+                f"worker {self.worker_id} is running already: call run() once at a time (start "
+                "another DurableWorker for more)"
+            )
+        self._running = True
+        try:
+            await self._run(until_idle, task_status)
+        finally:
+            self._running = False
+
+    async def _run(self, until_idle: bool, task_status: Any) -> None:
         async with (
             open_runtime(
                 self._runtime_layer(), agents=list(self._agents.values()), secrets=self._secrets
