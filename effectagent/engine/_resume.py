@@ -471,7 +471,9 @@ def _replay(record: ModelResponseRecorded, after: Sequence[LogEntry]) -> BatchRe
         elif isinstance(rec, ToolApprovalRequested):
             requests[rec.request.tool_call_id] = rec.request
         elif isinstance(rec, ToolApprovalDecided):
-            decisions[rec.tool_call_id] = rec.decision
+            # A decision, once recorded, is the call's: one recorded after it (by another
+            # process, by hand) changes nothing — a denial is never turned into an approval.
+            decisions.setdefault(rec.tool_call_id, rec.decision)
     last = after[-1].record if after else None
     suspended = last.tool_call_ids if isinstance(last, RunSuspendedRecord) else None
     return BatchReplay(record.turn, frozenset(prepared), requests, decisions, suspended)

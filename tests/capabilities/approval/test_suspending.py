@@ -109,3 +109,34 @@ async def test_a_suspended_run_resumes_with_the_decision_recorded_from_elsewhere
     assert resumed.text == "Written."
     assert handled == ["w1"]
     assert len(model.requests) == 2  # the batch's response, then the answer: never asked again
+
+
+@pytest.mark.parametrize("first_approves", [False, True])
+async def test_the_first_decision_recorded_for_a_call_is_the_one_that_applies(
+    autojump_clock: trio.testing.MockClock, first_approves: bool
+) -> None:
+    """Two decisions recorded for one suspended call (two operators, two processes): the last
+    one applied, so a denial followed by an approval ran the call."""
+    handled: list[str] = []
+
+    async def handle(params: FileParams, call: ToolCallContext) -> str:
+        handled.append(call.tool_call_id)
+        return "ok"
+
+    model = ScriptedModel([calls_turn(("write_file", "/tmp/a", 1, "w1")), Turn.text("Done.")])
+    layer = (
+        AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle))
+        + model.as_layer()
+        + SuspendingApproval().layer()
+    )
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        first = await runtime.run(AGENT, "Write.")
+        log, conversation = runtime.log, first.conversation_id
+        (pending,) = pending_approvals(await log.entries(conversation), first.run_id)
+        for approved, by, at in ((first_approves, "ann", 1.0), (not first_approves, "bob", 2.0)):
+            await log.append(
+                conversation, [approval_decided(pending, approved=approved, decided_by=by, at=at)]
+            )
+        resumed = await runtime.resume(AGENT, conversation_id=conversation, run_id=first.run_id)
+    assert resumed.status == "completed"
+    assert handled == (["w1"] if first_approves else [])
