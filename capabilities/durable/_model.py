@@ -222,15 +222,22 @@ class RetryBudget:
         return attempts >= self.max_attempts
 
 
+#: The shortest lease a worker takes (seconds).
+MIN_LEASE: Final = 1.0
+#: The shortest poll interval a worker takes (seconds).
+MIN_POLL_INTERVAL: Final = 0.01
+
+
 @attrs.frozen
 class WorkerOptions:
     """How a worker works.
 
     * ``max_active`` — runs at once (the permit pool; one per conversation at most), at most
       :data:`MAX_ACTIVE`;
-    * ``lease`` — seconds a claim is good for; renewed every third of it. A worker that stops
-      renewing (killed, hung) loses its lanes when it expires, and another takes them over;
-    * ``poll_interval`` — how often it looks for work, expired lanes, aborts and input to join.
+    * ``lease`` — seconds a claim is good for (at least 1); renewed every third
+      of it. A worker that stops renewing (killed, hung) loses its lanes when it expires, and
+      another takes them over;
+    * ``poll_interval`` — how often it looks for work (at least every 0.01 s), expired lanes, aborts and input to join.
       Besides, it looks at once when its database hears of work (``Database.listen``): on
       PostgreSQL a submission, decision, abort or lane let go in any process; on SQLite, which
       has no wake-up across processes, those made through the same opened database (another
@@ -253,6 +260,14 @@ class WorkerOptions:
             value = _real(getattr(self, name))
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{name} must be a positive number of seconds")
+        # Shorter ones only spin: a lease renewed faster than a database answers lapses between
+        # renewals (and its lanes are taken over while they run); a poll that short busy-waits.
+        if self.lease < MIN_LEASE:
+            raise ValueError(f"lease must be at least {MIN_LEASE} s, got {self.lease!r}")
+        if self.poll_interval < MIN_POLL_INTERVAL:
+            raise ValueError(
+                f"poll_interval must be at least {MIN_POLL_INTERVAL} s, got {self.poll_interval!r}"
+            )
         if not isinstance(self.retry, RetryBudget):
             raise TypeError(f"retry must be a RetryBudget, got {type(self.retry).__name__}")
 

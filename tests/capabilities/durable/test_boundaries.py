@@ -68,6 +68,10 @@ def _model() -> Layer:
         ({"max_active": 2**31}, ValueError, "^max_active must be a positive int, at most "),
         ({"retry": None}, TypeError, "^retry must be a RetryBudget, got NoneType$"),
         ({"retry": {"max_attempts": 3}}, TypeError, "^retry must be a RetryBudget, got dict$"),
+        # so short they only spin: renewals and polls back to back
+        ({"lease": 1e-9}, ValueError, r"^lease must be at least 1.0 s, got 1e-09$"),
+        ({"lease": 0.999}, ValueError, "^lease must be at least 1.0 s"),
+        ({"poll_interval": 1e-9}, ValueError, r"^poll_interval must be at least 0.01 s"),
     ],
 )
 def test_worker_options_of_the_wrong_kind_are_refused_when_made(
