@@ -26,6 +26,7 @@ __all__ = [
     "EXIT_USAGE",
     "parse",
     "prompt_text",
+    "readable",
 ]
 
 #: The run completed (chat: the session ended).
@@ -347,10 +348,29 @@ def _tag(piped: str) -> str:
 def prompt_text(argument: str, piped: str | None) -> str:
     """The prompt of ``effectagent run``: ``argument``; with ``-``, what was piped to stdin;
     otherwise, text piped to stdin follows the argument inside ``<stdin>`` … ``</stdin>`` (a tag
-    the piped text does not close, so the block cannot be ended early by what it holds)."""
+    the piped text does not close, so the block cannot be ended early by what it holds). Bytes of
+    the argument that were not UTF-8 read as U+FFFD, as piped ones do (:func:`readable`)."""
     if argument == "-":
         return piped or ""
+    argument = readable(argument)
     if piped is None or not piped.strip():
         return argument
     tag = _tag(piped)
     return f"{argument}\n\n<{tag}>\n{piped.removesuffix(chr(10))}\n</{tag}>"
+
+
+def readable(text: str) -> str:
+    """``text`` as it can be sent: each lone surrogate — what bytes that were not UTF-8 become
+    in ``sys.argv`` (``surrogateescape``) — replaced by U+FFFD, as ``bytes.decode(errors=
+    "replace")`` does for stdin; text without one is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    else:
+        return text
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no undecodable byte makes
+        raw = text.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "replace")

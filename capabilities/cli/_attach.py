@@ -3,6 +3,8 @@ in a transcript: its text, then a line per part — ``[image: cat.png, 120 KiB]`
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,14 +18,38 @@ __all__ = ["attachments", "input_with_media", "said"]
 
 def attachments(paths: Sequence[str]) -> tuple[MediaPart, ...]:
     """The parts the files at ``paths`` hold, in order (kind and media type read from their
-    bytes); a file missing, too large or of an unknown type is a :class:`UsageError` saying so."""
+    bytes); a file missing, too large or of an unknown type is a :class:`UsageError` saying so —
+    and so is what is not a regular file (a device, a pipe, a socket), which has no size to
+    check before it is read: ``/dev/zero`` would be read without end, a pipe wait for a writer."""
     parts: list[MediaPart] = []
     for path in paths:
+        special = _special_file(path)
+        if special is not None:
+            raise UsageError(
+                f"--attach {path}: {Path(path).name or path!r} is {special}, not a regular "
+                "file: attach a file"
+            )
         try:
             parts.append(media_from_path(Path(path)))
         except MediaError as exc:
             raise UsageError(f"--attach {path}: {exc}") from None
     return tuple(parts)
+
+
+def _special_file(path: str) -> str | None:
+    """What ``path`` is when it is neither a regular file nor a directory (it is followed when a
+    link), else None — also when it cannot be looked at: reading it then says why."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device"
 
 
 def input_with_media(text: str, parts: Sequence[MediaPart]) -> str | list[str | MediaPart]:

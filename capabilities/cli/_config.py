@@ -60,6 +60,7 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -79,6 +80,8 @@ __all__ = [
     "ShellConfig",
     "check_storage",
     "config_path",
+    "env_name_problem",
+    "http_url_problem",
     "load_config",
     "state_dir",
 ]
@@ -470,9 +473,51 @@ def load_config(path: Path | None) -> Config:
 
 def _model(path: Path, data: object) -> ModelConfig:
     table = _Table(path, "[model]", data)
-    config = ModelConfig(table.text("name"), table.text("base_url"), table.text("api_key_env"))
+    config = ModelConfig(table.text("name"), _http_url(table, "base_url"), _env_name(table))
     table.done()
     return config
+
+
+#: An environment variable's name, as the shells write one.
+_ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as the name of an environment variable, or None."""
+    if _ENV_NAME.fullmatch(value) is None:
+        return f"must name an environment variable (letters, digits and _), got {value!r}"
+    return None
+
+
+def http_url_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as an ``http://`` or ``https://`` URL, or None. (The value
+    is never quoted: a URL may hold a password.)"""
+    problem = "must be an http:// or https:// URL with a host"
+    if not value.startswith(("http://", "https://")) or any(
+        c.isspace() or unicodedata.category(c) in ("Cc", "Cs") for c in value
+    ):
+        return problem
+    try:
+        host = urlsplit(value).hostname
+    except ValueError:
+        return problem
+    return None if host else problem
+
+
+def _http_url(table: _Table, key: str) -> str | None:
+    value = table.text(key)
+    problem = None if value is None else http_url_problem(value)
+    if problem is not None:
+        raise table.error(f"{table.name(key)} {problem}")
+    return value
+
+
+def _env_name(table: _Table) -> str | None:
+    value = table.text("api_key_env")
+    problem = None if value is None else env_name_problem(value)
+    if problem is not None:
+        raise table.error(f"{table.name('api_key_env')} {problem}")
+    return value
 
 
 def _agent(path: Path, data: object) -> AgentConfig:
@@ -536,7 +581,7 @@ def _mcp(path: Path, index: int, data: object) -> McpConfig:
     table = _Table(path, f"[[mcp]] #{index + 1}", data)
     name = table.text("name")
     command = table.text("command")
-    url = table.text("url")
+    url = _http_url(table, "url")
     args = table.strings("args")
     env_table = table.get("env", dict, {})
     env: dict[str, str] = {}

@@ -37,6 +37,7 @@ __all__ = [
     "Console",
     "LogLines",
     "Markdown",
+    "OutputClosed",
     "Part",
     "Style",
     "Styled",
@@ -132,23 +133,59 @@ def _escaped(part: str | Text) -> str:
     return visible(part)
 
 
+class OutputClosed(Exception):
+    """Standard output can no longer be written: whoever read it went away (a broken pipe, as
+    in ``effectagent run … | head``), it was closed, or its disk is full. The message says which,
+    in a sentence."""
+
+
 class _Stream:
-    """One of the console's streams and where its cursor is (at the start of a line or not)."""
+    """One of the console's streams and where its cursor is (at the start of a line or not).
 
-    __slots__ = ("at_line_start", "sink")
+    A stream that cannot be written (see :class:`OutputClosed`) is *closed* from then on: what
+    is written to it later is dropped. Standard output's failure is raised, as
+    :class:`OutputClosed` (``fatal``): what the command is for cannot reach anyone; standard
+    error's is not — a run whose notes cannot be shown still gives its answer."""
 
-    def __init__(self, sink: TextSink) -> None:
+    __slots__ = ("at_line_start", "closed", "fatal", "sink")
+
+    def __init__(self, sink: TextSink | None, *, fatal: bool) -> None:
         self.sink = sink
         self.at_line_start = True
+        self.closed = False
+        self.fatal = fatal
 
     def put(self, text: str) -> None:
-        if not text:
+        if not text or self.closed:
             return
-        self.sink.write(text)
-        flush = getattr(self.sink, "flush", None)
-        if callable(flush):
-            flush()
+        try:
+            _write_through(self.sink, text)
+        except (OSError, ValueError) as exc:  # ValueError: I/O operation on a closed file
+            self.closed = True
+            if self.fatal:
+                raise OutputClosed(_why_closed(exc)) from None
+            return
         self.at_line_start = text.endswith("\n")
+
+
+def _write_through(sink: TextSink | None, text: str) -> None:
+    """Write ``text`` to ``sink`` and flush it; a ``ValueError`` when there is no sink (the
+    process was started with the stream closed)."""
+    if sink is None:
+        raise ValueError("the stream is closed")
+    sink.write(text)
+    flush = getattr(sink, "flush", None)
+    if callable(flush):
+        flush()
+
+
+def _why_closed(exc: OSError | ValueError) -> str:
+    """Why standard output cannot be written, as a sentence."""
+    if isinstance(exc, BrokenPipeError):
+        return "standard output was closed by its reader (a broken pipe)"
+    if isinstance(exc, OSError):
+        return f"standard output cannot be written ({exc.strerror or type(exc).__name__})"
+    return "standard output is closed"
 
 
 class Console:
@@ -171,7 +208,7 @@ class Console:
 
     def __init__(
         self,
-        out: TextSink,
+        out: TextSink | None,
         err: TextSink | None = None,
         *,
         color: bool = False,
@@ -180,8 +217,8 @@ class Console:
         for sink in (out, err):
             if sink is not None and not callable(getattr(sink, "write", None)):
                 raise TypeError(f"a console writes to text streams, got {type(sink).__name__}")
-        first = _Stream(out)
-        second = first if err is None or err is out else _Stream(err)
+        first = _Stream(out, fatal=True)
+        second = first if err is None or err is out else _Stream(err, fatal=False)
         self._color = bool(color)
         self._rich = bool(rich) and _rich.available()
         self._drafts: dict[int, tuple[_Stream, str]] = {}  # drafts hidden while a prompt holds

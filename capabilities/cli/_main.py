@@ -17,6 +17,7 @@ import trio
 
 from capabilities import LogCompactor
 from capabilities.sessions import SessionStore, SessionStoreService
+from capabilities.sessions._model import MAX_NAME_CHARS
 from capabilities.steering import SteeringService
 from effectagent import Agent, AgentPolicy, Layer, Toolkit, open_runtime
 from effectagent.ai import PricesService
@@ -37,8 +38,15 @@ from ._args import (
 from ._attach import attachments, input_with_media
 from ._chat import ChatSession, ChatTools, chat_console, where_it_stands
 from ._common import DATABASE, DEFAULT_INSTRUCTIONS, Unavailable, UsageError, describe
-from ._config import Config, ConfigError, config_path, load_config
-from ._console import Channel, Console, LogLines, Text
+from ._config import (
+    Config,
+    ConfigError,
+    config_path,
+    env_name_problem,
+    http_url_problem,
+    load_config,
+)
+from ._console import Channel, Console, LogLines, OutputClosed, Text
 from ._costs import price_table
 from ._early import HISTORY, line_editor, private_directory
 from ._errors import INSTALL
@@ -75,6 +83,10 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
     spec = args.model or environ.get("EFFECTAGENT_MODEL") or config.model.name
     if not spec:
         raise UsageError(_NO_MODEL)
+    if args.base_url and (problem := http_url_problem(args.base_url)) is not None:
+        raise UsageError(f"--base-url {problem}")
+    if args.api_key_env and (problem := env_name_problem(args.api_key_env)) is not None:
+        raise UsageError(f"--api-key-env {problem}")
     try:
         return choose_model(
             spec,
@@ -86,7 +98,18 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
     except ModelRefused as refused:
         if refused.unavailable:
             raise Unavailable(str(refused)) from None
-        raise UsageError(f"--model: {refused}" if refused.malformed else str(refused)) from None
+        if not refused.malformed:
+            raise UsageError(str(refused)) from None
+        raise UsageError(f"{_model_source(args, config, environ)}: {refused}") from None
+
+
+def _model_source(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> str:
+    """Where the model string came from, as an error names it."""
+    if args.model:
+        return "--model"
+    if environ.get("EFFECTAGENT_MODEL"):
+        return "EFFECTAGENT_MODEL"
+    return f"{config.path}: [model] name"
 
 
 def _color(choice: str, stream: TextIO, environ: Mapping[str, str]) -> bool:
@@ -255,10 +278,30 @@ async def _open(
 
 
 def _session_name(args: argparse.Namespace) -> str | None:
+    """``--session NAME``, checked before anything opens: a name the session store takes."""
     name: str | None = args.session
     if name is not None and not name.strip():
         raise UsageError("--session needs a name")
+    if name is not None and len(name) > MAX_NAME_CHARS:
+        raise UsageError(
+            f"--session takes a name of at most {MAX_NAME_CHARS} characters, got one of {len(name)}"
+        )
+    if name is not None and not _storable(name):
+        raise UsageError(
+            "--session takes a name of UTF-8 text without NUL, got one that is not "
+            "(bytes the terminal's encoding cannot read?)"
+        )
     return name
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` can be stored as it is: UTF-8 (no lone surrogate — the bytes of an
+    argument that were not UTF-8 arrive as those), without NUL."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 @asynccontextmanager
@@ -447,7 +490,9 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
             except BaseExceptionGroup as group:
                 # What a nursery wrapped (``chat`` starts its model in one): said as itself.
                 leaf = _alone_in(group)
-                if isinstance(leaf, UsageError | ConfigError | Unavailable | KeyboardInterrupt):
+                if isinstance(
+                    leaf, UsageError | ConfigError | Unavailable | OutputClosed | KeyboardInterrupt
+                ):
                     raise leaf from None
                 raise
             finally:
@@ -462,9 +507,29 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
         except KeyboardInterrupt:
             console.err.line("effectagent: interrupted")
             return EXIT_INTERRUPTED
+        except OutputClosed as exc:  # ``run … | head``: stopped, said in a sentence
+            _discard_stdout()
+            console.err.line(f"effectagent: stopped: {exc}")
+            return EXIT_FAILED
         except Exception as exc:  # a bug: its traceback, escaped like everything else
             console.err.write(Text("".join(traceback.format_exception(exc))))
             return EXIT_FAILED
+
+
+def _discard_stdout() -> None:
+    """Point standard output at ``/dev/null``: what is still buffered for the closed one is
+    dropped, where the interpreter would otherwise fail to flush it as it exits."""
+    try:
+        fd = sys.stdout.fileno() if sys.stdout is not None else -1
+    except (OSError, ValueError):
+        fd = -1
+    if fd < 0:
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, fd)
+    finally:
+        os.close(null)
 
 
 def _alone_in(group: BaseExceptionGroup[BaseException]) -> BaseException:

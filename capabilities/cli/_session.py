@@ -45,6 +45,7 @@ from ._args import (
     EXIT_INTERRUPTED,
     EXIT_SUSPENDED,
     EXIT_UNAVAILABLE,
+    readable,
 )
 from ._commands import Command, add_usage, command_of, help_lines, message_of
 from ._console import Console, Styled, Text
@@ -106,7 +107,8 @@ def event_json(event: EventBase) -> str:
 
 
 async def _read_lines(send: trio.MemorySendChannel[Typed], stream: TextIO) -> None:
-    """Send each line of ``stream`` (without its newline), then None at its end.
+    """Send each line of ``stream`` (without its newline; bytes that were not UTF-8 as U+FFFD),
+    then None at its end.
 
     Cancellation: the blocked read is abandoned in its worker thread (a daemon thread that ends
     with the process); nothing read is lost before the cancellation.
@@ -117,7 +119,7 @@ async def _read_lines(send: trio.MemorySendChannel[Typed], stream: TextIO) -> No
             if not line:
                 await send.send(None)
                 return
-            await send.send(line.rstrip("\r\n"))
+            await send.send(readable(line.rstrip("\r\n")))
 
 
 class TerminalSession:

@@ -63,11 +63,19 @@ from effectagent.ai import (
     ToolCallContent,
     ToolMessage,
     ToolParamsStartPart,
-    Usage,
     UserMessage,
 )
 
-from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, result_text
+from ._common import (
+    Blocks,
+    CallIds,
+    StreamedCall,
+    as_int,
+    as_mapping,
+    json_text,
+    reported_usage,
+    result_text,
+)
 from ._errors import error_from_payload
 from ._media import b64, document_text
 from ._output_schema import anthropic_output_schema, output_instructions
@@ -401,7 +409,7 @@ class MessagesDecoder:
             if self._reason != "length":  # calls cut off by the limit stay undeclared
                 for call in self._ended:
                     call.declare(out)
-            usage = Usage.of(
+            usage = reported_usage(
                 sum(self._input.values()),
                 self._output["output_tokens"],
                 cache_read=self._input["cache_read"],

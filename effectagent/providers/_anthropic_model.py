@@ -40,7 +40,7 @@ from ._common import (
     thinking_tokens,
     valid_temperature,
 )
-from ._credentials import require_api_key, secret_values
+from ._credentials import require_api_key, secret_values, url_repr
 from ._layer import ModelLayer, sdk_client
 from ._media import MediaSupport, media_problem, media_support, refused
 from ._streaming import SdkErrors, stream_parts
@@ -80,7 +80,9 @@ class Anthropic(ModelLayer):
 
     model: str = attrs.field(validator=model_name)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
-    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    base_url: str | None = attrs.field(
+        default=None, kw_only=True, repr=url_repr, validator=http_url
+    )
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(
         factory=dict, kw_only=True, repr=False, validator=header_map
@@ -105,7 +107,9 @@ class Anthropic(ModelLayer):
         async with sdk_client(
             _sdk, "AsyncAnthropic", key, self.base_url, self.timeout, self.headers
         ) as (client, errors):
-            yield AnthropicModel(self, client, errors, secret_values(key, self.headers))
+            yield AnthropicModel(
+                self, client, errors, secret_values(key, self.headers, self.base_url)
+            )
 
 
 @final

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeGuard, final
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from effectagent.ai import (
     ToolCallPart,
     ToolParamsDeltaPart,
     ToolParamsEndPart,
+    Usage,
     format_bytes,
 )
 
@@ -45,6 +47,7 @@ __all__ = [
     "default_max_tokens",
     "json_text",
     "positive_tokens",
+    "reported_usage",
     "result_text",
 ]
 
@@ -56,6 +59,29 @@ def as_int(value: object) -> int:
     if type(value) is float and value > 0 and value.is_integer():
         return int(value)
     return 0
+
+
+def reported_usage(
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    cache_read: int = 0,
+    cache_write: int = 0,
+    reasoning: int = 0,
+) -> Usage:
+    """The usage a provider reported, its parts kept within their totals: the cache reads, then
+    the cache writes, are at most the input (of which they are parts), the reasoning at most the
+    output. A server's figures are untrusted — a part larger than its total would otherwise be
+    priced as tokens that were never used."""
+    cache_read = min(cache_read, input_tokens)
+    cache_write = min(cache_write, input_tokens - cache_read)
+    return Usage.of(
+        input_tokens,
+        output_tokens,
+        cache_read=cache_read,
+        cache_write=cache_write,
+        reasoning=min(reasoning, output_tokens),
+    )
 
 
 def as_timestamp(value: object) -> float | None:
@@ -268,18 +294,26 @@ def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -
         host = urlsplit(value).hostname
     except ValueError:
         host = None
-    if not host or any(c.isspace() for c in value):
+    if not host or any(c.isspace() for c in value) or _unsendable(value):
         raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
 
 
+def _unsendable(text: str) -> bool:
+    """Whether ``text`` holds a control character (a line break, NUL, …) or a lone surrogate
+    (what bytes that were not UTF-8 decode to with ``surrogateescape``): neither can go into a
+    request as the text it claims to be."""
+    return any(unicodedata.category(char) in ("Cc", "Cs") for char in text)
+
+
 def model_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: a model's name — a non-empty str without surrounding spaces."""
+    """An attrs validator: a model's name — a non-empty str without surrounding spaces, control
+    characters or lone surrogates."""
     if not isinstance(value, str):
         raise TypeError(f"{_where(instance, attribute)} must be a str, got {type(value).__name__}")
-    if not value or value != value.strip():
+    if not value or value != value.strip() or _unsendable(value):
         raise ValueError(
-            f"{_where(instance, attribute)} must be a model's name, without surrounding "
-            f"spaces, got {value!r}"
+            f"{_where(instance, attribute)} must be a model's name (text without control "
+            f"characters or surrounding spaces), got {value!r}"
         )
 
 
@@ -302,8 +336,14 @@ def optional_text(instance: object, attribute: attrs.Attribute[Any], value: obje
 
 
 def secret_text(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: an API key — a non-empty str, or None. (Never echoed.)"""
+    """An attrs validator: an API key — a non-empty str of printable ASCII (it is sent in a
+    header), or None. (Never echoed.)"""
     _optional_str(instance, attribute, value, "the environment's")
+    if isinstance(value, str) and _HEADER_VALUE.fullmatch(value) is None:
+        raise ValueError(
+            f"{_where(instance, attribute)} must be printable ASCII, as an API key is (its "
+            "value is not shown)"
+        )
 
 
 def env_name(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -330,17 +370,34 @@ def optional_flag(instance: object, attribute: attrs.Attribute[Any], value: obje
         flag(instance, attribute, value)
 
 
+#: An HTTP header's name: a token (RFC 9110).
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: A header value every HTTP stack sends as it is: printable ASCII, spaces and tabs — no line
+#: break (which would start another header), no NUL, nothing an encoding could change.
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+
+
 def header_map(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: HTTP headers — a mapping of str to str. (A value is never echoed:
-    headers carry tokens.)"""
+    """An attrs validator: HTTP headers — a mapping of token names to values of printable ASCII.
+    (A value is never echoed: headers carry tokens.)"""
     where = _where(instance, attribute)
     if not isinstance(value, Mapping):
         raise TypeError(f"{where} must be a mapping of header names to str values")
     for name, text in value.items():
         if not isinstance(name, str) or not name:
             raise TypeError(f"{where} must have non-empty str names, got {type(name).__name__}")
+        if _HEADER_NAME.fullmatch(name) is None:
+            raise ValueError(
+                f"{where} has {name!r}, which is not a header name (letters, digits and "
+                "!#$%&'*+-.^_`|~)"
+            )
         if not isinstance(text, str):
             raise TypeError(f"{where}[{name!r}] must be a str, got {type(text).__name__}")
+        if _HEADER_VALUE.fullmatch(text) is None:
+            raise ValueError(
+                f"{where}[{name!r}] must be printable ASCII, without line breaks or other "
+                "control characters (its value is not shown)"
+            )
 
 
 def body_map(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -4,11 +4,21 @@ is opened (a Layer is built), never logged, and scrubbed from every message this
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from effectagent.ai import AuthenticationFailed
 
-__all__ = ["require_api_key", "secret_values"]
+__all__ = ["redact_url", "require_api_key", "secret_values", "url_repr", "url_secrets"]
+
+#: What a credential in a URL is shown as.
+_HIDDEN = "[REDACTED]"
+#: The shortest URL password (or credential query value) taken as a secret: what is shorter
+#: cannot be replaced in a message without mangling it, and is no credential worth the name.
+_MIN_URL_SECRET = 4
+#: Query parameters whose value is a credential (``?key=…``, ``?access_token=…``, ``?sig=…``).
+_CREDENTIAL_PARAMETER = re.compile(r"key|token|secret|password|passwd|sig|auth", re.IGNORECASE)
 
 
 def require_api_key(given: str | None, variable: str | tuple[str, ...], provider: str) -> str:
@@ -30,13 +40,73 @@ def require_api_key(given: str | None, variable: str | tuple[str, ...], provider
     return key
 
 
-def secret_values(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
-    """What must never appear in a message: the key, and the value of each custom header long
-    enough to be a credential (plus the part after a ``Bearer`` scheme)."""
+def secret_values(
+    key: str | None, headers: Mapping[str, str], url: str | None = None
+) -> tuple[str, ...]:
+    """What must never appear in a message: the key, the value of each custom header long
+    enough to be a credential (plus the part after a ``Bearer`` scheme), and the credentials
+    the base ``url`` carries (:func:`url_secrets`)."""
     found: list[str] = [key] if key else []
     for value in headers.values():
         found.extend(_credential_parts(value))
+    found.extend(url_secrets(url))
     return tuple(dict.fromkeys(found))
+
+
+def url_secrets(url: str | None) -> tuple[str, ...]:
+    """The credentials a URL carries, as written and decoded: the password of its user info
+    (``https://user:PASSWORD@host``) — or the user name when there is no password and it is
+    long enough to be a token (``https://TOKEN@host``) — and the value of each query parameter
+    named like a credential (``?api_key=…``)."""
+    parts = _split(url)
+    if parts is None:
+        return ()
+    found: list[str] = []
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if at:
+        user, colon, password = userinfo.partition(":")
+        if colon and password:
+            found.append(password)
+        elif len(user) >= 8:
+            found.append(user)
+    for pair in parts.query.split("&") if parts.query else ():
+        name, equals, value = pair.partition("=")
+        if equals and value and _CREDENTIAL_PARAMETER.search(unquote(name)):
+            found.append(value)
+    forms = (form for value in found for form in (value, unquote(value)))
+    return tuple(dict.fromkeys(f for f in forms if len(f) >= _MIN_URL_SECRET))
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown: its user info (``user:password@``) and the values of its
+    credential query parameters replaced by ``[REDACTED]`` — the rest as given."""
+    parts = _split(url)
+    if parts is None:
+        return _HIDDEN
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"{_HIDDEN}@{netloc.rpartition('@')[2]}"
+    pairs = []
+    for pair in parts.query.split("&") if parts.query else ():
+        name, equals, value = pair.partition("=")
+        if equals and value and _CREDENTIAL_PARAMETER.search(unquote(name)):
+            pair = f"{name}={_HIDDEN}"
+        pairs.append(pair)
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(pairs), parts.fragment))
+
+
+def url_repr(url: str | None) -> str:
+    """The ``repr`` of a settings' URL field: :func:`redact_url`'s form (None as None)."""
+    return repr(None if url is None else redact_url(url))
+
+
+def _split(url: str | None) -> SplitResult | None:
+    if not url:
+        return None
+    try:
+        return urlsplit(url)
+    except ValueError:
+        return None
 
 
 def _credential_parts(value: str) -> Iterable[str]:

@@ -27,8 +27,9 @@ The error type is the body's ``type`` — or, for Google's errors (``{"error": {
 
 Connection failures (``ModelNetworkError``) and broken event streams (``MalformedResponse``) are
 raised where they happen, by the streaming loop; this module only reads what a provider *said*.
-Messages are the provider's own, shortened; the caller removes its API key from them
-(:func:`scrub`) before anything is raised.
+Messages are the provider's own; the caller removes its API key from them and then shortens
+them (:func:`scrub_error`) before anything is raised — in that order, so that a cut never leaves
+the start of a key behind.
 """
 
 from __future__ import annotations
@@ -60,13 +61,16 @@ __all__ = [
     "retry_after",
     "scrub",
     "scrub_error",
+    "shorten",
 ]
 
 #: What an API key is replaced with in any message this package produces.
 REDACTED = "[REDACTED]"
 
-#: How much of a provider's message an error keeps.
-_MESSAGE_LIMIT = 1000
+#: How many characters of an error's message :func:`scrub_error` keeps.
+MESSAGE_LIMIT = 1200
+#: How many characters of a provider's message are read to tell what kind of error it is.
+_CLASSIFIED_CHARS = 1000
 
 _CONTEXT_CODES = frozenset(
     {"context_length_exceeded", "request_too_large", "model_context_window_exceeded"}
@@ -135,9 +139,17 @@ def scrub(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+def shorten(text: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``text`` stripped, and cut to ``limit`` characters (an ellipsis marks the cut)."""
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def scrub_error(error: AiError, secrets: Iterable[str]) -> AiError:
-    """``error`` itself when its message holds no secret, else a copy with them replaced."""
-    message = scrub(error.message, secrets)
+    """``error`` itself when its message holds no secret and is short, else a copy with the
+    secrets replaced, *then* shortened (:func:`shorten`): a message is never cut before it is
+    scrubbed, which could leave the start of a secret that straddled the cut behind."""
+    message = shorten(scrub(error.message, secrets))
     if message == error.message:
         return error
     return attrs.evolve(error, message=message)
@@ -178,7 +190,8 @@ def error_from_status(
     provider: str, status: int, headers: Mapping[str, str], body: object
 ) -> AiError:
     """The typed error for an HTTP error response: its ``status``, ``headers`` (lower-case
-    lookups) and ``body`` (decoded JSON, or text)."""
+    lookups) and ``body`` (decoded JSON, or text). The message holds the provider's whole
+    message: :func:`scrub_error` scrubs, then shortens it."""
     kind, code, message = _details(body)
     shown = f"{provider} answered HTTP {status}" + (f" ({kind or code})" if kind or code else "")
     shown = f"{shown}: {message}" if message else shown
@@ -187,7 +200,7 @@ def error_from_status(
 
 def error_from_payload(provider: str, payload: object) -> AiError:
     """The typed error for an error object a provider sent *inside* an event stream (no
-    status: the response had already begun with 200)."""
+    status: the response had already begun with 200). Not shortened, as above."""
     kind, code, message = _details(payload)
     label = kind or code or "an error"
     shown = f"{provider} reported {label} mid-stream" + (f": {message}" if message else "")
@@ -210,16 +223,11 @@ def _details(body: object) -> tuple[str, str, str]:
         return (
             kind if isinstance(kind, str) else "",
             str(code) if isinstance(code, str | int) and not isinstance(code, bool) else "",
-            _short(message),
+            message.strip(),
         )
     if isinstance(body, bytes):
         body = body.decode("utf-8", "replace")
-    return "", "", _short(body) if isinstance(body, str) else ""
-
-
-def _short(message: str) -> str:
-    message = message.strip()
-    return message if len(message) <= _MESSAGE_LIMIT else message[:_MESSAGE_LIMIT] + "…"
+    return "", "", body.strip() if isinstance(body, str) else ""
 
 
 def _context_limit(message: str) -> int | None:
@@ -258,6 +266,8 @@ def _classify(
     headers: Mapping[str, str],
     body: object = None,
 ) -> AiError:
+    # The message's start says what went wrong; reading only that bounds the patterns' work.
+    message = message[:_CLASSIFIED_CHARS]
     if (status in (None, 400, 413, 422)) and (
         code in _CONTEXT_CODES
         or kind in _CONTEXT_CODES

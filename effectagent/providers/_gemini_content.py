@@ -79,7 +79,7 @@ from effectagent.ai import (
     UserMessage,
 )
 
-from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text
+from ._common import Blocks, CallIds, StreamedCall, as_int, as_mapping, json_text, reported_usage
 from ._errors import error_from_payload
 from ._output_schema import gemini_output_schema, output_instructions
 
@@ -486,7 +486,7 @@ class GeminiDecoder:
 
 def _usage(usage: Mapping[str, Any]) -> Usage:
     thoughts = as_int(usage.get("thoughtsTokenCount"))
-    return Usage.of(
+    return reported_usage(
         as_int(usage.get("promptTokenCount")) + as_int(usage.get("toolUsePromptTokenCount")),
         as_int(usage.get("candidatesTokenCount")) + thoughts,
         cache_read=as_int(usage.get("cachedContentTokenCount")),

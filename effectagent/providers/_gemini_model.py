@@ -23,6 +23,7 @@ place. Every SDK type stays inside the adapter.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -57,7 +58,7 @@ from ._common import (
     thinking_tokens,
     valid_temperature,
 )
-from ._credentials import require_api_key, secret_values
+from ._credentials import require_api_key, secret_values, url_repr
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
 from ._layer import ModelLayer
 from ._media import MediaSupport, media_problem, media_support, refused
@@ -173,7 +174,9 @@ class Gemini(ModelLayer):
 
     model: str = attrs.field(validator=model_name)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
-    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    base_url: str | None = attrs.field(
+        default=None, kw_only=True, repr=url_repr, validator=http_url
+    )
     api_version: str = attrs.field(
         default=DEFAULT_API_VERSION, kw_only=True, validator=optional_text
     )
@@ -226,7 +229,8 @@ class Gemini(ModelLayer):
                 base_url=self.base_url,
                 api_version=self.api_version,
                 headers=dict(self.headers) or None,
-                timeout=round(self.timeout * 1000),
+                # In whole milliseconds, at least one: the SDK reads 0 as no timeout at all.
+                timeout=max(1, math.ceil(self.timeout * 1000)),
                 httpx_async_client=http,
             )
             client = genai.Client(api_key=key, vertexai=False, http_options=options)
@@ -235,7 +239,7 @@ class Gemini(ModelLayer):
                 await http.aclose()
             raise
         try:
-            yield GeminiModel(self, client, errors, secret_values(key, self.headers))
+            yield GeminiModel(self, client, errors, secret_values(key, self.headers, self.base_url))
         finally:
             with trio.CancelScope(shield=True):
                 await client.aio.aclose()

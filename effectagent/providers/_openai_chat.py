@@ -68,6 +68,7 @@ from ._common import (
     as_mapping,
     as_timestamp,
     json_text,
+    reported_usage,
     result_text,
 )
 from ._errors import error_from_payload
@@ -451,7 +452,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     prompt = prompt if isinstance(prompt, Mapping) else {}
     completion = usage.get("completion_tokens_details")
     completion = completion if isinstance(completion, Mapping) else {}
-    return Usage.of(
+    return reported_usage(
         as_int(usage.get("prompt_tokens")),
         as_int(usage.get("completion_tokens")),
         cache_read=as_int(prompt.get("cached_tokens")),

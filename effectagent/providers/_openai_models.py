@@ -50,7 +50,7 @@ from ._common import (
     secret_text,
     valid_temperature,
 )
-from ._credentials import require_api_key, secret_values
+from ._credentials import redact_url, require_api_key, secret_values, url_repr
 from ._layer import ModelLayer, sdk_client
 from ._media import Family, MediaSupport, media_problem, media_support, refused
 from ._openai_chat import ChatCompletionsDecoder, chat_request_body
@@ -106,7 +106,9 @@ class OpenAIResponses(ModelLayer):
 
     model: str = attrs.field(validator=model_name)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
-    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    base_url: str | None = attrs.field(
+        default=None, kw_only=True, repr=url_repr, validator=http_url
+    )
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(
         factory=dict, kw_only=True, repr=False, validator=header_map
@@ -134,7 +136,9 @@ class OpenAIResponses(ModelLayer):
         async with sdk_client(
             _sdk, "AsyncOpenAI", key, self.base_url, self.timeout, self.headers
         ) as (client, errors):
-            yield OpenAIResponsesModel(self, client, errors, secret_values(key, self.headers))
+            yield OpenAIResponsesModel(
+                self, client, errors, secret_values(key, self.headers, self.base_url)
+            )
 
 
 @final
@@ -250,7 +254,9 @@ class OpenAIChat(ModelLayer):
 
     model: str = attrs.field(validator=model_name)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
-    base_url: str | None = attrs.field(default=None, kw_only=True, validator=http_url)
+    base_url: str | None = attrs.field(
+        default=None, kw_only=True, repr=url_repr, validator=http_url
+    )
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
     headers: Mapping[str, str] = attrs.field(
         factory=dict, kw_only=True, repr=False, validator=header_map
@@ -286,7 +292,7 @@ class OpenAIChat(ModelLayer):
                 self.model,
                 client,
                 errors,
-                secret_values(key, self.headers),
+                secret_values(key, self.headers, self.base_url),
                 options=options,
                 provider="OpenAI",
                 max_tokens=self.max_tokens or default_max_tokens("openai", self.model),
@@ -311,7 +317,7 @@ class OpenAICompatible(ModelLayer):
     prompt and cap together exceed the model's context), raise it for long answers."""
 
     model: str = attrs.field(validator=model_name)
-    base_url: str = attrs.field(kw_only=True, validator=http_url)
+    base_url: str = attrs.field(kw_only=True, repr=url_repr, validator=http_url)
     api_key: str | None = attrs.field(default=None, kw_only=True, repr=False, validator=secret_text)
     api_key_env: str | None = attrs.field(default=None, kw_only=True, validator=env_name)
     timeout: float = attrs.field(default=DEFAULT_TIMEOUT, kw_only=True, validator=positive_seconds)
@@ -337,7 +343,9 @@ class OpenAICompatible(ModelLayer):
         if self.api_key is not None or self.api_key_env is None:
             key = self.api_key or NO_KEY
         else:
-            key = require_api_key(None, self.api_key_env, f"the server at {self.base_url}")
+            key = require_api_key(
+                None, self.api_key_env, f"the server at {redact_url(self.base_url)}"
+            )
         options = _options(self.extra_body, temperature=self.temperature)
         async with sdk_client(
             _sdk, "AsyncOpenAI", key, self.base_url, self.timeout, self.headers
@@ -346,9 +354,9 @@ class OpenAICompatible(ModelLayer):
                 self.model,
                 client,
                 errors,
-                secret_values(None if key == NO_KEY else key, self.headers),
+                secret_values(None if key == NO_KEY else key, self.headers, self.base_url),
                 options=options,
-                provider=f"the server at {self.base_url}",
+                provider=f"the server at {redact_url(self.base_url)}",
                 max_tokens_field="max_tokens",
                 max_tokens=self.max_tokens or default_max_tokens("compatible", self.model),
                 native_output=self.native_output,

@@ -64,6 +64,7 @@ from ._common import (
     as_mapping,
     as_timestamp,
     json_text,
+    reported_usage,
     result_text,
 )
 from ._errors import error_from_payload
@@ -419,7 +420,7 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     given = given if isinstance(given, Mapping) else {}
     made = usage.get("output_tokens_details")
     made = made if isinstance(made, Mapping) else {}
-    return Usage.of(
+    return reported_usage(
         as_int(usage.get("input_tokens")),
         as_int(usage.get("output_tokens")),
         cache_read=as_int(given.get("cached_tokens")),

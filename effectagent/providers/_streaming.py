@@ -8,7 +8,9 @@ and turning an HTTP error status into its exception, which this loop maps with
 as raw bytes (``with_streaming_response``) and decoded here (:mod:`~effectagent.providers._sse`), so
 the SDK's pydantic event classes are never built and never leave the adapter.
 
-Failures: an HTTP error status → its typed error; any other error of the SDK → ``ProviderError``;
+Failures: a request the SDK cannot encode (text with a lone surrogate, a header that is not
+ASCII) → ``InvalidModelRequest``, nothing sent; an HTTP error status → its typed error; any other
+error of the SDK → ``ProviderError``;
 a connection that cannot be made or is lost
 (before or during the body) → ``ModelNetworkError``; a 200 that is not an event stream, bytes that
 are not UTF-8, data that is not JSON (or JSON nested deeper than :data:`MAX_EVENT_DEPTH` levels),
@@ -34,6 +36,7 @@ import trio
 
 from effectagent.ai import (
     AiError,
+    InvalidModelRequest,
     MalformedResponse,
     ModelNetworkError,
     ProviderError,
@@ -43,7 +46,7 @@ from effectagent.ai import (
 )
 from effectagent.effect import SchemaError, SchemaLimits, decode_json
 
-from ._errors import error_from_payload, error_from_status, scrub_error
+from ._errors import error_from_payload, error_from_status, scrub, scrub_error
 from ._sse import DEFAULT_MAX_EVENT_BYTES, EventTooLarge, ServerSentEvent, SSEDecoder
 
 __all__ = ["MAX_EVENT_DEPTH", "EventDecoder", "SdkErrors", "stream_parts"]
@@ -119,6 +122,13 @@ async def stream_parts(
     failure: AiError | None = None
     try:
         response = await manager.__aenter__()
+    except UnicodeEncodeError as exc:  # raised as the SDK encodes the request: nothing was sent
+        failure = InvalidModelRequest(
+            f"{provider}: the request holds a character that cannot be sent ({exc.encoding}: "
+            f"{exc.reason}) — text with a lone surrogate (bytes that were not UTF-8, decoded "
+            "with surrogateescape), or a header such as the API key that is not ASCII; nothing "
+            "was sent"
+        )
     except errors.status as exc:
         failure = _status_failure(provider, exc)
     except errors.connection as exc:
@@ -156,7 +166,7 @@ async def stream_parts(
                 exhausted = True
             try:
                 events = sse.finish() if chunk is None else sse.feed(chunk)
-                parts = _parts(decoder, done, events)
+                parts = _parts(decoder, done, events, secrets)
                 if chunk is None:
                     parts.extend(decoder.end())
             except AiError as error:
@@ -186,7 +196,11 @@ def _parts(
     decoder: EventDecoder,
     done: Callable[[], list[ResponsePart]] | None,
     events: list[ServerSentEvent],
+    secrets: tuple[str, ...],
 ) -> list[ResponsePart]:
+    """The parts ``events`` make. An event that is not JSON is :class:`MalformedResponse`
+    quoting its start — scrubbed of ``secrets`` before it is cut, so that a cut never leaves
+    the start of a secret behind."""
     parts: list[ResponsePart] = []
     for event in events:
         data = event.data
@@ -200,7 +214,7 @@ def _parts(
         if value is _NOT_JSON:
             raise MalformedResponse(
                 f"an event's data is not JSON (or nests deeper than {MAX_EVENT_DEPTH} levels): "
-                f"{data[:60]!r}"
+                f"{scrub(data, secrets)[:60]!r}"
             )
         parts.extend(decoder.feed(value))
     return parts

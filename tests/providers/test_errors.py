@@ -129,9 +129,23 @@ def test_errors_reported_inside_a_stream(payload: object, expected: type) -> Non
     assert "mid-stream" in error.message
 
 
-def test_long_messages_are_shortened() -> None:
+def test_long_messages_are_shortened_once_scrubbed() -> None:
     error = error_from_status("P", 400, {}, openai("invalid_request_error", None, "x" * 5000))
-    assert len(error.message) < 1100
+    shortened = scrub_error(error, ["sk-1"])
+    assert type(shortened) is type(error)
+    assert len(shortened.message) <= 1201
+    assert shortened.message.endswith("…")
+
+
+def test_a_key_straddling_the_cut_is_scrubbed_whole() -> None:
+    key = "sk-CANARY-s3cr3t-9f2"
+    for offset in range(950, 1200):  # wherever the key begins, the cut may fall inside it
+        message = "x" * offset + key + " and more"
+        error = error_from_status("P", 401, {}, openai("authentication_error", None, message))
+        scrubbed = scrub_error(error, [key])
+        assert isinstance(scrubbed, AuthenticationFailed)
+        assert len(scrubbed.message) <= 1201
+        assert not any(key[:n] in scrubbed.message for n in range(4, len(key) + 1)), offset
 
 
 @pytest.mark.parametrize(

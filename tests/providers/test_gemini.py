@@ -8,6 +8,7 @@ import base64
 import json
 
 import attrs
+import pytest
 import trio
 
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
@@ -149,6 +150,18 @@ async def test_settings_reach_the_request(server: ReplayServer) -> None:
     assert body["generationConfig"] == {"temperature": 0.25, "maxOutputTokens": 777, "topK": 3}
     assert body["safetySettings"] == []
     assert body["contents"] == [{"role": "user", "parts": [{"text": "Hi"}]}]
+
+
+@pytest.mark.parametrize(("timeout", "millis"), [(0.0004, 1), (0.0015, 2), (30, 30_000)])
+async def test_a_timeout_under_a_millisecond_is_still_a_timeout(
+    timeout: float, millis: int
+) -> None:
+    """The SDK takes whole milliseconds and reads 0 as no timeout at all: a timeout is rounded
+    up, never down to none (what the SDK's client was given shows it)."""
+    settings = Gemini("gemini-2.5-flash", api_key=KEY, timeout=timeout)
+    async with settings.open() as model:
+        options = model._client._api_client._http_options  # the SDK client's own record
+    assert options.timeout == millis
 
 
 async def test_resource_exhausted_waits_googles_retry_delay(server: ReplayServer) -> None:

@@ -7,8 +7,16 @@ import logging
 
 import attrs
 import pytest
+import trio
 
-from effectagent.ai import AiError, AuthenticationFailed, MalformedResponse, ModelUnavailable
+from effectagent.ai import (
+    AiError,
+    AuthenticationFailed,
+    MalformedResponse,
+    ModelNetworkError,
+    ModelUnavailable,
+)
+from effectagent.providers import OpenAICompatible
 
 from .conftest import KEY
 from .helpers import collect, failure, request
@@ -100,3 +108,79 @@ async def test_a_successful_stream_logs_no_key(
     assert not any(KEY in repr(part) for part in parts)
     assert debug_logs.records  # the SDK and the HTTP stack did log, at debug level
     assert_not_logged(debug_logs, KEY)
+
+
+def shows_part_of(secret: str, error: AiError) -> bool:
+    """Whether the error shows the secret or any start of it long enough to narrow it down."""
+    return any(shows(secret[:n], error) for n in range(6, len(secret) + 1))
+
+
+async def test_a_long_error_message_cut_inside_the_echoed_key(
+    target: Target, server: ReplayServer
+) -> None:
+    # The server's message is long enough to be shortened, and the key it echoes straddles the
+    # place where it is cut (for some of these paddings, whatever the provider's prefix): the
+    # whole key is replaced before the message is cut.
+    for pad in range(900, 1200, 9):
+
+        def padded(req: Recorded, pad: int = pad) -> Reply:
+            message = "x" * pad + echoed(req).strip() + " is not valid"
+            body = target.error_body("authentication_error", "invalid_api_key", message)
+            return Reply.json(401, body)
+
+        server.script(padded)
+        error, _ = await failure(target.settings(server.url, KEY))
+        assert isinstance(error, AuthenticationFailed)
+        assert len(error.message) <= 1201
+        assert not shows_part_of(KEY, error), error.message[-80:]
+
+
+async def test_a_malformed_event_quoted_where_the_key_is_cut(
+    target: Target, server: ReplayServer
+) -> None:
+    # The error quotes the start of an event that is not JSON; the key begins inside the quote.
+    server.script(Reply.sse([*target.begun(), f"data: {'y' * 50}{KEY} {{broken\n\n".encode()]))
+    error, _ = await failure(target.settings(server.url, KEY))
+    assert isinstance(error, MalformedResponse)
+    assert not shows_part_of(KEY, error), error.message
+
+
+URL_PASSWORD = "url-password-5551234"
+
+
+async def test_credentials_in_the_base_url_never_show(target: Target, server: ReplayServer) -> None:
+    host = server.url.removeprefix("http://")
+    settings = target.settings(f"http://ann:{URL_PASSWORD}@{host}", KEY)
+    assert URL_PASSWORD not in repr(settings)
+    assert "[REDACTED]@127.0.0.1" in repr(settings)
+    server.script(
+        Reply.json(
+            400,
+            target.error_body("invalid_request_error", "", f"bad url password {URL_PASSWORD}"),
+        )
+    )
+    error, _ = await failure(settings)
+    assert not shows(URL_PASSWORD, error), error.message
+    async with settings.open() as model:
+        assert URL_PASSWORD not in repr(model)
+
+
+async def test_credentials_in_the_base_url_never_show_when_it_cannot_be_reached() -> None:
+    with trio.socket.socket() as sock:  # a port nobody listens on
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://ann:{URL_PASSWORD}@127.0.0.1:{port}/v1?api_key=query-secret-42&v=1"
+    settings = OpenAICompatible("qwen3", base_url=url, api_key_env="NO_SUCH_KEY_VARIABLE")
+    with pytest.raises(AuthenticationFailed) as refused:
+        async with settings.open():
+            pass
+    assert URL_PASSWORD not in str(refused.value)
+    assert "query-secret-42" not in str(refused.value)
+    settings = OpenAICompatible("qwen3", base_url=url)
+    assert "query-secret-42" not in repr(settings)
+    assert "v=1" in repr(settings)
+    error, _ = await failure(settings)
+    assert isinstance(error, ModelNetworkError)
+    assert "[REDACTED]@127.0.0.1" in error.message
+    assert not shows(URL_PASSWORD, error)
+    assert not shows("query-secret-42", error)

@@ -5,6 +5,7 @@ cannot be sent is refused with a sentence before anything opens."""
 from __future__ import annotations
 
 import base64
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from effectagent.core import UserInputRecorded
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, ServerThread, cli_env, run_cli, serve, spawn
 from .test_cli import PROMPT, args, end_chat, finish
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(100))
@@ -114,6 +115,28 @@ def test_a_file_that_cannot_be_sent_is_a_usage_error(
     command = ["run", "Hi", "--model", "openai:gpt-4.1", "--attach", str(path)]
     assert main(command) == 2
     assert said_.format(path=path) in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()  # refused before anything opened
+
+
+@pytest.mark.parametrize("kind", ["a pipe", "a device"])
+def test_what_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path: Path, kind: str) -> None:
+    """A pipe has no size to check and waits for a writer; a device such as ``/dev/zero`` never
+    ends: either is refused at once, in a sentence, before anything opens (status 2)."""
+    if kind == "a pipe":
+        path = tmp_path / "pipe"
+        os.mkfifo(path)  # nobody writes to it: reading it would wait for ever
+    else:
+        path = Path("/dev/null")
+    done = run_cli(
+        [EFFECTAGENT, "run", "Hi", "--model", "openai:gpt-4.1", "--attach", str(path)],
+        cli_env(tmp_path, OPENAI_API_KEY="sk-not-a-real-key-0123"),
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        f"effectagent: --attach {path}: {path.name!r} is {kind}, not a regular file: attach a file"
+        in done.stderr
+    )
     assert not (tmp_path / "state").exists()  # refused before anything opened
 
 

@@ -248,6 +248,55 @@ def test_a_missing_api_key_is_named_and_exits_3(
     assert "--api-key-env" in err
 
 
+@pytest.mark.parametrize(
+    ("config", "argv", "environ", "message"),
+    [
+        (
+            "[model]\nname = 'mistral:7b'\n",
+            [],
+            {},
+            "{config}: [model] name: unknown model string 'mistral:7b'",
+        ),
+        ("", [], {"EFFECTAGENT_MODEL": "mistral:7b"}, "EFFECTAGENT_MODEL: unknown model string"),
+        ("", ["--model", "mistral:7b"], {}, "--model: unknown model string 'mistral:7b'"),
+        (
+            "",
+            ["--model", "openai-compatible:q", "--base-url", "127.0.0.1:8000/v1"],
+            {},
+            "effectagent: --base-url must be an http:// or https:// URL with a host",
+        ),
+        (
+            "",
+            ["--model", "openai:gpt-4.1", "--api-key-env", "MY-KEY"],
+            {"OPENAI_API_KEY": KEY},
+            "effectagent: --api-key-env must name an environment variable (letters, digits and "
+            "_), got 'MY-KEY'",
+        ),
+    ],
+)
+def test_a_bad_model_setting_is_named_where_it_was_given(
+    isolated: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    config: str,
+    argv: list[str],
+    environ: dict[str, str],
+    message: str,
+) -> None:
+    """A model string, base URL or key variable that cannot be used is a usage error (status 2)
+    naming the flag, the variable or the config file and key it came from."""
+    path = isolated / "config" / "effectagent" / "config.toml"
+    if config:
+        path.parent.mkdir(parents=True)
+        path.write_text(config)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    assert main(["run", "Hello?", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message.format(config=path) in err, err
+    assert KEY not in err
+
+
 def test_the_model_comes_from_effectagent_model(server: ServerThread, home: Path) -> None:
     wire = ChatWire()
     server.script(Reply.sse(wire.text("Yes.")))
@@ -714,6 +763,23 @@ def test_a_short_key_of_the_model_in_use_is_refused_naming_its_variable(
             "unknown key 'cache' in [prices.'m:x']",
         ),
         ("prices = 3\n", "[prices] must be a table, got an integer"),
+        (
+            "[model]\nname = 'openai-compatible:q'\nbase_url = 'ftp://h/v1'\n",
+            "[model] base_url must be an http:// or https:// URL with a host",
+        ),
+        (
+            "[model]\nbase_url = 'http://ann:pw-secret-42@/v1'\n",
+            "[model] base_url must be an http:// or https:// URL with a host",
+        ),
+        (
+            "[model]\nname = 'openai:gpt-4.1'\napi_key_env = '1BAD'\n",
+            "[model] api_key_env must name an environment variable (letters, digits and _), "
+            "got '1BAD'",
+        ),
+        (
+            "[[mcp]]\nname = 'a'\nurl = 'localhost:9000/mcp'\n",
+            "[[mcp]] #1 url must be an http:// or https:// URL with a host",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
@@ -723,6 +789,7 @@ def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> 
         load_config(path)
     assert str(caught.value).startswith(f"{path}: ")
     assert message in str(caught.value)
+    assert "pw-secret-42" not in str(caught.value)
 
 
 @pytest.mark.parametrize(("timeout", "accepted"), [(86400, True), (86400.5, False)])

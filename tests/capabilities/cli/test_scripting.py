@@ -5,18 +5,22 @@ a run without ``--session`` saved under a name it prints, ``--version``, and the
 from __future__ import annotations
 
 import importlib.metadata
+import io
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
 from capabilities.cli import main
 from capabilities.cli._args import prompt_text
+from capabilities.cli._session import _read_lines
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
@@ -146,6 +150,66 @@ def test_a_run_without_a_session_is_saved_under_the_name_it_prints(
         ("assistant", "Oslo is cold."),
         ("user", "And tomorrow?"),
     ]
+
+
+def test_a_session_name_the_store_cannot_take_is_refused_before_the_model_is_asked(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A name longer than a session may have is a usage error (status 2) before anything runs —
+    never a traceback after the model answered."""
+    server.script(Reply.sse(ChatWire().text("Four.")))
+    done = piped(server, tmp_path, b"", "What is 2 + 2?", "--session", "x" * 257)
+    assert done.returncode == 2, done.stderr
+    assert "effectagent: --session takes a name of at most 256 characters, got one of 257" in (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr
+    assert server.requests() == []
+    argv = [EFFECTAGENT, *args(server, "run", "Hi", "--session")]
+    undecodable = subprocess.run(
+        [*(a.encode() for a in argv), b"\xff"],  # an argument that is not UTF-8
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert undecodable.returncode == 2, undecodable.stderr
+    assert b"--session takes a name of UTF-8 text without NUL" in undecodable.stderr
+    assert b"Traceback" not in undecodable.stderr
+    assert server.requests() == []
+    longest = piped(server, tmp_path, b"", "What is 2 + 2?", "--session", "y" * 256)
+    assert longest.returncode == 0, longest.stderr
+
+
+def test_a_prompt_argument_that_is_not_utf8_arrives_with_replacement_characters(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """As piped bytes do: an argument's bytes that are not UTF-8 reach the model as U+FFFD —
+    never a failed run."""
+    server.script(Reply.sse(ChatWire().text("Yes.")))
+    argv = [EFFECTAGENT.encode(), *(a.encode() for a in args(server, "run")), b"caf\xe9 ok?"]
+    done = subprocess.run(
+        argv, env=cli_env(tmp_path), stdin=subprocess.DEVNULL, capture_output=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    (request,) = server.requests()
+    assert messages(request.json())[-1] == ("user", "caf\ufffd ok?")
+
+
+def test_the_prompt_argument_is_made_readable() -> None:
+    assert prompt_text("caf\udce9?", None) == "caf\ufffd?"
+    assert prompt_text("a\ud800b", "piped") == "a\ufffd\ufffd\ufffdb\n\n<stdin>\npiped\n</stdin>"
+    assert prompt_text("caf\u00e9", None) == "caf\u00e9"
+
+
+async def test_chat_lines_that_are_not_utf8_arrive_with_replacement_characters() -> None:
+    stream = io.TextIOWrapper(
+        io.BytesIO(b"caf\xe9?\r\nok\n"), encoding="utf-8", errors="surrogateescape"
+    )
+    send, receive = trio.open_memory_channel[Any](10)
+    await _read_lines(send, stream)
+    assert [line async for line in receive] == ["caf\ufffd?", "ok", None]
 
 
 # ---- --version and the help ---------------------------------------------------------------------
