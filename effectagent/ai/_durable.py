@@ -17,8 +17,9 @@ second time), the step returns the recorded result instead of running. Only a su
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Literal, Never, Protocol, final
+from typing import Any, Generic, Literal, Never, Protocol, cast, final
 
 import attrs
 from typing_extensions import TypeVar
@@ -107,6 +108,18 @@ class StepStore(Protocol):
         ...
 
 
+async def _awaited(key: StepKey, fn: Callable[[], Awaitable[T]]) -> T:
+    """What ``fn()`` gives when awaited; a TypeError naming the step when ``fn`` is a plain
+    function (a ``lambda: charge()`` returning a coroutine is fine: what it returns is awaited)."""
+    pending: object = fn()
+    if not inspect.isawaitable(pending):
+        raise TypeError(
+            f"step {key.name!r}: fn must be an async function of no arguments (or return an "
+            f"awaitable); it returned a value of type {type(pending).__name__}"
+        )
+    return await cast("Awaitable[T]", pending)
+
+
 async def run_step(
     store: StepStore | None,
     key: StepKey,
@@ -126,11 +139,11 @@ async def run_step(
     if not callable(fn):
         raise TypeError(f"step {key.name!r}: fn must be an async function of no arguments")
     if store is None:  # the handler is called outside a runtime: nothing records
-        return await fn()
+        return await _awaited(key, fn)
     found = await store.get(key)
     if found is not None:
         return found.value if as_type is None else decode(as_type, found.value)
-    value = await fn()
+    value = await _awaited(key, fn)
     encoded = encode(value)
     if as_type is None and encoded != value:
         raise TypeError(

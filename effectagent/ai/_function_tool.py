@@ -193,6 +193,12 @@ def _make(
     hints = _resolved_hints(label, function, signature)
     docs = _parse_docstring(label, function)
     documented = {param.arg_name: param.description for param in docs.params}
+    names = [param.arg_name for param in docs.params]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:  # which description the model would read could only be guessed
+        raise TypeError(
+            f"{label}: the docstring documents {', '.join(map(repr, twice))} more than once"
+        )
     plan = _Plan(label)
     for parameter in signature.parameters.values():
         plan.add(parameter, hints, documented.get(parameter.name))

@@ -21,6 +21,7 @@ the run with that failure.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Generic, Literal, TypeAlias, cast, final
@@ -174,6 +175,13 @@ def _type_name(tp: object) -> str:
 def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str, Any]:
     need(owner, argument, schema, Mapping, "a JSON Schema (a Mapping)")
     checked = dict(cast(Mapping[str, Any], schema))
+    try:  # it is sent to providers and written to records: JSON, with finite numbers only
+        json.dumps(checked, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"{owner}: {argument} must be JSON (objects, arrays, strings, finite numbers, "
+            f"booleans, null): {exc}"
+        ) from None
     jsonschema.Draft202012Validator.check_schema(checked)
     unresolved = _unresolved_reference(checked)
     if unresolved is not None:

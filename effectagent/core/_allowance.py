@@ -17,6 +17,7 @@ for an empty allowance).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any, Literal
@@ -29,7 +30,6 @@ from ._policy import (
     _dollars_or_none,
     _integer,
     _number_or_none,
-    _positive,
     _shown,
     _to_dollars,
 )
@@ -69,6 +69,12 @@ def _tool_names(instance: object, attribute: attrs.Attribute[Any], value: object
             raise TypeError(f"RunAllowance.tools must hold tool names (str), got {_shown(item)}")
 
 
+def _finite_positive(value: float) -> bool:
+    """Above 0 and finite: the allowance is recorded with the run's input, as JSON (which has no
+    infinity; an agent's own limit may be one, and needs no allowance to stay unlimited)."""
+    return 0 < value < math.inf  # False for NaN
+
+
 @attrs.frozen
 class RunAllowance:
     """What one run may use, at most: every field tightens the agent's policy for this run only.
@@ -78,7 +84,7 @@ class RunAllowance:
     allowance that names tools leaves out what the agent's tool sources offer (their tools are
     known only turn by turn, so they cannot be checked against it).
 
-    ``max_turns``, ``max_tool_calls``, ``max_duration`` (seconds), ``token_budget``,
+    ``max_turns``, ``max_tool_calls``, ``max_duration`` (seconds, finite), ``token_budget``,
     ``cost_budget`` (US dollars, read as ``AgentPolicy.cost_budget`` is) and ``tool_concurrency``
     lower the agent's limits of the same names; None takes the agent's. A value above the
     agent's is refused; ``token_budget`` or ``cost_budget`` where the agent has none is a
@@ -102,7 +108,8 @@ class RunAllowance:
         default=None, validator=_integer(1, "a positive integer", optional=True)
     )
     max_duration: float | None = attrs.field(
-        default=None, validator=_number_or_none("a positive number of seconds", _positive)
+        default=None,
+        validator=_number_or_none("a positive, finite number of seconds", _finite_positive),
     )
     token_budget: int | None = attrs.field(
         default=None, validator=_integer(1, "a positive integer", optional=True)

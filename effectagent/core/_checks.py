@@ -86,13 +86,27 @@ class RejectOutput(Exception):
         self.message = message
 
 
+def _tripped(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"GuardrailResult.tripped must be a bool, got {type(value).__name__}")
+
+
+def _reason(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(
+            f"GuardrailResult.reason must be a str (a sentence), got {type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class GuardrailResult:
     """What a guardrail returns: :meth:`passed`, or :meth:`trip` with a reason (a sentence; it is
-    redacted and recorded with the run's failure)."""
+    redacted and recorded with the run's failure). ``tripped`` must be a bool and ``reason`` a
+    str: anything else is a ``TypeError`` here, raised in the guardrail — which then fails its
+    run closed (``GuardrailFailed``)."""
 
-    tripped: bool
-    reason: str = ""
+    tripped: bool = attrs.field(validator=_tripped)
+    reason: str = attrs.field(default="", validator=_reason)
 
     @classmethod
     def passed(cls) -> GuardrailResult:
@@ -149,6 +163,11 @@ def _guardrail_name(instance: object, attribute: attrs.Attribute[Any], value: ob
         raise ValueError("Guardrail.name must not be empty: a trip names its guardrail")
 
 
+def _beside(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"Guardrail.beside must be a bool, got {type(value).__name__}")
+
+
 @attrs.frozen
 class Guardrail:
     """A guardrail function with its ``name`` (what a trip names; the function's by default)
@@ -161,7 +180,7 @@ class Guardrail:
         default=attrs.Factory(lambda self: _named(self.check), takes_self=True),
         validator=_guardrail_name,
     )
-    beside: bool = attrs.field(default=False, kw_only=True)
+    beside: bool = attrs.field(default=False, kw_only=True, validator=_beside)
 
 
 def guardrails(value: object, where: str) -> tuple[Guardrail, ...]:

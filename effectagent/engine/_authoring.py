@@ -67,6 +67,7 @@ __all__ = [
     "resume_authoring",
     "record_preparation",
     "recorded_input",
+    "redacted_item",
     "status_note",
     "status_note_of",
     "system_for",
@@ -307,10 +308,7 @@ class TurnPreparer:
         if isinstance(checked, str):
             return Preparation(failure=PrepareContextFailed(self._describe(checked)))
         redact = self._redact
-        items = tuple(
-            attrs.evolve(item, source=redact(item.source), text=redact(item.text))
-            for item in checked.items
-        )
+        items = tuple(redacted_item(item, redact) for item in checked.items)
         prompt = checked.prompt
         return Preparation(
             system, recorded, items, None if prompt is None else _redacted(prompt, redact)
@@ -335,6 +333,19 @@ class TurnPreparer:
                 f"{MAX_INSTRUCTIONS_BYTES:,} allowed"
             )
         return self._redact(text)
+
+
+def redacted_item(item: ContextItem, redact: Callable[[str], str]) -> ContextItem:
+    """``item`` with its text fields redacted — its ``kind``, ``source`` and ``version`` reach
+    the record and the model's header as much as its ``text`` does (its ``digest``, a hash of
+    what was read, is kept: a verification compares it)."""
+    return attrs.evolve(
+        item,
+        kind=redact(item.kind),
+        source=redact(item.source),
+        text=redact(item.text),
+        version=redact(item.version),
+    )
 
 
 def _redacted(prompt: tuple[Message, ...], redact: Callable[[str], str]) -> tuple[Message, ...]:

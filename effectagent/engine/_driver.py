@@ -89,6 +89,7 @@ from ._machine import (
     Transition,
     TurnDue,
     TurnPrepared,
+    WarnBudget,
     step,
 )
 from ._media import recorded_parts, store_media
@@ -599,6 +600,16 @@ class RunDriver(RunEdges):
                 limit=warning.limit,
             )
 
+    def _warn_budget(self, command: WarnBudget) -> None:
+        io = self.io
+        for warning in command.warnings:
+            io.emit(
+                BudgetWarning,
+                dimension=warning.dimension,
+                used=warning.used,
+                limit=warning.limit,
+            )
+
     def _take_follow_ups(self, command: TakeFollowUps) -> FollowUps:
         inbox = self.services.inbox
         inputs = () if inbox is None else tuple(inbox.take_follow_ups(self.io.conversation_id))
@@ -765,6 +776,7 @@ _EFFECTS.update(
         AppendLater: RunDriver._append_later,
         RecordUsage: RunDriver._record_usage,
         CompleteTurn: RunDriver._complete_turn,
+        WarnBudget: RunDriver._warn_budget,
         TakeFollowUps: RunDriver._take_follow_ups,
         AnnounceRetry: RunDriver._announce_retry,
         Log: RunDriver._log,

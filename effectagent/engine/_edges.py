@@ -13,9 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import attrs
-
-from effectagent.ai import Message, Toolkit, ToolSnapshot, UserMessage
+from effectagent.ai import Message, ToolDescriptor, Toolkit, ToolSnapshot, UserMessage
 from effectagent.core import (
     Agent,
     ContextAdded,
@@ -40,7 +38,13 @@ from effectagent.core import (
 )
 from effectagent.effect import encode
 
-from ._authoring import PromptOverride, RunInput, TurnPreparer, resume_authoring
+from ._authoring import (
+    PromptOverride,
+    RunInput,
+    TurnPreparer,
+    redacted_item,
+    resume_authoring,
+)
 from ._ids import new_id
 from ._io import RunIO
 from ._machine import (
@@ -59,6 +63,7 @@ from ._media import (
     store_media,
     user_content,
 )
+from ._output import descriptor_holds_secret
 from ._output_modes import run_final_tools
 from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
@@ -219,7 +224,7 @@ class RunEdges:
             ContextAdded(
                 conversation_id=conversation_id,
                 run_id=io.run_id,
-                item=attrs.evolve(item, source=redact(item.source), text=redact(item.text)),
+                item=redacted_item(item, redact),
                 at=now,
             )
             for item in self.context
@@ -343,8 +348,10 @@ class RunEdges:
     def _take_tool_snapshots(self) -> None:
         """This turn's tools: the agent's toolkit and, after it, what each tool source offers
         now (see ``Agent.tool_sources``). A source tool whose name is taken is left out, with a
-        warning; a source that fails or returns something else fails the run as a defect (it
-        raises here). Unchanged snapshots reuse the last turn's toolkit."""
+        warning, and so is one whose name, description or schema holds a registered secret (the
+        model would be sent it as written); a source that fails or returns something else fails
+        the run as a defect (it raises here). Unchanged snapshots reuse the last turn's
+        toolkit."""
         snapshots = tuple(source.snapshot() for source in self.services.tool_sources)
         for snapshot in snapshots:
             if not isinstance(snapshot, ToolSnapshot):
@@ -362,10 +369,23 @@ class RunEdges:
         if final is not None:  # the tool output mode's answer tools are the engine's
             taken |= final.names
         given: dict[Any, Any] = {}
+        redactor = self.services.redactor
         for snapshot in snapshots:
             for tool in snapshot.tools:
                 if tool.name in taken:
                     self.io.logs.warning("tool source tool left out: name taken", tool=tool.name)
+                    continue
+                told = ToolDescriptor(
+                    tool.name,
+                    tool.description,
+                    tool.parameters_schema,
+                    title=tool.annotations.title,
+                )
+                if descriptor_holds_secret(told, redactor):  # never sent to the model as written
+                    self.io.logs.warning(
+                        "tool source tool left out: it holds a secret",
+                        tool=redactor.redact_text(tool.name),
+                    )
                     continue
                 taken.add(tool.name)
                 tools.append(tool)

@@ -83,6 +83,7 @@ from ._machine_values import (
     Transition,
     TurnDue,
     TurnPrepared,
+    WarnBudget,
 )
 from ._media import redacted_content
 from ._model_step import ModelStep
@@ -138,6 +139,7 @@ __all__ = [
     "Transition",
     "TurnDue",
     "TurnPrepared",
+    "WarnBudget",
     "start",
     "step",
 ]
@@ -587,6 +589,13 @@ def _exhaust(
         ("used", exhausted.used),
         ("limit", exhausted.limit),
     )
+    # A dimension that passed its warning ratio since the last turn's end (the run's time, while
+    # a batch ran) warns before the exhaustion, as it would have at that turn's end. Nothing
+    # warns after an exhaustion (the grace turn's end reports none), so the state need not
+    # remember these.
+    _, warnings = state.budget.with_due_warnings(now)
+    if warnings:
+        commands.append(WarnBudget(warnings))
     commands.append(Log("warning", "budget exhausted", fields))
     if policy.on_exhaustion == "fail":
         failure = state.budget.repeated_failure

@@ -77,6 +77,7 @@ __all__ = [
     "Transition",
     "TurnDue",
     "TurnPrepared",
+    "WarnBudget",
 ]
 
 Phase = Literal["turn", "compacting", "model", "follow-ups", "batch", "checking", "grace", "ended"]
@@ -375,6 +376,16 @@ class CompleteTurn:
 
 @_fast_init
 @attrs.frozen(slots=True)
+class WarnBudget:
+    """Emit a ``BudgetWarning`` for each of ``warnings``: dimensions that passed the warning
+    ratio with no turn's end to report them — a budget ran out first (the run's time, while a
+    batch ran or a model answered)."""
+
+    warnings: tuple[Exhaustion, ...]
+
+
+@_fast_init
+@attrs.frozen(slots=True)
 class AnnounceRetry:
     """Emit ``ModelRetrying`` (and log it): the model is asked again after ``delay``."""
 
@@ -506,6 +517,7 @@ Command: TypeAlias = (
     | RecordUsage
     | StartTurn
     | CompleteTurn
+    | WarnBudget
     | AnnounceRetry
     | Log
     | Compact

@@ -13,13 +13,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
-from effectagent.ai import OutputFormat
-from effectagent.core import Agent, OneOf
+from effectagent.ai import OutputFormat, ToolDescriptor
+from effectagent.core import Agent, OneOf, Redactor
 from effectagent.effect import json_schema
 
-__all__ = ["output_format", "request_output", "system_instructions"]
+__all__ = [
+    "descriptor_holds_secret",
+    "output_format",
+    "request_output",
+    "schema_holds_secret",
+    "system_instructions",
+]
 
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -51,3 +58,27 @@ def system_instructions(instructions: str, output: OutputFormat | None, model: o
         "When you give your final answer, reply with only a JSON value (no prose, no code "
         f"fence) that matches this JSON Schema:\n{schema}"
     )
+
+
+def _plain(value: Any) -> Any:
+    """``value`` (a JSON value, or mappings and sequences of them) as plain dicts and lists."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def schema_holds_secret(schema: Mapping[str, Any], redactor: Redactor) -> bool:
+    """Whether a JSON Schema the model is sent as written holds what ``redactor`` removes."""
+    plain = _plain(schema)
+    return bool(redactor.redact(plain) != plain)
+
+
+def descriptor_holds_secret(descriptor: ToolDescriptor, redactor: Redactor) -> bool:
+    """Whether what the model is told of a tool — its name, title, description and parameter
+    schema, sent as written with every request — holds what ``redactor`` removes."""
+    told = _plain(
+        [descriptor.name, descriptor.title, descriptor.description, descriptor.parameters]
+    )
+    return bool(redactor.redact(told) != told)

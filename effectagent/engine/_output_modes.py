@@ -199,8 +199,24 @@ def only_final_calls(response: ModelResponse, names: frozenset[str]) -> bool | N
 
 def decode_answer(output: Any, redactor: Redactor, text: str) -> Any:
     """A text answer decoded into ``output`` (from its redacted, unfenced text); raises
-    ``SchemaError``."""
-    return decode_text(output, unfenced(redactor.redact_text(text)))
+    ``SchemaError``.
+
+    The text's redaction sees a secret as written; one spelled with JSON escapes
+    (``"\\u0043ANARY..."``) only appears once decoded. So an answer with an escape is redacted
+    again as its decoded JSON value — as tool arguments are — and decoded from that value when
+    the redaction changed it (an answer without a backslash pays nothing for it).
+    """
+    body = unfenced(redactor.redact_text(text))
+    decoded = decode_text(output, body)
+    if "\\" not in body:
+        return decoded
+    value = decode_json(Any, body)  # it decoded above: valid JSON within the limits
+    redacted = redactor.redact(value)
+    if redacted == value:
+        return decoded
+    if isinstance(output, OneOf):
+        return output.decode(redacted)
+    return decode(output, redacted)
 
 
 def tools_offered(agent: Any, toolkit: Any, grace: bool) -> tuple[tuple[ToolDescriptor, ...], Any]:

@@ -22,7 +22,7 @@ from typing import Any, Generic, cast, final
 import attrs
 from typing_extensions import TypeVar
 
-from effectagent.core import ModelRetrying, RunCompleted, TextDelta, TurnStarted
+from effectagent.core import ModelRetrying, Redactor, RunCompleted, TextDelta, TurnStarted
 
 from ._handover import RunReducer, RunResult
 from ._partial_json import INCOMPLETE, UNPARSABLE, parse_partial
@@ -56,6 +56,48 @@ def partial_of(text: str) -> Any:
     return parse_partial(body)
 
 
+def _inside_string(text: str) -> bool:
+    """Whether the JSON prefix ``text`` ends inside a string: after an odd number of quotes
+    that no backslash escapes (outside strings, JSON has no backslash)."""
+    inside = False
+    at = text.find('"')
+    while at != -1:
+        start = at
+        while start and text[start - 1] == "\\":
+            start -= 1
+        if not (inside and (at - start) % 2):  # an escaped quote does not close the string
+            inside = not inside
+        at = text.find('"', at + 1)
+    return inside
+
+
+def _cut_last(value: Any, redactor: Redactor) -> Any:
+    """``value`` with its last string (the one arriving) cut before the end that could still
+    grow into a secret."""
+    if isinstance(value, str):
+        return value[: len(value) - redactor.partial_secret_suffix(value)]
+    if isinstance(value, dict) and value:
+        last = next(reversed(value))
+        return {**value, last: _cut_last(value[last], redactor)}
+    if isinstance(value, list) and value:
+        return [*value[:-1], _cut_last(value[-1], redactor)]
+    return value
+
+
+def redacted_partial(partial: Any, text: str, redactor: Redactor) -> Any:
+    """``partial`` (the value of the JSON prefix ``text``) as the consumer may see it.
+
+    The text's deltas are redacted as written, with a possible secret's start held back; a
+    secret spelled with JSON escapes (``\\u0043...``) appears only once decoded. So a text with
+    an escape has its value redacted as JSON, and the string still arriving cut before what could
+    still grow into a secret. A text without a backslash is returned as it is, at no cost.
+    """
+    if "\\" not in text:
+        return partial
+    value = redactor.redact(partial)
+    return _cut_last(value, redactor) if _inside_string(text) else value
+
+
 @final
 class OutputStream(Generic[OutputT]):
     """The updates of one run's structured answer, used as ``async with
@@ -64,13 +106,18 @@ class OutputStream(Generic[OutputT]):
     interrupts the run if it is still going); :attr:`result` is the run's result once the
     updates ended.
 
+    ``redactor`` (the runtime's, given by ``runtime.stream_output``) redacts the partial values
+    of an answer that spells a secret with JSON escapes, which its text's deltas show as written
+    (see :func:`redacted_partial`).
+
     Cancellation: as iterating the run's events (a cancelled consumer interrupts the run).
     """
 
-    __slots__ = ("_done", "_events", "_parsing", "_pieces", "_reducer", "_shown")
+    __slots__ = ("_done", "_events", "_parsing", "_pieces", "_redactor", "_reducer", "_shown")
 
-    def __init__(self, events: RunStream[OutputT]) -> None:
+    def __init__(self, events: RunStream[OutputT], *, redactor: Redactor | None = None) -> None:
         self._events = events
+        self._redactor = redactor
         self._reducer = RunReducer()
         self._pieces: list[str] = []  # the current response's text
         self._shown: Any = INCOMPLETE  # the last partial value given
@@ -133,10 +180,14 @@ class OutputStream(Generic[OutputT]):
             pieces.append(event.text)
             if not self._parsing:
                 return None
-            partial = partial_of("".join(pieces))
+            text = "".join(pieces)
+            partial = partial_of(text)
             if partial is UNPARSABLE:
                 self._parsing = False  # not JSON (prose): the answer is decoded strictly
-            elif partial is not INCOMPLETE and partial != self._shown:
+                return None
+            if partial is not INCOMPLETE and self._redactor is not None:
+                partial = redacted_partial(partial, text, self._redactor)
+            if partial is not INCOMPLETE and partial != self._shown:
                 self._shown = partial
                 return OutputUpdate(partial)
             return None
@@ -149,8 +200,11 @@ class OutputStream(Generic[OutputT]):
             return None
         if isinstance(event, RunCompleted):
             self._done = True
-            final = partial_of("".join(pieces)) if pieces else INCOMPLETE
+            text = "".join(pieces)
+            final = partial_of(text) if pieces else INCOMPLETE
             if final is INCOMPLETE or final is UNPARSABLE:
                 final = None if self._shown is INCOMPLETE else self._shown
+            elif self._redactor is not None:
+                final = redacted_partial(final, text, self._redactor)
             return OutputUpdate(final, event.output, True)
         return None

@@ -74,16 +74,28 @@ class ConversationExists(ValueError):
 
 
 class InstructionsLeakSecret(ValueError):
-    """An agent's instructions contain something the runtime's Redactor removes.
+    """An agent's instructions contain something the runtime's Redactor removes — or what else
+    every run of it sends as written does: a tool's name, description or parameter schema and
+    the output type's schema (in every model request), the agent's name (in every event)
+    — ``part`` says which; None: the instructions.
 
     Instructions are the first message of every prompt, so a secret in them would reach the model
     on every request; rather than send it, or silently send instructions other than the ones
     written, the runtime refuses the agent when it is preflighted.
     """
 
-    def __init__(self, agent: str) -> None:
-        super().__init__(
-            f"agent {agent!r}: its instructions contain a value the Redactor removes (a "
-            "registered secret); keep secrets out of instructions and give them to tools instead"
-        )
+    def __init__(self, agent: str, part: str | None = None) -> None:
+        if part is None:
+            super().__init__(
+                f"agent {agent!r}: its instructions contain a value the Redactor removes (a "
+                "registered secret); keep secrets out of instructions and give them to tools "
+                "instead"
+            )
+        else:
+            super().__init__(
+                f"agent {agent!r}: {part} contains a value the Redactor removes (a registered "
+                "secret), and every run would send it as written (to the model, or in its "
+                "events); keep secrets out of it"
+            )
         self.agent = agent
+        self.part = part

@@ -50,7 +50,13 @@ from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce
 from ._ids import new_id
 from ._log import InMemoryConversationLog
 from ._models import missing_models, resolve_models, with_model_strings
-from ._output import request_output, system_instructions
+from ._output import (
+    descriptor_holds_secret,
+    request_output,
+    schema_holds_secret,
+    system_instructions,
+)
+from ._output_modes import run_final_tools
 from ._output_stream import OutputStream
 from ._resume import FoundRun, check_new_run_id, find_run
 from ._run_arguments import check_allowance, check_redactor
@@ -174,7 +180,10 @@ class Runtime:
         if not isinstance(instructions, str):  # computed for each run (``_authoring``)
             instructions = ""
         elif self._redactor.redact_text(instructions) != instructions:
-            raise InstructionsLeakSecret(agent.name)
+            raise InstructionsLeakSecret(self._redactor.redact_text(agent.name))
+        told = _secret_told(agent, self._redactor)
+        if told is not None:
+            raise InstructionsLeakSecret(self._redactor.redact_text(agent.name), told)
         given: dict[Tool[Any, Any], Any] = {}
         for outer in agent.toolkit:
             for tool in (outer, *outer.inner_tools):  # a brokered tool's inner tools too
@@ -335,7 +344,7 @@ class Runtime:
         Cancellation: as :meth:`stream`'s events.
         """
         given: Any = text  # checked by ``stream``, against the agent's input type
-        return OutputStream(self.stream(agent, given, **options))
+        return OutputStream(self.stream(agent, given, **options), redactor=self._redactor)
 
     @overload
     def run(
@@ -633,6 +642,26 @@ class Runtime:
                 await driver.wait_done()
 
 
+def _secret_told(agent: Agent, redactor: Redactor) -> str | None:
+    """What, besides its instructions, every run of ``agent`` tells the model (or its events)
+    as written and that holds something ``redactor`` removes — named for an error — or None.
+    (Preflight, once per agent: a run's requests and events carry these as they are.)"""
+    if redactor.redact_text(agent.name) != agent.name:
+        return "its name"
+    descriptors = agent.toolkit.descriptors
+    final = run_final_tools(agent)
+    if final is not None:
+        descriptors = (*descriptors, *final.descriptors)
+    for descriptor in descriptors:
+        if descriptor_holds_secret(descriptor, redactor):
+            name = redactor.redact_text(descriptor.name)
+            return f"the tool {name!r} (its name, description or schema)"
+    output = request_output(agent)
+    if output is not None and schema_holds_secret(output.schema, redactor):
+        return "its output type's JSON Schema"
+    return None
+
+
 @asynccontextmanager
 async def open_runtime(
     layer: Layer,
@@ -666,8 +695,14 @@ async def open_runtime(
             else ""
         )
         raise TypeError(f"open_runtime takes a Layer, got {type(given).__name__}{hint}")
-    if isinstance(secrets, str | bytes):
+    given_secrets: object = secrets  # checked at run time too: not every caller runs mypy
+    if isinstance(given_secrets, str | bytes):
         raise TypeError("open_runtime(secrets=...) takes a sequence of strings, not one string")
+    if not isinstance(given_secrets, Iterable):
+        raise TypeError(
+            "open_runtime(secrets=...) takes a sequence of strings, got "
+            f"{type(given_secrets).__name__}"
+        )
     secrets = list(secrets)
     for secret in list[object](secrets):
         if not isinstance(secret, str):

@@ -106,6 +106,12 @@ class Ignore:
             return rules
         if isinstance(rules, str | re.Pattern):
             rules = [rules]
+        given: object = rules  # checked at run time too: not every caller runs mypy
+        if not isinstance(given, Iterable):
+            raise TypeError(
+                "ignore= takes path patterns (str) and compiled regular expressions "
+                f"(re.compile(...)), or a list of them, got {type(given).__name__}"
+            )
         paths: list[tuple[str | int, ...]] = []
         texts: list[re.Pattern[str]] = []
         shown: list[str] = []

@@ -50,6 +50,9 @@ def redactor_of(secrets: Iterable[str], redactor: Redactor | None) -> Redactor:
     ``ValueError``, as ``open_runtime`` refuses them)."""
     if isinstance(secrets, str | bytes):
         raise TypeError("secrets= takes a sequence of strings, not one string")
+    given: object = secrets  # checked at run time too: not every caller runs mypy
+    if not isinstance(given, Iterable):
+        raise TypeError(f"secrets= takes a sequence of strings, got {type(given).__name__}")
     secrets = list(secrets)
     if redactor is not None:
         if secrets:

@@ -175,6 +175,8 @@ class ReplayModel:
         part_delay: float = 0.0,
     ) -> None:
         part_delay = seconds("part_delay", part_delay)  # before the cassette is read
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be a bool, got {type(check).__name__} {check!r:.40}")
         self.where = "the cassette" if isinstance(cassette, Cassette) else str(cassette)
         self.cassette = cassette if isinstance(cassette, Cassette) else Cassette.read(cassette)
         self._ignore = Ignore.of(ignore)

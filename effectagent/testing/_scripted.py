@@ -43,7 +43,7 @@ from effectagent.ai import (
 from effectagent.effect import Context, Layer
 from effectagent.engine import estimate_tokens
 
-from ._checks import seconds
+from ._checks import seconds, whole
 
 __all__ = ["ScriptExhausted", "ScriptedModel", "Turn", "UnconsumedScript"]
 
@@ -111,7 +111,14 @@ class Turn:
         finish: FinishReason = "stop",
         delay: float = 0.0,
     ) -> Turn:
-        """Stream ``text`` in ``chunk``-character deltas (after optional reasoning), then finish."""
+        """Stream ``text`` in ``chunk``-character deltas (after optional reasoning), then finish.
+
+        ``text`` and ``reasoning`` must be strs and ``chunk`` a whole number ≥ 1: anything else is
+        a ``TypeError`` or ``ValueError`` here."""
+        _check_text("Turn.text: text", text)
+        _check_text("Turn.text: reasoning", reasoning)
+        whole("Turn.text: chunk", chunk, minimum=1)
+        _check_usage("Turn.text", usage)
         parts: list[ResponsePart] = []
         if reasoning:
             parts.append(ReasoningStartPart("r0"))
@@ -133,14 +140,20 @@ class Turn:
         truncate_last: bool = False,
     ) -> Turn:
         """Declare tool calls ``(name, arguments[, id])``; arguments may be a JSON value or raw
-        JSON text. ``truncate_last`` cuts the last call's arguments and finishes with "length"."""
+        JSON text. ``truncate_last`` cuts the last call's arguments and finishes with "length".
+
+        Each call must be a tuple of a name (str), its arguments and optionally its ID (str);
+        arguments given as a value must be JSON (no NaN or infinities: write raw text to script
+        arguments that are not JSON). Anything else is a ``TypeError`` or ``ValueError`` here."""
+        _check_text("Turn.tool_calls: text", text)
+        whole("Turn.tool_calls: chunk", chunk, minimum=1)
+        _check_usage("Turn.tool_calls", usage)
         parts: list[ResponsePart] = []
         if text:
             parts.extend((TextStartPart("t0"), TextDeltaPart("t0", text), TextEndPart("t0")))
         for index, call in enumerate(calls):
-            name, arguments = call[0], call[1]
-            call_id = call[2] if len(call) > 2 else f"call_{index}"
-            raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+            name, arguments, call_id = _call(index, call)
+            raw = arguments if isinstance(arguments, str) else _arguments_json(index, arguments)
             last = index == len(calls) - 1
             parts.append(ToolParamsStartPart(call_id, name))
             if truncate_last and last:
@@ -175,6 +188,52 @@ class Turn:
         return attrs.evolve(self, inspect=inspect)
 
 
+def _check_text(what: str, value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__} {value!r:.60}")
+
+
+def _check_usage(what: str, value: object) -> None:
+    if value is not None and not isinstance(value, Usage):
+        raise TypeError(f"{what}: usage must be a Usage (Usage.of(...)) or None, got {value!r:.60}")
+
+
+def _call(index: int, call: object) -> tuple[str, Any, str]:
+    """A scripted call ``(name, arguments[, id])`` as its three parts; a TypeError naming the
+    call for anything else (a lone name, a list, an ID or name that is not a str)."""
+    where = f"Turn.tool_calls: call {index}"
+    if not isinstance(call, tuple) or len(call) not in (2, 3):
+        raise TypeError(
+            f"{where} must be a tuple (name, arguments) or (name, arguments, id), got {call!r:.80}"
+        )
+    name = call[0]
+    call_id = call[2] if len(call) == 3 else f"call_{index}"
+    if not isinstance(name, str):
+        raise TypeError(f"{where}: the tool name must be a str, got {name!r:.60}")
+    if not isinstance(call_id, str):
+        raise TypeError(f"{where}: the call ID must be a str, got {call_id!r:.60}")
+    return name, call[1], call_id
+
+
+#: json.dumps' own output, refusing NaN and infinities (one encoder: dumps with an option builds
+#: a new one for every call).
+_ARGUMENTS = json.JSONEncoder(allow_nan=False)
+
+
+def _arguments_json(index: int, arguments: object) -> str:
+    """``arguments`` as JSON text; a ValueError or TypeError naming the call for a value that is
+    not JSON (NaN, an infinity, an object json cannot write)."""
+    try:
+        return _ARGUMENTS.encode(arguments)
+    except ValueError:
+        raise ValueError(
+            f"Turn.tool_calls: call {index}'s arguments hold NaN or an infinity, which JSON does "
+            "not have; give raw text to script arguments that are not JSON"
+        ) from None
+    except TypeError as exc:
+        raise TypeError(f"Turn.tool_calls: call {index}'s arguments are not JSON: {exc}") from None
+
+
 def _script(turns: object) -> list[Turn]:
     """``turns`` as a list, each a :class:`Turn`; else a TypeError saying what was given."""
     wanted = "turns must be an iterable of Turn values"
@@ -207,6 +266,8 @@ class ScriptedModel:
         if not isinstance(repeat, bool):
             raise TypeError(f"repeat must be a bool, got {repeat!r}")
         self._turns = _script(turns)
+        if repeat and not self._turns:
+            raise ValueError("repeat=True plays the last turn forever: give at least one turn")
         self._next = 0
         self._repeat = repeat
         self._part_delay = seconds("part_delay", part_delay)
@@ -278,6 +339,8 @@ class ScriptedModel:
         With ``check``, leaving the runtime's block without an error runs :meth:`check`: a
         script that ran out, or was left with turns unplayed, fails there — inside the
         ``ExceptionGroup`` a scope's teardown raises."""
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be a bool, got {type(check).__name__} {check!r:.40}")
         if not check:
             return Layer.succeed(LanguageModelService, self, name="ScriptedModel")
 

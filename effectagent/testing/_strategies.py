@@ -102,6 +102,21 @@ def _check_behaviour(instance: object, attribute: attrs.Attribute[str], value: s
         raise ValueError(f"behaviour must be one of {', '.join(BEHAVIOURS)}; got {value!r}")
 
 
+def _check_toolkit(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Toolkit):
+        raise TypeError(
+            f"BatchSpec.toolkit must be a Toolkit (Toolkit(*tools)), got {type(value).__name__}"
+        )
+
+
+def _check_failure(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, TaggedError):
+        raise TypeError(
+            "CallSpec.failure must be a declared error (a TaggedError instance) or None, got "
+            f"{type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class CallSpec:
     """One tool call the model declares, and how its handler behaves.
@@ -112,8 +127,8 @@ class CallSpec:
     seconds on the Trio clock before the handler ends as ``behaviour`` says. ``failure`` is the
     declared error a ``"declared-failure"`` call raises (the harness makes a :class:`ProbeFailed`
     when it is None on the probe toolkit). The names and ``arguments`` must be strings,
-    ``valid`` a bool and ``latency`` a finite number ≥ 0 (not a bool): a ``TypeError`` or
-    ``ValueError`` otherwise.
+    ``valid`` a bool, ``latency`` a finite number ≥ 0 (not a bool) and ``failure`` a
+    ``TaggedError`` or None: a ``TypeError`` or ``ValueError`` otherwise.
     """
 
     tool_call_id: str = attrs.field(validator=_check_text)
@@ -122,7 +137,7 @@ class CallSpec:
     valid: bool = attrs.field(default=True, validator=_check_flag)
     latency: float = attrs.field(default=0.0, validator=_check_latency)
     behaviour: Behaviour = attrs.field(default="success", validator=_check_behaviour)
-    failure: TaggedError | None = attrs.field(default=None, eq=False)
+    failure: TaggedError | None = attrs.field(default=None, eq=False, validator=_check_failure)
 
     @property
     def expected_kind(self) -> OutcomeKind:
@@ -163,7 +178,10 @@ class BatchSpec:
 
     calls: tuple[CallSpec, ...] = attrs.field(converter=_as_calls, validator=_unique_ids)
     toolkit: Toolkit = attrs.field(
-        factory=lambda: _probe_toolkit(), eq=False, repr=lambda t: f"<Toolkit {list(t.names)}>"
+        factory=lambda: _probe_toolkit(),
+        eq=False,
+        repr=lambda t: f"<Toolkit {list(t.names)}>",
+        validator=_check_toolkit,
     )
 
     def __len__(self) -> int:
@@ -408,6 +426,10 @@ def _plan(
     from hypothesis import strategies as st
     from hypothesis.errors import InvalidArgument
 
+    if toolkit is not None and not isinstance(toolkit, Toolkit):
+        raise InvalidArgument(
+            f"toolkit must be a Toolkit (Toolkit(*tools)) or None, got {type(toolkit).__name__}"
+        )
     kit = PROBE_TOOLKIT if toolkit is None else toolkit
     if isinstance(behaviours, str):
         raise InvalidArgument("behaviours must be a sequence of behaviours, not a str")
@@ -415,7 +437,8 @@ def _plan(
     for behaviour in allowed:
         if behaviour not in BEHAVIOURS:
             raise InvalidArgument(f"unknown behaviour {behaviour!r}; use {', '.join(BEHAVIOURS)}")
-    if isinstance(invalid_ratio, bool) or not 0 <= invalid_ratio <= 1:
+    ratio: object = invalid_ratio  # checked at run time too: not every caller runs mypy
+    if isinstance(ratio, bool) or not isinstance(ratio, int | float) or not 0 <= ratio <= 1:
         raise InvalidArgument(f"invalid_ratio must be between 0 and 1, got {invalid_ratio!r}")
     if not is_seconds(latency_step, positive=True):
         raise InvalidArgument(f"latency_step must be a finite number > 0, got {latency_step!r}")

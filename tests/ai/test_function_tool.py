@@ -482,6 +482,15 @@ async def _undocumented(a: int) -> None:
     pass
 
 
+async def _documented_twice(limit: int) -> None:
+    """Search.
+
+    Args:
+        limit: How many results.
+        limit: How many pages.
+    """
+
+
 async def _unresolvable(a: NoSuchType) -> None:  # type: ignore[name-defined]  # noqa: F821
     """An annotation that does not resolve."""
 
@@ -516,6 +525,7 @@ Callable_ = AsyncCallable()
         (_annotated_text, "parameter 'a': Annotated with 'the count'; only field_meta(...)"),
         (_typo, "@tool _typo: the docstring documents 'qurey', which the function does not take"),
         (_undocumented, "@tool _undocumented: the model needs a description"),
+        (_documented_twice, "@tool _documented_twice: the docstring documents 'limit' more than"),
         (_unresolvable, "@tool _unresolvable: the annotation of parameter 'a' does not resolve"),
         (Service.method, "parameter 'self' has no annotation: its type is its schema (@tool takes"),
         (Callable_, "@tool takes an async def function or bound method; wrap another"),

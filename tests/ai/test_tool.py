@@ -315,6 +315,18 @@ def test_a_dynamic_success_schema_never_admits_nan_or_infinity(bad: float) -> No
     assert str(caught.value) == f'result violates its schema: $["x"][1]: not a JSON value: {bad!r}'
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("argument", ["parameters_schema", "success_schema"])
+def test_a_dynamic_schema_that_is_not_json_is_refused_naming_the_tool(
+    bad: float, argument: str
+) -> None:
+    """A schema is sent to providers and written to cassettes as JSON, which has no NaN."""
+    schema = {"type": "object", "properties": {"n": {"type": "number", "maximum": bad}}}
+    schemas = {"parameters_schema": _DYNAMIC_SCHEMA, argument: schema}
+    with pytest.raises(ValueError, match=f"^tool 'dyn': {argument} must be JSON"):
+        Tool.dynamic("dyn", "A dynamic tool.", **schemas)
+
+
 # ---- success encoding --------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ it.
 
 from __future__ import annotations
 
+import math
 from decimal import Decimal
 from typing import Any
 
@@ -143,6 +144,19 @@ def test_bad_values_are_refused_naming_the_field() -> None:
     assert RunAllowance(tools="search").tools == ("search",)  # one name, not its letters
     with pytest.raises(ValueError, match="has no field max_turnz"):
         RunAllowance.from_json({"max_turnz": 3})
+
+
+@pytest.mark.parametrize("seconds", [math.inf, math.nan, -1.0, 0])
+def test_an_allowances_time_is_a_finite_positive_number_of_seconds(seconds: float) -> None:
+    """It is recorded with the run's input as JSON, which has no infinity: an infinite one used
+    to be accepted (against an agent without a time limit) and the run failed when a storage
+    wrote its input."""
+    with pytest.raises(
+        ValueError,
+        match=r"RunAllowance\.max_duration must be a positive, finite number of seconds",
+    ):
+        RunAllowance(max_duration=seconds)
+    assert RunAllowance(max_duration=1e9).as_json() == {"max_duration": 1e9}
 
 
 # ---- the narrowed agent, pure ------------------------------------------------------------------

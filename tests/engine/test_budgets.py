@@ -186,6 +186,30 @@ async def test_budget_warning_once_per_dimension_at_80_percent(
     assert completed[2].seq < completed[3].seq
 
 
+@pytest.mark.parametrize("on_exhaustion", ["final-answer", "fail"])
+async def test_the_runs_time_warns_once_though_no_turn_ends_past_the_ratio(
+    autojump_clock: trio.testing.MockClock, on_exhaustion: str
+) -> None:
+    # The tool runs from 0 s to the turns' deadline: the run's time passes 80 % while no turn
+    # ends, so the warning comes as the time runs out, before the grace turn (or the failure).
+    probe, tool = HandlerProbe(), forecast_tool()
+    policy = make_policy(max_duration=30, on_exhaustion=on_exhaustion)
+    ran = await run_script(
+        make_agent(tool, policy=policy),
+        {tool: probe.hanging()},
+        [_oslo(), Turn.text("Ran out of time.")],
+    )
+    (warning,) = events_of(ran.events, BudgetWarning)
+    limit = 30 - policy.grace_reserve  # the turns' deadline
+    assert (warning.dimension, warning.limit) == ("duration", 30)
+    assert warning.used == pytest.approx(limit)
+    after = ran.events[warning.seq :]  # what follows: the grace turn, or the failure
+    assert after
+    assert not events_of(after, BudgetWarning)
+    kind = TurnStarted if on_exhaustion == "final-answer" else RunFailed
+    assert isinstance(after[0], kind)
+
+
 async def test_no_warning_below_80_percent(autojump_clock: trio.testing.MockClock) -> None:
     probe = HandlerProbe()
     ran = await _run({"max_turns": 5}, [_oslo(), _oslo(), _oslo(), Turn.text("Done.")], probe)

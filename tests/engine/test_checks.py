@@ -265,6 +265,58 @@ async def test_an_input_guardrail_that_raises_fails_closed(
     assert SECRET not in repr(log)
 
 
+#: What the type checker would refuse, as a user without one might write it.
+_FIVE: Any = 5
+_NO: Any = "no"
+_ONE: Any = 1
+_NONE: Any = None
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (
+            lambda: GuardrailResult.trip(_FIVE),
+            "GuardrailResult.reason must be a str (a sentence), got int",
+        ),
+        (lambda: GuardrailResult(tripped=_NO), "GuardrailResult.tripped must be a bool, got str"),
+        (lambda: GuardrailResult(_ONE), "GuardrailResult.tripped must be a bool, got int"),
+        (
+            lambda: GuardrailResult(True, _NONE),
+            "GuardrailResult.reason must be a str (a sentence), got NoneType",
+        ),
+    ],
+)
+def test_a_malformed_guardrail_result_is_refused_where_it_is_made(make: Any, error: str) -> None:
+    with pytest.raises(TypeError) as raised:
+        make()
+    assert str(raised.value) == error
+
+
+async def test_a_guardrail_tripping_with_a_reason_that_is_no_text_fails_closed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Not an engine defect: the result cannot be made, so the guardrail raised.
+    async def sloppy(ctx: CheckContext, text: str) -> GuardrailResult:
+        return GuardrailResult.trip(404)  # type: ignore[arg-type]
+
+    agent = make_agent(input_guardrails=[sloppy])
+    events, _log, _ = await _run(TrackingModel([Turn.text("hi")]), agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, GuardrailFailed)
+    assert str(end.error) == "the input guardrail sloppy failed (TypeError), so the run was stopped"
+
+
+def test_a_guardrails_beside_flag_must_be_a_bool() -> None:
+    async def check(ctx: CheckContext, text: str) -> GuardrailResult:
+        return GuardrailResult.passed()
+
+    with pytest.raises(TypeError, match=r"Guardrail\.beside must be a bool, got str"):
+        Guardrail(check, beside="yes")  # type: ignore[arg-type]
+    assert Guardrail(check, beside=True).beside is True
+
+
 async def test_an_output_guardrail_trip_withholds_the_answer(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

@@ -211,6 +211,16 @@ async def test_an_empty_author_is_refused_as_an_empty_id_is(
         ((ScriptedModel([]),), {}, "open_runtime takes a Layer, got ScriptedModel (a model is a"),
         ((ScriptedModel.layer([]),), {"secrets": "sk-1234"}, "not one string"),
         ((ScriptedModel.layer([]),), {"secrets": [1234]}, "holds a int, not a str"),
+        (
+            (ScriptedModel.layer([]),),
+            {"secrets": None},
+            "open_runtime(secrets=...) takes a sequence of strings, got NoneType",
+        ),
+        (
+            (ScriptedModel.layer([]),),
+            {"secrets": 1234},
+            "open_runtime(secrets=...) takes a sequence of strings, got int",
+        ),
         ((ScriptedModel.layer([]),), {"agents": ["weather"]}, "holds a str, not an Agent"),
         (
             (ScriptedModel.layer([]),),

@@ -35,7 +35,7 @@ from effectagent.core import (
     ToolSuccess,
     UsageDelta,
 )
-from effectagent.engine._budget import Delegated
+from effectagent.engine._budget import Delegated, Exhaustion
 from effectagent.engine._machine import (
     AnnounceRetry,
     Answered,
@@ -44,6 +44,7 @@ from effectagent.engine._machine import (
     Compact,
     Compacted,
     Complete,
+    CompleteTurn,
     EnterGrace,
     Fail,
     GraceBegun,
@@ -60,6 +61,7 @@ from effectagent.engine._machine import (
     StartTurn,
     TimeRanOut,
     TurnDue,
+    WarnBudget,
     start,
     step,
 )
@@ -208,8 +210,28 @@ def test_a_grace_turn_that_asks_for_tools_fails_closed_and_one_out_of_time_fails
 def test_the_turns_deadline_is_a_duration_exhaustion() -> None:
     state, _ = step(begin(config(max_duration=10)), TurnDue(0.0))  # started at 0.0
     _, commands = step(state, TimeRanOut(9.0))  # the grace reserve: 1 s of 10
-    assert kinds(commands) == ["Log", "EnterGrace"]
+    # 9 s is past the warning ratio (80 %): it warns before the exhaustion, since no turn ended
+    # since it passed to say so.
+    assert kinds(commands) == ["WarnBudget", "Log", "EnterGrace"]
+    assert commands[0] == WarnBudget((Exhaustion("duration", 9.0, 10),))
     assert commands[-1] == EnterGrace(10.0)  # never past the run's end
+
+
+def test_a_duration_warned_at_a_turns_end_does_not_warn_again_at_its_exhaustion() -> None:
+    state, _ = step(begin(config(max_duration=10)), TurnDue(0.0))
+    state, _ = step(state, responded(Turn.tool_calls(("forecast", {"city": "Oslo"}))))
+    state, commands = step(state, BatchSettled((), (), None, Delegated(), 8.5))
+    (ended,) = [c for c in commands if isinstance(c, CompleteTurn)]
+    assert [w.dimension for w in ended.warnings] == ["duration"]
+    _, commands = step(state, TimeRanOut(9.0))
+    assert kinds(commands) == ["Log", "EnterGrace"]
+
+
+def test_a_run_failing_on_its_time_warns_before_it_fails() -> None:
+    state, _ = step(begin(config(max_duration=10, on_exhaustion="fail")), TurnDue(0.0))
+    _, commands = step(state, TimeRanOut(10.0))
+    assert kinds(commands) == ["WarnBudget", "Log", "Fail"]
+    assert commands[0] == WarnBudget((Exhaustion("duration", 10.0, 10),))
 
 
 def test_a_batch_past_the_tool_call_budget_is_refused_whole_and_exhausts_it() -> None:

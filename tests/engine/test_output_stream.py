@@ -141,3 +141,46 @@ def test_a_fence_is_skipped_and_prose_is_unparsable() -> None:
     assert partial_of('```json\n{"a": 1,') == {"a": 1}
     assert partial_of("```") is INCOMPLETE
     assert partial_of('```json\n{"a": 1}\n``') == {"a": 1}
+
+
+CANARY = "CANARY-s3cr3t-9f2"
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 5, 64])
+async def test_a_secret_spelled_with_json_escapes_never_shows_in_an_update(
+    autojump_clock: trio.testing.MockClock, chunk: int
+) -> None:
+    # The deltas hold no secret as written (each C is the escape \u0043); the partial values are
+    # decoded JSON, so they are redacted as JSON — and the string still arriving never shows the
+    # start of a secret, however the text is cut.
+    final = {"city": CANARY, "high_c": 4.5, "notes": [f'a "quoted" {CANARY}']}
+    text = json.dumps(final).replace("C", "\\u0043")
+    assert CANARY not in text
+    agent = make_agent(output=Answer)
+    model = TrackingModel([Turn.text(text, chunk=chunk)])
+    runtime_block = open_runtime(model.layer(), agents=[agent], secrets=[CANARY])
+    async with runtime_block as runtime, runtime.stream_output(agent, "Weather?") as updates:
+        seen = [update async for update in updates]
+    assert CANARY not in repr(seen)
+    assert CANARY not in repr(updates.result)
+    strings = [s for u in seen for s in _strings(u.partial)]
+    assert not [
+        s
+        for s in strings
+        if len(s) >= 4 and any(s.endswith(CANARY[:n]) for n in range(4, len(CANARY)))
+    ]
+    redacted = {"city": "[REDACTED]", "high_c": 4.5, "notes": ['a "quoted" [REDACTED]']}
+    assert seen[-1].final
+    assert seen[-1].partial == redacted
+    assert seen[-1].output == Answer("[REDACTED]", 4.5, ['a "quoted" [REDACTED]'])
+    assert all(consistent(u.partial, redacted) for u in seen[:-1])
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for item in value.values() for s in _strings(item)]
+    if isinstance(value, list):
+        return [s for item in value for s in _strings(item)]
+    return []

@@ -18,6 +18,9 @@ from hypothesis import strategies as st
 from effectagent.ai import ProviderError, Tool, ToolCallContext
 from effectagent.core import (
     REDACTED,
+    ContextAdded,
+    ContextItem,
+    PreparedContext,
     RunCompleted,
     RunFailed,
     TextDelta,
@@ -25,6 +28,7 @@ from effectagent.core import (
     ToolProgress,
     ToolResultBounds,
     ToolSuccess,
+    TurnContext,
     compact_json,
 )
 from effectagent.core._bounds import (
@@ -35,6 +39,7 @@ from effectagent.core._bounds import (
     bounded_parsed,
 )
 from effectagent.core._records import parse_arguments
+from effectagent.engine import open_runtime
 from effectagent.testing import Turn
 
 from .helpers import (
@@ -42,13 +47,16 @@ from .helpers import (
     HandlerProbe,
     Lookup,
     Ran,
+    TrackingModel,
     UnknownCity,
+    entries,
     events_of,
     forecast_tool,
     make_agent,
     make_policy,
     records_of,
     results_by_id,
+    run_events,
     run_script,
 )
 
@@ -149,6 +157,63 @@ async def test_a_secret_in_a_structured_answer_never_leaks(
     ran = await run_script(make_agent(output=Answer), {}, [Turn.text(answer)], secrets=[CANARY])
     assert isinstance(ran.terminal, RunCompleted)
     _assert_no_canary(ran)
+
+
+def _escaped(text: str) -> str:
+    """``text`` with every ``C`` written as the JSON escape ``\\u0043``: the same JSON value."""
+    return text.replace("C", "\\u0043")
+
+
+@pytest.mark.parametrize("fenced", [False, True])
+async def test_a_secret_spelled_with_json_escapes_in_a_structured_answer_never_leaks(
+    autojump_clock: trio.testing.MockClock, fenced: bool
+) -> None:
+    # The answer's text holds no secret as written; its decoded value does: the output, the
+    # RunCompleted event and the RunCompletedRecord are redacted as the decoded JSON.
+    answer = _escaped(json.dumps({"city": "Oslo", "note": f"token {CANARY}"}))
+    assert CANARY not in answer
+    assert json.loads(answer)["note"] == f"token {CANARY}"
+    if fenced:
+        answer = f"```json\n{answer}\n```"
+    ran = await run_script(make_agent(output=Answer), {}, [Turn.text(answer)], secrets=[CANARY])
+    assert isinstance(ran.terminal, RunCompleted)
+    assert ran.terminal.output == Answer("Oslo", f"token {REDACTED}")
+    _assert_no_canary(ran)
+
+
+def _item_naming(secret: str) -> ContextItem:
+    return ContextItem(
+        kind=f"memory {secret}",
+        source=f"notes {secret}",
+        text=f"remember {secret}",
+        version=f"v1 {secret}",
+        digest="sha256:ab",
+    )
+
+
+async def test_a_secret_in_any_field_of_a_context_item_never_leaks(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # Items given to the run and added by its prepare_context hook: their kind and version were
+    # recorded as given (only source and text were redacted).
+    async def recall(context: TurnContext[str]) -> PreparedContext:
+        return PreparedContext(items=[_item_naming(CANARY)])
+
+    agent = make_agent(prepare_context=recall)
+    model = TrackingModel([Turn.text("Noted.")])
+    async with open_runtime(model.layer(), agents=[agent], secrets=[CANARY]) as runtime:
+        events = await run_events(runtime, agent, "Hi.", context=[_item_naming(CANARY)])
+        log = await entries(runtime, events[0].conversation_id)
+    _assert_no_canary(Ran(events, log, model))
+    added = [entry.record.item for entry in log if isinstance(entry.record, ContextAdded)]
+    assert len(added) == 2
+    for item in added:
+        assert (item.kind, item.source, item.version) == (
+            f"memory {REDACTED}",
+            f"notes {REDACTED}",
+            f"v1 {REDACTED}",
+        )
+        assert item.digest == "sha256:ab"
 
 
 # ---- RUN-022 -----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from effectagent.ai import (
     Usage,
 )
 from effectagent.core import Agent, CompactionCreated
-from effectagent.effect import Layer, TaggedError
+from effectagent.effect import Layer, TaggedError, field_meta
 from effectagent.engine import (
     CompactionRequest,
     CompactorService,
@@ -204,6 +204,61 @@ async def test_instructions_holding_a_secret_are_refused_at_preflight() -> None:
     async with open_runtime(layer, secrets=["s3cr3t-abcdef"]) as runtime:
         with pytest.raises(InstructionsLeakSecret):
             await runtime.run(agent, "hello")
+    assert model.requests == []
+
+
+@attrs.frozen
+class _Keyed:
+    key: str = attrs.field(metadata=field_meta(description="the key: s3cr3t-abcdef"))
+
+
+async def _one(params: Any, call: ToolCallContext) -> Any:
+    return "done"
+
+
+def _agents_telling_a_secret() -> list[tuple[Agent, str]]:
+    described = Tool.dynamic("lookup", "Looks up with s3cr3t-abcdef.", {"type": "object"})
+    schema = {"type": "object", "properties": {"key": {"const": "s3cr3t-abcdef"}}}
+    keyed = Tool.dynamic("keyed", "Looks up.", schema)
+    titled = Tool.dynamic("titled", "Looks up.", {"type": "object"}, title="s3cr3t-abcdef")
+    named = Tool.dynamic("s3cr3t-abcdef", "Looks up.", {"type": "object"})
+    policy = make_policy()
+    return [
+        (Agent("a", "Help.", policy, Toolkit(described)), "the tool 'lookup'"),
+        (Agent("a", "Help.", policy, Toolkit(keyed)), "the tool 'keyed'"),
+        (Agent("a", "Help.", policy, Toolkit(titled)), "the tool 'titled'"),
+        (Agent("a", "Help.", policy, Toolkit(named)), "the tool '[REDACTED]'"),
+        (Agent("a", "Help.", policy, output=_Keyed), "its output type's JSON Schema"),
+        (
+            Agent("a", "Help.", policy, output=_Keyed, output_mode="tool"),
+            "the tool 'final_result'",
+        ),
+        (Agent("s3cr3t-abcdef", "Help.", policy), "its name"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("agent", "part"),
+    _agents_telling_a_secret(),
+    ids=["description", "schema", "title", "tool-name", "output", "final-result", "agent-name"],
+)
+async def test_what_every_request_tells_the_model_holding_a_secret_is_refused_at_preflight(
+    agent: Agent, part: str
+) -> None:
+    """Tool descriptions and schemas are sent as written with every request, as instructions
+    are: they used to reach the model (and a recorded cassette) with the secret in them."""
+    model = ScriptedModel([Turn.text("hi")])
+    handlers: dict[Any, Any] = dict.fromkeys(agent.toolkit, _one)
+    layer = agent.toolkit.handlers(handlers) + Layer.succeed(LanguageModelService, model)
+    with pytest.raises(InstructionsLeakSecret) as refused:
+        async with open_runtime(layer, agents=[agent], secrets=["s3cr3t-abcdef"]):
+            pass
+    assert refused.value.part is not None
+    assert refused.value.part.startswith(part)
+    shown = agent.name.replace("s3cr3t-abcdef", "[REDACTED]")
+    said = f"agent {shown!r}: {refused.value.part} contains a value the Redactor removes"
+    assert str(refused.value).startswith(said)
+    assert "s3cr3t-abcdef" not in str(refused.value)
     assert model.requests == []
 
 

@@ -209,3 +209,27 @@ async def test_a_steps_identity_is_checked(name: str, version: Any, error: str) 
     context = ToolCallContext("call_1", "order", steps=InMemoryStepStore())
     with pytest.raises(ValueError, match=error):
         await context.step(name, version, one)
+
+
+@pytest.mark.parametrize("store", [None, InMemoryStepStore()], ids=["outside", "in-a-runtime"])
+async def test_a_step_whose_fn_is_not_async_is_a_type_error_naming_it(
+    store: InMemoryStepStore | None,
+) -> None:
+    """It used to be Python's "object int can't be used in 'await' expression"."""
+    plain: Any = lambda: 1  # noqa: E731
+
+    context = ToolCallContext("call_1", "order", steps=store)
+    with pytest.raises(
+        TypeError, match=r"^step 'one': fn must be an async function .* of type int$"
+    ):
+        await context.step("one", 1, plain)
+
+
+async def test_a_step_fn_returning_a_coroutine_is_awaited() -> None:
+    async def charge(amount: int) -> int:
+        await trio.lowlevel.checkpoint()
+        return amount
+
+    context = ToolCallContext("call_1", "order", steps=InMemoryStepStore())
+    assert await context.step("charge", 1, lambda: charge(5)) == 5
+    assert await context.step("charge", 1, lambda: charge(6)) == 5  # recorded: not run again

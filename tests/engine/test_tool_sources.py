@@ -129,6 +129,36 @@ async def test_a_source_tool_whose_name_is_taken_is_left_out_with_a_warning(
     )
 
 
+SECRET = "CANARY-s3cr3t-9f2"
+
+
+async def test_a_source_tool_that_would_tell_the_model_a_secret_is_left_out_with_a_warning(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A toolkit tool like it is refused at preflight; a source's tools are known turn by turn.
+    leaky = Tool.dynamic("leaky", f"Uses the key {SECRET}.", {"type": "object"}, readonly=True)
+    schema = {"type": "object", "properties": {"key": {"const": SECRET}}}
+    leaky_schema = Tool.dynamic("leaky_schema", "Keyed.", schema, readonly=True)
+    fine = Tool.dynamic("fine", "A fine tool.", {"type": "object"}, readonly=True)
+
+    async def answer(params: Any, call: ToolCallContext) -> str:
+        return "fine"
+
+    handlers = {"leaky": answer, "leaky_schema": answer, "fine": answer}
+    source = SwitchingSource(ToolSnapshot((leaky, leaky_schema, fine), handlers))
+    model = ScriptedModel([Turn.tool_calls(("fine", {})), Turn.text("done")])
+    agent = make_agent(tool_sources=(SOURCE,))
+    layer = model.as_layer() + Layer.succeed(SOURCE, source)
+    with engine_logs(logging.WARNING) as logs:
+        async with open_runtime(layer, agents=[agent], secrets=[SECRET]) as runtime:
+            result = await runtime.run(agent, "Go.")
+    assert [o.kind for o in result.outcomes] == ["success"]
+    assert offered(model.requests[0]) == ["fine"]
+    assert SECRET not in repr(model.requests)
+    left_out = [log["tool"] for log in logs if "it holds a secret" in log["event"]]
+    assert left_out == ["leaky", "leaky_schema"]
+
+
 async def test_a_missing_source_is_named_at_preflight() -> None:
     agent = make_agent(tool_sources=[SOURCE])
     with pytest.raises(MissingServicesError, match="tool source"):

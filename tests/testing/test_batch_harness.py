@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from effectagent.testing import BatchSpec, CallSpec, batches, run_batch_sync
+from effectagent.testing import PROBE_TOOLKIT, BatchSpec, CallSpec, batches, run_batch_sync
 
 ECHO = CallSpec("call_1", "probe_echo", '{"text": "hi"}')
 
@@ -69,6 +69,8 @@ def test_the_readme_property_holds_for_batches_that_may_be_empty(
 _YES: Any = True
 _HALF: Any = 1.5
 _A_BEHAVIOUR: Any = "hang"
+_A_RATIO: Any = "0.5"
+_TOOLS: Any = list(PROBE_TOOLKIT)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +88,8 @@ _A_BEHAVIOUR: Any = "hang"
         ({"max_size": _HALF}, "max_size must be a whole number, got 1.5"),
         ({"min_size": -1}, "need 0 <= min_size <= max_size, got -1, 10"),
         ({"behaviours": _A_BEHAVIOUR}, "behaviours must be a sequence of behaviours, not a str"),
+        ({"invalid_ratio": _A_RATIO}, "invalid_ratio must be between 0 and 1, got '0.5'"),
+        ({"toolkit": _TOOLS}, "toolkit must be a Toolkit (Toolkit(*tools)) or None, got list"),
     ],
     ids=[
         "inf-max-latency",
@@ -100,6 +104,8 @@ _A_BEHAVIOUR: Any = "hang"
         "fractional-max-size",
         "negative-min-size",
         "str-behaviours",
+        "str-invalid-ratio",
+        "list-toolkit",
     ],
 )
 def test_batches_refuses_bounds_it_cannot_draw_from(options: dict[str, Any], message: str) -> None:
@@ -113,6 +119,7 @@ def test_batches_refuses_bounds_it_cannot_draw_from(options: dict[str, Any], mes
 
 _A_WORD: Any = "no"
 _AN_OBJECT: Any = {"text": "x"}
+_AN_ERROR: Any = ValueError("not declared")
 
 
 _LONE_CALL: Any = CallSpec("c", "probe_echo", "{}")
@@ -151,8 +158,28 @@ _LONE_CALL: Any = CallSpec("c", "probe_echo", "{}")
             TypeError,
             "BatchSpec.calls must be a sequence of CallSpec, not one CallSpec",
         ),
+        (
+            lambda: BatchSpec([ECHO], toolkit=_TOOLS),
+            TypeError,
+            "BatchSpec.toolkit must be a Toolkit (Toolkit(*tools)), got list",
+        ),
+        (
+            lambda: CallSpec("c", "probe_echo", "{}", failure=_AN_ERROR),
+            TypeError,
+            "CallSpec.failure must be a declared error (a TaggedError instance) or None, got "
+            "ValueError",
+        ),
     ],
-    ids=["bool-latency", "negative-latency", "str-valid", "dict-arguments", "dict-call", "lone"],
+    ids=[
+        "bool-latency",
+        "negative-latency",
+        "str-valid",
+        "dict-arguments",
+        "dict-call",
+        "lone",
+        "list-toolkit",
+        "undeclared-failure",
+    ],
 )
 def test_a_call_spec_refuses_figures_it_cannot_mean(
     make: Any, error: type[Exception], message: str

@@ -341,6 +341,8 @@ def test_secrets_must_be_strings_in_a_sequence(tmp_path: Path) -> None:
     layer = ScriptedModel([]).as_layer()
     with pytest.raises(TypeError, match="not one string"):
         record(layer, tmp_path / "x.jsonl", secrets=CANARY)
+    with pytest.raises(TypeError, match="secrets= takes a sequence of strings, got NoneType"):
+        record(layer, tmp_path / "x.jsonl", secrets=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="give the secrets to the Redactor"):
         record(layer, tmp_path / "x.jsonl", secrets=[CANARY], redactor=SecretRedactor())
     with pytest.raises(ValueError, match="provides no LanguageModel"):

@@ -298,6 +298,21 @@ def test_ignore_rules_are_checked_when_the_layer_is_made(cassette: Path) -> None
         ReplayModel.layer(cassette, ignore=["messages["])
     with pytest.raises(TypeError, match="ignore= takes path patterns"):
         ReplayModel.layer(cassette, ignore=[3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="or a list of them, got NoneType"):
+        ReplayModel.layer(cassette, ignore=None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="or a list of them, got int"):
+        assert_same_records([], [], ignore=3)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("check", ["no", 0, None])
+def test_check_must_be_a_bool_not_a_truthy_value(cassette: Path, check: Any) -> None:
+    """``check="no"`` used to turn the comparison on (a non-empty string is true)."""
+    with pytest.raises(TypeError, match="check must be a bool"):
+        ReplayModel.layer(cassette, check=check)
+    with pytest.raises(TypeError, match="check must be a bool"):
+        ReplayModel(cassette, check=check)
+    with pytest.raises(TypeError, match="check must be a bool"):
+        ScriptedModel([]).as_layer(check=check)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from effectagent.ai import (
     ModelRequest,
     RateLimited,
     TextDeltaPart,
+    ToolCallPart,
     ToolParamsDeltaPart,
     UserMessage,
     generate,
@@ -295,6 +296,73 @@ def test_what_a_script_cannot_play_is_refused_when_it_is_made(
     AttributeError, or trio refusing a negative or NaN sleep)."""
     with pytest.raises(error, match=message):
         make()
+
+
+_SEVEN: Any = 7
+_NAN: Any = math.nan
+_NO_ARGUMENTS: Any = ("t",)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda: Turn.text(_SEVEN), TypeError, "Turn.text: text must be a str, got int 7"),
+        (lambda: Turn.text("x", reasoning=_SEVEN), TypeError, "Turn.text: reasoning must be"),
+        (lambda: Turn.text("x", chunk=0), ValueError, "Turn.text: chunk must be at least 1"),
+        (lambda: Turn.text("x", chunk=-3), ValueError, "Turn.text: chunk must be at least 1"),
+        (lambda: Turn.text("x", chunk=_YES), TypeError, "Turn.text: chunk must be a whole"),
+        (lambda: Turn.text("x", chunk=_NAN), TypeError, "Turn.text: chunk must be a whole"),
+        (lambda: Turn.text("x", usage=_WORD), TypeError, "Turn.text: usage must be a Usage"),
+        (
+            lambda: Turn.tool_calls(_A_STR),
+            TypeError,
+            r"Turn.tool_calls: call 0 must be a tuple \(name, arguments\)",
+        ),
+        (lambda: Turn.tool_calls(_NO_ARGUMENTS), TypeError, "call 0 must be a tuple"),
+        (lambda: Turn.tool_calls(["t", {}]), TypeError, "call 0 must be a tuple"),  # type: ignore[arg-type]
+        (lambda: Turn.tool_calls((_SEVEN, {})), TypeError, "the tool name must be a str"),
+        (lambda: Turn.tool_calls(("t", {}, _SEVEN)), TypeError, "the call ID must be a str"),
+        (lambda: Turn.tool_calls(("t", {"x": math.nan})), ValueError, "NaN or an infinity"),
+        (lambda: Turn.tool_calls(("t", {"x": math.inf})), ValueError, "NaN or an infinity"),
+        (lambda: Turn.tool_calls(("t", {"x": object()})), TypeError, "arguments are not JSON"),
+        (lambda: Turn.tool_calls(("t", {}), chunk=0), ValueError, "chunk must be at least 1"),
+        (lambda: Turn.tool_calls(("t", {}), text=_SEVEN), TypeError, "text must be a str"),
+        (lambda: ScriptedModel([], repeat=True), ValueError, "give at least one turn"),
+    ],
+    ids=[
+        "int-text",
+        "int-reasoning",
+        "zero-chunk",
+        "negative-chunk",
+        "bool-chunk",
+        "nan-chunk",
+        "str-usage",
+        "lone-str-call",
+        "call-without-arguments",
+        "list-call",
+        "int-tool-name",
+        "int-call-id",
+        "nan-arguments",
+        "inf-arguments",
+        "object-arguments",
+        "zero-tool-calls-chunk",
+        "int-tool-calls-text",
+        "repeat-of-nothing",
+    ],
+)
+def test_a_turn_that_cannot_be_played_as_written_is_refused_when_it_is_made(
+    make: Callable[[], object], error: type[Exception], message: str
+) -> None:
+    """A lone str of calls used to be read letter by letter as (name, arguments), NaN arguments
+    streamed as the non-JSON ``NaN``, and a chunk of 0 or less silently meant one delta."""
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_raw_argument_text_still_scripts_arguments_that_are_not_json() -> None:
+    turn = Turn.tool_calls(("t", '{"x": NaN}'), ("t", "not json", "c9"))
+    calls = [part for part in turn.parts if isinstance(part, ToolCallPart)]
+    assert [(c.id, c.arguments) for c in calls] == [("call_0", '{"x": NaN}'), ("c9", "not json")]
 
 
 async def test_delays_of_zero_and_any_real_number_are_played(
