@@ -17,6 +17,7 @@ its kind, name, size and digest, never its bytes.
 from __future__ import annotations
 
 import hashlib
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
@@ -263,7 +264,8 @@ class MediaPart:
     ) -> MediaPart:
         """The part a file holds, named after the file unless ``name`` is given; its media type
         is sniffed (a text file's from its suffix). Reads the file: call it off the event loop
-        for large files. Raises MediaError (the file missing, too large, or not this kind)."""
+        for large files. Raises MediaError (the file missing, empty, too large, not a regular
+        file — a pipe or a device is refused before it is read — or not this kind)."""
         data, declared, shown = _read(path, media_type, max_bytes)
         named = shown if name is None else name
         return cls(data, media_type=declared, name=named, max_bytes=max_bytes)
@@ -351,19 +353,32 @@ def _read(
     file = Path(path)
     shown = file.name
     try:
-        size = file.stat().st_size
-        if size > max_bytes:
-            _check_size(size, max_bytes, f"the file {shown!r}")
-        data = file.read_bytes()
-    except FileNotFoundError:
-        raise MediaError(f"the file {shown!r} does not exist") from None
-    except IsADirectoryError:
-        raise MediaError(f"{shown!r} is a directory, not a file") from None
+        status = file.stat()
+        mode = status.st_mode
+        if stat.S_ISREG(mode):
+            if status.st_size > max_bytes:  # said before anything is read
+                _check_size(status.st_size, max_bytes, f"the file {shown!r}")
+            with file.open("rb") as opened:  # bounded: the file may grow after it is looked at
+                data = opened.read(max_bytes + 1)
     except OSError as exc:
-        raise MediaError(f"the file {shown!r} could not be read ({exc.strerror})") from None
+        raise _unreadable(exc, shown) from None
+    if stat.S_ISDIR(mode):
+        raise MediaError(f"{shown!r} is a directory, not a file")
+    if not stat.S_ISREG(mode):  # a pipe would wait for ever, a device never end
+        kind = "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise MediaError(f"{shown!r} is {kind}, not a regular file")
+    _check_size(len(data), max_bytes, f"the file {shown!r}")
     if media_type is None and sniff_media_type(data) == "text/plain":
         media_type = _TEXT_SUFFIXES.get(file.suffix.lower())
     return data, media_type, shown
+
+
+def _unreadable(exc: OSError, shown: str) -> MediaError:
+    if isinstance(exc, FileNotFoundError):
+        return MediaError(f"the file {shown!r} does not exist")
+    if isinstance(exc, IsADirectoryError):
+        return MediaError(f"{shown!r} is a directory, not a file")
+    return MediaError(f"the file {shown!r} could not be read ({exc.strerror})")
 
 
 @attrs.frozen(slots=True, init=False, repr=False)

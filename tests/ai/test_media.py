@@ -3,6 +3,7 @@ bytes never shown; their references read back; a success type with parts in it."
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,21 @@ def test_from_path_names_the_part_after_its_file_and_reads_text_suffixes(tmp_pat
         MediaError, match=re.escape("the file 'cat.png' is 32 bytes, over the limit of 8")
     ):
         media_from_path(tmp_path / "cat.png", max_bytes=8)
+
+
+def test_from_path_refuses_what_is_not_a_regular_file_before_reading_it(tmp_path: Path) -> None:
+    """A pipe made from_path wait for a writer for ever, and /dev/zero was read without end."""
+    pipe = tmp_path / "feed"
+    os.mkfifo(pipe)
+    with pytest.raises(MediaError, match=re.escape("'feed' is a pipe, not a regular file")):
+        media_from_path(pipe)
+    with pytest.raises(MediaError, match=re.escape("'zero' is a device or socket, not a regular")):
+        ImagePart.from_path("/dev/zero")
+    with pytest.raises(MediaError, match=re.escape("is a directory, not a file")):
+        media_from_path(tmp_path)
+    (tmp_path / "empty.png").write_bytes(b"")
+    with pytest.raises(MediaError, match=re.escape("the file 'empty.png' is empty")):
+        media_from_path(tmp_path / "empty.png")
 
 
 def test_a_parts_repr_and_description_never_show_its_bytes() -> None:
