@@ -50,9 +50,17 @@ class RateLimited(AiError):
 
 @attrs.frozen
 class ModelUnavailable(AiError):
-    """The provider is overloaded or the model is not served right now."""
+    """The provider is overloaded or the model is not served right now; ``retry_after`` seconds
+    if it said (a 503 with ``Retry-After``), which the engine's retries honour as a rate
+    limit's."""
 
     is_retryable: ClassVar[bool] = True
+    retry_after: float | None = None
+
+    def __str__(self) -> str:
+        if self.retry_after is None:
+            return self.message
+        return f"{self.message} (retry after {self.retry_after:.0f} s)"
 
 
 @attrs.frozen

@@ -295,7 +295,8 @@ def _classify(
         or kind in _UNAVAILABLE_KINDS
         or code in _UNAVAILABLE_KINDS
     ):
-        return ModelUnavailable(shown)
+        wait = retry_after(headers)
+        return ModelUnavailable(shown, wait if wait is not None else _retry_delay(body))
     if status in (400, 404, 422) or kind in _INVALID_KINDS or code in _INVALID_KINDS:
         return InvalidModelRequest(shown)
     return ProviderError(shown, status)

@@ -74,6 +74,20 @@ async def test_a_rate_limit_waits_retry_after_then_the_answer_completes_the_run(
     assert len(records_of(log, ModelResponseRecorded)) == 1
 
 
+async def test_an_unavailable_model_that_says_when_to_come_back_is_waited_for(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A 503 with ``Retry-After`` lost the header: only a rate limit carried it."""
+    start = trio.current_time()
+    events, _ = await _run(
+        [Turn.fail(ModelUnavailable("overloaded", retry_after=9.0)), Turn.text("Hello.")]
+    )
+    assert isinstance(assert_well_formed(events), RunCompleted)
+    (retrying,) = events_of(events, ModelRetrying)
+    assert (retrying.error_tag, retrying.delay) == ("ModelUnavailable", 9.0)
+    assert trio.current_time() - start >= 9.0
+
+
 async def test_a_call_that_failed_mid_stream_says_its_deltas_are_to_be_dropped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

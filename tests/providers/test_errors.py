@@ -174,6 +174,17 @@ def test_the_rate_limit_error_carries_retry_after() -> None:
     assert error.retry_after == 12.0
 
 
+@pytest.mark.parametrize("status", [503, 529])
+def test_an_unavailable_model_carries_retry_after(status: int) -> None:
+    error = error_from_status("P", status, {"retry-after": "30"}, None)
+    assert isinstance(error, ModelUnavailable)
+    assert error.retry_after == 30.0
+    assert str(error).endswith("(retry after 30 s)")
+    plain = error_from_status("P", 503, {}, None)
+    assert isinstance(plain, ModelUnavailable)
+    assert plain.retry_after is None
+
+
 def test_scrubbing_replaces_every_secret() -> None:
     assert (
         scrub("key sk-1 and sk-1 and t0k", ["sk-1", "t0k", ""])
