@@ -392,7 +392,7 @@ def _decode_part(value: Any, index: int) -> ResponsePart:
                     InputTokens(**usage.get("input", {})), _OUTPUT_TOKENS(**usage.get("output", {}))
                 ),
             )
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise _Bad(f"{where} (finish) is malformed: {exc}") from None
     cls = _PART_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from effectagent.ai import (
     FinishPart,
+    InputTokens,
     ModelRequest,
     NativeReasoningPart,
     ReasoningDeltaPart,
@@ -43,6 +44,9 @@ from effectagent.core import (
 from ._cassette import Cassette, Exchange, encode_request
 
 __all__ = ["UNCHECKED_WHEN_EXPORTED", "cassette_of_log"]
+
+#: The type of a usage's output tokens (not exported on its own).
+_OUTPUT_TOKENS = type(Usage().output)
 
 #: The request fields a conversation's log does not keep.
 UNCHECKED_WHEN_EXPORTED = ("tools", "tool_choice", "max_output_tokens", "output", "metadata")
@@ -91,12 +95,23 @@ def _parts_of(record: ModelResponseRecorded) -> tuple[ResponsePart, ...]:
     parts.append(
         FinishPart(
             reason,
-            Usage.of(
-                usage.input_tokens,
-                usage.output_tokens,
-                cache_read=usage.cache_read_input_tokens,
-                cache_write=usage.cache_write_input_tokens,
-                reasoning=usage.reasoning_tokens,
+            Usage(  # as recorded, parts and all (a log keeps what the provider reported)
+                InputTokens(
+                    total=usage.input_tokens,
+                    uncached=max(
+                        0,
+                        usage.input_tokens
+                        - usage.cache_read_input_tokens
+                        - usage.cache_write_input_tokens,
+                    ),
+                    cache_read=usage.cache_read_input_tokens,
+                    cache_write=usage.cache_write_input_tokens,
+                ),
+                _OUTPUT_TOKENS(
+                    total=usage.output_tokens,
+                    text=max(0, usage.output_tokens - usage.reasoning_tokens),
+                    reasoning=usage.reasoning_tokens,
+                ),
             ),
         )
     )
