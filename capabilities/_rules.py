@@ -38,6 +38,7 @@ __all__ = [
     "Ruling",
     "flag",
     "one_of",
+    "storable",
     "rules_of",
     "shown",
     "text",
@@ -85,6 +86,19 @@ class Ruling(Generic[E]):
     effect: E
     index: int | None = None
     why: str | None = None
+
+
+def storable(text: str) -> bool:
+    """Whether every store can keep ``text`` as it is: it has a UTF-8 form (no lone surrogate —
+    the bytes of an argument that were not UTF-8 arrive as those) and no NUL (PostgreSQL's text
+    cannot hold one)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, ...]:

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from capabilities import LogCompactor
+from capabilities._rules import storable
 from capabilities.sessions import SessionStore, SessionStoreService
 from capabilities.sessions._model import MAX_NAME_CHARS
 from capabilities.steering import SteeringService
@@ -286,22 +287,12 @@ def _session_name(args: argparse.Namespace) -> str | None:
         raise UsageError(
             f"--session takes a name of at most {MAX_NAME_CHARS} characters, got one of {len(name)}"
         )
-    if name is not None and not _storable(name):
+    if name is not None and not storable(name):
         raise UsageError(
             "--session takes a name of UTF-8 text without NUL, got one that is not "
             "(bytes the terminal's encoding cannot read?)"
         )
     return name
-
-
-def _storable(text: str) -> bool:
-    """Whether ``text`` can be stored as it is: UTF-8 (no lone surrogate — the bytes of an
-    argument that were not UTF-8 arrive as those), without NUL."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
 
 
 @asynccontextmanager

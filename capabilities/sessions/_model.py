@@ -18,6 +18,7 @@ import attrs
 
 from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
 
+from .._rules import storable
 from .._versioned import (
     Migration,
     StoredValueCorrupt,
@@ -336,18 +337,6 @@ SessionStoreService: ServiceKey[SessionStore[Any]] = ServiceKey(
 
 
 # ---- the rules both stores apply (pure) ---------------------------------------------------------
-
-
-def storable(text: str) -> bool:
-    """Whether every store can keep ``text`` as it is: no NUL (PostgreSQL text cannot hold it)
-    and no lone surrogate (it has no UTF-8 form)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_id(session_id: object) -> str:

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import attrs
 
 from .._ids import new_id
+from .._rules import storable
 from ._model import (
     Session,
     SessionConflict,
@@ -21,7 +22,6 @@ from ._model import (
     dump_metadata,
     load_metadata,
     merge_conversations,
-    storable,
 )
 
 __all__ = ["MAX_PAGE", "StoredSession", "check_delete", "check_page", "create_row", "patch_row"]

@@ -34,6 +34,7 @@ from effectagent.ai import ToolCallContext
 from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
 from effectagent.engine import RunEnding, RunInfo
 
+from .._rules import storable
 from .._versioned import Migration, VersionedCodec
 
 __all__ = [
@@ -68,18 +69,6 @@ MAX_KEY_CHARS: Final = 256
 #: How a cell stands: never written (or restored to nothing), committed, written by a run that has
 #: not settled yet (compensatable), uncertain, or a run-local value seen by its run only.
 StateStatus = Literal["absent", "committed", "pending", "uncertain", "run-local"]
-
-
-def storable(text: str) -> bool:
-    """Whether every store can keep ``text`` as a name: it has a UTF-8 form (no lone surrogate)
-    and no NUL (PostgreSQL's text cannot hold one)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _identifier(_: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -37,6 +37,7 @@ from effectagent.core import AgentStateWritten
 from effectagent.engine import RunEnding, RunInfo
 
 from .._logging import log_warning
+from .._rules import storable
 from .._versioned import StoredValueCorrupt, ValueRejected, ValueTooLarge, VersionUnsupported
 from ..storage import StorageError
 from ._backends import StateBackend
@@ -60,7 +61,6 @@ from ._model import (
     UnsettledState,
     WithRecord,
     WriteClass,
-    storable,
 )
 
 __all__ = ["AgentStateStore"]
@@ -332,7 +332,10 @@ class AgentStateStore:
             ledger.add_compensation(run_id, Compensation(cell, revision, previous, compensate))
         else:  # the run settled while this write was on its way: nobody will settle it
             reason = "written after its run settled: its compensation was not registered"
-            await self._call(cell, self._backend.mark(cell, revision, "uncertain", reason))
+            # Shielded: the value is stored, so this write must return (never raise
+            # ``Cancelled``), and the value must not stay pending on a run that has settled.
+            with trio.CancelScope(shield=True):
+                await self._call(cell, self._backend.mark(cell, revision, "uncertain", reason))
             return StateWritten(slot.name, key, revision, "uncertain")
         return StateWritten(slot.name, key, revision, "pending")
 
