@@ -13,34 +13,21 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import attrs
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effectagent import Tool, ToolCallContext, Toolkit
-from effectagent.ai import AssistantMessage, ModelRequest, Usage, UserMessage
+from effectagent.ai import ModelRequest, Usage
 from effectagent.core import Agent, AgentPolicy, ChildBudget
 from effectagent.engine import ChildRunRefused, open_runtime, run_child
 from effectagent.testing import FunctionModel, Turn
 
+from .test_run_tree import Path, _first_text, _step
+
 COST = 12  # tokens every model call reports
 USAGE = Usage.of(10, 2)
-
-
-@attrs.frozen
-class Path:
-    path: str
-
-
-def _first_text(request: ModelRequest) -> str:
-    first = next(m for m in request.messages if isinstance(m, UserMessage))
-    return "".join(getattr(part, "text", "") for part in first.content)
-
-
-def _step(request: ModelRequest) -> int:
-    return sum(isinstance(m, AssistantMessage) for m in request.messages)
 
 
 @settings(max_examples=100, deadline=None)
