@@ -342,6 +342,11 @@ class CommandExecution:
         return self._pending.popleft()
 
     async def _step(self) -> None:
+        if self._exited and not self._reaped:
+            # A cancelled step saw the exit but did not reap it: reap it now. (Waiting first would
+            # wait on pipes that may all be closed already — until the wall-clock deadline.)
+            await self._reap()
+            return
         if self._pidfd is not None or self._exited:
             await self._step_polled()
         else:
@@ -480,10 +485,15 @@ class CommandExecution:
         assert self._process is not None
         if self._pidfd is not None and self.wants_zombie_cpu():
             self._cpu = _zombie_cpu_seconds(self._process.pid)
-        # Leftovers of the group die while the zombie leader still pins the group id.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._process.pid, signal.SIGKILL)
-        self._returncode = await self._process.wait()
+        # Leftovers of the group die while the zombie leader still pins the group id. (Not once
+        # it was reaped — a wait cancelled after reaping it: the group id may be reused.)
+        if not self._process.reaped:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+        # Shielded: the child has exited, so this does not wait; a cancellation here would reap
+        # it without saying so, and a later reap would signal a pid that may be someone else's.
+        with trio.CancelScope(shield=True):
+            self._returncode = await self._process.wait()
         self._close_pidfd()
         self._wall = trio.current_time() - self._started_at
         self._reaped = True

@@ -232,10 +232,17 @@ class ChildProcess:
             self._close_pidfd()
         return code
 
+    @property
+    def reaped(self) -> bool:
+        """Whether the child was reaped already (by :attr:`returncode` or :meth:`wait`): its pid
+        — and the process group id it pinned — may then be someone else's. Does not poll."""
+        return self._popen.returncode is not None
+
     async def wait(self) -> int:
         """Wait for the child to exit, reap it and return its status. Always a checkpoint.
 
-        Cancellation: a cancelled wait leaves the child running and unreaped.
+        Cancellation: a cancelled wait leaves a running child running and unreaped; a child
+        that had exited already is reaped all the same (its status stays in ``returncode``).
         """
         waited = False
         while (code := self._popen.poll()) is None:

@@ -89,10 +89,11 @@ class InteractiveApproval:
         Cancellation: waits until answered; if cancelled — the engine's approval timeout, the
         run's interruption — the approval is withdrawn at the moment the cancellation reaches
         the wait, before any other task runs (see the module notes): an answer given from then
-        on is refused, never taken for a request nobody waits for. Raises
-        :class:`ApprovalError` when ``max_pending`` are waiting or the callback refused the
-        opening.
+        on is refused, never taken for a request nobody waits for. Cancelled before it starts,
+        it raises at once: no UI is shown the request. Raises :class:`ApprovalError` when
+        ``max_pending`` are waiting or the callback refused the opening.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         approval_id = new_id("approval")
         try:
             approval = self._table.open(approval_id, request, trio.current_time())

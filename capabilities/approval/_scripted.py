@@ -161,9 +161,11 @@ class ScriptedApproval:
     async def request(self, request: ApprovalRequest) -> ApprovalDecision:
         """The script's answer for ``request``.
 
-        Cancellation: a checkpoint, then the answer's ``delay`` (or forever, for ``hang``) —
-        cancelling it ends the wait with no decision recorded here.
+        Cancellation: a checkpoint — cancelled there, the request is neither recorded nor
+        answered (its answer stays for the next) — then the answer's ``delay`` (or forever, for
+        ``hang``): cancelling it ends the wait with no decision recorded here.
         """
+        await trio.lowlevel.checkpoint_if_cancelled()
         self.requests.append(request)
         answer = self._next(request)
         if answer is None:

@@ -430,3 +430,19 @@ def test_each_call_of_a_batch_gets_exactly_the_answer_given_for_it_in_any_order(
             assert answer == "withdrawn"
             assert (decision.approved, decision.decided_by) == (False, "timeout")
         assert (call_id in handled) == decision.approved
+
+
+async def test_a_request_cancelled_before_it_starts_is_never_shown() -> None:
+    """Cancelled before it starts, a request raises at once: no UI is told of it (before, every
+    subscriber and the callback were shown it opened, then withdrawn)."""
+    told: list[ApprovalUpdate] = []
+    approver = InteractiveApproval(on_update=told.append)
+    updates = approver.subscribe()
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await approver.request(_request("call_a"))
+    assert scope.cancelled_caught
+    assert told == []
+    assert approver.pending() == ()
+    with pytest.raises(trio.WouldBlock):
+        updates.receive_nowait()

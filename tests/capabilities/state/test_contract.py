@@ -420,3 +420,57 @@ async def test_a_restart_turns_pending_writes_uncertain_and_damage_into_typed_er
         with pytest.raises(CorruptState) as raised:
             await reopened.read(BOOKING, "bo")
         assert (raised.value.slot, raised.value.key) == ("booking", "bo")
+
+
+@attrs.define
+class _InterruptedMidPut:
+    """A backend whose pending put, once stored, sees its run interrupted: the run settles and
+    the writer's scope is cancelled before the put returns."""
+
+    inner: Any
+    store: AgentStateStore | None = None
+    scope: trio.CancelScope | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def put(self, cell: Any, expected: int, record: Any) -> int | None:
+        seq: int | None = await self.inner.put(cell, expected, record)
+        if cell.status == "pending":
+            assert self.store is not None
+            assert self.scope is not None
+            with trio.CancelScope(shield=True):
+                await self.store.run_ended(RUN, "interrupted")
+            self.scope.cancel()
+        return seq
+
+
+async def test_a_compensatable_write_whose_run_settles_and_is_cancelled_meanwhile_returns(
+    kind: str, tmp_path: Path
+) -> None:
+    """Stored after its run settled, the value is marked uncertain and the write returns, even
+    though the writer was cancelled meanwhile: before, ``write`` raised ``Cancelled`` — as if
+    nothing was written — and left the value pending on a settled run for ever."""
+    async with state(kind, tmp_path) as (plain, _):
+        backend = _InterruptedMidPut(plain._backend)
+        store = AgentStateStore(backend, compensation_timeout=5)
+        backend.store = store
+        await store.run_started(RUN)
+
+        async def undo() -> None:
+            raise AssertionError("nobody settles this run's writes any more")
+
+        written = None
+        with trio.CancelScope() as scope:
+            backend.scope = scope
+            written = await store.write(
+                BOOKING,
+                "ann",
+                Booking("e1"),
+                expected_revision=0,
+                write=Compensatable("run-1", undo),
+            )
+        assert written is not None
+        assert (written.revision, written.status) == (1, "uncertain")
+        after = await store.read(BOOKING, "ann")
+        assert (after.value, after.revision, after.status) == (Booking("e1"), 1, "uncertain")
