@@ -334,8 +334,20 @@ class AgentStateStore:
             reason = "written after its run settled: its compensation was not registered"
             # Shielded: the value is stored, so this write must return (never raise
             # ``Cancelled``), and the value must not stay pending on a run that has settled.
+            # A store that fails the mark leaves it pending — stored all the same, so this is
+            # no error (raising would say nothing was written): the write says "pending", and a
+            # later run or recovery finds it so.
             with trio.CancelScope(shield=True):
-                await self._call(cell, self._backend.mark(cell, revision, "uncertain", reason))
+                try:
+                    await self._backend.mark(cell, revision, "uncertain", reason)
+                except StorageError as exc:
+                    log_warning(
+                        "state written after its run settled stays pending",
+                        slot=slot.name,
+                        key=key,
+                        error=exc.tag,
+                    )
+                    return StateWritten(slot.name, key, revision, "pending")
             return StateWritten(slot.name, key, revision, "uncertain")
         return StateWritten(slot.name, key, revision, "pending")
 

@@ -33,6 +33,7 @@ from capabilities.state._model import (
     UnknownStateVersion,
 )
 from capabilities.state._store import AgentStateStore
+from capabilities.storage._errors import WriteFailed
 from capabilities.storage._layers import sqlite_database
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import AgentStateWritten
@@ -474,3 +475,39 @@ async def test_a_compensatable_write_whose_run_settles_and_is_cancelled_meanwhil
         assert (written.revision, written.status) == (1, "uncertain")
         after = await store.read(BOOKING, "ann")
         assert (after.value, after.revision, after.status) == (Booking("e1"), 1, "uncertain")
+
+
+@attrs.define
+class _MarkFails(_InterruptedMidPut):
+    """As above, and the store then refuses the mark as uncertain."""
+
+    async def mark(self, cell: Any, revision: int, status: Any, reason: str) -> bool:
+        raise WriteFailed("disk full")
+
+
+async def test_a_compensatable_write_whose_mark_fails_says_pending_and_does_not_raise(
+    kind: str, tmp_path: Path
+) -> None:
+    """The value is stored; a refused mark used to raise StateUnavailable, which says nothing
+    was written. The write now returns it as it stands: pending."""
+    async with state(kind, tmp_path) as (plain, _):
+        backend = _MarkFails(plain._backend)
+        store = AgentStateStore(backend, compensation_timeout=5)
+        backend.store = store
+        await store.run_started(RUN)
+
+        async def undo() -> None:
+            raise AssertionError("nobody settles this run's writes any more")
+
+        with trio.CancelScope() as scope:
+            backend.scope = scope
+            written = await store.write(
+                BOOKING,
+                "ann",
+                Booking("e1"),
+                expected_revision=0,
+                write=Compensatable("run-1", undo),
+            )
+        assert (written.revision, written.status) == (1, "pending")
+        after = await store.read(BOOKING, "ann")
+        assert (after.value, after.revision) == (Booking("e1"), 1)
