@@ -128,6 +128,11 @@ def code_mode(
         )
     if warm is not None and (type(warm) is not int or warm < 0):
         raise ValueError(f"code mode {name!r}: warm must be an int >= 0, got {warm!r}")
+    if on_acquire is not None and not callable(on_acquire):
+        raise TypeError(
+            f"code mode {name!r}: on_acquire must be a function or None, "
+            f"got {type(on_acquire).__name__}"
+        )
     if description is not None and not isinstance(description, str):
         raise TypeError(f"code mode {name!r}: description must be a str or None")
     allowlist = plan(name, namespaces)

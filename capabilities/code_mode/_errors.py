@@ -47,7 +47,8 @@ class ToolNeedsApproval(CodeModeBuildError):
 
 class ToolCallsTools(CodeModeBuildError):
     """A selected tool calls other tools itself (it declares ``inner_tools``, as another Code Mode
-    tool does); a call made from a program gets no broker of its own to serve them."""
+    tool does; or its handler runs child agents, as a delegation tool's does); a call made from a
+    program gets no broker of its own to serve them and cannot start a child run."""
 
 
 class NameCollision(CodeModeBuildError):

@@ -222,6 +222,13 @@ class PassRunner:
     async def _run(self, program: str, host: BrokerHost) -> CodeModeOutput:
         limits = self._limits
         source = strip_fence(program)
+        if not source:
+            # Wrapped as it is, an empty program reads as the wrapper's own syntax error.
+            message = (
+                "the program is not valid: it is empty; send one async function expression, "
+                "such as `async () => { ... }`"
+            )
+            raise failure_egress("invalid-program", message, Lines(), limits.egress_bytes)
         size = len(source.encode("utf-8", "surrogatepass"))
         if size > limits.source_bytes:
             message = f"the program is {size} bytes, over the limit of {limits.source_bytes} bytes"

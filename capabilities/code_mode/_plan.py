@@ -5,7 +5,8 @@ fails closed, naming the tool and the reason, on everything CAP-014 forbids: a t
 readonly, a tool that may need approval, two names that become one identifier (a tool name
 against another in its namespace, a namespace against another), a namespace JavaScript reserves,
 and one tool selected twice (the engine resolves inner calls by tool name) — and on a tool that
-calls tools itself (another Code Mode tool: an inner call gets no broker of its own). Whether each schema
+calls tools itself (another Code Mode tool: an inner call gets no broker of its own; a delegation
+tool: an inner call cannot start a child run). Whether each schema
 can be declared is checked when the declarations are rendered (``_declarations``). Pure.
 """
 
@@ -132,6 +133,15 @@ def _check_tool(code_mode: str, tool: Tool[Any, Any]) -> None:
             code_mode,
             tool.name,
             "it may need approval, and no one can approve a call in the middle of a program",
+        )
+    if getattr(tool.handler, "child_agents", None):
+        # A delegation tool (``capabilities.subagents.delegate``) or any handler that runs child
+        # agents: a child run starts only from a call the runtime runs, never from an inner one.
+        raise ToolCallsTools(
+            code_mode,
+            tool.name,
+            "its handler runs child agents (a delegation tool), which a call made from a "
+            "program cannot",
         )
     if tool.inner_tools:
         raise ToolCallsTools(

@@ -297,10 +297,16 @@ async def activate_info(
 
 
 def _check_library(skills: Iterable[SkillInfo]) -> tuple[SkillInfo, ...]:
-    found = tuple(sorted(skills, key=lambda skill: skill.id))
+    given: object = skills  # checked at run time: not every caller runs mypy
+    if isinstance(given, str | bytes | SkillInfo) or not isinstance(given, Iterable):
+        raise TypeError(
+            f"a SkillLibrary takes a collection of SkillInfo values, not a {type(given).__name__}"
+        )
+    found = tuple(skills)
     for skill in found:
         if not isinstance(skill, SkillInfo):
             raise TypeError(f"a SkillLibrary holds SkillInfo values, got {type(skill).__name__}")
+    found = tuple(sorted(found, key=lambda skill: skill.id))
     for first, second in itertools.pairwise(found):
         if first.id == second.id:
             raise DuplicateSkill(first.id, (first.directory, second.directory))
@@ -371,10 +377,16 @@ class SkillLibrary:
         (a MiB) being read, and takes effect once its worker thread has ended; nothing is
         activated then.
         """
+        if not isinstance(skill_id, str):
+            raise TypeError(f"skill_id must be a str, got {type(skill_id).__name__}")
         if not isinstance(agent, Agent):
             raise TypeError(f"agent must be an Agent, got {type(agent).__name__}")
         if not isinstance(principal, str):
             raise TypeError(f"principal must be a str, got {type(principal).__name__}")
+        if authorization is not None and not isinstance(authorization, SkillAuthorization):
+            raise TypeError(
+                f"authorization must be a SkillAuthorization, got {type(authorization).__name__}"
+            )
         return await activate_info(
             self.require(skill_id),
             agent=agent.name,
@@ -448,8 +460,12 @@ def scan_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
     """:func:`discover_skills`, blocking the calling thread (for scripts and tools)."""
     if not roots:
         raise ValueError("discover_skills needs at least one root directory")
-    found = [_load(directory) for root in roots for directory in _skill_dirs(os.fspath(root))]
-    return SkillLibrary(found)
+    found: dict[str, SkillInfo] = {}  # by resolved directory: a root given twice, or a skill
+    for root in roots:  # linked from two roots, is one skill, not a duplicate of itself
+        for directory in _skill_dirs(os.fspath(root)):
+            skill = _load(directory)
+            found.setdefault(str(skill.directory), skill)
+    return SkillLibrary(found.values())
 
 
 async def discover_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
@@ -461,7 +477,8 @@ async def discover_skills(*roots: str | os.PathLike[str]) -> SkillLibrary:
     must stay inside their skill directory and exist — but not opened. Raises
     :class:`SkillManifestError` (naming the file and the field; :class:`SkillPathEscapes` for a
     path that leaves its directory) for the first manifest that does not validate,
-    :class:`DuplicateSkill` when two directories declare one ID, :class:`SkillError` for a root
+    :class:`DuplicateSkill` when two directories declare one ID (one directory reached twice —
+    a root given twice, a skill linked from two roots — is one skill), :class:`SkillError` for a root
     that is not a directory. A broken skill is never skipped silently.
 
     Cancellation: the scan runs in a worker thread and is not abandoned; a cancellation takes

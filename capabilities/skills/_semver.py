@@ -45,6 +45,8 @@ _VERSION: Final = re.compile(
     rf"(?:-((?:{_PRE_ID})(?:\.(?:{_PRE_ID}))*))?"
     rf"(?:\+({_BUILD_ID}(?:\.{_BUILD_ID})*))?"
 )
+#: The most digits MAJOR, MINOR or PATCH may have (``int`` refuses over 4300 with a bare error).
+_MAX_DIGITS: Final = 256
 _COMPARATOR: Final = re.compile(r"(>=|<=|==|!=|>|<|=|\^|~)?(.*)", re.DOTALL)
 
 
@@ -53,11 +55,13 @@ class VersionError(ValueError):
 
 
 # A pre-release identifier's sort key: numbers before words, numbers by value, words by ASCII.
+# A numeric identifier has no leading zero, so its value orders as (length, digits) — without
+# ``int``, which refuses more than 4300 digits.
 _PreKey = tuple[tuple[int, int, str], ...]
 
 
 def _pre_key(prerelease: tuple[str, ...]) -> _PreKey:
-    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in prerelease)
+    return tuple((0, len(part), part) if part.isdigit() else (1, 0, part) for part in prerelease)
 
 
 @attrs.frozen(eq=False, order=False)
@@ -82,6 +86,12 @@ class Version:
                 "-PRERELEASE and +BUILD, without leading zeros)"
             )
         major, minor, patch, pre, build = match.groups()
+        if max(len(major), len(minor), len(patch)) > _MAX_DIGITS:
+            raise VersionError(
+                f"{text[:80]!r}... has a number longer than {_MAX_DIGITS} digits"
+                if len(text) > 80
+                else f"{text!r} has a number longer than {_MAX_DIGITS} digits"
+            )
         return Version(
             int(major),
             int(minor),
@@ -103,16 +113,24 @@ class Version:
     def __hash__(self) -> int:
         return hash(self._key())
 
-    def __lt__(self, other: Version) -> bool:
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
         return self._key() < other._key()
 
-    def __le__(self, other: Version) -> bool:
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
         return self._key() <= other._key()
 
-    def __gt__(self, other: Version) -> bool:
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
         return self._key() > other._key()
 
-    def __ge__(self, other: Version) -> bool:
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
         return self._key() >= other._key()
 
     def __str__(self) -> str:

@@ -198,7 +198,16 @@ def activation_tool(
         idempotent=True,
         open_world=False,
     )
+    given: object = tools  # checked at run time: not every caller runs mypy
+    if isinstance(given, str | bytes | Tool) or not isinstance(given, Iterable):
+        raise TypeError(
+            "activation_tool: tools must be a Toolkit or a collection of Tools, not a "
+            f"{type(given).__name__} (a one-item list for one)"
+        )
     others = tuple(tools)
+    for other in others:
+        if not isinstance(other, Tool):
+            raise TypeError(f"activation_tool: tools must be Tools, got {type(other).__name__}")
     if any(other.name == name for other in others):
         raise ValueError(f"activation_tool: a tool given in tools is already named {name!r}")
     toolkit = Toolkit(tool, *others)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Literal, TypeVar, final
 
 import attrs
@@ -68,7 +68,7 @@ class _Delegate:
         text = self.prompt(params)
         if not isinstance(text, str):
             raise TypeError(f"the prompt of a delegation returned {type(text).__name__}, not str")
-        items = tuple(self.context(params)) if self.context is not None else ()
+        items = _context_items(self.context(params)) if self.context is not None else ()
         try:
             result = await run_child(
                 call, child, text, budget=self.budget, context=items, nested=self.nested
@@ -116,12 +116,30 @@ class Delegation(Generic[P]):
         )
 
 
+def _context_items(given: object) -> tuple[ContextItem, ...]:
+    # A lone item would fail as "not iterable" and a str would be split into letters.
+    if isinstance(given, ContextItem | str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(
+            "the context of a delegation must return a sequence of ContextItem, not a "
+            f"{type(given).__name__} (a one-item list for one)"
+        )
+    items = tuple(given)
+    for item in items:
+        if not isinstance(item, ContextItem):
+            raise TypeError(
+                "the context of a delegation must return ContextItem values, "
+                f"got {type(item).__name__}"
+            )
+    return items
+
+
 def _json_prompt(params: Any) -> str:
     return json.dumps(encode(params), sort_keys=True, ensure_ascii=False)
 
 
 def _is_delegation(tool: Tool[Any, Any]) -> bool:
-    return isinstance(tool.handler, _Delegate)
+    # Ours, or any bound handler that says it runs child agents (the engine's own convention).
+    return isinstance(tool.handler, _Delegate) or bool(getattr(tool.handler, "child_agents", None))
 
 
 def delegate(
@@ -147,8 +165,11 @@ def delegate(
     none — the child sees nothing of the parent's conversation). ``budget`` is what the child may
     use, at most (default ``ChildBudget()``), cut to what the parent has left when the call runs.
     ``nested=True`` lets the child delegate further; without it a child whose toolkit holds a
-    delegation tool is refused here. ``needs_approval``, ``title`` and ``timeout`` are the tool's.
-    The tool is annotated readonly when every tool of the child is, destructive when any is.
+    delegation tool (or any tool whose bound handler has ``child_agents``) is refused here.
+    ``needs_approval``, ``title`` and ``timeout`` are the tool's.
+    The tool is annotated readonly when every tool of the child is, destructive when any is;
+    a child with tool sources (whose tools are known only at a turn) makes it neither readonly
+    nor anything but destructive.
 
     Raises ``TypeError`` / ``ValueError`` naming the argument for bad values, like ``Tool``.
     """
@@ -173,8 +194,10 @@ def delegate(
             "nested delegation must be declared with nested=True"
         )
     tools = list(child.toolkit)
-    readonly = all(tool.annotations.readonly for tool in tools)
-    destructive = any(
+    # A tool source's tools are known only at a turn: they may be anything.
+    sourced = bool(child.tool_sources)
+    readonly = not sourced and all(tool.annotations.readonly for tool in tools)
+    destructive = sourced or any(
         not tool.annotations.readonly and tool.annotations.destructive for tool in tools
     )
     handler = _Delegate(child, prompt or _json_prompt, context, budget, nested)

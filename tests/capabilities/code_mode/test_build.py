@@ -30,7 +30,8 @@ from capabilities.code_mode._errors import (
     UnrenderableSchema,
 )
 from capabilities.code_mode._names import is_identifier, sanitize, taken_by_javascript
-from effectagent import Tool, tool
+from capabilities.subagents import delegate
+from effectagent import Agent, Tool, Toolkit, tool
 from sandbox import UNLIMITED
 from tests.effect.test_exports import _attribute_doc, _is_data, _own_docstring
 
@@ -141,6 +142,21 @@ def test_a_tool_that_calls_tools_itself_is_refused() -> None:
         code_mode({"programs": [inner.tool]}, name="outer_program")
 
 
+def test_a_delegation_tool_is_refused_as_a_tool_that_calls_tools_itself() -> None:
+    """It was accepted, and every call of it from a program failed at run time: a child run
+    starts only from a call the runtime runs, never from an inner call."""
+
+    @attrs.frozen
+    class Question:
+        city: str
+
+    child = Agent("helper", "Help.", toolkit=Toolkit(forecast))
+    delegation = delegate(child, name="ask_helper", description="Ask.", parameters=Question)
+    assert delegation.tool.annotations.readonly  # so readonly alone did not refuse it
+    with pytest.raises(ToolCallsTools, match="tool 'ask_helper': its handler runs child agents"):
+        code_mode({"helpers": [delegation.tool]})
+
+
 def test_two_tool_names_that_become_one_identifier_collide() -> None:
     with pytest.raises(NameCollision) as caught:
         code_mode({"w": [dynamic("get_weather", OBJECT), dynamic("get-weather", OBJECT)]})
@@ -199,6 +215,7 @@ def test_a_schema_the_renderer_cannot_declare_is_refused(
         ({"executor": "docker"}, ValueError, "executor must be one of"),
         ({"executor": "service", "warm": 1}, ValueError, "configure your own"),
         ({"warm": -1}, ValueError, "warm must be an int >= 0"),
+        ({"on_acquire": 5}, TypeError, "on_acquire must be a function or None, got int"),
         ({"name": "run program"}, ValueError, "must be 1-64 characters"),
         ({"limits": {"egress_bytes": 10}}, TypeError, "limits must be a CodeModeLimits"),
     ],

@@ -349,6 +349,10 @@ async def test_egress_is_one_budget_whose_parts_are_left_out_whole(
         ("async (tools) => tools", "takes no parameters"),
         # Closes the wrapper's parentheses early and hands the harness a function of its own.
         ("async () => 1)), ((async () => [9]", "ended the function expression early"),
+        # Was the wrapper's own "SyntaxError: Unexpected token ')'".
+        ("", "the program is not valid: it is empty; send one async function expression"),
+        (" \n\t ", "it is empty"),
+        ("```js\n\n```", "it is empty"),
     ],
 )
 async def test_an_invalid_program_is_a_failure_that_says_why(

@@ -1,0 +1,82 @@
+"""What a delegation's ``context`` function returns: a sequence of ContextItem, checked before
+the child starts (a lone item is not split or taken as 'not iterable')."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+
+from capabilities.subagents import delegate
+from effectagent.ai import Toolkit
+from effectagent.core import (
+    Agent,
+    AgentPolicy,
+    ContextAdded,
+    ContextItem,
+    SubagentStarted,
+    ToolCallSettled,
+    ToolDefect,
+    ToolSuccess,
+)
+from effectagent.engine import open_runtime
+from effectagent.testing import ScriptedModel, Turn
+
+NOTE = ContextItem(kind="note", source="runbook", text="Restart the pool first.")
+
+
+@attrs.frozen
+class Question:
+    service: str
+
+
+async def _ask(context: Any) -> tuple[ToolCallSettled, list[Any], list[Any]]:
+    """The lead delegates once; the settled call, the lead's events and the child's records."""
+    child = Agent("helper", "Answer briefly.")
+    delegation = delegate(
+        child, name="ask", description="Ask the helper.", parameters=Question, context=context
+    )
+    lead = Agent("lead", "Lead.", toolkit=Toolkit(delegation.tool), policy=AgentPolicy(max_turns=5))
+    model = ScriptedModel(
+        [Turn.tool_calls(("ask", {"service": "api"})), Turn.text("ok"), Turn.text("done")]
+    )
+    async with open_runtime(model.as_layer() + delegation.layer(), agents=[lead]) as runtime:
+        async with runtime.stream(lead, "Why?") as stream:
+            events = [event async for event in stream]
+        log = await runtime.log.entries(events[0].conversation_id)
+        (settled,) = [e.record for e in log if isinstance(e.record, ToolCallSettled)]
+        child_records: list[Any] = []
+        if settled.audit and "subagent" in settled.audit:
+            conversation = settled.audit["subagent"]["conversation_id"]
+            child_records = [e.record for e in await runtime.log.entries(conversation)]
+    return settled, events, child_records
+
+
+async def test_the_items_a_context_function_returns_are_recorded_in_the_child() -> None:
+    settled, _, child_records = await _ask(lambda q: (NOTE,))
+    assert isinstance(settled.outcome, ToolSuccess)
+    assert [r.item for r in child_records if isinstance(r, ContextAdded)] == [NOTE]
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (NOTE, "must return a sequence of ContextItem, not a ContextItem (a one-item list"),
+        ("Restart the pool first.", "must return a sequence of ContextItem, not a str"),
+        (None, "must return a sequence of ContextItem, not a NoneType"),
+        ([NOTE, "more"], "must return ContextItem values, got str"),
+    ],
+    ids=["lone-item", "str", "none", "mixed"],
+)
+async def test_a_context_that_is_not_a_sequence_of_items_is_a_defect_before_the_child_starts(
+    returned: Any, message: str
+) -> None:
+    """A lone ContextItem failed with "'ContextItem' object is not iterable", None with
+    "'NoneType' object is not iterable": neither said what the context function should return."""
+    settled, events, child_records = await _ask(lambda q: returned)
+    outcome = settled.outcome
+    assert isinstance(outcome, ToolDefect)
+    assert message in outcome.message
+    assert not [e for e in events if isinstance(e, SubagentStarted)]
+    assert child_records == []
