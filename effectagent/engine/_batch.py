@@ -130,6 +130,9 @@ class Batch:
         prepared, the batch is still committed — every call not settled yet as interrupted —
         shielded, and the cancellation propagates; :attr:`committed` then holds the messages. If
         it is interrupted while the calls are being prepared, nothing of the batch is written.
+        With an approver that may suspend, an interruption while the approvals are asked (before
+        any call is prepared) still commits the batch: every call not settled yet settles as
+        interrupted, none of them prepared.
         """
         # What runs in this frame is what stays while a call waits (possibly many runs parked at
         # once): the rare paths — a resumed batch, approvals that may suspend, sequential tools,

@@ -260,6 +260,14 @@ class RunDriver(RunEdges):
         if self.cancel_scope is not None:
             self.cancel_scope.cancel()
 
+    def never_ran(self) -> None:
+        """The run will not execute (refused, or cancelled, before it started): it counts as
+        ended, and whoever waits for its end — a closing runtime — wakes."""
+        if not self.finished:
+            self.finished = True
+            if self._done is not None:
+                self._done.set()
+
     async def wait_done(self) -> None:
         """Wait until the run has ended (its terminal event is handed over).
 
@@ -305,7 +313,10 @@ class RunDriver(RunEdges):
         cancelled that scope, or a count was used up — the exhaustion phase (grace turn or
         failure) runs in a fresh scope, the grace turn under a deadline of its own that never
         passes ``max_duration``. :meth:`interrupt` cancels whichever scope is current, and an
-        interrupted run never enters the exhaustion phase.
+        interrupted run never enters the exhaustion phase. An ordinary exception that a model
+        stream or a seam raises as it is cancelled (a client reporting its closed connection) is
+        logged, not taken for a failure: the run ends as its cancellation says (interrupted, or
+        exhausted), and a cancellation of the caller's that is pending re-raises.
         """
         # What runs in this frame is what stays while a call waits (possibly many runs parked at
         # once): the rest — a resumed run, the exhaustion phase, a failure, the end — are
@@ -322,16 +333,23 @@ class RunDriver(RunEdges):
         try:
             grace: EnterGrace | None = None
             with scope:
-                if self._resuming is not None:
-                    grace = await self._resumed_turns(started)
-                else:
-                    # No local keeps the first state: from here it is the driver's alone (a run
-                    # parked in a tool call holds no stale copy of it, its budget and its usage).
-                    await self._begin(started)
-                    if self.agent.input_guardrails:  # before or beside the first turn
-                        grace = await first_turns(self, self._current())
+                try:
+                    if self._resuming is not None:
+                        grace = await self._resumed_turns(started)
                     else:
-                        grace = await self._drive((self._current(), (_NEXT_TURN,)))
+                        # No local keeps the first state: from here it is the driver's alone (a
+                        # run parked in a tool call holds no stale copy of it, its budget and its
+                        # usage).
+                        await self._begin(started)
+                        if self.agent.input_guardrails:  # before or beside the first turn
+                            grace = await first_turns(self, self._current())
+                        else:
+                            grace = await self._drive((self._current(), (_NEXT_TURN,)))
+                except Exception as exc:
+                    if not self._raised_while_cancelled(scope, exc):
+                        # The caller's cancellation, if it came meanwhile, is what ends the run.
+                        await trio.lowlevel.checkpoint_if_cancelled()
+                        raise
             if self.terminal is None and not self._interrupted:
                 await self._exhausted(grace)
         except Exception as exc:  # storage failed, or a defect: fail the run, not the runtime
@@ -343,6 +361,22 @@ class RunDriver(RunEdges):
                 with trio.CancelScope(shield=True):
                     await self._end_told()
             self._finish()
+
+    def _raised_while_cancelled(self, scope: trio.CancelScope, exc: Exception) -> bool:
+        """Whether ``exc`` — raised out of the run's turns — came as the run's scope was
+        cancelled (interrupted, or its deadline passed); it is then logged and dropped, and the
+        run ends as that cancellation says. A model stream or a seam that raises an ordinary
+        exception as it is cancelled (a client reporting its closed connection) must not turn
+        an interruption into a failure."""
+        if not scope.cancel_called:
+            return False
+        io = self.io
+        io.logs.warning(
+            "run cancelled, and an error was raised meanwhile",
+            error=type(exc).__name__,
+            detail=io.redact_text(str(exc)),
+        )
+        return True
 
     async def _resumed_turns(self, started: float) -> EnterGrace | None:
         """The turns of a run continued from its records (``Runtime.resume``), as ``execute``'s.
@@ -359,16 +393,28 @@ class RunDriver(RunEdges):
         machine's answer to the turns' deadline when None) under its own deadline, or the
         failure the machine decides.
 
-        Cancellation: :meth:`interrupt` cancels this phase's scope."""
+        Cancellation: :meth:`interrupt` cancels this phase's scope. An ordinary exception
+        raised as a scope of it is cancelled is taken for that cancellation (see
+        :meth:`execute`).
+        """
         scope = self.cancel_scope = trio.CancelScope()
         with scope:
-            if grace is None:  # the turns' deadline passed
-                grace = await self._drive(self._step(TimeRanOut(trio.current_time())))
-            if grace is not None:
-                with trio.move_on_at(grace.deadline) as grace_scope:
-                    await self._drive(self._step(GraceBegun()))
-                if grace_scope.cancelled_caught and self.terminal is None:
-                    await self._drive(self._step(TimeRanOut(trio.current_time())))
+            try:
+                if grace is None:  # the turns' deadline passed
+                    grace = await self._drive(self._step(TimeRanOut(trio.current_time())))
+                if grace is not None:
+                    with trio.move_on_at(grace.deadline) as grace_scope:
+                        try:
+                            await self._drive(self._step(GraceBegun()))
+                        except Exception as exc:
+                            if not self._raised_while_cancelled(grace_scope, exc):
+                                raise
+                    if grace_scope.cancel_called and self.terminal is None:
+                        await self._drive(self._step(TimeRanOut(trio.current_time())))
+            except Exception as exc:
+                if not self._raised_while_cancelled(scope, exc):
+                    await trio.lowlevel.checkpoint_if_cancelled()  # the caller's, if it came
+                    raise
 
     async def _failed_by(self, exc: Exception) -> None:
         """The run raised ``exc`` (its storage failed, or a defect): end it failed with
@@ -467,15 +513,19 @@ class RunDriver(RunEdges):
         """Record admitted steering or follow-ups; the bytes of their media first, kept in the
         log's media store (a log that keeps none ends the run ``failed``: ``MediaNotKept``).
 
-        Cancellation: as the store's ``put_media`` and the log's append."""
+        Cancellation: the inputs were taken from the inbox, so an interruption never loses them:
+        their media are stored shielded, and their records, if the append is cancelled, stay
+        pending and are appended with the run's interruption (see ``RunIO.record``).
+        """
         io = self.io
         contents = command.contents or (None,) * len(command.inputs)
         redact = io.redactor.redact_text
         for content in contents:
             if content is not None:
-                await store_media(io.conversation_log, content, io.conversation_id)
-        await io.record(
-            *[
+                with trio.CancelScope(shield=True):
+                    await store_media(io.conversation_log, content, io.conversation_id)
+        for i, text, content in zip(command.inputs, command.texts, contents, strict=True):
+            io.record_later(
                 UserInputRecorded(
                     conversation_id=io.conversation_id,
                     run_id=io.run_id,
@@ -486,9 +536,8 @@ class RunDriver(RunEdges):
                     at=i.at,
                     parts=() if content is None else recorded_parts(content, redact),
                 )
-                for i, text, content in zip(command.inputs, command.texts, contents, strict=True)
-            ]
-        )
+            )
+        await io.record()
 
     async def _record_feedback(self, command: RecordFeedback) -> None:
         io = self.io

@@ -374,7 +374,8 @@ class Runtime:
         needs and the runtime lacks) is raised by this call itself. The coroutine it returns
         raises :class:`ConversationBusy`, :class:`UnknownConversation`,
         :class:`ConversationExists` or :class:`RunExists` before starting (nothing is written
-        then). Not awaited, it does nothing.
+        then), and ``RuntimeError`` if the runtime closed before it was awaited. Not awaited, it
+        does nothing.
 
         ``run`` is a plain method that returns the run's coroutine (as :meth:`stream` returns
         its stream): a run waiting in a tool call keeps no frame of it — what lets a process
@@ -541,7 +542,11 @@ class Runtime:
 
     def _claim(self, driver: RunDriver) -> None:
         """Count ``driver`` as active; raise :class:`ConversationBusy` if its conversation has a
-        run going."""
+        run going, and ``RuntimeError`` if the runtime is closed (a run's coroutine made before
+        the close and awaited since: it must not run on services being torn down, nor unseen
+        by a close waiting for the runs)."""
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
         conversation_id = driver.conversation_id
         if conversation_id in self._busy:
             raise ConversationBusy(conversation_id)
@@ -558,6 +563,10 @@ class Runtime:
         self._busy.discard(conversation_id)
         if self._holds is not None:
             self._holds.release(conversation_id)
+        if not driver.finished:
+            # It never executed (its history read was refused or cancelled, or the runtime
+            # closed meanwhile): a closing runtime may be waiting for its end.
+            driver.never_ran()
 
     def _driver(
         self,
@@ -592,8 +601,6 @@ class Runtime:
         return driver
 
     async def _start(self, driver: RunDriver, intent: _Intent) -> None:
-        if self._closed:
-            raise RuntimeError("the runtime is closed")
         self._claim(driver)
         # A plain child task (no Fiber): runs are never joined one by one, and a run is
         # interrupted through its driver. ``execute`` reifies every error into the run's terminal
