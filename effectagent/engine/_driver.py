@@ -47,6 +47,7 @@ from effectagent.core import (
 
 from ._authoring import PromptOverride, TurnPreparer, prepare_turn, status_note_of
 from ._batch import Batch
+from ._budget import Exhaustion
 from ._checks import BesideGuard, answer_checked, first_turns
 from ._compaction import maybe_compact
 from ._edges import RunEdges
@@ -641,17 +642,14 @@ class RunDriver(RunEdges):
             usage=command.usage,
             model=command.model,
         )
-        for warning in command.warnings:
-            io.emit(
-                BudgetWarning,
-                dimension=warning.dimension,
-                used=warning.used,
-                limit=warning.limit,
-            )
+        self._warn(command.warnings)
 
     def _warn_budget(self, command: WarnBudget) -> None:
+        self._warn(command.warnings)
+
+    def _warn(self, warnings: Sequence[Exhaustion]) -> None:
         io = self.io
-        for warning in command.warnings:
+        for warning in warnings:
             io.emit(
                 BudgetWarning,
                 dimension=warning.dimension,
