@@ -367,7 +367,8 @@ def _read(
     if not stat.S_ISREG(mode):  # a pipe would wait for ever, a device never end
         kind = "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
         raise MediaError(f"{shown!r} is {kind}, not a regular file")
-    _check_size(len(data), max_bytes, f"the file {shown!r}")
+    if len(data) > max_bytes:  # it grew after its size was looked at (an empty one: below)
+        _check_size(len(data), max_bytes, f"the file {shown!r}")
     if media_type is None and sniff_media_type(data) == "text/plain":
         media_type = _TEXT_SUFFIXES.get(file.suffix.lower())
     return data, media_type, shown

@@ -139,7 +139,7 @@ def test_from_path_refuses_what_is_not_a_regular_file_before_reading_it(tmp_path
     with pytest.raises(MediaError, match=re.escape("is a directory, not a file")):
         media_from_path(tmp_path)
     (tmp_path / "empty.png").write_bytes(b"")
-    with pytest.raises(MediaError, match=re.escape("the file 'empty.png' is empty")):
+    with pytest.raises(MediaError, match=re.escape("the attachment 'empty.png' is empty")):
         media_from_path(tmp_path / "empty.png")
 
 
