@@ -15,10 +15,12 @@ handler that never waits).
 
 from __future__ import annotations
 
+import math
 from typing import Any, final
 
 import attrs
 import trio
+from trio import current_effective_deadline
 
 from effectagent.ai import (
     Handler,
@@ -230,6 +232,10 @@ class CallRunner:
                 self._keep_audit(call, host, context.broker)
             if exit_ is None:
                 return ToolDefect(call.id, call.name, f"timed out after {tool.timeout} s")
+            if not isinstance(exit_, Success) and current_effective_deadline() == -math.inf:
+                # The batch is interrupted and the handler failed as it was cancelled (a client
+                # reporting its closed connection): the call was interrupted, not a crash.
+                return None
             settled = self.settle(tool, call, exit_)
             # A failure's traceback holds this frame: without the exit in it, no reference cycle
             # keeps the failure (and what it holds) alive until the garbage collector runs.

@@ -193,6 +193,41 @@ async def test_a_handler_with_its_own_nursery_is_interrupted_not_crashed(
     assert "crashed" not in settled.outcome.message
 
 
+async def test_a_handler_raising_as_it_is_interrupted_is_interrupted_not_crashed(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """A handler whose client raises an ordinary exception as it is cancelled (a closed
+    connection) settled as "the tool crashed", though the run was interrupted."""
+    tool = forecast_tool()
+    started = trio.Event()
+
+    async def client(params: Lookup, call: ToolCallContext) -> Forecast:
+        started.set()
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            raise ConnectionError("connection closed while reading") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    agent = make_agent(tool)
+    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
+    layer = agent.toolkit.handlers({tool: client}) + model.layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        async with runtime.stream(agent, "Weather?") as stream:
+            events = []
+            async for event in stream:
+                events.append(event)
+                if isinstance(event, ToolCallStarted):
+                    await started.wait()
+                    stream.interrupt()
+        log = await entries(runtime, stream.conversation_id)
+    assert isinstance(assert_well_formed(events), RunInterrupted)
+    (settled,) = records_of(log, ToolCallSettled)
+    assert isinstance(settled.outcome, ToolDefect)
+    assert "interrupted" in settled.outcome.message
+    assert "crashed" not in settled.outcome.message
+
+
 async def test_interrupting_a_run_blocked_on_a_slow_consumer_keeps_sequence_gap_free() -> None:
     """The run is stuck sending (the consumer is slow and the buffer full) when it is interrupted:
     the events the consumer then reads still count 1, 2, 3, ... up to the terminal one."""
