@@ -174,23 +174,7 @@ async def test_a_handler_with_its_own_nursery_is_interrupted_not_crashed(
             started.set()
         raise AssertionError("unreachable")  # pragma: no cover
 
-    agent = make_agent(tool)
-    model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
-    layer = agent.toolkit.handlers({tool: fan_out}) + model.layer()
-    async with open_runtime(layer, agents=[agent]) as runtime:
-        async with runtime.stream(agent, "Weather?") as stream:
-            events = []
-            async for event in stream:
-                events.append(event)
-                if isinstance(event, ToolCallStarted):
-                    await started.wait()
-                    stream.interrupt()
-        log = await entries(runtime, stream.conversation_id)
-    assert isinstance(assert_well_formed(events), RunInterrupted)
-    (settled,) = records_of(log, ToolCallSettled)
-    assert isinstance(settled.outcome, ToolDefect)
-    assert "interrupted" in settled.outcome.message
-    assert "crashed" not in settled.outcome.message
+    await _interrupted_in_the_handler(tool, fan_out, started)
 
 
 async def test_a_handler_raising_as_it_is_interrupted_is_interrupted_not_crashed(
@@ -209,9 +193,15 @@ async def test_a_handler_raising_as_it_is_interrupted_is_interrupted_not_crashed
             raise ConnectionError("connection closed while reading") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    await _interrupted_in_the_handler(tool, client, started)
+
+
+async def _interrupted_in_the_handler(tool: Any, handler: Any, started: trio.Event) -> None:
+    """Interrupt a run once ``handler`` has ``started``: the run ends RunInterrupted and the
+    call settles as an interrupted defect, never a crash."""
     agent = make_agent(tool)
     model = TrackingModel([Turn.tool_calls(("forecast", {"city": "Oslo"}))])
-    layer = agent.toolkit.handlers({tool: client}) + model.layer()
+    layer = agent.toolkit.handlers({tool: handler}) + model.layer()
     async with open_runtime(layer, agents=[agent]) as runtime:
         async with runtime.stream(agent, "Weather?") as stream:
             events = []
