@@ -446,37 +446,6 @@ class _InterruptedMidPut:
         return seq
 
 
-async def test_a_compensatable_write_whose_run_settles_and_is_cancelled_meanwhile_returns(
-    kind: str, tmp_path: Path
-) -> None:
-    """Stored after its run settled, the value is marked uncertain and the write returns, even
-    though the writer was cancelled meanwhile: before, ``write`` raised ``Cancelled`` — as if
-    nothing was written — and left the value pending on a settled run for ever."""
-    async with state(kind, tmp_path) as (plain, _):
-        backend = _InterruptedMidPut(plain._backend)
-        store = AgentStateStore(backend, compensation_timeout=5)
-        backend.store = store
-        await store.run_started(RUN)
-
-        async def undo() -> None:
-            raise AssertionError("nobody settles this run's writes any more")
-
-        written = None
-        with trio.CancelScope() as scope:
-            backend.scope = scope
-            written = await store.write(
-                BOOKING,
-                "ann",
-                Booking("e1"),
-                expected_revision=0,
-                write=Compensatable("run-1", undo),
-            )
-        assert written is not None
-        assert (written.revision, written.status) == (1, "uncertain")
-        after = await store.read(BOOKING, "ann")
-        assert (after.value, after.revision, after.status) == (Booking("e1"), 1, "uncertain")
-
-
 @attrs.define
 class _MarkFails(_InterruptedMidPut):
     """As above, and the store then refuses the mark as uncertain."""
@@ -485,29 +454,45 @@ class _MarkFails(_InterruptedMidPut):
         raise WriteFailed("disk full")
 
 
+async def _written_after_its_run_settled(backend: _InterruptedMidPut) -> tuple[Any, Any]:
+    """A compensatable write whose run settles, and whose writer is cancelled, while its value
+    is being stored: what the write returned, and the cell as read back."""
+    store = AgentStateStore(backend, compensation_timeout=5)
+    backend.store = store
+    await store.run_started(RUN)
+
+    async def undo() -> None:
+        raise AssertionError("nobody settles this run's writes any more")
+
+    written = None
+    with trio.CancelScope() as scope:
+        backend.scope = scope
+        written = await store.write(
+            BOOKING, "ann", Booking("e1"), expected_revision=0, write=Compensatable("run-1", undo)
+        )
+    return written, await store.read(BOOKING, "ann")
+
+
+async def test_a_compensatable_write_whose_run_settles_and_is_cancelled_meanwhile_returns(
+    kind: str, tmp_path: Path
+) -> None:
+    """Stored after its run settled, the value is marked uncertain and the write returns, even
+    though the writer was cancelled meanwhile: before, ``write`` raised ``Cancelled`` — as if
+    nothing was written — and left the value pending on a settled run for ever."""
+    async with state(kind, tmp_path) as (plain, _):
+        written, after = await _written_after_its_run_settled(_InterruptedMidPut(plain._backend))
+    assert written is not None
+    assert (written.revision, written.status) == (1, "uncertain")
+    assert (after.value, after.revision, after.status) == (Booking("e1"), 1, "uncertain")
+
+
 async def test_a_compensatable_write_whose_mark_fails_says_pending_and_does_not_raise(
     kind: str, tmp_path: Path
 ) -> None:
     """The value is stored; a refused mark used to raise StateUnavailable, which says nothing
     was written. The write now returns it as it stands: pending."""
     async with state(kind, tmp_path) as (plain, _):
-        backend = _MarkFails(plain._backend)
-        store = AgentStateStore(backend, compensation_timeout=5)
-        backend.store = store
-        await store.run_started(RUN)
-
-        async def undo() -> None:
-            raise AssertionError("nobody settles this run's writes any more")
-
-        with trio.CancelScope() as scope:
-            backend.scope = scope
-            written = await store.write(
-                BOOKING,
-                "ann",
-                Booking("e1"),
-                expected_revision=0,
-                write=Compensatable("run-1", undo),
-            )
-        assert (written.revision, written.status) == (1, "pending")
-        after = await store.read(BOOKING, "ann")
-        assert (after.value, after.revision) == (Booking("e1"), 1)
+        written, after = await _written_after_its_run_settled(_MarkFails(plain._backend))
+    assert written is not None
+    assert (written.revision, written.status) == (1, "pending")
+    assert (after.value, after.revision) == (Booking("e1"), 1)
