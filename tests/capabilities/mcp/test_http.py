@@ -6,7 +6,8 @@ import gc
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
+from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -147,9 +148,11 @@ async def test_headers_are_sent_with_every_request(demo_http: HttpServer, call_l
 CANARY = "canary-5e1d0c9b7a"
 
 
-async def _echoing_server(stream: trio.SocketStream) -> None:
-    """Answers every JSON-RPC request with an error that quotes the request's Authorization
-    header and target: a server (or a proxy) that says back what it was sent."""
+async def _json_rpc_requests(
+    stream: trio.SocketStream,
+) -> AsyncGenerator[tuple[str, dict[str, str], dict[str, Any]], None]:
+    """Each JSON-RPC request a client sends on ``stream`` over HTTP/1.1: its target, headers
+    (lower-case names) and body. A notification (no id) is answered 202 here."""
     buffer = b""
     while True:
         while b"\r\n\r\n" not in buffer:
@@ -159,7 +162,6 @@ async def _echoing_server(stream: trio.SocketStream) -> None:
             buffer += data
         head, buffer = buffer.split(b"\r\n\r\n", 1)
         request_line, *lines = head.decode("latin-1").split("\r\n")
-        target = request_line.split(" ")[1]
         fields = dict(line.split(":", 1) for line in lines)
         headers = {name.lower(): value.strip() for name, value in fields.items()}
         length = int(headers.get("content-length", "0"))
@@ -170,14 +172,26 @@ async def _echoing_server(stream: trio.SocketStream) -> None:
         if "id" not in request:
             await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
             continue
-        said = f"refused {headers.get('authorization')} at {target}"
-        answer = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32600, "message": said}}
-        data = json.dumps(answer).encode()
-        await stream.send_all(
-            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-            + f"Content-Length: {len(data)}\r\n\r\n".encode()
-            + data
-        )
+        yield request_line.split(" ")[1], headers, request
+
+
+async def _send_json(stream: trio.SocketStream, answer: dict[str, Any]) -> None:
+    data = json.dumps(answer).encode()
+    await stream.send_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+        + f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
+
+
+async def _echoing_server(stream: trio.SocketStream) -> None:
+    """Answers every JSON-RPC request with an error that quotes the request's Authorization
+    header and target: a server (or a proxy) that says back what it was sent."""
+    async with aclosing(_json_rpc_requests(stream)) as requests:
+        async for target, headers, request in requests:
+            said = f"refused {headers.get('authorization')} at {target}"
+            error = {"code": -32600, "message": said}
+            await _send_json(stream, {"jsonrpc": "2.0", "id": request["id"], "error": error})
 
 
 async def test_an_error_that_echoes_a_header_or_the_query_does_not_carry_them() -> None:
@@ -222,47 +236,27 @@ async def _json_server(stream: trio.SocketStream) -> None:
     """A streamable HTTP server that answers every request with plain JSON (no events): the
     handshake, a listing of ``echo`` and ``big``, and their calls (``big`` answers with ``n``
     bytes of text)."""
-    buffer = b""
-    while True:
-        while b"\r\n\r\n" not in buffer:
-            data = await stream.receive_some(65536)
-            if not data:
+    async with aclosing(_json_rpc_requests(stream)) as requests:
+        async for _, _, request in requests:
+            method, params = request["method"], request.get("params") or {}
+            result: dict[str, Any]
+            if method == "initialize":
+                result = {
+                    "protocolVersion": params["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "json", "version": "1"},
+                }
+            elif method == "tools/list":
+                schema = {"type": "object"}
+                result = {"tools": [{"name": n, "inputSchema": schema} for n in ("echo", "big")]}
+            else:
+                arguments = params.get("arguments") or {}
+                text = "B" * arguments["n"] if params["name"] == "big" else str(arguments.get("q"))
+                result = {"content": [{"type": "text", "text": text}]}
+            try:
+                await _send_json(stream, {"jsonrpc": "2.0", "id": request["id"], "result": result})
+            except trio.BrokenResourceError:  # the client stopped reading (the answer too large)
                 return
-            buffer += data
-        head, buffer = buffer.split(b"\r\n\r\n", 1)
-        fields = dict(line.split(":", 1) for line in head.decode("latin-1").split("\r\n")[1:])
-        length = int({k.lower(): v.strip() for k, v in fields.items()}.get("content-length", "0"))
-        while len(buffer) < length:
-            buffer += await stream.receive_some(65536)
-        body, buffer = buffer[:length], buffer[length:]
-        request = json.loads(body) if body else {}
-        if "id" not in request:
-            await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
-            continue
-        method, params = request["method"], request.get("params") or {}
-        result: dict[str, Any]
-        if method == "initialize":
-            result = {
-                "protocolVersion": params["protocolVersion"],
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "json", "version": "1"},
-            }
-        elif method == "tools/list":
-            schema = {"type": "object"}
-            result = {"tools": [{"name": n, "inputSchema": schema} for n in ("echo", "big")]}
-        else:
-            arguments = params.get("arguments") or {}
-            text = "B" * arguments["n"] if params["name"] == "big" else str(arguments.get("q"))
-            result = {"content": [{"type": "text", "text": text}]}
-        data = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
-        try:
-            await stream.send_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                + f"Content-Length: {len(data)}\r\n\r\n".encode()
-                + data
-            )
-        except trio.BrokenResourceError:  # the client stopped reading (the answer too large)
-            return
 
 
 async def test_a_json_answer_over_max_message_bytes_fails_its_request_not_the_connection() -> None:
