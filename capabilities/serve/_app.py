@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
+from contextlib import aclosing, suppress
 from contextvars import ContextVar
 from typing import Any, Final, final
 
@@ -255,23 +255,78 @@ class _EventStream(Response):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         """Stream until the client disconnects (the stream is cancelled then) or the service
-        closes its streams (the response is ended). Cancellation: stops at once."""
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        closes its streams (the response is ended). Cancellation: stops at once.
 
-        async def body(chunk: bytes) -> None:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        The connection is written by a task of its own (:func:`_write`), handed one event at a
+        time (nothing is queued): the server writes to a connection shielded from cancellation,
+        so a write to a client that stopped reading held this request — and the server's
+        shutdown, which waits for it — for as long as the client kept its connection open. When
+        the stream ends, this request waits a moment (:data:`_END_WAIT`, twice at most) for the
+        writer to send what it holds and the stream's end, then returns whatever the writer is
+        doing: the server closes a connection whose answer is not whole, which ends the write."""
+        chunks, to_write = trio.open_memory_channel[bytes | None](0)
+        written = trio.Event()
+        trio.lowlevel.spawn_system_task(
+            _write, send, self.raw_headers, to_write, written, name="serve.sse.writer"
+        )
+        async with chunks:
+            async with trio.open_nursery() as nursery:
 
-        async with trio.open_nursery() as nursery:
+                async def until_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    nursery.cancel_scope.cancel()
 
-            async def until_disconnect() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
+                async def until_closing() -> None:
+                    await self._api._closing.wait()  # this module's own
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(until_disconnect)
+                nursery.start_soon(until_closing)
+                try:
+                    await self._api.stream(self._conversation_id, self._after, chunks.send)
+                except trio.BrokenResourceError:
+                    pass  # the writer ended: the client went
+                except StorageError as error:
+                    # Ended whole, as a drain ends it: the client reconnects with its
+                    # Last-Event-ID (503 until the storage answers again). Its kind is logged,
+                    # never its message.
+                    log_warning("event stream ended: storage failed", error=type(error).__name__)
                 nursery.cancel_scope.cancel()
+            with trio.move_on_after(_END_WAIT) as waiting, suppress(trio.BrokenResourceError):
+                waiting.shield = True  # the stream's end is sent whatever ended it
+                await chunks.send(None)
+        with trio.move_on_after(_END_WAIT):
+            await written.wait()
 
-            nursery.start_soon(until_disconnect)
-            await self._api.stream(self._conversation_id, self._after, body)
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-            nursery.cancel_scope.cancel()
+
+#: How long an event stream that ends waits for its writer to take its end, and to send it.
+_END_WAIT: Final = 1.0
+
+
+async def _write(
+    send: Any,
+    headers: list[tuple[bytes, bytes]],
+    chunks: trio.MemoryReceiveChannel[bytes | None],
+    written: trio.Event,
+) -> None:
+    """Write an event stream's answer: its head, then each chunk taken from ``chunks``, then —
+    on None — its end; until ``chunks`` is closed. A system task (no request waits for it: see
+    :meth:`_EventStream.__call__`); it never raises: a connection gone ends it.
+
+    Cancellation: stops (the run ends)."""
+    try:
+        async with chunks:
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            async for chunk in chunks:
+                if chunk is None:
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    return
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    except BaseException:  # a system task must not raise; the client went
+        return
+    finally:
+        written.set()
 
 
 @final
@@ -356,7 +411,16 @@ class ServeApi:
                     _ProblemCORS,
                     allow_origins=list(settings.cors_origins),
                     allow_methods=["GET", "POST"],
-                    allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+                    # Last-Event-ID: a page's script resuming an event stream sends it
+                    allow_headers=[
+                        "Authorization",
+                        "Content-Type",
+                        "Idempotency-Key",
+                        "Last-Event-ID",
+                    ],
+                    # what a refusal tells a program beyond its body (a page's script reads
+                    # only the headers named here)
+                    expose_headers=["Retry-After", "Allow", "WWW-Authenticate"],
                     allow_credentials=False,
                 )
             ]
@@ -388,7 +452,8 @@ class ServeApi:
         return self._draining
 
     def close_streams(self) -> None:
-        """End every event stream (their clients reconnect with ``Last-Event-ID`` elsewhere)."""
+        """End every event stream (their clients reconnect with ``Last-Event-ID`` elsewhere) —
+        one whose client stopped reading too: its connection is closed a second or two later."""
         self._closing.set()
         self.live.close()
 
@@ -482,13 +547,22 @@ class ServeApi:
             raise Problem("body-too-large", f"the body may be at most {limit:,} bytes")
         chunks: list[bytes] = []
         size = 0
-        async with aclosing(request.stream()) as stream:
-            async for chunk in stream:
-                size += len(chunk)
-                if size > limit + _DRAINED:
-                    break  # refused unread: the connection is closed after the answer
-                if size <= limit:
-                    chunks.append(chunk)
+        with trio.move_on_after(self.settings.body_timeout) as reading:
+            async with aclosing(request.stream()) as stream:
+                async for chunk in stream:
+                    size += len(chunk)
+                    if size > limit + _DRAINED:
+                        break  # refused unread: the connection is closed after the answer
+                    if size <= limit:
+                        chunks.append(chunk)
+        if reading.cancelled_caught:
+            # Its body unread, the connection is closed after the answer: a client sending
+            # slowly, or not at all, holds neither this request nor the connection.
+            raise Problem(
+                "request-timeout",
+                f"the body did not arrive within {self.settings.body_timeout:g} s",
+                headers=(("Connection", "close"),),
+            )
         # A body over the limit is read on (to _DRAINED bytes more, none kept) so that the
         # client, still sending, reads the answer: a connection closed with unread data is
         # reset, and the answer may be lost with it.
@@ -522,6 +596,33 @@ class ServeApi:
     # ---- admission -------------------------------------------------------------------------------
 
     async def _admit(
+        self, request: Request, principal: Principal, text: str, agent: str | None, mode: Any
+    ) -> Response:
+        """Admit a submission (:meth:`_admitting`), counting a refusal in the metrics by its
+        reason: ``quota``, ``draining``, or the problem type of another refusal
+        (``idempotency-conflict``, ``unknown-agent``, ``not-found``, ``bad-request``,
+        ``unavailable`` for a storage failure)."""
+        try:
+            return await self._admitting(request, principal, text, agent, mode)
+        except Problem as problem:
+            if problem.name != "quota-exceeded":  # counted as "quota" where it is refused
+                self._refused(principal, "draining" if self._draining else problem.name)
+            raise
+        except DurableError as error:
+            self._refused(principal, problem_of(error).name)
+            raise
+        except StorageError:
+            self._refused(principal, "unavailable")
+            raise
+        except ValueError:  # UnicodeError included: the queue refused an argument
+            self._refused(principal, "bad-request")
+            raise
+
+    def _refused(self, principal: Principal, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.refused(principal.name, reason)
+
+    async def _admitting(
         self, request: Request, principal: Principal, text: str, agent: str | None, mode: Any
     ) -> Response:
         conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])

@@ -4,7 +4,9 @@ exporter is the host's choice; without an SDK every instrument is a no-op).
 Instruments (units in brackets):
 
 * ``effectagent.serve.submissions`` — submissions admitted, by principal;
-* ``effectagent.serve.refusals`` — submissions refused, by reason (``quota``);
+* ``effectagent.serve.refusals`` — submissions refused, by principal and reason (``quota``,
+  ``draining``, or the problem type of another refusal: ``idempotency-conflict``,
+  ``unknown-agent``, ``not-found``, ``bad-request``, ``unavailable`` for a storage failure);
 * ``effectagent.serve.admission.duration`` [s] — how long an admission took (the commit);
 * ``effectagent.runs`` — submissions settled, by status; ``effectagent.runs.failures`` —
   those settled ``failed``; ``effectagent.runs.duration`` [s] — from admission to settlement;
@@ -155,7 +157,7 @@ class ServeMetrics:
         self._admission.record(seconds)
 
     def refused(self, principal: str, reason: str) -> None:
-        """A submission was refused (``reason``: ``quota``)."""
+        """A submission of ``principal`` was refused (``reason``: see the module notes)."""
         self._refusals.add(1, {"effectagent.principal": principal, "reason": reason})
 
     def tokens(self, input_tokens: int, output_tokens: int) -> None:

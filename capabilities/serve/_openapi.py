@@ -93,7 +93,7 @@ def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]
     if endpoint.access == "operator":
         statuses.add(403)
     if endpoint.body is not None:
-        statuses |= {409, 413, 415, 422}
+        statuses |= {408, 409, 413, 415, 422}
     for status in sorted(statuses | set(endpoint.also)):
         responses[str(status)] = (
             {"description": endpoint.summary, "content": content}

@@ -36,6 +36,7 @@ PROBLEM_TYPES: Final[dict[str, tuple[int, str]]] = {
     "forbidden": (403, "The operation is for operators only"),
     "not-found": (404, "There is no such resource"),
     "method-not-allowed": (405, "The method is not allowed here"),
+    "request-timeout": (408, "The request body did not arrive in time"),
     "conflict": (409, "The request conflicts with the resource's state"),
     "idempotency-conflict": (409, "The idempotency key was used for another payload"),
     "body-too-large": (413, "The request body is too large"),

@@ -103,7 +103,9 @@ class ServeSettings:
     * ``tokens`` — bearer tokens → principals (:class:`Tokens`); nothing is served anonymously
       unless it has an anonymous principal;
     * ``agent`` — the agent a submission names when it names none;
-    * ``max_body`` — the largest request body, in bytes (413 beyond);
+    * ``max_body`` — the largest request body, in bytes (413 beyond); ``body_timeout`` —
+      seconds a request's body may take to arrive, whole (408 beyond: a client sending a body
+      slowly, or not at all, holds no request and no connection longer);
     * ``quota`` — every principal's admission quota (None: unlimited), ``quotas`` — by name;
     * ``sse_poll`` — how often an event stream looks for new entries when it has none to send
       (the log of another process cannot wake it); ``sse_heartbeat`` — seconds between
@@ -118,6 +120,7 @@ class ServeSettings:
     tokens: Tokens = attrs.field(validator=_tokens)
     agent: str = attrs.field(default="assistant", validator=_agent)
     max_body: int = attrs.field(default=64 * 1024, validator=_count)
+    body_timeout: float = attrs.field(default=30.0, validator=_positive)
     quota: Quota | None = attrs.field(default=DEFAULT_QUOTA, validator=_quota)
     quotas: Mapping[str, Quota | None] = attrs.field(factory=dict, validator=_quotas)
     sse_poll: float = attrs.field(default=0.1, validator=_positive)
