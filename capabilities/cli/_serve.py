@@ -13,6 +13,7 @@ The ``[serve]`` table::
     listen = "127.0.0.1:8080"          # HOST:PORT (port 0: a free one, printed on start)
     grace = 30                         # seconds runs get to finish on SIGTERM
     max_body = 65536                   # bytes
+    body_timeout = 30                  # seconds a request's whole body may take to arrive (408)
     anonymous = "guest"                # the principal of requests without a token (default: none)
     cors_origins = []                  # origins whose pages may call it (default: none)
     quota = { per_minute = 60, burst = 20 }   # each principal's admissions ("none": no limit)
@@ -90,6 +91,7 @@ def serve_settings(path: Path | None, environ: Mapping[str, str]) -> tuple[Serve
     listen = table.text("listen", _DEFAULT_LISTEN) or _DEFAULT_LISTEN
     grace = table.positive("grace", float, 30.0)
     max_body = table.positive("max_body", int, 64 * 1024)
+    body_timeout = table.positive("body_timeout", float, 30.0)
     anonymous = table.text("anonymous")
     origins = table.strings("cors_origins")
     quota = _quota(table, "quota", DEFAULT_QUOTA)
@@ -125,6 +127,7 @@ def serve_settings(path: Path | None, environ: Mapping[str, str]) -> tuple[Serve
             tokens=tokens,
             grace=grace,
             max_body=max_body,
+            body_timeout=body_timeout,
             cors_origins=origins,
             quota=quota,
             quotas=quotas,

@@ -26,6 +26,7 @@ def test_principals_tokens_quotas_and_bounds_are_read(tmp_path: Path) -> None:
         'listen = "127.0.0.1:0"\n'
         "grace = 2\n"
         "max_body = 1000\n"
+        "body_timeout = 5\n"
         "quota = { per_minute = 30, burst = 3 }\n"
         "[serve.principals.ann]\n"
         'token_env = "ANN"\n'
@@ -37,7 +38,7 @@ def test_principals_tokens_quotas_and_bounds_are_read(tmp_path: Path) -> None:
     load_config(path)  # the command's own reading accepts the table
     settings, listen = serve_settings(path, {"ANN": CANARY})
     assert listen == "127.0.0.1:0"
-    assert (settings.grace, settings.max_body) == (2.0, 1000)
+    assert (settings.grace, settings.max_body, settings.body_timeout) == (2.0, 1000, 5.0)
     assert settings.quota == Quota(per_minute=30.0, burst=3)
     assert settings.quotas == {"ops": None}
     assert settings.tokens.resolve(f"Bearer {CANARY}") == Principal("ann")
@@ -55,6 +56,7 @@ def test_principals_tokens_quotas_and_bounds_are_read(tmp_path: Path) -> None:
         ("[serve]\nquota = { per_minute = 0, burst = 1 }\n", "must be a finite positive number"),
         ("[serve]\ngrace = -1\n", "[serve] grace must be a finite positive number"),
         ("[serve]\ngrace = nan\n", "[serve] grace must be a finite positive number, got nan"),
+        ("[serve]\nbody_timeout = 0\n", "[serve] body_timeout must be a finite positive number"),
     ],
 )
 def test_what_it_cannot_use_is_a_sentence_naming_the_key(
