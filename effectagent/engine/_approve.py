@@ -238,8 +238,10 @@ class Approvals:
         """The provider's decision, or the denial that stands for its silence or failure — or,
         when ``may_suspend``, its answer that the decision comes later.
 
-        Cancellation: the wait ends at ``deadline`` (a denial); the run's interruption, or a
-        ``trio.Cancelled`` raised in a group, propagates.
+        Cancellation: the wait ends at ``deadline`` (a denial by "timeout", also when the provider
+        raises an ordinary exception as it is cancelled then); the run's interruption, or a
+        ``trio.Cancelled`` raised in a group, propagates — an exception raised as the run is
+        interrupted too.
         """
         failed = "approval service failed"
         try:
@@ -250,6 +252,10 @@ class Approvals:
             return ApprovalDecision.deny(self.io.redact_text(exc.message), "approval-error")
         except Exception as exc:
             log_crash(self.io, failed, request.tool_call_id, exc)
+            if waited.cancel_called:  # it raised as its wait ran out (a client's closed socket)
+                return ApprovalDecision.deny("approval timed out", "timeout")
+            # Raised as the run was interrupted: the interruption goes on, no decision is made.
+            await trio.lowlevel.checkpoint_if_cancelled()
             return ApprovalDecision.deny(_APPROVAL_FAILED, "approval-error")
         except BaseExceptionGroup as group:
             raise propagated(self.io, group, failed, request.tool_call_id) from None

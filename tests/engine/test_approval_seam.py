@@ -739,3 +739,31 @@ async def test_a_provider_crashing_as_it_is_interrupted_still_ends_the_run_inter
     assert records_of(log, ToolApprovalDecided) == []
     (line,) = [line for line in logs if line["event"] == "approval service failed"]
     assert "RuntimeError: could not close the ticket" in line["detail"]
+
+
+async def _raising_as_cancelled(request: ApprovalRequest) -> ApprovalDecision:
+    """A provider whose client reports its closed connection as it is cancelled."""
+    try:
+        await trio.sleep_forever()
+    except trio.Cancelled:
+        raise ConnectionError("connection closed while waiting for a person") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def test_a_provider_raising_as_the_run_is_interrupted_records_no_decision(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """It was recorded as an "approval-error" denial before the interruption."""
+    events, log = await _interrupted_while_asking(_raising_as_cancelled)
+    assert isinstance(events[-1], RunInterrupted)
+    assert records_of(log, ToolApprovalDecided) == []
+
+
+async def test_a_provider_raising_as_its_wait_runs_out_is_a_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """It read as "approval-error", a failure of the service, though its wait ran out."""
+    ran, start, end = await _run_with(_raising_as_cancelled, approval_timeout=20)
+    assert end - start == pytest.approx(20)
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "timeout")
