@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from effectagent.ai import Message, ToolDescriptor, Toolkit, ToolSnapshot, UserMessage
+from effectagent.ai import Message, Toolkit, ToolSnapshot, UserMessage
 from effectagent.core import (
     Agent,
     ContextAdded,
@@ -63,7 +63,6 @@ from ._media import (
     store_media,
     user_content,
 )
-from ._output import descriptor_holds_secret
 from ._output_modes import run_final_tools
 from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
@@ -369,22 +368,17 @@ class RunEdges:
         if final is not None:  # the tool output mode's answer tools are the engine's
             taken |= final.names
         given: dict[Any, Any] = {}
-        redactor = self.services.redactor
-        for snapshot in snapshots:
+        services = self.services
+        for index, snapshot in enumerate(snapshots):
+            leaking = services.source_secrets.holding(index, snapshot)
             for tool in snapshot.tools:
                 if tool.name in taken:
                     self.io.logs.warning("tool source tool left out: name taken", tool=tool.name)
                     continue
-                told = ToolDescriptor(
-                    tool.name,
-                    tool.description,
-                    tool.parameters_schema,
-                    title=tool.annotations.title,
-                )
-                if descriptor_holds_secret(told, redactor):  # never sent to the model as written
+                if tool.name in leaking:  # never sent to the model as written
                     self.io.logs.warning(
                         "tool source tool left out: it holds a secret",
-                        tool=redactor.redact_text(tool.name),
+                        tool=services.redactor.redact_text(tool.name),
                     )
                     continue
                 taken.add(tool.name)

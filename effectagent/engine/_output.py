@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, final
 
-from effectagent.ai import OutputFormat, ToolDescriptor
+from effectagent.ai import OutputFormat, ToolDescriptor, ToolSnapshot
 from effectagent.core import Agent, OneOf, Redactor
 from effectagent.effect import json_schema
 
 __all__ = [
+    "SourceSecrets",
     "descriptor_holds_secret",
     "output_format",
     "request_output",
@@ -82,3 +83,38 @@ def descriptor_holds_secret(descriptor: ToolDescriptor, redactor: Redactor) -> b
         [descriptor.name, descriptor.title, descriptor.description, descriptor.parameters]
     )
     return bool(redactor.redact(told) != told)
+
+
+@final
+class SourceSecrets:
+    """Which tools of each tool source's snapshot hold what ``redactor`` removes (in their name,
+    title, description or schema), so that a run leaves them out: checked once per snapshot —
+    a source hands out the same snapshot until its tools change — not again in every run.
+    Keeps one snapshot per source (by its place in the agent's sources)."""
+
+    __slots__ = ("_last", "_redactor")
+
+    def __init__(self, redactor: Redactor) -> None:
+        self._redactor = redactor
+        self._last: dict[int, tuple[ToolSnapshot, frozenset[str]]] = {}
+
+    def holding(self, source: int, snapshot: ToolSnapshot) -> frozenset[str]:
+        """The names of ``snapshot``'s tools that hold a secret (``source``: its place)."""
+        last = self._last.get(source)
+        if last is not None and last[0] is snapshot:
+            return last[1]
+        names = frozenset(
+            tool.name
+            for tool in snapshot.tools
+            if descriptor_holds_secret(
+                ToolDescriptor(
+                    tool.name,
+                    tool.description,
+                    tool.parameters_schema,
+                    title=tool.annotations.title,
+                ),
+                self._redactor,
+            )
+        )
+        self._last[source] = (snapshot, names)
+        return names

@@ -21,6 +21,7 @@ from effectagent.ai import (
 )
 from effectagent.core import Redactor
 
+from ._output import SourceSecrets
 from ._seams import (
     Approval,
     Compactor,
@@ -85,6 +86,7 @@ class RunServices:
         "redactor",
         "run_config",
         "services_for",
+        "source_secrets",
         "steps",
         "summary_model",
         "summary_model_name",
@@ -128,6 +130,8 @@ class RunServices:
         self.summary_model, self.summary_model_name = summary_model or (model, model_name)
         self.log = log
         self.redactor = redactor
+        # Which tool source tools hold a secret, checked once per snapshot (``_edges``).
+        self.source_secrets = SourceSecrets(redactor)
         self.handlers = handlers
         self.approval = approval
         # Whether the approver may answer that a decision comes later (ApprovalSuspended).

@@ -12,9 +12,10 @@ import trio
 import trio.testing
 
 from effectagent.ai import Tool, ToolCallContext, ToolSnapshot, ToolSource
-from effectagent.core import ToolCallSettled, ToolInvalidInput, ToolSuccess
+from effectagent.core import SecretRedactor, ToolCallSettled, ToolInvalidInput, ToolSuccess
 from effectagent.effect import Layer, MissingServicesError, ServiceKey
 from effectagent.engine import open_runtime
+from effectagent.engine._output import SourceSecrets
 from effectagent.testing import ScriptedModel, Turn
 
 from .helpers import (
@@ -157,6 +158,39 @@ async def test_a_source_tool_that_would_tell_the_model_a_secret_is_left_out_with
     assert SECRET not in repr(model.requests)
     left_out = [log["tool"] for log in logs if "it holds a secret" in log["event"]]
     assert left_out == ["leaky", "leaky_schema"]
+
+
+async def _unused(params: Any, call: ToolCallContext) -> str:  # pragma: no cover - not called
+    return ""
+
+
+def test_a_snapshots_tools_are_checked_for_secrets_once_not_in_every_run() -> None:
+    """Checking every source tool's schema took about 0.5 ms a run for 50 tools, in every run;
+    a source hands out the same snapshot until its tools change."""
+    checked: list[object] = []
+
+    class Counting:
+        def __init__(self, inner: SecretRedactor) -> None:
+            self.inner = inner
+
+        def redact(self, value: Any) -> Any:
+            checked.append(value)
+            return self.inner.redact(value)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    leaky = Tool.dynamic("leaky", f"Uses the key {SECRET}.", {"type": "object"}, readonly=True)
+    fine = Tool.dynamic("fine", "A fine tool.", {"type": "object"}, readonly=True)
+    secrets = SourceSecrets(Counting(SecretRedactor([SECRET])))
+    handlers = {"leaky": _unused, "fine": _unused}
+    snapshot = ToolSnapshot((leaky, fine), handlers)
+    assert secrets.holding(0, snapshot) == {"leaky"}
+    assert secrets.holding(0, snapshot) == {"leaky"}
+    assert len(checked) == 2  # one check a tool, for the first of the two runs
+    relisted = ToolSnapshot((fine,), {"fine": _unused})
+    assert secrets.holding(0, relisted) == frozenset()  # a new listing is checked
+    assert len(checked) == 3
 
 
 async def test_a_missing_source_is_named_at_preflight() -> None:
