@@ -76,7 +76,9 @@ async def test_a_page_of_an_allowed_origin_can_read_a_refusals_retry_after(
 
 @pytest.fixture(scope="module")
 def impatient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    config = settings(body_timeout=0.3)
+    # Short enough for the slow bodies to be refused soon, long enough that a body sent at
+    # once (the guard below) arrives within it on a busy machine too.
+    config = settings(body_timeout=2.0)
     with served(tmp_path_factory.mktemp("impatient") / "serve.db", config) as found:
         yield found
 
