@@ -406,7 +406,7 @@ class RunDriver(RunEdges):
                 if grace is not None:
                     with trio.move_on_at(grace.deadline) as grace_scope:
                         try:
-                            await self._drive(self._step(GraceBegun()))
+                            await self._drive(self._step(GraceBegun(self._last_inputs())))
                         except Exception as exc:
                             if not self._raised_while_cancelled(grace_scope, exc):
                                 raise
@@ -697,6 +697,19 @@ class RunDriver(RunEdges):
         if inbox is None:
             return ()
         return tuple(inbox.drain_steering(self.io.conversation_id))
+
+    def _last_inputs(self) -> tuple[Any, ...]:
+        """The grace turn begins: take what the inbox holds (steering and follow-ups alike) for
+        its prompt. The inbox hands out nothing twice, and once it has nothing left to hand
+        out it refuses later submissions (``"run-ending"``): the run takes no more turns."""
+        inbox = self.services.inbox
+        if inbox is None:
+            return ()
+        conversation_id = self.io.conversation_id
+        taken = tuple(inbox.take_follow_ups(conversation_id))
+        if taken:  # a second look finds nothing, which marks the run as ending
+            taken += tuple(inbox.take_follow_ups(conversation_id))
+        return taken
 
     async def _next_turn(self, command: NextTurn | None = None) -> TurnDue:
         """The boundary between two turns: one scheduler yield (fairness), the consumer's

@@ -167,7 +167,12 @@ def step(state: RunState, event: Input) -> Transition:
 
 
 def _grace_begun(state: RunState, event: GraceBegun) -> Transition:
-    return _grace_turn(state)
+    if not event.inputs:
+        return _grace_turn(state)
+    # What was accepted since the last turn began becomes canonical before the grace request.
+    record, added = _admitted(state.config.redactor.redact_text, event.inputs)
+    state, commands = _grace_turn(_set(state, messages=state.messages + added))
+    return state, (record, *commands)
 
 
 def _batch_interrupted(state: RunState, event: BatchInterrupted) -> Transition:

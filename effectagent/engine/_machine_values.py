@@ -288,7 +288,11 @@ class AnswerChecked:
 @_fast_init
 @attrs.frozen(slots=True)
 class GraceBegun:
-    """The interpreter entered the grace turn's deadline (after :class:`EnterGrace`)."""
+    """The interpreter entered the grace turn's deadline (after :class:`EnterGrace`), and took
+    ``inputs``: the steering and follow-ups accepted since the last turn's start. The run is
+    ending; they join the grace turn's prompt, and later submissions are refused."""
+
+    inputs: tuple[SteeringInput, ...] = ()
 
 
 Input: TypeAlias = (

@@ -53,6 +53,7 @@ from effectagent.engine._machine import (
     ModelResponded,
     NextTurn,
     RecordFeedback,
+    RecordInputs,
     RecordUsage,
     RequestModel,
     RunBatch,
@@ -66,6 +67,7 @@ from effectagent.engine._machine import (
     step,
 )
 from effectagent.engine._model_step import ModelStep, _record_content
+from effectagent.engine._seams import SteeringInput
 from effectagent.testing import Turn
 
 SYSTEM = SystemMessage("Answer.")
@@ -190,6 +192,28 @@ def test_a_count_used_up_means_the_grace_turn_with_tools_off_or_a_failure() -> N
     failed = commands[-1]
     assert isinstance(failed, Fail)
     assert same(failed.error, BudgetExhausted("turns", 1, 1))
+
+
+def test_input_taken_as_the_grace_turn_begins_is_recorded_and_joins_its_prompt() -> None:
+    """The run's deadline passed during a batch: no turn boundary drained the inbox, so what it
+    holds comes with ``GraceBegun`` and is canonical (recorded first) before the grace request."""
+    state, _ = step(begin(config(max_duration=10)), TurnDue(0.0))
+    state, commands = step(state, TimeRanOut(9.0))
+    assert kinds(commands)[-1] == "EnterGrace"
+    inputs = (
+        SteeringInput("in_1", "steering", "use Celsius", "ann", 8.0),
+        SteeringInput("in_2", "follow-up", "and the wind", "ann", 8.5),
+    )
+    state, commands = step(state, GraceBegun(inputs))
+    assert kinds(commands) == ["RecordInputs", "StartTurn", "RequestModel"]
+    record = commands[0]
+    assert isinstance(record, RecordInputs)
+    assert record.inputs == inputs
+    assert state.messages[-2:] == (
+        UserMessage.text("use Celsius"),
+        UserMessage.text("and the wind"),
+    )
+    assert commands[-1] == RequestModel(True)
 
 
 def test_a_grace_turn_that_asks_for_tools_fails_closed_and_one_out_of_time_fails() -> None:

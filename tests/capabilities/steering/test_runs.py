@@ -459,3 +459,54 @@ async def test_an_empty_or_blank_conversation_or_author_is_refused_at_the_call(
         for submit in (steering.steer, steering.follow_up):
             with pytest.raises(ValueError, match="must not be empty or blank"):
                 await submit(conversation_id, "Go on.", author=author)
+
+
+async def test_input_accepted_before_the_grace_turn_enters_its_prompt_and_later_is_refused(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The run's deadline cuts a tool call short while steering and a follow-up wait: no turn
+    boundary drained them, yet the grace turn's request is a next model request, so both are
+    canonical before it (they used to expire undelivered). Once the grace turn began the run
+    takes no more input: a submission during it is refused ``"run-ending"`` instead of being
+    accepted only to expire."""
+    seen: dict[str, Any] = {}
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        steering = seen["steering"]
+        seen["early"] = [
+            await steering.steer(call.conversation_id, "use Celsius", author="ann"),
+            await steering.follow_up(call.conversation_id, "and the wind", author="ann"),
+        ]
+        await trio.sleep_forever()  # until the run's deadline cuts it short
+        raise AssertionError("unreachable")
+
+    async def submit_during_grace(conversation_id: str) -> None:
+        await trio.sleep(95)  # the grace turn streams from 90 s (the deadline) to 99 s
+        seen["late"] = await seen["steering"].steer(conversation_id, "too late", author="ann")
+
+    short = attrs.evolve(AGENT, policy=AgentPolicy(max_turns=5, max_duration=100))
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("4 °C", delay=9)])
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(in_memory_storage())
+    async with open_runtime(layer, agents=[short]) as runtime:
+        steering = seen["steering"] = runtime.context[SteeringService]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit_during_grace, "conv-graced")
+            result = await runtime.run(
+                short, "Weather?", conversation_id="conv-graced", create=True
+            )
+        statuses = [await steering.status(r.input_id) for r in seen["early"]]
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert result.status == "completed"
+    assert result.text == "4 °C"
+    assert [s.state for s in statuses if s is not None] == ["delivered", "delivered"]
+    grace_request = model.requests[-1]
+    assert UserMessage.text("use Celsius") in grace_request.messages
+    assert UserMessage.text("and the wind") in grace_request.messages
+    inputs = [e.record for e in log if isinstance(e.record, UserInputRecorded)]
+    assert [(r.kind, r.text) for r in inputs] == [
+        ("user", "Weather?"),
+        ("steering", "use Celsius"),
+        ("follow-up", "and the wind"),
+    ]
+    late: InputReceipt = seen["late"]
+    assert (late.accepted, late.rejection) == (False, "run-ending")
