@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import attrs
 
-from effectagent.ai import ToolAnnotations
+from effectagent.ai import ToolAnnotations, ToolSource
 from effectagent.effect import ServiceKey
 
 from ._redact import masked_url
@@ -122,7 +122,7 @@ def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object)
         )
 
 
-def _key(self: Any) -> ServiceKey[Any]:
+def _key(self: Any) -> ServiceKey[ToolSource]:
     return ServiceKey(
         f"MCP server {self.name!r}", "the tools of an open MCP connection (a ToolSource)"
     )
@@ -208,7 +208,9 @@ class StdioServer:
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
     limits: McpLimits = attrs.field(factory=McpLimits)
     needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
-    key: ServiceKey[Any] = attrs.field(init=False, default=attrs.Factory(_key, takes_self=True))
+    key: ServiceKey[ToolSource] = attrs.field(
+        init=False, default=attrs.Factory(_key, takes_self=True)
+    )
 
     @name.default
     def _default_name(self) -> str:
@@ -236,7 +238,9 @@ class HttpServer:
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
     limits: McpLimits = attrs.field(factory=McpLimits)
     needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
-    key: ServiceKey[Any] = attrs.field(init=False, default=attrs.Factory(_key, takes_self=True))
+    key: ServiceKey[ToolSource] = attrs.field(
+        init=False, default=attrs.Factory(_key, takes_self=True)
+    )
 
     @name.default
     def _default_name(self) -> str:

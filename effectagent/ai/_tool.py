@@ -67,9 +67,10 @@ __all__ = [
     "ToolCallContext",
 ]
 
-#: A tool's decoded parameters and its success value.
-P = TypeVar("P")
-S = TypeVar("S")
+#: A tool's decoded parameters and its success value: ``Any`` for what a tool does not give
+#: (``Tool("t", "...", parameters=Delete)`` is a ``Tool[Delete, Any]``).
+P = TypeVar("P", default=Any)
+S = TypeVar("S", default=Any)
 T = TypeVar("T")
 # The same in the type aliases below, where a bare ``Handler`` means a handler of any tool.
 _P = TypeVar("_P", default=Any)
@@ -524,7 +525,8 @@ class Tool(Generic[P, S]):
     ) -> P:
         """Decode the model's raw JSON argument text; raises :class:`SchemaError` with paths."""
         if self.parameters is not None:
-            return decode_json(self.parameters, arguments or "{}", limits=limits)
+            decoded: P = decode_json(self.parameters, arguments or "{}", limits=limits)
+            return decoded
         value: Any = decode_json(Any, arguments or "{}", limits=limits)
         assert self._parameters_validator is not None
         _validate(self._parameters_validator, value)

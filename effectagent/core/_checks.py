@@ -42,6 +42,9 @@ __all__ = [
 ]
 
 O = TypeVar("O", default=Any)  # noqa: E741
+#: What a :class:`FinalAnswer` holds: covariant, so a guardrail of ``FinalAnswer[object]`` (or of
+#: ``FinalAnswer[Any]``) guards an agent of any output type.
+_Answer = TypeVar("_Answer", covariant=True, default=Any)
 
 Stage = Literal["input", "output"]
 
@@ -123,19 +126,20 @@ _PASSED = GuardrailResult(False)
 
 
 @attrs.frozen
-class FinalAnswer(Generic[O]):
+class FinalAnswer(Generic[_Answer]):
     """What an output guardrail is given: the answer's ``text`` (redacted) and its ``output``
     (decoded into ``Agent.output``; None for an agent without one)."""
 
     text: str
-    output: O
+    output: _Answer
 
 
 #: An input guardrail: given the context and the run's input text.
 InputGuardrailFunction: TypeAlias = Callable[[CheckContext, str], Awaitable[GuardrailResult]]
-#: An output guardrail: given the context and the final answer.
+#: An output guardrail of an ``Agent[O]``: given the context and the final answer, a
+#: ``FinalAnswer[O]`` (``FinalAnswer[None]`` for an agent without an output type).
 OutputGuardrailFunction: TypeAlias = Callable[
-    [CheckContext, FinalAnswer[Any]], Awaitable[GuardrailResult]
+    [CheckContext, FinalAnswer[O]], Awaitable[GuardrailResult]
 ]
 #: An output validator: given the decoded answer and the context; returns (or its awaitable
 #: does) to accept, raises :class:`RejectOutput` to reject.

@@ -641,7 +641,7 @@ class Agent(_AgentFields[OutputT, InputT]):
             output_mode: Literal["native", "tool"] = "native",
             output_validators: Sequence[OutputValidator[T]] = (),
             input_guardrails: Sequence[Guardrail | InputGuardrailFunction] = (),
-            output_guardrails: Sequence[Guardrail | OutputGuardrailFunction] = (),
+            output_guardrails: Sequence[Guardrail | OutputGuardrailFunction[T]] = (),
             input: type[In] | None = None,
             input_renderer: Callable[[In], str] | None = None,
             services: tuple[ServiceKey[Any], ...] | list[ServiceKey[Any]] = (),

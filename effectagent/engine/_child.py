@@ -24,10 +24,11 @@ A child is an ordinary run of another agent with three things fixed by its paren
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, final
+from typing import Any, Generic, Literal, final
 
 import attrs
 import trio
+from typing_extensions import TypeVar
 
 from effectagent.ai import ToolCallContext
 from effectagent.core import (
@@ -54,6 +55,10 @@ from ._seams import RunEnding
 
 __all__ = ["ChildRunRefused", "ChildRunResult", "run_child"]
 
+#: The output type of a child's agent (``Agent[O]``), carried to its result (as ``RunResult``'s).
+OutputT = TypeVar("OutputT", covariant=True, default=Any)
+T = TypeVar("T")
+
 
 class ChildRunRefused(Exception):
     """A child run could not start; ``reason`` says why (nothing ran, nothing was charged)."""
@@ -76,11 +81,12 @@ def _child_ending(ending: RunEnding) -> ChildEnding:
 
 
 @attrs.frozen
-class ChildRunResult:
+class ChildRunResult(Generic[OutputT]):
     """How a child run ended. ``status`` is "completed" or "failed" — or "interrupted", which
     only a child whose caller was not cancelled could return (an interrupted parent's cancellation
     propagates instead of a result). ``output`` is the answer decoded into the child
-    agent's ``output`` type (None without one); ``error`` the failed run's error. ``turns`` and
+    agent's ``output`` type (None without one, and for a run that did not complete: a child of an
+    ``Agent[O]`` gives a ``ChildRunResult[O]``); ``error`` the failed run's error. ``turns`` and
     ``tool_calls`` include its own children's; ``budget`` is what it was granted."""
 
     run_id: str
@@ -88,7 +94,7 @@ class ChildRunResult:
     agent: str
     status: ChildEnding
     text: str
-    output: Any
+    output: OutputT | None
     error: RunError | None
     usage: UsageTotals
     turns: int
@@ -98,13 +104,13 @@ class ChildRunResult:
 
 async def run_child(
     call: ToolCallContext,
-    agent: Agent,
+    agent: Agent[T, Any],
     text: object,
     *,
     budget: ChildBudget,
     context: Sequence[ContextItem] = (),
     nested: bool = False,
-) -> ChildRunResult:
+) -> ChildRunResult[T]:
     """Run ``agent`` on ``text`` as a child of the run serving ``call``, inside that call (see
     the module notes), and return how it ended. For an agent with a typed input
     (``Agent.input``), ``text`` is its input: a value of that type, or its JSON (a dict, or JSON
@@ -145,7 +151,10 @@ async def run_child(
     for item in items:
         if not isinstance(item, ContextItem):
             raise TypeError(f"run_child's context must hold ContextItem, got {type(item).__name__}")
-    return await _ChildRun(host, call, agent).run(run_input, budget, items, nested)
+    result: ChildRunResult[Any] = await _ChildRun(host, call, agent).run(
+        run_input, budget, items, nested
+    )
+    return result  # its output was decoded into ``agent.output``: a ``T``
 
 
 @final

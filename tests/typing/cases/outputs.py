@@ -95,6 +95,30 @@ guarded = Agent(
     input_guardrails=[on_topic, Guardrail(on_topic, name="topic", beside=True)],
     output_guardrails=[under_limit],
 )
+assert_type(guarded, Agent[Refund, DefaultInput])
+
+
+async def escalated(ctx: CheckContext, answer: FinalAnswer[Escalation]) -> GuardrailResult:
+    return GuardrailResult.trip(answer.output.reason)
+
+
+async def any_answer(ctx: CheckContext, answer: FinalAnswer[object]) -> GuardrailResult:
+    return GuardrailResult.passed()  # fits an agent of any output type
+
+
+async def polite(ctx: CheckContext, answer: FinalAnswer[None]) -> GuardrailResult:
+    assert_type(answer.text, str)
+    return GuardrailResult.passed()
+
+
+# An output guardrail is given a FinalAnswer of the agent's output type.
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[under_limit, any_answer])
+Agent("triage", "Triage.", output=one_of(Refund, Escalation), output_guardrails=[any_answer])
+assert_type(Agent("polite", "Greet.", output_guardrails=[polite]), Agent[None, DefaultInput])
+# E: List item 0 has incompatible type "Callable[[CheckContext, FinalAnswer[Escalation]], Coroutine[Any, Any, GuardrailResult]]"
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[escalated])
+# E: List item 1 has incompatible type "Callable[[CheckContext, FinalAnswer[Refund]], Coroutine[Any, Any, GuardrailResult]]"
+Agent("greeter", "Greet.", output_guardrails=[polite, under_limit])
 
 
 async def streams(runtime: Runtime) -> None:

@@ -1,6 +1,7 @@
 """An ``Agent[O]`` runs to a ``RunResult[O]``: mypy follows the output type from the agent to the
 result — through ``runtime.run``, ``runtime.stream`` and ``reduce_events``, and ``run_sync`` —
-and an agent without one is an ``Agent[None]`` whose answer is ``text``."""
+and an agent without one is an ``Agent[None]`` whose answer is ``text``. A child run of it
+(``run_child``) ends in a ``ChildRunResult[O]``."""
 
 from __future__ import annotations
 
@@ -8,9 +9,18 @@ from typing import Any, assert_type
 
 import attrs
 
-from effectagent import Agent, AgentPolicy, Layer, RunResult, Runtime, run_sync
+from effectagent import (
+    Agent,
+    AgentPolicy,
+    ChildBudget,
+    Layer,
+    RunResult,
+    Runtime,
+    ToolCallContext,
+    run_sync,
+)
 from effectagent.core import DefaultInput
-from effectagent.engine import RunStream, reduce_events
+from effectagent.engine import ChildRunResult, RunStream, reduce_events, run_child
 
 
 @attrs.frozen
@@ -79,3 +89,20 @@ def synchronously(layer: Layer) -> None:
     # E: Incompatible types in assignment (expression has type "Forecast", variable has type "str")  [assignment]
     name: str = result.output_or_raise()
     print(name)
+
+
+async def delegating(call: ToolCallContext, agent: Agent) -> str:
+    child = await run_child(call, weather, "How warm is Oslo?", budget=ChildBudget())
+    assert_type(child, ChildRunResult[Forecast])
+    assert_type(child.output, Forecast | None)  # None when the child did not complete
+    if child.output is not None:
+        assert_type(child.output.high_c, float)
+    greeting = await run_child(call, greeter, "Ada", budget=ChildBudget())
+    assert_type(greeting.output, None)
+    anyone = await run_child(call, agent, "Ada", budget=ChildBudget())  # a bare Agent: any output
+    assert_type(anyone, ChildRunResult[Any])
+    # E: Item "None" of "Forecast | None" has no attribute "high_c"  [union-attr]
+    high = child.output.high_c
+    # E: Incompatible types in assignment (expression has type "None", variable has type "str")  [assignment]
+    text: str = greeting.output
+    return f"{high} {text} {greeting.text}"

@@ -35,6 +35,11 @@ forecast = Tool(
 assert_type(forecast, Tool[Lookup, Forecast])
 assert_type(forecast.decode_arguments('{"city": "Oslo"}'), Lookup)
 assert_type(Tool.dynamic("raw", "Raw.", {"type": "object"}), Tool[dict[str, Any], Any])
+# What a tool does not give is Any: no annotation needed for a tool without ``success=``.
+delete = Tool("delete", "Delete a city.", parameters=Lookup, needs_approval=True)
+assert_type(delete, Tool[Lookup, Any])
+anything = Tool("anything", "Takes anything.")
+assert_type(anything, Tool[Any, Any])
 
 
 # ---- handlers that fit ---------------------------------------------------------------------------
@@ -134,6 +139,8 @@ Tool("listed", "L.", parameters=Lookup, targets=lambda params: [f"city:{params.c
 Tool("guarded", "G.", parameters=Lookup, needs_approval=lambda params, call: params.zone == "")
 # E: Argument 1 to "requires_approval" of "Tool" has incompatible type "str"; expected "Lookup"  [arg-type]
 forecast.requires_approval("Oslo", ToolCallContext("call_1", "forecast"))
+# E: Argument 1 to "bind" of "Tool" has incompatible type "Callable[[int, ToolCallContext], Coroutine[Any, Any, str]]"; expected "Callable[[Lookup, ToolCallContext], Awaitable[Any | Result[Any, Any]]]"
+delete.bind(handle_int)
 
 
 # ---- @tool: the tool's success type is the function's -------------------------------------------
