@@ -11,7 +11,9 @@ midway through a run.
 
 Building is sequential and deterministic: constructors run in declaration order, each resource's release
 is registered as a finalizer of the build scope, so teardown runs in exactly the reverse order of
-construction — also when construction fails halfway. Within one build each layer node is built once
+construction — also when construction fails halfway. (A :meth:`Layer.scoped` manager is entered
+and exited in a task of its own, so that it may keep a nursery or a cancel scope open while the
+service lives.) Within one build each layer node is built once
 however many dependents it has (memoized by identity); :meth:`Layer.fresh` opts out. A leaf constructor
 sees only the services it declared, so declarations cannot silently drift from use.
 
@@ -23,14 +25,17 @@ letter or iterated), names are str, a constructor an async function (``Layer.eff
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, TypeVar, final
+from typing import Any, TypeVar, cast, final
 
 import attrs
+import trio
 
 from ._attempt import is_async_callable
 from ._cause import Exit, Failure
+from ._cause import _leaves as leaves
 from ._context import Context, ServiceKey
 from ._scope import Scope, open_scope
 
@@ -149,7 +154,20 @@ class Layer:
     ) -> Layer:
         """A layer whose service is an async context manager's value, exited at teardown.
 
-        The manager's ``__aexit__`` receives the exception that closed the build scope, if any.
+        The manager's ``__aexit__`` receives the exception that closed the build scope, if any
+        (:meth:`Cause.to_exception` of its Exit); what it raises beyond that exception is an
+        error of the scope's teardown. ``factory`` is called with the context when the layer is
+        built, and must return an async context manager (``TypeError`` naming the layer
+        otherwise).
+
+        The manager is entered and exited in a task of its own (with a copy of the building
+        task's context variables), so it may hold a nursery or a cancel scope open for as long
+        as the service lives — a background task of the service's, a connection's reader — which
+        the build scope could not: its own nursery closes before its finalizers run. Cancelling
+        the build while the manager is entered cancels the entering; once entered, the service
+        lives until the build scope's teardown exits it, which nothing else cancels. A
+        background task of the service that fails ends the manager's block, and its error is
+        raised with the scope's teardown.
         """
         _check_key("Layer.scoped", key)
         if not callable(factory):
@@ -162,17 +180,29 @@ class Layer:
 
         async def construct(ctx: Context, scope: Scope) -> Context:
             manager = factory(ctx)
-            service = await manager.__aenter__()
-
-            async def release(exit_: Exit[Any, Any]) -> None:
-                if isinstance(exit_, Failure):
-                    exc = exit_.cause.to_exception()
-                    await manager.__aexit__(type(exc), exc, exc.__traceback__)
-                else:
-                    await manager.__aexit__(None, None, None)
-
-            scope.add_finalizer(release)
-            return Context.of(key, service)
+            if not (hasattr(manager, "__aenter__") and hasattr(manager, "__aexit__")):
+                raise TypeError(
+                    f"Layer.scoped: the factory of layer {name!r} must return an async context "
+                    f"manager, got {type(manager).__name__}"
+                )
+            held = _Held(manager)
+            scope.add_finalizer(held.release)  # before starting: a closing scope refuses here
+            try:
+                trio.lowlevel.spawn_system_task(
+                    held.hold, name=f"layer {name!r}", context=contextvars.copy_context()
+                )
+            except BaseException:
+                held.done.set()  # nothing to wait for at teardown
+                raise
+            try:
+                await held.entered.wait()
+            except BaseException:
+                if not held.ok:
+                    held.guard.cancel()  # the scope's finalizer waits for the task to end
+                raise
+            if not held.ok:
+                raise held.enter_error or RuntimeError(f"layer {name!r} was not entered")
+            return Context.of(key, held.value)
 
         return _Leaf(name, frozenset((key,)), required, construct)
 
@@ -351,6 +381,11 @@ class _Leaf(Layer):
         except BaseException as exc:
             exc.add_note(f"while building layer {self.name!r}")
             raise
+        if not isinstance(built, Context):
+            raise TypeError(
+                f"layer {self.name!r} must build a Context of what it provides, got "
+                f"{type(built).__name__}"
+            )
         missing = self.provides - frozenset(built)
         if missing:
             names = ", ".join(sorted(k.name for k in missing))
@@ -468,6 +503,91 @@ class _Named(Layer):
         return await self.inner._build(ctx, scope, memo)
 
 
+@final
+class _Held:
+    """An async context manager held open by a task of its own (see :meth:`Layer.scoped`).
+
+    The task is a system task: not a child of the build scope's nursery, which waits for its
+    children before the finalizers run (the release would never come), and outside every
+    cancel scope of the building task, so nothing but :attr:`guard` (while entering) and the
+    release ends it."""
+
+    __slots__ = (
+        "closing",
+        "done",
+        "enter_error",
+        "entered",
+        "exit_error",
+        "guard",
+        "manager",
+        "ok",
+        "released",
+        "value",
+    )
+
+    def __init__(self, manager: AbstractAsyncContextManager[Any]) -> None:
+        self.manager = manager
+        self.guard = trio.CancelScope()  # cancelled by a cancelled build while entering
+        self.entered = trio.Event()  # set once entering has ended, however it ended
+        self.released = trio.Event()
+        self.done = trio.Event()
+        self.ok = False  # entered
+        self.value: Any = None
+        self.enter_error: BaseException | None = None
+        self.exit_error: BaseException | None = None
+        self.closing: BaseException | None = None
+
+    async def hold(self) -> None:
+        manager = self.manager
+        try:
+            with self.guard:
+                try:
+                    self.value = await manager.__aenter__()
+                except BaseException as exc:
+                    if not self.guard.cancel_called:  # else the build was cancelled: it raises
+                        self.enter_error = exc
+                    raise
+                self.ok = True
+                self.entered.set()
+                try:
+                    await self.released.wait()
+                except BaseException as exc:  # the manager's own nursery, or the run, ends
+                    self.closing = exc
+                closing = self.closing
+                try:
+                    if closing is None:
+                        await manager.__aexit__(None, None, None)
+                    else:
+                        await manager.__aexit__(type(closing), closing, closing.__traceback__)
+                except BaseException as exc:
+                    self.exit_error = _beyond(exc, closing)
+        except BaseException:  # what entering raised: kept in enter_error, raised by the build
+            pass
+        finally:
+            self.entered.set()
+            self.done.set()
+
+    async def release(self, exit_: Exit[Any, Any]) -> None:
+        if isinstance(exit_, Failure):
+            self.closing = exit_.cause.to_exception()
+        self.released.set()
+        await self.done.wait()  # a finalizer: shielded by the scope
+        if self.exit_error is not None:
+            raise self.exit_error
+
+
+def _beyond(raised: BaseException, given: BaseException | None) -> BaseException | None:
+    """What ``__aexit__`` raised beyond the exception it was given: ``None`` when it only let
+    that through — itself, or its leaves wrapped in a group by a nursery of the manager (as a
+    plain ``async with`` does not count a re-raise of its exception as a new error)."""
+    if given is None:
+        return raised
+    known = {id(given)} | {id(leaf) for leaf in leaves(given)}
+    if isinstance(raised, BaseExceptionGroup):
+        return raised.split(lambda exc: id(exc) in known)[1]
+    return None if id(raised) in known else raised
+
+
 def find_missing(
     layer: Layer,
     *,
@@ -475,13 +595,35 @@ def find_missing(
     required: Mapping[Key, str] | Iterable[Key] = (),
 ) -> tuple[MissingRequirement, ...]:
     """Every unmet requirement of ``layer`` given the services in ``context``, plus every key in
-    ``required`` (the caller's own needs, with who needs it) that neither provides. Pure."""
-    available = frozenset(context)
+    ``required`` (the caller's own needs, with who needs it) that neither provides. Pure.
+
+    ``layer`` is a Layer, ``context`` an iterable of ServiceKeys (a Context is one) and
+    ``required`` a mapping of ServiceKeys to str or an iterable of ServiceKeys: anything else is a
+    ``TypeError`` naming the argument."""
+    if not isinstance(layer, Layer):
+        raise TypeError(f"preflight: layer must be a Layer, got {type(layer).__name__}")
+    available = _keys("preflight", "context", context)
     out: list[MissingRequirement] = []
     layer._check(available, out, set())
-    needed = (
-        required.items() if isinstance(required, Mapping) else ((k, "the caller") for k in required)
-    )
+    needed: Iterable[tuple[Key, str]]
+    if isinstance(required, Mapping):
+        needed = required.items()
+        for key, who in needed:
+            if not isinstance(key, ServiceKey):
+                raise TypeError(
+                    f"preflight: required holds a {type(key).__name__}, not a ServiceKey"
+                )
+            if not isinstance(who, str):
+                raise TypeError(
+                    f"preflight: required maps {key.name!r} to {type(who).__name__}, "
+                    "not a str naming who needs it"
+                )
+    else:
+        given: object = required
+        if isinstance(given, Iterable) and not isinstance(given, str | bytes | ServiceKey):
+            given = tuple(given)  # read once: it may be an iterator
+        _keys("preflight", "required", given)  # refuses a str, a lone key, what is no key
+        needed = tuple((k, "the caller") for k in cast("tuple[Key, ...]", given))
     for key, who in needed:
         if key not in available and key not in layer.provides:
             out.append(MissingRequirement(key, who))
@@ -509,6 +651,10 @@ async def build_layer(layer: Layer, scope: Scope, context: Context | None = None
     ``scope``, which releases it on close.
     """
     ctx = context if context is not None else Context.empty()
+    if not isinstance(ctx, Context):
+        raise TypeError(f"build_layer: context must be a Context, got {type(ctx).__name__}")
+    if not isinstance(scope, Scope):
+        raise TypeError(f"build_layer: scope must be a Scope, got {type(scope).__name__}")
     preflight(layer, context=ctx)
     return await layer._build(ctx, scope, {})
 

@@ -200,13 +200,21 @@ def decode(tp: object, data: object, *, limits: SchemaLimits = ...) -> Any: ...
 def decode(tp: object, data: object, *, limits: SchemaLimits = _DEFAULT_LIMITS) -> Any:
     """Decode a raw JSON value (dicts, lists, str, int, float, bool, None) into ``tp``.
 
-    The value is first checked against ``limits`` (and for containing JSON types only), then
-    structured strictly.  Raises :class:`SchemaError` listing every bad field with its path, or
+    The value is first checked against ``limits`` (a :class:`SchemaLimits`, else a
+    ``TypeError``; and for containing JSON types only), then structured strictly.  Raises
+    :class:`SchemaError` listing every bad field with its path, or
     :class:`SchemaDerivationError` if ``tp`` is not a supported type.
     """
+    if limits is not _DEFAULT_LIMITS:
+        _check_limits_given("decode", limits)
     hooks = _decoder_for(tp)
     _check_limits(data, limits)
     return _structure(hooks, tp, data, limits)
+
+
+def _check_limits_given(owner: str, limits: object) -> None:
+    if not isinstance(limits, SchemaLimits):
+        raise TypeError(f"{owner}: limits must be a SchemaLimits, got {type(limits).__name__}")
 
 
 def _structure(
@@ -254,12 +262,15 @@ def decode_json(tp: type[T], text: str | bytes, *, limits: SchemaLimits = ...) -
 @overload
 def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = ...) -> Any: ...
 def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAULT_LIMITS) -> Any:
-    """Parse JSON text (``str``, or UTF-8 ``bytes``) and :func:`decode` it into ``tp``.
+    """Parse JSON text (``str``, or UTF-8 ``bytes``; anything else is a ``TypeError``) and
+    :func:`decode` it into ``tp``.
 
     The byte size and the bracket nesting of the text are checked before parsing; invalid JSON
     (including ``NaN``/``Infinity``, and numbers too large for a float, which would be infinity)
     raises :class:`SchemaError` at path ``$``.
     """
+    if limits is not _DEFAULT_LIMITS:
+        _check_limits_given("decode_json", limits)
     max_bytes = limits.max_bytes
     if isinstance(text, _BYTES):
         if len(text) > max_bytes:
@@ -268,6 +279,8 @@ def decode_json(tp: object, text: str | bytes, *, limits: SchemaLimits = _DEFAUL
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError:
             raise _limit_error(None, "input is not valid UTF-8") from None
+    elif not isinstance(text, str):
+        raise TypeError(f"decode_json: text must be a str or bytes, got {type(text).__name__}")
     elif len(text) > max_bytes or (
         # Every character takes at most 4 bytes (a lone surrogate 3): encode only when that
         # worst case could exceed the bound.

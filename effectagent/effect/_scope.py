@@ -142,9 +142,20 @@ class Scope:
         self._open_nursery().cancel_scope.cancel()
 
     def add_finalizer(self, finalizer: Finalizer) -> None:
-        """Register ``finalizer``; it runs once when the scope closes, shielded, before earlier ones."""
+        """Register ``finalizer``; it runs once when the scope closes, shielded, before earlier ones.
+
+        ``finalizer`` is an async callable of the closing Exit: anything not callable is a
+        ``TypeError`` here, not an error of the scope's teardown. Only an open scope takes one
+        (:class:`ScopeClosedError` before it is entered, and once it is closing)."""
         if self._closing:
             raise ScopeClosedError("cannot add a finalizer to a closing scope")
+        if self._nursery is None:  # it would run only if the scope were entered later
+            raise ScopeClosedError("cannot add a finalizer to a scope that is not open")
+        if not callable(finalizer):
+            raise TypeError(
+                "add_finalizer: finalizer must be an async callable of the Exit, got "
+                f"{type(finalizer).__name__}"
+            )
         self._finalizers.append(finalizer)
 
     # Overloads so that ``scope.fork(fn)`` (nothing declared) is a ``Fiber[A, Never]`` rather than
@@ -179,6 +190,8 @@ class Scope:
         nursery = self._open_nursery()
         if self._closing:
             raise ScopeClosedError("cannot fork into a closing scope")
+        if not callable(fn):
+            raise TypeError(f"fork: fn must be an async function, got {type(fn).__name__}")
         errors = error_classes(errors)  # type: ignore[assignment]
         fiber: Fiber[A, E] = Fiber(name or str(getattr(fn, "__qualname__", fn)))
         nursery.start_soon(self._run_fiber, fiber, fn, args, errors, name=fiber.name)
@@ -200,6 +213,8 @@ class Scope:
         nursery = self._open_nursery()
         if self._closing:
             raise ScopeClosedError("cannot spawn into a closing scope")
+        if not callable(fn):
+            raise TypeError(f"spawn: fn must be an async function, got {type(fn).__name__}")
         nursery.start_soon(self._run_spawned, fn, args, name=fn)  # the task is named after fn
 
     async def _run_spawned(
@@ -251,6 +266,8 @@ class Scope:
         return self._nursery
 
     async def __aenter__(self) -> Scope:
+        if self._nursery is not None:
+            raise ScopeClosedError("a scope is entered once: open another with open_scope()")
         self._nursery = await self._nursery_cm.__aenter__()
         return self
 

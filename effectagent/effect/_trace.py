@@ -174,5 +174,11 @@ class _Installed:
 
 def use_span_starter(starter: SpanStarter | None) -> AbstractContextManager[None]:
     """Install ``starter`` (None: none) for the current context while the ``with`` block runs; the
-    one before is back on exit. Enter and leave it in one task (a contextvar's token is reset)."""
+    one before is back on exit. Enter and leave it in one task (a contextvar's token is reset).
+    A ``starter`` that is neither callable nor None is a ``TypeError`` here, not at the first
+    span."""
+    if starter is not None and not callable(starter):
+        raise TypeError(
+            f"use_span_starter: starter must be a SpanStarter or None, got {type(starter).__name__}"
+        )
     return _Installed(starter)
