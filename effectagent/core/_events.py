@@ -20,7 +20,14 @@ from effectagent.effect import _fast_init
 
 from ._approval import ApprovalRequest
 from ._errors import RunError
-from ._outcomes import ToolOutcome
+from ._outcomes import (
+    ToolDefect,
+    ToolFailure,
+    ToolInvalidInput,
+    ToolRejected,
+    ToolSuccess,
+    ToolUnknownOutcome,
+)
 from ._policy import ChildBudget
 from ._usage import UsageDelta, UsageTotals
 
@@ -165,23 +172,23 @@ class ToolProgress(EventBase):
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class ToolCallSucceeded(EventBase):
-    """A tool call settled with ToolSuccess."""
+    """A tool call settled with ToolSuccess (``outcome``)."""
 
     turn: int
     tool_call_id: str
     tool_name: str
-    outcome: ToolOutcome
+    outcome: ToolSuccess
 
 
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
 class ToolCallFailed(EventBase):
-    """A tool call settled with any other outcome."""
+    """A tool call settled with any other outcome (``outcome``: every kind but ToolSuccess)."""
 
     turn: int
     tool_call_id: str
     tool_name: str
-    outcome: ToolOutcome
+    outcome: ToolRejected | ToolInvalidInput | ToolFailure | ToolDefect | ToolUnknownOutcome
 
 
 @_fast_init

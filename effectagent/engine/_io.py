@@ -38,8 +38,13 @@ from effectagent.core import (
     ToolCallFailed,
     ToolCallStarted,
     ToolCallSucceeded,
-    ToolOutcome,
+    ToolDefect,
+    ToolFailure,
+    ToolInvalidInput,
     ToolProgress,
+    ToolRejected,
+    ToolSuccess,
+    ToolUnknownOutcome,
     TurnCompleted,
     TurnStarted,
     UsageDelta,
@@ -264,7 +269,7 @@ class RunIO(RunLog):
         turn: int,
         tool_call_id: str,
         tool_name: str,
-        outcome: ToolOutcome,
+        outcome: ToolSuccess,
     ) -> None: ...
 
     @overload
@@ -276,7 +281,7 @@ class RunIO(RunLog):
         turn: int,
         tool_call_id: str,
         tool_name: str,
-        outcome: ToolOutcome,
+        outcome: ToolRejected | ToolInvalidInput | ToolFailure | ToolDefect | ToolUnknownOutcome,
     ) -> None: ...
 
     @overload

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, final
 import trio
 from typing_extensions import TypeVar
 
-from effectagent.core import TERMINAL_EVENTS, EventBase, ModelRetrying, TextDelta, TurnStarted
+from effectagent.core import TERMINAL_EVENTS, Event, ModelRetrying, TextDelta, TurnStarted
 
 from ._driver import RunDriver
 from ._handover import EventQueue
@@ -153,7 +153,9 @@ class RunStream(Generic[OutputT]):
             )
         return self
 
-    async def __anext__(self) -> EventBase:
+    async def __anext__(self) -> Event:
+        # Typed as the union of the run events, so that a ``match`` or an ``isinstance`` chain
+        # over them narrows (and mypy can check one is exhaustive); each event a run emits is one.
         if self._terminal_seen:
             raise StopAsyncIteration
         try:
@@ -165,4 +167,4 @@ class RunStream(Generic[OutputT]):
             raise StopAsyncIteration
         if isinstance(event, TERMINAL_EVENTS):
             self._terminal_seen = True
-        return event
+        return event  # type: ignore[return-value]  # the queue holds the run's events only

@@ -18,8 +18,10 @@ from effectagent.core import (
     Agent,
     LogEntry,
     ModelResponseRecorded,
+    RunCompleted,
     RunCompletedRecord,
     RunStarted,
+    ToolCallFailed,
     ToolCallPrepared,
     ToolCallSettled,
     ToolSuccess,
@@ -311,7 +313,8 @@ async def test_an_answer_recorded_without_the_runs_end_completes_without_a_model
     assert first.resumed
     assert first.input == "Pay 0."
     assert type(last).__name__ == "RunCompleted"
-    assert last.text == "Nothing to pay."  # type: ignore[attr-defined]
+    assert isinstance(last, RunCompleted)
+    assert last.text == "Nothing to pay."
     entries = list(await log.entries(CONV))
     assert len(records_of(entries, ModelResponseRecorded)) == 1  # not recorded again
     assert len(records_of(entries, RunCompletedRecord)) == 1
@@ -415,7 +418,7 @@ async def test_what_a_resumed_run_tells_of_a_call_never_holds_a_secret(
         runtime.stream_resume(agent, conversation_id=CONV, run_id=RUN) as events,
     ):
         seen = [event async for event in events]
-    (outcome,) = [e.outcome for e in seen if type(e).__name__ == "ToolCallFailed"]  # type: ignore[attr-defined]
+    (outcome,) = [e.outcome for e in seen if isinstance(e, ToolCallFailed)]
     assert isinstance(outcome, ToolUnknownOutcome)
     assert outcome.reason == "the bank answered with [REDACTED]"
     assert CANARY not in repr(seen)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from effectagent import Agent, AgentPolicy, Toolkit
 from effectagent.ai import ModelRequest, TextContent, UserMessage
-from effectagent.core import ChildBudget, UserInputRecorded
+from effectagent.core import ChildBudget, RunStarted, UserInputRecorded
 from effectagent.effect import decode, decode_json, field_meta
 from effectagent.engine import open_runtime, run_child
 from effectagent.testing import ScriptedModel, Turn
@@ -163,7 +163,8 @@ async def test_a_stream_checks_and_renders_the_input_as_run_does() -> None:
         seen = [event async for event in events]
     started = seen[0]
     assert decode_json(Query, last_user_text(model.requests[0])) == Query("Lima", 2)
-    assert json.loads(started.input) == {  # type: ignore[attr-defined]
+    assert isinstance(started, RunStarted)
+    assert json.loads(started.input) == {
         "city": "Lima",
         "days": 2,
         "units": "metric",

@@ -99,7 +99,7 @@ def policy(**overrides: Any) -> AgentPolicy:
 class Ran:
     """What one run of one program left behind."""
 
-    events: list[EventBase]
+    events: Sequence[EventBase]
     log: list[LogEntry]
     model: ScriptedModel
 

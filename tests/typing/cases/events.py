@@ -8,16 +8,27 @@ from __future__ import annotations
 from typing import assert_type
 
 from effectagent.core import (
+    Event,
     ModelStarted,
     ReasoningDelta,
+    RunCompleted,
     RunFailed,
     RunFailedRecord,
     RunInterrupted,
     TextDelta,
+    ToolCallFailed,
     ToolCallPrepared,
+    ToolCallSucceeded,
+    ToolDefect,
+    ToolFailure,
+    ToolInvalidInput,
+    ToolRejected,
+    ToolSuccess,
+    ToolUnknownOutcome,
     TurnStarted,
     UsageTotals,
 )
+from effectagent.engine import RunStream
 from effectagent.engine._io import RunIO
 
 started = TurnStarted(run_id="run_1", conversation_id="conv_1", agent="a", seq=1, at=0.0, turn=1)
@@ -60,3 +71,26 @@ def the_event_of_its_class(io: RunIO, usage: UsageTotals) -> RunFailed:
 def no_event_of_an_ordinary_class(io: RunIO) -> TurnStarted:
     # E: Incompatible return value type (got "None", expected "TurnStarted")
     return io.emit(TurnStarted, turn=3)
+
+
+async def streamed_events_narrow(stream: RunStream[None]) -> None:
+    """A run's stream yields the union of the run events, so an ``isinstance`` (or ``match``)
+    narrows; a settled call's event says which outcomes it can hold."""
+    async for event in stream:
+        assert_type(event, Event)
+        if isinstance(event, ToolCallSucceeded):
+            assert_type(event.outcome, ToolSuccess)
+        elif isinstance(event, ToolCallFailed):
+            assert_type(
+                event.outcome,
+                ToolRejected | ToolInvalidInput | ToolFailure | ToolDefect | ToolUnknownOutcome,
+            )
+        elif isinstance(event, RunCompleted):
+            assert_type(event.text, str)
+            # E: "RunCompleted" has no attribute "outcome"  [attr-defined]
+            event.outcome  # noqa: B018
+
+
+def a_success_event_holds_no_failure(io: RunIO, defect: ToolDefect) -> None:
+    # E: Argument 1 to "emit" of "RunIO" has incompatible type "type[ToolCallSucceeded]"; expected "type[ToolCallFailed]"  [arg-type]
+    io.emit(ToolCallSucceeded, turn=1, tool_call_id="c", tool_name="t", outcome=defect)
