@@ -38,11 +38,12 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, TypedDict
 from unicodedata import normalize
 from urllib.parse import unquote
 
 import attrs
+from typing_extensions import Unpack
 
 from effectagent.ai import ToolAnnotations
 from effectagent.core import ApprovalRequest, Risk
@@ -214,6 +215,24 @@ def _odd_segments(path: str) -> bool:
 _SEPARATORS: Final = re.compile(r"[/\\]")
 
 
+class _Conditions(TypedDict, total=False):
+    """The conditions :meth:`ApprovalRule.approve`, ``deny`` and ``ask`` take: the rule's fields
+    but its decision (so mypy refuses a misspelt or mistyped one, as the rule itself does)."""
+
+    tools: str | Iterable[str] | None
+    agents: str | Iterable[str] | None
+    risks: Risk | Iterable[Risk] | None
+    targets: str | Iterable[str] | None
+    any_target: str | Iterable[str] | None
+    readonly: bool | None
+    idempotent: bool | None
+    destructive: bool | None
+    open_world: bool | None
+    when: Callable[[Any], bool] | None
+    reason: str
+    name: str
+
+
 @attrs.frozen
 class ApprovalRule:
     """One rule: ``decision`` for calls matching every condition given (see the module notes).
@@ -242,17 +261,17 @@ class ApprovalRule:
     name: str = attrs.field(default="", validator=text)
 
     @staticmethod
-    def approve(**conditions: Any) -> ApprovalRule:
+    def approve(**conditions: Unpack[_Conditions]) -> ApprovalRule:
         """A rule approving the calls that match ``conditions`` (the fields above)."""
         return ApprovalRule("approve", **conditions)
 
     @staticmethod
-    def deny(**conditions: Any) -> ApprovalRule:
+    def deny(**conditions: Unpack[_Conditions]) -> ApprovalRule:
         """A rule denying the calls that match ``conditions``."""
         return ApprovalRule("deny", **conditions)
 
     @staticmethod
-    def ask(**conditions: Any) -> ApprovalRule:
+    def ask(**conditions: Unpack[_Conditions]) -> ApprovalRule:
         """A rule handing the calls that match ``conditions`` to the policy's other provider."""
         return ApprovalRule("ask", **conditions)
 

@@ -288,7 +288,11 @@ AnyAnswer: Any = Answer
             TypeError,
             "keyed by non-empty str IDs, got 1",
         ),
-        (lambda: ApprovalRule.approve(risks=3), TypeError, "risks must be a risk or risks"),
+        (
+            lambda: ApprovalRule.approve(risks=3),  # type: ignore[arg-type]
+            TypeError,
+            "risks must be a risk or risks",
+        ),
     ],
 )
 def test_a_scripted_answer_that_could_not_be_played_is_refused_when_made(

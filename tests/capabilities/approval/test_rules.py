@@ -327,7 +327,7 @@ def test_a_predicate_that_does_not_return_a_bool_denies_and_an_async_one_is_refu
         return params.path.startswith("/tmp/")
 
     with pytest.raises(TypeError, match="when must be a plain function returning a bool"):
-        ApprovalRule.approve(when=only_tmp)
+        ApprovalRule.approve(when=only_tmp)  # type: ignore[arg-type]
     subject = ApprovalSubject(
         _request("write_file", "ops", "medium", ()), ToolAnnotations(), Known(Params("/etc/x", 1))
     )

@@ -9,6 +9,7 @@ from typing import Any, assert_type
 import attrs
 
 from capabilities import AgentStateService, RunLocal, StateSlot
+from capabilities.approval import ApprovalRule
 from capabilities.mcp import HttpServer, StdioServer
 from capabilities.subagents import Delegation, delegate
 from effectagent import Agent, Context, ServiceKey, Tool, ToolCallContext
@@ -86,3 +87,13 @@ delegate(
     # E: "Topic" has no attribute "subject"  [attr-defined]
     prompt=lambda params: f"Research {params.subject}.",
 )
+
+
+# ---- approval rules: the conditions are the rule's fields --------------------------------------
+
+assert_type(ApprovalRule.deny(tools="delete_*", reason="never"), ApprovalRule)
+assert_type(ApprovalRule.approve(risks=("low", "medium"), readonly=True), ApprovalRule)
+# E: Unexpected keyword argument "tool" for "approve" of "ApprovalRule"; did you mean "tools"?  [call-arg]
+ApprovalRule.approve(tool="read_file")
+# E: Argument "risks" to "ask" of "ApprovalRule" has incompatible type "Literal['severe']"; expected "Literal['low', 'medium', 'high'] | Iterable[Literal['low', 'medium', 'high']] | None"  [arg-type]
+ApprovalRule.ask(risks="severe")
