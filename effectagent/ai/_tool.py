@@ -24,14 +24,14 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Literal, TypeAlias, cast, final
+from typing import Any, Final, Generic, Literal, TypeAlias, TypedDict, cast, final
 from urllib.parse import unquote
 
 import attrs
 import jsonschema
 import referencing.exceptions
 from returns.result import Result
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, Unpack
 
 from effectagent.effect import (
     JSONValue,
@@ -116,6 +116,31 @@ Handler: TypeAlias = Callable[[_P, ToolCallContext], Awaitable[_S | Result[_S, A
 Reconcile: TypeAlias = Callable[[_P, ToolCallContext], Awaitable[Reconciled[_S]]]
 #: ``needs_approval`` of a ``Tool[P, S]``: a bool, or a function of the decoded parameters.
 NeedsApproval: TypeAlias = bool | Callable[[_P, ToolCallContext], bool]
+
+
+#: The decoded parameters of a dynamic tool (:meth:`Tool.dynamic`): a JSON object.
+_DynamicParams: TypeAlias = dict[str, Any]
+
+
+class _DynamicOptions(TypedDict, total=False):
+    """:class:`Tool`'s keywords that :meth:`Tool.dynamic` passes on, typed for its tools."""
+
+    failure: type[TaggedError] | tuple[type[TaggedError], ...] | None
+    failure_mode: FailureMode
+    needs_approval: NeedsApproval[_DynamicParams]
+    denial_is_terminal: bool
+    targets: Callable[[_DynamicParams], Iterable[str]] | None
+    summarize: Callable[[_DynamicParams], str] | None
+    readonly: bool
+    destructive: bool | None
+    idempotent: bool
+    open_world: bool
+    title: str | None
+    timeout: float | None
+    handler: Handler[_DynamicParams, Any] | None
+    inner_tools: Iterable[Tool[Any, Any]]
+    reconcile: Reconcile[_DynamicParams, Any] | None
+    sequential: bool
 
 
 @attrs.frozen
@@ -472,9 +497,12 @@ class Tool(Generic[P, S]):
         parameters_schema: Mapping[str, Any],
         *,
         success_schema: Mapping[str, Any] | None = None,
-        **options: Any,
+        **options: Unpack[_DynamicOptions],
     ) -> Tool[dict[str, Any], Any]:
-        """A tool whose parameters (and optionally success value) are described by JSON Schemas."""
+        """A tool whose parameters (and optionally success value) are described by JSON Schemas.
+
+        ``options`` are :class:`Tool`'s other keywords (``needs_approval``, ``handler``,
+        ``timeout``, ...), typed for a tool whose decoded parameters are a ``dict[str, Any]``."""
         return Tool(
             name,
             description,

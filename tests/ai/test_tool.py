@@ -324,7 +324,7 @@ def test_a_dynamic_schema_that_is_not_json_is_refused_naming_the_tool(
     schema = {"type": "object", "properties": {"n": {"type": "number", "maximum": bad}}}
     schemas = {"parameters_schema": _DYNAMIC_SCHEMA, argument: schema}
     with pytest.raises(ValueError, match=f"^tool 'dyn': {argument} must be JSON"):
-        Tool.dynamic("dyn", "A dynamic tool.", **schemas)
+        Tool.dynamic("dyn", "A dynamic tool.", **schemas)  # type: ignore[arg-type]
 
 
 # ---- success encoding --------------------------------------------------------------------------

@@ -35,6 +35,14 @@ forecast = Tool(
 assert_type(forecast, Tool[Lookup, Forecast])
 assert_type(forecast.decode_arguments('{"city": "Oslo"}'), Lookup)
 assert_type(Tool.dynamic("raw", "Raw.", {"type": "object"}), Tool[dict[str, Any], Any])
+assert_type(
+    Tool.dynamic("raw", "Raw.", {"type": "object"}, readonly=True, timeout=5.0),
+    Tool[dict[str, Any], Any],
+)
+# E: Unexpected keyword argument "read_only" for "dynamic" of "Tool"; did you mean "readonly"?  [call-arg]
+Tool.dynamic("raw", "Raw.", {"type": "object"}, read_only=True)
+# E: Argument "timeout" to "dynamic" of "Tool" has incompatible type "str"; expected "float | None"  [arg-type]
+Tool.dynamic("raw", "Raw.", {"type": "object"}, timeout="5")
 # What a tool does not give is Any: no annotation needed for a tool without ``success=``.
 delete = Tool("delete", "Delete a city.", parameters=Lookup, needs_approval=True)
 assert_type(delete, Tool[Lookup, Any])
