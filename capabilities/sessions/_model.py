@@ -81,6 +81,12 @@ class SessionConflict(SessionStoreError):
     actual_revision: int
     is_retryable = True
 
+    def __str__(self) -> str:
+        return (
+            f"session {self.session_id} is at revision {self.actual_revision}, not "
+            f"{self.expected_revision}: read it again and retry; nothing was changed"
+        )
+
 
 @attrs.frozen
 class SessionNotFound(SessionStoreError):
@@ -88,12 +94,18 @@ class SessionNotFound(SessionStoreError):
 
     session_id: str
 
+    def __str__(self) -> str:
+        return f"no session has the ID {self.session_id}"
+
 
 @attrs.frozen
 class SessionExists(SessionStoreError):
     """``create`` asked for an ID a session already has."""
 
     session_id: str
+
+    def __str__(self) -> str:
+        return f"a session with the ID {self.session_id} exists already; nothing was stored"
 
 
 @attrs.frozen
@@ -103,6 +115,10 @@ class SessionInvalid(SessionStoreError):
 
     session_id: str
     problem: str
+
+    def __str__(self) -> str:
+        which = "the session" if self.session_id == "?" else f"session {self.session_id}"
+        return f"{which} is not valid: {self.problem}"
 
 
 @attrs.frozen
@@ -130,6 +146,12 @@ class SessionMetadataTooLarge(SessionStoreError):
     size: int
     limit: int
 
+    def __str__(self) -> str:
+        return (
+            f"the metadata of session {self.session_id} is {self.size} bytes of JSON, more "
+            f"than its schema's {self.limit}; nothing was stored"
+        )
+
 
 @attrs.frozen
 class UnknownSessionVersion(SessionStoreError):
@@ -140,6 +162,12 @@ class UnknownSessionVersion(SessionStoreError):
     version: int
     supported: int
 
+    def __str__(self) -> str:
+        return (
+            f"the metadata of session {self.session_id} is of version {self.version}, which "
+            f"no registered migration lifts to version {self.supported}"
+        )
+
 
 @attrs.frozen
 class CorruptSession(SessionStoreError):
@@ -147,6 +175,9 @@ class CorruptSession(SessionStoreError):
 
     session_id: str
     detail: str
+
+    def __str__(self) -> str:
+        return f"session {self.session_id} does not read back: {self.detail}"
 
 
 @attrs.frozen
@@ -157,6 +188,9 @@ class SessionStoreUnavailable(SessionStoreError):
     session_id: str
     reason: str
     is_retryable = True
+
+    def __str__(self) -> str:
+        return f"the session store could not be used ({self.reason}); nothing was changed"
 
 
 # ---- values ---------------------------------------------------------------------------------------
@@ -317,8 +351,8 @@ class SessionStore(Protocol[M]):
         ...
 
     async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[M], ...]:
-        """At most ``limit`` sessions (1 to 1,000) in the order of their IDs, from the first ID
-        greater than ``after`` (None: from the start) — pass the last ID of one page as ``after``
+        """At most ``limit`` sessions (1 to 1,000) in the order of their IDs (by code point,
+        as Python compares str — on every store), from the first ID greater than ``after`` (None: from the start) — pass the last ID of one page as ``after``
         to get the next; an empty page is the end. Raises what ``get`` raises for a session that
         cannot be read, naming it. Cancellation: nothing changes."""
         ...

@@ -8,10 +8,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Generic, TypeVar, cast, final
 
+from .._rules import storable
 from .._versioned import dumps, loads
 from ..storage import Database, StorageError
 from ..storage._forget import forget_conversations
-from ..storage._port import Connection
+from ..storage._port import Connection, dialect_of
 from ._model import (
     DEFAULT_SCHEMA,
     CorruptSession,
@@ -47,6 +48,18 @@ _UPSERT: Final = (
     "created_at = excluded.created_at, "
     "updated_at = excluded.updated_at"
 )
+
+
+#: One page of ``list``, in the order of the IDs' code points — SQLite's ``BINARY`` order and
+#: Python's. PostgreSQL compares text by the database's collation (``en_US``: ``"a" < "B"``),
+#: so there the comparison and the order are ``COLLATE "C"``'s (bytes of UTF-8: code points).
+_PAGE: Final[dict[str, str]] = {
+    "sqlite": (f"SELECT {_COLUMNS} FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?"),
+    "postgresql": (
+        f'SELECT {_COLUMNS} FROM sessions WHERE session_id COLLATE "C" > ? '
+        'ORDER BY session_id COLLATE "C" LIMIT ?'
+    ),
+}
 
 
 def _row_of(found: tuple[object, ...]) -> StoredSession:
@@ -165,16 +178,14 @@ class SqliteSessionStore(Generic[M]):
         return await self._storage(session_id, self.database.write, work)
 
     async def list(self, *, after: str | None = None, limit: int = 100) -> tuple[Session[M], ...]:
-        """See :meth:`SessionStore.list` (one read, in the order of the primary key).
-        Cancellation: a checkpoint; nothing changes."""
+        """See :meth:`SessionStore.list` (one read; the IDs in code point order on either
+        engine, whatever PostgreSQL's collation). Cancellation: a checkpoint; nothing changes."""
         after, limit = check_page(after, limit)
         schema = self.schema
 
         def read(conn: Connection) -> tuple[Session[M], ...]:
-            found = conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions WHERE session_id > ? ORDER BY session_id LIMIT ?",
-                (after if after is not None else "", limit),
-            ).fetchall()
+            statement = _PAGE[dialect_of(conn)]
+            found = conn.execute(statement, (after if after is not None else "", limit)).fetchall()
             return tuple(_row_of(row).session(schema) for row in found)
 
         return await self._storage(after or "", self.database.read, read)
@@ -204,7 +215,8 @@ class SqliteSessionStore(Generic[M]):
             conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
             if conversations and current is not None and current.conversations:
                 listed = _listed_elsewhere(conn, current.conversations)
-                alone = [c for c in current.conversations if c not in listed]
+                # An ID no database can keep (NUL, a lone surrogate) has no records to delete.
+                alone = [c for c in current.conversations if c not in listed and storable(c)]
                 forget_conversations(conn, alone, now=now)
 
         await self._storage(session_id, self.database.write, work)

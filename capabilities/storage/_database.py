@@ -462,7 +462,8 @@ async def open_database(
     cleaning up after processes that ended. ``lease`` is how long a plain run's hold of its
     conversation's lane lasts without renewal (see ``_holds``): a finite, positive number of
     seconds. ``readers`` is how many reads run at once: an int, at least 1. A bad one of these
-    raises ``ValueError`` / ``TypeError`` before the file is touched.
+    raises ``ValueError`` / ``TypeError`` before the file is touched — and so does a ``path``
+    that is bytes (``TypeError``), empty or holding NUL (``ValueError``).
 
     A file it makes is 0600, and so are the files SQLite makes beside it (see ``_files``).
     Raises :class:`UnsafeDatabaseFile` (a symbolic link, not a regular file, another user's),
@@ -481,8 +482,12 @@ async def open_database(
     if busy is not None and not isinstance(busy, BusyPolicy):
         raise TypeError(f"busy must be a BusyPolicy or None, got {type(busy).__name__}")
     name = os.fspath(path)
+    if not isinstance(name, str):  # bytes: its lock file would be named after its repr
+        raise TypeError(f"the database path must be a str or a path, got {type(name).__name__}")
     if not name:
         raise ValueError("the database path must not be empty")
+    if "\x00" in name:
+        raise ValueError("the database path must not hold NUL")
     # Not abandoned once started (``to_thread`` waits for the thread): a cancellation arriving
     # meanwhile is raised by the ``yield``'s first checkpoint, and the ``finally`` closes it.
     policy = busy or BusyPolicy()

@@ -162,6 +162,27 @@ class RecordNotEncodable(StorageError, ConversationLogError):
 
 
 @attrs.frozen
+class IdNotStorable(StorageError, ConversationLogError, ValueError):
+    """A conversation ID or run ID no database can keep: it holds NUL (PostgreSQL's text
+    cannot) or a lone surrogate (it has no UTF-8 form). Refused the same way on SQLite and
+    PostgreSQL, before anything is read or written; also a ``ValueError`` (an invalid
+    argument). A run given such an ID ends ``failed`` with ``StorageFailed``. ``what`` says
+    which ID (``"conversation ID"`` or ``"run ID"``); the message shows it escaped."""
+
+    conversation_id: str
+    what: str = "conversation ID"
+    value: str = ""
+    seq = None  # no record is at fault
+
+    def __str__(self) -> str:
+        shown = self.value if self.what != "conversation ID" else self.conversation_id
+        return (
+            f"the {self.what} {shown!a} holds NUL or a lone surrogate, which no database can "
+            "keep; nothing was read or written"
+        )
+
+
+@attrs.frozen
 class WriteFailed(StorageError):
     """SQLite refused the transaction (disk full, I/O error, …). Nothing of the write was
     committed. ``reason`` is SQLite's message, which names no stored value."""

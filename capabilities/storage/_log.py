@@ -40,6 +40,7 @@ and canonical (see ``capabilities.steering``).
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, final
@@ -48,10 +49,11 @@ import trio
 
 from effectagent.core import LogEntry, Record
 
-from .._rules import strings
+from .._rules import storable, strings
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
     DatabaseBusy,
+    IdNotStorable,
     LaneLost,
     LogClosed,
     LogGap,
@@ -75,6 +77,50 @@ __all__ = ["SEARCH_LIMIT_MOST", "SqliteConversationLog", "write_records"]
 #: The largest ``limit`` a search passes on (SQLite's and PostgreSQL's largest integer): a larger
 #: one is clamped to it — no log holds as many messages, so what is found is the same.
 SEARCH_LIMIT_MOST: Final = 2**63 - 1
+
+
+def checked_id(conversation_id: object) -> str:
+    """``conversation_id`` if a database can keep it; ``TypeError`` when it is not a str,
+    :class:`IdNotStorable` (a ``ValueError`` and a ``ConversationLogError``) when
+    it holds NUL or a lone surrogate — on either engine, before anything is read or written."""
+    if not isinstance(conversation_id, str):
+        raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
+    if not storable(conversation_id):
+        raise IdNotStorable(conversation_id)
+    return conversation_id
+
+
+def _checked_runs(conversation_id: str, shape: AppendShape) -> None:
+    """Refuse (:class:`IdNotStorable`) the ID of a run an append starts or ends when no
+    database can keep it: the run's hold of the lane stores it in a column as the append
+    claims or releases the lane (other records carry their run ID in their JSON, which
+    keeps any text)."""
+    ends = shape.ends[0] if shape.ends is not None else None
+    for run_id in (shape.starts, ends):
+        if run_id is not None and not storable(run_id):
+            raise IdNotStorable(conversation_id, "run ID", run_id)
+
+
+#: What no stored text holds and no word is made of: NUL and lone surrogates.
+_NOT_TEXT: Final = re.compile("[\x00\ud800-\udfff]")
+
+
+def _digest(digest: object) -> str:
+    """A media digest ``put_media`` may keep: a str a database can keep."""
+    if not isinstance(digest, str):
+        raise TypeError(f"a media digest must be a str, got {type(digest).__name__}")
+    if not digest or not storable(digest):
+        raise ValueError("a media digest must be a non-empty str without NUL or lone surrogates")
+    return digest
+
+
+def _bytes(data: object) -> bytes:
+    """Media bytes ``put_media`` may keep: bytes (a bytearray or memoryview is copied)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"media bytes must be bytes, got {type(data).__name__}")
 
 
 def _said(exc: Exception) -> str:
@@ -171,8 +217,7 @@ class SqliteConversationLog:
     def encode(self, conversation_id: str, records: Sequence[Record]) -> list[EncodedRecord]:
         """The stored form of ``records``; raises :class:`RecordNotEncodable` for the first that
         does not encode. Pure (no I/O)."""
-        if not isinstance(conversation_id, str):
-            raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
+        checked_id(conversation_id)
         encode = self._codec.encode
         rows: list[EncodedRecord] = []
         for index, record in enumerate(records):
@@ -184,7 +229,7 @@ class SqliteConversationLog:
                     "it is not a canonical record type (a member of effectagent.core.Record)",
                 )
             try:
-                rows.append(encode(record))
+                tag, version, body, delivered = encode(record)
             except (TypeError, ValueError, RecursionError) as exc:
                 # The encoder's own message may quote the value: only its kind is kept.
                 reason = (
@@ -195,6 +240,9 @@ class SqliteConversationLog:
                 raise RecordNotEncodable(
                     conversation_id, index, type(record).__qualname__, reason
                 ) from None
+            if delivered is not None and not storable(delivered):
+                delivered = None  # no admitted input has such an ID: none to mark delivered
+            rows.append((tag, version, body, delivered))
         return rows
 
     def append_work(
@@ -230,7 +278,9 @@ class SqliteConversationLog:
         """Append ``records`` atomically, in order; return the sequence number of the last one
         (for no records: the conversation's last number, 0 if it has none).
 
-        Raises :class:`RecordNotEncodable` before anything is queued, :class:`LogWriteFailed`
+        Raises :class:`IdNotStorable` for a conversation ID — or, without a fence, the ID of
+        a run the records start or end — holding NUL or a lone surrogate, and
+        :class:`RecordNotEncodable`, before anything is queued; :class:`LogWriteFailed`
         (a :class:`WriteFailed`) if SQLite refused the transaction (nothing written),
         :class:`LogClosed` (a :class:`StorageClosed`), :class:`LaneLost` when the fence refused
         it or the run's hold of the lane was lost, :class:`ConversationInUse` while a run
@@ -244,9 +294,11 @@ class SqliteConversationLog:
         weight, single = max(1, len(rows)), single_statement(rows)
         try:
             if self.fence is None:
+                shape = shape_of(records)
+                _checked_runs(conversation_id, shape)
                 return await self.database.holds.append(
                     conversation_id,
-                    shape_of(records),
+                    shape,
                     lambda conn: write_records(conn, conversation_id, rows),
                     weight=weight,
                     single_statement=single,
@@ -267,12 +319,17 @@ class SqliteConversationLog:
         second run is refused before it starts (:class:`ConversationInUse`, nothing written); the
         run's appends then find the lane their own, and its terminal record lets it go. Claiming
         again for the same run changes nothing. With a ``fence``, the lane is its holder's
-        business: nothing happens.
+        business: nothing happens. Raises :class:`IdNotStorable` for a conversation or run ID
+        holding NUL or a lone surrogate, before anything is written.
 
         Cancellation: all or nothing (one write)."""
+        checked_id(conversation_id)
+        if not isinstance(run_id, str):
+            raise TypeError(f"run_id must be a str, got {type(run_id).__name__}")
         if self.fence is not None:
             await trio.lowlevel.checkpoint()
             return
+        _checked_runs(conversation_id, AppendShape(frozenset((run_id,)), run_id))
         try:
             await self.database.holds.claim(conversation_id, run_id)
         except WriteFailed as exc:
@@ -298,21 +355,26 @@ class SqliteConversationLog:
         """The entries with ``seq > after``, in order — at most ``limit`` of them when it is given
         (a page: the next one starts after the last entry of this one), all of them otherwise.
 
-        Raises :class:`UnknownRecordVersion` / :class:`CorruptRecord` / :class:`LogGap` naming
-        the conversation and sequence number of the first entry that cannot be read whole,
+        Raises ``TypeError`` for an ``after`` or ``limit`` that is not an int (an ``after``
+        past the largest sequence number finds nothing), :class:`IdNotStorable`
+        before anything is read; :class:`UnknownRecordVersion` / :class:`CorruptRecord` /
+        :class:`LogGap` naming the conversation and sequence number of the first entry that
+        cannot be read whole,
         :class:`LogReadFailed` (a :class:`ReadFailed`) when SQLite cannot read, :class:`LogClosed`
         — each the engine's ``ConversationLogError``.
 
         Cancellation: a checkpoint before reading; a read in progress finishes. Nothing changes.
         """
-        if not isinstance(conversation_id, str):
-            raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
-        start = max(int(after), 0)
+        checked_id(conversation_id)
+        if type(after) is not int:
+            raise TypeError(f"after must be an int, got {type(after).__name__}")
+        # Beyond the largest sequence number either database takes, nothing is after it.
+        start = min(max(after, 0), NO_LIMIT)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise TypeError(f"limit must be an int or None, got {type(limit).__name__}")
         if limit is not None and limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
-        page = NO_LIMIT if limit is None else limit
+        page = NO_LIMIT if limit is None else min(limit, NO_LIMIT)  # more: every row, too
         decode = self._codec.decode
 
         def read(conn: Connection) -> list[LogEntry]:
@@ -348,9 +410,17 @@ class SqliteConversationLog:
         to refer to are swept (``_sweep``: at an open that is alone, or by ``sweep_media`` once
         put longer ago than its grace).
 
-        Raises :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
+        Raises ``TypeError`` when ``blobs`` is not a mapping of str to bytes, ``ValueError``
+        for a digest that is empty or holds NUL or a lone surrogate (and
+        :class:`IdNotStorable`), before anything is written;
+        :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
         all or nothing (one write transaction)."""
-        rows = [(digest, len(data), data) for digest, data in blobs.items()]
+        checked_id(conversation_id)
+        if not isinstance(blobs, Mapping):
+            raise TypeError(
+                f"blobs must be a mapping of digest to bytes, got {type(blobs).__name__}"
+            )
+        rows = [(_digest(digest), len(data), _bytes(data)) for digest, data in blobs.items()]
         if not rows:
             return
 
@@ -360,11 +430,13 @@ class SqliteConversationLog:
         await self.database.write(work, weight=len(rows))
 
     async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
-        """The kept bytes of ``digests`` (a digest not kept is left out). ``TypeError`` when
+        """The kept bytes of ``digests`` (a digest not kept — one holding NUL or a lone
+        surrogate never is — is left out). ``TypeError`` when
         ``digests`` is not a collection of str (a lone str included).
 
         Cancellation: as :meth:`entries`."""
-        wanted = list(strings("digests", digests, kind="collection"))
+        # A digest no database can keep is kept by none: left out, on either engine.
+        wanted = [d for d in strings("digests", digests, kind="collection") if storable(d)]
 
         def read(conn: Connection) -> dict[str, bytes]:
             found: dict[str, bytes] = {}
@@ -388,9 +460,10 @@ class SqliteConversationLog:
         Raises :class:`ConversationInUse` while one of them has a run going (nothing deleted),
         :class:`WriteFailed` / :class:`StorageClosed` as a write does; ``TypeError`` when
         ``conversation_ids`` is not a sequence of str — a lone str included (taken letter by
-        letter, ``"abc"`` would delete ``"a"``, ``"b"`` and ``"c"``) — before anything is
-        deleted. Cancellation: all or nothing (one write transaction)."""
-        ids = list(strings("conversation_ids", conversation_ids))
+        letter, ``"abc"`` would delete ``"a"``, ``"b"`` and ``"c"``) — and
+        :class:`IdNotStorable`, before anything is deleted. Cancellation: all or
+        nothing (one write transaction)."""
+        ids = [checked_id(c) for c in strings("conversation_ids", conversation_ids)]
         codec, now = self._codec, time.time()
         return await self.database.write(
             lambda conn: forget_conversations(conn, ids, now=now, codec=codec),
@@ -398,9 +471,11 @@ class SqliteConversationLog:
         )
 
     async def last_seq(self, conversation_id: str) -> int:
-        """The conversation's last sequence number (0 if it has no records).
+        """The conversation's last sequence number (0 if it has no records). Refuses a
+        ``conversation_id`` as :meth:`entries` does.
 
         Cancellation: as :meth:`entries`."""
+        checked_id(conversation_id)
 
         def read(conn: Connection) -> int:
             found = conn.execute(
@@ -426,8 +501,9 @@ class SqliteConversationLog:
         """The ``limit`` messages written last, in every conversation, that hold every one of
         ``words`` (whole words, any case; what a person said and the model's text answers: see
         ``_search``), the last written first, and how many conversations were searched. A word
-        is matched as written, never read as query syntax; one of punctuation alone is left
-        out, and when no word is left nothing is found.
+        is matched as written, never read as query syntax; NUL and lone surrogates in it
+        separate words, as punctuation does; one of punctuation alone is left out, and when no
+        word is left nothing is found.
 
         What it finds is what the log holds at one moment: the index, and the messages
         appended since the index was last brought up to date, matched in memory. A search that
@@ -450,7 +526,9 @@ class SqliteConversationLog:
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
         date, that write either never ran or was committed whole (and the search then raises
         ``Cancelled`` at its next checkpoint) — never half of it."""
-        words = strings("words", words)
+        # NUL and lone surrogates separate words, as any character that is not a word
+        # character does — on both engines (neither could take them as query text).
+        words = tuple(_NOT_TEXT.sub(" ", word) for word in strings("words", words))
         if type(limit) is not int:
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:

@@ -8,14 +8,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from capabilities._rules import storable
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import RecordNotEncodable
+from capabilities.storage._holds import shape_of
 from capabilities.storage._log import SqliteConversationLog
 from effectagent.core import (
     ConversationCreated,
@@ -61,12 +64,24 @@ async def test_appends_number_records_from_1_without_gaps_per_conversation(
         assert list(await log.entries("nobody")) == []
 
 
+def keepable_run(record: Any) -> Any:
+    """``record``, with a run ID any database keeps when it starts or ends a run: the lane it
+    claims or releases keeps that ID in a column, and one holding NUL or a lone surrogate is
+    refused (``IdNotStorable``; ``test_unstorable``). Any other field holds any text."""
+    shape = shape_of([record])
+    ends = shape.ends[0] if shape.ends is not None else None
+    if any(run is not None and not storable(run) for run in (shape.starts, ends)):
+        run_id: str = record.run_id
+        return attrs.evolve(record, run_id=run_id.encode("utf-8", "surrogatepass").hex())
+    return record
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_record_type_reads_back_equal(kind: str) -> None:
     """Through the table, not just the codec: each record as appended, in order."""
 
     @settings(max_examples=max(10, EXAMPLES // 10))
-    @given(records=st.lists(RECORDS, min_size=1, max_size=8))
+    @given(records=st.lists(RECORDS.map(keepable_run), min_size=1, max_size=8))
     def check(records: list[Any]) -> None:
         async def main() -> list[Any]:
             with tempfile.TemporaryDirectory() as directory:
