@@ -4,7 +4,9 @@ sentence naming the argument."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Final
 
 from effectagent.core import Agent, ContextItem, RunAllowance
 
@@ -18,6 +20,9 @@ __all__ = [
     "check_resume_arguments",
     "check_run_arguments",
 ]
+
+
+_LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def check_run_arguments(
@@ -39,8 +44,8 @@ def check_run_arguments(
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
     if not isinstance(create, bool):
         raise TypeError(f"create must be a bool, got {type(create).__name__}")
-    if conversation_id is not None and not conversation_id.strip():
-        raise ValueError("conversation_id must not be empty")
+    if conversation_id is not None:
+        check_id("conversation_id", conversation_id)
     if create and conversation_id is None:
         raise ValueError("create=True needs the conversation_id to create")
     check_id("author", author)  # the run's principal: approvals and records name it
@@ -56,11 +61,15 @@ def check_run_arguments(
 
 
 def check_id(name: str, value: object) -> None:
-    """Refuse an ID that is not a non-empty string, naming it."""
+    """Refuse an ID that is not a non-empty string, or that holds NUL or a lone surrogate (no
+    database keeps those in a column: a conversation's or run's ID would fail only when the log
+    met it), naming it."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{name} must not be empty")
+    if "\x00" in value or (not value.isascii() and _LONE_SURROGATE.search(value)):
+        raise ValueError(f"{name} must not hold NUL or a lone surrogate, got {value!a}")
 
 
 def check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:

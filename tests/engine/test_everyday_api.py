@@ -205,6 +205,27 @@ async def test_an_empty_author_is_refused_as_an_empty_id_is(
             runtime.stream(agent, "hi", author=empty)
 
 
+@pytest.mark.parametrize("bad", ["conv\x00", "conv-\ud800", "\udfff"])
+@pytest.mark.parametrize("argument", ["conversation_id", "run_id", "author"])
+async def test_an_id_no_database_keeps_is_refused_when_the_run_is_asked_for(
+    bad: str, argument: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """A conversation or run ID holding NUL or a lone surrogate went as far as the log (an engine
+    defect from the in-memory log's encoding, a storage failure from SQLite or PostgreSQL): it is
+    a ``ValueError`` naming the argument when the run is asked for, before anything starts."""
+    agent = make_agent()
+    model = ScriptedModel([Turn.text("hi")])
+    kwargs: dict[str, Any] = {argument: bad}
+    if argument == "conversation_id":
+        kwargs["create"] = True
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        with pytest.raises(ValueError, match=f"^{argument} must not hold NUL or a lone surrogate"):
+            await runtime.run(agent, "hi", **kwargs)
+        with pytest.raises(ValueError, match=f"^{argument} must not hold NUL or a lone surrogate"):
+            runtime.stream(agent, "hi", **kwargs)
+    assert model.requests == []
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [
