@@ -6,7 +6,9 @@ The format (version 1) is JSON Lines, UTF-8:
   {"name": "openai-chat:gpt-4.1", "native_output": true}, "unchecked": []}``. ``source`` is
   ``"record"`` (a live model was recorded) or ``"export"`` (made from a stored conversation);
   ``unchecked`` names the request fields the cassette does not know, which a replay does not
-  compare (an exported cassette has no tool set, for instance).
+  compare (an exported cassette has no tool set, for instance). ``model`` may also hold
+  ``model_name``, the name the model's price is found by, where it is not the layer's ``name``
+  (null: the model has none).
 * every further line, one exchange: ``{"exchange": 1, "request": {...}, "parts": [...], "end":
   "complete"}``. ``request`` is the :class:`~effectagent.ai.ModelRequest` as JSON (``messages``,
   ``tools``, ``tool_choice``, ``max_output_tokens``, ``output``, ``metadata``; an image,
@@ -20,17 +22,23 @@ The format (version 1) is JSON Lines, UTF-8:
 
 Exchanges are numbered from 1 in the order the requests arrived; a line is written when its
 exchange ends, so lines of concurrent exchanges may come out of order and are sorted on reading.
-Everything a cassette holds was redacted when it was written.
+Everything a cassette holds was redacted when it was written. A cassette is written whole or not
+at all: into a partial file beside it, moved over it when the writer closes
+(:class:`CassetteWriter`).
 
-Reading is strict: a line that is not JSON, or not the shape above, is a :class:`CassetteError`
-naming the file and the line number; a cassette of another format version is refused with the
-versions this release reads. Pure values and plain file I/O — no Trio here.
+Reading is strict: a line that is not JSON, or not the shape above — a part or a model error
+whose fields have values of another type, a finish reason the engine does not know — is a
+:class:`CassetteError` naming the file and the line number; a cassette of another format version
+is refused with the versions this release reads. Pure values and plain file I/O — no Trio here.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import secrets
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal, TypeAlias, final
@@ -43,6 +51,7 @@ from effectagent.ai import (
     ContentFiltered,
     ContextLengthExceeded,
     FinishPart,
+    FinishReason,
     InputTokens,
     InvalidModelRequest,
     MalformedResponse,
@@ -91,6 +100,8 @@ READABLE_VERSIONS = (1,)
 #: How an exchange's stream ended (see the module notes).
 End: TypeAlias = Literal["complete", "error", "defect", "cut"]
 _ENDS = ("complete", "error", "defect", "cut")
+#: The reasons a finish part may give (``effectagent.ai.FinishReason``).
+FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
 #: The request fields a cassette may leave unchecked.
 REQUEST_FIELDS = ("messages", "tools", "tool_choice", "max_output_tokens", "output", "metadata")
 
@@ -140,12 +151,19 @@ class Cassette:
         return header(self.source, self.model, self.unchecked)
 
     def write(self, path: str | Path) -> None:
-        """Write the cassette to ``path`` (replaced if it exists)."""
-        with CassetteWriter(
+        """Write the cassette to ``path`` (replaced in one step if it exists: see
+        :class:`CassetteWriter`); a cassette that cannot be written as JSON is a
+        :class:`CassetteError`, and a file at ``path`` is left as it was."""
+        writer = CassetteWriter(
             path, source=self.source, model=self.model, unchecked=self.unchecked
-        ) as writer:
+        )
+        try:
             for exchange in self.exchanges:
                 writer.write(exchange)
+        except BaseException:
+            writer.discard()  # a file at ``path`` stays as it was
+            raise
+        writer.close()
 
     @staticmethod
     def read(path: str | Path) -> Cassette:
@@ -171,15 +189,29 @@ def header(source: str, model: Mapping[str, Any], unchecked: Sequence[str] = ())
     }
 
 
+#: Characters other readers split lines at (``str.splitlines`` among them): only ever inside a
+#: JSON string, where their escapes mean the same.
+_LINE_BREAKING = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+
+
 def _line(value: Mapping[str, Any]) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False) + "\n"
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.translate(_LINE_BREAKING) + "\n"
 
 
 @final
 class CassetteWriter:
-    """Writes a cassette line by line: the header when opened, each exchange as it ends (flushed,
-    so a run that crashes keeps what it recorded). A context manager; :meth:`close` is
-    idempotent."""
+    """Writes a cassette line by line, atomically: the header when opened, each exchange as it
+    ends (flushed), all into a partial file beside ``path`` (``.<name>.<random>.partial``),
+    which :meth:`close` moves over ``path`` in one step. So a cassette already at ``path`` is
+    never seen half-written or truncated: it stays whole until the new one is complete.
+
+    A context manager: leaving the block normally closes it (publishes). Leaving it by an
+    exception — the recording did not end cleanly — never replaces a cassette: with one at
+    ``path`` the partial file is closed and left where it is (:meth:`set_aside`), ``path`` as it
+    was; with none, what was recorded is published all the same, so nothing recorded is lost. A
+    process killed while recording leaves ``path`` as it was and the partial file beside it.
+    :meth:`close`, :meth:`set_aside` and :meth:`discard` are idempotent."""
 
     def __init__(
         self,
@@ -190,13 +222,27 @@ class CassetteWriter:
         unchecked: Sequence[str] = (),
     ) -> None:
         self.path = Path(path)
+        self._file: IO[str] | None = None
+        if self.path.is_dir():
+            raise CassetteError(f"cannot write the cassette {self.path}: it is a directory")
+        # A symbolic link is written through, as an open for writing would: its target replaced.
+        target = self.path.resolve() if self.path.is_symlink() else self.path
+        self._target = target
+        partial = target.with_name(f".{target.name}.{secrets.token_hex(4)}.partial")
         try:
-            self._file: IO[str] | None = self.path.open("w", encoding="utf-8")
+            # Exclusive: never someone else's file; created with the mode a plain open gives.
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except OSError as exc:
             raise CassetteError(
                 f"cannot write the cassette {self.path}: {exc.strerror or exc}"
             ) from None
-        self.write_line(header(source, model or {}, unchecked))
+        self.partial = partial
+        self._file = os.fdopen(fd, "w", encoding="utf-8")
+        try:
+            self.write_line(header(source, model or {}, unchecked))
+        except BaseException:
+            self.discard()
+            raise
 
     def write(self, exchange: Exchange) -> None:
         """Append ``exchange``'s line."""
@@ -206,20 +252,51 @@ class CassetteWriter:
         """Append one JSON line and flush it."""
         if self._file is None:
             raise CassetteError(f"the cassette {self.path} is closed")
-        self._file.write(_line(value))
+        try:
+            line = _line(value)
+        except (TypeError, ValueError) as exc:
+            raise CassetteError(f"cannot write the cassette {self.path}: {exc}") from None
+        self._file.write(line)
         self._file.flush()
 
     def close(self) -> None:
-        """Close the file."""
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        """Close the file and move it over ``path`` (synced to disk first)."""
+        file, self._file = self._file, None
+        if file is None:
+            return
+        try:
+            os.fsync(file.fileno())
+        finally:
+            file.close()
+        try:
+            os.replace(self.partial, self._target)
+        except OSError as exc:
+            raise CassetteError(
+                f"cannot write the cassette {self.path}: {exc.strerror or exc} (what was "
+                f"recorded is in {self.partial})"
+            ) from None
+
+    def discard(self) -> None:
+        """Close the file and remove it, leaving ``path`` as it was (idempotent)."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
+            self.partial.unlink(missing_ok=True)
+
+    def set_aside(self) -> None:
+        """Close the file and keep it as :attr:`partial`, leaving ``path`` as it was."""
+        file, self._file = self._file, None
+        if file is not None:
+            file.close()
 
     def __enter__(self) -> CassetteWriter:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is None or not self._target.exists():
+            self.close()
+        else:
+            self.set_aside()
 
 
 # ---- encoding --------------------------------------------------------------------------------
@@ -343,6 +420,7 @@ def decode_error(value: Mapping[str, Any]) -> AiError:
     unknown = sorted(set(fields) - names)
     if unknown:
         raise ValueError(f"a {tag} error has no field {unknown[0]!r}")
+    _check_fields(cls, fields, f"a {tag} error")
     try:
         return cls(**fields)
     except TypeError as exc:
@@ -378,6 +456,34 @@ class _Bad(Exception):
     """A line that is JSON but not an exchange (said in a sentence)."""
 
 
+#: What a field of a part or a model error may hold, by its annotation: a hand-edited line with
+#: a value of another type is refused when read, not handed to the engine on replay.
+_FIELD_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "str": (lambda v: isinstance(v, str), "a string"),
+    "str | None": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "int": (lambda v: type(v) is int, "a whole number"),
+    "int | None": (lambda v: v is None or type(v) is int, "a whole number or null"),
+    "float | None": (
+        lambda v: v is None or (type(v) in (int, float) and math.isfinite(v)),
+        "a finite number or null",
+    ),
+    "Mapping[str, Any]": (lambda v: isinstance(v, dict), "a JSON object"),
+}
+
+
+def _check_fields(cls: type[Any], fields: Mapping[str, Any], what: str) -> None:
+    """Raise ``ValueError`` naming the first of ``fields`` whose value ``cls``'s annotation of
+    it does not allow (a field with an annotation not listed above is left to ``cls``)."""
+    for field in attrs.fields(cls):
+        if field.name not in fields:
+            continue
+        check = _FIELD_CHECKS.get(str(field.type))
+        if check is not None and not check[0](fields[field.name]):
+            raise ValueError(
+                f"{what}'s {field.name} must be {check[1]}, got {fields[field.name]!r:.60}"
+            )
+
+
 def _decode_part(value: Any, index: int) -> ResponsePart:
     where = f"part {index + 1}"
     if not isinstance(value, dict):
@@ -385,6 +491,11 @@ def _decode_part(value: Any, index: int) -> ResponsePart:
     kind = value.get("type")
     if kind == "finish":
         usage = value.get("usage", {})
+        if value.get("reason") not in FINISH_REASONS:
+            raise _Bad(
+                f"{where} (finish) is malformed: its reason {value.get('reason')!r:.60} is none "
+                f"of {', '.join(FINISH_REASONS)}"
+            )
         try:
             return FinishPart(
                 value["reason"],
@@ -399,8 +510,12 @@ def _decode_part(value: Any, index: int) -> ResponsePart:
         raise _Bad(f"{where} has the type {kind!r}, which a cassette cannot replay")
     fields = {k: v for k, v in value.items() if k != "type"}
     try:
+        _check_fields(cls, fields, f"{where} ({kind})")
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
+    try:
         part: ResponsePart = cls(**fields)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise _Bad(f"{where} ({kind}) is malformed: {exc}") from None
     return part
 
@@ -417,6 +532,9 @@ def _decode_exchange(value: Any) -> Exchange:
     request = value["request"]
     if not isinstance(request, dict):
         raise _Bad("its request is not a JSON object")
+    for name in ("messages", "tools"):
+        if name in request and not isinstance(request[name], list):
+            raise _Bad(f"its request's {name} are not a JSON array")
     parts = value["parts"]
     if not isinstance(parts, list):
         raise _Bad("its parts are not a JSON array")
@@ -432,6 +550,10 @@ def _decode_exchange(value: Any) -> Exchange:
                 decode_error(error)  # checked now, raised again on replay
             except ValueError as exc:
                 raise _Bad(str(exc)) from None
+        elif not isinstance(error.get("_tag", ""), str) or not isinstance(
+            error.get("message", ""), str
+        ):
+            raise _Bad("its defect's _tag and message must be strings")
     return Exchange(
         number, request, tuple(_decode_part(p, i) for i, p in enumerate(parts)), end, error
     )
@@ -444,9 +566,9 @@ def _check_header(value: Any, where: str) -> dict[str, Any]:
             '(a JSON object with "cassette": "effectagent")'
         )
     version = value.get("version")
-    if version not in READABLE_VERSIONS:
+    if type(version) is not int or version not in READABLE_VERSIONS:
         readable = ", ".join(str(v) for v in READABLE_VERSIONS)
-        if isinstance(version, int) and not isinstance(version, bool):
+        if type(version) is int:
             newer = version > max(READABLE_VERSIONS)
             hint = (
                 "it was written by a newer effectagent: upgrade to read it"
@@ -462,24 +584,49 @@ def _check_header(value: Any, where: str) -> dict[str, Any]:
     if source not in ("record", "export"):
         raise CassetteError(f"{where}: the header's source {source!r} is not record or export")
     unchecked = value.get("unchecked", [])
-    if not isinstance(unchecked, list) or not set(unchecked) <= set(REQUEST_FIELDS):
+    if not isinstance(unchecked, list) or any(name not in REQUEST_FIELDS for name in unchecked):
         raise CassetteError(
             f"{where}: the header's unchecked must list request fields ({', '.join(REQUEST_FIELDS)})"
         )
     model = value.get("model", {})
     if not isinstance(model, dict):
         raise CassetteError(f"{where}: the header's model is not a JSON object")
+    if not isinstance(model.get("name", ""), str):
+        raise CassetteError(f"{where}: the header's model name is not a string")
+    if not isinstance(model.get("native_output", False), bool):
+        raise CassetteError(f"{where}: the header's model native_output is not true or false")
+    if not isinstance(model.get("model_name", ""), str | None):
+        raise CassetteError(f"{where}: the header's model model_name is not a string or null")
     return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _loads(line: str) -> Any:
+    """One line's JSON value; a ``ValueError`` for what is not JSON — ``NaN`` and the
+    infinities included, which Python's reader would take and no cassette holds."""
+    return json.loads(line, parse_constant=_no_constant)
 
 
 def parse(text: str, where: str = "the cassette") -> Cassette:
     """The cassette ``text`` holds (``where`` names it in errors)."""
-    lines = text.splitlines()
+    # JSON Lines end at "\n" (a "\r" before it is whitespace to JSON) — not wherever
+    # ``splitlines`` would break, which includes characters a JSON string may hold as they are.
+    lines = text.split("\n")
+    if lines and not lines[-1]:
+        lines.pop()
     if not lines or not lines[0].strip():
         raise CassetteError(f"{where} is empty: a cassette starts with its header line")
     try:
-        head = json.loads(lines[0])
-    except ValueError:
+        head = _loads(lines[0])
+    except ValueError as exc:
+        if lines[0].lstrip().startswith('{"cassette"'):  # a header cut short, or edited
+            raise CassetteError(
+                f"{where} is not an effectagent cassette: its header line is not JSON ({exc}); "
+                "was the file cut short?"
+            ) from None
         head = None
     fields = _check_header(head, where)
     exchanges: list[Exchange] = []
@@ -487,7 +634,7 @@ def parse(text: str, where: str = "the cassette") -> Cassette:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
+            value = _loads(line)
         except ValueError as exc:
             raise CassetteError(f"{where}, line {number}: not JSON ({exc})") from None
         try:

@@ -22,8 +22,8 @@ not hold:
 A fault that makes the model retry does not use up the wrapped model's exchange: the response
 it spoiled is kept and served whole to the retry (a cassette or a script stays in step). A
 malformed event is not retryable, so it ends the run with ``ModelFailed`` — as it does in
-production. Kill points (a process killed mid-run, then resumed) need the durable runtime, which
-does not exist yet: there are none here.
+production. Kill points (a process killed mid-run, then resumed) are not drawn here: a plan acts
+within one run (the durable runtime kills its own workers at its crash points, see its guide).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from effectagent.ai import (
     TextDeltaPart,
     Toolkit,
     generate,
+    model_name_of,
 )
 from effectagent.core import (
     TERMINAL_EVENTS,
@@ -73,7 +74,7 @@ from effectagent.core import (
 from effectagent.effect import Context, Layer, ServiceKey
 from effectagent.engine import RunResult, open_runtime, reduce_events
 
-from ._checks import is_count, is_seconds
+from ._checks import is_count, is_seconds, seconds
 from ._harness import SimulatedDefect
 
 __all__ = [
@@ -293,15 +294,17 @@ class ChaoticModel:
         self._model = model
         self._faults = tuple(faults)
         self._calls = 0
-        # A response a fault spoiled: served whole to the retry of the same request.
-        self._kept: tuple[ModelRequest, list[ResponsePart], AiError | None] | None = None
+        # A response a fault spoiled: served whole to the next call, its retry. Not matched by
+        # the request: a retry's request may differ from the first (a status note's time left).
+        self._kept: tuple[list[ResponsePart], AiError | None] | None = None
         self.native_output = bool(getattr(model, "native_output", False))
+        self.model_name = model_name_of(model)  # priced as the model it wraps
 
     async def _whole(self, request: ModelRequest) -> tuple[list[ResponsePart], AiError | None]:
         kept = self._kept
         self._kept = None
-        if kept is not None and kept[0] == request:
-            return kept[1], kept[2]
+        if kept is not None:
+            return kept
         parts: list[ResponsePart] = []
         error: AiError | None = None
         async with aclosing(self._model.stream(request)) as stream:  # type: ignore[type-var]
@@ -338,7 +341,7 @@ class ChaoticModel:
         if fault.kind == "unavailable":
             raise ModelUnavailable("the model is unavailable (a chaos fault)")
         parts, error = await self._whole(request)
-        self._kept = (request, parts, error)
+        self._kept = (parts, error)
         for part in parts[: fault.after_parts]:
             yield part
         if fault.kind == "cut":
@@ -368,9 +371,25 @@ def _chaotic_handler(handler: Any, faults: Sequence[ToolFault | None], count: li
     return chaotic
 
 
+def _check_chaos_arguments(layer: object, plan: object, toolkit: object = None) -> None:
+    if not isinstance(layer, Layer):
+        raise TypeError(
+            f"layer must be a Layer (a model and the handlers), got {type(layer).__name__}"
+        )
+    if not isinstance(plan, FaultPlan):
+        raise TypeError(
+            f"plan must be a FaultPlan (FaultPlan(model=..., tools=...)), got {type(plan).__name__}"
+        )
+    if toolkit is not None and not isinstance(toolkit, Toolkit):
+        raise TypeError(f"toolkit must be a Toolkit or None, got {type(toolkit).__name__}")
+
+
 def with_faults(layer: Layer, plan: FaultPlan, toolkit: Toolkit | None = None) -> Layer:
     """``layer`` with ``plan``'s faults: its LanguageModel wrapped for the model faults, and the
-    handlers of ``toolkit``'s tools it provides wrapped for the tool faults."""
+    handlers of ``toolkit``'s tools it provides wrapped for the tool faults. A ``layer`` that
+    is not a Layer, a ``plan`` that is not a :class:`FaultPlan` or a ``toolkit`` that is not a
+    Toolkit (or None) is a ``TypeError``."""
+    _check_chaos_arguments(layer, plan, toolkit)
     model_keys: list[ServiceKey[Any]] = (
         [LanguageModelService] if LanguageModelService in layer.provides else []
     )
@@ -409,7 +428,12 @@ def invariant_violations(
     status: str | None = None,
 ) -> tuple[str, ...]:
     """The invariants (see the module notes) that one run's ``events``, log ``records``, Trio
-    clock time ``elapsed`` and result ``status`` break, each as a sentence. Pure."""
+    clock time ``elapsed`` and result ``status`` break, each as a sentence. Pure. A ``policy``
+    that is not an ``AgentPolicy`` or an ``elapsed`` that is not a finite number of seconds ≥ 0
+    is a ``TypeError`` or ``ValueError``."""
+    if not isinstance(policy, AgentPolicy):
+        raise TypeError(f"policy must be the agent's AgentPolicy, got {type(policy).__name__}")
+    seconds("elapsed", elapsed)
     found: list[str] = []
     records = [r.record if isinstance(r, LogEntry) else r for r in records]
     terminals = [e for e in events if isinstance(e, TERMINAL_EVENTS)]
@@ -472,8 +496,9 @@ def invariant_violations(
 @final
 @attrs.frozen
 class ChaosReport:
-    """One chaos run: the plan, what the consumer saw, what the log holds, the result (None if
-    the run never ended), and the Trio clock time it took."""
+    """One chaos run: the plan, what the consumer saw (``events``), what the log holds
+    (``records``: the conversation's log entries, each a ``LogEntry`` whose ``.record`` is the
+    record), the result (None if the run never ended), and the Trio clock time it took."""
 
     plan: FaultPlan
     policy: AgentPolicy
@@ -531,7 +556,13 @@ async def run_chaos(
     ``max_duration`` (plus a minute) if it has not ended by then. Use Trio's mock clock
     (:func:`run_chaos_sync` does).
 
+    An ``agent`` that is not an Agent, a ``layer`` that is not a Layer or a ``plan`` that is not
+    a :class:`FaultPlan` is a ``TypeError`` before anything runs.
+
     Cancellation: cancelling the caller interrupts the run (it still writes its end)."""
+    if not isinstance(agent, Agent):
+        raise TypeError(f"agent must be an Agent, got {type(agent).__name__}")
+    _check_chaos_arguments(layer, plan)
     policy = agent.policy
     limit = 2 * policy.max_duration + 60
     events: list[EventBase] = []

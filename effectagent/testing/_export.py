@@ -126,8 +126,26 @@ def cassette_of_log(
 ) -> Cassette:
     """The cassette of a conversation's log ``entries`` (see the module notes). ``instructions``
     is the system message the agent had (the log does not keep it); ``model`` goes to the
-    header (``name``, ``native_output``)."""
+    header (``name``, ``native_output``). Entries that are not ``LogEntry`` values, ``instructions``
+    that are not a string or a ``model`` that is not a mapping are a ``TypeError``."""
+    if not isinstance(instructions, str):
+        raise TypeError(
+            f"instructions must be the agent's system prompt, a str, got {type(instructions).__name__}"
+        )
+    if model is not None and not isinstance(model, Mapping):
+        raise TypeError(
+            f"model must be a mapping (name, native_output), got {type(model).__name__}"
+        )
+    given: object = entries  # checked at run time too: not every caller runs mypy
+    if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise TypeError(f"entries must be a conversation's log entries, got {type(given).__name__}")
     items = list(entries)
+    for index, item in enumerate(items):
+        if not isinstance(item, LogEntry):
+            raise TypeError(
+                f"entries[{index}] must be a LogEntry (runtime.log.entries(...)), got "
+                f"{type(item).__name__}"
+            )
     exchanges: list[Exchange] = []
     system = SystemMessage(instructions)
     for position, entry in enumerate(items):

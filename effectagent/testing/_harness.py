@@ -313,7 +313,20 @@ def _base_handlers(
             bases[tool.name] = PROBE_HANDLERS[tool.name]
         elif tool.handler is not None:  # bound with the tool (Tool(handler=...), @tool)
             bases[tool.name] = tool.handler
+    given: object = handlers  # checked at run time too: not every caller runs mypy
+    if given is not None and not isinstance(given, Mapping):
+        raise TypeError(
+            "handlers= takes a mapping of tools (or their names) to handlers, got "
+            f"{type(given).__name__}"
+        )
     for key, handler in (handlers or {}).items():
+        if not isinstance(key, str | Tool):
+            raise TypeError(f"handlers= keys are tools or their names, got {key!r:.60}")
+        if not callable(handler):
+            raise TypeError(
+                f"handlers= gives {key!r:.60} a {type(handler).__name__}, not a handler "
+                "(an async function of the parameters and the call)"
+            )
         name = key if isinstance(key, str) else key.name
         if kit.get(name) is None or (not isinstance(key, str) and kit.get(name) is not key):
             raise ValueError(f"handlers= names {key!r}, which is not a tool of the toolkit")
@@ -406,8 +419,11 @@ async def run_batch(
     is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run, and a
     TypeError or ValueError, before anything runs, for a ``batch`` that is not a
     :class:`BatchSpec`, a ``cancel_after_steps`` that is not a whole number ≥ 1, a
-    ``cancel_at`` or ``model_part_delay`` that is not a finite number of seconds ≥ 0, or an
-    ``answer`` that is not a string.
+    ``cancel_at`` or ``model_part_delay`` that is not a finite number of seconds ≥ 0, an
+    ``answer`` that is not a string, a ``toolkit`` that is not a Toolkit, ``services`` that are
+    not a Layer, or ``handlers`` that are not a mapping of tools (or names) to callables; a
+    ``tool_concurrency`` or ``max_duration`` the agent's policy refuses is its ``TypeError`` or
+    ``ValueError``, before anything runs too.
 
     Cancellation: cancelling the caller interrupts the run (it ends with RunInterrupted, no task
     left running) and ``trio.Cancelled`` propagates; no report is returned.
@@ -417,6 +433,10 @@ async def run_batch(
             f"run_batch needs a BatchSpec, got {type(batch).__name__} (make one: BatchSpec([...]))"
         )
     kit = batch.toolkit if toolkit is None else toolkit
+    if not isinstance(kit, Toolkit):
+        raise TypeError(f"toolkit must be a Toolkit (Toolkit(*tools)), got {type(kit).__name__}")
+    if services is not None and not isinstance(services, Layer):
+        raise TypeError(f"services must be a Layer, got {type(services).__name__}")
     if mode not in ("stream", "run"):
         raise ValueError(f"mode must be 'stream' or 'run', got {mode!r}")
     if cancel_after_steps is not None:

@@ -36,6 +36,7 @@ from effectagent.ai import (
     ToolParamsDeltaPart,
     close_stream,
     generate,
+    model_name_of,
 )
 from effectagent.core import Redactor, SecretRedactor, redact_json_text
 from effectagent.effect import Context, Layer
@@ -55,6 +56,11 @@ def redactor_of(secrets: Iterable[str], redactor: Redactor | None) -> Redactor:
         raise TypeError(f"secrets= takes a sequence of strings, got {type(given).__name__}")
     secrets = list(secrets)
     if redactor is not None:
+        if not isinstance(redactor, Redactor):
+            raise TypeError(
+                "redactor= takes a Redactor (SecretRedactor([...]) or your own), got "
+                f"{type(redactor).__name__}"
+            )
         if secrets:
             raise ValueError("give the secrets to the Redactor, not beside it")
         return redactor
@@ -102,33 +108,35 @@ def redact_parts(parts: Sequence[ResponsePart], redactor: Redactor) -> tuple[Res
             if block not in done:
                 done.add(block)
                 delta: Any = part
-                out.append(attrs.evolve(delta, delta=replaced[block]))
+                out.append(_redact_fields(attrs.evolve(delta, delta=replaced[block]), redactor))
             continue
         if isinstance(part, ToolCallPart):
             arguments = redact_json_text(part.arguments, redactor)
             if arguments != part.arguments:
                 part = attrs.evolve(part, arguments=arguments)
-        elif isinstance(part, NativeReasoningPart):
-            if redactor.redact(part.data) != part.data:
-                continue  # dropped whole, as the engine drops it from the record
-        elif not isinstance(part, TextDeltaPart | ReasoningDeltaPart | ToolParamsDeltaPart):
-            redacted = _redact_fields(part, redactor)
-            if redacted is not None:
-                part = redacted
-        out.append(part)
+        elif isinstance(part, NativeReasoningPart) and redactor.redact(part.data) != part.data:
+            continue  # dropped whole, as the engine drops it from the record
+        # Every other string — a block's or a call's ID, a tool's name, metadata — as well, in
+        # every kind of part alike (a call's ID stays the same in its start, deltas and call).
+        out.append(_redact_fields(part, redactor))
     return tuple(out)
 
 
+#: Fields :func:`_redact_fields` leaves alone: the kind, and what is redacted as a whole above.
+_NOT_FIELDS = frozenset({"type", "delta", "arguments"})
+
+
 def _redact_fields(part: Any, redactor: Redactor) -> Any:
-    """A part whose string fields (IDs, names, metadata) held a secret, redacted; else None."""
+    """``part`` with its string fields (IDs, names, metadata) redacted, but for its ``type``,
+    ``delta`` and ``arguments``; itself when none held a secret."""
     changes = {}
     for field in attrs.fields(type(part)):
         value = getattr(part, field.name)
-        if isinstance(value, str) and field.name != "type":
+        if isinstance(value, str) and field.name not in _NOT_FIELDS:
             clean = redactor.redact_text(value)
             if clean != value:
                 changes[field.name] = clean
-    return attrs.evolve(part, **changes) if changes else None
+    return attrs.evolve(part, **changes) if changes else part
 
 
 @final
@@ -140,8 +148,11 @@ class RecordingModel:
         self._writer = writer
         self._redactor = redactor
         self._asked = 0
-        #: What the engine reads of a model (whether it takes an output schema natively).
+        #: What the engine reads of a model: whether it takes an output schema natively, and
+        #: the name its price is found by (so a recorded run is costed, and held to a cost
+        #: budget, as the same run unrecorded).
         self.native_output = bool(getattr(model, "native_output", False))
+        self.model_name = model_name_of(model)
 
     @property
     def recorded(self) -> int:
@@ -203,8 +214,14 @@ def record(
     replaced), one line per exchange — see the cassette format in the testing guide.
 
     ``secrets`` (or ``redactor``) are what the cassette is redacted with: give it the secrets you
-    give ``open_runtime(secrets=...)``, or the Redactor your layer provides. The file is opened
-    when the layer is built (an unwritable path fails there) and closed at teardown.
+    give ``open_runtime(secrets=...)``, or the Redactor your layer provides. The cassette is
+    written whole or not at all: into a partial file beside ``cassette_path``
+    (``.<name>.<random>.partial``), opened when the layer is built (an unwritable path or a
+    directory fails there), each exchange flushed as it ends, and moved over ``cassette_path``
+    in one step when the runtime's block is left normally (a run that failed included). Left by
+    an exception, it replaces no cassette: one already at ``cassette_path`` stays as it was and
+    what was recorded stays in the partial file (with none there, what was recorded is put
+    there). Never left — a process killed mid-recording — ``cassette_path`` stays as it was.
     """
     if not isinstance(model_layer, Layer):
         raise TypeError(f"record() takes a model's Layer, got {type(model_layer).__name__}")
@@ -217,7 +234,11 @@ def record(
     async def recording(context: Context) -> AsyncIterator[RecordingModel]:
         model = context[LanguageModelService]
         native = bool(getattr(model, "native_output", False))
-        header = {"name": model_layer.name, "native_output": native}
+        name = chosen.redact_text(model_layer.name)
+        header: dict[str, Any] = {"name": name, "native_output": native}
+        priced_by = model_name_of(model)
+        if priced_by != model_layer.name:  # a replay prices by the layer's name otherwise
+            header["model_name"] = None if priced_by is None else chosen.redact_text(priced_by)
         with CassetteWriter(path, model=header) as writer:
             yield RecordingModel(model, writer, chosen)
 

@@ -94,6 +94,25 @@ def _side(recorded: Any, received: Any, index: int) -> Any:
     return {}
 
 
+def _tool_names(request: Any) -> list[str]:
+    tools = request.get("tools", [])
+    if not isinstance(tools, list):
+        return []
+    return [t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
+def _tool_names_differ(recorded: Any, received: Any) -> str:
+    """How the names of the tools offered differ: the same tools in another order, or the tools
+    offered then and not now (and now and not then)."""
+    then, now = _tool_names(recorded), _tool_names(received)
+    gone = [f"tool {n!r} was offered then, not now" for n in then if n not in now]
+    new = [f"tool {n!r} is offered now, not then" for n in now if n not in then]
+    if gone or new:
+        return "; ".join(gone + new)
+    order = ", ".join(map(repr, now))
+    return f"the same tools in another order ({order}; recorded: {', '.join(map(repr, then))})"
+
+
 def _headline(difference: Difference, recorded: Any, received: Any) -> str:
     path = difference.path
     lacks = difference.received is MISSING
@@ -109,6 +128,8 @@ def _headline(difference: Difference, recorded: Any, received: Any) -> str:
             return f"the tools offered differ: tool {name!r} was offered then, not now"
         if len(path) == 2 and extra:
             return f"the tools offered differ: tool {name!r} is offered now, not then"
+        if path[2:] == ("name",):
+            return f"the tools offered differ: {_tool_names_differ(recorded, received)}"
         return f"the tools offered differ: tool {name!r} has another {render_path(path[2:3])}"
     if path[0] == "messages" and len(path) > 1 and isinstance(path[1], int):
         message = _side(recorded, received, path[1])
@@ -175,19 +196,28 @@ class ReplayModel:
         part_delay: float = 0.0,
     ) -> None:
         part_delay = seconds("part_delay", part_delay)  # before the cassette is read
+        if not isinstance(cassette, Cassette | str | Path):
+            raise TypeError(
+                f"ReplayModel takes a Cassette or a cassette's path, got {type(cassette).__name__}"
+            )
         if not isinstance(check, bool):
             raise TypeError(f"check must be a bool, got {type(check).__name__} {check!r:.40}")
+        self._redactor = redactor_of(secrets, redactor)  # before the cassette is read, too
         self.where = "the cassette" if isinstance(cassette, Cassette) else str(cassette)
         self.cassette = cassette if isinstance(cassette, Cassette) else Cassette.read(cassette)
         self._ignore = Ignore.of(ignore)
         self._check = check
-        self._redactor = redactor_of(secrets, redactor)
         self._part_delay = part_delay
         self.requests: list[ModelRequest] = []
         self.served = 0
         self.divergence: CassetteDivergence | None = None
         #: Read by the engine: whether the recorded model took the output schema natively.
         self.native_output = bool(self.cassette.model.get("native_output", False))
+        #: Read by the engine: the name the recorded model's price is found by (the header's
+        #: ``model_name`` when the recording wrote one, else the model layer's name).
+        header = self.cassette.model
+        named = header["model_name"] if "model_name" in header else header.get("name")
+        self.model_name: str | None = named if isinstance(named, str) else None
 
     @staticmethod
     def layer(
@@ -206,7 +236,8 @@ class ReplayModel:
         options: dict[str, Any] = {
             "ignore": Ignore.of(ignore),
             "check": check,
-            "secrets": secrets,
+            # Taken once: every fresh model of the layer redacts with the same secrets.
+            "secrets": secrets if isinstance(secrets, str | bytes) else tuple(secrets),
             "redactor": redactor,
             "part_delay": part_delay,
         }

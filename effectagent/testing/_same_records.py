@@ -3,7 +3,9 @@ of the same conversation normalized away, and an assertion that two runs wrote t
 
 What is normalized: the identifiers the runtime makes up (a conversation's, a run's, an input's —
 ``prefix_`` and 16 hex digits) become ``<conv-1>``, ``<run-1>``, ``<input-1>``… numbered by first
-appearance, so that the same ID maps to the same placeholder throughout; wall-clock times (every
+appearance, so that the same ID maps to the same placeholder throughout; so do the digests of an
+approval's arguments (``arguments_digest``: keyed by a key random per runtime, so never the same
+in two runs), as ``<digest-1>``…; wall-clock times (every
 ``at``, ``*_at`` and ``deadline`` field) are left out, and so is a run's allowance when it has
 none, and its typed input's JSON when it has none (``UserInputRecorded.allowance`` and
 ``value``: snapshots made before the fields existed still match). What stays: every record, in log order,
@@ -43,6 +45,10 @@ _LEFT_OUT_AT_DEFAULT = frozenset(
 )
 
 
+#: Fields that hold a digest keyed per runtime (see :meth:`_Normalizer.keyed`).
+_KEYED = frozenset({"arguments_digest"})
+
+
 def _is_time(name: str) -> bool:
     return name == "at" or name.endswith("_at") or name == "deadline"
 
@@ -62,6 +68,16 @@ class _Normalizer:
             prefix = match.group(1)
             count = self._counts[prefix] = self._counts.get(prefix, 0) + 1
             known = self._names[value] = f"<{prefix}-{count}>"
+        return known
+
+    def keyed(self, value: str) -> str:
+        """An approval's arguments digest — keyed by a key random per runtime, so two runs of the
+        same call never share one — as ``<digest-n>`` by first appearance: a request and its
+        decision still name the same digest."""
+        known = self._names.get(value)
+        if known is None:
+            count = self._counts["digest"] = self._counts.get("digest", 0) + 1
+            known = self._names[value] = f"<digest-{count}>"
         return known
 
     def value(self, value: Any) -> Any:
@@ -84,6 +100,9 @@ class _Normalizer:
                     continue
                 item = getattr(value, field.name)
                 if (item is None or item == ()) and (kind, field.name) in _LEFT_OUT_AT_DEFAULT:
+                    continue
+                if field.name in _KEYED and isinstance(item, str) and item:
+                    out[field.name] = self.keyed(item)
                     continue
                 out[field.name] = self.value(item)
             return out

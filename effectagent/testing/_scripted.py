@@ -11,6 +11,7 @@ a script fails where it is written, not as an ``EngineDefect`` of the run that p
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
@@ -19,7 +20,6 @@ import attrs
 import trio
 
 from effectagent.ai import (
-    AiError,
     FinishPart,
     FinishReason,
     InputTokens,
@@ -83,23 +83,48 @@ def _check_parts(
             )
 
 
+def _check_flag(instance: object, attribute: attrs.Attribute[bool], value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"Turn.{attribute.name} must be a bool, got {value!r:.60}")
+
+
+def _check_error(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not isinstance(value, Exception):
+        hint = f" (give an instance: {value.__name__}(...))" if isinstance(value, type) else ""
+        raise TypeError(
+            f"Turn.error must be an exception to raise — a model error (AiError) or, to script "
+            f"a defect, any other Exception — got {value!r:.60}{hint}"
+        )
+
+
+def _check_inspect(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"Turn.inspect must be a function of the request, got {type(value).__name__}"
+        )
+
+
 @attrs.frozen
 class Turn:
     """One scripted model response. Build with the static constructors.
 
     A ``delay`` that is not a finite number of seconds ≥ 0 (or is a bool) is refused — a
-    ``TypeError`` or ``ValueError`` — and so is a part that is not a response part."""
+    ``TypeError`` or ``ValueError`` — and so is a part that is not a response part, an
+    ``error`` that is not an exception instance, an ``inspect`` that is not callable and a flag
+    that is not a bool."""
 
     parts: tuple[ResponsePart, ...] = attrs.field(default=(), validator=_check_parts)
     delay: float = attrs.field(default=0.0, validator=_check_delay)
-    hang: bool = False
-    error: AiError | None = None
-    error_after_parts: bool = False
-    inspect: Callable[[ModelRequest], None] | None = None
+    hang: bool = attrs.field(default=False, validator=_check_flag)
+    error: Exception | None = attrs.field(default=None, validator=_check_error)
+    error_after_parts: bool = attrs.field(default=False, validator=_check_flag)
+    inspect: Callable[[ModelRequest], None] | None = attrs.field(
+        default=None, validator=_check_inspect
+    )
     #: Report the request's own size as the input tokens (the token counter's estimate of its
     #: messages), as a provider would — set by :meth:`text` and :meth:`tool_calls` when no
     #: ``usage`` is given, so an agent's context limit and token budgets see a prompt that grows.
-    counts_input: bool = False
+    counts_input: bool = attrs.field(default=False, validator=_check_flag)
 
     @staticmethod
     def text(
@@ -113,10 +138,14 @@ class Turn:
     ) -> Turn:
         """Stream ``text`` in ``chunk``-character deltas (after optional reasoning), then finish.
 
-        ``text`` and ``reasoning`` must be strs and ``chunk`` a whole number ≥ 1: anything else is
-        a ``TypeError`` or ``ValueError`` here."""
+        ``text`` and ``reasoning`` must be strs, ``chunk`` a whole number ≥ 1 and ``finish`` a
+        finish reason: anything else is a ``TypeError`` or ``ValueError`` here."""
         _check_text("Turn.text: text", text)
         _check_text("Turn.text: reasoning", reasoning)
+        if finish not in _FINISH_REASONS:
+            raise ValueError(
+                f"Turn.text: finish must be one of {', '.join(_FINISH_REASONS)}, got {finish!r:.40}"
+            )
         whole("Turn.text: chunk", chunk, minimum=1)
         _check_usage("Turn.text", usage)
         parts: list[ResponsePart] = []
@@ -147,6 +176,8 @@ class Turn:
         arguments that are not JSON). Anything else is a ``TypeError`` or ``ValueError`` here."""
         _check_text("Turn.tool_calls: text", text)
         whole("Turn.tool_calls: chunk", chunk, minimum=1)
+        if not isinstance(truncate_last, bool):
+            raise TypeError(f"Turn.tool_calls: truncate_last must be a bool, got {truncate_last!r}")
         _check_usage("Turn.tool_calls", usage)
         parts: list[ResponsePart] = []
         if text:
@@ -174,8 +205,9 @@ class Turn:
         return Turn(tuple(parts), delay=delay)
 
     @staticmethod
-    def fail(error: AiError, *, after: Sequence[ResponsePart] = (), delay: float = 0.0) -> Turn:
-        """Stream ``after`` parts, then raise ``error``."""
+    def fail(error: Exception, *, after: Sequence[ResponsePart] = (), delay: float = 0.0) -> Turn:
+        """Stream ``after`` parts, then raise ``error`` — a model error, or any other exception
+        to script a model that crashes (an instance: anything else is a ``TypeError`` here)."""
         return Turn(tuple(after), delay=delay, error=error, error_after_parts=True)
 
     @staticmethod
@@ -186,6 +218,10 @@ class Turn:
     def with_inspection(self, inspect: Callable[[ModelRequest], None]) -> Turn:
         """Call ``inspect(request)`` when this turn is played (assert on what the engine sent)."""
         return attrs.evolve(self, inspect=inspect)
+
+
+#: The reasons a turn may finish with (``effectagent.ai.FinishReason``).
+_FINISH_REASONS: tuple[str, ...] = typing.get_args(FinishReason)
 
 
 def _check_text(what: str, value: object) -> None:
@@ -276,9 +312,11 @@ class ScriptedModel:
 
     @staticmethod
     def layer(turns: Iterable[Turn] = (), *, check: bool = False, **options: Any) -> Layer:
-        """A fresh ScriptedModel as the LanguageModel service (``check`` as for
-        :meth:`as_layer`). To read the requests it receives, make the model yourself and use
-        :meth:`as_layer`."""
+        """A new ScriptedModel, made now, as the LanguageModel service (``check`` as for
+        :meth:`as_layer`). It is one model: every runtime built from this layer plays the same
+        script on from where the last one left it — make a layer for each runtime that should
+        start from the first turn. To read the requests it receives, make the model yourself and
+        use :meth:`as_layer`."""
         return ScriptedModel(turns, **options).as_layer(check=check)
 
     def extend(self, turns: Iterable[Turn]) -> None:

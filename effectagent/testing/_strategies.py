@@ -446,9 +446,21 @@ def _plan(
         raise InvalidArgument(f"max_latency must be a finite number ≥ 0, got {max_latency!r}")
     if len(kit) == 0:
         raise InvalidArgument("the toolkit has no tools to call")
-    given = dict(_probe_arguments() if toolkit is None else {})
+    probes = kit is PROBE_TOOLKIT  # given or not, the probes bring their own strategies
+    for what, mapping in (("arguments", arguments), ("failures", failures)):
+        if mapping is not None and not isinstance(mapping, Mapping):
+            raise InvalidArgument(
+                f"{what}= takes a mapping of tool names to strategies, got {type(mapping).__name__}"
+            )
+        for name, strategy in (mapping or {}).items():
+            if not isinstance(strategy, st.SearchStrategy):
+                raise InvalidArgument(
+                    f"{what}= gives {name!r} a {type(strategy).__name__}, not a strategy "
+                    "(st.builds(...), st.just(...), …)"
+                )
+    given = dict(_probe_arguments() if probes else {})
     given.update(arguments or {})
-    given_failures = dict(_probe_failures() if toolkit is None else {})
+    given_failures = dict(_probe_failures() if probes else {})
     given_failures.update(failures or {})
     for what, names in (("arguments", given), ("failures", given_failures)):
         for name in names:

@@ -70,7 +70,7 @@ def test_a_recording_has_a_versioned_header_and_one_line_per_exchange(tmp_path: 
         "cassette": "effectagent",
         "version": CASSETTE_VERSION,
         "source": "record",
-        "model": {"name": "ScriptedModel", "native_output": False},
+        "model": {"name": "ScriptedModel", "native_output": False, "model_name": None},
         "unchecked": [],
     }
     assert [e["exchange"] for e in exchanges] == [1, 2]
