@@ -24,14 +24,7 @@ from tests.test_docs_examples import BLOCK, ROOT, _pages_with_examples
 from tests.typing.test_types import _cache_dir
 
 #: Pages whose examples are being rewritten right now: skipped until they pass, then removed here.
-PENDING: frozenset[str] = frozenset(
-    {
-        "docs/testing.md",
-        "docs/guides/testing.md",
-        "docs/guides/providers.md",
-        "docs/guides/sessions.md",
-    }
-)
+PENDING: frozenset[str] = frozenset({"docs/guides/providers.md"})
 
 PAGES = sorted(_pages_with_examples())
 REPORTED = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<message>.*)$")
