@@ -20,7 +20,7 @@ from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService, InMemoryConversationLog, LogRetention
 
 from .sessions import SessionSchema
-from .sessions._layers import in_memory_sessions, sqlite_sessions
+from .sessions._layers import sessions_over_log, sqlite_sessions
 from .state._layers import in_memory_state, sqlite_state
 from .steering import SteeringLimits
 from .steering._layers import in_memory_steering, sqlite_steering
@@ -120,7 +120,7 @@ def in_memory_storage(
 
     log = Layer.from_build("in_memory_log", provides=[ConversationLogService], build=build)
     services = (
-        in_memory_sessions(session_schema)
+        sessions_over_log(session_schema)
         + in_memory_state(compensation_timeout=compensation_timeout)
         + in_memory_steering(steering_limits)
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from effectagent.effect import Context, Layer, Scope
+from effectagent.engine import ConversationLogService, InMemoryConversationLog
 
 from ..storage import DatabaseService
 from ._memory import InMemorySessionStore
@@ -28,6 +29,24 @@ def in_memory_sessions(schema: SessionSchema[Any] | None = None) -> Layer:
         return Context.of(SessionStoreService, InMemorySessionStore(schema))
 
     return Layer.from_build("in_memory_sessions", provides=[SessionStoreService], build=build)
+
+
+def sessions_over_log(schema: SessionSchema[Any] | None = None) -> Layer:
+    """:func:`in_memory_sessions` whose store deletes conversations from the runtime's
+    in-memory log (``delete(..., conversations=True)``): what ``in_memory_storage`` provides."""
+    _check_schema(schema)
+
+    async def build(context: Context, _: Scope) -> Context:
+        log = context[ConversationLogService]
+        kept = log if isinstance(log, InMemoryConversationLog) else None
+        return Context.of(SessionStoreService, InMemorySessionStore(schema, log=kept))
+
+    return Layer.from_build(
+        "in_memory_sessions",
+        provides=[SessionStoreService],
+        requires=[ConversationLogService],
+        build=build,
+    )
 
 
 def sqlite_sessions(schema: SessionSchema[Any] | None = None) -> Layer:

@@ -7,6 +7,8 @@ from typing import Generic, TypeVar, cast, final
 
 import trio
 
+from effectagent.engine import InMemoryConversationLog
+
 from ._model import (
     DEFAULT_SCHEMA,
     Session,
@@ -15,6 +17,7 @@ from ._model import (
     SessionNotFound,
     SessionPatch,
     SessionSchema,
+    SessionStoreUnavailable,
     check_id,
 )
 from ._rows import StoredSession, check_delete, check_page, create_row, patch_row
@@ -31,14 +34,19 @@ class InMemorySessionStore(Generic[M]):
     and validate exactly as the SQLite store's do, and no caller shares an object with the store.
 
     Each operation checks for cancellation first, then completes without yielding: it is atomic.
+    ``log``: the in-memory conversation log :meth:`delete` deletes conversations from (given by
+    ``in_memory_storage``; without one, ``conversations=True`` is refused).
     """
 
-    __slots__ = ("_rows", "schema")
+    __slots__ = ("_log", "_rows", "schema")
 
-    def __init__(self, schema: SessionSchema[M] | None = None) -> None:
+    def __init__(
+        self, schema: SessionSchema[M] | None = None, *, log: InMemoryConversationLog | None = None
+    ) -> None:
         # Without a schema, metadata is any JSON object (M is then JSONObject).
         self.schema: SessionSchema[M] = schema or cast("SessionSchema[M]", DEFAULT_SCHEMA)
         self._rows: dict[str, StoredSession] = {}
+        self._log = log
 
     async def create(self, input: SessionCreate[M]) -> Session[M]:
         """See :meth:`SessionStore.create`. Cancellation: if it raises ``Cancelled``, nothing
@@ -79,11 +87,34 @@ class InMemorySessionStore(Generic[M]):
         ids = sorted(i for i in self._rows if after is None or i > after)[:limit]
         return tuple(self._rows[i].session(self.schema) for i in ids)
 
-    async def delete(self, session_id: str, expected_revision: int) -> None:
-        """See :meth:`SessionStore.delete`. Cancellation: if it raises ``Cancelled``, nothing
-        changed."""
+    async def delete(
+        self, session_id: str, expected_revision: int, *, conversations: bool = False
+    ) -> None:
+        """See :meth:`SessionStore.delete`: with ``conversations=True``, the session's
+        conversations no other session lists go with it from the in-memory log, and the media
+        no remaining record refers to; while one of them has a run going, nothing is deleted
+        (``SessionStoreUnavailable`` saying so). A store without a log refuses
+        ``conversations=True`` (``ValueError``). Cancellation: if it raises ``Cancelled``,
+        nothing changed."""
+        if type(conversations) is not bool:
+            raise TypeError(f"conversations must be a bool, got {type(conversations).__name__}")
+        if conversations and self._log is None:
+            raise ValueError(
+                "this session store has no conversation log to delete conversations from "
+                "(in_memory_storage() gives it one)"
+            )
         await trio.lowlevel.checkpoint_if_cancelled()
-        check_delete(self._rows.get(check_id(session_id)), session_id, expected_revision)
+        current = self._rows.get(check_id(session_id))
+        check_delete(current, session_id, expected_revision)
+        if conversations and current is not None and self._log is not None:
+            listed = {
+                c for i, row in self._rows.items() if i != session_id for c in row.conversations
+            }
+            alone = [c for c in current.conversations if c not in listed]
+            try:
+                self._log.delete_conversations(alone)
+            except ValueError as exc:  # a run of one is going: nothing was deleted
+                raise SessionStoreUnavailable(session_id, str(exc)) from None
         del self._rows[session_id]
         await trio.lowlevel.cancel_shielded_checkpoint()
 

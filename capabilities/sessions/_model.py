@@ -357,9 +357,14 @@ class SessionStore(Protocol[M]):
         cannot be read, naming it. Cancellation: nothing changes."""
         ...
 
-    async def delete(self, session_id: str, expected_revision: int) -> None:
+    async def delete(
+        self, session_id: str, expected_revision: int, *, conversations: bool = False
+    ) -> None:
         """Remove the session if it is still at ``expected_revision``. Its conversations are not
-        touched (a session points to them; their history stays in the log). Raises
+        touched (a session points to them; their history stays in the log) — unless
+        ``conversations=True``: then those no other session lists are deleted with it, in one
+        step, with the media no remaining record refers to; while one of them has a run going,
+        nothing is deleted (:class:`SessionStoreUnavailable`). Raises
         :class:`SessionConflict`, :class:`SessionNotFound`. Cancellation: all or nothing."""
         ...
 

@@ -191,6 +191,18 @@ class RetentionLedger:
             self._idle[conversation_id] = None
         return self._evict()
 
+    def forget(self, conversation_id: str) -> bool:
+        """The conversation was deleted (not evicted: it is not remembered as such); return
+        whether it was kept. A held one is refused (``ValueError``): a run of it is going."""
+        if conversation_id in self._holds:
+            raise ValueError(f"conversation {conversation_id!r} has a run going")
+        size = self._sizes.pop(conversation_id, None)
+        if size is None:
+            return False
+        self._idle.pop(conversation_id, None)
+        self.total_bytes -= size
+        return True
+
     def over(self) -> bool:
         """Whether the kept conversations exceed a cap."""
         limits = self.limits
@@ -566,6 +578,25 @@ class InMemoryConversationLog:
     def release(self, conversation_id: str) -> None:
         """End one :meth:`hold`; may evict idle conversations."""
         self._drop(self.ledger.release(conversation_id))
+
+    def delete_conversations(self, conversation_ids: Iterable[str]) -> tuple[str, ...]:
+        """Delete the conversations' records, and the media bytes no record left refers to;
+        return the IDs of those the log kept. All or none: while a run of one of them is going,
+        nothing is deleted (``ValueError`` naming it). What keeps something per conversation
+        (:meth:`on_evicted`) forgets it as for an eviction. Never blocks."""
+        ids = tuple(dict.fromkeys(conversation_ids))
+        for conversation_id in ids:
+            if not isinstance(conversation_id, str):
+                raise TypeError(
+                    f"conversation IDs must be str, got {type(conversation_id).__name__}"
+                )
+            if self.ledger.held(conversation_id):
+                raise ValueError(
+                    f"conversation {conversation_id!r} has a run going: nothing was deleted"
+                )
+        deleted = [c for c in ids if self.ledger.forget(c) or c in self._logs]
+        self._drop(deleted)
+        return tuple(deleted)
 
     def on_evicted(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(conversation_id)`` for every conversation evicted from now on (a

@@ -8,7 +8,7 @@ from typing import Any, assert_type
 
 import attrs
 
-from capabilities import AgentStateService, RunLocal, StateSlot
+from capabilities import AgentStateService, RunLocal, SessionStoreService, StateSlot
 from capabilities.approval import ApprovalRule
 from capabilities.mcp import HttpServer, StdioServer
 from capabilities.subagents import Delegation, delegate
@@ -97,3 +97,13 @@ assert_type(ApprovalRule.approve(risks=("low", "medium"), readonly=True), Approv
 ApprovalRule.approve(tool="read_file")
 # E: Argument "risks" to "ask" of "ApprovalRule" has incompatible type "Literal['severe']"; expected "Literal['low', 'medium', 'high'] | Iterable[Literal['low', 'medium', 'high']] | None"  [arg-type]
 ApprovalRule.ask(risks="severe")
+
+
+# ---- sessions: the store the service gives deletes conversations too ---------------------------
+
+
+async def delete_with_history(context: Context) -> None:
+    store = context[SessionStoreService]
+    await store.delete("trip-1", 3, conversations=True)
+    # E: Argument "conversations" to "delete" of "SessionStore" has incompatible type "str"; expected "bool"  [arg-type]
+    await store.delete("trip-1", 3, conversations="yes")
