@@ -129,8 +129,10 @@ class _ReadTogether:
     ) -> Session[Any]:
         return await self._store.update(session_id, patch, expected_revision)
 
-    async def delete(self, session_id: str, expected_revision: int) -> None:
-        await self._store.delete(session_id, expected_revision)
+    async def delete(
+        self, session_id: str, expected_revision: int, *, conversations: bool = False
+    ) -> None:
+        await self._store.delete(session_id, expected_revision, conversations=conversations)
 
 
 async def test_a_name_both_read_as_free_goes_to_one_of_them_in_the_database(
