@@ -5,8 +5,10 @@ Request
     System messages join into the top-level ``system`` text (the API has no system turns).
     User text, assistant text and ``tool_use`` blocks, and tool results as ``tool_result`` blocks
     (``is_error`` for a failure) of a user turn; consecutive turns of one role are merged, empty
-    text is left out. Tool-call arguments that are not a JSON object (the engine keeps unparsable
-    text as it came) go back as ``{"value": ...}``, since ``input`` must be an object.
+    or blank text (only spaces and line breaks, which the API refuses as a text block — a model
+    sometimes streams a blank line before its tool call) is left out. Tool-call arguments that
+    are not a JSON object (the engine keeps unparsable text as it came) go back as
+    ``{"value": ...}``, since ``input`` must be an object.
     **Thinking** goes back only as the signed ``thinking`` / ``redacted_thinking`` blocks the API
     produced: the prompt's :class:`~effectagent.ai.NativeReasoningContent` of provider
     ``"anthropic"`` (recorded with the response, so a run continued in another process has them),
@@ -75,6 +77,7 @@ from ._common import (
     json_text,
     reported_usage,
     result_text,
+    well_formed,
 )
 from ._errors import error_from_payload
 from ._media import b64, document_text
@@ -121,7 +124,7 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
     for message in messages:
         match message:
             case SystemMessage():
-                if message.content:
+                if message.content.strip():
                     system.append(message.content)
             case UserMessage():
                 add(
@@ -129,7 +132,7 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                     [
                         anthropic_block(p)
                         for p in message.content
-                        if type(p) is not TextContent or p.text
+                        if type(p) is not TextContent or p.text.strip()
                     ],
                 )
             case AssistantMessage():
@@ -145,7 +148,7 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                             text
                             if not result.media
                             else [
-                                {"type": "text", "text": text},
+                                *([{"type": "text", "text": text}] if text.strip() else []),
                                 *(anthropic_block(part) for part in result.media),
                             ]
                         ),
@@ -168,6 +171,12 @@ def anthropic_block(part: TextContent | MediaPart) -> dict[str, Any]:
     source: dict[str, Any]
     text = document_text(part)
     if part.url:
+        if part.kind == "document" and part.media_type != "application/pdf":
+            # A URL source is a PDF's; a text document goes as its text, which a URL is not.
+            raise MediaNotSupported(
+                f"Anthropic takes a text document's bytes, not its URL; {part.describe()} was "
+                "not sent"
+            )
         source = {"type": "url", "url": part.url}
     elif text is not None:
         source = {"type": "text", "media_type": "text/plain", "data": text}
@@ -189,7 +198,7 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
         )
     for part in message.content:
         if isinstance(part, TextContent):
-            if part.text:
+            if part.text.strip():  # the API refuses a blank text block
                 blocks.append({"type": "text", "text": part.text})
         elif isinstance(part, ToolCallContent):
             arguments = part.arguments
@@ -495,7 +504,7 @@ class MessagesDecoder:
             if block.signature:  # unsigned, the API would not take it back
                 native = {
                     "type": "thinking",
-                    "thinking": "".join(block.thinking),
+                    "thinking": well_formed("".join(block.thinking)),
                     "signature": block.signature,
                 }
                 out.append(NativeReasoningPart(FAMILY, self._model, native))

@@ -1,6 +1,13 @@
 """Small pieces every provider mapping shares: reading untrusted JSON numbers, writing JSON text,
 the bookkeeping of streamed text / reasoning blocks and tool-call arguments, unique tool-call IDs,
-and the output cap each model gets by default. Pure."""
+and the output cap each model gets by default. Pure.
+
+Streamed text is kept well-formed: a server that slices UTF-16 text (JavaScript, Java, .NET) may
+send the two halves of a character outside the Basic Multilingual Plane — an emoji — as JSON
+escapes in two events (``"\\ud83d"``, then ``"\\ude00"``). Each piece alone decodes to a lone
+surrogate, which no UTF-8 encoder takes: the text could be neither logged nor sent back. A
+block's or a call's deltas hold back a high surrogate a piece ends with and join it to the low
+half that starts the next; a surrogate left without its other half becomes U+FFFD."""
 
 from __future__ import annotations
 
@@ -49,7 +56,35 @@ __all__ = [
     "positive_tokens",
     "reported_usage",
     "result_text",
+    "well_formed",
 ]
+
+#: A UTF-16 surrogate: half of a character outside the Basic Multilingual Plane.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: What a surrogate without its other half becomes.
+REPLACEMENT = "\ufffd"
+
+
+def well_formed(text: str) -> str:
+    """``text`` with each surrogate pair joined into the character it encodes and each lone
+    surrogate replaced by U+FFFD: text every UTF-8 encoder takes. (``text`` itself, at the cost
+    of one scan, when it holds no surrogate — the usual case.)"""
+    if text.isascii() or _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _shown(held: str, piece: str) -> tuple[str, str]:
+    """What of a streamed ``piece`` can be shown now, and what to hold back: ``held`` (a high
+    surrogate the last piece ended with) and ``piece``, well-formed (:func:`well_formed`),
+    keeping back a high surrogate they end with — the next piece may start with its low half."""
+    if held:
+        piece = held + piece
+    elif piece.isascii() or _SURROGATE.search(piece) is None:
+        return piece, ""
+    if "\ud800" <= piece[-1] <= "\udbff":
+        return well_formed(piece[:-1]), piece[-1]
+    return well_formed(piece), ""
 
 
 def as_int(value: object) -> int:
@@ -114,12 +149,15 @@ class Blocks:
     one kind closes the other (a provider streams them one after the other). Block IDs are
     ``t<n>`` / ``r<n>`` in order of appearance."""
 
-    __slots__ = ("_count", "reasoning", "text")
+    __slots__ = ("_count", "_held_reasoning", "_held_text", "reasoning", "text")
 
     def __init__(self) -> None:
         self._count = 0
         self.text: str | None = None
         self.reasoning: str | None = None
+        # A high surrogate the last delta of the open block ended with (see the module notes).
+        self._held_text = ""
+        self._held_reasoning = ""
 
     def text_delta(self, delta: str, out: list[ResponsePart]) -> None:
         """Append ``delta`` to the open text block, opening one (and closing reasoning) first."""
@@ -131,7 +169,9 @@ class Blocks:
             block = self.text = f"t{self._count}"
             self._count += 1
             out.append(TextStartPart(block))
-        out.append(TextDeltaPart(block, delta))
+        delta, self._held_text = _shown(self._held_text, delta)
+        if delta:
+            out.append(TextDeltaPart(block, delta))
 
     def reasoning_delta(self, delta: str, out: list[ResponsePart]) -> None:
         """Append ``delta`` to the open reasoning block, opening one (and closing text) first."""
@@ -143,17 +183,25 @@ class Blocks:
             block = self.reasoning = f"r{self._count}"
             self._count += 1
             out.append(ReasoningStartPart(block))
-        out.append(ReasoningDeltaPart(block, delta))
+        delta, self._held_reasoning = _shown(self._held_reasoning, delta)
+        if delta:
+            out.append(ReasoningDeltaPart(block, delta))
 
     def end_text(self, out: list[ResponsePart]) -> None:
         """Close the open text block, if any."""
         if self.text is not None:
+            if self._held_text:  # a high surrogate no low half followed
+                out.append(TextDeltaPart(self.text, REPLACEMENT))
+                self._held_text = ""
             out.append(TextEndPart(self.text))
             self.text = None
 
     def end_reasoning(self, out: list[ResponsePart]) -> None:
         """Close the open reasoning block, if any."""
         if self.reasoning is not None:
+            if self._held_reasoning:
+                out.append(ReasoningDeltaPart(self.reasoning, REPLACEMENT))
+                self._held_reasoning = ""
             out.append(ReasoningEndPart(self.reasoning))
             self.reasoning = None
 
@@ -175,7 +223,7 @@ class StreamedCall:
     The argument text is bounded: past ``max_bytes`` (as large as one server-sent event may be,
     by default) the call raises :class:`ResponseTooLarge` instead of keeping more."""
 
-    __slots__ = ("arguments", "chunks", "id", "max_bytes", "name", "size")
+    __slots__ = ("_held", "arguments", "chunks", "id", "max_bytes", "name", "size")
 
     def __init__(
         self, call_id: str, name: str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES
@@ -186,6 +234,7 @@ class StreamedCall:
         self.arguments: str | None = None
         self.size = 0
         self.max_bytes = max_bytes
+        self._held = ""  # a high surrogate the last delta ended with (see the module notes)
 
     def delta(self, text: str, out: list[ResponsePart]) -> None:
         """More argument text."""
@@ -198,13 +247,19 @@ class StreamedCall:
                     "call; the stream was stopped there",
                     self.max_bytes,
                 )
-            self.chunks.append(text)
-            out.append(ToolParamsDeltaPart(self.id, text))
+            text, self._held = _shown(self._held, text)
+            if text:
+                self.chunks.append(text)
+                out.append(ToolParamsDeltaPart(self.id, text))
 
     def end(self, out: list[ResponsePart], arguments: str | None = None) -> None:
         """The arguments are complete: ``arguments`` when the provider restated them whole, else
-        what streamed (``{}`` for a call that streamed nothing)."""
-        raw = arguments if arguments is not None else "".join(self.chunks)
+        what streamed (``{}`` for a call that streamed nothing) — well-formed text either way."""
+        if self._held:  # a high surrogate no low half followed
+            self._held = ""
+            self.chunks.append(REPLACEMENT)
+            out.append(ToolParamsDeltaPart(self.id, REPLACEMENT))
+        raw = well_formed(arguments) if arguments is not None else "".join(self.chunks)
         self.arguments = raw or "{}"
         out.append(ToolParamsEndPart(self.id))
 

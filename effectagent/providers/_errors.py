@@ -9,14 +9,15 @@ The classes the engine and its retry policy act on:
                               date), else from a Google ``RetryInfo`` detail's ``retryDelay``.
                               Retryable. A 429 that says the *quota* is spent is a
                               ``ProviderError(429)``: waiting does not help.
-``ContextLengthExceeded``     a 400/413/422 (or a stream error) whose code or message says the
-                              prompt is longer than the context window; ``limit`` when the
-                              message states it. Not retryable as it is: compaction can react.
+``ContextLengthExceeded``     a 400/422 (or a stream error) whose code or message says the
+                              prompt is longer than the context window, and any 413 (a request
+                              too large to take); ``limit`` when the message states it. Not
+                              retryable as it is: compaction can react.
 ``AuthenticationFailed``      401, 403, an authentication / permission error type, or a Google
                               error whose detail's reason says the API key is not valid (Gemini
                               answers a bad key with 400).
 ``ContentFiltered``           the provider's content policy refused the request.
-``InvalidModelRequest``       any other 400, 404, 413, 422, or an invalid-request error type.
+``InvalidModelRequest``       any other 400, 404, 422, or an invalid-request error type.
 ``ModelUnavailable``          408, 5xx, 529 (overloaded), or an overloaded / server error type.
                               Retryable.
 ``ProviderError(status)``     anything else.

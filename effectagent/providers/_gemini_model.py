@@ -16,9 +16,9 @@ does not do is read the body of a successful response: like the other adapters (
 SDKs' raw streaming responses), this one hands the raw event stream to the shared loop
 (:mod:`~effectagent.providers._streaming`), which bounds and decodes it. ``google-genai`` offers
 no raw streaming response, so the adapter gives the SDK an HTTP client of its own
-(``httpx2``) whose transport takes the body of a successful streaming response for the adapter —
-only during that adapter's own call, in that task — and hands the SDK an empty stream in its
-place. Every SDK type stays inside the adapter.
+(``httpx2``, proxies from the environment as usual) that takes the body of a successful
+streaming response for the adapter — only during that adapter's own call, in that task — and
+hands the SDK an empty stream in its place. Every SDK type stays inside the adapter.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ from ._common import (
 )
 from ._credentials import require_api_key, secret_values, url_repr
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
-from ._layer import ModelLayer
+from ._layer import ModelLayer, bound_error_body
 from ._media import MediaSupport, media_problem, media_support, refused
 from ._streaming import SdkErrors, stream_parts
 
@@ -124,23 +124,21 @@ def _sdk() -> tuple[Any, Any, SdkErrors]:
 
 
 @cache
-def _transport_class(httpx2: Any) -> type[Any]:
-    """The ``httpx2`` transport that takes a successful streaming body for the adapter."""
+def _client_class(httpx2: Any) -> type[Any]:
+    """The ``httpx2`` client that takes a successful streaming body for the adapter. It is made
+    as any client is — the proxies the environment names (``HTTPS_PROXY``, ``NO_PROXY``, …)
+    apply, as they do to the other adapters' SDK clients."""
 
-    class TakeTheBody(httpx2.AsyncBaseTransport):  # type: ignore[misc]
-        def __init__(self, inner: Any) -> None:
-            self._inner = inner
-
-        async def handle_async_request(self, request: Any) -> Any:
-            response = await self._inner.handle_async_request(request)
+    class TakeTheBody(httpx2.AsyncClient):  # type: ignore[misc]
+        async def send(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+            response = await super().send(request, *args, **kwargs)
             capture = _CAPTURE.get()
             if capture is None or capture.response is not None or response.status_code != 200:
                 return response  # an error status: the SDK reads it and raises its APIError
             capture.response = response
-            return httpx2.Response(200, headers=[("content-type", "text/event-stream")])
-
-        async def aclose(self) -> None:
-            await self._inner.aclose()
+            return httpx2.Response(
+                200, headers=[("content-type", "text/event-stream")], request=request
+            )
 
     return TakeTheBody
 
@@ -221,9 +219,9 @@ class Gemini(ModelLayer):
         on the network; closing is shielded."""
         key = require_api_key(self.api_key, KEY_VARIABLES, PROVIDER)
         genai, httpx2, errors = await trio.to_thread.run_sync(_sdk)
-        http = httpx2.AsyncClient(
-            transport=_transport_class(httpx2)(httpx2.AsyncHTTPTransport()), timeout=self.timeout
-        )
+        # The body of an error status is read no further than its start (the SDK reads it whole).
+        hooks = {"response": [bound_error_body(httpx2)]}
+        http = _client_class(httpx2)(timeout=self.timeout, event_hooks=hooks)
         try:
             options = genai.types.HttpOptions(
                 base_url=self.base_url,

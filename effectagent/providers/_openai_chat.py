@@ -6,33 +6,37 @@ The same wire format serves OpenAI and every OpenAI-compatible server (vLLM, lla
 Request
     System, user, assistant and tool messages map one to one (a tool batch becomes one ``tool``
     message per result). **Reasoning is not sent back**: Chat Completions has no field for it,
-    and servers that stream ``reasoning_content`` ask not to receive it again. Tools become
-    ``function`` tools (not strict); ``tool_choice`` is auto / none / required or
-    ``{"type": "function", ...}`` for one tool's name; ``max_output_tokens`` is
-    ``max_completion_tokens`` (OpenAI) or ``max_tokens`` (compatible servers). An
-    :class:`~effectagent.ai.OutputFormat` becomes a ``json_schema`` response format, ``strict``
-    only when the format asks for it and the schema meets OpenAI's strict rules
-    (:func:`~effectagent.providers._output_schema.openai_strict_problems`) — or, for a server
-    that refuses a response format next to tools (``output_with_tools=False``: Groq, llama.cpp),
-    an instruction appended to the system message of a request that offers tools. Usage is
-    requested with ``stream_options.include_usage``.
+    and servers that stream ``reasoning_content`` ask not to receive it again — so an assistant
+    turn that only reasoned (cut off by the length limit) is left out, as a message with neither
+    content nor tool calls is refused. Tools become ``function`` tools (not strict);
+    ``tool_choice`` is auto / none / required or ``{"type": "function", ...}`` for one tool's
+    name; ``max_output_tokens`` is ``max_completion_tokens`` (OpenAI) or ``max_tokens``
+    (compatible servers). An :class:`~effectagent.ai.OutputFormat` becomes a ``json_schema``
+    response format, ``strict`` only when the format asks for it and the schema meets OpenAI's
+    strict rules (:func:`~effectagent.providers._output_schema.openai_strict_problems`) — or,
+    for a server that refuses a response format next to tools (``output_with_tools=False``:
+    Groq, llama.cpp), an instruction appended to the system message of a request that offers
+    tools. Usage is requested with ``stream_options.include_usage``.
 
 Stream
-    The first chunk gives the metadata (id, model, created). ``delta.content`` is text;
-    ``delta.refusal`` is text too, and makes the finish reason ``content-filter``;
+    The first chunk with an ID or a choice gives the metadata (id, model, created).
+    ``delta.content`` is text (or a list of chunks, as Mistral sends: its ``text`` chunks are
+    text, its ``thinking`` chunks reasoning); ``delta.refusal`` is text too, and makes the
+    finish reason ``content-filter``;
     ``delta.reasoning_content`` / ``delta.reasoning`` (what vLLM, DeepSeek and Ollama stream) is
-    reasoning. Tool calls arrive by ``index`` — parallel calls interleave their argument deltas —
-    and each is declared (params end + :class:`~effectagent.ai.ToolCallPart` with the whole raw
-    argument text) when the choice's ``finish_reason`` arrives — unless that reason is
-    ``length``: calls cut off by the limit stay undeclared, so the engine sees them truncated and
-    never runs them. The finish part follows ``[DONE]``
-    (which carries nothing; usage comes in the last chunk before it), or the end of the body for
-    servers that send no ``[DONE]``. A usage that only Groq's ``x_groq`` object carries counts
-    until a top-level one comes. Finish reasons: stop, length, tool_calls → tool-calls,
-    function_call → tool-calls, content_filter → content-filter, error → error, any other value →
-    other (a stream that never gives one is malformed); a response that declared tool calls but says "stop" (some
-    servers do) is reported as tool-calls. A chunk holding ``error`` is the provider failing
-    mid-stream: its typed error is raised.
+    reasoning. Tool calls arrive by ``index`` — parallel calls interleave their argument deltas;
+    a call that brings another ID and a name at an index already used is a new call (Ollama
+    gives every call of a parallel batch index 0) — and each is declared (params end +
+    :class:`~effectagent.ai.ToolCallPart` with the whole raw argument text) when the choice's
+    ``finish_reason`` arrives — unless that reason is ``length``: calls cut off by the limit stay
+    undeclared, so the engine sees them truncated and never runs them. The finish part follows
+    ``[DONE]`` (which carries nothing; usage comes in the last chunk before it), or the end of
+    the body for servers that send no ``[DONE]``. A usage that only Groq's ``x_groq`` object
+    carries counts until a top-level one comes. Finish reasons: stop, length, tool_calls →
+    tool-calls, function_call → tool-calls, content_filter → content-filter, error → error, any
+    other value → other (a stream that never gives one is malformed); a response that declared
+    tool calls but says "stop" (some servers do) is reported as tool-calls. A chunk holding
+    ``error`` is the provider failing mid-stream: its typed error is raised.
 """
 
 from __future__ import annotations
@@ -103,7 +107,9 @@ def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 )
                 out.append({"role": "user", "content": content})
             case AssistantMessage():
-                out.append(_assistant(message))
+                entry = _assistant(message)
+                if entry is not None:
+                    out.append(entry)
             case ToolMessage():
                 out.extend(
                     {
@@ -156,7 +162,9 @@ def chat_part(part: TextContent | MediaPart) -> dict[str, Any]:
     }
 
 
-def _assistant(message: AssistantMessage) -> dict[str, Any]:
+def _assistant(message: AssistantMessage) -> dict[str, Any] | None:
+    """The assistant message — None for one with neither text nor tool calls (a turn that only
+    reasoned), which the API would refuse: its ``content`` may be null only beside calls."""
     texts: list[str] = []
     calls: list[dict[str, Any]] = []
     for part in message.content:
@@ -171,7 +179,10 @@ def _assistant(message: AssistantMessage) -> dict[str, Any]:
                 }
             )
         # ReasoningContent: Chat Completions has no place for it (see the module notes).
-    entry: dict[str, Any] = {"role": "assistant", "content": "".join(texts) or None}
+    text = "".join(texts)
+    if not text and not calls:
+        return None
+    entry: dict[str, Any] = {"role": "assistant", "content": text or None}
     if calls:
         entry["tool_calls"] = calls
     return entry
@@ -282,6 +293,8 @@ class ChatCompletionsDecoder:
         "_provider",
         "_refused",
         "_require_done",
+        "_sent_ids",
+        "_slots",
         "_top_usage",
         "_usage",
     )
@@ -298,7 +311,11 @@ class ChatCompletionsDecoder:
         self._require_done = require_done
         self._metadata = False
         self._blocks = Blocks()
+        # The calls in order of appearance (by slot); the slot of each wire index's latest call,
+        # and the ID the server gave each slot's call.
         self._calls: dict[int, StreamedCall] = {}
+        self._slots: dict[int, int] = {}
+        self._sent_ids: dict[int, str] = {}
         self._finish: FinishReason | None = None
         self._usage = Usage()
         self._top_usage = False  # a top-level usage came (it outranks Groq's x_groq one)
@@ -319,14 +336,16 @@ class ChatCompletionsDecoder:
         if error:
             raise error_from_payload(self._provider, data)
         out: list[ResponsePart] = []
-        if not self._metadata:
+        if not self._metadata and (data.get("id") or data.get("choices")):
+            # Azure's first chunk, its prompt filter's results, has no choices and an empty id,
+            # model and time: the metadata come from the first chunk that is the model's.
             self._metadata = True
-            created = data.get("created")
+            created = as_timestamp(data.get("created"))
             out.append(
                 ResponseMetadataPart(
-                    _str_or_none(data.get("id")),
-                    _str_or_none(data.get("model")),
-                    as_timestamp(created),
+                    _str_or_none(data.get("id")) or None,
+                    _str_or_none(data.get("model")) or None,
+                    created if created else None,
                 )
             )
         usage = data.get("usage")
@@ -368,6 +387,8 @@ class ChatCompletionsDecoder:
             content = delta.get("content")
             if content and isinstance(content, str):
                 blocks.text_delta(content, out)
+            elif content and isinstance(content, list):
+                _content_chunks(content, blocks, out)
             refusal = delta.get("refusal")
             if refusal and isinstance(refusal, str):
                 self._refused = True
@@ -396,20 +417,31 @@ class ChatCompletionsDecoder:
 
     def _call(self, call: Mapping[str, Any], out: list[ResponsePart]) -> None:
         index = call.get("index")
+        sent_id = call.get("id")
+        sent_id = sent_id if isinstance(sent_id, str) and sent_id else None
+        name = _name(call)
+        slot: int | None
         if type(index) is not int:
             # Servers that omit the index send each call whole, one entry per call.
-            index = len(self._calls) if call.get("id") or _name(call) else len(self._calls) - 1
-        streamed = self._calls.get(index)
+            slot = len(self._calls) if sent_id or name else len(self._calls) - 1
+        else:
+            slot = self._slots.get(index)
+            if slot is not None and sent_id and name and sent_id != self._sent_ids.get(slot):
+                # Another call at an index already used: some servers (Ollama) give every call
+                # of a parallel batch index 0; its arguments must not join the earlier call's.
+                slot = None
+            if slot is None:
+                slot = self._slots[index] = len(self._calls)
+        streamed = self._calls.get(slot)
         function = call.get("function")
         function = function if isinstance(function, Mapping) else {}
         if streamed is None:
-            name = _name(call)
             if not name:
-                raise MalformedResponse(f"tool call #{index} began without a function name")
-            call_id = call.get("id")
-            call_id = call_id if isinstance(call_id, str) and call_id else f"call_{index}"
-            streamed = StreamedCall(self._ids.unique(call_id), name)
-            self._calls[index] = streamed
+                raise MalformedResponse(f"tool call #{slot} began without a function name")
+            streamed = StreamedCall(self._ids.unique(sent_id or f"call_{slot}"), name)
+            self._calls[slot] = streamed
+            if sent_id:
+                self._sent_ids[slot] = sent_id
             out.append(ToolParamsStartPart(streamed.id, streamed.name))
         arguments = function.get("arguments")
         if isinstance(arguments, str):
@@ -435,6 +467,27 @@ class ChatCompletionsDecoder:
         if self._require_done:
             raise MalformedResponse("the event stream ended without [DONE]")
         return self.done()
+
+
+def _content_chunks(chunks: list[Any], blocks: Blocks, out: list[ResponsePart]) -> None:
+    """Content sent as a list of chunks (Mistral's): ``{"type": "text", "text": ...}`` is text,
+    ``{"type": "thinking", "thinking": [<text chunks>]}`` reasoning; other chunks carry nothing
+    to show here."""
+    for chunk in chunks:
+        if not isinstance(chunk, Mapping):
+            continue
+        kind = chunk.get("type")
+        if kind == "text":
+            text = chunk.get("text")
+            if isinstance(text, str):
+                blocks.text_delta(text, out)
+        elif kind == "thinking":
+            thinking = chunk.get("thinking")
+            pieces = thinking if isinstance(thinking, list) else [thinking]
+            for piece in pieces:
+                text = piece.get("text") if isinstance(piece, Mapping) else piece
+                if isinstance(text, str):
+                    blocks.reasoning_delta(text, out)
 
 
 def _name(call: Mapping[str, Any]) -> str:

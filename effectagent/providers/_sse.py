@@ -3,7 +3,8 @@
 Every provider here streams ``text/event-stream`` (the WHATWG format): lines end with LF, CR or
 CRLF; ``event:`` names an event, ``data:`` lines accumulate its payload, a line starting with ``:``
 is a comment, and a blank line dispatches the event. ``id:`` and ``retry:`` are accepted and
-ignored (nothing here reconnects). The decoder keeps an unterminated line until more bytes come,
+ignored (nothing here reconnects). A byte order mark that opens the stream is dropped, as the
+format says (kept, it would make the first line's field unknown, and its event lost). The decoder keeps an unterminated line until more bytes come,
 and remembers a CR that ended a chunk (its LF, if any, opens the next one), so chunk boundaries
 never change the events.
 
@@ -34,6 +35,8 @@ DEFAULT_MAX_EVENT_BYTES: Final = 16 * 1024 * 1024
 
 #: A line ending: CRLF, CR or LF.
 _LINE_END: Final = re.compile(rb"\r\n?|\n")
+#: The UTF-8 byte order mark.
+_BOM: Final = b"\xef\xbb\xbf"
 
 
 class ServerSentEvent(NamedTuple):
@@ -68,6 +71,7 @@ class SSEDecoder:
         "_data",
         "_data_size",
         "_event",
+        "_head",
         "_max_event",
         "_max_line",
         "_pending",
@@ -92,9 +96,19 @@ class SSEDecoder:
         self._event: str | None = None
         self._data: list[bytes] = []
         self._data_size = 0
+        # The stream's first bytes while they may still be the start of a byte order mark
+        # (None once they cannot).
+        self._head: bytes | None = b""
 
     def feed(self, chunk: bytes) -> list[ServerSentEvent]:
         """The events that ``chunk`` completes, in order."""
+        if self._head is not None:
+            head = self._head + chunk
+            if len(head) < len(_BOM) and _BOM.startswith(head):
+                self._head = head
+                return []
+            self._head = None
+            chunk = head[len(_BOM) :] if head.startswith(_BOM) else head
         events: list[ServerSentEvent] = []
         size = len(chunk)
         start = 0

@@ -55,6 +55,8 @@ __all__ = ["MAX_EVENT_DEPTH", "EventDecoder", "SdkErrors", "stream_parts"]
 _DRAIN_SECONDS = 0.25
 #: How long closing a response may take (shielded from cancellation).
 _CLOSE_SECONDS = 5.0
+#: How much of a 200 that is not an event stream is read, to find the error it may hold.
+_NOT_A_STREAM_BYTES = 64 * 1024
 _NOT_JSON = object()
 #: How deeply an event's JSON may nest: far more than any provider's events do, and far less than
 #: would make the parser recurse into trouble (checked before parsing, like tool arguments).
@@ -142,9 +144,10 @@ async def stream_parts(
     exhausted = False
     try:
         content_type = str(http.headers.get("content-type", "")).lower()
-        if content_type and not content_type.startswith("text/event-stream"):
-            raise scrub_error(await _not_a_stream(provider, http, content_type, errors), secrets)
         chunks = http.aiter_bytes()
+        if content_type and not content_type.startswith("text/event-stream"):
+            failure, exhausted = await _not_a_stream(provider, chunks, content_type, errors)
+            raise scrub_error(failure, secrets)
         sse = SSEDecoder(max_line_bytes=max_event_bytes, max_event_bytes=max_event_bytes)
         done = getattr(decoder, "done", None)
         while True:
@@ -154,8 +157,10 @@ async def stream_parts(
             except StopAsyncIteration:
                 chunk = None
             except errors.transport as exc:
+                # A read timeout is a transport error too: the server went silent, not away.
+                what = "went silent past the timeout" if _timed_out(exc) else "was lost"
                 failure = ModelNetworkError(
-                    f"{provider}: the connection was lost mid-stream ({_describe(exc)})"
+                    f"{provider}: the connection {what} mid-stream ({_describe(exc)})"
                 )
             except errors.decoding as exc:
                 failure = MalformedResponse(f"{provider}: undecodable body ({_describe(exc)})")
@@ -230,6 +235,11 @@ def _loads(data: str | bytes) -> object:
         return _NOT_JSON
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is an HTTP client's timeout (``httpx2.ReadTimeout`` and its kin)."""
+    return isinstance(exc, TimeoutError) or type(exc).__name__.endswith("Timeout")
+
+
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -252,19 +262,35 @@ def _status_failure(provider: str, exc: BaseException) -> AiError:
     return error_from_status(provider, status, headers, body)
 
 
-async def _not_a_stream(provider: str, http: Any, content_type: str, errors: SdkErrors) -> AiError:
-    """A 200 that is not an event stream: its error if the body says one, else malformed.
+async def _not_a_stream(
+    provider: str, chunks: AsyncIterator[bytes], content_type: str, errors: SdkErrors
+) -> tuple[AiError, bool]:
+    """A 200 that is not an event stream: its error if the body says one, else malformed — and
+    whether the body was read to its end. At most :data:`_NOT_A_STREAM_BYTES` of the body are
+    read (an error object is far shorter): a server answering with a page, a file or an endless
+    body is neither held in memory nor waited for.
 
-    Cancellation: reads the (short) body; cancellable there, the caller closes the response."""
-    body: object = None
+    Cancellation: reads the start of the body; cancellable there, the caller closes the
+    response."""
+    raw = bytearray()
+    exhausted = False
     try:
-        raw = await http.aread()
+        async for piece in chunks:
+            raw += piece
+            if len(raw) > _NOT_A_STREAM_BYTES:
+                break
+        else:
+            exhausted = True
     except errors.transport:
-        return ModelNetworkError(f"{provider}: the connection was lost")
-    body = _loads(raw)
+        return ModelNetworkError(f"{provider}: the connection was lost"), True
+    except errors.decoding as exc:
+        return MalformedResponse(f"{provider}: undecodable body ({_describe(exc)})"), True
+    body = _loads(bytes(raw)) if exhausted else _NOT_JSON
     if isinstance(body, dict) and body.get("error"):
-        return error_from_payload(provider, body)
-    return MalformedResponse(f"{provider}: expected an event stream, got {content_type!r}")
+        return error_from_payload(provider, body), exhausted
+    return MalformedResponse(
+        f"{provider}: expected an event stream, got {content_type!r}"
+    ), exhausted
 
 
 async def _drain(chunks: AsyncIterator[bytes]) -> bool:
