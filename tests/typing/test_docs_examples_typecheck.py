@@ -6,9 +6,6 @@ docs/guides/*.md (found as ``tests/test_docs_examples.py`` finds them) is writte
 its own, and one mypy run — the project's strict configuration, with the cache that
 ``tests/typing/test_types.py`` uses — checks them all; a failure lists the errors of each page and
 block.
-
-``PENDING`` holds the pages still being rewritten: they are skipped (with the reason), not passed.
-Once a page's examples pass, take it out of the set; when the set is empty, nothing is skipped.
 """
 
 from __future__ import annotations
@@ -22,9 +19,6 @@ import pytest
 
 from tests.test_docs_examples import BLOCK, ROOT, _pages_with_examples
 from tests.typing.test_types import _cache_dir
-
-#: Pages whose examples are being rewritten right now: skipped until they pass, then removed here.
-PENDING: frozenset[str] = frozenset({"docs/guides/providers.md"})
 
 PAGES = sorted(_pages_with_examples())
 REPORTED = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<message>.*)$")
@@ -77,11 +71,6 @@ def errors_by_block(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str,
     return found
 
 
-def test_pending_pages_are_pages_of_the_docs() -> None:
-    """A page named in PENDING is a page of the docs (a misspelt name would skip nothing)."""
-    assert [page for page in sorted(PENDING) if not (ROOT / page).is_file()] == []
-
-
 def test_the_pages_are_found() -> None:
     assert {"README.md", "docs/guides/engine.md", "docs/guides/tools.md"} <= set(PAGES)
 
@@ -90,8 +79,6 @@ def test_the_pages_are_found() -> None:
 def test_the_examples_of_the_page_pass_strict_mypy(
     page: str, errors_by_block: dict[tuple[str, int], list[str]]
 ) -> None:
-    if page in PENDING:
-        pytest.skip(f"{page} is being rewritten: its examples are checked once PENDING drops it")
     failing = {
         index: errors
         for (name, index), errors in sorted(errors_by_block.items())
