@@ -13,6 +13,7 @@ from effectagent.core import Agent, ApprovalRequest, LogEntry, Record, SecretRed
 
 from .._ids import new_id
 from .._logging import log_warning
+from .._rules import storable
 from ..steering._parts import input_content, stored
 from ..storage import Database
 from ..storage._log import SqliteConversationLog, write_records
@@ -77,10 +78,15 @@ def _redacted(
 
 
 def _text(name: str, value: object, *, empty: bool = False) -> str:
+    """``value``, a str a submission may hold: ``TypeError`` / ``ValueError`` naming ``name``
+    otherwise — empty (unless ``empty``), or holding NUL or a lone surrogate, which no database
+    keeps (refused alike on SQLite and PostgreSQL, never as a database error)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not empty and not value.strip():
         raise ValueError(f"{name} must not be empty")
+    if not storable(value):
+        raise ValueError(f"{name} must not hold NUL or a lone surrogate")
     return value
 
 

@@ -154,6 +154,33 @@ async def test_bad_identifiers_are_refused_alike_on_both_backends(store: Stores)
         assert await rows(db, "SELECT count(*) FROM aborts") == [(0,)]
 
 
+@pytest.mark.parametrize("bad", ["c\x00", "c\ud800"])
+async def test_text_no_database_keeps_is_refused_alike_on_both_backends(
+    store: Stores, bad: str
+) -> None:
+    """A conversation ID, key, principal or text holding NUL or a lone surrogate: SQLite kept a
+    NUL (for a run that could never record it), a lone surrogate was a raw UnicodeEncodeError,
+    and PostgreSQL a database error. Each is a ValueError naming the field, nothing admitted."""
+    async with store.open() as db:
+        q = DurableQueue(db)
+        ok = {
+            "conversation_id": "conv",
+            "agent": "a",
+            "text": "hi",
+            "idempotency_key": "k",
+            "principal": "ann",
+        }
+        for field in ("conversation_id", "text", "idempotency_key", "principal"):
+            given = {**ok, field: bad}
+            with pytest.raises(
+                ValueError, match=f"^{field} must not hold NUL or a lone surrogate$"
+            ):
+                await q.submit(**given)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="^submission_id must not hold NUL"):
+            await q.status(bad)
+        assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
+
+
 async def test_overdue_and_explain_refuse_numbers_out_of_range_alike_on_both_backends(
     store: Stores,
 ) -> None:
