@@ -19,22 +19,53 @@ Completions cannot do. Everything after the first colon is the model name, colon
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
 import attrs
+from typing_extensions import Unpack
 
 from effectagent.ai import LanguageModel
 from effectagent.effect import Layer
 
 from ._anthropic_model import Anthropic
 from ._gemini_model import Gemini
+from ._media import MediaSupport
 from ._openai_models import OpenAIChat, OpenAICompatible, OpenAIResponses
 
 __all__ = ["PROVIDERS", "ModelSettings", "model_layer", "model_settings", "open_model"]
 
 #: The settings of any model this package adapts.
 ModelSettings: TypeAlias = OpenAIResponses | OpenAIChat | OpenAICompatible | Anthropic | Gemini
+
+
+class ModelOptions(TypedDict, total=False):
+    """Every option a model string's settings class may take, typed: strict mypy refuses a
+    misspelt or mistyped one. Which of them a provider has is checked when the settings are
+    made (``TypeError`` naming the ones it has)."""
+
+    api_key: str | None
+    base_url: str | None
+    timeout: float
+    headers: Mapping[str, str]
+    temperature: float | None
+    max_tokens: int | None
+    extra_body: Mapping[str, Any]
+    media: MediaSupport | None
+    reasoning_effort: str | None
+    reasoning_summary: str | None
+    store: bool
+    parallel_tool_calls: bool | None
+    api_key_env: str | None
+    native_output: bool
+    output_with_tools: bool | None
+    stream_usage: bool
+    thinking_budget: int | None
+    api_version: str
+    thinking_level: str | None
+    include_thoughts: bool | None
+
 
 #: The provider prefix of a model string → the settings class it builds.
 PROVIDERS: dict[str, type[ModelSettings]] = {
@@ -48,7 +79,7 @@ PROVIDERS: dict[str, type[ModelSettings]] = {
 }
 
 
-def model_settings(model: str, **options: Any) -> ModelSettings:
+def model_settings(model: str, **options: Unpack[ModelOptions]) -> ModelSettings:
     """The settings ``"<provider>:<model>"`` names, with ``options`` (keyword fields of the
     settings class: ``api_key``, ``base_url``, …). ``ValueError`` for a string that names no
     provider or no model, or an ``openai-compatible`` model without ``base_url``; ``TypeError``
@@ -74,10 +105,10 @@ def model_settings(model: str, **options: Any) -> ModelSettings:
             f"{model!r} needs base_url=... (the server's OpenAI-compatible root, e.g. "
             "'http://127.0.0.1:8000/v1')"
         )
-    return settings_class(name.strip(), **options)
+    return settings_class(name.strip(), **options)  # type: ignore[arg-type, misc]  # checked above
 
 
-def model_layer(model: str, **options: Any) -> Layer:
+def model_layer(model: str, **options: Unpack[ModelOptions]) -> Layer:
     """The Layer providing the model that ``"<provider>:<model>"`` names as the
     ``LanguageModelService`` (see :func:`model_settings` for the options). Nothing is imported
     or opened until the layer is built; a missing API key fails then, naming its environment
@@ -85,7 +116,9 @@ def model_layer(model: str, **options: Any) -> Layer:
     return model_settings(model, **options).layer()
 
 
-def open_model(model: str, **options: Any) -> AbstractAsyncContextManager[LanguageModel]:
+def open_model(
+    model: str, **options: Unpack[ModelOptions]
+) -> AbstractAsyncContextManager[LanguageModel]:
     """``async with open_model("anthropic:claude-sonnet-4-5") as model:`` — the model, its client
     open for the block, without a runtime (see :func:`model_settings` for the options).
 

@@ -33,7 +33,7 @@ import math
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
-from typing import Any, Literal, final
+from typing import TYPE_CHECKING, Any, Literal, final
 
 import attrs
 import trio
@@ -76,6 +76,9 @@ from effectagent.engine import RunResult, open_runtime, reduce_events
 
 from ._checks import is_count, is_seconds, seconds
 from ._harness import SimulatedDefect
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import SearchStrategy
 
 __all__ = [
     "ChaosReport",
@@ -216,7 +219,7 @@ def fault_plans(
     max_retry_after: float = 30.0,
     max_parts: int = 8,
     max_tool_delay: float = 60.0,
-) -> Any:
+) -> SearchStrategy[FaultPlan]:
     """A hypothesis strategy of :class:`FaultPlan`: per model call and per tool call, nothing or
     a fault of the given kinds (empty kinds: no faults there). Plans shrink towards fewer
     faults, earlier calls, the first kind listed, zero seconds and zero parts — so a failing
@@ -503,7 +506,7 @@ class ChaosReport:
     plan: FaultPlan
     policy: AgentPolicy
     events: tuple[EventBase, ...]
-    records: tuple[Any, ...]
+    records: tuple[LogEntry, ...]
     result: RunResult[Any] | None
     elapsed: float
 
@@ -582,8 +585,16 @@ async def run_chaos(
     return ChaosReport(plan, policy, tuple(events), entries, result, elapsed)
 
 
-def run_chaos_sync(agent: Agent[Any], layer: Layer, plan: FaultPlan, **options: Any) -> ChaosReport:
+def run_chaos_sync(
+    agent: Agent[Any],
+    layer: Layer,
+    plan: FaultPlan,
+    *,
+    prompt: str = PROMPT,
+    secrets: Sequence[str] = (),
+) -> ChaosReport:
     """:func:`run_chaos` in a fresh ``trio.run`` on ``MockClock(autojump_threshold=0)``: slow
     and hung tools, retry-afters and deadlines take no real time."""
     clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(functools.partial(run_chaos, agent, layer, plan, **options), clock=clock)
+    run = functools.partial(run_chaos, agent, layer, plan, prompt=prompt, secrets=secrets)
+    return trio.run(run, clock=clock)

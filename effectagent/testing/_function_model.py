@@ -52,9 +52,9 @@ class FunctionModel:
         self.requests: list[ModelRequest] = []
 
     @staticmethod
-    def layer(fn: Respond, **options: float) -> Layer:
+    def layer(fn: Respond, *, part_delay: float = 0.0) -> Layer:
         """A fresh FunctionModel as the LanguageModel service."""
-        return FunctionModel(fn, **options).as_layer()
+        return FunctionModel(fn, part_delay=part_delay).as_layer()
 
     def as_layer(self) -> Layer:
         """This model as the LanguageModel service (keep the model to read its ``requests``)."""

@@ -533,8 +533,35 @@ async def run_batch(
     )
 
 
-def run_batch_sync(batch: BatchSpec, **options: Any) -> BatchReport:
+def run_batch_sync(
+    batch: BatchSpec,
+    *,
+    tool_concurrency: int,
+    toolkit: Toolkit | None = None,
+    handlers: Mapping[Tool[Any, Any] | str, Handler] | None = None,
+    mode: Literal["stream", "run"] = "stream",
+    cancel_at: float | None = None,
+    cancel_after_steps: int | None = None,
+    model_part_delay: float = 0.0,
+    services: Layer | None = None,
+    max_duration: float = 3600.0,
+    answer: str = "done",
+) -> BatchReport:
     """:func:`run_batch` in a fresh ``trio.run`` on ``MockClock(autojump_threshold=0)`` — for
     plain (non-async) tests and ``@given`` without pytest-trio. Takes the same keyword options."""
     clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(functools.partial(run_batch, batch, **options), clock=clock)
+    run = functools.partial(
+        run_batch,
+        batch,
+        tool_concurrency=tool_concurrency,
+        toolkit=toolkit,
+        handlers=handlers,
+        mode=mode,
+        cancel_at=cancel_at,
+        cancel_after_steps=cancel_after_steps,
+        model_part_delay=model_part_delay,
+        services=services,
+        max_duration=max_duration,
+        answer=answer,
+    )
+    return trio.run(run, clock=clock)

@@ -311,13 +311,19 @@ class ScriptedModel:
         self.requests: list[ModelRequest] = []
 
     @staticmethod
-    def layer(turns: Iterable[Turn] = (), *, check: bool = False, **options: Any) -> Layer:
+    def layer(
+        turns: Iterable[Turn] = (),
+        *,
+        check: bool = False,
+        repeat: bool = False,
+        part_delay: float = 0.0,
+    ) -> Layer:
         """A new ScriptedModel, made now, as the LanguageModel service (``check`` as for
         :meth:`as_layer`). It is one model: every runtime built from this layer plays the same
         script on from where the last one left it — make a layer for each runtime that should
         start from the first turn. To read the requests it receives, make the model yourself and
         use :meth:`as_layer`."""
-        return ScriptedModel(turns, **options).as_layer(check=check)
+        return ScriptedModel(turns, repeat=repeat, part_delay=part_delay).as_layer(check=check)
 
     def extend(self, turns: Iterable[Turn]) -> None:
         """Append more turns to the script."""

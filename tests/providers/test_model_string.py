@@ -26,7 +26,7 @@ from effectagent.providers import (
 )
 from effectagent.providers._anthropic_model import AnthropicModel
 from effectagent.providers._gemini_model import GeminiModel
-from effectagent.providers._model_string import PROVIDERS
+from effectagent.providers._model_string import PROVIDERS, ModelOptions
 from effectagent.providers._openai_models import OpenAIChatModel, OpenAIResponsesModel
 
 from .conftest import KEY
@@ -52,7 +52,9 @@ from .wire import ChatWire, GeminiWire
     ],
 )
 def test_model_strings(string: str, expected: object) -> None:
-    options = {"base_url": "http://127.0.0.1:11434/v1"} if "compatible" in string else {}
+    options: ModelOptions = (
+        {"base_url": "http://127.0.0.1:11434/v1"} if "compatible" in string else {}
+    )
     assert model_settings(string, **options) == expected
 
 
@@ -131,7 +133,7 @@ def test_an_option_value_the_provider_cannot_mean_is_refused_naming_it(
     """A negative timeout or temperature, a URL that is not HTTP, a thinking budget below what
     the provider means by one: refused when the settings are made, not by the first request."""
     with pytest.raises(error, match=message):
-        model_settings(string, **options)
+        model_settings(string, **options)  # type: ignore[arg-type]  # values it refuses
 
 
 @pytest.mark.parametrize("cls", [OpenAIResponses, OpenAIChat, Anthropic, Gemini])

@@ -101,7 +101,7 @@ def test_the_default_cap_fits_the_model(provider: str, model: str, cap: int) -> 
 )
 def test_a_bad_cap_is_refused_naming_the_setting(value: object, error: type[Exception]) -> None:
     with pytest.raises(error, match=r"Anthropic\.max_tokens must be"):
-        model_settings("anthropic:claude-sonnet-4-5", max_tokens=value)
+        model_settings("anthropic:claude-sonnet-4-5", max_tokens=value)  # type: ignore[arg-type]
 
 
 # ---- the event-stream bound -----------------------------------------------------------------------

@@ -236,9 +236,9 @@ def test_tool_faults_slow_hang_and_defect(cassette: Path) -> None:
     assert slow.completed
     assert slow.elapsed == pytest.approx(11.0)
     hung = chaos(cassette, FaultPlan(tools=(None, ToolFault("hang"))))
-    settled = [r for r in hung.records if isinstance(r.record, ToolCallSettled)]
-    assert [s.record.outcome.kind for s in settled] == ["success", "defect"]
-    assert "timed out after 30 s" in str(settled[1].record.outcome.model_content())
+    settled = [r.record for r in hung.records if isinstance(r.record, ToolCallSettled)]
+    assert [s.outcome.kind for s in settled] == ["success", "defect"]
+    assert "timed out after 30 s" in str(settled[1].outcome.model_content())
     assert hung.elapsed == pytest.approx(30.0)  # the tool's timeout, on the mock clock
     broken = chaos(cassette, FaultPlan(tools=(ToolFault("defect"),)))
     outcome = next(
