@@ -176,7 +176,7 @@ async def test_text_no_database_keeps_is_refused_alike_on_both_backends(
                 ValueError, match=f"^{field} must not hold NUL or a lone surrogate$"
             ):
                 await q.submit(**given)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="^submission_id must not hold NUL"):
+        with pytest.raises(ValueError, match=r"^submission_id must not hold NUL"):
             await q.status(bad)
         assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
 
