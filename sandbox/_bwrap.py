@@ -56,7 +56,7 @@ from ._command import (
 from ._command_checks import check_enforceable, validate_request
 from ._execution import CommandExecution
 from ._identity import WorkloadIdentity, identity_note, resolve_identity, workload_user
-from ._isolation import HostFacts, probe_host
+from ._isolation import HostFacts, probe_host, userns_note
 from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
@@ -113,6 +113,7 @@ def bubblewrap_implementation(
     unenforced: set[str] = set()
     notes = [
         "user, pid, net, ipc, uts and cgroup namespaces; all capabilities dropped; shared kernel",
+        userns_note(facts),
         identity_note(identity),
         setuid_note(),
         "cpu: RLIMIT_CPU per process; the wall clock bounds the whole workload",

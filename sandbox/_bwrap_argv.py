@@ -91,12 +91,14 @@ def bwrap_argv(
     clearenv: bool = True,
     fd_binds: Sequence[tuple[int, str, bool]] = (),
     seccomp_fd: int | None = None,
+    disable_userns: bool = False,
 ) -> list[str]:
     """The ``bwrap`` argv prefix for one workload; append the command and its arguments.
 
     New user, pid, net, ipc, uts and cgroup namespaces (``--unshare-all``; ``--share-net`` only
-    when ``network``), ``--die-with-parent``, ``--new-session``, ``--cap-drop ALL``, a cleared
-    environment holding exactly ``env``, the read-only :func:`system_mounts`, a fresh ``/proc``
+    when ``network``), with ``disable_userns`` no user namespace of the workload's own
+    (``--disable-userns``, where ``HostFacts.disable_userns``), ``--die-with-parent``,
+    ``--new-session``, ``--cap-drop ALL``, a cleared environment holding exactly ``env``, the read-only :func:`system_mounts`, a fresh ``/proc``
     (global knobs read-only or masked: :func:`proc_hardening`), a minimal ``/dev``, a tmpfs
     ``/tmp``, then ``tmpfs`` dirs, ``ro_binds`` and ``rw_binds`` as ``(host, sandbox)`` pairs in
     that order, ``fd_binds`` as ``(descriptor, sandbox, writable)`` (bwrap inherits the
@@ -111,6 +113,11 @@ def bwrap_argv(
     where any host process could read them in ``/proc/<pid>/cmdline``.
     """
     argv = [bwrap, "--unshare-all"]
+    if disable_userns:
+        # A user namespace of its own would give the workload every capability inside it: a
+        # root user that may mount, configure a network stack and reach kernel code that
+        # unprivileged users cannot. bwrap needs an explicit --unshare-user for the option.
+        argv += ["--unshare-user", "--disable-userns"]
     if network:
         argv.append("--share-net")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]

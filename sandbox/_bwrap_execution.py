@@ -205,11 +205,10 @@ class BwrapExecution(CommandExecution):
         cwd = request.cwd or WORKDIR
         table = mount_table(request, workdir, network)
         host_cwd = to_host(cwd, table)
-        if (
-            cwd != "/tmp"
-            and not cwd.startswith("/tmp/")
-            and not (host_cwd and os.path.isdir(host_cwd))
-        ):
+        # The private /tmp starts empty: below it only a mount, or a directory bubblewrap makes
+        # to hold one, exists when the command starts.
+        made_for_a_mount = any(m.sandbox_path.startswith(cwd + "/") for m in request.mounts)
+        if cwd != "/tmp" and not made_for_a_mount and not (host_cwd and os.path.isdir(host_cwd)):
             raise InvalidRequest((f"cwd {cwd!r} is not a directory inside the sandbox",))
         program = resolve_in_view(request.command, env["PATH"], cwd, table)
         if program is None:
@@ -226,8 +225,9 @@ class BwrapExecution(CommandExecution):
         pass_fds = [self._status_write, self._block_read, *(fd for fd, _, _ in binds)]
         if self._seccomp_fd is not None:
             pass_fds.append(self._seccomp_fd)
+        facts = self._settings.facts
         argv = bwrap_argv(
-            bwrap=self._settings.facts.bwrap or "bwrap",
+            bwrap=facts.bwrap or "bwrap",
             ro_binds=(),
             rw_binds=(),
             tmpfs=(),
@@ -243,6 +243,7 @@ class BwrapExecution(CommandExecution):
             clearenv=False,
             fd_binds=binds,
             seccomp_fd=self._seccomp_fd,
+            disable_userns=facts.disable_userns,
         )
         prefix, preexec = self._spawn_prefix()
         return Spawn(

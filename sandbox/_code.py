@@ -187,7 +187,8 @@ class CodeExecutionLimits:
     with :class:`CodeLimitNotEnforceable`. The wall clock always applies. Past what the kernel
     can set, a limit is refused when made: at most a day (86,400 s) of CPU or wall clock, 2**60
     bytes of memory, 4,194,304 processes. ``output_bytes`` bounds
-    captured console output: lines past it are dropped and the result says so
+    captured console output (a line counts its UTF-8 bytes, an empty line one byte, so that the
+    number of lines is bounded too): lines past it are dropped and the result says so
     (``logs_truncated``); bytes the program writes outside the console (raw stderr) beyond it end
     the pass with :class:`OutputLimitExceeded`. ``json_depth`` bounds the nesting of every JSON
     value crossing the boundary (:class:`JSONTooDeep`).

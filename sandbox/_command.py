@@ -20,9 +20,10 @@ Design notes
   subclasses) are raised by ``execute`` itself (request checks), by ``__aenter__`` (secrets,
   spawn; nothing ran) or by ``__anext__`` (:class:`SandboxCrashed`).
   :func:`run` consumes the stream and returns the :class:`SandboxResult`.
-* **Limits are reported, not raised.** A wall-clock timeout, truncated output or an OOM kill ends
-  the workload and is recorded in the result (``timed_out``, ``output_truncated``,
-  ``limits_hit``); only requests that cannot be honoured are errors (:class:`LimitNotEnforceable`).
+* **Limits are reported, not raised.** A wall-clock timeout or an OOM kill ends the workload,
+  output past its bound is dropped while the workload runs on (see below), and each is recorded
+  in the result (``timed_out``, ``output_truncated``, ``limits_hit``); only requests that cannot
+  be honoured are errors (:class:`LimitNotEnforceable`).
   Every limit of :class:`SandboxLimits` has a finite default; lifting one takes an explicit
   :data:`~sandbox.UNLIMITED`, and a runner that cannot enforce a finite one refuses the request.
   Artifact collection is bounded the same way: a tree that hits a bound ends the collection, and
@@ -129,7 +130,8 @@ class SandboxLimits:
     """The limits of one execution, each finite by default.
 
     ``wall_clock_seconds`` and ``output_bytes`` always apply. ``cpu_seconds`` is CPU time per
-    process (``RLIMIT_CPU``), ``memory_bytes`` memory charged to the whole workload,
+    process (``RLIMIT_CPU``, which counts whole seconds: a fraction is rounded up, so ``0.5``
+    allows a second), ``memory_bytes`` memory charged to the whole workload,
     ``max_processes`` processes and threads alive at once, ``file_size_bytes`` the largest file
     written; each of these four may be :data:`~sandbox.UNLIMITED`, and a runner that cannot
     enforce a finite one refuses the request (:class:`~sandbox.LimitNotEnforceable`). The
@@ -268,7 +270,12 @@ class ResourceUsage:
 
 @attrs.frozen
 class Artifact:
-    """One collected file: sandbox ``path``, full ``size`` and ``sha256``, ``content`` (bounded)."""
+    """One collected file: sandbox ``path``, full ``size`` and ``sha256``, ``content`` (bounded).
+
+    The workload names its files: ``path`` is decoded as ``os.fsdecode`` does, so a name that is
+    not UTF-8 keeps each undecodable byte as a lone surrogate (``os.fsencode(path)`` gives the
+    name's bytes back; escape it before handing it to anything that needs valid text).
+    """
 
     path: str
     size: int
@@ -411,7 +418,11 @@ class SecretResolver(Protocol):
 
 
 class SandboxExecution(Protocol):
-    """One execution: an async context manager whose ``async with`` yields the event iterator."""
+    """One execution: an async context manager whose ``async with`` yields the event iterator.
+
+    It runs once: entering it a second time, inside its block or after it, raises
+    ``RuntimeError`` and starts nothing.
+    """
 
     async def __aenter__(self) -> AsyncIterator[SandboxEvent]:
         """Start the workload and return its event iterator.

@@ -4,6 +4,7 @@ can an implementation honour it. No I/O; every runner asks them before anything 
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from collections.abc import Callable, Mapping
@@ -43,8 +44,39 @@ _RESERVED = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 _RESERVED_TREES = ("/proc", "/dev", "/usr", "/etc")
 
 
+_NAME_MAX = 255
+_PATH_MAX = 4095
+
+
+def _encodable(text: str) -> bool:
+    """Whether ``text`` can be handed to the kernel (``os.fsencode``: a lone surrogate cannot,
+    unless it stands for an undecodable byte)."""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_clean_abs(path: str) -> bool:
-    return path.startswith("/") and "\0" not in path and posixpath.normpath(path) == path
+    # normpath keeps a leading "//" (POSIX leaves its meaning to the system): "//usr" is "/usr".
+    return (
+        path.startswith("/")
+        and not path.startswith("//")
+        and "\0" not in path
+        and posixpath.normpath(path) == path
+        and _encodable(path)
+    )
+
+
+def _path_problem(field: str, path: str) -> str | None:
+    """Why the clean absolute ``path`` is not a usable path, or None: too long for the kernel."""
+    encoded = os.fsencode(path)
+    if len(encoded) > _PATH_MAX:
+        return f"{field} is {len(encoded)} bytes long, over the system's {_PATH_MAX}"
+    if any(len(part) > _NAME_MAX for part in encoded.split(b"/")):
+        return f"{field} has a name over the system's {_NAME_MAX} bytes"
+    return None
 
 
 def _under(path: str, root: str) -> bool:
@@ -131,6 +163,8 @@ def _check_env(request: SandboxRequest, problems: list[str]) -> None:
                 problems.append(f"env: the value of {key!r} must be a str, got {_type(value)}")
             elif "\0" in value:
                 problems.append(f"env: value of {key!r} contains NUL")
+            elif not _encodable(value):
+                problems.append(f"env: value of {key!r} is not encodable text (a lone surrogate)")
     seen: set[str] = set()
     handles: tuple[object, ...] = request.secrets
     for i, handle in enumerate(handles):
@@ -165,12 +199,16 @@ def _check_mounts(request: SandboxRequest, problems: list[str]) -> None:
             problems.append(f"mounts[{i}].host_path must be a str, got {_type(host)}")
         elif not _is_clean_abs(host):
             problems.append(f"mounts: host_path {host!r} is not a clean absolute path")
+        elif (problem := _path_problem(f"mounts[{i}].host_path", host)) is not None:
+            problems.append(f"mounts: {problem}")
         sp: object = mount.sandbox_path
         if not isinstance(sp, str):
             problems.append(f"mounts[{i}].sandbox_path must be a str, got {_type(sp)}")
             continue
         if not _is_clean_abs(sp):
             problems.append(f"mounts: sandbox_path {sp!r} is not a clean absolute path")
+        elif (problem := _path_problem(f"mounts[{i}].sandbox_path", sp)) is not None:
+            problems.append(f"mounts: {problem}")
         elif sp in _RESERVED or any(_under(sp, t) for t in _RESERVED_TREES):
             problems.append(f"mounts: sandbox_path {sp!r} is reserved for the system view")
         if sp in seen:
@@ -201,6 +239,8 @@ def _check_artifacts(request: SandboxRequest, problems: list[str]) -> None:
             problems.append(f"artifacts[{i}].glob must be a str, got {_type(glob)}")
         elif not glob or glob.startswith("/") or ".." in glob.split("/") or "\0" in glob:
             problems.append(f"artifacts: glob {glob!r} must be relative without '..'")
+        elif not _encodable(glob):
+            problems.append(f"artifacts: glob {glob!r} is not encodable text")
         root: object = rule.root
         if root is not None and not isinstance(root, str):
             problems.append(f"artifacts[{i}].root must be a str or None, got {_type(root)}")
@@ -228,10 +268,14 @@ def validate_request(request: SandboxRequest) -> None:
         problems.append(f"command must be a non-empty str without NUL, got {_type(command)}")
     elif not command or "\0" in command:
         problems.append("command must be a non-empty string without NUL")
+    elif not _encodable(command):
+        problems.append(f"command {command!r} is not encodable text (a lone surrogate)")
     args: tuple[object, ...] = request.args
     for i, arg in enumerate(args):
         if not isinstance(arg, str):
             problems.append(f"args[{i}] must be a str, got {_type(arg)}")
+        elif "\0" not in arg and not _encodable(arg):
+            problems.append(f"args[{i}] is not encodable text (a lone surrogate)")
     if any(isinstance(arg, str) and "\0" in arg for arg in args):
         problems.append("args must not contain NUL")
     if request.network not in ("none", "host"):
@@ -241,6 +285,8 @@ def validate_request(request: SandboxRequest) -> None:
         problems.append(f"cwd must be a clean absolute path or None, got {_type(cwd)}")
     elif isinstance(cwd, str) and not _is_clean_abs(cwd):
         problems.append(f"cwd {cwd!r} is not a clean absolute path")
+    elif isinstance(cwd, str) and (problem := _path_problem("cwd", cwd)) is not None:
+        problems.append(problem)
     stdin: object = request.stdin
     if stdin is not None and not isinstance(stdin, bytes):
         problems.append(f"stdin must be bytes or None, got {_type(stdin)}")

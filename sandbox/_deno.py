@@ -66,7 +66,7 @@ from ._deno_runtime import (
 )
 from ._deno_workload import Workload, spawn_workload
 from ._identity import WorkloadIdentity, identity_note, resolve_identity, workload_user
-from ._isolation import HostFacts, probe_host
+from ._isolation import HostFacts, probe_host, userns_note
 from ._ownership import OwnedResources
 from ._posture import (
     LIMIT_CPU,
@@ -162,6 +162,7 @@ class DenoCodeExecutor:
             use_cgroup=False,
             max_processes=None,
             identity=resolved,
+            disable_userns=facts.disable_userns and isolation == "namespaces",
         )
         self._implementation = _posture(
             isolation,
@@ -401,6 +402,7 @@ def _posture(
             "bubblewrap: new user, pid, net, ipc, uts and cgroup namespaces; no network; the "
             f"mount tree shows only {mounts}"
         )
+        notes.append(userns_note(facts))
         return SandboxImplementation(
             name="deno-bwrap",
             version=f"deno {version}",

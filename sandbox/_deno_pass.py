@@ -349,14 +349,16 @@ def _capture_log(state: PassState, frame: LogFrame) -> None:
     if state.logs_truncated:
         return
     remaining = state.limits.output_bytes - state.log_bytes
-    if len(frame.data) > remaining:
+    # A line costs its bytes, and an empty one a byte: a flood of empty lines is not free.
+    cost = max(len(frame.data), 1)
+    if cost > remaining:
         state.logs_truncated = True
         text = _cut_utf8(frame.data, remaining)
         if text:
             state.logs.append(LogLine(frame.level, text))
         state.log_bytes = state.limits.output_bytes
         return
-    state.log_bytes += len(frame.data)
+    state.log_bytes += cost
     state.logs.append(LogLine(frame.level, frame.data.decode("utf-8", "replace")))
 
 

@@ -170,16 +170,39 @@ def _reject_constant(name: str) -> None:
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
 
 
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_ESCAPED_SURROGATE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _well_formed(value: JSONValue) -> JSONValue:
+    """``value`` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_well_formed(item) for item in value]
+    if isinstance(value, dict):
+        return {_SURROGATE.sub("\ufffd", key): _well_formed(item) for key, item in value.items()}
+    return value
+
+
 def parse_json(data: bytes) -> JSONValue:
     """Strict JSON from UTF-8 bytes; :class:`ProtocolViolation` for anything else.
 
-    Rejects invalid UTF-8, ``NaN``/``Infinity`` and nesting too deep to parse.
+    Rejects invalid UTF-8, ``NaN``/``Infinity`` and nesting too deep to parse. A JavaScript string
+    may hold a lone surrogate (half of a pair, e.g. from slicing an emoji), which JSON can carry
+    only as a ``\\u`` escape and no UTF-8 text can hold: each is replaced by U+FFFD, as the
+    harness's text encoder does for console lines, so every string the host gets is encodable.
     """
     try:
         text = data.decode("utf-8")
-        return cast(JSONValue, _DECODER.decode(text))
+        value = cast(JSONValue, _DECODER.decode(text))
+        # Strict UTF-8 holds no surrogate: one can only come from an escape, and the decoder
+        # joins paired escapes, so only a text with an escaped surrogate needs the walk.
+        if _ESCAPED_SURROGATE.search(data) is not None:
+            value = _well_formed(value)
     except (ValueError, RecursionError) as exc:
         raise ProtocolViolation(f"malformed JSON in a frame: {type(exc).__name__}") from None
+    return value
 
 
 _STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)

@@ -137,6 +137,7 @@ class SpawnConfig:
     at half of it. ``max_processes`` (processes and threads at once) needs a pids cgroup, which
     also lets a workload's release wait until every process of it is gone. ``identity`` is the
     host user the workload runs as (``None``: this process's own, non-root, user).
+    ``disable_userns``: bubblewrap keeps the workload from making user namespaces of its own.
     """
 
     deno: str
@@ -149,6 +150,7 @@ class SpawnConfig:
     max_processes: int | None
     identity: WorkloadIdentity | None = None
     harness: str = HARNESS_PATH
+    disable_userns: bool = False
 
     def _flags(self) -> list[str]:
         flags = list(_DENO_FLAGS)
@@ -191,5 +193,6 @@ class SpawnConfig:
             network=False,
             symlinks=((INSIDE_DENO, "/proc/self/exe"),),
             extra=("--json-status-fd", str(fds.status), "--block-fd", str(fds.block)),
+            disable_userns=self.disable_userns,
         )
         return [*prefix, INSIDE_DENO, *self._flags(), _INSIDE_HARNESS], {}, "/"

@@ -111,8 +111,14 @@ async def resolve_secrets(
             raise
         except Exception as exc:
             raise SecretUnavailable(handle.secret_id, type(exc).__name__) from None
+        if not isinstance(value, str):  # resolvers are not always type-checked
+            raise SecretUnavailable(handle.secret_id, f"the value is a {type(value).__name__}")
         if "\0" in value:
             raise SecretUnavailable(handle.secret_id, "the value contains NUL")
+        try:
+            os.fsencode(value)
+        except UnicodeEncodeError:
+            raise SecretUnavailable(handle.secret_id, "the value is not encodable text") from None
         values[handle.env_name] = value
     return values
 
@@ -153,6 +159,7 @@ class CommandExecution:
         self._killed = False
         self._timed_out = False
         self._finished = False
+        self._entered = False
         self._closed = False
         self._returncode: int | None = None
         self._cpu: float | None = None
@@ -182,7 +189,8 @@ class CommandExecution:
         raise NotImplementedError
 
     def cleanup(self) -> None:
-        """Remove every temporary resource (idempotent; called once the workload is reaped)."""
+        """Remove every temporary resource (idempotent; called once the workload is reaped, in a
+        worker thread: it must not touch trio objects)."""
 
     def held(self) -> OwnedResources:
         """What the runner holds for this execution besides its process (cgroups, temp dirs)."""
@@ -230,8 +238,16 @@ class CommandExecution:
         """Resolve secrets, prepare, spawn; return the event iterator (this object).
 
         Cancellation: if cancelled or failing here, whatever was started is killed and removed
-        before the exception propagates. One consumer task at a time may iterate.
+        before the exception propagates. One consumer task at a time may iterate. An execution
+        runs once: entering it again (inside its block or after it) raises ``RuntimeError``
+        and starts nothing — a second workload would be one nobody kills or cleans up.
         """
+        if self._entered:
+            raise RuntimeError(
+                "this SandboxExecution was already entered: it runs once; call "
+                "sandbox.execute(request) again for another run"
+            )
+        self._entered = True
         self._trace = trace_span(command_span_name(self.request), current=False)
         self._span = self._trace.__enter__()
         command_started(self._span, self.request, self.implementation, self.execution_id)
@@ -318,7 +334,9 @@ class CommandExecution:
                 self._close_pidfd()
             finally:
                 try:
-                    self.cleanup()
+                    # In a worker thread: a workload may leave a tree of any size to remove (a
+                    # million files take seconds), which must not stop every other task.
+                    await trio.to_thread.run_sync(self.cleanup)
                 finally:
                     self._live.discard(self)
                     trace, self._trace = self._trace, None

@@ -208,7 +208,7 @@ function emitLog(level, args) {
   body[0] = level;
   u8set(body, bytes, 1);
   sendFrame(KIND_LOG, body);
-  logBudget -= size;
+  logBudget -= size > 0 ? size : 1; // an empty line costs a byte, as on the host
 }
 
 const logAt = (level) => (...args) => emitLog(level, args);

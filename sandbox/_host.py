@@ -31,6 +31,7 @@ __all__ = [
     "CgroupSupport",
     "HostFacts",
     "probe_host",
+    "userns_note",
 ]
 
 _CGROUP_PREFIX = "effectagent-"
@@ -74,6 +75,9 @@ class HostFacts:
     """None when no writable pids controller is available to this process."""
     cgroup_cpu: CgroupCpuSupport | None = None
     """None when per-workload CPU accounting groups cannot be made."""
+    disable_userns: bool = False
+    """True when bwrap can keep a workload from making user namespaces of its own
+    (``--disable-userns``, bubblewrap 0.8 and later) and doing so works here."""
 
 
 def _own_cgroup_paths() -> tuple[dict[str, str], str | None]:
@@ -172,11 +176,39 @@ def _find_controller(
     return None
 
 
-def _probe_bwrap(bwrap: str) -> bool:
+def _offers_disable_userns(bwrap: str) -> bool:
+    """Whether ``bwrap --help`` lists ``--disable-userns``. Blocking (one short run)."""
+    try:
+        done = subprocess.run(
+            [bwrap, "--help"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "--disable-userns" in done.stdout + done.stderr
+
+
+def userns_note(facts: HostFacts) -> str:
+    """The posture note saying whether a workload may make user namespaces of its own."""
+    if facts.disable_userns:
+        return "user namespaces: the workload cannot make one of its own (no root inside it)"
+    return (
+        "user namespaces: NOT disabled: the workload may make one of its own and hold every "
+        "capability inside it (bubblewrap 0.8 or later, where it works, prevents it)"
+    )
+
+
+def _probe_bwrap(bwrap: str, disable_userns: bool) -> bool:
     identity = resolve_identity(None)
     prefix = drop_argv(identity)
     argv = bwrap_argv(
-        bwrap=bwrap, ro_binds=(), rw_binds=(), tmpfs=(), cwd="/", env={}, network=False
+        bwrap=bwrap,
+        ro_binds=(),
+        rw_binds=(),
+        tmpfs=(),
+        cwd="/",
+        env={},
+        network=False,
+        disable_userns=disable_userns,
     )
     drop = None
     if prefix is None:  # no setpriv: drop in the child instead
@@ -202,11 +234,16 @@ def _probe_bwrap(bwrap: str) -> bool:
 def probe_host() -> HostFacts:
     """Detect what this host offers (cached for the life of the process; ``cache_clear`` resets).
 
-    Runs ``bwrap --unshare-all ... true`` once and creates then removes one probe cgroup per
+    Runs ``bwrap --unshare-all ... true`` once (twice where ``--disable-userns`` fails) and creates then removes one probe cgroup per
     controller. Blocking (a few milliseconds); call it at construction time, not per request.
     """
     bwrap = shutil.which("bwrap")
-    user_namespaces = bwrap is not None and _probe_bwrap(bwrap)
+    # With --disable-userns where this bwrap has it and it works here; else without it, and the
+    # posture says so (userns_note).
+    disable_userns = (
+        bwrap is not None and _offers_disable_userns(bwrap) and _probe_bwrap(bwrap, True)
+    )
+    user_namespaces = disable_userns or (bwrap is not None and _probe_bwrap(bwrap, False))
     memory = _find_controller(
         "memory", ("memory.limit_in_bytes", str(1 << 30)), ("memory.max", "max")
     )
@@ -220,4 +257,5 @@ def probe_host() -> HostFacts:
         cgroup_memory=CgroupMemorySupport(*memory) if memory else None,
         cgroup_pids=CgroupPidsSupport(*pids) if pids else None,
         cgroup_cpu=CgroupCpuSupport(*cpu) if cpu else None,
+        disable_userns=disable_userns,
     )

@@ -39,6 +39,7 @@ from ._host import (
     CgroupSupport,
     HostFacts,
     probe_host,
+    userns_note,
 )
 from ._process_control import (
     ProcessLimits,
@@ -67,5 +68,6 @@ __all__ = [
     "proc_hardening",
     "rlimit_preexec",
     "system_mounts",
+    "userns_note",
     "zombie_cpu_seconds",
 ]

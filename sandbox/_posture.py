@@ -90,9 +90,25 @@ class Isolation(enum.Enum):
     """Bubblewrap: new user, pid, net, ipc, uts and cgroup namespaces and a private mount tree."""
 
 
+def _check_isolation(
+    instance: SandboxImplementation, attribute: attrs.Attribute[Isolation], value: Isolation
+) -> None:
+    # An Isolation member only: the string "unisolated" would slip past the CAP-010 check below.
+    if type(value) is not Isolation:
+        raise TypeError(
+            f"SandboxImplementation.isolation must be an Isolation, got {type(value).__name__} "
+            f"{value!r}"
+        )
+
+
 def _check_boundary(
     instance: SandboxImplementation, attribute: attrs.Attribute[bool], value: bool
 ) -> None:
+    if type(value) is not bool:
+        raise TypeError(
+            "SandboxImplementation.is_security_boundary must be a bool, got "
+            f"{type(value).__name__} {value!r}"
+        )
     if value and instance.isolation is Isolation.UNISOLATED:
         raise ValueError("an unisolated implementation is never a security boundary (CAP-010)")
 
@@ -107,11 +123,27 @@ def _check_disjoint(
         raise ValueError(f"limits both enforced and unenforced: {sorted(both)}")
 
 
-def _names(values: Iterable[str]) -> frozenset[str]:
+def _names(field: str, values: Iterable[str]) -> frozenset[str]:
+    # A lone str is a collection of its characters: refused, never taken as {"c", "p", "u"}.
+    if isinstance(values, str):
+        raise TypeError(
+            f"SandboxImplementation.{field} must be a collection of limit names, got the str "
+            f"{values!r}"
+        )
     return frozenset(values)
 
 
+def _enforced(values: Iterable[str]) -> frozenset[str]:
+    return _names("enforced_limits", values)
+
+
+def _unenforced(values: Iterable[str]) -> frozenset[str]:
+    return _names("unenforced_limits", values)
+
+
 def _texts(values: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(values, str):
+        raise TypeError(f"SandboxImplementation.notes must be a collection of str, got {values!r}")
     return tuple(values)
 
 
@@ -127,10 +159,12 @@ class SandboxImplementation:
 
     name: str
     version: str
-    isolation: Isolation
+    isolation: Isolation = attrs.field(validator=_check_isolation)
     is_security_boundary: bool = attrs.field(validator=_check_boundary)
-    enforced_limits: frozenset[str] = attrs.field(converter=_names)
-    unenforced_limits: frozenset[str] = attrs.field(converter=_names, validator=_check_disjoint)
+    enforced_limits: frozenset[str] = attrs.field(converter=_enforced)
+    unenforced_limits: frozenset[str] = attrs.field(
+        converter=_unenforced, validator=_check_disjoint
+    )
     notes: tuple[str, ...] = attrs.field(default=(), converter=_texts)
 
     def enforces(self, limit: str) -> bool:

@@ -17,6 +17,7 @@ from sandbox import (
     CommandNotFound,
     Isolation,
     LimitNotEnforceable,
+    LocalProcessSandbox,
     Mount,
     OutputChunk,
     SandboxExited,
@@ -25,6 +26,8 @@ from sandbox import (
     SandboxService,
     SandboxStarted,
     SandboxUnavailable,
+    _bwrap_execution,
+    _local,
     run,
 )
 from sandbox._bwrap import WORKDIR
@@ -32,7 +35,7 @@ from sandbox._command import InvalidRequest, SandboxCrashed
 from sandbox._isolation import HostFacts
 from sandbox._posture import LIMIT_MEMORY, LIMIT_NETWORK, LIMIT_PROCESSES
 
-from .conftest import PYTHON, assert_gone, give_to_workload, remember
+from .conftest import PYTHON, assert_gone, give_to_workload, new_marker, remember
 
 
 def test_posture_matches_the_probed_host(bwrap_sandbox: BubblewrapSandbox) -> None:
@@ -138,6 +141,13 @@ async def test_request_problems_found_before_running(
     mounts = (Mount(str(give_to_workload(bwrap_sandbox, shared_tmp)), "/data", "rw"),)
     with pytest.raises(InvalidRequest, match="not a directory"):
         await run(bwrap_sandbox, SandboxRequest("true", cwd="/data/missing", mounts=mounts))
+    # The private /tmp starts empty: a directory below it exists only to hold a mount.
+    with pytest.raises(InvalidRequest, match="'/tmp/missing' is not a directory"):
+        await run(bwrap_sandbox, SandboxRequest("true", cwd="/tmp/missing"))
+    below = (Mount(mounts[0].host_path, "/tmp/holder/data"),)
+    for cwd in ("/tmp", "/tmp/holder", "/tmp/holder/data"):
+        result = await run(bwrap_sandbox, SandboxRequest("pwd", cwd=cwd, mounts=below))
+        assert result.stdout == cwd.encode() + b"\n"
 
 
 async def test_setup_failure_of_bwrap_is_a_crash(
@@ -185,6 +195,81 @@ async def test_stopping_early_kills_and_cleans_up(bwrap_sandbox: BubblewrapSandb
         assert held.paths
         assert held.cgroups
         assert all([await trio.Path(p).exists() for p in held.paths | held.cgroups])
+    assert_gone(marker, held)
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "local"])
+async def test_an_execution_runs_once(
+    runner: str, bwrap_sandbox: BubblewrapSandbox, local_sandbox: LocalProcessSandbox
+) -> None:
+    # Entering it again would start a second workload over the first one's state, which nothing
+    # would kill, reap or clean up: refused, inside the block and after it.
+    marker = new_marker()
+    if runner == "bwrap":
+        sandbox: BubblewrapSandbox | LocalProcessSandbox = bwrap_sandbox
+        request = SandboxRequest(PYTHON, ("-c", "print('once')", marker))
+    else:
+        sandbox = local_sandbox
+        lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+        request = SandboxRequest(
+            PYTHON, ("-c", "print('once')", marker), network="host", limits=lifted
+        )
+    execution = sandbox.execute(request)
+    async with execution as events:
+        held = remember(execution.owned())
+        with pytest.raises(RuntimeError, match="runs once"):
+            async with execution:
+                pass
+        kinds = [type(event) async for event in events]
+    assert kinds[0] is SandboxStarted
+    assert kinds[-1] is SandboxExited
+    assert OutputChunk in kinds
+    with pytest.raises(RuntimeError, match="runs once"):
+        async with execution:
+            pass
+    assert execution.owned().empty
+    assert_gone(marker, held)
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "local"])
+async def test_the_event_loop_runs_while_a_workloads_files_are_removed(
+    runner: str,
+    bwrap_sandbox: BubblewrapSandbox,
+    local_sandbox: LocalProcessSandbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A workload may leave a million files in its working directory: removing them takes
+    # seconds, during which every other task of the host would stand still were it done on the
+    # event loop. The removal calls back into the loop, which only a worker thread can do.
+    module = _bwrap_execution if runner == "bwrap" else _local
+    real = module.remove_tree
+    ran_meanwhile: list[str] = []
+
+    async def on_the_loop(path: str) -> None:
+        await trio.lowlevel.checkpoint()
+        ran_meanwhile.append(path)
+
+    def remove_tree(path: str) -> None:
+        trio.from_thread.run(on_the_loop, path)
+        real(path)
+
+    monkeypatch.setattr(module, "remove_tree", remove_tree)
+    marker = new_marker()
+    script = "import os\nfor i in range(100): os.close(os.open(str(i), os.O_CREAT | os.O_WRONLY))"
+    if runner == "bwrap":
+        sandbox: BubblewrapSandbox | LocalProcessSandbox = bwrap_sandbox
+        request = SandboxRequest(PYTHON, ("-c", script, marker))
+    else:
+        sandbox = local_sandbox
+        lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+        request = SandboxRequest(PYTHON, ("-c", script, marker), network="host", limits=lifted)
+    execution = sandbox.execute(request)
+    async with execution as events:
+        held = remember(execution.owned())
+        results = [event async for event in events if isinstance(event, SandboxExited)]
+    assert results[0].result.exit_code == 0
+    assert len(held.paths) == 1
+    assert ran_meanwhile == list(held.paths)
     assert_gone(marker, held)
 
 

@@ -144,6 +144,53 @@ def test_bad_mounts_are_rejected(mount: Mount) -> None:
     assert problems_of(SandboxRequest("true", mounts=(mount,)))
 
 
+@pytest.mark.parametrize("path", ["//usr", "//proc", "//data"])
+def test_a_path_with_a_doubled_leading_slash_is_not_clean(path: str) -> None:
+    # normpath keeps a leading "//", which the kernel reads as "/": "//usr" would mount over the
+    # system view past the reserved-path check, and "//data" beside "/data" past the twice check.
+    assert problems_of(SandboxRequest("true", mounts=(Mount("/host", path),))) == (
+        f"mounts: sandbox_path {path!r} is not a clean absolute path",
+    )
+    assert problems_of(SandboxRequest("true", mounts=(Mount("/" + "/host", "/data"),))) == (
+        "mounts: host_path '//host' is not a clean absolute path",
+    )
+    assert problems_of(SandboxRequest("true", cwd="//workspace")) == (
+        "cwd '//workspace' is not a clean absolute path",
+    )
+
+
+def test_text_the_kernel_cannot_take_is_an_invalid_request_not_an_encoding_crash() -> None:
+    # A lone surrogate has no bytes (one standing for an undecodable byte, U+DC80..U+DCFF, has).
+    request = SandboxRequest(
+        "/bin/\ud800",
+        ("\ud800", "\udcff"),
+        env={"A": "\udfff"},
+        env_allowlist=("A",),
+        mounts=(Mount("/host/\ud800", "/data"), Mount("/h", "/\ud800")),
+        artifacts=(ArtifactRule("\ud800"),),
+    )
+    problems = problems_of(request)
+    assert problems == (
+        "command '/bin/\\ud800' is not encodable text (a lone surrogate)",
+        "args[0] is not encodable text (a lone surrogate)",
+        "env: value of 'A' is not encodable text (a lone surrogate)",
+        "mounts: host_path '/host/\\ud800' is not a clean absolute path",
+        "mounts: sandbox_path '/\\ud800' is not a clean absolute path",
+        "artifacts: glob '\\ud800' is not encodable text",
+    )
+    validate_request(SandboxRequest("/bin/echo", ("\udcff",)))
+
+
+def test_a_path_too_long_for_the_kernel_is_an_invalid_request() -> None:
+    long_name = "/data/" + "n" * 256
+    long_path = "/data" + "/n" * 2100
+    for path in (long_name, long_path):
+        problems = problems_of(SandboxRequest("true", cwd=path, mounts=(Mount(path, path),)))
+        assert len(problems) == 3
+        assert all("over the system's" in problem for problem in problems)
+    validate_request(SandboxRequest("true", mounts=(Mount("/h", "/data/" + "n" * 255),)))
+
+
 def test_a_sandbox_path_mounted_twice_is_rejected() -> None:
     mounts = (Mount("/a", "/data"), Mount("/b", "/data"))
     assert problems_of(SandboxRequest("true", mounts=mounts)) == (

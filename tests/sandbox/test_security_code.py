@@ -34,6 +34,7 @@ from sandbox import (
     HostCallTooLarge,
     InvalidProgram,
     Isolation,
+    LogLine,
     MemoryLimitExceeded,
     OutputLimitExceeded,
     ProgramThrew,
@@ -373,6 +374,22 @@ async def test_a_console_flood_is_bounded(
     assert sum(len(line.text.encode()) for line in result.logs) <= 4096
 
 
+async def test_a_flood_of_empty_console_lines_is_bounded_too(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    # An empty line has no bytes; were it free, the host would keep one LogLine per line for as
+    # long as the pass may run (millions of them).
+    source = """async () => {
+        for (let i = 0; i < 100000; i++) { console.log(); console.log(""); }
+        return 1;
+    }"""
+    result = await executor.execute(request(source, output_bytes=1000), Host())
+    assert result.value == 1
+    assert result.logs_truncated
+    assert len(result.logs) == 1000
+    assert set(result.logs) == {LogLine("log", "")}
+
+
 async def test_a_raw_stderr_flood_ends_the_pass(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
@@ -629,3 +646,25 @@ async def test_a_host_receives_only_allowed_names(
     result = await executor.execute(request(source, "echo"), host)
     assert result.value == ["delete_everything", "__proto__", "constructor", "toString"]
     assert host.calls == []
+
+
+async def test_lone_surrogates_reach_the_host_as_encodable_text(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    # Half of an emoji, as slicing a string by code units leaves it: JSON carries it only as an
+    # escape, and a Python string holding it cannot be encoded, so it would break whoever stores
+    # or sends the value on. Every string the host gets is valid Unicode; a full pair survives.
+    host = Host()
+    source = r"""async (tools) => {
+        const half = "😀".slice(0, 1);
+        await tools.echo({ [half + "key"]: [half, "😀", "ok"] });
+        return { [half]: "a" + half + "b", pair: "😀" };
+    }"""
+    result = await executor.execute(request(source, "echo"), host)
+    assert result.value == {"\ufffd": "a\ufffdb", "pair": "😀"}
+    assert host.calls == [("echo", {"\ufffdkey": ["\ufffd", "😀", "ok"]})]
+    with pytest.raises(ProgramThrew) as info:
+        await executor.execute(request(r'async () => { throw new Error("x\udc00") }'), Host())
+    assert info.value.message == "x\ufffd"
+    for text in (repr(result.value), str(host.calls), info.value.message):
+        text.encode("utf-8")

@@ -41,7 +41,7 @@ from sandbox import (
 )
 from sandbox import _bwrap_execution as bwrap_execution
 from sandbox._command import InvalidRequest, SandboxCrashed, SecretUnavailable
-from sandbox._isolation import HostFacts
+from sandbox._isolation import HostFacts, probe_host
 from sandbox._posture import LIMIT_MEMORY, LIMIT_PROCESSES
 from sandbox._process_control import can_limit_other_users
 
@@ -191,6 +191,38 @@ print("PID", os.getpid())
     assert lines["CAPEFF"] == "0000000000000000"
     assert lines["MOUNT"].startswith("-1 ")
     assert int(lines["PID"]) < 10  # a private pid namespace
+
+
+async def test_no_user_namespace_of_its_own_gives_the_workload_root(
+    bwrap_sandbox: BubblewrapSandbox,
+) -> None:
+    # In a user namespace of its own a workload holds every capability: it may mount, build a
+    # network stack and reach kernel code meant for privileged users only.
+    code = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER = 0x10000000
+rc = libc.unshare(CLONE_NEWUSER)
+print("UNSHARE", rc, ctypes.get_errno())
+if rc == 0:
+    print("CAPEFF", open("/proc/self/status").read().split("CapEff:")[1].split()[0])
+"""
+    run = await probe(bwrap_sandbox, code)
+    assert run.result.exit_code == 0, run.result.stderr
+    assert run.stdout.startswith("UNSHARE -1 "), run.stdout
+    assert "CAPEFF" not in run.stdout
+    assert any(
+        "user namespaces: the workload cannot" in note
+        for note in bwrap_sandbox.implementation.notes
+    )
+    # Control: facts without the option give a workload its own root, and the posture says so.
+    facts = attrs.evolve(probe_host(), disable_userns=False)
+    exposed = BubblewrapSandbox(facts=facts)
+    assert any("user namespaces: NOT disabled" in note for note in exposed.implementation.notes)
+    control = await probe(exposed, code)
+    unshared, capabilities = control.stdout.splitlines()
+    assert unshared == "UNSHARE 0 0"
+    assert int(capabilities.removeprefix("CAPEFF "), 16) != 0
 
 
 # ---- network -------------------------------------------------------------------------------
@@ -434,6 +466,38 @@ async def test_a_failing_resolver_does_not_leak_into_the_error(
     with pytest.raises(SecretUnavailable, match="no SecretResolver"):
         async with bwrap_sandbox.execute(request):
             pass
+
+
+@attrs.frozen
+class OddVault:
+    """A resolver (not type-checked) answering with something no environment can hold."""
+
+    value: object
+
+    async def resolve(self, secret_id: str) -> str:
+        return self.value  # type: ignore[return-value]  # the point of the test
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"canary-bytes", "the value is a bytes"),
+        (None, "the value is a NoneType"),
+        ("canary-\ud800", "the value is not encodable text"),
+    ],
+)
+async def test_a_resolved_value_no_environment_can_hold_is_refused_before_anything_runs(
+    value: object, reason: str
+) -> None:
+    marker = new_marker()
+    sandbox = BubblewrapSandbox(secrets=OddVault(value))
+    request = SandboxRequest("true", (marker,), secrets=(SecretHandle("TOKEN", "odd"),))
+    with pytest.raises(SecretUnavailable) as info:
+        async with sandbox.execute(request):
+            pass
+    assert info.value.reason == reason
+    assert "canary" not in repr(info.value)
+    assert_gone(marker)
 
 
 # ---- cancellation ------------------------------------------------------------------------------
