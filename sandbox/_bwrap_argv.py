@@ -12,8 +12,12 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping, Sequence
+from typing import Final
 
-__all__ = ["bwrap_argv", "proc_hardening", "system_mounts"]
+__all__ = ["WORKLOAD_HOSTNAME", "bwrap_argv", "proc_hardening", "system_mounts"]
+
+#: The host name a workload sees (its uts namespace is its own): never the host's.
+WORKLOAD_HOSTNAME: Final = "sandbox"
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SYSTEM_ETC = (
@@ -96,7 +100,7 @@ def bwrap_argv(
     """The ``bwrap`` argv prefix for one workload; append the command and its arguments.
 
     New user, pid, net, ipc, uts and cgroup namespaces (``--unshare-all``; ``--share-net`` only
-    when ``network``), with ``disable_userns`` no user namespace of the workload's own
+    when ``network``; the host name :data:`WORKLOAD_HOSTNAME`), with ``disable_userns`` no user namespace of the workload's own
     (``--disable-userns``, where ``HostFacts.disable_userns``), ``--die-with-parent``,
     ``--new-session``, ``--cap-drop ALL``, a cleared environment holding exactly ``env``, the read-only :func:`system_mounts`, a fresh ``/proc``
     (global knobs read-only or masked: :func:`proc_hardening`), a minimal ``/dev``, a tmpfs
@@ -112,7 +116,9 @@ def bwrap_argv(
     instead: pass the exact environment to the spawn call, which keeps values (secrets) out of argv,
     where any host process could read them in ``/proc/<pid>/cmdline``.
     """
-    argv = [bwrap, "--unshare-all"]
+    # The uts namespace is the workload's own: without a name of its own it would show the
+    # host's, which says which machine it runs on.
+    argv = [bwrap, "--unshare-all", "--hostname", WORKLOAD_HOSTNAME]
     if disable_userns:
         # A user namespace of its own would give the workload every capability inside it: a
         # root user that may mount, configure a network stack and reach kernel code that

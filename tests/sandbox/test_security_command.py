@@ -193,6 +193,18 @@ print("PID", os.getpid())
     assert int(lines["PID"]) < 10  # a private pid namespace
 
 
+async def test_the_workload_does_not_see_the_hosts_name(bwrap_sandbox: BubblewrapSandbox) -> None:
+    code = """
+import socket
+print(socket.gethostname())
+print(open("/proc/sys/kernel/hostname").read().strip())
+"""
+    run = await probe(bwrap_sandbox, code)
+    assert run.result.exit_code == 0, run.result.stderr
+    assert run.stdout.split() == ["sandbox", "sandbox"]
+    assert socket.gethostname() not in run.stdout.split()
+
+
 async def test_no_user_namespace_of_its_own_gives_the_workload_root(
     bwrap_sandbox: BubblewrapSandbox,
 ) -> None:
