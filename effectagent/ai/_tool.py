@@ -198,6 +198,11 @@ def _type_name(tp: object) -> str:
     return repr(tp).replace("typing.", "")
 
 
+class InvalidToolSchema(jsonschema.SchemaError, ValueError):
+    """A tool's JSON Schema that is not one: a ``ValueError`` naming the tool and the argument,
+    as every other value that cannot work, and still the ``jsonschema.SchemaError`` it was."""
+
+
 def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str, Any]:
     need(owner, argument, schema, Mapping, "a JSON Schema (a Mapping)")
     checked = dict(cast(Mapping[str, Any], schema))
@@ -208,7 +213,16 @@ def _checked_json_schema(owner: str, argument: str, schema: object) -> dict[str,
             f"{owner}: {argument} must be JSON (objects, arrays, strings, finite numbers, "
             f"booleans, null): {exc}"
         ) from None
-    jsonschema.Draft202012Validator.check_schema(checked)
+    try:
+        jsonschema.Draft202012Validator.check_schema(checked)
+    except jsonschema.SchemaError as exc:
+        where = "".join(f"[{part!r}]" for part in exc.path)
+        raise InvalidToolSchema(
+            f"{owner}: {argument} is not a valid JSON Schema: {exc.message}"
+            + (f" (at {where})" if where else ""),
+            path=exc.path,
+            schema_path=exc.schema_path,
+        ) from None
     unresolved = _unresolved_reference(checked)
     if unresolved is not None:
         raise ValueError(

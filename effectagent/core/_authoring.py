@@ -15,7 +15,14 @@ from typing import Any, Generic, TypeAlias
 import attrs
 from typing_extensions import TypeVar
 
-from effectagent.ai import MediaPart, Message
+from effectagent.ai import (
+    AssistantMessage,
+    MediaPart,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from effectagent.effect import SchemaDerivationError, ServiceKey, is_async_callable, json_schema
 
 from ._errors import RunError
@@ -90,7 +97,8 @@ class TurnContext(InstructionsContext[InputT]):
     grace: bool = False
 
 
-def _items(value: object) -> tuple[ContextItem, ...]:
+def _items(given: Sequence[ContextItem]) -> tuple[ContextItem, ...]:
+    value: object = given  # what a hook returned: checked, not trusted
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
         raise TypeError(
             f"PreparedContext.items must be a sequence of ContextItem, got {type(value).__name__}"
@@ -103,7 +111,11 @@ def _items(value: object) -> tuple[ContextItem, ...]:
     return tuple(value)
 
 
-def _prompt(value: object) -> tuple[Message, ...] | None:
+_MESSAGE_TYPES = (SystemMessage, UserMessage, AssistantMessage, ToolMessage)
+
+
+def _prompt(given: Sequence[Message] | None) -> tuple[Message, ...] | None:
+    value: object = given  # what a hook returned: checked, not trusted
     if value is None:
         return None
     if isinstance(value, str | bytes) or not isinstance(value, Sequence):
@@ -116,6 +128,12 @@ def _prompt(value: object) -> tuple[Message, ...] | None:
         raise ValueError(
             "PreparedContext.prompt must not be empty (None leaves the prompt as it is)"
         )
+    for message in messages:
+        if not isinstance(message, _MESSAGE_TYPES):
+            raise TypeError(
+                "PreparedContext.prompt must hold messages (SystemMessage, UserMessage, "
+                f"AssistantMessage, ToolMessage), got {type(message).__name__}"
+            )
     return messages
 
 

@@ -123,9 +123,11 @@ def _positive(value: float) -> bool:
 _SECONDS = _number("a positive number of seconds", _positive)
 
 
-def _to_dollars(value: object) -> object:
+def _to_dollars(given: Decimal | int | float | str | None) -> object:
     """A number of dollars as an exact Decimal (a float by its shortest repr: ``0.5`` is 0.5);
-    anything else as it came, for the validator to name."""
+    anything else as it came, for the validator to name. (The parameter's type is what mypy
+    holds a ``cost_budget`` argument to; at run time anything may come.)"""
+    value: object = given
     if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
         return value
     try:
@@ -210,7 +212,9 @@ class ToolResultBounds:
     """How large a tool result may be in model context and records (RUN-022).
 
     Larger results become a truncation marker holding the original size, a head and a tail.
-    ``max_bytes`` is at least 256.
+    ``max_bytes`` is at least 256. ``head_bytes`` and ``tail_bytes`` (None: an even share of the
+    room the marker leaves) are upper bounds: the marker always fits in ``max_bytes``, so a head
+    is cut to that room, and the tail to what the head leaves of it.
     """
 
     max_bytes: int = attrs.field(

@@ -93,8 +93,12 @@ def check_redactor(redactor: object) -> None:
     """Refuse a Redactor service that lacks a member of the protocol (see ``core.Redactor``)."""
     missing = [name for name in _REDACTOR_MEMBERS if not hasattr(redactor, name)]
     if missing:
+        why = (
+            ": without partial_secret_suffix a secret streamed in two pieces would not be redacted"
+            if "partial_secret_suffix" in missing
+            else ""
+        )
         raise TypeError(
             f"the Redactor service {type(redactor).__qualname__} lacks "
-            f"{', '.join(missing)} (every member of effectagent.core.Redactor is required: "
-            "without partial_secret_suffix a secret streamed in two pieces would not be redacted)"
+            f"{', '.join(missing)} (every member of effectagent.core.Redactor is required{why})"
         )

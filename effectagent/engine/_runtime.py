@@ -157,7 +157,9 @@ class Runtime:
         """Raise MissingServicesError naming every service ``agent`` needs that is absent,
         :class:`InstructionsLeakSecret` if its instructions hold something the Redactor removes,
         or :class:`~effectagent.ai.NoPriceForModel` if it has a cost budget its model has no
-        price to enforce."""
+        price to enforce; ``TypeError`` for what is not an :class:`Agent`."""
+        if not isinstance(agent, Agent):
+            raise TypeError(f"preflight needs an Agent, got {type(agent).__name__}")
         self._services_for(agent)
 
     def _services_for(self, agent: Agent) -> RunServices:
@@ -340,9 +342,18 @@ class Runtime:
         runtime.stream_output(agent, text) as updates: async for update in updates`` gives each
         partially filled value as the JSON arrives, then the final, validated output (see
         :class:`~effectagent.engine.OutputStream`); ``updates.result`` is the run's result after.
+        An agent without an output type has no structured answer to stream: ``TypeError``, before
+        the run starts (read its text with ``runtime.stream`` and ``events.stream_text()``).
 
         Cancellation: as :meth:`stream`'s events.
         """
+        called_with: object = agent  # not every caller runs mypy: ``stream`` names a non-Agent
+        if isinstance(called_with, Agent) and called_with.output is None:
+            raise TypeError(
+                f"stream_output reads a structured answer, and agent {agent.name!r} has no output "
+                "type (Agent(output=...)): read its text with 'async with runtime.stream(agent, "
+                "text) as events: async for text in events.stream_text()'"
+            )
         given: Any = text  # checked by ``stream``, against the agent's input type
         return OutputStream(self.stream(agent, given, **options), redactor=self._redactor)
 
@@ -783,7 +794,15 @@ def run_sync(
 
     Cancellation: Ctrl-C interrupts the run (it writes its interruption) and raises
     ``KeyboardInterrupt``.
+
+    Called inside a running Trio program, it raises ``RuntimeError`` (it would need a second
+    event loop) before anything is opened.
     """
+    if trio.lowlevel.in_trio_run():
+        raise RuntimeError(
+            "run_sync starts its own Trio run and cannot be called inside one: use "
+            "'async with open_runtime(layer, agents=[agent]) as runtime: await runtime.run(...)'"
+        )
 
     async def main() -> RunResult[T]:
         async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:

@@ -376,7 +376,7 @@ def test_what_a_hook_adds_is_accepted_exactly_within_its_bounds(items: list[Cont
 
 def test_a_prepared_context_checks_its_fields() -> None:
     with pytest.raises(TypeError, match="must hold ContextItem values"):
-        PreparedContext(items=["text"])
+        PreparedContext(items=["text"])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="must not be empty"):
         PreparedContext(prompt=())
     assert attrs.evolve(PreparedContext()).items == ()
