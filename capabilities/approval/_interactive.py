@@ -34,7 +34,7 @@ import trio
 
 from effectagent.core import ApprovalDecision, ApprovalRequest
 from effectagent.effect import Context, Exit, Layer, Scope
-from effectagent.engine import ApprovalError, ApprovalService
+from effectagent.engine import ApprovalError, ApprovalService, RedactorService
 
 from .._ids import new_id
 from .._logging import log_warning
@@ -60,7 +60,7 @@ class InteractiveApproval:
     engine judges by — so answers are given from within the Trio run.
     """
 
-    __slots__ = ("_buffer", "_on_update", "_subscribers", "_table", "_waiters")
+    __slots__ = ("_buffer", "_on_update", "_redact", "_subscribers", "_table", "_waiters")
 
     def __init__(
         self,
@@ -80,6 +80,8 @@ class InteractiveApproval:
         self._on_update = on_update
         self._subscribers: list[trio.MemorySendChannel[ApprovalUpdate]] = []
         self._waiters: dict[str, trio.lowlevel.Task] = {}
+        # The runtime's redaction once :meth:`layer` is built in one (``RedactorService``).
+        self._redact: Callable[[str], str] = _unchanged
 
     # ---- the engine's side ---------------------------------------------------------------------
 
@@ -149,8 +151,13 @@ class InteractiveApproval:
         """Answer a pending approval; returns the decision, bound to its request. Raises
         :class:`ApprovalNotPending` if it is not pending — also when the answer came after the
         request's ``deadline`` (the request is then denied). Call it within the Trio run: the
-        Trio clock says whether the answer is late."""
+        Trio clock says whether the answer is late.
+
+        ``reason`` and ``by`` are redacted with the runtime's redaction (when :meth:`layer` was
+        built by a runtime) before anything is told of them: the decision, its record, the log
+        and the subscribers' ``ApprovalClosed`` hold the redacted text."""
         _check_answer(approval_id, approved, reason, by)
+        reason, by = self._redact(reason), self._redact(by)
         state = self._table.state(approval_id)
         if state != "pending":  # refused without asking the clock (nothing waits for it)
             raise ApprovalNotPending(approval_id, state)
@@ -182,16 +189,25 @@ class InteractiveApproval:
 
     def layer(self) -> Layer:
         """This provider as the engine's ``ApprovalService``; the subscribers' channels end when
-        the layer is torn down (the runtime closes)."""
+        the layer is torn down (the runtime closes). Built by a runtime, it redacts the answers
+        people give with the runtime's redaction (``RedactorService``: see :meth:`answer`)."""
 
-        async def build(_: Context, scope: Scope) -> Context:
+        async def build(context: Context, scope: Scope) -> Context:
             async def close(_: Exit[Any, Any]) -> None:
                 self.close()
 
+            redactor = context.get(RedactorService)  # the runtime's, when open_runtime builds it
+            if redactor is not None:
+                self._redact = redactor.redact_text
             scope.add_finalizer(close)
             return Context.of(ApprovalService, self)
 
-        return Layer.from_build("InteractiveApproval", provides=[ApprovalService], build=build)
+        return Layer.from_build(
+            "InteractiveApproval",
+            provides=[ApprovalService],
+            uses=[RedactorService],
+            build=build,
+        )
 
     # ---- delivery ------------------------------------------------------------------------------
 
@@ -216,6 +232,10 @@ class InteractiveApproval:
             if opening:
                 raise ApprovalError(f"the approval UI failed: {type(exc).__name__}") from None
             log_warning("approval update callback failed", error=type(exc).__name__)
+
+
+def _unchanged(text: str) -> str:
+    return text
 
 
 def _check_answer(approval_id: object, approved: object, reason: object, by: object) -> None:

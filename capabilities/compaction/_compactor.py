@@ -219,6 +219,12 @@ class LogCompactor:
             )
             return None
 
+    def _known_version(self, version: str) -> str | None:
+        """``version`` when it is one of :attr:`versions` (configured, so safe to log), else
+        None."""
+        accepted = self._versions
+        return version if accepted is not None and version in accepted else None
+
     async def _from_host(self, request: CompactionRequest, view: LogView, plan: Plan) -> str | None:
         assert self._host is not None
         first = view.summary_through + 1
@@ -255,7 +261,9 @@ class LogCompactor:
                 conversation_id=request.conversation_id,
                 run_id=request.run_id,
                 reason=refused.reason,
-                version=artifact.compactor_version,
+                # The host's text is not logged (it may hold anything, a secret too): only a
+                # version this compactor was told to accept, which is the configuration's own.
+                version=self._known_version(artifact.compactor_version),
             )
             return None
         return summary_text(artifact)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import aclosing, suppress
 from contextvars import ContextVar
 from typing import Any, Final, final
+from urllib.parse import unquote
 
 import trio
 from starlette.applications import Starlette
@@ -31,15 +32,21 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from effectagent.core import ApprovalRequest, ModelResponseRecorded, RunCompletedRecord
+from effectagent.core import (
+    ApprovalRequest,
+    ModelResponseRecorded,
+    RunCompletedRecord,
+    SecretRedactor,
+)
 from effectagent.effect import Layer, SchemaError, decode_json, encode
 from effectagent.engine import RunListener, RunListenerService
 
 from .._ids import new_id
 from .._logging import log_warning
 from ..durable import DurableError, DurableQueue, Submission
+from ..durable._checks import check_secrets
 from ..storage import Database, SqliteConversationLog, StorageError
 from . import _ledger
 from ._api import (
@@ -117,13 +124,40 @@ def _json(value: object, status: int = 200) -> Response:
     return _JSONResponse(encode(value), status_code=status, headers=_SECURITY_HEADERS)
 
 
-def _problem(problem: Problem, instance: str) -> Response:
+#: The longest detail a problem document gives (a schema error's explanation can be long).
+_MAX_DETAIL: Final = 2000
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _redacted_path(path: str, redact: Callable[[str], str]) -> str:
+    """``path`` with the secrets ``redact`` knows replaced — also one spelled with percent
+    escapes (then the path is given decoded, redacted)."""
+    shown = redact(path)
+    if "%" not in path:
+        return shown
+    decoded = unquote(path)
+    redacted = redact(decoded)
+    return redacted if redacted != decoded else shown
+
+
+def _problem(
+    problem: Problem, instance: str, redact: Callable[[str], str] = _unchanged
+) -> Response:
+    """The problem document answering a request to ``instance``: its detail and instance
+    redacted with ``redact`` (a detail may quote what the client sent: a name, a field, a
+    path)."""
     headers = dict(_SECURITY_HEADERS)
     headers.update(problem.headers)
     if problem.status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="effectagent"'
+    document = problem.document(_redacted_path(instance, redact))
+    # Cut after redacting: a cut first could keep the start of a secret.
+    document["detail"] = redact(document["detail"])[:_MAX_DETAIL]
     return _JSONResponse(
-        problem.document(instance),
+        document,
         status_code=problem.status,
         headers=headers,
         media_type=MEDIA_TYPE,
@@ -203,7 +237,28 @@ _PREFLIGHT_PATH: ContextVar[str] = ContextVar("preflight_path", default="")
 
 class _ProblemCORS(CORSMiddleware):
     """Starlette's CORS middleware, whose refusal of a preflight (an origin, method or header
-    not allowed) is a problem document like every other refusal of the API, not plain text."""
+    not allowed) is a problem document like every other refusal of the API, not plain text —
+    its path redacted with ``redact`` as every problem's is."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        allow_origins: Collection[str] = (),
+        allow_methods: Collection[str] = ("GET",),
+        allow_headers: Collection[str] = (),
+        allow_credentials: bool = False,
+        expose_headers: Collection[str] = (),
+        redact: Callable[[str], str] = _unchanged,
+    ) -> None:
+        super().__init__(
+            app,
+            allow_origins=allow_origins,
+            allow_methods=allow_methods,
+            allow_headers=allow_headers,
+            allow_credentials=allow_credentials,
+            expose_headers=expose_headers,
+        )
+        self._redact = redact
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = _PREFLIGHT_PATH.set(str(scope.get("path", "")))
@@ -224,8 +279,10 @@ class _ProblemCORS(CORSMiddleware):
             for name, value in answer.headers.items()
             if name not in ("content-type", "content-length")
         )
+        document = problem.document(_redacted_path(_PREFLIGHT_PATH.get(), self._redact))
+        document["detail"] = self._redact(document["detail"])
         return JSONResponse(
-            problem.document(_PREFLIGHT_PATH.get()),
+            document,
             status_code=problem.status,
             headers=headers,
             media_type=MEDIA_TYPE,
@@ -339,7 +396,9 @@ class ServeApi:
     rather than at its next poll). ``metrics``: where the service's figures go (None: nowhere).
     ``secrets``: the runtime's secrets — those its workers are given
     (``DurableWorker(secrets=...)``): the reasons of aborts and approval decisions are redacted
-    with them before they are written (its :attr:`queue`'s ``secrets``).
+    with them before they are written (its :attr:`queue`'s ``secrets``), and so is every problem
+    document it answers with (its detail may quote what a client sent) and the path of a
+    request whose failure it logs.
     ``clock``: the monotonic clock quotas are measured on. :attr:`live`: the live text of the
     runs whose worker has :meth:`listener` in its layer — and, on PostgreSQL, of workers in
     other processes once a :class:`~._live.LiveRelay` follows it (``relay.follow(api.live)``).
@@ -355,6 +414,7 @@ class ServeApi:
         "_log",
         "_quotas",
         "_ready",
+        "_redact",
         "_tails",
         "app",
         "clock",
@@ -379,7 +439,10 @@ class ServeApi:
     ) -> None:
         self.database = database
         self.settings = settings
-        self.queue = DurableQueue(database, agents=agents, secrets=secrets)
+        secret_list = check_secrets(secrets)  # checked (and a generator read) once
+        self.queue = DurableQueue(database, agents=agents, secrets=secret_list)
+        redactor = SecretRedactor(secret_list)
+        self._redact: Callable[[str], str] = redactor.redact_text if redactor.active else _unchanged
         self._log = SqliteConversationLog(database)
         self._tails = Tails(self._log, settings.sse_poll)
         self.live = LiveText()
@@ -409,6 +472,7 @@ class ServeApi:
             [
                 Middleware(
                     _ProblemCORS,
+                    redact=self._redact,
                     allow_origins=list(settings.cors_origins),
                     allow_methods=["GET", "POST"],
                     # Last-Event-ID: a page's script resuming an event stream sends it
@@ -482,30 +546,35 @@ class ServeApi:
     ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint_handler(request: Request) -> Response:
             path = request.url.path
+            redact = self._redact
             try:
                 principal = self._who(endpoint, request)
                 return await handler(request, principal or Principal("anonymous"))
             except Problem as problem:
-                return _problem(problem, path)
+                return _problem(problem, path, redact)
             except DurableError as error:
-                return _problem(problem_of(error), path)
+                return _problem(problem_of(error), path, redact)
             except SchemaError as error:
-                return _problem(Problem("bad-request", error.explain("the body")[:2000]), path)
+                return _problem(Problem("bad-request", error.explain("the body")), path, redact)
             except UnicodeError:  # text that is not Unicode met on its way to storage
                 refused = Problem("bad-request", "the request holds text that is not Unicode")
-                return _problem(refused, path)
+                return _problem(refused, path, redact)
             except StorageError:
                 busy = Problem(
                     "unavailable",
                     "the storage is busy or failing; try again shortly",
                     headers=(("Retry-After", "1"),),
                 )
-                return _problem(busy, path)
+                return _problem(busy, path, redact)
             except ValueError as error:  # the queue refused an argument: a sentence
-                return _problem(Problem("bad-request", str(error)[:2000]), path)
+                return _problem(Problem("bad-request", str(error)), path, redact)
             except Exception as error:  # a defect: its kind is logged, never its message
-                log_warning("serve request failed", path=path, error=type(error).__name__)
-                return _problem(Problem("internal", "the service failed to answer"), path)
+                log_warning(
+                    "serve request failed",
+                    path=_redacted_path(path, redact),
+                    error=type(error).__name__,
+                )
+                return _problem(Problem("internal", "the service failed to answer"), path, redact)
 
         return endpoint_handler
 
@@ -535,7 +604,7 @@ class ServeApi:
                     allowed |= route.methods or set()
             headers["Allow"] = ", ".join(sorted(allowed))
         problem = Problem(name, f"nothing answers {request.method} here", tuple(headers.items()))
-        return _problem(problem, request.url.path)
+        return _problem(problem, request.url.path, self._redact)
 
     async def _body(self, request: Request, kind: type[Any]) -> Any:
         limit = self.settings.max_body

@@ -23,17 +23,25 @@ def _check_limits(limits: object) -> None:
 def in_memory_steering(limits: SteeringLimits | None = None) -> Layer:
     """A Layer providing :data:`SteeringService` and the engine's ``SteeringInboxService``, with
     admissions kept in memory (it reads the required ``ConversationLogService`` to tell which
-    inputs runs recorded)."""
+    inputs runs recorded). Input is redacted with the runtime's redaction (``RedactorService``,
+    which ``open_runtime`` provides) from the first call on — a receipt refused before any run
+    started holds the redacted author too."""
     _check_limits(limits)
 
     async def build(context: Context, _: Scope) -> Context:
-        inbox = ConversationInbox(InMemoryJournal(context[ConversationLogService]), limits)
+        redactor = context.get(RedactorService)  # the runtime's, when open_runtime builds it
+        inbox = ConversationInbox(
+            InMemoryJournal(context[ConversationLogService]),
+            limits,
+            redact_text=redactor.redact_text if redactor is not None else None,
+        )
         return Context({SteeringService: inbox, SteeringInboxService: inbox})
 
     return Layer.from_build(
         "in_memory_steering",
         provides=[SteeringService, SteeringInboxService],
         requires=[ConversationLogService],
+        uses=[RedactorService],
         build=build,
     )
 

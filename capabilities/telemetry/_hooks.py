@@ -12,6 +12,9 @@ arguments, a resource URI, an inner call's arguments) is kept only when the laye
 events, so nothing has redacted it yet — without a redactor it is dropped. An exception leaving a
 span's block fails it with the exception's type name, never its message; a failure's own
 description (``fail``) is content too, shown only where content is kept, else the error type is.
+With a redactor (content kept or not), a span's name and its string attributes are redacted too:
+they are not content, but come from inside a handler as well (a command's program, a server's
+identity), and nothing else has redacted them.
 
 Tracing never changes what the traced code does: if the tracer (or the redactor) raises, the
 error's type is logged (logger ``effectagent``) and the span records nothing more — the command,
@@ -56,10 +59,11 @@ class HookStarter:
     """A ``SpanStarter`` on a tracer: bounds what callers give it (see the module notes).
 
     ``base`` are the attributes every span it starts begins with (already bounded); ``redact``
-    the redaction of content, None when content is not kept.
+    the redaction of content, None when content is not kept; ``scrub`` the redaction of names
+    and string attributes (the layer's redactor, content kept or not), None without one.
     """
 
-    __slots__ = ("base", "content_limit", "limit", "redact", "tracer")
+    __slots__ = ("base", "content_limit", "limit", "redact", "scrub", "tracer")
 
     def __init__(
         self,
@@ -68,12 +72,14 @@ class HookStarter:
         limit: int,
         content_limit: int,
         redact: Callable[[str], str] | None,
+        scrub: Callable[[str], str] | None = None,
     ) -> None:
         self.tracer = tracer
         self.base = base
         self.limit = limit
         self.content_limit = content_limit
         self.redact = redact
+        self.scrub = scrub
 
     def __call__(
         self, name: str, attributes: Mapping[str, AttributeValue], kind: HookKind, current: bool
@@ -81,12 +87,17 @@ class HookStarter:
         return HookSpan(self, name, attributes, kind, current)
 
     def bounded(self, value: object) -> AttributeValue | None:
-        """``value`` as an attribute value within the bounds, or None to drop it."""
+        """``value`` as an attribute value within the bounds (a string redacted, then cut), or
+        None to drop it."""
         if isinstance(value, str):
-            return _cut(value, self.limit)
+            return _cut(self.scrubbed(value), self.limit)
         if isinstance(value, bool | int | float):
             return value
         return None
+
+    def scrubbed(self, text: str) -> str:
+        """``text`` redacted with :attr:`scrub` (as it is without one)."""
+        return text if self.scrub is None else self.scrub(text)
 
 
 @final
@@ -155,7 +166,7 @@ class HookSpan:
                 attributes[_cut(str(key), starter.limit)] = bounded
         self._count = len(attributes)
         self._span = span = starter.tracer.start_span(
-            _cut(str(self._name), starter.limit),
+            _cut(starter.scrubbed(str(self._name)), starter.limit),
             kind=_KINDS.get(self._kind, SpanKind.INTERNAL),
             attributes=attributes,
         )
@@ -183,19 +194,23 @@ class HookSpan:
 
     def set_attribute(self, name: str, value: AttributeValue) -> None:
         """Set one attribute, bounded (dropped past :data:`MAX_HOOK_ATTRIBUTES`)."""
-        bounded = self._starter.bounded(value)
-        if bounded is not None and self._count < MAX_HOOK_ATTRIBUTES:
-            self._count += 1
-            try:
+        if self._count >= MAX_HOOK_ATTRIBUTES or not self._span.is_recording():
+            return
+        try:  # the redactor runs here: what it raises is the tracing's failure, not the work's
+            bounded = self._starter.bounded(value)
+            if bounded is not None:
+                self._count += 1
                 self._span.set_attribute(_cut(str(name), self._starter.limit), bounded)
-            except Exception as exc:
-                self._drop(exc)
+        except Exception as exc:
+            self._drop(exc)
 
     def set_content(self, name: str, value: object) -> None:
         """Keep ``value`` (a string, or a JSON value rendered here) redacted and cut to
         ``max_content_length`` when content is kept; otherwise nothing is rendered."""
         starter = self._starter
         if starter.redact is None or self._count >= MAX_HOOK_ATTRIBUTES:
+            return
+        if not self._span.is_recording():  # dropped (or not sampled): nothing to render for
             return
         self._count += 1
         try:

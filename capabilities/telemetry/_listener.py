@@ -210,7 +210,9 @@ class Telemetry:
     default; still bounded and redacted). ``redactor`` (e.g. ``SecretRedactor`` of the secrets
     given to ``open_runtime``) redacts the content offered by what runs inside a handler — command
     arguments, an inner call's arguments, a resource URI — which the engine has not seen: such
-    content is kept only with ``include_content`` *and* a redactor. ``max_attribute_length`` bounds every other string
+    content is kept only with ``include_content`` *and* a redactor; with a redactor, the names
+    and string attributes of those spans (a command's program name, an MCP server's identity)
+    are redacted too, content kept or not. ``max_attribute_length`` bounds every other string
     attribute, ``max_content_length`` each content attribute, ``max_span_events`` the events a
     span takes (progress reports, compactions, budget warnings). ``request_model``, when given, is
     reported as ``gen_ai.request.model`` on model spans (the events do not name the model); a blank
@@ -227,6 +229,7 @@ class Telemetry:
         "_handlers",
         "_redact",
         "_runs",
+        "_scrub",
         "_starter",
         "_tracer",
         "include_content",
@@ -277,6 +280,7 @@ class Telemetry:
             raise TypeError(f"redactor must be a Redactor, got {type(redactor).__name__}")
         self._tracer = trace.get_tracer(_SCOPE, TELEMETRY_VERSION, tracer_provider=tracer_provider)
         self._redact = redactor.redact_text if include_content and redactor is not None else None
+        self._scrub = redactor.redact_text if redactor is not None else None
         self._starter = self._hook_starter({})
         self._runs: dict[str, _Run] = {}
         # Child runs announced by their parent (SubagentStarted) whose own RunStarted is to come:
@@ -324,7 +328,12 @@ class Telemetry:
     def _hook_starter(self, base: dict[str, AttributeValue]) -> HookStarter:
         base["effectagent.operation.version"] = TELEMETRY_VERSION
         return HookStarter(
-            self._tracer, base, self.max_attribute_length, self.max_content_length, self._redact
+            self._tracer,
+            base,
+            self.max_attribute_length,
+            self.max_content_length,
+            self._redact,
+            self._scrub,
         )
 
     @property

@@ -382,3 +382,36 @@ async def test_an_interrupted_summary_leaves_no_trace(
     assert not any(
         isinstance(e.record, CompactionCreated) and e.record.kind == "summarize" for e in log
     )
+
+
+class VersionedHost:
+    """A host whose artifacts never verify (a wrong digest), under a version of its choosing."""
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    async def compaction_for(self, request: HostRequest) -> CompactionResult:
+        await trio.lowlevel.checkpoint()
+        return CompactionResult(
+            request.covers_from, request.covers_through, "HOST SUMMARY", "0" * 64, self.version
+        )
+
+
+@pytest.mark.parametrize("configured", [None, {"host/2"}], ids=["any-version", "host/2-only"])
+async def test_a_refused_artifacts_version_is_logged_only_when_it_is_a_configured_one(
+    autojump_clock: trio.testing.MockClock, configured: set[str] | None
+) -> None:
+    for version, shown in ((f"host-{CANARY}", None), ("host/2", "host/2")):
+        reader = Reader(pages=60, summary="MODEL SUMMARY")
+        agent = _agent(2_500, keep=600)
+        compactor = LogCompactor(host=VersionedHost(version), versions=configured)
+        layer = agent.toolkit.handlers({fetch: _page}) + FunctionModel(reader).as_layer()
+        with _logs() as lines:
+            async with open_runtime(layer + compactor.layer(), agents=[agent]) as runtime:
+                result = await runtime.run(agent, "Read.")
+        assert result.status == "completed"
+        refused = [line for line in lines if line["event"] == "compaction artifact refused"]
+        assert refused
+        assert CANARY not in repr(lines)  # the host's text is not logged
+        expected = shown if configured is not None else None
+        assert {line["version"] for line in refused} == {expected}

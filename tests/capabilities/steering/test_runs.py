@@ -447,6 +447,26 @@ async def test_a_secret_in_the_author_is_redacted_like_the_text(tmp_path: Path) 
     assert b"hunter2" not in _bytes_on_disk(tmp_path)
 
 
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+async def test_a_receipt_refused_before_any_run_holds_the_redacted_author(
+    storage: str, tmp_path: Path
+) -> None:
+    """Before the runtime ran anything, input is redacted all the same: the runtime's redaction
+    is the inbox's from the start, whatever keeps it."""
+    from effectagent.core import REDACTED
+
+    layer = ScriptedModel([Turn.text("x")]).as_layer()
+    kept = in_memory_storage() if storage == "memory" else sqlite_storage(tmp_path / "early.db")
+    agent = Agent("idle", "Answer briefly.")
+    async with open_runtime(layer + kept, agents=[agent], secrets=["hunter2"]) as runtime:
+        steering = runtime.context[SteeringService]
+        steered = await steering.steer("conv_none", "Go on, hunter2.", author="ann hunter2")
+        followed = await steering.follow_up("conv_none", ["hunter2"], author="hunter2")
+    assert (steered.admission, steered.rejection) == ("rejected", "no-active-run")
+    assert [steered.author, followed.author] == [f"ann {REDACTED}", REDACTED]
+    assert "hunter2" not in repr([steered, followed])
+
+
 @pytest.mark.parametrize(
     ("conversation_id", "author"), [("conv", ""), ("conv", " \t"), ("", "ann"), ("  ", "ann")]
 )

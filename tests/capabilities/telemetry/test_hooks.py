@@ -228,11 +228,55 @@ def test_a_broken_tracer_or_redactor_changes_nothing_of_the_work(
     redacting = Telemetry(
         tracer_provider=provider, include_content=True, redactor=_FailingRedactor()
     )
-    with redacting.activate(), trace_span("command") as span:
+    with redacting.activate(), trace_span(f"command {CANARY}") as span:
+        # The name cannot be redacted: the span is dropped as it starts, and records nothing.
         span.set_content("process.command_args", ["--password", CANARY])
-        span.set_attribute("after", 1)  # the span is over: dropped
-    (command,) = exporter.get_finished_spans()
-    assert "process.command_args" not in attributes(command)
-    assert "after" not in attributes(command)
+        span.set_attribute("after", 1)
+        done = "the work went on"
+    assert done == "the work went on"
+    assert exporter.get_finished_spans() == ()
     lines = [r.getMessage() for r in caplog.records if "tracing hook failed" in r.getMessage()]
     assert lines == ["tracing hook failed: RuntimeError", "tracing hook failed: ValueError"]
+    content_only = Telemetry(tracer_provider=provider, include_content=True)
+    failing = Telemetry(tracer_provider=provider, redactor=_FailingRedactor())
+    with content_only.activate(), trace_span("command") as span:
+        span.set_attribute("after", 1)
+    with failing.activate(), trace_span("command"):
+        pass  # the name is redacted even with content off: the span is dropped
+    (command,) = exporter.get_finished_spans()
+    assert attributes(command)["after"] == 1
+
+
+@pytest.mark.parametrize("include_content", [False, True])
+def test_with_a_redactor_a_spans_name_and_attributes_are_redacted_too(
+    exported: tuple[TracerProvider, InMemorySpanExporter], include_content: bool
+) -> None:
+    provider, exporter = exported
+    telemetry = Telemetry(
+        tracer_provider=provider,
+        include_content=include_content,
+        redactor=SecretRedactor([CANARY]),
+    )
+    with (
+        telemetry.activate(),
+        trace_span(f"sandbox.command {CANARY}", {"server.identity": f"srv-{CANARY}"}) as span,
+    ):
+        span.set_attribute("process.executable.name", f"tool-{CANARY}")
+        span.set_attribute("n", 3)
+    (command,) = exporter.get_finished_spans()
+    assert command.name == "sandbox.command [REDACTED]"
+    carried = attributes(command)
+    assert carried["server.identity"] == "srv-[REDACTED]"
+    assert carried["process.executable.name"] == "tool-[REDACTED]"
+    assert carried["n"] == 3
+    assert not [text for text in texts(command) if CANARY in text]
+
+
+def test_without_a_redactor_names_and_attributes_are_kept_as_given(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    with Telemetry(tracer_provider=provider).activate(), trace_span("sandbox.command echo"):
+        pass
+    (command,) = exporter.get_finished_spans()
+    assert command.name == "sandbox.command echo"
