@@ -24,8 +24,8 @@ capabilities), every OpenTelemetry span with its attributes and events (``Teleme
 every file a scenario wrote (SQLite with its WAL, a cassette) and every row of a PostgreSQL
 schema. A hit is a leak.
 
-A channel known to leak, whose fix is outside the capabilities, is marked ``xfail(strict=True)``
-with where the fix belongs: when it is fixed the mark fails, and goes.
+An ID or author holding a secret cannot be redacted and still name what it names: a run refuses
+it at the call, and the refusal does not quote it.
 """
 
 from __future__ import annotations
@@ -431,8 +431,12 @@ async def _engine(channel: str, sinks: Sinks) -> None:
         document = DocumentPart(b"doc", media_type="text/plain", name=f"doc-{SECRET}.txt")
         text = ["see", document]
     run_options: dict[str, Any] = {}
-    if channel == "author":
+    if channel == "author":  # refused at the call, without quoting it
         run_options["author"] = f"ann-{SECRET}"
+    elif channel == "conversation-id":
+        run_options.update(conversation_id=f"conv-{SECRET}", create=True)
+    elif channel == "run-id":
+        run_options["run_id"] = f"run-{SECRET}"
     elif channel == "context-item":
         item = ContextItem(kind="note", source=f"src-{SECRET}", text=f"context {SECRET}")
         run_options["context"] = [item]
@@ -475,33 +479,17 @@ ENGINE_CHANNELS = [
     "approval-provider-raises",
     "document-text",
     "context-item",
+    "image-name",
+    "document-name",
+    "author",
+    "conversation-id",
+    "run-id",
 ]
-
-_ENGINE_MEDIA_NAME = (
-    "effectagent/engine/_media.py redacted_content keeps a media part's name as given: the first "
-    "run's requests carry it (a provider sends a document's name as its title or filename), while "
-    "the record and every later request hold it redacted"
-)
-_ENGINE_AUTHOR = (
-    "the engine records a run's author (UserInputRecorded.author) as given; steering redacts "
-    "its author, a run should too (or refuse one holding a secret)"
-)
-KNOWN_ENGINE_LEAKS = {
-    "image-name": _ENGINE_MEDIA_NAME,
-    "document-name": _ENGINE_MEDIA_NAME,
-    "author": _ENGINE_AUTHOR,
-}
 
 
 @pytest.mark.parametrize(
     "channel",
-    [
-        *ENGINE_CHANNELS,
-        *(
-            pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=why))
-            for name, why in KNOWN_ENGINE_LEAKS.items()
-        ),
-    ],
+    ENGINE_CHANNELS,
 )
 async def test_a_secret_put_in_an_engine_channel_reaches_no_sink(
     channel: str, tmp_path: Path, autojump_clock: trio.testing.MockClock
@@ -1006,18 +994,9 @@ CAPABILITY_CHANNELS: dict[str, Callable[[str, Sinks], Awaitable[None]]] = {
 _REAL_CLOCK = ("code-mode", "mcp", "provider", "sandbox", "sqlite", "steer-text-sqlite")
 
 
-KNOWN_CAPABILITY_LEAKS = {"steer-image-name": _ENGINE_MEDIA_NAME}
-
-
 @pytest.mark.parametrize(
     "channel",
-    [
-        *sorted(CAPABILITY_CHANNELS.keys() - KNOWN_CAPABILITY_LEAKS.keys()),
-        *(
-            pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=why))
-            for name, why in KNOWN_CAPABILITY_LEAKS.items()
-        ),
-    ],
+    sorted(CAPABILITY_CHANNELS),
 )
 def test_a_secret_put_in_a_capability_channel_reaches_no_sink(channel: str, tmp_path: Path) -> None:
     sinks = Sinks(tmp_path)

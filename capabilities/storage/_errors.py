@@ -166,7 +166,8 @@ class IdNotStorable(StorageError, ConversationLogError, ValueError):
     """A conversation ID or run ID no database can keep: it holds NUL (PostgreSQL's text
     cannot) or a lone surrogate (it has no UTF-8 form). Refused the same way on SQLite and
     PostgreSQL, before anything is read or written; also a ``ValueError`` (an invalid
-    argument). A run given such an ID ends ``failed`` with ``StorageFailed``. ``what`` says
+    argument). A run refuses such an ID when it is asked for (``ValueError``), before the log
+    sees it. ``what`` says
     which ID (``"conversation ID"`` or ``"run ID"``); the message shows it escaped."""
 
     conversation_id: str

@@ -212,7 +212,10 @@ class Approvals:
             )
             decision = ApprovalDecision.deny(f"refused: {refused}", "engine")
         decided = ApprovalDecision.for_request(
-            request, decision.approved, io.redact_text(decision.reason), decision.decided_by
+            request,
+            decision.approved,
+            io.redact_text(decision.reason),
+            io.redact_text(decision.decided_by),
         )
         await io.record(
             ToolApprovalDecided(

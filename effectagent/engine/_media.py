@@ -193,13 +193,18 @@ def recorded_parts(content: UserContent, redact: Any) -> tuple[tuple[str, Any], 
 
 def redacted_content(content: UserContent, redact: Callable[[str], str]) -> UserContent:
     """``content`` as the model reads it and the log keeps it: text parts redacted, and the text
-    of a text document too (a new part, of a new digest, when redaction changed it); images,
-    PDFs, audio and URLs as they are (a URL and a name are redacted in the record only)."""
+    of a text document too (a new part, of a new digest, when redaction changed it); a part's
+    name redacted (providers send it: a document's title, a file name); images, PDFs, audio and
+    URLs as they are (a URL is redacted in the record only: the provider fetches it)."""
     out: list[TextContent | MediaPart] = []
     for part in content:
         if isinstance(part, TextContent):
             out.append(TextContent(redact(part.text)))
             continue
+        if part.name:
+            name = redact(part.name)
+            if name != part.name:
+                part = _renamed(part, name)
         if part.kind == "document" and not part.url and part.media_type.startswith("text/"):
             text = part.data.decode("utf-8", "replace")
             shown = redact(text)
@@ -208,6 +213,13 @@ def redacted_content(content: UserContent, redact: Callable[[str], str]) -> User
                 continue
         out.append(part)
     return tuple(out)
+
+
+def _renamed(part: MediaPart, name: str) -> MediaPart:
+    """``part`` under another ``name`` (the same bytes or URL, the same media type)."""
+    if part.url:
+        return type(part)(url=part.url, media_type=part.media_type, name=name)
+    return type(part)(part.data, media_type=part.media_type, name=name, max_bytes=part.size + 1)
 
 
 def _document(data: bytes, like: MediaPart) -> MediaPart:

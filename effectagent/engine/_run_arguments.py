@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from effectagent.core import Agent, ContextItem, RunAllowance
+from effectagent.core import Agent, ContextItem, Redactor, RunAllowance
 
 from ._media import check_run_input
 from ._stream import Intent
@@ -16,6 +16,7 @@ from ._stream import Intent
 __all__ = [
     "check_allowance",
     "check_id",
+    "check_no_secret",
     "check_redactor",
     "check_resume_arguments",
     "check_run_arguments",
@@ -58,6 +59,26 @@ def check_run_arguments(
             raise TypeError(f"context must hold ContextItem values, got {type(item).__name__}")
     intent: Intent = "new" if conversation_id is None else "create" if create else "continue"
     return tuple(context), intent
+
+
+def check_no_secret(
+    redactor: Redactor, conversation_id: str | None, run_id: str | None, author: str
+) -> None:
+    """Refuse a conversation ID, run ID or author holding a registered secret (``ValueError``
+    that does not quote it): each is recorded, sent in events and logged as it is — an ID cannot
+    be redacted and still name what it names."""
+    if not redactor.active:
+        return
+    for name, value in (
+        ("conversation_id", conversation_id),
+        ("run_id", run_id),
+        ("author", author),
+    ):
+        if value is not None and redactor.redact_text(value) != value:
+            raise ValueError(
+                f"{name} holds a secret the runtime redacts: it is recorded, sent in events and "
+                "logged as it is, so it must not"
+            )
 
 
 def check_id(name: str, value: object) -> None:

@@ -59,7 +59,7 @@ from ._output import (
 from ._output_modes import run_final_tools
 from ._output_stream import OutputStream
 from ._resume import FoundRun, check_new_run_id, find_run
-from ._run_arguments import check_allowance, check_redactor
+from ._run_arguments import check_allowance, check_no_secret, check_redactor
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
 from ._run_arguments import check_run_arguments as _check_run_arguments
 from ._run_errors import (
@@ -317,6 +317,7 @@ class Runtime:
         items, intent = _check_run_arguments(
             agent, text, conversation_id, create, author, context, run_id
         )
+        check_no_secret(self._redactor, conversation_id, run_id, author)
         check_model_choice(model, "model")
         check_allowance(allowance)
         run_input = prepare_input(agent, text, self._redactor.redact_text)
@@ -406,6 +407,7 @@ class Runtime:
         items, intent = _check_run_arguments(
             agent, text, conversation_id, create, author, context, run_id
         )
+        check_no_secret(self._redactor, conversation_id, run_id, author)
         check_model_choice(model, "model")
         check_allowance(allowance)
         run_input = prepare_input(agent, text, self._redactor.redact_text)

@@ -18,7 +18,7 @@ from capabilities.storage._database import open_database as open_sqlite
 from capabilities.storage._errors import IdNotStorable
 from capabilities.storage._log import SqliteConversationLog
 from effectagent import Agent, open_runtime
-from effectagent.core import ConversationCreated, StorageFailed, UserInputRecorded
+from effectagent.core import ConversationCreated, UserInputRecorded
 from effectagent.engine import ConversationLogError, ConversationLogService
 from effectagent.testing import ScriptedModel, Turn
 from tests.postgres import drop_schema, fresh_schema, postgres_url
@@ -68,9 +68,11 @@ async def test_a_conversation_id_no_database_keeps_is_refused_alike(
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800"], ids=["nul", "surrogate"])
 @pytest.mark.parametrize("which", ["conversation_id", "run_id"])
-async def test_a_run_on_such_an_id_ends_with_storage_failed_on_either_engine(
+async def test_a_run_on_such_an_id_is_refused_at_the_call_on_either_engine(
     engine: str, bad: str, which: str, tmp_path: Path
 ) -> None:
+    """The run refuses it before anything starts (``ValueError`` naming the argument); the log's
+    own refusal (``IdNotStorable``, above) stands behind it for callers of the log."""
     agent = Agent("a", "Answer.")
     schema = fresh_schema()
     try:
@@ -86,10 +88,8 @@ async def test_a_run_on_such_an_id_ends_with_storage_failed_on_either_engine(
             )
             if which == "run_id":
                 arguments["run_id"] = bad
-            result = await runtime.run(agent, "hello", **arguments)
-            assert result.status == "failed"
-            assert isinstance(result.error, StorageFailed), result.error
-            assert "NUL or a lone surrogate" in str(result.error)
+            with pytest.raises(ValueError, match=f"^{which} must not hold NUL or a lone surrogate"):
+                await runtime.run(agent, "hello", **arguments)
             log = runtime.context[ConversationLogService]
             assert isinstance(log, SqliteConversationLog)
             assert await log.conversations() == ()
