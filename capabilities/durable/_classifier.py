@@ -179,7 +179,9 @@ class LogFacts:
     tool calls); ``declared`` the calls of the last response that were never prepared and
     ``prepared`` those prepared, as (call ID, tool name), neither settled; ``absorbed`` whether
     another run recorded this submission's input (a joining one); ``undecodable`` the sequence
-    number of a record that cannot be read (None: all read).
+    number of a record that cannot be read (None: all read); ``suspensions`` how many times the
+    run suspended for approval decisions (its ``RunSuspendedRecord`` records): as many claims got it
+    that far, and they spent nothing of the retry budget.
     """
 
     records: int = 0
@@ -192,6 +194,7 @@ class LogFacts:
     prepared: tuple[tuple[str, str], ...] = ()
     absorbed: bool = False
     undecodable: int | None = None
+    suspensions: int = 0
 
 
 @attrs.frozen
@@ -229,13 +232,19 @@ def _carry_on(
     ledger: LedgerFacts,
     retry: RetryBudget,
     calls: tuple[tuple[str, str, CallFate], ...] = (),
+    log: LogFacts | None = None,
 ) -> RecoveryDecision:
-    """Run or resume — unless the agent is unknown here or the budget is spent."""
+    """Run or resume — unless the agent is unknown here or the budget is spent. The budget
+    counts the claims (``ledger.attempts``, this one included) less those that took the run to
+    a suspension (``log.suspensions``): waiting for a decision is no failed attempt, and a run
+    that asks for approval at every turn must not be dead-lettered at its ``max_attempts``-th
+    decision."""
     if not ledger.agent_known:
         return RecoveryDecision(
             point, "append", "its agent is not in this worker's registry: it fails", "failed"
         )
-    if ledger.attempts > retry.max_attempts:
+    spent = ledger.attempts - (log.suspensions if log is not None else 0)
+    if spent > retry.max_attempts:
         return RecoveryDecision(
             point,
             "dead",
@@ -292,9 +301,16 @@ def classify(
         )
     if log.records == 0:
         if ledger.attempts <= 1:
-            return _carry_on("after-admission", "run", "its run has not started", ledger, retry)
+            return _carry_on(
+                "after-admission", "run", "its run has not started", ledger, retry, log=log
+            )
         return _carry_on(
-            "after-claim", "run", "an earlier claim ended before its run started", ledger, retry
+            "after-claim",
+            "run",
+            "an earlier claim ended before its run started",
+            ledger,
+            retry,
+            log=log,
         )
     if log.suspended:
         if log.undecided:
@@ -309,10 +325,16 @@ def classify(
             "every decision its run waits for is in the log",
             ledger,
             retry,
+            log=log,
         )
     if log.final_answer:
         return _carry_on(
-            "after-final-answer", "resume", "its answer is recorded, its end is not", ledger, retry
+            "after-final-answer",
+            "resume",
+            "its answer is recorded, its end is not",
+            ledger,
+            retry,
+            log=log,
         )
     calls = _fates(log, tools or {})
     if log.prepared:
@@ -323,6 +345,7 @@ def classify(
             ledger,
             retry,
             calls,
+            log,
         )
     if log.declared:
         return _carry_on(
@@ -332,7 +355,10 @@ def classify(
             ledger,
             retry,
             calls,
+            log,
         )
     if log.responded:
-        return _carry_on("after-settle", "resume", "its last tool batch settled", ledger, retry)
-    return _carry_on("after-run-start", "resume", "its run started", ledger, retry)
+        return _carry_on(
+            "after-settle", "resume", "its last tool batch settled", ledger, retry, log=log
+        )
+    return _carry_on("after-run-start", "resume", "its run started", ledger, retry, log=log)

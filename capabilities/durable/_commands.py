@@ -29,6 +29,7 @@ from ._reading import fold_run
 from ._store import (
     audit,
     finalize,
+    list_unknown,
     mark,
     outcome_json,
     read_submission,
@@ -150,6 +151,14 @@ def abort(
             kind="abort",
             detail={"abort_id": abort_id, "settled": status, "why": "its run had ended"},
         )
+        list_unknown(
+            conn,
+            folder.unknown_calls,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=epoch,
+            now=now,
+        )
         release(conn, lane)
         return _require(conn, submission_id)
     if folder.facts().records:
@@ -180,6 +189,15 @@ def abort(
         now=now,
         kind="abort",
         detail={"abort_id": abort_id, "settled": "aborted", "recorded": seq is not None},
+    )
+    # What its run may or may not have done is listed for a person, however it was settled.
+    list_unknown(
+        conn,
+        folder.unknown_calls,
+        submission_id=submission_id,
+        conversation_id=conversation_id,
+        epoch=epoch,
+        now=now,
     )
     release(conn, lane)
     return _require(conn, submission_id)
@@ -329,6 +347,14 @@ def rebuild(conn: Connection, conversation_id: str, *, now: float) -> list[dict[
                 outcome_json(folder.terminal_seq, submission.diagnostic),
                 submission_id,
             ),
+        )
+        list_unknown(
+            conn,
+            folder.unknown_calls,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=None,
+            now=now,
         )
         changes.append({"submission": submission_id, "from": submission.status, "to": status})
     for submission_id in recorded_inputs:

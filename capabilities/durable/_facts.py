@@ -78,6 +78,7 @@ class FactsFolder:
         "_responded",
         "_settled",
         "_suspended",
+        "_suspensions",
         "_terminal",
         "_terminal_record",
         "_terminal_seq",
@@ -100,6 +101,7 @@ class FactsFolder:
         self._prepared: dict[str, str] = {}
         self._settled: set[str] = set()
         self._suspended = False
+        self._suspensions = 0
         self._pending: tuple[str, ...] = ()
         self._decided: set[str] = set()
         self._requests: dict[str, ApprovalRequest] = {}
@@ -183,6 +185,7 @@ class FactsFolder:
             self._final_answer = False
         elif is_suspension(record):
             self._suspended = True
+            self._suspensions += 1
             self._pending = tuple(record.tool_call_ids)
             self._decided = set()
             self._final_answer = False
@@ -204,4 +207,5 @@ class FactsFolder:
             prepared=tuple(c for c in unsettled if c[0] in self._prepared),
             absorbed=bool(self._absorbed),
             undecodable=undecodable,
+            suspensions=self._suspensions,
         )

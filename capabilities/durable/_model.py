@@ -182,7 +182,11 @@ class RetryBudget:
     """How often a submission is tried, and how long it waits between tries.
 
     A claim is an attempt; once ``max_attempts`` claims ended without a settlement (the worker
-    died, lost its lane, or its run could not be carried on), the submission is dead-lettered.
+    died, lost its lane, the store failed a read or write of its run, or its run could not be
+    carried on), the submission is dead-lettered. A claim that took the run to a suspension (it
+    waits for approval decisions) is not one of them, nor one a worker gave back as it stopped
+    (cancelled: SIGTERM, a drain): a run may ask for approval, and outlive restarts of its
+    workers, any number of times.
     Before attempt ``n + 1`` it waits ``min(cap, base * 2**(n-1))`` seconds, of which a random
     fraction ``jitter`` is taken off (full jitter with ``jitter=1``), so workers that lost lanes
     at once do not come back at once.

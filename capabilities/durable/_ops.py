@@ -17,7 +17,7 @@ from ._classifier import LedgerFacts, LogFacts, RecoveryDecision, Terminal, clas
 from ._facts import terminal_of
 from ._model import RetryBudget, Submission
 from ._reading import PAGE, Undecodable, fold_run, read_page
-from ._store import COLUMNS, submission_of
+from ._store import COLUMNS, given_back, submission_of
 
 __all__ = [
     "AuditRow",
@@ -136,6 +136,7 @@ def explain(
         except Undecodable:
             records = []
     claims = submission.attempts + (1 if submission.status in ("queued", "active") else 0)
+    claims = max(claims - given_back(conn, submission_id), 1)  # a worker's stop spent nothing
     ledger = LedgerFacts(
         status=submission.status,
         attempts=claims,

@@ -480,7 +480,8 @@ class DurableQueue:
 
     async def unknown(self) -> tuple[_ops.UnknownCall, ...]:
         """Every tool call a resumed run settled ``Unknown`` (it may or may not have happened),
-        newest first.
+        newest first — listed once its submission is settled, however it is (completed or
+        failed by its run, aborted, settled by ``rebuild_ledger``).
 
         Cancellation: as :meth:`status`."""
         return await self.database.read(_ops.unknown)

@@ -32,7 +32,17 @@ from ._failpoints import failpoint
 from ._ledger import Event
 from ._model import AgentNotFound, Diagnostic, bounded_diagnostic
 from ._reading import fold_run
-from ._store import Claimed, audit, finalize, last_seq, mark, release, reserve
+from ._store import (
+    Claimed,
+    audit,
+    finalize,
+    given_back,
+    last_seq,
+    list_unknown,
+    mark,
+    release,
+    reserve,
+)
 
 if TYPE_CHECKING:
     from ._worker import DurableWorker
@@ -51,6 +61,11 @@ class Serving:
     submission_id: str
     scope: trio.CancelScope
     lost: bool = False
+    #: A read or write of its run failed in the store (a connection lost, the store busy or
+    #: closed): nothing more is written for the run under this claim — the engine's failure
+    #: record least of all — and the claim goes back to the queue, so that a later claim
+    #: carries the run on from its records (``_worker._FencedLog``).
+    unwritten: bool = False
 
 
 def _durability(agent: Agent[Any] | None) -> dict[str, Durability]:
@@ -95,6 +110,14 @@ async def _read_run(worker: DurableWorker, claimed: Claimed) -> tuple[FactsFolde
     return await worker.database.read(read)
 
 
+async def _spent(worker: DurableWorker, claimed: Claimed) -> int:
+    """The claims that count against the submission's retry budget: this one and every earlier
+    one but those its workers gave back as they stopped (``_store.given_back``)."""
+    sid = claimed.submission.submission_id
+    stopped = await worker.database.read(lambda conn: given_back(conn, sid))
+    return max(claimed.submission.attempts - stopped, 1)
+
+
 def _terminal_diagnostic(folder: FactsFolder) -> Diagnostic | None:
     record = folder.terminal_record
     if type(record) is not RunFailedRecord:
@@ -116,14 +139,16 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
     submission = claimed.submission
     agent = worker.agents.get(submission.agent)
     folder: FactsFolder | None = None
+    attempts = submission.attempts
     if claimed.fresh:
         facts = LogFacts()
     else:
         folder, undecodable = await _read_run(worker, claimed)
         facts = folder.facts(undecodable)
+        attempts = await _spent(worker, claimed)
     ledger = LedgerFacts(
         status=submission.status,
-        attempts=submission.attempts,
+        attempts=attempts,
         settlement=submission.settlement,
         reserved=submission.outcome,
         agent_known=agent is not None,
@@ -141,11 +166,9 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
         assert decision.outcome is not None
         await _finalize(worker, claimed, folder)
     elif action == "append":
-        await _append(worker, claimed, facts, decision)
+        await _append(worker, claimed, facts, decision, folder)
     elif action == "suspend":
-        await _write(
-            worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "suspend", "suspended")
-        )
+        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, sid))
     elif action == "dead":
         await _write(worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "dead", "dead"))
         log_warning(
@@ -171,6 +194,11 @@ async def _write(worker: DurableWorker, claimed: Claimed, work: Any) -> Any:
 def _let_go(conn: Connection, lane: Lane, submission_id: str, event: Event, to: str) -> None:
     mark(conn, lane, submission_id, event, to)
     release(conn, lane)
+
+
+def _suspend(conn: Connection, lane: Lane, submission_id: str) -> None:
+    """Mark the submission suspended and let its lane go."""
+    _let_go(conn, lane, submission_id, "suspend", "suspended")
 
 
 async def _audit(worker: DurableWorker, claimed: Claimed, decision: RecoveryDecision) -> None:
@@ -249,14 +277,17 @@ async def _run(
     if serving.lost:
         return
     sid = submission.submission_id
-    if result.status == "suspended":
-        await _write(
-            worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "suspend", "suspended")
-        )
+    if result.status == "suspended" and not serving.unwritten:
+        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, sid))
         return
     folder, _ = await _read_run(worker, claimed)
     if folder.terminal_seq is None:
-        await _requeue(worker, claimed, f"the run ended {result.status} without its record")
+        reason = (
+            "a read or write of its run failed in the store: it is carried on from its records"
+            if serving.unwritten
+            else f"the run ended {result.status} without its record"
+        )
+        await _requeue(worker, claimed, reason)
         return
     await _finalize(worker, claimed, folder)
 
@@ -283,25 +314,28 @@ async def _finalize(worker: DurableWorker, claimed: Claimed, folder: FactsFolder
             now=now,
             absorbed=absorbed,
         )
-        for call_id, tool in unknown:
-            audit(
-                conn,
-                submission_id=claimed.submission.submission_id,
-                conversation_id=lane.conversation_id,
-                epoch=lane.epoch,
-                now=now,
-                kind="unknown",
-                detail={"tool_call_id": call_id, "tool": tool},
-            )
+        list_unknown(
+            conn,
+            unknown,
+            submission_id=claimed.submission.submission_id,
+            conversation_id=lane.conversation_id,
+            epoch=lane.epoch,
+            now=now,
+        )
 
     await _write(worker, claimed, work)
     failpoint("after-finalize")
 
 
 async def _append(
-    worker: DurableWorker, claimed: Claimed, facts: LogFacts, decision: RecoveryDecision
+    worker: DurableWorker,
+    claimed: Claimed,
+    facts: LogFacts,
+    decision: RecoveryDecision,
+    folder: FactsFolder | None,
 ) -> None:
-    """Settle with a record the worker writes itself: reserve, append, finalize."""
+    """Settle with a record the worker writes itself: reserve, append, finalize (listing the
+    calls its run settled Unknown)."""
     submission = claimed.submission
     status = decision.outcome or "failed"
     if submission.settlement == "reserved":
@@ -335,6 +369,8 @@ async def _append(
         seq = await worker.log.append(submission.conversation_id, [record])
         failpoint("after-append")
 
+    unknown = folder.unknown_calls if folder is not None else ()
+
     def work(conn: Connection, lane: Lane) -> None:
         finalize(
             conn,
@@ -343,6 +379,14 @@ async def _append(
             status,
             seq=seq,
             diagnostic=diagnostic,
+            now=now,
+        )
+        list_unknown(
+            conn,
+            unknown,
+            submission_id=claimed.submission.submission_id,
+            conversation_id=lane.conversation_id,
+            epoch=lane.epoch,
             now=now,
         )
 

@@ -69,6 +69,7 @@ from ._model import (
 
 __all__ = [
     "COLUMNS",
+    "STOPPED",
     "Claimed",
     "Lane",
     "LaneLost",
@@ -78,7 +79,9 @@ __all__ = [
     "claim_free",
     "claimable",
     "finalize",
+    "given_back",
     "last_seq",
+    "list_unknown",
     "mark",
     "read_submission",
     "release",
@@ -593,6 +596,58 @@ def finalize(
     if lane is not None:
         release(conn, lane)
     return bool(changed)
+
+
+#: The audit kind of a claim a worker gave back as it stopped (cancelled: SIGTERM, a drain).
+STOPPED: Final = "stopped"
+
+
+def given_back(conn: Connection, submission_id: str) -> int:
+    """How many of the submission's claims its workers gave back as they stopped (the
+    :data:`STOPPED` audit rows): a stop is no failed attempt, and spends nothing of its retry
+    budget."""
+    return int(
+        conn.execute(
+            "SELECT count(*) FROM durable_audit WHERE submission_id = ? AND kind = ?",
+            (submission_id, STOPPED),
+        ).fetchone()[0]
+    )
+
+
+def list_unknown(
+    conn: Connection,
+    calls: Sequence[tuple[str, str]],
+    *,
+    submission_id: str,
+    conversation_id: str,
+    epoch: int | None,
+    now: float,
+) -> None:
+    """List the ``calls`` (call ID, tool) a submission's run settled ``Unknown`` for a person
+    to check (``DurableQueue.unknown``: an ``unknown`` audit row each) — each once, whichever
+    settlement (the worker's, an abort's, a rebuild's) gets there first."""
+    if not calls:
+        return
+    listed = {
+        json.loads(detail).get("tool_call_id")
+        for (detail,) in conn.execute(
+            "SELECT detail FROM durable_audit WHERE submission_id = ? AND kind = 'unknown'",
+            (submission_id,),
+        ).fetchall()
+    }
+    for call_id, tool in calls:
+        if call_id in listed:
+            continue
+        listed.add(call_id)
+        audit(
+            conn,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=epoch,
+            now=now,
+            kind="unknown",
+            detail={"tool_call_id": call_id, "tool": tool},
+        )
 
 
 def audit(

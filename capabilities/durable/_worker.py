@@ -26,7 +26,8 @@ One :class:`DurableWorker` per process (any number of processes per database). I
 
 Stopping (the caller cancels :meth:`DurableWorker.run`): the worker first lets every lane it
 holds go, the submissions back to the queue (so its runs' interruptions cannot be recorded:
-they are fenced out), then cancels the runs. Another worker resumes them.
+they are fenced out), then cancels the runs. Another worker resumes them. A claim given back so
+spends nothing of its submission's retry budget (audited ``stopped``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from ..steering import SteeringService
 from ..steering._layers import sqlite_steering
 from ..storage import Database, DatabaseService
 from ..storage._codec import RecordCodec
-from ..storage._errors import LaneLost
+from ..storage._errors import LaneLost, ReadFailed, StorageClosed, WriteFailed
 from ..storage._lanes import Lane, check_lane, process_prefix
 from ..storage._log import SqliteConversationLog
 from ..storage._port import Connection
@@ -74,7 +75,7 @@ from ._model import WorkerOptions
 from ._ops import overdue
 from ._serve import Serving, serve
 from ._steps import SqliteStepStore
-from ._store import Claimed, mark, release, renew
+from ._store import STOPPED, Claimed, audit, mark, release, renew
 
 __all__ = ["DurableWorker"]
 
@@ -119,6 +120,12 @@ def _fence_of(serving: Serving | None) -> Callable[[Connection, str], int]:
             raise LaneLost(conversation_id, "this writer holds no claim on its lane")
         if serving.lost:
             raise LaneLost(conversation_id, "this worker gave its lane up")
+        if serving.unwritten:
+            raise LaneLost(
+                conversation_id,
+                "an earlier read or write of its run failed in the store, so a later claim "
+                "carries the run on from its records",
+            )
         check_lane(conn, serving.lane)
         return serving.lane.epoch
 
@@ -146,18 +153,29 @@ class _FencedLog:
         return SqliteConversationLog(self.database, self._codec, fence=fence)
 
     async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
-        """See ``ConversationLog.append`` (refused whole, ``LaneLost``, without the lane)."""
-        seq = await self._log().append(conversation_id, records)
+        """See ``ConversationLog.append`` (refused whole, ``LaneLost``, without the lane). A
+        store that fails the append marks the claim unwritten (see :func:`_unwritten`)."""
+        serving = _SERVING.get()
+        try:
+            seq = await self._log().append(conversation_id, records)
+        except _STORE_FAILURES:
+            _unwritten(serving)
+            raise
         point = crossed_by(records)
         if point is not None:
             failpoint(point)
         return seq
 
     async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
-        """See ``ConversationLog.entries``."""
-        return await SqliteConversationLog(self.database, self._codec).entries(
-            conversation_id, after=after
-        )
+        """See ``ConversationLog.entries`` (a failed read marks the claim unwritten)."""
+        serving = _SERVING.get()
+        try:
+            return await SqliteConversationLog(self.database, self._codec).entries(
+                conversation_id, after=after
+            )
+        except _STORE_FAILURES:
+            _unwritten(serving)
+            raise
 
     def append_work(
         self, conversation_id: str, records: Sequence[Record]
@@ -168,11 +186,45 @@ class _FencedLog:
     async def put_media(self, conversation_id: str, blobs: Mapping[str, bytes]) -> None:
         """See ``SqliteConversationLog.put_media``: the bytes by digest, not fenced (they are
         kept once per digest, whoever puts them; only a fenced append refers to them)."""
-        await SqliteConversationLog(self.database, self._codec).put_media(conversation_id, blobs)
+        serving = _SERVING.get()
+        try:
+            await SqliteConversationLog(self.database, self._codec).put_media(
+                conversation_id, blobs
+            )
+        except _STORE_FAILURES:
+            _unwritten(serving)
+            raise
 
     async def media(self, digests: Collection[str]) -> Mapping[str, bytes]:
         """See ``SqliteConversationLog.media``."""
-        return await SqliteConversationLog(self.database, self._codec).media(digests)
+        serving = _SERVING.get()
+        try:
+            return await SqliteConversationLog(self.database, self._codec).media(digests)
+        except _STORE_FAILURES:
+            _unwritten(serving)
+            raise
+
+
+#: What the store raises when it could not do a read or write *this time* — a connection lost or
+#: none to be had, the file's write lock held too long, an I/O error, the store closed —, as
+#: opposed to what no later try changes (a record that does not decode or encode, a lane lost).
+_STORE_FAILURES: Final = (WriteFailed, ReadFailed, StorageClosed)
+
+
+def _unwritten(serving: Serving | None) -> None:
+    """A read or write of the run ``serving`` serves failed in the store: from now on its fence
+    refuses every write of the claim, so that the engine cannot record a failure of its run
+    (``StorageFailed``) that a later try would not meet — nor a second terminal record after an
+    append whose commit may have happened. The run then ends without its terminal record, and
+    the worker puts the submission back in the queue with a backoff (``_serve``): the next claim
+    carries the run on from what the log holds, as after a crash."""
+    if serving is not None and not serving.unwritten and not serving.lost:
+        serving.unwritten = True
+        log_warning(
+            "durable run's store failed: it goes back to the queue",
+            conversation_id=serving.lane.conversation_id,
+            submission_id=serving.submission_id,
+        )
 
 
 def _secret_list(secrets: object) -> tuple[str, ...]:
@@ -561,7 +613,18 @@ class DurableWorker:
         def work(conn: Connection) -> None:
             for lane, submission_id in held:
                 try:
-                    mark(conn, lane, submission_id, "requeue", "queued", next_attempt_at=now)
+                    if mark(conn, lane, submission_id, "requeue", "queued", next_attempt_at=now):
+                        # No failed attempt: it spends nothing of the retry budget (else a run
+                        # going through max_attempts restarts of its workers was dead-lettered).
+                        audit(
+                            conn,
+                            submission_id=submission_id,
+                            conversation_id=lane.conversation_id,
+                            epoch=lane.epoch,
+                            now=now,
+                            kind=STOPPED,
+                            detail={"worker": self.worker_id},
+                        )
                     release(conn, lane)
                 except LaneLost:
                     continue
