@@ -26,6 +26,8 @@ import contextlib
 from collections import OrderedDict
 from collections.abc import Callable
 
+import trio
+
 from capabilities.approval import (
     ApprovalClosed,
     ApprovalNotPending,
@@ -133,12 +135,21 @@ class ApprovalPrompt:
         # The prompt on the screen: the pages of its arguments and how many were shown.
         self._pages: list[list[str]] = []
         self._shown = 0
+        self._asking = trio.Event()  # set when a prompt is put on the screen
 
     @property
     def waiting(self) -> bool:
         """Whether a prompt is on the screen, waiting for its answer (a line typed before any
         prompt shows is not an answer)."""
         return self._asked is not None
+
+    async def wait_asked(self) -> None:
+        """Wait until a prompt is on the screen, waiting for its answer (:attr:`waiting`).
+        Cancellation: nothing changes."""
+        while self._asked is None:
+            if self._asking.is_set():
+                self._asking = trio.Event()
+            await self._asking.wait()
 
     def announce(self, tool_call_id: str) -> None:
         """The timeline has shown that ``tool_call_id`` waits for approval: its prompt may come."""
@@ -226,6 +237,7 @@ class ApprovalPrompt:
         if approval.request.tool_call_id not in self._announced:
             return
         self._asked = approval_id
+        self._asking.set()
         self._out.console.hold()  # nothing else is written until the answer
         if not self._out.at_line_start:
             self._out.show()

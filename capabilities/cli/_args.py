@@ -52,6 +52,8 @@ exit status:
   {EXIT_UNAVAILABLE}    the model, tools or storage could not be opened
   {EXIT_SUSPENDED}    the run was suspended: it waits on a decision that comes later
   {EXIT_INTERRUPTED}  the run was interrupted (Ctrl-C)
+  143  stopped by SIGTERM (129: SIGHUP, the terminal closed): chat and run interrupt the run
+       going first, as Ctrl-C does
 """
 
 #: Under each subcommand's help: the exit statuses, and where the rest is.
@@ -129,8 +131,9 @@ def _subcommand(
     return parser
 
 
-def _common() -> argparse.ArgumentParser:
-    """The options of every command that opens a model."""
+def _common(*, session: bool = True) -> argparse.ArgumentParser:
+    """The options of every command that opens a model (``session``: with ``--session``, which
+    ``serve`` has no use for — each submission names its conversation — and so refuses)."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
@@ -159,9 +162,10 @@ def _common() -> argparse.ArgumentParser:
         help="where sessions are kept (default: the XDG state dir), unless the config names a "
         "PostgreSQL storage",
     )
-    common.add_argument(
-        "--session", metavar="NAME", help="continue the session NAME (created when new)"
-    )
+    if session:
+        common.add_argument(
+            "--session", metavar="NAME", help="continue the session NAME (created when new)"
+        )
     common.add_argument(
         "--color", choices=("auto", "always", "never"), default="auto", help="default: auto"
     )
@@ -323,9 +327,9 @@ def parser() -> argparse.ArgumentParser:
     )
     top.add_argument("--version", action=_Version, help="print the version and exit")
     commands = top.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    common = _common()
+    common, sessionless = _common(), _common(session=False)
     for register in SUBCOMMANDS:
-        register(commands, common)
+        register(commands, sessionless if register is _serve else common)
     return top
 
 

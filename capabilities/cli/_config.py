@@ -80,9 +80,11 @@ __all__ = [
     "ShellConfig",
     "check_storage",
     "config_path",
+    "config_secrets",
     "env_name_problem",
     "http_url_problem",
     "load_config",
+    "readable_secrets_note",
     "state_dir",
 ]
 
@@ -436,6 +438,53 @@ _TOP: Final = (
     "prices",
     "serve",
 )
+
+
+#: An ``[[mcp]] env`` variable whose name says it holds a secret (``GITHUB_TOKEN``,
+#: ``NOTES_API_KEY``, ``DB_PASSWORD``, ``CLIENT_SECRET``, ``AUTH_HEADER``, ``CREDENTIALS``…).
+_SECRET_NAME: Final = re.compile(r"KEY|TOKEN|SECRET|PASSW|AUTH|CREDENTIAL", re.IGNORECASE)
+
+#: The shortest value kept out of what is shown (a shorter one would mask ordinary text).
+_SECRET_CHARS: Final = 4
+
+
+def config_secrets(config: Config) -> tuple[str, ...]:
+    """The secrets the configuration hands to tools: the value of each ``[[mcp]] env`` variable
+    whose name says it is one (``…KEY``, ``…TOKEN``, ``…SECRET``, ``…PASSWORD``, ``…AUTH…``,
+    ``…CREDENTIAL…``) and is at least four characters — kept out of what runs show and record,
+    like the API key (a server that echoes its token shows ``[REDACTED]``)."""
+    found = {
+        value
+        for server in config.mcp
+        for name, value in server.env.items()
+        if _SECRET_NAME.search(name) and len(value) >= _SECRET_CHARS
+    }
+    return tuple(sorted(found))
+
+
+def _storage_password(url: str | None) -> bool:
+    """Whether the storage URL carries a password (in its user part, or as a parameter)."""
+    if url is None:
+        return False
+    userinfo = urlsplit(url).netloc.rpartition("@")[0] if "://" in url else ""
+    return ":" in userinfo or "password=" in url.lower()
+
+
+def readable_secrets_note(config: Config) -> str | None:
+    """A note when the config file holds a secret (a password in ``storage``, an ``[[mcp]] env``
+    secret as :func:`config_secrets` reads them) and users other than its owner may read it — as
+    libpq says of a ``~/.pgpass`` others can read; None otherwise (or when it cannot be told)."""
+    path = config.path
+    if path is None or not (_storage_password(config.storage) or config_secrets(config)):
+        return None
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    what = "a password (storage)" if _storage_password(config.storage) else "an [[mcp]] env secret"
+    return f"{path} holds {what} and other users may read it (mode {mode:04o}): `chmod 600 {path}`"
 
 
 def load_config(path: Path | None) -> Config:

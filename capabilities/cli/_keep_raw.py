@@ -51,5 +51,7 @@ class Proxy(StdoutProxy):
         token = _WRITING.set(True)
         try:
             super()._write_and_flush(loop, text)
+        except OSError:  # the terminal is gone (hung up: EIO): nobody can read it any more
+            pass
         finally:
             _WRITING.reset(token)

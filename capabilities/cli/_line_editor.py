@@ -145,12 +145,15 @@ class LineEditor:
         self.refresh()
 
     def read(self) -> Typed:
-        """One input from the person (blocks: run it in a worker thread)."""
+        """One input from the person (blocks: run it in a worker thread). The end of input
+        (Ctrl-D), or a terminal that can no longer be read or written (hung up: EIO, when no
+        SIGHUP reached the command), is None: the chat ends, where a dead input thread would
+        leave it waiting forever."""
         try:
             return str(self._session.prompt(self._message))
         except KeyboardInterrupt:
             return INTERRUPTED
-        except EOFError:
+        except (EOFError, OSError):
             return None
 
     def stop(self) -> None:

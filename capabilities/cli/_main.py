@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import sys
 import time
 import traceback
@@ -43,16 +45,25 @@ from ._config import (
     Config,
     ConfigError,
     config_path,
+    config_secrets,
     env_name_problem,
     http_url_problem,
     load_config,
+    readable_secrets_note,
 )
 from ._console import Channel, Console, LogLines, OutputClosed, Text
 from ._costs import price_table
 from ._early import HISTORY, line_editor, private_directory
 from ._errors import INSTALL
 from ._line_editor import LineEditor
-from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, every_key
+from ._models import (
+    ModelChoice,
+    ModelRefused,
+    ModelSwitch,
+    choose_model,
+    every_key,
+    provider_of,
+)
 from ._session import TerminalSession
 from ._sessions import NamedSession, new_session
 from ._store import store_of
@@ -89,10 +100,11 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
     if args.api_key_env and (problem := env_name_problem(args.api_key_env)) is not None:
         raise UsageError(f"--api-key-env {problem}")
     try:
+        base_url, api_key_env = _config_endpoint(spec, config)
         return choose_model(
             spec,
-            base_url=args.base_url or config.model.base_url,
-            api_key_env=args.api_key_env or config.model.api_key_env,
+            base_url=args.base_url or base_url,
+            api_key_env=args.api_key_env or api_key_env,
             environ=environ,
             media=getattr(args, "media", None),
         )
@@ -102,6 +114,18 @@ def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str])
         if not refused.malformed:
             raise UsageError(str(refused)) from None
         raise UsageError(f"{_model_source(args, config, environ)}: {refused}") from None
+
+
+def _config_endpoint(spec: str, config: Config) -> tuple[str | None, str | None]:
+    """The config's ``[model]`` ``base_url`` and ``api_key_env`` for the model ``spec``: they
+    belong to the config's model, so they apply when its table names no model or one of the same
+    provider as ``spec`` — a model given with ``--model`` or ``EFFECTAGENT_MODEL`` of another
+    provider never sends its key to the server the table names for another, nor reads the key
+    of another's variable."""
+    named = config.model.name
+    if named and provider_of(named.strip()) != provider_of(spec.strip()):
+        return None, None
+    return config.model.base_url, config.model.api_key_env
 
 
 def _model_source(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> str:
@@ -170,11 +194,12 @@ class _Opened:
         """The chat over this runtime; the notes of opening it are shown first."""
         assert self.switch is not None
         context = self.runtime.context
+        base_url, api_key_env = _config_endpoint(self.model.spec, self.config)
         tools = ChatTools(
             store=context[SessionStoreService],
             models=self.switch,
-            base_url=args.base_url or self.config.model.base_url,
-            api_key_env=args.api_key_env or self.config.model.api_key_env,
+            base_url=args.base_url or base_url,
+            api_key_env=args.api_key_env or api_key_env,
             environ=environ,
             redactor=SecretRedactor(self.secrets),
             compactor=context.get(CompactorService),
@@ -239,7 +264,7 @@ async def _open(
     # A chat may switch to any provider whose key is set: every such key is kept out of
     # what is shown, from the start (and the database's password, always).
     keys = every_key(environ, model.options.get("api_key_env")) if switch else ()
-    secrets = tuple(sorted({*keys, *model.secrets, *store.secrets}))
+    secrets = tuple(sorted({*keys, *model.secrets, *store.secrets, *config_secrets(config)}))
     # Sessions hold what was said and done: for the user alone. A directory given with
     # --state-dir is made so when it is new, the default one always.
     store.make_directory(tighten=not args.state_dir)
@@ -269,9 +294,9 @@ async def _open(
                 layer = layer + Layer.succeed(PricesService, price_table(config.prices))
             async with open_runtime(layer, agents=[agent], secrets=secrets) as runtime:
                 opened = True
-                yield _Opened(
-                    runtime, agent, approval, tooling.notes, config, model, switch, secrets
-                )
+                exposed = readable_secrets_note(config)
+                notes = (*tooling.notes, *([exposed] if exposed else []))
+                yield _Opened(runtime, agent, approval, notes, config, model, switch, secrets)
     except Exception as exc:
         if opened or isinstance(exc, UsageError | ConfigError | Unavailable):
             raise
@@ -470,7 +495,9 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
         ) -> int:
             return await _chat(args, environ, console, early)
 
-        command = chat
+        command = _stopped_by_signals(chat)
+    elif args.command == "run":
+        command = _stopped_by_signals(_run)
     else:
         command = COMMANDS[args.command]
     editor = early[0]
@@ -505,6 +532,47 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
         except Exception as exc:  # a bug: its traceback, escaped like everything else
             console.err.write(Text("".join(traceback.format_exception(exc))))
             return EXIT_FAILED
+
+
+#: The signals that end a chat or a run as Ctrl-C ends a run: a ``kill`` (SIGTERM), the
+#: terminal closed (SIGHUP). The process exits 128 + the signal's number, as the shell says.
+_STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
+def _stopped_by_signals(command: Command) -> Command:
+    """``command`` (a chat or a run), ended by SIGTERM or SIGHUP as by a cancellation: the run
+    going is interrupted and its interruption written to the log before the process exits
+    (128 + the signal), where the signal's default would end the process mid-write and leave
+    the run without its end in the log."""
+
+    async def stoppable(
+        args: argparse.Namespace, environ: Mapping[str, str], console: Console
+    ) -> int:
+        stopped: list[int] = []
+        status = EXIT_FAILED
+        with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def watch() -> None:
+                    async for signum in signals:
+                        stopped.append(signum)
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(watch)
+                status = await command(args, environ, console)
+                nursery.cancel_scope.cancel()
+        if stopped:
+            with contextlib.suppress(OutputClosed):  # (SIGHUP: the terminal may be gone)
+                if not console.out.at_line_start and _is_terminal(sys.stdout):
+                    console.out.show()  # the answer's line ends before the sentence
+                console.err.show(f"effectagent: stopped by {signal.Signals(stopped[0]).name}")
+            return 128 + stopped[0]
+        return status
+
+    return stoppable
 
 
 def _discard_stdout() -> None:

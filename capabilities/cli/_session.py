@@ -11,6 +11,7 @@ SQLite): while a run of it goes in another process, none starts here — ``run``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 from collections.abc import Sequence
@@ -48,7 +49,7 @@ from ._args import (
     readable,
 )
 from ._commands import Command, add_usage, command_of, help_lines, message_of
-from ._console import Console, Styled, Text
+from ._console import Console, OutputClosed, Styled, Text
 from ._errors import steering_rejection
 from ._line_editor import Interrupted, LineEditor, Typed
 from ._progress import Progress
@@ -160,6 +161,9 @@ class TerminalSession:
         self._prompt = ApprovalPrompt(approval, screen)
         self._current: RunStream | None = None
         self._lines: trio.MemoryReceiveChannel[Typed] | None = None
+        # Input piped (not a terminal): every line is there at once, so a line is read while a
+        # run goes only to answer the approval it asks; the others wait for the next prompt.
+        self._piped = False
         self._editor = editor
         self._eof = False
         self._answer_open = False  # answer text on ``out`` not yet ended by a newline
@@ -253,6 +257,8 @@ class TerminalSession:
     def _start_input(self, nursery: trio.Nursery, stdin: TextIO) -> None:
         send, receive = trio.open_memory_channel[Typed](64)
         self._lines = receive
+        isatty = getattr(stdin, "isatty", None)
+        self._piped = self._editor is None and not (callable(isatty) and isatty())
         if self._editor is not None:
             nursery.start_soon(self._editor.lines, send)
         else:
@@ -330,6 +336,20 @@ class TerminalSession:
 
     async def _watch(self, stream: RunStream) -> int:
         """Run ``stream``, showing its events; its exit status. Cancellation: as :meth:`run`."""
+        try:
+            terminal = await self._events(stream)
+        except BaseException:  # cancelled (SIGTERM, SIGHUP): the answer so far drawn whole
+            with contextlib.suppress(OutputClosed):
+                self._timeline.close()
+            raise
+        self._timeline.close()
+        if self._named is not None and terminal is not None:
+            with trio.CancelScope(shield=True):
+                await self._named.ended()
+        return exit_status(terminal)
+
+    async def _events(self, stream: RunStream) -> EventBase | None:
+        """Show ``stream``'s events as they come; its terminal event."""
         terminal: EventBase | None = None
         async with stream as events, trio.open_nursery() as nursery:
             self._current = events
@@ -359,11 +379,7 @@ class TerminalSession:
                     self._editor.set_busy(False)
                     self._editor.set_status(None)
                 nursery.cancel_scope.cancel()
-        self._timeline.close()
-        if self._named is not None and terminal is not None:
-            with trio.CancelScope(shield=True):
-                await self._named.ended()
-        return exit_status(terminal)
+        return terminal
 
     async def _spinner(self) -> None:
         """Update the spinner's line once a second. Cancellation: stops at once."""
@@ -410,9 +426,15 @@ class TerminalSession:
         steering: ``/help`` and ``/usage`` answer at once, the others wait for the prompt
         (``//`` steers with a message that starts with ``/``).
 
+        With input piped, a line is read only once an approval asks for its answer: the lines
+        that follow a prompt in a script are the next prompts, and its end ends the session
+        after the run.
+
         Cancellation: safe at any point — a line not yet received stays in the channel for the
         next prompt; a steering submission is all or nothing (see ``Steering.steer``)."""
         while True:
+            if self._piped:
+                await self._prompt.wait_asked()
             line = await self._next_line()
             if line is None:
                 events.interrupt()

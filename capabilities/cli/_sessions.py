@@ -6,10 +6,13 @@ A name the command makes up (``run-YYYYmmdd-HHMMSS``) is claimed when it is chos
 (:func:`claim_id`). The store creates a session all or nothing and refuses an ID that is taken
 (``SessionExists``), so of two processes choosing a name in the same second only one gets it;
 the other takes the next (``-2``). A claimed session that never had a run is deleted again when
-the command ends (:meth:`NamedSession.release`)."""
+the command ends (:meth:`NamedSession.release`). A name given with ``--session`` that has no
+session yet is created under the same ID when its first run starts, so two processes starting it
+at once share one session (:meth:`NamedSession.started`)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,6 +44,9 @@ __all__ = [
 
 _PAGE = 500
 
+#: The longest session ID the store takes.
+_MAX_ID_CHARS = 256
+
 
 async def all_sessions(store: SessionStore[Any]) -> list[Session[Any]]:
     """Every session in the store, page by page. Cancellation: nothing changes."""
@@ -63,8 +69,13 @@ async def find_session(store: SessionStore[Any], name: str) -> Session[Any] | No
 
 def claim_id(name: str) -> str:
     """The ID of the session :func:`new_session` claims for ``name``: the same for every process,
-    so that the store's create, which refuses an ID that is taken, lets one of them have it."""
-    return f"session_{name}"
+    so that the store's create, which refuses an ID that is taken, lets one of them have it.
+    A name too long for an ID as it is (a session ID is at most 256 characters) gives an ID
+    made of its SHA-256 digest, as fixed."""
+    claimed = f"session_{name}"
+    if len(claimed) <= _MAX_ID_CHARS:
+        return claimed
+    return "session_sha256_" + hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 async def new_session(store: SessionStore[Any], base: str) -> NamedSession:
@@ -144,13 +155,21 @@ class NamedSession:
         return (runs_of(self._session) or 0) if self._session is not None else 0
 
     async def started(self, conversation_id: str) -> None:
-        """A run of ``conversation_id`` started: a new session is created pointing to it.
-        Cancellation: all or nothing."""
-        if self._session is None:
-            self._session = await self._store.create(
-                SessionCreate(self.name, {"runs": 0}, (conversation_id,))
-            )
-        elif conversation_id not in self._session.conversations:
+        """A run of ``conversation_id`` started: a new session is created pointing to it, under
+        :func:`claim_id` of its name — so that two processes starting the same new name at once
+        share one session (the later one's conversation is added to it, as ``/new`` adds one)
+        rather than making two of that name. Cancellation: all or nothing."""
+        while self._session is None:
+            try:
+                self._session = await self._store.create(
+                    SessionCreate(
+                        self.name, {"runs": 0}, (conversation_id,), session_id=claim_id(self.name)
+                    )
+                )
+                return
+            except SessionExists:  # created (or claimed) by another process since we looked
+                self._session = await self._store.get(claim_id(self.name))
+        if conversation_id not in self._session.conversations:
             await self._patch(lambda _: SessionPatch(add_conversations=(conversation_id,)))
 
     async def ended(self) -> None:

@@ -54,8 +54,11 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 def write_config(directory: Path, text: str, name: str = "config.toml") -> str:
+    """A config file for its owner alone, as one holding a password should be (one others may
+    read makes ``chat`` and ``run`` say so first)."""
     path = directory / name
     path.write_text(text, encoding="utf-8")
+    path.chmod(0o600)
     return str(path)
 
 

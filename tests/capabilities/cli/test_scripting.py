@@ -241,6 +241,22 @@ def test_the_config_help_is_shown_once_under_the_top_level_help(
     assert "`effectagent --help` describes the config file and the environment." in sub
 
 
+def test_serve_refuses_a_session_it_would_ignore(capsys: pytest.CaptureFixture[str]) -> None:
+    """``serve`` keeps no session of its own (each submission names its conversation): a
+    ``--session`` given to it is an error, not an option silently dropped, nor one its help
+    offers."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--session", "work", "--listen", "127.0.0.1:0"])
+    assert exited.value.code == 2
+    assert "--session" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert "--session" not in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])  # the other commands keep it
+    assert "--session NAME" in capsys.readouterr().out
+
+
 # ---- start-up -----------------------------------------------------------------------------------
 
 _LOADED_BY_HELP = """

@@ -170,11 +170,39 @@ async def test_a_run_named_after_a_claimed_session_keeps_its_own() -> None:
             await claimed.release()
         await other.started(f"conv_{released_first}")
         await claimed.release()
-        found = await find_session(store, "chat-1")
-        assert found is not None
-        assert found.conversations == (f"conv_{released_first}",)
-        assert await store.get(claim_id("chat-1")) is None  # the claim is given back
-        await store.delete(found.id, found.revision)
+        named = [s for s in await all_sessions(store) if s.name == "chat-1"]
+        assert [s.conversations for s in named] == [(f"conv_{released_first}",)]
+        await store.delete(named[0].id, named[0].revision)
+
+
+async def test_a_new_name_started_by_two_processes_at_once_is_one_session() -> None:
+    """`--session two` in two terminals, the name new to both: each run is kept, in one session
+    of that name (the later conversation its latest), never two sessions of one name."""
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    first = await NamedSession.open(store, "two")
+    second = await NamedSession.open(store, "two")
+    assert first.conversation_id is None
+    assert second.conversation_id is None
+    await first.started("conv_1")
+    await second.started("conv_2")
+    await first.ended()
+    await second.ended()
+    named = [s for s in await all_sessions(store) if s.name == "two"]
+    assert [(s.conversations, runs_of(s)) for s in named] == [(("conv_1", "conv_2"), 2)]
+    again = await NamedSession.open(store, "two")
+    assert (again.resumed, again.conversation_id, again.runs) == (True, "conv_2", 2)
+
+
+async def test_a_new_name_started_twice_at_once_in_the_database(tmp_path: Path) -> None:
+    """The same on the SQLite store, as the command opens it."""
+    async with open_runtime(sqlite_storage(tmp_path / "effectagent.db")) as runtime:
+        store = runtime.context[SessionStoreService]
+        first = await NamedSession.open(store, "two")
+        second = await NamedSession.open(store, "two")
+        await first.started("conv_1")
+        await second.started("conv_2")
+        named = [s for s in await all_sessions(store) if s.name == "two"]
+        assert [s.conversations for s in named] == [("conv_1", "conv_2")]
 
 
 async def test_releasing_a_named_session_that_was_not_claimed_leaves_it() -> None:
@@ -183,3 +211,19 @@ async def test_releasing_a_named_session_that_was_not_claimed_leaves_it() -> Non
     named = await NamedSession.open(store, "work")
     await named.release()
     assert [s.name for s in await all_sessions(store)] == ["work"]
+
+
+async def test_the_longest_name_is_claimed_under_an_id_the_store_takes() -> None:
+    """A name of 256 characters (the most ``--session`` takes) is too long for an ID as it is:
+    its claim has an ID of its own, the same for every process."""
+    store: InMemorySessionStore[Any] = InMemorySessionStore()
+    name = "n" * 256
+    assert claim_id(name) == claim_id(name)
+    assert len(claim_id(name)) <= 256
+    assert claim_id(name) != claim_id("n" * 255 + "m")
+    first = await NamedSession.open(store, name)
+    second = await NamedSession.open(store, name)
+    await first.started("conv_1")
+    await second.started("conv_2")
+    named = [s for s in await all_sessions(store) if s.name == name]
+    assert [s.conversations for s in named] == [("conv_1", "conv_2")]

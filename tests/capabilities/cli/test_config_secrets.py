@@ -1,0 +1,143 @@
+"""The secrets a config file holds: an ``[[mcp]] env`` token is kept out of what runs show and
+record, like the API key; a config holding a secret that other users may read is said."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from capabilities.cli._args import parse
+from capabilities.cli._config import config_secrets, load_config, readable_secrets_note
+from capabilities.cli._main import _model
+from tests.providers.replay import Reply
+from tests.providers.wire import ChatWire
+
+from .support import EFFECTAGENT, KEY, ServerThread, cli_env, run_cli, serve
+from .test_cli import args, write_config
+
+ENV_MCP = Path(__file__).with_name("env_mcp.py")
+TOKEN = "ghp_notes-token-0123456789abcdef"
+
+
+@pytest.fixture
+def server() -> Iterator[ServerThread]:
+    with serve() as running:
+        yield running
+
+
+def mcp_config(home: Path, env: str) -> Path:
+    return write_config(
+        home,
+        f'[[mcp]]\nname = "notes"\ncommand = "{sys.executable}"\nargs = ["{ENV_MCP}"]\n'
+        f"env = {{ {env} }}\n",
+    )
+
+
+def test_the_secret_env_values_of_mcp_servers_are_the_configs_secrets(tmp_path: Path) -> None:
+    path = mcp_config(
+        tmp_path,
+        f'NOTES_TOKEN = "{TOKEN}", GITHUB_PAT_KEY = "abcd", DB_PASSWORD = "xyz", '
+        'NOTES_DIR = "/home/ann/notes", AUTH = "Bearer abcdef"',
+    )
+    config = load_config(path)
+    # A value under four characters is no secret to mask; a name that says none is not one.
+    assert config_secrets(config) == ("Bearer abcdef", "abcd", TOKEN)
+
+
+def test_a_token_an_mcp_server_echoes_is_redacted_everywhere(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    path = mcp_config(tmp_path, f'NOTES_TOKEN = "{TOKEN}"')
+    path.chmod(0o600)
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.calls(("call_1", "notes_whoami", "{}"))),
+        Reply.sse(wire.text("Done.")),
+    )
+    done = run_cli([EFFECTAGENT, *args(server, "run", "Who?", "--json")], cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "token is [REDACTED]" in done.stdout
+    assert TOKEN not in done.stdout + done.stderr
+    assert all(TOKEN.encode() not in request.body for request in server.requests())
+    database = tmp_path / "state" / "effectagent" / "effectagent.db"
+    assert TOKEN.encode() not in database.read_bytes()
+    assert "other users may read it" not in done.stderr  # 0600: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        (f'[[mcp]]\nname = "n"\ncommand = "x"\nenv = {{ API_KEY = "{KEY}" }}\n', "[[mcp]] env"),
+        ('storage = "postgresql://ann:hunter22@db.example/agents"\n', "a password (storage)"),
+    ],
+)
+def test_a_config_holding_a_secret_others_may_read_is_said(
+    tmp_path: Path, text: str, what: str
+) -> None:
+    path = write_config(tmp_path, text)
+    path.chmod(0o644)
+    note = readable_secrets_note(load_config(path))
+    assert note is not None
+    assert what in note
+    assert f"chmod 600 {path}" in note
+    assert KEY not in note
+    assert "hunter22" not in note
+    path.chmod(0o600)
+    assert readable_secrets_note(load_config(path)) is None
+
+
+def test_a_readable_config_without_secrets_says_nothing(tmp_path: Path) -> None:
+    path = write_config(tmp_path, 'storage = "postgresql://ann@db.example/agents"\n')
+    path.chmod(0o644)
+    assert readable_secrets_note(load_config(path)) is None
+
+
+def test_run_says_that_its_config_with_a_secret_is_readable_by_others(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    path = mcp_config(tmp_path, f'NOTES_TOKEN = "{TOKEN}"')
+    path.chmod(0o640)
+    server.script(Reply.sse(ChatWire().text("Hi.")))
+    done = run_cli([EFFECTAGENT, *args(server, "run", "Hi")], cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert f"note: {path} holds an [[mcp]] env secret and other users may read it" in done.stderr
+
+
+# ---- the config's [model] endpoint goes with its provider ----------------------------------------
+
+LOCAL = (
+    '[model]\nname = "openai-compatible:qwen3"\nbase_url = "http://127.0.0.1:8000/v1"\n'
+    'api_key_env = "MY_SERVER_KEY"\n'
+)
+
+
+@pytest.mark.parametrize("given", ["--model", "EFFECTAGENT_MODEL"])
+def test_the_configs_base_url_and_key_never_go_to_another_provider(
+    tmp_path: Path, given: str
+) -> None:
+    """The table's server and key variable are its model's: ``--model openai-chat:…`` (or the
+    variable) talks to OpenAI with OpenAI's key, never sends that key to the local server the
+    table names, nor the local server's key to OpenAI."""
+    config = load_config(write_config(tmp_path, LOCAL))
+    environ = {"OPENAI_API_KEY": KEY, "MY_SERVER_KEY": "local-server-key"}
+    argv = ["run", "Hi"]
+    if given == "--model":
+        argv += ["--model", "openai-chat:gpt-4.1"]
+    else:
+        environ["EFFECTAGENT_MODEL"] = "openai-chat:gpt-4.1"
+    choice = _model(parse(argv), config, environ)
+    assert "base_url" not in choice.options
+    assert "api_key" not in choice.options  # the provider's own variable: OPENAI_API_KEY
+    assert choice.secrets == (KEY,)
+
+
+def test_the_configs_base_url_and_key_go_with_a_model_of_its_provider(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, LOCAL))
+    environ = {"OPENAI_API_KEY": KEY, "MY_SERVER_KEY": "local-server-key"}
+    for argv in (["run", "Hi"], ["run", "Hi", "--model", "openai-compatible:llama"]):
+        choice = _model(parse(argv), config, environ)
+        assert choice.options["base_url"] == "http://127.0.0.1:8000/v1"
+        assert choice.options["api_key_env"] == "MY_SERVER_KEY"
