@@ -11,14 +11,12 @@ block.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.test_docs_examples import BLOCK, ROOT, _pages_with_examples
-from tests.typing.test_types import _cache_dir
+from tests.typing.test_types import run_mypy
 
 PAGES = sorted(_pages_with_examples())
 REPORTED = re.compile(r"^(?P<path>[^:]+\.py):(?P<line>\d+): error: (?P<message>.*)$")
@@ -40,25 +38,9 @@ def errors_by_block(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str,
             name = _module_name(page, index)
             (folder / f"{name}.py").write_text(source)
             blocks[name] = (page, index)
-    command = [
-        sys.executable,
-        "-m",
-        "mypy",
-        "--config-file",
-        str(ROOT / "pyproject.toml"),
-        "--cache-dir",
-        str(_cache_dir()),
-        "--no-error-summary",
-        "--no-pretty",
-        "--no-color-output",
-        "--show-error-codes",
-        *sorted(str(folder / f"{name}.py") for name in blocks),
-    ]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    if done.returncode not in (0, 1):  # 1: errors found; 2: mypy itself failed
-        pytest.fail(f"mypy failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+    reported = run_mypy(sorted(str(folder / f"{name}.py") for name in blocks))
     found: dict[tuple[str, int], list[str]] = {block: [] for block in blocks.values()}
-    for line in done.stdout.splitlines():
+    for line in reported.splitlines():
         match = REPORTED.match(line)
         if match is None:
             continue

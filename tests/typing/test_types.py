@@ -79,9 +79,9 @@ def _cache_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"effectagent-typing-cases-{os.getuid()}"
 
 
-@pytest.fixture(scope="module")
-def mypy_output() -> str:
-    """One mypy run over every case (the cache makes repeated runs take seconds)."""
+def run_mypy(paths: Iterable[str]) -> str:
+    """What mypy reports of ``paths`` with the project's configuration and this suite's cache,
+    a line per error; fails the test when mypy itself failed (exit 2)."""
     command = [
         sys.executable,
         "-m",
@@ -94,12 +94,18 @@ def mypy_output() -> str:
         "--no-pretty",
         "--no-color-output",
         "--show-error-codes",
-        *[str(path.relative_to(ROOT)) for path in CASE_FILES],
+        *paths,
     ]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    if done.returncode not in (0, 1):  # 1: errors found (the cases have some); 2: mypy failed
+    if done.returncode not in (0, 1):  # 1: errors found; 2: mypy itself failed
         pytest.fail(f"mypy failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
     return done.stdout
+
+
+@pytest.fixture(scope="module")
+def mypy_output() -> str:
+    """One mypy run over every case (the cache makes repeated runs take seconds)."""
+    return run_mypy(str(path.relative_to(ROOT)) for path in CASE_FILES)
 
 
 def test_the_cases_are_there() -> None:
