@@ -90,7 +90,8 @@ def check_id(name: str, value: object) -> None:
     if not value.strip():
         raise ValueError(f"{name} must not be empty")
     if "\x00" in value or (not value.isascii() and _LONE_SURROGATE.search(value)):
-        raise ValueError(f"{name} must not hold NUL or a lone surrogate, got {value!a}")
+        # Not quoted: the value may hold a secret too, and is checked before the Redactor sees it.
+        raise ValueError(f"{name} must not hold NUL or a lone surrogate")
 
 
 def check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:
