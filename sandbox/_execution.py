@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import os
 import select
 import signal
@@ -40,6 +41,7 @@ from effectagent.effect import SpanHandle, trace_span
 from ._command import (
     LIMIT_ARTIFACTS,
     CommandNotFound,
+    InvalidRequest,
     OutputBuffer,
     OutputChunk,
     ResourceUsage,
@@ -219,6 +221,13 @@ class CommandExecution:
         """Map a failure to spawn to a declared error."""
         if isinstance(exc, FileNotFoundError):
             return CommandNotFound(self.request.command)
+        if exc.errno == errno.E2BIG:  # the request's own size: nothing of the machinery failed
+            return InvalidRequest(
+                (
+                    "the command's arguments and environment are larger than the kernel takes "
+                    "for a new program (E2BIG): pass large data as stdin or a mounted file",
+                )
+            )
         return SandboxCrashed(f"spawn failed: {type(exc).__name__}: {exc.strerror}")
 
     def measure(self) -> Measured:

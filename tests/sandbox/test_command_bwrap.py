@@ -303,3 +303,23 @@ async def test_accounting_can_be_turned_off(bwrap_sandbox: BubblewrapSandbox) ->
             assert isinstance(await anext(events), SandboxStarted)
             assert len(limited.owned().cgroups) == 2  # memory and pids, each with its limit
             assert [e async for e in events][-1].result.ok  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("runner", ["bwrap", "local"])
+@pytest.mark.parametrize("size", ["one-long-argument", "many-arguments"])
+async def test_arguments_too_large_for_the_kernel_are_an_invalid_request(
+    runner: str, size: str, bwrap_sandbox: BubblewrapSandbox, local_sandbox: LocalProcessSandbox
+) -> None:
+    """The kernel refuses a new program whose one argument passes 128 KiB or whose arguments
+    pass its total (E2BIG): that was reported as ``SandboxCrashed``, the machinery's failure,
+    though it is the request's size; nothing runs either way."""
+    args = ("x" * 200_000,) if size == "one-long-argument" else ("y" * 100_000,) * 40
+    if runner == "bwrap":
+        sandbox: BubblewrapSandbox | LocalProcessSandbox = bwrap_sandbox
+        request = SandboxRequest("true", args)
+    else:
+        sandbox = local_sandbox
+        lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+        request = SandboxRequest("true", args, network="host", limits=lifted)
+    with pytest.raises(InvalidRequest, match="E2BIG"):
+        await run(sandbox, request)
