@@ -141,6 +141,9 @@ def abort(
             diagnostic=None if status == "completed" else diagnostic,
             now=now,
             absorbed=absorbed,
+            unknown=folder.unknown_calls,
+            conversation_id=conversation_id,
+            epoch=epoch,
         )
         audit(
             conn,
@@ -150,14 +153,6 @@ def abort(
             now=now,
             kind="abort",
             detail={"abort_id": abort_id, "settled": status, "why": "its run had ended"},
-        )
-        list_unknown(
-            conn,
-            folder.unknown_calls,
-            submission_id=submission_id,
-            conversation_id=conversation_id,
-            epoch=epoch,
-            now=now,
         )
         release(conn, lane)
         return _require(conn, submission_id)
@@ -180,6 +175,10 @@ def abort(
         diagnostic=diagnostic,
         now=now,
         absorbed=absorbed,
+        # What its run may or may not have done is listed for a person, however it settled.
+        unknown=folder.unknown_calls,
+        conversation_id=conversation_id,
+        epoch=epoch,
     )
     audit(
         conn,
@@ -189,15 +188,6 @@ def abort(
         now=now,
         kind="abort",
         detail={"abort_id": abort_id, "settled": "aborted", "recorded": seq is not None},
-    )
-    # What its run may or may not have done is listed for a person, however it was settled.
-    list_unknown(
-        conn,
-        folder.unknown_calls,
-        submission_id=submission_id,
-        conversation_id=conversation_id,
-        epoch=epoch,
-        now=now,
     )
     release(conn, lane)
     return _require(conn, submission_id)

@@ -38,7 +38,6 @@ from ._store import (
     finalize,
     given_back,
     last_seq,
-    list_unknown,
     mark,
     release,
     reserve,
@@ -313,14 +312,7 @@ async def _finalize(worker: DurableWorker, claimed: Claimed, folder: FactsFolder
             diagnostic=diagnostic,
             now=now,
             absorbed=absorbed,
-        )
-        list_unknown(
-            conn,
-            unknown,
-            submission_id=claimed.submission.submission_id,
-            conversation_id=lane.conversation_id,
-            epoch=lane.epoch,
-            now=now,
+            unknown=unknown,
         )
 
     await _write(worker, claimed, work)
@@ -380,14 +372,7 @@ async def _append(
             seq=seq,
             diagnostic=diagnostic,
             now=now,
-        )
-        list_unknown(
-            conn,
-            unknown,
-            submission_id=claimed.submission.submission_id,
-            conversation_id=lane.conversation_id,
-            epoch=lane.epoch,
-            now=now,
+            unknown=unknown,
         )
 
     await _write(worker, claimed, work)

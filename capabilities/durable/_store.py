@@ -552,12 +552,16 @@ def finalize(
     diagnostic: Diagnostic | None,
     now: float,
     absorbed: Iterable[str] = (),
+    unknown: Sequence[tuple[str, str]] = (),
+    conversation_id: str | None = None,
+    epoch: int | None = None,
 ) -> bool:
     """Settle ``submission_id`` for good as ``status``, clear its input, settle the joining
     submissions it ``absorbed`` as joined (the others it was given are aborted if an abort
-    names them, else go back to waiting), and —
-    given its ``lane`` — let the lane go. Fenced; idempotent (a final settlement is kept).
-    Returns whether this call settled it."""
+    names them, else go back to waiting), list the calls its run left ``unknown``
+    (:func:`list_unknown`, under the lane's conversation and epoch, else ``conversation_id``
+    and ``epoch``), and — given its ``lane`` — let the lane go. Fenced; idempotent (a final
+    settlement is kept). Returns whether this call settled it."""
     if lane is not None:
         check_lane(conn, lane)
     changed = conn.execute(
@@ -593,6 +597,18 @@ def finalize(
                 "WHERE submission_id = ? AND status = 'joining'",
                 (joined_id,),
             )
+    if unknown:
+        if lane is not None:
+            conversation_id, epoch = lane.conversation_id, lane.epoch
+        assert conversation_id is not None, "unknown calls are listed under their conversation"
+        list_unknown(
+            conn,
+            unknown,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=epoch,
+            now=now,
+        )
     if lane is not None:
         release(conn, lane)
     return bool(changed)
