@@ -62,6 +62,7 @@ E_co = TypeVar("E_co", bound=str, covariant=True)
 S = TypeVar("S")
 E = TypeVar("E", bound=str)
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class Rule(Protocol[S_contra, E_co]):
@@ -114,6 +115,23 @@ def strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, .
     for item in found:
         if not isinstance(item, str):
             raise TypeError(f"each of {name} must be a str, got {type(item).__name__}")
+    return found
+
+
+def items_of(
+    given: object, item: type[T], *, whole: str, each: str, lone: tuple[type, ...] = ()
+) -> tuple[T, ...]:
+    """``given``, an argument that takes several ``item``s, checked: an iterable, and not a
+    lone str, bytes or one of ``lone`` (a single item where a collection belongs — a str would
+    be taken letter by letter, a lone item is not iterable at all); then each an ``item``.
+    ``TypeError`` otherwise: ``"{whole}, not a <type> (a one-item list for one)"`` or
+    ``"{each}, got <type>"``, naming no value."""
+    if isinstance(given, (str, bytes, *lone)) or not isinstance(given, Iterable):
+        raise TypeError(f"{whole}, not a {type(given).__name__} (a one-item list for one)")
+    found = tuple(given)
+    for one in found:
+        if not isinstance(one, item):
+            raise TypeError(f"{each}, got {type(one).__name__}")
     return found
 
 

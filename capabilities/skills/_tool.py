@@ -24,6 +24,7 @@ import attrs
 from effectagent.ai import Handler, Tool, ToolCallContext, Toolkit
 from effectagent.effect import Context, Layer, Scope, ServiceKey, TaggedError
 
+from .._rules import items_of
 from ._access import SkillAuthorization
 from ._errors import (
     SkillError,
@@ -175,18 +176,13 @@ def activation_tool(
         raise TypeError("activation_tool: authorization must be a SkillAuthorization")
     if description is not None and not isinstance(description, str):
         raise TypeError("activation_tool: description must be a str or None")
-    offered: object = services  # callers need not be type-checked
-    if isinstance(offered, str | bytes | ServiceKey) or not isinstance(offered, Iterable):
-        raise TypeError(
-            "activation_tool: services must be a collection of ServiceKeys, not a "
-            f"{type(offered).__name__} (a one-item list for one)"
-        )
-    keys = tuple(services)
-    for key in keys:
-        if not isinstance(key, ServiceKey):
-            raise TypeError(
-                f"activation_tool: services must be ServiceKeys, got {type(key).__name__}"
-            )
+    keys: tuple[ServiceKey[Any], ...] = items_of(
+        services,
+        ServiceKey,
+        whole="activation_tool: services must be a collection of ServiceKeys",
+        each="activation_tool: services must be ServiceKeys",
+        lone=(ServiceKey,),
+    )
     framework = _framework(framework_version)
     tool: Tool[ActivateSkill, SkillInstructions] = Tool(
         name,
@@ -198,16 +194,13 @@ def activation_tool(
         idempotent=True,
         open_world=False,
     )
-    given: object = tools  # checked at run time: not every caller runs mypy
-    if isinstance(given, str | bytes | Tool) or not isinstance(given, Iterable):
-        raise TypeError(
-            "activation_tool: tools must be a Toolkit or a collection of Tools, not a "
-            f"{type(given).__name__} (a one-item list for one)"
-        )
-    others = tuple(tools)
-    for other in others:
-        if not isinstance(other, Tool):
-            raise TypeError(f"activation_tool: tools must be Tools, got {type(other).__name__}")
+    others: tuple[Tool[Any, Any], ...] = items_of(
+        tools,
+        Tool,
+        whole="activation_tool: tools must be a Toolkit or a collection of Tools",
+        each="activation_tool: tools must be Tools",
+        lone=(Tool,),
+    )
     if any(other.name == name for other in others):
         raise ValueError(f"activation_tool: a tool given in tools is already named {name!r}")
     toolkit = Toolkit(tool, *others)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, Literal, TypeVar, final
 
 import attrs
@@ -12,6 +12,8 @@ from effectagent.ai import Tool, ToolCallContext
 from effectagent.core import Agent, ChildBudget, ContextItem
 from effectagent.effect import Layer, TaggedError, encode
 from effectagent.engine import ChildRunRefused, run_child
+
+from .._rules import items_of
 
 __all__ = ["Delegation", "SubagentFailed", "delegate"]
 
@@ -117,20 +119,13 @@ class Delegation(Generic[P]):
 
 
 def _context_items(given: object) -> tuple[ContextItem, ...]:
-    # A lone item would fail as "not iterable" and a str would be split into letters.
-    if isinstance(given, ContextItem | str | bytes) or not isinstance(given, Iterable):
-        raise TypeError(
-            "the context of a delegation must return a sequence of ContextItem, not a "
-            f"{type(given).__name__} (a one-item list for one)"
-        )
-    items = tuple(given)
-    for item in items:
-        if not isinstance(item, ContextItem):
-            raise TypeError(
-                "the context of a delegation must return ContextItem values, "
-                f"got {type(item).__name__}"
-            )
-    return items
+    return items_of(
+        given,
+        ContextItem,
+        whole="the context of a delegation must return a sequence of ContextItem",
+        each="the context of a delegation must return ContextItem values",
+        lone=(ContextItem,),
+    )
 
 
 def _json_prompt(params: Any) -> str:
