@@ -24,8 +24,9 @@ passes, Code Mode passes and their inner calls, MCP requests get spans of their 
 call's (see ``_hooks``).
 
 **When each span ends.** A run span with the run's terminal event. A turn span at its
-``TurnCompleted`` (the final turn, which the answer ends, with the terminal event — a completed
-run's final turn takes the run's finish reason as its ``gen_ai.response.finish_reasons``). A ``chat``
+``TurnCompleted``, with the finish reason of the turn's response as its
+``gen_ai.response.finish_reasons`` (every turn the model answered has one, the final turn too; a
+turn the run's end cut short ends with the terminal event). A ``chat``
 span when the response is complete — the turn's first ``ToolCallDeclared``, its
 ``TurnCompleted`` or the terminal event, whichever comes first; its token usage is only known at
 ``TurnCompleted`` (or the terminal event), so it is ended then, with the earlier end time. A tool
@@ -827,9 +828,6 @@ class Telemetry:
         if run.turn_span is not None:
             if category:
                 self._fail(run.turn_span, category, _ENDED_BY_RUN, fixed=True)
-            elif isinstance(event, RunCompleted):  # the final turn: the answer ended it
-                finish = _cut(event.finish_reason, limit)
-                run.turn_span.set_attribute("gen_ai.response.finish_reasons", (finish,))
             run.turn_span.end(_ns(at))
             run.turn_span = None
         if usage is not None:

@@ -297,14 +297,16 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
     alone = only_final_calls(response, final.names) if declared and final is not None else None
     if state.grace:
         state = _set(state, phase="ended", budget=budget, context_base=base)
+        # The grace turn completes as it answers (no warnings after an exhaustion), whatever
+        # ends the run after it.
+        completed = CompleteTurn(
+            state.turn, response.finish_reason, budget.totals, (), held.record.model
+        )
         if declared and not alone:
             names = tuple(c.name for c in response.tool_calls) + tuple(
                 c.name for c in response.truncated_calls
             )
-            return state, (later, Fail(FinalTurnDeclaredTools(names)))
-        completed = CompleteTurn(
-            state.turn, response.finish_reason, budget.totals, (), held.record.model
-        )
+            return state, (later, completed, Fail(FinalTurnDeclaredTools(names)))
         output, problem = _final_output(config, held) if alone else _output(config, response)
         if problem is not None:
             return state, (later, completed, Fail(_output_invalid(state, problem)))
@@ -420,12 +422,26 @@ def _answer(state: RunState, held: ModelStep, now: float, commands: list[Command
 def _finish(
     state: RunState, answer: Complete, held: ModelStep, commands: list[Command]
 ) -> Transition:
-    """The answer ends the run — after the agent's output checks, when it has some."""
+    """The answer ends the run — after the agent's output checks, when it has some. Its turn
+    completes first (the grace turn's did as it answered)."""
     if state.config.checks:
         commands.append(CheckAnswer(answer))
         return _set(state, phase="checking", held=held), tuple(commands)
-    commands.append(answer)
-    return _set(state, phase="ended"), tuple(commands)
+    return _ended_with(state, held, commands, answer)
+
+
+def _ended_with(
+    state: RunState, held: ModelStep, commands: list[Command], end: Command
+) -> Transition:
+    """The run ends with ``end`` after the turn ``held`` answered: ``TurnCompleted`` first, as
+    every answered turn has one (the grace turn's was emitted as it answered). No budget
+    warning comes with it: nothing is left for a warning to change (as after an exhaustion)."""
+    state = _set(state, phase="ended")
+    if not state.grace:
+        budget = state.budget
+        commands.append(CompleteTurn(state.turn, held.finish_reason, budget.totals, (), held.model))
+    commands.append(end)
+    return state, tuple(commands)
 
 
 def _answer_checked(state: RunState, event: AnswerChecked) -> Transition:
@@ -442,11 +458,9 @@ def _answer_checked(state: RunState, event: AnswerChecked) -> Transition:
     state = _set(state, budget=budget, held=None)
     verdict = event.verdict
     if verdict is None:
-        commands.append(event.complete)
-        return _set(state, phase="ended"), tuple(commands)
+        return _ended_with(state, held, commands, event.complete)
     if isinstance(verdict, RunError):
-        commands.append(Fail(verdict))
-        return _set(state, phase="ended"), tuple(commands)
+        return _ended_with(state, held, commands, Fail(verdict))
     return _reject(state, held, verdict, event.now, commands, rejected=True)
 
 
@@ -465,8 +479,8 @@ def _reject(
     config = state.config
     retries = state.output_retries
     if state.grace or retries >= config.policy.output_retries:
-        commands.append(Fail(output_invalid(config.output, retries, problem, rejected=rejected)))
-        return _set(state, phase="ended"), tuple(commands)
+        failure = Fail(output_invalid(config.output, retries, problem, rejected=rejected))
+        return _ended_with(state, held, commands, failure)
     if config.final_tools is not None and held.response.tool_calls:
         # A final_result answer: refused as the tool's failure, committed like a batch (nothing
         # runs), so the model reads it as the call's result and the record holds it.

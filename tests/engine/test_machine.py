@@ -137,7 +137,10 @@ def test_a_turn_asks_the_model_and_a_plain_answer_completes_the_run() -> None:
     assert commands == (StartTurn(1, False), RequestModel(False))
     assert (state.phase, state.turn, state.budget.turns) == ("model", 1, 1)
     state, commands = step(state, responded(Turn.text("Hello.")))
-    assert kinds(commands) == ["AppendLater", "Complete"]
+    assert kinds(commands) == ["AppendLater", "CompleteTurn", "Complete"]  # the turn ends first
+    completed = commands[1]
+    assert isinstance(completed, CompleteTurn)
+    assert (completed.turn, completed.finish_reason, completed.warnings) == (1, "stop", ())
     complete = commands[-1]
     assert isinstance(complete, Complete)
     assert (complete.finish, complete.exhausted, complete.output) == ("stop", None, None)

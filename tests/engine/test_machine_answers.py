@@ -79,7 +79,9 @@ def test_an_answer_with_checks_waits_for_their_verdict_then_completes() -> None:
     assert isinstance(check, CheckAnswer)
     used = ((UsageDelta(5, 1), None),)
     state, commands = step(state, AnswerChecked(check.complete, None, used, 1.0))
-    assert commands == (RecordUsage(1, "check", used), check.complete)  # recorded, then the end
+    # Recorded, then the turn's end, then the run's.
+    assert kinds(commands) == ["RecordUsage", "CompleteTurn", "Complete"]
+    assert (commands[0], commands[2]) == (RecordUsage(1, "check", used), check.complete)
     assert state.phase == "ended"
     assert state.budget.usage.input_tokens >= 5  # the checks' model calls count
 
@@ -89,7 +91,8 @@ def test_a_trip_fails_the_run_and_a_rejection_goes_back() -> None:
     check = commands[-1]
     tripped = GuardrailTripped("g", "output", "no")
     _, ended = step(state, AnswerChecked(check.complete, tripped, (), 1.0))
-    assert ended == (Fail(tripped),)
+    assert kinds(ended) == ["CompleteTurn", "Fail"]
+    assert ended[-1] == Fail(tripped)
     state, commands = step(state, AnswerChecked(check.complete, "too vague", (), 1.0))
     assert kinds(commands) == ["RecordFeedback", "CompleteTurn", "NextTurn"]
     feedback = commands[0]
@@ -120,7 +123,7 @@ def test_rejections_end_the_run_after_output_retries(retries: int) -> None:
 
 def test_a_final_result_call_is_the_answer_settled_with_the_completion() -> None:
     _, commands = _answered(_tool_mode(), Turn.tool_calls(("final_result", {"city": "Oslo"})))
-    assert kinds(commands) == ["AppendLater", "Complete"]
+    assert kinds(commands) == ["AppendLater", "CompleteTurn", "Complete"]
     complete = commands[-1]
     assert isinstance(complete, Complete)
     assert complete.output == Lookup("Oslo")

@@ -99,7 +99,7 @@ def test_with_follow_ups_an_answer_waits_for_them_and_none_ends_the_run() -> Non
     assert commands == (AppendLater(held.step.record), TakeFollowUps())
     assert (state.phase, state.held) == ("follow-ups", held.step)
     state, commands = step(state, FollowUps((), 1.0))
-    assert kinds(commands) == ["Complete"]
+    assert kinds(commands) == ["CompleteTurn", "Complete"]
     assert state.phase == "ended"
     assert state.held is None
 

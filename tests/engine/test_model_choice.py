@@ -137,7 +137,8 @@ async def test_every_turn_and_the_end_report_one_models_usage_broken_down_by_tha
     end = events[-1]
     assert isinstance(end, RunCompleted)
     reports = [e.usage for e in events if isinstance(e, TurnCompleted)] + [end.usage]
-    assert [(u.input_tokens, u.model_calls) for u in reports] == [(10, 1), (20, 2)]
+    # The final turn completes too, before the run's end: both report the run's totals.
+    assert [(u.input_tokens, u.model_calls) for u in reports] == [(10, 1), (20, 2), (20, 2)]
     for reported in reports:
         ((name, totals),) = reported.by_model
         assert name is None  # the runtime's own model

@@ -376,7 +376,7 @@ async def test_every_turn_of_a_completed_run_has_its_finish_reasons(
     exported: tuple[TracerProvider, InMemorySpanExporter],
     exhausted: bool,
 ) -> None:
-    # The final turn has no TurnCompleted of its own: the run's end ends it, and says why.
+    # Every turn ends at its TurnCompleted with its response's finish reason, the final one too.
     provider, exporter = exported
     forecast = forecast_tool()
     agent = make_agent(forecast, policy=make_policy(max_turns=2 if exhausted else 8))
