@@ -437,6 +437,29 @@ def _unstructure_float(value: Any) -> Any:
     raise ValueError(f"cannot encode {value!r} as JSON")
 
 
+def flag_combination(value: Any) -> bool:
+    """Whether ``value`` is an ``enum.Flag`` value that is not one of its class's members (two
+    flags or'ed together, or none): its number is in no schema derived from the class, so a
+    decoder would refuse it. (Shared with the checked encoder.)"""
+    return isinstance(value, enum.Flag) and value.name not in type(value).__members__
+
+
+def _unstructure_enum(value: Any) -> Any:
+    if flag_combination(value):
+        raise ValueError(
+            f"cannot encode {value!r} as JSON: it is not one of {type(value).__qualname__}'s "
+            "members (flags combined, or none)"
+        )
+    return value.value
+
+
+def _refuse_bytes(value: Any) -> Any:
+    raise TypeError(
+        f"cannot encode a value of type {type(value).__qualname__} as JSON (encode the bytes as "
+        "text first, e.g. base64)"
+    )
+
+
 def _canonical_text(item: Any) -> str:
     return json.dumps(item, sort_keys=True, default=repr)
 
@@ -519,6 +542,8 @@ def make_json_converter(*, detailed: bool = True) -> cattrs.Converter:
     converter.register_structure_hook_factory(is_typeddict, _typeddict_factory(generating))
     converter.register_unstructure_hook(str, _unstructure_str)
     converter.register_unstructure_hook(float, _unstructure_float)
+    converter.register_unstructure_hook(bytes, _refuse_bytes)
+    converter.register_unstructure_hook_func(is_enum, _unstructure_enum)
     converter.register_unstructure_hook_func(is_seq, unstructure_seq)
     converter.register_unstructure_hook_func(is_set, unstructure_set)
     converter.register_unstructure_hook_func(is_map, unstructure_map)

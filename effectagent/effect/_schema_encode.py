@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Final, get_args
 
 import attrs
 
+from effectagent.effect._json_converter import flag_combination
 from effectagent.effect._json_schema import (
     MAP_ORIGINS,
     SEQ_ORIGINS,
@@ -172,6 +173,10 @@ def _encode_any_other(value: Any, room: int) -> Any:
     if attrs.has(kind) or is_dataclass_class(kind):
         return _runtime_encoder(kind)(value, room)
     if isinstance(value, enum.Enum):
+        if flag_combination(value):
+            raise _issue(
+                f"not a JSON value: {_describe(value)} is not a member (flags combined, or none)"
+            )
         inner = value.value
         if type(inner) in (str, bool) or inner is None:
             return inner

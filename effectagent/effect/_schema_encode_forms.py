@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from itertools import pairwise
 from typing import Any, Final, TypeAlias, get_args
 
-from effectagent.effect._json_converter import sorted_set_items
+from effectagent.effect._json_converter import flag_combination, sorted_set_items
 from effectagent.effect._json_schema import (
     MAP_ORIGINS,
     SEQ_ORIGINS,
@@ -343,7 +343,7 @@ def _enum_encoder(tp: Any) -> _Encoder:
     expected = _expected(tp)
 
     def encode_member(value: Any, room: int) -> Any:
-        if type(value) is tp:
+        if type(value) is tp and not flag_combination(value):
             return value.value
         raise _mismatch(expected, value)
 

@@ -547,3 +547,35 @@ def test_an_int_as_long_as_python_writes_is_encoded() -> None:
     longest = 10**_LIMIT - 1  # _LIMIT digits
     assert encode_as(int, longest) == longest
     assert encode_as(Any, [-longest]) == [-longest]
+
+
+class _Perm(enum.Flag):
+    READ = 1
+    WRITE = 2
+
+
+@pytest.mark.parametrize(
+    "value", [_Perm.READ | _Perm.WRITE, _Perm(0)], ids=["flags combined", "no flag"]
+)
+def test_a_flag_value_that_is_no_member_is_refused_as_the_decoder_would(value: _Perm) -> None:
+    """Its number is in no schema of the class (the decoder refuses 3 for a class of 1 and 2):
+    encoding it would write what cannot be read back. A member encodes and round-trips."""
+    assert decode(_Perm, encode(_Perm.WRITE)) is _Perm.WRITE
+    assert encode_as(_Perm, _Perm.READ) == 1
+    with pytest.raises(SchemaError):
+        decode(_Perm, value.value)
+    with pytest.raises(ValueError, match="not one of _Perm's members"):
+        encode(value)
+    with pytest.raises(SchemaError, match="expected a _Perm member"):
+        encode_as(_Perm, value)
+    with pytest.raises(SchemaError, match="is not a member"):
+        encode_as(Any, [value])
+
+
+@pytest.mark.parametrize("value", [b"x", {"blob": b"x"}, [b""]])
+def test_bytes_are_refused_as_the_docstring_says_not_passed_through(value: object) -> None:
+    """``encode`` promises JSON-safe data or an error: bytes were returned as they were."""
+    with pytest.raises(TypeError, match="type bytes"):
+        encode(value)
+    with pytest.raises(SchemaError, match="a bytes"):
+        encode_as(Any, value)
