@@ -544,6 +544,11 @@ class _AgentFields(Generic[OutputT, InputT]):
     )
 
 
+# attrs' ``__init__`` is the constructor a user calls as ``Agent(...)``: a missing or unknown
+# argument is named as Agent's, not as this private base's.
+_AgentFields.__init__.__qualname__ = "Agent"
+
+
 class Agent(_AgentFields[OutputT, InputT]):
     """An agent definition: name, instructions, policy, toolkit and optional output type.
 

@@ -205,6 +205,13 @@ def test_an_agent_refuses_arguments_of_the_wrong_type_by_name(
         Agent(**{"name": "a", "instructions": "Be helpful.", **arguments})
 
 
+def test_a_missing_or_unknown_argument_names_agent_not_a_private_base() -> None:
+    with pytest.raises(TypeError, match=r"^Agent\(\) missing 1 required positional argument"):
+        Agent("a")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^Agent\(\) got an unexpected keyword argument 'tols'"):
+        Agent("a", "Be helpful.", tols=[])  # type: ignore[call-arg]
+
+
 def _plain_instructions(context: Any) -> str:
     return "Be helpful."
 
