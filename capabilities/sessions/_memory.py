@@ -20,7 +20,7 @@ from ._model import (
     SessionStoreUnavailable,
     check_id,
 )
-from ._rows import StoredSession, check_delete, check_page, create_row, patch_row
+from ._rows import StoredSession, check_delete, check_flag, check_page, create_row, patch_row
 
 __all__ = ["InMemorySessionStore"]
 
@@ -96,8 +96,7 @@ class InMemorySessionStore(Generic[M]):
         (``SessionStoreUnavailable`` saying so). A store without a log refuses
         ``conversations=True`` (``ValueError``). Cancellation: if it raises ``Cancelled``,
         nothing changed."""
-        if type(conversations) is not bool:
-            raise TypeError(f"conversations must be a bool, got {type(conversations).__name__}")
+        check_flag(session_id, conversations)
         if conversations and self._log is None:
             raise ValueError(
                 "this session store has no conversation log to delete conversations from "

@@ -256,9 +256,12 @@ class Session(Generic[M]):
     updated_at: float
 
 
-def _shown(session_id: object) -> str:
-    """``session_id`` as an error names it: itself when it is a short str, else ``"?"``."""
-    return session_id if isinstance(session_id, str) and len(session_id) <= 64 else "?"
+def shown_id(session_id: object) -> str:
+    """``session_id`` as an error names it: itself when it is a short, non-blank str, else
+    ``"?"``."""
+    if isinstance(session_id, str) and session_id.strip() and len(session_id) <= 64:
+        return session_id
+    return "?"
 
 
 def _conversation_ids(value: Iterable[str]) -> tuple[str, ...]:
@@ -279,7 +282,7 @@ def _optional_id(_: object, attribute: attrs.Attribute[Any], value: object) -> N
 
 
 def _create_name(instance: SessionCreate[Any], _: attrs.Attribute[Any], value: object) -> None:
-    check_name(_shown(instance.session_id), value)
+    check_name(shown_id(instance.session_id), value)
 
 
 def _patch_name(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -290,7 +293,8 @@ def _patch_name(_: object, attribute: attrs.Attribute[Any], value: object) -> No
 def _required(instance: SessionCreate[Any], _: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         raise SessionInvalidValue(
-            _shown(instance.session_id), "metadata is required (None means 'unchanged' in a patch)"
+            shown_id(instance.session_id),
+            "metadata is required (None means 'unchanged' in a patch)",
         )
 
 
@@ -389,7 +393,7 @@ def check_id(session_id: object) -> str:
     if not isinstance(session_id, str):
         raise SessionInvalidType("?", f"{problem}, got {type(session_id).__name__}")
     if not session_id or len(session_id) > _MAX_ID_CHARS or not storable(session_id):
-        raise SessionInvalidValue(_shown(session_id) if storable(session_id) else "?", problem)
+        raise SessionInvalidValue(shown_id(session_id) if storable(session_id) else "?", problem)
     return session_id
 
 

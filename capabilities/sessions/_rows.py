@@ -13,6 +13,7 @@ from ._model import (
     Session,
     SessionConflict,
     SessionCreate,
+    SessionInvalidType,
     SessionInvalidValue,
     SessionNotFound,
     SessionPatch,
@@ -22,9 +23,19 @@ from ._model import (
     dump_metadata,
     load_metadata,
     merge_conversations,
+    shown_id,
 )
 
-__all__ = ["MAX_PAGE", "StoredSession", "check_delete", "check_page", "create_row", "patch_row"]
+__all__ = [
+    "MAX_PAGE",
+    "StoredSession",
+    "check_delete",
+    "check_flag",
+    "check_page",
+    "check_revision",
+    "create_row",
+    "patch_row",
+]
 
 M = TypeVar("M")
 
@@ -59,7 +70,7 @@ class StoredSession:
 def create_row(schema: SessionSchema[Any], input: SessionCreate[Any], now: float) -> StoredSession:
     """The row of a new session (revision 1), after checking every part of ``input``."""
     if not isinstance(input, SessionCreate):
-        raise TypeError(f"create takes a SessionCreate, got {type(input).__name__}")
+        raise SessionInvalidType("?", f"create takes a SessionCreate, got {type(input).__name__}")
     session_id = check_id(input.session_id) if input.session_id is not None else new_id("session")
     name = check_name(session_id, input.name)
     conversations = merge_conversations(session_id, (), input.conversations)
@@ -79,9 +90,10 @@ def patch_row(
     caller writes anything (the metadata kept is decoded too, so a session that cannot be read
     is not updated)."""
     if not isinstance(patch, SessionPatch):
-        raise TypeError(f"update takes a SessionPatch, got {type(patch).__name__}")
-    if type(expected_revision) is not int:
-        raise TypeError(f"expected_revision must be an int, got {type(expected_revision).__name__}")
+        raise SessionInvalidType(
+            current.id, f"update takes a SessionPatch, got {type(patch).__name__}"
+        )
+    check_revision(current.id, expected_revision)
     if current.revision != expected_revision:
         raise SessionConflict(current.id, expected_revision, current.revision)
     name = current.name if patch.name is None else check_name(current.id, patch.name)
@@ -111,6 +123,27 @@ def patch_row(
     return row, session
 
 
+def check_revision(session_id: str, expected_revision: object) -> int:
+    """``expected_revision`` if it is an int (a bool is not); raises :class:`SessionInvalidType`
+    (a ``TypeError``) otherwise."""
+    if type(expected_revision) is not int:
+        raise SessionInvalidType(
+            session_id, f"expected_revision must be an int, got {type(expected_revision).__name__}"
+        )
+    return expected_revision
+
+
+def check_flag(session_id: object, conversations: object) -> bool:
+    """``delete``'s ``conversations=`` if it is a bool (a truthy str would delete history);
+    raises :class:`SessionInvalidType` (a ``TypeError``) otherwise."""
+    if type(conversations) is not bool:
+        raise SessionInvalidType(
+            shown_id(session_id),
+            f"conversations must be a bool, got {type(conversations).__name__}",
+        )
+    return conversations
+
+
 #: The most sessions one ``list`` call returns.
 MAX_PAGE = 1_000
 
@@ -120,22 +153,24 @@ def check_page(after: object, limit: object) -> tuple[str | None, int]:
     or a lone surrogate — is refused with :class:`SessionInvalidValue`), and a limit from 1 to
     ``MAX_PAGE``."""
     if after is not None and not isinstance(after, str):
-        raise TypeError(f"after must be a session ID (str) or None, got {type(after).__name__}")
+        raise SessionInvalidType(
+            "?", f"after must be a session ID (str) or None, got {type(after).__name__}"
+        )
     if after is not None and not storable(after):  # no session has such an ID
         raise SessionInvalidValue("?", "after must be a session ID: without NUL or lone surrogates")
     if type(limit) is not int:
-        raise TypeError(f"limit must be an int, got {type(limit).__name__}")
+        raise SessionInvalidType("?", f"limit must be an int, got {type(limit).__name__}")
     if not 1 <= limit <= MAX_PAGE:
-        raise ValueError(f"limit must be from 1 to {MAX_PAGE}, got {limit}")
+        raise SessionInvalidValue("?", f"limit must be from 1 to {MAX_PAGE}, got {limit}")
     return after, limit
 
 
 def check_delete(current: StoredSession | None, session_id: str, expected_revision: object) -> None:
     """Whether ``current`` may be deleted at ``expected_revision``: raises
-    :class:`SessionNotFound` or :class:`SessionConflict` if not."""
-    if type(expected_revision) is not int:
-        raise TypeError(f"expected_revision must be an int, got {type(expected_revision).__name__}")
+    :class:`SessionNotFound` or :class:`SessionConflict` if not (and
+    :class:`SessionInvalidType` for a revision that is not an int)."""
+    revision = check_revision(shown_id(session_id), expected_revision)
     if current is None:
         raise SessionNotFound(session_id)
-    if current.revision != expected_revision:
-        raise SessionConflict(current.id, expected_revision, current.revision)
+    if current.revision != revision:
+        raise SessionConflict(current.id, revision, current.revision)

@@ -25,7 +25,7 @@ from ._model import (
     SessionStoreUnavailable,
     check_id,
 )
-from ._rows import StoredSession, check_delete, check_page, create_row, patch_row
+from ._rows import StoredSession, check_delete, check_flag, check_page, create_row, patch_row
 
 __all__ = ["SqliteSessionStore"]
 
@@ -204,8 +204,7 @@ class SqliteSessionStore(Generic[M]):
 
         Raises ``TypeError`` for a ``conversations`` that is not a bool (a truthy value would
         delete history). Cancellation: all or nothing."""
-        if type(conversations) is not bool:
-            raise TypeError(f"conversations must be a bool, got {type(conversations).__name__}")
+        check_flag(session_id, conversations)
         check_id(session_id)
         now = time.time()
 

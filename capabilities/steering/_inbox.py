@@ -25,7 +25,10 @@ run's lane (:meth:`~._journal.SqliteJournal.admit_elsewhere`), with the same che
 process running runs looks for such input every :data:`POLL_INTERVAL` seconds while it has a run
 going, and adopts what it finds into the run's FIFO: it reaches the run at the first turn that
 starts after that — within a poll interval and a turn of its admission. Input that arrives once the
-run is ending, or that the run never reaches, expires when the run lets its lane go. Such input is
+run is ending, or that the run never reaches, expires when the run lets its lane go. Its text
+reaches the run as the journal's text column keeps it: NUL (PostgreSQL's text cannot hold it)
+and lone surrogates (no UTF-8 form) as U+FFFD — input for a run here is taken from memory,
+whole. Such input is
 redacted by the process that admits it with its runtime's redaction (the ``RedactorService``
 ``open_runtime`` provides its layers: the secrets it was given, or the layer's own Redactor) —
 and again, with the run's, by the process that delivers it.
@@ -45,6 +48,7 @@ from effectagent.engine import RunEnding, RunInfo, SteeringInput
 
 from .._ids import new_id
 from .._logging import log_warning
+from .._rules import storable
 from ..storage import StorageError
 from ._admission import Admissions, Closing
 from ._journal import AdmissionJournal, SqliteJournal
@@ -67,6 +71,8 @@ def _check(conversation_id: object, author: object) -> None:
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
         if not value.strip():
             raise ValueError(f"{name} must not be empty or blank")
+        if not storable(value):  # as a run refuses such a conversation ID: no store keeps it
+            raise ValueError(f"{name} must not hold NUL or a lone surrogate")
 
 
 @final
@@ -112,7 +118,8 @@ class ConversationInbox:
         refuses that turn's request (``MediaNotSupported``).
 
         Raises ``TypeError``/``ValueError`` for arguments of the wrong type, an empty or blank
-        conversation ID or author, or an empty sequence (the errors a run's input meets), and
+        conversation ID or author (or one holding NUL or a lone surrogate, which no store
+        keeps), or an empty sequence (the errors a run's input meets), and
         the storage's error if a durable journal could not persist it (then nothing was
         admitted); a rejection is not an exception but the receipt's ``rejection``.
 
@@ -195,6 +202,9 @@ class ConversationInbox:
         Cancellation: nothing changes."""
         if not isinstance(input_id, str):
             raise TypeError(f"input_id must be a str, got {type(input_id).__name__}")
+        if not storable(input_id):  # no input has such an ID (and no database takes it)
+            await trio.lowlevel.checkpoint()
+            return None
         return await self.journal.status(input_id)
 
     # ---- the engine's seam --------------------------------------------------------------------

@@ -39,7 +39,7 @@ from ..storage._port import Connection
 from ..storage._sweep import put_media_rows
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
-from ._parts import content_of, digests_of, read_media, stored
+from ._parts import content_of, digests_of, kept, read_media, stored
 
 __all__ = ["AdmissionJournal", "InMemoryJournal", "SqliteJournal"]
 
@@ -215,7 +215,7 @@ class SqliteJournal:
             item.input_id,
             entry.conversation_id,
             item.kind,
-            item.text,
+            kept(item.text),  # the run here takes it whole, from memory
             item.author,
             item.at,
         )
@@ -254,6 +254,8 @@ class SqliteJournal:
         if item.content is not None:
             text, parts, blobs = stored(item.content, redact)
             media = [(digest, len(data), data) for digest, data in blobs.items()]
+        # NUL and lone surrogates, which no text column keeps, reach the run as U+FFFD.
+        text = kept(text)
 
         def work(conn: Connection) -> int | Rejection:
             lane = conn.execute(

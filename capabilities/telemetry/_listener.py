@@ -709,8 +709,8 @@ class Telemetry:
         self._end_model(run, event.at, event.usage)
         span = run.turn_span
         if span is not None:
-            finish = _cut(event.finish_reason, self.max_attribute_length)
-            span.set_attribute("gen_ai.response.finish_reasons", (finish,))
+            # A fixed word of the engine's, as the run's own: never cut.
+            span.set_attribute("gen_ai.response.finish_reasons", (event.finish_reason,))
             run.events.pop(id(span), None)
             span.end(_ns(event.at))
             run.turn_span = None

@@ -6,6 +6,7 @@ is made, and an ID or name no store could keep (NUL, a lone surrogate) before an
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,35 @@ def test_every_refusal_is_a_session_store_error() -> None:
     for _, build in WRONG_TYPES + BAD_VALUES:
         with pytest.raises(SessionStoreError):
             build()
+
+
+async def test_every_argument_a_store_refuses_is_a_session_store_error(
+    kind: str, tmp_path: Path
+) -> None:
+    """Every error of a store is a ``SessionStoreError``: a revision that is not an int, an argument that
+    is not a ``SessionCreate``/``SessionPatch``, a ``conversations=`` that is not a bool and a
+    page that is not one used to be plain ``TypeError``/``ValueError``s, which a caller catching
+    ``SessionStoreError`` missed. They are ``SessionInvalid``s now — still a ``TypeError``
+    or a ``ValueError`` — and nothing changed."""
+    async with stores(kind, tmp_path) as make:
+        store: Any = make(Schema(dict))  # handed what its annotations forbid
+        session = await store.create(Create("n", {}, ["conv-1"]))
+        wrong_types: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.create({"name": "n"}),
+            lambda: store.update(session.id, {"name": "m"}, 1),
+            lambda: store.update(session.id, Patch(name="m"), "1"),
+            lambda: store.update(session.id, Patch(name="m"), True),
+            lambda: store.delete(session.id, 1.0),
+            lambda: store.delete(session.id, 1, conversations="no"),
+            lambda: store.list(limit="5"),
+            lambda: store.list(after=5),
+        ]
+        for refused in wrong_types:
+            with pytest.raises(SessionInvalid) as caught:
+                await refused()
+            assert isinstance(caught.value, TypeError)
+        for limit in (0, 1001):
+            with pytest.raises(SessionInvalid, match="limit must be from 1 to 1000") as caught:
+                await store.list(limit=limit)
+            assert isinstance(caught.value, ValueError)
+        assert await store.list() == (session,)

@@ -264,3 +264,28 @@ async def test_input_waits_for_runs_whose_lane_a_holder_of_this_process_holds(
             assert await journal.admit_elsewhere(conversation, item, SteeringLimits()) == 1
         found = await journal.waiting(["mine", "yours"])
     assert {c: [(i.input_id, p) for i, p in found[c]] for c in found} == {"mine": [("in-mine", 1)]}
+
+
+async def test_input_another_runtime_admits_holding_a_lone_surrogate_reaches_the_run(
+    tmp_path: Path, no_poll: None
+) -> None:
+    """The journal's text column cannot keep a lone surrogate (no UTF-8 form): input holding
+    one, admitted for a run another runtime is running, used to fail with the driver's
+    ``UnicodeEncodeError``. It is admitted, and reaches the run with U+FFFD in its place."""
+    path = tmp_path / "shared.db"
+    parked, go, never = trio.Event(), trio.Event(), trio.Event()
+    model = ScriptedModel([Turn.tool_calls(("wait", {})), Turn.text("Paris.")])
+    async with (
+        open_runtime(_layer(path, model, parked, go), agents=[AGENT]) as running,
+        open_runtime(_layer(path, ScriptedModel([]), never, never), agents=[AGENT]) as other,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(
+            partial(running.run, AGENT, "Capital?", conversation_id="c", create=True)
+        )
+        await parked.wait()
+        receipt = await _inbox(other).steer("c", "One \ud800 word.", author="bo")
+        assert receipt.accepted
+        assert await _inbox(running).adopt_waiting() == 1
+        go.set()
+    assert _users(model)[1][-1] == "One \ufffd word."

@@ -530,3 +530,69 @@ async def test_input_accepted_before_the_grace_turn_enters_its_prompt_and_later_
     ]
     late: InputReceipt = seen["late"]
     assert (late.accepted, late.rejection) == (False, "run-ending")
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+@pytest.mark.parametrize(
+    ("conversation_id", "author", "which"),
+    [
+        ("conv\x00x", "ann", "conversation_id"),
+        ("conv\ud800", "ann", "conversation_id"),
+        ("conv", "ann\x00", "author"),
+        ("conv", "ann\udfff", "author"),
+    ],
+)
+async def test_an_id_or_author_no_store_keeps_is_refused_the_same_by_every_store(
+    storage: str, conversation_id: str, author: str, which: str, tmp_path: Path
+) -> None:
+    """NUL (PostgreSQL's text cannot hold it) or a lone surrogate (it has no UTF-8 form) in the
+    conversation ID or the author is a ``ValueError`` naming the argument, as a run refuses
+    such a conversation ID — in memory as in a database, where it used to be the driver's
+    ``UnicodeEncodeError`` (or, on PostgreSQL, a storage error); an input ID like it was never
+    accepted: its status is None."""
+    quiet = Agent("quiet", "Answer.")
+    kept = in_memory_storage() if storage == "memory" else sqlite_storage(tmp_path / "ids.db")
+    async with open_runtime(ScriptedModel.layer([]) + kept, agents=[quiet]) as runtime:
+        steering = runtime.context[SteeringService]
+        for submit in (steering.steer, steering.follow_up):
+            with pytest.raises(ValueError, match=f"^{which} must not hold NUL or a lone surrogate"):
+                await submit(conversation_id, "Go on.", author=author)
+        assert await steering.status(conversation_id) is None
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+async def test_text_holding_nul_or_a_lone_surrogate_is_admitted_and_delivered_whole(
+    storage: str, tmp_path: Path, postgres_schema: tuple[str, str]
+) -> None:
+    """A run's input may hold NUL or a lone surrogate; steering may too: the journal's text
+    column, which cannot keep them, used to refuse the admission (``UnicodeEncodeError``, a
+    storage error on PostgreSQL). The run here takes the input from memory, whole."""
+    url, schema = postgres_schema
+    seen: dict[str, Any] = {}
+    texts = ["nul \x00 here", "lone \ud800 here"]
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        steering = seen["steering"]
+        seen["receipts"] = [
+            await steering.steer(call.conversation_id, text, author="ann") for text in texts
+        ]
+        return Done(True)
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("done")])
+    kept = (
+        postgres_storage(url, schema=schema)
+        if storage == "postgresql"
+        else sqlite_storage(tmp_path / "text.db")
+    )
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(kept)
+    async with open_runtime(layer, agents=[AGENT]) as runtime:
+        seen["steering"] = runtime.context[SteeringService]
+        result = await runtime.run(AGENT, "Go.")
+        statuses = [await seen["steering"].status(r.input_id) for r in seen["receipts"]]
+        log = list(await runtime.log.entries(result.conversation_id))
+    assert [r.admission for r in seen["receipts"]] == ["accepted", "accepted"]
+    assert [s.state for s in statuses if s is not None] == ["delivered", "delivered"]
+    steered = [e.record.text for e in log if isinstance(e.record, UserInputRecorded)][1:]
+    assert steered == texts
+    for text in texts:
+        assert UserMessage.text(text) in model.requests[1].messages
