@@ -75,7 +75,7 @@ from ._writer import Writer
 if sys.platform != "win32":
     import fcntl
 
-__all__ = ["MEMORY", "SqliteDatabase", "Synchronous", "open_database"]
+__all__ = ["MEMORY", "SqliteDatabase", "Synchronous", "database_path", "open_database"]
 
 R = TypeVar("R")
 
@@ -446,6 +446,22 @@ def _check_readers(readers: object) -> int:
     return readers
 
 
+def database_path(path: object) -> str:
+    """``path`` as the text an SQLite database is opened by, checked: a ``str`` or a path
+    (``os.PathLike`` of text) that is neither empty nor holds NUL; ``TypeError`` or
+    ``ValueError`` saying which otherwise."""
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"the database path must be a str or a path, got {type(path).__name__}")
+    name = os.fspath(path)
+    if not isinstance(name, str):  # bytes: its lock file would be named after its repr
+        raise TypeError(f"the database path must be a str or a path, got {type(name).__name__}")
+    if not name:
+        raise ValueError("the database path must not be empty")
+    if "\x00" in name:
+        raise ValueError("the database path must not hold NUL")
+    return name
+
+
 @asynccontextmanager
 async def open_database(
     path: str | os.PathLike[str],
@@ -481,13 +497,7 @@ async def open_database(
     finite_seconds("lease", lease)
     if busy is not None and not isinstance(busy, BusyPolicy):
         raise TypeError(f"busy must be a BusyPolicy or None, got {type(busy).__name__}")
-    name = os.fspath(path)
-    if not isinstance(name, str):  # bytes: its lock file would be named after its repr
-        raise TypeError(f"the database path must be a str or a path, got {type(name).__name__}")
-    if not name:
-        raise ValueError("the database path must not be empty")
-    if "\x00" in name:
-        raise ValueError("the database path must not hold NUL")
+    name = database_path(path)
     # Not abandoned once started (``to_thread`` waits for the thread): a cancellation arriving
     # meanwhile is raised by the ``yield``'s first checkpoint, and the ``finally`` closes it.
     policy = busy or BusyPolicy()

@@ -9,7 +9,7 @@ from contextlib import AbstractAsyncContextManager
 from effectagent.effect import Context, Layer, Scope
 from effectagent.engine import ConversationLogService
 
-from ._database import Synchronous, open_database
+from ._database import Synchronous, database_path, open_database
 from ._log import SqliteConversationLog
 from ._port import Database, DatabaseService
 
@@ -24,6 +24,7 @@ def sqlite_database(
     when it is torn down. See :func:`open_database` for ``synchronous`` and the errors."""
     if synchronous not in ("normal", "full", "extra"):
         raise ValueError(f"synchronous must be 'normal', 'full' or 'extra', got {synchronous!r}")
+    database_path(path)  # refused here, where it is given, not as the runtime opens
     return Layer.scoped(
         DatabaseService,
         lambda _: open_database(path, synchronous=synchronous, readers=readers),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -193,14 +193,25 @@ async def test_a_run_id_no_database_keeps_is_refused_alike(
             await log.claim("c", 5)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("path", "error", "message"),
-    [
-        (b"store.db", TypeError, "must be a str or a path, got bytes"),
-        ("a\x00b.db", ValueError, "must not hold NUL"),
-        ("", ValueError, "must not be empty"),
-    ],
-)
+_BAD_PATHS: Final = [
+    (b"store.db", TypeError, "must be a str or a path, got bytes"),
+    ("a\x00b.db", ValueError, "must not hold NUL"),
+    ("", ValueError, "must not be empty"),
+    (5, TypeError, "must be a str or a path, got int"),
+    (None, TypeError, "must be a str or a path, got NoneType"),
+]
+
+
+@pytest.mark.parametrize(("path", "error", "message"), _BAD_PATHS)
+def test_a_database_path_that_names_no_file_is_refused_where_the_layer_is_made(
+    path: Any, error: type[Exception], message: str
+) -> None:
+    """Not as the runtime opens, long after (a bare "expected str, bytes or os.PathLike")."""
+    with pytest.raises(error, match=message):
+        sqlite_storage(path)
+
+
+@pytest.mark.parametrize(("path", "error", "message"), _BAD_PATHS)
 async def test_a_database_path_that_names_no_file_is_refused_before_anything_is_made(
     path: Any, error: type[Exception], message: str, tmp_path: Path, monkeypatch: Any
 ) -> None:
