@@ -174,7 +174,12 @@ def flag(_: object, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 def rules_of(value: Iterable[Any], kind: type[R], *, field: str = "rules") -> tuple[R, ...]:
     """``value`` as a tuple of ``kind`` rules; ``TypeError`` naming ``field`` for anything
-    else."""
+    else — also for one lone rule, which is not a collection of rules (a one-item list is)."""
+    if isinstance(value, kind):
+        raise TypeError(
+            f"{field} must be a sequence of {kind.__name__}, not one {kind.__name__} (a one-item "
+            "list for one)"
+        )
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise TypeError(f"{field} must be {kind.__name__} values, got {type(value).__name__}")
     found = tuple(value)

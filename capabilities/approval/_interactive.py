@@ -193,13 +193,7 @@ class InteractiveApproval:
         people give with the runtime's redaction (``RedactorService``: see :meth:`answer`)."""
 
         async def build(context: Context, scope: Scope) -> Context:
-            async def close(_: Exit[Any, Any]) -> None:
-                self.close()
-
-            redactor = context.get(RedactorService)  # the runtime's, when open_runtime builds it
-            if redactor is not None:
-                self._redact = redactor.redact_text
-            scope.add_finalizer(close)
+            self._bind(context, scope)
             return Context.of(ApprovalService, self)
 
         return Layer.from_build(
@@ -208,6 +202,19 @@ class InteractiveApproval:
             uses=[RedactorService],
             build=build,
         )
+
+    def _bind(self, context: Context, scope: Scope) -> None:
+        """Take the runtime's redaction (``RedactorService``, when the runtime builds it) for
+        the answers people give, and end the subscribers' channels when ``scope`` closes — for
+        this provider's own layer and for a :class:`PolicyApproval` that asks it."""
+
+        async def close(_: Exit[Any, Any]) -> None:
+            self.close()
+
+        redactor = context.get(RedactorService)  # the runtime's, when open_runtime builds it
+        if redactor is not None:
+            self._redact = redactor.redact_text
+        scope.add_finalizer(close)
 
     # ---- delivery ------------------------------------------------------------------------------
 

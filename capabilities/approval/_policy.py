@@ -25,9 +25,10 @@ from typing import Literal, final
 import trio
 
 from effectagent.core import Agent, ApprovalDecision, ApprovalRequest
-from effectagent.effect import Layer
-from effectagent.engine import Approval, ApprovalService, ApprovalSuspended
+from effectagent.effect import Context, Layer, Scope
+from effectagent.engine import Approval, ApprovalService, ApprovalSuspended, RedactorService
 
+from ._interactive import InteractiveApproval
 from ._rules import ApprovalPolicy, ApprovalRule, Decision
 from ._subject import ToolRegistry
 
@@ -113,8 +114,24 @@ class PolicyApproval:
         return ApprovalDecision.for_request(request, approved, reason, "policy-timeout")
 
     def layer(self) -> Layer:
-        """This provider as the engine's ``ApprovalService``."""
-        return Layer.succeed(ApprovalService, self, name="PolicyApproval")
+        """This provider as the engine's ``ApprovalService``. An :class:`InteractiveApproval`
+        it asks (directly, or through another ``PolicyApproval``) is set up as its own layer
+        would be: the answers people give are redacted with the runtime's redaction, and its
+        subscribers' channels end when the runtime closes."""
+
+        async def build(context: Context, scope: Scope) -> Context:
+            self._bind(context, scope)
+            return Context.of(ApprovalService, self)
+
+        return Layer.from_build(
+            "PolicyApproval", provides=[ApprovalService], uses=[RedactorService], build=build
+        )
+
+    def _bind(self, context: Context, scope: Scope) -> None:
+        """Set up the provider asked, when it is one of ours that needs the runtime."""
+        ask = self._ask
+        if isinstance(ask, InteractiveApproval | PolicyApproval):
+            ask._bind(context, scope)
 
 
 def _positive_seconds(value: object) -> bool:

@@ -26,8 +26,9 @@ conditions' in ``tests/capabilities/approval/test_rules.py``):
   could name another place than it spells: one with a ``.`` or ``..`` segment, or an empty one
   (``file:/tmp/../etc/passwd``, ``file:/tmp//keep/a``) — also once percent-decoded
   (``%2e%2e``), NFKC-normalised (fullwidth ``U+FF0E`` dots) or split at ``\\`` as well as ``/`` — or one holding
-  a NUL. Such a target decides ``"deny"`` (fail closed). A tool's ``targets=`` should give them
-  normalised (``posixpath.normpath``);
+  a NUL — nor a target the runtime redacted (it held a secret: a rule would judge
+  ``[REDACTED]``, not what it names). Such a target decides ``"deny"`` (fail closed). A tool's
+  ``targets=`` should give them normalised (``posixpath.normpath``);
 * ``when`` returns a bool: a predicate that returns anything else (an ``async def`` predicate's
   coroutine, ``None``) cannot be evaluated and decides ``"deny"``; an ``async def`` predicate is
   refused when the rule is made.
@@ -46,7 +47,7 @@ import attrs
 from typing_extensions import Unpack
 
 from effectagent.ai import ToolAnnotations
-from effectagent.core import ApprovalRequest, Risk
+from effectagent.core import REDACTED, ApprovalRequest, Risk
 from effectagent.effect import is_async_callable
 
 from .._patterns import Patterns, matches_any, patterns
@@ -300,6 +301,8 @@ class ApprovalRule:
         targets = request.targets
         if self.targets is not None or self.any_target is not None:
             for target in targets:
+                if REDACTED in target:  # what it named is not what a pattern would read
+                    return "a target held a secret and is redacted, so a pattern cannot judge it"
                 if ambiguous(target):
                     return (
                         f"target {target!r} has a '.', '..' or empty path segment (as "

@@ -115,7 +115,8 @@ class AccessDecision:
     rule: AccessRule | None
 
 
-def _rules(value: Iterable[AccessRule]) -> tuple[AccessRule, ...]:
+def access_rules(value: Iterable[AccessRule]) -> tuple[AccessRule, ...]:
+    """``value`` as a tuple of rules; ``TypeError`` for anything else (one lone rule too)."""
     return rules_of(value, AccessRule)
 
 
@@ -129,7 +130,7 @@ def _build_engine(policy: AccessPolicy) -> RulePolicy[AccessSubject, Effect]:
 class AccessPolicy:
     """Access rules and the default for calls no rule matches (see the module notes)."""
 
-    rules: Sequence[AccessRule] = attrs.field(converter=_rules)
+    rules: Sequence[AccessRule] = attrs.field(converter=access_rules)
     default: Effect = attrs.field(default="deny", validator=one_of(*_EFFECTS))
     _engine: RulePolicy[AccessSubject, Effect] = attrs.field(
         init=False, repr=False, eq=False, default=attrs.Factory(_build_engine, takes_self=True)

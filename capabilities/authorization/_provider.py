@@ -15,8 +15,7 @@ from effectagent.ai import Tool, ToolCallContext
 from effectagent.effect import Layer
 from effectagent.engine import AuthorizationDecision, ToolAuthorizationService
 
-from .._rules import rules_of
-from ._access import AccessPolicy, AccessRule, Effect
+from ._access import AccessPolicy, AccessRule, Effect, access_rules
 
 __all__ = ["PolicyAuthorization"]
 
@@ -41,7 +40,7 @@ class PolicyAuthorization:
             return
         if not isinstance(policy, AccessPolicy):
             raise TypeError(f"policy must be an AccessPolicy, got {type(policy).__name__}")
-        if rules != () and rules_of(rules, AccessRule):
+        if rules != () and access_rules(rules):
             raise ValueError("give rules or a policy, not both")
         if default is not None:
             raise ValueError("give default or a policy (it has its own default), not both")

@@ -70,6 +70,8 @@ class _Delegate:
         text = self.prompt(params)
         if not isinstance(text, str):
             raise TypeError(f"the prompt of a delegation returned {type(text).__name__}, not str")
+        if not text.strip():
+            raise ValueError("the prompt of a delegation returned an empty text (or only spaces)")
         items = _context_items(self.context(params)) if self.context is not None else ()
         try:
             result = await run_child(

@@ -7,6 +7,7 @@ for a number), a value of the right type that cannot work a ``ValueError``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any, Generic, Literal, overload
@@ -121,6 +122,9 @@ def _positive(value: float) -> bool:
 
 
 _SECONDS = _number("a positive number of seconds", _positive)
+# A wait whose end is recorded (an approval request's ``expires_at``) must end: JSON has no
+# infinity, so a durable log could not keep the request.
+_FINITE_SECONDS = _number("a positive, finite number of seconds", lambda v: 0 < v < math.inf)
 
 
 def _to_dollars(given: Decimal | int | float | str | None) -> object:
@@ -351,7 +355,7 @@ class AgentPolicy:
     context_token_limit: int | None = attrs.field(
         default=None, validator=_integer(1, "a positive integer", optional=True)
     )
-    approval_timeout: float = attrs.field(default=300.0, validator=_SECONDS)
+    approval_timeout: float = attrs.field(default=300.0, validator=_FINITE_SECONDS)
     grace_turn_duration: float = attrs.field(default=30.0, validator=_SECONDS)
     #: How many times a final answer that does not decode into ``Agent.output`` goes back to the
     #: model with the decoder's message (each attempt is a turn, counted in the budgets).

@@ -143,7 +143,7 @@ class Approvals:
         """Record the request, ask the Approval service, record its decision (CAP-006).
 
         Expiry is judged on one clock, Trio's: the wait ends at ``request.deadline`` and a
-        decision that reaches the engine later is refused. A provider that fails — an
+        decision that reaches the engine then or later is refused. A provider that fails — an
         ``ApprovalError``, or anything else it raises — is a recorded denial (fail closed); the
         model reads an ``ApprovalError``'s message, or a neutral sentence for a crash, whose
         type and message go to the run's log only.
@@ -204,7 +204,10 @@ class Approvals:
                     return answer
                 decision = answer
             refused = decision.mismatch(request)
-            if refused is None and decision.approved and trio.current_time() > deadline:
+            # At ``deadline`` the engine has stopped waiting (``move_on_at`` fires then): a
+            # decision that reaches it at that instant — from a provider that swallowed the
+            # cancellation, or shielded itself from it — is as late as one after it.
+            if refused is None and decision.approved and trio.current_time() >= deadline:
                 refused = "the decision came after the request expired"
         if refused is not None:
             io.logs.warning(

@@ -124,7 +124,9 @@ async def run_child(
     run serving it is itself a child that was not allowed to delegate, when ``agent`` has a tool
     or tool source the parent does not have this turn, when the runtime lacks a service
     ``agent`` needs, or when the parent has no turns, tool calls, tokens or time left to give;
-    ``TypeError`` / ``ValueError`` for a text that is not a str, or is empty or only spaces.
+    ``TypeError`` / ``ValueError`` for a text that is not a str, or is empty or only spaces, and
+    ``TypeError`` for a ``budget`` that is not a ``ChildBudget``, a ``context`` that is not a
+    sequence of ``ContextItem`` or a ``nested`` that is not a bool.
 
     Cancellation: the child runs in the caller's task; cancelling it (the parent interrupted, the
     call's timeout) interrupts the child, which writes its interruption (shielded), and then the
@@ -147,10 +149,18 @@ async def run_child(
     run_input = prepare_input(agent, text, host.scope.io.redact_text)
     if not isinstance(budget, ChildBudget):
         raise TypeError(f"run_child's budget must be a ChildBudget, got {type(budget).__name__}")
+    given: object = context  # checked: not every caller runs mypy
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        raise TypeError(
+            "run_child's context must be a sequence of ContextItem (a one-item list for one), "
+            f"got {type(given).__name__}"
+        )
     items = tuple(context)
     for item in items:
         if not isinstance(item, ContextItem):
             raise TypeError(f"run_child's context must hold ContextItem, got {type(item).__name__}")
+    if not isinstance(nested, bool):
+        raise TypeError(f"run_child's nested must be a bool, got {type(nested).__name__}")
     result: ChildRunResult[Any] = await _ChildRun(host, call, agent).run(
         run_input, budget, items, nested
     )

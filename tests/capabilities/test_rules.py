@@ -264,7 +264,11 @@ rules_of_any: Any = rules_of
             TypeError,
             "rules must be Toy values, got str",
         ),
-        (lambda: rules_of_any(Toy("allow", True, 0), Toy), TypeError, "rules must be Toy values"),
+        (
+            lambda: rules_of_any(Toy("allow", True, 0), Toy),
+            TypeError,
+            r"rules must be a sequence of Toy, not one Toy \(a one-item list for one\)",
+        ),
     ],
 )
 def test_bad_values_are_refused_naming_the_field(build: Any, error: type, message: str) -> None:

@@ -4,6 +4,7 @@ canonical audit records with the tool-call ID (CAP-006); the request says what a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -463,6 +464,38 @@ async def test_an_approval_that_arrives_after_the_request_expired_is_refused(
     (decided,) = records_of(ran.log, ToolApprovalDecided)
     assert (decided.decision.approved, decided.decision.decided_by) == (False, "engine")
     assert decided.decision.mismatch(request) is None  # the refusal is bound to the call
+    assert probe.calls == []
+
+
+@pytest.mark.parametrize("how", ["swallows the cancellation", "shields itself until then"])
+async def test_an_approval_that_reaches_the_engine_at_the_deadline_instant_is_refused(
+    how: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The engine stops waiting at the deadline (``move_on_at`` fires then), so a decision that
+    reaches it at that very instant is as late as one after it. It was taken (the engine
+    refused only a decision after the deadline): a provider that swallowed the engine's
+    cancellation, or shielded itself up to the deadline, had its call run."""
+
+    async def stubborn(request: ApprovalRequest) -> ApprovalDecision:
+        assert request.deadline is not None
+        if how == "swallows the cancellation":
+            with contextlib.suppress(trio.Cancelled):  # deaf to the engine's timeout
+                await trio.sleep_forever()
+        else:
+            with trio.CancelScope(shield=True):
+                await trio.sleep_until(request.deadline)
+        assert trio.current_time() == request.deadline
+        return ApprovalDecision.for_request(request, True, "ok", "human")
+
+    approval, probe = ScriptedApproval(stubborn), HandlerProbe()
+    ran, _, _ = await _run_gated(approval, probe, approval_timeout=30)
+    rejected = ran.outcome("call_gated")
+    assert isinstance(rejected, ToolRejected)
+    assert rejected.reason == (
+        "approval denied: refused: the decision came after the request expired"
+    )
+    (decided,) = records_of(ran.log, ToolApprovalDecided)
+    assert (decided.decision.approved, decided.decision.decided_by) == (False, "engine")
     assert probe.calls == []
 
 

@@ -109,7 +109,7 @@ FIELDS: dict[tuple[type, str], tuple[Any, Any, Any]] = {
     (AgentPolicy, "on_exhaustion"): _choices("final-answer", "fail"),
     (AgentPolicy, "token_budget"): _ints(1, optional=True),
     (AgentPolicy, "context_token_limit"): _ints(1, optional=True),
-    (AgentPolicy, "approval_timeout"): _numbers(_positive),
+    (AgentPolicy, "approval_timeout"): _numbers(lambda v: 0 < v < math.inf),
     (AgentPolicy, "grace_turn_duration"): _numbers(_positive),
     (AgentPolicy, "output_retries"): _ints(0),
     (AgentPolicy, "warning_ratio"): _numbers(lambda v: 0 < v < 1),
@@ -160,6 +160,14 @@ def test_durations_accept_ints_floats_and_infinity() -> None:
     assert AgentPolicy(max_duration=5).max_duration == 5
     assert AgentPolicy(max_duration=0.25).max_duration == 0.25
     assert AgentPolicy(max_duration=math.inf).max_duration == math.inf
+
+
+def test_an_approval_timeout_must_end_as_its_request_records_when_it_expires() -> None:
+    """``expires_at`` is written to the log: an infinite one broke every approval on SQLite
+    (the request could not be encoded, so the call settled as a defect)."""
+    with pytest.raises(ValueError, match=r"approval_timeout must be a positive, finite number"):
+        AgentPolicy(approval_timeout=math.inf)
+    assert AgentPolicy(approval_timeout=1e9).approval_timeout == 1e9
 
 
 @pytest.mark.parametrize(

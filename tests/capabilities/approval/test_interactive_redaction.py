@@ -17,8 +17,10 @@ from capabilities import in_memory_storage
 from capabilities.approval import (
     ApprovalClosed,
     ApprovalOpened,
+    ApprovalRule,
     ApprovalUpdate,
     InteractiveApproval,
+    PolicyApproval,
 )
 from effectagent import Agent, AgentPolicy, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.core import ToolApprovalDecided
@@ -90,3 +92,39 @@ async def test_a_persons_reason_and_name_are_redacted_everywhere(
     assert closed.reason == "because [REDACTED]"
     seen = [repr(log), repr(updates), repr(logs), repr(result)]
     assert [text for text in seen if SECRET in text] == []
+
+
+async def test_a_person_a_policy_asks_is_redacted_and_closed_as_its_own_layer_would(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``PolicyApproval(..., ask=person).layer()`` (the guide's way to ask a person about what
+    the rules leave) never built the person's layer: the ``ApprovalClosed`` every UI got held
+    the reason as typed, secret and all, and the UIs' channels never ended with the runtime."""
+    person = InteractiveApproval()
+    policy = PolicyApproval(
+        [ApprovalRule.ask()], ask=PolicyApproval([ApprovalRule.ask()], ask=person)
+    )
+    model = ScriptedModel([Turn.tool_calls(("echo", {"note": "n"})), Turn.text("done")])
+    layer = agent.toolkit.handlers({echo: _echo}) + model.as_layer() + policy.layer()
+    updates: list[ApprovalUpdate] = []
+    channel = person.subscribe()
+    async with open_runtime(layer, agents=[agent], secrets=[SECRET]) as runtime:
+        async with trio.open_nursery() as nursery:
+
+            async def ui() -> None:
+                async for update in channel:
+                    updates.append(update)
+                    if isinstance(update, ApprovalOpened):
+                        person.deny(update.approval.approval_id, f"no: {SECRET}", by="ann")
+
+            nursery.start_soon(ui)
+            result = await runtime.run(agent, "go")
+            nursery.cancel_scope.cancel()
+        log = await runtime.log.entries(result.conversation_id)
+    (decided,) = [e.record for e in log if isinstance(e.record, ToolApprovalDecided)]
+    assert decided.decision.reason == "no: [REDACTED]"
+    (closed,) = [u for u in updates if isinstance(u, ApprovalClosed)]
+    assert closed.reason == "no: [REDACTED]"
+    assert SECRET not in repr(updates)
+    with pytest.raises(trio.EndOfChannel):  # the runtime closed: the UI's channel ended
+        channel.receive_nowait()

@@ -25,6 +25,7 @@ from capabilities.approval import (
     ScriptedApproval,
     ToolRegistry,
 )
+from effectagent import ToolCallContext, open_runtime
 from effectagent.core import (
     ApprovalDecision,
     ApprovalDenied,
@@ -34,8 +35,9 @@ from effectagent.core import (
     ToolRejected,
     ToolSuccess,
 )
+from effectagent.testing import ScriptedModel, Turn
 
-from .support import AGENT, calls_turn, run_turns
+from .support import AGENT, TOOLS, calls_turn, run_turns
 
 CALLS = st.lists(
     st.tuples(
@@ -379,3 +381,36 @@ def test_the_agents_of_a_policy_are_a_collection_not_one(agents: Any) -> None:
         PolicyApproval([], agents=agents)
     with pytest.raises(TypeError, match="agents must be an iterable of Agents, not one"):
         ToolRegistry(agents)
+
+
+async def test_a_call_whose_target_held_a_secret_is_denied_not_approved_by_a_wider_rule(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The runtime redacts a secret in a target before the policy sees it: a deny rule written
+    for the place (``file:/srv/*sk-live-*``) missed ``file:/srv/[REDACTED]`` and the approve
+    rule below it let the call run. A rule that looks at targets now cannot tell: it denies."""
+    key = "sk-live-7f3a9c1e5b"
+    policy = PolicyApproval(
+        [
+            ApprovalRule.deny(any_target="file:/srv/*sk-live-*", reason="key files stay"),
+            ApprovalRule.approve(targets="file:/srv/*"),
+        ]
+    )
+    handled: list[str] = []
+
+    async def handle(params: Any, call: ToolCallContext) -> str:
+        handled.append(params.path)
+        return "deleted"
+
+    calls = calls_turn(("delete_file", f"/srv/{key}", 0, "c1"), ("delete_file", "/srv/a", 0, "c2"))
+    model = ScriptedModel([calls, Turn.text("Done.")])
+    layer = AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle)) + model.as_layer()
+    async with open_runtime(layer + policy.layer(), agents=[AGENT], secrets=[key]) as runtime:
+        result = await runtime.run(AGENT, "Go.")
+        log = await runtime.log.entries(result.conversation_id)
+    secret_call, plain_call = result.outcomes
+    assert isinstance(secret_call, ToolRejected)
+    assert "redacted, so a pattern cannot judge it" in secret_call.reason
+    assert isinstance(plain_call, ToolSuccess)
+    assert handled == ["/srv/a"]
+    assert key not in repr(log)

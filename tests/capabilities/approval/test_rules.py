@@ -22,6 +22,7 @@ from capabilities.approval import (
     ApprovalRule,
     ApprovalSubject,
     Known,
+    PolicyApproval,
     ToolRegistry,
     Unknown,
 )
@@ -270,6 +271,26 @@ def test_a_target_spelled_to_hide_a_dot_segment_is_denied(target: str) -> None:
     assert "cannot judge it" in verdict.reason
 
 
+def test_a_target_the_runtime_redacted_is_not_judged_by_patterns() -> None:
+    """A target that held a secret reaches the policy as ``[REDACTED]``: a deny rule written
+    for the place it names (``file:/srv/*sk-live-*``) missed it, and a wider approve rule
+    below approved it. A rule that looks at targets cannot tell, and denies."""
+    subject = ApprovalSubject(_request("delete_file", "ops", "high", (f"file:/srv/{REDACTED}",)))
+    policy = ApprovalPolicy(
+        [
+            ApprovalRule.deny(any_target="file:/srv/*sk-live-*", reason="key files stay"),
+            ApprovalRule.approve(targets="file:/srv/*"),
+        ]
+    )
+    verdict = policy.decide(subject)
+    assert (verdict.decision, verdict.rule) == ("deny", 0)
+    assert "redacted, so a pattern cannot judge it" in verdict.reason
+    # A rule that does not look at targets still judges the call.
+    assert ApprovalPolicy([ApprovalRule.approve(tools="delete_file")]).decide(subject).decision == (
+        "approve"
+    )
+
+
 @pytest.mark.parametrize(
     "target",
     ["file:/tmp/100%", "file:/tmp/a%2Fb", "url:https://example.org/public/a%20b", "file:/tmp/a/"],
@@ -437,6 +458,12 @@ Policy: Any = ApprovalPolicy
         (lambda: Policy([Rule.approve()], "perhaps"), ValueError, "default must be 'approve', "),
         (lambda: Policy([{"decision": "approve"}]), TypeError, "rules must be ApprovalRule"),
         (lambda: Policy(None), TypeError, "rules must be ApprovalRule values, got NoneType"),
+        # A lone rule was refused with "rules must be ApprovalRule values, got ApprovalRule".
+        (
+            lambda: PolicyApproval(Rule.deny()),
+            TypeError,
+            r"not one ApprovalRule \(a one-item list for one\)",
+        ),
         (lambda: ToolRegistry([AGENT, Agent("ops", "Other.")]), ValueError, "two different"),
     ],
 )

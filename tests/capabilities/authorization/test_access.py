@@ -116,8 +116,11 @@ Policy: Any = AccessPolicy
         (
             lambda: PolicyAuthorization(Rule.allow(), policy=Policy([])),
             TypeError,
-            "rules must be AccessRule values, got AccessRule",
+            r"rules must be a sequence of AccessRule, not one AccessRule \(a one-item list",
         ),
+        # A lone rule was refused with "rules must be AccessRule values, got AccessRule".
+        (lambda: PolicyAuthorization(Rule.allow()), TypeError, "not one AccessRule"),
+        (lambda: Policy(Rule.deny()), TypeError, "not one AccessRule"),
         (
             lambda: PolicyAuthorization([Rule.allow()], policy=Policy([])),
             ValueError,

@@ -9,10 +9,11 @@ import attrs
 import pytest
 
 from capabilities.subagents import delegate
-from effectagent.ai import Toolkit
+from effectagent.ai import Tool, ToolCallContext, Toolkit
 from effectagent.core import (
     Agent,
     AgentPolicy,
+    ChildBudget,
     ContextAdded,
     ContextItem,
     SubagentStarted,
@@ -20,7 +21,7 @@ from effectagent.core import (
     ToolDefect,
     ToolSuccess,
 )
-from effectagent.engine import open_runtime
+from effectagent.engine import open_runtime, run_child
 from effectagent.testing import ScriptedModel, Turn
 
 NOTE = ContextItem(kind="note", source="runbook", text="Restart the pool first.")
@@ -31,11 +32,16 @@ class Question:
     service: str
 
 
-async def _ask(context: Any) -> tuple[ToolCallSettled, list[Any], list[Any]]:
+async def _ask(context: Any, prompt: Any = None) -> tuple[ToolCallSettled, list[Any], list[Any]]:
     """The lead delegates once; the settled call, the lead's events and the child's records."""
     child = Agent("helper", "Answer briefly.")
     delegation = delegate(
-        child, name="ask", description="Ask the helper.", parameters=Question, context=context
+        child,
+        name="ask",
+        description="Ask the helper.",
+        parameters=Question,
+        context=context,
+        prompt=prompt,
     )
     lead = Agent("lead", "Lead.", toolkit=Toolkit(delegation.tool), policy=AgentPolicy(max_turns=5))
     model = ScriptedModel(
@@ -78,5 +84,56 @@ async def test_a_context_that_is_not_a_sequence_of_items_is_a_defect_before_the_
     outcome = settled.outcome
     assert isinstance(outcome, ToolDefect)
     assert message in outcome.message
+    assert not [e for e in events if isinstance(e, SubagentStarted)]
+    assert child_records == []
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ({"context": NOTE}, "context must be a sequence of ContextItem (a one-item list for one)"),
+        ({"context": None}, "context must be a sequence of ContextItem (a one-item list for one)"),
+        ({"context": iter([NOTE])}, "context must be a sequence of ContextItem"),
+        ({"nested": "yes"}, "nested must be a bool, got str"),
+    ],
+    ids=["lone-item", "none", "iterator", "nested"],
+)
+async def test_run_child_names_a_context_or_nested_it_cannot_take(
+    argument: dict[str, Any], message: str
+) -> None:
+    """``run_child(context=NOTE)`` failed with "'ContextItem' object is not iterable" (naming no
+    argument), and ``nested="yes"`` was taken as true; each is refused, naming the argument,
+    before anything runs — as ``runtime.run(context=...)`` refuses them."""
+    child = Agent("helper", "Answer briefly.")
+    raised: list[str] = []
+
+    async def handler(params: Question, call: ToolCallContext) -> str:
+        with pytest.raises(TypeError) as info:
+            await run_child(call, child, "Why?", budget=ChildBudget(), **argument)
+        raised.append(str(info.value))
+        return "refused"
+
+    tool = Tool("ask", "Ask.", parameters=Question, success=str)
+    lead = Agent("lead", "Lead.", toolkit=Toolkit(tool), policy=AgentPolicy(max_turns=5))
+    model = ScriptedModel([Turn.tool_calls(("ask", {"service": "api"})), Turn.text("done")])
+    layer = model.as_layer() + Toolkit(tool).handlers({tool: handler})
+    async with (
+        open_runtime(layer, agents=[lead]) as runtime,
+        runtime.stream(lead, "Why?") as stream,
+    ):
+        events = [event async for event in stream]
+    assert len(raised) == 1
+    assert message in raised[0]
+    assert not [e for e in events if isinstance(e, SubagentStarted)]
+
+
+@pytest.mark.parametrize("returned", ["", "  \n"], ids=["empty", "spaces"])
+async def test_a_prompt_that_returns_no_text_is_a_defect_naming_the_prompt(returned: str) -> None:
+    """The guide: a prompt that returns no text settles the call as a ToolDefect saying which
+    function was wrong. It said "run_child's text must not be empty", naming neither."""
+    settled, events, child_records = await _ask(None, prompt=lambda q: returned)
+    outcome = settled.outcome
+    assert isinstance(outcome, ToolDefect)
+    assert "the prompt of a delegation returned an empty text" in outcome.message
     assert not [e for e in events if isinstance(e, SubagentStarted)]
     assert child_records == []
