@@ -94,6 +94,22 @@ DENO_MIN_PROCESSES = 8
 AcquireHook = Callable[[OwnedResources], None]
 
 
+def _check_hook(on_acquire: object) -> None:
+    if on_acquire is not None and not callable(on_acquire):
+        raise TypeError(f"on_acquire must be a function or None, got {type(on_acquire).__name__}")
+
+
+def _check_pool(warm: object, warm_limits: object, on_acquire: object) -> None:
+    """Refuse pool arguments of the wrong type or value when they are given, not at a spawn."""
+    if type(warm) is not int or warm < 0:
+        raise ValueError(f"warm must be an int >= 0, got {warm!r}")
+    if warm_limits is not None and not isinstance(warm_limits, CodeExecutionLimits):
+        raise TypeError(
+            f"warm_limits must be a CodeExecutionLimits or None, got {type(warm_limits).__name__}"
+        )
+    _check_hook(on_acquire)
+
+
 @final
 class DenoCodeExecutor:
     """The Deno :class:`~sandbox.CodeExecutor`: a fresh Deno process per pass.
@@ -109,8 +125,9 @@ class DenoCodeExecutor:
     :meth:`~sandbox.WorkloadIdentity.nobody`; a non-root process runs them as itself).
     ``on_acquire`` is called with what each workload holds (:class:`~sandbox.OwnedResources`)
     as soon as it is spawned, before it runs any program: for audit logs and leak checks; it must
-    not block or raise. Construction is blocking (it probes the host once); use
-    :func:`open_deno_executor` for a warm pool.
+    not block or raise (a workload whose hook raises is released before the exception
+    propagates), and one that is not callable is refused with ``TypeError``. Construction is
+    blocking (it probes the host once); use :func:`open_deno_executor` for a warm pool.
     """
 
     __slots__ = (
@@ -133,6 +150,7 @@ class DenoCodeExecutor:
         identity: WorkloadIdentity | None = None,
         on_acquire: AcquireHook | None = None,
     ) -> None:
+        _check_hook(on_acquire)
         binary = find_deno(deno)
         version = deno_version(binary)
         facts = probe_host()
@@ -245,9 +263,16 @@ class DenoCodeExecutor:
         return pool_settled and (self._reaper is None or self._reaper.pending == 0)
 
     async def _spawn(self, config: SpawnConfig) -> Workload:
+        """Spawn one workload and tell ``on_acquire`` of it. A hook that raises breaks its
+        contract: the workload is released (shielded) before the exception propagates, so
+        nothing is left behind. Cancellation: as :func:`spawn_workload`'s."""
         workload = await spawn_workload(config)
         if self._on_acquire is not None:
-            self._on_acquire(workload.owned())
+            try:
+                self._on_acquire(workload.owned())
+            except BaseException:
+                await workload.aclose()
+                raise
         return workload
 
     async def execute(
@@ -255,7 +280,18 @@ class DenoCodeExecutor:
     ) -> CodeExecutionResult:
         """Run ``request`` in a fresh Deno process; host calls go to ``host`` (see
         :meth:`_execute`), in a span ``sandbox.code`` of the effect core's tracing hook — not made
-        current, so what the host calls trace nests under the caller's span."""
+        current, so what the host calls trace nests under the caller's span. A ``request`` or
+        ``host`` of the wrong type is refused with ``TypeError`` before anything starts."""
+        given: object = request  # callers need not be type-checked
+        if not isinstance(given, CodeExecutionRequest):
+            raise TypeError(
+                f"execute: request must be a CodeExecutionRequest, got {type(given).__name__}"
+            )
+        if not callable(getattr(host, "call", None)):
+            raise TypeError(
+                "execute: host must be a CodeExecutionHost (an object with an async call "
+                f"method), got {type(host).__name__}"
+            )
         with trace_span("sandbox.code", current=False) as span:
             code_started(span, request.limits, self._implementation)
             result = await self._execute(request, host)
@@ -481,7 +517,10 @@ async def open_deno_executor(
     :meth:`DenoCodeExecutor.execute`). Cancellation: leaving the block (normally, by error or by
     cancellation) stops refilling, kills every pooled workload and waits until every workload of
     the pool and of every pass is fully released (no process, cgroup or temp dir left), shielded.
+    ``warm`` of the wrong type or value raises ``ValueError``, ``warm_limits`` or ``on_acquire``
+    of the wrong type ``TypeError``.
     """
+    _check_pool(warm, warm_limits, on_acquire)
     executor = DenoCodeExecutor(
         isolation=isolation,
         deno=deno,
@@ -512,8 +551,10 @@ def deno_executor_layer(
     The executor, its warm pool of ``warm`` workloads and its reaper live in the Layer's build
     scope (the pool refills as a fiber of it, passes' workloads are released by tasks of it, and
     its finalizers close the pool and wait for every release); arguments as
-    :func:`open_deno_executor`. Building is blocking for a moment (it probes the host once).
+    :func:`open_deno_executor`, refused as it refuses them, here. Building is blocking for a
+    moment (it probes the host once).
     """
+    _check_pool(warm, warm_limits, on_acquire)
 
     async def build(_: Context, scope: Scope) -> Context:
         executor = DenoCodeExecutor(

@@ -211,6 +211,8 @@ async def run_pass(state: PassState) -> None:
             state.fail(_violation(exc, state), nursery)
         except CodeExecutionError as exc:
             state.fail(exc, nursery)
+        if state.done:
+            _read_late_stderr(state)
         nursery.cancel_scope.cancel()
 
 
@@ -434,16 +436,48 @@ async def _drain_stderr(state: PassState, nursery: trio.Nursery) -> None:
             return
         if not chunk:
             return
-        if len(state.stderr) < _STDERR_KEPT:
-            state.stderr += chunk[: _STDERR_KEPT - len(state.stderr)]
-        state.stderr_total += len(chunk)
-        if state.stderr_total > state.limits.output_bytes:
+        if _count_stderr(state, chunk):
             await _settle_exit(state.workload, 0.05)
             error = _death_error(state) or OutputLimitExceeded(
                 state.stderr_total, state.limits.output_bytes
             )
             state.fail(error, nursery)
             return
+
+
+def _count_stderr(state: PassState, chunk: bytes) -> bool:
+    """Keep the start of ``chunk`` for diagnostics and count it; whether the total is now past
+    ``output_bytes``."""
+    if len(state.stderr) < _STDERR_KEPT:
+        state.stderr += chunk[: _STDERR_KEPT - len(state.stderr)]
+    state.stderr_total += len(chunk)
+    return state.stderr_total > state.limits.output_bytes
+
+
+def _read_late_stderr(state: PassState) -> None:
+    """End a pass whose result arrived with its raw stderr past ``output_bytes``.
+
+    The harness writes its result after everything the program wrote before it, but the result
+    may be read before the stderr task has read that output, or while it is still settling how
+    the workload ended: a program that floods stderr and returns at once must still end with
+    :class:`OutputLimitExceeded`, not a result. What the program wrote is in the pipe by then (a
+    write beyond the pipe's capacity blocks the program until the stderr task reads it), so a
+    non-blocking read finds it.
+    """
+    fd = state.workload.process.stderr.fileno()
+    limit = state.limits.output_bytes
+    while state.stderr_total <= limit:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except OSError:  # nothing more there now (EAGAIN), or closed
+            break
+        if not chunk:
+            break
+        _count_stderr(state, chunk)
+    if state.stderr_total > limit:  # counted here, or by the stderr task still settling it
+        state.done = False
+        state.value = None
+        state.error = OutputLimitExceeded(state.stderr_total, limit)
 
 
 async def _settle_exit(workload: Workload, seconds: float) -> None:

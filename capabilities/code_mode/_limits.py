@@ -77,7 +77,9 @@ class CodeModeLimits:
 
         The executor's own bounds sit just above ours where ours are checked first (the result
         and a call's result leave room for the wrapper's framing and for the executor's JSON
-        encoding), so the limit a program meets is the one named here.
+        encoding, which escapes every non-ASCII character of a value holding a lone surrogate:
+        up to three times the bytes we count), so the limit a program meets is the one named
+        here.
         """
         return CodeExecutionLimits(
             source_bytes=self.source_bytes + wrapper_bytes,
@@ -87,7 +89,7 @@ class CodeModeLimits:
             result_bytes=self.egress_bytes + 1024,
             max_host_calls=self.max_calls,
             host_call_argument_bytes=self.call_argument_bytes,
-            host_call_result_bytes=2 * self.call_result_bytes + 64,
+            host_call_result_bytes=3 * self.call_result_bytes + 64,
             memory_bytes=self.memory_bytes,
             max_processes=self.max_processes,
         )

@@ -86,9 +86,9 @@ class CodeModeInput:
     )
 
 
-#: How the engine's defect for a result its tool's type refuses begins; each of its issues ends
-#: with the offending value (``…, got 'text'``).
-_RESULT_VIOLATION: Final = "result violates its schema"
+#: How the engine's defect for a result (or a declared error) its tool's type refuses begins;
+#: each of its issues ends with the offending value (``…, got 'text'``).
+_OUTPUT_VIOLATIONS: Final = ("result violates its schema", "failure violates its schema")
 _QUOTED_VALUE: Final = re.compile(r", got [^\n]*")
 
 
@@ -99,9 +99,9 @@ def framework_envelope(envelope: JSONValue) -> dict[str, JSONValue]:
     if isinstance(envelope, dict) and isinstance(tag := envelope.get("_tag"), str):
         message = envelope.get("message")
         if tag in FRAMEWORK_TAGS and isinstance(message, str):
-            if tag == "ToolDefect" and message.startswith(_RESULT_VIOLATION):
-                # What the tool returned stays in the pass: where and what was expected, not the
-                # value the check quotes.
+            if tag == "ToolDefect" and message.startswith(_OUTPUT_VIOLATIONS):
+                # What the tool returned or raised stays in the pass: where and what was
+                # expected, not the value the check quotes.
                 return {**envelope, "message": _QUOTED_VALUE.sub("", message)}
             return envelope
         text = message if isinstance(message, str) else tag

@@ -7,6 +7,8 @@ tracker's proof that nothing of any pass is left.
 from __future__ import annotations
 
 import json
+import re
+from typing import Any
 
 import attrs
 import pytest
@@ -331,6 +333,27 @@ async def test_an_async_function_declaration_expression_is_accepted(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
     assert await run(executor, "async function main(tools) { return 'ok' } // trailing") == "ok"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"request": "async () => 1"}, "request must be a CodeExecutionRequest, got str"),
+        ({"host": None}, "host must be a CodeExecutionHost (an object with an async call method)"),
+        ({"host": object()}, "host must be a CodeExecutionHost"),
+    ],
+)
+async def test_a_request_or_host_of_the_wrong_type_is_refused_before_anything_starts(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker, given: dict[str, Any], message: str
+) -> None:
+    arguments: dict[str, Any] = {
+        "request": request("async (t) => t.echo(1)", "echo"),
+        "host": Host(),
+    }
+    arguments.update(given)
+    with pytest.raises(TypeError, match=re.escape(message)):
+        await executor.execute(arguments["request"], arguments["host"])
+    assert tracker.spawned == 0
 
 
 async def test_oversize_source_is_rejected_before_anything_starts(

@@ -6,6 +6,9 @@ waiting for a pool to fill or a release to finish waits on ``settle()``, never o
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import trio
 
 from effectagent.effect._layer import open_layer
@@ -13,6 +16,7 @@ from sandbox import (
     UNLIMITED,
     CodeExecutorService,
     DenoCodeExecutor,
+    OwnedResources,
     deno_executor_layer,
     open_deno_executor,
 )
@@ -192,3 +196,54 @@ async def test_a_workload_the_reaper_refuses_is_released_before_execute_returns(
         await executor.execute(request(_BUSY_WORKER, "started"), host)
     assert executor.owned().empty
     assert tracker.leftovers() == []
+
+
+async def test_an_on_acquire_hook_that_raises_leaves_no_workload_behind(
+    tracker: WorkloadTracker,
+) -> None:
+    # The hook must not raise; one that does still gets no workload leaked: the pass fails with
+    # its exception, and the workload it was told of is released first.
+    def failing_hook(owned: OwnedResources) -> None:
+        tracker.record(owned)
+        raise RuntimeError("the audit log is down")
+
+    executor = DenoCodeExecutor(on_acquire=failing_hook)
+    with pytest.raises(RuntimeError, match="the audit log is down"):
+        await executor.execute(request("async () => 1"), Host())
+    assert tracker.spawned == 1
+    assert executor.owned().empty
+    assert tracker.leftovers() == []
+    # A pool counts such a workload as a failed spawn: it keeps none of them.
+    async with open_deno_executor(warm=1, on_acquire=failing_hook) as pooled:
+        await pooled.settle()  # paused after its failed spawns
+        assert tracker.spawned > 1
+        assert pooled.owned().empty
+        assert tracker.leftovers() == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"warm": -1}, ValueError, "warm must be an int >= 0, got -1"),
+        ({"warm": 1.5}, ValueError, "warm must be an int >= 0, got 1.5"),
+        ({"warm": "2"}, ValueError, "warm must be an int >= 0, got '2'"),
+        ({"warm": True}, ValueError, "warm must be an int >= 0, got True"),
+        (
+            {"warm_limits": {"cpu_seconds": 1}},
+            TypeError,
+            "warm_limits must be a CodeExecutionLimits",
+        ),
+        ({"on_acquire": 5}, TypeError, "on_acquire must be a function or None, got int"),
+    ],
+)
+async def test_pool_arguments_of_the_wrong_type_or_value_are_refused_when_given(
+    arguments: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=re.escape(message)):
+        deno_executor_layer(**arguments)  # type: ignore[arg-type]
+    with pytest.raises(error, match=re.escape(message)):
+        async with open_deno_executor(**arguments):  # type: ignore[arg-type]
+            pass
+    if "on_acquire" in arguments:
+        with pytest.raises(error, match=re.escape(message)):
+            DenoCodeExecutor(**arguments)  # type: ignore[arg-type]

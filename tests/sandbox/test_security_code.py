@@ -404,6 +404,20 @@ async def test_a_raw_stderr_flood_ends_the_pass(
     assert info.value.size > 10_000
 
 
+async def test_raw_stderr_past_the_budget_ends_a_pass_that_returns_at_once(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    # The result comes right after the flood: it must not win against the stderr accounting.
+    source = """async () => {
+        Deno[Deno.internal].core.print("x".repeat(50000) + "\\n", true);
+        return 1;
+    }"""
+    for _ in range(3):
+        with pytest.raises(OutputLimitExceeded) as info:
+            await executor.execute(request(source, output_bytes=1000), Host())
+        assert info.value.size == 50001
+
+
 async def test_a_huge_result_is_refused_without_being_transferred(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from capabilities.code_mode import CodeModeFailed, CodeModeLimits, code_mode
-from effectagent import tool
+from effectagent import TaggedError, tool
 from effectagent.core import (
     REDACTED,
     RunCompleted,
@@ -252,6 +253,39 @@ async def test_a_declared_failure_rejects_as_tool_failure_with_the_tools_error_i
     }
 
 
+@attrs.frozen
+class Throttled(TaggedError):
+    """Too many lookups: try again later."""
+
+    retry_after: int
+
+
+@tool(readonly=True, errors=(Throttled,))
+async def lookup(key: str) -> int:
+    """Look a key up.
+
+    Args:
+        key: The key.
+    """
+    raise Throttled(CANARY)  # type: ignore[arg-type]  # a field its own type refuses
+
+
+async def test_a_declared_error_its_type_refuses_reaches_the_program_without_its_value(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    # Like a result its type refuses: the defect says where and what was expected, and what the
+    # tool raised stays in the pass, even when the program lets the rejection fail the pass.
+    code = code_mode({"kv": [lookup]}, executor="service")
+    ran = await run_program(code, 'async () => kv.lookup({ key: "k" })', executor=executor)
+    envelope = failure_of(ran)
+    assert envelope["kind"] == "threw"
+    assert envelope["message"] == (
+        "the program threw ToolDefect: failure violates its schema: "
+        "$.retry_after: expected an integer"
+    )
+    assert CANARY not in ran.everything()
+
+
 async def test_an_uncaught_rejection_fails_the_pass_with_its_tag_and_message(
     executor: DenoCodeExecutor, tracker: WorkloadTracker
 ) -> None:
@@ -463,3 +497,30 @@ async def test_a_call_result_over_a_million_bytes_is_bounded_by_call_result_byte
         executor=executor,
     )
     assert result_of(ran)["result"] == 100001
+
+
+@tool(readonly=True)
+async def faces(count: int) -> str:
+    """A broken character, then ``count`` smiling faces.
+
+    Args:
+        count: How many faces.
+    """
+    return "\ud800" + "\U0001f600" * count
+
+
+async def test_a_call_result_within_call_result_bytes_reaches_the_program_however_it_is_escaped(
+    executor: DenoCodeExecutor, tracker: WorkloadTracker
+) -> None:
+    # 965 bytes as measured (UTF-8 JSON), within 1,000; the executor escapes every non-ASCII
+    # character of a value holding a lone surrogate (2,888 bytes): that is not the program's limit.
+    code = code_mode(
+        {"data": [faces]}, executor="service", limits=CodeModeLimits(call_result_bytes=1000)
+    )
+    ran = await run_program(code, CAUGHT % "data.faces({ count: 240 })", executor=executor)
+    assert result_of(ran)["result"] == "returned"
+    ran = await run_program(code, CAUGHT % "data.faces({ count: 250 })", executor=executor)
+    assert result_of(ran)["result"] == [
+        "ToolRejected",
+        "the result of data.faces is 1005 bytes, over the limit of 1000 bytes for one call",
+    ]
