@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Iterable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -99,6 +99,16 @@ def _seqs(value: Iterable[object]) -> tuple[int, ...]:
     return tuple(found)
 
 
+def _entries(value: object) -> tuple[LogEntry, ...]:
+    """The log entries given to a function of this module, checked: a lone value (one entry, a
+    str, None) is refused by name rather than failing deep inside with another error."""
+    found = _sequence("entries", value)
+    for entry in found:
+        if not isinstance(entry, LogEntry):
+            raise TypeError(f"entries must be LogEntry values, got {type(entry).__name__}")
+    return cast(tuple[LogEntry, ...], found)
+
+
 def _facts(value: Iterable[RetainedFact]) -> tuple[RetainedFact, ...]:
     found = _sequence("retained_facts", value)
     facts = tuple(fact for fact in found if isinstance(fact, RetainedFact))
@@ -153,9 +163,10 @@ class ArtifactRefused(TaggedError):
 
 
 def source_digest(entries: Iterable[LogEntry]) -> str:
-    """The digest of ``entries`` — give exactly the covered range (see the module notes)."""
+    """The digest of ``entries`` — give exactly the covered range (see the module notes).
+    Raises ``TypeError`` unless ``entries`` is a sequence of ``LogEntry`` values."""
     digest = hashlib.sha256(DIGEST_VERSION.encode())
-    for entry in entries:
+    for entry in _entries(entries):
         if isinstance(entry.record, CompactionCreated):
             continue
         tag, version, body, _ = _CODEC.encode(entry.record)
@@ -209,8 +220,10 @@ def verify_artifact(
     """Check ``artifact`` against the log ``entries`` (the whole conversation, in order); raise
     :class:`ArtifactRefused` saying why it does not fit. ``versions``: the compactor versions
     accepted (None: any); a lone str is refused with ``TypeError`` (see
-    :func:`accepted_versions`). Pure."""
+    :func:`accepted_versions`), as are ``entries`` that are not a sequence of ``LogEntry``
+    values. Pure."""
     accepted = accepted_versions(versions)
+    entries = _entries(entries)
     if not isinstance(artifact, CompactionResult):
         raise TypeError(f"an artifact is a CompactionResult, got {type(artifact).__name__}")
     last_seq = entries[-1].seq if entries else 0
@@ -256,6 +269,7 @@ def summary_text(artifact: CompactionResult) -> str | None:
 def compaction_artifacts(entries: Sequence[LogEntry]) -> tuple[CompactionResult, ...]:
     """Every compaction the log applies, as an artifact covering from entry 1 (export, audit,
     rebuild), in log order. Records the projection ignores (invalid ranges) are left out."""
+    entries = _entries(entries)
     found: list[CompactionResult] = []
     for _, rec in applied(entries):
         digest = source_digest(_in_range(entries, 1, rec.covers_through))
@@ -277,14 +291,19 @@ def rebuild_compactions(
     """The records to append to the log ``entries`` for ``artifacts``, in order — each verified
     against the log with the records before it appended. Raises :class:`ArtifactRefused` for the
     first that does not fit (then nothing is to be appended); ``TypeError`` for ``versions`` as
-    :func:`verify_artifact` does."""
+    :func:`verify_artifact` does, and for ``entries`` or ``artifacts`` that are not sequences of
+    ``LogEntry`` and ``CompactionResult`` values (a lone artifact: a one-item list for one)."""
     accepted = accepted_versions(versions)
+    given = _sequence("artifacts", artifacts)  # a lone artifact: a one-item list for one
     records: list[CompactionCreated] = []
-    log = list(entries)
+    log = list(_entries(entries))
     conversation = next(
         (c for e in log if isinstance(c := getattr(e.record, "conversation_id", None), str)), ""
     )
-    for artifact in artifacts:
+    for item in given:
+        if not isinstance(item, CompactionResult):
+            raise TypeError(f"artifacts must be CompactionResult values, got {type(item).__name__}")
+        artifact = item
         verify_artifact(log, artifact, versions=accepted)
         record = CompactionCreated(
             conversation_id=conversation,

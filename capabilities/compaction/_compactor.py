@@ -45,7 +45,7 @@ import attrs
 
 from effectagent.ai import AiError, Message, SystemMessage, UserMessage
 from effectagent.core import CompactionCreated, LogEntry
-from effectagent.effect import Layer
+from effectagent.effect import Layer, is_async_callable
 from effectagent.engine import CompactionRequest, CompactorService
 
 from .._logging import log_warning
@@ -117,10 +117,11 @@ class LogCompactor:
     """The engine's Compactor (see the module notes).
 
     ``summary_tokens`` bounds a summary (as does a quarter of the limit): it is the model's output
-    cap, and a longer summary, from the model or the host, is cut to it. ``host`` supplies summaries made elsewhere; ``versions`` the
-    compactor versions of host artifacts accepted (None: any; a lone str is refused with
-    ``TypeError``), kept as :attr:`versions`. ``refusals`` keeps the last host artifacts refused,
-    for operators.
+    cap, and a longer summary, from the model or the host, is cut to it. ``host`` supplies
+    summaries made elsewhere (its ``compaction_for`` an async function, else ``TypeError``);
+    ``versions`` the compactor versions of host artifacts accepted (None: any; a lone str is
+    refused with ``TypeError``), kept as :attr:`versions`. ``refusals`` keeps the last host
+    artifacts refused, for operators.
     """
 
     __slots__ = ("_host", "_versions", "refusals", "summary_tokens")
@@ -138,6 +139,12 @@ class LogCompactor:
             raise ValueError(f"summary_tokens must be a positive int, got {summary_tokens!r}")
         if host is not None and not callable(getattr(host, "compaction_for", None)):
             raise TypeError(f"host must be a CompactionHost, got {type(host).__name__}")
+        if host is not None and not is_async_callable(host.compaction_for):
+            # A plain function would fail at every compaction, logged, never here.
+            raise TypeError(
+                f"host must be a CompactionHost: {type(host).__name__}.compaction_for must be "
+                "an async function"
+            )
         self.summary_tokens = summary_tokens
         self._host = host
         self._versions = accepted_versions(versions)

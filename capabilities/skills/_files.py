@@ -240,8 +240,8 @@ def read_verified(
     Raises :class:`SkillTampered` naming the first file (by path) whose digest differs,
     :class:`SkillUnreadable` for a file that cannot be read, is not a regular file, leaves the
     directory, is too large (see the module notes: checked from the sizes before any file is
-    read) or is not UTF-8 text (the instruction file), and :class:`ReadStopped` when ``stop`` is
-    set (it is checked between chunks of a MiB).
+    read) or is not UTF-8 text or is blank (the instruction file), and :class:`ReadStopped` when
+    ``stop`` is set (it is checked between chunks of a MiB).
     """
     text = b""
     for relative, actual, content in _hash_files(root, skill, sorted(files), instructions, stop):
@@ -251,9 +251,14 @@ def read_verified(
         if relative == instructions:
             text = content
     try:
-        return text.decode("utf-8")
+        decoded = text.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise SkillUnreadable(skill, instructions, f"it is not UTF-8 text ({exc.reason})") from None
+    if not decoded.strip():  # nothing for the model to read (and no context item can be empty)
+        raise SkillUnreadable(
+            skill, instructions, "it holds no text, and the instructions are what the model reads"
+        )
+    return decoded
 
 
 @attrs.frozen

@@ -26,9 +26,10 @@ order), each ``<lowercase hex sha256 of the file>`` two spaces ``<relative path>
 identity as a run records it; :func:`~capabilities.skills.compute_integrity` writes the section.
 
 Paths are relative POSIX paths in a canonical spelling: no absolute path, no ``..`` or ``.``
-segment, no empty segment, no backslash or control character. Unknown keys are refused, so a
-misspelt field is an error rather than ignored. Every error is a :class:`SkillManifestError`
-naming the file and the field.
+segment, no empty segment, no backslash, no control character (C0, DEL or C1) and no invisible
+formatting character (a bidirectional control, a zero-width character: a path that reads as
+another). Unknown keys are refused, so a misspelt field is an error rather than ignored. Every
+error is a :class:`SkillManifestError` naming the file and the field.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+import unicodedata
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, TypeAlias, cast
@@ -68,6 +70,9 @@ _NAME: Final = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 _SHA256: Final = re.compile(r"sha256:[0-9a-f]{64}")
 _MAX_DESCRIPTION: Final = 1024
 _MAX_FILES: Final = 1000
+#: Unicode categories no path may hold: controls (C0, DEL, C1), formatting (bidirectional and
+#: zero-width characters, which make a path read as another) and line or paragraph separators.
+_HIDDEN: Final = frozenset({"Cc", "Cf", "Zl", "Zp"})
 _TOP: Final = frozenset(
     {
         "id",
@@ -129,11 +134,12 @@ def check_relative_path(path: Path, field: str, value: object) -> str:
         raise SkillPathEscapes(
             path, field, f"{value!r} is absolute; paths are relative to the skill directory"
         )
-    if "\\" in value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if "\\" in value or any(unicodedata.category(ch) in _HIDDEN for ch in value):
         raise SkillManifestError(
             path,
             field,
-            f"{value!r} holds a backslash or a control character; use '/' between parts",
+            f"{value!r} holds a backslash, a control or an invisible formatting character; "
+            "use '/' between parts",
         )
     parts = value.split("/")
     if ".." in parts:

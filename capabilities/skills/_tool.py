@@ -3,12 +3,13 @@
 :func:`activation_tool` builds an ordinary readonly :class:`~effectagent.Tool` whose one
 parameter is a skill ID, and the Layer of its handler. Its description lists the library's skills
 (IDs and descriptions, from the manifests: discovery metadata only) — all but the untrusted ones,
-unless the authorization allows untrusted skills. The handler activates the
-skill with the same checks as host activation — authorization for the run's agent and principal,
-the framework range, the required tools against the agent's toolkit and the required services
-against those the tool was given, every file's digest — and returns the instructions with the
-skill's ID, version and digest. The engine settles the call as a canonical ``ToolCallSettled``
-record, so which skill, in which version and with which content a run used is in its log.
+unless the authorization allows untrusted skills; the error for an unknown ID lists the same. The
+handler activates the skill with the same checks as host activation — authorization for the run's
+agent and principal, the framework range, the required tools against the agent's toolkit and the
+required services against those the tool was given, every file's digest — and returns the
+instructions with the skill's ID, version and digest. The engine settles the call as a canonical
+``ToolCallSettled`` record, so which skill, in which version and with which content a run used is
+in its log.
 
 A refusal is a :class:`SkillActivationFailed` the model reads (with its ``kind``), never a
 defect: the model can choose another skill or go on without one.
@@ -34,7 +35,7 @@ from ._errors import (
     SkillTampered,
     SkillUntrusted,
 )
-from ._library import SkillLibrary, _framework, activate_info
+from ._library import SkillInfo, SkillLibrary, _framework, activate_info
 from ._semver import Version
 
 __all__ = [
@@ -123,19 +124,21 @@ def _kind(error: SkillError) -> FailureKind:
     return "unreadable"
 
 
-def _describe(
-    library: SkillLibrary, authorization: SkillAuthorization, description: str | None
-) -> str:
+def _offered(library: SkillLibrary, authorization: SkillAuthorization) -> list[SkillInfo]:
+    """The skills the model is told of: an untrusted skill the host does not allow is never
+    activated, so neither the tool's description nor its errors name it."""
+    return [
+        skill for skill in library if skill.trust != "untrusted" or authorization.allow_untrusted
+    ]
+
+
+def _describe(offered: list[SkillInfo], description: str | None) -> str:
     lines = [
         description
         or "Activate a skill: read its instructions before doing the task they describe. "
         "Activate one only when the task needs it.",
         "",
         "Available skills (skill_id: description):",
-    ]
-    # An untrusted skill the host does not allow is never activated: the model is not told of it.
-    offered = [
-        skill for skill in library if skill.trust != "untrusted" or authorization.allow_untrusted
     ]
     lines.extend(f"- {skill.id}: {skill.description}" for skill in offered)
     if not offered:
@@ -184,9 +187,11 @@ def activation_tool(
         lone=(ServiceKey,),
     )
     framework = _framework(framework_version)
+    offered = _offered(library, authorization)
+    available = ", ".join(skill.id for skill in offered) or "none"
     tool: Tool[ActivateSkill, SkillInstructions] = Tool(
         name,
-        _describe(library, authorization, description),
+        _describe(offered, description),
         parameters=ActivateSkill,
         success=SkillInstructions,
         failure=SkillActivationFailed,
@@ -207,7 +212,7 @@ def activation_tool(
     tool_names = frozenset(toolkit.names)
 
     async def build(context: Context, _: Scope) -> Context:
-        offered = frozenset(key.name for key in context)
+        services_offered = frozenset(key.name for key in context)
 
         async def activate(params: ActivateSkill, call: ToolCallContext) -> SkillInstructions:
             """Activate the skill the model named for this call's agent and principal.
@@ -220,8 +225,7 @@ def activation_tool(
                 raise SkillActivationFailed(
                     params.skill_id,
                     "unknown-skill",
-                    f"there is no skill {params.skill_id!r}; "
-                    f"available: {', '.join(library.ids) or 'none'}",
+                    f"there is no skill {params.skill_id!r}; available: {available}",
                 )
             try:
                 activated = await activate_info(
@@ -229,7 +233,7 @@ def activation_tool(
                     agent=call.agent_name,
                     principal=call.author,
                     tools=tool_names,
-                    services=offered,
+                    services=services_offered,
                     authorization=authorization,
                     framework=framework,
                 )

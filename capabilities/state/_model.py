@@ -31,7 +31,13 @@ from typing import Any, Final, Generic, Literal, Protocol, TypeAlias, TypeVar, f
 import attrs
 
 from effectagent.ai import ToolCallContext
-from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
+from effectagent.effect import (
+    SchemaDerivationError,
+    ServiceKey,
+    TaggedError,
+    is_async_callable,
+    json_schema,
+)
 from effectagent.engine import RunEnding, RunInfo
 
 from .._rules import storable
@@ -81,7 +87,9 @@ def _identifier(_: object, attribute: attrs.Attribute[Any], value: object) -> No
 
 
 def _compensation(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not callable(value):
+    # A plain function would fail only when a failed run awaits it — its external effect then
+    # stays undone: refused where it is given (see ``is_async_callable``).
+    if not is_async_callable(value):
         raise TypeError(
             f"{attribute.name} must be an async function of no arguments, "
             f"got {type(value).__name__}"
@@ -93,6 +101,10 @@ def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{attribute.name} must say why the outcome is unknown, got an empty str")
+    if not storable(value):  # a store would fail it (or PostgreSQL's text) only at the write
+        raise ValueError(
+            f"{attribute.name} cannot hold a NUL or a lone surrogate (no store keeps it)"
+        )
 
 
 # ---- errors ---------------------------------------------------------------------------------------
@@ -117,7 +129,8 @@ class StateConflict(AgentStateError):
 @attrs.frozen
 class StateValueInvalid(AgentStateError):
     """The value (or the key) is not valid for the slot: ``problem`` gives the paths of the parts
-    that do not match the slot's type, never the values."""
+    that do not match the slot's type, never the values (a mapping's keys are the value's too:
+    a path shows each as ``[…]``)."""
 
     slot: str
     key: str

@@ -26,6 +26,7 @@ pending until recovery marks them uncertain, as after a crash.
 
 from __future__ import annotations
 
+import re
 import time
 from functools import partial
 from typing import Any, Final, TypeVar, final
@@ -83,13 +84,23 @@ def _check_cell(slot: object, key: object) -> Cell:
     return slot.name, key
 
 
+#: A path segment naming a mapping's key (``["sk-…"]``): the key is part of the value.
+_KEY_SEGMENT: Final = re.compile(r'\["(?:[^"\\]|\\.)*"\]')
+
+
+def _blind(path: str) -> str:
+    """``path`` with every mapping key in it replaced by ``[…]``: an error says where a value
+    went wrong, never what it holds — and a key is as much the value's as its items are."""
+    return _KEY_SEGMENT.sub("[…]", path)
+
+
 def _load(slot: StateSlot[T], key: str, version: int, text: str) -> T:
     try:
         return slot.codec.load(version, text)
     except VersionUnsupported as exc:
         raise UnknownStateVersion(slot.name, key, exc.version, exc.current) from None
     except StoredValueCorrupt as exc:
-        raise CorruptState(slot.name, key, exc.detail) from None
+        raise CorruptState(slot.name, key, _blind(exc.detail)) from None
 
 
 def _dump(slot: StateSlot[T], key: str, value: T) -> str:
@@ -98,7 +109,7 @@ def _dump(slot: StateSlot[T], key: str, value: T) -> str:
     try:
         return slot.codec.dump(value)
     except ValueRejected as exc:
-        where = ", ".join(exc.paths[:10]) or "$"
+        where = ", ".join(_blind(path) for path in exc.paths[:10]) or "$"
         raise StateValueInvalid(
             slot.name, key, f"does not match the slot's type at {where}"
         ) from None

@@ -34,7 +34,8 @@ CONVERSATION = "conv_1"
 @attrs.frozen
 class Conversation:
     """A generated log; ``spans`` are the (response seq, last settlement seq) of every batch;
-    ``last_messages`` how many messages the newest unit renders (1: a user input, 2: a batch)."""
+    ``last_messages`` how many messages the newest unit renders (1: a user input, 2: a batch, 3: a
+    batch a concurrent run wrote a user input into)."""
 
     entries: tuple[LogEntry, ...]
     spans: tuple[tuple[int, int], ...]
@@ -57,7 +58,9 @@ def _text(draw: st.DrawFn, largest: int) -> str:
     return (word + " ") * (size // 6) + word
 
 
-def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[int, int]]) -> None:
+def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[int, int]]) -> int:
+    """Add a batch of tool calls; return how many messages it renders (its unit's): the call and
+    the results, and a concurrent run's input written in between (rendered after the results)."""
     calls = draw(st.integers(1, 3))
     content: list[tuple[str, Any]] = []
     if draw(st.booleans()):
@@ -100,7 +103,8 @@ def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[in
                 )
             )
     last = response
-    if draw(st.integers(0, 7)) == 0:  # a concurrent run of the conversation writes in between
+    meanwhile = draw(st.integers(0, 7)) == 0
+    if meanwhile:  # a concurrent run of the conversation writes in between
         log.add(
             UserInputRecorded(
                 conversation_id=CONVERSATION,
@@ -131,6 +135,7 @@ def _batch(draw: st.DrawFn, log: _Log, run: str, turn: int, spans: list[tuple[in
             )
         )
     spans.append((response, last))
+    return 3 if meanwhile else 2
 
 
 @st.composite
@@ -166,8 +171,7 @@ def conversations(
         batches = draw(st.integers(0, 3))
         final = number < runs - 1 or draw(st.booleans())
         for turn in range(1, batches + 1):
-            _batch(draw, log, run, turn, spans)
-            last_messages = 2
+            last_messages = _batch(draw, log, run, turn, spans)
         if final:
             answer = (("text", _text(draw, 300)),)
             log.add(

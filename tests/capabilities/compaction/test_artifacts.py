@@ -253,6 +253,40 @@ def test_a_lone_value_where_a_sequence_goes_is_refused_by_name(build: Any, name:
         build()
 
 
+#: The functions with their types erased: these tests hand them what their annotations forbid.
+any_digest: Any = source_digest
+any_verify: Any = verify_artifact
+any_export: Any = compaction_artifacts
+any_rebuild: Any = rebuild_compactions
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: any_digest("abc"), "entries must be a sequence, got str"),
+        (lambda: any_digest([1]), "entries must be LogEntry values, got int"),
+        (lambda: any_verify(None, _artifact()), "entries must be a sequence, got NoneType"),
+        (lambda: any_verify(LOG[0], _artifact()), "entries must be a sequence, got LogEntry"),
+        (lambda: any_export(None), "entries must be a sequence, got NoneType"),
+        (lambda: any_export([1, 2]), "entries must be LogEntry values, got int"),
+        (lambda: any_rebuild("log", []), "entries must be a sequence, got str"),
+        (
+            lambda: any_rebuild(LOG, _artifact()),  # one artifact, not a list of them
+            "artifacts must be a sequence, got CompactionResult",
+        ),
+        (
+            lambda: any_rebuild(LOG, ["summary"]),
+            "artifacts must be CompactionResult values, got str",
+        ),
+    ],
+)
+def test_entries_and_artifacts_that_are_not_sequences_of_them_are_refused_by_name(
+    call: Any, message: str
+) -> None:
+    with pytest.raises(TypeError, match=f"^{message}$"):
+        call()
+
+
 def test_a_tokenizer_may_give_its_tokens_as_an_iterator_never_as_a_count() -> None:
     messages: list[Message] = [SystemMessage("be brief"), UserMessage((TextContent("a b c"),))]
     lazy = TokenizerCounter(lambda text: iter(text.split()), per_message=0)
@@ -286,6 +320,13 @@ def test_bad_compactor_and_counter_arguments_are_refused() -> None:
         LogCompactor(summary_tokens=0)
     with pytest.raises(TypeError, match="host must be a CompactionHost"):
         LogCompactor(host=object())  # type: ignore[arg-type]
+
+    class PlainHost:  # a plain function would fail at every compaction, never here
+        def compaction_for(self, request: object) -> None:
+            return None
+
+    with pytest.raises(TypeError, match=r"PlainHost\.compaction_for must be an async function"):
+        LogCompactor(host=PlainHost())  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="per_message must be an int, got float"):
         TokenizerCounter(str.split, per_message=1.5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="per_message must be a non-negative int, got -1"):

@@ -185,6 +185,20 @@ async def test_instructions_that_are_not_utf8_are_refused(tmp_path: Path) -> Non
         await library.activate("latin", agent=AGENT)
 
 
+@pytest.mark.parametrize("text", ["", " \n\t"])
+async def test_instructions_with_no_text_are_refused_naming_the_file(
+    tmp_path: Path, text: str
+) -> None:
+    """Blank instructions would give the model nothing to read, and no context item (which
+    cannot be empty): the activation is refused, naming the skill and the file."""
+    write_skill(tmp_path, "blank", text=text)
+    library = await discover_skills(tmp_path)
+    with pytest.raises(
+        SkillUnreadable, match=r"^skill 'blank': SKILL\.md cannot be read: it holds no text"
+    ):
+        await library.activate("blank", agent=AGENT)
+
+
 async def test_a_cancelled_activation_activates_nothing(tmp_path: Path) -> None:
     write_skill(tmp_path, "one")
     library = await discover_skills(tmp_path)

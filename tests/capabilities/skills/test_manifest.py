@@ -119,6 +119,9 @@ CASES = [
     ("instructions", "", "instructions", "empty string"),
     ("instructions", "./SKILL.md", "instructions", "not in canonical form"),
     ("instructions", "docs\\SKILL.md", "instructions", "backslash"),
+    ("instructions", "SKILL\u0085.md", "instructions", "a control"),  # C1: a control too
+    ("assets", ["forms/w9\u202e.pdf"], "assets[0]", "invisible formatting"),  # reads backwards
+    ("assets", ["forms/\u200bw9.pdf"], "assets[0]", "invisible formatting"),  # zero-width
     ("assets", "forms/w9.pdf", "assets", "must be an array, got a string"),
     ("assets", [3], "assets[0]", "got an integer"),
     ("assets", ["SKILL.md"], "assets", "'SKILL.md' appears twice"),

@@ -226,6 +226,27 @@ async def test_the_description_lists_no_skill_the_model_could_never_activate(
     assert "- stranger: Unknown origin." in shown
 
 
+async def test_an_unknown_skills_error_names_no_skill_the_description_hides(
+    tmp_path: Path,
+) -> None:
+    library = await _library(tmp_path)
+    write_skill(tmp_path / "more", "stranger", trust="untrusted", description="Unknown origin.")
+    library = SkillLibrary([*library, *await discover_skills(tmp_path / "more")])
+    activation = activation_tool(library, [read_pdf])
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    model = ScriptedModel(
+        [Turn.tool_calls(("activate_skill", {"skill_id": "nope"})), Turn.text("Without it.")]
+    )
+    layer = Toolkit(read_pdf).handlers() + activation.layer + model.as_layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Go.")
+        (settled,) = await _settlements(runtime.log, result.conversation_id)
+    assert isinstance(settled.outcome, ToolFailure)
+    message = settled.outcome.error["message"]
+    assert message == "there is no skill 'nope'; available: invoices, pdf-forms, secret-sauce"
+    assert "stranger" not in repr(model.requests[1].messages)
+
+
 async def test_the_runs_deadline_stops_a_model_activation_while_it_hashes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -17,7 +17,7 @@ from capabilities.state import (
     WithRecord,
     WriteClass,
 )
-from capabilities.state._model import StateValueInvalid
+from capabilities.state._model import CorruptState, StateValueInvalid
 from effectagent.engine import RunInfo
 
 from .test_contract import BOOKING, Booking, state
@@ -94,6 +94,29 @@ async def test_a_key_no_store_can_keep_is_refused_by_every_store(
             await store.read(BOOKING, key)
 
 
+async def test_an_error_says_where_a_value_went_wrong_never_what_its_keys_are(
+    kind: str, tmp_path: Path
+) -> None:
+    """A mapping's keys are the value's: a wrong value under a secret key is refused, and the
+    path in the error — or in a stored value that no longer reads — shows the key as ``[…]``."""
+    canary = "sk-live-canary-4242"
+    tokens: StateSlot[dict[str, int]] = StateSlot("tokens", dict[str, int])
+    names: StateSlot[dict[str, str]] = StateSlot("tokens", dict[str, str])
+    async with state(kind, tmp_path) as (store, _):
+        wrong: Any = {canary: "not a number"}
+        with pytest.raises(StateValueInvalid) as refused:
+            await store.write(tokens, "ann", wrong, expected_revision=0, write=WithRecord("c", "r"))
+        assert "at $[…]" in str(refused.value)
+        assert canary not in repr(refused.value)
+        await store.write(
+            names, "ann", {canary: "x"}, expected_revision=0, write=WithRecord("c", "r")
+        )
+        with pytest.raises(CorruptState) as corrupt:
+            await store.read(tokens, "ann")  # the same name, now another type
+        assert "[…]" in str(corrupt.value)
+        assert canary not in repr(corrupt.value)
+
+
 async def test_a_read_as_a_run_names_it_by_a_str(kind: str, tmp_path: Path) -> None:
     async with state(kind, tmp_path) as (store, _):
         with pytest.raises(TypeError, match="run_id must be a str or None, got list"):
@@ -125,9 +148,16 @@ AnyUncertain: Any = Uncertain
         (lambda: AnyWithRecord("", "run-1"), ValueError, "conversation_id must be a non-empty"),
         (lambda: AnyWithRecord("conv-1", 5), TypeError, "run_id must be a str, got int"),
         (lambda: AnyCompensatable("run-1", None), TypeError, "compensate must be an async"),
+        (  # a plain function would fail only when a failed run awaited it: its effect stays
+            lambda: AnyCompensatable("run-1", lambda: None),
+            TypeError,
+            "compensate must be an async function of no arguments, got function",
+        ),
         (lambda: AnyCompensatable("", _nothing), ValueError, "run_id must be a non-empty"),
         (lambda: AnyUncertain("run-1", None), TypeError, "reason must be a str, got NoneType"),
         (lambda: AnyUncertain("run-1", " "), ValueError, "reason must say why"),
+        (lambda: AnyUncertain("run-1", "timed \x00out"), ValueError, "reason cannot hold a NUL"),
+        (lambda: AnyUncertain("run-1", "timed \ud800out"), ValueError, "or a lone surrogate"),
     ],
 )
 def test_what_could_not_be_stored_is_refused_when_made(
