@@ -96,10 +96,16 @@ def loads(text: str) -> Any:
 
 def check_migrations(version: int, migrations: Mapping[int, Migration]) -> None:
     """Raise ``ValueError`` unless ``version`` is at least 1 and every migration key is a version
-    below it (a step from ``n`` to ``n + 1``); ``TypeError`` for a migration that is not
-    callable."""
+    below it (a step from ``n`` to ``n + 1``); ``TypeError`` for ``migrations`` that is not a
+    mapping or a migration that is not callable."""
     if type(version) is not int or version < 1:
         raise ValueError(f"a schema version is an integer of at least 1, got {version!r}")
+    given: object = migrations  # not every caller runs mypy
+    if not isinstance(given, Mapping):
+        raise TypeError(
+            "migrations must be a mapping from the version each lifts from to its function, "
+            f"got {type(given).__name__}"
+        )
     for step in migrations:
         if type(step) is not int or not 1 <= step < version:
             raise ValueError(

@@ -496,3 +496,11 @@ async def test_a_compensatable_write_whose_mark_fails_says_pending_and_does_not_
     assert written is not None
     assert (written.revision, written.status) == (1, "pending")
     assert (after.value, after.revision) == (Booking("e1"), 1)
+
+
+@pytest.mark.parametrize("migrations", [[lambda d: d], lambda d: d, ((1, lambda d: d),)])
+def test_migrations_that_are_not_a_mapping_are_refused_saying_so(migrations: Any) -> None:
+    """A list of functions said "migration keys are the versions they lift from …, got
+    <function>", and a lone function "'function' object is not iterable"."""
+    with pytest.raises(TypeError, match=r"^migrations must be a mapping from the version"):
+        StateSlot("preferences", Prefs, version=2, migrations=migrations)
