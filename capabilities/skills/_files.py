@@ -85,15 +85,36 @@ def resolve_inside(root: str, manifest: Path, field: str, relative: str, skill: 
     return target
 
 
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+_FILE_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | _CLOEXEC
+
+
 def _open_regular(root: str, relative: str, skill: str | None) -> int:
+    """Open the regular file ``relative`` names in ``root`` (resolved) for reading. The path is
+    resolved and checked to stay inside, then opened one component at a time from ``root``,
+    following no link: a directory or file swapped for a link after the check is refused
+    (``ELOOP``), not followed out of the skill."""
     target = os.path.realpath(os.path.join(root, relative))
     if not inside(root, target):
         raise SkillUnreadable(skill, relative, "it now resolves outside the skill directory")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    parts = os.path.relpath(target, root).split(os.sep)
+    if parts == ["."]:
+        raise SkillUnreadable(skill, relative, "it is not a regular file")
     try:
-        fd = os.open(target, flags)
+        directory = os.open(root, _DIRECTORY_FLAGS)
     except OSError as exc:
         raise SkillUnreadable(skill, relative, exc.strerror or str(exc)) from None
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        fd = os.open(parts[-1], _FILE_FLAGS, dir_fd=directory)
+    except OSError as exc:
+        raise SkillUnreadable(skill, relative, exc.strerror or str(exc)) from None
+    finally:
+        os.close(directory)
     try:
         mode = os.fstat(fd).st_mode
     except OSError as exc:

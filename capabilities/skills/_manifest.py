@@ -4,7 +4,7 @@ A skill is a directory holding a ``skill.toml``, an instruction file and any ass
 
     id = "pdf-forms"                      # stable ID: a-z, 0-9, '.', '_', '-'; 1-64 characters
     version = "1.2.0"                     # semver 2.0.0
-    description = "Fill in PDF forms."    # what the model reads when choosing (≤ 1024 characters)
+    description = "Fill in PDF forms."    # what the model reads when choosing: one line, ≤ 1024
     instructions = "SKILL.md"             # the instruction entry point (UTF-8 text)
     assets = ["forms/w9.pdf"]             # optional: more files the skill ships
     framework = ">=0.1.0, <0.2.0"         # the effectagent versions it works with
@@ -191,6 +191,14 @@ def parse_manifest(path: Path, text: str) -> SkillManifest:
         raise fail("description", "cannot be blank: the model reads it to choose a skill")
     if len(description) > _MAX_DESCRIPTION:
         raise fail("description", f"is {len(description)} characters; at most {_MAX_DESCRIPTION}")
+    if any(unicodedata.category(ch) in _HIDDEN for ch in description):
+        # It becomes one line of the activation tool's list: a line break or a hidden character
+        # could make it read as more skills, or as something it does not say.
+        raise fail(
+            "description",
+            "must be one line of visible text (no line break, control or invisible formatting "
+            "character)",
+        )
     instructions = check_relative_path(
         path, "instructions", _string(path, data, "instructions", skill_id)
     )

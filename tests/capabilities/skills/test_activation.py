@@ -174,6 +174,33 @@ async def test_a_file_swapped_for_a_link_outside_after_discovery_is_refused(tmp_
         await library.activate("swapped", agent=AGENT)
 
 
+async def test_a_directory_swapped_for_a_link_between_the_check_and_the_open_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The path is checked, then opened one component at a time without following links: a
+    directory replaced by a link to a copy outside, in that instant, is refused — the copy's
+    bytes match the digest, so only the open can tell."""
+    pdf = b"%PDF-1.7"
+    skill = write_skill(tmp_path / "root", "raced", files={"forms/w9.pdf": pdf})
+    library = await discover_skills(tmp_path / "root")
+    outside = tmp_path / "elsewhere" / "forms"
+    outside.mkdir(parents=True)
+    (outside / "w9.pdf").write_bytes(pdf)
+    checked = _files.inside
+
+    def swap_after_the_check(directory: str, target: str) -> bool:
+        verdict = checked(directory, target)
+        forms = skill / "forms"
+        if target.endswith("w9.pdf") and not forms.is_symlink():
+            forms.rename(skill / "forms-before")
+            forms.symlink_to(outside)
+        return verdict
+
+    monkeypatch.setattr(_files, "inside", swap_after_the_check)
+    with pytest.raises(SkillUnreadable, match=r"forms/w9\.pdf"):
+        await library.activate("raced", agent=AGENT)
+
+
 async def test_instructions_that_are_not_utf8_are_refused(tmp_path: Path) -> None:
     skill = write_skill(tmp_path, "latin")
     (skill / "SKILL.md").write_bytes("café".encode("latin-1"))
@@ -347,10 +374,10 @@ async def test_a_file_that_grows_past_its_limit_after_the_check_is_refused(
     monkeypatch.setattr(_files, "MAX_ASSET_BYTES", 5)
     real_open = os.open
 
-    def growing_open(path: Any, flags: int, *args: Any) -> int:
+    def growing_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
         if str(path).endswith("a.bin"):
             make_sparse(skill / "a.bin", 64 * 2**20)
-        return real_open(path, flags, *args)
+        return real_open(path, flags, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", growing_open)
     with pytest.raises(SkillUnreadable, match=r"a\.bin cannot be read: it is larger than 5 bytes"):

@@ -26,13 +26,15 @@ from .helpers import hold_worker_reads, write_skill
 
 @pytest.fixture
 def opened(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every path opened through ``os.open``, ``io.open`` or ``open`` while the test runs."""
+    """Every path opened through ``os.open``, ``io.open`` or ``open`` while the test runs —
+    directories aside (files are opened a component at a time, through their directories)."""
     paths: list[str] = []
     real_os_open, real_io_open = os.open, io.open
 
-    def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
-        paths.append(os.fspath(path))
-        return real_os_open(path, *args, **kwargs)
+    def os_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if not flags & os.O_DIRECTORY:
+            paths.append(os.fspath(path))
+        return real_os_open(path, flags, *args, **kwargs)
 
     def io_open(file: Any, *args: Any, **kwargs: Any) -> Any:
         if not isinstance(file, int):
