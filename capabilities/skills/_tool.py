@@ -124,6 +124,14 @@ def _kind(error: SkillError) -> FailureKind:
     return "unreadable"
 
 
+def _echoed(skill_id: str) -> str:
+    """The ID the model sent, as an error repeats it: quoted, and cut past the 64 characters a
+    skill ID may have (the model may send any text)."""
+    if len(skill_id) <= 64:
+        return repr(skill_id)
+    return f"{skill_id[:64]!r}… ({len(skill_id)} characters)"
+
+
 def _offered(library: SkillLibrary, authorization: SkillAuthorization) -> list[SkillInfo]:
     """The skills the model is told of: an untrusted skill the host does not allow is never
     activated, so neither the tool's description nor its errors name it."""
@@ -225,7 +233,7 @@ def activation_tool(
                 raise SkillActivationFailed(
                     params.skill_id,
                     "unknown-skill",
-                    f"there is no skill {params.skill_id!r}; available: {available}",
+                    f"there is no skill {_echoed(params.skill_id)}; available: {available}",
                 )
             try:
                 activated = await activate_info(

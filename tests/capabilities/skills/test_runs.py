@@ -247,6 +247,24 @@ async def test_an_unknown_skills_error_names_no_skill_the_description_hides(
     assert "stranger" not in repr(model.requests[1].messages)
 
 
+async def test_an_unknown_skill_id_is_repeated_cut_to_the_length_an_id_may_have(
+    tmp_path: Path,
+) -> None:
+    activation = activation_tool(await _library(tmp_path), [read_pdf])
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    sent = "x" * 5_000
+    model = ScriptedModel(
+        [Turn.tool_calls(("activate_skill", {"skill_id": sent})), Turn.text("Without it.")]
+    )
+    layer = Toolkit(read_pdf).handlers() + activation.layer + model.as_layer()
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Go.")
+        (settled,) = await _settlements(runtime.log, result.conversation_id)
+    assert isinstance(settled.outcome, ToolFailure)
+    message = settled.outcome.error["message"]
+    assert message.startswith(f"there is no skill '{'x' * 64}'… (5000 characters); available: ")
+
+
 async def test_the_runs_deadline_stops_a_model_activation_while_it_hashes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, autojump_clock: trio.testing.MockClock
 ) -> None:
