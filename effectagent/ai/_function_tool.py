@@ -117,6 +117,7 @@ def tool(
     timeout: float | None = None,
     reconcile: Reconcile[Any, Any] | None = None,
     sequential: bool = False,
+    inner_tools: Iterable[Tool[Any, Any]] = (),
 ) -> _ToolDecorator: ...
 def tool(
     fn: Callable[..., Awaitable[Any]] | None = None,
@@ -136,7 +137,7 @@ def tool(
     ``failure_mode``, ``needs_approval``, ``denial_is_terminal``, ``targets``, ``summarize``,
     ``readonly``, ``destructive``, ``idempotent``, ``open_world``, ``title``, ``timeout``,
     ``reconcile`` (which receives the decoded arguments, as ``needs_approval`` does),
-    ``sequential``. The functions among them (``needs_approval``, ``targets``, ``summarize``)
+    ``sequential``, ``inner_tools``. The functions among them (``needs_approval``, ``targets``, ``summarize``)
     receive the decoded arguments: an object with one attribute per parameter (``args.path``).
 
     The tool carries its handler, so ``Toolkit(search, fetch).handlers()`` binds both; a handler

@@ -174,6 +174,19 @@ async def checked(city: str) -> Result[Forecast, UnknownCity]:
     return Success(Forecast(city, 4.0))
 
 
+@tool(inner_tools=[forecast])
+async def outer(city: str) -> str:
+    """Asks forecast through its broker.
+
+    Args:
+        city: The city.
+    """
+    return city
+
+
+assert_type(outer, Tool[Any, str])
+
+
 @tool
 async def note(text: str) -> None:
     """Take a note.
