@@ -34,6 +34,7 @@ from ._errors import RepeatedToolFailure as RepeatedToolFailure
 from ._errors import RunError as RunError
 from ._errors import StorageFailed as StorageFailed
 from ._errors import ToolFailedRun as ToolFailedRun
+from ._errors import ToolSourceFailed as ToolSourceFailed
 from ._events import *  # noqa: F403
 from ._events import __all__ as _events_all
 from ._one_of import FINAL_RESULT as FINAL_RESULT
@@ -115,6 +116,7 @@ __all__ = [
     "ToolOutcome",
     "ToolRejected",
     "ToolResultBounds",
+    "ToolSourceFailed",
     "ToolSuccess",
     "ToolUnknownOutcome",
     "TurnContext",

@@ -20,6 +20,7 @@ __all__ = [
     "RunError",
     "StorageFailed",
     "ToolFailedRun",
+    "ToolSourceFailed",
 ]
 
 
@@ -158,3 +159,16 @@ class StorageFailed(RunError):
 
     def __str__(self) -> str:
         return f"the conversation's storage failed: {self.reason}"
+
+
+@attrs.frozen
+class ToolSourceFailed(RunError):
+    """A tool source the agent names (``Agent.tool_sources``) failed as a turn asked it for its
+    tools: its ``snapshot()`` raised, or returned something other than a ``ToolSnapshot``.
+    ``source`` is the name of its service key; ``reason`` what went wrong (redacted)."""
+
+    source: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"the tool source {self.source} failed: {self.reason}"

@@ -50,7 +50,7 @@ from ._batch import Batch
 from ._budget import Exhaustion
 from ._checks import BesideGuard, answer_checked, first_turns
 from ._compaction import maybe_compact
-from ._edges import RunEdges
+from ._edges import RunEdges, RunEnds
 from ._handover import EventQueue
 from ._host import BatchScope
 from ._ids import new_id
@@ -418,13 +418,16 @@ class RunDriver(RunEdges):
                     raise
 
     async def _failed_by(self, exc: Exception) -> None:
-        """The run raised ``exc`` (its storage failed, or a defect): end it failed with
-        ``StorageFailed`` or ``EngineDefect``. The caller shields it."""
+        """The run raised ``exc`` (its storage failed, a part the user gave failed, or a
+        defect): end it failed with ``StorageFailed``, the error :class:`RunEnds` carries, or
+        ``EngineDefect``. The caller shields it."""
         io = self.io
         error: RunError
         if isinstance(exc, ConversationLogError):
             reason = io.redact_text(str(exc))
             error = StorageFailed(exc.conversation_id, exc.seq, reason)
+        elif isinstance(exc, RunEnds):
+            error = exc.error
         else:
             error = EngineDefect(io.redact_text(f"{type(exc).__name__}: {exc}"))
         try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from effectagent.ai import Message, Toolkit, ToolSnapshot, UserMessage
+from effectagent.ai import Message, Toolkit, ToolSnapshot, ToolSource, UserMessage
 from effectagent.core import (
     Agent,
     ContextAdded,
@@ -32,6 +32,7 @@ from effectagent.core import (
     RunSuspended,
     RunSuspendedRecord,
     ToolCallSettled,
+    ToolSourceFailed,
     UsageTotals,
     UserInputRecorded,
     project_messages,
@@ -68,9 +69,18 @@ from ._resume import BatchReplay, FoundRun, resume_point
 from ._seams import RunEnding, RunInfo
 from ._services import RunServices, split_handlers
 
-__all__ = ["RunEdges"]
+__all__ = ["RunEdges", "RunEnds"]
 
 _NO_USAGE = UsageTotals()
+
+
+class RunEnds(Exception):  # not an error of the engine's: the run's own end
+    """Raised by the run's code to end the run failed with ``error``, a reason the user can act
+    on (not an engine defect). The driver fails the run with it."""
+
+    def __init__(self, error: RunError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class RunEdges:
@@ -344,19 +354,31 @@ class RunEdges:
                     "run observer failed", observer=type(observer).__qualname__, error=message
                 )
 
+    def _snapshot_of(self, index: int, source: ToolSource) -> ToolSnapshot:
+        """What the agent's ``index``-th tool source offers now; :class:`RunEnds` with
+        ``ToolSourceFailed`` (its key's name, what went wrong, redacted) when it cannot say."""
+        try:
+            snapshot: object = source.snapshot()  # a user's object: checked, not trusted
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            if isinstance(snapshot, ToolSnapshot):
+                return snapshot
+            reason = f"it returned {type(snapshot).__name__}, not a ToolSnapshot"
+        name = self.agent.tool_sources[index].name
+        raise RunEnds(ToolSourceFailed(name, self.io.redact_text(reason)))
+
     def _take_tool_snapshots(self) -> None:
         """This turn's tools: the agent's toolkit and, after it, what each tool source offers
         now (see ``Agent.tool_sources``). A source tool whose name is taken is left out, with a
         warning, and so is one whose name, description or schema holds a registered secret (the
-        model would be sent it as written); a source that fails or returns something else fails
-        the run as a defect (it raises here). Unchanged snapshots reuse the last turn's
-        toolkit."""
-        snapshots = tuple(source.snapshot() for source in self.services.tool_sources)
-        for snapshot in snapshots:
-            if not isinstance(snapshot, ToolSnapshot):
-                raise TypeError(
-                    f"a tool source returned {type(snapshot).__name__}, not a ToolSnapshot"
-                )
+        model would be sent it as written); a source that raises or returns something else
+        ends the run failed with ``ToolSourceFailed`` naming its key (it raises
+        :class:`RunEnds` here). Unchanged snapshots reuse the last turn's toolkit."""
+        snapshots = tuple(
+            self._snapshot_of(index, source)
+            for index, source in enumerate(self.services.tool_sources)
+        )
         if len(snapshots) == len(self._snapshots) and all(
             new is old for new, old in zip(snapshots, self._snapshots, strict=True)
         ):

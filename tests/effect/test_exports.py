@@ -105,7 +105,7 @@ SURFACE: dict[str, str] = {
         SubagentCompleted SubagentEvent SubagentStarted TERMINAL_EVENTS TextDelta
         ToolApprovalDecided ToolApprovalRequested ToolCallDeclared ToolCallFailed ToolCallPrepared
         ToolCallSettled ToolCallStarted ToolCallSucceeded ToolDefect ToolFailedRun ToolFailure
-        ToolInvalidInput ToolOutcome ToolProgress ToolRejected ToolResultBounds ToolSuccess
+        ToolInvalidInput ToolOutcome ToolProgress ToolRejected ToolResultBounds ToolSourceFailed ToolSuccess
         ToolUnknownOutcome TurnCompleted TurnStarted UsageDelta UsageTotals UserInputRecorded
     """,
     "effectagent.testing": """

@@ -12,7 +12,14 @@ import trio
 import trio.testing
 
 from effectagent.ai import Tool, ToolCallContext, ToolSnapshot, ToolSource
-from effectagent.core import SecretRedactor, ToolCallSettled, ToolInvalidInput, ToolSuccess
+from effectagent.core import (
+    RunFailedRecord,
+    SecretRedactor,
+    ToolCallSettled,
+    ToolInvalidInput,
+    ToolSourceFailed,
+    ToolSuccess,
+)
 from effectagent.effect import Layer, MissingServicesError, ServiceKey
 from effectagent.engine import open_runtime
 from effectagent.engine._output import SourceSecrets
@@ -158,6 +165,47 @@ async def test_a_source_tool_that_would_tell_the_model_a_secret_is_left_out_with
     assert SECRET not in repr(model.requests)
     left_out = [log["tool"] for log in logs if "it holds a secret" in log["event"]]
     assert left_out == ["leaky", "leaky_schema"]
+
+
+class FailingSource:
+    """A source whose server went away (or that answers with something else)."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    def snapshot(self) -> ToolSnapshot:
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer  # type: ignore[return-value]  # what a broken source returns
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ConnectionError(f"server gone, token {SECRET}"), "ConnectionError: server gone, token "),
+        ({"tools": []}, "it returned dict, not a ToolSnapshot"),
+    ],
+)
+async def test_a_source_that_fails_ends_the_run_naming_it_not_as_an_engine_defect(
+    answer: object, reason: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """It was ``EngineDefect: the engine failed unexpectedly (a bug)``, naming no source."""
+    model = ScriptedModel([Turn.text("never asked")])
+    agent = make_agent(tool_sources=(SOURCE,))
+    layer = model.as_layer() + Layer.succeed(SOURCE, FailingSource(answer))
+    async with open_runtime(layer, agents=[agent], secrets=[SECRET]) as runtime:
+        result = await runtime.run(agent, "Go.")
+        log = await runtime.log.entries(result.conversation_id)
+    error = result.error
+    assert isinstance(error, ToolSourceFailed)
+    assert error.source == "tests.SwitchingSource"
+    assert error.reason.startswith(reason)
+    assert str(error).startswith("the tool source tests.SwitchingSource failed: ")
+    assert SECRET not in repr(error)
+    assert SECRET not in repr(log)
+    assert model.requests == []  # the turn never asked the model
+    (failed,) = records_of(log, RunFailedRecord)
+    assert failed.error == error
 
 
 async def _unused(params: Any, call: ToolCallContext) -> str:  # pragma: no cover - not called
