@@ -155,10 +155,13 @@ def _open(settings: Any, _: Context) -> AbstractAsyncContextManager[LanguageMode
     return opened
 
 
-def with_model_strings(layer: Layer, agents: Sequence[Agent], models: Iterable[str]) -> Layer:
+def with_model_strings(
+    layer: Layer, agents: Sequence[Agent], models: Iterable[str]
+) -> tuple[Layer, list[tuple[MissingRequirement, ModelChoice]]]:
     """``layer`` and the models of the model strings ``agents`` reach and of ``models``
-    (:func:`model_strings_layer`); :class:`MissingModels` for a ``ModelKey`` an agent reaches
-    that neither provides. (``open_runtime``'s part.)"""
+    (:func:`model_strings_layer`), and the ``ModelKey`` s an agent reaches that neither provides
+    (for :class:`MissingModels`, with what else preflight finds missing). (``open_runtime``'s
+    part.)"""
     if isinstance(models, str | bytes):
         raise TypeError(
             "open_runtime(models=...) takes a sequence of model strings, not one string"
@@ -169,21 +172,33 @@ def with_model_strings(layer: Layer, agents: Sequence[Agent], models: Iterable[s
     opened = model_strings_layer([*strings_reached(agents), *strings])
     if opened is not None:
         layer = layer + opened
+    unreached: dict[ServiceKey[Any], tuple[MissingRequirement, ModelChoice]] = {}
     for agent in agents:
-        named = missing_models(agent, layer.provides)
-        if named is not None:
-            raise named
-    return layer
+        for key, pair in _missing(agent, layer.provides, None).items():
+            unreached.setdefault(key, pair)
+    return layer, list(unreached.values())
 
 
 class MissingModels(MissingServicesError):
-    """Models an agent can reach that nobody provides, each named in a sentence."""
+    """Models an agent can reach that nobody provides, each named in a sentence — and
+    ``others``, the other services preflight found missing at the same time, listed after them
+    (``missing`` holds them all)."""
 
-    def __init__(self, missing: Iterable[tuple[MissingRequirement, ModelChoice]]) -> None:
+    def __init__(
+        self,
+        missing: Iterable[tuple[MissingRequirement, ModelChoice]],
+        others: Iterable[MissingRequirement] = (),
+    ) -> None:
         pairs = list(missing)
-        super().__init__(requirement for requirement, _ in pairs)
-        sentences = [_sentence(requirement, choice) for requirement, choice in pairs]
-        self.args = (" ".join(sentences),)
+        rest = tuple(others)
+        super().__init__([*(requirement for requirement, _ in pairs), *rest])
+        #: The models (requirement and choice) nobody provides.
+        self.unreached = tuple(pairs)
+        text = " ".join(_sentence(requirement, choice) for requirement, choice in pairs)
+        if rest:
+            lines = [f"  - {m.key.name!r}, required by {m.required_by}" for m in rest]
+            text += f"\nAlso {len(rest)} required service(s) not provided:\n" + "\n".join(lines)
+        self.args = (text,)
 
 
 def _sentence(requirement: MissingRequirement, choice: ModelChoice) -> str:
@@ -206,6 +221,13 @@ def missing_models(
     """The named models ``agent`` (with ``override`` as its run's model) can reach that are not
     among ``available`` — None when every one is there. (The runtime's own model, when missing,
     is named by the usual preflight.) Pure."""
+    missing = _missing(agent, available, override)
+    return MissingModels(missing.values()) if missing else None
+
+
+def _missing(
+    agent: Agent, available: Iterable[ServiceKey[Any]], override: ModelChoice | None
+) -> dict[ServiceKey[Any], tuple[MissingRequirement, ModelChoice]]:
     present = set(available)
     missing: dict[ServiceKey[Any], tuple[MissingRequirement, ModelChoice]] = {}
     for choice, who in _reached(agent, override, "", set()):
@@ -214,7 +236,7 @@ def missing_models(
         key = model_key(choice)
         if key not in present and key not in missing:
             missing[key] = (MissingRequirement(key, who), choice)
-    return MissingModels(missing.values()) if missing else None
+    return missing
 
 
 @final

@@ -49,7 +49,7 @@ from ._driver import RunDriver
 from ._handover import EventQueue, RunFailedError, RunReducer, RunResult, reduce_events
 from ._ids import new_id
 from ._log import InMemoryConversationLog
-from ._models import missing_models, resolve_models, with_model_strings
+from ._models import MissingModels, missing_models, resolve_models, with_model_strings
 from ._output import (
     descriptor_holds_secret,
     request_output,
@@ -169,13 +169,14 @@ class Runtime:
         agent.seal()  # its output validators are what every run of it sees
         ctx = self.context
         named = missing_models(agent, ctx)
-        if named is not None:
-            raise named
+        unreached = frozenset() if named is None else named.keys
         missing = [
             MissingRequirement(key, who)
             for key, who in requirements_of(agent).items()
-            if key not in ctx
+            if key not in ctx and key not in unreached
         ]
+        if named is not None:  # every missing one in one error: the models first
+            raise MissingModels(named.unreached, missing)
         if missing:
             raise MissingServicesError(missing)
         instructions = agent.instructions
@@ -745,14 +746,14 @@ async def open_runtime(
             raise TypeError(
                 f"open_runtime(agents=...) holds a {type(agent).__name__}, not an Agent"
             )
-    layer = with_model_strings(layer, agent_list, models)
+    layer, unreached = with_model_strings(layer, agent_list, models)
     for agent in agent_list:
         for key, who in requirements_of(agent).items():
             required.setdefault(key, who)
     # The runtime's redaction is there for the layers too (a steering journal redacts input it
     # admits for another process's run with it), unless a layer brings its own.
     own = RedactorService not in layer.provides
-    preflight(layer, required=required)
+    _preflight(layer, required, unreached)
     given = Context({RedactorService: SecretRedactor(secrets)}) if own else Context.empty()
     async with open_scope() as scope:
         context = given.merge(await build_layer(layer, scope, given))
@@ -768,6 +769,25 @@ async def open_runtime(
         finally:
             runtime._close()
             await runtime._wait_runs()
+
+
+def _preflight(
+    layer: Layer,
+    required: dict[Any, str],
+    unreached: list[tuple[MissingRequirement, ModelChoice]],
+) -> None:
+    """Preflight ``layer`` for ``required``, naming every missing service in one error: the
+    models agents reach that nobody provides (``unreached``, in sentences), then the rest."""
+    try:
+        preflight(layer, required=required)
+    except MissingServicesError as exc:
+        if not unreached:
+            raise
+        models = {requirement.key for requirement, _ in unreached}
+        others = [m for m in exc.missing if m.key not in models]
+        raise MissingModels(unreached, others) from None
+    if unreached:
+        raise MissingModels(unreached)
 
 
 @overload

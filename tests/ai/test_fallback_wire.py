@@ -65,7 +65,7 @@ async def test_a_429_storm_lands_every_turn_on_the_second_model_and_the_records_
     assert events_of(events, ModelRetrying) == []
     responses = [r for r in records if isinstance(r, ModelResponseRecorded)]
     assert [r.model for r in responses] == ["backup", "backup"]
-    assert [t.model for t in events_of(events, TurnCompleted)] == ["backup"]
+    assert [t.model for t in events_of(events, TurnCompleted)] == ["backup", "backup"]
     assert done.model == "backup"
     assert [name for name, _ in done.usage.by_model] == ["backup"]
     assert dict(done.usage.by_model)["backup"].input_tokens == 20 + 50

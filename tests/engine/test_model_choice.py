@@ -278,6 +278,28 @@ async def test_a_missing_model_key_is_named_in_a_sentence_before_anything_is_bui
     assert built == []
 
 
+async def test_a_missing_model_and_other_missing_services_are_named_in_one_error() -> None:
+    """It named the model alone; the handler, the approval service and the compactor came out
+    one fix later, each."""
+    rm = forecast_tool("rm", needs_approval=True)
+    agent = Agent(
+        "a", "x", AgentPolicy(context_token_limit=10_000), Toolkit(rm), model=ModelKey("m")
+    )
+    expected_keys = {"model m", "tool handler 'rm'", "effectagent.Approval", "effectagent.Compactor"}
+    with pytest.raises(MissingModels) as opening:
+        async with open_runtime(Toolkit().handlers(), agents=[agent]):
+            pass
+    message = str(opening.value)
+    assert message.startswith("Agent 'a' runs on the model 'm' (a ModelKey), which no layer")
+    assert "\nAlso 3 required service(s) not provided:\n" in message
+    assert {key.name for key in opening.value.keys} == expected_keys
+    # A runtime opened without the agent checks it the same way at its first run.
+    async with open_runtime(ScriptedModel().as_layer()) as runtime:
+        with pytest.raises(MissingModels) as running:
+            await runtime.run(agent, "Go.")
+    assert {key.name for key in running.value.keys} == expected_keys
+
+
 async def test_every_model_a_run_can_reach_is_checked_before_it_records_anything() -> None:
     summarizer, helper = ModelKey("summarizer"), ModelKey("helper")
     child = Agent("helper", "Help.", model=helper)
