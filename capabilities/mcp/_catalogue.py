@@ -122,6 +122,11 @@ class ResourcesAndPrompts:
         """
         if not _text(name):
             raise ValueError(f"get_prompt: name must be a non-empty str, got {name!r}")
+        if arguments is not None and not isinstance(arguments, Mapping):
+            raise TypeError(
+                "get_prompt: arguments must be None or a mapping of str to str, got "
+                f"{type(arguments).__name__}"
+            )
         args = dict(arguments or {})
         if not all(_text(k, empty=True) and _text(v, empty=True) for k, v in args.items()):
             raise TypeError("get_prompt: arguments must map str to str")

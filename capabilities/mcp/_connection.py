@@ -116,6 +116,20 @@ _Check = Callable[[Mapping[str, Any]], None]
 _CONNECTION_CLOSED = -32000  # the SDK's code for "the connection closed before an answer"
 
 
+def _closed_by_sdk(exc: BaseException) -> bool:
+    """Whether ``exc`` is the SDK's own word that the connection closed before an answer came
+    ("Connection closed", or an HTTP response stream that ended or failed) — not a server's
+    error of the same code: -32000 opens JSON-RPC's range of server errors, and servers use it
+    for errors of their own (a rate limit, a failed backend), which leave the connection as
+    it is."""
+    if getattr(exc, "code", None) != _CONNECTION_CLOSED or getattr(exc, "data", None) is not None:
+        return False
+    message = getattr(exc, "message", None)
+    return isinstance(message, str) and (
+        message == "Connection closed" or message.startswith("SSE stream ")
+    )
+
+
 @final
 class _Tag:
     """A request of the SDK's sent under an id of ours (``_tagged``), so that an answer to it the
@@ -326,6 +340,12 @@ class McpConnection(ResourcesAndPrompts):
         tool of a name the agent has out of every turn anyway, with only a warning in its logs.
         Reserving the agent's names makes that visible here. Never waits.
         """
+        for owner in owners:  # all checked first: a refusal reserves none of them
+            if not isinstance(owner, Agent | Toolkit | str):
+                raise TypeError(
+                    "reserve: each owner must be an Agent, a Toolkit or a tool name, got "
+                    f"{type(owner).__name__}"
+                )
         for owner in owners:
             if isinstance(owner, str):
                 self._reserved[owner] = "the name is reserved (McpConnection.reserve)"
@@ -335,14 +355,9 @@ class McpConnection(ResourcesAndPrompts):
                     "come first"
                 )
                 self._reserved.update(dict.fromkeys(owner.toolkit.names, why))
-            elif isinstance(owner, Toolkit):
+            else:
                 why = "a tool of a toolkit given to McpConnection.reserve has this name"
                 self._reserved.update(dict.fromkeys(owner.names, why))
-            else:
-                raise TypeError(
-                    "reserve: each owner must be an Agent, a Toolkit or a tool name, got "
-                    f"{type(owner).__name__}"
-                )
         self._listing = without_reserved(self._listing, self._reserved)
 
     async def wait_version(self, version: int) -> None:
@@ -405,7 +420,7 @@ class McpConnection(ResourcesAndPrompts):
                     self.server.name, method, f"the answer to {method} could not be read: {why}"
                 )
             except MCPError as exc:
-                if exc.code == _CONNECTION_CLOSED:
+                if _closed_by_sdk(exc):
                     self._mark_lost("the connection closed")
                     raise McpRequestError(self.server.name, method, self._why_lost()) from None
                 reason = self._redact(exc.message)
@@ -635,7 +650,7 @@ class McpConnection(ResourcesAndPrompts):
                         f"that could not be read: {why}"
                     )
             except MCPError as exc:
-                if exc.code == _CONNECTION_CLOSED:
+                if _closed_by_sdk(exc):
                     self._mark_lost("the connection closed during a call")
                     raise OutcomeUnknown(self._closed_in_flight(local)) from None
                 # The server refused the call with a protocol error: answered, so not unknown.
@@ -655,7 +670,7 @@ class McpConnection(ResourcesAndPrompts):
                     self._unreadable.pop(tag.request_id, None)
             raw = dump_model(result)
             if raw.get("isError") is True:
-                raise error_message(local, raw, limits.max_result_bytes)
+                raise error_message(local, raw, limits.max_result_bytes, self._redact)
             body = envelope(self.identity, remote, local, raw, limits.max_result_bytes)
             if check is not None:
                 check(body)
@@ -823,6 +838,6 @@ def _reason(exc: BaseException) -> str:
         return _reason(exc.exceptions[0])
     if isinstance(exc, McpRequestError):
         return exc.reason
-    if getattr(exc, "code", None) == _CONNECTION_CLOSED:
+    if _closed_by_sdk(exc):
         return "the connection closed during the handshake (did the server exit?)"
     return f"{type(exc).__name__}: {exc}"

@@ -40,7 +40,9 @@ class McpMalformedResult(Exception):
 class McpToolError(TaggedError):
     """The server ran the tool and says it failed (an ``isError`` result), or refused the call
     with a protocol error (``code`` is then the JSON-RPC error code). The model reads
-    ``message``: the text the server gave, bounded by the result size limit."""
+    ``message``: the text the server gave, bounded by the result size limit, with the
+    connection's secrets (an HTTP server's header and query values, a stdio server's ``env``
+    values) masked as ``***``."""
 
     tool: str
     message: str

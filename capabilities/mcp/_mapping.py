@@ -342,12 +342,16 @@ def _describe_block(block: Mapping[str, Any]) -> str:
     return f"[{kind} ({block.get('mimeType', 'unknown type')})]"
 
 
-def error_message(tool: str, result: Mapping[str, Any], limit: int) -> McpToolError:
+def error_message(
+    tool: str, result: Mapping[str, Any], limit: int, redact: Callable[[str], str] = str
+) -> McpToolError:
     """The declared failure for an ``isError`` result: its content as text (text blocks as they
-    are, other blocks named by kind, type and URI), cut to ``limit`` bytes."""
+    are, other blocks named by kind, type and URI), passed through ``redact`` (the connection's
+    masking of its secrets: a server that says back the header or the query it was sent), then
+    cut to ``limit`` bytes."""
     parts = [_describe_block(block) for block in result.get("content") or ()]
     message = "\n".join(part for part in parts if part) or f"the tool {tool!r} reported an error"
-    return McpToolError(tool, bounded_text(message, limit))
+    return McpToolError(tool, bounded_text(redact(message), limit))
 
 
 def bounded_text(text: str, limit: int) -> str:

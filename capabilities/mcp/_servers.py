@@ -3,6 +3,7 @@ construction, that say nothing about whether a connection is open."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -22,6 +23,8 @@ __all__ = ["HttpServer", "McpLimits", "McpServer", "NeedsApproval", "StdioServer
 NeedsApproval: TypeAlias = bool | Callable[[ToolAnnotations], bool]
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+#: What a URL never holds as it is: whitespace and control characters.
+_NOT_IN_URL = re.compile(r"[\x00-\x20\x7f]")
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -97,6 +100,14 @@ def _check_name(instance: object, attribute: attrs.Attribute[Any], value: object
         raise ValueError(f"name must be a non-empty str, got {value!r}")
 
 
+def _check_limits(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, McpLimits):
+        raise TypeError(
+            f"limits must be an McpLimits (e.g. McpLimits(call_timeout=30)), got "
+            f"{type(value).__name__}"
+        )
+
+
 def _check_approval(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool) and not callable(value):
         raise TypeError(
@@ -110,16 +121,47 @@ def _check_command(instance: object, attribute: attrs.Attribute[Any], value: obj
         raise ValueError(f"command must be a non-empty str, got {value!r}")
 
 
+def _check_cwd(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str | os.PathLike):
+        raise TypeError(
+            "cwd must be None, a str or a path (the server's working directory), got "
+            f"{type(value).__name__}"
+        )
+    if not os.fspath(value):
+        raise ValueError("cwd must not be empty: None runs the server in our working directory")
+
+
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     # The URL is not echoed: it may hold what must not show in a message.
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise ValueError("url must be an http:// or https:// URL")
-    if "@" in urlsplit(value).netloc:
+    if _NOT_IN_URL.search(value):
+        raise ValueError(
+            "url must not hold a space, a line break or another control character (percent-encode "
+            "them; a URL read from a file often ends with a newline: strip it)"
+        )
+    problem = (
+        "url is not a valid URL: its host or port cannot be read (a bracketed IPv6 address, a "
+        "port of digits up to 65535)"
+    )
+    try:  # urllib's message is not passed on: it may quote a part of the URL
+        parts = urlsplit(value)
+    except ValueError:
+        raise ValueError(problem) from None
+    if "@" in parts.netloc:
         # The URL names the server in messages, logs and spans (its host is the default name).
         raise ValueError(
             "url must not hold credentials (user:password@host): send them in headers, "
             "e.g. an Authorization header"
         )
+    try:
+        parts.port  # noqa: B018 - a port that is not one raises here
+    except ValueError:
+        raise ValueError(problem) from None
+    if not parts.hostname:
+        raise ValueError("url must name a host (http://host[:port]/path)")
 
 
 def _key(self: Any) -> ServiceKey[ToolSource]:
@@ -158,7 +200,20 @@ def _str_map(field: str, value: object) -> Mapping[str, str] | None:
 
 
 def _env_map(value: object) -> Mapping[str, str] | None:
-    return _str_map("env", value)
+    """``env``, converted and checked: each name one a process environment holds (not empty, no
+    ``=`` or NUL), each value without a NUL. A refusal names the key, never the value."""
+    env = _str_map("env", value)
+    for key, item in (env or {}).items():
+        if not key or "=" in key or "\0" in key:
+            raise ValueError(
+                f"env: the name {key!r} is not an environment variable name (not empty, no '=' "
+                "or NUL character)"
+            )
+        if "\0" in item:
+            raise ValueError(
+                f"env[{key!r}]: the value holds a NUL character, which no process sees"
+            )
+    return env
 
 
 # A header's name (an HTTP token) and value (visible ASCII, spaces and tabs only inside it).
@@ -203,10 +258,10 @@ class StdioServer:
     command: str = attrs.field(validator=_check_command)
     args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     env: Mapping[str, str] | None = attrs.field(default=None, converter=_env_map, repr=False)
-    cwd: str | Path | None = None
+    cwd: str | Path | None = attrs.field(default=None, validator=_check_cwd)
     name: str = attrs.field(validator=_check_name)
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
-    limits: McpLimits = attrs.field(factory=McpLimits)
+    limits: McpLimits = attrs.field(factory=McpLimits, validator=_check_limits)
     needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
     key: ServiceKey[ToolSource] = attrs.field(
         init=False, default=attrs.Factory(_key, takes_self=True)
@@ -225,7 +280,8 @@ class HttpServer:
     HTTP header name and each value printable ASCII without line breaks (a refusal names the key,
     never the value). Credentials belong there: the URL must not hold a user or password, and
     though a query string (``?api_key=...``) is sent as given, it is shown masked (``?api_key=***``)
-    in the repr and in every message, and masked in what the SDK and httpx2 log. A header value
+    in the repr and in every message, and masked in what the SDK and httpx2 log. A URL without a
+    host, with a bad port, or with whitespace or a control character in it is refused. A header value
     or query value an error quotes is masked too. ``name`` (default: the URL's host and port),
     ``prefix``, ``limits``, ``needs_approval`` and ``key`` are as for :class:`StdioServer`.
     """
@@ -236,7 +292,7 @@ class HttpServer:
     )
     name: str = attrs.field(validator=_check_name)
     prefix: str | None = attrs.field(default=None, validator=_check_prefix)
-    limits: McpLimits = attrs.field(factory=McpLimits)
+    limits: McpLimits = attrs.field(factory=McpLimits, validator=_check_limits)
     needs_approval: NeedsApproval = attrs.field(default=False, validator=_check_approval)
     key: ServiceKey[ToolSource] = attrs.field(
         init=False, default=attrs.Factory(_key, takes_self=True)

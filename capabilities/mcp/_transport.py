@@ -175,14 +175,15 @@ async def _stdio(
     # No checkpoint until the nursery is entered: a cancellation here would leak the process.
     read_in, read_out = anyio.create_memory_object_stream[Any](0)
     write_in, write_out = anyio.create_memory_object_stream[Any](0)
-    writer_done, stderr_done = trio.Event(), trio.Event()
+    writer_done, stderr_done, closing = trio.Event(), trio.Event(), trio.Event()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_read_messages, process.stdout, read_in, limit, dropped)
+        nursery.start_soon(_read_messages, process.stdout, read_in, limit, dropped, closing)
         nursery.start_soon(_write_messages, process.stdin, write_out, read_in, writer_done)
         nursery.start_soon(_read_stderr, process.stderr, stderr, stderr_done)
         try:
             yield read_out, write_in
         finally:
+            closing.set()  # from now on the end of its stdout is ours, not the server's doing
             with trio.CancelScope(shield=True):
                 read_out.close()
                 write_in.close()
@@ -199,12 +200,14 @@ async def _stdio(
 
 
 async def _read_messages(
-    stdout: Any, messages: Any, limit: int, dropped: Callable[[str], None]
+    stdout: Any, messages: Any, limit: int, dropped: Callable[[str], None], closing: trio.Event
 ) -> None:
     """Each line of the server's stdout parsed into a message (or the parser's error, which
     the session is handed as the SDK's transport hands it), in linear time. A line longer than
     ``limit`` drops the connection (``dropped`` is told); from then on, and once the session is
-    gone, what the server writes is read and thrown away, so it never blocks on a full pipe."""
+    gone, what the server writes is read and thrown away, so it never blocks on a full pipe.
+    The end of its stdout before we are ``closing`` (the server exited, or closed it) tells
+    ``dropped`` too, at once: a call made afterwards is then known not to have been sent."""
     import anyio
     import mcp_types as types
     from mcp.shared.message import SessionMessage
@@ -243,6 +246,8 @@ async def _read_messages(
                     await messages.send(item)
                 except gone:  # the session is gone: only the draining is left
                     reading = False
+        if reading and not closing.is_set():
+            dropped("the server's stdout ended — it exited, or closed it")
     except (trio.ClosedResourceError, trio.BrokenResourceError, OSError):
         pass  # our own shutdown closed the pipe under the read
     finally:

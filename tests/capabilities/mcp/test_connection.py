@@ -3,6 +3,8 @@ and prompt API, and that closing it leaves no process behind."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +27,7 @@ from capabilities.mcp import (
 from capabilities.mcp._errors import McpResultTooLarge, McpUnavailable
 from effectagent.ai import Tool, ToolCallContext
 
-from .conftest import alive
+from .conftest import alive, calls
 
 CALL = ToolCallContext("call-1", "tool")
 
@@ -151,6 +153,21 @@ async def test_resources_and_prompts_have_their_own_api(demo: StdioServer) -> No
         assert not any("greet" in name or "greeting" in name for name in connection.remote_names)
 
 
+async def test_prompt_arguments_that_are_not_a_mapping_are_refused_naming_them(
+    demo: StdioServer,
+) -> None:
+    """A list or a number of arguments failed inside ``dict()`` ("'int' object is not
+    iterable"), or was taken as pairs."""
+    async with connect(demo) as connection:
+        for arguments in (5, [("who", "Ann")], "who=Ann"):
+            with pytest.raises(
+                TypeError, match=r"^get_prompt: arguments must be None or a mapping"
+            ):
+                await connection.get_prompt("greet", arguments)  # type: ignore[arg-type]
+        rendered = await connection.get_prompt("greet", {"who": "Ann"})
+        assert rendered.messages[0].content["text"] == "Say hello to Ann."
+
+
 async def test_list_changed_is_adopted_as_a_new_snapshot(demo: StdioServer) -> None:
     async with connect(demo) as connection:
         before = connection.snapshot()
@@ -201,6 +218,25 @@ async def test_closing_stops_the_server_process(demo: StdioServer) -> None:
         await invoke(echo, {"text": "late"})
     with pytest.raises(McpRequestError, match="closed"):
         await connection.list_resources()
+
+
+async def test_a_server_that_exits_while_idle_is_lost_and_the_next_call_is_not_sent(
+    demo: StdioServer, call_log: Path
+) -> None:
+    """A stdio server that exited between calls left ``lost`` None, and the next call read as
+    one in flight when the connection closed ("it may or may not have run") — it was never
+    sent: the SDK refuses to send on a closed connection."""
+    async with connect(demo) as connection:
+        tools = by_name(connection.tools)
+        pid = int((await invoke(tools["demo_pid"], {}))["content"][0]["text"])
+        os.kill(pid, signal.SIGKILL)
+        # The wait for a listing that never comes ends when the connection is lost.
+        with trio.fail_after(20), pytest.raises(McpRequestError, match="stdout ended"):
+            await connection.wait_version(connection.version + 1)
+        assert connection.lost == "the server's stdout ended — it exited, or closed it"
+        with pytest.raises(McpUnavailable, match="the call was not sent"):
+            await invoke(tools["demo_echo"], {"text": "after"})
+    assert [c["name"] for c in calls(call_log)] == ["pid"]
 
 
 async def test_an_error_in_the_block_is_raised_as_itself(demo: StdioServer) -> None:

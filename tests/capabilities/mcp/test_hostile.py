@@ -17,6 +17,7 @@ from capabilities.mcp import (
     McpConnection,
     McpLimits,
     McpRequestError,
+    McpToolError,
     McpUnavailable,
     connect,
 )
@@ -193,6 +194,18 @@ async def test_a_server_tool_an_agents_own_tool_hides_is_listed_as_skipped(
     assert pinged.result == "local ping hi"
 
 
+async def test_a_refused_reservation_reserves_nothing(hostile: MakeHostile) -> None:
+    """``reserve("pong", 5)`` kept "pong" before it refused 5, yet left the listing as it was:
+    "pong" was offered until the next listing, then skipped — for a call that had failed."""
+    server = hostile({"tools": [ECHO, tool("pong", OBJ)]})
+    async with connect(server) as connection:
+        with pytest.raises(TypeError, match=r"^reserve: each owner must be .*got int$"):
+            connection.reserve("pong", 5)  # type: ignore[arg-type]
+        await connection.refresh()
+        assert [t.name for t in connection.tools] == ["echo", "pong"]
+        assert connection.skipped == ()
+
+
 async def test_a_resource_listing_that_never_ends_is_refused_past_its_bound(
     hostile: MakeHostile,
 ) -> None:
@@ -361,6 +374,25 @@ async def test_an_answer_to_a_call_that_cannot_be_read_fails_the_call_at_once(
         message = str(caught.value)
         assert "answered 'raw' with something that could not be read: " in message
         assert why in message
+        assert (await invoke(connection, "echo", {"q": "still here"}))["content"] == [
+            {"type": "text", "text": "still here"}
+        ]
+
+
+async def test_a_server_error_of_code_32000_is_the_servers_error_not_a_lost_connection(
+    hostile: MakeHostile,
+) -> None:
+    """-32000 opens JSON-RPC's range of server errors, and the SDK uses it for a closed
+    connection too: a server's own -32000 error ("rate limited") read as a lost connection — the
+    call an unknown outcome, every later call refused unsent."""
+    raw = tool("raw", {"type": "object"})
+    server = hostile({"tools": [ECHO, raw]})
+    frame = '"error": {"code": -32000, "message": "rate limited, retry later"}'
+    async with connect(server) as connection:
+        with pytest.raises(McpToolError) as caught:
+            await invoke(connection, "raw", {"frame": frame})
+        assert (caught.value.message, caught.value.code) == ("rate limited, retry later", -32000)
+        assert connection.lost is None
         assert (await invoke(connection, "echo", {"q": "still here"}))["content"] == [
             {"type": "text", "text": "still here"}
         ]

@@ -218,6 +218,49 @@ async def test_an_error_that_echoes_a_header_or_the_query_does_not_carry_them() 
     assert "api_key=***" in str(caught.value)
 
 
+async def _error_result_server(stream: trio.SocketStream) -> None:
+    """Lists one tool, ``echo``, whose every call is an error result (``isError``) quoting the
+    request's Authorization header and target: a tool that says back what it was sent."""
+    async with aclosing(_json_rpc_requests(stream)) as requests:
+        async for target, headers, request in requests:
+            method, params = request["method"], request.get("params") or {}
+            result: dict[str, Any]
+            if method == "initialize":
+                result = {
+                    "protocolVersion": params["protocolVersion"],
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "erring", "version": "1"},
+                }
+            elif method == "tools/list":
+                result = {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+            else:
+                said = f"refused {headers.get('authorization')} at {target}"
+                result = {"isError": True, "content": [{"type": "text", "text": said}]}
+            await _send_json(stream, {"jsonrpc": "2.0", "id": request["id"], "result": result})
+
+
+async def test_an_error_result_that_echoes_a_header_or_the_query_does_not_carry_them() -> None:
+    """An error result's text became the McpToolError the model reads as it was: a tool that
+    quoted the request's Authorization header or query handed the model the token."""
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, _error_result_server, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        server = HttpServer(
+            f"http://127.0.0.1:{port}/mcp?api_key={CANARY}q",
+            headers={"Authorization": f"Bearer {CANARY}h"},
+            name="erring",
+            limits=McpLimits(connect_timeout=20, call_timeout=20),
+        )
+        async with connect(server) as connection:
+            with pytest.raises(McpToolError) as caught:
+                await invoke(connection, "echo", {})
+        nursery.cancel_scope.cancel()
+    assert caught.value.message.startswith("refused *** at /mcp?api_key=***")
+    assert CANARY not in caught.value.message
+
+
 async def test_the_sdk_and_http_logs_do_not_show_the_query(
     demo_http: HttpServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -112,3 +112,62 @@ def test_the_query_of_a_url_shows_in_no_repr() -> None:
     bare = HttpServer(f"https://mcp.example.com?api_key={CANARY}")
     assert bare.name == "mcp.example.com"  # was the host and the query: in every message
     assert CANARY not in repr(bare)
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("https://", "must name a host"),
+        ("http://:8080/mcp", "must name a host"),
+        (f"http://mcp.example.com/mcp?api_key={CANARY}\n", "a line break"),
+        (f"http://mcp.example.com/m cp?api_key={CANARY}", "a space"),
+        ("http://[::1/mcp", "its host or port cannot be read"),
+        ("http://mcp.example.com:99999/mcp", "its host or port cannot be read"),
+        # A user and password whose "@host" was left out read as a host and a port.
+        (f"http://admin:{CANARY}/mcp", "its host or port cannot be read"),
+    ],
+)
+def test_a_url_that_cannot_be_requested_is_refused_without_echoing_it(
+    url: str, message: str
+) -> None:
+    """A URL with no host, a trailing newline or a bad port was taken, to fail only at the
+    first request (or to name the server after a line break); urllib's own refusal quoted the
+    port, which could be a password."""
+    with pytest.raises(ValueError, match=message) as caught:
+        HttpServer(url)
+    assert CANARY not in str(caught.value)
+
+
+def test_a_cwd_that_is_not_a_path_is_refused_where_the_server_is_made() -> None:
+    """Any value was taken as the working directory, to fail only at connect."""
+    with pytest.raises(TypeError, match=r"^cwd must be None, a str or a path .*got int$"):
+        StdioServer("mcp-server", cwd=5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^cwd must not be empty"):
+        StdioServer("mcp-server", cwd="")
+    assert StdioServer("mcp-server", cwd="/srv").cwd == "/srv"
+
+
+def test_limits_that_are_not_mcp_limits_are_refused_where_the_server_is_made() -> None:
+    """A dict (or None) was taken as the limits, to fail at connect with an AttributeError."""
+    with pytest.raises(TypeError, match=r"^limits must be an McpLimits .*got dict$"):
+        StdioServer("mcp-server", limits={"call_timeout": 5})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^limits must be an McpLimits .*got NoneType$"):
+        HttpServer("https://mcp.example.com/mcp", limits=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"A=B": CANARY}, r"^env: the name 'A=B' is not an environment variable name"),
+        ({"": CANARY}, r"^env: the name '' is not an environment variable name"),
+        ({"TOKEN": f"{CANARY}\0"}, r"^env\['TOKEN'\]: the value holds a NUL character"),
+    ],
+)
+def test_an_env_no_process_can_hold_is_refused_naming_only_its_key(
+    env: dict[str, str], message: str
+) -> None:
+    """Such an env was taken, to fail at connect with the OS's words, which name no key
+    ("illegal environment variable name") — or, for an empty name, to pass unnoticed."""
+    with pytest.raises(ValueError, match=message) as caught:
+        StdioServer("mcp-server", env=env)
+    assert CANARY not in str(caught.value)
