@@ -11,6 +11,8 @@ from typing import Any
 
 from effectagent.core import SecretRedactor
 
+from .._rules import storable
+
 __all__ = [
     "check_callable",
     "check_database",
@@ -42,12 +44,15 @@ def check_callable(name: str, value: object) -> None:
 
 
 def check_identifier(name: str, value: object) -> str:
-    """``value`` if it is a str that is not empty or only spaces: ``TypeError`` for another
-    type, ``ValueError`` for an empty one."""
+    """``value`` if it is a str that is not empty or only spaces and that every database keeps:
+    ``TypeError`` for another type, ``ValueError`` for an empty one or one holding NUL or a lone
+    surrogate (PostgreSQL refuses it at the first write: a worker so named never claimed)."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
         raise ValueError(f"{name} must not be empty")
+    if not storable(value):
+        raise ValueError(f"{name} must not hold NUL or a lone surrogate")
     return value
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar, final
+from typing import Any, Final, TypeVar, final
 
 from effectagent.ai import DocumentPart, MediaPart, TextContent
 from effectagent.core import Agent, ApprovalRequest, LogEntry, Record, SecretRedactor
@@ -39,6 +39,12 @@ __all__ = ["DurableQueue", "run_id_of"]
 R = TypeVar("R")
 
 _MODES = ("queue", "join")
+
+#: The most UTF-8 bytes of an identifier the ledger keeps in a key — a submission's
+#: conversation, idempotency key and principal (the three make one key), an abort's ID:
+#: PostgreSQL refuses an index entry past about 2.7 KB, so a longer one is refused here, alike on
+#: both backends, never as a database error.
+ID_BYTES_MOST: Final = 512
 
 
 def run_id_of(submission_id: str) -> str:
@@ -77,16 +83,23 @@ def _redacted(
     return tuple(out)
 
 
-def _text(name: str, value: object, *, empty: bool = False) -> str:
+def _text(name: str, value: object, *, empty: bool = False, key: bool = False) -> str:
     """``value``, a str a submission may hold: ``TypeError`` / ``ValueError`` naming ``name``
-    otherwise — empty (unless ``empty``), or holding NUL or a lone surrogate, which no database
-    keeps (refused alike on SQLite and PostgreSQL, never as a database error)."""
+    otherwise — empty (unless ``empty``), holding NUL or a lone surrogate, which no database
+    keeps, or (``key``: an identifier kept in a key) longer than :data:`ID_BYTES_MOST` bytes in
+    UTF-8 — refused alike on SQLite and PostgreSQL, never as a database error. The refusal never
+    quotes the value."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not empty and not value.strip():
         raise ValueError(f"{name} must not be empty")
     if not storable(value):
         raise ValueError(f"{name} must not hold NUL or a lone surrogate")
+    if key and len(value.encode("utf-8")) > ID_BYTES_MOST:
+        raise ValueError(
+            f"{name} must be at most {ID_BYTES_MOST} bytes in UTF-8, got "
+            f"{len(value.encode('utf-8'))}"
+        )
     return value
 
 
@@ -142,7 +155,10 @@ class DurableQueue:
     Arguments are checked where they are given, the same on every backend: ``database`` must be
     an opened database, ``retry`` a :class:`RetryBudget`, ``clock`` callable (``TypeError``);
     every method's identifiers (``submission_id``, ``conversation_id``, ``tool_call_id``,
-    ``abort_id``) must be str (``TypeError``) and not empty (``ValueError``).
+    ``abort_id``) must be str (``TypeError``) and not empty (``ValueError``); those the ledger
+    keeps in a key (a submission's ``conversation_id``, ``idempotency_key``, ``principal`` and
+    ``owned_by``, an ``abort_id``) at most :data:`ID_BYTES_MOST` (512) bytes in UTF-8
+    (``ValueError``).
     """
 
     __slots__ = ("_agents", "_clock", "_log", "_redactor", "_retry", "database")
@@ -214,7 +230,9 @@ class DurableQueue:
         is admitted.
 
         Cancellation: all or nothing — raising (``Cancelled`` included) means not admitted,
-        returning means admitted (a commit already running is waited for).
+        returning means admitted (a commit already running is waited for); but for a
+        ``WriteFailed`` saying whether it was written is unknown (a connection lost while the
+        admission committed, on PostgreSQL): submitting again with the same key settles it.
         """
         agent = _text("agent", agent)
         redact = self._redactor.redact_text
@@ -235,11 +253,11 @@ class DurableQueue:
                 text, parts, _ = stored(content, _unchanged)
                 kept, kept_parts, blobs = stored(_redacted(content, redact), redact)
                 media = [(digest, len(data), data) for digest, data in blobs.items()]
-        conversation_id = _text("conversation_id", conversation_id)
-        idempotency_key = _text("idempotency_key", idempotency_key)
-        principal = _text("principal", principal)
+        conversation_id = _text("conversation_id", conversation_id, key=True)
+        idempotency_key = _text("idempotency_key", idempotency_key, key=True)
+        principal = _text("principal", principal, key=True)
         if owned_by is not None:
-            owned_by = _text("owned_by", owned_by)
+            owned_by = _text("owned_by", owned_by, key=True)
         if mode not in _MODES:
             raise ValueError(f"mode must be 'queue' or 'join', got {mode!r}")
         if self._agents is not None and agent not in self._agents:
@@ -345,7 +363,7 @@ class DurableQueue:
         submission_id = _text("submission_id", submission_id)
         author = self._redactor.redact_text(_text("author", author))
         reason = self._redactor.redact_text(_text("reason", reason, empty=True))
-        command = _text("abort_id", abort_id) if abort_id is not None else new_id("abort")
+        command = _text("abort_id", abort_id, key=True) if abort_id is not None else new_id("abort")
         now = self._clock()
         return await self._write(
             lambda conn: _commands.abort(

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import final
+from typing import Final, final
 
 from effectagent.ai import StepKey, StepResult
 from effectagent.effect import JSONValue
 
+from .._rules import storable
 from ..storage import Database
 from ..storage._port import Connection
 from ._checks import check_callable, check_database
@@ -31,6 +32,22 @@ __all__ = ["SqliteStepStore"]
 #: Called in the task that records a step, with its conversation's ID: the check to run inside
 #: the write's transaction, which returns the lane's epoch or raises to refuse.
 Fence = Callable[[str], Callable[[Connection], int]]
+
+#: The most UTF-8 bytes of a step's name, and of its tool call's ID: they are part of the table's
+#: key, and PostgreSQL refuses an index entry past about 2.7 KB.
+KEY_BYTES_MOST: Final = 512
+
+
+def _checked(key: StepKey) -> StepKey:
+    """``key`` if every database keeps its name and tool call ID: ``ValueError`` naming which
+    otherwise — one holding NUL or a lone surrogate, or longer than :data:`KEY_BYTES_MOST` bytes
+    (PostgreSQL refused them as a database error, SQLite kept them: now alike on both)."""
+    for what, value in (("name", key.name), ("tool call ID", key.tool_call_id)):
+        if not storable(value):
+            raise ValueError(f"a step's {what} must not hold NUL or a lone surrogate")
+        if len(value.encode("utf-8")) > KEY_BYTES_MOST:
+            raise ValueError(f"a step's {what} must be at most {KEY_BYTES_MOST} bytes in UTF-8")
+    return key
 
 
 @final
@@ -57,9 +74,11 @@ class SqliteStepStore:
         self._clock = clock
 
     async def get(self, key: StepKey) -> StepResult | None:
-        """The recorded result of ``key``, or None.
+        """The recorded result of ``key``, or None. Raises ``ValueError`` for a key no database
+        keeps (see :func:`_checked`), before reading.
 
         Cancellation: a checkpoint before reading; nothing changes."""
+        _checked(key)
 
         def read(conn: Connection) -> StepResult | None:
             found = conn.execute(
@@ -74,9 +93,11 @@ class SqliteStepStore:
     async def put(self, key: StepKey, value: JSONValue) -> StepResult:
         """Record ``value`` for ``key`` unless a result is recorded already — if this worker
         still holds the conversation's lane — and return the recorded result. Raises what the
-        fence raises when the lane is lost (nothing is recorded then).
+        fence raises when the lane is lost (nothing is recorded then); ``ValueError`` for a key
+        no database keeps (see :func:`_checked`), before writing.
 
         Cancellation: all or nothing (a write already running is waited for)."""
+        _checked(key)
         body = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         now = self._clock()
         fence = self._fence(key.conversation_id)

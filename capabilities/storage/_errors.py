@@ -19,6 +19,7 @@ from effectagent.engine import ConversationLogError
 
 __all__ = [
     "CannotOpenDatabase",
+    "CommitOutcomeUnknown",
     "ConversationInUse",
     "CorruptRecord",
     "DatabaseBusy",
@@ -196,14 +197,30 @@ class WriteFailed(StorageError):
 
 
 @attrs.frozen
+class CommitOutcomeUnknown(WriteFailed):
+    """The connection failed while the transaction was committing (PostgreSQL): it may or may
+    not have been written, and it is not run again. A :class:`WriteFailed` whose message says
+    the outcome is unknown rather than that nothing was written; ``reason`` says so, with the
+    driver's message, which names no stored value."""
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@attrs.frozen
 class LogWriteFailed(WriteFailed, ConversationLogError):
-    """An append to the Conversation Log that SQLite refused (see :class:`WriteFailed`)."""
+    """An append to the Conversation Log that the database refused (see :class:`WriteFailed`)
+    — or, ``unknown``, whose commit's outcome is unknown (:class:`CommitOutcomeUnknown`): it may
+    have been written."""
 
     conversation_id: str
     reason: str
+    unknown: bool = attrs.field(default=False, kw_only=True)
     seq = None  # no one record is at fault
 
     def __str__(self) -> str:
+        if self.unknown:
+            return f"an append to conversation {self.conversation_id} failed: {self.reason}"
         return (
             f"the database refused an append to conversation {self.conversation_id} "
             f"({self.reason}); nothing of it was written"

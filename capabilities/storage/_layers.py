@@ -41,11 +41,11 @@ def postgres_database(
     Any number of processes on any number of machines may open the same one. See
     ``open_postgres`` for ``pool_size``, ``lease`` and the errors (they name the database without
     its password). Needs the ``postgres`` extra (psycopg 3 and its pool)."""
+    from ._postgres import check_arguments, open_postgres  # psycopg: only for those who use it
+
+    check_arguments(url, schema, pool_size, lease)  # here, where they are given
     if not url:
         raise ValueError("the PostgreSQL URL must not be empty")
-    from ._postgres import check_schema, open_postgres  # psycopg: only for those who use it
-
-    check_schema(schema)
 
     def opened(_: Context) -> AbstractAsyncContextManager[Database]:
         return open_postgres(url, schema=schema, pool_size=pool_size, lease=lease)

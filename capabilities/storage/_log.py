@@ -52,6 +52,7 @@ from effectagent.core import LogEntry, Record
 from .._rules import storable, strings
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
+    CommitOutcomeUnknown,
     DatabaseBusy,
     IdNotStorable,
     LaneLost,
@@ -310,7 +311,8 @@ class SqliteConversationLog:
 
             return await self.database.write(fenced, weight=weight, single_statement=single)
         except WriteFailed as exc:
-            raise LogWriteFailed(conversation_id, exc.reason) from None
+            unknown = isinstance(exc, CommitOutcomeUnknown)
+            raise LogWriteFailed(conversation_id, exc.reason, unknown=unknown) from None
         except StorageClosed:
             raise LogClosed(conversation_id) from None
 

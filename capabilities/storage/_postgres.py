@@ -95,6 +95,7 @@ from ._wakeups import WakeUps
 __all__ = [
     "PostgresDatabase",
     "SchemaInUse",
+    "check_arguments",
     "check_schema",
     "failure_kind",
     "open_postgres",
@@ -486,6 +487,20 @@ def url_problem(url: str) -> str | None:
     )
 
 
+def check_arguments(url: object, schema: object, pool_size: object, lease: object) -> None:
+    """Refuse what :func:`open_postgres` cannot open with, before connecting (and where a Layer
+    is made): a ``url`` or ``schema`` not a str, a schema that is not a plain name, a
+    ``pool_size`` not an int of at least 1, a ``lease`` not a finite, positive number."""
+    if not isinstance(url, str):
+        raise TypeError(f"url must be a str, got {type(url).__name__}")
+    check_schema(schema)  # type: ignore[arg-type]  # it checks the type itself
+    if type(pool_size) is not int:
+        raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__}")
+    if pool_size < 1:
+        raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
+    finite_seconds("lease", lease)  # an infinite lease would hold a dead process's lanes
+
+
 @asynccontextmanager
 async def open_postgres(
     url: str,
@@ -507,8 +522,9 @@ async def open_postgres(
     ``extra_layout`` statements laid out with the tables in an empty schema (the search tables).
 
     Raises ``ValueError`` for a schema name that is not a plain identifier, a ``lease`` that is
-    not a finite, positive number of seconds or a ``pool_size`` below 1 (``TypeError``: not an
-    int), before connecting; :class:`ForeignSchema` (another application's tables there), :class:`DatabaseTooNew`,
+    not a finite, positive number of seconds or a ``pool_size`` below 1 (``TypeError``: a ``url``
+    or ``schema`` not a str, a ``pool_size`` not an int), before connecting;
+    :class:`ForeignSchema` (another application's tables there), :class:`DatabaseTooNew`,
     :class:`SchemaInUse` or :class:`CannotOpenDatabase`, naming the database without its
     password, with nothing changed.
 
@@ -516,12 +532,7 @@ async def open_postgres(
     not abandoned, and the database is closed again when the cancellation reaches the block.
     Closing is shielded.
     """
-    check_schema(schema)
-    if type(pool_size) is not int:
-        raise TypeError(f"pool_size must be an int, got {type(pool_size).__name__}")
-    if pool_size < 1:
-        raise ValueError(f"pool_size must be at least 1, got {pool_size!r}")
-    finite_seconds("lease", lease)  # an infinite lease would hold a dead process's lanes
+    check_arguments(url, schema, pool_size, lease)
     if retry is not None and not isinstance(retry, BusyPolicy):
         raise TypeError(f"retry must be a BusyPolicy or None, got {type(retry).__name__}")
     policy = retry or BusyPolicy()

@@ -27,7 +27,7 @@ from psycopg.rows import TupleRow
 
 from .._logging import log_debug
 from ._busy import BusyPolicy
-from ._errors import DatabaseBusy, ReadFailed, StorageClosed, WriteFailed
+from ._errors import CommitOutcomeUnknown, DatabaseBusy, ReadFailed, StorageClosed, WriteFailed
 from ._port import Connection
 from ._postgres_names import Failure, Names, failure_kind
 
@@ -50,6 +50,7 @@ Conn = psycopg.Connection[TupleRow]
 #: How many times a write refused for a duplicate key runs again before the duplicate is taken
 #: for a true one (each time on a newer snapshot: see ``failure_kind``).
 DUPLICATE_RETRIES: Final = 4
+
 
 # ---- statements ----------------------------------------------------------------------------------
 
@@ -172,7 +173,7 @@ def _attempt(
             if kind in ("conflict", "duplicate"):
                 raise _Again(kind, names.reason(exc)) from None
             if kind == "unknown":
-                raise WriteFailed(
+                raise CommitOutcomeUnknown(
                     f"the connection failed while the transaction was committing "
                     f"({names.reason(exc)}): whether it was written is unknown"
                 ) from None

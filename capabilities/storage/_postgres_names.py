@@ -149,7 +149,11 @@ class Names:
 
 def check_schema(schema: str) -> None:
     """Refuse (``ValueError``, a sentence) a schema name that is not a plain lower-case
-    identifier (the same quoted or not) or that PostgreSQL reserves (``pg_…``)."""
+    identifier (the same quoted or not) or that PostgreSQL reserves (``pg_…``); ``TypeError``
+    when it is not a str."""
+    given: object = schema  # checked at run time too: not every caller runs mypy
+    if not isinstance(given, str):
+        raise TypeError(f"schema must be a str, got {type(given).__name__}")
     if not _SCHEMA.fullmatch(schema) or schema.startswith("pg_"):
         raise ValueError(
             "the schema must be a plain lower-case name of at most 63 letters, digits and "

@@ -18,8 +18,9 @@ second time), the step returns the recorded result instead of running. Only a su
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Literal, Never, Protocol, cast, final
+from typing import Any, Final, Generic, Literal, Never, Protocol, cast, final
 
 import attrs
 from typing_extensions import TypeVar
@@ -120,6 +121,13 @@ async def _awaited(key: StepKey, fn: Callable[[], Awaitable[T]]) -> T:
     return await cast("Awaitable[T]", pending)
 
 
+#: The most UTF-8 bytes of a step's name: it is part of a durable store's key, which
+#: PostgreSQL indexes (an entry past about 2.7 KB is refused). Every store refuses a longer one.
+STEP_NAME_BYTES: Final = 512
+#: What no database keeps in text: NUL and lone surrogates.
+_NOT_KEPT: Final = re.compile("[\x00\ud800-\udfff]")
+
+
 async def run_step(
     store: StepStore | None,
     key: StepKey,
@@ -134,6 +142,10 @@ async def run_step(
     name: object = key.name  # checked: not every caller runs mypy
     if not isinstance(name, str) or not name.strip():
         raise ValueError(f"a step's name must be a non-empty str, got {name!r}")
+    if _NOT_KEPT.search(name):  # every store refuses it alike (a database cannot keep it)
+        raise ValueError("a step's name must not hold NUL or a lone surrogate")
+    if len(name) > STEP_NAME_BYTES // 4 and len(name.encode("utf-8")) > STEP_NAME_BYTES:
+        raise ValueError(f"a step's name must be at most {STEP_NAME_BYTES} bytes in UTF-8")
     if type(key.version) is not int or key.version < 1:
         raise ValueError(f"a step's version must be an int of 1 or more, got {key.version!r}")
     if not callable(fn):

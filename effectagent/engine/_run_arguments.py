@@ -81,10 +81,17 @@ def check_no_secret(
             )
 
 
+#: The most UTF-8 bytes of a run's conversation ID, run ID or author: each is kept in an indexed
+#: column, and PostgreSQL refuses an index entry past about 2.7 KB (the durable queue keeps the
+#: same bound).
+ID_BYTES_MOST: Final = 512
+
+
 def check_id(name: str, value: object) -> None:
-    """Refuse an ID that is not a non-empty string, or that holds NUL or a lone surrogate (no
-    database keeps those in a column: a conversation's or run's ID would fail only when the log
-    met it), naming it."""
+    """Refuse an ID that is not a non-empty string, that holds NUL or a lone surrogate, or that
+    is longer than :data:`ID_BYTES_MOST` bytes in UTF-8 (no database keeps the first two in a
+    column, nor PostgreSQL the last in an index: a conversation's or run's ID would fail only
+    when the log met it, and on one backend only), naming it."""
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a str, got {type(value).__name__}")
     if not value.strip():
@@ -92,6 +99,8 @@ def check_id(name: str, value: object) -> None:
     if "\x00" in value or (not value.isascii() and _LONE_SURROGATE.search(value)):
         # Not quoted: the value may hold a secret too, and is checked before the Redactor sees it.
         raise ValueError(f"{name} must not hold NUL or a lone surrogate")
+    if len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST:
+        raise ValueError(f"{name} must be at most {ID_BYTES_MOST} bytes in UTF-8")
 
 
 def check_resume_arguments(agent: object, conversation_id: object, run_id: object) -> None:

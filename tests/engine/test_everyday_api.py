@@ -226,6 +226,26 @@ async def test_an_id_no_database_keeps_is_refused_when_the_run_is_asked_for(
     assert model.requests == []
 
 
+@pytest.mark.parametrize("argument", ["conversation_id", "run_id", "author"])
+async def test_an_id_past_512_bytes_is_refused_when_the_run_is_asked_for_and_512_run(
+    argument: str, autojump_clock: trio.testing.MockClock
+) -> None:
+    """PostgreSQL indexes these and refuses an entry past about 2.7 KB: a 5,000-character ID ran
+    on SQLite and failed with StorageFailed on PostgreSQL. Refused alike now, at the call; 128
+    four-byte characters (512 bytes) run."""
+    agent = make_agent()
+    model = ScriptedModel([Turn.text("hi")])
+    created: dict[str, Any] = {"create": True} if argument == "conversation_id" else {}
+    async with open_runtime(model.as_layer(), agents=[agent]) as runtime:
+        with pytest.raises(ValueError, match=f"^{argument} must be at most 512 bytes in UTF-8"):
+            await runtime.run(agent, "hi", **{argument: "x" * 513, **created})
+        with pytest.raises(ValueError, match=f"^{argument} must be at most 512 bytes in UTF-8"):
+            runtime.stream(agent, "hi", **{argument: "\U0001f600" * 129, **created})
+        assert model.requests == []
+        result = await runtime.run(agent, "hi", **{argument: "\U0001f600" * 128, **created})
+    assert result.status == "completed"
+
+
 @pytest.mark.parametrize(
     ("args", "kwargs", "message"),
     [

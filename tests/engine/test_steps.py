@@ -200,7 +200,15 @@ async def test_a_handler_called_outside_a_runtime_just_runs_its_steps() -> None:
 
 @pytest.mark.parametrize(
     ("name", "version", "error"),
-    [("", 1, "non-empty str"), ("x", 0, "int of 1 or more"), ("x", True, "int of 1 or more")],
+    [
+        ("", 1, "non-empty str"),
+        ("x", 0, "int of 1 or more"),
+        ("x", True, "int of 1 or more"),
+        # What a database store refuses, the in-memory one refuses alike.
+        ("charge\x00card", 1, "must not hold NUL or a lone surrogate"),
+        ("charge\ud800", 1, "must not hold NUL or a lone surrogate"),
+        ("\U0001f600" * 129, 1, "at most 512 bytes in UTF-8"),
+    ],
 )
 async def test_a_steps_identity_is_checked(name: str, version: Any, error: str) -> None:
     async def one() -> int:

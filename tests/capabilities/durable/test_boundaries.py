@@ -181,6 +181,37 @@ async def test_text_no_database_keeps_is_refused_alike_on_both_backends(
         assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
 
 
+async def test_identifiers_too_long_for_a_key_are_refused_alike_on_both_backends(
+    store: Stores,
+) -> None:
+    """A conversation ID, key or principal of 10,000 characters: SQLite admitted it, PostgreSQL
+    refused it as a database error (``WriteFailed``: an index entry past its limit). Each is a
+    ValueError naming the field (never quoting it), nothing admitted — and 512 bytes of
+    four-byte characters in all three at once are admitted, run and settled on both."""
+    long = "é" * 257  # 514 bytes
+    wide = "\U0001f600" * 128  # 512 bytes
+    async with store.open() as db:
+        q = DurableQueue(db)
+        ok = {"conversation_id": "conv", "agent": "echo", "text": "hi", "idempotency_key": "k"}
+        ok["principal"] = "ann"
+        for field in ("conversation_id", "idempotency_key", "principal", "owned_by"):
+            given = {**ok, field: long}
+            with pytest.raises(
+                ValueError, match=f"^{field} must be at most 512 bytes in UTF-8, got 514$"
+            ):
+                await q.submit(**given)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=r"^abort_id must be at most 512 bytes"):
+            await q.abort("sub_x", author="ops", reason="", abort_id=long)
+        assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
+        receipt = await q.submit(
+            "echo", "hi", conversation_id=wide, idempotency_key=wide, principal=wide, owned_by=wide
+        )
+        layer = FunctionModel.layer(lambda request: "hello")
+        await DurableWorker(db, layer, [AGENT], options=FAST).run(until_idle=True)
+        assert (await q.status(receipt.submission_id)).status == "completed"
+        assert await q.verify(wide) == ()
+
+
 async def test_overdue_and_explain_refuse_numbers_out_of_range_alike_on_both_backends(
     store: Stores,
 ) -> None:
@@ -293,6 +324,9 @@ async def test_a_queue_given_secrets_keeps_a_waiting_submission_s_input_redacted
         ({"approval_policy": "allow"}, TypeError, "^approval_policy must be an Approval"),
         ({"worker_id": ""}, ValueError, "^worker_id must not be empty$"),
         ({"worker_id": 7}, TypeError, "^worker_id must be a str, got int$"),
+        # (accepted: on PostgreSQL the worker's every claim then failed, and it never ran)
+        ({"worker_id": "a\x00b"}, ValueError, "^worker_id must not hold NUL or a lone surrogate$"),
+        ({"worker_id": "a\ud800"}, ValueError, "^worker_id must not hold NUL or a lone surrogate$"),
         ({"clock": 1.0}, TypeError, "^clock must be callable, got float$"),
         ({"secrets": ["abc"]}, ValueError, "at least 4 characters"),
         ({"secrets": [""]}, ValueError, "at least 4 characters"),

@@ -319,6 +319,53 @@ async def test_a_durable_step_runs_once_across_a_resumed_run(store: Stores) -> N
         ]
 
 
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("charge\x00card", "a step's name must not hold NUL or a lone surrogate"),
+        ("\U0001f600" * 129, "a step's name must be at most 512 bytes in UTF-8"),
+    ],
+)
+async def test_a_step_name_no_database_keeps_fails_the_call_alike_on_both_backends(
+    store: Stores, name: str, message: str
+) -> None:
+    """Such a name was recorded on SQLite, while on PostgreSQL the call crashed with the
+    database's error (``ReadFailed``/``WriteFailed``). Now the call fails alike on both, saying
+    why, its function never run and nothing recorded."""
+    ran: list[str] = []
+    told: list[str] = []
+
+    def respond(request: ModelRequest) -> Turn | str:
+        if isinstance(_last(request), UserMessage):
+            return Turn.tool_calls(("charge", {"cents": 700}, "call-1"))
+        told.append(repr(_last(request)))
+        return "told"
+
+    async def handle(params: Amount, call: ToolCallContext) -> str:
+        async def charge_card() -> str:
+            ran.append("charged")
+            return "receipt"
+
+        return await call.step(name, 1, charge_card)
+
+    agent = Agent("biller", "Bill.", toolkit=Toolkit(charge))
+    layer = Toolkit(charge).handlers(charge.bind(handle)) + FunctionModel.layer(respond)
+    async with store.open() as db:
+        q = DurableQueue(db)
+        receipt = await q.submit(
+            "biller", "bill", conversation_id="c", idempotency_key="k", principal="p"
+        )
+        with trio.fail_after(60):
+            await DurableWorker(db, layer, [agent], options=FAST).run(until_idle=True)
+        assert (await q.status(receipt.submission_id)).status == "completed"
+        assert ran == []
+        [result] = told
+        assert "ToolDefect" in result
+        assert message in result
+        assert "Failed" not in result  # no database error
+        assert await rows(db, "SELECT count(*) FROM durable_steps") == [(0,)]
+
+
 async def test_of_two_racers_on_one_step_only_the_lane_holder_s_result_is_recorded(
     store: Stores,
 ) -> None:

@@ -15,6 +15,7 @@ import trio
 from capabilities.storage import CannotOpenDatabase, Connection, DatabaseTooNew
 from capabilities.storage._database import open_database
 from capabilities.storage._errors import (
+    CommitOutcomeUnknown,
     CorruptRecord,
     ForeignDatabase,
     LogClosed,
@@ -195,6 +196,27 @@ async def test_a_closed_store_refuses_writes_and_reads(tmp_path: Path) -> None:
         assert isinstance(raised.value, LogClosed)
         assert (raised.value.conversation_id, raised.value.seq) == ("c", None)
         assert str(raised.value) == "conversation c cannot be read or written: the store is closed"
+
+
+async def test_an_append_whose_commit_outcome_is_unknown_never_says_nothing_was_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection lost while PostgreSQL committed: the append may have been written. The
+    log's error said "…: whether it was written is unknown); nothing of it was written"."""
+    async with open_database(tmp_path / "u.db") as database:
+        log = SqliteConversationLog(database)
+
+        async def lost(*args: Any, **kwargs: Any) -> Any:
+            raise CommitOutcomeUnknown("the connection failed: whether it was written is unknown")
+
+        monkeypatch.setattr(type(database), "write", lost)
+        with pytest.raises(LogWriteFailed) as raised:
+            await log.append("c", [user("c")])
+    assert raised.value.unknown
+    assert str(raised.value) == (
+        "an append to conversation c failed: the connection failed: whether it was written is "
+        "unknown"
+    )
 
 
 async def test_an_append_sqlite_refuses_names_its_conversation(tmp_path: Path) -> None:

@@ -361,9 +361,11 @@ async def test_a_connection_lost_while_committing_is_not_run_again() -> None:
             runs.append(1)
             conn.execute("INSERT INTO quarantine VALUES ('c', 1, 'r', 0)")
 
-        with pytest.raises(WriteFailed, match="whether it was written is unknown"):
+        with pytest.raises(WriteFailed, match="whether it was written is unknown") as raised:
             await db.write(work)
         assert runs == [1]
+        # (it said "…: whether it was written is unknown); nothing of it was written")
+        assert "nothing of it was written" not in str(raised.value)
 
 
 # ---- cancellation and closing ----------------------------------------------------------------------
@@ -583,6 +585,8 @@ async def test_a_schema_name_that_is_not_plain_is_refused(name: str) -> None:
         ({"pool_size": 1.5}, TypeError, "^pool_size must be an int, got float$"),
         ({"pool_size": True}, TypeError, "^pool_size must be an int, got bool$"),
         ({"retry": 10}, TypeError, "^retry must be a BusyPolicy or None, got int$"),
+        ({"schema": 5}, TypeError, "^schema must be a str, got int$"),
+        ({"schema": None}, TypeError, "^schema must be a str, got NoneType$"),
     ],
 )
 async def test_bounds_that_are_no_bounds_are_refused_before_connecting(
@@ -591,6 +595,12 @@ async def test_bounds_that_are_no_bounds_are_refused_before_connecting(
     """As ``open_database``'s: an infinite lease holds a dead process's lanes for ever."""
     with pytest.raises(error, match=message):
         async with open_postgres("postgresql://nowhere.invalid/none", **arguments):
+            pass  # pragma: no cover - refused before
+
+
+async def test_a_url_that_is_not_a_str_is_refused_naming_it() -> None:
+    with pytest.raises(TypeError, match=r"^url must be a str, got bytes$"):
+        async with open_postgres(b"postgresql://nowhere.invalid/none"):  # type: ignore[arg-type]
             pass  # pragma: no cover - refused before
 
 

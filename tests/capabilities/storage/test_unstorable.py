@@ -211,6 +211,24 @@ def test_a_database_path_that_names_no_file_is_refused_where_the_layer_is_made(
         sqlite_storage(path)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"pool_size": 0}, ValueError, "^pool_size must be at least 1, got 0$"),
+        ({"pool_size": True}, TypeError, "^pool_size must be an int, got bool$"),
+        ({"schema": 5}, TypeError, "^schema must be a str, got int$"),
+        ({"url": 5}, TypeError, "^url must be a str, got int$"),
+    ],
+)
+def test_postgres_storage_refuses_what_it_cannot_open_with_where_it_is_called(
+    arguments: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    """They were accepted here and refused only as the runtime opened."""
+    given = {"url": "postgresql://nowhere.invalid/none", **arguments}
+    with pytest.raises(error, match=message):
+        postgres_storage(**given)
+
+
 @pytest.mark.parametrize(("path", "error", "message"), _BAD_PATHS)
 async def test_a_database_path_that_names_no_file_is_refused_before_anything_is_made(
     path: Any, error: type[Exception], message: str, tmp_path: Path, monkeypatch: Any
