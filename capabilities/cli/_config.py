@@ -547,9 +547,11 @@ def http_url_problem(value: str) -> str | None:
     ):
         return problem
     try:
-        host = urlsplit(value).hostname
+        parts = urlsplit(value)
+        host = parts.hostname
+        parts.port  # noqa: B018 - a port that is not one (letters, past 65535) raises here
     except ValueError:
-        return problem
+        return f"{problem} (and, if it has a port, one of digits up to 65535)"
     return None if host else problem
 
 

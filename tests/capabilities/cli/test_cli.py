@@ -780,6 +780,15 @@ def test_a_short_key_of_the_model_in_use_is_refused_naming_its_variable(
             "[[mcp]]\nname = 'a'\nurl = 'localhost:9000/mcp'\n",
             "[[mcp]] #1 url must be an http:// or https:// URL with a host",
         ),
+        (  # the server would refuse it only as the tools were set up
+            "[[mcp]]\nname = 'a'\nurl = 'http://h:99999/mcp'\n",
+            "[[mcp]] #1 url must be an http:// or https:// URL with a host (and, if it has a "
+            "port, one of digits up to 65535)",
+        ),
+        (
+            "[model]\nbase_url = 'http://h:pw-secret-42/v1'\n",
+            "[model] base_url must be an http:// or https:// URL with a host (and",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:
