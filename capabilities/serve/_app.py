@@ -3,14 +3,14 @@
 Every handler is wrapped by :meth:`ServeApi._wrap`: the principal is resolved from the bearer
 token (401 without a valid one, unless the settings name an anonymous principal), the body is
 read within ``max_body`` bytes (413) as JSON (415 otherwise; 400 for a member named twice or
-text that is not Unicode), and whatever is refused becomes an RFC 9457 problem document. A
-conversation is its first submitter's: another principal — not an operator — reading it gets
-404, exactly as for one that does not exist; submitting to it gets that same 404 (the queue
-checks the owner in the admitting transaction), where one that does not exist yet is admitted
-and becomes the submitter's (conversation IDs are global). Each path answers exactly its
-methods (405 with ``Allow`` otherwise, HEAD included) and no other path (a trailing slash is a
-404, never a redirect). No cookie is ever set; CORS is off unless ``cors_origins`` names
-origins.
+text that is not Unicode), a header it reads or a query parameter given twice is refused (400),
+and whatever is refused becomes an RFC 9457 problem document. A conversation is its first
+submitter's: another principal — not an operator — reading it gets 404, exactly as for one that
+does not exist; submitting to it gets that same 404 (the queue checks the owner in the admitting
+transaction), where one that does not exist yet is admitted and becomes the submitter's
+(conversation IDs are global). Each path answers exactly its methods (405 with ``Allow``
+otherwise, HEAD included) and no other path (a trailing slash is a 404, never a redirect). No
+cookie is ever set; CORS is off unless ``cors_origins`` names origins.
 """
 
 from __future__ import annotations
@@ -98,11 +98,42 @@ _SECURITY_HEADERS: Final = {
 }
 
 
-def _identifier(name: str, value: str, limit: int = _MAX_ID) -> str:
+#: The request headers the API reads, each of which a request may carry once (RFC 9110 §5.3): of
+#: two, the API would read one where a proxy in front of it might read the other — act as
+#: another principal, say, than the one the proxy let through. (So with a query parameter.)
+_SINGLE_HEADERS: Final = ("Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID")
+
+
+def _given_once(endpoint: Endpoint, request: Request) -> None:
+    """Refuse (400) a request carrying one of :data:`_SINGLE_HEADERS`, or a query parameter of
+    ``endpoint``, twice — named, never quoted (it may be a token)."""
+    for name in _SINGLE_HEADERS:
+        if len(request.headers.getlist(name)) > 1:
+            raise Problem(
+                "bad-request", f"the request has the {name} header twice: each may appear once"
+            )
+    for name in endpoint.query:
+        if len(request.query_params.getlist(name)) > 1:
+            raise Problem(
+                "bad-request", f"the query gives {name} twice: each parameter may appear once"
+            )
+
+
+def _identifier(
+    name: str, value: str, limit: int = _MAX_ID, redact: Callable[[str], str] | None = None
+) -> str:
+    """``value``, refused (400) unless it is 1 to ``limit`` printable characters without
+    surrounding spaces — and, given the runtime's ``redact``, unless it holds none of its secrets:
+    an identifier is kept and answered as it is (a ledger row, a receipt, every event), where it
+    could not be redacted without becoming another."""
     if not value or len(value) > limit or not value.isprintable() or value != value.strip():
         raise Problem(
             "bad-request",
             f"the {name} must be 1 to {limit} printable characters without surrounding spaces",
+        )
+    if redact is not None and redact(value) != value:
+        raise Problem(
+            "bad-request", f"the {name} holds one of the runtime's secrets: choose another"
         )
     return value
 
@@ -548,6 +579,7 @@ class ServeApi:
             path = request.url.path
             redact = self._redact
             try:
+                _given_once(endpoint, request)
                 principal = self._who(endpoint, request)
                 return await handler(request, principal or Principal("anonymous"))
             except Problem as problem:
@@ -654,7 +686,7 @@ class ServeApi:
             raise no_conversation(conversation_id)
 
     async def _submission(self, submission_id: str, principal: Principal) -> Submission:
-        _identifier("submission ID", submission_id)
+        _identifier("submission ID", submission_id, redact=self._redact)
         submission = await self.queue.status(submission_id)
         try:
             await self._owner(submission.conversation_id, principal, new=False)
@@ -694,7 +726,9 @@ class ServeApi:
     async def _admitting(
         self, request: Request, principal: Principal, text: str, agent: str | None, mode: Any
     ) -> Response:
-        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        conversation_id = _identifier(
+            "conversation ID", request.path_params["conversation_id"], redact=self._redact
+        )
         if self._draining:
             raise Problem(
                 "unavailable",
@@ -702,7 +736,11 @@ class ServeApi:
                 headers=(("Retry-After", "5"),),
             )
         given = request.headers.get("idempotency-key")
-        key = new_id("key") if given is None else _identifier("Idempotency-Key", given, _MAX_KEY)
+        key = (
+            new_id("key")
+            if given is None
+            else _identifier("Idempotency-Key", given, _MAX_KEY, self._redact)
+        )
         wait = self._quotas.take(principal.name, self.clock())
         if wait > 0:
             seconds = retry_after(wait)
@@ -759,7 +797,9 @@ class ServeApi:
         return _json(Me(principal.name, principal.operator))
 
     async def _submissions(self, request: Request, principal: Principal) -> Response:
-        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        conversation_id = _identifier(
+            "conversation ID", request.path_params["conversation_id"], redact=self._redact
+        )
         await self._owner(conversation_id, principal, new=False)
         return _json(Submissions(await self.queue.submissions(conversation_id)))
 
@@ -854,7 +894,7 @@ class ServeApi:
     async def _decide(self, request: Request, principal: Principal) -> Response:
         submission = await self._submission(request.path_params["submission_id"], principal)
         body: DecisionBody = await self._body(request, DecisionBody)
-        _identifier("tool call ID", body.tool_call_id)
+        _identifier("tool call ID", body.tool_call_id, redact=self._redact)
         decided, left = await self.queue.decide(
             submission.submission_id,
             body.tool_call_id,
@@ -876,7 +916,9 @@ class ServeApi:
     # ---- events ----------------------------------------------------------------------------------
 
     async def _events(self, request: Request, principal: Principal) -> Response:
-        conversation_id = _identifier("conversation ID", request.path_params["conversation_id"])
+        conversation_id = _identifier(
+            "conversation ID", request.path_params["conversation_id"], redact=self._redact
+        )
         try:
             after = resume_after(
                 request.headers.get("last-event-id"), request.query_params.get("after")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable
+from contextlib import suppress
 from typing import Final, final
 
 import attrs
@@ -68,7 +69,8 @@ class Tokens:
     (:func:`token_digest`; :meth:`of` takes the tokens themselves). ``anonymous``: the principal
     of a request without an ``Authorization`` header — None (the default) refuses such requests;
     its name must be none of the token principals' (``ValueError``): a name is whose the
-    conversations are, so requests without a token would act on that principal's.
+    conversations are, so requests without a token would act on that principal's; and it may not
+    be an operator (``ValueError``): requests without a token would act on every conversation.
     """
 
     __slots__ = ("_anonymous", "_entries")
@@ -79,6 +81,12 @@ class Tokens:
         if anonymous is not None and not isinstance(anonymous, Principal):
             raise TypeError(
                 f"anonymous must be a Principal or None, got {type(anonymous).__name__}"
+            )
+        if anonymous is not None and anonymous.operator:
+            raise ValueError(
+                f"the anonymous principal {anonymous.name!r} may not be an operator: every "
+                "request without a token would see and act on every conversation; give "
+                "operators tokens"
             )
         found: list[tuple[bytes, Principal]] = []
         for digest, principal in entries:
@@ -126,17 +134,25 @@ class Tokens:
     def resolve(self, authorization: str | None) -> Principal | None:
         """The principal of a request whose ``Authorization`` header is ``authorization`` (None:
         absent): the anonymous principal without one, the token's with ``Bearer <token>`` of a
-        configured token, None otherwise (another scheme, an unknown token). Pure; its time does
-        not depend on which configured token matched, or how much of one did."""
+        configured token, None otherwise (another scheme, an unknown token). The header is taken
+        as text or as an ASGI server gives it (its bytes read as Latin-1): a token that is not
+        ASCII, sent as UTF-8, matches either way. Pure; its time does not depend on which
+        configured token matched, or how much of one did."""
         if authorization is None:
             return self._anonymous
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != _SCHEME or not token:
             return None
-        presented = hashlib.sha256(token.encode("utf-8", errors="replace")).digest()
+        # A header's bytes reach the app read as Latin-1 (ASGI, Starlette): a token a client
+        # sent as UTF-8 is those bytes again. Text given directly is its UTF-8. Both are tried.
+        candidates = [token.encode("utf-8", errors="replace")]
+        with suppress(UnicodeEncodeError):
+            candidates.append(token.encode("latin-1"))
         found: Principal | None = None
-        for digest, principal in self._entries:  # every entry, whatever matched
-            if hmac.compare_digest(presented, digest):
-                found = principal
+        for raw in candidates:
+            presented = hashlib.sha256(raw).digest()
+            for digest, principal in self._entries:  # every entry, whatever matched
+                if hmac.compare_digest(presented, digest):
+                    found = principal
         return found

@@ -84,6 +84,19 @@ def _origin_list(
                 f"cors_origins: {origin!r} is not an origin (scheme://host or "
                 "scheme://host:port, no path)"
             )
+        # Compared as a browser sends it: a host in capitals, or a scheme's own port, would
+        # never match (the page's origin is lowercase and omits its scheme's default port).
+        if origin != origin.lower() or _default_port(origin):
+            raise ValueError(
+                f"cors_origins: {origin!r} is not written as a browser sends an origin "
+                "(lowercase, without the port of its scheme: https://host, not :443)"
+            )
+
+
+def _default_port(origin: str) -> bool:
+    """Whether ``origin`` names its scheme's own port, which a browser leaves out."""
+    scheme, _, host = origin.partition("://")
+    return host.endswith({"http": ":80", "https": ":443"}.get(scheme, "\0"))
 
 
 #: An origin as a browser sends it: a scheme, then a host and an optional ``:port`` (no path,

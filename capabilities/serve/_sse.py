@@ -61,13 +61,14 @@ def live_bytes(kind: str, data: Any) -> bytes:
 
 def resume_after(last_event_id: str | None, after: str | None = None) -> int:
     """The sequence number to resume after: the ``Last-Event-ID`` header when given, else the
-    ``after`` query parameter, else 0 (from the start). Raises ``ValueError`` with a sentence for
-    a value that is not a sequence number (digits only, at most :data:`MAX_EVENT_ID`). Pure."""
+    ``after`` query parameter, else 0 (from the start; an empty ``Last-Event-ID`` too — an empty
+    ``after`` is no number). Raises ``ValueError`` with a sentence for a value that is not a
+    sequence number (digits only, at most :data:`MAX_EVENT_ID`). Pure."""
     for name, value in (("Last-Event-ID", last_event_id), ("after", after)):
         if value is None:
             continue
         text = value.strip()
-        if text == "":
+        if text == "" and name == "Last-Event-ID":
             return 0  # an empty Last-Event-ID resets, as the SSE specification says
         if (
             not (text.isascii() and text.isdigit())

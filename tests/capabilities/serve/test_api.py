@@ -12,7 +12,7 @@ import httpx2
 import pytest
 import trio
 
-from capabilities.serve import Quota
+from capabilities.serve import Principal, Quota, Tokens
 from capabilities.serve import _app as app_module
 
 from .support import ANN, BOB, OPS, QUOTA, Served, SseReader, auth, served, settings, settled
@@ -463,3 +463,62 @@ async def test_a_principals_approvals_are_listed_however_many_of_others_wait_fir
         assert await listed(ANN) == [anns]
         assert await listed(BOB) == bobs
         assert await listed(OPS) == bobs  # the oldest two of everyone's
+
+
+async def test_a_header_or_query_parameter_given_twice_is_400_without_its_values(
+    service: Served,
+) -> None:
+    """Two ``Authorization`` headers acted as the first one's principal — a proxy in front that
+    checks the last would let bob act as ann — and two ``Idempotency-Key`` headers used the
+    first one: each such header may appear once (RFC 9110 §5.3). ``?q=a&q=b`` searched for the
+    last one silently, where a proxy reading the first sees another request."""
+    conversation = _conversation()
+    path = f"/v1/conversations/{conversation}/submissions"
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for headers in (
+            [("Authorization", f"Bearer {BOB}"), ("Authorization", f"Bearer {ANN}")],
+            [
+                ("Authorization", f"Bearer {ANN}"),
+                ("Idempotency-Key", "a"),
+                ("Idempotency-Key", "b"),
+            ],
+            [
+                ("Authorization", f"Bearer {ANN}"),
+                ("Content-Type", "application/json"),
+                ("Content-Type", "text/plain"),
+            ],
+        ):
+            answer = await client.post(path, content=b'{"text": "hello"}', headers=headers)
+            assert answer.status_code == 400, headers
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert "twice" in answer.json()["detail"]
+            assert ANN not in answer.text
+            assert BOB not in answer.text
+        twice = [("Authorization", f"Bearer {ANN}"), ("Authorization", f"Bearer {ANN}")]
+        assert (await client.get("/v1/me", headers=twice)).status_code == 400
+        for query in ("q=hello&q=other", "q=hello&limit=1&limit=2"):
+            answer = await client.get(f"/v1/search?{query}", headers=auth(ANN))
+            assert answer.status_code == 400, query
+            assert "twice" in answer.json()["detail"]
+        events = f"/v1/conversations/{conversation}/events?after=1&after=2"
+        assert (await client.get(events, headers=auth(ANN))).status_code == 400
+        listed = await client.get(path, headers=auth(ANN))
+        assert listed.status_code == 404  # nothing was admitted
+
+
+def test_a_token_that_is_not_ascii_authenticates_as_a_client_sends_it(tmp_path: Path) -> None:
+    """A token of ``Tokens.of`` (or a ``token_env`` variable) holding a letter beyond ASCII was
+    accepted but never matched: the client sends its UTF-8 bytes, which reach the app read as
+    Latin-1, and their digest was taken of that text's UTF-8 — every request was 401."""
+    token = "tökén-canary-4c1e9a7b"
+    tokens = Tokens.of([(token, Principal("uni"))])
+    with (
+        served(tmp_path / "serve.db", settings(tokens=tokens), worker=False) as service,
+        httpx2.Client(base_url=service.url) as client,
+    ):
+        sent = [(b"Authorization", b"Bearer " + token.encode())]
+        answer = client.get("/v1/me", headers=sent)
+        assert answer.status_code == 200
+        assert answer.json() == {"principal": "uni", "operator": False}
+        wrong = [(b"Authorization", b"Bearer " + token[:-1].encode())]
+        assert client.get("/v1/me", headers=wrong).status_code == 401

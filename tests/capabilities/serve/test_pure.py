@@ -355,3 +355,32 @@ def test_another_principals_conversation_refused_by_the_queue_is_a_missing_ones_
     assert refused.document("/x") == Problem(
         "not-found", "there is no conversation 'c-1'"
     ).document("/x")
+
+
+def test_the_anonymous_principal_may_not_be_an_operator() -> None:
+    """``anonymous=Principal("guest", operator=True)`` was accepted: every request without a
+    token then saw and acted on every conversation, and listed the dead letters."""
+    with pytest.raises(
+        ValueError, match=r"^the anonymous principal 'guest' may not be an operator"
+    ):
+        Tokens.of([("t-ann", ANN)], anonymous=Principal("guest", operator=True))
+
+
+def test_an_empty_after_is_no_sequence_number() -> None:
+    """``?after=`` (empty) streamed from the start, where the guide promises a whole number from
+    0 to 2**63 - 1 and 400 otherwise; an empty Last-Event-ID still resets (the SSE rule)."""
+    with pytest.raises(ValueError, match=r"^after must be the sequence number"):
+        resume_after(None, "")
+    assert resume_after("", "5") == 0
+
+
+def test_a_cors_origin_a_browser_never_sends_is_refused() -> None:
+    """``https://App.example`` and ``https://app.example:443`` were accepted, and never matched
+    the origin a browser sends (lowercase, its scheme's port left out): CORS stayed off for the
+    page meant, without a word."""
+    tokens = Tokens.of([("t-ann", ANN)])
+    for bad in ("https://App.example", "https://app.example:443", "http://app.example:80"):
+        with pytest.raises(ValueError, match="is not written as a browser sends an origin"):
+            ServeSettings(tokens=tokens, cors_origins=(bad,))
+    kept = ("https://app.example:8443", "http://app.example:443", "http://localhost:8080")
+    assert ServeSettings(tokens=tokens, cors_origins=kept).cors_origins == kept

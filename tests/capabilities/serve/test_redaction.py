@@ -108,3 +108,26 @@ async def test_what_a_problem_says_is_kept_apart_from_the_secrets(tmp_path: Path
     assert answer.status_code == 422
     assert "helper-[REDACTED]" in problem["detail"]
     assert problem["instance"] == _SUBMIT
+
+
+@pytest.mark.parametrize("where", ["conversation ID", "Idempotency-Key"])
+async def test_an_identifier_holding_a_secret_is_refused_never_kept(
+    where: str, tmp_path: Path
+) -> None:
+    """A conversation ID or an Idempotency-Key holding a runtime secret was admitted and kept as
+    it is: the receipt, the ledger's rows and the conversation list answered the secret (an
+    identifier cannot be redacted without becoming another)."""
+    conversation = f"conv-{SECRET}" if where == "conversation ID" else "conv-2"
+    key = f"key-{SECRET}" if where == "Idempotency-Key" else "key-2"
+    async with _client(tmp_path / "serve.db") as client:
+        answer = await client.post(
+            f"/v1/conversations/{quote(conversation, safe='')}/submissions",
+            json={"text": "hi"},
+            headers={**auth(ANN), "Idempotency-Key": key},
+        )
+        assert answer.status_code == 400
+        said = answer.json()["detail"]
+        assert said == f"the {where} holds one of the runtime's secrets: choose another"
+        assert SECRET not in answer.text
+        listed = await client.get("/v1/conversations", headers=auth(ANN))
+        assert listed.json() == {"conversations": []}
