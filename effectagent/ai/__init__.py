@@ -8,6 +8,7 @@ import from here."""
 
 from ._cache import MAX_CACHE_MARKS as MAX_CACHE_MARKS
 from ._cache import PromptCaching as PromptCaching
+from ._call_ids import fresh_call_ids as fresh_call_ids
 from ._context import InnerResult as InnerResult
 from ._context import OutcomeUnknown as OutcomeUnknown
 from ._context import ToolBroker as ToolBroker
@@ -144,6 +145,7 @@ __all__ = [
     "PricesService",
     "PromptCaching",
     "dollars",
+    "fresh_call_ids",
     "model_name_of",
     "DEFAULT_ARGUMENT_LIMITS",
     "DEFAULT_MAX_NATIVE_BLOCK_BYTES",

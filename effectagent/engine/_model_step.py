@@ -56,6 +56,7 @@ from effectagent.ai import (
     TruncatedToolCall,
     close_stream,
     format_bytes,
+    fresh_call_ids,
 )
 from effectagent.core import (
     LogEntry,
@@ -469,30 +470,12 @@ def _with_fresh_identities(
         new_ids, new_names = [redact(i) for i in ids], [redact(n) for n in names]
     else:
         new_ids, new_names = list(ids), names
-    fresh = [
-        index
-        for index, (old, new) in enumerate(zip(ids, new_ids, strict=True))
-        if new != old or new in used
-    ]
-    if not fresh and new_names == names:
+    final = fresh_call_ids(ids, new_ids, used)
+    if final == ids and new_names == names:
         used.update(ids)
         return response
-    # The IDs that stay as they are are taken too: no fresh ID may collide with one of them.
-    renamed = set(fresh)
-    stay = {new_ids[i] for i in range(len(ids)) if i not in renamed}
-    counters: dict[str, int] = {}
-    for index in fresh:
-        base = new_ids[index]
-        n = counters.get(base, 1)
-        while True:
-            n += 1
-            candidate = f"{base}-{n}"
-            if candidate not in used and candidate not in stay:
-                break
-        counters[base] = n
-        new_ids[index] = candidate
-        used.add(candidate)
-    used.update(stay)
+    used.update(final)
+    new_ids = final
     replaced: dict[int, ToolCallPart | TruncatedToolCall] = {}
     for index, item in enumerate(declared):
         if type(item) is ToolCallPart:

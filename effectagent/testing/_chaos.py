@@ -12,12 +12,14 @@ not hold:
 
 * every tool call the log prepared settles exactly once, and no call settles twice;
 * the run ends with exactly one terminal event, the last one, and one terminal record of the
-  same kind; the run's result says the same;
+  same kind (a run that suspends for an approval decision has not ended: its log stops with a
+  ``RunSuspendedRecord`` and no terminal record); the run's result says the same;
 * within its budgets: turns (one grace turn besides), handler runs, and ``max_duration`` on the
   Trio clock — and it ends at all (a run still going long after its ``max_duration`` is cut off
   and reported);
 * the log and the events agree: the settlements the events announced are the records' own, call
-  for call and outcome for outcome.
+  for call and outcome for outcome (each announced outcome equal to the logged one, compared as
+  :func:`canonical_records` compares records).
 
 A fault that makes the model retry does not use up the wrapped model's exchange: the response
 it spoiled is kept and served whole to the retry (a cassette or a script stays in step). A
@@ -64,6 +66,8 @@ from effectagent.core import (
     RunFailed,
     RunFailedRecord,
     RunInterrupted,
+    RunSuspended,
+    RunSuspendedRecord,
     ToolCallFailed,
     ToolCallPrepared,
     ToolCallSettled,
@@ -76,6 +80,7 @@ from effectagent.engine import RunResult, open_runtime, reduce_events
 
 from ._checks import is_count, is_seconds, seconds
 from ._harness import SimulatedDefect
+from ._same_records import _Normalizer
 
 if TYPE_CHECKING:
     from hypothesis.strategies import SearchStrategy
@@ -422,6 +427,30 @@ def _settlement_key(record: Any) -> tuple[str, int, str]:
     return (record.run_id, record.turn, record.tool_call_id)
 
 
+def _outcomes_differ(events: Sequence[EventBase], records: Sequence[Any]) -> list[str]:
+    """A sentence for each call whose announced outcome is not the one its log record holds,
+    compared in canonical form (values as the log keeps them, times left out). Only called when
+    the events and the log name the same calls with the same kinds."""
+    canonical = _Normalizer().value
+    logged: dict[str, list[Any]] = {}
+    for record in records:
+        if isinstance(record, ToolCallSettled):
+            logged.setdefault(record.tool_call_id, []).append(canonical(record.outcome))
+    found: list[str] = []
+    for event in events:
+        if isinstance(event, ToolCallSucceeded | ToolCallFailed):
+            said = canonical(event.outcome)
+            held = logged.get(event.tool_call_id, [])
+            if said in held:
+                held.remove(said)
+            else:
+                found.append(
+                    f"the events announced another {event.outcome.kind} outcome for tool call "
+                    f"{event.tool_call_id!r} than the log holds"
+                )
+    return found
+
+
 def invariant_violations(
     events: Sequence[EventBase],
     records: Sequence[Any],
@@ -445,7 +474,16 @@ def invariant_violations(
     elif events[-1] is not terminals[0]:
         found.append(f"events went on after the terminal {type(terminals[0]).__name__}")
     ends = [r for r in records if isinstance(r, RunCompletedRecord | RunFailedRecord)]
-    if len(ends) != 1:
+    suspensions = [r for r in records if isinstance(r, RunSuspendedRecord)]
+    if len(terminals) == 1 and isinstance(terminals[0], RunSuspended):
+        # A suspended run has not ended: its log stops with a RunSuspendedRecord instead.
+        if ends:
+            found.append(f"the run suspended but the log holds {len(ends)} terminal records")
+        elif not suspensions:
+            found.append("the run suspended but the log holds no RunSuspendedRecord")
+        if status is not None and status != "suspended":
+            found.append(f"the result says {status} but the terminal event says suspended")
+    elif len(ends) != 1:
         found.append(f"the log holds {len(ends)} terminal records, not one")
     elif len(terminals) == 1:
         event, end = terminals[0], ends[0]
@@ -482,6 +520,8 @@ def invariant_violations(
             f"the events announced the settlements {sorted(announced)} but the log holds "
             f"{sorted(logged)}"
         )
+    else:  # the same calls and kinds: each outcome must be the log's own, not only its kind
+        found.extend(_outcomes_differ(events, records))
     turns = sum(isinstance(e, TurnStarted) for e in events)
     if turns > policy.max_turns + 1:
         found.append(f"the run took {turns} turns; max_turns is {policy.max_turns} (+1 grace)")

@@ -53,7 +53,7 @@ from effectagent.core import (
     ToolCallSucceeded,
     ToolOutcome,
 )
-from effectagent.effect import Layer
+from effectagent.effect import Layer, SchemaError
 from effectagent.engine import RunResult, open_runtime, reduce_events
 
 from ._checks import seconds, whole
@@ -334,9 +334,33 @@ def _base_handlers(
     return bases
 
 
+def _check_validity(kit: Toolkit, call: CallSpec) -> None:
+    """``call.valid`` as the tool's own decoder says — a hand-made spec may say otherwise, and
+    its expected outcome would then blame the engine for what the spec got wrong."""
+    tool = kit.get(call.tool_name)
+    if tool is None:
+        return  # a valid call to a tool the toolkit lacks is refused by the caller
+    try:
+        tool.decode_arguments(call.arguments)
+    except SchemaError as exc:
+        if call.valid:
+            raise ValueError(
+                f"{call.tool_call_id}: marked valid, but its arguments do not decode for "
+                f"{call.tool_name!r} ({exc}); give valid=False to expect invalid-input"
+            ) from None
+        return
+    if not call.valid:
+        raise ValueError(
+            f"{call.tool_call_id}: marked invalid, but its arguments decode for "
+            f"{call.tool_name!r}; give valid=True, or arguments the tool rejects"
+        )
+
+
 def _check_batch(
     kit: Toolkit, batch: BatchSpec, bases: Mapping[str, Handler], *, cancels: bool
 ) -> None:
+    for call in batch.calls:
+        _check_validity(kit, call)
     for call in batch.valid_calls:
         tool = kit.get(call.tool_name)
         if tool is None:
@@ -416,7 +440,8 @@ async def run_batch(
     consumer then keeps draining the stream, so ``events`` ends with the run's terminal event.
 
     A hang needs the tool's ``timeout`` unless you cancel; the policy is generous otherwise (the run
-    is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run, and a
+    is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run (a
+    call whose ``valid`` the tool's decoder contradicts among them), and a
     TypeError or ValueError, before anything runs, for a ``batch`` that is not a
     :class:`BatchSpec`, a ``cancel_after_steps`` that is not a whole number ≥ 1, a
     ``cancel_at`` or ``model_part_delay`` that is not a finite number of seconds ≥ 0, an
@@ -514,6 +539,9 @@ async def run_batch(
         finally:
             if stepper is not None:
                 trio.lowlevel.remove_instrument(stepper)
+        # Read before the runtime closes: closing it cancels whatever the run left behind, so a
+        # handler still running after the run ended would look like none.
+        live_after = tracker.live
         entries = await runtime.log.entries(CONVERSATION_ID)
 
     return BatchReport(
@@ -525,7 +553,7 @@ async def run_batch(
         records=tuple(entry.record for entry in entries),
         traces=tuple(trace.freeze() for trace in tracker.traces),
         max_concurrency=tracker.max_live,
-        live_handlers=tracker.live,
+        live_handlers=live_after,
         permits_in_use=permits_in_use,
         requests=tuple(model.requests),
         cancelled=cancelled,

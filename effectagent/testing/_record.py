@@ -11,6 +11,12 @@ Redactor a layer provides), which a model layer cannot see — so ``record`` tak
 every string the cassette holds is redacted with them: the request (prompt, tools, schema), text,
 reasoning and tool-call arguments (a secret split between two deltas included: a block that held
 one is kept as one redacted delta), and error messages.
+
+A tool-call ID holding a secret is one the engine does not keep: it names the call afresh, the
+redacted ID with a suffix (``…-2``) no call of the conversation has used. A replay serves the
+cassette's ID, which holds no secret any more, and the engine would keep it as it is — so the
+cassette holds the engine's name for the call, found by the same rule from the IDs the request
+shows, and the replayed run names the call as the recorded one did.
 """
 
 from __future__ import annotations
@@ -34,7 +40,10 @@ from effectagent.ai import (
     TextDeltaPart,
     ToolCallPart,
     ToolParamsDeltaPart,
+    ToolParamsEndPart,
+    ToolParamsStartPart,
     close_stream,
+    fresh_call_ids,
     generate,
     model_name_of,
 )
@@ -139,6 +148,51 @@ def _redact_fields(part: Any, redactor: Redactor) -> Any:
     return attrs.evolve(part, **changes) if changes else part
 
 
+_CALL_PARTS = (ToolParamsStartPart, ToolParamsDeltaPart, ToolParamsEndPart, ToolCallPart)
+
+
+def _ids_in(request: Any) -> set[str]:
+    """The tool-call IDs an encoded request's messages name (calls and their results)."""
+    ids: set[str] = set()
+    for message in request.get("messages", ()):
+        content = message.get("content")
+        if isinstance(content, list):
+            ids.update(
+                item["id"]
+                for item in content
+                if isinstance(item, dict)
+                and item.get("type") in ("tool-call", "tool-result")
+                and isinstance(item.get("id"), str)
+            )
+    return ids
+
+
+def _engine_ids(
+    parts: Sequence[ResponsePart], redactor: Redactor, used: set[str]
+) -> tuple[ResponsePart, ...]:
+    """``parts`` with each tool call named as the engine names it (``fresh_call_ids``: an ID
+    holding a secret, or one ``used`` — the conversation's IDs — holds, becomes the shown ID
+    with a suffix), so a replay, which serves IDs without their secrets, ends with the same
+    names. Only needed when a secret could be in an ID: otherwise the engine, given the model's
+    own IDs on replay, names them as it did."""
+    if not redactor.active:
+        return tuple(parts)
+    ids: list[str] = []
+    for part in parts:
+        if isinstance(part, ToolParamsStartPart | ToolCallPart) and part.id not in ids:
+            ids.append(part.id)
+    final = fresh_call_ids(ids, [redactor.redact_text(i) for i in ids], used)
+    names = {own: name for own, name in zip(ids, final, strict=True) if name != own}
+    if not names:
+        return tuple(parts)
+    return tuple(
+        attrs.evolve(part, id=names[part.id])
+        if isinstance(part, _CALL_PARTS) and part.id in names
+        else part
+        for part in parts
+    )
+
+
 @final
 class RecordingModel:
     """The model ``record`` puts in front of the wrapped one (see the module notes)."""
@@ -192,7 +246,8 @@ class RecordingModel:
         finally:
             if inner is not None:
                 await close_stream(inner)
-            kept = redact_parts(parts, self._redactor)
+            named = _engine_ids(parts, self._redactor, _ids_in(encoded))
+            kept = redact_parts(named, self._redactor)
             self._writer.write(Exchange(number, encoded, kept, end, error))
 
     async def generate(self, request: ModelRequest) -> ModelResponse:

@@ -2,7 +2,8 @@
 of the same conversation normalized away, and an assertion that two runs wrote the same ones.
 
 What is normalized: the identifiers the runtime makes up (a conversation's, a run's, an input's —
-``prefix_`` and 16 hex digits) become ``<conv-1>``, ``<run-1>``, ``<input-1>``… numbered by first
+``prefix_`` and 16 hex digits, or 32 for those the capabilities make, such as a steering input's)
+become ``<conv-1>``, ``<run-1>``, ``<input-1>``… numbered by first
 appearance, so that the same ID maps to the same placeholder throughout; so do the digests of an
 approval's arguments (``arguments_digest``: keyed by a key random per runtime, so never the same
 in two runs), as ``<digest-1>``…; wall-clock times (every
@@ -30,7 +31,9 @@ from ._diff import MISSING, Ignore, first_difference, render_path, show_value
 
 __all__ = ["RecordsDiffer", "assert_same_records", "canonical_records"]
 
-_GENERATED_ID = re.compile(r"^([a-z]+)_[0-9a-f]{16}$")
+#: ``prefix_`` and 16 hex digits (the engine's IDs) or 32 (the capabilities', e.g. a steering
+#: input's).
+_GENERATED_ID = re.compile(r"^([a-z]+)_(?:[0-9a-f]{16}|[0-9a-f]{32})$")
 
 
 #: Fields records gained after snapshots were first kept, by record class: left out while at

@@ -572,6 +572,13 @@ def _valid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
         ) from None
     steps = draw(plan.pick_latency[tool.name])
     failure = draw(plan.failures[tool.name]) if behaviour == "declared-failure" else None
+    if failure is not None and not isinstance(failure, tool.failure):
+        # The engine settles an error the tool does not declare as a defect, not a failure.
+        declared = ", ".join(cls.__name__ for cls in tool.failure) or "none"
+        raise InvalidArgument(
+            f"the failures strategy for {tool.name!r} drew {failure!r:.80}, which the tool does "
+            f"not declare (its failures: {declared}), so it would settle as a defect"
+        )
     return CallSpec(
         call_id,
         tool.name,
@@ -603,7 +610,9 @@ def batches(
     parameters type); an attrs-typed tool without one gets ``st.builds(parameters)``, a JSON-Schema
     tool must have one. ``failures`` maps a tool name to a strategy of its declared errors (default:
     ``st.builds`` of each declared failure class); a tool with neither never gets
-    ``"declared-failure"``, and a tool without a ``timeout`` never gets ``"hang"``.
+    ``"declared-failure"``, and a tool without a ``timeout`` never gets ``"hang"``. An error the
+    tool does not declare would settle as a defect, not a failure: drawing one is hypothesis'
+    ``InvalidArgument``, naming the tool.
 
     Up to about ``invalid_ratio`` of the calls have arguments that do not decode (a field dropped,
     retyped or added; a non-object; text that is not JSON) or name a tool the toolkit lacks: each

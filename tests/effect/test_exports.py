@@ -77,7 +77,7 @@ SURFACE: dict[str, str] = {
         ToolParamsDeltaPart ToolParamsEndPart ToolParamsStartPart ToolResultContent ToolSnapshot
         ToolSource TruncatedToolCall Usage UserMessage
         FallbackChain FallbackModel falls_back ModelChoice ModelKey RoutingModel
-        DEFAULT_PRICES dollars MAX_CACHE_MARKS MICROS_PER_DOLLAR model_name_of NoPriceForModel
+        DEFAULT_PRICES dollars fresh_call_ids MAX_CACHE_MARKS MICROS_PER_DOLLAR model_name_of NoPriceForModel
         Price PRICES_TAKEN PricesService PriceTable PromptCaching
         DEFAULT_MAX_NATIVE_BLOCK_BYTES DEFAULT_MAX_NATIVE_BYTES NativeReasoningContent
         NativeReasoningPart

@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
 import pytest
-from hypothesis import given
+import trio
+from hypothesis import find, given
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
+from effectagent import TaggedError, Tool, ToolCallContext, Toolkit
+from effectagent.effect import Context, Layer, ServiceKey
+from effectagent.engine import _call
 from effectagent.testing import PROBE_TOOLKIT, BatchSpec, CallSpec, batches, run_batch_sync
 
 ECHO = CallSpec("call_1", "probe_echo", '{"text": "hi"}')
@@ -113,6 +119,51 @@ def test_batches_refuses_bounds_it_cannot_draw_from(options: dict[str, Any], mes
     used to be an OverflowError, an infinite step drew NaN latencies."""
     with pytest.raises(InvalidArgument, match=re.escape(message)):
         batches(**options)
+
+
+@attrs.frozen
+class Declared(TaggedError):
+    why: str
+
+
+@attrs.frozen
+class Undeclared(TaggedError):
+    why: str
+
+
+@attrs.frozen
+class Amount:
+    cents: int
+
+
+refund = Tool("refund", "Refund an amount.", parameters=Amount, failure=Declared, timeout=5.0)
+
+
+def test_a_failure_the_tool_does_not_declare_is_refused_when_drawn() -> None:
+    """A "declared-failure" call expects a failure, but the engine settles an error the tool
+    does not declare as a defect: drawing one is hypothesis' InvalidArgument naming the tool,
+    not an unexpected outcome blamed on the engine."""
+    wrong = batches(
+        Toolkit(refund),
+        failures={"refund": st.just(Undeclared("no"))},
+        behaviours=["declared-failure"],
+        invalid_ratio=0.0,
+    )
+    with pytest.raises(InvalidArgument, match=r"'refund' drew Undeclared\(why='no'\), which"):
+        find(wrong, lambda batch: True)
+    right = batches(
+        Toolkit(refund),
+        failures={"refund": st.just(Declared("no"))},
+        behaviours=["declared-failure"],
+        invalid_ratio=0.0,
+    )
+    batch = find(right, lambda batch: True)
+    report = run_batch_sync(batch, tool_concurrency=1, handlers={refund: _never})
+    assert report.unexpected() == ()
+
+
+async def _never(params: Amount, call: ToolCallContext) -> None:
+    raise AssertionError("a declared-failure call never runs the real handler")
 
 
 # ---- a call's and a run's figures ---------------------------------------------------------------
@@ -263,3 +314,66 @@ def test_run_batch_refuses_what_it_cannot_run(
     part delay failing the run with an EngineDefect) or fail deep inside (an AttributeError)."""
     with pytest.raises(error, match=re.escape(message)):
         run_batch_sync(batch, tool_concurrency=1, **options)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            CallSpec("call_1", "probe_echo", '{"text": 5}'),
+            "call_1: marked valid, but its arguments do not decode for 'probe_echo'",
+        ),
+        (
+            CallSpec("call_1", "probe_echo", '{"text": "hi"}', valid=False),
+            "call_1: marked invalid, but its arguments decode for 'probe_echo'",
+        ),
+    ],
+    ids=["undecodable-marked-valid", "decodable-marked-invalid"],
+)
+def test_a_hand_made_call_whose_validity_is_wrong_is_refused(call: CallSpec, message: str) -> None:
+    """A drawn spec's ``valid`` is checked with the tool's decoder; a hand-made one is checked
+    by ``run_batch``, or its expected outcome would blame the engine for the spec's mistake."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_batch_sync(BatchSpec([call]), tool_concurrency=1)
+    not_json = CallSpec("call_2", "probe_echo", "{", valid=False)
+    assert run_batch_sync(BatchSpec([not_json]), tool_concurrency=1).unexpected() == ()
+
+
+# ---- a broken engine is caught --------------------------------------------------------------------
+
+
+def test_a_handler_the_run_leaves_running_is_counted_before_the_runtime_ends_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A deliberately broken engine runs each call a second time in a task of the runtime's
+    that nobody waits for: when the run ends, that handler is still running. Closing the runtime
+    cancels it, so ``live_handlers`` must be read before — it used to say 0."""
+    leaks: list[trio.Nursery] = []
+
+    @asynccontextmanager
+    async def runtime_tasks(context: Context) -> AsyncIterator[trio.Nursery]:
+        async with trio.open_nursery() as nursery:
+            leaks.append(nursery)
+            yield nursery
+            nursery.cancel_scope.cancel()
+
+    correct = _call.CallRunner.run
+
+    async def leaking(self: _call.CallRunner, call: Any) -> Any:
+        async def again_later() -> None:
+            await trio.sleep(1.0)
+            await correct(self, call)
+
+        leaks[-1].start_soon(again_later)
+        return await correct(self, call)
+
+    monkeypatch.setattr(_call.CallRunner, "run", leaking)
+    echo = CallSpec("call_1", "probe_echo", '{"text": "hi"}', latency=5.0)
+    services = Layer.scoped(ServiceKey[trio.Nursery]("leaky"), runtime_tasks)
+    report = run_batch_sync(BatchSpec([echo]), tool_concurrency=2, services=services)
+    assert report.status == "completed"
+    assert [(t.started_at, t.ending) for t in report.traces] == [
+        (0.0, "returned"),
+        (1.0, "cancelled"),
+    ]
+    assert report.live_handlers == 1

@@ -13,12 +13,14 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis.errors import InvalidArgument
 
-from effectagent import AgentPolicy
+from capabilities.approval import SuspendingApproval
+from effectagent import Agent, AgentPolicy, Toolkit, tool
 from effectagent.core import (
     ModelFailed,
     ModelRetrying,
     RetryPolicy,
     RunCompleted,
+    RunSuspendedRecord,
     ToolCallSettled,
     ToolCallSucceeded,
     ToolDefect,
@@ -29,7 +31,9 @@ from effectagent.testing import (
     FaultPlan,
     ModelFault,
     ReplayModel,
+    ScriptedModel,
     ToolFault,
+    Turn,
     assert_same_records,
     fault_plans,
     invariant_violations,
@@ -322,6 +326,54 @@ def test_the_checker_names_each_broken_invariant(cassette: Path) -> None:
     assert check(events=failed) == (
         "the events announced the settlements [('call_1', 'success'), ('call_2', 'defect')] but "
         "the log holds [('call_1', 'success'), ('call_2', 'success')]",
+    )
+
+
+def test_the_checker_holds_each_announced_outcome_to_the_logs_own(cassette: Path) -> None:
+    """The same calls with the same kinds are not enough: an event announcing another value
+    than the log holds for its call breaks "the log and the events agree"."""
+    report = chaos(cassette, FaultPlan())
+    events, records = list(report.events), [e.record for e in report.records]
+    options: dict[str, Any] = {"policy": weather.policy, "elapsed": 1.0, "status": "completed"}
+    assert invariant_violations(events, records, **options) == ()
+    lied = [
+        attrs.evolve(e, outcome=attrs.evolve(e.outcome, result=-273.0))
+        if isinstance(e, ToolCallSucceeded) and e.tool_call_id == "call_2"
+        else e
+        for e in events
+    ]
+    assert invariant_violations(lied, records, **options) == (
+        "the events announced another success outcome for tool call 'call_2' than the log holds",
+    )
+
+
+@tool(timeout=10, needs_approval=True)
+async def pay(account: str) -> str:
+    """Pay into an account.
+
+    Args:
+        account: The account.
+    """
+    return "paid"
+
+
+def test_a_run_that_suspends_for_a_decision_breaks_no_invariant() -> None:
+    """A suspended run has not ended: one RunSuspended event, and its log stops with a
+    RunSuspendedRecord, not a terminal record — which the checker takes as its end."""
+    agent = Agent("payer", "Pay.", AgentPolicy(max_duration=120), Toolkit(pay))
+    script = ScriptedModel([Turn.tool_calls(("pay", {"account": "savings"})), Turn.text("Paid.")])
+    layer = script.as_layer() + agent.toolkit.handlers() + SuspendingApproval().layer()
+    report = run_chaos_sync(agent, layer, FaultPlan())
+    assert report.status == "suspended"
+    assert report.violations() == ()
+    records = [e.record for e in report.records]
+    stopped = [r for r in records if not isinstance(r, RunSuspendedRecord)]
+    options: dict[str, Any] = {"policy": agent.policy, "elapsed": 1.0}
+    assert invariant_violations(report.events, stopped, **options) == (
+        "the run suspended but the log holds no RunSuspendedRecord",
+    )
+    assert invariant_violations(report.events, records, status="completed", **options) == (
+        "the result says completed but the terminal event says suspended",
     )
 
 

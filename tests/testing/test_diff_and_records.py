@@ -8,11 +8,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
-from effectagent.core import ConversationCreated, LogEntry, UserInputRecorded
-from effectagent.testing import RecordsDiffer, assert_same_records, canonical_records
+from capabilities import SteeringService, in_memory_storage
+from effectagent import Agent, Toolkit, open_runtime, tool
+from effectagent.core import ConversationCreated, LogEntry, ToolCallStarted, UserInputRecorded
+from effectagent.testing import (
+    RecordsDiffer,
+    ScriptedModel,
+    Turn,
+    assert_same_records,
+    canonical_records,
+)
 from effectagent.testing._diff import (
     MISSING,
     Difference,
@@ -153,6 +163,50 @@ def test_two_runs_of_the_same_script_write_the_same_records() -> None:
     _, second = run_on(scripted_weather().as_layer())
     assert first[0].record != second[0].record  # other IDs, other times…
     assert_same_records(first, second)  # …the same records
+
+
+@tool(readonly=True)
+async def atlas(query: str) -> str:
+    """Search an atlas.
+
+    Args:
+        query: What to look for.
+    """
+    await trio.sleep(0.2)  # long enough to be steered while it runs
+    return "France: capital Paris."
+
+
+def test_two_steered_runs_write_the_same_records() -> None:
+    """A steering input's ID is made by the capabilities (32 hex digits, not the engine's 16):
+    it is normalized like the engine's own, so the same steered run twice writes the same
+    records."""
+    agent = Agent("helper", "Answer briefly.", toolkit=Toolkit(atlas))
+
+    async def steered() -> list[LogEntry]:
+        model = ScriptedModel(
+            [Turn.tool_calls(("atlas", {"query": "France"})), Turn.text("Paris."), Turn.text("2M")]
+        )
+        layer = agent.toolkit.handlers() + model.as_layer() + in_memory_storage()
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            steering = runtime.context[SteeringService]
+            stream = runtime.stream(agent, "What is the capital of France?")
+            async with stream as events:
+                async for event in events:
+                    if isinstance(event, ToolCallStarted):
+                        await steering.steer(stream.conversation_id, "One word.", author="ann")
+                        await steering.follow_up(
+                            stream.conversation_id, "Population?", author="ann"
+                        )
+            return list(await runtime.log.entries(stream.conversation_id))
+
+    runs = [trio.run(steered, clock=trio.testing.MockClock(autojump_threshold=0)) for _ in "ab"]
+    inputs = [r for r in canonical_records(runs[0]) if r["record"] == "UserInputRecorded"]
+    assert [(r["kind"], r["input_id"]) for r in inputs] == [
+        ("user", "<input-1>"),
+        ("steering", "<input-2>"),
+        ("follow-up", "<input-3>"),
+    ]
+    assert_same_records(*runs)
 
 
 def test_a_changed_behaviour_is_named_record_and_field(tmp_path: Path) -> None:

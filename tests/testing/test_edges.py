@@ -304,7 +304,7 @@ def test_a_cassette_that_cannot_be_written_leaves_the_file_as_it_was(tmp_path: P
 
 def test_a_secret_in_a_tool_call_id_reaches_no_part_of_the_cassette(tmp_path: Path) -> None:
     """The call's start part was redacted, its deltas and the call itself were not: the ID
-    is the same redacted ID in every part of the call."""
+    is the same in every part of the call — the engine's name for it."""
     path = tmp_path / "ids.jsonl"
     script = ScriptedModel(
         [Turn.tool_calls(("forecast", {"city": "Oslo"}, f"call-{CANARY}")), Turn.text("4 °C.")]
@@ -313,7 +313,29 @@ def test_a_secret_in_a_tool_call_id_reaches_no_part_of_the_cassette(tmp_path: Pa
     assert results[0].status == "completed"
     assert CANARY not in path.read_text()
     ids = {getattr(p, "id", None) for p in Cassette.read(path).exchanges[0].parts}
-    assert ids == {"call-[REDACTED]", None}
+    assert ids == {"call-[REDACTED]-2", None}
+
+
+def test_a_run_whose_tool_call_ids_held_a_secret_replays_to_the_same_records(
+    tmp_path: Path,
+) -> None:
+    """The engine names a call whose ID held a secret afresh (the redacted ID and a suffix no
+    call of the conversation used); a replay serves an ID without the secret, so the cassette
+    holds the engine's name, and the replayed runs ask and write what the recorded ones did."""
+    path = tmp_path / "ids.jsonl"
+    call = ("forecast", {"city": "Oslo"}, f"call-{CANARY}")
+    turns = [Turn.tool_calls(call), Turn.text("4 °C.")]
+    prompts = ["How warm is Oslo?", "And now?"]
+    script = ScriptedModel(turns * 2)
+    _, recorded = run_on(
+        record(script.as_layer(), path, secrets=[CANARY]), prompts=prompts, secrets=[CANARY]
+    )
+    assert CANARY not in path.read_text()
+    model = ReplayModel(path, secrets=[CANARY])
+    results, replayed = run_on(model.as_layer(), prompts=prompts, secrets=[CANARY])
+    assert [r.status for r in results] == ["completed", "completed"]
+    model.check()
+    assert_same_records(recorded, replayed)
 
 
 def test_a_secret_in_the_model_layers_name_is_not_in_the_header(tmp_path: Path) -> None:
@@ -718,3 +740,50 @@ def test_a_first_recording_left_by_an_exception_keeps_what_it_recorded(tmp_path:
         trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert len(Cassette.read(path).exchanges) == 2
     assert partials(tmp_path) == []
+
+
+_SECRET_IN_ID = "s3cr3t-id-77"
+
+
+@settings(max_examples=200)
+@given(
+    ids=st.lists(
+        st.sampled_from(
+            [
+                "a",
+                "b",
+                f"call-{_SECRET_IN_ID}",
+                f"x-{_SECRET_IN_ID}",
+                "call-[REDACTED]",
+                "call-[REDACTED]-2",
+                "x-[REDACTED]",
+            ]
+        ),
+        min_size=1,
+        max_size=5,
+        unique=True,
+    ),
+    used=st.sets(st.sampled_from(["a", "call-[REDACTED]", "call-[REDACTED]-2", "x-[REDACTED]-3"])),
+)
+def test_the_recorders_name_for_a_call_is_the_one_the_engine_gives_it(
+    ids: list[str], used: set[str]
+) -> None:
+    """The recorder repeats the engine's renaming rule (the testing kit may not import the
+    engine's private module): a replay of what it writes, which holds no secret, must end with the
+    IDs the recorded run's engine gave — for every mix of renamed, colliding and kept IDs."""
+    from effectagent.ai import FinishPart, ModelResponse, ToolCallPart, Usage
+    from effectagent.core import SecretRedactor
+    from effectagent.engine._model_step import _with_fresh_identities
+    from effectagent.testing._record import _engine_ids
+
+    def final_ids(call_ids: list[str], redactor: SecretRedactor | None) -> list[str]:
+        calls = tuple(ToolCallPart(i, "t", "{}") for i in call_ids)
+        response = ModelResponse(calls, calls, (), "tool-calls", Usage.of(1, 1))
+        renamed = _with_fresh_identities(response, redactor, set(used))
+        return [call.id for call in renamed.tool_calls]
+
+    redactor = SecretRedactor([_SECRET_IN_ID])
+    parts = [ToolCallPart(i, "t", "{}") for i in ids] + [FinishPart("tool-calls", Usage.of(1, 1))]
+    written = [p.id for p in _engine_ids(parts, redactor, set(used)) if isinstance(p, ToolCallPart)]
+    served = [redactor.redact_text(i) for i in written]  # what the cassette holds
+    assert final_ids(served, None) == final_ids(ids, redactor)
