@@ -75,6 +75,31 @@ def _optional_decimal(value: object) -> Decimal | None:
     return None if value is None else _decimal(value)
 
 
+#: The most decimal places a price may have, and the largest power of ten it may reach: figures
+#: past them mean nothing as dollars per million tokens, and exact integer arithmetic on them
+#: would take unbounded time and memory (``Decimal("1e-999999999")``).
+_MAX_PLACES: Final = 30
+_MAX_MAGNITUDE: Final = 15
+
+
+def _stripped(price: Decimal) -> tuple[int, int]:
+    """``price`` (finite, at least 0) as ``(whole, exponent)``, ``whole * 10 ** exponent``, with
+    no trailing zeros in ``whole`` (``1.500`` is ``(15, -1)``; zero is ``(0, 0)``)."""
+    _, digits, exponent = price.as_tuple()
+    assert isinstance(exponent, int)  # a finite Decimal
+    significant = len(digits)
+    while significant and digits[significant - 1] == 0:
+        significant -= 1
+    if not significant:
+        return 0, 0
+    return int("".join(map(str, digits[:significant]))), exponent + len(digits) - significant
+
+
+def _places(price: Decimal) -> int:
+    """The decimal places of ``price``, its trailing zeros not counted (``1.500`` has one)."""
+    return max(0, -_stripped(price)[1])
+
+
 def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -83,6 +108,19 @@ def _non_negative(instance: object, attribute: attrs.Attribute[Any], value: obje
         raise ValueError(
             f"Price.{attribute.name} must be a finite number of dollars of at least 0, got {value}"
         )
+    if _places(value) > _MAX_PLACES or (value and value.adjusted() > _MAX_MAGNITUDE):
+        raise ValueError(
+            f"Price.{attribute.name} must be under 1E+{_MAX_MAGNITUDE + 1} dollars per million "
+            f"tokens, with at most {_MAX_PLACES} decimal places, got {value}"
+        )
+
+
+def _scaled(price: Decimal, places: int) -> int:
+    """``price`` times ``10 ** places`` (at least its own places), an integer — exactly
+    (``Decimal.scaleb`` would round to the context's 28 digits)."""
+    whole, exponent = _stripped(price)
+    scaled: int = whole * 10 ** (exponent + places)
+    return scaled
 
 
 @attrs.frozen
@@ -92,7 +130,8 @@ class Price:
 
     ``input`` is uncached input and ``output`` output text; ``cached_input`` (cache reads),
     ``cache_write`` (input written to the cache) default to ``input``, ``reasoning`` to
-    ``output``. Negative or non-finite figures are refused, naming the field."""
+    ``output``. Negative or non-finite figures are refused, naming the field, and so are figures
+    no price means — 1E+16 dollars or more, or more than 30 decimal places."""
 
     input: Decimal = attrs.field(converter=_decimal, validator=_non_negative)
     output: Decimal = attrs.field(converter=_decimal, validator=_non_negative)
@@ -117,9 +156,9 @@ class Price:
             self.output,
             self.output if self.reasoning is None else self.reasoning,
         )
-        places = max(0, *(-int(price.as_tuple().exponent) for price in prices))
+        places = max(0, *(_places(price) for price in prices))
         scale = 10**places
-        scaled = tuple(int(price.scaleb(places)) for price in prices)
+        scaled = tuple(_scaled(price, places) for price in prices)
         object.__setattr__(self, "_scaled", scaled)
         object.__setattr__(self, "_scale", scale)
 
@@ -222,11 +261,19 @@ class PriceTable:
         return None
 
     def price_for(self, model: object, answered: str | None = None) -> Price | None:
-        """The price of a call ``model`` answered: by the name of the model that answered
-        (``answered``, a routing model's member) when the table has it, else by ``model``'s own
-        name (:func:`model_name_of`)."""
-        price = self.price_of(answered)
-        return price if price is not None else self.price_of(model_name_of(model))
+        """The price of a call ``model`` answered. For a routing model (a
+        :class:`~effectagent.ai.FallbackModel`), ``answered`` names the member that answered:
+        that member's own model string (:func:`model_name_of`) when the table has it — a member
+        may be named by a ``ModelKey`` (``"backup"``) that no table prices — else ``answered``
+        itself; else ``model``'s own name."""
+        if answered is not None:
+            member = _member_named(model, answered)
+            price = None if member is None else self.price_of(model_name_of(member))
+            if price is None:
+                price = self.price_of(answered)
+            if price is not None:
+                return price
+        return self.price_of(model_name_of(model))
 
     def with_prices(self, prices: Mapping[str, Price], *, taken: str | None = None) -> PriceTable:
         """This table with ``prices`` added (over any it has for the same model strings)."""
@@ -255,9 +302,28 @@ def dollars(micros: int) -> str:
     if 0 < micros < 100:
         return "<$0.0001"
     amount = Decimal(micros).scaleb(-6)
-    if micros < MICROS_PER_DOLLAR:
-        return f"${amount:.4f}"
+    shown = f"{amount:.4f}"
+    if micros < MICROS_PER_DOLLAR and shown != "1.0000":  # $0.99995 and up read as $1.00
+        return f"${shown}"
     return f"${amount:,.2f}"
+
+
+def _member_named(model: object, name: str) -> object | None:
+    """The member of a routing model (its ``models``, named by its ``names``: a
+    :class:`~effectagent.ai.FallbackModel`) that is called ``name`` — searched through members
+    that route too, as a nested chain names the member of its own that answered — or None."""
+    members, names = getattr(model, "models", None), getattr(model, "names", None)
+    if not (isinstance(members, tuple) and isinstance(names, tuple)):
+        return None
+    for member, member_name in zip(members, names, strict=False):
+        if member_name == name:
+            found: object = member
+            return found
+    for member in members:
+        found = _member_named(member, name)
+        if found is not None:
+            return found
+    return None
 
 
 def model_name_of(model: object) -> str | None:

@@ -227,12 +227,25 @@ class FallbackModel:
         under ``key``. It requires the members: give it their layers with ``provide`` (or
         ``provide_merge``, to keep them available to agents that name them), as in
         ``FallbackModel.layer(a, b).provide(a.layer(...) + b.layer(...))``; preflight names a
-        key that nothing provides."""
+        key that nothing provides. ``ValueError`` at once for two keys of one name (the records
+        could not tell the members apart) or a ``key`` that is one of ``keys``."""
         if not keys:
             raise ValueError("FallbackModel.layer needs the ModelKeys of its models")
         for each in (*keys, *([key] if key is not None else [])):
             if not isinstance(each, ModelKey):
                 raise TypeError(f"FallbackModel.layer takes ModelKeys, got {type(each).__name__}")
+        names = [k.name for k in keys]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:  # refused here, not when a runtime builds the layer
+            raise ValueError(
+                "FallbackModel.layer names each member by its key's name, and tells them apart "
+                f"by it: {', '.join(map(repr, repeated))} names more than one"
+            )
+        if key is not None and key in keys:
+            raise ValueError(
+                f"FallbackModel.layer cannot provide the chain under {key.name!r}, one of its "
+                "own members"
+            )
 
         async def build(context: Context) -> LanguageModel:
             members = [context.require(k.service) for k in keys]

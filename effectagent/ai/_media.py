@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import hashlib
 import stat
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any, ClassVar, Literal, TypeAlias, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -239,6 +241,11 @@ class MediaPart:
                 raise MediaError(f"{shown} has a URL that is not http(s)")
             if len(url) > 8192:
                 raise MediaError(f"{shown} has a URL longer than 8192 characters")
+            if not _has_host(url):
+                raise MediaError(
+                    f"{shown} has a URL without a host, with a port that is not a number up to "
+                    "65535, or with a control character"
+                )
             declared = _normal(media_type) if media_type is not None else _guess_from_url(url)
             if declared is None:
                 raise MediaError(f"{shown} at a URL needs its media_type")
@@ -522,3 +529,16 @@ def split_media(value: object) -> tuple[object, tuple[MediaPart, ...]]:
         items.append(shown)
         parts.extend(found)
     return (items if isinstance(value, list) else tuple(items)), tuple(parts)
+
+
+def _has_host(url: str) -> bool:
+    """Whether an ``http(s)`` URL names a host (and a port, if any, from 0 to 65535) and holds
+    no control character (a line break would end the request line it is fetched with)."""
+    if any(unicodedata.category(char) == "Cc" for char in url):
+        return False
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # raises for a port that is not a number up to 65535
+    except ValueError:
+        return False
+    return bool(parts.hostname)

@@ -42,6 +42,8 @@ Stream
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -143,7 +145,7 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                     text = result_text(result.result)
                     block: dict[str, Any] = {
                         "type": "tool_result",
-                        "tool_use_id": result.id,
+                        "tool_use_id": wire_call_id(result.id),
                         "content": (
                             text
                             if not result.media
@@ -158,6 +160,23 @@ def anthropic_messages(messages: tuple[Message, ...]) -> tuple[str, list[dict[st
                     results.append(block)
                 add("user", results)
     return "\n\n".join(system), turns
+
+
+#: A tool-use ID as the Messages API takes it.
+_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+
+
+def wire_call_id(call_id: str) -> str:
+    """``call_id`` as the API takes it: as it is when it is letters, digits, ``_`` and ``-``
+    (every ID Anthropic made), else — an ID another provider made, such as a server's
+    ``functions.get_weather:0``, in a conversation that moved to Anthropic — those characters
+    kept, the others ``_``, and a digest of the whole ID, so a call and its result still match
+    and two IDs never become one."""
+    if _CALL_ID.fullmatch(call_id):
+        return call_id
+    kept = re.sub(r"[^A-Za-z0-9_-]", "_", call_id)[:64]
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{kept}_{digest}"
 
 
 def anthropic_block(part: TextContent | MediaPart) -> dict[str, Any]:
@@ -205,7 +224,7 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
             blocks.append(
                 {
                     "type": "tool_use",
-                    "id": part.id,
+                    "id": wire_call_id(part.id),
                     "name": part.name,
                     "input": arguments if isinstance(arguments, dict) else {"value": arguments},
                 }

@@ -11,6 +11,7 @@ half that starts the next; a surrogate left without its other half becomes U+FFF
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -51,6 +52,7 @@ __all__ = [
     "as_int",
     "as_mapping",
     "as_timestamp",
+    "capped_call_id",
     "default_max_tokens",
     "json_text",
     "positive_tokens",
@@ -305,6 +307,18 @@ class CallIds:
         return call_id
 
 
+def capped_call_id(call_id: str, limit: int) -> str:
+    """``call_id`` as an API that takes IDs of at most ``limit`` characters takes it: as it is
+    when it fits, else its start and a digest of the whole ID (``limit`` characters in all), so
+    a call and its result still match and two IDs never become one. An ID longer than the API
+    takes is one another provider made (a server's ``chatcmpl-tool-<32 hex digits>``), in a
+    conversation that moved to this one."""
+    if len(call_id) <= limit:
+        return call_id
+    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{call_id[: limit - len(digest) - 1]}_{digest}"
+
+
 def _where(instance: object, attribute: attrs.Attribute[Any]) -> str:
     return f"{type(instance).__name__}.{attribute.name}"
 
@@ -339,18 +353,23 @@ def valid_temperature(instance: object, attribute: attrs.Attribute[Any], value: 
 
 
 def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """An attrs validator: an ``http://`` or ``https://`` URL with a host, or None. (Not echoed:
-    a URL may hold credentials.)"""
+    """An attrs validator: an ``http://`` or ``https://`` URL with a host (and a port, when it
+    names one, from 0 to 65535), or None. (Not echoed: a URL may hold credentials.)"""
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
         raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
     try:
-        host = urlsplit(value).hostname
+        parts = urlsplit(value)
+        host = parts.hostname
+        parts.port  # noqa: B018  # raises for a port that is not a number up to 65535
     except ValueError:
         host = None
     if not host or any(c.isspace() for c in value) or _unsendable(value):
-        raise ValueError(f"{_where(instance, attribute)} must be an http:// or https:// URL")
+        raise ValueError(
+            f"{_where(instance, attribute)} must be an http:// or https:// URL with a host (a "
+            "port, when given, a number up to 65535; no spaces or control characters)"
+        )
 
 
 def _unsendable(text: str) -> bool:

@@ -3,14 +3,26 @@ is opened (a Layer is built), never logged, and scrubbed from every message this
 
 from __future__ import annotations
 
+import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Final
 from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from effectagent.ai import AuthenticationFailed
 
-__all__ = ["redact_url", "require_api_key", "secret_values", "url_repr", "url_secrets"]
+__all__ = [
+    "redact_url",
+    "require_api_key",
+    "secret_values",
+    "unlogged_url_credentials",
+    "url_repr",
+    "url_secrets",
+]
 
 #: What a credential in a URL is shown as.
 _HIDDEN = "[REDACTED]"
@@ -23,13 +35,16 @@ _CREDENTIAL_PARAMETER = re.compile(r"key|token|secret|password|passwd|sig|auth",
 
 def require_api_key(given: str | None, variable: str | tuple[str, ...], provider: str) -> str:
     """``given``, else the first of the environment variables ``variable`` (one name, or
-    several in order of precedence) that is set and not empty; a missing or empty key is
+    several in order of precedence) that is set and not blank, without surrounding white space
+    (the line break a key file ends with); a missing or empty key is
     :class:`~effectagent.ai.AuthenticationFailed` naming the variables."""
     names = (variable,) if isinstance(variable, str) else variable
     if given is not None:
         key = given
     else:
-        key = next((value for name in names if (value := os.environ.get(name))), "")
+        # A key never starts or ends with white space: a line break a file left is not sent.
+        values = (os.environ.get(name, "").strip() for name in names)
+        key = next((value for value in values if value), "")
     if not key:
         where = (
             f"the {names[0]} environment variable"
@@ -40,9 +55,20 @@ def require_api_key(given: str | None, variable: str | tuple[str, ...], provider
     return key
 
 
-def secret_values(
-    key: str | None, headers: Mapping[str, str], url: str | None = None
-) -> tuple[str, ...]:
+#: What a key can be sent as in a header: printable ASCII (a key given as ``api_key=`` is checked
+#: when the settings are made; one from the environment only here).
+_SENDABLE_KEY = re.compile(r"[\t\x20-\x7e]*")
+
+
+class Secrets(tuple[str, ...]):
+    """The secrets of an open model (:func:`secret_values`), and whether its API key can be
+    sent at all (``key_sendable``: a key from the environment may hold a line break, or a
+    character past ASCII, which no request can carry)."""
+
+    key_sendable: bool = True
+
+
+def secret_values(key: str | None, headers: Mapping[str, str], url: str | None = None) -> Secrets:
     """What must never appear in a message: the key, the value of each custom header long
     enough to be a credential (plus the part after a ``Bearer`` scheme), and the credentials
     the base ``url`` carries (:func:`url_secrets`)."""
@@ -50,7 +76,9 @@ def secret_values(
     for value in headers.values():
         found.extend(_credential_parts(value))
     found.extend(url_secrets(url))
-    return tuple(dict.fromkeys(found))
+    secrets = Secrets(dict.fromkeys(found))
+    secrets.key_sendable = key is None or _SENDABLE_KEY.fullmatch(key) is not None
+    return secrets
 
 
 def url_secrets(url: str | None) -> tuple[str, ...]:
@@ -115,3 +143,67 @@ def _credential_parts(value: str) -> Iterable[str]:
         scheme, _, token = value.partition(" ")
         if token and scheme.lower() in ("bearer", "basic", "token"):
             yield token
+
+
+#: The loggers that write a request's URL — the SDKs' HTTP stack at INFO (``HTTP Request: POST
+#: https://user:PASSWORD@host/...``), the SDKs' clients at DEBUG.
+_URL_LOGGERS: Final = (
+    "httpx2",
+    "httpx",
+    "openai._base_client",
+    "anthropic._base_client",
+    "google_genai._api_client",
+)
+
+
+class _UrlCredentials(logging.Filter):
+    """Replaces the credentials of the open models' base URLs in the records of
+    :data:`_URL_LOGGERS` (a logger's filter sees the records logged to it, whatever handles
+    them). The secrets are a tuple swapped whole: a record may be logged from a worker thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._secrets: tuple[str, ...] = ()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = self._secrets
+        if secrets:
+            try:
+                message = record.getMessage()
+            except Exception:  # a record that cannot be formatted: its handler reports it
+                return True
+            clean = message
+            for secret in secrets:
+                clean = clean.replace(secret, _HIDDEN)
+            if clean != message:
+                record.msg, record.args = clean, None
+        return True
+
+    def change(self, secrets: Iterable[str], by: int) -> None:
+        with self._lock:
+            self._counts.update(dict.fromkeys(secrets, by))
+            self._counts = +self._counts  # drops what no open model holds any more
+            # The longest first: a secret inside another is not replaced before it.
+            self._secrets = tuple(sorted(self._counts, key=len, reverse=True))
+
+
+_FILTER: Final = _UrlCredentials()
+
+
+@contextmanager
+def unlogged_url_credentials(url: str | None) -> Iterator[None]:
+    """For the block, the credentials ``url`` carries (:func:`url_secrets`) are replaced by
+    ``[REDACTED]`` in what the SDKs and their HTTP stack log (they log each request's URL)."""
+    secrets = url_secrets(url)
+    if not secrets:
+        yield
+        return
+    for name in _URL_LOGGERS:
+        logging.getLogger(name).addFilter(_FILTER)  # once: a filter already there is kept
+    _FILTER.change(secrets, 1)
+    try:
+        yield
+    finally:
+        _FILTER.change(secrets, -1)

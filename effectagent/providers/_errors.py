@@ -200,12 +200,16 @@ def error_from_status(
 
 
 def error_from_payload(provider: str, payload: object) -> AiError:
-    """The typed error for an error object a provider sent *inside* an event stream (no
-    status: the response had already begun with 200). Not shortened, as above."""
+    """The typed error for an error object a provider sent *inside* an event stream (no HTTP
+    status: the response had already begun with 200; a numeric ``code`` from 400 to 599 stands
+    for it). Not shortened, as above."""
     kind, code, message = _details(payload)
     label = kind or code or "an error"
     shown = f"{provider} reported {label} mid-stream" + (f": {message}" if message else "")
-    return _classify(None, kind, code, message, shown, {}, payload)
+    # A numeric code is the status the error would have had before the stream began (vLLM's
+    # ``"code": 500``, OpenRouter's ``"code": 429``, Google's ``"code": 503``).
+    status = int(code) if code.isdigit() and 400 <= int(code) <= 599 else None
+    return _classify(status, kind, code, message, shown, {}, payload)
 
 
 def _details(body: object) -> tuple[str, str, str]:
@@ -249,12 +253,14 @@ def _google_details(body: object) -> list[Mapping[str, Any]]:
 
 
 def _retry_delay(body: object) -> float | None:
-    """Seconds a Google error's ``RetryInfo`` detail asks to wait (``"retryDelay": "7s"``)."""
+    """Seconds a Google error's ``RetryInfo`` detail asks to wait (``"retryDelay": "7s"``); None
+    when there is none or it is unreadable — a figure too large for a float, as a header's."""
     for detail in _google_details(body):
         delay = detail.get("retryDelay")
         found = _DURATION.match(delay) if isinstance(delay, str) else None
         if found:
-            return float(found.group(1))
+            seconds = float(found.group(1))
+            return seconds if math.isfinite(seconds) else None
     return None
 
 

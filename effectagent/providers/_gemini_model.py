@@ -58,7 +58,7 @@ from ._common import (
     thinking_tokens,
     valid_temperature,
 )
-from ._credentials import require_api_key, secret_values, url_repr
+from ._credentials import require_api_key, secret_values, unlogged_url_credentials, url_repr
 from ._gemini_content import PROVIDER, GeminiDecoder, gemini_request
 from ._layer import ModelLayer, bound_error_body
 from ._media import MediaSupport, media_problem, media_support, refused
@@ -237,7 +237,10 @@ class Gemini(ModelLayer):
                 await http.aclose()
             raise
         try:
-            yield GeminiModel(self, client, errors, secret_values(key, self.headers, self.base_url))
+            with unlogged_url_credentials(self.base_url):
+                yield GeminiModel(
+                    self, client, errors, secret_values(key, self.headers, self.base_url)
+                )
         finally:
             with trio.CancelScope(shield=True):
                 await client.aio.aclose()

@@ -15,6 +15,7 @@ import trio
 from effectagent.ai import LanguageModelService
 from effectagent.effect import Layer
 
+from ._credentials import unlogged_url_credentials
 from ._streaming import SdkErrors
 
 __all__ = ["MAX_ERROR_BODY_BYTES", "ModelLayer", "bound_error_body", "sdk_client"]
@@ -139,7 +140,8 @@ async def sdk_client(
             await http.aclose()
         raise
     try:
-        yield client, errors
+        with unlogged_url_credentials(base_url):
+            yield client, errors
     finally:
         with trio.CancelScope(shield=True):
             await client.close()

@@ -95,6 +95,9 @@ def media_support(family: Family, model: str) -> MediaSupport:
     if family not in _FAMILIES:  # a table that guessed would say "text only" for any typo
         known = ", ".join(repr(f) for f in sorted(_FAMILIES))
         raise ValueError(f"media_support: unknown model family {family!r}; one of {known}")
+    given: object = model  # checked at run time too: not every caller runs mypy
+    if not isinstance(given, str):
+        raise TypeError(f"media_support: a model's name is a str, got {type(given).__name__}")
     name = model.lower().rsplit("/", 1)[-1]
     if family in ("gemini", "google"):
         return (

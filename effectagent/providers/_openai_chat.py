@@ -71,6 +71,7 @@ from ._common import (
     as_int,
     as_mapping,
     as_timestamp,
+    capped_call_id,
     json_text,
     reported_usage,
     result_text,
@@ -80,6 +81,10 @@ from ._media import b64, data_url, document_text, titled_text, tool_media_note
 from ._output_schema import openai_schema, openai_strict_problems, output_instructions
 
 __all__ = ["ChatCompletionsDecoder", "chat_messages", "chat_request_body"]
+
+#: The longest tool-call ID OpenAI's Chat Completions takes (``tool_calls[].id``): a longer one,
+#: which another provider made, goes shortened (:func:`capped_call_id`).
+MAX_CALL_ID = 40
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -114,7 +119,7 @@ def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 out.extend(
                     {
                         "role": "tool",
-                        "tool_call_id": result.id,
+                        "tool_call_id": capped_call_id(result.id, MAX_CALL_ID),
                         "content": result_text(result.result),
                     }
                     for result in message.content
@@ -124,7 +129,12 @@ def chat_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 for result in message.content:
                     if result.media:
                         media.append(
-                            {"type": "text", "text": tool_media_note(result.id, result.name)}
+                            {
+                                "type": "text",
+                                "text": tool_media_note(
+                                    capped_call_id(result.id, MAX_CALL_ID), result.name
+                                ),
+                            }
                         )
                         media.extend(chat_part(part) for part in result.media)
                 if media:
@@ -173,7 +183,7 @@ def _assistant(message: AssistantMessage) -> dict[str, Any] | None:
         elif isinstance(part, ToolCallContent):
             calls.append(
                 {
-                    "id": part.id,
+                    "id": capped_call_id(part.id, MAX_CALL_ID),
                     "type": "function",
                     "function": {"name": part.name, "arguments": json_text(part.arguments)},
                 }

@@ -63,6 +63,7 @@ from ._common import (
     as_int,
     as_mapping,
     as_timestamp,
+    capped_call_id,
     json_text,
     reported_usage,
     result_text,
@@ -72,6 +73,10 @@ from ._media import b64, data_url, document_text, titled_text
 from ._output_schema import openai_schema, openai_strict_problems
 
 __all__ = ["FAMILY", "ResponsesDecoder", "responses_input", "responses_request_body"]
+
+#: The longest ``call_id`` the Responses API takes: a longer one, which another provider made,
+#: goes shortened (:func:`capped_call_id`).
+MAX_CALL_ID = 64
 
 #: The provider family its native reasoning is recorded under (and the only one it goes back to).
 FAMILY = "openai-responses"
@@ -99,7 +104,7 @@ def responses_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 items.extend(
                     {
                         "type": "function_call_output",
-                        "call_id": result.id,
+                        "call_id": capped_call_id(result.id, MAX_CALL_ID),
                         "output": (
                             result_text(result.result)
                             if not result.media
@@ -162,7 +167,7 @@ def _assistant(message: AssistantMessage) -> list[dict[str, Any]]:
             items.append(
                 {
                     "type": "function_call",
-                    "call_id": part.id,
+                    "call_id": capped_call_id(part.id, MAX_CALL_ID),
                     "name": part.name,
                     "arguments": json_text(part.arguments),
                 }

@@ -119,6 +119,11 @@ async def stream_parts(
     Cancellation: a checkpoint at each network read; on cancellation or an early ``aclose`` the
     HTTP response is closed (shielded, bounded), so the server sees the disconnect.
     """
+    if not getattr(secrets, "key_sendable", True):  # a key from the environment (Secrets)
+        raise InvalidModelRequest(
+            f"{provider}: the API key holds a control character or one that is not ASCII, "
+            "which no request can carry (its value is not shown); nothing was sent"
+        )
     secrets = tuple(secrets)
     manager = open_response()
     failure: AiError | None = None

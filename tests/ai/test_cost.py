@@ -122,6 +122,22 @@ def test_figures_the_provider_publishes() -> None:
     assert Price("0.075", "0").cost(uncached_input=41) == 4  # 3.075
 
 
+@pytest.mark.parametrize("figure", ["1e-999999999", "1E+999999999", "1e-31", "1e16"])
+def test_a_price_past_any_meaning_is_refused_at_once(figure: str) -> None:
+    """Its exact integer arithmetic would take unbounded time and memory (or overflow)."""
+    with pytest.raises(ValueError, match=r"Price\.cached_input must be under 1E\+16 dollars"):
+        Price(1, 1, cached_input=figure)
+
+
+def test_a_price_of_many_digits_is_exact() -> None:
+    """Trailing zeros do not count as places, and no digit is rounded away (``Decimal``
+    arithmetic would keep only 28 significant digits)."""
+    many = Decimal("1234567890123.45678901234567890123")  # 33 significant digits
+    assert Price(many, 0).cost(uncached_input=10**20) == 123456789012345678901234567890123
+    assert Price(Decimal("1." + "0" * 100_000), 0).cost(uncached_input=7) == 7
+    assert Price(Decimal("0E-99999999"), Decimal("0E+99999999")).cost(output=5) == 0
+
+
 def test_a_total_only_usage_is_all_uncached_input() -> None:
     price = Price("2", "8", cached_input="0.5")
     assert price.cost_of(Usage.of(1_000, 100)) == 2_000 + 800
@@ -186,6 +202,8 @@ def test_dollars_reads_as_a_person_writes_them() -> None:
     assert dollars(560_000) == "$0.5600"
     assert dollars(12_345_678) == "$12.35"
     assert dollars(1_234_567_890) == "$1,234.57"
+    assert dollars(999_940) == "$0.9999"
+    assert dollars(999_950) == "$1.00"  # rounds to a dollar: read as dollars, not "$1.0000"
 
 
 def test_an_unpriced_model_is_said_in_a_sentence() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Sequence
+from decimal import Decimal
 from typing import Any, Literal
 
 import attrs
@@ -17,6 +18,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from effectagent import Agent, AgentPolicy, Layer, open_runtime
 from effectagent.ai import (
     AiError,
     AuthenticationFailed,
@@ -25,16 +27,21 @@ from effectagent.ai import (
     FallbackChain,
     FallbackModel,
     FinishPart,
+    ModelKey,
     ModelNetworkError,
     ModelRequest,
     ModelResponse,
     ModelUnavailable,
+    Price,
+    PricesService,
+    PriceTable,
     RateLimited,
     ResponseMetadataPart,
     ResponsePart,
     TextDeltaPart,
     TextEndPart,
     TextStartPart,
+    Usage,
     UserMessage,
     close_stream,
     falls_back,
@@ -42,6 +49,7 @@ from effectagent.ai import (
 )
 from effectagent.ai._fallback import MAX_HELD_PARTS
 from effectagent.ai._response import ErrorPart
+from effectagent.testing import ScriptedModel, Turn
 
 REQUEST = ModelRequest((UserMessage.text("hi"),))
 
@@ -330,3 +338,62 @@ def test_native_output_only_when_every_member_has_it() -> None:
     one = FallbackModel(Native("a", Outcome("answers")), Member("b", Outcome("answers")))
     assert both.native_output
     assert not one.native_output
+
+
+class Priced:
+    """A member that names its model string, as the providers' adapters do."""
+
+    def __init__(self, model_name: str, turn: Turn) -> None:
+        self.model_name = model_name
+        self.scripted = ScriptedModel([turn])
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[ResponsePart]:
+        return self.scripted.stream(request)
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        return await generate(self, request)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+async def test_a_chain_of_keyed_members_is_priced_by_the_member_that_answered(
+    nested: bool,
+) -> None:
+    """The records name a keyed member by its key (``"backup"``), which no price table has: the
+    call is priced by that member's own model string, so a cost budget preflight accepted for
+    the chain is enforced — never a call without a cost."""
+    primary, backup = ModelKey("primary"), ModelKey("backup")
+    busy = Priced("openai-compatible:a", Turn.fail(RateLimited("busy")))
+    spare = Priced("openai-compatible:b", Turn.text("ok", usage=Usage.of(1_000_000, 0)))
+    members = primary.layer(busy) + backup.layer(spare)
+    if nested:  # the backup is itself a chain: the member that answered is named by it
+        inner = ModelKey("inner")
+        members = primary.layer(busy) + inner.layer(FallbackModel(spare, names=["backup"]))
+        chain = FallbackModel.layer(primary, inner).provide(members)
+    else:
+        chain = FallbackModel.layer(primary, backup).provide(members)
+    prices = PriceTable(
+        {"openai-compatible:a": Price("1", "1"), "openai-compatible:b": Price("2", "2")}
+    )
+    agent = Agent("helper", "Answer.", AgentPolicy(cost_budget=Decimal("100")))
+    layer = chain + Layer.succeed(PricesService, prices)
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Hi")
+    assert (result.status, result.usage.cost, result.usage.unpriced_calls) == (
+        "completed",
+        2_000_000,
+        0,
+    )
+    assert result.usage_by_model["backup"].cost == 2_000_000
+
+
+def test_a_chain_of_keys_that_cannot_work_is_refused_when_the_layer_is_made() -> None:
+    """Not later, when a runtime builds it: two members of one name, or the chain provided under
+    the key of one of its own members (which it would then require of itself)."""
+    primary, backup = ModelKey("primary"), ModelKey("backup")
+    with pytest.raises(ValueError, match="'primary' names more than one"):
+        FallbackModel.layer(primary, primary)
+    with pytest.raises(ValueError, match="'primary' names more than one"):
+        FallbackModel.layer(primary, ModelKey("primary"))
+    with pytest.raises(ValueError, match="cannot provide the chain under 'backup'"):
+        FallbackModel.layer(primary, backup, key=backup)
+    FallbackModel.layer(primary, backup, key=ModelKey("chain"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -26,9 +27,12 @@ from effectagent.ai import (
     UserMessage,
 )
 from effectagent.ai._usage import OutputTokens
+from effectagent.providers import Anthropic
 from effectagent.providers._anthropic_messages import MessagesDecoder, anthropic_request_body
 
-from .helpers import WEATHER, reduce
+from .conftest import KEY
+from .helpers import WEATHER, collect, reduce
+from .replay import ReplayServer, Reply
 from .wire import AnthropicWire
 
 HISTORY = (
@@ -343,3 +347,39 @@ def test_the_thinking_budget_fits_each_request_cap() -> None:
     assert thinking(2000) == {"type": "enabled", "budget_tokens": 1999}
     assert thinking(1000) is None  # below the API's minimum budget: no thinking for this one
     assert "thinking" not in anthropic_request_body(ModelRequest(HISTORY[:2]), "m", max_tokens=9)
+
+
+@pytest.mark.parametrize("call_id", ["functions.weather:0", "call 1", "é" * 300])
+async def test_a_call_id_another_provider_made_goes_as_the_messages_api_takes_it(
+    server: ReplayServer, call_id: str
+) -> None:
+    """A conversation that moved to Anthropic (a fallback, a switch of model) holds calls with
+    the IDs another server gave them; the API takes letters, digits, ``_`` and ``-`` only. The
+    call and its result go with one ID of that form; an ID Anthropic made goes as it is."""
+    history = (
+        UserMessage.text("Weather in Oslo?"),
+        AssistantMessage(
+            (
+                ToolCallContent(call_id, "weather", {"city": "Oslo"}),
+                ToolCallContent("toolu_01A-b_2", "weather", {"city": "Lima"}),
+            )
+        ),
+        ToolMessage(
+            (
+                ToolResultContent(call_id, "weather", {"high_c": 4}),
+                ToolResultContent("toolu_01A-b_2", "weather", {"high_c": 20}),
+            )
+        ),
+    )
+    server.script(Reply.sse(AnthropicWire().text("Fine.")))
+    await collect(
+        Anthropic("claude-sonnet-4-5", api_key=KEY, base_url=server.url),
+        ModelRequest(history, tools=(WEATHER,)),
+    )
+    messages = server.requests[0].json()["messages"]
+    calls = [block["id"] for block in messages[1]["content"]]
+    results = [block["tool_use_id"] for block in messages[2]["content"]]
+    assert calls == results
+    assert calls[1] == "toolu_01A-b_2"
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,100}", calls[0])
+    assert calls[0] != calls[1]

@@ -120,6 +120,15 @@ def test_context_limits_are_read_from_the_message() -> None:
             ContextLengthExceeded,
         ),
         ({"code": "invalid_prompt", "message": "no"}, ProviderError),
+        # A numeric code stands for the status (vLLM, OpenRouter, Google mid-stream).
+        ({"error": {"type": "InternalServerError", "code": 500, "message": "x"}}, ModelUnavailable),
+        ({"error": {"code": 429, "message": "Rate limit exceeded"}}, RateLimited),
+        ({"error": {"code": "502", "message": "Provider returned error"}}, ModelUnavailable),
+        (
+            {"error": {"type": "BadRequestError", "code": 400, "message": "bad"}},
+            InvalidModelRequest,
+        ),
+        ({"error": {"code": 200, "message": "odd"}}, ProviderError),
         ("a plain text error", ProviderError),
     ],
 )

@@ -181,6 +181,18 @@ async def test_resource_exhausted_waits_googles_retry_delay(server: ReplayServer
     assert len(server.requests) == 1  # the SDK did not retry on its own
 
 
+async def test_a_retry_delay_too_large_to_read_is_no_retry_after(server: ReplayServer) -> None:
+    """A ``retryDelay`` past what a float holds is unreadable, as such a header is: the engine's
+    backoff decides the wait (an infinite ``retry_after`` would end the run without a retry)."""
+    retry = {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "9" * 400 + "s"}
+    body = {"error": {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"}}
+    body["error"]["details"] = [retry]
+    server.script(Reply.json(429, body))
+    error, _ = await failure(Gemini("gemini-2.5-flash", api_key=KEY, base_url=server.url))
+    assert isinstance(error, RateLimited)
+    assert error.retry_after is None
+
+
 async def test_calls_without_ids_are_answered_with_the_ids_they_were_given(
     server: ReplayServer,
 ) -> None:

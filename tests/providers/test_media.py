@@ -211,6 +211,12 @@ def test_a_family_the_table_does_not_know_is_refused_not_taken_for_text_only(fam
         media_support(family, "claude-sonnet-4-5")
 
 
+@pytest.mark.parametrize("model", [5, None, b"gpt-4o"])
+def test_a_model_name_that_is_not_a_str_is_refused_with_a_sentence(model: Any) -> None:
+    with pytest.raises(TypeError, match="media_support: a model's name is a str, got"):
+        media_support("openai-chat", model)
+
+
 def test_a_part_over_the_models_bounds_is_refused_by_size() -> None:
     support = MediaSupport.of("image", max_part_bytes=64)
     problem = media_problem(ask(IMAGE).messages, support, "OpenAI", "gpt-4.1")

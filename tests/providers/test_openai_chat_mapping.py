@@ -27,9 +27,13 @@ from effectagent.ai import (
     UserMessage,
 )
 from effectagent.ai._usage import OutputTokens
+from effectagent.providers import OpenAIChat, OpenAIResponses
 from effectagent.providers._openai_chat import ChatCompletionsDecoder, chat_request_body
 
-from .helpers import WEATHER, reduce
+from .conftest import KEY
+from .helpers import WEATHER, collect, reduce
+from .replay import ReplayServer, Reply
+from .wire import ChatWire, ResponsesWire
 
 HISTORY = (
     SystemMessage("Be brief."),
@@ -383,3 +387,45 @@ def test_groq_usage_counts_until_a_top_level_usage_comes() -> None:
     finish = parts[-1]
     assert isinstance(finish, FinishPart)
     assert (finish.usage.input.total, finish.usage.output.total) == (46, 4)
+
+
+#: Tool-call IDs other providers made: vLLM's (46 characters), a gateway's (83).
+LONG_IDS = ("chatcmpl-tool-" + "0123456789abcdef" * 2, "gw_" + "x" * 80)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+async def test_a_call_id_longer_than_openai_takes_goes_shortened(
+    server: ReplayServer, api: str
+) -> None:
+    """Chat Completions takes tool-call IDs of 40 characters at most, the Responses API of 64: a
+    conversation that moved to OpenAI with longer IDs sends each shortened — the same on the call
+    and its result, two IDs never one — and an ID that fits as it is."""
+    fits = "call_abc123"
+    history = (
+        UserMessage.text("Weather in Oslo?"),
+        AssistantMessage(
+            tuple(ToolCallContent(i, "weather", {"city": "Oslo"}) for i in (*LONG_IDS, fits))
+        ),
+        ToolMessage(tuple(ToolResultContent(i, "weather", {"c": 4}) for i in (*LONG_IDS, fits))),
+    )
+    req = ModelRequest(history, tools=(WEATHER,))
+    if api == "chat":
+        server.script(Reply.sse(ChatWire().text("Fine.")))
+        await collect(OpenAIChat("gpt-4.1", api_key=KEY, base_url=f"{server.url}/v1"), req)
+        body = server.requests[0].json()["messages"]
+        calls = [call["id"] for call in body[1]["tool_calls"]]
+        results = [message["tool_call_id"] for message in body[2:5]]
+        limit = 40
+    else:
+        server.script(Reply.sse(ResponsesWire().text("Fine.")))
+        await collect(OpenAIResponses("gpt-4.1", api_key=KEY, base_url=f"{server.url}/v1"), req)
+        items = server.requests[0].json()["input"]
+        calls = [item["call_id"] for item in items if item.get("type") == "function_call"]
+        results = [i["call_id"] for i in items if i.get("type") == "function_call_output"]
+        limit = 64
+    assert calls == results
+    assert all(len(call_id) <= limit for call_id in calls)
+    assert len(set(calls)) == 3
+    assert calls[2] == fits
+    if api == "responses":  # 46 characters fit the Responses API
+        assert calls[0] == LONG_IDS[0]

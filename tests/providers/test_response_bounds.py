@@ -14,8 +14,11 @@ import trio
 
 from effectagent.ai import (
     AssistantMessage,
+    AuthenticationFailed,
     MalformedResponse,
     ModelRequest,
+    ModelUnavailable,
+    ProviderError,
     ResponseTooLarge,
     ToolCallContent,
     ToolCallPart,
@@ -185,3 +188,27 @@ def test_a_streamed_call_keeps_no_more_than_its_bound() -> None:
         call.delta("é" * 60, out)  # 120 bytes, 60 characters
     assert call.size == 1020
     assert sum(map(len, call.chunks)) == 900
+
+
+@pytest.mark.parametrize(
+    ("status", "content_type", "expected"),
+    [
+        (500, "application/json", ModelUnavailable),
+        (401, "text/plain", AuthenticationFailed),
+        (302, "text/html", ProviderError),
+        (200, "text/html", MalformedResponse),
+    ],
+)
+async def test_a_body_that_is_no_event_stream_is_read_no_further_than_its_start(
+    target: Target, server: ReplayServer, status: int, content_type: str, expected: type
+) -> None:
+    """An error's body, or a 200 that is not an event stream (a proxy's page), is never read to
+    its end: here it would not end (the server holds the connection open after a MiB), yet
+    the typed error comes at once, its message shortened."""
+    body = b'{"error": {"message": "' + b"x" * (1 << 20) + b'"'
+    server.script(Reply(status, (("content-type", content_type),), (body,), "hang"))
+    with trio.fail_after(30):  # a guard against a hang only: no timing is asserted
+        error, parts = await failure(target.settings(server.url, KEY))
+    assert type(error) is expected
+    assert len(error.message) <= 1201
+    assert parts == []

@@ -15,6 +15,7 @@ from effectagent.ai import (
     MalformedResponse,
     ModelNetworkError,
     ModelUnavailable,
+    close_stream,
 )
 from effectagent.providers import OpenAICompatible
 
@@ -163,6 +164,33 @@ async def test_credentials_in_the_base_url_never_show(target: Target, server: Re
     assert not shows(URL_PASSWORD, error), error.message
     async with settings.open() as model:
         assert URL_PASSWORD not in repr(model)
+
+
+@pytest.mark.parametrize("status", [200, 401])
+async def test_credentials_in_the_base_url_are_never_logged(
+    target: Target, server: ReplayServer, debug_logs: pytest.LogCaptureFixture, status: int
+) -> None:
+    """The HTTP stack logs each request's URL at INFO, and some SDKs at DEBUG: the password and
+    the credential query value of the base URL are replaced there too, while the model is open."""
+    host = server.url.removeprefix("http://")
+    settings = target.settings(f"http://ann:{URL_PASSWORD}@{host}?api_key=query-secret-42", KEY)
+    if status == 200:
+        server.script(Reply.sse(target.text("fine")))
+    else:
+        server.script(Reply.json(401, target.error_body("authentication_error", "", "no")))
+    async with settings.open() as model:
+        stream = model.stream(request())
+        try:
+            async for _ in stream:
+                pass
+        except AiError:
+            pass
+        finally:
+            await close_stream(stream)
+    assert any("[REDACTED]@127.0.0.1" in record.getMessage() for record in debug_logs.records)
+    assert_not_logged(debug_logs, URL_PASSWORD, "query-secret-42", KEY)
+    logging.getLogger("httpx2").info("after the model closed: %s", URL_PASSWORD)
+    assert URL_PASSWORD in debug_logs.records[-1].getMessage()  # no secret is kept for good
 
 
 async def test_credentials_in_the_base_url_never_show_when_it_cannot_be_reached() -> None:

@@ -533,3 +533,27 @@ async def test_a_tool_loop_whose_emoji_a_server_cut_in_two_runs_and_goes_back_wh
     }
     assert turn["content"][1]["input"] == {"city": "Oslo 😀"}
     assert results["content"][0]["content"] == "sunny in Oslo 😀"
+
+
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        ({"object": "error", "type": "InternalServerError", "message": "x", "code": 500}, True),
+        ({"code": 429, "message": "Rate limit exceeded: free-models-per-min"}, True),
+        ({"object": "error", "type": "BadRequestError", "message": "bad", "code": 400}, False),
+    ],
+)
+async def test_a_server_error_mid_stream_is_typed_by_its_numeric_code(
+    server: ReplayServer, error: dict[str, Any], expected: bool
+) -> None:
+    """vLLM and OpenRouter report a failure after the 200 as an error chunk with the status as
+    its ``code``: a 5xx or a 429 is retried like the same status before the stream began."""
+    wire = ChatWire()
+    server.script(Reply.sse([wire.chunk({"role": "assistant", "content": "Hi"}), sse_event(error)]))
+    raised, _ = await failure(OpenAICompatible("qwen3", base_url=f"{server.url}/v1"))
+    assert raised.is_retryable is expected
+    assert "mid-stream" in raised.message
+
+
+def sse_event(error: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps({'error': error})}\n\n".encode()

@@ -88,3 +88,42 @@ def test_headers_and_keys_of_printable_ascii_are_taken() -> None:
         headers={"Authorization-Proxy": "Bearer a.b-c_d~e+f/g=", "x-tab": "a\tb", "X-Empty": ""},
     )
     assert attrs.asdict(settings)["headers"]["x-tab"] == "a\tb"
+
+
+def from_the_environment(
+    target: Target, url: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> Any:
+    """The target's settings, its key read from the provider's variable (one of our own for an
+    OpenAI-compatible server)."""
+    settings: Any = attrs.evolve(target.settings(url, KEY), api_key=None)
+    if "api_key_env" in attrs.fields_dict(type(settings)):
+        monkeypatch.setenv("SERVER_KEY", key)
+        return attrs.evolve(settings, api_key_env="SERVER_KEY")
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GOOGLE_API_KEY"):
+        monkeypatch.setenv(name, key)
+    return settings
+
+
+@pytest.mark.parametrize("key", ["sk-line\nbreak-secret", "sk-caf\u00e9-secret", "sk-\x7f-secret"])
+async def test_a_key_from_the_environment_that_cannot_be_sent_is_refused_before_sending(
+    target: Target, server: ReplayServer, monkeypatch: pytest.MonkeyPatch, key: str
+) -> None:
+    """Never a connection error retried in vain (the HTTP stack refuses a line break in a
+    header), never a key sent re-encoded: an ``InvalidModelRequest`` that does not show it."""
+    settings = from_the_environment(target, server.url, key, monkeypatch)
+    error, _ = await failure(settings)
+    assert isinstance(error, InvalidModelRequest)
+    assert not error.is_retryable
+    assert "the API key holds a control character" in error.message
+    assert "secret" not in error.message
+    assert server.requests == []
+
+
+async def test_a_key_from_the_environment_is_sent_without_the_line_break_a_file_left(
+    target: Target, server: ReplayServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = from_the_environment(target, server.url, f" {KEY}\r\n", monkeypatch)
+    server.script(Reply.sse(target.text("Fine.")))
+    await collect(settings)
+    (sent,) = server.requests
+    assert any(value in (KEY, f"Bearer {KEY}") for value in sent.headers.values())
