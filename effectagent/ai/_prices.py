@@ -52,6 +52,9 @@ DEFAULT_PRICES: Final = PriceTable(
         "openai:gpt-4.1-mini": _cached("0.40", "1.60", "0.10"),
         "openai:gpt-4.1-nano": _cached("0.10", "0.40", "0.025"),
         "openai:gpt-4o": _cached("2.50", "10", "1.25"),
+        # The first snapshot kept its own, higher price (a dated name is otherwise priced as the
+        # model it snapshots), and no cached-input discount.
+        "openai:gpt-4o-2024-05-13": Price("5", "15"),
         "openai:gpt-4o-mini": _cached("0.15", "0.60", "0.075"),
         "openai:o3": _cached("2", "8", "0.50"),
         "openai:o4-mini": _cached("1.10", "4.40", "0.275"),

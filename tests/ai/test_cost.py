@@ -176,6 +176,17 @@ def test_the_table_finds_a_model_by_its_string_its_aliases_and_its_snapshots() -
         PriceTable({"openai:gpt-4.1": 2.0})  # type: ignore[dict-item]
 
 
+def test_a_snapshot_with_a_price_of_its_own_is_not_priced_as_the_model_it_snapshots() -> None:
+    """gpt-4o's first snapshot kept its launch price ($5 / $15): the dated-name rule priced it
+    at gpt-4o's $2.50 / $10, half of what it cost. A later snapshot still takes gpt-4o's."""
+    first = DEFAULT_PRICES.price_of("openai:gpt-4o-2024-05-13")
+    assert first is not None
+    assert (first.input, first.output) == (Decimal(5), Decimal(15))
+    assert DEFAULT_PRICES.price_of("openai:gpt-4o-2024-08-06") is DEFAULT_PRICES.price_of(
+        "openai:gpt-4o"
+    )
+
+
 def test_the_shipped_table_says_when_it_was_taken_and_prices_the_current_models() -> None:
     assert DEFAULT_PRICES.taken == PRICES_TAKEN
     for model in (
