@@ -106,6 +106,18 @@ async def _submit(args: argparse.Namespace, queue: DurableQueue, console: Consol
     nothing (not admitted, or admitted)."""
     from ._main import _read_stdin  # as `run` reads a prompt (no cycle)
 
+    for flag, value in (
+        ("--conversation", args.conversation),
+        ("--key", args.key),
+        ("--principal", args.principal),
+    ):
+        if value is not None and not value.strip():  # `--key "$UNSET"`: never a new one instead
+            raise UsageError(f"{flag} is blank: give a value, or leave {flag} out")
+    if args.key is not None and args.conversation is None:
+        raise UsageError(
+            "--key needs --conversation: a key is scoped to its conversation, and without one "
+            "each call admits into a new conversation, so a retry would run twice"
+        )
     text = await _read_stdin() if args.text == "-" else args.text
     if not text.strip():
         raise UsageError("the prompt is empty")

@@ -105,7 +105,8 @@ def _submissions(actions: Any, shared: argparse.ArgumentParser) -> None:
     submit.add_argument(
         "--key",
         metavar="KEY",
-        help="the idempotency key (default: a new one — every call then admits anew)",
+        help="the idempotency key, with --conversation (default: a new one — every call then "
+        "admits anew)",
     )
     submit.add_argument(
         "--principal", metavar="NAME", help="who submits (default: the user's login name)"

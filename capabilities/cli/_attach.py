@@ -13,27 +13,38 @@ from effectagent.core import UserInputRecorded
 
 from ._common import UsageError
 
-__all__ = ["attachments", "input_with_media", "said"]
+__all__ = ["attachments", "input_with_media", "said", "typed_path"]
 
 
-def attachments(paths: Sequence[str]) -> tuple[MediaPart, ...]:
+def attachments(paths: Sequence[str], *, given: str = "--attach") -> tuple[MediaPart, ...]:
     """The parts the files at ``paths`` hold, in order (kind and media type read from their
-    bytes); a file missing, too large or of an unknown type is a :class:`UsageError` saying so —
-    and so is what is not a regular file (a device, a pipe, a socket), which has no size to
-    check before it is read: ``/dev/zero`` would be read without end, a pipe wait for a writer."""
+    bytes); a file missing, too large or of an unknown type is a :class:`UsageError` saying so,
+    after ``given`` (where the path was given: ``--attach``, or a chat's ``/attach``) — and so
+    is what is not a regular file (a device, a pipe, a socket), which has no size to check
+    before it is read: ``/dev/zero`` would be read without end, a pipe wait for a writer."""
     parts: list[MediaPart] = []
     for path in paths:
         special = _special_file(path)
         if special is not None:
             raise UsageError(
-                f"--attach {path}: {Path(path).name or path!r} is {special}, not a regular "
+                f"{given} {path}: {Path(path).name or path!r} is {special}, not a regular "
                 "file: attach a file"
             )
         try:
             parts.append(media_from_path(Path(path)))
         except MediaError as exc:
-            raise UsageError(f"--attach {path}: {exc}") from None
+            raise UsageError(f"{given} {path}: {exc}") from None
     return tuple(parts)
+
+
+def typed_path(argument: str) -> str:
+    """The path a person typed after ``/attach``, as a shell would have read it: one pair of
+    quotes around it removed (a terminal quotes a path dropped on it, ``'my cat.png'``) and a
+    leading ``~`` expanded."""
+    text = argument.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    return os.path.expanduser(text)
 
 
 def _special_file(path: str) -> str | None:

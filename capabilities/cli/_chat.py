@@ -15,6 +15,7 @@ import collections
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, TextIO
 
 import attrs
@@ -25,7 +26,7 @@ from effectagent.ai import AiError, MediaPart
 from effectagent.core import Redactor, UsageTotals
 from effectagent.engine import Compactor, ConversationLog, TokenCounter
 
-from ._attach import attachments, input_with_media
+from ._attach import attachments, input_with_media, typed_path
 from ._commands import Command, add_usage, command_of, message_of
 from ._common import UsageError
 from ._compact import compact_now
@@ -229,13 +230,17 @@ class ChatSession(TerminalSession):
 
     async def _watching_input(self, work: Awaitable[None]) -> None:
         """Await ``work`` while lines typed meanwhile wait for the next prompt; Ctrl-C (a key at
-        the input line, or SIGINT) or the end of input abandons it. Cancellation: abandons it."""
+        the input line, or SIGINT) or the end of input abandons it. With input piped, no line
+        is read meanwhile (they are all there at once, and the end of the input would abandon
+        the script's last command): the command ends first. Cancellation: abandons it."""
 
         def abandon(scope: trio.CancelScope) -> None:
             self._note("^C — the command is abandoned")
             scope.cancel()
 
         async def watch(scope: trio.CancelScope) -> None:
+            if self._piped:
+                return
             while True:
                 line = await self._next_line()
                 if line is None:  # the session ends once the command is abandoned
@@ -266,7 +271,10 @@ class ChatSession(TerminalSession):
             self._note("/attach needs a FILE: /attach cat.png")
             return
         try:
-            (part,) = await trio.to_thread.run_sync(attachments, [argument], abandon_on_cancel=True)
+            (part,) = await trio.to_thread.run_sync(
+                partial(attachments, [typed_path(argument)], given="/attach"),
+                abandon_on_cancel=True,
+            )
         except UsageError as error:
             self._note(str(error))
             return

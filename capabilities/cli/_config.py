@@ -633,6 +633,11 @@ def _mcp(path: Path, index: int, data: object) -> McpConfig:
     name = table.text("name")
     command = table.text("command")
     url = _http_url(table, "url")
+    if url is not None and "@" in urlsplit(url).netloc:  # the MCP client refuses it: say where
+        raise table.error(
+            f"{table.name('url')} must not hold credentials (user:password@host): it names the "
+            "server in what the command shows"
+        )
     args = table.strings("args")
     env_table = table.get("env", dict, {})
     env: dict[str, str] = {}

@@ -21,6 +21,7 @@ Not thread-safe: use it from one thread (the Trio run's).
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 from collections.abc import Callable
@@ -159,7 +160,11 @@ class _Stream:
         if not text or self.closed:
             return
         try:
-            _write_through(self.sink, text)
+            try:
+                _write_through(self.sink, text)
+            except UnicodeEncodeError as exc:  # an encoding that lacks a character: not UTF-8
+                text = _encodable(text, exc.encoding)
+                _write_through(self.sink, text)
         except (OSError, ValueError) as exc:  # ValueError: I/O operation on a closed file
             self.closed = True
             if self.fatal:
@@ -177,6 +182,32 @@ def _write_through(sink: TextSink | None, text: str) -> None:
     flush = getattr(sink, "flush", None)
     if callable(flush):
         flush()
+
+
+def _json_style(error: UnicodeError) -> tuple[str, int]:
+    """A :mod:`codecs` error handler: each character the encoding lacks as a JSON escape
+    (``\\u00e9``; a surrogate pair above U+FFFF), readable in text and still valid in JSON."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    pieces = []
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if code >= 0x10000:
+            code -= 0x10000
+            pieces.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            pieces.append(f"\\u{code:04x}")
+    return "".join(pieces), error.end
+
+
+codecs.register_error("effectagent-json-style", _json_style)
+
+
+def _encodable(text: str, encoding: str) -> str:
+    """``text`` with every character ``encoding`` lacks written as its escape (``\\u00e9``):
+    a terminal in a locale that is not UTF-8 shows ``caf\\u00e9`` rather than nothing at all,
+    and a ``--json`` line stays JSON that parses to the same value."""
+    return text.encode(encoding, "effectagent-json-style").decode(encoding)
 
 
 def _why_closed(exc: OSError | ValueError) -> str:

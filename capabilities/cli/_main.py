@@ -261,9 +261,10 @@ async def _open(
     """
     config, model = settings
     store = store_of(args, environ, config)
-    # A chat may switch to any provider whose key is set: every such key is kept out of
-    # what is shown, from the start (and the database's password, always).
-    keys = every_key(environ, model.options.get("api_key_env")) if switch else ()
+    # Every provider's key set in the environment is kept out of what is shown and recorded
+    # (a chat may switch to any of them; a run's tool may read one from a file), as a worker's
+    # are, and the database's password, always.
+    keys = every_key(environ, model.options.get("api_key_env"))
     secrets = tuple(sorted({*keys, *model.secrets, *store.secrets, *config_secrets(config)}))
     # Sessions hold what was said and done: for the user alone. A directory given with
     # --state-dir is made so when it is new, the default one always.

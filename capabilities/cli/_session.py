@@ -109,14 +109,24 @@ def event_json(event: EventBase) -> str:
 
 async def _read_lines(send: trio.MemorySendChannel[Typed], stream: TextIO) -> None:
     """Send each line of ``stream`` (without its newline; bytes that were not UTF-8 as U+FFFD),
-    then None at its end.
+    then None at its end. The bytes under it are read as UTF-8 whatever the locale's encoding
+    says (as the prompt piped to ``run`` is): a locale of ASCII (``PYTHONIOENCODING=ascii``)
+    cannot make a line it would not decode end the chat.
 
     Cancellation: the blocked read is abandoned in its worker thread (a daemon thread that ends
     with the process); nothing read is lost before the cancellation.
     """
+    raw = getattr(stream, "buffer", None)
+
+    def next_line() -> str:
+        if raw is None:
+            return stream.readline()
+        data: bytes = raw.readline()
+        return data.decode("utf-8", errors="replace")
+
     async with send:
         while True:
-            line = await trio.to_thread.run_sync(stream.readline, abandon_on_cancel=True)
+            line = await trio.to_thread.run_sync(next_line, abandon_on_cancel=True)
             if not line:
                 await send.send(None)
                 return

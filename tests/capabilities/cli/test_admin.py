@@ -171,6 +171,23 @@ def test_the_same_key_gives_the_same_receipt_and_another_payload_is_refused(
     assert [json.loads(line)["position"] for line in lines] == [1, 2]
 
 
+def test_a_key_without_its_conversation_or_a_blank_value_is_refused(env: dict[str, str]) -> None:
+    """``--key`` is scoped to the conversation: without ``--conversation`` each call would
+    admit into a new one and a retry would run twice; a blank value (``--key "$UNSET"``) is
+    never taken as "a new one"."""
+    for extra, flag in (
+        (("--key", "k1"), "--key needs --conversation"),
+        (("--conversation", "c1", "--key", ""), "--key is blank"),
+        (("--conversation", " "), "--conversation is blank"),
+        (("--principal", ""), "--principal is blank"),
+    ):
+        refused = admin(env, "submit", PROMPT, *extra)
+        assert refused.returncode == 2, extra
+        assert flag in refused.stderr
+        assert refused.stdout == ""
+    assert ok(env, "overdue", "--older-than", "0", "--json") == ""
+
+
 def test_refusals_are_sentences_with_exit_status_2_and_nothing_is_made(
     env: dict[str, str], tmp_path: Path
 ) -> None:

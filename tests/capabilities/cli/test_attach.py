@@ -203,3 +203,30 @@ def test_chat_attach_sends_the_file_with_the_next_message(
     first, second = (r.json()["messages"][-1]["content"] for r in server.requests())
     assert [part["type"] for part in first] == ["text", "image_url"]
     assert second == "And now?"
+
+
+def test_chat_attach_reads_the_path_as_a_shell_would_and_names_itself(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """``~`` is the home directory, and a path a terminal quoted (one dropped on it) is the
+    path; a refusal names ``/attach``, what was typed, not ``--attach``."""
+    (tmp_path / "my cat.png").write_bytes(PNG)  # tmp_path is HOME in cli_env
+    server.script(Reply.sse(ChatWire().text("A cat.")))
+    child = spawn(args(server, "chat", "--media", "image"), cli_env(tmp_path))
+    child.expect(PROMPT)
+    child.sendline("/attach ~/nope.png")
+    child.expect_exact(f"/attach {tmp_path / 'nope.png'}: the file 'nope.png' does not exist")
+    child.expect(PROMPT)
+    child.sendline("/attach ~/my cat.png")
+    child.expect_exact("attached [image: my cat.png, 108 bytes]")
+    child.expect(PROMPT)
+    child.sendline(f"/attach '{tmp_path / 'my cat.png'}'")
+    child.expect_exact("attached [image: my cat.png, 108 bytes]")
+    child.expect(PROMPT)
+    child.sendline("Two cats?")
+    child.expect_exact("A cat.")
+    child.expect(PROMPT)
+    end_chat(child)
+    (request,) = server.requests()
+    content = request.json()["messages"][-1]["content"]
+    assert [part["type"] for part in content] == ["text", "image_url", "image_url"]

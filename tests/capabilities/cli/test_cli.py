@@ -789,6 +789,10 @@ def test_a_short_key_of_the_model_in_use_is_refused_naming_its_variable(
             "[model]\nbase_url = 'http://h:pw-secret-42/v1'\n",
             "[model] base_url must be an http:// or https:// URL with a host (and",
         ),
+        (  # the MCP client would refuse it only as the tools were set up (status 3)
+            "[[mcp]]\nname = 'a'\nurl = 'http://ann:pw-secret-42@h/mcp'\n",
+            "[[mcp]] #1 url must not hold credentials (user:password@host)",
+        ),
     ],
 )
 def test_config_errors_name_the_key(tmp_path: Path, text: str, message: str) -> None:

@@ -67,6 +67,25 @@ def test_a_token_an_mcp_server_echoes_is_redacted_everywhere(
     assert "other users may read it" not in done.stderr  # 0600: nothing to say
 
 
+def test_run_keeps_every_providers_key_in_the_environment_out(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """As a chat does: a key of a provider the run does not use (read from a file by a tool,
+    say, or echoed by the server) is redacted from what it shows and records."""
+    openai, anthropic = "sk-openai-canary-0123456789", "sk-ant-canary-0123456789"
+    server.script(Reply.sse(ChatWire().text(f"found {openai} and {anthropic}")))
+    env = cli_env(tmp_path, OPENAI_API_KEY=openai, ANTHROPIC_API_KEY=anthropic)
+    done = run_cli([EFFECTAGENT, *args(server, "run", "Keys?", "--session", "k")], env)
+    assert done.returncode == 0, done.stderr
+    assert "found [REDACTED] and [REDACTED]" in done.stdout
+    shown = run_cli([EFFECTAGENT, "sessions", "show", "k"], env)
+    assert "found [REDACTED] and [REDACTED]" in shown.stdout
+    database = tmp_path / "state" / "effectagent" / "effectagent.db"
+    for key in (openai, anthropic):
+        assert key not in done.stdout + done.stderr + shown.stdout
+        assert key.encode() not in database.read_bytes()
+
+
 @pytest.mark.parametrize(
     ("text", "what"),
     [

@@ -5,6 +5,7 @@ traceback; standard error that cannot be written is not a reason to fail."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 from collections.abc import Iterator
@@ -88,3 +89,41 @@ def test_the_console_raises_once_for_standard_output_and_never_for_standard_erro
     closed.close()
     with pytest.raises(OutputClosed, match="standard output is closed"):
         Console(closed).out.line("x")
+
+
+def test_an_encoding_that_lacks_a_character_is_no_closed_output(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A locale that is not UTF-8 (here ASCII): the answer's other characters are written as
+    escapes, the run completes, and each ``--json`` line still parses to what the model sent."""
+    answer = "café ☃ 🎉"
+    server.script(Reply.sse(ChatWire().text(answer)), Reply.sse(ChatWire().text(answer)))
+    env = cli_env(tmp_path, PYTHONIOENCODING="ascii")
+    done = subprocess.run(
+        [EFFECTAGENT, *args(server, "run", "Hi")],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode("ascii").strip() == "caf\\u00e9 \\u2603 \\ud83c\\udf89"
+    done = subprocess.run(
+        [EFFECTAGENT, *args(server, "run", "Hi", "--json")],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.decode("ascii").splitlines()]
+    assert [e["text"] for e in events if e.get("type") == "RunCompleted"] == [answer]
+
+
+def test_the_console_escapes_what_the_stream_cannot_encode() -> None:
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="latin-1", write_through=True)
+    Console(out).out.write(Text("café ☃\n"))
+    assert raw.getvalue() == "café \\u2603\n".encode("latin-1")

@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.providers.replay import Reply
+from tests.providers.replay import Recorded, Reply
 from tests.providers.wire import ChatWire
 
 from .support import EFFECTAGENT, ServerThread, cli_env, serve
-from .test_cli import args, messages, shell_config, workspace  # noqa: F401 (a fixture)
+from .test_cli import args, messages, shell_config, workspace, write_config  # noqa: F401 (a fixture)
 
 
 @pytest.fixture
@@ -74,3 +75,46 @@ def test_a_piped_line_answers_an_approval_once_it_is_asked(
     assert "✓ shell_write" in done.stdout
     assert "Wrote it." in done.stdout
     assert (workspace / "note.txt").read_text() == "approved\n"
+
+
+def test_the_end_of_piped_input_does_not_abandon_the_last_command(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A script ending in ``/compact``: the input ends while the summary call waits on the
+    server, and the compaction is still carried out (once, before the chat ends)."""
+    write_config(
+        tmp_path,
+        "[compaction]\ncontext_tokens = 100000\nkeep_recent_tokens = 0\nsummary_tokens = 20\n",
+    )
+    wire = ChatWire()
+    asked, release = threading.Event(), threading.Event()
+
+    def gated(_: Recorded) -> Reply:
+        asked.set()
+        release.wait(30)  # until the input has ended
+        return Reply.sse(wire.text("Ann talked twice."))
+
+    server.script(
+        Reply.sse(wire.text("A long answer. " * 40)), Reply.sse(wire.text("Another.")), gated
+    )
+    with subprocess.Popen(
+        [EFFECTAGENT, *args(server, "chat", "--session", "script")],
+        env=cli_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write("Talk.\nMore.\n/compact\n")
+        proc.stdin.flush()
+        assert asked.wait(30)  # the summary call waits on the server
+        proc.stdin.close()  # the end of the input, while the command waits
+        release.set()
+        out, err = proc.stdout.read(), proc.stderr.read()
+        proc.wait(60)
+    assert proc.returncode == 0, err
+    assert "⇲ context compacted (summarize)" in out
+    assert "abandoned" not in out + err

@@ -197,6 +197,28 @@ def test_a_prompt_argument_that_is_not_utf8_arrives_with_replacement_characters(
     assert messages(request.json())[-1] == ("user", "caf\ufffd ok?")
 
 
+def test_a_piped_chat_reads_utf8_lines_whatever_the_locale_encoding(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A locale whose encoding is ASCII: the piped lines are still read as UTF-8 (bytes that
+    are not arrive as U+FFFD) — never a traceback that ends the chat."""
+    wire = ChatWire()
+    server.script(Reply.sse(wire.text("One.")), Reply.sse(wire.text("Two.")))
+    done = subprocess.run(
+        [EFFECTAGENT, *args(server, "chat")],
+        env=cli_env(tmp_path, PYTHONIOENCODING="ascii"),
+        input="café ☃\n".encode() + b"caf\xe9 ok?\n",
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert b"Traceback" not in done.stdout + done.stderr
+    first, second = (messages(request.json())[-1] for request in server.requests())
+    assert first == ("user", "café ☃")
+    assert second == ("user", "caf\ufffd ok?")
+
+
 def test_the_prompt_argument_is_made_readable() -> None:
     assert prompt_text("caf\udce9?", None) == "caf\ufffd?"
     assert prompt_text("a\ud800b", "piped") == "a\ufffd\ufffd\ufffdb\n\n<stdin>\npiped\n</stdin>"
