@@ -285,7 +285,12 @@ async def test_a_missing_model_and_other_missing_services_are_named_in_one_error
     agent = Agent(
         "a", "x", AgentPolicy(context_token_limit=10_000), Toolkit(rm), model=ModelKey("m")
     )
-    expected_keys = {"model m", "tool handler 'rm'", "effectagent.Approval", "effectagent.Compactor"}
+    expected_keys = {
+        "model m",
+        "tool handler 'rm'",
+        "effectagent.Approval",
+        "effectagent.Compactor",
+    }
     with pytest.raises(MissingModels) as opening:
         async with open_runtime(Toolkit().handlers(), agents=[agent]):
             pass
