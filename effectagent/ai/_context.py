@@ -126,7 +126,9 @@ class ToolCallContext:
         the version when what the step does changes. Only a success is recorded: a step whose
         ``fn`` raises records nothing and raises. The result is recorded as JSON: return a JSON
         value, or give ``type=`` to have the recorded value decoded into that type (the value
-        returned is then always the decoded one). Where results are kept is the runtime's
+        returned is then always the decoded one; a result that does not fit it raises
+        ``TypeError`` and records nothing, and so does a recorded result that no longer fits it:
+        bump the version). Where results are kept is the runtime's
         ``StepStore`` (in memory by default, for as long as the run lasts); a store that
         refuses to record raises, and the call fails as a defect. A result is kept as the step
         returned it — the redactor does not see it (it is the handler's, not the model's): do

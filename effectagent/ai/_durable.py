@@ -25,12 +25,26 @@ from typing import Any, Final, Generic, Literal, Never, Protocol, cast, final
 import attrs
 from typing_extensions import TypeVar
 
-from effectagent.effect import JSONValue, decode, encode
+from effectagent.effect import JSONValue, SchemaError, decode, encode
 
 __all__ = ["Reconciled", "StepKey", "StepResult", "StepStore", "run_step"]
 
 S = TypeVar("S", covariant=True)
 T = TypeVar("T")
+
+
+_KINDS: Final = ("done", "not-done", "unknown")
+
+
+def _kind(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # Anything else would be taken for "not-done", and the call that may have run would run again.
+    if not (type(value) is str and value in _KINDS):
+        raise ValueError(f"Reconciled: kind must be 'done', 'not-done' or 'unknown', got {value!r}")
+
+
+def _reason(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"Reconciled: reason must be a str, got {type(value).__name__}")
 
 
 @final
@@ -40,9 +54,9 @@ class Reconciled(Generic[S]):
     :meth:`done`, :meth:`not_done` or :meth:`unknown`; a ``Reconciled[S]`` belongs to a
     ``Tool[P, S]`` (``done`` takes the tool's success type)."""
 
-    kind: Literal["done", "not-done", "unknown"]
+    kind: Literal["done", "not-done", "unknown"] = attrs.field(validator=_kind)
     value: S | None = None
-    reason: str = ""
+    reason: str = attrs.field(default="", validator=_reason)
 
     @staticmethod
     def done(value: T) -> Reconciled[T]:
@@ -154,7 +168,16 @@ async def run_step(
         return await _awaited(key, fn)
     found = await store.get(key)
     if found is not None:
-        return found.value if as_type is None else decode(as_type, found.value)
+        if as_type is None:
+            return found.value
+        try:
+            return decode(as_type, found.value)
+        except SchemaError as exc:  # recorded by an earlier version of the step
+            what = (
+                f"step {key.name!r} version {key.version}: its recorded result does not fit "
+                "type= (bump the version when what a step returns changes)"
+            )
+            raise TypeError(exc.explain(what)) from None
     value = await _awaited(key, fn)
     encoded = encode(value)
     if as_type is None and encoded != value:
@@ -162,5 +185,11 @@ async def run_step(
             f"step {key.name!r} returned a {type(value).__name__}, which reads back as another "
             "value: return a JSON value, or give type= to decode the recorded result into"
         )
+    if as_type is not None:  # what would never read back is not a success: nothing recorded
+        try:
+            decode(as_type, encoded)
+        except SchemaError as exc:
+            what = f"step {key.name!r} returned a {type(value).__name__} that does not fit type="
+            raise TypeError(exc.explain(what)) from None
     recorded = await store.put(key, encoded)
     return recorded.value if as_type is None else decode(as_type, recorded.value)

@@ -16,7 +16,9 @@ What is read from where
   from the signature is a typo the model would pay for: refused.
 * **Constraints** — ``Annotated[int, field_meta(ge=1, le=50)]`` puts bounds (and, if given, a
   description, which wins over the docstring's) on a parameter; other ``Annotated`` metadata is
-  refused rather than ignored.
+  refused rather than ignored. An optional one puts the union inside:
+  ``Annotated[int | None, field_meta(ge=1)] = None`` (``field_meta`` is a dict, which a union
+  cannot hold).
 * **Result** — the return annotation is the success type, checked on every return like a
   hand-written tool's. ``-> None`` and ``-> Any`` mean no success type (any JSON value is still
   checked as JSON). A ``returns`` ``Result[S, E]`` means success ``S`` and declares the
@@ -253,7 +255,13 @@ def _resolved_hints(
     except Exception as exc:
         culprit = _unresolvable_parameter(fn, signature)
         where = f"the annotation of {culprit}" if culprit else "an annotation"
-        raise TypeError(f"{label}: {where} does not resolve: {exc}") from exc
+        hint = (  # ``Annotated[int, field_meta(...)] | None``: typing hashes a union's members
+            "; field_meta(...) cannot stand inside a union: put the union inside it, "
+            "Annotated[int | None, field_meta(...)]"
+            if isinstance(exc, TypeError) and "unhashable" in str(exc)
+            else ""
+        )
+        raise TypeError(f"{label}: {where} does not resolve: {exc}{hint}") from exc
 
 
 def _unresolvable_parameter(fn: Callable[..., Any], signature: inspect.Signature) -> str | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Final, Generic, Literal, TypeAlias, TypedDict, cast, final
 from urllib.parse import unquote
@@ -80,6 +81,8 @@ _S = TypeVar("_S", default=Any)
 FailureMode = Literal["error", "return"]
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The largest ``timeout`` (in seconds) a deadline can be made of: the largest float.
+_LONGEST_TIMEOUT: Final = sys.float_info.max
 
 #: Arguments are untrusted model output: bounded before parsing (as large as a response's
 #: tool-call arguments may be by default).
@@ -417,6 +420,11 @@ class Tool(Generic[P, S]):
             need(owner, "timeout", timeout, (int, float), "a number of seconds or None")
             if not timeout > 0:
                 raise ValueError(f"tool {name!r}: timeout must be positive, got {timeout!r}")
+            if isinstance(timeout, int) and timeout > _LONGEST_TIMEOUT:  # no deadline fits it
+                raise ValueError(
+                    f"tool {name!r}: timeout must be a number of seconds a float can hold, got "
+                    f"an int of {timeout.bit_length()} bits"
+                )
         if parameters is not None and parameters_schema is not None:
             raise ValueError(f"tool {name!r}: give parameters or parameters_schema, not both")
         if success is not None and success_schema is not None:

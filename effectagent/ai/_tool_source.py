@@ -9,6 +9,7 @@ batch that answers it — so a change reaches the next turn, never a batch in fl
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import attrs
@@ -44,17 +45,27 @@ def _handlers(instance: object, attribute: attrs.Attribute[Any], value: object) 
         check_handler(f"ToolSnapshot.handlers[{name!r}]", handler)
 
 
+def _kept(value: Mapping[str, Handler]) -> Mapping[str, Handler]:
+    """A mapping of handlers as it is now: a read-only copy, so a source that changes its own
+    dict afterwards changes no snapshot it gave (what is not a mapping is left to the check)."""
+    given: object = value  # checked: not every caller runs mypy
+    return MappingProxyType(dict(value)) if isinstance(given, Mapping) else value
+
+
 @attrs.frozen
 class ToolSnapshot:
     """The tools a :class:`ToolSource` offers right now, each with its handler (by tool name).
 
     Checked when built: ``tools`` is a tuple of distinct names; every tool has a handler, an
     async function of ``(params, context)``, and every handler a tool. A tool that calls tools
-    itself (``inner_tools``) cannot come from a source.
+    itself (``inner_tools``) cannot come from a source. ``handlers`` is kept as a read-only copy:
+    changing the mapping given afterwards changes no snapshot made from it.
     """
 
     tools: tuple[Tool[Any, Any], ...] = attrs.field(default=(), validator=_tools)
-    handlers: Mapping[str, Handler] = attrs.field(factory=dict, validator=_handlers)
+    handlers: Mapping[str, Handler] = attrs.field(
+        factory=dict, converter=_kept, validator=_handlers
+    )
 
     def __attrs_post_init__(self) -> None:
         for tool in self.tools:

@@ -20,7 +20,7 @@ import attrs
 
 from effectagent.effect import Context, Layer, Scope, ServiceKey, is_async_callable
 
-from ._checks import check_handler, shown
+from ._checks import accepts_positional, check_handler, shown
 from ._tool import Binding, Handler, ReconcilingHandler, Tool
 
 __all__ = ["ToolDescriptor", "Toolkit"]
@@ -197,12 +197,18 @@ class Toolkit:
 
         The factory returns bindings (``[forecast.bind(handle_forecast)]``) or a mapping, checked
         as :meth:`handlers` checks them, and a tool it leaves out gets the handler bound with the
-        tool, if any.
+        tool, if any. A factory that is not an async function of one positional argument (the
+        Context) is a ``TypeError`` here, not when the runtime opens.
         """
         if not is_async_callable(factory):
             raise TypeError(
                 "Toolkit.handlers_from: factory must be an async function of the Context, "
                 f"got {shown(factory)}"
+            )
+        if not accepts_positional(factory, 1):  # found here, not as the runtime opens
+            raise TypeError(
+                "Toolkit.handlers_from: factory must take one positional argument (the "
+                f"Context); {getattr(factory, '__qualname__', None) or shown(factory)} does not"
             )
         given: object = requires  # checked: not every caller runs mypy
         if isinstance(given, str | bytes | ServiceKey) or not isinstance(given, Iterable):

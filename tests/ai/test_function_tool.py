@@ -637,6 +637,28 @@ def test_a_default_inside_its_bounds_is_shown_and_filled_in() -> None:
     assert made.decode_arguments("{}").limit == 10
 
 
+def test_an_optional_bounded_parameter_puts_its_union_inside_the_annotation() -> None:
+    async def inside(limit: Annotated[int | None, field_meta(ge=1)] = None) -> int:
+        """Rows."""
+        return limit or 0
+
+    async def outside(limit: Annotated[int, field_meta(ge=1)] | None = None) -> int:
+        """Rows."""
+        return limit or 0
+
+    made = tool(inside)
+    assert made.decode_arguments('{"limit": null}').limit is None
+    with pytest.raises(SchemaError, match=r"\$\.limit: must be >= 1"):
+        made.decode_arguments('{"limit": 0}')
+    # A field_meta dict cannot be a union's member: the error says how to write it instead.
+    with pytest.raises(
+        TypeError,
+        match=r"parameter 'limit' does not resolve: .*put the union inside it, "
+        r"Annotated\[int \| None, field_meta\(\.\.\.\)\]",
+    ):
+        tool(outside)
+
+
 def test_decorator_options_are_checked_too() -> None:
     async def ping() -> None:
         """Ping."""

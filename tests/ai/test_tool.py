@@ -128,6 +128,13 @@ def test_non_positive_timeout_is_rejected(timeout: float) -> None:
         Tool("t", "A tool.", timeout=timeout)
 
 
+def test_a_timeout_no_float_can_hold_is_rejected_and_the_largest_kept() -> None:
+    with pytest.raises(ValueError, match=r"tool 't': timeout must be a number of seconds a float"):
+        Tool("t", "A tool.", timeout=10**400)
+    assert Tool("t", "A tool.", timeout=math.inf).timeout == math.inf
+    assert Tool("t", "A tool.", timeout=sys.float_info.max).timeout == sys.float_info.max
+
+
 def test_each_tool_has_its_own_handler_key() -> None:
     first: Tool[Any, Any] = Tool("same", "A tool.")
     second: Tool[Any, Any] = Tool("same", "A tool.")

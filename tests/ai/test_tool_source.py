@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
-from effectagent.ai import Tool, ToolCallContext, ToolSnapshot
+from effectagent import Agent, open_runtime
+from effectagent.ai import Tool, ToolCallContext, Toolkit, ToolSnapshot, ToolSource
+from effectagent.effect import Layer, ServiceKey
+from effectagent.testing import ScriptedModel, Turn
 
 LOOKUP = Tool.dynamic("lookup", "Look up.", {"type": "object"})
 
@@ -51,3 +54,24 @@ def test_a_snapshot_with_an_async_handler_per_tool_is_taken() -> None:
     snapshot = ToolSnapshot(tools=(LOOKUP,), handlers={"lookup": _handler})
     assert snapshot.handlers["lookup"] is _handler
     assert ToolSnapshot().tools == ()
+
+
+async def test_a_snapshot_keeps_its_handlers_when_the_source_changes_its_own_mapping() -> None:
+    handlers: dict[str, Any] = {"lookup": _handler}
+    snapshot = ToolSnapshot(tools=(LOOKUP,), handlers=handlers)
+    handlers.clear()  # the source moves on to its next tool list, in the same dict
+    handlers["ghost"] = _sync
+    assert dict(snapshot.handlers) == {"lookup": _handler}
+    with pytest.raises(TypeError):
+        snapshot.handlers["lookup"] = _sync  # type: ignore[index]
+
+    class Source:
+        def snapshot(self) -> ToolSnapshot:
+            return snapshot
+
+    source = ServiceKey[ToolSource]("lookup source")
+    agent = Agent("a", "Look things up.", toolkit=Toolkit(), tool_sources=[source])
+    model = ScriptedModel.layer([Turn.tool_calls(("lookup", {})), Turn.text("Found.")])
+    async with open_runtime(model + Layer.succeed(source, Source()), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "Look it up.")
+    assert [outcome.kind for outcome in result.outcomes] == ["success"]

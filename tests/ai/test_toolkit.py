@@ -157,6 +157,22 @@ def test_handlers_from_refuses_one_key_or_a_sync_factory_naming_itself() -> None
         Toolkit(greet).handlers_from(plain)  # type: ignore[arg-type]
 
 
+def test_handlers_from_refuses_a_factory_that_cannot_take_the_context() -> None:
+    async def no_context() -> Mapping[Tool[Any, Any] | str, Handler]:
+        return {}
+
+    async def two(ctx: Context, extra: int) -> Mapping[Tool[Any, Any] | str, Handler]:
+        return {}
+
+    for factory in (no_context, two):
+        with pytest.raises(
+            TypeError,
+            match=r"Toolkit\.handlers_from: factory must take one positional argument \(the "
+            rf"Context\); .*{factory.__name__} does not",
+        ):
+            Toolkit(greet).handlers_from(factory)  # type: ignore[arg-type]
+
+
 async def test_handlers_from_services_declare_their_requirements() -> None:
     toolkit = Toolkit(greet)
     built: list[str] = []
