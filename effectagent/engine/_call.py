@@ -206,9 +206,15 @@ class CallRunner:
             # — and fairness to other tasks is kept by the turn loop's one scheduler pass per turn;
             # a call that has to wait for a permit yields in ``take``.
             await trio.lowlevel.checkpoint_if_cancelled()
-            permit = self.scope.pool.book.try_take(self.lender) or await self.scope.pool.take(
-                self.lender
-            )
+            permit = self.scope.pool.book.try_take(self.lender)
+            if permit is None:
+                permit = await self.scope.pool.take(self.lender)
+                if current_effective_deadline() == -math.inf:
+                    # The permit came as the batch was interrupted (both in one instant): the
+                    # call never starts — else a handler that fails at once would have its real
+                    # outcome taken for the interruption's (see below).
+                    self.scope.pool.give_back(permit)
+                    return None
             host.permit = permit
             try:
                 self.io.emit(
@@ -360,8 +366,11 @@ class CallRunner:
         cause = exit_.cause
         if not cause.is_failure_only:
             defects = cause.defects
-            if len(defects) == 1 and not cause.failures and isinstance(defects[0], OutcomeUnknown):
-                return ToolUnknownOutcome(call.id, call.name, io.redact_text(defects[0].reason))
+            unknown = [d for d in defects if isinstance(d, OutcomeUnknown)]
+            if unknown:  # it may have taken effect, whatever else went wrong beside it
+                return ToolUnknownOutcome(
+                    call.id, call.name, io.redact_text(_unknown(unknown, cause))
+                )
             return ToolDefect(call.id, call.name, io.redact_text(describe_cause(cause)))
         try:
             envelope = _failure_envelope(cause.failures)
@@ -446,6 +455,20 @@ def _holds_cancelled(exc: BaseException) -> bool:
     # A handler that runs its own nursery raises a *group* holding Cancelled when the run is
     # interrupted: that is an interruption to propagate, not a crash of the tool.
     return isinstance(exc, BaseExceptionGroup) and exc.subgroup(trio.Cancelled) is not None
+
+
+def _unknown(unknown: list[OutcomeUnknown], cause: Cause[Any]) -> str:
+    """The reason of a call whose handler raised ``OutcomeUnknown`` (``unknown``, perhaps
+    several, perhaps beside other errors of ``cause``): their reasons, and what else was raised
+    — the call may have taken effect however it ended, so it is an unknown outcome, never a
+    defect the model would take for "nothing happened"."""
+    reason = "; ".join(u.reason for u in unknown)
+    others = [d for d in cause.defects if not isinstance(d, OutcomeUnknown)]
+    others += list(cause.failures)
+    if not others:
+        return reason
+    raised = "; ".join(f"{type(e).__name__}: {e}" for e in others)
+    return f"{reason} (it also raised {raised})"
 
 
 def describe_cause(cause: Cause[Any]) -> str:

@@ -421,3 +421,32 @@ def test_generated_batches_say_the_truth_about_their_calls(batch: BatchSpec) -> 
             if tool.timeout is not None:
                 assert call.latency <= tool.timeout / 2
             assert call.behaviour != "hang" or tool.timeout is not None
+
+
+def test_a_call_whose_permit_comes_as_the_batch_is_interrupted_never_starts() -> None:
+    """One permit: the first call ends at 2.0 s as the consumer is cancelled, and the permit goes
+    to the next call in that same instant. That call raised its declared failure at once (it
+    never awaits) and the engine, seeing the batch interrupted, took the failure for the
+    interruption's: a handler that ran settled "interrupted before it settled". Now a call whose
+    permit comes as the batch is interrupted does not start."""
+    from effectagent.testing._strategies import ProbeFailed
+
+    batch = BatchSpec(
+        [
+            CallSpec("call_a", "probe_echo", '{"text": ""}', latency=2.0),
+            CallSpec(
+                "call_b",
+                "probe_echo",
+                '{"text": ""}',
+                behaviour="declared-failure",
+                failure=ProbeFailed("no such key"),
+            ),
+        ]
+    )
+    report = run_batch_sync(batch, tool_concurrency=1, cancel_at=2.0)
+    assert isinstance(report.events[-1], RunInterrupted)
+    endings = {trace.tool_call_id: trace.ending for trace in report.traces}
+    assert "call_b" not in endings  # it never ran
+    (_, b) = report.outcomes
+    assert isinstance(b, ToolDefect)
+    assert b.message == INTERRUPTED
