@@ -19,6 +19,7 @@ import trio
 
 from effectagent.ai import LanguageModel, ModelRequest, ModelResponse, PriceTable, generate
 from effectagent.core import (
+    BudgetExhausted,
     FinalAnswer,
     Guardrail,
     GuardrailFailed,
@@ -270,8 +271,45 @@ async def first_turns(driver: RunDriver, state: RunState) -> EnterGrace | None:
     before it and beside those declared to run beside it (see :class:`BesideGuard`). A trip (or a
     guardrail that fails) ends the run with its failure, recorded, before any tool runs.
 
-    Cancellation: as the guardrails' and the run's turns'.
+    Cancellation: as the guardrails' and the run's turns'. When the run's turns' deadline passes
+    before every input guardrail gave its verdict, the input was never let through: the run
+    fails with ``BudgetExhausted("duration", ...)`` (recorded, shielded) — no grace turn asks
+    the model with it.
     """
+    passed: list[bool] = []
+    try:
+        grace = await _first_turns(driver, state, passed)
+    except (trio.Cancelled, BaseExceptionGroup, Exception):
+        # Raised as the turns' deadline passed (a cancellation, alone or in a group, or an
+        # error a seam raised as it was cancelled: ``RunDriver.execute`` takes each for the
+        # deadline) — not an interruption, nor the caller's cancellation: fail closed.
+        scope = driver.cancel_scope
+        if not passed and scope is not None and scope.cancel_called and not driver._interrupted:
+            with trio.CancelScope(shield=True):
+                await _no_verdict_in_time(driver)
+        raise
+    if not passed and driver.terminal is None and not driver._interrupted:
+        # The deadline cut the first model call beside the guardrails before their verdict.
+        with trio.CancelScope(shield=True):
+            await _no_verdict_in_time(driver)
+        return None
+    return grace
+
+
+async def _no_verdict_in_time(driver: RunDriver) -> None:
+    """End the run failed: its time ran out before its input guardrails' verdict. The caller
+    shields it."""
+    if driver.terminal is not None:
+        return
+    started = driver._current().budget.started_at
+    limit = driver.agent.policy.max_duration
+    error = BudgetExhausted("duration", trio.current_time() - started, limit)
+    driver.io.logs.warning("input guardrails gave no verdict in time", error=error.tag)
+    await driver._fail(error)
+
+
+async def _first_turns(driver: RunDriver, state: RunState, passed: list[bool]) -> EnterGrace | None:
+    """:func:`first_turns`; ``passed`` is appended to once every input guardrail passed."""
     guardrails = driver.agent.input_guardrails
     before = tuple(g for g in guardrails if not g.beside)
     if before:
@@ -290,7 +328,9 @@ async def first_turns(driver: RunDriver, state: RunState) -> EnterGrace | None:
             return None
     beside = tuple(g for g in guardrails if g.beside)
     if beside:
-        driver.beside = BesideGuard(driver, beside)
+        driver.beside = BesideGuard(driver, beside, passed)
+    else:
+        passed.append(True)
     try:
         return await driver._drive((state, (_NEXT_TURN,)))
     except GuardrailStop as stop:
@@ -308,11 +348,14 @@ class BesideGuard:
     and :class:`GuardrailStop` ends the run. The response is never used before the verdict, so
     no tool of it can run after a trip."""
 
-    __slots__ = ("_driver", "_guardrails", "done", "usage")
+    __slots__ = ("_driver", "_guardrails", "_passed", "done", "usage")
 
-    def __init__(self, driver: RunDriver, guardrails: tuple[Guardrail, ...]) -> None:
+    def __init__(
+        self, driver: RunDriver, guardrails: tuple[Guardrail, ...], passed: list[bool]
+    ) -> None:
         self._driver = driver
         self._guardrails = guardrails
+        self._passed = passed  # appended to once every guardrail passed
         self.done = False
         self.usage: Usage = ()
 
@@ -341,6 +384,8 @@ class BesideGuard:
                     verdict.append(failure)
                     if failure is not None:
                         nursery.cancel_scope.cancel()
+                    else:
+                        self._passed.append(True)
 
                 nursery.start_soon(guard)
                 outcome = await stream_model(io, *args, **kwargs)

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any, Generic, cast, final
 
 import attrs
+import trio
 from typing_extensions import TypeVar
 
 from effectagent.core import ModelRetrying, Redactor, RunCompleted, TextDelta, TurnStarted
@@ -131,8 +132,9 @@ class OutputStream(Generic[OutputT]):
 
     @property
     def result(self) -> RunResult[OutputT]:
-        """The run's result, once the updates ended (``RuntimeError`` before): completed with
-        the output of the final update, or how it ended otherwise."""
+        """The run's result, once the updates ended or the block was left (``RuntimeError``
+        before): completed with the output of the final update, or how it ended otherwise
+        (``"interrupted"`` for a loop left early)."""
         return cast("RunResult[OutputT]", self._reducer.result())
 
     async def __aenter__(self) -> OutputStream[OutputT]:
@@ -148,10 +150,17 @@ class OutputStream(Generic[OutputT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Interrupt the run if it is still going and wait until it has ended.
+        """Interrupt the run if it is still going and wait until it has ended; the events not
+        read yet (a loop left by ``break``) are reduced, so :attr:`result` says how it ended.
 
         Cancellation: waits shielded, as ``RunStream.aclose``."""
-        await self._events.__aexit__(exc_type, exc, tb)
+        events = self._events
+        if self._reducer.terminal is None:  # left before the run's end: read it to the end
+            events.interrupt()
+            with trio.CancelScope(shield=True):
+                async for event in events:
+                    self._reducer.feed(event)
+        await events.__aexit__(exc_type, exc, tb)
 
     def __aiter__(self) -> OutputStream[OutputT]:
         self._events.__aiter__()  # outside the block: RuntimeError, as for the events

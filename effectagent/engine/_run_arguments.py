@@ -17,6 +17,7 @@ __all__ = [
     "check_allowance",
     "check_id",
     "check_no_secret",
+    "check_no_secret_chosen",
     "check_redactor",
     "check_resume_arguments",
     "check_run_arguments",
@@ -62,7 +63,7 @@ def check_run_arguments(
 
 
 def check_no_secret(
-    redactor: Redactor, conversation_id: str | None, run_id: str | None, author: str
+    redactor: Redactor, conversation_id: str | None, run_id: str | None, author: str | None = None
 ) -> None:
     """Refuse a conversation ID, run ID or author holding a registered secret (``ValueError``
     that does not quote it): each is recorded, sent in events and logged as it is — an ID cannot
@@ -79,6 +80,23 @@ def check_no_secret(
                 f"{name} holds a secret the runtime redacts: it is recorded, sent in events and "
                 "logged as it is, so it must not"
             )
+
+
+def check_no_secret_chosen(redactor: Redactor, model: object, allowance: object) -> None:
+    """Refuse a ``model`` string or an ``allowance``'s tool names holding a registered secret
+    (``ValueError`` that does not quote it): the errors that refuse an unknown model or a tool the
+    agent lacks name them as given. Checked before either is judged."""
+    if not redactor.active:
+        return
+    if isinstance(model, str) and redactor.redact_text(model) != model:
+        raise ValueError("model holds a secret the runtime redacts, and a model is named as given")
+    if isinstance(allowance, RunAllowance) and allowance.tools is not None:
+        for name in allowance.tools:
+            if redactor.redact_text(name) != name:
+                raise ValueError(
+                    "allowance.tools holds a secret the runtime redacts, and a tool is named as "
+                    "given"
+                )
 
 
 #: The most UTF-8 bytes of a run's conversation ID, run ID or author: each is kept in an indexed

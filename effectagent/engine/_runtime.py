@@ -59,7 +59,12 @@ from ._output import (
 from ._output_modes import run_final_tools
 from ._output_stream import OutputStream
 from ._resume import FoundRun, check_new_run_id, find_run
-from ._run_arguments import check_allowance, check_no_secret, check_redactor
+from ._run_arguments import (
+    check_allowance,
+    check_no_secret,
+    check_no_secret_chosen,
+    check_redactor,
+)
 from ._run_arguments import check_resume_arguments as _check_resume_arguments
 from ._run_arguments import check_run_arguments as _check_run_arguments
 from ._run_errors import (
@@ -319,6 +324,7 @@ class Runtime:
             agent, text, conversation_id, create, author, context, run_id
         )
         check_no_secret(self._redactor, conversation_id, run_id, author)
+        check_no_secret_chosen(self._redactor, model, allowance)
         check_model_choice(model, "model")
         check_allowance(allowance)
         run_input = prepare_input(agent, text, self._redactor.redact_text)
@@ -409,6 +415,7 @@ class Runtime:
             agent, text, conversation_id, create, author, context, run_id
         )
         check_no_secret(self._redactor, conversation_id, run_id, author)
+        check_no_secret_chosen(self._redactor, model, allowance)
         check_model_choice(model, "model")
         check_allowance(allowance)
         run_input = prepare_input(agent, text, self._redactor.redact_text)
@@ -459,11 +466,14 @@ class Runtime:
         of the conversation started after it; :class:`ConversationBusy`; for a run with an
         allowance, ``ValueError`` when its record cannot be read and ``MissingServicesError``
         when it asks approval for every call and the runtime has no approval service; for an
-        agent with a typed input, ``ValueError`` when the recorded input no longer decodes into it.
+        agent with a typed input, ``ValueError`` when the recorded input no longer decodes into it;
+        ``ValueError`` for a ``conversation_id`` or ``run_id`` holding a registered secret, as
+        :meth:`run` refuses one — never quoting it.
 
         Cancellation: as :meth:`run`.
         """
         _check_resume_arguments(agent, conversation_id, run_id)
+        check_no_secret(self._redactor, conversation_id, run_id)
         reducer = RunReducer()
         driver = self._resumed_driver(agent, conversation_id, run_id, reducer)
         self._claim(driver)
@@ -479,6 +489,7 @@ class Runtime:
         continues as the block is entered, which raises what :meth:`resume` raises before
         anything starts)."""
         _check_resume_arguments(agent, conversation_id, run_id)
+        check_no_secret(self._redactor, conversation_id, run_id)
         queue = EventQueue(EVENT_BUFFER)
         driver = self._resumed_driver(agent, conversation_id, run_id, queue)
         return RunStream(self, driver, queue, "resume")

@@ -446,6 +446,51 @@ async def test_cancelling_a_run_in_a_guardrail_interrupts_it(
     assert model.requests == []
 
 
+@pytest.mark.parametrize("beside", [False, True])
+async def test_an_input_guardrail_without_a_verdict_when_time_runs_out_fails_closed(
+    autojump_clock: trio.testing.MockClock, beside: bool
+) -> None:
+    """The run's time runs out before the input guardrails' verdict: no grace turn asks the model
+    with an input that never got past them, and no answer is delivered."""
+    from effectagent.core import BudgetExhausted
+
+    async def forever(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    agent = make_agent(
+        policy=make_policy(max_duration=30.0),
+        input_guardrails=[Guardrail(forever, beside=beside)],
+    )
+    model = TrackingModel([Turn.text("The answer.")] * 2)
+    events, log, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, BudgetExhausted)
+    assert end.error.dimension == "duration"
+    assert len(model.requests) == (1 if beside else 0)  # never the grace turn's
+    assert not events_of(events, TextDelta)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    (record,) = records_of(log, RunFailedRecord)
+    assert isinstance(record.error, BudgetExhausted)
+    assert "ModelResponseRecorded" not in {type(entry.record).__name__ for entry in log}
+
+
+async def test_an_input_guardrail_that_passed_leaves_the_grace_turn_to_a_slow_model(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(
+        policy=make_policy(max_duration=30.0),
+        input_guardrails=[Guardrail(_pass, beside=True)],
+    )
+    model = TrackingModel([Turn.text("late", delay=100), Turn.text("The answer.")])
+    events, _, _ = await _run(model, agent)
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.finish_reason == "budget-exhausted"
+    assert len(model.requests) == 2
+
+
 async def test_a_resumed_run_with_no_turn_recorded_runs_its_input_guardrails_again(
     autojump_clock: trio.testing.MockClock,
 ) -> None:

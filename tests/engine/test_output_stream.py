@@ -137,6 +137,22 @@ async def test_updates_outside_the_block_refuse(autojump_clock: trio.testing.Moc
             updates.__aiter__()
 
 
+async def test_a_loop_left_early_gives_the_result_of_the_interrupted_run(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    agent = make_agent(output=Answer)
+    long = {**FINAL, "notes": ["a note"] * 400}  # more deltas than the event buffer holds
+    model = TrackingModel([Turn.text(json.dumps(long), chunk=1)])
+    async with open_runtime(model.layer(), agents=[agent]) as runtime:
+        async with runtime.stream_output(agent, "Weather?") as updates:
+            async for update in updates:
+                assert not update.final
+                break
+        assert updates.result.status == "interrupted"
+        assert updates.result.output is None
+        assert runtime.active_runs == 0
+
+
 def test_a_fence_is_skipped_and_prose_is_unparsable() -> None:
     assert partial_of('```json\n{"a": 1,') == {"a": 1}
     assert partial_of("```") is INCOMPLETE

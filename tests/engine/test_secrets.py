@@ -296,3 +296,43 @@ async def test_secrets_beside_a_layer_that_provides_its_own_redactor_are_refused
     with pytest.raises(ValueError, match="register them with that Redactor"):
         async with open_runtime(layer, secrets=["s3cr3t-abcdef"]):
             pass
+
+
+@pytest.mark.parametrize("which", ["conversation_id", "run_id"])
+async def test_resuming_under_an_id_holding_a_secret_is_refused_without_quoting_it(
+    which: str,
+) -> None:
+    secret = "s3cr3t-abcdef"
+    ids = {"conversation_id": "conv-1", "run_id": "run-1"} | {which: f"id-{secret}"}
+    agent = Agent("helper", "Answer.")
+    async with open_runtime(ScriptedModel([]).as_layer(), agents=[agent], secrets=[secret]) as rt:
+        with pytest.raises(ValueError, match=f"{which} holds a secret") as resumed:
+            await rt.resume(agent, **ids)
+        assert secret not in str(resumed.value)
+        with pytest.raises(ValueError, match=f"{which} holds a secret") as streamed:
+            rt.stream_resume(agent, **ids)
+        assert secret not in str(streamed.value)
+
+
+async def test_a_model_string_or_allowance_tool_holding_a_secret_is_refused_without_quoting_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    from effectagent.core import RunAllowance
+
+    secret = "s3cr3t-abcdef"
+    agent = Agent("helper", "Answer.")
+    model = ScriptedModel([])
+    async with open_runtime(model.as_layer(), agents=[agent], secrets=[secret]) as rt:
+        cases: list[tuple[dict[str, Any], str]] = [
+            ({"model": f"openai:{secret}"}, "model"),
+            ({"model": secret}, "model"),
+            ({"allowance": RunAllowance(tools=[secret])}, "allowance.tools"),
+        ]
+        for options, argument in cases:
+            with pytest.raises(ValueError, match=f"{argument} holds a secret") as refused:
+                await rt.run(agent, "Hello.", **options)
+            assert secret not in str(refused.value)
+            with pytest.raises(ValueError, match=f"{argument} holds a secret") as refused:
+                rt.stream(agent, "Hello.", **options)
+            assert secret not in str(refused.value)
+    assert model.requests == []
