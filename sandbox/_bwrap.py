@@ -141,10 +141,24 @@ def bubblewrap_implementation(
     )
 
 
+#: The fewest processes (``max_processes``) a bubblewrap workload can run with: bubblewrap's
+#: sandbox init (pid 1 inside) counts in the pids cgroup beside the command.
+BWRAP_MIN_PROCESSES = 2
+
+
 def check_bwrap(request: SandboxRequest) -> None:
-    """Bubblewrap rules beyond the shared checks (pure): image, cwd inside the view."""
+    """Bubblewrap rules beyond the shared checks (pure): image, process minimum, cwd inside the
+    view."""
     if request.image != "host":
         raise InvalidRequest((f"image {request.image!r} is not provided (only 'host')",))
+    processes = request.limits.max_processes
+    if isinstance(processes, int) and processes < BWRAP_MIN_PROCESSES:
+        raise InvalidRequest(
+            (
+                f"limits.max_processes must be at least {BWRAP_MIN_PROCESSES} under bubblewrap, "
+                f"got {processes}: its sandbox init counts as one process beside the command",
+            )
+        )
     if request.cwd is not None:
         roots = [WORKDIR, "/tmp", *(m.sandbox_path for m in request.mounts)]
         if not any(request.cwd == r or request.cwd.startswith(r + "/") for r in roots):

@@ -168,8 +168,42 @@ class BwrapExecution(CommandExecution):
                     f"{mount.host_path!r} (mounted at {mount.sandbox_path!r}); give it access, for "
                     f"example os.chown(path, {user.uid}, {user.gid})"
                 )
+        problems += self._mount_point_problems()
         if problems:
             raise InvalidRequest(tuple(problems))
+
+    def _mount_point_problems(self) -> list[str]:
+        """bubblewrap makes a missing mount point, which it cannot inside a read-only mount (it
+        failed before the command ran): such a mount is refused naming what to create."""
+        problems: list[str] = []
+        for mount, _ in self._sources:
+            holders = [
+                (held, fd)
+                for held, fd in self._sources
+                if mount.sandbox_path.startswith(held.sandbox_path.rstrip("/") + "/")
+            ]
+            if not holders:
+                continue
+            holder, fd = max(holders, key=lambda pair: _depth(pair[0]))
+            if holder.mode == "rw":
+                continue
+            rest = mount.sandbox_path[len(holder.sandbox_path) :].lstrip("/")
+            try:
+                os.stat(rest, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                problems.append(
+                    f"mounts: {mount.sandbox_path!r} needs a mount point inside the read-only "
+                    f"mount at {holder.sandbox_path!r}, where {rest!r} does not exist: create it "
+                    f"in {holder.host_path!r} or mount that read-write"
+                )
+            except NotADirectoryError:
+                problems.append(
+                    f"mounts: {mount.sandbox_path!r} is inside the mount at "
+                    f"{holder.sandbox_path!r}, which holds no directory on its way"
+                )
+            except OSError:
+                pass  # bubblewrap says what is wrong
+        return problems
 
     def _make_workdir(self) -> str:
         workdir = tempfile.mkdtemp(prefix="effectagent-bwrap-")
@@ -462,6 +496,10 @@ class BwrapExecution(CommandExecution):
         roots: dict[str | None, tuple[str, str | int]] = {None: (WORKDIR, self._workdir_fd)}
         for mount, fd in self._sources:
             roots[mount.sandbox_path] = (mount.sandbox_path, fd)
+            if mount.sandbox_path == WORKDIR and mount.mode == "rw":
+                # A read-write mount over the workdir is where the workload's files go: the
+                # host's own (hidden, empty) workdir would collect nothing.
+                roots[None] = roots[mount.sandbox_path]
         return roots
 
     def held(self) -> OwnedResources:

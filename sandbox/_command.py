@@ -117,7 +117,8 @@ class Mount:
     The workload reads and writes it as the runner's workload user (an unprivileged user when this
     process is root), so that user must be able to read ``host_path`` (and, for ``"rw"``, write
     it); a runner refuses a mount it could not use, or whose path goes through a symbolic link the
-    workload could have planted, before anything runs.
+    workload could have planted, before anything runs. ``sandbox_path`` may lie inside another
+    mount; inside a read-only one its mount point must already exist there (nothing can make it).
     """
 
     host_path: str
@@ -132,8 +133,8 @@ class SandboxLimits:
     ``wall_clock_seconds`` and ``output_bytes`` always apply. ``cpu_seconds`` is CPU time per
     process (``RLIMIT_CPU``, which counts whole seconds: a fraction is rounded up, so ``0.5``
     allows a second), ``memory_bytes`` memory charged to the whole workload,
-    ``max_processes`` processes and threads alive at once, ``file_size_bytes`` the largest file
-    written; each of these four may be :data:`~sandbox.UNLIMITED`, and a runner that cannot
+    ``max_processes`` processes and threads alive at once (under bubblewrap its sandbox init
+    counts as one, so it takes at least 2), ``file_size_bytes`` the largest file written; each of these four may be :data:`~sandbox.UNLIMITED`, and a runner that cannot
     enforce a finite one refuses the request (:class:`~sandbox.LimitNotEnforceable`). The
     ``artifact_*`` fields bound artifact collection (directory entries examined, directory depth,
     bytes read, seconds) and are always finite: they protect the host, not the workload.
@@ -166,7 +167,8 @@ class SecretHandle:
 class ArtifactRule:
     """Collect files matching ``glob`` (relative) under ``root`` after the workload exits.
 
-    ``root`` is the sandbox path of a read-write mount, or ``None`` for the per-execution workdir.
+    ``root`` is the sandbox path of a read-write mount, or ``None`` for the working directory the
+    workload starts in by default (the per-execution workdir, or a read-write mount over it).
     At most ``max_count`` files (an int >= 1), each read up to ``max_bytes`` (an int >= 0; the
     sha256 covers the whole file).
     Symbolic links are never followed (a matching link is skipped) and only regular files are

@@ -41,7 +41,10 @@ _MIB = 1 << 20
 # Matched with ``fullmatch``: a pattern ending in ``$`` would also match before a final newline.
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc")
-_RESERVED_TREES = ("/proc", "/dev", "/usr", "/etc")
+# The system dirs are read-only binds of the host's or links into /usr: a mount below one needs a
+# mount point bwrap cannot make (it fails after the request was accepted) or hides a system file.
+_SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+_RESERVED_TREES = ("/proc", "/dev", *_SYSTEM_TREES)
 
 
 _NAME_MAX = 255
@@ -262,6 +265,9 @@ def validate_request(request: SandboxRequest) -> None:
     """Raise :class:`InvalidRequest` listing every structural problem of ``request``, each naming
     its field: a value of the wrong type, out of range or malformed. Pure; a problem never shows a
     value that could be a secret (of ``args``, ``env``, ``stdin``)."""
+    given: object = request
+    if not isinstance(given, SandboxRequest):  # a dict of its fields, say: never its values
+        raise InvalidRequest((f"the request must be a SandboxRequest, got {_type(given)}",))
     problems: list[str] = []
     command: object = request.command
     if not isinstance(command, str):

@@ -44,8 +44,9 @@ def open_mount_source(path: str, user: WorkloadUser) -> int:
     """An ``O_PATH`` descriptor of the host ``path`` (absolute), resolved without following any
     link ``user`` could have planted. The caller owns (and must close) the descriptor.
 
-    Raises :class:`MountSourceRefused` for a missing path, a component that is not a directory, a
-    planted link or a loop of links. Blocking (a few system calls per component).
+    Raises :class:`MountSourceRefused` for a missing path, a component that is not a directory or
+    cannot be opened (permission denied), a planted link or a loop of links. Blocking (a few
+    system calls per component).
     """
     walk = _Walk(path, user)
     try:
@@ -81,6 +82,10 @@ class _Walk:
             raise MountSourceRefused(self.path, f"{self.shown}/{name} does not exist") from None
         except NotADirectoryError:
             raise MountSourceRefused(self.path, f"{self.shown or '/'} is not a directory") from None
+        except OSError as error:  # EACCES, say: never a bare OSError out of a request check
+            raise MountSourceRefused(
+                self.path, f"{self.shown}/{name} cannot be opened: {error.strerror}"
+            ) from None
         info = os.fstat(child)
         if not stat.S_ISLNK(info.st_mode):
             os.close(self.current)
@@ -101,7 +106,12 @@ class _Walk:
         self.links += 1
         if self.links > _MAX_LINKS:
             raise MountSourceRefused(self.path, "too many levels of symbolic links")
-        target = os.readlink(name, dir_fd=self.current)
+        try:
+            target = os.readlink(name, dir_fd=self.current)
+        except OSError as error:  # a /proc/<pid>/root of a process this one may not inspect
+            raise MountSourceRefused(
+                self.path, f"{self.shown}/{name} cannot be read: {error.strerror}"
+            ) from None
         self.pending.extend(part for part in reversed(target.split("/")) if part)
         if target.startswith("/"):
             os.close(self.current)

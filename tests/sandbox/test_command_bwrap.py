@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -20,6 +21,7 @@ from sandbox import (
     LocalProcessSandbox,
     Mount,
     OutputChunk,
+    OwnedResources,
     SandboxExited,
     SandboxLimits,
     SandboxRequest,
@@ -30,7 +32,7 @@ from sandbox import (
     _local,
     run,
 )
-from sandbox._bwrap import WORKDIR
+from sandbox._bwrap import WORKDIR, check_bwrap
 from sandbox._command import InvalidRequest, SandboxCrashed
 from sandbox._isolation import HostFacts
 from sandbox._posture import LIMIT_MEMORY, LIMIT_NETWORK, LIMIT_PROCESSES
@@ -124,6 +126,68 @@ async def test_mounts_modes_cwd_and_artifacts(
     assert elsewhere.stdout == b"/out\n"
 
 
+async def test_artifacts_of_the_workdir_come_from_a_read_write_mount_over_it(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
+) -> None:
+    # The workload writes into the mount it sees at the workdir; the hidden host workdir under it
+    # stays empty, and collecting from there returned no artifact at all.
+    project = give_to_workload(bwrap_sandbox, shared_tmp / "project")
+    request = SandboxRequest(
+        "sh",
+        ("-c", "printf made > out.txt"),
+        mounts=(Mount(str(project), WORKDIR, "rw"),),
+        artifacts=(ArtifactRule("*.txt"),),
+    )
+    result = await run(bwrap_sandbox, request)
+    assert result.ok, result.stderr
+    assert (project / "out.txt").read_text() == "made"
+    assert [(a.path, a.content) for a in result.artifacts] == [(f"{WORKDIR}/out.txt", b"made")]
+
+
+async def test_a_process_limit_the_sandbox_init_leaves_no_room_in_is_refused(
+    bwrap_sandbox: BubblewrapSandbox,
+) -> None:
+    # bubblewrap's sandbox init counts in the pids cgroup: max_processes=1 was accepted and then
+    # failed as a SandboxCrashed ("Can't fork for pid 1") every time.
+    one = SandboxRequest("/bin/echo", ("hi",), limits=SandboxLimits(max_processes=1))
+    with pytest.raises(InvalidRequest, match=r"limits\.max_processes must be at least 2"):
+        check_bwrap(one)
+    if LIMIT_PROCESSES not in bwrap_sandbox.implementation.enforced_limits:
+        with pytest.raises(LimitNotEnforceable):
+            bwrap_sandbox.execute(one)
+        return
+    with pytest.raises(InvalidRequest, match="sandbox init"):
+        bwrap_sandbox.execute(one)
+    two = await run(bwrap_sandbox, attrs.evolve(one, limits=SandboxLimits(max_processes=2)))
+    assert two.ok, two.stderr
+    assert two.stdout == b"hi\n"
+
+
+async def test_a_mount_point_missing_in_a_read_only_mount_is_refused_before_running(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
+) -> None:
+    # bubblewrap cannot make the mount point inside a read-only mount: the request was accepted
+    # and then failed as a SandboxCrashed ("Can't mkdir /in/out: Read-only file system").
+    outer = shared_tmp / "outer"
+    (outer / "present").mkdir(parents=True)
+    (outer / "file").write_text("x")
+    inner = shared_tmp / "inner"
+    inner.mkdir()
+    (inner / "note").write_text("inner")
+    for nested, problem in (
+        ("/in/out", "'/in/out' needs a mount point inside the read-only mount at '/in'"),
+        ("/in/a/b", "where 'a/b' does not exist"),
+        ("/in/file/x", "which holds no directory on its way"),
+    ):
+        mounts = (Mount(str(inner), nested), Mount(str(outer), "/in"))
+        with pytest.raises(InvalidRequest, match=problem):
+            await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
+    mounts = (Mount(str(outer), "/in"), Mount(str(inner), "/in/present"))
+    result = await run(bwrap_sandbox, SandboxRequest("cat", ("/in/present/note",), mounts=mounts))
+    assert result.stdout == b"inner"
+    assert bwrap_sandbox.owned() == OwnedResources()
+
+
 async def test_request_problems_found_before_running(
     bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
@@ -153,10 +217,11 @@ async def test_request_problems_found_before_running(
 async def test_setup_failure_of_bwrap_is_a_crash(
     bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
-    # A file mounted where a directory is needed: bwrap fails while building the mount tree.
+    # A file mounted over the private /tmp, a directory: bwrap fails while building the mount tree.
+    # (A mount inside a file mount is refused before anything runs: see the test above.)
     target = shared_tmp / "file"
     target.write_text("x")
-    mounts = (Mount(str(target), "/data", "ro"), Mount(str(shared_tmp), "/data/sub", "ro"))
+    mounts = (Mount(str(target), "/tmp", "ro"),)
     with pytest.raises(SandboxCrashed, match="bubblewrap failed"):
         await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 import pytest
@@ -12,10 +14,12 @@ from hypothesis import strategies as st
 from sandbox import (
     UNLIMITED,
     ArtifactRule,
+    BubblewrapSandbox,
     Isolation,
     LimitNotEnforceable,
     LocalProcessSandbox,
     Mount,
+    Sandbox,
     SandboxError,
     SandboxImplementation,
     SandboxLimits,
@@ -117,6 +121,15 @@ def test_a_string_where_a_sequence_of_strings_goes_is_refused_not_split_into_let
         SandboxRequest("echo", **{field: value})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("make", [BubblewrapSandbox, LocalProcessSandbox])
+def test_something_that_is_not_a_request_is_an_invalid_request(make: Callable[[], Sandbox]) -> None:
+    # A dict of the fields ended in AttributeError ('dict' object has no attribute 'command').
+    fields: Any = {"command": "/bin/true"}
+    with pytest.raises(InvalidRequest) as info:
+        make().execute(fields)
+    assert info.value.problems == ("the request must be a SandboxRequest, got dict",)
+
+
 def test_every_problem_is_listed_at_once() -> None:
     request = SandboxRequest(
         "",
@@ -142,6 +155,16 @@ def test_every_problem_is_listed_at_once() -> None:
 )
 def test_bad_mounts_are_rejected(mount: Mount) -> None:
     assert problems_of(SandboxRequest("true", mounts=(mount,)))
+
+
+@pytest.mark.parametrize("path", ["/bin/tools", "/sbin/x", "/lib/x", "/lib64/x", "/etc/app"])
+def test_a_mount_inside_a_system_dir_is_rejected(path: str) -> None:
+    # /bin, /lib… are read-only binds or links into /usr: bubblewrap cannot make a mount point
+    # there, and the request failed as a crash after it had been accepted.
+    assert problems_of(SandboxRequest("true", mounts=(Mount("/host", path),))) == (
+        f"mounts: sandbox_path {path!r} is reserved for the system view",
+    )
+    validate_request(SandboxRequest("true", mounts=(Mount("/host", "/binaries"),)))
 
 
 @pytest.mark.parametrize("path", ["//usr", "//proc", "//data"])

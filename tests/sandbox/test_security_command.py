@@ -19,6 +19,7 @@ import stat
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -30,6 +31,7 @@ from sandbox import (
     LimitNotEnforceable,
     Mount,
     OutputChunk,
+    OwnedResources,
     SandboxEvent,
     SandboxExited,
     SandboxLimits,
@@ -38,6 +40,7 @@ from sandbox import (
     SandboxStarted,
     SecretHandle,
     WorkloadIdentity,
+    run,
 )
 from sandbox import _bwrap_execution as bwrap_execution
 from sandbox._command import InvalidRequest, SandboxCrashed, SecretUnavailable
@@ -651,6 +654,38 @@ async def test_a_link_planted_by_one_run_never_redirects_a_later_mount(
         mounts=(Mount("/bin", "/tools", "ro"),),
     )
     assert system.stdout == "True\n"
+
+
+async def test_a_mount_source_this_process_may_not_open_is_an_invalid_request(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Like /proc/<pid>/root of a process this one may not inspect: reading the link or opening
+    # the path fails with EACCES, which escaped as a bare PermissionError, not a SandboxError.
+    guarded = shared_tmp / "guarded"
+    guarded.symlink_to("/usr")
+    closed = shared_tmp / "closed"
+    closed.mkdir()
+    real_readlink, real_open = os.readlink, os.open
+
+    def readlink(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.fspath(path) == "guarded":
+            raise PermissionError(errno.EACCES, "Permission denied", "guarded")
+        return real_readlink(path, *args, **kwargs)
+
+    def open_(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.fspath(path) == "closed":
+            raise PermissionError(errno.EACCES, "Permission denied", "closed")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", readlink)
+    monkeypatch.setattr(os, "open", open_)
+    for source, reason in ((guarded, "cannot be read"), (closed, "cannot be opened")):
+        with pytest.raises(InvalidRequest, match=f"{reason}: Permission denied") as info:
+            await run(
+                bwrap_sandbox, SandboxRequest("/bin/true", mounts=(Mount(str(source), "/m"),))
+            )
+        assert str(source) in info.value.problems[0]
+    assert bwrap_sandbox.owned() == OwnedResources()
 
 
 # ---- nothing is left for another reaper ---------------------------------------------------------
