@@ -119,19 +119,17 @@ def _given_once(endpoint: Endpoint, request: Request) -> None:
             )
 
 
-def _identifier(
-    name: str, value: str, limit: int = _MAX_ID, redact: Callable[[str], str] | None = None
-) -> str:
+def _identifier(name: str, value: str, redact: Callable[[str], str], limit: int = _MAX_ID) -> str:
     """``value``, refused (400) unless it is 1 to ``limit`` printable characters without
-    surrounding spaces — and, given the runtime's ``redact``, unless it holds none of its secrets:
-    an identifier is kept and answered as it is (a ledger row, a receipt, every event), where it
+    surrounding spaces, holding none of the runtime's secrets (``redact`` would change it): an
+    identifier is kept and answered as it is (a ledger row, a receipt, every event), where it
     could not be redacted without becoming another."""
     if not value or len(value) > limit or not value.isprintable() or value != value.strip():
         raise Problem(
             "bad-request",
             f"the {name} must be 1 to {limit} printable characters without surrounding spaces",
         )
-    if redact is not None and redact(value) != value:
+    if redact(value) != value:
         raise Problem(
             "bad-request", f"the {name} holds one of the runtime's secrets: choose another"
         )
@@ -685,8 +683,12 @@ class ServeApi:
         if owner is None or (owner != principal.name and not principal.operator):
             raise no_conversation(conversation_id)
 
+    def _path_conversation(self, request: Request) -> str:
+        """The conversation ID the request's path names, checked (see :func:`_identifier`)."""
+        return _identifier("conversation ID", request.path_params["conversation_id"], self._redact)
+
     async def _submission(self, submission_id: str, principal: Principal) -> Submission:
-        _identifier("submission ID", submission_id, redact=self._redact)
+        _identifier("submission ID", submission_id, self._redact)
         submission = await self.queue.status(submission_id)
         try:
             await self._owner(submission.conversation_id, principal, new=False)
@@ -726,9 +728,7 @@ class ServeApi:
     async def _admitting(
         self, request: Request, principal: Principal, text: str, agent: str | None, mode: Any
     ) -> Response:
-        conversation_id = _identifier(
-            "conversation ID", request.path_params["conversation_id"], redact=self._redact
-        )
+        conversation_id = self._path_conversation(request)
         if self._draining:
             raise Problem(
                 "unavailable",
@@ -739,7 +739,7 @@ class ServeApi:
         key = (
             new_id("key")
             if given is None
-            else _identifier("Idempotency-Key", given, _MAX_KEY, self._redact)
+            else _identifier("Idempotency-Key", given, self._redact, _MAX_KEY)
         )
         wait = self._quotas.take(principal.name, self.clock())
         if wait > 0:
@@ -797,9 +797,7 @@ class ServeApi:
         return _json(Me(principal.name, principal.operator))
 
     async def _submissions(self, request: Request, principal: Principal) -> Response:
-        conversation_id = _identifier(
-            "conversation ID", request.path_params["conversation_id"], redact=self._redact
-        )
+        conversation_id = self._path_conversation(request)
         await self._owner(conversation_id, principal, new=False)
         return _json(Submissions(await self.queue.submissions(conversation_id)))
 
@@ -894,7 +892,7 @@ class ServeApi:
     async def _decide(self, request: Request, principal: Principal) -> Response:
         submission = await self._submission(request.path_params["submission_id"], principal)
         body: DecisionBody = await self._body(request, DecisionBody)
-        _identifier("tool call ID", body.tool_call_id, redact=self._redact)
+        _identifier("tool call ID", body.tool_call_id, self._redact)
         decided, left = await self.queue.decide(
             submission.submission_id,
             body.tool_call_id,
@@ -916,9 +914,7 @@ class ServeApi:
     # ---- events ----------------------------------------------------------------------------------
 
     async def _events(self, request: Request, principal: Principal) -> Response:
-        conversation_id = _identifier(
-            "conversation ID", request.path_params["conversation_id"], redact=self._redact
-        )
+        conversation_id = self._path_conversation(request)
         try:
             after = resume_after(
                 request.headers.get("last-event-id"), request.query_params.get("after")
