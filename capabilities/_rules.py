@@ -23,8 +23,9 @@ The helpers below refuse a bad value with an error naming the field it was given
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import Any, Final, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import attrs
 
@@ -36,9 +37,11 @@ __all__ = [
     "Rule",
     "RulePolicy",
     "Ruling",
+    "NOT_STORABLE",
     "flag",
     "one_of",
     "storable",
+    "stored_text",
     "rules_of",
     "shown",
     "text",
@@ -89,17 +92,20 @@ class Ruling(Generic[E]):
     why: str | None = None
 
 
+#: What no store keeps in a text column: NUL (PostgreSQL's text cannot hold one) and lone
+#: surrogates (no UTF-8 form — the bytes of an argument that were not UTF-8 arrive as those).
+NOT_STORABLE: Final = re.compile("[\x00\ud800-\udfff]")
+
+
 def storable(text: str) -> bool:
-    """Whether every store can keep ``text`` as it is: it has a UTF-8 form (no lone surrogate —
-    the bytes of an argument that were not UTF-8 arrive as those) and no NUL (PostgreSQL's text
-    cannot hold one)."""
-    if "\x00" in text:
-        return False
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    """Whether every store can keep ``text`` as it is (none of :data:`NOT_STORABLE`)."""
+    return NOT_STORABLE.search(text) is None
+
+
+def stored_text(text: str) -> str:
+    """``text`` as every store's text column keeps it: each of :data:`NOT_STORABLE` replaced by
+    U+FFFD (one character for one, so lengths measured on ``text`` still fit)."""
+    return NOT_STORABLE.sub("\ufffd", text)
 
 
 def strings(name: str, value: object, *, kind: str = "sequence") -> tuple[str, ...]:

@@ -33,13 +33,14 @@ from effectagent.core import UserInputRecorded
 from effectagent.engine import ConversationLog, InMemoryConversationLog, SteeringInput
 
 from .._logging import log_warning
+from .._rules import stored_text
 from ..storage import Database
 from ..storage._lanes import process_prefix
 from ..storage._port import Connection
 from ..storage._sweep import put_media_rows
 from ._admission import Entry
 from ._model import InputState, InputStatus, Rejection, SteeringLimits
-from ._parts import content_of, digests_of, kept, read_media, stored
+from ._parts import content_of, digests_of, read_media, stored
 
 __all__ = ["AdmissionJournal", "InMemoryJournal", "SqliteJournal"]
 
@@ -215,7 +216,7 @@ class SqliteJournal:
             item.input_id,
             entry.conversation_id,
             item.kind,
-            kept(item.text),  # the run here takes it whole, from memory
+            stored_text(item.text),  # the run here takes it whole, from memory
             item.author,
             item.at,
         )
@@ -255,7 +256,7 @@ class SqliteJournal:
             text, parts, blobs = stored(item.content, redact)
             media = [(digest, len(data), data) for digest, data in blobs.items()]
         # NUL and lone surrogates, which no text column keeps, reach the run as U+FFFD.
-        text = kept(text)
+        text = stored_text(text)
 
         def work(conn: Connection) -> int | Rejection:
             lane = conn.execute(

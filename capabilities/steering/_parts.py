@@ -12,7 +12,6 @@ table by digest). A reference's name and URL are redacted as text before they ar
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,22 +20,13 @@ from effectagent.engine import SteeringInput
 
 from ..storage._port import Connection
 
-__all__ = ["Stored", "content_of", "digests_of", "input_content", "kept", "read_media", "stored"]
+__all__ = ["Stored", "content_of", "digests_of", "input_content", "read_media", "stored"]
 
 #: What a row keeps of input with media: its text column, its parts (JSON) and the bytes of its
 #: media parts by digest.
 Stored = tuple[str, str, dict[str, bytes]]
 
 _SEPARATOR = "\n\n"
-
-#: What no database column of text keeps: NUL (PostgreSQL's text) and lone surrogates (no UTF-8).
-_NOT_KEPT = re.compile("[\x00\ud800-\udfff]")
-
-
-def kept(text: str) -> str:
-    """``text`` as a row's text column keeps it: each NUL and lone surrogate replaced by U+FFFD
-    (one character for one, so the lengths ``parts`` records still fit)."""
-    return _NOT_KEPT.sub("\ufffd", text)
 
 
 def stored(content: tuple[TextContent | MediaPart, ...], redact: Callable[[str], str]) -> Stored:

@@ -40,7 +40,6 @@ and canonical (see ``capabilities.steering``).
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, final
@@ -49,7 +48,7 @@ import trio
 
 from effectagent.core import LogEntry, Record
 
-from .._rules import storable, strings
+from .._rules import NOT_STORABLE, storable, strings
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
     CommitOutcomeUnknown,
@@ -100,10 +99,6 @@ def _checked_runs(conversation_id: str, shape: AppendShape) -> None:
     for run_id in (shape.starts, ends):
         if run_id is not None and not storable(run_id):
             raise IdNotStorable(conversation_id, "run ID", run_id)
-
-
-#: What no stored text holds and no word is made of: NUL and lone surrogates.
-_NOT_TEXT: Final = re.compile("[\x00\ud800-\udfff]")
 
 
 def _digest(digest: object) -> str:
@@ -530,7 +525,7 @@ class SqliteConversationLog:
         ``Cancelled`` at its next checkpoint) — never half of it."""
         # NUL and lone surrogates separate words, as any character that is not a word
         # character does — on both engines (neither could take them as query text).
-        words = tuple(_NOT_TEXT.sub(" ", word) for word in strings("words", words))
+        words = tuple(NOT_STORABLE.sub(" ", word) for word in strings("words", words))
         if type(limit) is not int:
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:
