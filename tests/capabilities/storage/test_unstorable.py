@@ -19,6 +19,7 @@ from capabilities.storage._errors import IdNotStorable
 from capabilities.storage._log import SqliteConversationLog
 from effectagent import Agent, open_runtime
 from effectagent.core import ConversationCreated, UserInputRecorded
+from effectagent.effect import Layer
 from effectagent.engine import ConversationLogError, ConversationLogService
 from effectagent.testing import ScriptedModel, Turn
 from tests.postgres import drop_schema, fresh_schema, postgres_url
@@ -65,6 +66,13 @@ async def test_a_conversation_id_no_database_keeps_is_refused_alike(
             await log.last_seq(5)  # type: ignore[arg-type]
 
 
+def _storage(engine: str, tmp_path: Path, schema: str) -> Layer:
+    """The storage layer of ``engine``: an SQLite file, or ``schema`` on the test server."""
+    if engine == "sqlite":
+        return sqlite_storage(tmp_path / "x.db")
+    return postgres_storage(postgres_url(), schema=schema)
+
+
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("bad", ["a\x00b", "a\ud800"], ids=["nul", "surrogate"])
 @pytest.mark.parametrize("which", ["conversation_id", "run_id"])
@@ -76,11 +84,7 @@ async def test_a_run_on_such_an_id_is_refused_at_the_call_on_either_engine(
     agent = Agent("a", "Answer.")
     schema = fresh_schema()
     try:
-        storage = (
-            sqlite_storage(tmp_path / "x.db")
-            if engine == "sqlite"
-            else postgres_storage(postgres_url(), schema=schema)
-        )
+        storage = _storage(engine, tmp_path, schema)
         layer = ScriptedModel.layer([Turn.text("hi")]) + storage
         async with open_runtime(layer, agents=[agent]) as runtime:
             arguments: dict[str, Any] = (
@@ -142,11 +146,7 @@ async def test_nul_and_lone_surrogates_in_search_words_separate_words_alike(
     agent = Agent("a", "Answer.")
     schema = fresh_schema()
     try:
-        storage = (
-            sqlite_storage(tmp_path / "x.db")
-            if engine == "sqlite"
-            else postgres_storage(postgres_url(), schema=schema)
-        )
+        storage = _storage(engine, tmp_path, schema)
         layer = ScriptedModel.layer([Turn.text("noted")]) + storage
         async with open_runtime(layer, agents=[agent]) as runtime:
             await runtime.run(agent, "the blue heron flies")
