@@ -54,6 +54,12 @@ class JoinInbox:
         point, or when it would stop)."""
         self._given.setdefault(conversation_id, []).append((submission_id, principal, text))
 
+    def pending(self, conversation_id: str) -> tuple[str, ...]:
+        """The IDs of the submissions handed to the run going in ``conversation_id`` and not yet
+        taken by it, in FIFO order. (A submission's status is ``"joining"`` from the moment the
+        worker records the handover, a moment before it is here.)"""
+        return tuple(given[0] for given in self._given.get(conversation_id, ()))
+
     def withdraw(self, conversation_id: str) -> list[str]:
         """Take back what was given to the conversation and not taken (the run ended); return
         the submission IDs."""

@@ -220,7 +220,11 @@ async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_nex
                         "echo", "later", conversation_id="c", idempotency_key="3", principal="p"
                     )
                 ).submission_id
-                await _until(lambda: _status_is(q, joined, "joining"), "the join is handed over")
+                await _until(lambda: _status_is(q, joined, "joining"), "the join is recorded")
+                # The status changes as the worker's write commits; the run can take the input
+                # once the worker has handed it over in memory, a moment later. Letting the
+                # head answer before that would rightly send the join back to the queue.
+                await _until(lambda: _pending(worker, joined), "the join is handed over")
                 go.set()
         found = await q.status(joined)
         assert (found.status, found.joined_into, found.settlement) == ("joined", head, "final")
@@ -268,6 +272,11 @@ async def test_a_join_never_jumps_a_submission_that_waits_for_its_own_run(
             )
         )
         assert await db.read(lambda conn: _joinable(conn, "c", ids[0])) == []
+
+
+async def _pending(worker: DurableWorker, submission_id: str) -> bool:
+    await trio.lowlevel.checkpoint()
+    return submission_id in worker.inbox.pending("c")
 
 
 async def _status_is(q: DurableQueue, submission_id: str, status: str) -> bool:
