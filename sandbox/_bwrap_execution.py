@@ -37,6 +37,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
@@ -85,6 +86,9 @@ from ._workload_files import remove_tree
 __all__ = ["BwrapExecution", "BwrapSettings"]
 
 _BWRAP_EXIT_WAIT = 2.0
+# Sandbox paths bubblewrap makes as directories itself (the workdir and the private /tmp): only a
+# directory can be mounted over one.
+_MADE_DIRECTORIES = (WORKDIR, "/tmp")
 """Seconds bwrap gets to reap its killed sandbox init and exit before its group is SIGKILLed."""
 
 G = TypeVar("G", MemoryCgroup, PidsCgroup)
@@ -176,7 +180,16 @@ class BwrapExecution(CommandExecution):
         """bubblewrap makes a missing mount point, which it cannot inside a read-only mount (it
         failed before the command ran): such a mount is refused naming what to create."""
         problems: list[str] = []
-        for mount, _ in self._sources:
+        for mount, source in self._sources:
+            if mount.sandbox_path in _MADE_DIRECTORIES and not stat.S_ISDIR(
+                os.fstat(source).st_mode
+            ):
+                problems.append(
+                    f"mounts: {mount.host_path!r} is no directory, and {mount.sandbox_path!r} is "
+                    "a directory in every sandbox: mount a directory there, or the file at a path "
+                    "inside it"
+                )
+                continue
             holders = [
                 (held, fd)
                 for held, fd in self._sources

@@ -188,6 +188,23 @@ async def test_a_mount_point_missing_in_a_read_only_mount_is_refused_before_runn
     assert bwrap_sandbox.owned() == OwnedResources()
 
 
+async def test_a_file_mounted_where_every_sandbox_has_a_directory_is_refused_before_running(
+    bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
+) -> None:
+    # bubblewrap makes the workdir and /tmp as directories: a file mounted over one was accepted
+    # and then failed as a SandboxCrashed ("Can't create file at /workspace: Is a directory").
+    note = shared_tmp / "note.txt"
+    note.write_text("x")
+    note.chmod(0o644)
+    for where in (WORKDIR, "/tmp"):
+        request = SandboxRequest("true", mounts=(Mount(str(note), where),))
+        with pytest.raises(InvalidRequest, match=f"'{where}' is a directory in every sandbox"):
+            await run(bwrap_sandbox, request)
+    inside = SandboxRequest("cat", ("/tmp/note.txt",), mounts=(Mount(str(note), "/tmp/note.txt"),))
+    assert (await run(bwrap_sandbox, inside)).stdout == b"x"
+    assert bwrap_sandbox.owned() == OwnedResources()
+
+
 async def test_request_problems_found_before_running(
     bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
