@@ -278,6 +278,7 @@ class _ProblemCORS(CORSMiddleware):
         allow_credentials: bool = False,
         expose_headers: Collection[str] = (),
         redact: Callable[[str], str] = _unchanged,
+        routes: Sequence[BaseRoute] = (),
     ) -> None:
         super().__init__(
             app,
@@ -288,8 +289,18 @@ class _ProblemCORS(CORSMiddleware):
             expose_headers=expose_headers,
         )
         self._redact = redact
+        self._routes = tuple(routes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "OPTIONS"
+            and all(route.matches(scope)[0] == Match.NONE for route in self._routes)
+        ):
+            # A preflight of a path nothing answers is that path's 404, as every other request
+            # to it (the middleware would approve it, for a request that cannot succeed).
+            await self.app(scope, receive, send)
+            return
         token = _PREFLIGHT_PATH.set(str(scope.get("path", "")))
         try:
             await super().__call__(scope, receive, send)
@@ -502,6 +513,7 @@ class ServeApi:
                 Middleware(
                     _ProblemCORS,
                     redact=self._redact,
+                    routes=routes,
                     allow_origins=list(settings.cors_origins),
                     allow_methods=["GET", "POST"],
                     # Last-Event-ID: a page's script resuming an event stream sends it

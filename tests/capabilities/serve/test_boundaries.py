@@ -49,6 +49,22 @@ async def test_a_page_of_an_allowed_origin_may_resume_a_stream_with_last_event_i
         assert "last-event-id" in answer.headers["access-control-allow-headers"].lower()
 
 
+async def test_the_preflight_of_a_path_nothing_answers_is_a_404_problem(
+    cors_service: Served,
+) -> None:
+    """The API documents a path it does not list as a 404; its CORS preflight was approved (200),
+    for a request that could only fail."""
+    preflight = {"Origin": ORIGIN, "Access-Control-Request-Method": "GET"}
+    async with httpx2.AsyncClient(base_url=cors_service.url) as client:
+        for path in ("/v1/nothing-here", "/v1/me/"):
+            answer = await client.options(path, headers=preflight)
+            assert answer.status_code == 404, (path, answer.text)
+            assert answer.headers["content-type"].startswith("application/problem+json")
+        known = await client.options("/v1/me", headers=preflight)
+        assert known.status_code == 200
+        assert known.headers["access-control-allow-origin"] == ORIGIN
+
+
 async def test_a_page_of_an_allowed_origin_can_read_a_refusals_retry_after(
     cors_service: Served,
 ) -> None:
