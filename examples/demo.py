@@ -395,7 +395,12 @@ def _totals(terminal: EventBase, database: Path, session_id: str, out: TextIO) -
 
 async def resume(database: Path, session_id: str, out: TextIO, color: bool) -> int:
     """Reopen ``database``, find the session's conversation, and continue it: the model is asked
-    for the postmortem with the whole earlier conversation as its history."""
+    for the postmortem with the whole earlier conversation as its history. A ``database`` that
+    is not there is said, and not created; so is a session not in it (both return 1).
+    Cancellation: cancelling the caller interrupts the run and closes the database."""
+    if not await trio.Path(database).is_file():  # opening would create one (or fail: no dir)
+        print(f"no database at {database}", file=out)
+        return 1
     timeline = Narrator(out, color)
     writer = Agent("ops-assistant", INSTRUCTIONS, AgentPolicy(max_turns=2, max_tool_calls=1))
     model = PromptCachingModel(ScriptedModel(postmortem_script()))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+import subprocess
+import sys
 import tomllib
 import typing
 from collections.abc import AsyncIterator
@@ -32,6 +34,7 @@ from effectagent import (
     open_runtime,
     tool,
 )
+from effectagent.ai import ModelRequest
 from effectagent.core import (
     CheckContext,
     GuardrailResult,
@@ -59,6 +62,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 MAKEFILE = (ROOT / "Makefile").read_text(encoding="utf-8")
+README_BLOCKS = re.findall(r"^```python\n(.*?)^```", README, re.S | re.M)
 
 
 @tool(readonly=True, timeout=100)
@@ -127,8 +131,8 @@ async def test_cancelling_the_callers_scope_records_the_interruption_before_it_e
 async def test_a_deadline_stops_the_model_stream_and_the_run_ends_interrupted(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """'cancelling your scope interrupts the run, stops the model stream …' (the README's
-    `trio.fail_after` example, with a model that never finishes its answer)."""
+    """'cancelling your scope interrupts the run, stops the model stream …' (a deadline as
+    `trio.fail_after` sets one, with a model that never finishes its answer)."""
     async with open_runtime(_layer([Turn.hanging()]), agents=[AGENT]) as runtime:
         with pytest.raises(trio.TooSlowError):
             with trio.fail_after(5):
@@ -137,6 +141,29 @@ async def test_a_deadline_stops_the_model_stream_and_the_run_ends_interrupted(
         records = [entry.record for entry in await runtime.log.entries("c")]
     assert isinstance(records[-1], RunFailedRecord)
     assert records[-1].reason == "interrupted"
+
+
+async def test_the_service_example_outlives_a_request_cut_off_by_its_deadline(
+    autojump_clock: trio.testing.MockClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """'Inside your Trio service': 'your nursery serves requests with it, each under a deadline of
+    its own' — the README's own example, with a model that never answers Ada: her request is cut
+    off by its deadline, and Grace's request and the service go on."""
+    source = README_BLOCKS[0].rstrip()
+    assert source.endswith("\ntrio.run(main)")
+    example: dict[str, typing.Any] = {"__name__": "readme_example_0"}
+    exec(compile(source.removesuffix("trio.run(main)"), "README.md (example 0)", "exec"), example)
+    greet = example["greet"]
+
+    def never_for_ada(request: ModelRequest) -> str | Turn:
+        return Turn.hanging() if greet(request) == "Hello, Ada!" else greet(request)
+
+    example["model"] = FunctionModel.layer(never_for_ada)
+    await example["main"]()
+    assert sorted(capsys.readouterr().out.splitlines()) == [
+        "Ada cut off by its deadline",
+        "Grace completed Hello, Grace!",
+    ]
 
 
 async def test_closing_the_runtime_interrupts_every_run_and_waits_for_it(
@@ -444,6 +471,30 @@ async def test_secrets_are_redacted_everywhere(caplog: pytest.LogCaptureFixture)
 # --- "Two commands", "Install", "Package edges" ---------------------------------------------
 
 
+def test_the_models_and_the_harness_work_without_hypothesis() -> None:
+    """'The strategies need hypothesis, which the library does not install …; the models and the
+    harness work without it': the README's first example runs where hypothesis cannot be
+    imported, and hypothesis is in no dependency of the library itself."""
+    assert not any("hypothesis" in needed for needed in PYPROJECT["project"]["dependencies"])
+    blocked = "import sys\nsys.modules['hypothesis'] = None  # an import of it raises\n"
+    harness = (
+        "\nfrom effectagent.testing import BatchSpec, CallSpec, PROBE_TOOLKIT, run_batch_sync\n"
+        "spec = BatchSpec([CallSpec('c1', PROBE_TOOLKIT.names[0], '{}', valid=False)])\n"
+        "print('harness settled', run_batch_sync(spec, tool_concurrency=2).settled_ids)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked + README_BLOCKS[0] + harness],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Ada completed Hello, Ada!" in done.stdout
+    assert "harness settled ('c1',)" in done.stdout
+
+
 def test_every_make_target_the_readme_names_exists() -> None:
     named = set(re.findall(r"`make ([a-z-]+)", README)) | {"demo", "test"}
     targets = set(re.findall(r"^([a-z-]+):", MAKEFILE, re.M))
@@ -496,6 +547,34 @@ def test_the_extras_and_python_version_the_readme_names() -> None:
     for package in ("hypercorn", "psycopg", "psycopg-pool"):
         assert package in bundled, package
     assert project["scripts"]["effectagent"] == "capabilities.cli:main"
+
+
+def test_the_peer_comparison_quotes_what_make_bench_peers_runs() -> None:
+    """'Fast': the peers' versions are those `make bench-peers` installs, the rounds its default,
+    the parked runs its count, and the figures those docs/requirements.md records."""
+    peers = (ROOT / "benchmarks" / "peers.py").read_text(encoding="utf-8")
+    parked = (ROOT / "benchmarks" / "parked.py").read_text(encoding="utf-8")
+    requirements = (ROOT / "docs" / "requirements.md").read_text(encoding="utf-8")
+    fast = " ".join(README.split("- **Fast.**")[1].split("\n\n")[0].split())
+    for name, pin in (("pydantic-ai", "pydantic-ai-slim"), ("openai-agents", "openai-agents")):
+        quoted = re.search(rf"{name} (\d+\.\d+)", fast)
+        assert quoted, name
+        assert f'"{pin}=={quoted[1]}.0"' in peers, (name, quoted[1])
+    rounds = re.search(r"medians of (\d+) interleaved rounds", fast)
+    assert rounds
+    assert f'"--rounds", type=int, default={rounds[1]},' in peers
+    assert "(100,000 at once)" in fast
+    assert "RUNS: Final = 100_000" in parked
+    times = "\N{MULTIPLICATION SIGN}"
+    speedup = re.search(rf"effectagent was (\S+){times} faster", fast)
+    per_run = re.search(r"holds about (\S+ KB)", fast)
+    assert speedup
+    assert per_run
+    row = next(
+        line for line in requirements.splitlines() if "| performance against peers |" in line
+    )
+    assert f"{speedup[1]}{times} faster than the fastest peer" in row
+    assert f"{per_run[1]} RSS per parked run" in row
 
 
 def test_the_package_edges_are_import_linter_contracts() -> None:

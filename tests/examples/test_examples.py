@@ -308,9 +308,22 @@ async def test_main_in_process_returns_its_events(tmp_path: Path) -> None:
 
 
 async def test_resuming_a_session_that_is_not_there_says_so(tmp_path: Path) -> None:
+    database = tmp_path / "empty.db"
+    async with open_runtime(sqlite_storage(database)):
+        pass  # a database with no session in it
     out = io.StringIO()
-    assert await demo.resume(tmp_path / "empty.db", "session_missing", out, False) == 1
+    assert await demo.resume(database, "session_missing", out, False) == 1
     assert "no session session_missing" in out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["missing.db", "no-such-directory/missing.db"])
+async def test_resuming_from_a_database_that_is_not_there_says_so_and_creates_nothing(
+    tmp_path: Path, name: str
+) -> None:
+    out = io.StringIO()
+    assert await demo.resume(tmp_path / name, "session_x", out, False) == 1
+    assert out.getvalue() == f"no database at {tmp_path / name}\n"
+    assert list(await trio.Path(tmp_path).iterdir()) == []
 
 
 def test_the_prompt_cache_reads_the_prefix_it_saw_before() -> None:
