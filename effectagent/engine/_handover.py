@@ -64,10 +64,14 @@ T = TypeVar("T")
 
 
 class RunFailedError(Exception):
-    """Raised by :meth:`RunResult.raise_for_status` for a run that did not complete."""
+    """Raised by :meth:`RunResult.raise_for_status` and :meth:`RunResult.output_or_raise` for a
+    run that did not complete; its message names the run's error and says what went wrong (as
+    ``str(result.error)`` does: redacted like the run's events), and ``result`` is the run's
+    result."""
 
     def __init__(self, result: RunResult[Any]) -> None:
-        detail = result.error.tag if result.error is not None else result.status
+        error = result.error
+        detail = f"{error.tag}: {error}" if error is not None else result.status
         super().__init__(f"run {result.run_id} {result.status}: {detail}")
         self.result = result
 

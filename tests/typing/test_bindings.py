@@ -9,12 +9,14 @@ from typing import Any
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 from effectagent import Agent, AgentPolicy, Context, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import Binding, Handler
+from effectagent.ai import AuthenticationFailed, Binding, Handler, ModelRequest
 from effectagent.effect._layer import open_layer
 from effectagent.engine import RunFailedError
-from effectagent.testing import ScriptedModel, Turn
+from effectagent.testing import FunctionModel, ScriptedModel, Turn
 
 
 @attrs.frozen
@@ -170,13 +172,33 @@ async def test_output_or_raise_raises_for_a_run_that_did_not_complete() -> None:
     async with open_runtime(model, agents=[weather]) as runtime:
         failed = await runtime.run(weather, "Oslo?")
     assert (failed.status, failed.output) == ("failed", None)
-    with pytest.raises(RunFailedError, match="failed: OutputInvalid") as caught:
+    with pytest.raises(RunFailedError, match="failed: OutputInvalid: the final answer") as caught:
         failed.output_or_raise()
     assert caught.value.result is failed
+    assert str(failed.error) in str(caught.value)  # what went wrong, not only its name
     for status in ("interrupted", "suspended"):
         other = attrs.evolve(failed, status=status, error=None)
         with pytest.raises(RunFailedError, match=f"{status}: {status}$"):
             other.output_or_raise()
+
+
+async def test_the_error_of_a_run_that_did_not_complete_says_what_went_wrong_without_secrets(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    canary = "sk-canary-4242-secret"
+
+    def refuse(request: ModelRequest) -> str:
+        raise AuthenticationFailed(f"the key {canary} was refused")
+
+    greeter = Agent("greeter", "Greet.")
+    async with open_runtime(FunctionModel.layer(refuse), agents=[greeter], secrets=[canary]) as rt:
+        failed = await rt.run(greeter, "Ada")
+    with pytest.raises(
+        RunFailedError, match=r"failed: ModelFailed: .*the key \[REDACTED\] was refused"
+    ) as caught:
+        failed.raise_for_status()
+    assert canary not in str(caught.value)
+    assert canary not in repr(caught.value)
 
 
 def test_an_agent_is_still_the_attrs_class_it_was() -> None:
