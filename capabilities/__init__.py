@@ -1,23 +1,28 @@
 """Capabilities around the agent engine. Re-exported here: the storage assemblies and what a
-program names to use them (sessions, state, steering), the approval and authorization providers
-and the compactor. Every subpackage has its own names; Code Mode, MCP, skills, subagents and
-telemetry are imported from theirs:
+program names to use them (sessions, state, steering), the approval and authorization providers,
+the compactor and the durable queue and worker. Every subpackage has its own names; Code Mode,
+MCP, skills, subagents, telemetry, serve and the CLI are imported from theirs (each has a guide
+under ``docs/guides``):
 
-* ``capabilities.storage`` — the SQLite database and the Conversation Log on it (class P);
-* ``capabilities.sessions`` — sessions pointing to conversations (spec §3);
-* ``capabilities.steering`` — steering and follow-ups with receipts (spec §4);
-* ``capabilities.durable`` — durable runs on SQLite (class DN): admission, workers, recovery;
-* ``capabilities.state`` — persistent agent state and its write classes (spec §11, CAP-012);
-* ``capabilities.approval`` — approval providers: by policy, interactive, scripted, suspending (spec §5);
-* ``capabilities.authorization`` — which principal may call which tool (spec §5);
-* ``capabilities.compaction`` — the compactor: prune, then summarize (spec §6);
-* ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools (§9.1);
+* ``capabilities.storage`` — the conversation log on SQLite or PostgreSQL (history survives a
+  restart);
+* ``capabilities.sessions`` — named sessions pointing to conversations;
+* ``capabilities.steering`` — steering and follow-ups with receipts;
+* ``capabilities.durable`` — durable runs on SQLite or PostgreSQL: admission, workers, recovery;
+* ``capabilities.state`` — persistent agent state and its write classes;
+* ``capabilities.approval`` — approval providers: by policy, interactive, scripted, suspending;
+* ``capabilities.authorization`` — which principal may call which tool;
+* ``capabilities.compaction`` — the compactor: prune, then summarize;
+* ``capabilities.code_mode`` — one tool that runs a program over an allowlist of tools;
 * ``capabilities.mcp`` — an MCP client: a server's tools as a tool source, its resources and
-  prompts (§7; the SDK is imported on the first connection, not here);
-* ``capabilities.skills`` — local skill directories: manifests, discovery, activation (§8);
-* ``capabilities.subagents`` — declared delegation tools running attached child agents (§10);
-* ``capabilities.telemetry`` — OpenTelemetry spans from the runs' events (§12; it needs the
-  ``telemetry`` extra, so it is not re-exported here).
+  prompts (the SDK is imported on the first connection, not here);
+* ``capabilities.skills`` — local skill directories: manifests, discovery, activation;
+* ``capabilities.subagents`` — declared delegation tools running attached child agents;
+* ``capabilities.telemetry`` — OpenTelemetry spans from the runs' events (it needs the
+  ``telemetry`` extra, so it is not re-exported here);
+* ``capabilities.serve`` — the durable runtime over HTTP (the ``serve`` extra);
+* ``capabilities.cli`` — the ``effectagent`` command (``chat``, ``run``, ``sessions``, ``serve``,
+  ``admin`` …; the ``cli`` extra).
 
 ``sqlite_storage(path)`` assembles all four on one SQLite database, ``postgres_storage(url)`` on
 one PostgreSQL database that processes on many machines share; ``in_memory_storage()`` in memory.

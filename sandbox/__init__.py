@@ -1,4 +1,4 @@
-"""Sandbox and CodeExecutor ports, with isolating implementations (spec §9, CAP-010, CAP-015).
+"""Sandbox and CodeExecutor ports, with isolating implementations (see ``docs/guides/sandbox.md``).
 
 The command-shaped port is :class:`Sandbox` (``async with sandbox.execute(request) as events``);
 :class:`LocalProcessSandbox` is an unisolated development runner, :class:`BubblewrapSandbox` an
