@@ -11,7 +11,9 @@ name); steering and follow-ups (text, author, text documents); a subagent's inpu
 context and failure; compaction summaries from the model and from a host (summary, facts, a
 refused artifact's version); Code Mode programs (a literal, the result, console lines, a thrown
 message, an inner call's arguments, result and crash, a JSON escape); an MCP server's results,
-errors and stderr (its ``env`` holding the secret); provider error bodies echoing the API key
+errors and stderr (its ``env``, or a ``--token`` argument, holding the secret) and an MCP server
+over HTTP (a header and the URL's query holding it) that echoes them in a result, an error
+result, a protocol error and a failed handshake — the SDK's own spans included; provider error bodies echoing the API key
 from a stand-in HTTP server; a sandboxed command's program, arguments, environment, stdin and
 output; media a tool returns; a structured answer as ``stream_output`` decodes it; a durable
 submission's text and media; and a cassette written by ``record``.
@@ -164,6 +166,7 @@ class Sinks:
         self.exporter = InMemorySpanExporter()
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.provider = provider
         self.telemetry = Telemetry(
             tracer_provider=provider, include_content=True, redactor=SecretRedactor([SECRET])
         )
@@ -776,8 +779,9 @@ import os, sys
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations
 
-TOKEN = os.environ["TOKEN"]
+TOKEN = os.environ.get("TOKEN") or sys.argv[sys.argv.index("--token") + 1]
 if sys.argv[1] == "die":
+    sys.stderr.write(f"usage: {sys.argv}\\n")
     sys.stderr.write(f"starting with {TOKEN}\\n")
     sys.stderr.flush()
     sys.exit(3)
@@ -798,33 +802,144 @@ server.run()
 """
 
 
+@contextmanager
+def _sdk_spans(sinks: Sinks) -> Iterator[None]:
+    """The MCP SDK's own spans (one per request, under the global tracer provider: the one
+    ``Telemetry()`` uses by default) go to the sinks' exporter while the block runs."""
+    import mcp.shared._otel as sdk_otel
+
+    before = sdk_otel._tracer
+    sdk_otel._tracer = sinks.provider.get_tracer("mcp-python-sdk")
+    try:
+        yield
+    finally:
+        sdk_otel._tracer = before
+
+
 async def _mcp(channel: str, sinks: Sinks) -> None:
-    from capabilities.mcp import StdioServer, connect
+    """A stdio server given the secret in its ``env`` (``mcp-*``) or as a ``--token`` argument
+    (``mcp-args-*``): it echoes it in a result, an error result, stderr and a usage error."""
+    from capabilities.mcp import StdioServer
 
     script = sinks.tmp_path / "server.py"
     script.write_text(_MCP_SERVER)
-    mode = "die" if channel == "mcp-connect-fails" else "serve"
-    server = StdioServer(
-        sys.executable, [str(script), mode], name="vault", prefix="vault", env={"TOKEN": SECRET}
-    )
+    kind = channel.removeprefix("mcp-").removeprefix("args-")
+    mode = "die" if kind == "connect-fails" else "serve"
+    if channel.startswith("mcp-args-"):
+        server = StdioServer(
+            sys.executable, [str(script), mode, "--token", SECRET], name="vault", prefix="vault"
+        )
+    else:
+        server = StdioServer(
+            sys.executable, [str(script), mode], name="vault", prefix="vault", env={"TOKEN": SECRET}
+        )
+    await _mcp_run(server, kind, sinks)
+
+
+async def _mcp_run(server: Any, kind: str, sinks: Sinks) -> None:
+    from capabilities.mcp import connect
+
     sinks.add(server)
     sinks.texts.append(str(server))
     agent = Agent("keeper", "Use it.", POLICY, tool_sources=(server.key,))
-    query = {"mcp-result": "env", "mcp-error": "raise", "mcp-arguments": f"a {SECRET}"}
+    query = {
+        "result": "env",
+        "error": "raise",
+        "arguments": f"a {SECRET}",
+        "protocol-error": "protocol-error",
+    }
     model = ScriptedModel(
-        [Turn.tool_calls(("vault_echo", {"q": query.get(channel, "x")})), Turn.text("done")]
+        [Turn.tool_calls(("vault_echo", {"q": query.get(kind, "x")})), Turn.text("done")]
     )
     try:
-        async with connect(server) as connection:
-            layer = connection.layer() + model.as_layer() + in_memory_storage()
-            async with open_runtime(
-                layer + sinks.telemetry.layer(), agents=[agent], secrets=[SECRET]
-            ) as runtime:
-                await sinks.run(runtime, agent, "go", model)
-            sinks.add(connection, connection.lost)
+        with _sdk_spans(sinks):
+            async with connect(server) as connection:
+                layer = connection.layer() + model.as_layer() + in_memory_storage()
+                async with open_runtime(
+                    layer + sinks.telemetry.layer(), agents=[agent], secrets=[SECRET]
+                ) as runtime:
+                    await sinks.run(runtime, agent, "go", model)
+                sinks.add(connection, connection.lost)
+                with sinks.telemetry.activate():  # the connection's own API, outside a run
+                    try:
+                        await connection.list_resources()
+                    except Exception as exc:
+                        sinks.caught(exc)
     except Exception as exc:
         sinks.caught(exc)
-        assert channel == "mcp-connect-fails"
+        assert kind == "connect-fails"
+    sdk = [span for span in sinks.exporter.get_finished_spans() if span.name.startswith("MCP send")]
+    assert sdk, "the SDK made no span of its own"
+
+
+async def _mcp_http_answer(stream: trio.SocketStream) -> None:
+    """A streamable HTTP MCP server (plain JSON answers) that says back what it was sent: the
+    request's target and Authorization header, in a tool's result, a tool's error result, and
+    a protocol error (to every request past the handshake when the target asks for it)."""
+    buffer = b""
+    while True:
+        while b"\r\n\r\n" not in buffer:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buffer += data
+        head, buffer = buffer.split(b"\r\n\r\n", 1)
+        request_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines)}
+        length = int(headers.get("content-length", "0"))
+        while len(buffer) < length:
+            buffer += await stream.receive_some(65536)
+        body, buffer = buffer[:length], buffer[length:]
+        request = json.loads(body) if body else {}
+        if "id" not in request:
+            await stream.send_all(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+            continue
+        target = request_line.split(" ")[1]
+        said = f"{headers.get('authorization')} at {target}"
+        method, params = request["method"], request.get("params") or {}
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": request["id"]}
+        if method == "initialize" and "die" not in target:
+            answer["result"] = {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {}, "resources": {}},
+                "serverInfo": {"name": "vault", "version": "1"},
+            }
+        elif method == "tools/list":
+            schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+            answer["result"] = {"tools": [{"name": "echo", "inputSchema": schema}]}
+        elif method == "tools/call" and params["arguments"]["q"] != "protocol-error":
+            error = params["arguments"]["q"] == "raise"
+            text = [{"type": "text", "text": f"{'refused' if error else 'token'} {said}"}]
+            answer["result"] = {"isError": error, "content": text}
+        else:
+            answer["error"] = {"code": -32600, "message": f"refused {said}"}
+        data = json.dumps(answer).encode()
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+
+
+async def _mcp_http(channel: str, sinks: Sinks) -> None:
+    """A streamable HTTP server given the secret in a header and in the URL's query."""
+    from capabilities.mcp import HttpServer
+
+    kind = channel.removeprefix("mcp-http-")
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, _mcp_http_answer, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        path = "die" if kind == "connect-fails" else "mcp"
+        server = HttpServer(
+            f"http://127.0.0.1:{port}/{path}?api_key={SECRET}",
+            headers={"Authorization": f"Bearer {SECRET}"},
+            name="vault",
+            prefix="vault",
+        )
+        await _mcp_run(server, kind, sinks)
+        nursery.cancel_scope.cancel()
 
 
 async def _cassette(channel: str, sinks: Sinks) -> None:
@@ -978,6 +1093,16 @@ CAPABILITY_CHANNELS: dict[str, Callable[[str, Sinks], Awaitable[None]]] = {
     "cassette-error": _cassette,
     **dict.fromkeys(PROGRAMS, _code_mode),
     **dict.fromkeys(["mcp-result", "mcp-error", "mcp-arguments", "mcp-connect-fails"], _mcp),
+    **dict.fromkeys(["mcp-args-result", "mcp-args-error", "mcp-args-connect-fails"], _mcp),
+    **dict.fromkeys(
+        [
+            "mcp-http-result",
+            "mcp-http-error",
+            "mcp-http-protocol-error",
+            "mcp-http-connect-fails",
+        ],
+        _mcp_http,
+    ),
     **dict.fromkeys(
         [
             "provider-error-openai-compatible",

@@ -95,7 +95,7 @@ from ._mapping import (
     error_message,
     structured_check,
 )
-from ._redact import redacting_logs, redactor, secrets_of
+from ._redact import argument_secrets, redacting_logs, redactor, secrets_of
 from ._results import (
     SkippedTool,
 )
@@ -156,14 +156,29 @@ def _tagged(tag: _Tag) -> Iterator[None]:
 
 
 def _dispatcher(
-    read: Any, write: Any, ids: Iterator[int], waiting: dict[str, trio.CancelScope]
+    read: Any,
+    write: Any,
+    ids: Iterator[int],
+    waiting: dict[str, trio.CancelScope],
+    redact: Callable[[str], str],
 ) -> JSONRPCDispatcher[Any]:
     """The SDK's JSON-RPC dispatcher, except that the first request sent while a :class:`_Tag` is
     set goes under an id of ours, registered in ``waiting`` with the tag's scope (the SDK's
-    ``ClientSession`` mints ids of its own and does not say which)."""
+    ``ClientSession`` mints ids of its own and does not say which), and that the message of a
+    protocol error the server answers with passes through ``redact`` before the SDK sees it:
+    the SDK makes a span of its own for each request (under the global tracer provider) and
+    gives it that message as its status."""
     from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
+    from mcp_types import ErrorData
 
     class _Tagging(JSONRPCDispatcher[Any]):
+        def _resolve_pending(self, request_id: Any, outcome: Any) -> None:
+            if isinstance(outcome, ErrorData):
+                message = redact(outcome.message)
+                if message != outcome.message:
+                    outcome = outcome.model_copy(update={"message": message})
+            super()._resolve_pending(request_id, outcome)
+
         async def send_raw_request(
             self,
             method: str,
@@ -234,12 +249,13 @@ class McpConnection(ResourcesAndPrompts):
     def __init__(self, server: McpServer) -> None:
         self.server = server
         # What no message may show (an HTTP server's header and query values, a stdio server's
-        # env values), and the function every message made from an error passes through
-        # (``_redact``), the end of a stdio server's stderr included.
+        # env values and the credentials its arguments pass), and the function every message
+        # made from an error passes through (``_redact``), the end of a stdio server's stderr
+        # included.
         self._secrets = (
             secrets_of(server.url, server.headers)
             if isinstance(server, HttpServer)
-            else secrets_of(None, server.env)
+            else secrets_of(None, {**argument_secrets(server.args), **(server.env or {})})
         )
         self._redact = redactor(self._secrets)
         self.capabilities: Mapping[str, Any] = {}
@@ -723,7 +739,7 @@ class McpConnection(ResourcesAndPrompts):
                     self.server, stack, stderr, self._transport_dropped
                 )
                 # Our own dispatcher, for the raw tools/list answers (``_raw_tools_page``).
-                dispatcher = _dispatcher(read, write, self._ids, self._waiting)
+                dispatcher = _dispatcher(read, write, self._ids, self._waiting, self._redact)
                 session = await stack.enter_async_context(
                     ClientSession(
                         message_handler=self._handle_message,

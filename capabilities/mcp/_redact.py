@@ -2,6 +2,10 @@
 the values of its URL's query string (``?api_key=...``).
 
 * :func:`masked_url` is the URL as reprs and messages show it: every query value ``***``.
+* :func:`argument_secrets` are the values a stdio server's arguments pass as credentials
+  (``--token VALUE``, ``--api-key=VALUE``, ``-e GITHUB_TOKEN=VALUE``, ``--header
+  "Authorization: Bearer VALUE"``, ``https://host/sse?api_key=VALUE``): its ``env`` values are
+  secrets, and so are these.
 * :func:`redactor` makes the function the connection passes every message through that it
   makes from an error (the transport's, the SDK's, the server's): each secret becomes ``***``.
   Only error paths pay for it; a connection without secrets gets ``str`` itself back.
@@ -22,7 +26,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from urllib.parse import quote, unquote, unquote_plus, urlsplit, urlunsplit
 
-__all__ = ["MASK", "masked_url", "redacting_logs", "redactor", "secrets_of"]
+__all__ = ["MASK", "argument_secrets", "masked_url", "redacting_logs", "redactor", "secrets_of"]
 
 MASK = "***"
 
@@ -50,10 +54,53 @@ def masked_url(url: str) -> str:
     return urlunsplit(parts._replace(query=query, fragment=MASK if parts.fragment else ""))
 
 
+#: A name that says its value is a credential: an option (``--api-key``), a variable
+#: (``GITHUB_TOKEN``), a header (``Authorization``).
+#: A credential word standing alone in the name (``--max-tokens``, ``--author`` name none), and
+#: not a name for something about one (``--auth-mode``, ``--token-file``).
+_CREDENTIAL_NAME = re.compile(
+    r"(?<![a-z])(?:api_?key|key|token|secret|passw(?:or)?d|pwd|auth(?:orization)?|credentials?"
+    r"|cookie)(?![a-z])(?!.*?[-_. ](?:file|path|dir|mode|type|method|url|uri|name|id)$)",
+    re.IGNORECASE,
+)
+#: An argument that names a credential and gives its value: ``--token=V``, ``GITHUB_TOKEN=V``,
+#: ``Authorization: Bearer V``.
+_NAMED_VALUE = re.compile(r"^-{0,2}([A-Za-z0-9_.-]+)\s*[=:]\s*(.+)$", re.DOTALL)
+
+
+def argument_secrets(args: tuple[str, ...]) -> dict[str, str]:
+    """The credentials a stdio server's ``args`` pass, by the option or name that gives each: the
+    argument after an option named like a credential (``--token VALUE``), and the value of an
+    argument that joins such a name to it (``--api-key=VALUE``, ``GITHUB_TOKEN=VALUE``,
+    ``Authorization: Bearer VALUE``), and a URL's query value so named
+    (``https://host/sse?api_key=VALUE``). An argument passed without such a name is not known to
+    be one."""
+    found: dict[str, str] = {}
+    for index, arg in enumerate(args):
+        named = _NAMED_VALUE.match(arg)
+        if "://" in arg:  # a URL (``mcp-remote https://host/sse?api_key=VALUE``)
+            query = arg.partition("?")[2].partition("#")[0]
+            for number, pair in enumerate(query.split("&") if query else ()):
+                name, _, value = pair.partition("=")
+                if value and _CREDENTIAL_NAME.search(unquote(name)):
+                    found[f"args[{index}].query[{number}]"] = value
+        elif named is not None:
+            if _CREDENTIAL_NAME.search(named[1]):
+                found[f"args[{index}]"] = named[2]
+        elif (
+            arg.startswith("-")
+            and _CREDENTIAL_NAME.search(arg)
+            and index + 1 < len(args)
+            and not args[index + 1].startswith("-")
+        ):
+            found[f"args[{index + 1}]"] = args[index + 1]
+    return found
+
+
 def secrets_of(url: str | None, headers: Mapping[str, str] | None) -> tuple[str, ...]:
     """The texts of a server's configuration no message may show, longest first: each value of
-    ``headers`` (an HTTP server's headers, a stdio server's env) and each value of the URL's
-    query, in the forms a message may quote them in."""
+    ``headers`` (an HTTP server's headers, a stdio server's env and :func:`argument_secrets`)
+    and each value of the URL's query, in the forms a message may quote them in."""
     found: set[str] = set()
     for value in (headers or {}).values():
         found.update((value, value.strip(), repr(value)[1:-1]))

@@ -183,6 +183,12 @@ def _str_tuple(value: object) -> tuple[str, ...]:
     return found
 
 
+def _args_repr(args: tuple[str, ...]) -> str:
+    """How ``args`` shows in a repr: how many there are, never what they are (one may be a
+    token, with or without an option naming it)."""
+    return f"<{len(args)} argument{'' if len(args) == 1 else 's'}>"
+
+
 def _str_map(field: str, value: object) -> Mapping[str, str] | None:
     """``field`` (``env``, ``headers``), converted: None, or a copy as a dict of str to str. A
     refusal names the field and the key, and the value's type — never a value, nor the
@@ -248,15 +254,19 @@ class StdioServer:
     ``command`` and ``args`` start it; ``env`` is added to a small inherited environment
     (``HOME``, ``PATH``, ``USER``, ...) — the rest of ours is not passed on; its values are
     masked in every message the connection makes, the end of the server's stderr a failed
-    connect quotes included; ``cwd`` is its working directory. ``name`` identifies it in messages and its service key (default: the
-    command's file name). ``prefix``, when given, starts every tool name the model sees
-    (``prefix_toolname``), so two servers' tools cannot collide. ``needs_approval`` applies to
-    each of its tools. ``key`` is the service key a connection's :meth:`~McpConnection.layer`
+    connect quotes included, and so is an argument given as a credential (``--token VALUE``,
+    ``--api-key=VALUE``, ``-e GITHUB_TOKEN=VALUE``, ``"Authorization: Bearer VALUE"``, a URL's
+    ``?api_key=VALUE``). Neither ``env`` nor ``args`` shows in the repr (only how many arguments
+    there are). Tokens are better passed in ``env``: every local user can read a process's
+    arguments. ``cwd`` is its working directory. ``name`` identifies it in messages and its
+    service key (default: the command's file name). ``prefix``, when given, starts every tool
+    name the model sees (``prefix_toolname``), so two servers' tools cannot collide.
+    ``needs_approval`` applies to each of its tools. ``key`` is the service key a connection's :meth:`~McpConnection.layer`
     provides (an ``effectagent.ai.ToolSource``), usable before anything connects.
     """
 
     command: str = attrs.field(validator=_check_command)
-    args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
+    args: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple, repr=_args_repr)
     env: Mapping[str, str] | None = attrs.field(default=None, converter=_env_map, repr=False)
     cwd: str | Path | None = attrs.field(default=None, validator=_check_cwd)
     name: str = attrs.field(validator=_check_name)

@@ -262,6 +262,37 @@ async def test_a_server_that_exits_at_once_shows_its_stderr(no_leaked_children: 
             pass
 
 
+TOKEN = "tok-3b8e0f71c2d94a"
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        ["--token", TOKEN],
+        [f"--api-key={TOKEN}"],
+        ["-e", f"GITHUB_TOKEN={TOKEN}"],
+        ["--header", f"Authorization: Bearer {TOKEN}"],
+        [f"https://mcp.example.com/sse?api_key={TOKEN}"],
+    ],
+    ids=["option", "option=value", "variable", "header", "url"],
+)
+async def test_a_server_that_echoes_a_credential_argument_on_stderr_does_not_show_it(
+    given: list[str], no_leaked_children: None
+) -> None:
+    """A failed connect quotes the end of the server's stderr: a server that printed its
+    command line (a usage error) showed the token its arguments passed."""
+    crash = StdioServer(
+        sys.executable,
+        ["-c", "import sys; sys.stderr.write('usage: %s\\n' % sys.argv); sys.exit(2)", *given],
+        name="crash",
+    )
+    with pytest.raises(McpConnectError, match="usage:") as caught:
+        async with connect(crash):
+            pass
+    assert TOKEN not in str(caught.value)
+    assert "***" in str(caught.value)
+
+
 async def test_a_server_that_never_answers_the_handshake_times_out(
     no_leaked_children: None,
 ) -> None:

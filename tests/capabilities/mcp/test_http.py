@@ -218,6 +218,44 @@ async def test_an_error_that_echoes_a_header_or_the_query_does_not_carry_them() 
     assert "api_key=***" in str(caught.value)
 
 
+async def test_the_sdks_own_spans_do_not_carry_a_header_or_the_query(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The SDK makes a span of its own for each request, under the global tracer provider (the
+    one ``Telemetry()`` uses by default), and gives it a protocol error's message as its status:
+    a server that echoed the Authorization header or the query put the token in that span."""
+    import mcp.shared._otel
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # What a global tracer provider gives the SDK, without setting one for the whole process.
+    monkeypatch.setattr(mcp.shared._otel, "_tracer", provider.get_tracer("mcp-python-sdk"))
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            partial(trio.serve_tcp, _echoing_server, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        server = HttpServer(
+            f"http://127.0.0.1:{port}/mcp?api_key={CANARY}q",
+            headers={"Authorization": f"Bearer {CANARY}h"},
+            name="echoing",
+            limits=McpLimits(connect_timeout=20),
+        )
+        with trio.fail_after(30), pytest.raises(McpConnectError, match="refused"):
+            async with connect(server):
+                pass  # pragma: no cover - refused before
+        nursery.cancel_scope.cancel()
+    spans = exporter.get_finished_spans()
+    refused = [span for span in spans if span.status.description]
+    assert refused, "the SDK made no span with the server's error"
+    assert [span.status.description for span in refused] == ["refused *** at /mcp?api_key=***"]
+    assert not [span.name for span in spans if CANARY in span.to_json()]
+
+
 async def _error_result_server(stream: trio.SocketStream) -> None:
     """Lists one tool, ``echo``, whose every call is an error result (``isError``) quoting the
     request's Authorization header and target: a tool that says back what it was sent."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from capabilities.mcp import HttpServer, StdioServer
+from capabilities.mcp._redact import argument_secrets
 
 CANARY = "canary-7f3e9a1b2c"
 
@@ -63,6 +64,19 @@ def test_neither_env_nor_headers_show_in_a_repr() -> None:
     assert CANARY not in repr(http)
     assert stdio.env == {"GITHUB_TOKEN": CANARY}  # kept, only not shown
     assert "github-mcp" in repr(stdio)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--token", CANARY], [f"--api-key={CANARY}"], ["serve", CANARY]],
+    ids=["option", "option=value", "positional"],
+)
+def test_no_argument_shows_in_a_repr(args: list[str]) -> None:
+    """The repr showed every argument: a token passed as one with it."""
+    stdio = StdioServer("github-mcp", args)
+    assert CANARY not in repr(stdio)
+    assert "args=<2 arguments>" in repr(stdio) or "args=<1 argument>" in repr(stdio)
+    assert stdio.args == tuple(args)  # kept, only not shown
 
 
 async def test_connecting_to_what_is_not_a_server_does_not_echo_it() -> None:
@@ -171,3 +185,28 @@ def test_an_env_no_process_can_hold_is_refused_naming_only_its_key(
     with pytest.raises(ValueError, match=message) as caught:
         StdioServer("mcp-server", env=env)
     assert CANARY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("args", "secret"),
+    [
+        (("--api-key", "sk-abcdef123456"), "sk-abcdef123456"),
+        (("--token=abcdef12",), "abcdef12"),
+        (("-e", "GITHUB_TOKEN=ghp_xxxxxxxx"), "ghp_xxxxxxxx"),
+        (("--header", "Authorization: Bearer abcdefgh"), "Bearer abcdefgh"),
+        (("mcp-remote", "https://h.example/sse?api_key=zzzzzzzz"), "zzzzzzzz"),
+        (("--client-secret", "s3cr3tt"), "s3cr3tt"),
+        # named for something about a credential, or not for one: no secret (masking "1000"
+        # would garble every message that has the number in it)
+        (("--max-tokens", "1000"), None),
+        (("--author", "Ada Lovelace"), None),
+        (("--auth-mode", "oauth"), None),
+        (("--token-file", "/run/secrets/token"), None),
+        (("--keyboard", "us"), None),
+    ],
+)
+def test_the_arguments_that_pass_a_credential_are_told_apart(
+    args: tuple[str, ...], secret: str | None
+) -> None:
+    found = tuple(argument_secrets(args).values())
+    assert found == ((secret,) if secret is not None else ())
