@@ -112,6 +112,13 @@ class BwrapSettings:
         self.user = user
 
 
+def _kind(mode: int) -> str | None:
+    """ "directory" or "file" (a regular one), else None."""
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "file" if stat.S_ISREG(mode) else None
+
+
 def _depth(mount: Mount) -> int:
     return mount.sandbox_path.rstrip("/").count("/")
 
@@ -198,24 +205,32 @@ class BwrapExecution(CommandExecution):
             if not holders:
                 continue
             holder, fd = max(holders, key=lambda pair: _depth(pair[0]))
-            if holder.mode == "rw":
-                continue
             rest = mount.sandbox_path[len(holder.sandbox_path) :].lstrip("/")
             try:
-                os.stat(rest, dir_fd=fd, follow_symlinks=False)
+                found = os.stat(rest, dir_fd=fd, follow_symlinks=False)
             except FileNotFoundError:
-                problems.append(
-                    f"mounts: {mount.sandbox_path!r} needs a mount point inside the read-only "
-                    f"mount at {holder.sandbox_path!r}, where {rest!r} does not exist: create it "
-                    f"in {holder.host_path!r} or mount that read-write"
-                )
+                if holder.mode == "ro":
+                    problems.append(
+                        f"mounts: {mount.sandbox_path!r} needs a mount point inside the read-only "
+                        f"mount at {holder.sandbox_path!r}, where {rest!r} does not exist: create "
+                        f"it in {holder.host_path!r} or mount that read-write"
+                    )
+                continue
             except NotADirectoryError:
                 problems.append(
                     f"mounts: {mount.sandbox_path!r} is inside the mount at "
                     f"{holder.sandbox_path!r}, which holds no directory on its way"
                 )
+                continue
             except OSError:
-                pass  # bubblewrap says what is wrong
+                continue  # bubblewrap says what is wrong
+            there, given = _kind(found.st_mode), _kind(os.fstat(source).st_mode)
+            if there is not None and given is not None and there != given:
+                problems.append(
+                    f"mounts: {mount.host_path!r}, a {given}, would cover the {there} {rest!r} "
+                    f"inside the mount at {holder.sandbox_path!r}: only a directory can be "
+                    "mounted over a directory, and only a file over a file"
+                )
         return problems
 
     def _make_workdir(self) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import attrs
 import pytest
@@ -32,7 +33,9 @@ from sandbox import (
     _local,
     run,
 )
+from sandbox import _bwrap_execution as bwrap_execution
 from sandbox._bwrap import WORKDIR, check_bwrap
+from sandbox._bwrap_argv import bwrap_argv
 from sandbox._command import InvalidRequest, SandboxCrashed
 from sandbox._isolation import HostFacts
 from sandbox._posture import LIMIT_MEMORY, LIMIT_NETWORK, LIMIT_PROCESSES
@@ -232,15 +235,51 @@ async def test_request_problems_found_before_running(
 
 
 async def test_setup_failure_of_bwrap_is_a_crash(
+    bwrap_sandbox: BubblewrapSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every request problem the host can see is refused before anything runs (the tests above);
+    # what is left is bubblewrap itself failing as it sets up: here, an option it refuses.
+    made = bwrap_argv
+
+    def refused(**options: Any) -> list[str]:
+        argv = list(made(**options))
+        return [argv[0], "--no-such-option", *argv[1:]]
+
+    monkeypatch.setattr(bwrap_execution, "bwrap_argv", refused)
+    with pytest.raises(SandboxCrashed, match="bubblewrap failed before the command ran"):
+        await run(bwrap_sandbox, SandboxRequest("true"))
+    assert bwrap_sandbox.owned() == OwnedResources()
+
+
+async def test_a_mount_covering_a_file_with_a_directory_or_back_is_refused_before_running(
     bwrap_sandbox: BubblewrapSandbox, shared_tmp: Path
 ) -> None:
-    # A file mounted over the private /tmp, a directory: bwrap fails while building the mount tree.
-    # (A mount inside a file mount is refused before anything runs: see the test above.)
-    target = shared_tmp / "file"
-    target.write_text("x")
-    mounts = (Mount(str(target), "/tmp", "ro"),)
-    with pytest.raises(SandboxCrashed, match="bubblewrap failed"):
-        await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
+    # bubblewrap mounts a directory only over a directory and a file over a file; inside a
+    # read-write mount the request was accepted and failed as a SandboxCrashed ("Can't mkdir
+    # /d/x: Not a directory").
+    holder = shared_tmp / "holder"
+    (holder / "sub").mkdir(parents=True)
+    (holder / "x").write_text("x")
+    directory = shared_tmp / "other"
+    directory.mkdir()
+    note = shared_tmp / "note"
+    note.write_text("n")
+    for path in (holder, holder / "sub", directory):
+        path.chmod(0o777)
+    for path in (holder / "x", note):
+        path.chmod(0o666)
+    for mode in ("ro", "rw"):
+        for source, where, covered in (
+            (directory, "/d/x", "file 'x'"),
+            (note, "/d/sub", "directory 'sub'"),
+        ):
+            mounts = (Mount(str(holder), "/d", mode), Mount(str(source), where))
+            with pytest.raises(InvalidRequest, match=f"would cover the {covered}"):
+                await run(bwrap_sandbox, SandboxRequest("true", mounts=mounts))
+    mounts = (Mount(str(holder), "/d", "rw"), Mount(str(note), "/d/x"))
+    result = await run(bwrap_sandbox, SandboxRequest("cat", ("/d/x",), mounts=mounts))
+    assert result.stdout == b"n"
+    assert bwrap_sandbox.owned() == OwnedResources()
 
 
 async def test_usage_is_measured(bwrap_sandbox: BubblewrapSandbox) -> None:
