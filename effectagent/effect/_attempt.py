@@ -18,7 +18,14 @@ import trio
 
 from ._cause import Cause, Exit, Failure, Success, error_classes, is_passthrough, reify
 
-__all__ = ["attempt", "attempt_sync", "is_async_callable", "propagates"]
+__all__ = [
+    "attempt",
+    "attempt_sync",
+    "is_async_callable",
+    "not_async_function",
+    "propagates",
+    "starts_coroutine",
+]
 
 A = TypeVar("A")
 E = TypeVar("E", bound=BaseException)
@@ -46,6 +53,15 @@ def is_async_callable(fn: object) -> bool:
     # The class's own ``__call__`` (a callable instance), looked up without binding it.
     call = inspect.getattr_static(type(fn), "__call__", None) if callable(fn) else None
     return inspect.iscoroutinefunction(call)
+
+
+def starts_coroutine(fn: object) -> bool:
+    """:func:`is_async_callable`, told at once for an ``async def`` function or bound method
+    (what the engine passes for every tool call: its flag is read, nothing inspected)."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_flags & inspect.CO_COROUTINE:
+        return True
+    return is_async_callable(fn)
 
 
 def propagates(exc: BaseException) -> bool:
@@ -80,6 +96,11 @@ async def attempt(
     Tool's ``failure`` was checked when the Tool was made): a member that is not an exception
     class is a ``TypeError`` naming ``errors``, raised from ``fn``'s own exception.
 
+    ``fn`` is an async function (see :func:`is_async_callable`): anything else — a plain ``def``,
+    a lambda, a value that is not callable — is a ``TypeError`` naming ``fn``, raised before
+    anything is called (not a ``Die`` after calling it). A plain function that returns an
+    awaitable runs wrapped in an ``async def`` that awaits it.
+
     Cancellation: ``attempt`` checkpoints exactly as ``fn`` does. If a ``trio.Cancelled`` escapes
     ``fn`` (alone or inside a group) the original exception is re-raised unchanged, so the enclosing
     cancel scope handles it as usual.
@@ -87,6 +108,8 @@ async def attempt(
     given: object = errors  # checked at run time too: not every caller runs mypy
     if given.__class__ is not tuple:
         errors = error_classes(given)  # type: ignore[assignment]
+    if not starts_coroutine(fn):
+        raise TypeError(not_async_function("attempt", fn))
     try:
         return Success(await fn(*args))
     except trio.Cancelled:
@@ -95,6 +118,21 @@ async def attempt(
         if propagates(exc):
             raise
         return Failure(_reified(exc, errors))
+
+
+def not_async_function(owner: str, fn: object, wanted: str = "fn must be an async function") -> str:
+    """Why ``owner`` refuses ``fn``, which is not an async function (see
+    :func:`is_async_callable`): what it ``wanted``, then ``fn`` named by its type and, for a
+    function, its name."""
+    if not callable(fn):
+        return f"{owner}: {wanted}, got {type(fn).__name__} (not callable)"
+    name = getattr(fn, "__qualname__", None)
+    if isinstance(name, str):
+        return f"{owner}: {wanted} (async def), got {name!r}, a plain one"
+    return (
+        f"{owner}: {wanted} (async def), "
+        f"got a {type(fn).__name__} object whose __call__ is not async"
+    )
 
 
 def _reified(exc: BaseException, errors: tuple[type[E], ...]) -> Cause[E]:

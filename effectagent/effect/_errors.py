@@ -33,8 +33,16 @@ class TaggedError(Exception):
             cls.tag = cls.__name__
 
     def __str__(self) -> str:
+        """``Tag(field=value, ...)``, each field shown as the class's ``repr`` shows it: a field
+        with ``repr=False`` is left out and one with ``repr=<callable>`` (a mask for a token)
+        shown through it — never its raw value."""
         fields = attrs.fields(type(self)) if attrs.has(type(self)) else ()
         if not fields:
             return self.tag
-        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields if f.repr)
+        inner = ", ".join(f"{f.name}={_shown(f, getattr(self, f.name))}" for f in fields if f.repr)
         return f"{self.tag}({inner})"
+
+
+def _shown(field: attrs.Attribute[Any], value: object) -> str:
+    render = field.repr
+    return render(value) if callable(render) else repr(value)

@@ -45,6 +45,7 @@ from effectagent.effect._json_schema import (
     tuple_items,
 )
 from effectagent.effect._schema_errors import (
+    _MAX_ISSUES,
     _NONE_TYPE,
     _SCALARS,
     _field_seg,
@@ -163,8 +164,10 @@ def _collect(hook: _Hook, tp: Any, items: Any, segs: Callable[[Any], str]) -> li
             out.append(hook(raw, tp))
         except Exception as exc:
             issues.extend(_issues_from(exc, segs(key)))
+            if len(issues) >= _MAX_ISSUES:  # the first ones found are all a decode reports
+                break
     if issues:
-        raise _Invalid(issues)
+        raise _Invalid(issues[:_MAX_ISSUES])
     return out
 
 
@@ -399,11 +402,11 @@ def _typeddict_factory(generating: _Generating) -> Callable[[Any, cattrs.Convert
                 elif required:
                     issues.append((seg, "missing required field"))
             if len(value) > len(out):
-                for key in sorted(key for key in value if key not in allowed):
-                    message = f"unexpected field (allowed fields: {allowed_text})"
-                    issues.append((_field_seg(key), message))
+                message = f"unexpected field (allowed fields: {allowed_text})"
+                extra = sorted(key for key in value if key not in allowed)[:_MAX_ISSUES]
+                issues.extend((_field_seg(key), message) for key in extra)
             if issues:
-                raise _Invalid(issues)
+                raise _Invalid(issues[:_MAX_ISSUES])
             return out
 
         return structure_typeddict

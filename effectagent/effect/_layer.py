@@ -26,6 +26,7 @@ letter or iterated), names are str, a constructor an async function (``Layer.eff
 from __future__ import annotations
 
 import contextvars
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, TypeVar, cast, final
@@ -158,7 +159,8 @@ class Layer:
         (:meth:`Cause.to_exception` of its Exit); what it raises beyond that exception is an
         error of the scope's teardown. ``factory`` is called with the context when the layer is
         built, and must return an async context manager (``TypeError`` naming the layer
-        otherwise).
+        otherwise); an ``async def`` factory, whose call returns a coroutine, is a ``TypeError``
+        here, when the layer is made.
 
         The manager is entered and exited in a task of its own (with a copy of the building
         task's context variables), so it may hold a nursery or a cancel scope open for as long
@@ -175,12 +177,21 @@ class Layer:
                 "Layer.scoped: factory must be a callable of the Context returning an async "
                 f"context manager, got {_shown(factory)}"
             )
+        if is_async_callable(factory):  # its coroutine would be no context manager
+            raise TypeError(
+                "Layer.scoped: factory must be a plain callable of the Context returning an "
+                "async context manager (an @asynccontextmanager function), not an async "
+                f"function: got {_shown(factory)}"
+            )
         required = _keys("Layer.scoped", "requires", requires)
         name = _name_or("Layer.scoped", name, key)
 
         async def construct(ctx: Context, scope: Scope) -> Context:
             manager = factory(ctx)
             if not (hasattr(manager, "__aenter__") and hasattr(manager, "__aexit__")):
+                made: object = manager  # what a factory typed otherwise may still return
+                if inspect.iscoroutine(made):
+                    made.close()  # never awaited: no "was never awaited" warning
                 raise TypeError(
                     f"Layer.scoped: the factory of layer {name!r} must return an async context "
                     f"manager, got {type(manager).__name__}"

@@ -17,8 +17,9 @@ Design
   float, and ``1.0`` an int (JSON Schema counts an integral number as an integer; it decodes as
   ``1``, never as ``True``); Enums decode by value and Literals by value *and* type (a number in
   either form: ``1.0`` is the member ``1``); objects reject unknown keys.
-  Errors are collected for every bad field and reported as :class:`SchemaError` with JSONPath-like
-  paths (``$.items[2].qty``, ``$.mapping["key"]``) and messages a language model can act on.
+  Errors are collected for every bad field (up to the first 100) and reported as
+  :class:`SchemaError` with JSONPath-like paths (``$.items[2].qty``, ``$.mapping["key"]``; a key
+  of more than 64 characters cut) and messages a language model can act on.
 * **Limits before cattrs.**  Decoding is recursive (cattrs and our hooks call each other per nesting
   level) and error reporting allocates per bad element.  Hostile input (very deep, very large, very
   many items) must therefore be rejected *before* it reaches that machinery.  :class:`SchemaLimits`

@@ -25,6 +25,12 @@ __all__ = ["SchemaError", "SchemaIssue"]
 _NONE_TYPE: Final = type(None)
 _SCALARS: Final = frozenset({str, int, float, bool, _NONE_TYPE})
 _MAX_SHOWN_ISSUES: Final = 20
+#: The most issues one decode reports: the first ones found. Past it, a hostile input (a hundred
+#: thousand bad items, nested sixty levels deep) would cost time and memory per issue and level.
+_MAX_ISSUES: Final = 100
+#: The longest object key a path shows whole; a longer one is cut, ending in "…" (the input's
+#: keys are as long as it likes, and every issue under a key repeats it).
+_MAX_KEY_SHOWN: Final = 64
 
 
 @attrs.frozen
@@ -42,8 +48,10 @@ class SchemaIssue:
 class SchemaError(TaggedError):
     """Input does not match a schema (an expected error).
 
-    ``issues`` lists every problem found, each with its path; ``str()`` renders them as a message
-    a model can act on, e.g. ``invalid input: $.items[2].qty: expected an integer, got 'three'``.
+    ``issues`` lists every problem found, each with its path — up to the first 100: past them
+    the input is not explained further; ``str()`` renders them as a message a model can act on,
+    e.g. ``invalid input: $.items[2].qty: expected an integer, got 'three'``. A path shows an
+    object key of more than 64 characters cut, ending in ``…``.
     """
 
     tag: ClassVar[str] = "SchemaError"
@@ -89,17 +97,19 @@ def _mismatch(expected: str, value: object) -> _Invalid:
 
 
 def _field_seg(name: str) -> str:
-    return f".{name}" if name.isidentifier() else _key_seg(name)
+    return f".{name}" if len(name) <= _MAX_KEY_SHOWN and name.isidentifier() else _key_seg(name)
 
 
 def _key_seg(key: object) -> str:
+    if isinstance(key, str) and len(key) > _MAX_KEY_SHOWN:
+        key = key[: _MAX_KEY_SHOWN - 1] + "…"
     return f"[{json.dumps(key, ensure_ascii=False)}]"
 
 
 def _issues_from(exc: BaseException, prefix: str) -> list[tuple[str, str]]:
     """Flatten a structuring failure into ``(path, message)`` pairs; re-raise defects."""
     if isinstance(exc, _Invalid):
-        return [(prefix + path, message) for path, message in exc.issues]
+        return [(prefix + path, message) for path, message in exc.issues[:_MAX_ISSUES]]
     if isinstance(exc, ClassValidationError):
         out: list[tuple[str, str]] = []
         with_notes, others = exc.group_exceptions()
@@ -112,12 +122,12 @@ def _issues_from(exc: BaseException, prefix: str) -> list[tuple[str, str]]:
         for sub in others:
             if isinstance(sub, ForbiddenExtraKeysError):
                 allowed = ", ".join(field.name for field in object_fields(exc.cl))
-                for key in sorted(sub.extra_fields):
-                    message = f"unexpected field (allowed fields: {allowed})"
-                    out.append((prefix + _field_seg(key), message))
+                message = f"unexpected field (allowed fields: {allowed})"
+                extra = sorted(sub.extra_fields)[:_MAX_ISSUES]
+                out.extend((prefix + _field_seg(key), message) for key in extra)
             else:
                 out.extend(_issues_from(sub, prefix))
-        return out
+        return out[:_MAX_ISSUES]
     if isinstance(exc, ValueError | TypeError):  # e.g. an attrs validator in __init__
         return [(prefix, f"invalid value: {exc}")]
     raise exc

@@ -113,13 +113,13 @@ class FieldMeta:
         if kind is int or kind is float:
             num: Any = raw
             if self.ge is not None and not num >= self.ge:
-                out.append(f"must be >= {self.ge}, got {num!r}")
+                out.append(f"must be >= {self.ge}, got {_number(num)}")
             if self.gt is not None and not num > self.gt:
-                out.append(f"must be > {self.gt}, got {num!r}")
+                out.append(f"must be > {self.gt}, got {_number(num)}")
             if self.le is not None and not num <= self.le:
-                out.append(f"must be <= {self.le}, got {num!r}")
+                out.append(f"must be <= {self.le}, got {_number(num)}")
             if self.lt is not None and not num < self.lt:
-                out.append(f"must be < {self.lt}, got {num!r}")
+                out.append(f"must be < {self.lt}, got {_number(num)}")
         elif kind is str:
             text: Any = raw
             if self.min_length is not None and len(text) < self.min_length:
@@ -135,6 +135,15 @@ class FieldMeta:
             if self.max_items is not None and count > self.max_items:
                 out.append(f"must have at most {self.max_items} items, got {count}")
         return out
+
+
+def _number(num: int | float) -> str:
+    """``num`` for a message: its repr, or what it is when an int has too many digits to print
+    (``repr`` refuses past ``sys.get_int_max_str_digits()``)."""
+    try:
+        return repr(num)
+    except ValueError:
+        return "a very large integer"
 
 
 def field_meta(

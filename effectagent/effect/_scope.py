@@ -32,6 +32,7 @@ from typing import Any, Generic, Never, TypeVar, TypeVarTuple, Unpack, final, ov
 
 import trio
 
+from ._attempt import not_async_function, starts_coroutine
 from ._cause import Cause, Die, Exit, Failure, Success, error_classes, is_passthrough, reify
 
 __all__ = ["Fiber", "Finalizer", "Scope", "ScopeClosedError", "open_scope"]
@@ -144,17 +145,19 @@ class Scope:
     def add_finalizer(self, finalizer: Finalizer) -> None:
         """Register ``finalizer``; it runs once when the scope closes, shielded, before earlier ones.
 
-        ``finalizer`` is an async callable of the closing Exit: anything not callable is a
-        ``TypeError`` here, not an error of the scope's teardown. Only an open scope takes one
-        (:class:`ScopeClosedError` before it is entered, and once it is closing)."""
+        ``finalizer`` is an async callable of the closing Exit: anything else (not callable, or
+        a plain ``def``) is a ``TypeError`` here, not an error of the scope's teardown after a
+        plain function ran. Only an open scope takes one (:class:`ScopeClosedError` before it is
+        entered, and once it is closing)."""
         if self._closing:
             raise ScopeClosedError("cannot add a finalizer to a closing scope")
         if self._nursery is None:  # it would run only if the scope were entered later
             raise ScopeClosedError("cannot add a finalizer to a scope that is not open")
-        if not callable(finalizer):
+        if not starts_coroutine(finalizer):
             raise TypeError(
-                "add_finalizer: finalizer must be an async callable of the Exit, got "
-                f"{type(finalizer).__name__}"
+                not_async_function(
+                    "add_finalizer", finalizer, "finalizer must be an async callable of the Exit"
+                )
             )
         self._finalizers.append(finalizer)
 
@@ -185,13 +188,14 @@ class Scope:
         """Start ``fn(*args)`` as a child fiber of this scope and return it at once.
 
         ``errors`` are the declared error classes (they become ``Fail``; anything else ``Die``),
-        checked here (``TypeError``), before anything starts.
+        checked here (``TypeError``), before anything starts. So is ``fn``: one that is not an
+        async function (a plain ``def``, a lambda) is a ``TypeError`` here, never called.
         """
         nursery = self._open_nursery()
         if self._closing:
             raise ScopeClosedError("cannot fork into a closing scope")
-        if not callable(fn):
-            raise TypeError(f"fork: fn must be an async function, got {type(fn).__name__}")
+        if not starts_coroutine(fn):
+            raise TypeError(not_async_function("fork", fn))
         errors = error_classes(errors)  # type: ignore[assignment]
         fiber: Fiber[A, E] = Fiber(name or str(getattr(fn, "__qualname__", fn)))
         nursery.start_soon(self._run_fiber, fiber, fn, args, errors, name=fiber.name)
@@ -202,6 +206,7 @@ class Scope:
 
         Cheaper than :meth:`fork` (no per-child cancel scope, completion event or Exit), for children
         that are never joined, polled or interrupted individually. Its result is discarded.
+        ``fn`` is an async function: anything else is a ``TypeError`` here, never called.
 
         Cancellation and errors: the child is cancelled only together with the whole scope
         (:meth:`cancel`, or a cancellation of the task tree around it). A ``trio.Cancelled`` that
@@ -213,8 +218,8 @@ class Scope:
         nursery = self._open_nursery()
         if self._closing:
             raise ScopeClosedError("cannot spawn into a closing scope")
-        if not callable(fn):
-            raise TypeError(f"spawn: fn must be an async function, got {type(fn).__name__}")
+        if not starts_coroutine(fn):
+            raise TypeError(not_async_function("spawn", fn))
         nursery.start_soon(self._run_spawned, fn, args, name=fn)  # the task is named after fn
 
     async def _run_spawned(

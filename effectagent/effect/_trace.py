@@ -152,14 +152,16 @@ def tracing_active() -> bool:
 
 @final
 class _Installed:
-    __slots__ = ("_starter", "_token")
+    # One token per entry, so that the same manager entered again inside its own block (``with
+    # installed: with installed:``) gives back, at each exit, the starter before that entry.
+    __slots__ = ("_starter", "_tokens")
 
     def __init__(self, starter: SpanStarter | None) -> None:
         self._starter = starter
-        self._token: Token[SpanStarter | None] | None = None
+        self._tokens: list[Token[SpanStarter | None]] = []
 
     def __enter__(self) -> None:
-        self._token = _starter.set(self._starter)
+        self._tokens.append(_starter.set(self._starter))
 
     def __exit__(
         self,
@@ -167,14 +169,14 @@ class _Installed:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        if self._token is not None:
-            _starter.reset(self._token)
-            self._token = None
+        if self._tokens:
+            _starter.reset(self._tokens.pop())
 
 
 def use_span_starter(starter: SpanStarter | None) -> AbstractContextManager[None]:
     """Install ``starter`` (None: none) for the current context while the ``with`` block runs; the
-    one before is back on exit. Enter and leave it in one task (a contextvar's token is reset).
+    one before is back on exit — also for a manager entered again inside its own block. Enter
+    and leave it in one task (a contextvar's token is reset).
     A ``starter`` that is neither callable nor None is a ``TypeError`` here, not at the first
     span."""
     if starter is not None and not callable(starter):

@@ -269,3 +269,40 @@ async def test_a_tuple_holding_what_is_not_an_exception_class_is_refused_from_th
     with pytest.raises(TypeError, match="errors must be exception classes") as info:
         _attempt_sync(_raise_now, own, errors=errors)
     assert info.value.__cause__ is own
+
+
+class _PlainCallable:
+    def __call__(self) -> int:
+        raise AssertionError("never called")
+
+
+@pytest.mark.parametrize(
+    ("fn", "named"),
+    [
+        (_raise_now, "'_raise_now', a plain one"),
+        (lambda: None, "<lambda>"),
+        (_PlainCallable(), "_PlainCallable object whose __call__ is not async"),
+        (42, "int (not callable)"),
+        (None, "NoneType (not callable)"),
+    ],
+)
+async def test_a_function_that_is_not_async_is_refused_before_it_is_called(
+    fn: object, named: str
+) -> None:
+    """A plain function is a TypeError naming ``fn`` up front — not called, then reported as a
+    ``Die`` of "can't be used in 'await' expression" with its side effects done."""
+    with pytest.raises(TypeError, match="attempt: fn must be an async function") as info:
+        await _attempt(fn, ValueError("would be raised"))
+    assert named in str(info.value)
+
+
+async def test_a_plain_function_with_side_effects_does_not_run() -> None:
+    ran: list[int] = []
+
+    def plain(x: int) -> int:
+        ran.append(x)
+        return x
+
+    with pytest.raises(TypeError, match=r"'.*plain', a plain one"):
+        await _attempt(plain, 1)
+    assert ran == []

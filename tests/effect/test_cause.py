@@ -309,6 +309,22 @@ def test_tag_defaults_to_the_class_name_and_can_be_pinned() -> None:
     assert Renamed.tag == "Renamed"
 
 
+@attrs.frozen
+class _AuthFailed(TaggedError):
+    user: str
+    token: str = attrs.field(repr=lambda _: "***")
+    session: str = attrs.field(default="s-1", repr=False)
+
+
+def test_a_tagged_errors_text_masks_and_hides_fields_as_its_repr_does() -> None:
+    """str() — what logs, tracebacks and events show — never gives a field's raw value where the
+    class's repr masks it (``repr=<callable>``) or leaves it out (``repr=False``)."""
+    err = _AuthFailed("ada", "sk-SECRET-123", "sess-SECRET")
+    assert str(err) == "_AuthFailed(user='ada', token=***)"
+    assert "SECRET" not in str(err)
+    assert "SECRET" not in repr(err)
+
+
 def test_tagged_errors_are_frozen_values_with_readable_text() -> None:
     err = NotFound(4)
     assert str(err) == "NotFound(n=4)"

@@ -592,6 +592,13 @@ def test_a_context_maps_service_keys_only(make: Callable[[], object], message: s
             "Layer.scoped: factory must be a callable of the Context",
         ),
         (
+            # An async def returns a coroutine, no context manager: refused here, not at build
+            # time (with a "coroutine was never awaited" warning besides).
+            lambda: _Layer.scoped(A, _make_a),
+            "Layer.scoped: factory must be a plain callable .* not an async function: "
+            "got function _make_a",
+        ),
+        (
             lambda: _Layer.from_build("x", provides=[A], build=lambda c, s: _build_a(c, s)),
             "Layer.from_build: build must be an async function of the Context and Scope",
         ),

@@ -1088,3 +1088,59 @@ def test_encode_keeps_the_class_a_value_is_in_a_field_declared_as_its_base() -> 
     encoded = encode(record)
     assert isinstance(encoded, dict)
     assert encoded["error"] == {"dimension": "turns", "used": 3, "limit": 3}
+
+
+@attrs.frozen
+class _Bounded:
+    n: int = attrs.field(metadata=field_meta(ge=0, le=10))
+
+
+def test_a_bound_broken_by_an_int_too_long_to_print_says_so() -> None:
+    """Python will not print an int of more than ``sys.get_int_max_str_digits()`` digits: the
+    bound's message says what it got, never Python's "Exceeds the limit (4300 digits) for
+    integer string conversion; use sys.set_int_max_str_digits()"."""
+    huge = 10**5000
+    with pytest.raises(SchemaError) as info:
+        decode(_Bounded, {"n": huge})
+    assert info.value.issues == (SchemaIssue("$.n", "must be <= 10, got a very large integer"),)
+    with pytest.raises(SchemaError) as info:
+        decode(_Bounded, {"n": -huge})
+    assert info.value.issues == (SchemaIssue("$.n", "must be >= 0, got a very large integer"),)
+
+
+def _nested_map(depth: int, key: str, leaf: Any) -> tuple[Any, Any]:
+    """``dict[str, dict[str, ... list[int]]]`` ``depth`` levels deep, and a value of it with
+    ``leaf`` at the bottom under ``key`` at every level."""
+    tp: Any = list[int]
+    raw: Any = leaf
+    for _ in range(depth):
+        tp = dict[str, tp]
+        raw = {key: raw}
+    return tp, raw
+
+
+def test_a_decode_reports_the_first_hundred_issues_however_many_there_are() -> None:
+    """Hostile input — thousands of bad items, nested deep — is not explained item by item at
+    every level (time and memory per issue and level): the first 100 issues, in order."""
+    tp, raw = _nested_map(10, "k", ["x"] * 5_000)
+    issues = _issues(tp, raw)
+    assert len(issues) == 100
+    assert issues[0] == SchemaIssue("$" + '["k"]' * 10 + "[0]", "expected an integer, got 'x'")
+    assert issues[-1].path == "$" + '["k"]' * 10 + "[99]"
+    extra = _issues(Order, {**_order(), **{f"extra{i}": 1 for i in range(500)}})
+    assert len(extra) == 100
+    assert all(issue.message.startswith("unexpected field") for issue in extra)
+
+
+def test_a_long_object_key_is_cut_in_every_path_under_it() -> None:
+    """An input's keys are as long as it likes, and every issue under one repeats it: a path
+    shows a key of more than 64 characters cut, ending in "…"."""
+    key = "k" * 100_000
+    tp, raw = _nested_map(3, key, ["x", "y"])
+    shown = '["' + "k" * 63 + '…"]'
+    assert _issues(tp, raw) == (
+        SchemaIssue("$" + shown * 3 + "[0]", "expected an integer, got 'x'"),
+        SchemaIssue("$" + shown * 3 + "[1]", "expected an integer, got 'y'"),
+    )
+    (unexpected,) = _issues(Order, {**_order(), key: 1})
+    assert unexpected.path == "$" + shown

@@ -594,3 +594,38 @@ async def test_fork_checks_the_declared_errors_before_starting_anything() -> Non
         fiber = fork(work, errors=[NotFound])
     assert started == [True]
     assert fiber.poll() == Success(None)
+
+
+async def test_fork_and_spawn_refuse_a_plain_function_before_calling_it() -> None:
+    """A plain ``def`` is a TypeError naming ``fn`` where it is given — not called, then a
+    fiber's Die (or a defect raised when the scope closes) of "can't be used in 'await'"."""
+    ran: list[str] = []
+
+    def plain() -> None:
+        ran.append("called")
+
+    async with open_scope() as scope:
+        untyped: Any = scope
+        with pytest.raises(TypeError, match=r"fork: fn must be an async function .*'.*plain'"):
+            untyped.fork(plain)
+        with pytest.raises(TypeError, match=r"spawn: fn must be an async function .*'.*plain'"):
+            untyped.spawn(plain)
+        with pytest.raises(TypeError, match=r"spawn: fn must be .*int \(not callable\)"):
+            untyped.spawn(3)
+    assert ran == []
+
+
+async def test_a_plain_function_finalizer_is_refused_when_added() -> None:
+    """Not accepted, then run at teardown and reported as "can't be used in 'await'" there."""
+    ran: list[Exit[Any, Any]] = []
+
+    def release(exit_: Exit[Any, Any]) -> None:
+        ran.append(exit_)
+
+    async with open_scope() as scope:
+        untyped: Any = scope
+        with pytest.raises(
+            TypeError, match=r"add_finalizer: finalizer must be an async callable .*'.*release'"
+        ):
+            untyped.add_finalizer(release)
+    assert ran == []
