@@ -235,29 +235,40 @@ class PriceTable:
 
     A model string is found as written, then with its prefix spelled as the table spells it
     (``openai-chat:`` and ``openai-responses:`` as ``openai:``, ``gemini:`` as ``google:``),
-    then without a dated snapshot's suffix (``-20250929``). ``openai-compatible:`` models are
+    then without a dated snapshot's suffix (``-20250929``) — each as written, then regardless
+    of case (``openai:GPT-4o`` is priced as ``openai:gpt-4o``). ``openai-compatible:`` models are
     never priced by OpenAI's figures: a server of your own charges what you say it does."""
 
     prices: Mapping[str, Price] = attrs.field(factory=dict, converter=_read_only)
     taken: str | None = None
+    # The prices by case-folded model string; a string two entries fold to is left out (which
+    # of them it means is not known).
+    _folded: Mapping[str, Price] = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
         entries: Iterable[tuple[object, object]] = self.prices.items()
+        folded: dict[str, Price | None] = {}
         for model, price in entries:
             if not (isinstance(model, str) and isinstance(price, Price)):
                 raise TypeError(
                     f"a price table maps model strings to Prices, got {model!r}: {price!r}"
                 )
+            key = model.casefold()
+            folded[key] = price if key not in folded else None
+        kept = {key: price for key, price in folded.items() if price is not None}
+        object.__setattr__(self, "_folded", MappingProxyType(kept))
 
     def price_of(self, model: str | None) -> Price | None:
-        """The price of ``model``, or None when the table has none (never a made-up zero)."""
+        """The price of ``model``, or None when the table has none (never a made-up zero).
+        Looked up as written first, then regardless of case (``openai:GPT-4o`` is the table's
+        ``openai:gpt-4o``)."""
         if model is None:
             return None
-        prices = self.prices
-        for key in _keys(model):
-            price = prices.get(key)
-            if price is not None:
-                return price
+        for prices in (self.prices, self._folded):
+            for key in _keys(model):
+                price = prices.get(key if prices is self.prices else key.casefold())
+                if price is not None:
+                    return price
         return None
 
     def price_for(self, model: object, answered: str | None = None) -> Price | None:
@@ -298,7 +309,11 @@ class NoPriceForModel(ValueError):
 
 def dollars(micros: int) -> str:
     """``micros`` micro-dollars as a person reads them: ``$0.0042`` under a dollar (four
-    decimals; ``<$0.0001`` for less than that, never a made-up ``$0.0000``), ``$12.35`` above."""
+    decimals; ``<$0.0001`` for less than that, never a made-up ``$0.0000``), ``$12.35`` above;
+    a negative amount (what is left of a budget that was passed) as its opposite with a minus
+    sign before it: ``-$0.0042``."""
+    if micros < 0:
+        return f"-{dollars(-micros)}"
     if 0 < micros < 100:
         return "<$0.0001"
     amount = Decimal(micros).scaleb(-6)

@@ -56,6 +56,11 @@ MediaKind: TypeAlias = Literal["image", "document", "audio"]
 #: the largest image OpenAI takes.
 DEFAULT_MAX_MEDIA_BYTES = 20 * 1024 * 1024
 
+#: The longest name a part may have, in characters: a name is a label (a file's name, a
+#: document's title), sent with every request the part is in and shown in every event and log
+#: line that shows the part.
+_MAX_NAME_CHARS = 1024
+
 #: The media types each kind takes.
 MEDIA_TYPES: Mapping[MediaKind, frozenset[str]] = {
     "image": frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
@@ -186,6 +191,37 @@ def _check_options(media_type: object, max_bytes: object) -> None:
         )
 
 
+#: The Unicode categories a name may not hold: control characters, and the line and paragraph
+#: separators (U+2028, U+2029).
+_UNPRINTABLE = frozenset({"Cc", "Zl", "Zp"})
+
+
+def _check_name(kind: str, name: str) -> None:
+    """MediaError for a name no label may be: one over :data:`_MAX_NAME_CHARS`, or one
+    holding a control character or a line or paragraph separator — the name is written into the
+    transcript line the model reads (``[document: notes.txt, 5 bytes]``, a text document's
+    header), and a line break in it would start a line of the caller's choosing there, and in
+    every event and log line."""
+    if len(name) > _MAX_NAME_CHARS:
+        raise MediaError(
+            f"the {kind}'s name is {len(name):,} characters long, over the limit of "
+            f"{_MAX_NAME_CHARS:,}"
+        )
+    if any(unicodedata.category(char) in _UNPRINTABLE for char in name):
+        raise MediaError(
+            f"the {kind}'s name {name!r} holds a line break or another control character"
+        )
+
+
+def _file_label(name: str) -> str:
+    """A file's name as a part's name: each character a name may not hold replaced by U+FFFD
+    (a file may be called anything but ``/`` and NUL), cut to :data:`_MAX_NAME_CHARS`."""
+    cleaned = "".join(
+        "\ufffd" if unicodedata.category(char) in _UNPRINTABLE else char for char in name
+    )
+    return cleaned[:_MAX_NAME_CHARS]
+
+
 def _check_size(size: int, max_bytes: int, shown: str) -> None:
     if size == 0:
         raise MediaError(f"{shown} is empty")
@@ -228,9 +264,10 @@ class MediaPart:
             )
         _check_options(media_type, max_bytes)
         kind = self.kind
-        shown = f"the {kind} {name!r}" if name else f"the {kind}"
         if not isinstance(name, str):
             raise TypeError(f"a media part's name must be a str, got {type(name).__name__}")
+        _check_name(kind, name)
+        shown = f"the {kind} {name!r}" if name else f"the {kind}"
         if (data is None) == (url is None):
             raise MediaError(f"{shown} needs either its bytes or a URL, not both or neither")
         if url is not None:
@@ -358,7 +395,7 @@ def _read(
 ) -> tuple[bytes, str | None, str]:
     _check_options(media_type, max_bytes)
     file = Path(path)
-    shown = file.name
+    shown = _file_label(file.name)
     try:
         status = file.stat()
         mode = status.st_mode

@@ -240,6 +240,13 @@ def check_function(instance: object, attribute: attrs.Attribute[Any], value: obj
             f"{_label(value)} is not async"
         )
     named = attribute.name == "input_renderer"
+    if named and value is not None and is_async_callable(value):
+        # It is called, not awaited, before anything is written: its coroutine would fail
+        # every run it renders.
+        raise TypeError(
+            f"Agent.input_renderer must be a plain function returning a str; {_label(value)} "
+            "is async"
+        )
     if named and value is not None and getattr(instance, "input", None) is None:
         raise ValueError("Agent.input_renderer needs Agent.input, the type it renders")
 

@@ -51,7 +51,7 @@ Stage = Literal["input", "output"]
 
 class CheckContext(Protocol):
     """What a validator or a guardrail is given besides the value it checks: which run it checks,
-    and the runtime's model to ask (:meth:`generate`) — whose usage (and cost) counts in the
+    and the run's model to ask (:meth:`generate`) — whose usage (and cost) counts in the
     run's usage and budgets like a turn's."""
 
     @property
@@ -128,7 +128,9 @@ _PASSED = GuardrailResult(False)
 @attrs.frozen
 class FinalAnswer(Generic[_Answer]):
     """What an output guardrail is given: the answer's ``text`` (redacted) and its ``output``
-    (decoded into ``Agent.output``; None for an agent without one)."""
+    (decoded into ``Agent.output``; None for an agent without one). In the tool output mode the
+    answer is a ``final_result`` call: ``text`` is only what the model wrote beside it (often
+    nothing), so judge ``output``."""
 
     text: str
     output: _Answer

@@ -140,6 +140,11 @@ def _to_dollars(given: Decimal | int | float | str | None) -> object:
         return value
 
 
+#: Above any budget in US dollars (a price is under it too): past it a figure means nothing, and
+#: one of the largest exponents a Decimal takes overflows as it is counted in micro-dollars.
+_MOST_DOLLARS = Decimal("1E+16")
+
+
 def _dollars_or_none(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value is None:
         return
@@ -152,6 +157,10 @@ def _dollars_or_none(instance: object, attribute: attrs.Attribute[Any], value: o
         raise ValueError(
             f"{_where(instance, attribute)} must be at least one micro-dollar (0.000001), "
             f"got {value}"
+        )
+    if value >= _MOST_DOLLARS:  # no budget means it; and ``1E+999999`` has no micro-dollars
+        raise ValueError(
+            f"{_where(instance, attribute)} must be under {_MOST_DOLLARS} US dollars, got {value}"
         )
 
 
@@ -322,10 +331,12 @@ class AgentPolicy:
     :attr:`grace_reserve` seconds before it (``min(grace_turn_duration, max_duration / 10)``), so
     that the grace turn has that long; a grace turn that a count started earlier lasts at most
     ``grace_turn_duration`` and never past ``max_duration`` either. A grace turn that runs out of
-    time ends the run with ``BudgetExhausted``.
+    time ends the run with ``BudgetExhausted``. ``max_duration=math.inf`` takes the time limit
+    away (the policy is never recorded; a ``RunAllowance``'s, recorded with the run's input as
+    JSON, must be finite); the other limits still bound the run.
 
     ``cost_budget`` (US dollars, exact: a ``Decimal``, ``int``, ``str``, or a ``float`` read as
-    written) limits what the run's model calls cost — its subagents' included — at the prices of
+    written; at least a micro-dollar, under 1E+16 dollars) limits what the run's model calls cost — its subagents' included — at the prices of
     the runtime's price table (``effectagent.ai.PricesService``, else the shipped
     ``DEFAULT_PRICES``); it runs out like the other budgets, and one whose models have no price
     is refused before the run starts (``NoPriceForModel``). ``prompt_caching`` asks the provider
@@ -398,8 +409,10 @@ class AgentPolicy:
     @property
     def grace_reserve(self) -> float:
         """Seconds at the end of ``max_duration`` kept for the grace turn: ``min(
-        grace_turn_duration, max_duration / 10)`` under ``"final-answer"``, 0 under ``"fail"``."""
-        if self.on_exhaustion == "fail":
+        grace_turn_duration, max_duration / 10)`` under ``"final-answer"``, 0 under ``"fail"``
+        and without a time limit (``max_duration=math.inf``: nothing to keep back from, and an
+        infinite reserve would make the turns' deadline ``inf - inf``, not a number)."""
+        if self.on_exhaustion == "fail" or self.max_duration == math.inf:
             return 0.0
         return min(self.grace_turn_duration, self.max_duration / 10)
 
@@ -574,7 +587,7 @@ class Agent(_AgentFields[OutputT, InputT]):
     ``runtime.run(agent, Query(...))``; strict mypy refuses a str for it): a type whose JSON
     Schema is an object. A run's input is checked against it before anything is recorded, and the
     model reads it rendered — as JSON, or by ``input_renderer`` (a function of the value, returning
-    a str). Without ``input`` a run takes a str (``Agent[Answer, str]``; a bare ``Agent`` or
+    a str that is not blank). Without ``input`` a run takes a str (``Agent[Answer, str]``; a bare ``Agent`` or
     ``Agent[Answer]`` annotation takes an agent of any input type).
 
     ``instructions`` may be an async function of an

@@ -13,6 +13,7 @@ hook and its status note (``Agent(input=, instructions=fn, prepare_context=)``,
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, final
@@ -114,7 +115,8 @@ def prepare_input(
     the type declares hold), a JSON value (a dict) or JSON text (a str: what a queue or a
     subagent's caller hands over), decoded into it. A value that does not fit is a
     ``ValueError`` (or ``TypeError`` for a value of no JSON shape) naming the type and the field;
-    the model then reads ``Agent.input_renderer(value)``, or the value as JSON. An error's
+    the model then reads ``Agent.input_renderer(value)`` (a str that is not blank, else a
+    ``TypeError`` / ``ValueError``), or the value as JSON. An error's
     message goes through ``redact`` (the runtime's redactor): it may quote what was given.
     """
     tp = agent.input
@@ -140,6 +142,9 @@ def prepare_input(
             raise TypeError(
                 f"Agent.input_renderer must return a str, returned {type(text).__name__}"
             )
+        if not text.strip():  # as a run's text is: a model reads nothing there, and some
+            # providers refuse an empty text block
+            raise ValueError("Agent.input_renderer returned text that is empty or only spaces")
     return RunInput(value, text, data)
 
 
@@ -553,8 +558,8 @@ def status_note(
     grace: bool = False,
 ) -> str:
     """The run-status note a request ends with under ``AgentPolicy(status_note=True)``: the turn
-    and what the run has used of each of its limits (the token and cost budgets only when set),
-    figures rounded. Pure."""
+    and what the run has used of each of its limits (the token and cost budgets only when set,
+    the time left only when ``max_duration`` is finite), figures rounded. Pure."""
     parts = [
         f"turn {turn}, the last: the budget ran out, tools are off, answer now"
         if grace
@@ -567,6 +572,7 @@ def status_note(
     budget = policy.cost_budget_micros
     if budget is not None:
         parts.append(f"{dollars(cost_micros)} of {dollars(budget)} spent")
-    left = max(0.0, policy.max_duration - elapsed)
-    parts.append(f"{left:,.0f} s of {policy.max_duration:,.0f} s left")
+    if math.isfinite(policy.max_duration):  # ``math.inf``: no time limit, nothing to pace
+        left = max(0.0, policy.max_duration - elapsed)
+        parts.append(f"{left:,.0f} s of {policy.max_duration:,.0f} s left")
     return "[Run status: " + "; ".join(parts) + ".]"

@@ -215,8 +215,15 @@ def redacted_content(content: UserContent, redact: Callable[[str], str]) -> User
     return tuple(out)
 
 
+#: The most characters a media part's name may have (``MediaPart`` refuses a longer one).
+_NAME_MOST = 1024
+
+
 def _renamed(part: MediaPart, name: str) -> MediaPart:
-    """``part`` under another ``name`` (the same bytes or URL, the same media type)."""
+    """``part`` under another ``name`` (the same bytes or URL, the same media type): a redacted
+    name, cut to what a part's name may be — redaction lengthens a name that holds a secret
+    shorter than its marker."""
+    name = name[:_NAME_MOST]
     if part.url:
         return type(part)(url=part.url, media_type=part.media_type, name=name)
     return type(part)(part.data, media_type=part.media_type, name=name, max_bytes=part.size + 1)

@@ -135,6 +135,11 @@ class OutputStream(Generic[OutputT]):
         """The run's result, once the updates ended or the block was left (``RuntimeError``
         before): completed with the output of the final update, or how it ended otherwise
         (``"interrupted"`` for a loop left early)."""
+        if self._reducer.terminal is None:  # not "the run produced no events": it is going
+            raise RuntimeError(
+                "the run has not ended yet: read the result once the updates ended or the "
+                "'async with' block was left"
+            )
         return cast("RunResult[OutputT]", self._reducer.result())
 
     async def __aenter__(self) -> OutputStream[OutputT]:

@@ -20,7 +20,14 @@ from typing import Any, final, overload
 import trio
 from typing_extensions import TypeVar, Unpack
 
-from effectagent.ai import DEFAULT_PRICES, ModelChoice, PricesService, SystemMessage, Tool
+from effectagent.ai import (
+    DEFAULT_PRICES,
+    ModelChoice,
+    PricesService,
+    PriceTable,
+    SystemMessage,
+    Tool,
+)
 from effectagent.core import (
     Agent,
     ContextItem,
@@ -200,7 +207,14 @@ class Runtime:
         observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
         models = resolve_models(agent, ctx)
         model = models.turns
-        prices = ctx.get(PricesService) or DEFAULT_PRICES
+        prices = ctx.get(PricesService)
+        if prices is None:
+            prices = DEFAULT_PRICES
+        elif not isinstance(prices, PriceTable):  # every run would fail as it costs its calls
+            raise TypeError(
+                "the Layer's PricesService must be a PriceTable (PriceTable({...}), or "
+                f"DEFAULT_PRICES.with_prices({{...}})), got {type(prices).__name__}"
+            )
         check_cost_budget(agent, prices, models.turns, models.grace, models.summary)
         counter = ctx.get(TokenCounterService)
         output = request_output(agent)  # checks the output mode (ValueError)

@@ -176,6 +176,26 @@ def test_the_table_finds_a_model_by_its_string_its_aliases_and_its_snapshots() -
         PriceTable({"openai:gpt-4.1": 2.0})  # type: ignore[dict-item]
 
 
+def test_the_table_finds_a_model_string_whatever_its_case() -> None:
+    """``openai:GPT-4o`` had no price while ``OpenAI:gpt-4o`` had one: the prefix was read
+    regardless of case and the model's name was not, so a cost budget on it was refused
+    (``NoPriceForModel``) and its runs' cost was None."""
+    gpt = DEFAULT_PRICES.price_of("openai:gpt-4o")
+    assert gpt is not None
+    assert DEFAULT_PRICES.price_of("openai:GPT-4o") is gpt
+    assert DEFAULT_PRICES.price_of("openai-chat:GPT-4O-2024-08-06") is gpt
+    first = DEFAULT_PRICES.price_of("openai:GPT-4o-2024-05-13")  # its own price, as written
+    assert first is DEFAULT_PRICES.price_of("openai:gpt-4o-2024-05-13")
+    assert first is not gpt
+    assert DEFAULT_PRICES.price_of("anthropic:Claude-Sonnet-4-5") is not None
+    assert DEFAULT_PRICES.price_of("OPENAI-COMPATIBLE:GPT-4o") is None
+    # As written wins; two entries that differ only in case price only themselves.
+    low, high = Price("1", "1"), Price("2", "2")
+    table = PriceTable({"x:model": low, "x:MODEL": high})
+    assert (table.price_of("x:model"), table.price_of("x:MODEL")) == (low, high)
+    assert table.price_of("x:Model") is None
+
+
 def test_a_snapshot_with_a_price_of_its_own_is_not_priced_as_the_model_it_snapshots() -> None:
     """gpt-4o's first snapshot kept its launch price ($5 / $15): the dated-name rule priced it
     at gpt-4o's $2.50 / $10, half of what it cost. A later snapshot still takes gpt-4o's."""
@@ -215,6 +235,13 @@ def test_dollars_reads_as_a_person_writes_them() -> None:
     assert dollars(1_234_567_890) == "$1,234.57"
     assert dollars(999_940) == "$0.9999"
     assert dollars(999_950) == "$1.00"  # rounds to a dollar: read as dollars, not "$1.0000"
+
+
+def test_dollars_reads_a_negative_amount_with_its_sign_before_it() -> None:
+    """``dollars(-5)`` read ``$-0.0000``: a made-up zero, and the sign after the dollar."""
+    assert dollars(-5) == "-<$0.0001"
+    assert dollars(-4_200) == "-$0.0042"
+    assert dollars(-12_345_678) == "-$12.35"
 
 
 def test_an_unpriced_model_is_said_in_a_sentence() -> None:
