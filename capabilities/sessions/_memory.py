@@ -14,13 +14,23 @@ from ._model import (
     Session,
     SessionCreate,
     SessionExists,
+    SessionInvalidValue,
     SessionNotFound,
     SessionPatch,
     SessionSchema,
     SessionStoreUnavailable,
     check_id,
+    shown_id,
 )
-from ._rows import StoredSession, check_delete, check_flag, check_page, create_row, patch_row
+from ._rows import (
+    StoredSession,
+    check_delete,
+    check_flag,
+    check_page,
+    check_update,
+    create_row,
+    patch_row,
+)
 
 __all__ = ["InMemorySessionStore"]
 
@@ -71,8 +81,9 @@ class InMemorySessionStore(Generic[M]):
     ) -> Session[M]:
         """See :meth:`SessionStore.update`. Cancellation: if it raises ``Cancelled``, nothing
         changed."""
+        check_update(check_id(session_id), patch, expected_revision)
         await trio.lowlevel.checkpoint_if_cancelled()
-        current = self._rows.get(check_id(session_id))
+        current = self._rows.get(session_id)
         if current is None:
             raise SessionNotFound(session_id)
         row, session = patch_row(self.schema, current, patch, expected_revision, time.time())
@@ -94,13 +105,14 @@ class InMemorySessionStore(Generic[M]):
         conversations no other session lists go with it from the in-memory log, and the media
         no remaining record refers to; while one of them has a run going, nothing is deleted
         (``SessionStoreUnavailable`` saying so). A store without a log refuses
-        ``conversations=True`` (``ValueError``). Cancellation: if it raises ``Cancelled``,
+        ``conversations=True`` (a ``SessionStoreError`` that is a ``ValueError``). Cancellation: if it raises ``Cancelled``,
         nothing changed."""
         check_flag(session_id, conversations)
         if conversations and self._log is None:
-            raise ValueError(
+            raise SessionInvalidValue(
+                shown_id(session_id),
                 "this session store has no conversation log to delete conversations from "
-                "(in_memory_storage() gives it one)"
+                "(in_memory_storage() gives it one); nothing was deleted",
             )
         await trio.lowlevel.checkpoint_if_cancelled()
         current = self._rows.get(check_id(session_id))

@@ -11,12 +11,19 @@ Metadata is never the only record of accepted work: that is what the log is for.
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Generic, Protocol, TypeVar, final
 
 import attrs
 
-from effectagent.effect import SchemaDerivationError, ServiceKey, TaggedError, json_schema
+from effectagent.effect import (
+    SchemaDerivationError,
+    ServiceKey,
+    TaggedError,
+    is_async_callable,
+    json_schema,
+)
 
 from .._rules import storable
 from .._versioned import (
@@ -27,6 +34,7 @@ from .._versioned import (
     VersionedCodec,
     VersionUnsupported,
 )
+from ..storage._errors import ID_BYTES_MOST
 
 __all__ = [
     "CorruptSession",
@@ -205,7 +213,7 @@ class SessionSchema(Generic[M]):
     ``max_bytes`` bounds the metadata's stored JSON. Raises ``ValueError`` for a version below 1,
     a migration key that is not a version below ``version`` or a ``max_bytes`` below 2, and
     ``TypeError`` for a type no JSON schema can be derived for or ``migrations`` that is not a
-    mapping (or holds a step that is not callable).
+    mapping (or holds a step that is not callable, or an ``async def`` one).
     """
 
     __slots__ = ("codec",)
@@ -229,6 +237,12 @@ class SessionSchema(Generic[M]):
             )
         #: The pure codec that dumps and loads metadata.
         self.codec: VersionedCodec[M] = VersionedCodec(type, version, migrations or {}, max_bytes)
+        for step, migration in (migrations or {}).items():
+            if is_async_callable(migration):  # called plainly: older metadata would read damaged
+                raise TypeError(
+                    f"the migration from version {step} is an async function: a migration is a "
+                    "plain function of the stored JSON"
+                )
 
     @property
     def version(self) -> int:
@@ -398,13 +412,16 @@ def check_id(session_id: object) -> str:
 
 
 def check_conversation_id(conversation_id: object) -> str:
-    """``conversation_id`` if a session may list it (any ID a run takes, up to the length
-    bound: the list is stored as JSON); raises :class:`SessionInvalidType` or
-    :class:`SessionInvalidValue` otherwise."""
-    problem = f"a conversation ID is a non-empty string of at most {_MAX_ID_CHARS} characters"
+    """``conversation_id`` if a session may list it: any ID a run takes — not blank, at most
+    :data:`ID_BYTES_MOST` (512) bytes in UTF-8 (the list is stored as JSON, so any text fits);
+    raises :class:`SessionInvalidType` or :class:`SessionInvalidValue` otherwise."""
+    problem = f"a conversation ID is a non-empty string of at most {ID_BYTES_MOST} bytes in UTF-8"
     if not isinstance(conversation_id, str):
         raise SessionInvalidType("?", f"{problem}, got {type(conversation_id).__name__}")
-    if not conversation_id.strip() or len(conversation_id) > _MAX_ID_CHARS:
+    if not conversation_id.strip() or (
+        len(conversation_id) > ID_BYTES_MOST // 4
+        and len(conversation_id.encode("utf-8", "surrogatepass")) > ID_BYTES_MOST
+    ):
         raise SessionInvalidValue("?", problem)
     return conversation_id
 
@@ -447,6 +464,16 @@ def merge_conversations(
     return tuple(merged)
 
 
+#: A path segment naming a mapping's key (``["sk-…"]``): the key is part of the metadata.
+_KEY_SEGMENT: Final = re.compile(r'\["(?:[^"\\]|\\.)*"\]')
+
+
+def _blind(path: str) -> str:
+    """``path`` with every mapping key in it replaced by ``[…]``: an error says where metadata
+    went wrong, never what it holds — and a key is as much the metadata's as its items are."""
+    return _KEY_SEGMENT.sub("[…]", path)
+
+
 def dump_metadata(schema: SessionSchema[M], session_id: str, metadata: M) -> str:
     """The stored JSON of ``metadata``; raises :class:`SessionInvalid` (with the paths that do
     not match) or :class:`SessionMetadataTooLarge`."""
@@ -455,7 +482,7 @@ def dump_metadata(schema: SessionSchema[M], session_id: str, metadata: M) -> str
     try:
         return schema.codec.dump(metadata)
     except ValueRejected as exc:
-        where = ", ".join(exc.paths[:10]) or "$"
+        where = ", ".join(_blind(path) for path in exc.paths[:10]) or "$"
         raise SessionInvalid(
             session_id, f"the metadata does not match its schema at {where}"
         ) from None
@@ -471,4 +498,4 @@ def load_metadata(schema: SessionSchema[M], session_id: str, version: int, text:
     except VersionUnsupported as exc:
         raise UnknownSessionVersion(session_id, exc.version, exc.current) from None
     except StoredValueCorrupt as exc:
-        raise CorruptSession(session_id, exc.detail) from None
+        raise CorruptSession(session_id, _blind(exc.detail)) from None

@@ -33,6 +33,7 @@ __all__ = [
     "check_flag",
     "check_page",
     "check_revision",
+    "check_update",
     "create_row",
     "patch_row",
 ]
@@ -89,11 +90,7 @@ def patch_row(
     ``current`` is not at ``expected_revision``. Everything that can fail fails here, before the
     caller writes anything (the metadata kept is decoded too, so a session that cannot be read
     is not updated)."""
-    if not isinstance(patch, SessionPatch):
-        raise SessionInvalidType(
-            current.id, f"update takes a SessionPatch, got {type(patch).__name__}"
-        )
-    check_revision(current.id, expected_revision)
+    check_update(current.id, patch, expected_revision)
     if current.revision != expected_revision:
         raise SessionConflict(current.id, expected_revision, current.revision)
     name = current.name if patch.name is None else check_name(current.id, patch.name)
@@ -121,6 +118,17 @@ def patch_row(
         row.id, name, row.revision, conversations, metadata, row.created_at, row.updated_at
     )
     return row, session
+
+
+def check_update(session_id: str, patch: object, expected_revision: object) -> None:
+    """``update``'s patch and revision, checked at the call — before the session is looked up,
+    so a patch that is not a :class:`SessionPatch` or a revision that is not an int is
+    refused (:class:`SessionInvalidType`, a ``TypeError``) whether or not the session exists."""
+    if not isinstance(patch, SessionPatch):
+        raise SessionInvalidType(
+            shown_id(session_id), f"update takes a SessionPatch, got {type(patch).__name__}"
+        )
+    check_revision(shown_id(session_id), expected_revision)
 
 
 def check_revision(session_id: str, expected_revision: object) -> int:

@@ -25,7 +25,15 @@ from ._model import (
     SessionStoreUnavailable,
     check_id,
 )
-from ._rows import StoredSession, check_delete, check_flag, check_page, create_row, patch_row
+from ._rows import (
+    StoredSession,
+    check_delete,
+    check_flag,
+    check_page,
+    check_update,
+    create_row,
+    patch_row,
+)
 
 __all__ = ["SqliteSessionStore"]
 
@@ -163,7 +171,7 @@ class SqliteSessionStore(Generic[M]):
     ) -> Session[M]:
         """See :meth:`SessionStore.update`: the revision is compared inside the transaction that
         writes the row. Cancellation: all or nothing."""
-        check_id(session_id)
+        check_update(check_id(session_id), patch, expected_revision)
         schema = self.schema
         now = time.time()
 

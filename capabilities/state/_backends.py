@@ -14,7 +14,7 @@ from effectagent.engine import ConversationLog
 
 from ..storage import Database
 from ..storage._log import SqliteConversationLog
-from ..storage._port import Connection
+from ..storage._port import Connection, dialect_of
 from ._ledger import STORED_STATUSES, Cell, StoredCell, StoredStatus
 from ._model import CorruptState, StateConflict
 
@@ -98,9 +98,14 @@ class InMemoryStateBackend:
             return True
 
     async def unsettled(self) -> list[StoredCell]:
-        """See :meth:`StateBackend.unsettled`."""
+        """See :meth:`StateBackend.unsettled`: in the order of ``(slot, key)``, by code point
+        (as the database's store lists them)."""
         await trio.lowlevel.checkpoint()
-        return [c for c in self._cells.values() if c.status in ("pending", "uncertain")]
+        return [
+            self._cells[cell]
+            for cell in sorted(self._cells)
+            if self._cells[cell].status in ("pending", "uncertain")
+        ]
 
 
 _COLUMNS: Final = "slot, key, revision, status, version, value, reason, run_id, updated_at"
@@ -117,6 +122,21 @@ _UPSERT: Final = (
     "run_id = excluded.run_id, "
     "updated_at = excluded.updated_at"
 )
+
+
+#: The cells not plainly committed, in the order of ``(slot, key)`` by code point — SQLite's
+#: ``BINARY`` order and Python's; PostgreSQL's collation may differ (``en-US``: ``"a" < "B"``),
+#: so there the order is ``COLLATE "C"``'s (bytes of UTF-8: code points).
+_UNSETTLED: Final[dict[str, str]] = {
+    "sqlite": (
+        f"SELECT {_COLUMNS} FROM agent_state WHERE status != 'committed' "
+        "AND status != 'absent' ORDER BY slot, key"
+    ),
+    "postgresql": (
+        f"SELECT {_COLUMNS} FROM agent_state WHERE status != 'committed' "
+        'AND status != \'absent\' ORDER BY slot COLLATE "C", key COLLATE "C"'
+    ),
+}
 
 
 def _cell_of(found: tuple[object, ...]) -> StoredCell:
@@ -208,13 +228,11 @@ class SqliteStateBackend:
         return await self.database.write(work)
 
     async def unsettled(self) -> list[StoredCell]:
-        """See :meth:`StateBackend.unsettled`."""
+        """See :meth:`StateBackend.unsettled`: in the order of ``(slot, key)``, by code point
+        on either engine, whatever PostgreSQL's collation."""
 
         def read(conn: Connection) -> list[StoredCell]:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM agent_state WHERE status != 'committed' "
-                "AND status != 'absent' ORDER BY slot, key"
-            )
+            rows = conn.execute(_UNSETTLED[dialect_of(conn)])
             return [_cell_of(row) for row in rows]
 
         return await self.database.read(read)

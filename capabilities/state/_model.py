@@ -42,6 +42,7 @@ from effectagent.engine import RunEnding, RunInfo
 
 from .._rules import storable
 from .._versioned import Migration, VersionedCodec
+from ..storage._errors import ID_BYTES_MOST
 
 __all__ = [
     "AgentState",
@@ -78,12 +79,16 @@ StateStatus = Literal["absent", "committed", "pending", "uncertain", "run-local"
 
 
 def _identifier(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # The bounds a run's IDs have: a longer one names no conversation or run, and the log
+    # would refuse it only at the write (on either engine).
     if not isinstance(value, str):
         raise TypeError(f"{attribute.name} must be a str, got {type(value).__name__}")
     if not value or not storable(value):
         raise ValueError(
             f"{attribute.name} must be a non-empty str without a NUL or a lone surrogate"
         )
+    if len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST:
+        raise ValueError(f"{attribute.name} must be at most {ID_BYTES_MOST} bytes in UTF-8")
 
 
 def _compensation(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -107,12 +112,30 @@ def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         )
 
 
+def _plain_migrations(migrations: Mapping[int, Migration] | None) -> None:
+    """Refuse (``TypeError``) an ``async def`` migration: a read calls it as a plain function,
+    and its coroutine would make every older value read as damaged."""
+    for step, migration in (migrations or {}).items():
+        if is_async_callable(migration):
+            raise TypeError(
+                f"the migration from version {step} is an async function: a migration is a "
+                "plain function of the stored JSON"
+            )
+
+
 # ---- errors ---------------------------------------------------------------------------------------
+
+
+def _cell(slot: str, key: str) -> str:
+    """A cell as an error names it: its slot and key (a key the store refused shows as ``?``:
+    only its slot)."""
+    return f"slot {slot!r}" if key == "?" else f"slot {slot!r}, key {key!r}"
 
 
 @attrs.frozen
 class AgentStateError(TaggedError):
-    """Base of every error of the agent state store."""
+    """Base of every error of the agent state store. ``str()`` of each is a sentence naming the
+    cell (its slot and key) — never what a value holds."""
 
 
 @attrs.frozen
@@ -125,6 +148,12 @@ class StateConflict(AgentStateError):
     actual_revision: int
     is_retryable = True
 
+    def __str__(self) -> str:
+        return (
+            f"the state of {_cell(self.slot, self.key)} is at revision {self.actual_revision}, "
+            f"not {self.expected_revision}: read it again and decide again; nothing was written"
+        )
+
 
 @attrs.frozen
 class StateValueInvalid(AgentStateError):
@@ -136,6 +165,9 @@ class StateValueInvalid(AgentStateError):
     key: str
     problem: str
 
+    def __str__(self) -> str:
+        return f"invalid state for {_cell(self.slot, self.key)}: {self.problem}"
+
 
 @attrs.frozen
 class StateValueTooLarge(AgentStateError):
@@ -145,6 +177,12 @@ class StateValueTooLarge(AgentStateError):
     key: str
     size: int
     limit: int
+
+    def __str__(self) -> str:
+        return (
+            f"the value for {_cell(self.slot, self.key)} is {self.size} bytes of JSON, more "
+            f"than the slot's {self.limit}; nothing was written"
+        )
 
 
 @attrs.frozen
@@ -157,6 +195,12 @@ class UnknownStateVersion(AgentStateError):
     version: int
     supported: int
 
+    def __str__(self) -> str:
+        return (
+            f"the value of {_cell(self.slot, self.key)} is of version {self.version}, which no "
+            f"registered migration lifts to version {self.supported}"
+        )
+
 
 @attrs.frozen
 class CorruptState(AgentStateError):
@@ -165,6 +209,9 @@ class CorruptState(AgentStateError):
     slot: str
     key: str
     detail: str
+
+    def __str__(self) -> str:
+        return f"the value of {_cell(self.slot, self.key)} does not read back: {self.detail}"
 
 
 @attrs.frozen
@@ -175,16 +222,28 @@ class RunNotObserved(AgentStateError):
 
     run_id: str
 
+    def __str__(self) -> str:
+        return (
+            f"run {self.run_id} is not a run the agent state store was told of, or it has "
+            "settled: compose observe_runs(AgentStateService) into the runtime's layer; nothing "
+            "was written"
+        )
+
 
 @attrs.frozen
 class StateUnavailable(AgentStateError):
     """The storage under the store failed (closed, disk full, I/O error); nothing was written.
-    ``reason`` is the storage error's tag and fields."""
+    ``reason`` is the storage error's sentence. ``slot`` and ``key`` are ``"*"`` when no one
+    cell was asked for (``unsettled``)."""
 
     slot: str
     key: str
     reason: str
     is_retryable = True
+
+    def __str__(self) -> str:
+        which = "" if self.slot == "*" else f" for {_cell(self.slot, self.key)}"
+        return f"the agent state store could not be used{which} ({self.reason}); nothing changed"
 
 
 # ---- slots and views ------------------------------------------------------------------------------
@@ -200,7 +259,7 @@ class StateSlot(Generic[T]):
     version ``n`` to ``n + 1``; ``max_bytes`` bounds a value's stored JSON. ``None`` is never a
     value: it is how an absent cell reads. Raises ``ValueError`` for a name no store can keep
     (empty, too long, holding a NUL or a lone surrogate) and ``TypeError`` for a type whose values
-    have no JSON form.
+    have no JSON form or a migration that is an ``async def`` function (it is called plainly).
     """
 
     __slots__ = ("codec", "name")
@@ -230,6 +289,7 @@ class StateSlot(Generic[T]):
         self.name = name
         #: The pure codec that dumps and loads this slot's values.
         self.codec: VersionedCodec[T] = VersionedCodec(type, version, migrations or {}, max_bytes)
+        _plain_migrations(migrations)
 
     @property
     def version(self) -> int:

@@ -12,6 +12,8 @@ with ``StorageFailed``, its conversation and sequence number kept as fields.
 
 from __future__ import annotations
 
+from typing import Final
+
 import attrs
 
 from effectagent.effect import TaggedError
@@ -26,6 +28,8 @@ __all__ = [
     "DatabaseInUse",
     "DatabaseTooNew",
     "ForeignDatabase",
+    "ID_BYTES_MOST",
+    "IdNotStorable",
     "LaneLost",
     "LogClosed",
     "LogGap",
@@ -162,24 +166,54 @@ class RecordNotEncodable(StorageError, ConversationLogError):
         )
 
 
+#: The most UTF-8 bytes of a conversation or run ID the log keeps: each is kept in an indexed
+#: column, and PostgreSQL refuses an index entry past about 2.7 KB (a run, and the durable queue,
+#: refuse a longer one too).
+ID_BYTES_MOST: Final = 512
+
+#: The most characters of an ID an error shows (escaped); a longer one is cut, with ``…``.
+_SHOWN_CHARS: Final = 64
+
+
+def _escaped(value: str) -> str:
+    """``value`` escaped as ``ascii`` shows it — cut after at most :data:`_SHOWN_CHARS`
+    characters of its escaped form, and ``…`` ending it then."""
+    shown = ascii(value)
+    if len(shown) <= _SHOWN_CHARS + 2:  # the quotes
+        return shown
+    end = _SHOWN_CHARS
+    while end and len(ascii(value[:end])) > _SHOWN_CHARS + 2:
+        end -= 1
+    cut = ascii(value[:end])
+    return f"{cut[:-1]}…{cut[-1]}"
+
+
 @attrs.frozen
 class IdNotStorable(StorageError, ConversationLogError, ValueError):
     """A conversation ID or run ID no database can keep: it holds NUL (PostgreSQL's text
-    cannot) or a lone surrogate (it has no UTF-8 form). Refused the same way on SQLite and
-    PostgreSQL, before anything is read or written; also a ``ValueError`` (an invalid
-    argument). A run refuses such an ID when it is asked for (``ValueError``), before the log
-    sees it. ``what`` says
-    which ID (``"conversation ID"`` or ``"run ID"``); the message shows it escaped."""
+    cannot) or a lone surrogate (it has no UTF-8 form), or — ``too_long`` — it is longer than
+    :data:`ID_BYTES_MOST` bytes in UTF-8 (PostgreSQL's index cannot take it). Refused the same
+    way on SQLite and PostgreSQL, before anything is read or written; also a ``ValueError`` (an
+    invalid argument). A run refuses such an ID when it is asked for (``ValueError``), before
+    the log sees it. ``what`` says which ID (``"conversation ID"`` or ``"run ID"``); the message
+    shows it escaped, cut after 64 characters when it is longer."""
 
     conversation_id: str
     what: str = "conversation ID"
     value: str = ""
+    too_long: bool = False
     seq = None  # no record is at fault
 
     def __str__(self) -> str:
         shown = self.value if self.what != "conversation ID" else self.conversation_id
+        cut = _escaped(shown)
+        if self.too_long:
+            return (
+                f"the {self.what} {cut} is longer than {ID_BYTES_MOST} bytes in UTF-8, more than "
+                "a database index keeps; nothing was read or written"
+            )
         return (
-            f"the {self.what} {shown!a} holds NUL or a lone surrogate, which no database can "
+            f"the {self.what} {cut} holds NUL or a lone surrogate, which no database can "
             "keep; nothing was read or written"
         )
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Final, final
 
 import trio
@@ -51,6 +51,7 @@ from effectagent.core import LogEntry, Record
 from .._rules import NOT_STORABLE, storable, strings
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
+    ID_BYTES_MOST,
     CommitOutcomeUnknown,
     DatabaseBusy,
     IdNotStorable,
@@ -69,7 +70,15 @@ from ._forget import Forgotten, forget_conversations
 from ._holds import AppendShape, Refuse, decide, shape_of
 from ._lanes import Fence, read_lane
 from ._port import NO_LIMIT, Connection, Database, driver_error
-from ._search import QUICK_TAIL, SaidFound, catch_up, find_said, look_up
+from ._search import (
+    QUICK_TAIL,
+    SEARCH_WORDS_MOST,
+    SaidFound,
+    catch_up,
+    find_said,
+    look_up,
+    word_count,
+)
 from ._sweep import put_media_rows
 
 __all__ = ["SEARCH_LIMIT_MOST", "SqliteConversationLog", "write_records"]
@@ -79,14 +88,22 @@ __all__ = ["SEARCH_LIMIT_MOST", "SqliteConversationLog", "write_records"]
 SEARCH_LIMIT_MOST: Final = 2**63 - 1
 
 
+def _too_long(value: str) -> bool:
+    """Whether ``value`` is longer than :data:`ID_BYTES_MOST` bytes in UTF-8."""
+    return len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST
+
+
 def checked_id(conversation_id: object) -> str:
     """``conversation_id`` if a database can keep it; ``TypeError`` when it is not a str,
     :class:`IdNotStorable` (a ``ValueError`` and a ``ConversationLogError``) when
-    it holds NUL or a lone surrogate — on either engine, before anything is read or written."""
+    it holds NUL or a lone surrogate, or is longer than :data:`ID_BYTES_MOST` bytes in UTF-8 (as
+    a run refuses it) — on either engine, before anything is read or written."""
     if not isinstance(conversation_id, str):
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
     if not storable(conversation_id):
         raise IdNotStorable(conversation_id)
+    if _too_long(conversation_id):
+        raise IdNotStorable(conversation_id, too_long=True)
     return conversation_id
 
 
@@ -99,14 +116,31 @@ def _checked_runs(conversation_id: str, shape: AppendShape) -> None:
     for run_id in (shape.starts, ends):
         if run_id is not None and not storable(run_id):
             raise IdNotStorable(conversation_id, "run ID", run_id)
+        if run_id is not None and _too_long(run_id):
+            raise IdNotStorable(conversation_id, "run ID", run_id, too_long=True)
+
+
+def _records(records: object) -> tuple[Record, ...]:
+    """``records`` taken once, as a tuple: an append reads them twice (to encode them and to see
+    which run they start or end), and an iterator read twice would be empty the second time —
+    its records written, its run's lane never claimed. ``TypeError`` when ``records`` is not an
+    iterable of records (a lone str or bytes included)."""
+    if isinstance(records, str | bytes | bytearray) or not isinstance(records, Iterable):
+        raise TypeError(f"records must be a sequence of records, got {type(records).__name__}")
+    return tuple(records)
 
 
 def _digest(digest: object) -> str:
-    """A media digest ``put_media`` may keep: a str a database can keep."""
+    """A media digest ``put_media`` may keep: a str a database can keep — in a key, so at most
+    :data:`ID_BYTES_MOST` bytes in UTF-8 (PostgreSQL's index refused a longer one, SQLite
+    kept it)."""
     if not isinstance(digest, str):
         raise TypeError(f"a media digest must be a str, got {type(digest).__name__}")
-    if not digest or not storable(digest):
-        raise ValueError("a media digest must be a non-empty str without NUL or lone surrogates")
+    if not digest or not storable(digest) or _too_long(digest):
+        raise ValueError(
+            "a media digest must be a non-empty str without NUL or lone surrogates, of at most "
+            f"{ID_BYTES_MOST} bytes in UTF-8"
+        )
     return digest
 
 
@@ -250,6 +284,7 @@ class SqliteConversationLog:
         The records must neither start nor end a run: the append is only checked against the
         lane (the fence, or the run's hold), which is neither claimed nor released by it; a
         refusal raises :class:`LaneLost` or :class:`ConversationInUse` from the write."""
+        records = _records(records)
         rows = self.encode(conversation_id, records)
         runs = shape_of(records).runs
         holds = self.database.holds
@@ -274,9 +309,11 @@ class SqliteConversationLog:
         """Append ``records`` atomically, in order; return the sequence number of the last one
         (for no records: the conversation's last number, 0 if it has none).
 
-        Raises :class:`IdNotStorable` for a conversation ID — or, without a fence, the ID of
-        a run the records start or end — holding NUL or a lone surrogate, and
-        :class:`RecordNotEncodable`, before anything is queued; :class:`LogWriteFailed`
+        Raises ``TypeError`` when ``records`` is not an iterable of records (any iterable is
+        taken once, as a tuple), :class:`IdNotStorable` for a conversation ID — or, without a
+        fence, the ID of a run the records start or end — holding NUL or a lone surrogate or
+        longer than 512 bytes in UTF-8, and :class:`RecordNotEncodable`, before anything is
+        queued; :class:`LogWriteFailed`
         (a :class:`WriteFailed`) if SQLite refused the transaction (nothing written),
         :class:`LogClosed` (a :class:`StorageClosed`), :class:`LaneLost` when the fence refused
         it or the run's hold of the lane was lost, :class:`ConversationInUse` while a run
@@ -286,6 +323,7 @@ class SqliteConversationLog:
         Cancellation: all or nothing — if it raises (``Cancelled`` included), none of the records
         was appended; if it returns, all were (a transaction already running is waited for).
         """
+        records = _records(records)
         rows = self.encode(conversation_id, records)
         weight, single = max(1, len(rows)), single_statement(rows)
         try:
@@ -317,7 +355,8 @@ class SqliteConversationLog:
         run's appends then find the lane their own, and its terminal record lets it go. Claiming
         again for the same run changes nothing. With a ``fence``, the lane is its holder's
         business: nothing happens. Raises :class:`IdNotStorable` for a conversation or run ID
-        holding NUL or a lone surrogate, before anything is written.
+        holding NUL or a lone surrogate or longer than 512 bytes in UTF-8, before anything is
+        written.
 
         Cancellation: all or nothing (one write)."""
         checked_id(conversation_id)
@@ -408,7 +447,8 @@ class SqliteConversationLog:
         put longer ago than its grace).
 
         Raises ``TypeError`` when ``blobs`` is not a mapping of str to bytes, ``ValueError``
-        for a digest that is empty or holds NUL or a lone surrogate (and
+        for a digest that is empty, holds NUL or a lone surrogate or is longer than 512 bytes
+        in UTF-8 (and
         :class:`IdNotStorable`), before anything is written;
         :class:`WriteFailed` / :class:`StorageClosed` as an append does. Cancellation:
         all or nothing (one write transaction)."""
@@ -516,8 +556,9 @@ class SqliteConversationLog:
         Raises :class:`ReadFailed` when the database cannot be read, :class:`WriteFailed` when it cannot
         write the index (busy excepted), :class:`StorageClosed`; ``TypeError`` when ``words`` is
         not a sequence of strings (a lone string included: it would be searched letter by letter)
-        or ``limit`` not an int, ``ValueError`` when ``limit`` is below 1 — before anything is
-        read. A ``limit`` above :data:`SEARCH_LIMIT_MOST` (2**63 - 1, the largest integer either
+        or ``limit`` not an int, ``ValueError`` when ``limit`` is below 1 or the words are more
+        than :data:`~._search.SEARCH_WORDS_MOST` (1,000; ``e-mail`` counts as two) — before
+        anything is read. A ``limit`` above :data:`SEARCH_LIMIT_MOST` (2**63 - 1, the largest integer either
         database takes) is clamped to it, not refused: no log holds as many messages.
 
         Cancellation: a checkpoint before each step; cancelled while the index is brought up to
@@ -526,6 +567,10 @@ class SqliteConversationLog:
         # NUL and lone surrogates separate words, as any character that is not a word
         # character does — on both engines (neither could take them as query text).
         words = tuple(NOT_STORABLE.sub(" ", word) for word in strings("words", words))
+        if word_count(words) > SEARCH_WORDS_MOST:
+            raise ValueError(
+                f"a search takes at most {SEARCH_WORDS_MOST} words (e-mail counts as two), got more"
+            )
         if type(limit) is not int:
             raise TypeError(f"limit must be an int, got {type(limit).__name__}")
         if limit < 1:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sqlite3
 import unicodedata
 from collections.abc import Sequence
@@ -60,6 +61,7 @@ __all__ = [
     "Said",
     "SaidFound",
     "QUICK_TAIL",
+    "SEARCH_WORDS_MOST",
     "TAIL_BOUND",
     "add_search",
     "behind",
@@ -69,6 +71,7 @@ __all__ = [
     "match_expression",
     "searchable",
     "unindexed",
+    "word_count",
 ]
 
 #: What a message's text and kind are, from a ``records`` row named ``{r}`` (``new`` in a
@@ -235,6 +238,28 @@ def searchable(word: str) -> bool:
     return any(
         unicodedata.category(char)[0] in "LN" or unicodedata.category(char) == "Co" for char in word
     )
+
+
+#: The most words a search takes, each word searched for counted by its parts (``e-mail`` is
+#: two): PostgreSQL fails a query of some thousands ("stack depth limit exceeded"), and no
+#: message a person looks for needs as many.
+SEARCH_WORDS_MOST: Final = 1_000
+
+#: A run of characters the index makes words of: a letter or a number (``[^\W_]``), or a
+#: private use character (the ranges of category ``Co``).
+_WORD: Final = re.compile("(?:[^\\W_]|[\ue000-\uf8ff\U000f0000-\U000ffffd\U00100000-\U0010fffd])+")
+
+
+def word_count(words: Sequence[str]) -> int:
+    """How many words ``words`` hold as the index splits them (each a run of letters, numbers
+    and private use characters), counted to :data:`SEARCH_WORDS_MOST` + 1 at most. Pure."""
+    found = 0
+    for word in words:
+        for _ in _WORD.finditer(word):
+            found += 1
+            if found > SEARCH_WORDS_MOST:
+                return found
+    return found
 
 
 def match_expression(words: Sequence[str]) -> str | None:

@@ -54,6 +54,8 @@ BAD_VALUES: list[tuple[str, Any]] = [
     ("a blank conversation ID", lambda: Create("n", {}, ["  "])),
     ("a patch's blank name", lambda: Patch(name="  ")),
     ("a patch's empty conversation ID", lambda: Patch(add_conversations=[""])),
+    ("a conversation ID past 512 bytes", lambda: Create("n", {}, ["c" * 513])),
+    ("a conversation ID of 257 two-byte letters", lambda: Create("n", {}, ["\u00e9" * 257])),
 ]
 
 
@@ -154,3 +156,47 @@ async def test_every_argument_a_store_refuses_is_a_session_store_error(
                 await store.list(limit=limit)
             assert isinstance(caught.value, ValueError)
         assert await store.list() == (session,)
+
+
+async def test_update_refuses_a_bad_patch_or_revision_at_the_call_whether_or_not_the_session_is_there(
+    kind: str, tmp_path: Path
+) -> None:
+    """A patch that is not a ``SessionPatch`` and a revision that is not an int are refused at
+    the call (a ``TypeError``) — for a session that does not exist too, which used to answer
+    ``SessionNotFound`` (the arguments were checked only once the session was found)."""
+    async with stores(kind, tmp_path) as make:
+        store: Any = make(Schema(dict))  # handed what its annotations forbid
+        refused: list[Callable[[], Awaitable[object]]] = [
+            lambda: store.update("missing", {"name": "m"}, 1),
+            lambda: store.update("missing", Patch(name="m"), "1"),
+            lambda: store.update("missing", Patch(name="m"), None),
+            lambda: store.update("missing", Patch(name="m"), 1.0),
+        ]
+        for call in refused:
+            with pytest.raises(SessionInvalid) as caught:
+                await call()
+            assert isinstance(caught.value, TypeError)
+        assert await store.list() == ()
+
+
+async def test_a_session_lists_any_conversation_a_run_takes(kind: str, tmp_path: Path) -> None:
+    """A run takes a conversation ID of up to 512 bytes in UTF-8; a session refused one past
+    256 characters, so such a conversation could not be filed under one."""
+    longest = ["c" * 512, "\u00e9" * 256, "\U0001f600" * 128]
+    async with stores(kind, tmp_path) as make:
+        store: Any = make(Schema(dict))
+        session = await store.create(Create("n", {}, longest[:1]))
+        updated = await store.update(session.id, Patch(add_conversations=longest[1:]), 1)
+        assert updated.conversations == tuple(longest)
+        assert (await store.get(session.id)).conversations == tuple(longest)
+
+
+def test_an_async_migration_is_refused_when_the_schema_is_made() -> None:
+    """A read calls a migration plainly: an ``async def`` one returned a coroutine, and every
+    session of an older version read as damaged (``CorruptSession``)."""
+
+    async def lift(old: dict[str, Any]) -> dict[str, Any]:
+        return old
+
+    with pytest.raises(TypeError, match=r"^the migration from version 1 is an async function"):
+        Schema(dict, version=2, migrations={1: lift})

@@ -78,8 +78,11 @@ async def test_nothing_is_deleted_while_a_run_of_one_conversation_is_going(
 async def test_a_store_without_a_log_refuses_to_delete_conversations() -> None:
     store: InMemorySessionStore[object] = InMemorySessionStore()
     session = await store.create(SessionCreate("s", {}, conversations=("c",)))
-    with pytest.raises(ValueError, match="no conversation log"):
+    # A SessionStoreError (as every error of a store is; it was a bare ValueError), and a
+    # ValueError still.
+    with pytest.raises(SessionStoreError, match="no conversation log") as refused:
         await store.delete(session.id, session.revision, conversations=True)
+    assert isinstance(refused.value, ValueError)
     with pytest.raises(TypeError, match="conversations must be a bool"):
         await store.delete(session.id, session.revision, conversations=1)  # type: ignore[arg-type]
     await store.delete(session.id, session.revision)

@@ -23,6 +23,7 @@ from capabilities.sessions._model import SessionMetadataTooLarge, SessionStoreUn
 from capabilities.sessions._sqlite import SqliteSessionStore
 
 from ..conftest import database as open_store
+from .test_contract import stores
 
 SECRET = "the-metadata-is-private"
 
@@ -83,3 +84,25 @@ async def test_oversized_invalid_and_unavailable_read_as_sentences(tmp_path: Pat
     with pytest.raises(SessionStoreUnavailable) as closed:
         await store.get("s-1")
     check_sentence(closed.value, "closed")
+
+
+async def test_an_error_says_where_metadata_went_wrong_never_what_its_keys_are(
+    kind: str, tmp_path: Path
+) -> None:
+    """A mapping's keys are the metadata's: a wrong value under a secret key is refused, and the
+    path in the error — or in stored metadata that no longer reads — shows the key as ``[…]``
+    (it was quoted: ``$["sk-live-…"]``)."""
+    canary = "sk-live-canary-4242"
+    counts: SessionSchema[dict[str, int]] = SessionSchema(dict[str, int])
+    names: SessionSchema[dict[str, str]] = SessionSchema(dict[str, str])
+    async with stores(kind, tmp_path) as made:
+        wrong: Any = {canary: "not a number"}
+        with pytest.raises(SessionStoreError) as refused:
+            await made(counts).create(SessionCreate("n", wrong, session_id="s-1"))
+        assert "at $[…]" in str(refused.value)
+        assert canary not in repr(refused.value)
+        await made(names).create(SessionCreate("n", {canary: "x"}, session_id="s-2"))
+        with pytest.raises(SessionStoreError) as corrupt:
+            await made(counts).get("s-2")  # the same sessions, now read as another type
+        assert "[…]" in str(corrupt.value)
+        assert canary not in repr(corrupt.value)

@@ -17,9 +17,18 @@ from capabilities.state import (
     WithRecord,
     WriteClass,
 )
-from capabilities.state._model import CorruptState, StateValueInvalid
+from capabilities.state._backends import SqliteStateBackend
+from capabilities.state._model import (
+    AgentStateError,
+    CorruptState,
+    RunNotObserved,
+    StateValueInvalid,
+)
+from capabilities.state._store import AgentStateStore
+from capabilities.storage import open_postgres
 from effectagent.engine import RunInfo
 
+from ..sessions.test_order import icu_url  # noqa: F401 - the fixture (an en-US database)
 from .test_contract import BOOKING, Booking, state
 
 RUN_A = RunInfo("run-a", "conv-1", "agent", "ann")
@@ -147,6 +156,10 @@ AnyUncertain: Any = Uncertain
         (lambda: AnyRunLocal(""), ValueError, "run_id must be a non-empty str"),
         (lambda: AnyWithRecord("", "run-1"), ValueError, "conversation_id must be a non-empty"),
         (lambda: AnyWithRecord("conv-1", 5), TypeError, "run_id must be a str, got int"),
+        # Longer than a run's IDs: the log would refuse the record only at the write.
+        (lambda: AnyWithRecord("c" * 513, "run-1"), ValueError, "at most 512 bytes in UTF-8"),
+        (lambda: AnyWithRecord("conv-1", "é" * 257), ValueError, "run_id must be at most 512"),
+        (lambda: AnyRunLocal("r" * 513), ValueError, "run_id must be at most 512 bytes"),
         (lambda: AnyCompensatable("run-1", None), TypeError, "compensate must be an async"),
         (  # a plain function would fail only when a failed run awaited it: its effect stays
             lambda: AnyCompensatable("run-1", lambda: None),
@@ -197,3 +210,90 @@ async def test_a_value_another_writer_committed_between_two_writes_of_a_failed_r
         assert (read.value, read.status, read.revision) == (Booking("evt-fixed"), "committed", 4)
         assert cancelled == ["evt-2", "evt-1"]
         assert await store.unsettled() == ()
+
+
+#: Slots and keys whose code point order differs from a language's (``"B" < "a"``).
+UNSETTLED_CELLS = [(slot, key) for slot in ["b", "B", "a", "_", "é", "A"] for key in ["k", "K"]]
+
+
+async def _write_uncertain(store: Any) -> None:
+    for slot, key in UNSETTLED_CELLS:
+        write = Uncertain("run-1", "timed out")
+        await store.write(StateSlot(slot, int), key, 1, expected_revision=0, write=write)
+
+
+async def test_unsettled_cells_come_in_code_point_order_on_every_store(
+    kind: str, tmp_path: Path
+) -> None:
+    """By ``(slot, key)`` as Python compares str: the in-memory store gave them in the order
+    they were first written, SQLite in its own."""
+    async with state(kind, tmp_path) as (store, _):
+        await _write_uncertain(store)
+        found = [(cell.slot, cell.key) for cell in await store.unsettled()]
+        assert found == sorted(UNSETTLED_CELLS)
+
+
+async def test_postgresql_gives_unsettled_cells_in_code_point_order_whatever_its_collation(
+    icu_url: str,  # noqa: F811 - the fixture imported above
+) -> None:
+    """An ``en-US`` database put ``"a"`` before ``"B"``: SQLite and memory do not."""
+    async with open_postgres(icu_url, schema="state") as database:
+        store = AgentStateStore(SqliteStateBackend(database))
+        await _write_uncertain(store)
+        found = [(cell.slot, cell.key) for cell in await store.unsettled()]
+        assert found == sorted(UNSETTLED_CELLS)
+
+
+def test_an_async_migration_is_refused_when_the_slot_is_made() -> None:
+    """A read calls a migration plainly: an ``async def`` one returned a coroutine, and every
+    value of an older version read as damaged (``CorruptState``)."""
+
+    async def lift(old: Any) -> Any:
+        return old
+
+    with pytest.raises(TypeError, match=r"^the migration from version 1 is an async function"):
+        StateSlot("prefs", int, version=2, migrations={1: lift})
+
+
+async def test_every_error_of_the_store_reads_as_a_sentence_naming_its_cell(
+    kind: str, tmp_path: Path
+) -> None:
+    """They read as a dump of their fields (``StateConflict(slot='booking', …)``); each is a
+    sentence now, naming the slot and key, never the value."""
+    secret = "private-booking-ref"
+    caught: list[AgentStateError] = []
+    async with state(kind, tmp_path) as (store, _):
+        write = Uncertain("run-1", "timed out")
+        await store.write(BOOKING, "ann", Booking(secret), expected_revision=0, write=write)
+        newer = StateSlot("booking", Booking, version=2, migrations={1: lambda old: old})
+        wrong: Any = {"event": secret}
+        await store.write(newer, "bo", Booking(secret), expected_revision=0, write=write)
+        attempts: list[Any] = [
+            lambda: store.write(BOOKING, "ann", Booking(secret), expected_revision=0, write=write),
+            lambda: store.write(BOOKING, "ann", wrong, expected_revision=1, write=write),
+            lambda: store.write(
+                StateSlot("booking", Booking, max_bytes=8),
+                "ann",
+                Booking(secret),
+                expected_revision=1,
+                write=write,
+            ),
+            lambda: store.read(BOOKING, "bo"),  # version 2: no migration lifts it to 1
+            lambda: store.read(StateSlot("booking", int), "ann"),  # another type now
+            lambda: store.write(
+                BOOKING, "ann", Booking(secret), expected_revision=1, write=RunLocal("gone")
+            ),
+        ]
+        for attempt in attempts:
+            with pytest.raises(AgentStateError) as error:
+                await attempt()
+            caught.append(error.value)
+    words = ["revision 1, not 0", "does not match", "bytes of JSON", "version 2", "read back", ""]
+    for raised, word in zip(caught, words, strict=True):
+        text = str(raised)
+        assert not text.startswith(raised.tag + "("), text
+        assert secret not in text
+        assert word in text, text
+        if not isinstance(raised, RunNotObserved):
+            assert "slot 'booking'" in text, text
+    assert "run gone" in str(caught[-1])

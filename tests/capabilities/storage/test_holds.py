@@ -340,3 +340,21 @@ async def test_a_hold_a_renewal_finds_taken_over_is_renewed_no_more_and_still_re
         with pytest.raises(LaneLost, match="taken over"):  # never claimed again by a late append
             await first.append("c", [_said("r1", "steering")])
         assert [getattr(e.record, "run_id", "") for e in await second.entries("c")] == ["r1", "r2"]
+
+
+async def test_an_append_of_an_iterator_holds_the_lane_as_one_of_a_list_does(
+    store: Stores,
+) -> None:
+    """An append read its records twice — to encode them, then to see which run they start —
+    so an iterator was empty the second time: its records were written, its run's lane never
+    claimed, and a second run of the conversation was let in. Now any iterable is taken once,
+    and what is not one is refused before anything is written."""
+    async with store.open() as one, store.open() as other:
+        first, second = SqliteConversationLog(one), SqliteConversationLog(other)
+        await first.append("c", iter([_said("r1")]))  # type: ignore[arg-type]
+        with pytest.raises(ConversationInUse):
+            await second.append("c", [_said("r2")])
+        for records in (None, "abc", b"abc", 5):
+            with pytest.raises(TypeError, match=r"^records must be a sequence of records, got"):
+                await first.append("c", records)  # type: ignore[arg-type]
+        assert [e.record.run_id for e in await first.entries("c")] == ["r1"]  # type: ignore[union-attr]

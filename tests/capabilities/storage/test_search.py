@@ -355,6 +355,26 @@ async def test_a_limit_beyond_what_a_database_counts_is_taken_as_no_limit(
         assert _log.SEARCH_LIMIT_MOST == 2**63 - 1
 
 
+@pytest.mark.parametrize(
+    "words",
+    [["oslo"] * 8_000, ["a b c " * 5_000], ["oslo"] * 500 + ["e-mail"] * 251],
+    ids=["many-words", "one-long-phrase", "parts-count"],
+)
+async def test_a_search_of_more_words_than_it_takes_is_refused_alike(
+    store: Stores, words: list[str]
+) -> None:
+    """PostgreSQL failed a search of some thousands of words ("stack depth limit exceeded", a
+    ``ReadFailed``) that SQLite answered: more than 1,000 — ``e-mail`` counting as two — are
+    refused on both, before anything is read; 1,000 are searched."""
+    async with store.open() as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", "Trip to Oslo?", at=2.0)])
+        with pytest.raises(ValueError, match=r"^a search takes at most 1000 words"):
+            await log.search(words, limit=5)
+        found = await log.search(["oslo"] * 999 + ["...", "TRIP"], limit=5)
+        assert [said.text for said in found.said] == ["Trip to Oslo?"]
+
+
 async def test_a_write_that_is_refused_indexes_nothing() -> None:
     async with open_database(":memory:") as database:
         log = SqliteConversationLog(database)

@@ -66,6 +66,53 @@ async def test_a_conversation_id_no_database_keeps_is_refused_alike(
             await log.last_seq(5)  # type: ignore[arg-type]
 
 
+#: IDs past the 512 UTF-8 bytes a run takes: ASCII, two-byte letters, and random hex (which
+#: PostgreSQL's index cannot compress: its append failed there as a retryable write failure,
+#: while SQLite kept it).
+TOO_LONG = ["c" * 513, "\u00e9" * 257, "0123456789abcdef" * 200]
+
+
+@pytest.mark.parametrize("database", DATABASES)
+@pytest.mark.parametrize("conversation_id", TOO_LONG, ids=["ascii", "two-byte", "long"])
+async def test_a_conversation_id_longer_than_a_run_takes_is_refused_alike(
+    database: str, conversation_id: str, tmp_path: Path
+) -> None:
+    async with open_database(database, tmp_path) as opened:
+        log = SqliteConversationLog(opened)
+        calls: list[Any] = [
+            lambda: log.append(conversation_id, [created(conversation_id)]),
+            lambda: log.entries(conversation_id),
+            lambda: log.last_seq(conversation_id),
+            lambda: log.claim(conversation_id, "run-1"),
+            lambda: log.delete_conversations([conversation_id]),
+            lambda: log.put_media(conversation_id, {"d": b"x"}),
+        ]
+        for call in calls:
+            with pytest.raises(IdNotStorable, match="is longer than 512 bytes in UTF-8") as caught:
+                await call()
+            assert caught.value.too_long
+            assert caught.value.is_retryable is False  # bad input: no retry helps
+            assert isinstance(caught.value, ConversationLogError | ValueError)
+            assert len(str(caught.value)) < 300  # the ID is shown cut, not whole
+        assert await log.conversations() == ()
+        # 512 bytes exactly is kept, on every engine.
+        longest = "é" * 256
+        assert await log.append(longest, [created(longest)]) == 1
+        assert [e.seq for e in await log.entries(longest)] == [1]
+
+
+@pytest.mark.parametrize("database", DATABASES)
+async def test_a_run_id_longer_than_a_run_takes_is_refused_alike(
+    database: str, tmp_path: Path
+) -> None:
+    async with open_database(database, tmp_path) as opened:
+        log = SqliteConversationLog(opened)
+        run_id = "r" * 513
+        with pytest.raises(IdNotStorable, match=r"^the run ID 'r{64}…' is longer than 512 bytes"):
+            await log.claim("c", run_id)
+        assert await log.conversations() == ()
+
+
 def _storage(engine: str, tmp_path: Path, schema: str) -> Layer:
     """The storage layer of ``engine``: an SQLite file, or ``schema`` on the test server."""
     if engine == "sqlite":
@@ -127,6 +174,8 @@ async def test_media_that_cannot_be_kept_is_refused_alike(database: str, tmp_pat
             ({"": b"x"}, ValueError),
             ({"d\x00": b"x"}, ValueError),
             ({"d\ud800": b"x"}, ValueError),
+            # Kept in a key: PostgreSQL's index refused it (a retryable WriteFailed), SQLite not.
+            ({"0123456789abcdef" * 200: b"x"}, ValueError),
         ]
         for blobs, error in bad:
             with pytest.raises(error):
