@@ -21,11 +21,12 @@ the run with that failure.
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, Final, Generic, Literal, TypeAlias, TypedDict, cast, final
+from typing import Any, ClassVar, Final, Generic, Literal, TypeAlias, TypedDict, cast, final
 from urllib.parse import unquote
 
 import attrs
@@ -330,6 +331,9 @@ class Tool(Generic[P, S]):
 
     #: The function ``@tool`` made this tool from (not set on a tool built explicitly).
     __wrapped__: Callable[..., Awaitable[Any]]
+    #: The constructor's signature, for ``inspect.signature(Tool)`` (help, IDEs, documentation
+    #: tools): without it, ``inspect`` follows the ``__wrapped__`` slot and fails.
+    __signature__: ClassVar[inspect.Signature]
 
     __slots__ = (
         "__wrapped__",
@@ -611,6 +615,14 @@ class Tool(Generic[P, S]):
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r})"
+
+
+def _constructor_signature() -> inspect.Signature:
+    made = inspect.signature(Tool.__init__)
+    return made.replace(parameters=tuple(made.parameters.values())[1:])
+
+
+Tool.__signature__ = _constructor_signature()
 
 
 @final

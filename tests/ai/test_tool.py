@@ -4,6 +4,7 @@ crosses a schema boundary (static attrs types or dynamic JSON Schemas), handlers
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import sys
@@ -627,3 +628,11 @@ def test_a_schema_that_refers_back_to_itself_is_invalid_input_or_a_violation_not
         tool.decode_arguments('{"a": 1}')
     with pytest.raises(OutputSchemaViolation, match="refers back to itself without end"):
         tool.encode_success({"a": 1})
+
+
+def test_the_constructor_has_a_signature_for_help_and_ides() -> None:
+    # inspect followed the ``__wrapped__`` slot that @tool fills and failed (ValueError), which
+    # broke help(Tool), IDE hints and documentation tools.
+    shown = inspect.signature(Tool)
+    assert list(shown.parameters)[:3] == ["name", "description", "parameters"]
+    assert shown.parameters["handler"].default is None
