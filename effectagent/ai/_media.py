@@ -43,6 +43,7 @@ __all__ = [
     "MediaRef",
     "describe_media",
     "media_as_text",
+    "media_classes",
     "media_from_bytes",
     "media_from_path",
     "sniff_media_type",
@@ -552,17 +553,31 @@ def media_as_text(tp: Any) -> tuple[Any, bool]:
     return origin[new_args if len(new_args) > 1 else new_args[0]], True
 
 
-def split_media(value: object) -> tuple[object, tuple[MediaPart, ...]]:
-    """(``value`` with each media part in it — itself, or an item of its lists and tuples —
-    replaced by its description, the parts in order)."""
+def media_classes(tp: Any) -> tuple[type[MediaPart], ...]:
+    """The media part classes a type names anywhere in it (``list[str | ImagePart]``: ImagePart),
+    each once, in the order first named."""
+    if isinstance(tp, type) and issubclass(tp, MediaPart):
+        return (tp,)
+    found: list[type[MediaPart]] = []
+    for arg in get_args(tp):
+        found.extend(kind for kind in media_classes(arg) if kind not in found)
+    return tuple(found)
+
+
+def split_media(
+    value: object, kinds: tuple[type[MediaPart], ...] = (MediaPart,)
+) -> tuple[object, tuple[MediaPart, ...]]:
+    """(``value`` with each media part in it — itself, or an item of its lists and tuples — of
+    one of ``kinds`` replaced by its description, the parts in order). A part of another kind
+    stays where it is: the result's type, which has no such part, then refuses it."""
     if isinstance(value, MediaPart):
-        return value.describe(), (value,)
+        return (value.describe(), (value,)) if isinstance(value, kinds) else (value, ())
     if not isinstance(value, list | tuple):
         return value, ()
     parts: list[MediaPart] = []
     items: list[object] = []
     for item in value:
-        shown, found = split_media(item)
+        shown, found = split_media(item, kinds)
         items.append(shown)
         parts.extend(found)
     return (items if isinstance(value, list) else tuple(items)), tuple(parts)

@@ -52,7 +52,7 @@ from effectagent.effect import (
 from ._checks import check_function, check_handler, check_reconcile, need, shown
 from ._context import ProgressReporter, ToolCallContext
 from ._durable import Reconciled
-from ._media import media_as_text
+from ._media import MediaPart, media_as_text, media_classes, split_media
 from ._reduce import DEFAULT_MAX_TOOL_ARGUMENT_BYTES
 
 __all__ = [
@@ -337,6 +337,7 @@ class Tool(Generic[P, S]):
 
     __slots__ = (
         "__wrapped__",
+        "_media_kinds",
         "_output_validator",
         "_parameters_validator",
         "_success_encoder",
@@ -500,6 +501,7 @@ class Tool(Generic[P, S]):
         # A success type with media parts in it (``ImagePart``, ``list[str | MediaPart]``): each
         # part stands in the result as its description, and goes to the model beside it.
         described, self.returns_media = (None, False) if success is None else media_as_text(success)
+        self._media_kinds = media_classes(success) if self.returns_media else ()
         try:
             self._success_encoder: Callable[[Any], JSONValue] = checked_encoder(
                 Any if described is None else described
@@ -608,6 +610,13 @@ class Tool(Generic[P, S]):
             except SchemaError as exc:
                 raise _violation("result", exc) from None
         return encoded
+
+    def split_media(self, value: object) -> tuple[object, tuple[MediaPart, ...]]:
+        """A handler's result with each media part of a kind the success type names replaced by
+        its description, and those parts (:func:`~effectagent.ai.split_media`): a part of
+        another kind (an ``AudioPart`` from a tool declared to return an ``ImagePart``) stays,
+        and :meth:`encode_success` refuses it."""
+        return split_media(value, self._media_kinds)
 
     def is_declared_failure(self, error: BaseException) -> bool:
         """True when ``error`` is one of the declared failure classes."""

@@ -32,7 +32,6 @@ from effectagent.ai import (
     ToolCallContext,
     encode_failure,
     handler_result,
-    split_media,
 )
 from effectagent.core import (
     AgentPolicy,
@@ -348,7 +347,7 @@ class CallRunner:
                 value = handler_result(exit_.value)
                 media: tuple[MediaPart, ...] = ()
                 if tool.returns_media:  # each part stands in the result as its description
-                    value, media = split_media(value)
+                    value, media = tool.split_media(value)
                 encoded = tool.encode_success(value)
             except OutputSchemaViolation as exc:
                 return ToolDefect(call.id, call.name, io.redact_text(str(exc)))
