@@ -79,7 +79,7 @@ from ._port import Connection, Dialect
 from ._postgres_attempts import Conn, read, write
 from ._postgres_layout import prepare
 from ._postgres_listen import Listener, channel, waking
-from ._postgres_lock import OpenersLock
+from ._postgres_lock import CONNECT_TIMEOUT, OpenersLock
 from ._postgres_names import (
     Names,
     SchemaInUse,
@@ -383,6 +383,10 @@ def _open_sync(
     extra: Sequence[str],
 ) -> _Opened:
     lock = OpenersLock(url, lock_key(schema), names, policy)
+    # The first connection may take a while on a loaded machine or across a network: the open
+    # waits for it as long as the openers' lock waits to connect, or the retry bound if that is
+    # longer (a bound meant for conflicts is no connect timeout).
+    connect_wait = max(policy.bound, CONNECT_TIMEOUT)
     conn = lock.connect()
     pool: psycopg_pool.ConnectionPool[Conn] | None = None
     try:
@@ -406,7 +410,7 @@ def _open_sync(
             timeout=policy.bound,
             num_workers=2,
         )
-        pool.open(wait=True, timeout=policy.bound)
+        pool.open(wait=True, timeout=connect_wait)
         skew = clock_skew(pool)
         alone = lock.take_alone()
         recovered: Mapping[str, int] = {}
@@ -421,7 +425,7 @@ def _open_sync(
         lock.close()
         if isinstance(exc, psycopg_pool.PoolTimeout):
             raise CannotOpenDatabase(
-                names.where, f"no connection could be made within {policy.bound:.0f} s"
+                names.where, f"no connection could be made within {connect_wait:g} s"
             ) from None
         if isinstance(exc, psycopg.Error):
             raise CannotOpenDatabase(names.where, names.reason(exc)) from None

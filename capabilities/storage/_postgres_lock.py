@@ -36,12 +36,15 @@ from ._busy import BusyPolicy
 from ._errors import CannotOpenDatabase, StorageError
 from ._postgres_names import Names, SchemaInUse
 
-__all__ = ["LOCK_APPLICATION_NAME", "OpenersLock"]
+__all__ = ["CONNECT_TIMEOUT", "LOCK_APPLICATION_NAME", "OpenersLock"]
 
 _Conn = psycopg.Connection[TupleRow]
 
 #: The ``application_name`` of the lock's connection.
 LOCK_APPLICATION_NAME: Final = "effectagent-lock"
+
+#: Seconds a connection of the store is given to be made (libpq's ``connect_timeout``).
+CONNECT_TIMEOUT: Final = 10
 
 #: How a long-lived connection (the lock's, the listeners', live text's sender) notices a network
 #: that went silent (TCP only; the URL's own settings win): keepalives after 10 s idle, every
@@ -52,7 +55,7 @@ _KEEPALIVE: Final[dict[str, Any]] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,
-    "connect_timeout": 10,
+    "connect_timeout": CONNECT_TIMEOUT,
 }
 
 
