@@ -130,7 +130,8 @@ class Price:
 
     ``input`` is uncached input and ``output`` output text; ``cached_input`` (cache reads),
     ``cache_write`` (input written to the cache) default to ``input``, ``reasoning`` to
-    ``output``. Negative or non-finite figures are refused, naming the field, and so are figures
+    ``output``; ``cache_write_long`` (input written to the cache for a long lifetime: Anthropic's
+    one-hour entries) to twice ``input``, what Anthropic charges for them. Negative or non-finite figures are refused, naming the field, and so are figures
     no price means — 1E+16 dollars or more, or more than 30 decimal places."""
 
     input: Decimal = attrs.field(converter=_decimal, validator=_non_negative)
@@ -144,8 +145,11 @@ class Price:
     reasoning: Decimal | None = attrs.field(
         default=None, converter=_optional_decimal, validator=_non_negative, kw_only=True
     )
-    # The five prices as integers over one power of ten (exact integer arithmetic).
-    _scaled: tuple[int, int, int, int, int] = attrs.field(init=False, repr=False, eq=False)
+    cache_write_long: Decimal | None = attrs.field(
+        default=None, converter=_optional_decimal, validator=_non_negative, kw_only=True
+    )
+    # The six prices as integers over one power of ten (exact integer arithmetic).
+    _scaled: tuple[int, ...] = attrs.field(init=False, repr=False, eq=False)
     _scale: int = attrs.field(init=False, repr=False, eq=False)
 
     def __attrs_post_init__(self) -> None:
@@ -155,6 +159,7 @@ class Price:
             self.input if self.cache_write is None else self.cache_write,
             self.output,
             self.output if self.reasoning is None else self.reasoning,
+            2 * self.input if self.cache_write_long is None else self.cache_write_long,
         )
         places = max(0, *(_places(price) for price in prices))
         scale = 10**places
@@ -170,13 +175,26 @@ class Price:
         cache_write: int = 0,
         output: int = 0,
         reasoning: int = 0,
+        cache_write_long: int = 0,
     ) -> int:
         """What one call that used these tokens costs, in micro-dollars — each part counted
-        apart (``output`` is output *other than* reasoning), rounded up to a whole micro-dollar
-        (see the module notes). Negative counts are refused."""
-        counts = (uncached_input, cache_read, cache_write, output, reasoning)
+        apart (``output`` is output *other than* reasoning; ``cache_write_long`` is the part of
+        ``cache_write`` priced at ``cache_write_long``), rounded up to a whole micro-dollar (see
+        the module notes). Negative counts, and long writes beyond the writes, are refused."""
+        counts = (
+            uncached_input,
+            cache_read,
+            cache_write - cache_write_long,
+            output,
+            reasoning,
+            cache_write_long,
+        )
         if min(counts) < 0:
-            raise ValueError(f"token counts are never negative, got {counts}")
+            raise ValueError(
+                "token counts are never negative, and cache_write_long is part of cache_write: "
+                f"got {(uncached_input, cache_read, cache_write, output, reasoning)} and "
+                f"cache_write_long={cache_write_long}"
+            )
         exact = sum(count * price for count, price in zip(counts, self._scaled, strict=True))
         return -(-exact // self._scale)  # the ceiling, in integers
 
@@ -190,6 +208,7 @@ class Price:
             usage.input.cache_read,
             usage.input.cache_write,
             usage.output.reasoning,
+            usage.input.cache_write_long,
         )
 
     def cost_of_counts(
@@ -199,15 +218,18 @@ class Price:
         cache_read: int = 0,
         cache_write: int = 0,
         reasoning: int = 0,
+        cache_write_long: int = 0,
     ) -> int:
         """As :meth:`cost_of`, from the totals one call reported: ``input_tokens`` includes
-        the cache reads and writes, ``output_tokens`` the reasoning."""
+        the cache reads and writes, ``output_tokens`` the reasoning, ``cache_write`` the long
+        writes."""
         return self.cost(
             uncached_input=max(0, input_tokens - cache_read - cache_write),
             cache_read=cache_read,
             cache_write=cache_write,
             output=max(0, output_tokens - reasoning),
             reasoning=reasoning,
+            cache_write_long=cache_write_long,
         )
 
 

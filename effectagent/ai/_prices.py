@@ -3,7 +3,8 @@ models, in US dollars per million tokens. Data only.
 
 Taken in November 2025 from the providers' pricing pages: the standard tier (no batch or
 priority discounts), prompts under 200,000 tokens (Anthropic and Google charge more above), and
-Anthropic's five-minute cache writes. OpenAI and Google charge nothing extra to write their
+Anthropic's cache writes (five-minute entries at a quarter more than input; one-hour entries at
+twice the input, ``Price.cache_write_long``'s default). OpenAI and Google charge nothing extra to write their
 caches (a write is priced as input). These figures change, and a contract may differ: they are
 a starting point for the user to check, and to replace with :meth:`PriceTable.with_prices` and
 ``PricesService`` (or the CLI's ``[prices]`` table).

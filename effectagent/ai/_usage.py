@@ -31,12 +31,22 @@ def _part(kind: type) -> Any:
 @attrs.frozen
 class InputTokens:
     """Input tokens of one call. ``total`` = ``uncached`` + ``cache_read`` + ``cache_write``
-    when a provider reports all parts; providers that report only a total leave the parts 0."""
+    when a provider reports all parts; providers that report only a total leave the parts 0.
+    ``cache_write_long`` is the part of ``cache_write`` written for a long lifetime (Anthropic's
+    one-hour entries, ``PromptCaching(ttl="1h")``), which is priced apart."""
 
     total: int = attrs.field(default=0, validator=_count)
     uncached: int = attrs.field(default=0, validator=_count)
     cache_read: int = attrs.field(default=0, validator=_count)
     cache_write: int = attrs.field(default=0, validator=_count)
+    cache_write_long: int = attrs.field(default=0, validator=_count)
+
+    def __attrs_post_init__(self) -> None:
+        if self.cache_write_long > self.cache_write:
+            raise ValueError(
+                f"InputTokens: cache_write_long ({self.cache_write_long}) is part of "
+                f"cache_write ({self.cache_write}) and cannot exceed it"
+            )
 
 
 @attrs.frozen
@@ -69,16 +79,19 @@ class Usage:
         cache_read: int = 0,
         cache_write: int = 0,
         reasoning: int = 0,
+        cache_write_long: int = 0,
     ) -> Usage:
         """Totals, with the parts derived: ``input_tokens`` includes the cache reads and writes
-        (kept apart), ``output_tokens`` the reasoning. Parts larger than their total are a
-        ``ValueError`` (they would be priced as given)."""
+        (kept apart; ``cache_write_long``, the long-lived writes, is part of ``cache_write``),
+        ``output_tokens`` the reasoning. Parts larger than their total are a ``ValueError`` (they
+        would be priced as given)."""
         given = {
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "cache_read": cache_read,
             "cache_write": cache_write,
             "reasoning": reasoning,
+            "cache_write_long": cache_write_long,
         }
         for name, value in given.items():
             if type(value) is not int or value < 0:
@@ -92,12 +105,18 @@ class Usage:
             raise ValueError(
                 f"Usage.of: reasoning ({reasoning}) exceeds output_tokens ({output_tokens})"
             )
+        if cache_write_long > cache_write:
+            raise ValueError(
+                f"Usage.of: cache_write_long ({cache_write_long}) exceeds cache_write "
+                f"({cache_write}), of which it is part"
+            )
         return Usage(
             InputTokens(
                 total=input_tokens,
                 uncached=max(0, input_tokens - cache_read - cache_write),
                 cache_read=cache_read,
                 cache_write=cache_write,
+                cache_write_long=cache_write_long,
             ),
             OutputTokens(
                 total=output_tokens, text=max(0, output_tokens - reasoning), reasoning=reasoning

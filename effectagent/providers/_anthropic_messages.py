@@ -367,6 +367,7 @@ class MessagesDecoder:
         "_ended",
         "_ids",
         "_input",
+        "_long_writes",
         "_metadata",
         "_model",
         "_output",
@@ -383,6 +384,7 @@ class MessagesDecoder:
         self._ended: list[StreamedCall] = []
         self._reason: FinishReason = "unknown"
         self._input = {"input_tokens": 0, "cache_read": 0, "cache_write": 0}
+        self._long_writes = 0  # of cache_write: the one-hour entries
         self._output = {"output_tokens": 0, "thinking": 0}
         self._complete = False
         self.call_ids: list[str] = []
@@ -443,6 +445,7 @@ class MessagesDecoder:
                 cache_read=self._input["cache_read"],
                 cache_write=self._input["cache_write"],
                 reasoning=self._output["thinking"],
+                cache_write_long=self._long_writes,
             )
             self._complete = True
             out.append(FinishPart(self._reason, usage))
@@ -543,6 +546,9 @@ class MessagesDecoder:
         ):
             if usage.get(key) is not None:
                 self._input[field] = as_int(usage.get(key))
+        creation = usage.get("cache_creation")  # the writes by lifetime
+        if isinstance(creation, Mapping) and creation.get("ephemeral_1h_input_tokens") is not None:
+            self._long_writes = as_int(creation.get("ephemeral_1h_input_tokens"))
         if usage.get("output_tokens") is not None:
             self._output["output_tokens"] = as_int(usage.get("output_tokens"))
         details = usage.get("output_tokens_details")

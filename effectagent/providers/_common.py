@@ -105,11 +105,12 @@ def reported_usage(
     cache_read: int = 0,
     cache_write: int = 0,
     reasoning: int = 0,
+    cache_write_long: int = 0,
 ) -> Usage:
     """The usage a provider reported, its parts kept within their totals: the cache reads, then
-    the cache writes, are at most the input (of which they are parts), the reasoning at most the
-    output. A server's figures are untrusted — a part larger than its total would otherwise be
-    priced as tokens that were never used."""
+    the cache writes, are at most the input (of which they are parts), the long-lived writes at
+    most the writes, the reasoning at most the output. A server's figures are untrusted — a part
+    larger than its total would otherwise be priced as tokens that were never used."""
     cache_read = min(cache_read, input_tokens)
     cache_write = min(cache_write, input_tokens - cache_read)
     return Usage.of(
@@ -118,6 +119,7 @@ def reported_usage(
         cache_read=cache_read,
         cache_write=cache_write,
         reasoning=min(reasoning, output_tokens),
+        cache_write_long=min(cache_write_long, cache_write),
     )
 
 

@@ -20,6 +20,7 @@ from effectagent.ai import (
     Message,
     ModelRequest,
     NativeReasoningContent,
+    Price,
     PromptCaching,
     SystemMessage,
     TextContent,
@@ -27,6 +28,7 @@ from effectagent.ai import (
     ToolDescriptor,
     ToolMessage,
     ToolResultContent,
+    Usage,
     UserMessage,
 )
 from effectagent.providers import Anthropic, OpenAIChat, OpenAICompatible, OpenAIResponses
@@ -163,6 +165,48 @@ async def test_an_hour_long_cache_and_fewer_marks_are_sent_as_asked(server: Repl
     assert marks(body) == ["$.messages[0].content[0]", "$.tools[0]"]
     assert body["tools"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
     assert body["system"] == "Be brief."  # not marked: left a string
+
+
+async def test_hour_long_cache_writes_are_priced_at_their_own_rate(server: ReplayServer) -> None:
+    """Anthropic charges twice the input for a one-hour entry (a quarter more for a five-minute
+    one): a run whose request wrote both kinds costs each at its rate, so a cost budget counts
+    what the provider bills."""
+    wire = AnthropicWire()
+    server.script(
+        Reply.sse(
+            [
+                wire.start(20, written=1_500, long_written=1_000),
+                wire.ping(),
+                *wire.text_block(0, "1 °C in Oslo."),
+                *wire.finish("end_turn"),
+            ]
+        )
+    )
+    agent = Agent(
+        "cached", "Answer.", AgentPolicy(prompt_caching=PromptCaching(ttl="1h")), Toolkit()
+    )
+    settings = Anthropic("claude-sonnet-4-5", api_key=KEY, base_url=server.url)
+    async with open_runtime(settings.layer(), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "How cold is Oslo?")
+    assert result.status == "completed", result.error
+    usage = result.usage
+    assert usage.cache_write_input_tokens == 1_500
+    # $3 input, $15 output, $3.75 a five-minute write, $6 (twice the input) a one-hour write.
+    assert usage.cost == 20 * 3 + 500 * 375 // 100 + 1_000 * 6 + 5 * 15
+
+
+def test_a_price_counts_long_writes_as_part_of_the_writes() -> None:
+    price = Price("3", "15", cache_write="3.75")
+    assert price.cache_write_long is None  # twice the input: $6 a million
+    assert (
+        price.cost(cache_write=1_000_000, cache_write_long=400_000)
+        == 3_750_000 * 6 // 10 + 2_400_000
+    )
+    assert Price("3", "15", cache_write_long="7").cost(cache_write=10, cache_write_long=10) == 70
+    with pytest.raises(ValueError, match="cache_write_long is part of cache_write"):
+        price.cost(cache_write=1, cache_write_long=2)
+    with pytest.raises(ValueError, match="cache_write_long"):
+        Usage.of(100, 1, cache_write=10, cache_write_long=11)
 
 
 async def test_openai_gets_the_cache_key_on_both_apis_and_another_server_never(

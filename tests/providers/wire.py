@@ -359,8 +359,11 @@ class AnthropicWire:
         self.model = model
         self.id = message_id
 
-    def start(self, given: int = 10, *, read: int = 0, written: int = 0) -> bytes:
-        """``message_start`` with the input usage."""
+    def start(
+        self, given: int = 10, *, read: int = 0, written: int = 0, long_written: int = 0
+    ) -> bytes:
+        """``message_start`` with the input usage (``long_written``: how many of the ``written``
+        went to one-hour entries)."""
         message: dict[str, Any] = {
             "id": self.id,
             "type": "message",
@@ -373,6 +376,10 @@ class AnthropicWire:
                 "input_tokens": given,
                 "cache_creation_input_tokens": written,
                 "cache_read_input_tokens": read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": written - long_written,
+                    "ephemeral_1h_input_tokens": long_written,
+                },
                 "output_tokens": 1,
             },
         }
