@@ -13,11 +13,12 @@ them into its own typed errors, naming its own identifiers.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, final
 
-from effectagent.effect import SchemaError, decode, encode_as
+from effectagent.effect import SchemaError, decode, encode_as, is_async_callable
 
 __all__ = [
     "Migration",
@@ -94,10 +95,15 @@ def loads(text: str) -> Any:
     return _DECODER.decode(text)
 
 
-def check_migrations(version: int, migrations: Mapping[int, Migration]) -> None:
+def check_migrations(
+    version: int, migrations: Mapping[int, Migration], *, what: str = "stored value"
+) -> None:
     """Raise ``ValueError`` unless ``version`` is at least 1 and every migration key is a version
     below it (a step from ``n`` to ``n + 1``); ``TypeError`` for ``migrations`` that is not a
-    mapping or a migration that is not callable."""
+    mapping, a migration that is not callable, or one that is an ``async def`` function (or an
+    async generator function): a read calls it plainly, and what it returns — a coroutine or an
+    async generator, never the lifted JSON — would make every older ``what`` (as the message names it: ``"value of slot
+    'prefs'"``) read as damaged."""
     if type(version) is not int or version < 1:
         raise ValueError(f"a schema version is an integer of at least 1, got {version!r}")
     given: object = migrations  # not every caller runs mypy
@@ -111,13 +117,20 @@ def check_migrations(version: int, migrations: Mapping[int, Migration]) -> None:
             raise ValueError(
                 f"migration keys are the versions they lift from (1 to {version - 1}), got {step!r}"
             )
-        if not callable(migrations[step]):
+        migration = migrations[step]
+        if not callable(migration):
             raise TypeError(f"the migration from version {step} is not callable")
+        if is_async_callable(migration) or inspect.isasyncgenfunction(migration):
+            raise TypeError(
+                f"the migration from version {step} is an async function: a migration is a "
+                f"plain function of the stored JSON, called as it is when an older {what} is read"
+            )
 
 
 @final
 class VersionedCodec(Generic[T]):
-    """Dumps values of ``tp`` to JSON text and loads them back from any supported version. Pure."""
+    """Dumps values of ``tp`` to JSON text and loads them back from any supported version. Pure.
+    Its migrations are checked by :func:`check_migrations` (``what`` names its values there)."""
 
     __slots__ = ("_migrations", "max_bytes", "tp", "version")
 
@@ -127,8 +140,10 @@ class VersionedCodec(Generic[T]):
         version: int,
         migrations: Mapping[int, Migration],
         max_bytes: int,
+        *,
+        what: str = "stored value",
     ) -> None:
-        check_migrations(version, migrations)
+        check_migrations(version, migrations, what=what)
         if type(max_bytes) is not int or max_bytes < 2:
             raise ValueError(f"max_bytes must be an integer of at least 2, got {max_bytes!r}")
         self.tp = tp

@@ -33,6 +33,7 @@ import attrs
 
 from capabilities.sessions import SessionStore
 from capabilities.storage import SqliteConversationLog
+from capabilities.storage._search import SEARCH_WORDS_MOST, word_count
 from effectagent.core import LogEntry, ModelResponseRecorded, UserInputRecorded
 from effectagent.engine import ConversationLog
 
@@ -120,13 +121,19 @@ def tokens(text: str) -> tuple[str, ...]:
 def words_of(search: str) -> tuple[str, ...]:
     """The words of ``search`` (split on white space), lower case, those of punctuation alone
     left out. Empty for a blank search; raises :class:`UsageError`, in a sentence, for one of
-    punctuation alone (it would match nothing)."""
+    punctuation alone (it would match nothing) and for one of more than the storage's
+    ``SEARCH_WORDS_MOST`` words (1,000), each part of a word counted (``e-mail`` is two)."""
     split = search.split()
     words = tuple(word.lower() for word in split if tokens(word))
     if split and not words:
         raise UsageError(
             f"there is no word to search for in {visible(search)!r}: history matches words "
             f"(letters and digits), and punctuation alone is none"
+        )
+    if word_count(words) > SEARCH_WORDS_MOST:
+        raise UsageError(
+            f"history searches for at most {SEARCH_WORDS_MOST:,} words, each part of a word "
+            f"counted (e-mail is two); this search holds more"
         )
     return words
 

@@ -324,7 +324,8 @@ ENDPOINTS: Final[tuple[Endpoint, ...]] = (
         "/v1/search",
         "search",
         "Search what was said in the conversations the principal sees (?q=words&limit=; q "
-        "holds 1 to 16 printable words).",
+        "holds 1 to 16 printable words, at most 1,000 counting each part of a word: e-mail is "
+        "two).",
         answer=SearchResult,
         query=("q", "limit"),
     ),

@@ -48,6 +48,7 @@ from .._logging import log_warning
 from ..durable import DurableError, DurableQueue, Submission
 from ..durable._checks import check_secrets
 from ..storage import Database, SqliteConversationLog, StorageError
+from ..storage._search import SEARCH_WORDS_MOST, word_count
 from . import _ledger
 from ._api import (
     ENDPOINTS,
@@ -849,6 +850,12 @@ class ServeApi:
         words = request.query_params.get("q", "").split()
         if not words or len(words) > 16 or not all(word.isprintable() for word in words):
             raise Problem("bad-request", "q must hold 1 to 16 printable words to search for")
+        if word_count(words) > SEARCH_WORDS_MOST:  # a.b.c… is one word here, many to the log
+            raise Problem(
+                "bad-request",
+                f"q must hold at most {SEARCH_WORDS_MOST:,} words, each part of a word counted "
+                f"(e-mail is two)",
+            )
         limit = self._count(request, "limit", self.settings.search_limit)
         limit = min(limit, self.settings.search_limit)
         found = await self._log.search(words, limit=limit if principal.operator else limit * 4)

@@ -21,7 +21,6 @@ from effectagent.effect import (
     SchemaDerivationError,
     ServiceKey,
     TaggedError,
-    is_async_callable,
     json_schema,
 )
 
@@ -236,13 +235,9 @@ class SessionSchema(Generic[M]):
                 f"got {builtins.type(migrations).__name__}"
             )
         #: The pure codec that dumps and loads metadata.
-        self.codec: VersionedCodec[M] = VersionedCodec(type, version, migrations or {}, max_bytes)
-        for step, migration in (migrations or {}).items():
-            if is_async_callable(migration):  # called plainly: older metadata would read damaged
-                raise TypeError(
-                    f"the migration from version {step} is an async function: a migration is a "
-                    "plain function of the stored JSON"
-                )
+        self.codec: VersionedCodec[M] = VersionedCodec(
+            type, version, migrations or {}, max_bytes, what="session's metadata"
+        )
 
     @property
     def version(self) -> int:

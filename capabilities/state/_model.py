@@ -112,17 +112,6 @@ def _reason(_: object, attribute: attrs.Attribute[Any], value: object) -> None:
         )
 
 
-def _plain_migrations(migrations: Mapping[int, Migration] | None) -> None:
-    """Refuse (``TypeError``) an ``async def`` migration: a read calls it as a plain function,
-    and its coroutine would make every older value read as damaged."""
-    for step, migration in (migrations or {}).items():
-        if is_async_callable(migration):
-            raise TypeError(
-                f"the migration from version {step} is an async function: a migration is a "
-                "plain function of the stored JSON"
-            )
-
-
 # ---- errors ---------------------------------------------------------------------------------------
 
 
@@ -288,8 +277,9 @@ class StateSlot(Generic[T]):
             ) from None
         self.name = name
         #: The pure codec that dumps and loads this slot's values.
-        self.codec: VersionedCodec[T] = VersionedCodec(type, version, migrations or {}, max_bytes)
-        _plain_migrations(migrations)
+        self.codec: VersionedCodec[T] = VersionedCodec(
+            type, version, migrations or {}, max_bytes, what=f"value of slot {name!r}"
+        )
 
     @property
     def version(self) -> int:

@@ -50,6 +50,7 @@ from .._ids import new_id
 from .._logging import log_warning
 from .._rules import storable
 from ..storage import StorageError
+from ..storage._errors import ID_BYTES_MOST
 from ._admission import Admissions, Closing
 from ._journal import AdmissionJournal, SqliteJournal
 from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
@@ -66,6 +67,9 @@ def _unchanged(text: str) -> str:
 
 
 def _check(conversation_id: object, author: object) -> None:
+    """Refuse a conversation ID or author a run refuses (naming it, never quoting it): not a
+    str (``TypeError``), blank, holding NUL or a lone surrogate (no store keeps them), or
+    longer than :data:`ID_BYTES_MOST` bytes in UTF-8 (an indexed column; ``ValueError``)."""
     for name, value in (("conversation_id", conversation_id), ("author", author)):
         if not isinstance(value, str):
             raise TypeError(f"{name} must be a str, got {type(value).__name__}")
@@ -73,6 +77,8 @@ def _check(conversation_id: object, author: object) -> None:
             raise ValueError(f"{name} must not be empty or blank")
         if not storable(value):  # as a run refuses such a conversation ID: no store keeps it
             raise ValueError(f"{name} must not hold NUL or a lone surrogate")
+        if len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST:
+            raise ValueError(f"{name} must be at most {ID_BYTES_MOST} bytes in UTF-8")
 
 
 @final

@@ -118,3 +118,18 @@ def test_history_works_while_a_chat_in_another_process_runs(
     chat.expect(PROMPT)
     chat.sendeof()
     assert _finish(chat) == 0
+
+
+def test_a_search_of_more_words_than_the_log_takes_is_exit_status_2(tmp_path: Path) -> None:
+    """One word of 1,001 parts (``a.a.a…``) was the log's ``ValueError``: exit status 3, "cannot
+    start", as if the storage could not be opened."""
+    state = tmp_path / "state-dir"
+    state.mkdir(mode=0o700)
+    (state / "effectagent.db").touch()  # a store there: the search reaches the log
+    refused = effectagent(tmp_path, "history", "--state-dir", str(state), ".".join(["a"] * 1001))
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stdout == ""
+    assert refused.stderr == (
+        "effectagent: history searches for at most 1,000 words, each part of a word counted "
+        "(e-mail is two); this search holds more\n"
+    )

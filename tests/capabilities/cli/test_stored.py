@@ -251,3 +251,16 @@ def test_a_session_whose_conversation_has_a_run_going_is_not_deleted(
     assert "Traceback" not in refused.stderr
     assert "oslo" in effectagent(tmp_path, "sessions").stdout
     assert "Take a coat to Oslo." in effectagent(tmp_path, "history", "coat").stdout
+
+
+def test_a_search_of_more_words_than_the_log_takes_is_a_usage_error() -> None:
+    """``history a.b.c…`` of more than 1,000 parts reached the log's ``ValueError``: exit status
+    3 and "cannot start: …", as if the storage could not be opened."""
+    assert len(words_of(" ".join(["a"] * 1000))) == 1000
+    for typed in (" ".join(["a"] * 1001), ".".join(["a"] * 1001), "e-mail " * 501):
+        with pytest.raises(UsageError) as raised:
+            words_of(typed)
+        assert str(raised.value) == (
+            "history searches for at most 1,000 words, each part of a word counted (e-mail is "
+            "two); this search holds more"
+        )

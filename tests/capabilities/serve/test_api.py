@@ -522,3 +522,20 @@ def test_a_token_that_is_not_ascii_authenticates_as_a_client_sends_it(tmp_path: 
         assert answer.json() == {"principal": "uni", "operator": False}
         wrong = [(b"Authorization", b"Bearer " + token[:-1].encode())]
         assert client.get("/v1/me", headers=wrong).status_code == 401
+
+
+async def test_a_search_of_more_words_than_the_log_takes_is_400_naming_q(service: Served) -> None:
+    """One word of 1,001 parts (``a.a.a…``) passed the 16-word check and reached the log's
+    ``ValueError``, answered with its sentence, which never named ``q``."""
+    async with httpx2.AsyncClient(base_url=service.url) as client:
+        for words in (".".join(["a"] * 1001), " ".join(["-".join(["b"] * 100)] * 11)):
+            answer = await client.get("/v1/search", params={"q": words}, headers=auth(ANN))
+            assert answer.status_code == 400, answer.text
+            assert answer.headers["content-type"] == "application/problem+json"
+            assert answer.json()["detail"] == (
+                "q must hold at most 1,000 words, each part of a word counted (e-mail is two)"
+            )
+        found = await client.get(
+            "/v1/search", params={"q": ".".join(["a"] * 1000)}, headers=auth(ANN)
+        )
+        assert found.status_code == 200, found.text

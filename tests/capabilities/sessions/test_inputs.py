@@ -200,3 +200,19 @@ def test_an_async_migration_is_refused_when_the_schema_is_made() -> None:
 
     with pytest.raises(TypeError, match=r"^the migration from version 1 is an async function"):
         Schema(dict, version=2, migrations={1: lift})
+
+
+def test_an_async_generator_migration_is_refused_naming_the_sessions_metadata() -> None:
+    """The check lives in one place (``check_migrations``) for sessions and state slots: an
+    async generator function passed it (a read then met an async generator, never the lifted
+    JSON), and the message did not say whose migration it was."""
+
+    async def lift(old: dict[str, Any]) -> Any:
+        yield old
+
+    with pytest.raises(TypeError) as raised:
+        Schema(dict, version=2, migrations={1: lift})
+    assert str(raised.value) == (
+        "the migration from version 1 is an async function: a migration is a plain function of "
+        "the stored JSON, called as it is when an older session's metadata is read"
+    )

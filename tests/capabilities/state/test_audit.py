@@ -255,6 +255,22 @@ def test_an_async_migration_is_refused_when_the_slot_is_made() -> None:
         StateSlot("prefs", int, version=2, migrations={1: lift})
 
 
+def test_an_async_generator_migration_is_refused_naming_its_slot() -> None:
+    """The check lives in one place (``check_migrations``) for state slots and sessions: an
+    async generator function passed it (a read then met an async generator, never the lifted
+    JSON), and the message did not name the slot."""
+
+    async def lift(old: Any) -> Any:
+        yield old
+
+    with pytest.raises(TypeError) as raised:
+        StateSlot("prefs", int, version=3, migrations={1: lambda old: old, 2: lift})
+    assert str(raised.value) == (
+        "the migration from version 2 is an async function: a migration is a plain function of "
+        "the stored JSON, called as it is when an older value of slot 'prefs' is read"
+    )
+
+
 async def test_every_error_of_the_store_reads_as_a_sentence_naming_its_cell(
     kind: str, tmp_path: Path
 ) -> None:

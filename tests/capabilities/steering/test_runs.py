@@ -560,6 +560,42 @@ async def test_an_id_or_author_no_store_keeps_is_refused_the_same_by_every_store
         assert await steering.status(conversation_id) is None
 
 
+@pytest.mark.parametrize("storage", ["memory", "sqlite", "postgresql"])
+async def test_an_id_or_author_longer_than_a_run_takes_is_refused_by_every_store(
+    storage: str, tmp_path: Path, postgres_schema: tuple[str, str]
+) -> None:
+    """A conversation ID or author longer than 512 bytes in UTF-8 is a ``ValueError`` naming
+    the argument, as a run refuses it — it used to be admitted (a receipt, rejected or not, and
+    on a database a row of the journal); 512 bytes are taken."""
+    url, schema = postgres_schema
+    quiet = Agent("quiet", "Answer.")
+    kept = (
+        in_memory_storage()
+        if storage == "memory"
+        else sqlite_storage(tmp_path / "long.db")
+        if storage == "sqlite"
+        else postgres_storage(url, schema=schema)
+    )
+    longest = "é" * 256  # 512 bytes
+    async with open_runtime(ScriptedModel.layer([]) + kept, agents=[quiet]) as runtime:
+        steering = runtime.context[SteeringService]
+        for submit in (steering.steer, steering.follow_up):
+            for conversation_id, author, which in (
+                ("c" * 513, "ann", "conversation_id"),
+                (longest + "é", "ann", "conversation_id"),
+                ("conv", "a" * 513, "author"),
+                ("conv", longest + "x", "author"),
+            ):
+                with pytest.raises(
+                    ValueError, match=f"^{which} must be at most 512 bytes in UTF-8$"
+                ):
+                    await submit(conversation_id, "Go on.", author=author)
+            receipt = await submit(longest, "Go on.", author=longest)
+            assert receipt.rejection == "no-active-run"  # checked, then not admitted: no run
+        with pytest.raises(ValueError, match=r"^conversation_id must be at most 512 bytes"):
+            await runtime.run(quiet, "Hi.", conversation_id="c" * 513)  # as a run refuses it
+
+
 @pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
 async def test_text_holding_nul_or_a_lone_surrogate_is_admitted_and_delivered_whole(
     storage: str, tmp_path: Path, postgres_schema: tuple[str, str]
