@@ -138,6 +138,7 @@ def code_mode(
     allowlist = plan(name, namespaces)
     declarations = render_declarations(name, allowlist)
     selected = tuple(method.tool for namespace in allowlist for method in namespace.methods)
+    methods = calls(allowlist)
     tool: Tool[CodeModeInput, CodeModeOutput] = Tool(
         name,
         describe(description, allowlist, limits, declarations),
@@ -146,6 +147,7 @@ def code_mode(
         failure=CodeModeFailed,
         readonly=True,
         open_world=any(t.annotations.open_world for t in selected),
+        summarize=_summary(name, tuple(methods.values())),
         inner_tools=selected,
     )
     request_limits = limits.executor_limits(wrapper_bytes(allowlist, limits.egress_bytes))
@@ -159,7 +161,19 @@ def code_mode(
                 on_acquire=on_acquire,
             )
         )
-    return CodeMode(tool, layer, selected, calls(allowlist), declarations, limits, executor)
+    return CodeMode(tool, layer, selected, methods, declarations, limits, executor)
+
+
+def _summary(name: str, methods: tuple[str, ...]) -> Callable[[CodeModeInput], str]:
+    """What an approval request for a pass says (its program is the request's preview): one
+    line, not the tool's description — instructions and declarations written for the model."""
+    listed = ", ".join(methods)
+
+    def summarize(params: CodeModeInput) -> str:
+        size = len(params.program.encode("utf-8", "surrogatepass"))
+        return f"{name}: run a program of {size} bytes that may call {listed}"
+
+    return summarize
 
 
 def _handler_layer(

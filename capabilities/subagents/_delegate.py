@@ -50,7 +50,7 @@ class _Delegate:
     def __init__(
         self,
         child: Agent,
-        prompt: Callable[[Any], str],
+        prompt: Callable[[Any], object],
         context: Callable[[Any], Sequence[ContextItem]] | None,
         budget: ChildBudget,
         nested: bool,
@@ -64,14 +64,22 @@ class _Delegate:
     async def __call__(self, params: Any, call: ToolCallContext) -> Any:
         """Run the child on the prompt made from ``params``; its answer, or SubagentFailed.
 
+        The prompt of a child with a typed input (``Agent.input``) is that input — a value of its
+        type, a dict or JSON text — checked by ``run_child``; any other child's is a text.
+
         Cancellation: as ``run_child`` — the child is interrupted and the cancellation propagates.
         """
         child = self.child
         text = self.prompt(params)
-        if not isinstance(text, str):
-            raise TypeError(f"the prompt of a delegation returned {type(text).__name__}, not str")
-        if not text.strip():
-            raise ValueError("the prompt of a delegation returned an empty text (or only spaces)")
+        if child.input is None:
+            if not isinstance(text, str):
+                raise TypeError(
+                    f"the prompt of a delegation returned {type(text).__name__}, not str"
+                )
+            if not text.strip():
+                raise ValueError(
+                    "the prompt of a delegation returned an empty text (or only spaces)"
+                )
         items = _context_items(self.context(params)) if self.context is not None else ()
         try:
             result = await run_child(
@@ -145,11 +153,11 @@ def delegate(
     name: str,
     description: str,
     parameters: type[P],
-    prompt: Callable[[P], str] | None = None,
+    prompt: Callable[[P], object] | None = None,
     context: Callable[[P], Sequence[ContextItem]] | None = None,
     budget: ChildBudget | None = None,
     nested: bool = False,
-    needs_approval: bool = False,
+    needs_approval: bool | Callable[[P, ToolCallContext], bool] = False,
     title: str | None = None,
     timeout: float | None = None,
 ) -> Delegation[P]:
@@ -158,12 +166,15 @@ def delegate(
     ``parameters`` is the type of the tool's arguments (an attrs class, a dataclass, a
     ``TypedDict``); its result is the child's answer — of the child agent's ``output`` type, or
     its text when it has none. ``prompt(params)`` makes the child's input (default: the
-    parameters as JSON); ``context(params)`` gives context items recorded before it (default:
-    none — the child sees nothing of the parent's conversation). ``budget`` is what the child may
+    parameters as JSON): a text, or — for a child with a typed input (``Agent.input``) — that
+    input, as a value of its type, a dict or JSON text. ``context(params)`` gives context items
+    recorded before it (default: none — the child sees nothing of the parent's conversation).
+    ``budget`` is what the child may
     use, at most (default ``ChildBudget()``), cut to what the parent has left when the call runs.
     ``nested=True`` lets the child delegate further; without it a child whose toolkit holds a
     delegation tool (or any tool whose bound handler has ``child_agents``) is refused here.
-    ``needs_approval``, ``title`` and ``timeout`` are the tool's.
+    ``needs_approval`` (a bool, or a plain function of the parameters and the call's context),
+    ``title`` and ``timeout`` are the tool's.
     The tool is annotated readonly when every tool of the child is, destructive when any is;
     a child with tool sources (whose tools are known only at a turn) makes it neither readonly
     nor anything but destructive.

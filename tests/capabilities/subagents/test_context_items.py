@@ -137,3 +137,41 @@ async def test_a_prompt_that_returns_no_text_is_a_defect_naming_the_prompt(retur
     assert "the prompt of a delegation returned an empty text" in outcome.message
     assert not [e for e in events if isinstance(e, SubagentStarted)]
     assert child_records == []
+
+
+@attrs.frozen
+class Forecast:
+    city: str
+    days: int
+
+
+@pytest.mark.parametrize(
+    "prompt",
+    [
+        lambda q: Forecast(q.service, 3),
+        lambda q: {"city": q.service, "days": 3},
+        lambda q: f'{{"city": "{q.service}", "days": 3}}',
+    ],
+    ids=["value", "dict", "json-text"],
+)
+async def test_a_prompt_gives_a_typed_child_its_input_as_run_child_takes_it(prompt: Any) -> None:
+    """A child with ``Agent(input=...)`` takes a value of its input type (or a dict, or JSON
+    text), as ``run_child`` does. A prompt returning the value was refused as "not str"."""
+    child = Agent(
+        "forecaster",
+        "Forecast.",
+        input=Forecast,
+        input_renderer=lambda f: f"{f.city}, the next {f.days} days",
+    )
+    delegation = delegate(child, name="ask", description="Ask.", parameters=Question, prompt=prompt)
+    lead = Agent("lead", "Lead.", toolkit=Toolkit(delegation.tool), policy=AgentPolicy(max_turns=5))
+    model = ScriptedModel(
+        [Turn.tool_calls(("ask", {"service": "Oslo"})), Turn.text("Cold."), Turn.text("done")]
+    )
+    async with open_runtime(model.as_layer() + delegation.layer(), agents=[lead]) as runtime:
+        result = await runtime.run(lead, "Weather?")
+    (outcome,) = result.outcomes
+    assert isinstance(outcome, ToolSuccess)
+    assert outcome.result == "Cold."
+    read = model.requests[1].messages[-1]
+    assert "Oslo, the next 3 days" in str(read)
