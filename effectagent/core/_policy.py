@@ -686,7 +686,8 @@ class ChildBudget:
     refused); ``tokens`` (input plus output, the child's
     ``token_budget``) and ``duration`` (seconds of wall time) are optional — None takes the
     child agent's own policy. The child gets the least of this, its own policy and what the parent
-    has left; a parent with nothing left of a dimension refuses the child. Bad values fail here
+    has left (of its time: until its turns stop, its grace reserve before its ``max_duration``);
+    a parent with nothing left of a dimension refuses the child. Bad values fail here
     with a message naming the field.
 
     Turns, tool calls and time are hard limits for the child. Tokens are counted once a model

@@ -437,7 +437,10 @@ class Allowance:
         policy = budget.policy
         turns_left = budget.turns_left - self._turns - self._reserved_turns
         calls_left = self._calls_left()
-        duration_left = policy.max_duration - (now - budget.started_at)
+        # Until the run's turns stop (its grace reserve before ``max_duration``): the call that
+        # runs the child is cut off then, and a child granted longer would be interrupted
+        # instead of ending on its own deadline (with its grace turn, under "final-answer").
+        duration_left = policy.max_duration - policy.grace_reserve - (now - budget.started_at)
         if turns_left < 1:
             return "the run has no turns left to give a subagent"
         calls = min(want.tool_calls, child.max_tool_calls, calls_left) if tools else 0

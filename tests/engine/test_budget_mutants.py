@@ -192,19 +192,19 @@ def test_a_child_is_granted_the_least_of_each_dimension() -> None:
     lease = _lease(want, AgentPolicy(max_turns=8, max_tool_calls=8, max_duration=60.0))
     assert lease.granted == ChildBudget(4, 6, None, 30.0)
     lease = _lease(ChildBudget(turns=4), AgentPolicy(max_duration=600.0))
-    assert lease.granted.duration == 100.0  # the run's time left
-    assert lease.policy.max_duration == 100.0
+    assert lease.granted.duration == 90.0  # the run's time left until its turns stop
+    assert lease.policy.max_duration == 90.0
 
 
 def test_a_child_starting_later_gets_the_time_the_run_has_left() -> None:
     allowance = Allowance(Budget(POLICY, 10.0))
     lease = allowance.lease(ChildBudget(tool_calls=1), AgentPolicy(), 50.0)
     assert isinstance(lease, BudgetLease)
-    assert lease.granted.duration == 60.0
-    assert allowance.lease(ChildBudget(tool_calls=1), AgentPolicy(), 110.0) == (
+    assert lease.granted.duration == 50.0  # its turns stop at 90 s of its 100 (a grace reserve)
+    assert allowance.lease(ChildBudget(tool_calls=1), AgentPolicy(), 100.0) == (
         "the run has no time left to give a subagent"
     )
-    late = Allowance(Budget(POLICY, 10.0)).lease(ChildBudget(), AgentPolicy(), 109.5)
+    late = Allowance(Budget(POLICY, 10.0)).lease(ChildBudget(), AgentPolicy(), 99.5)
     assert isinstance(late, BudgetLease)
 
 

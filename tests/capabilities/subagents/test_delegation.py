@@ -199,7 +199,7 @@ async def test_a_delegation_runs_the_child_and_its_typed_answer_is_the_tool_resu
         inner = [e for e in events if isinstance(e, SubagentEvent)]
         assert len(started) == len(completed) == 1
         assert started[0].child_agent == "researcher"
-        assert started[0].budget == ChildBudget(3, 2, None, 600.0)
+        assert started[0].budget == ChildBudget(3, 2, None, 570.0)  # until the lead's turns stop
         assert completed[0].status == "completed"
         assert (completed[0].turns, completed[0].tool_calls) == (2, 1)
         # Every child event reached the parent's stream, between started and completed, in order.
