@@ -30,7 +30,7 @@ import attrs
 import trio
 from typing_extensions import TypeVar
 
-from effectagent.ai import ToolCallContext
+from effectagent.ai import Tool, ToolCallContext
 from effectagent.core import (
     Agent,
     ChildBudget,
@@ -191,6 +191,13 @@ class _ChildSink:
         )
 
 
+def _holds(given: Tool[Any, Any] | None, tool: Tool[Any, Any]) -> bool:
+    """Whether the parent's ``given`` tool is the child's ``tool``: the very same, or the copy
+    a run's ``RunAllowance(approval="always")`` made of it (sharing its handler key) to ask
+    before every call of the parent's."""
+    return given is tool or (given is not None and given.handler_key is tool.handler_key)
+
+
 @final
 class _ChildRun:
     """One child run started by ``call``, through its ``host``."""
@@ -212,7 +219,7 @@ class _ChildRun:
                 "delegate (nested delegation must be declared by the delegation that started it)"
             )
         toolkit = scope.toolkit
-        extra = [tool.name for tool in agent.toolkit if toolkit.get(tool.name) is not tool]
+        extra = [tool.name for tool in agent.toolkit if not _holds(toolkit.get(tool.name), tool)]
         if extra:
             return (
                 f"subagent {agent.name!r} has tools its parent {parent.name!r} does not: "
