@@ -475,4 +475,8 @@ def cli(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    try:
+        sys.exit(cli())
+    except KeyboardInterrupt:  # Ctrl-C: the runs were interrupted and the database closed
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
