@@ -49,8 +49,10 @@ class UsageDelta:
 @_fast_init
 @attrs.frozen(slots=True)
 class UsageTotals:
-    """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent call's —
-    the live-context estimate (the next request holds at least that much).
+    """Running totals. ``last_input_tokens``/``last_output_tokens`` are the most recent turn's
+    model call's — the live-context estimate (the next request holds at least that much). A call
+    made beside the conversation (a guardrail's or validator's ``ctx.generate``, a compaction's
+    summary) had a context of its own: it is counted in every other figure, not in these.
 
     ``cost_micros`` is what the priced calls cost, in micro-dollars (the sum of each call's
     cost), and ``unpriced_calls`` how many calls had no price: :attr:`cost` is the whole cost
@@ -71,16 +73,21 @@ class UsageTotals:
     #: breakdown of the figures above, so not compared: totals are equal when their figures are.
     by_model: tuple[tuple[str | None, UsageTotals], ...] = attrs.field(default=(), eq=False)
 
-    def add_from(self, model: str | None, delta: UsageDelta) -> UsageTotals:
-        """Totals after one more call, made by ``model``: counted by model too."""
-        totals = self.add(delta)
+    def add_from(self, model: str | None, delta: UsageDelta, *, live: bool = True) -> UsageTotals:
+        """Totals after one more call, made by ``model``: counted by model too (``live`` as for
+        :meth:`add`)."""
+        totals = self.add(delta, live=live)
         by_model = self.by_model
         for index, (name, each) in enumerate(by_model):
             if name == model:
-                merged = (*by_model[:index], (name, each.add(delta)), *by_model[index + 1 :])
+                merged = (
+                    *by_model[:index],
+                    (name, each.add(delta, live=live)),
+                    *by_model[index + 1 :],
+                )
                 break
         else:
-            merged = (*by_model, (model, _NO_TOTALS.add(delta)))
+            merged = (*by_model, (model, _NO_TOTALS.add(delta, live=live)))
         object.__setattr__(totals, "by_model", merged)  # the new value has not escaped yet
         return totals
 
@@ -103,8 +110,10 @@ class UsageTotals:
             ((model, self),),
         )
 
-    def add(self, delta: UsageDelta) -> UsageTotals:
-        """Totals after one more call."""
+    def add(self, delta: UsageDelta, *, live: bool = True) -> UsageTotals:
+        """Totals after one more call. ``live=False`` for a call made beside the conversation (a
+        check's, a summary's): counted like any, but the live-context figures (``last_*``) stay
+        the last turn's — its context was not the conversation's."""
         # Positional, in field order: input, output, cache read, cache write, reasoning, model
         # calls, last input, last output, cost, unpriced calls.
         cost = delta.cost_micros
@@ -115,8 +124,8 @@ class UsageTotals:
             self.cache_write_input_tokens + delta.cache_write_input_tokens,
             self.reasoning_tokens + delta.reasoning_tokens,
             self.model_calls + 1,
-            delta.input_tokens,
-            delta.output_tokens,
+            delta.input_tokens if live else self.last_input_tokens,
+            delta.output_tokens if live else self.last_output_tokens,
             self.cost_micros if cost is None else self.cost_micros + cost,
             self.unpriced_calls + 1 if cost is None else self.unpriced_calls,
             self.by_model,

@@ -275,18 +275,22 @@ class Budget:
             self.model,
         )
 
-    def with_usage(self, delta: UsageDelta, model: str | None = None) -> Budget:
-        """One model call's usage added (by ``model``, the name its record gives it)."""
+    def with_usage(
+        self, delta: UsageDelta, model: str | None = None, *, live: bool = True
+    ) -> Budget:
+        """One model call's usage added (by ``model``, the name its record gives it);
+        ``live=False`` for a call made beside the conversation (a check's, a summary's), which
+        leaves the live-context figures as they were (:meth:`UsageTotals.add`)."""
         usage, sole = self.usage, self.model
         if isinstance(sole, _BrokenDown):
             if usage is _NO_USAGE:  # the first call: its model is, so far, every call's
-                usage, sole = usage.add(delta), model
+                usage, sole = usage.add(delta, live=live), model
             else:
-                usage = usage.add_from(model, delta)
+                usage = usage.add_from(model, delta, live=live)
         elif sole == model:
-            usage = usage.add(delta)
+            usage = usage.add(delta, live=live)
         else:  # a second model: the breakdown is kept in the figures from now on
-            usage, sole = self.totals.add_from(model, delta), BROKEN_DOWN
+            usage, sole = self.totals.add_from(model, delta, live=live), BROKEN_DOWN
         return Budget(
             self.policy,
             self.started_at,

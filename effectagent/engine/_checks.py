@@ -318,7 +318,7 @@ async def _first_turns(driver: RunDriver, state: RunState, passed: list[bool]) -
         budget = state.budget
         used = ctx.take_usage()
         for delta, model in used:
-            budget = budget.with_usage(delta, model)
+            budget = budget.with_usage(delta, model, live=False)
         state = driver.state = attrs.evolve(state, budget=budget)
         if used:  # recorded with the first response (or the run's end)
             driver.record_usage(state.turn, "check", used)

@@ -244,7 +244,7 @@ def _compacted(state: RunState, event: Compacted) -> Transition:
 def _compacted_prompt(state: RunState, event: Compacted) -> Transition:
     budget = state.budget
     for delta in event.usage:
-        budget = budget.with_usage(delta, event.model)
+        budget = budget.with_usage(delta, event.model, live=False)  # a summary's call
     if event.messages is None:
         messages, base = state.messages, state.context_base
     else:  # a new prompt: no report covers it yet
@@ -286,7 +286,7 @@ def _responded_step(state: RunState, event: ModelResponded) -> Transition:
     usage = held.usage
     budget = state.budget.with_usage(usage, held.record.model)
     for delta, model in event.checked:  # input guardrails beside the first request
-        budget = budget.with_usage(delta, model)
+        budget = budget.with_usage(delta, model, live=False)
     # The provider's count of this request's input: the base of the next live-context figure
     # (a provider that reports none leaves the engine's own count as the base).
     base = (event.request_size, usage.input_tokens) if usage.input_tokens else state.context_base
@@ -451,7 +451,7 @@ def _answer_checked(state: RunState, event: AnswerChecked) -> Transition:
     assert isinstance(held, ModelStep)
     budget = state.budget
     for delta, model in event.usage:  # the checks' model calls count like the turns'
-        budget = budget.with_usage(delta, model)
+        budget = budget.with_usage(delta, model, live=False)  # (not in the live context)
     commands: list[Command] = []
     if event.usage:
         commands.append(RecordUsage(state.turn, "check", event.usage))

@@ -513,7 +513,7 @@ def _count(
             prepared += 1
             budget = budget.with_calls(1)
         elif isinstance(record, ModelUsageRecorded):  # a check's or a summary's model call
-            budget = budget.with_usage(record.usage, record.model)
+            budget = budget.with_usage(record.usage, record.model, live=False)
         elif isinstance(record, UserInputRecorded) and record.kind == "feedback":
             output_retries += 1
     if batch:

@@ -541,3 +541,24 @@ def test_totals_attributed_to_one_model_are_that_models_and_a_breakdown_is_not_r
     ]
     with pytest.raises(ValueError, match="already"):
         one.attributed_to("b")
+
+
+def test_a_call_beside_the_conversation_leaves_the_live_context_estimate() -> None:
+    """A guardrail's, validator's or summary's model call has a context of its own: it counts in
+    the totals, but the live-context figures stay the last turn's."""
+    turn, check = UsageDelta(5000, 50, 4000, 0), UsageDelta(30, 1, 0, 20)
+    totals = UsageTotals().add(turn).add(check, live=False)
+    assert (totals.input_tokens, totals.output_tokens, totals.model_calls) == (5030, 51, 2)
+    assert (totals.cache_read_input_tokens, totals.cache_write_input_tokens) == (4000, 20)
+    assert (totals.last_input_tokens, totals.last_output_tokens) == (5000, 50)
+    assert totals.live_context_tokens == 5050
+    by_model = UsageTotals().add_from("big", turn).add_from("small", check, live=False)
+    assert by_model.live_context_tokens == 5050
+    assert dict(by_model.by_model)["small"].model_calls == 1
+    budget = (
+        Budget(AgentPolicy(), 0.0).with_usage(turn, "big").with_usage(check, "small", live=False)
+    )
+    assert budget.totals.live_context_tokens == 5050
+    assert budget.totals.input_tokens == 5030
+    single = Budget(AgentPolicy(), 0.0).with_usage(turn).with_usage(check, live=False)
+    assert single.totals.live_context_tokens == 5050

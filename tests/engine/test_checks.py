@@ -14,8 +14,9 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effectagent.ai import ModelRequest, UserMessage
+from effectagent.ai import ModelRequest, Usage, UserMessage
 from effectagent.core import (
+    Agent,
     CheckContext,
     FinalAnswer,
     Guardrail,
@@ -34,7 +35,7 @@ from effectagent.core import (
     UserInputRecorded,
 )
 from effectagent.engine import open_runtime
-from effectagent.testing import Turn
+from effectagent.testing import FunctionModel, Turn
 
 from .crash import DyingLog, log_layer
 from .helpers import (
@@ -667,3 +668,36 @@ def test_the_checks_failures_round_trip_the_storage_codec() -> None:
         assert isinstance(back, RunFailedRecord)
         assert type(back.error) is type(error)
         assert str(back.error) == str(error)
+
+
+@pytest.mark.parametrize("beside", ["output", "input"])
+async def test_a_checks_model_call_leaves_the_live_context_estimate_to_the_turns(
+    autojump_clock: trio.testing.MockClock, beside: str
+) -> None:
+    """CAP-017: the live-context figures are the last turn's request; a guardrail's own call
+    (``ctx.generate``) had a context of its own and replaced them (30 tokens, not 5,000)."""
+
+    async def judge(ctx: CheckContext, _: object) -> GuardrailResult:
+        await ctx.generate(ModelRequest((UserMessage.text("Polite?"),)))
+        return GuardrailResult.passed()
+
+    guard = Guardrail(judge, name="judge", beside=True) if beside == "input" else judge
+    agent = Agent(
+        "support",
+        "Help.",
+        input_guardrails=[guard] if beside == "input" else [],
+        output_guardrails=[judge] if beside == "output" else [],
+    )
+
+    def respond(request: ModelRequest) -> Turn:
+        asked = request.messages[-1].content[0]
+        if getattr(asked, "text", None) == "Polite?":  # the guardrail's own call
+            return Turn.text("yes", usage=Usage.of(30, 1))
+        return Turn.text("answer", usage=Usage.of(5000, 50))
+
+    async with open_runtime(FunctionModel.layer(respond), agents=[agent]) as runtime:
+        result = await runtime.run(agent, "hi")
+    assert result.status == "completed"
+    usage = result.usage
+    assert (usage.input_tokens, usage.model_calls) == (5030, 2)  # counted all the same
+    assert (usage.last_input_tokens, usage.last_output_tokens) == (5000, 50)

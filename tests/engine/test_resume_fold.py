@@ -19,6 +19,7 @@ from effectagent.core import (
     ConversationCreated,
     LogEntry,
     ModelResponseRecorded,
+    ModelUsageRecorded,
     Record,
     ResponseLimits,
     RunCompletedRecord,
@@ -417,6 +418,29 @@ def test_the_budget_is_counted_again_from_the_records() -> None:
     assert budget.usage.input_tokens == 5 + 7 + 7
     assert budget.usage.model_calls == 2
     assert dict(budget.streaks) == {"forecast": 1}  # c1 succeeded, then c2 failed: one in a row
+
+
+def test_a_resumed_runs_live_context_is_its_last_turns_not_a_side_calls() -> None:
+    """A model call besides the turns (``ModelUsageRecorded``: a check's, a summary's) counts in
+    the resumed totals, but the live-context estimate stays the last response's."""
+    check = ModelUsageRecorded(
+        conversation_id=CONV,
+        run_id=RUN,
+        turn=2,
+        purpose="compaction",
+        usage=UsageDelta(3, 1),
+        at=0.0,
+    )
+    records = [
+        *started(),
+        response(1, "c1", tokens=500),
+        prepared(1, "c1"),
+        settled(1, "c1"),
+        check,  # e.g. a summary made before the next turn's request
+    ]
+    usage = resume(records).state.budget.totals
+    assert (usage.input_tokens, usage.model_calls) == (503, 2)
+    assert (usage.last_input_tokens, usage.last_output_tokens) == (500, 500)
 
 
 def test_a_batch_refused_for_the_budget_is_counted_as_it_was() -> None:
