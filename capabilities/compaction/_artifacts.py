@@ -38,14 +38,12 @@ import attrs
 from effectagent.core import (
     CompactionCreated,
     LogEntry,
-    ModelResponseRecorded,
-    ToolCallSettled,
 )
 from effectagent.effect import TaggedError
 
 from .._rules import strings
 from ..storage._codec import RecordCodec
-from ._view import _covered, applied
+from ._view import _covered, applied, straddled
 
 __all__ = [
     "DIGEST_VERSION",
@@ -177,25 +175,6 @@ def source_digest(entries: Iterable[LogEntry]) -> str:
 
 def _in_range(entries: Sequence[LogEntry], first: int, last: int) -> list[LogEntry]:
     return [e for e in entries if first <= e.seq <= last]
-
-
-def straddled(entries: Sequence[LogEntry], through: int) -> bool:
-    """Whether a batch of tool calls has its response at or before ``through`` and a settlement
-    after it (a cut there would separate a call from its result)."""
-    responses: dict[tuple[str, int, str], int] = {}
-    for entry in entries:
-        rec = entry.record
-        if isinstance(rec, ModelResponseRecorded) and entry.seq <= through:
-            for kind, call in rec.content:
-                if kind == "tool-call":
-                    responses[(rec.run_id, rec.turn, call["id"])] = entry.seq
-        elif (
-            isinstance(rec, ToolCallSettled)
-            and entry.seq > through
-            and (rec.run_id, rec.turn, rec.tool_call_id) in responses
-        ):
-            return True
-    return False
 
 
 def accepted_versions(versions: Iterable[str] | None) -> frozenset[str] | None:

@@ -68,19 +68,55 @@ class Unit:
     cleared_tokens: int | None = None
 
 
+def batch_spans(entries: Sequence[LogEntry]) -> list[tuple[int, int]]:
+    """``(response seq, seq of its last settlement)`` of every model response whose tool calls
+    have a settlement after it: a summary ending at or after the first and before the last would
+    separate a call from its result."""
+    last_settled: dict[tuple[str, int, str], int] = {}
+    for entry in entries:
+        rec = entry.record
+        if isinstance(rec, ToolCallSettled):
+            last_settled[(rec.run_id, rec.turn, rec.tool_call_id)] = entry.seq
+    spans: list[tuple[int, int]] = []
+    for entry in entries:
+        rec = entry.record
+        if isinstance(rec, ModelResponseRecorded):
+            seqs = [
+                seq
+                for kind, call in rec.content
+                if kind == "tool-call"
+                and (seq := last_settled.get((rec.run_id, rec.turn, call["id"]), 0)) > entry.seq
+            ]
+            if seqs:
+                spans.append((entry.seq, max(seqs)))
+    return spans
+
+
+def straddled(entries: Sequence[LogEntry], through: int) -> bool:
+    """Whether a batch of tool calls has its response at or before ``through`` and a settlement
+    after it (a cut there would separate a call from its result)."""
+    return any(first <= through < last for first, last in batch_spans(entries))
+
+
 def applied(entries: Sequence[LogEntry]) -> Iterator[tuple[LogEntry, CompactionCreated]]:
     """The compaction records the projection applies, in log order: each covers a range that
-    ends before the record and within the log, and a summary has text (the rest are ignored,
-    fail-safe)."""
+    ends before the record and within the log, and a summary has text and separates no tool
+    call from its result (the rest are ignored, fail-safe)."""
     last_seq = entries[-1].seq if entries else 0
+    spans: list[tuple[int, int]] | None = None
     for entry in entries:
         rec = entry.record
         if not isinstance(rec, CompactionCreated):
             continue
         if not 0 < rec.covers_through < entry.seq or rec.covers_through > last_seq:
             continue
-        if rec.kind == "summarize" and rec.summary is None:
-            continue
+        if rec.kind == "summarize":
+            if rec.summary is None:
+                continue
+            if spans is None:
+                spans = batch_spans(entries)
+            if any(first <= rec.covers_through < last for first, last in spans):
+                continue
         yield entry, rec
 
 

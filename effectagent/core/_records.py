@@ -524,6 +524,37 @@ def user_message_of(
     return UserMessage(tuple(content))
 
 
+def _batch_spans(entries: Iterable[LogEntry]) -> list[tuple[int, int]]:
+    """``(response seq, seq of its last settlement)`` of every model response whose tool calls
+    have a settlement after it: where a summary may not end (see :func:`_cuts_a_batch`). Pure."""
+    items = entries if isinstance(entries, Sequence) else list(entries)
+    last_settled: dict[tuple[str, int, str], int] = {}
+    for entry in items:
+        rec = entry.record
+        if isinstance(rec, ToolCallSettled):
+            last_settled[(rec.run_id, rec.turn, rec.tool_call_id)] = entry.seq
+    spans: list[tuple[int, int]] = []
+    for entry in items:
+        rec = entry.record
+        if isinstance(rec, ModelResponseRecorded):
+            seqs = [
+                seq
+                for kind, call in rec.content
+                if kind == "tool-call"
+                and (seq := last_settled.get((rec.run_id, rec.turn, call["id"]), 0)) > entry.seq
+            ]
+            if seqs:
+                spans.append((entry.seq, max(seqs)))
+    return spans
+
+
+def _cuts_a_batch(spans: Iterable[tuple[int, int]], through: int) -> bool:
+    """Whether a summary covering entries ``<= through`` would separate a tool call from its
+    result: a response of ``spans`` (:func:`_batch_spans`) at or before ``through`` has a
+    settlement after it. The projection ignores such a summary, as any invalid range."""
+    return any(first <= through < last for first, last in spans)
+
+
 def project_messages(
     entries: Iterable[LogEntry], media: Mapping[str, bytes] | None = None
 ) -> list[Message]:
@@ -540,7 +571,8 @@ def project_messages(
       model told so, as its own turn: a note that the answer was cut off, and why, added to the
       run's last assistant message, or after its last message when that is the user's or a tool
       result's — so roles still alternate when the next run's input follows (:func:`cut_off`);
-    * invalid compaction ranges are ignored (fail-safe).
+    * invalid compaction ranges are ignored (fail-safe) — also a summary whose range would
+      separate a tool call from its result (the batch's response covered, a settlement not).
     """
     items: Sequence[LogEntry] = entries if isinstance(entries, Sequence) else list(entries)
     if not items:
@@ -549,13 +581,18 @@ def project_messages(
     summary_through = 0
     summary_text: str | None = None
     clear_through = 0
+    spans: list[tuple[int, int]] | None = None  # computed once, for the first summary met
     for entry in items:
         rec = entry.record
         if isinstance(rec, CompactionCreated) and 0 < rec.covers_through < entry.seq:
             if rec.covers_through > last_seq:
                 continue
             if rec.kind == "summarize" and rec.summary is not None:
-                if rec.covers_through >= summary_through:
+                if spans is None:
+                    spans = _batch_spans(items)
+                if rec.covers_through >= summary_through and not _cuts_a_batch(
+                    spans, rec.covers_through
+                ):
                     summary_through, summary_text = rec.covers_through, rec.summary
             elif rec.kind == "clear-tool-results":
                 clear_through = max(clear_through, rec.covers_through)

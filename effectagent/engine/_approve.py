@@ -151,7 +151,9 @@ class Approvals:
         A resumed batch: a request the log holds (``recorded``) is not recorded again, and a
         decision it holds (``known``) is taken without asking anyone — if it is bound to this
         call; one that is not is refused, as a recorded denial. With ``may_suspend``, the
-        service may answer that the decision comes later: nothing more is recorded then.
+        service may answer that the decision comes later: nothing more is recorded then; and
+        the request is appended with what follows it (the decision made at once, in one append,
+        or the suspension) rather than on its own first.
 
         Cancellation: as the records' appends and the service's wait; an interruption after the
         request was recorded leaves it without a decision (the run ends interrupted). A
@@ -161,14 +163,18 @@ class Approvals:
         deadline = request.deadline
         assert deadline is not None  # ``_request`` or ``_rearmed`` made it in this runtime
         if not recorded:
-            await io.record(
-                ToolApprovalRequested(
-                    conversation_id=io.conversation_id,
-                    run_id=io.run_id,
-                    request=request,
-                    at=time.time(),
-                )
+            asked = ToolApprovalRequested(
+                conversation_id=io.conversation_id,
+                run_id=io.run_id,
+                request=request,
+                at=time.time(),
             )
+            if may_suspend:
+                # The service answers at once or suspends: the request goes in the append of
+                # its decision, or of the suspension — never committed alone before either.
+                io.record_later(asked)
+            else:
+                await io.record(asked)
         decision: ApprovalDecision
         if known is not None:
             refused = known.mismatch(request)

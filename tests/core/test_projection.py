@@ -163,6 +163,30 @@ def test_an_invalid_range_is_ignored_fail_safe() -> None:
     assert texts(project_messages(log(*base, beyond))) == ["one", "two"]
 
 
+def test_a_summary_whose_range_cuts_a_batch_is_ignored_fail_safe() -> None:
+    base: list[Record] = [
+        user("q"),
+        answer("", ("c1", "t"), ("c2", "t")),
+        settled("c1", "r1"),
+        settled("c2", "r2"),
+        answer("a"),
+    ]
+    whole = texts(project_messages(log(*base)))
+    for through in (2, 3):  # after the calls, before (some of) their results
+        cut = CompactionCreated(
+            conversation_id=CONV,
+            run_id=RUN,
+            turn=2,
+            kind="summarize",
+            covers_through=through,
+            summary="S",
+            at=0.0,
+        )
+        assert texts(project_messages(log(*base, cut))) == whole, through
+    after = attrs.evolve(cut, covers_through=4)  # the whole batch: a valid cut, applied
+    assert texts(project_messages(log(*base, after)))[1:] == ["a"]
+
+
 @given(st.lists(st.sampled_from(["user", "answer", "summarize", "clear"]), max_size=20))
 def test_projection_never_changes_the_log(kinds: list[str]) -> None:
     records: list[Record] = []

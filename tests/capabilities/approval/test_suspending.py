@@ -3,6 +3,8 @@ policy whose rules decide what they can at once; resumed once the decisions are 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 import trio.testing
@@ -11,11 +13,20 @@ from capabilities.approval import ApprovalRule, PolicyApproval, ScriptedApproval
 from effectagent import ToolCallContext, open_runtime
 from effectagent.core import (
     ApprovalRequest,
+    LogEntry,
+    Record,
     RunSuspendedRecord,
     ToolApprovalDecided,
+    ToolApprovalRequested,
     approval_decided,
 )
-from effectagent.engine import ApprovalSuspended, pending_approvals
+from effectagent.effect import Layer
+from effectagent.engine import (
+    ApprovalSuspended,
+    ConversationLogService,
+    InMemoryConversationLog,
+    pending_approvals,
+)
 from effectagent.testing import ScriptedModel, Turn
 
 from .support import AGENT, TOOLS, FileParams, calls_turn, records_of, run_turns
@@ -76,6 +87,47 @@ async def test_behind_a_policy_the_rules_decide_at_once_and_the_rest_suspends(
     assert suspension.tool_call_ids == ("w1",)
     assert suspension.reason == "waiting for ann"
     assert [p.request.tool_call_id for p in pending_approvals(ran.log, ran.result.run_id)] == ["w1"]
+
+
+class _AppendsSeen:
+    """A Conversation Log that notes what each append held (the kinds of its records)."""
+
+    def __init__(self) -> None:
+        self.log = InMemoryConversationLog()
+        self.appends: list[list[str]] = []
+
+    async def append(self, conversation_id: str, records: Sequence[Record]) -> int:
+        self.appends.append([type(record).__name__ for record in records])
+        return await self.log.append(conversation_id, records)
+
+    async def entries(self, conversation_id: str, *, after: int = 0) -> Sequence[LogEntry]:
+        return await self.log.entries(conversation_id, after=after)
+
+
+async def test_a_decision_made_at_once_commits_in_the_append_of_its_request(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    policy = PolicyApproval(
+        [ApprovalRule.deny(tools="delete_file", reason="never")],
+        default="ask",
+        ask=SuspendingApproval("waiting for ann"),
+    )
+    seen = _AppendsSeen()
+    ran = await run_turns(
+        [calls_turn(("delete_file", "/tmp/b", 1, "d1"), ("write_file", "/tmp/a", 1, "w1"))],
+        policy.layer() + Layer.succeed(ConversationLogService, seen),
+    )
+    assert ran.result.status == "suspended"
+    requested, decided = ToolApprovalRequested.__name__, ToolApprovalDecided.__name__
+    # The rule's denial of d1 is appended with d1's request, never after it on its own; w1's
+    # request, whose decision comes later, is appended with (at the latest) the suspension.
+    (with_decision,) = [kinds for kinds in seen.appends if decided in kinds]
+    assert with_decision.count(requested) >= 1
+    assert with_decision.index(requested) < with_decision.index(decided)
+    (with_suspension,) = [k for k in seen.appends if RunSuspendedRecord.__name__ in k]
+    waiting = [e.record for e in ran.log if isinstance(e.record, ToolApprovalRequested)]
+    assert [r.request.tool_call_id for r in waiting] == ["d1", "w1"]
+    assert requested in with_decision + with_suspension
 
 
 async def test_a_suspended_run_resumes_with_the_decision_recorded_from_elsewhere(

@@ -103,6 +103,31 @@ def test_the_view_is_the_projection_cut_where_no_batch_is_split(conversation: Co
         assert home.last >= last  # every settlement of the batch is in the response's unit
 
 
+@given(conversation=conversations(), data=st.data())
+def test_a_summary_that_would_split_a_batch_is_ignored_by_the_view_and_the_projection(
+    conversation: Conversation, data: st.DataObject
+) -> None:
+    entries = list(conversation.entries)
+    spans = [(r, last) for r, last in conversation.spans if r < last]
+    if not spans:
+        return
+    response, last = data.draw(st.sampled_from(spans))
+    through = data.draw(st.integers(response, last - 1))
+    cut = CompactionCreated(
+        conversation_id=entries[0].record.conversation_id,
+        run_id="run_cut",
+        turn=1,
+        kind="summarize",
+        covers_through=through,
+        summary="a summary that cuts a batch",
+        at=0.0,
+    )
+    with_cut = [*entries, LogEntry(entries[-1].seq + 1, cut)]
+    view = LogView(with_cut, estimate_tokens)
+    assert view.messages() == project_messages(with_cut) == project_messages(entries)
+    assert view.summary_through == LogView(entries, estimate_tokens).summary_through
+
+
 def _summarizer(text: str) -> Any:
     async def summarize(messages: Sequence[Message], **options: Any) -> str:
         await trio.lowlevel.checkpoint()
