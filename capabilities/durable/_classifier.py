@@ -8,7 +8,8 @@ claims the conversation's lane with a higher epoch, reads the submission's ledge
 carries the submission on from there. The same function decides for a submission claimed the
 first time: it is the crash point ``after-admission``. (The engine appends a model response with
 what follows it, so ``after-model-response`` and ``after-final-answer`` are states its own logs
-reach only rarely; a joining submission is resolved when the run it was handed to settles.)
+reach only rarely; a joining submission is resolved when the run it was handed to settles, or
+suspends, or is claimed again.)
 
 The table, as ``tests/capabilities/durable/test_classifier.py`` checks it row by row:
 

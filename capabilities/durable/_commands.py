@@ -156,7 +156,12 @@ def abort(
         )
         release(conn, lane)
         return _require(conn, submission_id)
-    if folder.facts().records:
+    unknown = folder.unknown_calls
+    facts = folder.facts()
+    if facts.records:
+        # The calls under way (prepared, not settled) when it is aborted: no settlement of
+        # theirs will be recorded, and whether they happened nothing can tell any more.
+        unknown = (*unknown, *facts.prepared)
         record = RunFailedRecord(
             conversation_id=conversation_id,
             run_id=submission.run_id,
@@ -176,7 +181,7 @@ def abort(
         now=now,
         absorbed=absorbed,
         # What its run may or may not have done is listed for a person, however it settled.
-        unknown=folder.unknown_calls,
+        unknown=unknown,
         conversation_id=conversation_id,
         epoch=epoch,
     )

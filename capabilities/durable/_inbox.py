@@ -13,7 +13,7 @@ redacted with the runtime's redaction, as the wrapped inbox does.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import final
 
 import trio
@@ -64,6 +64,18 @@ class JoinInbox:
         """Take back what was given to the conversation and not taken (the run ended); return
         the submission IDs."""
         return [given[0] for given in self._given.pop(conversation_id, [])]
+
+    def drop(self, conversation_id: str, submission_ids: Collection[str]) -> None:
+        """Take back the submissions ``submission_ids`` given to the conversation and not taken
+        (they were aborted): the run never takes them."""
+        given = self._given.get(conversation_id)
+        if not given:
+            return
+        kept = [item for item in given if item[0] not in submission_ids]
+        if kept:
+            self._given[conversation_id] = kept
+        else:
+            del self._given[conversation_id]
 
     def _take(self, conversation_id: str) -> list[SteeringInput]:
         given = self._given.pop(conversation_id, None)

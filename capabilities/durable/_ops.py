@@ -61,7 +61,8 @@ class Explanation:
 @final
 @attrs.frozen
 class UnknownCall:
-    """A tool call a resumed run settled Unknown: it may or may not have happened."""
+    """A tool call that may or may not have happened: one a resumed run settled Unknown, or
+    one under way (prepared, not settled) when its run was aborted."""
 
     submission_id: str
     conversation_id: str

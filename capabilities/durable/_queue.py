@@ -350,8 +350,11 @@ class DurableQueue:
         is never rewritten). One that never ran settles ``aborted`` at once; one whose run is
         going, suspended or dead-lettered gets an aborted terminal record in its run's log —
         recorded before the worker running it learns of it (within its ``poll_interval``) and
-        interrupts it — and settles ``aborted``. A joining one is aborted when the run it was
-        handed to settles, unless that run recorded its input first. Returns the ledger row.
+        interrupts it — and settles ``aborted``; a call of its run under way then (prepared,
+        not settled) is listed by :meth:`unknown`. A joining one is returned as it is: the worker
+        running the run it was handed to takes it back within its ``poll_interval``, and it
+        settles ``aborted`` when that run settles, unless the run took it as input first (then
+        ``joined``). Returns the ledger row.
         ``reason`` and ``author`` are redacted with the queue's ``secrets`` before they are
         written (the abort's row and the submission's diagnostic, ``aborted by <author>:
         <reason>``, hold them). An
@@ -497,9 +500,10 @@ class DurableQueue:
         return found
 
     async def unknown(self) -> tuple[_ops.UnknownCall, ...]:
-        """Every tool call a resumed run settled ``Unknown`` (it may or may not have happened),
-        newest first — listed once its submission is settled, however it is (completed or
-        failed by its run, aborted, settled by ``rebuild_ledger``).
+        """Every tool call a resumed run settled ``Unknown``, and every one under way (prepared,
+        not settled) when its run was aborted — each may or may not have happened —, newest
+        first; listed once its submission is settled, however it is (completed or failed by its
+        run, aborted, settled by ``rebuild_ledger``).
 
         Cancellation: as :meth:`status`."""
         return await self.database.read(_ops.unknown)

@@ -41,6 +41,7 @@ from ._store import (
     mark,
     release,
     reserve,
+    send_back,
 )
 
 if TYPE_CHECKING:
@@ -157,6 +158,9 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
     if not claimed.fresh:
         await _audit(worker, claimed, decision)
     action = decision.action
+    if not claimed.fresh and action in ("run", "resume", "dead"):
+        now = worker.now()
+        await _write(worker, claimed, lambda conn, lane: _sent_back(conn, lane, claimed, now))
     if action in ("run", "resume"):
         assert agent is not None
         await _run(worker, runtime, claimed, serving, agent, decision)
@@ -167,7 +171,8 @@ async def serve(worker: DurableWorker, runtime: Any, claimed: Claimed, serving: 
     elif action == "append":
         await _append(worker, claimed, facts, decision, folder)
     elif action == "suspend":
-        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, sid))
+        now = worker.now()
+        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, claimed, now))
     elif action == "dead":
         await _write(worker, claimed, lambda conn, lane: _let_go(conn, lane, sid, "dead", "dead"))
         log_warning(
@@ -195,9 +200,34 @@ def _let_go(conn: Connection, lane: Lane, submission_id: str, event: Event, to: 
     release(conn, lane)
 
 
-def _suspend(conn: Connection, lane: Lane, submission_id: str) -> None:
-    """Mark the submission suspended and let its lane go."""
-    _let_go(conn, lane, submission_id, "suspend", "suspended")
+def _suspend(conn: Connection, lane: Lane, claimed: Claimed, now: float) -> None:
+    """Mark the submission suspended and let its lane go; the joining submissions its run did
+    not take wait in the queue again (:func:`_send_back`)."""
+    _let_go(conn, lane, claimed.submission.submission_id, "suspend", "suspended")
+    _send_back(conn, claimed, now)
+
+
+def _sent_back(conn: Connection, lane: Lane, claimed: Claimed, now: float) -> None:
+    check_lane(conn, lane)
+    _send_back(conn, claimed, now)
+
+
+def _send_back(conn: Connection, claimed: Claimed, now: float) -> None:
+    """The joining submissions handed to an earlier run of the claimed submission — one that
+    suspended, crashed or stopped — and not recorded by it wait in the queue again (an aborted
+    one settles aborted), so the run carried on now takes them, in order, before any joined
+    later (left joining, they waited for its settlement while later ones were handed over).
+    Those its log records stay joining, to settle joined with it. Reads the run's records only
+    when some are joining; with a record it cannot decode, leaves them all as they are."""
+    submission = claimed.submission
+    watched = _joining(conn, submission.submission_id)
+    if not watched:
+        return
+    folder, undecodable = fold_run(
+        conn, submission.conversation_id, submission.run_id, claimed.base_seq, watched
+    )
+    if undecodable is None:
+        send_back(conn, submission.submission_id, folder.absorbed, now=now)
 
 
 async def _audit(worker: DurableWorker, claimed: Claimed, decision: RecoveryDecision) -> None:
@@ -275,9 +305,9 @@ async def _run(
     worker.inbox.withdraw(conversation_id)
     if serving.lost:
         return
-    sid = submission.submission_id
     if result.status == "suspended" and not serving.unwritten:
-        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, sid))
+        now = worker.now()
+        await _write(worker, claimed, lambda conn, lane: _suspend(conn, lane, claimed, now))
         return
     folder, _ = await _read_run(worker, claimed)
     if folder.terminal_seq is None:

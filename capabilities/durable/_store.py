@@ -87,6 +87,7 @@ __all__ = [
     "release",
     "renew",
     "reserve",
+    "send_back",
     "submission_of",
     "take",
 ]
@@ -582,21 +583,7 @@ def finalize(
                 "WHERE submission_id = ? AND status = 'joining'",
                 (now, outcome_json(None, None), joined_id),
             )
-        elif conn.execute(
-            "SELECT 1 FROM aborts WHERE submission_id = ? LIMIT 1", (joined_id,)
-        ).fetchone():
-            conn.execute(
-                "UPDATE submissions SET status = 'aborted', settlement = 'final', settled_at = ?, "
-                "outcome = ?, reserved = 'aborted', input = NULL, joined_into = NULL "
-                "WHERE submission_id = ? AND status = 'joining'",
-                (now, outcome_json(None, _ABORTED_UNJOINED), joined_id),
-            )
-        else:
-            conn.execute(
-                "UPDATE submissions SET status = 'queued', joined_into = NULL "
-                "WHERE submission_id = ? AND status = 'joining'",
-                (joined_id,),
-            )
+    send_back(conn, submission_id, taken, now=now)
     if unknown:
         if lane is not None:
             conversation_id, epoch = lane.conversation_id, lane.epoch
@@ -612,6 +599,41 @@ def finalize(
     if lane is not None:
         release(conn, lane)
     return bool(changed)
+
+
+def send_back(
+    conn: Connection, submission_id: str, absorbed: Iterable[str], *, now: float
+) -> list[str]:
+    """Take back the joining submissions handed to ``submission_id``'s run that it did not
+    record (not in ``absorbed``): each is aborted if an abort names it, else waits for a run
+    again (queued, in its place: the next run going may take it, before any admitted after
+    it). Not fenced (the caller's transaction is). Returns the IDs sent back to the queue."""
+    taken = set(absorbed)
+    joining = conn.execute(
+        "SELECT submission_id FROM submissions WHERE joined_into = ? AND status = 'joining'",
+        (submission_id,),
+    ).fetchall()
+    queued: list[str] = []
+    for (joined_id,) in joining:
+        if joined_id in taken:
+            continue
+        if conn.execute(
+            "SELECT 1 FROM aborts WHERE submission_id = ? LIMIT 1", (joined_id,)
+        ).fetchone():
+            conn.execute(
+                "UPDATE submissions SET status = 'aborted', settlement = 'final', settled_at = ?, "
+                "outcome = ?, reserved = 'aborted', input = NULL, joined_into = NULL "
+                "WHERE submission_id = ? AND status = 'joining'",
+                (now, outcome_json(None, _ABORTED_UNJOINED), joined_id),
+            )
+        else:
+            conn.execute(
+                "UPDATE submissions SET status = 'queued', joined_into = NULL "
+                "WHERE submission_id = ? AND status = 'joining'",
+                (joined_id,),
+            )
+            queued.append(joined_id)
+    return queued
 
 
 #: The audit kind of a claim a worker gave back as it stopped (cancelled: SIGTERM, a drain).

@@ -235,9 +235,10 @@ def _secret_list(secrets: object) -> tuple[str, ...]:
 
 def _registry(agents: object) -> dict[str, Agent[Any]]:
     """``DurableWorker``'s ``agents``, checked: a mapping of names to agents, or agents (named
-    by their ``name``). A lone agent or str, an item that is not an ``Agent``, an empty name or
-    two agents of one name is refused — the worker would otherwise fail at its first run, or
-    run one of the two for submissions meant for the other."""
+    by their ``name``). A lone agent or str, an item that is not an ``Agent``, an empty name,
+    two agents of one name or no agent at all is refused — the worker would otherwise fail at
+    its first run, run one of the two for submissions meant for the other, or settle every
+    submission it claims failed."""
     if isinstance(agents, Agent | str | bytes):
         raise TypeError(
             "agents must be a registry {name: Agent} or a sequence of Agents, not one "
@@ -259,6 +260,11 @@ def _registry(agents: object) -> dict[str, Agent[Any]]:
         if name in registry:
             raise ValueError(f"agents: two agents are named {name!r}")
         registry[name] = agent
+    if not registry:
+        raise ValueError(
+            "agents must hold at least one agent: a worker without one would settle every "
+            "submission it claims failed (AgentNotFound)"
+        )
     return registry
 
 
@@ -283,8 +289,8 @@ class DurableWorker:
 
     Every argument is checked here, not at the first run: what is not a database, a ``Layer``,
     ``WorkerOptions``, an ``Approval`` or callable is a ``TypeError``; ``agents`` that is a lone
-    ``Agent`` or str, holds something else than agents, or names two agents alike is refused
-    (``TypeError``/``ValueError``); so is an empty ``worker_id``, and ``secrets`` as
+    ``Agent`` or str, holds something else than agents, names two agents alike or none at all
+    is refused (``TypeError``/``ValueError``); so is an empty ``worker_id``, and ``secrets`` as
     ``open_runtime`` would refuse them — a lone str, a secret under 4 characters, secrets with a
     layer that provides its own Redactor — without repeating one.
     """
@@ -453,12 +459,15 @@ class DurableWorker:
 
         One call at a time: entering it while it runs raises ``RuntimeError`` (the two would
         share this worker's lanes and runs, and the first could never stop); once it returned,
-        it may be called again.
+        it may be called again. ``until_idle`` that is not a bool is a ``TypeError``, raised
+        before anything is opened (``"no"`` would otherwise mean yes).
 
         Cancellation: lets every lane go first (the submissions wait for a worker again, their
         runs' last writes fenced out), then interrupts the runs and waits for them; the
         runtime is closed before this returns.
         """
+        if not isinstance(until_idle, bool):
+            raise TypeError(f"until_idle must be a bool, got {type(until_idle).__name__}")
         if self._running:
             raise RuntimeError(
                 f"worker {self.worker_id} is running already: call run() once at a time (start "
@@ -689,22 +698,31 @@ class DurableWorker:
             )
 
     async def _join(self) -> None:
-        """Hand queued submissions of mode "join" to the runs going in their conversations."""
+        """Hand queued submissions of mode "join" to the runs going in their conversations, and
+        take back those handed over, not taken yet, and aborted since (their abort wins)."""
         lanes = [
-            (s.lane, s.submission_id)
+            (s.lane, s.submission_id, self._inbox.pending(s.lane.conversation_id))
             for s in self._serving.values()
             if not s.lost and self._inbox.running(s.lane.conversation_id)
         ]
         if not lanes:
             return
 
-        def work(conn: Connection) -> list[tuple[Lane, str, str, str]]:
+        def work(
+            conn: Connection,
+        ) -> tuple[list[tuple[Lane, str, str, str]], list[tuple[str, str]]]:
             given: list[tuple[Lane, str, str, str]] = []
-            for lane, head in lanes:
+            aborted: list[tuple[str, str]] = []
+            for lane, head, pending in lanes:
                 try:
                     check_lane(conn, lane)
                 except LaneLost:
                     continue
+                for submission_id in pending:
+                    if conn.execute(
+                        "SELECT 1 FROM aborts WHERE submission_id = ? LIMIT 1", (submission_id,)
+                    ).fetchone():
+                        aborted.append((lane.conversation_id, submission_id))
                 for submission_id, principal, text in _joinable(conn, lane.conversation_id, head):
                     conn.execute(
                         "UPDATE submissions SET status = 'joining', joined_into = ? "
@@ -712,13 +730,16 @@ class DurableWorker:
                         (head, submission_id),
                     )
                     given.append((lane, submission_id, principal, text))
-            return given
+            return given, aborted
 
         try:
-            given = await self.database.write(work)
+            given, aborted = await self.database.write(work)
         except Exception as exc:
             log_warning("durable join failed", error=type(exc).__name__)
             return
+        for conversation_id, submission_id in aborted:
+            # (settled aborted when the run it was handed to settles: its input is not there)
+            self._inbox.drop(conversation_id, (submission_id,))
         for lane, submission_id, principal, text in given:
             serving = self._serving.get(lane.conversation_id)
             if serving is not None and serving.lane == lane and not serving.lost:

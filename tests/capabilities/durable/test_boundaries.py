@@ -320,6 +320,9 @@ async def test_a_queue_given_secrets_keeps_a_waiting_submission_s_input_redacted
             ValueError,
             "^agents: two agents are named 'echo'$",
         ),
+        # (accepted: the worker settled every submission it claimed failed, AgentNotFound)
+        ({"agents": []}, ValueError, "^agents must hold at least one agent"),
+        ({"agents": {}}, ValueError, "^agents must hold at least one agent"),
         ({"options": {"lease": 5}}, TypeError, "^options must be WorkerOptions, got dict$"),
         ({"approval_policy": "allow"}, TypeError, "^approval_policy must be an Approval"),
         ({"worker_id": ""}, ValueError, "^worker_id must not be empty$"),
@@ -476,3 +479,13 @@ async def test_an_abort_s_author_is_redacted_with_the_queue_s_secrets(store: Sto
             ("ops [REDACTED]", "why [REDACTED]")
         ]
         assert CANARY not in repr(await rows(db, "SELECT * FROM durable_audit"))
+
+
+async def test_run_refuses_an_until_idle_that_is_not_a_bool_before_it_starts() -> None:
+    """``until_idle="no"`` was taken for yes: the worker returned once idle."""
+    async with open_database(":memory:") as db:
+        worker = DurableWorker(db, _model(), [AGENT], options=FAST)
+        with pytest.raises(TypeError, match=r"^until_idle must be a bool, got str$"):
+            await worker.run(until_idle="no")  # type: ignore[arg-type]
+        with trio.fail_after(60):
+            await worker.run(until_idle=True)  # not left marked as running

@@ -91,6 +91,28 @@ async def test_an_active_run_is_aborted_in_its_log_before_its_worker_learns_and_
         assert await q.verify("c") == ()
 
 
+async def test_a_call_under_way_when_its_run_is_aborted_is_listed_unknown(store: Stores) -> None:
+    """Prepared and not settled when the abort came, the call may have happened (a charge
+    made, its result not recorded yet): it was listed nowhere, so no one looked."""
+    clock = Clock()
+    async with store.open() as db:
+        q = DurableQueue(db, clock=clock)
+        submission_id = await _one(q)
+        worker = HandWorker(db, clock)
+        [claimed] = await worker.claim()
+        await worker.start(claimed)
+        await worker.respond(claimed, ("call-1", "charge"), ("call-2", "lookup"))
+        await worker.prepare(claimed, "call-1", "charge")  # call-2 never started
+        after = await q.abort(submission_id, author="ops", reason="wrong customer")
+        assert (after.status, after.settlement) == ("aborted", "final")
+        listed = [(c.submission_id, c.tool_call_id, c.tool_name) for c in await q.unknown()]
+        assert listed == [(submission_id, "call-1", "charge")]
+        await q.abort(submission_id, author="ops", reason="again")  # listed once
+        await q.rebuild_ledger("c")
+        assert len(await q.unknown()) == 1
+        assert await q.verify("c") == ()
+
+
 async def test_aborting_a_run_whose_end_is_recorded_settles_it_as_the_log_says(
     store: Stores,
 ) -> None:

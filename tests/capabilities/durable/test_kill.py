@@ -329,7 +329,10 @@ def test_joined_input_survives_a_kill_either_side_of_its_record(
     result = outcome(store)
     assert_the_promise(result, [head, join])
     statuses = {s.submission_id: s.status for s in result.submissions}
-    assert statuses == {head: "completed", join: "joined" if joined else "completed"}
+    assert statuses[head] == "completed"
+    # Not recorded, it waits in the queue again when the head's run is carried on: that run
+    # takes it if it is handed over before the run ends (joined), else it runs on its own.
+    assert statuses[join] == "joined" if joined else statuses[join] in ("joined", "completed")
 
 
 _points = st.sampled_from(

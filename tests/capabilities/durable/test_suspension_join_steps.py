@@ -241,6 +241,130 @@ async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_nex
         assert await q.verify("c") == ()
 
 
+async def test_a_joining_submission_aborted_before_the_run_took_it_is_aborted_not_joined(
+    store: Stores,
+) -> None:
+    """Aborted once handed over to the run going, it was absorbed all the same at the run's
+    next turn (the abort returned, then the input reached the model and settled joined)."""
+    go = trio.Event()
+    asked: list[str] = []
+
+    async def respond(request: ModelRequest) -> str:
+        text = _text(_last(request))
+        asked.append(text)
+        if text == "first":
+            await go.wait()
+        return f"answer to {text}"
+
+    agent = Agent("echo", "Answer.")
+    async with store.open() as db:
+        q = DurableQueue(db)
+        head = (
+            await q.submit("echo", "first", conversation_id="c", idempotency_key="1", principal="p")
+        ).submission_id
+        worker = DurableWorker(db, FunctionModel.layer(respond), [agent], options=FAST)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: worker.run(until_idle=True))
+                await _until(lambda: _status_is(q, head, "active"), "the head runs")
+                joined = (
+                    await q.submit(
+                        "echo",
+                        "not this",
+                        conversation_id="c",
+                        idempotency_key="2",
+                        principal="p",
+                        mode="join",
+                    )
+                ).submission_id
+                await _until(lambda: _pending(worker, joined), "the join is handed over")
+                aborted = await q.abort(joined, author="ops", reason="never mind")
+                assert (aborted.status, aborted.settlement) == ("joining", None)
+                # the worker learns of the abort at its next renewal and takes the input back
+                await _until(lambda: _not_pending(worker, joined), "the aborted join is taken back")
+                go.set()
+        found = await q.status(joined)
+        assert (found.status, found.settlement) == ("aborted", "final")
+        assert (await q.status(head)).status == "completed"
+        assert asked == ["first"]  # the model never read it
+        bodies = [b for (b,) in await rows(db, "SELECT body FROM records")]
+        assert not any(joined in body for body in bodies)
+        assert await q.verify("c") == ()
+
+
+async def test_a_join_its_run_suspended_before_taking_waits_in_line_and_is_not_jumped(
+    store: Stores,
+) -> None:
+    """Handed to a run that then suspended, a join stayed ``joining`` until that run settled:
+    the resumed run took joins admitted after it, and it ran last, on its own (and an abort
+    of it while the run waited for a decision did not settle it)."""
+    asked = trio.Event()
+    answer = trio.Event()
+    resumed = trio.Event()
+    texts: list[str] = []
+
+    async def respond(request: ModelRequest) -> Turn | str:
+        last = _last(request)
+        if isinstance(last, UserMessage) and _text(last) == "pay":
+            asked.set()
+            await answer.wait()
+            return Turn.tool_calls(("transfer", {"cents": 5}, "call-1"))
+        if isinstance(last, UserMessage):
+            texts.extend(_text(m) for m in request.messages if isinstance(m, UserMessage))
+            return "noted"
+        await resumed.wait()  # the resumed run's answer to the decided call waits
+        return "paid"
+
+    transfers: list[int] = []
+    agent, layer = _payer(respond, transfers)
+    async with store.open() as db:
+        q = DurableQueue(db)
+
+        async def submit(text: str, key: str, mode: Any = "join") -> str:
+            receipt = await q.submit(
+                "payer", text, conversation_id="c", idempotency_key=key, principal="p", mode=mode
+            )
+            return receipt.submission_id
+
+        head = await submit("pay", "0", "queue")
+        first = DurableWorker(db, layer, [agent], options=FAST)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: first.run(until_idle=True))
+                await asked.wait()
+                early = await submit("early", "1")
+                await _until(lambda: _pending(first, early), "the early join is handed over")
+                answer.set()  # the run asks for approval: it suspends, the join not taken
+        assert (await q.status(head)).status == "suspended"
+        found = await q.status(early)
+        assert (found.status, found.joined_into) == ("queued", None)  # in line again
+        late = await submit("late", "2")
+        await q.decide(head, "call-1", True, author="boss")
+        second = DurableWorker(db, layer, [agent], options=FAST)
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: second.run(until_idle=True))
+                # (the run may take them at once, before the model's next answer, and end)
+                await _until(lambda: _handed(q, late), "the late join handed over")
+                resumed.set()
+        assert [(await q.status(s)).status for s in (head, early, late)] == [
+            "completed",
+            "joined",
+            "joined",
+        ]
+        assert texts == ["pay", "early", "late"]
+        assert transfers == [5]
+        assert await q.verify("c") == ()
+
+
+async def _handed(q: DurableQueue, submission_id: str) -> bool:
+    return (await q.status(submission_id)).status in ("joining", "joined")
+
+
+async def _not_pending(worker: DurableWorker, submission_id: str) -> bool:
+    return not await _pending(worker, submission_id)
+
+
 async def test_a_join_never_jumps_a_submission_that_waits_for_its_own_run(
     store: Stores,
 ) -> None:

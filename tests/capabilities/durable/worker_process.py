@@ -17,8 +17,9 @@ synced) as their side effect, before they return:
 * ``slow`` — waits 0.5 s before its effect (a run that is still going a little while).
 
 ``--agents`` names the agents this worker knows (default: ``scripted``; none, to play a worker
-without it). A submission can also be made from here (``--submit``, for the admission
-failpoints), or a decision given (``--decide SUBMISSION CALL``).
+without it: it knows only ``other``, which no submission names). A submission can also be made
+from here (``--submit``, for the admission failpoints), or a decision given (``--decide
+SUBMISSION CALL``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ transfer = Tool("transfer", "Move money.", parameters=Params, success=str, needs
 slow = Tool("slow", "Take a while.", parameters=Params, success=str, idempotent=True)
 TOOLKIT = Toolkit(charge, lookup, transfer, slow)
 AGENT = Agent("scripted", "Do as the input says.", toolkit=TOOLKIT)
+OTHER = Agent("other", "An agent no submission names.")
 
 
 def _respond(request: ModelRequest) -> Turn | str:
@@ -114,7 +116,7 @@ async def main(arguments: Any) -> None:
             submission_id, call_id = arguments.decide
             await DurableQueue(database).decide(submission_id, call_id, True, author="boss")
             return
-        agents = [AGENT] if arguments.agents == "scripted" else []
+        agents = [AGENT] if arguments.agents == "scripted" else [OTHER]
         options = WorkerOptions(
             max_active=arguments.max_active,
             lease=arguments.lease,
