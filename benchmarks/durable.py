@@ -1,4 +1,4 @@
-"""Durable runs on SQLite (class DN): admission, recovery, and what durability costs a step.
+"""Durable runs on SQLite: admission, recovery, and what durability costs a step.
 
 Run with ``.venv/bin/python benchmarks/durable.py`` (``make bench`` runs it with ``--quick``).
 It prints figures and never fails on them: a benchmark is not a timed test.
@@ -23,7 +23,7 @@ once — no network and no model time: what is measured is the runtime.
 * **Relative cost**, measured in interleaved rounds (one batch of each per round; each ratio is
   taken within a round, the median over the rounds reported — this machine's speed drifts over
   minutes): the same runs in the in-memory class (``open_runtime`` with the in-memory log and
-  step store, runs one after another) and in class DN (admitted, then run one at a time by a
+  step store, runs one after another) and durably (admitted, then run one at a time by a
   ``DurableWorker`` with ``max_active=1``: fenced appends, a lane claimed and settled per run).
   A **model step** is the marginal cost of one more turn (a model response and one no-op tool
   call): ``(10-turn run - 1-turn run) / 9``. A **durable step** is the marginal cost of one more

@@ -1,9 +1,9 @@
 """Whole storage assemblies: everything a conversation that lasts needs, in one Layer.
 
-``sqlite_storage(path)`` is deployment class P: the Conversation Log, sessions, agent state and
+``sqlite_storage(path)``: the Conversation Log, sessions, agent state and
 the steering inbox share one SQLite database, so history, sessions, state and admitted steering
 survive a restart (``path=":memory:"`` keeps the same behaviour in memory). ``in_memory_storage()``
-gives the same services without a database — the engine's in-memory log (class E), bounded by
+gives the same services without a database — the engine's in-memory log, bounded by
 its retention (``LogRetention``), stays the runtime's default when neither is used.
 
 The agent state store must also hear about runs: wrap the assembly as

@@ -1,4 +1,4 @@
-"""The CodeExecutor port (spec §9.1, CAP-015): run one bounded program in one isolated pass.
+"""The CodeExecutor port (CAP-015): run one bounded program in one isolated pass.
 
 Design notes
 ------------

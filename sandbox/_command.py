@@ -1,4 +1,4 @@
-"""The command-shaped Sandbox port (spec §9): request, events, result, errors, and pure checks.
+"""The command-shaped Sandbox port: request, events, result, errors, and pure checks.
 
 Design notes
 ------------
@@ -449,7 +449,7 @@ class SandboxExecution(Protocol):
 
 
 class Sandbox(Protocol):
-    """The command-shaped Sandbox port (spec §9). See the module notes for the stream contract."""
+    """The command-shaped Sandbox port. See the module notes for the stream contract."""
 
     @property
     def implementation(self) -> SandboxImplementation:

@@ -1,4 +1,4 @@
-"""Approval providers (spec §5) for the engine's ``ApprovalService``: by policy rules, by a person
+"""Approval providers for the engine's ``ApprovalService``: by policy rules, by a person
 through a UI, or by a script in tests. The engine records every request and decision (CAP-006),
 binds each decision to its call and treats a timeout as a denial; these providers decide.
 

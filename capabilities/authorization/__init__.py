@@ -1,4 +1,4 @@
-"""Tool authorization (spec §2 step 4): which tools each caller's runs may use, by allow and deny
+"""Tool authorization: which tools each caller's runs may use, by allow and deny
 rules keyed by agent, tool and principal — deny overrides allow, the default decides the rest, and
 a refusal is a ``ToolRejected`` whose reason the model reads."""
 

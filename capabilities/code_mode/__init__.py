@@ -1,4 +1,4 @@
-"""Code Mode (spec §9.1, CAP-014, CAP-016): one tool that runs a model-written JavaScript program
+"""Code Mode (CAP-014, CAP-016): one tool that runs a model-written JavaScript program
 over an explicit allowlist of tools, in an isolated pass of the CodeExecutor.
 
 :func:`code_mode` builds it from the selected tools under namespaces: an ordinary readonly

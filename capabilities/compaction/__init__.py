@@ -1,4 +1,4 @@
-"""Compaction (spec §6, RUN-026, CAP-007): the engine's ``CompactorService``, filled by a planner
+"""Compaction (RUN-026, CAP-007): the engine's ``CompactorService``, filled by a planner
 that prunes old tool results and then summarizes the oldest prefix with one metered model call,
 never separating a tool call from its result and keeping the newest ``keep_recent_tokens``
 verbatim. Compaction appends records; the canonical log is never edited.

@@ -1,4 +1,4 @@
-"""Durable runs on SQLite (deployment class DN): accepted work is finished exactly once in the
+"""Durable runs on SQLite or PostgreSQL: accepted work is finished exactly once in the
 record, across crashes and processes.
 
 **The promise.** Once a submission is durably accepted, exactly one terminal outcome —

@@ -1,4 +1,4 @@
-"""Sessions (spec §3): named records pointing to conversations, with schema-versioned metadata and
+"""Sessions: named records pointing to conversations, with schema-versioned metadata and
 optimistic revisions — in memory or in the SQLite database (``capabilities.sqlite_storage`` and
 ``in_memory_storage`` provide the :data:`SessionStoreService`). A session is never a
 conversation's history; the Conversation Log is.

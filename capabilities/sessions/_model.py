@@ -1,4 +1,4 @@
-"""Sessions (spec §3): named records that point to conversations, with versioned metadata.
+"""Sessions: named records that point to conversations, with versioned metadata.
 
 A session is *not* a conversation's history — the Conversation Log is. It names a piece of work
 (``name``), lists the conversations that belong to it, and carries application metadata of a type
@@ -384,7 +384,7 @@ class SessionStore(Protocol[M]):
 
 #: The service key of the session store.
 SessionStoreService: ServiceKey[SessionStore[Any]] = ServiceKey(
-    "capabilities.SessionStore", "named sessions pointing to conversations (spec §3)"
+    "capabilities.SessionStore", "named sessions pointing to conversations"
 )
 
 

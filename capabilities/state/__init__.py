@@ -1,4 +1,4 @@
-"""Persistent agent state (spec §11, CAP-012): typed slots apart from conversation history, with
+"""Persistent agent state (CAP-012): typed slots apart from conversation history, with
 optimistic revisions and four write classes the caller must choose between — run-local,
 committed with a canonical record, external and compensatable, external and uncertain.
 

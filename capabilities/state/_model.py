@@ -1,4 +1,4 @@
-"""Persistent agent state (spec §11, CAP-012): typed slots, revisions, and four write classes.
+"""Persistent agent state (CAP-012): typed slots, revisions, and four write classes.
 
 State is not history. The Conversation Log says what happened in a conversation; agent state is
 what an agent keeps between runs — preferences learnt, a cursor into a mailbox, the ID of a
@@ -434,5 +434,5 @@ class AgentState(Protocol):
 
 #: The service key of the agent state store (compose ``observe_runs(AgentStateService)`` too).
 AgentStateService: ServiceKey[AgentState] = ServiceKey(
-    "capabilities.AgentState", "typed, revisioned agent state apart from history (spec §11)"
+    "capabilities.AgentState", "typed, revisioned agent state apart from history"
 )

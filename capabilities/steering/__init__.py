@@ -1,4 +1,4 @@
-"""Steering and follow-up (spec §4): input submitted to a running conversation, admitted through
+"""Steering and follow-up: input submitted to a running conversation, admitted through
 one FIFO path with receipts, canonical before the next model request — in memory or persisted in
 the SQLite database before the receipt is returned (``capabilities.sqlite_storage`` and
 ``in_memory_storage`` provide the :data:`SteeringService`, bounded by :class:`SteeringLimits`)."""

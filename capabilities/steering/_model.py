@@ -1,4 +1,4 @@
-"""Steering and follow-up (spec §4): input submitted to a conversation while a run is going.
+"""Steering and follow-up: input submitted to a conversation while a run is going.
 
 * **Steering** enters the run at its next safe point — the start of its next turn, before the next
   model request; the model response and tool batch in flight finish normally. It is accepted only
@@ -132,5 +132,5 @@ class Steering(Protocol):
 #: The service key of the public steering API (the same object fills the engine's
 #: ``SteeringInboxService``).
 SteeringService: ServiceKey[Steering] = ServiceKey(
-    "capabilities.Steering", "submits steering and follow-ups to running conversations (spec §4)"
+    "capabilities.Steering", "submits steering and follow-ups to running conversations"
 )

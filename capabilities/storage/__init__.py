@@ -1,5 +1,5 @@
 """Storage: the database the persistent capabilities share, and the Conversation Log on it
-(deployment class P). Every capability speaks to a :class:`Database` (``_port``: work functions
+(history survives a restart). Every capability speaks to a :class:`Database` (``_port``: work functions
 of a :class:`Connection`, run in a write transaction or on a read snapshot), never to an engine;
 two implement it:
 

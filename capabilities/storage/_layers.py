@@ -55,7 +55,7 @@ def postgres_database(
 
 def sqlite_log() -> Layer:
     """A Layer providing the engine's ``ConversationLogService`` as an
-    :class:`SqliteConversationLog` on :data:`DatabaseService` (deployment class P)."""
+    :class:`SqliteConversationLog` on :data:`DatabaseService`."""
 
     async def build(context: Context, _: Scope) -> Context:
         return Context.of(ConversationLogService, SqliteConversationLog(context[DatabaseService]))

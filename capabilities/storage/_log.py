@@ -1,4 +1,4 @@
-"""The Conversation Log on SQLite (deployment class P: history survives a restart).
+"""The Conversation Log on SQLite (history survives a restart).
 
 It keeps the contract of ``effectagent.engine.ConversationLog`` exactly:
 

@@ -1,4 +1,4 @@
-"""Approval requests and decisions (spec §5): values the engine records as canonical audit events."""
+"""Approval requests and decisions: values the engine records as canonical audit events."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The six outcomes of a tool call (spec §2). Exactly one settles each declared call.
+"""The six outcomes of a tool call. Exactly one settles each declared call.
 
 Every outcome carries the stable tool-call ID and the tool name, and knows what the model is shown
 (:meth:`model_content`) — already redacted and bounded by the engine.

@@ -1,4 +1,4 @@
-"""Phase 2 of a tool batch for one call — spec §2 steps 4 to 8: authorize, approve, take a permit,
+"""Phase 2 of a tool batch for one call: authorize, approve, take a permit,
 run the handler in a scope of its own, encode, redact and bound. (Approval is ``_approve``'s.)
 
 The handler's outcome follows the effect core's one rule (:func:`~effectagent.effect.attempt`'s,

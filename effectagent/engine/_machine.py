@@ -1,6 +1,6 @@
 """The run as a pure state machine: a frozen :class:`RunState`, inputs in, commands out.
 
-``step(state, input) -> (state, commands)`` makes every decision of the turn loop (DESIGN §4) —
+``step(state, input) -> (state, commands)`` makes every decision of the turn loop —
 when a turn starts, when to compact, whether a model error is retried, what a response leads to
 (the answer, output feedback, follow-ups, a tool batch admitted whole or refused whole), when a
 budget ran out and what exhaustion means (a grace turn or a failure) — without I/O, without Trio,
