@@ -102,6 +102,21 @@ def storable(text: str) -> bool:
     return NOT_STORABLE.search(text) is None
 
 
+#: The most UTF-8 bytes of an ID (a conversation's, a run's, an author's, a media digest) any store
+#: keeps: each is kept in an indexed column, and PostgreSQL refuses an index entry past about
+#: 2.7 KB (a run, and the durable queue, refuse a longer one too).
+ID_BYTES_MOST: Final = 512
+
+
+def too_long_id(value: str) -> bool:
+    """Whether ``value`` is longer than :data:`ID_BYTES_MOST` bytes in UTF-8 (encoded only when
+    it could be: a character takes at most four bytes)."""
+    return (
+        len(value) > ID_BYTES_MOST // 4
+        and len(value.encode("utf-8", "surrogatepass")) > ID_BYTES_MOST
+    )
+
+
 def stored_text(text: str) -> str:
     """``text`` as every store's text column keeps it: each of :data:`NOT_STORABLE` replaced by
     U+FFFD (one character for one, so lengths measured on ``text`` still fit)."""

@@ -24,7 +24,7 @@ from effectagent.effect import (
     json_schema,
 )
 
-from .._rules import storable
+from .._rules import ID_BYTES_MOST, storable, too_long_id
 from .._versioned import (
     Migration,
     StoredValueCorrupt,
@@ -33,7 +33,6 @@ from .._versioned import (
     VersionedCodec,
     VersionUnsupported,
 )
-from ..storage._errors import ID_BYTES_MOST
 
 __all__ = [
     "CorruptSession",
@@ -413,10 +412,7 @@ def check_conversation_id(conversation_id: object) -> str:
     problem = f"a conversation ID is a non-empty string of at most {ID_BYTES_MOST} bytes in UTF-8"
     if not isinstance(conversation_id, str):
         raise SessionInvalidType("?", f"{problem}, got {type(conversation_id).__name__}")
-    if not conversation_id.strip() or (
-        len(conversation_id) > ID_BYTES_MOST // 4
-        and len(conversation_id.encode("utf-8", "surrogatepass")) > ID_BYTES_MOST
-    ):
+    if not conversation_id.strip() or too_long_id(conversation_id):
         raise SessionInvalidValue("?", problem)
     return conversation_id
 

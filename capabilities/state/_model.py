@@ -40,9 +40,8 @@ from effectagent.effect import (
 )
 from effectagent.engine import RunEnding, RunInfo
 
-from .._rules import storable
+from .._rules import ID_BYTES_MOST, storable, too_long_id
 from .._versioned import Migration, VersionedCodec
-from ..storage._errors import ID_BYTES_MOST
 
 __all__ = [
     "AgentState",
@@ -87,7 +86,7 @@ def _identifier(_: object, attribute: attrs.Attribute[Any], value: object) -> No
         raise ValueError(
             f"{attribute.name} must be a non-empty str without a NUL or a lone surrogate"
         )
-    if len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST:
+    if too_long_id(value):
         raise ValueError(f"{attribute.name} must be at most {ID_BYTES_MOST} bytes in UTF-8")
 
 

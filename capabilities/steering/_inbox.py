@@ -48,9 +48,8 @@ from effectagent.engine import RunEnding, RunInfo, SteeringInput
 
 from .._ids import new_id
 from .._logging import log_warning
-from .._rules import storable
+from .._rules import ID_BYTES_MOST, storable, too_long_id
 from ..storage import StorageError
-from ..storage._errors import ID_BYTES_MOST
 from ._admission import Admissions, Closing
 from ._journal import AdmissionJournal, SqliteJournal
 from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
@@ -77,7 +76,7 @@ def _check(conversation_id: object, author: object) -> None:
             raise ValueError(f"{name} must not be empty or blank")
         if not storable(value):  # as a run refuses such a conversation ID: no store keeps it
             raise ValueError(f"{name} must not hold NUL or a lone surrogate")
-        if len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST:
+        if too_long_id(value):
             raise ValueError(f"{name} must be at most {ID_BYTES_MOST} bytes in UTF-8")
 
 

@@ -19,6 +19,8 @@ import attrs
 from effectagent.effect import TaggedError
 from effectagent.engine import ConversationLogError
 
+from .._rules import ID_BYTES_MOST
+
 __all__ = [
     "CannotOpenDatabase",
     "CommitOutcomeUnknown",
@@ -165,11 +167,6 @@ class RecordNotEncodable(StorageError, ConversationLogError):
             "written"
         )
 
-
-#: The most UTF-8 bytes of a conversation or run ID the log keeps: each is kept in an indexed
-#: column, and PostgreSQL refuses an index entry past about 2.7 KB (a run, and the durable queue,
-#: refuse a longer one too).
-ID_BYTES_MOST: Final = 512
 
 #: The most characters of an ID an error shows (escaped); a longer one is cut, with ``…``.
 _SHOWN_CHARS: Final = 64

@@ -48,7 +48,7 @@ import trio
 
 from effectagent.core import LogEntry, Record
 
-from .._rules import NOT_STORABLE, storable, strings
+from .._rules import NOT_STORABLE, storable, strings, too_long_id
 from ._codec import EncodedRecord, RecordCodec
 from ._errors import (
     ID_BYTES_MOST,
@@ -88,11 +88,6 @@ __all__ = ["SEARCH_LIMIT_MOST", "SqliteConversationLog", "write_records"]
 SEARCH_LIMIT_MOST: Final = 2**63 - 1
 
 
-def _too_long(value: str) -> bool:
-    """Whether ``value`` is longer than :data:`ID_BYTES_MOST` bytes in UTF-8."""
-    return len(value) > ID_BYTES_MOST // 4 and len(value.encode("utf-8")) > ID_BYTES_MOST
-
-
 def checked_id(conversation_id: object) -> str:
     """``conversation_id`` if a database can keep it; ``TypeError`` when it is not a str,
     :class:`IdNotStorable` (a ``ValueError`` and a ``ConversationLogError``) when
@@ -102,7 +97,7 @@ def checked_id(conversation_id: object) -> str:
         raise TypeError(f"conversation_id must be a str, got {type(conversation_id).__name__}")
     if not storable(conversation_id):
         raise IdNotStorable(conversation_id)
-    if _too_long(conversation_id):
+    if too_long_id(conversation_id):
         raise IdNotStorable(conversation_id, too_long=True)
     return conversation_id
 
@@ -116,7 +111,7 @@ def _checked_runs(conversation_id: str, shape: AppendShape) -> None:
     for run_id in (shape.starts, ends):
         if run_id is not None and not storable(run_id):
             raise IdNotStorable(conversation_id, "run ID", run_id)
-        if run_id is not None and _too_long(run_id):
+        if run_id is not None and too_long_id(run_id):
             raise IdNotStorable(conversation_id, "run ID", run_id, too_long=True)
 
 
@@ -136,7 +131,7 @@ def _digest(digest: object) -> str:
     kept it)."""
     if not isinstance(digest, str):
         raise TypeError(f"a media digest must be a str, got {type(digest).__name__}")
-    if not digest or not storable(digest) or _too_long(digest):
+    if not digest or not storable(digest) or too_long_id(digest):
         raise ValueError(
             "a media digest must be a non-empty str without NUL or lone surrogates, of at most "
             f"{ID_BYTES_MOST} bytes in UTF-8"
