@@ -54,6 +54,7 @@ from effectagent.core import (
 )
 
 from ._media import MediaShelf, media_digests
+from ._run_arguments import check_id
 
 __all__ = [
     "InMemoryConversationLog",
@@ -511,9 +512,16 @@ class InMemoryConversationLog:
         return self.append_nowait(conversation_id, records)
 
     def append_nowait(self, conversation_id: str, records: Sequence[Record]) -> int:
-        """Append without a checkpoint; return the last sequence number."""
+        """Append without a checkpoint; return the last sequence number. A conversation ID no
+        store keeps (not a str, blank, holding NUL or a lone surrogate, over 512 bytes of UTF-8)
+        is refused as a run refuses it (``TypeError``/``ValueError``), and so are ``records``
+        that are a str or bytes — nothing appended."""
+        given: object = records  # not every caller runs mypy
+        if isinstance(given, str | bytes | bytearray):
+            raise TypeError(f"records must be a sequence of records, got {type(given).__name__}")
         log = self._logs.get(conversation_id)
-        if log is None:
+        if log is None:  # a new conversation: its ID is checked once, here
+            check_id("conversation_id", conversation_id)
             log = self._logs[conversation_id] = []
         log.extend(records)
         count = len(log)
@@ -551,6 +559,8 @@ class InMemoryConversationLog:
         """Entries with ``seq > after`` (none for an evicted conversation). Cancellation: a
         cancellation point (no scheduler yield); nothing changes."""
         await trio.lowlevel.checkpoint_if_cancelled()  # half the pair: nothing to wait for
+        if type(after) is not int:
+            raise TypeError(f"after must be an int, got {type(after).__name__}")
         start = max(after, 0)
         records = self._logs.get(conversation_id)
         if records is None:
