@@ -22,7 +22,20 @@ __all__ = [
     "SkillTampered",
     "SkillUnreadable",
     "SkillUntrusted",
+    "shown",
 ]
+
+#: How many characters of a value an error message repeats.
+SHOWN_CHARS = 64
+
+
+def shown(value: str) -> str:
+    """``value`` as an error message repeats it: quoted, and cut past :data:`SHOWN_CHARS`
+    characters with its length said (a manifest of 64 KiB may hold a value as long; the message
+    names it, it does not copy it)."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}… ({len(value)} characters)"
 
 
 class SkillError(Exception):

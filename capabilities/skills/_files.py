@@ -32,7 +32,13 @@ from typing import Final
 
 import attrs
 
-from ._errors import SkillManifestError, SkillPathEscapes, SkillTampered, SkillUnreadable
+from ._errors import (
+    SkillManifestError,
+    SkillPathEscapes,
+    SkillTampered,
+    SkillUnreadable,
+    shown,
+)
 from ._manifest import MANIFEST_NAME, check_relative_path, digest_of_listing
 
 __all__ = [
@@ -75,13 +81,15 @@ def resolve_inside(root: str, manifest: Path, field: str, relative: str, skill: 
         raise SkillPathEscapes(
             manifest,
             field,
-            f"{relative!r} resolves to {target}, outside the skill directory",
+            f"{shown(relative)} resolves to {target}, outside the skill directory",
             skill,
         )
     if not os.path.exists(target):
-        raise SkillManifestError(manifest, field, f"{relative!r} does not exist", skill)
+        raise SkillManifestError(manifest, field, f"{shown(relative)} does not exist", skill)
     if os.path.isdir(target):
-        raise SkillManifestError(manifest, field, f"{relative!r} is a directory, not a file", skill)
+        raise SkillManifestError(
+            manifest, field, f"{shown(relative)} is a directory, not a file", skill
+        )
     return target
 
 
@@ -326,7 +334,7 @@ def compute_integrity(directory: str | os.PathLike[str], files: Iterable[str]) -
         check_relative_path(manifest, field, relative)
         if relative in paths:
             raise SkillManifestError(
-                manifest, field, f"{relative!r} is listed twice (list each file once)"
+                manifest, field, f"{shown(relative)} is listed twice (list each file once)"
             )
         resolve_inside(root, manifest, field, relative, None)
         paths[relative] = None

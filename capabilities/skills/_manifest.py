@@ -44,7 +44,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 import attrs
 
-from ._errors import SkillManifestError, SkillPathEscapes
+from ._errors import SHOWN_CHARS, SkillManifestError, SkillPathEscapes, shown
 from ._semver import Version, VersionError, VersionRange
 
 __all__ = [
@@ -132,23 +132,23 @@ def check_relative_path(path: Path, field: str, value: object) -> str:
         raise SkillManifestError(path, field, "must be a relative path, got an empty string")
     if value.startswith("/") or re.match(r"[A-Za-z]:", value):
         raise SkillPathEscapes(
-            path, field, f"{value!r} is absolute; paths are relative to the skill directory"
+            path, field, f"{shown(value)} is absolute; paths are relative to the skill directory"
         )
     if "\\" in value or any(unicodedata.category(ch) in _HIDDEN for ch in value):
         raise SkillManifestError(
             path,
             field,
-            f"{value!r} holds a backslash, a control or an invisible formatting character; "
+            f"{shown(value)} holds a backslash, a control or an invisible formatting character; "
             "use '/' between parts",
         )
     parts = value.split("/")
     if ".." in parts:
-        raise SkillPathEscapes(path, field, f"{value!r} leaves the skill directory ('..')")
+        raise SkillPathEscapes(path, field, f"{shown(value)} leaves the skill directory ('..')")
     if any(part in ("", ".") for part in parts):
         raise SkillManifestError(
             path,
             field,
-            f"{value!r} is not in canonical form (no empty or '.' segments, no trailing '/')",
+            f"{shown(value)} is not in canonical form (no empty or '.' segments, no trailing '/')",
         )
     return value
 
@@ -165,17 +165,21 @@ def parse_manifest(path: Path, text: str) -> SkillManifest:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SkillManifestError(path, None, f"is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib parses nested arrays and tables recursively
+        raise SkillManifestError(
+            path, None, "is not valid TOML for a manifest: its arrays or tables nest too deeply"
+        ) from None
     unknown = sorted(set(data) - _TOP)
     if unknown:
         raise SkillManifestError(
-            path, unknown[0], f"is not a manifest field (fields: {', '.join(sorted(_TOP))})"
+            path, _key(unknown[0]), f"is not a manifest field (fields: {', '.join(sorted(_TOP))})"
         )
     skill_id = _string(path, data, "id", None)
     if not _ID.fullmatch(skill_id):
         raise SkillManifestError(
             path,
             "id",
-            f"{skill_id!r} is not a skill ID (1-64 of a-z, 0-9, '.', '_', '-'; starting with a letter or digit)",
+            f"{shown(skill_id)} is not a skill ID (1-64 of a-z, 0-9, '.', '_', '-'; starting with a letter or digit)",
         )
 
     def fail(field: str, reason: str) -> SkillManifestError:
@@ -216,7 +220,7 @@ def parse_manifest(path: Path, text: str) -> SkillManifest:
         raise fail("framework", str(exc)) from None
     trust = _string(path, data, "trust", skill_id)
     if trust not in _TRUST:
-        raise fail("trust", f"must be one of {', '.join(map(repr, _TRUST))}, got {trust!r}")
+        raise fail("trust", f"must be one of {', '.join(map(repr, _TRUST))}, got {shown(trust)}")
     tools, services = _requires(path, data.get("requires", {}), skill_id)
     digest, files = _integrity(path, data.get("integrity"), skill_id, (instructions, *assets))
     return SkillManifest(
@@ -232,6 +236,14 @@ def parse_manifest(path: Path, text: str) -> SkillManifest:
         digest,
         files,
     )
+
+
+def _key(name: str) -> str:
+    """An unknown key as the error's field: as it is, or quoted and cut when it is long or holds
+    a hidden character (see :func:`shown`)."""
+    if len(name) <= SHOWN_CHARS and not any(unicodedata.category(ch) in _HIDDEN for ch in name):
+        return name
+    return shown(name)
 
 
 def _kind(value: object) -> str:
@@ -273,7 +285,7 @@ def _unique(fail: Any, field: str, items: Iterable[str], what: str) -> None:
     seen: set[str] = set()
     for item in items:
         if item in seen:
-            raise fail(field, f"{item!r} appears twice among {what}")
+            raise fail(field, f"{shown(item)} appears twice among {what}")
         seen.add(item)
 
 
@@ -287,7 +299,7 @@ def _names(path: Path, data: Mapping[str, Any], field: str, skill: str) -> tuple
             raise SkillManifestError(
                 path,
                 where,
-                f"{item!r} is not a name (1-128 of letters, digits, '_', '.', ':', '-')",
+                f"{shown(item)} is not a name (1-128 of letters, digits, '_', '.', ':', '-')",
                 skill,
             )
         found.append(item)
@@ -305,7 +317,10 @@ def _requires(path: Path, value: object, skill: str) -> tuple[tuple[str, ...], t
     unknown = sorted(set(value) - _REQUIRES)
     if unknown:
         raise SkillManifestError(
-            path, f"requires.{unknown[0]}", "is not a field of requires (tools, services)", skill
+            path,
+            f"requires.{_key(unknown[0])}",
+            "is not a field of requires (tools, services)",
+            skill,
         )
     return _names(path, value, "tools", skill), _names(path, value, "services", skill)
 
@@ -322,14 +337,17 @@ def _integrity(
     unknown = sorted(set(value) - _INTEGRITY)
     if unknown:
         raise SkillManifestError(
-            path, f"integrity.{unknown[0]}", "is not a field of integrity (digest, files)", skill
+            path,
+            f"integrity.{_key(unknown[0])}",
+            "is not a field of integrity (digest, files)",
+            skill,
         )
     digest = _string(path, value, "digest", skill, prefix="integrity.")
     if not _SHA256.fullmatch(digest):
         raise SkillManifestError(
             path,
             "integrity.digest",
-            f"must be 'sha256:' and 64 lowercase hex digits, got {digest!r}",
+            f"must be 'sha256:' and 64 lowercase hex digits, got {shown(digest)}",
             skill,
         )
     table = value.get("files")
@@ -339,21 +357,23 @@ def _integrity(
     files: dict[str, Any] = {}
     for name in expected:  # the entry point first, then the assets in their order
         if name not in table:
-            raise SkillManifestError(path, "integrity.files", f"has no digest for {name!r}", skill)
+            raise SkillManifestError(
+                path, "integrity.files", f"has no digest for {shown(name)}", skill
+            )
         files[name] = table[name]
     extra = sorted(set(table) - set(expected))
     if extra:
         raise SkillManifestError(
             path,
             "integrity.files",
-            f"lists {extra[0]!r}, which is neither the instruction file nor an asset",
+            f"lists {shown(extra[0])}, which is neither the instruction file nor an asset",
             skill,
         )
     for name, file_digest in files.items():
         if not isinstance(file_digest, str) or not _SHA256.fullmatch(file_digest):
             raise SkillManifestError(
                 path,
-                f"integrity.files.{name!r}",
+                f"integrity.files.{shown(name)}",
                 "must be 'sha256:' and 64 lowercase hex digits",
                 skill,
             )

@@ -34,6 +34,8 @@ from typing import Final
 
 import attrs
 
+from ._errors import shown
+
 __all__ = ["Version", "VersionError", "VersionRange"]
 
 _NUMBER = r"0|[1-9][0-9]*"
@@ -82,16 +84,12 @@ class Version:
         match = _VERSION.fullmatch(text)
         if match is None:
             raise VersionError(
-                f"{text!r} is not a semantic version (MAJOR.MINOR.PATCH, optionally "
+                f"{shown(text)} is not a semantic version (MAJOR.MINOR.PATCH, optionally "
                 "-PRERELEASE and +BUILD, without leading zeros)"
             )
         major, minor, patch, pre, build = match.groups()
         if max(len(major), len(minor), len(patch)) > _MAX_DIGITS:
-            raise VersionError(
-                f"{text[:80]!r}... has a number longer than {_MAX_DIGITS} digits"
-                if len(text) > 80
-                else f"{text!r} has a number longer than {_MAX_DIGITS} digits"
-            )
+            raise VersionError(f"{shown(text)} has a number longer than {_MAX_DIGITS} digits")
         return Version(
             int(major),
             int(minor),
@@ -171,7 +169,7 @@ def _comparator(text: str, where: str) -> tuple[_Test, ...]:
         version = Version.parse(rest)
     except VersionError:
         raise VersionError(
-            f"{where}: {text!r} is not a comparator (an operator such as >=, <, ^ or ~, then a "
+            f"{where}: {shown(text)} is not a comparator (an operator such as >=, <, ^ or ~, then a "
             "full MAJOR.MINOR.PATCH version)"
         ) from None
     if operator in (None, "=", "=="):
@@ -212,7 +210,7 @@ class VersionRange:
             raise VersionError("a version range cannot be empty (use '*' for any version)")
         alternatives: list[tuple[_Test, ...]] = []
         for number, alternative in enumerate(text.split("||"), 1):
-            where = f"range {text!r}, alternative {number}"
+            where = f"range {shown(text)}, alternative {number}"
             pieces = alternative.split(",")
             if len(pieces) > 1 and not all(piece.strip() for piece in pieces):
                 raise VersionError(

@@ -3,7 +3,8 @@
 :func:`activation_tool` builds an ordinary readonly :class:`~effectagent.Tool` whose one
 parameter is a skill ID, and the Layer of its handler. Its description lists the library's skills
 (IDs and descriptions, from the manifests: discovery metadata only) — all but the untrusted ones,
-unless the authorization allows untrusted skills; the error for an unknown ID lists the same. The
+unless the authorization allows untrusted skills; the error for an unknown ID lists the same, and a
+hidden skill's ID is answered as unknown (a refusal of its own would tell that it exists). The
 handler activates the skill with the same checks as host activation — authorization for the run's
 agent and principal, the framework range, the required tools against the agent's toolkit and the
 required services against those the tool was given, every file's digest — and returns the
@@ -196,7 +197,8 @@ def activation_tool(
     )
     framework = _framework(framework_version)
     offered = _offered(library, authorization)
-    available = ", ".join(skill.id for skill in offered) or "none"
+    offered_by_id = {skill.id: skill for skill in offered}
+    available = ", ".join(offered_by_id) or "none"
     tool: Tool[ActivateSkill, SkillInstructions] = Tool(
         name,
         _describe(offered, description),
@@ -228,7 +230,9 @@ def activation_tool(
             Cancellation: as host activation — a cancellation while the files are read stops
             the read after the chunk being read; nothing is returned then.
             """
-            skill = library.get(params.skill_id)
+            # Only the skills offered: a hidden one is as unknown as a missing one (its own
+            # refusal would tell the model that it exists).
+            skill = offered_by_id.get(params.skill_id)
             if skill is None:
                 raise SkillActivationFailed(
                     params.skill_id,

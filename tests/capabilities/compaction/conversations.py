@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from effectagent.core import (
     ApprovalRequest,
     CompactionCreated,
+    ContextAdded,
+    ContextItem,
     ConversationCreated,
     LogEntry,
     ModelResponseRecorded,
@@ -225,3 +227,95 @@ def conversations(
                 )
             )
     return Conversation(tuple(log.entries), tuple(spans), last_messages)
+
+
+@st.composite
+def interleaved(draw: st.DrawFn) -> Conversation:
+    """A log of any shape the records allow, beyond what one engine writes: the batches of
+    several runs interleaved (their calls settled in any order, some never), context items, text
+    answers, user inputs and earlier compactions anywhere; it ends with a user input."""
+    log = _Log()
+    log.add(ConversationCreated(conversation_id=CONVERSATION, agent="agent", at=0.0))
+    pending: list[tuple[str, int, str, int]] = []  # (run, turn, call ID, response seq)
+    spans: dict[tuple[str, int], tuple[int, int]] = {}
+    turns: dict[str, int] = {}
+    steps = ["input", "context", "calls", "answer", "settle", "settle", "compact"]
+    for _ in range(draw(st.integers(2, 30))):
+        step = draw(st.sampled_from(steps))
+        run = draw(st.sampled_from(["run_a", "run_b", "run_c"]))
+        if step == "input":
+            text = _text(draw, 1200)
+            log.add(
+                UserInputRecorded(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    input_id="in",
+                    kind="user",
+                    text=text,
+                    author="ann",
+                    at=0.0,
+                )
+            )
+        elif step == "context":
+            item = ContextItem(kind="skill", source="notes", text=_text(draw, 1200) + ".")
+            log.add(ContextAdded(conversation_id=CONVERSATION, run_id=run, item=item, at=0.0))
+        elif step in ("calls", "answer"):
+            turn = turns[run] = turns.get(run, 0) + 1
+            calls = draw(st.integers(1, 3)) if step == "calls" else 0
+            content: list[tuple[str, Any]] = [("text", _text(draw, 600))]
+            for index in range(calls):
+                arguments = json.dumps({"q": _text(draw, 300)})
+                spec = {"id": f"call_{index}", "name": "f", "arguments": arguments}
+                content.append(("tool-call", spec))
+            seq = log.add(
+                ModelResponseRecorded(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    turn=turn,
+                    content=tuple(content),
+                    finish_reason="tool-calls" if calls else "stop",
+                    usage=UsageDelta(),
+                    at=0.0,
+                )
+            )
+            pending.extend((run, turn, f"call_{index}", seq) for index in range(calls))
+        elif step == "settle" and pending:
+            run, turn, call, response = pending.pop(draw(st.integers(0, len(pending) - 1)))
+            outcome = ToolSuccess(call, "f", _text(draw, 6000))
+            seq = log.add(
+                ToolCallSettled(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    turn=turn,
+                    tool_call_id=call,
+                    tool_name="f",
+                    outcome=outcome,
+                    at=0.0,
+                )
+            )
+            spans[(run, turn)] = (response, seq)
+        elif step == "compact" and len(log.entries) > 2:
+            kind: Any = draw(st.sampled_from(["summarize", "clear-tool-results"]))
+            log.add(
+                CompactionCreated(
+                    conversation_id=CONVERSATION,
+                    run_id=run,
+                    turn=0,
+                    kind=kind,
+                    covers_through=draw(st.integers(1, len(log.entries))),
+                    summary="an earlier summary" if kind == "summarize" else None,
+                    at=0.0,
+                )
+            )
+    log.add(
+        UserInputRecorded(
+            conversation_id=CONVERSATION,
+            run_id="run_next",
+            input_id="in_next",
+            kind="user",
+            text="and now?",
+            author="ann",
+            at=0.0,
+        )
+    )
+    return Conversation(tuple(log.entries), tuple(sorted(spans.values())), 1)

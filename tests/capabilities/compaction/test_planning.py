@@ -30,7 +30,7 @@ from effectagent.ai import (
 from effectagent.core import CompactionCreated, LogEntry, ToolCallSettled, project_messages
 from effectagent.engine import CompactionRequest, estimate_tokens
 
-from .conversations import Conversation, conversations
+from .conversations import Conversation, conversations, interleaved
 
 SYSTEM = SystemMessage("You are careful. " * 10)
 
@@ -175,6 +175,64 @@ def test_a_compaction_fits_the_limit_whenever_it_can_and_splits_nothing(
     smallest = count([SYSTEM, summary_message("…"), *newest])
     if strategy == "prune-then-summarize" and smallest <= limit:
         assert tokens_after <= limit
+
+
+@given(
+    conversation=interleaved(),
+    fractions=st.lists(st.floats(0.05, 0.95), min_size=1, max_size=3),
+    keep=st.integers(0, 3000),
+    strategy=st.sampled_from(["prune-then-summarize", "prune-only"]),
+)
+def test_on_any_shape_of_log_repeated_compactions_split_nothing_and_each_applies(
+    conversation: Conversation, fractions: list[float], keep: int, strategy: Any
+) -> None:
+    """Batches of several runs interleaved, calls settled in any order or never, context items,
+    earlier compactions anywhere: a summary never covers a call and not its result, and every
+    record proposed is one the projection applies (it makes the prompt smaller), round after
+    round."""
+    entries = list(conversation.entries)
+    for fraction in fractions:
+        before = estimate_tokens([SYSTEM, *project_messages(entries)])
+        request = _request(
+            attrs.evolve(conversation, entries=tuple(entries)),
+            max(1, int(before * fraction)),
+            keep,
+            _summarizer("a summary of it all"),
+            strategy,
+        )
+        records = trio.run(LogCompactor().compact, request)
+        for record in records:
+            if record.kind == "summarize":
+                assert not any(r <= record.covers_through < s for r, s in conversation.spans)
+            entries = _appended(entries, [record])
+            assert_calls_stay_with_results(project_messages(entries))
+            assert estimate_tokens([SYSTEM, *project_messages(entries)]) < before
+        if not records:
+            break
+
+
+@given(conversation=conversations(), fraction=st.floats(0.05, 0.95), keep=st.integers(0, 3000))
+def test_the_newest_keep_recent_tokens_stay_verbatim_whenever_they_fit(
+    conversation: Conversation, fraction: float, keep: int
+) -> None:
+    """The smallest tail of units holding ``keep`` tokens is kept as it is whenever the prompt
+    fits the limit with it, the shortest summary and the summary's room."""
+    before = estimate_tokens([SYSTEM, *project_messages(conversation.entries)])
+    limit = max(1, int(before * fraction))
+    units = LogView(conversation.entries, estimate_tokens).units
+    tail: list[Message] = []
+    start, tokens = len(units), 0
+    while start > 1 and tokens < keep:
+        start -= 1
+        tokens += units[start].tokens
+        tail[:0] = units[start].messages
+    room = estimate_tokens([SYSTEM]) + estimate_tokens([summary_message(ELIDED)])
+    if tokens < keep or tokens + room + max(1, min(2048, limit // 4)) > limit:
+        return
+    request = _request(conversation, limit, keep, _summarizer("word " * 3000))
+    records = trio.run(LogCompactor().compact, request)
+    after = project_messages(_appended(conversation.entries, records))
+    assert after[len(after) - len(tail) :] == tail
 
 
 @given(conversation=conversations(), keep=st.integers(0, 3000), cancel=st.booleans())

@@ -239,3 +239,40 @@ def test_a_file_digest_with_a_trailing_newline_is_refused() -> None:
     with pytest.raises(SkillManifestError, match="must be 'sha256:'") as caught:
         parse_manifest(PATH, render(data))
     assert caught.value.field == "integrity.files.'SKILL.md'"
+
+
+@pytest.mark.parametrize(
+    "nested",
+    ["[" * 5_000 + "]" * 5_000, "{ a = " * 3_000 + "1" + " }" * 3_000],
+    ids=["arrays", "tables"],
+)
+def test_toml_nested_too_deeply_is_a_manifest_error_not_a_recursion_error(nested: str) -> None:
+    """A manifest of a few KiB nesting arrays or tables escaped discovery as a bare
+    ``RecursionError`` (the TOML parser recurses), naming neither the file nor the reason."""
+    with pytest.raises(SkillManifestError, match="nest too deeply") as caught:
+        parse_manifest(PATH, f'id = "pdf-forms"\nx = {nested}\n')
+    assert caught.value.path == PATH
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("id", "a" * 20_000),
+        ("version", "1.0." + "a" * 20_000),
+        ("trust", "a" * 20_000),
+        ("instructions", "x/../" + "a" * 20_000),
+        ("framework", ">=" + "a" * 20_000),
+        ("assets", ["a" * 20_000 + "\\"]),
+        ("a" * 20_000, 1),
+    ],
+)
+def test_an_error_names_a_long_value_without_copying_it(field: str, value: Any) -> None:
+    """Every error repeated the value at fault whole: a 64 KiB manifest made a 64 KiB message
+    (twice that for a range). Now a long value is cut, and its length said."""
+    data = base()
+    data[field] = value
+    with pytest.raises(SkillManifestError) as caught:
+        parse_manifest(PATH, render(data))
+    message = str(caught.value)
+    assert len(message) < 500
+    assert "characters)" in message

@@ -247,6 +247,33 @@ async def test_an_unknown_skills_error_names_no_skill_the_description_hides(
     assert "stranger" not in repr(model.requests[1].messages)
 
 
+async def test_a_hidden_skill_named_by_the_model_is_as_unknown_as_a_missing_one(
+    tmp_path: Path,
+) -> None:
+    """The model named an untrusted skill the description hides: the answer was its own
+    refusal ("classified untrusted"), which told the model the hidden skill exists."""
+    library = await _library(tmp_path)
+    write_skill(tmp_path / "more", "stranger", trust="untrusted", description="Unknown origin.")
+    library = SkillLibrary([*library, *await discover_skills(tmp_path / "more")])
+    activation = activation_tool(library, [read_pdf])
+    agent = Agent("clerk", "Help.", POLICY, activation.toolkit)
+    errors = []
+    for skill_id in ["stranger", "nope"]:
+        model = ScriptedModel(
+            [Turn.tool_calls(("activate_skill", {"skill_id": skill_id})), Turn.text("Without.")]
+        )
+        layer = Toolkit(read_pdf).handlers() + activation.layer + model.as_layer()
+        async with open_runtime(layer, agents=[agent]) as runtime:
+            result = await runtime.run(agent, "Go.")
+            (settled,) = await _settlements(runtime.log, result.conversation_id)
+        assert isinstance(settled.outcome, ToolFailure)
+        errors.append(settled.outcome.error)
+    hidden, missing = errors
+    assert hidden["kind"] == missing["kind"] == "unknown-skill"
+    assert hidden["message"] == missing["message"].replace("'nope'", "'stranger'")
+    assert "untrusted" not in hidden["message"]
+
+
 async def test_an_unknown_skill_id_is_repeated_cut_to_the_length_an_id_may_have(
     tmp_path: Path,
 ) -> None:
