@@ -5,7 +5,8 @@ where the run was started (``runtime.run`` / ``runtime.stream``: the ``RunStarte
 emitted in the caller's context). Under it, a span ``turn`` per turn; under each turn, a span
 ``chat`` per model call (one per attempt: a retried call ends with an error and the next attempt
 is a new span), a span ``execute_tool {tool}`` per tool call and a span ``approval {tool}`` per
-approval request. A compaction is a span ``compaction {kind}`` (from the event's ``started_at`` to
+approval request (a ``chat`` span, a call to the model's provider, is of kind client; these others
+internal). A compaction is a span ``compaction {kind}`` (from the event's ``started_at`` to
 its time) under the span of the turn it precedes, or under the run span when that turn has not
 started yet; a budget warning is an event on the run span; tool progress an event on the tool
 span.
@@ -43,8 +44,10 @@ status unless the run completed (or was suspended).
 retry count, failure category. Every span carries ``gen_ai.operation.name`` (``invoke_agent``,
 ``turn``, ``chat``, ``execute_tool``, ``approval``, ``compaction``), ``gen_ai.conversation.id`` and
 ``effectagent.run.id``; the run span also the agent, the version and the run's totals. Usage on a ``chat`` span is what the run recorded since the
-previous turn completed, less a compaction's summary calls: each of those is a ``chat`` span of
-its own under its ``compaction`` span (``CompactionPerformed.usage``), spanning the compaction. Strings are cut to ``max_attribute_length``; events per span are capped. Model text
+previous turn completed (or, in a run resumed from its records, since the turn it finished from
+them), less a compaction's summary calls — each of those is a ``chat`` span of its own under its
+``compaction`` span (``CompactionPerformed.usage``), spanning the compaction — and less a
+subagent's usage (``SubagentCompleted.usage``), which is on the child's own spans. Strings are cut to ``max_attribute_length``; events per span are capped. Model text
 (``gen_ai.input.messages`` / ``gen_ai.output.messages``), tool arguments and results
 (``gen_ai.tool.call.arguments`` / ``gen_ai.tool.call.result``) and a tool's declared error are
 added only with ``include_content=True``, cut to ``max_content_length``. Everything comes from the
@@ -422,11 +425,18 @@ class Telemetry:
             except Exception:  # each span is ended if it can be: go on with the next
                 continue
 
-    def _start(self, name: str, parent: Span, at: float, attributes: dict[str, Any]) -> Span:
+    def _start(
+        self,
+        name: str,
+        parent: Span,
+        at: float,
+        attributes: dict[str, Any],
+        kind: SpanKind = SpanKind.INTERNAL,
+    ) -> Span:
         return self._tracer.start_span(
             _cut(name, self.max_attribute_length),
             context=trace.set_span_in_context(parent),
-            kind=SpanKind.INTERNAL,
+            kind=kind,
             attributes=attributes,
             start_time=_ns(at),
         )
@@ -486,6 +496,10 @@ class Telemetry:
     def _end_model(self, run: _Run, at: float, usage: UsageTotals | None) -> None:
         span = run.model
         if span is None:
+            # A turn with no model call of this execution (one a resumed run finishes from its
+            # records): its totals are the baseline of the next call's usage.
+            if usage is not None:
+                run.usage = usage
             return
         if usage is not None:
             before = run.usage
@@ -565,7 +579,13 @@ class Telemetry:
         run = self._runs.get(event.run_id)
         if run is None:
             return
+        # The previous turn never completed (the run's time ran out while its batch ran): its
+        # model call and its span end here, and the new turn's first call is not a retry.
+        self._response_done(run, event.at)
+        self._end_model(run, event.at, None)
+        run.model_attempt = 0
         if run.turn_span is not None:
+            run.events.pop(id(run.turn_span), None)
             run.turn_span.end(_ns(event.at))
         run.turn = event.turn
         attributes = self._base("turn", run)
@@ -587,7 +607,10 @@ class Telemetry:
             model = _cut(self.request_model, self.max_attribute_length)
             attributes["gen_ai.request.model"] = model
             name = f"chat {model}"
-        run.model = self._start(name, run.turn_span or run.span, event.at, attributes)
+        # A call to a model provider: a client span, as the GenAI conventions have it.
+        run.model = self._start(
+            name, run.turn_span or run.span, event.at, attributes, SpanKind.CLIENT
+        )
 
     def _model_retrying(self, event: ModelRetrying) -> None:
         run = self._runs.get(event.run_id)
@@ -749,7 +772,7 @@ class Telemetry:
                 model = _cut(event.model, self.max_attribute_length)
                 chat["gen_ai.request.model"] = model
                 name = f"chat {model}"
-            summary = self._start(name, span, started, chat)
+            summary = self._start(name, span, started, chat, SpanKind.CLIENT)
             own = _NO_USAGE.add(delta)
             self._usage(summary, own)
             summary.end(_ns(event.at))
@@ -771,6 +794,10 @@ class Telemetry:
     def _subagent_completed(self, event: SubagentCompleted) -> None:
         self._children.pop(event.child_run_id, None)  # a child that never started
         run = self._runs.get(event.run_id)
+        if run is not None:
+            # The run's totals include the child's usage from now on: it is on the child's own
+            # chat spans, not on the parent's next one.
+            run.usage = run.usage.including(event.usage)
         span = None if run is None else run.tools.get(event.tool_call_id)
         if span is not None:
             span.set_attribute("effectagent.subagent.status", event.status)
@@ -807,6 +834,10 @@ class Telemetry:
                 description = f"interrupted: {event.reason}"
             case RunSuspended():
                 outcome = "suspended"
+                for call_id in event.tool_call_ids:  # the approvals the run now waits for
+                    waiting = run.approvals.get(call_id)
+                    if waiting is not None:
+                        waiting.set_attribute("effectagent.approval.decision", "suspended")
                 if self.include_content:
                     reason = _cut(event.reason, self.max_content_length)
                     span.set_attribute("effectagent.run.suspended_reason", reason)
