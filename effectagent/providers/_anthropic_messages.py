@@ -493,7 +493,7 @@ class MessagesDecoder:
             initial = content.get("input")
             if isinstance(initial, Mapping) and initial:
                 block.initial = json_text(initial)
-            out.append(ToolParamsStartPart(block.call.id, name))
+            out.append(ToolParamsStartPart(block.call.id, block.call.name))
 
     def _delta(self, data: Mapping[str, Any], out: list[ResponsePart]) -> None:
         block = self._content.get(self._index(data))
@@ -511,7 +511,11 @@ class MessagesDecoder:
             self._blocks.reasoning_delta(text, out)
         elif kind == "signature_delta" and block.kind == "thinking":
             block.signature += _text(delta, "signature")
-        elif kind in _OWN_DELTAS and block.kind in ("text", "thinking", "tool_use"):
+        elif (
+            isinstance(kind, str)
+            and kind in _OWN_DELTAS
+            and block.kind in ("text", "thinking", "tool_use")
+        ):
             raise MalformedResponse(f"a {kind} inside a {block.kind} block")
         # citations and the blocks of server-side tools carry nothing to show here.
 

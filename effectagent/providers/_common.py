@@ -233,7 +233,7 @@ class StreamedCall:
         self, call_id: str, name: str, *, max_bytes: int = DEFAULT_MAX_EVENT_BYTES
     ) -> None:
         self.id = call_id
-        self.name = name
+        self.name = well_formed(name)  # a lone surrogate could not be sent back
         self.chunks: list[str] = []
         self.arguments: str | None = None
         self.size = 0
@@ -298,7 +298,10 @@ class CallIds:
         )
 
     def unique(self, call_id: str) -> str:
-        """``call_id``, or a new ID made from it when it is taken; either is taken from now on."""
+        """``call_id``, or a new ID made from it when it is taken; either is taken from now on.
+        Well-formed (:func:`well_formed`) first: the ID goes back with the call and its result,
+        and a lone surrogate in it would make that request one no SDK can encode."""
+        call_id = well_formed(call_id)
         taken = self._taken
         if call_id in taken:
             n = 1

@@ -128,6 +128,8 @@ _INVALID_KINDS = frozenset(
         "FAILED_PRECONDITION",
     }
 )
+#: A numeric error code that may stand for an HTTP status: three ASCII digits.
+_STATUS_CODE = re.compile(r"[0-9]{3}")
 #: A protobuf duration as Google's JSON writes it: seconds with an ``s``.
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
@@ -208,7 +210,9 @@ def error_from_payload(provider: str, payload: object) -> AiError:
     shown = f"{provider} reported {label} mid-stream" + (f": {message}" if message else "")
     # A numeric code is the status the error would have had before the stream began (vLLM's
     # ``"code": 500``, OpenRouter's ``"code": 429``, Google's ``"code": 503``).
-    status = int(code) if code.isdigit() and 400 <= int(code) <= 599 else None
+    # Only three ASCII digits: ``str.isdigit`` also takes "²" (which ``int`` refuses) and a
+    # string of thousands of digits (past what ``int`` converts).
+    status = int(code) if _STATUS_CODE.fullmatch(code) and 400 <= int(code) <= 599 else None
     return _classify(status, kind, code, message, shown, {}, payload)
 
 

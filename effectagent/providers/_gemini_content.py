@@ -363,6 +363,12 @@ class GeminiDecoder:
         """Whether the finish part has been produced (only at the end of the body)."""
         return self._done
 
+    @property
+    def finished(self) -> bool:
+        """Whether a finish reason has come: a connection lost after it lost no part of the
+        answer (the streaming loop then ends the body there)."""
+        return self._finish is not None
+
     def feed(self, event: object) -> list[ResponsePart]:
         """The parts one decoded event completes."""
         data = as_mapping(event, "a generateContent response")
@@ -451,7 +457,7 @@ class GeminiDecoder:
             raise MalformedResponse(f"the args of functionCall {name!r} are not a JSON object")
         self._blocks.end_all(out)
         call = StreamedCall(self._ids.unique(call_id), name)
-        out.append(ToolParamsStartPart(call.id, name))
+        out.append(ToolParamsStartPart(call.id, call.name))
         call.delta(json_text(arguments or {}), out)
         call.end(out)
         if signature is not None:

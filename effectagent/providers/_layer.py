@@ -123,9 +123,13 @@ async def sdk_client(
     sdk, errors = await trio.to_thread.run_sync(load_sdk)
     import httpx2  # imported by load_sdk: the SDKs' HTTP stack
 
-    # The SDK's own default HTTP client (its limits, redirects, proxies from the environment),
-    # with error bodies bounded; the SDK closes it with itself.
-    http = sdk.DefaultAsyncHttpxClient(event_hooks={"response": [bound_error_body(httpx2)]})
+    # The SDK's own default HTTP client (its limits, proxies from the environment), with error
+    # bodies bounded and redirects not followed — a model API does not redirect, and one to
+    # another origin would take the custom headers (a gateway's token) there: the 3xx is the
+    # SDK's status error, a ``ProviderError``, as with Gemini. The SDK closes it with itself.
+    http = sdk.DefaultAsyncHttpxClient(
+        event_hooks={"response": [bound_error_body(httpx2)]}, follow_redirects=False
+    )
     try:
         client = getattr(sdk, client_class)(
             api_key=key,

@@ -333,7 +333,8 @@ class ResponsesDecoder:
         return out
 
     def _call(self, data: Mapping[str, Any]) -> StreamedCall:
-        call = self._calls.get(data.get("item_id"))  # type: ignore[arg-type]
+        item_id = data.get("item_id")
+        call = self._calls.get(item_id) if isinstance(item_id, str) else None
         if call is None:
             raise MalformedResponse("function call arguments for an item that was never added")
         return call
@@ -349,7 +350,7 @@ class ResponsesDecoder:
             raise MalformedResponse("a function call item was added twice")
         call = StreamedCall(self._ids.unique(call_id), name)
         self._calls[key] = call
-        out.append(ToolParamsStartPart(call.id, name))
+        out.append(ToolParamsStartPart(call.id, call.name))
         arguments = item.get("arguments")
         if isinstance(arguments, str):
             call.delta(arguments, out)
@@ -359,7 +360,7 @@ class ResponsesDecoder:
         if kind == "function_call":
             item_id, call_id = item.get("id"), item.get("call_id")
             key = item_id if isinstance(item_id, str) and item_id in self._calls else call_id
-            call = self._calls.pop(key, None)  # type: ignore[arg-type]
+            call = self._calls.pop(key, None) if isinstance(key, str) else None
             if call is None:
                 raise MalformedResponse("a function call item ended that never began")
             arguments = item.get("arguments")

@@ -12,7 +12,9 @@ Failures: a request the SDK cannot encode (text with a lone surrogate, a header 
 ASCII) → ``InvalidModelRequest``, nothing sent; an HTTP error status → its typed error; any other
 error of the SDK → ``ProviderError``;
 a connection that cannot be made or is lost
-(before or during the body) → ``ModelNetworkError``; a 200 that is not an event stream, bytes that
+(before or during the body) → ``ModelNetworkError`` — unless the decoder says the model had
+finished (a ``finished`` attribute: Gemini's stream has no end event, only a finish reason in its
+last one), when it is the end of the body; a 200 that is not an event stream, bytes that
 are not UTF-8, data that is not JSON (or JSON nested deeper than :data:`MAX_EVENT_DEPTH` levels),
 events that break the provider's format, a body that ends before the response is complete →
 ``MalformedResponse``; a line or event longer than ``max_event_bytes`` → ``ResponseTooLarge``
@@ -162,11 +164,16 @@ async def stream_parts(
             except StopAsyncIteration:
                 chunk = None
             except errors.transport as exc:
-                # A read timeout is a transport error too: the server went silent, not away.
-                what = "went silent past the timeout" if _timed_out(exc) else "was lost"
-                failure = ModelNetworkError(
-                    f"{provider}: the connection {what} mid-stream ({_describe(exc)})"
-                )
+                if getattr(decoder, "finished", False):
+                    # The model said it had finished (Gemini's finish reason, which only the
+                    # last event carries): only the end of the body was lost — not the answer.
+                    chunk = None
+                else:
+                    # A read timeout is a transport error too: the server went silent, not away.
+                    what = "went silent past the timeout" if _timed_out(exc) else "was lost"
+                    failure = ModelNetworkError(
+                        f"{provider}: the connection {what} mid-stream ({_describe(exc)})"
+                    )
             except errors.decoding as exc:
                 failure = MalformedResponse(f"{provider}: undecodable body ({_describe(exc)})")
             if failure is not None:

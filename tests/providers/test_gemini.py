@@ -12,7 +12,13 @@ import pytest
 import trio
 
 from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
-from effectagent.ai import ModelUnavailable, OutputFormat, RateLimited, ReasoningDeltaPart
+from effectagent.ai import (
+    ModelNetworkError,
+    ModelUnavailable,
+    OutputFormat,
+    RateLimited,
+    ReasoningDeltaPart,
+)
 from effectagent.effect import json_schema
 from effectagent.providers import Gemini
 
@@ -249,3 +255,23 @@ async def test_an_error_page_that_is_not_json_is_still_typed(server: ReplayServe
     assert isinstance(error, ModelUnavailable)
     assert error.message == "Gemini answered HTTP 502 (Bad Gateway): <html>Bad gateway</html>"
     assert parts == []
+
+
+async def test_a_connection_lost_after_the_finish_reason_loses_no_answer(
+    server: ReplayServer,
+) -> None:
+    # Gemini's stream has no end event: its last event carries the finish reason. A connection
+    # lost after it lost only the end of the body — the answer is whole, and is not retried.
+    server.script(Reply.sse(GeminiWire().text("4 °C in ", "Oslo."), ending="drop"))
+    settings = Gemini("gemini-3-flash-preview", api_key=KEY, base_url=server.url)
+    response = reduce(await collect(settings))
+    assert (response.text, response.finish_reason) == ("4 °C in Oslo.", "stop")
+
+
+async def test_a_connection_lost_before_the_finish_reason_is_a_network_error(
+    server: ReplayServer,
+) -> None:
+    server.script(Reply.sse(GeminiWire().text("4 °C in ", "Oslo.")[:-1], ending="drop"))
+    settings = Gemini("gemini-3-flash-preview", api_key=KEY, base_url=server.url)
+    error, _ = await failure(settings)
+    assert isinstance(error, ModelNetworkError)

@@ -15,13 +15,14 @@ from effectagent.ai import (
     MalformedResponse,
     ModelNetworkError,
     ModelUnavailable,
+    ProviderError,
     close_stream,
 )
 from effectagent.providers import OpenAICompatible
 
 from .conftest import KEY
 from .helpers import collect, failure, request
-from .replay import Recorded, ReplayServer, Reply
+from .replay import Recorded, ReplayServer, Reply, start_server
 from .targets import Target
 
 PROXY_SECRET = "proxy-secret-9876543210"
@@ -212,3 +213,19 @@ async def test_credentials_in_the_base_url_never_show_when_it_cannot_be_reached(
     assert "[REDACTED]@127.0.0.1" in error.message
     assert not shows(URL_PASSWORD, error)
     assert not shows("query-secret-42", error)
+
+
+async def test_a_redirect_is_not_followed_with_the_headers(
+    target: Target, server: ReplayServer, nursery: trio.Nursery
+) -> None:
+    # A model API does not redirect; a redirect elsewhere would take the custom headers (a
+    # gateway's token, say) to another origin. It is the provider's error, and nothing is sent
+    # there.
+    elsewhere = await start_server(nursery)
+    server.script(Reply(307, (("location", f"{elsewhere.url}{target.path}"),), (), "eof"))
+    elsewhere.script(Reply.sse(target.text("Hi")))
+    settings = attrs.evolve(target.settings(server.url, KEY), headers={"X-Gateway-Token": "gw-1"})
+    error, _ = await failure(settings)
+    assert isinstance(error, ProviderError)
+    assert error.status == 307
+    assert not elsewhere.requests

@@ -42,7 +42,7 @@ from effectagent.ai import (
     UserMessage,
     close_stream,
 )
-from effectagent.providers import Anthropic, OpenAICompatible
+from effectagent.providers import Anthropic, OpenAICompatible, OpenAIResponses
 from effectagent.providers._anthropic_messages import (
     MessagesDecoder,
     anthropic_block,
@@ -56,7 +56,7 @@ from .conftest import KEY
 from .helpers import WEATHER, collect, failure, reduce, request
 from .replay import ReplayServer, Reply
 from .targets import Target
-from .wire import AnthropicWire, ChatWire
+from .wire import AnthropicWire, ChatWire, ResponsesWire
 
 #: A stand-in image (its first bytes are a PNG's).
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(64)
@@ -557,3 +557,36 @@ async def test_a_server_error_mid_stream_is_typed_by_its_numeric_code(
 
 def sse_event(error: dict[str, Any]) -> bytes:
     return f"data: {json.dumps({'error': error})}\n\n".encode()
+
+
+@pytest.mark.parametrize("field", ["item_id", "call_id"])
+async def test_a_responses_call_named_by_an_object_is_malformed(
+    server: ReplayServer, field: str
+) -> None:
+    # A call looked up by an ID that is a JSON object (unhashable in Python): a typed
+    # MalformedResponse, never a bare TypeError.
+    wire = ResponsesWire()
+    events = [wire.created(), wire.call_added(0, "fc_1", "call_1", "weather")]
+    if field == "item_id":
+        events.append(wire.event("response.function_call_arguments.delta", item_id={}, delta="{"))
+    else:
+        item = {"type": "function_call", "id": {}, "call_id": {}, "name": "weather"}
+        events.append(wire.event("response.output_item.done", output_index=0, item=item))
+    server.script(Reply.sse(events))
+    settings = OpenAIResponses("gpt-4.1", api_key=KEY, base_url=f"{server.url}/v1")
+    error, _ = await failure(settings, request(tools=(WEATHER,)))
+    assert isinstance(error, MalformedResponse), error
+
+
+async def test_an_anthropic_delta_of_a_type_that_is_no_string_is_passed_over(
+    server: ReplayServer,
+) -> None:
+    # A delta whose type is a list (unhashable): like any delta this adapter does not know, it
+    # carries nothing to show — never a bare TypeError.
+    wire = AnthropicWire()
+    odd = wire.delta(0, {"type": ["text_delta"], "text": "?"})
+    block = wire.text_block(0, "Hi")
+    server.script(Reply.sse([wire.start(), block[0], odd, *block[1:], *wire.finish("end_turn")]))
+    settings = Anthropic("claude-sonnet-4-5", api_key=KEY, base_url=server.url)
+    response = reduce(await collect(settings))
+    assert response.text == "Hi"

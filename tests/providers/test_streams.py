@@ -19,6 +19,7 @@ from effectagent.ai import (
     MalformedResponse,
     ModelNetworkError,
     ModelUnavailable,
+    ProviderError,
     RateLimited,
     ResponseMetadataPart,
     TextDeltaPart,
@@ -32,6 +33,7 @@ from .conftest import KEY
 from .helpers import WEATHER, collect, failure, reduce, request
 from .replay import ReplayServer, Reply
 from .targets import Target
+from .wire import sse
 
 
 async def test_text_streams_as_deltas_and_reduces(target: Target, server: ReplayServer) -> None:
@@ -290,3 +292,48 @@ async def test_one_client_serves_consecutive_requests(target: Target, server: Re
         second = await model.generate(request())
     assert (first.text, second.text) == ("one", "two")
     assert len(server.requests) == 2
+
+
+def _coded_error(target: Target, code: str) -> bytes:
+    """An error event mid-stream in the target's own shape, with ``code`` as its code."""
+    if target.name == "openai-responses":
+        return sse({"type": "error", "code": code, "message": "odd"}, "error")
+    if target.name == "anthropic":
+        error = {"type": "error", "error": {"type": "x", "code": code, "message": "odd"}}
+        return sse(error, "error")
+    if target.name == "gemini":
+        return sse({"error": {"code": code, "message": "odd", "status": "X"}}, end="\r\n")
+    return sse({"error": {"message": "odd", "type": "x", "code": code}})
+
+
+@pytest.mark.parametrize("code", ["²", "9" * 5000, "٥٠٣"], ids=["superscript", "long", "arabic"])
+async def test_an_error_code_of_digits_int_cannot_read_is_still_typed(
+    target: Target, server: ReplayServer, code: str
+) -> None:
+    # ``str.isdigit`` takes these; ``int`` refuses the first two. Each is an error's code, not
+    # an HTTP status: the typed error of the rest of the event, never a bare ValueError.
+    server.script(Reply.sse([*target.begun(), _coded_error(target, code)]))
+    error, _ = await failure(target.settings(server.url, KEY))
+    assert type(error) is ProviderError
+    assert error.status is None
+    assert "odd" in error.message
+
+
+@pytest.mark.parametrize("where", ["id", "name"])
+async def test_a_lone_surrogate_in_a_call_id_or_name_can_still_go_back(
+    target: Target, server: ReplayServer, where: str
+) -> None:
+    # JSON's "\ud83d" decodes to half a character. The call's ID and name go back with the
+    # call and its result on the next request, which no SDK could encode with it: each is
+    # made well-formed as it streams, like text and arguments.
+    call = ("call_\ud83d", "weather", '{"city": "Oslo"}')
+    if where == "name":
+        call = ("call_1", "weather\ud83d", '{"city": "Oslo"}')
+    server.script(Reply.sse(target.calls(call)))
+    parts = await collect(target.settings(server.url, KEY), request(tools=(WEATHER,)))
+    (sent,) = [p for p in parts if isinstance(p, ToolCallPart)]
+    assert (sent.id, sent.name) in (("call_\ufffd", "weather"), ("call_1", "weather\ufffd"))
+    (start,) = [p for p in parts if isinstance(p, ToolParamsStartPart)]
+    assert (start.id, start.name) == (sent.id, sent.name)
+    sent.id.encode()
+    sent.name.encode()
