@@ -175,6 +175,10 @@ class Cassette:
             raise CassetteError(f"there is no cassette at {where}") from None
         except UnicodeDecodeError:
             raise CassetteError(f"{where} is not a cassette: it is not UTF-8 text") from None
+        except OSError as exc:  # a directory, a file that cannot be read
+            raise CassetteError(
+                f"cannot read the cassette {where}: {exc.strerror or exc}"
+            ) from None
         return parse(text, str(where))
 
 

@@ -78,7 +78,7 @@ from effectagent.core import (
 from effectagent.effect import Context, Layer, ServiceKey
 from effectagent.engine import RunResult, open_runtime, reduce_events
 
-from ._checks import is_count, is_seconds, seconds
+from ._checks import is_count, is_seconds, need_hypothesis, seconds
 from ._harness import SimulatedDefect
 from ._same_records import _Normalizer
 
@@ -232,7 +232,9 @@ def fault_plans(
 
     The kinds are sequences of kind names (a lone string is refused), the seconds finite
     numbers ≥ 0 (drawn in whole seconds up to them), the counts whole numbers ≥ 0: anything
-    else is hypothesis' ``InvalidArgument`` when the strategy is made."""
+    else is hypothesis' ``InvalidArgument`` when the strategy is made. Without hypothesis
+    installed it is a ``ModuleNotFoundError`` saying so."""
+    need_hypothesis("fault_plans()")
     from hypothesis import strategies as st
     from hypothesis.errors import InvalidArgument
 

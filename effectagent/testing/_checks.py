@@ -1,12 +1,13 @@
 """The argument checks the testing tools share: a duration they will wait on the Trio clock, and a
 whole number. A bool is neither (``True`` is an ``int`` to Python, never a number of seconds or
-steps a user meant)."""
+steps a user meant). And hypothesis, which the strategies need and the library does not install."""
 
 from __future__ import annotations
 
+import importlib
 import math
 
-__all__ = ["is_count", "is_seconds", "seconds", "whole"]
+__all__ = ["is_count", "is_seconds", "need_hypothesis", "seconds", "whole"]
 
 
 def is_seconds(value: object, *, positive: bool = False) -> bool:
@@ -39,3 +40,16 @@ def whole(what: str, value: object, *, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{what} must be at least {minimum}, got {value}")
     return value
+
+
+def need_hypothesis(what: str) -> None:
+    """Import hypothesis, or raise a ``ModuleNotFoundError`` saying that ``what`` needs it and how
+    to install it (the library does not depend on it)."""
+    try:
+        importlib.import_module("hypothesis")
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            f"{what} needs hypothesis, which effectagent does not install: pip install hypothesis "
+            "(it is in the dev extra)",
+            name="hypothesis",
+        ) from exc

@@ -41,12 +41,19 @@ class FunctionModel:
     ``fn`` returns a :class:`Turn` (anything a scripted turn can do: tool calls, reasoning,
     errors, delays, hangs), a sequence of response parts, or a string (a text answer). ``requests``
     holds every request received, in arrival order. ``part_delay`` (the Trio-clock wait before
-    each part) must be a finite number of seconds ≥ 0.
+    each part) must be a finite number of seconds ≥ 0. An ``fn`` that is not callable with the
+    request alone is a ``TypeError`` here, not a failed run later.
     """
 
     def __init__(self, fn: Respond, *, part_delay: float = 0.0) -> None:
         if not callable(fn):
             raise TypeError(f"FunctionModel needs a callable, got {type(fn).__name__}")
+        if not _takes_one(fn):
+            raise TypeError(
+                "FunctionModel needs a function of the request, fn(request), but "
+                f"{getattr(fn, '__qualname__', None) or type(fn).__name__} takes "
+                f"{inspect.signature(fn)}"
+            )
         self._fn = fn
         self._part_delay = seconds("part_delay", part_delay)
         self.requests: list[ModelRequest] = []
@@ -83,6 +90,20 @@ class FunctionModel:
     async def generate(self, request: ModelRequest) -> ModelResponse:
         """The reply as one response."""
         return await generate(self, request)
+
+
+def _takes_one(fn: Callable[..., object]) -> bool:
+    """Whether ``fn`` can be called with one positional argument; a callable whose signature
+    cannot be read (some builtins) is given the benefit of the doubt."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return True
+    try:
+        signature.bind(None)
+    except TypeError:
+        return False
+    return True
 
 
 def _plain(turn: Turn) -> bool:

@@ -328,8 +328,13 @@ def _base_handlers(
                 "(an async function of the parameters and the call)"
             )
         name = key if isinstance(key, str) else key.name
-        if kit.get(name) is None or (not isinstance(key, str) and kit.get(name) is not key):
+        held = kit.get(name)
+        if held is None or (not isinstance(key, str) and held is not key):
             raise ValueError(f"handlers= names {key!r}, which is not a tool of the toolkit")
+        try:
+            held.bind(handler)  # what Toolkit.handlers refuses: not async, not (params, call)
+        except TypeError as exc:
+            raise TypeError(f"handlers= gives a handler the engine refuses: {exc}") from None
         bases[name] = handler
     return bases
 
@@ -376,6 +381,18 @@ def _check_batch(
             and PROBE_TOOLKIT.get(tool.name) is not tool
         ):
             raise ValueError(f"{call.tool_call_id}: a 'declared-failure' call needs failure=")
+        if (
+            call.behaviour == "declared-failure"
+            and call.failure is not None
+            and not isinstance(call.failure, tool.failure)
+        ):
+            # The engine settles an undeclared error as a defect: expecting "failure" would blame it.
+            declared = ", ".join(cls.__name__ for cls in tool.failure) or "none"
+            raise ValueError(
+                f"{call.tool_call_id}: its failure {type(call.failure).__name__} is not an error "
+                f"tool {tool.name!r} declares (its failures: {declared}), so it would settle as "
+                "a defect; give one of them, or behaviour='defect'"
+            )
         if call.behaviour == "hang" and tool.timeout is None and not cancels:
             raise ValueError(
                 f"{call.tool_call_id}: tool {tool.name!r} has no timeout, so a 'hang' call would "
@@ -441,12 +458,14 @@ async def run_batch(
 
     A hang needs the tool's ``timeout`` unless you cancel; the policy is generous otherwise (the run
     is bounded by ``max_duration``). Raises ValueError for a batch the toolkit cannot run (a
-    call whose ``valid`` the tool's decoder contradicts among them), and a
+    call whose ``valid`` the tool's decoder contradicts among them, or a ``"declared-failure"``
+    call whose ``failure`` the tool does not declare), and a
     TypeError or ValueError, before anything runs, for a ``batch`` that is not a
     :class:`BatchSpec`, a ``cancel_after_steps`` that is not a whole number ≥ 1, a
     ``cancel_at`` or ``model_part_delay`` that is not a finite number of seconds ≥ 0, an
     ``answer`` that is not a string, a ``toolkit`` that is not a Toolkit, ``services`` that are
-    not a Layer, or ``handlers`` that are not a mapping of tools (or names) to callables; a
+    not a Layer, or ``handlers`` that are not a mapping of tools (or names) to handlers
+    ``Toolkit.handlers`` would take (async functions of ``(params, call)``); a
     ``tool_concurrency`` or ``max_duration`` the agent's policy refuses is its ``TypeError`` or
     ``ValueError``, before anything runs too.
 

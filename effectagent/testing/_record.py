@@ -6,11 +6,13 @@ ends — completed, failed with a model error, or closed early by its consumer �
 written as one line (see :mod:`._cassette` for the format). Nothing is changed on its way through:
 the run sees exactly what the model streamed.
 
-Redaction: the runtime redacts with the secrets given to ``open_runtime(secrets=...)`` (or the
-Redactor a layer provides), which a model layer cannot see — so ``record`` takes them too, and
-every string the cassette holds is redacted with them: the request (prompt, tools, schema), text,
-reasoning and tool-call arguments (a secret split between two deltas included: a block that held
-one is kept as one redacted delta), and error messages.
+Redaction: the runtime redacts with the secrets given to ``open_runtime(secrets=...)`` and hands
+that redaction to the layers it builds — so the cassette is redacted with it, and with the
+secrets (or Redactor) given to ``record`` too, which covers a layer built some other way and a
+Redactor a sibling layer provides (which ``record`` cannot see): every string the cassette
+holds — the request (prompt, tools, schema), text, reasoning and tool-call arguments (a secret
+split between two deltas included: a block that held one is kept as one redacted delta), and
+error messages.
 
 A tool-call ID holding a secret is one the engine does not keep: it names the call afresh, the
 redacted ID with a suffix (``…-2``) no call of the conversation has used. A replay serves the
@@ -48,7 +50,8 @@ from effectagent.ai import (
     model_name_of,
 )
 from effectagent.core import Redactor, SecretRedactor, redact_json_text
-from effectagent.effect import Context, Layer
+from effectagent.effect import Context, Layer, Scope, ServiceKey
+from effectagent.engine import RedactorService
 
 from ._cassette import CassetteWriter, End, Exchange, encode_error, encode_request
 
@@ -74,6 +77,32 @@ def redactor_of(secrets: Iterable[str], redactor: Redactor | None) -> Redactor:
             raise ValueError("give the secrets to the Redactor, not beside it")
         return redactor
     return SecretRedactor(secrets)
+
+
+@final
+class _Both:
+    """Two redactions, one after the other: ``record``'s own and the runtime's."""
+
+    __slots__ = ("_first", "_second")
+
+    def __init__(self, first: Redactor, second: Redactor) -> None:
+        self._first = first
+        self._second = second
+
+    @property
+    def active(self) -> bool:
+        return self._first.active or self._second.active
+
+    def redact_text(self, text: str) -> str:
+        return self._second.redact_text(self._first.redact_text(text))
+
+    def redact(self, value: Any) -> Any:
+        return self._second.redact(self._first.redact(value))
+
+    def partial_secret_suffix(self, text: str) -> int:
+        return max(
+            self._first.partial_secret_suffix(text), self._second.partial_secret_suffix(text)
+        )
 
 
 def _block_of(part: ResponsePart) -> tuple[str, str] | None:
@@ -268,8 +297,10 @@ def record(
     so that every request and every response part is written to ``cassette_path`` (created, or
     replaced), one line per exchange — see the cassette format in the testing guide.
 
-    ``secrets`` (or ``redactor``) are what the cassette is redacted with: give it the secrets you
-    give ``open_runtime(secrets=...)``, or the Redactor your layer provides. The cassette is
+    The cassette is redacted with the secrets given to ``open_runtime(secrets=...)`` (the
+    runtime hands its redaction to the layers it builds) and with ``secrets`` (or ``redactor``:
+    give it the Redactor your own layer provides, which ``record`` cannot see, or secrets for a
+    layer built without ``open_runtime``). The cassette is
     written whole or not at all: into a partial file beside ``cassette_path``
     (``.<name>.<random>.partial``), opened when the layer is built (an unwritable path or a
     directory fails there), each exchange flushed as it ends, and moved over ``cassette_path``
@@ -282,12 +313,14 @@ def record(
         raise TypeError(f"record() takes a model's Layer, got {type(model_layer).__name__}")
     if LanguageModelService not in model_layer.provides:
         raise ValueError(f"record(): the layer {model_layer.name!r} provides no LanguageModel")
-    chosen = redactor_of(secrets, redactor)
+    given = redactor_of(secrets, redactor)
     path = Path(cassette_path)
 
     @asynccontextmanager
     async def recording(context: Context) -> AsyncIterator[RecordingModel]:
         model = context[LanguageModelService]
+        runtime = context[_RUNTIME_REDACTION].redactor
+        chosen = given if runtime is None or runtime is given else _Both(given, runtime)
         native = bool(getattr(model, "native_output", False))
         name = chosen.redact_text(model_layer.name)
         header: dict[str, Any] = {"name": name, "native_output": native}
@@ -300,7 +333,33 @@ def record(
     wrapper = Layer.scoped(
         LanguageModelService,
         recording,
-        requires=[LanguageModelService],
+        requires=[LanguageModelService, _RUNTIME_REDACTION],
         name=f"record({model_layer.name})",
     )
-    return wrapper.provide_merge(model_layer)
+    return wrapper.provide(_runtime_redaction()).provide_merge(model_layer)
+
+
+@final
+class _Redaction:
+    """The runtime's Redactor as the layers see it, or None (a layer built elsewhere)."""
+
+    __slots__ = ("redactor",)
+
+    def __init__(self, redactor: Redactor | None) -> None:
+        self.redactor = redactor
+
+
+_RUNTIME_REDACTION: ServiceKey[_Redaction] = ServiceKey("effectagent.testing.RuntimeRedaction")
+
+
+def _runtime_redaction() -> Layer:
+    async def build(context: Context, _: Scope) -> Context:
+        # The runtime's, when open_runtime builds the layer (it hands its redaction to layers).
+        return Context({_RUNTIME_REDACTION: _Redaction(context.get(RedactorService))})
+
+    return Layer.from_build(
+        "record: the runtime's redaction",
+        provides=[_RUNTIME_REDACTION],
+        uses=[RedactorService],
+        build=build,
+    )

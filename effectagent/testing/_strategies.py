@@ -37,7 +37,7 @@ import attrs
 from effectagent.ai import Tool, ToolCallContext, Toolkit
 from effectagent.effect import SchemaError, TaggedError, encode
 
-from ._checks import is_count, is_seconds, seconds
+from ._checks import is_count, is_seconds, need_hypothesis, seconds
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn, SearchStrategy
@@ -370,11 +370,21 @@ def _decodes(tool: Tool[Any, Any], raw: str) -> bool:
 
 
 def _raw(value: Any) -> str:
+    """``value`` as the argument text a model sends: JSON. A ``ValueError`` (or ``TypeError``)
+    for what JSON cannot hold — NaN and the infinities among them."""
     if isinstance(value, str):
         return json.dumps(value)
     if attrs.has(type(value)):
         value = encode(value)
-    return json.dumps(value)
+    return json.dumps(value, allow_nan=False)
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        _raw(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 @attrs.frozen
@@ -474,13 +484,17 @@ def _plan(
         if tool.name in given:
             argument_strategies[tool.name] = given[tool.name]
         elif tool.parameters is not None:
-            argument_strategies[tool.name] = _builds(tool.parameters)
+            # A model sends JSON: a float field's NaN or infinity is no argument it can send.
+            argument_strategies[tool.name] = _builds(tool.parameters).filter(_is_json)
         else:
             missing.append(tool.name)
         if tool.name in given_failures:
             failure_strategies[tool.name] = given_failures[tool.name]
         elif tool.failure:
-            failure_strategies[tool.name] = st.one_of([_builds(cls) for cls in tool.failure])
+            # Its fields reach the model as JSON: a NaN or an infinity would settle as a defect.
+            failure_strategies[tool.name] = st.one_of(
+                [_builds(cls).filter(_is_json) for cls in tool.failure]
+            )
     if missing:
         raise InvalidArgument(
             "pass arguments={name: strategy} for the JSON-Schema tool(s) "
@@ -535,7 +549,7 @@ def _invalid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
     raw: str | None = None
     if how == "bad-field":
         value = draw(plan.arguments[tool.name])
-        value = encode(value) if attrs.has(type(value)) else value
+        value = encode(value) if attrs.has(type(value)) and _is_json(value) else value
         if isinstance(value, dict) and value:
             key = draw(st.sampled_from(sorted(value)))
             change = draw(st.sampled_from(_MUTATIONS))
@@ -562,7 +576,13 @@ def _valid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
     tool = draw(plan.pick_tool)
     behaviour = draw(plan.pick_behaviour[tool.name])
     value = draw(plan.arguments[tool.name])
-    raw = _raw(value)
+    try:
+        raw = _raw(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(
+            f"the arguments strategy for {tool.name!r} drew {value!r:.80}, which is not JSON "
+            f"a model could send ({exc})"
+        ) from None
     try:
         tool.decode_arguments(raw)
     except SchemaError as exc:
@@ -578,6 +598,12 @@ def _valid_call(draw: DrawFn, plan: _Plan, call_id: str) -> CallSpec:
         raise InvalidArgument(
             f"the failures strategy for {tool.name!r} drew {failure!r:.80}, which the tool does "
             f"not declare (its failures: {declared}), so it would settle as a defect"
+        )
+    if failure is not None and not _is_json(failure):
+        # The engine settles a failure it cannot send the model as JSON as a defect too.
+        raise InvalidArgument(
+            f"the failures strategy for {tool.name!r} drew {failure!r:.80}, which is not JSON "
+            "a model could be sent (a NaN or an infinity?), so it would settle as a defect"
         )
     return CallSpec(
         call_id,
@@ -612,7 +638,8 @@ def batches(
     ``st.builds`` of each declared failure class); a tool with neither never gets
     ``"declared-failure"``, and a tool without a ``timeout`` never gets ``"hang"``. An error the
     tool does not declare would settle as a defect, not a failure: drawing one is hypothesis'
-    ``InvalidArgument``, naming the tool.
+    ``InvalidArgument``, naming the tool — so is arguments or an error JSON cannot hold (a NaN
+    or an infinity), which the defaults never draw.
 
     Up to about ``invalid_ratio`` of the calls have arguments that do not decode (a field dropped,
     retyped or added; a non-object; text that is not JSON) or name a tool the toolkit lacks: each
@@ -627,8 +654,10 @@ def batches(
     Bounds it cannot draw from are hypothesis' ``InvalidArgument`` when the strategy is made:
     sizes that are not whole numbers with ``0 <= min_size <= max_size``, a ``latency_step``
     that is not a finite number > 0, a ``max_latency`` that is not a finite number ≥ 0, an
-    ``invalid_ratio`` outside [0, 1], ``behaviours`` given as one string.
+    ``invalid_ratio`` outside [0, 1], ``behaviours`` given as one string. Without hypothesis
+    installed it is a ``ModuleNotFoundError`` saying so.
     """
+    need_hypothesis("batches()")
     from hypothesis import strategies as st
     from hypothesis.errors import InvalidArgument
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -12,14 +13,21 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from hypothesis import find, given
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
-from hypothesis.errors import InvalidArgument
+from hypothesis.errors import InvalidArgument, NoSuchExample
 
 from effectagent import TaggedError, Tool, ToolCallContext, Toolkit
 from effectagent.effect import Context, Layer, ServiceKey
 from effectagent.engine import _call
-from effectagent.testing import PROBE_TOOLKIT, BatchSpec, CallSpec, batches, run_batch_sync
+from effectagent.testing import (
+    PROBE_TOOLKIT,
+    BatchSpec,
+    CallSpec,
+    batches,
+    fault_plans,
+    run_batch_sync,
+)
 
 ECHO = CallSpec("call_1", "probe_echo", '{"text": "hi"}')
 
@@ -160,6 +168,72 @@ def test_a_failure_the_tool_does_not_declare_is_refused_when_drawn() -> None:
     batch = find(right, lambda batch: True)
     report = run_batch_sync(batch, tool_concurrency=1, handlers={refund: _never})
     assert report.unexpected() == ()
+
+
+@attrs.frozen
+class Reading:
+    celsius: float
+
+
+thermometer = Tool("thermometer", "Log a reading.", parameters=Reading, timeout=5.0)
+
+
+@given(batch=batches(Toolkit(thermometer), invalid_ratio=0.0))
+def test_default_arguments_of_a_float_field_are_json_a_model_could_send(batch: BatchSpec) -> None:
+    """``st.builds`` draws NaN and infinities for a float field: they used to escape as a
+    ValueError ("cannot encode inf as JSON") while drawing, failing the user's property."""
+    for call in batch.calls:
+        thermometer.decode_arguments(call.arguments)
+        assert "Infinity" not in call.arguments
+        assert "NaN" not in call.arguments
+
+
+def test_arguments_drawn_that_are_not_json_are_refused_naming_the_tool() -> None:
+    drawn = batches(
+        Toolkit(thermometer),
+        arguments={"thermometer": st.just(Reading(math.inf))},
+        invalid_ratio=0.0,
+    )
+    with pytest.raises(
+        InvalidArgument, match=r"'thermometer' drew Reading\(celsius=inf\), which is"
+    ):
+        find(drawn, lambda batch: True)
+
+
+@attrs.frozen
+class TooCold(TaggedError):
+    below_by: float
+
+
+frost = Tool("frost", "Log a frost.", parameters=Reading, failure=TooCold, timeout=5.0)
+
+
+def test_default_failures_of_a_float_field_hold_no_nan_or_infinity() -> None:
+    """``st.builds`` drew ``TooCold(inf)``, which the engine cannot send the model as JSON and
+    settles as a defect: ``unexpected()`` then blamed the engine for the strategy's draw."""
+    drawn = batches(Toolkit(frost), behaviours=["declared-failure"], invalid_ratio=0.0)
+
+    def not_json(batch: BatchSpec) -> bool:
+        return any(
+            isinstance(call.failure, TooCold) and not math.isfinite(call.failure.below_by)
+            for call in batch.calls
+        )
+
+    with pytest.raises(NoSuchExample):
+        find(drawn, not_json, settings=settings(max_examples=300, database=None, derandomize=True))
+    batch = find(drawn, lambda batch: True)
+    assert run_batch_sync(batch, tool_concurrency=2, handlers={frost: _never}).unexpected() == ()
+
+
+def test_a_failure_drawn_that_is_not_json_is_refused_naming_the_tool() -> None:
+    drawn = batches(
+        Toolkit(frost),
+        failures={"frost": st.just(TooCold(math.nan))},
+        behaviours=["declared-failure"],
+        invalid_ratio=0.0,
+    )
+    with pytest.raises(InvalidArgument, match=r"'frost' drew TooCold\(below_by=nan\), which is"):
+        find(drawn, lambda batch: True)
 
 
 async def _never(params: Amount, call: ToolCallContext) -> None:
@@ -337,6 +411,53 @@ def test_a_hand_made_call_whose_validity_is_wrong_is_refused(call: CallSpec, mes
         run_batch_sync(BatchSpec([call]), tool_concurrency=1)
     not_json = CallSpec("call_2", "probe_echo", "{", valid=False)
     assert run_batch_sync(BatchSpec([not_json]), tool_concurrency=1).unexpected() == ()
+
+
+@attrs.frozen
+class _Other(TaggedError):
+    reason: str
+
+
+def test_a_hand_made_call_failing_with_an_undeclared_error_is_refused() -> None:
+    """The engine settles an error the tool does not declare as a defect: a hand-made
+    ``"declared-failure"`` spec raising one used to run and blame the engine in ``unexpected()``."""
+    call = CallSpec("call_1", "probe_echo", '{"text": "hi"}', behaviour="declared-failure")
+    undeclared = attrs.evolve(call, failure=_Other("no"))
+    with pytest.raises(ValueError, match=r"call_1: its failure _Other is not an error tool "):
+        run_batch_sync(BatchSpec([undeclared]), tool_concurrency=1)
+    assert run_batch_sync(BatchSpec([call]), tool_concurrency=1).unexpected() == ()
+
+
+def test_a_handler_the_engine_would_refuse_is_refused_before_the_run() -> None:
+    """A sync handler (or one of the wrong arity) used to be taken and every "success" call
+    settled as a defect; ``Toolkit.handlers`` refuses it, and so does ``run_batch``."""
+    tool = PROBE_TOOLKIT.get("probe_echo")
+    assert tool is not None
+
+    def sync_handler(params: Any, call: ToolCallContext) -> None:
+        return None
+
+    async def one_argument(params: Any) -> None:
+        return None
+
+    for handler in (sync_handler, one_argument):
+        mapping: Any = {tool: handler}  # what mypy would catch, checked at run time too
+        with pytest.raises(TypeError, match=r"^handlers= gives a handler the engine refuses: "):
+            run_batch_sync(BatchSpec([ECHO]), tool_concurrency=1, handlers=mapping)
+
+
+def test_without_hypothesis_a_strategy_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Used to be a bare ``No module named 'hypothesis'`` from deep inside; the harness itself
+    still runs without it."""
+    monkeypatch.setitem(sys.modules, "hypothesis", None)  # as if it were not installed
+    for make, name in ((batches, "batches()"), (fault_plans, "fault_plans()")):
+        with pytest.raises(ModuleNotFoundError, match=re.escape(f"{name} needs hypothesis")) as e:
+            make()
+        assert e.value.name == "hypothesis"
+        assert "pip install hypothesis" in str(e.value)
+    assert run_batch_sync(BatchSpec([ECHO]), tool_concurrency=1).unexpected() == ()
 
 
 # ---- a broken engine is caught --------------------------------------------------------------------

@@ -41,6 +41,7 @@ from effectagent.testing import (
     Cassette,
     CassetteError,
     Exchange,
+    ReplayModel,
     ScriptedModel,
     Turn,
     record,
@@ -205,6 +206,14 @@ def test_a_missing_file_is_said_in_a_sentence(tmp_path: Path) -> None:
         Cassette.read(tmp_path / "none.jsonl")
 
 
+def test_a_path_that_cannot_be_read_is_a_cassette_error(tmp_path: Path) -> None:
+    """A directory used to escape as a bare IsADirectoryError."""
+    with pytest.raises(CassetteError, match=r"^cannot read the cassette .*: "):
+        Cassette.read(tmp_path)
+    with pytest.raises(CassetteError, match=r"^cannot read the cassette .*: "):
+        ReplayModel.layer(tmp_path)
+
+
 # ---- malformed lines ----------------------------------------------------------------------------
 
 
@@ -295,6 +304,28 @@ def test_no_secret_reaches_a_cassette(tmp_path: Path) -> None:
     deltas = [p for p in cassette.exchanges[2].parts if isinstance(p, TextDeltaPart)]
     # The block that held the secret is one redacted delta; the others keep their chunking.
     assert [d.delta for d in deltas] == ["Your key is [REDACTED], and it is 10 °C."]
+
+
+def test_the_runtimes_secrets_reach_no_cassette_recorded_without_its_own(tmp_path: Path) -> None:
+    """``record`` given no secrets used to write what the model streamed in the clear, though
+    the runtime it recorded in had been given the secret: it redacts with the runtime's too."""
+    path = tmp_path / "runtime-secret.jsonl"
+    scripted = ScriptedModel(
+        [
+            Turn.tool_calls(("forecast", {"city": CANARY}, "call_1")),
+            Turn.fail(RateLimited(f"quota of {CANARY} used up")),
+            Turn.text(f"Your key is {CANARY}."),
+        ]
+    )
+    results, _ = run_on(
+        record(scripted.as_layer(), path),
+        prompts=[f"My key is {CANARY}. How warm is it there?"],
+        secrets=[CANARY],
+    )
+    assert results[0].status == "completed"
+    text = path.read_text()
+    assert CANARY not in text
+    assert text.count("[REDACTED]") >= 4
 
 
 async def test_a_request_is_redacted_before_it_is_written(tmp_path: Path) -> None:

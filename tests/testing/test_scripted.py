@@ -239,6 +239,8 @@ _A_STR: Any = "hello"
 _TEXTS: Any = ["hello", "world"]
 _ONE_TURN: Any = Turn.text("hello")
 _YES: Any = True
+_NO_ARGUMENT: Any = lambda: "x"  # noqa: E731 - not a function of the request
+_TWO_ARGUMENTS: Any = divmod
 _WORD: Any = "1"
 
 
@@ -265,6 +267,16 @@ _WORD: Any = "1"
         (lambda: FunctionModel(str, part_delay=-1), ValueError, "part_delay must be a finite"),
         (lambda: FunctionModel.layer(str, part_delay=math.nan), ValueError, "part_delay must"),
         (lambda: FunctionModel(str, part_delay=_YES), TypeError, "part_delay must be a number"),
+        (
+            lambda: FunctionModel(_NO_ARGUMENT),
+            TypeError,
+            r"a function of the request, fn\(request\)",
+        ),
+        (
+            lambda: FunctionModel.layer(_TWO_ARGUMENTS),
+            TypeError,
+            "FunctionModel needs a function of",
+        ),
     ],
     ids=[
         "lone-str",
@@ -287,6 +299,8 @@ _WORD: Any = "1"
         "function-model-negative-part-delay",
         "function-model-layer-nan-part-delay",
         "function-model-bool-part-delay",
+        "function-model-of-no-argument",
+        "function-model-layer-of-two-arguments",
     ],
 )
 def test_what_a_script_cannot_play_is_refused_when_it_is_made(
