@@ -24,6 +24,8 @@ def attachments(paths: Sequence[str], *, given: str = "--attach") -> tuple[Media
     before it is read: ``/dev/zero`` would be read without end, a pipe wait for a writer."""
     parts: list[MediaPart] = []
     for path in paths:
+        if not path.strip():  # Path("") is the working directory: say what was typed
+            raise UsageError(f"{given} needs a FILE, and the path given is empty")
         special = _special_file(path)
         if special is not None:
             raise UsageError(

@@ -38,7 +38,7 @@ from ._line_editor import Interrupted, Typed, idle_prompt
 from ._models import ModelChoice, ModelRefused, ModelSwitch, choose_model, provider_of
 from ._sanitize import visible
 from ._session import TerminalSession
-from ._sessions import NamedSession, all_sessions, runs_of, turns_of
+from ._sessions import NamedSession, all_sessions, runs_of, session_option, turns_of
 from .render import format_usage
 
 __all__ = [
@@ -173,7 +173,7 @@ class ChatSession(TerminalSession):
             self._screen.line()
             if self._named is not None and self._conversation_id is not None:
                 name = self._named.name
-                self._note(f"session {name} saved: effectagent chat --session {name}")
+                self._note(f"session {name} saved: effectagent chat {session_option(name)}")
             nursery.cancel_scope.cancel()
         return 0
 

@@ -251,6 +251,8 @@ def config_path(given: str | None, environ: Mapping[str, str]) -> Path | None:
     ``~/.config/…``) when that file exists, else None."""
     if given:
         path = Path(given).expanduser()
+        if path.is_dir():
+            raise ConfigError(f"{given}: is a directory, not a configuration file (a TOML file)")
         if not path.is_file():
             raise ConfigError(f"{given}: no such configuration file")
         return path.resolve()
@@ -532,9 +534,13 @@ _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def env_name_problem(value: str) -> str | None:
-    """What is wrong with ``value`` as the name of an environment variable, or None."""
+    """What is wrong with ``value`` as the name of an environment variable, or None. (The value
+    is never quoted: what is given where a variable's name belongs is often the key itself.)"""
     if _ENV_NAME.fullmatch(value) is None:
-        return f"must name an environment variable (letters, digits and _), got {value!r}"
+        return (
+            "must name an environment variable (letters, digits and _), not hold the key "
+            "(the value given is not shown)"
+        )
     return None
 
 

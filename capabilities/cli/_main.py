@@ -65,7 +65,7 @@ from ._models import (
     provider_of,
 )
 from ._session import TerminalSession
-from ._sessions import NamedSession, new_session
+from ._sessions import NamedSession, new_session, session_option
 from ._store import store_of
 from ._tools import open_tools
 
@@ -364,7 +364,7 @@ async def _chat(
                 runs = f"{named.runs} run{'' if named.runs == 1 else 's'}"
                 intro = f"session {name} resumed ({runs}, conversation {named.conversation_id})"
             else:
-                intro = f"session {name} (resume it with --session {name})"
+                intro = f"session {name} (resume it with {session_option(name)})"
             console.out.line(f"{intro} — Ctrl-C interrupts a run, Ctrl-D ends the session")
             await where_it_stands(console.out, opened.runtime.log, named)
             if missing is not None:
@@ -409,7 +409,7 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
                 input_with_media(text, attached), None if piped else sys.stdin
             )
             if given is None and named.conversation_id is not None:
-                console.err.line(f"session {name} saved (continue it with --session {name})")
+                console.err.line(f"session {name} saved (continue it with {session_option(name)})")
             return status
 
 

@@ -54,7 +54,7 @@ from ._errors import steering_rejection
 from ._line_editor import Interrupted, LineEditor, Typed
 from ._progress import Progress
 from ._sanitize import json_safe
-from ._sessions import NamedSession
+from ._sessions import NamedSession, session_option
 from .render import Timeline, format_usage
 
 __all__ = [
@@ -179,6 +179,7 @@ class TerminalSession:
         self._answer_open = False  # answer text on ``out`` not yet ended by a newline
         self._usage = UsageTotals()  # this chat's runs, for /usage
         self._runs = 0
+        self._run_started = False  # the run going has said RunStarted
         self._progress = Progress()
         self._status_shown: str | None = None  # the last status line written (line mode)
 
@@ -223,7 +224,7 @@ class TerminalSession:
             self._screen.line()
             if self._named is not None and self._conversation_id is not None:
                 name = self._named.name
-                self._note(f"session {name} saved: effectagent chat --session {name}")
+                self._note(f"session {name} saved: effectagent chat {session_option(name)}")
             nursery.cancel_scope.cancel()
         return 0
 
@@ -345,12 +346,19 @@ class TerminalSession:
             )
 
     async def _watch(self, stream: RunStream) -> int:
-        """Run ``stream``, showing its events; its exit status. Cancellation: as :meth:`run`."""
+        """Run ``stream``, showing its events; its exit status. Cancellation: as :meth:`run`;
+        a run that had started still counts in the session's runs (the count is shielded)."""
+        self._run_started = False
         try:
             terminal = await self._events(stream)
         except BaseException:  # cancelled (SIGTERM, SIGHUP): the answer so far drawn whole
             with contextlib.suppress(OutputClosed):
                 self._timeline.close()
+            if self._named is not None and self._run_started:
+                # Its interruption is in the log: `effectagent sessions` counts it, as it
+                # counts one interrupted by Ctrl-C. (A store failing here hides nothing.)
+                with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+                    await self._named.ended()
             raise
         self._timeline.close()
         if self._named is not None and terminal is not None:
@@ -375,6 +383,7 @@ class TerminalSession:
                     self._show(event)
                     self._show_status()
                     if isinstance(event, RunStarted):
+                        self._run_started = True
                         self._conversation_id = event.conversation_id
                         if self._named is not None:
                             await self._named.started(event.conversation_id)

@@ -13,6 +13,7 @@ at once share one session (:meth:`NamedSession.started`)."""
 from __future__ import annotations
 
 import hashlib
+import shlex
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,10 +40,20 @@ __all__ = [
     "find_session",
     "new_session",
     "runs_of",
+    "session_option",
     "turns_of",
 ]
 
 _PAGE = 500
+
+
+def session_option(name: str) -> str:
+    """``--session NAME`` as a shell reads it back: the name quoted when it holds spaces or
+    quotes, joined with ``=`` when it starts with ``-`` (which the parser would take for an
+    option) — so the command the chat suggests at its end can be pasted as it is."""
+    quoted = shlex.quote(name)
+    return f"--session={quoted}" if name.startswith("-") else f"--session {quoted}"
+
 
 #: The longest session ID the store takes.
 _MAX_ID_CHARS = 256

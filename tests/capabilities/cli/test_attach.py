@@ -140,6 +140,20 @@ def test_what_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path: Path,
     assert not (tmp_path / "state").exists()  # refused before anything opened
 
 
+@pytest.mark.parametrize("given", ["", "  "])
+def test_an_empty_path_is_refused_as_empty_not_as_a_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    """``--attach ""`` (a variable that was not set, say) names the empty path, rather than the
+    working directory an empty path would be taken for."""
+    for key, value in cli_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    assert main(["run", "Hi", "--model", "openai:gpt-4.1", "--attach", given]) == 2
+    err = capsys.readouterr().err
+    assert err == "effectagent: --attach needs a FILE, and the path given is empty\n"
+    assert not (tmp_path / "state").exists()  # refused before anything opened
+
+
 def test_an_attachment_one_byte_over_the_limit_says_its_exact_size(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -270,7 +270,7 @@ def test_a_missing_api_key_is_named_and_exits_3(
             ["--model", "openai:gpt-4.1", "--api-key-env", "MY-KEY"],
             {"OPENAI_API_KEY": KEY},
             "effectagent: --api-key-env must name an environment variable (letters, digits and "
-            "_), got 'MY-KEY'",
+            "_), not hold the key (the value given is not shown)",
         ),
     ],
 )
@@ -774,7 +774,7 @@ def test_a_short_key_of_the_model_in_use_is_refused_naming_its_variable(
         (
             "[model]\nname = 'openai:gpt-4.1'\napi_key_env = '1BAD'\n",
             "[model] api_key_env must name an environment variable (letters, digits and _), "
-            "got '1BAD'",
+            "not hold the key (the value given is not shown)",
         ),
         (
             "[[mcp]]\nname = 'a'\nurl = 'localhost:9000/mcp'\n",
@@ -913,6 +913,16 @@ def test_config_flag_must_name_an_existing_file(
     missing = isolated / "nope.toml"
     assert main(["run", "Hi", "--config", str(missing), "--model", "openai:x"]) == 2
     assert f"{missing}: no such configuration file" in capsys.readouterr().err
+
+
+def test_config_flag_naming_a_directory_says_so(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--config ~/.config/effectagent`` (the directory, not the file in it) is said as such,
+    not as a file that does not exist."""
+    assert main(["run", "Hi", "--config", str(isolated), "--model", "openai:x"]) == 2
+    err = capsys.readouterr().err
+    assert f"{isolated}: is a directory, not a configuration file (a TOML file)" in err
 
 
 def test_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) -> None:

@@ -160,3 +160,22 @@ def test_the_configs_base_url_and_key_go_with_a_model_of_its_provider(tmp_path: 
         choice = _model(parse(argv), config, environ)
         assert choice.options["base_url"] == "http://127.0.0.1:8000/v1"
         assert choice.options["api_key_env"] == "MY_SERVER_KEY"
+
+
+@pytest.mark.parametrize("where", ["--api-key-env", "[model] api_key_env"])
+def test_a_key_given_where_its_variables_name_belongs_is_never_shown(
+    tmp_path: Path, where: str
+) -> None:
+    """``--api-key-env sk-…`` (the key pasted where the variable's name belongs, a usual slip)
+    is refused naming the flag or the config key, without quoting what was given."""
+    pasted = "sk-proj-pasted-key-0123456789abcdef"
+    argv = ["run", "Hello?", "--model", "openai:gpt-4.1"]
+    if where == "--api-key-env":
+        argv += ["--api-key-env", pasted]
+    else:
+        write_config(tmp_path, f'[model]\nname = "openai:gpt-4.1"\napi_key_env = "{pasted}"\n')
+        argv = ["run", "Hello?"]
+    done = run_cli([EFFECTAGENT, *argv], cli_env(tmp_path))
+    assert done.returncode == 2
+    assert f"{where} must name an environment variable" in done.stderr, done.stderr
+    assert pasted not in done.stdout + done.stderr

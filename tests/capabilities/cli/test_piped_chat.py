@@ -7,6 +7,7 @@ asks."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from capabilities.cli._args import parse
 from tests.providers.replay import Recorded, Reply
 from tests.providers.wire import ChatWire
 
@@ -118,3 +120,28 @@ def test_the_end_of_piped_input_does_not_abandon_the_last_command(
     assert proc.returncode == 0, err
     assert "⇲ context compacted (summarize)" in out
     assert "abandoned" not in out + err
+
+
+@pytest.mark.parametrize("name", ["trip to oslo", "-x", "ann's notes"])
+def test_the_command_a_chat_suggests_at_its_end_resumes_its_session(
+    server: ServerThread, tmp_path: Path, name: str
+) -> None:
+    """``session NAME saved: effectagent chat --session NAME`` is a command to paste: a name with
+    spaces or quotes is quoted, one starting with ``-`` is joined with ``=`` — read back by a
+    shell and the command's parser, it names the same session."""
+    server.script(Reply.sse(ChatWire().text("Noted.")))
+    done = subprocess.run(
+        [EFFECTAGENT, *args(server, "chat", f"--session={name}")],
+        env=cli_env(tmp_path),
+        input="Remember this.\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    last = done.stdout.splitlines()[-1]
+    assert last.startswith(f"session {name} saved: effectagent chat ")
+    suggested = shlex.split(last.partition(": ")[2])
+    assert suggested[:2] == ["effectagent", "chat"]
+    assert parse(suggested[1:]).session == name

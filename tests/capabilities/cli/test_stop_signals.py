@@ -23,7 +23,7 @@ from effectagent.core import LogEntry, RunFailedRecord
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, ServerThread, cli_env, run_cli, serve, spawn
 from .test_cli import args
 
 
@@ -74,6 +74,27 @@ def test_a_run_stopped_by_a_signal_is_interrupted_in_the_log(
     last = logged(tmp_path, "work")[-1].record
     assert isinstance(last, RunFailedRecord)
     assert last.reason == "interrupted"
+
+
+def test_a_run_stopped_by_sigterm_counts_in_the_sessions_runs(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """`effectagent sessions` counts a run SIGTERM interrupted, as it counts one Ctrl-C
+    interrupted: its interruption is in the log like theirs."""
+    hanging_answer(server)
+    env = cli_env(tmp_path)
+    command = [EFFECTAGENT, *args(server, "run", "Think.", "--session", "work")]
+    with subprocess.Popen(
+        command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as process:
+        server.wait_for_requests(1)
+        process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+    assert process.returncode == 128 + signal.SIGTERM
+    listed = run_cli([EFFECTAGENT, "sessions"], env)
+    (row,) = listed.stdout.splitlines()[1:]
+    assert row.split()[0] == "work"
+    assert row.split()[-1] == "1", listed.stdout
 
 
 def test_a_chat_stopped_by_sigterm_shows_the_answer_so_far_and_logs_the_interruption(
