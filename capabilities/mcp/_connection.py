@@ -20,9 +20,11 @@ connection itself.
 
 Calls: a tool call is sent on the shared session; a wait longer than ``call_timeout``, or a
 connection that drops while the call is out, leaves the call's effect unknown: the handler raises
-``OutcomeUnknown`` and the engine settles the call as ``ToolUnknownOutcome``. Nothing is ever
-retried — not even a call to a tool that says it is idempotent — and nothing is treated as
-exactly-once; a lost connection stays lost until a new one is opened.
+``OutcomeUnknown`` and the engine settles the call as ``ToolUnknownOutcome`` — unless the
+transport knows the request never ran (over streamable HTTP: it could not connect, or the
+server no longer knows the session), which is ``McpUnavailable`` and a lost connection.
+Nothing is ever retried — not even a call to a tool that says it is idempotent — and nothing
+is treated as exactly-once; a lost connection stays lost until a new one is opened.
 
 Listings: the tools are listed when the connection opens and again whenever the server sends
 ``notifications/tools/list_changed`` (by the host task, one listing at a time, their starts at
@@ -239,6 +241,7 @@ class McpConnection(ResourcesAndPrompts):
         "_stderr",
         "_stop",
         "_unreadable",
+        "_unsent",
         "_version",
         "_waiting",
         "capabilities",
@@ -281,6 +284,9 @@ class McpConnection(ResourcesAndPrompts):
         self._ids = itertools.count(1)
         self._waiting: dict[str, trio.CancelScope] = {}
         self._unreadable: dict[str, str] = {}
+        # The ids of requests that never ran, as the transport found (``_request_unsent``) ->
+        # whether they were sent.
+        self._unsent: dict[str, bool] = {}
         # Our tool names kept for tools of the caller's own (``reserve``) -> the reason.
         self._reserved: dict[str, str] = {}
 
@@ -448,12 +454,21 @@ class McpConnection(ResourcesAndPrompts):
                 if tag.request_id is not None:
                     self._waiting.pop(tag.request_id, None)
                     self._unreadable.pop(tag.request_id, None)
+                    self._unsent.pop(tag.request_id, None)
         raise McpRequestError(self.server.name, method, f"no answer within {timeout} s")
 
     def _why_lost(self) -> str:
         """Why the connection is lost, for a message: "the connection closed" unless the
         transport dropped it for a reason of its own."""
         return self._dropped or "the connection closed"
+
+    def _request_unsent(self, request_id: str | None, why: str, sent: bool) -> None:
+        """The server is gone for this connection, and the request ``request_id`` (if one of
+        ours) did not run: it was not ``sent`` at all, or the server refused it unrun
+        (``open_transport``'s ``unsent``, over streamable HTTP). The connection is lost."""
+        if request_id is not None:
+            self._unsent[request_id] = sent
+        self._transport_dropped(self._redact(why))
 
     def _transport_dropped(self, reason: str) -> None:
         """The transport dropped the connection (``open_transport``'s ``dropped``)."""
@@ -649,6 +664,7 @@ class McpConnection(ResourcesAndPrompts):
                 local,
                 f"the MCP server {server.name!r} is not connected "
                 f"({self._lost if self._lost is not None else 'not open'}); the call was not sent",
+                self._identity,
             )
         limits = server.limits
         request = types.CallToolRequest(
@@ -668,13 +684,16 @@ class McpConnection(ResourcesAndPrompts):
             except MCPError as exc:
                 if _closed_by_sdk(exc):
                     self._mark_lost("the connection closed during a call")
-                    raise OutcomeUnknown(self._closed_in_flight(local)) from None
+                    raise self._closed_during(local, tag) from None
+                unrun = self._unrun(local, tag)  # the server no longer knows the session
+                if unrun is not None:
+                    raise unrun from None
                 # The server refused the call with a protocol error: answered, so not unknown.
                 message = bounded_text(self._redact(exc.message), limits.max_result_bytes)
-                raise McpToolError(local, message, exc.code) from None
+                raise McpToolError(local, message, exc.code, self._identity) from None
             except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
                 self._mark_lost("the connection closed during a call")
-                raise OutcomeUnknown(self._closed_in_flight(local)) from None
+                raise self._closed_during(local, tag) from None
             except ValidationError as exc:
                 raise McpMalformedResult(
                     f"the MCP server {server.name!r} answered {local!r} with something that is "
@@ -684,9 +703,12 @@ class McpConnection(ResourcesAndPrompts):
                 if tag.request_id is not None:
                     self._waiting.pop(tag.request_id, None)
                     self._unreadable.pop(tag.request_id, None)
+                    self._unsent.pop(tag.request_id, None)
             raw = dump_model(result)
             if raw.get("isError") is True:
-                raise error_message(local, raw, limits.max_result_bytes, self._redact)
+                raise error_message(
+                    local, raw, limits.max_result_bytes, self._redact, self._identity
+                )
             body = envelope(self.identity, remote, local, raw, limits.max_result_bytes)
             if check is not None:
                 check(body)
@@ -694,6 +716,27 @@ class McpConnection(ResourcesAndPrompts):
         raise OutcomeUnknown(
             f"the MCP server {server.name!r} did not answer {local!r} within "
             f"{limits.call_timeout} s (call_timeout); it may or may not have run"
+        )
+
+    def _closed_during(self, local: str, tag: _Tag) -> McpUnavailable | OutcomeUnknown:
+        """What a call whose connection closed before its answer ends with: ``McpUnavailable``
+        when its request never ran (see :meth:`_unrun`), else ``OutcomeUnknown`` — it may have
+        reached the server."""
+        unrun = self._unrun(local, tag)
+        return unrun if unrun is not None else OutcomeUnknown(self._closed_in_flight(local))
+
+    def _unrun(self, local: str, tag: _Tag) -> McpUnavailable | None:
+        """``McpUnavailable`` for a call whose request the transport found never ran — it
+        could not reach the server, or the server no longer knew the session
+        (``_request_unsent``) — else None."""
+        sent = self._unsent.get(tag.request_id) if tag.request_id is not None else None
+        if sent is None:
+            return None
+        what = "the server refused the call unrun" if sent else "the call was not sent"
+        return McpUnavailable(
+            local,
+            f"the MCP server {self.server.name!r} is not connected ({self._why_lost()}); {what}",
+            self._identity,
         )
 
     def _closed_in_flight(self, local: str) -> str:
@@ -736,7 +779,7 @@ class McpConnection(ResourcesAndPrompts):
             async with AsyncExitStack() as stack:
                 stderr = self._stderr if self._stderr is not None else StderrTail()
                 read, write = await open_transport(
-                    self.server, stack, stderr, self._transport_dropped
+                    self.server, stack, stderr, self._transport_dropped, self._request_unsent
                 )
                 # Our own dispatcher, for the raw tools/list answers (``_raw_tools_page``).
                 dispatcher = _dispatcher(read, write, self._ids, self._waiting, self._redact)

@@ -14,7 +14,27 @@ __all__ = [
     "McpResultTooLarge",
     "McpToolError",
     "McpUnavailable",
+    "ServerIdentity",
 ]
+
+
+@attrs.frozen
+class ServerIdentity:
+    """Who answered: the server's name and version as it states them, and the protocol
+    version the connection speaks. Recorded in every result envelope, and in the tool
+    failures of a connection that completed its handshake (``server``)."""
+
+    name: str
+    version: str
+    protocol_version: str
+
+    def as_json(self) -> dict[str, str]:
+        """The identity as the envelope's ``server`` object."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "protocol_version": self.protocol_version,
+        }
 
 
 class McpConnectError(ConnectionError):
@@ -42,11 +62,12 @@ class McpToolError(TaggedError):
     with a protocol error (``code`` is then the JSON-RPC error code). The model reads
     ``message``: the text the server gave, bounded by the result size limit, with the
     connection's secrets (an HTTP server's header and query values, a stdio server's ``env``
-    values) masked as ``***``."""
+    values) masked as ``***``. ``server`` is who answered (the handshake's identity)."""
 
     tool: str
     message: str
     code: int | None = None
+    server: ServerIdentity | None = None
 
     def __str__(self) -> str:
         return self.message
@@ -55,11 +76,13 @@ class McpToolError(TaggedError):
 @attrs.frozen
 class McpResultTooLarge(TaggedError):
     """The server's result, mapped to JSON, is larger than the connection's ``max_result_bytes``
-    (``size`` bytes against ``limit``); it is not passed on, not even in part."""
+    (``size`` bytes against ``limit``); it is not passed on, not even in part. ``server`` is
+    who answered (the handshake's identity)."""
 
     tool: str
     size: int
     limit: int
+    server: ServerIdentity | None = None
 
     def __str__(self) -> str:
         return (
@@ -70,11 +93,14 @@ class McpResultTooLarge(TaggedError):
 
 @attrs.frozen
 class McpUnavailable(TaggedError):
-    """The connection to the server was already lost when the call was made, so the call was
-    not sent: nothing happened on the server. The connection is not reopened by itself."""
+    """The connection to the server was already lost when the call was made (or its request
+    could not even be connected), so the call was not sent: nothing happened on the server.
+    The connection is not reopened by itself. ``server`` is the server the connection had
+    reached (the handshake's identity)."""
 
     tool: str
     message: str
+    server: ServerIdentity | None = None
 
     def __str__(self) -> str:
         return self.message

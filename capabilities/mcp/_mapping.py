@@ -30,7 +30,7 @@ import jsonschema
 from effectagent.ai import DEFAULT_ARGUMENT_LIMITS, OutputSchemaViolation
 from effectagent.effect import SchemaIssue
 
-from ._errors import McpResultTooLarge, McpToolError
+from ._errors import McpResultTooLarge, McpToolError, ServerIdentity
 from ._schemas import schema_trouble
 
 __all__ = [
@@ -48,24 +48,6 @@ __all__ = [
 
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_NAME = 64
-
-
-@attrs.frozen
-class ServerIdentity:
-    """Who answered: the server's name and version as it states them, and the protocol
-    version the connection speaks. Recorded in every result envelope."""
-
-    name: str
-    version: str
-    protocol_version: str
-
-    def as_json(self) -> dict[str, str]:
-        """The identity as the envelope's ``server`` object."""
-        return {
-            "name": self.name,
-            "version": self.version,
-            "protocol_version": self.protocol_version,
-        }
 
 
 def _digest(text: str) -> str:
@@ -324,7 +306,7 @@ def envelope(
         body["structured"] = result["structuredContent"]
     size = encoded_size(body)
     if size > limit:
-        raise McpResultTooLarge(local, size, limit)
+        raise McpResultTooLarge(local, size, limit, identity)
     return body
 
 
@@ -343,15 +325,19 @@ def _describe_block(block: Mapping[str, Any]) -> str:
 
 
 def error_message(
-    tool: str, result: Mapping[str, Any], limit: int, redact: Callable[[str], str] = str
+    tool: str,
+    result: Mapping[str, Any],
+    limit: int,
+    redact: Callable[[str], str] = str,
+    server: ServerIdentity | None = None,
 ) -> McpToolError:
     """The declared failure for an ``isError`` result: its content as text (text blocks as they
     are, other blocks named by kind, type and URI), passed through ``redact`` (the connection's
     masking of its secrets: a server that says back the header or the query it was sent), then
-    cut to ``limit`` bytes."""
+    cut to ``limit`` bytes. ``server`` is who answered."""
     parts = [_describe_block(block) for block in result.get("content") or ()]
     message = "\n".join(part for part in parts if part) or f"the tool {tool!r} reported an error"
-    return McpToolError(tool, bounded_text(redact(message), limit))
+    return McpToolError(tool, bounded_text(redact(message), limit), server=server)
 
 
 def bounded_text(text: str, limit: int) -> str:

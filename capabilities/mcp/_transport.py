@@ -19,6 +19,7 @@ The SDK is imported inside :func:`open_transport`, never when this module is imp
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -68,11 +69,15 @@ async def open_transport(
     stack: AsyncExitStack,
     stderr: StderrTail,
     dropped: Callable[[str], None],
+    unsent: Callable[[str | None, str, bool], None],
 ) -> tuple[Any, Any]:
     """The (read, write) message streams to ``server``, entered into ``stack``: a stdio server's
     process is started (the end of its stderr kept in ``stderr``), an HTTP endpoint reached with
     the server's headers. ``dropped`` is told why, when the transport drops the connection itself
-    (a message over ``max_message_bytes``). Leaving ``stack`` closes them (and stops the process).
+    (a message over ``max_message_bytes``); ``unsent`` is told, over streamable HTTP, that the
+    server is gone for this connection — with the id of the request that found out (a string
+    id: the connection's own; None for another), why, and whether it was sent at all (see
+    ``_http_client``). Leaving ``stack`` closes them (and stops the process).
 
     Cancellation: what was entered is left by ``stack``.
     """
@@ -93,18 +98,28 @@ async def open_transport(
     assert isinstance(server, HttpServer)
     from mcp.client.streamable_http import streamable_http_client
 
-    client = await stack.enter_async_context(_http_client(server.headers, limit))
+    client = await stack.enter_async_context(_http_client(server.headers, limit, unsent))
     streams = await stack.enter_async_context(
         streamable_http_client(server.url, http_client=client, max_sse_event_size=limit)
     )
     return streams[0], streams[1]
 
 
-def _http_client(headers: Mapping[str, str] | None, limit: int) -> Any:
+def _http_client(
+    headers: Mapping[str, str] | None, limit: int, unsent: Callable[[str | None, str, bool], None]
+) -> Any:
     """The HTTP client of a streamable HTTP connection: the SDK's timeouts (30 s, a read 300 s),
     the server's headers, and a transport that ends a plain (not event-stream) response at more
     than ``limit`` bytes — the SDK reads a JSON answer whole, without a bound of its own, and
-    then fails the request it answers with the reason."""
+    then fails the request it answers with the reason.
+
+    Two answers say that the server is gone for good, and tell ``unsent`` (before the SDK sees
+    them): a POST that fails to connect (nothing listens any more: the server exited while
+    idle) was not sent at all — the SDK then closes the connection, and a call would read as
+    one in flight; and a 404 to a request that carries the session's id means, by the
+    protocol, that the server no longer knows the session (it restarted, or ended it) — the
+    request was not run, and no later one will be: the SDK would pass each on as an error of
+    its own, with the connection still open."""
     import httpx2
 
     class _Bounded(httpx2.AsyncByteStream):
@@ -136,7 +151,22 @@ def _http_client(headers: Mapping[str, str] | None, limit: int) -> Any:
             self._inner = httpx2.AsyncHTTPTransport()
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            response = await self._inner.handle_async_request(request)
+            try:
+                response = await self._inner.handle_async_request(request)
+            except (httpx2.ConnectError, httpx2.ConnectTimeout) as exc:
+                if request.method == "POST":
+                    why = f"the server could not be reached: {type(exc).__name__}: {exc}"
+                    unsent(_request_id(request), why, False)
+                raise
+            if (
+                response.status_code == 404
+                and request.method in ("POST", "GET")
+                and request.headers.get("mcp-session-id")
+            ):
+                why = (
+                    "the server no longer knows this connection's session: it restarted or ended it"
+                )
+                unsent(_request_id(request) if request.method == "POST" else None, why, True)
             kind = response.headers.get("content-type", "").lower()
             if not kind.startswith("text/event-stream"):  # events are bounded one by one
                 assert isinstance(response.stream, httpx2.AsyncByteStream)
@@ -151,6 +181,16 @@ def _http_client(headers: Mapping[str, str] | None, limit: int) -> Any:
         timeout=httpx2.Timeout(30.0, read=300.0),
         transport=_Transport(),
     )
+
+
+def _request_id(request: Any) -> str | None:
+    """The string id of the JSON-RPC request an HTTP request carries (None for anything else)."""
+    try:
+        body = json.loads(request.content)
+    except (ValueError, TypeError, RuntimeError):  # RuntimeError: a body not read yet
+        return None
+    found = body.get("id") if isinstance(body, dict) else None
+    return found if isinstance(found, str) else None
 
 
 @asynccontextmanager

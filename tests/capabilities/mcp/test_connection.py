@@ -333,6 +333,10 @@ async def test_cancelling_a_call_keeps_the_connection_usable(
         echoed = await invoke(tools["demo_echo"], {"text": "still here"})
         assert echoed["content"][0]["text"] == "still here"
         assert connection.lost is None
+    # The server was told (notifications/cancelled) and stopped the call, long before the block
+    # closed its stdin.
+    cancelled = call_log.with_name(call_log.name + ".cancelled")
+    assert cancelled.read_text().splitlines() == ['{"name": "hang"}']
 
 
 def test_importing_capabilities_does_not_import_the_sdk() -> None:

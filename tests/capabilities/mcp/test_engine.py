@@ -30,6 +30,10 @@ from .conftest import calls
 POLICY = AgentPolicy(max_turns=6, max_tool_calls=16, max_duration=120, tool_concurrency=4)
 
 
+#: Who the demo server says it is, as a result or a failure records it.
+DEMO_IDENTITY = {"name": "demo", "version": "1.2.3", "protocol_version": "2025-11-25"}
+
+
 def agent_of(server: StdioServer) -> Agent:
     return Agent("mcp", "Use the server's tools.", POLICY, tool_sources=(server.key,))
 
@@ -108,9 +112,11 @@ async def test_failures_are_declared_and_a_bad_output_is_a_defect(demo: StdioSer
         "message": "it failed: quota",
         "tool": "demo_fail",
         "code": None,
+        "server": DEMO_IDENTITY,
     }
     assert isinstance(too_big, ToolFailure)
     assert too_big.error["_tag"] == "McpResultTooLarge"
+    assert too_big.error["server"] == DEMO_IDENTITY
     assert too_big.error["limit"] == 2048
     assert "max_result_bytes" in too_big.error["message"]
     assert bad_output.kind == "defect"
@@ -118,6 +124,34 @@ async def test_failures_are_declared_and_a_bad_output_is_a_defect(demo: StdioSer
     # An output schema that cannot be bound in the envelope is checked by the handler instead.
     assert odd_output.kind == "defect"
     assert "'extra' was unexpected" in odd_output.message
+
+
+async def test_every_failure_says_which_server_answered(demo: StdioServer) -> None:
+    """CAP-009: a result records the server's name, version and protocol — and so does each
+    declared failure of a call (the failures carried only the tool's name): a protocol error,
+    an error result, and a call to a server the connection lost."""
+    agent = agent_of(demo)
+    async with connect(demo) as connection:
+        result = await run_script(
+            connection,
+            agent,
+            [
+                Turn.tool_calls(("demo_refuse", {}), ("demo_fail", {"why": "x"})),
+                Turn.tool_calls(("demo_die", {})),
+                Turn.tool_calls(("demo_echo", {"text": "after"})),
+                Turn.text("done"),
+            ],
+        )
+    refused, failed, died, unavailable = result.outcomes
+    assert isinstance(refused, ToolFailure)
+    assert refused.error["code"] == -32602
+    assert refused.error["server"] == DEMO_IDENTITY
+    assert isinstance(failed, ToolFailure)
+    assert failed.error["server"] == DEMO_IDENTITY
+    assert died.kind == "unknown"
+    assert isinstance(unavailable, ToolFailure)
+    assert unavailable.error["_tag"] == "McpUnavailable"
+    assert unavailable.error["server"] == DEMO_IDENTITY
 
 
 async def test_a_server_killed_mid_call_is_an_unknown_outcome(demo: StdioServer) -> None:

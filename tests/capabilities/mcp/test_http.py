@@ -6,6 +6,10 @@ import gc
 import json
 import logging
 import os
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import AsyncGenerator, Iterator
 from contextlib import aclosing
 from functools import partial
@@ -16,13 +20,20 @@ import attrs
 import pytest
 import trio
 
-from capabilities.mcp import HttpServer, McpConnectError, McpLimits, McpToolError, connect
+from capabilities.mcp import (
+    HttpServer,
+    McpConnectError,
+    McpLimits,
+    McpToolError,
+    McpUnavailable,
+    connect,
+)
 from effectagent import Agent, AgentPolicy, open_runtime
 from effectagent.ai import ToolCallContext
 from effectagent.core import ToolSuccess, ToolUnknownOutcome
 from effectagent.testing import ScriptedModel, Turn
 
-from .conftest import alive, calls
+from .conftest import DEMO, LIMITS, alive, calls
 
 CALL = ToolCallContext("call-1", "tool")
 
@@ -358,3 +369,69 @@ async def test_a_json_answer_over_max_message_bytes_fails_its_request_not_the_co
             echoed = await invoke(connection, "echo", {"q": "still here"})
             assert echoed["content"][0]["text"] == "still here"
         nursery.cancel_scope.cancel()
+
+
+async def test_a_server_gone_while_idle_over_http_is_unavailable_not_unknown(
+    demo_http: HttpServer, call_log: Path
+) -> None:
+    """An HTTP server that exited between calls made the next call an unknown outcome, though
+    its request could not even be connected: nothing reached the server."""
+    async with connect(demo_http) as connection:
+        pid = int((await invoke(connection, "demo_pid", {}))["content"][0]["text"])
+        os.kill(pid, signal.SIGKILL)
+        pidfd = os.pidfd_open(pid)
+        try:
+            with trio.fail_after(30):
+                await trio.lowlevel.wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        with trio.fail_after(60), pytest.raises(McpUnavailable, match="the call was not sent"):
+            await invoke(connection, "demo_echo", {"text": "after"})
+        assert connection.lost is not None
+        assert "could not be reached" in connection.lost
+        with pytest.raises(McpUnavailable, match="the call was not sent"):
+            await invoke(connection, "demo_echo", {"text": "again"})
+    assert [c["name"] for c in calls(call_log)] == ["pid"]
+
+
+def _serve_demo(port: int, call_log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """The demo server over streamable HTTP on ``port`` of 127.0.0.1 (0: a free one)."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    process = subprocess.Popen(
+        [sys.executable, str(DEMO), "http", str(listener.fileno())],
+        pass_fds=[listener.fileno()],
+        env={**os.environ, "DEMO_CALL_LOG": str(call_log)},
+        stdin=subprocess.DEVNULL,
+    )
+    bound = listener.getsockname()[1]
+    listener.close()
+    return process, bound
+
+
+async def test_a_restarted_server_that_forgot_the_session_loses_the_connection(
+    call_log: Path,
+) -> None:
+    """An HTTP server restarted between calls answers the old session's requests with 404: the
+    connection read as usable (``lost`` None) and every call failed as the tool's own error."""
+    first, port = _serve_demo(0, call_log)
+    processes = [first]
+    try:
+        server = HttpServer(f"http://127.0.0.1:{port}/mcp", name="h", prefix="demo", limits=LIMITS)
+        async with connect(server) as connection:
+            await invoke(connection, "demo_echo", {"text": "before"})
+            first.kill()
+            first.wait()
+            processes.append(_serve_demo(port, call_log)[0])
+            with trio.fail_after(60), pytest.raises(McpUnavailable) as caught:
+                await invoke(connection, "demo_echo", {"text": "after"})
+            assert "no longer knows this connection's session" in caught.value.message
+            assert connection.lost is not None
+            assert "no longer knows this connection's session" in connection.lost
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+    assert [c["arguments"]["text"] for c in calls(call_log)] == ["before"]

@@ -3,7 +3,8 @@
 Run as ``python demo.py stdio`` (over its stdin/stdout) or ``python demo.py http FD`` (streamable
 HTTP on a listening socket the test bound). Every ``tools/call`` it receives is appended, as one
 JSON line, to the file named by the environment variable ``DEMO_CALL_LOG`` (when set), so a test
-can prove what did — or did not — reach the server; ``DEMO_BAD_TOOL`` adds a tool whose input
+can prove what did — or did not — reach the server (and a cancelled ``hang`` adds a line to
+that name plus ``.cancelled``); ``DEMO_BAD_TOOL`` adds a tool whose input
 schema is not an object. Its tools cover each case the client maps: text, structured output
 (valid and not), media and resources, an error result, a large result, a call that never answers,
 a call that kills the server, and a call that changes the tool list.
@@ -138,6 +139,13 @@ def _log_call(ctx: Any, name: str, arguments: dict[str, Any] | None) -> None:
             log.write(json.dumps(entry) + "\n")
 
 
+def _log_cancelled(name: str) -> None:
+    path = os.environ.get("DEMO_CALL_LOG")
+    if path:
+        with open(f"{path}.cancelled", "a", encoding="utf-8") as log:
+            log.write(json.dumps({"name": name}) + "\n")
+
+
 def _text(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
 
@@ -203,7 +211,11 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if name == "big":
         return _text("x" * int(arguments["size"]))
     if name == "hang":
-        await anyio.sleep_forever()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            _log_cancelled(name)  # the client's notifications/cancelled reached it
+            raise
     if name == "refuse":
         raise MCPError(code=-32602, message="refused: the id is not known here")
     if name == "noise":
