@@ -35,6 +35,14 @@ class AiError(TaggedError):
         return self.message
 
 
+def _seconds(value: float) -> str:
+    """A wait a provider asked for, as a message shows it: whole seconds, or — past a day, or not
+    a number — said so, not printed with its hundreds of digits."""
+    if 0 <= value <= 86_400:
+        return f"{value:.0f} s"
+    return "more than a day" if value > 86_400 else "? s"
+
+
 @attrs.frozen
 class RateLimited(AiError):
     """The provider refused for rate; ``retry_after`` seconds if it said."""
@@ -45,7 +53,7 @@ class RateLimited(AiError):
     def __str__(self) -> str:
         if self.retry_after is None:
             return self.message
-        return f"{self.message} (retry after {self.retry_after:.0f} s)"
+        return f"{self.message} (retry after {_seconds(self.retry_after)})"
 
 
 @attrs.frozen
@@ -60,7 +68,7 @@ class ModelUnavailable(AiError):
     def __str__(self) -> str:
         if self.retry_after is None:
             return self.message
-        return f"{self.message} (retry after {self.retry_after:.0f} s)"
+        return f"{self.message} (retry after {_seconds(self.retry_after)})"
 
 
 @attrs.frozen

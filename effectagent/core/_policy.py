@@ -290,7 +290,8 @@ class RetryPolicy:
 
     Up to ``attempts`` calls in all (1: no retry). The wait before retry *n* (1-based) is
     ``min(max_delay, initial_delay * multiplier ** (n - 1))``, scaled by a random factor in
-    ``[1 - jitter, 1]``; a provider's ``retry_after`` is honoured when it is longer. No wait
+    ``[1 - jitter, 1]``; a provider's ``retry_after`` is honoured when it is longer (up to an
+    hour: one asking for more is not waited for, the run fails with its error). No wait
     reaches past the run's deadline: a retry that cannot happen in time is not attempted.
     """
 

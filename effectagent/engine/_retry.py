@@ -3,9 +3,11 @@ effective deadline in, a delay (or no retry) out.
 
 Only errors that say they are retryable (``AiError.is_retryable``: rate limits, an overloaded or
 unreachable provider) are retried, up to ``RetryPolicy.attempts`` calls in all. The wait grows
-exponentially with jitter, a provider's ``retry_after`` is honoured when it asks for longer, and a
-retry that could not start before the run's deadline is not attempted: the run then fails at once
-with the model's error rather than sleeping into its deadline.
+exponentially with jitter, a provider's ``retry_after`` is honoured when it asks for longer — up to
+an hour (:data:`LONGEST_RETRY_AFTER`): a provider asking for more (or a figure that is not one)
+is not waited for, since without a deadline (``max_duration=math.inf``) the wait would be as long
+as it says — and a retry that could not start before the run's deadline is not attempted: the run
+then fails at once with the model's error rather than sleeping into its deadline.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from collections.abc import Callable
 from effectagent.ai import AiError
 from effectagent.core import RetryPolicy
 
-__all__ = ["retry_delay"]
+__all__ = ["LONGEST_RETRY_AFTER", "retry_delay"]
+
+#: The longest ``retry_after`` a retry waits for, in seconds.
+LONGEST_RETRY_AFTER = 3600.0
 
 _jitter = random.Random()
 
@@ -37,7 +42,9 @@ def retry_delay(
     base = _backoff(policy, attempt)
     delay = base * (1.0 - policy.jitter * draw())
     retry_after = getattr(error, "retry_after", None)
-    if isinstance(retry_after, int | float) and retry_after > delay:
+    if isinstance(retry_after, int | float) and not retry_after <= delay:
+        if not retry_after <= LONGEST_RETRY_AFTER:  # longer than an hour, or NaN
+            return None
         delay = float(retry_after)
     if now + delay >= deadline:
         return None

@@ -218,3 +218,15 @@ def test_the_retry_delay_stays_within_the_policy(
 @pytest.mark.parametrize("error", [AuthenticationFailed("x"), AiError("x")])
 def test_errors_that_are_not_retryable_are_never_retried(error: AiError) -> None:
     assert retry_delay(RetryPolicy(), error, 1, 0.0, math.inf) is None
+
+
+@pytest.mark.parametrize("asked", [3_600.5, 1e308, math.inf, math.nan])
+def test_a_retry_after_past_an_hour_is_not_waited_for_even_without_a_deadline(
+    asked: float,
+) -> None:
+    """Without a deadline (``max_duration=math.inf``) a Retry-After of 1e308 s was slept."""
+    error = RateLimited("slow down", retry_after=asked)
+    assert retry_delay(RetryPolicy(), error, 1, 0.0, math.inf, lambda: 0.0) is None
+    assert len(str(error)) < 60  # not hundreds of digits
+    fine = RateLimited("slow down", retry_after=3_600.0)
+    assert retry_delay(RetryPolicy(), fine, 1, 0.0, math.inf, lambda: 0.0) == 3_600.0
