@@ -899,4 +899,9 @@ def _reason(exc: BaseException) -> str:
         return exc.reason
     if _closed_by_sdk(exc):
         return "the connection closed during the handshake (did the server exit?)"
+    if isinstance(exc, FileNotFoundError | PermissionError) and exc.filename is not None:
+        # The server could not be started: say so in words (not Python's repr), naming the
+        # path (its command, or its working directory)
+        problem = "was not found" if isinstance(exc, FileNotFoundError) else "may not be used"
+        return f"it could not be started: {exc.filename!r} {problem}"
     return f"{type(exc).__name__}: {exc}"

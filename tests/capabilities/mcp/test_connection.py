@@ -246,7 +246,7 @@ async def test_an_error_in_the_block_is_raised_as_itself(demo: StdioServer) -> N
 
 
 async def test_a_command_that_cannot_start_is_a_connect_error(no_leaked_children: None) -> None:
-    with pytest.raises(McpConnectError, match=r"'ghost'.*FileNotFoundError"):
+    with pytest.raises(McpConnectError, match=r"'ghost'.*'/nonexistent/mcp-server' was not found"):
         async with connect(StdioServer("/nonexistent/mcp-server", name="ghost")):
             pass
 
@@ -346,3 +346,20 @@ def test_importing_capabilities_does_not_import_the_sdk() -> None:
         "sorted(m for m in sys.modules if m.startswith(('mcp', 'pydantic')))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+async def test_a_command_that_cannot_be_started_is_said_in_words(
+    no_leaked_children: None, tmp_path: Path
+) -> None:
+    """'FileNotFoundError: [Errno 2] No such file or directory: 'x'' read as a Python repr."""
+    plain = tmp_path / "not-a-program"
+    plain.write_text("x")
+    plain.chmod(0o644)
+    for command, problem in (
+        ("no-such-mcp-server-xyz", "'no-such-mcp-server-xyz' was not found"),
+        (str(plain), f"{str(plain)!r} may not be used"),
+    ):
+        with pytest.raises(McpConnectError) as caught:
+            async with connect(StdioServer(command, name="tools")):
+                pass
+        assert str(caught.value) == f"MCP server 'tools': it could not be started: {problem}"
