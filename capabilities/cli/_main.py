@@ -92,7 +92,7 @@ _NO_MODEL = (
 
 
 def _model(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> ModelChoice:
-    spec = args.model or environ.get("EFFECTAGENT_MODEL") or config.model.name
+    spec = args.model or _model_variable(environ) or config.model.name
     if not spec:
         raise UsageError(_NO_MODEL)
     if args.base_url and (problem := http_url_problem(args.base_url)) is not None:
@@ -128,11 +128,17 @@ def _config_endpoint(spec: str, config: Config) -> tuple[str | None, str | None]
     return config.model.base_url, config.model.api_key_env
 
 
+def _model_variable(environ: Mapping[str, str]) -> str | None:
+    """``EFFECTAGENT_MODEL``, when it names something: blank (only spaces) is as unset."""
+    value = environ.get("EFFECTAGENT_MODEL")
+    return value if value and value.strip() else None
+
+
 def _model_source(args: argparse.Namespace, config: Config, environ: Mapping[str, str]) -> str:
     """Where the model string came from, as an error names it."""
     if args.model:
         return "--model"
-    if environ.get("EFFECTAGENT_MODEL"):
+    if _model_variable(environ):
         return "EFFECTAGENT_MODEL"
     return f"{config.path}: [model] name"
 

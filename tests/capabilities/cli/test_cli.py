@@ -214,8 +214,11 @@ def test_a_crash_shows_its_traceback_escaped(
     assert err.endswith("RuntimeError: a bug \\x1b]0;pwned\\x07\n")
 
 
-def test_without_a_model_it_says_how_to_configure_one(home: Path) -> None:
-    child = spawn(["run", "Hello?"], cli_env(home))
+@pytest.mark.parametrize("variable", [None, "", "   "])
+def test_without_a_model_it_says_how_to_configure_one(home: Path, variable: str | None) -> None:
+    # A blank EFFECTAGENT_MODEL is as unset (spaces read "unknown model string ''").
+    extra = {} if variable is None else {"EFFECTAGENT_MODEL": variable}
+    child = spawn(["run", "Hello?"], cli_env(home, **extra))
     output, status = finish(child)
     assert status == 2
     assert "no model configured" in output
