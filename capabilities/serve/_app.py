@@ -941,6 +941,15 @@ class ServeApi:
         except ValueError as error:
             raise Problem("bad-request", str(error)) from None
         await self._owner(conversation_id, principal, new=False)
+        if self._closing.is_set():
+            # The streams were ended (a drain): a stream opened now would end at once, empty,
+            # as if the client had every entry — it is told to reconnect elsewhere instead.
+            raise Problem(
+                "unavailable",
+                "the service is shutting down and streams no more events; reconnect with "
+                "Last-Event-ID to another instance",
+                headers=(("Retry-After", "5"),),
+            )
         return _EventStream(self, conversation_id, after)
 
     async def stream(

@@ -59,12 +59,41 @@ def _schema(kind: type, components: dict[str, Any]) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{kind.__name__}"}
 
 
+#: The headers a problem of a status carries (a client generated from the document reads them).
+_PROBLEM_HEADERS: Final[dict[int, dict[str, Any]]] = {
+    401: {
+        "WWW-Authenticate": {
+            "description": "The scheme to authenticate with: Bearer.",
+            "required": True,
+            "schema": {"type": "string"},
+        }
+    },
+    429: {
+        "Retry-After": {
+            "description": "Whole seconds until the principal's quota admits a submission.",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+    503: {
+        "Retry-After": {
+            "description": "Whole seconds to wait before trying again (or another instance).",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        }
+    },
+}
+
+
 def _problem(status: int) -> dict[str, Any]:
     titles = "; ".join(t for s, t in PROBLEM_TYPES.values() if s == status)
-    return {
+    response: dict[str, Any] = {
         "description": titles,
         "content": {MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
     }
+    if status in _PROBLEM_HEADERS:
+        response["headers"] = _PROBLEM_HEADERS[status]
+    return response
 
 
 def _operation(endpoint: Endpoint, components: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import httpx2
 
+from capabilities.serve import ServeApi
+from capabilities.storage import open_database
 from effectagent.ai import ModelRequest
 
 from .support import ANN, Served, auth, settings, settled_sync
@@ -66,3 +68,29 @@ def test_a_client_that_stops_reading_its_stream_does_not_hold_the_shutdown(
     finally:
         stuck.close()
         service.close()
+
+
+async def test_a_stream_asked_for_once_the_streams_ended_is_a_503_to_go_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """Once the drain ended the streams, a (re)connecting client was answered 200 with a stream
+    that ended at once, empty — as if it had every entry; it is told to go elsewhere instead."""
+    async with open_database(tmp_path / "serve.db") as database:
+        api = ServeApi(database, settings(), agents=("assistant",))
+        transport = httpx2.ASGITransport(app=api.app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://host") as client:
+            admitted = await client.post(
+                "/v1/conversations/c1/submissions", json={"text": "hi"}, headers=auth(ANN)
+            )
+            assert admitted.status_code == 202
+            api.drain()
+            api.close_streams()
+            answer = await client.get(
+                "/v1/conversations/c1/events", headers={**auth(ANN), "Last-Event-ID": "0"}
+            )
+    assert answer.status_code == 503
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["retry-after"].isdigit()
+    problem = answer.json()
+    assert problem["type"] == "urn:effectagent:problem:unavailable"
+    assert problem["instance"] == "/v1/conversations/c1/events"

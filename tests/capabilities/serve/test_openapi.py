@@ -92,3 +92,22 @@ def test_what_readiness_retry_and_the_served_apart_paths_answer_is_documented() 
         assert paths[path]["get"]["security"] == []
     overdue = paths["/v1/overdue"]["get"]
     assert "86,400" in overdue["summary"]
+
+
+def test_the_headers_a_client_must_read_from_a_refusal_are_documented() -> None:
+    """A 429 and a 503 problem carry Retry-After and a 401 WWW-Authenticate, but the document
+    named none of them: a client generated from it could not know when to try again."""
+    paths = openapi_document()["paths"]
+    submit = paths["/v1/conversations/{conversation_id}/submissions"]["post"]["responses"]
+    for status, header in (
+        ("429", "Retry-After"),
+        ("503", "Retry-After"),
+        ("401", "WWW-Authenticate"),
+    ):
+        assert submit[status]["headers"][header]["required"] is True
+    for operations in paths.values():
+        for operation in operations.values():
+            unavailable = operation["responses"].get("503", {})
+            if "application/problem+json" in unavailable.get("content", {}):
+                assert "Retry-After" in unavailable["headers"]
+    assert "headers" not in paths["/readyz"]["get"]["responses"]["503"]  # not a problem
