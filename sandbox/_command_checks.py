@@ -45,6 +45,9 @@ _RESERVED = ("/", "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"
 # mount point bwrap cannot make (it fails after the request was accepted) or hides a system file.
 _SYSTEM_TREES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 _RESERVED_TREES = ("/proc", "/dev", *_SYSTEM_TREES)
+# Host paths no mount may expose: the host's /proc (every process, its command line and — for
+# a workload of the caller's own user — its environment) and /sys.
+_HOST_KERNEL_TREES = ("/proc", "/sys")
 
 
 _NAME_MAX = 255
@@ -204,6 +207,11 @@ def _check_mounts(request: SandboxRequest, problems: list[str]) -> None:
             problems.append(f"mounts: host_path {host!r} is not a clean absolute path")
         elif (problem := _path_problem(f"mounts[{i}].host_path", host)) is not None:
             problems.append(f"mounts: {problem}")
+        elif any(_under(host, tree) for tree in _HOST_KERNEL_TREES):
+            problems.append(
+                f"mounts: host_path {host!r} is the host kernel's view (its processes, their "
+                "command lines and environments): no workload is shown it"
+            )
         sp: object = mount.sandbox_path
         if not isinstance(sp, str):
             problems.append(f"mounts[{i}].sandbox_path must be a str, got {_type(sp)}")
@@ -276,6 +284,10 @@ def validate_request(request: SandboxRequest) -> None:
         problems.append("command must be a non-empty string without NUL")
     elif not _encodable(command):
         problems.append(f"command {command!r} is not encodable text (a lone surrogate)")
+    elif command.startswith("//"):  # "//bin/true": one runner resolved it, another did not
+        problems.append(f"command {command!r} begins with a doubled slash")
+    elif (problem := _path_problem("command", command)) is not None:
+        problems.append(problem)
     args: tuple[object, ...] = request.args
     for i, arg in enumerate(args):
         if not isinstance(arg, str):

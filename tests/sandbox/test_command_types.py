@@ -182,6 +182,32 @@ def test_a_path_with_a_doubled_leading_slash_is_not_clean(path: str) -> None:
     )
 
 
+def test_a_command_with_a_doubled_leading_slash_or_past_the_kernels_lengths_is_invalid() -> None:
+    # "//bin/true" ran under the local runner and was CommandNotFound under bubblewrap; a name
+    # or path longer than the kernel takes was CommandNotFound too.
+    assert problems_of(SandboxRequest("//bin/true")) == (
+        "command '//bin/true' begins with a doubled slash",
+    )
+    assert problems_of(SandboxRequest("x" * 256)) == (
+        "command has a name over the system's 255 bytes",
+    )
+    assert problems_of(SandboxRequest("/x" * 2100)) == (
+        "command is 4200 bytes long, over the system's 4095",
+    )
+    validate_request(SandboxRequest("/bin/true"))
+
+
+@pytest.mark.parametrize("host", ["/proc", "/proc/1", "/sys", "/sys/kernel/debug"])
+def test_the_host_kernels_view_is_no_mount_source(host: str) -> None:
+    # The host's /proc mounted in showed every host process and its command line (and, to a
+    # workload of the caller's own user, their environments).
+    assert problems_of(SandboxRequest("true", mounts=(Mount(host, "/data"),))) == (
+        f"mounts: host_path {host!r} is the host kernel's view (its processes, their command "
+        "lines and environments): no workload is shown it",
+    )
+    validate_request(SandboxRequest("true", mounts=(Mount("/processes", "/data"),)))
+
+
 def test_text_the_kernel_cannot_take_is_an_invalid_request_not_an_encoding_crash() -> None:
     # A lone surrogate has no bytes (one standing for an undecodable byte, U+DC80..U+DCFF, has).
     request = SandboxRequest(
