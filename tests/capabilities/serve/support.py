@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import httpx2
 import trio
 
 from capabilities.durable import DurableWorker, RetryBudget, WorkerOptions
@@ -285,10 +286,17 @@ async def settled(client: Any, submission_id: str, token: str) -> dict[str, Any]
 
 
 def settled_sync(client: Any, submission_id: str, token: str) -> dict[str, Any]:
-    """:func:`settled` for a blocking client."""
+    """:func:`settled` for a blocking client. A GET on a kept-alive connection the server closed
+    just then is asked again, as HTTP clients do for an idempotent request (seen once in a full
+    run: "Server disconnected without sending a response")."""
     deadline = time.monotonic() + 30
     while True:
-        answer = client.get(f"/v1/submissions/{submission_id}", headers=auth(token))
+        try:
+            answer = client.get(f"/v1/submissions/{submission_id}", headers=auth(token))
+        except httpx2.RemoteProtocolError:
+            if time.monotonic() > deadline:
+                raise
+            continue
         body: dict[str, Any] = answer.json()
         if body["submission"]["status"] in _RESTING or time.monotonic() > deadline:
             return body
