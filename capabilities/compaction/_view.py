@@ -41,7 +41,9 @@ from effectagent.core import (
     ModelResponseRecorded,
     ToolCallSettled,
     UserInputRecorded,
+    batch_spans,
     project_messages,
+    splits_a_batch,
 )
 
 __all__ = ["Count", "LogView", "Unit"]
@@ -68,34 +70,10 @@ class Unit:
     cleared_tokens: int | None = None
 
 
-def batch_spans(entries: Sequence[LogEntry]) -> list[tuple[int, int]]:
-    """``(response seq, seq of its last settlement)`` of every model response whose tool calls
-    have a settlement after it: a summary ending at or after the first and before the last would
-    separate a call from its result."""
-    last_settled: dict[tuple[str, int, str], int] = {}
-    for entry in entries:
-        rec = entry.record
-        if isinstance(rec, ToolCallSettled):
-            last_settled[(rec.run_id, rec.turn, rec.tool_call_id)] = entry.seq
-    spans: list[tuple[int, int]] = []
-    for entry in entries:
-        rec = entry.record
-        if isinstance(rec, ModelResponseRecorded):
-            seqs = [
-                seq
-                for kind, call in rec.content
-                if kind == "tool-call"
-                and (seq := last_settled.get((rec.run_id, rec.turn, call["id"]), 0)) > entry.seq
-            ]
-            if seqs:
-                spans.append((entry.seq, max(seqs)))
-    return spans
-
-
 def straddled(entries: Sequence[LogEntry], through: int) -> bool:
     """Whether a batch of tool calls has its response at or before ``through`` and a settlement
     after it (a cut there would separate a call from its result)."""
-    return any(first <= through < last for first, last in batch_spans(entries))
+    return splits_a_batch(batch_spans(entries), through)
 
 
 def applied(entries: Sequence[LogEntry]) -> Iterator[tuple[LogEntry, CompactionCreated]]:
@@ -115,7 +93,7 @@ def applied(entries: Sequence[LogEntry]) -> Iterator[tuple[LogEntry, CompactionC
                 continue
             if spans is None:
                 spans = batch_spans(entries)
-            if any(first <= rec.covers_through < last for first, last in spans):
+            if splits_a_batch(spans, rec.covers_through):
                 continue
         yield entry, rec
 

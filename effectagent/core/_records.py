@@ -59,12 +59,14 @@ __all__ = [
     "UserInputRecorded",
     "approval_decided",
     "assistant_message_of",
+    "batch_spans",
     "cut_off_note",
     "native_reasoning_entry",
     "native_reasoning_of",
     "parse_arguments",
     "project_messages",
     "media_parts_of",
+    "splits_a_batch",
     "user_message_of",
 ]
 
@@ -524,9 +526,10 @@ def user_message_of(
     return UserMessage(tuple(content))
 
 
-def _batch_spans(entries: Iterable[LogEntry]) -> list[tuple[int, int]]:
+def batch_spans(entries: Iterable[LogEntry]) -> list[tuple[int, int]]:
     """``(response seq, seq of its last settlement)`` of every model response whose tool calls
-    have a settlement after it: where a summary may not end (see :func:`_cuts_a_batch`). Pure."""
+    have a settlement after it: where a summary may not end (see :func:`splits_a_batch`). Pure.
+    The compaction view and artifact checks apply the projection's rule through these two."""
     items = entries if isinstance(entries, Sequence) else list(entries)
     last_settled: dict[tuple[str, int, str], int] = {}
     for entry in items:
@@ -548,9 +551,9 @@ def _batch_spans(entries: Iterable[LogEntry]) -> list[tuple[int, int]]:
     return spans
 
 
-def _cuts_a_batch(spans: Iterable[tuple[int, int]], through: int) -> bool:
+def splits_a_batch(spans: Iterable[tuple[int, int]], through: int) -> bool:
     """Whether a summary covering entries ``<= through`` would separate a tool call from its
-    result: a response of ``spans`` (:func:`_batch_spans`) at or before ``through`` has a
+    result: a response of ``spans`` (:func:`batch_spans`) at or before ``through`` has a
     settlement after it. The projection ignores such a summary, as any invalid range."""
     return any(first <= through < last for first, last in spans)
 
@@ -589,8 +592,8 @@ def project_messages(
                 continue
             if rec.kind == "summarize" and rec.summary is not None:
                 if spans is None:
-                    spans = _batch_spans(items)
-                if rec.covers_through >= summary_through and not _cuts_a_batch(
+                    spans = batch_spans(items)
+                if rec.covers_through >= summary_through and not splits_a_batch(
                     spans, rec.covers_through
                 ):
                     summary_through, summary_text = rec.covers_through, rec.summary

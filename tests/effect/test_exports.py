@@ -87,7 +87,7 @@ SURFACE: dict[str, str] = {
     """,
     "effectagent.core": """
         Agent AgentPolicy AgentStateWritten ApprovalDecision ApprovalDenied ApprovalRequest
-        ApprovalRequested approval_decided assistant_message_of bounded_json cut_off_note bounded_parsed BudgetExhausted
+        ApprovalRequested approval_decided assistant_message_of batch_spans bounded_json cut_off_note splits_a_batch bounded_parsed BudgetExhausted
         CheckContext FinalAnswer Guardrail GuardrailFailed GuardrailResult GuardrailTripped OneOf
         one_of OutputValidatorFailed RejectOutput FINAL_RESULT final_result_names
         DefaultInput InstructionsContext InstructionsFailed InstructionsRecorded ModelUsageRecorded
