@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, TypeVar, final
+from typing import Any, TypeVar, final
 
 from effectagent.ai import DocumentPart, MediaPart, TextContent
 from effectagent.core import Agent, ApprovalRequest, LogEntry, Record, SecretRedactor
 
 from .._ids import new_id
 from .._logging import log_warning
-from .._rules import storable
+from .._rules import ID_BYTES_MOST, storable, too_long_id
 from ..steering._parts import input_content, stored
 from ..storage import Database
 from ..storage._log import SqliteConversationLog, write_records
@@ -39,12 +39,6 @@ __all__ = ["DurableQueue", "run_id_of"]
 R = TypeVar("R")
 
 _MODES = ("queue", "join")
-
-#: The most UTF-8 bytes of an identifier the ledger keeps in a key — a submission's
-#: conversation, idempotency key and principal (the three make one key), an abort's ID:
-#: PostgreSQL refuses an index entry past about 2.7 KB, so a longer one is refused here, alike on
-#: both backends, never as a database error.
-ID_BYTES_MOST: Final = 512
 
 
 def run_id_of(submission_id: str) -> str:
@@ -95,7 +89,7 @@ def _text(name: str, value: object, *, empty: bool = False, key: bool = False) -
         raise ValueError(f"{name} must not be empty")
     if not storable(value):
         raise ValueError(f"{name} must not hold NUL or a lone surrogate")
-    if key and len(value.encode("utf-8")) > ID_BYTES_MOST:
+    if key and too_long_id(value):
         raise ValueError(
             f"{name} must be at most {ID_BYTES_MOST} bytes in UTF-8, got "
             f"{len(value.encode('utf-8'))}"

@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Final, final
+from typing import final
 
 from effectagent.ai import StepKey, StepResult
 from effectagent.effect import JSONValue
 
-from .._rules import storable
+from .._rules import ID_BYTES_MOST, storable, too_long_id
 from ..storage import Database
 from ..storage._port import Connection
 from ._checks import check_callable, check_database
@@ -33,20 +33,16 @@ __all__ = ["SqliteStepStore"]
 #: the write's transaction, which returns the lane's epoch or raises to refuse.
 Fence = Callable[[str], Callable[[Connection], int]]
 
-#: The most UTF-8 bytes of a step's name, and of its tool call's ID: they are part of the table's
-#: key, and PostgreSQL refuses an index entry past about 2.7 KB.
-KEY_BYTES_MOST: Final = 512
-
 
 def _checked(key: StepKey) -> StepKey:
     """``key`` if every database keeps its name and tool call ID: ``ValueError`` naming which
-    otherwise — one holding NUL or a lone surrogate, or longer than :data:`KEY_BYTES_MOST` bytes
+    otherwise — one holding NUL or a lone surrogate, or longer than :data:`ID_BYTES_MOST` bytes
     (PostgreSQL refused them as a database error, SQLite kept them: now alike on both)."""
     for what, value in (("name", key.name), ("tool call ID", key.tool_call_id)):
         if not storable(value):
             raise ValueError(f"a step's {what} must not hold NUL or a lone surrogate")
-        if len(value.encode("utf-8")) > KEY_BYTES_MOST:
-            raise ValueError(f"a step's {what} must be at most {KEY_BYTES_MOST} bytes in UTF-8")
+        if too_long_id(value):
+            raise ValueError(f"a step's {what} must be at most {ID_BYTES_MOST} bytes in UTF-8")
     return key
 
 
