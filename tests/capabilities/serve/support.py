@@ -296,6 +296,7 @@ def settled_sync(client: Any, submission_id: str, token: str) -> dict[str, Any]:
         except httpx2.RemoteProtocolError:
             if time.monotonic() > deadline:
                 raise
+            time.sleep(0.02)  # as between looks: a server gone for good is not asked in a spin
             continue
         body: dict[str, Any] = answer.json()
         if body["submission"]["status"] in _RESTING or time.monotonic() > deadline:
