@@ -334,14 +334,9 @@ class Runtime:
         is ``MissingServicesError`` for ``approval="always"`` without an approval service. It is
         recorded with the run's input, and :meth:`resume` keeps it.
         """
-        items, intent = _check_run_arguments(
-            agent, text, conversation_id, create, author, context, run_id
+        items, intent, run_input = self._checked_run(
+            agent, text, conversation_id, create, author, context, run_id, model, allowance
         )
-        check_no_secret(self._redactor, conversation_id, run_id, author)
-        check_no_secret_chosen(self._redactor, model, allowance)
-        check_model_choice(model, "model")
-        check_allowance(allowance)
-        run_input = prepare_input(agent, text, self._redactor.redact_text)
         queue = EventQueue(EVENT_BUFFER)
         driver = self._driver(
             agent, run_input, conversation_id, author, queue, items, run_id, model, allowance
@@ -425,14 +420,9 @@ class Runtime:
         (shielded) and re-raises ``trio.Cancelled``. Closing the runtime interrupts it too (the
         result then says "interrupted"), and the runtime waits for it before tearing down.
         """
-        items, intent = _check_run_arguments(
-            agent, text, conversation_id, create, author, context, run_id
+        items, intent, run_input = self._checked_run(
+            agent, text, conversation_id, create, author, context, run_id, model, allowance
         )
-        check_no_secret(self._redactor, conversation_id, run_id, author)
-        check_no_secret_chosen(self._redactor, model, allowance)
-        check_model_choice(model, "model")
-        check_allowance(allowance)
-        run_input = prepare_input(agent, text, self._redactor.redact_text)
         reducer = RunReducer()
         driver = self._driver(
             agent, run_input, conversation_id, author, reducer, items, run_id, model, allowance
@@ -507,6 +497,29 @@ class Runtime:
         queue = EventQueue(EVENT_BUFFER)
         driver = self._resumed_driver(agent, conversation_id, run_id, queue)
         return RunStream(self, driver, queue, "resume")
+
+    def _checked_run(
+        self,
+        agent: Agent[Any, Any],
+        text: object,
+        conversation_id: str | None,
+        create: bool,
+        author: str,
+        context: Sequence[ContextItem],
+        run_id: str | None,
+        model: ModelChoice | None,
+        allowance: RunAllowance | None,
+    ) -> tuple[tuple[ContextItem, ...], _Intent, RunInput]:
+        """The checks :meth:`run` and :meth:`stream` make before anything starts, and the run's
+        input as the model reads it (raises what they document)."""
+        items, intent = _check_run_arguments(
+            agent, text, conversation_id, create, author, context, run_id
+        )
+        check_no_secret(self._redactor, conversation_id, run_id, author)
+        check_no_secret_chosen(self._redactor, model, allowance)
+        check_model_choice(model, "model")
+        check_allowance(allowance)
+        return items, intent, prepare_input(agent, text, self._redactor.redact_text)
 
     def _resumed_driver(
         self,
