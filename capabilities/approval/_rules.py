@@ -303,6 +303,8 @@ class ApprovalRule:
             for target in targets:
                 if REDACTED in target:  # what it named is not what a pattern would read
                     return "a target held a secret and is redacted, so a pattern cannot judge it"
+                if "\x00" in target:  # the name ends there for C code: not what is spelled
+                    return f"target {target!r} holds a NUL, so a pattern cannot judge it"
                 if ambiguous(target):
                     return (
                         f"target {target!r} has a '.', '..' or empty path segment (as "

@@ -98,19 +98,21 @@ def _text(name: str, value: object, *, empty: bool = False, key: bool = False) -
 
 
 def _agent_names(agents: object) -> tuple[str, ...] | None:
-    """``DurableQueue``'s ``agents``, checked: None, or the names of a registry or an iterable
-    of names. A lone str is refused: taken letter by letter, ``"billing"`` would admit the agent
-    ``b`` and refuse ``billing``."""
+    """``DurableQueue``'s ``agents``, checked: None, or the names of a registry, of a sequence
+    of agents (as a worker is given them) or an iterable of names. A lone str is refused: taken
+    letter by letter, ``"billing"`` would admit the agent ``b`` and refuse ``billing``; so is a
+    lone ``Agent``."""
     if agents is None:
         return None
-    if isinstance(agents, str | bytes):
+    if isinstance(agents, str | bytes | Agent):
         raise TypeError(
-            "agents must be a registry {name: Agent} or names, "
-            f"not a lone {type(agents).__name__} (a one-item tuple for one name)"
+            "agents must be a registry {name: Agent}, agents or names, "
+            f"not a lone {type(agents).__name__} (a one-item tuple for one)"
         )
     if not isinstance(agents, Iterable):
         raise TypeError(
-            f"agents must be a registry {{name: Agent}} or names, got {type(agents).__name__}"
+            "agents must be a registry {name: Agent}, agents or names, "
+            f"got {type(agents).__name__}"
         )
     if isinstance(agents, Mapping):
         for value in agents.values():
@@ -118,7 +120,10 @@ def _agent_names(agents: object) -> tuple[str, ...] | None:
                 raise TypeError(
                     f"agents: a registry maps names to Agents, not to {type(value).__name__}"
                 )
-    names = tuple(agents)
+    names = tuple(
+        name.name if isinstance(name, Agent) and not isinstance(agents, Mapping) else name
+        for name in agents
+    )
     for name in names:
         if not isinstance(name, str):
             raise TypeError(
@@ -134,9 +139,9 @@ class DurableQueue:
     """Admission, the ledger, commands and operations over one database (see
     ``capabilities.durable``). Any number of processes may each have one on the same file.
 
-    ``agents``: the names of the agents workers run (a registry ``{name: Agent}``, or names —
-    a lone str is refused with ``TypeError``); given, :meth:`submit` refuses a name not in it
-    before admitting anything. ``retry``: the
+    ``agents``: the agents workers run (a registry ``{name: Agent}``, the agents, or their names
+    — a lone str or ``Agent`` is refused with ``TypeError``); given, :meth:`submit` refuses a
+    name not in it before admitting anything. ``retry``: the
     workers' retry policy (what :meth:`explain` says recovery would decide depends on it).
     ``clock`` gives the wall-clock time (``time.time``; tests may pass their own).
     ``secrets``: the runtime's secrets — give it those its workers are given

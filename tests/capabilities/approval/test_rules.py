@@ -271,6 +271,18 @@ def test_a_target_spelled_to_hide_a_dot_segment_is_denied(target: str) -> None:
     assert "cannot judge it" in verdict.reason
 
 
+def test_a_target_holding_a_nul_is_denied_saying_so() -> None:
+    """The reason the model reads said a NUL target had "a '.', '..' or empty path segment"
+    (``file:/tmp/passwd\\x00`` has none): it names the NUL."""
+    subject = ApprovalSubject(_request("fetch", "ops", "high", ("file:/tmp/passwd\x00",)))
+    verdict = ApprovalPolicy([ApprovalRule.approve(targets="file:/tmp/*")]).decide(subject)
+    assert (verdict.decision, verdict.rule) == ("deny", 0)
+    assert verdict.reason == (
+        "rule 1 cannot be evaluated: target 'file:/tmp/passwd\\x00' holds a NUL, so a pattern "
+        "cannot judge it"
+    )
+
+
 def test_a_target_the_runtime_redacted_is_not_judged_by_patterns() -> None:
     """A target that held a secret reaches the policy as ``[REDACTED]``: a deny rule written
     for the place it names (``file:/srv/*sk-live-*``) missed it, and a wider approve rule

@@ -154,6 +154,21 @@ async def test_a_lone_string_of_agents_is_refused_not_taken_letter_by_letter(
         await named.submit("billing", "x", conversation_id="c", idempotency_key="k", principal="p")
 
 
+async def test_the_queue_takes_the_agents_its_workers_are_given() -> None:
+    """The guide's registry (``DurableQueue(database, agents=...)``) may be the list of agents a
+    worker is given (``DurableWorker(database, layer, [billing])``): each stands for its name
+    (it was refused as "each of agents must be an agent's name"); a lone Agent is refused, as
+    the worker refuses it."""
+    billing = Agent("billing", "Bill.")
+    async with open_database(":memory:") as db:
+        q = queue(db, Clock(), agents=[billing])
+        with pytest.raises(AgentNotFound):
+            await q.submit("b", "x", conversation_id="c", idempotency_key="k", principal="p")
+        await q.submit("billing", "x", conversation_id="c", idempotency_key="k", principal="p")
+        with pytest.raises(TypeError, match=r"^agents must be a registry .* not a lone Agent"):
+            queue(db, Clock(), agents=billing)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "error"),
     [
