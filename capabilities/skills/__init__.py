@@ -11,8 +11,10 @@ version recorded in the run's log.
 * :func:`activation_tool` is the ``activate_skill`` tool and its Layer, for model activation.
 
 Every refusal is a :class:`SkillError` naming the skill and the reason; exported besides are the
-two a host handles differently — an unknown ID (:class:`SkillNotFound`) and a file changed since
-its digest was written (:class:`SkillTampered`). A bad manifest, a duplicate ID, an incompatible
+ones a host handles differently — a manifest that does not validate (:class:`SkillManifestError`,
+naming the file and the field) and one of its paths leaving the skill directory
+(:class:`SkillPathEscapes`), an unknown ID (:class:`SkillNotFound`) and a file changed since its
+digest was written (:class:`SkillTampered`). A bad manifest, a duplicate ID, an incompatible
 framework range, missing tools or services, an unreadable file and an authorization refusal are
 ``SkillError``\\ s whose message says which.
 """
@@ -22,7 +24,9 @@ from ._access import SkillDecision as SkillDecision
 from ._access import SkillRule as SkillRule
 from ._access import SkillSubject as SkillSubject
 from ._errors import SkillError as SkillError
+from ._errors import SkillManifestError as SkillManifestError
 from ._errors import SkillNotFound as SkillNotFound
+from ._errors import SkillPathEscapes as SkillPathEscapes
 from ._errors import SkillTampered as SkillTampered
 from ._files import Integrity as Integrity
 from ._files import compute_integrity as compute_integrity
@@ -40,7 +44,9 @@ __all__ = [
     "SkillError",
     "SkillInfo",
     "SkillLibrary",
+    "SkillManifestError",
     "SkillNotFound",
+    "SkillPathEscapes",
     "SkillRule",
     "SkillSubject",
     "SkillTampered",

@@ -81,8 +81,8 @@ SURFACE: dict[str, str] = {
     """,
     "capabilities.skills": """
         ActivatedSkill activation_tool compute_integrity discover_skills Integrity
-        SkillAuthorization SkillDecision SkillError SkillInfo SkillLibrary SkillNotFound SkillRule
-        SkillSubject SkillTampered
+        SkillAuthorization SkillDecision SkillError SkillInfo SkillLibrary SkillManifestError
+        SkillNotFound SkillPathEscapes SkillRule SkillSubject SkillTampered
     """,
     "capabilities.state": """
         AgentState AgentStateError AgentStateService Compensatable RunLocal RunNotObserved

@@ -42,3 +42,14 @@ def test_no_public_attribute_is_left_out_and_every_export_is_ours() -> None:
         obj = getattr(skills, name)
         if not _is_data(obj):
             assert str(getattr(obj, "__module__", "")).startswith("capabilities.skills."), name
+
+
+def test_the_errors_the_guide_names_are_exported_and_are_the_ones_raised() -> None:
+    """The skills guide names ``SkillManifestError`` and ``SkillPathEscapes`` as what discovery
+    raises: a host catches them from the package, not from a private module."""
+    from capabilities.skills import _errors
+
+    assert skills.SkillManifestError is _errors.SkillManifestError
+    assert skills.SkillPathEscapes is _errors.SkillPathEscapes
+    assert issubclass(skills.SkillPathEscapes, skills.SkillManifestError)
+    assert issubclass(skills.SkillManifestError, skills.SkillError)

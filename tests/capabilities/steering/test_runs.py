@@ -324,6 +324,32 @@ async def test_rejections_are_typed_receipts(tmp_path: Path) -> None:
             raise AssertionError("a conversation ID that is not a str is refused")
 
 
+async def test_the_size_bound_counts_the_text_as_it_is_kept_redacted() -> None:
+    """The steering guide: ``max_chars`` bounds the text as it is kept, redacted — a secret in
+    it counts as its ``[REDACTED]``, which is what the journal and the log hold."""
+    gate, working = trio.Event(), trio.Event()
+
+    async def handle(params: Wait, call: ToolCallContext) -> Done:
+        working.set()
+        await gate.wait()
+        return Done(True)
+
+    model = ScriptedModel([Turn.tool_calls(("work", {"seconds": 0})), Turn.text("done")])
+    storage = in_memory_storage(steering_limits=SteeringLimits(max_chars=10))
+    layer = (TOOLKIT.handlers({work: handle}) + model.as_layer()).provide_merge(storage)
+    async with open_runtime(layer, agents=[AGENT], secrets=["hunter2"]) as runtime:
+        steering = runtime.context[SteeringService]
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                partial(runtime.run, AGENT, "Go.", conversation_id="conv-s", create=True)
+            )
+            await working.wait()
+            assert (await steering.steer("conv-s", "x" * 10, author="ann")).accepted
+            secret = await steering.steer("conv-s", "pw hunter2", author="ann")  # 10 characters
+            assert secret.rejection == "too-large"  # kept as "pw [REDACTED]": 13
+            gate.set()
+
+
 async def test_input_left_waiting_expires_with_its_run_and_after_a_restart(tmp_path: Path) -> None:
     """A run that ends without reaching a safe point (here: interrupted while its tool works)
     expires what it never took; a process that dies leaves queued input that expires when the
