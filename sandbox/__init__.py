@@ -5,8 +5,9 @@ The command-shaped port is :class:`Sandbox` (``async with sandbox.execute(reques
 isolating one. The program-shaped port is :class:`CodeExecutor`, implemented by
 :class:`DenoCodeExecutor`. Every implementation states its posture as a
 :class:`SandboxImplementation`, gives every limit a finite default (:data:`UNLIMITED` lifts one,
-explicitly), never runs a workload as host root (:class:`WorkloadIdentity`), and shows what its
-workloads hold on the host while they run (:class:`OwnedResources`).
+explicitly), and shows what its workloads hold on the host while they run
+(:class:`OwnedResources`). The isolating ones never run a workload as host root
+(:class:`WorkloadIdentity`); the local runner runs it as this process's own user, and says so.
 
 Every error is a :class:`SandboxError`. Those exported here are the ones a caller may handle
 differently: a missing runtime (:class:`SandboxUnavailable`, :class:`ExecutorUnavailable`), a

@@ -172,6 +172,28 @@ def test_effectagent_never_imports_capabilities_or_sandbox() -> None:
     assert [m for m in runtime if m.startswith("effectagent.providers")] == []
 
 
+def test_a_runtime_without_model_strings_never_imports_the_providers() -> None:
+    """'the engine imports it in one place, when it opens the model strings agents name … and not
+    before': opening a runtime and running an agent on a model the Layer provides loads no
+    module of ``effectagent.providers``."""
+    program = (
+        "import sys, trio\n"
+        "from effectagent import Agent, open_runtime\n"
+        "from effectagent.testing import FunctionModel\n"
+        "agent = Agent('a', 'Answer.')\n"
+        "async def main():\n"
+        "    async with open_runtime(FunctionModel.layer(lambda r: 'hi'), agents=[agent]) as rt:\n"
+        "        assert (await rt.run(agent, 'x')).text == 'hi'\n"
+        "trio.run(main)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('effectagent.providers')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=True, env=env
+    )
+    assert ast.literal_eval(done.stdout) == []
+
+
 # --- "The runtime and its seams" -------------------------------------------------------------
 
 _SOURCE = ServiceKey[ToolSource]("overview.source")

@@ -8,6 +8,7 @@ promises made in prose.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -34,18 +35,22 @@ from effectagent import (
     open_runtime,
     tool,
 )
-from effectagent.ai import ModelRequest
+from effectagent.ai import ModelRequest, ToolSnapshot, ToolSource
 from effectagent.core import (
     CheckContext,
+    FinalAnswer,
     GuardrailResult,
     GuardrailTripped,
     OutputInvalid,
     RejectOutput,
     ResponseLimits,
+    RunCompleted,
+    RunFailed,
     RunFailedRecord,
     ToolCallSettled,
     ToolDefect,
     ToolOutcome,
+    ToolRejected,
 )
 from effectagent.effect import Exit
 from effectagent.engine import (
@@ -57,6 +62,15 @@ from effectagent.engine import (
     LogRetention,
 )
 from effectagent.testing import FunctionModel, ScriptedModel, Turn
+from sandbox import (
+    UNLIMITED,
+    Isolation,
+    LimitNotEnforceable,
+    LocalProcessSandbox,
+    SandboxLimits,
+    SandboxRequest,
+)
+from sandbox import run as run_in_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
@@ -267,6 +281,42 @@ async def test_preflight_names_every_missing_service_and_who_needs_it_before_bui
     assert built == []
 
 
+_SOURCE = ServiceKey[ToolSource]("readme.source")
+
+
+async def test_a_source_tool_that_needs_approval_without_an_approval_service_never_runs() -> None:
+    """'(A tool source's tools are known only as each turn starts: one of them that needs
+    approval, with no approval service, is rejected — never run — and the run goes on.)'"""
+    ran: list[str] = []
+
+    @tool(timeout=10, needs_approval=True)
+    async def remove(path: str) -> str:
+        """Remove a file.
+
+        Args:
+            path: Which.
+        """
+        ran.append(path)
+        return path
+
+    assert remove.handler is not None
+    offered = ToolSnapshot(tools=(remove,), handlers={"remove": remove.handler})
+
+    class Source:
+        def snapshot(self) -> ToolSnapshot:
+            return offered
+
+    agent = Agent("cleaner", "Clean.", tool_sources=[_SOURCE])
+    turns = [Turn.tool_calls(("remove", {"path": "/"})), Turn.text("left it")]
+    layer = ScriptedModel.layer(turns) + Layer.succeed(_SOURCE, Source())
+    async with open_runtime(layer, agents=[agent]) as runtime:
+        result = await runtime.run(agent, "clean")
+    [outcome] = result.outcomes
+    assert isinstance(outcome, ToolRejected)
+    assert "no approval service" in outcome.reason
+    assert (result.status, result.text, ran) == ("completed", "left it", [])
+
+
 async def test_the_layer_is_built_for_the_block_and_torn_down_in_reverse() -> None:
     """architecture.md: a Layer 'builds services inside a Scope and tears them down in reverse',
     in a scope 'that lives as long as the `async with` block'."""
@@ -360,6 +410,23 @@ async def test_commits_follow_declaration_order_and_an_oversized_call_settles_in
     assert settled == ["slow", "big", "fast"]
 
 
+# --- "Accepted work is recorded once" --------------------------------------------------------
+
+
+def test_the_durable_outcomes_the_readme_names_are_the_ones_a_submission_settles_in() -> None:
+    """'exactly one terminal outcome — completed, failed or aborted, or `joined` … — is
+    eventually *recorded* …: a submission whose retries are spent waits, dead-lettered': the
+    statuses a submission can be in are those, the dead letter and the ones on the way."""
+    from capabilities.durable import SubmissionStatus
+
+    bullet = README.split("**Accepted work is recorded once.**")[1].split("\n- **")[0]
+    named = {"completed", "failed", "aborted", "joined"}
+    assert all(status in bullet for status in named)
+    assert "dead-lettered" in bullet
+    on_the_way = {"queued", "active", "suspended", "joining"}
+    assert set(typing.get_args(SubmissionStatus)) == named | on_the_way | {"dead"}
+
+
 # --- "Answers are checked before a run completes with them" ----------------------------------
 
 
@@ -412,6 +479,47 @@ async def test_a_tripped_guardrail_fails_the_run_before_any_tool_runs() -> None:
     assert ran == []
     assert isinstance(records[-1], RunFailedRecord)
     assert isinstance(records[-1].error, GuardrailTripped)
+
+
+async def test_a_tripped_output_guardrail_fails_the_run_and_delivers_no_answer() -> None:
+    """'… an output guardrail before the answer is delivered — and no run completes with an
+    answer a check refused'."""
+
+    async def rude(ctx: CheckContext, answer: FinalAnswer[None]) -> GuardrailResult:
+        return GuardrailResult.trip("rude")
+
+    agent = Agent("guarded", "Help.", output_guardrails=[rude])
+    async with open_runtime(FunctionModel.layer(lambda _: "go away"), agents=[agent]) as runtime:
+        async with runtime.stream(agent, "hi", conversation_id="c", create=True) as events:
+            seen = [event async for event in events]
+        records = [entry.record for entry in await runtime.log.entries("c")]
+    assert not [event for event in seen if isinstance(event, RunCompleted)]
+    assert isinstance(seen[-1], RunFailed)
+    assert isinstance(seen[-1].error, GuardrailTripped)
+    assert isinstance(records[-1], RunFailedRecord)
+    assert isinstance(records[-1].error, GuardrailTripped)
+
+
+# --- "Honest security posture" --------------------------------------------------------------
+
+
+async def test_an_unisolated_runner_says_so_runs_as_you_and_refuses_what_it_cannot_enforce() -> (
+    None
+):
+    """'An unisolated runner says so (and runs commands as your own user, no boundary); a limit
+    that cannot be enforced is refused, not ignored' (an isolating sandbox's identity is
+    ``tests/sandbox/test_security_command.py``'s)."""
+    local = LocalProcessSandbox()
+    assert local.implementation.isolation is Isolation.UNISOLATED
+    assert not local.implementation.is_security_boundary
+    with pytest.raises(LimitNotEnforceable) as refused:
+        await run_in_sandbox(local, SandboxRequest("id", args=["-u"], network="host"))
+    assert refused.value.limit == "memory"
+    lifted = SandboxLimits(memory_bytes=UNLIMITED, max_processes=UNLIMITED)
+    done = await run_in_sandbox(
+        local, SandboxRequest("id", args=["-u"], network="host", limits=lifted)
+    )
+    assert done.stdout.decode().strip() == str(os.geteuid())
 
 
 # --- the "What there is" table ---------------------------------------------------------------

@@ -136,14 +136,15 @@ def model_strings_layer(strings: Iterable[str]) -> Layer | None:
     :func:`string_key`, or None for no strings. A string no provider has is a ``ValueError``
     here, before anything is built; a missing API key fails as the layer is built, naming its
     environment variable."""
+    unique = list(dict.fromkeys(strings))
+    if not unique:
+        return None
     from effectagent.providers import model_settings  # the providers only when a string is used
 
     layers = [
         Layer.scoped(string_key(string), partial(_open, model_settings(string)), name=string)
-        for string in dict.fromkeys(strings)
+        for string in unique
     ]
-    if not layers:
-        return None
     merged = layers[0]
     for layer in layers[1:]:
         merged = merged + layer
