@@ -23,8 +23,9 @@ __all__ = ["HttpServer", "McpLimits", "McpServer", "NeedsApproval", "StdioServer
 NeedsApproval: TypeAlias = bool | Callable[[ToolAnnotations], bool]
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
-#: What a URL never holds as it is: whitespace and control characters.
-_NOT_IN_URL = re.compile(r"[\x00-\x20\x7f]")
+#: What a URL never holds as it is: whitespace and control characters — the C1 controls
+#: (U+0080-U+009F) and Unicode's spaces and line and paragraph separators (U+2028) too.
+_NOT_IN_URL = re.compile(r"[\x00-\x20\x7f-\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]")
 
 
 def _positive_seconds(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -117,8 +118,13 @@ def _check_approval(instance: object, attribute: attrs.Attribute[Any], value: ob
 
 
 def _check_command(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
+        raise TypeError(f"command must be a non-empty str, got {type(value).__name__}")
+    if not value:
         raise ValueError(f"command must be a non-empty str, got {value!r}")
+    if "\0" in value:
+        # No process can be started with it: the OS refused it only at connect.
+        raise ValueError("command must not hold a NUL character")
 
 
 def _check_cwd(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -135,7 +141,11 @@ def _check_cwd(instance: object, attribute: attrs.Attribute[Any], value: object)
 
 def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     # The URL is not echoed: it may hold what must not show in a message.
-    if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+    if not isinstance(value, str):
+        raise TypeError(
+            f"url must be a str (an http:// or https:// URL), got {type(value).__name__}"
+        )
+    if not value.startswith(("http://", "https://")):
         raise ValueError("url must be an http:// or https:// URL")
     if _NOT_IN_URL.search(value):
         raise ValueError(
@@ -180,6 +190,8 @@ def _str_tuple(value: object) -> tuple[str, ...]:
     for index, item in enumerate(found):
         if not isinstance(item, str):
             raise TypeError(f"args[{index}] must be a str, got {type(item).__name__}")
+        if "\0" in item:  # named by its place, never shown: it may be a token
+            raise ValueError(f"args[{index}] must not hold a NUL character")
     return found
 
 
@@ -279,7 +291,10 @@ class StdioServer:
 
     @name.default
     def _default_name(self) -> str:
-        return Path(self.command).name or self.command
+        given: object = self.command  # as given: the command's own check runs after this default
+        if not isinstance(given, str):
+            return "?"
+        return Path(given).name or given
 
 
 @attrs.frozen(eq=False)
@@ -311,7 +326,10 @@ class HttpServer:
     @name.default
     def _default_name(self) -> str:
         # The host and port: never the path, the query or the fragment.
-        rest = self.url.split("://", 1)[-1]
+        given: object = self.url  # as given: the URL's own check runs after this default
+        if not isinstance(given, str):
+            return "?"
+        rest = given.split("://", 1)[-1]
         return re.split(r"[/?#]", rest, maxsplit=1)[0] or masked_url(self.url)
 
 

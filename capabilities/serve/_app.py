@@ -265,6 +265,37 @@ def _view(submission_id: str, request: ApprovalRequest) -> ApprovalView:
 _PREFLIGHT_PATH: ContextVar[str] = ContextVar("preflight_path", default="")
 
 
+#: The largest request head (request line and headers) served, in bytes: the HTTP server refuses
+#: one it must buffer past this before it is whole (431), and the app one that came whole in a
+#: single read — the same bound, whatever way the head arrived.
+MAX_HEAD_BYTES: Final = 16 * 1024
+
+
+def _head_bytes(scope: Scope) -> int:
+    """The size of the request's head as HTTP/1.1 wrote it: request line, headers, blank line."""
+    target = len(scope.get("raw_path") or scope["path"].encode())
+    query = scope.get("query_string") or b""
+    size = len(scope["method"]) + 1 + target + (1 + len(query) if query else 0) + 11 + 2
+    return size + sum(len(name) + len(value) + 4 for name, value in scope["headers"])
+
+
+class _HeadBound:
+    """Refuse a request whose head is over :data:`MAX_HEAD_BYTES` as the server does: a bare
+    431, its body empty, the connection closed. The server bounds only what it must buffer, so a
+    larger head that arrived in one read reached the app."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _head_bytes(scope) > MAX_HEAD_BYTES:
+            headers = [(b"content-length", b"0"), (b"connection", b"close")]
+            await send({"type": "http.response.start", "status": 431, "headers": headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await self.app(scope, receive, send)
+
+
 class _ProblemCORS(CORSMiddleware):
     """Starlette's CORS middleware, whose refusal of a preflight (an origin, method or header
     not allowed) is a problem document like every other refusal of the API, not plain text —
@@ -509,7 +540,7 @@ class ServeApi:
             # on an event stream would start a stream for nobody to read.
             if isinstance(route, Route) and route.methods is not None:
                 route.methods.discard("HEAD")
-        middleware = (
+        middleware = [Middleware(_HeadBound)] + (
             [
                 Middleware(
                     _ProblemCORS,

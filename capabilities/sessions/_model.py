@@ -131,7 +131,8 @@ class SessionInvalid(SessionStoreError):
 class SessionInvalidType(SessionInvalid, TypeError):
     """A :class:`SessionInvalid` for a value of the wrong type (also a ``TypeError``): raised
     where the value is given — building a :class:`SessionCreate` or :class:`SessionPatch`, or
-    calling the store with an ID that is not a str."""
+    calling the store with an ID that is not a str — and by ``create`` and ``update`` for metadata
+    that does not match the schema's type."""
 
     tag = "SessionInvalid"
 
@@ -145,8 +146,9 @@ class SessionInvalidValue(SessionInvalid, ValueError):
 
 
 @attrs.frozen
-class SessionMetadataTooLarge(SessionStoreError):
-    """The metadata's JSON is larger than the schema's ``max_bytes``."""
+class SessionMetadataTooLarge(SessionStoreError, ValueError):
+    """The metadata's JSON is larger than the schema's ``max_bytes`` (also a ``ValueError``: an
+    invalid value, as every refusal of bad input is a ``TypeError`` or a ``ValueError``)."""
 
     session_id: str
     size: int
@@ -449,7 +451,7 @@ def merge_conversations(
             merged.append(conversation_id)
             seen.add(conversation_id)
     if len(merged) > MAX_CONVERSATIONS:
-        raise SessionInvalid(
+        raise SessionInvalidValue(
             session_id, f"a session points to at most {MAX_CONVERSATIONS} conversations"
         )
     return tuple(merged)
@@ -466,15 +468,17 @@ def _blind(path: str) -> str:
 
 
 def dump_metadata(schema: SessionSchema[M], session_id: str, metadata: M) -> str:
-    """The stored JSON of ``metadata``; raises :class:`SessionInvalid` (with the paths that do
-    not match) or :class:`SessionMetadataTooLarge`."""
+    """The stored JSON of ``metadata``; raises :class:`SessionInvalidType` (with the paths that
+    do not match) or :class:`SessionMetadataTooLarge`."""
     if metadata is None:
-        raise SessionInvalid(session_id, "metadata is required (None means 'unchanged' in a patch)")
+        raise SessionInvalidValue(
+            session_id, "metadata is required (None means 'unchanged' in a patch)"
+        )
     try:
         return schema.codec.dump(metadata)
     except ValueRejected as exc:
         where = ", ".join(_blind(path) for path in exc.paths[:10]) or "$"
-        raise SessionInvalid(
+        raise SessionInvalidType(
             session_id, f"the metadata does not match its schema at {where}"
         ) from None
     except ValueTooLarge as exc:

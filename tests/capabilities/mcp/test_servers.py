@@ -4,6 +4,8 @@ repr."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from capabilities.mcp import HttpServer, StdioServer
@@ -149,6 +151,39 @@ def test_a_url_that_cannot_be_requested_is_refused_without_echoing_it(
     port, which could be a password."""
     with pytest.raises(ValueError, match=message) as caught:
         HttpServer(url)
+    assert CANARY not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "character", ["\x85", "\x9f", "\u2028", "\u2029", "\u00a0", "\u3000"], ids=repr
+)
+def test_a_url_with_a_unicode_line_break_space_or_control_character_is_refused(
+    character: str,
+) -> None:
+    """Only ASCII's were refused: a C1 control (NEL, U+0085), a line or paragraph separator or
+    a no-break space was taken as part of the URL, and shown as it is in its repr and messages,
+    where the guide says a URL with a line break, a space or a control character is refused.
+    A letter past ASCII is no such character and is taken."""
+    with pytest.raises(ValueError, match="must not hold a space, a line break") as caught:
+        HttpServer(f"https://mcp.example.com/a{character}{CANARY}")
+    assert CANARY not in str(caught.value)
+    assert HttpServer("https://mcp.example.com/caf\u00e9").url.endswith("caf\u00e9")
+
+
+def test_a_url_command_or_argument_no_server_can_take_is_refused_where_it_is_made() -> None:
+    """A URL that is not a str failed with an AttributeError (its default name read it first),
+    a command that is not a str was a ValueError, and a NUL in the command or an argument was
+    taken, to fail only at connect — now a TypeError or a ValueError, naming an argument by its
+    place, never its value."""
+    number: Any = 5
+    with pytest.raises(TypeError, match=r"^url must be a str .*got int$"):
+        HttpServer(number)
+    with pytest.raises(TypeError, match=r"^command must be a non-empty str, got int$"):
+        StdioServer(number)
+    with pytest.raises(ValueError, match=r"^command must not hold a NUL character$"):
+        StdioServer("/usr/bin/mcp\0server")
+    with pytest.raises(ValueError, match=r"^args\[1\] must not hold a NUL character$") as caught:
+        StdioServer("mcp-server", ["--token", f"{CANARY}\0"])
     assert CANARY not in str(caught.value)
 
 

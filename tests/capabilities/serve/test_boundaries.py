@@ -224,3 +224,32 @@ def test_a_stream_whose_storage_fails_ends_whole_for_its_client_to_reconnect(
             answer = _answer_then_eof(stream)
     assert answer.startswith(b"HTTP/1.1 200 ")
     assert answer.endswith(b"\r\n0\r\n\r\n")  # the chunked body's end: the stream ended whole
+
+
+@pytest.mark.parametrize("pieces", [1, 40])
+def test_a_head_over_16_kib_is_a_bare_431_and_the_connection_closes(
+    cors_service: Served, pieces: int
+) -> None:
+    """The server bounds only the head it must buffer before it is whole: one over 16 KiB that
+    arrived in a single read was served (200), where the guide promises 431 — now refused alike,
+    however it arrives. A head just within the bound is served."""
+    host, port = cors_service.url.removeprefix("http://").split(":")
+    start = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Padding: ".encode()
+    for size, status in ((16 * 1024 + 1, b"431"), (16 * 1024, b"200")):
+        padding = b"a" * (size - len(start) - 4)  # 4: the padding's end and the blank line
+        head = start + padding + b"\r\n\r\n"
+        assert len(head) == size
+        with socket.create_connection((host, int(port))) as stream:
+            step = -(-len(head) // pieces)
+            for at in range(0, len(head), step):
+                stream.sendall(head[at : at + step])
+            if status == b"200":
+                stream.settimeout(30)
+                answer = stream.recv(65536)
+            else:
+                answer = _answer_then_eof(stream)  # the server closes the connection
+        assert answer.startswith(b"HTTP/1.1 " + status + b" "), (size, answer[:60])
+        if status == b"431":
+            head_out, _, body = answer.partition(b"\r\n\r\n")
+            assert body == b""
+            assert b"content-length: 0" in head_out.lower()

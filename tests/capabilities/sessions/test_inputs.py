@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from capabilities.sessions import (
@@ -216,3 +217,33 @@ def test_an_async_generator_migration_is_refused_naming_the_sessions_metadata() 
         "the migration from version 1 is an async function: a migration is a plain function of "
         "the stored JSON, called as it is when an older session's metadata is read"
     )
+
+
+@attrs.frozen
+class _Trip:
+    destination: str
+
+
+async def test_metadata_a_store_refuses_is_a_type_or_value_error(kind: str, tmp_path: Path) -> None:
+    """Every refusal of bad input is a ``TypeError`` or a ``ValueError`` as well as a
+    ``SessionStoreError``: metadata that does not match the schema's type is a ``TypeError``,
+    metadata too large for the schema and a session past its most conversations a
+    ``ValueError`` — they were plain ``SessionStoreError``s, which neither caught."""
+    async with stores(kind, tmp_path) as make:
+        store: Any = make(Schema(_Trip, max_bytes=64))  # handed what its annotations forbid
+        number: Any = 5  # a destination that is not a str
+        for metadata in ({"destination": "Oslo"}, _Trip(number), "Oslo"):
+            with pytest.raises(SessionInvalid, match="does not match its schema") as wrong:
+                await store.create(Create("n", metadata))
+            assert isinstance(wrong.value, TypeError)
+        with pytest.raises(SessionStoreError, match="bytes of JSON") as large:
+            await store.create(Create("n", _Trip("x" * 100)))
+        assert isinstance(large.value, ValueError)
+        session = await store.create(Create("n", _Trip("Oslo"), [f"c{i}" for i in range(1024)]))
+        with pytest.raises(SessionInvalid, match="at most 1024 conversations") as many:
+            await store.update(session.id, Patch(add_conversations=["one-more"]), 1)
+        assert isinstance(many.value, ValueError)
+        with pytest.raises(SessionInvalid) as patched:
+            await store.update(session.id, Patch(metadata={"destination": "Rome"}), 1)
+        assert isinstance(patched.value, TypeError)
+        assert await store.list() == (session,)
