@@ -197,7 +197,9 @@ class Approvals:
                 request=request,
             )
             approval = self.services.approval
-            if approval is None:  # preflight forbids this; fail closed if it happens anyway
+            # Preflight refuses an agent's own tools that may need approval without a service; a
+            # tool source's tools come only at a turn's start: such a call is denied, never run.
+            if approval is None:
                 decision = ApprovalDecision.deny("no approval service", "engine")
             else:
                 answer = await self._ask(approval, request, deadline, may_suspend)
