@@ -91,6 +91,17 @@ class Layer:
     provides: frozenset[Key]
     requires: frozenset[Key]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Layer:
+        if cls is Layer:
+            # A bare Layer has no name, services nor build: it failed later, with an
+            # AttributeError, wherever it was used.
+            raise TypeError(
+                "Layer is not called: make one with its constructors (Layer.succeed, "
+                "Layer.effect, Layer.scoped, Layer.from_build, Layer.context) and compose "
+                "them with + and .provide"
+            )
+        return super().__new__(cls)
+
     # ---- constructors ---------------------------------------------------------------------------
 
     @staticmethod

@@ -152,3 +152,11 @@ def test_decoding_checks_its_limits_and_the_kind_of_text_it_is_given() -> None:
     with pytest.raises(TypeError, match="decode_json: text must be a str or bytes, got int"):
         decode_json(int, _any(5))
     assert decode_json(int, b"2", limits=SchemaLimits()) == 2
+
+
+def test_a_bare_layer_is_refused_where_it_is_called_naming_the_constructors() -> None:
+    """``Layer()`` made an object with no name, services nor build: opening a runtime on it
+    failed with an AttributeError far from the call."""
+    with pytest.raises(TypeError, match=r"Layer\.succeed"):
+        Layer()
+    assert isinstance(Layer.succeed(ServiceKey[int]("n"), 1), Layer)  # the constructors still work
