@@ -43,14 +43,23 @@ def figure(dimension: str, value: float) -> str:
 @attrs.frozen
 class BudgetExhausted(RunError):
     """A budget dimension ran out under ``on_exhaustion="fail"`` — or, under ``"final-answer"``,
-    the grace turn itself ran out of time (``dimension="duration"``)."""
+    the grace turn itself ran out of time (``dimension="duration"``). ``refused_batch``: the
+    calls of a batch refused whole because it would have gone past ``max_tool_calls`` (none of
+    them ran; ``used`` counts them, as what the run would have used)."""
 
     dimension: str
     used: float
     limit: float
+    refused_batch: int = 0
 
     def __str__(self) -> str:
         what = self.dimension.replace("_", " ")
+        if self.refused_batch:
+            return (
+                f"the {what} budget ran out: a batch of {self.refused_batch} calls was refused "
+                f"whole, none of it ran (it would have made {figure(self.dimension, self.used)} "
+                f"of {figure(self.dimension, self.limit)})"
+            )
         return (
             f"the {what} budget ran out: {figure(self.dimension, self.used)} used of "
             f"{figure(self.dimension, self.limit)}"

@@ -72,11 +72,14 @@ _FAILING_KINDS = frozenset({"invalid-input", "failure", "defect"})
 @_fast_init
 @attrs.frozen(slots=True)
 class Exhaustion:
-    """A dimension that ran out (or, for a warning, came near): how much was used of what."""
+    """A dimension that ran out (or, for a warning, came near): how much was used of what.
+    ``refused_batch``: the calls of a batch refused whole because it would have gone past
+    ``max_tool_calls`` (``used`` then counts them: none of them ran)."""
 
     dimension: str
     used: float
     limit: float
+    refused_batch: int = 0
 
 
 @_fast_init
@@ -328,7 +331,7 @@ class Budget:
         and the tool-call budget counts as exhausted."""
         limit = self.policy.max_tool_calls
         used = self.tool_calls + self.delegated_tool_calls + requested
-        return self._with(refused_batch=Exhaustion("tool_calls", used, limit))
+        return self._with(refused_batch=Exhaustion("tool_calls", used, limit, requested))
 
     def with_delegated(self, delegated: Delegated) -> Budget:
         """What a batch's inner calls and child runs used, charged."""

@@ -586,7 +586,9 @@ def _time_ran_out(state: RunState, event: TimeRanOut) -> Transition:
         used = exhaustion.used
         if exhaustion.dimension == "duration":  # the grace turn's time counts too
             used = max(used, event.now - state.budget.started_at)
-        error = BudgetExhausted(exhaustion.dimension, used, exhaustion.limit)
+        error = BudgetExhausted(
+            exhaustion.dimension, used, exhaustion.limit, exhaustion.refused_batch
+        )
         return _set(state, phase="ended"), (Fail(error),)
     budget = state.budget
     exhausted = budget.exhausted(event.now)
@@ -622,7 +624,9 @@ def _exhaust(
         if exhausted.dimension == "repeated_failures" and failure is not None:
             error = RepeatedToolFailure(failure.tool_name, failure.count)
         else:
-            error = BudgetExhausted(exhausted.dimension, exhausted.used, exhausted.limit)
+            error = BudgetExhausted(
+                exhausted.dimension, exhausted.used, exhausted.limit, exhausted.refused_batch
+            )
         commands.append(Fail(error))
         return _set(state, phase="ended", held=None), tuple(commands)
     # The grace turn lasts ``grace_turn_duration`` at most, and never past the run's end.

@@ -92,8 +92,8 @@ def test_a_run_is_exhausted_by_what_its_children_used() -> None:
 
 def test_a_refused_batch_exhausts_the_tool_calls_after_the_turns() -> None:
     budget = Budget(POLICY, 0.0, tool_calls=6, delegated_tool_calls=1).with_refused_batch(5)
-    assert budget.refused_batch == Exhaustion("tool_calls", 12, 10)
-    assert budget.exhausted(0.0) == Exhaustion("tool_calls", 12, 10)
+    assert budget.refused_batch == Exhaustion("tool_calls", 12, 10, 5)
+    assert budget.exhausted(0.0) == Exhaustion("tool_calls", 12, 10, 5)
     assert budget.with_turn().tool_calls == 6
     ran_out = attrs.evolve(budget, turns=10)
     assert ran_out.exhausted(0.0) == Exhaustion("turns", 10, 10)

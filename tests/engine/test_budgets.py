@@ -326,7 +326,7 @@ async def test_rejections_do_not_count_as_failures(autojump_clock: trio.testing.
     terminal = ran.terminal
     assert isinstance(terminal, RunFailed)
     # Four calls asked for, one allowed: the batch ran none of them (rejections, not failures).
-    assert same_error(terminal.error, BudgetExhausted("tool_calls", 4, 1))
+    assert same_error(terminal.error, BudgetExhausted("tool_calls", 4, 1, refused_batch=4))
     outcomes = [r.outcome for r in records_of(ran.log, ToolCallSettled)]
     assert [type(o) for o in outcomes] == [ToolRejected] * 4
 

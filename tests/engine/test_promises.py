@@ -22,9 +22,12 @@ from effectagent.ai import (
     RateLimited,
     TextDeltaPart,
     TextStartPart,
+    Toolkit,
+    tool,
 )
 from effectagent.core import (
     Agent,
+    AgentPolicy,
     BudgetExhausted,
     EngineDefect,
     FinalTurnDeclaredTools,
@@ -335,3 +338,34 @@ def _no_retry() -> Any:
     from effectagent.core import RetryPolicy
 
     return RetryPolicy(attempts=1)
+
+
+async def test_a_batch_refused_whole_for_the_call_budget_fails_saying_none_of_it_ran(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Under ``on_exhaustion="fail"`` a batch of 3 calls past ``max_tool_calls=2`` ran none of
+    them, yet the error read "3 used of 2"."""
+    ran: list[int] = []
+
+    @tool
+    async def ping(n: int) -> int:
+        """Ping.
+
+        Args:
+            n: Any number.
+        """
+        ran.append(n)
+        return n
+
+    policy = AgentPolicy(max_tool_calls=2, on_exhaustion="fail")
+    agent = Agent("pinger", "Ping.", policy, Toolkit(ping))
+    model = ScriptedModel([Turn.tool_calls(*[("ping", {"n": i}) for i in range(3)])])
+    async with open_runtime(agent.toolkit.handlers() + model.as_layer(), agents=[agent]) as rt:
+        result = await rt.run(agent, "go")
+    assert ran == []
+    assert isinstance(result.error, BudgetExhausted)
+    assert result.error.refused_batch == 3
+    assert str(result.error) == (
+        "the tool calls budget ran out: a batch of 3 calls was refused whole, none of it ran "
+        "(it would have made 3 of 2)"
+    )
