@@ -131,12 +131,15 @@ class ToolFailedRun(RunError):
 
 @attrs.frozen
 class EngineDefect(RunError):
-    """Something undeclared broke inside the engine (a bug). ``message`` is redacted."""
+    """Something undeclared broke while the run went (a defect): an exception none of its parts
+    declares — raised by the engine, or by a part it was given (a model that raised outside the
+    ``AiError`` kinds, a test double whose script ran out or whose cassette diverged, a
+    service). ``message`` names the exception and says what it said, redacted."""
 
     message: str
 
     def __str__(self) -> str:
-        return f"the engine failed unexpectedly (a bug): {self.message}"
+        return f"the run failed on an undeclared error (a defect): {self.message}"
 
 
 @attrs.frozen

@@ -313,7 +313,9 @@ def test_run_errors_read_as_sentences_with_rounded_figures() -> None:
     assert str(ProviderError("bad gateway", status=502)) == "bad gateway (HTTP 502)"
     assert str(RepeatedToolFailure("forecast", 3)) == "the tool forecast failed 3 times in a row"
     assert "forecast" in str(FinalTurnDeclaredTools(("forecast",)))
-    assert str(EngineDefect("KeyError: 'x'")).startswith("the engine failed unexpectedly")
+    assert str(EngineDefect("KeyError: 'x'")) == (
+        "the run failed on an undeclared error (a defect): KeyError: 'x'"
+    )
     declared = ToolFailedRun("c1", "forecast", {"_tag": "UnknownCity", "message": "no Atlantis"})
     assert str(declared) == (
         "the tool forecast failed and ended the run (UnknownCity: no Atlantis)"
