@@ -271,10 +271,12 @@ async def first_turns(driver: RunDriver, state: RunState) -> EnterGrace | None:
     before it and beside those declared to run beside it (see :class:`BesideGuard`). A trip (or a
     guardrail that fails) ends the run with its failure, recorded, before any tool runs.
 
-    Cancellation: as the guardrails' and the run's turns'. When the run's turns' deadline passes
-    before every input guardrail gave its verdict, the input was never let through: the run
-    fails with ``BudgetExhausted("duration", ...)`` (recorded, shielded) — no grace turn asks
-    the model with it.
+    Cancellation: as the guardrails' and the run's turns'. The guardrails declared to run before
+    the first turn may take the run's whole ``max_duration`` (no grace turn can follow input
+    never let through, so none is kept time for); when it — or, for those beside the first
+    call, the turns' deadline — passes before every input guardrail gave its verdict, the input
+    was never let through: the run fails with ``BudgetExhausted("duration", ...)`` (recorded,
+    shielded) — no grace turn asks the model with it.
     """
     passed: list[bool] = []
     try:
@@ -314,7 +316,17 @@ async def _first_turns(driver: RunDriver, state: RunState, passed: list[bool]) -
     before = tuple(g for g in guardrails if not g.beside)
     if before:
         ctx = check_context(driver)
-        failure = await check_input(ctx, before, ctx.input, driver.io.redact_text)
+        scope = driver.cancel_scope
+        turns_end = None if scope is None else scope.deadline
+        if scope is not None:
+            # No grace turn can follow input never let through: these checks may take the run's
+            # whole time (``max_duration``), not only its turns' (less the grace reserve).
+            scope.deadline = state.budget.ends_at
+        try:
+            failure = await check_input(ctx, before, ctx.input, driver.io.redact_text)
+        finally:
+            if scope is not None and turns_end is not None:
+                scope.deadline = turns_end
         budget = state.budget
         used = ctx.take_usage()
         for delta, model in used:

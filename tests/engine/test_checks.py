@@ -477,6 +477,42 @@ async def test_an_input_guardrail_without_a_verdict_when_time_runs_out_fails_clo
     assert "ModelResponseRecorded" not in {type(entry.record).__name__ for entry in log}
 
 
+async def test_input_guardrails_before_the_first_turn_may_take_the_runs_whole_time(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """No grace turn can follow input never let through, so checks before the first turn were
+    cut at the turns' deadline (27 s of 30: "27.0 s used of 30.0 s"); now they have all 30 s, and
+    one that passes after the turns' deadline leaves the answer to the grace turn."""
+    from effectagent.core import BudgetExhausted
+
+    async def forever(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep_forever()
+        raise AssertionError  # pragma: no cover
+
+    async def slow(ctx: CheckContext, text: str) -> GuardrailResult:
+        await trio.sleep(28.0)
+        return GuardrailResult.passed()
+
+    policy = make_policy(max_duration=30.0)
+    assert policy.grace_reserve == 3.0
+    started = trio.current_time()
+    events, _, _ = await _run(
+        TrackingModel([Turn.text("The answer.")]),
+        make_agent(policy=policy, input_guardrails=[forever]),
+    )
+    end = assert_well_formed(events)
+    assert isinstance(end, RunFailed)
+    assert isinstance(end.error, BudgetExhausted)
+    assert (end.error.used, end.error.limit) == (30.0, 30.0)
+    assert trio.current_time() - started == 30.0
+    model = TrackingModel([Turn.text("The answer.")])
+    events, _, _ = await _run(model, make_agent(policy=policy, input_guardrails=[slow]))
+    end = assert_well_formed(events)
+    assert isinstance(end, RunCompleted)
+    assert end.finish_reason == "budget-exhausted"
+    assert len(model.requests) == 1
+
+
 async def test_an_input_guardrail_that_passed_leaves_the_grace_turn_to_a_slow_model(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
