@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import Any, Generic, Literal, TypeVar, final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Generic, Literal, TypeVar, final, overload
 
 import attrs
 
 from effectagent.ai import Tool, ToolCallContext
-from effectagent.core import Agent, ChildBudget, ContextItem
+from effectagent.core import Agent, ChildBudget, ContextItem, DefaultInput
 from effectagent.effect import Layer, TaggedError, encode
 from effectagent.engine import ChildRunRefused, run_child
 
@@ -18,6 +18,7 @@ from .._rules import items_of
 __all__ = ["Delegation", "SubagentFailed", "delegate"]
 
 P = TypeVar("P")
+I = TypeVar("I")  # noqa: E741  # the child's input: the agent's ``input`` type, or its text
 
 
 @attrs.frozen
@@ -147,6 +148,38 @@ def _is_delegation(tool: Tool[Any, Any]) -> bool:
     return isinstance(tool.handler, _Delegate) or bool(getattr(tool.handler, "child_agents", None))
 
 
+# mypy holds ``prompt`` to the child's input: a text for a child without ``input=``, else a value
+# of its input type (or its JSON: a dict, or JSON text), as ``run_child`` takes it.
+@overload
+def delegate(
+    child: Agent[Any, DefaultInput],
+    *,
+    name: str,
+    description: str,
+    parameters: type[P],
+    prompt: Callable[[P], str] | None = None,
+    context: Callable[[P], Sequence[ContextItem]] | None = None,
+    budget: ChildBudget | None = None,
+    nested: bool = ...,
+    needs_approval: bool | Callable[[P, ToolCallContext], bool] = ...,
+    title: str | None = None,
+    timeout: float | None = None,
+) -> Delegation[P]: ...
+@overload
+def delegate(
+    child: Agent[Any, I],
+    *,
+    name: str,
+    description: str,
+    parameters: type[P],
+    prompt: Callable[[P], I | Mapping[str, Any] | str] | None = None,
+    context: Callable[[P], Sequence[ContextItem]] | None = None,
+    budget: ChildBudget | None = None,
+    nested: bool = ...,
+    needs_approval: bool | Callable[[P, ToolCallContext], bool] = ...,
+    title: str | None = None,
+    timeout: float | None = None,
+) -> Delegation[P]: ...
 def delegate(
     child: Agent,
     *,

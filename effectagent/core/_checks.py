@@ -174,14 +174,29 @@ def _beside(instance: object, attribute: attrs.Attribute[Any], value: object) ->
         raise TypeError(f"Guardrail.beside must be a bool, got {type(value).__name__}")
 
 
+#: A guardrail's function, as :class:`Guardrail` is typed by it: ``Guardrail(on_topic)`` is a
+#: ``Guardrail`` of ``on_topic``'s type, so ``Agent`` holds the function it wraps to what an input
+#: guardrail (or an output guardrail of its output type) is given, as it holds a bare function.
+_Check = TypeVar(
+    "_Check",
+    bound=Callable[..., Awaitable[GuardrailResult]],
+    covariant=True,
+    default=Callable[..., Awaitable[GuardrailResult]],
+)
+
+
 @attrs.frozen
-class Guardrail:
+class Guardrail(Generic[_Check]):
     """A guardrail function with its ``name`` (what a trip names; the function's by default)
     and, for an input guardrail, whether it runs ``beside`` the first model call instead of
     before it: then the call starts at once, and a trip cancels it — nothing it produced is
-    recorded or shown (its deltas are held until every guardrail beside it passed)."""
+    recorded or shown (its deltas are held until every guardrail beside it passed).
 
-    check: Callable[..., Awaitable[GuardrailResult]] = attrs.field(validator=_callable)
+    Typing: a ``Guardrail`` is typed by its function, and ``Agent`` holds that function to what
+    it will be given — ``(CheckContext, str)`` for an input guardrail, ``(CheckContext,
+    FinalAnswer[O])`` for an output guardrail of an ``Agent[O]`` — as it holds a bare one."""
+
+    check: _Check = attrs.field(validator=_callable)
     name: str = attrs.field(
         default=attrs.Factory(lambda self: _named(self.check), takes_self=True),
         validator=_guardrail_name,

@@ -667,8 +667,12 @@ class Agent(_AgentFields[OutputT, InputT]):
             summary_model: ModelChoice | None = None,
             output_mode: Literal["native", "tool"] = "native",
             output_validators: Sequence[OutputValidator[T]] = (),
-            input_guardrails: Sequence[Guardrail | InputGuardrailFunction] = (),
-            output_guardrails: Sequence[Guardrail | OutputGuardrailFunction[T]] = (),
+            input_guardrails: Sequence[
+                Guardrail[InputGuardrailFunction] | InputGuardrailFunction
+            ] = (),
+            output_guardrails: Sequence[
+                Guardrail[OutputGuardrailFunction[T]] | OutputGuardrailFunction[T]
+            ] = (),
             input: type[In] | None = None,
             input_renderer: Callable[[In], str] | None = None,
             services: tuple[ServiceKey[Any], ...] | list[ServiceKey[Any]] = (),

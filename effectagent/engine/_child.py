@@ -24,7 +24,7 @@ A child is an ordinary run of another agent with three things fixed by its paren
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Generic, Literal, final
+from typing import Any, Generic, Literal, final, overload
 
 import attrs
 import trio
@@ -35,6 +35,7 @@ from effectagent.core import (
     Agent,
     ChildBudget,
     ContextItem,
+    DefaultInput,
     EventBase,
     RunError,
     SubagentCompleted,
@@ -58,6 +59,7 @@ __all__ = ["ChildRunRefused", "ChildRunResult", "run_child"]
 #: The output type of a child's agent (``Agent[O]``), carried to its result (as ``RunResult``'s).
 OutputT = TypeVar("OutputT", covariant=True, default=Any)
 T = TypeVar("T")
+I = TypeVar("I")  # noqa: E741  # the child's input: the agent's ``input`` type, or its text
 
 
 class ChildRunRefused(Exception):
@@ -102,6 +104,28 @@ class ChildRunResult(Generic[OutputT]):
     budget: ChildBudget
 
 
+# An agent without ``input=`` takes a str; one with ``input=Query`` a Query (its JSON too, at run
+# time, as ``Runtime.run`` takes it: mypy is held to the typed value, as it is there).
+@overload
+async def run_child(
+    call: ToolCallContext,
+    agent: Agent[T, DefaultInput],
+    text: str,
+    *,
+    budget: ChildBudget,
+    context: Sequence[ContextItem] = (),
+    nested: bool = False,
+) -> ChildRunResult[T]: ...
+@overload
+async def run_child(
+    call: ToolCallContext,
+    agent: Agent[T, I],
+    text: I,
+    *,
+    budget: ChildBudget,
+    context: Sequence[ContextItem] = (),
+    nested: bool = False,
+) -> ChildRunResult[T]: ...
 async def run_child(
     call: ToolCallContext,
     agent: Agent[T, Any],

@@ -149,7 +149,8 @@ class BatchReport:
 
     ``events`` are the run's events as a consumer saw them (empty in ``"run"`` mode); ``result`` is
     the run's :class:`RunResult` (in ``"stream"`` mode, the reduction of ``events``; None when
-    the consumer was cancelled in ``"run"`` mode). ``records`` is the conversation's canonical
+    the consumer was cancelled in ``"run"`` mode) — a ``RunResult[None]``: the harness's agent
+    has no output type, its answer is ``result.text``. ``records`` is the conversation's canonical
     log. ``max_concurrency`` is the most handlers that ever ran at once; ``live_handlers`` is how
     many were still running after the run ended (anything but 0 is a leak); ``permits_in_use`` is
     what the run's semaphore still held after it ended (``"stream"`` mode only). ``requests`` are
@@ -161,7 +162,7 @@ class BatchReport:
     tool_concurrency: int
     mode: Literal["stream", "run"]
     events: tuple[EventBase, ...]
-    result: RunResult | None
+    result: RunResult[None] | None
     records: tuple[Record, ...]
     traces: tuple[HandlerTrace, ...]
     max_concurrency: int
@@ -527,7 +528,7 @@ async def run_batch(
         )
     )
     events: list[EventBase] = []
-    result: RunResult | None = None
+    result: RunResult[None] | None = None
     permits_in_use: int | None = None
     cancelled = False
     live_at_cancel: int | None = None

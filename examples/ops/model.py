@@ -10,7 +10,6 @@ prefix, so the next call reads less from the cache — as with a real provider.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator
-from contextlib import aclosing
 
 import attrs
 
@@ -22,6 +21,7 @@ from effectagent.ai import (
     ModelResponse,
     ResponsePart,
     Usage,
+    close_stream,
     generate,
 )
 from effectagent.effect import Layer
@@ -72,8 +72,11 @@ class PromptCachingModel:
         )
 
     async def _stream(self, request: ModelRequest) -> AsyncGenerator[ResponsePart, None]:
-        async with aclosing(self.model.stream(request)) as parts:  # type: ignore[type-var]
+        parts = self.model.stream(request)  # any AsyncIterator: close_stream closes what it can
+        try:
             async for part in parts:
                 if isinstance(part, FinishPart):
                     part = FinishPart(part.reason, self.usage(request, part.usage))
                 yield part
+        finally:
+            await close_stream(parts)

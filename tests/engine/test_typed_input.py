@@ -180,9 +180,12 @@ async def test_a_subagent_with_a_typed_input_is_handed_its_json() -> None:
     seen: list[str] = []
 
     async def delegate(params: Any, call: Any) -> Any:
+        # JSON from elsewhere (mypy holds a typed caller to a Query, as it does ``runtime.run``).
+        wrong: Any = {"city": "Oslo", "days": 0}
         with pytest.raises(ValueError, match=r"\$\.days"):
-            await run_child(call, child, {"city": "Oslo", "days": 0}, budget=ChildBudget())
-        ran = await run_child(call, child, {"city": params.city, "days": 2}, budget=ChildBudget())
+            await run_child(call, child, wrong, budget=ChildBudget())
+        given: Any = {"city": params.city, "days": 2}
+        ran = await run_child(call, child, given, budget=ChildBudget())
         seen.append(ran.status)
         return {"city": params.city, "high_c": 1.0}
 

@@ -1,6 +1,8 @@
 """The capabilities keep the types they are given: an MCP server's ``key`` is the key of a
 ``ToolSource`` (what ``Agent(tool_sources=...)`` takes, and what the context holds under it); a
-state slot's cells hold its type; a delegation's tool takes its parameters."""
+state slot's cells hold its type; a delegation's tool takes its parameters, and its prompt makes
+the child's input; a session store annotated with its metadata type is typed by it; a sandbox
+request's fields are typed, and so is its result."""
 
 from __future__ import annotations
 
@@ -8,12 +10,22 @@ from typing import Any, assert_type
 
 import attrs
 
-from capabilities import AgentStateService, RunLocal, SessionStoreService, StateSlot
+from capabilities import (
+    AgentStateService,
+    RunLocal,
+    SessionCreate,
+    SessionPatch,
+    SessionStoreService,
+    StateSlot,
+)
 from capabilities.approval import ApprovalRule
 from capabilities.mcp import HttpServer, StdioServer
+from capabilities.sessions import SessionStore
 from capabilities.subagents import Delegation, delegate
 from effectagent import Agent, Context, ServiceKey, Tool, ToolCallContext
 from effectagent.ai import ToolSource
+from sandbox import SandboxExited, SandboxLimits, SandboxRequest, SandboxResult, SandboxService
+from sandbox import run as run_in_sandbox
 
 
 @attrs.frozen
@@ -88,6 +100,30 @@ delegate(
     prompt=lambda params: f"Research {params.subject}.",
 )
 
+# The prompt makes the child's input: a text for a child without ``input=``, else its input type.
+
+
+def topic_text(params: Topic) -> str:
+    return f"Research {params.topic}."
+
+
+def topic_count(params: Topic) -> int:
+    return len(params.topic)
+
+
+briefed = Agent("briefed", "Research the topic given.", input=Topic)
+delegate(researcher, name="r", description="Research.", parameters=Topic, prompt=topic_text)
+delegate(briefed, name="b", description="Research.", parameters=Topic, prompt=lambda p: p)
+delegate(briefed, name="b", description="Research.", parameters=Topic, prompt=topic_text)  # JSON
+# E: Argument "prompt" to "delegate" has incompatible type "Callable[[Topic], int]"; expected "Callable[[Topic], str] | None"
+delegate(researcher, name="r", description="Research.", parameters=Topic, prompt=topic_count)
+# E: Argument "prompt" to "delegate" has incompatible type "Callable[[Topic], Topic]"; expected "Callable[[Topic], str] | None"
+# E: Incompatible return value type (got "Topic", expected "str")
+delegate(researcher, name="r", description="Research.", parameters=Topic, prompt=lambda p: p)
+# E: Argument 1 to "delegate" has incompatible type "Agent[None, Topic]"
+# E: Argument "prompt" to "delegate" has incompatible type "Callable[[Topic], int]"
+delegate(briefed, name="b", description="Research.", parameters=Topic, prompt=topic_count)
+
 
 # ---- approval rules: the conditions are the rule's fields --------------------------------------
 
@@ -107,3 +143,35 @@ async def delete_with_history(context: Context) -> None:
     await store.delete("trip-1", 3, conversations=True)
     # E: Argument "conversations" to "delete" of "SessionStore" has incompatible type "str"; expected "bool"  [arg-type]
     await store.delete("trip-1", 3, conversations="yes")
+
+
+async def typed_metadata(context: Context) -> None:
+    """One key serves every schema: annotated with its metadata type, the store is typed by it."""
+    assert_type(context[SessionStoreService], SessionStore[Any])
+    trips: SessionStore[City] = context[SessionStoreService]
+    session = await trips.get("trip-1")
+    if session is not None:
+        assert_type(session.metadata, City)
+        await trips.update(session.id, SessionPatch(metadata=City("Lima")), session.revision)
+    # E: Argument 2 to "SessionCreate" has incompatible type "Topic"; expected "City"
+    await trips.create(SessionCreate("Oslo in May", Topic("fjords")))
+
+
+# ---- sandbox: a request's fields are typed, and so is what a run gives back --------------------
+
+
+async def sandboxed(context: Context) -> bytes:
+    sandbox = context[SandboxService]
+    request = SandboxRequest("uname", ("-a",), limits=SandboxLimits(wall_clock_seconds=5.0))
+    result = await run_in_sandbox(sandbox, request)
+    assert_type(result, SandboxResult)
+    assert_type(result.exit_code, int | None)
+    async with sandbox.execute(request) as events:
+        async for event in events:
+            if isinstance(event, SandboxExited):
+                assert_type(event.result, SandboxResult)
+    # E: Argument "network" to "SandboxRequest" has incompatible type "Literal['all']"; expected "Literal['none', 'host']"  [arg-type]
+    SandboxRequest("curl", ("https://example.com",), network="all")
+    # E: Argument "wall_clock_seconds" to "SandboxLimits" has incompatible type "str"
+    SandboxLimits(wall_clock_seconds="5s")
+    return result.stdout

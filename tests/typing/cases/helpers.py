@@ -8,7 +8,7 @@ from typing import assert_type
 
 from hypothesis.strategies import SearchStrategy
 
-from effectagent import Agent, Layer
+from effectagent import Agent, Layer, RunResult
 from effectagent.core import LogEntry
 from effectagent.providers import model_layer, model_settings
 from effectagent.testing import (
@@ -48,6 +48,11 @@ def chaos(agent: Agent, layer: Layer, plan: FaultPlan) -> None:
 
 def batch_runs() -> None:
     spec = batches().example()
-    run_batch_sync(spec, tool_concurrency=2)
+    report = run_batch_sync(spec, tool_concurrency=2)
+    assert_type(report.result, RunResult[None] | None)  # the harness's agent answers in text
+    if report.result is not None:
+        assert_type(report.result.text, str)
+        # E: "None" has no attribute "city"  [attr-defined]
+        print(report.result.output_or_raise().city)
     # E: Missing named argument "tool_concurrency" for "run_batch_sync"  [call-arg]
     run_batch_sync(spec)

@@ -1,9 +1,11 @@
 """Union outputs and output validators, as mypy sees them: ``Agent(output=one_of(A, B))`` is an
 ``Agent[A | B]`` whose run's output is ``A | B``; ``@agent.output_validator`` takes a function
-of the agent's output type (the answer's text for an agent without one) and a CheckContext."""
+of the agent's output type (the answer's text for an agent without one) and a CheckContext; a
+guardrail, bare or in a ``Guardrail``, takes what its kind is given."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import assert_type
 
 import attrs
@@ -119,6 +121,19 @@ assert_type(Agent("polite", "Greet.", output_guardrails=[polite]), Agent[None, D
 Agent("refunds", "Refund.", output=Refund, output_guardrails=[escalated])
 # E: List item 1 has incompatible type "Callable[[CheckContext, FinalAnswer[Refund]], Coroutine[Any, Any, GuardrailResult]]"
 Agent("greeter", "Greet.", output_guardrails=[polite, under_limit])
+# A Guardrail (a function with its name) is held to the same: it is typed by its function.
+limit: Guardrail[Callable[[CheckContext, FinalAnswer[Refund]], Awaitable[GuardrailResult]]]
+limit = Guardrail(under_limit, name="limit")
+# E: Incompatible types in assignment (expression has type "Guardrail[Callable[[CheckContext, FinalAnswer[Refund]], Awaitable[GuardrailResult]]]", variable has type "Guardrail[Callable[[CheckContext, str], Awaitable[GuardrailResult]]]")
+topic: Guardrail[Callable[[CheckContext, str], Awaitable[GuardrailResult]]] = limit
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[Guardrail(under_limit, name="l")])
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[Guardrail(any_answer)])
+# E: Argument 1 to "Guardrail" has incompatible type "Callable[[CheckContext, FinalAnswer[Escalation]], Coroutine[Any, Any, GuardrailResult]]"; expected "Callable[[CheckContext, FinalAnswer[Refund]], Awaitable[GuardrailResult]]"
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[Guardrail(escalated, name="e")])
+# E: Argument 1 to "Guardrail" has incompatible type "Callable[[CheckContext, str], Coroutine[Any, Any, GuardrailResult]]"; expected "Callable[[CheckContext, FinalAnswer[Refund]], Awaitable[GuardrailResult]]"
+Agent("refunds", "Refund.", output=Refund, output_guardrails=[Guardrail(on_topic)])
+# E: Argument 1 to "Guardrail" has incompatible type "Callable[[CheckContext, FinalAnswer[Refund]], Coroutine[Any, Any, GuardrailResult]]"; expected "Callable[[CheckContext, str], Awaitable[GuardrailResult]]"
+Agent("refunds", "Refund.", output=Refund, input_guardrails=[Guardrail(under_limit, beside=True)])
 
 
 async def streams(runtime: Runtime) -> None:

@@ -1,7 +1,8 @@
 """An ``Agent[O]`` runs to a ``RunResult[O]``: mypy follows the output type from the agent to the
 result — through ``runtime.run``, ``runtime.stream`` and ``reduce_events``, and ``run_sync`` —
 and an agent without one is an ``Agent[None]`` whose answer is ``text``. A child run of it
-(``run_child``) ends in a ``ChildRunResult[O]``."""
+(``run_child``) ends in a ``ChildRunResult[O]``, and takes the agent's input as ``runtime.run``
+does: a str, or the value of its ``input=`` type."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ from effectagent.engine import ChildRunResult, RunStream, reduce_events, run_chi
 class Forecast:
     city: str
     high_c: float
+
+
+@attrs.frozen
+class Query:
+    city: str
 
 
 weather = Agent("weather", "Answer with today's forecast.", output=Forecast)
@@ -106,3 +112,14 @@ async def delegating(call: ToolCallContext, agent: Agent) -> str:
     # E: Incompatible types in assignment (expression has type "None", variable has type "str")  [assignment]
     text: str = greeting.output
     return f"{high} {text} {greeting.text}"
+
+
+async def delegating_typed_input(call: ToolCallContext, agent: Agent) -> None:
+    asked = Agent("asked", "Forecast the city asked.", output=Forecast, input=Query)
+    child = await run_child(call, asked, Query("Oslo"), budget=ChildBudget())
+    assert_type(child, ChildRunResult[Forecast])
+    await run_child(call, agent, Query("Oslo"), budget=ChildBudget())  # a bare Agent: any input
+    # E: Argument 2 to "run_child" has incompatible type "Agent[Forecast, Query]"
+    await run_child(call, asked, "How warm is Oslo?", budget=ChildBudget())
+    # E: Cannot infer value of type parameter "I" of "run_child"
+    await run_child(call, greeter, Query("Oslo"), budget=ChildBudget())

@@ -72,6 +72,10 @@ forecast.bind(handle_as_result)
 forecast.bind(handle_anything)
 typed: Tool[Lookup, Forecast] = Tool("forecast", "F.", parameters=Lookup, handler=handle_forecast)
 assert_type(
+    Tool("forecast", "F.", parameters=Lookup, success=Forecast, handler=handle_as_result),
+    Tool[Lookup, Forecast],
+)
+assert_type(
     Tool("forecast", "F.", parameters=Lookup, success=Forecast, handler=handle_forecast),
     Tool[Lookup, Forecast],
 )
