@@ -46,7 +46,7 @@ def main(argv: _Sequence[str] | None = None) -> int:
     light module: ``--help`` and ``--version`` answer at once); the models, sandbox and tools
     are imported only when a command runs — for ``chat`` on a terminal, once its input line is
     up and taking input."""
-    from ._args import parse
+    from ._args import EXIT_INTERRUPTED, parse
 
     args = parse(argv)
     early = None
@@ -58,8 +58,18 @@ def main(argv: _Sequence[str] | None = None) -> int:
         early = line_editor(args.state_dir, os.environ)
     try:
         from ._main import execute
-    except BaseException:
+    except BaseException as exc:
         if early is not None and early[0] is not None:
             early[0].close()  # the terminal is given back as it was
-        raise
+        if not isinstance(exc, KeyboardInterrupt):
+            raise
+        # Ctrl-C while the engine is imported (a second or so): said, as later, not a traceback.
+        import sys
+
+        try:
+            sys.stderr.write("effectagent: interrupted\n")
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_INTERRUPTED
     return execute(args) if early is None else execute(args, early=early)

@@ -159,8 +159,8 @@ def _common(*, session: bool = True) -> argparse.ArgumentParser:
     common.add_argument(
         "--state-dir",
         metavar="DIR",
-        help="where sessions are kept (default: the XDG state dir), unless the config names a "
-        "PostgreSQL storage",
+        help="where sessions are kept (default: the XDG state dir), unless a PostgreSQL storage "
+        "is named ($EFFECTAGENT_STORAGE, or the config's storage)",
     )
     if session:
         common.add_argument(
@@ -172,7 +172,10 @@ def _common(*, session: bool = True) -> argparse.ArgumentParser:
     return common
 
 
-_STATE_DIR_HELP = "where sessions are kept (unless the config names a PostgreSQL storage)"
+_STATE_DIR_HELP = (
+    "where sessions are kept (unless a PostgreSQL storage is named: $EFFECTAGENT_STORAGE, or the "
+    "config's storage)"
+)
 _CONFIG_HELP = (
     "the TOML config: its storage (export: its [agent] instructions too; default: the XDG "
     "config file)"

@@ -148,7 +148,7 @@ class ChatSession(TerminalSession):
             nursery.start_soon(self._approvals)
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 nursery.start_soon(self._interrupts, signals)
-                while not self._eof or self._typed_ahead:
+                while (not self._eof or self._typed_ahead) and not self._stopping:
                     if self._editor is None:
                         self._screen.write(Styled("bold", self._idle_prompt()))
                     ahead = bool(self._typed_ahead)

@@ -87,7 +87,8 @@ Early = tuple[LineEditor | None, str | None]
 _NO_MODEL = (
     "no model configured: pass --model PROVIDER:MODEL (e.g. --model anthropic:claude-sonnet-4-5, "
     "--model openai:gpt-4.1, or --model openai-compatible:NAME --base-url URL) or set "
-    "EFFECTAGENT_MODEL. For an offline demo without a model, run `make demo`."
+    "EFFECTAGENT_MODEL. For an offline demo without a model, run `make demo` in a checkout of "
+    "the project."
 )
 
 
@@ -348,10 +349,15 @@ async def _named(
 
 
 async def _chat(
-    args: argparse.Namespace, environ: Mapping[str, str], console: Console, early: Early
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    console: Console,
+    early: Early,
+    stop: _Stop | None = None,
 ) -> int:
     """``effectagent chat``. The input line is up already when the line editor is used
-    (``early``): what is typed waits while the runtime and the model open.
+    (``early``): what is typed waits while the runtime and the model open. ``stop``: told of
+    the session, which SIGTERM and SIGHUP stop (:func:`_stopped_by_signals`).
 
     Cancellation: a run going is interrupted, then all is closed."""
     given = _session_name(args)
@@ -384,6 +390,8 @@ async def _chat(
                     f"which is not installed: `{INSTALL}`"
                 )
             session = opened.chat(console, named, args, environ, editor)
+            if stop is not None:
+                stop.session = session
             try:
                 await switch.ready()  # a model that cannot open ends the chat, as it starts
             except Exception as exc:
@@ -391,10 +399,16 @@ async def _chat(
             return await session.chat(sys.stdin)
 
 
-async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Console) -> int:
+async def _run(
+    args: argparse.Namespace,
+    environ: Mapping[str, str],
+    console: Console,
+    stop: _Stop | None = None,
+) -> int:
     """``effectagent run``. Without ``--session`` the conversation is saved as a new session,
-    named on stderr. Cancellation: reading stdin is abandoned; the run is interrupted, then all
-    is closed."""
+    named on stderr. ``stop``: told of the session, which SIGTERM and SIGHUP stop
+    (:func:`_stopped_by_signals`). Cancellation: reading stdin is abandoned; the run is
+    interrupted, then all is closed."""
     if not args.prompt.strip():
         raise UsageError("the prompt is empty")
     attached = attachments(args.attach)  # read before anything opens: a bad file stops here
@@ -411,6 +425,8 @@ async def _run(args: argparse.Namespace, environ: Mapping[str, str], console: Co
             session = opened.session(
                 console, named, json_events=args.json, answer_only=not args.json
             )
+            if stop is not None:
+                stop.session = session
             status = await session.run(
                 input_with_media(text, attached), None if piped else sys.stdin
             )
@@ -498,9 +514,12 @@ def execute(args: argparse.Namespace, *, early: Early = (None, None)) -> int:
             early = line_editor(args.state_dir, environ)
 
         async def chat(
-            args: argparse.Namespace, environ: Mapping[str, str], console: Console
+            args: argparse.Namespace,
+            environ: Mapping[str, str],
+            console: Console,
+            stop: _Stop | None = None,
         ) -> int:
-            return await _chat(args, environ, console, early)
+            return await _chat(args, environ, console, early, stop)
 
         command = _stopped_by_signals(chat)
     elif args.command == "run":
@@ -548,35 +567,61 @@ _STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(
 )
 
 
-def _stopped_by_signals(command: Command) -> Command:
-    """``command`` (a chat or a run), ended by SIGTERM or SIGHUP as by a cancellation: the run
-    going is interrupted and its interruption written to the log before the process exits
-    (128 + the signal), where the signal's default would end the process mid-write and leave
-    the run without its end in the log."""
+class _Stop:
+    """What SIGTERM or SIGHUP stops: the chat's or the run's session, once there is one."""
+
+    def __init__(self) -> None:
+        self.session: TerminalSession | None = None
+        self.signum: int | None = None
+
+
+#: A chat or a run, told of its session (``_Stop``).
+_Stoppable = Callable[[argparse.Namespace, Mapping[str, str], Console, _Stop], Awaitable[int]]
+
+
+def _stopped_by_signals(command: _Stoppable) -> Command:
+    """``command`` (a chat or a run), ended by SIGTERM or SIGHUP as Ctrl-C ends a run: the run
+    going is interrupted — its events go on to its end (``--json``: its ``RunInterrupted``) and
+    its interruption is written to the log — then the session ends and the process exits
+    128 + the signal, where the signal's default would end the process mid-write and leave the
+    run without its end in the log. With no run going (opening, reading stdin, at the prompt,
+    a chat's command), or at a second signal, the command is cancelled (a run going is still
+    interrupted in the log)."""
 
     async def stoppable(
         args: argparse.Namespace, environ: Mapping[str, str], console: Console
     ) -> int:
-        stopped: list[int] = []
+        stop = _Stop()
         status = EXIT_FAILED
-        with trio.open_signal_receiver(*_STOP_SIGNALS) as signals:
+        # A signal the process was started ignoring stays ignored: SIGHUP under `nohup`.
+        heeded = [each for each in _STOP_SIGNALS if signal.getsignal(each) != signal.SIG_IGN]
+        if not heeded:
+            return await command(args, environ, console, stop)
+        with trio.open_signal_receiver(*heeded) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def watch() -> None:
                     async for signum in signals:
-                        stopped.append(signum)
-                        nursery.cancel_scope.cancel()
-                        return
+                        first = stop.signum is None
+                        if first:
+                            stop.signum = signum
+                        if not (first and stop.session is not None and stop.session.stop()):
+                            nursery.cancel_scope.cancel()
 
                 nursery.start_soon(watch)
-                status = await command(args, environ, console)
+                try:
+                    status = await command(args, environ, console, stop)
+                except BaseException as exc:
+                    # The terminal gone (SIGHUP) while the run's end was written: still stopped.
+                    if stop.signum is None or not isinstance(_alone_in_any(exc), OutputClosed):
+                        raise
                 nursery.cancel_scope.cancel()
-        if stopped:
+        if stop.signum is not None:
             with contextlib.suppress(OutputClosed):  # (SIGHUP: the terminal may be gone)
                 if not console.out.at_line_start and _is_terminal(sys.stdout):
                     console.out.show()  # the answer's line ends before the sentence
-                console.err.show(f"effectagent: stopped by {signal.Signals(stopped[0]).name}")
-            return 128 + stopped[0]
+                console.err.show(f"effectagent: stopped by {signal.Signals(stop.signum).name}")
+            return 128 + stop.signum
         return status
 
     return stoppable
@@ -596,6 +641,11 @@ def _discard_stdout() -> None:
         os.dup2(null, fd)
     finally:
         os.close(null)
+
+
+def _alone_in_any(exc: BaseException) -> BaseException:
+    """``exc``, or the one exception it holds when it is a group (see :func:`_alone_in`)."""
+    return _alone_in(exc) if isinstance(exc, BaseExceptionGroup) else exc
 
 
 def _alone_in(group: BaseExceptionGroup[BaseException]) -> BaseException:

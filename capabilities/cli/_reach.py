@@ -95,7 +95,7 @@ def workspace_reach(
                 f"the sandbox runs commands as {user.name}, which cannot pass {parent} on the "
                 f"way to the workspace {workspace}",
                 f"give it the way (`chmod o+x {parent}`), set [shell] workspace to a directory "
-                "it can reach (outside /root), or run effectagent as a user other than root",
+                f"it can reach (outside {parent}), or run effectagent as a user other than root",
             )
     info = stat(workspace)
     if not stat_module.S_ISDIR(info.st_mode):

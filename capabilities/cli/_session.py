@@ -37,7 +37,7 @@ from effectagent.core import (
     UsageTotals,
 )
 from effectagent.effect import TaggedError
-from effectagent.engine import RunStream, Runtime
+from effectagent.engine import RunStream, Runtime, UnknownConversation
 
 from ._approval import ApprovalPrompt, SessionApproval
 from ._args import (
@@ -113,15 +113,21 @@ async def _read_lines(send: trio.MemorySendChannel[Typed], stream: TextIO) -> No
     says (as the prompt piped to ``run`` is): a locale of ASCII (``PYTHONIOENCODING=ascii``)
     cannot make a line it would not decode end the chat.
 
+    A stream that cannot be read — its terminal gone (EIO), as when the window closes while
+    SIGHUP is ignored — has ended, as the line editor's input does.
+
     Cancellation: the blocked read is abandoned in its worker thread (a daemon thread that ends
     with the process); nothing read is lost before the cancellation.
     """
     raw = getattr(stream, "buffer", None)
 
     def next_line() -> str:
-        if raw is None:
-            return stream.readline()
-        data: bytes = raw.readline()
+        try:
+            if raw is None:
+                return stream.readline()
+            data: bytes = raw.readline()
+        except OSError:
+            return ""
         return data.decode("utf-8", errors="replace")
 
     async with send:
@@ -182,6 +188,18 @@ class TerminalSession:
         self._run_started = False  # the run going has said RunStarted
         self._progress = Progress()
         self._status_shown: str | None = None  # the last status line written (line mode)
+        self._stopping = False  # told to stop (SIGTERM, SIGHUP): ends once the run going has
+
+    def stop(self) -> bool:
+        """The process is told to stop (SIGTERM, SIGHUP): the run going is interrupted as Ctrl-C
+        interrupts it — its events, its end included, shown as they come — and the session ends
+        once it has ended. True when a run was going (it ends on its own: wait for it); False
+        when none was (nothing to wait for: cancel the session)."""
+        self._stopping = True
+        if self._current is None:
+            return False
+        self._current.interrupt()
+        return True
 
     # ---- writing -------------------------------------------------------------------------------
 
@@ -202,7 +220,7 @@ class TerminalSession:
             nursery.start_soon(self._approvals)
             with trio.open_signal_receiver(signal.SIGINT) as signals:
                 nursery.start_soon(self._interrupts, signals)
-                while not self._eof:
+                while not self._eof and not self._stopping:
                     if self._editor is None:
                         self._screen.write(Styled("bold", "you> "))
                     line = await self._next_line()
@@ -314,7 +332,7 @@ class TerminalSession:
         conversation_id = self._conversation_id
         log = self._runtime.log
         if conversation_id is None or not isinstance(log, SqliteConversationLog):
-            return await self._watch(stream)
+            return await self._watch_known(stream)
         # Hold the conversation before anything is written: a run of it going in another
         # process (another ``chat`` or ``run`` of this session) refuses this one here.
         try:
@@ -325,10 +343,35 @@ class TerminalSession:
         except StorageError:
             pass  # the run meets it itself, and says so
         try:
-            return await self._watch(stream)
+            return await self._watch_known(stream)
         finally:
             with trio.CancelScope(shield=True):  # (its terminal record let it go already)
                 await log.release(conversation_id, stream.run_id)
+
+    async def _watch_known(self, stream: RunStream) -> int:
+        """As :meth:`_watch`; a conversation that is gone — its session deleted by
+        ``effectagent sessions delete`` in another process while this one was idle — is said,
+        and the next message starts a new conversation (nothing was sent)."""
+        try:
+            return await self._watch(stream)
+        except UnknownConversation:
+            self._say_gone(stream.conversation_id)
+            return EXIT_UNAVAILABLE
+
+    def _say_gone(self, conversation_id: str) -> None:
+        """The session's conversation is gone from the log: say so; the session starts anew."""
+        what = f"session {self._named.name}" if self._named is not None else "this session"
+        gone = f"the conversation {conversation_id} of {what} is gone (deleted in another process)"
+        self._conversation_id = None
+        if self._named is not None:
+            self._named.forget()
+        self._timeline.close()
+        if self._answer_only or self._json:
+            self._screen.line(f"effectagent: {gone}: nothing was sent")
+        else:
+            self._note(
+                f"{gone}: your message was not sent; send it again to start a new conversation"
+            )
 
     def _say_in_use(self, busy: ConversationInUse) -> None:
         """The session's conversation has a run going elsewhere: say so, and what to do."""
@@ -351,7 +394,7 @@ class TerminalSession:
         self._run_started = False
         try:
             terminal = await self._events(stream)
-        except BaseException:  # cancelled (SIGTERM, SIGHUP): the answer so far drawn whole
+        except BaseException:  # cancelled, or output closed: the answer so far drawn whole
             with contextlib.suppress(OutputClosed):
                 self._timeline.close()
             if self._named is not None and self._run_started:

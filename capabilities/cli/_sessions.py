@@ -183,6 +183,12 @@ class NamedSession:
         if conversation_id not in self._session.conversations:
             await self._patch(lambda _: SessionPatch(add_conversations=(conversation_id,)))
 
+    def forget(self) -> None:
+        """The session is gone from the store (deleted by another process): the next run
+        starts as in a new session of this name (:meth:`started` creates it again)."""
+        self._session = None
+        self._claimed = False
+
     async def ended(self) -> None:
         """A run ended: count it. Cancellation: all or nothing."""
         if self._session is not None:

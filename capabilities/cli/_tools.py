@@ -3,6 +3,7 @@ servers and skills — as tools, the Layer of their handlers and the tool source
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -274,6 +275,10 @@ async def open_tools(config: Config) -> AsyncIterator[Tooling]:
         origins.own[PROGRAM] = "Code Mode"
     if config.skills:
         origins.own[ACTIVATE] = "built in: skills"
+    if config.mcp:
+        # The MCP SDK, imported here, where its absence is said as a missing package with its
+        # install line (a connection would report it as one server's failure to start).
+        importlib.import_module("mcp")
     async with AsyncExitStack() as stack:
         sources: list[ServiceKey[ToolSource]] = []
         for server_config in config.mcp:

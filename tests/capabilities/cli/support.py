@@ -8,7 +8,9 @@ server and reading what it received go through the server's Trio token (thread-s
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ import trio
 
 from tests.providers.replay import Recorded, ReplayServer, Script, start_server
 
-__all__ = ["TMUX", "ServerThread", "cli_env", "serve", "spawn", "terminal_screen"]
+__all__ = ["TMUX", "Lines", "ServerThread", "cli_env", "serve", "spawn", "terminal_screen"]
 
 #: A made-up key: it must never show in anything the command prints.
 KEY = "sk-cli-test-canary-0123456789abcdef"
@@ -101,6 +103,46 @@ def serve() -> Iterator[ServerThread]:
         yield server
     finally:
         server.close()
+
+
+class Lines:
+    """The lines a process writes to its stdout (text mode), read in a thread as they come: a
+    test waits for a line (never for a time), ``bound`` seconds only guarding against a hang."""
+
+    def __init__(self, process: subprocess.Popen[str], *, bound: float = 60.0) -> None:
+        assert process.stdout is not None
+        self._stdout = process.stdout
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._bound = bound
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self._stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def until(self, text: str) -> str:
+        """Read lines until one holding ``text``; that line."""
+        while True:
+            line = self._lines.get(timeout=self._bound)
+            assert line is not None, f"stdout ended before {text!r}: {self.seen}"
+            self.seen.append(line)
+            if text in line:
+                return line
+
+    def until_event(self, kind: str) -> None:
+        """Read ``--json`` events until one of type ``kind``."""
+        while True:
+            line = self.until('"type":')
+            if json.loads(line)["type"] == kind:
+                return
+
+    def rest(self) -> list[str]:
+        """Every line read, once stdout has ended."""
+        while (line := self._lines.get(timeout=self._bound)) is not None:
+            self.seen.append(line)
+        return list(self.seen)
 
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:

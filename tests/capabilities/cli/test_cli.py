@@ -224,7 +224,7 @@ def test_without_a_model_it_says_how_to_configure_one(home: Path, variable: str 
     assert "no model configured" in output
     assert "--model" in output
     assert "EFFECTAGENT_MODEL" in output
-    assert "make demo" in output
+    assert "`make demo` in a checkout of the project" in output  # no Makefile in an install
     assert not (home / "state").exists()  # nothing made up, nothing stored
 
 
@@ -935,6 +935,18 @@ def test_help_documents_the_exit_statuses(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     for line in ("0    the run completed", "1    the run failed", "130  the run was interrupted"):
         assert line in out
+
+
+def test_help_says_the_storage_variable_overrides_the_state_dir(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`--state-dir` is set aside for a PostgreSQL storage named by the config or by
+    $EFFECTAGENT_STORAGE alike, and each command's help says so."""
+    for command in (["run"], ["sessions"], ["history"]):
+        with pytest.raises(SystemExit):
+            main([*command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert "$EFFECTAGENT_STORAGE, or the config's storage" in out, command
 
 
 # ---- the configured toolsets, together ------------------------------------------------------------

@@ -93,6 +93,36 @@ def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_the_command_names_a_missing_mcp_sdk(tmp_path: Path) -> None:
+    """A config with an ``[[mcp]]`` server and no MCP SDK (here: blocked in the process): the
+    package is named with its install line, exit status 3 — not one server's failure to
+    start, quoting an import error."""
+    config = tmp_path / "config" / "effectagent" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[[mcp]]\nname = "notes"\ncommand = "notes-server"\n')
+    program = (
+        "import sys; sys.modules['mcp'] = None\n"
+        "from capabilities.cli import main\n"
+        "sys.exit(main(['run', '--model', 'openai-compatible:m',"
+        " '--base-url', 'http://127.0.0.1:9/v1', 'Hi']))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert done.returncode == 3
+    assert done.stderr.startswith(
+        "effectagent: cannot start: the Python package mcp is not installed, and the command "
+        f"needs it: install the command with everything it needs, `{INSTALL}`"
+    ), done.stderr
+
+
 def test_the_install_line_names_where_this_effectagent_came_from(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -155,6 +155,26 @@ def test_as_root_a_workspace_nobody_cannot_reach_offers_no_shell(
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs commands as nobody only for root")
+def test_as_root_a_workspace_under_a_closed_directory_names_that_directory(
+    server: ServerThread, tmp_path: Path, private_workspace: Path
+) -> None:
+    """The directory nobody cannot pass is the one the note says to go outside of — not
+    /root, when the workspace is elsewhere."""
+    workspace = private_workspace / "proj"
+    workspace.mkdir(mode=0o755)
+    shell_config(tmp_path, workspace)
+    server.script(Reply.sse(ChatWire().text("No shell here.")))
+    done = run_cli([EFFECTAGENT, *args(server, "run", "List the files.")], cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert (
+        f"which cannot pass {private_workspace} on the way to the workspace {workspace}; to "
+        f"offer them, give it the way (`chmod o+x {private_workspace}`), set [shell] workspace "
+        f"to a directory it can reach (outside {private_workspace}), or run effectagent as a "
+        "user other than root"
+    ) in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox runs commands as nobody only for root")
 def test_code_mode_over_a_shell_left_out_says_why(tmp_path: Path, private_workspace: Path) -> None:
     write_config(tmp_path, f'[shell]\nworkspace = "{private_workspace}"\n\n[code_mode]\n')
     done = subprocess.run(

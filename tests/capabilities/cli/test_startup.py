@@ -5,6 +5,8 @@ test opens — no timing is measured: what is asserted is the order."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,3 +65,40 @@ def test_the_prompt_takes_a_message_while_the_sdk_is_still_loading(
     child.expect_exact("you>")
     end(child)
     assert server.requests()[0].json()["messages"][-1] == {"role": "user", "content": "Hello?"}
+
+
+#: Ctrl-C (a real SIGINT) delivered while the command imports its engine: the module that
+#: holds it is about to load when the signal is raised.
+INTERRUPTED_WHILE_LOADING = """\
+import importlib.abc, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "capabilities.cli._main":
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from capabilities.cli import main
+sys.exit(main(["run", "--model", "openai-compatible:m", "--base-url", "http://127.0.0.1:9/v1",
+               "Hi"]))
+"""
+
+
+def test_ctrl_c_while_the_command_loads_is_an_interruption_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """In the second or so the engine takes to import, Ctrl-C ends the command as it does
+    later: `effectagent: interrupted`, exit status 130 — never a KeyboardInterrupt traceback."""
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_WHILE_LOADING],
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "effectagent: interrupted\n"

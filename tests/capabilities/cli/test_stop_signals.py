@@ -5,6 +5,9 @@ log."""
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,8 +26,10 @@ from effectagent.core import LogEntry, RunFailedRecord
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, ServerThread, cli_env, run_cli, serve, spawn
-from .test_cli import args
+from .support import EFFECTAGENT, Lines, ServerThread, cli_env, run_cli, serve, spawn
+from .test_cli import args, write_config
+
+HANGING_MCP = Path(__file__).with_name("hanging_mcp.py")
 
 
 @pytest.fixture
@@ -50,6 +55,166 @@ def hanging_answer(server: ServerThread) -> None:
     server.script(
         Reply.sse([wire.chunk({"role": "assistant", "content": "Thinking"})], ending="hang")
     )
+
+
+def hanging_tool(server: ServerThread, home: Path) -> None:
+    """The model calls a read-only MCP tool (run without asking) that never answers."""
+    server.script(Reply.sse(ChatWire().calls(("call_1", "slow_wait", "{}"))))
+    config = f'[[mcp]]\nname = "slow"\ncommand = "{sys.executable}"\nargs = ["{HANGING_MCP}"]\n'
+    write_config(home, config)
+
+
+@pytest.mark.parametrize("blocked", ["model", "tool"])
+@pytest.mark.parametrize(
+    "stop", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda stop: stop.name
+)
+def test_a_json_run_stopped_by_a_signal_ends_its_events_with_the_interruption(
+    server: ServerThread, tmp_path: Path, stop: signal.Signals, blocked: str
+) -> None:
+    """`run --json` stopped while its model streams or its tool goes: the run is interrupted,
+    not cancelled, so its last event on stdout is its `RunInterrupted`, as the log's last record
+    is its interruption; the exit status is 128 + the signal (SIGINT: 130)."""
+    if blocked == "model":
+        hanging_answer(server)
+    else:
+        hanging_tool(server, tmp_path)
+    command = [EFFECTAGENT, *args(server, "run", "Wait.", "--json", "--session", "work")]
+    with subprocess.Popen(
+        command,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        lines = Lines(process)
+        lines.until_event("TextDelta" if blocked == "model" else "ToolCallStarted")
+        process.send_signal(stop)
+        events = [json.loads(line) for line in lines.rest()]
+        assert process.stderr is not None
+        err = process.stderr.read()
+        process.wait(timeout=60)
+    assert process.returncode == 128 + stop, err
+    last = events[-1]
+    assert last["type"] == "RunInterrupted", [event["type"] for event in events]
+    assert last["run_id"] == events[0]["run_id"]
+    if stop != signal.SIGINT:
+        assert err.endswith(f"effectagent: stopped by {stop.name}\n"), err
+    record = logged(tmp_path, "work")[-1].record
+    assert isinstance(record, RunFailedRecord)
+    assert record.reason == "interrupted"
+
+
+def test_a_piped_chat_stopped_by_sigterm_ends_after_its_run_ends(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A chat without a terminal: SIGTERM interrupts the run going, the timeline shows its
+    end, the chat ends (the session saved, as it says) instead of reading the next prompt."""
+    hanging_answer(server)
+    command = [EFFECTAGENT, *args(server, "chat", "--session", "work")]
+    with subprocess.Popen(
+        command,
+        env=cli_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdin is not None
+        process.stdin.write("Think.\nAnd then?\n")
+        process.stdin.flush()
+        server.wait_for_requests(1)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted" in out
+    assert "session work saved: effectagent chat --session work" in out
+    assert err.endswith("effectagent: stopped by SIGTERM\n"), err
+    assert len(server.requests()) == 1  # the next prompt was never sent
+    record = logged(tmp_path, "work")[-1].record
+    assert isinstance(record, RunFailedRecord)
+    assert record.reason == "interrupted"
+
+
+def _ignore_sighup() -> None:
+    """In the child, before the command starts: SIGHUP ignored, as `nohup` leaves it."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+
+
+def test_a_run_started_ignoring_sighup_keeps_ignoring_it(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """Under `nohup` (SIGHUP ignored from the start) a run is not stopped by SIGHUP: only the
+    SIGTERM sent after it stops the run, and the command says so."""
+    hanging_answer(server)
+    command = [EFFECTAGENT, *args(server, "run", "Think.", "--json", "--session", "work")]
+    with subprocess.Popen(
+        command,
+        env=cli_env(tmp_path),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_ignore_sighup,
+    ) as process:
+        lines = Lines(process)
+        lines.until_event("TextDelta")
+        process.send_signal(signal.SIGHUP)  # (pending together, SIGHUP would be taken first)
+        process.send_signal(signal.SIGTERM)
+        events = [json.loads(line) for line in lines.rest()]
+        assert process.stderr is not None
+        err = process.stderr.read()
+        process.wait(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, err
+    assert err.endswith("effectagent: stopped by SIGTERM\n"), err
+    assert events[-1]["type"] == "RunInterrupted"
+
+
+def test_a_run_whose_terminal_closes_is_interrupted_and_exits_129(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """The terminal a `run` writes to and reads from goes away (the kernel sends SIGHUP; reading
+    it fails): the run is interrupted in the log and the command exits 129 — never a traceback
+    about the terminal that cannot be read."""
+    hanging_answer(server)
+    child = spawn(args(server, "run", "Think.", "--session", "work"), cli_env(tmp_path))
+    child.expect_exact("Thinking")
+    assert child.pid is not None
+    os.close(child.child_fd)  # the terminal closes
+    _, status = os.waitpid(child.pid, 0)
+    child.closed = True
+    assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
+    record = logged(tmp_path, "work")[-1].record
+    assert isinstance(record, RunFailedRecord)
+    assert record.reason == "interrupted"
+
+
+def test_a_chat_without_the_line_editor_ends_when_its_terminal_goes_under_nohup(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """SIGHUP ignored (`nohup`), no line editor (`TERM=dumb`): the terminal closing makes its
+    reads fail (EIO), and that is the end of input — the chat ends as on Ctrl-D, never with a
+    traceback about the terminal that cannot be read. (What it still writes then has nowhere
+    to go: its stderr is a file here, to be read.)"""
+    err = tmp_path / "stderr.txt"
+    command = shlex.join([EFFECTAGENT, *args(server, "chat", "--session", "work")])
+    child = pexpect.spawn(
+        "/bin/sh",
+        ["-c", f"exec {command} 2>{shlex.quote(str(err))}"],
+        env=cli_env(tmp_path),
+        encoding="utf-8",
+        timeout=20,
+        echo=False,
+        preexec_fn=_ignore_sighup,
+    )
+    child.expect_exact("you>")
+    assert child.pid is not None
+    os.close(child.child_fd)  # the terminal closes
+    os.waitpid(child.pid, 0)
+    child.closed = True
+    said = err.read_text()
+    assert "Traceback" not in said, said
+    assert "OSError" not in said, said
 
 
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])

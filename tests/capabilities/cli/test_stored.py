@@ -26,7 +26,7 @@ from effectagent.core import UserInputRecorded
 from tests.providers.replay import Reply
 from tests.providers.wire import ChatWire
 
-from .support import EFFECTAGENT, ServerThread, cli_env, serve, spawn
+from .support import EFFECTAGENT, Lines, ServerThread, cli_env, serve, spawn
 from .test_cli import args, finish
 
 
@@ -251,6 +251,56 @@ def test_a_session_whose_conversation_has_a_run_going_is_not_deleted(
     assert "Traceback" not in refused.stderr
     assert "oslo" in effectagent(tmp_path, "sessions").stdout
     assert "Take a coat to Oslo." in effectagent(tmp_path, "history", "coat").stdout
+
+
+def test_a_chat_whose_session_was_deleted_meanwhile_says_so_and_starts_anew(
+    server: ServerThread, tmp_path: Path
+) -> None:
+    """A chat idle at its prompt holds no run, so `sessions delete` in another process deletes
+    its session; the chat's next message then finds its conversation gone: it says so (nothing
+    sent, no traceback), and the message sent again starts a new conversation of the session."""
+    wire = ChatWire()
+    server.script(
+        Reply.sse(wire.text("Oslo is cold.")),
+        Reply.sse(wire.text("Rome is mild.")),
+        Reply.sse(wire.text("Pack a coat.")),
+    )
+    done = effectagent(tmp_path, *args(server, "run", "Trip to Oslo?", "--session", "trip"))
+    assert done.returncode == 0, done.stderr
+    command = [EFFECTAGENT, *args(server, "chat", "--session", "trip")]
+    with subprocess.Popen(
+        command,
+        env=cli_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as chat:
+        assert chat.stdin is not None
+        lines = Lines(chat)
+        chat.stdin.write("And Rome?\n")
+        chat.stdin.flush()
+        lines.until("Rome is mild.")
+        deleted = effectagent(tmp_path, "sessions", "delete", "trip", "--yes")
+        assert deleted.returncode == 0, deleted.stderr
+        chat.stdin.write("What do I pack?\n")
+        chat.stdin.flush()
+        gone = lines.until("is gone")
+        chat.stdin.write("What do I pack?\n")
+        chat.stdin.close()
+        out = "".join(lines.rest())
+        assert chat.stderr is not None
+        err = chat.stderr.read()
+        chat.wait(timeout=60)
+    assert chat.returncode == 0, err
+    assert "Traceback" not in out + err
+    assert "of session trip is gone (deleted in another process): your message was not sent" in (
+        gone
+    )
+    assert "Pack a coat." in out
+    assert len(server.requests()) == 3  # the message the gone conversation refused never left
+    shown = effectagent(tmp_path, "sessions", "show", "trip")
+    assert shown.stdout.splitlines()[1:] == ["you> What do I pack?", "assistant> Pack a coat."]
 
 
 def test_a_search_of_more_words_than_the_log_takes_is_a_usage_error() -> None:
