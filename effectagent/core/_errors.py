@@ -31,9 +31,12 @@ class RunError(TaggedError):
 
 
 def figure(dimension: str, value: float) -> str:
-    """A budget figure as a person reads it: seconds to one decimal, a cost in dollars, counts
+    """A budget figure as a person reads it: seconds to one decimal (two significant digits
+    below a tenth of a second, which one decimal would show as 0.0 s), a cost in dollars, counts
     as whole numbers."""
     if dimension == "duration":
+        if 0 < value < 0.1:
+            return f"{value:.2g} s"
         return f"{value:.1f} s"
     if dimension == "cost":  # micro-dollars
         return dollars(int(value))

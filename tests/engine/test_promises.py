@@ -301,6 +301,9 @@ async def test_an_answer_that_misses_the_output_type_is_described_as_output(
 def test_run_errors_read_as_sentences_with_rounded_figures() -> None:
     exhausted = BudgetExhausted("duration", 5.005364324999391, 5.0)
     assert str(exhausted) == "the duration budget ran out: 5.0 s used of 5.0 s"
+    assert str(BudgetExhausted("duration", 0.0012, 0.001)) == (
+        "the duration budget ran out: 0.0012 s used of 0.001 s"  # not "0.0 s used of 0.0 s"
+    )
     assert str(BudgetExhausted("tool_calls", 17, 16)) == (
         "the tool calls budget ran out: 17 used of 16"
     )
