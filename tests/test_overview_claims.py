@@ -63,7 +63,7 @@ from effectagent.core import (
     RunCompletedRecord,
     RunFailedRecord,
     RunSuspended,
-    RunSuspendedRecord,
+    ToolApprovalRequested,
     ToolCallFailed,
     ToolCallSettled,
     ToolCallSucceeded,
@@ -775,9 +775,9 @@ async def test_one_terminal_event_and_record_and_the_three_agree_on_every_outcom
 
 async def test_a_suspended_run_ends_its_execution_and_resume_continues_it() -> None:
     """'A run whose batch waits for approval decisions ends this execution instead with
-    `RunSuspended` (and a `RunSuspendedRecord`): none of that batch has run, and once the
-    decisions are recorded `runtime.resume` … continues it to a terminal event and record of its
-    own'."""
+    `RunSuspended` and no record of it (the suspension is no end: the batch's approval requests,
+    recorded, are where it stopped): none of that batch has run, and once the decisions are
+    recorded `runtime.resume` … continues it to a terminal event and record of its own'."""
     ran: list[str] = []
 
     @tool(timeout=10, needs_approval=True)
@@ -805,7 +805,8 @@ async def test_a_suspended_run_ends_its_execution_and_resume_continues_it() -> N
             first = [event async for event in stream]
         assert [type(e) for e in first if isinstance(e, TERMINAL_EVENTS)] == [RunSuspended]
         entries = list(await runtime.log.entries("c"))
-        assert isinstance(entries[-1].record, RunSuspendedRecord)
+        assert isinstance(entries[-1].record, ToolApprovalRequested)
+        assert not any("Suspend" in type(e.record).__name__ for e in entries)
         assert ran == []
         assert not [e for e in entries if isinstance(e.record, ToolCallSettled)]
         run_id = first[0].run_id
@@ -817,8 +818,8 @@ async def test_a_suspended_run_ends_its_execution_and_resume_continues_it() -> N
         records = [entry.record for entry in await runtime.log.entries("c")]
     assert [type(e) for e in second if isinstance(e, TERMINAL_EVENTS)] == [RunCompleted]
     assert ran == ["/tmp/a"]
-    ends = [r for r in records if isinstance(r, RunSuspendedRecord | RunCompletedRecord)]
-    assert [type(r) for r in ends] == [RunSuspendedRecord, RunCompletedRecord]
+    ends = [r for r in records if isinstance(r, RunCompletedRecord | RunFailedRecord)]
+    assert [type(r) for r in ends] == [RunCompletedRecord]
 
 
 async def test_compaction_appends_to_the_log_and_edits_nothing_in_it() -> None:

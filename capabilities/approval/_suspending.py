@@ -1,8 +1,8 @@
 """The approver that suspends: no decision now — the run waits durably for one from elsewhere.
 
 :class:`SuspendingApproval` answers every request with ``ApprovalSuspended``: the engine records the
-batch's approval requests and a ``RunSuspendedRecord``, runs none of the batch's calls, and the run
-ends this execution suspended (``RunSuspended``, ``status == "suspended"``). A person, a policy or
+batch's approval requests (no record of the suspension: the requests are where the run stopped),
+runs none of the batch's calls, and the run ends this execution suspended (``RunSuspended``, ``status == "suspended"``). A person, a policy or
 another process decides later by appending ``effectagent.core.approval_decided(...)`` records to the
 conversation's log (``effectagent.engine.pending_approvals`` lists what the run waits for), and
 ``Runtime.resume`` continues the batch from the log without asking the model again.

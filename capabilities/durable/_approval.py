@@ -3,9 +3,9 @@
 A worker's runtime asks :class:`DurableApproval` for every approval a batch needs. It asks the
 ``policy`` it was given first (if any): a decision from it is the answer, as with any approver.
 Otherwise — no policy, or the policy answers ``ApprovalSuspended`` — the answer is
-``ApprovalSuspended``: the engine records the requests and a ``RunSuspendedRecord``, and the run
-ends this execution suspended. The worker then marks the submission suspended and lets its lane
-and permit go; no process waits. A decision given later from any process
+``ApprovalSuspended``: the engine records the requests — the safe point the run stops at; no
+record says it suspended — and the run ends this execution suspended. The worker then marks the
+submission suspended (ledger state) and lets its lane and permit go; no process waits. A decision given later from any process
 (:meth:`DurableQueue.decide`) is appended to the run's log, and once every call of the batch has
 one a worker resumes the run, which takes the decisions from the log without asking the model
 (or this gateway) again.

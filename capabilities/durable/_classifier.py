@@ -159,8 +159,11 @@ def settled_status(terminal: Terminal) -> SettledStatus:
 @attrs.frozen
 class LedgerFacts:
     """What the ledger row says: ``status``, ``settlement`` (None, ``"reserved"``, ``"final"``)
-    and the status reserved, how many claims it had (``attempts``, this one included), and
-    whether the worker's registry has its agent."""
+    and the status reserved, how many of its claims count against its retry budget
+    (``attempts``, this one included — not those its workers gave back as they stopped, nor those
+    that took its run to a suspension: waiting for a decision is no failed attempt, and a run that
+    asks for approval at every turn must not be dead-lettered at its ``max_attempts``-th
+    decision), and whether the worker's registry has its agent."""
 
     status: SubmissionStatus
     attempts: int
@@ -175,14 +178,14 @@ class LogFacts:
 
     ``records`` counts them (0: the run never started); ``terminal`` is how its terminal record
     says it ended (None: none yet); ``responded`` whether it has a model response; ``suspended``
-    whether its last record is a suspension, ``undecided`` how many of the suspended calls have
-    no decision; ``final_answer`` whether its last record is a final answer (a response without
+    whether it waits for approval decisions — its last records are its batch's approval requests
+    (and decisions), none of its calls prepared since: no record marks a suspension —,
+    ``undecided`` how many of the calls it waits on have no decision; ``final_answer`` whether
+    its last record is a final answer (a response without
     tool calls); ``declared`` the calls of the last response that were never prepared and
     ``prepared`` those prepared, as (call ID, tool name), neither settled; ``absorbed`` whether
     another run recorded this submission's input (a joining one); ``undecodable`` the sequence
-    number of a record that cannot be read (None: all read); ``suspensions`` how many times the
-    run suspended for approval decisions (its ``RunSuspendedRecord`` records): as many claims got it
-    that far, and they spent nothing of the retry budget.
+    number of a record that cannot be read (None: all read).
     """
 
     records: int = 0
@@ -195,7 +198,6 @@ class LogFacts:
     prepared: tuple[tuple[str, str], ...] = ()
     absorbed: bool = False
     undecodable: int | None = None
-    suspensions: int = 0
 
 
 @attrs.frozen
@@ -233,19 +235,14 @@ def _carry_on(
     ledger: LedgerFacts,
     retry: RetryBudget,
     calls: tuple[tuple[str, str, CallFate], ...] = (),
-    log: LogFacts | None = None,
 ) -> RecoveryDecision:
-    """Run or resume — unless the agent is unknown here or the budget is spent. The budget
-    counts the claims (``ledger.attempts``, this one included) less those that took the run to
-    a suspension (``log.suspensions``): waiting for a decision is no failed attempt, and a run
-    that asks for approval at every turn must not be dead-lettered at its ``max_attempts``-th
-    decision."""
+    """Run or resume — unless the agent is unknown here or the budget is spent (the claims
+    that count, ``ledger.attempts``, are more than ``retry.max_attempts``)."""
     if not ledger.agent_known:
         return RecoveryDecision(
             point, "append", "its agent is not in this worker's registry: it fails", "failed"
         )
-    spent = ledger.attempts - (log.suspensions if log is not None else 0)
-    if spent > retry.max_attempts:
+    if ledger.attempts > retry.max_attempts:
         return RecoveryDecision(
             point,
             "dead",
@@ -302,16 +299,13 @@ def classify(
         )
     if log.records == 0:
         if ledger.attempts <= 1:
-            return _carry_on(
-                "after-admission", "run", "its run has not started", ledger, retry, log=log
-            )
+            return _carry_on("after-admission", "run", "its run has not started", ledger, retry)
         return _carry_on(
             "after-claim",
             "run",
             "an earlier claim ended before its run started",
             ledger,
             retry,
-            log=log,
         )
     if log.suspended:
         if log.undecided:
@@ -326,7 +320,6 @@ def classify(
             "every decision its run waits for is in the log",
             ledger,
             retry,
-            log=log,
         )
     if log.final_answer:
         return _carry_on(
@@ -335,7 +328,6 @@ def classify(
             "its answer is recorded, its end is not",
             ledger,
             retry,
-            log=log,
         )
     calls = _fates(log, tools or {})
     if log.prepared:
@@ -346,7 +338,6 @@ def classify(
             ledger,
             retry,
             calls,
-            log,
         )
     if log.declared:
         return _carry_on(
@@ -356,10 +347,7 @@ def classify(
             ledger,
             retry,
             calls,
-            log,
         )
     if log.responded:
-        return _carry_on(
-            "after-settle", "resume", "its last tool batch settled", ledger, retry, log=log
-        )
-    return _carry_on("after-run-start", "resume", "its run started", ledger, retry, log=log)
+        return _carry_on("after-settle", "resume", "its last tool batch settled", ledger, retry)
+    return _carry_on("after-run-start", "resume", "its run started", ledger, retry)

@@ -4,8 +4,9 @@ A submission's run owns every record of its conversation after the sequence numb
 claim saw (its ``base_seq``): the lane lets one run write at a time, and what others add while
 it is going — a decision, an abort, a joined input — belongs to it too. :class:`FactsFolder`
 reads those records in order, page by page (recovery's reads are bounded), and keeps only what
-the classifier needs: how the run ended, whether it is suspended and which decisions are
-missing, the last response's calls and which of them were prepared or settled, and which
+the classifier needs: how the run ended, whether it waits for approval decisions (a suspension:
+no record says so — its last batch's requests, recorded, none of its calls prepared since) and
+which are missing, the last response's calls and which of them were prepared or settled, and which
 watched inputs (joining submissions) it recorded.
 """
 
@@ -29,16 +30,10 @@ from effectagent.core import (
 
 from ._classifier import LogFacts, Terminal
 
-__all__ = ["ABORTED_REASON", "FactsFolder", "is_suspension", "terminal_of"]
+__all__ = ["ABORTED_REASON", "FactsFolder", "terminal_of"]
 
 #: The ``reason`` of the ``RunFailedRecord`` the durable runtime appends for an abort.
 ABORTED_REASON = "aborted"
-
-
-def is_suspension(record: object) -> bool:
-    """Whether ``record`` is the engine's ``RunSuspendedRecord`` (a run that waits for approval
-    decisions: not terminal)."""
-    return type(record).__name__ == "RunSuspendedRecord"
 
 
 def terminal_of(record: object) -> Terminal | None:
@@ -78,7 +73,6 @@ class FactsFolder:
         "_responded",
         "_settled",
         "_suspended",
-        "_suspensions",
         "_terminal",
         "_terminal_record",
         "_terminal_seq",
@@ -101,8 +95,7 @@ class FactsFolder:
         self._prepared: dict[str, str] = {}
         self._settled: set[str] = set()
         self._suspended = False
-        self._suspensions = 0
-        self._pending: tuple[str, ...] = ()
+        self._pending: list[str] = []
         self._decided: set[str] = set()
         self._requests: dict[str, ApprovalRequest] = {}
         self._unknown: list[tuple[str, str]] = []
@@ -140,8 +133,8 @@ class FactsFolder:
 
     @property
     def pending_decisions(self) -> tuple[str, ...]:
-        """The call IDs of the run's suspension that have no decision yet (none when it is not
-        suspended)."""
+        """The call IDs the run's suspension waits on that have no decision yet, in the order
+        they were asked (none when it is not suspended)."""
         if not self._suspended:
             return ()
         return tuple(c for c in self._pending if c not in self._decided)
@@ -158,7 +151,17 @@ class FactsFolder:
             self._decided.add(record.tool_call_id)
             return  # a decision does not end a suspension
         if kind is ToolApprovalRequested:
-            self._requests[record.request.tool_call_id] = record.request
+            # The batch waits on its approvals: its calls are prepared only once they are
+            # decided — a durable approval that is not decided at once suspends the run here.
+            call_id = record.request.tool_call_id
+            self._requests[call_id] = record.request
+            if not self._suspended:
+                self._pending = []
+            if call_id not in self._pending:
+                self._pending.append(call_id)
+            self._suspended = True
+            self._final_answer = False
+            return
         if kind is UserInputRecorded and record.input_id in self._watched:
             self._absorbed.add(record.input_id)
         self._suspended = False
@@ -174,6 +177,7 @@ class FactsFolder:
             self._declared = _calls(record)
             self._prepared = {}
             self._settled = set()
+            self._decided = set()
             self._final_answer = not self._declared
         elif kind is ToolCallPrepared:
             self._prepared[record.tool_call_id] = record.tool_name
@@ -182,12 +186,6 @@ class FactsFolder:
             self._settled.add(record.tool_call_id)
             if record.outcome.kind == "unknown":
                 self._unknown.append((record.tool_call_id, record.tool_name))
-            self._final_answer = False
-        elif is_suspension(record):
-            self._suspended = True
-            self._suspensions += 1
-            self._pending = tuple(record.tool_call_ids)
-            self._decided = set()
             self._final_answer = False
         else:
             self._final_answer = False
@@ -207,5 +205,4 @@ class FactsFolder:
             prepared=tuple(c for c in unsettled if c[0] in self._prepared),
             absorbed=bool(self._absorbed),
             undecodable=undecodable,
-            suspensions=self._suspensions,
         )

@@ -7,8 +7,10 @@ its own code (admission, claim, settlement, decisions, joins) and, for the engin
 its log, once per append (see :func:`crossed_by`: ``after-run-start`` once a run's input is
 appended, ``after-model-response`` once a
 response with tool calls is, ``after-prepare``, ``after-settle``, ``after-final-answer``,
-``after-suspend``, ``after-terminal-record``, and ``after-join`` once steering — a joined
-submission's input among it — is); ``in-handler`` is crossed by whoever calls
+``after-suspend`` once approval requests are and one of them has no decision in the same append
+(the requests a durable approval suspends on: no record marks a suspension),
+``after-terminal-record``, and ``after-join`` once steering — a joined submission's input among
+it — is); ``in-handler`` is crossed by whoever calls
 :func:`failpoint` inside a tool handler (a test's tool does, after its side effect).
 
 Without the variable, :func:`failpoint` is one comparison. Never set it in production.
@@ -26,12 +28,12 @@ from effectagent.core import (
     Record,
     RunCompletedRecord,
     RunFailedRecord,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
     ToolCallPrepared,
     ToolCallSettled,
     UserInputRecorded,
 )
-
-from ._facts import is_suspension
 
 __all__ = ["FAILPOINT_ENV", "crossed_by", "failpoint"]
 
@@ -77,7 +79,7 @@ def _point(record: Record) -> str | None:
         return "after-settle"
     if kind is RunCompletedRecord or kind is RunFailedRecord:
         return "after-terminal-record"
-    return "after-suspend" if is_suspension(record) else None
+    return None
 
 
 def crossed_by(records: Sequence[Record]) -> str | None:
@@ -91,8 +93,16 @@ def crossed_by(records: Sequence[Record]) -> str | None:
     nothing follows in the same append (an answer then feedback, say); the classifier still
     decides those states, which a log written otherwise may hold."""
     found: str | None = None
+    undecided: set[str] = set()
     for record in records:
-        point = _point(record)
-        if point is not None:
-            found = point
-    return found
+        if type(record) is ToolApprovalRequested:
+            undecided.add(record.request.tool_call_id)
+        elif type(record) is ToolApprovalDecided:
+            undecided.discard(record.tool_call_id)
+        else:
+            point = _point(record)
+            if point is not None:
+                found = point
+                undecided.clear()  # what comes after the requests: the batch went on
+    # Requests left without a decision at the append's end: the run suspends on them.
+    return "after-suspend" if undecided else found

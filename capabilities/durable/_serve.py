@@ -33,6 +33,7 @@ from ._ledger import Event
 from ._model import AgentNotFound, Diagnostic, bounded_diagnostic
 from ._reading import fold_run
 from ._store import (
+    SUSPENDED,
     Claimed,
     audit,
     finalize,
@@ -202,8 +203,21 @@ def _let_go(conn: Connection, lane: Lane, submission_id: str, event: Event, to: 
 
 def _suspend(conn: Connection, lane: Lane, claimed: Claimed, now: float) -> None:
     """Mark the submission suspended and let its lane go; the joining submissions its run did
-    not take wait in the queue again (:func:`_send_back`)."""
-    _let_go(conn, lane, claimed.submission.submission_id, "suspend", "suspended")
+    not take wait in the queue again (:func:`_send_back`). The suspension is ledger state alone
+    (the log has no record of it): a :data:`SUSPENDED` audit row says this claim took the run
+    there, so it spends nothing of the retry budget (``given_back``)."""
+    submission = claimed.submission
+    if mark(conn, lane, submission.submission_id, "suspend", "suspended"):
+        audit(
+            conn,
+            submission_id=submission.submission_id,
+            conversation_id=submission.conversation_id,
+            epoch=lane.epoch,
+            now=now,
+            kind=SUSPENDED,
+            detail={"run_id": submission.run_id},
+        )
+    release(conn, lane)
     _send_back(conn, claimed, now)
 
 

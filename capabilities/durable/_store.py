@@ -70,6 +70,7 @@ from ._model import (
 __all__ = [
     "COLUMNS",
     "STOPPED",
+    "SUSPENDED",
     "Claimed",
     "Lane",
     "LaneLost",
@@ -638,16 +639,19 @@ def send_back(
 
 #: The audit kind of a claim a worker gave back as it stopped (cancelled: SIGTERM, a drain).
 STOPPED: Final = "stopped"
+#: The audit kind of a claim whose run suspended for approval decisions (the ledger's
+#: ``suspended`` status: the log has no record of it).
+SUSPENDED: Final = "suspended"
 
 
 def given_back(conn: Connection, submission_id: str) -> int:
-    """How many of the submission's claims its workers gave back as they stopped (the
-    :data:`STOPPED` audit rows): a stop is no failed attempt, and spends nothing of its retry
-    budget."""
+    """How many of the submission's claims spent nothing of its retry budget: those its workers
+    gave back as they stopped (the :data:`STOPPED` audit rows) and those that took its run to a
+    suspension (:data:`SUSPENDED`) — a stop, or a wait for a decision, is no failed attempt."""
     return int(
         conn.execute(
-            "SELECT count(*) FROM durable_audit WHERE submission_id = ? AND kind = ?",
-            (submission_id, STOPPED),
+            "SELECT count(*) FROM durable_audit WHERE submission_id = ? AND kind IN (?, ?)",
+            (submission_id, STOPPED, SUSPENDED),
         ).fetchone()[0]
     )
 

@@ -11,8 +11,11 @@ unfenced :class:`~._log.SqliteConversationLog`. Its appends say enough to hold t
   another run of this one);
 * every later append of the run checks that the lane is still its own, under the epoch it
   claimed (refused with :class:`LaneLost` when it was taken over after the lease ran out);
-* the append of its terminal record (completed, failed, interrupted — or suspended) **releases**
-  the lane in the same transaction, and steering still queued for the run expires.
+* the append of its terminal record (completed, failed, interrupted) **releases** the lane in the
+  same transaction, and steering still queued for the run expires. A run that suspends for
+  approval decisions writes no record of it (its approval requests are where it stopped): its
+  lane is let go when the engine tells the storage's steering inbox that the run ended
+  suspended, as for a run whose terminal record could not be written (:meth:`RunHolds.release`).
 
 While a hold lasts, a task of the process renews its lease (every third of it: 10 s for the
 default 30 s lease); a process that is killed stops renewing, and its holds free themselves when
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final, TypeVar, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 import attrs
 import trio
@@ -64,16 +67,12 @@ __all__ = ["AppendShape", "Held", "Proceed", "Refuse", "RunHolds", "decide", "sh
 
 R = TypeVar("R")
 
-#: The record that says a run stopped without ending (a durable approval suspension), by name:
-#: the engine adds it to the canonical records; a run that suspends lets its lane go too.
-_SUSPENDED: Final = "RunSuspendedRecord"
-
 
 @attrs.frozen
 class AppendShape:
     """What an append says about runs: the runs its records belong to, the run it starts (its
     person's input), and the run it ends with the word for how (``completed``, ``failed``,
-    ``interrupted``, ``suspended``)."""
+    ``interrupted``)."""
 
     runs: frozenset[str] = frozenset()
     starts: str | None = None
@@ -85,8 +84,6 @@ def _ending(record: object) -> str | None:
         return "completed"
     if isinstance(record, RunFailedRecord):
         return "interrupted" if record.reason == "interrupted" else "failed"
-    if type(record).__name__ == _SUSPENDED:
-        return "was suspended"
     return None
 
 

@@ -51,7 +51,6 @@ __all__ = [
     "Record",
     "RunCompletedRecord",
     "RunFailedRecord",
-    "RunSuspendedRecord",
     "ToolApprovalDecided",
     "ToolApprovalRequested",
     "ToolCallPrepared",
@@ -304,23 +303,6 @@ class RunFailedRecord:
 
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
-class RunSuspendedRecord:
-    """A run stopped at turn ``turn`` to wait durably — for the approval decisions of
-    ``tool_call_ids`` — without ending: it is not a terminal record. None of the batch's calls ran;
-    their approval requests are recorded before this. ``Runtime.resume`` continues the run from
-    its records once decisions are recorded (``ToolApprovalDecided``), without asking the model
-    again."""
-
-    conversation_id: str
-    run_id: str
-    turn: int
-    tool_call_ids: tuple[str, ...]
-    reason: str
-    at: float
-
-
-@_fast_init
-@attrs.frozen(slots=True, kw_only=True)
 class AgentStateWritten:
     """A write to persistent agent state, committed in the same transaction as this record.
 
@@ -349,7 +331,6 @@ Record: TypeAlias = (
     | CompactionCreated
     | RunCompletedRecord
     | RunFailedRecord
-    | RunSuspendedRecord
     | AgentStateWritten
     | InstructionsRecorded
     | ModelUsageRecorded

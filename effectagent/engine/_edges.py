@@ -30,7 +30,6 @@ from effectagent.core import (
     RunInterrupted,
     RunStarted,
     RunSuspended,
-    RunSuspendedRecord,
     ToolCallSettled,
     ToolSourceFailed,
     UsageTotals,
@@ -163,32 +162,17 @@ class RunEdges:
         return "failed" if isinstance(terminal, RunFailed) else "interrupted"
 
     async def _suspend(self, command: Suspend) -> None:
-        """Record the suspension, then hand over ``RunSuspended`` with nothing in between (as
-        ``_fail``). A run resumed from its suspension that suspends again for the same calls,
-        with nothing recorded since, records nothing new.
+        """Append what waits for the run's next append — the batch's approval requests, and the
+        decisions made at once, in one append — then hand over ``RunSuspended`` with nothing in
+        between (as ``_fail``). No record says the run suspended: its undecided requests are
+        where it stopped, and a suspension is no end (whoever keeps operational state, the
+        durable ledger, marks it). A run resumed from its suspension that suspends again with
+        nothing new to record appends nothing.
 
         Cancellation: as the log's append (all or nothing).
         """
         io = self.io
-        last = self._resuming.records[-1].record if self._resuming is not None else None
-        again = (
-            isinstance(last, RunSuspendedRecord)
-            and last.turn == command.turn
-            and last.tool_call_ids == command.tool_call_ids
-            and not io.appended
-            and not io.pending
-        )
-        if not again:
-            await io.record(
-                RunSuspendedRecord(
-                    conversation_id=io.conversation_id,
-                    run_id=io.run_id,
-                    turn=command.turn,
-                    tool_call_ids=command.tool_call_ids,
-                    reason=command.reason,
-                    at=time.time(),
-                )
-            )
+        await io.flush()
         self.terminal = io.emit(
             RunSuspended,
             reason=command.reason,

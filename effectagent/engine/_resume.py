@@ -63,7 +63,6 @@ from effectagent.core import (
     ResponseLimits,
     RunCompletedRecord,
     RunFailedRecord,
-    RunSuspendedRecord,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallPrepared,
@@ -229,14 +228,12 @@ class BatchReplay:
     """What the log says of the batch a run resumes (the calls of its last model response, not
     all settled): the calls ``prepared`` (``ToolCallPrepared``: about to be authorized and run,
     perhaps run), the approval ``requests`` recorded and the ``decisions`` recorded, by
-    tool-call ID (the last of each), and — when the run's last record is its suspension — the
-    calls it suspended for."""
+    tool-call ID (the last of each)."""
 
     turn: int
     prepared: frozenset[str]
     requests: Mapping[str, ApprovalRequest]
     decisions: Mapping[str, ApprovalDecision]
-    suspended: tuple[str, ...] | None = None
 
 
 #: What becomes of one call of a resumed batch (see :func:`dangling_path`).
@@ -474,9 +471,7 @@ def _replay(record: ModelResponseRecorded, after: Sequence[LogEntry]) -> BatchRe
             # A decision, once recorded, is the call's: one recorded after it (by another
             # process, by hand) changes nothing — a denial is never turned into an approval.
             decisions.setdefault(rec.tool_call_id, rec.decision)
-    last = after[-1].record if after else None
-    suspended = last.tool_call_ids if isinstance(last, RunSuspendedRecord) else None
-    return BatchReplay(record.turn, frozenset(prepared), requests, decisions, suspended)
+    return BatchReplay(record.turn, frozenset(prepared), requests, decisions)
 
 
 def _count(

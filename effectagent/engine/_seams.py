@@ -99,8 +99,8 @@ class ApprovalSuspended:
 
     Only an approver whose ``suspends`` attribute is true may answer this. The engine then asks
     for every approval a batch needs before any of its calls runs, so a batch whose approval is
-    suspended runs none of its calls: they wait, recorded (``ToolApprovalRequested``, then a
-    ``RunSuspendedRecord``), and the run ends this execution with ``RunSuspended``
+    suspended runs none of its calls: they wait, recorded (``ToolApprovalRequested``; no record
+    says the run suspended), and the run ends this execution with ``RunSuspended``
     (``status == "suspended"``). Whoever decides appends the decision to the log
     (``effectagent.core.approval_decided``); ``Runtime.resume`` continues the batch from the log,
     without asking the model again. From an approver that does not say it suspends — or for a

@@ -12,8 +12,9 @@ not hold:
 
 * every tool call the log prepared settles exactly once, and no call settles twice;
 * the run ends with exactly one terminal event, the last one, and one terminal record of the
-  same kind (a run that suspends for an approval decision has not ended: its log stops with a
-  ``RunSuspendedRecord`` and no terminal record); the run's result says the same;
+  same kind (a run that suspends for an approval decision has not ended: its log holds no
+  terminal record, and an approval request without a decision for each call it waits for); the
+  run's result says the same;
 * within its budgets: turns (one grace turn besides), handler runs, and ``max_duration`` on the
   Trio clock — and it ends at all (a run still going long after its ``max_duration`` is cut off
   and reported);
@@ -67,7 +68,8 @@ from effectagent.core import (
     RunFailedRecord,
     RunInterrupted,
     RunSuspended,
-    RunSuspendedRecord,
+    ToolApprovalDecided,
+    ToolApprovalRequested,
     ToolCallFailed,
     ToolCallPrepared,
     ToolCallSettled,
@@ -476,13 +478,24 @@ def invariant_violations(
     elif events[-1] is not terminals[0]:
         found.append(f"events went on after the terminal {type(terminals[0]).__name__}")
     ends = [r for r in records if isinstance(r, RunCompletedRecord | RunFailedRecord)]
-    suspensions = [r for r in records if isinstance(r, RunSuspendedRecord)]
     if len(terminals) == 1 and isinstance(terminals[0], RunSuspended):
-        # A suspended run has not ended: its log stops with a RunSuspendedRecord instead.
+        # A suspended run has not ended: its log holds the requests it waits on, undecided.
         if ends:
             found.append(f"the run suspended but the log holds {len(ends)} terminal records")
-        elif not suspensions:
-            found.append("the run suspended but the log holds no RunSuspendedRecord")
+        requested = {
+            r.request.tool_call_id for r in records if isinstance(r, ToolApprovalRequested)
+        }
+        decided = {r.tool_call_id for r in records if isinstance(r, ToolApprovalDecided)}
+        for call_id in terminals[0].tool_call_ids:
+            if call_id not in requested:
+                found.append(
+                    f"the run suspended for tool call {call_id!r} but the log holds no approval "
+                    "request for it"
+                )
+            elif call_id in decided:
+                found.append(
+                    f"the run suspended for tool call {call_id!r} but the log holds its decision"
+                )
         if status is not None and status != "suspended":
             found.append(f"the result says {status} but the terminal event says suspended")
     elif len(ends) != 1:

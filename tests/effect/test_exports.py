@@ -101,7 +101,7 @@ SURFACE: dict[str, str] = {
         project_messages ReasoningDelta Record media_parts_of user_message_of
         redact_arguments redact_json_text REDACTED Redactor RepeatedToolFailure ResponseLimits
         RetryPolicy Risk RunAllowance RunCompleted RunCompletedRecord RunError RunFailed RunFailedRecord
-        RunInterrupted RunStarted RunSuspended RunSuspendedRecord SecretRedactor StorageFailed StreamRedactor
+        RunInterrupted RunStarted RunSuspended SecretRedactor StorageFailed StreamRedactor
         SubagentCompleted SubagentEvent SubagentStarted TERMINAL_EVENTS TextDelta
         ToolApprovalDecided ToolApprovalRequested ToolCallDeclared ToolCallFailed ToolCallPrepared
         ToolCallSettled ToolCallStarted ToolCallSucceeded ToolDefect ToolFailedRun ToolFailure

@@ -24,7 +24,6 @@ from effectagent.core import (
     ResponseLimits,
     RunCompletedRecord,
     RunFailedRecord,
-    RunSuspendedRecord,
     SecretRedactor,
     ToolApprovalRequested,
     ToolCallPrepared,
@@ -177,12 +176,6 @@ def requested(call: str) -> ToolApprovalRequested:
     return ToolApprovalRequested(conversation_id=CONV, run_id=RUN, request=request(call), at=0.0)
 
 
-def suspended(turn: int, *calls: str) -> RunSuspendedRecord:
-    return RunSuspendedRecord(
-        conversation_id=CONV, run_id=RUN, turn=turn, tool_call_ids=calls, reason="wait", at=0.0
-    )
-
-
 def entries(records: Sequence[Record]) -> list[LogEntry]:
     return [LogEntry(seq, record) for seq, record in enumerate(records, 1)]
 
@@ -292,7 +285,7 @@ BATCH = [*started(), response(1, "c1", "c2")]
         ),
         (
             "suspended, decisions missing",
-            [*BATCH, requested("c1"), requested("c2"), suspended(1, "c1", "c2")],
+            [*BATCH, requested("c1"), requested("c2")],
             "batch",
             ["StartTurn", "AppendLater", "RunBatch"],
             1,
@@ -351,17 +344,13 @@ def test_a_settled_batch_that_ends_the_run_fails_it_on_resume() -> None:
 
 def test_a_resumed_batch_is_the_last_responses_with_its_recorded_approvals() -> None:
     decided = approval_decided(requested("c1"), approved=True, decided_by="ann", at=1.0)
-    records = [*BATCH, requested("c1"), requested("c2"), suspended(1, "c1", "c2"), decided]
+    records = [*BATCH, requested("c1"), requested("c2"), decided]
     resumed = resume(records)
     replay = resumed.replay
     assert replay is not None
     assert replay.turn == 1
     assert set(replay.requests) == {"c1", "c2"}
     assert replay.decisions == {"c1": decided.decision}
-    assert replay.suspended is None  # a decision came after the suspension
-    again = resume([*BATCH, requested("c1"), suspended(1, "c1")]).replay
-    assert again is not None
-    assert again.suspended == ("c1",)
     _, commands = resumed.transition
     batch = commands[-1]
     assert isinstance(batch, RunBatch)
@@ -541,7 +530,7 @@ def test_each_call_of_a_resumed_batch_takes_its_path(
 def test_pending_approvals_are_the_requests_without_a_decision() -> None:
     first = requested("c1")
     decided = approval_decided(first, approved=False, reason="no", decided_by="ann", at=2.0)
-    records = [*BATCH, first, requested("c2"), suspended(1, "c1", "c2"), decided]
+    records = [*BATCH, first, requested("c2"), decided]
     (pending,) = pending_approvals(entries(records), RUN)
     assert pending.request.tool_call_id == "c2"
     assert decided.decision.tool_call_id == "c1"

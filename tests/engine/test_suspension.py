@@ -1,5 +1,6 @@
 """Durable approval suspension: an approver that answers "later" suspends the run — none of the
-batch runs, the requests and a ``RunSuspendedRecord`` are recorded, ``status == "suspended"`` —
+batch runs, its approval requests are recorded (and no record of the suspension: it is no end of
+the run), ``status == "suspended"`` —
 and ``Runtime.resume`` continues the batch from the log, with the decisions recorded since,
 without asking the model again."""
 
@@ -21,7 +22,6 @@ from effectagent.core import (
     RunCompletedRecord,
     RunFailedRecord,
     RunSuspended,
-    RunSuspendedRecord,
     ToolApprovalDecided,
     ToolApprovalRequested,
     ToolCallPrepared,
@@ -147,18 +147,16 @@ async def test_a_suspended_approval_suspends_the_run_and_runs_none_of_its_batch(
     assert [type(e).__name__ for e in seen].count("ApprovalRequested") == 2
     assert not any(type(e).__name__ in ("ToolCallSucceeded", "ToolCallFailed") for e in seen)
     records = await entries(log)
-    assert [type(e.record).__name__ for e in records][-4:] == [
+    assert [type(e.record).__name__ for e in records][-3:] == [
         "ModelResponseRecorded",
         "ToolApprovalRequested",
         "ToolApprovalRequested",
-        "RunSuspendedRecord",
     ]
     assert records_of(records, ToolCallPrepared) == []
     assert records_of(records, RunCompletedRecord) == []
     assert records_of(records, RunFailedRecord) == []
-    (suspension,) = records_of(records, RunSuspendedRecord)
-    assert suspension.turn == 1
-    assert suspension.tool_call_ids == ("call_0", "call_2")
+    # No record says the run suspended: its undecided requests are where it stopped.
+    assert not any("Suspend" in type(e.record).__name__ for e in records)
     assert [p.request.tool_call_id for p in pending_approvals(records, RUN)] == ["call_0", "call_2"]
 
 
@@ -226,14 +224,15 @@ async def test_resume_with_some_decisions_suspends_again_for_the_rest(
     bank, log = Bank(), InMemoryConversationLog()
     await suspend(bank, log_layer(log))
     await decide(log, True)
+    before = await entries(log)
     async with open_runtime(
         layer(bank, ScriptedModel([]), Later(), log_layer(log)), agents=[AGENT]
     ) as rt:
         result = await rt.resume(AGENT, conversation_id=CONV, run_id=RUN)
     assert result.status == "suspended"
     assert bank.done == []
-    suspensions = records_of(await entries(log), RunSuspendedRecord)
-    assert [s.tool_call_ids for s in suspensions] == [("call_0", "call_2"), ("call_2",)]
+    assert await entries(log) == before  # the request it waits on is recorded already
+    assert [p.request.tool_call_id for p in pending_approvals(before, RUN)] == ["call_2"]
 
 
 async def test_a_recorded_decision_made_for_another_call_is_refused(

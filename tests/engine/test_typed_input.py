@@ -307,7 +307,7 @@ async def test_a_secret_in_a_typed_input_reaches_neither_the_record_nor_the_mode
 async def test_a_recorded_input_that_no_longer_fits_refuses_the_resume_before_it_starts() -> None:
     """The agent's input type changed since the run was recorded: resuming it raises at once,
     naming the field, and writes nothing."""
-    from effectagent.core import ApprovalRequest, RunSuspendedRecord
+    from effectagent.core import ApprovalRequest, ToolApprovalRequested
     from effectagent.effect import Layer
     from effectagent.engine import (
         ApprovalService,
@@ -351,7 +351,7 @@ async def test_a_recorded_input_that_no_longer_fits_refuses_the_resume_before_it
             await runtime.resume(after, conversation_id=first.conversation_id, run_id=first.run_id)
         entries = list(await log.entries(first.conversation_id))
     assert len(entries) == count
-    assert isinstance(entries[-1].record, RunSuspendedRecord)
+    assert isinstance(entries[-1].record, ToolApprovalRequested)  # where it waits, still
 
 
 @attrs.frozen

@@ -20,11 +20,12 @@ from effectagent.core import (
     ModelRetrying,
     RetryPolicy,
     RunCompleted,
-    RunSuspendedRecord,
+    ToolApprovalRequested,
     ToolCallSettled,
     ToolCallSucceeded,
     ToolDefect,
     TurnStarted,
+    approval_decided,
 )
 from effectagent.testing import (
     ChaosReport,
@@ -358,8 +359,9 @@ async def pay(account: str) -> str:
 
 
 def test_a_run_that_suspends_for_a_decision_breaks_no_invariant() -> None:
-    """A suspended run has not ended: one RunSuspended event, and its log stops with a
-    RunSuspendedRecord, not a terminal record — which the checker takes as its end."""
+    """A suspended run has not ended: one RunSuspended event, and its log stops with the
+    approval request it waits on, undecided, and no terminal record (no record marks a
+    suspension) — which the checker takes as its end."""
     agent = Agent("payer", "Pay.", AgentPolicy(max_duration=120), Toolkit(pay))
     script = ScriptedModel([Turn.tool_calls(("pay", {"account": "savings"})), Turn.text("Paid.")])
     layer = script.as_layer() + agent.toolkit.handlers() + SuspendingApproval().layer()
@@ -367,10 +369,17 @@ def test_a_run_that_suspends_for_a_decision_breaks_no_invariant() -> None:
     assert report.status == "suspended"
     assert report.violations() == ()
     records = [e.record for e in report.records]
-    stopped = [r for r in records if not isinstance(r, RunSuspendedRecord)]
+    assert not any("Suspend" in type(r).__name__ for r in records)
+    (asked,) = [r for r in records if isinstance(r, ToolApprovalRequested)]
+    call_id = asked.request.tool_call_id
+    unasked = [r for r in records if r is not asked]
     options: dict[str, Any] = {"policy": agent.policy, "elapsed": 1.0}
-    assert invariant_violations(report.events, stopped, **options) == (
-        "the run suspended but the log holds no RunSuspendedRecord",
+    assert invariant_violations(report.events, unasked, **options) == (
+        f"the run suspended for tool call {call_id!r} but the log holds no approval request for it",
+    )
+    decided = approval_decided(asked, approved=True, decided_by="ann", at=1.0)
+    assert invariant_violations(report.events, [*records, decided], **options) == (
+        f"the run suspended for tool call {call_id!r} but the log holds its decision",
     )
     assert invariant_violations(report.events, records, status="completed", **options) == (
         "the result says completed but the terminal event says suspended",

@@ -152,10 +152,6 @@ function renderEntry(data) {
     case "RunFailedRecord":
       items.push(item("failed", "failed", record.reason + (record.error ? " (" + record.error.tag + ")" : "")));
       break;
-    case "RunSuspendedRecord":
-      items.push(item("approval", "suspended", "waiting for decisions on " +
-        (record.tool_call_ids || []).join(", ")));
-      break;
     case "ModelUsageRecorded": {
       const usage = record.usage || {};
       items.push(item("meta", record.purpose === "compaction" ? "summary call" : "check call",
@@ -177,8 +173,7 @@ function renderEntry(data) {
 // Live text (events "delta" and "discard", without an id) goes to a "streaming…" line of its run,
 // which the recorded response replaces when it arrives (it holds the whole text); a run's end
 // takes away what a response never recorded. `decorate` is given each entry's lines.
-const ENDS_STREAMING = ["ModelResponseRecorded", "RunCompletedRecord", "RunFailedRecord",
-  "RunSuspendedRecord"];
+const ENDS_STREAMING = ["ModelResponseRecorded", "RunCompletedRecord", "RunFailedRecord"];
 
 function timeline(list, decorate) {
   const streaming = new Map();  // run ID → its "streaming…" line and the text in it

@@ -11,7 +11,7 @@ import pytest
 from capabilities.durable._queue import DurableQueue
 from capabilities.storage._errors import LaneLost
 from capabilities.storage._lanes import read_lane
-from effectagent.core import RunSuspendedRecord
+from effectagent.core import ApprovalRequest, ToolApprovalRequested
 
 from .helpers import Clock, HandWorker, Stores, rows
 
@@ -271,12 +271,22 @@ async def test_a_suspended_or_dead_submission_is_aborted_in_its_log_and_frees_it
         await worker.append(
             first,
             [
-                RunSuspendedRecord(
+                ToolApprovalRequested(
                     conversation_id="c",
                     run_id=first.submission.run_id,
-                    turn=1,
-                    tool_call_ids=("call-1",),
-                    reason="waiting",
+                    request=ApprovalRequest(
+                        run_id=first.submission.run_id,
+                        conversation_id="c",
+                        agent="payer",
+                        tool_name="transfer",
+                        tool_call_id="call-1",
+                        summary="Transfer",
+                        targets=(),
+                        risk="high",
+                        input_preview={},
+                        expires_at=0.0,
+                        arguments_digest="d",
+                    ),
                     at=1.0,
                 )
             ],

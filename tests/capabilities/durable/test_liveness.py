@@ -90,13 +90,15 @@ async def test_a_run_suspended_for_approval_more_often_than_its_budget_is_never_
         assert await q.verify("c") == ()
 
 
-def test_claims_that_ended_in_a_suspension_are_not_spent_but_failed_ones_still_are() -> None:
+def test_the_classifier_spends_the_claims_the_ledger_counts() -> None:
+    """The claims that took the run to a suspension are left out of ``LedgerFacts.attempts`` by
+    the ledger (its ``suspended`` audit rows: the log has no record of a suspension); the
+    classifier spends what is left."""
     budget = RetryBudget(max_attempts=2)
-    decided = LogFacts(records=9, responded=True, suspended=True, suspensions=3)
-    # six claims: three got the run to a suspension, three more failed — one past the budget
-    assert classify(LedgerFacts("queued", attempts=5), decided, retry=budget).action == "resume"
-    assert classify(LedgerFacts("queued", attempts=6), decided, retry=budget).action == "dead"
-    settled = LogFacts(records=4, responded=True)  # no suspension: each claim is spent
+    decided = LogFacts(records=9, responded=True, suspended=True)
+    assert classify(LedgerFacts("queued", attempts=2), decided, retry=budget).action == "resume"
+    assert classify(LedgerFacts("queued", attempts=3), decided, retry=budget).action == "dead"
+    settled = LogFacts(records=4, responded=True)
     assert classify(LedgerFacts("active", attempts=3), settled, retry=budget).action == "dead"
 
 

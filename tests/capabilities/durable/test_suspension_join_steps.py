@@ -98,7 +98,7 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
         assert await rows(db, "SELECT worker_id, lease_until FROM lanes") == [(None, 0)]
         assert transfers == []
         [(body,)] = await rows(db, "SELECT type FROM records ORDER BY seq DESC LIMIT 1")
-        assert body == "RunSuspendedRecord"
+        assert body == "ToolApprovalRequested"  # no record marks the suspension: ledger state
         assert (await q.suspended("c")) == found
         [request] = await q.waiting(sid)
         assert (request.tool_name, request.tool_call_id) == ("transfer", "call-1")

@@ -371,7 +371,7 @@ async def test_text_that_is_not_unicode_is_400_with_a_sentence_and_never_written
     reader = await SseReader.open(service.url, f"/v1/conversations/{conversation}/events", ANN)
     kinds: list[str] = []
     with trio.fail_after(30):
-        while "RunSuspendedRecord" not in kinds:
+        while "ToolApprovalRequested" not in kinds:  # the request it waits on
             kinds.append((await reader.event())["event"])
     await reader.aclose()
 

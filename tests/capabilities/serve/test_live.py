@@ -85,7 +85,8 @@ async def _submit(client: httpx2.AsyncClient, conversation: str, text: str) -> s
     return submission
 
 
-_ENDS = ("RunCompletedRecord", "RunFailedRecord", "RunSuspendedRecord")
+# A suspended run's log stops at the approval request it waits on (no record marks a suspension).
+_ENDS = ("RunCompletedRecord", "RunFailedRecord", "ToolApprovalRequested")
 
 
 async def _until(reader: SseReader, done: Any) -> list[dict[str, Any]]:
