@@ -888,7 +888,10 @@ async def connect(server: McpServer) -> AsyncIterator[McpConnection]:
                     connection._stop.set()
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
+            alone = group.exceptions[0]
+            # Out of its group with the cause it was given (none when a secret may show in it):
+            # ``from None`` would have dropped it, and with it what went wrong underneath.
+            raise alone from alone.__cause__
         raise
 
 

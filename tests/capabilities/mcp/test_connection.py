@@ -363,3 +363,5 @@ async def test_a_command_that_cannot_be_started_is_said_in_words(
             async with connect(StdioServer(command, name="tools")):
                 pass
         assert str(caught.value) == f"MCP server 'tools': it could not be started: {problem}"
+        # What went wrong underneath stays its cause (it was dropped with the task group).
+        assert isinstance(caught.value.__cause__, OSError)
