@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pexpect
 import pytest
@@ -30,6 +31,28 @@ from .support import EFFECTAGENT, Lines, ServerThread, cli_env, run_cli, serve, 
 from .test_cli import args, write_config
 
 HANGING_MCP = Path(__file__).with_name("hanging_mcp.py")
+
+
+def _started(
+    command: list[str], home: Path, *, stdin: int = subprocess.DEVNULL, **options: Any
+) -> subprocess.Popen[str]:
+    """The command, started with its own state under ``home``, its output piped as text."""
+    return subprocess.Popen(
+        command,
+        env=cli_env(home),
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **options,
+    )
+
+
+def _assert_interrupted_in_the_log(home: Path) -> None:
+    """The session ``work``'s last record is its run's interruption."""
+    last = logged(home, "work")[-1].record
+    assert isinstance(last, RunFailedRecord)
+    assert last.reason == "interrupted"
 
 
 @pytest.fixture
@@ -79,14 +102,7 @@ def test_a_json_run_stopped_by_a_signal_ends_its_events_with_the_interruption(
     else:
         hanging_tool(server, tmp_path)
     command = [EFFECTAGENT, *args(server, "run", "Wait.", "--json", "--session", "work")]
-    with subprocess.Popen(
-        command,
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
+    with _started(command, tmp_path) as process:
         lines = Lines(process)
         lines.until_event("TextDelta" if blocked == "model" else "ToolCallStarted")
         process.send_signal(stop)
@@ -100,9 +116,7 @@ def test_a_json_run_stopped_by_a_signal_ends_its_events_with_the_interruption(
     assert last["run_id"] == events[0]["run_id"]
     if stop != signal.SIGINT:
         assert err.endswith(f"effectagent: stopped by {stop.name}\n"), err
-    record = logged(tmp_path, "work")[-1].record
-    assert isinstance(record, RunFailedRecord)
-    assert record.reason == "interrupted"
+    _assert_interrupted_in_the_log(tmp_path)
 
 
 def test_a_piped_chat_stopped_by_sigterm_ends_after_its_run_ends(
@@ -112,14 +126,7 @@ def test_a_piped_chat_stopped_by_sigterm_ends_after_its_run_ends(
     end, the chat ends (the session saved, as it says) instead of reading the next prompt."""
     hanging_answer(server)
     command = [EFFECTAGENT, *args(server, "chat", "--session", "work")]
-    with subprocess.Popen(
-        command,
-        env=cli_env(tmp_path),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
+    with _started(command, tmp_path, stdin=subprocess.PIPE) as process:
         assert process.stdin is not None
         process.stdin.write("Think.\nAnd then?\n")
         process.stdin.flush()
@@ -131,9 +138,7 @@ def test_a_piped_chat_stopped_by_sigterm_ends_after_its_run_ends(
     assert "session work saved: effectagent chat --session work" in out
     assert err.endswith("effectagent: stopped by SIGTERM\n"), err
     assert len(server.requests()) == 1  # the next prompt was never sent
-    record = logged(tmp_path, "work")[-1].record
-    assert isinstance(record, RunFailedRecord)
-    assert record.reason == "interrupted"
+    _assert_interrupted_in_the_log(tmp_path)
 
 
 def _ignore_sighup() -> None:
@@ -148,15 +153,7 @@ def test_a_run_started_ignoring_sighup_keeps_ignoring_it(
     SIGTERM sent after it stops the run, and the command says so."""
     hanging_answer(server)
     command = [EFFECTAGENT, *args(server, "run", "Think.", "--json", "--session", "work")]
-    with subprocess.Popen(
-        command,
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_ignore_sighup,
-    ) as process:
+    with _started(command, tmp_path, preexec_fn=_ignore_sighup) as process:
         lines = Lines(process)
         lines.until_event("TextDelta")
         process.send_signal(signal.SIGHUP)  # (pending together, SIGHUP would be taken first)
@@ -184,9 +181,7 @@ def test_a_run_whose_terminal_closes_is_interrupted_and_exits_129(
     _, status = os.waitpid(child.pid, 0)
     child.closed = True
     assert os.waitstatus_to_exitcode(status) == 128 + signal.SIGHUP
-    record = logged(tmp_path, "work")[-1].record
-    assert isinstance(record, RunFailedRecord)
-    assert record.reason == "interrupted"
+    _assert_interrupted_in_the_log(tmp_path)
 
 
 def test_a_chat_without_the_line_editor_ends_when_its_terminal_goes_under_nohup(
@@ -223,22 +218,13 @@ def test_a_run_stopped_by_a_signal_is_interrupted_in_the_log(
 ) -> None:
     hanging_answer(server)
     command = [EFFECTAGENT, *args(server, "run", "Think.", "--session", "work")]
-    with subprocess.Popen(
-        command,
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
+    with _started(command, tmp_path) as process:
         server.wait_for_requests(1)
         process.send_signal(stop)
         _out, err = process.communicate(timeout=30)
     assert process.returncode == 128 + stop, err
     assert f"effectagent: stopped by {stop.name}" in err
-    last = logged(tmp_path, "work")[-1].record
-    assert isinstance(last, RunFailedRecord)
-    assert last.reason == "interrupted"
+    _assert_interrupted_in_the_log(tmp_path)
 
 
 def test_a_run_stopped_by_sigterm_counts_in_the_sessions_runs(
@@ -277,9 +263,7 @@ def test_a_chat_stopped_by_sigterm_shows_the_answer_so_far_and_logs_the_interrup
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 128 + signal.SIGTERM
-    last = logged(tmp_path, "work")[-1].record
-    assert isinstance(last, RunFailedRecord)
-    assert last.reason == "interrupted"
+    _assert_interrupted_in_the_log(tmp_path)
 
 
 _HUNG_UP = """
