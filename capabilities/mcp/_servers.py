@@ -154,7 +154,7 @@ def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object)
         )
     problem = (
         "url is not a valid URL: its host or port cannot be read (a bracketed IPv6 address, a "
-        "port of digits up to 65535)"
+        "port of digits from 1 to 65535)"
     )
     try:  # urllib's message is not passed on: it may quote a part of the URL
         parts = urlsplit(value)
@@ -167,9 +167,11 @@ def _check_url(instance: object, attribute: attrs.Attribute[Any], value: object)
             "e.g. an Authorization header"
         )
     try:
-        parts.port  # noqa: B018 - a port that is not one raises here
+        port = parts.port  # a port that is not one raises here
     except ValueError:
         raise ValueError(problem) from None
+    if port == 0:  # no server listens on port 0: "connection refused" only at connect
+        raise ValueError(problem)
     if not parts.hostname:
         raise ValueError("url must name a host (http://host[:port]/path)")
 

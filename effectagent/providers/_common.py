@@ -359,7 +359,7 @@ def valid_temperature(instance: object, attribute: attrs.Attribute[Any], value: 
 
 def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An attrs validator: an ``http://`` or ``https://`` URL with a host (and a port, when it
-    names one, from 0 to 65535), or None. (Not echoed: a URL may hold credentials.)"""
+    names one, from 1 to 65535), or None. (Not echoed: a URL may hold credentials.)"""
     if value is None:
         return
     if not isinstance(value, str) or not value.startswith(("http://", "https://")):
@@ -367,13 +367,14 @@ def http_url(instance: object, attribute: attrs.Attribute[Any], value: object) -
     try:
         parts = urlsplit(value)
         host = parts.hostname
-        parts.port  # noqa: B018  # raises for a port that is not a number up to 65535
+        if parts.port == 0:  # raises for a port that is not a number up to 65535
+            host = None  # and no server listens on port 0
     except ValueError:
         host = None
     if not host or any(c.isspace() for c in value) or _unsendable(value):
         raise ValueError(
             f"{_where(instance, attribute)} must be an http:// or https:// URL with a host (a "
-            "port, when given, a number up to 65535; no spaces or control characters)"
+            "port, when given, a number from 1 to 65535; no spaces or control characters)"
         )
 
 

@@ -107,6 +107,7 @@ def test_an_option_the_provider_lacks_names_the_ones_it_has() -> None:
         ("gemini:g", {"thinking_budget": 1.5}, TypeError, r"thinking_budget must be an int"),
         ("openai-compatible:m", {"base_url": "http://"}, ValueError, r"base_url must be an http"),
         ("openai:gpt-4.1", {"base_url": "http://h:99999/v1"}, ValueError, r"port, when given"),
+        ("openai:gpt-4.1", {"base_url": "http://h:0/v1"}, ValueError, r"from 1 to 65535"),
         ("anthropic:claude", {"base_url": "https://h:ab/v1"}, ValueError, r"port, when given"),
         ("openai:gpt-4.1", {"headers": "x"}, TypeError, r"headers must be a mapping of header"),
         ("anthropic:claude", {"headers": {"x-n": 1}}, TypeError, r"headers\['x-n'\] must be a str"),

@@ -245,3 +245,10 @@ def test_the_arguments_that_pass_a_credential_are_told_apart(
 ) -> None:
     found = tuple(argument_secrets(args).values())
     assert found == ((secret,) if secret is not None else ())
+
+
+def test_port_zero_is_no_port_a_server_listens_on() -> None:
+    """``https://host:0/`` was taken, to fail only at connect ("connection refused")."""
+    with pytest.raises(ValueError, match="from 1 to 65535"):
+        HttpServer("https://mcp.example.com:0/mcp")
+    assert HttpServer("https://mcp.example.com:1/mcp").url.endswith(":1/mcp")
