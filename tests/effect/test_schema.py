@@ -1087,7 +1087,7 @@ def test_encode_keeps_the_class_a_value_is_in_a_field_declared_as_its_base() -> 
     )
     encoded = encode(record)
     assert isinstance(encoded, dict)
-    assert encoded["error"] == {"dimension": "turns", "used": 3, "limit": 3}
+    assert encoded["error"] == {"dimension": "turns", "used": 3, "limit": 3, "refused_batch": 0}
 
 
 @attrs.frozen
