@@ -281,7 +281,12 @@ class DenoCodeExecutor:
         """Run ``request`` in a fresh Deno process; host calls go to ``host`` (see
         :meth:`_execute`), in a span ``sandbox.code`` of the effect core's tracing hook — not made
         current, so what the host calls trace nests under the caller's span. A ``request`` or
-        ``host`` of the wrong type is refused with ``TypeError`` before anything starts."""
+        ``host`` of the wrong type is refused with ``TypeError`` before anything starts.
+
+        Cancellation: the pass is abandoned at once — its workload killed and its host calls
+        cancelled before ``trio.Cancelled`` propagates; the rest of its release (reaping, the
+        cgroups, the temp dir) is done by then too, or, for an executor of a scope, by that
+        scope, which closing the executor waits for."""
         given: object = request  # callers need not be type-checked
         if not isinstance(given, CodeExecutionRequest):
             raise TypeError(

@@ -88,7 +88,12 @@ class FunctionModel:
                 yield part
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The reply as one response."""
+        """The reply as one response.
+
+        Cancellation: as :meth:`stream` — the request is recorded and a plain ``fn`` called as
+        the call starts; a reply with nothing to wait for is returned without a checkpoint, even
+        to a caller already cancelled.
+        """
         return await generate(self, request)
 
 

@@ -396,7 +396,12 @@ class ScriptedModel:
         return Layer.scoped(LanguageModelService, serving, name="ScriptedModel")
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        """The next turn as one response."""
+        """The next turn as one response.
+
+        Cancellation: as :meth:`stream` — the turn is taken as the call starts, and a cancelled
+        call does not give it back; a turn with nothing to wait for is answered without a
+        checkpoint, even to a caller already cancelled.
+        """
         return await generate(self, request)
 
 

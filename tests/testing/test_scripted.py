@@ -387,3 +387,30 @@ async def test_delays_of_zero_and_any_real_number_are_played(
     await generate(model, REQUEST)
     assert trio.current_time() - start == pytest.approx(1 + 0.5 * 5)  # start, a, b, end, finish
     await generate(FunctionModel(lambda request: "x", part_delay=0), REQUEST)
+
+
+@pytest.mark.parametrize("scripted", [True, False])
+async def test_generate_cancelled_while_the_turn_waits_raises_and_keeps_the_turn_taken(
+    scripted: bool, autojump_clock: trio.testing.MockClock
+) -> None:
+    turn = Turn.text("late", delay=5.0)
+    model = ScriptedModel([turn, Turn.text("next")]) if scripted else FunctionModel(lambda _: turn)
+    with trio.move_on_after(1) as waited:
+        await model.generate(REQUEST)
+    assert waited.cancelled_caught
+    assert model.requests == [REQUEST]
+    if isinstance(model, ScriptedModel):
+        assert model.consumed == 1  # not given back: the next call plays the next turn
+        assert (await model.generate(REQUEST)).text == "next"
+
+
+@pytest.mark.parametrize("scripted", [True, False])
+async def test_generate_of_a_turn_with_nothing_to_wait_for_answers_a_cancelled_caller(
+    scripted: bool,
+) -> None:
+    turn = Turn.text("at once")
+    model = ScriptedModel([turn]) if scripted else FunctionModel(lambda _: turn)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        response = await model.generate(REQUEST)
+    assert response.text == "at once"
