@@ -109,8 +109,9 @@ async def generate(
     ``FallbackModel``) is streamed through ``stream_routed``, which calls ``answered(name)`` with
     the member that answered.
 
-    Cancellation: a checkpoint per part; the stream is closed on every exit (see
-    :func:`close_stream`).
+    Cancellation: wherever the model's stream waits (``generate`` adds no checkpoint of its
+    own: a stream whose parts are all at hand is reduced without one); the stream is closed on
+    every exit (see :func:`close_stream`).
     """
     reducer = ResponseReducer()
     routed = None if answered is None else getattr(model, "stream_routed", None)
