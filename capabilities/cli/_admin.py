@@ -40,7 +40,7 @@ from capabilities.durable import (
 )
 from capabilities.storage import Database, StorageError, sweep_media
 from effectagent import Agent, Layer, Toolkit
-from effectagent.core import LogEntry
+from effectagent.core import LogEntry, ToolApprovalRequested
 from effectagent.engine import RunListenerService
 
 from .._ids import new_id
@@ -200,11 +200,16 @@ async def _status(args: argparse.Namespace, queue: DurableQueue, console: Consol
 
 
 def _entry(entry: LogEntry) -> dict[str, Any]:
-    """A record of a run's tail as identifiers: its type, turn and the tool call it is about."""
+    """A record of a run's tail as identifiers: its type, turn and the tool call it is about (an
+    approval request's is its request's: the requests left undecided are where a suspended run
+    stopped, no record marks it)."""
     record = entry.record
     out: dict[str, Any] = {"seq": entry.seq, "type": type(record).__name__}
+    about = record.request if isinstance(record, ToolApprovalRequested) else None
     for name in ("turn", "tool_call_id", "tool_name"):
         value = getattr(record, name, None)
+        if value is None and about is not None:
+            value = getattr(about, name, None)
         if value is not None:
             out[name] = value
     return out

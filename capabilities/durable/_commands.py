@@ -27,6 +27,7 @@ from ._model import (
 )
 from ._reading import fold_run
 from ._store import (
+    SUSPENDED,
     audit,
     finalize,
     list_unknown,
@@ -213,7 +214,10 @@ def decide(
     """Record a decision for one call of a suspended run (a ``ToolApprovalDecided`` bound to
     the call's recorded request) and, once every call of the suspension has one, put the
     submission back in its lane's queue; return the ledger row after and the calls still
-    waiting. Raises :class:`NoPendingApproval` when the call waits for no decision."""
+    waiting. A submission still ``active`` whose run's log shows it suspended (its worker had
+    not marked it yet, or died first) is marked suspended here, audited as its worker would
+    have: the decision fences that worker out. Raises :class:`NoPendingApproval` when the call
+    waits for no decision."""
     submission = _require(conn, submission_id)
     if submission.status not in ("suspended", "active") or submission.settlement is not None:
         raise NoPendingApproval(
@@ -240,6 +244,22 @@ def decide(
         raise NoPendingApproval(submission_id, tool_call_id, "no approval request was recorded")
     lane = take(conn, conversation_id, attempt_id, now)
     epoch = lane.epoch
+    status = submission.status
+    if status == "active" and mark(conn, None, submission_id, "suspend", "suspended"):
+        # Its run suspended (its requests wait in the log), and the claim that took it there
+        # had not marked it yet (or died first): taking the lane fences that claim out, so it
+        # never will. Marked here as it would have — a suspension spends nothing of the retry
+        # budget (the ``suspended`` audit row: no record in the log says it suspended).
+        status = "suspended"
+        audit(
+            conn,
+            submission_id=submission_id,
+            conversation_id=conversation_id,
+            epoch=epoch,
+            now=now,
+            kind=SUSPENDED,
+            detail={"run_id": submission.run_id},
+        )
     decision = ApprovalDecision.for_request(request, approved, reason, decided_by=author)
     record = ToolApprovalDecided(
         conversation_id=conversation_id,
@@ -250,7 +270,7 @@ def decide(
     )
     append_work(conversation_id, [record])(conn)
     left = tuple(c for c in pending if c != tool_call_id)
-    if not left and submission.status == "suspended":
+    if not left and status == "suspended":
         mark(conn, None, submission_id, "decided", "queued", next_attempt_at=now)
     audit(
         conn,

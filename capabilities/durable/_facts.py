@@ -150,6 +150,8 @@ class FactsFolder:
         if kind is ToolApprovalDecided:
             self._decided.add(record.tool_call_id)
             return  # a decision does not end a suspension
+        if kind.__name__ == "RunSuspendedRecord":
+            return  # legacy (an older version marked its suspensions so): says nothing more
         if kind is ToolApprovalRequested:
             # The batch waits on its approvals: its calls are prepared only once they are
             # decided — a durable approval that is not decided at once suspends the run here.

@@ -113,7 +113,8 @@ async def _read_run(worker: DurableWorker, claimed: Claimed) -> tuple[FactsFolde
 
 async def _spent(worker: DurableWorker, claimed: Claimed) -> int:
     """The claims that count against the submission's retry budget: this one and every earlier
-    one but those its workers gave back as they stopped (``_store.given_back``)."""
+    one since its last ``retry`` but those its workers gave back as they stopped and those that
+    took its run to a suspension (``_store.given_back``)."""
     sid = claimed.submission.submission_id
     stopped = await worker.database.read(lambda conn: given_back(conn, sid))
     return max(claimed.submission.attempts - stopped, 1)

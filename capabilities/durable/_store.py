@@ -647,11 +647,15 @@ SUSPENDED: Final = "suspended"
 def given_back(conn: Connection, submission_id: str) -> int:
     """How many of the submission's claims spent nothing of its retry budget: those its workers
     gave back as they stopped (the :data:`STOPPED` audit rows) and those that took its run to a
-    suspension (:data:`SUSPENDED`) — a stop, or a wait for a decision, is no failed attempt."""
+    suspension (:data:`SUSPENDED`) — a stop, or a wait for a decision, is no failed attempt.
+    Only those since its last ``retry`` count: that gave it a fresh budget (its ``attempts``
+    start again from 0), which claims given back before it must not widen."""
     return int(
         conn.execute(
-            "SELECT count(*) FROM durable_audit WHERE submission_id = ? AND kind IN (?, ?)",
-            (submission_id, STOPPED, SUSPENDED),
+            "SELECT count(*) FROM durable_audit WHERE submission_id = ? AND kind IN (?, ?) "
+            "AND id > COALESCE((SELECT max(id) FROM durable_audit WHERE submission_id = ? "
+            "AND kind = 'retry'), 0)",
+            (submission_id, STOPPED, SUSPENDED, submission_id),
         ).fetchone()[0]
     )
 

@@ -14,8 +14,9 @@ unfenced :class:`~._log.SqliteConversationLog`. Its appends say enough to hold t
 * the append of its terminal record (completed, failed, interrupted) **releases** the lane in the
   same transaction, and steering still queued for the run expires. A run that suspends for
   approval decisions writes no record of it (its approval requests are where it stopped): its
-  lane is let go when the engine tells the storage's steering inbox that the run ended
-  suspended, as for a run whose terminal record could not be written (:meth:`RunHolds.release`).
+  lane is let go when the runtime tells the log (a ``RunObserver``) — and the storage's steering
+  inbox, when there is one — that the run ended suspended, as for a run whose terminal record
+  could not be written (:meth:`RunHolds.release`).
 
 While a hold lasts, a task of the process renews its lease (every third of it: 10 s for the
 default 30 s lease); a process that is killed stops renewing, and its holds free themselves when
@@ -28,8 +29,9 @@ a run not held here is refused while anyone's lease is live (a run refused at it
 writes its failure).
 
 A run can also claim its lane before it writes anything (:meth:`RunHolds.claim`, used by
-``SqliteConversationLog.claim``), so that a second run is refused before it starts; its first
-append then finds the lane its own. :meth:`RunHolds.release` lets a run's lane go when its
+``SqliteConversationLog.claim`` — and by its ``run_started`` for a run resumed from its records,
+which records no input), so that a second run is refused before it starts; its first append then
+finds the lane its own. :meth:`RunHolds.release` lets a run's lane go when its
 terminal record could not be written; closing the database releases what is still held.
 
 :func:`shape_of` and :func:`decide` are the pure part; :class:`RunHolds` the bookkeeping of one

@@ -18,8 +18,11 @@ Several processes may write one file, so every append is checked against the con
   first; when it raises, the append is refused with :class:`LaneLost` (the fence's words), and
   nothing of it — nor of the steering it would mark delivered — is written;
 * a log without one holds the lane for each plain run (``_holds``): the append of a run's input
-  claims it, the run's later appends must still hold it, its terminal record releases it; an
-  append is refused with :class:`ConversationInUse` while a run elsewhere holds the lane, and
+  claims it (a resumed run, which records no input, claims it as it starts: the runtime tells
+  the log, :meth:`SqliteConversationLog.run_started`), the run's later appends must still hold
+  it, its terminal record releases it — or, for a run that suspended for approval decisions (no
+  record marks that), the run's end (:meth:`SqliteConversationLog.run_ended`); an append is
+  refused with :class:`ConversationInUse` while a run elsewhere holds the lane, and
   with :class:`LaneLost` when the run's own hold was taken over.
 
 A run the process was running when it died stays as far as its last append got (recovering it is
@@ -47,6 +50,7 @@ from typing import Final, final
 import trio
 
 from effectagent.core import LogEntry, Record
+from effectagent.engine import RunEnding, RunInfo
 
 from .._rules import NOT_STORABLE, storable, strings, too_long_id
 from ._codec import EncodedRecord, RecordCodec
@@ -347,7 +351,8 @@ class SqliteConversationLog:
     async def claim(self, conversation_id: str, run_id: str) -> None:
         """Hold the conversation's lane for the run ``run_id`` before it writes anything, so a
         second run is refused before it starts (:class:`ConversationInUse`, nothing written); the
-        run's appends then find the lane their own, and its terminal record lets it go. Claiming
+        run's appends then find the lane their own, and its terminal record lets it go (or its
+        end, told to :meth:`run_ended`, when it suspended). Claiming
         again for the same run changes nothing. With a ``fence``, the lane is its holder's
         business: nothing happens. Raises :class:`IdNotStorable` for a conversation or run ID
         holding NUL or a lone surrogate or longer than 512 bytes in UTF-8, before anything is
@@ -369,8 +374,9 @@ class SqliteConversationLog:
             raise LogClosed(conversation_id) from None
 
     async def release(self, conversation_id: str, run_id: str) -> None:
-        """Let go of the lane held for ``run_id`` if it still is (its terminal record, which
-        does so, was not written); nothing otherwise. Never raises a storage error: a lane that
+        """Let go of the lane held for ``run_id`` if it still is (no terminal record let it go:
+        the run suspended for approval decisions, which no record marks, or its terminal record
+        could not be written); nothing otherwise. Never raises a storage error: a lane that
         cannot be released frees itself when its lease runs out.
 
         Cancellation: all or nothing (one write)."""
@@ -379,6 +385,31 @@ class SqliteConversationLog:
         except Exception as exc:
             if not (isinstance(exc, StorageError) or driver_error(exc)):
                 raise
+
+    async def run_started(self, run: RunInfo) -> None:
+        """Hold the run's lane (:meth:`claim`; a runtime tells its log, as a ``RunObserver``,
+        when each run starts and ends): a new run's input record claimed it already, and a run
+        resumed from its records — which writes no input — claims it here, so two processes
+        never resume one run at once. Raises :class:`ConversationInUse` (the run fails, nothing
+        written) while a run elsewhere holds it.
+
+        Cancellation: all or nothing (one write)."""
+        if self.fence is not None:  # the lane is its holder's business
+            await trio.lowlevel.checkpoint()
+            return
+        await self.claim(run.conversation_id, run.run_id)
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        """The run is over for now: let go of the lane held for it, if it still is
+        (:meth:`release`) — a run that suspended wrote no record that would, and another
+        runtime, here or in another process, may resume it or run the conversation. Never
+        raises a storage error.
+
+        Cancellation: the runtime calls it shielded; all or nothing (one write)."""
+        if self.fence is not None:  # the lane is its holder's business
+            await trio.lowlevel.checkpoint()
+            return
+        await self.release(run.conversation_id, run.run_id)
 
     async def entries(
         self, conversation_id: str, *, after: int = 0, limit: int | None = None

@@ -303,6 +303,23 @@ class RunFailedRecord:
 
 @_fast_init
 @attrs.frozen(slots=True, kw_only=True)
+class RunSuspendedRecord:
+    """Legacy: what versions before this one appended when a run suspended for approval
+    decisions. Nothing writes it now — a suspension leaves no record (it is no end of the run:
+    its approval requests, undecided, are where it stopped) — and nothing reads meaning into
+    it: it stays a member of :data:`Record` only so that a log holding one still reads. Not
+    exported."""
+
+    conversation_id: str
+    run_id: str
+    turn: int
+    tool_call_ids: tuple[str, ...]
+    reason: str
+    at: float
+
+
+@_fast_init
+@attrs.frozen(slots=True, kw_only=True)
 class AgentStateWritten:
     """A write to persistent agent state, committed in the same transaction as this record.
 
@@ -334,6 +351,7 @@ Record: TypeAlias = (
     | AgentStateWritten
     | InstructionsRecorded
     | ModelUsageRecorded
+    | RunSuspendedRecord  # legacy: read, never written (see its class)
 )
 
 

@@ -3,8 +3,8 @@
 The beginning records the run's input (and its conversation, if new) and builds its prompt and
 state — or, for a run resumed from its records, folds them into its state (``_resume``) — and
 tells the run observers; each turn's tools come from the agent's tool sources. The endings write
-the run's terminal record — or its suspension — and hand over its terminal event, with nothing in
-between. The driver (``_driver``) holds the run's state and interprets the machine's commands;
+the run's terminal record — a suspension writes none, only what waited for its next append — and
+hand over its terminal event, with nothing in between. The driver (``_driver``) holds the run's state and interprets the machine's commands;
 these methods are its own, kept apart to keep each module readable.
 """
 

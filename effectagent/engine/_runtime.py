@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Coroutine, Iterable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, final, overload
+from typing import Any, cast, final, overload
 
 import trio
 from typing_extensions import TypeVar, Unpack
@@ -204,7 +204,17 @@ class Runtime:
             for tool in (outer, *outer.inner_tools):  # a brokered tool's inner tools too
                 given[tool] = ctx.require(tool.handler_key)
         handlers, reconcilers = split_handlers(given)
-        observers: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
+        listed: Sequence[RunObserver] = ctx.get(RunObserversService) or ()
+        observers = tuple(listed)
+        log = self._log
+        if callable(getattr(log, "run_started", None)) and callable(
+            getattr(log, "run_ended", None)
+        ):
+            # A log that is a RunObserver is told too, last: one that holds a conversation's
+            # lane for each run claims it as a resumed run starts (which records no input) and
+            # lets it go as the run ends — a run that suspends writes no record that would
+            # (``capabilities.storage``).
+            observers += (cast("RunObserver", log),)
         models = resolve_models(agent, ctx)
         model = models.turns
         prices = ctx.get(PricesService)
@@ -231,7 +241,7 @@ class Runtime:
             compactor=ctx.get(CompactorService),
             inbox=ctx.get(SteeringInboxService),
             system=SystemMessage(system_instructions(instructions, output, models)),
-            observers=tuple(observers),
+            observers=observers,
             output=output,
             digest_arguments=self._digest,
             count_tokens=counter.count if counter is not None else estimate_tokens,

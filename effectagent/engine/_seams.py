@@ -353,7 +353,9 @@ class RunObserver(Protocol):
         ...
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
-        """The run has written its terminal record. Told once, in order, to each observer whose
+        """The run has written its terminal record — or, ``ending == "suspended"``, this execution
+        of it stopped to wait for approval decisions (no record marks that: its approval requests
+        are where it stopped). Told once, in order, to each observer whose
         ``run_started`` was called for this run — also when that call raised or was cancelled —
         and to no other. Called shielded (a cancelled run's observers still hear it end); what
         it raises is logged, never changes the run's outcome."""

@@ -12,6 +12,7 @@ import trio.testing
 
 from capabilities import sqlite_storage
 from capabilities.approval import ApprovalRule, PolicyApproval, ScriptedApproval, SuspendingApproval
+from capabilities.storage import SqliteConversationLog, open_database
 from effectagent import ToolCallContext, open_runtime
 from effectagent.core import (
     ApprovalRequest,
@@ -223,4 +224,143 @@ async def test_a_suspended_run_on_sqlite_lets_its_lane_go_for_another_runtime_to
         ) as b:
             resumed = await b.resume(AGENT, conversation_id="c", run_id=first.run_id)
     assert resumed.status == "completed", resumed.error
+    assert handled == ["w1"]
+
+
+async def test_a_suspended_run_on_a_sqlite_log_without_steering_lets_its_lane_go(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A runtime over a bare ``SqliteConversationLog`` (no steering inbox to tell of the run's
+    end) still lets a suspended run's lane go: the log hears the run end. Another runtime on the
+    file resumes it, and the first one runs the conversation on."""
+    handled: list[str] = []
+
+    async def handle(params: FileParams, call: ToolCallContext) -> str:
+        handled.append(call.tool_call_id)
+        return "ok"
+
+    handlers = AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle))
+    turns = [calls_turn(("write_file", "/tmp/a", 1, "w1")), Turn.text("Written.")]
+    path = tmp_path / "runs.db"
+    async with open_database(path) as one, open_database(path) as two:
+        first_layer = (
+            handlers
+            + ScriptedModel([turns[0], Turn.text("Again.")]).as_layer()
+            + SuspendingApproval().layer()
+            + Layer.succeed(ConversationLogService, SqliteConversationLog(one))
+        )
+        async with open_runtime(first_layer, agents=[AGENT]) as a:
+            first = await a.run(AGENT, "Write.", conversation_id="c", create=True)
+            assert first.status == "suspended"
+            (pending,) = pending_approvals(await a.log.entries("c"), first.run_id)
+            decided = approval_decided(pending, approved=True, decided_by="ann", at=1.0)
+            await a.log.append("c", [decided])
+            second_layer = (
+                handlers
+                + ScriptedModel(turns[1:]).as_layer()
+                + SuspendingApproval().layer()
+                + Layer.succeed(ConversationLogService, SqliteConversationLog(two))
+            )
+            async with open_runtime(second_layer, agents=[AGENT]) as b:
+                resumed = await b.resume(AGENT, conversation_id="c", run_id=first.run_id)
+            assert resumed.status == "completed", resumed.error
+            again = await a.run(AGENT, "Once more.", conversation_id="c")
+    assert again.status == "completed", again.error
+    assert handled == ["w1"]
+
+
+async def test_two_runtimes_resuming_one_suspended_run_on_sqlite_run_its_batch_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A resumed run writes no input record, which would claim its lane: it claims it as it
+    starts, so of two runtimes on the file resuming it at once, one runs the batch and the other
+    is refused before it writes anything."""
+    handled: list[str] = []
+    started, refused = trio.Event(), trio.Event()
+
+    async def handle(params: FileParams, call: ToolCallContext) -> str:
+        handled.append(call.tool_call_id)
+        if len(handled) == 1:
+            started.set()
+            await refused.wait()  # still running while the other resume is tried
+        return "ok"
+
+    handlers = AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle))
+    path = tmp_path / "runs.db"
+
+    def layer(*turns: Turn) -> Layer:
+        model = ScriptedModel(list(turns)).as_layer()
+        return (handlers + model + SuspendingApproval().layer()).provide_merge(sqlite_storage(path))
+
+    first_layer = layer(calls_turn(("write_file", "/tmp/a", 1, "w1")))
+    async with open_runtime(first_layer, agents=[AGENT]) as a:
+        first = await a.run(AGENT, "Write.", conversation_id="c", create=True)
+        (pending,) = pending_approvals(await a.log.entries("c"), first.run_id)
+        decided = approval_decided(pending, approved=True, decided_by="ann", at=1.0)
+        await a.log.append("c", [decided])
+    results: list[str] = []
+
+    async def resume(wait: bool) -> None:
+        async with open_runtime(layer(Turn.text("Written.")), agents=[AGENT]) as runtime:
+            if wait:
+                await started.wait()
+            resumed = await runtime.resume(AGENT, conversation_id="c", run_id=first.run_id)
+            results.append(resumed.status)
+            if wait:
+                refused.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(resume, False)
+        nursery.start_soon(resume, True)
+    assert sorted(results) == ["completed", "failed"]
+    assert handled == ["w1"]
+    async with open_runtime(layer(), agents=[AGENT]) as c:
+        ends = [e.record for e in await c.log.entries("c") if "Run" in type(e.record).__name__]
+    assert [type(r).__name__ for r in ends] == ["RunCompletedRecord"]
+
+
+async def test_a_log_an_older_version_marked_a_suspension_in_still_reads_and_resumes(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Versions before this one appended a ``RunSuspendedRecord`` as a run suspended: such a
+    log still decodes, its run resumes once decided, and its conversation runs on."""
+    from effectagent.core._records import RunSuspendedRecord
+
+    handled: list[str] = []
+
+    async def handle(params: FileParams, call: ToolCallContext) -> str:
+        handled.append(call.tool_call_id)
+        return "ok"
+
+    handlers = AGENT.toolkit.handlers(dict.fromkeys(TOOLS, handle))
+    path = tmp_path / "runs.db"
+    turns = [
+        calls_turn(("write_file", "/tmp/a", 1, "w1")),
+        Turn.text("Written."),
+        Turn.text("Again."),
+    ]
+    layer = handlers + ScriptedModel(turns).as_layer() + SuspendingApproval().layer()
+    async with open_runtime(layer.provide_merge(sqlite_storage(path)), agents=[AGENT]) as rt:
+        first = await rt.run(AGENT, "Write.", conversation_id="c", create=True)
+        assert first.status == "suspended"
+        legacy = RunSuspendedRecord(
+            conversation_id="c",
+            run_id=first.run_id,
+            turn=1,
+            tool_call_ids=("w1",),
+            reason="waiting for an approval decision",
+            at=1.0,
+        )
+        await rt.log.append("c", [legacy])  # as an older version wrote it
+    async with open_runtime(layer.provide_merge(sqlite_storage(path)), agents=[AGENT]) as rt:
+        entries = await rt.log.entries("c")
+        assert type(entries[-1].record).__name__ == "RunSuspendedRecord"  # read back
+        (pending,) = pending_approvals(entries, first.run_id)
+        await rt.log.append(
+            "c", [approval_decided(pending, approved=True, decided_by="ann", at=2.0)]
+        )
+        resumed = await rt.resume(AGENT, conversation_id="c", run_id=first.run_id)
+        again = await rt.run(AGENT, "Once more.", conversation_id="c")
+    assert (resumed.status, resumed.text) == ("completed", "Written."), resumed.error
+    assert again.status == "completed", again.error
     assert handled == ["w1"]

@@ -356,6 +356,17 @@ def test_a_call_needing_approval_suspends_and_admin_decide_resumes_it_without_th
     assert "suspended" in said
     assert "waits for a decision on call_1 (demo_add" in said
     assert as_json(env, "status", submission)["waiting"][0]["tool_call_id"] == "call_1"
+    # No record marks the suspension: explain's tail ends with the request it waits on, named.
+    tail = as_json(env, "explain", submission)["tail"]
+    assert tail[-1] == {
+        "seq": tail[-1]["seq"],
+        "type": "ToolApprovalRequested",
+        "tool_call_id": "call_1",
+        "tool_name": "demo_add",
+    }
+    assert "ToolApprovalRequested  tool_name demo_add tool_call_id call_1" in ok(
+        env, "explain", submission
+    )
 
     decided = ok(env, "decide", submission, "call_1", "allow", "--reason", "fine")
     assert (

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import attrs
+
 from capabilities.durable._facts import FactsFolder
 from capabilities.durable._failpoints import crossed_by
 from effectagent.core import (
@@ -114,3 +116,17 @@ def test_an_append_leaving_a_request_undecided_crosses_after_suspend() -> None:
     # Every request decided in the append that carries it: nothing suspends there.
     assert crossed_by([request, decided]) is None
     assert crossed_by([_response("a"), request, decided]) == "after-model-response"
+
+
+def test_a_legacy_suspension_record_an_older_version_wrote_changes_nothing() -> None:
+    """Logs written before suspensions left no record hold a ``RunSuspendedRecord`` after the
+    requests: it still reads (a member of ``Record``) and the facts are the same without it."""
+    from effectagent.core._records import RunSuspendedRecord
+
+    legacy = RunSuspendedRecord(
+        conversation_id=CONV, run_id=RUN, turn=1, tool_call_ids=("a",), reason="wait", at=0.0
+    )
+    asked: list[Record] = [_INPUT, _response("a"), _requested("a")]
+    with_legacy = _fold([*asked, legacy]).facts()
+    assert attrs.evolve(with_legacy, records=3) == _fold(asked).facts()  # one record more
+    assert _fold([*asked, legacy]).pending_decisions == ("a",)

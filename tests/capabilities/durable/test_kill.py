@@ -299,6 +299,36 @@ def test_a_suspension_and_a_decision_survive_kills_around_them(store: Stores) ->
     assert result.records["ToolApprovalDecided"] == 1
 
 
+def test_a_retry_gives_a_fresh_budget_that_earlier_suspensions_do_not_widen(
+    store: Stores,
+) -> None:
+    """A suspension spends nothing of the retry budget; once a dead-lettered submission is given
+    a fresh one (``retry``), the claims given back before it no longer count: its budget is the
+    worker's ``max_attempts`` (8) failed claims again, not one more per earlier suspension."""
+    [sid] = submit(store, [("c", "calls:transfer")])
+    assert worker(store) == 0  # suspends: a claim that spends nothing
+    assert worker(store, "--decide", sid, "call_0") == 0
+
+    def fail_claims(times: int) -> None:
+        for _ in range(times):
+            assert worker(store, failpoint="after-claim") == -signal.SIGKILL
+
+    fail_claims(8)
+    assert worker(store) == 0
+    [dead] = outcome(store).submissions
+    assert (dead.status, dead.attempts) == ("dead", 10)  # 1 suspended, 8 failed, 1 past them
+
+    async def retry() -> None:
+        async with store.open() as database:
+            await DurableQueue(database).retry(sid)
+
+    trio.run(retry)
+    fail_claims(8)
+    assert worker(store) == 0
+    [again] = outcome(store).submissions
+    assert (again.status, again.attempts) == ("dead", 9)
+
+
 def test_a_settlement_a_worker_writes_itself_survives_kills_between_its_steps(
     store: Stores,
 ) -> None:

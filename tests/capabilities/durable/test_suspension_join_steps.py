@@ -9,7 +9,7 @@ import attrs
 import pytest
 import trio
 
-from capabilities.durable._model import NoPendingApproval, WorkerOptions
+from capabilities.durable._model import NoPendingApproval, RetryBudget, WorkerOptions
 from capabilities.durable._queue import DurableQueue
 from capabilities.durable._steps import SqliteStepStore
 from capabilities.durable._worker import DurableWorker, _joinable
@@ -24,7 +24,8 @@ from effectagent.ai import (
     UserMessage,
 )
 from effectagent.core import Agent
-from effectagent.effect import Layer
+from effectagent.effect import Layer, ServiceKey
+from effectagent.engine import RunEnding, RunInfo, observe_runs
 from effectagent.testing import FunctionModel, Turn
 
 from .helpers import Clock, HandWorker, Stores, rows
@@ -116,6 +117,65 @@ async def test_a_run_waiting_for_approval_suspends_without_a_lane_and_a_decision
         # the model was asked for the call once and once after its result: never again for the
         # suspended batch
         assert model_calls == ["UserMessage", "ToolMessage"]
+        assert await q.verify("c") == ()
+
+
+class _DecidesAtOnce:
+    """A run observer of the worker's runtime that decides every call a suspended run waits on
+    as soon as the run ends suspended: before its worker marks the submission suspended."""
+
+    def __init__(self, queue: DurableQueue) -> None:
+        self.queue = queue
+        self.statuses: list[str] = []
+
+    async def run_started(self, run: RunInfo) -> None:
+        pass
+
+    async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
+        if ending != "suspended":
+            return
+        for submission in await self.queue.submissions(run.conversation_id):
+            for request in await self.queue.waiting(submission.submission_id):
+                decided, _ = await self.queue.decide(
+                    submission.submission_id, request.tool_call_id, True, author="bot"
+                )
+                self.statuses.append(decided.status)
+
+
+async def test_decisions_made_before_the_worker_marks_the_suspension_spend_no_retry_budget(
+    store: Stores,
+) -> None:
+    """A decision may come while the submission is still active — its run's requests are in the
+    log, its worker has not marked it suspended yet. The decision takes the lane (its worker can
+    no longer mark it), so the decision marks the suspension itself: a run that asks for
+    approval at every turn, decided at once each time, is never dead-lettered for it."""
+    transfers: list[int] = []
+    turns = 4
+
+    def respond(request: ModelRequest) -> Turn | str:
+        asked = sum(1 for message in request.messages if not isinstance(message, UserMessage))
+        if asked // 2 < turns:
+            return Turn.tool_calls(("transfer", {"cents": asked}, f"call-{asked}"))
+        return "all paid"
+
+    agent, layer = _payer(respond, transfers)
+    key: ServiceKey[_DecidesAtOnce] = ServiceKey("test.decides_at_once")
+    options = WorkerOptions(
+        poll_interval=0.02, lease=5.0, retry=RetryBudget(max_attempts=2, base=0.01, cap=0.02)
+    )
+    async with store.open() as db:
+        q = DurableQueue(db)
+        decider = _DecidesAtOnce(q)
+        observed = layer + observe_runs(key).provide_merge(Layer.succeed(key, decider))
+        sid = (
+            await q.submit("payer", "pay", conversation_id="c", idempotency_key="k", principal="p")
+        ).submission_id
+        with trio.fail_after(60):
+            await DurableWorker(db, observed, [agent], options=options).run(until_idle=True)
+        found = await q.status(sid)
+        assert found.status == "completed", found
+        assert len(transfers) == turns
+        assert decider.statuses == ["queued"] * turns  # marked suspended, then put back
         assert await q.verify("c") == ()
 
 
