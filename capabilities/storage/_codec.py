@@ -14,7 +14,8 @@ Two rules the stock converter does not know are configured here, as plain functi
   the declared class would drop the subclass and its fields, so a ``RunError`` is stored with its
   stable ``tag`` (``{"_tag": "BudgetExhausted", "dimension": …}``) and decoded back into the class
   of that tag — a tagged union over the attrs subclasses, found when first needed (a subclass
-  defined later is found then too). A tag two classes share cannot be written.
+  defined later is found then too). A tag two classes share cannot be written. A field at its
+  default value is left out (it decodes back to it).
 * Records are encoded by their own class; the tag column says which class decodes the body.
 
 Pure: no I/O. The SQLite log calls :meth:`RecordCodec.encode` in the caller's task (so a record
@@ -96,7 +97,11 @@ class _RunErrorTags:
             raise TypeError(f"the RunError tag {cls.tag!r} does not name {cls.__qualname__} alone")
         fields = self._unstructure.get(cls)
         if fields is None:
-            fields = self._unstructure[cls] = make_dict_unstructure_fn(cls, self._converter)
+            # A field at its default is not stored (it decodes back to it): a field added to a
+            # RunError with a default leaves every error stored without it as it was.
+            fields = self._unstructure[cls] = make_dict_unstructure_fn(
+                cls, self._converter, _cattrs_omit_if_default=True
+            )
         data: dict[str, Any] = {"_tag": cls.tag}
         data.update(fields(error))
         return data

@@ -64,20 +64,18 @@ def test_a_run_error_keeps_its_subclass_and_fields() -> None:
         "dimension": "turns",
         "used": 3.0,
         "limit": 3.0,
-        "refused_batch": 0,
-    }
+    }  # (its refused_batch at its default, 0, is not stored)
     back = CODEC.decode("c", 1, *CODEC.encode(record)[:3])
     assert isinstance(back, RunFailedRecord)
     assert type(back.error) is BudgetExhausted
     assert attrs.astuple(back.error) == ("turns", 3.0, 3.0, 0)
-    # A record stored before ``refused_batch`` existed reads back with none refused.
-    kind, version, stored, _ = CODEC.encode(record)
-    older = json.loads(stored)
-    del older["error"]["refused_batch"]
-    old = CODEC.decode("c", 1, kind, version, json.dumps(older))
-    assert isinstance(old, RunFailedRecord)
-    assert type(old.error) is BudgetExhausted
-    assert attrs.astuple(old.error) == ("turns", 3.0, 3.0, 0)
+    refused = attrs.evolve(record, error=BudgetExhausted("tool_calls", 3.0, 2.0, 3))
+    _, _, body, _ = CODEC.encode(refused)
+    assert json.loads(body)["error"]["refused_batch"] == 3
+    again = CODEC.decode("c", 1, *CODEC.encode(refused)[:3])
+    assert isinstance(again, RunFailedRecord)
+    assert isinstance(again.error, BudgetExhausted)
+    assert attrs.astuple(again.error) == ("tool_calls", 3.0, 2.0, 3)
 
 
 def test_the_base_run_error_reads_back_too() -> None:
