@@ -247,6 +247,8 @@ class DurableQueue:
             for index, part in enumerate(given):
                 if isinstance(part, str) and not part.strip():
                     raise ValueError(f"text: item {index} is text that is empty or only spaces")
+                if isinstance(part, str) and not storable(part):  # as a str text is refused
+                    raise ValueError(f"text: item {index} must not hold NUL or a lone surrogate")
             kept = redact(text)
             if content is not None:  # the input's order and its media by digest
                 text, parts, _ = stored(content, _unchanged)

@@ -489,10 +489,10 @@ class DurableWorker:
             # Before the first look for work: what is admitted after it wakes this worker.
             top.start_soon(self._hear, await self.database.listen())
             await top.start(self._host_runs)
-            await self._log_overdue()
-            top.start_soon(self._keep)
-            task_status.started()
-            try:
+            try:  # from here on the runs' host is shielded: only this lets it end
+                await self._log_overdue()
+                top.start_soon(self._keep)
+                task_status.started()
                 await self._loop(runtime, until_idle)
             finally:
                 with trio.CancelScope(shield=True):
@@ -513,11 +513,15 @@ class DurableWorker:
 
     async def _host_runs(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         # Shielded: a caller's cancellation reaches the runs only after the lanes are let go.
-        with trio.CancelScope(shield=True) as scope:
+        with trio.CancelScope() as scope:
             self._runs_scope = scope
             async with trio.open_nursery() as nursery:
                 self._runs = nursery
                 task_status.started()
+                # A start cancelled meanwhile left this task where it was (Trio does not move
+                # it into ``top``): end now, or the start would wait forever for a shielded task.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                scope.shield = True
                 await trio.sleep_forever()
 
     async def _loop(self, runtime: Any, until_idle: bool) -> None:
@@ -597,7 +601,8 @@ class DurableWorker:
         """Whether no submission is left that a worker could take without someone acting: none
         queued, active or joining — but for those in a quarantined conversation and those that
         wait behind a suspended or dead-lettered submission of their conversation (its lane
-        stays blocked until that one is decided, aborted or requeued)."""
+        stays blocked until that one is decided, aborted or requeued). A read the store fails
+        (a connection lost, a server restarting) is "not idle": the next poll looks again."""
 
         def read(conn: Connection) -> bool:
             found = conn.execute(
@@ -610,7 +615,11 @@ class DurableWorker:
             ).fetchone()
             return found is None
 
-        return await self.database.read(read)
+        try:
+            return await self.database.read(read)
+        except Exception as exc:  # the store is failing for a moment: not idle, look again
+            log_warning("durable idle check failed", error=type(exc).__name__)
+            return False
 
     async def _let_go(self) -> None:
         """Let every lane go: the submissions wait for a worker again, now."""

@@ -296,9 +296,18 @@ class SaidFound:
 
 def _said(rows: Sequence[tuple[Any, ...]]) -> list[Said]:
     return [
-        Said(str(c), int(seq), str(who), float(at or 0.0), str(text))
+        Said(str(c), int(seq), str(who), float(at or 0.0), _text_of(text))
         for c, seq, who, at, text in rows
     ]
+
+
+def _text_of(data: object) -> str:
+    """A message's text read as bytes (``CAST(text AS BLOB)``): SQLite's JSON functions write a
+    lone surrogate the record holds (``"\\ud800"``) as its three bytes, which are not UTF-8 —
+    read as text, the whole search failed. Decoded back to the str the record holds."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", "surrogatepass")
+    return str(data)
 
 
 def _matching(
@@ -312,7 +321,8 @@ def _matching(
         memory.execute(f"CREATE VIRTUAL TABLE tail USING fts5(text, {_TOKENIZE})")
         memory.executemany(
             "INSERT INTO tail (rowid, text) VALUES (?, ?)",
-            ((place, row[4]) for place, row in enumerate(tail)),
+            # (as the bytes the stored index was given: a lone surrogate is no UTF-8)
+            ((place, row[4].encode("utf-8", "surrogatepass")) for place, row in enumerate(tail)),
         )
         places = memory.execute(
             "SELECT rowid FROM tail WHERE tail MATCH ? ORDER BY rowid LIMIT ?", (expression, limit)
@@ -332,10 +342,12 @@ def unindexed(
     late = behind(conn) if late is None else late
     if not late:
         return [], 0
-    rows = conn.execute(
-        f"{_UNINDEXED} ORDER BY at DESC, conversation_id DESC, seq DESC", (json.dumps(late),)
+    rows = conn.execute(  # the text as bytes: see _text_of
+        "SELECT conversation_id, seq, who, at, CAST(text AS BLOB) "
+        f"FROM ({_UNINDEXED}) ORDER BY at DESC, conversation_id DESC, seq DESC",
+        (json.dumps(late),),
     )
-    newest = list(itertools.islice(rows, bound)) if bound > 0 else []
+    newest = [(*row[:4], _text_of(row[4])) for row in itertools.islice(rows, max(bound, 0))]
     return newest, sum(1 for _ in rows)
 
 
@@ -352,7 +364,7 @@ def _searched(
     hits = _matching(tail, expression, limit) if expression and limit > 0 and tail else []
     if expression is not None and len(hits) < limit:
         hits += conn.execute(
-            "SELECT said.conversation_id, said.seq, said.who, said.at, said.text "
+            "SELECT said.conversation_id, said.seq, said.who, said.at, CAST(said.text AS BLOB) "
             "FROM said_index JOIN said ON said.rowid = said_index.rowid "
             "WHERE said_index MATCH ? ORDER BY said_index.rowid DESC LIMIT ?",
             (expression, limit - len(hits)),

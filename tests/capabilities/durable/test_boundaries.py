@@ -181,6 +181,27 @@ async def test_text_no_database_keeps_is_refused_alike_on_both_backends(
         assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
 
 
+@pytest.mark.parametrize("bad", ["c\x00", "c\ud800"])
+async def test_a_text_part_no_database_keeps_is_refused_alike_on_both_backends(
+    store: Stores, bad: str
+) -> None:
+    """Text given as a sequence of parts, one holding NUL or a lone surrogate: SQLite admitted a
+    NUL, PostgreSQL refused it as a database error (``WriteFailed``), and a lone surrogate was a
+    raw UnicodeEncodeError on both. It is a ValueError naming the item, as for a str text,
+    nothing admitted."""
+    async with store.open() as db:
+        q = DurableQueue(db)
+        for text in ([bad], ["fine", bad]):
+            with pytest.raises(
+                ValueError,
+                match=rf"^text: item {len(text) - 1} must not hold NUL or a lone surrogate$",
+            ):
+                await q.submit(
+                    "a", text, conversation_id="conv", idempotency_key="k", principal="ann"
+                )
+        assert await rows(db, "SELECT count(*) FROM submissions") == [(0,)]
+
+
 async def test_identifiers_too_long_for_a_key_are_refused_alike_on_both_backends(
     store: Stores,
 ) -> None:

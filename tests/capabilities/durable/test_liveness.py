@@ -32,7 +32,7 @@ from capabilities.durable import (
     classify,
 )
 from capabilities.storage import Database
-from capabilities.storage._errors import WriteFailed
+from capabilities.storage._errors import ReadFailed, WriteFailed
 from effectagent.ai import ModelRequest, Tool, ToolCallContext, Toolkit, ToolMessage
 from effectagent.core import Agent
 from effectagent.testing import FunctionModel, Turn
@@ -198,4 +198,51 @@ async def test_a_write_the_store_fails_for_a_moment_puts_the_run_back_instead_of
         assert "RunFailedRecord" not in types  # no StorageFailed, recorded or settled
         audit = [k for (k,) in await rows(db, "SELECT kind FROM durable_audit ORDER BY id")]
         assert audit == ["requeue", "recovery"]
+        assert await q.verify("c") == ()
+
+
+class _ReadsFailStore:
+    """A database whose first :attr:`failing` reads fail as a lost connection does (a server
+    restarting: ``ReadFailed`` once its one retry met the same) — whichever read they are; all
+    else is the database's."""
+
+    def __init__(self, database: Database, failing: int) -> None:
+        self._database = database
+        self.failing = failing
+        self.failed = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._database, name)
+
+    def read(self, work: Callable[[Any], Any]) -> Awaitable[Any]:
+        if self.failed < self.failing:
+            self.failed += 1
+            return self._fail()
+        return self._database.read(work)
+
+    async def _fail(self) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise ReadFailed("terminating connection due to administrator command")
+
+
+async def test_a_worker_until_idle_outlives_reads_the_store_fails_for_a_moment(
+    store: Stores,
+) -> None:
+    """The first reads a worker makes fail (its look for overdue settlements, its look for work,
+    its look whether anything is left): a worker run ``until_idle`` raised ``ReadFailed`` out of
+    ``run`` when the last of those failed — a store restarting for a moment stopped the worker,
+    on PostgreSQL when pg_terminate_backend met it twice. It looks again at the next poll, runs
+    the submission and ends idle."""
+    async with store.open() as db:
+        q = DurableQueue(db)
+        receipt = await q.submit(
+            "echo", "m", conversation_id="c", idempotency_key="k", principal="p"
+        )
+        flaky = _ReadsFailStore(db, failing=3)
+        model = FunctionModel.layer(lambda request: "done")
+        with trio.fail_after(60):
+            await DurableWorker(flaky, model, [ECHO], options=FAST).run(until_idle=True)
+        assert flaky.failed == 3
+        found = await q.status(receipt.submission_id)
+        assert (found.status, found.attempts) == ("completed", 1)
         assert await q.verify("c") == ()

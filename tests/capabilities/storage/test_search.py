@@ -317,6 +317,24 @@ async def test_the_log_searches_what_was_said_not_tool_output_nor_reasoning() ->
         assert (await log.search(["...", "?"], limit=10)).said == ()
 
 
+async def test_a_message_holding_a_lone_surrogate_is_found_as_the_log_holds_it() -> None:
+    """A message holding a lone surrogate (a run's prompt may: records are JSON): SQLite's JSON
+    functions give its text as bytes that are not UTF-8, and every search that matched it —
+    before and after the index caught up — failed with ``ReadFailed``. It is found, its text as
+    the log holds it, in the records appended since the catch-up and in the index alike."""
+    text = "walrus a\ud800b zebra"
+    async with open_database(":memory:") as database:
+        log = SqliteConversationLog(database, fence=lambda conn, conversation: None)
+        await log.append("a", [user("a", text, at=1.0)])
+        for _ in range(2):  # the first finds it among the new records, the second in the index
+            found = await log.search(["zebra"], limit=10)
+            assert [(s.conversation_id, s.text) for s in found.said] == [("a", text)]
+            assert await database.read(lambda conn: unindexed(conn, 10)) == ([], 0)
+        await log.append("a", [answer("a", ("text", "a\udfffb walrus"), at=2.0)])
+        found = await log.search(["walrus"], limit=10)
+        assert [s.text for s in found.said] == ["a\udfffb walrus", text]
+
+
 @pytest.mark.parametrize(
     ("words", "limit", "error", "message"),
     [

@@ -214,6 +214,18 @@ async def test_a_body_that_is_not_json_is_left_out_and_its_append_succeeds() -> 
         assert await log.last_seq("a") == 3
 
 
+async def test_a_message_holding_nul_or_a_lone_surrogate_is_kept_and_not_found() -> None:
+    """What the scale-out guide says: a message holding NUL or a lone surrogate is kept (its
+    append succeeds, the log reads it back as written) but the search does not find it — and a
+    search that would have matched it answers, finding the others."""
+    async with searched() as (database, log):
+        texts = ["walrus a\x00b", "walrus a\ud800b", "walrus ok"]
+        await log.append("a", [user("a", text, at=float(n)) for n, text in enumerate(texts)])
+        held = [entry.record for entry in await log.entries("a")]
+        assert [getattr(record, "text", None) for record in held] == texts
+        assert [s.text for s in (await search(database, ["walrus"])).said] == ["walrus ok"]
+
+
 async def test_a_long_word_or_message_is_indexed_as_far_as_the_index_holds() -> None:
     """A word of 255 characters or more is not indexed (nor found), and a message is found by
     the first 200,000 characters of its words — past its 16,383rd word, by plain words only;
