@@ -203,6 +203,16 @@ class Admissions:
         """The conversations with a run going here."""
         return tuple(self._conversations)
 
+    def deliverable(self, input_id: str) -> bool:
+        """Whether a run can still take the reserved entry ``input_id``: a run of its
+        conversation is going and not ending. (Not once the run it was admitted for stopped or
+        began its grace turn while the admission was being persisted: no run takes it then.)"""
+        entry = self._reserved[input_id]
+        if entry.orphaned:
+            return False
+        conversation = self._conversations.get(entry.conversation_id)
+        return conversation is not None and len(conversation.active) > conversation.stopping
+
     def abandon(self, input_id: str) -> None:
         """Its admission was not persisted (the submitter was cancelled, storage failed)."""
         entry = self._reserved.pop(input_id)

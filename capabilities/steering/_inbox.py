@@ -22,8 +22,8 @@ transaction as its admission; the process running the run reads them back when i
 run goes in another process — its lane is held there — is admitted into the journal under that
 run's lane (:meth:`~._journal.SqliteJournal.admit_elsewhere`), with the same checks but
 ``"run-ending"``, which only the running process knows. No wake-up crosses processes, so a
-process running runs looks for such input every :data:`POLL_INTERVAL` seconds while it has a run
-going, and adopts what it finds into the run's FIFO: it reaches the run at the first turn that
+process running runs looks for such input as each run starts and every :data:`POLL_INTERVAL`
+seconds while it has a run going, and adopts what it finds into the run's FIFO: it reaches the run at the first turn that
 starts after that — within a poll interval and a turn of its admission. Input that arrives once the
 run is ending, or that the run never reaches, expires when the run lets its lane go. Its text
 reaches the run as the journal's text column keeps it: NUL (PostgreSQL's text cannot hold it)
@@ -50,7 +50,7 @@ from .._ids import new_id
 from .._logging import log_warning
 from .._rules import ID_BYTES_MOST, storable, too_long_id
 from ..storage import StorageError
-from ._admission import Admissions, Closing
+from ._admission import Admissions, Closing, Entry
 from ._journal import AdmissionJournal, SqliteJournal
 from ._model import InputKind, InputReceipt, InputStatus, SteeringLimits
 
@@ -84,7 +84,16 @@ def _check(conversation_id: object, author: object) -> None:
 class ConversationInbox:
     """Steering and follow-ups for every conversation (see ``capabilities.steering``)."""
 
-    __slots__ = ("_admissions", "_changed", "_polling", "_redact_text", "journal")
+    __slots__ = (
+        "_admissions",
+        "_changed",
+        "_closed",
+        "_poll_ended",
+        "_poll_scope",
+        "_polling",
+        "_redact_text",
+        "journal",
+    )
 
     def __init__(
         self,
@@ -101,6 +110,10 @@ class ConversationInbox:
         # context's Redactor), which only input for another process's run can need.
         self._redact_text: Callable[[str], str] = redact_text or _unchanged
         self._polling = False
+        # The poll's cancel scope and end, while one runs; once closed, no poll starts.
+        self._poll_scope: trio.CancelScope | None = None
+        self._poll_ended: trio.Event | None = None
+        self._closed = False
 
     @property
     def limits(self) -> SteeringLimits:
@@ -160,12 +173,31 @@ class ConversationInbox:
             return InputReceipt(
                 item.input_id, conversation_id, kind, item.author, item.at, "rejected", decided
             )
+        # The room left for input other processes admitted for the run and not adopted yet: the
+        # queue is the conversation's, whoever admits (a journal in memory has none).
+        room = self.limits.max_pending - self._admissions.queued(conversation_id)
         try:
-            position = await self.journal.admitted(decided)
+            position = await self.journal.admitted(
+                decided, room=room, known=self._admissions.known()
+            )
         except BaseException:
             self._admissions.abandon(item.input_id)
             self._signal()
             raise
+        if position == "queue-full":
+            self._admissions.abandon(item.input_id)
+            self._signal()
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return InputReceipt(
+                item.input_id, conversation_id, kind, item.author, item.at, "rejected", "queue-full"
+            )
+        if not self._admissions.deliverable(item.input_id) and await self._withdraw(decided):
+            # The run stopped (or began its grace turn) while the admission was written: no run
+            # will take it, so it is refused as if it had come a moment later.
+            await trio.lowlevel.cancel_shielded_checkpoint()
+            return InputReceipt(
+                item.input_id, conversation_id, kind, item.author, item.at, "rejected", "run-ending"
+            )
         self._admissions.commit(item.input_id, position)
         self._signal()
         # Admitted: yield once (a journal in memory did not), and never raise from here on.
@@ -189,11 +221,40 @@ class ConversationInbox:
         decided = await self.journal.admit_elsewhere(
             conversation_id, item, self.limits, redact=self._redact_text
         )
-        await trio.lowlevel.cancel_shielded_checkpoint()  # admitted or not: never raise now
         base = (item.input_id, conversation_id, item.kind, item.author, item.at)
         if isinstance(decided, str):
+            await trio.lowlevel.cancel_shielded_checkpoint()  # not admitted: never raise now
             return InputReceipt(*base, "rejected", decided)
+        if self._admissions.active_runs(conversation_id):
+            # A run of the conversation started here while this was written (the lane it was
+            # admitted under may be that run's): adopt it now, not a poll interval later.
+            with trio.CancelScope(shield=True):
+                try:
+                    await self._adopt_for((conversation_id,))
+                except StorageError as exc:
+                    log_warning("looking for steering failed", error=type(exc).__name__)
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()  # admitted: never raise now
         return InputReceipt(*base, "accepted", None, decided, True)
+
+    async def _withdraw(self, entry: Entry) -> bool:
+        """Take back the persisted admission of ``entry``, which no run will take; whether it
+        was (if the journal fails, it stays admitted: it expires with its run). Never raises.
+
+        Cancellation: shielded (the admission is already written)."""
+        with trio.CancelScope(shield=True):
+            try:
+                await self.journal.withdraw(entry)
+            except Exception as exc:
+                log_warning(
+                    "taking back an admission failed",
+                    input_id=entry.input.input_id,
+                    error=type(exc).__name__,
+                )
+                return False
+        self._admissions.abandon(entry.input.input_id)
+        self._signal()
+        return True
 
     def _signal(self) -> None:
         changed, self._changed = self._changed, trio.Event()
@@ -216,12 +277,31 @@ class ConversationInbox:
 
     async def run_started(self, run: RunInfo) -> None:
         """A run of ``run.conversation_id`` is going: steering is accepted from now on (and, with
-        the SQLite journal, looked for in it: see the module notes). Does not yield."""
+        the SQLite journal, looked for in it: see the module notes). With the SQLite journal,
+        what was admitted under the run's lane before it was told to start — from the moment
+        its lane was claimed, through the path for another process's run — is adopted now,
+        before its first turn (the poll would find it only after an interval the run may not
+        last). Never raises (a failed look is logged; the poll looks again).
+
+        Cancellation: with the SQLite journal, a checkpoint (the run's own); else it does not
+        yield."""
         self._admissions.run_started(run.conversation_id, run.run_id)
         self._redact_text = run.redact_text  # the runtime's (one runtime builds this inbox)
-        if isinstance(self.journal, SqliteJournal) and not self._polling:
+        if not isinstance(self.journal, SqliteJournal):
+            return
+        if not self._polling and not self._closed:
             self._polling = True
-            trio.lowlevel.spawn_system_task(self._poll_while_running, name="effectagent steering")
+            self._poll_scope, self._poll_ended = trio.CancelScope(), trio.Event()
+            trio.lowlevel.spawn_system_task(
+                self._poll_while_running,
+                self._poll_scope,
+                self._poll_ended,
+                name="effectagent steering",
+            )
+        try:
+            await self._adopt_for((run.conversation_id,))
+        except StorageError as exc:
+            log_warning("looking for steering failed", error=type(exc).__name__)
 
     async def run_ended(self, run: RunInfo, ending: RunEnding) -> None:
         """That run is over. When it was the conversation's last, inputs it never took expire and
@@ -251,8 +331,11 @@ class ConversationInbox:
 
         Cancellation: a checkpoint; what was read before it is not adopted (the next poll does).
         """
+        return await self._adopt_for(self._admissions.active_conversations())
+
+    async def _adopt_for(self, conversations: Sequence[str]) -> int:
+        """:meth:`adopt_waiting` for ``conversations`` alone."""
         journal = self.journal
-        conversations = self._admissions.active_conversations()
         if not isinstance(journal, SqliteJournal) or not conversations:
             await trio.lowlevel.checkpoint()
             return 0
@@ -266,21 +349,39 @@ class ConversationInbox:
                     adopted += 1
         return adopted
 
-    async def _poll_while_running(self) -> None:
+    async def _poll_while_running(self, scope: trio.CancelScope, ended: trio.Event) -> None:
         """While runs go here, adopt what other processes admitted for them, every
-        :data:`POLL_INTERVAL` seconds. (A system task: it never raises but ``Cancelled``.)"""
+        :data:`POLL_INTERVAL` seconds, until :meth:`aclose` cancels ``scope``; ``ended`` is set
+        when it is over. (A system task: it never raises but ``Cancelled``.)"""
         try:
-            while True:
-                await trio.sleep(POLL_INTERVAL)
-                if not self._admissions.active_conversations():
-                    return
-                await self.adopt_waiting()
+            with scope:
+                while True:
+                    await trio.sleep(POLL_INTERVAL)
+                    if not self._admissions.active_conversations():
+                        return
+                    await self.adopt_waiting()
         except StorageError:
             return  # the database closed (or fails): the runs going end with it
         except Exception as exc:
             log_warning("looking for steering failed", error=type(exc).__name__)
         finally:
             self._polling = False
+            ended.set()
+
+    async def aclose(self) -> None:
+        """Stop looking for input other processes admit, and wait until the poll has ended: no
+        task of the inbox outlives the layer that built it. Idempotent.
+
+        Cancellation: shielded (the layer's teardown calls it; the poll ends at once)."""
+        self._closed = True
+        if self._poll_scope is not None:
+            self._poll_scope.cancel()
+        ended = self._poll_ended
+        if ended is not None:
+            with trio.CancelScope(shield=True):
+                await ended.wait()
+        else:
+            await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _settle(self, closing: Closing, ending: RunEnding) -> None:
         while not closing.ready:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Container, Mapping, Sequence
-from typing import Final, Protocol, final
+from typing import Final, Literal, Protocol, final
 
 import attrs
 import trio
@@ -59,9 +59,14 @@ class AdmissionJournal(Protocol):
         """Whether an admission survives the process once :meth:`admitted` returned."""
         ...
 
-    async def admitted(self, entry: Entry) -> int | None:
+    async def admitted(
+        self, entry: Entry, *, room: int | None = None, known: Container[str] = ()
+    ) -> int | Literal["queue-full"] | None:
         """Write down an accepted input; return the position it was stored at when the journal
-        gives positions (None: the entry's own stands). Cancellation: all or nothing."""
+        gives positions (None: the entry's own stands). A journal other processes share also
+        counts the input they admitted for the conversation's run that is not among ``known``
+        (not yet adopted here): more of it than ``room`` and nothing is written —
+        ``"queue-full"``. Cancellation: all or nothing."""
         ...
 
     async def settle(
@@ -73,6 +78,12 @@ class AdmissionJournal(Protocol):
 
     async def status(self, input_id: str) -> InputStatus | None:
         """What became of an accepted input. Cancellation: nothing changes."""
+        ...
+
+    async def withdraw(self, entry: Entry) -> None:
+        """Take back an admission :meth:`admitted` wrote that no run will take (its run ended, or
+        began ending, while it was written): its receipt is a rejection, and no status is kept.
+        Cancellation: all or nothing."""
         ...
 
 
@@ -112,8 +123,11 @@ class InMemoryJournal:
         for input_id in self._by_conversation.pop(conversation_id, ()):
             self._statuses.pop(input_id, None)
 
-    async def admitted(self, entry: Entry) -> int | None:
-        """See :meth:`AdmissionJournal.admitted` (no checkpoint: nothing to wait for)."""
+    async def admitted(
+        self, entry: Entry, *, room: int | None = None, known: Container[str] = ()
+    ) -> int | Literal["queue-full"] | None:
+        """See :meth:`AdmissionJournal.admitted` (no checkpoint: nothing to wait for; no other
+        process admits here, so ``room`` is never short)."""
         input_id = entry.input.input_id
         self._statuses[input_id] = _status(entry, "queued", None, "")
         self._by_conversation.setdefault(entry.conversation_id, []).append(input_id)
@@ -135,6 +149,14 @@ class InMemoryJournal:
         log = self._log
         if isinstance(log, InMemoryConversationLog) and not log.has(conversation_id):
             self._forget(conversation_id)  # evicted as its run ended: nothing to keep it for
+
+    async def withdraw(self, entry: Entry) -> None:
+        """See :meth:`AdmissionJournal.withdraw` (no checkpoint: nothing to wait for)."""
+        input_id = entry.input.input_id
+        self._statuses.pop(input_id, None)
+        ids = self._by_conversation.get(entry.conversation_id, [])
+        if input_id in ids:
+            ids.remove(input_id)
 
     async def status(self, input_id: str) -> InputStatus | None:
         """See :meth:`AdmissionJournal.status`."""
@@ -208,9 +230,13 @@ class SqliteJournal:
     def __init__(self, database: Database) -> None:
         self.database = database
 
-    async def admitted(self, entry: Entry) -> int | None:
+    async def admitted(
+        self, entry: Entry, *, room: int | None = None, known: Container[str] = ()
+    ) -> int | Literal["queue-full"] | None:
         """See :meth:`AdmissionJournal.admitted`: committed before it returns, under the epoch of
-        the conversation's lane, at the next position of that epoch (see the module notes)."""
+        the conversation's lane, at the next position of that epoch (see the module notes) —
+        unless other processes admitted more than ``room`` inputs under it that wait and are
+        not ``known`` here (the queue is the conversation's, whoever admits)."""
         item = entry.input
         row = (
             item.input_id,
@@ -222,8 +248,16 @@ class SqliteJournal:
         )
         own = entry.position
 
-        def work(conn: Connection) -> int:
+        def work(conn: Connection) -> int | Literal["queue-full"]:
             epoch = _held_epoch(conn, entry.conversation_id)
+            if room is not None and epoch is not None:
+                waiting = conn.execute(
+                    "SELECT input_id FROM steering_inputs WHERE conversation_id = ? "
+                    "AND status = 'queued' AND epoch = ?",
+                    (entry.conversation_id, epoch),
+                ).fetchall()
+                if sum(1 for (input_id,) in waiting if input_id not in known) > room:
+                    return "queue-full"
             position = max(own, _next_position(conn, entry.conversation_id, epoch))
             conn.execute(
                 "INSERT INTO steering_inputs (input_id, conversation_id, position, kind, text, "
@@ -353,6 +387,18 @@ class SqliteJournal:
             )
 
         await self.database.write(work, weight=len(ids))
+
+    async def withdraw(self, entry: Entry) -> None:
+        """See :meth:`AdmissionJournal.withdraw`: the row goes (never one a run recorded)."""
+        input_id = entry.input.input_id
+
+        def work(conn: Connection) -> None:
+            conn.execute(
+                "DELETE FROM steering_inputs WHERE input_id = ? AND status <> 'delivered'",
+                (input_id,),
+            )
+
+        await self.database.write(work)
 
     async def status(self, input_id: str) -> InputStatus | None:
         """See :meth:`AdmissionJournal.status`."""

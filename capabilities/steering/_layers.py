@@ -3,7 +3,9 @@ steering seam (the same object)."""
 
 from __future__ import annotations
 
-from effectagent.effect import Context, Layer, Scope
+from typing import Any
+
+from effectagent.effect import Context, Exit, Layer, Scope
 from effectagent.engine import ConversationLogService, RedactorService, SteeringInboxService
 
 from .._logging import log_warning
@@ -56,7 +58,7 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
     database was opened by a process alone with the file."""
     _check_limits(limits)
 
-    async def build(context: Context, _: Scope) -> Context:
+    async def build(context: Context, scope: Scope) -> Context:
         database = context[DatabaseService]
         journal = SqliteJournal(database)
         expired = database.recovered.get("steering", 0)
@@ -66,6 +68,11 @@ def sqlite_steering(limits: SteeringLimits | None = None) -> Layer:
         inbox = ConversationInbox(
             journal, limits, redact_text=redactor.redact_text if redactor is not None else None
         )
+
+        async def close(_: Exit[Any, Any]) -> None:
+            await inbox.aclose()  # its poll ends before the database closes
+
+        scope.add_finalizer(close)
         return Context({SteeringService: inbox, SteeringInboxService: inbox})
 
     return Layer.from_build(

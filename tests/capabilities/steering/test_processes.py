@@ -28,7 +28,7 @@ from effectagent import Agent, Tool, ToolCallContext, Toolkit, open_runtime
 from effectagent.ai import UserMessage
 from effectagent.core import LogEntry, ModelResponseRecorded, ToolCallSettled, UserInputRecorded
 from effectagent.effect import Layer
-from effectagent.engine import Runtime, SteeringInput
+from effectagent.engine import RunInfo, Runtime, SteeringInput
 from effectagent.testing import ScriptedModel, Turn
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -289,3 +289,55 @@ async def test_input_another_runtime_admits_holding_a_lone_surrogate_reaches_the
         assert await _inbox(running).adopt_waiting() == 1
         go.set()
     assert _users(model)[1][-1] == "One \ufffd word."
+
+
+async def test_the_queue_bound_counts_input_another_runtime_admitted_that_waits(
+    tmp_path: Path, no_poll: None
+) -> None:
+    """``max_pending`` bounds what waits for the conversation, whoever admitted it: input another
+    runtime admitted for the run, not adopted yet, takes its room in the running runtime too."""
+    path = tmp_path / "bound.db"
+    parked, go, never = trio.Event(), trio.Event(), trio.Event()
+    model = ScriptedModel([Turn.tool_calls(("wait", {})), Turn.text("Done."), Turn.text("More.")])
+    limits = SteeringLimits(max_pending=1)
+    async with (
+        open_runtime(_layer(path, model, parked, go, steering_limits=limits), agents=[AGENT]) as a,
+        open_runtime(
+            _layer(path, ScriptedModel([]), never, never, steering_limits=limits), agents=[AGENT]
+        ) as b,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(partial(a.run, AGENT, "Go.", conversation_id="c", create=True))
+        await parked.wait()
+        there = await _inbox(b).follow_up("c", "From elsewhere.", author="bo")
+        here = await _inbox(a).follow_up("c", "From here.", author="ann")
+        assert await _inbox(a).adopt_waiting() == 1
+        again = await _inbox(a).follow_up("c", "Still full.", author="ann")
+        go.set()
+        status = await _inbox(a).status(here.input_id)
+    assert there.accepted
+    assert (here.admission, here.rejection, status) == ("rejected", "queue-full", None)
+    assert again.rejection == "queue-full"
+    assert _users(model)[-1][-1] == "From elsewhere."
+
+
+async def test_input_admitted_under_the_runs_lane_before_it_was_told_to_start_is_adopted_at_once(
+    tmp_path: Path, no_poll: None
+) -> None:
+    """A run's lane is claimed (its first records appended) a moment before the inbox is told
+    the run started; what is admitted in that moment goes the way of input for another
+    process's run. The run adopts it as it starts — before its first turn — not a poll
+    interval later, when a short run has already ended and let it expire."""
+    async with open_database(tmp_path / "start.db") as database:
+        await Lanes(database, worker_id=f"{process_prefix()}plain-run").claim("c")
+        here = ConversationInbox(SqliteJournal(database))
+        early = await here.follow_up("c", "Then this.", author="bo")  # no run here yet
+        elsewhere = await ConversationInbox(SqliteJournal(database)).steer(
+            "c", "Be brief.", author="ann"
+        )
+        await here.run_started(RunInfo("run-1", "c", "holder", "ann"))
+        steering = here.drain_steering("c")
+        follow_ups = here.take_follow_ups("c")
+    assert (early.position, elsewhere.position) == (1, 2)
+    assert [i.input_id for i in steering] == [elsewhere.input_id]
+    assert [i.input_id for i in follow_ups] == [early.input_id]
