@@ -27,11 +27,11 @@ from ._model import (
 )
 from ._reading import fold_run
 from ._store import (
-    SUSPENDED,
     audit,
     finalize,
     list_unknown,
     mark,
+    mark_suspended,
     outcome_json,
     read_submission,
     release,
@@ -245,21 +245,12 @@ def decide(
     lane = take(conn, conversation_id, attempt_id, now)
     epoch = lane.epoch
     status = submission.status
-    if status == "active" and mark(conn, None, submission_id, "suspend", "suspended"):
+    if status == "active" and mark_suspended(conn, None, submission, epoch, now):
         # Its run suspended (its requests wait in the log), and the claim that took it there
         # had not marked it yet (or died first): taking the lane fences that claim out, so it
         # never will. Marked here as it would have — a suspension spends nothing of the retry
-        # budget (the ``suspended`` audit row: no record in the log says it suspended).
+        # budget (no record in the log says it suspended).
         status = "suspended"
-        audit(
-            conn,
-            submission_id=submission_id,
-            conversation_id=conversation_id,
-            epoch=epoch,
-            now=now,
-            kind=SUSPENDED,
-            detail={"run_id": submission.run_id},
-        )
     decision = ApprovalDecision.for_request(request, approved, reason, decided_by=author)
     record = ToolApprovalDecided(
         conversation_id=conversation_id,

@@ -33,13 +33,13 @@ from ._ledger import Event
 from ._model import AgentNotFound, Diagnostic, bounded_diagnostic
 from ._reading import fold_run
 from ._store import (
-    SUSPENDED,
     Claimed,
     audit,
     finalize,
     given_back,
     last_seq,
     mark,
+    mark_suspended,
     release,
     reserve,
     send_back,
@@ -207,17 +207,7 @@ def _suspend(conn: Connection, lane: Lane, claimed: Claimed, now: float) -> None
     not take wait in the queue again (:func:`_send_back`). The suspension is ledger state alone
     (the log has no record of it): a :data:`SUSPENDED` audit row says this claim took the run
     there, so it spends nothing of the retry budget (``given_back``)."""
-    submission = claimed.submission
-    if mark(conn, lane, submission.submission_id, "suspend", "suspended"):
-        audit(
-            conn,
-            submission_id=submission.submission_id,
-            conversation_id=submission.conversation_id,
-            epoch=lane.epoch,
-            now=now,
-            kind=SUSPENDED,
-            detail={"run_id": submission.run_id},
-        )
+    mark_suspended(conn, lane, claimed.submission, lane.epoch, now)
     release(conn, lane)
     _send_back(conn, claimed, now)
 

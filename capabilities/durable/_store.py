@@ -84,6 +84,7 @@ __all__ = [
     "last_seq",
     "list_unknown",
     "mark",
+    "mark_suspended",
     "read_submission",
     "release",
     "renew",
@@ -642,6 +643,27 @@ STOPPED: Final = "stopped"
 #: The audit kind of a claim whose run suspended for approval decisions (the ledger's
 #: ``suspended`` status: the log has no record of it).
 SUSPENDED: Final = "suspended"
+
+
+def mark_suspended(
+    conn: Connection, lane: Lane | None, submission: Submission, epoch: int | None, now: float
+) -> bool:
+    """Mark ``submission`` suspended — its run waits for approval decisions — and add the
+    :data:`SUSPENDED` audit row that says the claim took it there (the log has no record of a
+    suspension, so the row is what keeps that claim out of the retry budget: ``given_back``).
+    Fenced by ``lane`` when given; returns whether the row changed (nothing is audited if not)."""
+    if not mark(conn, lane, submission.submission_id, "suspend", "suspended"):
+        return False
+    audit(
+        conn,
+        submission_id=submission.submission_id,
+        conversation_id=submission.conversation_id,
+        epoch=epoch,
+        now=now,
+        kind=SUSPENDED,
+        detail={"run_id": submission.run_id},
+    )
+    return True
 
 
 def given_back(conn: Connection, submission_id: str) -> int:
