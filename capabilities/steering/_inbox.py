@@ -312,17 +312,7 @@ class ConversationInbox:
         closing = self._admissions.run_ended(run.conversation_id, run.run_id)
         if closing is not None and closing.entries:
             await self._settle(closing, ending)
-        if isinstance(self.journal, SqliteJournal):
-            # Its terminal record let its conversation's lane go; when that record could not be
-            # written, this does (see ``capabilities.storage._holds``).
-            try:
-                await self.journal.database.holds.release(run.conversation_id, run.run_id)
-            except Exception as exc:
-                log_warning(
-                    "letting a run's lane go failed",
-                    conversation_id=run.conversation_id,
-                    error=type(exc).__name__,
-                )
+        # (The run's lane is the log's to let go: ``SqliteConversationLog.run_ended``.)
 
     async def adopt_waiting(self) -> int:
         """Adopt, now, the input other processes admitted for the runs going here (what the

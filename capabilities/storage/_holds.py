@@ -14,9 +14,8 @@ unfenced :class:`~._log.SqliteConversationLog`. Its appends say enough to hold t
 * the append of its terminal record (completed, failed, interrupted) **releases** the lane in the
   same transaction, and steering still queued for the run expires. A run that suspends for
   approval decisions writes no record of it (its approval requests are where it stopped): its
-  lane is let go when the runtime tells the log (a ``RunObserver``) — and the storage's steering
-  inbox, when there is one — that the run ended suspended, as for a run whose terminal record
-  could not be written (:meth:`RunHolds.release`).
+  lane is let go when the runtime tells the log (a ``RunObserver``) that the run ended, as for a
+  run whose terminal record could not be written (:meth:`RunHolds.release`).
 
 While a hold lasts, a task of the process renews its lease (every third of it: 10 s for the
 default 30 s lease); a process that is killed stops renewing, and its holds free themselves when
