@@ -18,7 +18,7 @@ from tests.providers.wire import ChatWire
 from .support import EFFECTAGENT, KEY, ServerThread, cli_env, run_cli, serve
 from .test_cli import args, write_config
 
-ENV_MCP = Path(__file__).with_name("env_mcp.py")
+ONE_TOOL_MCP = Path(__file__).with_name("one_tool_mcp.py")
 TOKEN = "ghp_notes-token-0123456789abcdef"
 
 
@@ -31,7 +31,7 @@ def server() -> Iterator[ServerThread]:
 def mcp_config(home: Path, env: str) -> Path:
     return write_config(
         home,
-        f'[[mcp]]\nname = "notes"\ncommand = "{sys.executable}"\nargs = ["{ENV_MCP}"]\n'
+        f'[[mcp]]\nname = "notes"\ncommand = "{sys.executable}"\nargs = ["{ONE_TOOL_MCP}", "whoami"]\n'
         f"env = {{ {env} }}\n",
     )
 

@@ -30,7 +30,7 @@ from tests.providers.wire import ChatWire
 from .support import EFFECTAGENT, Lines, ServerThread, cli_env, run_cli, serve, spawn
 from .test_cli import args, write_config
 
-HANGING_MCP = Path(__file__).with_name("hanging_mcp.py")
+ONE_TOOL_MCP = Path(__file__).with_name("one_tool_mcp.py")
 
 
 def _started(
@@ -83,7 +83,9 @@ def hanging_answer(server: ServerThread) -> None:
 def hanging_tool(server: ServerThread, home: Path) -> None:
     """The model calls a read-only MCP tool (run without asking) that never answers."""
     server.script(Reply.sse(ChatWire().calls(("call_1", "slow_wait", "{}"))))
-    config = f'[[mcp]]\nname = "slow"\ncommand = "{sys.executable}"\nargs = ["{HANGING_MCP}"]\n'
+    config = (
+        f'[[mcp]]\nname = "slow"\ncommand = "{sys.executable}"\nargs = ["{ONE_TOOL_MCP}", "wait"]\n'
+    )
     write_config(home, config)
 
 

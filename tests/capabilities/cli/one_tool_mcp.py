@@ -1,10 +1,15 @@
-"""An MCP server whose one tool answers with the token it was given in its environment
-(``NOTES_TOKEN``) — for the CLI's tests of the secrets a config hands to a server. Run as
-``python env_mcp.py`` (stdio)."""
+"""An MCP server with one read-only tool (run without asking), for the CLI's tests. Run as
+``python one_tool_mcp.py KIND`` (stdio), KIND being
+
+* ``whoami`` — the tool answers with the token it was given in its environment
+  (``NOTES_TOKEN``): the secrets a config hands to a server;
+* ``wait`` — the tool never answers: a run stopped while a tool goes.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import anyio
@@ -12,10 +17,14 @@ import mcp_types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.stdio import stdio_server
 
+KIND = sys.argv[1] if len(sys.argv) > 1 else "whoami"
+if KIND not in ("whoami", "wait"):
+    raise SystemExit(f"one_tool_mcp.py: unknown kind {KIND!r}")
+
 TOOLS = [
     types.Tool(
-        name="whoami",
-        description="Who am I.",
+        name=KIND,
+        description="Who am I." if KIND == "whoami" else "Wait for ever.",
         input_schema={"type": "object", "properties": {}},
         annotations=types.ToolAnnotations(read_only_hint=True),
     )
@@ -29,11 +38,13 @@ async def list_tools(
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+    if KIND == "wait":
+        await anyio.sleep_forever()
     token = os.environ.get("NOTES_TOKEN", "?")
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"token is {token}")])
 
 
-server: Server[Any] = Server("env", version="1", on_list_tools=list_tools, on_call_tool=call_tool)
+server: Server[Any] = Server(KIND, version="1", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
 async def serve() -> None:
