@@ -66,18 +66,18 @@ def test_a_missing_package_is_named_with_the_command_that_installs_it() -> None:
     assert missing_package(ImportError("cannot import name 'x'")) is None
 
 
-def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
-    """As after a bare ``pip install effectagent``: httpx2 cannot be imported (here: blocked in
-    the process), and the command says which package and how to install it, exit status 3."""
+def _run_without(package: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``effectagent run`` (an OpenAI-compatible model, state under ``home``) in a process where
+    ``package`` cannot be imported, as if it were not installed."""
     program = (
-        "import sys; sys.modules['httpx2'] = None\n"
+        f"import sys; sys.modules[{package!r}] = None\n"
         "from capabilities.cli import main\n"
         "sys.exit(main(['run', '--model', 'openai-compatible:m',"
         " '--base-url', 'http://127.0.0.1:9/v1', 'Hi']))\n"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", program],
-        env=cli_env(tmp_path),
+        env=cli_env(home),
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -85,6 +85,12 @@ def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
         check=False,
         cwd=ROOT,
     )
+
+
+def test_the_command_names_a_missing_provider_package(tmp_path: Path) -> None:
+    """As after a bare ``pip install effectagent``: httpx2 cannot be imported (here: blocked in
+    the process), and the command says which package and how to install it, exit status 3."""
+    done = _run_without("httpx2", tmp_path)
     assert done.returncode == 3
     assert done.stderr.startswith(
         "effectagent: cannot start: the Python package httpx2 is not installed, and the command "
@@ -100,22 +106,7 @@ def test_the_command_names_a_missing_mcp_sdk(tmp_path: Path) -> None:
     config = tmp_path / "config" / "effectagent" / "config.toml"
     config.parent.mkdir(parents=True)
     config.write_text('[[mcp]]\nname = "notes"\ncommand = "notes-server"\n')
-    program = (
-        "import sys; sys.modules['mcp'] = None\n"
-        "from capabilities.cli import main\n"
-        "sys.exit(main(['run', '--model', 'openai-compatible:m',"
-        " '--base-url', 'http://127.0.0.1:9/v1', 'Hi']))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", program],
-        env=cli_env(tmp_path),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=ROOT,
-    )
+    done = _run_without("mcp", tmp_path)
     assert done.returncode == 3
     assert done.stderr.startswith(
         "effectagent: cannot start: the Python package mcp is not installed, and the command "
