@@ -3,6 +3,7 @@ real database file and the real engine."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
@@ -246,40 +247,18 @@ async def test_a_submission_of_mode_join_is_absorbed_by_the_run_going_at_its_nex
 ) -> None:
     go = trio.Event()
     asked: list[str] = []
-
-    async def respond(request: ModelRequest) -> str:
-        text = _text(_last(request))
-        asked.append(text)
-        if text == "first":
-            await go.wait()
-        return f"answer to {text}"
-
     agent = Agent("echo", "Answer.")
     async with store.open() as db:
         q = DurableQueue(db)
-        head = (
-            await q.submit("echo", "first", conversation_id="c", idempotency_key="1", principal="p")
-        ).submission_id
-        worker = DurableWorker(db, FunctionModel.layer(respond), [agent], options=FAST)
+        head = await _submit(q, "echo", "first", "1")
+        layer = FunctionModel.layer(_first_waits_for(go, asked))
+        worker = DurableWorker(db, layer, [agent], options=FAST)
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: worker.run(until_idle=True))
                 await _until(lambda: _status_is(q, head, "active"), "the head runs")
-                joined = (
-                    await q.submit(
-                        "echo",
-                        "also this",
-                        conversation_id="c",
-                        idempotency_key="2",
-                        principal="p",
-                        mode="join",
-                    )
-                ).submission_id
-                queued = (
-                    await q.submit(
-                        "echo", "later", conversation_id="c", idempotency_key="3", principal="p"
-                    )
-                ).submission_id
+                joined = await _submit(q, "echo", "also this", "2", "join")
+                queued = await _submit(q, "echo", "later", "3")
                 await _until(lambda: _status_is(q, joined, "joining"), "the join is recorded")
                 # The status changes as the worker's write commits; the run can take the input
                 # once the worker has handed it over in memory, a moment later. Letting the
@@ -308,35 +287,17 @@ async def test_a_joining_submission_aborted_before_the_run_took_it_is_aborted_no
     next turn (the abort returned, then the input reached the model and settled joined)."""
     go = trio.Event()
     asked: list[str] = []
-
-    async def respond(request: ModelRequest) -> str:
-        text = _text(_last(request))
-        asked.append(text)
-        if text == "first":
-            await go.wait()
-        return f"answer to {text}"
-
     agent = Agent("echo", "Answer.")
     async with store.open() as db:
         q = DurableQueue(db)
-        head = (
-            await q.submit("echo", "first", conversation_id="c", idempotency_key="1", principal="p")
-        ).submission_id
-        worker = DurableWorker(db, FunctionModel.layer(respond), [agent], options=FAST)
+        head = await _submit(q, "echo", "first", "1")
+        layer = FunctionModel.layer(_first_waits_for(go, asked))
+        worker = DurableWorker(db, layer, [agent], options=FAST)
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: worker.run(until_idle=True))
                 await _until(lambda: _status_is(q, head, "active"), "the head runs")
-                joined = (
-                    await q.submit(
-                        "echo",
-                        "not this",
-                        conversation_id="c",
-                        idempotency_key="2",
-                        principal="p",
-                        mode="join",
-                    )
-                ).submission_id
+                joined = await _submit(q, "echo", "not this", "2", "join")
                 await _until(lambda: _pending(worker, joined), "the join is handed over")
                 aborted = await q.abort(joined, author="ops", reason="never mind")
                 assert (aborted.status, aborted.settlement) == ("joining", None)
@@ -379,26 +340,19 @@ async def test_a_join_its_run_suspended_before_taking_waits_in_line_and_is_not_j
     agent, layer = _payer(respond, transfers)
     async with store.open() as db:
         q = DurableQueue(db)
-
-        async def submit(text: str, key: str, mode: Any = "join") -> str:
-            receipt = await q.submit(
-                "payer", text, conversation_id="c", idempotency_key=key, principal="p", mode=mode
-            )
-            return receipt.submission_id
-
-        head = await submit("pay", "0", "queue")
+        head = await _submit(q, "payer", "pay", "0")
         first = DurableWorker(db, layer, [agent], options=FAST)
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: first.run(until_idle=True))
                 await asked.wait()
-                early = await submit("early", "1")
+                early = await _submit(q, "payer", "early", "1", "join")
                 await _until(lambda: _pending(first, early), "the early join is handed over")
                 answer.set()  # the run asks for approval: it suspends, the join not taken
         assert (await q.status(head)).status == "suspended"
         found = await q.status(early)
         assert (found.status, found.joined_into) == ("queued", None)  # in line again
-        late = await submit("late", "2")
+        late = await _submit(q, "payer", "late", "2", "join")
         await q.decide(head, "call-1", True, author="boss")
         second = DurableWorker(db, layer, [agent], options=FAST)
         with trio.fail_after(60):
@@ -415,6 +369,28 @@ async def test_a_join_its_run_suspended_before_taking_waits_in_line_and_is_not_j
         assert texts == ["pay", "early", "late"]
         assert transfers == [5]
         assert await q.verify("c") == ()
+
+
+async def _submit(q: DurableQueue, agent: str, text: str, key: str, mode: Any = "queue") -> str:
+    """Submit ``text`` to ``agent`` in conversation ``c`` (principal ``p``); its submission ID."""
+    receipt = await q.submit(
+        agent, text, conversation_id="c", idempotency_key=key, principal="p", mode=mode
+    )
+    return receipt.submission_id
+
+
+def _first_waits_for(go: trio.Event, asked: list[str]) -> Callable[[ModelRequest], Awaitable[str]]:
+    """A model that answers each input with ``answer to …`` (noting it in ``asked``), the
+    input ``first`` only once ``go`` is set."""
+
+    async def respond(request: ModelRequest) -> str:
+        text = _text(_last(request))
+        asked.append(text)
+        if text == "first":
+            await go.wait()
+        return f"answer to {text}"
+
+    return respond
 
 
 async def _handed(q: DurableQueue, submission_id: str) -> bool:
