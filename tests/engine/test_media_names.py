@@ -11,7 +11,7 @@ from effectagent.ai import ImagePart, MediaPart
 from effectagent.testing import ScriptedModel, Turn
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(64)
-SECRET = "abcd"
+SECRET = "wxyz"  # no hex digit: never part of a random ID or a digest by chance
 
 
 @pytest.mark.parametrize(
